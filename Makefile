@@ -1,0 +1,137 @@
+# Makefile - builds libstrata.so, libstrata.a and ./strata; runs the tests.
+#
+#   make              library + CLI (CUDA part too when nvcc is found)
+#   make CUDA=0       CPU-only build;  make CUDA=1  requires nvcc
+#   make CUDA_ARCH="80 90"   GPU architectures (default 90)
+#   make check        every c/tests/test_*.c, then pytest over python/tests
+#   make asan         the C tests under AddressSanitizer + UBSan (separate build dir)
+#   make cuda-check   GPU tests (skip with a message where no GPU is usable)
+#   make fuzz         libFuzzer harness of the GGUF reader (needs clang)
+#   make bench        CPU dot-product micro-benchmark
+#   make clean
+
+CC      ?= cc
+PYTHON  ?= python3
+BUILD   ?= build
+OUTDIR  ?= .
+LIBSO   := $(OUTDIR)/libstrata.so
+CLI     := $(OUTDIR)/strata
+OPT     ?= -O2
+SAN     ?=
+CFLAGS_BASE := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fPIC \
+               -fvisibility=hidden -D_GNU_SOURCE $(SAN)
+INCLUDES := -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda
+CFLAGS  += $(CFLAGS_BASE) $(INCLUDES)
+LDLIBS  := -lm -lpthread
+
+# Per-file instruction sets: these files are only entered after a run-time CPU check.
+ISA_AVX2   := -mavx2 -mfma -mf16c
+ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+
+# ---- CUDA detection ------------------------------------------------------------------------
+NVCC      ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_ARCH ?= 90
+ifeq ($(CUDA),0)
+  USE_CUDA :=
+else ifneq ($(NVCC),)
+  USE_CUDA := 1
+else ifeq ($(CUDA),1)
+  $(error CUDA=1 but nvcc was not found; set NVCC=/path/to/nvcc)
+else
+  $(info strata: nvcc not found, building CPU-only (set NVCC=... or CUDA=1 to require CUDA))
+  USE_CUDA :=
+endif
+
+LIB_SRCS := $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c c/compute/*.c c/compute/cpu/*.c)
+CLI_SRCS := $(wildcard c/cli/*.c)
+CU_SRCS  := $(wildcard c/cuda/*.cu)
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
+
+ifdef USE_CUDA
+  CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
+  CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib /usr/local/cuda/lib64))
+  NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+                  -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
+  NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra \
+               $(INCLUDES) -DSTRATA_HAVE_CUDA=1 -Wno-deprecated-gpu-targets
+  CFLAGS   += -DSTRATA_HAVE_CUDA=1
+  CU_OBJS  := $(CU_SRCS:%.cu=$(BUILD)/%.o)
+  # cudart is linked statically: the library loads on machines without a driver and reports
+  # "no CUDA driver" at run time instead of failing to load.
+  LDLIBS   += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
+endif
+
+ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
+
+.PHONY: all check test-c test-py asan cuda-check fuzz bench clean
+all: $(LIBSO) $(CLI)
+
+$(LIBSO): $(ALL_OBJS)
+	$(CC) -shared -o $@ $^ $(SAN) $(LDLIBS) -Wl,-soname,libstrata.so
+
+$(BUILD)/libstrata.a: $(ALL_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@ && ar rcs $@ $^
+
+$(CLI): $(CLI_OBJS) $(BUILD)/libstrata.a
+	$(CC) -o $@ $(CLI_OBJS) $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
+
+$(BUILD)/%.o: %.c $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h c/compute/cpu/*.h c/cuda/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2))) -c -o $@ $<
+
+$(BUILD)/%.o: %.cu $(wildcard c/cuda/*.cuh c/cuda/*.h c/include/*.h)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+# ---- tests ---------------------------------------------------------------------------------
+TEST_SRCS := $(sort $(wildcard c/tests/test_*.c))
+TEST_BINS := $(TEST_SRCS:c/tests/%.c=$(BUILD)/tests/%)
+CUDA_TEST_BINS := $(filter $(BUILD)/tests/test_cuda_% $(BUILD)/tests/test_isa%,$(TEST_BINS))
+
+$(BUILD)/tests/%: c/tests/%.c c/tests/test.h $(BUILD)/libstrata.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Ic/tests -o $@ $< $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
+
+# Runs every C test binary, then reports which failed (a test that crashes counts as failed).
+define run_tests
+	@fail=0; for t in $(1); do echo "== $$t"; $$t || { echo "!! $$t failed"; fail=1; }; done; \
+	if [ $$fail -ne 0 ]; then echo "C tests: FAILED"; exit 1; else echo "C tests: all passed"; fi
+endef
+
+test-c: $(TEST_BINS)
+	$(call run_tests,$(TEST_BINS))
+
+test-py: $(LIBSO)
+	STRATA_LIB=$(abspath $(LIBSO)) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q python/tests
+
+check: all test-c test-py
+
+# Sanitizer build in its own directory so it never mixes with the normal objects.
+asan:
+	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test-c
+
+cuda-check: $(CUDA_TEST_BINS)
+ifdef USE_CUDA
+	$(call run_tests,$(CUDA_TEST_BINS))
+else
+	@echo "cuda-check: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
+endif
+
+# ---- fuzzing -------------------------------------------------------------------------------
+FUZZ_CC ?= clang
+fuzz: $(BUILD)/fuzz_gguf
+$(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE $(INCLUDES) -fsanitize=fuzzer,address,undefined \
+	  -o $@ c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c) -lm -lpthread
+
+# ---- benchmarks ----------------------------------------------------------------------------
+bench: $(BUILD)/bench_dot
+	$(BUILD)/bench_dot
+$(BUILD)/bench_dot: bench/bench_dot.c $(BUILD)/libstrata.a
+	$(CC) $(CFLAGS) -O3 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+
+clean:
+	rm -rf $(BUILD) build-asan libstrata.so strata

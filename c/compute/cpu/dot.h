@@ -1,0 +1,32 @@
+/* dot.h - internal interface of the CPU dot-product kernels. One function per weight type and
+ * instruction-set level; each level's file fills a table, and the dispatcher (dot.c) picks the
+ * best level the CPU has, falling back to a lower level per type where a level has no kernel. */
+#ifndef STRATA_DOT_H
+#define STRATA_DOT_H
+
+#include "common.h"
+
+/* *out = dot(w, xq) over n weights; w in the weight type's layout, xq in its activation type's
+ * (strata_act_type). n is a multiple of the block size; no argument checks here. */
+typedef void (*st_vec_dot_fn)(int64_t n, float *out, const void *w, const void *xq);
+
+/* Each fills the entries it implements of table[STRATA_TYPE_COUNT] and leaves the rest alone. */
+void st_dot_register_scalar(st_vec_dot_fn *table);
+void st_dot_register_avx2(st_vec_dot_fn *table);
+void st_dot_register_avx512(st_vec_dot_fn *table);
+
+/* The kernel for type at exactly this ISA level (NULL if that level has none), for tests and
+ * benchmarks that compare levels. */
+st_vec_dot_fn st_vec_dot_at(strata_type type, strata_cpu_isa isa);
+/* The kernel strata_vec_dot uses now (best available level at or below the active one). */
+st_vec_dot_fn st_vec_dot_get(strata_type type);
+
+/* CPU features, probed once (cpuid + OS support). */
+typedef struct {
+    int avx2, fma, f16c;
+    int avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+    int amx_tile, amx_int8, amx_bf16;
+} st_cpu_features;
+const st_cpu_features *st_cpu_get_features(void);
+
+#endif /* STRATA_DOT_H */

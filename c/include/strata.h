@@ -1,0 +1,321 @@
+/* strata.h - the public C ABI of Strata, an inference engine for Mixture-of-Experts models.
+ *
+ * This is the only public header. It compiles alone as C99 (-pedantic) and as C++11.
+ *
+ * Conventions
+ *   - Every fallible call returns a strata_status: 0 (STRATA_OK) on success, a negative code on
+ *     failure. On failure, strata_last_error() returns a message for the calling thread that names
+ *     what went wrong (for files: the field and the byte offset). The message stays valid until the
+ *     same thread's next failing call.
+ *   - Handles are opaque. Each create/open has a matching free; free(NULL) is a no-op.
+ *   - No library function exits, aborts or prints.
+ *   - Thread-safety: functions that take a const handle may be called from many threads at once;
+ *     functions that take a non-const handle need the caller to serialize calls on that handle.
+ *   - Sizes are in bytes unless a name says otherwise; element counts are int64_t.
+ *
+ * Sections: version and status; backends; tensor types; GGUF files; block formats (dequantize,
+ * quantize, dot products).
+ */
+#ifndef STRATA_H
+#define STRATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define STRATA_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define STRATA_API __attribute__((visibility("default")))
+#else
+#define STRATA_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Version and status
+ * ------------------------------------------------------------------------------------------- */
+
+#define STRATA_VERSION_MAJOR 0
+#define STRATA_VERSION_MINOR 1
+#define STRATA_VERSION_PATCH 0
+
+typedef enum strata_status {
+    STRATA_OK = 0,
+    STRATA_ERR_INVALID_ARG = -1,  /* a NULL, out-of-range or contradictory argument */
+    STRATA_ERR_IO = -2,           /* open/read/mmap failed */
+    STRATA_ERR_FORMAT = -3,       /* malformed or hostile file content */
+    STRATA_ERR_NOMEM = -4,        /* an allocation failed */
+    STRATA_ERR_UNSUPPORTED = -5,  /* valid request this build or type cannot serve */
+    STRATA_ERR_NOT_FOUND = -6,    /* no such key, tensor or index */
+    STRATA_ERR_TYPE = -7,         /* a value exists but has another type */
+    STRATA_ERR_BACKEND = -8,      /* a compute backend (e.g. CUDA) call failed */
+    STRATA_ERR_INTERNAL = -9      /* a bug: please report it */
+} strata_status;
+
+/* "MAJOR.MINOR.PATCH". Static storage. Thread-safe. */
+STRATA_API const char *strata_version(void);
+/* MAJOR*10000 + MINOR*100 + PATCH of the library actually loaded (compare with the macros). */
+STRATA_API int strata_version_number(void);
+/* Short name of a status code, e.g. "STRATA_ERR_FORMAT". Static storage. Thread-safe. */
+STRATA_API const char *strata_status_name(strata_status status);
+/* Message of this thread's last failing call ("" if none). Thread-local storage. */
+STRATA_API const char *strata_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Backends
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum strata_backend_kind {
+    STRATA_BACKEND_CPU = 0,
+    STRATA_BACKEND_CUDA = 1,
+    STRATA_BACKEND_COUNT = 2
+} strata_backend_kind;
+
+typedef struct strata_backend_info {
+    strata_backend_kind kind;
+    const char *name;        /* "cpu", "cuda" */
+    int compiled;            /* 1 if this build contains the backend */
+    int available;           /* 1 if it can run on this machine now */
+    char detail[256];        /* available: what it found (ISA, device name); else: why not */
+} strata_backend_info;
+
+/* Fills *info for one backend kind. Probes the machine on first use (the CUDA probe loads the
+ * driver). Thread-safe. */
+STRATA_API strata_status strata_backend_query(strata_backend_kind kind, strata_backend_info *info);
+
+/* CPU instruction set levels of the dot-product kernels. */
+typedef enum strata_cpu_isa {
+    STRATA_ISA_SCALAR = 0,   /* portable C reference */
+    STRATA_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
+    STRATA_ISA_AVX512 = 2,   /* AVX-512 F/BW/VL (+VNNI when present) */
+    STRATA_ISA_BEST = 99     /* whatever the CPU supports best */
+} strata_cpu_isa;
+
+/* Highest ISA level this CPU and build support. Thread-safe. */
+STRATA_API strata_cpu_isa strata_cpu_isa_supported(void);
+/* Selects the kernels used by strata_vec_dot (process-wide; default STRATA_ISA_BEST). A level
+ * the CPU lacks gives STRATA_ERR_UNSUPPORTED. Not safe to call while other threads compute. */
+STRATA_API strata_status strata_cpu_isa_set(strata_cpu_isa isa);
+/* The level in use now. */
+STRATA_API strata_cpu_isa strata_cpu_isa_active(void);
+/* "scalar", "avx2", "avx512", "avx512-vnni"; static storage. */
+STRATA_API const char *strata_cpu_isa_name(strata_cpu_isa isa);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensor types (values are the GGUF/ggml type ids)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum strata_type {
+    STRATA_TYPE_F32 = 0,
+    STRATA_TYPE_F16 = 1,
+    STRATA_TYPE_Q4_0 = 2,
+    STRATA_TYPE_Q4_1 = 3,
+    STRATA_TYPE_Q5_0 = 6,
+    STRATA_TYPE_Q5_1 = 7,
+    STRATA_TYPE_Q8_0 = 8,
+    STRATA_TYPE_Q8_1 = 9,
+    STRATA_TYPE_Q2_K = 10,
+    STRATA_TYPE_Q3_K = 11,
+    STRATA_TYPE_Q4_K = 12,
+    STRATA_TYPE_Q5_K = 13,
+    STRATA_TYPE_Q6_K = 14,
+    STRATA_TYPE_Q8_K = 15,
+    STRATA_TYPE_IQ2_XXS = 16,
+    STRATA_TYPE_IQ2_XS = 17,
+    STRATA_TYPE_IQ3_XXS = 18,
+    STRATA_TYPE_IQ1_S = 19,
+    STRATA_TYPE_IQ4_NL = 20,
+    STRATA_TYPE_IQ3_S = 21,
+    STRATA_TYPE_IQ2_S = 22,
+    STRATA_TYPE_IQ4_XS = 23,
+    STRATA_TYPE_I8 = 24,
+    STRATA_TYPE_I16 = 25,
+    STRATA_TYPE_I32 = 26,
+    STRATA_TYPE_I64 = 27,
+    STRATA_TYPE_F64 = 28,
+    STRATA_TYPE_IQ1_M = 29,
+    STRATA_TYPE_BF16 = 30,
+    STRATA_TYPE_TQ1_0 = 34,
+    STRATA_TYPE_TQ2_0 = 35,
+    STRATA_TYPE_MXFP4 = 39,
+    STRATA_TYPE_COUNT = 40   /* one past the largest id; not every id below it is a type */
+} strata_type;
+
+/* 1 if id names a tensor type a GGUF file may hold (known layout), else 0. */
+STRATA_API int strata_type_is_known(int id);
+/* "f32", "q4_K", ... (ggml spelling); "unknown" for unknown ids. Static storage. */
+STRATA_API const char *strata_type_name(strata_type type);
+/* Parses a name as strata_type_name writes it (case-insensitive); STRATA_ERR_NOT_FOUND if none. */
+STRATA_API strata_status strata_type_from_name(const char *name, strata_type *out);
+/* Weights per block (1 for plain types) and bytes per block; 0 for unknown ids. */
+STRATA_API int64_t strata_type_block_size(strata_type type);
+STRATA_API int64_t strata_type_block_bytes(strata_type type);
+/* Bytes of one row of n weights; -1 if n is not a multiple of the block size or type unknown. */
+STRATA_API int64_t strata_row_bytes(strata_type type, int64_t n);
+
+/* ---------------------------------------------------------------------------------------------
+ * GGUF files
+ *
+ * A strata_gguf is an opened, fully validated GGUF model: one file or the shards of a split model
+ * (NAME-0000N-of-0000M.gguf, all opened when any shard is named). Validation happens at open time;
+ * after a successful open every accessor is bounds-safe. Metadata values and tensor bytes point into
+ * the read-only file mapping (zero copy) and live as long as the handle. A strata_gguf is immutable:
+ * all accessors are thread-safe.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct strata_gguf strata_gguf;
+
+typedef enum strata_gguf_type {
+    STRATA_GGUF_UINT8 = 0,
+    STRATA_GGUF_INT8 = 1,
+    STRATA_GGUF_UINT16 = 2,
+    STRATA_GGUF_INT16 = 3,
+    STRATA_GGUF_UINT32 = 4,
+    STRATA_GGUF_INT32 = 5,
+    STRATA_GGUF_FLOAT32 = 6,
+    STRATA_GGUF_BOOL = 7,
+    STRATA_GGUF_STRING = 8,
+    STRATA_GGUF_ARRAY = 9,
+    STRATA_GGUF_UINT64 = 10,
+    STRATA_GGUF_INT64 = 11,
+    STRATA_GGUF_FLOAT64 = 12
+} strata_gguf_type;
+
+typedef struct strata_gguf_params {
+    int use_mmap;             /* 1 (default): map files; 0: read them into memory */
+    int open_shards;          /* 1 (default): a split file name opens all its shards */
+    uint32_t max_alignment;   /* largest general.alignment accepted (default 1 MiB) */
+} strata_gguf_params;
+
+/* A metadata value. Scalars are in the union; a string is (ptr, len), not NUL-terminated, bytes
+ * as stored (UTF-8 by the spec, not checked); an array is a handle read with
+ * strata_gguf_array_get. Valid while the strata_gguf lives. */
+typedef struct strata_gguf_value {
+    strata_gguf_type type;
+    union {
+        uint64_t u64;      /* UINT8..UINT64 and BOOL, zero-extended */
+        int64_t i64;       /* INT8..INT64, sign-extended */
+        double f64;        /* FLOAT32, FLOAT64 */
+        struct { const char *ptr; uint64_t len; } str;
+        struct {
+            strata_gguf_type elem_type;
+            uint64_t count;
+            const void *impl;    /* internal */
+        } arr;
+    } v;
+} strata_gguf_value;
+
+typedef struct strata_tensor_info {
+    const char *name;        /* NUL-terminated copy */
+    strata_type type;
+    uint32_t n_dims;         /* 1..4 */
+    int64_t ne[4];           /* ne[0] is the row length (contiguous); unused dims are 1 */
+    int64_t n_elements;
+    uint64_t offset;         /* from the start of its shard's tensor-data section */
+    uint64_t file_offset;    /* from the start of its shard file */
+    uint64_t n_bytes;
+    uint32_t shard;          /* 0-based shard index */
+    const void *data;        /* the bytes, read-only, zero copy */
+} strata_tensor_info;
+
+/* Defaults: use_mmap 1, open_shards 1, max_alignment 1 MiB. */
+STRATA_API strata_gguf_params strata_gguf_default_params(void);
+
+/* Opens and validates path. On success *out owns the mapping; free it with strata_gguf_free. */
+STRATA_API strata_status strata_gguf_open(const char *path, const strata_gguf_params *params,
+                                          strata_gguf **out);
+/* Validates a GGUF image held in memory. The bytes are copied unless borrow is 1, in which case
+ * they must outlive the handle. Split metadata is checked for consistency but no shards are
+ * opened. */
+STRATA_API strata_status strata_gguf_open_memory(const void *data, size_t size, int borrow,
+                                                 const strata_gguf_params *params,
+                                                 strata_gguf **out);
+STRATA_API void strata_gguf_free(strata_gguf *gguf);
+
+STRATA_API uint32_t strata_gguf_version(const strata_gguf *gguf);    /* 2 or 3 */
+STRATA_API uint32_t strata_gguf_alignment(const strata_gguf *gguf);
+STRATA_API uint32_t strata_gguf_shard_count(const strata_gguf *gguf);
+/* Path of shard i ("<memory>" for in-memory images); NULL if i is out of range. */
+STRATA_API const char *strata_gguf_shard_path(const strata_gguf *gguf, uint32_t i);
+
+/* Metadata: key/value pairs of all shards (shard 0's first; split.* keys of later shards are not
+ * repeated). Index order is file order. */
+STRATA_API int64_t strata_gguf_kv_count(const strata_gguf *gguf);
+/* NUL-terminated key of pair i; NULL if i is out of range. */
+STRATA_API const char *strata_gguf_kv_key(const strata_gguf *gguf, int64_t i);
+/* Index of key, or -1. */
+STRATA_API int64_t strata_gguf_kv_find(const strata_gguf *gguf, const char *key);
+STRATA_API strata_status strata_gguf_kv_value(const strata_gguf *gguf, int64_t i,
+                                              strata_gguf_value *out);
+/* Element i of an array value (which may itself be an array). */
+STRATA_API strata_status strata_gguf_array_get(const strata_gguf *gguf,
+                                               const strata_gguf_value *array, uint64_t i,
+                                               strata_gguf_value *out);
+/* Typed lookups by key. Integers of any width convert when the value fits the target type
+ * (else STRATA_ERR_TYPE); floats accept FLOAT32/FLOAT64. Missing key: STRATA_ERR_NOT_FOUND. */
+STRATA_API strata_status strata_gguf_get_u64(const strata_gguf *gguf, const char *key,
+                                             uint64_t *out);
+STRATA_API strata_status strata_gguf_get_i64(const strata_gguf *gguf, const char *key,
+                                             int64_t *out);
+STRATA_API strata_status strata_gguf_get_f64(const strata_gguf *gguf, const char *key,
+                                             double *out);
+STRATA_API strata_status strata_gguf_get_bool(const strata_gguf *gguf, const char *key, int *out);
+/* The string (ptr, len) of a STRING value; not NUL-terminated. */
+STRATA_API strata_status strata_gguf_get_str(const strata_gguf *gguf, const char *key,
+                                             const char **ptr, uint64_t *len);
+/* Name of a value type, e.g. "uint32". Static storage. */
+STRATA_API const char *strata_gguf_type_name(strata_gguf_type type);
+
+/* Tensors of all shards, in shard then file order. */
+STRATA_API int64_t strata_gguf_tensor_count(const strata_gguf *gguf);
+STRATA_API strata_status strata_gguf_tensor_info(const strata_gguf *gguf, int64_t i,
+                                                 strata_tensor_info *out);
+/* Index of name, or -1. */
+STRATA_API int64_t strata_gguf_tensor_find(const strata_gguf *gguf, const char *name);
+
+/* ---------------------------------------------------------------------------------------------
+ * Block formats
+ *
+ * Rows are n weights long, n a multiple of the type's block size. All functions are pure and
+ * thread-safe.
+ *
+ * Dot products follow llama.cpp's scheme: the activation row is first quantized to the weight
+ * type's activation type (strata_act_type): F32 for F32/F16/BF16 weights, Q8_0 for the 32-weight
+ * block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), Q8_K for the 256-weight K and IQ types.
+ * ------------------------------------------------------------------------------------------- */
+
+/* 1 if strata_dequantize_row supports type. */
+STRATA_API int strata_type_can_dequantize(strata_type type);
+/* 1 if strata_quantize_row supports type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K). */
+STRATA_API int strata_type_can_quantize(strata_type type);
+/* 1 if strata_vec_dot supports type as weights. */
+STRATA_API int strata_type_can_dot(strata_type type);
+
+/* src: n weights in type's layout -> dst: n floats. */
+STRATA_API strata_status strata_dequantize_row(strata_type type, const void *src, float *dst,
+                                               int64_t n);
+/* src: n floats -> dst: strata_row_bytes(type, n) bytes. Q8_0 and Q4_0 are bit-exact with
+ * llama.cpp's reference quantizers; Q4_K and Q6_K use a search for scales (llama.cpp's method). */
+STRATA_API strata_status strata_quantize_row(strata_type type, const float *src, void *dst,
+                                             int64_t n);
+
+/* The activation type for weights of type (F32, Q8_0 or Q8_K); STRATA_TYPE_COUNT if the type has
+ * no dot product. */
+STRATA_API strata_type strata_act_type(strata_type weight_type);
+/* *out = dot(row w of n weights of type, activations xq already quantized to
+ * strata_act_type(type)). Uses the kernels of strata_cpu_isa_active(). */
+STRATA_API strata_status strata_vec_dot(strata_type type, const void *w, const void *xq,
+                                        int64_t n, float *out);
+/* Convenience: quantizes the f32 activations x to the activation type then calls strata_vec_dot.
+ * Allocates a temporary buffer for n > 4096. */
+STRATA_API strata_status strata_vec_dot_f32(strata_type type, const void *w, const float *x,
+                                            int64_t n, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_H */
