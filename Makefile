@@ -64,7 +64,7 @@ endif
 
 ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
 
-.PHONY: all check test-c test-py asan cuda-check fuzz bench clean
+.PHONY: all check header-check test-c test-py asan cuda-check fuzz bench clean
 all: $(LIBSO) $(CLI)
 
 $(LIBSO): $(ALL_OBJS)
@@ -100,7 +100,17 @@ define run_tests
 	if [ $$fail -ne 0 ]; then echo "C tests: FAILED"; exit 1; else echo "C tests: all passed"; fi
 endef
 
-test-c: $(TEST_BINS)
+# The public header alone must compile as strict C99 and as C++11.
+CXX ?= c++
+header-check: $(BUILD)/header-c99.o $(BUILD)/header-cxx11.o
+$(BUILD)/header-c99.o: c/tests/header/check_c99.c c/include/strata.h
+	@mkdir -p $(@D)
+	$(CC) -std=c99 -pedantic -Werror -Wall -Wextra -Ic/include -c -o $@ $<
+$(BUILD)/header-cxx11.o: c/tests/header/check_cxx11.cc c/include/strata.h
+	@mkdir -p $(@D)
+	$(CXX) -std=c++11 -pedantic -Werror -Wall -Wextra -Ic/include -c -o $@ $<
+
+test-c: header-check $(TEST_BINS)
 	$(call run_tests,$(TEST_BINS))
 
 test-py: $(LIBSO)
