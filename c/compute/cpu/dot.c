@@ -1,0 +1,171 @@
+/* dot.c - run-time dispatch of the CPU dot-product kernels and the public dot API
+ * (strata_vec_dot, strata_vec_dot_f32, strata_act_type, strata_type_can_dot).
+ *
+ * One kernel table per ISA level is filled once (pthread_once): scalar always; AVX2 when the CPU
+ * has AVX2 + FMA + F16C; AVX-512 when it has AVX-512 F, BW, VL, DQ and VNNI. A second, resolved
+ * table per level holds for each type the kernel of the highest level at or below it that has
+ * one, so strata_vec_dot costs one table load. */
+#include "dot.h"
+#include "quant.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernel tables
+ * ------------------------------------------------------------------------------------------- */
+
+#define ST_ISA_LEVELS 3 /* scalar, avx2, avx512 */
+
+static st_vec_dot_fn st_tables[ST_ISA_LEVELS][STRATA_TYPE_COUNT];   /* exactly this level */
+static st_vec_dot_fn st_resolved[ST_ISA_LEVELS][STRATA_TYPE_COUNT]; /* this level or below */
+static pthread_once_t st_tables_once = PTHREAD_ONCE_INIT;
+
+static void st_tables_init(void) {
+    const st_cpu_features *f = st_cpu_get_features();
+    st_dot_register_scalar(st_tables[STRATA_ISA_SCALAR]);
+#if defined(__x86_64__) || defined(__i386__)
+    if (f->avx2 && f->fma && f->f16c) st_dot_register_avx2(st_tables[STRATA_ISA_AVX2]);
+    if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq &&
+        f->avx512vnni)
+        st_dot_register_avx512(st_tables[STRATA_ISA_AVX512]);
+#else
+    (void)f;
+#endif
+    for (int lvl = 0; lvl < ST_ISA_LEVELS; lvl++)
+        for (int t = 0; t < STRATA_TYPE_COUNT; t++)
+            st_resolved[lvl][t] = st_tables[lvl][t] ? st_tables[lvl][t]
+                                  : lvl > 0         ? st_resolved[lvl - 1][t]
+                                                    : NULL;
+}
+
+static int st_isa_level(strata_cpu_isa isa) {
+    switch (isa) {
+    case STRATA_ISA_SCALAR: return 0;
+    case STRATA_ISA_AVX2: return 1;
+    case STRATA_ISA_AVX512: return 2;
+    case STRATA_ISA_BEST: return (int)strata_cpu_isa_supported();
+    }
+    return -1;
+}
+
+st_vec_dot_fn st_vec_dot_at(strata_type type, strata_cpu_isa isa) {
+    pthread_once(&st_tables_once, st_tables_init);
+    int lvl = st_isa_level(isa);
+    if (lvl < 0 || (int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
+    return st_tables[lvl][type];
+}
+
+st_vec_dot_fn st_vec_dot_get(strata_type type) {
+    pthread_once(&st_tables_once, st_tables_init);
+    if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
+    return st_resolved[(int)strata_cpu_isa_active()][type];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Public API
+ * ------------------------------------------------------------------------------------------- */
+
+strata_type strata_act_type(strata_type weight_type) {
+    switch (weight_type) {
+    case STRATA_TYPE_F32:
+    case STRATA_TYPE_F16:
+    case STRATA_TYPE_BF16:
+        return STRATA_TYPE_F32;
+    case STRATA_TYPE_Q4_0:
+    case STRATA_TYPE_Q4_1:
+    case STRATA_TYPE_Q5_0:
+    case STRATA_TYPE_Q5_1:
+    case STRATA_TYPE_Q8_0:
+    case STRATA_TYPE_IQ4_NL:
+        return STRATA_TYPE_Q8_0;
+    case STRATA_TYPE_Q2_K:
+    case STRATA_TYPE_Q3_K:
+    case STRATA_TYPE_Q4_K:
+    case STRATA_TYPE_Q5_K:
+    case STRATA_TYPE_Q6_K:
+    case STRATA_TYPE_IQ4_XS:
+    case STRATA_TYPE_IQ3_XXS:
+    case STRATA_TYPE_IQ3_S:
+        return STRATA_TYPE_Q8_K;
+    default:
+        return STRATA_TYPE_COUNT;
+    }
+}
+
+int strata_type_can_dot(strata_type type) { return strata_act_type(type) != STRATA_TYPE_COUNT; }
+
+/* Checks shared by both entry points; on success *fn is the kernel to call. */
+static strata_status st_dot_check(const char *who, strata_type type, const void *w,
+                                  const void *x, int64_t n, const float *out, st_vec_dot_fn *fn) {
+    if (!w || !x || !out)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL %s", who,
+                        !w ? "weights" : !x ? "activations" : "out");
+    if (!strata_type_is_known((int)type))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: %d is not a tensor type id", who, (int)type);
+    if (!strata_type_can_dot(type))
+        return st_error(STRATA_ERR_UNSUPPORTED, "%s: no dot product for weight type %s", who,
+                        strata_type_name(type));
+    int64_t bs = strata_type_block_size(type);
+    if (n < 0 || n % bs != 0)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "%s: n = %lld is not a non-negative multiple of the %s block size %lld",
+                        who, (long long)n, strata_type_name(type), (long long)bs);
+    *fn = st_vec_dot_get(type);
+    if (!*fn)
+        return st_error(STRATA_ERR_INTERNAL, "%s: no kernel registered for %s", who,
+                        strata_type_name(type));
+    return STRATA_OK;
+}
+
+strata_status strata_vec_dot(strata_type type, const void *w, const void *xq, int64_t n,
+                             float *out) {
+    st_vec_dot_fn fn;
+    ST_TRY(st_dot_check("strata_vec_dot", type, w, xq, n, out, &fn));
+    if (n == 0) {
+        *out = 0.0f;
+        return STRATA_OK;
+    }
+    fn(n, out, w, xq);
+    return STRATA_OK;
+}
+
+/* Activation bytes for up to 4096 weights: the larger of q8_0 (34 per 32) and q8_K (292 per 256). */
+#define ST_DOT_STACK_N 4096
+#define ST_DOT_STACK_BYTES (ST_DOT_STACK_N / QK_K * sizeof(block_q8_K))
+_Static_assert(ST_DOT_STACK_N / QK8_0 * sizeof(block_q8_0) <= ST_DOT_STACK_BYTES,
+               "stack activation buffer too small for q8_0");
+
+strata_status strata_vec_dot_f32(strata_type type, const void *w, const float *x, int64_t n,
+                                 float *out) {
+    st_vec_dot_fn fn;
+    ST_TRY(st_dot_check("strata_vec_dot_f32", type, w, x, n, out, &fn));
+    if (n == 0) {
+        *out = 0.0f;
+        return STRATA_OK;
+    }
+    strata_type act = strata_act_type(type);
+    if (act == STRATA_TYPE_F32) {
+        fn(n, out, w, x);
+        return STRATA_OK;
+    }
+    int64_t bytes = strata_row_bytes(act, n);
+    if (bytes < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_vec_dot_f32: n = %lld overflows", (long long)n);
+    _Alignas(64) unsigned char stack[ST_DOT_STACK_BYTES];
+    void *buf = stack;
+    if ((uint64_t)bytes > sizeof stack) {
+        buf = malloc((size_t)bytes);
+        if (!buf)
+            return st_error(STRATA_ERR_NOMEM,
+                            "strata_vec_dot_f32: cannot allocate %lld bytes of %s activations",
+                            (long long)bytes, strata_type_name(act));
+    }
+    if (act == STRATA_TYPE_Q8_0)
+        st_quantize_row_q8_0(x, (block_q8_0 *)buf, n);
+    else
+        st_quantize_row_q8_K(x, (block_q8_K *)buf, n);
+    fn(n, out, w, buf);
+    if (buf != stack) free(buf);
+    return STRATA_OK;
+}
