@@ -49,8 +49,21 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 
 ifdef USE_CUDA
-  CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(realpath $(NVCC)))
-  CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib /usr/local/cuda/lib64))
+  # nvcc may be a wrapper script (/usr/local/bin/nvcc -> exec /usr/local/cuda-13.0/bin/nvcc): ask
+  # nvcc itself for its root, and take the first library folder that really holds cudart_static.
+  CUDA_HOME ?=
+  ifeq ($(CUDA_HOME),)
+    CUDA_HOME := $(patsubst %/bin/..,%,$(patsubst TOP=%,%,$(lastword $(shell $(NVCC) --dryrun -E -x cu /dev/null 2>&1 | grep -o 'TOP=[^ ]*'))))
+  endif
+  CUDA_LIBDIR ?=
+  ifeq ($(CUDA_LIBDIR),)
+    CUDA_LIBDIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(addsuffix /libcudart_static.a, \
+                 $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib $(CUDA_HOME)/targets/x86_64-linux/lib \
+                 $(CUDA_HOME)/targets/sbsa-linux/lib /usr/local/cuda/lib64 /usr/local/cuda/lib)))))
+  endif
+  ifeq ($(CUDA_LIBDIR),)
+    $(error strata: libcudart_static.a not found under $(CUDA_HOME); set CUDA_LIBDIR=...)
+  endif
   NVCC_GENCODE := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
                   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
   NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra \
@@ -59,7 +72,8 @@ ifdef USE_CUDA
   CU_OBJS  := $(CU_SRCS:%.cu=$(BUILD)/%.o)
   # cudart is linked statically: the library loads on machines without a driver and reports
   # "no CUDA driver" at run time instead of failing to load.
-  LDLIBS   += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++
+  # --exclude-libs keeps cudart's own symbols out of libstrata.so's exports.
+  LDLIBS   += -L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt -lstdc++ -Wl,--exclude-libs,libcudart_static.a
 endif
 
 ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
@@ -81,7 +95,7 @@ $(BUILD)/%.o: %.c $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quan
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2))) -c -o $@ $<
 
-$(BUILD)/%.o: %.cu $(wildcard c/cuda/*.cuh c/cuda/*.h c/include/*.h)
+$(BUILD)/%.o: %.cu $(wildcard c/cuda/*.cuh c/cuda/*.h c/include/*.h c/core/*.h c/format/quant/*.h)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
@@ -134,7 +148,7 @@ FUZZ_CC ?= clang
 fuzz: $(BUILD)/fuzz_gguf
 $(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE $(INCLUDES) -fsanitize=fuzzer,address,undefined \
+	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE $(INCLUDES) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	  -o $@ c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c) -lm -lpthread
 
 # ---- benchmarks ----------------------------------------------------------------------------
