@@ -91,7 +91,8 @@ $(BUILD)/libstrata.a: $(ALL_OBJS)
 $(CLI): $(CLI_OBJS) $(BUILD)/libstrata.a
 	$(CC) -o $@ $(CLI_OBJS) $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
 
-$(BUILD)/%.o: %.c $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h c/compute/cpu/*.h c/cuda/*.h)
+LIB_HDRS := $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h c/compute/cpu/*.h c/cuda/*.h)
+$(BUILD)/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2))) -c -o $@ $<
 
@@ -104,7 +105,7 @@ TEST_SRCS := $(sort $(wildcard c/tests/test_*.c))
 TEST_BINS := $(TEST_SRCS:c/tests/%.c=$(BUILD)/tests/%)
 CUDA_TEST_BINS := $(filter $(BUILD)/tests/test_cuda_% $(BUILD)/tests/test_isa%,$(TEST_BINS))
 
-$(BUILD)/tests/%: c/tests/%.c c/tests/test.h $(BUILD)/libstrata.a
+$(BUILD)/tests/%: c/tests/%.c $(wildcard c/tests/*.h) $(LIB_HDRS) $(BUILD)/libstrata.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Ic/tests -o $@ $< $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
 
@@ -146,7 +147,7 @@ endif
 # ---- fuzzing -------------------------------------------------------------------------------
 FUZZ_CC ?= clang
 fuzz: $(BUILD)/fuzz_gguf
-$(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c)
+$(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(LIB_HDRS) $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE $(INCLUDES) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	  -o $@ c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c) -lm -lpthread

@@ -14,7 +14,7 @@
  *   - Sizes are in bytes unless a name says otherwise; element counts are int64_t.
  *
  * Sections: version and status; backends; tensor types; GGUF files; block formats (dequantize,
- * quantize, dot products).
+ * quantize, dot products); model files (quantize a GGUF file).
  */
 #ifndef STRATA_H
 #define STRATA_H
@@ -313,6 +313,47 @@ STRATA_API strata_status strata_vec_dot(strata_type type, const void *w, const v
  * Allocates a temporary buffer for n > 4096. */
 STRATA_API strata_status strata_vec_dot_f32(strata_type type, const void *w, const float *x,
                                             int64_t n, float *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Model files
+ *
+ * strata_quantize_file rewrites a GGUF model with its weights in another type. Rules:
+ *   - 1-D tensors (norms, biases) and non-float tensors that are not weights are copied as is;
+ *   - router weights (names containing "ffn_gate_inp") become F32 when they are F32/F16/BF16 and
+ *     are copied as is otherwise;
+ *   - every other tensor of 2 or more dimensions is dequantized to f32 and quantized to the
+ *     target type; where its row length is not a multiple of the target's block size it falls
+ *     back to Q8_0 (row length a multiple of 32) or is copied as is;
+ *   - a tensor already in a quantized type that would change type needs allow_requantize (else
+ *     STRATA_ERR_INVALID_ARG naming the tensor).
+ * Metadata is copied (split.* keys dropped: the output is one file); general.file_type is set to
+ * llama.cpp's value for the target (ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
+ * MOSTLY_Q4_K_S 14, MOSTLY_Q6_K 18, MOSTLY_BF16 32). The output keeps the input's alignment. On
+ * failure no output file is left behind.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Tensor counts of one strata_quantize_file run. */
+typedef struct strata_quantize_stats {
+    int64_t n_tensors;       /* tensors written */
+    int64_t n_quantized;     /* converted to the target type */
+    int64_t n_fallback;      /* converted to Q8_0 because the row length did not fit the target */
+    int64_t n_kept;          /* copied unchanged (1-D, router, non-float, or row length fits nothing) */
+    uint64_t bytes_in;       /* tensor data bytes read */
+    uint64_t bytes_out;      /* tensor data bytes written */
+} strata_quantize_stats;
+
+typedef struct strata_quantize_params {
+    strata_type type;             /* target: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K */
+    int n_threads;                /* worker threads (<= 0: the number of online CPUs) */
+    int allow_requantize;         /* 1: quantized inputs may be converted to another type */
+    strata_quantize_stats *stats; /* optional: filled on success */
+} strata_quantize_params;
+
+/* Defaults: type Q8_0, n_threads 0, allow_requantize 0, stats NULL. */
+STRATA_API strata_quantize_params strata_quantize_default_params(void);
+/* Reads in_path (all shards of a split model), writes out_path (must be another file). */
+STRATA_API strata_status strata_quantize_file(const char *in_path, const char *out_path,
+                                              const strata_quantize_params *params);
 
 #ifdef __cplusplus
 }
