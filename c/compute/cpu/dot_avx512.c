@@ -1,0 +1,644 @@
+/* dot_avx512.c - AVX-512 dot-product kernels (weights x activations) for the CPU backend.
+ *
+ * Compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c (the Makefile
+ * keys on "_avx512" in the file name). The kernels use AVX-512 F/BW/VL and VNNI (vpdpbusd,
+ * vpdpwssd) plus F16C, so the dispatcher (dot.c) registers this table only when the CPU reports
+ * AVX2, FMA, F16C and AVX-512 F, BW, VL, DQ and VNNI all present (st_cpu_get_features()); nothing
+ * here is ever entered on a CPU without them.
+ *
+ * Kernels (weights -> activation type):
+ *   F32, F16, BF16                                        -> f32
+ *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL                  -> block_q8_0 (Q4_1/Q5_1 min term:
+ *                                                            m * d_x * sum(q_x) per block)
+ *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ3_XXS, IQ3_S  -> block_q8_K (bsums give min/offset terms)
+ *
+ * Integer scheme. Both byte multiplies take unsigned bytes first and signed bytes second:
+ *   vpdpbusd  _mm512_dpbusd_epi32(acc, u8, s8): acc += sum of 4 adjacent u*s, exact (no saturation);
+ *   vpmaddubsw _mm512_maddubs_epi16(u8, s8): 16-bit sums of 2 adjacent u*s, SATURATING - used only
+ *             where u <= 63, so |2 * u * s| <= 16128 cannot saturate;
+ *   vpdpwssd  _mm512_dpwssd_epi32(acc, s16, s16): acc += sum of 2 adjacent products, exact.
+ * Weights are brought to an unsigned form u = q + OFF (OFF = 8, 16, 32, 64, 128 ... per type, 0
+ * for the unsigned K-quant fields) while the activations x stay signed; the offset comes back out
+ * as OFF * sum(x) (from vpdpbusd(OFF bytes, x) for q8_0 activations, from bsums for q8_K). This is
+ * exact for every byte value, x = -128 included, so every integer block sum equals the scalar
+ * reference's; only the float accumulation order differs.
+ *
+ * Lane layout: a 512-bit vector holds 64 weights, i.e. two 32-weight (sub-)blocks; vpdpbusd's 16
+ * int32 lanes then hold lanes 0..7 = first 32 weights, 8..15 = second 32 (4 weights per lane), and
+ * vpmaddubsw's 32 int16 lanes hold 2 weights each. Scales are applied per lane.
+ *
+ * Sections: helpers; float types; q8_0-activation types; q8_K-activation types; registration.
+ */
+#include "dot.h"
+#include "quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Helpers
+ * ------------------------------------------------------------------------------------------- */
+
+/* fp16 bits -> float (F16C; exact for every finite value). */
+static inline float st_h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+/* Lower 256 bits from a, upper 256 bits from b. */
+static inline __m512i st_halves_si512(__m512i a, __m512i b) {
+    return _mm512_mask_blend_epi64(0xF0, a, b);
+}
+static inline __m512i st_halves_epi8(int a, int b) {
+    return st_halves_si512(_mm512_set1_epi8((char)a), _mm512_set1_epi8((char)b));
+}
+static inline __m512i st_halves_epi16(int a, int b) {
+    return st_halves_si512(_mm512_set1_epi16((short)a), _mm512_set1_epi16((short)b));
+}
+static inline __m512i st_halves_epi32(int a, int b) {
+    return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b));
+}
+static inline __m512 st_halves_ps(float a, float b) {
+    return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b));
+}
+
+/* 32 bytes at a (lower half) and 32 bytes at b (upper half; zeros when b is NULL). */
+static inline __m512i st_load_2x256(const void *a, const void *b) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)a);
+    const __m256i hi = b ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Two 16-byte nibble arrays (q1 may be NULL: zeros) -> 64 bytes 0..15, in weight order
+ * [lo(q0) | hi(q0) | lo(q1) | hi(q1)], 16 bytes each: weight j of a 32-block is the low nibble
+ * of q[j] for j < 16 and the high nibble of q[j - 16] otherwise. */
+static inline __m512i st_nibbles_2x128(const uint8_t *q0, const uint8_t *q1) {
+    const __m128i a = _mm_loadu_si128((const __m128i *)q0);
+    const __m128i b = q1 ? _mm_loadu_si128((const __m128i *)q1) : _mm_setzero_si128();
+    /* 128-bit lanes [a, a, b, b] */
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(a)),
+                                         _mm256_broadcastsi128_si256(b), 1);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i lo = _mm512_and_si512(v, m4);
+    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    /* 128-bit lanes 1 and 3 (64-bit elements 2,3,6,7) take the high nibbles */
+    return _mm512_mask_blend_epi64(0xCC, lo, hi);
+}
+
+/* 32 bytes at q -> [lo nibbles of q | hi nibbles of q] (64 values 0..15). */
+static inline __m512i st_nibbles_256(const uint8_t *q) {
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    return st_halves_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+}
+
+/* 32 bytes at q broadcast to both halves. */
+static inline __m512i st_bcast_256(const uint8_t *q) {
+    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q));
+}
+
+static inline uint32_t st_load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Index vectors for _mm512_permutexvar_epi16 over a vector of per-group int16 scales, for the
+ * t-th 64 weights (32 int16 lanes, 2 weights each):
+ *   groups of 32 weights: lanes 0..15 -> scale 2t, lanes 16..31 -> scale 2t+1;
+ *   groups of 16 weights: lanes 8k..8k+7 -> scale 4t+k (k = 0..3). */
+static const int16_t st_idx_g16_base[32] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+static inline __m512i st_idx_g32(int t) { return st_halves_epi16(2 * t, 2 * t + 1); }
+static inline __m512i st_idx_g16(int t) {
+    return _mm512_add_epi16(_mm512_loadu_si512((const void *)st_idx_g16_base),
+                            _mm512_set1_epi16((short)(4 * t)));
+}
+
+/* 8 int32 (from a 256-bit madd) -> 512 bits with zeros above, as floats. */
+static inline __m512 st_cvt256_ps(__m256i v) {
+    return _mm512_cvtepi32_ps(_mm512_zextsi256_si512(v));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Float activations: F32, F16, BF16 (n is any length; the tail uses masked loads, which do not
+ * touch masked-off memory)
+ * ------------------------------------------------------------------------------------------- */
+
+static inline __mmask16 st_tail_mask(int64_t r) {
+    return r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1u);
+}
+
+/* 16 bf16 -> 16 f32: zero-extend to 32 bits and move into the high half. */
+static inline __m512 st_bf16x16_to_ps(__m256i h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* LOADW(p) gives 16 weights as floats; LOADW_MASK(m, p) the first lanes of m (zeros elsewhere). */
+#define ST_DEFINE_FLOAT_KERNEL(name, WT, LOADW, LOADW_MASK)                                    \
+    static void name(int64_t n, float *out, const void *w, const void *xq) {                   \
+        const WT *a = (const WT *)w;                                                           \
+        const float *x = (const float *)xq;                                                    \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                         \
+        __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();                         \
+        int64_t i = 0;                                                                         \
+        for (; i + 64 <= n; i += 64) {                                                         \
+            acc0 = _mm512_fmadd_ps(LOADW(a + i), _mm512_loadu_ps(x + i), acc0);                \
+            acc1 = _mm512_fmadd_ps(LOADW(a + i + 16), _mm512_loadu_ps(x + i + 16), acc1);      \
+            acc2 = _mm512_fmadd_ps(LOADW(a + i + 32), _mm512_loadu_ps(x + i + 32), acc2);      \
+            acc3 = _mm512_fmadd_ps(LOADW(a + i + 48), _mm512_loadu_ps(x + i + 48), acc3);      \
+        }                                                                                      \
+        for (; i < n; i += 16) {                                                               \
+            const __mmask16 m = st_tail_mask(n - i);                                           \
+            acc0 = _mm512_fmadd_ps(LOADW_MASK(m, a + i), _mm512_maskz_loadu_ps(m, x + i), acc0); \
+        }                                                                                      \
+        *out = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1),                   \
+                                                  _mm512_add_ps(acc2, acc3)));                 \
+    }
+
+#define ST_LOAD_F32(p) _mm512_loadu_ps(p)
+#define ST_LOAD_F32_MASK(m, p) _mm512_maskz_loadu_ps((m), (p))
+#define ST_LOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define ST_LOAD_F16_MASK(m, p) _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((m), (p)))
+#define ST_LOAD_BF16(p) st_bf16x16_to_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define ST_LOAD_BF16_MASK(m, p) st_bf16x16_to_ps(_mm256_maskz_loadu_epi16((m), (p)))
+
+ST_DEFINE_FLOAT_KERNEL(st_dot_f32_avx512, float, ST_LOAD_F32, ST_LOAD_F32_MASK)
+ST_DEFINE_FLOAT_KERNEL(st_dot_f16_avx512, uint16_t, ST_LOAD_F16, ST_LOAD_F16_MASK)
+ST_DEFINE_FLOAT_KERNEL(st_dot_bf16_avx512, uint16_t, ST_LOAD_BF16, ST_LOAD_BF16_MASK)
+
+/* ---------------------------------------------------------------------------------------------
+ * 32-weight blocks with q8_0 activations: Q8_0, Q4_0, Q5_0, IQ4_NL, Q4_1, Q5_1
+ *
+ * A "pair" step handles blocks i and i+1 (lanes 0..7: block i, 8..15: block i+1) and adds its
+ * float contribution to acc; an odd last block runs with zeros in the upper half (its activations
+ * are zero and its scale is 0). The driver runs two pairs per iteration into two accumulators.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Activations of blocks i and (has2 ? i+1 : none). */
+static inline __m512i st_q8_0_x(const block_q8_0 *y, int64_t i, int has2) {
+    return st_load_2x256(y[i].qs, has2 ? y[i + 1].qs : NULL);
+}
+
+/* Per-lane d_w * d_x of blocks i (lower) and i+1 (upper, 0 when absent). */
+#define ST_PAIR_SCALE(b, y, i, has2)                                                          \
+    st_halves_ps(st_h2f((b)[i].d) * st_h2f((y)[i].d),                                         \
+                 (has2) ? st_h2f((b)[(i) + 1].d) * st_h2f((y)[(i) + 1].d) : 0.0f)
+
+/* sum(u*x) - OFF*sum(x) per lane, with u = q + OFF unsigned: the exact sum(q*x). */
+static inline __m512i st_dot_offset(__m512i u, __m512i x, __m512i off) {
+    const __m512i z = _mm512_setzero_si512();
+    return _mm512_sub_epi32(_mm512_dpbusd_epi32(z, u, x), _mm512_dpbusd_epi32(z, off, x));
+}
+
+/* The 5th bits of two blocks' qh words as a byte mask: bit j of block i's qh is weight j. */
+static inline __mmask64 st_q5_mask(const uint8_t *qh0, const uint8_t *qh1) {
+    const uint64_t lo = st_load_u32(qh0);
+    const uint64_t hi = qh1 ? st_load_u32(qh1) : 0;
+    return _cvtu64_mask64(lo | (hi << 32));
+}
+
+/* The IQ4_NL values + 128 (offset binary) in every 128-bit lane, for _mm512_shuffle_epi8. */
+static inline __m512i st_iq4nl_table_u8(void) {
+    const __m128i t = _mm_xor_si128(_mm_loadu_si128((const __m128i *)st_kvalues_iq4nl),
+                                    _mm_set1_epi8((char)0x80));
+    return _mm512_broadcast_i32x4(t);
+}
+
+static inline __m512 st_pair_q8_0(const block_q8_0 *b, const block_q8_0 *y, int64_t i, int has2,
+                                  __m512 acc) {
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    /* q + 128 as unsigned = q ^ 0x80 */
+    const __m512i u = _mm512_xor_si512(st_load_2x256(b[i].qs, has2 ? b[i + 1].qs : NULL), off);
+    const __m512i p = st_dot_offset(u, st_q8_0_x(y, i, has2), off);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), ST_PAIR_SCALE(b, y, i, has2), acc);
+}
+
+static inline __m512 st_pair_q4_0(const block_q4_0 *b, const block_q8_0 *y, int64_t i, int has2,
+                                  __m512 acc) {
+    const __m512i u = st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL); /* q + 8 */
+    const __m512i p = st_dot_offset(u, st_q8_0_x(y, i, has2), _mm512_set1_epi8(8));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), ST_PAIR_SCALE(b, y, i, has2), acc);
+}
+
+static inline __m512 st_pair_q5_0(const block_q5_0 *b, const block_q8_0 *y, int64_t i, int has2,
+                                  __m512 acc) {
+    const __m512i off = _mm512_set1_epi8(16);
+    __m512i u = st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL);
+    u = _mm512_mask_add_epi8(u, st_q5_mask(b[i].qh, has2 ? b[i + 1].qh : NULL), u, off); /* q+16 */
+    const __m512i p = st_dot_offset(u, st_q8_0_x(y, i, has2), off);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), ST_PAIR_SCALE(b, y, i, has2), acc);
+}
+
+static inline __m512 st_pair_iq4_nl(const block_iq4_nl *b, const block_q8_0 *y, int64_t i,
+                                    int has2, __m512 acc) {
+    const __m512i idx = st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL);
+    const __m512i u = _mm512_shuffle_epi8(st_iq4nl_table_u8(), idx); /* kvalues[idx] + 128 */
+    const __m512i p = st_dot_offset(u, st_q8_0_x(y, i, has2), _mm512_set1_epi8((char)0x80));
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), ST_PAIR_SCALE(b, y, i, has2), acc);
+}
+
+/* Q4_1 / Q5_1: w = d*q + m, so dot = d*d_x*sum(q*x) + m*d_x*sum(x) per block. */
+static inline __m512 st_pair_min_term(__m512i u, const block_q8_0 *y, int64_t i, int has2,
+                                      uint16_t d0, uint16_t m0, uint16_t d1, uint16_t m1,
+                                      __m512 acc) {
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i x = st_q8_0_x(y, i, has2);
+    const __m512i p = _mm512_dpbusd_epi32(z, u, x);
+    const __m512i sx = _mm512_dpbusd_epi32(z, _mm512_set1_epi8(1), x);
+    const float dx0 = st_h2f(y[i].d), dx1 = has2 ? st_h2f(y[i + 1].d) : 0.0f;
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), st_halves_ps(st_h2f(d0) * dx0, st_h2f(d1) * dx1), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sx), st_halves_ps(st_h2f(m0) * dx0, st_h2f(m1) * dx1), acc);
+}
+
+static inline __m512 st_pair_q4_1(const block_q4_1 *b, const block_q8_0 *y, int64_t i, int has2,
+                                  __m512 acc) {
+    const __m512i u = st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL);
+    return st_pair_min_term(u, y, i, has2, b[i].d, b[i].m, has2 ? b[i + 1].d : 0,
+                            has2 ? b[i + 1].m : 0, acc);
+}
+
+static inline __m512 st_pair_q5_1(const block_q5_1 *b, const block_q8_0 *y, int64_t i, int has2,
+                                  __m512 acc) {
+    __m512i u = st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL);
+    u = _mm512_mask_add_epi8(u, st_q5_mask(b[i].qh, has2 ? b[i + 1].qh : NULL), u,
+                             _mm512_set1_epi8(16));
+    return st_pair_min_term(u, y, i, has2, b[i].d, b[i].m, has2 ? b[i + 1].d : 0,
+                            has2 ? b[i + 1].m : 0, acc);
+}
+
+#define ST_DEFINE_PAIR_KERNEL(name, WT, QK, PAIR)                                             \
+    static void name(int64_t n, float *out, const void *w, const void *xq) {                 \
+        const WT *b = (const WT *)w;                                                          \
+        const block_q8_0 *y = (const block_q8_0 *)xq;                                         \
+        const int64_t nb = n / (QK);                                                          \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                        \
+        int64_t i = 0;                                                                        \
+        for (; i + 4 <= nb; i += 4) {                                                         \
+            acc0 = PAIR(b, y, i, 1, acc0);                                                    \
+            acc1 = PAIR(b, y, i + 2, 1, acc1);                                                \
+        }                                                                                     \
+        for (; i < nb; i += 2) acc0 = PAIR(b, y, i, i + 1 < nb, acc0);                        \
+        *out = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                               \
+    }
+
+ST_DEFINE_PAIR_KERNEL(st_dot_q8_0_avx512, block_q8_0, QK8_0, st_pair_q8_0)
+ST_DEFINE_PAIR_KERNEL(st_dot_q4_0_avx512, block_q4_0, QK4_0, st_pair_q4_0)
+ST_DEFINE_PAIR_KERNEL(st_dot_q5_0_avx512, block_q5_0, QK5_0, st_pair_q5_0)
+ST_DEFINE_PAIR_KERNEL(st_dot_iq4_nl_avx512, block_iq4_nl, QK4_NL, st_pair_iq4_nl)
+ST_DEFINE_PAIR_KERNEL(st_dot_q4_1_avx512, block_q4_1, QK4_1, st_pair_q4_1)
+ST_DEFINE_PAIR_KERNEL(st_dot_q5_1_avx512, block_q5_1, QK5_1, st_pair_q5_1)
+
+/* ---------------------------------------------------------------------------------------------
+ * 256-weight super-blocks with q8_K activations
+ *
+ * Each super-block runs in 4 steps t of 64 weights (activations y->qs[64t .. 64t+63]); int32
+ * lanes accumulate scale * sum(u*x) exactly, then one float FMA per super-block applies d * d_x
+ * (acc). The min and offset terms are exact int32 dot products of per-group factors with bsums
+ * (vpmaddwd), scaled into a second float accumulator (accm) that is subtracted at the end.
+ * ------------------------------------------------------------------------------------------- */
+
+static inline __m512i st_q8_K_x(const block_q8_K *y, int t) {
+    return _mm512_loadu_si512((const void *)(y->qs + 64 * t));
+}
+static inline __m256i st_q8_K_bsums(const block_q8_K *y) {
+    return _mm256_loadu_si256((const __m256i *)y->bsums);
+}
+
+/* Shift counts [4s | 4s+2] (16-bit lanes): the 2-bit fields 2s and 2s+1 of a byte, for the two
+ * 32-weight halves of step t (s = t & 1) in Q2_K/Q3_K quants and Q6_K high bits. */
+static inline __m512i st_shift_2bit(int s) { return st_halves_epi16(4 * s, 4 * s + 2); }
+
+/* Bit selectors [1 << 2t | 1 << (2t+1)] (bytes): the high-bit plane of 32-weight groups 2t, 2t+1. */
+static inline __m512i st_bitsel(int t) { return st_halves_epi8(1 << (2 * t), 1 << (2 * t + 1)); }
+
+/* Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks, unpacked 4 at a time from the 12 bytes
+ * (a = bytes 0..3, b = 4..7, c = 8..11): sub-blocks 0..3 are the low 6 bits of a (scales) and b
+ * (mins); 4..7 take their low 4 bits from c's nibbles and their high 2 from the top of a / b. */
+static inline void st_k4_scales(const uint8_t *q, uint64_t *sc8, uint64_t *mn8) {
+    const uint32_t a = st_load_u32(q), b = st_load_u32(q + 4), c = st_load_u32(q + 8);
+    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | (((a >> 6) & 0x03030303u) << 4);
+    const uint32_t mn_hi = ((c >> 4) & 0x0F0F0F0Fu) | (((b >> 6) & 0x03030303u) << 4);
+    *sc8 = (a & 0x3F3F3F3Fu) | ((uint64_t)sc_hi << 32);
+    *mn8 = (b & 0x3F3F3F3Fu) | ((uint64_t)mn_hi << 32);
+}
+
+/* Shared body of Q4_K and Q5_K: qh is NULL for Q4_K. */
+static inline void st_dot_q45_K(int64_t n, float *out, const block_q4_K *b4, const block_q5_K *b5,
+                                const block_q8_K *y) {
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512(), sixteen = _mm512_set1_epi8(16);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512i idx[4], bits[4];
+    for (int t = 0; t < 4; t++) { idx[t] = st_idx_g32(t); bits[t] = st_bitsel(t); }
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, y++) {
+        const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales;
+        const uint8_t *qs = b5 ? b5[i].qs : b4[i].qs;
+        const uint16_t d = b5 ? b5[i].d : b4[i].d, dmin = b5 ? b5[i].dmin : b4[i].dmin;
+        uint64_t sc8, mn8;
+        st_k4_scales(scales, &sc8, &mn8);
+        /* 8 int16 scales; mins duplicated per 16 weights to meet the 16 bsums */
+        const __m512i scv = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn8), dup));
+        const __m256i mprod = _mm256_madd_epi16(st_q8_K_bsums(y), mn16); /* m_j * sum(x of j) */
+        const __m512i qh = b5 ? st_bcast_256(b5[i].qh) : z; /* bit g of qh[l]: weight 32g + l */
+        __m512i isum = z;
+        for (int t = 0; t < 4; t++) {
+            /* sub-blocks 2t (low nibbles of qs[32t..]) and 2t+1 (high nibbles) */
+            __m512i u = st_nibbles_256(qs + 32 * t);
+            if (b5) u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh, bits[t]), u, sixteen);
+            const __m512i m = _mm512_maddubs_epi16(u, st_q8_K_x(y, t)); /* u <= 31: no saturation */
+            isum = _mm512_dpwssd_epi32(isum, m, _mm512_permutexvar_epi16(idx[t], scv));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(y->d * st_h2f(d)), acc);
+        accm = _mm512_fmadd_ps(st_cvt256_ps(mprod), _mm512_set1_ps(y->d * st_h2f(dmin)), accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+static void st_dot_q4_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    st_dot_q45_K(n, out, (const block_q4_K *)w, NULL, (const block_q8_K *)xq);
+}
+
+static void st_dot_q5_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    st_dot_q45_K(n, out, NULL, (const block_q5_K *)w, (const block_q8_K *)xq);
+}
+
+/* Q6_K: weight 128h + r (r < 128): low 4 bits = nibble r/64 of ql[64h + r%64], high 2 bits =
+ * bits 2(r/32).. of qh[32h + r%32]; q = u - 32 with u = low | high << 4; int8 scale per 16. */
+static void st_dot_q6_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_q6_K *b = (const block_q6_K *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+    __m512i idx[4], sh[2];
+    for (int t = 0; t < 4; t++) idx[t] = st_idx_g16(t);
+    for (int s = 0; s < 2; s++) sh[s] = st_shift_2bit(s);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, b++, y++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        const __m512i scv = _mm512_zextsi256_si512(sc16);
+        const __m256i oprod = _mm256_madd_epi16(st_q8_K_bsums(y), sc16); /* sc_g * sum(x of g) */
+        __m512i isum = z;
+        for (int t = 0; t < 4; t++) {
+            const int h = t >> 1, s = t & 1;
+            const __m512i ql = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
+            const __m512i lo = _mm512_and_si512(s ? _mm512_srli_epi16(ql, 4) : ql, m4);
+            const __m512i qh = st_bcast_256(b->qh + 32 * h);
+            const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, sh[s]), m2);
+            const __m512i u = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)); /* q + 32, <= 63 */
+            const __m512i m = _mm512_maddubs_epi16(u, st_q8_K_x(y, t));
+            isum = _mm512_dpwssd_epi32(isum, m, _mm512_permutexvar_epi16(idx[t], scv));
+        }
+        const float dd = y->d * st_h2f(b->d);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), acc);
+        accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(32.0f * dd), accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* Q2_K: weight 128h + 32k + l = bits 2k.. of qs[32h + l]; per 16 weights a 4-bit scale (low
+ * nibble) and a 4-bit min (high nibble): w = d*sc*q - dmin*m. */
+static void st_dot_q2_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_q2_K *b = (const block_q2_K *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512(), m2 = _mm512_set1_epi8(0x03);
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    __m512i idx[4], sh[2];
+    for (int t = 0; t < 4; t++) idx[t] = st_idx_g16(t);
+    for (int s = 0; s < 2; s++) sh[s] = st_shift_2bit(s);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, b++, y++) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b->scales);
+        const __m512i scv = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(raw, m4)));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+        const __m256i mprod = _mm256_madd_epi16(st_q8_K_bsums(y), mn16);
+        __m512i isum = z;
+        for (int t = 0; t < 4; t++) {
+            const __m512i qv = st_bcast_256(b->qs + 32 * (t >> 1));
+            const __m512i u = _mm512_and_si512(_mm512_srlv_epi16(qv, sh[t & 1]), m2);
+            const __m512i m = _mm512_maddubs_epi16(u, st_q8_K_x(y, t));
+            isum = _mm512_dpwssd_epi32(isum, m, _mm512_permutexvar_epi16(idx[t], scv));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(y->d * st_h2f(b->d)), acc);
+        accm = _mm512_fmadd_ps(st_cvt256_ps(mprod), _mm512_set1_ps(y->d * st_h2f(b->dmin)), accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* The 16 Q3_K scales (6 bits, minus 32) as int8, from 12 bytes s: scale g has low 4 bits
+ * s[g] & 15 (g < 8) or s[g-8] >> 4 (g >= 8), and high 2 bits (s[8 + g%4] >> 2(g/4)) & 3. Reads
+ * exactly the 12 bytes. */
+static inline __m128i st_q3_K_scales(const uint8_t *s) {
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i l8 = _mm_loadl_epi64((const __m128i *)s);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(l8, m4), _mm_and_si128(_mm_srli_epi16(l8, 4), m4));
+    /* bytes g = s[8 + g%4], 32-bit lane g/4 shifted right by 2(g/4) */
+    const __m128i h = _mm_srlv_epi32(_mm_set1_epi32((int)st_load_u32(s + 8)), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi8(0x03)), 4);
+    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+}
+
+/* Q3_K: low 2 bits as Q2_K; bit g of hmask[l] set means no -4 for weight 32g + l, i.e.
+ * q = u - 4 with u = low | hbit << 2; 16 6-bit scales minus 32, packed in 12 bytes. */
+static void st_dot_q3_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_q3_K *b = (const block_q3_K *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512(), m2 = _mm512_set1_epi8(0x03), four = _mm512_set1_epi8(4);
+    __m512i idx[4], sh[2], bits[4];
+    for (int t = 0; t < 4; t++) { idx[t] = st_idx_g16(t); bits[t] = st_bitsel(t); }
+    for (int s = 0; s < 2; s++) sh[s] = st_shift_2bit(s);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, b++, y++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(st_q3_K_scales(b->scales));
+        const __m512i scv = _mm512_zextsi256_si512(sc16);
+        const __m256i oprod = _mm256_madd_epi16(st_q8_K_bsums(y), sc16);
+        const __m512i hm = st_bcast_256(b->hmask);
+        __m512i isum = z;
+        for (int t = 0; t < 4; t++) {
+            const __m512i qv = st_bcast_256(b->qs + 32 * (t >> 1));
+            __m512i u = _mm512_and_si512(_mm512_srlv_epi16(qv, sh[t & 1]), m2);
+            u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(hm, bits[t]), u, four); /* q + 4 */
+            const __m512i m = _mm512_maddubs_epi16(u, st_q8_K_x(y, t));
+            isum = _mm512_dpwssd_epi32(isum, m, _mm512_permutexvar_epi16(idx[t], scv));
+        }
+        const float dd = y->d * st_h2f(b->d);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), acc);
+        accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(4.0f * dd), accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* The IQ types below have u up to 241 (IQ4_XS) or 126 (IQ3, 64 +- grid), too large for
+ * vpmaddubsw, so they use vpdpbusd and scale the int32 lanes with vpmulld: ls holds the 8
+ * per-32-weight scales as int32; the offset term OFF * sum_ib ls_ib * sum(x of ib) runs on bsums
+ * with the scales duplicated per 16 weights (ls16). */
+static inline __m512i st_idx32_g32(int t) { return st_halves_epi32(2 * t, 2 * t + 1); }
+
+static inline void st_iq_scales(__m256i ls, const block_q8_K *y, __m512i *scv, __m256i *oprod) {
+    /* int16 lanes 2ib and 2ib+1 both = ls[ib] (|ls| < 2^15) */
+    const __m256i ls16 = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)),
+                                         _mm256_slli_epi32(ls, 16));
+    *scv = _mm512_zextsi256_si512(ls);
+    *oprod = _mm256_madd_epi16(st_q8_K_bsums(y), ls16);
+}
+
+/* The 8 nibbles of a little-endian 32-bit word, nibble ib in int32 lane ib. */
+static inline __m256i st_nibbles32(uint32_t v) {
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v),
+                                              _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                            _mm256_set1_epi32(0x0F));
+}
+
+/* IQ4_XS: 8 sub-blocks of 32 IQ4_NL values, each with a 6-bit scale minus 32. */
+static void st_dot_iq4_xs_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq4_xs *b = (const block_iq4_xs *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512(), table = st_iq4nl_table_u8();
+    __m512i idx[4];
+    for (int t = 0; t < 4; t++) idx[t] = st_idx32_g32(t);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, b++, y++) {
+        /* scale ib: low 4 bits = nibble ib of scales_l, high 2 = bits 2ib.. of scales_h */
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(b->scales_h),
+                                                              _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                            _mm256_set1_epi32(3));
+        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(st_nibbles32(st_load_u32(b->scales_l)),
+                                                            _mm256_slli_epi32(hi, 4)),
+                                            _mm256_set1_epi32(32));
+        __m512i scv;
+        __m256i oprod;
+        st_iq_scales(ls, y, &scv, &oprod);
+        __m512i isum = z;
+        for (int t = 0; t < 4; t++) {
+            /* sub-blocks 2t and 2t+1: qs[32t .. 32t+15] and qs[32t+16 .. 32t+31] */
+            const __m512i nib = st_nibbles_2x128(b->qs + 32 * t, b->qs + 32 * t + 16);
+            const __m512i u = _mm512_shuffle_epi8(table, nib); /* value + 128 */
+            const __m512i p = _mm512_dpbusd_epi32(z, u, st_q8_K_x(y, t));
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(idx[t], scv)));
+        }
+        const float dd = y->d * st_h2f(b->d);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), acc);
+        accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(128.0f * dd), accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* Grid magnitudes g (0..62) with sign mask k -> u = 64 + (k ? -g : g), unsigned 2..126. */
+static inline __m512i st_signed_grid_u8(__m512i g, __mmask64 k) {
+    const __m512i c64 = _mm512_set1_epi8(64);
+    return _mm512_mask_sub_epi8(_mm512_add_epi8(g, c64), k, c64, g);
+}
+
+/* The 4 sign bytes of an IQ3_XXS word (bits 0..27: four 7-bit fields), in bytes 0..3: each is
+ * the field plus an 8th bit making the byte's parity even (the ksigns_iq2xs table, computed). */
+static inline uint64_t st_iq3xxs_signs(uint32_t w0, uint32_t w1) {
+    const uint64_t s = (uint64_t)((w0 & 0x7Fu) | ((w0 << 1) & 0x7F00u) | ((w0 << 2) & 0x7F0000u) |
+                                  ((w0 << 3) & 0x7F000000u)) |
+                       (uint64_t)((w1 & 0x7Fu) | ((w1 << 1) & 0x7F00u) | ((w1 << 2) & 0x7F0000u) |
+                                  ((w1 << 3) & 0x7F000000u)) << 32;
+    uint64_t p = s ^ (s >> 4); /* bit 0 of each byte ends as the byte's parity */
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return s | ((p & 0x0101010101010101ull) << 7);
+}
+
+/* IQ3_XXS: per 32 weights (sub-block ib): 8 grid indices qs[8ib..8ib+7] (4 weights each) and a
+ * 32-bit word at qs[64 + 4ib]: 4 x 7-bit sign indices (8 weights each) and a 4-bit scale s in
+ * the top bits; w = d * (2s+1)/4 * grid * sign. */
+static void st_dot_iq3_xxs_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq3_xxs *b = (const block_iq3_xxs *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512();
+    __m512i idx[4];
+    for (int t = 0; t < 4; t++) idx[t] = st_idx32_g32(t);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, b++, y++) {
+        uint32_t word[8];
+        memcpy(word, b->qs + QK_K / 4, sizeof word);
+        /* ls = 2 * (word >> 28) + 1 */
+        const __m256i wv = _mm256_loadu_si256((const __m256i *)(b->qs + QK_K / 4));
+        const __m256i ls = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(wv, 28), 1),
+                                            _mm256_set1_epi32(1));
+        __m512i scv;
+        __m256i oprod;
+        st_iq_scales(ls, y, &scv, &oprod);
+        __m512i isum = z;
+        for (int t = 0; t < 4; t++) {
+            /* grid indices of sub-blocks 2t, 2t+1; their sign words 2t, 2t+1 */
+            const __m512i gi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * t)));
+            const __m512i g = _mm512_i32gather_epi32(gi, (const void *)st_iq3xxs_grid, 4);
+            const __mmask64 k = _cvtu64_mask64(st_iq3xxs_signs(word[2 * t], word[2 * t + 1]));
+            const __m512i p = _mm512_dpbusd_epi32(z, st_signed_grid_u8(g, k), st_q8_K_x(y, t));
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(idx[t], scv)));
+        }
+        const float dd = 0.25f * y->d * st_h2f(b->d);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), acc);
+        accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(64.0f * dd), accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* IQ3_S: 64 9-bit grid indices (low 8 bits qs[k], 9th bit = bit k%8 of qh[k/8]); sign bit i of
+ * the 256-bit signs field negates weight i; 4-bit scale s per 32 weights: w = d*(2s+1)*grid*sign. */
+static void st_dot_iq3_s_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq3_s *b = (const block_iq3_s *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512(), c256 = _mm512_set1_epi32(256);
+    __m512i idx[4];
+    for (int t = 0; t < 4; t++) idx[t] = st_idx32_g32(t);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, b++, y++) {
+        /* ls = 2 * (nibble ib of scales) + 1 */
+        const __m256i ls = _mm256_add_epi32(_mm256_slli_epi32(st_nibbles32(st_load_u32(b->scales)), 1),
+                                            _mm256_set1_epi32(1));
+        __m512i scv;
+        __m256i oprod;
+        st_iq_scales(ls, y, &scv, &oprod);
+        __m512i isum = z;
+        for (int t = 0; t < 4; t++) {
+            /* indices 16t .. 16t+15; their 9th bits are qh[2t] (first 8) and qh[2t+1] */
+            __m512i gi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * t)));
+            const __mmask16 kh = (__mmask16)(b->qh[2 * t] | (b->qh[2 * t + 1] << 8));
+            gi = _mm512_mask_add_epi32(gi, kh, gi, c256);
+            const __m512i g = _mm512_i32gather_epi32(gi, (const void *)st_iq3s_grid, 4);
+            uint64_t sg;
+            memcpy(&sg, b->signs + 8 * t, 8);
+            const __m512i p = _mm512_dpbusd_epi32(z, st_signed_grid_u8(g, _cvtu64_mask64(sg)),
+                                                  st_q8_K_x(y, t));
+            isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(idx[t], scv)));
+        }
+        const float dd = y->d * st_h2f(b->d);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), acc);
+        accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(64.0f * dd), accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Registration
+ * ------------------------------------------------------------------------------------------- */
+
+void st_dot_register_avx512(st_vec_dot_fn *table) {
+    table[STRATA_TYPE_F32] = st_dot_f32_avx512;
+    table[STRATA_TYPE_F16] = st_dot_f16_avx512;
+    table[STRATA_TYPE_BF16] = st_dot_bf16_avx512;
+    table[STRATA_TYPE_Q8_0] = st_dot_q8_0_avx512;
+    table[STRATA_TYPE_Q4_0] = st_dot_q4_0_avx512;
+    table[STRATA_TYPE_Q4_1] = st_dot_q4_1_avx512;
+    table[STRATA_TYPE_Q5_0] = st_dot_q5_0_avx512;
+    table[STRATA_TYPE_Q5_1] = st_dot_q5_1_avx512;
+    table[STRATA_TYPE_IQ4_NL] = st_dot_iq4_nl_avx512;
+    table[STRATA_TYPE_Q2_K] = st_dot_q2_K_avx512;
+    table[STRATA_TYPE_Q3_K] = st_dot_q3_K_avx512;
+    table[STRATA_TYPE_Q4_K] = st_dot_q4_K_avx512;
+    table[STRATA_TYPE_Q5_K] = st_dot_q5_K_avx512;
+    table[STRATA_TYPE_Q6_K] = st_dot_q6_K_avx512;
+    table[STRATA_TYPE_IQ4_XS] = st_dot_iq4_xs_avx512;
+    table[STRATA_TYPE_IQ3_XXS] = st_dot_iq3_xxs_avx512;
+    table[STRATA_TYPE_IQ3_S] = st_dot_iq3_s_avx512;
+}
