@@ -128,8 +128,8 @@ $(BUILD)/header-cxx11.o: c/tests/header/check_cxx11.cc c/include/strata.h
 test-c: header-check $(TEST_BINS)
 	$(call run_tests,$(TEST_BINS))
 
-test-py: $(LIBSO)
-	STRATA_LIB=$(abspath $(LIBSO)) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q python/tests
+test-py: $(LIBSO) $(CLI)
+	STRATA_LIB=$(abspath $(LIBSO)) STRATA_CLI=$(abspath $(CLI)) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q python/tests
 
 check: all test-c test-py
 

@@ -335,7 +335,7 @@ STRATA_API strata_status strata_vec_dot_f32(strata_type type, const void *w, con
 /* Tensor counts of one strata_quantize_file run. */
 typedef struct strata_quantize_stats {
     int64_t n_tensors;       /* tensors written */
-    int64_t n_quantized;     /* converted to the target type */
+    int64_t n_quantized;     /* converted to the target type (or a router to F32) */
     int64_t n_fallback;      /* converted to Q8_0 because the row length did not fit the target */
     int64_t n_kept;          /* copied unchanged (1-D, router, non-float, or row length fits nothing) */
     uint64_t bytes_in;       /* tensor data bytes read */

@@ -1,0 +1,151 @@
+"""_ffi.py - the cffi binding (ABI mode) of libstrata.
+
+Owns: finding strata.h and libstrata.so, deriving the cffi declarations from the header at import
+time (so the binding cannot drift from the C API), loading the library, and turning failing status
+codes into StrataError.
+
+Header search order: $STRATA_HEADER, python/strata/strata.h (a copy made by packaging),
+<repo>/c/include/strata.h. Library search order: $STRATA_LIB, python/strata/libstrata.so,
+<repo>/libstrata.so.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import cffi
+
+_PKG_DIR = Path(__file__).resolve().parent
+_REPO_DIR = _PKG_DIR.parent.parent
+
+
+# ------------------------------------------------------------------------------------------------
+# Header -> cdef
+# ------------------------------------------------------------------------------------------------
+
+def header_candidates() -> list[Path]:
+    """Where strata.h is looked for, in order."""
+    out = []
+    env = os.environ.get("STRATA_HEADER")
+    if env:
+        out.append(Path(env))
+    out.append(_PKG_DIR / "strata.h")
+    out.append(_REPO_DIR / "c" / "include" / "strata.h")
+    return out
+
+
+def find_header() -> Path:
+    tried = header_candidates()
+    for p in tried:
+        if p.is_file():
+            return p
+    raise ImportError("strata: cannot find strata.h; tried: " + ", ".join(map(str, tried)) +
+                      " (set STRATA_HEADER)")
+
+
+_INT_DEFINE = re.compile(r"^\s*#\s*define\s+(STRATA_[A-Z0-9_]+)\s+(-?(?:0x[0-9a-fA-F]+|\d+))\s*$")
+
+
+def derive_cdef(header_text: str) -> str:
+    """Turns the text of strata.h into declarations cffi's parser accepts.
+
+    Drops comments, the `#ifdef __cplusplus` blocks (extern "C" and its closing brace), every
+    preprocessor line except integer `#define STRATA_*` constants (cffi understands those), and
+    the STRATA_API macro; collapses blank lines. Deterministic: the same header gives the same
+    text."""
+    text = re.sub(r"/\*.*?\*/", " ", header_text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r"\\\n", " ", text)  # line continuations
+    out = []
+    skip_depth = 0  # inside an #ifdef __cplusplus ... #endif block (nesting counted)
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            directive = stripped[1:].strip()
+            if skip_depth:
+                if directive.startswith("if"):
+                    skip_depth += 1
+                elif directive.startswith("endif"):
+                    skip_depth -= 1
+                continue
+            if re.match(r"ifdef\s+__cplusplus\b", directive) or \
+               re.match(r"if\s+defined\s*\(?\s*__cplusplus", directive):
+                skip_depth = 1
+                continue
+            m = _INT_DEFINE.match(stripped)
+            if m and m.group(1) not in ("STRATA_API", "STRATA_H"):
+                out.append(f"#define {m.group(1)} {m.group(2)}")
+            continue
+        if skip_depth:
+            continue
+        line = re.sub(r'extern\s+"C"\s*\{', "", line)
+        line = re.sub(r"\bSTRATA_API\b\s*", "", line)
+        line = line.rstrip()
+        if line.strip():
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------
+# Library
+# ------------------------------------------------------------------------------------------------
+
+def library_candidates() -> list[Path]:
+    """Where libstrata.so is looked for, in order."""
+    out = []
+    env = os.environ.get("STRATA_LIB")
+    if env:
+        out.append(Path(env))
+    out.append(_PKG_DIR / "libstrata.so")
+    out.append(_REPO_DIR / "libstrata.so")
+    return out
+
+
+HEADER_PATH = find_header()
+CDEF = derive_cdef(HEADER_PATH.read_text(encoding="utf-8"))
+
+ffi = cffi.FFI()
+ffi.cdef(CDEF)
+
+
+def _load():
+    errors = []
+    for p in library_candidates():
+        if not p.is_file():
+            errors.append(f"{p} (not found)")
+            continue
+        try:
+            return ffi.dlopen(str(p)), p
+        except OSError as e:
+            errors.append(f"{p} ({e})")
+    raise ImportError("strata: cannot load libstrata.so; tried: " + "; ".join(errors) +
+                      " (build it with `make`, or set STRATA_LIB)")
+
+
+lib, LIBRARY_PATH = _load()
+
+
+# ------------------------------------------------------------------------------------------------
+# Errors
+# ------------------------------------------------------------------------------------------------
+
+class StrataError(Exception):
+    """A failing libstrata call: .status (negative int), .status_name and .message."""
+
+    def __init__(self, status: int, message: str, call: str = ""):
+        self.status = int(status)
+        self.status_name = ffi.string(lib.strata_status_name(status)).decode()
+        self.message = message
+        self.call = call
+        super().__init__(f"{self.status_name}: {message}" if message else self.status_name)
+
+
+def last_error() -> str:
+    return ffi.string(lib.strata_last_error()).decode("utf-8", errors="replace")
+
+
+def check(status: int, call: str = "") -> None:
+    """Raises StrataError for a failing status (with this thread's library message)."""
+    if status != 0:
+        raise StrataError(status, last_error(), call)

@@ -1,0 +1,252 @@
+"""test_cli.py - the ./strata command line: --help, --version, info on the tiny model, the vocab
+files and a file written here, quantize round trips, and the usage errors (one line on stderr,
+exit status 2). The binary is $STRATA_CLI, else <repo>/strata."""
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFWriter
+
+import strata
+from conftest import REPO, SHARED
+
+CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
+if not CLI.is_file():
+    pytest.skip(f"strata CLI not built at {CLI} (run make, or set STRATA_CLI)",
+                allow_module_level=True)
+TINY = SHARED / "models/strata-tiny-moe-q8_0.gguf"
+VOCAB = SHARED / "vocab/ggml-vocab-llama-spm.gguf"
+
+
+def run(*args, check_rc=None):
+    p = subprocess.run([str(CLI), *map(str, args)], capture_output=True, text=True, timeout=300)
+    if check_rc is not None:
+        assert p.returncode == check_rc, (args, p.returncode, p.stdout, p.stderr)
+    return p
+
+
+def need(path):
+    if not path.is_file():
+        pytest.skip(f"{path} not present (../shared data is optional)")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------
+# help, version, no arguments
+# ------------------------------------------------------------------------------------------------
+
+def test_help():
+    for flag in ("--help", "-h"):
+        p = run(flag, check_rc=0)
+        assert p.stdout.startswith("usage: strata")
+        assert "info MODEL.gguf" in p.stdout and "quantize IN.gguf OUT.gguf" in p.stdout
+        assert "--version" in p.stdout
+        assert len(p.stdout.splitlines()) <= 40  # one screen
+        assert p.stderr == ""
+
+
+def test_version_lists_backends():
+    p = run("--version", check_rc=0)
+    lines = p.stdout.splitlines()
+    assert lines[0] == f"strata {strata.version()}"
+    cpu = [ln for ln in lines if ln.startswith("backend cpu")]
+    cuda = [ln for ln in lines if ln.startswith("backend cuda")]
+    assert len(cpu) == 1 and "compiled, available" in cpu[0]
+    assert len(cuda) == 1
+    b = {x["name"]: x for x in strata.backends()}
+    assert ("not compiled" in cuda[0]) == (not b["cuda"]["compiled"])
+
+
+def test_no_arguments_prints_notice_and_help():
+    p = run(check_rc=0)
+    assert "usage: strata" in p.stdout
+
+
+# ------------------------------------------------------------------------------------------------
+# usage errors: one line, exit 2
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,needle", [
+    (["--foo"], "strata: unknown option '--foo' (see strata --help)"),
+    (["frobnicate"], "strata: unknown command 'frobnicate' (see strata --help)"),
+    (["info"], "info needs a model file"),
+    (["info", "/no/such/file.gguf"], "strata: cannot open '/no/such/file.gguf'"),
+    (["info", "--bogus", "x.gguf"], "strata: unknown option '--bogus' (see strata --help)"),
+    (["quantize", "/no/such/in.gguf", "/tmp/out.gguf", "--type", "q8_0"], "cannot open"),
+    (["quantize", "a.gguf"], "needs an input and an output file"),
+    (["quantize", "a.gguf", "b.gguf"], "needs --type"),
+    (["quantize", "a.gguf", "b.gguf", "--type", "q9_9"], "unknown type 'q9_9'"),
+    (["quantize", "a.gguf", "b.gguf", "--type", "q5_K"], "cannot quantize to q5_K"),
+    (["quantize", "a.gguf", "b.gguf", "--type", "q8_0", "-t", "x"], "bad thread count 'x'"),
+    (["quantize", "a.gguf", "b.gguf", "--type"], "option '--type' needs a value"),
+])
+def test_usage_errors(args, needle):
+    p = run(*args, check_rc=2)
+    assert p.stdout == ""
+    lines = p.stderr.splitlines()
+    assert len(lines) == 1, p.stderr
+    assert needle in lines[0]
+    assert lines[0].startswith("strata: ")
+
+
+def test_corrupt_file_fails_with_status_1(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\xff" * 10)
+    p = run("info", bad, check_rc=1)
+    assert p.stderr.startswith("strata: ") and "offset" in p.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# info
+# ------------------------------------------------------------------------------------------------
+
+def field(out, label):
+    m = re.search(rf"^{re.escape(label)}\s+(.*)$", out, flags=re.M)
+    assert m, f"no line '{label}' in:\n{out}"
+    return m.group(1).strip()
+
+
+def kind_lines(out):
+    """group name -> (count, bytes) from the tensor table."""
+    table = out.split("tensors by kind", 1)[1]
+    groups = {}
+    for ln in table.splitlines()[1:]:
+        m = re.match(r"^(\S.*?)\s{2,}(\d+)\s+(\d+)\s", ln)
+        if m and not ln.startswith("  "):
+            groups[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return groups
+
+
+def test_info_tiny_model():
+    path = need(TINY)
+    p = run("info", path, check_rc=0)
+    out = p.stdout
+    with strata.GGUF(path) as g:
+        tensors = g.tensors
+        md = g.metadata
+    assert field(out, "gguf version") == "3"
+    assert field(out, "shards") == "1"
+    assert field(out, "alignment") == "32"
+    assert field(out, "tensors") == str(len(tensors))
+    assert field(out, "architecture") == md["general.architecture"] == "olmoe"
+    for key in ("context_length", "embedding_length", "block_count", "attention.head_count",
+                "attention.head_count_kv", "expert_count", "expert_used_count"):
+        assert re.search(rf"^\s+{re.escape(key)}\s+{md['olmoe.' + key]}$", out, flags=re.M), key
+    assert re.search(r"^\s+rope.freq_base\s+10000$", out, flags=re.M)
+    assert field(out, "tokenizer").startswith(md["tokenizer.ggml.model"])
+    assert field(out, "vocab size") == f"{len(md['tokenizer.ggml.tokens'])} tokens"
+    groups = kind_lines(out)
+    assert groups["total"] == (len(tensors), sum(t.n_bytes for t in tensors))
+
+    def kind(name):
+        if "norm" in name:
+            return "norms"
+        if "ffn_gate_inp" in name:
+            return "router"
+        if "_exps" in name:
+            return "experts"
+        if name.startswith(("token_embd", "output")):
+            return "embeddings/output"
+        if "attn_" in name:
+            return "attention"
+        return "other"
+    want = {}
+    for t in tensors:
+        c, b = want.get(kind(t.name), (0, 0))
+        want[kind(t.name)] = (c + 1, b + t.n_bytes)
+    assert {k: v for k, v in groups.items() if k != "total"} == want
+    assert "--tensors" not in out and "blk.0.attn_q.weight" not in out
+
+
+def test_info_tensor_list():
+    path = need(TINY)
+    out = run("info", path, "--tensors", check_rc=0).stdout
+    with strata.GGUF(path) as g:
+        for t in g.tensors:
+            m = re.search(rf"^{re.escape(t.name)}\s+(\S+)\s+(.*?)\s+(\d+)\s+(\d+)\s+(\d+)$", out,
+                          flags=re.M)
+            assert m, t.name
+            assert m.group(1) == t.type
+            assert m.group(2) == " x ".join(map(str, t.shape))
+            assert int(m.group(3)) == t.n_bytes and int(m.group(4)) == t.file_offset
+
+
+def test_info_vocab_file():
+    out = run("info", need(VOCAB), check_rc=0).stdout
+    assert field(out, "tensors") == "0"
+    assert field(out, "tokenizer").startswith("llama")
+    assert field(out, "vocab size") == "32000 tokens"
+
+
+def test_info_written_file(tmp_path):
+    path = tmp_path / "w.gguf"
+    w = GGUFWriter(str(path), "qwen3moe")
+    w.add_uint32("qwen3moe.expert_count", 128)
+    w.add_uint32("qwen3moe.expert_feed_forward_length", 768)
+    w.add_float32("qwen3moe.rope.freq_base", 1000000.0)
+    w.add_custom_alignment(64)
+    w.add_tensor("blk.0.ffn_gate_inp.weight", np.zeros((128, 64), dtype=np.float32))
+    w.add_tensor("blk.0.ffn_up_shexp.weight", np.zeros((32, 64), dtype=np.float16))
+    w.add_tensor("blk.0.ffn_up.weight", np.zeros((32, 64), dtype=np.float16))
+    w.add_tensor("rope_freqs", np.zeros(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    out = run("info", path, check_rc=0).stdout
+    assert field(out, "architecture") == "qwen3moe"
+    assert field(out, "alignment") == "64"
+    assert re.search(r"^\s+expert_feed_forward_length\s+768$", out, flags=re.M)
+    assert re.search(r"^\s+rope.freq_base\s+1e\+06$", out, flags=re.M)
+    assert field(out, "tokenizer") == "(none)"
+    g = kind_lines(out)
+    assert g["router"] == (1, 128 * 64 * 4)
+    assert g["shared experts"] == (1, 32 * 64 * 2)
+    assert g["dense FFN"] == (1, 32 * 64 * 2)
+    assert g["other"] == (1, 32)
+    assert g["total"][0] == 4
+
+
+# ------------------------------------------------------------------------------------------------
+# quantize
+# ------------------------------------------------------------------------------------------------
+
+def test_quantize_round_trip(tmp_path):
+    src = need(TINY)
+    out = tmp_path / "q4k.gguf"
+    p = run("quantize", src, out, "--type", "q4_K", check_rc=1)
+    assert "allow_requantize" in p.stderr and "token_embd.weight" in p.stderr
+    assert not out.exists()
+    p = run("quantize", src, out, "--type", "q4_K", "-t", "2", "--allow-requantize", check_rc=0)
+    assert f"wrote {out}" in p.stdout
+    with strata.GGUF(src) as a, strata.GGUF(out) as b:
+        assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
+        types = {t.name: t.type for t in b.tensors}
+        for t in a.tensors:
+            if len(t.shape) == 1 or "ffn_gate_inp" in t.name:
+                assert types[t.name] == t.type == "f32"
+            elif t.shape[0] % 256 == 0:
+                assert types[t.name] == "q4_K", t.name
+            else:
+                assert types[t.name] == "q8_0", t.name  # row length 128: falls back
+        ma, mb = a.metadata, b.metadata
+        assert mb["general.file_type"] == 14
+        assert {k: v for k, v in ma.items() if k != "general.file_type"} == \
+               {k: v for k, v in mb.items() if k != "general.file_type"}
+        x = a.tensor("blk.0.attn_q.weight").dequantize()
+        y = b.tensor("blk.0.attn_q.weight").dequantize()
+        assert np.sqrt(np.mean((x - y) ** 2)) < 0.1 * np.sqrt(np.mean(x ** 2))
+    # the result opens in `info`
+    info = run("info", out, check_rc=0).stdout
+    assert "q4_K" in info
+
+
+def test_quantize_refuses_same_file(tmp_path):
+    src = need(TINY)
+    link = tmp_path / "same.gguf"
+    os.symlink(src, link)
+    p = run("quantize", src, link, "--type", "q8_0", check_rc=1)
+    assert "is the input file" in p.stderr
