@@ -1,0 +1,74 @@
+/* backend.c - strata_backend_query: which compute backends this build has and whether each can run
+ * on this machine. Both answers are worked out once per process (pthread_once) and copied out. */
+#include "common.h"
+
+#ifdef STRATA_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static pthread_once_t st_backend_once = PTHREAD_ONCE_INIT;
+static strata_backend_info st_backend_infos[STRATA_BACKEND_COUNT];
+
+/* ---- CPU ------------------------------------------------------------------------------------ */
+
+static void st_backend_fill_cpu(strata_backend_info *info) {
+    info->kind = STRATA_BACKEND_CPU;
+    info->name = "cpu";
+    info->compiled = 1;
+    info->available = 1;
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    int usable = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) usable = CPU_COUNT(&set);
+    const char *isa = strata_cpu_isa_name(strata_cpu_isa_supported());
+    if (usable > 0 && usable != online)
+        snprintf(info->detail, sizeof info->detail, "%s, %ld cores (%d usable by this process)",
+                 isa, online, usable);
+    else
+        snprintf(info->detail, sizeof info->detail, "%s, %ld cores", isa, online);
+}
+
+/* ---- CUDA ----------------------------------------------------------------------------------- */
+
+static void st_backend_fill_cuda(strata_backend_info *info) {
+    info->kind = STRATA_BACKEND_CUDA;
+    info->name = "cuda";
+#ifdef STRATA_HAVE_CUDA
+    info->compiled = 1;
+    int available = 0;
+    if (st_cuda_probe(&available, info->detail, sizeof info->detail) != STRATA_OK) {
+        available = 0;
+        snprintf(info->detail, sizeof info->detail, "CUDA probe failed: %s", strata_last_error());
+        st_error_clear();
+    }
+    info->available = available;
+#else
+    info->compiled = 0;
+    info->available = 0;
+    snprintf(info->detail, sizeof info->detail,
+             "built without CUDA (nvcc not found at build time or CUDA=0)");
+#endif
+}
+
+static void st_backend_init(void) {
+    st_backend_fill_cpu(&st_backend_infos[STRATA_BACKEND_CPU]);
+    st_backend_fill_cuda(&st_backend_infos[STRATA_BACKEND_CUDA]);
+}
+
+/* ---- public --------------------------------------------------------------------------------- */
+
+strata_status strata_backend_query(strata_backend_kind kind, strata_backend_info *info) {
+    if (!info) return st_error(STRATA_ERR_INVALID_ARG, "strata_backend_query: NULL info");
+    if ((int)kind < 0 || (int)kind >= STRATA_BACKEND_COUNT)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_backend_query: no backend kind %d "
+                        "(valid: 0..%d)", (int)kind, STRATA_BACKEND_COUNT - 1);
+    if (pthread_once(&st_backend_once, st_backend_init) != 0)
+        return st_error(STRATA_ERR_INTERNAL, "strata_backend_query: pthread_once failed");
+    *info = st_backend_infos[kind];
+    return STRATA_OK;
+}

@@ -1,0 +1,75 @@
+/* cuda_backend.h - the C interface of the CUDA backend: the device probe, device memory helpers
+ * and the kernel entry points. Plain C declarations, callable from .c files; the .cu files define
+ * them with C linkage. These exist only in builds with STRATA_HAVE_CUDA (nvcc found at build time);
+ * callers guard their use with #ifdef STRATA_HAVE_CUDA.
+ *
+ * Every function returns STRATA_ERR_BACKEND (message "CUDA error: ... at file:line in call") when
+ * a CUDA call fails, and never prints. All functions work on device 0 for now. After an error that
+ * leaves the CUDA context unusable (an illegal address inside a kernel), later calls fail too. */
+#ifndef STRATA_CUDA_BACKEND_H
+#define STRATA_CUDA_BACKEND_H
+
+#include "strata.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- probe and device info ------------------------------------------------------------------ */
+
+/* Whether CUDA can run here. *available = 1 and detail = a one-line description of device 0
+ * ("NVIDIA H200, compute 9.0, 139.8 GiB, 132 SMs"), or *available = 0 and detail = why not ("no
+ * CUDA driver (libcuda.so not found)", "no CUDA device", a driver error string, or "device has no
+ * kernel image in this build"). The probe runs once per process (thread-safe); later calls copy
+ * the cached answer. Returns STRATA_OK in both cases; STRATA_ERR_INVALID_ARG for NULL arguments. */
+strata_status st_cuda_probe(int *available, char *detail, size_t cap);
+
+typedef struct st_cuda_device_info {
+    char name[256];          /* "NVIDIA H200" */
+    int cc_major, cc_minor;  /* compute capability */
+    int sm_count;
+    size_t total_mem;        /* bytes */
+    int runtime_version;     /* e.g. 13000 */
+    int driver_version;
+} st_cuda_device_info;
+
+/* Device 0's properties; STRATA_ERR_UNSUPPORTED (with the probe's reason) when unavailable. */
+strata_status st_cuda_device_info_get(st_cuda_device_info *info);
+/* Device 0's name into name[cap]. */
+strata_status st_cuda_device_name(char *name, size_t cap);
+
+/* ---- device memory (synchronous helpers for tests and setup code) --------------------------- */
+
+strata_status st_cuda_malloc(void **dptr, size_t bytes);
+strata_status st_cuda_free(void *dptr);                    /* NULL is a no-op */
+strata_status st_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
+strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
+strata_status st_cuda_memset(void *dptr, int byte, size_t bytes);
+strata_status st_cuda_synchronize(void);
+
+/* ---- dequantize ----------------------------------------------------------------------------- */
+
+/* 1 if the GPU dequantize kernels support type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q8_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K), else 0. Output equals strata_dequantize_row bit for bit. */
+int st_cuda_dequant_supports(strata_type type);
+
+/* Device pointers: d_src holds n weights of type (strata_row_bytes(type, n) bytes), d_dst gets n
+ * floats. Enqueued on stream (a cudaStream_t; NULL = the default stream) and not waited for.
+ * d_src must be aligned to 2 bytes (4 for F32); d_dst to 4. n == 0 is a no-op. Errors:
+ * INVALID_ARG (n not a multiple of the block size, NULL or misaligned pointers), UNSUPPORTED
+ * (type), BACKEND (launch failure). */
+strata_status st_cuda_dequantize(strata_type type, const void *d_src, float *d_dst, int64_t n,
+                                 void *stream);
+
+/* Host convenience: copies the host blocks src to the device, dequantizes, copies the n floats
+ * back into the host array dst, frees the temporaries. Synchronous. */
+strata_status st_cuda_dequantize_host(strata_type type, const void *src, int64_t n, float *dst);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_CUDA_BACKEND_H */

@@ -1,0 +1,201 @@
+/* device.cu - the CUDA probe (is a driver and a usable device here?), device 0's properties, and
+ * the synchronous device-memory helpers of cuda_backend.h.
+ *
+ * The runtime (cudart) is linked statically, so the library loads on machines without a driver;
+ * the probe then finds out why CUDA cannot run and says so instead of failing. */
+#include "common.cuh"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- probe ---------------------------------------------------------------------------------- */
+
+#define ST_XSTR2(x) #x
+#define ST_XSTR(x) ST_XSTR2(x)
+#ifdef __CUDA_ARCH_LIST__
+#define ST_BUILT_ARCHS ST_XSTR(__CUDA_ARCH_LIST__)
+#else
+#define ST_BUILT_ARCHS "unknown"
+#endif
+
+static pthread_once_t st_probe_once = PTHREAD_ONCE_INIT;
+static int st_probe_available;
+static char st_probe_detail[256];
+static st_cuda_device_info st_probe_info;
+
+/* A kernel that exists only so the probe can ask whether this build has an image for the device. */
+static __global__ void st_probe_kernel(int *p) {
+    if (p) *p = 1;
+}
+
+/* Writes the probe's one-line answer (truncated to fit, as any detail may be). */
+static void st_probe_say(const char *fmt, ...) ST_PRINTF(1, 2);
+static void st_probe_say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(st_probe_detail, sizeof st_probe_detail, fmt, ap);
+    va_end(ap);
+}
+
+static void st_probe_run(void) {
+    st_probe_available = 0;
+
+    /* cudart would report a missing driver as "insufficient driver"; look for it ourselves so
+     * the reason is plain. The handle stays open: cudart opens the same library next. */
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!drv) drv = dlopen("libcuda.so", RTLD_NOW | RTLD_LOCAL);
+    if (!drv) {
+        st_probe_say("no CUDA driver (libcuda.so not found)");
+        return;
+    }
+
+    int runtime = 0, driver = 0;
+    (void)cudaRuntimeGetVersion(&runtime);
+    (void)cudaDriverGetVersion(&driver);
+
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)) {
+        (void)cudaGetLastError();
+        st_probe_say("no CUDA device");
+        return;
+    }
+    if (e == cudaErrorInsufficientDriver) {
+        (void)cudaGetLastError();
+        st_probe_say("CUDA driver %d.%d is older than this build's runtime %d.%d (%s)",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10,
+                 cudaGetErrorString(e));
+        return;
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st_probe_say("CUDA unavailable: %s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        return;
+    }
+
+    cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    e = cudaGetDeviceProperties(&prop, 0);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st_probe_say("CUDA device 0 unreadable: %s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        return;
+    }
+    st_cuda_device_info *info = &st_probe_info;
+    static_assert(sizeof prop.name >= sizeof info->name, "device name buffer");
+    memcpy(info->name, prop.name, sizeof info->name - 1);
+    info->name[sizeof info->name - 1] = '\0';
+    info->cc_major = prop.major;
+    info->cc_minor = prop.minor;
+    info->sm_count = prop.multiProcessorCount;
+    info->total_mem = prop.totalGlobalMem;
+    info->runtime_version = runtime;
+    info->driver_version = driver;
+
+    /* Creates the context and checks that one of the built architectures runs on this device. */
+    cudaFuncAttributes fa;
+    e = cudaFuncGetAttributes(&fa, st_probe_kernel);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction)
+            st_probe_say("%s (compute %d.%d) has no kernel image in this build (built for "
+                     "%s; rebuild with CUDA_ARCH=%d%d)", prop.name, prop.major, prop.minor,
+                     ST_BUILT_ARCHS, prop.major, prop.minor);
+        else
+            st_probe_say("%s unusable: %s (%s)", prop.name, cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+        return;
+    }
+
+    st_probe_say("%s, compute %d.%d, %.1f GiB, %d SMs, CUDA runtime %d.%d / driver %d.%d",
+             prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024),
+             prop.multiProcessorCount, runtime / 1000, runtime % 1000 / 10, driver / 1000,
+             driver % 1000 / 10);
+    st_probe_available = 1;
+}
+
+extern "C" strata_status st_cuda_probe(int *available, char *detail, size_t cap) {
+    if (!available || (!detail && cap))
+        return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_probe: NULL argument");
+    if (pthread_once(&st_probe_once, st_probe_run) != 0)
+        return st_error(STRATA_ERR_INTERNAL, "st_cuda_probe: pthread_once failed");
+    *available = st_probe_available;
+    if (cap) snprintf(detail, cap, "%s", st_probe_detail);
+    return STRATA_OK;
+}
+
+/* Declared in common.cuh. */
+strata_status st_cuda_require(const char *what) {
+    int ok = 0;
+    ST_TRY(st_cuda_probe(&ok, NULL, 0));
+    if (!ok) return st_error(STRATA_ERR_UNSUPPORTED, "%s: CUDA unavailable: %s", what, st_probe_detail);
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_device_info_get(st_cuda_device_info *info) {
+    if (!info) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_device_info_get: NULL info");
+    ST_TRY(st_cuda_require("st_cuda_device_info_get"));
+    *info = st_probe_info;
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_device_name(char *name, size_t cap) {
+    if (!name || cap == 0) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_device_name: no buffer");
+    ST_TRY(st_cuda_require("st_cuda_device_name"));
+    snprintf(name, cap, "%s", st_probe_info.name);
+    return STRATA_OK;
+}
+
+/* ---- device memory -------------------------------------------------------------------------- */
+
+extern "C" strata_status st_cuda_malloc(void **dptr, size_t bytes) {
+    if (!dptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_malloc: NULL dptr");
+    *dptr = NULL;
+    ST_TRY(st_cuda_require("st_cuda_malloc"));
+    cudaError_t e = cudaMalloc(dptr, bytes ? bytes : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        *dptr = NULL;
+        return st_error(STRATA_ERR_NOMEM, "st_cuda_malloc: %zu bytes of device memory: %s", bytes,
+                        cudaGetErrorString(e));
+    }
+    ST_CUDA_CHECK(e);
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_free(void *dptr) {
+    if (!dptr) return STRATA_OK;
+    ST_CUDA_CHECK(cudaFree(dptr));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return STRATA_OK;
+    if (!dst || !src) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_memcpy_h2d: NULL pointer");
+    ST_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return STRATA_OK;
+    if (!dst || !src) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_memcpy_d2h: NULL pointer");
+    ST_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_memset(void *dptr, int byte, size_t bytes) {
+    if (!bytes) return STRATA_OK;
+    if (!dptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_memset: NULL pointer");
+    ST_CUDA_CHECK(cudaMemset(dptr, byte, bytes));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_synchronize(void) {
+    ST_TRY(st_cuda_require("st_cuda_synchronize"));
+    ST_CUDA_CHECK(cudaDeviceSynchronize());
+    return STRATA_OK;
+}
