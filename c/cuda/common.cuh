@@ -9,11 +9,7 @@
 
 #include <stdint.h>
 
-/* The library's C headers. blocks.h checks struct sizes with C11's _Static_assert, which C++
- * spells static_assert. */
-#if defined(__cplusplus) && !defined(_Static_assert)
-#define _Static_assert static_assert
-#endif
+/* The library's C headers. */
 extern "C" {
 #include "common.h"
 #include "blocks.h"

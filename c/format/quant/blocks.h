@@ -81,7 +81,11 @@ typedef struct {
     uint8_t scales[QK_K / 64];    /* 4-bit scales */
 } block_iq3_s;                                                                    /* 110 */
 
+#ifdef __cplusplus /* the CUDA sources include this header as C++ */
+#define ST_STATIC_ASSERT_SIZE(T, n) static_assert(sizeof(T) == (n), #T " has the wrong size")
+#else
 #define ST_STATIC_ASSERT_SIZE(T, n) _Static_assert(sizeof(T) == (n), #T " has the wrong size")
+#endif
 ST_STATIC_ASSERT_SIZE(block_q4_0, 18);
 ST_STATIC_ASSERT_SIZE(block_q4_1, 20);
 ST_STATIC_ASSERT_SIZE(block_q5_0, 22);
