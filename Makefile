@@ -20,7 +20,8 @@ OPT     ?= -O2
 SAN     ?=
 CFLAGS_BASE := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fPIC \
                -fvisibility=hidden -D_GNU_SOURCE $(SAN)
-INCLUDES := -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda
+INCLUDES := -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda \
+            -Ic/model -Ic/engine
 CFLAGS  += $(CFLAGS_BASE) $(INCLUDES)
 LDLIBS  := -lm -lpthread
 
@@ -42,7 +43,8 @@ else
   USE_CUDA :=
 endif
 
-LIB_SRCS := $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c c/compute/*.c c/compute/cpu/*.c)
+LIB_SRCS := $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c c/compute/*.c c/compute/cpu/*.c \
+                      c/model/*.c c/engine/*.c)
 CLI_SRCS := $(wildcard c/cli/*.c)
 CU_SRCS  := $(wildcard c/cuda/*.cu)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -91,7 +93,8 @@ $(BUILD)/libstrata.a: $(ALL_OBJS)
 $(CLI): $(CLI_OBJS) $(BUILD)/libstrata.a
 	$(CC) -o $@ $(CLI_OBJS) $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
 
-LIB_HDRS := $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h c/compute/cpu/*.h c/cuda/*.h)
+LIB_HDRS := $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h c/compute/cpu/*.h c/cuda/*.h \
+                      c/model/*.h c/engine/*.h)
 $(BUILD)/%.o: %.c $(LIB_HDRS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2))) -c -o $@ $<

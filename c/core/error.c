@@ -30,6 +30,7 @@ const char *strata_status_name(strata_status status) {
     case STRATA_ERR_TYPE: return "STRATA_ERR_TYPE";
     case STRATA_ERR_BACKEND: return "STRATA_ERR_BACKEND";
     case STRATA_ERR_INTERNAL: return "STRATA_ERR_INTERNAL";
+    case STRATA_ERR_RANGE: return "STRATA_ERR_RANGE";
     }
     return "STRATA_ERR_UNKNOWN";
 }

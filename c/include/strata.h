@@ -14,7 +14,8 @@
  *   - Sizes are in bytes unless a name says otherwise; element counts are int64_t.
  *
  * Sections: version and status; backends; tensor types; GGUF files; block formats (dequantize,
- * quantize, dot products); model files (quantize a GGUF file).
+ * quantize, dot products); model files (quantize a GGUF file); models; tokenizer; sessions;
+ * sampling.
  */
 #ifndef STRATA_H
 #define STRATA_H
@@ -52,7 +53,8 @@ typedef enum strata_status {
     STRATA_ERR_NOT_FOUND = -6,    /* no such key, tensor or index */
     STRATA_ERR_TYPE = -7,         /* a value exists but has another type */
     STRATA_ERR_BACKEND = -8,      /* a compute backend (e.g. CUDA) call failed */
-    STRATA_ERR_INTERNAL = -9      /* a bug: please report it */
+    STRATA_ERR_INTERNAL = -9,     /* a bug: please report it */
+    STRATA_ERR_RANGE = -10        /* a buffer too small or a limit reached (e.g. the context is full) */
 } strata_status;
 
 /* "MAJOR.MINOR.PATCH". Static storage. Thread-safe. */
@@ -354,6 +356,169 @@ STRATA_API strata_quantize_params strata_quantize_default_params(void);
 /* Reads in_path (all shards of a split model), writes out_path (must be another file). */
 STRATA_API strata_status strata_quantize_file(const char *in_path, const char *out_path,
                                               const strata_quantize_params *params);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models
+ *
+ * A strata_model is an opened GGUF model: architecture, hyperparameters, weights (zero-copy views
+ * into the file mapping) and vocabulary. It is immutable once loaded; any number of sessions and
+ * threads may use it at once. Supported architectures: olmoe, qwen2moe, qwen3moe, llama (dense and
+ * with experts, i.e. Mixtral), granitemoe, qwen2, qwen3. vocab_only loads just the tokenizer (for
+ * vocabulary-only GGUF files).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct strata_model strata_model;
+typedef int32_t strata_token;
+
+typedef struct strata_model_params {
+    int use_mmap;        /* 1 (default): map the file; 0: read it into memory */
+    int vocab_only;      /* 1: load only the vocabulary (no weights are required) */
+    int n_threads;       /* CPU compute threads of sessions on this model; <= 0: online CPUs */
+} strata_model_params;
+
+typedef struct strata_model_info {
+    const char *arch;          /* general.architecture, e.g. "olmoe" */
+    const char *name;          /* general.name or "" */
+    int vocab_only;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;          /* attention key/value length per head */
+    int32_t n_ff;              /* dense FFN width (0 if none) */
+    int32_t n_expert;          /* routed experts per layer (0: dense model) */
+    int32_t n_expert_used;     /* top-k */
+    int32_t n_ff_exp;          /* width of one routed expert */
+    int32_t n_ff_shexp;        /* width of the shared expert (0 if none) */
+    int64_t n_params;          /* weights in the file */
+    int64_t n_params_active;   /* weights one token uses (experts counted top-k times) */
+    uint64_t n_bytes;          /* tensor bytes in the file */
+} strata_model_info;
+
+/* Defaults: use_mmap 1, vocab_only 0, n_threads 0. */
+STRATA_API strata_model_params strata_model_default_params(void);
+/* Opens and validates path (all shards of a split model). Unknown architectures, missing or
+ * mis-shaped tensors and bad hyperparameters are errors naming the key or tensor. */
+STRATA_API strata_status strata_model_load(const char *path, const strata_model_params *params,
+                                           strata_model **out);
+STRATA_API void strata_model_free(strata_model *model);
+/* Strings in *out live as long as the model. */
+STRATA_API strata_status strata_model_get_info(const strata_model *model, strata_model_info *out);
+/* The underlying file; owned by the model. */
+STRATA_API const strata_gguf *strata_model_gguf(const strata_model *model);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tokenizer
+ *
+ * From the GGUF metadata: byte-level BPE ("gpt2" model) with the pre-tokenizer that
+ * tokenizer.ggml.pre names, or SentencePiece ("llama" model) with byte fallback.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Tokenizes text (len bytes, any UTF-8; invalid bytes are handled as the tokenizer's byte rules
+ * say). add_special: prepend BOS when the vocabulary asks for it (tokenizer.ggml.add_bos_token)
+ * and append EOS when add_eos_token says so. parse_special: text like "<|im_start|>" becomes the
+ * control token instead of plain text. *n_out is always the number of tokens the text needs; if
+ * it exceeds cap, nothing beyond cap is written and the call returns STRATA_ERR_RANGE. */
+STRATA_API strata_status strata_tokenize(const strata_model *model, const char *text, int64_t len,
+                                         int add_special, int parse_special, strata_token *out,
+                                         int64_t cap, int64_t *n_out);
+/* The bytes token stands for (byte-level BPE decoded; SentencePiece "\xe2\x96\x81" as space,
+ * <0xXX> as the byte). Control tokens give their text only when special is 1, else nothing.
+ * *len_out is the full length; returns STRATA_ERR_RANGE if it exceeds cap. */
+STRATA_API strata_status strata_token_to_piece(const strata_model *model, strata_token token,
+                                               int special, char *buf, int64_t cap,
+                                               int64_t *len_out);
+/* Concatenated pieces of n tokens (the leading space SentencePiece adds is removed when
+ * strip_leading_space is 1 and the first token is not special). Same buffer rule as above. */
+STRATA_API strata_status strata_detokenize(const strata_model *model, const strata_token *tokens,
+                                           int64_t n, int special, int strip_leading_space,
+                                           char *buf, int64_t cap, int64_t *len_out);
+/* The text of token as stored in the vocabulary (NUL-terminated copy), NULL if out of range. */
+STRATA_API const char *strata_token_text(const strata_model *model, strata_token token);
+/* BOS / EOS ids, -1 if the vocabulary has none. */
+STRATA_API strata_token strata_token_bos(const strata_model *model);
+STRATA_API strata_token strata_token_eos(const strata_model *model);
+/* 1 if generating token should end generation (EOS, EOT, <|im_end|>, <|endoftext|>, ... every
+ * end-of-generation token the vocabulary marks). */
+STRATA_API int strata_token_is_eog(const strata_model *model, strata_token token);
+/* 1 if token is a control (special) token. */
+STRATA_API int strata_token_is_control(const strata_model *model, strata_token token);
+/* tokenizer.chat_template, or NULL if the file has none. */
+STRATA_API const char *strata_model_chat_template(const strata_model *model);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sessions
+ *
+ * A strata_session is the mutable state of one sequence on a model: KV cache and position. Not
+ * thread-safe: one thread at a time per session (it uses the model's CPU threads internally).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct strata_session strata_session;
+
+typedef struct strata_session_params {
+    int32_t n_ctx;        /* context length in tokens; 0: the model's n_ctx_train */
+    int32_t n_batch;      /* tokens per forward pass while reading a prompt (default 512) */
+    strata_type kv_type;  /* STRATA_TYPE_F16 (default) or STRATA_TYPE_F32 */
+    int n_threads;        /* <= 0: the model's */
+} strata_session_params;
+
+/* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0. */
+STRATA_API strata_session_params strata_session_default_params(void);
+STRATA_API strata_status strata_session_create(const strata_model *model,
+                                               const strata_session_params *params,
+                                               strata_session **out);
+STRATA_API void strata_session_free(strata_session *session);
+/* Forgets all tokens (position 0). */
+STRATA_API void strata_session_reset(strata_session *session);
+/* Drops tokens from position n_keep on (0 <= n_keep <= n_past). */
+STRATA_API strata_status strata_session_truncate(strata_session *session, int32_t n_keep);
+STRATA_API int32_t strata_session_n_past(const strata_session *session);
+STRATA_API int32_t strata_session_n_ctx(const strata_session *session);
+
+/* Evaluates n tokens at positions n_past .. n_past+n-1 (split into batches of n_batch) and
+ * appends them to the KV cache. logits: NULL, or room for n_vocab floats (all_logits 0: the
+ * last token's) or n x n_vocab floats (all_logits 1: every token's, row i for token i).
+ * STRATA_ERR_RANGE (nothing evaluated) if n_past + n would exceed n_ctx; STRATA_ERR_INVALID_ARG
+ * for a token id outside the vocabulary. */
+STRATA_API strata_status strata_session_decode(strata_session *session, const strata_token *tokens,
+                                               int64_t n, float *logits, int all_logits);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampling
+ *
+ * A strata_sampler picks the next token from logits: penalties over the last repeat_last_n
+ * accepted tokens, then top-k, top-p, min-p, temperature, and a draw from a seeded generator (the
+ * same seed and inputs give the same tokens). temperature <= 0 is greedy (argmax, lowest id on
+ * ties). Not thread-safe; one per sequence.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct strata_sampler strata_sampler;
+
+typedef struct strata_sampler_params {
+    float temperature;        /* default 0.8; <= 0: greedy */
+    int32_t top_k;            /* default 40; <= 0: off */
+    float top_p;              /* default 0.95; >= 1: off */
+    float min_p;              /* default 0.05; <= 0: off */
+    float repeat_penalty;     /* default 1.0 (off); llama.cpp's rule: logit/p if > 0, else *p */
+    float presence_penalty;   /* default 0 */
+    float frequency_penalty;  /* default 0 */
+    int32_t repeat_last_n;    /* default 64; tokens the penalties look back over */
+    uint64_t seed;            /* default 0x5eed */
+} strata_sampler_params;
+
+STRATA_API strata_sampler_params strata_sampler_default_params(void);
+STRATA_API strata_status strata_sampler_create(const strata_sampler_params *params,
+                                               int32_t n_vocab, strata_sampler **out);
+STRATA_API void strata_sampler_free(strata_sampler *sampler);
+/* Clears the history and reseeds. */
+STRATA_API void strata_sampler_reset(strata_sampler *sampler);
+/* Picks a token from n_vocab logits (not modified). Does not accept it. */
+STRATA_API strata_status strata_sampler_sample(strata_sampler *sampler, const float *logits,
+                                               strata_token *out);
+/* Adds token to the penalty history (prompt tokens and generated ones). */
+STRATA_API void strata_sampler_accept(strata_sampler *sampler, strata_token token);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,155 @@
+/* model.h - the loaded model as the rest of the library sees it: architecture traits,
+ * hyperparameters, weight views into the file mapping (experts addressable one by one), and the
+ * vocabulary. Filled once by strata_model_load (model.c) and immutable afterwards.
+ *
+ * Weight shapes follow GGUF/ggml order: ne[0] is the contiguous row length (the input dimension of
+ * a matmul), ne[1] the number of rows (output dimension), ne[2] the expert index for merged expert
+ * tensors. Shape comments below are written (ne[0], ne[1], ne[2]). */
+#ifndef STRATA_MODEL_H
+#define STRATA_MODEL_H
+
+#include "common.h"
+
+#include <stdint.h>
+
+typedef struct st_vocab st_vocab; /* tokenizer (vocab.h) */
+
+/* ---- architecture traits -------------------------------------------------------------------- */
+
+typedef enum {
+    ST_ARCH_LLAMA,       /* dense llama and Mixtral-style llama with experts */
+    ST_ARCH_QWEN2,
+    ST_ARCH_QWEN3,
+    ST_ARCH_QWEN2MOE,
+    ST_ARCH_QWEN3MOE,
+    ST_ARCH_OLMOE,
+    ST_ARCH_GRANITEMOE,
+    ST_ARCH_COUNT
+} st_arch_id;
+
+typedef enum {
+    ST_ROPE_NORM,  /* rotate adjacent pairs (x[2i], x[2i+1]): llama, granite */
+    ST_ROPE_NEOX   /* rotate halves (x[i], x[i + d/2]): qwen*, olmoe */
+} st_rope_style;
+
+typedef enum {
+    ST_QKNORM_NONE,
+    ST_QKNORM_FULL,  /* RMSNorm over the whole q (n_head*hd) / k (n_head_kv*hd) projection: OLMoE */
+    ST_QKNORM_HEAD   /* RMSNorm over each head's hd values, weights (hd): Qwen3 */
+} st_qknorm;
+
+typedef struct {
+    const char *name;        /* general.architecture */
+    st_arch_id id;
+    st_rope_style rope;
+    st_qknorm qk_norm;
+    int norm_topk_default;   /* renormalize top-k weights when <arch>.expert_weights_norm is absent */
+    int shexp_gated;         /* shared expert output scaled by sigmoid(ffn_gate_inp_shexp . x) */
+    int granite_scales;      /* embedding/residual/attention/logit multipliers */
+} st_arch;
+
+/* The trait table entry for name, or NULL. */
+const st_arch *st_arch_find(const char *name);
+
+/* ---- hyperparameters ------------------------------------------------------------------------ */
+
+typedef enum { ST_ROPE_SCALING_NONE, ST_ROPE_SCALING_LINEAR, ST_ROPE_SCALING_YARN } st_rope_scaling;
+
+typedef struct {
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;
+    int32_t n_layer;
+    int32_t n_head;
+    int32_t n_head_kv;
+    int32_t head_dim;        /* key length per head (attention.key_length, else n_embd/n_head) */
+    int32_t head_dim_v;      /* value length per head */
+    int32_t n_rot;           /* rope.dimension_count (default head_dim) */
+    int32_t n_ff;            /* dense FFN width, 0 if none */
+    int32_t n_expert;        /* 0 for dense models */
+    int32_t n_expert_used;
+    int32_t n_ff_exp;
+    int32_t n_ff_shexp;
+    float norm_eps;          /* attention.layer_norm_rms_epsilon */
+    float rope_freq_base;
+    float rope_freq_scale;   /* 1 / rope.scaling.factor for linear and yarn */
+    st_rope_scaling rope_scaling;
+    int32_t yarn_orig_ctx;   /* rope.scaling.original_context_length */
+    float yarn_ext_factor;   /* llama.cpp's default rule: 1 for yarn, else 0 */
+    float yarn_attn_factor;  /* rope.scaling.attn_factor, default 1 */
+    float yarn_beta_fast;    /* 32 */
+    float yarn_beta_slow;    /* 1 */
+    int expert_weights_norm; /* renormalize the top-k routing weights */
+    /* granite multipliers (1 where the architecture has none; attention_scale 0 = 1/sqrt(hd)) */
+    float embedding_scale;
+    float residual_scale;
+    float attention_scale;
+    float logit_scale;
+} st_hparams;
+
+/* ---- weights -------------------------------------------------------------------------------- */
+
+/* A view of one weight tensor in the mapping; data == NULL when the model lacks it. */
+typedef struct {
+    strata_type type;
+    const uint8_t *data;
+    int64_t ne[3];           /* (row length, rows, experts); unused dims 1 */
+    size_t row_bytes;        /* bytes of one row of ne[0] weights */
+    const char *name;        /* tensor name in the file */
+} st_tensor;
+
+/* Row r of expert e (e = 0 for 2-D tensors). */
+static inline const void *st_tensor_row(const st_tensor *t, int64_t e, int64_t r) {
+    return t->data + ((size_t)e * (size_t)t->ne[1] + (size_t)r) * t->row_bytes;
+}
+
+/* The 2-D slice of expert e of a merged expert tensor: a zero-copy view, the unit that later
+ * moves between disk, RAM and GPU. */
+static inline st_tensor st_tensor_expert(const st_tensor *t, int64_t e) {
+    st_tensor s = *t;
+    s.data = t->data + (size_t)e * (size_t)t->ne[1] * t->row_bytes;
+    s.ne[2] = 1;
+    return s;
+}
+
+typedef struct {
+    st_tensor attn_norm;       /* (n_embd) */
+    st_tensor wq;              /* (n_embd, n_head*head_dim) */
+    st_tensor wk;              /* (n_embd, n_head_kv*head_dim) */
+    st_tensor wv;              /* (n_embd, n_head_kv*head_dim_v) */
+    st_tensor wo;              /* (n_head*head_dim_v, n_embd) */
+    st_tensor bq, bk, bv, bo;  /* optional biases (qwen2, qwen2moe): (rows) */
+    st_tensor q_norm;          /* (head_dim) per head, or (n_head*head_dim) whole: see st_qknorm */
+    st_tensor k_norm;          /* (head_dim) or (n_head_kv*head_dim) */
+    st_tensor ffn_norm;        /* (n_embd) */
+    /* dense FFN (dense models) */
+    st_tensor ffn_gate;        /* (n_embd, n_ff) */
+    st_tensor ffn_up;          /* (n_embd, n_ff) */
+    st_tensor ffn_down;        /* (n_ff, n_embd) */
+    /* routed experts */
+    st_tensor ffn_gate_inp;    /* router: (n_embd, n_expert) */
+    st_tensor ffn_gate_exps;   /* (n_embd, n_ff_exp, n_expert) */
+    st_tensor ffn_up_exps;     /* (n_embd, n_ff_exp, n_expert) */
+    st_tensor ffn_down_exps;   /* (n_ff_exp, n_embd, n_expert) */
+    /* shared expert (qwen2moe; granitemoe optionally) */
+    st_tensor ffn_gate_inp_shexp; /* (n_embd) : sigmoid gate, qwen2moe only */
+    st_tensor ffn_gate_shexp;  /* (n_embd, n_ff_shexp) */
+    st_tensor ffn_up_shexp;    /* (n_embd, n_ff_shexp) */
+    st_tensor ffn_down_shexp;  /* (n_ff_shexp, n_embd) */
+} st_layer;
+
+struct strata_model {
+    strata_gguf *gguf;         /* owned */
+    const st_arch *arch;       /* NULL for vocab_only models of unknown architecture */
+    st_hparams hp;
+    st_tensor tok_embd;        /* (n_embd, n_vocab) */
+    st_tensor output_norm;     /* (n_embd) */
+    st_tensor output;          /* (n_embd, n_vocab); == tok_embd when the embeddings are tied */
+    st_layer *layers;          /* [n_layer] */
+    st_vocab *vocab;           /* owned */
+    int vocab_only;
+    int n_threads;             /* resolved (> 0) */
+    strata_model_info info;    /* what strata_model_get_info returns */
+};
+
+#endif /* STRATA_MODEL_H */
