@@ -1,0 +1,37 @@
+/* arch.c - the architecture trait table: for every supported general.architecture, the facts the
+ * forward pass branches on (RoPE style, q/k norm scope, default top-k renormalization, gated
+ * shared expert, granite multipliers). The values follow llama.cpp's per-architecture choices
+ * (llama_model_rope_type, the build_moe_ffn norm_w argument of each graph builder) and the
+ * transformers modeling files:
+ *
+ *   olmoe      NEOX rope; q/k RMSNorm over the whole projection (OlmoeAttention q_norm/k_norm);
+ *              norm_topk_prob false.
+ *   qwen2moe   NEOX; q/k/v bias; shared expert scaled by sigmoid(shared_expert_gate . x);
+ *              norm_topk_prob false.
+ *   qwen3moe   NEOX; per-head q/k RMSNorm; norm_topk_prob true.
+ *   llama      NORM (adjacent pairs); with experts (Mixtral) the top-k weights are renormalized.
+ *   granitemoe NORM; embedding/residual/attention/logit multipliers; renormalized top-k;
+ *              optional ungated shared expert.
+ *   qwen2      NEOX; q/k/v bias; dense.
+ *   qwen3      NEOX; per-head q/k RMSNorm; dense. */
+#include "model.h"
+
+#include <string.h>
+
+static const st_arch st_arch_table[] = {
+    /* name         id                 rope          qk_norm          topk shexp granite */
+    {"llama",      ST_ARCH_LLAMA,      ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 0},
+    {"qwen2",      ST_ARCH_QWEN2,      ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 0, 0},
+    {"qwen3",      ST_ARCH_QWEN3,      ST_ROPE_NEOX, ST_QKNORM_HEAD, 0, 0, 0},
+    {"qwen2moe",   ST_ARCH_QWEN2MOE,   ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 1, 0},
+    {"qwen3moe",   ST_ARCH_QWEN3MOE,   ST_ROPE_NEOX, ST_QKNORM_HEAD, 1, 0, 0},
+    {"olmoe",      ST_ARCH_OLMOE,      ST_ROPE_NEOX, ST_QKNORM_FULL, 0, 0, 0},
+    {"granitemoe", ST_ARCH_GRANITEMOE, ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 1},
+};
+
+const st_arch *st_arch_find(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < ST_ARRAY_LEN(st_arch_table); i++)
+        if (strcmp(st_arch_table[i].name, name) == 0) return &st_arch_table[i];
+    return NULL;
+}

@@ -1,0 +1,320 @@
+/* hparams.c - reads a model's hyperparameters from its GGUF metadata: the <arch>.* keys as
+ * llama.cpp names them, with llama.cpp's defaults (head_count_kv = head_count, key_length =
+ * embedding_length / head_count, rope.dimension_count = key_length, rope.freq_base 10000, rope
+ * scaling "linear" with factor 1, yarn beta_fast 32 / beta_slow 1), the per-architecture width of
+ * a routed expert (expert_feed_forward_length, else feed_forward_length for olmoe / Mixtral /
+ * granitemoe, feed_forward_length / expert_used_count for qwen2moe / qwen3moe) and the granite
+ * multipliers. Every failure names the key. */
+#include "hparams.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ==== key access ============================================================================= */
+
+typedef struct {
+    const strata_gguf *g;
+    const char *arch;   /* general.architecture */
+    char key[192];      /* last key built */
+} st_hp_ctx;
+
+static const char *st_hp_key(st_hp_ctx *c, const char *suffix) {
+    snprintf(c->key, sizeof c->key, "%s.%s", c->arch, suffix);
+    return c->key;
+}
+
+/* An unsigned integer key that may also be a per-layer array (every element must be equal, the
+ * only layout Strata runs). *found = 0 and *out untouched when the key is absent. */
+static strata_status st_hp_u32(st_hp_ctx *c, const char *suffix, int required, int32_t *out,
+                               int *found) {
+    const char *key = st_hp_key(c, suffix);
+    if (found) *found = 0;
+    int64_t i = strata_gguf_kv_find(c->g, key);
+    if (i < 0) {
+        if (required) return st_error(STRATA_ERR_NOT_FOUND, "missing required key '%s'", key);
+        return STRATA_OK;
+    }
+    strata_gguf_value v;
+    ST_TRY(strata_gguf_kv_value(c->g, i, &v));
+    uint64_t x = 0;
+    if (v.type == STRATA_GGUF_ARRAY) {
+        if (v.v.arr.count == 0)
+            return st_error(STRATA_ERR_FORMAT, "key '%s': empty array", key);
+        for (uint64_t k = 0; k < v.v.arr.count; k++) {
+            strata_gguf_value e;
+            ST_TRY(strata_gguf_array_get(c->g, &v, k, &e));
+            uint64_t y;
+            if (e.type == STRATA_GGUF_UINT8 || e.type == STRATA_GGUF_UINT16 ||
+                e.type == STRATA_GGUF_UINT32 || e.type == STRATA_GGUF_UINT64) {
+                y = e.v.u64;
+            } else if (e.type == STRATA_GGUF_INT8 || e.type == STRATA_GGUF_INT16 ||
+                       e.type == STRATA_GGUF_INT32 || e.type == STRATA_GGUF_INT64) {
+                if (e.v.i64 < 0)
+                    return st_error(STRATA_ERR_FORMAT, "key '%s'[%llu]: negative value %lld", key,
+                                    (unsigned long long)k, (long long)e.v.i64);
+                y = (uint64_t)e.v.i64;
+            } else {
+                return st_error(STRATA_ERR_TYPE, "key '%s': array of %s, expected integers", key,
+                                strata_gguf_type_name(e.type));
+            }
+            if (k == 0) x = y;
+            else if (y != x)
+                return st_error(STRATA_ERR_UNSUPPORTED,
+                                "key '%s': per-layer values differ (layer 0: %llu, layer %llu: "
+                                "%llu); only uniform layers are supported",
+                                key, (unsigned long long)x, (unsigned long long)k,
+                                (unsigned long long)y);
+        }
+    } else {
+        strata_status st = strata_gguf_get_u64(c->g, key, &x);
+        if (st != STRATA_OK)
+            return st_error(st, "key '%s': expected an unsigned integer, found %s", key,
+                            strata_gguf_type_name(v.type));
+    }
+    if (x > (uint64_t)INT32_MAX)
+        return st_error(STRATA_ERR_FORMAT, "key '%s': value %llu is too large", key,
+                        (unsigned long long)x);
+    *out = (int32_t)x;
+    if (found) *found = 1;
+    return STRATA_OK;
+}
+
+static strata_status st_hp_f32(st_hp_ctx *c, const char *suffix, int required, float *out,
+                               int *found) {
+    const char *key = st_hp_key(c, suffix);
+    if (found) *found = 0;
+    if (strata_gguf_kv_find(c->g, key) < 0) {
+        if (required) return st_error(STRATA_ERR_NOT_FOUND, "missing required key '%s'", key);
+        return STRATA_OK;
+    }
+    double x;
+    strata_status st = strata_gguf_get_f64(c->g, key, &x);
+    if (st != STRATA_OK) return st_error(st, "key '%s': expected a float", key);
+    if (!isfinite(x)) return st_error(STRATA_ERR_FORMAT, "key '%s': not a finite number", key);
+    *out = (float)x;
+    if (found) *found = 1;
+    return STRATA_OK;
+}
+
+static strata_status st_hp_bool(st_hp_ctx *c, const char *suffix, int *out, int *found) {
+    const char *key = st_hp_key(c, suffix);
+    *found = 0;
+    if (strata_gguf_kv_find(c->g, key) < 0) return STRATA_OK;
+    strata_status st = strata_gguf_get_bool(c->g, key, out);
+    if (st != STRATA_OK) return st_error(st, "key '%s': expected a bool", key);
+    *found = 1;
+    return STRATA_OK;
+}
+
+/* ==== rope scaling =========================================================================== */
+
+static strata_status st_hp_rope(st_hp_ctx *c, st_hparams *hp) {
+    const char *key = st_hp_key(c, "rope.scaling.type");
+    char type[32] = "linear"; /* llama.cpp's default */
+    if (strata_gguf_kv_find(c->g, key) >= 0) {
+        const char *p;
+        uint64_t n;
+        strata_status st = strata_gguf_get_str(c->g, key, &p, &n);
+        if (st != STRATA_OK) return st_error(st, "key '%s': expected a string", key);
+        if (n >= sizeof type)
+            return st_error(STRATA_ERR_UNSUPPORTED, "key '%s': unknown rope scaling type", key);
+        memcpy(type, p, n);
+        type[n] = 0;
+    }
+    float factor = 0.0f;
+    int found = 0;
+    ST_TRY(st_hp_f32(c, "rope.scaling.factor", 0, &factor, &found));
+    if (!found) ST_TRY(st_hp_f32(c, "rope.scale_linear", 0, &factor, &found)); /* older name */
+    if (factor < 0.0f)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.rope.scaling.factor': negative (%g)",
+                        c->arch, (double)factor);
+    float scale = factor == 0.0f ? 1.0f : 1.0f / factor;
+
+    hp->rope_freq_scale = 1.0f;
+    hp->yarn_orig_ctx = hp->n_ctx_train;
+    hp->yarn_ext_factor = 0.0f;
+    hp->yarn_attn_factor = 1.0f;
+    hp->yarn_beta_fast = 32.0f;
+    hp->yarn_beta_slow = 1.0f;
+    ST_TRY(st_hp_u32(c, "rope.scaling.original_context_length", 0, &hp->yarn_orig_ctx, NULL));
+    ST_TRY(st_hp_f32(c, "rope.scaling.attn_factor", 0, &hp->yarn_attn_factor, NULL));
+
+    if (strcmp(type, "none") == 0) {
+        hp->rope_scaling = ST_ROPE_SCALING_NONE;
+    } else if (strcmp(type, "linear") == 0) {
+        hp->rope_scaling = scale == 1.0f ? ST_ROPE_SCALING_NONE : ST_ROPE_SCALING_LINEAR;
+        hp->rope_freq_scale = scale;
+    } else if (strcmp(type, "yarn") == 0) {
+        hp->rope_scaling = ST_ROPE_SCALING_YARN;
+        hp->rope_freq_scale = scale;
+        hp->yarn_ext_factor = 1.0f; /* llama.cpp: ext_factor < 0 (unset) -> 1 for yarn */
+        ST_TRY(st_hp_f32(c, "rope.scaling.yarn_ext_factor", 0, &hp->yarn_ext_factor, NULL));
+        ST_TRY(st_hp_f32(c, "rope.scaling.yarn_attn_factor", 0, &hp->yarn_attn_factor, NULL));
+        ST_TRY(st_hp_f32(c, "rope.scaling.yarn_beta_fast", 0, &hp->yarn_beta_fast, NULL));
+        ST_TRY(st_hp_f32(c, "rope.scaling.yarn_beta_slow", 0, &hp->yarn_beta_slow, NULL));
+    } else {
+        return st_error(STRATA_ERR_UNSUPPORTED,
+                        "key '%s': rope scaling type '%s' is not supported (none, linear, yarn)",
+                        key, type);
+    }
+    if (hp->yarn_orig_ctx <= 0)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.rope.scaling.original_context_length' is 0",
+                        c->arch);
+    return STRATA_OK;
+}
+
+/* ==== the whole set ========================================================================== */
+
+static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v) {
+    if (v <= 0) return st_error(STRATA_ERR_FORMAT, "key '%s.%s' must be > 0 (is %d)", c->arch,
+                                suffix, (int)v);
+    return STRATA_OK;
+}
+
+strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hparams *hp) {
+    st_hp_ctx c = {.g = g, .arch = arch->name};
+    memset(hp, 0, sizeof *hp);
+
+    ST_TRY(st_hp_u32(&c, "context_length", 1, &hp->n_ctx_train, NULL));
+    ST_TRY(st_hp_u32(&c, "embedding_length", 1, &hp->n_embd, NULL));
+    ST_TRY(st_hp_u32(&c, "block_count", 1, &hp->n_layer, NULL));
+    ST_TRY(st_hp_u32(&c, "attention.head_count", 1, &hp->n_head, NULL));
+    ST_TRY(st_hp_positive(&c, "context_length", hp->n_ctx_train));
+    ST_TRY(st_hp_positive(&c, "embedding_length", hp->n_embd));
+    ST_TRY(st_hp_positive(&c, "block_count", hp->n_layer));
+    ST_TRY(st_hp_positive(&c, "attention.head_count", hp->n_head));
+    if (hp->n_layer > 4096)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.block_count': %d layers is implausible",
+                        c.arch, (int)hp->n_layer);
+
+    hp->n_head_kv = hp->n_head;
+    ST_TRY(st_hp_u32(&c, "attention.head_count_kv", 0, &hp->n_head_kv, NULL));
+    ST_TRY(st_hp_positive(&c, "attention.head_count_kv", hp->n_head_kv));
+    if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
+        return st_error(STRATA_ERR_FORMAT,
+                        "key '%s.attention.head_count_kv' (%d) must divide "
+                        "'%s.attention.head_count' (%d)",
+                        c.arch, (int)hp->n_head_kv, c.arch, (int)hp->n_head);
+
+    int have_k = 0, have_v = 0;
+    ST_TRY(st_hp_u32(&c, "attention.key_length", 0, &hp->head_dim, &have_k));
+    ST_TRY(st_hp_u32(&c, "attention.value_length", 0, &hp->head_dim_v, &have_v));
+    if ((!have_k || !have_v) && hp->n_embd % hp->n_head != 0)
+        return st_error(STRATA_ERR_FORMAT,
+                        "key '%s.attention.head_count' (%d) does not divide "
+                        "'%s.embedding_length' (%d) and '%s.attention.%s_length' is absent",
+                        c.arch, (int)hp->n_head, c.arch, (int)hp->n_embd, c.arch,
+                        have_k ? "value" : "key");
+    if (!have_k) hp->head_dim = hp->n_embd / hp->n_head;
+    if (!have_v) hp->head_dim_v = hp->n_embd / hp->n_head;
+    ST_TRY(st_hp_positive(&c, "attention.key_length", hp->head_dim));
+    ST_TRY(st_hp_positive(&c, "attention.value_length", hp->head_dim_v));
+    if ((int64_t)hp->n_head * hp->head_dim > (1 << 20) ||
+        (int64_t)hp->n_head * hp->head_dim_v > (1 << 20) || hp->n_embd > (1 << 20))
+        return st_error(STRATA_ERR_FORMAT, "key '%s.embedding_length' / head sizes implausibly "
+                        "large", c.arch);
+
+    hp->n_rot = hp->head_dim;
+    ST_TRY(st_hp_u32(&c, "rope.dimension_count", 0, &hp->n_rot, NULL));
+    if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
+        return st_error(STRATA_ERR_FORMAT,
+                        "key '%s.rope.dimension_count' (%d) must be even and in 2..%d", c.arch,
+                        (int)hp->n_rot, (int)hp->head_dim);
+    if (arch->id == ST_ARCH_LLAMA && hp->n_rot != hp->head_dim)
+        return st_error(STRATA_ERR_FORMAT,
+                        "key '%s.rope.dimension_count' (%d) must equal the head size %d", c.arch,
+                        (int)hp->n_rot, (int)hp->head_dim);
+
+    ST_TRY(st_hp_f32(&c, "attention.layer_norm_rms_epsilon", 1, &hp->norm_eps, NULL));
+    if (!(hp->norm_eps >= 0.0f))
+        return st_error(STRATA_ERR_FORMAT, "key '%s.attention.layer_norm_rms_epsilon' < 0",
+                        c.arch);
+
+    hp->rope_freq_base = 10000.0f;
+    ST_TRY(st_hp_f32(&c, "rope.freq_base", 0, &hp->rope_freq_base, NULL));
+    if (!(hp->rope_freq_base > 0.0f))
+        return st_error(STRATA_ERR_FORMAT, "key '%s.rope.freq_base' must be > 0", c.arch);
+    ST_TRY(st_hp_rope(&c, hp));
+
+    /* ---- feed-forward: dense or routed experts ---- */
+    int32_t ff = 0, ff_exp = 0, ff_shexp = 0;
+    int have_ff = 0, have_exp = 0, have_shexp = 0;
+    ST_TRY(st_hp_u32(&c, "expert_count", 0, &hp->n_expert, NULL));
+    ST_TRY(st_hp_u32(&c, "expert_used_count", 0, &hp->n_expert_used, NULL));
+    ST_TRY(st_hp_u32(&c, "feed_forward_length", 0, &ff, &have_ff));
+    ST_TRY(st_hp_u32(&c, "expert_feed_forward_length", 0, &ff_exp, &have_exp));
+    ST_TRY(st_hp_u32(&c, "expert_shared_feed_forward_length", 0, &ff_shexp, &have_shexp));
+
+    int moe_arch = arch->id == ST_ARCH_OLMOE || arch->id == ST_ARCH_QWEN2MOE ||
+                   arch->id == ST_ARCH_QWEN3MOE || arch->id == ST_ARCH_GRANITEMOE;
+    int dense_arch = arch->id == ST_ARCH_QWEN2 || arch->id == ST_ARCH_QWEN3;
+    if (hp->n_expert > 4096)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.expert_count': %d experts is implausible",
+                        c.arch, (int)hp->n_expert);
+    if (moe_arch && hp->n_expert == 0)
+        return st_error(STRATA_ERR_NOT_FOUND,
+                        "architecture '%s' needs experts: key '%s.expert_count' missing or 0",
+                        c.arch, c.arch);
+    if (dense_arch && hp->n_expert != 0)
+        return st_error(STRATA_ERR_FORMAT,
+                        "architecture '%s' is dense but '%s.expert_count' is %d", c.arch, c.arch,
+                        (int)hp->n_expert);
+    if (hp->n_expert_used > hp->n_expert)
+        return st_error(STRATA_ERR_FORMAT,
+                        "key '%s.expert_used_count' (%d) exceeds '%s.expert_count' (%d)", c.arch,
+                        (int)hp->n_expert_used, c.arch, (int)hp->n_expert);
+    if (hp->n_expert > 0 && hp->n_expert_used == 0)
+        return st_error(STRATA_ERR_NOT_FOUND,
+                        "key '%s.expert_used_count' missing or 0 with %d experts", c.arch,
+                        (int)hp->n_expert);
+
+    if (hp->n_expert == 0) {
+        if (!have_ff)
+            return st_error(STRATA_ERR_NOT_FOUND, "missing required key '%s.feed_forward_length'",
+                            c.arch);
+        ST_TRY(st_hp_positive(&c, "feed_forward_length", ff));
+        hp->n_ff = ff;
+    } else {
+        hp->n_ff = 0; /* no dense FFN layers */
+        if (have_exp) {
+            hp->n_ff_exp = ff_exp;
+        } else if (!have_ff) {
+            return st_error(STRATA_ERR_NOT_FOUND,
+                            "missing required key '%s.expert_feed_forward_length' (or "
+                            "'%s.feed_forward_length')", c.arch, c.arch);
+        } else if (arch->id == ST_ARCH_QWEN2MOE || arch->id == ST_ARCH_QWEN3MOE) {
+            hp->n_ff_exp = ff / hp->n_expert_used; /* llama.cpp's fallback */
+        } else {
+            hp->n_ff_exp = ff; /* olmoe, Mixtral, granitemoe: the FFN width is the expert's */
+        }
+        ST_TRY(st_hp_positive(&c, "expert_feed_forward_length", hp->n_ff_exp));
+        if (arch->id == ST_ARCH_QWEN2MOE) {
+            hp->n_ff_shexp = have_shexp ? ff_shexp : ff;
+            ST_TRY(st_hp_positive(&c, "expert_shared_feed_forward_length", hp->n_ff_shexp));
+        } else if (arch->id == ST_ARCH_GRANITEMOE) {
+            hp->n_ff_shexp = have_shexp ? ff_shexp : 0; /* 0: no shared expert */
+        }
+    }
+
+    int norm = 0, have_norm = 0;
+    ST_TRY(st_hp_bool(&c, "expert_weights_norm", &norm, &have_norm));
+    hp->expert_weights_norm = have_norm ? (norm != 0) : arch->norm_topk_default;
+
+    /* ---- granite multipliers (llama.cpp: embedding_scale, residual_scale, logit_scale,
+     * attention.scale; logits are divided by logit_scale; attention.scale 0 = 1/sqrt(hd)) ---- */
+    hp->embedding_scale = 1.0f;
+    hp->residual_scale = 1.0f;
+    hp->attention_scale = 0.0f;
+    hp->logit_scale = 1.0f;
+    if (arch->granite_scales) {
+        ST_TRY(st_hp_f32(&c, "embedding_scale", 0, &hp->embedding_scale, NULL));
+        ST_TRY(st_hp_f32(&c, "residual_scale", 0, &hp->residual_scale, NULL));
+        ST_TRY(st_hp_f32(&c, "attention.scale", 0, &hp->attention_scale, NULL));
+        ST_TRY(st_hp_f32(&c, "logit_scale", 0, &hp->logit_scale, NULL));
+        if (hp->logit_scale == 0.0f) hp->logit_scale = 1.0f; /* llama.cpp skips a 0 scale */
+        if (hp->residual_scale == 0.0f) hp->residual_scale = 1.0f;
+        if (hp->embedding_scale == 0.0f) hp->embedding_scale = 1.0f;
+    }
+    return STRATA_OK;
+}

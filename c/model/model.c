@@ -1,0 +1,439 @@
+/* model.c - the model loader: strata_model_load opens a GGUF file, finds the architecture's traits
+ * (arch.c), reads the hyperparameters (hparams.c), loads the vocabulary (vocab*.c) and binds every
+ * weight as a zero-copy st_tensor view into the file mapping, checking each tensor's shape against
+ * the hyperparameters and its type against what the compute kernels take. Tensor names are
+ * llama.cpp's (token_embd, output_norm, output, blk.N.attn_q, blk.N.ffn_gate_exps, ...). A tensor
+ * the architecture does not use is an error, as in llama.cpp: computing without it would be wrong.
+ * Also strata_model_free / get_info / gguf. */
+#include "hparams.h"
+#include "model.h"
+#include "vocab.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ==== parameters ============================================================================= */
+
+strata_model_params strata_model_default_params(void) {
+    strata_model_params p;
+    memset(&p, 0, sizeof p);
+    p.use_mmap = 1;
+    p.vocab_only = 0;
+    p.n_threads = 0;
+    return p;
+}
+
+/* ==== tensor binding ========================================================================= */
+
+typedef enum {
+    ST_KIND_MATMUL, /* a weight used in dot products: any strata_type_can_dot type */
+    ST_KIND_NORM,   /* norm weights and biases: f32 */
+    ST_KIND_EMBD    /* the token embedding: rows are looked up (dequantized) and, when the
+                     * output is tied, used in dot products */
+} st_kind;
+
+typedef struct {
+    const strata_gguf *g;
+    const char *arch;     /* for messages */
+    uint8_t *used;        /* [n_tensors]: bound by some field */
+    int64_t n_tensors;
+    char name[160];       /* scratch */
+} st_binder;
+
+static void st_shape_str(char *buf, size_t cap, const int64_t *ne, int n) {
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, cap - o, "(");
+    for (int d = 0; d < n && o < cap; d++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%" PRId64, d ? ", " : "", ne[d]);
+    if (o < cap) snprintf(buf + o, cap - o, ")");
+}
+
+/* Dimensions worth printing: trailing 1s dropped (at least one kept). */
+static int st_shape_rank(const int64_t *ne, int n) {
+    while (n > 1 && ne[n - 1] == 1) n--;
+    return n;
+}
+
+static strata_status st_check_type(const char *name, strata_type type, st_kind kind) {
+    switch (kind) {
+    case ST_KIND_NORM:
+        if (type != STRATA_TYPE_F32)
+            return st_error(STRATA_ERR_UNSUPPORTED, "tensor '%s': type %s, expected f32", name,
+                            strata_type_name(type));
+        break;
+    case ST_KIND_EMBD:
+        if (!strata_type_can_dot(type) || !strata_type_can_dequantize(type))
+            return st_error(STRATA_ERR_UNSUPPORTED,
+                            "tensor '%s': type %s is not supported for embeddings", name,
+                            strata_type_name(type));
+        break;
+    case ST_KIND_MATMUL:
+        if (!strata_type_can_dot(type))
+            return st_error(STRATA_ERR_UNSUPPORTED,
+                            "tensor '%s': type %s has no dot product (unsupported weight type)",
+                            name, strata_type_name(type));
+        break;
+    }
+    return STRATA_OK;
+}
+
+/* Fills *t from tensor index i after checking shape (ne0, ne1, ne2) and type. */
+static strata_status st_bind_index(st_binder *b, st_tensor *t, int64_t i, st_kind kind,
+                                   int64_t ne0, int64_t ne1, int64_t ne2) {
+    strata_tensor_info ti;
+    ST_TRY(strata_gguf_tensor_info(b->g, i, &ti));
+    const int64_t want[4] = {ne0, ne1, ne2, 1};
+    if (ti.ne[0] != want[0] || ti.ne[1] != want[1] || ti.ne[2] != want[2] || ti.ne[3] != 1) {
+        char got[96], exp[96];
+        st_shape_str(got, sizeof got, ti.ne, st_shape_rank(ti.ne, (int)ti.n_dims));
+        st_shape_str(exp, sizeof exp, want, st_shape_rank(want, 3));
+        return st_error(STRATA_ERR_FORMAT, "tensor '%s': shape %s, expected %s", ti.name, got,
+                        exp);
+    }
+    ST_TRY(st_check_type(ti.name, ti.type, kind));
+    int64_t rb = strata_row_bytes(ti.type, ti.ne[0]);
+    if (rb <= 0 || (uint64_t)rb * (uint64_t)ne1 * (uint64_t)ne2 != ti.n_bytes)
+        return st_error(STRATA_ERR_FORMAT, "tensor '%s': %" PRIu64 " bytes do not match its "
+                        "shape and type %s", ti.name, ti.n_bytes, strata_type_name(ti.type));
+    t->type = ti.type;
+    t->data = (const uint8_t *)ti.data;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->ne[2] = ne2;
+    t->row_bytes = (size_t)rb;
+    t->name = ti.name; /* owned by the strata_gguf, lives as long as the model */
+    b->used[i] = 1;
+    return STRATA_OK;
+}
+
+/* Binds tensor `name`; an absent optional tensor leaves *t zeroed (data NULL). */
+static strata_status st_bind(st_binder *b, st_tensor *t, const char *name, int required,
+                             st_kind kind, int64_t ne0, int64_t ne1, int64_t ne2) {
+    memset(t, 0, sizeof *t);
+    int64_t i = strata_gguf_tensor_find(b->g, name);
+    if (i < 0) {
+        if (required)
+            return st_error(STRATA_ERR_NOT_FOUND, "missing tensor '%s' (required by '%s')", name,
+                            b->arch);
+        return STRATA_OK;
+    }
+    return st_bind_index(b, t, i, kind, ne0, ne1, ne2);
+}
+
+/* Binds blk.<il>.<what>.<suffix>. */
+static strata_status st_bind_layer(st_binder *b, st_tensor *t, int il, const char *what,
+                                   const char *suffix, int required, st_kind kind, int64_t ne0,
+                                   int64_t ne1, int64_t ne2) {
+    snprintf(b->name, sizeof b->name, "blk.%d.%s.%s", il, what, suffix);
+    char name[sizeof b->name];
+    memcpy(name, b->name, sizeof name);
+    return st_bind(b, t, name, required, kind, ne0, ne1, ne2);
+}
+
+/* Merged expert tensor blk.N.<merged>.weight (ne0, ne1, n_expert). Files from older Mixtral
+ * converters hold one tensor per expert (blk.N.<split>.E.weight); those are accepted when the
+ * experts lie back to back in the mapping with one type, so the merged view is still zero-copy. */
+static strata_status st_bind_experts(st_binder *b, st_tensor *t, int il, const char *merged,
+                                     const char *split, int64_t ne0, int64_t ne1,
+                                     int64_t n_expert) {
+    char name[160];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", il, merged);
+    memset(t, 0, sizeof *t);
+    if (strata_gguf_tensor_find(b->g, name) >= 0 || !split)
+        return st_bind(b, t, name, 1, ST_KIND_MATMUL, ne0, ne1, n_expert);
+
+    char ename[160];
+    snprintf(ename, sizeof ename, "blk.%d.%s.0.weight", il, split);
+    if (strata_gguf_tensor_find(b->g, ename) < 0)
+        return st_error(STRATA_ERR_NOT_FOUND, "missing tensor '%s' (required by '%s')", name,
+                        b->arch);
+    st_tensor first = {0};
+    for (int64_t e = 0; e < n_expert; e++) {
+        snprintf(ename, sizeof ename, "blk.%d.%s.%" PRId64 ".weight", il, split, e);
+        int64_t i = strata_gguf_tensor_find(b->g, ename);
+        if (i < 0)
+            return st_error(STRATA_ERR_NOT_FOUND,
+                            "missing tensor '%s' (per-expert layout of '%s')", ename, name);
+        st_tensor x;
+        ST_TRY(st_bind_index(b, &x, i, ST_KIND_MATMUL, ne0, ne1, 1));
+        if (e == 0) {
+            first = x;
+        } else if (x.type != first.type ||
+                   x.data != first.data + (size_t)e * (size_t)ne1 * first.row_bytes) {
+            return st_error(STRATA_ERR_UNSUPPORTED,
+                            "tensor '%s': per-expert tensors that are not stored back to back "
+                            "with one type are not supported; convert the model with experts "
+                            "merged into '%s'", ename, name);
+        }
+    }
+    *t = first;
+    t->ne[2] = n_expert;
+    return STRATA_OK;
+}
+
+/* ==== layers ================================================================================= */
+
+static strata_status st_bind_layers(st_binder *b, strata_model *m) {
+    const st_hparams *hp = &m->hp;
+    const st_arch *a = m->arch;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
+    const int64_t nq = (int64_t)hp->n_head * hd, nk = (int64_t)hp->n_head_kv * hd;
+    const int64_t nv = (int64_t)hp->n_head_kv * hdv, no = (int64_t)hp->n_head * hdv;
+    const int bias_req = a->id == ST_ARCH_QWEN2 || a->id == ST_ARCH_QWEN2MOE;
+    const char *W = "weight", *B = "bias";
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        st_layer *L = &m->layers[il];
+        /* attention */
+        ST_TRY(st_bind_layer(b, &L->attn_norm, il, "attn_norm", W, 1, ST_KIND_NORM, E, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->wq, il, "attn_q", W, 1, ST_KIND_MATMUL, E, nq, 1));
+        ST_TRY(st_bind_layer(b, &L->wk, il, "attn_k", W, 1, ST_KIND_MATMUL, E, nk, 1));
+        ST_TRY(st_bind_layer(b, &L->wv, il, "attn_v", W, 1, ST_KIND_MATMUL, E, nv, 1));
+        ST_TRY(st_bind_layer(b, &L->wo, il, "attn_output", W, 1, ST_KIND_MATMUL, no, E, 1));
+        ST_TRY(st_bind_layer(b, &L->bq, il, "attn_q", B, bias_req, ST_KIND_NORM, nq, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->bk, il, "attn_k", B, bias_req, ST_KIND_NORM, nk, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->bv, il, "attn_v", B, bias_req, ST_KIND_NORM, nv, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->bo, il, "attn_output", B, 0, ST_KIND_NORM, E, 1, 1));
+        if (a->qk_norm == ST_QKNORM_FULL) {
+            ST_TRY(st_bind_layer(b, &L->q_norm, il, "attn_q_norm", W, 1, ST_KIND_NORM, nq, 1, 1));
+            ST_TRY(st_bind_layer(b, &L->k_norm, il, "attn_k_norm", W, 1, ST_KIND_NORM, nk, 1, 1));
+        } else if (a->qk_norm == ST_QKNORM_HEAD) {
+            ST_TRY(st_bind_layer(b, &L->q_norm, il, "attn_q_norm", W, 1, ST_KIND_NORM, hd, 1, 1));
+            ST_TRY(st_bind_layer(b, &L->k_norm, il, "attn_k_norm", W, 1, ST_KIND_NORM, hd, 1, 1));
+        }
+        ST_TRY(st_bind_layer(b, &L->ffn_norm, il, "ffn_norm", W, 1, ST_KIND_NORM, E, 1, 1));
+
+        if (hp->n_expert == 0) { /* dense FFN */
+            const int64_t F = hp->n_ff;
+            ST_TRY(st_bind_layer(b, &L->ffn_gate, il, "ffn_gate", W, 1, ST_KIND_MATMUL, E, F, 1));
+            ST_TRY(st_bind_layer(b, &L->ffn_up, il, "ffn_up", W, 1, ST_KIND_MATMUL, E, F, 1));
+            ST_TRY(st_bind_layer(b, &L->ffn_down, il, "ffn_down", W, 1, ST_KIND_MATMUL, F, E, 1));
+            continue;
+        }
+        /* routed experts */
+        const int64_t X = hp->n_expert, F = hp->n_ff_exp;
+        const int split_ok = a->id == ST_ARCH_LLAMA; /* old Mixtral files */
+        ST_TRY(st_bind_layer(b, &L->ffn_gate_inp, il, "ffn_gate_inp", W, 1, ST_KIND_MATMUL, E, X,
+                             1));
+        ST_TRY(st_bind_experts(b, &L->ffn_gate_exps, il, "ffn_gate_exps",
+                               split_ok ? "ffn_gate" : NULL, E, F, X));
+        ST_TRY(st_bind_experts(b, &L->ffn_up_exps, il, "ffn_up_exps",
+                               split_ok ? "ffn_up" : NULL, E, F, X));
+        ST_TRY(st_bind_experts(b, &L->ffn_down_exps, il, "ffn_down_exps",
+                               split_ok ? "ffn_down" : NULL, F, E, X));
+        /* shared expert */
+        if (hp->n_ff_shexp > 0) {
+            const int64_t S = hp->n_ff_shexp;
+            if (a->shexp_gated) /* (n_embd) or (n_embd, 1) as converters write it */
+                ST_TRY(st_bind_layer(b, &L->ffn_gate_inp_shexp, il, "ffn_gate_inp_shexp", W, 1,
+                                     ST_KIND_MATMUL, E, 1, 1));
+            ST_TRY(st_bind_layer(b, &L->ffn_gate_shexp, il, "ffn_gate_shexp", W, 1,
+                                 ST_KIND_MATMUL, E, S, 1));
+            ST_TRY(st_bind_layer(b, &L->ffn_up_shexp, il, "ffn_up_shexp", W, 1, ST_KIND_MATMUL, E,
+                                 S, 1));
+            ST_TRY(st_bind_layer(b, &L->ffn_down_shexp, il, "ffn_down_shexp", W, 1,
+                                 ST_KIND_MATMUL, S, E, 1));
+        }
+    }
+    return STRATA_OK;
+}
+
+/* ==== loading ================================================================================ */
+
+/* NUL-terminated heap copy of a string key ("" when absent). */
+static strata_status st_dup_key(const strata_gguf *g, const char *key, char **out) {
+    const char *p = "";
+    uint64_t n = 0;
+    if (strata_gguf_kv_find(g, key) >= 0) {
+        strata_status st = strata_gguf_get_str(g, key, &p, &n);
+        if (st != STRATA_OK) return st_error(st, "key '%s': expected a string", key);
+    }
+    char *s = malloc((size_t)n + 1);
+    if (!s) return st_error(STRATA_ERR_NOMEM, "out of memory copying key '%s'", key);
+    memcpy(s, p, (size_t)n);
+    s[n] = 0;
+    *out = s;
+    return STRATA_OK;
+}
+
+static int st_online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Token count: the vocabulary's, else <arch>.vocab_size, else the embedding's rows. */
+static strata_status st_resolve_vocab_size(strata_model *m, const char *arch) {
+    if (m->vocab) {
+        m->hp.n_vocab = st_vocab_n_tokens(m->vocab);
+        return STRATA_OK;
+    }
+    char key[160];
+    snprintf(key, sizeof key, "%s.vocab_size", arch);
+    if (strata_gguf_kv_find(m->gguf, key) >= 0) {
+        uint64_t v;
+        strata_status st = strata_gguf_get_u64(m->gguf, key, &v);
+        if (st != STRATA_OK) return st_error(st, "key '%s': expected an unsigned integer", key);
+        if (v == 0 || v > INT32_MAX) return st_error(STRATA_ERR_FORMAT, "key '%s': bad value", key);
+        m->hp.n_vocab = (int32_t)v;
+        return STRATA_OK;
+    }
+    int64_t i = strata_gguf_tensor_find(m->gguf, "token_embd.weight");
+    if (i < 0)
+        return st_error(STRATA_ERR_NOT_FOUND, "missing tensor 'token_embd.weight' (required by "
+                        "'%s')", arch);
+    strata_tensor_info ti;
+    ST_TRY(strata_gguf_tensor_info(m->gguf, i, &ti));
+    if (ti.ne[1] <= 0 || ti.ne[1] > INT32_MAX)
+        return st_error(STRATA_ERR_FORMAT, "tensor 'token_embd.weight': bad row count");
+    m->hp.n_vocab = (int32_t)ti.ne[1];
+    return STRATA_OK;
+}
+
+static strata_status st_load_weights(strata_model *m, const char *arch) {
+    const st_hparams *hp = &m->hp;
+    st_binder b = {.g = m->gguf, .arch = arch};
+    b.n_tensors = strata_gguf_tensor_count(m->gguf);
+    b.used = calloc((size_t)(b.n_tensors > 0 ? b.n_tensors : 1), 1);
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!b.used || !m->layers) {
+        free(b.used);
+        return st_error(STRATA_ERR_NOMEM, "out of memory for %d layers", (int)hp->n_layer);
+    }
+    strata_status st = STRATA_OK;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    if (!st) st = st_bind(&b, &m->tok_embd, "token_embd.weight", 1, ST_KIND_EMBD, E, V, 1);
+    if (!st) st = st_bind(&b, &m->output_norm, "output_norm.weight", 1, ST_KIND_NORM, E, 1, 1);
+    if (!st) st = st_bind(&b, &m->output, "output.weight", 0, ST_KIND_MATMUL, E, V, 1);
+    if (!st && !m->output.data) m->output = m->tok_embd; /* tied embeddings */
+    if (!st) st = st_bind_layers(&b, m);
+
+    /* Every tensor must have a place: one we do not know would be silently ignored. */
+    for (int64_t i = 0; !st && i < b.n_tensors; i++) {
+        if (b.used[i]) continue;
+        strata_tensor_info ti;
+        st = strata_gguf_tensor_info(m->gguf, i, &ti);
+        if (!st)
+            st = st_error(STRATA_ERR_UNSUPPORTED,
+                          "tensor '%s' is not used by architecture '%s' (with these "
+                          "hyperparameters); refusing to run without it", ti.name, arch);
+    }
+    free(b.used);
+    return st;
+}
+
+static strata_status st_fill_info(strata_model *m) {
+    strata_model_info *in = &m->info;
+    const st_hparams *hp = &m->hp;
+    int64_t n_params = 0;
+    uint64_t n_bytes = 0;
+    int64_t nt = strata_gguf_tensor_count(m->gguf);
+    for (int64_t i = 0; i < nt; i++) {
+        strata_tensor_info ti;
+        ST_TRY(strata_gguf_tensor_info(m->gguf, i, &ti));
+        n_params += ti.n_elements;
+        n_bytes += ti.n_bytes;
+    }
+    in->vocab_only = m->vocab_only;
+    in->n_vocab = hp->n_vocab;
+    in->n_params = n_params;
+    in->n_bytes = n_bytes;
+    if (m->vocab_only) return STRATA_OK;
+
+    in->n_ctx_train = hp->n_ctx_train;
+    in->n_embd = hp->n_embd;
+    in->n_layer = hp->n_layer;
+    in->n_head = hp->n_head;
+    in->n_head_kv = hp->n_head_kv;
+    in->head_dim = hp->head_dim;
+    in->n_ff = hp->n_ff;
+    in->n_expert = hp->n_expert;
+    in->n_expert_used = hp->n_expert_used;
+    in->n_ff_exp = hp->n_ff_exp;
+    in->n_ff_shexp = hp->n_ff_shexp;
+
+    /* Active: every weight a token's forward pass reads. The embedding table contributes one row
+     * (unless it is also the tied output); routed experts count top-k of n_expert. */
+    int64_t active = n_params;
+    if (m->output.data != m->tok_embd.data) active -= (hp->n_vocab - 1) * (int64_t)hp->n_embd;
+    if (hp->n_expert > 0) {
+        int64_t per_layer = 3 * (int64_t)hp->n_embd * hp->n_ff_exp * hp->n_expert;
+        int64_t all = per_layer * hp->n_layer;
+        active -= all - all / hp->n_expert * hp->n_expert_used;
+    }
+    in->n_params_active = active;
+    return STRATA_OK;
+}
+
+strata_status strata_model_load(const char *path, const strata_model_params *params,
+                                strata_model **out) {
+    if (!out) return st_error(STRATA_ERR_INVALID_ARG, "strata_model_load: out is NULL");
+    *out = NULL;
+    if (!path) return st_error(STRATA_ERR_INVALID_ARG, "strata_model_load: path is NULL");
+    strata_model_params p = params ? *params : strata_model_default_params();
+
+    strata_model *m = calloc(1, sizeof *m);
+    if (!m) return st_error(STRATA_ERR_NOMEM, "out of memory for the model");
+    strata_gguf_params gp = strata_gguf_default_params();
+    gp.use_mmap = p.use_mmap ? 1 : 0;
+    strata_status st = strata_gguf_open(path, &gp, &m->gguf);
+    char *arch_name = NULL, *name = NULL;
+    if (!st) st = st_dup_key(m->gguf, "general.architecture", &arch_name);
+    if (!st) st = st_dup_key(m->gguf, "general.name", &name);
+    m->info.arch = arch_name;
+    m->info.name = name;
+    m->vocab_only = p.vocab_only ? 1 : 0;
+    m->n_threads = p.n_threads > 0 ? p.n_threads : st_online_cpus();
+
+    if (!st) {
+        m->arch = st_arch_find(arch_name);
+        if (!m->arch && !m->vocab_only)
+            st = st_error(arch_name[0] ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_NOT_FOUND,
+                          arch_name[0] ? "unknown architecture '%s' (general.architecture); "
+                                         "supported: olmoe, qwen2moe, qwen3moe, llama, "
+                                         "granitemoe, qwen2, qwen3"
+                                       : "missing required key 'general.architecture'%s",
+                          arch_name);
+    }
+    if (!st && m->vocab_only) {
+        st = st_vocab_load(m->gguf, &m->vocab);
+        if (!st) m->hp.n_vocab = st_vocab_n_tokens(m->vocab);
+    } else if (!st) {
+        st = st_hparams_load(m->gguf, m->arch, &m->hp);
+        /* Files without tokenizer metadata (random test models) run from token ids. */
+        if (!st && strata_gguf_kv_find(m->gguf, "tokenizer.ggml.model") >= 0)
+            st = st_vocab_load(m->gguf, &m->vocab);
+        if (!st) st = st_resolve_vocab_size(m, arch_name);
+        if (!st) st = st_load_weights(m, arch_name);
+    }
+    if (!st) st = st_fill_info(m);
+    if (st) {
+        strata_model_free(m);
+        return st;
+    }
+    *out = m;
+    return STRATA_OK;
+}
+
+void strata_model_free(strata_model *model) {
+    if (!model) return;
+    if (model->vocab) st_vocab_free(model->vocab);
+    free(model->layers);
+    free((void *)model->info.arch);
+    free((void *)model->info.name);
+    strata_gguf_free(model->gguf);
+    free(model);
+}
+
+strata_status strata_model_get_info(const strata_model *model, strata_model_info *out) {
+    if (!model || !out)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_model_get_info: NULL argument");
+    *out = model->info;
+    return STRATA_OK;
+}
+
+const strata_gguf *strata_model_gguf(const strata_model *model) {
+    return model ? model->gguf : NULL;
+}
