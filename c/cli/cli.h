@@ -21,6 +21,7 @@
 /* Subcommands: argv[0] is the command name. Return the exit status. */
 int cli_cmd_info(int argc, char **argv);
 int cli_cmd_quantize(int argc, char **argv);
+int cli_cmd_tokenize(int argc, char **argv); /* tokenize.c */
 
 /* The --help text. */
 void cli_usage(FILE *f);

@@ -1,6 +1,7 @@
 /* main.c - entry point of ./strata: global options (--help, --version) and dispatch to one
  * subcommand per file (info.c, quantize.c). */
 #include "cli.h"
+#include "common.h" /* run / perplexity / the embedded default (gen) */
 
 #include <errno.h>
 #include <stdarg.h>
@@ -22,6 +23,18 @@ void cli_usage(FILE *f) {
         "        file version, shards, architecture, hyperparameters, tokenizer, and the\n"
         "        tensors grouped by kind (count and bytes per kind and type);\n"
         "        --tensors also lists every tensor\n"
+        "  [run] -m MODEL.gguf [-p PROMPT | -f FILE] [-n N] [options]\n"
+        "        generate text (streamed to stdout, stats on stderr); -i/--chat for an\n"
+        "        interactive chat (templates: chatml, Llama-2/Mistral [INST]); --logpos FILE\n"
+        "        dumps teacher-forced top-K logprobs; `strata run --help` lists the options;\n"
+        "        `strata` with no arguments runs the embedded default model\n"
+        "  perplexity -m MODEL.gguf -f TEXT [-c 512] [--stride N] [--kl-base F | --kl F]\n"
+        "        perplexity like llama-perplexity, and top-K KL against a saved base run\n"
+        "  tokenize -m FILE.gguf (-p TEXT | -f FILE) [--ids | --list] [--no-special]\n"
+        "           [--parse-special]\n"
+        "        token ids of a text, one per line (--ids) or as a list \"[1, 2]\" (--list);\n"
+        "        --no-special: no BOS/EOS; --parse-special: \"<|im_start|>\" etc. become their\n"
+        "        control tokens; loads only the vocabulary (vocabulary-only files work)\n"
         "  quantize IN.gguf OUT.gguf --type TYPE [-t N] [--allow-requantize]\n"
         "        rewrite a model with its weights in TYPE: f32, f16, bf16, q8_0, q4_0, q4_K,\n"
         "        q6_K (norms stay f32, routers f32; rows that do not fit fall back to q8_0);\n"
@@ -100,13 +113,7 @@ static int cmd_version(void) {
  * ------------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        /* placeholder until the embedded default model runs here */
-        printf("strata %s: no embedded model yet; running a model is not implemented in this "
-               "build.\n\n", strata_version());
-        cli_usage(stdout);
-        return 0;
-    }
+    if (argc < 2) return cli_cmd_default(); /* the embedded default model (run.c) */
     const char *cmd = argv[1];
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         cli_usage(stdout);
@@ -115,6 +122,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) return cmd_version();
     if (strcmp(cmd, "info") == 0) return cli_cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "quantize") == 0) return cli_cmd_quantize(argc - 1, argv + 1);
-    if (cmd[0] == '-') return cli_usage_error("unknown option '%s'", cmd);
+    if (strcmp(cmd, "tokenize") == 0) return cli_cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "run") == 0) return cli_cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "perplexity") == 0) return cli_cmd_perplexity(argc - 1, argv + 1);
+    if (cmd[0] == '-') return cli_cmd_run(argc, argv); /* `strata -m MODEL ...` is run */
     return cli_usage_error("unknown command '%s'", cmd);
 }

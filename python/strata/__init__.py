@@ -16,6 +16,7 @@ from ._blocks import (act_type, block_bytes, block_size, can_dequantize, can_dot
                       cpu_isa_active, cpu_isa_set, cpu_isa_supported, dequantize, quantize,
                       quantize_file, row_bytes, type_id, type_name, types, vec_dot, vec_dot_q)
 from ._gguf import GGUF, Tensor, TensorInfo
+from ._model import Model
 
 __version__ = "0.1.0"
 
@@ -40,8 +41,8 @@ def backends() -> list[dict]:
     return out
 
 
-__all__ = ["StrataError", "GGUF", "Tensor", "TensorInfo", "version", "backends", "type_id",
-           "type_name", "types", "block_size", "block_bytes", "row_bytes", "can_dequantize",
-           "can_quantize", "can_dot", "act_type", "dequantize", "quantize", "vec_dot", "vec_dot_q",
-           "cpu_isa_supported", "cpu_isa_active", "cpu_isa_set", "quantize_file", "ffi", "lib",
-           "CDEF", "HEADER_PATH", "LIBRARY_PATH"]
+__all__ = ["StrataError", "Model", "GGUF", "Tensor", "TensorInfo", "version", "backends",
+           "type_id", "type_name", "types", "block_size", "block_bytes", "row_bytes",
+           "can_dequantize", "can_quantize", "can_dot", "act_type", "dequantize", "quantize",
+           "vec_dot", "vec_dot_q", "cpu_isa_supported", "cpu_isa_active", "cpu_isa_set",
+           "quantize_file", "ffi", "lib", "CDEF", "HEADER_PATH", "LIBRARY_PATH"]

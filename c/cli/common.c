@@ -1,0 +1,366 @@
+/* common.c - shared pieces of the model-running subcommands (see common.h): option parsing,
+ * model/session setup, timing, JSON output, and the top-K logprob dump and KL estimate. */
+#include "common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Options
+ * ------------------------------------------------------------------------------------------- */
+
+void cli_opts_init(cli_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = 128;
+    o->n_batch = 512;
+    o->kv_type = STRATA_TYPE_F16;
+    o->sp = strata_sampler_default_params();
+    o->logpos_top = 20;
+}
+
+void cli_opts_usage(FILE *f) {
+    fprintf(f,
+        "  -m, --model FILE        the GGUF model\n"
+        "  -p, --prompt TEXT       prompt; -f, --file FILE reads it from a file\n"
+        "  -n, --n-predict N       tokens to generate (default 128; -1: until end of generation\n"
+        "                          or the context is full; 0: only read the prompt)\n"
+        "  -c, --ctx-size N        context length (default: the model's)\n"
+        "  -t, --threads N         CPU threads (default: all cores)\n"
+        "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
+        "  --kv-type f16|f32       KV cache type (default f16)\n"
+        "  --temp T                temperature (default 0.8; <= 0: greedy)\n"
+        "  --top-k N               (default 40; 0: off)     --top-p P   (default 0.95; 1: off)\n"
+        "  --min-p P               (default 0.05; 0: off)\n"
+        "  --repeat-penalty P      (default 1.0: off)       --repeat-last-n N (default 64)\n"
+        "  --presence-penalty P    --frequency-penalty P    (default 0)\n"
+        "  --seed N                sampler seed (default 0x5eed); the same seed gives the same text\n"
+        "  --stop TEXT             stop when TEXT appears (repeatable); the output is cut before it\n"
+        "  --ignore-eos            do not stop at end-of-generation tokens\n"
+        "  --no-bos                never prepend BOS     --no-echo  do not print the prompt\n"
+        "  --logpos FILE           teacher-forced logprobs of every prompt position (JSONL; also\n"
+        "                          $STRATA_LOGPOS); --logpos-top K ids per position (default 20)\n"
+        "  --stats-json FILE       the timing stats as JSON      --quiet  no stats on stderr\n"
+        "  -i, --chat              interactive chat; templates: chatml (<|im_start|>role ...\n"
+        "                          <|im_end|>) and inst (Llama-2/Mistral [INST] ... [/INST]),\n"
+        "                          detected from tokenizer.chat_template, else plain continuation;\n"
+        "                          --chat-template chatml|inst|none overrides, --system TEXT\n");
+}
+
+static int opt_is(const char *a, const char *s, const char *l) {
+    return (s && strcmp(a, s) == 0) || (l && strcmp(a, l) == 0);
+}
+
+static int parse_long(const char *name, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 0);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return cli_usage_error("bad value '%s' for %s (an integer in %ld..%ld)", v, name, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int parse_float(const char *name, const char *v, float *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x))
+        return cli_usage_error("bad value '%s' for %s (a number)", v, name);
+    *out = (float)x;
+    return 0;
+}
+
+int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v = NULL;
+    /* "--name=value" form */
+    char name[64];
+    const char *eq = (a[0] == '-' && a[1] == '-') ? strchr(a, '=') : NULL;
+    if (eq && (size_t)(eq - a) < sizeof name) {
+        memcpy(name, a, (size_t)(eq - a));
+        name[eq - a] = '\0';
+        v = eq + 1;
+        a = name;
+    }
+    /* flags */
+    int flag = 1;
+    if (opt_is(a, NULL, "--ignore-eos")) o->ignore_eos = 1;
+    else if (opt_is(a, NULL, "--no-bos")) o->no_bos = 1;
+    else if (opt_is(a, NULL, "--no-echo")) o->no_echo = 1;
+    else if (opt_is(a, "-i", "--chat") || opt_is(a, NULL, "--interactive")) o->interactive = 1;
+    else if (opt_is(a, "-q", "--quiet")) o->quiet = 1;
+    else flag = 0;
+    if (flag) {
+        if (v) return cli_usage_error("option '%s' takes no value", a);
+        return 1;
+    }
+    static const char *const valued[] = {
+        "-m", "--model", "-p", "--prompt", "-f", "--file", "-n", "--n-predict", "-c", "--ctx-size",
+        "-t", "--threads", "-b", "--batch-size", "--kv-type", "--temp", "--top-k", "--top-p",
+        "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
+        "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
+        "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", NULL};
+    int known = 0;
+    for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
+    if (!known) return 0;
+    if (!v) {
+        if (*i + 1 >= argc) return cli_usage_error("option '%s' needs a value", a);
+        v = argv[++*i];
+    }
+    long x = 0;
+    int rc = 0;
+    if (opt_is(a, "-m", "--model")) o->model = v;
+    else if (opt_is(a, "-p", "--prompt")) o->prompt = v;
+    else if (opt_is(a, "-f", "--file")) o->prompt_file = v;
+    else if (opt_is(a, "-n", "--n-predict")) {
+        if (!(rc = parse_long(a, v, -1, 1L << 30, &x))) o->n_predict = (int)x;
+    } else if (opt_is(a, "-c", "--ctx-size")) {
+        if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->n_ctx = (int)x;
+    } else if (opt_is(a, "-t", "--threads")) {
+        if (!(rc = parse_long(a, v, 0, 4096, &x))) o->n_threads = (int)x;
+    } else if (opt_is(a, "-b", "--batch-size")) {
+        if (!(rc = parse_long(a, v, 1, 1L << 20, &x))) o->n_batch = (int)x;
+    } else if (opt_is(a, NULL, "--kv-type")) {
+        if (strcmp(v, "f16") == 0) o->kv_type = STRATA_TYPE_F16;
+        else if (strcmp(v, "f32") == 0) o->kv_type = STRATA_TYPE_F32;
+        else rc = cli_usage_error("bad value '%s' for --kv-type (f16 or f32)", v);
+    } else if (opt_is(a, NULL, "--temp") || opt_is(a, NULL, "--temperature")) {
+        rc = parse_float(a, v, &o->sp.temperature);
+    } else if (opt_is(a, NULL, "--top-k")) {
+        if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->sp.top_k = (int32_t)x;
+    } else if (opt_is(a, NULL, "--top-p")) {
+        rc = parse_float(a, v, &o->sp.top_p);
+    } else if (opt_is(a, NULL, "--min-p")) {
+        rc = parse_float(a, v, &o->sp.min_p);
+    } else if (opt_is(a, NULL, "--repeat-penalty")) {
+        rc = parse_float(a, v, &o->sp.repeat_penalty);
+        if (!rc && !(o->sp.repeat_penalty > 0))
+            rc = cli_usage_error("bad value '%s' for --repeat-penalty (> 0)", v);
+    } else if (opt_is(a, NULL, "--repeat-last-n")) {
+        if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->sp.repeat_last_n = (int32_t)x;
+    } else if (opt_is(a, NULL, "--presence-penalty")) {
+        rc = parse_float(a, v, &o->sp.presence_penalty);
+    } else if (opt_is(a, NULL, "--frequency-penalty")) {
+        rc = parse_float(a, v, &o->sp.frequency_penalty);
+    } else if (opt_is(a, NULL, "--seed")) {
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 0);
+        if (errno || end == v || *end || v[0] == '-')
+            rc = cli_usage_error("bad value '%s' for --seed (an unsigned integer)", v);
+        else o->sp.seed = (uint64_t)s;
+    } else if (opt_is(a, NULL, "--stop")) {
+        if (!v[0]) rc = cli_usage_error("--stop needs a non-empty text");
+        else if (o->n_stops >= CLI_MAX_STOPS)
+            rc = cli_usage_error("at most %d --stop strings", CLI_MAX_STOPS);
+        else o->stops[o->n_stops++] = v;
+    } else if (opt_is(a, NULL, "--logpos")) o->logpos = v;
+    else if (opt_is(a, NULL, "--logpos-top")) {
+        if (!(rc = parse_long(a, v, 1, 1000000, &x))) o->logpos_top = (int)x;
+    } else if (opt_is(a, NULL, "--stats-json")) o->stats_json = v;
+    else if (opt_is(a, NULL, "--chat-template")) {
+        if (strcmp(v, "chatml") && strcmp(v, "inst") && strcmp(v, "none"))
+            rc = cli_usage_error("bad value '%s' for --chat-template (chatml, inst or none)", v);
+        else o->chat_template = v;
+    } else if (opt_is(a, NULL, "--system")) o->system = v;
+    else if (opt_is(a, NULL, "--stride")) {
+        if (!(rc = parse_long(a, v, 1, 1L << 30, &x))) o->stride = (int)x;
+    } else if (opt_is(a, NULL, "--kl-base")) o->kl_base = v;
+    else if (opt_is(a, NULL, "--kl")) o->kl = v;
+    return rc ? rc : 1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Model, session, tokens, files
+ * ------------------------------------------------------------------------------------------- */
+
+double cli_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+uint64_t cli_peak_rss(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+    return (uint64_t)ru.ru_maxrss * 1024u; /* Linux reports KiB */
+}
+
+int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
+    int rc = cli_check_readable(o->model);
+    if (rc) return rc;
+    strata_model_params mp = strata_model_default_params();
+    mp.n_threads = o->n_threads;
+    double t0 = cli_now();
+    if (strata_model_load(o->model, &mp, model) != STRATA_OK)
+        return cli_fail("cannot load '%s': %s", o->model, strata_last_error());
+    if (load_s) *load_s = cli_now() - t0;
+    return 0;
+}
+
+int cli_new_session(const cli_opts *o, const strata_model *model, strata_session **out) {
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = o->n_ctx;
+    sp.n_batch = o->n_batch;
+    sp.kv_type = o->kv_type;
+    sp.n_threads = o->n_threads;
+    if (strata_session_create(model, &sp, out) != STRATA_OK)
+        return cli_fail("cannot create a session: %s", strata_last_error());
+    return 0;
+}
+
+int cli_tokenize(const strata_model *model, const char *text, size_t len, int add_special,
+                 int parse_special, strata_token **toks, int64_t *n) {
+    int64_t cap = (int64_t)len + 8, need = 0;
+    strata_token *buf = malloc((size_t)cap * sizeof *buf);
+    if (!buf) return cli_fail("out of memory tokenizing %zu bytes", len);
+    strata_status st = strata_tokenize(model, text, (int64_t)len, add_special, parse_special, buf,
+                                       cap, &need);
+    if (st == STRATA_ERR_RANGE && need > cap) {
+        strata_token *b2 = realloc(buf, (size_t)need * sizeof *buf);
+        if (!b2) { free(buf); return cli_fail("out of memory for %lld tokens", (long long)need); }
+        buf = b2;
+        cap = need;
+        st = strata_tokenize(model, text, (int64_t)len, add_special, parse_special, buf, cap, &need);
+    }
+    if (st != STRATA_OK) {
+        free(buf);
+        return cli_fail("tokenize: %s", strata_last_error());
+    }
+    *toks = buf;
+    *n = need;
+    return 0;
+}
+
+int cli_model_adds_bos(const strata_model *model) {
+    strata_token t[4];
+    int64_t n = 0;
+    strata_token bos = strata_token_bos(model);
+    if (bos < 0) return 0;
+    if (strata_tokenize(model, "", 0, 1, 0, t, 4, &n) != STRATA_OK) return 0;
+    return n >= 1 && t[0] == bos;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "strata: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        char *b2 = realloc(buf, cap * 2 + 1);
+        if (!b2) { free(buf); buf = NULL; break; }
+        buf = b2;
+        cap *= 2;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err) {
+        free(buf);
+        fprintf(stderr, "strata: cannot read '%s'%s\n", path, buf ? "" : ": out of memory");
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+void cli_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", f);
+        else if (*p == '\t') fputs("\\t", f);
+        else if (*p == '\r') fputs("\\r", f);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Top-K logprob rows
+ * ------------------------------------------------------------------------------------------- */
+
+int cli_topk_init(cli_topk *t, int32_t n_vocab, int k) {
+    memset(t, 0, sizeof *t);
+    if (k > n_vocab) k = n_vocab;
+    t->n_vocab = n_vocab;
+    t->k = k;
+    t->ids = malloc((size_t)k * sizeof *t->ids);
+    t->lp = malloc((size_t)k * sizeof *t->lp);
+    if (!t->ids || !t->lp) {
+        cli_topk_free(t);
+        return cli_fail("out of memory for top-%d rows", k);
+    }
+    return 0;
+}
+
+void cli_topk_free(cli_topk *t) {
+    free(t->ids);
+    free(t->lp);
+    t->ids = NULL;
+    t->lp = NULL;
+}
+
+void cli_topk_row(cli_topk *t, const float *logits) {
+    int32_t V = t->n_vocab;
+    int k = t->k, n = 0;
+    double mx = -INFINITY;
+    for (int32_t i = 0; i < V; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0.0;
+    for (int32_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    t->lse = mx + log(sum);
+    /* insertion into a descending list of k; strict '>' keeps the lower id first on ties */
+    for (int32_t i = 0; i < V; i++) {
+        double l = logits[i];
+        if (n == k && !(l > t->lp[k - 1])) continue;
+        int j = n < k ? n++ : k - 1;
+        while (j > 0 && l > t->lp[j - 1]) {
+            t->lp[j] = t->lp[j - 1];
+            t->ids[j] = t->ids[j - 1];
+            j--;
+        }
+        t->lp[j] = l;
+        t->ids[j] = i;
+    }
+    for (int j = 0; j < n; j++) t->lp[j] -= t->lse;
+}
+
+void cli_logpos_header(FILE *f, const char *model, int32_t n_vocab, int k, const char *extra) {
+    fputs("{\"strata_logpos\": 1, \"model\": ", f);
+    cli_json_string(f, model ? model : "");
+    fprintf(f, ", \"n_vocab\": %d, \"top_k\": %d%s}\n", (int)n_vocab, k, extra ? extra : "");
+}
+
+void cli_logpos_line(FILE *f, int64_t pos, int64_t next, const cli_topk *t) {
+    fprintf(f, "{\"pos\": %lld, \"token\": ", (long long)pos);
+    if (next < 0) fputs("null", f);
+    else fprintf(f, "%lld", (long long)next);
+    fputs(", \"top\": [", f);
+    for (int j = 0; j < t->k; j++)
+        fprintf(f, "%s[%d, %.9g]", j ? ", " : "", (int)t->ids[j], t->lp[j]);
+    fputs("]}\n", f);
+}
+
+double cli_kl_topk(const double *lp_a, const double *lp_b, int k) {
+    double kl = 0.0, sa = 0.0, sb = 0.0;
+    for (int i = 0; i < k; i++) {
+        double a = exp(lp_a[i]), b = exp(lp_b[i]);
+        sa += a;
+        sb += b;
+        if (a > 0.0) kl += a * (lp_a[i] - lp_b[i]);
+    }
+    double ra = 1.0 - sa, rb = 1.0 - sb;
+    if (ra > 1e-12) kl += ra * (log(ra) - log(rb > 1e-300 ? rb : 1e-300));
+    return kl < 0.0 ? 0.0 : kl;
+}

@@ -1,0 +1,107 @@
+/* common.h - what the model-running subcommands (run.c, perplexity.c) share: the option set and
+ * its parser (-m, -p, -f, -n, -c, -t, -b, sampling, --logpos, ...), loading a model and session
+ * from those options, timing and peak RSS, JSON string output, and the teacher-forced logprob
+ * dump (top-K log-softmax rows, JSONL) with the top-K KL estimate that tools/kl.py also uses.
+ * Uses only the public API (strata.h). */
+#ifndef STRATA_CLI_COMMON_H
+#define STRATA_CLI_COMMON_H
+
+#include "cli.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define CLI_MAX_STOPS 16
+
+/* Subcommands (argv[0] is the command name) and the no-argument default run (run.c,
+ * perplexity.c). */
+int cli_cmd_run(int argc, char **argv);
+int cli_cmd_perplexity(int argc, char **argv);
+int cli_cmd_default(void);
+
+typedef struct {
+    const char *model;            /* -m */
+    const char *prompt;           /* -p */
+    const char *prompt_file;      /* -f */
+    int n_predict;                /* -n: tokens to generate (-1: until EOG or the context ends) */
+    int n_ctx;                    /* -c: 0 = the model's training context */
+    int n_threads;                /* -t: 0 = all cores */
+    int n_batch;                  /* -b: prompt tokens per forward pass */
+    strata_type kv_type;          /* --kv-type f16|f32 */
+    strata_sampler_params sp;     /* --temp, --top-k, ... */
+    const char *stops[CLI_MAX_STOPS]; /* --stop (repeatable) */
+    int n_stops;
+    int ignore_eos;               /* --ignore-eos */
+    int no_bos;                   /* --no-bos: never prepend BOS */
+    int no_echo;                  /* --no-echo: do not print the prompt before the continuation */
+    const char *logpos;           /* --logpos FILE or $STRATA_LOGPOS */
+    int logpos_top;               /* --logpos-top K (default 20) */
+    const char *stats_json;       /* --stats-json FILE */
+    int interactive;              /* -i / --chat */
+    const char *chat_template;    /* --chat-template chatml|inst|none (default: from the model) */
+    const char *system;           /* --system TEXT (chat) */
+    int quiet;                    /* --quiet: no stats on stderr */
+    /* perplexity */
+    int stride;                   /* --stride N (default n_ctx) */
+    const char *kl_base;          /* --kl-base FILE */
+    const char *kl;               /* --kl FILE */
+} cli_opts;
+
+/* Defaults: n_predict 128, n_batch 512, kv f16, the library's sampler defaults, top-K 20. */
+void cli_opts_init(cli_opts *o);
+/* Parses the option at argv[*i] (advancing *i past its value). Returns 1 if it was one of the
+ * shared options, 0 if it is not, or CLI_EXIT_USAGE (after the message) for a bad value. */
+int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i);
+/* The help text of the shared options. */
+void cli_opts_usage(FILE *f);
+
+/* Loads o->model (params from the options); *load_s gets the seconds it took. Prints the failure
+ * and returns CLI_EXIT_FAIL, or 0. */
+int cli_load_model(const cli_opts *o, strata_model **model, double *load_s);
+/* Session with the options' n_ctx, n_batch, kv_type, n_threads. */
+int cli_new_session(const cli_opts *o, const strata_model *model, strata_session **out);
+/* Tokenizes text into *toks (malloc'd), *n tokens. Prints failures, returns CLI_EXIT_FAIL or 0. */
+int cli_tokenize(const strata_model *model, const char *text, size_t len, int add_special,
+                 int parse_special, strata_token **toks, int64_t *n);
+/* 1 if the vocabulary prepends BOS when tokenizing with add_special. */
+int cli_model_adds_bos(const strata_model *model);
+/* Whole file into a NUL-terminated malloc'd buffer; NULL after printing why. */
+char *cli_read_file(const char *path, size_t *len);
+
+/* Monotonic seconds. */
+double cli_now(void);
+/* Peak resident set size of this process in bytes (getrusage). */
+uint64_t cli_peak_rss(void);
+/* Writes s as a JSON string literal (quotes included). */
+void cli_json_string(FILE *f, const char *s);
+
+/* ---- teacher-forced logprob dumps ------------------------------------------------------------
+ * JSONL: a header line {"strata_logpos": 1, "model": ..., "n_vocab": V, "top_k": K, ...} then one
+ * line per position {"pos": i, "token": NEXT_ID or null, "top": [[id, logprob], ...]} with the
+ * K most probable ids in descending order, log-softmax computed in double. */
+
+typedef struct {
+    int32_t n_vocab;
+    int k;
+    int32_t *ids;     /* [k] */
+    double *lp;       /* [k] */
+    double lse;       /* log-sum-exp of the last row */
+} cli_topk;
+
+int cli_topk_init(cli_topk *t, int32_t n_vocab, int k);
+void cli_topk_free(cli_topk *t);
+/* Fills t->ids/lp with the top k of log_softmax(logits) (descending; lower id first on ties). */
+void cli_topk_row(cli_topk *t, const float *logits);
+/* Writes the header line; extra is NULL or more JSON members (", \"a\": 1"). */
+void cli_logpos_header(FILE *f, const char *model, int32_t n_vocab, int k, const char *extra);
+/* Writes one position line from t's current row; next < 0 writes "token": null. */
+void cli_logpos_line(FILE *f, int64_t pos, int64_t next, const cli_topk *t);
+
+/* Top-K KL(A||B) estimate over A's top-K support: with a_i the probabilities of A's K ids, b_i
+ * B's for the same ids, and the rest buckets ra = 1 - sum a_i, rb = 1 - sum b_i:
+ *     KL = sum_i a_i (log a_i - log b_i) + ra log(ra / rb)
+ * i.e. the exact KL of the two distributions coarsened to (A's K ids, everything else): never
+ * negative, a lower bound of the full KL, and exact when A's support fits in its top K. */
+double cli_kl_topk(const double *lp_a, const double *lp_b, int k);
+
+#endif /* STRATA_CLI_COMMON_H */

@@ -1,0 +1,521 @@
+/* run.c - `strata [run] -m MODEL -p PROMPT -n N ...`: text generation on the public API. Owns the
+ * generation loop (prompt evaluation with optional teacher-forced logprob dump, sampling,
+ * streaming UTF-8-safe output, stop strings, end-of-generation and context-full handling), the
+ * end-of-run stats, the interactive chat loop with its templates (ChatML and Llama-2/Mistral
+ * [INST]), and the embedded default model run by `strata` without arguments. */
+#include "common.h"
+
+#include <libgen.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Streaming output: UTF-8 boundaries and stop strings
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    char *buf;           /* text generated in this turn */
+    size_t len, cap;
+    size_t emitted;      /* bytes of buf already written */
+    const cli_opts *o;
+    FILE *out;
+} stream;
+
+static int stream_append(stream *s, const char *p, size_t n) {
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 256;
+        while (cap < s->len + n + 1) cap *= 2;
+        char *b = realloc(s->buf, cap);
+        if (!b) return -1;
+        s->buf = b;
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, p, n);
+    s->len += n;
+    s->buf[s->len] = '\0';
+    return 0;
+}
+
+static size_t utf8_seq_len(unsigned char c) {
+    if (c < 0x80) return 1;
+    if ((c & 0xe0) == 0xc0) return 2;
+    if ((c & 0xf0) == 0xe0) return 3;
+    if ((c & 0xf8) == 0xf0) return 4;
+    return 1; /* continuation or invalid lead: stands alone */
+}
+
+static void stream_write(stream *s, size_t upto) {
+    if (upto > s->emitted) {
+        fwrite(s->buf + s->emitted, 1, upto - s->emitted, s->out);
+        fflush(s->out);
+        s->emitted = upto;
+    }
+}
+
+/* Writes what can no longer change; returns 1 if a stop string appeared (output cut before it). */
+static int stream_flush_safe(stream *s) {
+    const cli_opts *o = s->o;
+    /* a stop string can only start at or after `emitted` (see the hold-back below) */
+    size_t cut = s->len + 1;
+    for (int k = 0; k < o->n_stops; k++) {
+        const char *hit = strstr(s->buf + s->emitted, o->stops[k]);
+        if (hit && (size_t)(hit - s->buf) < cut) cut = (size_t)(hit - s->buf);
+    }
+    if (cut <= s->len) {
+        stream_write(s, cut);
+        s->len = cut;
+        s->buf[cut] = '\0';
+        return 1;
+    }
+    /* hold back the longest suffix that is a proper prefix of a stop string */
+    size_t hold = 0;
+    for (int k = 0; k < o->n_stops; k++) {
+        size_t sl = strlen(o->stops[k]);
+        for (size_t h = sl - 1; h > hold; h--) {
+            if (h <= s->len - s->emitted && memcmp(s->buf + s->len - h, o->stops[k], h) == 0) {
+                hold = h;
+                break;
+            }
+        }
+    }
+    size_t safe = s->len - hold;
+    if (hold) {
+        while (safe > s->emitted && ((unsigned char)s->buf[safe] & 0xc0) == 0x80) safe--;
+    } else {
+        /* do not split an incomplete multi-byte sequence at the end */
+        size_t j = s->len;
+        for (int back = 0; back < 4 && j > s->emitted; back++) {
+            j--;
+            unsigned char c = (unsigned char)s->buf[j];
+            if ((c & 0xc0) != 0x80) {
+                if (j + utf8_seq_len(c) > s->len) safe = j;
+                break;
+            }
+        }
+    }
+    stream_write(s, safe);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Generation
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const cli_opts *o;
+    strata_model *model;
+    strata_session *sess;
+    strata_sampler *smp;
+    int32_t n_vocab;
+    float *logits;          /* [n_batch * n_vocab] */
+    FILE *logpos;           /* NULL: no dump */
+    cli_topk topk;
+    int64_t logpos_base;    /* position of the next dumped row */
+    /* stats over the whole run */
+    double load_s, prompt_s, gen_s, ttft_s;
+    int64_t n_prompt, n_gen;
+    int ctx_full;
+} runner;
+
+enum { STOP_LIMIT, STOP_EOG, STOP_STRING, STOP_CTX };
+
+/* Evaluates the prompt tokens, dumping logprob rows when asked; the last row stays in
+ * r->logits. */
+static int eval_prompt(runner *r, const strata_token *toks, int64_t n, int64_t n_after) {
+    const cli_opts *o = r->o;
+    if (!r->logpos) {
+        if (strata_session_decode(r->sess, toks, n, r->logits, 0) != STRATA_OK)
+            return cli_fail("decode of %lld prompt tokens: %s", (long long)n, strata_last_error());
+        return 0;
+    }
+    for (int64_t b = 0; b < n; b += o->n_batch) {
+        int64_t nb = n - b < o->n_batch ? n - b : o->n_batch;
+        if (strata_session_decode(r->sess, toks + b, nb, r->logits, 1) != STRATA_OK)
+            return cli_fail("decode of prompt tokens %lld..%lld: %s", (long long)b,
+                            (long long)(b + nb - 1), strata_last_error());
+        for (int64_t j = 0; j < nb; j++) {
+            cli_topk_row(&r->topk, r->logits + (size_t)j * (size_t)r->n_vocab);
+            int64_t next = b + j + 1 < n ? toks[b + j + 1] : n_after;
+            cli_logpos_line(r->logpos, r->logpos_base++, next, &r->topk);
+        }
+        if (b + nb == n && nb > 1) /* keep the last row first for sampling */
+            memmove(r->logits, r->logits + (size_t)(nb - 1) * (size_t)r->n_vocab,
+                    (size_t)r->n_vocab * sizeof(float));
+    }
+    fflush(r->logpos);
+    return 0;
+}
+
+/* Reads toks then generates up to n_predict tokens, streaming to stdout. keep_all: every
+ * sampled token ends up in the KV cache (chat). *why gets a STOP_* value. */
+static int generate(runner *r, const strata_token *toks, int64_t n, int n_predict, int keep_all,
+                    int *why) {
+    const cli_opts *o = r->o;
+    int32_t n_ctx = strata_session_n_ctx(r->sess);
+    int32_t n_past = strata_session_n_past(r->sess);
+    *why = STOP_LIMIT;
+    if (n_past + n > n_ctx) {
+        if (n_past == 0)
+            return cli_fail("the prompt has %lld tokens but the context holds %d (use a larger "
+                            "-c, up to the model's n_ctx_train)", (long long)n, (int)n_ctx);
+        fprintf(stderr, "\nstrata: context full: %d of %d tokens used, this message needs %lld "
+                "more; stopping\n", (int)n_past, (int)n_ctx, (long long)n);
+        r->ctx_full = 1;
+        *why = STOP_CTX;
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i++) strata_sampler_accept(r->smp, toks[i]);
+    double t0 = cli_now();
+    int rc = eval_prompt(r, toks, n, -1);
+    if (rc) return rc;
+    double t1 = cli_now();
+    r->prompt_s += t1 - t0;
+    r->n_prompt += n;
+
+    stream s = {NULL, 0, 0, 0, o, stdout};
+    strata_token pending = -1; /* sampled, not yet in the cache */
+    int64_t n_gen = 0;
+    int first = 1;
+    char piece[256];
+    for (;;) {
+        if (n_predict >= 0 && n_gen >= n_predict) break;
+        strata_token tok;
+        if (strata_sampler_sample(r->smp, r->logits, &tok) != STRATA_OK) {
+            free(s.buf);
+            return cli_fail("sampling: %s", strata_last_error());
+        }
+        if (first) { r->ttft_s += cli_now() - t0; first = 0; }
+        if (!o->ignore_eos && strata_token_is_eog(r->model, tok)) {
+            pending = tok;
+            *why = STOP_EOG;
+            break;
+        }
+        strata_sampler_accept(r->smp, tok);
+        n_gen++;
+        int64_t plen = 0;
+        strata_status st = strata_token_to_piece(r->model, tok, 0, piece, sizeof piece, &plen);
+        if (st == STRATA_OK && stream_append(&s, piece, (size_t)plen) != 0) st = STRATA_ERR_NOMEM;
+        if (st != STRATA_OK) {
+            free(s.buf);
+            return cli_fail("token %d: %s", (int)tok, strata_last_error());
+        }
+        if (stream_flush_safe(&s)) { pending = tok; *why = STOP_STRING; break; }
+        if (n_predict >= 0 && n_gen >= n_predict) { pending = tok; break; }
+        if (strata_session_n_past(r->sess) >= n_ctx) {
+            *why = STOP_CTX;
+            r->ctx_full = 1;
+            break;
+        }
+        if (strata_session_decode(r->sess, &tok, 1, r->logits, 0) != STRATA_OK) {
+            free(s.buf);
+            return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
+                            strata_last_error());
+        }
+    }
+    stream_write(&s, s.len);
+    free(s.buf);
+    if (keep_all && pending >= 0 && strata_session_n_past(r->sess) < n_ctx) {
+        if (strata_session_decode(r->sess, &pending, 1, r->logits, 0) != STRATA_OK)
+            return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
+                            strata_last_error());
+    }
+    if (*why == STOP_CTX)
+        fprintf(stderr, "\nstrata: context full (%d tokens, -c); stopped after %lld generated "
+                "tokens\n", (int)n_ctx, (long long)n_gen);
+    r->gen_s += cli_now() - t1;
+    r->n_gen += n_gen;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Stats
+ * ------------------------------------------------------------------------------------------- */
+
+static double rate(double n, double s) { return s > 0 ? n / s : 0.0; }
+
+static int print_stats(const runner *r) {
+    const cli_opts *o = r->o;
+    uint64_t rss = cli_peak_rss();
+    if (!o->quiet) {
+        char hb[32];
+        fprintf(stderr, "\n\nstrata: load %.3f s | prompt %lld tokens, %.3f s, %.2f tok/s | "
+                "first token %.3f s\n", r->load_s, (long long)r->n_prompt, r->prompt_s,
+                rate((double)r->n_prompt, r->prompt_s), r->ttft_s);
+        fprintf(stderr, "strata: generated %lld tokens, %.3f s, %.2f tok/s | peak RSS %s\n",
+                (long long)r->n_gen, r->gen_s, rate((double)r->n_gen, r->gen_s),
+                cli_human_bytes((double)rss, hb, sizeof hb));
+    }
+    if (o->stats_json) {
+        FILE *f = fopen(o->stats_json, "w");
+        if (!f) return cli_fail("cannot write '%s'", o->stats_json);
+        strata_model_info mi;
+        memset(&mi, 0, sizeof mi);
+        strata_model_get_info(r->model, &mi);
+        fputs("{\"model\": ", f);
+        cli_json_string(f, o->model);
+        fprintf(f, ", \"arch\": ");
+        cli_json_string(f, mi.arch ? mi.arch : "");
+        fprintf(f, ", \"n_threads\": %d, \"n_ctx\": %d, \"n_batch\": %d, \"kv_type\": \"%s\", "
+                "\"load_s\": %.6f, \"n_prompt\": %lld, \"prompt_s\": %.6f, \"prompt_tok_s\": %.4f, "
+                "\"ttft_s\": %.6f, \"n_gen\": %lld, \"gen_s\": %.6f, \"gen_tok_s\": %.4f, "
+                "\"peak_rss_bytes\": %llu, \"context_full\": %s}\n",
+                o->n_threads, (int)strata_session_n_ctx(r->sess), o->n_batch,
+                strata_type_name(o->kv_type), r->load_s, (long long)r->n_prompt, r->prompt_s,
+                rate((double)r->n_prompt, r->prompt_s), r->ttft_s, (long long)r->n_gen, r->gen_s,
+                rate((double)r->n_gen, r->gen_s), (unsigned long long)rss,
+                r->ctx_full ? "true" : "false");
+        fclose(f);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Chat
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum { TPL_NONE, TPL_CHATML, TPL_INST } chat_tpl;
+
+static chat_tpl detect_template(const cli_opts *o, const strata_model *m) {
+    if (o->chat_template) {
+        if (strcmp(o->chat_template, "chatml") == 0) return TPL_CHATML;
+        if (strcmp(o->chat_template, "inst") == 0) return TPL_INST;
+        return TPL_NONE;
+    }
+    const char *t = strata_model_chat_template(m);
+    if (!t) return TPL_NONE;
+    if (strstr(t, "<|im_start|>")) return TPL_CHATML;
+    if (strstr(t, "[INST]")) return TPL_INST;
+    return TPL_NONE;
+}
+
+static const char *tpl_name(chat_tpl t) {
+    return t == TPL_CHATML ? "chatml" : t == TPL_INST ? "inst (Llama-2/Mistral)" : "none";
+}
+
+/* Appends printf-formatted text to a malloc'd string. */
+static int str_addf(char **s, size_t *len, const char *a, const char *b, const char *c) {
+    size_t n = strlen(a) + strlen(b) + strlen(c);
+    char *p = realloc(*s, *len + n + 1);
+    if (!p) return -1;
+    memcpy(p + *len, a, strlen(a));
+    memcpy(p + *len + strlen(a), b, strlen(b));
+    memcpy(p + *len + strlen(a) + strlen(b), c, strlen(c));
+    *len += n;
+    p[*len] = '\0';
+    *s = p;
+    return 0;
+}
+
+/* The text of one user turn. turn: 0 for the first; closed: the previous answer ended with its
+ * end-of-turn token (already in the cache). */
+static char *format_turn(chat_tpl tpl, const char *system, const char *msg, int turn, int closed) {
+    char *s = NULL;
+    size_t n = 0;
+    int bad = 0;
+    if (tpl == TPL_CHATML) {
+        if (turn > 0) bad |= str_addf(&s, &n, closed ? "\n" : "<|im_end|>\n", "", "");
+        if (turn == 0 && system) bad |= str_addf(&s, &n, "<|im_start|>system\n", system, "<|im_end|>\n");
+        bad |= str_addf(&s, &n, "<|im_start|>user\n", msg, "<|im_end|>\n<|im_start|>assistant\n");
+    } else if (tpl == TPL_INST) {
+        /* Mistral form: <s>[INST] msg [/INST] answer</s>[INST] msg2 [/INST] (BOS from add_special);
+         * a system prompt goes in front of the first message, as Llama-2's <<SYS>> block */
+        if (turn > 0 && !closed) bad |= str_addf(&s, &n, "</s>", "", "");
+        if (turn == 0 && system) {
+            bad |= str_addf(&s, &n, "[INST] <<SYS>>\n", system, "\n<</SYS>>\n\n");
+            bad |= str_addf(&s, &n, msg, " [/INST]", "");
+        } else {
+            bad |= str_addf(&s, &n, "[INST] ", msg, " [/INST]");
+        }
+    } else {
+        bad |= str_addf(&s, &n, turn > 0 ? "\n" : "", msg, "");
+    }
+    if (bad) { free(s); return NULL; }
+    return s;
+}
+
+static int chat_loop(runner *r) {
+    const cli_opts *o = r->o;
+    chat_tpl tpl = detect_template(o, r->model);
+    fprintf(stderr, "strata: chat with template %s; an empty line or end of input quits\n",
+            tpl_name(tpl));
+    char *line = NULL;
+    size_t lcap = 0;
+    int closed = 0, rc = 0;
+    for (int turn = 0;; turn++) {
+        fputs("\n> ", stderr);
+        fflush(stderr);
+        ssize_t got = getline(&line, &lcap, stdin);
+        if (got <= 0) break;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
+        if (got == 0) break;
+        char *text = format_turn(tpl, o->system, line, turn, closed);
+        if (!text) { rc = cli_fail("out of memory"); break; }
+        strata_token *toks = NULL;
+        int64_t n = 0;
+        rc = cli_tokenize(r->model, text, strlen(text), turn == 0 && !o->no_bos, 1, &toks, &n);
+        free(text);
+        if (rc) break;
+        int why;
+        rc = generate(r, toks, n, o->n_predict, 1, &why);
+        free(toks);
+        if (rc) break;
+        closed = why == STOP_EOG;
+        if (why == STOP_CTX) break;
+    }
+    free(line);
+    fputc('\n', stdout);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Entry points
+ * ------------------------------------------------------------------------------------------- */
+
+static void run_usage(FILE *f) {
+    fprintf(f, "usage: strata [run] -m MODEL.gguf [-p PROMPT | -f FILE] [-n N] [options]\n"
+               "       strata      (no arguments: the embedded default model on a sample prompt)\n\n"
+               "Generates text: the prompt, then the continuation streamed to stdout; timing and\n"
+               "peak memory on stderr at the end.\n\nOptions:\n");
+    cli_opts_usage(f);
+}
+
+static int run_with(cli_opts *o) {
+    if (!o->model) return cli_usage_error("no model: give -m MODEL.gguf");
+    if (o->prompt && o->prompt_file) return cli_usage_error("give -p or -f, not both");
+    if (o->interactive && o->logpos) return cli_usage_error("--logpos does not apply to --chat");
+    if (!o->logpos) {
+        const char *env = getenv("STRATA_LOGPOS");
+        if (env && env[0] && !o->interactive) o->logpos = env;
+    }
+    char *file_text = NULL;
+    size_t prompt_len = 0;
+    const char *prompt = o->prompt ? o->prompt : "";
+    if (o->prompt_file) {
+        if (!(file_text = cli_read_file(o->prompt_file, &prompt_len))) return CLI_EXIT_USAGE;
+        prompt = file_text;
+    } else {
+        prompt_len = strlen(prompt);
+    }
+
+    runner r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    int rc = cli_load_model(o, &r.model, &r.load_s);
+    if (rc) { free(file_text); return rc; }
+    strata_model_info mi;
+    strata_model_get_info(r.model, &mi);
+    r.n_vocab = mi.n_vocab;
+    strata_token *toks = NULL;
+    int64_t n = 0;
+    if ((rc = cli_new_session(o, r.model, &r.sess))) goto done;
+    if (strata_sampler_create(&o->sp, r.n_vocab, &r.smp) != STRATA_OK) {
+        rc = cli_fail("sampler: %s", strata_last_error());
+        goto done;
+    }
+    size_t rows = o->logpos && !o->interactive ? (size_t)o->n_batch : 1; /* all_logits only for dumps */
+    r.logits = malloc(rows * (size_t)r.n_vocab * sizeof(float));
+    if (!r.logits) { rc = cli_fail("out of memory for %zu x %d logits", rows, r.n_vocab); goto done; }
+
+    if (o->interactive) {
+        rc = chat_loop(&r);
+    } else {
+        if ((rc = cli_tokenize(r.model, prompt, prompt_len, !o->no_bos, 1, &toks, &n))) goto done;
+        if (n == 0) {
+            strata_token bos = strata_token_bos(r.model);
+            if (bos < 0) { rc = cli_fail("the prompt is empty and the model has no BOS token"); goto done; }
+            toks[0] = bos;
+            n = 1;
+        }
+        if (n > strata_session_n_ctx(r.sess)) {
+            rc = cli_fail("the prompt has %lld tokens but the context holds %d (use a larger -c, "
+                          "up to the model's n_ctx_train)", (long long)n,
+                          (int)strata_session_n_ctx(r.sess));
+            goto done;
+        }
+        if (o->logpos) {
+            if (!(r.logpos = fopen(o->logpos, "w"))) {
+                rc = cli_fail("cannot write '%s'", o->logpos);
+                goto done;
+            }
+            if ((rc = cli_topk_init(&r.topk, r.n_vocab, o->logpos_top))) goto done;
+            cli_logpos_header(r.logpos, o->model, r.n_vocab, r.topk.k, ", \"source\": \"prompt\"");
+        }
+        if (!o->no_echo) {
+            fwrite(prompt, 1, prompt_len, stdout);
+            fflush(stdout);
+        }
+        int why;
+        rc = generate(&r, toks, n, o->n_predict, 0, &why);
+        if (!rc) fputc('\n', stdout);
+    }
+    if (!rc) rc = print_stats(&r);
+done:
+    if (r.logpos) fclose(r.logpos);
+    cli_topk_free(&r.topk);
+    free(toks);
+    free(r.logits);
+    strata_sampler_free(r.smp);
+    strata_session_free(r.sess);
+    strata_model_free(r.model);
+    free(file_text);
+    return rc;
+}
+
+int cli_cmd_run(int argc, char **argv) {
+    cli_opts o;
+    cli_opts_init(&o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            run_usage(stdout);
+            return 0;
+        }
+        int rc = cli_opts_parse(&o, argc, argv, &i);
+        if (rc == 1) continue;
+        if (rc) return rc;
+        if (a[0] == '-' && a[1]) return cli_usage_error("unknown option '%s'", a);
+        return cli_usage_error("unexpected argument '%s' (the prompt goes after -p)", a);
+    }
+    if (o.stride || o.kl || o.kl_base)
+        return cli_usage_error("--stride/--kl/--kl-base belong to 'strata perplexity'");
+    return run_with(&o);
+}
+
+/* The embedded default model: <dir of the executable>/models/FILE, then ./models/FILE. */
+#define CLI_DEFAULT_MODEL "strata-tiny-moe-q8_0.gguf"
+#define CLI_DEFAULT_PROMPT "Dictionary, n."
+
+int cli_cmd_default(void) {
+    static char path[PATH_MAX + 64];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    int found = 0;
+    if (n > 0) {
+        exe[n] = '\0';
+        snprintf(path, sizeof path, "%s/models/%s", dirname(exe), CLI_DEFAULT_MODEL);
+        found = access(path, R_OK) == 0;
+    }
+    if (!found) {
+        snprintf(path, sizeof path, "models/%s", CLI_DEFAULT_MODEL);
+        found = access(path, R_OK) == 0;
+    }
+    if (!found) {
+        fprintf(stderr, "strata: the embedded default model models/%s was not found next to the "
+                "executable or in the current directory; run a model with -m FILE "
+                "(see strata --help)\n", CLI_DEFAULT_MODEL);
+        return CLI_EXIT_USAGE;
+    }
+    fprintf(stderr, "strata: no arguments: running the embedded default model %s\n"
+            "strata: (strata --help lists the commands; strata run --help the options)\n\n", path);
+    cli_opts o;
+    cli_opts_init(&o);
+    o.model = path;
+    o.prompt = CLI_DEFAULT_PROMPT;
+    o.n_predict = 64;
+    o.sp.temperature = 0.7f;
+    o.sp.top_p = 0.9f;
+    o.sp.repeat_penalty = 1.1f;
+    return run_with(&o);
+}

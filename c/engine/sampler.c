@@ -1,0 +1,298 @@
+/* sampler.c - the public sampler (strata.h, "Sampling"): picks the next token from a row of
+ * logits through a fixed chain, with a seeded generator of its own so that the same seed and the
+ * same inputs give the same tokens on every machine.
+ *
+ * The chain, in order (each stage sees what the previous one kept):
+ *   1. penalties over the distinct tokens of the last repeat_last_n accepted tokens, each seen
+ *      `count` times: repetition (logit > 0 ? logit / p : logit * p, llama.cpp's rule), then
+ *      frequency and presence (logit -= count * frequency + (count > 0) * presence);
+ *   2. temperature <= 0: greedy, the argmax of the penalized logits (lowest id on ties); stop;
+ *   3. top-k: keep the k largest logits (ties broken toward the lower id);
+ *   4. top-p: keep the smallest prefix of the sorted tokens whose softmax mass reaches top_p
+ *      (at least one token);
+ *   5. min-p: keep tokens whose probability is at least min_p times the largest one;
+ *   6. temperature: divide the kept logits by it;
+ *   7. draw from the softmax of what is left (double precision) with xoshiro256**.
+ * top-p and min-p see the untempered probabilities, as in llama.cpp's default order (penalties,
+ * top-k, typical, top-p, min-p, temperature, dist; Strata has no typical sampling). */
+#include "common.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Generator: xoshiro256** seeded through splitmix64
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t s[4];
+} st_rng;
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(st_rng *r, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+
+static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(st_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t result = rotl64(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl64(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(st_rng *r) {
+    return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * State
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t id;
+    float logit;
+} st_cand;
+
+struct strata_sampler {
+    strata_sampler_params p;
+    int32_t n_vocab;
+    st_rng rng;
+    int32_t *hist;        /* [repeat_last_n] ring of accepted tokens */
+    int32_t hist_len;     /* tokens in the ring (<= repeat_last_n) */
+    int32_t hist_head;    /* next write index */
+    int32_t *counts;      /* [n_vocab] occurrences in the window; zero between calls */
+    st_cand *cand;        /* [n_vocab] candidates of one call */
+    double *prob;         /* [n_vocab] probabilities of the kept candidates */
+};
+
+strata_sampler_params strata_sampler_default_params(void) {
+    strata_sampler_params p;
+    memset(&p, 0, sizeof p);
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.presence_penalty = 0.0f;
+    p.frequency_penalty = 0.0f;
+    p.repeat_last_n = 64;
+    p.seed = 0x5eed;
+    return p;
+}
+
+strata_status strata_sampler_create(const strata_sampler_params *params, int32_t n_vocab,
+                                    strata_sampler **out) {
+    if (!out) return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_create: out is NULL");
+    *out = NULL;
+    if (n_vocab <= 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_create: n_vocab %d must be > 0",
+                        (int)n_vocab);
+    strata_sampler_params p = params ? *params : strata_sampler_default_params();
+    if (isnan(p.temperature) || isnan(p.top_p) || isnan(p.min_p) || isnan(p.presence_penalty) ||
+        isnan(p.frequency_penalty))
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_create: a parameter is NaN");
+    if (!(p.repeat_penalty > 0.0f) || isinf(p.repeat_penalty))
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "strata_sampler_create: repeat_penalty %g must be a positive number",
+                        (double)p.repeat_penalty);
+    if (p.repeat_last_n < 0)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "strata_sampler_create: repeat_last_n %d must be >= 0",
+                        (int)p.repeat_last_n);
+    strata_sampler *s = calloc(1, sizeof *s);
+    if (!s) return st_error(STRATA_ERR_NOMEM, "strata_sampler_create: out of memory");
+    s->p = p;
+    s->n_vocab = n_vocab;
+    s->hist = calloc((size_t)(p.repeat_last_n > 0 ? p.repeat_last_n : 1), sizeof *s->hist);
+    s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    s->prob = malloc((size_t)n_vocab * sizeof *s->prob);
+    if (!s->hist || !s->counts || !s->cand || !s->prob) {
+        strata_sampler_free(s);
+        return st_error(STRATA_ERR_NOMEM, "strata_sampler_create: out of memory for %d tokens",
+                        (int)n_vocab);
+    }
+    rng_seed(&s->rng, p.seed);
+    *out = s;
+    return STRATA_OK;
+}
+
+void strata_sampler_free(strata_sampler *s) {
+    if (!s) return;
+    free(s->hist);
+    free(s->counts);
+    free(s->cand);
+    free(s->prob);
+    free(s);
+}
+
+void strata_sampler_reset(strata_sampler *s) {
+    if (!s) return;
+    s->hist_len = 0;
+    s->hist_head = 0;
+    rng_seed(&s->rng, s->p.seed);
+}
+
+void strata_sampler_accept(strata_sampler *s, strata_token token) {
+    if (!s || s->p.repeat_last_n <= 0 || token < 0 || token >= s->n_vocab) return;
+    s->hist[s->hist_head] = token;
+    s->hist_head = (s->hist_head + 1) % s->p.repeat_last_n;
+    if (s->hist_len < s->p.repeat_last_n) s->hist_len++;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Chain stages
+ * ------------------------------------------------------------------------------------------- */
+
+/* Descending logit, then ascending id: a total order, so results never depend on qsort. */
+static int cand_cmp(const void *a, const void *b) {
+    const st_cand *x = a, *y = b;
+    if (x->logit > y->logit) return -1;
+    if (x->logit < y->logit) return 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static inline int cand_before(const st_cand *x, const st_cand *y) { return cand_cmp(x, y) < 0; }
+
+/* Moves the k first candidates in cand_cmp order to c[0..k) (unordered): quickselect. */
+static void select_top(st_cand *c, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        st_cand pivot = c[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (cand_before(&c[i], &pivot)) i++;
+            while (cand_before(&pivot, &c[j])) j--;
+            if (i <= j) {
+                st_cand t = c[i]; c[i] = c[j]; c[j] = t;
+                i++; j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+static void apply_penalties(strata_sampler *s) {
+    const strata_sampler_params *p = &s->p;
+    if (s->hist_len == 0) return;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
+        return;
+    for (int32_t i = 0; i < s->hist_len; i++) s->counts[s->hist[i]]++;
+    for (int32_t i = 0; i < s->hist_len; i++) {
+        int32_t t = s->hist[i];
+        int32_t c = s->counts[t];
+        if (c == 0) continue; /* already applied for this distinct token */
+        float l = s->cand[t].logit;
+        if (p->repeat_penalty != 1.0f) l = l > 0.0f ? l / p->repeat_penalty : l * p->repeat_penalty;
+        l -= (float)c * p->frequency_penalty + (c > 0 ? p->presence_penalty : 0.0f);
+        s->cand[t].logit = l;
+        s->counts[t] = 0;
+    }
+}
+
+/* Softmax of c[0..n) (sorted, c[0] the largest) into s->prob; returns nothing. */
+static void softmax_sorted(strata_sampler *s, int64_t n, double inv_temp) {
+    double mx = (double)s->cand[0].logit, sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = exp(((double)s->cand[i].logit - mx) * inv_temp);
+        s->prob[i] = e;
+        sum += e;
+    }
+    for (int64_t i = 0; i < n; i++) s->prob[i] /= sum;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Sample
+ * ------------------------------------------------------------------------------------------- */
+
+strata_status strata_sampler_sample(strata_sampler *s, const float *logits, strata_token *out) {
+    if (!s || !logits || !out)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_sample: NULL argument");
+    const strata_sampler_params *p = &s->p;
+    int64_t n = s->n_vocab;
+    int any_finite = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float l = logits[i];
+        if (isnan(l)) l = -INFINITY;
+        if (isfinite(l)) any_finite = 1;
+        s->cand[i].id = (int32_t)i;
+        s->cand[i].logit = l;
+    }
+    if (!any_finite)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "strata_sampler_sample: no finite logit among %lld", (long long)n);
+    apply_penalties(s);
+
+    if (!(p->temperature > 0.0f)) { /* greedy */
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; i++)
+            if (s->cand[i].logit > s->cand[best].logit) best = i;
+        *out = s->cand[best].id;
+        return STRATA_OK;
+    }
+
+    /* drop -inf candidates (masked or penalized away) so they never count */
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (s->cand[i].logit > -INFINITY) s->cand[m++] = s->cand[i];
+    n = m;
+    if (n == 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_sample: every logit is -inf "
+                        "after the penalties");
+
+    /* top-k, then the kept candidates sorted */
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top(s->cand, n, p->top_k);
+        n = p->top_k;
+    }
+    qsort(s->cand, (size_t)n, sizeof *s->cand, cand_cmp);
+
+    /* top-p */
+    if (p->top_p < 1.0f) {
+        softmax_sorted(s, n, 1.0);
+        double cum = 0.0;
+        int64_t keep = n;
+        for (int64_t i = 0; i < n; i++) {
+            cum += s->prob[i];
+            if (cum >= (double)p->top_p) { keep = i + 1; break; }
+        }
+        n = keep < 1 ? 1 : keep;
+    }
+
+    /* min-p: p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p) */
+    if (p->min_p > 0.0f) {
+        double thr = (double)s->cand[0].logit + log((double)p->min_p);
+        int64_t keep = 1;
+        while (keep < n && (double)s->cand[keep].logit >= thr) keep++;
+        n = keep;
+    }
+
+    /* temperature and the draw */
+    softmax_sorted(s, n, 1.0 / (double)p->temperature);
+    double u = rng_uniform(&s->rng), cum = 0.0;
+    int64_t pick = n - 1;
+    for (int64_t i = 0; i < n; i++) {
+        cum += s->prob[i];
+        if (u < cum) { pick = i; break; }
+    }
+    *out = s->cand[pick].id;
+    return STRATA_OK;
+}

@@ -1,0 +1,301 @@
+"""_model.py - strata.Model: a loaded GGUF model with its tokenizer, text generation and
+teacher-forced logits, over the C API's Models, Tokenizer, Sessions and Sampling sections.
+
+    with strata.Model("model.gguf", n_ctx=1024, n_threads=4) as m:
+        ids = m.tokenize("Dictionary, n.")
+        for tok, text in m.generate("Dictionary, n.", max_tokens=64, temperature=0.7, seed=1):
+            print(text, end="")
+        m.logits(ids).shape == (len(ids), m.n_vocab)
+
+Every failing library call raises StrataError.
+"""
+from __future__ import annotations
+
+import codecs
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from ._ffi import StrataError, check, ffi, lib
+
+_KV_TYPES = {"f16": lib.STRATA_TYPE_F16, "f32": lib.STRATA_TYPE_F32}
+
+
+def _str(p) -> str:
+    return "" if p == ffi.NULL else ffi.string(p).decode("utf-8", errors="replace")
+
+
+class Model:
+    """A model file (strata_model_load) plus the session settings generate()/logits() use.
+
+    Parameters: n_ctx (0: the model's training context), n_threads (0: all cores), n_batch
+    (prompt tokens per forward pass, default 512), kv_type ("f16" or "f32"), vocab_only (only the
+    tokenizer; generate/logits then raise), use_mmap."""
+
+    def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,
+                 kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True):
+        if kv_type not in _KV_TYPES:
+            raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
+        self.path = str(path)
+        self._ptr = ffi.NULL
+        self._keep = ffi.NULL  # the session logits(keep=True) appends to
+        mp = lib.strata_model_default_params()
+        mp.use_mmap = 1 if use_mmap else 0
+        mp.vocab_only = 1 if vocab_only else 0
+        mp.n_threads = int(n_threads)
+        out = ffi.new("strata_model **")
+        check(lib.strata_model_load(self.path.encode(), ffi.new("strata_model_params *", mp), out),
+              "strata_model_load")
+        self._ptr = out[0]
+        self.n_ctx, self.n_threads, self.n_batch = int(n_ctx), int(n_threads), int(n_batch)
+        self.kv_type = kv_type
+        info = ffi.new("strata_model_info *")
+        check(lib.strata_model_get_info(self._ptr, info), "strata_model_get_info")
+        self.info = {name: (_str(getattr(info, name)) if name in ("arch", "name")
+                            else int(getattr(info, name)))
+                     for name in ("arch", "name", "vocab_only", "n_vocab", "n_ctx_train", "n_embd",
+                                  "n_layer", "n_head", "n_head_kv", "head_dim", "n_ff", "n_expert",
+                                  "n_expert_used", "n_ff_exp", "n_ff_shexp", "n_params",
+                                  "n_params_active", "n_bytes")}
+        self.n_vocab = self.info["n_vocab"]
+        self.last_stop = None  # why the last generate() ended: eog, length, stop, context
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._keep != ffi.NULL:
+            lib.strata_session_free(self._keep)
+            self._keep = ffi.NULL
+        if self._ptr != ffi.NULL:
+            lib.strata_model_free(self._ptr)
+            self._ptr = ffi.NULL
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _model(self):
+        if self._ptr == ffi.NULL:
+            raise ValueError("the model is closed")
+        return self._ptr
+
+    # -- tokenizer --------------------------------------------------------------------------------
+
+    @property
+    def bos(self) -> int:
+        return int(lib.strata_token_bos(self._model()))
+
+    @property
+    def eos(self) -> int:
+        return int(lib.strata_token_eos(self._model()))
+
+    @property
+    def chat_template(self) -> str | None:
+        p = lib.strata_model_chat_template(self._model())
+        return None if p == ffi.NULL else _str(p)
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lib.strata_token_is_eog(self._model(), int(token)))
+
+    def token_text(self, token: int) -> str | None:
+        p = lib.strata_token_text(self._model(), int(token))
+        return None if p == ffi.NULL else _str(p)
+
+    def tokenize(self, text: str | bytes, add_special: bool = True,
+                 parse_special: bool = False) -> list[int]:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        n_out = ffi.new("int64_t *")
+        cap = len(data) + 8
+        buf = ffi.new("strata_token[]", cap)
+        st = lib.strata_tokenize(self._model(), data, len(data), int(add_special),
+                                 int(parse_special), buf, cap, n_out)
+        if st == lib.STRATA_ERR_RANGE and n_out[0] > cap:
+            cap = int(n_out[0])
+            buf = ffi.new("strata_token[]", cap)
+            st = lib.strata_tokenize(self._model(), data, len(data), int(add_special),
+                                     int(parse_special), buf, cap, n_out)
+        check(st, "strata_tokenize")
+        return list(ffi.unpack(buf, int(n_out[0])))
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        buf = ffi.new("char[]", 256)
+        n = ffi.new("int64_t *")
+        st = lib.strata_token_to_piece(self._model(), int(token), int(special), buf, 256, n)
+        if st == lib.STRATA_ERR_RANGE and n[0] > 256:
+            buf = ffi.new("char[]", int(n[0]))
+            st = lib.strata_token_to_piece(self._model(), int(token), int(special), buf, n[0], n)
+        check(st, "strata_token_to_piece")
+        return ffi.unpack(buf, int(n[0]))
+
+    def detokenize_bytes(self, ids: Sequence[int], special: bool = False,
+                         strip_leading_space: bool = False) -> bytes:
+        ids = [int(t) for t in ids]
+        toks = ffi.new("strata_token[]", ids) if ids else ffi.new("strata_token[]", 1)
+        n = ffi.new("int64_t *")
+        cap = 16 * len(ids) + 16
+        buf = ffi.new("char[]", cap)
+        st = lib.strata_detokenize(self._model(), toks, len(ids), int(special),
+                                   int(strip_leading_space), buf, cap, n)
+        if st == lib.STRATA_ERR_RANGE and n[0] > cap:
+            cap = int(n[0])
+            buf = ffi.new("char[]", cap)
+            st = lib.strata_detokenize(self._model(), toks, len(ids), int(special),
+                                       int(strip_leading_space), buf, cap, n)
+        check(st, "strata_detokenize")
+        return ffi.unpack(buf, int(n[0]))
+
+    def detokenize(self, ids: Sequence[int], special: bool = False,
+                   strip_leading_space: bool = False) -> str:
+        """The text of ids (invalid UTF-8 replaced by U+FFFD)."""
+        return self.detokenize_bytes(ids, special, strip_leading_space).decode("utf-8",
+                                                                               errors="replace")
+
+    # -- sessions ---------------------------------------------------------------------------------
+
+    def _new_session(self):
+        sp = lib.strata_session_default_params()
+        sp.n_ctx = self.n_ctx
+        sp.n_batch = self.n_batch
+        sp.kv_type = _KV_TYPES[self.kv_type]
+        sp.n_threads = self.n_threads
+        out = ffi.new("strata_session **")
+        check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),
+              "strata_session_create")
+        return out[0]
+
+    def logits(self, tokens: Sequence[int], keep: bool = False) -> np.ndarray:
+        """Teacher-forced logits: row i is the distribution after tokens[0..i], shape
+        (len(tokens), n_vocab) float32. A fresh session each call unless keep=True, which appends
+        to one kept session (reset_kept() starts it over)."""
+        ids = [int(t) for t in tokens]
+        if not ids:
+            return np.zeros((0, self.n_vocab), dtype=np.float32)
+        if keep:
+            if self._keep == ffi.NULL:
+                self._keep = self._new_session()
+            sess = self._keep
+        else:
+            sess = self._new_session()
+        try:
+            out = np.empty((len(ids), self.n_vocab), dtype=np.float32)
+            check(lib.strata_session_decode(sess, ffi.new("strata_token[]", ids), len(ids),
+                                            ffi.cast("float *", out.ctypes.data), 1),
+                  "strata_session_decode")
+            return out
+        finally:
+            if not keep:
+                lib.strata_session_free(sess)
+
+    def reset_kept(self) -> None:
+        if self._keep != ffi.NULL:
+            lib.strata_session_reset(self._keep)
+
+    # -- generation -------------------------------------------------------------------------------
+
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, *,
+                 temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
+                 min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+                 seed: int = 0x5eed, stop: Sequence[str] = (), ignore_eos: bool = False,
+                 add_special: bool = True, parse_special: bool = True
+                 ) -> Iterator[tuple[int, str]]:
+        """Yields (token_id, text) per generated token. text is what became final with that token:
+        "" while a multi-byte character or a possible stop string is incomplete; when a stop
+        string appears the text is cut before it and generation ends. End-of-generation tokens end
+        it without being yielded (unless ignore_eos). A fresh session per call; self.last_stop
+        tells why it ended ("eog", "length", "stop", "context")."""
+        if isinstance(prompt, str):
+            ids = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            if self.bos < 0:
+                raise ValueError("empty prompt and the model has no BOS token")
+            ids = [self.bos]
+        stops = [s for s in stop if s]
+        sp = lib.strata_sampler_default_params()
+        sp.temperature, sp.top_k, sp.top_p, sp.min_p = temperature, top_k, top_p, min_p
+        sp.repeat_penalty, sp.repeat_last_n = repeat_penalty, repeat_last_n
+        sp.presence_penalty, sp.frequency_penalty = presence_penalty, frequency_penalty
+        sp.seed = int(seed) & 0xffffffffffffffff
+        return self._generate(ids, int(max_tokens), sp, stops, ignore_eos)
+
+    def _generate(self, ids, max_tokens, sp, stops, ignore_eos):
+        model = self._model()
+        sess = self._new_session()
+        smp_out = ffi.new("strata_sampler **")
+        try:
+            check(lib.strata_sampler_create(ffi.new("strata_sampler_params *", sp), self.n_vocab,
+                                            smp_out), "strata_sampler_create")
+        except StrataError:
+            lib.strata_session_free(sess)
+            raise
+        smp = smp_out[0]
+        logits = ffi.new("float[]", self.n_vocab)
+        tok = ffi.new("strata_token *")
+        dec = codecs.getincrementaldecoder("utf-8")("replace")
+        pending = ""
+        prev = None  # the last (token, text) not yet yielded (the final flush joins it)
+        self.last_stop = "length"
+        try:
+            n_ctx = lib.strata_session_n_ctx(sess)
+            if len(ids) > n_ctx:
+                raise StrataError(lib.STRATA_ERR_RANGE, f"the prompt has {len(ids)} tokens but "
+                                  f"the context holds {n_ctx}", "generate")
+            for t in ids:
+                lib.strata_sampler_accept(smp, t)
+            check(lib.strata_session_decode(sess, ffi.new("strata_token[]", ids), len(ids), logits,
+                                            0), "strata_session_decode")
+            n_gen = 0
+            while max_tokens < 0 or n_gen < max_tokens:
+                check(lib.strata_sampler_sample(smp, logits, tok), "strata_sampler_sample")
+                t = int(tok[0])
+                if not ignore_eos and lib.strata_token_is_eog(model, t):
+                    self.last_stop = "eog"
+                    break
+                lib.strata_sampler_accept(smp, t)
+                n_gen += 1
+                pending += dec.decode(self.token_to_piece(t))
+                cut = min((i for i in (pending.find(s) for s in stops) if i >= 0), default=-1)
+                if cut >= 0:
+                    if prev is not None:
+                        yield prev
+                    prev = (t, pending[:cut])
+                    pending = ""
+                    self.last_stop = "stop"
+                    break
+                hold = 0
+                for s in stops:
+                    for h in range(min(len(s) - 1, len(pending)), hold, -1):
+                        if pending.endswith(s[:h]):
+                            hold = h
+                            break
+                if prev is not None:
+                    yield prev
+                prev = (t, pending[:len(pending) - hold])
+                pending = pending[len(pending) - hold:]
+                if max_tokens >= 0 and n_gen >= max_tokens:
+                    break
+                if lib.strata_session_n_past(sess) >= n_ctx:
+                    self.last_stop = "context"
+                    break
+                check(lib.strata_session_decode(sess, tok, 1, logits, 0), "strata_session_decode")
+            if self.last_stop != "stop":
+                pending += dec.decode(b"", final=True)
+            if prev is not None:
+                yield (prev[0], prev[1] + (pending if self.last_stop != "stop" else ""))
+        finally:
+            lib.strata_sampler_free(smp)
+            lib.strata_session_free(sess)
+
+    def generate_text(self, prompt, max_tokens: int = 128, **kw) -> str:
+        """The generated text as one string (generate() joined)."""
+        return "".join(text for _, text in self.generate(prompt, max_tokens, **kw))

@@ -1,0 +1,286 @@
+"""test_generate.py - strata.Model and the ./strata run / perplexity commands on the trained tiny
+model in ../shared (skipped when it is absent): logits shape and kept sessions, greedy generation
+equal to the argmax of independently computed teacher-forced logits, the same seed giving the
+same text, stop strings, max_tokens, errors as StrataError; the CLI's greedy text equal to the
+Python one, its --logpos dump equal to log_softmax of Model.logits, kl.py on it, the context-full
+message, and perplexity equal to the value numpy computes from Model.logits with
+llama-perplexity's chunking rule."""
+import importlib.util
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import strata
+from conftest import REPO
+
+CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
+PROMPT = "Dictionary, n."
+TEXT = ("The kernel keeps a list of every device it knows about. When a driver is loaded, it "
+        "registers the devices it can handle, and the core code calls its probe function for "
+        "each of them. A probe function checks that the hardware is present, allocates the "
+        "memory it needs, and returns zero on success or a negative error code. ") * 6
+
+
+@pytest.fixture(scope="module")
+def model(request):
+    from conftest import shared_file
+    path = shared_file("models/strata-tiny-moe-q8_0.gguf")
+    m = strata.Model(path, n_ctx=512, n_threads=2)
+    yield m
+    m.close()
+
+
+def log_softmax(x):
+    x = x.astype(np.float64)
+    m = x.max(axis=-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+
+
+def run_cli(*args, check_rc=0, env=None, input=None):
+    if not CLI.is_file():
+        pytest.skip(f"strata CLI not built at {CLI}")
+    p = subprocess.run([str(CLI), *map(str, args)], capture_output=True, timeout=300,
+                       env=env, input=input)
+    if check_rc is not None:
+        assert p.returncode == check_rc, (args, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    return p
+
+
+# ------------------------------------------------------------------------------------------------
+# strata.Model
+# ------------------------------------------------------------------------------------------------
+
+def test_info_and_tokenizer(model):
+    assert model.info["arch"] == "olmoe" and model.n_vocab == 8192
+    assert model.info["n_expert"] == 32 and model.info["n_expert_used"] == 4
+    ids = model.tokenize(TEXT[:200])
+    assert ids and all(0 <= t < model.n_vocab for t in ids)
+    assert model.detokenize(ids) == TEXT[:200]
+    assert model.is_eog(model.eos)
+
+
+def test_logits_shape_and_keep(model):
+    ids = model.tokenize(TEXT)[:40]
+    full = model.logits(ids)
+    assert full.shape == (40, model.n_vocab) and full.dtype == np.float32
+    assert np.isfinite(full).all()
+    again = model.logits(ids)
+    np.testing.assert_array_equal(full, again)  # a fresh session each call
+    model.reset_kept()
+    a = model.logits(ids[:25], keep=True)
+    b = model.logits(ids[25:], keep=True)
+    model.reset_kept()
+    both = np.concatenate([a, b])
+    assert np.abs(both - full).max() <= 1e-3 * np.abs(full).max()
+    assert model.logits([]).shape == (0, model.n_vocab)
+
+
+def test_greedy_is_argmax_of_teacher_forced_logits(model):
+    prompt = model.tokenize(PROMPT)
+    out = list(model.generate(PROMPT, max_tokens=24, temperature=0))
+    toks = [t for t, _ in out]
+    assert len(toks) == 24 and model.last_stop == "length"
+    assert toks == [t for t, _ in model.generate(PROMPT, max_tokens=24, temperature=0)]
+    lg = model.logits(prompt + toks[:-1])[len(prompt) - 1:]
+    for i, t in enumerate(toks):
+        row = lg[i]
+        top2 = np.sort(row)[-2:]
+        if top2[1] - top2[0] > 1e-3:
+            assert t == int(np.argmax(row)), (i, t, int(np.argmax(row)))
+        else:
+            assert t in np.argsort(row)[-5:]
+    text = "".join(s for _, s in out)
+    assert text == model.detokenize(toks)
+    assert len(text) > 20
+
+
+def test_seed_determinism(model):
+    kw = dict(max_tokens=32, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    a = model.generate_text(PROMPT, seed=1, **kw)
+    b = model.generate_text(PROMPT, seed=1, **kw)
+    c = model.generate_text(PROMPT, seed=2, **kw)
+    assert a == b
+    assert a != c
+
+
+def test_stop_strings(model):
+    full = model.generate_text(PROMPT, max_tokens=48, temperature=0)
+    assert len(full) > 30
+    stop = full[15:19]
+    cut = full.find(stop)
+    out = list(model.generate(PROMPT, max_tokens=48, temperature=0, stop=[stop, "\x00never"]))
+    assert "".join(s for _, s in out) == full[:cut]
+    assert model.last_stop == "stop"
+    assert len(out) < 48
+
+
+def test_errors_raise(model, tmp_path):
+    with pytest.raises(strata.StrataError):
+        strata.Model(tmp_path / "missing.gguf")
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\x00" * 20)
+    with pytest.raises(strata.StrataError):
+        strata.Model(bad)
+    with pytest.raises(strata.StrataError):
+        model.logits([model.n_vocab + 5])
+    long_prompt = model.tokenize(TEXT * 3)
+    assert len(long_prompt) > 512
+    with pytest.raises(strata.StrataError) as e:
+        list(model.generate(long_prompt, max_tokens=1))
+    assert e.value.status_name == "STRATA_ERR_RANGE"
+    with pytest.raises(ValueError):
+        strata.Model(tmp_path / "x.gguf", kv_type="q4")
+
+
+def test_context_full_stops(model):
+    m = strata.Model(model.path, n_ctx=32, n_threads=2)
+    with m:
+        prompt = m.tokenize(PROMPT)
+        toks = [t for t, _ in m.generate(prompt, max_tokens=100, temperature=0, ignore_eos=True)]
+        assert m.last_stop == "context"
+        assert len(prompt) + len(toks) == 33  # the 32nd position's logits give one more token
+
+
+# ------------------------------------------------------------------------------------------------
+# ./strata run / perplexity
+# ------------------------------------------------------------------------------------------------
+
+def test_cli_greedy_matches_python_and_stats(model, tmp_path):
+    stats = tmp_path / "stats.json"
+    p = run_cli("-m", model.path, "-p", PROMPT, "-n", 24, "--temp", 0, "-c", 512, "-t", 2,
+                "--stats-json", stats)
+    want = model.generate_text(PROMPT, max_tokens=24, temperature=0)
+    assert p.stdout.decode() == PROMPT + want + "\n"
+    err = p.stderr.decode()
+    assert "tok/s" in err and "peak RSS" in err and "first token" in err
+    s = json.loads(stats.read_text())
+    assert s["n_gen"] == 24 and s["n_prompt"] == len(model.tokenize(PROMPT))
+    assert s["gen_tok_s"] > 0 and s["peak_rss_bytes"] > 10 << 20
+
+
+def test_cli_seed_and_stop(model):
+    args = ["-m", model.path, "-p", PROMPT, "-n", 32, "--temp", 1.0, "--top-k", 0, "--top-p", 1,
+            "--min-p", 0, "-c", 256, "--no-echo"]
+    a = run_cli(*args, "--seed", 5).stdout
+    assert a == run_cli(*args, "--seed", 5).stdout
+    assert a != run_cli(*args, "--seed", 6).stdout
+    py = model.generate_text(PROMPT, max_tokens=32, temperature=1.0, top_k=0, top_p=1.0,
+                             min_p=0.0, seed=5)
+    assert a.decode() == py + "\n"  # the same sampler, the same seed
+    stop = py[10:13]
+    b = run_cli(*args, "--seed", 5, "--stop", stop).stdout.decode()
+    assert b == py[:py.find(stop)] + "\n"
+
+
+def test_cli_logpos_matches_logits(model, tmp_path):
+    dump = tmp_path / "lp.jsonl"
+    text = TEXT[:600]
+    run_cli("-m", model.path, "-p", text, "-n", 0, "--logpos", dump, "--logpos-top", 8, "-b", 37,
+            "-c", 512)
+    lines = dump.read_text().splitlines()
+    head = json.loads(lines[0])
+    assert head["strata_logpos"] == 1 and head["n_vocab"] == 8192 and head["top_k"] == 8
+    ids = model.tokenize(text)
+    rows = [json.loads(x) for x in lines[1:]]
+    assert [r["pos"] for r in rows] == list(range(len(ids)))
+    assert [r["token"] for r in rows] == ids[1:] + [None]
+    ref = log_softmax(model.logits(ids))
+    for r in rows:
+        want = np.argsort(-ref[r["pos"]], kind="stable")[:8]
+        got_ids = [i for i, _ in r["top"]]
+        got_lp = np.array([lp for _, lp in r["top"]])
+        np.testing.assert_allclose(got_lp, ref[r["pos"], got_ids], atol=2e-3)
+        assert abs(got_lp[0] - ref[r["pos"]].max()) < 2e-3
+        assert np.all(np.diff(got_lp) <= 0)
+        assert set(got_ids[:3]) <= set(want[:5].tolist())
+    # the env variable does the same; kl.py of a dump against itself is 0
+    env = dict(os.environ, STRATA_LOGPOS=str(tmp_path / "env.jsonl"))
+    run_cli("-m", model.path, "-p", text, "-n", 0, "--logpos-top", 8, "-c", 512, env=env)
+    spec = importlib.util.spec_from_file_location("kl_tool", REPO / "tools" / "kl.py")
+    kl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kl)
+    r = kl.compare(kl.load_dump(dump), kl.load_dump(tmp_path / "env.jsonl"))
+    assert r["n_common"] == len(ids)
+    assert r["buckets"]["all"]["mean_kl"] < 1e-6 and r["first_top1_diff"] is None
+
+
+def test_cli_context_full_and_usage(model):
+    p = run_cli("-m", model.path, "-p", PROMPT, "-n", 200, "-c", 24, "--ignore-eos", "--temp", 0)
+    assert b"context full" in p.stderr
+    p = run_cli("-m", model.path, "-p", TEXT, "-c", 16, check_rc=1)
+    assert b"context holds 16" in p.stderr
+    p = run_cli("-m", model.path, "--frobnicate", check_rc=2)
+    assert p.stderr.decode().count("\n") == 1 and "unknown option '--frobnicate'" in p.stderr.decode()
+    p = run_cli("run", "-p", "x", check_rc=2)
+    assert b"no model" in p.stderr
+    p = run_cli("-m", model.path, "--temp", "hot", check_rc=2)
+    assert b"bad value 'hot' for --temp" in p.stderr
+
+
+def test_cli_perplexity_matches_numpy(model, tmp_path):
+    txt = tmp_path / "t.txt"
+    txt.write_text(TEXT)
+    base = tmp_path / "base.jsonl"
+    p = run_cli("perplexity", "-m", model.path, "-f", txt, "-c", 64, "-b", 64, "-t", 2,
+                "--kl-base", base)
+    out = p.stdout.decode()
+    final = [ln for ln in out.splitlines() if ln.startswith("Final estimate")]
+    assert final, out
+    ppl, err = (float(x) for x in final[0].split("=")[1].split("+/-"))
+    # numpy reference: chunks of 64, first token BOS only if the vocabulary adds one (it does
+    # not here), score positions 32..62 against the next token
+    ids = model.tokenize(TEXT, add_special=False)
+    n_ctx, first = 64, 32
+    nll = []
+    for c in range(len(ids) // n_ctx):
+        chunk = ids[c * n_ctx:(c + 1) * n_ctx]
+        lp = log_softmax(model.logits(chunk))
+        nll += [-lp[j, chunk[j + 1]] for j in range(first, n_ctx - 1)]
+    nll = np.array(nll)
+    want = math.exp(nll.mean())
+    want_err = want * math.sqrt(nll.var() / (len(nll) - 1))
+    assert ppl == pytest.approx(want, rel=2e-3)
+    assert err == pytest.approx(want_err, rel=2e-2)
+    # --kl against its own base: KL 0, 100 % same top-1
+    p = run_cli("perplexity", "-m", model.path, "-f", txt, "-c", 64, "-b", 16, "-t", 2,
+                "--kl", base)
+    out = p.stdout.decode()
+    assert "same top-1: 100.000 %" in out
+    mean = float(out.split("mean ")[1].split()[0])
+    assert mean < 1e-4
+    # a different context gives a different scoring: the base does not match
+    p = run_cli("perplexity", "-m", model.path, "-f", txt, "-c", 32, "--kl", base, check_rc=1)
+    assert b"positions" in p.stderr
+
+
+def test_cli_chat_keeps_the_cache(model):
+    # plain continuation (no template): turn 2 continues the cache of turn 1 and its answer
+    p = run_cli("-m", model.path, "-i", "--chat-template", "none", "-n", 12, "--temp", 0,
+                "-c", 512, input=b"Dictionary, n.\nLexicon, n.\n")
+    t1 = model.tokenize("Dictionary, n.", parse_special=True)
+    g1 = [t for t, _ in model.generate(t1, max_tokens=12, temperature=0)]
+    t2 = t1 + g1 + model.tokenize("\nLexicon, n.", add_special=False, parse_special=True)
+    g2 = [t for t, _ in model.generate(t2, max_tokens=12, temperature=0)]
+    want = model.detokenize(g1) + model.detokenize(g2) + "\n"
+    assert p.stdout.decode() == want
+    assert b"template none" in p.stderr
+
+
+def test_cli_no_arguments_runs_the_embedded_model(tmp_path):
+    if not (REPO / "models" / "strata-tiny-moe-q8_0.gguf").is_file():
+        pytest.skip("models/strata-tiny-moe-q8_0.gguf not present")
+    if not CLI.is_file():
+        pytest.skip(f"strata CLI not built at {CLI}")
+    p = subprocess.run([str(CLI)], capture_output=True, timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert out.startswith("Dictionary, n.") and len(out) > 100
+    assert b"embedded default model" in p.stderr and b"tok/s" in p.stderr
+    if not (CLI.parent / "models").is_dir():  # found only through the working directory
+        p = subprocess.run([str(CLI)], capture_output=True, timeout=60, cwd=tmp_path)
+        assert p.returncode == 2 and b"was not found" in p.stderr
