@@ -1,0 +1,308 @@
+/* ops.c - the dense CPU ops of ops.h: RMSNorm, softmax, SwiGLU, bias, RoPE (normal/NEOX,
+ * linear/YaRN), activation quantization, the (multi-)matmul over the dot kernels, KV stores and
+ * causal GQA attention. The MoE expert step is in ops_moe.c. */
+#include "ops.h"
+#include "dot.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Elementwise
+ * ------------------------------------------------------------------------------------------- */
+
+void st_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)x[i] * (double)x[i];
+    const float scale = 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    if (w)
+        for (int64_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+    else
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+void st_softmax(float *x, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void st_swiglu(float *h, const float *g, const float *u, int64_t n) {
+    for (int64_t i = 0; i < n; i++) h[i] = st_silu(g[i]) * u[i];
+}
+
+void st_add_bias(float *y, const float *b, int64_t T, int64_t n) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < n; i++) y[t * n + i] += b[i];
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * RoPE
+ * ------------------------------------------------------------------------------------------- */
+
+st_rope_params st_rope_params_from(const st_hparams *hp, st_rope_style style) {
+    st_rope_params p;
+    p.style = style;
+    p.n_rot = hp->n_rot;
+    p.freq_base = hp->rope_freq_base;
+    p.freq_scale = hp->rope_freq_scale > 0 ? hp->rope_freq_scale : 1.0f;
+    p.ext_factor = hp->rope_scaling == ST_ROPE_SCALING_YARN ? hp->yarn_ext_factor : 0.0f;
+    p.attn_factor = hp->yarn_attn_factor > 0 ? hp->yarn_attn_factor : 1.0f;
+    p.beta_fast = hp->yarn_beta_fast;
+    p.beta_slow = hp->yarn_beta_slow;
+    p.n_ctx_orig = hp->yarn_orig_ctx > 0 ? hp->yarn_orig_ctx : hp->n_ctx_train;
+    return p;
+}
+
+/* Dimension at which the rotation of beta turns per original context happens (YaRN). */
+static double st_yarn_corr_dim(double n_dims, double n_ctx_orig, double beta, double base) {
+    return n_dims * log(n_ctx_orig / (beta * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+void st_rope_cache(const st_rope_params *p, int64_t pos, float *cs) {
+    const int64_t half = p->n_rot / 2;
+    double lo = 0.0, hi = 0.0;
+    double mscale = p->attn_factor;
+    if (p->ext_factor != 0.0f) {
+        lo = floor(st_yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
+        hi = ceil(st_yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
+        if (lo < 0) lo = 0;
+        if (hi > p->n_rot - 1) hi = p->n_rot - 1;
+        mscale *= 1.0 + 0.1 * log(1.0 / p->freq_scale);
+    }
+    for (int64_t i = 0; i < half; i++) {
+        /* theta_extrap = pos * base^(-2i/n_rot), in double */
+        const double extrap = (double)pos * pow((double)p->freq_base, -2.0 * (double)i / (double)p->n_rot);
+        const double interp = p->freq_scale * extrap;
+        double theta = interp;
+        if (p->ext_factor != 0.0f) {
+            double y = ((double)i - lo) / fmax(0.001, hi - lo);
+            double ramp = 1.0 - fmin(1.0, fmax(0.0, y));
+            double mix = ramp * p->ext_factor;
+            theta = interp * (1.0 - mix) + extrap * mix;
+        }
+        cs[2 * i] = (float)(cos(theta) * mscale);
+        cs[2 * i + 1] = (float)(sin(theta) * mscale);
+    }
+}
+
+void st_rope_apply(const st_rope_params *p, const float *cs, float *x, int64_t n_head, int64_t head_dim) {
+    const int64_t half = p->n_rot / 2;
+    for (int64_t h = 0; h < n_head; h++) {
+        float *v = x + h * head_dim;
+        for (int64_t i = 0; i < half; i++) {
+            const float c = cs[2 * i], s = cs[2 * i + 1];
+            const int64_t a = p->style == ST_ROPE_NEOX ? i : 2 * i;
+            const int64_t b = p->style == ST_ROPE_NEOX ? i + half : 2 * i + 1;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Activation quantization
+ * ------------------------------------------------------------------------------------------- */
+
+size_t st_act_bytes(strata_type wtype, int64_t n, int64_t T) {
+    strata_type act = strata_act_type(wtype);
+    int64_t rb = act == STRATA_TYPE_COUNT ? n * 4 : strata_row_bytes(act, n);
+    return (size_t)(rb < 0 ? n * 4 : rb) * (size_t)T;
+}
+
+typedef struct {
+    strata_type act;
+    const float *x;
+    int64_t n;
+    size_t rb;
+    uint8_t *xq;
+} st_qa_job;
+
+static void st_qa_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_qa_job *j = ctx;
+    for (int64_t t = b; t < e; t++) {
+        const float *src = j->x + t * j->n;
+        uint8_t *dst = j->xq + (size_t)t * j->rb;
+        if (j->act == STRATA_TYPE_Q8_0) st_quantize_row_q8_0(src, (block_q8_0 *)dst, j->n);
+        else if (j->act == STRATA_TYPE_Q8_K) st_quantize_row_q8_K(src, (block_q8_K *)dst, j->n);
+        else memcpy(dst, src, (size_t)j->n * sizeof(float));
+    }
+}
+
+void st_quantize_acts(st_threadpool *tp, strata_type wtype, const float *x, int64_t T, int64_t n,
+                      void *xq) {
+    st_qa_job j = {strata_act_type(wtype), x, n, st_act_bytes(wtype, n, 1), xq};
+    /* each row costs ~n operations: only share out when there is enough of it */
+    int64_t chunk = T * n < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1);
+    st_threadpool_run(tp, T, chunk, st_qa_task, &j);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Matmul
+ * ------------------------------------------------------------------------------------------- */
+
+#define ST_MM_MAX 8           /* matrices per multi-matmul */
+#define ST_MM_TOK_BLOCK 32    /* tokens per block: a block's activations stay in L1/L2 */
+
+/* The three activation layouts: F32, Q8_0, Q8_K; each gets its own region of the workspace. */
+static int st_act_slot(strata_type act) {
+    return act == STRATA_TYPE_Q8_0 ? 1 : act == STRATA_TYPE_Q8_K ? 2 : 0;
+}
+
+size_t st_matmul_wsize(int64_t n, int64_t T) {
+    /* f32 copy is never needed (x is used directly); q8_0 and q8_K are each < 4 bytes/value */
+    size_t q80 = st_act_bytes(STRATA_TYPE_Q8_0, n % 32 ? 32 * (n / 32 + 1) : n, T);
+    size_t q8k = st_act_bytes(STRATA_TYPE_Q4_K, n % 256 ? 256 * (n / 256 + 1) : n, T);
+    return q80 + q8k + 128;
+}
+
+typedef struct {
+    const st_mm *mats;
+    int n_mats;
+    int64_t first[ST_MM_MAX + 1];    /* first global row of each matrix */
+    const uint8_t *xq[ST_MM_MAX];    /* activations for each matrix */
+    size_t xq_rb[ST_MM_MAX];         /* their row stride */
+    st_vec_dot_fn dot[ST_MM_MAX];
+    int64_t T;
+} st_mm_job;
+
+static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_mm_job *j = ctx;
+    int m = 0;
+    while (m < j->n_mats && j->first[m + 1] <= b) m++;
+    while (b < e) {
+        const int64_t end = e < j->first[m + 1] ? e : j->first[m + 1];
+        const st_mm *mm = &j->mats[m];
+        const st_tensor *w = mm->w;
+        const int64_t n = w->ne[0];
+        const int64_t r0 = b - j->first[m], r1 = end - j->first[m];
+        const st_vec_dot_fn dot = j->dot[m];
+        for (int64_t t0 = 0; t0 < j->T; t0 += ST_MM_TOK_BLOCK) {
+            const int64_t t1 = t0 + ST_MM_TOK_BLOCK < j->T ? t0 + ST_MM_TOK_BLOCK : j->T;
+            for (int64_t r = r0; r < r1; r++) {
+                const void *row = w->data + (size_t)r * w->row_bytes;
+                for (int64_t t = t0; t < t1; t++)
+                    dot(n, &mm->y[t * mm->ldy + r], row, j->xq[m] + (size_t)t * j->xq_rb[m]);
+            }
+        }
+        b = end;
+        m++;
+    }
+}
+
+void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const float *x, int64_t T,
+                     void *ws) {
+    st_mm_job j;
+    memset(&j, 0, sizeof j);
+    j.mats = mats;
+    j.n_mats = n_mats;
+    j.T = T;
+    const int64_t n = mats[0].w->ne[0];
+    const uint8_t *slot_ptr[3] = {(const uint8_t *)x, NULL, NULL};
+    size_t q80_bytes = st_act_bytes(STRATA_TYPE_Q8_0, n, T);
+    uint8_t *slot_buf[3] = {NULL, (uint8_t *)ws, (uint8_t *)ws + ((q80_bytes + 63) & ~(size_t)63)};
+    for (int m = 0; m < n_mats; m++) {
+        strata_type wt = mats[m].w->type;
+        strata_type act = strata_act_type(wt);
+        int s = st_act_slot(act);
+        if (!slot_ptr[s]) {
+            st_quantize_acts(tp, wt, x, T, n, slot_buf[s]);
+            slot_ptr[s] = slot_buf[s];
+        }
+        j.xq[m] = slot_ptr[s];
+        j.xq_rb[m] = st_act_bytes(wt, n, 1);
+        j.dot[m] = st_vec_dot_get(wt);
+        j.first[m + 1] = j.first[m] + mats[m].w->ne[1];
+    }
+    const int64_t rows = j.first[n_mats];
+    size_t bytes = 0;
+    for (int m = 0; m < n_mats; m++) bytes += (size_t)mats[m].w->ne[1] * mats[m].w->row_bytes;
+    /* enough chunks for balance; at least 4 rows so a chunk amortizes its bookkeeping; tiny
+     * products (a router, a gate vector) stay on the caller: waking workers would cost more */
+    int64_t chunk = bytes * (size_t)T < 48 * 1024 ? rows : st_threadpool_chunk(tp, rows, 8, T > 8 ? 1 : 4);
+    st_threadpool_run(tp, rows, chunk, st_mm_task, &j);
+}
+
+void st_matmul(st_threadpool *tp, const st_tensor *w, const float *x, int64_t T, float *y, void *ws) {
+    st_mm m = {w, y, w->ne[1]};
+    st_matmul_multi(tp, &m, 1, x, T, ws);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * KV cache and attention
+ * ------------------------------------------------------------------------------------------- */
+
+void st_kv_store(const st_kv_layer *kv, const st_attn_shape *s, const float *k, const float *v,
+                 int64_t T, int64_t pos0) {
+    const int64_t nk = (int64_t)s->n_head_kv * s->head_dim, nv = (int64_t)s->n_head_kv * s->head_dim_v;
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t p = pos0 + t;
+        const float *kt = k + t * nk, *vt = v + t * nv;
+        if (kv->type == STRATA_TYPE_F32) {
+            memcpy((float *)kv->k + p * nk, kt, (size_t)nk * sizeof(float));
+            float *V = kv->vt;
+            for (int64_t i = 0; i < nv; i++) V[i * kv->n_ctx + p] = vt[i];
+        } else {
+            uint16_t *K = (uint16_t *)kv->k + p * nk;
+            for (int64_t i = 0; i < nk; i++) K[i] = st_f32_to_fp16(kt[i]);
+            uint16_t *V = kv->vt;
+            for (int64_t i = 0; i < nv; i++) V[i * kv->n_ctx + p] = st_f32_to_fp16(vt[i]);
+        }
+    }
+}
+
+typedef struct {
+    const st_kv_layer *kv;
+    const st_attn_shape *s;
+    const float *q;
+    int64_t pos0;
+    float *out;
+    float *scratch;
+    st_vec_dot_fn dot;
+    size_t el;            /* bytes per cache element */
+} st_attn_job;
+
+static void st_attn_task(void *ctx, int64_t b, int64_t e, int tid) {
+    const st_attn_job *j = ctx;
+    const st_attn_shape *s = j->s;
+    const int64_t hd = s->head_dim, hdv = s->head_dim_v;
+    const int64_t group = s->n_head / s->n_head_kv;
+    const int64_t nk = (int64_t)s->n_head_kv * hd;
+    float *sc = j->scratch + (size_t)tid * (size_t)j->kv->n_ctx;
+    const uint8_t *K = j->kv->k, *V = j->kv->vt;
+    for (int64_t item = b; item < e; item++) {
+        const int64_t t = item / s->n_head, h = item % s->n_head, hk = h / group;
+        const int64_t np = j->pos0 + t + 1;     /* positions attended */
+        const float *q = j->q + (t * s->n_head + h) * hd;
+        for (int64_t p = 0; p < np; p++) {
+            float d;
+            j->dot(hd, &d, K + ((size_t)p * (size_t)nk + (size_t)(hk * hd)) * j->el, q);
+            sc[p] = d * s->scale;
+        }
+        st_softmax(sc, np);
+        float *o = j->out + (t * s->n_head + h) * hdv;
+        for (int64_t d = 0; d < hdv; d++)
+            j->dot(np, &o[d], V + ((size_t)(hk * hdv + d) * (size_t)j->kv->n_ctx) * j->el, sc);
+    }
+}
+
+void st_attention(st_threadpool *tp, const st_kv_layer *kv, const st_attn_shape *s, const float *q,
+                  int64_t T, int64_t pos0, float *out, float *scratch) {
+    st_attn_job j = {kv, s, q, pos0, out, scratch, st_vec_dot_get(kv->type),
+                     kv->type == STRATA_TYPE_F32 ? 4 : 2};
+    const int64_t items = T * s->n_head;
+    /* short contexts are cheap per item: keep them on fewer chunks */
+    int64_t chunk = (pos0 + T) * s->head_dim < 4096 ? st_threadpool_chunk(tp, items, 1, 1)
+                                                    : st_threadpool_chunk(tp, items, 4, 1);
+    st_threadpool_run(tp, items, chunk, st_attn_task, &j);
+}

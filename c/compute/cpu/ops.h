@@ -1,0 +1,127 @@
+/* ops.h - the CPU compute operations of the forward pass: matmul (quantized activations + the
+ * dot kernels), RMSNorm, RoPE (normal, NEOX, linear and YaRN scaling), softmax, SiLU/SwiGLU,
+ * causal attention with GQA over a KV cache, and the MoE expert step (ops_moe.c).
+ *
+ * Every op is deterministic: each output element is computed by exactly one thread with a fixed
+ * order of operations, so results do not depend on the thread count. Buffers are row-major
+ * [tokens][features]; counts are int64_t. No argument checks here (the callers validate). */
+#ifndef STRATA_OPS_H
+#define STRATA_OPS_H
+
+#include "common.h"
+#include "model.h"
+#include "threadpool.h"
+
+#include <math.h>
+
+/* ---- elementwise and per-row ops (one row, caller's thread) ----------------------------------- */
+
+/* y = x * 1/sqrt(mean(x^2) + eps) * w (w NULL: no weight). Sum of squares in double, as ggml's
+ * rms_norm does. y may alias x. */
+void st_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
+/* In-place softmax over n values; max-subtracted, sum in double. */
+void st_softmax(float *x, int64_t n);
+static inline float st_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float st_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* h[i] = silu(g[i]) * u[i] */
+void st_swiglu(float *h, const float *g, const float *u, int64_t n);
+/* y[i] += b[i] for each of T rows of n */
+void st_add_bias(float *y, const float *b, int64_t T, int64_t n);
+
+/* ---- RoPE -------------------------------------------------------------------------------------- */
+
+typedef struct {
+    st_rope_style style;     /* NORM: pairs (2i, 2i+1); NEOX: pairs (i, i + n_rot/2) */
+    int32_t n_rot;           /* rotated dimensions per head (even, <= head_dim); the rest pass */
+    float freq_base;         /* theta base */
+    float freq_scale;        /* 1 / scaling factor (linear and yarn) */
+    float ext_factor;        /* yarn ramp mix (0: plain linear interpolation) */
+    float attn_factor;       /* magnitude scale (yarn mscale base) */
+    float beta_fast, beta_slow;
+    int32_t n_ctx_orig;      /* yarn original context */
+} st_rope_params;
+
+/* From the model's hyperparameters. */
+st_rope_params st_rope_params_from(const st_hparams *hp, st_rope_style style);
+/* cs[2i] = cos(theta_i) * mscale, cs[2i+1] = sin(theta_i) * mscale for i < n_rot/2 at pos
+ * (llama.cpp's rope_yarn; plain RoPE when freq_scale 1 and ext_factor 0). */
+void st_rope_cache(const st_rope_params *p, int64_t pos, float *cs);
+/* Rotates the first n_rot values of each of n_head heads of head_dim floats in x. */
+void st_rope_apply(const st_rope_params *p, const float *cs, float *x, int64_t n_head, int64_t head_dim);
+
+/* ---- matmul ------------------------------------------------------------------------------------ */
+
+/* Bytes of T activation rows of n floats quantized for weights of type wtype. */
+size_t st_act_bytes(strata_type wtype, int64_t n, int64_t T);
+/* Quantizes T rows of n floats (row stride n) to strata_act_type(wtype), row stride
+ * strata_row_bytes(act, n); F32 activations are copied. Parallel over rows. */
+void st_quantize_acts(st_threadpool *tp, strata_type wtype, const float *x, int64_t T, int64_t n,
+                      void *xq);
+
+/* One matrix of a (multi-)matmul: y[t][r] = dot(W row r, x[t]), y row stride ldy (>= rows). */
+typedef struct {
+    const st_tensor *w;      /* 2-D view (ne[0] = n, ne[1] = rows) */
+    float *y;                /* [T][ldy] */
+    int64_t ldy;
+} st_mm;
+
+/* Workspace bytes st_matmul_multi needs for T rows of n inputs (all act types covered). */
+size_t st_matmul_wsize(int64_t n, int64_t T);
+/* Every mats[i] applied to the same x ([T][n] floats): x is quantized once per distinct
+ * activation type, then all rows of all matrices are shared out in one parallel region (rows
+ * outer, tokens inner, so each weight row is read once per block of tokens). ws: st_matmul_wsize
+ * bytes. */
+void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const float *x, int64_t T,
+                     void *ws);
+/* Single matrix convenience; y row stride = rows. */
+void st_matmul(st_threadpool *tp, const st_tensor *w, const float *x, int64_t T, float *y, void *ws);
+
+/* ---- attention --------------------------------------------------------------------------------- */
+
+/* One layer's KV cache: K rows [n_ctx][n_head_kv][head_dim]; V transposed
+ * [n_head_kv][head_dim_v][n_ctx] (so the weighted sum over positions is a dot product). */
+typedef struct {
+    strata_type type;        /* STRATA_TYPE_F16 or STRATA_TYPE_F32 */
+    void *k;
+    void *vt;
+    int64_t n_ctx;
+} st_kv_layer;
+
+typedef struct {
+    int32_t n_head, n_head_kv, head_dim, head_dim_v;
+    float scale;             /* score multiplier (1/sqrt(head_dim) or granite's) */
+} st_attn_shape;
+
+/* Stores T tokens' k ([T][n_head_kv*head_dim]) and v ([T][n_head_kv*head_dim_v]) at positions
+ * pos0 .. pos0+T-1. */
+void st_kv_store(const st_kv_layer *kv, const st_attn_shape *s, const float *k, const float *v,
+                 int64_t T, int64_t pos0);
+/* Causal attention: token t (position pos0+t) attends to cache positions [0, pos0+t]. q
+ * [T][n_head*head_dim] -> out [T][n_head*head_dim_v]. Query head h reads KV head
+ * h / (n_head/n_head_kv). scratch: n_threads * n_ctx floats. */
+void st_attention(st_threadpool *tp, const st_kv_layer *kv, const st_attn_shape *s, const float *q,
+                  int64_t T, int64_t pos0, float *out, float *scratch);
+
+/* ---- MoE expert step (ops_moe.c) -------------------------------------------------------------- */
+
+/* One expert's weights: 2-D views, gate/up (n_embd, n_ff), down (n_ff, n_embd). The per-layer
+ * table of these is what later placement code swaps (RAM, disk, GPU). */
+typedef struct {
+    st_tensor gate, up, down;
+} st_expert;
+
+/* Routing: softmax over n_expert router logits, top-k (ties: lower index first), optional
+ * renormalization of the k weights to sum 1. ids/wts: [k], in descending weight order. */
+void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, int32_t *ids,
+                   float *wts);
+
+/* Workspace bytes of st_moe_ffn for T tokens, k slots, n_expert experts, widths n_embd / n_ff. */
+size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int64_t n_ff);
+/* out[t] = sum over slots s = 0..k-1 (in that order) of wts[t][s] * FFN_{ids[t][s]}(x[t]),
+ * FFN_e(x) = down_e(silu(gate_e x) * up_e x). Tokens are grouped per expert so each weight row is
+ * read once per layer call; all experts' rows are shared out in one parallel region per stage.
+ * x, out: [T][n_embd] (out is overwritten; may not alias x). ws: st_moe_wsize bytes. */
+void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
+                int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws);
+
+#endif /* STRATA_OPS_H */

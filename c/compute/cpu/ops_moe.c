@@ -1,0 +1,222 @@
+/* ops_moe.c - the MoE expert step of ops.h: top-k routing and the grouped expert FFN
+ * (gate/up -> SwiGLU -> down over a per-expert weight table, weighted sum in slot order). */
+#include "ops.h"
+#include "dot.h"
+#include "quant.h"
+
+#include <math.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Routing
+ * ------------------------------------------------------------------------------------------- */
+
+void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, int32_t *ids,
+                   float *wts) {
+    /* softmax over all experts (max-subtracted, sum in double) */
+    float mx = -INFINITY;
+    for (int32_t e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0.0;
+    for (int32_t e = 0; e < n_expert; e++) sum += expf(logits[e] - mx);
+    /* top-k by repeated selection: strictly greater wins, so ties go to the lower index */
+    for (int32_t s = 0; s < k; s++) {
+        int32_t best = -1;
+        for (int32_t e = 0; e < n_expert; e++) {
+            int taken = 0;
+            for (int32_t p = 0; p < s; p++) taken |= ids[p] == e;
+            if (taken) continue;
+            if (best < 0 || logits[e] > logits[best]) best = e;
+        }
+        ids[s] = best;
+        wts[s] = (float)(expf(logits[best] - mx) / sum);
+    }
+    if (norm) {
+        float tot = 0.0f;
+        for (int32_t s = 0; s < k; s++) tot += wts[s];
+        for (int32_t s = 0; s < k; s++) wts[s] /= tot;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Grouped expert FFN
+ * ------------------------------------------------------------------------------------------- */
+
+static size_t st_align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int64_t n_ff) {
+    const size_t P = (size_t)T * (size_t)k;
+    size_t sz = 0;
+    sz += st_align64(sizeof(int64_t) * ((size_t)n_expert * 2 + 2));   /* counts, offsets */
+    sz += st_align64(sizeof(int32_t) * ((size_t)n_expert + 1));       /* active experts */
+    sz += 2 * st_align64(sizeof(int32_t) * P);                       /* pair_tok, pair_of */
+    sz += 2 * st_align64(sizeof(float) * (size_t)T * (size_t)n_embd); /* xq gate, xq up (<= f32) */
+    sz += st_align64(sizeof(float) * P * (size_t)n_ff);              /* h */
+    sz += st_align64(sizeof(float) * P * (size_t)n_ff);              /* hq (<= f32) */
+    sz += st_align64(sizeof(float) * P * (size_t)n_embd);            /* y */
+    return sz;
+}
+
+typedef struct {
+    const st_expert *experts;
+    const int32_t *active;     /* [n_active] expert ids with tokens, ascending */
+    const int64_t *offs;       /* [n_expert + 1] first pair of each expert */
+    const int32_t *pair_tok;   /* [P] token of each pair (grouped by expert) */
+    const int32_t *pair_of;    /* [T*k] pair index of (token, slot) */
+    const float *wts;          /* [T*k] */
+    int32_t k;
+    int64_t n_embd, n_ff;
+    const uint8_t *xq_g, *xq_u; size_t rb_g, rb_u;
+    float *h;                  /* [P][n_ff] */
+    uint8_t *hq; size_t rb_h;  /* [P][rb_h] */
+    float *y;                  /* [P][n_embd] */
+    float *out;                /* [T][n_embd] */
+    strata_type down_type;
+    st_vec_dot_fn dot_g, dot_u, dot_d;
+} st_moe_job;
+
+/* Stage 1: rows of gate/up of every active expert; global row = active index * n_ff + row. */
+static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_moe_job *j = ctx;
+    for (int64_t g = b; g < e; g++) {
+        const int32_t ex = j->active[g / j->n_ff];
+        const int64_t r = g % j->n_ff;
+        const st_expert *x = &j->experts[ex];
+        const void *wg = st_tensor_row(&x->gate, 0, r), *wu = st_tensor_row(&x->up, 0, r);
+        for (int64_t i = j->offs[ex]; i < j->offs[ex + 1]; i++) {
+            const int64_t t = j->pair_tok[i];
+            float vg, vu;
+            j->dot_g(j->n_embd, &vg, wg, j->xq_g + (size_t)t * j->rb_g);
+            j->dot_u(j->n_embd, &vu, wu, j->xq_u + (size_t)t * j->rb_u);
+            j->h[i * j->n_ff + r] = st_silu(vg) * vu;
+        }
+    }
+}
+
+/* Stage 2: quantize each pair's hidden row for the down projection. */
+static void st_moe_quant_h(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_moe_job *j = ctx;
+    for (int64_t i = b; i < e; i++) {
+        const float *src = j->h + i * j->n_ff;
+        uint8_t *dst = j->hq + (size_t)i * j->rb_h;
+        strata_type act = strata_act_type(j->down_type);
+        if (act == STRATA_TYPE_Q8_0) st_quantize_row_q8_0(src, (block_q8_0 *)dst, j->n_ff);
+        else if (act == STRATA_TYPE_Q8_K) st_quantize_row_q8_K(src, (block_q8_K *)dst, j->n_ff);
+        else memcpy(dst, src, (size_t)j->n_ff * sizeof(float));
+    }
+}
+
+/* Stage 3: rows of down of every active expert; global row = active index * n_embd + row. */
+static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_moe_job *j = ctx;
+    for (int64_t g = b; g < e; g++) {
+        const int32_t ex = j->active[g / j->n_embd];
+        const int64_t r = g % j->n_embd;
+        const void *wd = st_tensor_row(&j->experts[ex].down, 0, r);
+        for (int64_t i = j->offs[ex]; i < j->offs[ex + 1]; i++)
+            j->dot_d(j->n_ff, &j->y[i * j->n_embd + r], wd, j->hq + (size_t)i * j->rb_h);
+    }
+}
+
+/* Stage 4: weighted sum per token in slot order 0..k-1. */
+static void st_moe_combine(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_moe_job *j = ctx;
+    for (int64_t t = b; t < e; t++) {
+        float *o = j->out + t * j->n_embd;
+        for (int32_t s = 0; s < j->k; s++) {
+            const float w = j->wts[t * j->k + s];
+            const float *y = j->y + (int64_t)j->pair_of[t * j->k + s] * j->n_embd;
+            if (s == 0)
+                for (int64_t i = 0; i < j->n_embd; i++) o[i] = w * y[i];
+            else
+                for (int64_t i = 0; i < j->n_embd; i++) o[i] += w * y[i];
+        }
+    }
+}
+
+void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
+                int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
+    const st_expert *e0 = &experts[ids[0]];
+    const int64_t n_embd = e0->gate.ne[0], n_ff = e0->gate.ne[1];
+    const size_t P = (size_t)T * (size_t)k;
+    uint8_t *p = ws;
+    int64_t *counts = (int64_t *)p;
+    int64_t *offs = counts + n_expert;
+    p += st_align64(sizeof(int64_t) * ((size_t)n_expert * 2 + 2));
+    int32_t *active = (int32_t *)p;
+    p += st_align64(sizeof(int32_t) * ((size_t)n_expert + 1));
+    int32_t *pair_tok = (int32_t *)p;
+    p += st_align64(sizeof(int32_t) * P);
+    int32_t *pair_of = (int32_t *)p;
+    p += st_align64(sizeof(int32_t) * P);
+    uint8_t *xq_g = p;
+    p += st_align64(sizeof(float) * (size_t)T * (size_t)n_embd);
+    uint8_t *xq_u = p;
+    p += st_align64(sizeof(float) * (size_t)T * (size_t)n_embd);
+    float *h = (float *)p;
+    p += st_align64(sizeof(float) * P * (size_t)n_ff);
+    uint8_t *hq = p;
+    p += st_align64(sizeof(float) * P * (size_t)n_ff);
+    float *y = (float *)p;
+
+    /* group (token, slot) pairs by expert: counting sort, stable in (token, slot) order */
+    memset(counts, 0, sizeof(int64_t) * (size_t)n_expert);
+    for (size_t i = 0; i < P; i++) counts[ids[i]]++;
+    int32_t n_active = 0;
+    offs[0] = 0;
+    for (int32_t e = 0; e < n_expert; e++) {
+        offs[e + 1] = offs[e] + counts[e];
+        if (counts[e]) active[n_active++] = e;
+        counts[e] = offs[e]; /* reused as the fill cursor */
+    }
+    for (size_t i = 0; i < P; i++) {
+        int64_t at = counts[ids[i]]++;
+        pair_tok[at] = (int32_t)(i / (size_t)k);
+        pair_of[i] = (int32_t)at;
+    }
+
+    st_moe_job j;
+    memset(&j, 0, sizeof j);
+    j.experts = experts;
+    j.active = active;
+    j.offs = offs;
+    j.pair_tok = pair_tok;
+    j.pair_of = pair_of;
+    j.wts = wts;
+    j.k = k;
+    j.n_embd = n_embd;
+    j.n_ff = n_ff;
+    j.h = h;
+    j.hq = hq;
+    j.y = y;
+    j.out = out;
+    /* activation rows of x, once per activation type (the table's experts share types) */
+    const strata_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
+    st_quantize_acts(tp, tg, x, T, n_embd, xq_g);
+    j.xq_g = xq_g;
+    j.rb_g = st_act_bytes(tg, n_embd, 1);
+    if (strata_act_type(tu) == strata_act_type(tg)) {
+        j.xq_u = xq_g;
+    } else {
+        st_quantize_acts(tp, tu, x, T, n_embd, xq_u);
+        j.xq_u = xq_u;
+    }
+    j.rb_u = st_act_bytes(tu, n_embd, 1);
+    j.down_type = td;
+    j.rb_h = st_act_bytes(td, n_ff, 1);
+    j.dot_g = st_vec_dot_get(tg);
+    j.dot_u = st_vec_dot_get(tu);
+    j.dot_d = st_vec_dot_get(td);
+
+    const int64_t rows_gu = (int64_t)n_active * n_ff;
+    st_threadpool_run(tp, rows_gu, st_threadpool_chunk(tp, rows_gu, 8, 2), st_moe_gate_up, &j);
+    const int64_t np = (int64_t)P;
+    st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1),
+                      st_moe_quant_h, &j);
+    const int64_t rows_d = (int64_t)n_active * n_embd;
+    st_threadpool_run(tp, rows_d, st_threadpool_chunk(tp, rows_d, 8, 2), st_moe_down, &j);
+    st_threadpool_run(tp, T, T * n_embd * k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
+                      st_moe_combine, &j);
+}

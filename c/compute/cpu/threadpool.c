@@ -1,0 +1,206 @@
+/* threadpool.c - the persistent CPU thread pool (threadpool.h): worker start/stop, job dispatch
+ * by generation counter (spin, then condition variable), chunked parallel-for with a
+ * generation-tagged claim word, and the completion barrier (counts finished items). */
+#include "threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ST_PAUSE() _mm_pause()
+#else
+#define ST_PAUSE() ((void)0)
+#endif
+
+/* Spin iterations before sleeping: tens of microseconds, enough to catch back-to-back jobs. */
+#define ST_SPIN_ITERS 4000
+
+typedef struct {
+    st_threadpool *tp;
+    int id;
+} st_worker_arg;
+
+struct st_threadpool {
+    int n_threads;                 /* including the caller */
+    pthread_t *threads;            /* [n_threads - 1] */
+    st_worker_arg *args;           /* [n_threads - 1] */
+    int n_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;        /* a new job (or stop) */
+    pthread_cond_t cv_done;        /* the last chunk of a job finished */
+    atomic_uint_fast32_t gen;      /* job generation; a change means "new job" */
+    atomic_int stop;
+    /* Claim word: (generation << 32) | first unclaimed item. A thread takes a chunk with a
+     * compare-and-swap that also checks the generation, so a worker that wakes up late can
+     * never take items of a job it did not see start, and the caller never waits for workers
+     * that have not claimed anything (a descheduled worker does not stall the barrier). */
+    atomic_uint_fast64_t claim;
+    atomic_int_fast64_t done;      /* items of the current job finished */
+    /* the current job: written by the caller before the claim word is published; read by a
+     * worker only after it claimed a chunk (the job cannot end before that chunk is done) */
+    st_task_fn fn;
+    void *ctx;
+    atomic_int_fast64_t n_items;   /* atomics: read before the claim, possibly while rewritten */
+    atomic_int_fast64_t chunk;
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Work loop
+ * ------------------------------------------------------------------------------------------- */
+
+/* Takes and runs chunks of job generation g until none is left. */
+static void st_do_chunks(st_threadpool *tp, uint32_t g, int id) {
+    for (;;) {
+        uint_fast64_t c = atomic_load_explicit(&tp->claim, memory_order_acquire);
+        if ((uint32_t)(c >> 32) != g) return;
+        /* n_items and chunk are stable while the generation matches and items are left */
+        const uint64_t b = c & 0xffffffffu;
+        const int64_t n = atomic_load_explicit(&tp->n_items, memory_order_relaxed);
+        const int64_t chunk = atomic_load_explicit(&tp->chunk, memory_order_relaxed);
+        if ((int64_t)b >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&tp->claim, &c, c + (uint64_t)chunk,
+                                                   memory_order_acq_rel, memory_order_acquire))
+            continue;
+        const int64_t e = (int64_t)b + chunk < n ? (int64_t)b + chunk : n;
+        tp->fn(tp->ctx, (int64_t)b, e, id);
+        const int64_t cnt = e - (int64_t)b;
+        if (atomic_fetch_add_explicit(&tp->done, cnt, memory_order_acq_rel) + cnt == n) {
+            pthread_mutex_lock(&tp->mu);
+            pthread_cond_signal(&tp->cv_done);
+            pthread_mutex_unlock(&tp->mu);
+        }
+    }
+}
+
+static void *st_worker_main(void *p) {
+    st_worker_arg *a = p;
+    st_threadpool *tp = a->tp;
+    uint32_t seen = 0;
+    for (;;) {
+        uint32_t g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_acquire);
+        for (int i = 0; g == seen && i < ST_SPIN_ITERS; i++) {
+            if (atomic_load_explicit(&tp->stop, memory_order_relaxed)) return NULL;
+            if (i >= ST_SPIN_ITERS / 4 && i % 64 == 0) sched_yield();
+            else ST_PAUSE();
+            g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_acquire);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&tp->mu);
+            while ((g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_acquire)) == seen &&
+                   !atomic_load(&tp->stop))
+                pthread_cond_wait(&tp->cv_work, &tp->mu);
+            pthread_mutex_unlock(&tp->mu);
+        }
+        if (atomic_load(&tp->stop)) return NULL;
+        seen = g;
+        st_do_chunks(tp, g, a->id);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Create / free
+ * ------------------------------------------------------------------------------------------- */
+
+strata_status st_threadpool_create(int n_threads, st_threadpool **out) {
+    if (!out || n_threads < 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "threadpool: n_threads %d < 1", n_threads);
+    *out = NULL;
+    st_threadpool *tp = calloc(1, sizeof *tp);
+    if (!tp) return st_error(STRATA_ERR_NOMEM, "threadpool: out of memory");
+    tp->n_threads = n_threads;
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->cv_work, NULL);
+    pthread_cond_init(&tp->cv_done, NULL);
+    atomic_init(&tp->gen, 0);
+    atomic_init(&tp->stop, 0);
+    atomic_init(&tp->claim, 0);
+    atomic_init(&tp->done, 0);
+    atomic_init(&tp->n_items, 0);
+    atomic_init(&tp->chunk, 1);
+    if (n_threads > 1) {
+        tp->threads = calloc((size_t)n_threads - 1, sizeof *tp->threads);
+        tp->args = calloc((size_t)n_threads - 1, sizeof *tp->args);
+        if (!tp->threads || !tp->args) {
+            st_threadpool_free(tp);
+            return st_error(STRATA_ERR_NOMEM, "threadpool: out of memory for %d threads", n_threads);
+        }
+        for (int i = 0; i < n_threads - 1; i++) {
+            tp->args[i].tp = tp;
+            tp->args[i].id = i + 1;
+            if (pthread_create(&tp->threads[i], NULL, st_worker_main, &tp->args[i]) != 0) {
+                st_threadpool_free(tp);
+                return st_error(STRATA_ERR_INTERNAL, "threadpool: pthread_create failed for thread %d of %d",
+                                i + 1, n_threads);
+            }
+            tp->n_started++;
+        }
+    }
+    *out = tp;
+    return STRATA_OK;
+}
+
+void st_threadpool_free(st_threadpool *tp) {
+    if (!tp) return;
+    pthread_mutex_lock(&tp->mu);
+    atomic_store(&tp->stop, 1);
+    pthread_cond_broadcast(&tp->cv_work);
+    pthread_mutex_unlock(&tp->mu);
+    for (int i = 0; i < tp->n_started; i++) pthread_join(tp->threads[i], NULL);
+    pthread_cond_destroy(&tp->cv_work);
+    pthread_cond_destroy(&tp->cv_done);
+    pthread_mutex_destroy(&tp->mu);
+    free(tp->threads);
+    free(tp->args);
+    free(tp);
+}
+
+int st_threadpool_n_threads(const st_threadpool *tp) { return tp ? tp->n_threads : 1; }
+
+int64_t st_threadpool_chunk(const st_threadpool *tp, int64_t n_items, int per_thread, int64_t min) {
+    int64_t parts = (int64_t)st_threadpool_n_threads(tp) * (per_thread > 0 ? per_thread : 1);
+    int64_t c = (n_items + parts - 1) / parts;
+    if (c < min) c = min;
+    return c < 1 ? 1 : c;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Dispatch
+ * ------------------------------------------------------------------------------------------- */
+
+void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx) {
+    if (n_items <= 0) return;
+    if (chunk < 1) chunk = 1;
+    if (!tp || tp->n_threads == 1 || n_items <= chunk || n_items >= ((int64_t)1 << 31)) {
+        for (int64_t b = 0; b < n_items; b += chunk) fn(ctx, b, b + chunk < n_items ? b + chunk : n_items, 0);
+        return;
+    }
+    /* the previous job is complete (every item done), so no thread touches these now */
+    tp->fn = fn;
+    tp->ctx = ctx;
+    atomic_store_explicit(&tp->n_items, n_items, memory_order_relaxed);
+    atomic_store_explicit(&tp->chunk, chunk, memory_order_relaxed);
+    atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
+    const uint32_t g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
+    atomic_store_explicit(&tp->claim, (uint_fast64_t)g << 32, memory_order_release);
+    pthread_mutex_lock(&tp->mu);
+    atomic_store_explicit(&tp->gen, g, memory_order_release);
+    pthread_cond_broadcast(&tp->cv_work);
+    pthread_mutex_unlock(&tp->mu);
+
+    st_do_chunks(tp, g, 0);
+
+    /* spin briefly, then yield (a worker preempted inside its chunk may be waiting for this very
+     * core when the machine is oversubscribed), then sleep */
+    for (int i = 0; i < ST_SPIN_ITERS; i++) {
+        if (atomic_load_explicit(&tp->done, memory_order_acquire) == n_items) return;
+        if (i >= ST_SPIN_ITERS / 4 && i % 64 == 0) sched_yield();
+        else ST_PAUSE();
+    }
+    pthread_mutex_lock(&tp->mu);
+    while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_items)
+        pthread_cond_wait(&tp->cv_done, &tp->mu);
+    pthread_mutex_unlock(&tp->mu);
+}

@@ -1,0 +1,34 @@
+/* threadpool.h - a persistent pool of CPU worker threads and its parallel-for.
+ *
+ * A pool of n threads counts the caller as thread 0: n - 1 workers are started once and reused
+ * for every job. st_threadpool_run splits [0, n_items) into chunks of `chunk` items that the
+ * threads take in turn; fn sees each chunk exactly once, and the call returns when every chunk is
+ * done (a barrier). Workers spin briefly between jobs, then sleep on a condition variable, so
+ * dispatching many small jobs (one per matmul) stays cheap.
+ *
+ * Results are deterministic when each output element is computed inside exactly one chunk from
+ * inputs that no other chunk writes: which thread runs a chunk then does not matter. fn may use
+ * per-thread scratch indexed by its thread id (0 .. n_threads-1). */
+#ifndef STRATA_THREADPOOL_H
+#define STRATA_THREADPOOL_H
+
+#include "common.h"
+
+typedef struct st_threadpool st_threadpool;
+
+/* fn(ctx, begin, end, thread_id): process items [begin, end). */
+typedef void (*st_task_fn)(void *ctx, int64_t begin, int64_t end, int thread_id);
+
+/* n_threads >= 1 (1: no workers, every job runs on the caller). */
+strata_status st_threadpool_create(int n_threads, st_threadpool **out);
+void st_threadpool_free(st_threadpool *tp);
+int st_threadpool_n_threads(const st_threadpool *tp);
+
+/* Runs fn over [0, n_items) in chunks of chunk (>= 1) items on all threads; returns when done.
+ * tp may be NULL (runs on the caller). Not reentrant: one job at a time per pool. */
+void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx);
+
+/* A chunk size that gives each thread about `per_thread` chunks of [0, n_items), at least min. */
+int64_t st_threadpool_chunk(const st_threadpool *tp, int64_t n_items, int per_thread, int64_t min);
+
+#endif /* STRATA_THREADPOOL_H */

@@ -1,0 +1,156 @@
+/* forward.c - the CPU forward pass of one batch of tokens through the model: embeddings, per
+ * layer attention (norm, q/k/v with biases, q/k norm, RoPE, KV store, causal GQA attention,
+ * output projection, residual) and FFN (dense, or MoE routing + grouped experts + shared
+ * expert), final norm and logits. Per-architecture behaviour comes from the st_arch traits and
+ * the hyperparameters (granite multipliers are 1 elsewhere). */
+#include "session.h"
+#include "quant.h"
+
+#include <math.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Blocks
+ * ------------------------------------------------------------------------------------------- */
+
+static void st_embed(strata_session *s, const strata_token *tokens, int64_t T) {
+    const strata_model *m = s->model;
+    const st_tensor *te = &m->tok_embd;
+    const int64_t E = m->hp.n_embd;
+    st_dequant_fn deq = st_dequant_get(te->type);
+    for (int64_t t = 0; t < T; t++) {
+        deq(st_tensor_row(te, 0, tokens[t]), s->x + t * E, E);
+        if (m->arch->granite_scales && m->hp.embedding_scale != 1.0f)
+            for (int64_t i = 0; i < E; i++) s->x[t * E + i] *= m->hp.embedding_scale;
+    }
+}
+
+static void st_norm_rows(float *y, const float *x, const st_tensor *w, int64_t T, int64_t n, float eps) {
+    for (int64_t t = 0; t < T; t++) st_rmsnorm(y + t * n, x + t * n, (const float *)w->data, n, eps);
+}
+
+/* x += branch * residual_scale (the scale is 1 except for granite) */
+static void st_residual(const strata_model *m, float *x, const float *branch, int64_t n) {
+    const float rs = m->arch->granite_scales ? m->hp.residual_scale : 1.0f;
+    if (rs != 1.0f)
+        for (int64_t i = 0; i < n; i++) x[i] += branch[i] * rs;
+    else
+        for (int64_t i = 0; i < n; i++) x[i] += branch[i];
+}
+
+static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const st_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
+    const int64_t nq = (int64_t)hp->n_head * hd, nk = (int64_t)hp->n_head_kv * hd;
+    const int64_t nv = (int64_t)hp->n_head_kv * hdv;
+
+    st_norm_rows(s->xn, s->x, &L->attn_norm, T, E, hp->norm_eps);
+    st_mm mm[3] = {{&L->wq, s->q, nq}, {&L->wk, s->k, nk}, {&L->wv, s->v, nv}};
+    st_matmul_multi(s->tp, mm, 3, s->xn, T, s->mm_ws);
+    if (L->bq.data) st_add_bias(s->q, (const float *)L->bq.data, T, nq);
+    if (L->bk.data) st_add_bias(s->k, (const float *)L->bk.data, T, nk);
+    if (L->bv.data) st_add_bias(s->v, (const float *)L->bv.data, T, nv);
+
+    for (int64_t t = 0; t < T; t++) {
+        float *q = s->q + t * nq, *k = s->k + t * nk;
+        switch (m->arch->qk_norm) {
+        case ST_QKNORM_FULL: /* OLMoE: over the whole projection, before splitting into heads */
+            st_rmsnorm(q, q, (const float *)L->q_norm.data, nq, hp->norm_eps);
+            st_rmsnorm(k, k, (const float *)L->k_norm.data, nk, hp->norm_eps);
+            break;
+        case ST_QKNORM_HEAD: /* Qwen3: per head, shared (head_dim) weights */
+            for (int64_t h = 0; h < hp->n_head; h++)
+                st_rmsnorm(q + h * hd, q + h * hd, (const float *)L->q_norm.data, hd, hp->norm_eps);
+            for (int64_t h = 0; h < hp->n_head_kv; h++)
+                st_rmsnorm(k + h * hd, k + h * hd, (const float *)L->k_norm.data, hd, hp->norm_eps);
+            break;
+        case ST_QKNORM_NONE:
+            break;
+        }
+        const float *cs = s->rope_cs + t * hp->n_rot;
+        st_rope_apply(&s->rope, cs, q, hp->n_head, hd);
+        st_rope_apply(&s->rope, cs, k, hp->n_head_kv, hd);
+    }
+
+    st_attn_shape sh = {hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v,
+                        hp->attention_scale != 0.0f && m->arch->granite_scales
+                            ? hp->attention_scale
+                            : 1.0f / sqrtf((float)hd)};
+    const st_kv_layer *kv = &s->kv.layers[il];
+    st_kv_store(kv, &sh, s->k, s->v, T, pos0);
+    st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
+
+    st_matmul(s->tp, &L->wo, s->att, T, s->proj, s->mm_ws);
+    if (L->bo.data) st_add_bias(s->proj, (const float *)L->bo.data, T, E);
+    st_residual(m, s->x, s->proj, T * E);
+}
+
+/* The routed-expert step: router logits, softmax + top-k per token, grouped experts. */
+static void st_moe_block(strata_session *s, int il, int64_t T) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const st_layer *L = &m->layers[il];
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
+    for (int64_t t = 0; t < T; t++)
+        st_route_topk(s->router + t * X, X, K, hp->expert_weights_norm, s->ids + t * K, s->wts + t * K);
+    st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn, T, s->ids, s->wts, K, s->proj,
+               s->moe_ws);
+}
+
+static void st_ffn_block(strata_session *s, int il, int64_t T) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const st_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd;
+    st_norm_rows(s->xn, s->x, &L->ffn_norm, T, E, hp->norm_eps);
+    if (hp->n_expert == 0) {
+        st_moe_ffn(s->tp, &s->dense[il], 1, s->xn, T, s->zeros, s->ones, 1, s->proj, s->moe_ws);
+    } else {
+        st_moe_block(s, il, T);
+        if (s->shexp && s->shexp[il].gate.data) {
+            const float *w = s->ones;
+            if (L->ffn_gate_inp_shexp.data) { /* qwen2moe: sigmoid(gate . x) */
+                st_matmul(s->tp, &L->ffn_gate_inp_shexp, s->xn, T, s->shgate, s->mm_ws);
+                for (int64_t t = 0; t < T; t++) s->shgate[t] = st_sigmoid(s->shgate[t]);
+                w = s->shgate;
+            }
+            st_moe_ffn(s->tp, &s->shexp[il], 1, s->xn, T, s->zeros, w, 1, s->proj2, s->moe_ws);
+            for (int64_t i = 0; i < T * E; i++) s->proj[i] += s->proj2[i];
+        }
+    }
+    st_residual(m, s->x, s->proj, T * E);
+}
+
+static void st_output(strata_session *s, int64_t first, int64_t T, float *logits) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    st_norm_rows(s->xn, s->x + first * E, &m->output_norm, T, E, hp->norm_eps);
+    st_mm mm = {&m->output, logits, V};
+    st_matmul_multi(s->tp, &mm, 1, s->xn, T, s->mm_ws);
+    if (m->arch->granite_scales && hp->logit_scale != 1.0f && hp->logit_scale != 0.0f)
+        for (int64_t i = 0; i < T * V; i++) logits[i] /= hp->logit_scale;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Batch
+ * ------------------------------------------------------------------------------------------- */
+
+void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const int64_t pos0 = s->n_past;
+    st_embed(s, tokens, T);
+    for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
+    for (int il = 0; il < hp->n_layer; il++) {
+        st_attn_block(s, il, T, pos0);
+        st_ffn_block(s, il, T);
+    }
+    if (logits) {
+        if (all) st_output(s, 0, T, logits);
+        else st_output(s, T - 1, 1, logits);
+    }
+    s->n_past += (int32_t)T;
+}

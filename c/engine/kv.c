@@ -1,0 +1,49 @@
+/* kv.c - allocation of the session KV cache (kv.h). */
+#include "kv.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+strata_status st_kv_init(st_kv_cache *kv, const st_hparams *hp, int64_t n_ctx, strata_type type) {
+    memset(kv, 0, sizeof *kv);
+    if (type != STRATA_TYPE_F16 && type != STRATA_TYPE_F32)
+        return st_error(STRATA_ERR_INVALID_ARG, "kv_type %s: the KV cache is f16 or f32",
+                        strata_type_name(type));
+    const uint64_t el = type == STRATA_TYPE_F32 ? 4 : 2;
+    uint64_t per_k, per_v, kb, vb;
+    if (st_mul_overflow_u64((uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim, el, &per_k) ||
+        st_mul_overflow_u64((uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim_v, el, &per_v) ||
+        st_mul_overflow_u64(per_k, (uint64_t)n_ctx, &per_k) ||
+        st_mul_overflow_u64(per_v, (uint64_t)n_ctx, &per_v) ||
+        st_mul_overflow_u64(per_k, (uint64_t)hp->n_layer, &kb) ||
+        st_mul_overflow_u64(per_v, (uint64_t)hp->n_layer, &vb) || kb > SIZE_MAX / 2 ||
+        vb > SIZE_MAX / 2)
+        return st_error(STRATA_ERR_NOMEM, "KV cache for n_ctx %" PRId64 " overflows", n_ctx);
+    kv->type = type;
+    kv->n_layer = hp->n_layer;
+    kv->n_ctx = n_ctx;
+    kv->layers = calloc((size_t)hp->n_layer, sizeof *kv->layers);
+    kv->k_mem = calloc(1, (size_t)kb);
+    kv->v_mem = calloc(1, (size_t)vb);
+    if (!kv->layers || !kv->k_mem || !kv->v_mem) {
+        st_kv_free(kv);
+        return st_error(STRATA_ERR_NOMEM, "KV cache: out of memory for %" PRIu64 " MiB (n_ctx %" PRId64
+                        ", %s)", (kb + vb) >> 20, n_ctx, strata_type_name(type));
+    }
+    kv->bytes = (size_t)(kb + vb);
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        kv->layers[il].type = type;
+        kv->layers[il].k = (uint8_t *)kv->k_mem + (size_t)il * (size_t)per_k;
+        kv->layers[il].vt = (uint8_t *)kv->v_mem + (size_t)il * (size_t)per_v;
+        kv->layers[il].n_ctx = n_ctx;
+    }
+    return STRATA_OK;
+}
+
+void st_kv_free(st_kv_cache *kv) {
+    if (!kv) return;
+    free(kv->layers);
+    free(kv->k_mem);
+    free(kv->v_mem);
+    memset(kv, 0, sizeof *kv);
+}

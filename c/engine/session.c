@@ -1,0 +1,219 @@
+/* session.c - the public session API (strata_session_*): parameters, create/free (thread pool,
+ * KV cache, expert weight tables, scratch sized for n_batch), reset/truncate, and decode, which
+ * checks its input and splits it into batches for the forward pass (forward.c). */
+#include "session.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * Parameters
+ * ------------------------------------------------------------------------------------------- */
+
+strata_session_params strata_session_default_params(void) {
+    strata_session_params p;
+    memset(&p, 0, sizeof p);
+    p.n_ctx = 0;
+    p.n_batch = 512;
+    p.kv_type = STRATA_TYPE_F16;
+    p.n_threads = 0;
+    return p;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Create / free
+ * ------------------------------------------------------------------------------------------- */
+
+static void *st_alloc(size_t n, int *fail) {
+    void *p = malloc(n ? n : 1);
+    if (!p) *fail = 1;
+    return p;
+}
+
+static size_t st_max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* The FFN weight tables: one st_expert per routed expert (zero-copy slices of the merged
+ * tensors), the dense FFN and the shared expert as single-expert tables. */
+static strata_status st_build_tables(strata_session *s) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const size_t nl = (size_t)hp->n_layer;
+    if (hp->n_expert > 0) {
+        s->experts = calloc(nl * (size_t)hp->n_expert, sizeof *s->experts);
+        if (!s->experts) return st_error(STRATA_ERR_NOMEM, "session: out of memory for expert tables");
+        for (size_t il = 0; il < nl; il++) {
+            const st_layer *L = &m->layers[il];
+            for (int32_t e = 0; e < hp->n_expert; e++) {
+                st_expert *x = &s->experts[il * (size_t)hp->n_expert + (size_t)e];
+                x->gate = st_tensor_expert(&L->ffn_gate_exps, e);
+                x->up = st_tensor_expert(&L->ffn_up_exps, e);
+                x->down = st_tensor_expert(&L->ffn_down_exps, e);
+            }
+        }
+        if (hp->n_ff_shexp > 0) {
+            s->shexp = calloc(nl, sizeof *s->shexp);
+            if (!s->shexp) return st_error(STRATA_ERR_NOMEM, "session: out of memory for expert tables");
+            for (size_t il = 0; il < nl; il++) {
+                const st_layer *L = &m->layers[il];
+                s->shexp[il].gate = L->ffn_gate_shexp;
+                s->shexp[il].up = L->ffn_up_shexp;
+                s->shexp[il].down = L->ffn_down_shexp;
+            }
+        }
+    } else {
+        s->dense = calloc(nl, sizeof *s->dense);
+        if (!s->dense) return st_error(STRATA_ERR_NOMEM, "session: out of memory for FFN tables");
+        for (size_t il = 0; il < nl; il++) {
+            const st_layer *L = &m->layers[il];
+            s->dense[il].gate = L->ffn_gate;
+            s->dense[il].up = L->ffn_up;
+            s->dense[il].down = L->ffn_down;
+        }
+    }
+    return STRATA_OK;
+}
+
+static strata_status st_alloc_scratch(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd;
+    const size_t nq = (size_t)hp->n_head * (size_t)hp->head_dim;
+    const size_t nk = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const size_t nv = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
+    const size_t no = (size_t)hp->n_head * (size_t)hp->head_dim_v;
+    const size_t K = hp->n_expert_used > 0 ? (size_t)hp->n_expert_used : 1;
+    int fail = 0;
+    s->x = st_alloc(sizeof(float) * T * E, &fail);
+    s->xn = st_alloc(sizeof(float) * T * E, &fail);
+    s->q = st_alloc(sizeof(float) * T * nq, &fail);
+    s->k = st_alloc(sizeof(float) * T * nk, &fail);
+    s->v = st_alloc(sizeof(float) * T * nv, &fail);
+    s->att = st_alloc(sizeof(float) * T * no, &fail);
+    s->proj = st_alloc(sizeof(float) * T * E, &fail);
+    s->proj2 = st_alloc(sizeof(float) * T * E, &fail);
+    s->router = st_alloc(sizeof(float) * T * (size_t)(hp->n_expert > 0 ? hp->n_expert : 1), &fail);
+    s->ids = st_alloc(sizeof(int32_t) * T * K, &fail);
+    s->wts = st_alloc(sizeof(float) * T * K, &fail);
+    s->zeros = st_alloc(sizeof(int32_t) * T, &fail);
+    s->ones = st_alloc(sizeof(float) * T, &fail);
+    s->shgate = st_alloc(sizeof(float) * T, &fail);
+    s->rope_cs = st_alloc(sizeof(float) * T * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1), &fail);
+    s->att_scratch = st_alloc(sizeof(float) * (size_t)s->n_threads * (size_t)s->n_ctx, &fail);
+    s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
+    size_t moe = 0;
+    if (hp->n_expert > 0)
+        moe = st_moe_wsize((int64_t)T, hp->n_expert_used, hp->n_expert, hp->n_embd, hp->n_ff_exp);
+    if (hp->n_ff_shexp > 0)
+        moe = st_max_sz(moe, st_moe_wsize((int64_t)T, 1, 1, hp->n_embd, hp->n_ff_shexp));
+    if (hp->n_expert == 0)
+        moe = st_max_sz(moe, st_moe_wsize((int64_t)T, 1, 1, hp->n_embd, hp->n_ff));
+    s->moe_ws = st_alloc(moe, &fail);
+    if (fail)
+        return st_error(STRATA_ERR_NOMEM, "session: out of memory for scratch buffers (n_batch %d)",
+                        s->n_batch);
+    for (size_t t = 0; t < T; t++) {
+        s->zeros[t] = 0;
+        s->ones[t] = 1.0f;
+    }
+    return STRATA_OK;
+}
+
+void strata_session_free(strata_session *s) {
+    if (!s) return;
+    st_threadpool_free(s->tp);
+    st_kv_free(&s->kv);
+    free(s->experts); free(s->dense); free(s->shexp);
+    free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att);
+    free(s->proj); free(s->proj2); free(s->router); free(s->ids); free(s->wts);
+    free(s->zeros); free(s->ones); free(s->shgate); free(s->rope_cs); free(s->att_scratch);
+    free(s->mm_ws); free(s->moe_ws);
+    free(s);
+}
+
+strata_status strata_session_create(const strata_model *model, const strata_session_params *params,
+                                    strata_session **out) {
+    if (!out) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_create: out is NULL");
+    *out = NULL;
+    if (!model) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_create: model is NULL");
+    if (model->vocab_only || !model->arch || !model->layers)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "strata_session_create: the model was loaded vocab_only (no weights)");
+    strata_session_params p = params ? *params : strata_session_default_params();
+    if (p.n_ctx < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option n_ctx %d < 0", (int)p.n_ctx);
+    if (p.kv_type != STRATA_TYPE_F16 && p.kv_type != STRATA_TYPE_F32)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option kv_type %s: expected f16 or f32",
+                        strata_type_name(p.kv_type));
+    const st_hparams *hp = &model->hp;
+
+    strata_session *s = calloc(1, sizeof *s);
+    if (!s) return st_error(STRATA_ERR_NOMEM, "session: out of memory");
+    s->model = model;
+    s->n_ctx = p.n_ctx > 0 ? p.n_ctx : hp->n_ctx_train;
+    if (s->n_ctx <= 0) {
+        free(s);
+        return st_error(STRATA_ERR_INVALID_ARG, "session: n_ctx is 0 and the model has no n_ctx_train");
+    }
+    s->n_batch = p.n_batch > 0 ? p.n_batch : 512;
+    if (s->n_batch > s->n_ctx) s->n_batch = s->n_ctx;
+    s->n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads > 0 ? model->n_threads : 1;
+    s->rope = st_rope_params_from(hp, model->arch->rope);
+
+    strata_status st;
+    if ((st = st_threadpool_create(s->n_threads, &s->tp)) != STRATA_OK ||
+        (st = st_kv_init(&s->kv, hp, s->n_ctx, p.kv_type)) != STRATA_OK ||
+        (st = st_build_tables(s)) != STRATA_OK || (st = st_alloc_scratch(s)) != STRATA_OK) {
+        strata_session_free(s);
+        return st;
+    }
+    *out = s;
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * State
+ * ------------------------------------------------------------------------------------------- */
+
+void strata_session_reset(strata_session *s) {
+    if (s) s->n_past = 0;
+}
+
+strata_status strata_session_truncate(strata_session *s, int32_t n_keep) {
+    if (!s) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_truncate: session is NULL");
+    if (n_keep < 0 || n_keep > s->n_past)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_session_truncate: n_keep %d outside [0, n_past %d]",
+                        (int)n_keep, (int)s->n_past);
+    s->n_past = n_keep; /* later positions are overwritten before attention reads them */
+    return STRATA_OK;
+}
+
+int32_t strata_session_n_past(const strata_session *s) { return s ? s->n_past : 0; }
+int32_t strata_session_n_ctx(const strata_session *s) { return s ? s->n_ctx : 0; }
+
+/* ---------------------------------------------------------------------------------------------
+ * Decode
+ * ------------------------------------------------------------------------------------------- */
+
+strata_status strata_session_decode(strata_session *s, const strata_token *tokens, int64_t n,
+                                    float *logits, int all_logits) {
+    if (!s) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode: session is NULL");
+    if (n < 0) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode: n %" PRId64 " < 0", n);
+    if (n == 0) return STRATA_OK;
+    if (!tokens) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode: tokens is NULL");
+    if ((int64_t)s->n_past + n > (int64_t)s->n_ctx)
+        return st_error(STRATA_ERR_RANGE, "context full: n_past %d + %" PRId64 " tokens > n_ctx %d",
+                        (int)s->n_past, n, (int)s->n_ctx);
+    const int32_t n_vocab = s->model->hp.n_vocab;
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "strata_session_decode: token %" PRId64 " has id %d outside the vocabulary "
+                            "[0, %d)", i, (int)tokens[i], (int)n_vocab);
+    for (int64_t off = 0; off < n; off += s->n_batch) {
+        const int64_t T = n - off < s->n_batch ? n - off : s->n_batch;
+        float *lg = NULL;
+        if (logits && all_logits) lg = logits + off * (int64_t)n_vocab;
+        else if (logits && off + T == n) lg = logits;
+        st_forward_batch(s, tokens + off, T, lg, all_logits);
+    }
+    return STRATA_OK;
+}

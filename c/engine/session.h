@@ -1,0 +1,53 @@
+/* session.h - the internal state of a strata_session (session.c) that the forward pass
+ * (forward.c) works on: resolved parameters, thread pool, KV cache, the per-layer expert weight
+ * tables, and scratch buffers sized for n_batch tokens at create time. */
+#ifndef STRATA_SESSION_H
+#define STRATA_SESSION_H
+
+#include "kv.h"
+#include "model.h"
+#include "ops.h"
+#include "threadpool.h"
+
+struct strata_session {
+    const strata_model *model;
+    int32_t n_ctx;
+    int32_t n_batch;
+    int n_threads;
+    int32_t n_past;
+    st_threadpool *tp;
+    st_kv_cache kv;
+    st_rope_params rope;
+
+    /* weight tables of the FFN step: what later placement code swaps per expert */
+    st_expert *experts;        /* [n_layer][n_expert] routed experts (NULL for dense models) */
+    st_expert *dense;          /* [n_layer] the dense FFN as a single expert (dense models) */
+    st_expert *shexp;          /* [n_layer] shared expert (n_ff_shexp > 0) */
+
+    /* scratch, T = n_batch rows */
+    float *x;                  /* [T][n_embd] residual stream */
+    float *xn;                 /* [T][n_embd] normalized input of a block */
+    float *q;                  /* [T][n_head*head_dim] */
+    float *k;                  /* [T][n_head_kv*head_dim] */
+    float *v;                  /* [T][n_head_kv*head_dim_v] */
+    float *att;                /* [T][n_head*head_dim_v] */
+    float *proj;               /* [T][n_embd] block output */
+    float *proj2;              /* [T][n_embd] shared expert output */
+    float *router;             /* [T][n_expert] */
+    int32_t *ids;              /* [T][n_expert_used] */
+    float *wts;                /* [T][n_expert_used] */
+    int32_t *zeros;            /* [T] expert id 0 (dense FFN / shared expert) */
+    float *ones;               /* [T] weight 1 */
+    float *shgate;             /* [T] shared-expert gate */
+    float *rope_cs;            /* [T][n_rot] cos/sin per position of the batch */
+    float *att_scratch;        /* [n_threads][n_ctx] */
+    void *mm_ws;               /* st_matmul_wsize */
+    void *moe_ws;              /* st_moe_wsize, max over routed / shared / dense */
+};
+
+/* Evaluates T (1..n_batch) tokens at positions n_past .. n_past+T-1 and advances n_past.
+ * logits: NULL, or T x n_vocab (all 1) or n_vocab floats (all 0: the last token's). Tokens and
+ * room are checked by the caller. */
+void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
+
+#endif /* STRATA_SESSION_H */
