@@ -367,6 +367,15 @@ static strata_status st_fill_info(strata_model *m) {
     return STRATA_OK;
 }
 
+/* 1 if the file declares a real vocabulary. */
+static int st_has_vocab(const strata_gguf *g) {
+    const char *p;
+    uint64_t n;
+    if (strata_gguf_kv_find(g, "tokenizer.ggml.model") < 0) return 0;
+    if (strata_gguf_get_str(g, "tokenizer.ggml.model", &p, &n) != STRATA_OK) return 1; /* vocab load names the bad type */
+    return !((n == 4 && memcmp(p, "none", 4) == 0) || (n == 8 && memcmp(p, "no_vocab", 8) == 0));
+}
+
 strata_status strata_model_load(const char *path, const strata_model_params *params,
                                 strata_model **out) {
     if (!out) return st_error(STRATA_ERR_INVALID_ARG, "strata_model_load: out is NULL");
@@ -402,9 +411,9 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
         if (!st) m->hp.n_vocab = st_vocab_n_tokens(m->vocab);
     } else if (!st) {
         st = st_hparams_load(m->gguf, m->arch, &m->hp);
-        /* Files without tokenizer metadata (random test models) run from token ids. */
-        if (!st && strata_gguf_kv_find(m->gguf, "tokenizer.ggml.model") >= 0)
-            st = st_vocab_load(m->gguf, &m->vocab);
+        /* Files without a vocabulary (random test models: no tokenizer.ggml.model, or "none" /
+         * "no_vocab" as llama.cpp's converter writes then) run from token ids. */
+        if (!st && st_has_vocab(m->gguf)) st = st_vocab_load(m->gguf, &m->vocab);
         if (!st) st = st_resolve_vocab_size(m, arch_name);
         if (!st) st = st_load_weights(m, arch_name);
     }
