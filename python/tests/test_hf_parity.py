@@ -1,0 +1,142 @@
+"""test_hf_parity.py - THE acceptance test of CPU inference: Strata against transformers.
+
+For every architecture of the zoo in test_hf_parity_lib.py (olmoe, qwen2moe with shared expert and
+q/k/v bias, qwen3moe, mixtral, granitemoe with and without shared expert, llama (also with linear
+RoPE scaling), qwen2 (also with YaRN), qwen3 with tied embeddings): a tiny random float32 HF model
+(seeded), saved with save_pretrained, converted to an F32 GGUF by tools/convert_hf.py, run by
+Strata with an f32 KV cache on a few token-id prompts. Requires
+  * logits at every prompt position: max|strata - hf| / max|hf| < 1e-4 (prompt read in one call,
+    and again in batches of 8 tokens);
+  * 32 greedy tokens, Strata decoding token by token, identical to HF's greedy continuation
+    wherever the top-2 logit margin exceeds 1e-3 (at a near tie each side's token must be in the
+    other's top-5, and the comparison ends there);
+and a Q8_0 conversion of one model whose greedy tokens mostly match the F32 file's."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("safetensors")
+
+import test_hf_parity_lib as L  # noqa: E402
+
+REL_TOL = 1e-4
+N_GEN = 32
+PROMPTS = [
+    [7],
+    [1, 2, 3, 4, 5, 6, 7, 8, 9],
+    [211, 17, 17, 305, 42, 0, 99, 128, 64, 3, 250, 250, 12, 77, 190, 5, 31, 8, 160, 271,
+     44, 45, 46, 300, 1, 2, 9, 88, 140, 319, 13],
+]
+NAMES = list(L.zoo())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch_threads():
+    n = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("hf_parity")
+
+
+def prepare(name: str, workdir, outtype: str = "f32"):
+    model = L.build_hf(name, seed=zlib.crc32(name.encode()) % 1000)
+    d = workdir / name
+    if not (d / "hf" / "config.json").exists():
+        L.save_hf(model, d / "hf")
+    path = d / f"{outtype}.gguf"
+    if not path.exists():
+        L.convert_hf().convert(d / "hf", path, outtype)
+    return model, path
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_logits_and_greedy(name, workdir):
+    model, path = prepare(name, workdir)
+    failures = []
+    with L.StrataModel(path, n_ctx=256) as sm:
+        assert sm.n_vocab == model.config.vocab_size
+        for p in PROMPTS:
+            ref = L.hf_logits(model, p)
+            got = sm.logits(p)
+            err = L.rel_err_rows(got, ref)
+            if err.max() >= REL_TOL:
+                i = int(np.argmax(err))
+                failures.append(f"prompt len {len(p)}: logits rel err {err.max():.3g} at position "
+                                f"{i} (first position over: {int(np.argmax(err >= REL_TOL))}; "
+                                f"per position {np.array2string(err, precision=2)})")
+                continue
+            s_ids, s_rows = sm.greedy(p, N_GEN)
+            h_ids, h_rows = L.hf_greedy(model, p, N_GEN)
+            msg = L.compare_greedy(s_ids, s_rows, h_ids, h_rows)
+            if msg:
+                failures.append(f"prompt len {len(p)}: greedy {msg}")
+            # the logits of the steps both sides took must agree as well
+            k = next((i for i, (a, b) in enumerate(zip(s_ids, h_ids)) if a != b), N_GEN)
+            if k:
+                e = L.rel_err_rows(s_rows[:k], h_rows[:k]).max()
+                if e >= REL_TOL:
+                    failures.append(f"prompt len {len(p)}: decode-step logits rel err {e:.3g}")
+    assert not failures, f"{name}: " + "; ".join(failures)
+
+
+@pytest.mark.parametrize("name", ["olmoe", "qwen2moe", "mixtral", "qwen3"])
+def test_batched_prefill(name, workdir):
+    """The long prompt read in batches of 8 (n_batch 8) gives the same logits bound."""
+    model, path = prepare(name, workdir)
+    p = PROMPTS[2]
+    ref = L.hf_logits(model, p)
+    with L.StrataModel(path, n_ctx=128, n_batch=8) as sm:
+        got = sm.logits(p)
+        err = L.rel_err_rows(got, ref)
+        assert err.max() < REL_TOL, f"{name}: n_batch 8: rel err {err.max():.3g} at {int(np.argmax(err))}"
+        # and a prompt fed in two calls continues the cache correctly
+        sm.lib.strata_session_reset(sm.session)
+        a = sm.decode(p[:13], True)
+        b = sm.decode(p[13:], True)
+        err2 = L.rel_err_rows(np.concatenate([a, b]).astype(np.float64), ref)
+        assert err2.max() < REL_TOL, f"{name}: split decode: rel err {err2.max():.3g}"
+
+
+def test_q8_0_greedy_mostly_matches_f32(workdir):
+    """Loose: a Q8_0 conversion, teacher-forced on the F32 file's greedy continuation, picks the
+    same next token at most positions."""
+    name = "qwen3moe"
+    _, f32 = prepare(name, workdir, "f32")
+    _, q8 = prepare(name, workdir, "q8_0")
+    agree, total = 0, 0
+    with L.StrataModel(f32, n_ctx=256) as a, L.StrataModel(q8, n_ctx=256) as b:
+        for p in PROMPTS[1:]:
+            ids, _ = a.greedy(p, N_GEN)
+            seq = list(p) + ids
+            la = a.logits(seq)[len(p) - 1:-1]
+            lb = b.logits(seq)[len(p) - 1:-1]
+            agree += int((la.argmax(-1) == lb.argmax(-1)).sum())
+            total += len(ids)
+            corr = np.corrcoef(la.ravel(), lb.ravel())[0, 1]
+            assert corr > 0.99, f"q8_0 vs f32 logits correlation {corr:.4f}"
+    assert agree / total >= 0.75, f"q8_0 agrees with f32 on {agree}/{total} greedy positions"
+
+
+@pytest.mark.parametrize("name", ["olmoe", "granitemoe_shared"])
+def test_python_model_logits(name, workdir):
+    """strata.Model(...).logits, the package's own entry point, under the same bound."""
+    import strata
+    if not hasattr(strata, "Model"):
+        pytest.skip("strata.Model not available in this build of the package")
+    model, path = prepare(name, workdir)
+    with strata.Model(path, n_ctx=256, n_threads=2, kv_type="f32") as m:
+        for p in PROMPTS:
+            got = np.asarray(m.logits(p), dtype=np.float64)
+            assert got.shape == (len(p), model.config.vocab_size)
+            err = L.rel_err_rows(got, L.hf_logits(model, p))
+            assert err.max() < REL_TOL, f"{name}: strata.Model.logits rel err {err.max():.3g}"

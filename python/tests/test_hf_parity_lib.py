@@ -1,0 +1,250 @@
+"""test_hf_parity_lib.py - helpers shared by the HF converter and parity tests (no tests here).
+
+Owns: the tiny random Hugging Face model zoo (one config per architecture Strata supports, set up
+as the real checkpoints are), building and saving such a model, importing tools/convert_hf.py,
+running Strata on token ids through the cffi API (f32 KV cache, all logits, token-by-token greedy),
+and the greedy-continuation comparison rule (vLLM's check_logprobs_close, with a top-2 margin)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("STRATA_SHARED") or (REPO.parent / "shared"))
+
+# =================================================================================================
+# Model zoo
+# =================================================================================================
+
+# Shared shape of every tiny model: several layers, GQA (4 query heads over 2 KV heads), head_dim 16.
+BASE = dict(vocab_size=320, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=512, rms_norm_eps=1e-6,
+            tie_word_embeddings=False)
+
+
+def zoo() -> dict[str, tuple[str, dict]]:
+    """name -> (transformers class name without 'Config'/'ForCausalLM', config kwargs)."""
+    moe8 = dict(num_experts=8, num_experts_per_tok=2)
+    return {
+        # OLMoE: q/k norm over the whole projection, top-k not renormalized; llama.cpp's converter
+        # always writes eps 1e-5 for olmoe, which is also OLMoE's own value.
+        "olmoe": ("Olmoe", dict(BASE, rms_norm_eps=1e-5, intermediate_size=64, **moe8,
+                                norm_topk_prob=False, rope_theta=50000.0)),
+        # Qwen2-MoE: shared expert with sigmoid gate, q/k/v bias, top-4 not renormalized.
+        "qwen2moe": ("Qwen2Moe", dict(BASE, intermediate_size=128, moe_intermediate_size=32,
+                                      shared_expert_intermediate_size=64, num_experts=8,
+                                      num_experts_per_tok=4, norm_topk_prob=False, qkv_bias=True,
+                                      decoder_sparse_step=1, mlp_only_layers=[],
+                                      rope_theta=1000000.0)),
+        # Qwen3-MoE: per-head q/k norm, renormalized top-k, n_head*head_dim (128) != n_embd (64).
+        "qwen3moe": ("Qwen3Moe", dict(BASE, num_attention_heads=8, intermediate_size=128,
+                                      moe_intermediate_size=32, **moe8, norm_topk_prob=True,
+                                      decoder_sparse_step=1, mlp_only_layers=[],
+                                      rope_theta=1000000.0)),
+        # Mixtral: llama with experts (q/k permuted for normal RoPE), renormalized top-2.
+        "mixtral": ("Mixtral", dict(BASE, intermediate_size=64, num_local_experts=8,
+                                    num_experts_per_tok=2, rope_theta=500000.0)),
+        # Granite MoE: multipliers != 1 (attention_multiplier replaces 1/sqrt(head_dim)).
+        "granitemoe": ("GraniteMoe", dict(_granite(), intermediate_size=64, num_local_experts=8,
+                                          num_experts_per_tok=2)),
+        "granitemoe_shared": ("GraniteMoeShared", dict(_granite(), intermediate_size=64,
+                                                       num_local_experts=8, num_experts_per_tok=2,
+                                                       shared_intermediate_size=64)),
+        # dense
+        "llama": ("Llama", dict(BASE, intermediate_size=128, rope_theta=500000.0)),
+        "llama_linear_rope": ("Llama", dict(BASE, intermediate_size=128, rope_parameters=dict(
+            rope_type="linear", factor=2.0, rope_theta=500000.0))),
+        "qwen2": ("Qwen2", dict(BASE, intermediate_size=128, rope_theta=1000000.0)),
+        "qwen2_yarn": ("Qwen2", dict(BASE, intermediate_size=128, rope_parameters=dict(
+            rope_type="yarn", factor=4.0, rope_theta=1000000.0, original_max_position_embeddings=128))),
+        # Qwen3 dense: tied embeddings (no output tensor), per-head q/k norm.
+        "qwen3": ("Qwen3", dict(BASE, num_attention_heads=8, intermediate_size=128,
+                                rope_theta=1000000.0, tie_word_embeddings=True)),
+    }
+
+
+def _granite() -> dict:
+    g = {k: v for k, v in BASE.items() if k != "head_dim"}
+    return dict(g, embedding_multiplier=4.0, residual_multiplier=0.5, attention_multiplier=0.2,
+                logits_scaling=2.5, rope_theta=20000.0)
+
+
+def build_hf(name: str, seed: int = 0, n_layers: int | None = None):
+    """The tiny float32 HF model `name`, weights drawn from torch.manual_seed(seed): matrices
+    N(0, 0.1) (so logits are decisive), norm weights 1 + N(0, 0.2), biases N(0, 0.2)."""
+    import torch
+    import transformers
+
+    cls, kw = zoo()[name]
+    kw = dict(kw)
+    if n_layers is not None:
+        kw["num_hidden_layers"] = n_layers
+    cfg = getattr(transformers, cls + "Config")(**kw, attn_implementation="eager",
+                                                 bos_token_id=None, eos_token_id=None,
+                                                 pad_token_id=None)
+    torch.manual_seed(seed)
+    model = getattr(transformers, cls + "ForCausalLM")(cfg).to(torch.float32).eval()
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.ndim == 1 and "norm" in pname:
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            elif p.ndim == 1:
+                p.copy_(0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+    return model
+
+
+def save_hf(model, path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path), safe_serialization=True)
+    return path
+
+
+def convert_hf():
+    """tools/convert_hf.py as a module."""
+    if "convert_hf" in sys.modules:
+        return sys.modules["convert_hf"]
+    spec = importlib.util.spec_from_file_location("convert_hf", REPO / "tools" / "convert_hf.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["convert_hf"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def hf_logits(model, tokens) -> np.ndarray:
+    import torch
+    with torch.no_grad():
+        out = model(torch.tensor([list(tokens)], dtype=torch.long))
+    return out.logits[0].double().numpy()
+
+
+def hf_greedy(model, prompt, n: int):
+    """(generated ids, logits row of every generated step) by full recomputation each step."""
+    ids = list(prompt)
+    rows = []
+    for _ in range(n):
+        row = hf_logits(model, ids)[-1]
+        rows.append(row)
+        ids.append(int(np.argmax(row)))
+    return ids[len(prompt):], np.array(rows)
+
+
+# =================================================================================================
+# Strata through cffi
+# =================================================================================================
+
+class StrataModel:
+    """A loaded model and one session (f32 KV cache unless told) on it."""
+
+    def __init__(self, path, n_threads: int = 2, n_ctx: int = 512, n_batch: int = 512,
+                 kv_type: str = "f32"):
+        import strata
+        self.strata, self.lib, self.ffi = strata, strata.lib, strata.ffi
+        lib, ffi = self.lib, self.ffi
+        mp = ffi.new("strata_model_params *")
+        mp[0] = lib.strata_model_default_params()
+        mp.n_threads = n_threads
+        pm = ffi.new("strata_model **")
+        strata.check(lib.strata_model_load(str(path).encode(), mp, pm), "strata_model_load")
+        self.model = pm[0]
+        info = ffi.new("strata_model_info *")
+        strata.check(lib.strata_model_get_info(self.model, info), "strata_model_get_info")
+        self.n_vocab = info.n_vocab
+        self.arch = ffi.string(info.arch).decode()
+        sp = ffi.new("strata_session_params *")
+        sp[0] = lib.strata_session_default_params()
+        sp.n_ctx = n_ctx
+        sp.n_batch = n_batch
+        sp.kv_type = lib.STRATA_TYPE_F32 if kv_type == "f32" else lib.STRATA_TYPE_F16
+        sp.n_threads = n_threads
+        ps = ffi.new("strata_session **")
+        rc = lib.strata_session_create(self.model, sp, ps)
+        if rc != 0:
+            msg = strata._ffi.last_error()
+            lib.strata_model_free(self.model)
+            raise strata.StrataError(rc, msg, "strata_session_create")
+        self.session = ps[0]
+
+    def close(self):
+        if self.session is not None:
+            self.lib.strata_session_free(self.session)
+            self.session = None
+        if self.model is not None:
+            self.lib.strata_model_free(self.model)
+            self.model = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def decode(self, tokens, all_logits: bool) -> np.ndarray:
+        n = len(tokens)
+        toks = self.ffi.new("strata_token[]", [int(t) for t in tokens])
+        rows = n if all_logits else 1
+        buf = np.zeros((rows, self.n_vocab), dtype=np.float32)
+        ptr = self.ffi.cast("float *", self.ffi.from_buffer(buf))
+        self.strata.check(self.lib.strata_session_decode(self.session, toks, n, ptr,
+                                                         1 if all_logits else 0),
+                          "strata_session_decode")
+        return buf
+
+    def logits(self, tokens) -> np.ndarray:
+        """(n, n_vocab) logits of a fresh sequence, the prompt read in one call."""
+        self.lib.strata_session_reset(self.session)
+        return self.decode(tokens, True).astype(np.float64)
+
+    def greedy(self, prompt, n: int):
+        """Token-by-token greedy decoding: (generated ids, logits row of every generated step)."""
+        self.lib.strata_session_reset(self.session)
+        row = self.decode(prompt, False)[0]
+        out, rows = [], []
+        for i in range(n):
+            rows.append(row.astype(np.float64))
+            t = int(np.argmax(row))  # lowest id on ties, like strata's greedy sampler
+            out.append(t)
+            if i + 1 < n:
+                row = self.decode([t], False)[0]
+        return out, np.array(rows)
+
+
+# =================================================================================================
+# Comparison rules
+# =================================================================================================
+
+def rel_err_rows(a: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per position: max|a - ref| / max|ref|."""
+    return np.abs(a - ref).max(axis=-1) / np.maximum(np.abs(ref).max(axis=-1), 1e-30)
+
+
+def top2_margin(row: np.ndarray) -> float:
+    s = np.sort(row)
+    return float(s[-1] - s[-2])
+
+
+def topk_ids(row: np.ndarray, k: int = 5) -> set[int]:
+    return set(int(i) for i in np.argsort(-row, kind="stable")[:k])
+
+
+def compare_greedy(a_ids, a_rows, b_ids, b_rows, margin: float = 1e-3, top: int = 5):
+    """None when the continuations agree under the rule, else a message. Rule: identical up to the
+    first difference; there, the top-2 margin of both sides' logits must be <= margin (a near
+    tie) and each side's token must be in the other's top-`top`; comparison ends there (the
+    sequences have diverged)."""
+    for i, (x, y) in enumerate(zip(a_ids, b_ids)):
+        if x == y:
+            continue
+        ma, mb = top2_margin(a_rows[i]), top2_margin(b_rows[i])
+        if max(ma, mb) > margin:
+            return (f"step {i}: strata {x} vs hf {y} with top-2 margins {ma:.3g} / {mb:.3g} > "
+                    f"{margin} (strata {a_ids}, hf {b_ids})")
+        if x not in topk_ids(b_rows[i], top) or y not in topk_ids(a_rows[i], top):
+            return f"step {i}: near tie but {x}/{y} not in each other's top-{top}"
+        return None
+    return None

@@ -1,0 +1,559 @@
+#!/usr/bin/env python3
+"""convert_hf.py - Hugging Face checkpoint directory -> GGUF, in llama.cpp's layout.
+
+Owns: reading a transformers checkpoint (config.json, *.safetensors, tokenizer files when present)
+of the architectures Strata runs, and writing one GGUF file with the gguf package's GGUFWriter
+whose tensor names, tensor layouts and metadata keys are the ones llama.cpp's convert_hf_to_gguf.py
+produces, so a file made here loads in llama.cpp and a file made there loads in Strata.
+
+    python3 tools/convert_hf.py MODEL_DIR --outfile OUT.gguf [--outtype f32|f16|bf16|q8_0]
+
+Supported (config.json "architectures"[0] -> general.architecture):
+    LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM      -> llama
+    OlmoeForCausalLM                                               -> olmoe
+    Qwen2MoeForCausalLM / Qwen3MoeForCausalLM                      -> qwen2moe / qwen3moe
+    GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM             -> granitemoe
+    Qwen2ForCausalLM / Qwen3ForCausalLM                            -> qwen2 / qwen3
+
+What llama.cpp does, and therefore this tool does:
+  * llama and granitemoe: q_proj/k_proj rows are permuted from HF's rotate-half order to the
+    interleaved pairs llama.cpp's normal RoPE rotates (per head: rows [0..d/2) and [d/2..d) are
+    interleaved). The qwen*/olmoe families keep HF's order (NEOX RoPE).
+  * Experts are stacked into blk.N.ffn_{gate,up,down}_exps of shape (n_expert, rows, cols); the
+    transformers-5 fused layout (experts.gate_up_proj, experts.down_proj) is split the same way.
+    Granite's merged input_linear (E, 2*ff, d) is split into gate (first ff rows) and up.
+  * Types: 1-D tensors, *_norm.weight, routers (ffn_gate_inp, ffn_gate_inp_shexp) and biases
+    stay F32; everything else gets --outtype (Q8_0 via gguf.quants.quantize; a tensor whose row
+    does not fit Q8_0 blocks falls back to F16).
+  * Hyperparameters: llama.cpp's TextModel.set_gguf_parameters plus each model class's additions
+    (llama: vocab_size, rope.dimension_count; qwen*moe: expert_feed_forward_length,
+    expert_shared_feed_forward_length; olmoe: layer_norm_rms_epsilon forced to 1e-5; granite:
+    multipliers as attention.scale, embedding_scale, residual_scale, logit_scale, no
+    key_length/value_length). llama.cpp writes no expert_weights_norm for these architectures
+    (the runtime's per-architecture default applies), so neither does this tool.
+  * Tokenizer: byte-level BPE ("gpt2") from tokenizer.json through transformers' AutoTokenizer,
+    token types, merges, special ids, add_bos/add_eos, chat template (gguf.SpecialVocab), and
+    tokenizer.ggml.pre from the hash of llama.cpp's check text (a small table below). Without
+    tokenizer files the file gets tokenizer.ggml.model = "none", as llama.cpp does for
+    vocabulary-less models, and a warning.
+
+Needs numpy, gguf, safetensors and torch (bf16 checkpoints); transformers for tokenizers and for
+reading the config with its defaults (as llama.cpp does; plain config.json otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import sys
+from hashlib import sha256
+from pathlib import Path
+
+import numpy as np
+
+import gguf
+
+log = logging.getLogger("convert_hf")
+
+# =================================================================================================
+# Architecture table
+# =================================================================================================
+
+# HF class -> (gguf MODEL_ARCH, permute q/k for normal RoPE)
+ARCHES = {
+    "LlamaForCausalLM": (gguf.MODEL_ARCH.LLAMA, True),
+    "MistralForCausalLM": (gguf.MODEL_ARCH.LLAMA, True),
+    "MixtralForCausalLM": (gguf.MODEL_ARCH.LLAMA, True),
+    "OlmoeForCausalLM": (gguf.MODEL_ARCH.OLMOE, False),
+    "Qwen2MoeForCausalLM": (gguf.MODEL_ARCH.QWEN2MOE, False),
+    "Qwen3MoeForCausalLM": (gguf.MODEL_ARCH.QWEN3MOE, False),
+    "GraniteMoeForCausalLM": (gguf.MODEL_ARCH.GRANITE_MOE, True),
+    "GraniteMoeSharedForCausalLM": (gguf.MODEL_ARCH.GRANITE_MOE, True),
+    "Qwen2ForCausalLM": (gguf.MODEL_ARCH.QWEN2, False),
+    "Qwen3ForCausalLM": (gguf.MODEL_ARCH.QWEN3, False),
+}
+
+OUTTYPES = {
+    "f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
+    "f16": (gguf.LlamaFileType.MOSTLY_F16, gguf.GGMLQuantizationType.F16),
+    "bf16": (gguf.LlamaFileType.MOSTLY_BF16, gguf.GGMLQuantizationType.BF16),
+    "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
+}
+
+# sha256 of str(tokenizer.encode(CHECK_TEXT)) -> tokenizer.ggml.pre; entries from llama.cpp's
+# get_vocab_base_pre (the subset of pre-tokenizers Strata implements).
+CHECK_TEXT = ('\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis '
+              'concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 '
+              'កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= нещо на Български '
+              '\'\'\'\'\'\'```````""""......!!!!!!?????? I\'ve been \'told he\'s there, \'RE you '
+              'sure? \'M not sure I\'ll make it, \'D you like some tea? We\'Ve a\'lL')
+PRE_BY_HASH = {
+    "0ef9807a4087ebef797fc749390439009c3b9eda9ad1a097abbe738f486c01e5": "llama-bpe",
+    "049ecf7629871e3041641907f3de7c733e4dbfdc736f57d882ba0b0845599754": "deepseek-llm",
+    "877081d19cf6996e2c4ff0e1236341e9b7bde288f5311a56a937f0afbbb3aeb5": "deepseek-v3",
+    "3ce83efda5659b07b1ad37ca97ca5797ea4285d9b9ab0dc679e4a720c9da7454": "gpt-2",
+    "e636dc30a262dcc0d8c323492e32ae2b70728f4df7dfe9737d9f920a282b8aea": "qwen2",
+    "b6dc8df998e1cfbdc4eac8243701a65afe638679230920b50d6f17d81c098166": "olmo",  # also mpt's
+    "855059429035d75a914d1eda9f10a876752e281a054a7a3d421ef0533e5b6249": "smollm",
+}
+
+# GPT-2's pre-tokenizer regex, as tokenizers' ByteLevel(use_regex=True) applies it: a tokenizer.json
+# whose only pre-tokenizer is that gets "gpt-2" when its hash is not in the table.
+GPT2_SPLIT = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+
+
+class ConvertError(Exception):
+    pass
+
+
+# =================================================================================================
+# Reading the checkpoint
+# =================================================================================================
+
+def load_config(model_dir: Path) -> dict:
+    """config.json as transformers reads it (defaults filled in), like llama.cpp's load_hparams;
+    the plain file when transformers is missing or does not know the model."""
+    try:
+        from transformers import AutoConfig
+        cfg = AutoConfig.from_pretrained(model_dir, trust_remote_code=False).to_dict()
+    except Exception as e:  # noqa: BLE001 - any failure: fall back to the file itself
+        log.debug("AutoConfig failed (%s); reading config.json", e)
+        with open(model_dir / "config.json", encoding="utf-8") as f:
+            cfg = json.load(f)
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
+        cfg = {**cfg, **cfg["text_config"]}
+    return cfg
+
+
+def iter_safetensors(model_dir: Path):
+    """(name, float32-or-float16 numpy array) for every tensor of every model*.safetensors."""
+    parts = sorted(p for p in model_dir.iterdir()
+                   if p.name.startswith("model") and p.name.endswith(".safetensors"))
+    if not parts:
+        raise ConvertError(f"{model_dir}: no model*.safetensors files")
+    try:
+        import torch
+        from safetensors import safe_open
+    except ImportError as e:
+        raise ConvertError(f"needs torch and safetensors ({e})") from e
+    for part in parts:
+        with safe_open(str(part), framework="pt", device="cpu") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)
+                if t.dtype not in (torch.float16, torch.float32):
+                    t = t.to(torch.float32)
+                yield name, t.numpy()
+
+
+# =================================================================================================
+# Tensor transformations
+# =================================================================================================
+
+def permute_qk(w: np.ndarray, n_head: int, n_head_kv: int | None = None) -> np.ndarray:
+    """HF rotate-half row order -> llama.cpp's interleaved pairs, per head (llama.cpp's
+    LlamaModel.permute semantics; applies to weights (rows, cols) and biases (rows,))."""
+    if n_head_kv is not None and n_head != n_head_kv:
+        n_head = n_head_kv
+    rows = w.shape[0]
+    if rows % (2 * n_head):
+        raise ConvertError(f"cannot permute {rows} rows into {n_head} heads")
+    return (w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:])
+             .swapaxes(1, 2).reshape(w.shape))
+
+
+_EXPERT_RE = re.compile(r"^(?P<pre>.*\.layers\.(?P<bid>\d+)\.(?:mlp|block_sparse_moe))\.experts\."
+                        r"(?P<xid>\d+)\.(?P<w>gate_proj|up_proj|down_proj|w1|w2|w3)\.weight$")
+# merged per-layer names the gguf tensor map knows
+_MERGED = {"gate_proj": "mlp.experts.gate_proj", "up_proj": "mlp.experts.up_proj",
+           "down_proj": "mlp.experts.down_proj",
+           "w1": "mlp.experts.gate_proj", "w3": "mlp.experts.up_proj", "w2": "mlp.experts.down_proj"}
+
+
+class TensorConverter:
+    """Turns the checkpoint's (name, array) stream into (gguf name, array) pairs."""
+
+    def __init__(self, arch: gguf.MODEL_ARCH, hp: dict, permute: bool):
+        self.arch = arch
+        self.hp = hp
+        self.permute = permute
+        self.n_layer = hp["num_hidden_layers"]
+        self.n_head = hp["num_attention_heads"]
+        self.n_head_kv = hp.get("num_key_value_heads") or self.n_head
+        self.n_expert = hp.get("num_local_experts") or hp.get("num_experts") or 0
+        self.tmap = gguf.get_tensor_name_map(arch, self.n_layer)
+        self.pending: dict[tuple[int, str], dict[int, np.ndarray]] = {}
+
+    def name(self, hf_name: str) -> str:
+        new = self.tmap.get_name(hf_name, try_suffixes=(".weight", ".bias"))
+        if new is None:
+            raise ConvertError(f"tensor {hf_name!r}: no GGUF name for architecture "
+                               f"{gguf.MODEL_ARCH_NAMES[self.arch]}")
+        return new
+
+    def fmt(self, key: gguf.MODEL_TENSOR, bid: int) -> str:
+        return gguf.TENSOR_NAMES[key].format(bid=bid) + ".weight"
+
+    def convert(self, name: str, data: np.ndarray):
+        if name.endswith((".rotary_emb.inv_freq", ".attention.masked_bias", ".attention.bias")):
+            return
+        if self.permute:
+            if name.endswith(("q_proj.weight", "q_proj.bias")):
+                data = permute_qk(data, self.n_head, self.n_head)
+            elif name.endswith(("k_proj.weight", "k_proj.bias")):
+                data = permute_qk(data, self.n_head, self.n_head_kv)
+
+        m = re.search(r"\.layers\.(\d+)\.", name)
+        bid = int(m.group(1)) if m else None
+
+        # granite: JetMoe-style merged experts and shared MLP
+        if name.endswith("block_sparse_moe.input_linear.weight"):
+            ff = self.hp["intermediate_size"]
+            if data.shape[-2] != 2 * ff:
+                raise ConvertError(f"tensor {name!r}: shape {data.shape}, expected (E, {2 * ff}, d)")
+            yield self.fmt(gguf.MODEL_TENSOR.FFN_GATE_EXP, bid), data[..., :ff, :]
+            yield self.fmt(gguf.MODEL_TENSOR.FFN_UP_EXP, bid), data[..., ff:, :]
+            return
+        if name.endswith("shared_mlp.input_linear.weight"):
+            ff = self.hp["shared_intermediate_size"]
+            if data.shape[-2] != 2 * ff:
+                raise ConvertError(f"tensor {name!r}: shape {data.shape}, expected ({2 * ff}, d)")
+            if self.n_expert:
+                yield self.fmt(gguf.MODEL_TENSOR.FFN_GATE_SHEXP, bid), data[:ff]
+                yield self.fmt(gguf.MODEL_TENSOR.FFN_UP_SHEXP, bid), data[ff:]
+            else:
+                yield self.fmt(gguf.MODEL_TENSOR.FFN_GATE, bid), data[:ff]
+                yield self.fmt(gguf.MODEL_TENSOR.FFN_UP, bid), data[ff:]
+            return
+        if name.endswith("shared_mlp.output_linear.weight") and not self.n_expert:
+            yield self.fmt(gguf.MODEL_TENSOR.FFN_DOWN, bid), data
+            return
+
+        # transformers-5 fused expert tensors
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.gate_up_proj.weight")):
+            if data.ndim != 3 or data.shape[-2] % 2:
+                raise ConvertError(f"tensor {name!r}: unexpected shape {data.shape}")
+            ff = data.shape[-2] // 2
+            yield self.fmt(gguf.MODEL_TENSOR.FFN_GATE_EXP, bid), data[:, :ff, :]
+            yield self.fmt(gguf.MODEL_TENSOR.FFN_UP_EXP, bid), data[:, ff:, :]
+            return
+        if name.endswith(("mlp.experts.down_proj", "mlp.experts.down_proj.weight")):
+            yield self.fmt(gguf.MODEL_TENSOR.FFN_DOWN_EXP, bid), data
+            return
+
+        # one expert's matrix: buffer until all experts of this (layer, matrix) are in
+        m = _EXPERT_RE.match(name)
+        if m:
+            if not self.n_expert:
+                raise ConvertError(f"tensor {name!r}: expert tensor but the config has no experts")
+            key = (int(m.group("bid")), m.group("w"))
+            slot = self.pending.setdefault(key, {})
+            slot[int(m.group("xid"))] = data
+            if len(slot) == self.n_expert:
+                del self.pending[key]
+                if sorted(slot) != list(range(self.n_expert)):
+                    raise ConvertError(f"layer {key[0]} {key[1]}: expert ids {sorted(slot)}")
+                merged = np.stack([slot[e] for e in range(self.n_expert)], axis=0)
+                yield self.name(f"model.layers.{key[0]}.{_MERGED[key[1]]}.weight"), merged
+            return
+
+        yield self.name(name), data
+
+    def finish(self):
+        if self.pending:
+            left = ", ".join(f"layer {b} {w}: {len(s)}/{self.n_expert}"
+                             for (b, w), s in sorted(self.pending.items()))
+            raise ConvertError(f"incomplete experts ({left})")
+
+
+def target_type(gname: str, data: np.ndarray, out: gguf.GGMLQuantizationType):
+    """llama.cpp's prepare_tensors rule for the stored type of one tensor."""
+    if data.ndim <= 1 or gname.endswith("_norm.weight"):
+        return gguf.GGMLQuantizationType.F32
+    base = re.sub(r"^blk\.\d+\.", "", gname)
+    if base in ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight") or not gname.endswith(".weight"):
+        return gguf.GGMLQuantizationType.F32
+    return out
+
+
+def encode(data: np.ndarray, qtype: gguf.GGMLQuantizationType):
+    data = np.ascontiguousarray(data, dtype=np.float32)
+    try:
+        return gguf.quants.quantize(data, qtype), qtype
+    except gguf.QuantError as e:
+        log.warning("%s, falling back to F16", e)
+        return gguf.quants.quantize(data, gguf.GGMLQuantizationType.F16), gguf.GGMLQuantizationType.F16
+
+
+# =================================================================================================
+# Hyperparameters
+# =================================================================================================
+
+def _find(hp: dict, keys):
+    for k in keys:
+        if k in hp:
+            return hp[k]
+    return None
+
+
+def rope_params(hp: dict) -> dict:
+    """llama.cpp's TextModel.rope_parameters: rope_parameters (transformers 5) or rope_scaling,
+    with rope_theta and rope_type mirrored into it."""
+    rp = dict(hp.get("rope_parameters") or hp.get("rope_scaling") or {})
+    theta = _find(hp, ["global_rope_theta", "rope_global_theta", "rope_theta_global", "rope_theta",
+                       "rotary_emb_base"])
+    if "rope_theta" not in rp and theta is not None:
+        rp["rope_theta"] = theta
+    if "rope_type" not in rp and rp.get("type") is not None:
+        rp["rope_type"] = rp["type"]
+    return rp
+
+
+def write_hparams(w: gguf.GGUFWriter, hf_arch: str, arch: gguf.MODEL_ARCH, hp: dict,
+                  ftype: gguf.LlamaFileType):
+    is_llama = arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.GRANITE_MOE)
+    is_granite = arch == gguf.MODEL_ARCH.GRANITE_MOE
+    hp = dict(hp)
+    if is_granite and hp.get("head_dim"):
+        log.warning("ignoring head_dim (%s) from config for Granite, as llama.cpp does", hp["head_dim"])
+        hp.pop("head_dim")
+
+    # ---- TextModel.set_gguf_parameters ----
+    w.add_block_count(hp["num_hidden_layers"])
+    if (v := _find(hp, ["max_position_embeddings", "n_ctx", "n_positions", "max_length",
+                        "max_sequence_length", "model_max_length"])) is not None:
+        w.add_context_length(v)
+    if (v := _find(hp, ["hidden_size", "n_embd", "dim"])) is not None:
+        w.add_embedding_length(v)
+    if (v := _find(hp, ["intermediate_size", "n_inner", "hidden_dim"])) is not None:
+        w.add_feed_forward_length(v)
+    if (v := _find(hp, ["num_attention_heads", "n_head", "n_heads"])) is not None:
+        w.add_head_count(v)
+    if (v := _find(hp, ["num_key_value_heads", "n_kv_heads"])) is not None:
+        w.add_head_count_kv(v)
+    rp = rope_params(hp)
+    rtype = rp.get("rope_type")
+    if rtype is not None:
+        factor = rp.get("factor")
+        if rtype == "linear" and factor is not None:
+            w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+            w.add_rope_scaling_factor(factor)
+        elif rtype == "yarn" and factor is not None:
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(factor)
+            w.add_rope_scaling_orig_ctx_len(rp["original_max_position_embeddings"])
+            if (v := rp.get("extrapolation_factor")) is not None:
+                w.add_rope_scaling_yarn_ext_factor(v)
+            if (v := rp.get("attention_factor", rp.get("attn_factor"))) is not None:
+                w.add_rope_scaling_yarn_attn_factor(v)
+            if (v := rp.get("beta_fast")) is not None:
+                w.add_rope_scaling_yarn_beta_fast(v)
+            if (v := rp.get("beta_slow")) is not None:
+                w.add_rope_scaling_yarn_beta_slow(v)
+        elif rtype != "default":
+            log.warning("RoPE type %r is not converted", rtype)
+    if (v := rp.get("rope_theta")) is not None:
+        w.add_rope_freq_base(v)
+    if (v := _find(hp, ["rms_norm_eps", "norm_eps"])) is not None:
+        w.add_layer_norm_rms_eps(v)
+    if (v := _find(hp, ["num_local_experts", "num_experts"])) is not None:
+        w.add_expert_count(v)
+    if (v := _find(hp, ["num_experts_per_tok", "num_experts_per_token", "top_k_experts"])) is not None:
+        w.add_expert_used_count(v)
+    if (v := _find(hp, ["score_function", "scoring_func", "score_func", "moe_router_activation",
+                        "moe_router_activation_func"])) is not None:
+        if v not in ("softmax", "sigmoid"):
+            raise ConvertError(f"config: unsupported expert score function {v!r}")
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if v == "sigmoid"
+                                 else gguf.ExpertGatingFuncType.SOFTMAX)
+    if (v := hp.get("head_dim")) is not None:
+        w.add_key_length(v)
+        w.add_value_length(v)
+    w.add_file_type(ftype)
+
+    # ---- per model class ----
+    if is_llama:  # LlamaModel
+        w.add_vocab_size(hp["vocab_size"])
+        rope_dim = hp.get("head_dim") or hp["hidden_size"] // hp["num_attention_heads"]
+        w.add_rope_dimension_count(rope_dim)
+    if is_granite:  # GraniteModel, GraniteMoeModel
+        if v := hp.get("attention_multiplier"):
+            w.add_attention_scale(v)
+        if v := hp.get("embedding_multiplier"):
+            w.add_embedding_scale(v)
+        if v := hp.get("residual_multiplier"):
+            w.add_residual_scale(v)
+        if v := hp.get("logits_scaling"):
+            w.add_logit_scale(v)
+        if v := hp.get("shared_intermediate_size"):
+            w.add_expert_shared_feed_forward_length(v)
+    if arch in (gguf.MODEL_ARCH.QWEN2MOE, gguf.MODEL_ARCH.QWEN3MOE):  # Qwen2MoeModel
+        if (v := hp.get("moe_intermediate_size")) is not None:
+            w.add_expert_feed_forward_length(v)
+        if (v := hp.get("shared_expert_intermediate_size")) is not None:
+            w.add_expert_shared_feed_forward_length(v)
+    if arch == gguf.MODEL_ARCH.OLMOE:  # OlmoeModel overrides the epsilon
+        if hp.get("rms_norm_eps") not in (None, 1e-5):
+            log.warning("OLMoE rms_norm_eps %s: llama.cpp's converter writes 1e-5 regardless",
+                        hp.get("rms_norm_eps"))
+        w.add_layer_norm_rms_eps(1e-5)
+
+
+# =================================================================================================
+# Tokenizer
+# =================================================================================================
+
+def _pre_from_tokenizer_json(model_dir: Path) -> str | None:
+    """'gpt-2' when tokenizer.json pre-tokenizes exactly like GPT-2 (ByteLevel with its regex)."""
+    p = model_dir / "tokenizer.json"
+    if not p.is_file():
+        return None
+    pre = json.load(open(p, encoding="utf-8")).get("pre_tokenizer") or {}
+    if pre.get("type") == "ByteLevel" and pre.get("use_regex", True):
+        return "gpt-2"
+    if pre.get("type") == "Sequence":
+        subs = pre.get("pretokenizers") or []
+        if (len(subs) == 2 and subs[0].get("type") == "Split"
+                and subs[0].get("pattern", {}).get("Regex") == GPT2_SPLIT
+                and subs[1].get("type") == "ByteLevel" and not subs[1].get("use_regex", True)):
+            return "gpt-2"
+    return None
+
+
+def write_vocab(w: gguf.GGUFWriter, model_dir: Path, hp: dict, pre_override: str | None):
+    if not (model_dir / "tokenizer.json").is_file():
+        if (model_dir / "tokenizer.model").is_file():
+            log.warning("SentencePiece tokenizer.model is not converted by this tool; "
+                        "writing tokenizer.ggml.model = none")
+        else:
+            log.warning("no tokenizer files in %s: writing tokenizer.ggml.model = none "
+                        "(the file can run token ids only)", model_dir)
+        w.add_tokenizer_model("none")
+        return
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as e:
+        raise ConvertError(f"tokenizer.json present but transformers is missing ({e})") from e
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    vocab = tok.get_vocab()
+    n_vocab = hp.get("vocab_size", len(vocab))
+    if max(vocab.values()) >= n_vocab:
+        raise ConvertError(f"tokenizer has id {max(vocab.values())} >= vocab_size {n_vocab}")
+
+    pre = pre_override
+    if pre is None:
+        chkhsh = sha256(str(tok.encode(CHECK_TEXT)).encode()).hexdigest()
+        pre = PRE_BY_HASH.get(chkhsh)
+        if pre is None:
+            pre = _pre_from_tokenizer_json(model_dir)
+            if pre is None:
+                raise ConvertError(f"BPE pre-tokenizer not recognized (check hash {chkhsh}); "
+                                   "pass --pre NAME")
+            log.warning("pre-tokenizer hash %s not in the table; tokenizer.json says %r", chkhsh, pre)
+
+    reverse = {i: t for t, i in vocab.items()}
+    added = tok.get_added_vocab()
+    added_dec = tok.added_tokens_decoder
+    tokens, types = [], []
+    for i in range(n_vocab):
+        if i not in reverse:
+            tokens.append(f"[PAD{i}]")
+            types.append(gguf.TokenType.UNUSED)
+            continue
+        t = reverse[i]
+        if t in added:
+            if not added_dec[i].normalized:
+                t = tok.decode(tok.encode(t, add_special_tokens=False))
+            looks_special = (t in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+                             or (t.startswith("<|") and t.endswith("|>"))
+                             or (t.startswith("<｜") and t.endswith("｜>"))
+                             or (t.startswith("<unused") and t.endswith(">")))
+            if added_dec[i].special or looks_special:
+                types.append(gguf.TokenType.CONTROL)
+            else:
+                t = t.replace("\u2581", " ")
+                types.append(gguf.TokenType.USER_DEFINED)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+        tokens.append(t)
+
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    gguf.SpecialVocab(model_dir, load_merges=True).add_to_gguf(w)
+
+
+# =================================================================================================
+# Driver
+# =================================================================================================
+
+def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
+            pre: str | None = None, name: str | None = None) -> Path:
+    """Converts model_dir to outfile; returns the output path. Raises ConvertError."""
+    model_dir, outfile = Path(model_dir), Path(outfile)
+    if outtype not in OUTTYPES:
+        raise ConvertError(f"--outtype {outtype!r}: one of {', '.join(OUTTYPES)}")
+    ftype, qtype = OUTTYPES[outtype]
+    hp = load_config(model_dir)
+    hf_arch = (hp.get("architectures") or [None])[0]
+    if hf_arch not in ARCHES:
+        raise ConvertError(f"config.json architectures {hp.get('architectures')!r}: not supported "
+                           f"({', '.join(ARCHES)})")
+    arch, permute = ARCHES[hf_arch]
+    tc = TensorConverter(arch, hp, permute)
+    w = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[arch])
+
+    for hf_name, data in iter_safetensors(model_dir):
+        for gname, arr in tc.convert(hf_name, data):
+            t = target_type(gname, arr, qtype)
+            enc, t = encode(arr, t)
+            log.info("%-32s %-10s -> %-5s %s", gname, str(arr.dtype), t.name, tuple(reversed(arr.shape)))
+            w.add_tensor(gname, enc, raw_dtype=t)
+    tc.finish()
+
+    # metadata in llama.cpp's order: general.*, hyperparameters, tokenizer, quantization version
+    w.add_type(gguf.GGUFType.MODEL)
+    total, shared, expert, n_exp = w.get_total_parameter_count()
+    meta = gguf.Metadata.load(None, model_dir, name, total)
+    if meta.name is None:
+        meta.name = model_dir.name
+    if meta.size_label is None and total > 0:
+        meta.size_label = gguf.size_label(total, shared, expert, n_exp)
+    meta.set_gguf_meta_model(w)
+    write_hparams(w, hf_arch, arch, hp, ftype)
+    write_vocab(w, model_dir, hp, pre)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+    outfile.parent.mkdir(parents=True, exist_ok=True)
+    w.write_header_to_file(path=outfile)
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return outfile
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Convert a Hugging Face checkpoint to GGUF "
+                                 "(llama.cpp's layout)")
+    ap.add_argument("model", help="checkpoint directory (config.json, *.safetensors)")
+    ap.add_argument("--outfile", "-o", required=True, help="output .gguf path")
+    ap.add_argument("--outtype", default="f16", choices=list(OUTTYPES))
+    ap.add_argument("--pre", default=None, help="tokenizer.ggml.pre when the hash is unknown")
+    ap.add_argument("--name", default=None, help="general.name (default: from the model card or "
+                    "the directory name)")
+    ap.add_argument("--verbose", "-v", action="store_true")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
+                        format="%(levelname)s: %(message)s")
+    try:
+        out = convert(a.model, a.outfile, a.outtype, a.pre, a.name)
+    except (ConvertError, OSError, KeyError) as e:
+        print(f"convert_hf: error: {e}", file=sys.stderr)
+        return 1
+    print(f"convert_hf: wrote {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
