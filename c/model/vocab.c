@@ -783,3 +783,45 @@ nomem:
     free(buf);
     return st_error(STRATA_ERR_NOMEM, "tokenize: out of memory for %zu bytes of text", len);
 }
+
+/* ---- merge queue ------------------------------------------------------------------------------ */
+
+static int st_bigram_before(const st_bigram *a, const st_bigram *b) {
+    return a->priority > b->priority || (a->priority == b->priority && a->left < b->left);
+}
+
+int st_bigram_heap_push(st_bigram_heap *h, st_bigram x) {
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        st_bigram *nv = realloc(h->v, nc * sizeof *nv);
+        if (!nv) return -1;
+        h->v = nv;
+        h->cap = nc;
+    }
+    size_t i = h->n++;
+    while (i > 0) { /* sift up */
+        size_t p = (i - 1) / 2;
+        if (!st_bigram_before(&x, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = x;
+    return 0;
+}
+
+st_bigram st_bigram_heap_pop(st_bigram_heap *h) {
+    st_bigram top = h->v[0];
+    st_bigram x = h->v[--h->n];
+    size_t i = 0;
+    for (;;) { /* sift the last element down from the root */
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        const st_bigram *best = &x;
+        if (l < h->n && st_bigram_before(&h->v[l], best)) { m = l; best = &h->v[l]; }
+        if (r < h->n && st_bigram_before(&h->v[r], best)) m = r;
+        if (m == i) break;
+        h->v[i] = h->v[m];
+        i = m;
+    }
+    if (h->n) h->v[i] = x;
+    return top;
+}

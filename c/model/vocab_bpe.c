@@ -47,62 +47,10 @@ typedef struct {
 } st_sym;
 
 typedef struct {
-    int left, right;
-    int32_t rank;
-    size_t size;     /* bytes of left + right when queued */
-} st_bigram;
-
-/* min-heap on (rank, left) */
-static int st_bg_less(const st_bigram *a, const st_bigram *b) {
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-typedef struct {
-    st_bigram *v;
-    size_t n, cap;
-} st_heap;
-
-static int st_heap_push(st_heap *h, st_bigram x) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        st_bigram *nv = realloc(h->v, nc * sizeof *nv);
-        if (!nv) return -1;
-        h->v = nv;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!st_bg_less(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return 0;
-}
-
-static st_bigram st_heap_pop(st_heap *h) {
-    st_bigram top = h->v[0];
-    st_bigram x = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const st_bigram *best = &x;
-        if (l < h->n && st_bg_less(&h->v[l], best)) { m = l; best = &h->v[l]; }
-        if (r < h->n && st_bg_less(&h->v[r], best)) { m = r; }
-        if (m == i) break;
-        h->v[i] = h->v[m];
-        i = m;
-    }
-    if (h->n) h->v[i] = x;
-    return top;
-}
-
-typedef struct {
     const st_vocab *v;
     const char *s;   /* mapped piece */
     st_sym *sym;
-    st_heap heap;
+    st_bigram_heap heap;
 } st_bpe_ctx;
 
 static int st_bpe_add(st_bpe_ctx *c, int left, int right) {
@@ -110,8 +58,8 @@ static int st_bpe_add(st_bpe_ctx *c, int left, int right) {
     const st_sym *l = &c->sym[left], *r = &c->sym[right];
     int32_t rank = st_vocab_merge_rank(c->v, c->s + l->off, l->n, c->s + r->off, r->n);
     if (rank < 0) return 0;
-    st_bigram b = {left, right, rank, l->n + r->n};
-    return st_heap_push(&c->heap, b);
+    st_bigram b = {left, right, -(double)rank, l->n + r->n};
+    return st_bigram_heap_push(&c->heap, b);
 }
 
 strata_status st_bpe_tokenize(const st_vocab *v, const char *text, size_t len, st_tokens *out) {
@@ -161,7 +109,7 @@ strata_status st_bpe_tokenize(const st_vocab *v, const char *text, size_t len, s
         for (size_t i = 1; i < wn; i++)
             if (st_bpe_add(&c, (int)i - 1, (int)i)) goto nomem;
         while (c.heap.n) {
-            st_bigram b = st_heap_pop(&c.heap);
+            st_bigram b = st_bigram_heap_pop(&c.heap);
             st_sym *l = &c.sym[b.left], *r = &c.sym[b.right];
             if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* outdated */
             l->n += r->n;

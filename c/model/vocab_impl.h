@@ -76,6 +76,26 @@ int32_t st_vocab_find(const st_vocab *v, const char *s, size_t n);
 /* The rank of merge (left, right), or -1. */
 int32_t st_vocab_merge_rank(const st_vocab *v, const char *l, size_t nl, const char *r, size_t nr);
 
+/* ---- merge queue shared by BPE and SentencePiece ------------------------------------------- */
+
+/* A candidate merge of symbols left and right. BPE queues priority = -rank (lowest rank first),
+ * SentencePiece priority = the merged piece's score (highest first); ties go to the leftmost.
+ * size is the merged byte length when queued, to detect entries made stale by earlier merges. */
+typedef struct {
+    int left, right;
+    double priority;
+    size_t size;
+} st_bigram;
+
+typedef struct {
+    st_bigram *v;
+    size_t n, cap;
+} st_bigram_heap;
+
+/* Push returns -1 when out of memory. Pop needs n > 0. Free with free(h->v). */
+int st_bigram_heap_push(st_bigram_heap *h, st_bigram x);
+st_bigram st_bigram_heap_pop(st_bigram_heap *h);
+
 /* ---- tokenizers ------------------------------------------------------------------------------ */
 
 /* Appends the tokens of a raw-text fragment (no special tokens in it). */

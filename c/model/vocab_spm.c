@@ -16,72 +16,20 @@ typedef struct {
     size_t off, n;   /* n == 0: merged away */
 } st_ssym;
 
-typedef struct {
-    int left, right;
-    float score;
-    size_t size;
-} st_sbigram;
-
-/* max-heap on score, then min on left */
-static int st_sbg_before(const st_sbigram *a, const st_sbigram *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-typedef struct {
-    st_sbigram *v;
-    size_t n, cap;
-} st_sheap;
-
-static int st_sheap_push(st_sheap *h, st_sbigram x) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        st_sbigram *nv = realloc(h->v, nc * sizeof *nv);
-        if (!nv) return -1;
-        h->v = nv;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!st_sbg_before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return 0;
-}
-
-static st_sbigram st_sheap_pop(st_sheap *h) {
-    st_sbigram top = h->v[0];
-    st_sbigram x = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const st_sbigram *best = &x;
-        if (l < h->n && st_sbg_before(&h->v[l], best)) { m = l; best = &h->v[l]; }
-        if (r < h->n && st_sbg_before(&h->v[r], best)) { m = r; }
-        if (m == i) break;
-        h->v[i] = h->v[m];
-        i = m;
-    }
-    if (h->n) h->v[i] = x;
-    return top;
-}
-
-static int st_spm_add(const st_vocab *v, const char *s, const st_ssym *sym, st_sheap *h, int left,
-                      int right) {
+static int st_spm_add(const st_vocab *v, const char *s, const st_ssym *sym, st_bigram_heap *h,
+                      int left, int right) {
     if (left < 0 || right < 0) return 0;
     size_t n = sym[left].n + sym[right].n;
     int32_t id = st_vocab_find(v, s + sym[left].off, n);
     if (id < 0) return 0;
-    st_sbigram b = {left, right, v->score[id], n};
-    return st_sheap_push(h, b);
+    st_bigram b = {left, right, v->score[id], n};
+    return st_bigram_heap_push(h, b);
 }
 
 strata_status st_spm_tokenize(const st_vocab *v, const char *text, size_t len, st_tokens *out) {
     if (len == 0) return STRATA_OK;
     st_ssym *sym = malloc(len * sizeof *sym);
-    st_sheap h = {0};
+    st_bigram_heap h = {0};
     if (!sym) goto nomem;
     int ns = 0;
     for (size_t off = 0; off < len;) {
@@ -100,7 +48,7 @@ strata_status st_spm_tokenize(const st_vocab *v, const char *text, size_t len, s
     for (int i = 1; i < ns; i++)
         if (st_spm_add(v, text, sym, &h, i - 1, i)) goto nomem;
     while (h.n) {
-        st_sbigram b = st_sheap_pop(&h);
+        st_bigram b = st_bigram_heap_pop(&h);
         st_ssym *l = &sym[b.left], *r = &sym[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
         l->n += r->n;
