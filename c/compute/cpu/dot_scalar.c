@@ -219,28 +219,39 @@ static void dot_q3_K(int64_t n, float *out, const void *w, const void *xq) {
     *out = (float)sum;
 }
 
+/* Q4_K/Q5_K share a layout: weight c*64 + l (l < 32) is the low nibble of qs[c*32 + l], weight
+ * c*64 + 32 + l its high nibble; 8 sub-blocks of 32 with 6-bit scales and mins. */
+static void st_unpack_k4_nibbles(const uint8_t *qs, int8_t *q) {
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            q[c * 64 + l] = (int8_t)(qs[c * 32 + l] & 0xF);
+            q[c * 64 + 32 + l] = (int8_t)(qs[c * 32 + l] >> 4);
+        }
+}
+
+/* One super-block of unpacked quants q against activations x: d*sum(sc*q.x) - dmin*sum(m*x). */
+static double st_k4_block(const int8_t *q, const uint8_t *scales, uint16_t d16, uint16_t dmin16,
+                          const block_q8_K *x) {
+    int32_t sc_sum = 0, min_sum = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        st_get_scale_min_k4(j, scales, &sc, &m);
+        sc_sum += sc * isum(q + 32 * j, x->qs + 32 * j, 32);
+        min_sum += m * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+    }
+    float d = st_fp16_to_f32(d16) * x->d;
+    float dmin = st_fp16_to_f32(dmin16) * x->d;
+    return (double)d * sc_sum - (double)dmin * min_sum;
+}
+
 static void dot_q4_K(int64_t n, float *out, const void *w, const void *xq) {
     const block_q4_K *b = w;
     const block_q8_K *x = xq;
     double sum = 0.0;
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        /* weight c*64 + l (l < 32): low nibble of qs[c*32 + l]; c*64 + 32 + l: its high nibble */
         int8_t q[QK_K];
-        for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++) {
-                q[c * 64 + l] = (int8_t)(b[ib].qs[c * 32 + l] & 0xF);
-                q[c * 64 + 32 + l] = (int8_t)(b[ib].qs[c * 32 + l] >> 4);
-            }
-        int32_t sc_sum = 0, min_sum = 0;
-        for (int j = 0; j < 8; j++) { /* 8 sub-blocks of 32 */
-            uint8_t sc, m;
-            st_get_scale_min_k4(j, b[ib].scales, &sc, &m);
-            sc_sum += sc * isum(q + 32 * j, x[ib].qs + 32 * j, 32);
-            min_sum += m * (x[ib].bsums[2 * j] + x[ib].bsums[2 * j + 1]);
-        }
-        float d = st_fp16_to_f32(b[ib].d) * x[ib].d;
-        float dmin = st_fp16_to_f32(b[ib].dmin) * x[ib].d;
-        sum += (double)d * sc_sum - (double)dmin * min_sum;
+        st_unpack_k4_nibbles(b[ib].qs, q);
+        sum += st_k4_block(q, b[ib].scales, b[ib].d, b[ib].dmin, &x[ib]);
     }
     *out = (float)sum;
 }
@@ -252,22 +263,9 @@ static void dot_q5_K(int64_t n, float *out, const void *w, const void *xq) {
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         /* as Q4_K, plus a 5th bit: bit i/32 of qh[i % 32] */
         int8_t q[QK_K];
-        for (int c = 0; c < 4; c++)
-            for (int l = 0; l < 32; l++) {
-                q[c * 64 + l] = (int8_t)(b[ib].qs[c * 32 + l] & 0xF);
-                q[c * 64 + 32 + l] = (int8_t)(b[ib].qs[c * 32 + l] >> 4);
-            }
+        st_unpack_k4_nibbles(b[ib].qs, q);
         for (int i = 0; i < QK_K; i++) q[i] = (int8_t)(q[i] | (((b[ib].qh[i % 32] >> (i / 32)) & 1) << 4));
-        int32_t sc_sum = 0, min_sum = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            st_get_scale_min_k4(j, b[ib].scales, &sc, &m);
-            sc_sum += sc * isum(q + 32 * j, x[ib].qs + 32 * j, 32);
-            min_sum += m * (x[ib].bsums[2 * j] + x[ib].bsums[2 * j + 1]);
-        }
-        float d = st_fp16_to_f32(b[ib].d) * x[ib].d;
-        float dmin = st_fp16_to_f32(b[ib].dmin) * x[ib].d;
-        sum += (double)d * sc_sum - (double)dmin * min_sum;
+        sum += st_k4_block(q, b[ib].scales, b[ib].d, b[ib].dmin, &x[ib]);
     }
     *out = (float)sum;
 }
