@@ -36,9 +36,22 @@ What llama.cpp does, and therefore this tool does:
     tokenizer.ggml.pre from the hash of llama.cpp's check text (a small table below). Without
     tokenizer files the file gets tokenizer.ggml.model = "none", as llama.cpp does for
     vocabulary-less models, and a warning.
+  * SentencePiece: a tokenizer.model that is a SentencePiece model (llama, Mistral, Mixtral) is
+    preferred over tokenizer.json, as llama.cpp's LlamaModel.set_vocab prefers it, unless
+    tokenizer.json is byte-level. tokenizer.ggml.model = "llama", pre "default", pieces, scores
+    and types as _create_vocab_sentencepiece makes them (normal 1, unknown 2, control 3, unused 5,
+    byte 6 from the model; added tokens from added_tokens.json, tokenizer_config.json's
+    added_tokens_decoder and tokenizer.json's added_tokens: control 3 when special or
+    special-looking, else user_defined 4 with U+2581 written as a space; score -1000), padded with
+    [PADi] (unused, -10000) to config.json's vocab_size; special ids and add_bos/add_eos through
+    gguf.SpecialVocab, ids it does not find taken from the model's own bos/eos/unk/pad ids; and
+    tokenizer.ggml.add_space_prefix = the model's normalizer_spec.add_dummy_prefix. llama.cpp's
+    SPM tokenizer neither normalizes (NFKC) nor collapses whitespace, so a model whose normalizer
+    does either gets a warning (its tokenization then differs on such text).
 
 Needs numpy, gguf, safetensors and torch (bf16 checkpoints); transformers for tokenizers and for
-reading the config with its defaults (as llama.cpp does; plain config.json otherwise).
+reading the config with its defaults (as llama.cpp does; plain config.json otherwise);
+sentencepiece for tokenizer.model.
 """
 from __future__ import annotations
 
@@ -420,11 +433,213 @@ def _pre_from_tokenizer_json(model_dir: Path) -> str | None:
     return None
 
 
+# ---- SentencePiece (tokenizer.model) ------------------------------------------------------------
+
+def _pb_fields(buf: bytes):
+    """(field number, wire type, value) of one protobuf message: ints for varints and fixed
+    fields, bytes for length-delimited ones. Enough of the wire format to read a SentencePiece
+    ModelProto's specs without the protobuf package."""
+    i, n = 0, len(buf)
+
+    def varint():
+        nonlocal i
+        v = shift = 0
+        while True:
+            if i >= n:
+                raise ValueError("truncated varint")
+            b = buf[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return v
+
+    while i < n:
+        key = varint()
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            yield num, wt, varint()
+        elif wt == 1 or wt == 5:
+            k = 8 if wt == 1 else 4
+            if i + k > n:
+                raise ValueError("truncated fixed field")
+            yield num, wt, int.from_bytes(buf[i:i + k], "little")
+            i += k
+        elif wt == 2:
+            k = varint()
+            if i + k > n:
+                raise ValueError("truncated length-delimited field")
+            yield num, wt, buf[i:i + k]
+            i += k
+        else:
+            raise ValueError(f"protobuf wire type {wt} not expected")
+
+
+def spm_normalizer_spec(proto: bytes) -> dict:
+    """ModelProto.normalizer_spec (field 3) of a serialized SentencePiece model: name,
+    add_dummy_prefix, remove_extra_whitespaces, escape_whitespaces (proto2 defaults when absent);
+    plus trainer_spec.model_type (1 unigram, 2 bpe, 3 word, 4 char; 1 when absent)."""
+    spec = {"name": None, "add_dummy_prefix": True, "remove_extra_whitespaces": True,
+            "escape_whitespaces": True, "model_type": 1}
+    for num, wt, val in _pb_fields(proto):
+        if num == 3 and wt == 2:
+            for f, fwt, v in _pb_fields(val):
+                if f == 1 and fwt == 2:
+                    spec["name"] = v.decode("utf-8", "replace")
+                elif f in (3, 4, 5) and fwt == 0:
+                    spec[{3: "add_dummy_prefix", 4: "remove_extra_whitespaces",
+                          5: "escape_whitespaces"}[f]] = bool(v)
+        elif num == 2 and wt == 2:
+            for f, fwt, v in _pb_fields(val):
+                if f == 3 and fwt == 0:
+                    spec["model_type"] = v
+    return spec
+
+
+def _tokenizer_json(model_dir: Path) -> dict | None:
+    p = model_dir / "tokenizer.json"
+    return json.load(open(p, encoding="utf-8")) if p.is_file() else None
+
+
+def _is_byte_level(tj: dict | None) -> bool:
+    """tokenizer.json pre-tokenizes or decodes byte-level (a GPT-2 style BPE)."""
+    def has(node):
+        if not isinstance(node, dict):
+            return False
+        if node.get("type") == "ByteLevel":
+            return True
+        return any(has(x) for k in ("pretokenizers", "decoders") for x in node.get(k) or [])
+    return tj is not None and (has(tj.get("pre_tokenizer")) or has(tj.get("decoder")))
+
+
+def load_sentencepiece(model_dir: Path):
+    """(SentencePieceProcessor, serialized model) for model_dir/tokenizer.model when it is a
+    SentencePiece model that should be converted, else None (no such file; a byte-level
+    tokenizer.json next to it; a tokenizer.model in another format, e.g. tiktoken's)."""
+    path = model_dir / "tokenizer.model"
+    if not path.is_file():
+        return None
+    if _is_byte_level(_tokenizer_json(model_dir)):
+        log.info("tokenizer.json is byte-level BPE: ignoring tokenizer.model")
+        return None
+    try:
+        from sentencepiece import SentencePieceProcessor
+    except ImportError as e:
+        raise ConvertError(f"{path} needs the sentencepiece package ({e}); "
+                           "pip install sentencepiece") from e
+    proto = path.read_bytes()
+    sp = SentencePieceProcessor()
+    try:
+        sp.LoadFromSerializedProto(proto)
+        spm_normalizer_spec(proto)
+    except (RuntimeError, OSError, ValueError) as e:
+        log.warning("%s is not a SentencePiece model (%s)", path, e)
+        return None
+    return sp, proto
+
+
+def _looks_special(t: str) -> bool:
+    """llama.cpp's does_token_look_special."""
+    return (t in ("<pad>", "<mask>", "<2mass>", "[@BOS@]")
+            or (t.startswith("<|") and t.endswith("|>"))
+            or (t.startswith("<｜") and t.endswith("｜>"))
+            or (t.startswith("<unused") and t.endswith(">")))
+
+
+def _added_tokens(model_dir: Path) -> list[tuple[int, str, bool]]:
+    """(id, content, special) of the added tokens: tokenizer.json's added_tokens, then
+    tokenizer_config.json's added_tokens_decoder (the later source wins for an id)."""
+    out: dict[int, tuple[str, bool]] = {}
+    tj = _tokenizer_json(model_dir)
+    for t in (tj or {}).get("added_tokens") or []:
+        out[int(t["id"])] = (t["content"], bool(t.get("special")))
+    p = model_dir / "tokenizer_config.json"
+    if p.is_file():
+        dec = json.load(open(p, encoding="utf-8")).get("added_tokens_decoder") or {}
+        for i, t in dec.items():
+            out[int(i)] = (t["content"], bool(t.get("special")))
+    return [(i, c, s) for i, (c, s) in sorted(out.items())]
+
+
+def write_vocab_spm(w: gguf.GGUFWriter, model_dir: Path, hp: dict, sp, proto: bytes):
+    """tokenizer.ggml.model = "llama" from a SentencePiece model, as llama.cpp's
+    _set_vocab_sentencepiece writes it (plus add_space_prefix from the model's normalizer)."""
+    TT = gguf.TokenType
+    n_sp = sp.vocab_size()
+    n_vocab = hp.get("vocab_size") or n_sp
+    tokens = [f"[PAD{i}]" for i in range(n_vocab)]
+    scores = [-10000.0] * n_vocab
+    types = [TT.UNUSED] * n_vocab
+    if n_sp > n_vocab:
+        log.warning("ignoring SentencePiece pieces from id %d: vocab_size is %d", n_vocab, n_vocab)
+    for i in range(min(n_sp, n_vocab)):
+        t = TT.NORMAL
+        if sp.IsUnknown(i):
+            t = TT.UNKNOWN
+        elif sp.IsControl(i):
+            t = TT.CONTROL
+        elif sp.IsUnused(i):
+            t = TT.UNUSED
+        elif sp.IsByte(i):
+            t = TT.BYTE
+        tokens[i] = sp.IdToPiece(i)
+        scores[i] = sp.GetScore(i)
+        types[i] = t
+
+    p = model_dir / "added_tokens.json"
+    if p.is_file():
+        for text, i in json.load(open(p, encoding="utf-8")).items():
+            if i >= n_vocab:
+                log.warning("ignoring added token %r: id %d >= vocab_size %d", text, i, n_vocab)
+                continue
+            tokens[i], scores[i], types[i] = text, -1000.0, TT.USER_DEFINED
+    for i, text, special in _added_tokens(model_dir):
+        if i >= n_vocab:
+            log.warning("ignoring added token %r: id %d >= vocab_size %d", text, i, n_vocab)
+            continue
+        if types[i] != TT.UNUSED and tokens[i] != text:
+            log.warning("replacing token %d: %r -> %r", i, tokens[i], text)
+        if special or _looks_special(text):
+            types[i] = TT.CONTROL
+        else:
+            text = text.replace("\u2581", " ")  # user-defined spaces, pre-normalized
+            types[i] = TT.USER_DEFINED
+        tokens[i], scores[i] = text, -1000.0
+
+    spec = spm_normalizer_spec(proto)
+    if spec["model_type"] != 2:
+        log.warning("SentencePiece model_type %d is not BPE: llama.cpp's (and Strata's) SPM "
+                    "tokenizer merges by score and may split differently", spec["model_type"])
+    if spec["name"] not in (None, "identity") or spec["remove_extra_whitespaces"]:
+        log.warning("SentencePiece normalizer %r (remove_extra_whitespaces=%s): llama.cpp's SPM "
+                    "tokenizer does not normalize, so such text tokenizes differently",
+                    spec["name"], spec["remove_extra_whitespaces"])
+
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_add_space_prefix(spec["add_dummy_prefix"])
+    sv = gguf.SpecialVocab(model_dir, load_merges=False, n_vocab=n_vocab)
+    for typ, i in (("bos", sp.bos_id()), ("eos", sp.eos_id()), ("unk", sp.unk_id()),
+                   ("pad", sp.pad_id())):
+        if typ not in sv.special_token_ids and 0 <= i < n_vocab:
+            sv.special_token_ids[typ] = i
+    sv.add_to_gguf(w)
+
+
+# ---- byte-level BPE (tokenizer.json) -------------------------------------------------------------
+
 def write_vocab(w: gguf.GGUFWriter, model_dir: Path, hp: dict, pre_override: str | None):
+    spm = load_sentencepiece(model_dir)
+    if spm is not None:
+        write_vocab_spm(w, model_dir, hp, *spm)
+        return
     if not (model_dir / "tokenizer.json").is_file():
         if (model_dir / "tokenizer.model").is_file():
-            log.warning("SentencePiece tokenizer.model is not converted by this tool; "
-                        "writing tokenizer.ggml.model = none")
+            log.warning("tokenizer.model is not a SentencePiece model and there is no "
+                        "tokenizer.json: writing tokenizer.ggml.model = none")
         else:
             log.warning("no tokenizer files in %s: writing tokenizer.ggml.model = none "
                         "(the file can run token ids only)", model_dir)
