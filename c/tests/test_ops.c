@@ -7,8 +7,10 @@
 #include "threadpool.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 static test_rng rng = {0x9e3779b97f4a7c15ULL};
 
@@ -103,6 +105,40 @@ static void test_threadpool(void) {
     st_threadpool *bad = NULL;
     CHECK(st_threadpool_create(0, &bad) == STRATA_ERR_INVALID_ARG && !bad, "0 threads refused");
     free(hits);
+}
+
+/* A job whose items were all claimed, followed at once by a larger one: the window in which a
+ * worker that read the old claim word sees the new n_items. Before the claim word was closed
+ * between jobs, a worker could claim a phantom chunk there, the new job's done count overshot and
+ * st_threadpool_run waited forever (it hung CI). Many tiny jobs on more threads than cores make
+ * the window likely; a hang is turned into a failure by an alarm. */
+static void tp_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL test_ops: thread pool deadlocked in the alternating-jobs stress\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
+    _exit(1);
+}
+
+static void test_threadpool_stress(void) {
+    atomic_int hits[64];
+    for (int nt = 2; nt <= 6; nt += 2) {
+        st_threadpool *tp = NULL;
+        CHECK(st_threadpool_create(nt, &tp) == STRATA_OK, "create %d", nt);
+        if (!tp) continue;
+        tp_ctx c = {hits, nt, 0};
+        int ok = 1;
+        signal(SIGALRM, tp_alarm);
+        alarm(120);
+        for (int rep = 0; rep < 60000; rep++) {
+            const int64_t n = (rep & 1) ? 40 + rep % 24 : 2 + rep % 3, chunk = (rep & 1) ? 3 : 1;
+            for (int64_t i = 0; i < n; i++) atomic_store(&hits[i], 0);
+            st_threadpool_run(tp, n, chunk, tp_task, &c);
+            for (int64_t i = 0; i < n; i++) ok &= atomic_load(&hits[i]) == 1;
+        }
+        alarm(0);
+        CHECK(ok, "%d threads: 60000 alternating small/large jobs, every item exactly once", nt);
+        st_threadpool_free(tp);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -465,6 +501,7 @@ static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) 
 
 int main(void) {
     test_threadpool();
+    test_threadpool_stress();
     st_threadpool *pools[3] = {NULL, NULL, NULL};
     st_threadpool_create(1, &pools[0]);
     st_threadpool_create(2, &pools[1]);

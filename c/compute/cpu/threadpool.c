@@ -36,16 +36,23 @@ struct st_threadpool {
     /* Claim word: (generation << 32) | first unclaimed item. A thread takes a chunk with a
      * compare-and-swap that also checks the generation, so a worker that wakes up late can
      * never take items of a job it did not see start, and the caller never waits for workers
-     * that have not claimed anything (a descheduled worker does not stall the barrier). */
+     * that have not claimed anything (a descheduled worker does not stall the barrier).
+     * Before the caller rewrites n_items/chunk for the next job it closes the word
+     * (ST_CLAIM_CLOSED): a worker that read the old word and then the new job's n_items (larger)
+     * would otherwise win its CAS on the old word and count a phantom chunk into the new job's
+     * done counter, which then never equals n_items (a deadlock seen on 2-core machines).
+     * claim, n_items and chunk are sequentially consistent so that order holds for every reader. */
     atomic_uint_fast64_t claim;
     atomic_int_fast64_t done;      /* items of the current job finished */
     /* the current job: written by the caller before the claim word is published; read by a
      * worker only after it claimed a chunk (the job cannot end before that chunk is done) */
     st_task_fn fn;
     void *ctx;
-    atomic_int_fast64_t n_items;   /* atomics: read before the claim, possibly while rewritten */
+    atomic_int_fast64_t n_items;   /* read before the claim, possibly while rewritten */
     atomic_int_fast64_t chunk;
 };
+
+#define ST_CLAIM_CLOSED 0xffffffffu  /* item index of a closed claim word: above any n_items */
 
 /* ---------------------------------------------------------------------------------------------
  * Work loop
@@ -54,16 +61,15 @@ struct st_threadpool {
 /* Takes and runs chunks of job generation g until none is left. */
 static void st_do_chunks(st_threadpool *tp, uint32_t g, int id) {
     for (;;) {
-        uint_fast64_t c = atomic_load_explicit(&tp->claim, memory_order_acquire);
+        uint_fast64_t c = atomic_load(&tp->claim);
         if ((uint32_t)(c >> 32) != g) return;
-        /* n_items and chunk are stable while the generation matches and items are left */
         const uint64_t b = c & 0xffffffffu;
-        const int64_t n = atomic_load_explicit(&tp->n_items, memory_order_relaxed);
-        const int64_t chunk = atomic_load_explicit(&tp->chunk, memory_order_relaxed);
+        /* these may already be the next job's values; then the word was closed before they were
+         * written (seq_cst order), so the CAS below fails and the loop sees the new word */
+        const int64_t n = atomic_load(&tp->n_items);
+        const int64_t chunk = atomic_load(&tp->chunk);
         if ((int64_t)b >= n) return;
-        if (!atomic_compare_exchange_weak_explicit(&tp->claim, &c, c + (uint64_t)chunk,
-                                                   memory_order_acq_rel, memory_order_acquire))
-            continue;
+        if (!atomic_compare_exchange_weak(&tp->claim, &c, c + (uint64_t)chunk)) continue;
         const int64_t e = (int64_t)b + chunk < n ? (int64_t)b + chunk : n;
         tp->fn(tp->ctx, (int64_t)b, e, id);
         const int64_t cnt = e - (int64_t)b;
@@ -177,14 +183,16 @@ void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_tas
         for (int64_t b = 0; b < n_items; b += chunk) fn(ctx, b, b + chunk < n_items ? b + chunk : n_items, 0);
         return;
     }
-    /* the previous job is complete (every item done), so no thread touches these now */
+    /* the previous job is complete (every item done); close its claim word first, so a worker
+     * still looking at it cannot claim against the values written next */
+    const uint32_t g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
+    atomic_store(&tp->claim, ((uint_fast64_t)(g - 1) << 32) | ST_CLAIM_CLOSED);
     tp->fn = fn;
     tp->ctx = ctx;
-    atomic_store_explicit(&tp->n_items, n_items, memory_order_relaxed);
-    atomic_store_explicit(&tp->chunk, chunk, memory_order_relaxed);
+    atomic_store(&tp->n_items, n_items);
+    atomic_store(&tp->chunk, chunk);
     atomic_store_explicit(&tp->done, 0, memory_order_relaxed);
-    const uint32_t g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
-    atomic_store_explicit(&tp->claim, (uint_fast64_t)g << 32, memory_order_release);
+    atomic_store(&tp->claim, (uint_fast64_t)g << 32);
     pthread_mutex_lock(&tp->mu);
     atomic_store_explicit(&tp->gen, g, memory_order_release);
     pthread_cond_broadcast(&tp->cv_work);
