@@ -113,8 +113,14 @@ $(BUILD)/tests/%: c/tests/%.c $(wildcard c/tests/*.h) $(LIB_HDRS) $(BUILD)/libst
 	$(CC) $(CFLAGS) -Ic/tests -o $@ $< $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
 
 # Runs every C test binary, then reports which failed (a test that crashes counts as failed).
+# Each C test runs under a time limit (TEST_TIMEOUT seconds), so a hang fails with its name.
+TEST_TIMEOUT ?= 900
 define run_tests
-	@fail=0; for t in $(1); do echo "== $$t"; $$t || { echo "!! $$t failed"; fail=1; }; done; \
+	@fail=0; for t in $(1); do echo "== $$t"; s0=$$(date +%s); \
+	timeout -k 10 $(TEST_TIMEOUT) $$t; rc=$$?; \
+	[ $$rc -eq 124 ] && echo "!! $$t ran past TEST_TIMEOUT=$(TEST_TIMEOUT)s"; \
+	[ $$rc -ne 0 ] && { echo "!! $$t failed (rc $$rc)"; fail=1; }; \
+	s1=$$(date +%s); [ $$((s1 - s0)) -ge 30 ] && echo "   ($$t took $$((s1 - s0)) s)"; true; done; \
 	if [ $$fail -ne 0 ]; then echo "C tests: FAILED"; exit 1; else echo "C tests: all passed"; fi
 endef
 
@@ -132,7 +138,7 @@ test-c: header-check $(TEST_BINS)
 	$(call run_tests,$(TEST_BINS))
 
 test-py: $(LIBSO) $(CLI)
-	STRATA_LIB=$(abspath $(LIBSO)) STRATA_CLI=$(abspath $(CLI)) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q python/tests
+	STRATA_LIB=$(abspath $(LIBSO)) STRATA_CLI=$(abspath $(CLI)) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q --durations=12 python/tests
 
 check: all test-c test-py
 

@@ -24,3 +24,45 @@ def shared_file(rel: str) -> Path:
 @pytest.fixture
 def tiny_model() -> Path:
     return shared_file("models/strata-tiny-moe-q8_0.gguf")
+
+
+
+# ------------------------------------------------------------------------------------------------
+# Watchdog: a test that runs past STRATA_TEST_TIMEOUT seconds (default 600; 0 turns it off) has
+# its name and every thread's Python stack written to stderr, and the run ends with status 70, so a
+# hang (in C code as much as in Python) fails fast and says where instead of eating CI's time limit.
+# A Python timer thread does it (it runs while C code that released the GIL is stuck);
+# faulthandler's own C thread is the backstop 30 s later, for a hang that holds the GIL.
+# ------------------------------------------------------------------------------------------------
+import faulthandler  # noqa: E402
+import threading  # noqa: E402
+
+_TEST_TIMEOUT = float(os.environ.get("STRATA_TEST_TIMEOUT", "600"))
+
+
+def _expire(nodeid: str, capman) -> None:
+    if capman is not None:  # give fds 1 and 2 back to the terminal / CI log
+        try:
+            capman.suspend_global_capture(in_=False)
+        except Exception:  # noqa: BLE001 - best effort; the stacks still go to fd 2
+            pass
+    os.write(2, f"\n\nconftest watchdog: {nodeid} still running after {_TEST_TIMEOUT:.0f} s; "
+                f"stacks follow, then exit 70\n".encode())
+    faulthandler.dump_traceback(file=2, all_threads=True)
+    os._exit(70)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    timer = None
+    if _TEST_TIMEOUT > 0:
+        timer = threading.Timer(_TEST_TIMEOUT, _expire, args=(item.nodeid, item.config.pluginmanager.getplugin("capturemanager")))
+        timer.daemon = True
+        timer.start()
+        faulthandler.dump_traceback_later(_TEST_TIMEOUT + 30, exit=True)
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+            faulthandler.cancel_dump_traceback_later()
