@@ -1,0 +1,456 @@
+/* attn.cu - the GPU KV cache store and causal GQA attention (cuda_ops.h); the kernel shape and
+ * the plan are described in attn.cuh.
+ *
+ * One kernel serves decode (T = 1..8: rpw 1, the positions split into many chunks so that a
+ * 16K-position cache is read by a few hundred blocks at once: flash-decoding) and prefill (T up
+ * to 512 and more: rpw 4, one chunk per row group when the row groups alone fill the GPU). This
+ * first version uses the FMA units, not the tensor cores: a simple tiled kernel, correct first.
+ * Dispatch: st_attn_dispatch over (head_dim, cache type, rpw) is the one switch. */
+#include "attn.cuh"
+#include "norm.cuh"
+
+#include <limits.h>
+#include <math.h>
+
+/* ---- KV store ------------------------------------------------------------------------------- */
+
+/* dst [n_kv][n_ctx][dim] at positions pos0.. <- src rows (token t at src + t*ld, [n_kv][dim]). */
+template <bool F16>
+static __global__ void __launch_bounds__(256)
+st_k_kv_store(void *dst, int64_t n_ctx, const float *__restrict__ src, int64_t ld, int64_t n_kv,
+              int64_t dim, int64_t T, int64_t pos0) {
+    const int64_t per_tok = n_kv * dim, total = T * per_tok;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const int64_t t = i / per_tok, rem = i - t * per_tok, hk = rem / dim, d = rem - hk * dim;
+        const float v = src[t * ld + rem];
+        const int64_t o = (hk * n_ctx + pos0 + t) * dim + d;
+        if (F16)
+            ((__half *)dst)[o] = __float2half_rn(v);
+        else
+            ((float *)dst)[o] = v;
+    }
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+static size_t st_attn_smem_bytes(int hd, int rpw) {
+    /* Qs [8*rpw][hd] + Kt [hd][32] + Vs [32][hd] + Ps [8][rpw][32] floats */
+    return sizeof(float) * ((size_t)8 * rpw * hd + 2 * (size_t)hd * ST_ATTN_TILE + (size_t)8 * rpw * ST_ATTN_TILE);
+}
+
+struct st_attn_args {
+    const void *k, *v;
+    int64_t n_ctx;
+    const float *q;
+    int64_t ldq;
+    float *out;
+    int64_t ldo;
+    float *part;
+    int n_head, group, T;
+    int64_t pos0;
+    float scale;
+    int chunk, n_chunks;
+};
+
+template <int HD, int RPW, bool F16>
+static __global__ void __launch_bounds__(ST_ATTN_THREADS)
+st_k_attn(const st_attn_args a) {
+    constexpr int RPB = 8 * RPW;              /* rows per block */
+    constexpr int ND = HD / 32;               /* output dimensions per lane */
+    constexpr int EPV = F16 ? 8 : 4;          /* cache elements per 16-byte load */
+    constexpr int VPR = HD / EPV;             /* 16-byte loads per cache row */
+    constexpr int ES = F16 ? 2 : 4;           /* bytes per cache element */
+    constexpr int TL = ST_ATTN_TILE;
+    static_assert(HD % 32 == 0 && VPR >= 1, "head_dim");
+
+    extern __shared__ float4 st_attn_smem4[];
+    float *Qs = (float *)st_attn_smem4;       /* [RPB][HD] */
+    float *Kt = Qs + RPB * HD;                /* [HD][TL] */
+    float *Vs = Kt + HD * TL;                 /* [TL][HD] */
+    float *Ps = Vs + TL * HD;                 /* [8][RPW][TL] */
+
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int rg = (int)blockIdx.x, c = (int)blockIdx.y, hk = (int)blockIdx.z;
+    const int G = a.group, R = a.T * G;
+    const int r_first = rg * RPB;
+    const int r_end = min(R, r_first + RPB);  /* > r_first by construction of the grid */
+    const int64_t lim_max = a.pos0 + (r_end - 1) / G;
+    const int64_t c0 = (int64_t)c * a.chunk;
+    const int64_t c1 = min(c0 + (int64_t)a.chunk, lim_max + 1); /* this block's positions [c0, c1) */
+
+    /* Query rows of the group; rows past R are zero. */
+    for (int idx = (int)threadIdx.x; idx < RPB * HD; idx += ST_ATTN_THREADS) {
+        const int lr = idx / HD, d = idx - lr * HD, r = r_first + lr;
+        float qv = 0.0f;
+        if (r < R) {
+            const int t = r / G, h = hk * G + (r - t * G);
+            qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d];
+        }
+        Qs[idx] = qv;
+    }
+
+    int64_t lim[RPW];
+    float m[RPW], l[RPW], acc[RPW][ND];
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        const int r = r_first + warp * RPW + j;
+        lim[j] = r < R ? a.pos0 + r / G : -1; /* -1: no position passes */
+        m[j] = -INFINITY;
+        l[j] = 0.0f;
+#pragma unroll
+        for (int dd = 0; dd < ND; dd++) acc[j][dd] = 0.0f;
+    }
+    const bool warp_live = r_first + warp * RPW < R; /* rows are contiguous: the first decides */
+
+    const char *Kb = (const char *)a.k + (size_t)hk * (size_t)a.n_ctx * HD * ES;
+    const char *Vb = (const char *)a.v + (size_t)hk * (size_t)a.n_ctx * HD * ES;
+    float *Pw = Ps + warp * RPW * TL;
+
+    for (int64_t pb = c0; pb < c1; pb += TL) {
+        __syncthreads(); /* the previous tile is consumed (first pass: Qs is written) */
+        /* K, transposed: lane = position, so the shared stores are conflict-free. */
+        for (int idx = (int)threadIdx.x; idx < TL * VPR; idx += ST_ATTN_THREADS) {
+            const int pp = idx & (TL - 1), vi = idx / TL;
+            const int64_t p = pb + pp;
+            float f[EPV];
+            if (p < c1) {
+                const char *src = Kb + ((size_t)p * HD + (size_t)vi * EPV) * ES;
+                if (F16) st_ld16_f16(src, f); else st_ld16_f32(src, f);
+            } else {
+#pragma unroll
+                for (int e = 0; e < EPV; e++) f[e] = 0.0f;
+            }
+#pragma unroll
+            for (int e = 0; e < EPV; e++) Kt[(vi * EPV + e) * TL + pp] = f[e];
+        }
+        /* V, row-major: consecutive lanes take consecutive 16 bytes of a row. Positions past the
+         * block's end are zero so that 0 * (stale cache) cannot make a NaN. */
+        for (int idx = (int)threadIdx.x; idx < TL * VPR; idx += ST_ATTN_THREADS) {
+            const int pp = idx / VPR, vi = idx - pp * VPR;
+            const int64_t p = pb + pp;
+            float f[EPV];
+            if (p < c1) {
+                const char *src = Vb + ((size_t)p * HD + (size_t)vi * EPV) * ES;
+                if (F16) st_ld16_f16(src, f); else st_ld16_f32(src, f);
+            } else {
+#pragma unroll
+                for (int e = 0; e < EPV; e++) f[e] = 0.0f;
+            }
+            float4 *dst = (float4 *)(Vs + pp * HD + vi * EPV);
+#pragma unroll
+            for (int e = 0; e < EPV / 4; e++) dst[e] = make_float4(f[4 * e], f[4 * e + 1], f[4 * e + 2], f[4 * e + 3]);
+        }
+        __syncthreads();
+        if (!warp_live) continue;
+
+        /* Scores of this warp's rows against position pb + lane. */
+        float sc[RPW];
+#pragma unroll
+        for (int j = 0; j < RPW; j++) sc[j] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < HD; d += 4) {
+            const float k0 = Kt[(d + 0) * TL + lane], k1 = Kt[(d + 1) * TL + lane];
+            const float k2 = Kt[(d + 2) * TL + lane], k3 = Kt[(d + 3) * TL + lane];
+#pragma unroll
+            for (int j = 0; j < RPW; j++) {
+                const float4 qv = *(const float4 *)(Qs + (warp * RPW + j) * HD + d);
+                sc[j] = fmaf(qv.x, k0, sc[j]);
+                sc[j] = fmaf(qv.y, k1, sc[j]);
+                sc[j] = fmaf(qv.z, k2, sc[j]);
+                sc[j] = fmaf(qv.w, k3, sc[j]);
+            }
+        }
+        const int64_t p = pb + lane;
+#pragma unroll
+        for (int j = 0; j < RPW; j++) {
+            const bool valid = p < c1 && p <= lim[j];
+            const float s = valid ? sc[j] * a.scale : -INFINITY;
+            const float mn = fmaxf(m[j], st_warp_max_f(s)); /* warp-uniform */
+            float corr = 1.0f, pv = 0.0f;
+            if (mn != -INFINITY) {
+                corr = expf(m[j] - mn); /* 0 when m[j] is still -inf */
+                pv = valid ? expf(s - mn) : 0.0f;
+            }
+            l[j] = fmaf(l[j], corr, st_warp_sum_f(pv));
+            m[j] = mn;
+            Pw[j * TL + lane] = pv;
+#pragma unroll
+            for (int dd = 0; dd < ND; dd++) acc[j][dd] *= corr;
+        }
+        __syncwarp();
+        /* acc += P * V over the tile's positions. */
+#pragma unroll 4
+        for (int pp = 0; pp < TL; pp++) {
+            float vv[ND];
+#pragma unroll
+            for (int dd = 0; dd < ND; dd++) vv[dd] = Vs[pp * HD + lane + 32 * dd];
+#pragma unroll
+            for (int j = 0; j < RPW; j++) {
+                const float pj = Pw[j * TL + pp];
+#pragma unroll
+                for (int dd = 0; dd < ND; dd++) acc[j][dd] = fmaf(pj, vv[dd], acc[j][dd]);
+            }
+        }
+        __syncwarp(); /* Pw is rewritten by the next tile */
+    }
+
+    if (!warp_live) return;
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        const int r = r_first + warp * RPW + j;
+        if (r >= R) continue;
+        const int t = r / G, h = hk * G + (r - t * G);
+        if (a.n_chunks == 1) {
+            /* every row sees position 0, so l > 0 */
+            float *o = a.out + (int64_t)t * a.ldo + (int64_t)h * HD;
+#pragma unroll
+            for (int dd = 0; dd < ND; dd++) o[lane + 32 * dd] = __fdiv_rn(acc[j][dd], l[j]);
+        } else {
+            float *pr = a.part + ((size_t)((int64_t)t * a.n_head + h) * (size_t)a.n_chunks + (size_t)c) * (HD + 2);
+#pragma unroll
+            for (int dd = 0; dd < ND; dd++) pr[lane + 32 * dd] = acc[j][dd];
+            if (lane == 0) {
+                pr[HD] = m[j];
+                pr[HD + 1] = l[j];
+            }
+        }
+    }
+}
+
+/* One block per (token, head): merges the n_chunks partials of its row in index order. */
+static __global__ void __launch_bounds__(256)
+st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_head, float *out,
+                  int64_t ldo) {
+    const int64_t row = blockIdx.x, t = row / n_head, h = row - t * n_head;
+    const int stride = hd + 2;
+    const float *pr = part + (size_t)row * (size_t)n_chunks * (size_t)stride;
+    float M = -INFINITY;
+    for (int c = 0; c < n_chunks; c++) M = fmaxf(M, pr[(size_t)c * stride + hd]);
+    for (int d = (int)threadIdx.x; d < hd; d += (int)blockDim.x) {
+        float L = 0.0f, O = 0.0f;
+        for (int c = 0; c < n_chunks; c++) {
+            const float mc = pr[(size_t)c * stride + hd];
+            if (mc == -INFINITY) continue; /* a chunk wholly after this row's last position */
+            const float e = expf(mc - M);
+            L = fmaf(pr[(size_t)c * stride + hd + 1], e, L);
+            O = fmaf(pr[(size_t)c * stride + d], e, O);
+        }
+        out[t * ldo + h * hd + d] = __fdiv_rn(O, L);
+    }
+}
+
+/* ---- plan ----------------------------------------------------------------------------------- */
+
+static int64_t st_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+st_attn_plan st_attn_make_plan(const st_cuda_attn_shape *s, int64_t T, int64_t np, int sm_count,
+                               size_t ws_cap, int target_blocks, int rpw_force) {
+    st_attn_plan pl;
+    const int64_t G = s->n_head / s->n_head_kv, R = T * G;
+    pl.rpw = rpw_force == 1 || rpw_force == 4 ? rpw_force : (R >= 32 ? 4 : 1);
+    pl.n_rg = (int)st_cdiv(R, 8 * pl.rpw);
+    pl.smem = st_attn_smem_bytes(s->head_dim, pl.rpw);
+    if (sm_count < 1) sm_count = 132;
+    const int64_t base = (int64_t)pl.n_rg * s->n_head_kv;
+    const int64_t target = target_blocks > 0 ? target_blocks : 4 * (int64_t)sm_count;
+    int64_t n = (target_blocks <= 0 && base >= 2 * (int64_t)sm_count) ? 1 : st_cdiv(target, base);
+    n = n < st_cdiv(np, ST_ATTN_MIN_CHUNK) ? n : st_cdiv(np, ST_ATTN_MIN_CHUNK);
+    if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
+    if (n < 1) n = 1;
+    const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+    if (n > 1 && (size_t)n * per_chunk > ws_cap) n = (int64_t)(ws_cap / per_chunk);
+    if (n < 2) n = 1;
+    int64_t chunk = st_cdiv(st_cdiv(np, n), ST_ATTN_TILE) * ST_ATTN_TILE;
+    if (chunk < ST_ATTN_TILE) chunk = ST_ATTN_TILE;
+    /* positions never exceed INT_MAX here (n_ctx is checked), so chunk fits an int */
+    pl.chunk = (int)chunk;
+    pl.n_chunks = (int)st_cdiv(np, chunk);
+    if (pl.n_chunks < 1) pl.n_chunks = 1;
+    pl.ws_bytes = pl.n_chunks > 1 ? (size_t)pl.n_chunks * per_chunk : 0;
+    return pl;
+}
+
+static int st_attn_sm_count(void) {
+    int ok = 0;
+    if (st_cuda_probe(&ok, NULL, 0) != STRATA_OK || !ok) return 132;
+    st_cuda_device_info info;
+    if (st_cuda_device_info_get(&info) != STRATA_OK || info.sm_count < 1) return 132;
+    return info.sm_count;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------- */
+
+template <int HD, int RPW, bool F16>
+static strata_status st_attn_launch(const st_attn_args &a, const st_attn_plan &pl, int n_kv,
+                                    cudaStream_t s) {
+    auto kern = st_k_attn<HD, RPW, F16>;
+    if (pl.smem > 48 * 1024)
+        ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
+    const dim3 grid((unsigned)pl.n_rg, (unsigned)pl.n_chunks, (unsigned)n_kv);
+    kern<<<grid, ST_ATTN_THREADS, pl.smem, s>>>(a);
+    ST_CUDA_CHECK_LAUNCH("st_k_attn");
+    return STRATA_OK;
+}
+
+template <int HD>
+static strata_status st_attn_dispatch_hd(bool f16, const st_attn_args &a, const st_attn_plan &pl,
+                                         int n_kv, cudaStream_t s) {
+    if (f16)
+        return pl.rpw == 4 ? st_attn_launch<HD, 4, true>(a, pl, n_kv, s) : st_attn_launch<HD, 1, true>(a, pl, n_kv, s);
+    return pl.rpw == 4 ? st_attn_launch<HD, 4, false>(a, pl, n_kv, s) : st_attn_launch<HD, 1, false>(a, pl, n_kv, s);
+}
+
+/* The one dispatch point: head_dim x cache type x rows per warp. */
+static strata_status st_attn_dispatch(int hd, bool f16, const st_attn_args &a, const st_attn_plan &pl,
+                                      int n_kv, cudaStream_t s) {
+    switch (hd) {
+    case 64: return st_attn_dispatch_hd<64>(f16, a, pl, n_kv, s);
+    case 128: return st_attn_dispatch_hd<128>(f16, a, pl, n_kv, s);
+    case 256: return st_attn_dispatch_hd<256>(f16, a, pl, n_kv, s);
+    default: break;
+    }
+    return st_error(STRATA_ERR_INTERNAL, "st_attn_dispatch: head_dim %d passed the check", hd);
+}
+
+/* ---- entry points --------------------------------------------------------------------------- */
+
+static bool st_shape_ok(const st_cuda_attn_shape *s) {
+    return s && s->n_head > 0 && s->n_head_kv > 0 && s->n_head_kv <= 65535 &&
+           s->n_head % s->n_head_kv == 0 && s->head_dim > 0 && s->head_dim_v > 0;
+}
+
+extern "C" int st_cuda_attn_supports(strata_type kv_type, const st_cuda_attn_shape *s) {
+    if (kv_type != STRATA_TYPE_F16 && kv_type != STRATA_TYPE_F32) return 0;
+    if (!st_shape_ok(s) || s->head_dim != s->head_dim_v) return 0;
+    return s->head_dim == 64 || s->head_dim == 128 || s->head_dim == 256;
+}
+
+extern "C" size_t st_cuda_kv_bytes(strata_type kv_type, const st_cuda_attn_shape *s, int64_t n_ctx) {
+    if ((kv_type != STRATA_TYPE_F16 && kv_type != STRATA_TYPE_F32) || !st_shape_ok(s) || n_ctx < 0)
+        return 0;
+    const size_t el = kv_type == STRATA_TYPE_F16 ? 2 : 4;
+    const int hd = s->head_dim > s->head_dim_v ? s->head_dim : s->head_dim_v;
+    return (size_t)s->n_head_kv * (size_t)n_ctx * (size_t)hd * el;
+}
+
+extern "C" strata_status st_cuda_kv_store(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
+                                          const float *d_k, int64_t ldk, const float *d_v,
+                                          int64_t ldv, int64_t T, int64_t pos0, void *stream) {
+    static const char *fn = "st_cuda_kv_store";
+    if (!kv || !st_shape_ok(s))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL cache or bad shape", fn);
+    if (kv->type != STRATA_TYPE_F16 && kv->type != STRATA_TYPE_F32)
+        return st_error(STRATA_ERR_UNSUPPORTED, "%s: cache type %s (F16 or F32 only)", fn,
+                        strata_type_name(kv->type));
+    if (T < 0 || pos0 < 0 || pos0 + T > kv->n_ctx)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: positions %lld..%lld outside the cache of %lld", fn,
+                        (long long)pos0, (long long)(pos0 + T - 1), (long long)kv->n_ctx);
+    if (T == 0) return STRATA_OK;
+    const int64_t nk = (int64_t)s->n_head_kv * s->head_dim, nv = (int64_t)s->n_head_kv * s->head_dim_v;
+    if (ldk < nk || ldv < nv)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: ldk %lld / ldv %lld below %lld / %lld", fn,
+                        (long long)ldk, (long long)ldv, (long long)nk, (long long)nv);
+    const uintptr_t ea = kv->type == STRATA_TYPE_F16 ? 1 : 3;
+    if (!d_k || !d_v || ((uintptr_t)d_k & 3) || ((uintptr_t)d_v & 3) || !kv->k || !kv->v ||
+        ((uintptr_t)kv->k & ea) || ((uintptr_t)kv->v & ea))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL or misaligned pointer", fn);
+    ST_TRY(st_cuda_require(fn));
+    cudaStream_t st = (cudaStream_t)stream;
+    const unsigned gk = st_cuda_grid(T * nk, 256), gv = st_cuda_grid(T * nv, 256);
+    if (kv->type == STRATA_TYPE_F16) {
+        st_k_kv_store<true><<<gk, 256, 0, st>>>(kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0);
+        ST_CUDA_CHECK_LAUNCH("st_k_kv_store (k)");
+        st_k_kv_store<true><<<gv, 256, 0, st>>>(kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0);
+    } else {
+        st_k_kv_store<false><<<gk, 256, 0, st>>>(kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0);
+        ST_CUDA_CHECK_LAUNCH("st_k_kv_store (k)");
+        st_k_kv_store<false><<<gv, 256, 0, st>>>(kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0);
+    }
+    ST_CUDA_CHECK_LAUNCH("st_k_kv_store (v)");
+    return STRATA_OK;
+}
+
+extern "C" size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int64_t n_ctx) {
+    if (!st_shape_ok(s) || T < 1 || n_ctx < 1) return 0;
+    /* The chunk count of st_attn_make_plan before the chunk length is rounded up to whole tiles
+     * (which only lowers it) and with np = n_ctx (it grows with np): the most any call uses. */
+    const int sm = st_attn_sm_count();
+    const int64_t G = s->n_head / s->n_head_kv, R = T * G;
+    const int rpw = R >= 32 ? 4 : 1;
+    const int64_t base = st_cdiv(R, 8 * rpw) * s->n_head_kv;
+    int64_t n = base >= 2 * (int64_t)sm ? 1 : st_cdiv(4 * (int64_t)sm, base);
+    if (n > st_cdiv(n_ctx, ST_ATTN_MIN_CHUNK)) n = st_cdiv(n_ctx, ST_ATTN_MIN_CHUNK);
+    if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
+    if (n < 2) return 0;
+    return (size_t)n * (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+}
+
+strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
+                                              const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
+                                              float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
+                                              void *stream, int target_blocks, int rpw_force,
+                                              st_attn_plan *plan_out) {
+    static const char *fn = "st_cuda_attention";
+    if (!kv || !s) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL cache or shape", fn);
+    if (!st_cuda_attn_supports(kv->type, s))
+        return st_error(STRATA_ERR_UNSUPPORTED, "%s: cache %s, heads %d/%d, head_dim %d/%d (F16/F32, "
+                        "head_dim == head_dim_v in 64, 128, 256, n_head a multiple of n_head_kv)", fn,
+                        strata_type_name(kv->type), (int)s->n_head, (int)s->n_head_kv,
+                        (int)s->head_dim, (int)s->head_dim_v);
+    if (T < 0 || pos0 < 0 || pos0 + T > kv->n_ctx || kv->n_ctx > INT_MAX)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld at pos0 %lld with a cache of %lld", fn,
+                        (long long)T, (long long)pos0, (long long)kv->n_ctx);
+    if (T == 0) return STRATA_OK;
+    const int64_t G = s->n_head / s->n_head_kv;
+    if (T > (1 << 20) || T * G > INT_MAX / 2)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T = %lld too large", fn, (long long)T);
+    const int64_t nq = (int64_t)s->n_head * s->head_dim;
+    if (ldq < nq || ldo < nq)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: ldq %lld / ldo %lld below n_head * head_dim %lld",
+                        fn, (long long)ldq, (long long)ldo, (long long)nq);
+    if (!d_q || !d_out || ((uintptr_t)d_q & 3) || ((uintptr_t)d_out & 3))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: q or out NULL or not 4-byte aligned", fn);
+    if (!kv->k || !kv->v || ((uintptr_t)kv->k & 15) || ((uintptr_t)kv->v & 15))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: cache k %p / v %p NULL or not 16-byte aligned",
+                        fn, kv->k, kv->v);
+    if (!isfinite(s->scale))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: scale %g", fn, (double)s->scale);
+    if (!d_ws || ((uintptr_t)d_ws & 15)) ws_bytes = 0; /* no usable workspace: one pass */
+    ST_TRY(st_cuda_require(fn));
+
+    const int64_t np = pos0 + T;
+    const st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
+    if (plan_out) *plan_out = pl;
+    st_attn_args a;
+    a.k = kv->k;
+    a.v = kv->v;
+    a.n_ctx = kv->n_ctx;
+    a.q = d_q;
+    a.ldq = ldq;
+    a.out = d_out;
+    a.ldo = ldo;
+    a.part = (float *)d_ws;
+    a.n_head = s->n_head;
+    a.group = (int)G;
+    a.T = (int)T;
+    a.pos0 = pos0;
+    a.scale = s->scale;
+    a.chunk = pl.chunk;
+    a.n_chunks = pl.n_chunks;
+    cudaStream_t st = (cudaStream_t)stream;
+    ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));
+    if (pl.n_chunks > 1) {
+        st_k_attn_combine<<<(unsigned)(T * s->n_head), (unsigned)s->head_dim, 0, st>>>(
+            (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo);
+        ST_CUDA_CHECK_LAUNCH("st_k_attn_combine");
+    }
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
+                                           const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
+                                           float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
+                                           void *stream) {
+    return st_cuda_attention_ex(kv, s, d_q, ldq, T, pos0, d_out, ldo, d_ws, ws_bytes, stream, 0, 0, NULL);
+}

@@ -1,0 +1,104 @@
+/* cuda_moe.h - the grouped MoE step on the GPU (c/cuda/moe.cu): router (softmax, top-k, optional
+ * renormalization) with the ids/weights mirrored into a host-mapped "doorbell" buffer, and the
+ * grouped expert FFN over a per-expert pointer table (gate/up -> SwiGLU -> down, weighted combine
+ * in fixed slot order). Plain C; exists only in builds with STRATA_HAVE_CUDA.
+ *
+ * Equal to the CPU path: st_cuda_moe_route gives the ids of st_route_topk (ops_moe.c) and its
+ * weights within ~1e-6; st_cuda_moe_ffn approximates st_moe_ffn (activations quantized to q8_1
+ * here, to q8_0/q8_K on the CPU: NMSE ~1e-5). Every result is deterministic (each output element
+ * is computed by one warp in a fixed order): two runs give the same bits.
+ *
+ * All entries enqueue on stream (a cudaStream_t; NULL = the default stream) and do not wait. */
+#ifndef STRATA_CUDA_MOE_H
+#define STRATA_CUDA_MOE_H
+
+#include "strata.h"
+#include "cuda_tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One expert's three matrices, as device descriptors: gate and up (ne0 = n_embd, ne1 = n_ff),
+ * down (ne0 = n_ff, ne1 = n_embd). The data pointers may point anywhere in device memory (later:
+ * cache slots) and must be 4-byte aligned; row_bytes a multiple of 2. The kernels read data and
+ * row_bytes from the table; the types and shapes come from st_cuda_moe_args (every expert of one
+ * table has the same types and shapes; the type/ne fields of the entries are not read). */
+typedef struct st_cuda_expert {
+    st_cuda_mat gate, up, down;
+} st_cuda_expert;
+
+/* ---- supports -------------------------------------------------------------------------------- */
+
+/* 1 if type can be an expert matrix type: the dp4a kernels on q8_1 activations (Q4_0, Q8_0,
+ * Q4_K, Q5_K, Q6_K; st_cuda_moe_type_dp4a() = 1) or the fallback that decodes weights to f32 on
+ * the fly against f32 activations (F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K). */
+int st_cuda_moe_supports(strata_type type);
+int st_cuda_moe_type_dp4a(strata_type type);
+
+/* ---- doorbell: host-mapped pinned ids/weights ---------------------------------------------- */
+
+/* A pinned, host-mapped buffer of max_tokens x k routing results: the router writes it from the
+ * device; the host reads h_ids/h_wts after the stream (or an event) completed. d_ids/d_wts are the
+ * device-side addresses of the same memory. */
+typedef struct st_cuda_doorbell {
+    int32_t *h_ids;  float *h_wts;   /* host pointers */
+    int32_t *d_ids;  float *d_wts;   /* device pointers of the same memory */
+    int64_t max_tokens;
+    int32_t k;
+} st_cuda_doorbell;
+
+/* cudaHostAlloc(mapped) of max_tokens * k ids and weights; contents start at 0. */
+strata_status st_cuda_doorbell_alloc(st_cuda_doorbell *db, int64_t max_tokens, int32_t k);
+/* Frees and zeroes *db; a zeroed or NULL db is a no-op. */
+strata_status st_cuda_doorbell_free(st_cuda_doorbell *db);
+
+/* ---- router ----------------------------------------------------------------------------------- */
+
+/* d_logits: device [T][n_expert] f32 router logits. For each token: softmax over all experts
+ * (max-subtracted, sum in double), top-k by logit (ties: lower index first), weights = softmax
+ * probabilities of the chosen experts, renormalized to sum 1 when norm != 0 - as st_route_topk.
+ * Writes d_ids/d_wts (device [T][k], may be NULL when db is given) and, when db != NULL, the
+ * same values into db (T <= db->max_tokens, k == db->k). 1 <= k <= n_expert <= 4096; T >= 0
+ * (T == 0 is a no-op). NaN logits give unspecified (but in-range) ids. */
+strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int32_t n_expert, int32_t k,
+                                int norm, int32_t *d_ids, float *d_wts, st_cuda_doorbell *db,
+                                void *stream);
+
+/* ---- grouped expert FFN ---------------------------------------------------------------------- */
+
+typedef struct st_cuda_moe_args {
+    const st_cuda_expert *experts; /* device: [n_expert] */
+    int32_t n_expert;
+    strata_type type_gate, type_up, type_down; /* type_gate must equal type_up */
+    int64_t n_embd, n_ff;          /* both multiples of 32 and of the types' block sizes */
+    const float *x;                /* device [T][n_embd] */
+    int64_t T;                     /* tokens, 1..; T * k <= 1024 (meant for T <= 8) */
+    const int32_t *ids;            /* device [T][k]; ids outside [0, n_expert) contribute 0 */
+    const float *wts;              /* device [T][k] */
+    int32_t k;
+    float *out;                    /* device [T][n_embd]; must not alias x */
+    int accumulate;                /* 0: out = sum_k w * FFN; 1: out += sum_k w * FFN */
+    void *ws;                      /* device workspace of st_cuda_moe_wsize bytes, 256-aligned */
+    size_t ws_bytes;
+} st_cuda_moe_args;
+
+/* Workspace bytes of st_cuda_moe_ffn. */
+size_t st_cuda_moe_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
+
+/* out[t] (=|+=) sum over slots s = 0..k-1, in that order, of wts[t][s] * FFN_{ids[t][s]}(x[t]),
+ * FFN_e(x) = down_e(silu(gate_e x) * up_e x). (token, slot) pairs are grouped by expert on the
+ * device (up to 8 per group), so each expert's rows are read once for up to 8 tokens. A shared
+ * expert is the same call with a one-expert table, ids all 0, k = 1, wts = its per-token gate
+ * (sigmoid(gate_inp_shexp . x) or 1) and accumulate = 1. Errors: INVALID_ARG (shapes, NULLs, ws
+ * too small), UNSUPPORTED (types), BACKEND (launches). */
+strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_CUDA_MOE_H */

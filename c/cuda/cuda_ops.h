@@ -1,0 +1,147 @@
+/* cuda_ops.h - the C interface of the GPU per-token ops and attention: RMSNorm over rows (also the
+ * per-head q/k norm and the whole-projection norm), the small elementwise ops of the forward pass
+ * (residual add with a scale, bias add, SwiGLU, scale), RoPE (normal and NEOX, partial n_rot,
+ * linear and YaRN scaling), the GPU KV cache store and causal GQA attention over it (split-K
+ * "flash-decoding" with a combine pass; the same tiled kernel serves prefill).
+ *
+ * Files: c/cuda/norm.cu (RMSNorm + elementwise), c/cuda/rope.cu, c/cuda/attn.cu. Plain C
+ * declarations, defined with C linkage in the .cu files; only in builds with STRATA_HAVE_CUDA.
+ *
+ * Common rules. Pointers named d_* are device pointers, f32 unless said otherwise, 4-byte aligned.
+ * Row strides (ld*) are in floats. Every entry checks its arguments first (STRATA_ERR_INVALID_ARG,
+ * no device needed), then that CUDA is usable (STRATA_ERR_UNSUPPORTED with the probe's reason),
+ * then enqueues its kernels on stream (a cudaStream_t; NULL = the default stream) and returns
+ * without waiting. A failing launch gives STRATA_ERR_BACKEND naming the kernel, file and line.
+ * Nothing prints. Empty work (n == 0 or T == 0) is a no-op returning STRATA_OK. All kernels are
+ * deterministic: the same inputs and launch shape give the same bits on every run.
+ *
+ * Equality with the CPU ops (c/compute/cpu/ops.c): RMSNorm, add, bias, scale and RoPE perform the
+ * same f32 operations one by one (no FMA contraction) and differ from the CPU only where a double
+ * reduction order or a double cos/sin lands on the other side of a float rounding (rare, 1 ulp);
+ * SwiGLU differs by expf's last bits; attention sums in a different order (f32). */
+#ifndef STRATA_CUDA_OPS_H
+#define STRATA_CUDA_OPS_H
+
+#include "strata.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- RMSNorm (norm.cu) ---------------------------------------------------------------------- */
+
+/* 1 if st_cuda_rmsnorm handles rows of n floats (any n >= 1 up to 2^31-1). */
+int st_cuda_rmsnorm_supports(int64_t n);
+
+/* T tokens x n_sub rows of n floats: row (t, h) is d_x + t*ldx + h*n, its result goes to
+ * d_y + t*ldy + h*n: y = x * 1/sqrt(mean(x^2) + eps) * w (d_w: n floats, NULL = no weight), the
+ * sum of squares in double as st_rmsnorm. Whole rows: n_sub = 1, ld = n. Per-head q/k norm of a
+ * [T][n_head*hd] buffer (or of the q part of a fused qkv buffer): n = hd, n_sub = n_head,
+ * ld = the buffer's row stride. d_y may equal d_x (in place, same strides). Needs
+ * ldx, ldy >= n_sub * n. */
+strata_status st_cuda_rmsnorm(float *d_y, int64_t ldy, const float *d_x, int64_t ldx,
+                              const float *d_w, int64_t n, int64_t n_sub, int64_t T, float eps,
+                              void *stream);
+
+/* ---- elementwise (norm.cu) ------------------------------------------------------------------ */
+
+/* d_y[i] = d_x[i] + d_b[i] * scale for i < n (scale 1: exactly x + b). d_y may equal d_x or d_b. */
+strata_status st_cuda_add(float *d_y, const float *d_x, const float *d_b, float scale, int64_t n,
+                          void *stream);
+/* d_y[t*ldy + i] += d_bias[i] for t < T, i < n (ldy >= n). */
+strata_status st_cuda_add_bias(float *d_y, int64_t ldy, const float *d_bias, int64_t n, int64_t T,
+                               void *stream);
+/* SwiGLU on two buffers: d_h[t*ldh + i] = silu(g) * u, g = d_g[t*ldg + i], u = d_u[t*ldu + i],
+ * silu(g) = g / (1 + expf(-g)), for t < T, i < n. d_h may equal d_g or d_u (same stride). */
+strata_status st_cuda_swiglu(float *d_h, int64_t ldh, const float *d_g, int64_t ldg,
+                             const float *d_u, int64_t ldu, int64_t n, int64_t T, void *stream);
+/* d_y[i] = d_x[i] * s (divide = 0) or d_x[i] / s (divide = 1, as the CPU's logit scale). */
+strata_status st_cuda_scale(float *d_y, const float *d_x, float s, int divide, int64_t n,
+                            void *stream);
+
+/* ---- RoPE (rope.cu) ------------------------------------------------------------------------- */
+
+#define ST_CUDA_ROPE_MAX_ROT 256   /* largest n_rot the kernel takes */
+
+/* The fields of the CPU's st_rope_params (ops.h), same meaning; neox: 0 = ST_ROPE_NORM (pairs
+ * 2i, 2i+1), 1 = ST_ROPE_NEOX (pairs i, i + n_rot/2). */
+typedef struct st_cuda_rope_params {
+    int neox;
+    int32_t n_rot;           /* even, 2 .. min(head_dim, ST_CUDA_ROPE_MAX_ROT) */
+    float freq_base;
+    float freq_scale;        /* 1 / linear scaling factor */
+    float ext_factor;        /* YaRN ramp mix (0: plain linear) */
+    float attn_factor;
+    float beta_fast, beta_slow;
+    int32_t n_ctx_orig;
+} st_cuda_rope_params;
+
+/* 1 if the kernel takes these parameters for heads of head_dim floats. */
+int st_cuda_rope_supports(const st_cuda_rope_params *p, int64_t head_dim);
+
+/* Rotates in place the first n_rot values of each of n_head heads of T tokens: head h of token t
+ * is d_x + t*ldx + h*head_dim (ldx >= n_head*head_dim). Token t is at position d_pos[t] (device
+ * int32[T]) or, with d_pos NULL, at pos0 + t. The angles are computed as st_rope_cache does (the
+ * frequency table and the YaRN ramp on the host in double, theta and cos/sin in double on the
+ * device), the rotation in f32 as st_rope_apply. */
+strata_status st_cuda_rope(const st_cuda_rope_params *p, float *d_x, int64_t ldx, int64_t n_head,
+                           int64_t head_dim, int64_t T, const int32_t *d_pos, int64_t pos0,
+                           void *stream);
+
+/* ---- KV cache and attention (attn.cu) ------------------------------------------------------- */
+
+/* One layer's GPU KV cache. Layout (the GPU's own, not the CPU's st_kv_layer): head-major and
+ * NOT transposed, K [n_head_kv][n_ctx][head_dim] and V [n_head_kv][n_ctx][head_dim_v], so one
+ * KV head's run of positions is one contiguous block for both. k and v: device, 16-byte aligned. */
+typedef struct st_cuda_kv_layer {
+    strata_type type;        /* STRATA_TYPE_F16 (default) or STRATA_TYPE_F32 */
+    void *k;
+    void *v;
+    int64_t n_ctx;
+} st_cuda_kv_layer;
+
+/* As the CPU's st_attn_shape. */
+typedef struct st_cuda_attn_shape {
+    int32_t n_head, n_head_kv, head_dim, head_dim_v;
+    float scale;             /* score multiplier, usually 1/sqrt(head_dim) */
+} st_cuda_attn_shape;
+
+/* 1 if the attention kernels take this cache type and shape: type F16 or F32, head_dim ==
+ * head_dim_v in {64, 128, 256}, n_head a multiple of n_head_kv. */
+int st_cuda_attn_supports(strata_type kv_type, const st_cuda_attn_shape *s);
+
+/* Bytes of one of K or V of a layer: n_head_kv * n_ctx * head_dim elements (0 on bad input). */
+size_t st_cuda_kv_bytes(strata_type kv_type, const st_cuda_attn_shape *s, int64_t n_ctx);
+
+/* Stores T tokens' k (token t at d_k + t*ldk, [n_head_kv][head_dim]) and v (d_v + t*ldv) at
+ * positions pos0 .. pos0+T-1 (pos0 + T <= n_ctx), converted to the cache type (f16: round to
+ * nearest even, as st_f32_to_fp16). */
+strata_status st_cuda_kv_store(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
+                               const float *d_k, int64_t ldk, const float *d_v, int64_t ldv,
+                               int64_t T, int64_t pos0, void *stream);
+
+/* Workspace bytes st_cuda_attention uses at most for T query tokens over a cache of n_ctx
+ * positions (the split-K partials; 0 when one pass suffices). */
+size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int64_t n_ctx);
+
+/* Causal attention as st_attention: token t (position pos0 + t) attends to cache positions
+ * [0, pos0 + t]; query head h reads KV head h / (n_head / n_head_kv). d_q: token t's heads at
+ * d_q + t*ldq ([n_head][head_dim]); result to d_out + t*ldo ([n_head][head_dim_v]). Scores and
+ * softmax in f32. The positions are split into chunks (flash-decoding) when that fills the GPU
+ * better: partials go to d_ws (st_cuda_attn_wsize bytes, 16-byte aligned) and a combine pass
+ * merges them in a fixed order; with a smaller (or NULL) workspace fewer chunks are used, down to
+ * one pass that needs none. T may be anything >= 1 (decode and verify windows 1..8, prefill up to
+ * 512 and beyond); d_out must not overlap d_q or the cache. */
+strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
+                                const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
+                                float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
+                                void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_CUDA_OPS_H */

@@ -1,0 +1,22 @@
+/* cuda_tensor.h - how a weight matrix resident on the GPU is described to the CUDA kernels.
+ * Plain C, shared by every kernel family (c/cuda/cuda_*.h). */
+#ifndef STRATA_CUDA_TENSOR_H
+#define STRATA_CUDA_TENSOR_H
+
+#include "strata.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A row-major matrix of ne1 rows of ne0 weights each, in the GGUF block layout of type. Row r
+ * starts at (const uint8_t *)data + r * row_bytes; row_bytes >= strata_row_bytes(type, ne0)
+ * (larger when rows are padded). data is a device pointer. */
+typedef struct st_cuda_mat {
+    strata_type type;
+    const void *data;   /* device */
+    int64_t ne0;        /* row length (weights per row) */
+    int64_t ne1;        /* rows */
+    size_t row_bytes;
+} st_cuda_mat;
+
+#endif /* STRATA_CUDA_TENSOR_H */

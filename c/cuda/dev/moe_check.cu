@@ -1,0 +1,254 @@
+/* moe_check.cu - standalone check-and-time program for the grouped MoE step (c/cuda/moe.cu), in
+ * the manner of llm.c's dev/cuda. For each model shape it materializes every expert of one layer
+ * on the GPU (random well-formed blocks; a Qwen3-30B-A3B layer is ~340 MB of Q4_K, beyond the
+ * 50 MB L2, so each call reads HBM), checks one call against the CPU's st_moe_ffn (NMSE), then
+ * times st_cuda_moe_ffn (plan + quantize + gate/up + quantize + down + combine) with CUDA events
+ * over 200 calls that rotate through 16 random routings, and reports the bytes of the selected
+ * experts' weights read per call over the median time, as GB/s and as a fraction of the H200's
+ * ~4.1 TB/s HBM. Also times the router (st_cuda_moe_route) alone.
+ *
+ * Build (from the repository root, after `make` has built build/libstrata.a with CUDA):
+ *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
+ *        -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 \
+ *        c/cuda/dev/moe_check.cu build/libstrata.a -lpthread -ldl -o /tmp/moe_check
+ * Run:  /tmp/moe_check            (prints one line per case) */
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "strata.h"
+#include "common.h"
+#include "ops.h"
+#include "threadpool.h"
+#include "cuda_backend.h"
+#include "cuda_moe.h"
+}
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+
+#define CK(call) do {                                                                         \
+        cudaError_t e_ = (call);                                                              \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
+                    __LINE__, #call);                                                         \
+            exit(2);                                                                          \
+        }                                                                                     \
+    } while (0)
+#define ST(call) do {                                                                         \
+        strata_status s_ = (call);                                                            \
+        if (s_ != STRATA_OK) {                                                                \
+            fprintf(stderr, "strata error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call,     \
+                    strata_last_error());                                                     \
+            exit(2);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+static unsigned long long g_rng = 0x2545F4914F6CDD1DULL;
+static unsigned long long rnd() {
+    g_rng ^= g_rng >> 12; g_rng ^= g_rng << 25; g_rng ^= g_rng >> 27;
+    return g_rng * 2685821657736338717ULL;
+}
+static float rndf() { return (float)((double)(rnd() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0); }
+
+/* Random blocks with every fp16 scale set to mag * (0.75 .. 1). */
+static void fill(strata_type t, uint8_t *p, int64_t n_blocks, float mag) {
+    const int64_t bb = strata_type_block_bytes(t);
+    for (int64_t i = 0; i < n_blocks * bb; i += 8) {
+        unsigned long long v = rnd();
+        memcpy(p + i, &v, (size_t)std::min<int64_t>(8, n_blocks * bb - i));
+    }
+    int offs[2] = {0, -1};
+    if (t == STRATA_TYPE_Q6_K) offs[0] = 208;
+    if (t == STRATA_TYPE_Q4_K || t == STRATA_TYPE_Q5_K) offs[1] = 2;
+    for (int64_t b = 0; b < n_blocks; b++)
+        for (int k = 0; k < 2; k++)
+            if (offs[k] >= 0) {
+                const uint16_t h = st_f32_to_fp16(mag * (0.875f + 0.125f * rndf()));
+                p[b * bb + offs[k]] = (uint8_t)h;
+                p[b * bb + offs[k] + 1] = (uint8_t)(h >> 8);
+            }
+}
+
+/* mag so that a row of n weights against uniform inputs gives O(1) */
+static float mag_for(strata_type t, int64_t n) {
+    const int64_t qk = strata_type_block_size(t), nb = 4096 / qk;
+    std::vector<uint8_t> b((size_t)(nb * strata_type_block_bytes(t)));
+    std::vector<float> v((size_t)(nb * qk));
+    fill(t, b.data(), nb, 1.0f);
+    ST(strata_dequantize_row(t, b.data(), v.data(), nb * qk));
+    double ss = 0;
+    for (float f : v) ss += (double)f * f;
+    return (float)(1.0 / (sqrt(ss / (double)v.size()) * sqrt((double)n / 3.0)));
+}
+
+struct Case {
+    const char *name;
+    int64_t n_embd, n_ff;
+    int32_t n_expert, k;
+    strata_type tg, td;
+    int64_t T;
+};
+
+static void run_case(const Case &c, st_threadpool *tp) {
+    const int64_t E = c.n_embd, F = c.n_ff, T = c.T;
+    const int32_t X = c.n_expert, K = c.k;
+    const size_t rbg = (size_t)strata_row_bytes(c.tg, E), rbd = (size_t)strata_row_bytes(c.td, F);
+    const size_t bg = rbg * (size_t)F, bd = rbd * (size_t)E; /* bytes per matrix */
+    std::vector<uint8_t> hg(bg * X), hu(bg * X), hd(bd * X);
+    const float mg = mag_for(c.tg, E), md = mag_for(c.td, F);
+    fill(c.tg, hg.data(), (int64_t)(hg.size() / strata_type_block_bytes(c.tg)), mg);
+    fill(c.tg, hu.data(), (int64_t)(hu.size() / strata_type_block_bytes(c.tg)), mg);
+    fill(c.td, hd.data(), (int64_t)(hd.size() / strata_type_block_bytes(c.td)), md);
+    uint8_t *dg, *du, *dd;
+    CK(cudaMalloc(&dg, hg.size())); CK(cudaMalloc(&du, hu.size())); CK(cudaMalloc(&dd, hd.size()));
+    CK(cudaMemcpy(dg, hg.data(), hg.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(du, hu.data(), hu.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dd, hd.data(), hd.size(), cudaMemcpyHostToDevice));
+    std::vector<st_expert> cpu((size_t)X);
+    std::vector<st_cuda_expert> gpu((size_t)X);
+    for (int32_t e = 0; e < X; e++) {
+        st_expert &h = cpu[(size_t)e];
+        memset(&h, 0, sizeof h);
+        h.gate.type = h.up.type = c.tg; h.down.type = c.td;
+        h.gate.data = hg.data() + e * bg; h.up.data = hu.data() + e * bg; h.down.data = hd.data() + e * bd;
+        h.gate.ne[0] = h.up.ne[0] = E; h.gate.ne[1] = h.up.ne[1] = F; h.down.ne[0] = F; h.down.ne[1] = E;
+        h.gate.ne[2] = h.up.ne[2] = h.down.ne[2] = 1;
+        h.gate.row_bytes = h.up.row_bytes = rbg; h.down.row_bytes = rbd;
+        st_cuda_expert &g = gpu[(size_t)e];
+        memset(&g, 0, sizeof g);
+        g.gate.type = g.up.type = c.tg; g.down.type = c.td;
+        g.gate.data = dg + e * bg; g.up.data = du + e * bg; g.down.data = dd + e * bd;
+        g.gate.ne0 = g.up.ne0 = E; g.gate.ne1 = g.up.ne1 = F; g.down.ne0 = F; g.down.ne1 = E;
+        g.gate.row_bytes = g.up.row_bytes = rbg; g.down.row_bytes = rbd;
+    }
+    st_cuda_expert *dtab;
+    CK(cudaMalloc(&dtab, sizeof(st_cuda_expert) * X));
+    CK(cudaMemcpy(dtab, gpu.data(), sizeof(st_cuda_expert) * X, cudaMemcpyHostToDevice));
+
+    /* R routings (ids from random logits through the CPU router) */
+    const int R = 16;
+    std::vector<float> x((size_t)(T * E)), logits((size_t)X);
+    for (float &f : x) f = rndf();
+    std::vector<int32_t> ids((size_t)(R * T * K));
+    std::vector<float> wts((size_t)(R * T * K));
+    std::vector<double> active_bytes(R);
+    for (int r = 0; r < R; r++) {
+        std::vector<int> used((size_t)X, 0);
+        for (int64_t t = 0; t < T; t++) {
+            for (float &f : logits) f = 3.0f * rndf();
+            st_route_topk(logits.data(), X, K, 1, &ids[(size_t)((r * T + t) * K)], &wts[(size_t)((r * T + t) * K)]);
+            for (int s = 0; s < K; s++) used[(size_t)ids[(size_t)((r * T + t) * K + s)]] = 1;
+        }
+        double b = 0;
+        for (int e = 0; e < X; e++) b += used[(size_t)e] ? (double)(2 * bg + bd) : 0.0;
+        active_bytes[(size_t)r] = b;
+    }
+    float *dx, *dw, *dout;
+    int32_t *dids;
+    CK(cudaMalloc(&dx, sizeof(float) * x.size()));
+    CK(cudaMalloc(&dids, sizeof(int32_t) * ids.size()));
+    CK(cudaMalloc(&dw, sizeof(float) * wts.size()));
+    CK(cudaMalloc(&dout, sizeof(float) * T * E));
+    CK(cudaMemcpy(dx, x.data(), sizeof(float) * x.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dids, ids.data(), sizeof(int32_t) * ids.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, wts.data(), sizeof(float) * wts.size(), cudaMemcpyHostToDevice));
+    const size_t wsz = st_cuda_moe_wsize(T, K, E, F);
+    void *dws;
+    CK(cudaMalloc(&dws, wsz));
+    st_cuda_moe_args a;
+    memset(&a, 0, sizeof a);
+    a.experts = dtab; a.n_expert = X; a.type_gate = a.type_up = c.tg; a.type_down = c.td;
+    a.n_embd = E; a.n_ff = F; a.x = dx; a.T = T; a.k = K; a.out = dout; a.ws = dws; a.ws_bytes = wsz;
+
+    /* check routing 0 against the CPU */
+    a.ids = dids; a.wts = dw;
+    ST(st_cuda_moe_ffn(&a, NULL));
+    std::vector<float> got((size_t)(T * E)), ref((size_t)(T * E));
+    CK(cudaMemcpy(got.data(), dout, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
+    std::vector<uint8_t> cws(st_moe_wsize(T, K, X, E, F));
+    st_moe_ffn(tp, cpu.data(), X, x.data(), T, ids.data(), wts.data(), K, ref.data(), cws.data());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+
+    /* time: warm up, then 200 calls in 10 batches of 20, rotating routings */
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 20; i++) {
+        a.ids = dids + (i % R) * T * K; a.wts = dw + (i % R) * T * K;
+        ST(st_cuda_moe_ffn(&a, NULL));
+    }
+    std::vector<float> ms;
+    double bytes = 0;
+    for (int r = 0; r < R; r++) bytes += active_bytes[(size_t)r];
+    bytes /= R;
+    for (int batch = 0; batch < 10; batch++) {
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < 20; i++) {
+            a.ids = dids + ((batch * 20 + i) % R) * T * K; a.wts = dw + ((batch * 20 + i) % R) * T * K;
+            ST(st_cuda_moe_ffn(&a, NULL));
+        }
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t / 20);
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    printf("%-14s %s/%s T=%lld E=%d k=%d  NMSE %.2e  %.1f us/call  %.1f MB/call  %.0f GB/s  (%.0f%% of 4.1 TB/s)\n",
+           c.name, strata_type_name(c.tg), strata_type_name(c.td), (long long)T, X, K, num / den,
+           med * 1e3, bytes / 1e6, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 4.1e12);
+
+    /* router alone: T tokens over X experts */
+    float *dl;
+    std::vector<float> lg((size_t)(T * X));
+    for (float &f : lg) f = rndf();
+    CK(cudaMalloc(&dl, sizeof(float) * lg.size()));
+    CK(cudaMemcpy(dl, lg.data(), sizeof(float) * lg.size(), cudaMemcpyHostToDevice));
+    st_cuda_doorbell db;
+    ST(st_cuda_doorbell_alloc(&db, T, K));
+    for (int i = 0; i < 10; i++) ST(st_cuda_moe_route(dl, T, X, K, 1, dids, dw, &db, NULL));
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < 100; i++) ST(st_cuda_moe_route(dl, T, X, K, 1, dids, dw, &db, NULL));
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float tr;
+    CK(cudaEventElapsedTime(&tr, e0, e1));
+    printf("%-14s router T=%lld E=%d k=%d: %.1f us/call (doorbell ids[0] = %d)\n", c.name,
+           (long long)T, X, K, tr * 10.0, db.h_ids[0]);
+    ST(st_cuda_doorbell_free(&db));
+    CK(cudaFree(dl));
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+    CK(cudaFree(dg)); CK(cudaFree(du)); CK(cudaFree(dd)); CK(cudaFree(dtab));
+    CK(cudaFree(dx)); CK(cudaFree(dids)); CK(cudaFree(dw)); CK(cudaFree(dout)); CK(cudaFree(dws));
+}
+
+int main() {
+    int ok = 0;
+    char why[256];
+    ST(st_cuda_probe(&ok, why, sizeof why));
+    if (!ok) { printf("no GPU: %s\n", why); return 0; }
+    printf("device: %s\n", why);
+    st_threadpool *tp;
+    ST(st_threadpool_create(16, &tp));
+    const Case cases[] = {
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 1},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, 1},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 8},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_Q8_0, STRATA_TYPE_Q8_0, 1},
+        {"olmoe-1b-7b", 2048, 1024, 64, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 1},
+        {"olmoe-1b-7b", 2048, 1024, 64, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 8},
+        {"mixtral", 4096, 14336, 8, 2, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 1},
+        {"mixtral", 4096, 14336, 8, 2, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 8},
+    };
+    for (const Case &c : cases) run_case(c, tp);
+    st_threadpool_free(tp);
+    return 0;
+}

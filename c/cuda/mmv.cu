@@ -1,0 +1,291 @@
+/* mmv.cu - the decode GEMV: y = W x for 1..8 activation columns, and the fused gate/up/SwiGLU
+ * variant (entry points: cuda_mmv.h; device pieces and the scheme: mmv.cuh).
+ *
+ * Launch shape: one warp per output row, ST_MMV_WARPS rows per CTA, grid = ceil(ne1 / warps);
+ * each warp reads its row's weights once for all columns. One kernel per (type, ncols = 1..8):
+ * 136 kernels, ~25 s of nvcc on one core (the device code also accepts ncols < NC, skipping
+ * columns, should the count ever need trimming).
+ * The fused variant has the warp do the gate row and the up row, then silu(g) * u. */
+#include "mmv.cuh"
+#include "cuda_mmv.h"
+
+extern "C" {
+#include "quant.h"
+}
+
+#include <string.h>
+
+#define ST_MMV_WARPS 4
+
+/* ---- kernels -------------------------------------------------------------------------------- */
+
+static __device__ __forceinline__ float st_mmv_silu(float g) { return g / (1.0f + expf(-g)); }
+
+/* Writes the reduced results of this warp's row; w1 set: out = silu(a) * b. */
+template <int NC>
+static __device__ __forceinline__ void st_mmv_store(float a[NC], float b[NC], bool fused,
+                                                    int ncols, int lane, int row, int nrows,
+                                                    float *__restrict__ y) {
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        if (c < ncols) {
+            const float s = st_mmv_warp_sum(a[c]);
+            float out = s;
+            if (fused) out = st_mmv_silu(s) * st_mmv_warp_sum(b[c]);
+            if (lane == c) y[(int64_t)c * nrows + row] = out;
+        }
+    }
+}
+
+/* Quantized weights. w1 == NULL: y = W0 x; else y = silu(W0 x) * (W1 x). */
+template <class T, int NC>
+static __global__ void __launch_bounds__(ST_MMV_WARPS * 32)
+st_k_mmv_q(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict__ w1, size_t rb1,
+           int nrows, int nsub, const block_q8_1 *__restrict__ xq, int ncols, float *__restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * ST_MMV_WARPS + (threadIdx.x >> 5);
+    if (row >= nrows) return; /* whole warps; no block-level barrier below */
+    float a[NC], b[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) a[c] = b[c] = 0.0f;
+    st_mmv_row_q<T, NC>(w0 + (size_t)row * rb0, nsub, xq, ncols, lane, a);
+    if (w1) st_mmv_row_q<T, NC>(w1 + (size_t)row * rb1, nsub, xq, ncols, lane, b);
+    st_mmv_store<NC>(a, b, w1 != nullptr, ncols, lane, row, nrows, y);
+}
+
+/* Float weights against f32 x (nvec: see st_mmv_row_f). */
+template <class F, int NC>
+static __global__ void __launch_bounds__(ST_MMV_WARPS * 32)
+st_k_mmv_f(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict__ w1, size_t rb1,
+           int nrows, int ne0, int nvec, const float *__restrict__ x, int ncols,
+           float *__restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * ST_MMV_WARPS + (threadIdx.x >> 5);
+    if (row >= nrows) return;
+    float a[NC], b[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) a[c] = b[c] = 0.0f;
+    st_mmv_row_f<F, NC>(w0 + (size_t)row * rb0, ne0, nvec, x, ncols, lane, a);
+    if (w1) st_mmv_row_f<F, NC>(w1 + (size_t)row * rb1, ne0, nvec, x, ncols, lane, b);
+    st_mmv_store<NC>(a, b, w1 != nullptr, ncols, lane, row, nrows, y);
+}
+
+/* ---- launch --------------------------------------------------------------------------------- */
+
+/* Everything a launch needs, checked by st_mmv_check. */
+struct st_mmv_args {
+    strata_type type;
+    const uint8_t *w0, *w1; /* w1: up matrix of the fused variant, else NULL */
+    size_t rb0, rb1;
+    int ne0, ne1, ncols;
+    const float *x;
+    float *y;
+    block_q8_1 *xq;
+    cudaStream_t stream;
+};
+
+template <class T, int NC>
+static strata_status st_mmv_launch_q_nc(const st_mmv_args &a) {
+    const unsigned grid = (unsigned)((a.ne1 + ST_MMV_WARPS - 1) / ST_MMV_WARPS);
+    st_k_mmv_q<T, NC><<<grid, ST_MMV_WARPS * 32, 0, a.stream>>>(a.w0, a.rb0, a.w1, a.rb1, a.ne1,
+                                                                a.ne0 / 32, a.xq, a.ncols, a.y);
+    ST_CUDA_CHECK_LAUNCH("st_k_mmv_q");
+    return STRATA_OK;
+}
+
+template <class T>
+static strata_status st_mmv_launch_q(const st_mmv_args &a) {
+    ST_TRY(st_quantize_q8_1_launch(a.x, a.xq, (int64_t)a.ncols * a.ne0, a.stream));
+    switch (a.ncols) {
+    case 1: return st_mmv_launch_q_nc<T, 1>(a);
+    case 2: return st_mmv_launch_q_nc<T, 2>(a);
+    case 3: return st_mmv_launch_q_nc<T, 3>(a);
+    case 4: return st_mmv_launch_q_nc<T, 4>(a);
+    case 5: return st_mmv_launch_q_nc<T, 5>(a);
+    case 6: return st_mmv_launch_q_nc<T, 6>(a);
+    case 7: return st_mmv_launch_q_nc<T, 7>(a);
+    default: return st_mmv_launch_q_nc<T, 8>(a);
+    }
+}
+
+template <class F, int NC>
+static strata_status st_mmv_launch_f_nc(const st_mmv_args &a, int nvec) {
+    const unsigned grid = (unsigned)((a.ne1 + ST_MMV_WARPS - 1) / ST_MMV_WARPS);
+    st_k_mmv_f<F, NC><<<grid, ST_MMV_WARPS * 32, 0, a.stream>>>(a.w0, a.rb0, a.w1, a.rb1, a.ne1,
+                                                                a.ne0, nvec, a.x, a.ncols, a.y);
+    ST_CUDA_CHECK_LAUNCH("st_k_mmv_f");
+    return STRATA_OK;
+}
+
+template <class F>
+static strata_status st_mmv_launch_f(const st_mmv_args &a) {
+    /* 16-byte chunks when every row of every matrix and of x starts 16-byte aligned. */
+    const bool vec = a.ne0 % F::V == 0 && a.rb0 % 16 == 0 && ((uintptr_t)a.w0 & 15) == 0 &&
+                     (!a.w1 || (a.rb1 % 16 == 0 && ((uintptr_t)a.w1 & 15) == 0)) &&
+                     ((uintptr_t)a.x & 15) == 0;
+    const int nvec = vec ? a.ne0 / F::V : 0;
+    switch (a.ncols) {
+    case 1: return st_mmv_launch_f_nc<F, 1>(a, nvec);
+    case 2: return st_mmv_launch_f_nc<F, 2>(a, nvec);
+    case 3: return st_mmv_launch_f_nc<F, 3>(a, nvec);
+    case 4: return st_mmv_launch_f_nc<F, 4>(a, nvec);
+    case 5: return st_mmv_launch_f_nc<F, 5>(a, nvec);
+    case 6: return st_mmv_launch_f_nc<F, 6>(a, nvec);
+    case 7: return st_mmv_launch_f_nc<F, 7>(a, nvec);
+    default: return st_mmv_launch_f_nc<F, 8>(a, nvec);
+    }
+}
+
+/* The one dispatch point over weight types. */
+static strata_status st_mmv_dispatch(const st_mmv_args &a) {
+    switch (a.type) {
+    case STRATA_TYPE_F32: return st_mmv_launch_f<st_mmv_f32>(a);
+    case STRATA_TYPE_F16: return st_mmv_launch_f<st_mmv_f16w>(a);
+    case STRATA_TYPE_BF16: return st_mmv_launch_f<st_mmv_bf16w>(a);
+    case STRATA_TYPE_Q4_0: return st_mmv_launch_q<st_mmv_q4_0>(a);
+    case STRATA_TYPE_Q4_1: return st_mmv_launch_q<st_mmv_q4_1>(a);
+    case STRATA_TYPE_Q5_0: return st_mmv_launch_q<st_mmv_q5_0>(a);
+    case STRATA_TYPE_Q5_1: return st_mmv_launch_q<st_mmv_q5_1>(a);
+    case STRATA_TYPE_Q8_0: return st_mmv_launch_q<st_mmv_q8_0>(a);
+    case STRATA_TYPE_IQ4_NL: return st_mmv_launch_q<st_mmv_iq4_nl>(a);
+    case STRATA_TYPE_Q2_K: return st_mmv_launch_q<st_mmv_q2_K>(a);
+    case STRATA_TYPE_Q3_K: return st_mmv_launch_q<st_mmv_q3_K>(a);
+    case STRATA_TYPE_Q4_K: return st_mmv_launch_q<st_mmv_q4_K>(a);
+    case STRATA_TYPE_Q5_K: return st_mmv_launch_q<st_mmv_q5_K>(a);
+    case STRATA_TYPE_Q6_K: return st_mmv_launch_q<st_mmv_q6_K>(a);
+    case STRATA_TYPE_IQ4_XS: return st_mmv_launch_q<st_mmv_iq4_xs>(a);
+    case STRATA_TYPE_IQ3_XXS: return st_mmv_launch_q<st_mmv_iq3_xxs>(a);
+    case STRATA_TYPE_IQ3_S: return st_mmv_launch_q<st_mmv_iq3_s>(a);
+    default:
+        return st_error(STRATA_ERR_UNSUPPORTED, "st_cuda_mmv: no GPU GEMV for weight type %s",
+                        strata_type_name(a.type));
+    }
+}
+
+/* ---- entry points --------------------------------------------------------------------------- */
+
+static int st_mmv_is_float(strata_type t) {
+    return t == STRATA_TYPE_F32 || t == STRATA_TYPE_F16 || t == STRATA_TYPE_BF16;
+}
+
+extern "C" int st_cuda_mmv_supports(strata_type type) {
+    switch (type) {
+    case STRATA_TYPE_F32: case STRATA_TYPE_F16: case STRATA_TYPE_BF16:
+    case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q5_1:
+    case STRATA_TYPE_Q8_0: case STRATA_TYPE_IQ4_NL:
+    case STRATA_TYPE_Q2_K: case STRATA_TYPE_Q3_K: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
+    case STRATA_TYPE_Q6_K: case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+extern "C" size_t st_cuda_mmv_scratch_bytes(int64_t ne0, int ncols) {
+    if (ne0 <= 0 || ncols < 1 || ncols > 8) return 0;
+    return (size_t)ncols * (size_t)((ne0 + QK8_1 - 1) / QK8_1) * sizeof(block_q8_1);
+}
+
+/* Whether [a, a + na) and [b, b + nb) (bytes) overlap. */
+static bool st_mmv_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    const uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return pa < pb + nb && pb < pa + na;
+}
+
+/* Checks one matrix. */
+static strata_status st_mmv_check_mat(const char *fn, const char *name, const st_cuda_mat *W) {
+    if (!W) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL %s", fn, name);
+    if (!st_cuda_mmv_supports(W->type))
+        return st_error(STRATA_ERR_UNSUPPORTED, "%s: no GPU GEMV for weight type %s (%d)", fn,
+                        strata_type_name(W->type), (int)W->type);
+    if (!W->data) return st_error(STRATA_ERR_INVALID_ARG, "%s: %s has NULL data", fn, name);
+    const int64_t bs = strata_type_block_size(W->type);
+    if (W->ne0 <= 0 || W->ne0 > INT32_MAX || W->ne0 % bs != 0)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "%s: %s ne0 = %lld is not a positive multiple of %s's block size %lld "
+                        "(below 2^31)", fn, name, (long long)W->ne0, strata_type_name(W->type),
+                        (long long)bs);
+    if (W->ne1 <= 0 || W->ne1 > INT32_MAX)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: %s ne1 = %lld out of range", fn, name,
+                        (long long)W->ne1);
+    const int64_t need = strata_row_bytes(W->type, W->ne0);
+    const size_t align = W->type == STRATA_TYPE_F32 ? 4 : 2;
+    if (need <= 0 || W->row_bytes < (size_t)need || W->row_bytes % align != 0)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "%s: %s row_bytes = %zu (a row of %lld %s needs %lld, multiple of %zu)",
+                        fn, name, W->row_bytes, (long long)W->ne0, strata_type_name(W->type),
+                        (long long)need, align);
+    if ((uintptr_t)W->data % align != 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: %s data not %zu-byte aligned", fn, name, align);
+    return STRATA_OK;
+}
+
+static strata_status st_mmv_prepare(const char *fn, const st_cuda_mat *W0, const st_cuda_mat *W1,
+                                    const float *x, int ncols, float *y, void *scratch,
+                                    void *stream, st_mmv_args &a) {
+    ST_TRY(st_mmv_check_mat(fn, W1 ? "Wg" : "W", W0));
+    if (W1) {
+        ST_TRY(st_mmv_check_mat(fn, "Wu", W1));
+        if (W1->type != W0->type || W1->ne0 != W0->ne0 || W1->ne1 != W0->ne1)
+            return st_error(STRATA_ERR_INVALID_ARG,
+                            "%s: Wg (%s, %lld x %lld) and Wu (%s, %lld x %lld) differ", fn,
+                            strata_type_name(W0->type), (long long)W0->ne1, (long long)W0->ne0,
+                            strata_type_name(W1->type), (long long)W1->ne1, (long long)W1->ne0);
+    }
+    if (ncols < 1 || ncols > 8)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: ncols = %d (1..8)", fn, ncols);
+    if (!x || !y) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL %s", fn, !x ? "x" : "y");
+    if (((uintptr_t)x & 3) || ((uintptr_t)y & 3))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: %s not 4-byte aligned", fn,
+                        ((uintptr_t)x & 3) ? "x" : "y");
+    const size_t xbytes = (size_t)ncols * (size_t)W0->ne0 * sizeof(float);
+    const size_t ybytes = (size_t)ncols * (size_t)W0->ne1 * sizeof(float);
+    if (st_mmv_overlap(x, xbytes, y, ybytes))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: y overlaps x", fn);
+    const bool quant = !st_mmv_is_float(W0->type);
+    if (quant) {
+        if (!scratch) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL scratch", fn);
+        if ((uintptr_t)scratch & 15)
+            return st_error(STRATA_ERR_INVALID_ARG, "%s: scratch not 16-byte aligned", fn);
+        if (st_mmv_overlap(scratch, st_cuda_mmv_scratch_bytes(W0->ne0, ncols), y, ybytes) ||
+            st_mmv_overlap(scratch, st_cuda_mmv_scratch_bytes(W0->ne0, ncols), x, xbytes))
+            return st_error(STRATA_ERR_INVALID_ARG, "%s: scratch overlaps x or y", fn);
+    }
+    ST_TRY(st_cuda_require(fn));
+    a.type = W0->type;
+    a.w0 = (const uint8_t *)W0->data;
+    a.rb0 = W0->row_bytes;
+    a.w1 = W1 ? (const uint8_t *)W1->data : NULL;
+    a.rb1 = W1 ? W1->row_bytes : 0;
+    a.ne0 = (int)W0->ne0;
+    a.ne1 = (int)W0->ne1;
+    a.ncols = ncols;
+    a.x = x;
+    a.y = y;
+    a.xq = quant ? (block_q8_1 *)scratch : NULL;
+    a.stream = (cudaStream_t)stream;
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_mmv(const st_cuda_mat *W, const float *d_x, int ncols, float *d_y,
+                                     void *d_scratch, void *stream) {
+    st_mmv_args a = {};
+    ST_TRY(st_mmv_prepare("st_cuda_mmv", W, NULL, d_x, ncols, d_y, d_scratch, stream, a));
+    return st_mmv_dispatch(a);
+}
+
+extern "C" strata_status st_cuda_mmv_swiglu(const st_cuda_mat *Wg, const st_cuda_mat *Wu,
+                                            const float *d_x, int ncols, float *d_y,
+                                            void *d_scratch, void *stream) {
+    st_mmv_args a = {};
+    if (!Wg || !Wu)
+        return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_mmv_swiglu: NULL %s", !Wg ? "Wg" : "Wu");
+    ST_TRY(st_mmv_prepare("st_cuda_mmv_swiglu", Wg, Wu, d_x, ncols, d_y, d_scratch, stream, a));
+    return st_mmv_dispatch(a);
+}
+
+extern "C" int st_cuda_mmv_tables_check(void) {
+    static const uint32_t xxs[256] = {ST_IQ3XXS_GRID_DATA};
+    static const uint32_t s[512] = {ST_IQ3S_GRID_DATA};
+    return memcmp(xxs, st_iq3xxs_grid, sizeof xxs) == 0 && memcmp(s, st_iq3s_grid, sizeof s) == 0;
+}

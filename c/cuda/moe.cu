@@ -1,0 +1,612 @@
+/* moe.cu - the grouped MoE step on the GPU (cuda_moe.h): router, doorbell, grouped expert FFN.
+ *
+ * Expert FFN pipeline (all on one stream, no host round trip):
+ *   1. plan     one CTA groups the T*k (token, slot) pairs by expert: pairs of one expert in
+ *               ascending order, cut into groups of up to ST_MOE_MAXG (8); groups are numbered in
+ *               the order of their first pair. Out-of-range ids join no group.
+ *   2. quantize x to q8_1 (dp4a gate/up types) - one warp per 32-block.
+ *   3. gate+up  grid (n_ff / 4, T*k): CTA y = group, each warp one row r of gate and of up of the
+ *               group's expert for all the group's tokens; h[pair][r] = silu(g) * u.
+ *   4. quantize h to q8_1 (dp4a down types).
+ *   5. down     grid (n_embd / 4, T*k): y[pair][r] = down_e[r] . h[pair].
+ *   6. combine  out[t][i] (=|+=) sum over s = 0..k-1, in that order, of wts[t][s] * y[t*k+s][i].
+ * Every output element is reduced by one warp in a fixed order: runs are bit-identical.
+ *
+ * dp4a types (q8_1 activations): Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. Fallback types (weights decoded to
+ * f32 on the fly with dequant.cuh, f32 activations): F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * Q2_K, Q3_K. c/cuda/dev/moe_check.cu checks and times this. */
+#include "moe.cuh"
+
+extern "C" {
+#include "cuda_moe.h"
+}
+
+#include <math.h>
+
+/* ---- q8_1 activations ------------------------------------------------------------------------ */
+
+/* n_rows rows of n floats (row stride ld floats) -> q8_1 rows of n / 32 blocks (36 bytes each).
+ * One warp per block, lane = element. d = amax / 127 rounded to fp16 first, q = round(x / d), so
+ * that q * d (the value the dot sees) is as close to x as q8_1 allows; s = d * sum(q). */
+static __global__ void __launch_bounds__(256)
+st_k_moe_quant_q8_1(const float *__restrict__ x, int64_t ld, int64_t n_rows, int64_t n,
+                    block_q8_1 *__restrict__ q) {
+    const int lane = threadIdx.x & 31;
+    const int64_t nb = n / 32, n_blocks = n_rows * nb;
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; b < n_blocks;
+         b += warps) {
+        const int64_t row = b / nb, col = b - row * nb;
+        const float v = x[row * ld + col * 32 + lane];
+        float amax = fabsf(v);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const __half dh = __float2half_rn(amax / 127.0f);
+        const float d = __half2float(dh);
+        int qi = 0;
+        if (d > 0.0f) {
+            qi = __float2int_rn(v / d);
+            qi = qi > 127 ? 127 : (qi < -127 ? -127 : qi);
+        }
+        int sum = qi;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        block_q8_1 *blk = q + b;
+        blk->qs[lane] = (int8_t)qi;
+        if (lane == 0) {
+            blk->d = __half_as_ushort(dh);
+            blk->s = __half_as_ushort(__float2half_rn(d * (float)sum));
+        }
+    }
+}
+
+static strata_status st_moe_quantize(const float *x, int64_t ld, int64_t n_rows, int64_t n,
+                                     void *q, cudaStream_t s) {
+    const int64_t n_blocks = n_rows * (n / 32);
+    if (n_blocks == 0) return STRATA_OK;
+    st_k_moe_quant_q8_1<<<st_cuda_grid(n_blocks * 32, 256), 256, 0, s>>>(x, ld, n_rows, n,
+                                                                          (block_q8_1 *)q);
+    ST_CUDA_CHECK_LAUNCH("st_k_moe_quant_q8_1");
+    return STRATA_OK;
+}
+
+/* ---- plan ------------------------------------------------------------------------------------ */
+
+/* One CTA of blockDim.x >= P threads (P <= 1024): thread p handles pair p. */
+static __global__ void __launch_bounds__(1024)
+st_k_moe_plan(const int32_t *__restrict__ ids, int P, int n_expert, st_moe_group *groups,
+              int *n_groups) {
+    __shared__ int s_id[1024];
+    __shared__ int s_lead[1024];
+    const int p = threadIdx.x;
+    int e = -1;
+    if (p < P) {
+        e = ids[p];
+        if (e < 0 || e >= n_expert) e = -1;
+    }
+    s_id[p] = e;
+    __syncthreads();
+    int rank = 0, total = 0;
+    if (e >= 0) {
+        for (int q = 0; q < P; q++) {
+            const int m = s_id[q] == e;
+            rank += m & (q < p);
+            total += m;
+        }
+    }
+    const int lead = e >= 0 && rank % ST_MOE_MAXG == 0;
+    s_lead[p] = lead;
+    __syncthreads();
+    if (e >= 0) {
+        /* the leader of this pair's group: the pair of this expert with rank chunk * MAXG */
+        const int want = rank - rank % ST_MOE_MAXG;
+        int seen = 0, leader = p;
+        for (int q = 0; q < P; q++) {
+            if (s_id[q] != e) continue;
+            if (seen == want) { leader = q; break; }
+            seen++;
+        }
+        int g = 0;
+        for (int q = 0; q < leader; q++) g += s_lead[q];
+        groups[g].pair[rank % ST_MOE_MAXG] = p;
+        if (lead) {
+            groups[g].expert = e;
+            const int left = total - rank;
+            groups[g].n = left < ST_MOE_MAXG ? left : ST_MOE_MAXG;
+        }
+    }
+    if (p == 0) {
+        int n = 0;
+        for (int q = 0; q < P; q++) n += s_lead[q];
+        *n_groups = n;
+    }
+}
+
+/* ---- grouped GEMV kernels -------------------------------------------------------------------- */
+
+#define ST_MOE_WARPS 4 /* rows per CTA: one warp per row */
+
+static __device__ __forceinline__ float st_moe_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+static __device__ __forceinline__ float st_moe_silu(float g) { return g / (1.0f + expf(-g)); }
+
+/* Parameters shared by both GEMV stages. GATED: rows of gate and up, activation row of pair p is
+ * p / k (its token), output h[p][r] = silu(gate . x) * (up . x). Not GATED: rows of down,
+ * activation row = p, output y[p][r]. */
+struct st_moe_mv_params {
+    const st_cuda_expert *experts;
+    const st_moe_group *groups;
+    const int *n_groups;
+    const void *act;      /* q8_1 rows (dp4a) or f32 rows (fallback) */
+    size_t act_rb;        /* bytes per activation row */
+    int act_div;          /* activation row = pair / act_div */
+    int64_t n_chunks;     /* row length / 32 */
+    int64_t n_rows;
+    float *out;           /* [P][n_rows] */
+};
+
+template <class W, bool GATED>
+static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const st_moe_mv_params p) {
+    if ((int)blockIdx.y >= *p.n_groups) return;
+    const st_moe_group G = p.groups[blockIdx.y];
+    const int64_t r = (int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32;
+    if (r >= p.n_rows) return;
+    const int lane = threadIdx.x & 31;
+    const st_cuda_expert *E = p.experts + G.expert;
+    const st_cuda_mat *M0 = GATED ? &E->gate : &E->down;
+    const uint8_t *w0 = (const uint8_t *)M0->data + r * M0->row_bytes;
+    const uint8_t *w1 = GATED ? (const uint8_t *)E->up.data + r * E->up.row_bytes : nullptr;
+    const uint8_t *arow[ST_MOE_MAXG];
+    float acc0[ST_MOE_MAXG], acc1[ST_MOE_MAXG];
+#pragma unroll
+    for (int j = 0; j < ST_MOE_MAXG; j++) {
+        acc0[j] = acc1[j] = 0.0f;
+        const int pr = j < G.n ? G.pair[j] : G.pair[0];
+        arow[j] = (const uint8_t *)p.act + (size_t)(pr / p.act_div) * p.act_rb;
+    }
+    for (int64_t c = lane; c < p.n_chunks; c += 32) {
+        st_w32 a0, a1;
+        W::load(w0, c, a0);
+        if (GATED) W::load(w1, c, a1);
+#pragma unroll
+        for (int j = 0; j < ST_MOE_MAXG; j++) {
+            if (j < G.n) {
+                const uint8_t *ab = arow[j] + c * (int64_t)sizeof(block_q8_1);
+                const float da = st_dev_fp16(st_ld_u16(ab));
+                const int *aq = (const int *)(ab + 4);
+                int a[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) a[i] = __ldg(aq + i);
+                acc0[j] += da * st_w32_dot<W>(a0, a);
+                if (GATED) acc1[j] += da * st_w32_dot<W>(a1, a);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < ST_MOE_MAXG; j++) {
+        if (j < G.n) {
+            const float g = st_moe_warp_sum(acc0[j]);
+            const float u = GATED ? st_moe_warp_sum(acc1[j]) : 0.0f;
+            if (lane == 0) p.out[(size_t)G.pair[j] * p.n_rows + r] = GATED ? st_moe_silu(g) * u : g;
+        }
+    }
+}
+
+template <class D, bool GATED>
+static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_f32(const st_moe_mv_params p) {
+    if ((int)blockIdx.y >= *p.n_groups) return;
+    const st_moe_group G = p.groups[blockIdx.y];
+    const int64_t r = (int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32;
+    if (r >= p.n_rows) return;
+    const int lane = threadIdx.x & 31;
+    const st_cuda_expert *E = p.experts + G.expert;
+    const st_cuda_mat *M0 = GATED ? &E->gate : &E->down;
+    const uint8_t *w0 = (const uint8_t *)M0->data + r * M0->row_bytes;
+    const uint8_t *w1 = GATED ? (const uint8_t *)E->up.data + r * E->up.row_bytes : nullptr;
+    const float *arow[ST_MOE_MAXG];
+    float acc0[ST_MOE_MAXG], acc1[ST_MOE_MAXG];
+#pragma unroll
+    for (int j = 0; j < ST_MOE_MAXG; j++) {
+        acc0[j] = acc1[j] = 0.0f;
+        const int pr = j < G.n ? G.pair[j] : G.pair[0];
+        arow[j] = (const float *)((const uint8_t *)p.act + (size_t)(pr / p.act_div) * p.act_rb);
+    }
+    for (int64_t c = lane; c < p.n_chunks; c += 32) {
+        float v0[32], v1[32];
+        st_fb_chunk<D>(w0, c, v0);
+        if (GATED) st_fb_chunk<D>(w1, c, v1);
+#pragma unroll
+        for (int j = 0; j < ST_MOE_MAXG; j++) {
+            if (j < G.n) {
+                const float *xa = arow[j] + 32 * c;
+                float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    const float xv = __ldg(xa + i);
+                    s0 += v0[i] * xv;
+                    if (GATED) s1 += v1[i] * xv;
+                }
+                acc0[j] += s0;
+                if (GATED) acc1[j] += s1;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < ST_MOE_MAXG; j++) {
+        if (j < G.n) {
+            const float g = st_moe_warp_sum(acc0[j]);
+            const float u = GATED ? st_moe_warp_sum(acc1[j]) : 0.0f;
+            if (lane == 0) p.out[(size_t)G.pair[j] * p.n_rows + r] = GATED ? st_moe_silu(g) * u : g;
+        }
+    }
+}
+
+/* ---- combine --------------------------------------------------------------------------------- */
+
+static __global__ void __launch_bounds__(256)
+st_k_moe_combine(const float *__restrict__ y, const int32_t *__restrict__ ids,
+                 const float *__restrict__ wts, int64_t T, int k, int n_expert, int64_t n,
+                 int accumulate, float *__restrict__ out) {
+    const int64_t total = T * n, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const int64_t t = i / n, col = i - t * n;
+        float o = 0.0f;
+        for (int s = 0; s < k; s++) {
+            const int64_t pr = t * k + s;
+            const int e = ids[pr];
+            if (e < 0 || e >= n_expert) continue;
+            /* separate multiply and add, as the CPU's combine (no FMA contraction) */
+            o = __fadd_rn(o, __fmul_rn(wts[pr], y[pr * n + col]));
+        }
+        out[i] = accumulate ? __fadd_rn(out[i], o) : o;
+    }
+}
+
+/* ---- router ---------------------------------------------------------------------------------- */
+
+#define ST_ROUTE_THREADS 256
+#define ST_ROUTE_MAX_EXPERT 4096
+#define ST_ROUTE_MAX_K 64
+
+/* a better than b: larger logit, ties to the lower index; index < 0 = none. */
+static __device__ __forceinline__ bool st_route_better(float av, int ai, float bv, int bi) {
+    return ai >= 0 && (bi < 0 || av > bv || (av == bv && ai < bi));
+}
+
+/* One CTA per token; dynamic shared memory: n_expert floats of logits + n_expert int flags. */
+static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
+st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
+               int32_t *ids0, float *wts0, int32_t *ids1, float *wts1) {
+    extern __shared__ float s_mem[];
+    float *s_l = s_mem;
+    int *s_taken = (int *)(s_mem + n_expert);
+    __shared__ float s_wv[ST_ROUTE_THREADS / 32];
+    __shared__ int s_wi[ST_ROUTE_THREADS / 32];
+    __shared__ double s_ws[ST_ROUTE_THREADS / 32];
+    __shared__ int s_ids[ST_ROUTE_MAX_K];
+    __shared__ float s_w[ST_ROUTE_MAX_K];
+    __shared__ float s_mx;
+    __shared__ double s_sum;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
+    const int64_t t = blockIdx.x;
+    const float *l = logits + t * n_expert;
+
+    float mx = -INFINITY;
+    for (int e = tid; e < n_expert; e += blockDim.x) {
+        const float v = l[e];
+        s_l[e] = v;
+        s_taken[e] = 0;
+        mx = v > mx ? v : mx;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float w = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = w > mx ? w : mx;
+    }
+    if (lane == 0) s_wv[warp] = mx;
+    __syncthreads();
+    if (tid == 0) {
+        float m = -INFINITY;
+        for (int w = 0; w < nw; w++) m = s_wv[w] > m ? s_wv[w] : m;
+        s_mx = m;
+    }
+    __syncthreads();
+    mx = s_mx;
+
+    /* sum of exp in double, fixed order: per thread, per warp (butterfly), warps in order */
+    double sum = 0.0;
+    for (int e = tid; e < n_expert; e += blockDim.x) sum += (double)expf(s_l[e] - mx);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) s_ws[warp] = sum;
+    __syncthreads();
+    if (tid == 0) {
+        double s = 0.0;
+        for (int w = 0; w < nw; w++) s += s_ws[w];
+        s_sum = s;
+    }
+    __syncthreads();
+
+    /* top-k by repeated selection */
+    for (int s = 0; s < k; s++) {
+        float bv = 0.0f;
+        int bi = -1;
+        for (int e = tid; e < n_expert; e += blockDim.x)
+            if (!s_taken[e] && (bi < 0 || s_l[e] > bv)) { bv = s_l[e]; bi = e; }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (st_route_better(ov, oi, bv, bi)) { bv = ov; bi = oi; }
+        }
+        if (lane == 0) { s_wv[warp] = bv; s_wi[warp] = bi; }
+        __syncthreads();
+        if (tid == 0) {
+            float v = s_wv[0];
+            int i = s_wi[0];
+            for (int w = 1; w < nw; w++)
+                if (st_route_better(s_wv[w], s_wi[w], v, i)) { v = s_wv[w]; i = s_wi[w]; }
+            s_ids[s] = i;
+            s_taken[i] = 1;
+        }
+        __syncthreads();
+    }
+
+    if (tid == 0) {
+        const double tot_d = s_sum;
+        float tot = 0.0f;
+        for (int s = 0; s < k; s++) {
+            s_w[s] = (float)((double)expf(s_l[s_ids[s]] - mx) / tot_d);
+            tot += s_w[s];
+        }
+        for (int s = 0; s < k; s++) {
+            const float v = norm ? s_w[s] / tot : s_w[s];
+            const int64_t o = t * k + s;
+            if (ids0) { ids0[o] = s_ids[s]; wts0[o] = v; }
+            if (ids1) { ids1[o] = s_ids[s]; wts1[o] = v; }
+        }
+    }
+}
+
+/* ---- dispatch -------------------------------------------------------------------------------- */
+
+extern "C" int st_cuda_moe_type_dp4a(strata_type type) {
+    switch (type) {
+    case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
+    case STRATA_TYPE_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+extern "C" int st_cuda_moe_supports(strata_type type) {
+    if (st_cuda_moe_type_dp4a(type)) return 1;
+    switch (type) {
+    case STRATA_TYPE_F32: case STRATA_TYPE_F16: case STRATA_TYPE_BF16: case STRATA_TYPE_Q4_1:
+    case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q5_1: case STRATA_TYPE_IQ4_NL: case STRATA_TYPE_Q2_K:
+    case STRATA_TYPE_Q3_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+template <class W, bool GATED>
+static strata_status st_moe_launch_q8(const st_moe_mv_params &p, unsigned gy, cudaStream_t s) {
+    const dim3 grid((unsigned)((p.n_rows + ST_MOE_WARPS - 1) / ST_MOE_WARPS), gy);
+    st_k_moe_mv_q8<W, GATED><<<grid, 32 * ST_MOE_WARPS, 0, s>>>(p);
+    ST_CUDA_CHECK_LAUNCH(GATED ? "st_k_moe_mv_q8 (gate/up)" : "st_k_moe_mv_q8 (down)");
+    return STRATA_OK;
+}
+
+template <class D, bool GATED>
+static strata_status st_moe_launch_f32(const st_moe_mv_params &p, unsigned gy, cudaStream_t s) {
+    const dim3 grid((unsigned)((p.n_rows + ST_MOE_WARPS - 1) / ST_MOE_WARPS), gy);
+    st_k_moe_mv_f32<D, GATED><<<grid, 32 * ST_MOE_WARPS, 0, s>>>(p);
+    ST_CUDA_CHECK_LAUNCH(GATED ? "st_k_moe_mv_f32 (gate/up)" : "st_k_moe_mv_f32 (down)");
+    return STRATA_OK;
+}
+
+/* The one dispatch point over weight types (both stages). */
+template <bool GATED>
+static strata_status st_moe_mv(strata_type type, const st_moe_mv_params &p, unsigned gy,
+                               cudaStream_t s) {
+    switch (type) {
+    case STRATA_TYPE_Q4_0: return st_moe_launch_q8<st_w_q4_0, GATED>(p, gy, s);
+    case STRATA_TYPE_Q8_0: return st_moe_launch_q8<st_w_q8_0, GATED>(p, gy, s);
+    case STRATA_TYPE_Q4_K: return st_moe_launch_q8<st_w_q4_K, GATED>(p, gy, s);
+    case STRATA_TYPE_Q5_K: return st_moe_launch_q8<st_w_q5_K, GATED>(p, gy, s);
+    case STRATA_TYPE_Q6_K: return st_moe_launch_q8<st_w_q6_K, GATED>(p, gy, s);
+    case STRATA_TYPE_F32: return st_moe_launch_f32<st_fb_plain<st_dq_f32>, GATED>(p, gy, s);
+    case STRATA_TYPE_F16: return st_moe_launch_f32<st_fb_plain<st_dq_f16>, GATED>(p, gy, s);
+    case STRATA_TYPE_BF16: return st_moe_launch_f32<st_fb_plain<st_dq_bf16>, GATED>(p, gy, s);
+    case STRATA_TYPE_Q4_1: return st_moe_launch_f32<st_dq_q4_1, GATED>(p, gy, s);
+    case STRATA_TYPE_Q5_0: return st_moe_launch_f32<st_dq_q5_0, GATED>(p, gy, s);
+    case STRATA_TYPE_Q5_1: return st_moe_launch_f32<st_dq_q5_1, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ4_NL: return st_moe_launch_f32<st_dq_iq4_nl, GATED>(p, gy, s);
+    case STRATA_TYPE_Q2_K: return st_moe_launch_f32<st_dq_q2_K, GATED>(p, gy, s);
+    case STRATA_TYPE_Q3_K: return st_moe_launch_f32<st_dq_q3_K, GATED>(p, gy, s);
+    default:
+        return st_error(STRATA_ERR_UNSUPPORTED, "st_cuda_moe_ffn: type %s (%d) has no expert kernel",
+                        strata_type_name(type), (int)type);
+    }
+}
+
+/* ---- doorbell -------------------------------------------------------------------------------- */
+
+extern "C" strata_status st_cuda_doorbell_alloc(st_cuda_doorbell *db, int64_t max_tokens, int32_t k) {
+    if (!db) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_doorbell_alloc: NULL db");
+    memset(db, 0, sizeof *db);
+    if (max_tokens < 1 || k < 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_doorbell_alloc: max_tokens %lld, k %d",
+                        (long long)max_tokens, (int)k);
+    ST_TRY(st_cuda_require("st_cuda_doorbell_alloc"));
+    const size_t n = (size_t)max_tokens * (size_t)k;
+    void *h = NULL;
+    ST_CUDA_CHECK(cudaHostAlloc(&h, n * (sizeof(int32_t) + sizeof(float)), cudaHostAllocMapped));
+    memset(h, 0, n * (sizeof(int32_t) + sizeof(float)));
+    void *d = NULL;
+    cudaError_t e = cudaHostGetDevicePointer(&d, h, 0);
+    if (e != cudaSuccess) {
+        (void)cudaFreeHost(h);
+        ST_CUDA_CHECK(e);
+    }
+    db->h_ids = (int32_t *)h;
+    db->h_wts = (float *)((int32_t *)h + n);
+    db->d_ids = (int32_t *)d;
+    db->d_wts = (float *)((int32_t *)d + n);
+    db->max_tokens = max_tokens;
+    db->k = k;
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_doorbell_free(st_cuda_doorbell *db) {
+    if (!db || !db->h_ids) return STRATA_OK;
+    void *h = db->h_ids;
+    memset(db, 0, sizeof *db);
+    ST_CUDA_CHECK(cudaFreeHost(h));
+    return STRATA_OK;
+}
+
+/* ---- entry points ---------------------------------------------------------------------------- */
+
+extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int32_t n_expert,
+                                           int32_t k, int norm, int32_t *d_ids, float *d_wts,
+                                           st_cuda_doorbell *db, void *stream) {
+    static const char *fn = "st_cuda_moe_route";
+    if (T < 0 || n_expert < 1 || n_expert > ST_ROUTE_MAX_EXPERT || k < 1 || k > n_expert ||
+        k > ST_ROUTE_MAX_K)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld, n_expert %d, k %d (need 1 <= k <= "
+                        "n_expert <= %d, k <= %d)", fn, (long long)T, (int)n_expert, (int)k,
+                        ST_ROUTE_MAX_EXPERT, ST_ROUTE_MAX_K);
+    if (!d_logits || (!d_ids && !db) || (!d_ids != !d_wts))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL logits, or no output (ids and wts both "
+                        "device buffers or both NULL with a doorbell)", fn);
+    if (db && (!db->d_ids || db->k != k || T > db->max_tokens))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: doorbell of %lld x %d for T %lld, k %d", fn,
+                        (long long)db->max_tokens, (int)db->k, (long long)T, (int)k);
+    ST_TRY(st_cuda_require(fn));
+    if (T == 0) return STRATA_OK;
+    if (T > 0x7fffffff) return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld too large", fn, (long long)T);
+    const size_t smem = (size_t)n_expert * (sizeof(float) + sizeof(int));
+    st_k_moe_route<<<(unsigned)T, ST_ROUTE_THREADS, smem, (cudaStream_t)stream>>>(
+        d_logits, n_expert, k, norm, d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL);
+    ST_CUDA_CHECK_LAUNCH("st_k_moe_route");
+    return STRATA_OK;
+}
+
+static size_t st_moe_al(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Workspace sections (each 256-aligned). */
+struct st_moe_ws {
+    int *n_groups;
+    st_moe_group *groups;
+    void *xq;   /* [T] q8_1 rows of n_embd */
+    float *h;   /* [P][n_ff] */
+    void *hq;   /* [P] q8_1 rows of n_ff */
+    float *y;   /* [P][n_embd] */
+    size_t bytes;
+};
+
+static st_moe_ws st_moe_ws_layout(uint8_t *base, int64_t T, int32_t k, int64_t n_embd, int64_t n_ff) {
+    const size_t P = (size_t)T * (size_t)k;
+    st_moe_ws w;
+    size_t o = 0;
+    w.n_groups = (int *)(base + o);          o += st_moe_al(sizeof(int));
+    w.groups = (st_moe_group *)(base + o);   o += st_moe_al(P * sizeof(st_moe_group));
+    w.xq = base + o;                         o += st_moe_al((size_t)T * (size_t)(n_embd / 32) * sizeof(block_q8_1));
+    w.h = (float *)(base + o);               o += st_moe_al(P * (size_t)n_ff * sizeof(float));
+    w.hq = base + o;                         o += st_moe_al(P * (size_t)(n_ff / 32) * sizeof(block_q8_1));
+    w.y = (float *)(base + o);               o += st_moe_al(P * (size_t)n_embd * sizeof(float));
+    w.bytes = o;
+    return w;
+}
+
+extern "C" size_t st_cuda_moe_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff) {
+    if (T < 1 || k < 1 || n_embd < 1 || n_ff < 1) return 0;
+    return st_moe_ws_layout(NULL, T, k, n_embd, n_ff).bytes;
+}
+
+extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream) {
+    static const char *fn = "st_cuda_moe_ffn";
+    if (!a) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL args", fn);
+    if (a->T == 0) return STRATA_OK;
+    if (a->T < 0 || a->k < 1 || a->n_expert < 1 || a->T * (int64_t)a->k > 1024)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld, k %d, n_expert %d (need T * k <= 1024)",
+                        fn, (long long)a->T, (int)a->k, (int)a->n_expert);
+    if (!a->experts || !a->x || !a->ids || !a->wts || !a->out || !a->ws)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL pointer argument", fn);
+    if (a->type_gate != a->type_up)
+        return st_error(STRATA_ERR_UNSUPPORTED, "%s: gate %s and up %s of different types", fn,
+                        strata_type_name(a->type_gate), strata_type_name(a->type_up));
+    const strata_type ty[2] = {a->type_gate, a->type_down};
+    for (int i = 0; i < 2; i++)
+        if (!st_cuda_moe_supports(ty[i]))
+            return st_error(STRATA_ERR_UNSUPPORTED, "%s: type %s (%d) has no expert kernel", fn,
+                            strata_type_name(ty[i]), (int)ty[i]);
+    const int64_t qg = strata_type_block_size(a->type_gate), qd = strata_type_block_size(a->type_down);
+    if (a->n_embd < 32 || a->n_ff < 32 || a->n_embd % 32 || a->n_ff % 32 || qg < 1 || qd < 1 ||
+        a->n_embd % qg || a->n_ff % qd)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: n_embd %lld, n_ff %lld must be multiples of 32 "
+                        "and of the block sizes (%s %lld, %s %lld)", fn, (long long)a->n_embd,
+                        (long long)a->n_ff, strata_type_name(a->type_gate), (long long)qg,
+                        strata_type_name(a->type_down), (long long)qd);
+    if (((uintptr_t)a->ws & 255) != 0 || ((uintptr_t)a->x & 3) != 0 || ((uintptr_t)a->out & 3) != 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: ws must be 256-byte, x and out 4-byte aligned", fn);
+    const st_moe_ws w = st_moe_ws_layout((uint8_t *)a->ws, a->T, a->k, a->n_embd, a->n_ff);
+    if (a->ws_bytes < w.bytes)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: workspace of %zu bytes, need %zu", fn,
+                        a->ws_bytes, w.bytes);
+    ST_TRY(st_cuda_require(fn));
+    cudaStream_t s = (cudaStream_t)stream;
+    const int P = (int)(a->T * a->k);
+
+    /* 1. plan */
+    st_k_moe_plan<<<1, (unsigned)((P + 31) & ~31), 0, s>>>(a->ids, P, a->n_expert, w.groups, w.n_groups);
+    ST_CUDA_CHECK_LAUNCH("st_k_moe_plan");
+
+    /* 2-3. gate + up */
+    st_moe_mv_params p;
+    p.experts = a->experts;
+    p.groups = w.groups;
+    p.n_groups = w.n_groups;
+    p.act_div = a->k;
+    p.n_chunks = a->n_embd / 32;
+    p.n_rows = a->n_ff;
+    p.out = w.h;
+    if (st_cuda_moe_type_dp4a(a->type_gate)) {
+        ST_TRY(st_moe_quantize(a->x, a->n_embd, a->T, a->n_embd, w.xq, s));
+        p.act = w.xq;
+        p.act_rb = (size_t)(a->n_embd / 32) * sizeof(block_q8_1);
+    } else {
+        p.act = a->x;
+        p.act_rb = (size_t)a->n_embd * sizeof(float);
+    }
+    ST_TRY(st_moe_mv<true>(a->type_gate, p, (unsigned)P, s));
+
+    /* 4-5. down */
+    p.act_div = 1;
+    p.n_chunks = a->n_ff / 32;
+    p.n_rows = a->n_embd;
+    p.out = w.y;
+    if (st_cuda_moe_type_dp4a(a->type_down)) {
+        ST_TRY(st_moe_quantize(w.h, a->n_ff, P, a->n_ff, w.hq, s));
+        p.act = w.hq;
+        p.act_rb = (size_t)(a->n_ff / 32) * sizeof(block_q8_1);
+    } else {
+        p.act = w.h;
+        p.act_rb = (size_t)a->n_ff * sizeof(float);
+    }
+    ST_TRY(st_moe_mv<false>(a->type_down, p, (unsigned)P, s));
+
+    /* 6. combine */
+    st_k_moe_combine<<<st_cuda_grid(a->T * a->n_embd, 256), 256, 0, s>>>(
+        w.y, a->ids, a->wts, a->T, a->k, a->n_expert, a->n_embd, a->accumulate, a->out);
+    ST_CUDA_CHECK_LAUNCH("st_k_moe_combine");
+    return STRATA_OK;
+}

@@ -1,0 +1,39 @@
+/* quantize.cuh - activation quantization to Q8_1 on the GPU (the integer dot products' input) and
+ * the device-side reader of a Q8_1 block.
+ *
+ * Q8_1 (block_q8_1 in c/format/quant/blocks.h, 36 bytes per 32 values): d = amax / 127 (fp16),
+ * q[j] = round(x[j] / d) (roundf: halves away from zero; q = 0 when amax = 0),
+ * s = d * sum(q) (fp16, rounded from the f32 product of the f32 d and the exact integer sum).
+ * Limits of the format: s overflows fp16 (becomes inf) when |d * sum(q)| > 65504, i.e. blocks
+ * whose values are large (amax above ~2000) and mostly of one sign; d itself overflows only for
+ * amax above ~8.3e6. Types that use s (Q4_1, Q5_1, Q4_K, Q5_K) then give inf/nan.
+ *
+ * Layout of quantized activations: row c of an (ncols, ne0) f32 matrix (ne0 a multiple of 32)
+ * becomes ne0 / 32 consecutive blocks starting at block c * (ne0 / 32): the flat array of
+ * ncols * ne0 floats maps to the flat array of blocks, block i holding floats 32i..32i+31. */
+#ifndef STRATA_CUDA_QUANTIZE_CUH
+#define STRATA_CUDA_QUANTIZE_CUH
+
+#include "common.cuh"
+
+/* Enqueues the quantization of n floats (n a multiple of 32, n > 0) at x into n / 32 blocks at
+ * q (4-byte aligned). No argument checks; returns the launch error if any. */
+strata_status st_quantize_q8_1_launch(const float *x, block_q8_1 *q, int64_t n, cudaStream_t s);
+
+/* One Q8_1 block as the dot products use it: the 32 quants as 8 words (word i = values
+ * 4i..4i+3, value 4i+k in byte k), d and s as floats. b must be 4-byte aligned. */
+struct st_q8_1_vals {
+    int u[8];
+    float d, s;
+};
+
+static __device__ __forceinline__ void st_q8_1_load(const block_q8_1 *b, st_q8_1_vals &v) {
+    const uint32_t ds = __ldg((const unsigned int *)b);
+    const int *q = (const int *)b->qs;
+#pragma unroll
+    for (int i = 0; i < 8; i++) v.u[i] = __ldg(q + i);
+    v.d = st_dev_fp16(ds & 0xFFFFu);
+    v.s = st_dev_fp16(ds >> 16);
+}
+
+#endif /* STRATA_CUDA_QUANTIZE_CUH */

@@ -1,0 +1,339 @@
+/* test_cuda_attn.c - the GPU KV cache store and causal GQA attention (cuda_ops.h) against the
+ * CPU's st_kv_store + st_attention on random k, v, q (never zeros). Shapes: Qwen3-30B-A3B (32 q /
+ * 4 kv heads x 128), OLMoE (16 / 16 x 128, MHA), Mixtral (32 / 8 x 128), 16 / 4 x 64 and
+ * 8 / 2 x 256; contexts 1, 7, 100, 4097, 16384; T = 1..8 query tokens (decode and verify windows)
+ * and 128 / 512 (prefill, also after earlier context); f16 caches on both sides (and f32).
+ *
+ * Per case it checks and prints: the stored cache equals the CPU's f16 (f32) values bit for bit
+ * (mapping the CPU's [pos][kv head][d] K and transposed V to the GPU's head-major layout) and the
+ * positions never written keep their poison (the GPU cache starts as all-ones bytes, i.e. NaN,
+ * so attention reading a position it must not also shows as NaN); attention NMSE <= 1e-6 against
+ * the CPU, max abs error, no NaN, guard words after the output and the workspace unchanged, the
+ * gaps of a strided output untouched, and a second run bit-identical. Also the one-pass path with
+ * no workspace, a workspace too small for the full split, and the argument errors. Skips, saying
+ * why, where no GPU is usable. */
+#include "strata.h"
+#include "test.h"
+
+#ifdef STRATA_HAVE_CUDA
+#include "cuda_backend.h"
+#include "cuda_ops.h"
+#include "ops.h"
+#include "threadpool.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GUARD 64
+#define SENTINEL 0xA5A5A5A5u
+#define NMSE_ATTN 1e-6
+
+static test_rng rng = {0xA77E2710ULL};
+static st_threadpool *pool;
+
+static void fill(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = test_rng_float(&rng) * scale;
+        x[i] = v != 0.0f ? v : 0.25f * scale;
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Device allocation of bytes + GUARD sentinel words, all set to byte value fillb (0xA5 = the
+ * sentinel, 0xFF = NaN poison for caches). */
+static void *dev_alloc(size_t bytes, int fillb) {
+    void *d = NULL;
+    if (st_cuda_malloc(&d, bytes + GUARD * 4) != STRATA_OK) return NULL;
+    if (st_cuda_memset(d, fillb, bytes) != STRATA_OK ||
+        st_cuda_memset((uint8_t *)d + bytes, 0xA5, GUARD * 4) != STRATA_OK) {
+        st_cuda_free(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* Copies bytes back (synchronizing first) and counts changed guard words after them (-1: error). */
+static int dev_fetch(void *h, const void *d, size_t bytes) {
+    uint8_t *tmp = malloc(bytes + GUARD * 4);
+    if (!tmp) return -1;
+    if (st_cuda_synchronize() != STRATA_OK || st_cuda_memcpy_d2h(tmp, d, bytes + GUARD * 4) != STRATA_OK) {
+        free(tmp);
+        return -1;
+    }
+    if (h) memcpy(h, tmp, bytes);
+    int bad = 0;
+    for (int i = 0; i < GUARD; i++) {
+        uint32_t w;
+        memcpy(&w, tmp + bytes + 4 * i, 4);
+        bad += w != SENTINEL;
+    }
+    free(tmp);
+    return bad;
+}
+
+typedef struct {
+    int n_head, n_kv, hd;
+    const char *name;
+} shape_t;
+
+typedef enum { WS_FULL, WS_NONE, WS_SMALL } ws_mode;
+
+/* One case: a cache of n_ctx = np + 37 positions holding np tokens, T query tokens at
+ * pos0 = np - T. ldq/ldo padding pq/po floats per row. */
+static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_t pq, int64_t po,
+                      ws_mode wm) {
+    const double t_start = now_s();
+    const int64_t n_ctx = np + 37, pos0 = np - T, hd = sh.hd;
+    const int64_t nk = (int64_t)sh.n_kv * hd, nq = (int64_t)sh.n_head * hd;
+    const int64_t ldq = nq + pq, ldo = nq + po;
+    const size_t el = kvt == STRATA_TYPE_F16 ? 2 : 4;
+    char desc[200];
+    snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s", sh.name,
+             strata_type_name(kvt), sh.n_head, sh.n_kv, (long long)hd, (long long)T, (long long)np,
+             pq || po ? " strided" : "", wm == WS_NONE ? " ws=none" : "", wm == WS_SMALL ? " ws=small" : "");
+
+    st_attn_shape cs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, 1.0f / sqrtf((float)hd)};
+    st_cuda_attn_shape gs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, cs.scale};
+    CHECK(st_cuda_attn_supports(kvt, &gs), "%s: not supported", desc);
+
+    /* host data */
+    float *k = malloc(sizeof(float) * (size_t)(np * nk)), *v = malloc(sizeof(float) * (size_t)(np * nk));
+    float *q = malloc(sizeof(float) * (size_t)(T * ldq)), *qc = malloc(sizeof(float) * (size_t)(T * nq));
+    float *ref = malloc(sizeof(float) * (size_t)(T * nq)), *got = malloc(sizeof(float) * (size_t)(T * ldo));
+    float *got2 = malloc(sizeof(float) * (size_t)(T * ldo));
+    const int n_thr = st_threadpool_n_threads(pool);
+    float *scratch = malloc(sizeof(float) * (size_t)n_thr * (size_t)n_ctx);
+    st_kv_layer ckv = {kvt, calloc((size_t)(n_ctx * nk), el), calloc((size_t)(n_ctx * nk), el), n_ctx};
+    uint8_t *gk = malloc((size_t)(n_ctx * nk) * el), *gv = malloc((size_t)(n_ctx * nk) * el);
+    if (!k || !v || !q || !qc || !ref || !got || !got2 || !scratch || !ckv.k || !ckv.vt || !gk || !gv) {
+        CHECK(0, "%s: host allocation", desc);
+        goto done_host;
+    }
+    fill(k, np * nk, 1.0f);
+    fill(v, np * nk, 1.0f);
+    fill(q, T * ldq, 2.5f); /* peakier softmax than unit scale */
+    for (int64_t t = 0; t < T; t++) memcpy(qc + t * nq, q + t * ldq, sizeof(float) * (size_t)nq);
+
+    /* CPU reference */
+    st_kv_store(&ckv, &cs, k, v, np, 0);
+    st_attention(pool, &ckv, &cs, qc, T, pos0, ref, scratch);
+
+    /* GPU: cache poisoned with NaN, prefix stored in one call and the T new tokens in another */
+    const size_t kv_bytes = st_cuda_kv_bytes(kvt, &gs, n_ctx);
+    CHECK(kv_bytes == (size_t)(n_ctx * nk) * el, "%s: kv bytes %zu", desc, kv_bytes);
+    size_t ws_full = st_cuda_attn_wsize(&gs, T, n_ctx);
+    size_t ws_bytes = wm == WS_FULL ? ws_full : wm == WS_SMALL ? ws_full / 3 : 0;
+    void *dk = NULL, *dv = NULL, *dq = NULL, *dvals = NULL, *dout = NULL, *dws = NULL;
+    st_cuda_kv_layer gkv = {kvt, NULL, NULL, n_ctx};
+    dk = dev_alloc(kv_bytes, 0xFF);
+    dv = dev_alloc(kv_bytes, 0xFF);
+    dq = dev_alloc(sizeof(float) * (size_t)(T * ldq), 0xA5);
+    dvals = dev_alloc(sizeof(float) * (size_t)(2 * np * nk), 0xA5);
+    dout = dev_alloc(sizeof(float) * (size_t)(T * ldo), 0xA5);
+    if (ws_bytes) dws = dev_alloc(ws_bytes, 0xA5);
+    if (!dk || !dv || !dq || !dvals || !dout || (ws_bytes && !dws)) {
+        CHECK(0, "%s: device allocation: %s", desc, strata_last_error());
+        goto done;
+    }
+    gkv.k = dk;
+    gkv.v = dv;
+    float *dkv = (float *)dvals, *dvv = (float *)dvals + np * nk;
+    strata_status st = st_cuda_memcpy_h2d(dkv, k, sizeof(float) * (size_t)(np * nk));
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dvv, v, sizeof(float) * (size_t)(np * nk));
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dq, q, sizeof(float) * (size_t)(T * ldq));
+    if (st == STRATA_OK) st = st_cuda_kv_store(&gkv, &gs, dkv, nk, dvv, nk, pos0, 0, NULL);
+    if (st == STRATA_OK)
+        st = st_cuda_kv_store(&gkv, &gs, dkv + pos0 * nk, nk, dvv + pos0 * nk, nk, T, pos0, NULL);
+    CHECK(st == STRATA_OK, "%s: store: %s", desc, strata_last_error());
+    if (st != STRATA_OK) goto done;
+
+    /* the stored cache, bit for bit, and the poison after np */
+    int gk_bad = dev_fetch(gk, dk, kv_bytes), gv_bad = dev_fetch(gv, dv, kv_bytes);
+    int64_t k_mis = 0, v_mis = 0, poison_bad = 0;
+    for (int64_t hk = 0; hk < sh.n_kv; hk++)
+        for (int64_t p = 0; p < n_ctx; p++)
+            for (int64_t d = 0; d < hd; d++) {
+                const size_t go = (size_t)((hk * n_ctx + p) * hd + d) * el;
+                if (p >= np) {
+                    for (size_t b = 0; b < el; b++) poison_bad += gk[go + b] != 0xFF || gv[go + b] != 0xFF;
+                    continue;
+                }
+                const size_t ko = (size_t)(p * nk + hk * hd + d) * el;
+                const size_t vo = (size_t)((hk * hd + d) * n_ctx + p) * el;
+                k_mis += memcmp(gk + go, (uint8_t *)ckv.k + ko, el) != 0;
+                v_mis += memcmp(gv + go, (uint8_t *)ckv.vt + vo, el) != 0;
+            }
+    CHECK(gk_bad == 0 && gv_bad == 0, "%s: cache guard words changed (%d, %d)", desc, gk_bad, gv_bad);
+    CHECK(k_mis == 0 && v_mis == 0, "%s: stored cache differs from the CPU's: %lld K, %lld V elements",
+          desc, (long long)k_mis, (long long)v_mis);
+    CHECK(poison_bad == 0, "%s: %lld bytes written past the stored positions", desc, (long long)poison_bad);
+
+    /* attention, twice */
+    st = st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, (float *)dout, ldo, dws, ws_bytes, NULL);
+    CHECK(st == STRATA_OK, "%s: attention: %s", desc, strata_last_error());
+    if (st != STRATA_OK) goto done;
+    int out_bad = dev_fetch(got, dout, sizeof(float) * (size_t)(T * ldo));
+    int ws_bad = dws ? dev_fetch(NULL, dws, ws_bytes) : 0;
+    st = st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, (float *)dout, ldo, dws, ws_bytes, NULL);
+    CHECK(st == STRATA_OK, "%s: attention (2nd): %s", desc, strata_last_error());
+    int out_bad2 = dev_fetch(got2, dout, sizeof(float) * (size_t)(T * ldo));
+
+    double num = 0, den = 0, max_err = 0;
+    int64_t nans = 0, gaps_bad = 0;
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < nq; i++) {
+            const float g = got[t * ldo + i], r = ref[t * nq + i];
+            if (isnan(g)) { nans++; continue; }
+            const double e = (double)g - (double)r;
+            num += e * e;
+            den += (double)r * (double)r;
+            if (fabs(e) > max_err) max_err = fabs(e);
+        }
+        for (int64_t i = nq; i < ldo; i++) {
+            uint32_t w;
+            memcpy(&w, &got[t * ldo + i], 4);
+            gaps_bad += w != SENTINEL;
+        }
+    }
+    const double nmse = den > 0 ? num / den : num;
+    const int same = memcmp(got, got2, sizeof(float) * (size_t)(T * ldo)) == 0;
+    const int ok = nans == 0 && nmse <= NMSE_ATTN && out_bad == 0 && ws_bad == 0 && gaps_bad == 0 &&
+                   same && k_mis == 0 && v_mis == 0 && poison_bad == 0;
+    printf("attn  %-56s ws=%-9zu nmse=%.2e max=%.2e nan=%lld guard=%d/%d store=%s %s%s (%.2f s)\n",
+           desc, ws_bytes, nmse, max_err, (long long)nans, out_bad, ws_bad,
+           k_mis || v_mis || poison_bad ? "BAD" : "exact", ok ? "ok" : "FAIL",
+           same ? "" : " (runs differ)", now_s() - t_start);
+    CHECK(nans == 0, "%s: %lld NaN outputs (a masked or unwritten position was read?)", desc, (long long)nans);
+    CHECK(nmse <= NMSE_ATTN, "%s: nmse %.3e > %.1e (max err %.3e)", desc, nmse, NMSE_ATTN, max_err);
+    CHECK(out_bad == 0 && out_bad2 == 0, "%s: output guard words changed (%d, %d)", desc, out_bad, out_bad2);
+    CHECK(ws_bad == 0, "%s: workspace guard words changed (%d)", desc, ws_bad);
+    CHECK(gaps_bad == 0, "%s: %lld floats between output rows written", desc, (long long)gaps_bad);
+    CHECK(same, "%s: two runs differ", desc);
+done:
+    st_cuda_free(dk); st_cuda_free(dv); st_cuda_free(dq); st_cuda_free(dvals); st_cuda_free(dout);
+    st_cuda_free(dws);
+done_host:
+    free(k); free(v); free(q); free(qc); free(ref); free(got); free(got2); free(scratch);
+    free(ckv.k); free(ckv.vt); free(gk); free(gv);
+}
+
+/* ---- argument errors (no device needed) ----------------------------------------------------- */
+
+static void test_arguments(void) {
+    st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f};
+    CHECK(st_cuda_attn_supports(STRATA_TYPE_F16, &s) && st_cuda_attn_supports(STRATA_TYPE_F32, &s),
+          "qwen3 shape");
+    st_cuda_attn_shape s80 = {32, 4, 80, 80, 0.1f}, smla = {32, 4, 128, 64, 0.1f}, sodd = {30, 4, 128, 128, 0.1f};
+    CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &s80), "head_dim 80 is not instantiated");
+    CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &smla), "head_dim != head_dim_v");
+    CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &sodd), "n_head not a multiple of n_head_kv");
+    CHECK(!st_cuda_attn_supports(STRATA_TYPE_Q8_0, &s), "q8_0 cache");
+    CHECK(st_cuda_kv_bytes(STRATA_TYPE_F16, &s, 1000) == (size_t)4 * 1000 * 128 * 2, "kv bytes");
+    CHECK(st_cuda_attn_wsize(&s, 1, 1) == 0, "one position needs no split");
+
+    void *fk = (void *)(uintptr_t)0x100000, *fv = (void *)(uintptr_t)0x200000;
+    float *fq = (float *)(uintptr_t)0x300000, *fo = (float *)(uintptr_t)0x400000;
+    st_cuda_kv_layer kv = {STRATA_TYPE_F16, fk, fv, 100};
+    strata_status st = st_cuda_attention(&kv, &s, fq, 4096, 2, 99, fo, 4096, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "pos0 + T > n_ctx: %s", strata_status_name(st));
+    st = st_cuda_attention(&kv, &s, fq, 4000, 1, 0, fo, 4096, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "ldq < n_head * head_dim: %s", strata_status_name(st));
+    st = st_cuda_attention(&kv, &s80, fq, 4096, 1, 0, fo, 4096, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_UNSUPPORTED, "head_dim 80: %s", strata_status_name(st));
+    st_cuda_kv_layer kvmis = {STRATA_TYPE_F16, (void *)(uintptr_t)0x100008, fv, 100};
+    st = st_cuda_attention(&kvmis, &s, fq, 4096, 1, 0, fo, 4096, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "cache not 16-byte aligned: %s", strata_status_name(st));
+    st = st_cuda_attention(&kv, &s, NULL, 4096, 1, 0, fo, 4096, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "NULL q: %s", strata_status_name(st));
+    st = st_cuda_attention(&kv, &s, fq, 4096, 0, 0, fo, 4096, NULL, 0, NULL);
+    CHECK(st == STRATA_OK, "T = 0 is a no-op: %s", strata_last_error());
+    st = st_cuda_kv_store(&kv, &s, fq, 512, fq, 512, 5, 96, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "store past n_ctx: %s", strata_status_name(st));
+    st = st_cuda_kv_store(&kv, &s, fq, 500, fq, 512, 1, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "store ldk < n_kv * hd: %s", strata_status_name(st));
+    st_cuda_kv_layer kvq = {STRATA_TYPE_Q8_0, fk, fv, 100};
+    st = st_cuda_kv_store(&kvq, &s, fq, 512, fq, 512, 1, 0, NULL);
+    CHECK(st == STRATA_ERR_UNSUPPORTED, "q8_0 cache store: %s", strata_status_name(st));
+}
+
+int main(void) {
+    test_arguments();
+
+    int available = 0;
+    char reason[256];
+    strata_status st = st_cuda_probe(&available, reason, sizeof reason);
+    CHECK(st == STRATA_OK, "probe: %s", strata_last_error());
+    if (!available) {
+        CHECK(reason[0] != '\0', "unavailable without a reason");
+        st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f};
+        st_cuda_kv_layer kv = {STRATA_TYPE_F16, (void *)(uintptr_t)0x100000, (void *)(uintptr_t)0x200000, 100};
+        st = st_cuda_attention(&kv, &s, (float *)(uintptr_t)0x300000, 4096, 1, 0,
+                               (float *)(uintptr_t)0x400000, 4096, NULL, 0, NULL);
+        CHECK(st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), reason) != NULL,
+              "no device: %s '%s'", strata_status_name(st), strata_last_error());
+        SKIP("GPU checks: CUDA unavailable: %s", reason);
+        return test_report();
+    }
+    printf("device: %s\n", reason);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nthr = ncpu < 1 ? 1 : ncpu > 16 ? 16 : (int)ncpu;
+    CHECK(st_threadpool_create(nthr, &pool) == STRATA_OK, "thread pool");
+    printf("CPU reference on %d threads\n", nthr);
+
+    const shape_t qwen3 = {32, 4, 128, "qwen3"}, olmoe = {16, 16, 128, "olmoe"},
+                  mixtral = {32, 8, 128, "mixtral"}, hd64 = {16, 4, 64, "hd64"},
+                  hd256 = {8, 2, 256, "hd256"};
+    const strata_type F16 = STRATA_TYPE_F16, F32 = STRATA_TYPE_F32;
+    /* decode and verify windows: T x context */
+    static const int64_t dec[][2] = {{1, 1}, {1, 7}, {7, 7}, {2, 100}, {5, 100}, {1, 4097},
+                                     {8, 4097}, {1, 16384}, {3, 16384}, {8, 16384}};
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) attn_case(qwen3, F16, dec[i][0], dec[i][1], 0, 0, WS_FULL);
+    static const int64_t dec2[][2] = {{1, 1}, {4, 7}, {1, 100}, {6, 4097}, {1, 16384}, {8, 16384}};
+    for (size_t i = 0; i < sizeof dec2 / sizeof dec2[0]; i++) {
+        attn_case(olmoe, F16, dec2[i][0], dec2[i][1], 0, 0, WS_FULL);
+        attn_case(mixtral, F16, dec2[i][0], dec2[i][1], 0, 0, WS_FULL);
+    }
+    attn_case(hd64, F16, 3, 100, 0, 0, WS_FULL);
+    attn_case(hd64, F16, 1, 4097, 0, 0, WS_FULL);
+    attn_case(hd64, F16, 6, 16384, 0, 0, WS_FULL);
+    attn_case(hd256, F16, 1, 100, 0, 0, WS_FULL);
+    attn_case(hd256, F16, 8, 4097, 0, 0, WS_FULL);
+    attn_case(hd256, F16, 64, 300, 0, 0, WS_FULL);
+    /* f32 caches */
+    attn_case(qwen3, F32, 1, 4097, 0, 0, WS_FULL);
+    attn_case(qwen3, F32, 8, 100, 0, 0, WS_FULL);
+    attn_case(hd64, F32, 2, 7, 0, 0, WS_FULL);
+    attn_case(olmoe, F32, 128, 1000, 0, 0, WS_FULL);
+    /* strided q/out (fused qkv rows), no workspace, a workspace too small for the full split */
+    attn_case(qwen3, F16, 4, 4097, 2 * 4 * 128, 16, WS_FULL);
+    attn_case(qwen3, F16, 1, 16384, 0, 0, WS_NONE);
+    attn_case(qwen3, F16, 8, 16384, 0, 0, WS_SMALL);
+    attn_case(olmoe, F16, 2, 4097, 0, 8, WS_SMALL);
+    /* prefill */
+    attn_case(qwen3, F16, 128, 128, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 512, 512, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 512, 1536, 0, 0, WS_FULL);
+    attn_case(olmoe, F16, 512, 512, 0, 0, WS_FULL);
+    attn_case(mixtral, F16, 128, 4097, 0, 0, WS_FULL);
+    attn_case(hd64, F16, 128, 300, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 33, 1000, 40, 0, WS_NONE);
+    st_threadpool_free(pool);
+    return test_report();
+}
+
+#else /* !STRATA_HAVE_CUDA */
+
+int main(void) {
+    SKIP("built without CUDA (nvcc not found at build time or CUDA=0)");
+    return test_report();
+}
+
+#endif

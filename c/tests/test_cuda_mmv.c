@@ -1,0 +1,498 @@
+/* test_cuda_mmv.c - the GPU decode GEMV (c/cuda/mmv.cu) and the Q8_1 activation quantizer
+ * (c/cuda/quantize.cu) against the CPU library.
+ *
+ * What is asserted:
+ *   - q8_1: GPU blocks equal a host reference of the same formula bit for bit (d = amax / 127,
+ *     q = roundf(x / d), s = fp16(d * sum q)), incl. an all-zero block; guard bytes after.
+ *   - st_cuda_mmv, every supported type: random well-formed weight blocks (random quant bytes,
+ *     fp16 scales of magnitude 2^-8..2^-6 with random signs), random x in [-1, 1). For each
+ *     checked row r and column c the references are the CPU's strata_vec_dot (x quantized to the
+ *     type's activation type, Q8_0 / Q8_K / F32) and a double-precision dot of the dequantized
+ *     row with the f32 x ("exact"). NMSE = sum (gpu - ref)^2 / sum ref^2 over the case:
+ *       quantized types: NMSE vs CPU <= 5e-4 and vs exact <= 5e-4 (the GPU's Q8_1 activation
+ *         rounding alone gives ~1e-5; a wrong index or scale gives >= 1e-2);
+ *       F32 / F16 / BF16: NMSE vs exact <= 1e-7 and vs CPU <= 1e-7 (fp32 products of exact
+ *         weights and fp32 sums: expected ~1e-13, so 1e-7 is met with a wide margin).
+ *     Plus: no NaN in any output, every output written (the buffer is poisoned with a sentinel
+ *     first; all rows are checked for this even where only sampled rows are compared), sentinel
+ *     words after y and after the scratch unchanged.
+ *   - shapes: odd sizes (ne0 = 37 blocks of 32 or 5 of 256, 1001 for float types; ne1 = 333, not
+ *     a multiple of the 4 rows per CTA) with ncols 1..8; the real shapes of Qwen3-30B-A3B,
+ *     OLMoE-1B-7B and Mixtral with ncols 1 and 8; a padded row stride with x not 16-byte aligned.
+ *     Large cases compare a strided sample of rows (always incl. the last) to bound CPU time.
+ *   - st_cuda_mmv_swiglu: silu(Wg x) * (Wu x) vs the same built from CPU dots, same bounds.
+ *   - argument errors, supports(), scratch size, IQ3 grid tables (these need no GPU).
+ * One line per case: type, shape, ncols, NMSE vs CPU and exact, max |err|, rows compared. */
+#include "strata.h"
+#include "test.h"
+
+#ifdef STRATA_HAVE_CUDA
+#include "cuda_backend.h"
+#include "cuda_mmv.h"
+#include "common.h" /* st_f32_to_fp16, st_f32_to_bf16 */
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define GUARD 64               /* sentinel words after each output */
+#define SENTINEL 0xA5A5A5A5u   /* a finite float (-2.9e-16) no kernel writes by chance */
+#define REF_BUDGET 6000000.0   /* weights x columns compared per case (bounds CPU time) */
+
+static const strata_type gpu_types[] = {
+    STRATA_TYPE_F32,  STRATA_TYPE_F16,  STRATA_TYPE_BF16,   STRATA_TYPE_Q4_0,  STRATA_TYPE_Q4_1,
+    STRATA_TYPE_Q5_0, STRATA_TYPE_Q5_1, STRATA_TYPE_Q8_0,   STRATA_TYPE_IQ4_NL, STRATA_TYPE_Q2_K,
+    STRATA_TYPE_Q3_K, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K,   STRATA_TYPE_Q6_K,  STRATA_TYPE_IQ4_XS,
+    STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S,
+};
+#define N_GPU_TYPES (sizeof gpu_types / sizeof gpu_types[0])
+
+static int is_float_type(strata_type t) {
+    return t == STRATA_TYPE_F32 || t == STRATA_TYPE_F16 || t == STRATA_TYPE_BF16;
+}
+
+/* ---- random data ---------------------------------------------------------------------------- */
+
+static void fill_bytes(uint8_t *p, size_t n, test_rng *r) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const unsigned long long v = test_rng_next(r);
+        memcpy(p + i, &v, 8);
+    }
+    for (; i < n; i++) p[i] = (uint8_t)test_rng_next(r);
+}
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+/* A random fp16 scale: magnitude in [2^-8, 2^-6), random sign. */
+static uint16_t rand_scale(test_rng *r) {
+    const float m = ldexpf(1.0f + 3.0f * (0.5f + 0.5f * test_rng_float(r)), -8);
+    return st_f32_to_fp16((test_rng_next(r) & 1) ? -m : m);
+}
+
+/* Byte offsets of the fp16 scale fields of one block (-1 ends the list). */
+static const int *fp16_fields(strata_type type) {
+    static const int d0[] = {0, -1}, dm[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
+                     q6k[] = {208, -1}, none[] = {-1};
+    switch (type) {
+    case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_IQ4_NL:
+    case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S:
+        return d0;
+    case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_1: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
+        return dm;
+    case STRATA_TYPE_Q2_K: return q2k;
+    case STRATA_TYPE_Q3_K: return q3k;
+    case STRATA_TYPE_Q6_K: return q6k;
+    default: return none;
+    }
+}
+
+/* ne1 rows of ne0 weights, row stride rb bytes (padding bytes random too). */
+static void fill_matrix(strata_type type, uint8_t *buf, int64_t ne0, int64_t ne1, size_t rb,
+                        test_rng *r) {
+    fill_bytes(buf, rb * (size_t)ne1, r);
+    for (int64_t row = 0; row < ne1; row++) {
+        uint8_t *p = buf + (size_t)row * rb;
+        if (type == STRATA_TYPE_F32) {
+            for (int64_t i = 0; i < ne0; i++) {
+                const float f = test_rng_float(r);
+                memcpy(p + 4 * i, &f, 4);
+            }
+        } else if (type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) {
+            for (int64_t i = 0; i < ne0; i++) {
+                const float f = test_rng_float(r);
+                put16(p + 2 * i, type == STRATA_TYPE_F16 ? st_f32_to_fp16(f) : st_f32_to_bf16(f));
+            }
+        } else {
+            const int64_t bb = strata_type_block_bytes(type), nb = ne0 / strata_type_block_size(type);
+            for (int64_t b = 0; b < nb; b++)
+                for (const int *f = fp16_fields(type); *f >= 0; f++) put16(p + b * bb + *f, rand_scale(r));
+        }
+    }
+}
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static float silu(float g) { return g / (1.0f + expf(-g)); }
+
+/* Rows compared: every stride-th and the last. */
+static int64_t ref_stride(int64_t ne0, int64_t ne1, int ncols, int fused) {
+    const double work = (double)ne0 * (double)ne1 * ncols * (fused ? 2 : 1);
+    int64_t s = (int64_t)ceil(work / REF_BUDGET);
+    return s < 1 ? 1 : s;
+}
+
+/* Device buffers reused across cases (grown as needed). */
+typedef struct {
+    void *w0, *w1, *x, *y, *scratch;
+    size_t w0_cap, w1_cap, x_cap, y_cap, scratch_cap;
+} dev_bufs;
+
+static strata_status ensure(void **p, size_t *cap, size_t bytes) {
+    if (*cap >= bytes) return STRATA_OK;
+    (void)st_cuda_free(*p);
+    *p = NULL;
+    *cap = 0;
+    strata_status st = st_cuda_malloc(p, bytes);
+    if (st == STRATA_OK) *cap = bytes;
+    return st;
+}
+
+/* ---- one GEMV case -------------------------------------------------------------------------- */
+
+/* W (and for fused Wu) of ne1 x ne0 of type, row stride = exact row bytes + pad, x at float
+ * offset xoff inside its device buffer; the weights are made and uploaded once, then the GEMV
+ * runs and is checked for each column count in ncs[0..n_nc). */
+static void check_case(dev_bufs *db, strata_type type, const char *label, int64_t ne0, int64_t ne1,
+                       const int *ncs, int n_nc, size_t pad, int xoff, int fused, test_rng *r) {
+    const char *tn = strata_type_name(type);
+    const size_t rb = (size_t)strata_row_bytes(type, ne0) + pad;
+    const size_t wbytes = rb * (size_t)ne1;
+    const int maxc = 8;
+    const int64_t ny_max = (int64_t)maxc * ne1;
+    const size_t sbytes_max = st_cuda_mmv_scratch_bytes(ne0, maxc);
+    const strata_type act = strata_act_type(type);
+    const size_t xq_bytes = (size_t)strata_row_bytes(act, ne0);
+
+    uint8_t *w0 = malloc(wbytes), *w1 = fused ? malloc(wbytes) : NULL;
+    float *x = malloc((size_t)(maxc * ne0) * sizeof(float));
+    uint8_t *xq = malloc(xq_bytes * (size_t)maxc);
+    uint32_t *got = malloc((size_t)(ny_max + GUARD) * 4);
+    uint8_t *sguard = malloc(GUARD * 4);
+    float *deq0 = malloc((size_t)ne0 * sizeof(float)), *deq1 = malloc((size_t)ne0 * sizeof(float));
+    if (!w0 || (fused && !w1) || !x || !xq || !got || !sguard || !deq0 || !deq1) {
+        CHECK(0, "%s %s: host allocation", tn, label);
+        goto done;
+    }
+    fill_matrix(type, w0, ne0, ne1, rb, r);
+    if (fused) fill_matrix(type, w1, ne0, ne1, rb, r);
+    for (int64_t i = 0; i < maxc * ne0; i++) x[i] = test_rng_float(r);
+    strata_status st = STRATA_OK;
+    for (int c = 0; c < maxc && st == STRATA_OK; c++)
+        st = strata_quantize_row(act, x + c * ne0, xq + (size_t)c * xq_bytes, ne0);
+    CHECK(st == STRATA_OK, "%s %s: CPU quantize of x: %s", tn, label, strata_last_error());
+    if (st != STRATA_OK) goto done;
+
+    st = ensure(&db->w0, &db->w0_cap, wbytes);
+    if (st == STRATA_OK && fused) st = ensure(&db->w1, &db->w1_cap, wbytes);
+    if (st == STRATA_OK) st = ensure(&db->x, &db->x_cap, (size_t)(maxc * ne0 + 4) * sizeof(float));
+    if (st == STRATA_OK) st = ensure(&db->y, &db->y_cap, (size_t)(ny_max + GUARD) * 4);
+    if (st == STRATA_OK) st = ensure(&db->scratch, &db->scratch_cap, sbytes_max + GUARD * 4);
+    float *dx = (float *)db->x + xoff;
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(db->w0, w0, wbytes);
+    if (st == STRATA_OK && fused) st = st_cuda_memcpy_h2d(db->w1, w1, wbytes);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dx, x, (size_t)(maxc * ne0) * sizeof(float));
+    CHECK(st == STRATA_OK, "%s %s: upload: %s", tn, label, strata_last_error());
+    if (st != STRATA_OK) goto done;
+
+    for (int k = 0; k < n_nc; k++) {
+        const int ncols = ncs[k];
+        const int64_t ny = (int64_t)ncols * ne1;
+        const size_t sbytes = st_cuda_mmv_scratch_bytes(ne0, ncols);
+        char what[160];
+        snprintf(what, sizeof what, "%-7s %-18s ne0=%5lld ne1=%5lld ncols=%d%s%s%s", tn, label,
+                 (long long)ne0, (long long)ne1, ncols, pad ? " padded" : "",
+                 xoff ? " x+1" : "", fused ? " swiglu" : "");
+
+        st = st_cuda_memset(db->y, 0xA5, (size_t)(ny + GUARD) * 4);
+        if (st == STRATA_OK) st = st_cuda_memset(db->scratch, 0xA5, sbytes + GUARD * 4);
+        if (st == STRATA_OK) {
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb}, W1 = {type, db->w1, ne0, ne1, rb};
+            st = fused ? st_cuda_mmv_swiglu(&W0, &W1, dx, ncols, (float *)db->y, db->scratch, NULL)
+                       : st_cuda_mmv(&W0, dx, ncols, (float *)db->y, db->scratch, NULL);
+        }
+        if (st == STRATA_OK) st = st_cuda_synchronize();
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got, db->y, (size_t)(ny + GUARD) * 4);
+        if (st == STRATA_OK)
+            st = st_cuda_memcpy_d2h(sguard, (uint8_t *)db->scratch + sbytes, GUARD * 4);
+        CHECK(st == STRATA_OK, "%s: %s", what, strata_last_error());
+        if (st != STRATA_OK) goto done;
+
+        /* every output written, no NaN, guards intact */
+        int64_t unwritten = 0, nans = 0, guard_bad = 0, sguard_bad = 0;
+        for (int64_t i = 0; i < ny; i++) {
+            float g;
+            memcpy(&g, &got[i], 4);
+            unwritten += got[i] == SENTINEL;
+            nans += isnan(g) != 0;
+        }
+        for (int64_t i = ny; i < ny + GUARD; i++) guard_bad += got[i] != SENTINEL;
+        for (int i = 0; i < GUARD * 4; i++) sguard_bad += sguard[i] != 0xA5;
+
+        /* references on rows 0, stride, 2 stride, ... and the last */
+        const int64_t stride = ref_stride(ne0, ne1, ncols, fused);
+        double se_cpu = 0, sr_cpu = 0, se_ex = 0, sr_ex = 0, max_err = 0, max_ref = 0;
+        int64_t rows = 0;
+        for (int64_t row = 0; st == STRATA_OK;) {
+            const uint8_t *r0 = w0 + (size_t)row * rb, *r1 = fused ? w1 + (size_t)row * rb : NULL;
+            st = strata_dequantize_row(type, r0, deq0, ne0);
+            if (st == STRATA_OK && fused) st = strata_dequantize_row(type, r1, deq1, ne0);
+            for (int c = 0; c < ncols && st == STRATA_OK; c++) {
+                const float *xc = x + c * ne0;
+                const void *xqc = xq + (size_t)c * xq_bytes;
+                float cpu0 = 0, cpu1 = 0;
+                st = strata_vec_dot(type, r0, xqc, ne0, &cpu0);
+                if (st == STRATA_OK && fused) st = strata_vec_dot(type, r1, xqc, ne0, &cpu1);
+                double e0 = 0, e1 = 0;
+                for (int64_t i = 0; i < ne0; i++) e0 += (double)deq0[i] * xc[i];
+                if (fused)
+                    for (int64_t i = 0; i < ne0; i++) e1 += (double)deq1[i] * xc[i];
+                const double ref_cpu = fused ? (double)silu(cpu0) * cpu1 : cpu0;
+                const double ref_ex = fused ? (e0 / (1.0 + exp(-e0))) * e1 : e0;
+                float g;
+                memcpy(&g, &got[(int64_t)c * ne1 + row], 4);
+                se_cpu += (g - ref_cpu) * (g - ref_cpu);
+                sr_cpu += ref_cpu * ref_cpu;
+                se_ex += (g - ref_ex) * (g - ref_ex);
+                sr_ex += ref_ex * ref_ex;
+                const double err = isnan(g) ? INFINITY : fabs(g - ref_cpu);
+                if (err > max_err) max_err = err;
+                if (fabs(ref_cpu) > max_ref) max_ref = fabs(ref_cpu);
+            }
+            rows++;
+            if (row == ne1 - 1) break;
+            row = row + stride < ne1 ? row + stride : ne1 - 1;
+        }
+        CHECK(st == STRATA_OK, "%s: CPU reference: %s", what, strata_last_error());
+        const double nmse_cpu = sr_cpu > 0 ? se_cpu / sr_cpu : (se_cpu > 0 ? INFINITY : 0);
+        const double nmse_ex = sr_ex > 0 ? se_ex / sr_ex : (se_ex > 0 ? INFINITY : 0);
+        const double bound = is_float_type(type) ? 1e-7 : 5e-4;
+        const int ok = nmse_cpu <= bound && nmse_ex <= bound && unwritten == 0 && nans == 0 &&
+                       guard_bad == 0 && sguard_bad == 0;
+        printf("%s  nmse_cpu=%.2e nmse_exact=%.2e max_err=%.2e (max|ref| %.2e) rows=%lld"
+               " unwritten=%lld nan=%lld guards=%s  %s\n", what, nmse_cpu, nmse_ex, max_err,
+               max_ref, (long long)rows, (long long)unwritten, (long long)nans,
+               guard_bad || sguard_bad ? "BAD" : "ok", ok ? "pass" : "FAIL");
+        CHECK(nmse_cpu <= bound, "%s: NMSE vs CPU %.3e > %.0e", what, nmse_cpu, bound);
+        CHECK(nmse_ex <= bound, "%s: NMSE vs exact %.3e > %.0e", what, nmse_ex, bound);
+        CHECK(unwritten == 0, "%s: %lld of %lld outputs not written", what, (long long)unwritten,
+              (long long)ny);
+        CHECK(nans == 0, "%s: %lld NaN outputs", what, (long long)nans);
+        CHECK(guard_bad == 0, "%s: %lld guard words after y overwritten", what, (long long)guard_bad);
+        CHECK(sguard_bad == 0, "%s: %lld guard bytes after the scratch overwritten", what,
+              (long long)sguard_bad);
+    }
+done:
+    free(w0);
+    free(w1);
+    free(x);
+    free(xq);
+    free(got);
+    free(sguard);
+    free(deq0);
+    free(deq1);
+}
+
+/* ---- q8_1 quantization ---------------------------------------------------------------------- */
+
+static void check_quantize(int64_t n, test_rng *r) {
+    const int64_t nb = n / 32;
+    float *x = malloc((size_t)n * sizeof(float));
+    uint8_t *ref = malloc((size_t)nb * 36), *got = malloc((size_t)nb * 36 + GUARD);
+    void *dx = NULL, *dq = NULL;
+    if (!x || !ref || !got) { CHECK(0, "host allocation"); goto done; }
+    for (int64_t i = 0; i < n; i++) x[i] = test_rng_float(r) * (float)(1 + (i / 32) % 7);
+    for (int i = 0; i < 32 && n >= 64; i++) x[32 + i] = 0.0f; /* block 1: all zero, d = 0 */
+    for (int64_t b = 0; b < nb; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.0f;
+        int sum = 0;
+        uint8_t *o = ref + 36 * b;
+        for (int j = 0; j < 32; j++) {
+            const int q = amax == 0.0f ? 0 : (int)roundf(xb[j] / d);
+            sum += q;
+            o[4 + j] = (uint8_t)(int8_t)q;
+        }
+        put16(o, st_f32_to_fp16(d));
+        put16(o + 2, st_f32_to_fp16(d * (float)sum));
+    }
+    strata_status st = st_cuda_malloc(&dx, (size_t)n * sizeof(float));
+    if (st == STRATA_OK) st = st_cuda_malloc(&dq, (size_t)nb * 36 + GUARD);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dx, x, (size_t)n * sizeof(float));
+    if (st == STRATA_OK) st = st_cuda_memset(dq, 0xA5, (size_t)nb * 36 + GUARD);
+    if (st == STRATA_OK) st = st_cuda_quantize_q8_1(dx, dq, n, NULL);
+    if (st == STRATA_OK) st = st_cuda_synchronize();
+    if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got, dq, (size_t)nb * 36 + GUARD);
+    CHECK(st == STRATA_OK, "q8_1 n=%lld: %s", (long long)n, strata_last_error());
+    if (st != STRATA_OK) goto done;
+    int64_t bad = 0, first = -1, gbad = 0;
+    for (int64_t i = 0; i < nb * 36; i++)
+        if (got[i] != ref[i] && bad++ == 0) first = i;
+    for (int i = 0; i < GUARD; i++) gbad += got[nb * 36 + i] != 0xA5;
+    printf("q8_1    n=%lld blocks=%lld: %lld bytes differ%s, guard %s  %s\n", (long long)n,
+           (long long)nb, (long long)bad, bad ? "" : " (bit-exact)", gbad ? "OVERWRITTEN" : "ok",
+           bad || gbad ? "FAIL" : "pass");
+    CHECK(bad == 0, "q8_1 n=%lld: %lld bytes differ, first at byte %lld (block %lld, byte %lld): "
+          "gpu 0x%02x cpu 0x%02x", (long long)n, (long long)bad, (long long)first,
+          (long long)(first / 36), (long long)(first % 36), first >= 0 ? got[first] : 0,
+          first >= 0 ? ref[first] : 0);
+    CHECK(gbad == 0, "q8_1 n=%lld: %lld guard bytes overwritten", (long long)n, (long long)gbad);
+done:
+    (void)st_cuda_free(dx);
+    (void)st_cuda_free(dq);
+    free(x);
+    free(ref);
+    free(got);
+}
+
+/* ---- arguments (no device needed) ----------------------------------------------------------- */
+
+static void test_arguments(int available) {
+    for (size_t i = 0; i < N_GPU_TYPES; i++) {
+        CHECK(st_cuda_mmv_supports(gpu_types[i]), "%s unsupported", strata_type_name(gpu_types[i]));
+        CHECK(strata_type_can_dot(gpu_types[i]), "GPU type %s has no CPU dot (the reference)",
+              strata_type_name(gpu_types[i]));
+    }
+    CHECK(!st_cuda_mmv_supports(STRATA_TYPE_Q8_1) && !st_cuda_mmv_supports(STRATA_TYPE_Q8_K) &&
+          !st_cuda_mmv_supports(STRATA_TYPE_MXFP4) && !st_cuda_mmv_supports(STRATA_TYPE_IQ2_XXS) &&
+          !st_cuda_mmv_supports((strata_type)4) && !st_cuda_mmv_supports((strata_type)-1) &&
+          !st_cuda_mmv_supports(STRATA_TYPE_COUNT), "unexpected types supported");
+    CHECK(st_cuda_mmv_scratch_bytes(4096, 8) == 8u * 128u * 36u, "scratch(4096, 8) = %zu",
+          st_cuda_mmv_scratch_bytes(4096, 8));
+    CHECK(st_cuda_mmv_scratch_bytes(33, 1) == 72u, "scratch(33, 1)");
+    CHECK(st_cuda_mmv_scratch_bytes(0, 1) == 0 && st_cuda_mmv_scratch_bytes(32, 9) == 0 &&
+          st_cuda_mmv_scratch_bytes(32, 0) == 0, "scratch of invalid sizes");
+    CHECK(st_cuda_mmv_tables_check() == 1, "IQ3 grids in c/cuda/iq_grids.cuh differ from iq_tables.c");
+
+    /* Fake device addresses: every call below is refused before anything is touched. */
+    const void *dw = (const void *)(uintptr_t)0x100000;
+    float *dx = (float *)(uintptr_t)0x200000, *dy = (float *)(uintptr_t)0x300000;
+    void *ds = (void *)(uintptr_t)0x400000;
+    const st_cuda_mat q4 = {STRATA_TYPE_Q4_0, dw, 256, 16, 8 * 18};
+    strata_status st = st_cuda_mmv(NULL, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "NULL W: %s", strata_status_name(st));
+    st = st_cuda_mmv(&q4, dx, 0, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "ncols 0: %s", strata_status_name(st));
+    st = st_cuda_mmv(&q4, dx, 9, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG && strstr(strata_last_error(), "ncols"), "ncols 9: %s '%s'",
+          strata_status_name(st), strata_last_error());
+    st = st_cuda_mmv(&q4, dx, 1, dy, NULL, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG && strstr(strata_last_error(), "scratch"), "NULL scratch: %s",
+          strata_status_name(st));
+    st = st_cuda_mmv(&q4, dx, 1, dy, (uint8_t *)ds + 4, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "scratch not 16-aligned: %s", strata_status_name(st));
+    st = st_cuda_mmv(&q4, dx, 1, NULL, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "NULL y: %s", strata_status_name(st));
+    st = st_cuda_mmv(&q4, dx, 2, dx + 100, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG && strstr(strata_last_error(), "overlap"), "y overlaps x: %s",
+          strata_status_name(st));
+    st_cuda_mat m = q4;
+    m.ne0 = 48;
+    st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "ne0 48 for Q4_0: %s", strata_status_name(st));
+    m = q4;
+    m.row_bytes = 8 * 18 - 2;
+    st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG && strstr(strata_last_error(), "row_bytes"),
+          "short row_bytes: %s", strata_status_name(st));
+    m = q4;
+    m.data = (const uint8_t *)dw + 1;
+    st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "odd data: %s", strata_status_name(st));
+    m = q4;
+    m.ne1 = 0;
+    st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "ne1 0: %s", strata_status_name(st));
+    m = q4;
+    m.type = STRATA_TYPE_Q8_K;
+    st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_UNSUPPORTED, "Q8_K weights: %s", strata_status_name(st));
+    const st_cuda_mat k = {STRATA_TYPE_Q4_K, dw, 512, 16, 2 * 144};
+    m = k;
+    m.ne0 = 288;
+    st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "ne0 288 for Q4_K: %s", strata_status_name(st));
+    const st_cuda_mat f32 = {STRATA_TYPE_F32, dw, 100, 16, 402};
+    st = st_cuda_mmv(&f32, dx, 1, dy, NULL, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "F32 row_bytes 402: %s", strata_status_name(st));
+    m = k;
+    m.ne1 = 17;
+    st = st_cuda_mmv_swiglu(&k, &m, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "swiglu shapes differ: %s", strata_status_name(st));
+    st = st_cuda_mmv_swiglu(&k, NULL, dx, 1, dy, ds, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "swiglu NULL Wu: %s", strata_status_name(st));
+    st = st_cuda_quantize_q8_1(dx, ds, 31, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "quantize n 31: %s", strata_status_name(st));
+    st = st_cuda_quantize_q8_1(dx, (uint8_t *)ds + 2, 32, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "quantize q misaligned: %s", strata_status_name(st));
+    if (!available) {
+        /* valid arguments: refused with the probe's reason */
+        st = st_cuda_mmv(&q4, dx, 1, dy, ds, NULL);
+        CHECK(st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), "CUDA unavailable"),
+              "no device: %s '%s'", strata_status_name(st), strata_last_error());
+        const st_cuda_mat f16 = {STRATA_TYPE_F16, dw, 100, 16, 200};
+        st = st_cuda_mmv(&f16, dx, 1, dy, NULL, NULL);
+        CHECK(st == STRATA_ERR_UNSUPPORTED, "no device (F16, no scratch): %s", strata_status_name(st));
+        st = st_cuda_quantize_q8_1(dx, ds, 64, NULL);
+        CHECK(st == STRATA_ERR_UNSUPPORTED, "no device (quantize): %s", strata_status_name(st));
+    }
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+
+typedef struct { const char *name; int64_t ne0, ne1; } shape;
+
+static const shape real_shapes[] = {
+    {"qwen3 attn_q", 2048, 4096},       {"qwen3 exp gate/up", 2048, 768},
+    {"qwen3 exp down", 768, 2048},      {"olmoe exp gate/up", 2048, 1024},
+    {"olmoe exp down", 1024, 2048},     {"mixtral ffn gate", 4096, 14336},
+    {"mixtral ffn down", 14336, 4096},
+};
+
+int main(void) {
+    int available = 0;
+    char reason[256];
+    strata_status st = st_cuda_probe(&available, reason, sizeof reason);
+    CHECK(st == STRATA_OK, "probe: %s", strata_last_error());
+    test_arguments(available);
+    if (!available) {
+        CHECK(reason[0] != '\0', "unavailable without a reason");
+        SKIP("GPU checks: CUDA unavailable: %s", reason);
+        return test_report();
+    }
+    printf("device: %s\n", reason);
+    test_rng r = {0x243F6A8885A308D3ULL};
+
+    check_quantize(32, &r);
+    check_quantize(8 * 4096, &r);
+    check_quantize(8 * 14336 + 32 * 3, &r);
+
+    dev_bufs db = {0};
+    static const int all_nc[] = {1, 2, 3, 4, 5, 6, 7, 8}, nc_1_8[] = {1, 8}, nc_3[] = {3},
+                     nc_1_4[] = {1, 4}, nc_7[] = {7};
+    for (size_t t = 0; t < N_GPU_TYPES; t++) {
+        const strata_type type = gpu_types[t];
+        const clock_t c0 = clock();
+        const int64_t qk = strata_type_block_size(type);
+        const int64_t odd0 = qk == 1 ? 1001 : qk == 32 ? 32 * 37 : 256 * 5;
+        check_case(&db, type, "odd", odd0, 333, all_nc, 8, 0, 0, 0, &r);
+        for (size_t s = 0; s < sizeof real_shapes / sizeof real_shapes[0]; s++)
+            check_case(&db, type, real_shapes[s].name, real_shapes[s].ne0, real_shapes[s].ne1,
+                       nc_1_8, 2, 0, 0, 0, &r);
+        /* padded row stride (2-byte multiple; for F32 4, which also disables 16-byte loads) and
+         * x not 16-byte aligned */
+        check_case(&db, type, "padded", 2048, 101, nc_3, 1, type == STRATA_TYPE_F32 ? 4 : 6, 1, 0, &r);
+        check_case(&db, type, "qwen3 exp gate/up", 2048, 768, nc_1_4, 2, 0, 0, 1, &r);
+        check_case(&db, type, "olmoe exp gate/up", 2048, 1024, nc_1_8, 2, 0, 0, 1, &r);
+        check_case(&db, type, "odd", odd0, 333, nc_7, 1, 0, 0, 1, &r);
+        printf("%-7s done (%.2f s)\n", strata_type_name(type), (double)(clock() - c0) / CLOCKS_PER_SEC);
+    }
+    (void)st_cuda_free(db.w0);
+    (void)st_cuda_free(db.w1);
+    (void)st_cuda_free(db.x);
+    (void)st_cuda_free(db.y);
+    (void)st_cuda_free(db.scratch);
+    return test_report();
+}
+
+#else /* !STRATA_HAVE_CUDA */
+
+int main(void) {
+    SKIP("built without CUDA (nvcc not found at build time or CUDA=0)");
+    return test_report();
+}
+
+#endif

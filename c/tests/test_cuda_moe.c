@@ -1,0 +1,566 @@
+/* test_cuda_moe.c - the GPU MoE step (c/cuda/moe.cu, cuda_moe.h) against the CPU:
+ *   router: st_cuda_moe_route vs st_route_topk on random logits (and logits with many ties):
+ *           ids identical, weights within 1e-6, doorbell (host-mapped) equal to the device copy,
+ *           guard words after the outputs untouched;
+ *   experts: st_cuda_moe_ffn vs st_moe_ffn on random well-formed weights through a per-expert
+ *           pointer table (entries alias a few materialized experts): NMSE <= 5e-4 (quantized;
+ *           <= 1e-7 for F32/F16/BF16), no NaN, guard words untouched, every output written, two
+ *           runs bit-identical; every supported type on small odd shapes, T = 1..8 columns (and
+ *           groups of more than 8 pairs), the shapes of Qwen3-30B-A3B, OLMoE-1B-7B and Mixtral,
+ *           out-of-range ids, and the shared expert (one-expert table, sigmoid gate, accumulate).
+ * One line per case: name, shape, types, T, NMSE, max error, pass/FAIL.
+ * Skips, saying why, in builds without CUDA or where no GPU is usable. */
+#include "strata.h"
+#include "test.h"
+
+#ifdef STRATA_HAVE_CUDA
+#include "cuda_backend.h"
+#include "cuda_moe.h"
+#include "ops.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GUARD 64
+#define SENTINEL 0xA5A5A5A5u
+
+static st_threadpool *g_tp;
+
+/* ---- random data ----------------------------------------------------------------------------- */
+
+static void fill_bytes(uint8_t *p, size_t n, test_rng *r) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const unsigned long long v = test_rng_next(r);
+        memcpy(p + i, &v, 8);
+    }
+    for (; i < n; i++) p[i] = (uint8_t)test_rng_next(r);
+}
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+/* Byte offsets of the fp16 scale fields of one block (-1 ends). */
+static const int *fp16_fields(strata_type type) {
+    static const int d0[] = {0, -1}, dm[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
+                     q6k[] = {208, -1}, none[] = {-1};
+    switch (type) {
+    case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_IQ4_NL:
+        return d0;
+    case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_1: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
+        return dm;
+    case STRATA_TYPE_Q2_K: return q2k;
+    case STRATA_TYPE_Q3_K: return q3k;
+    case STRATA_TYPE_Q6_K: return q6k;
+    default: return none;
+    }
+}
+
+/* n_blocks random blocks: random quants, every scale mag * (0.5 .. 1) (plain types: elements
+ * mag * [-1, 1)). Weights are linear in mag. */
+static void fill_blocks(strata_type type, uint8_t *buf, int64_t n_blocks, float mag, test_rng *r) {
+    const int64_t bb = strata_type_block_bytes(type);
+    if (type == STRATA_TYPE_F32 || type == STRATA_TYPE_F16 || type == STRATA_TYPE_BF16) {
+        for (int64_t i = 0; i < n_blocks; i++) {
+            const float f = mag * test_rng_float(r);
+            if (type == STRATA_TYPE_F32) memcpy(buf + 4 * i, &f, 4);
+            else if (type == STRATA_TYPE_F16) put16(buf + 2 * i, st_f32_to_fp16(f));
+            else { uint32_t u; memcpy(&u, &f, 4); put16(buf + 2 * i, (uint16_t)(u >> 16)); }
+        }
+        return;
+    }
+    fill_bytes(buf, (size_t)(n_blocks * bb), r);
+    const int *f = fp16_fields(type);
+    for (int64_t b = 0; b < n_blocks; b++)
+        for (int i = 0; f[i] >= 0; i++) {
+            const float v = mag * (0.75f + 0.25f * test_rng_float(r));
+            put16(buf + b * bb + f[i], st_f32_to_fp16(v));
+        }
+}
+
+/* Scale for type so that a row of n weights dotted with uniform [-1, 1) inputs is O(1): measures
+ * the rms weight of a sample filled with mag 1. */
+static float type_mag(strata_type type, int64_t n, test_rng *r) {
+    const int64_t qk = strata_type_block_size(type), nb = 4096 / qk;
+    uint8_t *buf = malloc((size_t)(nb * strata_type_block_bytes(type)));
+    float *v = malloc(sizeof(float) * (size_t)(nb * qk));
+    fill_blocks(type, buf, nb, 1.0f, r); /* plain types: nb elements (qk 1) */
+    double ss = 0.0;
+    if (strata_dequantize_row(type, buf, v, nb * qk) == STRATA_OK)
+        for (int64_t i = 0; i < nb * qk; i++) ss += (double)v[i] * v[i];
+    free(buf);
+    free(v);
+    const double rms = sqrt(ss / (double)(nb * qk));
+    return rms > 0 ? (float)(1.0 / (rms * sqrt((double)n / 3.0))) : 1.0f;
+}
+
+/* ---- comparisons ----------------------------------------------------------------------------- */
+
+typedef struct { double nmse, max_err, ref_rms; int64_t nans, unwritten, guard_bad; } cmp_result;
+
+/* got: n + GUARD words read back; ref: n floats. */
+static cmp_result compare(const float *got, const float *ref, int64_t n) {
+    cmp_result c = {0, 0, 0, 0, 0, 0};
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &got[i], 4);
+        if (u == SENTINEL) c.unwritten++;
+        if (isnan(got[i])) { c.nans++; continue; }
+        const double d = (double)got[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+        if (fabs(d) > c.max_err) c.max_err = fabs(d);
+    }
+    for (int64_t i = n; i < n + GUARD; i++) {
+        uint32_t u;
+        memcpy(&u, &got[i], 4);
+        c.guard_bad += u != SENTINEL;
+    }
+    c.nmse = den > 0 ? num / den : (num > 0 ? INFINITY : 0.0);
+    c.ref_rms = sqrt(den / (double)(n > 0 ? n : 1));
+    return c;
+}
+
+/* ---- router ---------------------------------------------------------------------------------- */
+
+static void check_route(int64_t T, int32_t n_expert, int32_t k, int norm, int ties, test_rng *r) {
+    const int64_t nl = T * n_expert, no = T * k;
+    float *logits = malloc(sizeof(float) * (size_t)nl);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)no), *gids = malloc(sizeof(int32_t) * (size_t)(no + GUARD));
+    float *wts = malloc(sizeof(float) * (size_t)no), *gwts = malloc(sizeof(float) * (size_t)(no + GUARD));
+    void *d_l = NULL, *d_ids = NULL, *d_wts = NULL;
+    st_cuda_doorbell db;
+    memset(&db, 0, sizeof db);
+    for (int64_t i = 0; i < nl; i++)
+        logits[i] = ties ? (float)(int)(test_rng_next(r) % 5) - 2.0f : 4.0f * test_rng_float(r);
+    for (int64_t t = 0; t < T; t++)
+        st_route_topk(logits + t * n_expert, n_expert, k, norm, ids + t * k, wts + t * k);
+
+    strata_status st = st_cuda_malloc(&d_l, sizeof(float) * (size_t)nl);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_ids, sizeof(int32_t) * (size_t)(no + GUARD));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_wts, sizeof(float) * (size_t)(no + GUARD));
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_l, logits, sizeof(float) * (size_t)nl);
+    if (st == STRATA_OK) st = st_cuda_memset(d_ids, 0xA5, sizeof(int32_t) * (size_t)(no + GUARD));
+    if (st == STRATA_OK) st = st_cuda_memset(d_wts, 0xA5, sizeof(float) * (size_t)(no + GUARD));
+    if (st == STRATA_OK) st = st_cuda_doorbell_alloc(&db, T, k);
+    if (st == STRATA_OK)
+        st = st_cuda_moe_route(d_l, T, n_expert, k, norm, d_ids, d_wts, &db, NULL);
+    if (st == STRATA_OK) st = st_cuda_synchronize();
+    if (st == STRATA_OK) st = st_cuda_memcpy_d2h(gids, d_ids, sizeof(int32_t) * (size_t)(no + GUARD));
+    if (st == STRATA_OK) st = st_cuda_memcpy_d2h(gwts, d_wts, sizeof(float) * (size_t)(no + GUARD));
+    CHECK(st == STRATA_OK, "route T=%lld E=%d k=%d: %s", (long long)T, n_expert, k, strata_last_error());
+    if (st == STRATA_OK) {
+        int64_t id_bad = 0, db_bad = 0, guard_bad = 0, nans = 0;
+        double max_w = 0.0;
+        for (int64_t i = 0; i < no; i++) {
+            id_bad += gids[i] != ids[i];
+            if (isnan(gwts[i])) nans++;
+            else if (fabs((double)gwts[i] - wts[i]) > max_w) max_w = fabs((double)gwts[i] - wts[i]);
+            db_bad += db.h_ids[i] != gids[i] || memcmp(&db.h_wts[i], &gwts[i], 4) != 0;
+        }
+        for (int64_t i = no; i < no + GUARD; i++) {
+            uint32_t u;
+            memcpy(&u, &gwts[i], 4);
+            guard_bad += (uint32_t)gids[i] != SENTINEL || u != SENTINEL;
+        }
+        const int ok = id_bad == 0 && max_w <= 1e-6 && db_bad == 0 && guard_bad == 0 && nans == 0;
+        printf("route  T=%-3lld n_expert=%-4d k=%d norm=%d ties=%d  ids differ %lld, max |dw| %.2e, "
+               "doorbell differs %lld, guard %lld, NaN %lld  %s\n", (long long)T, n_expert, k, norm,
+               ties, (long long)id_bad, max_w, (long long)db_bad, (long long)guard_bad,
+               (long long)nans, ok ? "pass" : "FAIL");
+        CHECK(id_bad == 0, "route T=%lld E=%d k=%d: %lld ids differ", (long long)T, n_expert, k, (long long)id_bad);
+        CHECK(max_w <= 1e-6 && nans == 0, "route: max weight error %.3g, %lld NaN", max_w, (long long)nans);
+        CHECK(db_bad == 0, "route: doorbell differs from the device output in %lld", (long long)db_bad);
+        CHECK(guard_bad == 0, "route: %lld guard words overwritten", (long long)guard_bad);
+    }
+    (void)st_cuda_doorbell_free(&db);
+    (void)st_cuda_free(d_l);
+    (void)st_cuda_free(d_ids);
+    (void)st_cuda_free(d_wts);
+    free(logits); free(ids); free(gids); free(wts); free(gwts);
+}
+
+/* ---- experts --------------------------------------------------------------------------------- */
+
+/* A set of materialized experts on host and device, and the two tables over n_expert entries
+ * (entry e -> materialized e % n_mat). */
+typedef struct {
+    int64_t n_embd, n_ff;
+    int32_t n_expert, n_mat;
+    strata_type tg, td;
+    size_t rb_g, rb_d, bytes_g, bytes_d; /* per matrix */
+    uint8_t *h_g, *h_u, *h_d;            /* [n_mat] matrices each */
+    void *d_g, *d_u, *d_d;
+    st_expert *cpu;                      /* [n_expert] */
+    void *d_table;                       /* device st_cuda_expert [n_expert] */
+} expert_set;
+
+static int expert_set_make(expert_set *s, int64_t n_embd, int64_t n_ff, int32_t n_expert,
+                           int32_t n_mat, strata_type tg, strata_type td, test_rng *r) {
+    memset(s, 0, sizeof *s);
+    s->n_embd = n_embd; s->n_ff = n_ff; s->n_expert = n_expert; s->n_mat = n_mat; s->tg = tg; s->td = td;
+    s->rb_g = (size_t)strata_row_bytes(tg, n_embd);
+    s->rb_d = (size_t)strata_row_bytes(td, n_ff);
+    s->bytes_g = s->rb_g * (size_t)n_ff;
+    s->bytes_d = s->rb_d * (size_t)n_embd;
+    s->h_g = malloc(s->bytes_g * (size_t)n_mat);
+    s->h_u = malloc(s->bytes_g * (size_t)n_mat);
+    s->h_d = malloc(s->bytes_d * (size_t)n_mat);
+    s->cpu = calloc((size_t)n_expert, sizeof(st_expert));
+    if (!s->h_g || !s->h_u || !s->h_d || !s->cpu) return 0;
+    const int64_t qg = strata_type_block_size(tg), qd = strata_type_block_size(td);
+    const float mg = type_mag(tg, n_embd, r), md = type_mag(td, n_ff, r); /* h rms ~0.6, like x */
+    fill_blocks(tg, s->h_g, (int64_t)n_mat * n_ff * (n_embd / qg), mg, r);
+    fill_blocks(tg, s->h_u, (int64_t)n_mat * n_ff * (n_embd / qg), mg, r);
+    fill_blocks(td, s->h_d, (int64_t)n_mat * n_embd * (n_ff / qd), md, r);
+    strata_status st = st_cuda_malloc(&s->d_g, s->bytes_g * (size_t)n_mat);
+    if (st == STRATA_OK) st = st_cuda_malloc(&s->d_u, s->bytes_g * (size_t)n_mat);
+    if (st == STRATA_OK) st = st_cuda_malloc(&s->d_d, s->bytes_d * (size_t)n_mat);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(s->d_g, s->h_g, s->bytes_g * (size_t)n_mat);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(s->d_u, s->h_u, s->bytes_g * (size_t)n_mat);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(s->d_d, s->h_d, s->bytes_d * (size_t)n_mat);
+    st_cuda_expert *tab = calloc((size_t)n_expert, sizeof(st_cuda_expert));
+    if (!tab) return 0;
+    for (int32_t e = 0; e < n_expert; e++) {
+        const size_t m = (size_t)(e % n_mat);
+        st_expert *c = &s->cpu[e];
+        c->gate.type = c->up.type = tg;
+        c->gate.data = s->h_g + m * s->bytes_g;
+        c->up.data = s->h_u + m * s->bytes_g;
+        c->gate.ne[0] = c->up.ne[0] = n_embd;
+        c->gate.ne[1] = c->up.ne[1] = n_ff;
+        c->gate.ne[2] = c->up.ne[2] = 1;
+        c->gate.row_bytes = c->up.row_bytes = s->rb_g;
+        c->down.type = td;
+        c->down.data = s->h_d + m * s->bytes_d;
+        c->down.ne[0] = n_ff; c->down.ne[1] = n_embd; c->down.ne[2] = 1;
+        c->down.row_bytes = s->rb_d;
+        c->gate.name = "gate"; c->up.name = "up"; c->down.name = "down";
+        st_cuda_expert *g = &tab[e];
+        g->gate.type = g->up.type = tg;
+        g->gate.data = (const uint8_t *)s->d_g + m * s->bytes_g;
+        g->up.data = (const uint8_t *)s->d_u + m * s->bytes_g;
+        g->gate.ne0 = g->up.ne0 = n_embd;
+        g->gate.ne1 = g->up.ne1 = n_ff;
+        g->gate.row_bytes = g->up.row_bytes = s->rb_g;
+        g->down.type = td;
+        g->down.data = (const uint8_t *)s->d_d + m * s->bytes_d;
+        g->down.ne0 = n_ff; g->down.ne1 = n_embd;
+        g->down.row_bytes = s->rb_d;
+    }
+    if (st == STRATA_OK) st = st_cuda_malloc(&s->d_table, sizeof(st_cuda_expert) * (size_t)n_expert);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(s->d_table, tab, sizeof(st_cuda_expert) * (size_t)n_expert);
+    free(tab);
+    CHECK(st == STRATA_OK, "expert upload: %s", strata_last_error());
+    return st == STRATA_OK;
+}
+
+static void expert_set_free(expert_set *s) {
+    (void)st_cuda_free(s->d_g); (void)st_cuda_free(s->d_u); (void)st_cuda_free(s->d_d);
+    (void)st_cuda_free(s->d_table);
+    free(s->h_g); free(s->h_u); free(s->h_d); free(s->cpu);
+    memset(s, 0, sizeof *s);
+}
+
+/* Runs the GPU FFN (twice, output poisoned before each) into got[T*n_embd + GUARD]; with
+ * accumulate, out starts as init. Returns 1 when both runs succeeded and are bit-identical
+ * (*same), 0 on error. */
+static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t *ids,
+                   const float *wts, int32_t k, int accumulate, const float *init, float *got,
+                   int *same) {
+    const int64_t n = T * s->n_embd;
+    const size_t wsz = st_cuda_moe_wsize(T, k, s->n_embd, s->n_ff);
+    void *d_x = NULL, *d_ids = NULL, *d_w = NULL, *d_out = NULL, *d_ws = NULL;
+    float *got2 = malloc(sizeof(float) * (size_t)(n + GUARD));
+    strata_status st = got2 ? STRATA_OK : STRATA_ERR_NOMEM;
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_x, sizeof(float) * (size_t)n);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_ids, sizeof(int32_t) * (size_t)(T * k));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_w, sizeof(float) * (size_t)(T * k));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_out, sizeof(float) * (size_t)(n + GUARD));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_ws, wsz);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_x, x, sizeof(float) * (size_t)n);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_ids, ids, sizeof(int32_t) * (size_t)(T * k));
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_w, wts, sizeof(float) * (size_t)(T * k));
+    for (int run = 0; run < 2 && st == STRATA_OK; run++) {
+        float *dst = run == 0 ? got : got2;
+        st = st_cuda_memset(d_out, 0xA5, sizeof(float) * (size_t)(n + GUARD));
+        if (st == STRATA_OK && accumulate) st = st_cuda_memcpy_h2d(d_out, init, sizeof(float) * (size_t)n);
+        /* poison the workspace too: nothing may read what this call did not write */
+        if (st == STRATA_OK) st = st_cuda_memset(d_ws, run == 0 ? 0xFF : 0x7F, wsz);
+        st_cuda_moe_args a;
+        memset(&a, 0, sizeof a);
+        a.experts = (const st_cuda_expert *)s->d_table;
+        a.n_expert = s->n_expert;
+        a.type_gate = a.type_up = s->tg;
+        a.type_down = s->td;
+        a.n_embd = s->n_embd;
+        a.n_ff = s->n_ff;
+        a.x = (const float *)d_x;
+        a.T = T;
+        a.ids = (const int32_t *)d_ids;
+        a.wts = (const float *)d_w;
+        a.k = k;
+        a.out = (float *)d_out;
+        a.accumulate = accumulate;
+        a.ws = d_ws;
+        a.ws_bytes = wsz;
+        if (st == STRATA_OK) st = st_cuda_moe_ffn(&a, NULL);
+        if (st == STRATA_OK) st = st_cuda_synchronize();
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(dst, d_out, sizeof(float) * (size_t)(n + GUARD));
+    }
+    CHECK(st == STRATA_OK, "GPU ffn: %s", strata_last_error());
+    *same = st == STRATA_OK && memcmp(got, got2, sizeof(float) * (size_t)(n + GUARD)) == 0;
+    (void)st_cuda_free(d_x); (void)st_cuda_free(d_ids); (void)st_cuda_free(d_w);
+    (void)st_cuda_free(d_out); (void)st_cuda_free(d_ws);
+    free(got2);
+    return st == STRATA_OK;
+}
+
+static void cpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t *ids,
+                    const float *wts, int32_t k, float *out) {
+    void *ws = malloc(st_moe_wsize(T, k, s->n_expert, s->n_embd, s->n_ff));
+    st_moe_ffn(g_tp, s->cpu, s->n_expert, x, T, ids, wts, k, out, ws);
+    free(ws);
+}
+
+static double tol_for(strata_type tg, strata_type td) {
+    const int plain_g = tg == STRATA_TYPE_F32 || tg == STRATA_TYPE_F16 || tg == STRATA_TYPE_BF16;
+    const int plain_d = td == STRATA_TYPE_F32 || td == STRATA_TYPE_F16 || td == STRATA_TYPE_BF16;
+    return plain_g && plain_d ? 1e-7 : 5e-4;
+}
+
+static void report(const char *name, const expert_set *s, int64_t T, int32_t k, cmp_result c,
+                   int same, double tol, double secs) {
+    const int ok = c.nmse <= tol && c.nans == 0 && c.unwritten == 0 && c.guard_bad == 0 && same;
+    printf("%-14s n_embd=%-5lld n_ff=%-5lld E=%-3d k=%d %s/%s%s T=%-2lld NMSE %.2e (tol %.0e) max err "
+           "%.2e (ref rms %.2e) NaN %lld unwritten %lld guard %lld %s  %s (%.2f s)\n", name,
+           (long long)s->n_embd, (long long)s->n_ff, s->n_expert, k, strata_type_name(s->tg),
+           strata_type_name(s->td), st_cuda_moe_type_dp4a(s->tg) && st_cuda_moe_type_dp4a(s->td) ?
+           "" : "(fallback)", (long long)T, c.nmse, tol, c.max_err, c.ref_rms, (long long)c.nans,
+           (long long)c.unwritten, (long long)c.guard_bad, same ? "repeatable" : "RUNS DIFFER",
+           ok ? "pass" : "FAIL", secs);
+    CHECK(c.nmse <= tol, "%s %s/%s T=%lld: NMSE %.3g > %.0e", name, strata_type_name(s->tg),
+          strata_type_name(s->td), (long long)T, c.nmse, tol);
+    CHECK(c.nans == 0 && c.unwritten == 0, "%s T=%lld: %lld NaN, %lld unwritten outputs", name,
+          (long long)T, (long long)c.nans, (long long)c.unwritten);
+    CHECK(c.guard_bad == 0, "%s T=%lld: %lld guard words overwritten", name, (long long)T, (long long)c.guard_bad);
+    CHECK(same, "%s T=%lld: two GPU runs differ", name, (long long)T);
+}
+
+/* One routed case: random x and router logits -> CPU ids/weights -> both FFNs. bad_ids: slot 1
+ * of token 0 gets id -1 and slot 0 of the last token id n_expert (the CPU sees id 0, weight 0). */
+static void check_ffn(const char *name, const expert_set *s, int64_t T, int32_t k, int norm,
+                      int bad_ids, test_rng *r) {
+    const clock_t c0 = clock();
+    const int64_t n = T * s->n_embd, P = T * k;
+    float *x = malloc(sizeof(float) * (size_t)n), *ref = malloc(sizeof(float) * (size_t)n);
+    float *got = malloc(sizeof(float) * (size_t)(n + GUARD));
+    float *logits = malloc(sizeof(float) * (size_t)(T * s->n_expert));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P), *gids = malloc(sizeof(int32_t) * (size_t)P);
+    float *wts = malloc(sizeof(float) * (size_t)P);
+    for (int64_t i = 0; i < n; i++) x[i] = test_rng_float(r);
+    for (int64_t i = 0; i < T * s->n_expert; i++) logits[i] = 3.0f * test_rng_float(r);
+    for (int64_t t = 0; t < T; t++)
+        st_route_topk(logits + t * s->n_expert, s->n_expert, k, norm, ids + t * k, wts + t * k);
+    memcpy(gids, ids, sizeof(int32_t) * (size_t)P);
+    if (bad_ids && k >= 2) {
+        gids[1] = -1; ids[1] = 0; wts[1] = 0.0f;
+        gids[(T - 1) * k] = s->n_expert; ids[(T - 1) * k] = 0; wts[(T - 1) * k] = 0.0f;
+    }
+    cpu_ffn(s, x, T, ids, wts, k, ref);
+    int same = 0;
+    if (gpu_ffn(s, x, T, gids, wts, k, 0, NULL, got, &same))
+        report(name, s, T, k, compare(got, ref, n), same, tol_for(s->tg, s->td),
+               (double)(clock() - c0) / CLOCKS_PER_SEC);
+    free(x); free(ref); free(got); free(logits); free(ids); free(gids); free(wts);
+}
+
+/* Routed experts of r_set plus a shared expert (sh_set, one-expert table) with a sigmoid gate,
+ * accumulated into the routed output: as forward.c's st_ffn_block. */
+static void check_shared(const expert_set *rs, const expert_set *sh, int64_t T, int32_t k, test_rng *r) {
+    const clock_t c0 = clock();
+    const int64_t n = T * rs->n_embd, P = T * k;
+    float *x = malloc(sizeof(float) * (size_t)n), *ref = malloc(sizeof(float) * (size_t)n);
+    float *ref2 = malloc(sizeof(float) * (size_t)n), *routed = malloc(sizeof(float) * (size_t)(n + GUARD));
+    float *got = malloc(sizeof(float) * (size_t)(n + GUARD));
+    float *logits = malloc(sizeof(float) * (size_t)(T * rs->n_expert));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P), *zeros = calloc((size_t)T, sizeof(int32_t));
+    float *wts = malloc(sizeof(float) * (size_t)P), *gate = malloc(sizeof(float) * (size_t)T);
+    for (int64_t i = 0; i < n; i++) x[i] = test_rng_float(r);
+    for (int64_t i = 0; i < T * rs->n_expert; i++) logits[i] = 3.0f * test_rng_float(r);
+    for (int64_t t = 0; t < T; t++) {
+        st_route_topk(logits + t * rs->n_expert, rs->n_expert, k, 0, ids + t * k, wts + t * k);
+        gate[t] = st_sigmoid(2.0f * test_rng_float(r));
+    }
+    cpu_ffn(rs, x, T, ids, wts, k, ref);
+    cpu_ffn(sh, x, T, zeros, gate, 1, ref2);
+    for (int64_t i = 0; i < n; i++) ref[i] += ref2[i];
+    int same1 = 0, same2 = 0;
+    if (gpu_ffn(rs, x, T, ids, wts, k, 0, NULL, routed, &same1) &&
+        gpu_ffn(sh, x, T, zeros, gate, 1, 1, routed, got, &same2))
+        report("shared+routed", sh, T, 1, compare(got, ref, n), same1 && same2,
+               tol_for(sh->tg, sh->td), (double)(clock() - c0) / CLOCKS_PER_SEC);
+    free(x); free(ref); free(ref2); free(routed); free(got); free(logits); free(ids); free(zeros);
+    free(wts); free(gate);
+}
+
+/* ---- argument errors (no device needed) ------------------------------------------------------ */
+
+static void test_arguments(void) {
+    CHECK(st_cuda_moe_supports(STRATA_TYPE_Q4_K) && st_cuda_moe_supports(STRATA_TYPE_Q6_K) &&
+          st_cuda_moe_supports(STRATA_TYPE_Q8_0) && st_cuda_moe_type_dp4a(STRATA_TYPE_Q4_K) &&
+          st_cuda_moe_type_dp4a(STRATA_TYPE_Q6_K) && st_cuda_moe_type_dp4a(STRATA_TYPE_Q8_0) &&
+          st_cuda_moe_type_dp4a(STRATA_TYPE_Q5_K) && st_cuda_moe_type_dp4a(STRATA_TYPE_Q4_0),
+          "required dp4a types missing");
+    CHECK(!st_cuda_moe_supports((strata_type)4) && !st_cuda_moe_supports(STRATA_TYPE_COUNT),
+          "unknown types must be unsupported");
+    CHECK(st_cuda_moe_ffn(NULL, NULL) == STRATA_ERR_INVALID_ARG, "NULL args");
+    st_cuda_moe_args a;
+    memset(&a, 0, sizeof a);
+    a.experts = (const st_cuda_expert *)(uintptr_t)0x1000;
+    a.x = (const float *)(uintptr_t)0x2000;
+    a.ids = (const int32_t *)(uintptr_t)0x3000;
+    a.wts = (const float *)(uintptr_t)0x4000;
+    a.out = (float *)(uintptr_t)0x5000;
+    a.ws = (void *)(uintptr_t)0x6000;
+    a.ws_bytes = (size_t)1 << 40;
+    a.n_expert = 8; a.k = 2; a.T = 1; a.n_embd = 256; a.n_ff = 512;
+    a.type_gate = STRATA_TYPE_Q4_K; a.type_up = STRATA_TYPE_Q8_0; a.type_down = STRATA_TYPE_Q6_K;
+    strata_status st = st_cuda_moe_ffn(&a, NULL);
+    CHECK(st == STRATA_ERR_UNSUPPORTED, "gate/up of different types: %s", strata_status_name(st));
+    a.type_up = STRATA_TYPE_Q4_K;
+    a.n_embd = 288;
+    st = st_cuda_moe_ffn(&a, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "n_embd 288 for Q4_K: %s", strata_status_name(st));
+    a.n_embd = 256;
+    a.T = 600;
+    st = st_cuda_moe_ffn(&a, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "T * k > 1024: %s", strata_status_name(st));
+    a.T = 1;
+    a.ws_bytes = 16;
+    st = st_cuda_moe_ffn(&a, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "small workspace: %s", strata_status_name(st));
+    CHECK(st_cuda_moe_wsize(8, 8, 2048, 768) > 64 * 768 * sizeof(float), "workspace size");
+    int32_t *di = (int32_t *)(uintptr_t)0x1000;
+    float *dw = (float *)(uintptr_t)0x2000;
+    st = st_cuda_moe_route((const float *)(uintptr_t)0x3000, 1, 8, 9, 0, di, dw, NULL, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "k > n_expert: %s", strata_status_name(st));
+    st = st_cuda_moe_route((const float *)(uintptr_t)0x3000, 1, 8, 2, 0, NULL, NULL, NULL, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "no output: %s", strata_status_name(st));
+    CHECK(st_cuda_doorbell_free(NULL) == STRATA_OK, "doorbell free NULL");
+}
+
+int main(void) {
+    test_arguments();
+
+    int available = 0;
+    char reason[256];
+    strata_status st = st_cuda_probe(&available, reason, sizeof reason);
+    CHECK(st == STRATA_OK, "probe: %s", strata_last_error());
+    if (!available) {
+        CHECK(reason[0] != '\0', "unavailable without a reason");
+        st_cuda_doorbell db;
+        st = st_cuda_doorbell_alloc(&db, 8, 8);
+        CHECK(st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), reason) != NULL,
+              "no device: doorbell %s '%s'", strata_status_name(st), strata_last_error());
+        SKIP("GPU checks: CUDA unavailable: %s", reason);
+        return test_report();
+    }
+    printf("device: %s\n", reason);
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    st = st_threadpool_create(nproc < 1 ? 1 : (nproc > 16 ? 16 : (int)nproc), &g_tp);
+    CHECK(st == STRATA_OK, "threadpool: %s", strata_last_error());
+    if (st != STRATA_OK) return test_report();
+
+    test_rng r = {0x9E3779B97F4A7C15ULL};
+
+    /* router */
+    check_route(1, 128, 8, 1, 0, &r);
+    check_route(8, 128, 8, 0, 0, &r);
+    check_route(8, 128, 8, 1, 1, &r);   /* many ties */
+    check_route(5, 64, 8, 0, 0, &r);
+    check_route(8, 8, 2, 1, 0, &r);
+    check_route(37, 60, 4, 1, 0, &r);
+    check_route(3, 256, 8, 1, 1, &r);
+    check_route(2, 1000, 16, 0, 0, &r);
+
+    expert_set s;
+    /* every supported type on small odd shapes (row chunks fewer than and not a multiple of 32) */
+    static const strata_type types[] = {
+        STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K,
+        STRATA_TYPE_F32, STRATA_TYPE_F16, STRATA_TYPE_BF16, STRATA_TYPE_Q4_1, STRATA_TYPE_Q5_0,
+        STRATA_TYPE_Q5_1, STRATA_TYPE_IQ4_NL, STRATA_TYPE_Q2_K, STRATA_TYPE_Q3_K,
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const strata_type t = types[i];
+        const int kq = strata_type_block_size(t) == 256;
+        const int64_t sizes[2][2] = {{kq ? 512 : 96, kq ? 768 : 224}, {kq ? 2304 : 1312, kq ? 1280 : 800}};
+        for (int z = 0; z < 2; z++) {
+            if (!expert_set_make(&s, sizes[z][0], sizes[z][1], 6, 6, t, t, &r)) { expert_set_free(&s); continue; }
+            check_ffn("small", &s, 1, 3, 0, 0, &r);
+            check_ffn("small", &s, 3, 3, 1, 0, &r);
+            check_ffn("small", &s, 8, 3, 1, z, &r);
+            expert_set_free(&s);
+        }
+    }
+    /* 1..8 columns, groups larger than 8 pairs, bad ids */
+    if (expert_set_make(&s, 768, 512, 5, 5, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
+        for (int64_t T = 1; T <= 8; T++) check_ffn("columns", &s, T, 2, 1, 0, &r);
+        check_ffn("bad ids", &s, 4, 3, 1, 1, &r);
+    }
+    expert_set_free(&s);
+    if (expert_set_make(&s, 512, 256, 3, 3, STRATA_TYPE_Q8_0, STRATA_TYPE_Q8_0, &r)) {
+        check_ffn("big groups", &s, 16, 2, 1, 0, &r);
+        check_ffn("big groups", &s, 33, 3, 0, 0, &r);
+    }
+    expert_set_free(&s);
+
+    /* Qwen3-30B-A3B: 2048, 768, 128 experts top-8 (16 materialized) */
+    if (expert_set_make(&s, 2048, 768, 128, 16, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
+        static const int64_t Ts[] = {1, 2, 3, 5, 8};
+        for (size_t i = 0; i < 5; i++) check_ffn("qwen3-30b-a3b", &s, Ts[i], 8, 1, 0, &r);
+    }
+    expert_set_free(&s);
+    if (expert_set_make(&s, 2048, 768, 128, 16, STRATA_TYPE_Q8_0, STRATA_TYPE_Q8_0, &r)) {
+        check_ffn("qwen3-30b-a3b", &s, 1, 8, 1, 0, &r);
+        check_ffn("qwen3-30b-a3b", &s, 8, 8, 1, 0, &r);
+    }
+    expert_set_free(&s);
+    /* OLMoE-1B-7B: 2048, 1024, 64 experts top-8 (no renormalization) */
+    if (expert_set_make(&s, 2048, 1024, 64, 16, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, &r)) {
+        check_ffn("olmoe-1b-7b", &s, 1, 8, 0, 0, &r);
+        check_ffn("olmoe-1b-7b", &s, 8, 8, 0, 0, &r);
+    }
+    expert_set_free(&s);
+    /* Mixtral: 4096, 14336, 8 experts top-2 (2 materialized) */
+    if (expert_set_make(&s, 4096, 14336, 8, 2, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
+        check_ffn("mixtral", &s, 1, 2, 1, 0, &r);
+        check_ffn("mixtral", &s, 8, 2, 1, 0, &r);
+    }
+    expert_set_free(&s);
+    /* shared expert with a sigmoid gate on top of routed experts (qwen2moe-like) */
+    expert_set sh;
+    memset(&sh, 0, sizeof sh);
+    if (expert_set_make(&s, 2048, 768, 64, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r) &&
+        expert_set_make(&sh, 2048, 2816, 1, 1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q6_K, &r)) {
+        check_shared(&s, &sh, 1, 8, &r);
+        check_shared(&s, &sh, 8, 8, &r);
+    }
+    expert_set_free(&s);
+    expert_set_free(&sh);
+
+    st_threadpool_free(g_tp);
+    return test_report();
+}
+
+#else /* !STRATA_HAVE_CUDA */
+
+int main(void) {
+    SKIP("built without CUDA (nvcc not found at build time or CUDA=0)");
+    return test_report();
+}
+
+#endif

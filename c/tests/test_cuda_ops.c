@@ -1,0 +1,418 @@
+/* test_cuda_ops.c - the GPU per-token ops of cuda_ops.h against the CPU ops of ops.h on random
+ * inputs (never zeros): RMSNorm (whole rows, per-head q/k norm inside a fused qkv row, OLMoE's
+ * whole-projection norm, in place and out of place, with and without weight, lengths that are not
+ * multiples of a warp), RoPE (NEOX and normal, partial n_rot, linear and YaRN scaling, positions
+ * from a device array or pos0 + t, strided rows), and the elementwise add / bias / SwiGLU / scale.
+ * Each case prints its shape, NMSE, max abs error and how many outputs equal the CPU's bit for bit;
+ * bounds: NMSE <= 1e-7, no NaN, guard words after every output unchanged (and, for strided
+ * outputs, every float between the rows unchanged); add, bias and scale must be bit-exact.
+ * Argument errors are checked without a device; the GPU cases skip, saying why, where no GPU is
+ * usable. */
+#include "strata.h"
+#include "test.h"
+
+#ifdef STRATA_HAVE_CUDA
+#include "cuda_backend.h"
+#include "cuda_ops.h"
+#include "ops.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define GUARD 64
+#define SENTINEL 0xA5A5A5A5u
+#define NMSE_F32 1e-7
+
+static test_rng rng = {0xC0FFEE1234567ULL};
+
+static void fill(float *x, int64_t n, float scale) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = test_rng_float(&rng) * scale;
+        x[i] = v != 0.0f ? v : 0.5f * scale;
+    }
+}
+
+/* ---- device buffers with guard words -------------------------------------------------------- */
+
+/* A device buffer of n floats + GUARD sentinel words; the first n hold h (or sentinels if NULL). */
+static float *dev_buf(const float *h, int64_t n) {
+    void *d = NULL;
+    if (st_cuda_malloc(&d, (size_t)(n + GUARD) * sizeof(float)) != STRATA_OK) return NULL;
+    if (st_cuda_memset(d, 0xA5, (size_t)(n + GUARD) * sizeof(float)) != STRATA_OK ||
+        (h && st_cuda_memcpy_h2d(d, h, (size_t)n * sizeof(float)) != STRATA_OK)) {
+        st_cuda_free(d);
+        return NULL;
+    }
+    return (float *)d;
+}
+
+/* Copies the n floats back into h and returns how many guard words after them changed (-1 on a
+ * copy error). Synchronizes first, so errors inside kernels surface here. */
+static int dev_fetch(float *h, const float *d, int64_t n) {
+    uint32_t *tmp = malloc((size_t)(n + GUARD) * sizeof(float));
+    if (!tmp) return -1;
+    if (st_cuda_synchronize() != STRATA_OK ||
+        st_cuda_memcpy_d2h(tmp, d, (size_t)(n + GUARD) * sizeof(float)) != STRATA_OK) {
+        free(tmp);
+        return -1;
+    }
+    memcpy(h, tmp, (size_t)n * sizeof(float));
+    int bad = 0;
+    for (int64_t i = n; i < n + GUARD; i++) bad += tmp[i] != SENTINEL;
+    free(tmp);
+    return bad;
+}
+
+/* ---- comparison ----------------------------------------------------------------------------- */
+
+typedef struct {
+    double nmse, max_err;
+    int64_t exact, nans, n;
+} cmp_t;
+
+static cmp_t compare(const float *got, const float *ref, int64_t n) {
+    cmp_t c = {0, 0, 0, 0, n};
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(got[i])) { c.nans++; continue; }
+        const double e = (double)got[i] - (double)ref[i];
+        num += e * e;
+        den += (double)ref[i] * (double)ref[i];
+        if (fabs(e) > c.max_err) c.max_err = fabs(e);
+        if (memcmp(&got[i], &ref[i], 4) == 0) c.exact++;
+    }
+    c.nmse = den > 0 ? num / den : num;
+    return c;
+}
+
+/* Prints one case and counts its checks. guard_bad: changed guard words (or -1: fetch failed). */
+static void report(const char *op, const char *shape, cmp_t c, int guard_bad, int need_exact) {
+    const int ok = guard_bad == 0 && c.nans == 0 && c.nmse <= NMSE_F32 && (!need_exact || c.exact == c.n);
+    printf("%-8s %-58s n=%-8lld nmse=%.2e max=%.2e exact=%lld/%lld guard=%d %s\n", op, shape,
+           (long long)c.n, c.nmse, c.max_err, (long long)c.exact, (long long)c.n, guard_bad,
+           ok ? "ok" : "FAIL");
+    CHECK(guard_bad == 0, "%s %s: %d guard words changed (-1: fetch failed: %s)", op, shape,
+          guard_bad, strata_last_error());
+    CHECK(c.nans == 0, "%s %s: %lld NaN", op, shape, (long long)c.nans);
+    CHECK(c.nmse <= NMSE_F32, "%s %s: nmse %.3e > %.1e", op, shape, c.nmse, NMSE_F32);
+    if (need_exact)
+        CHECK(c.exact == c.n, "%s %s: %lld of %lld not bit-exact", op, shape,
+              (long long)(c.n - c.exact), (long long)c.n);
+}
+
+/* ---- RMSNorm -------------------------------------------------------------------------------- */
+
+/* T tokens, rows of n_sub x n floats starting at float offset off inside rows of ldx floats;
+ * in place (ldy ignored) or into a separate buffer of row stride ldy. Every float of the input
+ * buffer outside the normalized slices must stay as it was. */
+static void rms_case(const char *what, int64_t n, int64_t n_sub, int64_t T, int64_t ldx, int64_t off,
+                     int in_place, int64_t ldy, int with_w, float eps) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s n=%lld sub=%lld T=%lld ldx=%lld%s%s eps=%g", what,
+             (long long)n, (long long)n_sub, (long long)T, (long long)ldx,
+             in_place ? " in-place" : "", with_w ? "" : " no-w", (double)eps);
+    const int64_t nx = T * ldx, ny = in_place ? nx : T * ldy;
+    float *x = malloc(sizeof(float) * (size_t)nx), *w = malloc(sizeof(float) * (size_t)n);
+    float *ref = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+    fill(x, nx, 3.0f);
+    fill(w, n, 2.0f);
+    if (in_place) memcpy(ref, x, sizeof(float) * (size_t)nx);
+    else for (int64_t i = 0; i < ny; i++) { uint32_t s = SENTINEL; memcpy(&ref[i], &s, 4); }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < n_sub; h++)
+            st_rmsnorm((in_place ? ref + t * ldx + off : ref + t * ldy) + h * n, x + t * ldx + off + h * n,
+                       with_w ? w : NULL, n, eps);
+    float *dx = dev_buf(x, nx), *dw = dev_buf(w, n), *dy = in_place ? dx : dev_buf(NULL, ny);
+    CHECK(dx && dw && dy, "%s: device buffers: %s", shape, strata_last_error());
+    if (dx && dw && dy) {
+        strata_status st = st_cuda_rmsnorm(in_place ? dx + off : dy, in_place ? ldx : ldy, dx + off, ldx,
+                                           with_w ? dw : NULL, n, n_sub, T, eps, NULL);
+        CHECK(st == STRATA_OK, "%s: %s", shape, strata_last_error());
+        int g = dev_fetch(got, dy, ny);
+        report("rmsnorm", shape, compare(got, ref, ny), g, 0);
+    }
+    st_cuda_free(dx);
+    st_cuda_free(dw);
+    if (!in_place) st_cuda_free(dy);
+    free(x); free(w); free(ref); free(got);
+}
+
+static void test_rmsnorm(void) {
+    static const int64_t lens[] = {2048, 4096, 1000, 7, 257, 256, 1, 33};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+        for (int64_t T = 1; T <= 8; T += 3)
+            rms_case("rows", lens[i], 1, T, lens[i], 0, 0, lens[i], 1, 1e-6f);
+    rms_case("rows", 2048, 1, 5, 2048, 0, 1, 0, 0, 1e-5f);
+    rms_case("rows", 4096, 1, 512, 4096, 0, 0, 4096, 1, 1e-5f);                 /* prefill */
+    /* Qwen3 per-head q and k norm inside fused qkv rows (32 + 4 + 4 heads of 128), in place */
+    rms_case("qwen3 q-norm in qkv", 128, 32, 5, 40 * 128, 0, 1, 0, 1, 1e-6f);
+    rms_case("qwen3 k-norm in qkv", 128, 4, 5, 40 * 128, 32 * 128, 1, 0, 1, 1e-6f);
+    rms_case("qwen3 q-norm prefill", 128, 32, 512, 32 * 128, 0, 1, 0, 1, 1e-6f);
+    rms_case("hd64 heads", 64, 16, 3, 16 * 64 + 9, 0, 1, 0, 1, 1e-6f);
+    /* OLMoE whole-projection norm (2048 of a 3 x 2048 qkv row) into a compact buffer */
+    rms_case("olmoe q-norm", 2048, 1, 4, 3 * 2048, 0, 0, 2048, 1, 1e-5f);
+    rms_case("olmoe k-norm", 2048, 1, 4, 3 * 2048, 2048, 0, 2048 + 3, 1, 1e-5f);
+}
+
+/* ---- RoPE ----------------------------------------------------------------------------------- */
+
+static void rope_case(const char *what, st_rope_params cp, int64_t hd, int64_t n_head, int64_t T,
+                      int64_t ldx, const int32_t *pos_list, int64_t pos0) {
+    char shape[200];
+    snprintf(shape, sizeof shape, "%s %s rot=%d/%lld h=%lld T=%lld base=%g fs=%g ext=%g af=%g %s",
+             what, cp.style == ST_ROPE_NEOX ? "neox" : "norm", (int)cp.n_rot, (long long)hd,
+             (long long)n_head, (long long)T, (double)cp.freq_base, (double)cp.freq_scale,
+             (double)cp.ext_factor, (double)cp.attn_factor, pos_list ? "pos[]" : "pos0+t");
+    const int64_t nx = T * ldx;
+    float *x = malloc(sizeof(float) * (size_t)nx), *ref = malloc(sizeof(float) * (size_t)nx);
+    float *got = malloc(sizeof(float) * (size_t)nx), *cs = malloc(sizeof(float) * (size_t)cp.n_rot);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
+    fill(x, nx, 2.0f);
+    memcpy(ref, x, sizeof(float) * (size_t)nx);
+    for (int64_t t = 0; t < T; t++) {
+        pos[t] = pos_list ? pos_list[t] : (int32_t)(pos0 + t);
+        st_rope_cache(&cp, pos[t], cs);
+        st_rope_apply(&cp, cs, ref + t * ldx, n_head, hd);
+    }
+    st_cuda_rope_params gp = {cp.style == ST_ROPE_NEOX, cp.n_rot, cp.freq_base, cp.freq_scale,
+                              cp.ext_factor, cp.attn_factor, cp.beta_fast, cp.beta_slow, cp.n_ctx_orig};
+    CHECK(st_cuda_rope_supports(&gp, hd), "%s: not supported", shape);
+    float *dx = dev_buf(x, nx);
+    void *dpos = NULL;
+    if (pos_list) {
+        st_cuda_malloc(&dpos, sizeof(int32_t) * (size_t)T);
+        st_cuda_memcpy_h2d(dpos, pos, sizeof(int32_t) * (size_t)T);
+    }
+    CHECK(dx && (!pos_list || dpos), "%s: device buffers: %s", shape, strata_last_error());
+    if (dx && (!pos_list || dpos)) {
+        strata_status st = st_cuda_rope(&gp, dx, ldx, n_head, hd, T, (const int32_t *)dpos, pos0, NULL);
+        CHECK(st == STRATA_OK, "%s: %s", shape, strata_last_error());
+        int g = dev_fetch(got, dx, nx);
+        report("rope", shape, compare(got, ref, nx), g, 0);
+    }
+    st_cuda_free(dx);
+    st_cuda_free(dpos);
+    free(x); free(ref); free(got); free(cs); free(pos);
+}
+
+static st_rope_params rp(st_rope_style style, int n_rot, float base) {
+    st_rope_params p = {style, n_rot, base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+    return p;
+}
+
+static void test_rope(void) {
+    int32_t far[8];
+    for (int i = 0; i < 8; i++) far[i] = (int32_t)(test_rng_next(&rng) % 16384);
+    int32_t yarn_pos[6] = {16000, 16001, 16002, 0, 8191, 100000};
+
+    rope_case("qwen3 q", rp(ST_ROPE_NEOX, 128, 1e6f), 128, 32, 8, 32 * 128, NULL, 0);
+    rope_case("qwen3 k in qkv", rp(ST_ROPE_NEOX, 128, 1e6f), 128, 4, 7, 40 * 128, NULL, 16376);
+    rope_case("olmoe", rp(ST_ROPE_NEOX, 128, 1e4f), 128, 16, 8, 16 * 128, far, 0);
+    rope_case("mixtral k", rp(ST_ROPE_NORM, 128, 1e6f), 128, 8, 3, 8 * 128, NULL, 4094);
+    rope_case("partial", rp(ST_ROPE_NEOX, 64, 1e4f), 128, 8, 4, 8 * 128 + 5, NULL, 100);
+    rope_case("partial", rp(ST_ROPE_NORM, 32, 1e4f), 64, 6, 2, 6 * 64, NULL, 31);
+    st_rope_params lin = rp(ST_ROPE_NORM, 64, 1e4f);
+    lin.freq_scale = 0.25f;
+    rope_case("linear", lin, 64, 16, 2, 16 * 64, NULL, 30000);
+    st_rope_params yarn = rp(ST_ROPE_NEOX, 128, 1e6f);
+    yarn.freq_scale = 0.25f;
+    yarn.ext_factor = 1.0f;
+    rope_case("yarn", yarn, 128, 32, 6, 40 * 128, yarn_pos, 0);
+    st_rope_params yarn2 = rp(ST_ROPE_NORM, 32, 1e4f);
+    yarn2.freq_scale = 0.125f;
+    yarn2.ext_factor = 0.5f;
+    yarn2.attn_factor = 0.8f;
+    yarn2.n_ctx_orig = 2048;
+    rope_case("yarn", yarn2, 64, 4, 5, 4 * 64, NULL, 5000);
+    rope_case("prefill", rp(ST_ROPE_NEOX, 128, 1e6f), 128, 32, 512, 32 * 128, NULL, 0);
+    rope_case("hd256", rp(ST_ROPE_NEOX, 256, 1e4f), 256, 2, 3, 2 * 256, NULL, 77);
+}
+
+/* ---- elementwise ---------------------------------------------------------------------------- */
+
+static void test_add(int64_t n, float scale, int in_place) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "x + b * %g%s", (double)scale, in_place ? " in-place" : "");
+    float *x = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+    float *ref = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)n);
+    fill(x, n, 10.0f);
+    fill(b, n, 1.0f);
+    for (int64_t i = 0; i < n; i++) ref[i] = scale == 1.0f ? x[i] + b[i] : x[i] + b[i] * scale;
+    float *dx = dev_buf(x, n), *db = dev_buf(b, n), *dy = in_place ? dx : dev_buf(NULL, n);
+    CHECK(dx && db && dy, "add: device buffers");
+    if (dx && db && dy) {
+        CHECK(st_cuda_add(dy, dx, db, scale, n, NULL) == STRATA_OK, "add: %s", strata_last_error());
+        int g = dev_fetch(got, dy, n);
+        report("add", shape, compare(got, ref, n), g, 1);
+    }
+    st_cuda_free(dx); st_cuda_free(db);
+    if (!in_place) st_cuda_free(dy);
+    free(x); free(b); free(ref); free(got);
+}
+
+static void test_bias(int64_t n, int64_t T, int64_t ldy) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "y[t] += b  T=%lld ld=%lld", (long long)T, (long long)ldy);
+    const int64_t ny = T * ldy;
+    float *y = malloc(sizeof(float) * (size_t)ny), *b = malloc(sizeof(float) * (size_t)n);
+    float *ref = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+    float *row = malloc(sizeof(float) * (size_t)n);
+    fill(y, ny, 4.0f);
+    fill(b, n, 1.0f);
+    memcpy(ref, y, sizeof(float) * (size_t)ny);
+    for (int64_t t = 0; t < T; t++) { /* the CPU op takes compact rows */
+        memcpy(row, ref + t * ldy, sizeof(float) * (size_t)n);
+        st_add_bias(row, b, 1, n);
+        memcpy(ref + t * ldy, row, sizeof(float) * (size_t)n);
+    }
+    float *dy = dev_buf(y, ny), *db = dev_buf(b, n);
+    CHECK(dy && db, "bias: device buffers");
+    if (dy && db) {
+        CHECK(st_cuda_add_bias(dy, ldy, db, n, T, NULL) == STRATA_OK, "bias: %s", strata_last_error());
+        int g = dev_fetch(got, dy, ny);
+        report("bias", shape, compare(got, ref, ny), g, 1);
+    }
+    st_cuda_free(dy); st_cuda_free(db);
+    free(y); free(b); free(ref); free(got); free(row);
+}
+
+/* g and u halves of a fused [T][2n] gate_up buffer (fused = 1) or separate buffers; h separate or
+ * in place over g. */
+static void test_swiglu(int64_t n, int64_t T, int fused, int in_place) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "silu(g)*u  T=%lld%s%s", (long long)T, fused ? " fused-gate-up" : "",
+             in_place ? " in-place" : "");
+    const int64_t ld = fused ? 2 * n : n, ng = T * ld;
+    float *g = malloc(sizeof(float) * (size_t)ng), *u = malloc(sizeof(float) * (size_t)(T * n));
+    const int64_t nh = in_place ? ng : T * n;
+    float *ref = malloc(sizeof(float) * (size_t)nh), *got = malloc(sizeof(float) * (size_t)nh);
+    fill(g, ng, 6.0f);
+    fill(u, T * n, 2.0f);
+    if (in_place) memcpy(ref, g, sizeof(float) * (size_t)ng);
+    for (int64_t t = 0; t < T; t++) {
+        const float *ut = fused ? g + t * ld + n : u + t * n;
+        st_swiglu((in_place ? ref + t * ld : ref + t * n), g + t * ld, ut, n);
+    }
+    float *dg = dev_buf(g, ng), *du = fused ? NULL : dev_buf(u, T * n);
+    float *dh = in_place ? dg : dev_buf(NULL, nh);
+    CHECK(dg && (fused || du) && dh, "swiglu: device buffers");
+    if (dg && (fused || du) && dh) {
+        strata_status st = st_cuda_swiglu(dh, in_place ? ld : n, dg, ld, fused ? dg + n : du,
+                                          fused ? ld : n, n, T, NULL);
+        CHECK(st == STRATA_OK, "swiglu: %s", strata_last_error());
+        int gb = dev_fetch(got, dh, nh);
+        report("swiglu", shape, compare(got, ref, nh), gb, 0);
+    }
+    st_cuda_free(dg); st_cuda_free(du);
+    if (!in_place) st_cuda_free(dh);
+    free(g); free(u); free(ref); free(got);
+}
+
+static void test_scale(int64_t n, float s, int divide) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "x %s %g", divide ? "/" : "*", (double)s);
+    float *x = malloc(sizeof(float) * (size_t)n), *ref = malloc(sizeof(float) * (size_t)n);
+    float *got = malloc(sizeof(float) * (size_t)n);
+    fill(x, n, 30.0f);
+    for (int64_t i = 0; i < n; i++) ref[i] = divide ? x[i] / s : x[i] * s;
+    float *dx = dev_buf(x, n), *dy = dev_buf(NULL, n);
+    CHECK(dx && dy, "scale: device buffers");
+    if (dx && dy) {
+        CHECK(st_cuda_scale(dy, dx, s, divide, n, NULL) == STRATA_OK, "scale: %s", strata_last_error());
+        int g = dev_fetch(got, dy, n);
+        report("scale", shape, compare(got, ref, n), g, 1);
+    }
+    st_cuda_free(dx); st_cuda_free(dy);
+    free(x); free(ref); free(got);
+}
+
+/* ---- argument errors (no device needed) ----------------------------------------------------- */
+
+static void test_arguments(void) {
+    float *fake = (float *)(uintptr_t)0x10000, *odd = (float *)(uintptr_t)0x10002;
+    strata_status st = st_cuda_rmsnorm(fake, 100, fake, 99, NULL, 100, 1, 1, 1e-6f, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "rmsnorm ldx < n: %s", strata_status_name(st));
+    st = st_cuda_rmsnorm(fake, 256, fake, 255, NULL, 128, 2, 1, 1e-6f, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "rmsnorm ldx < n_sub * n: %s", strata_status_name(st));
+    st = st_cuda_rmsnorm(NULL, 8, fake, 8, NULL, 8, 1, 1, 1e-6f, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "rmsnorm NULL y: %s", strata_status_name(st));
+    st = st_cuda_rmsnorm(fake, 8, odd, 8, NULL, 8, 1, 1, 1e-6f, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "rmsnorm misaligned x: %s", strata_status_name(st));
+    st = st_cuda_rmsnorm(fake, 8, fake, 8, NULL, 8, 1, 0, 1e-6f, NULL);
+    CHECK(st == STRATA_OK, "rmsnorm T = 0 is a no-op: %s", strata_last_error());
+    CHECK(st_cuda_rmsnorm_supports(2048) && !st_cuda_rmsnorm_supports(0), "rmsnorm supports");
+    st = st_cuda_add(fake, fake, NULL, 1.0f, 4, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "add NULL b: %s", strata_status_name(st));
+    st = st_cuda_add_bias(fake, 3, fake, 4, 2, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "bias ldy < n: %s", strata_status_name(st));
+    st = st_cuda_swiglu(fake, 4, fake, 4, fake, 3, 4, 1, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "swiglu ldu < n: %s", strata_status_name(st));
+    st = st_cuda_scale(fake, fake, 2.0f, 0, -1, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "scale n < 0: %s", strata_status_name(st));
+
+    st_cuda_rope_params p = {1, 128, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+    CHECK(st_cuda_rope_supports(&p, 128), "rope 128/128");
+    CHECK(!st_cuda_rope_supports(&p, 64), "rope n_rot > head_dim must be refused");
+    p.n_rot = 127;
+    CHECK(!st_cuda_rope_supports(&p, 128), "odd n_rot");
+    st = st_cuda_rope(&p, fake, 128, 1, 128, 1, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_UNSUPPORTED, "rope odd n_rot: %s", strata_status_name(st));
+    p.n_rot = 512;
+    CHECK(!st_cuda_rope_supports(&p, 512), "n_rot above the table");
+    p.n_rot = 64;
+    st = st_cuda_rope(&p, fake, 100, 1, 128, 1, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "rope ldx < head_dim: %s", strata_status_name(st));
+    st = st_cuda_rope(&p, odd, 128, 1, 128, 1, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "rope misaligned x: %s", strata_status_name(st));
+    st = st_cuda_rope(NULL, fake, 128, 1, 128, 1, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "rope NULL params: %s", strata_status_name(st));
+}
+
+int main(void) {
+    test_arguments();
+
+    int available = 0;
+    char reason[256];
+    strata_status st = st_cuda_probe(&available, reason, sizeof reason);
+    CHECK(st == STRATA_OK, "probe: %s", strata_last_error());
+    if (!available) {
+        CHECK(reason[0] != '\0', "unavailable without a reason");
+        float *fake = (float *)(uintptr_t)0x10000;
+        st = st_cuda_rmsnorm(fake, 8, fake, 8, NULL, 8, 1, 1, 1e-6f, NULL);
+        CHECK(st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), reason) != NULL,
+              "no device: %s '%s'", strata_status_name(st), strata_last_error());
+        st_cuda_rope_params p = {1, 128, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+        st = st_cuda_rope(&p, fake, 128, 1, 128, 1, NULL, 0, NULL);
+        CHECK(st == STRATA_ERR_UNSUPPORTED, "no device (rope): %s", strata_status_name(st));
+        st = st_cuda_scale(fake, fake, 2.0f, 0, 4, NULL);
+        CHECK(st == STRATA_ERR_UNSUPPORTED, "no device (scale): %s", strata_status_name(st));
+        SKIP("GPU checks: CUDA unavailable: %s", reason);
+        return test_report();
+    }
+    printf("device: %s\n", reason);
+
+    test_rmsnorm();
+    test_rope();
+    test_add(100003, 1.0f, 0);
+    test_add(4096 * 8, 0.22f, 1);
+    test_bias(4096 + 3, 7, 4096 + 8);
+    test_bias(2048, 512, 2048);
+    test_swiglu(768, 8, 1, 0);
+    test_swiglu(1024, 3, 0, 0);
+    test_swiglu(14336, 1, 0, 0);
+    test_swiglu(1000, 3, 1, 1);
+    test_scale(151936, 0.125f, 0);
+    test_scale(50257 + 11, 8.0f, 1);
+    test_scale(1000, 3.0f, 1);
+    return test_report();
+}
+
+#else /* !STRATA_HAVE_CUDA */
+
+int main(void) {
+    SKIP("built without CUDA (nvcc not found at build time or CUDA=0)");
+    return test_report();
+}
+
+#endif
