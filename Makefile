@@ -95,7 +95,7 @@ $(CLI): $(CLI_OBJS) $(BUILD)/libstrata.a
 
 LIB_HDRS := $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h c/compute/cpu/*.h c/cuda/*.h \
                       c/model/*.h c/engine/*.h)
-$(BUILD)/%.o: %.c $(LIB_HDRS)
+$(BUILD)/%.o: %.c $(LIB_HDRS) $(wildcard c/cli/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2))) -c -o $@ $<
 

@@ -18,6 +18,7 @@ void cli_opts_init(cli_opts *o) {
     o->n_predict = 128;
     o->n_batch = 512;
     o->kv_type = STRATA_TYPE_F16;
+    o->gpu = -1;
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
 }
@@ -32,6 +33,9 @@ void cli_opts_usage(FILE *f) {
         "  -t, --threads N         CPU threads (default: all cores)\n"
         "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
+        "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
+        "  --cpu                   CPU only;  -ngl, --n-gpu-layers N: 0 = --cpu, >= the layer\n"
+        "                          count (or 99) = --gpu; default: the GPU when usable, else CPU\n"
         "  --temp T                temperature (default 0.8; <= 0: greedy)\n"
         "  --top-k N               (default 40; 0: off)     --top-p P   (default 0.95; 1: off)\n"
         "  --min-p P               (default 0.05; 0: off)\n"
@@ -93,6 +97,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--no-echo")) o->no_echo = 1;
     else if (opt_is(a, "-i", "--chat") || opt_is(a, NULL, "--interactive")) o->interactive = 1;
     else if (opt_is(a, "-q", "--quiet")) o->quiet = 1;
+    else if (opt_is(a, NULL, "--gpu")) o->gpu = 1;
+    else if (opt_is(a, NULL, "--cpu")) o->gpu = 0;
     else flag = 0;
     if (flag) {
         if (v) return cli_usage_error("option '%s' takes no value", a);
@@ -103,7 +109,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "-t", "--threads", "-b", "--batch-size", "--kv-type", "--temp", "--top-k", "--top-p",
         "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
-        "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", NULL};
+        "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
+        "--n-gpu-layers", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
     if (!known) return 0;
@@ -122,6 +129,9 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->n_ctx = (int)x;
     } else if (opt_is(a, "-t", "--threads")) {
         if (!(rc = parse_long(a, v, 0, 4096, &x))) o->n_threads = (int)x;
+    } else if (opt_is(a, "-ngl", "--n-gpu-layers")) {
+        if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->gpu = x > 0 ? 2 : 0; /* 2: checked later */
+        o->ngl = (int)x;
     } else if (opt_is(a, "-b", "--batch-size")) {
         if (!(rc = parse_long(a, v, 1, 1L << 20, &x))) o->n_batch = (int)x;
     } else if (opt_is(a, NULL, "--kv-type")) {
@@ -202,14 +212,38 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
     return 0;
 }
 
-int cli_new_session(const cli_opts *o, const strata_model *model, strata_session **out) {
+int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out) {
     strata_session_params sp = strata_session_default_params();
     sp.n_ctx = o->n_ctx;
     sp.n_batch = o->n_batch;
     sp.kv_type = o->kv_type;
     sp.n_threads = o->n_threads;
+    strata_model_info mi;
+    memset(&mi, 0, sizeof mi);
+    strata_model_get_info(model, &mi);
+    if (o->gpu == 2) { /* -ngl N > 0: all layers or an error (no partial layer offload) */
+        if (o->ngl < mi.n_layer && o->ngl != 99)
+            return cli_fail("-ngl %d: only 0 (CPU) or all %d layers (or 99) are supported; expert "
+                            "placement options come with the expert-offloading release", o->ngl,
+                            (int)mi.n_layer);
+        o->gpu = 1;
+    }
+    strata_backend_info bi;
+    memset(&bi, 0, sizeof bi);
+    strata_backend_query(STRATA_BACKEND_CUDA, &bi);
+    if (o->gpu != 0 && (bi.available || o->gpu == 1)) {
+        sp.backend = STRATA_BACKEND_CUDA;
+        if (strata_session_create(model, &sp, out) == STRATA_OK) {
+            snprintf(o->backend_desc, sizeof o->backend_desc, "cuda (%s)", bi.detail);
+            return 0;
+        }
+        if (o->gpu == 1) return cli_fail("cannot create a GPU session: %s", strata_last_error());
+        fprintf(stderr, "strata: running on the CPU: %s\n", strata_last_error());
+        sp.backend = STRATA_BACKEND_CPU;
+    }
     if (strata_session_create(model, &sp, out) != STRATA_OK)
         return cli_fail("cannot create a session: %s", strata_last_error());
+    snprintf(o->backend_desc, sizeof o->backend_desc, "cpu");
     return 0;
 }
 

@@ -28,6 +28,9 @@ typedef struct {
     int n_threads;                /* -t: 0 = all cores */
     int n_batch;                  /* -b: prompt tokens per forward pass */
     strata_type kv_type;          /* --kv-type f16|f32 */
+    int ngl;                      /* -ngl N as given */
+    int gpu;                      /* -1 auto (GPU when usable, else CPU), 0 --cpu / -ngl 0, 1 --gpu */
+    char backend_desc[300];       /* set by cli_new_session: "cuda (NVIDIA H200, ...)" or "cpu" */
     strata_sampler_params sp;     /* --temp, --top-k, ... */
     const char *stops[CLI_MAX_STOPS]; /* --stop (repeatable) */
     int n_stops;
@@ -58,8 +61,10 @@ void cli_opts_usage(FILE *f);
 /* Loads o->model (params from the options); *load_s gets the seconds it took. Prints the failure
  * and returns CLI_EXIT_FAIL, or 0. */
 int cli_load_model(const cli_opts *o, strata_model **model, double *load_s);
-/* Session with the options' n_ctx, n_batch, kv_type, n_threads. */
-int cli_new_session(const cli_opts *o, const strata_model *model, strata_session **out);
+/* Session with the options' n_ctx, n_batch, kv_type, n_threads and backend: --gpu must get the
+ * GPU (else it fails), auto takes the GPU when CUDA is usable and the model has GPU kernels and
+ * otherwise says in one stderr line why it runs on the CPU. Fills o->backend_desc. */
+int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out);
 /* Tokenizes text into *toks (malloc'd), *n tokens. Prints failures, returns CLI_EXIT_FAIL or 0. */
 int cli_tokenize(const strata_model *model, const char *text, size_t len, int add_special,
                  int parse_special, strata_token **toks, int64_t *n);

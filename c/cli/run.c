@@ -243,9 +243,9 @@ static int print_stats(const runner *r) {
         fprintf(stderr, "\n\nstrata: load %.3f s | prompt %lld tokens, %.3f s, %.2f tok/s | "
                 "first token %.3f s\n", r->load_s, (long long)r->n_prompt, r->prompt_s,
                 rate((double)r->n_prompt, r->prompt_s), r->ttft_s);
-        fprintf(stderr, "strata: generated %lld tokens, %.3f s, %.2f tok/s | peak RSS %s\n",
+        fprintf(stderr, "strata: generated %lld tokens, %.3f s, %.2f tok/s | peak RSS %s | %s\n",
                 (long long)r->n_gen, r->gen_s, rate((double)r->n_gen, r->gen_s),
-                cli_human_bytes((double)rss, hb, sizeof hb));
+                cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
     }
     if (o->stats_json) {
         FILE *f = fopen(o->stats_json, "w");
@@ -257,6 +257,8 @@ static int print_stats(const runner *r) {
         cli_json_string(f, o->model);
         fprintf(f, ", \"arch\": ");
         cli_json_string(f, mi.arch ? mi.arch : "");
+        fprintf(f, ", \"backend\": ");
+        cli_json_string(f, o->backend_desc);
         fprintf(f, ", \"n_threads\": %d, \"n_ctx\": %d, \"n_batch\": %d, \"kv_type\": \"%s\", "
                 "\"load_s\": %.6f, \"n_prompt\": %lld, \"prompt_s\": %.6f, \"prompt_tok_s\": %.4f, "
                 "\"ttft_s\": %.6f, \"n_gen\": %lld, \"gen_s\": %.6f, \"gen_tok_s\": %.4f, "

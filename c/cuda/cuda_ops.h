@@ -62,6 +62,9 @@ strata_status st_cuda_swiglu(float *d_h, int64_t ldh, const float *d_g, int64_t 
 strata_status st_cuda_scale(float *d_y, const float *d_x, float s, int divide, int64_t n,
                             void *stream);
 
+/* d_y[i] = 1 / (1 + expf(-d_x[i])) (the qwen2moe shared-expert gate). d_y may equal d_x. */
+strata_status st_cuda_sigmoid(float *d_y, const float *d_x, int64_t n, void *stream);
+
 /* ---- RoPE (rope.cu) ------------------------------------------------------------------------- */
 
 #define ST_CUDA_ROPE_MAX_ROT 256   /* largest n_rot the kernel takes */

@@ -84,6 +84,14 @@ st_k_scale(float *y, const float *x, float s, int divide, int64_t n) {
         y[i] = divide ? __fdiv_rn(x[i], s) : __fmul_rn(x[i], s);
 }
 
+/* y = 1 / (1 + expf(-x)), as the CPU's st_sigmoid (expf may differ in the last bit) */
+static __global__ void __launch_bounds__(256)
+st_k_sigmoid(float *y, const float *x, int64_t n) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        y[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x[i])));
+}
+
 /* ---- argument checks ------------------------------------------------------------------------ */
 
 static bool st_misaligned(const void *p) { return ((uintptr_t)p & 3) != 0; }
@@ -191,5 +199,17 @@ extern "C" strata_status st_cuda_scale(float *d_y, const float *d_x, float s, in
     st_k_scale<<<st_cuda_grid(n, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream>>>(
         d_y, d_x, s, divide ? 1 : 0, n);
     ST_CUDA_CHECK_LAUNCH("st_k_scale");
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_sigmoid(float *d_y, const float *d_x, int64_t n, void *stream) {
+    static const char *fn = "st_cuda_sigmoid";
+    if (n < 0) return st_error(STRATA_ERR_INVALID_ARG, "%s: n = %lld", fn, (long long)n);
+    if (n == 0) return STRATA_OK;
+    ST_TRY(st_check_ptrs(fn, d_y, "y", d_x, "x", NULL, NULL));
+    ST_TRY(st_cuda_require(fn));
+    st_k_sigmoid<<<st_cuda_grid(n, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream>>>(
+        d_y, d_x, n);
+    ST_CUDA_CHECK_LAUNCH("st_k_sigmoid");
     return STRATA_OK;
 }

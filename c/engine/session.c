@@ -17,6 +17,7 @@ strata_session_params strata_session_default_params(void) {
     p.n_batch = 512;
     p.kv_type = STRATA_TYPE_F16;
     p.n_threads = 0;
+    p.backend = STRATA_BACKEND_CPU;
     return p;
 }
 
@@ -119,6 +120,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
 
 void strata_session_free(strata_session *s) {
     if (!s) return;
+    st_gpu_free(s);
     st_threadpool_free(s->tp);
     st_kv_free(&s->kv);
     free(s->experts); free(s->dense); free(s->shexp);
@@ -143,11 +145,16 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if (p.kv_type != STRATA_TYPE_F16 && p.kv_type != STRATA_TYPE_F32)
         return st_error(STRATA_ERR_INVALID_ARG, "session option kv_type %s: expected f16 or f32",
                         strata_type_name(p.kv_type));
+    if (p.backend != STRATA_BACKEND_CPU && p.backend != STRATA_BACKEND_CUDA)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option backend %d: expected %d (cpu) or %d "
+                        "(cuda)", (int)p.backend, (int)STRATA_BACKEND_CPU, (int)STRATA_BACKEND_CUDA);
     const st_hparams *hp = &model->hp;
 
     strata_session *s = calloc(1, sizeof *s);
     if (!s) return st_error(STRATA_ERR_NOMEM, "session: out of memory");
     s->model = model;
+    s->backend = p.backend;
+    s->kv_type = p.kv_type;
     s->n_ctx = p.n_ctx > 0 ? p.n_ctx : hp->n_ctx_train;
     if (s->n_ctx <= 0) {
         free(s);
@@ -159,9 +166,12 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->rope = st_rope_params_from(hp, model->arch->rope);
 
     strata_status st;
+    /* the GPU session keeps its KV cache on the device; the CPU one is not allocated */
     if ((st = st_threadpool_create(s->n_threads, &s->tp)) != STRATA_OK ||
-        (st = st_kv_init(&s->kv, hp, s->n_ctx, p.kv_type)) != STRATA_OK ||
-        (st = st_build_tables(s)) != STRATA_OK || (st = st_alloc_scratch(s)) != STRATA_OK) {
+        (s->backend == STRATA_BACKEND_CPU &&
+         (st = st_kv_init(&s->kv, hp, s->n_ctx, p.kv_type)) != STRATA_OK) ||
+        (st = st_build_tables(s)) != STRATA_OK || (st = st_alloc_scratch(s)) != STRATA_OK ||
+        (s->backend == STRATA_BACKEND_CUDA && (st = st_gpu_create(s)) != STRATA_OK)) {
         strata_session_free(s);
         return st;
     }
@@ -213,7 +223,12 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         float *lg = NULL;
         if (logits && all_logits) lg = logits + off * (int64_t)n_vocab;
         else if (logits && off + T == n) lg = logits;
-        st_forward_batch(s, tokens + off, T, lg, all_logits);
+        if (s->backend == STRATA_BACKEND_CUDA) {
+            strata_status st = st_gpu_forward_batch(s, tokens + off, T, lg, all_logits);
+            if (st != STRATA_OK) return st;
+        } else {
+            st_forward_batch(s, tokens + off, T, lg, all_logits);
+        }
     }
     return STRATA_OK;
 }

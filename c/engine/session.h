@@ -9,8 +9,13 @@
 #include "ops.h"
 #include "threadpool.h"
 
+typedef struct st_gpu st_gpu; /* forward_cuda.c */
+
 struct strata_session {
     const strata_model *model;
+    strata_backend_kind backend; /* CPU, or CUDA: every layer on the GPU (s->gpu) */
+    st_gpu *gpu;
+    strata_type kv_type;
     int32_t n_ctx;
     int32_t n_batch;
     int n_threads;
@@ -49,5 +54,15 @@ struct strata_session {
  * logits: NULL, or T x n_vocab (all 1) or n_vocab floats (all 0: the last token's). Tokens and
  * room are checked by the caller. */
 void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
+
+/* The GPU path (forward_cuda.c): uploads the weights and allocates the GPU KV cache and scratch
+ * (s->gpu; on failure s->gpu may be partly built: st_gpu_free releases it); the same forward as
+ * st_forward_batch with the CUDA kernels; the bytes of weights resident on the GPU. Without
+ * CUDA in the build, create and forward return STRATA_ERR_UNSUPPORTED. */
+strata_status st_gpu_create(strata_session *s);
+void st_gpu_free(strata_session *s);
+strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
+                                   float *logits, int all);
+size_t st_gpu_weight_bytes(const strata_session *s);
 
 #endif /* STRATA_SESSION_H */

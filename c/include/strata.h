@@ -462,9 +462,13 @@ typedef struct strata_session_params {
     int32_t n_batch;      /* tokens per forward pass while reading a prompt (default 512) */
     strata_type kv_type;  /* STRATA_TYPE_F16 (default) or STRATA_TYPE_F32 */
     int n_threads;        /* <= 0: the model's */
+    strata_backend_kind backend; /* STRATA_BACKEND_CPU (default), or STRATA_BACKEND_CUDA: every
+                                    weight and the KV cache on GPU 0 (STRATA_ERR_UNSUPPORTED at
+                                    create when CUDA is unusable or the model's shape or weight
+                                    types have no GPU kernel; the message says which) */
 } strata_session_params;
 
-/* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0. */
+/* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU. */
 STRATA_API strata_session_params strata_session_default_params(void);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,

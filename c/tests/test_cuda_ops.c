@@ -327,6 +327,24 @@ static void test_scale(int64_t n, float s, int divide) {
     free(x); free(ref); free(got);
 }
 
+static void test_sigmoid(int64_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "sigmoid n=%lld", (long long)n);
+    float *x = malloc(sizeof(float) * (size_t)n), *ref = malloc(sizeof(float) * (size_t)n);
+    float *got = malloc(sizeof(float) * (size_t)n);
+    fill(x, n, 12.0f);
+    for (int64_t i = 0; i < n; i++) ref[i] = st_sigmoid(x[i]);
+    float *dx = dev_buf(x, n), *dy = dev_buf(NULL, n);
+    CHECK(dx && dy, "sigmoid: device buffers");
+    if (dx && dy) {
+        CHECK(st_cuda_sigmoid(dy, dx, n, NULL) == STRATA_OK, "sigmoid: %s", strata_last_error());
+        int g = dev_fetch(got, dy, n);
+        report("sigmoid", shape, compare(got, ref, n), g, 0);
+    }
+    st_cuda_free(dx); st_cuda_free(dy);
+    free(x); free(ref); free(got);
+}
+
 /* ---- argument errors (no device needed) ----------------------------------------------------- */
 
 static void test_arguments(void) {
@@ -405,6 +423,8 @@ int main(void) {
     test_scale(151936, 0.125f, 0);
     test_scale(50257 + 11, 8.0f, 1);
     test_scale(1000, 3.0f, 1);
+    test_sigmoid(1);
+    test_sigmoid(513);
     return test_report();
 }
 

@@ -1,0 +1,550 @@
+/* forward_cuda.c - the GPU forward pass of a session (backend STRATA_BACKEND_CUDA): every weight
+ * uploaded to device memory once at session create, a GPU KV cache, device scratch sized for
+ * n_batch tokens, and the per-layer sequence of c/cuda kernels that mirrors forward.c step by step
+ * (norm, q/k/v, biases, q/k norm, RoPE, KV store, attention, output projection, residual; router,
+ * top-k, grouped experts over a per-expert pointer table, shared expert, dense FFN; final norm and
+ * logits). Token embeddings are dequantized on the CPU (exactly as forward.c) and copied up.
+ *
+ * Everything is enqueued on the legacy default stream, so the kernels run in program order and
+ * the logits copy at the end waits for them. Column-limited kernels (GEMV: 8 columns, grouped MoE:
+ * T * k <= 1024) are called on slices of the batch; a prompt batch therefore reads each weight
+ * once per 8 tokens (the tensor-core GEMM for prefill is future work, see docs/PERFORMANCE.md).
+ *
+ * Deterministic: the same tokens give the same bits on every run (each kernel is). In a build
+ * without CUDA the entry points return STRATA_ERR_UNSUPPORTED. */
+#include "session.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef STRATA_HAVE_CUDA
+
+strata_status st_gpu_create(strata_session *s) {
+    (void)s;
+    return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: this library was built without "
+                    "CUDA (nvcc not found at build time or CUDA=0)");
+}
+void st_gpu_free(strata_session *s) { (void)s; }
+strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
+                                   float *logits, int all) {
+    (void)s; (void)tokens; (void)T; (void)logits; (void)all;
+    return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: built without CUDA");
+}
+size_t st_gpu_weight_bytes(const strata_session *s) { (void)s; return 0; }
+
+#else
+
+#include "cuda_backend.h"
+#include "cuda_mmv.h"
+#include "cuda_moe.h"
+#include "cuda_ops.h"
+
+#define ST_GPU_COLS 8        /* columns per GEMV call (st_cuda_mmv's limit) */
+
+/* One layer's device weights: matrices as descriptors, norms and biases as f32 pointers (NULL when
+ * the model lacks them). */
+typedef struct {
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm;   /* (n_embd) / (head_dim or projection) */
+    float *bq, *bk, *bv, *bo;                         /* (rows) */
+    st_cuda_mat wq, wk, wv, wo;                       /* see st_layer */
+    st_cuda_mat router;                               /* (n_embd, n_expert) */
+    st_cuda_mat shexp_gate_inp;                       /* (n_embd, 1) qwen2moe */
+    st_cuda_mat ffn_gate, ffn_up, ffn_down;           /* dense FFN */
+    st_cuda_expert *experts;                          /* device table [n_expert] */
+    st_cuda_expert *shexp;                            /* device table [1], NULL if none */
+    strata_type exp_type_gu, exp_type_down;           /* routed experts' types */
+    strata_type sh_type_gu, sh_type_down;
+    st_cuda_kv_layer kv;
+} st_gpu_layer;
+
+typedef struct { const void *host; void *dev; } st_gpu_upload;
+
+struct st_gpu {
+    st_gpu_layer *layers;                 /* [n_layer] */
+    st_cuda_mat output;                   /* (n_embd, n_vocab) */
+    float *output_norm;
+    st_gpu_upload *ups;                   /* every device allocation of weights */
+    int n_ups, cap_ups;
+    size_t weight_bytes;
+    void *kv_mem;                         /* one allocation: every layer's K and V */
+    size_t kv_bytes;
+    st_cuda_attn_shape shape;
+    st_cuda_rope_params rope;
+    int64_t moe_tokens;                   /* tokens per grouped-MoE call: 1024 / k, <= n_batch */
+    /* device scratch, T = n_batch rows */
+    float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
+    int32_t *ids, *zeros;
+    void *mmv_scratch, *moe_ws, *attn_ws;
+    size_t moe_ws_bytes, attn_ws_bytes;
+};
+
+#define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
+
+/* ---------------------------------------------------------------------------------------------
+ * Upload
+ * ------------------------------------------------------------------------------------------- */
+
+static size_t st_tensor_bytes(const st_tensor *t) {
+    return t->row_bytes * (size_t)t->ne[1] * (size_t)(t->ne[2] > 0 ? t->ne[2] : 1);
+}
+
+/* Device copy of a tensor's bytes (shared when two views have the same data, e.g. tied
+ * embeddings). *dev = NULL for a missing tensor. */
+static strata_status st_gpu_put(st_gpu *g, const st_tensor *t, void **dev) {
+    *dev = NULL;
+    if (!t->data) return STRATA_OK;
+    for (int i = 0; i < g->n_ups; i++)
+        if (g->ups[i].host == t->data) { *dev = g->ups[i].dev; return STRATA_OK; }
+    if (g->n_ups == g->cap_ups) {
+        int cap = g->cap_ups ? 2 * g->cap_ups : 256;
+        st_gpu_upload *u = realloc(g->ups, sizeof *u * (size_t)cap);
+        if (!u) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+        g->ups = u;
+        g->cap_ups = cap;
+    }
+    const size_t n = st_tensor_bytes(t);
+    void *d = NULL;
+    strata_status st = st_cuda_malloc(&d, n);
+    if (st != STRATA_OK)
+        return st_error(st, "gpu session: %zu bytes for %s: %s", n, t->name ? t->name : "tensor",
+                        strata_last_error());
+    g->ups[g->n_ups].host = t->data;
+    g->ups[g->n_ups].dev = d;
+    g->n_ups++;
+    g->weight_bytes += n;
+    TRY(st_cuda_memcpy_h2d(d, t->data, n));
+    *dev = d;
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev) {
+    if (t->data && t->type != STRATA_TYPE_F32)
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: %s is %s, expected f32", t->name,
+                        strata_type_name(t->type));
+    void *d;
+    TRY(st_gpu_put(g, t, &d));
+    *dev = d;
+    return STRATA_OK;
+}
+
+/* A 2-D matrix descriptor (expert e of a merged tensor when ne[2] > 1). */
+static strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *m) {
+    memset(m, 0, sizeof *m);
+    if (!t->data) return STRATA_OK;
+    if (!st_cuda_mmv_supports(t->type))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: no GPU matmul for %s (%s)", t->name,
+                        strata_type_name(t->type));
+    void *d;
+    TRY(st_gpu_put(g, t, &d));
+    m->type = t->type;
+    m->data = d;
+    m->ne0 = t->ne[0];
+    m->ne1 = t->ne[1];
+    m->row_bytes = t->row_bytes;
+    return STRATA_OK;
+}
+
+/* The device table of n experts of the merged tensors gate/up/down (n = 1: a shared expert). */
+static strata_status st_gpu_put_experts(st_gpu *g, const st_tensor *gt, const st_tensor *ut,
+                                        const st_tensor *dt, int32_t n, st_cuda_expert **table) {
+    const st_tensor *ts[3] = {gt, ut, dt};
+    for (int i = 0; i < 3; i++)
+        if (!st_cuda_moe_supports(ts[i]->type))
+            return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: no GPU expert kernel for %s (%s)",
+                            ts[i]->name, strata_type_name(ts[i]->type));
+    if (gt->type != ut->type)
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: %s (%s) and %s (%s) differ in type",
+                        gt->name, strata_type_name(gt->type), ut->name, strata_type_name(ut->type));
+    void *d[3];
+    for (int i = 0; i < 3; i++) TRY(st_gpu_put(g, ts[i], &d[i]));
+    st_cuda_expert *h = calloc((size_t)n, sizeof *h);
+    if (!h) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    for (int32_t e = 0; e < n; e++) {
+        st_cuda_mat *ms[3] = {&h[e].gate, &h[e].up, &h[e].down};
+        for (int i = 0; i < 3; i++) {
+            const size_t per = (size_t)ts[i]->ne[1] * ts[i]->row_bytes;
+            ms[i]->type = ts[i]->type;
+            ms[i]->data = (const uint8_t *)d[i] + (size_t)e * per;
+            ms[i]->ne0 = ts[i]->ne[0];
+            ms[i]->ne1 = ts[i]->ne[1];
+            ms[i]->row_bytes = ts[i]->row_bytes;
+        }
+    }
+    void *dt_ = NULL;
+    strata_status st = st_cuda_malloc(&dt_, sizeof *h * (size_t)n);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dt_, h, sizeof *h * (size_t)n);
+    free(h);
+    if (st != STRATA_OK) { st_cuda_free(dt_); return st; }
+    *table = dt_;
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Create / free
+ * ------------------------------------------------------------------------------------------- */
+
+static strata_status st_gpu_alloc(void **p, size_t bytes) {
+    return st_cuda_malloc(p, bytes ? bytes : 16);
+}
+
+static strata_status st_gpu_check_shape(const strata_model *m, const st_gpu *g) {
+    const st_hparams *hp = &m->hp;
+    if (!st_cuda_attn_supports(STRATA_TYPE_F16, &g->shape))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: attention with %d/%d heads of %d/%d "
+                        "is not supported on the GPU (head_dim 64, 128 or 256)", (int)hp->n_head,
+                        (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v);
+    if (!st_cuda_rope_supports(&g->rope, hp->head_dim))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: RoPE over %d of %d dimensions is not "
+                        "supported on the GPU", (int)hp->n_rot, (int)hp->head_dim);
+    if (hp->n_expert > 0 && (hp->n_embd % 32 != 0 || hp->n_ff_exp % 32 != 0 ||
+                             (hp->n_ff_shexp > 0 && hp->n_ff_shexp % 32 != 0)))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: expert widths %d/%d/%d must be "
+                        "multiples of 32", (int)hp->n_embd, (int)hp->n_ff_exp, (int)hp->n_ff_shexp);
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_upload_layers(strata_session *s) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const st_layer *L = &m->layers[il];
+        st_gpu_layer *G = &g->layers[il];
+        TRY(st_gpu_put_f32(g, &L->attn_norm, &G->attn_norm));
+        TRY(st_gpu_put_f32(g, &L->ffn_norm, &G->ffn_norm));
+        TRY(st_gpu_put_f32(g, &L->q_norm, &G->q_norm));
+        TRY(st_gpu_put_f32(g, &L->k_norm, &G->k_norm));
+        TRY(st_gpu_put_f32(g, &L->bq, &G->bq));
+        TRY(st_gpu_put_f32(g, &L->bk, &G->bk));
+        TRY(st_gpu_put_f32(g, &L->bv, &G->bv));
+        TRY(st_gpu_put_f32(g, &L->bo, &G->bo));
+        TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
+        TRY(st_gpu_put_mat(g, &L->wk, &G->wk));
+        TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
+        TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
+        if (hp->n_expert > 0) {
+            TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
+            TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
+                                   hp->n_expert, &G->experts));
+            G->exp_type_gu = L->ffn_gate_exps.type;
+            G->exp_type_down = L->ffn_down_exps.type;
+            if (s->shexp && L->ffn_gate_shexp.data) {
+                TRY(st_gpu_put_experts(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp,
+                                       1, &G->shexp));
+                G->sh_type_gu = L->ffn_gate_shexp.type;
+                G->sh_type_down = L->ffn_down_shexp.type;
+                if (L->ffn_gate_inp_shexp.data) {
+                    st_tensor gi = L->ffn_gate_inp_shexp; /* (n_embd): one row */
+                    gi.ne[1] = 1;
+                    TRY(st_gpu_put_mat(g, &gi, &G->shexp_gate_inp));
+                }
+            }
+        } else {
+            TRY(st_gpu_put_mat(g, &L->ffn_gate, &G->ffn_gate));
+            TRY(st_gpu_put_mat(g, &L->ffn_up, &G->ffn_up));
+            TRY(st_gpu_put_mat(g, &L->ffn_down, &G->ffn_down));
+            if (G->ffn_gate.type != G->ffn_up.type)
+                return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: layer %d gate and up types differ", il);
+        }
+    }
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_alloc_scratch(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd;
+    const size_t nq = (size_t)hp->n_head * (size_t)hp->head_dim;
+    const size_t nk = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const size_t nv = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
+    const size_t no = (size_t)hp->n_head * (size_t)hp->head_dim_v;
+    const size_t K = hp->n_expert_used > 0 ? (size_t)hp->n_expert_used : 1;
+    const size_t X = hp->n_expert > 0 ? (size_t)hp->n_expert : 1;
+    const size_t F = hp->n_ff > 0 ? (size_t)hp->n_ff : 1;
+    const size_t f = sizeof(float);
+    TRY(st_gpu_alloc((void **)&g->x, f * T * E));
+    TRY(st_gpu_alloc((void **)&g->xn, f * T * E));
+    TRY(st_gpu_alloc((void **)&g->q, f * T * nq));
+    TRY(st_gpu_alloc((void **)&g->k, f * T * nk));
+    TRY(st_gpu_alloc((void **)&g->v, f * T * nv));
+    TRY(st_gpu_alloc((void **)&g->att, f * T * no));
+    TRY(st_gpu_alloc((void **)&g->proj, f * T * E));
+    TRY(st_gpu_alloc((void **)&g->h, f * T * F));
+    TRY(st_gpu_alloc((void **)&g->router, f * T * X));
+    TRY(st_gpu_alloc((void **)&g->wts, f * T * K));
+    TRY(st_gpu_alloc((void **)&g->ids, sizeof(int32_t) * T * K));
+    TRY(st_gpu_alloc((void **)&g->ones, f * T));
+    TRY(st_gpu_alloc((void **)&g->zeros, sizeof(int32_t) * T));
+    TRY(st_gpu_alloc((void **)&g->shgate, f * T));
+    TRY(st_gpu_alloc((void **)&g->logits, f * ST_GPU_COLS * (size_t)hp->n_vocab));
+    /* constants: ids 0 and weights 1 for the one-expert (shared expert) calls */
+    float *ones = malloc(f * T);
+    if (!ones) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    for (size_t t = 0; t < T; t++) ones[t] = 1.0f;
+    strata_status st = st_cuda_memcpy_h2d(g->ones, ones, f * T);
+    free(ones);
+    TRY(st);
+    TRY(st_cuda_memset(g->zeros, 0, sizeof(int32_t) * T));
+
+    size_t widest = E > no ? E : no;
+    if (F > widest) widest = F;
+    TRY(st_gpu_alloc(&g->mmv_scratch, st_cuda_mmv_scratch_bytes((int64_t)widest, ST_GPU_COLS)));
+    g->moe_tokens = 1;
+    size_t moe = 0;
+    if (hp->n_expert > 0) {
+        g->moe_tokens = 1024 / (int64_t)K;
+        if (g->moe_tokens > (int64_t)T) g->moe_tokens = (int64_t)T;
+        moe = st_cuda_moe_wsize(g->moe_tokens, (int32_t)K, hp->n_embd, hp->n_ff_exp);
+        if (hp->n_ff_shexp > 0) {
+            size_t sh = st_cuda_moe_wsize(g->moe_tokens, 1, hp->n_embd, hp->n_ff_shexp);
+            if (sh > moe) moe = sh;
+        }
+    }
+    g->moe_ws_bytes = moe;
+    TRY(st_gpu_alloc(&g->moe_ws, moe));
+    /* sized for a decode window: longer batches split the positions into fewer chunks */
+    g->attn_ws_bytes = st_cuda_attn_wsize(&g->shape, ST_GPU_COLS, s->n_ctx);
+    TRY(st_gpu_alloc(&g->attn_ws, g->attn_ws_bytes));
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const size_t one = st_cuda_kv_bytes(kv_type, &g->shape, s->n_ctx);
+    const size_t per = (one + 255) & ~(size_t)255;
+    g->kv_bytes = 2 * per * (size_t)hp->n_layer;
+    strata_status st = st_cuda_malloc(&g->kv_mem, g->kv_bytes);
+    if (st != STRATA_OK)
+        return st_error(st, "gpu session: KV cache of %zu bytes (n_ctx %d): %s", g->kv_bytes,
+                        (int)s->n_ctx, strata_last_error());
+    for (int il = 0; il < hp->n_layer; il++) {
+        st_cuda_kv_layer *kv = &g->layers[il].kv;
+        kv->type = kv_type;
+        kv->n_ctx = s->n_ctx;
+        kv->k = (uint8_t *)g->kv_mem + (size_t)(2 * il) * per;
+        kv->v = (uint8_t *)g->kv_mem + (size_t)(2 * il + 1) * per;
+    }
+    return STRATA_OK;
+}
+
+void st_gpu_free(strata_session *s) {
+    st_gpu *g = s ? s->gpu : NULL;
+    if (!g) return;
+    if (g->layers)
+        for (int il = 0; il < s->model->hp.n_layer; il++) {
+            st_cuda_free(g->layers[il].experts);
+            st_cuda_free(g->layers[il].shexp);
+        }
+    for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
+    void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->att, g->proj, g->h, g->router,
+                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->mmv_scratch,
+                    g->moe_ws, g->attn_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
+    st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
+    free(g->ups);
+    free(g->layers);
+    free(g);
+    s->gpu = NULL;
+}
+
+strata_status st_gpu_create(strata_session *s) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    int available = 0;
+    char why[256];
+    TRY(st_cuda_probe(&available, why, sizeof why));
+    if (!available) return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: %s", why);
+    st_gpu *g = calloc(1, sizeof *g);
+    if (!g) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    s->gpu = g;
+    g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
+    if (!g->layers) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    g->shape.n_head = hp->n_head;
+    g->shape.n_head_kv = hp->n_head_kv;
+    g->shape.head_dim = hp->head_dim;
+    g->shape.head_dim_v = hp->head_dim_v;
+    g->shape.scale = hp->attention_scale != 0.0f && m->arch->granite_scales
+                         ? hp->attention_scale : 1.0f / sqrtf((float)hp->head_dim);
+    g->rope.neox = s->rope.style == ST_ROPE_NEOX;
+    g->rope.n_rot = s->rope.n_rot;
+    g->rope.freq_base = s->rope.freq_base;
+    g->rope.freq_scale = s->rope.freq_scale;
+    g->rope.ext_factor = s->rope.ext_factor;
+    g->rope.attn_factor = s->rope.attn_factor;
+    g->rope.beta_fast = s->rope.beta_fast;
+    g->rope.beta_slow = s->rope.beta_slow;
+    g->rope.n_ctx_orig = s->rope.n_ctx_orig;
+    TRY(st_gpu_check_shape(m, g));
+    if (m->output_norm.type != STRATA_TYPE_F32)
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: output_norm is not f32");
+    TRY(st_gpu_put_f32(g, &m->output_norm, &g->output_norm));
+    TRY(st_gpu_put_mat(g, &m->output, &g->output));
+    TRY(st_gpu_upload_layers(s));
+    TRY(st_gpu_alloc_kv(s, s->kv_type));
+    TRY(st_gpu_alloc_scratch(s));
+    return st_cuda_synchronize();
+}
+
+size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
+
+/* ---------------------------------------------------------------------------------------------
+ * Forward
+ * ------------------------------------------------------------------------------------------- */
+
+/* y[t] = W x[t] for T rows, in slices of ST_GPU_COLS columns; y row stride W->ne1. */
+static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, int64_t T, float *y) {
+    for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
+        const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
+        TRY(st_cuda_mmv(W, x + c * W->ne0, nc, y + c * W->ne1, g->mmv_scratch, NULL));
+    }
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const st_gpu_layer *G = &g->layers[il];
+    const int64_t E = hp->n_embd, hd = hp->head_dim;
+    const int64_t nq = (int64_t)hp->n_head * hd, nk = (int64_t)hp->n_head_kv * hd;
+    const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
+    const int64_t no = (int64_t)hp->n_head * hp->head_dim_v;
+
+    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, NULL));
+    TRY(st_gpu_mm(g, &G->wq, g->xn, T, g->q));
+    TRY(st_gpu_mm(g, &G->wk, g->xn, T, g->k));
+    TRY(st_gpu_mm(g, &G->wv, g->xn, T, g->v));
+    if (G->bq) TRY(st_cuda_add_bias(g->q, nq, G->bq, nq, T, NULL));
+    if (G->bk) TRY(st_cuda_add_bias(g->k, nk, G->bk, nk, T, NULL));
+    if (G->bv) TRY(st_cuda_add_bias(g->v, nv, G->bv, nv, T, NULL));
+    switch (m->arch->qk_norm) {
+    case ST_QKNORM_FULL:
+        TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, nq, 1, T, hp->norm_eps, NULL));
+        TRY(st_cuda_rmsnorm(g->k, nk, g->k, nk, G->k_norm, nk, 1, T, hp->norm_eps, NULL));
+        break;
+    case ST_QKNORM_HEAD:
+        TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, hd, hp->n_head, T, hp->norm_eps, NULL));
+        TRY(st_cuda_rmsnorm(g->k, nk, g->k, nk, G->k_norm, hd, hp->n_head_kv, T, hp->norm_eps, NULL));
+        break;
+    case ST_QKNORM_NONE:
+        break;
+    }
+    TRY(st_cuda_rope(&g->rope, g->q, nq, hp->n_head, hd, T, NULL, pos0, NULL));
+    TRY(st_cuda_rope(&g->rope, g->k, nk, hp->n_head_kv, hd, T, NULL, pos0, NULL));
+    TRY(st_cuda_kv_store(&G->kv, &g->shape, g->k, nk, g->v, nv, T, pos0, NULL));
+    TRY(st_cuda_attention(&G->kv, &g->shape, g->q, nq, T, pos0, g->att, no, g->attn_ws,
+                          g->attn_ws_bytes, NULL));
+    TRY(st_gpu_mm(g, &G->wo, g->att, T, g->proj));
+    if (G->bo) TRY(st_cuda_add_bias(g->proj, E, G->bo, E, T, NULL));
+    const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
+    return st_cuda_add(g->x, g->x, g->proj, rs, T * E, NULL);
+}
+
+static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const st_gpu_layer *G = &g->layers[il];
+    const int64_t E = hp->n_embd;
+    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->ffn_norm, E, 1, T, hp->norm_eps, NULL));
+    if (hp->n_expert == 0) {
+        const int64_t F = hp->n_ff;
+        for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
+            const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
+            TRY(st_cuda_mmv_swiglu(&G->ffn_gate, &G->ffn_up, g->xn + c * E, nc, g->h + c * F,
+                                   g->mmv_scratch, NULL));
+        }
+        TRY(st_gpu_mm(g, &G->ffn_down, g->h, T, g->proj));
+    } else {
+        const int32_t X = hp->n_expert, K = hp->n_expert_used;
+        TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
+        if (G->shexp && G->shexp_gate_inp.data) {
+            TRY(st_gpu_mm(g, &G->shexp_gate_inp, g->xn, T, g->shgate));
+            TRY(st_cuda_sigmoid(g->shgate, g->shgate, T, NULL));
+        }
+        for (int64_t t0 = 0; t0 < T; t0 += g->moe_tokens) {
+            const int64_t tn = T - t0 < g->moe_tokens ? T - t0 : g->moe_tokens;
+            TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
+                                  g->ids + t0 * K, g->wts + t0 * K, NULL, NULL));
+            st_cuda_moe_args a;
+            memset(&a, 0, sizeof a);
+            a.experts = G->experts;
+            a.n_expert = X;
+            a.type_gate = a.type_up = G->exp_type_gu;
+            a.type_down = G->exp_type_down;
+            a.n_embd = E;
+            a.n_ff = hp->n_ff_exp;
+            a.x = g->xn + t0 * E;
+            a.T = tn;
+            a.ids = g->ids + t0 * K;
+            a.wts = g->wts + t0 * K;
+            a.k = K;
+            a.out = g->proj + t0 * E;
+            a.accumulate = 0;
+            a.ws = g->moe_ws;
+            a.ws_bytes = g->moe_ws_bytes;
+            TRY(st_cuda_moe_ffn(&a, NULL));
+            if (G->shexp) { /* the shared expert: a one-expert table, weight = its gate or 1 */
+                a.experts = G->shexp;
+                a.n_expert = 1;
+                a.type_gate = a.type_up = G->sh_type_gu;
+                a.type_down = G->sh_type_down;
+                a.n_ff = hp->n_ff_shexp;
+                a.ids = g->zeros;
+                a.wts = (G->shexp_gate_inp.data ? g->shgate : g->ones) + t0;
+                a.k = 1;
+                a.accumulate = 1;
+                TRY(st_cuda_moe_ffn(&a, NULL));
+            }
+        }
+    }
+    const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
+    return st_cuda_add(g->x, g->x, g->proj, rs, T * E, NULL);
+}
+
+/* Logits of rows first .. first+n-1 of the batch into logits ([n][n_vocab], host). */
+static strata_status st_gpu_output(strata_session *s, int64_t first, int64_t n, float *logits) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    TRY(st_cuda_rmsnorm(g->xn, E, g->x + first * E, E, g->output_norm, E, 1, n, hp->norm_eps, NULL));
+    const int div = m->arch->granite_scales && hp->logit_scale != 1.0f && hp->logit_scale != 0.0f;
+    for (int64_t c = 0; c < n; c += ST_GPU_COLS) {
+        const int nc = (int)(n - c < ST_GPU_COLS ? n - c : ST_GPU_COLS);
+        TRY(st_cuda_mmv(&g->output, g->xn + c * E, nc, g->logits, g->mmv_scratch, NULL));
+        if (div) TRY(st_cuda_scale(g->logits, g->logits, hp->logit_scale, 1, (int64_t)nc * V, NULL));
+        TRY(st_cuda_memcpy_d2h(logits + c * V, g->logits, sizeof(float) * (size_t)nc * (size_t)V));
+    }
+    return STRATA_OK;
+}
+
+strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
+                                   float *logits, int all) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const int64_t pos0 = s->n_past, E = hp->n_embd;
+    /* embeddings on the CPU, as forward.c, then up */
+    const st_tensor *te = &m->tok_embd;
+    st_dequant_fn deq = st_dequant_get(te->type);
+    for (int64_t t = 0; t < T; t++) {
+        deq(st_tensor_row(te, 0, tokens[t]), s->x + t * E, E);
+        if (m->arch->granite_scales && hp->embedding_scale != 1.0f)
+            for (int64_t i = 0; i < E; i++) s->x[t * E + i] *= hp->embedding_scale;
+    }
+    TRY(st_cuda_memcpy_h2d(g->x, s->x, sizeof(float) * (size_t)(T * E)));
+    for (int il = 0; il < hp->n_layer; il++) {
+        TRY(st_gpu_attn_block(s, il, T, pos0));
+        TRY(st_gpu_ffn_block(s, il, T));
+    }
+    if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));
+    else TRY(st_cuda_synchronize());
+    s->n_past += (int32_t)T;
+    return STRATA_OK;
+}
+
+#endif /* STRATA_HAVE_CUDA */

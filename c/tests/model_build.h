@@ -1,0 +1,234 @@
+/* model_build.h - random-weight GGUF models of every supported architecture for the tests:
+ * a spec (shape, traits, error-case mutations), the writer (c/format/gguf_writer.h, f32 weights,
+ * q8_0 attention on request, values 0.1 * U(-1, 1) from a fixed seed) and the base spec of each
+ * architecture, shaped as its real checkpoints are (scaled down). Header-only, for c/tests. */
+#ifndef STRATA_TEST_MODEL_BUILD_H
+#define STRATA_TEST_MODEL_BUILD_H
+
+#include "gguf_writer.h"
+#include "strata.h"
+#include "test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *arch;           /* general.architecture */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_vocab;
+    int n_ff;                   /* dense FFN (n_expert == 0) */
+    int n_expert, n_used, n_ff_exp, n_ff_shexp;
+    int write_exp_key;          /* write expert_feed_forward_length (else feed_forward_length) */
+    int bias;                   /* q/k/v biases */
+    int qk;                     /* 0 none, 1 whole projection, 2 per head */
+    int tied;                   /* no output.weight */
+    int granite;                /* multipliers */
+    int shexp_gate;             /* ffn_gate_inp_shexp */
+    int split_experts;          /* 1: blk.N.ffn_gate.E.weight back to back; 2: interleaved */
+    int yarn;
+    int kv_array;               /* head_count_kv as a per-layer array */
+    int q8;                     /* attention weights in q8_0 */
+    /* mutations for the error cases */
+    const char *drop_tensor;
+    const char *reshape_tensor; /* ne[1] += 16 */
+    const char *retype_tensor;
+    strata_type retype;
+    const char *drop_key;       /* full key */
+    const char *u32_key;        /* full key set to u32_val */
+    uint32_t u32_val;
+    const char *str_key, *str_val;
+    const char *extra_tensor;
+    int kv_array_uneven;
+} spec;
+
+typedef struct {
+    st_gguf_writer *w;
+    const spec *s;
+    void *bufs[512];
+    int n_bufs;
+    test_rng rng;
+    int ok;
+} builder;
+
+static void add_t(builder *b, const char *name, int64_t ne0, int64_t ne1, int64_t ne2) {
+    const spec *s = b->s;
+    if (s->drop_tensor && strcmp(name, s->drop_tensor) == 0) return;
+    if (s->reshape_tensor && strcmp(name, s->reshape_tensor) == 0) ne1 += 16;
+    strata_type type = STRATA_TYPE_F32;
+    if (s->q8 && strstr(name, ".attn_") && strstr(name, ".weight") && !strstr(name, "norm"))
+        type = STRATA_TYPE_Q8_0;
+    if (s->retype_tensor && strcmp(name, s->retype_tensor) == 0) type = s->retype;
+    int64_t ne[3] = {ne0, ne1, ne2};
+    uint32_t nd = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
+    int64_t n = ne0 * ne1 * ne2;
+    float *f = malloc((size_t)n * sizeof *f);
+    for (int64_t i = 0; i < n; i++) f[i] = test_rng_float(&b->rng) * 0.1f;
+    void *data = f;
+    if (type == STRATA_TYPE_Q8_0 || type == STRATA_TYPE_F16) {
+        data = malloc((size_t)strata_row_bytes(type, ne0) * (size_t)(ne1 * ne2));
+        for (int64_t r = 0; r < ne1 * ne2; r++)
+            strata_quantize_row(type, f + r * ne0,
+                                (uint8_t *)data + r * strata_row_bytes(type, ne0), ne0);
+        free(f);
+    }
+    b->bufs[b->n_bufs++] = data;
+    if (st_gguf_writer_add_tensor(b->w, name, type, nd, ne, data) != STRATA_OK) {
+        b->ok = 0;
+        fprintf(stderr, "add_tensor %s: %s\n", name, strata_last_error());
+    }
+}
+
+static void set_u32(builder *b, const char *arch, const char *suffix, uint32_t v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    st_gguf_writer_set_u32(b->w, key, v);
+}
+static void set_f32(builder *b, const char *arch, const char *suffix, float v) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    st_gguf_writer_set_f32(b->w, key, v);
+}
+
+/* Writes the file of spec s to path; 1 on success. */
+static int write_model(const spec *s, const char *path) {
+    builder b = {.s = s, .rng = {0x1234567ULL + (unsigned long long)s->n_embd}, .ok = 1};
+    if (st_gguf_writer_create(path, 32, &b.w) != STRATA_OK) return 0;
+    const char *A = s->arch;
+    st_gguf_writer_set_str(b.w, "general.architecture", A);
+    st_gguf_writer_set_str(b.w, "general.name", "synthetic");
+    set_u32(&b, A, "context_length", 256);
+    set_u32(&b, A, "embedding_length", (uint32_t)s->n_embd);
+    set_u32(&b, A, "block_count", (uint32_t)s->n_layer);
+    set_u32(&b, A, "attention.head_count", (uint32_t)s->n_head);
+    if (s->kv_array) {
+        uint32_t kv[16];
+        for (int i = 0; i < s->n_layer; i++)
+            kv[i] = (uint32_t)s->n_head_kv * (s->kv_array_uneven && i == 1 ? 2u : 1u);
+        char key[160];
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", A);
+        st_gguf_writer_set_array(b.w, key, STRATA_GGUF_UINT32, kv, (uint64_t)s->n_layer);
+    } else {
+        set_u32(&b, A, "attention.head_count_kv", (uint32_t)s->n_head_kv);
+    }
+    if (s->head_dim != s->n_embd / s->n_head) {
+        set_u32(&b, A, "attention.key_length", (uint32_t)s->head_dim);
+        set_u32(&b, A, "attention.value_length", (uint32_t)s->head_dim);
+    }
+    set_f32(&b, A, "attention.layer_norm_rms_epsilon", 1e-6f);
+    set_f32(&b, A, "rope.freq_base", 500000.0f);
+    if (s->yarn) {
+        char key[160];
+        snprintf(key, sizeof key, "%s.rope.scaling.type", A);
+        st_gguf_writer_set_str(b.w, key, "yarn");
+        set_f32(&b, A, "rope.scaling.factor", 4.0f);
+        set_u32(&b, A, "rope.scaling.original_context_length", 64);
+    }
+    if (s->n_expert) {
+        set_u32(&b, A, "expert_count", (uint32_t)s->n_expert);
+        set_u32(&b, A, "expert_used_count", (uint32_t)s->n_used);
+        if (s->write_exp_key) {
+            set_u32(&b, A, "expert_feed_forward_length", (uint32_t)s->n_ff_exp);
+            set_u32(&b, A, "feed_forward_length", 1000); /* dense width, unused */
+        } else {
+            set_u32(&b, A, "feed_forward_length", (uint32_t)s->n_ff_exp);
+        }
+        if (s->n_ff_shexp) set_u32(&b, A, "expert_shared_feed_forward_length",
+                                   (uint32_t)s->n_ff_shexp);
+    } else {
+        set_u32(&b, A, "feed_forward_length", (uint32_t)s->n_ff);
+    }
+    if (s->granite) {
+        set_f32(&b, A, "embedding_scale", 12.0f);
+        set_f32(&b, A, "residual_scale", 0.22f);
+        set_f32(&b, A, "attention.scale", 0.0078125f);
+        set_f32(&b, A, "logit_scale", 8.0f);
+    }
+    if (s->drop_key) st_gguf_writer_remove(b.w, s->drop_key);
+    if (s->u32_key) st_gguf_writer_set_u32(b.w, s->u32_key, s->u32_val);
+    if (s->str_key) st_gguf_writer_set_str(b.w, s->str_key, s->str_val);
+
+    const int64_t E = s->n_embd, V = s->n_vocab, hd = s->head_dim;
+    const int64_t nq = s->n_head * hd, nk = s->n_head_kv * hd;
+    add_t(&b, "token_embd.weight", E, V, 1);
+    add_t(&b, "output_norm.weight", E, 1, 1);
+    if (!s->tied) add_t(&b, "output.weight", E, V, 1);
+    char n[160];
+    for (int il = 0; il < s->n_layer; il++) {
+#define T(nm, a, c, d) do { snprintf(n, sizeof n, "blk.%d." nm, il); add_t(&b, n, a, c, d); } while (0)
+        T("attn_norm.weight", E, 1, 1);
+        T("attn_q.weight", E, nq, 1);
+        T("attn_k.weight", E, nk, 1);
+        T("attn_v.weight", E, nk, 1);
+        T("attn_output.weight", nq, E, 1);
+        if (s->bias) {
+            T("attn_q.bias", nq, 1, 1);
+            T("attn_k.bias", nk, 1, 1);
+            T("attn_v.bias", nk, 1, 1);
+        }
+        if (s->qk == 1) { T("attn_q_norm.weight", nq, 1, 1); T("attn_k_norm.weight", nk, 1, 1); }
+        if (s->qk == 2) { T("attn_q_norm.weight", hd, 1, 1); T("attn_k_norm.weight", hd, 1, 1); }
+        T("ffn_norm.weight", E, 1, 1);
+        if (!s->n_expert) {
+            T("ffn_gate.weight", E, s->n_ff, 1);
+            T("ffn_up.weight", E, s->n_ff, 1);
+            T("ffn_down.weight", s->n_ff, E, 1);
+        } else {
+            const int64_t X = s->n_expert, F = s->n_ff_exp;
+            T("ffn_gate_inp.weight", E, X, 1);
+            if (s->split_experts == 1) {
+                for (int e = 0; e < X; e++) { snprintf(n, sizeof n, "blk.%d.ffn_gate.%d.weight", il, e); add_t(&b, n, E, F, 1); }
+                for (int e = 0; e < X; e++) { snprintf(n, sizeof n, "blk.%d.ffn_up.%d.weight", il, e); add_t(&b, n, E, F, 1); }
+                for (int e = 0; e < X; e++) { snprintf(n, sizeof n, "blk.%d.ffn_down.%d.weight", il, e); add_t(&b, n, F, E, 1); }
+            } else if (s->split_experts == 2) {
+                for (int e = 0; e < X; e++) {
+                    snprintf(n, sizeof n, "blk.%d.ffn_gate.%d.weight", il, e); add_t(&b, n, E, F, 1);
+                    snprintf(n, sizeof n, "blk.%d.ffn_up.%d.weight", il, e); add_t(&b, n, E, F, 1);
+                    snprintf(n, sizeof n, "blk.%d.ffn_down.%d.weight", il, e); add_t(&b, n, F, E, 1);
+                }
+            } else {
+                T("ffn_gate_exps.weight", E, F, X);
+                T("ffn_up_exps.weight", E, F, X);
+                T("ffn_down_exps.weight", F, E, X);
+            }
+            if (s->n_ff_shexp) {
+                if (s->shexp_gate) T("ffn_gate_inp_shexp.weight", E, 1, 1);
+                T("ffn_gate_shexp.weight", E, s->n_ff_shexp, 1);
+                T("ffn_up_shexp.weight", E, s->n_ff_shexp, 1);
+                T("ffn_down_shexp.weight", s->n_ff_shexp, E, 1);
+            }
+        }
+#undef T
+    }
+    if (s->extra_tensor) add_t(&b, s->extra_tensor, 4, 1, 1);
+    strata_status st = b.ok ? st_gguf_writer_finish(b.w) : STRATA_ERR_INTERNAL;
+    if (st != STRATA_OK) fprintf(stderr, "write_model(%s): %s\n", A, strata_last_error());
+    st_gguf_writer_free(b.w);
+    for (int i = 0; i < b.n_bufs; i++) free(b.bufs[i]);
+    return st == STRATA_OK;
+}
+
+/* The base spec of each architecture, as its real checkpoints are shaped (scaled down). */
+static spec base_spec(const char *arch) {
+    spec s;
+    memset(&s, 0, sizeof s);
+    s.arch = arch;
+    s.n_layer = 2; s.n_embd = 64; s.n_head = 4; s.n_head_kv = 2; s.head_dim = 16; s.n_vocab = 50;
+    if (!strcmp(arch, "llama")) { s.n_ff = 96; }
+    else if (!strcmp(arch, "qwen2")) { s.n_ff = 96; s.bias = 1; s.tied = 1; }
+    else if (!strcmp(arch, "qwen3")) { s.n_ff = 96; s.qk = 2; s.head_dim = 32; s.tied = 1; }
+    else if (!strcmp(arch, "olmoe")) { s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32; s.qk = 1; }
+    else if (!strcmp(arch, "qwen2moe")) {
+        s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32; s.write_exp_key = 1; s.bias = 1;
+        s.n_ff_shexp = 48; s.shexp_gate = 1;
+    } else if (!strcmp(arch, "qwen3moe")) {
+        s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32; s.write_exp_key = 1; s.qk = 2;
+        s.yarn = 1;
+    } else if (!strcmp(arch, "granitemoe")) {
+        s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32; s.granite = 1; s.tied = 1;
+    } else if (!strcmp(arch, "mixtral")) { /* llama with experts */
+        s.arch = "llama"; s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32;
+    }
+    return s;
+}
+
+#endif /* STRATA_TEST_MODEL_BUILD_H */
