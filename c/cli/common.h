@@ -18,6 +18,7 @@
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_perplexity(int argc, char **argv);
 int cli_cmd_default(void);
+int cli_cmd_bench(int argc, char **argv); /* bench.c */
 
 typedef struct {
     const char *model;            /* -m */

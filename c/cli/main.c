@@ -30,6 +30,8 @@ void cli_usage(FILE *f) {
         "        `strata` with no arguments runs the embedded default model\n"
         "  perplexity -m MODEL.gguf -f TEXT [-c 512] [--stride N] [--kl-base F | --kl F]\n"
         "        perplexity like llama-perplexity, and top-K KL against a saved base run\n"
+        "  bench -m MODEL.gguf [-p 512] [-n 128] [-d 0,16384] [-r 3] [--gpu|--cpu]\n"
+        "        prompt and decode tok/s with llama-bench's flags, as a markdown table\n"
         "  tokenize -m FILE.gguf (-p TEXT | -f FILE) [--ids | --list] [--no-special]\n"
         "           [--parse-special]\n"
         "        token ids of a text, one per line (--ids) or as a list \"[1, 2]\" (--list);\n"
@@ -125,6 +127,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "tokenize") == 0) return cli_cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0) return cli_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "perplexity") == 0) return cli_cmd_perplexity(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return cli_cmd_bench(argc - 1, argv + 1);
     if (cmd[0] == '-') return cli_cmd_run(argc, argv); /* `strata -m MODEL ...` is run */
     return cli_usage_error("unknown command '%s'", cmd);
 }

@@ -29,13 +29,19 @@ class Model:
     """A model file (strata_model_load) plus the session settings generate()/logits() use.
 
     Parameters: n_ctx (0: the model's training context), n_threads (0: all cores), n_batch
-    (prompt tokens per forward pass, default 512), kv_type ("f16" or "f32"), vocab_only (only the
+    (prompt tokens per forward pass, default 512), kv_type ("f16" or "f32"), backend ("cpu", or
+    "cuda": every weight and the KV cache on the GPU; creating the session raises where CUDA is
+    unusable), vocab_only (only the
     tokenizer; generate/logits then raise), use_mmap."""
 
     def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,
-                 kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True):
+                 kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True,
+                 backend: str = "cpu"):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
+        if backend not in ("cpu", "cuda"):
+            raise ValueError(f"backend must be 'cpu' or 'cuda', not {backend!r}")
+        self.backend = backend
         self.path = str(path)
         self._ptr = ffi.NULL
         self._keep = ffi.NULL  # the session logits(keep=True) appends to
@@ -165,6 +171,7 @@ class Model:
         sp.n_ctx = self.n_ctx
         sp.n_batch = self.n_batch
         sp.kv_type = _KV_TYPES[self.kv_type]
+        sp.backend = lib.STRATA_BACKEND_CUDA if self.backend == "cuda" else lib.STRATA_BACKEND_CPU
         sp.n_threads = self.n_threads
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),

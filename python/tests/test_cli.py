@@ -248,3 +248,24 @@ def test_quantize_refuses_same_file(tmp_path):
     os.symlink(src, link)
     p = run("quantize", src, link, "--type", "q8_0", check_rc=1)
     assert "is the input file" in p.stderr
+
+
+def test_bench_table_and_json(tmp_path):
+    """`strata bench` with llama-bench's flags: one row per (depth, test), tok/s > 0, the decode
+    rows carry the weight bytes a token reads; bad flags are usage errors."""
+    model = REPO / "models" / "strata-tiny-moe-q8_0.gguf"
+    out = tmp_path / "b.json"
+    p = run("bench", "-m", model, "-p", "16,32", "-n", "4", "-d", "0,8", "-r", "2", "-t", "2",
+            "--cpu", "--json", out, check_rc=0)
+    rows = [l for l in p.stdout.splitlines() if l.startswith("| strata-tiny")]
+    assert [r.split("|")[5].strip() for r in rows] == ["pp16", "pp32", "tg4", "pp16 @ d8",
+                                                       "pp32 @ d8", "tg4 @ d8"]
+    import json
+    j = json.loads(out.read_text())
+    assert j["backend"] == "cpu" and len(j["rows"]) == 6
+    assert all(r["tok_s"] > 0 and r["reps"] == 2 for r in j["rows"])
+    tg = [r for r in j["rows"] if r["test"] == "tg"]
+    # one token reads every dense tensor, 4 of 32 experts and one embedding row: 6.3 MiB here
+    assert all(6.0e6 < r["decode_bytes"] < 7.0e6 for r in tg)
+    assert run("bench", "-m", model, "-p", "x1", check_rc=2).stderr
+    assert "unknown option '--frob'" in run("bench", "-m", model, "--frob", check_rc=2).stderr
