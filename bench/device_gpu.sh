@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# device_gpu.sh - the CUDA backend's checks and first speed in one H200 call, for a session short
+# of device time: builds with CUDA, runs every GPU test (`make cuda-check`: kernel families against
+# their CPU references, the GPU session against the CPU session on the default model and on every
+# architecture, the AVX-512 kernels on the host), checks GPU against CPU end to end through the CLI
+# (64 greedy tokens, teacher-forced logprob dumps compared with tools/kl.py), then `strata bench`
+# on the synthetic olmoe-1b-7b and qwen3-30b-a3b files (written by synth_moe.py while the build and
+# tests run), GPU first, as long as BUDGET seconds allow.
+#   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
+# .whl: the gguf wheel; .devdata: synth_moe.py and ggml-vocab-gpt-2.gguf (see device_cpu_infer.sh).
+# $OUT gets device_gpu.log (everything below), gpu_build.log, cuda_check.log and results.tar.
+set -u
+cd "$(dirname "$0")/.."
+FINAL="${OUT:-/tmp/strata-out}"
+mkdir -p "$FINAL"
+R=/tmp/strata-results
+rm -rf "$R"; mkdir -p "$R"
+trap 'tar -C "$R" -cf "$FINAL/results.tar" . 2>/dev/null' EXIT
+trap 'exit 143' TERM INT
+exec > >(tee "$FINAL/device_gpu.log") 2>&1
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+BUDGET=${BUDGET:-400}
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
+echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+# the benchmark files, written while the build and the tests run
+(
+    python3 .devdata/synth_moe.py olmoe-1b-7b /tmp/olmoe.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
+        > "$R/synth_olmoe.log" 2>&1 && echo ok > /tmp/olmoe.done
+    python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
+        > "$R/synth_q3.log" 2>&1 && echo ok > /tmp/q3.done
+) &
+
+if make -j16 CUDA=1 all > "$FINAL/gpu_build.log" 2>&1; then echo "build ok at $(el)s"
+else echo "BUILD FAILED"; grep -E "error" "$FINAL/gpu_build.log" | head -20; exit 1; fi
+make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check > "$FINAL/cuda_check.log" 2>&1
+echo "cuda-check rc=$? at $(el)s"
+grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!" "$FINAL/cuda_check.log" | head -80
+
+# ---- end to end through the CLI: the default model, GPU vs CPU ----
+M=models/strata-tiny-moe-q8_0.gguf
+P="Dictionary, n. A malevolent literary device for cramping the growth of a language."
+./strata -m $M -p "$P" -n 64 --temp 0 --ignore-eos --no-echo --gpu > "$R/greedy_gpu.txt" 2> "$R/greedy_gpu.err"
+./strata -m $M -p "$P" -n 64 --temp 0 --ignore-eos --no-echo --cpu > "$R/greedy_cpu.txt" 2> "$R/greedy_cpu.err"
+./strata -m $M -p "$P" -n 64 --temp 0 --ignore-eos --no-echo --gpu > "$R/greedy_gpu2.txt" 2>/dev/null
+cmp -s "$R/greedy_gpu.txt" "$R/greedy_cpu.txt" && echo "e2e greedy 64: GPU == CPU" || echo "e2e greedy 64: GPU != CPU"
+cmp -s "$R/greedy_gpu.txt" "$R/greedy_gpu2.txt" && echo "e2e greedy 64: two GPU runs equal" || echo "e2e greedy: GPU runs DIFFER"
+tail -2 "$R/greedy_gpu.err"
+head -c 3000 LICENSE > /tmp/text.txt
+./strata -m $M -f /tmp/text.txt -n 0 --logpos "$R/lp_cpu.jsonl" --cpu -c 1024 2>/dev/null
+./strata -m $M -f /tmp/text.txt -n 0 --logpos "$R/lp_gpu.jsonl" --gpu -c 1024 2>/dev/null
+python3 tools/kl.py "$R/lp_cpu.jsonl" "$R/lp_gpu.jsonl" 2>&1 | tee "$R/kl_cpu_gpu.txt" | head -20
+./strata bench -m $M -p 512 -n 128 -r 3 --gpu --json "$R/bench_tiny_gpu.json"
+./strata bench -m $M -p 512 -n 128 -r 3 --cpu -t 16 --json "$R/bench_tiny_cpu.json"
+echo "e2e done at $(el)s"
+
+# ---- first speed on the synthetic files ----
+bench() { # name file args...
+    local name=$1 f=$2; shift 2
+    [ "$(el)" -lt "$BUDGET" ] || { echo "skip $name: budget"; return; }
+    timeout $(( BUDGET + 60 - $(el) )) ./strata bench -m "$f" "$@" --json "$R/bench_$name.json" \
+        2> "$R/bench_$name.err" || { echo "bench $name rc=$?"; tail -3 "$R/bench_$name.err"; }
+    echo "($name done at $(el)s)"
+}
+while [ ! -f /tmp/olmoe.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
+echo "olmoe file ready at $(el)s: $(du -h /tmp/olmoe.gguf 2>/dev/null | cut -f1)"
+bench olmoe_gpu /tmp/olmoe.gguf -p 512 -n 128 -r 2 --gpu
+while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
+echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
+bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 2 --gpu
+bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
+bench olmoe_cpu /tmp/olmoe.gguf -p 512 -n 64 -r 1 --cpu -t 16
+echo "all done at $(el)s"
