@@ -2,7 +2,8 @@
  * against the CPU session on the same model:
  *   - the trained default model (models/strata-tiny-moe-q8_0.gguf): teacher-forced logits of a
  *     few hundred tokens, read in batches of 64 and of 7 (mean KL(cpu || gpu) over the whole
- *     vocabulary <= 1e-4 per position on average, top-1 agreement), the same 64 greedy tokens
+ *     vocabulary <= max(1e-4, twice the CPU's own f16-vs-f32 KV-cache KL), top-1 agreement),
+ *     the same 64 greedy tokens
  *     from a prompt, and two GPU runs bit-identical;
  *   - random f32 models of every architecture (c/tests/model_build.h, head_dim 64 so the GPU
  *     attention takes them): max|gpu - cpu| / max|cpu| <= 1e-3 over every position's logits,
@@ -28,9 +29,12 @@ static const char *TEXT =
     "walked slowly through the cloister, reading aloud from an old book of hours, while the "
     "novices listened in silence and the bells of the tower rang for the evening prayer.";
 
+static strata_type g_kv = STRATA_TYPE_F16; /* KV cache type of the next sessions */
+
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
     strata_session_params sp = strata_session_default_params();
+    sp.kv_type = g_kv;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -115,11 +119,14 @@ static void test_default_model(void) {
           "tokenize: %s", strata_last_error());
 
     float *cpu = all_logits(m, STRATA_BACKEND_CPU, 64, toks, n, V);
+    g_kv = STRATA_TYPE_F32;
+    float *cpu32 = all_logits(m, STRATA_BACKEND_CPU, 64, toks, n, V);
+    g_kv = STRATA_TYPE_F16;
     float *gpu = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     float *gpu2 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     float *gpu7 = all_logits(m, STRATA_BACKEND_CUDA, 7, toks, n, V);
-    if (cpu && gpu && gpu2 && gpu7) {
-        double kl = 0, kl_max = 0, kl7 = 0;
+    if (cpu && cpu32 && gpu && gpu2 && gpu7) {
+        double kl = 0, kl_max = 0, kl7 = 0, floor = 0;
         int agree = 0, nan = 0;
         for (int64_t t = 0; t < n; t++) {
             const float *a = cpu + t * V, *b = gpu + t * V;
@@ -128,19 +135,28 @@ static void test_default_model(void) {
             kl += k;
             kl_max = fmax(kl_max, k);
             kl7 += kl_row(a, gpu7 + t * V, V);
+            floor += kl_row(a, cpu32 + t * V, V);
             agree += argmax(a, V) == argmax(b, V);
         }
         kl /= (double)n;
         kl7 /= (double)n;
+        floor /= (double)n;
+        /* This small trained model amplifies rounding: on the CPU alone, an f32 instead of an f16
+         * KV cache moves the full-vocabulary KL by about 2e-4 on this text (measured on the
+         * H200 host, 2026-12-03). The GPU (other arithmetic: q8_1 activations, another summation
+         * order) must stay within 1e-4 or within twice that CPU-only floor, whichever is larger. */
+        const double bound = fmax(1e-4, 2.0 * floor);
         printf("default model, %lld positions: mean KL(cpu||gpu) %.3g (max %.3g), batches of 7: "
-               "%.3g; top-1 agreement %d/%lld\n", (long long)n, kl, kl_max, kl7, agree, (long long)n);
+               "%.3g; CPU f16 vs f32 KV cache %.3g (bound %.3g); top-1 agreement %d/%lld\n",
+               (long long)n, kl, kl_max, kl7, floor, bound, agree, (long long)n);
         CHECK(nan == 0, "%d NaN logits on the GPU", nan);
-        CHECK(kl <= 1e-4, "mean KL(cpu || gpu) %.3g > 1e-4", kl);
-        CHECK(kl7 <= 1e-4, "mean KL(cpu || gpu, batches of 7) %.3g > 1e-4", kl7);
+        CHECK(kl <= bound, "mean KL(cpu || gpu) %.3g > %.3g", kl, bound);
+        CHECK(kl7 <= bound, "mean KL(cpu || gpu, batches of 7) %.3g > %.3g", kl7, bound);
+        CHECK(agree >= n - 1, "top-1 agreement %d of %lld", agree, (long long)n);
         CHECK(memcmp(gpu, gpu2, sizeof(float) * (size_t)n * (size_t)V) == 0,
               "two GPU runs of the same tokens are not bit-identical");
     }
-    free(cpu); free(gpu); free(gpu2); free(gpu7);
+    free(cpu); free(cpu32); free(gpu); free(gpu2); free(gpu7);
 
     strata_token gc[64], gg[64];
     if (greedy(m, STRATA_BACKEND_CPU, toks, 12, V, gc) && greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gg)) {
