@@ -21,7 +21,7 @@ SAN     ?=
 CFLAGS_BASE := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fPIC \
                -fvisibility=hidden -D_GNU_SOURCE $(SAN)
 INCLUDES := -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda \
-            -Ic/model -Ic/engine
+            -Ic/model -Ic/experts -Ic/engine
 CFLAGS  += $(CFLAGS_BASE) $(INCLUDES)
 LDLIBS  := -lm -lpthread
 
@@ -44,7 +44,7 @@ else
 endif
 
 LIB_SRCS := $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c c/compute/*.c c/compute/cpu/*.c \
-                      c/model/*.c c/engine/*.c)
+                      c/model/*.c c/experts/*.c c/engine/*.c)
 CLI_SRCS := $(wildcard c/cli/*.c)
 CU_SRCS  := $(wildcard c/cuda/*.cu)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -94,7 +94,7 @@ $(CLI): $(CLI_OBJS) $(BUILD)/libstrata.a
 	$(CC) -o $@ $(CLI_OBJS) $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
 
 LIB_HDRS := $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h c/compute/cpu/*.h c/cuda/*.h \
-                      c/model/*.h c/engine/*.h)
+                      c/model/*.h c/experts/*.h c/engine/*.h)
 $(BUILD)/%.o: %.c $(LIB_HDRS) $(wildcard c/cli/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2))) -c -o $@ $<

@@ -19,6 +19,18 @@ void cli_opts_init(cli_opts *o) {
     o->n_batch = 512;
     o->kv_type = STRATA_TYPE_F16;
     o->gpu = -1;
+    /* the approximation's historical environment names; the options below override them */
+    const char *dz = getenv("DEGRADE_ZERO"), *dt = getenv("DEGRADE_TAU");
+    const char *de = getenv("STRATA_DEGRADE_EVAL");
+    o->degrade_zero = dz && dz[0] && strcmp(dz, "0") != 0;
+    o->degrade_eval = de && de[0] && strcmp(de, "0") != 0;
+    o->degrade_tau = 0.03f;
+    if (dt && dt[0]) {
+        char *end;
+        float t = strtof(dt, &end);
+        o->degrade_tau = *end ? -1.0f : t; /* a bad value is refused at session creation */
+    }
+    if (o->degrade_eval) o->degrade_zero = 1;
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
 }
@@ -33,6 +45,11 @@ void cli_opts_usage(FILE *f) {
         "  -t, --threads N         CPU threads (default: all cores)\n"
         "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
+        "  --degrade-zero          DEGRADE_ZERO approximation (also $DEGRADE_ZERO=1): in decode\n"
+        "                          steps, drop a routed expert that missed its deadline when its\n"
+        "                          gate weight is below tau; --degrade-tau T (also $DEGRADE_TAU,\n"
+        "                          default 0.03); --degrade-eval (also $STRATA_DEGRADE_EVAL=1):\n"
+        "                          every slot counts as missed (quality tables; CPU only)\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
         "  --cpu                   CPU only;  -ngl, --n-gpu-layers N: 0 = --cpu, >= the layer\n"
         "                          count (or 99) = --gpu; default: the GPU when usable, else CPU\n"
@@ -97,6 +114,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--no-echo")) o->no_echo = 1;
     else if (opt_is(a, "-i", "--chat") || opt_is(a, NULL, "--interactive")) o->interactive = 1;
     else if (opt_is(a, "-q", "--quiet")) o->quiet = 1;
+    else if (opt_is(a, NULL, "--degrade-zero")) o->degrade_zero = 1;
+    else if (opt_is(a, NULL, "--degrade-eval")) o->degrade_eval = o->degrade_zero = 1;
     else if (opt_is(a, NULL, "--gpu")) o->gpu = 1;
     else if (opt_is(a, NULL, "--cpu")) o->gpu = 0;
     else flag = 0;
@@ -110,7 +129,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
         "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
-        "--n-gpu-layers", NULL};
+        "--n-gpu-layers", "--degrade-tau", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
     if (!known) return 0;
@@ -132,6 +151,10 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     } else if (opt_is(a, "-ngl", "--n-gpu-layers")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->gpu = x > 0 ? 2 : 0; /* 2: checked later */
         o->ngl = (int)x;
+    } else if (opt_is(a, NULL, "--degrade-tau")) {
+        rc = parse_float(a, v, &o->degrade_tau);
+        if (!rc && !(o->degrade_tau >= 0.0f && o->degrade_tau <= 1.0f))
+            rc = cli_usage_error("bad value '%s' for --degrade-tau (0..1)", v);
     } else if (opt_is(a, "-b", "--batch-size")) {
         if (!(rc = parse_long(a, v, 1, 1L << 20, &x))) o->n_batch = (int)x;
     } else if (opt_is(a, NULL, "--kv-type")) {
@@ -218,6 +241,15 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.n_batch = o->n_batch;
     sp.kv_type = o->kv_type;
     sp.n_threads = o->n_threads;
+    sp.degrade_zero = o->degrade_zero;
+    sp.degrade_tau = o->degrade_tau;
+    sp.degrade_eval = o->degrade_eval;
+    if (o->degrade_zero)
+        fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
+                "that misses its deadline with gate weight < tau %.3g is dropped%s\n",
+                (double)o->degrade_tau, o->degrade_eval ? "; evaluation mode: every routed slot "
+                "counts as missed (CPU session)" : "");
+    if (o->degrade_eval && o->gpu != 1) o->gpu = 0; /* the evaluation mode runs on the CPU */
     strata_model_info mi;
     memset(&mi, 0, sizeof mi);
     strata_model_get_info(model, &mi);
@@ -397,4 +429,14 @@ double cli_kl_topk(const double *lp_a, const double *lp_b, int k) {
     double ra = 1.0 - sa, rb = 1.0 - sb;
     if (ra > 1e-12) kl += ra * (log(ra) - log(rb > 1e-300 ? rb : 1e-300));
     return kl < 0.0 ? 0.0 : kl;
+}
+
+void cli_print_degrade_stats(const strata_session *sess) {
+    strata_session_stats st;
+    if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || !st.degrade_zero) return;
+    fprintf(stderr, "strata: DEGRADE_ZERO tau %.3g%s: zeroed %lld of %lld decode slots (%.2f%%), "
+            "per layer %.2f%%..%.2f%%\n", (double)st.degrade_tau, st.degrade_eval ? " (eval)" : "",
+            (long long)st.degrade_zeroed, (long long)st.degrade_slots,
+            st.degrade_slots ? 100.0 * (double)st.degrade_zeroed / (double)st.degrade_slots : 0.0,
+            100.0 * st.degrade_layer_min, 100.0 * st.degrade_layer_max);
 }

@@ -29,6 +29,9 @@ typedef struct {
     int n_threads;                /* -t: 0 = all cores */
     int n_batch;                  /* -b: prompt tokens per forward pass */
     strata_type kv_type;          /* --kv-type f16|f32 */
+    int degrade_zero;             /* --degrade-zero or DEGRADE_ZERO=1 */
+    float degrade_tau;            /* --degrade-tau or DEGRADE_TAU (default 0.03) */
+    int degrade_eval;             /* --degrade-eval or STRATA_DEGRADE_EVAL=1 (implies degrade_zero) */
     int ngl;                      /* -ngl N as given */
     int gpu;                      /* -1 auto (GPU when usable, else CPU), 0 --cpu / -ngl 0, 1 --gpu */
     char backend_desc[300];       /* set by cli_new_session: "cuda (NVIDIA H200, ...)" or "cpu" */
@@ -66,6 +69,9 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s);
  * GPU (else it fails), auto takes the GPU when CUDA is usable and the model has GPU kernels and
  * otherwise says in one stderr line why it runs on the CPU. Fills o->backend_desc. */
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out);
+/* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
+ * min/max share). Nothing when it is off. */
+void cli_print_degrade_stats(const strata_session *sess);
 /* Tokenizes text into *toks (malloc'd), *n tokens. Prints failures, returns CLI_EXIT_FAIL or 0. */
 int cli_tokenize(const strata_model *model, const char *text, size_t len, int add_special,
                  int parse_special, strata_token **toks, int64_t *n);

@@ -250,9 +250,17 @@ int cli_cmd_perplexity(int argc, char **argv) {
         memcpy(chunk, toks + start, (size_t)n_ctx * sizeof *chunk);
         if (add_bos) chunk[0] = strata_token_bos(model);
         strata_session_reset(sess);
-        for (int b = 0; b < n_ctx; b += o.n_batch) {
-            int nb = n_ctx - b < o.n_batch ? n_ctx - b : o.n_batch;
-            if (strata_session_decode(sess, chunk + b, nb, logits, 1) != STRATA_OK) {
+        for (int b = 0, nb = 0; b < n_ctx; b += nb) {
+            nb = n_ctx - b < o.n_batch ? n_ctx - b : o.n_batch;
+            /* with DEGRADE_ZERO the scored positions are read as decode steps (one token each,
+             * teacher-forced), where the approximation applies; the context before them is a
+             * prompt */
+            const int gen = o.degrade_zero && b >= first;
+            if (o.degrade_zero && b < first && b + nb > first) nb = first - b;
+            if (gen) nb = 1;
+            strata_status dst = gen ? strata_session_decode_gen(sess, chunk + b, nb, logits, 1)
+                                    : strata_session_decode(sess, chunk + b, nb, logits, 1);
+            if (dst != STRATA_OK) {
                 rc = cli_fail("chunk %lld: decode: %s", (long long)c, strata_last_error());
                 goto done;
             }
@@ -308,6 +316,7 @@ int cli_cmd_perplexity(int argc, char **argv) {
     fprintf(stderr, "perplexity: %lld positions scored in %.2f s (%.1f tokens/s evaluated)\n",
             (long long)count, dt, dt > 0 ? (double)(n_chunks * n_ctx) / dt : 0.0);
     if (kls) report_kl(o.kl, kls, bi, same_top1);
+    cli_print_degrade_stats(sess);
 
 done:
     if (kl_out && fclose(kl_out) != 0 && !rc) rc = cli_fail("cannot write '%s'", o.kl_base);

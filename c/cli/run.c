@@ -208,7 +208,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
             r->ctx_full = 1;
             break;
         }
-        if (strata_session_decode(r->sess, &tok, 1, r->logits, 0) != STRATA_OK) {
+        if (strata_session_decode_gen(r->sess, &tok, 1, r->logits, 0) != STRATA_OK) {
             free(s.buf);
             return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
                             strata_last_error());
@@ -217,7 +217,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     stream_write(&s, s.len);
     free(s.buf);
     if (keep_all && pending >= 0 && strata_session_n_past(r->sess) < n_ctx) {
-        if (strata_session_decode(r->sess, &pending, 1, r->logits, 0) != STRATA_OK)
+        if (strata_session_decode_gen(r->sess, &pending, 1, r->logits, 0) != STRATA_OK)
             return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
                             strata_last_error());
     }
@@ -246,6 +246,7 @@ static int print_stats(const runner *r) {
         fprintf(stderr, "strata: generated %lld tokens, %.3f s, %.2f tok/s | peak RSS %s | %s\n",
                 (long long)r->n_gen, r->gen_s, rate((double)r->n_gen, r->gen_s),
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
+        cli_print_degrade_stats(r->sess);
     }
     if (o->stats_json) {
         FILE *f = fopen(o->stats_json, "w");

@@ -95,6 +95,10 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
     for (int64_t t = 0; t < T; t++)
         st_route_topk(s->router + t * X, X, K, hp->expert_weights_norm, s->ids + t * K, s->wts + t * K);
+    /* DEGRADE_ZERO: every routed expert of a CPU session is resident, so only the evaluation
+     * mode (every slot counted as missed) drops anything here */
+    if (s->degrade.enabled)
+        st_degrade_apply(&s->degrade, !s->gen_phase, T, K, s->ids, s->wts, NULL, &s->dstats, il);
     st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn, T, s->ids, s->wts, K, s->proj,
                s->moe_ws);
 }

@@ -18,6 +18,9 @@ strata_session_params strata_session_default_params(void) {
     p.kv_type = STRATA_TYPE_F16;
     p.n_threads = 0;
     p.backend = STRATA_BACKEND_CPU;
+    p.degrade_zero = 0;
+    p.degrade_tau = ST_DEGRADE_TAU_DEFAULT;
+    p.degrade_eval = 0;
     return p;
 }
 
@@ -121,6 +124,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
 void strata_session_free(strata_session *s) {
     if (!s) return;
     st_gpu_free(s);
+    st_degrade_stats_free(&s->dstats);
     st_threadpool_free(s->tp);
     st_kv_free(&s->kv);
     free(s->experts); free(s->dense); free(s->shexp);
@@ -148,6 +152,16 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if (p.backend != STRATA_BACKEND_CPU && p.backend != STRATA_BACKEND_CUDA)
         return st_error(STRATA_ERR_INVALID_ARG, "session option backend %d: expected %d (cpu) or %d "
                         "(cuda)", (int)p.backend, (int)STRATA_BACKEND_CPU, (int)STRATA_BACKEND_CUDA);
+    if (p.degrade_zero != 0 && p.degrade_zero != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_zero %d: expected 0 or 1",
+                        p.degrade_zero);
+    if (!(p.degrade_tau >= 0.0f && p.degrade_tau <= 1.0f))
+        return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_tau %g: expected 0..1",
+                        (double)p.degrade_tau);
+    if (p.degrade_eval && !p.degrade_zero)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
+    if (p.degrade_eval && p.backend == STRATA_BACKEND_CUDA)
+        return st_error(STRATA_ERR_UNSUPPORTED, "degrade_eval runs on CPU sessions only");
     const st_hparams *hp = &model->hp;
 
     strata_session *s = calloc(1, sizeof *s);
@@ -155,6 +169,13 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->model = model;
     s->backend = p.backend;
     s->kv_type = p.kv_type;
+    s->degrade.enabled = p.degrade_zero;
+    s->degrade.tau = p.degrade_tau;
+    s->degrade.eval = p.degrade_eval;
+    if (st_degrade_stats_init(&s->dstats, hp->n_layer) != 0) {
+        free(s);
+        return st_error(STRATA_ERR_NOMEM, "session: out of memory");
+    }
     s->n_ctx = p.n_ctx > 0 ? p.n_ctx : hp->n_ctx_train;
     if (s->n_ctx <= 0) {
         free(s);
@@ -202,6 +223,34 @@ int32_t strata_session_n_ctx(const strata_session *s) { return s ? s->n_ctx : 0;
 /* ---------------------------------------------------------------------------------------------
  * Decode
  * ------------------------------------------------------------------------------------------- */
+
+strata_status strata_session_decode_gen(strata_session *s, const strata_token *tokens, int64_t n,
+                                        float *logits, int all_logits) {
+    if (!s) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_gen: session is NULL");
+    s->gen_phase = 1;
+    strata_status st = strata_session_decode(s, tokens, n, logits, all_logits);
+    s->gen_phase = 0;
+    return st;
+}
+
+strata_status strata_session_get_stats(const strata_session *s, strata_session_stats *out) {
+    if (!s || !out) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_get_stats: NULL argument");
+    memset(out, 0, sizeof *out);
+    out->degrade_zero = s->degrade.enabled;
+    out->degrade_eval = s->degrade.eval;
+    out->degrade_tau = s->degrade.tau;
+    out->degrade_slots = s->dstats.eligible_total;
+    out->degrade_zeroed = s->dstats.zeroed_total;
+    int first = 1;
+    for (int32_t il = 0; il < s->dstats.n_layer; il++) {
+        if (s->dstats.eligible[il] == 0) continue;
+        const double share = (double)s->dstats.zeroed[il] / (double)s->dstats.eligible[il];
+        if (first || share < out->degrade_layer_min) out->degrade_layer_min = share;
+        if (first || share > out->degrade_layer_max) out->degrade_layer_max = share;
+        first = 0;
+    }
+    return STRATA_OK;
+}
 
 strata_status strata_session_decode(strata_session *s, const strata_token *tokens, int64_t n,
                                     float *logits, int all_logits) {

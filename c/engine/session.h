@@ -4,6 +4,7 @@
 #ifndef STRATA_SESSION_H
 #define STRATA_SESSION_H
 
+#include "degrade.h"
 #include "kv.h"
 #include "model.h"
 #include "ops.h"
@@ -16,6 +17,9 @@ struct strata_session {
     strata_backend_kind backend; /* CPU, or CUDA: every layer on the GPU (s->gpu) */
     st_gpu *gpu;
     strata_type kv_type;
+    st_degrade_params degrade;  /* DEGRADE_ZERO (degrade.h) */
+    st_degrade_stats dstats;
+    int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */
     int32_t n_ctx;
     int32_t n_batch;
     int n_threads;

@@ -466,9 +466,20 @@ typedef struct strata_session_params {
                                     weight and the KV cache on GPU 0 (STRATA_ERR_UNSUPPORTED at
                                     create when CUDA is unusable or the model's shape or weight
                                     types have no GPU kernel; the message says which) */
+    /* DEGRADE_ZERO (opt-in approximation, docs/DEGRADE_ZERO.md): in decode steps and verify
+     * windows of <= 4 tokens (strata_session_decode_gen, never while reading a prompt), a routed
+     * expert that missed its deadline and whose gate weight for that position is below
+     * degrade_tau is dropped; each position keeps its heaviest expert; weights are not
+     * renormalized. Experts resident on the GPU or placed on the CPU never miss, so with every
+     * expert resident it changes nothing. degrade_eval counts every routed slot as missed (the
+     * deterministic worst case, for quality tables; CPU sessions only). */
+    int degrade_zero;     /* 0 (default) or 1 */
+    float degrade_tau;    /* 0 <= tau <= 1, default 0.03 */
+    int degrade_eval;     /* 0 (default) or 1; needs degrade_zero */
 } strata_session_params;
 
-/* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU. */
+/* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
+ * degrade_tau 0.03, degrade_eval 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,
@@ -488,6 +499,27 @@ STRATA_API int32_t strata_session_n_ctx(const strata_session *session);
  * for a token id outside the vocabulary. */
 STRATA_API strata_status strata_session_decode(strata_session *session, const strata_token *tokens,
                                                int64_t n, float *logits, int all_logits);
+/* As strata_session_decode for n generated tokens: a decode step (n = 1) or a verify window of
+ * draft tokens. Opt-in approximations (degrade_zero) apply only here, and only for n <= 4; with
+ * every approximation off the result is bit-identical to strata_session_decode. */
+STRATA_API strata_status strata_session_decode_gen(strata_session *session,
+                                                   const strata_token *tokens, int64_t n,
+                                                   float *logits, int all_logits);
+
+/* What a session did, for the stats footer. */
+typedef struct strata_session_stats {
+    int degrade_zero;             /* the session's setting */
+    int degrade_eval;
+    float degrade_tau;
+    int64_t degrade_slots;        /* routed slots of decode steps where a drop was allowed */
+    int64_t degrade_zeroed;       /* slots dropped */
+    double degrade_layer_min;     /* smallest and largest per-layer share zeroed (0..1) */
+    double degrade_layer_max;
+} strata_session_stats;
+
+/* Fills *out. Thread-safe with respect to other sessions only. */
+STRATA_API strata_status strata_session_get_stats(const strata_session *session,
+                                                  strata_session_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Sampling

@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -284,3 +285,31 @@ def test_cli_no_arguments_runs_the_embedded_model(tmp_path):
     if not (CLI.parent / "models").is_dir():  # found only through the working directory
         p = subprocess.run([str(CLI)], capture_output=True, timeout=60, cwd=tmp_path)
         assert p.returncode == 2 and b"was not found" in p.stderr
+
+
+def test_cli_degrade_zero_flags_and_stats(model, tmp_path):
+    """DEGRADE_ZERO from the CLI: off by default and silent; on (env or option) it says so at
+    start-up and in the footer; with nothing missed the text is unchanged; the evaluation mode
+    changes perplexity only above tau 0; bad taus are usage errors."""
+    txt = tmp_path / "t.txt"
+    txt.write_text(TEXT * 4)
+    args = ["-m", model.path, "-p", PROMPT, "-n", 24, "--temp", 0, "--cpu", "-c", 256]
+    off = run_cli(*args)
+    assert b"DEGRADE_ZERO" not in off.stderr
+    env = dict(os.environ, DEGRADE_ZERO="1", DEGRADE_TAU="0.05")
+    on = run_cli(*args, env=env)
+    assert on.stdout == off.stdout  # every expert resident: nothing misses, nothing is dropped
+    err = on.stderr.decode()
+    assert "DEGRADE_ZERO on (an approximation)" in err and "tau 0.05" in err
+    assert "zeroed 0 of " in err
+    ev = run_cli(*args, "--degrade-eval", "--degrade-tau", "0.2").stderr.decode()
+    m = re.search(r"zeroed (\d+) of (\d+) decode slots", ev)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0
+    ppl = lambda p: float(re.search(rb"PPL = ([0-9.]+)", p.stdout).group(1))
+    pargs = ["perplexity", "-m", model.path, "-f", txt, "-c", 128, "--cpu", "--degrade-eval"]
+    p0 = ppl(run_cli(*pargs, "--degrade-tau", 0))
+    assert ppl(run_cli("perplexity", "-m", model.path, "-f", txt, "-c", 128, "--cpu")) == pytest.approx(p0, rel=1e-4)
+    assert ppl(run_cli(*pargs, "--degrade-tau", 0.2)) != p0
+    assert b"bad value '1.5' for --degrade-tau" in run_cli(*args, "--degrade-tau", 1.5, check_rc=2).stderr
+    bad = run_cli(*args, env=dict(os.environ, DEGRADE_ZERO="1", DEGRADE_TAU="x"), check_rc=1)
+    assert b"degrade_tau" in bad.stderr

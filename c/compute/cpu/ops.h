@@ -117,7 +117,8 @@ void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, i
 
 /* Workspace bytes of st_moe_ffn for T tokens, k slots, n_expert experts, widths n_embd / n_ff. */
 size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int64_t n_ff);
-/* out[t] = sum over slots s = 0..k-1 (in that order) of wts[t][s] * FFN_{ids[t][s]}(x[t]),
+/* out[t] = sum over slots s = 0..k-1 (in that order) of wts[t][s] * FFN_{ids[t][s]}(x[t]); a slot
+ * whose id is outside [0, n_expert) (a dropped slot, DEGRADE_ZERO) adds nothing,
  * FFN_e(x) = down_e(silu(gate_e x) * up_e x). Tokens are grouped per expert so each weight row is
  * read once per layer call; all experts' rows are shared out in one parallel region per stage.
  * x, out: [T][n_embd] (out is overwritten; may not alias x). ws: st_moe_wsize bytes. */

@@ -125,22 +125,33 @@ static void st_moe_combine(void *ctx, int64_t b, int64_t e, int tid) {
     const st_moe_job *j = ctx;
     for (int64_t t = b; t < e; t++) {
         float *o = j->out + t * j->n_embd;
+        int first = 1;
         for (int32_t s = 0; s < j->k; s++) {
+            const int32_t pi = j->pair_of[t * j->k + s];
+            if (pi < 0) continue; /* a dropped slot (id outside the table) adds nothing */
             const float w = j->wts[t * j->k + s];
-            const float *y = j->y + (int64_t)j->pair_of[t * j->k + s] * j->n_embd;
-            if (s == 0)
+            const float *y = j->y + (int64_t)pi * j->n_embd;
+            if (first)
                 for (int64_t i = 0; i < j->n_embd; i++) o[i] = w * y[i];
             else
                 for (int64_t i = 0; i < j->n_embd; i++) o[i] += w * y[i];
+            first = 0;
         }
+        if (first) memset(o, 0, sizeof(float) * (size_t)j->n_embd);
     }
 }
 
 void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
                 int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
-    const st_expert *e0 = &experts[ids[0]];
-    const int64_t n_embd = e0->gate.ne[0], n_ff = e0->gate.ne[1];
     const size_t P = (size_t)T * (size_t)k;
+    size_t first_valid = 0;
+    while (first_valid < P && (ids[first_valid] < 0 || ids[first_valid] >= n_expert)) first_valid++;
+    if (first_valid == P) { /* every slot dropped: nothing to compute */
+        memset(out, 0, sizeof(float) * (size_t)T * (size_t)experts[0].down.ne[1]);
+        return;
+    }
+    const st_expert *e0 = &experts[ids[first_valid]];
+    const int64_t n_embd = e0->gate.ne[0], n_ff = e0->gate.ne[1];
     uint8_t *p = ws;
     int64_t *counts = (int64_t *)p;
     int64_t *offs = counts + n_expert;
@@ -163,7 +174,8 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
 
     /* group (token, slot) pairs by expert: counting sort, stable in (token, slot) order */
     memset(counts, 0, sizeof(int64_t) * (size_t)n_expert);
-    for (size_t i = 0; i < P; i++) counts[ids[i]]++;
+    for (size_t i = 0; i < P; i++)
+        if (ids[i] >= 0 && ids[i] < n_expert) counts[ids[i]]++;
     int32_t n_active = 0;
     offs[0] = 0;
     for (int32_t e = 0; e < n_expert; e++) {
@@ -172,6 +184,7 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
         counts[e] = offs[e]; /* reused as the fill cursor */
     }
     for (size_t i = 0; i < P; i++) {
+        if (ids[i] < 0 || ids[i] >= n_expert) { pair_of[i] = -1; continue; }
         int64_t at = counts[ids[i]]++;
         pair_tok[at] = (int32_t)(i / (size_t)k);
         pair_of[i] = (int32_t)at;
