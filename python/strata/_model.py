@@ -31,17 +31,21 @@ class Model:
     Parameters: n_ctx (0: the model's training context), n_threads (0: all cores), n_batch
     (prompt tokens per forward pass, default 512), kv_type ("f16" or "f32"), backend ("cpu", or
     "cuda": every weight and the KV cache on the GPU; creating the session raises where CUDA is
-    unusable), vocab_only (only the
+    unusable), degrade_zero / degrade_tau / degrade_eval (the DEGRADE_ZERO approximation,
+    docs/DEGRADE_ZERO.md; generated tokens only), vocab_only (only the
     tokenizer; generate/logits then raise), use_mmap."""
 
     def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,
                  kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True,
-                 backend: str = "cpu"):
+                 backend: str = "cpu", degrade_zero: bool = False, degrade_tau: float = 0.03,
+                 degrade_eval: bool = False):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
             raise ValueError(f"backend must be 'cpu' or 'cuda', not {backend!r}")
         self.backend = backend
+        self.degrade_zero, self.degrade_tau = bool(degrade_zero or degrade_eval), float(degrade_tau)
+        self.degrade_eval = bool(degrade_eval)
         self.path = str(path)
         self._ptr = ffi.NULL
         self._keep = ffi.NULL  # the session logits(keep=True) appends to
@@ -173,6 +177,8 @@ class Model:
         sp.kv_type = _KV_TYPES[self.kv_type]
         sp.backend = lib.STRATA_BACKEND_CUDA if self.backend == "cuda" else lib.STRATA_BACKEND_CPU
         sp.n_threads = self.n_threads
+        sp.degrade_zero, sp.degrade_tau = int(self.degrade_zero), self.degrade_tau
+        sp.degrade_eval = int(self.degrade_eval)
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),
               "strata_session_create")
@@ -294,7 +300,8 @@ class Model:
                 if lib.strata_session_n_past(sess) >= n_ctx:
                     self.last_stop = "context"
                     break
-                check(lib.strata_session_decode(sess, tok, 1, logits, 0), "strata_session_decode")
+                check(lib.strata_session_decode_gen(sess, tok, 1, logits, 0),
+                      "strata_session_decode_gen")
             if self.last_stop != "stop":
                 pending += dec.decode(b"", final=True)
             if prev is not None:
