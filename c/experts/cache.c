@@ -1,0 +1,161 @@
+/* cache.c - the GPU expert cache's slot states, residency policy (frequency-pinned hot set + LRU)
+ * and counters (cache.h). */
+#include "cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int st_cache_init(st_expert_cache *ec, int32_t n_layer, int32_t n_expert, int32_t n_slots,
+                  int32_t pin_slots, int32_t rebalance) {
+    memset(ec, 0, sizeof *ec);
+    if (n_layer < 1 || n_expert < 1 || n_slots < 1 || pin_slots < 0 || pin_slots > n_slots ||
+        rebalance < 1 || (int64_t)n_layer * n_expert > (1 << 30))
+        return -1;
+    const size_t n = (size_t)n_layer * (size_t)n_expert;
+    ec->n_layer = n_layer;
+    ec->n_expert = n_expert;
+    ec->n_slots = n_slots;
+    ec->pin_slots = pin_slots;
+    ec->rebalance = rebalance;
+    ec->slots = calloc((size_t)n_slots, sizeof *ec->slots);
+    ec->where = malloc(n * sizeof *ec->where);
+    ec->uses = calloc(n, sizeof *ec->uses);
+    ec->hot = calloc(n, 1);
+    if (!ec->slots || !ec->where || !ec->uses || !ec->hot) {
+        st_cache_free(ec);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) ec->where[i] = -1;
+    for (int32_t s = 0; s < n_slots; s++) ec->slots[s].layer = ec->slots[s].expert = -1;
+    return 0;
+}
+
+void st_cache_free(st_expert_cache *ec) {
+    if (!ec) return;
+    free(ec->slots);
+    free(ec->where);
+    free(ec->uses);
+    free(ec->hot);
+    memset(ec, 0, sizeof *ec);
+}
+
+static int32_t st_cache_index(const st_expert_cache *ec, int32_t layer, int32_t expert) {
+    if (layer < 0 || layer >= ec->n_layer || expert < 0 || expert >= ec->n_expert) return -1;
+    return layer * ec->n_expert + expert;
+}
+
+static int st_cmp_desc(const void *a, const void *b) {
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The hot set: the pin_slots experts with the highest use counts (ties: lower index first, zero
+ * counts never), then every count halves. */
+static void st_cache_rebalance(st_expert_cache *ec) {
+    const size_t n = (size_t)ec->n_layer * (size_t)ec->n_expert;
+    memset(ec->hot, 0, n);
+    if (ec->pin_slots > 0) {
+        uint32_t *tmp = malloc(n * sizeof *tmp);
+        if (tmp) { /* no memory: no hot set until the next rebalance */
+            memcpy(tmp, ec->uses, n * sizeof *tmp);
+            qsort(tmp, n, sizeof *tmp, st_cmp_desc);
+            uint32_t thr = tmp[(size_t)ec->pin_slots - 1 < n ? (size_t)ec->pin_slots - 1 : n - 1];
+            free(tmp);
+            if (thr == 0) thr = 1;
+            int32_t left = ec->pin_slots;
+            for (size_t i = 0; i < n && left > 0; i++)
+                if (ec->uses[i] > thr) { ec->hot[i] = 1; left--; }
+            for (size_t i = 0; i < n && left > 0; i++)
+                if (ec->uses[i] == thr) { ec->hot[i] = 1; left--; }
+        }
+    }
+    for (size_t i = 0; i < n; i++) ec->uses[i] >>= 1;
+}
+
+int32_t st_cache_lookup(st_expert_cache *ec, int32_t layer, int32_t expert) {
+    const int32_t i = st_cache_index(ec, layer, expert);
+    if (i < 0) return -1;
+    ec->clock++;
+    ec->c.lookups++;
+    if (ec->uses[i] < UINT32_MAX) ec->uses[i]++;
+    if (ec->c.lookups % ec->rebalance == 0) st_cache_rebalance(ec);
+    const int32_t s = ec->where[i];
+    if (s < 0) {
+        ec->c.misses++;
+        return -1;
+    }
+    st_slot *sl = &ec->slots[s];
+    if (sl->state != ST_SLOT_READY) { /* still being filled: a miss (a late prefetch) */
+        ec->c.misses++;
+        if (sl->prefetched) { ec->c.prefetch_hits_late++; sl->prefetched = 0; }
+        return -1;
+    }
+    ec->c.hits++;
+    if (sl->prefetched) { ec->c.prefetch_hits_timely++; sl->prefetched = 0; }
+    sl->last_use = ec->clock;
+    return s;
+}
+
+st_slot_state st_cache_state_of(const st_expert_cache *ec, int32_t layer, int32_t expert) {
+    const int32_t i = st_cache_index(ec, layer, expert);
+    if (i < 0 || ec->where[i] < 0) return ST_SLOT_EMPTY;
+    return ec->slots[ec->where[i]].state;
+}
+
+int32_t st_cache_claim(st_expert_cache *ec, int32_t layer, int32_t expert, int prefetch) {
+    const int32_t i = st_cache_index(ec, layer, expert);
+    if (i < 0 || ec->where[i] >= 0) return -1;
+    int32_t pick = -1;
+    for (int32_t s = 0; s < ec->n_slots && pick < 0; s++)
+        if (ec->slots[s].state == ST_SLOT_EMPTY) pick = s;
+    if (pick < 0) { /* the least recently used READY slot that is neither held nor pinned */
+        for (int32_t s = 0; s < ec->n_slots; s++) {
+            const st_slot *sl = &ec->slots[s];
+            if (sl->state != ST_SLOT_READY || sl->users > 0) continue;
+            if (ec->hot[sl->layer * ec->n_expert + sl->expert]) continue;
+            if (pick < 0 || sl->last_use < ec->slots[pick].last_use) pick = s;
+        }
+        if (pick < 0) return -1;
+        st_slot *old = &ec->slots[pick];
+        ec->where[old->layer * ec->n_expert + old->expert] = -1;
+        ec->c.evictions++;
+    }
+    st_slot *sl = &ec->slots[pick];
+    sl->state = ST_SLOT_LOADING;
+    sl->layer = layer;
+    sl->expert = expert;
+    sl->users = 0;
+    sl->prefetched = prefetch != 0;
+    sl->last_use = ec->clock;
+    ec->where[i] = pick;
+    if (prefetch) ec->c.prefetch_claims++;
+    return pick;
+}
+
+int st_cache_publish(st_expert_cache *ec, int32_t slot) {
+    if (slot < 0 || slot >= ec->n_slots || ec->slots[slot].state != ST_SLOT_LOADING) return -1;
+    ec->slots[slot].state = ST_SLOT_READY;
+    return 0;
+}
+
+int st_cache_abort(st_expert_cache *ec, int32_t slot) {
+    if (slot < 0 || slot >= ec->n_slots || ec->slots[slot].state != ST_SLOT_LOADING) return -1;
+    st_slot *sl = &ec->slots[slot];
+    ec->where[sl->layer * ec->n_expert + sl->expert] = -1;
+    sl->state = ST_SLOT_EMPTY;
+    sl->layer = sl->expert = -1;
+    sl->prefetched = 0;
+    return 0;
+}
+
+int st_cache_acquire(st_expert_cache *ec, int32_t slot) {
+    if (slot < 0 || slot >= ec->n_slots || ec->slots[slot].state != ST_SLOT_READY) return -1;
+    ec->slots[slot].users++;
+    return 0;
+}
+
+int st_cache_release(st_expert_cache *ec, int32_t slot) {
+    if (slot < 0 || slot >= ec->n_slots || ec->slots[slot].users <= 0) return -1;
+    ec->slots[slot].users--;
+    return 0;
+}

@@ -1,0 +1,79 @@
+/* cache.h - the bookkeeping of the GPU expert cache (no CUDA here): n_slots slots, each sized for
+ * the model's largest expert and holding at most one expert (layer, id) at a time; the slot states;
+ * the residency policy (a frequency-pinned hot set plus LRU for the rest); hit, miss and prefetch
+ * counters. The placement code drives it: it claims a slot before copying an expert's bytes into
+ * it, publishes it when the copy completed, and reads a slot only while it is READY.
+ *
+ * Slot states and transitions (every other transition is refused with -1):
+ *
+ *     EMPTY --claim--> LOADING --publish--> READY --claim (evicted for another expert)--> LOADING
+ *                         \--abort--> EMPTY
+ *
+ *   - a LOADING slot is never returned by lookup: a consumer cannot read a slot being filled;
+ *   - a READY slot held by a consumer (acquire .. release) or pinned in the hot set is never
+ *     evicted; victims are the least recently used READY slots outside both, EMPTY slots first;
+ *   - the hot set: every `rebalance` lookups the experts with the highest use counts, up to
+ *     pin_slots of them, are pinned while resident (counts halve at each rebalance, so the set
+ *     follows a drifting workload).
+ *
+ * Not thread-safe: one owner (the placement thread) calls everything. */
+#ifndef STRATA_EXPERT_CACHE_H
+#define STRATA_EXPERT_CACHE_H
+
+#include <stdint.h>
+
+typedef enum { ST_SLOT_EMPTY = 0, ST_SLOT_LOADING = 1, ST_SLOT_READY = 2 } st_slot_state;
+
+typedef struct {
+    st_slot_state state;
+    int32_t layer, expert;     /* owner; -1 when EMPTY */
+    int32_t users;             /* acquire count */
+    int prefetched;            /* claimed by a prefetch and not yet looked up */
+    uint64_t last_use;         /* lookup clock of the last hit (LRU) */
+} st_slot;
+
+typedef struct {
+    int64_t lookups, hits, misses;      /* a lookup of a LOADING slot counts as a miss (late) */
+    int64_t prefetch_claims;            /* slots claimed by prefetches */
+    int64_t prefetch_hits_timely;       /* first lookup after a prefetch found it READY */
+    int64_t prefetch_hits_late;         /* ... found it still LOADING */
+    int64_t evictions;                  /* READY slots given to another expert */
+} st_cache_counters;
+
+typedef struct {
+    int32_t n_layer, n_expert, n_slots, pin_slots;
+    int32_t rebalance;                  /* lookups between hot-set updates */
+    st_slot *slots;                     /* [n_slots] */
+    int32_t *where;                     /* [n_layer * n_expert] slot of each expert, -1 if none */
+    uint32_t *uses;                     /* [n_layer * n_expert] decayed use counts */
+    uint8_t *hot;                       /* [n_layer * n_expert] 1: in the pinned hot set */
+    uint64_t clock;
+    st_cache_counters c;
+} st_expert_cache;
+
+/* pin_slots <= n_slots experts may be pinned (0: pure LRU); rebalance >= 1. 0 on success, -1 on a
+ * bad argument or no memory. */
+int st_cache_init(st_expert_cache *ec, int32_t n_layer, int32_t n_expert, int32_t n_slots,
+                  int32_t pin_slots, int32_t rebalance);
+void st_cache_free(st_expert_cache *ec);
+
+/* The slot holding (layer, expert) READY, or -1 (absent, or still LOADING). Counts a lookup, a hit
+ * or a miss, and the expert's use (for the hot set). */
+int32_t st_cache_lookup(st_expert_cache *ec, int32_t layer, int32_t expert);
+/* The state of (layer, expert): EMPTY when it has no slot. No counting. */
+st_slot_state st_cache_state_of(const st_expert_cache *ec, int32_t layer, int32_t expert);
+
+/* Claims a slot for (layer, expert), which must have none: an EMPTY slot, else the LRU READY slot
+ * that is neither held nor pinned (its old expert is evicted). The slot becomes LOADING. Returns
+ * the slot, or -1 when the expert already has a slot or no slot can be taken. */
+int32_t st_cache_claim(st_expert_cache *ec, int32_t layer, int32_t expert, int prefetch);
+/* LOADING -> READY once the copy completed (0), or -1 if the slot is not LOADING. */
+int st_cache_publish(st_expert_cache *ec, int32_t slot);
+/* LOADING -> EMPTY after a failed copy (0), or -1 if the slot is not LOADING. */
+int st_cache_abort(st_expert_cache *ec, int32_t slot);
+
+/* A consumer holds a READY slot while it computes with it (0), or -1 if not READY. */
+int st_cache_acquire(st_expert_cache *ec, int32_t slot);
+int st_cache_release(st_expert_cache *ec, int32_t slot);
+
+#endif /* STRATA_EXPERT_CACHE_H */
