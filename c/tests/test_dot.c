@@ -304,8 +304,47 @@ static void test_args(void) {
     CHECK(st_vec_dot_at(STRATA_TYPE_Q8_0, (strata_cpu_isa)5) == NULL, "no kernel at a non-level");
 }
 
+/* (d) the several-row kernels: bit-identical to the single-row kernel of the same level for every
+ * row count, row length and activation stride (the prefill and grouped-expert paths rely on it). */
+static void test_multi_rows(void) {
+    int found = 0;
+    test_rng rng = {777};
+    static _Alignas(64) unsigned char acts[ST_DOT_MAX_COLS][MAX_N * 2];
+    for (size_t ti = 0; ti < ST_ARRAY_LEN(dot_types); ti++) {
+        const dot_type *dt = &dot_types[ti];
+        st_vec_dot_n_fn dn = st_vec_dot_n_get(dt->type);
+        if (!dn) continue;
+        found++;
+        st_vec_dot_fn d1 = st_vec_dot_get(dt->type);
+        int same = 1;
+        for (int rep = 0; rep < 40; rep++) {
+            const int64_t n = strata_type_block_size(dt->type) * (1 + (int64_t)(test_rng_next(&rng) % 24));
+            random_row(dt, n, &rng, g_row, -1);
+            const size_t ab = (size_t)strata_row_bytes(strata_act_type(dt->type), n);
+            for (int c = 0; c < ST_DOT_MAX_COLS; c++) {
+                for (int64_t i = 0; i < n; i++) g_x[i] = 4.0f * test_rng_float(&rng);
+                make_act(dt->type, g_x, n, acts[c], g_xd);
+            }
+            /* activation rows ab apart: copy them contiguous */
+            static _Alignas(64) unsigned char packed[ST_DOT_MAX_COLS * MAX_N * 2];
+            for (int c = 0; c < ST_DOT_MAX_COLS; c++) memcpy(packed + (size_t)c * ab, acts[c], ab);
+            for (int nc = 1; nc <= ST_DOT_MAX_COLS; nc++) {
+                float got[ST_DOT_MAX_COLS], want;
+                dn(n, got, g_row, packed, ab, nc);
+                for (int c = 0; c < nc; c++) {
+                    d1(n, &want, g_row, acts[c]);
+                    same &= memcmp(&want, &got[c], sizeof want) == 0;
+                }
+            }
+        }
+        CHECK(same, "%s: several-row kernel bit-identical to the single-row one", strata_type_name(dt->type));
+    }
+    if (!found) SKIP("no several-row kernels at this CPU's ISA level (AVX-512 VNNI has them)");
+}
+
 int main(void) {
     test_isa();
+    test_multi_rows();
     test_args();
     test_kernels();
     /* again at the scalar level: the public path through the fallback table */

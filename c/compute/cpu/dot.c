@@ -19,6 +19,7 @@
 
 static st_vec_dot_fn st_tables[ST_ISA_LEVELS][STRATA_TYPE_COUNT];   /* exactly this level */
 static st_vec_dot_fn st_resolved[ST_ISA_LEVELS][STRATA_TYPE_COUNT]; /* this level or below */
+static st_vec_dot_n_fn st_tables_n[ST_ISA_LEVELS][STRATA_TYPE_COUNT]; /* several rows, this level */
 static pthread_once_t st_tables_once = PTHREAD_ONCE_INIT;
 
 static void st_tables_init(void) {
@@ -27,8 +28,10 @@ static void st_tables_init(void) {
 #if defined(__x86_64__) || defined(__i386__)
     if (f->avx2 && f->fma && f->f16c) st_dot_register_avx2(st_tables[STRATA_ISA_AVX2]);
     if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq &&
-        f->avx512vnni)
+        f->avx512vnni) {
         st_dot_register_avx512(st_tables[STRATA_ISA_AVX512]);
+        st_dotn_register_avx512(st_tables_n[STRATA_ISA_AVX512]);
+    }
 #else
     (void)f;
 #endif
@@ -60,6 +63,15 @@ st_vec_dot_fn st_vec_dot_get(strata_type type) {
     pthread_once(&st_tables_once, st_tables_init);
     if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
     return st_resolved[(int)strata_cpu_isa_active()][type];
+}
+
+st_vec_dot_n_fn st_vec_dot_n_get(strata_type type) {
+    pthread_once(&st_tables_once, st_tables_init);
+    if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
+    const int lvl = (int)strata_cpu_isa_active();
+    /* only where the single-row kernel in use is this level's own: then the bits agree */
+    if (lvl < 0 || lvl >= ST_ISA_LEVELS || st_resolved[lvl][type] != st_tables[lvl][type]) return NULL;
+    return st_tables_n[lvl][type];
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -10,16 +10,28 @@
  * (strata_act_type). n is a multiple of the block size; no argument checks here. */
 typedef void (*st_vec_dot_fn)(int64_t n, float *out, const void *w, const void *xq);
 
+/* Several activation rows against one weight row: out[c] = dot(w, xq + c * xq_stride) for
+ * c < nc (1..ST_DOT_MAX_COLS), each bit-identical to the type's single-row kernel of the same ISA
+ * level. The weight row is unpacked once for all nc rows (prefill, grouped experts). */
+#define ST_DOT_MAX_COLS 4
+typedef void (*st_vec_dot_n_fn)(int64_t n, float *out, const void *w, const void *xq,
+                                size_t xq_stride, int nc);
+
 /* Each fills the entries it implements of table[STRATA_TYPE_COUNT] and leaves the rest alone. */
 void st_dot_register_scalar(st_vec_dot_fn *table);
 void st_dot_register_avx2(st_vec_dot_fn *table);
 void st_dot_register_avx512(st_vec_dot_fn *table);
+void st_dotn_register_avx512(st_vec_dot_n_fn *table);
 
 /* The kernel for type at exactly this ISA level (NULL if that level has none), for tests and
  * benchmarks that compare levels. */
 st_vec_dot_fn st_vec_dot_at(strata_type type, strata_cpu_isa isa);
 /* The kernel strata_vec_dot uses now (best available level at or below the active one). */
 st_vec_dot_fn st_vec_dot_get(strata_type type);
+
+/* The several-row kernel matching st_vec_dot_get(type) (same ISA level, so the same bits), or NULL
+ * when that level has none for type (callers then loop the single-row kernel). */
+st_vec_dot_n_fn st_vec_dot_n_get(strata_type type);
 
 /* CPU features, probed once (cpuid + OS support). */
 typedef struct {

@@ -354,6 +354,67 @@ static inline void st_dot_q45_K(int64_t n, float *out, const block_q4_K *b4, con
     *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
 }
 
+/* The same for NC activation rows (y + c * ys bytes, c < NC) against one weight row: the nibbles,
+ * high bits and scales of each super-block are unpacked once and applied to every row, and each
+ * row's arithmetic is the single-row kernel's, instruction for instruction (bit-identical). */
+static inline void st_dot_q45_K_cols(int64_t n, float *out, const block_q4_K *b4,
+                                     const block_q5_K *b5, const uint8_t *y0, size_t ys, const int NC) {
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512(), sixteen = _mm512_set1_epi8(16);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512i idx[4], bits[4];
+    for (int t = 0; t < 4; t++) { idx[t] = st_idx_g32(t); bits[t] = st_bitsel(t); }
+    __m512 acc[ST_DOT_MAX_COLS], accm[ST_DOT_MAX_COLS];
+    for (int c = 0; c < NC; c++) { acc[c] = _mm512_setzero_ps(); accm[c] = _mm512_setzero_ps(); }
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales;
+        const uint8_t *qs = b5 ? b5[i].qs : b4[i].qs;
+        const uint16_t d = b5 ? b5[i].d : b4[i].d, dmin = b5 ? b5[i].dmin : b4[i].dmin;
+        uint64_t sc8, mn8;
+        st_k4_scales(scales, &sc8, &mn8);
+        const __m512i scv = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn8), dup));
+        const __m512i qh = b5 ? st_bcast_256(b5[i].qh) : z;
+        __m512i u[4], sct[4];
+        for (int t = 0; t < 4; t++) {
+            u[t] = st_nibbles_256(qs + 32 * t);
+            if (b5) u[t] = _mm512_mask_add_epi8(u[t], _mm512_test_epi8_mask(qh, bits[t]), u[t], sixteen);
+            sct[t] = _mm512_permutexvar_epi16(idx[t], scv);
+        }
+        for (int c = 0; c < NC; c++) {
+            const block_q8_K *y = (const block_q8_K *)(y0 + (size_t)c * ys) + i;
+            const __m256i mprod = _mm256_madd_epi16(st_q8_K_bsums(y), mn16);
+            __m512i isum = z;
+            for (int t = 0; t < 4; t++)
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u[t], st_q8_K_x(y, t)), sct[t]);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(y->d * st_h2f(d)), acc[c]);
+            accm[c] = _mm512_fmadd_ps(st_cvt256_ps(mprod), _mm512_set1_ps(y->d * st_h2f(dmin)), accm[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) out[c] = _mm512_reduce_add_ps(acc[c]) - _mm512_reduce_add_ps(accm[c]);
+}
+
+/* Dispatch on the column count so each NC is its own unrolled copy. */
+#define ST_COLS_SWITCH(call)                                                                   \
+    switch (nc) {                                                                              \
+    case 1: call(1); break;                                                                    \
+    case 2: call(2); break;                                                                    \
+    case 3: call(3); break;                                                                    \
+    default: call(4); break;                                                                   \
+    }
+
+static void st_dotn_q4_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
+#define ST_Q4K(NC) st_dot_q45_K_cols(n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys, NC)
+    ST_COLS_SWITCH(ST_Q4K)
+#undef ST_Q4K
+}
+
+static void st_dotn_q5_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
+#define ST_Q5K(NC) st_dot_q45_K_cols(n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys, NC)
+    ST_COLS_SWITCH(ST_Q5K)
+#undef ST_Q5K
+}
+
 static void st_dot_q4_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
     st_dot_q45_K(n, out, (const block_q4_K *)w, NULL, (const block_q8_K *)xq);
 }
@@ -394,6 +455,50 @@ static void st_dot_q6_K_avx512(int64_t n, float *out, const void *w, const void 
         accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(32.0f * dd), accm);
     }
     *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* Q6_K for NC activation rows, bit-identical per row to st_dot_q6_K_avx512 (see above). */
+static inline void st_dot_q6_K_cols(int64_t n, float *out, const block_q6_K *b, const uint8_t *y0,
+                                    size_t ys, const int NC) {
+    const int64_t nb = n / QK_K;
+    const __m512i z = _mm512_setzero_si512();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
+    __m512i idx[4], sh[2];
+    for (int t = 0; t < 4; t++) idx[t] = st_idx_g16(t);
+    for (int s = 0; s < 2; s++) sh[s] = st_shift_2bit(s);
+    __m512 acc[ST_DOT_MAX_COLS], accm[ST_DOT_MAX_COLS];
+    for (int c = 0; c < NC; c++) { acc[c] = _mm512_setzero_ps(); accm[c] = _mm512_setzero_ps(); }
+    for (int64_t i = 0; i < nb; i++, b++) {
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        const __m512i scv = _mm512_zextsi256_si512(sc16);
+        __m512i u[4], sct[4];
+        for (int t = 0; t < 4; t++) {
+            const int h = t >> 1, s = t & 1;
+            const __m512i ql = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
+            const __m512i lo = _mm512_and_si512(s ? _mm512_srli_epi16(ql, 4) : ql, m4);
+            const __m512i qh = st_bcast_256(b->qh + 32 * h);
+            const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, sh[s]), m2);
+            u[t] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+            sct[t] = _mm512_permutexvar_epi16(idx[t], scv);
+        }
+        for (int c = 0; c < NC; c++) {
+            const block_q8_K *y = (const block_q8_K *)(y0 + (size_t)c * ys) + i;
+            const __m256i oprod = _mm256_madd_epi16(st_q8_K_bsums(y), sc16);
+            __m512i isum = z;
+            for (int t = 0; t < 4; t++)
+                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u[t], st_q8_K_x(y, t)), sct[t]);
+            const float dd = y->d * st_h2f(b->d);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), acc[c]);
+            accm[c] = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(32.0f * dd), accm[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) out[c] = _mm512_reduce_add_ps(acc[c]) - _mm512_reduce_add_ps(accm[c]);
+}
+
+static void st_dotn_q6_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
+#define ST_Q6K(NC) st_dot_q6_K_cols(n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys, NC)
+    ST_COLS_SWITCH(ST_Q6K)
+#undef ST_Q6K
 }
 
 /* Q2_K: weight 128h + 32k + l = bits 2k.. of qs[32h + l]; per 16 weights a 4-bit scale (low
@@ -622,6 +727,12 @@ static void st_dot_iq3_s_avx512(int64_t n, float *out, const void *w, const void
 /* ---------------------------------------------------------------------------------------------
  * Registration
  * ------------------------------------------------------------------------------------------- */
+
+void st_dotn_register_avx512(st_vec_dot_n_fn *table) {
+    table[STRATA_TYPE_Q4_K] = st_dotn_q4_K_avx512;
+    table[STRATA_TYPE_Q5_K] = st_dotn_q5_K_avx512;
+    table[STRATA_TYPE_Q6_K] = st_dotn_q6_K_avx512;
+}
 
 void st_dot_register_avx512(st_vec_dot_fn *table) {
     table[STRATA_TYPE_F32] = st_dot_f32_avx512;

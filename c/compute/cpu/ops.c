@@ -172,6 +172,7 @@ typedef struct {
     const uint8_t *xq[ST_MM_MAX];    /* activations for each matrix */
     size_t xq_rb[ST_MM_MAX];         /* their row stride */
     st_vec_dot_fn dot[ST_MM_MAX];
+    st_vec_dot_n_fn dotn[ST_MM_MAX];   /* several tokens per weight row, or NULL */
     int64_t T;
 } st_mm_job;
 
@@ -187,11 +188,20 @@ static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {
         const int64_t n = w->ne[0];
         const int64_t r0 = b - j->first[m], r1 = end - j->first[m];
         const st_vec_dot_fn dot = j->dot[m];
+        const st_vec_dot_n_fn dotn = j->dotn[m];
         for (int64_t t0 = 0; t0 < j->T; t0 += ST_MM_TOK_BLOCK) {
             const int64_t t1 = t0 + ST_MM_TOK_BLOCK < j->T ? t0 + ST_MM_TOK_BLOCK : j->T;
             for (int64_t r = r0; r < r1; r++) {
                 const void *row = w->data + (size_t)r * w->row_bytes;
-                for (int64_t t = t0; t < t1; t++)
+                int64_t t = t0;
+                if (dotn) /* ST_DOT_MAX_COLS tokens per pass over the row: the same bits */
+                    for (; t + 1 < t1; t += ST_DOT_MAX_COLS) {
+                        const int nc = (int)(t1 - t < ST_DOT_MAX_COLS ? t1 - t : ST_DOT_MAX_COLS);
+                        float o[ST_DOT_MAX_COLS];
+                        dotn(n, o, row, j->xq[m] + (size_t)t * j->xq_rb[m], j->xq_rb[m], nc);
+                        for (int c = 0; c < nc; c++) mm->y[(t + c) * mm->ldy + r] = o[c];
+                    }
+                for (; t < t1; t++)
                     dot(n, &mm->y[t * mm->ldy + r], row, j->xq[m] + (size_t)t * j->xq_rb[m]);
             }
         }
@@ -222,6 +232,7 @@ void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const flo
         j.xq[m] = slot_ptr[s];
         j.xq_rb[m] = st_act_bytes(wt, n, 1);
         j.dot[m] = st_vec_dot_get(wt);
+        j.dotn[m] = st_vec_dot_n_get(wt);
         j.first[m + 1] = j.first[m] + mats[m].w->ne[1];
     }
     const int64_t rows = j.first[n_mats];

@@ -52,6 +52,7 @@ size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int6
     sz += st_align64(sizeof(float) * P * (size_t)n_ff);              /* h */
     sz += st_align64(sizeof(float) * P * (size_t)n_ff);              /* hq (<= f32) */
     sz += st_align64(sizeof(float) * P * (size_t)n_embd);            /* y */
+    sz += st_align64(P * (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, (n_embd + 255) / 256 * 256)); /* xg */
     return sz;
 }
 
@@ -65,13 +66,23 @@ typedef struct {
     int32_t k;
     int64_t n_embd, n_ff;
     const uint8_t *xq_g, *xq_u; size_t rb_g, rb_u;
+    uint8_t *xg;               /* [P][rb_g] x's activation rows in pair order (several-row kernels) */
     float *h;                  /* [P][n_ff] */
     uint8_t *hq; size_t rb_h;  /* [P][rb_h] */
     float *y;                  /* [P][n_embd] */
     float *out;                /* [T][n_embd] */
     strata_type down_type;
     st_vec_dot_fn dot_g, dot_u, dot_d;
+    st_vec_dot_n_fn dotn_gu, dotn_d;   /* several pairs per weight row (same bits), or NULL */
 } st_moe_job;
+
+/* Stage 0 (with several-row kernels): each pair's activation row copied into pair order. */
+static void st_moe_gather(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_moe_job *j = ctx;
+    for (int64_t i = b; i < e; i++)
+        memcpy(j->xg + (size_t)i * j->rb_g, j->xq_g + (size_t)j->pair_tok[i] * j->rb_g, j->rb_g);
+}
 
 /* Stage 1: rows of gate/up of every active expert; global row = active index * n_ff + row. */
 static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
@@ -82,7 +93,18 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
         const int64_t r = g % j->n_ff;
         const st_expert *x = &j->experts[ex];
         const void *wg = st_tensor_row(&x->gate, 0, r), *wu = st_tensor_row(&x->up, 0, r);
-        for (int64_t i = j->offs[ex]; i < j->offs[ex + 1]; i++) {
+        int64_t i = j->offs[ex];
+        if (j->dotn_gu) /* gate and up share the activation type: up to 4 pairs per row pass */
+            for (; i + 1 < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
+                const int64_t left = j->offs[ex + 1] - i;
+                const int nc = (int)(left < ST_DOT_MAX_COLS ? left : ST_DOT_MAX_COLS);
+                float vg[ST_DOT_MAX_COLS], vu[ST_DOT_MAX_COLS];
+                const uint8_t *xr = j->xg + (size_t)i * j->rb_g;
+                j->dotn_gu(j->n_embd, vg, wg, xr, j->rb_g, nc);
+                j->dotn_gu(j->n_embd, vu, wu, xr, j->rb_g, nc);
+                for (int c = 0; c < nc; c++) j->h[(i + c) * j->n_ff + r] = st_silu(vg[c]) * vu[c];
+            }
+        for (; i < j->offs[ex + 1]; i++) {
             const int64_t t = j->pair_tok[i];
             float vg, vu;
             j->dot_g(j->n_embd, &vg, wg, j->xq_g + (size_t)t * j->rb_g);
@@ -114,7 +136,16 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
         const int32_t ex = j->active[g / j->n_embd];
         const int64_t r = g % j->n_embd;
         const void *wd = st_tensor_row(&j->experts[ex].down, 0, r);
-        for (int64_t i = j->offs[ex]; i < j->offs[ex + 1]; i++)
+        int64_t i = j->offs[ex];
+        if (j->dotn_d)
+            for (; i + 1 < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
+                const int64_t left = j->offs[ex + 1] - i;
+                const int nc = (int)(left < ST_DOT_MAX_COLS ? left : ST_DOT_MAX_COLS);
+                float o[ST_DOT_MAX_COLS];
+                j->dotn_d(j->n_ff, o, wd, j->hq + (size_t)i * j->rb_h, j->rb_h, nc);
+                for (int c = 0; c < nc; c++) j->y[(i + c) * j->n_embd + r] = o[c];
+            }
+        for (; i < j->offs[ex + 1]; i++)
             j->dot_d(j->n_ff, &j->y[i * j->n_embd + r], wd, j->hq + (size_t)i * j->rb_h);
     }
 }
@@ -171,6 +202,8 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     uint8_t *hq = p;
     p += st_align64(sizeof(float) * P * (size_t)n_ff);
     float *y = (float *)p;
+    p += st_align64(sizeof(float) * P * (size_t)n_embd);
+    uint8_t *xg = p;
 
     /* group (token, slot) pairs by expert: counting sort, stable in (token, slot) order */
     memset(counts, 0, sizeof(int64_t) * (size_t)n_expert);
@@ -222,6 +255,13 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     j.dot_g = st_vec_dot_get(tg);
     j.dot_u = st_vec_dot_get(tu);
     j.dot_d = st_vec_dot_get(td);
+    /* several-row kernels: gate and up of one type (one gathered activation copy), down */
+    j.dotn_gu = tg == tu && T > 1 ? st_vec_dot_n_get(tg) : NULL;
+    j.dotn_d = T > 1 ? st_vec_dot_n_get(td) : NULL;
+    j.xg = xg;
+    if (j.dotn_gu)
+        st_threadpool_run(tp, (int64_t)P, (int64_t)P * (int64_t)j.rb_g < 65536 ? (int64_t)P
+                          : st_threadpool_chunk(tp, (int64_t)P, 2, 1), st_moe_gather, &j);
 
     const int64_t rows_gu = (int64_t)n_active * n_ff;
     st_threadpool_run(tp, rows_gu, st_threadpool_chunk(tp, rows_gu, 8, 2), st_moe_gate_up, &j);
