@@ -149,8 +149,13 @@ int cli_cmd_bench(int argc, char **argv) {
     const char *name = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
     printf("| model | size | backend | threads | test | t/s | decode bytes/token | GB/s |\n");
     printf("|---|---:|---|---:|---|---:|---:|---:|\n");
-    if (jf) fprintf(jf, "{\"model\": \"%s\", \"bytes\": %llu, \"backend\": \"%s\", \"rows\": [", name,
-                    (unsigned long long)mi.n_bytes, o.backend_desc);
+    if (jf) {
+        fputs("{\"model\": ", jf);
+        cli_json_string(jf, name);
+        fprintf(jf, ", \"bytes\": %llu, \"backend\": ", (unsigned long long)mi.n_bytes);
+        cli_json_string(jf, o.backend_desc);
+        fputs(", \"rows\": [", jf);
+    }
     int first_row = 1;
     for (int di = 0; di < b.n_d; di++) {
         const int depth = b.d[di];
