@@ -7,7 +7,10 @@
 # on the synthetic olmoe-1b-7b and qwen3-30b-a3b files (written by synth_moe.py while the build and
 # tests run), GPU first, as long as BUDGET seconds allow.
 #   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
-# .whl: the gguf wheel; .devdata: synth_moe.py and ggml-vocab-gpt-2.gguf (see device_cpu_infer.sh).
+# .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 cffi pycparser
+# .devdata: synth_moe.py and ggml-vocab-gpt-2.gguf (see device_cpu_infer.sh).
 # $OUT gets device_gpu.log (everything below), gpu_build.log, cuda_check.log and results.tar.
 set -u
 cd "$(dirname "$0")/.."
@@ -56,6 +59,11 @@ python3 tools/kl.py "$R/lp_cpu.jsonl" "$R/lp_gpu.jsonl" 2>&1 | tee "$R/kl_cpu_gp
 ./strata bench -m $M -p 512 -n 128 -r 3 --gpu --json "$R/bench_tiny_gpu.json"
 ./strata bench -m $M -p 512 -n 128 -r 3 --cpu -t 16 --json "$R/bench_tiny_cpu.json"
 echo "e2e done at $(el)s"
+# ---- reference parity on the GPU: the HF zoo with head_dim 64 (torch and transformers are there) ----
+STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \
+    timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/test_hf_parity_gpu.py \
+    > "$R/hf_parity_gpu.log" 2>&1
+echo "hf parity on the GPU: rc=$? $(tail -1 "$R/hf_parity_gpu.log") at $(el)s"
 
 # ---- first speed on the synthetic files ----
 bench() { # name file args...

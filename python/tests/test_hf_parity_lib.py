@@ -73,7 +73,18 @@ def _granite() -> dict:
                 logits_scaling=2.5, rope_theta=20000.0)
 
 
-def build_hf(name: str, seed: int = 0, n_layers: int | None = None):
+def gpu_shape(name: str) -> dict:
+    """Config changes that give `name` head_dim 64, the smallest the GPU attention kernels take.
+    Granite derives head_dim from hidden_size / heads, and OLMoE's q/k norm widths assume that
+    ratio too, so their hidden size grows instead (4 heads x 64)."""
+    if name.startswith("granite"):
+        return dict(hidden_size=256)
+    if name == "olmoe":
+        return dict(hidden_size=256, head_dim=64)
+    return dict(head_dim=64)
+
+
+def build_hf(name: str, seed: int = 0, n_layers: int | None = None, overrides: dict | None = None):
     """The tiny float32 HF model `name`, weights drawn from torch.manual_seed(seed): matrices
     N(0, 0.1) (so logits are decisive), norm weights 1 + N(0, 0.2), biases N(0, 0.2)."""
     import torch
@@ -83,6 +94,7 @@ def build_hf(name: str, seed: int = 0, n_layers: int | None = None):
     kw = dict(kw)
     if n_layers is not None:
         kw["num_hidden_layers"] = n_layers
+    kw.update(overrides or {})
     cfg = getattr(transformers, cls + "Config")(**kw, attn_implementation="eager",
                                                  bos_token_id=None, eos_token_id=None,
                                                  pad_token_id=None)
@@ -142,7 +154,7 @@ class StrataModel:
     """A loaded model and one session (f32 KV cache unless told) on it."""
 
     def __init__(self, path, n_threads: int = 2, n_ctx: int = 512, n_batch: int = 512,
-                 kv_type: str = "f32"):
+                 kv_type: str = "f32", backend: str = "cpu"):
         import strata
         self.strata, self.lib, self.ffi = strata, strata.lib, strata.ffi
         lib, ffi = self.lib, self.ffi
@@ -162,6 +174,7 @@ class StrataModel:
         sp.n_batch = n_batch
         sp.kv_type = lib.STRATA_TYPE_F32 if kv_type == "f32" else lib.STRATA_TYPE_F16
         sp.n_threads = n_threads
+        sp.backend = lib.STRATA_BACKEND_CUDA if backend == "cuda" else lib.STRATA_BACKEND_CPU
         ps = ffi.new("strata_session **")
         rc = lib.strata_session_create(self.model, sp, ps)
         if rc != 0:
