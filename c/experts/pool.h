@@ -1,0 +1,63 @@
+/* pool.h - the CPU expert pool: CPU threads that compute routed experts for rows another
+ * processor (the GPU) publishes in a shared "doorbell", and raise a per-layer flag when the
+ * output rows are written. The doorbell is plain memory on the CPU side: host-mapped pinned memory
+ * in a GPU session (the GPU writes requests and polls flags through the mapping), malloc'd memory
+ * in the tests (a thread plays the GPU).
+ *
+ * Protocol, per step (a decode step, a verify window or a prompt batch), for every layer in order
+ * 0 .. n_layer-1, including layers without CPU work (T = 0):
+ *   producer: writes T, the T input rows x[t], the routing ids[t][s] (an expert id for the slots
+ *             the CPU computes, -1 for the others) and weights wts[t][s]; then stores
+ *             req_seq = step number (release: everything before is visible when it is seen);
+ *   pool:     waits for req_seq == its expected step number (acquire), computes
+ *             out[t] = sum over slots s (in order) of wts[t][s] * FFN_ids[t][s](x[t]) with the
+ *             same expert kernels as the CPU session (st_moe_ffn), writes out, then stores
+ *             done_seq = step number (release);
+ *   producer: waits for done_seq (acquire) before reading out and adding it to its own part.
+ * Step numbers start at 1 and increase by one per step; a layer's request of step s is only
+ * published after the producer saw layer l-1's done flag of step s, as the GPU must (layer l's
+ * input depends on layer l-1's output).
+ *
+ * The host announces each step with st_pool_step() before the producer starts it; between steps
+ * the pool's threads sleep. The result is deterministic and equal, bit for bit, to st_moe_ffn on
+ * the same rows (which does not depend on the thread count). */
+#ifndef STRATA_EXPERT_POOL_H
+#define STRATA_EXPERT_POOL_H
+
+#include "ops.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+/* One layer's request and response. Arrays are sized for max_T rows. */
+typedef struct {
+    _Atomic uint32_t req_seq;          /* producer -> pool */
+    _Atomic uint32_t done_seq;         /* pool -> producer */
+    int32_t T;                         /* rows of this request, 0..max_T */
+    int32_t pad_;
+    float *x;                          /* [max_T][n_embd] input rows */
+    int32_t *ids;                      /* [max_T][k] expert ids, -1: not computed here */
+    float *wts;                        /* [max_T][k] */
+    float *out;                        /* [max_T][n_embd] */
+} st_doorbell_layer;
+
+typedef struct st_expert_pool st_expert_pool;
+
+/* experts: [n_layer][n_expert] weight tables (host memory, e.g. views of the mapping), all of one
+ * layer's experts of one type and shape; db: [n_layer] doorbells whose arrays hold max_T rows.
+ * n_threads >= 1 CPU threads compute (one of them also polls). */
+strata_status st_pool_create(const st_expert *experts, int32_t n_layer, int32_t n_expert,
+                             int64_t n_embd, int64_t n_ff, int32_t k, int32_t max_T,
+                             st_doorbell_layer *db, int n_threads, st_expert_pool **out);
+/* Stops the threads (after the step in progress, if any) and frees the pool (not the doorbell). */
+void st_pool_free(st_expert_pool *p);
+
+/* Announces the next step: the pool wakes and serves every layer of it, then sleeps again. May be
+ * called for step s+1 while step s is still being served (the pool serves them in order). Returns
+ * the step number the producer must use. */
+uint32_t st_pool_step(st_expert_pool *p);
+
+/* Rows computed and seconds spent computing since create. */
+void st_pool_counters(const st_expert_pool *p, int64_t *rows, double *seconds);
+
+#endif /* STRATA_EXPERT_POOL_H */

@@ -1,0 +1,132 @@
+/* test_expert_pool.c - the CPU expert pool and its doorbell protocol (c/experts/pool.c), with the
+ * test's main thread playing the GPU: for hundreds of steps and every layer, random rows, routing
+ * and CPU masks (slots with id -1 are not the CPU's) are published, the done flag is awaited, and
+ * the output rows must equal st_moe_ffn on the same inputs bit for bit; empty layers (T = 0),
+ * steps announced ahead, and freeing the pool while it waits for a request that never comes. */
+#include "pool.h"
+#include "quant.h"
+#include "test.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define L 4
+#define X 8
+#define K 3
+#define E 96
+#define F 64
+#define MAXT 6
+
+static uint8_t *make_matrix(int64_t rows, int64_t cols, test_rng *r) {
+    const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, cols);
+    uint8_t *m = malloc(rb * (size_t)rows);
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t j = 0; j < cols; j++) row[j] = test_rng_float(r) * 0.2f;
+        strata_quantize_row(STRATA_TYPE_Q8_0, row, m + (size_t)i * rb, cols);
+    }
+    free(row);
+    return m;
+}
+
+static st_tensor view(const uint8_t *data, int64_t cols, int64_t rows) {
+    st_tensor t;
+    memset(&t, 0, sizeof t);
+    t.type = STRATA_TYPE_Q8_0;
+    t.data = data;
+    t.ne[0] = cols; t.ne[1] = rows; t.ne[2] = 1;
+    t.row_bytes = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, cols);
+    t.name = "expert";
+    return t;
+}
+
+static void on_alarm(int sig) {
+    (void)sig;
+    static const char msg[] = "FAIL test_expert_pool: st_pool_free hung on a step whose requests never came\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
+    _exit(1);
+}
+
+static void wait_done(st_doorbell_layer *d, uint32_t s) {
+    while (atomic_load_explicit(&d->done_seq, memory_order_acquire) != s) { /* the GPU spins too */ }
+}
+
+int main(void) {
+    test_rng r = {2024};
+    st_expert experts[L * X];
+    uint8_t *mats[L * X * 3];
+    for (int e = 0; e < L * X; e++) {
+        mats[3 * e] = make_matrix(F, E, &r);
+        mats[3 * e + 1] = make_matrix(F, E, &r);
+        mats[3 * e + 2] = make_matrix(E, F, &r);
+        experts[e].gate = view(mats[3 * e], E, F);
+        experts[e].up = view(mats[3 * e + 1], E, F);
+        experts[e].down = view(mats[3 * e + 2], F, E);
+    }
+    st_doorbell_layer db[L];
+    memset(db, 0, sizeof db);
+    for (int l = 0; l < L; l++) {
+        db[l].x = malloc(sizeof(float) * MAXT * E);
+        db[l].ids = malloc(sizeof(int32_t) * MAXT * K);
+        db[l].wts = malloc(sizeof(float) * MAXT * K);
+        db[l].out = malloc(sizeof(float) * MAXT * E);
+    }
+    st_expert_pool *pool = NULL;
+    CHECK(st_pool_create(experts, L, X, E, F, K, MAXT, db, 2, &pool) == STRATA_OK, "create: %s",
+          strata_last_error());
+    st_expert_pool *bad = NULL;
+    CHECK(st_pool_create(experts, L, X, E, F, X + 1, MAXT, db, 2, &bad) == STRATA_ERR_INVALID_ARG && !bad,
+          "k > n_expert refused");
+    float *ref = malloc(sizeof(float) * MAXT * E);
+    void *ws = malloc(st_moe_wsize(MAXT, K, X, E, F));
+    int same = 1, steps = 0, empty = 0;
+    int64_t rows = 0;
+    for (int it = 0; pool && it < 150; it++) {
+        /* announce one or two steps ahead, then produce them in order */
+        const int ahead = 1 + it % 2;
+        uint32_t s[2];
+        for (int a = 0; a < ahead; a++) s[a] = st_pool_step(pool);
+        for (int a = 0; a < ahead; a++) {
+            for (int l = 0; l < L; l++) {
+                st_doorbell_layer *d = &db[l];
+                const int T = (int)(test_rng_next(&r) % (MAXT + 1));
+                d->T = T;
+                empty += T == 0;
+                for (int i = 0; i < T * E; i++) d->x[i] = test_rng_float(&r);
+                for (int t = 0; t < T; t++)
+                    for (int j = 0; j < K; j++) {
+                        /* distinct experts per row; about a third of the slots are not the CPU's */
+                        d->ids[t * K + j] = (int32_t)((t * 3 + j * 5 + it) % X);
+                        if (test_rng_next(&r) % 3 == 0) d->ids[t * K + j] = -1;
+                        d->wts[t * K + j] = 0.1f + 0.3f * (test_rng_float(&r) + 1.0f);
+                    }
+                atomic_store_explicit(&d->req_seq, s[a], memory_order_release);
+                wait_done(d, s[a]);
+                if (T > 0) {
+                    st_moe_ffn(NULL, experts + l * X, X, d->x, T, d->ids, d->wts, K, ref, ws);
+                    same &= memcmp(ref, d->out, sizeof(float) * (size_t)(T * E)) == 0;
+                    rows += T;
+                }
+            }
+            steps++;
+        }
+    }
+    CHECK(same, "%d steps x %d layers: pool output bit-identical to st_moe_ffn", steps, L);
+    CHECK(empty > 0, "empty layers (T = 0) were exercised (%d)", empty);
+    int64_t prow = 0;
+    double psec = 0;
+    st_pool_counters(pool, &prow, &psec);
+    CHECK(prow == rows, "rows counted: %lld of %lld", (long long)prow, (long long)rows);
+    /* a step announced whose requests never come: freeing must not hang (an alarm fails it) */
+    if (pool) st_pool_step(pool);
+    signal(SIGALRM, on_alarm);
+    alarm(30);
+    st_pool_free(pool);
+    alarm(0);
+    free(ref); free(ws);
+    for (int l = 0; l < L; l++) { free(db[l].x); free(db[l].ids); free(db[l].wts); free(db[l].out); }
+    for (int i = 0; i < L * X * 3; i++) free(mats[i]);
+    return test_report();
+}
