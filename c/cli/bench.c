@@ -82,7 +82,8 @@ static void usage(void) {
            "  -r R       repetitions (default 3)\n"
            "  --json F   the rows as JSON\n"
            "  -b N       prompt tokens per forward pass (default 2048, capped by the context)\n"
-           "  -t N, --gpu, --cpu, -ngl N, --kv-type: as for strata run\n");
+           "  -t N, --gpu, --cpu, -ngl N, --kv-type, --profile: as for strata run (--profile\n"
+           "             prints each test's time per phase on stderr)\n");
 }
 
 int cli_cmd_bench(int argc, char **argv) {
@@ -170,6 +171,7 @@ int cli_cmd_bench(int argc, char **argv) {
                 const int len = kind == 0 ? b.p[ti] : b.n[ti];
                 if (len <= 0) continue;
                 double sum = 0, sum2 = 0;
+                strata_session_reset_stats(s);
                 for (int r = 0; r < b.reps; r++) {
                     strata_status st = strata_session_truncate(s, depth);
                     const strata_token *in = toks + depth;
@@ -208,6 +210,7 @@ int cli_cmd_bench(int argc, char **argv) {
                        strncmp(o.backend_desc, "cuda", 4) == 0 ? "cuda" : "cpu", thr, test, mean,
                        sd, rowsz, gbs);
                 fflush(stdout);
+                cli_print_profile(s, test);
                 if (jf) {
                     fprintf(jf, "%s\n  {\"test\": \"%s\", \"depth\": %d, \"n\": %d, \"tok_s\": %.4f, "
                             "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f}", first_row ? "" : ",",

@@ -31,6 +31,8 @@ void cli_opts_init(cli_opts *o) {
         o->degrade_tau = *end ? -1.0f : t; /* a bad value is refused at session creation */
     }
     if (o->degrade_eval) o->degrade_zero = 1;
+    const char *pf = getenv("STRATA_PROFILE");
+    o->profile = pf && pf[0] && strcmp(pf, "0") != 0;
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
 }
@@ -50,6 +52,8 @@ void cli_opts_usage(FILE *f) {
         "                          gate weight is below tau; --degrade-tau T (also $DEGRADE_TAU,\n"
         "                          default 0.03); --degrade-eval (also $STRATA_DEGRADE_EVAL=1):\n"
         "                          every slot counts as missed (quality tables; CPU only)\n"
+        "  --profile               time the phases of every forward pass (also $STRATA_PROFILE=1;\n"
+        "                          on the GPU each phase waits for the device: slower)\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
         "  --cpu                   CPU only;  -ngl, --n-gpu-layers N: 0 = --cpu, >= the layer\n"
         "                          count (or 99) = --gpu; default: the GPU when usable, else CPU\n"
@@ -116,6 +120,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, "-q", "--quiet")) o->quiet = 1;
     else if (opt_is(a, NULL, "--degrade-zero")) o->degrade_zero = 1;
     else if (opt_is(a, NULL, "--degrade-eval")) o->degrade_eval = o->degrade_zero = 1;
+    else if (opt_is(a, NULL, "--profile")) o->profile = 1;
     else if (opt_is(a, NULL, "--gpu")) o->gpu = 1;
     else if (opt_is(a, NULL, "--cpu")) o->gpu = 0;
     else flag = 0;
@@ -244,6 +249,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.degrade_zero = o->degrade_zero;
     sp.degrade_tau = o->degrade_tau;
     sp.degrade_eval = o->degrade_eval;
+    sp.profile = o->profile;
     if (o->degrade_zero)
         fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
                 "that misses its deadline with gate weight < tau %.3g is dropped%s\n",
@@ -439,4 +445,20 @@ void cli_print_degrade_stats(const strata_session *sess) {
             (long long)st.degrade_zeroed, (long long)st.degrade_slots,
             st.degrade_slots ? 100.0 * (double)st.degrade_zeroed / (double)st.degrade_slots : 0.0,
             100.0 * st.degrade_layer_min, 100.0 * st.degrade_layer_max);
+}
+
+void cli_print_profile(const strata_session *sess, const char *what) {
+    strata_session_stats st;
+    if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || !st.profile || st.forward_tokens == 0)
+        return;
+    double tot = 0;
+    for (int i = 0; i < STRATA_PHASE_COUNT; i++) tot += st.phase_seconds[i];
+    fprintf(stderr, "strata: profile %s (%lld passes, %lld tokens, %.3f ms/token):", what,
+            (long long)st.forward_calls, (long long)st.forward_tokens,
+            1e3 * tot / (double)st.forward_tokens);
+    for (int i = 0; i < STRATA_PHASE_COUNT; i++)
+        fprintf(stderr, " %s %.3f (%.0f%%)", strata_phase_name((strata_phase)i),
+                1e3 * st.phase_seconds[i] / (double)st.forward_tokens,
+                tot > 0 ? 100.0 * st.phase_seconds[i] / tot : 0.0);
+    fputc('\n', stderr);
 }

@@ -32,6 +32,7 @@ typedef struct {
     int degrade_zero;             /* --degrade-zero or DEGRADE_ZERO=1 */
     float degrade_tau;            /* --degrade-tau or DEGRADE_TAU (default 0.03) */
     int degrade_eval;             /* --degrade-eval or STRATA_DEGRADE_EVAL=1 (implies degrade_zero) */
+    int profile;                  /* --profile or STRATA_PROFILE=1: time the forward phases */
     int ngl;                      /* -ngl N as given */
     int gpu;                      /* -1 auto (GPU when usable, else CPU), 0 --cpu / -ngl 0, 1 --gpu */
     char backend_desc[300];       /* set by cli_new_session: "cuda (NVIDIA H200, ...)" or "cpu" */
@@ -72,6 +73,8 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
 /* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
  * min/max share). Nothing when it is off. */
 void cli_print_degrade_stats(const strata_session *sess);
+/* With --profile: one stderr line per phase set, milliseconds per token and share of the total. */
+void cli_print_profile(const strata_session *sess, const char *what);
 /* Tokenizes text into *toks (malloc'd), *n tokens. Prints failures, returns CLI_EXIT_FAIL or 0. */
 int cli_tokenize(const strata_model *model, const char *text, size_t len, int add_special,
                  int parse_special, strata_token **toks, int64_t *n);

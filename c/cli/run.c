@@ -247,6 +247,7 @@ static int print_stats(const runner *r) {
                 (long long)r->n_gen, r->gen_s, rate((double)r->n_gen, r->gen_s),
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
         cli_print_degrade_stats(r->sess);
+        cli_print_profile(r->sess, "(prompt and generation)");
     }
     if (o->stats_json) {
         FILE *f = fopen(o->stats_json, "w");

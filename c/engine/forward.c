@@ -51,6 +51,7 @@ static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
     if (L->bq.data) st_add_bias(s->q, (const float *)L->bq.data, T, nq);
     if (L->bk.data) st_add_bias(s->k, (const float *)L->bk.data, T, nk);
     if (L->bv.data) st_add_bias(s->v, (const float *)L->bv.data, T, nv);
+    st_prof_mark(s, STRATA_PHASE_QKV); /* (the q/k norms below count as attention: one loop) */
 
     for (int64_t t = 0; t < T; t++) {
         float *q = s->q + t * nq, *k = s->k + t * nk;
@@ -80,10 +81,12 @@ static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
     const st_kv_layer *kv = &s->kv.layers[il];
     st_kv_store(kv, &sh, s->k, s->v, T, pos0);
     st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
+    st_prof_mark(s, STRATA_PHASE_ATTN);
 
     st_matmul(s->tp, &L->wo, s->att, T, s->proj, s->mm_ws);
     if (L->bo.data) st_add_bias(s->proj, (const float *)L->bo.data, T, E);
     st_residual(m, s->x, s->proj, T * E);
+    st_prof_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
 /* The routed-expert step: router logits, softmax + top-k per token, grouped experts. */
@@ -99,8 +102,10 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
      * mode (every slot counted as missed) drops anything here */
     if (s->degrade.enabled)
         st_degrade_apply(&s->degrade, !s->gen_phase, T, K, s->ids, s->wts, NULL, &s->dstats, il);
+    st_prof_mark(s, STRATA_PHASE_ROUTER);
     st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn, T, s->ids, s->wts, K, s->proj,
                s->moe_ws);
+    st_prof_mark(s, STRATA_PHASE_EXPERTS);
 }
 
 static void st_ffn_block(strata_session *s, int il, int64_t T) {
@@ -110,7 +115,9 @@ static void st_ffn_block(strata_session *s, int il, int64_t T) {
     const int64_t E = hp->n_embd;
     st_norm_rows(s->xn, s->x, &L->ffn_norm, T, E, hp->norm_eps);
     if (hp->n_expert == 0) {
+        st_prof_mark(s, STRATA_PHASE_ROUTER);
         st_moe_ffn(s->tp, &s->dense[il], 1, s->xn, T, s->zeros, s->ones, 1, s->proj, s->moe_ws);
+        st_prof_mark(s, STRATA_PHASE_EXPERTS);
     } else {
         st_moe_block(s, il, T);
         if (s->shexp && s->shexp[il].gate.data) {
@@ -125,6 +132,7 @@ static void st_ffn_block(strata_session *s, int il, int64_t T) {
         }
     }
     st_residual(m, s->x, s->proj, T * E);
+    st_prof_mark(s, STRATA_PHASE_SHARED);
 }
 
 static void st_output(strata_session *s, int64_t first, int64_t T, float *logits) {
@@ -146,8 +154,10 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
     const int64_t pos0 = s->n_past;
+    st_prof_start(s);
     st_embed(s, tokens, T);
     for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
+    st_prof_mark(s, STRATA_PHASE_EMBED);
     for (int il = 0; il < hp->n_layer; il++) {
         st_attn_block(s, il, T, pos0);
         st_ffn_block(s, il, T);
@@ -155,6 +165,7 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
     if (logits) {
         if (all) st_output(s, 0, T, logits);
         else st_output(s, T - 1, 1, logits);
+        st_prof_mark(s, STRATA_PHASE_OUTPUT);
     }
     s->n_past += (int32_t)T;
 }

@@ -394,6 +394,14 @@ size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gp
  * Forward
  * ------------------------------------------------------------------------------------------- */
 
+/* Profile mode: wait for the GPU, then charge the time since the last mark to phase. */
+static strata_status st_gpu_mark(strata_session *s, strata_phase phase) {
+    if (!s->profile) return STRATA_OK;
+    TRY(st_cuda_synchronize());
+    st_prof_mark(s, phase);
+    return STRATA_OK;
+}
+
 /* y[t] = W x[t] for T rows, in slices of ST_GPU_COLS columns; y row stride W->ne1. */
 static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, int64_t T, float *y) {
     for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
@@ -420,6 +428,7 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     if (G->bq) TRY(st_cuda_add_bias(g->q, nq, G->bq, nq, T, NULL));
     if (G->bk) TRY(st_cuda_add_bias(g->k, nk, G->bk, nk, T, NULL));
     if (G->bv) TRY(st_cuda_add_bias(g->v, nv, G->bv, nv, T, NULL));
+    TRY(st_gpu_mark(s, STRATA_PHASE_QKV)); /* (the q/k norms below count as attention, as on the CPU) */
     switch (m->arch->qk_norm) {
     case ST_QKNORM_FULL:
         TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, nq, 1, T, hp->norm_eps, NULL));
@@ -437,10 +446,12 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     TRY(st_cuda_kv_store(&G->kv, &g->shape, g->k, nk, g->v, nv, T, pos0, NULL));
     TRY(st_cuda_attention(&G->kv, &g->shape, g->q, nq, T, pos0, g->att, no, g->attn_ws,
                           g->attn_ws_bytes, NULL));
+    TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
     TRY(st_gpu_mm(g, &G->wo, g->att, T, g->proj));
     if (G->bo) TRY(st_cuda_add_bias(g->proj, E, G->bo, E, T, NULL));
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
-    return st_cuda_add(g->x, g->x, g->proj, rs, T * E, NULL);
+    TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, NULL));
+    return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
 static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
@@ -451,6 +462,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     const int64_t E = hp->n_embd;
     TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->ffn_norm, E, 1, T, hp->norm_eps, NULL));
     if (hp->n_expert == 0) {
+        TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
         const int64_t F = hp->n_ff;
         for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
             const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
@@ -458,6 +470,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                                    g->mmv_scratch, NULL));
         }
         TRY(st_gpu_mm(g, &G->ffn_down, g->h, T, g->proj));
+        TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
     } else {
         const int32_t X = hp->n_expert, K = hp->n_expert_used;
         TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
@@ -469,6 +482,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             const int64_t tn = T - t0 < g->moe_tokens ? T - t0 : g->moe_tokens;
             TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
                                   g->ids + t0 * K, g->wts + t0 * K, NULL, NULL));
+            TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
             st_cuda_moe_args a;
             memset(&a, 0, sizeof a);
             a.experts = G->experts;
@@ -487,6 +501,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.ws = g->moe_ws;
             a.ws_bytes = g->moe_ws_bytes;
             TRY(st_cuda_moe_ffn(&a, NULL));
+            TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
             if (G->shexp) { /* the shared expert: a one-expert table, weight = its gate or 1 */
                 a.experts = G->shexp;
                 a.n_expert = 1;
@@ -502,7 +517,8 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
         }
     }
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
-    return st_cuda_add(g->x, g->x, g->proj, rs, T * E, NULL);
+    TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, NULL));
+    return st_gpu_mark(s, STRATA_PHASE_SHARED);
 }
 
 /* Logits of rows first .. first+n-1 of the batch into logits ([n][n_vocab], host). */
@@ -528,6 +544,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
     const int64_t pos0 = s->n_past, E = hp->n_embd;
+    st_prof_start(s);
     /* embeddings on the CPU, as forward.c, then up */
     const st_tensor *te = &m->tok_embd;
     st_dequant_fn deq = st_dequant_get(te->type);
@@ -537,12 +554,14 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
             for (int64_t i = 0; i < E; i++) s->x[t * E + i] *= hp->embedding_scale;
     }
     TRY(st_cuda_memcpy_h2d(g->x, s->x, sizeof(float) * (size_t)(T * E)));
+    TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
     for (int il = 0; il < hp->n_layer; il++) {
         TRY(st_gpu_attn_block(s, il, T, pos0));
         TRY(st_gpu_ffn_block(s, il, T));
     }
     if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));
     else TRY(st_cuda_synchronize());
+    st_prof_mark(s, STRATA_PHASE_OUTPUT);
     s->n_past += (int32_t)T;
     return STRATA_OK;
 }

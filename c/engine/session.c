@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ---------------------------------------------------------------------------------------------
  * Parameters
@@ -172,6 +173,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.enabled = p.degrade_zero;
     s->degrade.tau = p.degrade_tau;
     s->degrade.eval = p.degrade_eval;
+    s->profile = p.profile != 0;
     if (st_degrade_stats_init(&s->dstats, hp->n_layer) != 0) {
         free(s);
         return st_error(STRATA_ERR_NOMEM, "session: out of memory");
@@ -233,6 +235,37 @@ strata_status strata_session_decode_gen(strata_session *s, const strata_token *t
     return st;
 }
 
+static double st_prof_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void st_prof_start(strata_session *s) {
+    if (s->profile) s->prof_t = st_prof_now();
+}
+
+void st_prof_mark(strata_session *s, strata_phase phase) {
+    if (!s->profile) return;
+    const double t = st_prof_now();
+    s->prof[phase] += t - s->prof_t;
+    s->prof_t = t;
+}
+
+const char *strata_phase_name(strata_phase phase) {
+    static const char *const names[STRATA_PHASE_COUNT] = {"embed", "qkv", "attention", "attn_out",
+                                                          "router", "experts", "shared", "output"};
+    return (int)phase >= 0 && phase < STRATA_PHASE_COUNT ? names[phase] : "?";
+}
+
+void strata_session_reset_stats(strata_session *s) {
+    if (!s) return;
+    for (int32_t il = 0; il < s->dstats.n_layer; il++) s->dstats.eligible[il] = s->dstats.zeroed[il] = 0;
+    s->dstats.eligible_total = s->dstats.zeroed_total = 0;
+    memset(s->prof, 0, sizeof s->prof);
+    s->prof_calls = s->prof_tokens = 0;
+}
+
 strata_status strata_session_get_stats(const strata_session *s, strata_session_stats *out) {
     if (!s || !out) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_get_stats: NULL argument");
     memset(out, 0, sizeof *out);
@@ -241,6 +274,10 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->degrade_tau = s->degrade.tau;
     out->degrade_slots = s->dstats.eligible_total;
     out->degrade_zeroed = s->dstats.zeroed_total;
+    out->profile = s->profile;
+    out->forward_calls = s->prof_calls;
+    out->forward_tokens = s->prof_tokens;
+    for (int i = 0; i < STRATA_PHASE_COUNT; i++) out->phase_seconds[i] = s->prof[i];
     int first = 1;
     for (int32_t il = 0; il < s->dstats.n_layer; il++) {
         if (s->dstats.eligible[il] == 0) continue;
@@ -272,6 +309,7 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         float *lg = NULL;
         if (logits && all_logits) lg = logits + off * (int64_t)n_vocab;
         else if (logits && off + T == n) lg = logits;
+        if (s->profile) { s->prof_calls++; s->prof_tokens += T; }
         if (s->backend == STRATA_BACKEND_CUDA) {
             strata_status st = st_gpu_forward_batch(s, tokens + off, T, lg, all_logits);
             if (st != STRATA_OK) return st;

@@ -20,6 +20,10 @@ struct strata_session {
     st_degrade_params degrade;  /* DEGRADE_ZERO (degrade.h) */
     st_degrade_stats dstats;
     int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */
+    int profile;                /* time the phases (strata_session_params.profile) */
+    double prof_t;              /* start of the phase being timed */
+    double prof[STRATA_PHASE_COUNT];
+    int64_t prof_calls, prof_tokens;
     int32_t n_ctx;
     int32_t n_batch;
     int n_threads;
@@ -58,6 +62,11 @@ struct strata_session {
  * logits: NULL, or T x n_vocab (all 1) or n_vocab floats (all 0: the last token's). Tokens and
  * room are checked by the caller. */
 void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
+
+/* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time
+ * since the last mark to phase. Both are no-ops with profile off. (session.c) */
+void st_prof_start(strata_session *s);
+void st_prof_mark(strata_session *s, strata_phase phase);
 
 /* The GPU path (forward_cuda.c): uploads the weights and allocates the GPU KV cache and scratch
  * (s->gpu; on failure s->gpu may be partly built: st_gpu_free releases it); the same forward as

@@ -476,6 +476,9 @@ typedef struct strata_session_params {
     int degrade_zero;     /* 0 (default) or 1 */
     float degrade_tau;    /* 0 <= tau <= 1, default 0.03 */
     int degrade_eval;     /* 0 (default) or 1; needs degrade_zero */
+    int profile;          /* 1: time the phases of every forward pass (strata_session_stats); on
+                             the GPU each phase is followed by a device synchronization, which
+                             slows the pass down: for measurements, not for serving */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
@@ -506,6 +509,22 @@ STRATA_API strata_status strata_session_decode_gen(strata_session *session,
                                                    const strata_token *tokens, int64_t n,
                                                    float *logits, int all_logits);
 
+/* The phases of a forward pass that profile mode times. */
+typedef enum strata_phase {
+    STRATA_PHASE_EMBED = 0,       /* token embeddings (and their copy to the GPU) */
+    STRATA_PHASE_QKV,             /* attention norm, q/k/v projections, biases, q/k norms */
+    STRATA_PHASE_ATTN,            /* RoPE, KV-cache store, attention */
+    STRATA_PHASE_ATTN_OUT,        /* output projection and residual */
+    STRATA_PHASE_ROUTER,          /* FFN norm, router, top-k (and DEGRADE_ZERO) */
+    STRATA_PHASE_EXPERTS,         /* routed experts, or the dense FFN */
+    STRATA_PHASE_SHARED,          /* shared expert, residual */
+    STRATA_PHASE_OUTPUT,          /* final norm, logits (and their copy back) */
+    STRATA_PHASE_COUNT
+} strata_phase;
+
+/* "embed", "qkv", ...; "?" for an unknown phase. Static storage. */
+STRATA_API const char *strata_phase_name(strata_phase phase);
+
 /* What a session did, for the stats footer. */
 typedef struct strata_session_stats {
     int degrade_zero;             /* the session's setting */
@@ -515,7 +534,14 @@ typedef struct strata_session_stats {
     int64_t degrade_zeroed;       /* slots dropped */
     double degrade_layer_min;     /* smallest and largest per-layer share zeroed (0..1) */
     double degrade_layer_max;
+    int profile;                  /* the session's setting; the fields below are 0 without it */
+    int64_t forward_calls;        /* forward passes (batches) timed */
+    int64_t forward_tokens;       /* tokens in them */
+    double phase_seconds[STRATA_PHASE_COUNT];
 } strata_session_stats;
+
+/* Zeroes the counters of strata_session_stats (degrade and profile). */
+STRATA_API void strata_session_reset_stats(strata_session *session);
 
 /* Fills *out. Thread-safe with respect to other sessions only. */
 STRATA_API strata_status strata_session_get_stats(const strata_session *session,

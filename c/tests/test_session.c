@@ -256,6 +256,51 @@ static void bench(void) {
     strata_session_free(s);
 }
 
+/* Profile mode times every phase without changing a bit of the output; counters reset. */
+static void test_profile(void) {
+    strata_token toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (strata_token)(3 + 101 * i % 8000);
+    float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
+    strata_session_stats st[2];
+    for (int prof = 0; prof < 2; prof++) {
+        strata_session_params sp = strata_session_default_params();
+        sp.n_ctx = 128;
+        sp.n_batch = 16;
+        sp.profile = prof;
+        strata_session *s = NULL;
+        CHECK(strata_session_create(model, &sp, &s) == STRATA_OK, "session: %s", strata_last_error());
+        if (!s) continue;
+        strata_status r = strata_session_decode(s, toks, 36, NULL, 0);
+        for (int i = 36; i < 40 && r == STRATA_OK; i++)
+            r = strata_session_decode(s, toks + i, 1, prof ? b : a, 0);
+        CHECK(r == STRATA_OK, "decode");
+        strata_session_get_stats(s, &st[prof]);
+        if (prof) {
+            strata_session_reset_stats(s);
+            strata_session_stats z;
+            strata_session_get_stats(s, &z);
+            double sum = 0;
+            for (int i = 0; i < STRATA_PHASE_COUNT; i++) sum += z.phase_seconds[i];
+            CHECK(z.profile == 1 && z.forward_calls == 0 && z.forward_tokens == 0 && sum == 0.0,
+                  "reset_stats zeroes the profile");
+        }
+        strata_session_free(s);
+    }
+    CHECK(!memcmp(a, b, sizeof(float) * (size_t)V), "profile on: logits bit-identical to off");
+    CHECK(st[0].profile == 0 && st[0].forward_calls == 0, "profile off: nothing counted");
+    /* 36 tokens in batches of 16: 3 passes, then 4 single-token passes */
+    CHECK(st[1].forward_calls == 7 && st[1].forward_tokens == 40, "passes %lld, tokens %lld",
+          (long long)st[1].forward_calls, (long long)st[1].forward_tokens);
+    int timed = 0;
+    for (int i = 0; i < STRATA_PHASE_COUNT; i++) timed += st[1].phase_seconds[i] > 0.0;
+    /* the default model has no shared expert: that phase still gets the residual add */
+    CHECK(timed == STRATA_PHASE_COUNT, "every phase timed (%d of %d)", timed, STRATA_PHASE_COUNT);
+    CHECK(strcmp(strata_phase_name(STRATA_PHASE_EXPERTS), "experts") == 0 &&
+          strcmp(strata_phase_name((strata_phase)99), "?") == 0, "phase names");
+    free(a);
+    free(b);
+}
+
 int main(void) {
     const char *shared = getenv("STRATA_SHARED");
     char path[1024];
@@ -277,6 +322,7 @@ int main(void) {
     test_greedy();
     test_batching();
     test_errors();
+    test_profile();
     bench();
     strata_model_free(model);
     return test_report();
