@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------------
  * Options
@@ -240,8 +241,26 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
     return 0;
 }
 
+/* A one-line progress bar on stderr, redrawn in place; cleared when done reaches total. */
+static void cli_progress_bar(const char *what, int64_t done, int64_t total, void *ud) {
+    (void)ud;
+    if (total <= 0) return;
+    const int width = 30, fill = (int)(width * (double)done / (double)total);
+    char bar[32];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : ' ';
+    bar[width] = '\0';
+    if (done >= total) fprintf(stderr, "\r\033[K");
+    else if (strcmp(what, "upload") == 0)
+        fprintf(stderr, "\rstrata: %s [%s] %.1f / %.1f GiB", what, bar, (double)done / 1073741824.0,
+                (double)total / 1073741824.0);
+    else
+        fprintf(stderr, "\rstrata: %s [%s] %lld / %lld tokens", what, bar, (long long)done, (long long)total);
+    fflush(stderr);
+}
+
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out) {
     strata_session_params sp = strata_session_default_params();
+    if (!o->quiet && isatty(2)) sp.progress = cli_progress_bar; /* off when stderr is not a tty */
     sp.n_ctx = o->n_ctx;
     sp.n_batch = o->n_batch;
     sp.kv_type = o->kv_type;

@@ -68,6 +68,9 @@ struct st_gpu {
     st_gpu_upload *ups;                   /* every device allocation of weights */
     int n_ups, cap_ups;
     size_t weight_bytes;
+    int64_t upload_total;                 /* the model's tensor bytes, for progress reports */
+    strata_progress_fn progress;
+    void *progress_data;
     void *kv_mem;                         /* one allocation: every layer's K and V */
     size_t kv_bytes;
     st_cuda_attn_shape shape;
@@ -115,6 +118,7 @@ static strata_status st_gpu_put(st_gpu *g, const st_tensor *t, void **dev) {
     g->n_ups++;
     g->weight_bytes += n;
     TRY(st_cuda_memcpy_h2d(d, t->data, n));
+    if (g->progress) g->progress("upload", (int64_t)g->weight_bytes, g->upload_total, g->progress_data);
     *dev = d;
     return STRATA_OK;
 }
@@ -360,6 +364,9 @@ strata_status st_gpu_create(strata_session *s) {
     st_gpu *g = calloc(1, sizeof *g);
     if (!g) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     s->gpu = g;
+    g->progress = s->progress;
+    g->progress_data = s->progress_data;
+    g->upload_total = (int64_t)m->info.n_bytes;
     g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
     if (!g->layers) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     g->shape.n_head = hp->n_head;
@@ -385,6 +392,7 @@ strata_status st_gpu_create(strata_session *s) {
     TRY(st_gpu_upload_layers(s));
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
+    if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
 }
 

@@ -174,6 +174,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.tau = p.degrade_tau;
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
+    s->progress = p.progress;
+    s->progress_data = p.progress_data;
     if (st_degrade_stats_init(&s->dstats, hp->n_layer) != 0) {
         free(s);
         return st_error(STRATA_ERR_NOMEM, "session: out of memory");
@@ -316,6 +318,7 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         } else {
             st_forward_batch(s, tokens + off, T, lg, all_logits);
         }
+        if (s->progress && n > s->n_batch) s->progress("prompt", off + T, n, s->progress_data);
     }
     return STRATA_OK;
 }

@@ -457,6 +457,12 @@ STRATA_API const char *strata_model_chat_template(const strata_model *model);
 
 typedef struct strata_session strata_session;
 
+/* Progress of a long operation: done of total units ("upload": weight bytes copied to the GPU
+ * while a CUDA session is created; "prompt": tokens of a strata_session_decode call that spans
+ * several batches). Called on the calling thread, done increasing up to total; it must not call
+ * back into the session. */
+typedef void (*strata_progress_fn)(const char *what, int64_t done, int64_t total, void *user_data);
+
 typedef struct strata_session_params {
     int32_t n_ctx;        /* context length in tokens; 0: the model's n_ctx_train */
     int32_t n_batch;      /* tokens per forward pass while reading a prompt (default 512) */
@@ -479,6 +485,8 @@ typedef struct strata_session_params {
     int profile;          /* 1: time the phases of every forward pass (strata_session_stats); on
                              the GPU each phase is followed by a device synchronization, which
                              slows the pass down: for measurements, not for serving */
+    strata_progress_fn progress;  /* NULL (default): no progress reports */
+    void *progress_data;          /* passed to progress */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,

@@ -301,6 +301,36 @@ static void test_profile(void) {
     free(b);
 }
 
+typedef struct { int calls; int64_t done[8], total[8]; int bad_what; } prog_rec;
+static void on_progress(const char *what, int64_t done, int64_t total, void *ud) {
+    prog_rec *p = ud;
+    if (strcmp(what, "prompt") != 0) p->bad_what = 1;
+    if (p->calls < 8) { p->done[p->calls] = done; p->total[p->calls] = total; }
+    p->calls++;
+}
+
+/* The progress callback: one report per batch of a call spanning several, none otherwise. */
+static void test_progress(void) {
+    prog_rec rec;
+    memset(&rec, 0, sizeof rec);
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = 128;
+    sp.n_batch = 16;
+    sp.progress = on_progress;
+    sp.progress_data = &rec;
+    strata_session *s = NULL;
+    CHECK(strata_session_create(model, &sp, &s) == STRATA_OK, "session: %s", strata_last_error());
+    if (!s) return;
+    strata_token toks[40];
+    for (int i = 0; i < 40; i++) toks[i] = (strata_token)(7 + 13 * i);
+    CHECK(strata_session_decode(s, toks, 40, NULL, 0) == STRATA_OK, "decode 40");
+    CHECK(rec.calls == 3 && rec.done[0] == 16 && rec.done[1] == 32 && rec.done[2] == 40 &&
+          rec.total[2] == 40 && !rec.bad_what, "progress 16/32/40 of 40 (%d calls)", rec.calls);
+    CHECK(strata_session_decode(s, toks, 10, NULL, 0) == STRATA_OK && rec.calls == 3,
+          "a single batch reports nothing");
+    strata_session_free(s);
+}
+
 int main(void) {
     const char *shared = getenv("STRATA_SHARED");
     char path[1024];
@@ -323,6 +353,7 @@ int main(void) {
     test_batching();
     test_errors();
     test_profile();
+    test_progress();
     bench();
     strata_model_free(model);
     return test_report();
