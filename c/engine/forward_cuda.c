@@ -259,15 +259,9 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
 static strata_status st_gpu_alloc_scratch(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd;
-    const size_t nq = (size_t)hp->n_head * (size_t)hp->head_dim;
-    const size_t nk = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    const size_t nv = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
-    const size_t no = (size_t)hp->n_head * (size_t)hp->head_dim_v;
-    const size_t K = hp->n_expert_used > 0 ? (size_t)hp->n_expert_used : 1;
-    const size_t X = hp->n_expert > 0 ? (size_t)hp->n_expert : 1;
-    const size_t F = hp->n_ff > 0 ? (size_t)hp->n_ff : 1;
-    const size_t f = sizeof(float);
+    const st_scratch_dims d = st_session_dims(s);
+    const size_t T = d.T, E = d.E, nq = d.nq, nk = d.nk, nv = d.nv, no = d.no, K = d.K, X = d.X,
+                 F = d.F, f = sizeof(float);
     TRY(st_gpu_alloc((void **)&g->x, f * T * E));
     TRY(st_gpu_alloc((void **)&g->xn, f * T * E));
     TRY(st_gpu_alloc((void **)&g->q, f * T * nq));

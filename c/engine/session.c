@@ -80,12 +80,8 @@ static strata_status st_build_tables(strata_session *s) {
 
 static strata_status st_alloc_scratch(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
-    const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd;
-    const size_t nq = (size_t)hp->n_head * (size_t)hp->head_dim;
-    const size_t nk = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    const size_t nv = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
-    const size_t no = (size_t)hp->n_head * (size_t)hp->head_dim_v;
-    const size_t K = hp->n_expert_used > 0 ? (size_t)hp->n_expert_used : 1;
+    const st_scratch_dims d = st_session_dims(s);
+    const size_t T = d.T, E = d.E, nq = d.nq, nk = d.nk, nv = d.nv, no = d.no, K = d.K;
     int fail = 0;
     s->x = st_alloc(sizeof(float) * T * E, &fail);
     s->xn = st_alloc(sizeof(float) * T * E, &fail);
@@ -95,7 +91,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->att = st_alloc(sizeof(float) * T * no, &fail);
     s->proj = st_alloc(sizeof(float) * T * E, &fail);
     s->proj2 = st_alloc(sizeof(float) * T * E, &fail);
-    s->router = st_alloc(sizeof(float) * T * (size_t)(hp->n_expert > 0 ? hp->n_expert : 1), &fail);
+    s->router = st_alloc(sizeof(float) * T * d.X, &fail);
     s->ids = st_alloc(sizeof(int32_t) * T * K, &fail);
     s->wts = st_alloc(sizeof(float) * T * K, &fail);
     s->zeros = st_alloc(sizeof(int32_t) * T, &fail);

@@ -60,6 +60,28 @@ struct strata_session {
     void *moe_ws;              /* st_moe_wsize, max over routed / shared / dense */
 };
 
+/* The widths of one token's scratch rows, shared by the CPU and GPU scratch allocations:
+ * T = n_batch rows; E = n_embd; nq/nk/nv = the q/k/v projections; no = attention output;
+ * K = experts per token, X = experts, F = dense FFN width (each at least 1). */
+typedef struct {
+    size_t T, E, nq, nk, nv, no, K, X, F;
+} st_scratch_dims;
+
+static inline st_scratch_dims st_session_dims(const strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_scratch_dims d;
+    d.T = (size_t)s->n_batch;
+    d.E = (size_t)hp->n_embd;
+    d.nq = (size_t)hp->n_head * (size_t)hp->head_dim;
+    d.nk = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    d.nv = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
+    d.no = (size_t)hp->n_head * (size_t)hp->head_dim_v;
+    d.K = hp->n_expert_used > 0 ? (size_t)hp->n_expert_used : 1;
+    d.X = hp->n_expert > 0 ? (size_t)hp->n_expert : 1;
+    d.F = hp->n_ff > 0 ? (size_t)hp->n_ff : 1;
+    return d;
+}
+
 /* Evaluates T (1..n_batch) tokens at positions n_past .. n_past+T-1 and advances n_past.
  * logits: NULL, or T x n_vocab (all 1) or n_vocab floats (all 0: the last token's). Tokens and
  * room are checked by the caller. */
