@@ -480,4 +480,8 @@ void cli_print_profile(const strata_session *sess, const char *what) {
                 1e3 * st.phase_seconds[i] / (double)st.forward_tokens,
                 tot > 0 ? 100.0 * st.phase_seconds[i] / tot : 0.0);
     fputc('\n', stderr);
+    if (st.predict_slots > 0)
+        fprintf(stderr, "strata: profile %s: next-layer experts predicted at the previous layer's "
+                "router: %.1f%% of %lld routed slots\n", what,
+                100.0 * (double)st.predict_hits / (double)st.predict_slots, (long long)st.predict_slots);
 }

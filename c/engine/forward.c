@@ -90,6 +90,33 @@ static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
 }
 
 /* The routed-expert step: router logits, softmax + top-k per token, grouped experts. */
+/* Profile mode: how well layer il+1's experts are predicted at layer il's router, by applying
+ * layer il+1's FFN norm and router to the residual stream as it is now (what a prefetcher can do
+ * that early). The prediction is scored when layer il+1 routes; it is not timed as a phase. */
+static void st_predict_next(strata_session *s, int il, int64_t T) {
+    const st_hparams *hp = &s->model->hp;
+    if (il + 1 >= hp->n_layer) { s->pred_layer = -1; return; }
+    const st_layer *N = &s->model->layers[il + 1];
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const int64_t E = hp->n_embd;
+    const double t0 = st_prof_clock();
+    st_norm_rows(s->pred_xn, s->x, &N->ffn_norm, T, E, hp->norm_eps);
+    st_matmul(s->tp, &N->ffn_gate_inp, s->pred_xn, T, s->pred_logits, s->mm_ws);
+    for (int64_t t = 0; t < T; t++)
+        st_route_topk(s->pred_logits + t * X, X, K, hp->expert_weights_norm, s->pred_ids + t * K,
+                      s->pred_wts + t * K);
+    s->pred_layer = il + 1;
+    s->prof_t += st_prof_clock() - t0; /* not charged to any phase */
+}
+
+static void st_score_prediction(strata_session *s, int il, int64_t T, int32_t K) {
+    if (s->pred_layer != il) return;
+    for (int64_t t = 0; t < T; t++)
+        for (int32_t a = 0; a < K; a++)
+            for (int32_t b = 0; b < K; b++) s->pred_hits += s->pred_ids[t * K + a] == s->ids[t * K + b];
+    s->pred_slots += T * K;
+}
+
 static void st_moe_block(strata_session *s, int il, int64_t T) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -98,6 +125,10 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
     for (int64_t t = 0; t < T; t++)
         st_route_topk(s->router + t * X, X, K, hp->expert_weights_norm, s->ids + t * K, s->wts + t * K);
+    if (s->profile) {
+        st_score_prediction(s, il, T, K);
+        st_predict_next(s, il, T);
+    }
     /* DEGRADE_ZERO: every routed expert of a CPU session is resident, so only the evaluation
      * mode (every slot counted as missed) drops anything here */
     if (s->degrade.enabled)

@@ -100,6 +100,13 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->rope_cs = st_alloc(sizeof(float) * T * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1), &fail);
     s->att_scratch = st_alloc(sizeof(float) * (size_t)s->n_threads * (size_t)s->n_ctx, &fail);
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
+    s->pred_layer = -1;
+    if (s->profile && hp->n_expert > 0) {
+        s->pred_xn = st_alloc(sizeof(float) * T * E, &fail);
+        s->pred_logits = st_alloc(sizeof(float) * T * d.X, &fail);
+        s->pred_wts = st_alloc(sizeof(float) * T * K, &fail);
+        s->pred_ids = st_alloc(sizeof(int32_t) * T * K, &fail);
+    }
     size_t moe = 0;
     if (hp->n_expert > 0)
         moe = st_moe_wsize((int64_t)T, hp->n_expert_used, hp->n_expert, hp->n_embd, hp->n_ff_exp);
@@ -129,6 +136,7 @@ void strata_session_free(strata_session *s) {
     free(s->proj); free(s->proj2); free(s->router); free(s->ids); free(s->wts);
     free(s->zeros); free(s->ones); free(s->shgate); free(s->rope_cs); free(s->att_scratch);
     free(s->mm_ws); free(s->moe_ws);
+    free(s->pred_xn); free(s->pred_logits); free(s->pred_wts); free(s->pred_ids);
     free(s);
 }
 
@@ -233,19 +241,19 @@ strata_status strata_session_decode_gen(strata_session *s, const strata_token *t
     return st;
 }
 
-static double st_prof_now(void) {
+double st_prof_clock(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 void st_prof_start(strata_session *s) {
-    if (s->profile) s->prof_t = st_prof_now();
+    if (s->profile) s->prof_t = st_prof_clock();
 }
 
 void st_prof_mark(strata_session *s, strata_phase phase) {
     if (!s->profile) return;
-    const double t = st_prof_now();
+    const double t = st_prof_clock();
     s->prof[phase] += t - s->prof_t;
     s->prof_t = t;
 }
@@ -262,6 +270,7 @@ void strata_session_reset_stats(strata_session *s) {
     s->dstats.eligible_total = s->dstats.zeroed_total = 0;
     memset(s->prof, 0, sizeof s->prof);
     s->prof_calls = s->prof_tokens = 0;
+    s->pred_slots = s->pred_hits = 0;
 }
 
 strata_status strata_session_get_stats(const strata_session *s, strata_session_stats *out) {
@@ -276,6 +285,8 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->forward_calls = s->prof_calls;
     out->forward_tokens = s->prof_tokens;
     for (int i = 0; i < STRATA_PHASE_COUNT; i++) out->phase_seconds[i] = s->prof[i];
+    out->predict_slots = s->pred_slots;
+    out->predict_hits = s->pred_hits;
     int first = 1;
     for (int32_t il = 0; il < s->dstats.n_layer; il++) {
         if (s->dstats.eligible[il] == 0) continue;

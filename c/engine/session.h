@@ -26,6 +26,11 @@ struct strata_session {
     double prof_t;              /* start of the phase being timed */
     double prof[STRATA_PHASE_COUNT];
     int64_t prof_calls, prof_tokens;
+    /* profile mode: next-layer expert prediction (forward.c st_predict_next) */
+    float *pred_xn, *pred_logits, *pred_wts;   /* [T][n_embd], [T][n_expert], [T][k] */
+    int32_t *pred_ids;                         /* [T][k] */
+    int pred_layer;                            /* the layer the prediction is for, -1 none */
+    int64_t pred_slots, pred_hits;
     int32_t n_ctx;
     int32_t n_batch;
     int n_threads;
@@ -89,6 +94,7 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
 
 /* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time
  * since the last mark to phase. Both are no-ops with profile off. (session.c) */
+double st_prof_clock(void);  /* monotonic seconds */
 void st_prof_start(strata_session *s);
 void st_prof_mark(strata_session *s, strata_phase phase);
 

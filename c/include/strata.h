@@ -546,6 +546,10 @@ typedef struct strata_session_stats {
     int64_t forward_calls;        /* forward passes (batches) timed */
     int64_t forward_tokens;       /* tokens in them */
     double phase_seconds[STRATA_PHASE_COUNT];
+    /* profile mode, CPU sessions of MoE models: layer l+1's experts predicted at layer l's router
+     * (layer l+1's norm and router applied to the hidden state then), scored when l+1 routes */
+    int64_t predict_slots;        /* routed slots scored */
+    int64_t predict_hits;         /* of them, predicted */
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (degrade and profile). */
