@@ -76,9 +76,11 @@ bench() { # name file args...
 while [ ! -f /tmp/olmoe.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "olmoe file ready at $(el)s: $(du -h /tmp/olmoe.gguf 2>/dev/null | cut -f1)"
 bench olmoe_gpu /tmp/olmoe.gguf -p 512 -n 128 -r 2 --gpu
+bench olmoe_gpu_graphs /tmp/olmoe.gguf -p 0 -n 128 -r 2 --gpu --cuda-graphs
 while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
 bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 2 --gpu
+bench q3_gpu_graphs /tmp/q3.gguf -p 0 -n 128 -r 2 --gpu --cuda-graphs
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile

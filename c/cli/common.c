@@ -34,6 +34,8 @@ void cli_opts_init(cli_opts *o) {
     if (o->degrade_eval) o->degrade_zero = 1;
     const char *pf = getenv("STRATA_PROFILE");
     o->profile = pf && pf[0] && strcmp(pf, "0") != 0;
+    const char *cg = getenv("STRATA_CUDA_GRAPHS");
+    o->cuda_graphs = cg && cg[0] && strcmp(cg, "0") != 0;
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
 }
@@ -55,6 +57,8 @@ void cli_opts_usage(FILE *f) {
         "                          every slot counts as missed (quality tables; CPU only)\n"
         "  --profile               time the phases of every forward pass (also $STRATA_PROFILE=1;\n"
         "                          on the GPU each phase waits for the device: slower)\n"
+        "  --cuda-graphs           GPU: replay each decode step as a CUDA graph (also\n"
+        "                          $STRATA_CUDA_GRAPHS=1; off by default while it is measured)\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
         "  --cpu                   CPU only;  -ngl, --n-gpu-layers N: 0 = --cpu, >= the layer\n"
         "                          count (or 99) = --gpu; default: the GPU when usable, else CPU\n"
@@ -122,6 +126,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--degrade-zero")) o->degrade_zero = 1;
     else if (opt_is(a, NULL, "--degrade-eval")) o->degrade_eval = o->degrade_zero = 1;
     else if (opt_is(a, NULL, "--profile")) o->profile = 1;
+    else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
     else if (opt_is(a, NULL, "--gpu")) o->gpu = 1;
     else if (opt_is(a, NULL, "--cpu")) o->gpu = 0;
     else flag = 0;
@@ -269,6 +274,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.degrade_tau = o->degrade_tau;
     sp.degrade_eval = o->degrade_eval;
     sp.profile = o->profile;
+    sp.cuda_graphs = o->cuda_graphs;
     if (o->degrade_zero)
         fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
                 "that misses its deadline with gate weight < tau %.3g is dropped%s\n",

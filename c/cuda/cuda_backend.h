@@ -50,6 +50,21 @@ strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memset(void *dptr, int byte, size_t bytes);
 strata_status st_cuda_synchronize(void);
 
+/* ---- streams and graphs ---------------------------------------------------------------------- */
+
+/* A blocking stream (ordered with the legacy default stream, so the synchronous helpers above
+ * still see its work complete). */
+strata_status st_cuda_stream_create(void **stream);
+strata_status st_cuda_stream_destroy(void *stream);           /* NULL is a no-op */
+/* Records the launches enqueued on stream from here on into a graph instead of running them. */
+strata_status st_cuda_capture_begin(void *stream);
+/* Ends the capture and launches it on stream: the executable graph *exec (NULL the first time)
+ * is updated in place when the kernels are the same (*reused = 1), else rebuilt. */
+strata_status st_cuda_capture_end_launch(void *stream, void **exec, int *reused);
+/* Ends a capture that failed half-way and drops it. */
+void st_cuda_capture_abort(void *stream);
+void st_cuda_graph_exec_destroy(void *exec);                  /* NULL is a no-op */
+
 /* ---- dequantize ----------------------------------------------------------------------------- */
 
 /* 1 if the GPU dequantize kernels support type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,

@@ -199,3 +199,66 @@ extern "C" strata_status st_cuda_synchronize(void) {
     ST_CUDA_CHECK(cudaDeviceSynchronize());
     return STRATA_OK;
 }
+
+/* ---- streams and graphs (cuda_backend.h) ------------------------------------------------------ */
+
+extern "C" strata_status st_cuda_stream_create(void **stream) {
+    if (!stream) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_stream_create: NULL stream");
+    *stream = NULL;
+    ST_TRY(st_cuda_require("st_cuda_stream_create"));
+    cudaStream_t s;
+    ST_CUDA_CHECK(cudaStreamCreate(&s)); /* blocking: ordered with the legacy default stream */
+    *stream = s;
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_stream_destroy(void *stream) {
+    if (!stream) return STRATA_OK;
+    ST_CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_capture_begin(void *stream) {
+    ST_CUDA_CHECK(cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeRelaxed));
+    return STRATA_OK;
+}
+
+extern "C" void st_cuda_capture_abort(void *stream) {
+    cudaGraph_t g = NULL;
+    if (cudaStreamEndCapture((cudaStream_t)stream, &g) == cudaSuccess && g) cudaGraphDestroy(g);
+    (void)cudaGetLastError();
+}
+
+extern "C" strata_status st_cuda_capture_end_launch(void *stream, void **exec, int *reused) {
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaGraph_t g = NULL;
+    ST_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ex = (cudaGraphExec_t)*exec;
+    int ok = 0;
+    if (ex) { /* same kernels in the same order: update the parameters in place */
+        cudaGraphExecUpdateResultInfo info;
+        ok = cudaGraphExecUpdate(ex, g, &info) == cudaSuccess;
+        if (!ok) {
+            (void)cudaGetLastError();
+            cudaGraphExecDestroy(ex);
+            ex = NULL;
+        }
+    }
+    if (!ex) {
+        cudaError_t e = cudaGraphInstantiate(&ex, g, 0);
+        if (e != cudaSuccess) {
+            cudaGraphDestroy(g);
+            *exec = NULL;
+            ST_CUDA_CHECK(e);
+        }
+    }
+    cudaGraphDestroy(g);
+    *exec = ex;
+    if (reused) *reused = ok;
+    ST_CUDA_CHECK(cudaGraphLaunch(ex, s));
+    return STRATA_OK;
+}
+
+extern "C" void st_cuda_graph_exec_destroy(void *exec) {
+    if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}

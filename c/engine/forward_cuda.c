@@ -76,6 +76,9 @@ struct st_gpu {
     st_cuda_attn_shape shape;
     st_cuda_rope_params rope;
     int64_t moe_tokens;                   /* tokens per grouped-MoE call: 1024 / k, <= n_batch */
+    void *stream;                         /* every kernel of the session runs on it */
+    void *graph;                          /* the decode step's executable CUDA graph, or NULL */
+    int graphs;                           /* capture single-token steps (cuda_graphs) */
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
     int32_t *ids, *zeros;
@@ -336,6 +339,8 @@ void st_gpu_free(strata_session *s) {
             st_cuda_free(g->layers[il].experts);
             st_cuda_free(g->layers[il].shexp);
         }
+    st_cuda_graph_exec_destroy(g->graph);
+    st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->att, g->proj, g->h, g->router,
                     g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->mmv_scratch,
@@ -358,6 +363,8 @@ strata_status st_gpu_create(strata_session *s) {
     st_gpu *g = calloc(1, sizeof *g);
     if (!g) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     s->gpu = g;
+    g->graphs = s->cuda_graphs;
+    TRY(st_cuda_stream_create(&g->stream));
     g->progress = s->progress;
     g->progress_data = s->progress_data;
     g->upload_total = (int64_t)m->info.n_bytes;
@@ -408,7 +415,7 @@ static strata_status st_gpu_mark(strata_session *s, strata_phase phase) {
 static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, int64_t T, float *y) {
     for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
         const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
-        TRY(st_cuda_mmv(W, x + c * W->ne0, nc, y + c * W->ne1, g->mmv_scratch, NULL));
+        TRY(st_cuda_mmv(W, x + c * W->ne0, nc, y + c * W->ne1, g->mmv_scratch, g->stream));
     }
     return STRATA_OK;
 }
@@ -423,36 +430,36 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
     const int64_t no = (int64_t)hp->n_head * hp->head_dim_v;
 
-    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, NULL));
+    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, g->stream));
     TRY(st_gpu_mm(g, &G->wq, g->xn, T, g->q));
     TRY(st_gpu_mm(g, &G->wk, g->xn, T, g->k));
     TRY(st_gpu_mm(g, &G->wv, g->xn, T, g->v));
-    if (G->bq) TRY(st_cuda_add_bias(g->q, nq, G->bq, nq, T, NULL));
-    if (G->bk) TRY(st_cuda_add_bias(g->k, nk, G->bk, nk, T, NULL));
-    if (G->bv) TRY(st_cuda_add_bias(g->v, nv, G->bv, nv, T, NULL));
+    if (G->bq) TRY(st_cuda_add_bias(g->q, nq, G->bq, nq, T, g->stream));
+    if (G->bk) TRY(st_cuda_add_bias(g->k, nk, G->bk, nk, T, g->stream));
+    if (G->bv) TRY(st_cuda_add_bias(g->v, nv, G->bv, nv, T, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_QKV)); /* (the q/k norms below count as attention, as on the CPU) */
     switch (m->arch->qk_norm) {
     case ST_QKNORM_FULL:
-        TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, nq, 1, T, hp->norm_eps, NULL));
-        TRY(st_cuda_rmsnorm(g->k, nk, g->k, nk, G->k_norm, nk, 1, T, hp->norm_eps, NULL));
+        TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, nq, 1, T, hp->norm_eps, g->stream));
+        TRY(st_cuda_rmsnorm(g->k, nk, g->k, nk, G->k_norm, nk, 1, T, hp->norm_eps, g->stream));
         break;
     case ST_QKNORM_HEAD:
-        TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, hd, hp->n_head, T, hp->norm_eps, NULL));
-        TRY(st_cuda_rmsnorm(g->k, nk, g->k, nk, G->k_norm, hd, hp->n_head_kv, T, hp->norm_eps, NULL));
+        TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, hd, hp->n_head, T, hp->norm_eps, g->stream));
+        TRY(st_cuda_rmsnorm(g->k, nk, g->k, nk, G->k_norm, hd, hp->n_head_kv, T, hp->norm_eps, g->stream));
         break;
     case ST_QKNORM_NONE:
         break;
     }
-    TRY(st_cuda_rope(&g->rope, g->q, nq, hp->n_head, hd, T, NULL, pos0, NULL));
-    TRY(st_cuda_rope(&g->rope, g->k, nk, hp->n_head_kv, hd, T, NULL, pos0, NULL));
-    TRY(st_cuda_kv_store(&G->kv, &g->shape, g->k, nk, g->v, nv, T, pos0, NULL));
+    TRY(st_cuda_rope(&g->rope, g->q, nq, hp->n_head, hd, T, NULL, pos0, g->stream));
+    TRY(st_cuda_rope(&g->rope, g->k, nk, hp->n_head_kv, hd, T, NULL, pos0, g->stream));
+    TRY(st_cuda_kv_store(&G->kv, &g->shape, g->k, nk, g->v, nv, T, pos0, g->stream));
     TRY(st_cuda_attention(&G->kv, &g->shape, g->q, nq, T, pos0, g->att, no, g->attn_ws,
-                          g->attn_ws_bytes, NULL));
+                          g->attn_ws_bytes, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
     TRY(st_gpu_mm(g, &G->wo, g->att, T, g->proj));
-    if (G->bo) TRY(st_cuda_add_bias(g->proj, E, G->bo, E, T, NULL));
+    if (G->bo) TRY(st_cuda_add_bias(g->proj, E, G->bo, E, T, g->stream));
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
-    TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, NULL));
+    TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, g->stream));
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
@@ -462,14 +469,14 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     st_gpu *g = s->gpu;
     const st_gpu_layer *G = &g->layers[il];
     const int64_t E = hp->n_embd;
-    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->ffn_norm, E, 1, T, hp->norm_eps, NULL));
+    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->ffn_norm, E, 1, T, hp->norm_eps, g->stream));
     if (hp->n_expert == 0) {
         TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
         const int64_t F = hp->n_ff;
         for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
             const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
             TRY(st_cuda_mmv_swiglu(&G->ffn_gate, &G->ffn_up, g->xn + c * E, nc, g->h + c * F,
-                                   g->mmv_scratch, NULL));
+                                   g->mmv_scratch, g->stream));
         }
         TRY(st_gpu_mm(g, &G->ffn_down, g->h, T, g->proj));
         TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
@@ -478,12 +485,12 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
         TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
         if (G->shexp && G->shexp_gate_inp.data) {
             TRY(st_gpu_mm(g, &G->shexp_gate_inp, g->xn, T, g->shgate));
-            TRY(st_cuda_sigmoid(g->shgate, g->shgate, T, NULL));
+            TRY(st_cuda_sigmoid(g->shgate, g->shgate, T, g->stream));
         }
         for (int64_t t0 = 0; t0 < T; t0 += g->moe_tokens) {
             const int64_t tn = T - t0 < g->moe_tokens ? T - t0 : g->moe_tokens;
             TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
-                                  g->ids + t0 * K, g->wts + t0 * K, NULL, NULL));
+                                  g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
             st_cuda_moe_args a;
             memset(&a, 0, sizeof a);
@@ -502,7 +509,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.accumulate = 0;
             a.ws = g->moe_ws;
             a.ws_bytes = g->moe_ws_bytes;
-            TRY(st_cuda_moe_ffn(&a, NULL));
+            TRY(st_cuda_moe_ffn(&a, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
             if (G->shexp) { /* the shared expert: a one-expert table, weight = its gate or 1 */
                 a.experts = G->shexp;
@@ -514,12 +521,12 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 a.wts = (G->shexp_gate_inp.data ? g->shgate : g->ones) + t0;
                 a.k = 1;
                 a.accumulate = 1;
-                TRY(st_cuda_moe_ffn(&a, NULL));
+                TRY(st_cuda_moe_ffn(&a, g->stream));
             }
         }
     }
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
-    TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, NULL));
+    TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, g->stream));
     return st_gpu_mark(s, STRATA_PHASE_SHARED);
 }
 
@@ -529,12 +536,12 @@ static strata_status st_gpu_output(strata_session *s, int64_t first, int64_t n, 
     const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
     const int64_t E = hp->n_embd, V = hp->n_vocab;
-    TRY(st_cuda_rmsnorm(g->xn, E, g->x + first * E, E, g->output_norm, E, 1, n, hp->norm_eps, NULL));
+    TRY(st_cuda_rmsnorm(g->xn, E, g->x + first * E, E, g->output_norm, E, 1, n, hp->norm_eps, g->stream));
     const int div = m->arch->granite_scales && hp->logit_scale != 1.0f && hp->logit_scale != 0.0f;
     for (int64_t c = 0; c < n; c += ST_GPU_COLS) {
         const int nc = (int)(n - c < ST_GPU_COLS ? n - c : ST_GPU_COLS);
-        TRY(st_cuda_mmv(&g->output, g->xn + c * E, nc, g->logits, g->mmv_scratch, NULL));
-        if (div) TRY(st_cuda_scale(g->logits, g->logits, hp->logit_scale, 1, (int64_t)nc * V, NULL));
+        TRY(st_cuda_mmv(&g->output, g->xn + c * E, nc, g->logits, g->mmv_scratch, g->stream));
+        if (div) TRY(st_cuda_scale(g->logits, g->logits, hp->logit_scale, 1, (int64_t)nc * V, g->stream));
         TRY(st_cuda_memcpy_d2h(logits + c * V, g->logits, sizeof(float) * (size_t)nc * (size_t)V));
     }
     return STRATA_OK;
@@ -557,10 +564,26 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     }
     TRY(st_cuda_memcpy_h2d(g->x, s->x, sizeof(float) * (size_t)(T * E)));
     TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
-    for (int il = 0; il < hp->n_layer; il++) {
-        TRY(st_gpu_attn_block(s, il, T, pos0));
-        TRY(st_gpu_ffn_block(s, il, T));
+    /* a single-token step may be captured into a CUDA graph and replayed as one launch (the
+     * same kernels with the step's parameters: the same bits); not with profile's syncs */
+    const int graph = g->graphs && T == 1 && !s->profile;
+    if (graph) TRY(st_cuda_capture_begin(g->stream));
+    strata_status st = STRATA_OK;
+    for (int il = 0; il < hp->n_layer && st == STRATA_OK; il++) {
+        st = st_gpu_attn_block(s, il, T, pos0);
+        if (st == STRATA_OK) st = st_gpu_ffn_block(s, il, T);
     }
+    if (graph) {
+        if (st != STRATA_OK) {
+            st_cuda_capture_abort(g->stream);
+            return st;
+        }
+        int reused = 0;
+        TRY(st_cuda_capture_end_launch(g->stream, &g->graph, &reused));
+        s->graph_launches++;
+        s->graph_rebuilds += !reused;
+    }
+    TRY(st);
     if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));
     else TRY(st_cuda_synchronize());
     st_prof_mark(s, STRATA_PHASE_OUTPUT);

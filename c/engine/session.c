@@ -178,6 +178,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.tau = p.degrade_tau;
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
+    s->cuda_graphs = p.cuda_graphs != 0;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
     if (st_degrade_stats_init(&s->dstats, hp->n_layer) != 0) {
@@ -285,6 +286,8 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->forward_calls = s->prof_calls;
     out->forward_tokens = s->prof_tokens;
     for (int i = 0; i < STRATA_PHASE_COUNT; i++) out->phase_seconds[i] = s->prof[i];
+    out->graph_launches = s->graph_launches;
+    out->graph_rebuilds = s->graph_rebuilds;
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;
     int first = 1;

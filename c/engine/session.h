@@ -21,6 +21,8 @@ struct strata_session {
     st_degrade_stats dstats;
     int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */
     int profile;                /* time the phases (strata_session_params.profile) */
+    int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
+    int64_t graph_launches, graph_rebuilds;
     strata_progress_fn progress;
     void *progress_data;
     double prof_t;              /* start of the phase being timed */

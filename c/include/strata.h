@@ -485,6 +485,9 @@ typedef struct strata_session_params {
     int profile;          /* 1: time the phases of every forward pass (strata_session_stats); on
                              the GPU each phase is followed by a device synchronization, which
                              slows the pass down: for measurements, not for serving */
+    int cuda_graphs;      /* CUDA sessions: 1 captures each single-token step into a CUDA graph
+                             and replays it as one launch (same kernels, same bits); default 0
+                             while it is being measured (docs/PERFORMANCE.md) */
     strata_progress_fn progress;  /* NULL (default): no progress reports */
     void *progress_data;          /* passed to progress */
 } strata_session_params;
@@ -548,6 +551,8 @@ typedef struct strata_session_stats {
     double phase_seconds[STRATA_PHASE_COUNT];
     /* profile mode, CPU sessions of MoE models: layer l+1's experts predicted at layer l's router
      * (layer l+1's norm and router applied to the hidden state then), scored when l+1 routes */
+    int64_t graph_launches;       /* CUDA-graph steps run (cuda_graphs) */
+    int64_t graph_rebuilds;       /* of them, graphs built anew (not updated in place) */
     int64_t predict_slots;        /* routed slots scored */
     int64_t predict_hits;         /* of them, predicted */
 } strata_session_stats;
