@@ -59,6 +59,9 @@ void cli_opts_usage(FILE *f) {
         "                          on the GPU each phase waits for the device: slower)\n"
         "  --cuda-graphs           GPU: replay each decode step as a CUDA graph (also\n"
         "                          $STRATA_CUDA_GRAPHS=1; off by default while it is measured)\n"
+        "  --cpu-moe               GPU sessions: every layer's routed experts stay in RAM and\n"
+        "                          run on the CPU; --n-cpu-moe N: those of the first N layers;\n"
+        "                          --gpu-experts: all on the GPU (default)\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
         "  --cpu                   CPU only;  -ngl, --n-gpu-layers N: 0 = --cpu, >= the layer\n"
         "                          count (or 99) = --gpu; default: the GPU when usable, else CPU\n"
@@ -127,6 +130,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--degrade-eval")) o->degrade_eval = o->degrade_zero = 1;
     else if (opt_is(a, NULL, "--profile")) o->profile = 1;
     else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
+    else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
+    else if (opt_is(a, NULL, "--gpu-experts")) o->n_cpu_moe = 0;
     else if (opt_is(a, NULL, "--gpu")) o->gpu = 1;
     else if (opt_is(a, NULL, "--cpu")) o->gpu = 0;
     else flag = 0;
@@ -140,7 +145,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
         "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
-        "--n-gpu-layers", "--degrade-tau", NULL};
+        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
     if (!known) return 0;
@@ -162,6 +167,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     } else if (opt_is(a, "-ngl", "--n-gpu-layers")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->gpu = x > 0 ? 2 : 0; /* 2: checked later */
         o->ngl = (int)x;
+    } else if (opt_is(a, NULL, "--n-cpu-moe")) {
+        if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->n_cpu_moe = (int)x;
     } else if (opt_is(a, NULL, "--degrade-tau")) {
         rc = parse_float(a, v, &o->degrade_tau);
         if (!rc && !(o->degrade_tau >= 0.0f && o->degrade_tau <= 1.0f))
@@ -275,6 +282,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.degrade_eval = o->degrade_eval;
     sp.profile = o->profile;
     sp.cuda_graphs = o->cuda_graphs;
+    sp.n_cpu_moe = o->n_cpu_moe;
     if (o->degrade_zero)
         fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
                 "that misses its deadline with gate weight < tau %.3g is dropped%s\n",
@@ -298,6 +306,13 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
         sp.backend = STRATA_BACKEND_CUDA;
         if (strata_session_create(model, &sp, out) == STRATA_OK) {
             snprintf(o->backend_desc, sizeof o->backend_desc, "cuda (%s)", bi.detail);
+            if (o->n_cpu_moe != 0 && mi.n_expert > 0 && !o->quiet) {
+                if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi.n_layer)
+                    fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");
+                else
+                    fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
+                            "rest on the GPU\n", o->n_cpu_moe - 1);
+            }
             return 0;
         }
         if (o->gpu == 1) return cli_fail("cannot create a GPU session: %s", strata_last_error());

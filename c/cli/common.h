@@ -34,6 +34,7 @@ typedef struct {
     int degrade_eval;             /* --degrade-eval or STRATA_DEGRADE_EVAL=1 (implies degrade_zero) */
     int profile;                  /* --profile or STRATA_PROFILE=1: time the forward phases */
     int cuda_graphs;              /* --cuda-graphs or STRATA_CUDA_GRAPHS=1 */
+    int n_cpu_moe;                /* --n-cpu-moe N, --cpu-moe (-1), --gpu-experts (0, default) */
     int ngl;                      /* -ngl N as given */
     int gpu;                      /* -1 auto (GPU when usable, else CPU), 0 --cpu / -ngl 0, 1 --gpu */
     char backend_desc[300];       /* set by cli_new_session: "cuda (NVIDIA H200, ...)" or "cpu" */

@@ -212,6 +212,11 @@ static strata_status st_gpu_check_shape(const strata_model *m, const st_gpu *g) 
     return STRATA_OK;
 }
 
+/* 1 if layer il's routed experts are computed by the CPU (n_cpu_moe < 0: every layer). */
+static int st_gpu_layer_on_cpu(const strata_session *s, int il) {
+    return s->n_cpu_moe < 0 || il < s->n_cpu_moe;
+}
+
 static strata_status st_gpu_upload_layers(strata_session *s) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -233,8 +238,10 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
         TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
         if (hp->n_expert > 0) {
             TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
-            TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
-                                   hp->n_expert, &G->experts));
+            /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
+            if (!st_gpu_layer_on_cpu(s, il))
+                TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
+                                       hp->n_expert, &G->experts));
             G->exp_type_gu = L->ffn_gate_exps.type;
             G->exp_type_down = L->ffn_down_exps.type;
             if (s->shexp && L->ffn_gate_shexp.data) {
@@ -492,6 +499,14 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
                                   g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
+            if (!G->experts) { /* experts in RAM: rows and routing down, the CPU's step, result up */
+                TRY(st_cuda_memcpy_d2h(s->xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E)));
+                TRY(st_cuda_memcpy_d2h(s->ids + t0 * K, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
+                TRY(st_cuda_memcpy_d2h(s->wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K)));
+                st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn + t0 * E, tn,
+                           s->ids + t0 * K, s->wts + t0 * K, K, s->proj + t0 * E, s->moe_ws);
+                TRY(st_cuda_memcpy_h2d(g->proj + t0 * E, s->proj + t0 * E, sizeof(float) * (size_t)(tn * E)));
+            }
             st_cuda_moe_args a;
             memset(&a, 0, sizeof a);
             a.experts = G->experts;
@@ -509,7 +524,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.accumulate = 0;
             a.ws = g->moe_ws;
             a.ws_bytes = g->moe_ws_bytes;
-            TRY(st_cuda_moe_ffn(&a, g->stream));
+            if (G->experts) TRY(st_cuda_moe_ffn(&a, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
             if (G->shexp) { /* the shared expert: a one-expert table, weight = its gate or 1 */
                 a.experts = G->shexp;
@@ -566,7 +581,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
     /* a single-token step may be captured into a CUDA graph and replayed as one launch (the
      * same kernels with the step's parameters: the same bits); not with profile's syncs */
-    const int graph = g->graphs && T == 1 && !s->profile;
+    const int graph = g->graphs && T == 1 && !s->profile && s->n_cpu_moe == 0;
     if (graph) TRY(st_cuda_capture_begin(g->stream));
     strata_status st = STRATA_OK;
     for (int il = 0; il < hp->n_layer && st == STRATA_OK; il++) {

@@ -179,6 +179,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
     s->cuda_graphs = p.cuda_graphs != 0;
+    s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
     if (st_degrade_stats_init(&s->dstats, hp->n_layer) != 0) {

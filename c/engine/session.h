@@ -22,6 +22,7 @@ struct strata_session {
     int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
+    int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int64_t graph_launches, graph_rebuilds;
     strata_progress_fn progress;
     void *progress_data;

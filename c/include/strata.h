@@ -488,6 +488,10 @@ typedef struct strata_session_params {
     int cuda_graphs;      /* CUDA sessions: 1 captures each single-token step into a CUDA graph
                              and replays it as one launch (same kernels, same bits); default 0
                              while it is being measured (docs/PERFORMANCE.md) */
+    int32_t n_cpu_moe;    /* CUDA sessions: the routed experts of the first n_cpu_moe layers stay
+                             in RAM and the CPU computes them (llama.cpp's --n-cpu-moe); -1: every
+                             layer (--cpu-moe); 0 (default): all on the GPU. Attention, routers
+                             and shared experts stay on the GPU. */
     strata_progress_fn progress;  /* NULL (default): no progress reports */
     void *progress_data;          /* passed to progress */
 } strata_session_params;

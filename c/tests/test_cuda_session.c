@@ -31,12 +31,14 @@ static const char *TEXT =
 
 static strata_type g_kv = STRATA_TYPE_F16; /* KV cache type of the next sessions */
 static int g_graphs = 0;                   /* cuda_graphs of the next sessions */
+static int g_cpu_moe = 0;                  /* n_cpu_moe of the next sessions */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
     strata_session_params sp = strata_session_default_params();
     sp.kv_type = g_kv;
     sp.cuda_graphs = g_graphs;
+    sp.n_cpu_moe = g_cpu_moe;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -192,7 +194,7 @@ static void test_default_model(void) {
     }
     free(cpu); free(cpu32); free(gpu); free(gpu2); free(gpu7);
 
-    strata_token gc[64], gg[64];
+    strata_token gc[64] = {0}, gg[64] = {0};
     if (greedy(m, STRATA_BACKEND_CPU, toks, 12, V, gc) && greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gg)) {
         int same = 0;
         while (same < 64 && gc[same] == gg[same]) same++;
@@ -200,6 +202,36 @@ static void test_default_model(void) {
         CHECK(same == 64, "GPU greedy continuation leaves the CPU's at token %d", same);
     }
     test_graphs(m, toks, 12, V);
+
+    /* --cpu-moe / --n-cpu-moe: experts of every layer, or of the first 3, computed by the CPU
+     * (the CPU's arithmetic for those): the same greedy tokens and the same KL bound */
+    for (int v = 0; v < 2; v++) {
+        g_cpu_moe = v == 0 ? -1 : 3;
+        float *cm = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        strata_token gm[64];
+        const int got = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gm);
+        g_cpu_moe = 0;
+        float *ref = all_logits(m, STRATA_BACKEND_CPU, 64, toks, n, V);
+        g_kv = STRATA_TYPE_F32;
+        float *ref32 = all_logits(m, STRATA_BACKEND_CPU, 64, toks, n, V);
+        g_kv = STRATA_TYPE_F16;
+        if (cm && ref && ref32 && got) {
+            double kl = 0, floor = 0;
+            for (int64_t t = 0; t < n; t++) {
+                kl += kl_row(ref + t * V, cm + t * V, V);
+                floor += kl_row(ref + t * V, ref32 + t * V, V);
+            }
+            kl /= (double)n;
+            floor /= (double)n;
+            int same = 0;
+            while (same < 64 && gc[same] == gm[same]) same++;
+            printf("n_cpu_moe %d: mean KL(cpu||gpu) %.3g (bound %.3g), greedy equal for %d of 64\n",
+                   v == 0 ? -1 : 3, kl, fmax(1e-4, 2 * floor), same);
+            CHECK(kl <= fmax(1e-4, 2.0 * floor), "n_cpu_moe %d: KL %.3g", v == 0 ? -1 : 3, kl);
+            CHECK(same == 64, "n_cpu_moe %d: greedy leaves the CPU's at %d", v == 0 ? -1 : 3, same);
+        }
+        free(cm); free(ref); free(ref32);
+    }
     strata_model_free(m);
 }
 

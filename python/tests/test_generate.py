@@ -313,3 +313,16 @@ def test_cli_degrade_zero_flags_and_stats(model, tmp_path):
     assert b"bad value '1.5' for --degrade-tau" in run_cli(*args, "--degrade-tau", 1.5, check_rc=2).stderr
     bad = run_cli(*args, env=dict(os.environ, DEGRADE_ZERO="1", DEGRADE_TAU="x"), check_rc=1)
     assert b"degrade_tau" in bad.stderr
+
+
+def test_cli_placement_options_parse(model):
+    """--cpu-moe, --n-cpu-moe N, --gpu-experts, --cuda-graphs, --profile are accepted (placement
+    and graphs apply to GPU sessions; a CPU session's text is unchanged) and checked."""
+    args = ["-m", model.path, "-p", PROMPT, "-n", 12, "--temp", 0, "--cpu", "-c", 128]
+    base = run_cli(*args).stdout
+    for extra in (["--cpu-moe"], ["--n-cpu-moe", 2], ["--gpu-experts"], ["--cuda-graphs"]):
+        assert run_cli(*args, *extra).stdout == base, extra
+    prof = run_cli(*args, "--profile").stderr.decode()
+    assert "strata: profile (prompt and generation)" in prof and " experts " in prof
+    assert "next-layer experts predicted" in prof
+    assert b"bad value 'x' for --n-cpu-moe" in run_cli(*args, "--n-cpu-moe", "x", check_rc=2).stderr
