@@ -506,3 +506,18 @@ void cli_print_profile(const strata_session *sess, const char *what) {
                 "router: %.1f%% of %lld routed slots\n", what,
                 100.0 * (double)st.predict_hits / (double)st.predict_slots, (long long)st.predict_slots);
 }
+
+void cli_print_prof_line(const strata_session *sess, double prompt_tps, double decode_tps) {
+    strata_session_stats st;
+    if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK) return;
+    char pb[32], db[32];
+    fprintf(stderr, "[PROF] prompt %.2f tok/s | decode %.2f tok/s | experts: %lld slot-rows from GPU "
+            "memory, %lld on the CPU", prompt_tps, decode_tps, (long long)st.expert_slots_gpu,
+            (long long)st.expert_slots_cpu);
+    if (st.expert_slots_gpu + st.expert_slots_cpu > 0)
+        fprintf(stderr, " (per-layer GPU share %.0f%%..%.0f%%)", 100.0 * st.layer_gpu_share_min,
+                100.0 * st.layer_gpu_share_max);
+    fprintf(stderr, " | no cache, no prefetch | PCIe %s | disk %s | zeroed %lld\n",
+            cli_human_bytes((double)st.pcie_bytes, pb, sizeof pb),
+            cli_human_bytes((double)st.disk_bytes, db, sizeof db), (long long)st.degrade_zeroed);
+}

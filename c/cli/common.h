@@ -75,6 +75,9 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
 /* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
  * min/max share). Nothing when it is off. */
 void cli_print_degrade_stats(const strata_session *sess);
+/* The [PROF] line on stderr: prompt and decode tok/s, where routed experts ran (slot-rows from GPU
+ * memory and on the CPU, per-layer GPU share), bytes over PCIe and from disk, zeroed slots. */
+void cli_print_prof_line(const strata_session *sess, double prompt_tps, double decode_tps);
 /* With --profile: one stderr line per phase set, milliseconds per token and share of the total. */
 void cli_print_profile(const strata_session *sess, const char *what);
 /* Tokenizes text into *toks (malloc'd), *n tokens. Prints failures, returns CLI_EXIT_FAIL or 0. */

@@ -5,11 +5,19 @@
  * [INST]), and the embedded default model run by `strata` without arguments. */
 #include "common.h"
 
+#include <signal.h>
+
 #include <libgen.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+static double rate(double n, double s) { return s > 0 ? n / s : 0.0; }
+
+/* Set by SIGUSR1: print the [PROF] line at the next generated token. */
+static volatile sig_atomic_t g_prof_requested = 0;
+static void on_sigusr1(int sig) { (void)sig; g_prof_requested = 1; }
 
 /* ---------------------------------------------------------------------------------------------
  * Streaming output: UTF-8 boundaries and stop strings
@@ -181,6 +189,12 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     char piece[256];
     for (;;) {
         if (n_predict >= 0 && n_gen >= n_predict) break;
+        if (g_prof_requested) { /* kill -USR1: the [PROF] line now */
+            g_prof_requested = 0;
+            fputc('\n', stderr);
+            cli_print_prof_line(r->sess, rate((double)r->n_prompt, r->prompt_s),
+                                rate((double)n_gen, cli_now() - t1));
+        }
         strata_token tok;
         if (strata_sampler_sample(r->smp, r->logits, &tok) != STRATA_OK) {
             free(s.buf);
@@ -233,7 +247,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
  * Stats
  * ------------------------------------------------------------------------------------------- */
 
-static double rate(double n, double s) { return s > 0 ? n / s : 0.0; }
+
 
 static int print_stats(const runner *r) {
     const cli_opts *o = r->o;
@@ -248,6 +262,8 @@ static int print_stats(const runner *r) {
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
         cli_print_degrade_stats(r->sess);
         cli_print_profile(r->sess, "(prompt and generation)");
+        cli_print_prof_line(r->sess, rate((double)r->n_prompt, r->prompt_s),
+                            rate((double)r->n_gen, r->gen_s));
     }
     if (o->stats_json) {
         FILE *f = fopen(o->stats_json, "w");
@@ -386,6 +402,7 @@ static void run_usage(FILE *f) {
 }
 
 static int run_with(cli_opts *o) {
+    signal(SIGUSR1, on_sigusr1); /* `kill -USR1 PID` prints the [PROF] line during generation */
     if (!o->model) return cli_usage_error("no model: give -m MODEL.gguf");
     if (o->prompt && o->prompt_file) return cli_usage_error("give -p or -f, not both");
     if (o->interactive && o->logpos) return cli_usage_error("--logpos does not apply to --chat");

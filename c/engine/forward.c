@@ -134,6 +134,7 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     if (s->degrade.enabled)
         st_degrade_apply(&s->degrade, !s->gen_phase, T, K, s->ids, s->wts, NULL, &s->dstats, il);
     st_prof_mark(s, STRATA_PHASE_ROUTER);
+    s->slots_cpu[il] += T * K; /* a CPU session computes every routed slot itself */
     st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn, T, s->ids, s->wts, K, s->proj,
                s->moe_ws);
     st_prof_mark(s, STRATA_PHASE_EXPERTS);

@@ -499,7 +499,11 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
                                   g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
+            if (G->experts) s->slots_gpu[il] += tn * K;
+            else s->slots_cpu[il] += tn * K;
             if (!G->experts) { /* experts in RAM: rows and routing down, the CPU's step, result up */
+                s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(2 * tn * E) +
+                                           (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
                 TRY(st_cuda_memcpy_d2h(s->xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E)));
                 TRY(st_cuda_memcpy_d2h(s->ids + t0 * K, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
                 TRY(st_cuda_memcpy_d2h(s->wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K)));
@@ -558,6 +562,7 @@ static strata_status st_gpu_output(strata_session *s, int64_t first, int64_t n, 
         TRY(st_cuda_mmv(&g->output, g->xn + c * E, nc, g->logits, g->mmv_scratch, g->stream));
         if (div) TRY(st_cuda_scale(g->logits, g->logits, hp->logit_scale, 1, (int64_t)nc * V, g->stream));
         TRY(st_cuda_memcpy_d2h(logits + c * V, g->logits, sizeof(float) * (size_t)nc * (size_t)V));
+        s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)nc * (size_t)V);
     }
     return STRATA_OK;
 }
@@ -578,6 +583,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
             for (int64_t i = 0; i < E; i++) s->x[t * E + i] *= hp->embedding_scale;
     }
     TRY(st_cuda_memcpy_h2d(g->x, s->x, sizeof(float) * (size_t)(T * E)));
+    s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(T * E));
     TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
     /* a single-token step may be captured into a CUDA graph and replayed as one launch (the
      * same kernels with the step's parameters: the same bits); not with profile's syncs */

@@ -129,6 +129,8 @@ void strata_session_free(strata_session *s) {
     if (!s) return;
     st_gpu_free(s);
     st_degrade_stats_free(&s->dstats);
+    free(s->slots_gpu);
+    free(s->slots_cpu);
     st_threadpool_free(s->tp);
     st_kv_free(&s->kv);
     free(s->experts); free(s->dense); free(s->shexp);
@@ -182,7 +184,11 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
-    if (st_degrade_stats_init(&s->dstats, hp->n_layer) != 0) {
+    s->slots_gpu = calloc((size_t)hp->n_layer, sizeof *s->slots_gpu);
+    s->slots_cpu = calloc((size_t)hp->n_layer, sizeof *s->slots_cpu);
+    if (!s->slots_gpu || !s->slots_cpu || st_degrade_stats_init(&s->dstats, hp->n_layer) != 0) {
+        free(s->slots_gpu);
+        free(s->slots_cpu);
         free(s);
         return st_error(STRATA_ERR_NOMEM, "session: out of memory");
     }
@@ -273,6 +279,8 @@ void strata_session_reset_stats(strata_session *s) {
     memset(s->prof, 0, sizeof s->prof);
     s->prof_calls = s->prof_tokens = 0;
     s->pred_slots = s->pred_hits = 0;
+    for (int32_t il = 0; il < s->model->hp.n_layer; il++) s->slots_gpu[il] = s->slots_cpu[il] = 0;
+    s->pcie_bytes = 0;
 }
 
 strata_status strata_session_get_stats(const strata_session *s, strata_session_stats *out) {
@@ -287,6 +295,19 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->forward_calls = s->prof_calls;
     out->forward_tokens = s->prof_tokens;
     for (int i = 0; i < STRATA_PHASE_COUNT; i++) out->phase_seconds[i] = s->prof[i];
+    int any = 0;
+    for (int32_t il = 0; il < s->model->hp.n_layer; il++) {
+        out->expert_slots_gpu += s->slots_gpu[il];
+        out->expert_slots_cpu += s->slots_cpu[il];
+        const int64_t tot = s->slots_gpu[il] + s->slots_cpu[il];
+        if (!tot) continue;
+        const double share = (double)s->slots_gpu[il] / (double)tot;
+        if (!any || share < out->layer_gpu_share_min) out->layer_gpu_share_min = share;
+        if (!any || share > out->layer_gpu_share_max) out->layer_gpu_share_max = share;
+        any = 1;
+    }
+    out->pcie_bytes = s->pcie_bytes;
+    out->disk_bytes = 0;
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;
     out->predict_slots = s->pred_slots;

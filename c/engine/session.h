@@ -23,6 +23,8 @@ struct strata_session {
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
+    int64_t *slots_gpu, *slots_cpu; /* [n_layer] routed slot-rows served by GPU memory / the CPU */
+    int64_t pcie_bytes;
     int64_t graph_launches, graph_rebuilds;
     strata_progress_fn progress;
     void *progress_data;

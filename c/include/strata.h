@@ -555,6 +555,14 @@ typedef struct strata_session_stats {
     double phase_seconds[STRATA_PHASE_COUNT];
     /* profile mode, CPU sessions of MoE models: layer l+1's experts predicted at layer l's router
      * (layer l+1's norm and router applied to the hidden state then), scored when l+1 routes */
+    /* where routed experts ran: slot-rows (one token's use of one expert) whose expert was in
+     * GPU memory, and slot-rows the CPU computed (every slot of a CPU session; the --n-cpu-moe
+     * layers of a GPU session); per layer, the smallest and largest share served from the GPU */
+    int64_t expert_slots_gpu;
+    int64_t expert_slots_cpu;
+    double layer_gpu_share_min, layer_gpu_share_max;
+    int64_t pcie_bytes;           /* bytes copied between host and GPU by the forward passes */
+    int64_t disk_bytes;           /* expert bytes read from disk (0 until experts stream) */
     int64_t graph_launches;       /* CUDA-graph steps run (cuda_graphs) */
     int64_t graph_rebuilds;       /* of them, graphs built anew (not updated in place) */
     int64_t predict_slots;        /* routed slots scored */

@@ -326,3 +326,9 @@ def test_cli_placement_options_parse(model):
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
     assert "next-layer experts predicted" in prof
     assert b"bad value 'x' for --n-cpu-moe" in run_cli(*args, "--n-cpu-moe", "x", check_rc=2).stderr
+    # the [PROF] footer: a CPU session computes every routed slot (6 layers x top-4 per token)
+    err = run_cli(*args).stderr.decode()
+    m = re.search(r"\[PROF\] prompt [0-9.]+ tok/s \| decode [0-9.]+ tok/s \| experts: 0 slot-rows "
+                  r"from GPU memory, (\d+) on the CPU", err)
+    n_prompt = len(model.tokenize(PROMPT))
+    assert m and int(m.group(1)) == (n_prompt + 11) * 6 * 4, err[-600:]
