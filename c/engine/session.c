@@ -281,6 +281,7 @@ void strata_session_reset_stats(strata_session *s) {
     s->pred_slots = s->pred_hits = 0;
     for (int32_t il = 0; il < s->model->hp.n_layer; il++) s->slots_gpu[il] = s->slots_cpu[il] = 0;
     s->pcie_bytes = 0;
+    s->graph_launches = s->graph_rebuilds = 0;
 }
 
 strata_status strata_session_get_stats(const strata_session *s, strata_session_stats *out) {

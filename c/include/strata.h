@@ -569,7 +569,7 @@ typedef struct strata_session_stats {
     int64_t predict_hits;         /* of them, predicted */
 } strata_session_stats;
 
-/* Zeroes the counters of strata_session_stats (degrade and profile). */
+/* Zeroes the counters of strata_session_stats (everything but the settings). */
 STRATA_API void strata_session_reset_stats(strata_session *session);
 
 /* Fills *out. Thread-safe with respect to other sessions only. */
