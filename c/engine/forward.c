@@ -89,7 +89,6 @@ static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
     st_prof_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
-/* The routed-expert step: router logits, softmax + top-k per token, grouped experts. */
 /* Profile mode: how well layer il+1's experts are predicted at layer il's router, by applying
  * layer il+1's FFN norm and router to the residual stream as it is now (what a prefetcher can do
  * that early). The prediction is scored when layer il+1 routes; it is not timed as a phase. */
@@ -117,6 +116,7 @@ static void st_score_prediction(strata_session *s, int il, int64_t T, int32_t K)
     s->pred_slots += T * K;
 }
 
+/* The routed-expert step: router logits, softmax + top-k per token, grouped experts. */
 static void st_moe_block(strata_session *s, int il, int64_t T) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
