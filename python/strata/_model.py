@@ -25,6 +25,20 @@ def _str(p) -> str:
     return "" if p == ffi.NULL else ffi.string(p).decode("utf-8", errors="replace")
 
 
+def _session_stats(sess) -> dict:
+    """strata_session_get_stats as a dict (phase_seconds keyed by phase name)."""
+    st = ffi.new("strata_session_stats *")
+    check(lib.strata_session_get_stats(sess, st), "strata_session_get_stats")
+    out = {}
+    for name in dir(st[0]):
+        if name == "phase_seconds":
+            out[name] = {ffi.string(lib.strata_phase_name(i)).decode(): float(st.phase_seconds[i])
+                         for i in range(lib.STRATA_PHASE_COUNT)}
+        else:
+            out[name] = getattr(st, name)
+    return out
+
+
 class Model:
     """A model file (strata_model_load) plus the session settings generate()/logits() use.
 
@@ -32,13 +46,14 @@ class Model:
     (prompt tokens per forward pass, default 512), kv_type ("f16" or "f32"), backend ("cpu", or
     "cuda": every weight and the KV cache on the GPU; creating the session raises where CUDA is
     unusable), degrade_zero / degrade_tau / degrade_eval (the DEGRADE_ZERO approximation,
-    docs/DEGRADE_ZERO.md; generated tokens only), vocab_only (only the
+    docs/DEGRADE_ZERO.md; generated tokens only), profile (time the forward phases), vocab_only
+    (only the
     tokenizer; generate/logits then raise), use_mmap."""
 
     def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,
                  kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True,
                  backend: str = "cpu", degrade_zero: bool = False, degrade_tau: float = 0.03,
-                 degrade_eval: bool = False):
+                 degrade_eval: bool = False, profile: bool = False):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
@@ -46,6 +61,7 @@ class Model:
         self.backend = backend
         self.degrade_zero, self.degrade_tau = bool(degrade_zero or degrade_eval), float(degrade_tau)
         self.degrade_eval = bool(degrade_eval)
+        self.profile = bool(profile)
         self.path = str(path)
         self._ptr = ffi.NULL
         self._keep = ffi.NULL  # the session logits(keep=True) appends to
@@ -69,6 +85,7 @@ class Model:
                                   "n_params_active", "n_bytes")}
         self.n_vocab = self.info["n_vocab"]
         self.last_stop = None  # why the last generate() ended: eog, length, stop, context
+        self.last_stats = None  # strata_session_get_stats of the last logits()/generate() session
 
     # -- lifetime ---------------------------------------------------------------------------------
 
@@ -179,6 +196,7 @@ class Model:
         sp.n_threads = self.n_threads
         sp.degrade_zero, sp.degrade_tau = int(self.degrade_zero), self.degrade_tau
         sp.degrade_eval = int(self.degrade_eval)
+        sp.profile = int(self.profile)
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),
               "strata_session_create")
@@ -204,6 +222,7 @@ class Model:
                   "strata_session_decode")
             return out
         finally:
+            self.last_stats = _session_stats(sess)
             if not keep:
                 lib.strata_session_free(sess)
 
@@ -307,6 +326,7 @@ class Model:
             if prev is not None:
                 yield (prev[0], prev[1] + (pending if self.last_stop != "stop" else ""))
         finally:
+            self.last_stats = _session_stats(sess)
             lib.strata_sampler_free(smp)
             lib.strata_session_free(sess)
 

@@ -332,3 +332,21 @@ def test_cli_placement_options_parse(model):
                   r"from GPU memory, (\d+) on the CPU", err)
     n_prompt = len(model.tokenize(PROMPT))
     assert m and int(m.group(1)) == (n_prompt + 11) * 6 * 4, err[-600:]
+
+
+def test_python_last_stats():
+    """Model.last_stats: the session counters of the last call, profile phases by name."""
+    from conftest import shared_file
+    m = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=128, n_threads=2,
+                     profile=True, degrade_eval=True, degrade_tau=0.05)
+    m.generate_text(PROMPT, max_tokens=10, temperature=0)
+    st = m.last_stats
+    n_prompt = len(m.tokenize(PROMPT))
+    assert st["forward_tokens"] == n_prompt + 9 and st["profile"] == 1
+    assert set(st["phase_seconds"]) == {"embed", "qkv", "attention", "attn_out", "router",
+                                        "experts", "shared", "output"}
+    assert st["degrade_slots"] == 9 * 6 * 4 and 0 <= st["degrade_zeroed"] <= st["degrade_slots"]
+    assert st["expert_slots_cpu"] == (n_prompt + 9) * 6 * 4 and st["expert_slots_gpu"] == 0
+    m.logits([1, 2, 3])
+    assert m.last_stats["forward_tokens"] == 3
+    m.close()
