@@ -1,0 +1,88 @@
+/* costmodel.c - load-or-compute decisions for missed experts (costmodel.h): list scheduling on the
+ * PCIe copy engine and the CPU pool, and the CPU cost measurement. */
+#include "costmodel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Heaviest first: weight, then rows, then lower id (a total order: the same input, the same plan). */
+static int st_miss_cmp(const void *a, const void *b) {
+    const st_miss *x = a, *y = b;
+    if (x->weight != y->weight) return x->weight > y->weight ? -1 : 1;
+    if (x->rows != y->rows) return x->rows > y->rows ? -1 : 1;
+    return (x->expert > y->expert) - (x->expert < y->expert);
+}
+
+typedef struct { st_miss m; int idx; } st_miss_at;
+
+static int st_miss_at_cmp(const void *a, const void *b) {
+    const st_miss_at *x = a, *y = b;
+    int c = st_miss_cmp(&x->m, &y->m);
+    return c ? c : (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_t *load,
+                   double *makespan) {
+    if (makespan) *makespan = 0;
+    if (n <= 0) return 0;
+    st_miss_at *order = malloc(sizeof *order * (size_t)n);
+    if (!order) { /* no memory: compute everything on the CPU (always possible) */
+        memset(load, 0, (size_t)n);
+        return 0;
+    }
+    for (int i = 0; i < n; i++) { order[i].m = misses[i]; order[i].idx = i; }
+    qsort(order, (size_t)n, sizeof *order, st_miss_at_cmp);
+    const double copy_s = p->pcie_latency_s + (p->pcie_bytes_per_s > 0 ? p->expert_bytes / p->pcie_bytes_per_s : INFINITY);
+    double pcie_end = 0, cpu_end = 0;
+    int loaded = 0;
+    const int forced = p->pcie_frac >= 0 ? (int)lround(p->pcie_frac * n) : -1;
+    for (int k = 0; k < n; k++) {
+        const st_miss *m = &order[k].m;
+        const double cpu_s = p->cpu_fixed_s + (double)m->rows * p->cpu_per_row_s;
+        int to_gpu;
+        if (forced >= 0) to_gpu = k < forced;
+        else to_gpu = pcie_end + copy_s + p->gpu_s <= cpu_end + cpu_s; /* ties: load */
+        if (to_gpu) { pcie_end += copy_s; loaded++; }
+        else cpu_end += cpu_s;
+        load[order[k].idx] = (uint8_t)to_gpu;
+    }
+    if (makespan) *makespan = fmax(loaded ? pcie_end + p->gpu_s : 0.0, cpu_end);
+    free(order);
+    return loaded;
+}
+
+static double st_cost_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed_s,
+                        double *cpu_per_row_s) {
+    const int64_t n_embd = e->gate.ne[0], n_ff = e->gate.ne[1], R = 8;
+    float *x = malloc(sizeof(float) * (size_t)(R * n_embd));
+    float *out = malloc(sizeof(float) * (size_t)(R * n_embd));
+    void *ws = malloc(st_moe_wsize(R, 1, 1, n_embd, n_ff));
+    int32_t ids[8] = {0};
+    float wts[8];
+    if (!x || !out || !ws) { free(x); free(out); free(ws); return -1; }
+    for (int64_t i = 0; i < R * n_embd; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    for (int r = 0; r < R; r++) wts[r] = 1.0f;
+    double best[2] = {INFINITY, INFINITY};
+    const int64_t rows[2] = {1, R};
+    for (int rep = 0; rep < 5; rep++)
+        for (int v = 0; v < 2; v++) {
+            const double t0 = st_cost_now();
+            st_moe_ffn(tp, e, 1, x, rows[v], ids, wts, 1, out, ws);
+            const double dt = st_cost_now() - t0;
+            if (dt < best[v]) best[v] = dt;
+        }
+    double per_row = (best[1] - best[0]) / (double)(R - 1);
+    if (per_row < 0) per_row = 0;
+    *cpu_per_row_s = per_row;
+    *cpu_fixed_s = fmax(best[0] - per_row, 0.0);
+    free(x); free(out); free(ws);
+    return 0;
+}

@@ -1,0 +1,44 @@
+/* costmodel.h - where a missed expert is served: loaded over PCIe into a GPU cache slot (then
+ * computed by the GPU) or computed by the CPU expert pool from RAM. The two run at the same time,
+ * so a layer's misses are split between them: each miss goes, heaviest first, to the resource that
+ * would finish it earlier given what is already queued there (list scheduling on two machines).
+ * Costs come from measurements: the PCIe rate and per-copy latency (measured by the GPU side) and
+ * the CPU's time to run one expert for r rows, t(r) = cpu_fixed + r * cpu_per_row (measured here
+ * with the session's own kernels, st_cost_measure_cpu). --pcie-frac F overrides the choice: the
+ * heaviest round(F * n) misses are loaded, the rest computed.
+ * Pure functions, no state; thread-safe. */
+#ifndef STRATA_EXPERT_COSTMODEL_H
+#define STRATA_EXPERT_COSTMODEL_H
+
+#include "ops.h"
+
+#include <stdint.h>
+
+typedef struct {
+    double pcie_bytes_per_s;   /* host -> device copy rate of expert-sized copies */
+    double pcie_latency_s;     /* fixed cost per copy */
+    double gpu_s;              /* GPU compute of a loaded expert (small; 0 is fine) */
+    double cpu_fixed_s;        /* CPU: one expert, t(r) = cpu_fixed_s + r * cpu_per_row_s */
+    double cpu_per_row_s;
+    double expert_bytes;       /* bytes of one expert (gate + up + down) */
+    double pcie_frac;          /* < 0: choose by cost; 0..1: the share of misses to load */
+} st_cost_params;
+
+typedef struct {
+    int32_t expert;            /* id */
+    int32_t rows;              /* rows (tokens) of the step that need it */
+    float weight;              /* largest gate weight among them (heaviest first) */
+} st_miss;
+
+/* Decides each of n misses: load[i] = 1 (over PCIe into a slot) or 0 (CPU pool). The order of
+ * consideration is by weight, then rows, then id (deterministic). *makespan (may be NULL) gets the
+ * predicted time until both resources are done. Returns the number loaded. */
+int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_t *load,
+                   double *makespan);
+
+/* Measures cpu_fixed_s and cpu_per_row_s for experts like e (its types and shapes) on tp: the
+ * expert step for 1 and for 8 rows, best of a few runs. 0 on success, -1 on no memory. */
+int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed_s,
+                        double *cpu_per_row_s);
+
+#endif /* STRATA_EXPERT_COSTMODEL_H */

@@ -1,0 +1,102 @@
+/* test_expert_costmodel.c - load-or-compute decisions for missed experts (c/experts/costmodel.c):
+ * the extremes (free PCIe: load all; no PCIe: compute all), the balanced split and its makespan,
+ * experts needed by many rows going to the GPU, --pcie-frac loading the heaviest share, the same
+ * plan for any input order, and the CPU cost measurement on a real expert. */
+#include "costmodel.h"
+#include "quant.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static st_cost_params base(void) {
+    st_cost_params p;
+    memset(&p, 0, sizeof p);
+    p.expert_bytes = 1e6;
+    p.pcie_bytes_per_s = 1e9;  /* 1 ms per expert */
+    p.cpu_fixed_s = 1e-3;      /* 1 ms per expert, whatever the rows */
+    p.pcie_frac = -1;
+    return p;
+}
+
+static void test_decide(void) {
+    st_miss m[10];
+    uint8_t load[10];
+    for (int i = 0; i < 10; i++) { m[i].expert = i; m[i].rows = 1; m[i].weight = 0.5f - 0.01f * (float)i; }
+    st_cost_params p = base();
+    double span = 0;
+
+    p.pcie_bytes_per_s = 1e15;
+    CHECK(st_cost_decide(&p, m, 10, load, &span) == 10, "free PCIe: every miss loaded");
+    p.pcie_bytes_per_s = 0;
+    CHECK(st_cost_decide(&p, m, 10, load, &span) == 0 && fabs(span - 10e-3) < 1e-12,
+          "no PCIe: every miss computed, 10 ms");
+
+    p = base();
+    int n = st_cost_decide(&p, m, 10, load, &span);
+    CHECK(n == 5 && fabs(span - 5e-3) < 1e-12, "equal costs: half each, 5 ms (%d loaded, %.3g s)", n, span);
+    CHECK(load[0] == 1 && load[1] == 0 && load[2] == 1, "heaviest first, ties to the GPU");
+
+    /* rows: copy 2 ms; CPU 0.5 ms + 1 ms per row. A miss of 8 rows (8.5 ms on the CPU) is loaded,
+     * misses of one row (1.5 ms) are computed while the copy runs. */
+    p = base();
+    p.pcie_bytes_per_s = 5e8;
+    p.cpu_fixed_s = 0.5e-3;
+    p.cpu_per_row_s = 1e-3;
+    st_miss r[3] = {{7, 8, 0.1f}, {3, 1, 0.3f}, {4, 1, 0.2f}};
+    uint8_t lr[3];
+    n = st_cost_decide(&p, r, 3, lr, &span);
+    CHECK(lr[0] == 1 && lr[1] == 0 && n >= 1, "the 8-row expert is loaded, a 1-row one computed");
+
+    /* forced share: the heaviest round(0.3 * 10) = 3 */
+    p = base();
+    p.pcie_frac = 0.3;
+    n = st_cost_decide(&p, m, 10, load, NULL);
+    CHECK(n == 3 && load[0] && load[1] && load[2] && !load[3], "pcie-frac 0.3 loads the 3 heaviest");
+    p.pcie_frac = 0;
+    CHECK(st_cost_decide(&p, m, 10, load, NULL) == 0, "pcie-frac 0 loads none");
+    p.pcie_frac = 1;
+    CHECK(st_cost_decide(&p, m, 10, load, NULL) == 10, "pcie-frac 1 loads all");
+
+    /* the same plan whatever the input order */
+    p = base();
+    p.cpu_per_row_s = 0.3e-3;
+    st_miss a[8], b[8];
+    uint8_t la[8], lb[8];
+    for (int i = 0; i < 8; i++) {
+        a[i].expert = 10 + i; a[i].rows = 1 + i % 3; a[i].weight = (float)((i * 5) % 8) * 0.05f;
+        b[7 - i] = a[i];
+    }
+    st_cost_decide(&p, a, 8, la, NULL);
+    st_cost_decide(&p, b, 8, lb, NULL);
+    int same = 1;
+    for (int i = 0; i < 8; i++) same &= la[i] == lb[7 - i];
+    CHECK(same, "decisions do not depend on the input order");
+    CHECK(st_cost_decide(&p, a, 0, la, &span) == 0 && span == 0, "no misses: nothing to do");
+}
+
+static void test_measure(void) {
+    const int64_t E = 256, F = 256;
+    const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, E);
+    uint8_t *g = calloc(F, rb), *u = calloc(F, rb), *d = calloc(E, rb);
+    st_expert e;
+    memset(&e, 0, sizeof e);
+    st_tensor t = {STRATA_TYPE_Q8_0, g, {E, F, 1}, rb, "gate"};
+    e.gate = t;
+    t.data = u; e.up = t;
+    t.data = d; t.ne[0] = F; t.ne[1] = E; e.down = t;
+    double fixed = -1, per_row = -1;
+    CHECK(st_cost_measure_cpu(NULL, &e, &fixed, &per_row) == 0, "measure");
+    printf("CPU expert cost (256 x 256 q8_0, one thread): %.2f us fixed + %.2f us per row\n",
+           fixed * 1e6, per_row * 1e6);
+    CHECK(fixed >= 0 && per_row >= 0 && fixed + per_row > 0 && fixed + per_row < 0.1,
+          "a plausible cost: %.3g + %.3g s", fixed, per_row);
+    free(g); free(u); free(d);
+}
+
+int main(void) {
+    test_decide();
+    test_measure();
+    return test_report();
+}
