@@ -62,6 +62,8 @@ void cli_opts_usage(FILE *f) {
         "  --cpu-moe               GPU sessions: every layer's routed experts stay in RAM and\n"
         "                          run on the CPU; --n-cpu-moe N: those of the first N layers;\n"
         "                          --gpu-experts: all on the GPU (default)\n"
+        "  --ram-budget SIZE       CPU sessions: RAM for routed experts (e.g. 8G); the rest are\n"
+        "                          read from the file with O_DIRECT when routed (same results)\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
         "  --cpu                   CPU only;  -ngl, --n-gpu-layers N: 0 = --cpu, >= the layer\n"
         "                          count (or 99) = --gpu; default: the GPU when usable, else CPU\n"
@@ -145,7 +147,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
         "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
-        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", NULL};
+        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--ram-budget", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
     if (!known) return 0;
@@ -167,6 +169,17 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     } else if (opt_is(a, "-ngl", "--n-gpu-layers")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->gpu = x > 0 ? 2 : 0; /* 2: checked later */
         o->ngl = (int)x;
+    } else if (opt_is(a, NULL, "--ram-budget")) {
+        char *end;
+        errno = 0;
+        double b = strtod(v, &end);
+        double mul = 1;
+        if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+        else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
+        else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+        if (errno || end == v || *end || !(b >= 0) || b * mul > 9e18)
+            rc = cli_usage_error("bad value '%s' for --ram-budget (bytes, or a number with K, M or G)", v);
+        else o->ram_budget = (int64_t)(b * mul);
     } else if (opt_is(a, NULL, "--n-cpu-moe")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->n_cpu_moe = (int)x;
     } else if (opt_is(a, NULL, "--degrade-tau")) {
@@ -283,6 +296,8 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.profile = o->profile;
     sp.cuda_graphs = o->cuda_graphs;
     sp.n_cpu_moe = o->n_cpu_moe;
+    sp.ram_budget = o->ram_budget;
+    if (o->ram_budget > 0 && o->gpu != 1) o->gpu = 0; /* the RAM tier serves CPU sessions */
     if (o->degrade_zero)
         fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
                 "that misses its deadline with gate weight < tau %.3g is dropped%s\n",
@@ -517,7 +532,13 @@ void cli_print_prof_line(const strata_session *sess, double prompt_tps, double d
     if (st.expert_slots_gpu + st.expert_slots_cpu > 0)
         fprintf(stderr, " (per-layer GPU share %.0f%%..%.0f%%)", 100.0 * st.layer_gpu_share_min,
                 100.0 * st.layer_gpu_share_max);
-    fprintf(stderr, " | no cache, no prefetch | PCIe %s | disk %s | zeroed %lld\n",
+    if (st.expert_cache_slots > 0)
+        fprintf(stderr, " | RAM slots %d: %lld hits, %lld misses | no prefetch",
+                (int)st.expert_cache_slots, (long long)st.expert_cache_hits,
+                (long long)st.expert_cache_misses);
+    else
+        fprintf(stderr, " | no cache, no prefetch");
+    fprintf(stderr, " | PCIe %s | disk %s | zeroed %lld\n",
             cli_human_bytes((double)st.pcie_bytes, pb, sizeof pb),
             cli_human_bytes((double)st.disk_bytes, db, sizeof db), (long long)st.degrade_zeroed);
 }

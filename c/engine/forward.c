@@ -7,6 +7,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
  * Blocks
@@ -135,8 +136,18 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
         st_degrade_apply(&s->degrade, !s->gen_phase, T, K, s->ids, s->wts, NULL, &s->dstats, il);
     st_prof_mark(s, STRATA_PHASE_ROUTER);
     s->slots_cpu[il] += T * K; /* a CPU session computes every routed slot itself */
-    st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn, T, s->ids, s->wts, K, s->proj,
-               s->moe_ws);
+    const st_expert *table = s->experts + (size_t)il * (size_t)X;
+    if (s->ram) { /* RAM budget: the routed experts come from RAM slots, filled from disk */
+        strata_status st = s->fwd_error ? s->fwd_error : st_ram_tier_table(s, il, T, s->ids, K, &table);
+        if (st != STRATA_OK) { /* the decode call returns the error; nothing is computed */
+            if (s->fwd_error == STRATA_OK) s->fwd_error = st;
+            st_ram_tier_release(s);
+            memset(s->proj, 0, sizeof(float) * (size_t)(T * hp->n_embd));
+            return;
+        }
+    }
+    st_moe_ffn(s->tp, table, X, s->xn, T, s->ids, s->wts, K, s->proj, s->moe_ws);
+    if (s->ram) st_ram_tier_release(s);
     st_prof_mark(s, STRATA_PHASE_EXPERTS);
 }
 

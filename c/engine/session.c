@@ -128,6 +128,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
 void strata_session_free(strata_session *s) {
     if (!s) return;
     st_gpu_free(s);
+    st_ram_tier_free(s);
     st_degrade_stats_free(&s->dstats);
     free(s->slots_gpu);
     free(s->slots_cpu);
@@ -167,6 +168,10 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
                         (double)p.degrade_tau);
     if (p.degrade_eval && !p.degrade_zero)
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
+    if (p.ram_budget < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p.ram_budget);
+    if (p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA)
+        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget applies to CPU sessions in this release");
     if (p.degrade_eval && p.backend == STRATA_BACKEND_CUDA)
         return st_error(STRATA_ERR_UNSUPPORTED, "degrade_eval runs on CPU sessions only");
     const st_hparams *hp = &model->hp;
@@ -207,7 +212,9 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if ((st = st_threadpool_create(s->n_threads, &s->tp)) != STRATA_OK ||
         (s->backend == STRATA_BACKEND_CPU &&
          (st = st_kv_init(&s->kv, hp, s->n_ctx, p.kv_type)) != STRATA_OK) ||
-        (st = st_build_tables(s)) != STRATA_OK || (st = st_alloc_scratch(s)) != STRATA_OK ||
+        (st = st_build_tables(s)) != STRATA_OK ||
+        (p.ram_budget > 0 && (st = st_ram_tier_create(s, p.ram_budget)) != STRATA_OK) ||
+        (st = st_alloc_scratch(s)) != STRATA_OK ||
         (s->backend == STRATA_BACKEND_CUDA && (st = st_gpu_create(s)) != STRATA_OK)) {
         strata_session_free(s);
         return st;
@@ -308,7 +315,8 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
         any = 1;
     }
     out->pcie_bytes = s->pcie_bytes;
-    out->disk_bytes = 0;
+    st_ram_tier_counters(s, &out->expert_cache_hits, &out->expert_cache_misses, &out->disk_bytes);
+    out->expert_cache_slots = st_ram_tier_slots(s);
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;
     out->predict_slots = s->pred_slots;
@@ -350,6 +358,11 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
             if (st != STRATA_OK) return st;
         } else {
             st_forward_batch(s, tokens + off, T, lg, all_logits);
+            if (s->fwd_error != STRATA_OK) { /* the message is this thread's last error */
+                const strata_status st = s->fwd_error;
+                s->fwd_error = STRATA_OK;
+                return st;
+            }
         }
         if (s->progress && n > s->n_batch) s->progress("prompt", off + T, n, s->progress_data);
     }

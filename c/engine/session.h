@@ -11,6 +11,7 @@
 #include "threadpool.h"
 
 typedef struct st_gpu st_gpu; /* forward_cuda.c */
+typedef struct st_ram_tier st_ram_tier; /* ram_tier.c */
 
 struct strata_session {
     const strata_model *model;
@@ -24,6 +25,8 @@ struct strata_session {
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int64_t *slots_gpu, *slots_cpu; /* [n_layer] routed slot-rows served by GPU memory / the CPU */
+    st_ram_tier *ram;           /* CPU sessions with a RAM budget: routed experts in RAM slots */
+    strata_status fwd_error;    /* the first failure inside a forward pass (a disk read), else OK */
     int64_t pcie_bytes;
     int64_t graph_launches, graph_rebuilds;
     strata_progress_fn progress;
@@ -96,6 +99,17 @@ static inline st_scratch_dims st_session_dims(const strata_session *s) {
  * logits: NULL, or T x n_vocab (all 1) or n_vocab floats (all 0: the last token's). Tokens and
  * room are checked by the caller. */
 void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
+
+/* The RAM tier (ram_tier.c): create sizes the slots from budget bytes (and lowers n_batch so a
+ * layer call's distinct experts fit); table makes every expert of ids resident, holds their slots
+ * and points *table at views of them; release lets the slots go; counters for the stats. */
+strata_status st_ram_tier_create(strata_session *s, int64_t budget);
+void st_ram_tier_free(strata_session *s);
+strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int32_t *ids,
+                                int32_t K, const st_expert **table);
+void st_ram_tier_release(strata_session *s);
+void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes);
+int32_t st_ram_tier_slots(const strata_session *s);
 
 /* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time
  * since the last mark to phase. Both are no-ops with profile off. (session.c) */

@@ -492,6 +492,11 @@ typedef struct strata_session_params {
                              in RAM and the CPU computes them (llama.cpp's --n-cpu-moe); -1: every
                              layer (--cpu-moe); 0 (default): all on the GPU. Attention, routers
                              and shared experts stay on the GPU. */
+    int64_t ram_budget;   /* CPU sessions: bytes of RAM for routed experts (0, the default: the
+                             whole file through its mapping). Experts not resident are read from
+                             the GGUF with O_DIRECT into that many expert-sized slots (LRU + a
+                             pinned hot set); the budget must hold k experts, and prompt batches
+                             shrink so one layer's experts fit. Same results, bit for bit. */
     strata_progress_fn progress;  /* NULL (default): no progress reports */
     void *progress_data;          /* passed to progress */
 } strata_session_params;
@@ -562,7 +567,10 @@ typedef struct strata_session_stats {
     int64_t expert_slots_cpu;
     double layer_gpu_share_min, layer_gpu_share_max;
     int64_t pcie_bytes;           /* bytes copied between host and GPU by the forward passes */
-    int64_t disk_bytes;           /* expert bytes read from disk (0 until experts stream) */
+    int64_t disk_bytes;           /* expert bytes read from disk (ram_budget) */
+    int32_t expert_cache_slots;   /* slots of the expert cache (ram_budget; 0: none) */
+    int64_t expert_cache_hits;    /* expert look-ups served by a resident slot */
+    int64_t expert_cache_misses;  /* look-ups that had to fill a slot */
     int64_t graph_launches;       /* CUDA-graph steps run (cuda_graphs) */
     int64_t graph_rebuilds;       /* of them, graphs built anew (not updated in place) */
     int64_t predict_slots;        /* routed slots scored */

@@ -337,6 +337,55 @@ static void test_progress(void) {
     strata_session_free(s);
 }
 
+/* A RAM budget of a few experts: every routed expert read from disk into LRU slots, the same bits
+ * as the mapping; counters; budgets too small refused. */
+static void test_ram_budget(void) {
+    strata_token toks[48];
+    for (int i = 0; i < 48; i++) toks[i] = (strata_token)(11 + 97 * i % 8000);
+    const size_t nl = 9 * (size_t)V;
+    float *ref = malloc(sizeof(float) * nl), *got = malloc(sizeof(float) * nl);
+    strata_session_stats st;
+    memset(&st, 0, sizeof st);
+    for (int pass = 0; pass < 2; pass++) {
+        strata_session_params sp = strata_session_default_params();
+        sp.n_ctx = 128;
+        sp.n_batch = 32;
+        sp.ram_budget = pass ? 6 * 106496 : 0; /* 6 slots of the default model's 104 KiB experts */
+        strata_session *s = NULL;
+        CHECK(strata_session_create(model, &sp, &s) == STRATA_OK, "session (ram_budget %lld): %s",
+              (long long)sp.ram_budget, strata_last_error());
+        if (!s) continue;
+        float *lg = pass ? got : ref;
+        strata_status r = strata_session_decode(s, toks, 40, lg, 0);
+        for (int i = 0; i < 8 && r == STRATA_OK; i++)
+            r = strata_session_decode(s, toks + 40 + i, 1, lg + (size_t)(i + 1) * (size_t)V, 0);
+        CHECK(r == STRATA_OK, "decode (ram_budget %lld): %s", (long long)sp.ram_budget, strata_last_error());
+        if (pass) strata_session_get_stats(s, &st);
+        strata_session_free(s);
+    }
+    CHECK(!memcmp(ref, got, sizeof(float) * nl), "experts from disk slots: bit-identical logits");
+    CHECK(st.expert_cache_slots == 6, "6 slots (%d)", (int)st.expert_cache_slots);
+    CHECK(st.expert_cache_misses > 0 && st.disk_bytes >= st.expert_cache_misses * 100000,
+          "misses %lld filled from disk (%lld bytes)", (long long)st.expert_cache_misses,
+          (long long)st.disk_bytes);
+    CHECK(st.expert_cache_hits + st.expert_cache_misses > 0, "look-ups counted");
+    printf("ram budget of 6 experts: %lld hits, %lld misses, %.1f MiB read from disk\n",
+           (long long)st.expert_cache_hits, (long long)st.expert_cache_misses, (double)st.disk_bytes / 1048576.0);
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = 64;
+    sp.ram_budget = 3 * 106496; /* fewer than the 4 experts one token needs */
+    strata_session *s = NULL;
+    CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_INVALID_ARG && !s, "budget below k experts refused");
+    CHECK(strstr(strata_last_error(), "one token needs 4") != NULL, "the message says why: %s", strata_last_error());
+    sp.ram_budget = -1;
+    CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_INVALID_ARG && !s, "negative budget refused");
+    sp.ram_budget = 1 << 20;
+    sp.backend = STRATA_BACKEND_CUDA;
+    CHECK(strata_session_create(model, &sp, &s) != STRATA_OK && !s, "ram_budget with a GPU session refused");
+    free(ref);
+    free(got);
+}
+
 int main(void) {
     const char *shared = getenv("STRATA_SHARED");
     char path[1024];
@@ -360,6 +409,7 @@ int main(void) {
     test_errors();
     test_profile();
     test_progress();
+    test_ram_budget();
     bench();
     strata_model_free(model);
     return test_report();

@@ -350,3 +350,16 @@ def test_python_last_stats():
     m.logits([1, 2, 3])
     assert m.last_stats["forward_tokens"] == 3
     m.close()
+
+
+def test_cli_ram_budget(model):
+    """--ram-budget: experts read from the file into a few RAM slots give the same text; the
+    [PROF] line counts the slots, hits, misses and disk bytes; bad sizes are usage errors."""
+    args = ["-m", model.path, "-p", PROMPT, "-n", 24, "--temp", 0, "--ignore-eos", "--cpu", "-c", 128]
+    base = run_cli(*args).stdout
+    p = run_cli(*args, "--ram-budget", "1M")
+    assert p.stdout == base
+    m = re.search(r"RAM slots (\d+): (\d+) hits, (\d+) misses .* disk ([0-9.]+) MiB", p.stderr.decode())
+    assert m and int(m.group(1)) == 9 and int(m.group(3)) > 0 and float(m.group(4)) > 0
+    assert b"bad value '1X' for --ram-budget" in run_cli(*args, "--ram-budget", "1X", check_rc=2).stderr
+    assert b"one token needs 4" in run_cli(*args, "--ram-budget", "100K", check_rc=1).stderr

@@ -1,0 +1,203 @@
+/* ram_tier.c - the RAM tier of routed experts for CPU sessions with a RAM budget (ram_budget,
+ * --ram-budget): n_slots slots of RAM, each the size of the model's largest expert, managed by the
+ * expert cache (c/experts/cache.c: LRU plus a frequency-pinned hot set) and filled from the GGUF by
+ * the O_DIRECT reader (c/experts/stream.c) when a layer's routing needs an expert that is not
+ * resident. The CPU expert step then reads the slots through a per-layer table. The bytes are the
+ * file's, so the results are bit-identical to reading the mapping (which the tier never touches
+ * for routed experts, so they do not become resident through it). */
+#include "session.h"
+#include "cache.h"
+#include "stream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint32_t shard[3];
+    uint64_t off[3];              /* file offsets of the expert's gate, up and down slices */
+    size_t bytes[3];
+} st_expert_loc;
+
+struct st_ram_tier {
+    st_expert_cache cache;
+    uint8_t *mem;                 /* n_slots * slot_bytes, ST_READER_ALIGN-aligned */
+    size_t slot_bytes;
+    st_reader **readers;          /* [n_shards], opened on first use */
+    uint32_t n_shards;
+    const strata_gguf *gguf;
+    st_expert_loc *loc;           /* [n_layer * n_expert] */
+    st_expert *table;             /* [n_expert] the current layer's table */
+    int32_t *held;                /* [n_slots] slots acquired for the current layer */
+    int32_t n_held;
+    int64_t disk_bytes, fills;
+};
+
+static size_t st_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+void st_ram_tier_free(strata_session *s) {
+    st_ram_tier *t = s ? s->ram : NULL;
+    if (!t) return;
+    if (t->readers)
+        for (uint32_t i = 0; i < t->n_shards; i++) st_reader_close(t->readers[i]);
+    free(t->readers);
+    st_cache_free(&t->cache);
+    free(t->mem);
+    free(t->loc);
+    free(t->table);
+    free(t->held);
+    free(t);
+    s->ram = NULL;
+}
+
+/* Where expert e of merged tensor v lies in its file. */
+static strata_status st_locate(const strata_gguf *g, const st_tensor *v, int64_t e, uint32_t *shard,
+                               uint64_t *off, size_t *bytes) {
+    const int64_t i = strata_gguf_tensor_find(g, v->name);
+    strata_tensor_info ti;
+    if (i < 0 || strata_gguf_tensor_info(g, i, &ti) != STRATA_OK)
+        return st_error(STRATA_ERR_INTERNAL, "ram tier: tensor %s not found", v->name);
+    *bytes = (size_t)v->ne[1] * v->row_bytes;
+    *off = ti.file_offset + (uint64_t)e * (uint64_t)*bytes;
+    *shard = ti.shard;
+    return STRATA_OK;
+}
+
+strata_status st_ram_tier_create(strata_session *s, int64_t budget) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    if (hp->n_expert <= 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "ram_budget: the model has no routed experts");
+    st_ram_tier *t = calloc(1, sizeof *t);
+    if (!t) return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
+    s->ram = t;
+    t->gguf = strata_model_gguf(m);
+    const size_t nx = (size_t)hp->n_layer * (size_t)hp->n_expert;
+    t->loc = calloc(nx, sizeof *t->loc);
+    if (!t->loc) return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
+    size_t largest = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const st_layer *L = &m->layers[il];
+        const st_tensor *v[3] = {&L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+        for (int32_t e = 0; e < hp->n_expert; e++) {
+            st_expert_loc *l = &t->loc[(size_t)il * (size_t)hp->n_expert + (size_t)e];
+            size_t tot = 0;
+            for (int k = 0; k < 3; k++) {
+                strata_status st = st_locate(t->gguf, v[k], e, &l->shard[k], &l->off[k], &l->bytes[k]);
+                if (st != STRATA_OK) return st;
+                tot += st_round_up(l->bytes[k], 64);
+            }
+            if (tot > largest) largest = tot;
+        }
+    }
+    t->slot_bytes = st_round_up(largest, ST_READER_ALIGN);
+    const int64_t n_slots = budget / (int64_t)t->slot_bytes;
+    if (n_slots < hp->n_expert_used)
+        return st_error(STRATA_ERR_INVALID_ARG, "ram_budget %lld bytes holds %lld experts of %zu bytes; "
+                        "one token needs %d (at least %lld bytes)", (long long)budget,
+                        (long long)n_slots, t->slot_bytes, (int)hp->n_expert_used,
+                        (long long)((int64_t)hp->n_expert_used * (int64_t)t->slot_bytes));
+    const int32_t slots = (int32_t)(n_slots < (int64_t)nx ? n_slots : (int64_t)nx);
+    /* up to half the slots may be pinned by the hot set, but never so many that the rest cannot
+     * take one token's k experts */
+    int32_t pin = slots / 2;
+    if (slots - pin < hp->n_expert_used) pin = slots - hp->n_expert_used;
+    if (st_cache_init(&t->cache, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
+        posix_memalign((void **)&t->mem, ST_READER_ALIGN, (size_t)slots * t->slot_bytes) != 0)
+        return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory for %d slots of %zu bytes", (int)slots,
+                        t->slot_bytes);
+    t->n_shards = strata_gguf_shard_count(t->gguf);
+    t->readers = calloc(t->n_shards ? t->n_shards : 1, sizeof *t->readers);
+    t->table = calloc((size_t)hp->n_expert, sizeof *t->table);
+    t->held = calloc((size_t)slots, sizeof *t->held);
+    if (!t->readers || !t->table || !t->held) return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
+    /* a layer call needs its distinct experts (at most T * k, at most n_expert) resident at once,
+     * in slots the hot set does not pin */
+    const int32_t free_slots = slots - pin;
+    if (free_slots < hp->n_expert) {
+        const int32_t tmax = free_slots / hp->n_expert_used;
+        if (s->n_batch > tmax) s->n_batch = tmax;
+    }
+    return STRATA_OK;
+}
+
+int32_t st_ram_tier_slots(const strata_session *s) { return s->ram ? s->ram->cache.n_slots : 0; }
+
+static strata_status st_ram_fill(st_ram_tier *t, const st_expert_loc *l, uint8_t *dst) {
+    st_read_range r[3];
+    size_t at = 0;
+    for (int k = 0; k < 3; k++) {
+        const uint32_t sh = l->shard[k];
+        if (sh >= t->n_shards) return st_error(STRATA_ERR_INTERNAL, "ram tier: shard %u", sh);
+        if (!t->readers[sh]) {
+            const char *path = strata_gguf_shard_path(t->gguf, sh);
+            strata_status st = st_reader_open(path, 1, 4, 0, &t->readers[sh]);
+            if (st != STRATA_OK) return st;
+        }
+        r[k].offset = l->off[k];
+        r[k].bytes = l->bytes[k];
+        r[k].dst = dst + at;
+        at += st_round_up(l->bytes[k], 64);
+    }
+    /* the three ranges of one expert usually lie in one shard; read them shard by shard */
+    for (int k = 0; k < 3; k++) {
+        strata_status st = st_reader_read(t->readers[l->shard[k]], &r[k], 1);
+        if (st != STRATA_OK) return st;
+        t->disk_bytes += (int64_t)l->bytes[k];
+    }
+    t->fills++;
+    return STRATA_OK;
+}
+
+strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int32_t *ids,
+                                int32_t K, const st_expert **table) {
+    st_ram_tier *t = s->ram;
+    const strata_model *m = s->model;
+    const int32_t X = m->hp.n_expert;
+    const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    t->n_held = 0;
+    for (int64_t i = 0; i < T * K; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X) continue;
+        int seen = 0; /* already made resident for this call (a few tokens x k: a short scan) */
+        for (int64_t j = 0; j < i && !seen; j++) seen = ids[j] == e;
+        if (seen) continue;
+        int32_t slot = st_cache_lookup(&t->cache, il, e);
+        if (slot < 0) {
+            slot = st_cache_claim(&t->cache, il, e, 0);
+            if (slot < 0)
+                return st_error(STRATA_ERR_INTERNAL, "ram tier: no free slot for layer %d expert %d "
+                                "(%d slots)", il, (int)e, (int)t->cache.n_slots);
+            strata_status st = st_ram_fill(t, &t->loc[(size_t)il * (size_t)X + (size_t)e],
+                                           t->mem + (size_t)slot * t->slot_bytes);
+            if (st != STRATA_OK) {
+                st_cache_abort(&t->cache, slot);
+                return st;
+            }
+            st_cache_publish(&t->cache, slot);
+        }
+        st_cache_acquire(&t->cache, slot);
+        t->held[t->n_held++] = slot;
+        /* the view of the slot: the mapping's shapes and types, the slot's bytes */
+        const st_expert_loc *l = &t->loc[(size_t)il * (size_t)X + (size_t)e];
+        uint8_t *p = t->mem + (size_t)slot * t->slot_bytes;
+        t->table[e] = views[e];
+        t->table[e].gate.data = p;
+        t->table[e].up.data = p + st_round_up(l->bytes[0], 64);
+        t->table[e].down.data = p + st_round_up(l->bytes[0], 64) + st_round_up(l->bytes[1], 64);
+    }
+    *table = t->table;
+    return STRATA_OK;
+}
+
+void st_ram_tier_release(strata_session *s) {
+    st_ram_tier *t = s->ram;
+    for (int32_t i = 0; i < t->n_held; i++) st_cache_release(&t->cache, t->held[i]);
+    t->n_held = 0;
+}
+
+void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes) {
+    const st_ram_tier *t = s->ram;
+    *hits = t ? t->cache.c.hits : 0;
+    *misses = t ? t->cache.c.misses : 0;
+    *disk_bytes = t ? t->disk_bytes : 0;
+}
