@@ -34,6 +34,8 @@ void cli_opts_init(cli_opts *o) {
     if (o->degrade_eval) o->degrade_zero = 1;
     const char *pf = getenv("STRATA_PROFILE");
     o->profile = pf && pf[0] && strcmp(pf, "0") != 0;
+    const char *pp = getenv("STRATA_PIPE");
+    o->pipe = pp && pp[0] && strcmp(pp, "0") != 0;
     const char *cg = getenv("STRATA_CUDA_GRAPHS");
     o->cuda_graphs = cg && cg[0] && strcmp(cg, "0") != 0;
     o->sp = strata_sampler_default_params();
@@ -63,7 +65,9 @@ void cli_opts_usage(FILE *f) {
         "                          run on the CPU; --n-cpu-moe N: those of the first N layers;\n"
         "                          --gpu-experts: all on the GPU (default)\n"
         "  --ram-budget SIZE       CPU sessions: RAM for routed experts (e.g. 8G); the rest are\n"
-        "                          read from the file with O_DIRECT when routed (same results)\n"
+        "                          read from the file with O_DIRECT when routed (same results);\n"
+        "                          --pipe (also $STRATA_PIPE=1): read the next layer's predicted\n"
+        "                          experts while this layer computes\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
         "  --cpu                   CPU only;  -ngl, --n-gpu-layers N: 0 = --cpu, >= the layer\n"
         "                          count (or 99) = --gpu; default: the GPU when usable, else CPU\n"
@@ -132,6 +136,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--degrade-eval")) o->degrade_eval = o->degrade_zero = 1;
     else if (opt_is(a, NULL, "--profile")) o->profile = 1;
     else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
+    else if (opt_is(a, NULL, "--pipe")) o->pipe = 1;
     else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
     else if (opt_is(a, NULL, "--gpu-experts")) o->n_cpu_moe = 0;
     else if (opt_is(a, NULL, "--gpu")) o->gpu = 1;
@@ -297,6 +302,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.cuda_graphs = o->cuda_graphs;
     sp.n_cpu_moe = o->n_cpu_moe;
     sp.ram_budget = o->ram_budget;
+    sp.pipe = o->pipe;
     if (o->ram_budget > 0 && o->gpu != 1) o->gpu = 0; /* the RAM tier serves CPU sessions */
     if (o->degrade_zero)
         fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
@@ -533,9 +539,10 @@ void cli_print_prof_line(const strata_session *sess, double prompt_tps, double d
         fprintf(stderr, " (per-layer GPU share %.0f%%..%.0f%%)", 100.0 * st.layer_gpu_share_min,
                 100.0 * st.layer_gpu_share_max);
     if (st.expert_cache_slots > 0)
-        fprintf(stderr, " | RAM slots %d: %lld hits, %lld misses | no prefetch",
+        fprintf(stderr, " | RAM slots %d: %lld hits, %lld misses | prefetch %lld: %lld timely, %lld late",
                 (int)st.expert_cache_slots, (long long)st.expert_cache_hits,
-                (long long)st.expert_cache_misses);
+                (long long)st.expert_cache_misses, (long long)st.prefetch_issued,
+                (long long)st.prefetch_timely, (long long)st.prefetch_late);
     else
         fprintf(stderr, " | no cache, no prefetch");
     fprintf(stderr, " | PCIe %s | disk %s | zeroed %lld\n",

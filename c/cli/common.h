@@ -36,6 +36,7 @@ typedef struct {
     int cuda_graphs;              /* --cuda-graphs or STRATA_CUDA_GRAPHS=1 */
     int n_cpu_moe;                /* --n-cpu-moe N, --cpu-moe (-1), --gpu-experts (0, default) */
     int64_t ram_budget;           /* --ram-budget SIZE (bytes; K/M/G suffixes): experts from disk */
+    int pipe;                     /* --pipe or STRATA_PIPE=1: prefetch with the RAM tier */
     int ngl;                      /* -ngl N as given */
     int gpu;                      /* -1 auto (GPU when usable, else CPU), 0 --cpu / -ngl 0, 1 --gpu */
     char backend_desc[300];       /* set by cli_new_session: "cuda (NVIDIA H200, ...)" or "cpu" */

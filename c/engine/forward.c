@@ -126,10 +126,7 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
     for (int64_t t = 0; t < T; t++)
         st_route_topk(s->router + t * X, X, K, hp->expert_weights_norm, s->ids + t * K, s->wts + t * K);
-    if (s->profile) {
-        st_score_prediction(s, il, T, K);
-        st_predict_next(s, il, T);
-    }
+    if (s->profile) st_score_prediction(s, il, T, K);
     /* DEGRADE_ZERO: every routed expert of a CPU session is resident, so only the evaluation
      * mode (every slot counted as missed) drops anything here */
     if (s->degrade.enabled)
@@ -145,6 +142,10 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
             memset(s->proj, 0, sizeof(float) * (size_t)(T * hp->n_embd));
             return;
         }
+    }
+    if (s->profile || s->pipe) { /* predict the next layer's experts; --pipe starts reading them */
+        st_predict_next(s, il, T);
+        if (s->pipe && s->pred_layer == il + 1) st_ram_tier_prefetch(s, il + 1, T, s->pred_ids, K);
     }
     st_moe_ffn(s->tp, table, X, s->xn, T, s->ids, s->wts, K, s->proj, s->moe_ws);
     if (s->ram) st_ram_tier_release(s);

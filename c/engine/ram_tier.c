@@ -4,11 +4,20 @@
  * the O_DIRECT reader (c/experts/stream.c) when a layer's routing needs an expert that is not
  * resident. The CPU expert step then reads the slots through a per-layer table. The bytes are the
  * file's, so the results are bit-identical to reading the mapping (which the tier never touches
- * for routed experts, so they do not become resident through it). */
+ * for routed experts, so they do not become resident through it).
+ *
+ * Pipelined mode (pipe, --pipe, STRATA_PIPE=1): after a layer's routing, the experts predicted
+ * for the next layer (its norm and router applied to the hidden state then) are claimed (LOADING)
+ * and read by a background thread while this layer computes. Only the session's thread touches
+ * the cache: the reader thread fills the slot's bytes and raises the slot's fill flag; a layer
+ * that needs a LOADING slot waits for the flag (a late prefetch) and publishes it before reading,
+ * so a slot being filled is never read. */
 #include "session.h"
 #include "cache.h"
 #include "stream.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,14 +38,51 @@ struct st_ram_tier {
     st_expert *table;             /* [n_expert] the current layer's table */
     int32_t *held;                /* [n_slots] slots acquired for the current layer */
     int32_t n_held;
-    int64_t disk_bytes, fills;
+    _Atomic int64_t disk_bytes;
+    int64_t fills;
+    /* pipelined mode: one reader thread, a queue of fills, a fill flag per slot */
+    int pipe;
+    pthread_t worker;
+    int worker_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job, cv_done;
+    int stop;
+    int32_t *queue;               /* [n_slots] ring of slots to fill */
+    int32_t q_head, q_len;
+    const st_expert_loc **q_loc;  /* [n_slots] location of each queued slot's expert */
+    _Atomic int *fill;            /* [n_slots] 0 idle, 1 queued or reading, 2 filled, 3 failed */
+    int32_t *inflight;            /* [n_slots] slots claimed by prefetches, not yet published */
+    int32_t n_inflight;
+    st_reader **wreaders;         /* [n_shards] the reader thread's own readers */
+    int64_t pf_issued, pf_timely, pf_late;
 };
 
 static size_t st_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+static void *st_ram_worker(void *arg);
+
 void st_ram_tier_free(strata_session *s) {
     st_ram_tier *t = s ? s->ram : NULL;
     if (!t) return;
+    if (t->worker_started) {
+        pthread_mutex_lock(&t->mu);
+        t->stop = 1;
+        pthread_cond_broadcast(&t->cv_job);
+        pthread_mutex_unlock(&t->mu);
+        pthread_join(t->worker, NULL);
+    }
+    if (t->pipe) {
+        pthread_mutex_destroy(&t->mu);
+        pthread_cond_destroy(&t->cv_job);
+        pthread_cond_destroy(&t->cv_done);
+    }
+    if (t->wreaders)
+        for (uint32_t i = 0; i < t->n_shards; i++) st_reader_close(t->wreaders[i]);
+    free(t->wreaders);
+    free(t->queue);
+    free(t->q_loc);
+    free((void *)t->fill);
+    free(t->inflight);
     if (t->readers)
         for (uint32_t i = 0; i < t->n_shards; i++) st_reader_close(t->readers[i]);
     free(t->readers);
@@ -62,7 +108,7 @@ static strata_status st_locate(const strata_gguf *g, const st_tensor *v, int64_t
     return STRATA_OK;
 }
 
-strata_status st_ram_tier_create(strata_session *s, int64_t budget) {
+strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
     if (hp->n_expert <= 0)
@@ -110,6 +156,23 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget) {
     t->table = calloc((size_t)hp->n_expert, sizeof *t->table);
     t->held = calloc((size_t)slots, sizeof *t->held);
     if (!t->readers || !t->table || !t->held) return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
+    if (pipe) {
+        t->queue = calloc((size_t)slots, sizeof *t->queue);
+        t->q_loc = calloc((size_t)slots, sizeof *t->q_loc);
+        t->fill = calloc((size_t)slots, sizeof *t->fill);
+        t->inflight = calloc((size_t)slots, sizeof *t->inflight);
+        t->wreaders = calloc(t->n_shards ? t->n_shards : 1, sizeof *t->wreaders);
+        if (!t->queue || !t->q_loc || !t->fill || !t->inflight || !t->wreaders)
+            return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
+        for (int32_t i = 0; i < slots; i++) atomic_init(&t->fill[i], 0);
+        pthread_mutex_init(&t->mu, NULL);
+        pthread_cond_init(&t->cv_job, NULL);
+        pthread_cond_init(&t->cv_done, NULL);
+        t->pipe = 1;
+        if (pthread_create(&t->worker, NULL, st_ram_worker, t) != 0)
+            return st_error(STRATA_ERR_INTERNAL, "ram tier: pthread_create failed");
+        t->worker_started = 1;
+    }
     /* a layer call needs its distinct experts (at most T * k, at most n_expert) resident at once,
      * in slots the hot set does not pin */
     const int32_t free_slots = slots - pin;
@@ -122,15 +185,17 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget) {
 
 int32_t st_ram_tier_slots(const strata_session *s) { return s->ram ? s->ram->cache.n_slots : 0; }
 
-static strata_status st_ram_fill(st_ram_tier *t, const st_expert_loc *l, uint8_t *dst) {
+/* Reads expert l into dst with readers (the session's, or the reader thread's own). */
+static strata_status st_ram_fill(st_ram_tier *t, st_reader **readers, const st_expert_loc *l,
+                                 uint8_t *dst) {
     st_read_range r[3];
     size_t at = 0;
     for (int k = 0; k < 3; k++) {
         const uint32_t sh = l->shard[k];
         if (sh >= t->n_shards) return st_error(STRATA_ERR_INTERNAL, "ram tier: shard %u", sh);
-        if (!t->readers[sh]) {
+        if (!readers[sh]) {
             const char *path = strata_gguf_shard_path(t->gguf, sh);
-            strata_status st = st_reader_open(path, 1, 4, 0, &t->readers[sh]);
+            strata_status st = st_reader_open(path, 1, 4, 0, &readers[sh]);
             if (st != STRATA_OK) return st;
         }
         r[k].offset = l->off[k];
@@ -140,12 +205,88 @@ static strata_status st_ram_fill(st_ram_tier *t, const st_expert_loc *l, uint8_t
     }
     /* the three ranges of one expert usually lie in one shard; read them shard by shard */
     for (int k = 0; k < 3; k++) {
-        strata_status st = st_reader_read(t->readers[l->shard[k]], &r[k], 1);
+        strata_status st = st_reader_read(readers[l->shard[k]], &r[k], 1);
         if (st != STRATA_OK) return st;
-        t->disk_bytes += (int64_t)l->bytes[k];
+        atomic_fetch_add(&t->disk_bytes, (int64_t)l->bytes[k]);
     }
-    t->fills++;
     return STRATA_OK;
+}
+
+/* ---- pipelined mode: the reader thread ------------------------------------------------------ */
+
+static void *st_ram_worker(void *arg) {
+    st_ram_tier *t = arg;
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        while (!t->stop && t->q_len == 0) pthread_cond_wait(&t->cv_job, &t->mu);
+        if (t->q_len == 0) { /* stop, and nothing left to read */
+            pthread_mutex_unlock(&t->mu);
+            return NULL;
+        }
+        const int32_t slot = t->queue[t->q_head];
+        const st_expert_loc *l = t->q_loc[t->q_head];
+        t->q_head = (t->q_head + 1) % t->cache.n_slots;
+        t->q_len--;
+        pthread_mutex_unlock(&t->mu);
+        const strata_status st = st_ram_fill(t, t->wreaders, l, t->mem + (size_t)slot * t->slot_bytes);
+        pthread_mutex_lock(&t->mu);
+        atomic_store_explicit(&t->fill[slot], st == STRATA_OK ? 2 : 3, memory_order_release);
+        pthread_cond_broadcast(&t->cv_done);
+        pthread_mutex_unlock(&t->mu);
+    }
+}
+
+/* Waits for a queued slot's fill; 1 if it had to wait (the prefetch was late). */
+static int st_ram_wait_fill(st_ram_tier *t, int32_t slot) {
+    if (atomic_load_explicit(&t->fill[slot], memory_order_acquire) >= 2) return 0;
+    pthread_mutex_lock(&t->mu);
+    while (atomic_load_explicit(&t->fill[slot], memory_order_acquire) < 2)
+        pthread_cond_wait(&t->cv_done, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+    return 1;
+}
+
+/* Publishes (or, after a failed read, empties) prefetched slot i of the in-flight list; if wait,
+ * waits for its fill first. Returns 1 if the slot is no longer in flight. */
+static int st_ram_settle(st_ram_tier *t, int32_t i, int wait) {
+    const int32_t slot = t->inflight[i];
+    if (!wait && atomic_load_explicit(&t->fill[slot], memory_order_acquire) < 2) return 0;
+    if (wait) st_ram_wait_fill(t, slot);
+    if (atomic_load_explicit(&t->fill[slot], memory_order_acquire) == 2) st_cache_publish(&t->cache, slot);
+    else st_cache_abort(&t->cache, slot); /* a later need reads it synchronously, with the error */
+    atomic_store_explicit(&t->fill[slot], 0, memory_order_relaxed);
+    t->inflight[i] = t->inflight[--t->n_inflight];
+    return 1;
+}
+
+/* Publishes every finished prefetch (wait: every prefetch, waiting for the reader thread). */
+static void st_ram_reap(st_ram_tier *t, int wait) {
+    for (int32_t i = 0; i < t->n_inflight;)
+        if (!st_ram_settle(t, i, wait)) i++;
+}
+
+void st_ram_tier_prefetch(strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K) {
+    st_ram_tier *t = s->ram;
+    if (!t || !t->pipe) return;
+    const int32_t X = s->model->hp.n_expert;
+    /* leave room: at most half the slots in flight, so the next layer can still claim its misses */
+    const int32_t limit = t->cache.n_slots / 2;
+    for (int64_t i = 0; i < T * K && t->n_inflight < limit; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X || st_cache_state_of(&t->cache, il, e) != ST_SLOT_EMPTY) continue;
+        const int32_t slot = st_cache_claim(&t->cache, il, e, 1);
+        if (slot < 0) break;
+        atomic_store_explicit(&t->fill[slot], 1, memory_order_relaxed);
+        t->inflight[t->n_inflight++] = slot;
+        t->pf_issued++;
+        pthread_mutex_lock(&t->mu);
+        const int32_t at = (t->q_head + t->q_len) % t->cache.n_slots;
+        t->queue[at] = slot;
+        t->q_loc[at] = &t->loc[(size_t)il * (size_t)X + (size_t)e];
+        t->q_len++;
+        pthread_cond_signal(&t->cv_job);
+        pthread_mutex_unlock(&t->mu);
+    }
 }
 
 strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int32_t *ids,
@@ -155,24 +296,42 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
     const int32_t X = m->hp.n_expert;
     const st_expert *views = s->experts + (size_t)il * (size_t)X;
     t->n_held = 0;
+    if (t->pipe) st_ram_reap(t, 0); /* finished prefetches become READY (and evictable) */
     for (int64_t i = 0; i < T * K; i++) {
         const int32_t e = ids[i];
         if (e < 0 || e >= X) continue;
         int seen = 0; /* already made resident for this call (a few tokens x k: a short scan) */
         for (int64_t j = 0; j < i && !seen; j++) seen = ids[j] == e;
         if (seen) continue;
+        if (t->pipe && st_cache_state_of(&t->cache, il, e) == ST_SLOT_LOADING) {
+            /* prefetched: wait for the reader thread if it is still at it, then publish */
+            for (int32_t k = 0; k < t->n_inflight; k++) {
+                const int32_t sl = t->inflight[k];
+                if (t->cache.slots[sl].layer != il || t->cache.slots[sl].expert != e) continue;
+                const int late = atomic_load_explicit(&t->fill[sl], memory_order_acquire) < 2;
+                t->pf_late += late;
+                t->pf_timely += !late;
+                st_ram_settle(t, k, 1);
+                break;
+            }
+        }
         int32_t slot = st_cache_lookup(&t->cache, il, e);
         if (slot < 0) {
             slot = st_cache_claim(&t->cache, il, e, 0);
+            if (slot < 0 && t->pipe) { /* the free slots are still being filled: let them finish */
+                st_ram_reap(t, 1);
+                slot = st_cache_claim(&t->cache, il, e, 0);
+            }
             if (slot < 0)
                 return st_error(STRATA_ERR_INTERNAL, "ram tier: no free slot for layer %d expert %d "
                                 "(%d slots)", il, (int)e, (int)t->cache.n_slots);
-            strata_status st = st_ram_fill(t, &t->loc[(size_t)il * (size_t)X + (size_t)e],
+            strata_status st = st_ram_fill(t, t->readers, &t->loc[(size_t)il * (size_t)X + (size_t)e],
                                            t->mem + (size_t)slot * t->slot_bytes);
             if (st != STRATA_OK) {
                 st_cache_abort(&t->cache, slot);
                 return st;
             }
+            t->fills++;
             st_cache_publish(&t->cache, slot);
         }
         st_cache_acquire(&t->cache, slot);
@@ -195,9 +354,14 @@ void st_ram_tier_release(strata_session *s) {
     t->n_held = 0;
 }
 
-void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes) {
-    const st_ram_tier *t = s->ram;
-    *hits = t ? t->cache.c.hits : 0;
-    *misses = t ? t->cache.c.misses : 0;
-    *disk_bytes = t ? t->disk_bytes : 0;
+void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes,
+                          int64_t *pf_issued, int64_t *pf_timely, int64_t *pf_late) {
+    st_ram_tier *t = s->ram;
+    /* a prefetch that was still being read when its layer needed it missed its deadline: a miss */
+    *hits = t ? t->cache.c.hits - t->pf_late : 0;
+    *misses = t ? t->cache.c.misses + t->pf_late : 0;
+    *disk_bytes = t ? atomic_load(&t->disk_bytes) : 0;
+    *pf_issued = t ? t->pf_issued : 0;
+    *pf_timely = t ? t->pf_timely : 0;
+    *pf_late = t ? t->pf_late : 0;
 }

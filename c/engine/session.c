@@ -101,7 +101,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->att_scratch = st_alloc(sizeof(float) * (size_t)s->n_threads * (size_t)s->n_ctx, &fail);
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
     s->pred_layer = -1;
-    if (s->profile && hp->n_expert > 0) {
+    if ((s->profile || s->pipe) && hp->n_expert > 0) {
         s->pred_xn = st_alloc(sizeof(float) * T * E, &fail);
         s->pred_logits = st_alloc(sizeof(float) * T * d.X, &fail);
         s->pred_wts = st_alloc(sizeof(float) * T * K, &fail);
@@ -186,6 +186,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
     s->cuda_graphs = p.cuda_graphs != 0;
+    s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
@@ -213,7 +214,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         (s->backend == STRATA_BACKEND_CPU &&
          (st = st_kv_init(&s->kv, hp, s->n_ctx, p.kv_type)) != STRATA_OK) ||
         (st = st_build_tables(s)) != STRATA_OK ||
-        (p.ram_budget > 0 && (st = st_ram_tier_create(s, p.ram_budget)) != STRATA_OK) ||
+        (p.ram_budget > 0 && (st = st_ram_tier_create(s, p.ram_budget, p.pipe)) != STRATA_OK) ||
         (st = st_alloc_scratch(s)) != STRATA_OK ||
         (s->backend == STRATA_BACKEND_CUDA && (st = st_gpu_create(s)) != STRATA_OK)) {
         strata_session_free(s);
@@ -315,7 +316,8 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
         any = 1;
     }
     out->pcie_bytes = s->pcie_bytes;
-    st_ram_tier_counters(s, &out->expert_cache_hits, &out->expert_cache_misses, &out->disk_bytes);
+    st_ram_tier_counters(s, &out->expert_cache_hits, &out->expert_cache_misses, &out->disk_bytes,
+                         &out->prefetch_issued, &out->prefetch_timely, &out->prefetch_late);
     out->expert_cache_slots = st_ram_tier_slots(s);
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;

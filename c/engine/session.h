@@ -26,6 +26,7 @@ struct strata_session {
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int64_t *slots_gpu, *slots_cpu; /* [n_layer] routed slot-rows served by GPU memory / the CPU */
     st_ram_tier *ram;           /* CPU sessions with a RAM budget: routed experts in RAM slots */
+    int pipe;                   /* the RAM tier prefetches the next layer's predicted experts */
     strata_status fwd_error;    /* the first failure inside a forward pass (a disk read), else OK */
     int64_t pcie_bytes;
     int64_t graph_launches, graph_rebuilds;
@@ -103,12 +104,15 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
 /* The RAM tier (ram_tier.c): create sizes the slots from budget bytes (and lowers n_batch so a
  * layer call's distinct experts fit); table makes every expert of ids resident, holds their slots
  * and points *table at views of them; release lets the slots go; counters for the stats. */
-strata_status st_ram_tier_create(strata_session *s, int64_t budget);
+strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe);
 void st_ram_tier_free(strata_session *s);
 strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int32_t *ids,
                                 int32_t K, const st_expert **table);
 void st_ram_tier_release(strata_session *s);
-void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes);
+void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes,
+                          int64_t *pf_issued, int64_t *pf_timely, int64_t *pf_late);
+/* Pipelined mode: starts reading layer il's predicted experts (ids [T][K]) into free slots. */
+void st_ram_tier_prefetch(strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K);
 int32_t st_ram_tier_slots(const strata_session *s);
 
 /* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time

@@ -497,6 +497,9 @@ typedef struct strata_session_params {
                              the GGUF with O_DIRECT into that many expert-sized slots (LRU + a
                              pinned hot set); the budget must hold k experts, and prompt batches
                              shrink so one layer's experts fit. Same results, bit for bit. */
+    int pipe;             /* with ram_budget: read the next layer's predicted experts (its norm
+                             and router on the hidden state now) in a background thread while
+                             this layer computes (STRATA_PIPE, --pipe); same results */
     strata_progress_fn progress;  /* NULL (default): no progress reports */
     void *progress_data;          /* passed to progress */
 } strata_session_params;
@@ -570,7 +573,10 @@ typedef struct strata_session_stats {
     int64_t disk_bytes;           /* expert bytes read from disk (ram_budget) */
     int32_t expert_cache_slots;   /* slots of the expert cache (ram_budget; 0: none) */
     int64_t expert_cache_hits;    /* expert look-ups served by a resident slot */
-    int64_t expert_cache_misses;  /* look-ups that had to fill a slot */
+    int64_t expert_cache_misses;  /* look-ups that had to fill a slot (or wait for a prefetch) */
+    int64_t prefetch_issued;      /* experts prefetched (pipe) */
+    int64_t prefetch_timely;      /* needed, and read before their layer needed them */
+    int64_t prefetch_late;        /* needed while still being read (counted as misses) */
     int64_t graph_launches;       /* CUDA-graph steps run (cuda_graphs) */
     int64_t graph_rebuilds;       /* of them, graphs built anew (not updated in place) */
     int64_t predict_slots;        /* routed slots scored */

@@ -344,26 +344,36 @@ static void test_ram_budget(void) {
     for (int i = 0; i < 48; i++) toks[i] = (strata_token)(11 + 97 * i % 8000);
     const size_t nl = 9 * (size_t)V;
     float *ref = malloc(sizeof(float) * nl), *got = malloc(sizeof(float) * nl);
-    strata_session_stats st;
+    float *piped = malloc(sizeof(float) * nl);
+    strata_session_stats st, stp;
     memset(&st, 0, sizeof st);
-    for (int pass = 0; pass < 2; pass++) {
+    memset(&stp, 0, sizeof stp);
+    for (int pass = 0; pass < 3; pass++) {
         strata_session_params sp = strata_session_default_params();
         sp.n_ctx = 128;
         sp.n_batch = 32;
         sp.ram_budget = pass ? 6 * 106496 : 0; /* 6 slots of the default model's 104 KiB experts */
+        sp.pipe = pass == 2;                   /* and with the next layer prefetched */
+        if (pass == 2) sp.ram_budget = 12 * 106496;
         strata_session *s = NULL;
         CHECK(strata_session_create(model, &sp, &s) == STRATA_OK, "session (ram_budget %lld): %s",
               (long long)sp.ram_budget, strata_last_error());
         if (!s) continue;
-        float *lg = pass ? got : ref;
+        float *lg = pass == 0 ? ref : pass == 1 ? got : piped;
         strata_status r = strata_session_decode(s, toks, 40, lg, 0);
         for (int i = 0; i < 8 && r == STRATA_OK; i++)
             r = strata_session_decode(s, toks + 40 + i, 1, lg + (size_t)(i + 1) * (size_t)V, 0);
         CHECK(r == STRATA_OK, "decode (ram_budget %lld): %s", (long long)sp.ram_budget, strata_last_error());
-        if (pass) strata_session_get_stats(s, &st);
+        if (pass) strata_session_get_stats(s, pass == 1 ? &st : &stp);
         strata_session_free(s);
     }
     CHECK(!memcmp(ref, got, sizeof(float) * nl), "experts from disk slots: bit-identical logits");
+    CHECK(!memcmp(ref, piped, sizeof(float) * nl), "pipelined prefetch: bit-identical logits");
+    CHECK(stp.prefetch_issued > 0 && stp.prefetch_timely + stp.prefetch_late <= stp.prefetch_issued,
+          "prefetches: %lld issued, %lld timely, %lld late", (long long)stp.prefetch_issued,
+          (long long)stp.prefetch_timely, (long long)stp.prefetch_late);
+    CHECK(stp.prefetch_timely + stp.prefetch_late > 0, "some prefetched experts were used");
+    CHECK(st.prefetch_issued == 0, "no prefetch without pipe");
     CHECK(st.expert_cache_slots == 6, "6 slots (%d)", (int)st.expert_cache_slots);
     CHECK(st.expert_cache_misses > 0 && st.disk_bytes >= st.expert_cache_misses * 100000,
           "misses %lld filled from disk (%lld bytes)", (long long)st.expert_cache_misses,
@@ -384,6 +394,7 @@ static void test_ram_budget(void) {
     CHECK(strata_session_create(model, &sp, &s) != STRATA_OK && !s, "ram_budget with a GPU session refused");
     free(ref);
     free(got);
+    free(piped);
 }
 
 int main(void) {
