@@ -127,10 +127,17 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     for (int64_t t = 0; t < T; t++)
         st_route_topk(s->router + t * X, X, K, hp->expert_weights_norm, s->ids + t * K, s->wts + t * K);
     if (s->profile) st_score_prediction(s, il, T, K);
-    /* DEGRADE_ZERO: every routed expert of a CPU session is resident, so only the evaluation
-     * mode (every slot counted as missed) drops anything here */
-    if (s->degrade.enabled)
-        st_degrade_apply(&s->degrade, !s->gen_phase, T, K, s->ids, s->wts, NULL, &s->dstats, il);
+    /* DEGRADE_ZERO: with a RAM budget, an expert that is neither resident nor in a completed
+     * load has missed (a light one is dropped instead of read from disk); without one every
+     * routed expert is resident and only the evaluation mode drops anything */
+    if (s->degrade.enabled) {
+        const uint8_t *missed = NULL;
+        if (s->ram && !s->degrade.eval) {
+            st_ram_tier_missed(s, il, T, s->ids, K, s->missed);
+            missed = s->missed;
+        }
+        st_degrade_apply(&s->degrade, !s->gen_phase, T, K, s->ids, s->wts, missed, &s->dstats, il);
+    }
     st_prof_mark(s, STRATA_PHASE_ROUTER);
     s->slots_cpu[il] += T * K; /* a CPU session computes every routed slot itself */
     const st_expert *table = s->experts + (size_t)il * (size_t)X;

@@ -365,3 +365,19 @@ void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misse
     *pf_timely = t ? t->pf_timely : 0;
     *pf_late = t ? t->pf_late : 0;
 }
+
+void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K,
+                        uint8_t *missed) {
+    const st_ram_tier *t = s->ram;
+    for (int64_t i = 0; i < T * K; i++) {
+        const st_slot_state st = ids[i] < 0 ? ST_SLOT_READY : st_cache_state_of(&t->cache, il, ids[i]);
+        int ready = st == ST_SLOT_READY;
+        if (st == ST_SLOT_LOADING && t->pipe) /* a prefetch that already finished is a completed load */
+            for (int32_t k = 0; k < t->n_inflight && !ready; k++) {
+                const int32_t sl = t->inflight[k];
+                ready = t->cache.slots[sl].layer == il && t->cache.slots[sl].expert == ids[i] &&
+                        atomic_load_explicit(&t->fill[sl], memory_order_acquire) == 2;
+            }
+        missed[i] = (uint8_t)!ready;
+    }
+}

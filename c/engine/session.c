@@ -101,6 +101,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->att_scratch = st_alloc(sizeof(float) * (size_t)s->n_threads * (size_t)s->n_ctx, &fail);
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
     s->pred_layer = -1;
+    if (s->ram) s->missed = st_alloc(T * K, &fail);
     if ((s->profile || s->pipe) && hp->n_expert > 0) {
         s->pred_xn = st_alloc(sizeof(float) * T * E, &fail);
         s->pred_logits = st_alloc(sizeof(float) * T * d.X, &fail);
@@ -139,7 +140,7 @@ void strata_session_free(strata_session *s) {
     free(s->proj); free(s->proj2); free(s->router); free(s->ids); free(s->wts);
     free(s->zeros); free(s->ones); free(s->shgate); free(s->rope_cs); free(s->att_scratch);
     free(s->mm_ws); free(s->moe_ws);
-    free(s->pred_xn); free(s->pred_logits); free(s->pred_wts); free(s->pred_ids);
+    free(s->pred_xn); free(s->pred_logits); free(s->pred_wts); free(s->pred_ids); free(s->missed);
     free(s);
 }
 

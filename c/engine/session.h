@@ -27,6 +27,7 @@ struct strata_session {
     int64_t *slots_gpu, *slots_cpu; /* [n_layer] routed slot-rows served by GPU memory / the CPU */
     st_ram_tier *ram;           /* CPU sessions with a RAM budget: routed experts in RAM slots */
     int pipe;                   /* the RAM tier prefetches the next layer's predicted experts */
+    uint8_t *missed;            /* [T][k] RAM tier: slots whose expert is not resident */
     strata_status fwd_error;    /* the first failure inside a forward pass (a disk read), else OK */
     int64_t pcie_bytes;
     int64_t graph_launches, graph_rebuilds;
@@ -114,6 +115,10 @@ void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misse
 /* Pipelined mode: starts reading layer il's predicted experts (ids [T][K]) into free slots. */
 void st_ram_tier_prefetch(strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K);
 int32_t st_ram_tier_slots(const strata_session *s);
+/* missed[i] = 1 when expert ids[i] of layer il is neither resident nor in a completed load (what
+ * DEGRADE_ZERO may drop instead of reading it from disk). */
+void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K,
+                        uint8_t *missed);
 
 /* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time
  * since the last mark to phase. Both are no-ops with profile off. (session.c) */

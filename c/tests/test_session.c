@@ -381,6 +381,34 @@ static void test_ram_budget(void) {
     CHECK(st.expert_cache_hits + st.expert_cache_misses > 0, "look-ups counted");
     printf("ram budget of 6 experts: %lld hits, %lld misses, %.1f MiB read from disk\n",
            (long long)st.expert_cache_hits, (long long)st.expert_cache_misses, (double)st.disk_bytes / 1048576.0);
+    /* DEGRADE_ZERO with a RAM budget: real misses (not resident, not loaded); tau 0 drops none */
+    for (int v = 0; v < 2; v++) {
+        strata_session_params dp = strata_session_default_params();
+        dp.n_ctx = 128;
+        dp.n_batch = 32;
+        dp.ram_budget = 6 * 106496;
+        dp.degrade_zero = 1;
+        dp.degrade_tau = v ? 0.05f : 0.0f;
+        strata_session *s = NULL;
+        CHECK(strata_session_create(model, &dp, &s) == STRATA_OK, "degrade session: %s", strata_last_error());
+        if (!s) continue;
+        strata_status r = strata_session_decode(s, toks, 40, piped, 0);
+        for (int i = 0; i < 8 && r == STRATA_OK; i++)
+            r = strata_session_decode_gen(s, toks + 40 + i, 1, piped + (size_t)(i + 1) * (size_t)V, 0);
+        CHECK(r == STRATA_OK, "degrade decode: %s", strata_last_error());
+        strata_session_stats ds;
+        strata_session_get_stats(s, &ds);
+        if (v == 0)
+            CHECK(ds.degrade_zeroed == 0 && !memcmp(piped, got, sizeof(float) * nl),
+                  "tau 0 with real misses: nothing dropped, bit-identical");
+        else
+            CHECK(ds.degrade_zeroed > 0 && ds.degrade_slots == 8LL * 6 * 4 &&
+                  memcmp(piped + V, got + V, sizeof(float) * (nl - (size_t)V)) != 0 &&
+                  !memcmp(piped, got, sizeof(float) * (size_t)V),
+                  "tau 0.05: %lld of %lld decode slots dropped, the prompt untouched",
+                  (long long)ds.degrade_zeroed, (long long)ds.degrade_slots);
+        strata_session_free(s);
+    }
     strata_session_params sp = strata_session_default_params();
     sp.n_ctx = 64;
     sp.ram_budget = 3 * 106496; /* fewer than the 4 experts one token needs */
