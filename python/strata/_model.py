@@ -46,14 +46,16 @@ class Model:
     (prompt tokens per forward pass, default 512), kv_type ("f16" or "f32"), backend ("cpu", or
     "cuda": every weight and the KV cache on the GPU; creating the session raises where CUDA is
     unusable), degrade_zero / degrade_tau / degrade_eval (the DEGRADE_ZERO approximation,
-    docs/DEGRADE_ZERO.md; generated tokens only), profile (time the forward phases), vocab_only
+    docs/DEGRADE_ZERO.md; generated tokens only), profile (time the forward phases), ram_budget
+    / pipe (routed experts in that many bytes of RAM slots read from disk, docs/EXPERTS.md), vocab_only
     (only the
     tokenizer; generate/logits then raise), use_mmap."""
 
     def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,
                  kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True,
                  backend: str = "cpu", degrade_zero: bool = False, degrade_tau: float = 0.03,
-                 degrade_eval: bool = False, profile: bool = False):
+                 degrade_eval: bool = False, profile: bool = False, ram_budget: int = 0,
+                 pipe: bool = False):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
@@ -62,6 +64,7 @@ class Model:
         self.degrade_zero, self.degrade_tau = bool(degrade_zero or degrade_eval), float(degrade_tau)
         self.degrade_eval = bool(degrade_eval)
         self.profile = bool(profile)
+        self.ram_budget, self.pipe = int(ram_budget), bool(pipe)
         self.path = str(path)
         self._ptr = ffi.NULL
         self._keep = ffi.NULL  # the session logits(keep=True) appends to
@@ -197,6 +200,7 @@ class Model:
         sp.degrade_zero, sp.degrade_tau = int(self.degrade_zero), self.degrade_tau
         sp.degrade_eval = int(self.degrade_eval)
         sp.profile = int(self.profile)
+        sp.ram_budget, sp.pipe = self.ram_budget, int(self.pipe)
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),
               "strata_session_create")
