@@ -539,10 +539,11 @@ void cli_print_prof_line(const strata_session *sess, double prompt_tps, double d
         fprintf(stderr, " (per-layer GPU share %.0f%%..%.0f%%)", 100.0 * st.layer_gpu_share_min,
                 100.0 * st.layer_gpu_share_max);
     if (st.expert_cache_slots > 0)
-        fprintf(stderr, " | RAM slots %d: %lld hits, %lld misses | prefetch %lld: %lld timely, %lld late",
-                (int)st.expert_cache_slots, (long long)st.expert_cache_hits,
-                (long long)st.expert_cache_misses, (long long)st.prefetch_issued,
-                (long long)st.prefetch_timely, (long long)st.prefetch_late);
+        fprintf(stderr, " | RAM slots %d: %lld hits, %lld misses (per-layer hit rate %.0f%%..%.0f%%) | "
+                "prefetch %lld: %lld timely, %lld late", (int)st.expert_cache_slots,
+                (long long)st.expert_cache_hits, (long long)st.expert_cache_misses,
+                100.0 * st.layer_hit_rate_min, 100.0 * st.layer_hit_rate_max,
+                (long long)st.prefetch_issued, (long long)st.prefetch_timely, (long long)st.prefetch_late);
     else
         fprintf(stderr, " | no cache, no prefetch");
     fprintf(stderr, " | PCIe %s | disk %s | zeroed %lld\n",

@@ -55,6 +55,7 @@ struct st_ram_tier {
     int32_t n_inflight;
     st_reader **wreaders;         /* [n_shards] the reader thread's own readers */
     int64_t pf_issued, pf_timely, pf_late;
+    int64_t *layer_lookups, *layer_hits;  /* [n_layer] */
 };
 
 static size_t st_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -83,6 +84,8 @@ void st_ram_tier_free(strata_session *s) {
     free(t->q_loc);
     free((void *)t->fill);
     free(t->inflight);
+    free(t->layer_lookups);
+    free(t->layer_hits);
     if (t->readers)
         for (uint32_t i = 0; i < t->n_shards; i++) st_reader_close(t->readers[i]);
     free(t->readers);
@@ -155,7 +158,10 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
     t->readers = calloc(t->n_shards ? t->n_shards : 1, sizeof *t->readers);
     t->table = calloc((size_t)hp->n_expert, sizeof *t->table);
     t->held = calloc((size_t)slots, sizeof *t->held);
-    if (!t->readers || !t->table || !t->held) return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
+    t->layer_lookups = calloc((size_t)hp->n_layer, sizeof *t->layer_lookups);
+    t->layer_hits = calloc((size_t)hp->n_layer, sizeof *t->layer_hits);
+    if (!t->readers || !t->table || !t->held || !t->layer_lookups || !t->layer_hits)
+        return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
     if (pipe) {
         t->queue = calloc((size_t)slots, sizeof *t->queue);
         t->q_loc = calloc((size_t)slots, sizeof *t->q_loc);
@@ -303,12 +309,13 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
         int seen = 0; /* already made resident for this call (a few tokens x k: a short scan) */
         for (int64_t j = 0; j < i && !seen; j++) seen = ids[j] == e;
         if (seen) continue;
+        int late = 0;
         if (t->pipe && st_cache_state_of(&t->cache, il, e) == ST_SLOT_LOADING) {
             /* prefetched: wait for the reader thread if it is still at it, then publish */
             for (int32_t k = 0; k < t->n_inflight; k++) {
                 const int32_t sl = t->inflight[k];
                 if (t->cache.slots[sl].layer != il || t->cache.slots[sl].expert != e) continue;
-                const int late = atomic_load_explicit(&t->fill[sl], memory_order_acquire) < 2;
+                late = atomic_load_explicit(&t->fill[sl], memory_order_acquire) < 2;
                 t->pf_late += late;
                 t->pf_timely += !late;
                 st_ram_settle(t, k, 1);
@@ -316,6 +323,8 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
             }
         }
         int32_t slot = st_cache_lookup(&t->cache, il, e);
+        t->layer_lookups[il]++;
+        t->layer_hits[il] += slot >= 0 && !late;
         if (slot < 0) {
             slot = st_cache_claim(&t->cache, il, e, 0);
             if (slot < 0 && t->pipe) { /* the free slots are still being filled: let them finish */
@@ -379,5 +388,18 @@ void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_
                         atomic_load_explicit(&t->fill[sl], memory_order_acquire) == 2;
             }
         missed[i] = (uint8_t)!ready;
+    }
+}
+
+void st_ram_tier_layer_hits(const strata_session *s, double *min, double *max) {
+    const st_ram_tier *t = s->ram;
+    int any = 0;
+    *min = *max = 0;
+    for (int32_t il = 0; t && il < s->model->hp.n_layer; il++) {
+        if (!t->layer_lookups[il]) continue;
+        const double r = (double)t->layer_hits[il] / (double)t->layer_lookups[il];
+        if (!any || r < *min) *min = r;
+        if (!any || r > *max) *max = r;
+        any = 1;
     }
 }

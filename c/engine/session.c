@@ -320,6 +320,7 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     st_ram_tier_counters(s, &out->expert_cache_hits, &out->expert_cache_misses, &out->disk_bytes,
                          &out->prefetch_issued, &out->prefetch_timely, &out->prefetch_late);
     out->expert_cache_slots = st_ram_tier_slots(s);
+    st_ram_tier_layer_hits(s, &out->layer_hit_rate_min, &out->layer_hit_rate_max);
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;
     out->predict_slots = s->pred_slots;

@@ -115,6 +115,8 @@ void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misse
 /* Pipelined mode: starts reading layer il's predicted experts (ids [T][K]) into free slots. */
 void st_ram_tier_prefetch(strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K);
 int32_t st_ram_tier_slots(const strata_session *s);
+/* Smallest and largest per-layer hit rate of the RAM tier (0 when it has none). */
+void st_ram_tier_layer_hits(const strata_session *s, double *min, double *max);
 /* missed[i] = 1 when expert ids[i] of layer il is neither resident nor in a completed load (what
  * DEGRADE_ZERO may drop instead of reading it from disk). */
 void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K,

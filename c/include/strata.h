@@ -574,6 +574,8 @@ typedef struct strata_session_stats {
     int32_t expert_cache_slots;   /* slots of the expert cache (ram_budget; 0: none) */
     int64_t expert_cache_hits;    /* expert look-ups served by a resident slot */
     int64_t expert_cache_misses;  /* look-ups that had to fill a slot (or wait for a prefetch) */
+    double layer_hit_rate_min;    /* smallest and largest per-layer share of look-ups served by a */
+    double layer_hit_rate_max;    /* resident slot (late prefetches are misses) */
     int64_t prefetch_issued;      /* experts prefetched (pipe) */
     int64_t prefetch_timely;      /* needed, and read before their layer needed them */
     int64_t prefetch_late;        /* needed while still being read (counted as misses) */

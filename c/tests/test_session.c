@@ -374,6 +374,10 @@ static void test_ram_budget(void) {
           (long long)stp.prefetch_timely, (long long)stp.prefetch_late);
     CHECK(stp.prefetch_timely + stp.prefetch_late > 0, "some prefetched experts were used");
     CHECK(st.prefetch_issued == 0, "no prefetch without pipe");
+    CHECK(stp.layer_hit_rate_min >= 0 && stp.layer_hit_rate_min <= stp.layer_hit_rate_max &&
+          stp.layer_hit_rate_max <= 1 &&
+          (stp.expert_cache_hits > 0) == (stp.layer_hit_rate_max > 0), "per-layer hit rates %.2f..%.2f",
+          stp.layer_hit_rate_min, stp.layer_hit_rate_max);
     CHECK(st.expert_cache_slots == 6, "6 slots (%d)", (int)st.expert_cache_slots);
     CHECK(st.expert_cache_misses > 0 && st.disk_bytes >= st.expert_cache_misses * 100000,
           "misses %lld filled from disk (%lld bytes)", (long long)st.expert_cache_misses,
