@@ -14,30 +14,31 @@
  * Options
  * ------------------------------------------------------------------------------------------- */
 
+/* 1 when the environment variable is set to something other than "" or "0". */
+static int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] && strcmp(v, "0") != 0;
+}
+
 void cli_opts_init(cli_opts *o) {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;
     o->n_batch = 512;
     o->kv_type = STRATA_TYPE_F16;
     o->gpu = -1;
-    /* the approximation's historical environment names; the options below override them */
-    const char *dz = getenv("DEGRADE_ZERO"), *dt = getenv("DEGRADE_TAU");
-    const char *de = getenv("STRATA_DEGRADE_EVAL");
-    o->degrade_zero = dz && dz[0] && strcmp(dz, "0") != 0;
-    o->degrade_eval = de && de[0] && strcmp(de, "0") != 0;
+    /* environment knobs (DEGRADE_ZERO/DEGRADE_TAU keep their historical names); options override */
+    o->degrade_eval = env_flag("STRATA_DEGRADE_EVAL");
+    o->degrade_zero = env_flag("DEGRADE_ZERO") || o->degrade_eval;
     o->degrade_tau = 0.03f;
+    const char *dt = getenv("DEGRADE_TAU");
     if (dt && dt[0]) {
         char *end;
         float t = strtof(dt, &end);
         o->degrade_tau = *end ? -1.0f : t; /* a bad value is refused at session creation */
     }
-    if (o->degrade_eval) o->degrade_zero = 1;
-    const char *pf = getenv("STRATA_PROFILE");
-    o->profile = pf && pf[0] && strcmp(pf, "0") != 0;
-    const char *pp = getenv("STRATA_PIPE");
-    o->pipe = pp && pp[0] && strcmp(pp, "0") != 0;
-    const char *cg = getenv("STRATA_CUDA_GRAPHS");
-    o->cuda_graphs = cg && cg[0] && strcmp(cg, "0") != 0;
+    o->profile = env_flag("STRATA_PROFILE");
+    o->pipe = env_flag("STRATA_PIPE");
+    o->cuda_graphs = env_flag("STRATA_CUDA_GRAPHS");
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
 }
