@@ -59,6 +59,8 @@ void cli_opts_usage(FILE *f) {
         "  --cpu-moe               GPU sessions: every layer's routed experts stay in RAM and\n"
         "                          run on the CPU; --n-cpu-moe N: those of the first N layers;\n"
         "                          --gpu-experts: all on the GPU (default)\n"
+        "  --expert-cache N        GPU sessions: routed experts in N GPU slots (at least one\n"
+        "                          layer's experts), loaded over PCIe when routed (same results)\n"
         "  --ram-budget SIZE       CPU sessions: RAM for routed experts (e.g. 8G); the rest are\n"
         "                          read from the file with O_DIRECT when routed (same results);\n"
         "                          --pipe (also $STRATA_PIPE=1): read the next layer's predicted\n"
@@ -153,7 +155,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
         "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
-        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--ram-budget", NULL};
+        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--ram-budget", "--expert-cache", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
     if (!known) return 0;
@@ -186,6 +188,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         if (errno || end == v || *end || !(b >= 0) || b * mul > 9e18)
             rc = cli_usage_error("bad value '%s' for --ram-budget (bytes, or a number with K, M or G)", v);
         else o->ram_budget = (int64_t)(b * mul);
+    } else if (opt_is(a, NULL, "--expert-cache")) {
+        if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->expert_cache = (int)x;
     } else if (opt_is(a, NULL, "--n-cpu-moe")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->n_cpu_moe = (int)x;
     } else if (opt_is(a, NULL, "--degrade-tau")) {
@@ -303,6 +307,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.cuda_graphs = o->cuda_graphs;
     sp.n_cpu_moe = o->n_cpu_moe;
     sp.ram_budget = o->ram_budget;
+    sp.expert_cache = o->expert_cache;
     sp.pipe = o->pipe;
     if (o->ram_budget > 0 && o->gpu != 1) o->gpu = 0; /* the RAM tier serves CPU sessions */
     if (o->degrade_zero)
@@ -540,8 +545,9 @@ void cli_print_prof_line(const strata_session *sess, double prompt_tps, double d
         fprintf(stderr, " (per-layer GPU share %.0f%%..%.0f%%)", 100.0 * st.layer_gpu_share_min,
                 100.0 * st.layer_gpu_share_max);
     if (st.expert_cache_slots > 0)
-        fprintf(stderr, " | RAM slots %d: %lld hits, %lld misses (per-layer hit rate %.0f%%..%.0f%%) | "
-                "prefetch %lld: %lld timely, %lld late", (int)st.expert_cache_slots,
+        fprintf(stderr, " | %s slots %d: %lld hits, %lld misses (per-layer hit rate %.0f%%..%.0f%%) | "
+                "prefetch %lld: %lld timely, %lld late", st.expert_slots_gpu > 0 ? "GPU" : "RAM",
+                (int)st.expert_cache_slots,
                 (long long)st.expert_cache_hits, (long long)st.expert_cache_misses,
                 100.0 * st.layer_hit_rate_min, 100.0 * st.layer_hit_rate_max,
                 (long long)st.prefetch_issued, (long long)st.prefetch_timely, (long long)st.prefetch_late);

@@ -33,6 +33,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: built without CUDA");
 }
 size_t st_gpu_weight_bytes(const strata_session *s) { (void)s; return 0; }
+const st_gpu_cache *st_gpu_get_cache(const strata_session *s) { (void)s; return NULL; }
 
 #else
 
@@ -79,6 +80,7 @@ struct st_gpu {
     void *stream;                         /* every kernel of the session runs on it */
     void *graph;                          /* the decode step's executable CUDA graph, or NULL */
     int graphs;                           /* capture single-token steps (cuda_graphs) */
+    st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
     int32_t *ids, *zeros;
@@ -239,7 +241,7 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
         if (hp->n_expert > 0) {
             TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
             /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
-            if (!st_gpu_layer_on_cpu(s, il))
+            if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0)
                 TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
                                        hp->n_expert, &G->experts));
             G->exp_type_gu = L->ffn_gate_exps.type;
@@ -346,6 +348,7 @@ void st_gpu_free(strata_session *s) {
             st_cuda_free(g->layers[il].experts);
             st_cuda_free(g->layers[il].shexp);
         }
+    st_gpu_cache_free(g->cache);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
@@ -398,6 +401,7 @@ strata_status st_gpu_create(strata_session *s) {
     TRY(st_gpu_put_f32(g, &m->output_norm, &g->output_norm));
     TRY(st_gpu_put_mat(g, &m->output, &g->output));
     TRY(st_gpu_upload_layers(s));
+    if (s->expert_cache > 0) TRY(st_gpu_cache_create(s, s->expert_cache, &g->cache));
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
@@ -405,6 +409,7 @@ strata_status st_gpu_create(strata_session *s) {
 }
 
 size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
+const st_gpu_cache *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
 
 /* ---------------------------------------------------------------------------------------------
  * Forward
@@ -499,9 +504,24 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
                                   g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
-            if (G->experts) s->slots_gpu[il] += tn * K;
-            else s->slots_cpu[il] += tn * K;
-            if (!G->experts) { /* experts in RAM: rows and routing down, the CPU's step, result up */
+            const int cpu_layer = st_gpu_layer_on_cpu(s, il);
+            if (cpu_layer) s->slots_cpu[il] += tn * K;
+            else s->slots_gpu[il] += tn * K;
+            const void *table = G->experts;
+            if (!cpu_layer && g->cache) { /* the routing down; missed experts loaded into slots */
+                int32_t *ids = s->ids + t0 * K;
+                TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
+                s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
+                if (s->degrade.enabled) { /* DEGRADE_ZERO: light missed experts are not loaded */
+                    TRY(st_cuda_memcpy_d2h(s->wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K)));
+                    if (!s->degrade.eval) st_gpu_cache_missed(g->cache, il, ids, tn * K, s->missed);
+                    if (st_degrade_apply(&s->degrade, !s->gen_phase, tn, K, ids, s->wts + t0 * K,
+                                         s->degrade.eval ? NULL : s->missed, &s->dstats, il) > 0)
+                        TRY(st_cuda_memcpy_h2d(g->ids + t0 * K, ids, sizeof(int32_t) * (size_t)(tn * K)));
+                }
+                TRY(st_gpu_cache_table(s, g->cache, il, ids, tn, K, &table));
+            }
+            if (cpu_layer) { /* experts in RAM: rows and routing down, the CPU's step, result up */
                 s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(2 * tn * E) +
                                            (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
                 TRY(st_cuda_memcpy_d2h(s->xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E)));
@@ -513,7 +533,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             }
             st_cuda_moe_args a;
             memset(&a, 0, sizeof a);
-            a.experts = G->experts;
+            a.experts = table;
             a.n_expert = X;
             a.type_gate = a.type_up = G->exp_type_gu;
             a.type_down = G->exp_type_down;
@@ -528,7 +548,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.accumulate = 0;
             a.ws = g->moe_ws;
             a.ws_bytes = g->moe_ws_bytes;
-            if (G->experts) TRY(st_cuda_moe_ffn(&a, g->stream));
+            if (!cpu_layer) TRY(st_cuda_moe_ffn(&a, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
             if (G->shexp) { /* the shared expert: a one-expert table, weight = its gate or 1 */
                 a.experts = G->shexp;
@@ -587,7 +607,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
     /* a single-token step may be captured into a CUDA graph and replayed as one launch (the
      * same kernels with the step's parameters: the same bits); not with profile's syncs */
-    const int graph = g->graphs && T == 1 && !s->profile && s->n_cpu_moe == 0;
+    const int graph = g->graphs && T == 1 && !s->profile && s->n_cpu_moe == 0 && !g->cache;
     if (graph) TRY(st_cuda_capture_begin(g->stream));
     strata_status st = STRATA_OK;
     for (int il = 0; il < hp->n_layer && st == STRATA_OK; il++) {

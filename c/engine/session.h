@@ -12,6 +12,7 @@
 
 typedef struct st_gpu st_gpu; /* forward_cuda.c */
 typedef struct st_ram_tier st_ram_tier; /* ram_tier.c */
+typedef struct st_gpu_cache st_gpu_cache; /* gpu_cache.c */
 
 struct strata_session {
     const strata_model *model;
@@ -24,6 +25,7 @@ struct strata_session {
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
+    int32_t expert_cache;       /* GPU: routed experts in a cache of this many slots (0: resident) */
     int64_t *slots_gpu, *slots_cpu; /* [n_layer] routed slot-rows served by GPU memory / the CPU */
     st_ram_tier *ram;           /* CPU sessions with a RAM budget: routed experts in RAM slots */
     int pipe;                   /* the RAM tier prefetches the next layer's predicted experts */
@@ -121,6 +123,19 @@ void st_ram_tier_layer_hits(const strata_session *s, double *min, double *max);
  * DEGRADE_ZERO may drop instead of reading it from disk). */
 void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K,
                         uint8_t *missed);
+
+/* The GPU expert cache (gpu_cache.c; CUDA builds): create allocates n_slots device slots; table
+ * demand-loads the experts of ids ([n][K], host) of layer il and gives the device pointer table;
+ * missed marks ids whose expert is not resident; counters for the stats. */
+strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cache **out);
+void st_gpu_cache_free(st_gpu_cache *c);
+strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+                                 int64_t n, int32_t K, const void **d_table);
+void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed);
+void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,
+                           int64_t *bytes, double *layer_min, double *layer_max);
+/* The GPU session's expert cache, or NULL (forward_cuda.c). */
+const st_gpu_cache *st_gpu_get_cache(const strata_session *s);
 
 /* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time
  * since the last mark to phase. Both are no-ops with profile off. (session.c) */

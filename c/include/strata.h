@@ -492,6 +492,10 @@ typedef struct strata_session_params {
                              in RAM and the CPU computes them (llama.cpp's --n-cpu-moe); -1: every
                              layer (--cpu-moe); 0 (default): all on the GPU. Attention, routers
                              and shared experts stay on the GPU. */
+    int32_t expert_cache; /* CUDA sessions: routed experts live in a cache of this many GPU slots
+                             (LRU + a pinned hot set; at least n_expert), loaded over PCIe from
+                             RAM when routed and not resident; same results, bit for bit. 0
+                             (default): every expert resident. */
     int64_t ram_budget;   /* CPU sessions: bytes of RAM for routed experts (0, the default: the
                              whole file through its mapping). Experts not resident are read from
                              the GGUF with O_DIRECT into that many expert-sized slots (LRU + a

@@ -32,6 +32,7 @@ static const char *TEXT =
 static strata_type g_kv = STRATA_TYPE_F16; /* KV cache type of the next sessions */
 static int g_graphs = 0;                   /* cuda_graphs of the next sessions */
 static int g_cpu_moe = 0;                  /* n_cpu_moe of the next sessions */
+static int g_cache = 0;                    /* expert_cache of the next sessions */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -39,6 +40,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.kv_type = g_kv;
     sp.cuda_graphs = g_graphs;
     sp.n_cpu_moe = g_cpu_moe;
+    sp.expert_cache = g_cache;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -202,6 +204,33 @@ static void test_default_model(void) {
         CHECK(same == 64, "GPU greedy continuation leaves the CPU's at token %d", same);
     }
     test_graphs(m, toks, 12, V);
+
+    /* the GPU expert cache: every routed expert demand-loaded into one of 32 or 40 slots (the
+     * model has 6 x 32): the same bits as all resident (placement invariance) */
+    {
+        float *all = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        strata_token ga[64];
+        const int ok_all = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, ga);
+        for (int v = 0; v < 2 && all && ok_all; v++) {
+            g_cache = v ? 40 : 32;
+            float *cached = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+            strata_token gk[64];
+            const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gk);
+            g_cache = 0;
+            CHECK(cached && ok && !memcmp(all, cached, sizeof(float) * (size_t)n * (size_t)V) &&
+                  !memcmp(ga, gk, sizeof ga), "expert cache of %d slots: bit-identical to all resident",
+                  v ? 40 : 32);
+            free(cached);
+        }
+        strata_session_params sp = strata_session_default_params();
+        sp.backend = STRATA_BACKEND_CUDA;
+        sp.n_ctx = 128;
+        sp.expert_cache = 16;
+        strata_session *bad = NULL;
+        CHECK(strata_session_create(m, &sp, &bad) == STRATA_ERR_INVALID_ARG && !bad,
+              "an expert cache smaller than one layer's experts is refused");
+        free(all);
+    }
 
     /* --cpu-moe / --n-cpu-moe: experts of every layer, or of the first 3, computed by the CPU
      * (the CPU's arithmetic for those): the same greedy tokens and the same KL bound */

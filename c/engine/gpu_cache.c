@@ -1,0 +1,202 @@
+/* gpu_cache.c - the GPU expert cache of CUDA sessions (expert_cache, --expert-cache N): n slots of
+ * device memory, each the size of the model's largest routed expert, managed by the expert cache
+ * bookkeeping (c/experts/cache.c: LRU plus a frequency-pinned hot set). When a layer's routing
+ * (copied to the host) needs an expert that is not resident, its bytes are copied from the
+ * model's mapping into a slot over PCIe (a demand load) before the grouped expert kernel runs; the
+ * layer's per-expert pointer table then points into the slots. The kernel and the bytes are those
+ * of the all-resident session, so the results are bit-identical to it (placement invariance).
+ *
+ * This first version loads synchronously: the copy of a slot waits for earlier kernels (the copies
+ * run on the legacy default stream, which the session's blocking stream is ordered with), so a slot
+ * is never overwritten while a kernel may still read it, and never read before its copy completed.
+ * Prefetch, a copy stream with events and the CPU pool for misses come next (docs/EXPERTS.md). */
+#include "session.h"
+#include "cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef STRATA_HAVE_CUDA
+
+strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cache **out) {
+    (void)s; (void)n_slots; *out = NULL;
+    return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
+}
+void st_gpu_cache_free(st_gpu_cache *c) { (void)c; }
+strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+                                 int64_t n, int32_t K, const void **d_table) {
+    (void)s; (void)c; (void)il; (void)ids; (void)n; (void)K; *d_table = NULL;
+    return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
+}
+void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
+    (void)c; (void)il; (void)ids; memset(missed, 0, (size_t)n);
+}
+void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,
+                           int64_t *bytes, double *layer_min, double *layer_max) {
+    (void)c; *slots = 0; *hits = *misses = *bytes = 0; *layer_min = *layer_max = 0;
+}
+
+#else
+
+#include "cuda_backend.h"
+#include "cuda_moe.h"
+
+struct st_gpu_cache {
+    st_expert_cache book;
+    uint8_t *d_mem;               /* device: n_slots * slot_bytes */
+    size_t slot_bytes;
+    st_cuda_expert *h_table;      /* [n_expert] host copy of the current layer's table */
+    st_cuda_expert *d_table;      /* [n_expert] device */
+    int32_t n_expert, n_layer;
+    int64_t loaded_bytes;
+    int64_t *layer_lookups, *layer_hits;   /* [n_layer] */
+};
+
+static size_t st_r256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static size_t st_expert_bytes(const st_expert *e) {
+    return st_r256(e->gate.row_bytes * (size_t)e->gate.ne[1]) +
+           st_r256(e->up.row_bytes * (size_t)e->up.ne[1]) +
+           st_r256(e->down.row_bytes * (size_t)e->down.ne[1]);
+}
+
+void st_gpu_cache_free(st_gpu_cache *c) {
+    if (!c) return;
+    st_cuda_free(c->d_mem);
+    st_cuda_free(c->d_table);
+    st_error_clear();
+    st_cache_free(&c->book);
+    free(c->h_table);
+    free(c->layer_lookups);
+    free(c->layer_hits);
+    free(c);
+}
+
+strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cache **out) {
+    *out = NULL;
+    const st_hparams *hp = &s->model->hp;
+    if (hp->n_expert <= 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "expert_cache: the model has no routed experts");
+    /* one layer call may need every expert of its layer (a long prompt): they must fit beside the
+     * pinned ones */
+    if (n_slots < hp->n_expert)
+        return st_error(STRATA_ERR_INVALID_ARG, "expert_cache %d slots: at least one layer's %d "
+                        "experts are needed", (int)n_slots, (int)hp->n_expert);
+    st_gpu_cache *c = calloc(1, sizeof *c);
+    if (!c) return st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
+    size_t largest = 0;
+    const size_t nx = (size_t)hp->n_layer * (size_t)hp->n_expert;
+    for (size_t i = 0; i < nx; i++) {
+        const size_t b = st_expert_bytes(&s->experts[i]);
+        if (b > largest) largest = b;
+    }
+    c->slot_bytes = largest;
+    c->n_expert = hp->n_expert;
+    c->n_layer = hp->n_layer;
+    c->layer_lookups = calloc((size_t)hp->n_layer, sizeof *c->layer_lookups);
+    c->layer_hits = calloc((size_t)hp->n_layer, sizeof *c->layer_hits);
+    const int32_t slots = (int32_t)((size_t)n_slots < nx ? (size_t)n_slots : nx);
+    int32_t pin = slots / 2;
+    if (slots - pin < hp->n_expert) pin = slots - hp->n_expert;
+    strata_status st = STRATA_OK;
+    if (st_cache_init(&c->book, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
+        !(c->h_table = calloc((size_t)hp->n_expert, sizeof *c->h_table)) || !c->layer_lookups ||
+        !c->layer_hits)
+        st = st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
+    if (st == STRATA_OK) {
+        st = st_cuda_malloc((void **)&c->d_mem, (size_t)slots * c->slot_bytes);
+        if (st != STRATA_OK)
+            st = st_error(st, "expert cache: %d slots of %zu bytes: %s", (int)slots, c->slot_bytes,
+                          strata_last_error());
+    }
+    if (st == STRATA_OK)
+        st = st_cuda_malloc((void **)&c->d_table, sizeof *c->d_table * (size_t)hp->n_expert);
+    if (st != STRATA_OK) {
+        st_gpu_cache_free(c);
+        return st;
+    }
+    *out = c;
+    return STRATA_OK;
+}
+
+/* The device descriptor of expert view v (host bytes) placed at device address p. */
+static st_cuda_mat st_slot_mat(const st_tensor *v, const uint8_t *p) {
+    st_cuda_mat m;
+    m.type = v->type;
+    m.data = p;
+    m.ne0 = v->ne[0];
+    m.ne1 = v->ne[1];
+    m.row_bytes = v->row_bytes;
+    return m;
+}
+
+strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+                                 int64_t n, int32_t K, const void **d_table) {
+    const int32_t X = c->n_expert;
+    const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    for (int64_t i = 0; i < n * K; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X) continue;
+        int seen = 0;
+        for (int64_t j = 0; j < i && !seen; j++) seen = ids[j] == e;
+        if (seen) continue;
+        int32_t slot = st_cache_lookup(&c->book, il, e);
+        c->layer_lookups[il]++;
+        c->layer_hits[il] += slot >= 0;
+        if (slot < 0) { /* a demand load: the expert's three matrices over PCIe into a free slot */
+            slot = st_cache_claim(&c->book, il, e, 0);
+            if (slot < 0)
+                return st_error(STRATA_ERR_INTERNAL, "expert cache: no free slot for layer %d expert "
+                                "%d", il, (int)e);
+            uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
+            const st_tensor *m[3] = {&views[e].gate, &views[e].up, &views[e].down};
+            for (int k = 0; k < 3; k++) {
+                const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
+                strata_status st = st_cuda_memcpy_h2d(p, m[k]->data, b);
+                if (st != STRATA_OK) {
+                    st_cache_abort(&c->book, slot);
+                    return st;
+                }
+                p += st_r256(b);
+                c->loaded_bytes += (int64_t)b;
+                s->pcie_bytes += (int64_t)b;
+            }
+            st_cache_publish(&c->book, slot);
+        }
+        const uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
+        const size_t g = st_r256(views[e].gate.row_bytes * (size_t)views[e].gate.ne[1]);
+        const size_t u = st_r256(views[e].up.row_bytes * (size_t)views[e].up.ne[1]);
+        c->h_table[e].gate = st_slot_mat(&views[e].gate, p);
+        c->h_table[e].up = st_slot_mat(&views[e].up, p + g);
+        c->h_table[e].down = st_slot_mat(&views[e].down, p + g + u);
+    }
+    /* the whole table goes up (entries of experts not routed here are never read) */
+    strata_status st = st_cuda_memcpy_h2d(c->d_table, c->h_table, sizeof *c->h_table * (size_t)X);
+    if (st != STRATA_OK) return st;
+    *d_table = c->d_table;
+    return STRATA_OK;
+}
+
+void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
+    for (int64_t i = 0; i < n; i++)
+        missed[i] = (uint8_t)(ids[i] >= 0 && st_cache_state_of(&c->book, il, ids[i]) != ST_SLOT_READY);
+}
+
+void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,
+                           int64_t *bytes, double *layer_min, double *layer_max) {
+    *slots = c ? c->book.n_slots : 0;
+    *hits = c ? c->book.c.hits : 0;
+    *misses = c ? c->book.c.misses : 0;
+    *bytes = c ? c->loaded_bytes : 0;
+    *layer_min = *layer_max = 0;
+    int any = 0;
+    for (int32_t il = 0; c && il < c->n_layer; il++) {
+        if (!c->layer_lookups[il]) continue;
+        const double r = (double)c->layer_hits[il] / (double)c->layer_lookups[il];
+        if (!any || r < *layer_min) *layer_min = r;
+        if (!any || r > *layer_max) *layer_max = r;
+        any = 1;
+    }
+}
+
+#endif /* STRATA_HAVE_CUDA */
