@@ -50,6 +50,8 @@ struct st_gpu_cache {
     int32_t n_expert, n_layer;
     int64_t loaded_bytes;
     int64_t *layer_lookups, *layer_hits;   /* [n_layer] */
+    int32_t *held;                /* [n_slots] slots held during one table call */
+    int32_t n_held;
 };
 
 static size_t st_r256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -69,6 +71,7 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     free(c->h_table);
     free(c->layer_lookups);
     free(c->layer_hits);
+    free(c->held);
     free(c);
 }
 
@@ -101,7 +104,7 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
     strata_status st = STRATA_OK;
     if (st_cache_init(&c->book, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
         !(c->h_table = calloc((size_t)hp->n_expert, sizeof *c->h_table)) || !c->layer_lookups ||
-        !c->layer_hits)
+        !c->layer_hits || !(c->held = calloc((size_t)slots, sizeof *c->held)))
         st = st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
     if (st == STRATA_OK) {
         st = st_cuda_malloc((void **)&c->d_mem, (size_t)slots * c->slot_bytes);
@@ -134,7 +137,9 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
                                  int64_t n, int32_t K, const void **d_table) {
     const int32_t X = c->n_expert;
     const st_expert *views = s->experts + (size_t)il * (size_t)X;
-    for (int64_t i = 0; i < n * K; i++) {
+    strata_status st = STRATA_OK;
+    c->n_held = 0;
+    for (int64_t i = 0; i < n * K && st == STRATA_OK; i++) {
         const int32_t e = ids[i];
         if (e < 0 || e >= X) continue;
         int seen = 0;
@@ -145,24 +150,28 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         c->layer_hits[il] += slot >= 0;
         if (slot < 0) { /* a demand load: the expert's three matrices over PCIe into a free slot */
             slot = st_cache_claim(&c->book, il, e, 0);
-            if (slot < 0)
-                return st_error(STRATA_ERR_INTERNAL, "expert cache: no free slot for layer %d expert "
-                                "%d", il, (int)e);
+            if (slot < 0) {
+                st = st_error(STRATA_ERR_INTERNAL, "expert cache: no free slot for layer %d expert %d",
+                              il, (int)e);
+                break;
+            }
             uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
             const st_tensor *m[3] = {&views[e].gate, &views[e].up, &views[e].down};
-            for (int k = 0; k < 3; k++) {
+            for (int k = 0; k < 3 && st == STRATA_OK; k++) {
                 const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
-                strata_status st = st_cuda_memcpy_h2d(p, m[k]->data, b);
-                if (st != STRATA_OK) {
-                    st_cache_abort(&c->book, slot);
-                    return st;
-                }
+                st = st_cuda_memcpy_h2d(p, m[k]->data, b);
                 p += st_r256(b);
                 c->loaded_bytes += (int64_t)b;
                 s->pcie_bytes += (int64_t)b;
             }
+            if (st != STRATA_OK) {
+                st_cache_abort(&c->book, slot);
+                break;
+            }
             st_cache_publish(&c->book, slot);
         }
+        st_cache_acquire(&c->book, slot); /* not evicted by a later miss of this same call */
+        c->held[c->n_held++] = slot;
         const uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
         const size_t g = st_r256(views[e].gate.row_bytes * (size_t)views[e].gate.ne[1]);
         const size_t u = st_r256(views[e].up.row_bytes * (size_t)views[e].up.ne[1]);
@@ -170,8 +179,12 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         c->h_table[e].up = st_slot_mat(&views[e].up, p + g);
         c->h_table[e].down = st_slot_mat(&views[e].down, p + g + u);
     }
+    /* the slots may be reused once the kernel is enqueued: a later copy into one waits for it */
+    for (int32_t i = 0; i < c->n_held; i++) st_cache_release(&c->book, c->held[i]);
+    c->n_held = 0;
+    if (st != STRATA_OK) return st;
     /* the whole table goes up (entries of experts not routed here are never read) */
-    strata_status st = st_cuda_memcpy_h2d(c->d_table, c->h_table, sizeof *c->h_table * (size_t)X);
+    st = st_cuda_memcpy_h2d(c->d_table, c->h_table, sizeof *c->h_table * (size_t)X);
     if (st != STRATA_OK) return st;
     *d_table = c->d_table;
     return STRATA_OK;
