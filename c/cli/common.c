@@ -59,8 +59,9 @@ void cli_opts_usage(FILE *f) {
         "  --cpu-moe               GPU sessions: every layer's routed experts stay in RAM and\n"
         "                          run on the CPU; --n-cpu-moe N: those of the first N layers;\n"
         "                          --gpu-experts: all on the GPU (default)\n"
-        "  --expert-cache N        GPU sessions: routed experts in N GPU slots (at least one\n"
-        "                          layer's experts), loaded over PCIe when routed (same results)\n"
+        "  --expert-cache N|auto   GPU sessions: routed experts in N GPU slots (at least one\n"
+        "                          layer's experts), loaded over PCIe when routed (same results);\n"
+        "                          auto: what fits in --gpu-mem SIZE or the free memory\n"
         "  --ram-budget SIZE       CPU sessions: RAM for routed experts (e.g. 8G); the rest are\n"
         "                          read from the file with O_DIRECT when routed (same results);\n"
         "                          --pipe (also $STRATA_PIPE=1): read the next layer's predicted\n"
@@ -90,6 +91,21 @@ void cli_opts_usage(FILE *f) {
         "                          <|im_end|>) and inst (Llama-2/Mistral [INST] ... [/INST]),\n"
         "                          detected from tokenizer.chat_template, else plain continuation;\n"
         "                          --chat-template chatml|inst|none overrides, --system TEXT\n");
+}
+
+/* A byte count: a number, optionally with K, M or G (powers of 1024). */
+static int parse_size(const char *name, const char *v, int64_t *out) {
+    char *end;
+    errno = 0;
+    double b = strtod(v, &end);
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
+    if (errno || end == v || *end || !(b >= 0) || b * mul > 9e18)
+        return cli_usage_error("bad value '%s' for %s (bytes, or a number with K, M or G)", v, name);
+    *out = (int64_t)(b * mul);
+    return 0;
 }
 
 static int opt_is(const char *a, const char *s, const char *l) {
@@ -155,7 +171,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
         "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
-        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--ram-budget", "--expert-cache", NULL};
+        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--ram-budget", "--expert-cache",
+        "--gpu-mem", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
     if (!known) return 0;
@@ -178,18 +195,12 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->gpu = x > 0 ? 2 : 0; /* 2: checked later */
         o->ngl = (int)x;
     } else if (opt_is(a, NULL, "--ram-budget")) {
-        char *end;
-        errno = 0;
-        double b = strtod(v, &end);
-        double mul = 1;
-        if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
-        else if (*end == 'M' || *end == 'm') mul = 1048576.0, end++;
-        else if (*end == 'G' || *end == 'g') mul = 1073741824.0, end++;
-        if (errno || end == v || *end || !(b >= 0) || b * mul > 9e18)
-            rc = cli_usage_error("bad value '%s' for --ram-budget (bytes, or a number with K, M or G)", v);
-        else o->ram_budget = (int64_t)(b * mul);
+        rc = parse_size(a, v, &o->ram_budget);
     } else if (opt_is(a, NULL, "--expert-cache")) {
-        if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->expert_cache = (int)x;
+        if (strcmp(v, "auto") == 0) o->expert_cache = -1;
+        else if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->expert_cache = (int)x;
+    } else if (opt_is(a, NULL, "--gpu-mem")) {
+        rc = parse_size(a, v, &o->gpu_mem);
     } else if (opt_is(a, NULL, "--n-cpu-moe")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->n_cpu_moe = (int)x;
     } else if (opt_is(a, NULL, "--degrade-tau")) {
@@ -308,6 +319,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.n_cpu_moe = o->n_cpu_moe;
     sp.ram_budget = o->ram_budget;
     sp.expert_cache = o->expert_cache;
+    sp.gpu_mem = o->gpu_mem;
     sp.pipe = o->pipe;
     if (o->ram_budget > 0 && o->gpu != 1) o->gpu = 0; /* the RAM tier serves CPU sessions */
     if (o->degrade_zero)
@@ -333,6 +345,10 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
         sp.backend = STRATA_BACKEND_CUDA;
         if (strata_session_create(model, &sp, out) == STRATA_OK) {
             snprintf(o->backend_desc, sizeof o->backend_desc, "cuda (%s)", bi.detail);
+            strata_session_stats cs;
+            if (o->expert_cache != 0 && strata_session_get_stats(*out, &cs) == STRATA_OK && !o->quiet)
+                fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
+                        (int)cs.expert_cache_slots, (long long)mi.n_layer * mi.n_expert);
             if (o->n_cpu_moe != 0 && mi.n_expert > 0 && !o->quiet) {
                 if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi.n_layer)
                     fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");

@@ -49,6 +49,8 @@ strata_status st_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memset(void *dptr, int byte, size_t bytes);
 strata_status st_cuda_synchronize(void);
+/* Free and total bytes of device 0's memory (cudaMemGetInfo). */
+strata_status st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* ---- streams and graphs ---------------------------------------------------------------------- */
 

@@ -262,3 +262,9 @@ extern "C" strata_status st_cuda_capture_end_launch(void *stream, void **exec, i
 extern "C" void st_cuda_graph_exec_destroy(void *exec) {
     if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
 }
+
+extern "C" strata_status st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    ST_TRY(st_cuda_require("st_cuda_mem_info"));
+    ST_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return STRATA_OK;
+}

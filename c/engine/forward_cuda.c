@@ -90,6 +90,8 @@ struct st_gpu {
 
 #define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
 
+static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
+
 /* ---------------------------------------------------------------------------------------------
  * Upload
  * ------------------------------------------------------------------------------------------- */
@@ -401,11 +403,42 @@ strata_status st_gpu_create(strata_session *s) {
     TRY(st_gpu_put_f32(g, &m->output_norm, &g->output_norm));
     TRY(st_gpu_put_mat(g, &m->output, &g->output));
     TRY(st_gpu_upload_layers(s));
-    if (s->expert_cache > 0) TRY(st_gpu_cache_create(s, s->expert_cache, &g->cache));
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
+    if (s->expert_cache != 0) {
+        int32_t slots = s->expert_cache;
+        if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
+        TRY(st_gpu_cache_create(s, slots, &g->cache));
+    }
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
+}
+
+/* expert_cache -1: the slots that fit in gpu_mem (or the free memory) now that the other weights,
+ * the KV cache and scratch are allocated, less a margin of 512 MiB or 2% of the device, at most
+ * every routed expert. */
+static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    size_t free_b = 0, total_b = 0;
+    TRY(st_cuda_mem_info(&free_b, &total_b));
+    int64_t avail = (int64_t)free_b;
+    if (s->gpu_mem > 0) {
+        const int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
+        if (s->gpu_mem - used < avail) avail = s->gpu_mem - used;
+    }
+    const int64_t margin = (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
+    const int64_t slot = (int64_t)st_gpu_cache_slot_bytes(s);
+    int64_t n = slot > 0 && avail > margin ? (avail - margin) / slot : 0;
+    const int64_t all = (int64_t)hp->n_layer * hp->n_expert;
+    if (n > all) n = all;
+    if (n < hp->n_expert)
+        return st_error(STRATA_ERR_NOMEM, "expert cache auto: %lld MiB of GPU memory left for experts "
+                        "hold %lld slots of %lld MiB; one layer's %d experts are needed",
+                        (long long)((avail > margin ? avail - margin : 0) >> 20), (long long)n,
+                        (long long)(slot >> 20), (int)hp->n_expert);
+    *slots = (int32_t)n;
+    return STRATA_OK;
 }
 
 size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }

@@ -16,6 +16,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+static size_t st_r256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+static size_t st_expert_bytes(const st_expert *e) {
+    return st_r256(e->gate.row_bytes * (size_t)e->gate.ne[1]) +
+           st_r256(e->up.row_bytes * (size_t)e->up.ne[1]) +
+           st_r256(e->down.row_bytes * (size_t)e->down.ne[1]);
+}
+
+size_t st_gpu_cache_slot_bytes(const strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    const size_t nx = (size_t)hp->n_layer * (size_t)(hp->n_expert > 0 ? hp->n_expert : 0);
+    size_t largest = 0;
+    for (size_t i = 0; i < nx; i++) {
+        const size_t b = st_expert_bytes(&s->experts[i]);
+        if (b > largest) largest = b;
+    }
+    return largest;
+}
+
 #ifndef STRATA_HAVE_CUDA
 
 strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cache **out) {
@@ -54,14 +73,6 @@ struct st_gpu_cache {
     int32_t n_held;
 };
 
-static size_t st_r256(size_t x) { return (x + 255) & ~(size_t)255; }
-
-static size_t st_expert_bytes(const st_expert *e) {
-    return st_r256(e->gate.row_bytes * (size_t)e->gate.ne[1]) +
-           st_r256(e->up.row_bytes * (size_t)e->up.ne[1]) +
-           st_r256(e->down.row_bytes * (size_t)e->down.ne[1]);
-}
-
 void st_gpu_cache_free(st_gpu_cache *c) {
     if (!c) return;
     st_cuda_free(c->d_mem);
@@ -87,13 +98,8 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
                         "experts are needed", (int)n_slots, (int)hp->n_expert);
     st_gpu_cache *c = calloc(1, sizeof *c);
     if (!c) return st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
-    size_t largest = 0;
     const size_t nx = (size_t)hp->n_layer * (size_t)hp->n_expert;
-    for (size_t i = 0; i < nx; i++) {
-        const size_t b = st_expert_bytes(&s->experts[i]);
-        if (b > largest) largest = b;
-    }
-    c->slot_bytes = largest;
+    c->slot_bytes = st_gpu_cache_slot_bytes(s);
     c->n_expert = hp->n_expert;
     c->n_layer = hp->n_layer;
     c->layer_lookups = calloc((size_t)hp->n_layer, sizeof *c->layer_lookups);

@@ -101,7 +101,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->att_scratch = st_alloc(sizeof(float) * (size_t)s->n_threads * (size_t)s->n_ctx, &fail);
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
     s->pred_layer = -1;
-    if (s->ram || s->expert_cache > 0) s->missed = st_alloc(T * K, &fail);
+    if (s->ram || s->expert_cache != 0) s->missed = st_alloc(T * K, &fail);
     if ((s->profile || s->pipe) && hp->n_expert > 0) {
         s->pred_xn = st_alloc(sizeof(float) * T * E, &fail);
         s->pred_logits = st_alloc(sizeof(float) * T * d.X, &fail);
@@ -189,7 +189,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->cuda_graphs = p.cuda_graphs != 0;
     s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
-    s->expert_cache = p.backend == STRATA_BACKEND_CUDA && p.expert_cache > 0 ? p.expert_cache : 0;
+    s->expert_cache = p.backend == STRATA_BACKEND_CUDA ? (p.expert_cache < 0 ? -1 : p.expert_cache) : 0;
+    s->gpu_mem = p.gpu_mem > 0 ? p.gpu_mem : 0;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
     s->slots_gpu = calloc((size_t)hp->n_layer, sizeof *s->slots_gpu);

@@ -25,7 +25,9 @@ struct strata_session {
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
-    int32_t expert_cache;       /* GPU: routed experts in a cache of this many slots (0: resident) */
+    int32_t expert_cache;       /* GPU: routed experts in a cache of this many slots (0: resident,
+                                   -1: as many as fit in gpu_mem or free memory) */
+    int64_t gpu_mem;            /* GPU: bytes the session may use (0: the free memory) */
     int64_t *slots_gpu, *slots_cpu; /* [n_layer] routed slot-rows served by GPU memory / the CPU */
     st_ram_tier *ram;           /* CPU sessions with a RAM budget: routed experts in RAM slots */
     int pipe;                   /* the RAM tier prefetches the next layer's predicted experts */
@@ -128,6 +130,7 @@ void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_
  * demand-loads the experts of ids ([n][K], host) of layer il and gives the device pointer table;
  * missed marks ids whose expert is not resident; counters for the stats. */
 strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cache **out);
+size_t st_gpu_cache_slot_bytes(const strata_session *s);   /* the largest routed expert, aligned */
 void st_gpu_cache_free(st_gpu_cache *c);
 strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
                                  int64_t n, int32_t K, const void **d_table);

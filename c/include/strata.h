@@ -495,7 +495,11 @@ typedef struct strata_session_params {
     int32_t expert_cache; /* CUDA sessions: routed experts live in a cache of this many GPU slots
                              (LRU + a pinned hot set; at least n_expert), loaded over PCIe from
                              RAM when routed and not resident; same results, bit for bit. 0
-                             (default): every expert resident. */
+                             (default): every expert resident; -1: as many slots as fit in
+                             gpu_mem (or the free memory) after the other weights, the KV cache
+                             and scratch, less a margin (strata_session_get_stats tells) */
+    int64_t gpu_mem;      /* CUDA sessions: bytes of GPU memory the session may use with
+                             expert_cache -1 (0, the default: what is free) */
     int64_t ram_budget;   /* CPU sessions: bytes of RAM for routed experts (0, the default: the
                              whole file through its mapping). Experts not resident are read from
                              the GGUF with O_DIRECT into that many expert-sized slots (LRU + a

@@ -222,6 +222,20 @@ static void test_default_model(void) {
                   v ? 40 : 32);
             free(cached);
         }
+        /* auto: the H200 has room for all 192 of the model's experts */
+        g_cache = -1;
+        strata_session *as = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+        g_cache = 0;
+        if (as) {
+            float *al = malloc(sizeof(float) * (size_t)n * (size_t)V);
+            strata_session_stats cs;
+            CHECK(strata_session_decode(as, toks, n, al, 1) == STRATA_OK, "auto cache decode");
+            strata_session_get_stats(as, &cs);
+            CHECK(cs.expert_cache_slots == 192 && !memcmp(al, all, sizeof(float) * (size_t)n * (size_t)V),
+                  "expert cache auto: %d slots, bit-identical", (int)cs.expert_cache_slots);
+            free(al);
+            strata_session_free(as);
+        }
         strata_session_params sp = strata_session_default_params();
         sp.backend = STRATA_BACKEND_CUDA;
         sp.n_ctx = 128;
