@@ -95,4 +95,9 @@ bench olmoe_cpumoe /tmp/olmoe.gguf -p 512 -n 64 -r 1 --gpu --cpu-moe -t 16
 # the GPU expert cache at 25% and 50% of the expert bytes (6144 experts): demand loads over PCIe
 bench q3_cache25 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536
 bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
+# the offloading sweep (table, JSON, PNG where matplotlib is there) for docs/PERFORMANCE.md
+if [ "$(el)" -lt "$BUDGET" ]; then
+    timeout $(( BUDGET + 90 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
+        --shares 0,25,50,100 -n 32 --args "-t 16" --out "$R/sweep_q3_gpu" 2>&1 | tail -8
+fi
 echo "all done at $(el)s"

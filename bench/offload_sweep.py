@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""offload_sweep.py - decode speed against the share of expert bytes the fast tier may hold.
+
+  --tier gpu: a GPU session with an expert cache of share x (all routed experts) slots
+              (--expert-cache; 0% is --cpu-moe, 100% is every expert resident); llama.cpp's
+              `-ncmoe 36` / `-ncmoe 24` (ANCHORS.md) are the 25% / 50% points of the same budget.
+  --tier ram: a CPU session with a RAM budget of share x the expert bytes (--ram-budget; 0% is the
+              smallest budget, k experts; 100% is no budget), experts beyond it read from disk.
+
+For each share it runs `strata bench -p 0 -n N -r R` (and the same with --pipe for --tier ram when
+--pipe is given), and writes a markdown table, JSON and, where matplotlib is installed, a PNG plot:
+
+  python3 bench/offload_sweep.py MODEL.gguf --tier ram --shares 0,25,50,100 -n 16 --args "-t 16"
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def expert_layout(model: Path):
+    """(n_layer, n_expert, n_expert_used, total routed-expert bytes, largest expert bytes)."""
+    import gguf
+    r = gguf.GGUFReader(str(model))
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+    def u32(key):
+        f = r.fields[f"{arch}.{key}"]
+        return int(f.parts[f.data[0]][0])
+    n_layer, n_expert, n_used = u32("block_count"), u32("expert_count"), u32("expert_used_count")
+    total = 0
+    per_expert = {}
+    for t in r.tensors:
+        if "_exps." in t.name:
+            total += int(t.n_bytes)
+            layer = int(t.name.split(".")[1])
+            per_expert[layer] = per_expert.get(layer, 0) + int(t.n_bytes) // n_expert
+    return n_layer, n_expert, n_used, total, max(per_expert.values())
+
+
+def bench(strata: Path, model: Path, n: int, reps: int, extra: list[str], out_json: Path) -> float:
+    cmd = [str(strata), "bench", "-m", str(model), "-p", "0", "-n", str(n), "-r", str(reps),
+           "--json", str(out_json), *extra]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        print(f"  failed: {' '.join(cmd)}\n  {p.stderr.strip()[-400:]}", file=sys.stderr)
+        return float("nan")
+    rows = json.loads(out_json.read_text())["rows"]
+    return float(rows[0]["tok_s"])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", type=Path)
+    ap.add_argument("--tier", choices=["gpu", "ram"], required=True)
+    ap.add_argument("--shares", default="0,25,50,100", help="percent of the expert bytes")
+    ap.add_argument("-n", type=int, default=64, help="tokens decoded per run")
+    ap.add_argument("-r", type=int, default=1, help="repetitions")
+    ap.add_argument("--pipe", action="store_true", help="ram tier: also with --pipe")
+    ap.add_argument("--strata", type=Path, default=REPO / "strata")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "offload_sweep")
+    ap.add_argument("--args", default="", help="more strata options, one string (e.g. '-t 16')")
+    a = ap.parse_args(argv)
+    a.extra = shlex.split(a.args)
+    n_layer, n_expert, n_used, total, largest = expert_layout(a.model)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = a.out.with_suffix(".run.json")
+    rows = []
+    for share in [int(x) for x in a.shares.split(",")]:
+        variants = [("", [])]
+        if a.tier == "gpu":
+            slots = n_layer * n_expert * share // 100
+            if share == 0:
+                variants = [("--cpu-moe", ["--gpu", "--cpu-moe"])]
+            elif share >= 100:
+                variants = [("resident", ["--gpu"])]
+            else:
+                variants = [(f"--expert-cache {max(slots, n_expert)}",
+                             ["--gpu", "--expert-cache", str(max(slots, n_expert))])]
+        else:
+            budget = total * share // 100
+            budget = max(budget, n_used * (largest + 4096))
+            if share >= 100:
+                variants = [("no budget", ["--cpu"])]
+            else:
+                variants = [(f"--ram-budget {budget}", ["--cpu", "--ram-budget", str(budget)])]
+                if a.pipe:
+                    variants.append((f"--ram-budget {budget} --pipe",
+                                     ["--cpu", "--ram-budget", str(budget), "--pipe"]))
+        for label, args in variants:
+            tps = bench(a.strata, a.model, a.n, a.r, args + a.extra, tmp)
+            rows.append(dict(share=share, setting=label, tok_s=tps))
+            print(f"  {share:3d}%  {label:40s} {tps:9.2f} tok/s", flush=True)
+    tmp.unlink(missing_ok=True)
+    md = [f"model {a.model.name}: {n_layer} layers x {n_expert} experts (top-{n_used}), "
+          f"{total / 2**30:.2f} GiB of routed experts; tier {a.tier}; tg{a.n}", "",
+          "| expert bytes in the fast tier | setting | decode tok/s |", "|---:|---|---:|"]
+    md += [f"| {r['share']}% | {r['setting']} | {r['tok_s']:.2f} |" for r in rows]
+    a.out.with_suffix(".md").write_text("\n".join(md) + "\n")
+    a.out.with_suffix(".json").write_text(json.dumps(dict(model=str(a.model), tier=a.tier, n=a.n,
+                                                          rows=rows), indent=1))
+    print("\n".join(md))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib not installed: no plot)")
+        return 0
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for tag in sorted({"pipe" if "--pipe" in r["setting"] else "" for r in rows}):
+        pts = [(r["share"], r["tok_s"]) for r in rows if ("--pipe" in r["setting"]) == (tag == "pipe")]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                label=f"Strata {a.tier}{' --pipe' if tag else ''}")
+    ax.set_xlabel("share of expert bytes in the fast tier (%)")
+    ax.set_ylabel(f"decode tok/s (tg{a.n})")
+    ax.set_title(a.model.name)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(a.out.with_suffix(".png"), dpi=120)
+    print(f"plot: {a.out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
