@@ -5,10 +5,14 @@
  * top-k, grouped experts over a per-expert pointer table, shared expert, dense FFN; final norm and
  * logits). Token embeddings are dequantized on the CPU (exactly as forward.c) and copied up.
  *
- * Everything is enqueued on the legacy default stream, so the kernels run in program order and
- * the logits copy at the end waits for them. Column-limited kernels (GEMV: 8 columns, grouped MoE:
- * T * k <= 1024) are called on slices of the batch; a prompt batch therefore reads each weight
- * once per 8 tokens (the tensor-core GEMM for prefill is future work, see docs/PERFORMANCE.md).
+ * Every kernel runs on the session's own (blocking) stream, in program order; the synchronous
+ * copies (embeddings up, logits down, the routing and hand-offs of --n-cpu-moe and the expert
+ * cache) run on the legacy default stream, which is ordered with it, so each copy waits for the
+ * kernels before it and the kernels after it wait for the copy. Routed experts are resident, or
+ * in the GPU expert cache (gpu_cache.c), or computed by the CPU (n_cpu_moe). Single-token steps
+ * may be replayed as a CUDA graph (cuda_graphs). Column-limited kernels (GEMV: 8 columns, grouped
+ * MoE: T * k <= 1024) are called on slices of the batch; a prompt batch therefore reads each
+ * weight once per 8 tokens (the tensor-core GEMM for prefill is future work, docs/PERFORMANCE.md).
  *
  * Deterministic: the same tokens give the same bits on every run (each kernel is). In a build
  * without CUDA the entry points return STRATA_ERR_UNSUPPORTED. */
