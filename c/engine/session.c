@@ -1,6 +1,7 @@
-/* session.c - the public session API (strata_session_*): parameters, create/free (thread pool,
- * KV cache, expert weight tables, scratch sized for n_batch), reset/truncate, and decode, which
- * checks its input and splits it into batches for the forward pass (forward.c). */
+/* session.c - the public session API (strata_session_*): parameters and their checks,
+ * create/free (thread pool, KV cache, expert weight tables, scratch sized for n_batch, the RAM tier
+ * or the GPU session), reset/truncate, decode and decode_gen (input checks, batches for the CPU or
+ * GPU forward pass, progress reports), profile timing and the statistics. */
 #include "session.h"
 
 #include <inttypes.h>

@@ -1,6 +1,7 @@
-/* session.h - the internal state of a strata_session (session.c) that the forward pass
- * (forward.c) works on: resolved parameters, thread pool, KV cache, the per-layer expert weight
- * tables, and scratch buffers sized for n_batch tokens at create time. */
+/* session.h - the internal state of a strata_session (session.c) that the forward passes
+ * (forward.c, forward_cuda.c) work on: resolved parameters, thread pool, KV cache, the per-layer
+ * expert weight tables, scratch buffers sized for n_batch tokens at create time, the placement
+ * tiers (ram_tier.c, gpu_cache.c) and the counters behind strata_session_get_stats. */
 #ifndef STRATA_SESSION_H
 #define STRATA_SESSION_H
 
