@@ -14,6 +14,7 @@
  *        c/cuda/dev/attn_check.cu build/libstrata.a -o /tmp/attn_check -lpthread -ldl -lm
  * Run:  /tmp/attn_check [context, default 16384] */
 #include "attn.cuh"
+#include "dev_common.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -22,21 +23,6 @@
 #include <algorithm>
 #include <vector>
 
-#define CK(call) do {                                                                         \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                    __LINE__, #call);                                                         \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
-#define SK(call) do {                                                                         \
-        strata_status s_ = (call);                                                            \
-        if (s_ != STRATA_OK) {                                                                \
-            fprintf(stderr, "strata error at %s:%d: %s\n", __FILE__, __LINE__, strata_last_error()); \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
 
 static uint64_t rs = 0x9E3779B97F4A7C15ULL;
 static float frand(void) { /* [-1, 1), never exactly 0 */
@@ -77,10 +63,6 @@ static void ref_row(const Shape &s, const Layer &L, int64_t n_ctx, const float *
     }
 }
 
-static float median(std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
 
 int main(int argc, char **argv) {
     const int64_t ctx = argc > 1 ? atoll(argv[1]) : 16384;
@@ -88,29 +70,11 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
 
-    /* copy bandwidth */
-    const size_t cb = (size_t)1 << 30;
-    void *ca, *cbuf;
-    CK(cudaMalloc(&ca, cb));
-    CK(cudaMalloc(&cbuf, cb));
-    CK(cudaMemset(ca, 1, cb));
+    const double copy_gbs = dev_copy_rate() / 1e9;
+    printf("device-to-device copy: %.0f GB/s (read + write)\n\n", copy_gbs);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    std::vector<float> ct;
-    for (int i = 0; i < 10; i++) {
-        CK(cudaEventRecord(e0));
-        CK(cudaMemcpy(cbuf, ca, cb, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        ct.push_back(ms);
-    }
-    const double copy_gbs = 2.0 * cb / (median(ct) * 1e-3) / 1e9;
-    printf("device-to-device copy: %.0f GB/s (read + write)\n\n", copy_gbs);
-    CK(cudaFree(ca));
-    CK(cudaFree(cbuf));
 
     const Shape shapes[] = {{"qwen3-30b-a3b", 32, 4, 128}, {"olmoe-1b-7b", 16, 16, 128}, {"mixtral", 32, 8, 128}};
     printf("%-14s %4s %6s %-10s %7s %6s %9s %8s %7s %10s\n", "shape", "T", "ctx", "plan", "chunks",
@@ -192,7 +156,7 @@ int main(int argc, char **argv) {
                     CK(cudaEventElapsedTime(&ms, e0, e1));
                     if (it >= 5) ts.push_back(ms);
                 }
-                const double us = median(ts) * 1e3;
+                const double us = dev_median(ts) * 1e3;
                 const double kv_bytes = (double)np * s.n_kv * s.hd * 2 * 2;
                 const double gbs = kv_bytes / (us * 1e-6) / 1e9;
                 printf("%-14s %4lld %6lld %-10s %7d %6d %9.1f %8.0f %6.1f%% %10.2e", s.name, (long long)T,

@@ -20,6 +20,7 @@
  *   smem    a CTA copies 64 blocks (2176 bytes) to shared memory with coalesced 32-bit loads,
  *           then each thread decodes 4 outputs from shared memory */
 #include "dequant.cuh"
+#include "dev_common.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,14 +28,6 @@
 #include <string.h>
 #include <vector>
 
-#define CK(call) do {                                                                         \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                    __LINE__, #call);                                                         \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
 
 /* ---- CPU reference -------------------------------------------------------------------------- */
 

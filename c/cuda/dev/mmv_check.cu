@@ -15,7 +15,7 @@
  *        c/cuda/dev/mmv_check.cu build/libstrata.a -o /tmp/mmv_check -lpthread -ldl -lrt
  * Run:  /tmp/mmv_check [type-name ...]     (default: every supported type)
  * Prints one line per (type, shape, ncols): time, GB/s, % of 4.1 TB/s, % of copy, NMSE. */
-#include <cuda_runtime.h>
+#include "dev_common.cuh"
 
 extern "C" {
 #include "strata.h"
@@ -31,22 +31,6 @@ extern "C" {
 #include <string.h>
 #include <vector>
 
-#define CK(call) do {                                                                         \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                    __LINE__, #call);                                                         \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
-#define SK(call) do {                                                                         \
-        strata_status s_ = (call);                                                            \
-        if (s_ != STRATA_OK) {                                                                \
-            fprintf(stderr, "strata error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call,     \
-                    strata_last_error());                                                     \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
 
 static const double H200_HBM = 4.1e12; /* bytes/s, datasheet-ish */
 static const size_t ROTATE_BYTES = (size_t)1 << 30;
@@ -101,37 +85,6 @@ static const shape shapes[] = {
     {"mixtral ffn gate", 4096, 14336}, {"mixtral ffn down", 14336, 4096},
 };
 
-static double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-/* Device-to-device copy rate (read + write bytes / s) of a 1 GiB buffer. */
-static double copy_rate() {
-    const size_t n = (size_t)1 << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, n));
-    CK(cudaMalloc(&b, n));
-    CK(cudaMemset(a, 1, n));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<double> t;
-    for (int i = 0; i < 7; i++) {
-        CK(cudaEventRecord(e0));
-        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i > 0) t.push_back(ms * 1e-3);
-    }
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return 2.0 * n / median(t);
-}
 
 /* Checks and times one (type, shape) for ncols 1, 2, 4, 8 (and the fused variant when fused). */
 static void run_case(strata_type type, const shape &sh, double copy_bps, bool fused) {
@@ -214,7 +167,7 @@ static void run_case(strata_type type, const shape &sh, double copy_bps, bool fu
             t.push_back(ms * 1e-3 / iters);
         }
         CK(cudaGetLastError());
-        const double sec = median(t);
+        const double sec = dev_median(t);
         const double bytes = (double)wbytes * (fused ? 2 : 1) + 4.0 * nc * ne0 + 4.0 * nc * ne1;
         const double bps = bytes / sec;
         const double bound = strata_type_block_size(type) == 1 ? 1e-7 : 5e-4;
@@ -256,7 +209,7 @@ static void time_quantize(void) {
         CK(cudaEventElapsedTime(&ms, e0, e1));
         t.push_back(ms * 1e-3 / 200);
     }
-    printf("q8_1 quantize of 8 x 4096 floats: %.2f us per call (launch-bound)\n", median(t) * 1e6);
+    printf("q8_1 quantize of 8 x 4096 floats: %.2f us per call (launch-bound)\n", dev_median(t) * 1e6);
     CK(cudaFree(dx));
     CK(cudaFree(dq));
     CK(cudaEventDestroy(e0));
@@ -272,7 +225,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     printf("device: %s\n", detail);
-    const double copy_bps = copy_rate();
+    const double copy_bps = dev_copy_rate();
     printf("device-to-device copy: %.1f GB/s (read + write)\n", copy_bps * 1e-9);
     time_quantize();
 

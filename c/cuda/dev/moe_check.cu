@@ -12,7 +12,7 @@
  *        -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 \
  *        c/cuda/dev/moe_check.cu build/libstrata.a -lpthread -ldl -o /tmp/moe_check
  * Run:  /tmp/moe_check            (prints one line per case) */
-#include <cuda_runtime.h>
+#include "dev_common.cuh"
 
 extern "C" {
 #include "strata.h"
@@ -30,22 +30,6 @@ extern "C" {
 #include <algorithm>
 #include <vector>
 
-#define CK(call) do {                                                                         \
-        cudaError_t e_ = (call);                                                              \
-        if (e_ != cudaSuccess) {                                                              \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                    __LINE__, #call);                                                         \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
-#define ST(call) do {                                                                         \
-        strata_status s_ = (call);                                                            \
-        if (s_ != STRATA_OK) {                                                                \
-            fprintf(stderr, "strata error at %s:%d: %s: %s\n", __FILE__, __LINE__, #call,     \
-                    strata_last_error());                                                     \
-            exit(2);                                                                          \
-        }                                                                                     \
-    } while (0)
 
 static unsigned long long g_rng = 0x2545F4914F6CDD1DULL;
 static unsigned long long rnd() {
@@ -79,7 +63,7 @@ static float mag_for(strata_type t, int64_t n) {
     std::vector<uint8_t> b((size_t)(nb * strata_type_block_bytes(t)));
     std::vector<float> v((size_t)(nb * qk));
     fill(t, b.data(), nb, 1.0f);
-    ST(strata_dequantize_row(t, b.data(), v.data(), nb * qk));
+    SK(strata_dequantize_row(t, b.data(), v.data(), nb * qk));
     double ss = 0;
     for (float f : v) ss += (double)f * f;
     return (float)(1.0 / (sqrt(ss / (double)v.size()) * sqrt((double)n / 3.0)));
@@ -166,7 +150,7 @@ static void run_case(const Case &c, st_threadpool *tp) {
 
     /* check routing 0 against the CPU */
     a.ids = dids; a.wts = dw;
-    ST(st_cuda_moe_ffn(&a, NULL));
+    SK(st_cuda_moe_ffn(&a, NULL));
     std::vector<float> got((size_t)(T * E)), ref((size_t)(T * E));
     CK(cudaMemcpy(got.data(), dout, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
     std::vector<uint8_t> cws(st_moe_wsize(T, K, X, E, F));
@@ -182,7 +166,7 @@ static void run_case(const Case &c, st_threadpool *tp) {
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
     for (int i = 0; i < 20; i++) {
         a.ids = dids + (i % R) * T * K; a.wts = dw + (i % R) * T * K;
-        ST(st_cuda_moe_ffn(&a, NULL));
+        SK(st_cuda_moe_ffn(&a, NULL));
     }
     std::vector<float> ms;
     double bytes = 0;
@@ -192,7 +176,7 @@ static void run_case(const Case &c, st_threadpool *tp) {
         CK(cudaEventRecord(e0));
         for (int i = 0; i < 20; i++) {
             a.ids = dids + ((batch * 20 + i) % R) * T * K; a.wts = dw + ((batch * 20 + i) % R) * T * K;
-            ST(st_cuda_moe_ffn(&a, NULL));
+            SK(st_cuda_moe_ffn(&a, NULL));
         }
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
@@ -213,17 +197,17 @@ static void run_case(const Case &c, st_threadpool *tp) {
     CK(cudaMalloc(&dl, sizeof(float) * lg.size()));
     CK(cudaMemcpy(dl, lg.data(), sizeof(float) * lg.size(), cudaMemcpyHostToDevice));
     st_cuda_doorbell db;
-    ST(st_cuda_doorbell_alloc(&db, T, K));
-    for (int i = 0; i < 10; i++) ST(st_cuda_moe_route(dl, T, X, K, 1, dids, dw, &db, NULL));
+    SK(st_cuda_doorbell_alloc(&db, T, K));
+    for (int i = 0; i < 10; i++) SK(st_cuda_moe_route(dl, T, X, K, 1, dids, dw, &db, NULL));
     CK(cudaEventRecord(e0));
-    for (int i = 0; i < 100; i++) ST(st_cuda_moe_route(dl, T, X, K, 1, dids, dw, &db, NULL));
+    for (int i = 0; i < 100; i++) SK(st_cuda_moe_route(dl, T, X, K, 1, dids, dw, &db, NULL));
     CK(cudaEventRecord(e1));
     CK(cudaEventSynchronize(e1));
     float tr;
     CK(cudaEventElapsedTime(&tr, e0, e1));
     printf("%-14s router T=%lld E=%d k=%d: %.1f us/call (doorbell ids[0] = %d)\n", c.name,
            (long long)T, X, K, tr * 10.0, db.h_ids[0]);
-    ST(st_cuda_doorbell_free(&db));
+    SK(st_cuda_doorbell_free(&db));
     CK(cudaFree(dl));
     CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
     CK(cudaFree(dg)); CK(cudaFree(du)); CK(cudaFree(dd)); CK(cudaFree(dtab));
@@ -233,11 +217,11 @@ static void run_case(const Case &c, st_threadpool *tp) {
 int main() {
     int ok = 0;
     char why[256];
-    ST(st_cuda_probe(&ok, why, sizeof why));
+    SK(st_cuda_probe(&ok, why, sizeof why));
     if (!ok) { printf("no GPU: %s\n", why); return 0; }
     printf("device: %s\n", why);
     st_threadpool *tp;
-    ST(st_threadpool_create(16, &tp));
+    SK(st_threadpool_create(16, &tp));
     const Case cases[] = {
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 1},
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, 1},
