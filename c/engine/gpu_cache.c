@@ -71,6 +71,8 @@ struct st_gpu_cache {
     int64_t *layer_lookups, *layer_hits;   /* [n_layer] */
     int32_t *held;                /* [n_slots] slots held during one table call */
     int32_t n_held;
+    uint32_t *seen;               /* [n_expert] the table call that last met each expert */
+    uint32_t call;                /* table calls so far */
 };
 
 void st_gpu_cache_free(st_gpu_cache *c) {
@@ -81,6 +83,7 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     st_cache_free(&c->book);
     free(c->h_table);
     free(c->layer_lookups);
+    free(c->seen);
     free(c->layer_hits);
     free(c->held);
     free(c);
@@ -103,6 +106,7 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
     c->n_expert = hp->n_expert;
     c->n_layer = hp->n_layer;
     c->layer_lookups = calloc((size_t)hp->n_layer, sizeof *c->layer_lookups);
+    c->seen = calloc((size_t)hp->n_expert, sizeof *c->seen);
     c->layer_hits = calloc((size_t)hp->n_layer, sizeof *c->layer_hits);
     const int32_t slots = (int32_t)((size_t)n_slots < nx ? (size_t)n_slots : nx);
     int32_t pin = slots / 2;
@@ -110,7 +114,7 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
     strata_status st = STRATA_OK;
     if (st_cache_init(&c->book, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
         !(c->h_table = calloc((size_t)hp->n_expert, sizeof *c->h_table)) || !c->layer_lookups ||
-        !c->layer_hits || !(c->held = calloc((size_t)slots, sizeof *c->held)))
+        !c->layer_hits || !c->seen || !(c->held = calloc((size_t)slots, sizeof *c->held)))
         st = st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
     if (st == STRATA_OK) {
         st = st_cuda_malloc((void **)&c->d_mem, (size_t)slots * c->slot_bytes);
@@ -145,12 +149,15 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
     const st_expert *views = s->experts + (size_t)il * (size_t)X;
     strata_status st = STRATA_OK;
     c->n_held = 0;
+    if (++c->call == 0) { /* the stamps wrapped: start them over */
+        memset(c->seen, 0, sizeof *c->seen * (size_t)X);
+        c->call = 1;
+    }
     for (int64_t i = 0; i < n * K && st == STRATA_OK; i++) {
         const int32_t e = ids[i];
         if (e < 0 || e >= X) continue;
-        int seen = 0;
-        for (int64_t j = 0; j < i && !seen; j++) seen = ids[j] == e;
-        if (seen) continue;
+        if (c->seen[e] == c->call) continue; /* already made resident for this call */
+        c->seen[e] = c->call;
         int32_t slot = st_cache_lookup(&c->book, il, e);
         c->layer_lookups[il]++;
         c->layer_hits[il] += slot >= 0;

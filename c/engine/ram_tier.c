@@ -56,6 +56,8 @@ struct st_ram_tier {
     st_reader **wreaders;         /* [n_shards] the reader thread's own readers */
     int64_t pf_issued, pf_timely, pf_late;
     int64_t *layer_lookups, *layer_hits;  /* [n_layer] */
+    uint32_t *seen;               /* [n_expert] the table call that last met each expert */
+    uint32_t call;                /* table calls so far */
 };
 
 static size_t st_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -85,6 +87,7 @@ void st_ram_tier_free(strata_session *s) {
     free((void *)t->fill);
     free(t->inflight);
     free(t->layer_lookups);
+    free(t->seen);
     free(t->layer_hits);
     if (t->readers)
         for (uint32_t i = 0; i < t->n_shards; i++) st_reader_close(t->readers[i]);
@@ -159,8 +162,9 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
     t->table = calloc((size_t)hp->n_expert, sizeof *t->table);
     t->held = calloc((size_t)slots, sizeof *t->held);
     t->layer_lookups = calloc((size_t)hp->n_layer, sizeof *t->layer_lookups);
+    t->seen = calloc((size_t)hp->n_expert, sizeof *t->seen);
     t->layer_hits = calloc((size_t)hp->n_layer, sizeof *t->layer_hits);
-    if (!t->readers || !t->table || !t->held || !t->layer_lookups || !t->layer_hits)
+    if (!t->readers || !t->table || !t->held || !t->layer_lookups || !t->layer_hits || !t->seen)
         return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
     if (pipe) {
         t->queue = calloc((size_t)slots, sizeof *t->queue);
@@ -302,13 +306,16 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
     const int32_t X = m->hp.n_expert;
     const st_expert *views = s->experts + (size_t)il * (size_t)X;
     t->n_held = 0;
+    if (++t->call == 0) { /* the stamps wrapped: start them over */
+        memset(t->seen, 0, sizeof *t->seen * (size_t)X);
+        t->call = 1;
+    }
     if (t->pipe) st_ram_reap(t, 0); /* finished prefetches become READY (and evictable) */
     for (int64_t i = 0; i < T * K; i++) {
         const int32_t e = ids[i];
         if (e < 0 || e >= X) continue;
-        int seen = 0; /* already made resident for this call (a few tokens x k: a short scan) */
-        for (int64_t j = 0; j < i && !seen; j++) seen = ids[j] == e;
-        if (seen) continue;
+        if (t->seen[e] == t->call) continue; /* already made resident for this call */
+        t->seen[e] = t->call;
         int late = 0;
         if (t->pipe && st_cache_state_of(&t->cache, il, e) == ST_SLOT_LOADING) {
             /* prefetched: wait for the reader thread if it is still at it, then publish */
