@@ -95,6 +95,21 @@ bench olmoe_cpumoe /tmp/olmoe.gguf -p 512 -n 64 -r 1 --gpu --cpu-moe -t 16
 # the GPU expert cache at 25% and 50% of the expert bytes (6144 experts): demand loads over PCIe
 bench q3_cache25 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536
 bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
+# ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----
+if [ "$(el)" -lt "$BUDGET" ]; then
+    THREADS="1 16" NPROMPT=512 NGEN=128 REPS=1 timeout 120 bash bench/bench_cpu.sh \
+        models/strata-tiny-moe-q8_0.gguf "$R/cpu-tiny" > /dev/null 2>&1; echo "(cpu tiny at $(el)s)"
+    THREADS="16" NPROMPT=512 NGEN=64 REPS=1 timeout 150 bash bench/bench_cpu.sh /tmp/q3.gguf "$R/cpu-qwen3-16t" \
+        > /dev/null 2>&1; echo "(cpu qwen3 16t at $(el)s)"
+    THREADS="1" NPROMPT=64 NGEN=16 REPS=1 timeout 150 bash bench/bench_cpu.sh /tmp/q3.gguf "$R/cpu-qwen3-1t" \
+        > /dev/null 2>&1; echo "(cpu qwen3 1t at $(el)s)"
+    cat "$R"/cpu-*.md 2>/dev/null
+fi
+# ---- the disk's expert read rate (O_DIRECT, the streamed tier's bound) ----
+if [ "$(el)" -lt "$BUDGET" ] && make -j16 CUDA=1 bench > /dev/null 2>&1; then
+    df -h /tmp | tail -1
+    timeout 60 ./build/bench_stream /tmp/q3.gguf --seconds 2 2>&1 | tee "$R/bench_stream.txt" | tail -8
+fi
 # the offloading sweep (table, JSON, PNG where matplotlib is there) for docs/PERFORMANCE.md
 if [ "$(el)" -lt "$BUDGET" ]; then
     timeout $(( BUDGET + 90 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
