@@ -41,7 +41,7 @@ EOF
 for T in $THREADS; do
     for r in $(seq 1 "$REPS"); do
         "$STRATA" -m "$MODEL" -f "$TMP/prompt.txt" -n "$NGEN" -t "$T" -c $((NPROMPT + NGEN + 64)) \
-            --temp 0 --ignore-eos --no-echo --quiet --kv-type "$KV" \
+            --cpu --temp 0 --ignore-eos --no-echo --quiet --kv-type "$KV" \
             --stats-json "$TMP/t$T-r$r.json" > /dev/null
     done
 done

@@ -14,11 +14,12 @@
 
 /* ---- KV store ------------------------------------------------------------------------------- */
 
-/* dst [n_kv][n_ctx][dim] at positions pos0.. <- src rows (token t at src + t*ld, [n_kv][dim]). */
+/* dst [n_kv][n_ctx][dim] at positions pos0.. (d_pos[0].. when d_pos) <- src rows (token t at src + t*ld, [n_kv][dim]). */
 template <bool F16>
 static __global__ void __launch_bounds__(256)
 st_k_kv_store(void *dst, int64_t n_ctx, const float *__restrict__ src, int64_t ld, int64_t n_kv,
-              int64_t dim, int64_t T, int64_t pos0) {
+              int64_t dim, int64_t T, int64_t pos0, const int32_t *__restrict__ d_pos) {
+    if (d_pos) pos0 = d_pos[0]; /* a graph replays this launch at later positions */
     const int64_t per_tok = n_kv * dim, total = T * per_tok;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -49,6 +50,7 @@ struct st_attn_args {
     float *part;
     int n_head, group, T;
     int64_t pos0;
+    const int32_t *pos_dev;   /* non-NULL: pos0 is *pos_dev (a replayed graph's position) */
     float scale;
     int chunk, n_chunks;
 };
@@ -75,7 +77,8 @@ st_k_attn(const st_attn_args a) {
     const int G = a.group, R = a.T * G;
     const int r_first = rg * RPB;
     const int r_end = min(R, r_first + RPB);  /* > r_first by construction of the grid */
-    const int64_t lim_max = a.pos0 + (r_end - 1) / G;
+    const int64_t pos0 = a.pos_dev ? (int64_t)*a.pos_dev : a.pos0;
+    const int64_t lim_max = pos0 + (r_end - 1) / G;
     const int64_t c0 = (int64_t)c * a.chunk;
     const int64_t c1 = min(c0 + (int64_t)a.chunk, lim_max + 1); /* this block's positions [c0, c1) */
 
@@ -95,7 +98,7 @@ st_k_attn(const st_attn_args a) {
 #pragma unroll
     for (int j = 0; j < RPW; j++) {
         const int r = r_first + warp * RPW + j;
-        lim[j] = r < R ? a.pos0 + r / G : -1; /* -1: no position passes */
+        lim[j] = r < R ? pos0 + r / G : -1; /* -1: no position passes */
         m[j] = -INFINITY;
         l[j] = 0.0f;
 #pragma unroll
@@ -336,7 +339,8 @@ extern "C" size_t st_cuda_kv_bytes(strata_type kv_type, const st_cuda_attn_shape
 
 extern "C" strata_status st_cuda_kv_store(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                           const float *d_k, int64_t ldk, const float *d_v,
-                                          int64_t ldv, int64_t T, int64_t pos0, void *stream) {
+                                          int64_t ldv, int64_t T, int64_t pos0,
+                                          const int32_t *d_pos, void *stream) {
     static const char *fn = "st_cuda_kv_store";
     if (!kv || !st_shape_ok(s))
         return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL cache or bad shape", fn);
@@ -359,16 +363,21 @@ extern "C" strata_status st_cuda_kv_store(const st_cuda_kv_layer *kv, const st_c
     cudaStream_t st = (cudaStream_t)stream;
     const unsigned gk = st_cuda_grid(T * nk, 256), gv = st_cuda_grid(T * nv, 256);
     if (kv->type == STRATA_TYPE_F16) {
-        st_k_kv_store<true><<<gk, 256, 0, st>>>(kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0);
+        st_k_kv_store<true><<<gk, 256, 0, st>>>(kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0, d_pos);
         ST_CUDA_CHECK_LAUNCH("st_k_kv_store (k)");
-        st_k_kv_store<true><<<gv, 256, 0, st>>>(kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0);
+        st_k_kv_store<true><<<gv, 256, 0, st>>>(kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0, d_pos);
     } else {
-        st_k_kv_store<false><<<gk, 256, 0, st>>>(kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0);
+        st_k_kv_store<false><<<gk, 256, 0, st>>>(kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0, d_pos);
         ST_CUDA_CHECK_LAUNCH("st_k_kv_store (k)");
-        st_k_kv_store<false><<<gv, 256, 0, st>>>(kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0);
+        st_k_kv_store<false><<<gv, 256, 0, st>>>(kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0, d_pos);
     }
     ST_CUDA_CHECK_LAUNCH("st_k_kv_store (v)");
     return STRATA_OK;
+}
+
+extern "C" int64_t st_cuda_attn_plan_np(int64_t np, int64_t n_ctx) {
+    const int64_t b = (np + ST_ATTN_NP_BUCKET - 1) / ST_ATTN_NP_BUCKET * ST_ATTN_NP_BUCKET;
+    return b < n_ctx ? b : (np > n_ctx ? np : n_ctx);
 }
 
 extern "C" size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int64_t n_ctx) {
@@ -388,7 +397,7 @@ extern "C" size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int
 
 strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                               const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
-                                              float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
+                                              const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
                                               void *stream, int target_blocks, int rpw_force,
                                               st_attn_plan *plan_out) {
     static const char *fn = "st_cuda_attention";
@@ -419,7 +428,10 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     if (!d_ws || ((uintptr_t)d_ws & 15)) ws_bytes = 0; /* no usable workspace: one pass */
     ST_TRY(st_cuda_require(fn));
 
-    const int64_t np = pos0 + T;
+    /* the plan is made for np rounded up to a bucket: a decode step's launch geometry then stays
+     * the same for ST_ATTN_NP_BUCKET positions (a CUDA graph replays it with d_pos), and the
+     * chunks past the last position are empty (the combine skips them) */
+    const int64_t np = st_cuda_attn_plan_np(pos0 + T, kv->n_ctx);
     const st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
     if (plan_out) *plan_out = pl;
     st_attn_args a;
@@ -435,6 +447,7 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     a.group = (int)G;
     a.T = (int)T;
     a.pos0 = pos0;
+    a.pos_dev = d_pos;
     a.scale = s->scale;
     a.chunk = pl.chunk;
     a.n_chunks = pl.n_chunks;
@@ -450,7 +463,7 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
 
 extern "C" strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                            const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
-                                           float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
-                                           void *stream) {
-    return st_cuda_attention_ex(kv, s, d_q, ldq, T, pos0, d_out, ldo, d_ws, ws_bytes, stream, 0, 0, NULL);
+                                           const int32_t *d_pos, float *d_out, int64_t ldo,
+                                           void *d_ws, size_t ws_bytes, void *stream) {
+    return st_cuda_attention_ex(kv, s, d_q, ldq, T, pos0, d_pos, d_out, ldo, d_ws, ws_bytes, stream, 0, 0, NULL);
 }

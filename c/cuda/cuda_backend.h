@@ -63,6 +63,9 @@ strata_status st_cuda_capture_begin(void *stream);
 /* Ends the capture and launches it on stream: the executable graph *exec (NULL the first time)
  * is updated in place when the kernels are the same (*reused = 1), else rebuilt. */
 strata_status st_cuda_capture_end_launch(void *stream, void **exec, int *reused);
+/* Replays an executable graph on stream as it was captured (kernels that must see new values
+ * read them from device memory the caller wrote before). */
+strata_status st_cuda_graph_launch(void *exec, void *stream);
 /* Ends a capture that failed half-way and drops it. */
 void st_cuda_capture_abort(void *stream);
 void st_cuda_graph_exec_destroy(void *exec);                  /* NULL is a no-op */

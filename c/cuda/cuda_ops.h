@@ -121,14 +121,22 @@ size_t st_cuda_kv_bytes(strata_type kv_type, const st_cuda_attn_shape *s, int64_
 
 /* Stores T tokens' k (token t at d_k + t*ldk, [n_head_kv][head_dim]) and v (d_v + t*ldv) at
  * positions pos0 .. pos0+T-1 (pos0 + T <= n_ctx), converted to the cache type (f16: round to
- * nearest even, as st_f32_to_fp16). */
+ * nearest even, as st_f32_to_fp16). With d_pos (device int32) non-NULL the kernel reads the first
+ * position from d_pos[0] instead, so that a captured CUDA graph can be replayed at the next
+ * position; the caller keeps d_pos[0] + T <= n_ctx (pos0 is still checked). */
 strata_status st_cuda_kv_store(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                const float *d_k, int64_t ldk, const float *d_v, int64_t ldv,
-                               int64_t T, int64_t pos0, void *stream);
+                               int64_t T, int64_t pos0, const int32_t *d_pos, void *stream);
 
 /* Workspace bytes st_cuda_attention uses at most for T query tokens over a cache of n_ctx
  * positions (the split-K partials; 0 when one pass suffices). */
 size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int64_t n_ctx);
+
+/* Launch plans are made for the attended length rounded up to ST_ATTN_NP_BUCKET positions (at
+ * most n_ctx): st_cuda_attn_plan_np(pos0 + T, n_ctx). Two calls with the same rounded length have
+ * the same launch geometry (and the same summation order). */
+#define ST_ATTN_NP_BUCKET 256
+int64_t st_cuda_attn_plan_np(int64_t np, int64_t n_ctx);
 
 /* Causal attention as st_attention: token t (position pos0 + t) attends to cache positions
  * [0, pos0 + t]; query head h reads KV head h / (n_head / n_head_kv). d_q: token t's heads at
@@ -137,10 +145,11 @@ size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int64_t n_ctx)
  * better: partials go to d_ws (st_cuda_attn_wsize bytes, 16-byte aligned) and a combine pass
  * merges them in a fixed order; with a smaller (or NULL) workspace fewer chunks are used, down to
  * one pass that needs none. T may be anything >= 1 (decode and verify windows 1..8, prefill up to
- * 512 and beyond); d_out must not overlap d_q or the cache. */
+ * 512 and beyond); d_out must not overlap d_q or the cache. d_pos as st_cuda_kv_store: the kernel
+ * reads pos0 from d_pos[0] (the plan is still made from pos0). */
 strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                 const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
-                                float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
+                                const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
                                 void *stream);
 
 #ifdef __cplusplus

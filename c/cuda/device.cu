@@ -259,6 +259,12 @@ extern "C" strata_status st_cuda_capture_end_launch(void *stream, void **exec, i
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_graph_launch(void *exec, void *stream) {
+    if (!exec) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_graph_launch: no graph");
+    ST_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
 extern "C" void st_cuda_graph_exec_destroy(void *exec) {
     if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
 }

@@ -83,11 +83,14 @@ struct st_gpu {
     int64_t moe_tokens;                   /* tokens per grouped-MoE call: 1024 / k, <= n_batch */
     void *stream;                         /* every kernel of the session runs on it */
     void *graph;                          /* the decode step's executable CUDA graph, or NULL */
+    int64_t graph_np;                     /* the attention plan length it was captured for */
     int graphs;                           /* capture single-token steps (cuda_graphs) */
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
     int32_t *ids, *zeros;
+    int32_t *pos;                         /* (T) the batch's positions: RoPE, KV store, attention */
+    int32_t *hpos;                        /* (T) host copy staged for the upload */
     void *mmv_scratch, *moe_ws, *attn_ws;
     size_t moe_ws_bytes, attn_ws_bytes;
 };
@@ -293,6 +296,9 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     TRY(st_gpu_alloc((void **)&g->ids, sizeof(int32_t) * T * K));
     TRY(st_gpu_alloc((void **)&g->ones, f * T));
     TRY(st_gpu_alloc((void **)&g->zeros, sizeof(int32_t) * T));
+    TRY(st_gpu_alloc((void **)&g->pos, sizeof(int32_t) * T));
+    g->hpos = malloc(sizeof(int32_t) * T);
+    if (!g->hpos) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     TRY(st_gpu_alloc((void **)&g->shgate, f * T));
     TRY(st_gpu_alloc((void **)&g->logits, f * ST_GPU_COLS * (size_t)hp->n_vocab));
     /* constants: ids 0 and weights 1 for the one-expert (shared expert) calls */
@@ -359,11 +365,12 @@ void st_gpu_free(strata_session *s) {
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->att, g->proj, g->h, g->router,
-                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->mmv_scratch,
+                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->mmv_scratch,
                     g->moe_ws, g->attn_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
     free(g->ups);
+    free(g->hpos);
     free(g->layers);
     free(g);
     s->gpu = NULL;
@@ -499,10 +506,11 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     case ST_QKNORM_NONE:
         break;
     }
-    TRY(st_cuda_rope(&g->rope, g->q, nq, hp->n_head, hd, T, NULL, pos0, g->stream));
-    TRY(st_cuda_rope(&g->rope, g->k, nk, hp->n_head_kv, hd, T, NULL, pos0, g->stream));
-    TRY(st_cuda_kv_store(&G->kv, &g->shape, g->k, nk, g->v, nv, T, pos0, g->stream));
-    TRY(st_cuda_attention(&G->kv, &g->shape, g->q, nq, T, pos0, g->att, no, g->attn_ws,
+    /* positions from g->pos (device): a replayed decode graph sees the step's own */
+    TRY(st_cuda_rope(&g->rope, g->q, nq, hp->n_head, hd, T, g->pos, pos0, g->stream));
+    TRY(st_cuda_rope(&g->rope, g->k, nk, hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+    TRY(st_cuda_kv_store(&G->kv, &g->shape, g->k, nk, g->v, nv, T, pos0, g->pos, g->stream));
+    TRY(st_cuda_attention(&G->kv, &g->shape, g->q, nq, T, pos0, g->pos, g->att, no, g->attn_ws,
                           g->attn_ws_bytes, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
     TRY(st_gpu_mm(g, &G->wo, g->att, T, g->proj));
@@ -641,25 +649,38 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     }
     TRY(st_cuda_memcpy_h2d(g->x, s->x, sizeof(float) * (size_t)(T * E)));
     s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(T * E));
+    for (int64_t t = 0; t < T; t++) g->hpos[t] = (int32_t)(pos0 + t);
+    TRY(st_cuda_memcpy_h2d(g->pos, g->hpos, sizeof(int32_t) * (size_t)T));
     TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
-    /* a single-token step may be captured into a CUDA graph and replayed as one launch (the
-     * same kernels with the step's parameters: the same bits); not with profile's syncs */
+    /* A single-token step is captured into a CUDA graph once and then replayed as one launch:
+     * its kernels read the position from g->pos and everything else they use is fixed, except
+     * the attention plan, which changes every ST_ATTN_NP_BUCKET positions (a new capture, kept
+     * in place with cudaGraphExecUpdate). Not with profile's syncs or host work between layers. */
     const int graph = g->graphs && T == 1 && !s->profile && s->n_cpu_moe == 0 && !g->cache;
-    if (graph) TRY(st_cuda_capture_begin(g->stream));
+    const int64_t gnp = graph ? st_cuda_attn_plan_np(pos0 + 1, s->n_ctx) : 0;
     strata_status st = STRATA_OK;
-    for (int il = 0; il < hp->n_layer && st == STRATA_OK; il++) {
-        st = st_gpu_attn_block(s, il, T, pos0);
-        if (st == STRATA_OK) st = st_gpu_ffn_block(s, il, T);
-    }
-    if (graph) {
-        if (st != STRATA_OK) {
-            st_cuda_capture_abort(g->stream);
-            return st;
-        }
-        int reused = 0;
-        TRY(st_cuda_capture_end_launch(g->stream, &g->graph, &reused));
+    if (graph && g->graph && g->graph_np == gnp) {
+        TRY(st_cuda_graph_launch(g->graph, g->stream));
         s->graph_launches++;
-        s->graph_rebuilds += !reused;
+        if (hp->n_expert > 0)
+            for (int il = 0; il < hp->n_layer; il++) s->slots_gpu[il] += hp->n_expert_used;
+    } else {
+        if (graph) TRY(st_cuda_capture_begin(g->stream));
+        for (int il = 0; il < hp->n_layer && st == STRATA_OK; il++) {
+            st = st_gpu_attn_block(s, il, T, pos0);
+            if (st == STRATA_OK) st = st_gpu_ffn_block(s, il, T);
+        }
+        if (graph) {
+            if (st != STRATA_OK) {
+                st_cuda_capture_abort(g->stream);
+                return st;
+            }
+            int reused = 0;
+            TRY(st_cuda_capture_end_launch(g->stream, &g->graph, &reused));
+            g->graph_np = gnp;
+            s->graph_launches++;
+            s->graph_rebuilds++;
+        }
     }
     TRY(st);
     if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));

@@ -588,7 +588,7 @@ typedef struct strata_session_stats {
     int64_t prefetch_timely;      /* needed, and read before their layer needed them */
     int64_t prefetch_late;        /* needed while still being read (counted as misses) */
     int64_t graph_launches;       /* CUDA-graph steps run (cuda_graphs) */
-    int64_t graph_rebuilds;       /* of them, graphs built anew (not updated in place) */
+    int64_t graph_rebuilds;       /* of them, captures (the others replayed a captured graph) */
     int64_t predict_slots;        /* routed slots scored */
     int64_t predict_hits;         /* of them, predicted */
 } strata_session_stats;

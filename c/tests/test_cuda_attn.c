@@ -149,9 +149,9 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     strata_status st = st_cuda_memcpy_h2d(dkv, k, sizeof(float) * (size_t)(np * nk));
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dvv, v, sizeof(float) * (size_t)(np * nk));
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dq, q, sizeof(float) * (size_t)(T * ldq));
-    if (st == STRATA_OK) st = st_cuda_kv_store(&gkv, &gs, dkv, nk, dvv, nk, pos0, 0, NULL);
+    if (st == STRATA_OK) st = st_cuda_kv_store(&gkv, &gs, dkv, nk, dvv, nk, pos0, 0, NULL, NULL);
     if (st == STRATA_OK)
-        st = st_cuda_kv_store(&gkv, &gs, dkv + pos0 * nk, nk, dvv + pos0 * nk, nk, T, pos0, NULL);
+        st = st_cuda_kv_store(&gkv, &gs, dkv + pos0 * nk, nk, dvv + pos0 * nk, nk, T, pos0, NULL, NULL);
     CHECK(st == STRATA_OK, "%s: store: %s", desc, strata_last_error());
     if (st != STRATA_OK) goto done;
 
@@ -177,12 +177,12 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     CHECK(poison_bad == 0, "%s: %lld bytes written past the stored positions", desc, (long long)poison_bad);
 
     /* attention, twice */
-    st = st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, (float *)dout, ldo, dws, ws_bytes, NULL);
+    st = st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout, ldo, dws, ws_bytes, NULL);
     CHECK(st == STRATA_OK, "%s: attention: %s", desc, strata_last_error());
     if (st != STRATA_OK) goto done;
     int out_bad = dev_fetch(got, dout, sizeof(float) * (size_t)(T * ldo));
     int ws_bad = dws ? dev_fetch(NULL, dws, ws_bytes) : 0;
-    st = st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, (float *)dout, ldo, dws, ws_bytes, NULL);
+    st = st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout, ldo, dws, ws_bytes, NULL);
     CHECK(st == STRATA_OK, "%s: attention (2nd): %s", desc, strata_last_error());
     int out_bad2 = dev_fetch(got2, dout, sizeof(float) * (size_t)(T * ldo));
 
@@ -242,25 +242,25 @@ static void test_arguments(void) {
     void *fk = (void *)(uintptr_t)0x100000, *fv = (void *)(uintptr_t)0x200000;
     float *fq = (float *)(uintptr_t)0x300000, *fo = (float *)(uintptr_t)0x400000;
     st_cuda_kv_layer kv = {STRATA_TYPE_F16, fk, fv, 100};
-    strata_status st = st_cuda_attention(&kv, &s, fq, 4096, 2, 99, fo, 4096, NULL, 0, NULL);
+    strata_status st = st_cuda_attention(&kv, &s, fq, 4096, 2, 99, NULL, fo, 4096, NULL, 0, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "pos0 + T > n_ctx: %s", strata_status_name(st));
-    st = st_cuda_attention(&kv, &s, fq, 4000, 1, 0, fo, 4096, NULL, 0, NULL);
+    st = st_cuda_attention(&kv, &s, fq, 4000, 1, 0, NULL, fo, 4096, NULL, 0, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "ldq < n_head * head_dim: %s", strata_status_name(st));
-    st = st_cuda_attention(&kv, &s80, fq, 4096, 1, 0, fo, 4096, NULL, 0, NULL);
+    st = st_cuda_attention(&kv, &s80, fq, 4096, 1, 0, NULL, fo, 4096, NULL, 0, NULL);
     CHECK(st == STRATA_ERR_UNSUPPORTED, "head_dim 80: %s", strata_status_name(st));
     st_cuda_kv_layer kvmis = {STRATA_TYPE_F16, (void *)(uintptr_t)0x100008, fv, 100};
-    st = st_cuda_attention(&kvmis, &s, fq, 4096, 1, 0, fo, 4096, NULL, 0, NULL);
+    st = st_cuda_attention(&kvmis, &s, fq, 4096, 1, 0, NULL, fo, 4096, NULL, 0, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "cache not 16-byte aligned: %s", strata_status_name(st));
-    st = st_cuda_attention(&kv, &s, NULL, 4096, 1, 0, fo, 4096, NULL, 0, NULL);
+    st = st_cuda_attention(&kv, &s, NULL, 4096, 1, 0, NULL, fo, 4096, NULL, 0, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "NULL q: %s", strata_status_name(st));
-    st = st_cuda_attention(&kv, &s, fq, 4096, 0, 0, fo, 4096, NULL, 0, NULL);
+    st = st_cuda_attention(&kv, &s, fq, 4096, 0, 0, NULL, fo, 4096, NULL, 0, NULL);
     CHECK(st == STRATA_OK, "T = 0 is a no-op: %s", strata_last_error());
-    st = st_cuda_kv_store(&kv, &s, fq, 512, fq, 512, 5, 96, NULL);
+    st = st_cuda_kv_store(&kv, &s, fq, 512, fq, 512, 5, 96, NULL, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "store past n_ctx: %s", strata_status_name(st));
-    st = st_cuda_kv_store(&kv, &s, fq, 500, fq, 512, 1, 0, NULL);
+    st = st_cuda_kv_store(&kv, &s, fq, 500, fq, 512, 1, 0, NULL, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "store ldk < n_kv * hd: %s", strata_status_name(st));
     st_cuda_kv_layer kvq = {STRATA_TYPE_Q8_0, fk, fv, 100};
-    st = st_cuda_kv_store(&kvq, &s, fq, 512, fq, 512, 1, 0, NULL);
+    st = st_cuda_kv_store(&kvq, &s, fq, 512, fq, 512, 1, 0, NULL, NULL);
     CHECK(st == STRATA_ERR_UNSUPPORTED, "q8_0 cache store: %s", strata_status_name(st));
 }
 
@@ -275,7 +275,7 @@ int main(void) {
         CHECK(reason[0] != '\0', "unavailable without a reason");
         st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f};
         st_cuda_kv_layer kv = {STRATA_TYPE_F16, (void *)(uintptr_t)0x100000, (void *)(uintptr_t)0x200000, 100};
-        st = st_cuda_attention(&kv, &s, (float *)(uintptr_t)0x300000, 4096, 1, 0,
+        st = st_cuda_attention(&kv, &s, (float *)(uintptr_t)0x300000, 4096, 1, 0, NULL,
                                (float *)(uintptr_t)0x400000, 4096, NULL, 0, NULL);
         CHECK(st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), reason) != NULL,
               "no device: %s '%s'", strata_status_name(st), strata_last_error());

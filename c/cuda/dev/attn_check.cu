@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
                 for (auto &x : hkv) x = frand();
                 CK(cudaMemcpy(dsrc + kvi * hkv.size(), hkv.data(), hkv.size() * 4, cudaMemcpyHostToDevice));
             }
-            SK(st_cuda_kv_store(&L[l].kv, &gs, dsrc, nk, dsrc + hkv.size(), nk, n_ctx, 0, NULL));
+            SK(st_cuda_kv_store(&L[l].kv, &gs, dsrc, nk, dsrc + hkv.size(), nk, n_ctx, 0, NULL, NULL));
             if (l == 0) {
                 L[0].hk.resize(kb / 2);
                 L[0].hv.resize(kb / 2);
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
                 {"default", 0, wsb}, {"1/SM", sm, wsb}, {"2/SM", 2 * sm, wsb}, {"8/SM", 8 * sm, wsb}, {"one-pass", 0, 0}};
             for (auto &pl : plans) {
                 st_attn_plan got_plan;
-                SK(st_cuda_attention_ex(&L[0].kv, &gs, dq, nq, T, pos0, dout, nq, dws, pl.ws, NULL,
+                SK(st_cuda_attention_ex(&L[0].kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,
                                         pl.target, 0, &got_plan));
                 CK(cudaDeviceSynchronize());
                 std::vector<float> out(q.size());
@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
                 for (int it = 0; it < 55; it++) {
                     const Layer &Lx = L[it % LAYERS];
                     CK(cudaEventRecord(e0));
-                    SK(st_cuda_attention_ex(&Lx.kv, &gs, dq, nq, T, pos0, dout, nq, dws, pl.ws, NULL,
+                    SK(st_cuda_attention_ex(&Lx.kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,
                                             pl.target, 0, NULL));
                     CK(cudaEventRecord(e1));
                     CK(cudaEventSynchronize(e1));
