@@ -41,7 +41,12 @@ if make -j16 CUDA=1 all > "$FINAL/gpu_build.log" 2>&1; then echo "build ok at $(
 else echo "BUILD FAILED"; grep -E "error" "$FINAL/gpu_build.log" | head -20; exit 1; fi
 make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check > "$FINAL/cuda_check.log" 2>&1
 echo "cuda-check rc=$? at $(el)s"
-grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!" "$FINAL/cuda_check.log" | head -80
+grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/cuda_check.log" | head -80
+# the prefill tiles against the GEMV, timed (c/cuda/dev/mmq_check.cu)
+nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu \
+    -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/mmq_check.cu build/libstrata.a \
+    -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 120 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
+echo "mmq_check done at $(el)s"
 
 # ---- end to end through the CLI: the default model, GPU vs CPU ----
 M=models/strata-tiny-moe-q8_0.gguf
@@ -75,23 +80,21 @@ bench() { # name file args...
 }
 while [ ! -f /tmp/olmoe.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "olmoe file ready at $(el)s: $(du -h /tmp/olmoe.gguf 2>/dev/null | cut -f1)"
-bench olmoe_gpu /tmp/olmoe.gguf -p 512 -n 128 -r 2 --gpu
-bench olmoe_gpu_graphs /tmp/olmoe.gguf -p 0 -n 128 -r 2 --gpu --cuda-graphs
+bench olmoe_gpu /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu
+bench olmoe_gpu_graphs /tmp/olmoe.gguf -p 0 -n 128 -r 3 --gpu --cuda-graphs
 while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
-bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 2 --gpu
-bench q3_gpu_graphs /tmp/q3.gguf -p 0 -n 128 -r 2 --gpu --cuda-graphs
-bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
+bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
+bench q3_gpu_graphs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --cuda-graphs
+bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu --cuda-graphs
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile
 grep "profile" "$R/bench_q3_gpu_profile.err" || true
-bench olmoe_cpu /tmp/olmoe.gguf -p 512 -n 64 -r 1 --cpu -t 16
 # experts in RAM, computed by the CPU (llama.cpp's --cpu-moe / -ncmoe 36 / -ncmoe 24 in ANCHORS.md);
 # the first version: synchronous hand-off per layer, no overlap
 bench q3_cpumoe /tmp/q3.gguf -p 2048 -n 64 -r 1 --gpu --cpu-moe -t 16
 bench q3_ncmoe36 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 -t 16
 bench q3_ncmoe24 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 24 -t 16
-bench olmoe_cpumoe /tmp/olmoe.gguf -p 512 -n 64 -r 1 --gpu --cpu-moe -t 16
 # the GPU expert cache at 25% and 50% of the expert bytes (6144 experts): demand loads over PCIe
 bench q3_cache25 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536
 bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
@@ -105,8 +108,8 @@ if [ "$(el)" -lt "$BUDGET" ]; then
         > /dev/null 2>&1; echo "(cpu qwen3 1t at $(el)s)"
     cat "$R"/cpu-*.md 2>/dev/null
 fi
-# ---- the disk's expert read rate (O_DIRECT, the streamed tier's bound) ----
-if [ "$(el)" -lt "$BUDGET" ] && make -j16 CUDA=1 bench > /dev/null 2>&1; then
+# ---- the disk's expert read rate (O_DIRECT, the streamed tier's bound; DISK=1) ----
+if [ "${DISK:-0}" = 1 ] && [ "$(el)" -lt "$BUDGET" ] && make -j16 CUDA=1 bench > /dev/null 2>&1; then
     df -h /tmp | tail -1
     timeout 60 ./build/bench_stream /tmp/q3.gguf --seconds 2 2>&1 | tee "$R/bench_stream.txt" | tail -8
 fi

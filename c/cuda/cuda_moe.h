@@ -76,7 +76,7 @@ typedef struct st_cuda_moe_args {
     strata_type type_gate, type_up, type_down; /* type_gate must equal type_up */
     int64_t n_embd, n_ff;          /* both multiples of 32 and of the types' block sizes */
     const float *x;                /* device [T][n_embd] */
-    int64_t T;                     /* tokens, 1..; T * k <= 1024 (meant for T <= 8) */
+    int64_t T;                     /* tokens, 1..; T * k <= ST_CUDA_MOE_MAX_PAIRS (see below) */
     const int32_t *ids;            /* device [T][k]; ids outside [0, n_expert) contribute 0 */
     const float *wts;              /* device [T][k] */
     int32_t k;
@@ -86,12 +86,20 @@ typedef struct st_cuda_moe_args {
     size_t ws_bytes;
 } st_cuda_moe_args;
 
+/* Most (token, slot) pairs of one st_cuda_moe_ffn call. Up to 1024 pairs any supported type runs
+ * on the GEMV path; beyond that, and wherever a batch has many pairs per expert (T >= 32 and
+ * T * k >= 4 n_expert), types with a tensor-core tile kernel (st_cuda_mmq_supports for gate/up
+ * and down) take the tile path: gate/up and down as 64 x 64 f16 tiles per expert (cuda_mmq.h).
+ * Other types beyond 1024 pairs are INVALID_ARG. */
+#define ST_CUDA_MOE_MAX_PAIRS 65536
+
 /* Workspace bytes of st_cuda_moe_ffn. */
 size_t st_cuda_moe_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
 
 /* out[t] (=|+=) sum over slots s = 0..k-1, in that order, of wts[t][s] * FFN_{ids[t][s]}(x[t]),
  * FFN_e(x) = down_e(silu(gate_e x) * up_e x). (token, slot) pairs are grouped by expert on the
- * device (up to 8 per group), so each expert's rows are read once for up to 8 tokens. A shared
+ * device (GEMV path: up to 8 per group, so each expert's rows are read once for up to 8 tokens;
+ * tile path: 64 per tile). A shared
  * expert is the same call with a one-expert table, ids all 0, k = 1, wts = its per-token gate
  * (sigmoid(gate_inp_shexp . x) or 1) and accumulate = 1. Errors: INVALID_ARG (shapes, NULLs, ws
  * too small), UNSUPPORTED (types), BACKEND (launches). */

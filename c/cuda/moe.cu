@@ -11,14 +11,18 @@
  *   5. down     grid (n_embd / 4, T*k): y[pair][r] = down_e[r] . h[pair].
  *   6. combine  out[t][i] (=|+=) sum over s = 0..k-1, in that order, of wts[t][s] * y[t*k+s][i].
  * Every output element is reduced by one warp in a fixed order: runs are bit-identical.
+ * Prompt batches (st_moe_mmq_wanted: many pairs per expert, tile types) take steps 1-5 on the
+ * tensor cores instead (mmq.cu: a device plan of 64-pair tiles per expert, f16 tiles of the
+ * weights), then the same combine.
  *
  * dp4a types (q8_1 activations): Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. Fallback types (weights decoded to
  * f32 on the fly with dequant.cuh, f32 activations): F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL,
  * Q2_K, Q3_K. c/cuda/dev/moe_check.cu checks and times this. */
-#include "moe.cuh"
+#include "mmq.cuh"
 
 extern "C" {
 #include "cuda_moe.h"
+#include "cuda_mmq.h"
 }
 
 #include <math.h>
@@ -529,16 +533,18 @@ static st_moe_ws st_moe_ws_layout(uint8_t *base, int64_t T, int32_t k, int64_t n
 
 extern "C" size_t st_cuda_moe_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff) {
     if (T < 1 || k < 1 || n_embd < 1 || n_ff < 1) return 0;
-    return st_moe_ws_layout(NULL, T, k, n_embd, n_ff).bytes;
+    const size_t gemv = st_moe_ws_layout(NULL, T, k, n_embd, n_ff).bytes;
+    const size_t tiles = st_moe_mmq_wsize(T, k, n_embd, n_ff);
+    return gemv > tiles ? gemv : tiles;
 }
 
 extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream) {
     static const char *fn = "st_cuda_moe_ffn";
     if (!a) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL args", fn);
     if (a->T == 0) return STRATA_OK;
-    if (a->T < 0 || a->k < 1 || a->n_expert < 1 || a->T * (int64_t)a->k > 1024)
-        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld, k %d, n_expert %d (need T * k <= 1024)",
-                        fn, (long long)a->T, (int)a->k, (int)a->n_expert);
+    if (a->T < 0 || a->k < 1 || a->n_expert < 1 || a->T * (int64_t)a->k > ST_CUDA_MOE_MAX_PAIRS)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld, k %d, n_expert %d (need T * k <= %d)",
+                        fn, (long long)a->T, (int)a->k, (int)a->n_expert, ST_CUDA_MOE_MAX_PAIRS);
     if (!a->experts || !a->x || !a->ids || !a->wts || !a->out || !a->ws)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL pointer argument", fn);
     if (a->type_gate != a->type_up)
@@ -558,13 +564,29 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
                         strata_type_name(a->type_down), (long long)qd);
     if (((uintptr_t)a->ws & 255) != 0 || ((uintptr_t)a->x & 3) != 0 || ((uintptr_t)a->out & 3) != 0)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: ws must be 256-byte, x and out 4-byte aligned", fn);
+    const int tiles = st_moe_mmq_wanted(a);
+    if (!tiles && a->T * (int64_t)a->k > 1024)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld x k %d pairs need the tile path (types "
+                        "%s/%s, x 16-byte aligned, n_expert <= 4096); the GEMV path takes 1024", fn,
+                        (long long)a->T, (int)a->k, strata_type_name(a->type_gate),
+                        strata_type_name(a->type_down));
     const st_moe_ws w = st_moe_ws_layout((uint8_t *)a->ws, a->T, a->k, a->n_embd, a->n_ff);
-    if (a->ws_bytes < w.bytes)
+    const size_t need = tiles ? st_moe_mmq_wsize(a->T, a->k, a->n_embd, a->n_ff) : w.bytes;
+    if (a->ws_bytes < need)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: workspace of %zu bytes, need %zu", fn,
-                        a->ws_bytes, w.bytes);
+                        a->ws_bytes, need);
     ST_TRY(st_cuda_require(fn));
     cudaStream_t s = (cudaStream_t)stream;
     const int P = (int)(a->T * a->k);
+
+    if (tiles) { /* a prompt batch: tensor-core tiles per expert (mmq.cu), then the combine */
+        const float *y = NULL;
+        ST_TRY(st_moe_mmq_ffn(a, s, &y));
+        st_k_moe_combine<<<st_cuda_grid(a->T * a->n_embd, 256), 256, 0, s>>>(
+            y, a->ids, a->wts, a->T, a->k, a->n_expert, a->n_embd, a->accumulate, a->out);
+        ST_CUDA_CHECK_LAUNCH("st_k_moe_combine");
+        return STRATA_OK;
+    }
 
     /* 1. plan */
     st_k_moe_plan<<<1, (unsigned)((P + 31) & ~31), 0, s>>>(a->ids, P, a->n_expert, w.groups, w.n_groups);

@@ -10,9 +10,10 @@
  * cache) run on the legacy default stream, which is ordered with it, so each copy waits for the
  * kernels before it and the kernels after it wait for the copy. Routed experts are resident, or
  * in the GPU expert cache (gpu_cache.c), or computed by the CPU (n_cpu_moe). Single-token steps
- * may be replayed as a CUDA graph (cuda_graphs). Column-limited kernels (GEMV: 8 columns, grouped
- * MoE: T * k <= 1024) are called on slices of the batch; a prompt batch therefore reads each
- * weight once per 8 tokens (the tensor-core GEMM for prefill is future work, docs/PERFORMANCE.md).
+ * may be replayed as a CUDA graph (cuda_graphs). Matmuls of ST_CUDA_MMQ_MIN_ROWS rows or more
+ * run on the tensor-core tiles (cuda_mmq.h) where the weight type has them; fewer rows (decode,
+ * verify windows) take the GEMV in slices of 8 columns. The grouped MoE takes up to moe_tokens
+ * tokens per call (8192 / k with tile types, else 1024 / k) and picks its own path.
  *
  * Deterministic: the same tokens give the same bits on every run (each kernel is). In a build
  * without CUDA the entry points return STRATA_ERR_UNSUPPORTED. */
@@ -42,6 +43,7 @@ const st_gpu_cache *st_gpu_get_cache(const strata_session *s) { (void)s; return 
 #else
 
 #include "cuda_backend.h"
+#include "cuda_mmq.h"
 #include "cuda_mmv.h"
 #include "cuda_moe.h"
 #include "cuda_ops.h"
@@ -316,7 +318,17 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     g->moe_tokens = 1;
     size_t moe = 0;
     if (hp->n_expert > 0) {
-        g->moe_tokens = 1024 / (int64_t)K;
+        /* tile types take 8192 pairs per call (a 512-token prompt of a top-8 model in one), the
+         * others the GEMV path's 1024 */
+        int tiles = 1;
+        for (int il = 0; il < hp->n_layer; il++) {
+            const st_layer *L = &s->model->layers[il];
+            tiles &= st_cuda_mmq_supports(L->ffn_gate_exps.type) && st_cuda_mmq_supports(L->ffn_down_exps.type);
+            if (s->shexp && L->ffn_gate_shexp.data)
+                tiles &= st_cuda_mmq_supports(L->ffn_gate_shexp.type) &&
+                         st_cuda_mmq_supports(L->ffn_down_shexp.type);
+        }
+        g->moe_tokens = (tiles ? 8192 : 1024) / (int64_t)K;
         if (g->moe_tokens > (int64_t)T) g->moe_tokens = (int64_t)T;
         moe = st_cuda_moe_wsize(g->moe_tokens, (int32_t)K, hp->n_embd, hp->n_ff_exp);
         if (hp->n_ff_shexp > 0) {
@@ -467,8 +479,11 @@ static strata_status st_gpu_mark(strata_session *s, strata_phase phase) {
     return STRATA_OK;
 }
 
-/* y[t] = W x[t] for T rows, in slices of ST_GPU_COLS columns; y row stride W->ne1. */
+/* y[t] = W x[t] for T rows: tensor-core tiles for a long batch, else the GEMV in slices of
+ * ST_GPU_COLS columns; y row stride W->ne1. */
 static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, int64_t T, float *y) {
+    if (T >= ST_CUDA_MMQ_MIN_ROWS && st_cuda_mmq_supports(W->type))
+        return st_cuda_mmq(W, x, W->ne0, T, y, W->ne1, g->stream);
     for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
         const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
         TRY(st_cuda_mmv(W, x + c * W->ne0, nc, y + c * W->ne1, g->mmv_scratch, g->stream));
@@ -530,7 +545,9 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     if (hp->n_expert == 0) {
         TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
         const int64_t F = hp->n_ff;
-        for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
+        if (T >= ST_CUDA_MMQ_MIN_ROWS && st_cuda_mmq_supports(G->ffn_gate.type))
+            TRY(st_cuda_mmq_swiglu(&G->ffn_gate, &G->ffn_up, g->xn, E, T, g->h, F, g->stream));
+        else for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
             const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
             TRY(st_cuda_mmv_swiglu(&G->ffn_gate, &G->ffn_up, g->xn + c * E, nc, g->h + c * F,
                                    g->mmv_scratch, g->stream));

@@ -28,6 +28,7 @@
 
 #ifdef STRATA_HAVE_CUDA
 #include "cuda_backend.h"
+#include "cuda_mmq.h"
 #include "cuda_mmv.h"
 #include "common.h" /* st_f32_to_fp16, st_f32_to_bf16 */
 
@@ -149,9 +150,10 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
     const char *tn = strata_type_name(type);
     const size_t rb = (size_t)strata_row_bytes(type, ne0) + pad;
     const size_t wbytes = rb * (size_t)ne1;
-    const int maxc = 8;
+    int maxc = 8; /* more columns than 8: the tensor-core tiles (st_cuda_mmq), same checks */
+    for (int k = 0; k < n_nc; k++) maxc = ncs[k] > maxc ? ncs[k] : maxc;
     const int64_t ny_max = (int64_t)maxc * ne1;
-    const size_t sbytes_max = st_cuda_mmv_scratch_bytes(ne0, maxc);
+    const size_t sbytes_max = st_cuda_mmv_scratch_bytes(ne0, 8);
     const strata_type act = strata_act_type(type);
     const size_t xq_bytes = (size_t)strata_row_bytes(act, ne0);
 
@@ -189,18 +191,23 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
     for (int k = 0; k < n_nc; k++) {
         const int ncols = ncs[k];
         const int64_t ny = (int64_t)ncols * ne1;
-        const size_t sbytes = st_cuda_mmv_scratch_bytes(ne0, ncols);
+        const int tiles = ncols > 8;
+        const size_t sbytes = tiles ? 0 : st_cuda_mmv_scratch_bytes(ne0, ncols);
         char what[160];
-        snprintf(what, sizeof what, "%-7s %-18s ne0=%5lld ne1=%5lld ncols=%d%s%s%s", tn, label,
+        snprintf(what, sizeof what, "%-7s %-18s ne0=%5lld ne1=%5lld ncols=%d%s%s%s%s", tn, label,
                  (long long)ne0, (long long)ne1, ncols, pad ? " padded" : "",
-                 xoff ? " x+1" : "", fused ? " swiglu" : "");
+                 xoff ? " x+1" : "", fused ? " swiglu" : "", tiles ? " (mmq)" : "");
 
         st = st_cuda_memset(db->y, 0xA5, (size_t)(ny + GUARD) * 4);
         if (st == STRATA_OK) st = st_cuda_memset(db->scratch, 0xA5, sbytes + GUARD * 4);
         if (st == STRATA_OK) {
             const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb}, W1 = {type, db->w1, ne0, ne1, rb};
-            st = fused ? st_cuda_mmv_swiglu(&W0, &W1, dx, ncols, (float *)db->y, db->scratch, NULL)
-                       : st_cuda_mmv(&W0, dx, ncols, (float *)db->y, db->scratch, NULL);
+            if (tiles)
+                st = fused ? st_cuda_mmq_swiglu(&W0, &W1, dx, ne0, ncols, (float *)db->y, ne1, NULL)
+                           : st_cuda_mmq(&W0, dx, ne0, ncols, (float *)db->y, ne1, NULL);
+            else
+                st = fused ? st_cuda_mmv_swiglu(&W0, &W1, dx, ncols, (float *)db->y, db->scratch, NULL)
+                           : st_cuda_mmv(&W0, dx, ncols, (float *)db->y, db->scratch, NULL);
         }
         if (st == STRATA_OK) st = st_cuda_synchronize();
         if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got, db->y, (size_t)(ny + GUARD) * 4);
@@ -353,6 +360,26 @@ static void test_arguments(int available) {
     CHECK(st_cuda_mmv_scratch_bytes(4096, 8) == 8u * 128u * 36u, "scratch(4096, 8) = %zu",
           st_cuda_mmv_scratch_bytes(4096, 8));
     CHECK(st_cuda_mmv_scratch_bytes(33, 1) == 72u, "scratch(33, 1)");
+    /* the tile kernels: quantized types only; checks before any launch */
+    CHECK(st_cuda_mmq_supports(STRATA_TYPE_Q4_K) && st_cuda_mmq_supports(STRATA_TYPE_Q8_0) &&
+          st_cuda_mmq_supports(STRATA_TYPE_Q6_K) && !st_cuda_mmq_supports(STRATA_TYPE_F32) &&
+          !st_cuda_mmq_supports(STRATA_TYPE_IQ4_XS) && !st_cuda_mmq_supports(STRATA_TYPE_COUNT),
+          "mmq supports()");
+    {
+        const st_cuda_mat Wq = {STRATA_TYPE_Q8_0, (const void *)(uintptr_t)0x10000, 256, 64, 272};
+        const st_cuda_mat Wf = {STRATA_TYPE_F32, (const void *)(uintptr_t)0x10000, 256, 64, 1024};
+        float *fx = (float *)(uintptr_t)0x20000, *fy = (float *)(uintptr_t)0x40000;
+        strata_status e = st_cuda_mmq(&Wf, fx, 256, 64, fy, 64, NULL);
+        CHECK(e == STRATA_ERR_UNSUPPORTED, "mmq F32: %s", strata_status_name(e));
+        e = st_cuda_mmq(&Wq, fx + 1, 256, 64, fy, 64, NULL);
+        CHECK(e == STRATA_ERR_INVALID_ARG, "mmq x misaligned: %s", strata_status_name(e));
+        e = st_cuda_mmq(&Wq, fx, 256, 0, fy, 64, NULL);
+        CHECK(e == STRATA_ERR_INVALID_ARG, "mmq T = 0: %s", strata_status_name(e));
+        e = st_cuda_mmq(&Wq, fx, 200, 64, fy, 64, NULL);
+        CHECK(e == STRATA_ERR_INVALID_ARG, "mmq ldx < ne0: %s", strata_status_name(e));
+        e = st_cuda_mmq_swiglu(&Wq, NULL, fx, 256, 64, fy, 64, NULL);
+        CHECK(e == STRATA_ERR_INVALID_ARG, "mmq swiglu without up: %s", strata_status_name(e));
+    }
     CHECK(st_cuda_mmv_scratch_bytes(0, 1) == 0 && st_cuda_mmv_scratch_bytes(32, 9) == 0 &&
           st_cuda_mmv_scratch_bytes(32, 0) == 0, "scratch of invalid sizes");
     CHECK(st_cuda_mmv_tables_check() == 1, "IQ3 grids in c/cuda/iq_grids.cuh differ from iq_tables.c");
@@ -478,6 +505,16 @@ int main(void) {
         check_case(&db, type, "qwen3 exp gate/up", 2048, 768, nc_1_4, 2, 0, 0, 1, &r);
         check_case(&db, type, "olmoe exp gate/up", 2048, 1024, nc_1_8, 2, 0, 0, 1, &r);
         check_case(&db, type, "odd", odd0, 333, nc_7, 1, 0, 0, 1, &r);
+        if (st_cuda_mmq_supports(type)) { /* prompt batches on the tensor-core tiles */
+            static const int nc_mmq[] = {9, 33, 64, 200}, nc_mmq2[] = {40, 129};
+            const int64_t odd1 = qk == 32 ? 32 * 37 : 256 * 5; /* K not a multiple of 64 */
+            check_case(&db, type, "odd", odd1, 333, nc_mmq, 4, 0, 0, 0, &r);
+            check_case(&db, type, "qwen3 attn_q", 2048, 4096, nc_mmq2, 2, 0, 0, 0, &r);
+            check_case(&db, type, "qwen3 exp down", 768, 2048, nc_mmq2, 2, 0, 0, 0, &r);
+            check_case(&db, type, "padded", 2048, 101, nc_mmq2, 1, 6, 0, 0, &r);
+            check_case(&db, type, "qwen3 exp gate/up", 2048, 768, nc_mmq2, 2, 0, 0, 1, &r);
+            check_case(&db, type, "odd", odd1, 333, nc_mmq2, 1, 0, 0, 1, &r);
+        }
         printf("%-7s done (%.2f s)\n", strata_type_name(type), (double)(clock() - c0) / CLOCKS_PER_SEC);
     }
     (void)st_cuda_free(db.w0);

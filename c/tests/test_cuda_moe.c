@@ -15,6 +15,7 @@
 
 #ifdef STRATA_HAVE_CUDA
 #include "cuda_backend.h"
+#include "cuda_mmq.h"
 #include "cuda_moe.h"
 #include "ops.h"
 
@@ -427,7 +428,8 @@ static void check_ffn(const char *name, const expert_set *s, int64_t T, int32_t 
     int same = 0;
     exact_nmse ex = {-1, -1};
     if (gpu_ffn(s, x, T, gids, wts, k, 0, NULL, got, &same)) {
-        if (tol_for(s->tg, s->td) > 1e-7 && s->n_embd * s->n_ff <= 4096 * 1536) {
+        if (tol_for(s->tg, s->td) > 1e-7 && s->n_embd * s->n_ff <= 4096 * 1536 &&
+            (double)P * (double)(s->n_embd * s->n_ff) <= 2e9) { /* bounds the CPU time */
             float *exa = malloc(sizeof(float) * (size_t)(n + GUARD));
             exact_ffn(s, x, T, ids, wts, k, exa);
             ex.cpu = compare_plain(ref, exa, n);
@@ -499,9 +501,14 @@ static void test_arguments(void) {
     st = st_cuda_moe_ffn(&a, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "n_embd 288 for Q4_K: %s", strata_status_name(st));
     a.n_embd = 256;
+    a.type_gate = a.type_up = a.type_down = STRATA_TYPE_F16; /* no tile kernel */
     a.T = 600;
     st = st_cuda_moe_ffn(&a, NULL);
-    CHECK(st == STRATA_ERR_INVALID_ARG, "T * k > 1024: %s", strata_status_name(st));
+    CHECK(st == STRATA_ERR_INVALID_ARG, "T * k > 1024 without tiles: %s", strata_status_name(st));
+    a.type_gate = a.type_up = a.type_down = STRATA_TYPE_Q4_K;
+    a.T = ST_CUDA_MOE_MAX_PAIRS / 2 + 1;
+    st = st_cuda_moe_ffn(&a, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "T * k > ST_CUDA_MOE_MAX_PAIRS: %s", strata_status_name(st));
     a.T = 1;
     a.ws_bytes = 16;
     st = st_cuda_moe_ffn(&a, NULL);
@@ -575,6 +582,22 @@ int main(void) {
         check_ffn("bad ids", &s, 4, 3, 1, 1, &r);
     }
     expert_set_free(&s);
+    /* prompt batches: the tensor-core tile path (T >= 32 and T * k >= 4 n_expert, or > 1024
+     * pairs) for every tile type, odd sizes, bad ids, more pairs than the GEMV path takes */
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        const strata_type t = types[i];
+        if (!st_cuda_mmq_supports(t)) continue;
+        const int kq = strata_type_block_size(t) == 256;
+        if (!expert_set_make(&s, kq ? 512 : 96, kq ? 768 : 224, 6, 6, t, t, &r)) { expert_set_free(&s); continue; }
+        check_ffn("tiles", &s, 40, 3, 1, 0, &r);
+        check_ffn("tiles", &s, 77, 3, 0, 1, &r);
+        expert_set_free(&s);
+    }
+    if (expert_set_make(&s, 768, 512, 5, 5, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
+        check_ffn("tiles", &s, 300, 4, 1, 0, &r);  /* 1200 pairs */
+        check_ffn("tiles", &s, 64, 2, 1, 0, &r);
+    }
+    expert_set_free(&s);
     if (expert_set_make(&s, 512, 256, 3, 3, STRATA_TYPE_Q8_0, STRATA_TYPE_Q8_0, &r)) {
         check_ffn("big groups", &s, 16, 2, 1, 0, &r);
         check_ffn("big groups", &s, 33, 3, 0, 0, &r);
@@ -585,6 +608,7 @@ int main(void) {
     if (expert_set_make(&s, 2048, 768, 128, 16, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
         static const int64_t Ts[] = {1, 2, 3, 5, 8};
         for (size_t i = 0; i < 5; i++) check_ffn("qwen3-30b-a3b", &s, Ts[i], 8, 1, 0, &r);
+        check_ffn("qwen3-30b-a3b", &s, 80, 8, 1, 0, &r); /* tiles */
     }
     expert_set_free(&s);
     if (expert_set_make(&s, 2048, 768, 128, 16, STRATA_TYPE_Q8_0, STRATA_TYPE_Q8_0, &r)) {
@@ -596,6 +620,7 @@ int main(void) {
     if (expert_set_make(&s, 2048, 1024, 64, 16, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, &r)) {
         check_ffn("olmoe-1b-7b", &s, 1, 8, 0, 0, &r);
         check_ffn("olmoe-1b-7b", &s, 8, 8, 0, 0, &r);
+        check_ffn("olmoe-1b-7b", &s, 48, 8, 0, 0, &r); /* tiles */
     }
     expert_set_free(&s);
     /* Mixtral: 4096, 14336, 8 experts top-2 (2 materialized) */
@@ -611,6 +636,7 @@ int main(void) {
         expert_set_make(&sh, 2048, 2816, 1, 1, STRATA_TYPE_Q8_0, STRATA_TYPE_Q6_K, &r)) {
         check_shared(&s, &sh, 1, 8, &r);
         check_shared(&s, &sh, 8, 8, &r);
+        check_shared(&s, &sh, 64, 8, &r); /* tiles for both */
     }
     expert_set_free(&s);
     expert_set_free(&sh);

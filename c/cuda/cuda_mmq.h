@@ -1,0 +1,52 @@
+/* cuda_mmq.h - the C interface of the prefill matrix family (c/cuda/mmq.cu): Y = X W^T for many
+ * activation rows on the tensor cores, for prompt batches, where the decode GEMV (cuda_mmv.h)
+ * would read each weight matrix once per 8 rows. Weights stay in their GGUF blocks in device
+ * memory; each thread block decodes a 64-row by 64-weight tile to f16 in shared memory, rounds
+ * the f32 activations to f16 and multiplies with f16 mma (f32 accumulation). The same tiles serve
+ * the grouped experts of a prompt batch (st_cuda_moe_ffn takes this path for large batches).
+ *
+ * Accuracy: weights decoded to f16 (relative rounding 2^-11) and activations rounded to f16, sums
+ * in f32: NMSE ~1e-7 against the exact product, finer than the GEMV's q8_1 activations (~1e-5).
+ * Activations above 65504 in magnitude would overflow f16; normalized hidden states and SwiGLU
+ * outputs of the supported models are far below it. Float weight types (F32, F16, BF16) are not
+ * taken: their products stay in f32 in the GEMV.
+ *
+ * Deterministic: every output element is one fixed sequence of mma steps; two runs give the same
+ * bits, and so do two calls whose batches share a row (a row's result does not depend on the
+ * other rows of its tile). Enqueues on stream (cudaStream_t; NULL = default) without waiting; no
+ * host state is read by the kernels, so the calls may be captured into CUDA graphs. Exists only
+ * in builds with STRATA_HAVE_CUDA. */
+#ifndef STRATA_CUDA_MMQ_H
+#define STRATA_CUDA_MMQ_H
+
+#include "cuda_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 if st_cuda_mmq takes weights of type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K. Else 0. */
+int st_cuda_mmq_supports(strata_type type);
+
+/* The fewest rows for which the session uses st_cuda_mmq instead of the GEMV (below it, the
+ * GEMV's slices of 8 read the weights few enough times). */
+#define ST_CUDA_MMQ_MIN_ROWS 32
+
+/* y[t * ldy + r] = dot(row r of W, x[t * ldx ...]) for t < T, r < W->ne1. T >= 1; W->ne0 a
+ * multiple of 32 and of the type's block size; ldx >= ne0 and ldx a multiple of 4, d_x 16-byte
+ * aligned; ldy >= ne1; y must not overlap x. Errors: INVALID_ARG, UNSUPPORTED (type, no GPU),
+ * BACKEND (launch). */
+strata_status st_cuda_mmq(const st_cuda_mat *W, const float *d_x, int64_t ldx, int64_t T,
+                          float *d_y, int64_t ldy, void *stream);
+
+/* Fused gate/up/SwiGLU over T rows: y[t * ldy + r] = silu(Wg_r . x_t) * (Wu_r . x_t). Wg and Wu
+ * of one type and shape; same requirements as st_cuda_mmq. */
+strata_status st_cuda_mmq_swiglu(const st_cuda_mat *Wg, const st_cuda_mat *Wu, const float *d_x,
+                                 int64_t ldx, int64_t T, float *d_y, int64_t ldy, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_CUDA_MMQ_H */

@@ -1,0 +1,64 @@
+/* mmq.cuh - the tensor-core tile of the prefill matrix family (mmq.cu), shared by the dense entry
+ * points and the grouped-expert path that st_cuda_moe_ffn (moe.cu) takes for large batches.
+ *
+ * Kernel shape: a block of 4 warps computes a tile of 64 activation rows x 64 weight rows. Per
+ * step of 64 weights it decodes the weight tile (two 32-weight chunks per row: thread 2r + h
+ * decodes chunk h of row r) and the activation tile (f32 -> f16) into shared memory, then each
+ * warp multiplies its 32 x 32 quarter with 2 x 2 wmma 16x16x16 f16 fragments, f32 accumulators.
+ * GLU tiles decode a second weight matrix (up) and keep a second set of accumulators; the
+ * epilogue applies silu(gate) * up. Results are staged through shared memory and written with
+ * row and column bounds, so no output outside [0, count) x [0, N) is touched.
+ *
+ * Row sets: dense calls cover rows 64 y .. 64 y + 63 of x (blockIdx.y = y). Grouped calls read a
+ * tile list (expert, first sorted pair, count) made on the device by st_k_mmq_plan. Gate/up
+ * tiles gather their activation rows through the sorted pair list (token = pair / k) and write
+ * the sorted rows of h; down tiles read h's sorted rows and scatter their outputs back to pair
+ * order, where the GEMV path's combine (moe.cu) sums them in slot order. */
+#ifndef STRATA_CUDA_MMQ_CUH
+#define STRATA_CUDA_MMQ_CUH
+
+#include "moe.cuh"
+#include "cuda_moe.h"
+
+#define ST_MMQ_BM 64            /* activation rows per tile */
+#define ST_MMQ_BN 64            /* weight rows per tile */
+#define ST_MMQ_BK 64            /* weights per step: two 32-weight chunks */
+#define ST_MMQ_LDS (ST_MMQ_BK + 8)  /* halves per shared row (16 bytes of padding) */
+#define ST_MMQ_LDC (ST_MMQ_BN + 4)  /* floats per staged output row */
+#define ST_MMQ_THREADS 128
+
+/* One tile of a grouped call: rows start .. start + count - 1 of the sorted pairs, expert e. */
+struct st_mmq_tile {
+    int32_t e, start, count, pad;
+};
+
+/* Where a tile's weights, activation rows and outputs are. */
+struct st_mmq_args {
+    /* grouped: the expert table and which matrices (0: gate, and up for GLU; 2: down) */
+    const st_cuda_expert *table;
+    int which;
+    /* dense: the matrices (w1: up for GLU) */
+    const uint8_t *w0, *w1;
+    size_t rb0, rb1;
+    int64_t N, K;               /* weight rows, weights per row (a multiple of 32) */
+    const float *x;             /* activation rows, ldx floats apart, 16-byte aligned */
+    int64_t ldx;
+    const int32_t *x_order;     /* non-NULL: x row of tile row i = x_order[start + i] / k_div */
+    int k_div;
+    const int32_t *y_order;     /* non-NULL: y row of tile row i = y_order[start + i] */
+    const st_mmq_tile *tiles;   /* grouped: tile list and its length (device); NULL: dense */
+    const int32_t *n_tiles;
+    int64_t T;                  /* dense: activation rows */
+    float *y;                   /* output row i of the tile at y + (start + i) * ldy (or y_order) */
+    int64_t ldy;
+};
+
+/* Internal: the grouped expert FFN through the tiles up to the per-pair outputs (called by
+ * st_cuda_moe_ffn, which checked the arguments and combines *y_pairs: [T * k][n_embd] in pair
+ * order, inside the workspace), and the workspace it needs. */
+size_t st_moe_mmq_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
+strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const float **y_pairs);
+/* 1 when st_cuda_moe_ffn should take the tile path for this call. */
+int st_moe_mmq_wanted(const st_cuda_moe_args *a);
+
+#endif /* STRATA_CUDA_MMQ_CUH */
