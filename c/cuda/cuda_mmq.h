@@ -2,14 +2,14 @@
  * activation rows on the tensor cores, for prompt batches, where the decode GEMV (cuda_mmv.h)
  * would read each weight matrix once per 8 rows. Weights stay in their GGUF blocks in device
  * memory; each thread block decodes a 64-row by 64-weight tile to f16 in shared memory, rounds
- * the f32 activations to f16 and multiplies with f16 mma (f32 accumulation). The same tiles serve
- * the grouped experts of a prompt batch (st_cuda_moe_ffn takes this path for large batches).
+ * the f32 activations as the GEMV's q8_1 does (blocks of 32, d = amax / 127) and stores them as
+ * f16, and multiplies with f16 mma (f32 accumulation). The same tiles serve the grouped experts
+ * of a prompt batch (st_cuda_moe_ffn takes this path for large batches).
  *
- * Accuracy: weights decoded to f16 (relative rounding 2^-11) and activations rounded to f16, sums
- * in f32: NMSE ~1e-7 against the exact product, finer than the GEMV's q8_1 activations (~1e-5).
- * Activations above 65504 in magnitude would overflow f16; normalized hidden states and SwiGLU
- * outputs of the supported models are far below it. Float weight types (F32, F16, BF16) are not
- * taken: their products stay in f32 in the GEMV.
+ * Accuracy: the activation rounding is the GEMV's (and the CPU's q8_0), so the tiles and the GEMV
+ * differ only by the f16 rounding of the decoded weights and of q * d (relative 2^-11 each):
+ * NMSE ~1e-7 between them, ~1e-5 against the exact product (the q8 rounding, as the GEMV). Float
+ * weight types (F32, F16, BF16) are not taken: their products stay in f32 in the GEMV.
  *
  * Deterministic: every output element is one fixed sequence of mma steps; two runs give the same
  * bits, and so do two calls whose batches share a row (a row's result does not depend on the

@@ -39,6 +39,20 @@ struct st_mq_fb {
     }
 };
 
+/* A 32-value block of activations rounded as the GEMV's q8_1 (and the CPU's q8_0) round it:
+ * d = amax / 127, q = round(x / d), value q * fp16(d). The tiles then carry the same activation
+ * rounding as the decode path and the CPU, not a different one (f16 alone is finer, but its
+ * errors would not cancel against theirs: measured on the default model, mean KL GPU vs CPU
+ * 2.5e-4 with this rounding, 6.5e-4 without). */
+static __device__ __forceinline__ void st_mq_round_q8(float v[32]) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+    const float d = amax / 127.0f, dh = __half2float(__float2half_rn(d));
+#pragma unroll
+    for (int j = 0; j < 32; j++) v[j] = amax == 0.0f ? 0.0f : roundf(v[j] / d) * dh;
+}
+
 /* 32 floats -> 32 halves at a 16-byte aligned shared address. */
 static __device__ __forceinline__ void st_mq_store32(__half *dst, const float v[32]) {
     uint4 *d = (uint4 *)dst;
@@ -129,6 +143,7 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS) st_k_mmq(const st_mmq_a
                 const float4 f = p[j];
                 v[4 * j] = f.x; v[4 * j + 1] = f.y; v[4 * j + 2] = f.z; v[4 * j + 3] = f.w;
             }
+            st_mq_round_q8(v);
         } else {
 #pragma unroll
             for (int j = 0; j < 32; j++) v[j] = 0.0f;
