@@ -7,6 +7,8 @@
 # on the synthetic olmoe-1b-7b and qwen3-30b-a3b files (written by synth_moe.py while the build and
 # tests run), GPU first, as long as BUDGET seconds allow.
 #   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
+# env: BUDGET (seconds for the benchmarks), OFFLOAD=0 (skip the expert-offloading rows and the
+# sweep), CPU=0 (skip the host CPU rows), DISK=1 (the disk's O_DIRECT expert read rate).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 cffi pycparser
@@ -81,15 +83,16 @@ bench() { # name file args...
 while [ ! -f /tmp/olmoe.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "olmoe file ready at $(el)s: $(du -h /tmp/olmoe.gguf 2>/dev/null | cut -f1)"
 bench olmoe_gpu /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu
-bench olmoe_gpu_graphs /tmp/olmoe.gguf -p 0 -n 128 -r 3 --gpu --cuda-graphs
+bench olmoe_gpu_nographs /tmp/olmoe.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
 while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
 bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
-bench q3_gpu_graphs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --cuda-graphs
-bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu --cuda-graphs
+bench q3_gpu_nographs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
+bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile
 grep "profile" "$R/bench_q3_gpu_profile.err" || true
+if [ "${OFFLOAD:-1}" = 1 ]; then
 # experts in RAM, computed by the CPU (llama.cpp's --cpu-moe / -ncmoe 36 / -ncmoe 24 in ANCHORS.md);
 # the first version: synchronous hand-off per layer, no overlap
 bench q3_cpumoe /tmp/q3.gguf -p 2048 -n 64 -r 1 --gpu --cpu-moe -t 16
@@ -98,8 +101,9 @@ bench q3_ncmoe24 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 24 -t 16
 # the GPU expert cache at 25% and 50% of the expert bytes (6144 experts): demand loads over PCIe
 bench q3_cache25 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536
 bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
+fi # OFFLOAD
 # ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----
-if [ "$(el)" -lt "$BUDGET" ]; then
+if [ "${CPU:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
     THREADS="1 16" NPROMPT=512 NGEN=128 REPS=1 timeout 120 bash bench/bench_cpu.sh \
         models/strata-tiny-moe-q8_0.gguf "$R/cpu-tiny" > /dev/null 2>&1; echo "(cpu tiny at $(el)s)"
     THREADS="16" NPROMPT=512 NGEN=64 REPS=1 timeout 150 bash bench/bench_cpu.sh /tmp/q3.gguf "$R/cpu-qwen3-16t" \
@@ -114,7 +118,7 @@ if [ "${DISK:-0}" = 1 ] && [ "$(el)" -lt "$BUDGET" ] && make -j16 CUDA=1 bench >
     timeout 60 ./build/bench_stream /tmp/q3.gguf --seconds 2 2>&1 | tee "$R/bench_stream.txt" | tail -8
 fi
 # the offloading sweep (table, JSON, PNG where matplotlib is there) for docs/PERFORMANCE.md
-if [ "$(el)" -lt "$BUDGET" ]; then
+if [ "${OFFLOAD:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
     timeout $(( BUDGET + 90 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
         --shares 0,25,50,100 -n 32 --args "-t 16" --out "$R/sweep_q3_gpu" 2>&1 | tail -8
 fi

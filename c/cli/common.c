@@ -38,7 +38,7 @@ void cli_opts_init(cli_opts *o) {
     }
     o->profile = env_flag("STRATA_PROFILE");
     o->pipe = env_flag("STRATA_PIPE");
-    o->cuda_graphs = env_flag("STRATA_CUDA_GRAPHS");
+    o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
 }
@@ -66,8 +66,9 @@ void cli_opts_usage(FILE *f) {
         "                          read from the file with O_DIRECT when routed (same results);\n"
         "                          --pipe (also $STRATA_PIPE=1): read the next layer's predicted\n"
         "                          experts while this layer computes\n"
-        "  --cuda-graphs           GPU: replay each decode step as a CUDA graph (also\n"
-        "                          $STRATA_CUDA_GRAPHS=1; off by default while it is measured)\n"
+        "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
+        "                          replaying the step as a CUDA graph (the default, same\n"
+        "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
         "  --degrade-zero          DEGRADE_ZERO approximation (also $DEGRADE_ZERO=1): in decode\n"
         "                          steps, drop a routed expert that missed its deadline when its\n"
         "                          gate weight is below tau; --degrade-tau T (also $DEGRADE_TAU,\n"
@@ -155,6 +156,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--degrade-eval")) o->degrade_eval = o->degrade_zero = 1;
     else if (opt_is(a, NULL, "--profile")) o->profile = 1;
     else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
+    else if (opt_is(a, NULL, "--no-cuda-graphs")) o->cuda_graphs = 0;
     else if (opt_is(a, NULL, "--pipe")) o->pipe = 1;
     else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
     else if (opt_is(a, NULL, "--gpu-experts")) o->n_cpu_moe = 0;

@@ -25,25 +25,33 @@
 extern "C" {
 #endif
 
-/* 1 if st_cuda_mmq takes weights of type: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K. Else 0. */
+/* 1 if st_cuda_mmq takes weights of type: the tensor-core tiles for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; f32 tiles on the FMA units for F32, F16, BF16 (f32
+ * products and sums in order, as exact as the GEMV: the router of quantized models, float
+ * models). Else 0. st_cuda_mmq_swiglu takes the quantized types only. */
 int st_cuda_mmq_supports(strata_type type);
+
+/* Bytes of scratch st_cuda_mmq needs for T rows of ne0 activations (their rounded f16 copy),
+ * the same for every type; 0 on bad sizes. */
+size_t st_cuda_mmq_scratch_bytes(int64_t ne0, int64_t T);
 
 /* The fewest rows for which the session uses st_cuda_mmq instead of the GEMV (below it, the
  * GEMV's slices of 8 read the weights few enough times). */
 #define ST_CUDA_MMQ_MIN_ROWS 32
 
-/* y[t * ldy + r] = dot(row r of W, x[t * ldx ...]) for t < T, r < W->ne1. T >= 1; W->ne0 a
- * multiple of 32 and of the type's block size; ldx >= ne0 and ldx a multiple of 4, d_x 16-byte
- * aligned; ldy >= ne1; y must not overlap x. Errors: INVALID_ARG, UNSUPPORTED (type, no GPU),
- * BACKEND (launch). */
+/* y[t * ldy + r] = dot(row r of W, x[t * ldx ...]) for t < T, r < W->ne1. T >= 1; for quantized
+ * types W->ne0 a multiple of 32 and of the block size; ldx >= ne0, ldy >= ne1, x and y 4-byte
+ * aligned; y must not overlap x or the scratch (st_cuda_mmq_scratch_bytes(ne0, T) bytes, 16-byte
+ * aligned; unused for float types, may be NULL there). Errors: INVALID_ARG, UNSUPPORTED (type,
+ * no GPU), BACKEND (launch). */
 strata_status st_cuda_mmq(const st_cuda_mat *W, const float *d_x, int64_t ldx, int64_t T,
-                          float *d_y, int64_t ldy, void *stream);
+                          float *d_y, int64_t ldy, void *d_scratch, void *stream);
 
 /* Fused gate/up/SwiGLU over T rows: y[t * ldy + r] = silu(Wg_r . x_t) * (Wu_r . x_t). Wg and Wu
  * of one type and shape; same requirements as st_cuda_mmq. */
 strata_status st_cuda_mmq_swiglu(const st_cuda_mat *Wg, const st_cuda_mat *Wu, const float *d_x,
-                                 int64_t ldx, int64_t T, float *d_y, int64_t ldy, void *stream);
+                                 int64_t ldx, int64_t T, float *d_y, int64_t ldy, void *d_scratch,
+                                 void *stream);
 
 #ifdef __cplusplus
 }

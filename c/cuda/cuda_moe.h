@@ -38,6 +38,9 @@ typedef struct st_cuda_expert {
  * the fly against f32 activations (F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K). */
 int st_cuda_moe_supports(strata_type type);
 int st_cuda_moe_type_dp4a(strata_type type);
+/* 1 if type has the tensor-core tile path of prompt batches (see ST_CUDA_MOE_MAX_PAIRS): Q4_0,
+ * Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Defined in mmq.cu. */
+int st_cuda_moe_type_tiles(strata_type type);
 
 /* ---- doorbell: host-mapped pinned ids/weights ---------------------------------------------- */
 
@@ -88,8 +91,8 @@ typedef struct st_cuda_moe_args {
 
 /* Most (token, slot) pairs of one st_cuda_moe_ffn call. Up to 1024 pairs any supported type runs
  * on the GEMV path; beyond that, and wherever a batch has many pairs per expert (T >= 32 and
- * T * k >= 4 n_expert), types with a tensor-core tile kernel (st_cuda_mmq_supports for gate/up
- * and down) take the tile path: gate/up and down as 64 x 64 f16 tiles per expert (cuda_mmq.h).
+ * T * k >= 4 n_expert), types with a tensor-core tile kernel for gate/up and down
+ * (st_cuda_moe_type_tiles) take the tile path: 64 x 64 f16 tiles per expert (cuda_mmq.h).
  * Other types beyond 1024 pairs are INVALID_ARG. */
 #define ST_CUDA_MOE_MAX_PAIRS 65536
 

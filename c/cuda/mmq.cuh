@@ -41,8 +41,8 @@ struct st_mmq_args {
     const uint8_t *w0, *w1;
     size_t rb0, rb1;
     int64_t N, K;               /* weight rows, weights per row (a multiple of 32) */
-    const float *x;             /* activation rows, ldx floats apart, 16-byte aligned */
-    int64_t ldx;
+    const __half *xa;           /* activation rows (st_k_mq_act), lda halves apart, 16-byte aligned */
+    int64_t lda;
     const int32_t *x_order;     /* non-NULL: x row of tile row i = x_order[start + i] / k_div */
     int k_div;
     const int32_t *y_order;     /* non-NULL: y row of tile row i = y_order[start + i] */

@@ -56,6 +56,9 @@ typedef struct {
     float *attn_norm, *ffn_norm, *q_norm, *k_norm;   /* (n_embd) / (head_dim or projection) */
     float *bq, *bk, *bv, *bo;                         /* (rows) */
     st_cuda_mat wq, wk, wv, wo;                       /* see st_layer */
+    st_cuda_mat wqkv;    /* (n_embd, nq + nk + nv): wq, wk, wv as one matrix when they share a
+                            type (wq/wk/wv then view its rows), so one GEMV or tile pass computes
+                            q, k and v into one row of g->qkv; data NULL otherwise */
     st_cuda_mat router;                               /* (n_embd, n_expert) */
     st_cuda_mat shexp_gate_inp;                       /* (n_embd, 1) qwen2moe */
     st_cuda_mat ffn_gate, ffn_up, ffn_down;           /* dense FFN */
@@ -90,10 +93,11 @@ struct st_gpu {
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
+    float *qkv;                           /* (T, nq + nk + nv): the fused projection's rows */
     int32_t *ids, *zeros;
     int32_t *pos;                         /* (T) the batch's positions: RoPE, KV store, attention */
     int32_t *hpos;                        /* (T) host copy staged for the upload */
-    void *mmv_scratch, *moe_ws, *attn_ws;
+    void *mmv_scratch, *mmq_scratch, *moe_ws, *attn_ws;
     size_t moe_ws_bytes, attn_ws_bytes;
 };
 
@@ -136,6 +140,52 @@ static strata_status st_gpu_put(st_gpu *g, const st_tensor *t, void **dev) {
     TRY(st_cuda_memcpy_h2d(d, t->data, n));
     if (g->progress) g->progress("upload", (int64_t)g->weight_bytes, g->upload_total, g->progress_data);
     *dev = d;
+    return STRATA_OK;
+}
+
+/* wq, wk and wv of one type as one device matrix (rows of wq, then wk, then wv); the three
+ * descriptors then point into it. Leaves G->wqkv zero when the types or row sizes differ. */
+static strata_status st_gpu_put_qkv(st_gpu *g, const st_layer *L, st_gpu_layer *G) {
+    memset(&G->wqkv, 0, sizeof G->wqkv);
+    const st_tensor *ts[3] = {&L->wq, &L->wk, &L->wv};
+    for (int i = 0; i < 3; i++)
+        if (!ts[i]->data || ts[i]->type != L->wq.type || ts[i]->row_bytes != L->wq.row_bytes ||
+            ts[i]->ne[0] != L->wq.ne[0] || !st_cuda_mmv_supports(ts[i]->type))
+            return STRATA_OK;
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) n += st_tensor_bytes(ts[i]);
+    if (g->n_ups == g->cap_ups) {
+        int cap = g->cap_ups ? 2 * g->cap_ups : 256;
+        st_gpu_upload *u = realloc(g->ups, sizeof *u * (size_t)cap);
+        if (!u) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+        g->ups = u;
+        g->cap_ups = cap;
+    }
+    void *d = NULL;
+    strata_status st = st_cuda_malloc(&d, n);
+    if (st != STRATA_OK)
+        return st_error(st, "gpu session: %zu bytes for %s/k/v: %s", n, L->wq.name ? L->wq.name : "wq",
+                        strata_last_error());
+    g->ups[g->n_ups].host = NULL; /* never shared */
+    g->ups[g->n_ups].dev = d;
+    g->n_ups++;
+    g->weight_bytes += n;
+    st_cuda_mat *ms[3] = {&G->wq, &G->wk, &G->wv};
+    size_t off = 0;
+    int64_t rows = 0;
+    for (int i = 0; i < 3; i++) {
+        TRY(st_cuda_memcpy_h2d((uint8_t *)d + off, ts[i]->data, st_tensor_bytes(ts[i])));
+        ms[i]->type = ts[i]->type;
+        ms[i]->data = (uint8_t *)d + off;
+        ms[i]->ne0 = ts[i]->ne[0];
+        ms[i]->ne1 = ts[i]->ne[1];
+        ms[i]->row_bytes = ts[i]->row_bytes;
+        off += st_tensor_bytes(ts[i]);
+        rows += ts[i]->ne[1];
+    }
+    G->wqkv = G->wq;
+    G->wqkv.ne1 = rows;
+    if (g->progress) g->progress("upload", (int64_t)g->weight_bytes, g->upload_total, g->progress_data);
     return STRATA_OK;
 }
 
@@ -245,9 +295,12 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
         TRY(st_gpu_put_f32(g, &L->bk, &G->bk));
         TRY(st_gpu_put_f32(g, &L->bv, &G->bv));
         TRY(st_gpu_put_f32(g, &L->bo, &G->bo));
-        TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
-        TRY(st_gpu_put_mat(g, &L->wk, &G->wk));
-        TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
+        TRY(st_gpu_put_qkv(g, L, G));
+        if (!G->wqkv.data) {
+            TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
+            TRY(st_gpu_put_mat(g, &L->wk, &G->wk));
+            TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
+        }
         TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
         if (hp->n_expert > 0) {
             TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
@@ -290,6 +343,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     TRY(st_gpu_alloc((void **)&g->q, f * T * nq));
     TRY(st_gpu_alloc((void **)&g->k, f * T * nk));
     TRY(st_gpu_alloc((void **)&g->v, f * T * nv));
+    TRY(st_gpu_alloc((void **)&g->qkv, f * T * (nq + nk + nv)));
     TRY(st_gpu_alloc((void **)&g->att, f * T * no));
     TRY(st_gpu_alloc((void **)&g->proj, f * T * E));
     TRY(st_gpu_alloc((void **)&g->h, f * T * F));
@@ -315,6 +369,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     size_t widest = E > no ? E : no;
     if (F > widest) widest = F;
     TRY(st_gpu_alloc(&g->mmv_scratch, st_cuda_mmv_scratch_bytes((int64_t)widest, ST_GPU_COLS)));
+    TRY(st_gpu_alloc(&g->mmq_scratch, st_cuda_mmq_scratch_bytes((int64_t)widest, (int64_t)T)));
     g->moe_tokens = 1;
     size_t moe = 0;
     if (hp->n_expert > 0) {
@@ -323,10 +378,10 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
         int tiles = 1;
         for (int il = 0; il < hp->n_layer; il++) {
             const st_layer *L = &s->model->layers[il];
-            tiles &= st_cuda_mmq_supports(L->ffn_gate_exps.type) && st_cuda_mmq_supports(L->ffn_down_exps.type);
+            tiles &= st_cuda_moe_type_tiles(L->ffn_gate_exps.type) && st_cuda_moe_type_tiles(L->ffn_down_exps.type);
             if (s->shexp && L->ffn_gate_shexp.data)
-                tiles &= st_cuda_mmq_supports(L->ffn_gate_shexp.type) &&
-                         st_cuda_mmq_supports(L->ffn_down_shexp.type);
+                tiles &= st_cuda_moe_type_tiles(L->ffn_gate_shexp.type) &&
+                         st_cuda_moe_type_tiles(L->ffn_down_shexp.type);
         }
         g->moe_tokens = (tiles ? 8192 : 1024) / (int64_t)K;
         if (g->moe_tokens > (int64_t)T) g->moe_tokens = (int64_t)T;
@@ -376,8 +431,8 @@ void st_gpu_free(strata_session *s) {
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
-    void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->att, g->proj, g->h, g->router,
-                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->mmv_scratch,
+    void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
+                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->mmv_scratch, g->mmq_scratch,
                     g->moe_ws, g->attn_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
@@ -483,7 +538,7 @@ static strata_status st_gpu_mark(strata_session *s, strata_phase phase) {
  * ST_GPU_COLS columns; y row stride W->ne1. */
 static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, int64_t T, float *y) {
     if (T >= ST_CUDA_MMQ_MIN_ROWS && st_cuda_mmq_supports(W->type))
-        return st_cuda_mmq(W, x, W->ne0, T, y, W->ne1, g->stream);
+        return st_cuda_mmq(W, x, W->ne0, T, y, W->ne1, g->mmq_scratch, g->stream);
     for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
         const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
         TRY(st_cuda_mmv(W, x + c * W->ne0, nc, y + c * W->ne1, g->mmv_scratch, g->stream));
@@ -502,30 +557,41 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     const int64_t no = (int64_t)hp->n_head * hp->head_dim_v;
 
     TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, g->stream));
-    TRY(st_gpu_mm(g, &G->wq, g->xn, T, g->q));
-    TRY(st_gpu_mm(g, &G->wk, g->xn, T, g->k));
-    TRY(st_gpu_mm(g, &G->wv, g->xn, T, g->v));
-    if (G->bq) TRY(st_cuda_add_bias(g->q, nq, G->bq, nq, T, g->stream));
-    if (G->bk) TRY(st_cuda_add_bias(g->k, nk, G->bk, nk, T, g->stream));
-    if (G->bv) TRY(st_cuda_add_bias(g->v, nv, G->bv, nv, T, g->stream));
+    /* q, k, v: rows of one (T, nq + nk + nv) buffer when fused, else three buffers */
+    float *q = g->q, *k = g->k, *v = g->v;
+    int64_t lq = nq, lk = nk, lv = nv;
+    if (G->wqkv.data) {
+        TRY(st_gpu_mm(g, &G->wqkv, g->xn, T, g->qkv));
+        q = g->qkv;
+        k = g->qkv + nq;
+        v = g->qkv + nq + nk;
+        lq = lk = lv = nq + nk + nv;
+    } else {
+        TRY(st_gpu_mm(g, &G->wq, g->xn, T, g->q));
+        TRY(st_gpu_mm(g, &G->wk, g->xn, T, g->k));
+        TRY(st_gpu_mm(g, &G->wv, g->xn, T, g->v));
+    }
+    if (G->bq) TRY(st_cuda_add_bias(q, lq, G->bq, nq, T, g->stream));
+    if (G->bk) TRY(st_cuda_add_bias(k, lk, G->bk, nk, T, g->stream));
+    if (G->bv) TRY(st_cuda_add_bias(v, lv, G->bv, nv, T, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_QKV)); /* (the q/k norms below count as attention, as on the CPU) */
     switch (m->arch->qk_norm) {
     case ST_QKNORM_FULL:
-        TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, nq, 1, T, hp->norm_eps, g->stream));
-        TRY(st_cuda_rmsnorm(g->k, nk, g->k, nk, G->k_norm, nk, 1, T, hp->norm_eps, g->stream));
+        TRY(st_cuda_rmsnorm(q, lq, q, lq, G->q_norm, nq, 1, T, hp->norm_eps, g->stream));
+        TRY(st_cuda_rmsnorm(k, lk, k, lk, G->k_norm, nk, 1, T, hp->norm_eps, g->stream));
         break;
     case ST_QKNORM_HEAD:
-        TRY(st_cuda_rmsnorm(g->q, nq, g->q, nq, G->q_norm, hd, hp->n_head, T, hp->norm_eps, g->stream));
-        TRY(st_cuda_rmsnorm(g->k, nk, g->k, nk, G->k_norm, hd, hp->n_head_kv, T, hp->norm_eps, g->stream));
+        TRY(st_cuda_rmsnorm(q, lq, q, lq, G->q_norm, hd, hp->n_head, T, hp->norm_eps, g->stream));
+        TRY(st_cuda_rmsnorm(k, lk, k, lk, G->k_norm, hd, hp->n_head_kv, T, hp->norm_eps, g->stream));
         break;
     case ST_QKNORM_NONE:
         break;
     }
     /* positions from g->pos (device): a replayed decode graph sees the step's own */
-    TRY(st_cuda_rope(&g->rope, g->q, nq, hp->n_head, hd, T, g->pos, pos0, g->stream));
-    TRY(st_cuda_rope(&g->rope, g->k, nk, hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
-    TRY(st_cuda_kv_store(&G->kv, &g->shape, g->k, nk, g->v, nv, T, pos0, g->pos, g->stream));
-    TRY(st_cuda_attention(&G->kv, &g->shape, g->q, nq, T, pos0, g->pos, g->att, no, g->attn_ws,
+    TRY(st_cuda_rope(&g->rope, q, lq, hp->n_head, hd, T, g->pos, pos0, g->stream));
+    TRY(st_cuda_rope(&g->rope, k, lk, hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+    TRY(st_cuda_kv_store(&G->kv, &g->shape, k, lk, v, lv, T, pos0, g->pos, g->stream));
+    TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
                           g->attn_ws_bytes, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
     TRY(st_gpu_mm(g, &G->wo, g->att, T, g->proj));
@@ -545,8 +611,9 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     if (hp->n_expert == 0) {
         TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
         const int64_t F = hp->n_ff;
-        if (T >= ST_CUDA_MMQ_MIN_ROWS && st_cuda_mmq_supports(G->ffn_gate.type))
-            TRY(st_cuda_mmq_swiglu(&G->ffn_gate, &G->ffn_up, g->xn, E, T, g->h, F, g->stream));
+        if (T >= ST_CUDA_MMQ_MIN_ROWS && st_cuda_moe_type_tiles(G->ffn_gate.type))
+            TRY(st_cuda_mmq_swiglu(&G->ffn_gate, &G->ffn_up, g->xn, E, T, g->h, F, g->mmq_scratch,
+                                   g->stream));
         else for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
             const int nc = (int)(T - c < ST_GPU_COLS ? T - c : ST_GPU_COLS);
             TRY(st_cuda_mmv_swiglu(&G->ffn_gate, &G->ffn_up, g->xn + c * E, nc, g->h + c * F,

@@ -23,6 +23,7 @@ strata_session_params strata_session_default_params(void) {
     p.degrade_zero = 0;
     p.degrade_tau = ST_DEGRADE_TAU_DEFAULT;
     p.degrade_eval = 0;
+    p.cuda_graphs = 1;
     return p;
 }
 

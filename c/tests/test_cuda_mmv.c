@@ -30,6 +30,7 @@
 #include "cuda_backend.h"
 #include "cuda_mmq.h"
 #include "cuda_mmv.h"
+#include "cuda_moe.h"
 #include "common.h" /* st_f32_to_fp16, st_f32_to_bf16 */
 
 #include <math.h>
@@ -153,7 +154,8 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
     int maxc = 8; /* more columns than 8: the tensor-core tiles (st_cuda_mmq), same checks */
     for (int k = 0; k < n_nc; k++) maxc = ncs[k] > maxc ? ncs[k] : maxc;
     const int64_t ny_max = (int64_t)maxc * ne1;
-    const size_t sbytes_max = st_cuda_mmv_scratch_bytes(ne0, 8);
+    size_t sbytes_max = st_cuda_mmv_scratch_bytes(ne0, 8);
+    if (st_cuda_mmq_scratch_bytes(ne0, maxc) > sbytes_max) sbytes_max = st_cuda_mmq_scratch_bytes(ne0, maxc);
     const strata_type act = strata_act_type(type);
     const size_t xq_bytes = (size_t)strata_row_bytes(act, ne0);
 
@@ -192,7 +194,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
         const int ncols = ncs[k];
         const int64_t ny = (int64_t)ncols * ne1;
         const int tiles = ncols > 8;
-        const size_t sbytes = tiles ? 0 : st_cuda_mmv_scratch_bytes(ne0, ncols);
+        const size_t sbytes = tiles ? st_cuda_mmq_scratch_bytes(ne0, ncols) : st_cuda_mmv_scratch_bytes(ne0, ncols);
         char what[160];
         snprintf(what, sizeof what, "%-7s %-18s ne0=%5lld ne1=%5lld ncols=%d%s%s%s%s", tn, label,
                  (long long)ne0, (long long)ne1, ncols, pad ? " padded" : "",
@@ -203,8 +205,8 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
         if (st == STRATA_OK) {
             const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb}, W1 = {type, db->w1, ne0, ne1, rb};
             if (tiles)
-                st = fused ? st_cuda_mmq_swiglu(&W0, &W1, dx, ne0, ncols, (float *)db->y, ne1, NULL)
-                           : st_cuda_mmq(&W0, dx, ne0, ncols, (float *)db->y, ne1, NULL);
+                st = fused ? st_cuda_mmq_swiglu(&W0, &W1, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL)
+                           : st_cuda_mmq(&W0, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL);
             else
                 st = fused ? st_cuda_mmv_swiglu(&W0, &W1, dx, ncols, (float *)db->y, db->scratch, NULL)
                            : st_cuda_mmv(&W0, dx, ncols, (float *)db->y, db->scratch, NULL);
@@ -362,23 +364,28 @@ static void test_arguments(int available) {
     CHECK(st_cuda_mmv_scratch_bytes(33, 1) == 72u, "scratch(33, 1)");
     /* the tile kernels: quantized types only; checks before any launch */
     CHECK(st_cuda_mmq_supports(STRATA_TYPE_Q4_K) && st_cuda_mmq_supports(STRATA_TYPE_Q8_0) &&
-          st_cuda_mmq_supports(STRATA_TYPE_Q6_K) && !st_cuda_mmq_supports(STRATA_TYPE_F32) &&
+          st_cuda_mmq_supports(STRATA_TYPE_Q6_K) && st_cuda_mmq_supports(STRATA_TYPE_F32) &&
           !st_cuda_mmq_supports(STRATA_TYPE_IQ4_XS) && !st_cuda_mmq_supports(STRATA_TYPE_COUNT),
           "mmq supports()");
     {
         const st_cuda_mat Wq = {STRATA_TYPE_Q8_0, (const void *)(uintptr_t)0x10000, 256, 64, 272};
+        const st_cuda_mat Wi = {STRATA_TYPE_IQ4_XS, (const void *)(uintptr_t)0x10000, 256, 64, 136};
         const st_cuda_mat Wf = {STRATA_TYPE_F32, (const void *)(uintptr_t)0x10000, 256, 64, 1024};
         float *fx = (float *)(uintptr_t)0x20000, *fy = (float *)(uintptr_t)0x40000;
-        strata_status e = st_cuda_mmq(&Wf, fx, 256, 64, fy, 64, NULL);
-        CHECK(e == STRATA_ERR_UNSUPPORTED, "mmq F32: %s", strata_status_name(e));
-        e = st_cuda_mmq(&Wq, fx + 1, 256, 64, fy, 64, NULL);
-        CHECK(e == STRATA_ERR_INVALID_ARG, "mmq x misaligned: %s", strata_status_name(e));
-        e = st_cuda_mmq(&Wq, fx, 256, 0, fy, 64, NULL);
+        void *scr = (void *)(uintptr_t)0x80000;
+        strata_status e = st_cuda_mmq(&Wi, fx, 256, 64, fy, 64, scr, NULL);
+        CHECK(e == STRATA_ERR_UNSUPPORTED, "mmq IQ4_XS: %s", strata_status_name(e));
+        e = st_cuda_mmq(&Wq, fx, 256, 64, fy, 64, NULL, NULL);
+        CHECK(e == STRATA_ERR_INVALID_ARG, "mmq without scratch: %s", strata_status_name(e));
+        e = st_cuda_mmq(&Wq, fx, 256, 0, fy, 64, scr, NULL);
         CHECK(e == STRATA_ERR_INVALID_ARG, "mmq T = 0: %s", strata_status_name(e));
-        e = st_cuda_mmq(&Wq, fx, 200, 64, fy, 64, NULL);
+        e = st_cuda_mmq(&Wq, fx, 200, 64, fy, 64, scr, NULL);
         CHECK(e == STRATA_ERR_INVALID_ARG, "mmq ldx < ne0: %s", strata_status_name(e));
-        e = st_cuda_mmq_swiglu(&Wq, NULL, fx, 256, 64, fy, 64, NULL);
+        e = st_cuda_mmq_swiglu(&Wq, NULL, fx, 256, 64, fy, 64, scr, NULL);
         CHECK(e == STRATA_ERR_INVALID_ARG, "mmq swiglu without up: %s", strata_status_name(e));
+        e = st_cuda_mmq_swiglu(&Wf, &Wf, fx, 256, 64, fy, 64, scr, NULL);
+        CHECK(e == STRATA_ERR_INVALID_ARG, "mmq swiglu of float weights: %s", strata_status_name(e));
+        CHECK(st_cuda_mmq_scratch_bytes(2048, 512) == 2048u * 512u * 2u, "mmq scratch bytes");
     }
     CHECK(st_cuda_mmv_scratch_bytes(0, 1) == 0 && st_cuda_mmv_scratch_bytes(32, 9) == 0 &&
           st_cuda_mmv_scratch_bytes(32, 0) == 0, "scratch of invalid sizes");
@@ -507,13 +514,15 @@ int main(void) {
         check_case(&db, type, "odd", odd0, 333, nc_7, 1, 0, 0, 1, &r);
         if (st_cuda_mmq_supports(type)) { /* prompt batches on the tensor-core tiles */
             static const int nc_mmq[] = {9, 33, 64, 200}, nc_mmq2[] = {40, 129};
-            const int64_t odd1 = qk == 32 ? 32 * 37 : 256 * 5; /* K not a multiple of 64 */
+            const int64_t odd1 = qk == 1 ? 1001 : qk == 32 ? 32 * 37 : 256 * 5; /* K not a multiple of 64 */
             check_case(&db, type, "odd", odd1, 333, nc_mmq, 4, 0, 0, 0, &r);
             check_case(&db, type, "qwen3 attn_q", 2048, 4096, nc_mmq2, 2, 0, 0, 0, &r);
             check_case(&db, type, "qwen3 exp down", 768, 2048, nc_mmq2, 2, 0, 0, 0, &r);
-            check_case(&db, type, "padded", 2048, 101, nc_mmq2, 1, 6, 0, 0, &r);
-            check_case(&db, type, "qwen3 exp gate/up", 2048, 768, nc_mmq2, 2, 0, 0, 1, &r);
-            check_case(&db, type, "odd", odd1, 333, nc_mmq2, 1, 0, 0, 1, &r);
+            check_case(&db, type, "padded", 2048, 101, nc_mmq2, 1, type == STRATA_TYPE_F32 ? 4 : 6, 0, 0, &r);
+            if (st_cuda_moe_type_tiles(type)) {
+                check_case(&db, type, "qwen3 exp gate/up", 2048, 768, nc_mmq2, 2, 0, 0, 1, &r);
+                check_case(&db, type, "odd", odd1, 333, nc_mmq2, 1, 0, 0, 1, &r);
+            }
         }
         printf("%-7s done (%.2f s)\n", strata_type_name(type), (double)(clock() - c0) / CLOCKS_PER_SEC);
     }

@@ -586,7 +586,7 @@ int main(void) {
      * pairs) for every tile type, odd sizes, bad ids, more pairs than the GEMV path takes */
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const strata_type t = types[i];
-        if (!st_cuda_mmq_supports(t)) continue;
+        if (!st_cuda_moe_type_tiles(t)) continue;
         const int kq = strata_type_block_size(t) == 256;
         if (!expert_set_make(&s, kq ? 512 : 96, kq ? 768 : 224, 6, 6, t, t, &r)) { expert_set_free(&s); continue; }
         check_ffn("tiles", &s, 40, 3, 1, 0, &r);

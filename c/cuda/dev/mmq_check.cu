@@ -97,8 +97,11 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
     CK(cudaMalloc(&y1, sizeof(float) * (size_t)(T * N)));
     void *scr;
     CK(cudaMalloc(&scr, st_cuda_mmv_scratch_bytes(K, 8)));
+    void *mscr;
+    CK(cudaMalloc(&mscr, st_cuda_mmq_scratch_bytes(K, T)));
     auto tiles = [&] {
-        SK(glu ? st_cuda_mmq_swiglu(&W0, &W1, x, K, T, y0, N, NULL) : st_cuda_mmq(&W0, x, K, T, y0, N, NULL));
+        SK(glu ? st_cuda_mmq_swiglu(&W0, &W1, x, K, T, y0, N, mscr, NULL)
+               : st_cuda_mmq(&W0, x, K, T, y0, N, mscr, NULL));
     };
     auto gemv = [&] {
         for (int64_t c = 0; c < T; c += 8) {
@@ -113,7 +116,7 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
            "NMSE tiles vs gemv %.2e\n", name, strata_type_name(type), (long long)K, (long long)N,
            (long long)T, mt, flop / mt * 1e-9, mg, mg / mt, nmse(y0, y1, T * N));
     CK(cudaFree(w0)); if (w1) CK(cudaFree(w1));
-    CK(cudaFree(x)); CK(cudaFree(y0)); CK(cudaFree(y1)); CK(cudaFree(scr));
+    CK(cudaFree(x)); CK(cudaFree(y0)); CK(cudaFree(y1)); CK(cudaFree(scr)); CK(cudaFree(mscr));
 }
 
 /* The routed experts of one layer for a prompt of T tokens: the tile path in one call against the
@@ -200,6 +203,7 @@ int main() {
     dense("qwen3 attn_k", STRATA_TYPE_Q8_0, 2048, 512, 512, false);
     dense("qwen3 attn_out", STRATA_TYPE_Q8_0, 4096, 2048, 512, false);
     dense("qwen3 router", STRATA_TYPE_Q8_0, 2048, 128, 512, false);
+    dense("qwen3 router (f32)", STRATA_TYPE_F32, 2048, 128, 512, false);
     dense("llama ffn gate/up", STRATA_TYPE_Q4_K, 4096, 14336, 512, true);
     dense("llama ffn down", STRATA_TYPE_Q6_K, 14336, 4096, 512, false);
     experts("qwen3-30b-a3b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512);
