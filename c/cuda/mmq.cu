@@ -5,50 +5,64 @@
 #include "mmq.cuh"
 #include "cuda_mmq.h"
 
-#include <mma.h>
 
-using namespace nvcuda;
+/* ---- one 32-weight chunk of a row: quants and scales ------------------------------------------ */
 
-/* ---- one 32-weight chunk of a row as floats -------------------------------------------------- */
+/* A decoded chunk as the tiles take it: 32 values q (exact in f16) with weight k = sc[k / 16] *
+ * q[k] + mn, so that a chunk's dot with q8 activations (scale dx, quants qx, sums sx[2] of its
+ * two halves) is dx * (sc[0] (q . qx)[0:16] + sc[1] (q . qx)[16:32] + mn (sx[0] + sx[1])): the
+ * GEMV's dp4a formula, with the integer parts computed exactly by f16 mma (products of integers
+ * below 2^11, sums below 2^24 in f32). */
+struct st_mq_chunk {
+    uint32_t h[16];   /* the 32 q as half2 pairs (k, k + 1) */
+    float sc[2], mn;
+};
 
-/* Types with a dp4a decoder (moe.cuh): weight 4i + b = s * q + m. */
+static __device__ __forceinline__ uint32_t st_mq_h2(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *(const uint32_t *)&h;
+}
+
+/* Types with a dp4a decoder (moe.cuh): q = the signed bytes, sc = s0 / s1, mn = m. */
 template <class W>
 struct st_mq_w32 {
-    static constexpr int QK = W::QK;
-    static __device__ __forceinline__ void chunk(const uint8_t *row, int64_t c, float v[32]) {
+    static __device__ __forceinline__ void chunk(const uint8_t *row, int64_t c, st_mq_chunk &o) {
         st_w32 w;
         W::load(row, c, w);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const float s = (!W::SPLIT || i < 4) ? w.s0 : w.s1;
-#pragma unroll
-            for (int b = 0; b < 4; b++) {
-                const float q = (float)(int8_t)(w.q[i] >> (8 * b));
-                v[4 * i + b] = W::HAS_M ? fmaf(s, q, w.m) : s * q;
-            }
+            const int v = w.q[i];
+            o.h[2 * i] = st_mq_h2((float)(int8_t)v, (float)(int8_t)(v >> 8));
+            o.h[2 * i + 1] = st_mq_h2((float)(int8_t)(v >> 16), (float)(int8_t)(v >> 24));
         }
+        o.sc[0] = w.s0;
+        o.sc[1] = W::SPLIT ? w.s1 : w.s0;
+        o.mn = W::HAS_M ? w.m : 0.0f;
     }
 };
 
-/* The other types through their dequant.cuh decoders. */
+/* The other types through their dequant.cuh decoders: q = the weight itself (rounded to f16 in
+ * the tile: relative 2^-11, the one inexact step of the tiles), sc = 1, mn = 0. */
 template <class D>
 struct st_mq_fb {
-    static constexpr int QK = D::QK;
-    static __device__ __forceinline__ void chunk(const uint8_t *row, int64_t c, float v[32]) {
+    static __device__ __forceinline__ void chunk(const uint8_t *row, int64_t c, st_mq_chunk &o) {
+        float v[32];
         st_fb_chunk<D>(row, c, v);
+#pragma unroll
+        for (int j = 0; j < 16; j++) o.h[j] = st_mq_h2(v[2 * j], v[2 * j + 1]);
+        o.sc[0] = o.sc[1] = 1.0f;
+        o.mn = 0.0f;
     }
 };
 
-/* ---- activations: f32 rows -> f16 rows rounded as q8 ------------------------------------------ */
+/* ---- activations: f32 rows -> q8 quants, scales and half sums ---------------------------------- */
 
-/* Each block of 32 values rounded as the GEMV's q8_1 (and the CPU's q8_0) rounds it: d = amax /
- * 127, q = round(x / d), value q * fp16(d), stored as f16 (exact: |q| <= 127 times an f16). The
- * tiles then carry the same activation rounding as the decode path and the CPU rather than a
- * different one (f16 alone is finer, but its errors do not cancel against theirs: on the default
- * model, mean KL GPU vs CPU 2.5e-4 with this rounding, 6.5e-4 with plain f16). One warp per block,
- * lane = value; rows of K (a multiple of 32) floats ldx apart -> rows of K halves, contiguous. */
+/* Each block of 32 values quantized as the GEMV's q8_1 (and the CPU's q8_0): d = amax / 127,
+ * q = round(x / d); the tiles take q as f16 (exact), d as fp16(d) (the value the GEMV's dot
+ * uses) and the sums of q over each 16. One warp per block, lane = value. Rows of K (a multiple
+ * of 32) floats ldx apart -> rows of K quants, K / 32 scales and K / 16 sums, contiguous. */
 static __global__ void __launch_bounds__(256)
-st_k_mq_act(const float *__restrict__ x, int64_t ldx, int64_t rows, int64_t K, __half *__restrict__ xa) {
+st_k_mq_act(const float *__restrict__ x, int64_t ldx, int64_t rows, int64_t K, st_mq_act_rows o) {
     const int64_t nb = K / 32, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = (int)(threadIdx.x & 31);
     if (w >= rows * nb) return; /* whole warps */
@@ -56,43 +70,88 @@ st_k_mq_act(const float *__restrict__ x, int64_t ldx, int64_t rows, int64_t K, _
     const float v = x[r * ldx + 32 * b + lane];
     float amax = fabsf(v);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f, dh = __half2float(__float2half_rn(d));
-    xa[r * K + 32 * b + lane] = __float2half_rn(amax == 0.0f ? 0.0f : roundf(v / d) * dh);
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = amax / 127.0f;
+    const float q = amax == 0.0f ? 0.0f : roundf(v / d);
+    float sq = q;
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off); /* per half */
+    o.q[r * K + 32 * b + lane] = __float2half_rn(q);
+    if (lane == 0) o.d[r * nb + b] = __half2float(__float2half_rn(d));
+    if ((lane & 15) == 0) o.s[r * 2 * nb + 2 * b + (lane >> 4)] = sq;
 }
 
-static strata_status st_mq_act(const float *x, int64_t ldx, int64_t rows, int64_t K, __half *xa, cudaStream_t s) {
-    st_k_mq_act<<<st_cuda_grid(rows * (K / 32) * 32, 256), 256, 0, s>>>(x, ldx, rows, K, xa);
+/* The three arrays of rows x K activations carved from one buffer (256-byte sections). */
+static size_t st_mmq_al(size_t n) { return (n + 255) & ~(size_t)255; }
+
+static size_t st_mq_act_bytes(int64_t rows, int64_t K) {
+    return st_mmq_al((size_t)rows * (size_t)K * sizeof(__half)) +
+           st_mmq_al((size_t)rows * (size_t)(K / 32) * sizeof(float)) +
+           st_mmq_al((size_t)rows * (size_t)(K / 16) * sizeof(float));
+}
+
+static st_mq_act_rows st_mq_act_carve(void *base, int64_t rows, int64_t K) {
+    st_mq_act_rows o;
+    uint8_t *p = (uint8_t *)base;
+    o.q = (__half *)p;
+    p += st_mmq_al((size_t)rows * (size_t)K * sizeof(__half));
+    o.d = (float *)p;
+    p += st_mmq_al((size_t)rows * (size_t)(K / 32) * sizeof(float));
+    o.s = (float *)p;
+    o.K = K;
+    return o;
+}
+
+static strata_status st_mq_act(const float *x, int64_t ldx, int64_t rows, int64_t K,
+                               const st_mq_act_rows &o, cudaStream_t s) {
+    st_k_mq_act<<<st_cuda_grid(rows * (K / 32) * 32, 256), 256, 0, s>>>(x, ldx, rows, K, o);
     ST_CUDA_CHECK_LAUNCH("st_k_mq_act");
     return STRATA_OK;
 }
 
-/* 32 floats -> 32 halves at a 16-byte aligned shared address. */
-static __device__ __forceinline__ void st_mq_store32(__half *dst, const float v[32]) {
+/* ---- mma.sync m16n8k16 (f16 in, f32 accumulate) ----------------------------------------------- */
+
+static __device__ __forceinline__ void st_ldsm_x4(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* c = a (16x16, row) * b (16x8, col), from zero */
+static __device__ __forceinline__ void st_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
+                 : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+/* A chunk's 32 halves (16 half2 words) to a 16-byte aligned shared address. */
+static __device__ __forceinline__ void st_mq_store32(__half *dst, const uint32_t h[16]) {
     uint4 *d = (uint4 *)dst;
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
-        __half2 h[4];
-#pragma unroll
-        for (int q = 0; q < 4; q++) h[q] = __floats2half2_rn(v[8 * j + 2 * q], v[8 * j + 2 * q + 1]);
-        uint4 u;
-        u.x = *(const uint32_t *)&h[0];
-        u.y = *(const uint32_t *)&h[1];
-        u.z = *(const uint32_t *)&h[2];
-        u.w = *(const uint32_t *)&h[3];
-        d[j] = u;
-    }
+    for (int j = 0; j < 4; j++) d[j] = make_uint4(h[4 * j], h[4 * j + 1], h[4 * j + 2], h[4 * j + 3]);
 }
 
 /* ---- the tile kernel ------------------------------------------------------------------------- */
 
+/* Per-row scales of one step (64 weights = 2 chunks = 4 sixteens) in shared memory. */
+struct st_mq_wscale {
+    float sc[ST_MMQ_BN][4], mn[ST_MMQ_BN][4];
+};
+
 template <class C, bool GLU>
-static __global__ void __launch_bounds__(ST_MMQ_THREADS) st_k_mmq(const st_mmq_args a) {
+static __global__ void __launch_bounds__(ST_MMQ_THREADS, GLU ? 2 : 3) st_k_mmq(const st_mmq_args a) {
     constexpr int LDS = ST_MMQ_LDS, LDC = ST_MMQ_LDC;
-    __shared__ __align__(128) __half Xs[ST_MMQ_BM * LDS];     /* activations [row][k] */
-    __shared__ __align__(128) __half Ws[ST_MMQ_BN * LDS];     /* weights [row][k] (gate) */
-    __shared__ __align__(128) __half Us[GLU ? ST_MMQ_BN * LDS : 8]; /* up */
-    __shared__ __align__(128) float Cs[ST_MMQ_BM * LDC];      /* results [act row][weight row] */
+    /* Xs, Ws (and Us) during the steps; Cs over Xs and Ws in the epilogue */
+    constexpr int TILE_B = ST_MMQ_BM * LDS * (int)sizeof(__half);
+    static_assert(ST_MMQ_BM * LDC * (int)sizeof(float) <= 2 * TILE_B, "Cs fits over Xs and Ws");
+    __shared__ __align__(128) unsigned char st_mq_smem[(GLU ? 3 : 2) * TILE_B];
+    __half *Xs = (__half *)st_mq_smem;                        /* activation quants [row][k] */
+    __half *Ws = (__half *)(st_mq_smem + TILE_B);             /* weight quants [row][k] (gate) */
+    __half *Us = (__half *)(st_mq_smem + (GLU ? 2 : 1) * TILE_B); /* up (GLU) */
+    float *Cs = (float *)st_mq_smem;                          /* results [act row][weight row] */
+    __shared__ float Xd[ST_MMQ_BM][2], Xsum[ST_MMQ_BM][4];    /* activation scales, half sums */
+    __shared__ st_mq_wscale Wsc[GLU ? 2 : 1];
 
     int64_t start;
     int count;
@@ -120,14 +179,12 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS) st_k_mmq(const st_mmq_a
         rb1 = a.rb1;
     }
     const int64_t r0 = (int64_t)blockIdx.x * ST_MMQ_BN;
-    const int tid = (int)threadIdx.x, warp = tid >> 5;
+    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int lr = tid >> 1, hf = tid & 1; /* this thread loads row lr, chunk hf of each step */
+    const int64_t nch = a.K / 32;
 
-    const __half *xrow = NULL;
-    if (lr < count) {
-        const int64_t src = a.x_order ? (int64_t)(a.x_order[start + lr] / a.k_div) : start + lr;
-        xrow = a.xa + src * a.lda;
-    }
+    int64_t src = -1; /* this thread's activation row */
+    if (lr < count) src = a.x_order ? (int64_t)(a.x_order[start + lr] / a.k_div) : start + lr;
     const uint8_t *wrow0 = NULL, *wrow1 = NULL;
     if (r0 + lr < a.N) {
         wrow0 = w0 + (size_t)(r0 + lr) * rb0;
@@ -135,59 +192,103 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS) st_k_mmq(const st_mmq_a
     }
 
     const int wm = warp >> 1, wn = warp & 1; /* this warp's 32 x 32 quarter */
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2], accu[2][2];
+    const int g = lane >> 2, tq = lane & 3;  /* mma fragment coordinates */
+    float acc[2][4][4], accu[GLU ? 2 : 1][4][4];
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            wmma::fill_fragment(acc[i][j], 0.0f);
-            if (GLU) wmma::fill_fragment(accu[i][j], 0.0f);
-        }
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                acc[mi][ni][e] = 0.0f;
+                if (GLU) accu[mi][ni][e] = 0.0f;
+            }
 
-    const int64_t nch = a.K / 32;
-    __half *xd = Xs + lr * LDS + hf * 32, *wd = Ws + lr * LDS + hf * 32, *ud = Us + (GLU ? lr * LDS + hf * 32 : 0);
+    __half *xd = Xs + lr * LDS + hf * 32, *wd = Ws + lr * LDS + hf * 32;
+    __half *ud = Us + (GLU ? lr * LDS + hf * 32 : 0);
     for (int64_t c0 = 0; c0 < nch; c0 += 2) {
         const int64_t c = c0 + hf;
         const bool in = c < nch;
+        /* activations: quants, scale, half sums (zero outside the rows and the chunks) */
         {
             const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-            const uint4 *p = (const uint4 *)(xrow + 32 * c);
+            const bool ok = src >= 0 && in;
+            const uint4 *p = (const uint4 *)(a.act.q + (ok ? src * a.K + 32 * c : 0));
 #pragma unroll
-            for (int j = 0; j < 4; j++) ((uint4 *)xd)[j] = xrow && in ? __ldg(p + j) : z;
+            for (int j = 0; j < 4; j++) ((uint4 *)xd)[j] = ok ? __ldg(p + j) : z;
+            Xd[lr][hf] = ok ? __ldg(a.act.d + src * nch + c) : 0.0f;
+            Xsum[lr][2 * hf] = ok ? __ldg(a.act.s + src * 2 * nch + 2 * c) : 0.0f;
+            Xsum[lr][2 * hf + 1] = ok ? __ldg(a.act.s + src * 2 * nch + 2 * c + 1) : 0.0f;
         }
-        float v[32];
-        if (wrow0 && in) {
-            C::chunk(wrow0, c, v);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 32; j++) v[j] = 0.0f;
-        }
-        st_mq_store32(wd, v);
-        if (GLU) {
-            if (wrow1 && in) {
-                C::chunk(wrow1, c, v);
+        /* weights: quants and per-16 scales (a chunk outside is zero with zero scales) */
+        {
+            st_mq_chunk ch;
+            if (wrow0 && in) {
+                C::chunk(wrow0, c, ch);
             } else {
 #pragma unroll
-                for (int j = 0; j < 32; j++) v[j] = 0.0f;
+                for (int j = 0; j < 16; j++) ch.h[j] = 0u;
+                ch.sc[0] = ch.sc[1] = ch.mn = 0.0f;
             }
-            st_mq_store32(ud, v);
+            st_mq_store32(wd, ch.h);
+            Wsc[0].sc[lr][2 * hf] = ch.sc[0];
+            Wsc[0].sc[lr][2 * hf + 1] = ch.sc[1];
+            Wsc[0].mn[lr][2 * hf] = Wsc[0].mn[lr][2 * hf + 1] = ch.mn;
+            if (GLU) {
+                if (wrow1 && in) {
+                    C::chunk(wrow1, c, ch);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < 16; j++) ch.h[j] = 0u;
+                    ch.sc[0] = ch.sc[1] = ch.mn = 0.0f;
+                }
+                st_mq_store32(ud, ch.h);
+                Wsc[GLU ? 1 : 0].sc[lr][2 * hf] = ch.sc[0];
+                Wsc[GLU ? 1 : 0].sc[lr][2 * hf + 1] = ch.sc[1];
+                Wsc[GLU ? 1 : 0].mn[lr][2 * hf] = Wsc[GLU ? 1 : 0].mn[lr][2 * hf + 1] = ch.mn;
+            }
         }
         __syncthreads();
+#pragma unroll 1
+        for (int ks = 0; ks < 4; ks++) { /* sixteens of the step (not unrolled: registers) */
+            uint32_t af[2][4];
 #pragma unroll
-        for (int kk = 0; kk < ST_MMQ_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> fa[2];
+            for (int mi = 0; mi < 2; mi++)
+                st_ldsm_x4(af[mi], Xs + (wm * 32 + mi * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+            float dx[2][2], sx[2][2]; /* [mi][row g / g + 8] */
 #pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], Xs + (wm * 32 + 16 * i) * LDS + kk, LDS);
+            for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> fb;
-                wmma::load_matrix_sync(fb, Ws + (wn * 32 + 16 * j) * LDS + kk, LDS);
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 32 + mi * 16 + g + 8 * h;
+                    dx[mi][h] = Xd[r][ks >> 1];
+                    sx[mi][h] = Xsum[r][ks];
+                }
 #pragma unroll
-                for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
-                if (GLU) {
-                    wmma::load_matrix_sync(fb, Us + (wn * 32 + 16 * j) * LDS + kk, LDS);
+            for (int mat = 0; mat < (GLU ? 2 : 1); mat++) {
+                const __half *Bs = mat == 0 ? Ws : Us;
 #pragma unroll
-                    for (int i = 0; i < 2; i++) wmma::mma_sync(accu[i][j], fa[i], fb, accu[i][j]);
+                for (int np = 0; np < 2; np++) { /* pairs of n8 tiles */
+                    uint32_t bf[4];
+                    st_ldsm_x4(bf, Bs + (wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS +
+                                       ks * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+                    for (int nn = 0; nn < 2; nn++) {
+                        const int ni = np * 2 + nn;
+                        const int n = wn * 32 + ni * 8 + 2 * tq;
+                        const float sw0 = Wsc[mat].sc[n][ks], sw1 = Wsc[mat].sc[n + 1][ks];
+                        const float mw0 = Wsc[mat].mn[n][ks], mw1 = Wsc[mat].mn[n + 1][ks];
+#pragma unroll
+                        for (int mi = 0; mi < 2; mi++) {
+                            float cc[4];
+                            st_mma16816(cc, af[mi], bf[2 * nn], bf[2 * nn + 1]);
+                            float *A = mat == 0 ? acc[mi][ni] : accu[GLU ? mi : 0][ni];
+                            A[0] = fmaf(dx[mi][0], fmaf(sw0, cc[0], mw0 * sx[mi][0]), A[0]);
+                            A[1] = fmaf(dx[mi][0], fmaf(sw1, cc[1], mw1 * sx[mi][0]), A[1]);
+                            A[2] = fmaf(dx[mi][1], fmaf(sw0, cc[2], mw0 * sx[mi][1]), A[2]);
+                            A[3] = fmaf(dx[mi][1], fmaf(sw1, cc[3], mw1 * sx[mi][1]), A[3]);
+                        }
+                    }
                 }
             }
         }
@@ -196,17 +297,16 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS) st_k_mmq(const st_mmq_a
 
     /* epilogue: (silu(gate) * up), staged through shared memory, written within bounds */
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-        for (int j = 0; j < 2; j++) {
-            if (GLU)
-                for (int e = 0; e < acc[i][j].num_elements; e++) {
-                    const float g = acc[i][j].x[e];
-                    acc[i][j].x[e] = g / (1.0f + expf(-g)) * accu[i][j].x[e];
-                }
-            wmma::store_matrix_sync(Cs + (wm * 32 + 16 * i) * LDC + wn * 32 + 16 * j, acc[i][j], LDC,
-                                    wmma::mem_row_major);
-        }
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = acc[mi][ni][e];
+                if (GLU) v = v / (1.0f + expf(-v)) * accu[GLU ? mi : 0][ni][e];
+                const int r = wm * 32 + mi * 16 + g + 8 * (e >> 1), n = wn * 32 + ni * 8 + 2 * tq + (e & 1);
+                Cs[r * LDC + n] = v;
+            }
     __syncthreads();
     const int ncol = (int)min((int64_t)ST_MMQ_BN, a.N - r0);
     for (int idx = tid; idx < ST_MMQ_BM * ST_MMQ_BN; idx += ST_MMQ_THREADS) {
@@ -341,11 +441,9 @@ extern "C" int st_cuda_mmq_supports(strata_type type) {
 
 /* ---- dense entry points ---------------------------------------------------------------------- */
 
-static size_t st_mmq_al(size_t n) { return (n + 255) & ~(size_t)255; }
-
 extern "C" size_t st_cuda_mmq_scratch_bytes(int64_t ne0, int64_t T) {
     if (ne0 < 1 || T < 1) return 0;
-    return st_mmq_al((size_t)ne0 * (size_t)T * sizeof(__half));
+    return st_mq_act_bytes(T, (ne0 + 31) / 32 * 32);
 }
 
 static strata_status st_mmq_check_mat(const char *fn, const st_cuda_mat *W) {
@@ -406,8 +504,8 @@ static strata_status st_mmq_dense(const char *fn, const st_cuda_mat *Wg, const s
         if (Wg->type == STRATA_TYPE_F16) return st_mmf_go<st_dq_f16>(f, s);
         return st_mmf_go<st_dq_bf16>(f, s);
     }
-    __half *xa = (__half *)d_scratch;
-    ST_TRY(st_mq_act(d_x, ldx, T, Wg->ne0, xa, s));
+    const st_mq_act_rows act = st_mq_act_carve(d_scratch, T, Wg->ne0);
+    ST_TRY(st_mq_act(d_x, ldx, T, Wg->ne0, act, s));
     st_mmq_args a;
     memset(&a, 0, sizeof a);
     a.w0 = (const uint8_t *)Wg->data;
@@ -418,8 +516,7 @@ static strata_status st_mmq_dense(const char *fn, const st_cuda_mat *Wg, const s
     }
     a.N = Wg->ne1;
     a.K = Wg->ne0;
-    a.xa = xa;
-    a.lda = Wg->ne0;
+    a.act = act;
     a.k_div = 1;
     a.T = T;
     a.y = d_y;
@@ -496,9 +593,9 @@ struct st_mmq_ws {
     int32_t *n_tiles;
     st_mmq_tile *tiles;   /* [P + P / 64 + 1] at most */
     int32_t *order;       /* [P] */
-    __half *xa;           /* [T][n_embd] rounded activations */
+    st_mq_act_rows xa;    /* [T] rows of n_embd, quantized */
     float *h;             /* [P][n_ff], sorted rows */
-    __half *ha;           /* [P][n_ff] h rounded */
+    st_mq_act_rows ha;    /* [P] rows of n_ff: h quantized */
     float *y;             /* [P][n_embd], pair rows */
     size_t bytes;
 };
@@ -510,9 +607,9 @@ static st_mmq_ws st_mmq_ws_layout(uint8_t *base, int64_t T, int32_t k, int64_t n
     w.n_tiles = (int32_t *)(base + o);       o += st_mmq_al(sizeof(int32_t));
     w.tiles = (st_mmq_tile *)(base + o);     o += st_mmq_al((P + P / ST_MMQ_BM + 1) * sizeof(st_mmq_tile));
     w.order = (int32_t *)(base + o);         o += st_mmq_al(P * sizeof(int32_t));
-    w.xa = (__half *)(base + o);             o += st_mmq_al((size_t)T * (size_t)n_embd * sizeof(__half));
+    w.xa = st_mq_act_carve(base + o, T, n_embd);  o += st_mq_act_bytes(T, n_embd);
     w.h = (float *)(base + o);               o += st_mmq_al(P * (size_t)n_ff * sizeof(float));
-    w.ha = (__half *)(base + o);             o += st_mmq_al(P * (size_t)n_ff * sizeof(__half));
+    w.ha = st_mq_act_carve(base + o, (int64_t)P, n_ff);  o += st_mq_act_bytes((int64_t)P, n_ff);
     w.y = (float *)(base + o);               o += st_mmq_al(P * (size_t)n_embd * sizeof(float));
     w.bytes = o;
     return w;
@@ -544,8 +641,7 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
     g.which = 0;
     g.N = a->n_ff;
     g.K = a->n_embd;
-    g.xa = w.xa;
-    g.lda = a->n_embd;
+    g.act = w.xa;
     g.x_order = w.order;
     g.k_div = a->k;
     g.tiles = w.tiles;
@@ -560,8 +656,7 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
     d.which = 2;
     d.N = a->n_embd;
     d.K = a->n_ff;
-    d.xa = w.ha;
-    d.lda = a->n_ff;
+    d.act = w.ha;
     d.x_order = NULL;
     d.k_div = 1;
     d.y_order = w.order;

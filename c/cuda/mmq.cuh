@@ -1,11 +1,15 @@
 /* mmq.cuh - the tensor-core tile of the prefill matrix family (mmq.cu), shared by the dense entry
  * points and the grouped-expert path that st_cuda_moe_ffn (moe.cu) takes for large batches.
  *
- * Kernel shape: a block of 4 warps computes a tile of 64 activation rows x 64 weight rows. Per
- * step of 64 weights it decodes the weight tile (two 32-weight chunks per row: thread 2r + h
- * decodes chunk h of row r) and the activation tile (f32 -> f16) into shared memory, then each
- * warp multiplies its 32 x 32 quarter with 2 x 2 wmma 16x16x16 f16 fragments, f32 accumulators.
- * GLU tiles decode a second weight matrix (up) and keep a second set of accumulators; the
+ * Kernel shape: a block of 4 warps computes a tile of 64 activation rows x 64 weight rows. The
+ * activations were quantized once per call as the GEMV's q8_1 (st_k_mq_act: int8 quants, a scale
+ * per 32, sums per 16). Per step of 64 weights a thread decodes one 32-weight chunk of one weight
+ * row into its integer quants and per-16 scales (st_mq_chunk) and copies one chunk of activation
+ * quants; each warp then multiplies its 32 x 32 quarter, one 16-deep slice at a time, with
+ * mma.sync m16n8k16 (f16 inputs, f32 accumulators): integers below 2^11 whose sums stay below
+ * 2^24, so every slice's dot is exact, and scales it into the accumulators as the dp4a GEMV
+ * does: acc += dx * (sw * dot + mw * sum(qx)). The tiles thus compute the GEMV's function (only
+ * the order of the f32 scale products differs). GLU tiles decode a second matrix (up); the
  * epilogue applies silu(gate) * up. Results are staged through shared memory and written with
  * row and column bounds, so no output outside [0, count) x [0, N) is touched.
  *
@@ -32,6 +36,14 @@ struct st_mmq_tile {
     int32_t e, start, count, pad;
 };
 
+/* Activation rows quantized as q8 (st_k_mq_act): row r has K quants q[r * K ...] (f16, exact
+ * integers), K / 32 scales d[r * K / 32 ...] and K / 16 sums of quants s[r * K / 16 ...]. */
+struct st_mq_act_rows {
+    __half *q;
+    float *d, *s;
+    int64_t K;
+};
+
 /* Where a tile's weights, activation rows and outputs are. */
 struct st_mmq_args {
     /* grouped: the expert table and which matrices (0: gate, and up for GLU; 2: down) */
@@ -41,8 +53,7 @@ struct st_mmq_args {
     const uint8_t *w0, *w1;
     size_t rb0, rb1;
     int64_t N, K;               /* weight rows, weights per row (a multiple of 32) */
-    const __half *xa;           /* activation rows (st_k_mq_act), lda halves apart, 16-byte aligned */
-    int64_t lda;
+    st_mq_act_rows act;         /* activation rows (st_k_mq_act), K values each */
     const int32_t *x_order;     /* non-NULL: x row of tile row i = x_order[start + i] / k_div */
     int k_div;
     const int32_t *y_order;     /* non-NULL: y row of tile row i = y_order[start + i] */

@@ -127,9 +127,10 @@ static int64_t ref_stride(int64_t ne0, int64_t ne1, int ncols, int fused) {
 
 /* Device buffers reused across cases (grown as needed). */
 typedef struct {
-    void *w0, *w1, *x, *y, *scratch;
-    size_t w0_cap, w1_cap, x_cap, y_cap, scratch_cap;
+    void *w0, *w1, *x, *y, *scratch, *y2, *scratch2;
+    size_t w0_cap, w1_cap, x_cap, y_cap, scratch_cap, y2_cap, scratch2_cap;
 } dev_bufs;
+
 
 static strata_status ensure(void **p, size_t *cap, size_t bytes) {
     if (*cap >= bytes) return STRATA_OK;
@@ -139,6 +140,33 @@ static strata_status ensure(void **p, size_t *cap, size_t bytes) {
     strata_status st = st_cuda_malloc(p, bytes);
     if (st == STRATA_OK) *cap = bytes;
     return st;
+}
+
+/* The tiles against the GEMV on the same inputs: d_y2 = the GEMV in slices of 8 columns; returns
+ * their NMSE (-1 on error). The tiles compute the GEMV's function for the dp4a types. */
+static double tiles_vs_gemv(dev_bufs *db, const st_cuda_mat *W0, const st_cuda_mat *W1,
+                            const float *dx, int ncols, const uint32_t *got) {
+    const int64_t ne0 = W0->ne0, ne1 = W0->ne1, ny = (int64_t)ncols * ne1;
+    strata_status st = ensure(&db->y2, &db->y2_cap, (size_t)ny * 4);
+    if (st == STRATA_OK) st = ensure(&db->scratch2, &db->scratch2_cap, st_cuda_mmv_scratch_bytes(ne0, 8));
+    for (int c = 0; c < ncols && st == STRATA_OK; c += 8) {
+        const int nc = ncols - c < 8 ? ncols - c : 8;
+        float *y = (float *)db->y2 + (int64_t)c * ne1;
+        st = W1 ? st_cuda_mmv_swiglu(W0, W1, dx + (int64_t)c * ne0, nc, y, db->scratch2, NULL)
+                : st_cuda_mmv(W0, dx + (int64_t)c * ne0, nc, y, db->scratch2, NULL);
+    }
+    float *g2 = malloc((size_t)ny * 4);
+    if (st == STRATA_OK && g2) st = st_cuda_memcpy_d2h(g2, db->y2, (size_t)ny * 4);
+    double se = 0, sr = 0;
+    for (int64_t i = 0; st == STRATA_OK && g2 && i < ny; i++) {
+        float a;
+        memcpy(&a, &got[i], 4);
+        se += ((double)a - g2[i]) * ((double)a - g2[i]);
+        sr += (double)g2[i] * g2[i];
+    }
+    free(g2);
+    CHECK(st == STRATA_OK, "GEMV for the tiles comparison: %s", strata_last_error());
+    return st == STRATA_OK ? (sr > 0 ? se / sr : se) : -1.0;
 }
 
 /* ---- one GEMV case -------------------------------------------------------------------------- */
@@ -267,8 +295,19 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
         const double nmse_cpu = sr_cpu > 0 ? se_cpu / sr_cpu : (se_cpu > 0 ? INFINITY : 0);
         const double nmse_ex = sr_ex > 0 ? se_ex / sr_ex : (se_ex > 0 ? INFINITY : 0);
         const double bound = is_float_type(type) ? 1e-7 : 5e-4;
+        /* tiles: the GEMV's function (dp4a types: integer dots and the same scales, 1e-10; the
+         * others: f16-rounded weights, 1e-6; float types: f32 in another order, 1e-10) */
+        double nmse_tg = 0;
+        const double bound_tg = st_cuda_moe_type_dp4a(type) || is_float_type(type) ? 1e-10 : 1e-6;
+        if (tiles) {
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb}, W1 = {type, db->w1, ne0, ne1, rb};
+            nmse_tg = tiles_vs_gemv(db, &W0, fused ? &W1 : NULL, dx, ncols, got);
+            printf("%s  tiles vs GEMV: NMSE %.2e (bound %.0e)\n", what, nmse_tg, bound_tg);
+            CHECK(nmse_tg >= 0 && nmse_tg <= bound_tg, "%s: tiles vs GEMV NMSE %.3e > %.0e", what,
+                  nmse_tg, bound_tg);
+        }
         const int ok = nmse_cpu <= bound && nmse_ex <= bound && unwritten == 0 && nans == 0 &&
-                       guard_bad == 0 && sguard_bad == 0;
+                       guard_bad == 0 && sguard_bad == 0 && nmse_tg >= 0 && nmse_tg <= bound_tg;
         printf("%s  nmse_cpu=%.2e nmse_exact=%.2e max_err=%.2e (max|ref| %.2e) rows=%lld"
                " unwritten=%lld nan=%lld guards=%s  %s\n", what, nmse_cpu, nmse_ex, max_err,
                max_ref, (long long)rows, (long long)unwritten, (long long)nans,
@@ -385,7 +424,8 @@ static void test_arguments(int available) {
         CHECK(e == STRATA_ERR_INVALID_ARG, "mmq swiglu without up: %s", strata_status_name(e));
         e = st_cuda_mmq_swiglu(&Wf, &Wf, fx, 256, 64, fy, 64, scr, NULL);
         CHECK(e == STRATA_ERR_INVALID_ARG, "mmq swiglu of float weights: %s", strata_status_name(e));
-        CHECK(st_cuda_mmq_scratch_bytes(2048, 512) == 2048u * 512u * 2u, "mmq scratch bytes");
+        CHECK(st_cuda_mmq_scratch_bytes(2048, 512) >= 2048u * 512u * 2u + 512u * 64u * 4u + 512u * 128u * 4u,
+              "mmq scratch bytes: quants, scales and sums");
     }
     CHECK(st_cuda_mmv_scratch_bytes(0, 1) == 0 && st_cuda_mmv_scratch_bytes(32, 9) == 0 &&
           st_cuda_mmv_scratch_bytes(32, 0) == 0, "scratch of invalid sizes");
@@ -531,6 +571,8 @@ int main(void) {
     (void)st_cuda_free(db.x);
     (void)st_cuda_free(db.y);
     (void)st_cuda_free(db.scratch);
+    (void)st_cuda_free(db.y2);
+    (void)st_cuda_free(db.scratch2);
     return test_report();
 }
 
