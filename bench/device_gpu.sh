@@ -8,7 +8,8 @@
 # tests run), GPU first, as long as BUDGET seconds allow.
 #   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
 # env: BUDGET (seconds for the benchmarks), OFFLOAD=0 (skip the expert-offloading rows and the
-# sweep), CPU=0 (skip the host CPU rows), DISK=1 (the disk's O_DIRECT expert read rate).
+# sweep), CPU=0 (skip the host CPU rows), MMQ=0 (skip c/cuda/dev/mmq_check), NOGRAPHS=0 (skip
+# the rows without CUDA graphs), DISK=1 (the disk's O_DIRECT expert read rate).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 cffi pycparser
@@ -45,7 +46,7 @@ make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check > "$FINAL/cuda_check.log" 2>&1
 echo "cuda-check rc=$? at $(el)s"
 grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/cuda_check.log" | head -80
 # the prefill tiles against the GEMV, timed (c/cuda/dev/mmq_check.cu)
-nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu \
+[ "${MMQ:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu \
     -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/mmq_check.cu build/libstrata.a \
     -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 120 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
 echo "mmq_check done at $(el)s"
@@ -83,11 +84,12 @@ bench() { # name file args...
 while [ ! -f /tmp/olmoe.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "olmoe file ready at $(el)s: $(du -h /tmp/olmoe.gguf 2>/dev/null | cut -f1)"
 bench olmoe_gpu /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu
-bench olmoe_gpu_nographs /tmp/olmoe.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
+bench olmoe_gpu_d16k /tmp/olmoe.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
+[ "${NOGRAPHS:-1}" = 1 ] && bench olmoe_gpu_nographs /tmp/olmoe.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
 while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
 bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
-bench q3_gpu_nographs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
+[ "${NOGRAPHS:-1}" = 1 ] && bench q3_gpu_nographs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile

@@ -1,11 +1,13 @@
 /* attn.cu - the GPU KV cache store and causal GQA attention (cuda_ops.h); the kernel shape and
  * the plan are described in attn.cuh.
  *
- * One kernel serves decode (T = 1..8: rpw 1, the positions split into many chunks so that a
- * 16K-position cache is read by a few hundred blocks at once: flash-decoding) and prefill (T up
- * to 512 and more: rpw 4, one chunk per row group when the row groups alone fill the GPU). This
- * first version uses the FMA units, not the tensor cores: a simple tiled kernel, correct first.
- * Dispatch: st_attn_dispatch over (head_dim, cache type, rpw) is the one switch. */
+ * Two kernels. st_k_attn_dec serves calls with at most 8 rows per KV head (decode steps, short
+ * verify windows): each K and V element is read once for all of the head's rows, the positions
+ * split into chunks of 256 or more (flash-decoding). st_k_attn serves the rest (prefill: rpw 4,
+ * one chunk per row group when the row groups alone fill the GPU) and any plan a check program
+ * forces. Both use the FMA units, not the tensor cores (a tensor-core prefill kernel is future
+ * work, docs/PERFORMANCE.md). Dispatch: st_cuda_attention_ex picks the kernel;
+ * st_attn_dispatch / st_attn_dec_dispatch switch over (head_dim, cache type, rpw). */
 #include "attn.cuh"
 #include "norm.cuh"
 
@@ -221,6 +223,181 @@ st_k_attn(const st_attn_args a) {
     }
 }
 
+/* ---- decode: at most 8 rows per KV head ---------------------------------------------------- */
+
+#define ST_ATTN_DEC_ROWS 8   /* rows (token, query head) per KV head: T * G <= 8 */
+#define ST_ATTN_DEC_CHUNK 256 /* fewest positions per chunk (8 warps x 32) */
+
+/* A block serves one KV head and one chunk of positions for all of that head's rows (a decode
+ * step's G query heads, or a short verify window). Its 8 warps take the chunk's tiles of 32
+ * positions in turn (warp w: tiles w, w + 8, ...). Scores: lane = position, the lane reads its
+ * own K row once (16-byte loads) and dots it with every row's query (shared memory, broadcast).
+ * Online softmax per row and warp; P * V: lane = dimension, each V row read once, coalesced,
+ * the probabilities broadcast from their lane. The 8 warps' states are merged in shared memory
+ * in warp order; one chunk writes the output, several write (acc, max, sum) partials for
+ * st_k_attn_combine. Each K and V element is read once, against R reads in st_k_attn. */
+template <int HD, bool F16>
+static __global__ void __launch_bounds__(ST_ATTN_THREADS, 2)
+st_k_attn_dec(const st_attn_args a) {
+    constexpr int R = ST_ATTN_DEC_ROWS, ND = HD / 32, EPV = F16 ? 8 : 4, VPR = HD / EPV;
+    constexpr int ES = F16 ? 2 : 4, TL = ST_ATTN_TILE;
+    extern __shared__ float4 st_attn_dec_smem4[];
+    float *Qs = (float *)st_attn_dec_smem4;   /* [R][HD] */
+    float *Ms = Qs + R * HD;                  /* [8 warps][R] */
+    float *Ls = Ms + 8 * R;                   /* [8][R] */
+    float *As = Ls + 8 * R;                   /* [8][R][HD] */
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int c = (int)blockIdx.x, hk = (int)blockIdx.y;
+    const int G = a.group, RR = a.T * G;      /* live rows, <= R */
+    const int64_t pos0 = a.pos_dev ? (int64_t)*a.pos_dev : a.pos0;
+    const int64_t c0 = (int64_t)c * a.chunk;
+    const int64_t c1 = min(c0 + (int64_t)a.chunk, pos0 + a.T); /* this block's positions [c0, c1) */
+
+    for (int idx = (int)threadIdx.x; idx < R * HD; idx += ST_ATTN_THREADS) {
+        const int r = idx / HD, d = idx - r * HD;
+        float qv = 0.0f;
+        if (r < RR) {
+            const int t = r / G, h = hk * G + (r - t * G);
+            qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d];
+        }
+        Qs[idx] = qv;
+    }
+    __syncthreads();
+
+    int rt[R]; /* row r's token: it sees positions up to pos0 + rt[r] (dead rows: none) */
+    float m[R], l[R], acc[R][ND];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        rt[r] = r < RR ? r / G : -(1 << 30);
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int dd = 0; dd < ND; dd++) acc[r][dd] = 0.0f;
+    }
+    const char *Kb = (const char *)a.k + (size_t)hk * (size_t)a.n_ctx * HD * ES;
+    const char *Vb = (const char *)a.v + (size_t)hk * (size_t)a.n_ctx * HD * ES;
+
+    for (int64_t pb = c0 + (int64_t)warp * TL; pb < c1; pb += 8 * TL) {
+        const int64_t p = pb + lane;
+        float sc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) sc[r] = 0.0f;
+        if (p < c1) {
+            const char *kr = Kb + (size_t)p * HD * ES;
+#pragma unroll 2
+            for (int vi = 0; vi < VPR; vi++) {
+                float f[EPV];
+                if (F16) st_ld16_f16(kr + (size_t)vi * 16, f); else st_ld16_f32(kr + (size_t)vi * 16, f);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const float4 *qp = (const float4 *)(Qs + r * HD + vi * EPV);
+#pragma unroll
+                    for (int e4 = 0; e4 < EPV / 4; e4++) {
+                        const float4 qv = qp[e4];
+                        sc[r] = fmaf(qv.x, f[4 * e4], sc[r]);
+                        sc[r] = fmaf(qv.y, f[4 * e4 + 1], sc[r]);
+                        sc[r] = fmaf(qv.z, f[4 * e4 + 2], sc[r]);
+                        sc[r] = fmaf(qv.w, f[4 * e4 + 3], sc[r]);
+                    }
+                }
+            }
+        }
+        float pv[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const bool valid = p < c1 && p - pos0 <= (int64_t)rt[r];
+            const float s = valid ? sc[r] * a.scale : -INFINITY;
+            const float mn = fmaxf(m[r], st_warp_max_f(s)); /* warp-uniform */
+            float corr = 1.0f;
+            pv[r] = 0.0f;
+            if (mn != -INFINITY) {
+                corr = expf(m[r] - mn); /* 0 when m[r] is still -inf */
+                pv[r] = valid ? expf(s - mn) : 0.0f;
+            }
+            l[r] = fmaf(l[r], corr, st_warp_sum_f(pv[r]));
+            m[r] = mn;
+#pragma unroll
+            for (int dd = 0; dd < ND; dd++) acc[r][dd] *= corr;
+        }
+        const int n = (int)min((int64_t)TL, c1 - pb);
+        for (int j = 0; j < n; j++) {
+            const char *vr = Vb + (size_t)(pb + j) * HD * ES;
+            float vv[ND];
+#pragma unroll
+            for (int dd = 0; dd < ND; dd++)
+                vv[dd] = F16 ? __half2float(((const __half *)vr)[lane + 32 * dd]) : ((const float *)vr)[lane + 32 * dd];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const float pj = __shfl_sync(0xffffffffu, pv[r], j);
+#pragma unroll
+                for (int dd = 0; dd < ND; dd++) acc[r][dd] = fmaf(pj, vv[dd], acc[r][dd]);
+            }
+        }
+    }
+
+    /* merge the warps in order */
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (lane == 0) {
+            Ms[warp * R + r] = m[r];
+            Ls[warp * R + r] = l[r];
+        }
+#pragma unroll
+        for (int dd = 0; dd < ND; dd++) As[(warp * R + r) * HD + lane + 32 * dd] = acc[r][dd];
+    }
+    __syncthreads();
+    for (int idx = (int)threadIdx.x; idx < RR * HD; idx += ST_ATTN_THREADS) {
+        const int r = idx / HD, d = idx - r * HD;
+        float M = -INFINITY;
+        for (int w = 0; w < 8; w++) M = fmaxf(M, Ms[w * R + r]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY)
+            for (int w = 0; w < 8; w++) {
+                const float mw = Ms[w * R + r];
+                if (mw == -INFINITY) continue;
+                const float e = expf(mw - M);
+                L = fmaf(Ls[w * R + r], e, L);
+                O = fmaf(As[(w * R + r) * HD + d], e, O);
+            }
+        const int t = r / G, h = hk * G + (r - t * G);
+        if (a.n_chunks == 1) {
+            a.out[(int64_t)t * a.ldo + (int64_t)h * HD + d] = __fdiv_rn(O, L); /* position 0 is seen */
+        } else {
+            float *pr = a.part + ((size_t)((int64_t)t * a.n_head + h) * (size_t)a.n_chunks + (size_t)c) * (HD + 2);
+            pr[d] = O;
+            if (d == 0) {
+                pr[HD] = M;
+                pr[HD + 1] = L;
+            }
+        }
+    }
+}
+
+static size_t st_attn_dec_smem(int hd) {
+    return sizeof(float) * ((size_t)ST_ATTN_DEC_ROWS * hd * 9 + 16 * ST_ATTN_DEC_ROWS);
+}
+
+template <int HD, bool F16>
+static strata_status st_attn_dec_launch(const st_attn_args &a, int n_kv, cudaStream_t s) {
+    auto kern = st_k_attn_dec<HD, F16>;
+    const size_t smem = st_attn_dec_smem(HD);
+    if (smem > 48 * 1024)
+        ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kern<<<dim3((unsigned)a.n_chunks, (unsigned)n_kv), ST_ATTN_THREADS, smem, s>>>(a);
+    ST_CUDA_CHECK_LAUNCH("st_k_attn_dec");
+    return STRATA_OK;
+}
+
+static strata_status st_attn_dec_dispatch(int hd, bool f16, const st_attn_args &a, int n_kv, cudaStream_t s) {
+    switch (hd) {
+    case 64: return f16 ? st_attn_dec_launch<64, true>(a, n_kv, s) : st_attn_dec_launch<64, false>(a, n_kv, s);
+    case 128: return f16 ? st_attn_dec_launch<128, true>(a, n_kv, s) : st_attn_dec_launch<128, false>(a, n_kv, s);
+    case 256: return f16 ? st_attn_dec_launch<256, true>(a, n_kv, s) : st_attn_dec_launch<256, false>(a, n_kv, s);
+    default: break;
+    }
+    return st_error(STRATA_ERR_INTERNAL, "st_attn_dec_dispatch: head_dim %d passed the check", hd);
+}
+
 /* One block per (token, head): merges the n_chunks partials of its row in index order. */
 static __global__ void __launch_bounds__(256)
 st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_head, float *out,
@@ -432,7 +609,25 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
      * the same for ST_ATTN_NP_BUCKET positions (a CUDA graph replays it with d_pos), and the
      * chunks past the last position are empty (the combine skips them) */
     const int64_t np = st_cuda_attn_plan_np(pos0 + T, kv->n_ctx);
-    const st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
+    /* few rows per KV head (decode, short verify windows): the decode kernel, unless a plan of
+     * the general kernel is forced (c/cuda/dev/attn_check.cu) */
+    const bool dec = T * G <= ST_ATTN_DEC_ROWS && target_blocks <= 0 && rpw_force == 0;
+    st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
+    if (dec) { /* chunks of at least 256 positions, about 4 blocks per SM */
+        const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+        int64_t n = st_cdiv(4 * (int64_t)st_attn_sm_count(), s->n_head_kv);
+        if (n > st_cdiv(np, ST_ATTN_DEC_CHUNK)) n = st_cdiv(np, ST_ATTN_DEC_CHUNK);
+        if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
+        if (n > 1 && (size_t)n * per_chunk > ws_bytes) n = (int64_t)(ws_bytes / per_chunk);
+        if (n < 2) n = 1;
+        const int64_t chunk = st_cdiv(st_cdiv(np, n), ST_ATTN_TILE) * ST_ATTN_TILE;
+        pl.rpw = 0; /* marks the decode kernel */
+        pl.n_rg = 1;
+        pl.chunk = (int)chunk;
+        pl.n_chunks = (int)st_cdiv(np, chunk);
+        pl.smem = st_attn_dec_smem(s->head_dim);
+        pl.ws_bytes = pl.n_chunks > 1 ? (size_t)pl.n_chunks * per_chunk : 0;
+    }
     if (plan_out) *plan_out = pl;
     st_attn_args a;
     a.k = kv->k;
@@ -452,7 +647,10 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     a.chunk = pl.chunk;
     a.n_chunks = pl.n_chunks;
     cudaStream_t st = (cudaStream_t)stream;
-    ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));
+    if (dec)
+        ST_TRY(st_attn_dec_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, s->n_head_kv, st));
+    else
+        ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));
     if (pl.n_chunks > 1) {
         st_k_attn_combine<<<(unsigned)(T * s->n_head), (unsigned)s->head_dim, 0, st>>>(
             (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo);
