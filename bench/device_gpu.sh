@@ -84,7 +84,6 @@ bench() { # name file args...
 while [ ! -f /tmp/olmoe.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "olmoe file ready at $(el)s: $(du -h /tmp/olmoe.gguf 2>/dev/null | cut -f1)"
 bench olmoe_gpu /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu
-bench olmoe_gpu_d16k /tmp/olmoe.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 [ "${NOGRAPHS:-1}" = 1 ] && bench olmoe_gpu_nographs /tmp/olmoe.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
 while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
