@@ -2,8 +2,8 @@
  * the plan are described in attn.cuh.
  *
  * Two kernels. st_k_attn_dec serves calls with at most 8 rows per KV head (decode steps, short
- * verify windows): each K and V element is read once for all of the head's rows, the positions
- * split into chunks of 256 or more (flash-decoding). st_k_attn serves the rest (prefill: rpw 4,
+ * verify windows) over 4096 positions or more: each K and V element is read once for all of the
+ * head's rows, the positions split into chunks of 256 or more (flash-decoding). st_k_attn serves the rest (prefill: rpw 4,
  * one chunk per row group when the row groups alone fill the GPU) and any plan a check program
  * forces. Both use the FMA units, not the tensor cores (a tensor-core prefill kernel is future
  * work, docs/PERFORMANCE.md). Dispatch: st_cuda_attention_ex picks the kernel;
@@ -227,6 +227,12 @@ st_k_attn(const st_attn_args a) {
 
 #define ST_ATTN_DEC_ROWS 8   /* rows (token, query head) per KV head: T * G <= 8 */
 #define ST_ATTN_DEC_CHUNK 256 /* fewest positions per chunk (8 warps x 32) */
+/* The decode kernel serves attended lengths (rounded as the plan) from this many positions on;
+ * shorter ones keep st_k_attn, whose 8 warps share a chunk's tiles (more blocks in flight when a
+ * few hundred positions are all there is). Measured on the H200, qwen3-30b-a3b decode: depth 0
+ * 208 tok/s with st_k_attn against 186 with the decode kernel at every length; depth 16384 148
+ * with the decode kernel against 132. */
+#define ST_ATTN_DEC_MIN_NP 4096
 
 /* A block serves one KV head and one chunk of positions for all of that head's rows (a decode
  * step's G query heads, or a short verify window). Its 8 warps take the chunk's tiles of 32
@@ -611,7 +617,8 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     const int64_t np = st_cuda_attn_plan_np(pos0 + T, kv->n_ctx);
     /* few rows per KV head (decode, short verify windows): the decode kernel, unless a plan of
      * the general kernel is forced (c/cuda/dev/attn_check.cu) */
-    const bool dec = T * G <= ST_ATTN_DEC_ROWS && target_blocks <= 0 && rpw_force == 0;
+    const bool dec = T * G <= ST_ATTN_DEC_ROWS && np >= ST_ATTN_DEC_MIN_NP && target_blocks <= 0 &&
+                     rpw_force == 0;
     st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
     if (dec) { /* chunks of at least 256 positions, about 4 blocks per SM */
         const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
