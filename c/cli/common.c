@@ -39,6 +39,10 @@ void cli_opts_init(cli_opts *o) {
     o->profile = env_flag("STRATA_PROFILE");
     o->pipe = env_flag("STRATA_PIPE");
     o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
+    {
+        const char *v = getenv("STRATA_STAGE_EXPERTS");
+        o->stage_experts = v && v[0] ? atoi(v) : 0; /* range-checked by the session */
+    }
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
 }
@@ -59,6 +63,9 @@ void cli_opts_usage(FILE *f) {
         "  --cpu-moe               GPU sessions: every layer's routed experts stay in RAM and\n"
         "                          run on the CPU; --n-cpu-moe N: those of the first N layers;\n"
         "                          --gpu-experts: all on the GPU (default)\n"
+        "  --stage-experts N       with --cpu-moe/--n-cpu-moe: batches of N tokens or more copy a\n"
+        "                          CPU layer's routed experts to the GPU and compute them there\n"
+        "                          (prompts, as llama.cpp does; also $STRATA_STAGE_EXPERTS; 0: off)\n"
         "  --expert-cache N|auto   GPU sessions: routed experts in N GPU slots (at least one\n"
         "                          layer's experts), loaded over PCIe when routed (same results);\n"
         "                          auto: what fits in --gpu-mem SIZE or the free memory\n"
@@ -173,7 +180,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
         "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
-        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--ram-budget", "--expert-cache",
+        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--stage-experts", "--ram-budget", "--expert-cache",
         "--gpu-mem", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
@@ -205,6 +212,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         rc = parse_size(a, v, &o->gpu_mem);
     } else if (opt_is(a, NULL, "--n-cpu-moe")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->n_cpu_moe = (int)x;
+    } else if (opt_is(a, NULL, "--stage-experts")) {
+        if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->stage_experts = (int)x;
     } else if (opt_is(a, NULL, "--degrade-tau")) {
         rc = parse_float(a, v, &o->degrade_tau);
         if (!rc && !(o->degrade_tau >= 0.0f && o->degrade_tau <= 1.0f))
@@ -319,6 +328,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.profile = o->profile;
     sp.cuda_graphs = o->cuda_graphs;
     sp.n_cpu_moe = o->n_cpu_moe;
+    sp.stage_experts = o->stage_experts;
     sp.ram_budget = o->ram_budget;
     sp.expert_cache = o->expert_cache;
     sp.gpu_mem = o->gpu_mem;

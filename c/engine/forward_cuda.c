@@ -91,6 +91,8 @@ struct st_gpu {
     int64_t graph_np;                     /* the attention plan length it was captured for */
     int graphs;                           /* capture single-token steps (cuda_graphs) */
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
+    st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
+                                             experts of CPU layers in long batches */
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
     float *qkv;                           /* (T, nq + nk + nv): the fused projection's rows */
@@ -428,6 +430,7 @@ void st_gpu_free(strata_session *s) {
             st_cuda_free(g->layers[il].shexp);
         }
     st_gpu_cache_free(g->cache);
+    st_gpu_cache_free(g->stage);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
@@ -488,6 +491,8 @@ strata_status st_gpu_create(strata_session *s) {
         if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
         TRY(st_gpu_cache_create(s, slots, &g->cache));
     }
+    if (s->stage_experts > 0 && hp->n_expert > 0) /* n_expert slots: no hot set, LRU only */
+        TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
 }
@@ -633,11 +638,19 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
                                   g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
-            const int cpu_layer = st_gpu_layer_on_cpu(s, il);
+            /* a CPU layer's experts are staged to the GPU for a long enough batch */
+            const int staged = st_gpu_layer_on_cpu(s, il) && g->stage && tn >= s->stage_experts;
+            const int cpu_layer = st_gpu_layer_on_cpu(s, il) && !staged;
             if (cpu_layer) s->slots_cpu[il] += tn * K;
             else s->slots_gpu[il] += tn * K;
             const void *table = G->experts;
-            if (!cpu_layer && g->cache) { /* the routing down; missed experts loaded into slots */
+            if (staged) { /* the routing down; the batch's experts copied into the stage slots */
+                int32_t *ids = s->ids + t0 * K;
+                TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
+                s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
+                TRY(st_gpu_cache_table(s, g->stage, il, ids, tn, K, &table));
+            }
+            if (!cpu_layer && !staged && g->cache) { /* the routing down; misses loaded into slots */
                 int32_t *ids = s->ids + t0 * K;
                 TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
                 s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));

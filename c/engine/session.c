@@ -173,6 +173,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
     if (p.ram_budget < 0)
         return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p.ram_budget);
+    if (p.stage_experts < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d < 0", (int)p.stage_experts);
     if (p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA)
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget applies to CPU sessions in this release");
     if (p.degrade_eval && p.backend == STRATA_BACKEND_CUDA)
@@ -191,6 +193,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->cuda_graphs = p.cuda_graphs != 0;
     s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
+    s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && p.stage_experts > 0
+                           ? p.stage_experts : 0;
     s->expert_cache = p.backend == STRATA_BACKEND_CUDA ? (p.expert_cache < 0 ? -1 : p.expert_cache) : 0;
     s->gpu_mem = p.gpu_mem > 0 ? p.gpu_mem : 0;
     s->progress = p.progress;

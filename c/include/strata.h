@@ -493,6 +493,11 @@ typedef struct strata_session_params {
                              in RAM and the CPU computes them (llama.cpp's --n-cpu-moe); -1: every
                              layer (--cpu-moe); 0 (default): all on the GPU. Attention, routers
                              and shared experts stay on the GPU. */
+    int32_t stage_experts; /* CUDA sessions with n_cpu_moe: a batch of at least this many tokens
+                             has the routed experts of a CPU layer copied to the GPU (into one
+                             layer's worth of slots, over PCIe) and computed there, as llama.cpp
+                             does for prompts; fewer tokens are computed by the CPU. 0 (default):
+                             never. The GPU's results are the all-resident session's, bit for bit. */
     int32_t expert_cache; /* CUDA sessions: routed experts live in a cache of this many GPU slots
                              (LRU + a pinned hot set; at least n_expert), loaded over PCIe from
                              RAM when routed and not resident; same results, bit for bit. 0

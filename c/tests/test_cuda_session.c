@@ -33,6 +33,7 @@ static strata_type g_kv = STRATA_TYPE_F16; /* KV cache type of the next sessions
 static int g_graphs = 0;                   /* cuda_graphs of the next sessions */
 static int g_cpu_moe = 0;                  /* n_cpu_moe of the next sessions */
 static int g_cache = 0;                    /* expert_cache of the next sessions */
+static int g_stage = 0;                    /* stage_experts of the next sessions */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -41,6 +42,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.cuda_graphs = g_graphs;
     sp.n_cpu_moe = g_cpu_moe;
     sp.expert_cache = g_cache;
+    sp.stage_experts = g_stage;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -243,9 +245,26 @@ static void test_default_model(void) {
             free(al);
             strata_session_free(as);
         }
+        /* --cpu-moe with --stage-experts 1: every batch (prompt slices and decode steps) copies
+         * the routed experts to the GPU: the all-resident bits; with 48, the 64-token prompt
+         * slices are staged and the rest runs on the CPU (checked by the KL test below) */
+        g_cpu_moe = -1;
+        g_stage = 1;
+        float *st1 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        strata_token gs[64];
+        const int ok_st = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gs);
+        g_cpu_moe = g_stage = 0;
+        CHECK(st1 && ok_st && ok_all && all && !memcmp(all, st1, sizeof(float) * (size_t)n * (size_t)V) &&
+              !memcmp(ga, gs, sizeof ga), "--cpu-moe --stage-experts 1: bit-identical to all resident");
+        free(st1);
         strata_session_params sp = strata_session_default_params();
         sp.backend = STRATA_BACKEND_CUDA;
         sp.n_ctx = 128;
+        sp.stage_experts = -1;
+        strata_session *bad0 = NULL;
+        CHECK(strata_session_create(m, &sp, &bad0) == STRATA_ERR_INVALID_ARG && !bad0,
+              "stage_experts < 0 is refused");
+        sp.stage_experts = 0;
         sp.expert_cache = 16;
         strata_session *bad = NULL;
         CHECK(strata_session_create(m, &sp, &bad) == STRATA_ERR_INVALID_ARG && !bad,
@@ -255,12 +274,13 @@ static void test_default_model(void) {
 
     /* --cpu-moe / --n-cpu-moe: experts of every layer, or of the first 3, computed by the CPU
      * (the CPU's arithmetic for those): the same greedy tokens and the same KL bound */
-    for (int v = 0; v < 2; v++) {
-        g_cpu_moe = v == 0 ? -1 : 3;
+    for (int v = 0; v < 3; v++) { /* v 2: --cpu-moe --stage-experts 48 (prompt slices staged) */
+        g_cpu_moe = v == 1 ? 3 : -1;
+        g_stage = v == 2 ? 48 : 0;
         float *cm = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
         strata_token gm[64];
         const int got = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gm);
-        g_cpu_moe = 0;
+        g_cpu_moe = g_stage = 0;
         const float *ref = cpu, *ref32 = cpu32;
         if (cm && ref && ref32 && got) {
             double kl = 0, floor = 0;
@@ -272,10 +292,10 @@ static void test_default_model(void) {
             floor /= (double)n;
             int same = 0;
             while (same < 64 && gc[same] == gm[same]) same++;
-            printf("n_cpu_moe %d: mean KL(cpu||gpu) %.3g (bound %.3g), greedy equal for %d of 64\n",
-                   v == 0 ? -1 : 3, kl, fmax(1e-4, 2 * floor), same);
-            CHECK(kl <= fmax(1e-4, 2.0 * floor), "n_cpu_moe %d: KL %.3g", v == 0 ? -1 : 3, kl);
-            CHECK(same == 64, "n_cpu_moe %d: greedy leaves the CPU's at %d", v == 0 ? -1 : 3, same);
+            printf("n_cpu_moe %d%s: mean KL(cpu||gpu) %.3g (bound %.3g), greedy equal for %d of 64\n",
+                   v == 1 ? 3 : -1, v == 2 ? " stage_experts 48" : "", kl, fmax(1e-4, 2 * floor), same);
+            CHECK(kl <= fmax(1e-4, 2.0 * floor), "n_cpu_moe %d: KL %.3g", v == 1 ? 3 : -1, kl);
+            CHECK(same == 64, "n_cpu_moe %d: greedy leaves the CPU's at %d", v == 1 ? 3 : -1, same);
         }
         free(cm);
     }

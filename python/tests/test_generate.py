@@ -321,12 +321,13 @@ def test_cli_placement_options_parse(model):
     args = ["-m", model.path, "-p", PROMPT, "-n", 12, "--temp", 0, "--cpu", "-c", 128]
     base = run_cli(*args).stdout
     for extra in (["--cpu-moe"], ["--n-cpu-moe", 2], ["--gpu-experts"], ["--cuda-graphs"],
-                  ["--no-cuda-graphs"]):
+                  ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
     assert "next-layer experts predicted" in prof
     assert b"bad value 'x' for --n-cpu-moe" in run_cli(*args, "--n-cpu-moe", "x", check_rc=2).stderr
+    assert b"--stage-experts" in run_cli(*args, "--stage-experts", "-3", check_rc=2).stderr
     # the [PROF] footer: a CPU session computes every routed slot (6 layers x top-4 per token)
     err = run_cli(*args).stderr.decode()
     m = re.search(r"\[PROF\] prompt [0-9.]+ tok/s \| decode [0-9.]+ tok/s \| experts: 0 slot-rows "
