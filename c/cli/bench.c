@@ -7,9 +7,11 @@
  *   -r R        repetitions (mean and sample standard deviation of tok/s)
  * Tokens are fixed pseudo-random ids (no sampling). Output: a markdown table (model, size,
  * backend, threads, test, t/s +- sd) on stdout; --json FILE writes the same rows. For tg rows the
- * table also gives the weight bytes one decoded token must read (every dense tensor once, expert
- * tensors top-k / n_expert of them, one embedding row) and those bytes x tok/s: the effective
- * bandwidth, to compare with the machine's memory or HBM rate (CEILINGS.md). */
+ * table also gives the bytes one decoded token must read - the weights (every dense tensor once,
+ * expert tensors top-k / n_expert of them, one embedding row) plus the KV cache it attends (K and
+ * V of every layer over depth + n/2 positions on average, at the cache type's width) - and those
+ * bytes x tok/s: the effective bandwidth, to compare with the machine's memory or HBM rate
+ * (CEILINGS.md). The JSON gives weights and KV apart. */
 #include "common.h"
 
 #include <math.h>
@@ -199,9 +201,14 @@ int cli_cmd_bench(int argc, char **argv) {
                 else snprintf(test, sizeof test, "%s%d", kind ? "tg" : "pp", len);
                 char gbs[32] = "";
                 rowsz[0] = '\0';
+                /* KV bytes a decoded token reads: K and V of every layer over the positions it
+                 * attends, on average depth + len / 2 */
+                const double kv_el = o.kv_type == STRATA_TYPE_F32 ? 4.0 : 2.0;
+                const double kvbytes = kind == 1 ? 2.0 * mi.n_layer * mi.n_head_kv * (double)mi.head_dim *
+                                                       kv_el * (depth + 0.5 * len) : 0.0;
                 if (kind == 1) {
-                    cli_human_bytes(dbytes, rowsz, sizeof rowsz);
-                    snprintf(gbs, sizeof gbs, "%.1f", dbytes * mean / 1e9);
+                    cli_human_bytes(dbytes + kvbytes, rowsz, sizeof rowsz);
+                    snprintf(gbs, sizeof gbs, "%.1f", (dbytes + kvbytes) * mean / 1e9);
                 }
                 char thr[16];
                 if (o.n_threads > 0) snprintf(thr, sizeof thr, "%d", o.n_threads);
@@ -213,8 +220,9 @@ int cli_cmd_bench(int argc, char **argv) {
                 cli_print_profile(s, test);
                 if (jf) {
                     fprintf(jf, "%s\n  {\"test\": \"%s\", \"depth\": %d, \"n\": %d, \"tok_s\": %.4f, "
-                            "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f}", first_row ? "" : ",",
-                            kind ? "tg" : "pp", depth, len, mean, sd, b.reps, kind ? dbytes : 0.0);
+                            "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f, \"kv_bytes\": %.0f}",
+                            first_row ? "" : ",", kind ? "tg" : "pp", depth, len, mean, sd, b.reps,
+                            kind ? dbytes : 0.0, kvbytes);
                     first_row = 0;
                 }
             }

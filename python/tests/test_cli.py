@@ -267,5 +267,11 @@ def test_bench_table_and_json(tmp_path):
     tg = [r for r in j["rows"] if r["test"] == "tg"]
     # one token reads every dense tensor, 4 of 32 experts and one embedding row: 6.3 MiB here
     assert all(6.0e6 < r["decode_bytes"] < 7.0e6 for r in tg)
+    # and the KV cache: K and V of every layer and KV head, f16, over depth + n/2 positions
+    import strata
+    with strata.Model(str(model)) as info:
+        mi = info.info
+    per_pos = 2 * mi["n_layer"] * mi["n_head_kv"] * mi["head_dim"] * 2
+    assert [r["kv_bytes"] for r in tg] == [per_pos * (0 + 2), per_pos * (8 + 2)]
     assert run("bench", "-m", model, "-p", "x1", check_rc=2).stderr
     assert "unknown option '--frob'" in run("bench", "-m", model, "--frob", check_rc=2).stderr
