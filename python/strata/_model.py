@@ -48,14 +48,19 @@ class Model:
     unusable), degrade_zero / degrade_tau / degrade_eval (the DEGRADE_ZERO approximation,
     docs/DEGRADE_ZERO.md; generated tokens only), profile (time the forward phases), ram_budget
     / pipe (routed experts in that many bytes of RAM slots read from disk, docs/EXPERTS.md), vocab_only
-    (only the
-    tokenizer; generate/logits then raise), use_mmap."""
+    (only the tokenizer; generate/logits then raise), use_mmap. CUDA sessions also take
+    cuda_graphs (replay decode steps as CUDA graphs, default True), n_cpu_moe (routed experts of
+    the first N layers on the CPU; -1: all, llama.cpp's --cpu-moe), stage_experts (with
+    n_cpu_moe: batches of this many tokens compute the CPU layers' experts on the GPU), expert_cache
+    (GPU slots for routed experts, "auto" or a count) and gpu_mem (bytes for expert_cache="auto");
+    CPU sessions ignore them."""
 
     def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,
                  kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True,
                  backend: str = "cpu", degrade_zero: bool = False, degrade_tau: float = 0.03,
                  degrade_eval: bool = False, profile: bool = False, ram_budget: int = 0,
-                 pipe: bool = False):
+                 pipe: bool = False, cuda_graphs: bool = True, n_cpu_moe: int = 0,
+                 stage_experts: int = 0, expert_cache=0, gpu_mem: int = 0):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
@@ -65,6 +70,12 @@ class Model:
         self.degrade_eval = bool(degrade_eval)
         self.profile = bool(profile)
         self.ram_budget, self.pipe = int(ram_budget), bool(pipe)
+        if expert_cache == "auto":
+            expert_cache = -1
+        elif isinstance(expert_cache, str) or int(expert_cache) < 0:
+            raise ValueError(f"expert_cache must be a slot count or 'auto', not {expert_cache!r}")
+        self.cuda_graphs, self.n_cpu_moe = bool(cuda_graphs), int(n_cpu_moe)
+        self.stage_experts, self.expert_cache, self.gpu_mem = int(stage_experts), int(expert_cache), int(gpu_mem)
         self.path = str(path)
         self._ptr = ffi.NULL
         self._keep = ffi.NULL  # the session logits(keep=True) appends to
@@ -201,6 +212,8 @@ class Model:
         sp.degrade_eval = int(self.degrade_eval)
         sp.profile = int(self.profile)
         sp.ram_budget, sp.pipe = self.ram_budget, int(self.pipe)
+        sp.cuda_graphs, sp.n_cpu_moe = int(self.cuda_graphs), self.n_cpu_moe
+        sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),
               "strata_session_create")

@@ -365,3 +365,33 @@ def test_cli_ram_budget(model):
     assert m and int(m.group(1)) == 9 and int(m.group(3)) > 0 and float(m.group(4)) > 0
     assert b"bad value '1X' for --ram-budget" in run_cli(*args, "--ram-budget", "1X", check_rc=2).stderr
     assert b"one token needs 4" in run_cli(*args, "--ram-budget", "100K", check_rc=1).stderr
+
+
+def test_python_gpu_placement_options():
+    """The CUDA session options pass through Model: a CPU session ignores them (same logits);
+    bad values raise; with backend="cuda" they reach the library (or fail as CUDA does here)."""
+    from conftest import shared_file
+    path = shared_file("models/strata-tiny-moe-q8_0.gguf")
+    toks = list(range(5, 40))
+    base = strata.Model(path, n_ctx=128, n_threads=2)
+    opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, n_cpu_moe=-1,
+                        stage_experts=16, expert_cache="auto", gpu_mem=1 << 30)
+    assert np.array_equal(base.logits(toks), opts.logits(toks))
+    with pytest.raises(ValueError):
+        strata.Model(path, expert_cache="most")
+    with pytest.raises(ValueError):
+        strata.Model(path, expert_cache=-2)
+    bad = strata.Model(path, n_ctx=128, stage_experts=-1)
+    with pytest.raises(strata.StrataError) as e:
+        bad.logits(toks)
+    assert "stage_experts" in e.value.message
+    cuda = strata.Model(path, n_ctx=128, backend="cuda", n_cpu_moe=-1, stage_experts=1)
+    if not strata.backends()[1]["available"]:
+        with pytest.raises(strata.StrataError):
+            cuda.logits(toks)
+    else:  # --cpu-moe with every batch staged: the all-resident GPU logits, bit for bit
+        ref = strata.Model(path, n_ctx=128, backend="cuda")
+        assert np.array_equal(cuda.logits(toks), ref.logits(toks))
+        ref.close()
+    for m in (base, opts, bad, cuda):
+        m.close()
