@@ -8,7 +8,8 @@
 # tests run), GPU first, as long as BUDGET seconds allow.
 #   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
 # env: BUDGET (seconds for the benchmarks), OFFLOAD=0 (skip the expert-offloading rows and the
-# sweep), CPU=0 (skip the host CPU rows), MMQ=0 (skip c/cuda/dev/mmq_check), NOGRAPHS=0 (skip
+# sweep), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
+# attn_check), NOGRAPHS=0 (skip
 # the rows without CUDA graphs), DISK=1 (the disk's O_DIRECT expert read rate).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
@@ -46,6 +47,10 @@ make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check > "$FINAL/cuda_check.log" 2>&1
 echo "cuda-check rc=$? at $(el)s"
 grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/cuda_check.log" | head -80
 # the prefill tiles against the GEMV, timed (c/cuda/dev/mmq_check.cu)
+# the attention kernels' plans and the tensor-core prefill kernel, timed (c/cuda/dev/attn_check.cu)
+[ "${ATTN:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
+    -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/attn_check.cu \
+    build/libstrata.a -lpthread -ldl -lrt -o /tmp/attn_check && timeout 150 /tmp/attn_check 2>&1 | tee "$R/attn_check.txt" | tail -40
 [ "${MMQ:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu \
     -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/mmq_check.cu build/libstrata.a \
     -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 120 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
@@ -90,6 +95,7 @@ echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
 bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
 [ "${NOGRAPHS:-1}" = 1 ] && bench q3_gpu_nographs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
+bench q3_gpu_attntc /tmp/q3.gguf -p 512 -n 0 -d 0,16384 -r 2 --gpu --attn-tc
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile
 grep "profile" "$R/bench_q3_gpu_profile.err" || true
@@ -97,6 +103,7 @@ if [ "${OFFLOAD:-1}" = 1 ]; then
 # experts in RAM, computed by the CPU (llama.cpp's --cpu-moe / -ncmoe 36 / -ncmoe 24 in ANCHORS.md);
 # the first version: synchronous hand-off per layer, no overlap
 bench q3_cpumoe /tmp/q3.gguf -p 2048 -n 64 -r 1 --gpu --cpu-moe -t 16
+bench q3_cpumoe_stage /tmp/q3.gguf -p 2048 -n 0 -r 1 --gpu --cpu-moe --stage-experts 256 -t 16
 bench q3_ncmoe36 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 -t 16
 bench q3_ncmoe24 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 24 -t 16
 # the GPU expert cache at 25% and 50% of the expert bytes (6144 experts): demand loads over PCIe

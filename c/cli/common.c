@@ -39,6 +39,7 @@ void cli_opts_init(cli_opts *o) {
     o->profile = env_flag("STRATA_PROFILE");
     o->pipe = env_flag("STRATA_PIPE");
     o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
+    o->attn_tc = env_flag("STRATA_ATTN_TC");
     {
         const char *v = getenv("STRATA_STAGE_EXPERTS");
         o->stage_experts = v && v[0] ? atoi(v) : 0; /* range-checked by the session */
@@ -73,6 +74,9 @@ void cli_opts_usage(FILE *f) {
         "                          read from the file with O_DIRECT when routed (same results);\n"
         "                          --pipe (also $STRATA_PIPE=1): read the next layer's predicted\n"
         "                          experts while this layer computes\n"
+        "  --attn-tc               GPU: prompt batches' attention on the tensor cores (flash\n"
+        "                          attention, f16 probabilities; also $STRATA_ATTN_TC=1; off by\n"
+        "                          default until measured)\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
@@ -164,6 +168,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--profile")) o->profile = 1;
     else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
     else if (opt_is(a, NULL, "--no-cuda-graphs")) o->cuda_graphs = 0;
+    else if (opt_is(a, NULL, "--attn-tc")) o->attn_tc = 1;
     else if (opt_is(a, NULL, "--pipe")) o->pipe = 1;
     else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
     else if (opt_is(a, NULL, "--gpu-experts")) o->n_cpu_moe = 0;
@@ -329,6 +334,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.cuda_graphs = o->cuda_graphs;
     sp.n_cpu_moe = o->n_cpu_moe;
     sp.stage_experts = o->stage_experts;
+    sp.attn_tc = o->attn_tc;
     sp.ram_budget = o->ram_budget;
     sp.expert_cache = o->expert_cache;
     sp.gpu_mem = o->gpu_mem;

@@ -5,8 +5,9 @@
  * verify windows) over 4096 positions or more: each K and V element is read once for all of the
  * head's rows, the positions split into chunks of 256 or more (flash-decoding). st_k_attn serves the rest (prefill: rpw 4,
  * one chunk per row group when the row groups alone fill the GPU) and any plan a check program
- * forces. Both use the FMA units, not the tensor cores (a tensor-core prefill kernel is future
- * work, docs/PERFORMANCE.md). Dispatch: st_cuda_attention_ex picks the kernel;
+ * forces. Both use the FMA units. st_k_attn_tc is flash attention on the tensor cores for long
+ * batches (shape.tc, off by default: written after its session's device time was spent, not yet
+ * run on a GPU). Dispatch: st_cuda_attention_ex picks the kernel;
  * st_attn_dispatch / st_attn_dec_dispatch switch over (head_dim, cache type, rpw). */
 #include "attn.cuh"
 #include "norm.cuh"
@@ -404,6 +405,197 @@ static strata_status st_attn_dec_dispatch(int hd, bool f16, const st_attn_args &
     return st_error(STRATA_ERR_INTERNAL, "st_attn_dec_dispatch: head_dim %d passed the check", hd);
 }
 
+/* ---- prefill on the tensor cores (flash attention) --------------------------------------------- */
+
+#define ST_ATTN_TC_BM 64  /* query rows per block: 16 per warp */
+#define ST_ATTN_TC_BN 64  /* positions per K/V tile */
+
+static __device__ __forceinline__ void st_attn_ldsm_x4(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+static __device__ __forceinline__ void st_attn_ldsm_x4_t(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+/* c += a (16x16, row) * b (16x8, col); f16 in, f32 accumulate */
+static __device__ __forceinline__ void st_attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ uint32_t st_attn_h2(float x, float y) {
+    const __half2 h = __floats2half2_rn(x, y);
+    return *(const uint32_t *)&h;
+}
+
+/* Flash attention for long batches (prefill) over an f16 cache, head_dim 64 or 128. A block of
+ * 4 warps serves 64 query rows of one KV head (rows as in st_k_attn: token-major, the G query
+ * heads of the KV head), each warp 16 of them; it walks the positions up to its last row's in
+ * tiles of 64, K and V through shared memory. Per tile a warp computes its 16 x 64 scores with
+ * mma.sync m16n8k16 (queries rounded to f16 once, scaled by scale * log2 e), masks the causal
+ * limit, updates its rows' running max and sum (online softmax in base 2, f32), and adds P * V
+ * with P rounded to f16 (ldmatrix.trans for V). One pass, no split: every output row is written
+ * once, in a fixed order of tiles (deterministic). */
+template <int HD>
+static __global__ void __launch_bounds__(128)
+st_k_attn_tc(const st_attn_args a) {
+    constexpr int BM = ST_ATTN_TC_BM, BN = ST_ATTN_TC_BN, LDS = HD + 8;
+    constexpr int KS = HD / 16, NT = BN / 8, DT = HD / 8;
+    __shared__ __align__(128) __half Ks[BN * LDS];
+    __shared__ __align__(128) __half Vs[BN * LDS];
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int g = lane >> 2, tq = lane & 3;
+    const int rg = (int)blockIdx.x, hk = (int)blockIdx.z;
+    const int G = a.group, R = a.T * G;
+    const int64_t pos0 = a.pos_dev ? (int64_t)*a.pos_dev : a.pos0;
+    const int r_first = rg * BM;
+    const float qscale = a.scale * 1.4426950408889634f; /* log2(e): exp2 below */
+
+    /* this warp's 16 query rows as f16 A fragments, staged through Ks */
+    for (int idx = (int)threadIdx.x; idx < BM * HD; idx += 128) {
+        const int lr = idx / HD, d = idx - lr * HD, r = r_first + lr;
+        float qv = 0.0f;
+        if (r < R) {
+            const int t = r / G, h = hk * G + (r - t * G);
+            qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d] * qscale;
+        }
+        Ks[lr * LDS + d] = __float2half_rn(qv);
+    }
+    __syncthreads();
+    uint32_t qf[KS][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+        st_attn_ldsm_x4(qf[ks], Ks + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+    __syncthreads();
+
+    const int r0 = r_first + warp * 16 + g, r1 = r0 + 8;
+    const int64_t lim0 = r0 < R ? pos0 + r0 / G : -1, lim1 = r1 < R ? pos0 + r1 / G : -1;
+    const int64_t last = pos0 + (min(R, r_first + BM) - 1) / G; /* the block's last position */
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float o[DT][4];
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+    const __half *Kb = (const __half *)a.k + (size_t)hk * (size_t)a.n_ctx * HD;
+    const __half *Vb = (const __half *)a.v + (size_t)hk * (size_t)a.n_ctx * HD;
+
+    for (int64_t pb = 0; pb <= last; pb += BN) {
+        for (int idx = (int)threadIdx.x; idx < BN * (HD / 8); idx += 128) {
+            const int pp = idx / (HD / 8), ch = idx - pp * (HD / 8);
+            const int64_t p = pb + pp;
+            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+            if (p <= last) {
+                kv = __ldg((const uint4 *)(Kb + (size_t)p * HD) + ch);
+                vv = __ldg((const uint4 *)(Vb + (size_t)p * HD) + ch);
+            }
+            *(uint4 *)(Ks + pp * LDS + ch * 8) = kv;
+            *(uint4 *)(Vs + pp * LDS + ch * 8) = vv;
+        }
+        __syncthreads();
+        /* scores of this warp's 16 rows against the tile's 64 positions */
+        float sc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int np = 0; np < NT / 2; np++) {
+                uint32_t bf[4];
+                st_attn_ldsm_x4(bf, Ks + (np * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + ks * 16 +
+                                        ((lane >> 3) & 1) * 8);
+                st_attn_mma(sc[2 * np], qf[ks], bf[0], bf[1]);
+                st_attn_mma(sc[2 * np + 1], qf[ks], bf[2], bf[3]);
+            }
+        /* causal mask, running max, probabilities (base 2) */
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int64_t p = pb + nt * 8 + 2 * tq + e;
+                if (p > lim0) sc[nt][e] = -INFINITY;
+                if (p > lim1) sc[nt][2 + e] = -INFINITY;
+                mx0 = fmaxf(mx0, sc[nt][e]);
+                mx1 = fmaxf(mx1, sc[nt][2 + e]);
+            }
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        const float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0); /* 0 while m0 is -inf */
+        const float c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+        float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float p0 = mx0 == -INFINITY ? 0.0f : exp2f(sc[nt][e] - mx0);
+                const float p1 = mx1 == -INFINITY ? 0.0f : exp2f(sc[nt][2 + e] - mx1);
+                sc[nt][e] = p0;
+                sc[nt][2 + e] = p1;
+                rs0 += p0;
+                rs1 += p1;
+            }
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
+            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
+        }
+        l0 = fmaf(l0, c0, rs0);
+        l1 = fmaf(l1, c1, rs1);
+        m0 = mx0;
+        m1 = mx1;
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++) {
+            o[dt][0] *= c0; o[dt][1] *= c0;
+            o[dt][2] *= c1; o[dt][3] *= c1;
+        }
+        /* O += P V: P's accumulator layout is the A fragment layout, 16 positions at a time */
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            const uint32_t pa[4] = {st_attn_h2(sc[2 * kk][0], sc[2 * kk][1]),
+                                    st_attn_h2(sc[2 * kk][2], sc[2 * kk][3]),
+                                    st_attn_h2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                    st_attn_h2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < DT / 2; dp++) {
+                uint32_t bf[4];
+                st_attn_ldsm_x4_t(bf, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS +
+                                          dp * 16 + (lane >> 4) * 8);
+                st_attn_mma(o[2 * dp], pa, bf[0], bf[1]);
+                st_attn_mma(o[2 * dp + 1], pa, bf[2], bf[3]);
+            }
+        }
+        __syncthreads(); /* Ks / Vs are rewritten by the next tile */
+    }
+    /* every live row saw position 0, so l > 0 */
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int r = hr ? r1 : r0;
+        if (r >= R) continue;
+        const float inv_l = hr ? l1 : l0;
+        const int t = r / G, h = hk * G + (r - t * G);
+        float *out = a.out + (int64_t)t * a.ldo + (int64_t)h * HD;
+#pragma unroll
+        for (int dt = 0; dt < DT; dt++) {
+            out[dt * 8 + 2 * tq] = __fdiv_rn(o[dt][2 * hr], inv_l);
+            out[dt * 8 + 2 * tq + 1] = __fdiv_rn(o[dt][2 * hr + 1], inv_l);
+        }
+    }
+}
+
+template <int HD>
+static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, cudaStream_t s) {
+    const int R = a.T * a.group;
+    st_k_attn_tc<HD><<<dim3((unsigned)((R + ST_ATTN_TC_BM - 1) / ST_ATTN_TC_BM), 1, (unsigned)n_kv), 128, 0, s>>>(a);
+    ST_CUDA_CHECK_LAUNCH("st_k_attn_tc");
+    return STRATA_OK;
+}
+
 /* One block per (token, head): merges the n_chunks partials of its row in index order. */
 static __global__ void __launch_bounds__(256)
 st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_head, float *out,
@@ -619,6 +811,10 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
      * the general kernel is forced (c/cuda/dev/attn_check.cu) */
     const bool dec = T * G <= ST_ATTN_DEC_ROWS && np >= ST_ATTN_DEC_MIN_NP && target_blocks <= 0 &&
                      rpw_force == 0;
+    /* long batches over an f16 cache: the tensor-core kernel when enabled (or forced: rpw 16) */
+    const bool tc = kv->type == STRATA_TYPE_F16 && (s->head_dim == 64 || s->head_dim == 128) &&
+                    ((rpw_force == 16) || (rpw_force == 0 && target_blocks <= 0 &&
+                                           T * G >= ST_ATTN_TC_BM && s->tc));
     st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
     if (dec) { /* chunks of at least 256 positions, about 4 blocks per SM */
         const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
@@ -654,6 +850,15 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     a.chunk = pl.chunk;
     a.n_chunks = pl.n_chunks;
     cudaStream_t st = (cudaStream_t)stream;
+    if (tc) {
+        if (plan_out) {
+            plan_out->rpw = 16; /* marks the tensor-core kernel */
+            plan_out->n_chunks = 1;
+        }
+        a.n_chunks = 1;
+        return s->head_dim == 64 ? st_attn_tc_launch<64>(a, s->n_head_kv, st)
+                                 : st_attn_tc_launch<128>(a, s->n_head_kv, st);
+    }
     if (dec)
         ST_TRY(st_attn_dec_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, s->n_head_kv, st));
     else

@@ -106,10 +106,15 @@ typedef struct st_cuda_kv_layer {
     int64_t n_ctx;
 } st_cuda_kv_layer;
 
-/* As the CPU's st_attn_shape. */
+/* As the CPU's st_attn_shape, plus the kernel choice for long batches. */
 typedef struct st_cuda_attn_shape {
     int32_t n_head, n_head_kv, head_dim, head_dim_v;
     float scale;             /* score multiplier, usually 1/sqrt(head_dim) */
+    int32_t tc;              /* 1: batches of 64 or more query rows per KV head over an f16 cache
+                                with head_dim 64 or 128 take the tensor-core flash-attention
+                                kernel (queries and probabilities rounded to f16, f32 softmax and
+                                sums); 0: the FMA kernel (session option attn_tc, off by default
+                                until measured on the H200) */
 } st_cuda_attn_shape;
 
 /* 1 if the attention kernels take this cache type and shape: type F16 or F32, head_dim ==

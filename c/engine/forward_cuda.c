@@ -467,6 +467,7 @@ strata_status st_gpu_create(strata_session *s) {
     g->shape.n_head_kv = hp->n_head_kv;
     g->shape.head_dim = hp->head_dim;
     g->shape.head_dim_v = hp->head_dim_v;
+    g->shape.tc = s->attn_tc;
     g->shape.scale = hp->attention_scale != 0.0f && m->arch->granite_scales
                          ? hp->attention_scale : 1.0f / sqrtf((float)hp->head_dim);
     g->rope.neox = s->rope.style == ST_ROPE_NEOX;

@@ -25,6 +25,7 @@ struct strata_session {
     int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
+    int attn_tc;                /* GPU: tensor-core attention for prompt batches */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off) */
     int32_t expert_cache;       /* GPU: routed experts in a cache of this many slots (0: resident,

@@ -485,6 +485,10 @@ typedef struct strata_session_params {
     int profile;          /* 1: time the phases of every forward pass (strata_session_stats); on
                              the GPU each phase is followed by a device synchronization, which
                              slows the pass down: for measurements, not for serving */
+    int attn_tc;          /* CUDA sessions: 1 reads prompt batches' attention with a tensor-core
+                             flash-attention kernel (f16 queries and probabilities, f32 softmax;
+                             head_dim 64/128, f16 cache); 0 (default, until measured): the FMA
+                             kernel. Decode steps are unaffected. */
     int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA
                              graph once and replays it as one launch per step (same kernels, same
                              bits; +28% decode on qwen3-30b-a3b, docs/PERFORMANCE.md); 0 launches

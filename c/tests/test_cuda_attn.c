@@ -86,6 +86,8 @@ typedef struct {
 
 typedef enum { WS_FULL, WS_NONE, WS_SMALL } ws_mode;
 
+static int g_tc = 0; /* shape.tc of the next cases: the tensor-core prefill kernel */
+
 /* One case: a cache of n_ctx = np + 37 positions holding np tokens, T query tokens at
  * pos0 = np - T. ldq/ldo padding pq/po floats per row. */
 static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_t pq, int64_t po,
@@ -96,12 +98,13 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     const int64_t ldq = nq + pq, ldo = nq + po;
     const size_t el = kvt == STRATA_TYPE_F16 ? 2 : 4;
     char desc[200];
-    snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s", sh.name,
+    snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s%s", sh.name,
              strata_type_name(kvt), sh.n_head, sh.n_kv, (long long)hd, (long long)T, (long long)np,
-             pq || po ? " strided" : "", wm == WS_NONE ? " ws=none" : "", wm == WS_SMALL ? " ws=small" : "");
+             pq || po ? " strided" : "", wm == WS_NONE ? " ws=none" : "", wm == WS_SMALL ? " ws=small" : "",
+             g_tc ? " tc" : "");
 
     st_attn_shape cs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, 1.0f / sqrtf((float)hd)};
-    st_cuda_attn_shape gs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, cs.scale};
+    st_cuda_attn_shape gs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, cs.scale, g_tc};
     CHECK(st_cuda_attn_supports(kvt, &gs), "%s: not supported", desc);
 
     /* host data */
@@ -228,10 +231,10 @@ done_host:
 /* ---- argument errors (no device needed) ----------------------------------------------------- */
 
 static void test_arguments(void) {
-    st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f};
+    st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f, 0};
     CHECK(st_cuda_attn_supports(STRATA_TYPE_F16, &s) && st_cuda_attn_supports(STRATA_TYPE_F32, &s),
           "qwen3 shape");
-    st_cuda_attn_shape s80 = {32, 4, 80, 80, 0.1f}, smla = {32, 4, 128, 64, 0.1f}, sodd = {30, 4, 128, 128, 0.1f};
+    st_cuda_attn_shape s80 = {32, 4, 80, 80, 0.1f, 0}, smla = {32, 4, 128, 64, 0.1f, 0}, sodd = {30, 4, 128, 128, 0.1f, 0};
     CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &s80), "head_dim 80 is not instantiated");
     CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &smla), "head_dim != head_dim_v");
     CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &sodd), "n_head not a multiple of n_head_kv");
@@ -273,7 +276,7 @@ int main(void) {
     CHECK(st == STRATA_OK, "probe: %s", strata_last_error());
     if (!available) {
         CHECK(reason[0] != '\0', "unavailable without a reason");
-        st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f};
+        st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f, 0};
         st_cuda_kv_layer kv = {STRATA_TYPE_F16, (void *)(uintptr_t)0x100000, (void *)(uintptr_t)0x200000, 100};
         st = st_cuda_attention(&kv, &s, (float *)(uintptr_t)0x300000, 4096, 1, 0, NULL,
                                (float *)(uintptr_t)0x400000, 4096, NULL, 0, NULL);
@@ -325,6 +328,23 @@ int main(void) {
     attn_case(mixtral, F16, 128, 4097, 0, 0, WS_FULL);
     attn_case(hd64, F16, 128, 300, 0, 0, WS_FULL);
     attn_case(qwen3, F16, 33, 1000, 40, 0, WS_NONE);
+    /* the tensor-core prefill kernel (shape.tc): the same cases where it applies (f16 cache,
+     * head_dim 64/128, 64+ rows per KV head), plus long contexts and rows not a multiple of 64;
+     * decode-sized calls keep the other kernels */
+    g_tc = 1;
+    attn_case(qwen3, F16, 128, 128, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 512, 512, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 512, 1536, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 512, 16384, 0, 0, WS_FULL);
+    attn_case(olmoe, F16, 512, 512, 0, 0, WS_FULL);
+    attn_case(olmoe, F16, 100, 4097, 0, 0, WS_FULL);
+    attn_case(mixtral, F16, 128, 4097, 0, 0, WS_FULL);
+    attn_case(hd64, F16, 128, 300, 0, 0, WS_FULL);
+    attn_case(hd64, F16, 77, 77, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 33, 1000, 40, 16, WS_NONE);
+    attn_case(qwen3, F16, 1, 16384, 0, 0, WS_FULL);
+    attn_case(hd256, F16, 64, 300, 0, 0, WS_FULL);
+    g_tc = 0;
     st_threadpool_free(pool);
     return test_report();
 }

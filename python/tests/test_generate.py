@@ -321,7 +321,7 @@ def test_cli_placement_options_parse(model):
     args = ["-m", model.path, "-p", PROMPT, "-n", 12, "--temp", 0, "--cpu", "-c", 128]
     base = run_cli(*args).stdout
     for extra in (["--cpu-moe"], ["--n-cpu-moe", 2], ["--gpu-experts"], ["--cuda-graphs"],
-                  ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64]):
+                  ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64], ["--attn-tc"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof

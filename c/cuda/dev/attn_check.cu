@@ -6,7 +6,8 @@
  * timed with CUDA events (median of 50, rotating over 4 layers' caches so L2 does not hold the
  * cache). Reported as GB/s of KV bytes read (positions x kv heads x head_dim x 2 x 2 bytes) next
  * to a device-to-device copy measured on the spot (the H200 copies at ~4.1-4.3 TB/s). Then the
- * prefill path (T = 512 at depth 0 and 16384) as TFLOP/s (4 x T x n_head x mean positions x hd).
+ * prefill path (T = 512 at depth 0 and 16384) as TFLOP/s (4 x T x n_head x mean positions x hd),
+ * the FMA kernel's plans against the tensor-core kernel ("tensor", rpw_force 16).
  *
  * Build (from the repository root, after `make` has built build/libstrata.a with CUDA):
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
@@ -121,12 +122,14 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&dws, wsb));
             CK(cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
             const int sm = prop.multiProcessorCount;
-            struct { const char *name; int target; size_t ws; } plans[] = {
-                {"default", 0, wsb}, {"1/SM", sm, wsb}, {"2/SM", 2 * sm, wsb}, {"8/SM", 8 * sm, wsb}, {"one-pass", 0, 0}};
+            struct { const char *name; int target; size_t ws; int rpw; } plans[] = {
+                {"default", 0, wsb, 0}, {"1/SM", sm, wsb, 0}, {"2/SM", 2 * sm, wsb, 0},
+                {"8/SM", 8 * sm, wsb, 0}, {"one-pass", 0, 0, 0}, {"tensor", 0, wsb, 16}};
             for (auto &pl : plans) {
+                if (pl.rpw == 16 && (T < 64 || s.hd > 128)) continue; /* the tensor-core prefill kernel */
                 st_attn_plan got_plan;
                 SK(st_cuda_attention_ex(&L[0].kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,
-                                        pl.target, 0, &got_plan));
+                                        pl.target, pl.rpw, &got_plan));
                 CK(cudaDeviceSynchronize());
                 std::vector<float> out(q.size());
                 CK(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
@@ -149,7 +152,7 @@ int main(int argc, char **argv) {
                     const Layer &Lx = L[it % LAYERS];
                     CK(cudaEventRecord(e0));
                     SK(st_cuda_attention_ex(&Lx.kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,
-                                            pl.target, 0, NULL));
+                                            pl.target, pl.rpw, NULL));
                     CK(cudaEventRecord(e1));
                     CK(cudaEventSynchronize(e1));
                     float ms;
