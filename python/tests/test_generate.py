@@ -375,7 +375,7 @@ def test_python_gpu_placement_options():
     toks = list(range(5, 40))
     base = strata.Model(path, n_ctx=128, n_threads=2)
     opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, n_cpu_moe=-1,
-                        stage_experts=16, expert_cache="auto", gpu_mem=1 << 30)
+                        stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True)
     assert np.array_equal(base.logits(toks), opts.logits(toks))
     with pytest.raises(ValueError):
         strata.Model(path, expert_cache="most")
