@@ -109,6 +109,7 @@ bench q3_ncmoe24 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 24 -t 16
 # the GPU expert cache at 25% and 50% of the expert bytes (6144 experts): demand loads over PCIe
 bench q3_cache25 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536
 bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
+bench q3_cache25_pin /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --pin-experts
 fi # OFFLOAD
 # ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----
 if [ "${CPU:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then

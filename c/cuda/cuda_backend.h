@@ -45,6 +45,10 @@ strata_status st_cuda_device_name(char *name, size_t cap);
 
 strata_status st_cuda_malloc(void **dptr, size_t bytes);
 strata_status st_cuda_free(void *dptr);                    /* NULL is a no-op */
+/* Pinned (page-locked) host memory: copies from it run at the PCIe rate (CEILINGS.md: 55 GB/s
+ * against 19 GB/s from pageable memory). NOMEM when the system refuses. */
+strata_status st_cuda_host_alloc(void **hptr, size_t bytes);
+strata_status st_cuda_host_free(void *hptr);              /* NULL is a no-op */
 strata_status st_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memset(void *dptr, int byte, size_t bytes);

@@ -167,6 +167,26 @@ extern "C" strata_status st_cuda_malloc(void **dptr, size_t bytes) {
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_host_alloc(void **hptr, size_t bytes) {
+    if (!hptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_host_alloc: NULL hptr");
+    *hptr = NULL;
+    ST_TRY(st_cuda_require("st_cuda_host_alloc"));
+    cudaError_t e = cudaHostAlloc(hptr, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *hptr = NULL;
+        return st_error(STRATA_ERR_NOMEM, "st_cuda_host_alloc: %zu bytes of pinned host memory: %s",
+                        bytes, cudaGetErrorString(e));
+    }
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_host_free(void *hptr) {
+    if (!hptr) return STRATA_OK;
+    ST_CUDA_CHECK(cudaFreeHost(hptr));
+    return STRATA_OK;
+}
+
 extern "C" strata_status st_cuda_free(void *dptr) {
     if (!dptr) return STRATA_OK;
     ST_CUDA_CHECK(cudaFree(dptr));

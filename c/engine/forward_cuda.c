@@ -93,6 +93,8 @@ struct st_gpu {
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
     st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
                                              experts of CPU layers in long batches */
+    void *pinned;                         /* pin_experts: the RAM-kept experts' pinned copy */
+    size_t pinned_bytes;
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
     float *qkv;                           /* (T, nq + nk + nv): the fused projection's rows */
@@ -106,6 +108,7 @@ struct st_gpu {
 #define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
 
 static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
+static strata_status st_gpu_pin_experts(strata_session *s);
 
 /* ---------------------------------------------------------------------------------------------
  * Upload
@@ -431,6 +434,7 @@ void st_gpu_free(strata_session *s) {
         }
     st_gpu_cache_free(g->cache);
     st_gpu_cache_free(g->stage);
+    st_cuda_host_free(g->pinned);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
@@ -487,6 +491,7 @@ strata_status st_gpu_create(strata_session *s) {
     TRY(st_gpu_upload_layers(s));
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
+    if (s->pin_experts && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
     if (s->expert_cache != 0) {
         int32_t slots = s->expert_cache;
         if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
@@ -496,6 +501,49 @@ strata_status st_gpu_create(strata_session *s) {
         TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
+}
+
+static size_t st_r256z(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* pin_experts: the routed experts that stay in RAM (every layer's with an expert cache, the CPU
+ * layers' with n_cpu_moe) copied into one pinned host allocation, layer by layer in the merged
+ * tensors' layout; the session's expert views then point into the copy, so the CPU's expert step
+ * and the cache's PCIe loads read it (the same bytes: the same results). */
+static strata_status st_gpu_pin_experts(strata_session *s) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const int32_t X = hp->n_expert;
+    size_t total = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0) continue;
+        const st_layer *L = &m->layers[il];
+        total += st_r256z(st_tensor_bytes(&L->ffn_gate_exps)) + st_r256z(st_tensor_bytes(&L->ffn_up_exps)) +
+                 st_r256z(st_tensor_bytes(&L->ffn_down_exps));
+    }
+    if (total == 0) return STRATA_OK;
+    strata_status st = st_cuda_host_alloc(&g->pinned, total);
+    if (st != STRATA_OK)
+        return st_error(st, "pin_experts: %zu MiB of pinned memory for the experts kept in RAM: %s",
+                        total >> 20, strata_last_error());
+    g->pinned_bytes = total;
+    uint8_t *p = g->pinned;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0) continue;
+        const st_layer *L = &m->layers[il];
+        const st_tensor *ts[3] = {&L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+        for (int i = 0; i < 3; i++) {
+            const size_t n = st_tensor_bytes(ts[i]);
+            memcpy(p, ts[i]->data, n);
+            for (int32_t e = 0; e < X; e++) {
+                st_expert *x = &s->experts[(size_t)il * (size_t)X + (size_t)e];
+                st_tensor *v = i == 0 ? &x->gate : i == 1 ? &x->up : &x->down;
+                v->data = p + ((const uint8_t *)v->data - (const uint8_t *)ts[i]->data);
+            }
+            p += st_r256z(n);
+        }
+    }
+    return STRATA_OK;
 }
 
 /* expert_cache -1: the slots that fit in gpu_mem (or the free memory) now that the other weights,

@@ -192,6 +192,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->profile = p.profile != 0;
     s->cuda_graphs = p.cuda_graphs != 0;
     s->attn_tc = p.attn_tc != 0;
+    s->pin_experts = p.backend == STRATA_BACKEND_CUDA && p.pin_experts != 0;
     s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
     s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && p.stage_experts > 0

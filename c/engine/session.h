@@ -28,6 +28,7 @@ struct strata_session {
     int attn_tc;                /* GPU: tensor-core attention for prompt batches */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off) */
+    int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory */
     int32_t expert_cache;       /* GPU: routed experts in a cache of this many slots (0: resident,
                                    -1: as many as fit in gpu_mem or free memory) */
     int64_t gpu_mem;            /* GPU: bytes the session may use (0: the free memory) */

@@ -34,6 +34,7 @@ static int g_graphs = 0;                   /* cuda_graphs of the next sessions *
 static int g_cpu_moe = 0;                  /* n_cpu_moe of the next sessions */
 static int g_cache = 0;                    /* expert_cache of the next sessions */
 static int g_stage = 0;                    /* stage_experts of the next sessions */
+static int g_pin = 0;                      /* pin_experts of the next sessions */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -43,6 +44,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.n_cpu_moe = g_cpu_moe;
     sp.expert_cache = g_cache;
     sp.stage_experts = g_stage;
+    sp.pin_experts = g_pin;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -220,15 +222,16 @@ static void test_default_model(void) {
         float *all = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
         strata_token ga[64];
         const int ok_all = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, ga);
-        for (int v = 0; v < 2 && all && ok_all; v++) {
-            g_cache = v ? 40 : 32;
+        for (int v = 0; v < 3 && all && ok_all; v++) { /* v 2: 32 slots loaded from pinned copies */
+            g_cache = v == 1 ? 40 : 32;
+            g_pin = v == 2;
             float *cached = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
             strata_token gk[64];
             const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gk);
-            g_cache = 0;
+            g_cache = g_pin = 0;
             CHECK(cached && ok && !memcmp(all, cached, sizeof(float) * (size_t)n * (size_t)V) &&
-                  !memcmp(ga, gk, sizeof ga), "expert cache of %d slots: bit-identical to all resident",
-                  v ? 40 : 32);
+                  !memcmp(ga, gk, sizeof ga), "expert cache of %d slots%s: bit-identical to all resident",
+                  v == 1 ? 40 : 32, v == 2 ? " (pinned experts)" : "");
             free(cached);
         }
         /* auto: the H200 has room for all 192 of the model's experts */
@@ -274,13 +277,15 @@ static void test_default_model(void) {
 
     /* --cpu-moe / --n-cpu-moe: experts of every layer, or of the first 3, computed by the CPU
      * (the CPU's arithmetic for those): the same greedy tokens and the same KL bound */
-    for (int v = 0; v < 3; v++) { /* v 2: --cpu-moe --stage-experts 48 (prompt slices staged) */
+    for (int v = 0; v < 3; v++) { /* v 1: the CPU layers read pinned copies; v 2: --cpu-moe
+                                   * --stage-experts 48 (prompt slices staged) */
         g_cpu_moe = v == 1 ? 3 : -1;
         g_stage = v == 2 ? 48 : 0;
+        g_pin = v == 1;
         float *cm = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
         strata_token gm[64];
         const int got = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gm);
-        g_cpu_moe = g_stage = 0;
+        g_cpu_moe = g_stage = g_pin = 0;
         const float *ref = cpu, *ref32 = cpu32;
         if (cm && ref && ref32 && got) {
             double kl = 0, floor = 0;
