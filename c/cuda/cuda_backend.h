@@ -51,6 +51,12 @@ strata_status st_cuda_host_alloc(void **hptr, size_t bytes);
 strata_status st_cuda_host_free(void *hptr);              /* NULL is a no-op */
 strata_status st_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
+/* Enqueues a copy on stream (host -> device when to_device, else device -> host); with pinned host
+ * memory it runs asynchronously, ordered with the stream's kernels. The host side must stay valid
+ * and unchanged (or unread) until the stream has passed the copy. */
+strata_status st_cuda_memcpy_async(void *dst, const void *src, size_t bytes, int to_device, void *stream);
+/* Waits for everything enqueued on stream. */
+strata_status st_cuda_stream_synchronize(void *stream);
 strata_status st_cuda_memset(void *dptr, int byte, size_t bytes);
 strata_status st_cuda_synchronize(void);
 /* Free and total bytes of device 0's memory (cudaMemGetInfo). */

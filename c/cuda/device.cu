@@ -207,6 +207,20 @@ extern "C" strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t b
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_memcpy_async(void *dst, const void *src, size_t bytes, int to_device,
+                                              void *stream) {
+    if (!bytes) return STRATA_OK;
+    if (!dst || !src) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_memcpy_async: NULL pointer");
+    ST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                  (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_stream_synchronize(void *stream) {
+    ST_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    return STRATA_OK;
+}
+
 extern "C" strata_status st_cuda_memset(void *dptr, int byte, size_t bytes) {
     if (!bytes) return STRATA_OK;
     if (!dptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_memset: NULL pointer");

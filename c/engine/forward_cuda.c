@@ -6,9 +6,11 @@
  * logits). Token embeddings are dequantized on the CPU (exactly as forward.c) and copied up.
  *
  * Every kernel runs on the session's own (blocking) stream, in program order; the synchronous
- * copies (embeddings up, logits down, the routing and hand-offs of --n-cpu-moe and the expert
- * cache) run on the legacy default stream, which is ordered with it, so each copy waits for the
- * kernels before it and the kernels after it wait for the copy. Routed experts are resident, or
+ * copies (embeddings up, logits down, the routing of the expert cache) run on the legacy default
+ * stream, which is ordered with it, so each copy waits for the kernels before it and the kernels
+ * after it wait for the copy. The --n-cpu-moe hand-off copies through pinned host rows on the
+ * session's stream (three copies down, one wait, the CPU's step, one copy up that the next
+ * kernels are ordered after; written after the session's H200 time was spent). Routed experts are resident, or
  * in the GPU expert cache (gpu_cache.c), or computed by the CPU (n_cpu_moe). Single-token steps
  * may be replayed as a CUDA graph (cuda_graphs). Matmuls of ST_CUDA_MMQ_MIN_ROWS rows or more
  * run on the tensor-core tiles (cuda_mmq.h) where the weight type has them; fewer rows (decode,
@@ -94,6 +96,10 @@ struct st_gpu {
     st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
                                              experts of CPU layers in long batches */
     void *pinned;                         /* pin_experts: the RAM-kept experts' pinned copy */
+    /* n_cpu_moe: pinned host rows of the hand-off to the CPU's expert step (T = n_batch rows) */
+    float *h_xn, *h_wts, *h_proj;         /* (T, n_embd), (T, k), (T, n_embd) */
+    int32_t *h_ids;                       /* (T, k) */
+    void *h_hand;                         /* the one allocation they share */
     size_t pinned_bytes;
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
@@ -106,6 +112,8 @@ struct st_gpu {
 };
 
 #define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
+
+static size_t st_r256z(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
 static strata_status st_gpu_pin_experts(strata_session *s);
@@ -435,6 +443,7 @@ void st_gpu_free(strata_session *s) {
     st_gpu_cache_free(g->cache);
     st_gpu_cache_free(g->stage);
     st_cuda_host_free(g->pinned);
+    st_cuda_host_free(g->h_hand);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
@@ -492,6 +501,15 @@ strata_status st_gpu_create(strata_session *s) {
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
     if (s->pin_experts && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
+    if (s->n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
+        const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
+        const size_t a = st_r256z(T * E * sizeof(float)), b = st_r256z(T * K * sizeof(float));
+        TRY(st_cuda_host_alloc(&g->h_hand, 2 * a + 2 * b));
+        g->h_xn = (float *)g->h_hand;
+        g->h_proj = (float *)((uint8_t *)g->h_hand + a);
+        g->h_wts = (float *)((uint8_t *)g->h_hand + 2 * a);
+        g->h_ids = (int32_t *)((uint8_t *)g->h_hand + 2 * a + b);
+    }
     if (s->expert_cache != 0) {
         int32_t slots = s->expert_cache;
         if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
@@ -502,8 +520,6 @@ strata_status st_gpu_create(strata_session *s) {
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
 }
-
-static size_t st_r256z(size_t x) { return (x + 255) & ~(size_t)255; }
 
 /* pin_experts: the routed experts that stay in RAM (every layer's with an expert cache, the CPU
  * layers' with n_cpu_moe) copied into one pinned host allocation, layer by layer in the merged
@@ -712,15 +728,20 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 }
                 TRY(st_gpu_cache_table(s, g->cache, il, ids, tn, K, &table));
             }
-            if (cpu_layer) { /* experts in RAM: rows and routing down, the CPU's step, result up */
+            if (cpu_layer) { /* experts in RAM: rows and routing down (pinned, async, one wait),
+                              * the CPU's step, the result up (async: the stream's next kernels
+                              * wait for it; the next hand-off's wait covers it before h_proj is
+                              * written again) */
                 s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(2 * tn * E) +
                                            (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
-                TRY(st_cuda_memcpy_d2h(s->xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E)));
-                TRY(st_cuda_memcpy_d2h(s->ids + t0 * K, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
-                TRY(st_cuda_memcpy_d2h(s->wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K)));
-                st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn + t0 * E, tn,
-                           s->ids + t0 * K, s->wts + t0 * K, K, s->proj + t0 * E, s->moe_ws);
-                TRY(st_cuda_memcpy_h2d(g->proj + t0 * E, s->proj + t0 * E, sizeof(float) * (size_t)(tn * E)));
+                float *hx = g->h_xn + t0 * E, *hw = g->h_wts + t0 * K, *hp_ = g->h_proj + t0 * E;
+                int32_t *hi = g->h_ids + t0 * K;
+                TRY(st_cuda_memcpy_async(hx, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E), 0, g->stream));
+                TRY(st_cuda_memcpy_async(hi, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream));
+                TRY(st_cuda_memcpy_async(hw, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K), 0, g->stream));
+                TRY(st_cuda_stream_synchronize(g->stream));
+                st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, hx, tn, hi, hw, K, hp_, s->moe_ws);
+                TRY(st_cuda_memcpy_async(g->proj + t0 * E, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
             }
             st_cuda_moe_args a;
             memset(&a, 0, sizeof a);
