@@ -184,6 +184,12 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
 
     stream s = {NULL, 0, 0, 0, o, stdout};
     strata_token pending = -1; /* sampled, not yet in the cache */
+    /* plain greedy (temperature 0, no penalties): each step asks the session for its greedy
+     * token (on the GPU: one token comes down instead of the logits); the first comes from the
+     * prompt's logits as always */
+    const int fast_greedy = !(o->sp.temperature > 0.0f) && o->sp.repeat_penalty == 1.0f &&
+                            o->sp.presence_penalty == 0.0f && o->sp.frequency_penalty == 0.0f;
+    strata_token next = -1;
     int64_t n_gen = 0;
     int first = 1;
     char piece[256];
@@ -195,8 +201,8 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
             cli_print_prof_line(r->sess, rate((double)r->n_prompt, r->prompt_s),
                                 rate((double)n_gen, cli_now() - t1));
         }
-        strata_token tok;
-        if (strata_sampler_sample(r->smp, r->logits, &tok) != STRATA_OK) {
+        strata_token tok = next;
+        if (tok < 0 && strata_sampler_sample(r->smp, r->logits, &tok) != STRATA_OK) {
             free(s.buf);
             return cli_fail("sampling: %s", strata_last_error());
         }
@@ -222,7 +228,8 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
             r->ctx_full = 1;
             break;
         }
-        if (strata_session_decode_gen(r->sess, &tok, 1, r->logits, 0) != STRATA_OK) {
+        if (fast_greedy ? strata_session_decode_greedy(r->sess, &tok, 1, &next) != STRATA_OK
+                        : strata_session_decode_gen(r->sess, &tok, 1, r->logits, 0) != STRATA_OK) {
             free(s.buf);
             return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
                             strata_last_error());

@@ -94,6 +94,17 @@ strata_status st_cuda_rope(const st_cuda_rope_params *p, float *d_x, int64_t ldx
                            int64_t head_dim, int64_t T, const int32_t *d_pos, int64_t pos0,
                            void *stream);
 
+/* ---- sampling (sample.cu) -------------------------------------------------------------------- */
+
+/* The greedy token of a row: written by the device. */
+typedef struct st_cuda_argmax_out {
+    int32_t id;      /* the argmax (NaN as -inf, ties to the lowest index; 0 if all are NaN/-inf) */
+    float logit;     /* its value (-inf: no finite value in the row) */
+} st_cuda_argmax_out;
+
+/* Enqueues the argmax of n floats at d_x into *d_out (device, 4-byte aligned). */
+strata_status st_cuda_argmax(const float *d_x, int64_t n, st_cuda_argmax_out *d_out, void *stream);
+
 /* ---- KV cache and attention (attn.cu) ------------------------------------------------------- */
 
 /* One layer's GPU KV cache. Layout (the GPU's own, not the CPU's st_kv_layer): head-major and

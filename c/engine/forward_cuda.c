@@ -106,6 +106,7 @@ struct st_gpu {
     float *qkv;                           /* (T, nq + nk + nv): the fused projection's rows */
     int32_t *ids, *zeros;
     int32_t *pos;                         /* (T) the batch's positions: RoPE, KV store, attention */
+    st_cuda_argmax_out *amax;             /* the greedy token of strata_session_decode_greedy */
     int32_t *hpos;                        /* (T) host copy staged for the upload */
     void *mmv_scratch, *mmq_scratch, *moe_ws, *attn_ws;
     size_t moe_ws_bytes, attn_ws_bytes;
@@ -366,6 +367,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     TRY(st_gpu_alloc((void **)&g->ones, f * T));
     TRY(st_gpu_alloc((void **)&g->zeros, sizeof(int32_t) * T));
     TRY(st_gpu_alloc((void **)&g->pos, sizeof(int32_t) * T));
+    TRY(st_gpu_alloc((void **)&g->amax, sizeof *g->amax));
     g->hpos = malloc(sizeof(int32_t) * T);
     if (!g->hpos) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     TRY(st_gpu_alloc((void **)&g->shgate, f * T));
@@ -448,7 +450,7 @@ void st_gpu_free(strata_session *s) {
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
-                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->mmv_scratch, g->mmq_scratch,
+                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->mmq_scratch,
                     g->moe_ws, g->attn_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
@@ -799,6 +801,27 @@ static strata_status st_gpu_output(strata_session *s, int64_t first, int64_t n, 
     return STRATA_OK;
 }
 
+/* The greedy token after row `row` of the batch: its logits stay on the device, their argmax
+ * comes down (one token instead of n_vocab floats). */
+static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata_token *out) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    TRY(st_cuda_rmsnorm(g->xn, E, g->x + row * E, E, g->output_norm, E, 1, 1, hp->norm_eps, g->stream));
+    TRY(st_cuda_mmv(&g->output, g->xn, 1, g->logits, g->mmv_scratch, g->stream));
+    if (m->arch->granite_scales && hp->logit_scale != 1.0f && hp->logit_scale != 0.0f)
+        TRY(st_cuda_scale(g->logits, g->logits, hp->logit_scale, 1, V, g->stream));
+    TRY(st_cuda_argmax(g->logits, V, g->amax, g->stream));
+    st_cuda_argmax_out r;
+    TRY(st_cuda_memcpy_d2h(&r, g->amax, sizeof r));
+    s->pcie_bytes += (int64_t)sizeof r;
+    if (!(r.logit > -INFINITY))
+        return st_error(STRATA_ERR_INVALID_ARG, "greedy token: no finite logit among %d", (int)V);
+    *out = r.id;
+    return STRATA_OK;
+}
+
 strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
                                    float *logits, int all) {
     const strata_model *m = s->model;
@@ -851,6 +874,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     }
     TRY(st);
     if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));
+    else if (s->want_argmax) TRY(st_gpu_output_argmax(s, T - 1, s->argmax_out));
     else TRY(st_cuda_synchronize());
     st_prof_mark(s, STRATA_PHASE_OUTPUT);
     s->n_past += (int32_t)T;

@@ -5,6 +5,7 @@
 #include "session.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -137,7 +138,7 @@ void strata_session_free(strata_session *s) {
     free(s->slots_cpu);
     st_threadpool_free(s->tp);
     st_kv_free(&s->kv);
-    free(s->experts); free(s->dense); free(s->shexp);
+    free(s->experts); free(s->dense); free(s->shexp); free(s->argmax_logits);
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->proj); free(s->proj2); free(s->router); free(s->ids); free(s->wts);
     free(s->zeros); free(s->ones); free(s->shgate); free(s->rope_cs); free(s->att_scratch);
@@ -268,6 +269,40 @@ strata_status strata_session_decode_gen(strata_session *s, const strata_token *t
     return st;
 }
 
+strata_status strata_session_decode_greedy(strata_session *s, const strata_token *tokens, int64_t n,
+                                           strata_token *next) {
+    if (!s || !next)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_greedy: %s is NULL",
+                        !s ? "session" : "next");
+    if (n < 1) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_greedy: n %" PRId64 " < 1", n);
+    const int32_t V = s->model->hp.n_vocab;
+    if (s->backend == STRATA_BACKEND_CUDA) { /* the argmax on the device, one token down */
+        s->argmax_out = next;
+        strata_status st = strata_session_decode_gen(s, tokens, n, NULL, 0);
+        s->argmax_out = NULL;
+        s->want_argmax = 0;
+        return st;
+    }
+    if (!s->argmax_logits && !(s->argmax_logits = malloc(sizeof(float) * (size_t)V)))
+        return st_error(STRATA_ERR_NOMEM, "strata_session_decode_greedy: out of memory");
+    strata_status st = strata_session_decode_gen(s, tokens, n, s->argmax_logits, 0);
+    if (st != STRATA_OK) return st;
+    return st_argmax_row(s->argmax_logits, V, next);
+}
+
+strata_status st_argmax_row(const float *x, int32_t n, strata_token *out) {
+    int32_t best = -1;
+    float bv = -INFINITY;
+    for (int32_t i = 0; i < n; i++) {
+        const float v = isnan(x[i]) ? -INFINITY : x[i];
+        if (best < 0 || v > bv) { best = i; bv = v; }
+    }
+    if (!(bv > -INFINITY))
+        return st_error(STRATA_ERR_INVALID_ARG, "greedy token: no finite logit among %d", (int)n);
+    *out = best;
+    return STRATA_OK;
+}
+
 double st_prof_clock(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -373,6 +408,7 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         if (logits && all_logits) lg = logits + off * (int64_t)n_vocab;
         else if (logits && off + T == n) lg = logits;
         if (s->profile) { s->prof_calls++; s->prof_tokens += T; }
+        s->want_argmax = s->argmax_out && off + T == n;
         if (s->backend == STRATA_BACKEND_CUDA) {
             strata_status st = st_gpu_forward_batch(s, tokens + off, T, lg, all_logits);
             if (st != STRATA_OK) return st;

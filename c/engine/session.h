@@ -29,6 +29,9 @@ struct strata_session {
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off) */
     int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory */
+    strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
+    int want_argmax;            /* this batch is the call's last: compute the greedy token */
+    float *argmax_logits;       /* CPU sessions: the last row's logits for the greedy token */
     int32_t expert_cache;       /* GPU: routed experts in a cache of this many slots (0: resident,
                                    -1: as many as fit in gpu_mem or free memory) */
     int64_t gpu_mem;            /* GPU: bytes the session may use (0: the free memory) */
@@ -156,6 +159,9 @@ void st_prof_mark(strata_session *s, strata_phase phase);
  * CUDA in the build, create and forward return STRATA_ERR_UNSUPPORTED. */
 strata_status st_gpu_create(strata_session *s);
 void st_gpu_free(strata_session *s);
+/* The greedy token of a logits row: NaN as -inf, the lowest id on ties (strata_sampler_sample's
+ * greedy path without penalties); INVALID_ARG when no logit is finite. */
+strata_status st_argmax_row(const float *x, int32_t n, strata_token *out);
 strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
                                    float *logits, int all);
 size_t st_gpu_weight_bytes(const strata_session *s);

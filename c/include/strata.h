@@ -555,6 +555,15 @@ STRATA_API strata_status strata_session_decode_gen(strata_session *session,
                                                    const strata_token *tokens, int64_t n,
                                                    float *logits, int all_logits);
 
+/* As strata_session_decode_gen (n >= 1 generated tokens), and *next = the greedy token after the
+ * last one: the argmax of its logits (NaN as -inf, the lowest id on ties), the token
+ * strata_sampler_sample picks at temperature 0 without penalties; STRATA_ERR_INVALID_ARG when no
+ * logit is finite. A CUDA session computes it on the GPU and copies one token down instead of
+ * n_vocab logits. */
+STRATA_API strata_status strata_session_decode_greedy(strata_session *session,
+                                                      const strata_token *tokens, int64_t n,
+                                                      strata_token *next);
+
 /* The phases of a forward pass that profile mode times. */
 typedef enum strata_phase {
     STRATA_PHASE_EMBED = 0,       /* token embeddings (and their copy to the GPU) */

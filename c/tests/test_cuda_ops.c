@@ -345,6 +345,37 @@ static void test_sigmoid(int64_t n) {
     free(x); free(ref); free(got);
 }
 
+/* The greedy token (sample.cu) against the host rule: NaN as -inf, the lowest index on ties.
+ * mode 0: random; 1: the maximum repeated at 3 places; 2: NaNs and -infs around one finite max;
+ * 3: every value -inf (logit -inf back). */
+static void test_argmax(int64_t n, int mode) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    fill(x, n, 20.0f);
+    if (mode == 1) x[n / 3] = x[n / 2] = x[n - 1] = 100.0f;
+    if (mode == 2)
+        for (int64_t i = 0; i < n; i++) x[i] = i % 3 == 0 ? NAN : (i == n / 2 ? 1.0f : -INFINITY);
+    if (mode == 3)
+        for (int64_t i = 0; i < n; i++) x[i] = -INFINITY;
+    int64_t best = -1;
+    float bv = -INFINITY;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = isnan(x[i]) ? -INFINITY : x[i];
+        if (best < 0 || v > bv) { best = i; bv = v; }
+    }
+    float *dx = dev_buf(x, n);
+    st_cuda_argmax_out *dout = NULL, got = {-1, 0.0f};
+    strata_status st = dx ? st_cuda_malloc((void **)&dout, sizeof *dout) : STRATA_ERR_NOMEM;
+    if (st == STRATA_OK) st = st_cuda_argmax(dx, n, dout, NULL);
+    if (st == STRATA_OK) st = st_cuda_memcpy_d2h(&got, dout, sizeof got);
+    CHECK(st == STRATA_OK, "argmax n=%lld: %s", (long long)n, strata_last_error());
+    const int ok = got.id == (int32_t)best && (got.logit == bv || (isinf(bv) && isinf(got.logit)));
+    printf("argmax n=%-7lld mode %d: gpu %d (%g), host %lld (%g)  %s\n", (long long)n, mode,
+           (int)got.id, (double)got.logit, (long long)best, (double)bv, ok ? "ok" : "FAIL");
+    CHECK(ok, "argmax n=%lld mode %d: gpu %d, host %lld", (long long)n, mode, (int)got.id, (long long)best);
+    st_cuda_free(dx); st_cuda_free(dout);
+    free(x);
+}
+
 /* ---- argument errors (no device needed) ----------------------------------------------------- */
 
 static void test_arguments(void) {
@@ -368,6 +399,10 @@ static void test_arguments(void) {
     CHECK(st == STRATA_ERR_INVALID_ARG, "swiglu ldu < n: %s", strata_status_name(st));
     st = st_cuda_scale(fake, fake, 2.0f, 0, -1, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "scale n < 0: %s", strata_status_name(st));
+    st = st_cuda_argmax(fake, 0, (st_cuda_argmax_out *)fake, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "argmax n 0: %s", strata_status_name(st));
+    st = st_cuda_argmax(NULL, 8, (st_cuda_argmax_out *)fake, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "argmax NULL x: %s", strata_status_name(st));
 
     st_cuda_rope_params p = {1, 128, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
     CHECK(st_cuda_rope_supports(&p, 128), "rope 128/128");
@@ -425,6 +460,11 @@ int main(void) {
     test_scale(1000, 3.0f, 1);
     test_sigmoid(1);
     test_sigmoid(513);
+    test_argmax(151936, 0);
+    test_argmax(151936, 1);
+    test_argmax(1, 0);
+    test_argmax(50257, 2);
+    test_argmax(8192, 3);
     return test_report();
 }
 

@@ -213,6 +213,19 @@ static void test_default_model(void) {
         while (same < 64 && gc[same] == gg[same]) same++;
         printf("default model: greedy 64 tokens, GPU equals CPU for the first %d\n", same);
         CHECK(same == 64, "GPU greedy continuation leaves the CPU's at token %d", same);
+        /* strata_session_decode_greedy: the argmax on the GPU, one token down: the same tokens */
+        strata_session *gs = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+        if (gs) {
+            strata_token nx = -1, t, gd[64];
+            strata_status r = strata_session_decode_greedy(gs, toks, 12, &nx);
+            for (int i = 0; i < 64 && r == STRATA_OK; i++) {
+                gd[i] = t = nx;
+                if (i < 63) r = strata_session_decode_greedy(gs, &t, 1, &nx);
+            }
+            CHECK(r == STRATA_OK && !memcmp(gd, gg, sizeof gd), "decode_greedy on the GPU: %s",
+                  r == STRATA_OK ? "tokens differ from the argmax of the copied logits" : strata_last_error());
+            strata_session_free(gs);
+        }
     }
     test_graphs(m, toks, 12, V);
 

@@ -122,6 +122,27 @@ static void test_greedy(void) {
     strata_session_free(s);
 }
 
+/* strata_session_decode_greedy: the argmax of the logits strata_session_decode gives (the same
+ * continuation as test_greedy's), one token per step; argument errors. */
+static void test_decode_greedy(void) {
+    strata_session *s = make_session(256, 512, STRATA_TYPE_F16, 2);
+    if (!s) return;
+    strata_token next = -1, t;
+    CHECK(strata_session_decode_greedy(s, PROMPT, N_PROMPT, &next) == STRATA_OK, "prompt: %s",
+          strata_last_error());
+    int same = next == seq[N_PROMPT];
+    for (int i = 0; i < N_GEN - 1 && same; i++) {
+        t = next;
+        CHECK(strata_session_decode_greedy(s, &t, 1, &next) == STRATA_OK, "step: %s", strata_last_error());
+        same = next == seq[N_PROMPT + i + 1];
+    }
+    CHECK(same, "decode_greedy leaves the argmax continuation");
+    CHECK(strata_session_decode_greedy(s, PROMPT, 1, NULL) == STRATA_ERR_INVALID_ARG, "NULL next");
+    CHECK(strata_session_decode_greedy(s, PROMPT, 0, &next) == STRATA_ERR_INVALID_ARG, "n 0");
+    CHECK(strata_session_decode_greedy(NULL, PROMPT, 1, &next) == STRATA_ERR_INVALID_ARG, "NULL session");
+    strata_session_free(s);
+}
+
 static double max_rel_diff(const float *a, const float *b, size_t n) {
     double d = 0, m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -448,6 +469,7 @@ int main(void) {
     V = info.n_vocab;
     CHECK(V == 8192, "n_vocab %d", V);
     test_greedy();
+    test_decode_greedy();
     test_batching();
     test_errors();
     test_profile();
