@@ -336,49 +336,52 @@ struct st_mmf_args {
     int64_t ldy;
 };
 
-template <class P>
+/* TB x TB outputs per block (64, or 32 when 64 would leave SMs idle: the router's 128 rows);
+ * each thread computes (TB / 16)^2 of them, each summed over k in order, so the tile size does
+ * not change a bit of the result. */
+template <class P, int TB>
 static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
-    __shared__ float Xs[ST_MMF_BK][64 + 4]; /* [k][activation row] */
-    __shared__ float Ws[ST_MMF_BK][64 + 4]; /* [k][weight row] */
+    constexpr int R = TB / 16;  /* outputs per thread along each side, and loads per thread */
+    __shared__ float Xs[ST_MMF_BK][TB + 4]; /* [k][activation row] */
+    __shared__ float Ws[ST_MMF_BK][TB + 4]; /* [k][weight row] */
     const int tid = (int)threadIdx.x, ty = tid >> 4, tx = tid & 15;
-    const int64_t t0 = (int64_t)blockIdx.y * 64, r0 = (int64_t)blockIdx.x * 64;
-    const int lrow = tid >> 2, lk = (tid & 3) * 4; /* this thread loads 4 k of row lrow */
-    const bool xin = t0 + lrow < a.T, win = r0 + lrow < a.N;
-    const float *xr = a.x + (xin ? (t0 + lrow) * a.ldx : 0);
-    const uint8_t *wr = a.w + (win ? (size_t)(r0 + lrow) * a.rb : 0);
-    float acc[4][4];
+    const int64_t t0 = (int64_t)blockIdx.y * TB, r0 = (int64_t)blockIdx.x * TB;
+    /* loads: element e (0 .. TB * 16 - 1) = row e / 16, k e % 16; this thread takes R of them */
+    float acc[R][R];
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < R; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+        for (int j = 0; j < R; j++) acc[i][j] = 0.0f;
     for (int64_t k0 = 0; k0 < a.K; k0 += ST_MMF_BK) {
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            const int64_t k = k0 + lk + q;
-            Xs[lk + q][lrow] = xin && k < a.K ? xr[k] : 0.0f;
-            Ws[lk + q][lrow] = win && k < a.K ? P::one(wr + k * P::BYTES) : 0.0f;
+        for (int q = 0; q < R; q++) {
+            const int e = tid * R + q, row = e >> 4, kk = e & 15;
+            const int64_t k = k0 + kk;
+            const bool xin = t0 + row < a.T && k < a.K, win = r0 + row < a.N && k < a.K;
+            Xs[kk][row] = xin ? a.x[(t0 + row) * a.ldx + k] : 0.0f;
+            Ws[kk][row] = win ? P::one(a.w + (size_t)(r0 + row) * a.rb + (size_t)k * P::BYTES) : 0.0f;
         }
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < ST_MMF_BK; kk++) {
-            float xv[4], wv[4];
+            float xv[R], wv[R];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                xv[i] = Xs[kk][ty * 4 + i];
-                wv[i] = Ws[kk][tx * 4 + i];
+            for (int i = 0; i < R; i++) {
+                xv[i] = Xs[kk][ty * R + i];
+                wv[i] = Ws[kk][tx * R + i];
             }
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < R; i++)
 #pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
+                for (int j = 0; j < R; j++) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
         }
         __syncthreads();
     }
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < R; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int64_t t = t0 + ty * 4 + i, r = r0 + tx * 4 + j;
+        for (int j = 0; j < R; j++) {
+            const int64_t t = t0 + ty * R + i, r = r0 + tx * R + j;
             if (t < a.T && r < a.N) a.y[t * a.ldy + r] = acc[i][j];
         }
 }
@@ -414,8 +417,12 @@ static strata_status st_mmq_launch(strata_type type, const st_mmq_args &a, dim3 
 
 template <class P>
 static strata_status st_mmf_go(const st_mmf_args &a, cudaStream_t s) {
-    const dim3 grid((unsigned)((a.N + 63) / 64), (unsigned)((a.T + 63) / 64));
-    st_k_mmf<P><<<grid, 256, 0, s>>>(a);
+    const int64_t blocks64 = ((a.N + 63) / 64) * ((a.T + 63) / 64);
+    if (blocks64 >= 132) {
+        st_k_mmf<P, 64><<<dim3((unsigned)((a.N + 63) / 64), (unsigned)((a.T + 63) / 64)), 256, 0, s>>>(a);
+    } else {
+        st_k_mmf<P, 32><<<dim3((unsigned)((a.N + 31) / 32), (unsigned)((a.T + 31) / 32)), 256, 0, s>>>(a);
+    }
     ST_CUDA_CHECK_LAUNCH("st_k_mmf");
     return STRATA_OK;
 }
