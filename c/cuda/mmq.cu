@@ -26,6 +26,7 @@ static __device__ __forceinline__ uint32_t st_mq_h2(float a, float b) {
 /* Types with a dp4a decoder (moe.cuh): q = the signed bytes, sc = s0 / s1, mn = m. */
 template <class W>
 struct st_mq_w32 {
+    static constexpr bool SPLIT = W::SPLIT;
     static __device__ __forceinline__ void chunk(const uint8_t *row, int64_t c, st_mq_chunk &o) {
         st_w32 w;
         W::load(row, c, w);
@@ -45,6 +46,7 @@ struct st_mq_w32 {
  * the tile: relative 2^-11, the one inexact step of the tiles), sc = 1, mn = 0. */
 template <class D>
 struct st_mq_fb {
+    static constexpr bool SPLIT = false;
     static __device__ __forceinline__ void chunk(const uint8_t *row, int64_t c, st_mq_chunk &o) {
         float v[32];
         st_fb_chunk<D>(row, c, v);
@@ -123,6 +125,14 @@ static __device__ __forceinline__ void st_mma16816(float c[4], const uint32_t a[
                  "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
                  : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+/* c += a * b */
+static __device__ __forceinline__ void st_mma16816_acc(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* A chunk's 32 halves (16 half2 words) to a 16-byte aligned shared address. */
@@ -249,39 +259,49 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, GLU ? 2 : 3) st_k_mmq(c
             }
         }
         __syncthreads();
+        /* slices of 16 (types whose two chunk halves have their own scales) or 32 (one scale
+         * per chunk: the two 16-deep products are summed first, still exact integers, and scaled
+         * once, as the GEMV's dp4a dot does) */
+        constexpr int SL = C::SPLIT ? 1 : 2;
 #pragma unroll 1
-        for (int ks = 0; ks < 4; ks++) { /* sixteens of the step (not unrolled: registers) */
-            uint32_t af[2][4];
+        for (int ks0 = 0; ks0 < 4; ks0 += SL) { /* not unrolled: registers */
+            uint32_t af[SL][2][4];
 #pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-                st_ldsm_x4(af[mi], Xs + (wm * 32 + mi * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+            for (int j = 0; j < SL; j++)
+#pragma unroll
+                for (int mi = 0; mi < 2; mi++)
+                    st_ldsm_x4(af[j][mi], Xs + (wm * 32 + mi * 16 + (lane & 15)) * LDS + (ks0 + j) * 16 +
+                                              (lane >> 4) * 8);
             float dx[2][2], sx[2][2]; /* [mi][row g / g + 8] */
 #pragma unroll
             for (int mi = 0; mi < 2; mi++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = wm * 32 + mi * 16 + g + 8 * h;
-                    dx[mi][h] = Xd[r][ks >> 1];
-                    sx[mi][h] = Xsum[r][ks];
+                    dx[mi][h] = Xd[r][ks0 >> 1];
+                    sx[mi][h] = SL == 2 ? Xsum[r][ks0] + Xsum[r][ks0 + 1] : Xsum[r][ks0];
                 }
 #pragma unroll
             for (int mat = 0; mat < (GLU ? 2 : 1); mat++) {
                 const __half *Bs = mat == 0 ? Ws : Us;
 #pragma unroll
                 for (int np = 0; np < 2; np++) { /* pairs of n8 tiles */
-                    uint32_t bf[4];
-                    st_ldsm_x4(bf, Bs + (wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS +
-                                       ks * 16 + ((lane >> 3) & 1) * 8);
+                    uint32_t bf[SL][4];
+#pragma unroll
+                    for (int j = 0; j < SL; j++)
+                        st_ldsm_x4(bf[j], Bs + (wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS +
+                                              (ks0 + j) * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
                     for (int nn = 0; nn < 2; nn++) {
                         const int ni = np * 2 + nn;
                         const int n = wn * 32 + ni * 8 + 2 * tq;
-                        const float sw0 = Wsc[mat].sc[n][ks], sw1 = Wsc[mat].sc[n + 1][ks];
-                        const float mw0 = Wsc[mat].mn[n][ks], mw1 = Wsc[mat].mn[n + 1][ks];
+                        const float sw0 = Wsc[mat].sc[n][ks0], sw1 = Wsc[mat].sc[n + 1][ks0];
+                        const float mw0 = Wsc[mat].mn[n][ks0], mw1 = Wsc[mat].mn[n + 1][ks0];
 #pragma unroll
                         for (int mi = 0; mi < 2; mi++) {
                             float cc[4];
-                            st_mma16816(cc, af[mi], bf[2 * nn], bf[2 * nn + 1]);
+                            st_mma16816(cc, af[0][mi], bf[0][2 * nn], bf[0][2 * nn + 1]);
+                            if (SL == 2) st_mma16816_acc(cc, af[SL - 1][mi], bf[SL - 1][2 * nn], bf[SL - 1][2 * nn + 1]);
                             float *A = mat == 0 ? acc[mi][ni] : accu[GLU ? mi : 0][ni];
                             A[0] = fmaf(dx[mi][0], fmaf(sw0, cc[0], mw0 * sx[mi][0]), A[0]);
                             A[1] = fmaf(dx[mi][0], fmaf(sw1, cc[1], mw1 * sx[mi][0]), A[1]);

@@ -5,10 +5,10 @@
  * activations were quantized once per call as the GEMV's q8_1 (st_k_mq_act: int8 quants, a scale
  * per 32, sums per 16). Per step of 64 weights a thread decodes one 32-weight chunk of one weight
  * row into its integer quants and per-16 scales (st_mq_chunk) and copies one chunk of activation
- * quants; each warp then multiplies its 32 x 32 quarter, one 16-deep slice at a time, with
- * mma.sync m16n8k16 (f16 inputs, f32 accumulators): integers below 2^11 whose sums stay below
- * 2^24, so every slice's dot is exact, and scales it into the accumulators as the dp4a GEMV
- * does: acc += dx * (sw * dot + mw * sum(qx)). The tiles thus compute the GEMV's function (only
+ * quants; each warp then multiplies its 32 x 32 quarter, one slice at a time (32 deep, or 16
+ * for types with a scale per 16 weights), with mma.sync m16n8k16 (f16 inputs, f32 accumulators):
+ * integers below 2^11 whose sums stay below 2^24, so every slice's dot is exact, and scales it
+ * into the accumulators as the dp4a GEMV does: acc += dx * (sw * dot + mw * sum(qx)). The tiles thus compute the GEMV's function (only
  * the order of the f32 scale products differs). GLU tiles decode a second matrix (up); the
  * epilogue applies silu(gate) * up. Results are staged through shared memory and written with
  * row and column bounds, so no output outside [0, count) x [0, N) is touched.
