@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -41,6 +42,7 @@ void cli_opts_init(cli_opts *o) {
     o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
     o->attn_tc = env_flag("STRATA_ATTN_TC");
     o->pin_experts = env_flag("STRATA_PIN_EXPERTS");
+    o->cpu_pin = env_flag("STRATA_CPU_PIN");
     {
         const char *v = getenv("STRATA_STAGE_EXPERTS");
         o->stage_experts = v && v[0] ? atoi(v) : 0; /* range-checked by the session */
@@ -57,6 +59,8 @@ void cli_opts_usage(FILE *f) {
         "                          or the context is full; 0: only read the prompt)\n"
         "  -c, --ctx-size N        context length (default: the model's)\n"
         "  -t, --threads N         CPU threads (default: all cores)\n"
+        "  --cpu-pin               bind the threads one per CPU of the affinity set (also\n"
+        "                          $STRATA_CPU_PIN=1)\n"
         "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
@@ -174,6 +178,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--no-cuda-graphs")) o->cuda_graphs = 0;
     else if (opt_is(a, NULL, "--attn-tc")) o->attn_tc = 1;
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
+    else if (opt_is(a, NULL, "--cpu-pin")) o->cpu_pin = 1;
     else if (opt_is(a, NULL, "--pipe")) o->pipe = 1;
     else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
     else if (opt_is(a, NULL, "--gpu-experts")) o->n_cpu_moe = 0;
@@ -325,7 +330,33 @@ static void cli_progress_bar(const char *what, int64_t done, int64_t total, void
     fflush(stderr);
 }
 
+static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_session **out);
+
+/* --cpu-pin: the session binds its workers to CPUs 1.. of this thread's affinity set; this
+ * thread, which runs as the pool's thread 0, then takes the set's first CPU. */
+static void cli_pin_main_thread(const cli_opts *o, strata_session *s) {
+    cpu_set_t set;
+    strata_session_stats st;
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || strata_session_get_stats(s, &st) != STRATA_OK) return;
+    int first = -1;
+    for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+        if (CPU_ISSET(c, &set)) first = c;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    if (first >= 0) CPU_SET(first, &one);
+    const int ok = first >= 0 && st.threads_pinned > 0 && sched_setaffinity(0, sizeof one, &one) == 0;
+    if (!o->quiet)
+        fprintf(stderr, "strata: --cpu-pin: %d worker threads bound one per CPU%s\n", (int)st.threads_pinned,
+                ok ? ", the main thread to the first" : " (too few CPUs in the affinity set: none bound)");
+}
+
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out) {
+    const int rc = cli_new_session_inner(o, model, out);
+    if (rc == 0 && o->cpu_pin && *out) cli_pin_main_thread(o, *out);
+    return rc;
+}
+
+static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_session **out) {
     strata_session_params sp = strata_session_default_params();
     if (!o->quiet && isatty(2)) sp.progress = cli_progress_bar; /* off when stderr is not a tty */
     sp.n_ctx = o->n_ctx;
@@ -341,6 +372,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     sp.stage_experts = o->stage_experts;
     sp.attn_tc = o->attn_tc;
     sp.pin_experts = o->pin_experts;
+    sp.cpu_pin = o->cpu_pin;
     sp.ram_budget = o->ram_budget;
     sp.expert_cache = o->expert_cache;
     sp.gpu_mem = o->gpu_mem;

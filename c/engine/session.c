@@ -223,6 +223,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     strata_status st;
     /* the GPU session keeps its KV cache on the device; the CPU one is not allocated */
     if ((st = st_threadpool_create(s->n_threads, &s->tp)) != STRATA_OK ||
+        (p.cpu_pin && (s->threads_pinned = st_threadpool_pin(s->tp)) < 0) ||
         (s->backend == STRATA_BACKEND_CPU &&
          (st = st_kv_init(&s->kv, hp, s->n_ctx, p.kv_type)) != STRATA_OK) ||
         (st = st_build_tables(s)) != STRATA_OK ||
@@ -374,6 +375,7 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     }
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;
+    out->threads_pinned = s->threads_pinned;
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;
     int first = 1;

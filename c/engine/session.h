@@ -26,6 +26,7 @@ struct strata_session {
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int attn_tc;                /* GPU: tensor-core attention for prompt batches */
+    int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off) */
     int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory */

@@ -468,6 +468,10 @@ typedef struct strata_session_params {
     int32_t n_batch;      /* tokens per forward pass while reading a prompt (default 512) */
     strata_type kv_type;  /* STRATA_TYPE_F16 (default) or STRATA_TYPE_F32 */
     int n_threads;        /* <= 0: the model's */
+    int cpu_pin;          /* 1: bind the session's worker threads one per CPU of the creating
+                             thread's affinity set (the creating thread itself is not bound: the
+                             application may bind it to the set's first CPU); 0 (default): the
+                             scheduler places them */
     strata_backend_kind backend; /* STRATA_BACKEND_CPU (default), or STRATA_BACKEND_CUDA: every
                                     weight and the KV cache on GPU 0 (STRATA_ERR_UNSUPPORTED at
                                     create when CUDA is unusable or the model's shape or weight
@@ -613,6 +617,7 @@ typedef struct strata_session_stats {
     int64_t prefetch_late;        /* needed while still being read (counted as misses) */
     int64_t graph_launches;       /* CUDA-graph steps run (cuda_graphs) */
     int64_t graph_rebuilds;       /* of them, captures (the others replayed a captured graph) */
+    int32_t threads_pinned;       /* worker threads bound to a CPU (cpu_pin) */
     int64_t predict_slots;        /* routed slots scored */
     int64_t predict_hits;         /* of them, predicted */
 } strata_session_stats;

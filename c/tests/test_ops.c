@@ -7,6 +7,7 @@
 #include "threadpool.h"
 
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -104,6 +105,24 @@ static void test_threadpool(void) {
     }
     st_threadpool *bad = NULL;
     CHECK(st_threadpool_create(0, &bad) == STRATA_ERR_INVALID_ARG && !bad, "0 threads refused");
+    /* explicit placement: every worker bound where the affinity set has the CPUs, none where
+     * it has too few; jobs still run each item once */
+    cpu_set_t set;
+    const int n_cpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+    for (int nt = 1; nt <= 3; nt++) {
+        st_threadpool *tp = NULL;
+        if (st_threadpool_create(nt, &tp) != STRATA_OK) { CHECK(0, "create %d", nt); continue; }
+        const int bound = st_threadpool_pin(tp);
+        CHECK(bound == (nt <= n_cpu ? nt - 1 : 0), "%d threads on %d CPUs: %d workers bound", nt, n_cpu, bound);
+        tp_ctx c = {hits, nt, 0};
+        for (int64_t i = 0; i < N; i++) atomic_store(&hits[i], 0);
+        st_threadpool_run(tp, N, 7, tp_task, &c);
+        int ok = 1;
+        for (int64_t i = 0; i < N; i++) ok &= atomic_load(&hits[i]) == 1;
+        CHECK(ok, "pinned pool of %d: every item once", nt);
+        st_threadpool_free(tp);
+    }
+    CHECK(st_threadpool_pin(NULL) == 0, "pin NULL");
     free(hits);
 }
 

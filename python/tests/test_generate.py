@@ -322,7 +322,7 @@ def test_cli_placement_options_parse(model):
     base = run_cli(*args).stdout
     for extra in (["--cpu-moe"], ["--n-cpu-moe", 2], ["--gpu-experts"], ["--cuda-graphs"],
                   ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64], ["--attn-tc"],
-                  ["--pin-experts"]):
+                  ["--pin-experts"], ["--cpu-pin"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
@@ -375,7 +375,7 @@ def test_python_gpu_placement_options():
     path = shared_file("models/strata-tiny-moe-q8_0.gguf")
     toks = list(range(5, 40))
     base = strata.Model(path, n_ctx=128, n_threads=2)
-    opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, n_cpu_moe=-1,
+    opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, n_cpu_moe=-1, cpu_pin=True,
                         stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True,
                         pin_experts=True)
     assert np.array_equal(base.logits(toks), opts.logits(toks))

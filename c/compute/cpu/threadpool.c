@@ -148,6 +148,23 @@ strata_status st_threadpool_create(int n_threads, st_threadpool **out) {
     return STRATA_OK;
 }
 
+int st_threadpool_pin(st_threadpool *tp) {
+    if (!tp || tp->n_started < 1) return 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < tp->n_threads) return 0;
+    int cpus[CPU_SETSIZE], n = 0;
+    for (int c = 0; c < CPU_SETSIZE && n < tp->n_threads; c++)
+        if (CPU_ISSET(c, &set)) cpus[n++] = c;
+    int bound = 0;
+    for (int i = 0; i < tp->n_started; i++) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[i + 1], &one);
+        bound += pthread_setaffinity_np(tp->threads[i], sizeof one, &one) == 0;
+    }
+    return bound;
+}
+
 void st_threadpool_free(st_threadpool *tp) {
     if (!tp) return;
     pthread_mutex_lock(&tp->mu);

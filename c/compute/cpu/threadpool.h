@@ -24,6 +24,13 @@ strata_status st_threadpool_create(int n_threads, st_threadpool **out);
 void st_threadpool_free(st_threadpool *tp);
 int st_threadpool_n_threads(const st_threadpool *tp);
 
+/* Explicit placement: worker i (1 .. n_threads-1) is bound to the i-th CPU of the calling
+ * thread's affinity set (CPU numbers in ascending order), the caller's CPU 0 of it left to the
+ * caller (which this function does not bind: it is the application's thread). Returns the number
+ * of workers bound (0 when the set has fewer CPUs than threads or the system refuses; nothing is
+ * changed then). */
+int st_threadpool_pin(st_threadpool *tp);
+
 /* Runs fn over [0, n_items) in chunks of chunk (>= 1) items on all threads; returns when done.
  * tp may be NULL (runs on the caller). Not reentrant: one job at a time per pool. */
 void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx);
