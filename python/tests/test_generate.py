@@ -379,6 +379,7 @@ def test_python_gpu_placement_options():
                         stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True,
                         pin_experts=True)
     assert np.array_equal(base.logits(toks), opts.logits(toks))
+    assert opts.last_stats["threads_pinned"] == (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
     with pytest.raises(ValueError):
         strata.Model(path, expert_cache="most")
     with pytest.raises(ValueError):
