@@ -43,6 +43,7 @@ void cli_opts_init(cli_opts *o) {
     o->attn_tc = env_flag("STRATA_ATTN_TC");
     o->pin_experts = env_flag("STRATA_PIN_EXPERTS");
     o->cpu_pin = env_flag("STRATA_CPU_PIN");
+    o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
     {
         const char *v = getenv("STRATA_STAGE_EXPERTS");
         o->stage_experts = v && v[0] ? atoi(v) : 0; /* range-checked by the session */
@@ -69,6 +70,9 @@ void cli_opts_usage(FILE *f) {
         "  --cpu-moe               GPU sessions: every layer's routed experts stay in RAM and\n"
         "                          run on the CPU; --n-cpu-moe N: those of the first N layers;\n"
         "                          --gpu-experts: all on the GPU (default)\n"
+        "  --gpu-prefetch          with --expert-cache: in decode steps, predict the next layer's\n"
+        "                          experts and load the missing ones while this layer computes\n"
+        "                          (same results; also $STRATA_GPU_PREFETCH=1)\n"
         "  --pin-experts           GPU sessions with --expert-cache or --cpu-moe/--n-cpu-moe: copy\n"
         "                          the experts kept in RAM into pinned memory at start (PCIe\n"
         "                          loads ~3x faster; also $STRATA_PIN_EXPERTS=1)\n"
@@ -179,6 +183,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--attn-tc")) o->attn_tc = 1;
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
     else if (opt_is(a, NULL, "--cpu-pin")) o->cpu_pin = 1;
+    else if (opt_is(a, NULL, "--gpu-prefetch")) o->gpu_prefetch = 1;
     else if (opt_is(a, NULL, "--pipe")) o->pipe = 1;
     else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
     else if (opt_is(a, NULL, "--gpu-experts")) o->n_cpu_moe = 0;
@@ -373,6 +378,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     sp.attn_tc = o->attn_tc;
     sp.pin_experts = o->pin_experts;
     sp.cpu_pin = o->cpu_pin;
+    sp.gpu_prefetch = o->gpu_prefetch;
     sp.ram_budget = o->ram_budget;
     sp.expert_cache = o->expert_cache;
     sp.gpu_mem = o->gpu_mem;

@@ -39,6 +39,7 @@ typedef struct {
     int attn_tc;                  /* --attn-tc ($STRATA_ATTN_TC=1) */
     int pin_experts;              /* --pin-experts ($STRATA_PIN_EXPERTS=1) */
     int cpu_pin;                  /* --cpu-pin ($STRATA_CPU_PIN=1) */
+    int gpu_prefetch;             /* --gpu-prefetch ($STRATA_GPU_PREFETCH=1) */
     int expert_cache;             /* --expert-cache N|auto (-1): GPU slots for routed experts */
     int64_t gpu_mem;              /* --gpu-mem SIZE: GPU memory for --expert-cache auto */
     int64_t ram_budget;           /* --ram-budget SIZE (bytes; K/M/G suffixes): experts from disk */

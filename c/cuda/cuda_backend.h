@@ -57,6 +57,17 @@ strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memcpy_async(void *dst, const void *src, size_t bytes, int to_device, void *stream);
 /* Waits for everything enqueued on stream. */
 strata_status st_cuda_stream_synchronize(void *stream);
+
+/* ---- events: ordering between streams -------------------------------------------------------- */
+
+/* A stream not ordered with the legacy default stream (its work overlaps the synchronous copies
+ * there); order it with events. */
+strata_status st_cuda_stream_create_nonblocking(void **stream);
+strata_status st_cuda_event_create(void **ev);              /* no timing */
+void st_cuda_event_destroy(void *ev);                       /* NULL is a no-op */
+strata_status st_cuda_event_record(void *ev, void *stream); /* ev completes after stream's work so far */
+strata_status st_cuda_stream_wait_event(void *stream, void *ev); /* stream's later work waits for ev */
+int st_cuda_event_done(void *ev);                           /* 1 if ev completed (non-blocking) */
 strata_status st_cuda_memset(void *dptr, int byte, size_t bytes);
 strata_status st_cuda_synchronize(void);
 /* Free and total bytes of device 0's memory (cudaMemGetInfo). */

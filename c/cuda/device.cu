@@ -221,6 +221,47 @@ extern "C" strata_status st_cuda_stream_synchronize(void *stream) {
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_stream_create_nonblocking(void **stream) {
+    if (!stream) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_stream_create_nonblocking: NULL");
+    *stream = NULL;
+    ST_TRY(st_cuda_require("st_cuda_stream_create_nonblocking"));
+    cudaStream_t s = NULL;
+    ST_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = s;
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_event_create(void **ev) {
+    if (!ev) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_event_create: NULL");
+    *ev = NULL;
+    ST_TRY(st_cuda_require("st_cuda_event_create"));
+    cudaEvent_t e = NULL;
+    ST_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *ev = e;
+    return STRATA_OK;
+}
+
+extern "C" void st_cuda_event_destroy(void *ev) {
+    if (ev) (void)cudaEventDestroy((cudaEvent_t)ev);
+}
+
+extern "C" strata_status st_cuda_event_record(void *ev, void *stream) {
+    ST_CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_stream_wait_event(void *stream, void *ev) {
+    ST_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)ev, 0));
+    return STRATA_OK;
+}
+
+extern "C" int st_cuda_event_done(void *ev) {
+    const cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    if (e == cudaSuccess) return 1;
+    (void)cudaGetLastError(); /* cudaErrorNotReady is not an error to keep */
+    return 0;
+}
+
 extern "C" strata_status st_cuda_memset(void *dptr, int byte, size_t bytes) {
     if (!bytes) return STRATA_OK;
     if (!dptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_memset: NULL pointer");

@@ -93,6 +93,9 @@ struct st_gpu {
     int64_t graph_np;                     /* the attention plan length it was captured for */
     int graphs;                           /* capture single-token steps (cuda_graphs) */
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
+    int prefetch;                         /* gpu_prefetch: predicted next-layer experts prefetched */
+    float *pf_x, *pf_logits, *pf_wts;     /* (8, n_embd), (8, n_expert), (8, k): the prediction */
+    int32_t *pf_ids, *h_pf_ids;           /* (8, k) on the device and on the host */
     st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
                                              experts of CPU layers in long batches */
     void *pinned;                         /* pin_experts: the RAM-kept experts' pinned copy */
@@ -446,6 +449,9 @@ void st_gpu_free(strata_session *s) {
     st_gpu_cache_free(g->stage);
     st_cuda_host_free(g->pinned);
     st_cuda_host_free(g->h_hand);
+    void *pf[] = {g->pf_x, g->pf_logits, g->pf_wts, g->pf_ids};
+    for (size_t i = 0; i < sizeof pf / sizeof pf[0]; i++) st_cuda_free(pf[i]);
+    free(g->h_pf_ids);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
@@ -516,6 +522,17 @@ strata_status st_gpu_create(strata_session *s) {
         int32_t slots = s->expert_cache;
         if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
         TRY(st_gpu_cache_create(s, slots, &g->cache));
+        if (s->gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
+            const size_t E = (size_t)hp->n_embd, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+            TRY(st_gpu_cache_enable_prefetch(g->cache));
+            TRY(st_gpu_alloc((void **)&g->pf_x, sizeof(float) * 8 * E));
+            TRY(st_gpu_alloc((void **)&g->pf_logits, sizeof(float) * 8 * X));
+            TRY(st_gpu_alloc((void **)&g->pf_wts, sizeof(float) * 8 * K));
+            TRY(st_gpu_alloc((void **)&g->pf_ids, sizeof(int32_t) * 8 * K));
+            g->h_pf_ids = malloc(sizeof(int32_t) * 8 * K);
+            if (!g->h_pf_ids) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+            g->prefetch = 1;
+        }
     }
     if (s->stage_experts > 0 && hp->n_expert > 0) /* n_expert slots: no hot set, LRU only */
         TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
@@ -707,6 +724,9 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
             /* a CPU layer's experts are staged to the GPU for a long enough batch */
             const int staged = st_gpu_layer_on_cpu(s, il) && g->stage && tn >= s->stage_experts;
+            /* prefetch the next layer's experts: decode-sized calls of cache layers */
+            const int pf = g->prefetch && tn <= 8 && il + 1 < hp->n_layer && !st_gpu_layer_on_cpu(s, il) &&
+                           !st_gpu_layer_on_cpu(s, il + 1);
             const int cpu_layer = st_gpu_layer_on_cpu(s, il) && !staged;
             if (cpu_layer) s->slots_cpu[il] += tn * K;
             else s->slots_gpu[il] += tn * K;
@@ -715,7 +735,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 int32_t *ids = s->ids + t0 * K;
                 TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
                 s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
-                TRY(st_gpu_cache_table(s, g->stage, il, ids, tn, K, &table));
+                TRY(st_gpu_cache_table(s, g->stage, il, ids, tn, K, 0, g->stream, &table));
             }
             if (!cpu_layer && !staged && g->cache) { /* the routing down; misses loaded into slots */
                 int32_t *ids = s->ids + t0 * K;
@@ -728,7 +748,19 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                                          s->degrade.eval ? NULL : s->missed, &s->dstats, il) > 0)
                         TRY(st_cuda_memcpy_h2d(g->ids + t0 * K, ids, sizeof(int32_t) * (size_t)(tn * K)));
                 }
-                TRY(st_gpu_cache_table(s, g->cache, il, ids, tn, K, &table));
+                TRY(st_gpu_cache_table(s, g->cache, il, ids, tn, K, pf, g->stream, &table));
+                if (pf) { /* layer il + 1's router on this residual: its predicted experts start
+                           * loading on the copy stream while this layer computes (this layer's
+                           * slots stay held until its kernel is enqueued) */
+                    const st_gpu_layer *Nx = &g->layers[il + 1];
+                    TRY(st_cuda_rmsnorm(g->pf_x, E, g->x + t0 * E, E, Nx->ffn_norm, E, 1, tn,
+                                        hp->norm_eps, g->stream));
+                    TRY(st_gpu_mm(g, &Nx->router, g->pf_x, tn, g->pf_logits));
+                    TRY(st_cuda_moe_route(g->pf_logits, tn, X, K, hp->expert_weights_norm, g->pf_ids,
+                                          g->pf_wts, NULL, g->stream));
+                    TRY(st_cuda_memcpy_d2h(g->h_pf_ids, g->pf_ids, sizeof(int32_t) * (size_t)(tn * K)));
+                    TRY(st_gpu_cache_prefetch(s, g->cache, il + 1, g->h_pf_ids, tn * K, g->stream));
+                }
             }
             if (cpu_layer) { /* experts in RAM: rows and routing down (pinned, async, one wait),
                               * the CPU's step, the result up (async: the stream's next kernels
@@ -763,6 +795,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.ws = g->moe_ws;
             a.ws_bytes = g->moe_ws_bytes;
             if (!cpu_layer) TRY(st_cuda_moe_ffn(&a, g->stream));
+            if (pf) st_gpu_cache_release_held(g->cache);
             TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
             if (G->shexp) { /* the shared expert: a one-expert table, weight = its gate or 1 */
                 a.experts = G->shexp;

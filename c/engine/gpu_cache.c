@@ -6,10 +6,17 @@
  * layer's per-expert pointer table then points into the slots. The kernel and the bytes are those
  * of the all-resident session, so the results are bit-identical to it (placement invariance).
  *
- * This first version loads synchronously: the copy of a slot waits for earlier kernels (the copies
- * run on the legacy default stream, which the session's blocking stream is ordered with), so a slot
- * is never overwritten while a kernel may still read it, and never read before its copy completed.
- * Prefetch, a copy stream with events and the CPU pool for misses come next (docs/EXPERTS.md). */
+ * Demand loads are synchronous: the copy of a slot waits for earlier kernels (the copies run on the
+ * legacy default stream, which the session's blocking stream is ordered with), so a slot is never
+ * overwritten while a kernel may still read it, and never read before its copy completed.
+ *
+ * Prefetch (gpu_prefetch) copies predicted experts on a copy stream not ordered with the legacy
+ * stream: each prefetch claims a LOADING slot, its copies start after an event of the compute
+ * stream (every kernel enqueued so far; the slots of the kernel about to be enqueued are held), and
+ * record the slot's event. A table call that needs a prefetched slot makes the compute stream wait
+ * for that event (late) or finds it done (timely), publishes the slot and holds it for the call;
+ * unneeded prefetches are published once their event completed, so a slot whose copy may be in
+ * flight is never READY for a demand load to evict. The CPU pool for misses comes next. */
 #include "session.h"
 #include "cache.h"
 
@@ -43,9 +50,23 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
 }
 void st_gpu_cache_free(st_gpu_cache *c) { (void)c; }
 strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
-                                 int64_t n, int32_t K, const void **d_table) {
-    (void)s; (void)c; (void)il; (void)ids; (void)n; (void)K; *d_table = NULL;
+                                 int64_t n, int32_t K, int keep_held, void *stream, const void **d_table) {
+    (void)s; (void)c; (void)il; (void)ids; (void)n; (void)K; (void)keep_held; (void)stream;
+    *d_table = NULL;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
+}
+void st_gpu_cache_release_held(st_gpu_cache *c) { (void)c; }
+strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
+    (void)c;
+    return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
+}
+strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+                                    int64_t n, void *stream) {
+    (void)s; (void)c; (void)il; (void)ids; (void)n; (void)stream;
+    return STRATA_OK;
+}
+void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int64_t *timely, int64_t *late) {
+    (void)c; *issued = *timely = *late = 0;
 }
 void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
     (void)c; (void)il; (void)ids; memset(missed, 0, (size_t)n);
@@ -60,6 +81,8 @@ void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits,
 #include "cuda_backend.h"
 #include "cuda_moe.h"
 
+#define TRY_CACHE(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
+
 struct st_gpu_cache {
     st_expert_cache book;
     uint8_t *d_mem;               /* device: n_slots * slot_bytes */
@@ -69,14 +92,28 @@ struct st_gpu_cache {
     int32_t n_expert, n_layer;
     int64_t loaded_bytes;
     int64_t *layer_lookups, *layer_hits;   /* [n_layer] */
-    int32_t *held;                /* [n_slots] slots held during one table call */
+    int32_t *held;                /* [2 n_slots] slots held during one table call (a prefetched slot
+                                     may be held twice: when settled and when looked up) */
     int32_t n_held;
     uint32_t *seen;               /* [n_expert] the table call that last met each expert */
     uint32_t call;                /* table calls so far */
+    /* prefetch (st_gpu_cache_enable_prefetch): copies on their own stream, one event per slot */
+    void *copy_stream;
+    void **slot_event;            /* [n_slots] completes when the slot's prefetch copy has */
+    uint8_t *pending;             /* [n_slots] 1: LOADING by a prefetch not yet published */
+    int32_t n_pending;
+    void *ev_now;                 /* the compute stream's progress when a prefetch was issued */
+    int64_t pf_issued, pf_timely, pf_late;
 };
 
 void st_gpu_cache_free(st_gpu_cache *c) {
     if (!c) return;
+    if (c->copy_stream) (void)st_cuda_stream_synchronize(c->copy_stream);
+    for (int32_t i = 0; c->slot_event && i < c->book.n_slots; i++) st_cuda_event_destroy(c->slot_event[i]);
+    st_cuda_event_destroy(c->ev_now);
+    st_cuda_stream_destroy(c->copy_stream);
+    free(c->slot_event);
+    free(c->pending);
     st_cuda_free(c->d_mem);
     st_cuda_free(c->d_table);
     st_error_clear();
@@ -114,7 +151,7 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
     strata_status st = STRATA_OK;
     if (st_cache_init(&c->book, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
         !(c->h_table = calloc((size_t)hp->n_expert, sizeof *c->h_table)) || !c->layer_lookups ||
-        !c->layer_hits || !c->seen || !(c->held = calloc((size_t)slots, sizeof *c->held)))
+        !c->layer_hits || !c->seen || !(c->held = calloc(2 * (size_t)slots, sizeof *c->held)))
         st = st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
     if (st == STRATA_OK) {
         st = st_cuda_malloc((void **)&c->d_mem, (size_t)slots * c->slot_bytes);
@@ -143,12 +180,110 @@ static st_cuda_mat st_slot_mat(const st_tensor *v, const uint8_t *p) {
     return m;
 }
 
+strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
+    const int32_t n = c->book.n_slots;
+    c->slot_event = calloc((size_t)n, sizeof *c->slot_event);
+    c->pending = calloc((size_t)n, 1);
+    if (!c->slot_event || !c->pending) return st_error(STRATA_ERR_NOMEM, "expert prefetch: out of memory");
+    /* not ordered with the legacy stream: the synchronous copies there (routing down, demand
+     * loads into other slots) must not wait for prefetches in flight */
+    TRY_CACHE(st_cuda_stream_create_nonblocking(&c->copy_stream));
+    TRY_CACHE(st_cuda_event_create(&c->ev_now));
+    for (int32_t i = 0; i < n; i++) TRY_CACHE(st_cuda_event_create(&c->slot_event[i]));
+    return STRATA_OK;
+}
+
+/* Prefetched slots: those whose copy completed become READY; with `needed` (layer il's experts
+ * of this call, host ids[n]), each still LOADING one is made READY for the compute stream
+ * (stream waits for its copy on the device) and counted late, the others timely. */
+static strata_status st_gpu_cache_settle(st_gpu_cache *c, int il, const int32_t *ids, int64_t n,
+                                         void *stream) {
+    if (!c->pending || c->n_pending == 0) return STRATA_OK;
+    const int32_t X = c->n_expert;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X) continue;
+        const int32_t slot = c->book.where[(size_t)il * (size_t)X + (size_t)e];
+        if (slot < 0 || !c->pending[slot]) continue;
+        if (st_cuda_event_done(c->slot_event[slot])) {
+            c->pf_timely++;
+        } else {
+            TRY_CACHE(st_cuda_stream_wait_event(stream, c->slot_event[slot]));
+            c->pf_late++;
+        }
+        st_cache_publish(&c->book, slot);
+        c->pending[slot] = 0;
+        c->n_pending--;
+        /* held for this call: a demand load of another expert (a synchronous copy, not ordered
+         * with the copy stream) must not take a slot whose copy may still be in flight */
+        st_cache_acquire(&c->book, slot);
+        c->held[c->n_held++] = slot;
+    }
+    for (int32_t slot = 0; slot < c->book.n_slots && c->n_pending > 0; slot++)
+        if (c->pending[slot] && st_cuda_event_done(c->slot_event[slot])) {
+            st_cache_publish(&c->book, slot);
+            c->pending[slot] = 0;
+            c->n_pending--;
+        }
+    return STRATA_OK;
+}
+
+strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+                                    int64_t n, void *stream) {
+    if (!c->copy_stream) return STRATA_OK;
+    const int32_t X = c->n_expert;
+    const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    /* the copies overwrite evicted slots: they start after every kernel enqueued so far (the
+     * slots of kernels not yet enqueued are held, so never evicted here) */
+    TRY_CACHE(st_cuda_event_record(c->ev_now, stream));
+    TRY_CACHE(st_cuda_stream_wait_event(c->copy_stream, c->ev_now));
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X || st_cache_state_of(&c->book, il, e) != ST_SLOT_EMPTY) continue;
+        if (c->n_pending >= c->book.n_slots / 2) break; /* at most half the slots in flight */
+        const int32_t slot = st_cache_claim(&c->book, il, e, 1);
+        if (slot < 0) break;
+        uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
+        const st_tensor *m[3] = {&views[e].gate, &views[e].up, &views[e].down};
+        strata_status st = STRATA_OK;
+        for (int k = 0; k < 3 && st == STRATA_OK; k++) {
+            const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
+            st = st_cuda_memcpy_async(p, m[k]->data, b, 1, c->copy_stream);
+            p += st_r256(b);
+            c->loaded_bytes += (int64_t)b;
+            s->pcie_bytes += (int64_t)b;
+        }
+        if (st == STRATA_OK) st = st_cuda_event_record(c->slot_event[slot], c->copy_stream);
+        if (st != STRATA_OK) {
+            (void)st_cuda_stream_synchronize(c->copy_stream);
+            st_cache_abort(&c->book, slot);
+            return st;
+        }
+        c->pending[slot] = 1;
+        c->n_pending++;
+        c->pf_issued++;
+    }
+    return STRATA_OK;
+}
+
+void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int64_t *timely, int64_t *late) {
+    *issued = c ? c->pf_issued : 0;
+    *timely = c ? c->pf_timely : 0;
+    *late = c ? c->pf_late : 0;
+}
+
+void st_gpu_cache_release_held(st_gpu_cache *c) {
+    for (int32_t i = 0; i < c->n_held; i++) st_cache_release(&c->book, c->held[i]);
+    c->n_held = 0;
+}
+
 strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
-                                 int64_t n, int32_t K, const void **d_table) {
+                                 int64_t n, int32_t K, int keep_held, void *stream, const void **d_table) {
     const int32_t X = c->n_expert;
     const st_expert *views = s->experts + (size_t)il * (size_t)X;
     strata_status st = STRATA_OK;
-    c->n_held = 0;
+    st_gpu_cache_release_held(c);
+    TRY_CACHE(st_gpu_cache_settle(c, il, ids, n * K, stream));
     if (++c->call == 0) { /* the stamps wrapped: start them over */
         memset(c->seen, 0, sizeof *c->seen * (size_t)X);
         c->call = 1;
@@ -163,6 +298,17 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         c->layer_hits[il] += slot >= 0;
         if (slot < 0) { /* a demand load: the expert's three matrices over PCIe into a free slot */
             slot = st_cache_claim(&c->book, il, e, 0);
+            if (slot < 0 && c->n_pending > 0) { /* prefetches hold the free slots: let them land */
+                st = st_cuda_stream_synchronize(c->copy_stream);
+                for (int32_t q = 0; q < c->book.n_slots && st == STRATA_OK; q++)
+                    if (c->pending[q]) {
+                        st_cache_publish(&c->book, q);
+                        c->pending[q] = 0;
+                        c->n_pending--;
+                    }
+                if (st != STRATA_OK) break;
+                slot = st_cache_claim(&c->book, il, e, 0);
+            }
             if (slot < 0) {
                 st = st_error(STRATA_ERR_INTERNAL, "expert cache: no free slot for layer %d expert %d",
                               il, (int)e);
@@ -192,9 +338,9 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         c->h_table[e].up = st_slot_mat(&views[e].up, p + g);
         c->h_table[e].down = st_slot_mat(&views[e].down, p + g + u);
     }
-    /* the slots may be reused once the kernel is enqueued: a later copy into one waits for it */
-    for (int32_t i = 0; i < c->n_held; i++) st_cache_release(&c->book, c->held[i]);
-    c->n_held = 0;
+    /* the slots may be reused once the kernel is enqueued: a later copy into one waits for it
+     * (keep_held: the caller enqueues the kernel first, then st_gpu_cache_release_held) */
+    if (!keep_held || st != STRATA_OK) st_gpu_cache_release_held(c);
     if (st != STRATA_OK) return st;
     /* the whole table goes up (entries of experts not routed here are never read) */
     st = st_cuda_memcpy_h2d(c->d_table, c->h_table, sizeof *c->h_table * (size_t)X);

@@ -194,6 +194,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->cuda_graphs = p.cuda_graphs != 0;
     s->attn_tc = p.attn_tc != 0;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA && p.pin_experts != 0;
+    s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
     s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
     s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && p.stage_experts > 0
@@ -372,6 +373,8 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
         st_gpu_cache_counters(st_gpu_get_cache(s), &out->expert_cache_slots, &out->expert_cache_hits,
                               &out->expert_cache_misses, &loaded, &out->layer_hit_rate_min,
                               &out->layer_hit_rate_max);
+        st_gpu_cache_prefetch_counters(st_gpu_get_cache(s), &out->prefetch_issued, &out->prefetch_timely,
+                                       &out->prefetch_late);
     }
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;

@@ -30,6 +30,7 @@ struct strata_session {
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off) */
     int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory */
+    int gpu_prefetch;           /* GPU: next-layer experts prefetched into cache slots */
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
     int want_argmax;            /* this batch is the call's last: compute the greedy token */
     float *argmax_logits;       /* CPU sessions: the last row's logits for the greedy token */
@@ -141,7 +142,18 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
 size_t st_gpu_cache_slot_bytes(const strata_session *s);   /* the largest routed expert, aligned */
 void st_gpu_cache_free(st_gpu_cache *c);
 strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
-                                 int64_t n, int32_t K, const void **d_table);
+                                 int64_t n, int32_t K, int keep_held, void *stream, const void **d_table);
+/* keep_held: the table's slots stay held (not evictable) until this call, made once the kernel
+ * reading them is enqueued (so a prefetch issued in between cannot take them). */
+void st_gpu_cache_release_held(st_gpu_cache *c);
+/* Prefetch (gpu_prefetch): a copy stream and an event per slot. st_gpu_cache_prefetch claims free
+ * slots for the experts of ids[n] (layer il) that have none and copies them on the copy stream
+ * after the compute stream's work so far; a later table call makes its stream wait for the copies
+ * it needs (counted late) or finds them done (timely). */
+strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c);
+strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+                                    int64_t n, void *stream);
+void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int64_t *timely, int64_t *late);
 void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed);
 void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,
                            int64_t *bytes, double *layer_min, double *layer_max);

@@ -506,6 +506,12 @@ typedef struct strata_session_params {
                              layer's worth of slots, over PCIe) and computed there, as llama.cpp
                              does for prompts; fewer tokens are computed by the CPU. 0 (default):
                              never. The GPU's results are the all-resident session's, bit for bit. */
+    int gpu_prefetch;     /* CUDA sessions with expert_cache: in decode steps, predict the next
+                             layer's experts (its router on the current hidden state) and copy
+                             the missing ones into free slots on a copy stream while this layer
+                             computes; the layer waits on the device for a copy still in flight.
+                             Same results. Best with pin_experts (asynchronous copies). 0
+                             (default): demand loads only. */
     int pin_experts;      /* CUDA sessions whose routed experts stay in RAM (expert_cache,
                              n_cpu_moe): 1 copies them into pinned host memory at create (the
                              CPU's expert step and the PCIe loads then read the copy: loads at the

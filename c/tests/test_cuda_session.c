@@ -35,6 +35,7 @@ static int g_cpu_moe = 0;                  /* n_cpu_moe of the next sessions */
 static int g_cache = 0;                    /* expert_cache of the next sessions */
 static int g_stage = 0;                    /* stage_experts of the next sessions */
 static int g_pin = 0;                      /* pin_experts of the next sessions */
+static int g_prefetch = 0;                 /* gpu_prefetch of the next sessions */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -45,6 +46,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.expert_cache = g_cache;
     sp.stage_experts = g_stage;
     sp.pin_experts = g_pin;
+    sp.gpu_prefetch = g_prefetch;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -235,17 +237,42 @@ static void test_default_model(void) {
         float *all = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
         strata_token ga[64];
         const int ok_all = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, ga);
-        for (int v = 0; v < 3 && all && ok_all; v++) { /* v 2: 32 slots loaded from pinned copies */
+        for (int v = 0; v < 4 && all && ok_all; v++) { /* v 2: 32 slots loaded from pinned copies;
+                                                          * v 3: and prefetched on a copy stream */
             g_cache = v == 1 ? 40 : 32;
-            g_pin = v == 2;
+            g_pin = v >= 2;
+            g_prefetch = v == 3;
             float *cached = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
             strata_token gk[64];
             const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gk);
-            g_cache = g_pin = 0;
+            g_cache = g_pin = g_prefetch = 0;
             CHECK(cached && ok && !memcmp(all, cached, sizeof(float) * (size_t)n * (size_t)V) &&
                   !memcmp(ga, gk, sizeof ga), "expert cache of %d slots%s: bit-identical to all resident",
-                  v == 1 ? 40 : 32, v == 2 ? " (pinned experts)" : "");
+                  v == 1 ? 40 : 32, v == 2 ? " (pinned experts)" : v == 3 ? " (pinned, prefetched)" : "");
             free(cached);
+        }
+        /* prefetch counters: decode steps issue prefetches, each found timely or late at most once */
+        g_cache = 32;
+        g_pin = g_prefetch = 1;
+        strata_session *ps = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+        g_cache = g_pin = g_prefetch = 0;
+        if (ps) {
+            float *pl = malloc(sizeof(float) * (size_t)V);
+            strata_status r = strata_session_decode(ps, toks, 12, pl, 0);
+            for (int i = 0; i < 24 && r == STRATA_OK; i++) {
+                strata_token t = argmax(pl, V);
+                r = strata_session_decode_gen(ps, &t, 1, pl, 0);
+            }
+            strata_session_stats ss;
+            strata_session_get_stats(ps, &ss);
+            printf("prefetch: %lld issued, %lld timely, %lld late; cache %lld hits, %lld misses\n",
+                   (long long)ss.prefetch_issued, (long long)ss.prefetch_timely, (long long)ss.prefetch_late,
+                   (long long)ss.expert_cache_hits, (long long)ss.expert_cache_misses);
+            CHECK(r == STRATA_OK && ss.prefetch_issued > 0 &&
+                  ss.prefetch_timely + ss.prefetch_late <= ss.prefetch_issued, "prefetch counters: %s",
+                  r == STRATA_OK ? "inconsistent" : strata_last_error());
+            free(pl);
+            strata_session_free(ps);
         }
         /* auto: the H200 has room for all 192 of the model's experts */
         g_cache = -1;

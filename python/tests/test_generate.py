@@ -322,7 +322,7 @@ def test_cli_placement_options_parse(model):
     base = run_cli(*args).stdout
     for extra in (["--cpu-moe"], ["--n-cpu-moe", 2], ["--gpu-experts"], ["--cuda-graphs"],
                   ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64], ["--attn-tc"],
-                  ["--pin-experts"], ["--cpu-pin"]):
+                  ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
@@ -377,7 +377,7 @@ def test_python_gpu_placement_options():
     base = strata.Model(path, n_ctx=128, n_threads=2)
     opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, n_cpu_moe=-1, cpu_pin=True,
                         stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True,
-                        pin_experts=True)
+                        pin_experts=True, gpu_prefetch=True)
     assert np.array_equal(base.logits(toks), opts.logits(toks))
     assert opts.last_stats["threads_pinned"] == (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
     with pytest.raises(ValueError):
