@@ -46,7 +46,7 @@ void cli_opts_init(cli_opts *o) {
     o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
     {
         const char *v = getenv("STRATA_STAGE_EXPERTS");
-        o->stage_experts = v && v[0] ? atoi(v) : 0; /* range-checked by the session */
+        o->stage_experts = v && v[0] ? (strcmp(v, "auto") == 0 ? -1 : atoi(v)) : 0; /* checked by the session */
     }
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
@@ -76,9 +76,11 @@ void cli_opts_usage(FILE *f) {
         "  --pin-experts           GPU sessions with --expert-cache or --cpu-moe/--n-cpu-moe: copy\n"
         "                          the experts kept in RAM into pinned memory at start (PCIe\n"
         "                          loads ~3x faster; also $STRATA_PIN_EXPERTS=1)\n"
-        "  --stage-experts N       with --cpu-moe/--n-cpu-moe: batches of N tokens or more copy a\n"
+        "  --stage-experts N|auto  with --cpu-moe/--n-cpu-moe: batches of N tokens or more copy a\n"
         "                          CPU layer's routed experts to the GPU and compute them there\n"
-        "                          (prompts, as llama.cpp does; also $STRATA_STAGE_EXPERTS; 0: off)\n"
+        "                          (prompts, as llama.cpp does); auto: per batch, by the cost\n"
+        "                          model from PCIe and CPU figures measured at start (printed);\n"
+        "                          also $STRATA_STAGE_EXPERTS; 0: off (default)\n"
         "  --expert-cache N|auto   GPU sessions: routed experts in N GPU slots (at least one\n"
         "                          layer's experts), loaded over PCIe when routed (same results);\n"
         "                          auto: what fits in --gpu-mem SIZE or the free memory\n"
@@ -233,7 +235,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     } else if (opt_is(a, NULL, "--n-cpu-moe")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->n_cpu_moe = (int)x;
     } else if (opt_is(a, NULL, "--stage-experts")) {
-        if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->stage_experts = (int)x;
+        if (strcmp(v, "auto") == 0) o->stage_experts = -1;
+        else if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->stage_experts = (int)x;
     } else if (opt_is(a, NULL, "--degrade-tau")) {
         rc = parse_float(a, v, &o->degrade_tau);
         if (!rc && !(o->degrade_tau >= 0.0f && o->degrade_tau <= 1.0f))
@@ -417,6 +420,11 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                 else
                     fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
                             "rest on the GPU\n", o->n_cpu_moe - 1);
+                if (o->stage_experts < 0 && strata_session_get_stats(*out, &cs) == STRATA_OK)
+                    fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
+                            "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
+                            "where it is predicted to finish first\n", cs.pcie_bytes_per_s / 1e9,
+                            cs.pcie_latency_s * 1e6, cs.cpu_expert_fixed_s * 1e6, cs.cpu_expert_per_row_s * 1e6);
             }
             return 0;
         }

@@ -94,6 +94,7 @@ struct st_gpu {
     int graphs;                           /* capture single-token steps (cuda_graphs) */
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
     int prefetch;                         /* gpu_prefetch: predicted next-layer experts prefetched */
+    int32_t *stage_rows, *stage_list;     /* stage_experts auto: rows per expert, distinct rows */
     float *pf_x, *pf_logits, *pf_wts;     /* (8, n_embd), (8, n_expert), (8, k): the prediction */
     int32_t *pf_ids, *h_pf_ids;           /* (8, k) on the device and on the host */
     st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
@@ -452,6 +453,8 @@ void st_gpu_free(strata_session *s) {
     void *pf[] = {g->pf_x, g->pf_logits, g->pf_wts, g->pf_ids};
     for (size_t i = 0; i < sizeof pf / sizeof pf[0]; i++) st_cuda_free(pf[i]);
     free(g->h_pf_ids);
+    free(g->stage_rows);
+    free(g->stage_list);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
@@ -534,8 +537,25 @@ strata_status st_gpu_create(strata_session *s) {
             g->prefetch = 1;
         }
     }
-    if (s->stage_experts > 0 && hp->n_expert > 0) /* n_expert slots: no hot set, LRU only */
+    if (s->stage_experts != 0 && hp->n_expert > 0) { /* n_expert slots: no hot set, LRU only */
         TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
+        if (s->stage_experts < 0) { /* auto: the cost model's figures, measured now */
+            int il0 = 0;
+            while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
+            const st_expert *e = &s->experts[(size_t)il0 * (size_t)hp->n_expert];
+            memset(&s->cost, 0, sizeof s->cost);
+            s->cost.pcie_frac = -1;
+            s->cost.expert_bytes = (double)(e->gate.row_bytes * (size_t)e->gate.ne[1] +
+                                            e->up.row_bytes * (size_t)e->up.ne[1] +
+                                            e->down.row_bytes * (size_t)e->down.ne[1]);
+            TRY(st_gpu_cache_measure_pcie(s, g->stage, il0, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
+            if (st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s) != 0)
+                return st_error(STRATA_ERR_NOMEM, "stage_experts auto: out of memory measuring the CPU");
+            g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
+            g->stage_list = calloc((size_t)hp->n_expert, sizeof *g->stage_list);
+            if (!g->stage_rows || !g->stage_list) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+        }
+    }
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
 }
@@ -723,7 +743,29 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                                   g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
             /* a CPU layer's experts are staged to the GPU for a long enough batch */
-            const int staged = st_gpu_layer_on_cpu(s, il) && g->stage && tn >= s->stage_experts;
+            int staged = 0;
+            if (st_gpu_layer_on_cpu(s, il) && g->stage) {
+                if (s->stage_experts > 0) {
+                    staged = tn >= s->stage_experts;
+                } else { /* auto: the routing down, then the cost model on this batch */
+                    int32_t *ids = s->ids + t0 * K;
+                    TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
+                    int nd = 0;
+                    for (int64_t i = 0; i < tn * K; i++) {
+                        const int32_t e = ids[i];
+                        if (e < 0 || e >= X) continue;
+                        if (g->stage_rows[e]++ == 0) g->stage_list[nd++] = e;
+                    }
+                    for (int q = 0; q < nd; q++) { /* rows of the distinct experts, then reset */
+                        const int32_t e = g->stage_list[q];
+                        g->stage_list[q] = g->stage_rows[e];
+                        g->stage_rows[e] = 0;
+                    }
+                    staged = st_cost_stage(&s->cost, g->stage_list, nd, NULL, NULL);
+                }
+                if (staged) s->stage_batches++;
+                else s->cpu_batches++;
+            }
             /* prefetch the next layer's experts: decode-sized calls of cache layers */
             const int pf = g->prefetch && tn <= 8 && il + 1 < hp->n_layer && !st_gpu_layer_on_cpu(s, il) &&
                            !st_gpu_layer_on_cpu(s, il + 1);

@@ -20,8 +20,10 @@
 #include "session.h"
 #include "cache.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static size_t st_r256(size_t x) { return (x + 255) & ~(size_t)255; }
 
@@ -56,6 +58,11 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
 void st_gpu_cache_release_held(st_gpu_cache *c) { (void)c; }
+strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int il, double *bytes_per_s,
+                                        double *latency_s) {
+    (void)s; (void)c; (void)il; *bytes_per_s = *latency_s = 0;
+    return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
+}
 strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
     (void)c;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
@@ -270,6 +277,46 @@ void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int6
     *issued = c ? c->pf_issued : 0;
     *timely = c ? c->pf_timely : 0;
     *late = c ? c->pf_late : 0;
+}
+
+static double st_gc_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int il, double *bytes_per_s,
+                                        double *latency_s) {
+    /* one expert of layer il (its three copies, from where the session reads it: the mapping or
+     * the pinned copy) into slot 0, best of 3; one 4 KiB copy, best of 5. Slot 0 is then free
+     * again (its book entry untouched). */
+    const st_expert *e = &s->experts[(size_t)il * (size_t)c->n_expert];
+    const st_tensor *m[3] = {&e->gate, &e->up, &e->down};
+    double best = INFINITY, bytes = 0;
+    for (int k = 0; k < 3; k++) bytes += (double)(m[k]->row_bytes * (size_t)m[k]->ne[1]);
+    for (int rep = 0; rep < 3; rep++) {
+        TRY_CACHE(st_cuda_synchronize());
+        const double t0 = st_gc_now();
+        uint8_t *p = c->d_mem;
+        for (int k = 0; k < 3; k++) {
+            const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
+            TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
+            p += st_r256(b);
+        }
+        const double t = st_gc_now() - t0;
+        if (t < best) best = t;
+    }
+    double lat = INFINITY;
+    const size_t small = m[0]->row_bytes * (size_t)m[0]->ne[1] < 4096 ? m[0]->row_bytes * (size_t)m[0]->ne[1] : 4096;
+    for (int rep = 0; rep < 5; rep++) {
+        const double t0 = st_gc_now();
+        TRY_CACHE(st_cuda_memcpy_h2d(c->d_mem, m[0]->data, small));
+        const double t = st_gc_now() - t0;
+        if (t < lat) lat = t;
+    }
+    *latency_s = lat;
+    *bytes_per_s = best > 3 * lat ? bytes / (best - 3 * lat) : bytes / best;
+    return STRATA_OK;
 }
 
 void st_gpu_cache_release_held(st_gpu_cache *c) {

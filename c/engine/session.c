@@ -174,8 +174,9 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
     if (p.ram_budget < 0)
         return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p.ram_budget);
-    if (p.stage_experts < 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d < 0", (int)p.stage_experts);
+    if (p.stage_experts < -1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d (a token count, 0 "
+                        "off, or -1 auto)", (int)p.stage_experts);
     if (p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA)
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget applies to CPU sessions in this release");
     if (p.degrade_eval && p.backend == STRATA_BACKEND_CUDA)
@@ -197,8 +198,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
     s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
-    s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && p.stage_experts > 0
-                           ? p.stage_experts : 0;
+    s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 ? p.stage_experts : 0;
     s->expert_cache = p.backend == STRATA_BACKEND_CUDA ? (p.expert_cache < 0 ? -1 : p.expert_cache) : 0;
     s->gpu_mem = p.gpu_mem > 0 ? p.gpu_mem : 0;
     s->progress = p.progress;
@@ -338,6 +338,7 @@ void strata_session_reset_stats(strata_session *s) {
     for (int32_t il = 0; il < s->model->hp.n_layer; il++) s->slots_gpu[il] = s->slots_cpu[il] = 0;
     s->pcie_bytes = 0;
     s->graph_launches = s->graph_rebuilds = 0;
+    s->stage_batches = s->cpu_batches = 0;
 }
 
 strata_status strata_session_get_stats(const strata_session *s, strata_session_stats *out) {
@@ -379,6 +380,12 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;
     out->threads_pinned = s->threads_pinned;
+    out->pcie_bytes_per_s = s->cost.pcie_bytes_per_s;
+    out->pcie_latency_s = s->cost.pcie_latency_s;
+    out->cpu_expert_fixed_s = s->cost.cpu_fixed_s;
+    out->cpu_expert_per_row_s = s->cost.cpu_per_row_s;
+    out->stage_batches = s->stage_batches;
+    out->cpu_batches = s->cpu_batches;
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;
     int first = 1;

@@ -5,6 +5,7 @@
 #ifndef STRATA_SESSION_H
 #define STRATA_SESSION_H
 
+#include "costmodel.h"
 #include "degrade.h"
 #include "kv.h"
 #include "model.h"
@@ -28,7 +29,10 @@ struct strata_session {
     int attn_tc;                /* GPU: tensor-core attention for prompt batches */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
-    int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off) */
+    int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off,
+                                   -1: the cost model decides per batch) */
+    st_cost_params cost;        /* stage_experts -1: the measured figures */
+    int64_t stage_batches, cpu_batches;
     int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory */
     int gpu_prefetch;           /* GPU: next-layer experts prefetched into cache slots */
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
@@ -146,6 +150,10 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
 /* keep_held: the table's slots stay held (not evictable) until this call, made once the kernel
  * reading them is enqueued (so a prefetch issued in between cannot take them). */
 void st_gpu_cache_release_held(st_gpu_cache *c);
+/* The PCIe figures of the cost model, measured with layer il's first expert copied into slot 0
+ * (which must not be in use): bytes per second of an expert's copies, seconds of a small copy. */
+strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int il, double *bytes_per_s,
+                                        double *latency_s);
 /* Prefetch (gpu_prefetch): a copy stream and an event per slot. st_gpu_cache_prefetch claims free
  * slots for the experts of ids[n] (layer il) that have none and copies them on the copy stream
  * after the compute stream's work so far; a later table call makes its stream wait for the copies

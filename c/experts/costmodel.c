@@ -53,6 +53,16 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
     return loaded;
 }
 
+int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t_copy, double *t_cpu) {
+    const double copy_s = p->pcie_latency_s + (p->pcie_bytes_per_s > 0 ? p->expert_bytes / p->pcie_bytes_per_s : INFINITY);
+    double cpu = 0;
+    for (int i = 0; i < n; i++) cpu += p->cpu_fixed_s + (double)rows[i] * p->cpu_per_row_s;
+    const double copy = n > 0 ? (double)n * copy_s + p->gpu_s : 0.0;
+    if (t_copy) *t_copy = copy;
+    if (t_cpu) *t_cpu = cpu;
+    return n > 0 && copy < cpu;
+}
+
 static double st_cost_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

@@ -36,6 +36,12 @@ typedef struct {
 int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_t *load,
                    double *makespan);
 
+/* A batch of a layer whose experts live in RAM (n_cpu_moe): stage it (copy its n routed experts
+ * over PCIe and compute them on the GPU, what llama.cpp does for prompts) or compute it on the CPU
+ * (t(rows[i]) for each expert, one after another on the pool). 1 when staging is predicted
+ * faster; *t_copy and *t_cpu (may be NULL) get the two predictions. pcie_frac is not used. */
+int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t_copy, double *t_cpu);
+
 /* Measures cpu_fixed_s and cpu_per_row_s for experts like e (its types and shapes) on tp: the
  * expert step for 1 and for 8 rows, best of a few runs. 0 on success, -1 on no memory. */
 int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed_s,

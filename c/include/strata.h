@@ -504,8 +504,11 @@ typedef struct strata_session_params {
     int32_t stage_experts; /* CUDA sessions with n_cpu_moe: a batch of at least this many tokens
                              has the routed experts of a CPU layer copied to the GPU (into one
                              layer's worth of slots, over PCIe) and computed there, as llama.cpp
-                             does for prompts; fewer tokens are computed by the CPU. 0 (default):
-                             never. The GPU's results are the all-resident session's, bit for bit. */
+                             does for prompts; fewer tokens are computed by the CPU. -1 (auto):
+                             per batch, whichever the cost model predicts faster from the PCIe
+                             rate and the CPU's expert cost measured at create (stats). 0
+                             (default): never. The GPU's results are the all-resident session's,
+                             bit for bit. */
     int gpu_prefetch;     /* CUDA sessions with expert_cache: in decode steps, predict the next
                              layer's experts (its router on the current hidden state) and copy
                              the missing ones into free slots on a copy stream while this layer
@@ -626,6 +629,13 @@ typedef struct strata_session_stats {
     int32_t threads_pinned;       /* worker threads bound to a CPU (cpu_pin) */
     int64_t predict_slots;        /* routed slots scored */
     int64_t predict_hits;         /* of them, predicted */
+    /* stage_experts -1 (auto): the figures measured at create that decide each batch */
+    double pcie_bytes_per_s;      /* host -> device rate of one expert's copies */
+    double pcie_latency_s;        /* one small copy */
+    double cpu_expert_fixed_s;    /* CPU: one expert's step for r rows = fixed + r * per_row */
+    double cpu_expert_per_row_s;
+    int64_t stage_batches;        /* CPU-layer batches computed on the GPU (stage_experts) */
+    int64_t cpu_batches;          /* CPU-layer batches computed by the CPU */
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

@@ -274,6 +274,27 @@ static void test_default_model(void) {
             free(pl);
             strata_session_free(ps);
         }
+        /* --cpu-moe --stage-experts auto: the measured figures and a decision per batch */
+        g_cpu_moe = -1;
+        g_stage = -1;
+        strata_session *as0 = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+        g_cpu_moe = g_stage = 0;
+        if (as0) {
+            float *al0 = malloc(sizeof(float) * (size_t)V);
+            strata_status r = strata_session_decode(as0, toks, n, al0, 0);
+            strata_token t = argmax(al0, V);
+            if (r == STRATA_OK) r = strata_session_decode_gen(as0, &t, 1, al0, 0);
+            strata_session_stats cs;
+            strata_session_get_stats(as0, &cs);
+            printf("stage auto: PCIe %.2f GB/s (%.1f us), CPU %.1f us + %.1f us/row; %lld batches staged, %lld on the CPU\n",
+                   cs.pcie_bytes_per_s / 1e9, cs.pcie_latency_s * 1e6, cs.cpu_expert_fixed_s * 1e6,
+                   cs.cpu_expert_per_row_s * 1e6, (long long)cs.stage_batches, (long long)cs.cpu_batches);
+            CHECK(r == STRATA_OK && cs.pcie_bytes_per_s > 0 && cs.cpu_expert_fixed_s > 0 &&
+                  cs.stage_batches + cs.cpu_batches > 0, "stage auto: %s",
+                  r == STRATA_OK ? "figures or decisions missing" : strata_last_error());
+            free(al0);
+            strata_session_free(as0);
+        }
         /* auto: the H200 has room for all 192 of the model's experts */
         g_cache = -1;
         strata_session *as = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
@@ -303,10 +324,10 @@ static void test_default_model(void) {
         strata_session_params sp = strata_session_default_params();
         sp.backend = STRATA_BACKEND_CUDA;
         sp.n_ctx = 128;
-        sp.stage_experts = -1;
+        sp.stage_experts = -2;
         strata_session *bad0 = NULL;
         CHECK(strata_session_create(m, &sp, &bad0) == STRATA_ERR_INVALID_ARG && !bad0,
-              "stage_experts < 0 is refused");
+              "stage_experts < -1 is refused");
         sp.stage_experts = 0;
         sp.expert_cache = 16;
         strata_session *bad = NULL;
@@ -317,10 +338,10 @@ static void test_default_model(void) {
 
     /* --cpu-moe / --n-cpu-moe: experts of every layer, or of the first 3, computed by the CPU
      * (the CPU's arithmetic for those): the same greedy tokens and the same KL bound */
-    for (int v = 0; v < 3; v++) { /* v 1: the CPU layers read pinned copies; v 2: --cpu-moe
-                                   * --stage-experts 48 (prompt slices staged) */
+    for (int v = 0; v < 4; v++) { /* v 1: the CPU layers read pinned copies; v 2: --cpu-moe
+                                   * --stage-experts 48 (prompt slices staged); v 3: auto */
         g_cpu_moe = v == 1 ? 3 : -1;
-        g_stage = v == 2 ? 48 : 0;
+        g_stage = v == 2 ? 48 : v == 3 ? -1 : 0;
         g_pin = v == 1;
         float *cm = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
         strata_token gm[64];
@@ -338,7 +359,8 @@ static void test_default_model(void) {
             int same = 0;
             while (same < 64 && gc[same] == gm[same]) same++;
             printf("n_cpu_moe %d%s: mean KL(cpu||gpu) %.3g (bound %.3g), greedy equal for %d of 64\n",
-                   v == 1 ? 3 : -1, v == 2 ? " stage_experts 48" : "", kl, fmax(1e-4, 2 * floor), same);
+                   v == 1 ? 3 : -1, v == 2 ? " stage_experts 48" : v == 3 ? " stage_experts auto" : "",
+                   kl, fmax(1e-4, 2 * floor), same);
             CHECK(kl <= fmax(1e-4, 2.0 * floor), "n_cpu_moe %d: KL %.3g", v == 1 ? 3 : -1, kl);
             CHECK(same == 64, "n_cpu_moe %d: greedy leaves the CPU's at %d", v == 1 ? 3 : -1, same);
         }

@@ -76,6 +76,22 @@ static void test_decide(void) {
     CHECK(st_cost_decide(&p, a, 0, la, &span) == 0 && span == 0, "no misses: nothing to do");
 }
 
+/* Stage a CPU layer's batch or compute it: decode steps (1 row per expert) stay on the CPU when a
+ * copy costs more than a row, prompts (many rows per expert) are staged. */
+static void test_stage(void) {
+    st_cost_params p = base();      /* copy 1 ms per expert, CPU 1 ms for one row */
+    p.cpu_fixed_s = 0.2e-3;
+    p.cpu_per_row_s = 0.8e-3;
+    int32_t one[8] = {1, 1, 1, 1, 1, 1, 1, 1}, many[4] = {40, 31, 25, 64};
+    double tc = 0, tu = 0;
+    CHECK(st_cost_stage(&p, one, 8, &tc, &tu) == 0 && fabs(tc - 8e-3) < 1e-12 && fabs(tu - 8e-3) < 1e-12,
+          "one row each: equal, not staged (copy %.3g, cpu %.3g)", tc, tu);
+    CHECK(st_cost_stage(&p, many, 4, &tc, &tu) == 1 && tc < tu, "many rows: staged (copy %.3g, cpu %.3g)", tc, tu);
+    CHECK(st_cost_stage(&p, many, 0, &tc, &tu) == 0 && tc == 0 && tu == 0, "nothing routed");
+    p.pcie_bytes_per_s = 0;
+    CHECK(st_cost_stage(&p, many, 4, NULL, NULL) == 0, "no PCIe: never staged");
+}
+
 static void test_measure(void) {
     const int64_t E = 256, F = 256;
     const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, E);
@@ -97,6 +113,7 @@ static void test_measure(void) {
 
 int main(void) {
     test_decide();
+    test_stage();
     test_measure();
     return test_report();
 }

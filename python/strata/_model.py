@@ -81,6 +81,8 @@ class Model:
             raise ValueError(f"expert_cache must be a slot count or 'auto', not {expert_cache!r}")
         self.cuda_graphs, self.n_cpu_moe, self.attn_tc = bool(cuda_graphs), int(n_cpu_moe), bool(attn_tc)
         self.pin_experts, self.cpu_pin, self.gpu_prefetch = bool(pin_experts), bool(cpu_pin), bool(gpu_prefetch)
+        if stage_experts == "auto":
+            stage_experts = -1
         self.stage_experts, self.expert_cache, self.gpu_mem = int(stage_experts), int(expert_cache), int(gpu_mem)
         self.path = str(path)
         self._ptr = ffi.NULL

@@ -321,7 +321,8 @@ def test_cli_placement_options_parse(model):
     args = ["-m", model.path, "-p", PROMPT, "-n", 12, "--temp", 0, "--cpu", "-c", 128]
     base = run_cli(*args).stdout
     for extra in (["--cpu-moe"], ["--n-cpu-moe", 2], ["--gpu-experts"], ["--cuda-graphs"],
-                  ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64], ["--attn-tc"],
+                  ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64],
+                  ["--cpu-moe", "--stage-experts", "auto"], ["--attn-tc"],
                   ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
@@ -384,7 +385,7 @@ def test_python_gpu_placement_options():
         strata.Model(path, expert_cache="most")
     with pytest.raises(ValueError):
         strata.Model(path, expert_cache=-2)
-    bad = strata.Model(path, n_ctx=128, stage_experts=-1)
+    bad = strata.Model(path, n_ctx=128, stage_experts=-2)
     with pytest.raises(strata.StrataError) as e:
         bad.logits(toks)
     assert "stage_experts" in e.value.message
