@@ -112,6 +112,8 @@ bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
 bench q3_cache25_pin /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --pin-experts
 bench q3_cache25_pf /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --pin-experts --gpu-prefetch
 bench q3_cache50_pf /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072 --pin-experts --gpu-prefetch
+bench q3_cache25_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --pin-experts --cpu-misses -t 16
+bench q3_cache50_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072 --pin-experts --cpu-misses -t 16
 fi # OFFLOAD
 # ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----
 if [ "${CPU:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then

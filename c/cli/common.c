@@ -44,6 +44,8 @@ void cli_opts_init(cli_opts *o) {
     o->pin_experts = env_flag("STRATA_PIN_EXPERTS");
     o->cpu_pin = env_flag("STRATA_CPU_PIN");
     o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
+    o->cpu_misses = env_flag("STRATA_CPU_MISSES");
+    o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
     {
         const char *v = getenv("STRATA_STAGE_EXPERTS");
         o->stage_experts = v && v[0] ? (strcmp(v, "auto") == 0 ? -1 : atoi(v)) : 0; /* checked by the session */
@@ -70,6 +72,11 @@ void cli_opts_usage(FILE *f) {
         "  --cpu-moe               GPU sessions: every layer's routed experts stay in RAM and\n"
         "                          run on the CPU; --n-cpu-moe N: those of the first N layers;\n"
         "                          --gpu-experts: all on the GPU (default)\n"
+        "  --cpu-misses            with --expert-cache: each missed expert is loaded or computed\n"
+        "                          by the CPU while the GPU computes the rest, whichever the cost\n"
+        "                          model predicts faster (figures measured at start, printed);\n"
+        "                          --pcie-frac F: load the heaviest share F of the misses instead\n"
+        "                          (also $STRATA_CPU_MISSES=1, $STRATA_PCIE_FRAC)\n"
         "  --gpu-prefetch          with --expert-cache: in decode steps, predict the next layer's\n"
         "                          experts and load the missing ones while this layer computes\n"
         "                          (same results; also $STRATA_GPU_PREFETCH=1)\n"
@@ -186,6 +193,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
     else if (opt_is(a, NULL, "--cpu-pin")) o->cpu_pin = 1;
     else if (opt_is(a, NULL, "--gpu-prefetch")) o->gpu_prefetch = 1;
+    else if (opt_is(a, NULL, "--cpu-misses")) o->cpu_misses = 1;
     else if (opt_is(a, NULL, "--pipe")) o->pipe = 1;
     else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
     else if (opt_is(a, NULL, "--gpu-experts")) o->n_cpu_moe = 0;
@@ -202,7 +210,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "--min-p", "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
         "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
-        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--stage-experts", "--ram-budget", "--expert-cache",
+        "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--stage-experts", "--pcie-frac", "--ram-budget", "--expert-cache",
         "--gpu-mem", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
@@ -234,6 +242,11 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         rc = parse_size(a, v, &o->gpu_mem);
     } else if (opt_is(a, NULL, "--n-cpu-moe")) {
         if (!(rc = parse_long(a, v, 0, 1L << 20, &x))) o->n_cpu_moe = (int)x;
+    } else if (opt_is(a, NULL, "--pcie-frac")) {
+        rc = parse_float(a, v, &o->pcie_frac);
+        if (!rc && !(o->pcie_frac >= 0.0f && o->pcie_frac <= 1.0f))
+            rc = cli_usage_error("bad value '%s' for --pcie-frac (a share in 0..1)", v);
+        if (!rc) o->cpu_misses = 1;
     } else if (opt_is(a, NULL, "--stage-experts")) {
         if (strcmp(v, "auto") == 0) o->stage_experts = -1;
         else if (!(rc = parse_long(a, v, 0, 1L << 30, &x))) o->stage_experts = (int)x;
@@ -382,6 +395,8 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     sp.pin_experts = o->pin_experts;
     sp.cpu_pin = o->cpu_pin;
     sp.gpu_prefetch = o->gpu_prefetch;
+    sp.cpu_misses = o->cpu_misses;
+    sp.pcie_frac = o->pcie_frac;
     sp.ram_budget = o->ram_budget;
     sp.expert_cache = o->expert_cache;
     sp.gpu_mem = o->gpu_mem;
@@ -414,13 +429,19 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
             if (o->expert_cache != 0 && strata_session_get_stats(*out, &cs) == STRATA_OK && !o->quiet)
                 fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
                         (int)cs.expert_cache_slots, (long long)mi.n_layer * mi.n_expert);
+            if (o->expert_cache != 0 && o->cpu_misses && !o->quiet)
+                fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
+                        "per row for one expert; %s\n", cs.pcie_bytes_per_s / 1e9, cs.pcie_latency_s * 1e6,
+                        cs.cpu_expert_fixed_s * 1e6, cs.cpu_expert_per_row_s * 1e6,
+                        o->pcie_frac < 0 ? "each miss goes where it is predicted to finish first"
+                                         : "the heaviest share of --pcie-frac misses is loaded, the rest computed");
             if (o->n_cpu_moe != 0 && mi.n_expert > 0 && !o->quiet) {
                 if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi.n_layer)
                     fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");
                 else
                     fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
                             "rest on the GPU\n", o->n_cpu_moe - 1);
-                if (o->stage_experts < 0 && strata_session_get_stats(*out, &cs) == STRATA_OK)
+                if (o->stage_experts < 0 && o->expert_cache == 0 && strata_session_get_stats(*out, &cs) == STRATA_OK)
                     fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
                             "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
                             "where it is predicted to finish first\n", cs.pcie_bytes_per_s / 1e9,

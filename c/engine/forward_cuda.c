@@ -95,6 +95,14 @@ struct st_gpu {
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
     int prefetch;                         /* gpu_prefetch: predicted next-layer experts prefetched */
     int32_t *stage_rows, *stage_list;     /* stage_experts auto: rows per expert, distinct rows */
+    /* cpu_misses: the split of a cache layer's misses between loads and the CPU */
+    int split;                            /* enabled */
+    int32_t *ids_split;                   /* (T, k) device: the GPU's ids (-1 for the CPU's) */
+    float *cpu_part;                      /* (T, n_embd) device: the CPU's share, added */
+    int32_t *h_ids_gpu, *h_ids_cpu;       /* (T, k) host */
+    st_miss *misses;                      /* [n_expert] this call's missed experts */
+    uint8_t *miss_load;                   /* [n_expert] the cost model's choice per miss */
+    int32_t *miss_of;                     /* [n_expert] index in misses, -1 */
     float *pf_x, *pf_logits, *pf_wts;     /* (8, n_embd), (8, n_expert), (8, k): the prediction */
     int32_t *pf_ids, *h_pf_ids;           /* (8, k) on the device and on the host */
     st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
@@ -122,6 +130,7 @@ static size_t st_r256z(size_t x) { return (x + 255) & ~(size_t)255; }
 
 static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
 static strata_status st_gpu_pin_experts(strata_session *s);
+static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il);
 
 /* ---------------------------------------------------------------------------------------------
  * Upload
@@ -455,6 +464,9 @@ void st_gpu_free(strata_session *s) {
     free(g->h_pf_ids);
     free(g->stage_rows);
     free(g->stage_list);
+    st_cuda_free(g->ids_split);
+    st_cuda_free(g->cpu_part);
+    free(g->h_ids_gpu); free(g->h_ids_cpu); free(g->misses); free(g->miss_load); free(g->miss_of);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
@@ -536,21 +548,29 @@ strata_status st_gpu_create(strata_session *s) {
             if (!g->h_pf_ids) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
             g->prefetch = 1;
         }
+        if (s->cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
+            const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, X = (size_t)hp->n_expert,
+                         K = (size_t)hp->n_expert_used;
+            TRY(st_gpu_measure_costs(s, g->cache, 0));
+            TRY(st_gpu_alloc((void **)&g->ids_split, sizeof(int32_t) * T * K));
+            TRY(st_gpu_alloc((void **)&g->cpu_part, sizeof(float) * T * E));
+            g->h_ids_gpu = malloc(sizeof(int32_t) * T * K);
+            g->h_ids_cpu = malloc(sizeof(int32_t) * T * K);
+            g->misses = malloc(sizeof *g->misses * X);
+            g->miss_load = malloc(X);
+            g->miss_of = malloc(sizeof(int32_t) * X);
+            if (!g->h_ids_gpu || !g->h_ids_cpu || !g->misses || !g->miss_load || !g->miss_of)
+                return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+            for (size_t e = 0; e < X; e++) g->miss_of[e] = -1;
+            g->split = 1;
+        }
     }
     if (s->stage_experts != 0 && hp->n_expert > 0) { /* n_expert slots: no hot set, LRU only */
         TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
         if (s->stage_experts < 0) { /* auto: the cost model's figures, measured now */
             int il0 = 0;
             while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
-            const st_expert *e = &s->experts[(size_t)il0 * (size_t)hp->n_expert];
-            memset(&s->cost, 0, sizeof s->cost);
-            s->cost.pcie_frac = -1;
-            s->cost.expert_bytes = (double)(e->gate.row_bytes * (size_t)e->gate.ne[1] +
-                                            e->up.row_bytes * (size_t)e->up.ne[1] +
-                                            e->down.row_bytes * (size_t)e->down.ne[1]);
-            TRY(st_gpu_cache_measure_pcie(s, g->stage, il0, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
-            if (st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s) != 0)
-                return st_error(STRATA_ERR_NOMEM, "stage_experts auto: out of memory measuring the CPU");
+            TRY(st_gpu_measure_costs(s, g->stage, il0));
             g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
             g->stage_list = calloc((size_t)hp->n_expert, sizeof *g->stage_list);
             if (!g->stage_rows || !g->stage_list) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
@@ -598,6 +618,21 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
             p += st_r256z(n);
         }
     }
+    return STRATA_OK;
+}
+
+/* The cost model's figures (s->cost): PCIe measured with layer il's first expert copied into slot
+ * 0 of cache c (unused at create), the CPU expert step for 1 and 8 rows on the session's pool. */
+static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il) {
+    const st_hparams *hp = &s->model->hp;
+    const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
+    memset(&s->cost, 0, sizeof s->cost);
+    s->cost.pcie_frac = s->pcie_frac;
+    s->cost.expert_bytes = (double)(e->gate.row_bytes * (size_t)e->gate.ne[1] + e->up.row_bytes * (size_t)e->up.ne[1] +
+                                    e->down.row_bytes * (size_t)e->down.ne[1]);
+    TRY(st_gpu_cache_measure_pcie(s, c, il, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
+    if (st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s) != 0)
+        return st_error(STRATA_ERR_NOMEM, "cost model: out of memory measuring the CPU");
     return STRATA_OK;
 }
 
@@ -710,6 +745,55 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
+/* cpu_misses: the missed experts of this call (ids, host, tn x K) split by the cost model into
+ * loads and the CPU's share. When the CPU takes some, *split = 1, *gids = the GPU's ids (the CPU's
+ * as -1, also uploaded to g->ids_split), g->h_ids_cpu = the CPU's (the rest -1), and the call's
+ * normalized rows and weights are down in s->xn / s->wts for the CPU's step. */
+static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, int64_t tn,
+                                         const int32_t *ids, int *split, const int32_t **gids) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const int64_t E = hp->n_embd, P = tn * K;
+    float *wts = s->wts + t0 * K;
+    TRY(st_cuda_memcpy_d2h(wts, g->wts + t0 * K, sizeof(float) * (size_t)P));
+    st_gpu_cache_missed(g->cache, il, ids, P, s->missed);
+    int nm = 0;
+    for (int64_t i = 0; i < P; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X || !s->missed[i]) continue;
+        int32_t m = g->miss_of[e];
+        if (m < 0) {
+            m = g->miss_of[e] = nm++;
+            g->misses[m].expert = e;
+            g->misses[m].rows = 0;
+            g->misses[m].weight = 0.0f;
+        }
+        g->misses[m].rows++;
+        if (wts[i] > g->misses[m].weight) g->misses[m].weight = wts[i];
+    }
+    *split = 0;
+    if (nm > 0) st_cost_decide(&s->cost, g->misses, nm, g->miss_load, NULL);
+    int64_t ncpu = 0;
+    for (int64_t i = 0; i < P; i++) {
+        const int32_t e = ids[i];
+        const int cpu = e >= 0 && e < X && g->miss_of[e] >= 0 && !g->miss_load[g->miss_of[e]];
+        g->h_ids_gpu[i] = cpu ? -1 : e;
+        g->h_ids_cpu[i] = cpu ? e : -1;
+        ncpu += cpu;
+    }
+    for (int m = 0; m < nm; m++) g->miss_of[g->misses[m].expert] = -1;
+    if (ncpu == 0) return STRATA_OK;
+    *split = 1;
+    *gids = g->h_ids_gpu;
+    s->slots_cpu[il] += ncpu;
+    s->slots_gpu[il] -= ncpu;
+    TRY(st_cuda_memcpy_h2d(g->ids_split + t0 * K, g->h_ids_gpu, sizeof(int32_t) * (size_t)P));
+    TRY(st_cuda_memcpy_d2h(s->xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E)));
+    s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)P + sizeof(float) * (size_t)(tn * E + P));
+    return STRATA_OK;
+}
+
 static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -769,6 +853,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             /* prefetch the next layer's experts: decode-sized calls of cache layers */
             const int pf = g->prefetch && tn <= 8 && il + 1 < hp->n_layer && !st_gpu_layer_on_cpu(s, il) &&
                            !st_gpu_layer_on_cpu(s, il + 1);
+            int split = 0; /* cpu_misses: some misses of this call are the CPU's */
             const int cpu_layer = st_gpu_layer_on_cpu(s, il) && !staged;
             if (cpu_layer) s->slots_cpu[il] += tn * K;
             else s->slots_gpu[il] += tn * K;
@@ -790,7 +875,9 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                                          s->degrade.eval ? NULL : s->missed, &s->dstats, il) > 0)
                         TRY(st_cuda_memcpy_h2d(g->ids + t0 * K, ids, sizeof(int32_t) * (size_t)(tn * K)));
                 }
-                TRY(st_gpu_cache_table(s, g->cache, il, ids, tn, K, pf, g->stream, &table));
+                const int32_t *gids = ids; /* the experts the GPU computes */
+                if (g->split) TRY(st_gpu_split_misses(s, il, t0, tn, ids, &split, &gids));
+                TRY(st_gpu_cache_table(s, g->cache, il, gids, tn, K, pf, g->stream, &table));
                 if (pf) { /* layer il + 1's router on this residual: its predicted experts start
                            * loading on the copy stream while this layer computes (this layer's
                            * slots stay held until its kernel is enqueued) */
@@ -829,7 +916,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.n_ff = hp->n_ff_exp;
             a.x = g->xn + t0 * E;
             a.T = tn;
-            a.ids = g->ids + t0 * K;
+            a.ids = split ? g->ids_split + t0 * K : g->ids + t0 * K;
             a.wts = g->wts + t0 * K;
             a.k = K;
             a.out = g->proj + t0 * E;
@@ -838,6 +925,13 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.ws_bytes = g->moe_ws_bytes;
             if (!cpu_layer) TRY(st_cuda_moe_ffn(&a, g->stream));
             if (pf) st_gpu_cache_release_held(g->cache);
+            if (split) { /* the CPU's misses, computed while the GPU computes the rest, then added */
+                st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn + t0 * E, tn, g->h_ids_cpu,
+                           s->wts + t0 * K, K, s->proj + t0 * E, s->moe_ws);
+                TRY(st_cuda_memcpy_h2d(g->cpu_part, s->proj + t0 * E, sizeof(float) * (size_t)(tn * E)));
+                s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E));
+                TRY(st_cuda_add(g->proj + t0 * E, g->proj + t0 * E, g->cpu_part, 1.0f, tn * E, g->stream));
+            }
             TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
             if (G->shexp) { /* the shared expert: a one-expert table, weight = its gate or 1 */
                 a.experts = G->shexp;

@@ -25,6 +25,7 @@ strata_session_params strata_session_default_params(void) {
     p.degrade_tau = ST_DEGRADE_TAU_DEFAULT;
     p.degrade_eval = 0;
     p.cuda_graphs = 1;
+    p.pcie_frac = -1.0f;
     return p;
 }
 
@@ -174,6 +175,9 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
     if (p.ram_budget < 0)
         return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p.ram_budget);
+    if (isnan(p.pcie_frac) || p.pcie_frac > 1.0f)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option pcie_frac %g (0..1, or < 0 for the "
+                        "cost model)", (double)p.pcie_frac);
     if (p.stage_experts < -1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d (a token count, 0 "
                         "off, or -1 auto)", (int)p.stage_experts);
@@ -196,6 +200,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->attn_tc = p.attn_tc != 0;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA && p.pin_experts != 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
+    s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.cpu_misses != 0;
+    s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
     s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
     s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 ? p.stage_experts : 0;

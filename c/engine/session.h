@@ -35,6 +35,8 @@ struct strata_session {
     int64_t stage_batches, cpu_batches;
     int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory */
     int gpu_prefetch;           /* GPU: next-layer experts prefetched into cache slots */
+    int cpu_misses;             /* GPU cache: misses loaded or computed by the CPU (cost model) */
+    float pcie_frac;            /* < 0: the cost model; 0..1: the share of misses loaded */
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
     int want_argmax;            /* this batch is the call's last: compute the greedy token */
     float *argmax_logits;       /* CPU sessions: the last row's logits for the greedy token */

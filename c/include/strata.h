@@ -509,6 +509,14 @@ typedef struct strata_session_params {
                              rate and the CPU's expert cost measured at create (stats). 0
                              (default): never. The GPU's results are the all-resident session's,
                              bit for bit. */
+    int cpu_misses;       /* CUDA sessions with expert_cache: each missed expert is either loaded
+                             into a slot or computed by the CPU (from RAM, while the GPU computes
+                             the others), as the cost model predicts faster from the PCIe rate
+                             and the CPU's expert cost measured at create (stats); the CPU's
+                             arithmetic for those (KL-close, not bit-identical). 0 (default): load
+                             every miss. */
+    float pcie_frac;      /* with cpu_misses: < 0 (default -1): the cost model chooses; 0..1: the
+                             heaviest round(pcie_frac x misses) are loaded, the rest computed */
     int gpu_prefetch;     /* CUDA sessions with expert_cache: in decode steps, predict the next
                              layer's experts (its router on the current hidden state) and copy
                              the missing ones into free slots on a copy stream while this layer

@@ -36,6 +36,8 @@ static int g_cache = 0;                    /* expert_cache of the next sessions 
 static int g_stage = 0;                    /* stage_experts of the next sessions */
 static int g_pin = 0;                      /* pin_experts of the next sessions */
 static int g_prefetch = 0;                 /* gpu_prefetch of the next sessions */
+static int g_cpu_misses = 0;               /* cpu_misses / pcie_frac of the next sessions */
+static float g_pcie_frac = -1.0f;
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -47,6 +49,8 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.stage_experts = g_stage;
     sp.pin_experts = g_pin;
     sp.gpu_prefetch = g_prefetch;
+    sp.cpu_misses = g_cpu_misses;
+    sp.pcie_frac = g_pcie_frac;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -237,18 +241,23 @@ static void test_default_model(void) {
         float *all = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
         strata_token ga[64];
         const int ok_all = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, ga);
-        for (int v = 0; v < 4 && all && ok_all; v++) { /* v 2: 32 slots loaded from pinned copies;
-                                                          * v 3: and prefetched on a copy stream */
+        for (int v = 0; v < 5 && all && ok_all; v++) { /* v 2: 32 slots loaded from pinned copies;
+                                                          * v 3: and prefetched on a copy stream;
+                                                          * v 4: cpu_misses with every miss loaded */
             g_cache = v == 1 ? 40 : 32;
-            g_pin = v >= 2;
+            g_pin = v == 2 || v == 3;
             g_prefetch = v == 3;
+            g_cpu_misses = v == 4;
+            g_pcie_frac = v == 4 ? 1.0f : -1.0f;
             float *cached = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
             strata_token gk[64];
             const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gk);
-            g_cache = g_pin = g_prefetch = 0;
+            g_cache = g_pin = g_prefetch = g_cpu_misses = 0;
+            g_pcie_frac = -1.0f;
             CHECK(cached && ok && !memcmp(all, cached, sizeof(float) * (size_t)n * (size_t)V) &&
                   !memcmp(ga, gk, sizeof ga), "expert cache of %d slots%s: bit-identical to all resident",
-                  v == 1 ? 40 : 32, v == 2 ? " (pinned experts)" : v == 3 ? " (pinned, prefetched)" : "");
+                  v == 1 ? 40 : 32, v == 2 ? " (pinned experts)" : v == 3 ? " (pinned, prefetched)" :
+                  v == 4 ? " (cpu_misses, pcie_frac 1)" : "");
             free(cached);
         }
         /* prefetch counters: decode steps issue prefetches, each found timely or late at most once */
@@ -338,15 +347,21 @@ static void test_default_model(void) {
 
     /* --cpu-moe / --n-cpu-moe: experts of every layer, or of the first 3, computed by the CPU
      * (the CPU's arithmetic for those): the same greedy tokens and the same KL bound */
-    for (int v = 0; v < 4; v++) { /* v 1: the CPU layers read pinned copies; v 2: --cpu-moe
-                                   * --stage-experts 48 (prompt slices staged); v 3: auto */
-        g_cpu_moe = v == 1 ? 3 : -1;
+    for (int v = 0; v < 6; v++) { /* v 1: the CPU layers read pinned copies; v 2: --cpu-moe
+                                   * --stage-experts 48 (prompt slices staged); v 3: auto; v 4:
+                                   * a 32-slot cache whose misses the CPU computes (pcie_frac 0);
+                                   * v 5: the cost model splits them */
+        g_cpu_moe = v == 1 ? 3 : v >= 4 ? 0 : -1;
         g_stage = v == 2 ? 48 : v == 3 ? -1 : 0;
+        g_cache = v >= 4 ? 32 : 0;
+        g_cpu_misses = v >= 4;
+        g_pcie_frac = v == 4 ? 0.0f : -1.0f;
         g_pin = v == 1;
         float *cm = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
         strata_token gm[64];
         const int got = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gm);
-        g_cpu_moe = g_stage = g_pin = 0;
+        g_cpu_moe = g_stage = g_pin = g_cache = g_cpu_misses = 0;
+        g_pcie_frac = -1.0f;
         const float *ref = cpu, *ref32 = cpu32;
         if (cm && ref && ref32 && got) {
             double kl = 0, floor = 0;
@@ -359,7 +374,8 @@ static void test_default_model(void) {
             int same = 0;
             while (same < 64 && gc[same] == gm[same]) same++;
             printf("n_cpu_moe %d%s: mean KL(cpu||gpu) %.3g (bound %.3g), greedy equal for %d of 64\n",
-                   v == 1 ? 3 : -1, v == 2 ? " stage_experts 48" : v == 3 ? " stage_experts auto" : "",
+                   v == 1 ? 3 : v >= 4 ? 0 : -1, v == 2 ? " stage_experts 48" : v == 3 ? " stage_experts auto" :
+                   v == 4 ? " cache 32, misses on the CPU" : v == 5 ? " cache 32, misses split by cost" : "",
                    kl, fmax(1e-4, 2 * floor), same);
             CHECK(kl <= fmax(1e-4, 2.0 * floor), "n_cpu_moe %d: KL %.3g", v == 1 ? 3 : -1, kl);
             CHECK(same == 64, "n_cpu_moe %d: greedy leaves the CPU's at %d", v == 1 ? 3 : -1, same);

@@ -54,7 +54,8 @@ class Model:
     n_cpu_moe: batches of this many tokens compute the CPU layers' experts on the GPU), expert_cache
     (GPU slots for routed experts, "auto" or a count), gpu_mem (bytes for expert_cache="auto") and
     attn_tc (prompt attention on the tensor cores), pin_experts (experts kept in RAM copied into
-    pinned memory), gpu_prefetch (next-layer experts prefetched into the cache); CPU sessions
+    pinned memory), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
+    pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
 
@@ -65,7 +66,7 @@ class Model:
                  pipe: bool = False, cuda_graphs: bool = True, n_cpu_moe: int = 0,
                  stage_experts: int = 0, expert_cache=0, gpu_mem: int = 0,
                  attn_tc: bool = False, pin_experts: bool = False, cpu_pin: bool = False,
-                 gpu_prefetch: bool = False):
+                 gpu_prefetch: bool = False, cpu_misses: bool = False, pcie_frac: float = -1.0):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
@@ -81,6 +82,7 @@ class Model:
             raise ValueError(f"expert_cache must be a slot count or 'auto', not {expert_cache!r}")
         self.cuda_graphs, self.n_cpu_moe, self.attn_tc = bool(cuda_graphs), int(n_cpu_moe), bool(attn_tc)
         self.pin_experts, self.cpu_pin, self.gpu_prefetch = bool(pin_experts), bool(cpu_pin), bool(gpu_prefetch)
+        self.cpu_misses, self.pcie_frac = bool(cpu_misses or pcie_frac >= 0), float(pcie_frac)
         if stage_experts == "auto":
             stage_experts = -1
         self.stage_experts, self.expert_cache, self.gpu_mem = int(stage_experts), int(expert_cache), int(gpu_mem)
@@ -222,6 +224,7 @@ class Model:
         sp.ram_budget, sp.pipe = self.ram_budget, int(self.pipe)
         sp.cuda_graphs, sp.n_cpu_moe, sp.attn_tc = int(self.cuda_graphs), self.n_cpu_moe, int(self.attn_tc)
         sp.pin_experts, sp.cpu_pin, sp.gpu_prefetch = int(self.pin_experts), int(self.cpu_pin), int(self.gpu_prefetch)
+        sp.cpu_misses, sp.pcie_frac = int(self.cpu_misses), self.pcie_frac
         sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),

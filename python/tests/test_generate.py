@@ -323,13 +323,15 @@ def test_cli_placement_options_parse(model):
     for extra in (["--cpu-moe"], ["--n-cpu-moe", 2], ["--gpu-experts"], ["--cuda-graphs"],
                   ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64],
                   ["--cpu-moe", "--stage-experts", "auto"], ["--attn-tc"],
-                  ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"]):
+                  ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"], ["--cpu-misses"],
+                  ["--pcie-frac", "0.5"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
     assert "next-layer experts predicted" in prof
     assert b"bad value 'x' for --n-cpu-moe" in run_cli(*args, "--n-cpu-moe", "x", check_rc=2).stderr
     assert b"--stage-experts" in run_cli(*args, "--stage-experts", "-3", check_rc=2).stderr
+    assert b"--pcie-frac" in run_cli(*args, "--pcie-frac", "1.5", check_rc=2).stderr
     # the [PROF] footer: a CPU session computes every routed slot (6 layers x top-4 per token)
     err = run_cli(*args).stderr.decode()
     m = re.search(r"\[PROF\] prompt [0-9.]+ tok/s \| decode [0-9.]+ tok/s \| experts: 0 slot-rows "
@@ -378,7 +380,7 @@ def test_python_gpu_placement_options():
     base = strata.Model(path, n_ctx=128, n_threads=2)
     opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, n_cpu_moe=-1, cpu_pin=True,
                         stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True,
-                        pin_experts=True, gpu_prefetch=True)
+                        pin_experts=True, gpu_prefetch=True, cpu_misses=True, pcie_frac=0.25)
     assert np.array_equal(base.logits(toks), opts.logits(toks))
     assert opts.last_stats["threads_pinned"] == (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
     with pytest.raises(ValueError):
