@@ -133,6 +133,7 @@ fi
 # the offloading sweep (table, JSON, PNG where matplotlib is there) for docs/PERFORMANCE.md
 if [ "${OFFLOAD:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
     timeout $(( BUDGET + 90 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
-        --shares 0,25,50,100 -n 32 --args "-t 16" --out "$R/sweep_q3_gpu" 2>&1 | tail -8
+        --shares 0,25,50,100 -n 32 --static --anchors "0:43.6,25:48.6,50:76.0,100:282.6" \
+        --args "-t 16" --out "$R/sweep_q3_gpu" 2>&1 | tail -10
 fi
 echo "all done at $(el)s"

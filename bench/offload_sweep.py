@@ -7,10 +7,15 @@
   --tier ram: a CPU session with a RAM budget of share x the expert bytes (--ram-budget; 0% is the
               smallest budget, k experts; 100% is no budget), experts beyond it read from disk.
 
-For each share it runs `strata bench -p 0 -n N -r R` (and the same with --pipe for --tier ram when
---pipe is given), and writes a markdown table, JSON and, where matplotlib is installed, a PNG plot:
+For each share it runs `strata bench -p 0 -n N -r R [-d D]` (and the same with --pipe for --tier
+ram when --pipe is given; with --static, --tier gpu also runs llama.cpp's static placement,
+--n-cpu-moe, at the same share), and writes a markdown table, JSON and, where matplotlib is
+installed, a PNG plot; --anchors "0:43.6,25:48.6,..." adds llama.cpp's figures (ANCHORS.md) as a
+column and a line:
 
   python3 bench/offload_sweep.py MODEL.gguf --tier ram --shares 0,25,50,100 -n 16 --args "-t 16"
+  python3 bench/offload_sweep.py q3.gguf --tier gpu --static -d 16384 \
+      --anchors "0:43.6,25:48.6,50:76.0,100:282.6" --args "-t 16 --pin-experts --gpu-prefetch"
 """
 from __future__ import annotations
 
@@ -43,9 +48,12 @@ def expert_layout(model: Path):
     return n_layer, n_expert, n_used, total, max(per_expert.values())
 
 
-def bench(strata: Path, model: Path, n: int, reps: int, extra: list[str], out_json: Path) -> float:
+def bench(strata: Path, model: Path, n: int, reps: int, depth: int, extra: list[str],
+          out_json: Path) -> float:
     cmd = [str(strata), "bench", "-m", str(model), "-p", "0", "-n", str(n), "-r", str(reps),
            "--json", str(out_json), *extra]
+    if depth > 0:
+        cmd += ["-d", str(depth)]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         print(f"  failed: {' '.join(cmd)}\n  {p.stderr.strip()[-400:]}", file=sys.stderr)
@@ -65,6 +73,10 @@ def main(argv=None) -> int:
     ap.add_argument("--strata", type=Path, default=REPO / "strata")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "offload_sweep")
     ap.add_argument("--args", default="", help="more strata options, one string (e.g. '-t 16')")
+    ap.add_argument("-d", "--depth", type=int, default=0, help="KV depth before the decode (bench -d)")
+    ap.add_argument("--static", action="store_true",
+                    help="gpu tier: also --n-cpu-moe at each share (llama.cpp's -ncmoe placement)")
+    ap.add_argument("--anchors", default="", help="share:tok_s pairs of llama.cpp's figures")
     a = ap.parse_args(argv)
     a.extra = shlex.split(a.args)
     n_layer, n_expert, n_used, total, largest = expert_layout(a.model)
@@ -82,6 +94,9 @@ def main(argv=None) -> int:
             else:
                 variants = [(f"--expert-cache {max(slots, n_expert)}",
                              ["--gpu", "--expert-cache", str(max(slots, n_expert))])]
+                if a.static:
+                    on_cpu = n_layer - n_layer * share // 100
+                    variants.append((f"--n-cpu-moe {on_cpu}", ["--gpu", "--n-cpu-moe", str(on_cpu)]))
         else:
             budget = total * share // 100
             budget = max(budget, n_used * (largest + 4096))
@@ -93,17 +108,29 @@ def main(argv=None) -> int:
                     variants.append((f"--ram-budget {budget} --pipe",
                                      ["--cpu", "--ram-budget", str(budget), "--pipe"]))
         for label, args in variants:
-            tps = bench(a.strata, a.model, a.n, a.r, args + a.extra, tmp)
+            tps = bench(a.strata, a.model, a.n, a.r, a.depth, args + a.extra, tmp)
             rows.append(dict(share=share, setting=label, tok_s=tps))
             print(f"  {share:3d}%  {label:40s} {tps:9.2f} tok/s", flush=True)
     tmp.unlink(missing_ok=True)
+    anchors = {int(k): float(v) for k, v in (p.split(":") for p in a.anchors.split(",") if p)}
     md = [f"model {a.model.name}: {n_layer} layers x {n_expert} experts (top-{n_used}), "
-          f"{total / 2**30:.2f} GiB of routed experts; tier {a.tier}; tg{a.n}", "",
-          "| expert bytes in the fast tier | setting | decode tok/s |", "|---:|---|---:|"]
-    md += [f"| {r['share']}% | {r['setting']} | {r['tok_s']:.2f} |" for r in rows]
+          f"{total / 2**30:.2f} GiB of routed experts; tier {a.tier}; tg{a.n}"
+          f"{f' at depth {a.depth}' if a.depth else ''}; options: {a.args or '-'}", ""]
+    if anchors:
+        def anchor_cols(r):
+            ref = anchors.get(r["share"])
+            return ("-", "-") if ref is None else (f"{ref:.1f}", f"{r['tok_s'] / ref:.2f}x")
+        md += ["| expert bytes in the fast tier | setting | decode tok/s | llama.cpp | ratio |",
+               "|---:|---|---:|---:|---:|"]
+        md += ["| {}% | {} | {:.2f} | {} | {} |".format(r["share"], r["setting"], r["tok_s"], *anchor_cols(r))
+               for r in rows]
+    else:
+        md += ["| expert bytes in the fast tier | setting | decode tok/s |", "|---:|---|---:|"]
+        md += [f"| {r['share']}% | {r['setting']} | {r['tok_s']:.2f} |" for r in rows]
     a.out.with_suffix(".md").write_text("\n".join(md) + "\n")
     a.out.with_suffix(".json").write_text(json.dumps(dict(model=str(a.model), tier=a.tier, n=a.n,
-                                                          rows=rows), indent=1))
+                                                          depth=a.depth, args=a.args,
+                                                          anchors=anchors, rows=rows), indent=1))
     print("\n".join(md))
     try:
         import matplotlib
@@ -113,10 +140,16 @@ def main(argv=None) -> int:
         print("(matplotlib not installed: no plot)")
         return 0
     fig, ax = plt.subplots(figsize=(6, 4))
-    for tag in sorted({"pipe" if "--pipe" in r["setting"] else "" for r in rows}):
-        pts = [(r["share"], r["tok_s"]) for r in rows if ("--pipe" in r["setting"]) == (tag == "pipe")]
+    def kind(setting):
+        return "pipe" if "--pipe" in setting else "static" if "--n-cpu-moe" in setting else ""
+    for tag in sorted({kind(r["setting"]) for r in rows}):
+        pts = [(r["share"], r["tok_s"]) for r in rows
+               if kind(r["setting"]) == tag or (tag == "static" and r["share"] in (0, 100))]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                label=f"Strata {a.tier}{' --pipe' if tag else ''}")
+                label=f"Strata {a.tier}{' --pipe' if tag == 'pipe' else ' --n-cpu-moe' if tag == 'static' else ''}")
+    if anchors:
+        ks = sorted(anchors)
+        ax.plot(ks, [anchors[k] for k in ks], marker="s", linestyle="--", label="llama.cpp (ANCHORS.md)")
     ax.set_xlabel("share of expert bytes in the fast tier (%)")
     ax.set_ylabel(f"decode tok/s (tg{a.n})")
     ax.set_title(a.model.name)
