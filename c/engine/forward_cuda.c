@@ -732,8 +732,12 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
         break;
     }
     /* positions from g->pos (device): a replayed decode graph sees the step's own */
-    TRY(st_cuda_rope(&g->rope, q, lq, hp->n_head, hd, T, g->pos, pos0, g->stream));
-    TRY(st_cuda_rope(&g->rope, k, lk, hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+    if (G->wqkv.data) { /* q's heads then k's in one row: one RoPE launch over both */
+        TRY(st_cuda_rope(&g->rope, q, lq, hp->n_head + hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+    } else {
+        TRY(st_cuda_rope(&g->rope, q, lq, hp->n_head, hd, T, g->pos, pos0, g->stream));
+        TRY(st_cuda_rope(&g->rope, k, lk, hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+    }
     TRY(st_cuda_kv_store(&G->kv, &g->shape, k, lk, v, lv, T, pos0, g->pos, g->stream));
     TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
                           g->attn_ws_bytes, g->stream));
