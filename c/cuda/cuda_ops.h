@@ -52,6 +52,11 @@ strata_status st_cuda_rmsnorm(float *d_y, int64_t ldy, const float *d_x, int64_t
 strata_status st_cuda_add(float *d_y, const float *d_x, const float *d_b, float scale, int64_t n,
                           void *stream);
 /* d_y[t*ldy + i] += d_bias[i] for t < T, i < n (ldy >= n). */
+/* The residual add and the next RMSNorm in one launch: x[t] += scale * b[t], then y[t] =
+ * rmsnorm(x[t]) * w, for T rows of n floats (contiguous), with the bits of st_cuda_add followed by
+ * st_cuda_rmsnorm (n_sub 1). y must not overlap x or b; w non-NULL. */
+strata_status st_cuda_add_rmsnorm(float *d_x, const float *d_b, float scale, float *d_y,
+                                  const float *d_w, int64_t n, int64_t T, float eps, void *stream);
 strata_status st_cuda_add_bias(float *d_y, int64_t ldy, const float *d_bias, int64_t n, int64_t T,
                                void *stream);
 /* SwiGLU on two buffers: d_h[t*ldh + i] = silu(g) * u, g = d_g[t*ldg + i], u = d_u[t*ldu + i],

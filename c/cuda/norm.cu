@@ -51,6 +51,45 @@ st_k_rmsnorm(float *y, int64_t ldy, const float *x, int64_t ldx, const float *__
     }
 }
 
+/* Residual add then RMSNorm of the sum, one pass per row: x[t] += scale * b[t] (as st_k_add) and
+ * y[t] = rmsnorm(x[t]) * w (as st_k_rmsnorm, the same slices and reduction order): the bits of
+ * the two kernels one after the other, in one launch. Rows of n, contiguous (ld = n). */
+template <int TPR>
+static __global__ void __launch_bounds__(256)
+st_k_add_rmsnorm(float *x, const float *__restrict__ b, float scale, float *y, const float *__restrict__ w,
+                 int64_t n, int64_t n_rows, float eps) {
+    constexpr int RPB = 256 / TPR;
+    __shared__ double red[8];
+    const int lane = (int)(threadIdx.x % TPR);
+    for (int64_t r0 = (int64_t)blockIdx.x * RPB; r0 < n_rows; r0 += (int64_t)gridDim.x * RPB) {
+        const int64_t row = r0 + (int64_t)(threadIdx.x / TPR);
+        const bool live = row < n_rows;
+        float *xr = x + (live ? row : 0) * n;
+        const float *br = b + (live ? row : 0) * n;
+        float *yr = y + (live ? row : 0) * n;
+        double sum = 0.0;
+        if (live)
+            for (int64_t i = lane; i < n; i += TPR) {
+                const float xi = __fadd_rn(xr[i], __fmul_rn(br[i], scale));
+                xr[i] = xi;
+                const double v = (double)xi;
+                sum = __dadd_rn(sum, __dmul_rn(v, v));
+            }
+        sum = st_warp_sum_d(sum);
+        if (TPR > 32) {
+            if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = sum;
+            __syncthreads();
+            sum = 0.0;
+#pragma unroll
+            for (int k = 0; k < TPR / 32; k++) sum = __dadd_rn(sum, red[k]);
+            __syncthreads();
+        }
+        if (!live) continue;
+        const float sc = st_rms_scale(sum, n, eps);
+        for (int64_t i = lane; i < n; i += TPR) yr[i] = __fmul_rn(__fmul_rn(xr[i], sc), __ldg(w + i));
+    }
+}
+
 static __global__ void __launch_bounds__(256)
 st_k_add(float *y, const float *x, const float *b, float scale, int64_t n) {
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -141,6 +180,30 @@ extern "C" strata_status st_cuda_rmsnorm(float *d_y, int64_t ldy, const float *d
             d_y, ldy, d_x, ldx, d_w, n, n_sub, rows, eps);
     }
     ST_CUDA_CHECK_LAUNCH("st_k_rmsnorm");
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_add_rmsnorm(float *d_x, const float *d_b, float scale, float *d_y,
+                                             const float *d_w, int64_t n, int64_t T, float eps,
+                                             void *stream) {
+    static const char *fn = "st_cuda_add_rmsnorm";
+    if (T < 0 || n < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: negative size (n %lld, T %lld)", fn, (long long)n,
+                        (long long)T);
+    if (T == 0 || n == 0) return STRATA_OK;
+    if (!st_cuda_rmsnorm_supports(n))
+        return st_error(STRATA_ERR_UNSUPPORTED, "%s: row length %lld", fn, (long long)n);
+    if (!(eps >= 0.0f) || !d_w)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: eps %g, weight %p", fn, (double)eps, (const void *)d_w);
+    ST_TRY(st_check_ptrs(fn, d_x, "x", d_b, "b", d_y, "y"));
+    ST_TRY(st_cuda_require(fn));
+    cudaStream_t s = (cudaStream_t)stream;
+    if (n <= 256)
+        st_k_add_rmsnorm<32><<<st_cuda_grid(T, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s>>>(
+            d_x, d_b, scale, d_y, d_w, n, T, eps);
+    else
+        st_k_add_rmsnorm<256><<<st_cuda_grid(T, 1), ST_NORM_THREADS, 0, s>>>(d_x, d_b, scale, d_y, d_w, n, T, eps);
+    ST_CUDA_CHECK_LAUNCH("st_k_add_rmsnorm");
     return STRATA_OK;
 }
 

@@ -700,7 +700,8 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     const int64_t nv = (int64_t)hp->n_head_kv * hp->head_dim_v;
     const int64_t no = (int64_t)hp->n_head * hp->head_dim_v;
 
-    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, g->stream));
+    /* the attention norm: layer 0 here, the later ones fused into the previous layer's residual */
+    if (il == 0) TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, g->stream));
     /* q, k, v: rows of one (T, nq + nk + nv) buffer when fused, else three buffers */
     float *q = g->q, *k = g->k, *v = g->v;
     int64_t lq = nq, lk = nk, lv = nv;
@@ -744,8 +745,9 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
     TRY(st_gpu_mm(g, &G->wo, g->att, T, g->proj));
     if (G->bo) TRY(st_cuda_add_bias(g->proj, E, G->bo, E, T, g->stream));
+    /* the residual and the FFN's norm in one launch */
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
-    TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, g->stream));
+    TRY(st_cuda_add_rmsnorm(g->x, g->proj, rs, g->xn, G->ffn_norm, E, T, hp->norm_eps, g->stream));
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
@@ -804,7 +806,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     st_gpu *g = s->gpu;
     const st_gpu_layer *G = &g->layers[il];
     const int64_t E = hp->n_embd;
-    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->ffn_norm, E, 1, T, hp->norm_eps, g->stream));
+    /* g->xn holds the FFN's norm (fused into the attention's residual) */
     if (hp->n_expert == 0) {
         TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
         const int64_t F = hp->n_ff;
@@ -951,8 +953,13 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             }
         }
     }
+    /* the residual, and the next layer's attention norm in the same launch */
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
-    TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, g->stream));
+    if (il + 1 < hp->n_layer)
+        TRY(st_cuda_add_rmsnorm(g->x, g->proj, rs, g->xn, g->layers[il + 1].attn_norm, E, T, hp->norm_eps,
+                                g->stream));
+    else
+        TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, g->stream));
     return st_gpu_mark(s, STRATA_PHASE_SHARED);
 }
 

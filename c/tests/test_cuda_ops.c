@@ -345,6 +345,39 @@ static void test_sigmoid(int64_t n) {
     free(x); free(ref); free(got);
 }
 
+/* The fused residual add + RMSNorm: the bits of st_cuda_add then st_cuda_rmsnorm, for both row
+ * widths (warp rows up to 256, block rows beyond); guards after x and y intact. */
+static void test_add_rmsnorm(int64_t n, int64_t T) {
+    const int64_t N = n * T;
+    float *x = malloc(sizeof(float) * (size_t)N), *b = malloc(sizeof(float) * (size_t)N);
+    float *w = malloc(sizeof(float) * (size_t)n);
+    float *x1 = malloc(sizeof(float) * (size_t)N), *y1 = malloc(sizeof(float) * (size_t)N);
+    float *x2 = malloc(sizeof(float) * (size_t)N), *y2 = malloc(sizeof(float) * (size_t)N);
+    fill(x, N, 3.0f);
+    fill(b, N, 1.0f);
+    fill(w, n, 1.0f);
+    float *dxa = dev_buf(x, N), *dxb = dev_buf(x, N), *db = dev_buf(b, N), *dw = dev_buf(w, n);
+    float *dya = dev_buf(NULL, N), *dyb = dev_buf(NULL, N);
+    int ok = dxa && dxb && db && dw && dya && dyb;
+    if (ok) {
+        ok = st_cuda_add(dxa, dxa, db, 0.5f, N, NULL) == STRATA_OK &&
+             st_cuda_rmsnorm(dya, n, dxa, n, dw, n, 1, T, 1e-6f, NULL) == STRATA_OK &&
+             st_cuda_add_rmsnorm(dxb, db, 0.5f, dyb, dw, n, T, 1e-6f, NULL) == STRATA_OK;
+        CHECK(ok, "add_rmsnorm n=%lld: %s", (long long)n, strata_last_error());
+    }
+    if (ok) {
+        const int g1 = dev_fetch(x1, dxa, N), g2 = dev_fetch(x2, dxb, N);
+        const int g3 = dev_fetch(y1, dya, N), g4 = dev_fetch(y2, dyb, N);
+        const int same = !memcmp(x1, x2, sizeof(float) * (size_t)N) && !memcmp(y1, y2, sizeof(float) * (size_t)N);
+        printf("add+rmsnorm n=%-5lld T=%lld: fused %s separate, guards %s\n", (long long)n, (long long)T,
+               same ? "==" : "!=", g2 == 0 && g4 == 0 ? "ok" : "BAD");
+        CHECK(same, "add_rmsnorm n=%lld: fused differs from add + rmsnorm", (long long)n);
+        CHECK(g1 == 0 && g2 == 0 && g3 == 0 && g4 == 0, "add_rmsnorm n=%lld: guard words changed", (long long)n);
+    }
+    st_cuda_free(dxa); st_cuda_free(dxb); st_cuda_free(db); st_cuda_free(dw); st_cuda_free(dya); st_cuda_free(dyb);
+    free(x); free(b); free(w); free(x1); free(y1); free(x2); free(y2);
+}
+
 /* The greedy token (sample.cu) against the host rule: NaN as -inf, the lowest index on ties.
  * mode 0: random; 1: the maximum repeated at 3 places; 2: NaNs and -infs around one finite max;
  * 3: every value -inf (logit -inf back). */
@@ -460,6 +493,9 @@ int main(void) {
     test_scale(1000, 3.0f, 1);
     test_sigmoid(1);
     test_sigmoid(513);
+    test_add_rmsnorm(256, 7);
+    test_add_rmsnorm(2048, 5);
+    test_add_rmsnorm(2048 + 96, 3);
     test_argmax(151936, 0);
     test_argmax(151936, 1);
     test_argmax(1, 0);
