@@ -34,6 +34,9 @@ void st_error_clear(void);
 
 /* ---- checked arithmetic (1 on overflow) ----------------------------------------------------- */
 
+/* n rounded up to a multiple of a (a power of two): workspace sections, aligned slot strides. */
+static inline size_t st_round_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+
 static inline int st_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
     return __builtin_add_overflow(a, b, out);
 }

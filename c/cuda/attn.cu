@@ -10,6 +10,7 @@
  * run on a GPU). Dispatch: st_cuda_attention_ex picks the kernel;
  * st_attn_dispatch / st_attn_dec_dispatch switch over (head_dim, cache type, rpw). */
 #include "attn.cuh"
+#include "mma.cuh"
 #include "norm.cuh"
 
 #include <limits.h>
@@ -410,28 +411,6 @@ static strata_status st_attn_dec_dispatch(int hd, bool f16, const st_attn_args &
 #define ST_ATTN_TC_BM 64  /* query rows per block: 16 per warp */
 #define ST_ATTN_TC_BN 64  /* positions per K/V tile */
 
-static __device__ __forceinline__ void st_attn_ldsm_x4(uint32_t r[4], const __half *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-static __device__ __forceinline__ void st_attn_ldsm_x4_t(uint32_t r[4], const __half *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-/* c += a (16x16, row) * b (16x8, col); f16 in, f32 accumulate */
-static __device__ __forceinline__ void st_attn_mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ uint32_t st_attn_h2(float x, float y) {
-    const __half2 h = __floats2half2_rn(x, y);
-    return *(const uint32_t *)&h;
-}
-
 /* Flash attention for long batches (prefill) over an f16 cache, head_dim 64 or 128. A block of
  * 4 warps serves 64 query rows of one KV head (rows as in st_k_attn: token-major, the G query
  * heads of the KV head), each warp 16 of them; it walks the positions up to its last row's in
@@ -469,7 +448,7 @@ st_k_attn_tc(const st_attn_args a) {
     uint32_t qf[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ks++)
-        st_attn_ldsm_x4(qf[ks], Ks + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+        st_ldsm_x4(qf[ks], Ks + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
     __syncthreads();
 
     const int r0 = r_first + warp * 16 + g, r1 = r0 + 8;
@@ -504,10 +483,10 @@ st_k_attn_tc(const st_attn_args a) {
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t bf[4];
-                st_attn_ldsm_x4(bf, Ks + (np * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + ks * 16 +
+                st_ldsm_x4(bf, Ks + (np * 16 + ((lane >> 4) << 3) + (lane & 7)) * LDS + ks * 16 +
                                         ((lane >> 3) & 1) * 8);
-                st_attn_mma(sc[2 * np], qf[ks], bf[0], bf[1]);
-                st_attn_mma(sc[2 * np + 1], qf[ks], bf[2], bf[3]);
+                st_mma16816(sc[2 * np], qf[ks], bf[0], bf[1]);
+                st_mma16816(sc[2 * np + 1], qf[ks], bf[2], bf[3]);
             }
         /* causal mask, running max, probabilities (base 2) */
         float mx0 = m0, mx1 = m1;
@@ -557,17 +536,17 @@ st_k_attn_tc(const st_attn_args a) {
         /* O += P V: P's accumulator layout is the A fragment layout, 16 positions at a time */
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            const uint32_t pa[4] = {st_attn_h2(sc[2 * kk][0], sc[2 * kk][1]),
-                                    st_attn_h2(sc[2 * kk][2], sc[2 * kk][3]),
-                                    st_attn_h2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                    st_attn_h2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            const uint32_t pa[4] = {st_h2(sc[2 * kk][0], sc[2 * kk][1]),
+                                    st_h2(sc[2 * kk][2], sc[2 * kk][3]),
+                                    st_h2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                    st_h2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
 #pragma unroll
             for (int dp = 0; dp < DT / 2; dp++) {
                 uint32_t bf[4];
-                st_attn_ldsm_x4_t(bf, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS +
+                st_ldsm_x4_t(bf, Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LDS +
                                           dp * 16 + (lane >> 4) * 8);
-                st_attn_mma(o[2 * dp], pa, bf[0], bf[1]);
-                st_attn_mma(o[2 * dp + 1], pa, bf[2], bf[3]);
+                st_mma16816(o[2 * dp], pa, bf[0], bf[1]);
+                st_mma16816(o[2 * dp + 1], pa, bf[2], bf[3]);
             }
         }
         __syncthreads(); /* Ks / Vs are rewritten by the next tile */

@@ -4,6 +4,7 @@
  * Dispatch: st_mmq_launch over the weight type is the one switch. */
 #include "mmq.cuh"
 #include "cuda_mmq.h"
+#include "mma.cuh"
 
 
 /* ---- one 32-weight chunk of a row: quants and scales ------------------------------------------ */
@@ -18,10 +19,6 @@ struct st_mq_chunk {
     float sc[2], mn;
 };
 
-static __device__ __forceinline__ uint32_t st_mq_h2(float a, float b) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *(const uint32_t *)&h;
-}
 
 /* Types with a dp4a decoder (moe.cuh): q = the signed bytes, sc = s0 / s1, mn = m. */
 template <class W>
@@ -33,8 +30,8 @@ struct st_mq_w32 {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             const int v = w.q[i];
-            o.h[2 * i] = st_mq_h2((float)(int8_t)v, (float)(int8_t)(v >> 8));
-            o.h[2 * i + 1] = st_mq_h2((float)(int8_t)(v >> 16), (float)(int8_t)(v >> 24));
+            o.h[2 * i] = st_h2((float)(int8_t)v, (float)(int8_t)(v >> 8));
+            o.h[2 * i + 1] = st_h2((float)(int8_t)(v >> 16), (float)(int8_t)(v >> 24));
         }
         o.sc[0] = w.s0;
         o.sc[1] = W::SPLIT ? w.s1 : w.s0;
@@ -51,7 +48,7 @@ struct st_mq_fb {
         float v[32];
         st_fb_chunk<D>(row, c, v);
 #pragma unroll
-        for (int j = 0; j < 16; j++) o.h[j] = st_mq_h2(v[2 * j], v[2 * j + 1]);
+        for (int j = 0; j < 16; j++) o.h[j] = st_h2(v[2 * j], v[2 * j + 1]);
         o.sc[0] = o.sc[1] = 1.0f;
         o.mn = 0.0f;
     }
@@ -84,21 +81,19 @@ st_k_mq_act(const float *__restrict__ x, int64_t ldx, int64_t rows, int64_t K, s
 }
 
 /* The three arrays of rows x K activations carved from one buffer (256-byte sections). */
-static size_t st_mmq_al(size_t n) { return (n + 255) & ~(size_t)255; }
-
 static size_t st_mq_act_bytes(int64_t rows, int64_t K) {
-    return st_mmq_al((size_t)rows * (size_t)K * sizeof(__half)) +
-           st_mmq_al((size_t)rows * (size_t)(K / 32) * sizeof(float)) +
-           st_mmq_al((size_t)rows * (size_t)(K / 16) * sizeof(float));
+    return st_round_up((size_t)rows * (size_t)K * sizeof(__half), 256) +
+           st_round_up((size_t)rows * (size_t)(K / 32) * sizeof(float), 256) +
+           st_round_up((size_t)rows * (size_t)(K / 16) * sizeof(float), 256);
 }
 
 static st_mq_act_rows st_mq_act_carve(void *base, int64_t rows, int64_t K) {
     st_mq_act_rows o;
     uint8_t *p = (uint8_t *)base;
     o.q = (__half *)p;
-    p += st_mmq_al((size_t)rows * (size_t)K * sizeof(__half));
+    p += st_round_up((size_t)rows * (size_t)K * sizeof(__half), 256);
     o.d = (float *)p;
-    p += st_mmq_al((size_t)rows * (size_t)(K / 32) * sizeof(float));
+    p += st_round_up((size_t)rows * (size_t)(K / 32) * sizeof(float), 256);
     o.s = (float *)p;
     o.K = K;
     return o;
@@ -109,30 +104,6 @@ static strata_status st_mq_act(const float *x, int64_t ldx, int64_t rows, int64_
     st_k_mq_act<<<st_cuda_grid(rows * (K / 32) * 32, 256), 256, 0, s>>>(x, ldx, rows, K, o);
     ST_CUDA_CHECK_LAUNCH("st_k_mq_act");
     return STRATA_OK;
-}
-
-/* ---- mma.sync m16n8k16 (f16 in, f32 accumulate) ----------------------------------------------- */
-
-static __device__ __forceinline__ void st_ldsm_x4(uint32_t r[4], const __half *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
-/* c = a (16x16, row) * b (16x8, col), from zero */
-static __device__ __forceinline__ void st_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
-                 : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
-/* c += a * b */
-static __device__ __forceinline__ void st_mma16816_acc(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* A chunk's 32 halves (16 half2 words) to a 16-byte aligned shared address. */
@@ -299,9 +270,9 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, GLU ? 2 : 3) st_k_mmq(c
                         const float mw0 = Wsc[mat].mn[n][ks0], mw1 = Wsc[mat].mn[n + 1][ks0];
 #pragma unroll
                         for (int mi = 0; mi < 2; mi++) {
-                            float cc[4];
-                            st_mma16816(cc, af[0][mi], bf[0][2 * nn], bf[0][2 * nn + 1]);
-                            if (SL == 2) st_mma16816_acc(cc, af[SL - 1][mi], bf[SL - 1][2 * nn], bf[SL - 1][2 * nn + 1]);
+                            float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+                            for (int j = 0; j < SL; j++) st_mma16816(cc, af[j][mi], bf[j][2 * nn], bf[j][2 * nn + 1]);
                             float *A = mat == 0 ? acc[mi][ni] : accu[GLU ? mi : 0][ni];
                             A[0] = fmaf(dx[mi][0], fmaf(sw0, cc[0], mw0 * sx[mi][0]), A[0]);
                             A[1] = fmaf(dx[mi][0], fmaf(sw1, cc[1], mw1 * sx[mi][0]), A[1]);
@@ -631,13 +602,13 @@ static st_mmq_ws st_mmq_ws_layout(uint8_t *base, int64_t T, int32_t k, int64_t n
     const size_t P = (size_t)T * (size_t)k;
     st_mmq_ws w;
     size_t o = 0;
-    w.n_tiles = (int32_t *)(base + o);       o += st_mmq_al(sizeof(int32_t));
-    w.tiles = (st_mmq_tile *)(base + o);     o += st_mmq_al((P + P / ST_MMQ_BM + 1) * sizeof(st_mmq_tile));
-    w.order = (int32_t *)(base + o);         o += st_mmq_al(P * sizeof(int32_t));
+    w.n_tiles = (int32_t *)(base + o);       o += st_round_up(sizeof(int32_t), 256);
+    w.tiles = (st_mmq_tile *)(base + o);     o += st_round_up((P + P / ST_MMQ_BM + 1) * sizeof(st_mmq_tile), 256);
+    w.order = (int32_t *)(base + o);         o += st_round_up(P * sizeof(int32_t), 256);
     w.xa = st_mq_act_carve(base + o, T, n_embd);  o += st_mq_act_bytes(T, n_embd);
-    w.h = (float *)(base + o);               o += st_mmq_al(P * (size_t)n_ff * sizeof(float));
+    w.h = (float *)(base + o);               o += st_round_up(P * (size_t)n_ff * sizeof(float), 256);
     w.ha = st_mq_act_carve(base + o, (int64_t)P, n_ff);  o += st_mq_act_bytes((int64_t)P, n_ff);
-    w.y = (float *)(base + o);               o += st_mmq_al(P * (size_t)n_embd * sizeof(float));
+    w.y = (float *)(base + o);               o += st_round_up(P * (size_t)n_embd * sizeof(float), 256);
     w.bytes = o;
     return w;
 }

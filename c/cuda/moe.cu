@@ -504,8 +504,6 @@ extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int
     return STRATA_OK;
 }
 
-static size_t st_moe_al(size_t n) { return (n + 255) & ~(size_t)255; }
-
 /* Workspace sections (each 256-aligned). */
 struct st_moe_ws {
     int *n_groups;
@@ -521,12 +519,12 @@ static st_moe_ws st_moe_ws_layout(uint8_t *base, int64_t T, int32_t k, int64_t n
     const size_t P = (size_t)T * (size_t)k;
     st_moe_ws w;
     size_t o = 0;
-    w.n_groups = (int *)(base + o);          o += st_moe_al(sizeof(int));
-    w.groups = (st_moe_group *)(base + o);   o += st_moe_al(P * sizeof(st_moe_group));
-    w.xq = base + o;                         o += st_moe_al((size_t)T * (size_t)(n_embd / 32) * sizeof(block_q8_1));
-    w.h = (float *)(base + o);               o += st_moe_al(P * (size_t)n_ff * sizeof(float));
-    w.hq = base + o;                         o += st_moe_al(P * (size_t)(n_ff / 32) * sizeof(block_q8_1));
-    w.y = (float *)(base + o);               o += st_moe_al(P * (size_t)n_embd * sizeof(float));
+    w.n_groups = (int *)(base + o);          o += st_round_up(sizeof(int), 256);
+    w.groups = (st_moe_group *)(base + o);   o += st_round_up(P * sizeof(st_moe_group), 256);
+    w.xq = base + o;                         o += st_round_up((size_t)T * (size_t)(n_embd / 32) * sizeof(block_q8_1), 256);
+    w.h = (float *)(base + o);               o += st_round_up(P * (size_t)n_ff * sizeof(float), 256);
+    w.hq = base + o;                         o += st_round_up(P * (size_t)(n_ff / 32) * sizeof(block_q8_1), 256);
+    w.y = (float *)(base + o);               o += st_round_up(P * (size_t)n_embd * sizeof(float), 256);
     w.bytes = o;
     return w;
 }

@@ -126,8 +126,6 @@ struct st_gpu {
 
 #define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
 
-static size_t st_r256z(size_t x) { return (x + 255) & ~(size_t)255; }
-
 static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
 static strata_status st_gpu_pin_experts(strata_session *s);
 static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il);
@@ -431,7 +429,7 @@ static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     const size_t one = st_cuda_kv_bytes(kv_type, &g->shape, s->n_ctx);
-    const size_t per = (one + 255) & ~(size_t)255;
+    const size_t per = st_round_up(one, 256);
     g->kv_bytes = 2 * per * (size_t)hp->n_layer;
     strata_status st = st_cuda_malloc(&g->kv_mem, g->kv_bytes);
     if (st != STRATA_OK)
@@ -526,7 +524,7 @@ strata_status st_gpu_create(strata_session *s) {
     if (s->pin_experts && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
     if (s->n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
         const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
-        const size_t a = st_r256z(T * E * sizeof(float)), b = st_r256z(T * K * sizeof(float));
+        const size_t a = st_round_up(T * E * sizeof(float), 256), b = st_round_up(T * K * sizeof(float), 256);
         TRY(st_cuda_host_alloc(&g->h_hand, 2 * a + 2 * b));
         g->h_xn = (float *)g->h_hand;
         g->h_proj = (float *)((uint8_t *)g->h_hand + a);
@@ -593,8 +591,8 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
     for (int il = 0; il < hp->n_layer; il++) {
         if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0) continue;
         const st_layer *L = &m->layers[il];
-        total += st_r256z(st_tensor_bytes(&L->ffn_gate_exps)) + st_r256z(st_tensor_bytes(&L->ffn_up_exps)) +
-                 st_r256z(st_tensor_bytes(&L->ffn_down_exps));
+        total += st_round_up(st_tensor_bytes(&L->ffn_gate_exps), 256) + st_round_up(st_tensor_bytes(&L->ffn_up_exps), 256) +
+                 st_round_up(st_tensor_bytes(&L->ffn_down_exps), 256);
     }
     if (total == 0) return STRATA_OK;
     strata_status st = st_cuda_host_alloc(&g->pinned, total);
@@ -615,7 +613,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
                 st_tensor *v = i == 0 ? &x->gate : i == 1 ? &x->up : &x->down;
                 v->data = p + ((const uint8_t *)v->data - (const uint8_t *)ts[i]->data);
             }
-            p += st_r256z(n);
+            p += st_round_up(n, 256);
         }
     }
     return STRATA_OK;

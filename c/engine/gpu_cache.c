@@ -25,12 +25,10 @@
 #include <string.h>
 #include <time.h>
 
-static size_t st_r256(size_t x) { return (x + 255) & ~(size_t)255; }
-
 static size_t st_expert_bytes(const st_expert *e) {
-    return st_r256(e->gate.row_bytes * (size_t)e->gate.ne[1]) +
-           st_r256(e->up.row_bytes * (size_t)e->up.ne[1]) +
-           st_r256(e->down.row_bytes * (size_t)e->down.ne[1]);
+    return st_round_up(e->gate.row_bytes * (size_t)e->gate.ne[1], 256) +
+           st_round_up(e->up.row_bytes * (size_t)e->up.ne[1], 256) +
+           st_round_up(e->down.row_bytes * (size_t)e->down.ne[1], 256);
 }
 
 size_t st_gpu_cache_slot_bytes(const strata_session *s) {
@@ -200,6 +198,13 @@ strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
     return STRATA_OK;
 }
 
+/* A prefetched slot's copy is known complete (its event, or the copy stream synchronized): READY. */
+static void st_gpu_cache_land(st_gpu_cache *c, int32_t slot) {
+    st_cache_publish(&c->book, slot);
+    c->pending[slot] = 0;
+    c->n_pending--;
+}
+
 /* Prefetched slots: those whose copy completed become READY; with `needed` (layer il's experts
  * of this call, host ids[n]), each still LOADING one is made READY for the compute stream
  * (stream waits for its copy on the device) and counted late, the others timely. */
@@ -218,20 +223,15 @@ static strata_status st_gpu_cache_settle(st_gpu_cache *c, int il, const int32_t 
             TRY_CACHE(st_cuda_stream_wait_event(stream, c->slot_event[slot]));
             c->pf_late++;
         }
-        st_cache_publish(&c->book, slot);
-        c->pending[slot] = 0;
-        c->n_pending--;
+        /* READY for the compute stream, which is ordered after the copy (timely: done already) */
+        st_gpu_cache_land(c, slot);
         /* held for this call: a demand load of another expert (a synchronous copy, not ordered
          * with the copy stream) must not take a slot whose copy may still be in flight */
         st_cache_acquire(&c->book, slot);
         c->held[c->n_held++] = slot;
     }
     for (int32_t slot = 0; slot < c->book.n_slots && c->n_pending > 0; slot++)
-        if (c->pending[slot] && st_cuda_event_done(c->slot_event[slot])) {
-            st_cache_publish(&c->book, slot);
-            c->pending[slot] = 0;
-            c->n_pending--;
-        }
+        if (c->pending[slot] && st_cuda_event_done(c->slot_event[slot])) st_gpu_cache_land(c, slot);
     return STRATA_OK;
 }
 
@@ -256,7 +256,7 @@ strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, 
         for (int k = 0; k < 3 && st == STRATA_OK; k++) {
             const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
             st = st_cuda_memcpy_async(p, m[k]->data, b, 1, c->copy_stream);
-            p += st_r256(b);
+            p += st_round_up(b, 256);
             c->loaded_bytes += (int64_t)b;
             s->pcie_bytes += (int64_t)b;
         }
@@ -301,7 +301,7 @@ strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int 
         for (int k = 0; k < 3; k++) {
             const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
             TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
-            p += st_r256(b);
+            p += st_round_up(b, 256);
         }
         const double t = st_gc_now() - t0;
         if (t < best) best = t;
@@ -348,11 +348,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
             if (slot < 0 && c->n_pending > 0) { /* prefetches hold the free slots: let them land */
                 st = st_cuda_stream_synchronize(c->copy_stream);
                 for (int32_t q = 0; q < c->book.n_slots && st == STRATA_OK; q++)
-                    if (c->pending[q]) {
-                        st_cache_publish(&c->book, q);
-                        c->pending[q] = 0;
-                        c->n_pending--;
-                    }
+                    if (c->pending[q]) st_gpu_cache_land(c, q);
                 if (st != STRATA_OK) break;
                 slot = st_cache_claim(&c->book, il, e, 0);
             }
@@ -366,7 +362,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
             for (int k = 0; k < 3 && st == STRATA_OK; k++) {
                 const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
                 st = st_cuda_memcpy_h2d(p, m[k]->data, b);
-                p += st_r256(b);
+                p += st_round_up(b, 256);
                 c->loaded_bytes += (int64_t)b;
                 s->pcie_bytes += (int64_t)b;
             }
@@ -379,8 +375,8 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         st_cache_acquire(&c->book, slot); /* not evicted by a later miss of this same call */
         c->held[c->n_held++] = slot;
         const uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
-        const size_t g = st_r256(views[e].gate.row_bytes * (size_t)views[e].gate.ne[1]);
-        const size_t u = st_r256(views[e].up.row_bytes * (size_t)views[e].up.ne[1]);
+        const size_t g = st_round_up(views[e].gate.row_bytes * (size_t)views[e].gate.ne[1], 256);
+        const size_t u = st_round_up(views[e].up.row_bytes * (size_t)views[e].up.ne[1], 256);
         c->h_table[e].gate = st_slot_mat(&views[e].gate, p);
         c->h_table[e].up = st_slot_mat(&views[e].up, p + g);
         c->h_table[e].down = st_slot_mat(&views[e].down, p + g + u);

@@ -60,8 +60,6 @@ struct st_ram_tier {
     uint32_t call;                /* table calls so far */
 };
 
-static size_t st_round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
 static void *st_ram_worker(void *arg);
 
 void st_ram_tier_free(strata_session *s) {

@@ -40,19 +40,17 @@ void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, i
  * Grouped expert FFN
  * ------------------------------------------------------------------------------------------- */
 
-static size_t st_align64(size_t n) { return (n + 63) & ~(size_t)63; }
-
 size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int64_t n_ff) {
     const size_t P = (size_t)T * (size_t)k;
     size_t sz = 0;
-    sz += st_align64(sizeof(int64_t) * ((size_t)n_expert * 2 + 2));   /* counts, offsets */
-    sz += st_align64(sizeof(int32_t) * ((size_t)n_expert + 1));       /* active experts */
-    sz += 2 * st_align64(sizeof(int32_t) * P);                       /* pair_tok, pair_of */
-    sz += 2 * st_align64(sizeof(float) * (size_t)T * (size_t)n_embd); /* xq gate, xq up (<= f32) */
-    sz += st_align64(sizeof(float) * P * (size_t)n_ff);              /* h */
-    sz += st_align64(sizeof(float) * P * (size_t)n_ff);              /* hq (<= f32) */
-    sz += st_align64(sizeof(float) * P * (size_t)n_embd);            /* y */
-    sz += st_align64(P * (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, (n_embd + 255) / 256 * 256)); /* xg */
+    sz += st_round_up(sizeof(int64_t) * ((size_t)n_expert * 2 + 2), 64);   /* counts, offsets */
+    sz += st_round_up(sizeof(int32_t) * ((size_t)n_expert + 1), 64);       /* active experts */
+    sz += 2 * st_round_up(sizeof(int32_t) * P, 64);                       /* pair_tok, pair_of */
+    sz += 2 * st_round_up(sizeof(float) * (size_t)T * (size_t)n_embd, 64); /* xq gate, xq up (<= f32) */
+    sz += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);              /* h */
+    sz += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);              /* hq (<= f32) */
+    sz += st_round_up(sizeof(float) * P * (size_t)n_embd, 64);            /* y */
+    sz += st_round_up(P * (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, (n_embd + 255) / 256 * 256), 64); /* xg */
     return sz;
 }
 
@@ -186,23 +184,23 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     uint8_t *p = ws;
     int64_t *counts = (int64_t *)p;
     int64_t *offs = counts + n_expert;
-    p += st_align64(sizeof(int64_t) * ((size_t)n_expert * 2 + 2));
+    p += st_round_up(sizeof(int64_t) * ((size_t)n_expert * 2 + 2), 64);
     int32_t *active = (int32_t *)p;
-    p += st_align64(sizeof(int32_t) * ((size_t)n_expert + 1));
+    p += st_round_up(sizeof(int32_t) * ((size_t)n_expert + 1), 64);
     int32_t *pair_tok = (int32_t *)p;
-    p += st_align64(sizeof(int32_t) * P);
+    p += st_round_up(sizeof(int32_t) * P, 64);
     int32_t *pair_of = (int32_t *)p;
-    p += st_align64(sizeof(int32_t) * P);
+    p += st_round_up(sizeof(int32_t) * P, 64);
     uint8_t *xq_g = p;
-    p += st_align64(sizeof(float) * (size_t)T * (size_t)n_embd);
+    p += st_round_up(sizeof(float) * (size_t)T * (size_t)n_embd, 64);
     uint8_t *xq_u = p;
-    p += st_align64(sizeof(float) * (size_t)T * (size_t)n_embd);
+    p += st_round_up(sizeof(float) * (size_t)T * (size_t)n_embd, 64);
     float *h = (float *)p;
-    p += st_align64(sizeof(float) * P * (size_t)n_ff);
+    p += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);
     uint8_t *hq = p;
-    p += st_align64(sizeof(float) * P * (size_t)n_ff);
+    p += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);
     float *y = (float *)p;
-    p += st_align64(sizeof(float) * P * (size_t)n_embd);
+    p += st_round_up(sizeof(float) * P * (size_t)n_embd, 64);
     uint8_t *xg = p;
 
     /* group (token, slot) pairs by expert: counting sort, stable in (token, slot) order */

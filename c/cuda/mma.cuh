@@ -1,0 +1,40 @@
+/* mma.cuh - the tensor-core building blocks the prompt tiles (mmq.cu) and the flash attention
+ * (attn.cu) share: ldmatrix loads of 8x8 f16 blocks from shared memory (plain and transposed),
+ * mma.sync m16n8k16 with f16 inputs and f32 accumulators, and packing two floats into the f16
+ * pair a fragment register holds. Fragment layouts as in the PTX ISA: for a lane, g = lane / 4,
+ * t = lane % 4; A rows g and g + 8, columns 2t, 2t + 1 (and + 8); B column g, rows 2t, 2t + 1
+ * (and + 8); C rows g and g + 8, columns 2t, 2t + 1. */
+#ifndef STRATA_CUDA_MMA_CUH
+#define STRATA_CUDA_MMA_CUH
+
+#include "common.cuh"
+
+/* Four 8x8 f16 blocks; lane i gives the address of row i % 8 of block i / 8. */
+static __device__ __forceinline__ void st_ldsm_x4(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* The same, each block transposed (B fragments from a row-major [k][n] tile). */
+static __device__ __forceinline__ void st_ldsm_x4_t(uint32_t r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* c += a (16x16, row) * b (16x8, col); f16 in, f32 accumulate */
+static __device__ __forceinline__ void st_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Two floats as the f16 pair (x low, y high) of one fragment register. */
+static __device__ __forceinline__ uint32_t st_h2(float x, float y) {
+    const __half2 h = __floats2half2_rn(x, y);
+    return *(const uint32_t *)&h;
+}
+
+#endif /* STRATA_CUDA_MMA_CUH */
