@@ -29,10 +29,8 @@ NAMES = list(L.zoo())
 
 def cuda_usable() -> tuple[bool, str]:
     import strata
-    lib, ffi = strata.lib, strata.ffi
-    info = ffi.new("strata_backend_info *")
-    strata.check(lib.strata_backend_query(lib.STRATA_BACKEND_CUDA, info), "strata_backend_query")
-    return bool(info.available), ffi.string(info.detail).decode()
+    cuda = next(b for b in strata.backends() if b["name"] == "cuda")
+    return bool(cuda["available"]), cuda["detail"]
 
 
 @pytest.fixture(scope="module", autouse=True)
