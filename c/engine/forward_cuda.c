@@ -760,7 +760,8 @@ static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, 
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     const int64_t E = hp->n_embd, P = tn * K;
     float *wts = s->wts + t0 * K;
-    TRY(st_cuda_memcpy_d2h(wts, g->wts + t0 * K, sizeof(float) * (size_t)P));
+    if (!s->degrade.enabled) /* (DEGRADE_ZERO brought them down already) */
+        TRY(st_cuda_memcpy_d2h(wts, g->wts + t0 * K, sizeof(float) * (size_t)P));
     st_gpu_cache_missed(g->cache, il, ids, P, s->missed);
     int nm = 0;
     for (int64_t i = 0; i < P; i++) {
