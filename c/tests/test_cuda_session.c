@@ -95,6 +95,26 @@ static int32_t argmax(const float *x, int32_t V) {
     return b;
 }
 
+/* Where two greedy runs part at step s (a[s] != b[s], a[0..s) == b[0..s)): the CPU's logit margin
+ * between the two picks after p + a[0..s). Two arithmetics may part only at a near-tie (the CPU's
+ * f16 and f32 KV caches already differ by ~1e-2 in a logit), never where the CPU is sure. */
+static double cpu_margin(const strata_model *m, const strata_token *p, int64_t np,
+                         const strata_token *a, const strata_token *b, int s, int32_t V) {
+    strata_session *cs = new_session(m, STRATA_BACKEND_CPU, 512, 512);
+    if (!cs) return INFINITY;
+    strata_token seq[128];
+    int64_t n = 0;
+    for (int64_t i = 0; i < np && n < 128; i++) seq[n++] = p[i];
+    for (int i = 0; i < s && n < 128; i++) seq[n++] = a[i];
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    const strata_status st = strata_session_decode(cs, seq, n, lg, 0);
+    const double d = st == STRATA_OK ? fabs((double)lg[a[s]] - (double)lg[b[s]]) : INFINITY;
+    free(lg);
+    strata_session_free(cs);
+    return d;
+}
+#define TIE_MARGIN 0.02 /* logits */
+
 /* 64 greedy tokens after the prompt; out[64]. */
 static int greedy(const strata_model *m, strata_backend_kind be, const strata_token *p, int64_t np,
                   int32_t V, strata_token *out) {
@@ -217,8 +237,12 @@ static void test_default_model(void) {
     if (greedy(m, STRATA_BACKEND_CPU, toks, 12, V, gc) && greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gg)) {
         int same = 0;
         while (same < 64 && gc[same] == gg[same]) same++;
-        printf("default model: greedy 64 tokens, GPU equals CPU for the first %d\n", same);
-        CHECK(same == 64, "GPU greedy continuation leaves the CPU's at token %d", same);
+        const double mg = same < 64 ? cpu_margin(m, toks, 12, gc, gg, same, V) : 0.0;
+        printf("default model: greedy 64 tokens, GPU equals CPU for the first %d%s", same,
+               same < 64 ? "" : "\n");
+        if (same < 64) printf(" (then a CPU margin of %.3g logits)\n", mg);
+        CHECK(same == 64 || mg <= TIE_MARGIN, "GPU greedy continuation leaves the CPU's at token %d, "
+              "where the CPU's margin is %.3g logits", same, mg);
         /* strata_session_decode_greedy: the argmax on the GPU, one token down: the same tokens */
         strata_session *gs = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
         if (gs) {
@@ -373,12 +397,20 @@ static void test_default_model(void) {
             floor /= (double)n;
             int same = 0;
             while (same < 64 && gc[same] == gm[same]) same++;
-            printf("n_cpu_moe %d%s: mean KL(cpu||gpu) %.3g (bound %.3g), greedy equal for %d of 64\n",
-                   v == 1 ? 3 : v >= 4 ? 0 : -1, v == 2 ? " stage_experts 48" : v == 3 ? " stage_experts auto" :
-                   v == 4 ? " cache 32, misses on the CPU" : v == 5 ? " cache 32, misses split by cost" : "",
-                   kl, fmax(1e-4, 2 * floor), same);
-            CHECK(kl <= fmax(1e-4, 2.0 * floor), "n_cpu_moe %d: KL %.3g", v == 1 ? 3 : -1, kl);
-            CHECK(same == 64, "n_cpu_moe %d: greedy leaves the CPU's at %d", v == 1 ? 3 : -1, same);
+            /* stage auto and the cost split choose per batch from timings measured at create:
+             * which steps the CPU computes varies from run to run */
+            const double mg = same < 64 ? cpu_margin(m, toks, 12, gc, gm, same, V) : 0.0;
+            const char *what = v == 2 ? " stage_experts 48" : v == 3 ? " stage_experts auto" :
+                               v == 4 ? " cache 32, misses on the CPU" :
+                               v == 5 ? " cache 32, misses split by cost" : "";
+            const int ncm = v == 1 ? 3 : v >= 4 ? 0 : -1;
+            printf("n_cpu_moe %d%s: mean KL(cpu||gpu) %.3g (bound %.3g), greedy equal for %d of 64",
+                   ncm, what, kl, fmax(1e-4, 2 * floor), same);
+            if (same < 64) printf(" (then a CPU margin of %.3g logits)", mg);
+            printf("\n");
+            CHECK(kl <= fmax(1e-4, 2.0 * floor), "n_cpu_moe %d%s: KL %.3g", ncm, what, kl);
+            CHECK(same == 64 || mg <= TIE_MARGIN, "n_cpu_moe %d%s: greedy leaves the CPU's at %d, where "
+                  "the CPU's margin is %.3g logits", ncm, what, same, mg);
         }
         free(cm);
     }
