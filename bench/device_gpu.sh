@@ -95,25 +95,28 @@ echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
 bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
 [ "${NOGRAPHS:-1}" = 1 ] && bench q3_gpu_nographs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
-bench q3_gpu_attntc /tmp/q3.gguf -p 512 -n 0 -d 0,16384 -r 2 --gpu --attn-tc
+# prompt attention: the tensor cores at depth 0 too (the default takes them from position 1024 on)
+bench q3_gpu_attntc /tmp/q3.gguf -p 512 -n 0 -r 2 --gpu --attn-tc
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile
 grep "profile" "$R/bench_q3_gpu_profile.err" || true
 if [ "${OFFLOAD:-1}" = 1 ]; then
-# experts in RAM, computed by the CPU (llama.cpp's --cpu-moe / -ncmoe 36 / -ncmoe 24 in ANCHORS.md);
-# the first version: synchronous hand-off per layer, no overlap
+# experts in RAM, computed by the CPU (llama.cpp's --cpu-moe / -ncmoe 36 / -ncmoe 24 in ANCHORS.md),
+# with the defaults: the experts kept in RAM pinned when they fit (pin_experts auto), prompt
+# batches staged to the GPU when the cost model says so (stage_experts auto)
 bench q3_cpumoe /tmp/q3.gguf -p 2048 -n 64 -r 1 --gpu --cpu-moe -t 16
-bench q3_cpumoe_stage /tmp/q3.gguf -p 2048 -n 0 -r 1 --gpu --cpu-moe --stage-experts 256 -t 16
+bench q3_cpumoe_stage256 /tmp/q3.gguf -p 2048 -n 0 -r 1 --gpu --cpu-moe --stage-experts 256 -t 16
+bench q3_cpumoe_nopin /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --no-pin-experts -t 16
 bench q3_ncmoe36 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 -t 16
 bench q3_ncmoe24 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 24 -t 16
+bench olmoe_cpumoe /tmp/olmoe.gguf -p 512 -n 64 -r 1 --gpu --cpu-moe -t 16
 # the GPU expert cache at 25% and 50% of the expert bytes (6144 experts): demand loads over PCIe
 bench q3_cache25 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536
 bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
-bench q3_cache25_pin /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --pin-experts
-bench q3_cache25_pf /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --pin-experts --gpu-prefetch
-bench q3_cache50_pf /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072 --pin-experts --gpu-prefetch
-bench q3_cache25_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --pin-experts --cpu-misses -t 16
-bench q3_cache50_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072 --pin-experts --cpu-misses -t 16
+bench q3_cache25_nopin /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --no-pin-experts
+bench q3_cache25_pf /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --gpu-prefetch
+bench q3_cache25_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --cpu-misses -t 16
+grep -h "expert rows" "$R"/bench_q3_c*.err "$R"/bench_olmoe_cpumoe.err 2>/dev/null | cut -c1-250
 fi # OFFLOAD
 # ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----
 if [ "${CPU:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then

@@ -218,11 +218,37 @@ int cli_cmd_bench(int argc, char **argv) {
                        sd, rowsz, gbs);
                 fflush(stdout);
                 cli_print_profile(s, test);
+                /* where the row's experts ran and what moved (every repetition together) */
+                strata_session_stats ps;
+                memset(&ps, 0, sizeof ps);
+                strata_session_get_stats(s, &ps);
+                const int placed = ps.expert_slots_cpu > 0 || ps.expert_cache_slots > 0 || ps.stage_batches > 0;
+                if (placed)
+                    fprintf(stderr, "strata: %s: expert rows %lld on the GPU, %lld on the CPU; cache hits "
+                            "%lld, misses %lld; prefetch %lld issued, %lld timely, %lld late; batches "
+                            "staged %lld, on the CPU %lld; PCIe %.2f GB\n", test,
+                            (long long)ps.expert_slots_gpu, (long long)ps.expert_slots_cpu,
+                            (long long)ps.expert_cache_hits, (long long)ps.expert_cache_misses,
+                            (long long)ps.prefetch_issued, (long long)ps.prefetch_timely,
+                            (long long)ps.prefetch_late, (long long)ps.stage_batches,
+                            (long long)ps.cpu_batches, (double)ps.pcie_bytes / 1e9);
                 if (jf) {
                     fprintf(jf, "%s\n  {\"test\": \"%s\", \"depth\": %d, \"n\": %d, \"tok_s\": %.4f, "
-                            "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f, \"kv_bytes\": %.0f}",
+                            "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f, \"kv_bytes\": %.0f",
                             first_row ? "" : ",", kind ? "tg" : "pp", depth, len, mean, sd, b.reps,
                             kind ? dbytes : 0.0, kvbytes);
+                    if (placed)
+                        fprintf(jf, ", \"experts\": {\"rows_gpu\": %lld, \"rows_cpu\": %lld, \"cache_hits\": "
+                                "%lld, \"cache_misses\": %lld, \"prefetch_issued\": %lld, \"prefetch_timely\": "
+                                "%lld, \"prefetch_late\": %lld, \"batches_staged\": %lld, \"batches_cpu\": "
+                                "%lld, \"pcie_bytes\": %lld, \"pinned_bytes\": %lld}",
+                                (long long)ps.expert_slots_gpu, (long long)ps.expert_slots_cpu,
+                                (long long)ps.expert_cache_hits, (long long)ps.expert_cache_misses,
+                                (long long)ps.prefetch_issued, (long long)ps.prefetch_timely,
+                                (long long)ps.prefetch_late, (long long)ps.stage_batches,
+                                (long long)ps.cpu_batches, (long long)ps.pcie_bytes,
+                                (long long)ps.pinned_bytes);
+                    fputc('}', jf);
                     first_row = 0;
                 }
             }

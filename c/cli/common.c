@@ -40,15 +40,21 @@ void cli_opts_init(cli_opts *o) {
     o->profile = env_flag("STRATA_PROFILE");
     o->pipe = env_flag("STRATA_PIPE");
     o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
-    o->attn_tc = env_flag("STRATA_ATTN_TC");
-    o->pin_experts = env_flag("STRATA_PIN_EXPERTS");
+    {
+        const char *v = getenv("STRATA_ATTN_TC");
+        o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0 ? -1 : env_flag("STRATA_ATTN_TC")) : -1;
+    }
+    {
+        const char *v = getenv("STRATA_PIN_EXPERTS");
+        o->pin_experts = v && v[0] ? (strcmp(v, "auto") == 0 ? -1 : env_flag("STRATA_PIN_EXPERTS")) : -1;
+    }
     o->cpu_pin = env_flag("STRATA_CPU_PIN");
     o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
     o->cpu_misses = env_flag("STRATA_CPU_MISSES");
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
     {
         const char *v = getenv("STRATA_STAGE_EXPERTS");
-        o->stage_experts = v && v[0] ? (strcmp(v, "auto") == 0 ? -1 : atoi(v)) : 0; /* checked by the session */
+        o->stage_experts = v && v[0] ? (strcmp(v, "auto") == 0 ? -1 : atoi(v)) : -1; /* checked by the session */
     }
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
@@ -82,12 +88,14 @@ void cli_opts_usage(FILE *f) {
         "                          (same results; also $STRATA_GPU_PREFETCH=1)\n"
         "  --pin-experts           GPU sessions with --expert-cache or --cpu-moe/--n-cpu-moe: copy\n"
         "                          the experts kept in RAM into pinned memory at start (PCIe\n"
-        "                          loads ~3x faster; also $STRATA_PIN_EXPERTS=1)\n"
+        "                          loads ~3x faster); default: when the copy leaves 4 GiB of RAM\n"
+        "                          available; --no-pin-experts: never (also $STRATA_PIN_EXPERTS=\n"
+        "                          1, 0 or auto)\n"
         "  --stage-experts N|auto  with --cpu-moe/--n-cpu-moe: batches of N tokens or more copy a\n"
         "                          CPU layer's routed experts to the GPU and compute them there\n"
         "                          (prompts, as llama.cpp does); auto: per batch, by the cost\n"
         "                          model from PCIe and CPU figures measured at start (printed);\n"
-        "                          also $STRATA_STAGE_EXPERTS; 0: off (default)\n"
+        "                          the default; also $STRATA_STAGE_EXPERTS; 0: off\n"
         "  --expert-cache N|auto   GPU sessions: routed experts in N GPU slots (at least one\n"
         "                          layer's experts), loaded over PCIe when routed (same results);\n"
         "                          auto: what fits in --gpu-mem SIZE or the free memory\n"
@@ -95,9 +103,10 @@ void cli_opts_usage(FILE *f) {
         "                          read from the file with O_DIRECT when routed (same results);\n"
         "                          --pipe (also $STRATA_PIPE=1): read the next layer's predicted\n"
         "                          experts while this layer computes\n"
-        "  --attn-tc               GPU: prompt batches' attention on the tensor cores (flash\n"
-        "                          attention, f16 probabilities; also $STRATA_ATTN_TC=1; off by\n"
-        "                          default until measured)\n"
+        "  --attn-tc, --no-attn-tc GPU: prompt batches' attention on the tensor cores (flash\n"
+        "                          attention, f16 probabilities; 3.1x at depth 16K), or never;\n"
+        "                          default: for batches ending at position 1024 or later (also\n"
+        "                          $STRATA_ATTN_TC=1, 0 or auto)\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
@@ -190,7 +199,9 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
     else if (opt_is(a, NULL, "--no-cuda-graphs")) o->cuda_graphs = 0;
     else if (opt_is(a, NULL, "--attn-tc")) o->attn_tc = 1;
+    else if (opt_is(a, NULL, "--no-attn-tc")) o->attn_tc = 0;
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
+    else if (opt_is(a, NULL, "--no-pin-experts")) o->pin_experts = 0;
     else if (opt_is(a, NULL, "--cpu-pin")) o->cpu_pin = 1;
     else if (opt_is(a, NULL, "--gpu-prefetch")) o->gpu_prefetch = 1;
     else if (opt_is(a, NULL, "--cpu-misses")) o->cpu_misses = 1;
@@ -429,6 +440,16 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
             if (o->expert_cache != 0 && strata_session_get_stats(*out, &cs) == STRATA_OK && !o->quiet)
                 fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
                         (int)cs.expert_cache_slots, (long long)mi.n_layer * mi.n_expert);
+            if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && mi.n_expert > 0 && !o->quiet &&
+                strata_session_get_stats(*out, &cs) == STRATA_OK) {
+                char hb[32];
+                cli_human_bytes((double)cs.pinned_bytes, hb, sizeof hb);
+                if (cs.pinned_bytes > 0)
+                    fprintf(stderr, "strata: the experts kept in RAM are read from a pinned copy (%s)\n", hb);
+                else
+                    fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
+                            o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
+            }
             if (o->expert_cache != 0 && o->cpu_misses && !o->quiet)
                 fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
                         "per row for one expert; %s\n", cs.pcie_bytes_per_s / 1e9, cs.pcie_latency_s * 1e6,

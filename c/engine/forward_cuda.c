@@ -25,6 +25,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 
 #ifndef STRATA_HAVE_CUDA
 
@@ -40,7 +41,8 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: built without CUDA");
 }
 size_t st_gpu_weight_bytes(const strata_session *s) { (void)s; return 0; }
-const st_gpu_cache *st_gpu_get_cache(const strata_session *s) { (void)s; return NULL; }
+st_gpu_cache *st_gpu_get_cache(const strata_session *s) { (void)s; return NULL; }
+int64_t st_gpu_pinned_bytes(const strata_session *s) { (void)s; return 0; }
 
 #else
 
@@ -521,7 +523,7 @@ strata_status st_gpu_create(strata_session *s) {
     TRY(st_gpu_upload_layers(s));
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
-    if (s->pin_experts && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
+    if (s->pin_experts != 0 && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
     if (s->n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
         const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
         const size_t a = st_round_up(T * E * sizeof(float), 256), b = st_round_up(T * K * sizeof(float), 256);
@@ -578,10 +580,24 @@ strata_status st_gpu_create(strata_session *s) {
     return st_cuda_synchronize();
 }
 
+/* MemAvailable of /proc/meminfo in bytes, or -1 where there is none. */
+static int64_t st_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
 /* pin_experts: the routed experts that stay in RAM (every layer's with an expert cache, the CPU
  * layers' with n_cpu_moe) copied into one pinned host allocation, layer by layer in the merged
  * tensors' layout; the session's expert views then point into the copy, so the CPU's expert step
- * and the cache's PCIe loads read it (the same bytes: the same results). */
+ * and the cache's PCIe loads read it (the same bytes: the same results). pin_experts -1 (auto, the
+ * default) pins only when the copy leaves 4 GiB of the available RAM free, and reads the mapping
+ * when the pinned allocation fails; 1 makes either an error. */
 static strata_status st_gpu_pin_experts(strata_session *s) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -595,7 +611,15 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
                  st_round_up(st_tensor_bytes(&L->ffn_down_exps), 256);
     }
     if (total == 0) return STRATA_OK;
+    if (s->pin_experts < 0) {
+        const int64_t avail = st_mem_available();
+        if (avail < 0 || (int64_t)total + ((int64_t)4 << 30) > avail) return STRATA_OK;
+    }
     strata_status st = st_cuda_host_alloc(&g->pinned, total);
+    if (st != STRATA_OK && s->pin_experts < 0) {
+        g->pinned = NULL;
+        return STRATA_OK; /* auto: the mapping serves */
+    }
     if (st != STRATA_OK)
         return st_error(st, "pin_experts: %zu MiB of pinned memory for the experts kept in RAM: %s",
                         total >> 20, strata_last_error());
@@ -662,7 +686,8 @@ static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
 }
 
 size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
-const st_gpu_cache *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
+st_gpu_cache *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
+int64_t st_gpu_pinned_bytes(const strata_session *s) { return s && s->gpu ? (int64_t)s->gpu->pinned_bytes : 0; }
 
 /* ---------------------------------------------------------------------------------------------
  * Forward

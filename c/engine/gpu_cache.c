@@ -80,6 +80,7 @@ void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits,
                            int64_t *bytes, double *layer_min, double *layer_max) {
     (void)c; *slots = 0; *hits = *misses = *bytes = 0; *layer_min = *layer_max = 0;
 }
+void st_gpu_cache_reset_counters(st_gpu_cache *c) { (void)c; }
 
 #else
 
@@ -395,6 +396,14 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
 void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
     for (int64_t i = 0; i < n; i++)
         missed[i] = (uint8_t)(ids[i] >= 0 && st_cache_state_of(&c->book, il, ids[i]) != ST_SLOT_READY);
+}
+
+void st_gpu_cache_reset_counters(st_gpu_cache *c) {
+    if (!c) return;
+    memset(&c->book.c, 0, sizeof c->book.c);
+    c->loaded_bytes = 0;
+    c->pf_issued = c->pf_timely = c->pf_late = 0;
+    for (int32_t il = 0; il < c->n_layer; il++) c->layer_lookups[il] = c->layer_hits[il] = 0;
 }
 
 void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,

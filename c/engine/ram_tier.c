@@ -368,6 +368,16 @@ void st_ram_tier_release(strata_session *s) {
     t->n_held = 0;
 }
 
+/* Zeroes the counters (strata_session_reset_stats). */
+void st_ram_tier_reset_counters(strata_session *s) {
+    st_ram_tier *t = s->ram;
+    if (!t) return;
+    memset(&t->cache.c, 0, sizeof t->cache.c);
+    atomic_store(&t->disk_bytes, 0);
+    t->pf_issued = t->pf_timely = t->pf_late = 0;
+    for (int32_t il = 0; il < s->model->hp.n_layer; il++) t->layer_lookups[il] = t->layer_hits[il] = 0;
+}
+
 void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes,
                           int64_t *pf_issued, int64_t *pf_timely, int64_t *pf_late) {
     st_ram_tier *t = s->ram;

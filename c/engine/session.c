@@ -25,6 +25,9 @@ strata_session_params strata_session_default_params(void) {
     p.degrade_tau = ST_DEGRADE_TAU_DEFAULT;
     p.degrade_eval = 0;
     p.cuda_graphs = 1;
+    p.attn_tc = -1;
+    p.stage_experts = -1;
+    p.pin_experts = -1;
     p.pcie_frac = -1.0f;
     return p;
 }
@@ -181,6 +184,9 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if (p.stage_experts < -1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d (a token count, 0 "
                         "off, or -1 auto)", (int)p.stage_experts);
+    if (p.pin_experts < -1 || p.pin_experts > 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option pin_experts %d (1 on, 0 off, -1 auto)",
+                        p.pin_experts);
     if (p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA)
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget applies to CPU sessions in this release");
     if (p.degrade_eval && p.backend == STRATA_BACKEND_CUDA)
@@ -197,8 +203,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
     s->cuda_graphs = p.cuda_graphs != 0;
-    s->attn_tc = p.attn_tc != 0;
-    s->pin_experts = p.backend == STRATA_BACKEND_CUDA && p.pin_experts != 0;
+    s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc != 0;
+    s->pin_experts = p.backend == STRATA_BACKEND_CUDA ? p.pin_experts : 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
     s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.cpu_misses != 0;
     s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
@@ -345,6 +351,8 @@ void strata_session_reset_stats(strata_session *s) {
     s->pcie_bytes = 0;
     s->graph_launches = s->graph_rebuilds = 0;
     s->stage_batches = s->cpu_batches = 0;
+    st_ram_tier_reset_counters(s);
+    st_gpu_cache_reset_counters(st_gpu_get_cache(s));
 }
 
 strata_status strata_session_get_stats(const strata_session *s, strata_session_stats *out) {
@@ -391,6 +399,7 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->cpu_expert_fixed_s = s->cost.cpu_fixed_s;
     out->cpu_expert_per_row_s = s->cost.cpu_per_row_s;
     out->stage_batches = s->stage_batches;
+    out->pinned_bytes = st_gpu_pinned_bytes(s);
     out->cpu_batches = s->cpu_batches;
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;

@@ -26,14 +26,16 @@ struct strata_session {
     int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
-    int attn_tc;                /* GPU: tensor-core attention for prompt batches */
+    int attn_tc;                /* GPU: tensor-core attention for prompt batches (1; -1: from
+                                   ST_ATTN_TC_AUTO_NP positions on) */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off,
                                    -1: the cost model decides per batch) */
     st_cost_params cost;        /* stage_experts -1: the measured figures */
     int64_t stage_batches, cpu_batches;
-    int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory */
+    int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory (1; -1:
+                                   when they fit in the available RAM with room to spare) */
     int gpu_prefetch;           /* GPU: next-layer experts prefetched into cache slots */
     int cpu_misses;             /* GPU cache: misses loaded or computed by the CPU (cost model) */
     float pcie_frac;            /* < 0: the cost model; 0..1: the share of misses loaded */
@@ -129,6 +131,7 @@ void st_ram_tier_free(strata_session *s);
 strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int32_t *ids,
                                 int32_t K, const st_expert **table);
 void st_ram_tier_release(strata_session *s);
+void st_ram_tier_reset_counters(strata_session *s);
 void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes,
                           int64_t *pf_issued, int64_t *pf_timely, int64_t *pf_late);
 /* Pipelined mode: starts reading layer il's predicted experts (ids [T][K]) into free slots. */
@@ -165,10 +168,14 @@ strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, 
                                     int64_t n, void *stream);
 void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int64_t *timely, int64_t *late);
 void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed);
+/* Zeroes the counters (strata_session_reset_stats). */
+void st_gpu_cache_reset_counters(st_gpu_cache *c);
 void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,
                            int64_t *bytes, double *layer_min, double *layer_max);
 /* The GPU session's expert cache, or NULL (forward_cuda.c). */
-const st_gpu_cache *st_gpu_get_cache(const strata_session *s);
+st_gpu_cache *st_gpu_get_cache(const strata_session *s);
+/* Bytes of the pinned copy of the experts kept in RAM (pin_experts), 0 without one. */
+int64_t st_gpu_pinned_bytes(const strata_session *s);
 
 /* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time
  * since the last mark to phase. Both are no-ops with profile off. (session.c) */

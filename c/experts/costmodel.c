@@ -60,7 +60,7 @@ int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t
     const double copy = n > 0 ? (double)n * copy_s + p->gpu_s : 0.0;
     if (t_copy) *t_copy = copy;
     if (t_cpu) *t_cpu = cpu;
-    return n > 0 && copy < cpu;
+    return n > 0 && ST_STAGE_MARGIN * copy < cpu;
 }
 
 static double st_cost_now(void) {

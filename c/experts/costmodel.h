@@ -39,7 +39,12 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
 /* A batch of a layer whose experts live in RAM (n_cpu_moe): stage it (copy its n routed experts
  * over PCIe and compute them on the GPU, what llama.cpp does for prompts) or compute it on the CPU
  * (t(rows[i]) for each expert, one after another on the pool). 1 when staging is predicted
- * faster; *t_copy and *t_cpu (may be NULL) get the two predictions. pcie_frac is not used. */
+ * ST_STAGE_MARGIN times faster; *t_copy and *t_cpu (may be NULL) get the two predictions.
+ * pcie_frac is not used. */
+#define ST_STAGE_MARGIN 2.0
+/* Why 2: the copy rate is calibrated warm (best of 3 copies of one expert) and a staged batch's
+ * copies run one after another before its kernels; on the H200, --cpu-moe decode steps staged by
+ * the unmargined model took 1.9x the predicted copy time (27 tok/s against 39 on the CPU). */
 int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t_copy, double *t_cpu);
 
 /* Measures cpu_fixed_s and cpu_per_row_s for experts like e (its types and shapes) on tp: the

@@ -491,8 +491,11 @@ typedef struct strata_session_params {
                              slows the pass down: for measurements, not for serving */
     int attn_tc;          /* CUDA sessions: 1 reads prompt batches' attention with a tensor-core
                              flash-attention kernel (f16 queries and probabilities, f32 softmax;
-                             head_dim 64/128, f16 cache); 0 (default, until measured): the FMA
-                             kernel. Decode steps are unaffected. */
+                             head_dim 64/128, f16 cache; other shapes take the FMA kernel):
+                             pp512 at depth 16K 3.1x the FMA kernel on the H200, +9% at depth 0
+                             (docs/PERFORMANCE.md); KL-close to it, not bit-identical. -1
+                             (default): for batches that end at position 1024 or later, where
+                             it pays most; 0: never. Decode steps are unaffected. */
     int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA
                              graph once and replays it as one launch per step (same kernels, same
                              bits; +28% decode on qwen3-30b-a3b, docs/PERFORMANCE.md); 0 launches
@@ -506,9 +509,9 @@ typedef struct strata_session_params {
                              layer's worth of slots, over PCIe) and computed there, as llama.cpp
                              does for prompts; fewer tokens are computed by the CPU. -1 (auto):
                              per batch, whichever the cost model predicts faster from the PCIe
-                             rate and the CPU's expert cost measured at create (stats). 0
-                             (default): never. The GPU's results are the all-resident session's,
-                             bit for bit. */
+                             rate and the CPU's expert cost measured at create (stats; the
+                             default); 0: never. The GPU's results are the all-resident
+                             session's, bit for bit. */
     int cpu_misses;       /* CUDA sessions with expert_cache: each missed expert is either loaded
                              into a slot or computed by the CPU (from RAM, while the GPU computes
                              the others), as the cost model predicts faster from the PCIe rate
@@ -526,8 +529,11 @@ typedef struct strata_session_params {
     int pin_experts;      /* CUDA sessions whose routed experts stay in RAM (expert_cache,
                              n_cpu_moe): 1 copies them into pinned host memory at create (the
                              CPU's expert step and the PCIe loads then read the copy: loads at the
-                             pinned rate, ~55 GB/s against ~19 from the mapping); same results. 0
-                             (default): read the file's mapping. */
+                             pinned rate, ~51 GB/s against ~19 from the mapping; decode with a
+                             25% cache 1.37x on the H200); same results. -1 (default): pin when
+                             the copy leaves 4 GiB of MemAvailable free (else, or if the pinned
+                             allocation fails, read the mapping; stats tell); 0: read the file's
+                             mapping. */
     int32_t expert_cache; /* CUDA sessions: routed experts live in a cache of this many GPU slots
                              (LRU + a pinned hot set; at least n_expert), loaded over PCIe from
                              RAM when routed and not resident; same results, bit for bit. 0
@@ -549,7 +555,8 @@ typedef struct strata_session_params {
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
- * degrade_tau 0.03, degrade_eval 0. */
+ * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, attn_tc -1 (auto), stage_experts -1 (auto),
+ * pin_experts -1 (auto), pcie_frac -1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,
@@ -644,6 +651,7 @@ typedef struct strata_session_stats {
     double cpu_expert_per_row_s;
     int64_t stage_batches;        /* CPU-layer batches computed on the GPU (stage_experts) */
     int64_t cpu_batches;          /* CPU-layer batches computed by the CPU */
+    int64_t pinned_bytes;         /* the pinned copy of the experts kept in RAM (pin_experts) */
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

@@ -38,6 +38,7 @@ static int g_pin = 0;                      /* pin_experts of the next sessions *
 static int g_prefetch = 0;                 /* gpu_prefetch of the next sessions */
 static int g_cpu_misses = 0;               /* cpu_misses / pcie_frac of the next sessions */
 static float g_pcie_frac = -1.0f;
+static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the default, auto) */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -51,6 +52,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.gpu_prefetch = g_prefetch;
     sp.cpu_misses = g_cpu_misses;
     sp.pcie_frac = g_pcie_frac;
+    sp.attn_tc = g_attn_tc;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -113,7 +115,24 @@ static double cpu_margin(const strata_model *m, const strata_token *p, int64_t n
     strata_session_free(cs);
     return d;
 }
-#define TIE_MARGIN 0.02 /* logits */
+static double g_tie = 0.02; /* logits; test_default_model sets it from the CPU's own noise */
+
+/* Twice the largest change of a top-2 gap (top-1 logit minus top-2 logit) that the CPU's f16
+ * versus f32 KV cache makes over n positions: the arithmetic noise of this model, in logits. */
+static double tie_noise(const float *a, const float *b, int64_t n, int32_t V) {
+    double worst = 0;
+    for (int64_t t = 0; t < n; t++) {
+        const float *x = a + t * V, *y = b + t * V;
+        int32_t i1 = 0, i2 = -1;
+        for (int32_t i = 1; i < V; i++) {
+            if (x[i] > x[i1]) { i2 = i1; i1 = i; }
+            else if (i2 < 0 || x[i] > x[i2]) i2 = i;
+        }
+        const double d = fabs(((double)x[i1] - x[i2]) - ((double)y[i1] - y[i2]));
+        if (d > worst) worst = d;
+    }
+    return 2.0 * worst;
+}
 
 /* 64 greedy tokens after the prompt; out[64]. */
 static int greedy(const strata_model *m, strata_backend_kind be, const strata_token *p, int64_t np,
@@ -200,8 +219,11 @@ static void test_default_model(void) {
     float *gpu = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     float *gpu2 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     float *gpu7 = all_logits(m, STRATA_BACKEND_CUDA, 7, toks, n, V);
-    if (cpu && cpu32 && gpu && gpu2 && gpu7) {
-        double kl = 0, kl_max = 0, kl7 = 0, floor = 0;
+    g_attn_tc = 1; /* prompt attention on the tensor cores at every length (auto: from 1024 on) */
+    float *gtc = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+    g_attn_tc = -1;
+    if (cpu && cpu32 && gpu && gpu2 && gpu7 && gtc) {
+        double kl = 0, kl_max = 0, kl7 = 0, klf = 0, floor = 0;
         int agree = 0, nan = 0;
         for (int64_t t = 0; t < n; t++) {
             const float *a = cpu + t * V, *b = gpu + t * V;
@@ -210,28 +232,36 @@ static void test_default_model(void) {
             kl += k;
             kl_max = fmax(kl_max, k);
             kl7 += kl_row(a, gpu7 + t * V, V);
+            klf += kl_row(a, gtc + t * V, V);
             floor += kl_row(a, cpu32 + t * V, V);
             agree += argmax(a, V) == argmax(b, V);
         }
         kl /= (double)n;
         kl7 /= (double)n;
+        klf /= (double)n;
         floor /= (double)n;
         /* This small trained model amplifies rounding: on the CPU alone, an f32 instead of an f16
          * KV cache moves the full-vocabulary KL by about 2e-4 on this text (measured on the
          * H200 host, 2026-12-03). The GPU (other arithmetic: q8_1 activations, another summation
          * order) must stay within 1e-4 or within twice that CPU-only floor, whichever is larger. */
         const double bound = fmax(1e-4, 2.0 * floor);
+        g_tie = fmax(g_tie, tie_noise(cpu, cpu32, n, V));
+        printf("default model: two greedy runs may part where the CPU's top-2 gap is below %.3g "
+               "logits (twice what its f16 vs f32 KV cache moves a gap)\n", g_tie);
         printf("default model, %lld positions: mean KL(cpu||gpu) %.3g (max %.3g), batches of 7: "
-               "%.3g; CPU f16 vs f32 KV cache %.3g (bound %.3g); top-1 agreement %d/%lld\n",
-               (long long)n, kl, kl_max, kl7, floor, bound, agree, (long long)n);
+               "%.3g, tensor-core attention (attn_tc 1): %.3g; CPU f16 vs f32 KV cache %.3g (bound %.3g); "
+               "top-1 agreement %d/%lld\n",
+               (long long)n, kl, kl_max, kl7, klf, floor, bound, agree, (long long)n);
         CHECK(nan == 0, "%d NaN logits on the GPU", nan);
         CHECK(kl <= bound, "mean KL(cpu || gpu) %.3g > %.3g", kl, bound);
         CHECK(kl7 <= bound, "mean KL(cpu || gpu, batches of 7) %.3g > %.3g", kl7, bound);
+        CHECK(klf <= bound, "mean KL(cpu || gpu, attn_tc 1) %.3g > %.3g", klf, bound);
+        CHECK(kl <= 1e-4, "mean KL(cpu || gpu) %.3g > 1e-4 with the defaults", kl);
         CHECK(agree >= n - 1, "top-1 agreement %d of %lld", agree, (long long)n);
         CHECK(memcmp(gpu, gpu2, sizeof(float) * (size_t)n * (size_t)V) == 0,
               "two GPU runs of the same tokens are not bit-identical");
     }
-    free(gpu); free(gpu2); free(gpu7); /* cpu and cpu32 serve the placement checks below */
+    free(gpu); free(gpu2); free(gpu7); free(gtc); /* cpu and cpu32 serve the placement checks below */
 
     strata_token gc[64] = {0}, gg[64] = {0};
     if (greedy(m, STRATA_BACKEND_CPU, toks, 12, V, gc) && greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gg)) {
@@ -241,7 +271,7 @@ static void test_default_model(void) {
         printf("default model: greedy 64 tokens, GPU equals CPU for the first %d%s", same,
                same < 64 ? "" : "\n");
         if (same < 64) printf(" (then a CPU margin of %.3g logits)\n", mg);
-        CHECK(same == 64 || mg <= TIE_MARGIN, "GPU greedy continuation leaves the CPU's at token %d, "
+        CHECK(same == 64 || mg <= g_tie, "GPU greedy continuation leaves the CPU's at token %d, "
               "where the CPU's margin is %.3g logits", same, mg);
         /* strata_session_decode_greedy: the argmax on the GPU, one token down: the same tokens */
         strata_session *gs = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
@@ -361,7 +391,25 @@ static void test_default_model(void) {
         strata_session *bad0 = NULL;
         CHECK(strata_session_create(m, &sp, &bad0) == STRATA_ERR_INVALID_ARG && !bad0,
               "stage_experts < -1 is refused");
+        /* pin_experts -1 (the default, auto): the tiny model's experts fit, so they are pinned;
+         * 0 keeps the mapping; 2 is refused */
         sp.stage_experts = 0;
+        sp.n_cpu_moe = -1;
+        for (int pv = -1; pv <= 0; pv++) {
+            sp.pin_experts = pv;
+            strata_session *pin_s = NULL;
+            strata_session_stats pst;
+            memset(&pst, 0, sizeof pst);
+            CHECK(strata_session_create(m, &sp, &pin_s) == STRATA_OK && strata_session_get_stats(pin_s, &pst) == STRATA_OK &&
+                  (pv < 0 ? pst.pinned_bytes > 0 : pst.pinned_bytes == 0),
+                  "pin_experts %d: %lld pinned bytes (%s)", pv, (long long)pst.pinned_bytes, strata_last_error());
+            strata_session_free(pin_s);
+        }
+        sp.pin_experts = 2;
+        strata_session *bad2 = NULL;
+        CHECK(strata_session_create(m, &sp, &bad2) == STRATA_ERR_INVALID_ARG && !bad2, "pin_experts 2 is refused");
+        sp.pin_experts = 0;
+        sp.n_cpu_moe = 0;
         sp.expert_cache = 16;
         strata_session *bad = NULL;
         CHECK(strata_session_create(m, &sp, &bad) == STRATA_ERR_INVALID_ARG && !bad,
@@ -409,7 +457,7 @@ static void test_default_model(void) {
             if (same < 64) printf(" (then a CPU margin of %.3g logits)", mg);
             printf("\n");
             CHECK(kl <= fmax(1e-4, 2.0 * floor), "n_cpu_moe %d%s: KL %.3g", ncm, what, kl);
-            CHECK(same == 64 || mg <= TIE_MARGIN, "n_cpu_moe %d%s: greedy leaves the CPU's at %d, where "
+            CHECK(same == 64 || mg <= g_tie, "n_cpu_moe %d%s: greedy leaves the CPU's at %d, where "
                   "the CPU's margin is %.3g logits", ncm, what, same, mg);
         }
         free(cm);

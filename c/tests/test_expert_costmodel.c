@@ -88,6 +88,12 @@ static void test_stage(void) {
           "one row each: equal, not staged (copy %.3g, cpu %.3g)", tc, tu);
     CHECK(st_cost_stage(&p, many, 4, &tc, &tu) == 1 && tc < tu, "many rows: staged (copy %.3g, cpu %.3g)", tc, tu);
     CHECK(st_cost_stage(&p, many, 0, &tc, &tu) == 0 && tc == 0 && tu == 0, "nothing routed");
+    /* the margin: a copy predicted 1.5x faster than the CPU is not taken, 2.5x is */
+    p.cpu_fixed_s = 0.0;
+    p.cpu_per_row_s = 1.5e-3;
+    CHECK(st_cost_stage(&p, one, 8, &tc, &tu) == 0 && tc < tu, "1.5x faster predicted: not staged");
+    p.cpu_per_row_s = 2.5e-3;
+    CHECK(st_cost_stage(&p, one, 8, &tc, &tu) == 1, "2.5x faster predicted: staged");
     p.pcie_bytes_per_s = 0;
     CHECK(st_cost_stage(&p, many, 4, NULL, NULL) == 0, "no PCIe: never staged");
 }

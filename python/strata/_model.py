@@ -51,10 +51,12 @@ class Model:
     (only the tokenizer; generate/logits then raise), use_mmap. CUDA sessions also take
     cuda_graphs (replay decode steps as CUDA graphs, default True), n_cpu_moe (routed experts of
     the first N layers on the CPU; -1: all, llama.cpp's --cpu-moe), stage_experts (with
-    n_cpu_moe: batches of this many tokens compute the CPU layers' experts on the GPU), expert_cache
+    n_cpu_moe: batches of this many tokens compute the CPU layers' experts on the GPU; "auto", the
+    default: the cost model chooses per batch; 0: never), expert_cache
     (GPU slots for routed experts, "auto" or a count), gpu_mem (bytes for expert_cache="auto") and
-    attn_tc (prompt attention on the tensor cores), pin_experts (experts kept in RAM copied into
-    pinned memory), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
+    attn_tc (prompt attention on the tensor cores: True, False, or "auto", the default: from
+    position 1024 on), pin_experts (experts kept in RAM
+    copied into pinned memory: True, False, or "auto", the default: when RAM allows), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
     pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
@@ -64,8 +66,8 @@ class Model:
                  backend: str = "cpu", degrade_zero: bool = False, degrade_tau: float = 0.03,
                  degrade_eval: bool = False, profile: bool = False, ram_budget: int = 0,
                  pipe: bool = False, cuda_graphs: bool = True, n_cpu_moe: int = 0,
-                 stage_experts: int = 0, expert_cache=0, gpu_mem: int = 0,
-                 attn_tc: bool = False, pin_experts: bool = False, cpu_pin: bool = False,
+                 stage_experts="auto", expert_cache=0, gpu_mem: int = 0,
+                 attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses: bool = False, pcie_frac: float = -1.0):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
@@ -80,8 +82,20 @@ class Model:
             expert_cache = -1
         elif isinstance(expert_cache, str) or int(expert_cache) < 0:
             raise ValueError(f"expert_cache must be a slot count or 'auto', not {expert_cache!r}")
-        self.cuda_graphs, self.n_cpu_moe, self.attn_tc = bool(cuda_graphs), int(n_cpu_moe), bool(attn_tc)
-        self.pin_experts, self.cpu_pin, self.gpu_prefetch = bool(pin_experts), bool(cpu_pin), bool(gpu_prefetch)
+        self.cuda_graphs, self.n_cpu_moe = bool(cuda_graphs), int(n_cpu_moe)
+        if attn_tc == "auto":
+            self.attn_tc = -1
+        elif isinstance(attn_tc, str):
+            raise ValueError(f"attn_tc must be True, False or 'auto', not {attn_tc!r}")
+        else:
+            self.attn_tc = int(bool(attn_tc))
+        if pin_experts == "auto":
+            self.pin_experts = -1
+        elif isinstance(pin_experts, str):
+            raise ValueError(f"pin_experts must be True, False or 'auto', not {pin_experts!r}")
+        else:
+            self.pin_experts = int(bool(pin_experts))
+        self.cpu_pin, self.gpu_prefetch = bool(cpu_pin), bool(gpu_prefetch)
         self.cpu_misses, self.pcie_frac = bool(cpu_misses or pcie_frac >= 0), float(pcie_frac)
         if stage_experts == "auto":
             stage_experts = -1
@@ -222,8 +236,8 @@ class Model:
         sp.degrade_eval = int(self.degrade_eval)
         sp.profile = int(self.profile)
         sp.ram_budget, sp.pipe = self.ram_budget, int(self.pipe)
-        sp.cuda_graphs, sp.n_cpu_moe, sp.attn_tc = int(self.cuda_graphs), self.n_cpu_moe, int(self.attn_tc)
-        sp.pin_experts, sp.cpu_pin, sp.gpu_prefetch = int(self.pin_experts), int(self.cpu_pin), int(self.gpu_prefetch)
+        sp.cuda_graphs, sp.n_cpu_moe, sp.attn_tc = int(self.cuda_graphs), self.n_cpu_moe, self.attn_tc
+        sp.pin_experts, sp.cpu_pin, sp.gpu_prefetch = self.pin_experts, int(self.cpu_pin), int(self.gpu_prefetch)
         sp.cpu_misses, sp.pcie_frac = int(self.cpu_misses), self.pcie_frac
         sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem
         out = ffi.new("strata_session **")
