@@ -53,6 +53,12 @@ strata_status st_cuda_mmq_swiglu(const st_cuda_mat *Wg, const st_cuda_mat *Wu, c
                                  int64_t ldx, int64_t T, float *d_y, int64_t ldy, void *d_scratch,
                                  void *stream);
 
+/* The SwiGLU tiles (st_cuda_mmq_swiglu and the grouped experts' gate/up): 2 (the default) pairs 32
+ * gate rows with their 32 up rows in one plain tile, 1 keeps 64 of each in one tile with two
+ * accumulator sets (fewer blocks per SM). The same bits either way. Process-wide, for the tests and
+ * the check-and-time programs; not thread-safe against running calls. */
+void st_cuda_mmq_set_glu_mode(int mode);
+
 #ifdef __cplusplus
 }
 #endif

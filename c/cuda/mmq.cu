@@ -120,8 +120,15 @@ struct st_mq_wscale {
     float sc[ST_MMQ_BN][4], mn[ST_MMQ_BN][4];
 };
 
-template <class C, bool GLU>
-static __global__ void __launch_bounds__(ST_MMQ_THREADS, GLU ? 2 : 3) st_k_mmq(const st_mmq_args a) {
+/* MODE: ST_MMQ_PLAIN (y = W x), ST_MMQ_GLU_FUSED (silu(Wg x) * (Wu x): a second matrix, 64
+ * outputs per tile, two accumulator sets: 194 registers, 2 blocks per SM) or ST_MMQ_GLU_PAIRED
+ * (the same function with the plain kernel's registers: tile rows 0-31 are gate rows, 32-63 the
+ * up rows of the same 32 outputs; the epilogue pairs them). Every output's sums are the same
+ * operations in the same order in both GLU modes, so they agree bit for bit. */
+template <class C, int MODE>
+static __global__ void __launch_bounds__(ST_MMQ_THREADS, MODE == ST_MMQ_GLU_FUSED ? 2 : 3)
+st_k_mmq(const st_mmq_args a) {
+    constexpr bool GLU = MODE == ST_MMQ_GLU_FUSED, PAIR = MODE == ST_MMQ_GLU_PAIRED;
     constexpr int LDS = ST_MMQ_LDS, LDC = ST_MMQ_LDC;
     /* Xs, Ws (and Us) during the steps; Cs over Xs and Ws in the epilogue */
     constexpr int TILE_B = ST_MMQ_BM * LDS * (int)sizeof(__half);
@@ -147,7 +154,7 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, GLU ? 2 : 3) st_k_mmq(c
         const st_cuda_mat *m0 = a.which == 2 ? &ex->down : &ex->gate;
         w0 = (const uint8_t *)m0->data;
         rb0 = m0->row_bytes;
-        if (GLU) {
+        if (GLU || PAIR) {
             w1 = (const uint8_t *)ex->up.data;
             rb1 = ex->up.row_bytes;
         }
@@ -159,7 +166,8 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, GLU ? 2 : 3) st_k_mmq(c
         w1 = a.w1;
         rb1 = a.rb1;
     }
-    const int64_t r0 = (int64_t)blockIdx.x * ST_MMQ_BN;
+    /* PAIR: outputs oc0 .. oc0 + 31 (gate rows in tile rows 0-31, up rows in 32-63) */
+    const int64_t r0 = (int64_t)blockIdx.x * ST_MMQ_BN, oc0 = (int64_t)blockIdx.x * (ST_MMQ_BN / 2);
     const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int lr = tid >> 1, hf = tid & 1; /* this thread loads row lr, chunk hf of each step */
     const int64_t nch = a.K / 32;
@@ -167,7 +175,10 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, GLU ? 2 : 3) st_k_mmq(c
     int64_t src = -1; /* this thread's activation row */
     if (lr < count) src = a.x_order ? (int64_t)(a.x_order[start + lr] / a.k_div) : start + lr;
     const uint8_t *wrow0 = NULL, *wrow1 = NULL;
-    if (r0 + lr < a.N) {
+    if (PAIR) {
+        const int64_t r = oc0 + (lr & 31);
+        if (r < a.N) wrow0 = lr < 32 ? w0 + (size_t)r * rb0 : w1 + (size_t)r * rb1;
+    } else if (r0 + lr < a.N) {
         wrow0 = w0 + (size_t)(r0 + lr) * rb0;
         if (GLU) wrow1 = w1 + (size_t)(r0 + lr) * rb1;
     }
@@ -299,6 +310,19 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, GLU ? 2 : 3) st_k_mmq(c
                 Cs[r * LDC + n] = v;
             }
     __syncthreads();
+    if (PAIR) { /* output col of row i: silu(gate) * up from tile columns col and 32 + col */
+        constexpr int HB = ST_MMQ_BN / 2;
+        const int ncol = (int)min((int64_t)HB, a.N - oc0);
+        for (int idx = tid; idx < ST_MMQ_BM * HB; idx += ST_MMQ_THREADS) {
+            const int i = idx / HB, col = idx - i * HB;
+            if (i < count && col < ncol) {
+                const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
+                const float v = Cs[i * LDC + col];
+                a.y[orow * a.ldy + oc0 + col] = v / (1.0f + expf(-v)) * Cs[i * LDC + HB + col];
+            }
+        }
+        return;
+    }
     const int ncol = (int)min((int64_t)ST_MMQ_BN, a.N - r0);
     for (int idx = tid; idx < ST_MMQ_BM * ST_MMQ_BN; idx += ST_MMQ_THREADS) {
         const int i = idx / ST_MMQ_BN, col = idx - i * ST_MMQ_BN;
@@ -379,28 +403,42 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
-template <class C, bool GLU>
+/* grid.x: N / ST_MMQ_BN tiles of outputs, N / (ST_MMQ_BN / 2) for the paired GLU */
+template <class C, int MODE>
 static strata_status st_mmq_go(const st_mmq_args &a, dim3 grid, cudaStream_t s) {
-    st_k_mmq<C, GLU><<<grid, ST_MMQ_THREADS, 0, s>>>(a);
-    ST_CUDA_CHECK_LAUNCH(GLU ? "st_k_mmq (glu)" : "st_k_mmq");
+    st_k_mmq<C, MODE><<<grid, ST_MMQ_THREADS, 0, s>>>(a);
+    ST_CUDA_CHECK_LAUNCH(MODE == ST_MMQ_PLAIN ? "st_k_mmq" : "st_k_mmq (glu)");
     return STRATA_OK;
 }
 
+/* Which GLU tiles the SwiGLU calls take (st_cuda_mmq_set_glu_mode). */
+static int st_mmq_glu_mode = ST_MMQ_GLU_PAIRED;
+
+extern "C" void st_cuda_mmq_set_glu_mode(int mode) {
+    st_mmq_glu_mode = mode == ST_MMQ_GLU_FUSED ? ST_MMQ_GLU_FUSED : ST_MMQ_GLU_PAIRED;
+}
+
+/* The grid of a call with N outputs (weight rows) and nrow row tiles. */
+static dim3 st_mmq_grid(int mode, int64_t N, int64_t nrow) {
+    const int64_t per = mode == ST_MMQ_GLU_PAIRED ? ST_MMQ_BN / 2 : ST_MMQ_BN;
+    return dim3((unsigned)((N + per - 1) / per), (unsigned)nrow);
+}
+
 /* The one switch over quantized weight types. */
-template <bool GLU>
+template <int MODE>
 static strata_status st_mmq_launch(strata_type type, const st_mmq_args &a, dim3 grid, cudaStream_t s) {
     switch (type) {
-    case STRATA_TYPE_Q4_0: return st_mmq_go<st_mq_w32<st_w_q4_0>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q8_0: return st_mmq_go<st_mq_w32<st_w_q8_0>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q4_K: return st_mmq_go<st_mq_w32<st_w_q4_K>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q5_K: return st_mmq_go<st_mq_w32<st_w_q5_K>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q6_K: return st_mmq_go<st_mq_w32<st_w_q6_K>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q4_1: return st_mmq_go<st_mq_fb<st_dq_q4_1>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q5_0: return st_mmq_go<st_mq_fb<st_dq_q5_0>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q5_1: return st_mmq_go<st_mq_fb<st_dq_q5_1>, GLU>(a, grid, s);
-    case STRATA_TYPE_IQ4_NL: return st_mmq_go<st_mq_fb<st_dq_iq4_nl>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q2_K: return st_mmq_go<st_mq_fb<st_dq_q2_K>, GLU>(a, grid, s);
-    case STRATA_TYPE_Q3_K: return st_mmq_go<st_mq_fb<st_dq_q3_K>, GLU>(a, grid, s);
+    case STRATA_TYPE_Q4_0: return st_mmq_go<st_mq_w32<st_w_q4_0>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q8_0: return st_mmq_go<st_mq_w32<st_w_q8_0>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q4_K: return st_mmq_go<st_mq_w32<st_w_q4_K>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q5_K: return st_mmq_go<st_mq_w32<st_w_q5_K>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q6_K: return st_mmq_go<st_mq_w32<st_w_q6_K>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q4_1: return st_mmq_go<st_mq_fb<st_dq_q4_1>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q5_0: return st_mmq_go<st_mq_fb<st_dq_q5_0>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q5_1: return st_mmq_go<st_mq_fb<st_dq_q5_1>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ4_NL: return st_mmq_go<st_mq_fb<st_dq_iq4_nl>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q2_K: return st_mmq_go<st_mq_fb<st_dq_q2_K>, MODE>(a, grid, s);
+    case STRATA_TYPE_Q3_K: return st_mmq_go<st_mq_fb<st_dq_q3_K>, MODE>(a, grid, s);
     default: break;
     }
     return st_error(STRATA_ERR_UNSUPPORTED, "st_k_mmq: type %s has no tile kernel", strata_type_name(type));
@@ -519,8 +557,12 @@ static strata_status st_mmq_dense(const char *fn, const st_cuda_mat *Wg, const s
     a.T = T;
     a.y = d_y;
     a.ldy = ldy;
-    const dim3 grid((unsigned)((a.N + ST_MMQ_BN - 1) / ST_MMQ_BN), (unsigned)((T + ST_MMQ_BM - 1) / ST_MMQ_BM));
-    return Wu ? st_mmq_launch<true>(Wg->type, a, grid, s) : st_mmq_launch<false>(Wg->type, a, grid, s);
+    const int64_t nrow = (T + ST_MMQ_BM - 1) / ST_MMQ_BM;
+    if (!Wu) return st_mmq_launch<ST_MMQ_PLAIN>(Wg->type, a, st_mmq_grid(ST_MMQ_PLAIN, a.N, nrow), s);
+    const int mode = st_mmq_glu_mode;
+    const dim3 grid = st_mmq_grid(mode, a.N, nrow);
+    return mode == ST_MMQ_GLU_FUSED ? st_mmq_launch<ST_MMQ_GLU_FUSED>(Wg->type, a, grid, s)
+                                    : st_mmq_launch<ST_MMQ_GLU_PAIRED>(Wg->type, a, grid, s);
 }
 
 extern "C" strata_status st_cuda_mmq(const st_cuda_mat *W, const float *d_x, int64_t ldx, int64_t T,
@@ -646,8 +688,10 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
     g.n_tiles = w.n_tiles;
     g.y = w.h;
     g.ldy = a->n_ff;
-    ST_TRY(st_mmq_launch<true>(a->type_gate, g,
-                               dim3((unsigned)((a->n_ff + ST_MMQ_BN - 1) / ST_MMQ_BN), (unsigned)max_tiles), s));
+    const int mode = st_mmq_glu_mode;
+    const dim3 ggrid = st_mmq_grid(mode, a->n_ff, max_tiles);
+    ST_TRY(mode == ST_MMQ_GLU_FUSED ? st_mmq_launch<ST_MMQ_GLU_FUSED>(a->type_gate, g, ggrid, s)
+                                    : st_mmq_launch<ST_MMQ_GLU_PAIRED>(a->type_gate, g, ggrid, s));
 
     ST_TRY(st_mq_act(w.h, a->n_ff, P, a->n_ff, w.ha, s));
     st_mmq_args d = g;
@@ -660,8 +704,7 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
     d.y_order = w.order;
     d.y = w.y;
     d.ldy = a->n_embd;
-    ST_TRY(st_mmq_launch<false>(a->type_down, d,
-                                dim3((unsigned)((a->n_embd + ST_MMQ_BN - 1) / ST_MMQ_BN), (unsigned)max_tiles), s));
+    ST_TRY(st_mmq_launch<ST_MMQ_PLAIN>(a->type_down, d, st_mmq_grid(ST_MMQ_PLAIN, a->n_embd, max_tiles), s));
     *y_pairs = w.y;
     return STRATA_OK;
 }

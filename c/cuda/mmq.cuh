@@ -31,6 +31,11 @@
 #define ST_MMQ_LDC (ST_MMQ_BN + 4)  /* floats per staged output row */
 #define ST_MMQ_THREADS 128
 
+/* Tile kernel modes (st_k_mmq's MODE) */
+#define ST_MMQ_PLAIN 0
+#define ST_MMQ_GLU_FUSED 1   /* gate and up tiles of 64 outputs side by side in registers */
+#define ST_MMQ_GLU_PAIRED 2  /* 32 gate rows and their 32 up rows as one plain tile (default) */
+
 /* One tile of a grouped call: rows start .. start + count - 1 of the sorted pairs, expert e. */
 struct st_mmq_tile {
     int32_t e, start, count, pad;

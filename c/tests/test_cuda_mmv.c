@@ -245,6 +245,20 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
             st = st_cuda_memcpy_d2h(sguard, (uint8_t *)db->scratch + sbytes, GUARD * 4);
         CHECK(st == STRATA_OK, "%s: %s", what, strata_last_error());
         if (st != STRATA_OK) goto done;
+        if (tiles && fused) { /* the paired GLU tiles (default) give the fused ones' bits */
+            uint32_t *got2 = malloc((size_t)ny * 4);
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb}, W1 = {type, db->w1, ne0, ne1, rb};
+            st_cuda_mmq_set_glu_mode(1);
+            st = got2 ? st_cuda_mmq_swiglu(&W0, &W1, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL)
+                      : STRATA_ERR_NOMEM;
+            st_cuda_mmq_set_glu_mode(2);
+            if (st == STRATA_OK) st = st_cuda_synchronize();
+            if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got2, db->y, (size_t)ny * 4);
+            CHECK(st == STRATA_OK && !memcmp(got, got2, (size_t)ny * 4), "%s: fused GLU tiles differ from "
+                  "the paired ones (%s)", what, st == STRATA_OK ? "bits" : strata_last_error());
+            free(got2);
+            if (st != STRATA_OK) goto done;
+        }
 
         /* every output written, no NaN, guards intact */
         int64_t unwritten = 0, nans = 0, guard_bad = 0, sguard_bad = 0;

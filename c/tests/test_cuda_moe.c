@@ -277,9 +277,9 @@ static void expert_set_free(expert_set *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Runs the GPU FFN (twice, output poisoned before each) into got[T*n_embd + GUARD]; with
- * accumulate, out starts as init. Returns 1 when both runs succeeded and are bit-identical
- * (*same), 0 on error. */
+/* Runs the GPU FFN (twice, output and workspace poisoned before each; the second with the fused
+ * GLU tiles instead of the paired default) into got[T*n_embd + GUARD]; with accumulate, out
+ * starts as init. Returns 1 when both runs succeeded, *same = 1 when they are bit-identical. */
 static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t *ids,
                    const float *wts, int32_t k, int accumulate, const float *init, float *got,
                    int *same) {
@@ -319,8 +319,11 @@ static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t
         a.accumulate = accumulate;
         a.ws = d_ws;
         a.ws_bytes = wsz;
+        /* the second run takes the fused GLU tiles: *same also says the two modes agree */
+        st_cuda_mmq_set_glu_mode(run == 0 ? 2 : 1);
         if (st == STRATA_OK) st = st_cuda_moe_ffn(&a, NULL);
         if (st == STRATA_OK) st = st_cuda_synchronize();
+        st_cuda_mmq_set_glu_mode(2);
         if (st == STRATA_OK) st = st_cuda_memcpy_d2h(dst, d_out, sizeof(float) * (size_t)(n + GUARD));
     }
     CHECK(st == STRATA_OK, "GPU ffn: %s", strata_last_error());
@@ -401,7 +404,7 @@ static void report(const char *name, const expert_set *s, int64_t T, int32_t k, 
     CHECK(c.nans == 0 && c.unwritten == 0, "%s T=%lld: %lld NaN, %lld unwritten outputs", name,
           (long long)T, (long long)c.nans, (long long)c.unwritten);
     CHECK(c.guard_bad == 0, "%s T=%lld: %lld guard words overwritten", name, (long long)T, (long long)c.guard_bad);
-    CHECK(same, "%s T=%lld: two GPU runs differ", name, (long long)T);
+    CHECK(same, "%s T=%lld: two GPU runs (paired, fused GLU tiles) differ", name, (long long)T);
 }
 
 /* One routed case: random x and router logits -> CPU ids/weights -> both FFNs. bad_ids: slot 1

@@ -122,7 +122,7 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
 /* The routed experts of one layer for a prompt of T tokens: the tile path in one call against the
  * GEMV path in calls of 1024 / k tokens. */
 static void experts(const char *name, strata_type tg, strata_type td, int64_t E, int64_t F,
-                    int32_t X, int32_t k, int64_t T) {
+                    int32_t X, int32_t k, int64_t T, int32_t hot = 0) {
     size_t rbg, rbd;
     void *g = make_weights(tg, E, F * X, &rbg), *u = make_weights(tg, E, F * X, &rbg);
     void *d = make_weights(td, F, E * X, &rbd);
@@ -136,7 +136,9 @@ static void experts(const char *name, strata_type tg, strata_type td, int64_t E,
     st_cuda_expert *dtab;
     CK(cudaMalloc(&dtab, sizeof(st_cuda_expert) * (size_t)X));
     CK(cudaMemcpy(dtab, tab.data(), sizeof(st_cuda_expert) * (size_t)X, cudaMemcpyHostToDevice));
-    /* random distinct top-k per token, weights 1/k */
+    /* random distinct top-k per token, weights 1/k (among the first hot experts when hot > 0:
+     * the skewed routing of the random-weight benchmark files) */
+    const int32_t pool = hot > 0 ? hot : X;
     std::vector<int32_t> ids((size_t)(T * k));
     std::vector<float> wts((size_t)(T * k), 1.0f / (float)k);
     for (int64_t t = 0; t < T; t++)
@@ -144,7 +146,7 @@ static void experts(const char *name, strata_type tg, strata_type td, int64_t E,
             int32_t e;
             bool dup;
             do {
-                e = (int32_t)((rndf() * 0.5f + 0.5f) * X) % X;
+                e = (int32_t)((rndf() * 0.5f + 0.5f) * pool) % pool;
                 dup = false;
                 for (int32_t q = 0; q < s; q++) dup |= ids[(size_t)(t * k + q)] == e;
             } while (dup);
@@ -204,9 +206,17 @@ int main() {
     dense("qwen3 attn_out", STRATA_TYPE_Q8_0, 4096, 2048, 512, false);
     dense("qwen3 router", STRATA_TYPE_Q8_0, 2048, 128, 512, false);
     dense("qwen3 router (f32)", STRATA_TYPE_F32, 2048, 128, 512, false);
-    dense("llama ffn gate/up", STRATA_TYPE_Q4_K, 4096, 14336, 512, true);
     dense("llama ffn down", STRATA_TYPE_Q6_K, 14336, 4096, 512, false);
-    experts("qwen3-30b-a3b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512);
-    experts("olmoe-1b-7b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 1024, 64, 8, 512);
+    /* the SwiGLU tiles both ways (st_cuda_mmq_set_glu_mode): fused (two accumulator sets), then
+     * paired (the default) */
+    for (int mode = 1; mode <= 2; mode++) {
+        st_cuda_mmq_set_glu_mode(mode);
+        printf("-- GLU tiles %s\n", mode == 1 ? "fused" : "paired");
+        dense("llama ffn gate/up", STRATA_TYPE_Q4_K, 4096, 14336, 512, true);
+        experts("qwen3-30b-a3b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512);
+        experts("qwen3 experts, 16 hot", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512, 16);
+        experts("olmoe-1b-7b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 1024, 64, 8, 512);
+    }
+    st_cuda_mmq_set_glu_mode(2);
     return 0;
 }
