@@ -53,7 +53,7 @@ grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/
     build/libstrata.a -lpthread -ldl -lrt -o /tmp/attn_check && timeout 150 /tmp/attn_check 2>&1 | tee "$R/attn_check.txt" | tail -40
 [ "${MMQ:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu \
     -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/mmq_check.cu build/libstrata.a \
-    -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 120 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
+    -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 240 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
 echo "mmq_check done at $(el)s"
 
 # ---- end to end through the CLI: the default model, GPU vs CPU ----

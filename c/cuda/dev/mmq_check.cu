@@ -110,11 +110,16 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
                    : st_cuda_mmv(&W0, x + c * K, nc, y1 + c * N, scr, NULL));
         }
     };
-    const double mt = time_ms(tiles), mg = time_ms(gemv);
+    const double mg = time_ms(gemv);
     const double flop = 2.0 * (double)T * (double)N * (double)K * (glu ? 2 : 1);
-    printf("%-22s %-5s K=%-5lld N=%-5lld T=%-4lld tiles %7.3f ms %6.1f TFLOP/s | gemv %7.3f ms | x%5.1f | "
-           "NMSE tiles vs gemv %.2e\n", name, strata_type_name(type), (long long)K, (long long)N,
-           (long long)T, mt, flop / mt * 1e-9, mg, mg / mt, nmse(y0, y1, T * N));
+    for (int mode = glu ? 1 : 2; mode <= 2; mode++) { /* GLU: the fused tiles, then the paired */
+        st_cuda_mmq_set_glu_mode(mode);
+        const double mt = time_ms(tiles);
+        printf("%-22s %-5s K=%-5lld N=%-5lld T=%-4lld tiles %7.3f ms %6.1f TFLOP/s | gemv %7.3f ms | x%5.1f | "
+               "NMSE tiles vs gemv %.2e%s\n", name, strata_type_name(type), (long long)K, (long long)N,
+               (long long)T, mt, flop / mt * 1e-9, mg, mg / mt, nmse(y0, y1, T * N),
+               !glu ? "" : mode == 1 ? " (GLU fused)" : " (GLU paired)");
+    }
     CK(cudaFree(w0)); if (w1) CK(cudaFree(w1));
     CK(cudaFree(x)); CK(cudaFree(y0)); CK(cudaFree(y1)); CK(cudaFree(scr)); CK(cudaFree(mscr));
 }
@@ -182,17 +187,22 @@ static void experts(const char *name, strata_type tg, strata_type td, int64_t E,
             SK(st_cuda_moe_ffn(&b, NULL));
         }
     };
-    const double mt = time_ms(tiles), mg = time_ms(gemv);
+    const double mg = time_ms(gemv);
     const double flop = 2.0 * (double)(T * k) * 3.0 * (double)E * (double)F;
-    printf("%-22s %s/%s E=%lld F=%lld X=%d k=%d T=%lld tiles %7.3f ms %6.1f TFLOP/s | gemv (8-token "
-           "calls) %7.3f ms | x%5.1f | NMSE %.2e\n", name, strata_type_name(tg), strata_type_name(td),
-           (long long)E, (long long)F, X, k, (long long)T, mt, flop / mt * 1e-9, mg, mg / mt,
-           nmse(y0, y1, T * E));
+    for (int mode = 1; mode <= 2; mode++) { /* the fused GLU tiles, then the paired (default) */
+        st_cuda_mmq_set_glu_mode(mode);
+        const double mt = time_ms(tiles);
+        printf("%-22s %s/%s E=%lld F=%lld X=%d k=%d T=%lld tiles %7.3f ms %6.1f TFLOP/s | gemv (8-token "
+               "calls) %7.3f ms | x%5.1f | NMSE %.2e (GLU %s)\n", name, strata_type_name(tg),
+               strata_type_name(td), (long long)E, (long long)F, X, k, (long long)T, mt, flop / mt * 1e-9,
+               mg, mg / mt, nmse(y0, y1, T * E), mode == 1 ? "fused" : "paired");
+    }
     CK(cudaFree(g)); CK(cudaFree(u)); CK(cudaFree(d)); CK(cudaFree(dtab)); CK(cudaFree(dids));
     CK(cudaFree(dw)); CK(cudaFree(x)); CK(cudaFree(y0)); CK(cudaFree(y1)); CK(cudaFree(ws));
 }
 
 int main() {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each row out as it is timed, even if a timeout stops us */
     int ok = 0;
     char why[256];
     SK(st_cuda_probe(&ok, why, sizeof why));
@@ -207,16 +217,10 @@ int main() {
     dense("qwen3 router", STRATA_TYPE_Q8_0, 2048, 128, 512, false);
     dense("qwen3 router (f32)", STRATA_TYPE_F32, 2048, 128, 512, false);
     dense("llama ffn down", STRATA_TYPE_Q6_K, 14336, 4096, 512, false);
-    /* the SwiGLU tiles both ways (st_cuda_mmq_set_glu_mode): fused (two accumulator sets), then
-     * paired (the default) */
-    for (int mode = 1; mode <= 2; mode++) {
-        st_cuda_mmq_set_glu_mode(mode);
-        printf("-- GLU tiles %s\n", mode == 1 ? "fused" : "paired");
-        dense("llama ffn gate/up", STRATA_TYPE_Q4_K, 4096, 14336, 512, true);
-        experts("qwen3-30b-a3b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512);
-        experts("qwen3 experts, 16 hot", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512, 16);
-        experts("olmoe-1b-7b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 1024, 64, 8, 512);
-    }
-    st_cuda_mmq_set_glu_mode(2);
+    /* the SwiGLU rows time both GLU tile modes (st_cuda_mmq_set_glu_mode) on the same weights */
+    dense("llama ffn gate/up", STRATA_TYPE_Q4_K, 4096, 14336, 512, true);
+    experts("qwen3-30b-a3b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512);
+    experts("qwen3 experts, 16 hot", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512, 16);
+    experts("olmoe-1b-7b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 1024, 64, 8, 512);
     return 0;
 }
