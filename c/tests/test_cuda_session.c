@@ -117,10 +117,17 @@ static double cpu_margin(const strata_model *m, const strata_token *p, int64_t n
 }
 static double g_tie = 0.02; /* logits; test_default_model sets it from the CPU's own noise */
 
-/* Twice the largest change of a top-2 gap (top-1 logit minus top-2 logit) that the CPU's f16
- * versus f32 KV cache makes over n positions: the arithmetic noise of this model, in logits. */
+static int cmp_double(const void *x, const void *y) {
+    const double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* Twice the 95th percentile of how much the CPU's f16 versus f32 KV cache changes a top-2 gap
+ * (top-1 logit minus top-2 logit) over n positions: the arithmetic noise of this model, in
+ * logits (on the default model's text: p95 0.053, max 0.27, mean 0.021). */
 static double tie_noise(const float *a, const float *b, int64_t n, int32_t V) {
-    double worst = 0;
+    double *d = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    if (!d) return 0.0;
     for (int64_t t = 0; t < n; t++) {
         const float *x = a + t * V, *y = b + t * V;
         int32_t i1 = 0, i2 = -1;
@@ -128,10 +135,12 @@ static double tie_noise(const float *a, const float *b, int64_t n, int32_t V) {
             if (x[i] > x[i1]) { i2 = i1; i1 = i; }
             else if (i2 < 0 || x[i] > x[i2]) i2 = i;
         }
-        const double d = fabs(((double)x[i1] - x[i2]) - ((double)y[i1] - y[i2]));
-        if (d > worst) worst = d;
+        d[t] = fabs(((double)x[i1] - x[i2]) - ((double)y[i1] - y[i2]));
     }
-    return 2.0 * worst;
+    qsort(d, (size_t)n, sizeof *d, cmp_double);
+    const double p95 = n > 0 ? d[(int64_t)(0.95 * (double)(n - 1))] : 0.0;
+    free(d);
+    return 2.0 * p95;
 }
 
 /* 64 greedy tokens after the prompt; out[64]. */
@@ -247,7 +256,7 @@ static void test_default_model(void) {
         const double bound = fmax(1e-4, 2.0 * floor);
         g_tie = fmax(g_tie, tie_noise(cpu, cpu32, n, V));
         printf("default model: two greedy runs may part where the CPU's top-2 gap is below %.3g "
-               "logits (twice what its f16 vs f32 KV cache moves a gap)\n", g_tie);
+               "logits (twice the 95th percentile of what its f16 vs f32 KV cache moves a gap)\n", g_tie);
         printf("default model, %lld positions: mean KL(cpu||gpu) %.3g (max %.3g), batches of 7: "
                "%.3g, tensor-core attention (attn_tc 1): %.3g; CPU f16 vs f32 KV cache %.3g (bound %.3g); "
                "top-1 agreement %d/%lld\n",
