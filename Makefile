@@ -162,8 +162,10 @@ $(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(LIB_HDRS) $(wildcard c/core/*.c c/forma
 	  -o $@ c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c) -lm -lpthread
 
 # ---- benchmarks ----------------------------------------------------------------------------
-bench: $(BUILD)/bench_dot $(BUILD)/bench_stream
+bench: $(BUILD)/bench_dot $(BUILD)/bench_stream $(BUILD)/bench_pool_gap
 	$(BUILD)/bench_dot
+$(BUILD)/bench_pool_gap: bench/bench_pool_gap.c $(BUILD)/libstrata.a
+	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 $(BUILD)/bench_stream: bench/bench_stream.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 $(BUILD)/bench_dot: bench/bench_dot.c $(BUILD)/libstrata.a

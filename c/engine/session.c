@@ -437,7 +437,12 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         if (s->profile) { s->prof_calls++; s->prof_tokens += T; }
         s->want_argmax = s->argmax_out && off + T == n;
         if (s->backend == STRATA_BACKEND_CUDA) {
+            /* layers whose experts the CPU computes: the pool's workers spin through the GPU's
+             * part of each layer instead of sleeping and waking (bench/bench_pool_gap) */
+            const int hold = s->n_cpu_moe != 0 || s->cpu_misses;
+            if (hold) st_threadpool_hold(s->tp, 1);
             strata_status st = st_gpu_forward_batch(s, tokens + off, T, lg, all_logits);
+            if (hold) st_threadpool_hold(s->tp, 0);
             if (st != STRATA_OK) return st;
         } else {
             st_forward_batch(s, tokens + off, T, lg, all_logits);

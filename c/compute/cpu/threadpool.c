@@ -33,6 +33,7 @@ struct st_threadpool {
     pthread_cond_t cv_done;        /* the last chunk of a job finished */
     atomic_uint_fast32_t gen;      /* job generation; a change means "new job" */
     atomic_int stop;
+    atomic_int hold;               /* st_threadpool_hold: workers keep spinning between jobs */
     /* Claim word: (generation << 32) | first unclaimed item. A thread takes a chunk with a
      * compare-and-swap that also checks the generation, so a worker that wakes up late can
      * never take items of a job it did not see start, and the caller never waits for workers
@@ -87,7 +88,11 @@ static void *st_worker_main(void *p) {
     uint32_t seen = 0;
     for (;;) {
         uint32_t g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_acquire);
-        for (int i = 0; g == seen && i < ST_SPIN_ITERS; i++) {
+        for (int i = 0; g == seen; i++) {
+            if (i >= ST_SPIN_ITERS) { /* held: spin on, yielding every 64 rounds; else sleep */
+                if (!atomic_load_explicit(&tp->hold, memory_order_relaxed)) break;
+                i = ST_SPIN_ITERS / 4;
+            }
             if (atomic_load_explicit(&tp->stop, memory_order_relaxed)) return NULL;
             if (i >= ST_SPIN_ITERS / 4 && i % 64 == 0) sched_yield();
             else ST_PAUSE();
@@ -122,6 +127,7 @@ strata_status st_threadpool_create(int n_threads, st_threadpool **out) {
     pthread_cond_init(&tp->cv_done, NULL);
     atomic_init(&tp->gen, 0);
     atomic_init(&tp->stop, 0);
+    atomic_init(&tp->hold, 0);
     atomic_init(&tp->claim, 0);
     atomic_init(&tp->done, 0);
     atomic_init(&tp->n_items, 0);
@@ -228,4 +234,8 @@ void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_tas
     while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_items)
         pthread_cond_wait(&tp->cv_done, &tp->mu);
     pthread_mutex_unlock(&tp->mu);
+}
+
+void st_threadpool_hold(st_threadpool *tp, int on) {
+    if (tp) atomic_store_explicit(&tp->hold, on != 0, memory_order_relaxed);
 }

@@ -35,6 +35,13 @@ int st_threadpool_pin(st_threadpool *tp);
  * tp may be NULL (runs on the caller). Not reentrant: one job at a time per pool. */
 void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx);
 
+/* on = 1: workers keep spinning between jobs (yielding now and then) instead of sleeping after
+ * tens of microseconds; 0 (the default): they sleep again. For a caller that runs jobs with gaps
+ * longer than the spin, e.g. a GPU session whose CPU layers' expert steps wait for the GPU's part
+ * of each layer: a sleeping worker takes a futex wake-up (tens of microseconds) to join a job.
+ * Thread-safe; results do not depend on it. */
+void st_threadpool_hold(st_threadpool *tp, int on);
+
 /* A chunk size that gives each thread about `per_thread` chunks of [0, n_items), at least min. */
 int64_t st_threadpool_chunk(const st_threadpool *tp, int64_t n_items, int per_thread, int64_t min);
 
