@@ -858,12 +858,31 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
             /* a CPU layer's experts are staged to the GPU for a long enough batch */
             int staged = 0;
+            int ids_down = 0; /* the routing is in s->ids (host) */
+            int handed = 0;   /* a CPU layer's rows, routing and weights are in the pinned h_ rows */
             if (st_gpu_layer_on_cpu(s, il) && g->stage) {
                 if (s->stage_experts > 0) {
                     staged = tn >= s->stage_experts;
                 } else { /* auto: the routing down, then the cost model on this batch */
                     int32_t *ids = s->ids + t0 * K;
-                    TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
+                    if (tn * E <= 16384) { /* decode-sized: the CPU's inputs come down with the
+                                            * routing, one wait for both (usually the CPU's) */
+                        TRY(st_cuda_memcpy_async(g->h_xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E),
+                                                 0, g->stream));
+                        TRY(st_cuda_memcpy_async(g->h_ids + t0 * K, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K),
+                                                 0, g->stream));
+                        TRY(st_cuda_memcpy_async(g->h_wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K),
+                                                 0, g->stream));
+                        TRY(st_cuda_stream_synchronize(g->stream));
+                        memcpy(ids, g->h_ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K));
+                        s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E) +
+                                                   (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
+                        handed = 1;
+                    } else {
+                        TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
+                        s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
+                    }
+                    ids_down = 1;
                     int nd = 0;
                     for (int64_t i = 0; i < tn * K; i++) {
                         const int32_t e = ids[i];
@@ -890,8 +909,10 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             const void *table = G->experts;
             if (staged) { /* the routing down; the batch's experts copied into the stage slots */
                 int32_t *ids = s->ids + t0 * K;
-                TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
-                s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
+                if (!ids_down) {
+                    TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
+                    s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
+                }
                 TRY(st_gpu_cache_table(s, g->stage, il, ids, tn, K, 0, g->stream, &table));
             }
             if (!cpu_layer && !staged && g->cache) { /* the routing down; misses loaded into slots */
@@ -925,14 +946,17 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                               * the CPU's step, the result up (async: the stream's next kernels
                               * wait for it; the next hand-off's wait covers it before h_proj is
                               * written again) */
-                s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(2 * tn * E) +
-                                           (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
+                s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E));
                 float *hx = g->h_xn + t0 * E, *hw = g->h_wts + t0 * K, *hp_ = g->h_proj + t0 * E;
                 int32_t *hi = g->h_ids + t0 * K;
-                TRY(st_cuda_memcpy_async(hx, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E), 0, g->stream));
-                TRY(st_cuda_memcpy_async(hi, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream));
-                TRY(st_cuda_memcpy_async(hw, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K), 0, g->stream));
-                TRY(st_cuda_stream_synchronize(g->stream));
+                if (!handed) {
+                    s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E) +
+                                               (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
+                    TRY(st_cuda_memcpy_async(hx, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E), 0, g->stream));
+                    TRY(st_cuda_memcpy_async(hi, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream));
+                    TRY(st_cuda_memcpy_async(hw, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K), 0, g->stream));
+                    TRY(st_cuda_stream_synchronize(g->stream));
+                }
                 st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, hx, tn, hi, hw, K, hp_, s->moe_ws);
                 TRY(st_cuda_memcpy_async(g->proj + t0 * E, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
             }
