@@ -59,6 +59,12 @@ strata_status st_cuda_mmq_swiglu(const st_cuda_mat *Wg, const st_cuda_mat *Wu, c
  * the check-and-time programs; not thread-safe against running calls. */
 void st_cuda_mmq_set_glu_mode(int mode);
 
+/* 1: the plain and paired tiles take the pipelined kernel (the next step's loads in flight while
+ * a step's mma slices run, two shared buffers, one barrier per step); 0 (the default, until
+ * measured on the H200): the one-buffer kernel. The same bits either way. Process-wide, for the
+ * tests and the check-and-time programs; not thread-safe against running calls. */
+void st_cuda_mmq_set_pipeline(int on);
+
 #ifdef __cplusplus
 }
 #endif

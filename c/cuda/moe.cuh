@@ -34,6 +34,19 @@ struct st_w32 {
     float s0, s1, m;
 };
 
+/* A chunk's raw words as fetched from global memory, for types that split load into fetch (the
+ * loads) and finish (the arithmetic, W::load's to the bit): the prompt tiles' pipelined kernel
+ * (mmq.cu) issues the next step's fetch before a step's mma slices and finishes after them. */
+struct st_wraw {
+    uint32_t q[8], s[4];
+};
+
+/* Byte k (0..11) of s[1..3] (a K-quant's packed scales), without indexing the register array. */
+static __device__ __forceinline__ uint32_t st_k4_byte(const st_wraw &r, int k) {
+    const uint32_t w = k < 4 ? r.s[1] : k < 8 ? r.s[2] : r.s[3];
+    return (w >> (8 * (k & 3))) & 0xFFu;
+}
+
 /* Dot of a decoded chunk with the 8 words a[] of a q8_1 block, before the factor da. */
 template <class W>
 static __device__ __forceinline__ float st_w32_dot(const st_w32 &w, const int a[8]) {
@@ -71,6 +84,19 @@ struct st_w_q8_0 {
 #pragma unroll
         for (int i = 0; i < 8; i++) w.q[i] = (int)st_ld_u32_a2(blk + 2 + 4 * i);
     }
+    static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t c, st_wraw &r) {
+        const uint8_t *blk = row + c * BYTES;
+        r.s[0] = st_ld_u16(blk);
+#pragma unroll
+        for (int i = 0; i < 8; i++) r.q[i] = st_ld_u32_a2(blk + 2 + 4 * i);
+    }
+    static __device__ __forceinline__ void finish(const st_wraw &r, int64_t c, st_w32 &w) {
+        (void)c;
+        w.s0 = w.s1 = st_dev_fp16(r.s[0]);
+        w.m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) w.q[i] = (int)r.q[i];
+    }
 };
 
 /* Q4_0: d, 16 bytes of nibbles (weights 0..15 low, 16..31 high); q - 8 made signed bytewise. */
@@ -107,6 +133,34 @@ struct st_w_q4_K {
         const int sh = 4 * (j & 1);
 #pragma unroll
         for (int i = 0; i < 8; i++) w.q[i] = (int)((st_ld_u32_a2(qs + 4 * i) >> sh) & 0x0F0F0F0Fu);
+    }
+    /* s[0]: d | dmin << 16; s[1..3]: the 12 scale bytes; q: the 32 bytes of nibbles */
+    static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t c, st_wraw &r) {
+        const uint8_t *blk = row + (c >> 3) * BYTES;
+        const int j = (int)(c & 7);
+#pragma unroll
+        for (int i = 0; i < 4; i++) r.s[i] = st_ld_u32_a2(blk + 4 * i);
+        const uint8_t *qs = blk + 16 + 32 * (j >> 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) r.q[i] = st_ld_u32_a2(qs + 4 * i);
+    }
+    static __device__ __forceinline__ void finish(const st_wraw &r, int64_t c, st_w32 &w) {
+        const int j = (int)(c & 7);
+        const float d = st_dev_fp16(r.s[0] & 0xFFFFu), dmin = st_dev_fp16(r.s[0] >> 16);
+        int sc, mn; /* as st_dev_scale_min_k4 */
+        if (j < 4) {
+            sc = (int)(st_k4_byte(r, j) & 63);
+            mn = (int)(st_k4_byte(r, j + 4) & 63);
+        } else {
+            const uint32_t a = st_k4_byte(r, j + 4);
+            sc = (int)((a & 0xF) | ((st_k4_byte(r, j - 4) >> 6) << 4));
+            mn = (int)((a >> 4) | ((st_k4_byte(r, j) >> 6) << 4));
+        }
+        w.s0 = w.s1 = d * (float)sc;
+        w.m = -(dmin * (float)mn);
+        const int sh = 4 * (j & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) w.q[i] = (int)((r.q[i] >> sh) & 0x0F0F0F0Fu);
     }
 };
 
