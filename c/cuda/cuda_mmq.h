@@ -65,6 +65,12 @@ void st_cuda_mmq_set_glu_mode(int mode);
  * tests and the check-and-time programs; not thread-safe against running calls. */
 void st_cuda_mmq_set_pipeline(int on);
 
+/* 1: for weight types with integer quants (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) the plain and paired
+ * tiles take the int8 kernel (bytes in shared memory, mma.sync on signed bytes, pipelined as
+ * above; the same bits); 0 (the default, until measured on the H200). Process-wide, for the tests
+ * and the check-and-time programs. */
+void st_cuda_mmq_set_int8(int on);
+
 #ifdef __cplusplus
 }
 #endif

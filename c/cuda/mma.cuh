@@ -31,6 +31,31 @@ static __device__ __forceinline__ void st_mma16816(float c[4], const uint32_t a[
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* Two 8x8 b16 blocks (lanes 0-15 give the row addresses): for int8 tiles, 16 rows x 16 bytes. */
+static __device__ __forceinline__ void st_ldsm_x2(uint32_t r[2], const void *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+}
+
+/* c = a (16x32, row) * b (32x8, col), signed bytes, exact int32 sums (c starts at 0). The
+ * fragments hold 4 bytes per register: A rows g / g + 8, bytes 4t..4t+3 (and + 16); B column g,
+ * bytes 4t..4t+3 (and + 16). ldmatrix of 16-byte rows gives exactly these layouts. */
+static __device__ __forceinline__ void st_mma_i8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+}
+
+/* The same 16 bytes deep: A rows g / g + 8, bytes 4t..4t+3; B column g, bytes 4t..4t+3. */
+static __device__ __forceinline__ void st_mma_i8_k16(int c[4], const uint32_t a[2], uint32_t b0) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
+                 "{%4, %5}, {%6}, {%7, %7, %7, %7};\n"
+                 : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b0), "r"(0));
+}
+
 /* Two floats as the f16 pair (x low, y high) of one fragment register. */
 static __device__ __forceinline__ uint32_t st_h2(float x, float y) {
     const __half2 h = __floats2half2_rn(x, y);

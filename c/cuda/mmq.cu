@@ -59,8 +59,9 @@ static __device__ __forceinline__ void st_w_finish(const st_wraw &r, int64_t c, 
  * fetch + finish in one; the pipelined kernel calls them a step apart (stage_t holds the words). */
 template <class W>
 struct st_mq_w32 {
-    static constexpr bool SPLIT = W::SPLIT;
+    static constexpr bool SPLIT = W::SPLIT, INT8 = true;
     using stage_t = st_wraw;
+    using W_t = W;
     static __device__ __forceinline__ void to_chunk(const st_w32 &w, st_mq_chunk &o) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -91,7 +92,7 @@ struct st_mq_w32 {
  * the tile: relative 2^-11, the one inexact step of the tiles), sc = 1, mn = 0. */
 template <class D>
 struct st_mq_fb {
-    static constexpr bool SPLIT = false;
+    static constexpr bool SPLIT = false, INT8 = false; /* not integers: no int8 tiles */
     using stage_t = st_mq_chunk; /* decoded at fetch time */
     static __device__ __forceinline__ void chunk(const uint8_t *row, int64_t c, st_mq_chunk &o) {
         float v[32];
@@ -130,15 +131,17 @@ st_k_mq_act(const float *__restrict__ x, int64_t ldx, int64_t rows, int64_t K, s
 #pragma unroll
     for (int off = 8; off > 0; off >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, off); /* per half */
     o.q[r * K + 32 * b + lane] = __float2half_rn(q);
+    o.q8[r * K + 32 * b + lane] = (int8_t)(int)q;
     if (lane == 0) o.d[r * nb + b] = __half2float(__float2half_rn(d));
     if ((lane & 15) == 0) o.s[r * 2 * nb + 2 * b + (lane >> 4)] = sq;
 }
 
-/* The three arrays of rows x K activations carved from one buffer (256-byte sections). */
+/* The four arrays of rows x K activations carved from one buffer (256-byte sections). */
 static size_t st_mq_act_bytes(int64_t rows, int64_t K) {
     return st_round_up((size_t)rows * (size_t)K * sizeof(__half), 256) +
            st_round_up((size_t)rows * (size_t)(K / 32) * sizeof(float), 256) +
-           st_round_up((size_t)rows * (size_t)(K / 16) * sizeof(float), 256);
+           st_round_up((size_t)rows * (size_t)(K / 16) * sizeof(float), 256) +
+           st_round_up((size_t)rows * (size_t)K, 256);
 }
 
 static st_mq_act_rows st_mq_act_carve(void *base, int64_t rows, int64_t K) {
@@ -149,6 +152,8 @@ static st_mq_act_rows st_mq_act_carve(void *base, int64_t rows, int64_t K) {
     o.d = (float *)p;
     p += st_round_up((size_t)rows * (size_t)(K / 32) * sizeof(float), 256);
     o.s = (float *)p;
+    p += st_round_up((size_t)rows * (size_t)(K / 16) * sizeof(float), 256);
+    o.q8 = (int8_t *)p;
     o.K = K;
     return o;
 }
@@ -611,6 +616,237 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 3) st_k_mmq_pipe(const 
     }
 }
 
+/* ---- the int8 tile kernel --------------------------------------------------------------------- */
+
+#define ST_MMQ_LDB (ST_MMQ_BK + 16) /* bytes per int8 shared row (16 of padding: ldmatrix rows hit
+                                     * distinct 16-byte bank groups) */
+
+/* One thread's share of a step for the int8 tiles: 32 activation quants as bytes, their scale and
+ * half sums, the raw words of its weight chunk. */
+struct st_mq_stage8 {
+    uint4 xq[2];
+    float xd, xs0, xs1;
+    st_wraw w;
+    bool x_ok, w_in;
+};
+
+template <class C>
+static __device__ __forceinline__ void st_mq_fetch8(const st_mmq_args &a, int64_t src, const uint8_t *wrow,
+                                                    int64_t c, int64_t nch, st_mq_stage8 &o) {
+    const bool in = c < nch, ok = src >= 0 && in;
+    const int64_t r = ok ? src : 0, cc = ok ? c : 0;
+    const uint4 *p = (const uint4 *)(a.act.q8 + r * a.K + 32 * cc);
+    o.xq[0] = __ldg(p);
+    o.xq[1] = __ldg(p + 1);
+    o.xd = __ldg(a.act.d + r * nch + cc);
+    o.xs0 = __ldg(a.act.s + r * 2 * nch + 2 * cc);
+    o.xs1 = __ldg(a.act.s + r * 2 * nch + 2 * cc + 1);
+    o.x_ok = ok;
+    o.w_in = wrow && in;
+    if (o.w_in) C::fetch(wrow, c, o.w);
+}
+
+/* The step's share into buffer (Xs, Ws: bytes, Xd, Xsum, Wsc): the quants as bytes, the scales
+ * st_mq_w32::to_chunk gives the f16 tiles, value for value. */
+template <class C>
+static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t c, int8_t *Xs, int8_t *Ws,
+                                                  float (*Xd)[2], float (*Xsum)[4], st_mq_wscale &Wsc,
+                                                  int lr, int hf) {
+    using W = typename C::W_t;
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+    uint4 *xd = (uint4 *)(Xs + lr * ST_MMQ_LDB + hf * 32);
+    xd[0] = o.x_ok ? o.xq[0] : z;
+    xd[1] = o.x_ok ? o.xq[1] : z;
+    Xd[lr][hf] = o.x_ok ? o.xd : 0.0f;
+    Xsum[lr][2 * hf] = o.x_ok ? o.xs0 : 0.0f;
+    Xsum[lr][2 * hf + 1] = o.x_ok ? o.xs1 : 0.0f;
+    uint4 *wd = (uint4 *)(Ws + lr * ST_MMQ_LDB + hf * 32);
+    float sc0 = 0.0f, sc1 = 0.0f, mn = 0.0f;
+    if (o.w_in) {
+        st_w32 w;
+        st_w_finish<W>(o.w, c, w);
+        wd[0] = make_uint4((uint32_t)w.q[0], (uint32_t)w.q[1], (uint32_t)w.q[2], (uint32_t)w.q[3]);
+        wd[1] = make_uint4((uint32_t)w.q[4], (uint32_t)w.q[5], (uint32_t)w.q[6], (uint32_t)w.q[7]);
+        sc0 = w.s0;
+        sc1 = W::SPLIT ? w.s1 : w.s0;
+        mn = W::HAS_M ? w.m : 0.0f;
+    } else {
+        wd[0] = wd[1] = z;
+    }
+    Wsc.sc[lr][2 * hf] = sc0;
+    Wsc.sc[lr][2 * hf + 1] = sc1;
+    Wsc.mn[lr][2 * hf] = Wsc.mn[lr][2 * hf + 1] = mn;
+}
+
+/* st_k_mmq_pipe with the quants as bytes in shared memory and mma.sync on signed bytes
+ * (m16n8k32; m16n8k16 for the types with a scale per 16 weights): half the shared bytes and
+ * ldmatrix traffic, no f16 conversion of the weights, one mma per 32-deep slice. A slice's integer
+ * dot is exact either way (the f16 tiles sum integer products below 2^24 in f32), so every
+ * output gets the f16 tiles' values and then their scaling, operation for operation: the same
+ * bits (test_cuda_mmv, test_cuda_moe). For the types with a dp4a decoder (Q4_0, Q8_0, Q4_K, Q5_K,
+ * Q6_K); opt-in until measured: st_cuda_mmq_set_int8. */
+template <class C, int MODE>
+static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st_mmq_args a) {
+    static_assert(MODE != ST_MMQ_GLU_FUSED, "the fused GLU tiles have no int8 form");
+    constexpr bool PAIR = MODE == ST_MMQ_GLU_PAIRED;
+    constexpr int LDB = ST_MMQ_LDB, LDC = ST_MMQ_LDC;
+    constexpr int TILE_B = ST_MMQ_BM * LDB;
+    static_assert(ST_MMQ_BM * LDC * (int)sizeof(float) <= 4 * TILE_B, "Cs fits over the buffers");
+    __shared__ __align__(128) int8_t st_mq_smem8[4 * TILE_B]; /* Xs[0], Ws[0], Xs[1], Ws[1] */
+    __shared__ float Xd[2][ST_MMQ_BM][2], Xsum[2][ST_MMQ_BM][4];
+    __shared__ st_mq_wscale Wsc[2];
+    float *Cs = (float *)st_mq_smem8;
+
+    int64_t start;
+    int count;
+    const uint8_t *w0, *w1 = NULL;
+    size_t rb0, rb1 = 0;
+    if (a.tiles) {
+        if ((int)blockIdx.y >= *a.n_tiles) return;
+        const st_mmq_tile t = a.tiles[blockIdx.y];
+        start = t.start;
+        count = t.count;
+        const st_cuda_expert *ex = a.table + t.e;
+        const st_cuda_mat *m0 = a.which == 2 ? &ex->down : &ex->gate;
+        w0 = (const uint8_t *)m0->data;
+        rb0 = m0->row_bytes;
+        if (PAIR) {
+            w1 = (const uint8_t *)ex->up.data;
+            rb1 = ex->up.row_bytes;
+        }
+    } else {
+        start = (int64_t)blockIdx.y * ST_MMQ_BM;
+        count = (int)min((int64_t)ST_MMQ_BM, a.T - start);
+        w0 = a.w0;
+        rb0 = a.rb0;
+        w1 = a.w1;
+        rb1 = a.rb1;
+    }
+    const int64_t r0 = (int64_t)blockIdx.x * ST_MMQ_BN, oc0 = (int64_t)blockIdx.x * (ST_MMQ_BN / 2);
+    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int lr = tid >> 1, hf = tid & 1;
+    const int64_t nch = a.K / 32;
+    int64_t src = -1;
+    if (lr < count) src = a.x_order ? (int64_t)(a.x_order[start + lr] / a.k_div) : start + lr;
+    const uint8_t *wrow = NULL;
+    if (PAIR) {
+        const int64_t r = oc0 + (lr & 31);
+        if (r < a.N) wrow = lr < 32 ? w0 + (size_t)r * rb0 : w1 + (size_t)r * rb1;
+    } else if (r0 + lr < a.N) {
+        wrow = w0 + (size_t)(r0 + lr) * rb0;
+    }
+
+    const int wm = warp >> 1, wn = warp & 1;
+    const int g = lane >> 2, tq = lane & 3;
+    float acc[2][4][4];
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    {
+        st_mq_stage8 s0;
+        st_mq_fetch8<C>(a, src, wrow, hf, nch, s0);
+        st_mq_put8<C>(s0, hf, st_mq_smem8, st_mq_smem8 + TILE_B, Xd[0], Xsum[0], Wsc[0], lr, hf);
+    }
+    __syncthreads();
+    int b = 0;
+    for (int64_t c0 = 0; c0 < nch; c0 += 2, b ^= 1) {
+        const bool more = c0 + 2 < nch;
+        st_mq_stage8 nx;
+        if (more) st_mq_fetch8<C>(a, src, wrow, c0 + 2 + hf, nch, nx);
+        const int8_t *Xs = st_mq_smem8 + 2 * b * TILE_B;
+        const int8_t *Ws = st_mq_smem8 + (2 * b + 1) * TILE_B;
+        constexpr int SL = C::SPLIT ? 1 : 2; /* the f16 tiles' slice: 16 or 32 weights deep */
+#pragma unroll 1
+        for (int ks0 = 0; ks0 < 4; ks0 += SL) {
+            const int kb = ks0 * 16; /* the slice's first byte */
+            uint32_t af[2][4];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                const int8_t *pa = Xs + (wm * 32 + mi * 16 + (lane & 15)) * LDB + kb;
+                if (SL == 2) st_ldsm_x4(af[mi], (const __half *)(pa + (lane >> 4) * 16));
+                else st_ldsm_x2(af[mi], pa);
+            }
+            float dx[2][2], sx[2][2];
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * 32 + mi * 16 + g + 8 * h;
+                    dx[mi][h] = Xd[b][r][ks0 >> 1];
+                    sx[mi][h] = SL == 2 ? Xsum[b][r][ks0] + Xsum[b][r][ks0 + 1] : Xsum[b][r][ks0];
+                }
+#pragma unroll
+            for (int np = 0; np < 2; np++) {
+                uint32_t bf[4];
+                if (SL == 2)
+                    st_ldsm_x4(bf, (const __half *)(Ws + (wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDB +
+                                                    kb + ((lane >> 3) & 1) * 16));
+                else
+                    st_ldsm_x2(bf, Ws + (wn * 32 + np * 16 + (lane & 15)) * LDB + kb);
+#pragma unroll
+                for (int nn = 0; nn < 2; nn++) {
+                    const int ni = np * 2 + nn;
+                    const int n = wn * 32 + ni * 8 + 2 * tq;
+                    const float sw0 = Wsc[b].sc[n][ks0], sw1 = Wsc[b].sc[n + 1][ks0];
+                    const float mw0 = Wsc[b].mn[n][ks0], mw1 = Wsc[b].mn[n + 1][ks0];
+#pragma unroll
+                    for (int mi = 0; mi < 2; mi++) {
+                        int ci[4];
+                        if (SL == 2) st_mma_i8_k32(ci, af[mi], bf[2 * nn], bf[2 * nn + 1]);
+                        else st_mma_i8_k16(ci, af[mi], bf[nn]);
+                        const float cc[4] = {(float)ci[0], (float)ci[1], (float)ci[2], (float)ci[3]};
+                        float *A = acc[mi][ni];
+                        A[0] = fmaf(dx[mi][0], fmaf(sw0, cc[0], mw0 * sx[mi][0]), A[0]);
+                        A[1] = fmaf(dx[mi][0], fmaf(sw1, cc[1], mw1 * sx[mi][0]), A[1]);
+                        A[2] = fmaf(dx[mi][1], fmaf(sw0, cc[2], mw0 * sx[mi][1]), A[2]);
+                        A[3] = fmaf(dx[mi][1], fmaf(sw1, cc[3], mw1 * sx[mi][1]), A[3]);
+                    }
+                }
+            }
+        }
+        if (more)
+            st_mq_put8<C>(nx, c0 + 2 + hf, st_mq_smem8 + 2 * (b ^ 1) * TILE_B, st_mq_smem8 + (2 * (b ^ 1) + 1) * TILE_B,
+                          Xd[b ^ 1], Xsum[b ^ 1], Wsc[b ^ 1], lr, hf);
+        __syncthreads();
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = wm * 32 + mi * 16 + g + 8 * (e >> 1), n = wn * 32 + ni * 8 + 2 * tq + (e & 1);
+                Cs[r * LDC + n] = acc[mi][ni][e];
+            }
+    __syncthreads();
+    if (PAIR) {
+        constexpr int HB = ST_MMQ_BN / 2;
+        const int ncol = (int)min((int64_t)HB, a.N - oc0);
+        for (int idx = tid; idx < ST_MMQ_BM * HB; idx += ST_MMQ_THREADS) {
+            const int i = idx / HB, col = idx - i * HB;
+            if (i < count && col < ncol) {
+                const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
+                const float v = Cs[i * LDC + col];
+                a.y[orow * a.ldy + oc0 + col] = v / (1.0f + expf(-v)) * Cs[i * LDC + HB + col];
+            }
+        }
+        return;
+    }
+    const int ncol = (int)min((int64_t)ST_MMQ_BN, a.N - r0);
+    for (int idx = tid; idx < ST_MMQ_BM * ST_MMQ_BN; idx += ST_MMQ_THREADS) {
+        const int i = idx / ST_MMQ_BN, col = idx - i * ST_MMQ_BN;
+        if (i < count && col < ncol) {
+            const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
+            a.y[orow * a.ldy + r0 + col] = Cs[i * LDC + col];
+        }
+    }
+}
+
 /* ---- float weights: f32 tiles on the FMA units ----------------------------------------------- */
 
 /* F32, F16 and BF16 weights keep f32 arithmetic (the GEMV's accuracy): a 64 x 64 tile, 256
@@ -681,14 +917,23 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
-/* Whether the plain and paired tiles take the pipelined kernel (st_cuda_mmq_set_pipeline). */
-static int st_mmq_pipe = 0;
+/* Whether the plain and paired tiles take the pipelined kernel (st_cuda_mmq_set_pipeline) or,
+ * for the types with integer quants, the int8 kernel (st_cuda_mmq_set_int8; it wins). */
+static int st_mmq_pipe = 0, st_mmq_i8 = 0;
 
 extern "C" void st_cuda_mmq_set_pipeline(int on) { st_mmq_pipe = on != 0; }
+extern "C" void st_cuda_mmq_set_int8(int on) { st_mmq_i8 = on != 0; }
 
 /* grid.x: N / ST_MMQ_BN tiles of outputs, N / (ST_MMQ_BN / 2) for the paired GLU */
 template <class C, int MODE>
 static strata_status st_mmq_go(const st_mmq_args &a, dim3 grid, cudaStream_t s) {
+    if constexpr (MODE != ST_MMQ_GLU_FUSED && C::INT8) {
+        if (st_mmq_i8) {
+            st_k_mmq_i8<C, MODE><<<grid, ST_MMQ_THREADS, 0, s>>>(a);
+            ST_CUDA_CHECK_LAUNCH("st_k_mmq_i8");
+            return STRATA_OK;
+        }
+    }
     if constexpr (MODE != ST_MMQ_GLU_FUSED) {
         if (st_mmq_pipe) {
             st_k_mmq_pipe<C, MODE><<<grid, ST_MMQ_THREADS, 0, s>>>(a);

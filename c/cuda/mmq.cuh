@@ -45,6 +45,7 @@ struct st_mmq_tile {
  * integers), K / 32 scales d[r * K / 32 ...] and K / 16 sums of quants s[r * K / 16 ...]. */
 struct st_mq_act_rows {
     __half *q;
+    int8_t *q8;   /* the same quants as bytes (the int8 tiles) */
     float *d, *s;
     int64_t K;
 };
