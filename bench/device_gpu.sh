@@ -97,6 +97,19 @@ bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # prompt attention: the tensor cores at depth 0 too (the default takes them from position 1024 on)
 bench q3_gpu_attntc /tmp/q3.gguf -p 512 -n 0 -r 2 --gpu --attn-tc
+# the prompt tiles A/B (TILES_AB=1): the same prompt rows from builds whose default tile kernel is
+# the pipelined (1) or the int8 (2) one (ST_MMQ_DEFAULT_KERNEL; the tests compare their bits)
+if [ "${TILES_AB:-0}" = 1 ]; then
+    for kk in 1 2; do
+        make -j16 CUDA=1 BUILD=build-k$kk OUTDIR=build-k$kk NVCC_EXTRA=-DST_MMQ_DEFAULT_KERNEL=$kk \
+            build-k$kk/strata > "$R/build_k$kk.log" 2>&1 || { echo "build k$kk failed"; continue; }
+        for f in q3 olmoe; do
+            [ "$(el)" -lt "$BUDGET" ] || break
+            timeout 60 ./build-k$kk/strata bench -m /tmp/$f.gguf -p 512 -n 0 -r 3 --gpu \
+                --json "$R/bench_${f}_tiles_k$kk.json" 2>/dev/null | tail -1
+        done
+    done
+fi
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile
 grep "profile" "$R/bench_q3_gpu_profile.err" || true

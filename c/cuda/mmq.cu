@@ -918,8 +918,12 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
 /* Whether the plain and paired tiles take the pipelined kernel (st_cuda_mmq_set_pipeline) or,
- * for the types with integer quants, the int8 kernel (st_cuda_mmq_set_int8; it wins). */
-static int st_mmq_pipe = 0, st_mmq_i8 = 0;
+ * for the types with integer quants, the int8 kernel (st_cuda_mmq_set_int8; it wins). The
+ * build's default: ST_MMQ_DEFAULT_KERNEL 0 (one-buffer f16 tiles), 1 (pipelined), 2 (int8). */
+#ifndef ST_MMQ_DEFAULT_KERNEL
+#define ST_MMQ_DEFAULT_KERNEL 0
+#endif
+static int st_mmq_pipe = ST_MMQ_DEFAULT_KERNEL == 1, st_mmq_i8 = ST_MMQ_DEFAULT_KERNEL == 2;
 
 extern "C" void st_cuda_mmq_set_pipeline(int on) { st_mmq_pipe = on != 0; }
 extern "C" void st_cuda_mmq_set_int8(int on) { st_mmq_i8 = on != 0; }
