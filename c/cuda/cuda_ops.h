@@ -154,6 +154,17 @@ strata_status st_cuda_kv_store(const st_cuda_kv_layer *kv, const st_cuda_attn_sh
                                const float *d_k, int64_t ldk, const float *d_v, int64_t ldv,
                                int64_t T, int64_t pos0, const int32_t *d_pos, void *stream);
 
+/* A fused q/k/v row's attention inputs in one launch (rope.cu): rows of T tokens ld floats apart,
+ * each n_head q heads, then n_head_kv k heads, then n_head_kv v heads of head_dim floats. Gives
+ * the bits of st_cuda_rmsnorm per head on q (weights d_q_norm, [head_dim]) and on k (d_k_norm;
+ * either NULL: no norm), st_cuda_rope over the q and k heads (positions d_pos[t] or pos0 + t),
+ * and st_cuda_kv_store of k and v (at d_pos[0] + t or pos0 + t), one after the other: q and k
+ * are rewritten in place, v only read. head_dim_v must equal head_dim. */
+strata_status st_cuda_qkv_prep(const st_cuda_rope_params *p, float *d_qkv, int64_t ld, int64_t n_head,
+                               int64_t n_head_kv, int64_t head_dim, const float *d_q_norm,
+                               const float *d_k_norm, float eps, const st_cuda_kv_layer *kv, int64_t T,
+                               const int32_t *d_pos, int64_t pos0, void *stream);
+
 /* Workspace bytes st_cuda_attention uses at most for T query tokens over a cache of n_ctx
  * positions (the split-K partials; 0 when one pass suffices). */
 size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int64_t n_ctx);

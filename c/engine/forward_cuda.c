@@ -713,6 +713,37 @@ static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, 
     return STRATA_OK;
 }
 
+/* The attention inputs launch by launch: q/k norms, RoPE, k and v into the cache (rows without a
+ * fused q/k/v matrix, OLMoE's whole-projection norms). */
+static strata_status st_gpu_attn_inputs(strata_session *s, int il, float *q, int64_t lq, float *k,
+                                        int64_t lk, float *v, int64_t lv, int64_t T, int64_t pos0) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const st_gpu_layer *G = &g->layers[il];
+    const int64_t hd = hp->head_dim, nq = (int64_t)hp->n_head * hd, nk = (int64_t)hp->n_head_kv * hd;
+    switch (m->arch->qk_norm) {
+    case ST_QKNORM_FULL:
+        TRY(st_cuda_rmsnorm(q, lq, q, lq, G->q_norm, nq, 1, T, hp->norm_eps, g->stream));
+        TRY(st_cuda_rmsnorm(k, lk, k, lk, G->k_norm, nk, 1, T, hp->norm_eps, g->stream));
+        break;
+    case ST_QKNORM_HEAD:
+        TRY(st_cuda_rmsnorm(q, lq, q, lq, G->q_norm, hd, hp->n_head, T, hp->norm_eps, g->stream));
+        TRY(st_cuda_rmsnorm(k, lk, k, lk, G->k_norm, hd, hp->n_head_kv, T, hp->norm_eps, g->stream));
+        break;
+    case ST_QKNORM_NONE:
+        break;
+    }
+    /* positions from g->pos (device): a replayed decode graph sees the step's own */
+    if (G->wqkv.data) { /* q's heads then k's in one row: one RoPE launch over both */
+        TRY(st_cuda_rope(&g->rope, q, lq, hp->n_head + hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+    } else {
+        TRY(st_cuda_rope(&g->rope, q, lq, hp->n_head, hd, T, g->pos, pos0, g->stream));
+        TRY(st_cuda_rope(&g->rope, k, lk, hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+    }
+    return st_cuda_kv_store(&G->kv, &g->shape, k, lk, v, lv, T, pos0, g->pos, g->stream);
+}
+
 static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -743,26 +774,15 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     if (G->bk) TRY(st_cuda_add_bias(k, lk, G->bk, nk, T, g->stream));
     if (G->bv) TRY(st_cuda_add_bias(v, lv, G->bv, nv, T, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_QKV)); /* (the q/k norms below count as attention, as on the CPU) */
-    switch (m->arch->qk_norm) {
-    case ST_QKNORM_FULL:
-        TRY(st_cuda_rmsnorm(q, lq, q, lq, G->q_norm, nq, 1, T, hp->norm_eps, g->stream));
-        TRY(st_cuda_rmsnorm(k, lk, k, lk, G->k_norm, nk, 1, T, hp->norm_eps, g->stream));
-        break;
-    case ST_QKNORM_HEAD:
-        TRY(st_cuda_rmsnorm(q, lq, q, lq, G->q_norm, hd, hp->n_head, T, hp->norm_eps, g->stream));
-        TRY(st_cuda_rmsnorm(k, lk, k, lk, G->k_norm, hd, hp->n_head_kv, T, hp->norm_eps, g->stream));
-        break;
-    case ST_QKNORM_NONE:
-        break;
-    }
-    /* positions from g->pos (device): a replayed decode graph sees the step's own */
-    if (G->wqkv.data) { /* q's heads then k's in one row: one RoPE launch over both */
-        TRY(st_cuda_rope(&g->rope, q, lq, hp->n_head + hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+    if (G->wqkv.data && m->arch->qk_norm != ST_QKNORM_FULL && hp->head_dim_v == hd) {
+        /* one launch: per-head q/k norms, RoPE of q and k, k and v into the cache (the bits of
+         * the separate launches below) */
+        const int hn = m->arch->qk_norm == ST_QKNORM_HEAD;
+        TRY(st_cuda_qkv_prep(&g->rope, g->qkv, lq, hp->n_head, hp->n_head_kv, hd, hn ? G->q_norm : NULL,
+                             hn ? G->k_norm : NULL, hp->norm_eps, &G->kv, T, g->pos, pos0, g->stream));
     } else {
-        TRY(st_cuda_rope(&g->rope, q, lq, hp->n_head, hd, T, g->pos, pos0, g->stream));
-        TRY(st_cuda_rope(&g->rope, k, lk, hp->n_head_kv, hd, T, g->pos, pos0, g->stream));
+        TRY(st_gpu_attn_inputs(s, il, q, lq, k, lk, v, lv, T, pos0));
     }
-    TRY(st_cuda_kv_store(&G->kv, &g->shape, k, lk, v, lv, T, pos0, g->pos, g->stream));
     TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
                           g->attn_ws_bytes, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));

@@ -378,6 +378,61 @@ static void test_add_rmsnorm(int64_t n, int64_t T) {
     free(x); free(b); free(w); free(x1); free(y1); free(x2); free(y2);
 }
 
+/* st_cuda_qkv_prep against the separate launches it replaces (per-head rmsnorm on q and k,
+ * rope over q and k, kv_store of k and v): the same bits in the row and in both caches; guards
+ * after the row and the caches unchanged. */
+static void test_qkv_prep(int64_t n_head, int64_t n_kv, int64_t hd, int64_t T, int norms, int neox,
+                          int f16, int dev_pos) {
+    const int64_t ld = (n_head + 2 * n_kv) * hd + 8, N = T * ld, n_ctx = 64, pos0 = 5;
+    const int64_t cache = n_kv * n_ctx * hd; /* floats; f16 caches use half of it */
+    float *x = malloc(sizeof(float) * (size_t)N), *qn = malloc(sizeof(float) * (size_t)hd);
+    float *kn = malloc(sizeof(float) * (size_t)hd);
+    float *r1 = malloc(sizeof(float) * (size_t)N), *r2 = malloc(sizeof(float) * (size_t)N);
+    float *c1 = malloc(sizeof(float) * (size_t)cache * 2), *c2 = malloc(sizeof(float) * (size_t)cache * 2);
+    fill(x, N, 2.0f);
+    fill(qn, hd, 1.0f);
+    fill(kn, hd, 1.0f);
+    int32_t pos[16];
+    for (int64_t t = 0; t < T; t++) pos[t] = (int32_t)(pos0 + t);
+    float *xa = dev_buf(x, N), *xb = dev_buf(x, N), *dq = dev_buf(qn, hd), *dk = dev_buf(kn, hd);
+    float *ka = dev_buf(NULL, cache), *va = dev_buf(NULL, cache), *kb = dev_buf(NULL, cache), *vb = dev_buf(NULL, cache);
+    float *dp = dev_buf(NULL, 16);
+    int ok = xa && xb && dq && dk && ka && va && kb && vb && dp &&
+             st_cuda_memcpy_h2d(dp, pos, sizeof(int32_t) * (size_t)T) == STRATA_OK;
+    const st_cuda_rope_params rpar = {neox, (int)hd, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+    const strata_type ct = f16 ? STRATA_TYPE_F16 : STRATA_TYPE_F32;
+    const st_cuda_kv_layer kva = {ct, ka, va, n_ctx}, kvb = {ct, kb, vb, n_ctx};
+    const st_cuda_attn_shape sh = {(int32_t)n_head, (int32_t)n_kv, (int32_t)hd, (int32_t)hd, 1.0f, 0};
+    const int32_t *d_pos = dev_pos ? (const int32_t *)dp : NULL;
+    if (ok) {
+        ok = (!norms || (st_cuda_rmsnorm(xa, ld, xa, ld, dq, hd, n_head, T, 1e-6f, NULL) == STRATA_OK &&
+                         st_cuda_rmsnorm(xa + n_head * hd, ld, xa + n_head * hd, ld, dk, hd, n_kv, T, 1e-6f,
+                                         NULL) == STRATA_OK)) &&
+             st_cuda_rope(&rpar, xa, ld, n_head + n_kv, hd, T, d_pos, pos0, NULL) == STRATA_OK &&
+             st_cuda_kv_store(&kva, &sh, xa + n_head * hd, ld, xa + (n_head + n_kv) * hd, ld, T, pos0, d_pos,
+                              NULL) == STRATA_OK &&
+             st_cuda_qkv_prep(&rpar, xb, ld, n_head, n_kv, hd, norms ? dq : NULL, norms ? dk : NULL, 1e-6f, &kvb, T,
+                              d_pos, pos0, NULL) == STRATA_OK;
+        CHECK(ok, "qkv_prep: %s", strata_last_error());
+    }
+    if (ok) {
+        const int g1 = dev_fetch(r1, xa, N), g2 = dev_fetch(r2, xb, N);
+        const int g3 = dev_fetch(c1, ka, cache), g4 = dev_fetch(c2, kb, cache);
+        int same = !memcmp(r1, r2, sizeof(float) * (size_t)N) && !memcmp(c1, c2, sizeof(float) * (size_t)cache);
+        const int g5 = dev_fetch(c1, va, cache), g6 = dev_fetch(c2, vb, cache);
+        same = same && !memcmp(c1, c2, sizeof(float) * (size_t)cache);
+        printf("qkv_prep h=%lld/%lld hd=%lld T=%lld%s%s %s%s: fused %s separate, guards %s\n", (long long)n_head,
+               (long long)n_kv, (long long)hd, (long long)T, norms ? " norms" : "", neox ? " neox" : "",
+               f16 ? "f16" : "f32", dev_pos ? " pos[]" : "", same ? "==" : "!=",
+               g2 == 0 && g4 == 0 && g6 == 0 ? "ok" : "BAD");
+        CHECK(same, "qkv_prep: fused differs from rmsnorm + rope + kv_store");
+        CHECK(g1 == 0 && g2 == 0 && g3 == 0 && g4 == 0 && g5 == 0 && g6 == 0, "qkv_prep: guard words changed");
+    }
+    st_cuda_free(xa); st_cuda_free(xb); st_cuda_free(dq); st_cuda_free(dk); st_cuda_free(ka);
+    st_cuda_free(va); st_cuda_free(kb); st_cuda_free(vb); st_cuda_free(dp);
+    free(x); free(qn); free(kn); free(r1); free(r2); free(c1); free(c2);
+}
+
 /* The greedy token (sample.cu) against the host rule: NaN as -inf, the lowest index on ties.
  * mode 0: random; 1: the maximum repeated at 3 places; 2: NaNs and -infs around one finite max;
  * 3: every value -inf (logit -inf back). */
@@ -496,6 +551,10 @@ int main(void) {
     test_add_rmsnorm(256, 7);
     test_add_rmsnorm(2048, 5);
     test_add_rmsnorm(2048 + 96, 3);
+    test_qkv_prep(32, 4, 128, 1, 1, 1, 1, 1);  /* qwen3's decode step */
+    test_qkv_prep(32, 4, 128, 7, 1, 1, 1, 0);
+    test_qkv_prep(16, 16, 64, 3, 0, 0, 0, 1);  /* no norms, normal pairs, f32 cache */
+    test_qkv_prep(8, 2, 64, 5, 1, 0, 1, 0);
     test_argmax(151936, 0);
     test_argmax(151936, 1);
     test_argmax(1, 0);
