@@ -32,14 +32,14 @@ extern "C" {
 /* n_rows rows of n floats (row stride ld floats) -> q8_1 rows of n / 32 blocks (36 bytes each).
  * One warp per block, lane = element. d = amax / 127 rounded to fp16 first, q = round(x / d), so
  * that q * d (the value the dot sees) is as close to x as q8_1 allows; s = d * sum(q). */
-static __global__ void __launch_bounds__(256)
-st_k_moe_quant_q8_1(const float *__restrict__ x, int64_t ld, int64_t n_rows, int64_t n,
-                    block_q8_1 *__restrict__ q) {
+/* The body, for blocks bi of nblk (st_k_moe_plan_quant runs it in all but its first block). */
+static __device__ __forceinline__ void st_moe_quant_body(const float *__restrict__ x, int64_t ld, int64_t n_rows,
+                                                         int64_t n, block_q8_1 *__restrict__ q, int64_t bi,
+                                                         int64_t nblk) {
     const int lane = threadIdx.x & 31;
     const int64_t nb = n / 32, n_blocks = n_rows * nb;
-    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
-    for (int64_t b = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; b < n_blocks;
-         b += warps) {
+    const int64_t warps = nblk * (blockDim.x / 32);
+    for (int64_t b = bi * (blockDim.x / 32) + threadIdx.x / 32; b < n_blocks; b += warps) {
         const int64_t row = b / nb, col = b - row * nb;
         const float v = x[row * ld + col * 32 + lane];
         float amax = fabsf(v);
@@ -64,6 +64,12 @@ st_k_moe_quant_q8_1(const float *__restrict__ x, int64_t ld, int64_t n_rows, int
     }
 }
 
+static __global__ void __launch_bounds__(256)
+st_k_moe_quant_q8_1(const float *__restrict__ x, int64_t ld, int64_t n_rows, int64_t n,
+                    block_q8_1 *__restrict__ q) {
+    st_moe_quant_body(x, ld, n_rows, n, q, blockIdx.x, gridDim.x);
+}
+
 static strata_status st_moe_quantize(const float *x, int64_t ld, int64_t n_rows, int64_t n,
                                      void *q, cudaStream_t s) {
     const int64_t n_blocks = n_rows * (n / 32);
@@ -77,9 +83,8 @@ static strata_status st_moe_quantize(const float *x, int64_t ld, int64_t n_rows,
 /* ---- plan ------------------------------------------------------------------------------------ */
 
 /* One CTA of blockDim.x >= P threads (P <= 1024): thread p handles pair p. */
-static __global__ void __launch_bounds__(1024)
-st_k_moe_plan(const int32_t *__restrict__ ids, int P, int n_expert, st_moe_group *groups,
-              int *n_groups) {
+static __device__ __forceinline__ void st_moe_plan_body(const int32_t *__restrict__ ids, int P, int n_expert,
+                                                        st_moe_group *groups, int *n_groups) {
     __shared__ int s_id[1024];
     __shared__ int s_lead[1024];
     const int p = threadIdx.x;
@@ -124,6 +129,21 @@ st_k_moe_plan(const int32_t *__restrict__ ids, int P, int n_expert, st_moe_group
         for (int q = 0; q < P; q++) n += s_lead[q];
         *n_groups = n;
     }
+}
+
+static __global__ void __launch_bounds__(1024)
+st_k_moe_plan(const int32_t *__restrict__ ids, int P, int n_expert, st_moe_group *groups,
+              int *n_groups) {
+    st_moe_plan_body(ids, P, n_expert, groups, n_groups);
+}
+
+/* The plan (block 0) and the q8_1 rows of x (the other blocks) in one launch: the two kernels'
+ * bodies, so the same results. blockDim.x: P rounded up to a warp, at least 256 ... 1024. */
+static __global__ void __launch_bounds__(1024)
+st_k_moe_plan_quant(const int32_t *__restrict__ ids, int P, int n_expert, st_moe_group *groups, int *n_groups,
+                    const float *__restrict__ x, int64_t ld, int64_t n_rows, int64_t n, block_q8_1 *__restrict__ q) {
+    if (blockIdx.x == 0) st_moe_plan_body(ids, P, n_expert, groups, n_groups);
+    else st_moe_quant_body(x, ld, n_rows, n, q, (int64_t)blockIdx.x - 1, (int64_t)gridDim.x - 1);
 }
 
 /* ---- grouped GEMV kernels -------------------------------------------------------------------- */
@@ -586,9 +606,20 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
         return STRATA_OK;
     }
 
-    /* 1. plan */
-    st_k_moe_plan<<<1, (unsigned)((P + 31) & ~31), 0, s>>>(a->ids, P, a->n_expert, w.groups, w.n_groups);
-    ST_CUDA_CHECK_LAUNCH("st_k_moe_plan");
+    /* 1. plan (and x's q8_1 rows in the same launch for the dp4a types) */
+    const int dp4a_g = st_cuda_moe_type_dp4a(a->type_gate);
+    if (dp4a_g) {
+        const unsigned bt = (unsigned)((P + 31) & ~31) < 256u ? 256u : (unsigned)((P + 31) & ~31);
+        const int64_t qw = a->T * (a->n_embd / 32); /* one warp per q8_1 block */
+        const unsigned qb = (unsigned)((qw + bt / 32 - 1) / (bt / 32));
+        st_k_moe_plan_quant<<<1 + (qb < 1 ? 1 : qb), bt, 0, s>>>(a->ids, P, a->n_expert, w.groups, w.n_groups,
+                                                                  a->x, a->n_embd, a->T, a->n_embd,
+                                                                  (block_q8_1 *)w.xq);
+        ST_CUDA_CHECK_LAUNCH("st_k_moe_plan_quant");
+    } else {
+        st_k_moe_plan<<<1, (unsigned)((P + 31) & ~31), 0, s>>>(a->ids, P, a->n_expert, w.groups, w.n_groups);
+        ST_CUDA_CHECK_LAUNCH("st_k_moe_plan");
+    }
 
     /* 2-3. gate + up */
     st_moe_mv_params p;
@@ -599,8 +630,7 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.n_chunks = a->n_embd / 32;
     p.n_rows = a->n_ff;
     p.out = w.h;
-    if (st_cuda_moe_type_dp4a(a->type_gate)) {
-        ST_TRY(st_moe_quantize(a->x, a->n_embd, a->T, a->n_embd, w.xq, s));
+    if (dp4a_g) {
         p.act = w.xq;
         p.act_rb = (size_t)(a->n_embd / 32) * sizeof(block_q8_1);
     } else {
