@@ -10,7 +10,9 @@
 # env: BUDGET (seconds for the benchmarks), OFFLOAD=0 (skip the expert-offloading rows and the
 # sweep), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
 # attn_check), NOGRAPHS=0 (skip
-# the rows without CUDA graphs), DISK=1 (the disk's O_DIRECT expert read rate).
+# the rows without CUDA graphs), DISK=1 (the disk's O_DIRECT expert read rate), TILES_AB=1 (prompt
+# rows with the pipelined and the int8 tile kernels as the build's default), DEPTH_SWEEP=1 (the
+# offloading sweep at depth 16K).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 cffi pycparser
@@ -151,5 +153,10 @@ if [ "${OFFLOAD:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
     timeout $(( BUDGET + 90 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
         --shares 0,25,50,100 -n 32 --static --anchors "0:43.6,25:48.6,50:76.0,100:282.6" \
         --args "-t 16" --out "$R/sweep_q3_gpu" 2>&1 | tail -10
+fi
+# the same sweep at depth 16K (DEPTH_SWEEP=1; llama.cpp has no offloaded figures at depth)
+if [ "${DEPTH_SWEEP:-0}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
+    timeout $(( BUDGET + 150 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
+        --shares 0,25,50,100 -n 32 -d 16384 --static --args "-t 16" --out "$R/sweep_q3_gpu_d16k" 2>&1 | tail -10
 fi
 echo "all done at $(el)s"
