@@ -3,10 +3,12 @@
  * top-p / min-p keep exactly the expected sets on constructed logits, penalties change the logits
  * by the exact amounts (checked through greedy picks at known margins and through draw
  * frequencies), and 20000 draws at temperature 1 follow the softmax of 4 logits within 2%. */
+#include "sampler.h"
 #include "strata.h"
 #include "test.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static strata_sampler_params plain(void) {
@@ -301,7 +303,60 @@ static void test_penalties(void) {
     CHECK(l4[0] == 1.0f && l4[1] == 0.0f, "logits untouched");
 }
 
+/* The one-pass top-k path against the full chain (st_sampler_force_full) on the same inputs and
+ * seeds: the same token at every step, through ties (logits on a coarse grid), NaN and +-inf,
+ * penalties of both signs over the accepted history, and top_k from 1 to n_vocab - 1; and the
+ * same errors where no logit is finite or every one is -inf after the penalties. */
+static void test_topk_path(void) {
+    test_rng r = {0x7e57ab1eULL};
+    const int V = 3001;
+    float *l = malloc(sizeof(float) * V);
+    const int ks[] = {1, 2, 5, 40, 100, V - 1};
+    int steps = 0, same = 0;
+    for (int cfg = 0; cfg < 24; cfg++) {
+        strata_sampler_params p = strata_sampler_default_params();
+        p.top_k = ks[cfg % 6];
+        p.seed = 1000u + (uint64_t)cfg;
+        p.temperature = cfg % 3 == 0 ? 0.5f : 1.3f;
+        p.top_p = cfg % 4 == 0 ? 1.0f : 0.9f;
+        p.min_p = cfg % 5 == 0 ? 0.0f : 0.02f;
+        if (cfg % 2) { p.repeat_penalty = 1.3f; p.frequency_penalty = 0.2f; p.presence_penalty = cfg % 4 == 1 ? -0.5f : 0.4f; }
+        p.repeat_last_n = cfg % 2 ? 16 : 64;
+        strata_sampler *a = make(&p, V), *b = make(&p, V);
+        if (!a || !b) { strata_sampler_free(a); strata_sampler_free(b); continue; }
+        st_sampler_force_full(b, 1);
+        for (int step = 0; step < 60; step++) {
+            for (int i = 0; i < V; i++) {
+                const float u = test_rng_float(&r);
+                l[i] = roundf(u * 8.0f) * 0.5f; /* a coarse grid: many ties */
+            }
+            if (step % 7 == 3) l[(step * 31) % V] = NAN;
+            if (step % 11 == 5) l[(step * 17) % V] = INFINITY;
+            if (step % 5 == 1) for (int i = 0; i < V; i += 3) l[i] = -INFINITY;
+            strata_token ta = -1, tb = -2;
+            const strata_status sa = strata_sampler_sample(a, l, &ta), sb = strata_sampler_sample(b, l, &tb);
+            steps++;
+            same += sa == sb && (sa != STRATA_OK || ta == tb);
+            if (sa == STRATA_OK) { strata_sampler_accept(a, ta); strata_sampler_accept(b, tb); }
+        }
+        /* no finite logit; then every logit -inf */
+        for (int i = 0; i < V; i++) l[i] = i % 2 ? NAN : INFINITY;
+        strata_token ta, tb;
+        same += strata_sampler_sample(a, l, &ta) == STRATA_ERR_INVALID_ARG &&
+                strata_sampler_sample(b, l, &tb) == STRATA_ERR_INVALID_ARG;
+        for (int i = 0; i < V; i++) l[i] = i == 0 ? 1.0f : -INFINITY;
+        same += strata_sampler_sample(a, l, &ta) == STRATA_OK && strata_sampler_sample(b, l, &tb) == STRATA_OK && ta == 0 && tb == 0;
+        steps += 2;
+        strata_sampler_free(a);
+        strata_sampler_free(b);
+    }
+    printf("top-k path vs full chain: %d of %d steps agree\n", same, steps);
+    CHECK(same == steps, "the top-k path differs from the full chain in %d of %d steps", steps - same, steps);
+    free(l);
+}
+
 int main(void) {
+    test_topk_path();
     test_defaults_and_errors();
     test_greedy();
     test_seed();
