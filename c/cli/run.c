@@ -189,6 +189,18 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
      * prompt's logits as always */
     const int fast_greedy = !(o->sp.temperature > 0.0f) && o->sp.repeat_penalty == 1.0f &&
                             o->sp.presence_penalty == 0.0f && o->sp.frequency_penalty == 0.0f;
+    /* sampling with top-k (the default chain): each step brings down only the candidates the
+     * sampler needs (on the GPU: top_k + repeat_last_n pairs instead of n_vocab logits, selected
+     * there); the same tokens (strata_sampler_sample_top) */
+    const int32_t need = fast_greedy ? 0 : strata_sampler_top_needed(r->smp);
+    strata_token *cids = need ? malloc(sizeof *cids * (size_t)need) : NULL;
+    float *cvals = need ? malloc(sizeof *cvals * (size_t)need) : NULL;
+    if (need && (!cids || !cvals)) {
+        free(cids);
+        free(cvals);
+        return cli_fail("out of memory");
+    }
+    int have_cand = 0; /* the candidates of the last step are in cids / cvals */
     strata_token next = -1;
     int64_t n_gen = 0;
     int first = 1;
@@ -202,8 +214,11 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
                                 rate((double)n_gen, cli_now() - t1));
         }
         strata_token tok = next;
-        if (tok < 0 && strata_sampler_sample(r->smp, r->logits, &tok) != STRATA_OK) {
+        if (tok < 0 && (have_cand ? strata_sampler_sample_top(r->smp, cids, cvals, need, &tok)
+                                  : strata_sampler_sample(r->smp, r->logits, &tok)) != STRATA_OK) {
             free(s.buf);
+            free(cids);
+            free(cvals);
             return cli_fail("sampling: %s", strata_last_error());
         }
         if (first) { r->ttft_s += cli_now() - t0; first = 0; }
@@ -228,13 +243,20 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
             r->ctx_full = 1;
             break;
         }
-        if (fast_greedy ? strata_session_decode_greedy(r->sess, &tok, 1, &next) != STRATA_OK
-                        : strata_session_decode_gen(r->sess, &tok, 1, r->logits, 0) != STRATA_OK) {
+        const strata_status dst = fast_greedy ? strata_session_decode_greedy(r->sess, &tok, 1, &next)
+                                   : need ? strata_session_decode_topk(r->sess, &tok, 1, need, cids, cvals)
+                                          : strata_session_decode_gen(r->sess, &tok, 1, r->logits, 0);
+        have_cand = need > 0;
+        if (dst != STRATA_OK) {
             free(s.buf);
+            free(cids);
+            free(cvals);
             return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
                             strata_last_error());
         }
     }
+    free(cids);
+    free(cvals);
     stream_write(&s, s.len);
     free(s.buf);
     if (keep_all && pending >= 0 && strata_session_n_past(r->sess) < n_ctx) {

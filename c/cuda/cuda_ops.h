@@ -110,6 +110,15 @@ typedef struct st_cuda_argmax_out {
 /* Enqueues the argmax of n floats at d_x into *d_out (device, 4-byte aligned). */
 strata_status st_cuda_argmax(const float *d_x, int64_t n, st_cuda_argmax_out *d_out, void *stream);
 
+/* The k largest of n floats at d_x in strata_sampler's candidate order (larger first, ties to the
+ * lower index, NaN as -inf): their indices into d_ids[k] and values into d_vals[k] (device), for
+ * 1 <= k <= min(n, ST_CUDA_TOPK_MAX). d_ws: st_cuda_topk_wsize(n, k) bytes, 16-byte aligned (may
+ * be NULL when n <= 2048). Deterministic: a sort network. */
+#define ST_CUDA_TOPK_MAX 1024
+size_t st_cuda_topk_wsize(int64_t n, int32_t k);
+strata_status st_cuda_topk(const float *d_x, int64_t n, int32_t k, int32_t *d_ids, float *d_vals, void *d_ws,
+                           size_t ws_bytes, void *stream);
+
 /* ---- KV cache and attention (attn.cu) ------------------------------------------------------- */
 
 /* One layer's GPU KV cache. Layout (the GPU's own, not the CPU's st_kv_layer): head-major and

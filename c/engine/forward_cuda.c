@@ -121,6 +121,10 @@ struct st_gpu {
     int32_t *ids, *zeros;
     int32_t *pos;                         /* (T) the batch's positions: RoPE, KV store, attention */
     st_cuda_argmax_out *amax;             /* the greedy token of strata_session_decode_greedy */
+    int32_t *topk_ids;                    /* strata_session_decode_topk: candidates (device) */
+    float *topk_vals;
+    void *topk_ws;
+    size_t topk_ws_bytes;
     int32_t *hpos;                        /* (T) host copy staged for the upload */
     void *mmv_scratch, *mmq_scratch, *moe_ws, *attn_ws;
     size_t moe_ws_bytes, attn_ws_bytes;
@@ -381,6 +385,10 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     TRY(st_gpu_alloc((void **)&g->zeros, sizeof(int32_t) * T));
     TRY(st_gpu_alloc((void **)&g->pos, sizeof(int32_t) * T));
     TRY(st_gpu_alloc((void **)&g->amax, sizeof *g->amax));
+    TRY(st_gpu_alloc((void **)&g->topk_ids, sizeof(int32_t) * ST_CUDA_TOPK_MAX));
+    TRY(st_gpu_alloc((void **)&g->topk_vals, f * ST_CUDA_TOPK_MAX));
+    g->topk_ws_bytes = st_cuda_topk_wsize(hp->n_vocab, ST_CUDA_TOPK_MAX);
+    TRY(st_gpu_alloc(&g->topk_ws, g->topk_ws_bytes));
     g->hpos = malloc(sizeof(int32_t) * T);
     if (!g->hpos) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     TRY(st_gpu_alloc((void **)&g->shgate, f * T));
@@ -472,7 +480,7 @@ void st_gpu_free(strata_session *s) {
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
                     g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->mmq_scratch,
-                    g->moe_ws, g->attn_ws};
+                    g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
     free(g->ups);
@@ -1049,9 +1057,8 @@ static strata_status st_gpu_output(strata_session *s, int64_t first, int64_t n, 
     return STRATA_OK;
 }
 
-/* The greedy token after row `row` of the batch: its logits stay on the device, their argmax
- * comes down (one token instead of n_vocab floats). */
-static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata_token *out) {
+/* Row `row`'s logits into g->logits (device), as st_gpu_output computes them. */
+static strata_status st_gpu_row_logits(strata_session *s, int64_t row) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
@@ -1060,6 +1067,29 @@ static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata
     TRY(st_cuda_mmv(&g->output, g->xn, 1, g->logits, g->mmv_scratch, g->stream));
     if (m->arch->granite_scales && hp->logit_scale != 1.0f && hp->logit_scale != 0.0f)
         TRY(st_cuda_scale(g->logits, g->logits, hp->logit_scale, 1, V, g->stream));
+    return STRATA_OK;
+}
+
+/* The top-k candidates after row `row` (s->topk_*): k ids and logits down instead of the row. */
+static strata_status st_gpu_output_topk(strata_session *s, int64_t row) {
+    st_gpu *g = s->gpu;
+    const int64_t V = s->model->hp.n_vocab;
+    const int32_t k = s->topk_k;
+    TRY(st_gpu_row_logits(s, row));
+    TRY(st_cuda_topk(g->logits, V, k, g->topk_ids, g->topk_vals, g->topk_ws, g->topk_ws_bytes, g->stream));
+    TRY(st_cuda_memcpy_d2h(s->topk_ids, g->topk_ids, sizeof(int32_t) * (size_t)k));
+    TRY(st_cuda_memcpy_d2h(s->topk_vals, g->topk_vals, sizeof(float) * (size_t)k));
+    s->pcie_bytes += (int64_t)k * 8;
+    return STRATA_OK;
+}
+
+/* The greedy token after row `row` of the batch: its logits stay on the device, their argmax
+ * comes down (one token instead of n_vocab floats). */
+static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata_token *out) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t V = hp->n_vocab;
+    TRY(st_gpu_row_logits(s, row));
     TRY(st_cuda_argmax(g->logits, V, g->amax, g->stream));
     st_cuda_argmax_out r;
     TRY(st_cuda_memcpy_d2h(&r, g->amax, sizeof r));
@@ -1123,6 +1153,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     TRY(st);
     if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));
     else if (s->want_argmax) TRY(st_gpu_output_argmax(s, T - 1, s->argmax_out));
+    else if (s->want_topk) TRY(st_gpu_output_topk(s, T - 1));
     else TRY(st_cuda_synchronize());
     st_prof_mark(s, STRATA_PHASE_OUTPUT);
     s->n_past += (int32_t)T;

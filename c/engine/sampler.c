@@ -399,3 +399,70 @@ strata_status strata_sampler_sample(strata_sampler *s, const float *logits, stra
         return sample_topk(s, logits, out);
     return sample_full(s, logits, out);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * From candidates (strata_session_decode_topk)
+ *
+ * Why top_k + repeat_last_n candidates suffice: penalties only lower logits here, and only those
+ * of the at most repeat_last_n history tokens, so at least top_k candidates keep their logits,
+ * each at or before (candidate order) every token outside the candidates, penalized or not: the
+ * full chain's top-k set lies among the candidates, and stages 4-7 see only that set.
+ * ------------------------------------------------------------------------------------------- */
+
+int32_t strata_sampler_top_needed(const strata_sampler *s) {
+    if (!s) return 0;
+    const strata_sampler_params *p = &s->p;
+    if (!(p->temperature > 0.0f) || p->top_k <= 0 || p->top_k >= s->n_vocab) return 0;
+    if (p->repeat_penalty < 1.0f || p->frequency_penalty < 0.0f || p->presence_penalty < 0.0f) return 0;
+    const int64_t need = (int64_t)p->top_k + (p->repeat_last_n > 0 ? p->repeat_last_n : 0);
+    return (int32_t)(need < s->n_vocab ? need : s->n_vocab);
+}
+
+strata_status strata_sampler_sample_top(strata_sampler *s, const strata_token *ids, const float *logits,
+                                        int32_t n, strata_token *out) {
+    if (!s || !ids || !logits || !out)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_sample_top: NULL argument");
+    const strata_sampler_params *p = &s->p;
+    const int32_t need = strata_sampler_top_needed(s);
+    if (need == 0 || n < need || n > s->n_vocab)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_sample_top: %d candidates, need %d (0: these "
+                        "parameters need the whole row)", (int)n, (int)need);
+    int any_finite = 0, all_pinf = 1;
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= s->n_vocab)
+            return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_sample_top: id %d outside the vocabulary",
+                            (int)ids[i]);
+        float l = logits[i];
+        if (isnan(l)) l = -INFINITY;
+        any_finite |= isfinite(l) != 0;
+        all_pinf &= l == INFINITY;
+        s->cand[i].id = ids[i];
+        s->cand[i].logit = l;
+    }
+    if (!any_finite && all_pinf)
+        return st_error(STRATA_ERR_UNSUPPORTED, "strata_sampler_sample_top: every candidate is +inf; sample "
+                        "the whole row");
+    if (!any_finite) /* a -inf or NaN among the best: nothing outside is finite either */
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "strata_sampler_sample: no finite logit among %lld", (long long)s->n_vocab);
+    /* penalties on the candidates that are in the history (apply_penalties' arithmetic) */
+    if (s->hist_len > 0 && !(p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f))
+        for (int32_t i = 0; i < n; i++) {
+            int32_t c = 0;
+            for (int32_t h = 0; h < s->hist_len; h++) c += s->hist[h] == s->cand[i].id;
+            if (c == 0) continue;
+            float l = s->cand[i].logit;
+            if (p->repeat_penalty != 1.0f) l = l > 0.0f ? l / p->repeat_penalty : l * p->repeat_penalty;
+            l -= (float)c * p->frequency_penalty + (c > 0 ? p->presence_penalty : 0.0f);
+            s->cand[i].logit = l;
+        }
+    int64_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (s->cand[i].logit > -INFINITY) s->cand[m++] = s->cand[i];
+    if (m == 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_sample: every logit is -inf "
+                        "after the penalties");
+    qsort(s->cand, (size_t)m, sizeof *s->cand, cand_cmp);
+    if (p->top_k < m) m = p->top_k;
+    return finish_sorted(s, m, out);
+}

@@ -304,6 +304,73 @@ strata_status strata_session_decode_greedy(strata_session *s, const strata_token
     return st_argmax_row(s->argmax_logits, V, next);
 }
 
+/* The k best of x[0..n) in the sampler's candidate order (larger first, ties to the lower id, NaN
+ * as -inf), through a heap of k, then sorted. */
+static int st_topk_before(float av, int32_t ai, float bv, int32_t bi) { return av > bv || (av == bv && ai < bi); }
+
+static void st_topk_row(const float *x, int32_t n, int32_t k, int32_t *ids, float *vals) {
+    int32_t m = 0; /* heap in ids/vals: [0] the worst kept */
+    for (int32_t i = 0; i < n; i++) {
+        const float v = isnan(x[i]) ? -INFINITY : x[i];
+        if (m == k && !st_topk_before(v, i, vals[0], ids[0])) continue;
+        int32_t j;
+        if (m < k) { /* sift up from the end */
+            j = m++;
+            while (j > 0) {
+                const int32_t up = (j - 1) / 2;
+                if (!st_topk_before(vals[up], ids[up], v, i)) break;
+                vals[j] = vals[up]; ids[j] = ids[up]; j = up;
+            }
+        } else { /* replace the root, sift down */
+            j = 0;
+            for (;;) {
+                int32_t w = 2 * j + 1;
+                if (w >= m) break;
+                if (w + 1 < m && st_topk_before(vals[w], ids[w], vals[w + 1], ids[w + 1])) w++;
+                if (!st_topk_before(v, i, vals[w], ids[w])) break;
+                vals[j] = vals[w]; ids[j] = ids[w]; j = w;
+            }
+        }
+        vals[j] = v;
+        ids[j] = i;
+    }
+    for (int32_t a = 1; a < m; a++) { /* insertion sort of the k (k is small) */
+        const float v = vals[a];
+        const int32_t id = ids[a];
+        int32_t b = a;
+        while (b > 0 && st_topk_before(v, id, vals[b - 1], ids[b - 1])) {
+            vals[b] = vals[b - 1]; ids[b] = ids[b - 1]; b--;
+        }
+        vals[b] = v;
+        ids[b] = id;
+    }
+}
+
+strata_status strata_session_decode_topk(strata_session *s, const strata_token *tokens, int64_t n, int32_t k,
+                                         strata_token *ids, float *logits) {
+    if (!s || !ids || !logits)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_topk: NULL argument");
+    const int32_t V = s->model->hp.n_vocab;
+    if (n < 1 || k < 1 || k > V || k > STRATA_TOPK_MAX)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_topk: n %" PRId64 ", k %d (1 <= k "
+                        "<= min(n_vocab %d, %d))", n, (int)k, (int)V, STRATA_TOPK_MAX);
+    if (s->backend == STRATA_BACKEND_CUDA) { /* the candidates on the device, k pairs down */
+        s->topk_k = k;
+        s->topk_ids = ids;
+        s->topk_vals = logits;
+        strata_status st = strata_session_decode_gen(s, tokens, n, NULL, 0);
+        s->topk_k = 0;
+        s->want_topk = 0;
+        return st;
+    }
+    if (!s->argmax_logits && !(s->argmax_logits = malloc(sizeof(float) * (size_t)V)))
+        return st_error(STRATA_ERR_NOMEM, "strata_session_decode_topk: out of memory");
+    strata_status st = strata_session_decode_gen(s, tokens, n, s->argmax_logits, 0);
+    if (st != STRATA_OK) return st;
+    st_topk_row(s->argmax_logits, V, k, ids, logits);
+    return STRATA_OK;
+}
+
 strata_status st_argmax_row(const float *x, int32_t n, strata_token *out) {
     int32_t best = -1;
     float bv = -INFINITY;
@@ -436,6 +503,7 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         else if (logits && off + T == n) lg = logits;
         if (s->profile) { s->prof_calls++; s->prof_tokens += T; }
         s->want_argmax = s->argmax_out && off + T == n;
+        s->want_topk = s->topk_k > 0 && off + T == n;
         if (s->backend == STRATA_BACKEND_CUDA) {
             /* layers whose experts the CPU computes: the pool's workers spin through the GPU's
              * part of each layer instead of sleeping and waking (bench/bench_pool_gap) */

@@ -42,6 +42,10 @@ struct strata_session {
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
     int want_argmax;            /* this batch is the call's last: compute the greedy token */
     float *argmax_logits;       /* CPU sessions: the last row's logits for the greedy token */
+    int32_t topk_k;             /* strata_session_decode_topk: how many candidates, and where */
+    int32_t *topk_ids;
+    float *topk_vals;
+    int want_topk;              /* this batch is the call's last: compute the candidates */
     int32_t expert_cache;       /* GPU: routed experts in a cache of this many slots (0: resident,
                                    -1: as many as fit in gpu_mem or free memory) */
     int64_t gpu_mem;            /* GPU: bytes the session may use (0: the free memory) */

@@ -592,6 +592,15 @@ STRATA_API strata_status strata_session_decode_greedy(strata_session *session,
                                                       const strata_token *tokens, int64_t n,
                                                       strata_token *next);
 
+/* As strata_session_decode_gen (n >= 1 generated tokens), and the k largest logits after the last
+ * one with their token ids, in the sampler's candidate order (larger first, ties to the lower id,
+ * NaN as -inf): ids[k], logits[k]; 1 <= k <= min(n_vocab, STRATA_TOPK_MAX). Feed them to
+ * strata_sampler_sample_top. A CUDA session selects them on the GPU and copies k pairs down
+ * instead of n_vocab logits. */
+#define STRATA_TOPK_MAX 1024
+STRATA_API strata_status strata_session_decode_topk(strata_session *session, const strata_token *tokens,
+                                                    int64_t n, int32_t k, strata_token *ids, float *logits);
+
 /* The phases of a forward pass that profile mode times. */
 typedef enum strata_phase {
     STRATA_PHASE_EMBED = 0,       /* token embeddings (and their copy to the GPU) */
@@ -693,6 +702,17 @@ STRATA_API void strata_sampler_reset(strata_sampler *sampler);
 /* Picks a token from n_vocab logits (not modified). Does not accept it. */
 STRATA_API strata_status strata_sampler_sample(strata_sampler *sampler, const float *logits,
                                                strata_token *out);
+/* How many candidates strata_sampler_sample_top needs to pick exactly what strata_sampler_sample
+ * would from the whole row: top_k + repeat_last_n (at most n_vocab); 0 when candidates cannot do
+ * (top_k <= 0 or >= n_vocab, temperature <= 0, or a penalty that can raise a logit:
+ * repeat_penalty < 1, a negative frequency or presence penalty). */
+STRATA_API int32_t strata_sampler_top_needed(const strata_sampler *sampler);
+/* As strata_sampler_sample, from the n largest logits of a row in candidate order with their ids
+ * (strata_session_decode_topk): the same token, and the same errors, given n >=
+ * strata_sampler_top_needed(sampler) > 0 (else STRATA_ERR_INVALID_ARG). STRATA_ERR_UNSUPPORTED
+ * when the candidates cannot tell (every one of them +inf): use the whole row. */
+STRATA_API strata_status strata_sampler_sample_top(strata_sampler *sampler, const strata_token *ids,
+                                                   const float *logits, int32_t n, strata_token *out);
 /* Adds token to the penalty history (prompt tokens and generated ones). */
 STRATA_API void strata_sampler_accept(strata_sampler *sampler, strata_token token);
 

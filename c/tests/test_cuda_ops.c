@@ -378,6 +378,45 @@ static void test_add_rmsnorm(int64_t n, int64_t T) {
     free(x); free(b); free(w); free(x1); free(y1); free(x2); free(y2);
 }
 
+/* st_cuda_topk against a host ranking: each returned id has exactly i values before it in
+ * candidate order (NaN as -inf), its value is the row's; rows with ties, NaN and -inf. */
+static void test_topk(int64_t n, int32_t k, int ties) {
+    float *x = malloc(sizeof(float) * (size_t)n), *vals = malloc(sizeof(float) * (size_t)k);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)k);
+    for (int64_t i = 0; i < n; i++) {
+        const float u = test_rng_float(&rng) * 10.0f;
+        x[i] = ties ? roundf(u) : u;
+        if (i % 997 == 5) x[i] = NAN;
+        if (i % 1301 == 7) x[i] = -INFINITY;
+    }
+    float *dx = dev_buf(x, n), *dv = dev_buf(NULL, k), *di = dev_buf(NULL, k);
+    const size_t wsb = st_cuda_topk_wsize(n, k);
+    void *ws = NULL;
+    int ok = dx && dv && di && st_cuda_malloc(&ws, wsb ? wsb : 16) == STRATA_OK;
+    ok = ok && st_cuda_topk(dx, n, k, (int32_t *)di, dv, ws, wsb, NULL) == STRATA_OK;
+    CHECK(ok, "topk n=%lld k=%d: %s", (long long)n, (int)k, strata_last_error());
+    if (ok) {
+        const int g1 = dev_fetch(vals, dv, k), g2 = dev_fetch((float *)ids, di, k);
+        int good = g1 == 0 && g2 == 0;
+        for (int32_t i = 0; good && i < k; i++) {
+            const int32_t id = ids[i];
+            good = id >= 0 && id < n;
+            if (!good) break;
+            const float v = isnan(x[id]) ? -INFINITY : x[id];
+            int64_t before = 0;
+            for (int64_t t = 0; t < n; t++) {
+                const float w = isnan(x[t]) ? -INFINITY : x[t];
+                before += w > v || (w == v && t < id);
+            }
+            good = before == i && (vals[i] == v);
+        }
+        printf("topk n=%-7lld k=%-5d%s: %s\n", (long long)n, (int)k, ties ? " ties" : "", good ? "ok" : "WRONG");
+        CHECK(good, "topk n=%lld k=%d: not the row's best in candidate order", (long long)n, (int)k);
+    }
+    st_cuda_free(dx); st_cuda_free(dv); st_cuda_free(di); st_cuda_free(ws);
+    free(x); free(vals); free(ids);
+}
+
 /* st_cuda_qkv_prep against the separate launches it replaces (per-head rmsnorm on q and k,
  * rope over q and k, kv_store of k and v): the same bits in the row and in both caches; guards
  * after the row and the caches unchanged. */
@@ -555,6 +594,12 @@ int main(void) {
     test_qkv_prep(32, 4, 128, 7, 1, 1, 1, 0);
     test_qkv_prep(16, 16, 64, 3, 0, 0, 0, 1);  /* no norms, normal pairs, f32 cache */
     test_qkv_prep(8, 2, 64, 5, 1, 0, 1, 0);
+    test_topk(151936, 104, 1);
+    test_topk(151936, 1, 0);
+    test_topk(50257, 1024, 1);
+    test_topk(2048, 1024, 0);
+    test_topk(5, 5, 1);
+    test_topk(4099, 40, 1);
     test_argmax(151936, 0);
     test_argmax(151936, 1);
     test_argmax(1, 0);

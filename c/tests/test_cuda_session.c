@@ -295,6 +295,28 @@ static void test_default_model(void) {
                   r == STRATA_OK ? "tokens differ from the argmax of the copied logits" : strata_last_error());
             strata_session_free(gs);
         }
+        /* strata_session_decode_topk: the candidates selected on the GPU are the copied row's best
+         * in candidate order, with its values, over the prompt and 8 steps */
+        strata_session *ta = new_session(m, STRATA_BACKEND_CUDA, 64, 512), *tb = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+        float *row = malloc(sizeof(float) * (size_t)V), tv[104];
+        strata_token ti[104];
+        int good = ta && tb && row;
+        for (int i = 0; good && i < 9; i++) {
+            const strata_token *in = i == 0 ? toks : &gg[i - 1];
+            const int64_t nin = i == 0 ? 12 : 1;
+            good = strata_session_decode_topk(ta, in, nin, 104, ti, tv) == STRATA_OK &&
+                   strata_session_decode(tb, in, nin, row, 0) == STRATA_OK;
+            for (int j = 0; good && j < 104; j++) {
+                int before = 0;
+                for (int32_t t = 0; t < V; t++)
+                    before += row[t] > row[ti[j]] || (row[t] == row[ti[j]] && t < ti[j]);
+                good = before == j && tv[j] == row[ti[j]];
+            }
+        }
+        CHECK(good, "decode_topk on the GPU: %s", strata_last_error());
+        free(row);
+        strata_session_free(ta);
+        strata_session_free(tb);
     }
     test_graphs(m, toks, 12, V);
 

@@ -355,8 +355,78 @@ static void test_topk_path(void) {
     free(l);
 }
 
+typedef struct { float v; int32_t id; } pair_t;
+static int pair_cmp(const void *a, const void *b) { /* candidate order, NaN as -inf */
+    const pair_t *x = a, *y = b;
+    if (x->v > y->v) return -1;
+    if (x->v < y->v) return 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* strata_sampler_sample_top on the top_needed best of each row against strata_sampler_sample on
+ * the row: the same tokens and errors over ties, NaN, +-inf and lowering penalties; 0 needed
+ * where candidates cannot decide. */
+static void test_sample_top(void) {
+    test_rng r = {0x5a3b1e70ULL};
+    const int V = 2003;
+    float *l = malloc(sizeof(float) * V), *cv = malloc(sizeof(float) * V);
+    strata_token *ci = malloc(sizeof(strata_token) * V);
+    pair_t *pr = malloc(sizeof(pair_t) * V);
+    int steps = 0, same = 0;
+    for (int cfg = 0; cfg < 12; cfg++) {
+        strata_sampler_params p = strata_sampler_default_params();
+        p.top_k = cfg % 3 == 0 ? 1 : cfg % 3 == 1 ? 40 : 300;
+        p.seed = 77u + (uint64_t)cfg;
+        p.temperature = cfg % 2 ? 0.7f : 1.5f;
+        p.min_p = cfg % 4 == 0 ? 0.0f : 0.05f;
+        if (cfg % 2) { p.repeat_penalty = 1.2f; p.frequency_penalty = 0.1f; p.presence_penalty = 0.3f; }
+        p.repeat_last_n = 32;
+        strata_sampler *a = make(&p, V), *b = make(&p, V);
+        if (!a || !b) { strata_sampler_free(a); strata_sampler_free(b); continue; }
+        const int32_t need = strata_sampler_top_needed(a);
+        CHECK(need == p.top_k + 32, "top_needed %d for top_k %d", (int)need, p.top_k);
+        for (int step = 0; step < 50; step++) {
+            for (int i = 0; i < V; i++) l[i] = roundf(test_rng_float(&r) * 6.0f) * 0.5f;
+            if (step % 6 == 2) l[(step * 13) % V] = NAN;
+            if (step % 9 == 4) l[(step * 7) % V] = INFINITY;
+            for (int i = 0; i < V; i++) { pr[i].v = isnan(l[i]) ? -INFINITY : l[i]; pr[i].id = i; }
+            qsort(pr, (size_t)V, sizeof *pr, pair_cmp);
+            for (int i = 0; i < need; i++) { ci[i] = pr[i].id; cv[i] = l[pr[i].id]; }
+            strata_token ta = -1, tb = -2;
+            const strata_status sa = strata_sampler_sample_top(a, ci, cv, need, &ta);
+            const strata_status sb = strata_sampler_sample(b, l, &tb);
+            steps++;
+            same += sa == sb && (sa != STRATA_OK || ta == tb);
+            if (sa == STRATA_OK) { strata_sampler_accept(a, ta); strata_sampler_accept(b, tb); }
+        }
+        strata_token t;
+        CHECK(strata_sampler_sample_top(a, ci, cv, need - 1, &t) == STRATA_ERR_INVALID_ARG, "too few candidates");
+        strata_sampler_free(a);
+        strata_sampler_free(b);
+    }
+    printf("sample_top vs sample over the row: %d of %d steps agree\n", same, steps);
+    CHECK(same == steps, "sample_top differs from sample in %d of %d steps", steps - same, steps);
+    /* parameters that candidates cannot serve */
+    strata_sampler_params q = strata_sampler_default_params();
+    int zero = 0;
+    for (int c = 0; c < 5; c++) {
+        strata_sampler_params x = q;
+        if (c == 0) x.top_k = 0;
+        if (c == 1) x.temperature = 0.0f;
+        if (c == 2) x.repeat_penalty = 0.9f;
+        if (c == 3) x.presence_penalty = -0.1f;
+        if (c == 4) x.top_k = V;
+        strata_sampler *z = make(&x, V);
+        zero += z && strata_sampler_top_needed(z) == 0;
+        strata_sampler_free(z);
+    }
+    CHECK(zero == 5, "top_needed is 0 where candidates cannot decide (%d of 5)", zero);
+    free(l); free(cv); free(ci); free(pr);
+}
+
 int main(void) {
     test_topk_path();
+    test_sample_top();
     test_defaults_and_errors();
     test_greedy();
     test_seed();

@@ -143,6 +143,38 @@ static void test_decode_greedy(void) {
     strata_session_free(s);
 }
 
+/* strata_session_decode_topk: the k best of the logits strata_session_decode gives, in candidate
+ * order (checked against a sort of the whole row), for k 1, 40 and 104; argument errors. */
+static void test_decode_topk(void) {
+    strata_session *a = make_session(256, 512, STRATA_TYPE_F16, 2), *b = make_session(256, 512, STRATA_TYPE_F16, 2);
+    float *lg = malloc(sizeof(float) * (size_t)V), vals[104];
+    strata_token ids[104];
+    int ok = a && b && lg;
+    const int ks[3] = {1, 40, 104};
+    for (int step = 0; ok && step < 3; step++) {
+        const strata_token *in = step == 0 ? PROMPT : seq + N_PROMPT + step - 1;
+        const int64_t n = step == 0 ? N_PROMPT : 1;
+        ok = strata_session_decode_topk(a, in, n, ks[step], ids, vals) == STRATA_OK &&
+             strata_session_decode(b, in, n, lg, 0) == STRATA_OK;
+        CHECK(ok, "decode_topk: %s", strata_last_error());
+        for (int i = 0; ok && i < ks[step]; i++) { /* ids[i] has exactly i tokens before it */
+            int before = 0;
+            for (int32_t t = 0; t < V; t++)
+                before += lg[t] > lg[ids[i]] || (lg[t] == lg[ids[i]] && t < ids[i]);
+            ok = before == i && vals[i] == lg[ids[i]];
+        }
+        CHECK(ok, "decode_topk k=%d: not the row's %d best in candidate order", ks[step], ks[step]);
+    }
+    if (a) {
+        CHECK(strata_session_decode_topk(a, PROMPT, 1, 0, ids, vals) == STRATA_ERR_INVALID_ARG, "k 0");
+        CHECK(strata_session_decode_topk(a, PROMPT, 1, V + 1, ids, vals) == STRATA_ERR_INVALID_ARG, "k > n_vocab");
+        CHECK(strata_session_decode_topk(a, PROMPT, 1, 4, NULL, vals) == STRATA_ERR_INVALID_ARG, "NULL ids");
+    }
+    free(lg);
+    strata_session_free(a);
+    strata_session_free(b);
+}
+
 static double max_rel_diff(const float *a, const float *b, size_t n) {
     double d = 0, m = 0;
     for (size_t i = 0; i < n; i++) {
@@ -470,6 +502,7 @@ int main(void) {
     CHECK(V == 8192, "n_vocab %d", V);
     test_greedy();
     test_decode_greedy();
+    test_decode_topk();
     test_batching();
     test_errors();
     test_profile();
