@@ -316,6 +316,12 @@ class Model:
         smp = smp_out[0]
         logits = ffi.new("float[]", self.n_vocab)
         tok = ffi.new("strata_token *")
+        # the CLI's candidates path: the top_k + repeat_last_n best logits after each step (on a
+        # CUDA session selected on the GPU), the same tokens as the whole row
+        need = lib.strata_sampler_top_needed(smp)
+        cids = ffi.new("strata_token[]", max(need, 1))
+        cvals = ffi.new("float[]", max(need, 1))
+        have_cand = False
         dec = codecs.getincrementaldecoder("utf-8")("replace")
         pending = ""
         prev = None  # the last (token, text) not yet yielded (the final flush joins it)
@@ -331,7 +337,11 @@ class Model:
                                             0), "strata_session_decode")
             n_gen = 0
             while max_tokens < 0 or n_gen < max_tokens:
-                check(lib.strata_sampler_sample(smp, logits, tok), "strata_sampler_sample")
+                if have_cand:
+                    check(lib.strata_sampler_sample_top(smp, cids, cvals, need, tok),
+                          "strata_sampler_sample_top")
+                else:
+                    check(lib.strata_sampler_sample(smp, logits, tok), "strata_sampler_sample")
                 t = int(tok[0])
                 if not ignore_eos and lib.strata_token_is_eog(model, t):
                     self.last_stop = "eog"
@@ -362,8 +372,13 @@ class Model:
                 if lib.strata_session_n_past(sess) >= n_ctx:
                     self.last_stop = "context"
                     break
-                check(lib.strata_session_decode_gen(sess, tok, 1, logits, 0),
-                      "strata_session_decode_gen")
+                if need > 0:
+                    check(lib.strata_session_decode_topk(sess, tok, 1, need, cids, cvals),
+                          "strata_session_decode_topk")
+                    have_cand = True
+                else:
+                    check(lib.strata_session_decode_gen(sess, tok, 1, logits, 0),
+                          "strata_session_decode_gen")
             if self.last_stop != "stop":
                 pending += dec.decode(b"", final=True)
             if prev is not None:
