@@ -7,12 +7,13 @@
 # on the synthetic olmoe-1b-7b and qwen3-30b-a3b files (written by synth_moe.py while the build and
 # tests run), GPU first, as long as BUDGET seconds allow.
 #   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
-# env: BUDGET (seconds for the benchmarks), OFFLOAD=0 (skip the expert-offloading rows and the
+# env: BUDGET (seconds for the benchmarks), CHECK=0 (skip the tests, the check-and-time programs
+# and the end-to-end checks: a speed-only run), NSYS=1 (per-kernel times from nsys), SWEEP=0 (no depth-0 offloading sweep), OFFLOAD=0 (skip the expert-offloading rows and the
 # sweep), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
 # attn_check), NOGRAPHS=0 (skip
-# the rows without CUDA graphs), DISK=1 (the disk's O_DIRECT expert read rate), TILES_AB=1 (prompt
-# rows with the pipelined and the int8 tile kernels as the build's default), DEPTH_SWEEP=1 (the
-# offloading sweep at depth 16K).
+# the rows without CUDA graphs), DISK=1 (the disk's O_DIRECT expert read rate), AB_NVCC="-D..."
+# (pp512/tg128 rows from a second build with those nvcc flags), DEPTH_SWEEP=1 (the offloading
+# sweep at depth 16K).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 cffi pycparser
@@ -45,6 +46,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 
 if make -j16 CUDA=1 all > "$FINAL/gpu_build.log" 2>&1; then echo "build ok at $(el)s"
 else echo "BUILD FAILED"; grep -E "error" "$FINAL/gpu_build.log" | head -20; exit 1; fi
+if [ "${CHECK:-1}" = 1 ]; then
 make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check > "$FINAL/cuda_check.log" 2>&1
 echo "cuda-check rc=$? at $(el)s"
 grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/cuda_check.log" | head -80
@@ -57,8 +59,10 @@ grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/
     -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/mmq_check.cu build/libstrata.a \
     -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 240 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
 echo "mmq_check done at $(el)s"
+fi # CHECK (the tests and the check-and-time programs)
 
 # ---- end to end through the CLI: the default model, GPU vs CPU ----
+if [ "${CHECK:-1}" = 1 ]; then
 M=models/strata-tiny-moe-q8_0.gguf
 P="Dictionary, n. A malevolent literary device for cramping the growth of a language."
 ./strata -m $M -p "$P" -n 64 --temp 0 --ignore-eos --no-echo --gpu > "$R/greedy_gpu.txt" 2> "$R/greedy_gpu.err"
@@ -79,6 +83,7 @@ STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTH
     timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/test_hf_parity_gpu.py \
     > "$R/hf_parity_gpu.log" 2>&1
 echo "hf parity on the GPU: rc=$? $(tail -1 "$R/hf_parity_gpu.log") at $(el)s"
+fi # CHECK
 
 # ---- first speed on the synthetic files ----
 bench() { # name file args...
@@ -99,18 +104,34 @@ bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # prompt attention: the tensor cores at depth 0 too (the default takes them from position 1024 on)
 bench q3_gpu_attntc /tmp/q3.gguf -p 512 -n 0 -r 2 --gpu --attn-tc
-# the prompt tiles A/B (TILES_AB=1): the same prompt rows from builds whose default tile kernel is
-# the pipelined (1) or the int8 (2) one (ST_MMQ_DEFAULT_KERNEL; the tests compare their bits)
-if [ "${TILES_AB:-0}" = 1 ]; then
-    for kk in 1 2; do
-        make -j16 CUDA=1 BUILD=build-k$kk OUTDIR=build-k$kk NVCC_EXTRA=-DST_MMQ_DEFAULT_KERNEL=$kk \
-            build-k$kk/strata > "$R/build_k$kk.log" 2>&1 || { echo "build k$kk failed"; continue; }
+# A/B against a build variant (AB_NVCC="-DNAME=V ..."): the same pp512 and tg128 rows from a
+# second build with those nvcc flags, run right after the default's rows
+if [ -n "${AB_NVCC:-}" ]; then
+    if make -j16 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata \
+        > "$R/build_ab.log" 2>&1; then
         for f in q3 olmoe; do
             [ "$(el)" -lt "$BUDGET" ] || break
-            timeout 60 ./build-k$kk/strata bench -m /tmp/$f.gguf -p 512 -n 0 -r 3 --gpu \
-                --json "$R/bench_${f}_tiles_k$kk.json" 2>/dev/null | tail -1
+            echo "AB ($AB_NVCC) $f:"
+            timeout 90 ./build-ab/strata bench -m /tmp/$f.gguf -p 512 -n 128 -r 3 --gpu \
+                --json "$R/bench_${f}_ab.json" 2>/dev/null | tail -2
         done
-    done
+    else echo "AB build failed"; tail -5 "$R/build_ab.log"; fi
+fi
+# per-kernel GPU time of decode and of pp512 (NSYS=1, where Nsight Systems is installed): the
+# graph's kernels traced one by one, summed by name
+if [ "${NSYS:-0}" = 1 ]; then
+    NS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+    if [ -n "$NS" ]; then
+        for w in "tg:-p 0 -n 64" "pp:-p 512 -n 0"; do
+            nm=${w%%:*}
+            timeout 120 "$NS" profile -t cuda --cuda-graph-trace=node -o /tmp/prof_$nm --force-overwrite true \
+                ./strata bench -m /tmp/q3.gguf ${w#*:} -r 1 --gpu > "$R/nsys_$nm.log" 2>&1
+            timeout 120 "$NS" stats -q -r cuda_gpu_kern_sum --format csv /tmp/prof_$nm.nsys-rep \
+                > "$R/nsys_kern_$nm.csv" 2>> "$R/nsys_$nm.log"
+            echo "nsys $nm (top kernels by total time):"; head -25 "$R/nsys_kern_$nm.csv" | cut -c1-220
+        done
+        echo "(nsys done at $(el)s)"
+    else echo "no nsys here: $(ls /usr/local/cuda/bin | tr '\n' ' ' | cut -c1-400)"; fi
 fi
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile
@@ -149,7 +170,7 @@ if [ "${DISK:-0}" = 1 ] && [ "$(el)" -lt "$BUDGET" ] && make -j16 CUDA=1 bench >
     timeout 60 ./build/bench_stream /tmp/q3.gguf --seconds 2 2>&1 | tee "$R/bench_stream.txt" | tail -8
 fi
 # the offloading sweep (table, JSON, PNG where matplotlib is there) for docs/PERFORMANCE.md
-if [ "${OFFLOAD:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
+if [ "${OFFLOAD:-1}" = 1 ] && [ "${SWEEP:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
     timeout $(( BUDGET + 90 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
         --shares 0,25,50,100 -n 32 --static --anchors "0:43.6,25:48.6,50:76.0,100:282.6" \
         --args "-t 16" --out "$R/sweep_q3_gpu" 2>&1 | tail -10

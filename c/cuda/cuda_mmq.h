@@ -59,16 +59,10 @@ strata_status st_cuda_mmq_swiglu(const st_cuda_mat *Wg, const st_cuda_mat *Wu, c
  * the check-and-time programs; not thread-safe against running calls. */
 void st_cuda_mmq_set_glu_mode(int mode);
 
-/* 1: the plain and paired tiles take the pipelined kernel (the next step's loads in flight while
- * a step's mma slices run, two shared buffers, one barrier per step); 0 (the default, until
- * measured on the H200): the one-buffer kernel. The same bits either way. Process-wide, for the
- * tests and the check-and-time programs; not thread-safe against running calls. */
-void st_cuda_mmq_set_pipeline(int on);
-
-/* 1: for weight types with integer quants (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) the plain and paired
- * tiles take the int8 kernel (bytes in shared memory, mma.sync on signed bytes, pipelined as
- * above; the same bits); 0 (the default, until measured on the H200). Process-wide, for the tests
- * and the check-and-time programs. */
+/* 1 (the default): for weight types with integer quants (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) the plain
+ * and paired tiles take the int8 kernel (bytes in shared memory, mma.sync on signed bytes, the next
+ * step's loads in flight); 0: the one-buffer f16 tiles. The same bits either way. Process-wide,
+ * for the tests and the check-and-time programs; not thread-safe against running calls. */
 void st_cuda_mmq_set_int8(int on);
 
 #ifdef __cplusplus

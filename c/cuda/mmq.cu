@@ -56,7 +56,7 @@ static __device__ __forceinline__ void st_w_finish(const st_wraw &r, int64_t c, 
 }
 
 /* Types with a dp4a decoder (moe.cuh): q = the signed bytes, sc = s0 / s1, mn = m. chunk() is
- * fetch + finish in one; the pipelined kernel calls them a step apart (stage_t holds the words). */
+ * fetch + finish in one; the int8 kernel calls them a step apart (its stage holds the words). */
 template <class W>
 struct st_mq_w32 {
     static constexpr bool SPLIT = W::SPLIT, INT8 = true;
@@ -392,230 +392,6 @@ st_k_mmq(const st_mmq_args a) {
     }
 }
 
-/* ---- the pipelined tile kernel ---------------------------------------------------------------- */
-
-/* One thread's share of a step, held in registers between its loads and its shared stores: the
- * activation quants of chunk c of its row (32 f16), their scale and half sums, and the raw words
- * (or, for the f16-decoded types, the decoded chunk) of its weight chunk. */
-template <class C>
-struct st_mq_stage {
-    uint4 xq[4];
-    float xd, xs0, xs1;
-    typename C::stage_t w;
-    bool x_ok, w_in;
-};
-
-template <class C>
-static __device__ __forceinline__ void st_mq_fetch(const st_mmq_args &a, int64_t src, const uint8_t *wrow,
-                                                   int64_t c, int64_t nch, st_mq_stage<C> &o) {
-    /* loads only, nothing that reads them (outside rows and chunks read row 0 chunk 0, and put
-     * writes zeros): the registers are consumed after the step's slices */
-    const bool in = c < nch, ok = src >= 0 && in;
-    const int64_t r = ok ? src : 0, cc = ok ? c : 0;
-    const uint4 *p = (const uint4 *)(a.act.q + r * a.K + 32 * cc);
-#pragma unroll
-    for (int j = 0; j < 4; j++) o.xq[j] = __ldg(p + j);
-    o.xd = __ldg(a.act.d + r * nch + cc);
-    o.xs0 = __ldg(a.act.s + r * 2 * nch + 2 * cc);
-    o.xs1 = __ldg(a.act.s + r * 2 * nch + 2 * cc + 1);
-    o.x_ok = ok;
-    o.w_in = wrow && in;
-    if (o.w_in) C::fetch(wrow, c, o.w);
-}
-
-/* The step's share into buffer (Xs, Ws, Xd, Xsum, Wsc): st_k_mmq's stores, value for value. */
-template <class C>
-static __device__ __forceinline__ void st_mq_put(const st_mq_stage<C> &o, int64_t c, __half *Xs, __half *Ws,
-                                                 float (*Xd)[2], float (*Xsum)[4], st_mq_wscale &Wsc,
-                                                 int lr, int hf) {
-    __half *xd = Xs + lr * ST_MMQ_LDS + hf * 32;
-    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-    for (int j = 0; j < 4; j++) ((uint4 *)xd)[j] = o.x_ok ? o.xq[j] : z;
-    Xd[lr][hf] = o.x_ok ? o.xd : 0.0f;
-    Xsum[lr][2 * hf] = o.x_ok ? o.xs0 : 0.0f;
-    Xsum[lr][2 * hf + 1] = o.x_ok ? o.xs1 : 0.0f;
-    st_mq_chunk ch;
-    if (o.w_in) {
-        C::finish(o.w, c, ch);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 16; j++) ch.h[j] = 0u;
-        ch.sc[0] = ch.sc[1] = ch.mn = 0.0f;
-    }
-    st_mq_store32(Ws + lr * ST_MMQ_LDS + hf * 32, ch.h);
-    Wsc.sc[lr][2 * hf] = ch.sc[0];
-    Wsc.sc[lr][2 * hf + 1] = ch.sc[1];
-    Wsc.mn[lr][2 * hf] = Wsc.mn[lr][2 * hf + 1] = ch.mn;
-}
-
-/* st_k_mmq's function for the plain and paired-GLU modes with the steps overlapped: two shared
- * buffers; each thread issues its loads for step s + 1 before the warps multiply step s out of
- * one buffer, decodes and stores them into the other after, and one barrier ends the step. The
- * mma slices and the scaling are st_k_mmq's operation for operation, so the outputs are the same
- * bits (test_cuda_mmv, test_cuda_moe). Opt-in until measured: st_cuda_mmq_set_pipeline. */
-template <class C, int MODE>
-static __global__ void __launch_bounds__(ST_MMQ_THREADS, 3) st_k_mmq_pipe(const st_mmq_args a) {
-    static_assert(MODE != ST_MMQ_GLU_FUSED, "the fused GLU tiles are not pipelined");
-    constexpr bool PAIR = MODE == ST_MMQ_GLU_PAIRED;
-    constexpr int LDS = ST_MMQ_LDS, LDC = ST_MMQ_LDC;
-    constexpr int TILE_B = ST_MMQ_BM * LDS * (int)sizeof(__half);
-    static_assert(ST_MMQ_BM * LDC * (int)sizeof(float) <= 4 * TILE_B, "Cs fits over the buffers");
-    __shared__ __align__(128) unsigned char st_mq_smem[4 * TILE_B]; /* Xs[0], Ws[0], Xs[1], Ws[1] */
-    __shared__ float Xd[2][ST_MMQ_BM][2], Xsum[2][ST_MMQ_BM][4];
-    __shared__ st_mq_wscale Wsc[2];
-    float *Cs = (float *)st_mq_smem;
-
-    int64_t start;
-    int count;
-    const uint8_t *w0, *w1 = NULL;
-    size_t rb0, rb1 = 0;
-    if (a.tiles) {
-        if ((int)blockIdx.y >= *a.n_tiles) return;
-        const st_mmq_tile t = a.tiles[blockIdx.y];
-        start = t.start;
-        count = t.count;
-        const st_cuda_expert *ex = a.table + t.e;
-        const st_cuda_mat *m0 = a.which == 2 ? &ex->down : &ex->gate;
-        w0 = (const uint8_t *)m0->data;
-        rb0 = m0->row_bytes;
-        if (PAIR) {
-            w1 = (const uint8_t *)ex->up.data;
-            rb1 = ex->up.row_bytes;
-        }
-    } else {
-        start = (int64_t)blockIdx.y * ST_MMQ_BM;
-        count = (int)min((int64_t)ST_MMQ_BM, a.T - start);
-        w0 = a.w0;
-        rb0 = a.rb0;
-        w1 = a.w1;
-        rb1 = a.rb1;
-    }
-    const int64_t r0 = (int64_t)blockIdx.x * ST_MMQ_BN, oc0 = (int64_t)blockIdx.x * (ST_MMQ_BN / 2);
-    const int tid = (int)threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int lr = tid >> 1, hf = tid & 1;
-    const int64_t nch = a.K / 32;
-    int64_t src = -1;
-    if (lr < count) src = a.x_order ? (int64_t)(a.x_order[start + lr] / a.k_div) : start + lr;
-    const uint8_t *wrow = NULL;
-    if (PAIR) {
-        const int64_t r = oc0 + (lr & 31);
-        if (r < a.N) wrow = lr < 32 ? w0 + (size_t)r * rb0 : w1 + (size_t)r * rb1;
-    } else if (r0 + lr < a.N) {
-        wrow = w0 + (size_t)(r0 + lr) * rb0;
-    }
-
-    const int wm = warp >> 1, wn = warp & 1;
-    const int g = lane >> 2, tq = lane & 3;
-    float acc[2][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
-
-    {   /* step 0 into buffer 0 */
-        st_mq_stage<C> s0;
-        st_mq_fetch<C>(a, src, wrow, hf, nch, s0);
-        st_mq_put<C>(s0, hf, (__half *)st_mq_smem, (__half *)(st_mq_smem + TILE_B), Xd[0], Xsum[0], Wsc[0], lr, hf);
-    }
-    __syncthreads();
-    int b = 0;
-    for (int64_t c0 = 0; c0 < nch; c0 += 2, b ^= 1) {
-        const bool more = c0 + 2 < nch;
-        st_mq_stage<C> nx;
-        if (more) st_mq_fetch<C>(a, src, wrow, c0 + 2 + hf, nch, nx); /* in flight during the slices */
-        const __half *Xs = (const __half *)(st_mq_smem + 2 * b * TILE_B);
-        const __half *Ws = (const __half *)(st_mq_smem + (2 * b + 1) * TILE_B);
-        /* st_k_mmq's slices (one matrix) */
-        constexpr int SL = C::SPLIT ? 1 : 2;
-#pragma unroll 1
-        for (int ks0 = 0; ks0 < 4; ks0 += SL) {
-            uint32_t af[SL][2][4];
-#pragma unroll
-            for (int j = 0; j < SL; j++)
-#pragma unroll
-                for (int mi = 0; mi < 2; mi++)
-                    st_ldsm_x4(af[j][mi], Xs + (wm * 32 + mi * 16 + (lane & 15)) * LDS + (ks0 + j) * 16 +
-                                              (lane >> 4) * 8);
-            float dx[2][2], sx[2][2];
-#pragma unroll
-            for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = wm * 32 + mi * 16 + g + 8 * h;
-                    dx[mi][h] = Xd[b][r][ks0 >> 1];
-                    sx[mi][h] = SL == 2 ? Xsum[b][r][ks0] + Xsum[b][r][ks0 + 1] : Xsum[b][r][ks0];
-                }
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                uint32_t bf[SL][4];
-#pragma unroll
-                for (int j = 0; j < SL; j++)
-                    st_ldsm_x4(bf[j], Ws + (wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS +
-                                          (ks0 + j) * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-                for (int nn = 0; nn < 2; nn++) {
-                    const int ni = np * 2 + nn;
-                    const int n = wn * 32 + ni * 8 + 2 * tq;
-                    const float sw0 = Wsc[b].sc[n][ks0], sw1 = Wsc[b].sc[n + 1][ks0];
-                    const float mw0 = Wsc[b].mn[n][ks0], mw1 = Wsc[b].mn[n + 1][ks0];
-#pragma unroll
-                    for (int mi = 0; mi < 2; mi++) {
-                        float cc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                        for (int j = 0; j < SL; j++) st_mma16816(cc, af[j][mi], bf[j][2 * nn], bf[j][2 * nn + 1]);
-                        float *A = acc[mi][ni];
-                        A[0] = fmaf(dx[mi][0], fmaf(sw0, cc[0], mw0 * sx[mi][0]), A[0]);
-                        A[1] = fmaf(dx[mi][0], fmaf(sw1, cc[1], mw1 * sx[mi][0]), A[1]);
-                        A[2] = fmaf(dx[mi][1], fmaf(sw0, cc[2], mw0 * sx[mi][1]), A[2]);
-                        A[3] = fmaf(dx[mi][1], fmaf(sw1, cc[3], mw1 * sx[mi][1]), A[3]);
-                    }
-                }
-            }
-        }
-        if (more)
-            st_mq_put<C>(nx, c0 + 2 + hf, (__half *)(st_mq_smem + 2 * (b ^ 1) * TILE_B),
-                         (__half *)(st_mq_smem + (2 * (b ^ 1) + 1) * TILE_B), Xd[b ^ 1], Xsum[b ^ 1],
-                         Wsc[b ^ 1], lr, hf);
-        __syncthreads();
-    }
-
-    /* epilogue: st_k_mmq's (Cs over the buffers: every thread is past the last barrier) */
-#pragma unroll
-    for (int mi = 0; mi < 2; mi++)
-#pragma unroll
-        for (int ni = 0; ni < 4; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = wm * 32 + mi * 16 + g + 8 * (e >> 1), n = wn * 32 + ni * 8 + 2 * tq + (e & 1);
-                Cs[r * LDC + n] = acc[mi][ni][e];
-            }
-    __syncthreads();
-    if (PAIR) {
-        constexpr int HB = ST_MMQ_BN / 2;
-        const int ncol = (int)min((int64_t)HB, a.N - oc0);
-        for (int idx = tid; idx < ST_MMQ_BM * HB; idx += ST_MMQ_THREADS) {
-            const int i = idx / HB, col = idx - i * HB;
-            if (i < count && col < ncol) {
-                const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
-                const float v = Cs[i * LDC + col];
-                a.y[orow * a.ldy + oc0 + col] = v / (1.0f + expf(-v)) * Cs[i * LDC + HB + col];
-            }
-        }
-        return;
-    }
-    const int ncol = (int)min((int64_t)ST_MMQ_BN, a.N - r0);
-    for (int idx = tid; idx < ST_MMQ_BM * ST_MMQ_BN; idx += ST_MMQ_THREADS) {
-        const int i = idx / ST_MMQ_BN, col = idx - i * ST_MMQ_BN;
-        if (i < count && col < ncol) {
-            const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
-            a.y[orow * a.ldy + r0 + col] = Cs[i * LDC + col];
-        }
-    }
-}
-
 /* ---- the int8 tile kernel --------------------------------------------------------------------- */
 
 #define ST_MMQ_LDB (ST_MMQ_BK + 16) /* bytes per int8 shared row (16 of padding: ldmatrix rows hit
@@ -678,13 +454,17 @@ static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t
     Wsc.mn[lr][2 * hf] = Wsc.mn[lr][2 * hf + 1] = mn;
 }
 
-/* st_k_mmq_pipe with the quants as bytes in shared memory and mma.sync on signed bytes
- * (m16n8k32; m16n8k16 for the types with a scale per 16 weights): half the shared bytes and
+/* st_k_mmq's function for the plain and paired-GLU modes, with the steps overlapped and the
+ * quants as bytes: two shared buffers; each thread issues its loads for step s + 1 before the
+ * warps multiply step s out of one buffer and stores them into the other after, one barrier per
+ * step; mma.sync on signed bytes (m16n8k32; m16n8k16 for the types with a scale per 16 weights):
+ * half the shared bytes and
  * ldmatrix traffic, no f16 conversion of the weights, one mma per 32-deep slice. A slice's integer
  * dot is exact either way (the f16 tiles sum integer products below 2^24 in f32), so every
  * output gets the f16 tiles' values and then their scaling, operation for operation: the same
  * bits (test_cuda_mmv, test_cuda_moe). For the types with a dp4a decoder (Q4_0, Q8_0, Q4_K, Q5_K,
- * Q6_K); opt-in until measured: st_cuda_mmq_set_int8. */
+ * Q6_K); the default for them (st_cuda_mmq_set_int8). The same structure with f16 shared tiles
+ * (no int8 mma) measured slower than st_k_mmq and was removed (docs/PERFORMANCE.md). */
 template <class C, int MODE>
 static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st_mmq_args a) {
     static_assert(MODE != ST_MMQ_GLU_FUSED, "the fused GLU tiles have no int8 form");
@@ -917,15 +697,11 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
-/* Whether the plain and paired tiles take the pipelined kernel (st_cuda_mmq_set_pipeline) or,
- * for the types with integer quants, the int8 kernel (st_cuda_mmq_set_int8; it wins). The
- * build's default: ST_MMQ_DEFAULT_KERNEL 0 (one-buffer f16 tiles), 1 (pipelined), 2 (int8). */
-#ifndef ST_MMQ_DEFAULT_KERNEL
-#define ST_MMQ_DEFAULT_KERNEL 0
-#endif
-static int st_mmq_pipe = ST_MMQ_DEFAULT_KERNEL == 1, st_mmq_i8 = ST_MMQ_DEFAULT_KERNEL == 2;
+/* Whether the plain and paired tiles of the types with integer quants take the int8 kernel (the
+ * default: measured on the H200, qwen3 pp512 5,896 -> 6,247 tok/s) or the one-buffer f16 tiles
+ * (st_cuda_mmq_set_int8(0), for the tests that compare their bits). */
+static int st_mmq_i8 = 1;
 
-extern "C" void st_cuda_mmq_set_pipeline(int on) { st_mmq_pipe = on != 0; }
 extern "C" void st_cuda_mmq_set_int8(int on) { st_mmq_i8 = on != 0; }
 
 /* grid.x: N / ST_MMQ_BN tiles of outputs, N / (ST_MMQ_BN / 2) for the paired GLU */
@@ -935,13 +711,6 @@ static strata_status st_mmq_go(const st_mmq_args &a, dim3 grid, cudaStream_t s) 
         if (st_mmq_i8) {
             st_k_mmq_i8<C, MODE><<<grid, ST_MMQ_THREADS, 0, s>>>(a);
             ST_CUDA_CHECK_LAUNCH("st_k_mmq_i8");
-            return STRATA_OK;
-        }
-    }
-    if constexpr (MODE != ST_MMQ_GLU_FUSED) {
-        if (st_mmq_pipe) {
-            st_k_mmq_pipe<C, MODE><<<grid, ST_MMQ_THREADS, 0, s>>>(a);
-            ST_CUDA_CHECK_LAUNCH("st_k_mmq_pipe");
             return STRATA_OK;
         }
     }

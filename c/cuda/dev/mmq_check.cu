@@ -112,20 +112,19 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
     };
     const double mg = time_ms(gemv);
     const double flop = 2.0 * (double)T * (double)N * (double)K * (glu ? 2 : 1);
-    /* variants: GLU fused (SwiGLU only), the default, pipelined, int8 (pipelined) */
-    for (int v = glu ? 0 : 1; v <= 3; v++) {
+    /* variants: GLU fused (SwiGLU only), the default (int8 where the type has integer quants),
+     * the one-buffer f16 tiles */
+    for (int v = glu ? 0 : 1; v <= 2; v++) {
         st_cuda_mmq_set_glu_mode(v == 0 ? 1 : 2);
-        st_cuda_mmq_set_pipeline(v == 2);
-        st_cuda_mmq_set_int8(v == 3);
+        st_cuda_mmq_set_int8(v != 2);
         const double mt = time_ms(tiles);
         printf("%-22s %-5s K=%-5lld N=%-5lld T=%-4lld tiles %7.3f ms %6.1f TFLOP/s | gemv %7.3f ms | x%5.1f | "
                "NMSE tiles vs gemv %.2e%s\n", name, strata_type_name(type), (long long)K, (long long)N,
                (long long)T, mt, flop / mt * 1e-9, mg, mg / mt, nmse(y0, y1, T * N),
-               v == 0 ? " (GLU fused)" : v == 2 ? " (pipelined)" : v == 3 ? " (int8)" : "");
+               v == 0 ? " (GLU fused)" : v == 2 ? " (f16 tiles)" : "");
     }
     st_cuda_mmq_set_glu_mode(2);
-    st_cuda_mmq_set_pipeline(0);
-    st_cuda_mmq_set_int8(0);
+    st_cuda_mmq_set_int8(1);
     CK(cudaFree(w0)); if (w1) CK(cudaFree(w1));
     CK(cudaFree(x)); CK(cudaFree(y0)); CK(cudaFree(y1)); CK(cudaFree(scr)); CK(cudaFree(mscr));
 }
@@ -195,20 +194,18 @@ static void experts(const char *name, strata_type tg, strata_type td, int64_t E,
     };
     const double mg = time_ms(gemv);
     const double flop = 2.0 * (double)(T * k) * 3.0 * (double)E * (double)F;
-    for (int v = 0; v <= 3; v++) { /* GLU fused, the default (paired), pipelined, int8 */
+    for (int v = 0; v <= 2; v++) { /* GLU fused, the default (paired, int8), f16 tiles */
         st_cuda_mmq_set_glu_mode(v == 0 ? 1 : 2);
-        st_cuda_mmq_set_pipeline(v == 2);
-        st_cuda_mmq_set_int8(v == 3);
+        st_cuda_mmq_set_int8(v != 2);
         const double mt = time_ms(tiles);
         printf("%-22s %s/%s E=%lld F=%lld X=%d k=%d T=%lld tiles %7.3f ms %6.1f TFLOP/s | gemv (8-token "
                "calls) %7.3f ms | x%5.1f | NMSE %.2e (%s)\n", name, strata_type_name(tg),
                strata_type_name(td), (long long)E, (long long)F, X, k, (long long)T, mt, flop / mt * 1e-9,
                mg, mg / mt, nmse(y0, y1, T * E),
-               v == 0 ? "GLU fused" : v == 1 ? "default" : v == 2 ? "pipelined" : "int8");
+               v == 0 ? "GLU fused" : v == 1 ? "default" : "f16 tiles");
     }
     st_cuda_mmq_set_glu_mode(2);
-    st_cuda_mmq_set_pipeline(0);
-    st_cuda_mmq_set_int8(0);
+    st_cuda_mmq_set_int8(1);
     CK(cudaFree(g)); CK(cudaFree(u)); CK(cudaFree(d)); CK(cudaFree(dtab)); CK(cudaFree(dids));
     CK(cudaFree(dw)); CK(cudaFree(x)); CK(cudaFree(y0)); CK(cudaFree(y1)); CK(cudaFree(ws));
 }
