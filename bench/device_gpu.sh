@@ -101,9 +101,15 @@ while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
 bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
 [ "${NOGRAPHS:-1}" = 1 ] && bench q3_gpu_nographs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
+# programmatic dependent launch off (--no-pdl): what the overlapped launches give, same build
+bench q3_gpu_nopdl /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
+bench olmoe_gpu_nopdl /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # prompt attention: the tensor cores at depth 0 too (the default takes them from position 1024 on)
 bench q3_gpu_attntc /tmp/q3.gguf -p 512 -n 0 -r 2 --gpu --attn-tc
+# ... with queries and probabilities split into hi + lo f16 parts (near-f32, twice the mma work)
+bench q3_gpu_attnsplit /tmp/q3.gguf -p 512 -n 0 -r 2 --gpu --attn-tc-split
+bench q3_gpu_attnsplit_d16k /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1 --gpu --attn-tc-split
 # A/B against a build variant (AB_NVCC="-DNAME=V ..."): the same pp512 and tg128 rows from a
 # second build with those nvcc flags, run right after the default's rows
 if [ -n "${AB_NVCC:-}" ]; then

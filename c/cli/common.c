@@ -40,9 +40,13 @@ void cli_opts_init(cli_opts *o) {
     o->profile = env_flag("STRATA_PROFILE");
     o->pipe = env_flag("STRATA_PIPE");
     o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
+    o->cuda_pdl = getenv("STRATA_CUDA_PDL") ? env_flag("STRATA_CUDA_PDL") : 1;
     {
         const char *v = getenv("STRATA_ATTN_TC");
-        o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0 ? -1 : env_flag("STRATA_ATTN_TC")) : -1;
+        o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0    ? -1
+                                  : strcmp(v, "split") == 0 ? 2
+                                                            : env_flag("STRATA_ATTN_TC"))
+                               : -1;
     }
     {
         const char *v = getenv("STRATA_PIN_EXPERTS");
@@ -106,10 +110,16 @@ void cli_opts_usage(FILE *f) {
         "  --attn-tc, --no-attn-tc GPU: prompt batches' attention on the tensor cores (flash\n"
         "                          attention, f16 probabilities; 3.1x at depth 16K), or never;\n"
         "                          default: for batches ending at position 1024 or later (also\n"
-        "                          $STRATA_ATTN_TC=1, 0 or auto)\n"
+        "                          $STRATA_ATTN_TC=1, 0 or auto); --attn-tc-split: always, with\n"
+        "                          queries and probabilities as two f16 parts each (near-f32,\n"
+        "                          twice the tensor-core work; $STRATA_ATTN_TC=split)\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
+        "  --no-pdl                GPU (compute 9.0+): launch each kernel after the one before\n"
+        "                          has completed, instead of letting it start while that one\n"
+        "                          finishes (programmatic dependent launch, the default; same\n"
+        "                          results; also $STRATA_CUDA_PDL=0; --pdl: on)\n"
         "  --degrade-zero          DEGRADE_ZERO approximation (also $DEGRADE_ZERO=1): in decode\n"
         "                          steps, drop a routed expert that missed its deadline when its\n"
         "                          gate weight is below tau; --degrade-tau T (also $DEGRADE_TAU,\n"
@@ -198,8 +208,11 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--profile")) o->profile = 1;
     else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
     else if (opt_is(a, NULL, "--no-cuda-graphs")) o->cuda_graphs = 0;
+    else if (opt_is(a, NULL, "--pdl")) o->cuda_pdl = 1;
+    else if (opt_is(a, NULL, "--no-pdl")) o->cuda_pdl = 0;
     else if (opt_is(a, NULL, "--attn-tc")) o->attn_tc = 1;
     else if (opt_is(a, NULL, "--no-attn-tc")) o->attn_tc = 0;
+    else if (opt_is(a, NULL, "--attn-tc-split")) o->attn_tc = 2;
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
     else if (opt_is(a, NULL, "--no-pin-experts")) o->pin_experts = 0;
     else if (opt_is(a, NULL, "--cpu-pin")) o->cpu_pin = 1;
@@ -400,6 +413,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     sp.degrade_eval = o->degrade_eval;
     sp.profile = o->profile;
     sp.cuda_graphs = o->cuda_graphs;
+    sp.cuda_pdl = o->cuda_pdl;
     sp.n_cpu_moe = o->n_cpu_moe;
     sp.stage_experts = o->stage_experts;
     sp.attn_tc = o->attn_tc;

@@ -34,6 +34,7 @@ typedef struct {
     int degrade_eval;             /* --degrade-eval or STRATA_DEGRADE_EVAL=1 (implies degrade_zero) */
     int profile;                  /* --profile or STRATA_PROFILE=1: time the forward phases */
     int cuda_graphs;              /* --cuda-graphs or STRATA_CUDA_GRAPHS=1 */
+    int cuda_pdl;                 /* --no-pdl or STRATA_CUDA_PDL=0 turn it off */
     int n_cpu_moe;                /* --n-cpu-moe N, --cpu-moe (-1), --gpu-experts (0, default) */
     int stage_experts;            /* --stage-experts N ($STRATA_STAGE_EXPERTS; 0: off) */
     int attn_tc;                  /* --attn-tc ($STRATA_ATTN_TC=1) */

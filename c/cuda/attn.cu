@@ -22,6 +22,7 @@ template <bool F16>
 static __global__ void __launch_bounds__(256)
 st_k_kv_store(void *dst, int64_t n_ctx, const float *__restrict__ src, int64_t ld, int64_t n_kv,
               int64_t dim, int64_t T, int64_t pos0, const int32_t *__restrict__ d_pos) {
+    st_pdl_enter();
     if (d_pos) pos0 = d_pos[0]; /* a graph replays this launch at later positions */
     const int64_t per_tok = n_kv * dim, total = T * per_tok;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -61,6 +62,7 @@ struct st_attn_args {
 template <int HD, int RPW, bool F16>
 static __global__ void __launch_bounds__(ST_ATTN_THREADS)
 st_k_attn(const st_attn_args a) {
+    st_pdl_enter();
     constexpr int RPB = 8 * RPW;              /* rows per block */
     constexpr int ND = HD / 32;               /* output dimensions per lane */
     constexpr int EPV = F16 ? 8 : 4;          /* cache elements per 16-byte load */
@@ -246,6 +248,7 @@ st_k_attn(const st_attn_args a) {
 template <int HD, bool F16>
 static __global__ void __launch_bounds__(ST_ATTN_THREADS, 2)
 st_k_attn_dec(const st_attn_args a) {
+    st_pdl_enter();
     constexpr int R = ST_ATTN_DEC_ROWS, ND = HD / 32, EPV = F16 ? 8 : 4, VPR = HD / EPV;
     constexpr int ES = F16 ? 2 : 4, TL = ST_ATTN_TILE;
     extern __shared__ float4 st_attn_dec_smem4[];
@@ -390,7 +393,7 @@ static strata_status st_attn_dec_launch(const st_attn_args &a, int n_kv, cudaStr
     const size_t smem = st_attn_dec_smem(HD);
     if (smem > 48 * 1024)
         ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kern<<<dim3((unsigned)a.n_chunks, (unsigned)n_kv), ST_ATTN_THREADS, smem, s>>>(a);
+    st_launch(kern, dim3((unsigned)a.n_chunks, (unsigned)n_kv), ST_ATTN_THREADS, smem, s, a);
     ST_CUDA_CHECK_LAUNCH("st_k_attn_dec");
     return STRATA_OK;
 }
@@ -417,10 +420,14 @@ static strata_status st_attn_dec_dispatch(int hd, bool f16, const st_attn_args &
  * mma.sync m16n8k16 (queries rounded to f16 once, scaled by scale * log2 e), masks the causal
  * limit, updates its rows' running max and sum (online softmax in base 2, f32), and adds P * V
  * with P rounded to f16 (ldmatrix.trans for V). One pass, no split: every output row is written
- * once, in a fixed order of tiles (deterministic). */
-template <int HD>
+ * once, in a fixed order of tiles (deterministic). SPLIT (attn_tc 2): each query and each
+ * probability is carried as two f16 numbers, hi = f16(x) and lo = f16(x - hi), and multiplied
+ * twice (hi and lo against the same f16 K or V fragment, f32 accumulation): products within
+ * ~2^-22 of f32 for twice the mma work; K and V are f16 in the cache, so exact either way. */
+template <int HD, bool SPLIT>
 static __global__ void __launch_bounds__(128)
 st_k_attn_tc(const st_attn_args a) {
+    st_pdl_enter();
     constexpr int BM = ST_ATTN_TC_BM, BN = ST_ATTN_TC_BN, LDS = HD + 8;
     constexpr int KS = HD / 16, NT = BN / 8, DT = HD / 8;
     __shared__ __align__(128) __half Ks[BN * LDS];
@@ -433,7 +440,8 @@ st_k_attn_tc(const st_attn_args a) {
     const int r_first = rg * BM;
     const float qscale = a.scale * 1.4426950408889634f; /* log2(e): exp2 below */
 
-    /* this warp's 16 query rows as f16 A fragments, staged through Ks */
+    /* this warp's 16 query rows as f16 A fragments, staged through Ks (and their lo parts
+     * through Vs) */
     for (int idx = (int)threadIdx.x; idx < BM * HD; idx += 128) {
         const int lr = idx / HD, d = idx - lr * HD, r = r_first + lr;
         float qv = 0.0f;
@@ -441,13 +449,17 @@ st_k_attn_tc(const st_attn_args a) {
             const int t = r / G, h = hk * G + (r - t * G);
             qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d] * qscale;
         }
-        Ks[lr * LDS + d] = __float2half_rn(qv);
+        const __half qh = __float2half_rn(qv);
+        Ks[lr * LDS + d] = qh;
+        if (SPLIT) Vs[lr * LDS + d] = __float2half_rn(qv - __half2float(qh));
     }
     __syncthreads();
-    uint32_t qf[KS][4];
+    uint32_t qf[KS][4], ql[SPLIT ? KS : 1][4];
 #pragma unroll
-    for (int ks = 0; ks < KS; ks++)
+    for (int ks = 0; ks < KS; ks++) {
         st_ldsm_x4(qf[ks], Ks + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+        if (SPLIT) st_ldsm_x4(ql[ks], Vs + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+    }
     __syncthreads();
 
     const int r0 = r_first + warp * 16 + g, r1 = r0 + 8;
@@ -486,6 +498,10 @@ st_k_attn_tc(const st_attn_args a) {
                                         ((lane >> 3) & 1) * 8);
                 st_mma16816(sc[2 * np], qf[ks], bf[0], bf[1]);
                 st_mma16816(sc[2 * np + 1], qf[ks], bf[2], bf[3]);
+                if (SPLIT) {
+                    st_mma16816(sc[2 * np], ql[ks], bf[0], bf[1]);
+                    st_mma16816(sc[2 * np + 1], ql[ks], bf[2], bf[3]);
+                }
             }
         /* causal mask, running max, probabilities (base 2) */
         float mx0 = m0, mx1 = m1;
@@ -539,6 +555,15 @@ st_k_attn_tc(const st_attn_args a) {
                                     st_h2(sc[2 * kk][2], sc[2 * kk][3]),
                                     st_h2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
                                     st_h2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            uint32_t pl[4] = {0u, 0u, 0u, 0u};
+            if (SPLIT) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) { /* pa[i] holds sc[2kk + i/2][2(i%2)], [2(i%2) + 1] */
+                    const float2 h = __half22float2(*(const __half2 *)&pa[i]);
+                    pl[i] = st_h2(sc[2 * kk + (i >> 1)][2 * (i & 1)] - h.x,
+                                  sc[2 * kk + (i >> 1)][2 * (i & 1) + 1] - h.y);
+                }
+            }
 #pragma unroll
             for (int dp = 0; dp < DT / 2; dp++) {
                 uint32_t bf[4];
@@ -546,6 +571,10 @@ st_k_attn_tc(const st_attn_args a) {
                                           dp * 16 + (lane >> 4) * 8);
                 st_mma16816(o[2 * dp], pa, bf[0], bf[1]);
                 st_mma16816(o[2 * dp + 1], pa, bf[2], bf[3]);
+                if (SPLIT) {
+                    st_mma16816(o[2 * dp], pl, bf[0], bf[1]);
+                    st_mma16816(o[2 * dp + 1], pl, bf[2], bf[3]);
+                }
             }
         }
         __syncthreads(); /* Ks / Vs are rewritten by the next tile */
@@ -567,9 +596,11 @@ st_k_attn_tc(const st_attn_args a) {
 }
 
 template <int HD>
-static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, cudaStream_t s) {
+static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, int split, cudaStream_t s) {
     const int R = a.T * a.group;
-    st_k_attn_tc<HD><<<dim3((unsigned)((R + ST_ATTN_TC_BM - 1) / ST_ATTN_TC_BM), 1, (unsigned)n_kv), 128, 0, s>>>(a);
+    const dim3 grid((unsigned)((R + ST_ATTN_TC_BM - 1) / ST_ATTN_TC_BM), 1, (unsigned)n_kv);
+    if (split) st_launch(st_k_attn_tc<HD, true>, grid, 128, 0, s, a);
+    else st_launch(st_k_attn_tc<HD, false>, grid, 128, 0, s, a);
     ST_CUDA_CHECK_LAUNCH("st_k_attn_tc");
     return STRATA_OK;
 }
@@ -578,6 +609,7 @@ static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, cudaStre
 static __global__ void __launch_bounds__(256)
 st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_head, float *out,
                   int64_t ldo) {
+    st_pdl_enter();
     const int64_t row = blockIdx.x, t = row / n_head, h = row - t * n_head;
     const int stride = hd + 2;
     const float *pr = part + (size_t)row * (size_t)n_chunks * (size_t)stride;
@@ -644,7 +676,7 @@ static strata_status st_attn_launch(const st_attn_args &a, const st_attn_plan &p
     if (pl.smem > 48 * 1024)
         ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem));
     const dim3 grid((unsigned)pl.n_rg, (unsigned)pl.n_chunks, (unsigned)n_kv);
-    kern<<<grid, ST_ATTN_THREADS, pl.smem, s>>>(a);
+    st_launch(kern, grid, ST_ATTN_THREADS, pl.smem, s, a);
     ST_CUDA_CHECK_LAUNCH("st_k_attn");
     return STRATA_OK;
 }
@@ -716,13 +748,13 @@ extern "C" strata_status st_cuda_kv_store(const st_cuda_kv_layer *kv, const st_c
     cudaStream_t st = (cudaStream_t)stream;
     const unsigned gk = st_cuda_grid(T * nk, 256), gv = st_cuda_grid(T * nv, 256);
     if (kv->type == STRATA_TYPE_F16) {
-        st_k_kv_store<true><<<gk, 256, 0, st>>>(kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0, d_pos);
+        st_launch(st_k_kv_store<true>, gk, 256, 0, st, kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0, d_pos);
         ST_CUDA_CHECK_LAUNCH("st_k_kv_store (k)");
-        st_k_kv_store<true><<<gv, 256, 0, st>>>(kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0, d_pos);
+        st_launch(st_k_kv_store<true>, gv, 256, 0, st, kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0, d_pos);
     } else {
-        st_k_kv_store<false><<<gk, 256, 0, st>>>(kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0, d_pos);
+        st_launch(st_k_kv_store<false>, gk, 256, 0, st, kv->k, kv->n_ctx, d_k, ldk, s->n_head_kv, s->head_dim, T, pos0, d_pos);
         ST_CUDA_CHECK_LAUNCH("st_k_kv_store (k)");
-        st_k_kv_store<false><<<gv, 256, 0, st>>>(kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0, d_pos);
+        st_launch(st_k_kv_store<false>, gv, 256, 0, st, kv->v, kv->n_ctx, d_v, ldv, s->n_head_kv, s->head_dim_v, T, pos0, d_pos);
     }
     ST_CUDA_CHECK_LAUNCH("st_k_kv_store (v)");
     return STRATA_OK;
@@ -835,15 +867,15 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
             plan_out->n_chunks = 1;
         }
         a.n_chunks = 1;
-        return s->head_dim == 64 ? st_attn_tc_launch<64>(a, s->n_head_kv, st)
-                                 : st_attn_tc_launch<128>(a, s->n_head_kv, st);
+        return s->head_dim == 64 ? st_attn_tc_launch<64>(a, s->n_head_kv, s->tc == 2, st)
+                                 : st_attn_tc_launch<128>(a, s->n_head_kv, s->tc == 2, st);
     }
     if (dec)
         ST_TRY(st_attn_dec_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, s->n_head_kv, st));
     else
         ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));
     if (pl.n_chunks > 1) {
-        st_k_attn_combine<<<(unsigned)(T * s->n_head), (unsigned)s->head_dim, 0, st>>>(
+        st_launch(st_k_attn_combine, (unsigned)(T * s->n_head), (unsigned)s->head_dim, 0, st, 
             (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo);
         ST_CUDA_CHECK_LAUNCH("st_k_attn_combine");
     }

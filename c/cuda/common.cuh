@@ -46,6 +46,51 @@ extern "C" {
  * reason, prefixed by what (the caller's name). Defined in device.cu. */
 strata_status st_cuda_require(const char *what);
 
+/* ---- launches: programmatic dependent launch ------------------------------------------------ */
+
+/* On compute 9.0+ every kernel is launched with programmatic stream serialization: the GPU may
+ * start it while the kernel before it in the stream is still running, instead of after that
+ * kernel has finished and its writes are flushed. Each kernel therefore opens with
+ * st_pdl_enter(): griddepcontrol.wait blocks until every kernel it depends on has completed and
+ * its memory is visible (before the kernel reads anything), then launch_dependents lets the next
+ * kernel be scheduled. Only the launch latency overlaps, never the work: same bits either way.
+ * Without a programmatic launch (older GPUs, st_cuda_set_pdl(0)) both instructions return at
+ * once. A decode step runs ~700 small kernels, so the ~1-2 us each one waits to be launched
+ * adds up (docs/PERFORMANCE.md). */
+static __device__ __forceinline__ void st_pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether this thread's launches ask for the overlap: the device is 9.0+ and st_cuda_set_pdl
+ * (cuda_backend.h) has not turned it off for this thread. Defined in device.cu. */
+int st_cuda_pdl_active(void);
+
+/* kern<<<grid, block, smem, s>>>(args...) with the attribute above when st_cuda_pdl_active().
+ * A failed launch is left to ST_CUDA_CHECK_LAUNCH (cudaGetLastError sees it). Every kernel
+ * launched through here must open with st_pdl_enter(). */
+template <typename... KArgs, typename... Args>
+static inline void st_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                             const Args &...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = st_cuda_pdl_active() ? 1 : 0;
+    if (cudaLaunchKernelEx(&cfg, kern, args...) != cudaSuccess && cfg.numAttrs) {
+        (void)cudaGetLastError(); /* a stream or driver without it: the plain launch decides */
+        cfg.numAttrs = 0;
+        (void)cudaLaunchKernelEx(&cfg, kern, args...);
+    }
+}
+
 /* ---- device helpers ------------------------------------------------------------------------- */
 
 /* Read-only byte and 16-bit loads through the non-coherent cache. p16 must be 2-byte aligned. */

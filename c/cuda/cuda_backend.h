@@ -75,6 +75,11 @@ strata_status st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 /* ---- streams and graphs ---------------------------------------------------------------------- */
 
+/* 1 (the default): this thread's kernel launches let the GPU start a kernel while the one before
+ * it in the stream finishes (programmatic dependent launch, compute 9.0+; common.cuh); 0: each
+ * waits for the one before to complete. The same bits either way. Per thread. */
+void st_cuda_set_pdl(int on);
+
 /* A blocking stream (ordered with the legacy default stream, so the synchronous helpers above
  * still see its work complete). */
 strata_status st_cuda_stream_create(void **stream);

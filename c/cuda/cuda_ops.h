@@ -143,8 +143,10 @@ typedef struct st_cuda_attn_shape {
     int32_t tc;              /* 1: batches of 64 or more query rows per KV head over an f16 cache
                                 with head_dim 64 or 128 take the tensor-core flash-attention
                                 kernel (queries and probabilities rounded to f16, f32 softmax and
-                                sums); -1 (session option attn_tc's default): those of them whose
-                                last position is ST_ATTN_TC_AUTO_NP or later; 0: the FMA kernel */
+                                sums); 2: the same with queries and probabilities split into two
+                                f16 parts each (near-f32 products, twice the mma work); -1
+                                (session option attn_tc's default): those of them whose last
+                                position is ST_ATTN_TC_AUTO_NP or later; 0: the FMA kernel */
 } st_cuda_attn_shape;
 
 /* 1 if the attention kernels take this cache type and shape: type F16 or F32, head_dim ==

@@ -25,6 +25,7 @@ static __device__ __forceinline__ void st_store4(float *dst, const float v[4]) {
 template <class D, bool VEC>
 static __global__ void __launch_bounds__(256)
 st_k_dequant_blocks(const uint8_t *__restrict__ src, float *__restrict__ dst, int64_t n_groups) {
+    st_pdl_enter();
     constexpr int G = D::QK / 4; /* groups per block */
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < n_groups; g += stride) {
@@ -41,6 +42,7 @@ st_k_dequant_blocks(const uint8_t *__restrict__ src, float *__restrict__ dst, in
 template <class D, bool VEC>
 static __global__ void __launch_bounds__(256)
 st_k_dequant_plain(const uint8_t *__restrict__ src, float *__restrict__ dst, int64_t n) {
+    st_pdl_enter();
     const int64_t n_groups = (n + 3) / 4;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; g < n_groups; g += stride) {
@@ -66,9 +68,9 @@ static strata_status st_launch_blocks(const void *src, float *dst, int64_t n, cu
     const unsigned grid = st_cuda_grid(n_groups, ST_DQ_THREADS);
     const uint8_t *p = (const uint8_t *)src;
     if (((uintptr_t)dst & 15) == 0)
-        st_k_dequant_blocks<D, true><<<grid, ST_DQ_THREADS, 0, s>>>(p, dst, n_groups);
+        st_launch(st_k_dequant_blocks<D, true>, grid, ST_DQ_THREADS, 0, s, p, dst, n_groups);
     else
-        st_k_dequant_blocks<D, false><<<grid, ST_DQ_THREADS, 0, s>>>(p, dst, n_groups);
+        st_launch(st_k_dequant_blocks<D, false>, grid, ST_DQ_THREADS, 0, s, p, dst, n_groups);
     ST_CUDA_CHECK_LAUNCH("st_k_dequant_blocks");
     return STRATA_OK;
 }
@@ -78,9 +80,9 @@ static strata_status st_launch_plain(const void *src, float *dst, int64_t n, cud
     const unsigned grid = st_cuda_grid((n + 3) / 4, ST_DQ_THREADS);
     const uint8_t *p = (const uint8_t *)src;
     if (((uintptr_t)dst & 15) == 0)
-        st_k_dequant_plain<D, true><<<grid, ST_DQ_THREADS, 0, s>>>(p, dst, n);
+        st_launch(st_k_dequant_plain<D, true>, grid, ST_DQ_THREADS, 0, s, p, dst, n);
     else
-        st_k_dequant_plain<D, false><<<grid, ST_DQ_THREADS, 0, s>>>(p, dst, n);
+        st_launch(st_k_dequant_plain<D, false>, grid, ST_DQ_THREADS, 0, s, p, dst, n);
     ST_CUDA_CHECK_LAUNCH("st_k_dequant_plain");
     return STRATA_OK;
 }

@@ -26,6 +26,14 @@ static int st_probe_available;
 static char st_probe_detail[256];
 static st_cuda_device_info st_probe_info;
 
+/* Programmatic dependent launch (common.cuh): the device supports it (set by the probe) and this
+ * thread has not turned it off (st_cuda_set_pdl). */
+static int st_pdl_device;
+static thread_local int st_pdl_thread = 1;
+
+int st_cuda_pdl_active(void) { return st_pdl_device && st_pdl_thread; }
+extern "C" void st_cuda_set_pdl(int on) { st_pdl_thread = on != 0; }
+
 /* A kernel that exists only so the probe can ask whether this build has an image for the device. */
 static __global__ void st_probe_kernel(int *p) {
     if (p) *p = 1;
@@ -115,6 +123,7 @@ static void st_probe_run(void) {
              prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / (1024.0 * 1024 * 1024),
              prop.multiProcessorCount, runtime / 1000, runtime % 1000 / 10, driver / 1000,
              driver % 1000 / 10);
+    st_pdl_device = prop.major >= 9;
     st_probe_available = 1;
 }
 

@@ -117,6 +117,7 @@ struct st_mq_fb {
  * of 32) floats ldx apart -> rows of K quants, K / 32 scales and K / 16 sums, contiguous. */
 static __global__ void __launch_bounds__(256)
 st_k_mq_act(const float *__restrict__ x, int64_t ldx, int64_t rows, int64_t K, st_mq_act_rows o) {
+    st_pdl_enter();
     const int64_t nb = K / 32, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = (int)(threadIdx.x & 31);
     if (w >= rows * nb) return; /* whole warps */
@@ -160,7 +161,7 @@ static st_mq_act_rows st_mq_act_carve(void *base, int64_t rows, int64_t K) {
 
 static strata_status st_mq_act(const float *x, int64_t ldx, int64_t rows, int64_t K,
                                const st_mq_act_rows &o, cudaStream_t s) {
-    st_k_mq_act<<<st_cuda_grid(rows * (K / 32) * 32, 256), 256, 0, s>>>(x, ldx, rows, K, o);
+    st_launch(st_k_mq_act, st_cuda_grid(rows * (K / 32) * 32, 256), 256, 0, s, x, ldx, rows, K, o);
     ST_CUDA_CHECK_LAUNCH("st_k_mq_act");
     return STRATA_OK;
 }
@@ -187,6 +188,7 @@ struct st_mq_wscale {
 template <class C, int MODE>
 static __global__ void __launch_bounds__(ST_MMQ_THREADS, MODE == ST_MMQ_GLU_FUSED ? 2 : 3)
 st_k_mmq(const st_mmq_args a) {
+    st_pdl_enter();
     constexpr bool GLU = MODE == ST_MMQ_GLU_FUSED, PAIR = MODE == ST_MMQ_GLU_PAIRED;
     constexpr int LDS = ST_MMQ_LDS, LDC = ST_MMQ_LDC;
     /* Xs, Ws (and Us) during the steps; Cs over Xs and Ws in the epilogue */
@@ -467,6 +469,7 @@ static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t
  * (no int8 mma) measured slower than st_k_mmq and was removed (docs/PERFORMANCE.md). */
 template <class C, int MODE>
 static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st_mmq_args a) {
+    st_pdl_enter();
     static_assert(MODE != ST_MMQ_GLU_FUSED, "the fused GLU tiles have no int8 form");
     constexpr bool PAIR = MODE == ST_MMQ_GLU_PAIRED;
     constexpr int LDB = ST_MMQ_LDB, LDC = ST_MMQ_LDC;
@@ -650,6 +653,7 @@ struct st_mmf_args {
  * not change a bit of the result. */
 template <class P, int TB>
 static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
+    st_pdl_enter();
     constexpr int R = TB / 16;  /* outputs per thread along each side, and loads per thread */
     __shared__ float Xs[ST_MMF_BK][TB + 4]; /* [k][activation row] */
     __shared__ float Ws[ST_MMF_BK][TB + 4]; /* [k][weight row] */
@@ -709,12 +713,12 @@ template <class C, int MODE>
 static strata_status st_mmq_go(const st_mmq_args &a, dim3 grid, cudaStream_t s) {
     if constexpr (MODE != ST_MMQ_GLU_FUSED && C::INT8) {
         if (st_mmq_i8) {
-            st_k_mmq_i8<C, MODE><<<grid, ST_MMQ_THREADS, 0, s>>>(a);
+            st_launch(st_k_mmq_i8<C, MODE>, grid, ST_MMQ_THREADS, 0, s, a);
             ST_CUDA_CHECK_LAUNCH("st_k_mmq_i8");
             return STRATA_OK;
         }
     }
-    st_k_mmq<C, MODE><<<grid, ST_MMQ_THREADS, 0, s>>>(a);
+    st_launch(st_k_mmq<C, MODE>, grid, ST_MMQ_THREADS, 0, s, a);
     ST_CUDA_CHECK_LAUNCH(MODE == ST_MMQ_PLAIN ? "st_k_mmq" : "st_k_mmq (glu)");
     return STRATA_OK;
 }
@@ -756,9 +760,9 @@ template <class P>
 static strata_status st_mmf_go(const st_mmf_args &a, cudaStream_t s) {
     const int64_t blocks64 = ((a.N + 63) / 64) * ((a.T + 63) / 64);
     if (blocks64 >= 132) {
-        st_k_mmf<P, 64><<<dim3((unsigned)((a.N + 63) / 64), (unsigned)((a.T + 63) / 64)), 256, 0, s>>>(a);
+        st_launch(st_k_mmf<P, 64>, dim3((unsigned)((a.N + 63) / 64), (unsigned)((a.T + 63) / 64)), 256, 0, s, a);
     } else {
-        st_k_mmf<P, 32><<<dim3((unsigned)((a.N + 31) / 32), (unsigned)((a.T + 31) / 32)), 256, 0, s>>>(a);
+        st_launch(st_k_mmf<P, 32>, dim3((unsigned)((a.N + 31) / 32), (unsigned)((a.T + 31) / 32)), 256, 0, s, a);
     }
     ST_CUDA_CHECK_LAUNCH("st_k_mmf");
     return STRATA_OK;
@@ -894,6 +898,7 @@ extern "C" strata_status st_cuda_mmq_swiglu(const st_cuda_mat *Wg, const st_cuda
 static __global__ void __launch_bounds__(1024)
 st_k_mmq_plan(const int32_t *__restrict__ ids, int P, int X, int32_t *__restrict__ order,
               st_mmq_tile *__restrict__ tiles, int32_t *__restrict__ n_tiles) {
+    st_pdl_enter();
     extern __shared__ int st_mmq_plan_smem[];
     int *cnt = st_mmq_plan_smem, *off = cnt + X, *toff = off + X;
     for (int e = (int)threadIdx.x; e < X; e += (int)blockDim.x) cnt[e] = 0;
@@ -978,7 +983,7 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
     const int P = (int)(a->T * a->k);
     const st_mmq_ws w = st_mmq_ws_layout((uint8_t *)a->ws, a->T, a->k, a->n_embd, a->n_ff);
     const int64_t max_tiles = (int64_t)P / ST_MMQ_BM + (P < a->n_expert ? P : a->n_expert) + 1;
-    st_k_mmq_plan<<<1, 1024, (size_t)(3 * a->n_expert) * sizeof(int), s>>>(
+    st_launch(st_k_mmq_plan, 1, 1024, (size_t)(3 * a->n_expert) * sizeof(int), s, 
         a->ids, P, a->n_expert, w.order, w.tiles, w.n_tiles);
     ST_CUDA_CHECK_LAUNCH("st_k_mmq_plan");
 

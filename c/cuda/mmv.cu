@@ -42,6 +42,7 @@ template <class T, int NC>
 static __global__ void __launch_bounds__(ST_MMV_WARPS * 32)
 st_k_mmv_q(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict__ w1, size_t rb1,
            int nrows, int nsub, const block_q8_1 *__restrict__ xq, int ncols, float *__restrict__ y) {
+    st_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * ST_MMV_WARPS + (threadIdx.x >> 5);
     if (row >= nrows) return; /* whole warps; no block-level barrier below */
@@ -59,6 +60,7 @@ static __global__ void __launch_bounds__(ST_MMV_WARPS * 32)
 st_k_mmv_f(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict__ w1, size_t rb1,
            int nrows, int ne0, int nvec, const float *__restrict__ x, int ncols,
            float *__restrict__ y) {
+    st_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * ST_MMV_WARPS + (threadIdx.x >> 5);
     if (row >= nrows) return;
@@ -87,7 +89,7 @@ struct st_mmv_args {
 template <class T, int NC>
 static strata_status st_mmv_launch_q_nc(const st_mmv_args &a) {
     const unsigned grid = (unsigned)((a.ne1 + ST_MMV_WARPS - 1) / ST_MMV_WARPS);
-    st_k_mmv_q<T, NC><<<grid, ST_MMV_WARPS * 32, 0, a.stream>>>(a.w0, a.rb0, a.w1, a.rb1, a.ne1,
+    st_launch(st_k_mmv_q<T, NC>, grid, ST_MMV_WARPS * 32, 0, a.stream, a.w0, a.rb0, a.w1, a.rb1, a.ne1,
                                                                 a.ne0 / 32, a.xq, a.ncols, a.y);
     ST_CUDA_CHECK_LAUNCH("st_k_mmv_q");
     return STRATA_OK;
@@ -111,7 +113,7 @@ static strata_status st_mmv_launch_q(const st_mmv_args &a) {
 template <class F, int NC>
 static strata_status st_mmv_launch_f_nc(const st_mmv_args &a, int nvec) {
     const unsigned grid = (unsigned)((a.ne1 + ST_MMV_WARPS - 1) / ST_MMV_WARPS);
-    st_k_mmv_f<F, NC><<<grid, ST_MMV_WARPS * 32, 0, a.stream>>>(a.w0, a.rb0, a.w1, a.rb1, a.ne1,
+    st_launch(st_k_mmv_f<F, NC>, grid, ST_MMV_WARPS * 32, 0, a.stream, a.w0, a.rb0, a.w1, a.rb1, a.ne1,
                                                                 a.ne0, nvec, a.x, a.ncols, a.y);
     ST_CUDA_CHECK_LAUNCH("st_k_mmv_f");
     return STRATA_OK;

@@ -67,6 +67,7 @@ static __device__ __forceinline__ void st_moe_quant_body(const float *__restrict
 static __global__ void __launch_bounds__(256)
 st_k_moe_quant_q8_1(const float *__restrict__ x, int64_t ld, int64_t n_rows, int64_t n,
                     block_q8_1 *__restrict__ q) {
+    st_pdl_enter();
     st_moe_quant_body(x, ld, n_rows, n, q, blockIdx.x, gridDim.x);
 }
 
@@ -74,7 +75,7 @@ static strata_status st_moe_quantize(const float *x, int64_t ld, int64_t n_rows,
                                      void *q, cudaStream_t s) {
     const int64_t n_blocks = n_rows * (n / 32);
     if (n_blocks == 0) return STRATA_OK;
-    st_k_moe_quant_q8_1<<<st_cuda_grid(n_blocks * 32, 256), 256, 0, s>>>(x, ld, n_rows, n,
+    st_launch(st_k_moe_quant_q8_1, st_cuda_grid(n_blocks * 32, 256), 256, 0, s, x, ld, n_rows, n,
                                                                           (block_q8_1 *)q);
     ST_CUDA_CHECK_LAUNCH("st_k_moe_quant_q8_1");
     return STRATA_OK;
@@ -134,6 +135,7 @@ static __device__ __forceinline__ void st_moe_plan_body(const int32_t *__restric
 static __global__ void __launch_bounds__(1024)
 st_k_moe_plan(const int32_t *__restrict__ ids, int P, int n_expert, st_moe_group *groups,
               int *n_groups) {
+    st_pdl_enter();
     st_moe_plan_body(ids, P, n_expert, groups, n_groups);
 }
 
@@ -142,6 +144,7 @@ st_k_moe_plan(const int32_t *__restrict__ ids, int P, int n_expert, st_moe_group
 static __global__ void __launch_bounds__(1024)
 st_k_moe_plan_quant(const int32_t *__restrict__ ids, int P, int n_expert, st_moe_group *groups, int *n_groups,
                     const float *__restrict__ x, int64_t ld, int64_t n_rows, int64_t n, block_q8_1 *__restrict__ q) {
+    st_pdl_enter();
     if (blockIdx.x == 0) st_moe_plan_body(ids, P, n_expert, groups, n_groups);
     else st_moe_quant_body(x, ld, n_rows, n, q, (int64_t)blockIdx.x - 1, (int64_t)gridDim.x - 1);
 }
@@ -175,6 +178,7 @@ struct st_moe_mv_params {
 
 template <class W, bool GATED>
 static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const st_moe_mv_params p) {
+    st_pdl_enter();
     if ((int)blockIdx.y >= *p.n_groups) return;
     const st_moe_group G = p.groups[blockIdx.y];
     const int64_t r = (int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32;
@@ -222,6 +226,7 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
 
 template <class D, bool GATED>
 static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_f32(const st_moe_mv_params p) {
+    st_pdl_enter();
     if ((int)blockIdx.y >= *p.n_groups) return;
     const st_moe_group G = p.groups[blockIdx.y];
     const int64_t r = (int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32;
@@ -275,6 +280,7 @@ static __global__ void __launch_bounds__(256)
 st_k_moe_combine(const float *__restrict__ y, const int32_t *__restrict__ ids,
                  const float *__restrict__ wts, int64_t T, int k, int n_expert, int64_t n,
                  int accumulate, float *__restrict__ out) {
+    st_pdl_enter();
     const int64_t total = T * n, stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const int64_t t = i / n, col = i - t * n;
@@ -305,6 +311,7 @@ static __device__ __forceinline__ bool st_route_better(float av, int ai, float b
 static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
 st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
                int32_t *ids0, float *wts0, int32_t *ids1, float *wts1) {
+    st_pdl_enter();
     extern __shared__ float s_mem[];
     float *s_l = s_mem;
     int *s_taken = (int *)(s_mem + n_expert);
@@ -423,7 +430,7 @@ extern "C" int st_cuda_moe_supports(strata_type type) {
 template <class W, bool GATED>
 static strata_status st_moe_launch_q8(const st_moe_mv_params &p, unsigned gy, cudaStream_t s) {
     const dim3 grid((unsigned)((p.n_rows + ST_MOE_WARPS - 1) / ST_MOE_WARPS), gy);
-    st_k_moe_mv_q8<W, GATED><<<grid, 32 * ST_MOE_WARPS, 0, s>>>(p);
+    st_launch(st_k_moe_mv_q8<W, GATED>, grid, 32 * ST_MOE_WARPS, 0, s, p);
     ST_CUDA_CHECK_LAUNCH(GATED ? "st_k_moe_mv_q8 (gate/up)" : "st_k_moe_mv_q8 (down)");
     return STRATA_OK;
 }
@@ -431,7 +438,7 @@ static strata_status st_moe_launch_q8(const st_moe_mv_params &p, unsigned gy, cu
 template <class D, bool GATED>
 static strata_status st_moe_launch_f32(const st_moe_mv_params &p, unsigned gy, cudaStream_t s) {
     const dim3 grid((unsigned)((p.n_rows + ST_MOE_WARPS - 1) / ST_MOE_WARPS), gy);
-    st_k_moe_mv_f32<D, GATED><<<grid, 32 * ST_MOE_WARPS, 0, s>>>(p);
+    st_launch(st_k_moe_mv_f32<D, GATED>, grid, 32 * ST_MOE_WARPS, 0, s, p);
     ST_CUDA_CHECK_LAUNCH(GATED ? "st_k_moe_mv_f32 (gate/up)" : "st_k_moe_mv_f32 (down)");
     return STRATA_OK;
 }
@@ -518,7 +525,7 @@ extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int
     if (T == 0) return STRATA_OK;
     if (T > 0x7fffffff) return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld too large", fn, (long long)T);
     const size_t smem = (size_t)n_expert * (sizeof(float) + sizeof(int));
-    st_k_moe_route<<<(unsigned)T, ST_ROUTE_THREADS, smem, (cudaStream_t)stream>>>(
+    st_launch(st_k_moe_route, (unsigned)T, ST_ROUTE_THREADS, smem, (cudaStream_t)stream, 
         d_logits, n_expert, k, norm, d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL);
     ST_CUDA_CHECK_LAUNCH("st_k_moe_route");
     return STRATA_OK;
@@ -600,7 +607,7 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     if (tiles) { /* a prompt batch: tensor-core tiles per expert (mmq.cu), then the combine */
         const float *y = NULL;
         ST_TRY(st_moe_mmq_ffn(a, s, &y));
-        st_k_moe_combine<<<st_cuda_grid(a->T * a->n_embd, 256), 256, 0, s>>>(
+        st_launch(st_k_moe_combine, st_cuda_grid(a->T * a->n_embd, 256), 256, 0, s, 
             y, a->ids, a->wts, a->T, a->k, a->n_expert, a->n_embd, a->accumulate, a->out);
         ST_CUDA_CHECK_LAUNCH("st_k_moe_combine");
         return STRATA_OK;
@@ -612,12 +619,12 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
         const unsigned bt = (unsigned)((P + 31) & ~31) < 256u ? 256u : (unsigned)((P + 31) & ~31);
         const int64_t qw = a->T * (a->n_embd / 32); /* one warp per q8_1 block */
         const unsigned qb = (unsigned)((qw + bt / 32 - 1) / (bt / 32));
-        st_k_moe_plan_quant<<<1 + (qb < 1 ? 1 : qb), bt, 0, s>>>(a->ids, P, a->n_expert, w.groups, w.n_groups,
+        st_launch(st_k_moe_plan_quant, 1 + (qb < 1 ? 1 : qb), bt, 0, s, a->ids, P, a->n_expert, w.groups, w.n_groups,
                                                                   a->x, a->n_embd, a->T, a->n_embd,
                                                                   (block_q8_1 *)w.xq);
         ST_CUDA_CHECK_LAUNCH("st_k_moe_plan_quant");
     } else {
-        st_k_moe_plan<<<1, (unsigned)((P + 31) & ~31), 0, s>>>(a->ids, P, a->n_expert, w.groups, w.n_groups);
+        st_launch(st_k_moe_plan, 1, (unsigned)((P + 31) & ~31), 0, s, a->ids, P, a->n_expert, w.groups, w.n_groups);
         ST_CUDA_CHECK_LAUNCH("st_k_moe_plan");
     }
 
@@ -655,7 +662,7 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     ST_TRY(st_moe_mv<false>(a->type_down, p, (unsigned)P, s));
 
     /* 6. combine */
-    st_k_moe_combine<<<st_cuda_grid(a->T * a->n_embd, 256), 256, 0, s>>>(
+    st_launch(st_k_moe_combine, st_cuda_grid(a->T * a->n_embd, 256), 256, 0, s, 
         w.y, a->ids, a->wts, a->T, a->k, a->n_expert, a->n_embd, a->accumulate, a->out);
     ST_CUDA_CHECK_LAUNCH("st_k_moe_combine");
     return STRATA_OK;

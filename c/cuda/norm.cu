@@ -18,6 +18,7 @@ template <int TPR>
 static __global__ void __launch_bounds__(256)
 st_k_rmsnorm(float *y, int64_t ldy, const float *x, int64_t ldx, const float *__restrict__ w,
              int64_t n, int64_t n_sub, int64_t n_rows, float eps) {
+    st_pdl_enter();
     constexpr int RPB = 256 / TPR;
     __shared__ double red[8];
     const int lane = (int)(threadIdx.x % TPR);
@@ -58,6 +59,7 @@ template <int TPR>
 static __global__ void __launch_bounds__(256)
 st_k_add_rmsnorm(float *x, const float *__restrict__ b, float scale, float *y, const float *__restrict__ w,
                  int64_t n, int64_t n_rows, float eps) {
+    st_pdl_enter();
     constexpr int RPB = 256 / TPR;
     __shared__ double red[8];
     const int lane = (int)(threadIdx.x % TPR);
@@ -92,6 +94,7 @@ st_k_add_rmsnorm(float *x, const float *__restrict__ b, float scale, float *y, c
 
 static __global__ void __launch_bounds__(256)
 st_k_add(float *y, const float *x, const float *b, float scale, int64_t n) {
+    st_pdl_enter();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         y[i] = __fadd_rn(x[i], __fmul_rn(b[i], scale));
@@ -99,6 +102,7 @@ st_k_add(float *y, const float *x, const float *b, float scale, int64_t n) {
 
 static __global__ void __launch_bounds__(256)
 st_k_add_bias(float *y, int64_t ldy, const float *__restrict__ bias, int64_t n, int64_t total) {
+    st_pdl_enter();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const int64_t t = i / n, j = i - t * n;
@@ -109,6 +113,7 @@ st_k_add_bias(float *y, int64_t ldy, const float *__restrict__ bias, int64_t n, 
 static __global__ void __launch_bounds__(256)
 st_k_swiglu(float *h, int64_t ldh, const float *g, int64_t ldg, const float *u, int64_t ldu,
             int64_t n, int64_t total) {
+    st_pdl_enter();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const int64_t t = i / n, j = i - t * n;
@@ -118,6 +123,7 @@ st_k_swiglu(float *h, int64_t ldh, const float *g, int64_t ldg, const float *u, 
 
 static __global__ void __launch_bounds__(256)
 st_k_scale(float *y, const float *x, float s, int divide, int64_t n) {
+    st_pdl_enter();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         y[i] = divide ? __fdiv_rn(x[i], s) : __fmul_rn(x[i], s);
@@ -126,6 +132,7 @@ st_k_scale(float *y, const float *x, float s, int divide, int64_t n) {
 /* y = 1 / (1 + expf(-x)), as the CPU's st_sigmoid (expf may differ in the last bit) */
 static __global__ void __launch_bounds__(256)
 st_k_sigmoid(float *y, const float *x, int64_t n) {
+    st_pdl_enter();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         y[i] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x[i])));
@@ -173,10 +180,10 @@ extern "C" strata_status st_cuda_rmsnorm(float *d_y, int64_t ldy, const float *d
     cudaStream_t s = (cudaStream_t)stream;
     /* The one dispatch point: a warp per row for short rows, a block per row for long ones. */
     if (n <= 256) {
-        st_k_rmsnorm<32><<<st_cuda_grid(rows, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s>>>(
+        st_launch(st_k_rmsnorm<32>, st_cuda_grid(rows, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s, 
             d_y, ldy, d_x, ldx, d_w, n, n_sub, rows, eps);
     } else {
-        st_k_rmsnorm<256><<<st_cuda_grid(rows, 1), ST_NORM_THREADS, 0, s>>>(
+        st_launch(st_k_rmsnorm<256>, st_cuda_grid(rows, 1), ST_NORM_THREADS, 0, s, 
             d_y, ldy, d_x, ldx, d_w, n, n_sub, rows, eps);
     }
     ST_CUDA_CHECK_LAUNCH("st_k_rmsnorm");
@@ -199,10 +206,10 @@ extern "C" strata_status st_cuda_add_rmsnorm(float *d_x, const float *d_b, float
     ST_TRY(st_cuda_require(fn));
     cudaStream_t s = (cudaStream_t)stream;
     if (n <= 256)
-        st_k_add_rmsnorm<32><<<st_cuda_grid(T, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s>>>(
+        st_launch(st_k_add_rmsnorm<32>, st_cuda_grid(T, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s, 
             d_x, d_b, scale, d_y, d_w, n, T, eps);
     else
-        st_k_add_rmsnorm<256><<<st_cuda_grid(T, 1), ST_NORM_THREADS, 0, s>>>(d_x, d_b, scale, d_y, d_w, n, T, eps);
+        st_launch(st_k_add_rmsnorm<256>, st_cuda_grid(T, 1), ST_NORM_THREADS, 0, s, d_x, d_b, scale, d_y, d_w, n, T, eps);
     ST_CUDA_CHECK_LAUNCH("st_k_add_rmsnorm");
     return STRATA_OK;
 }
@@ -214,7 +221,7 @@ extern "C" strata_status st_cuda_add(float *d_y, const float *d_x, const float *
     if (n == 0) return STRATA_OK;
     ST_TRY(st_check_ptrs(fn, d_y, "y", d_x, "x", d_b, "b"));
     ST_TRY(st_cuda_require(fn));
-    st_k_add<<<st_cuda_grid(n, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream>>>(
+    st_launch(st_k_add, st_cuda_grid(n, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream, 
         d_y, d_x, d_b, scale, n);
     ST_CUDA_CHECK_LAUNCH("st_k_add");
     return STRATA_OK;
@@ -229,7 +236,7 @@ extern "C" strata_status st_cuda_add_bias(float *d_y, int64_t ldy, const float *
     if (ldy < n) return st_error(STRATA_ERR_INVALID_ARG, "%s: ldy %lld < n %lld", fn, (long long)ldy, (long long)n);
     ST_TRY(st_check_ptrs(fn, d_y, "y", d_bias, "bias", NULL, NULL));
     ST_TRY(st_cuda_require(fn));
-    st_k_add_bias<<<st_cuda_grid(n * T, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream>>>(
+    st_launch(st_k_add_bias, st_cuda_grid(n * T, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream, 
         d_y, ldy, d_bias, n, n * T);
     ST_CUDA_CHECK_LAUNCH("st_k_add_bias");
     return STRATA_OK;
@@ -246,7 +253,7 @@ extern "C" strata_status st_cuda_swiglu(float *d_h, int64_t ldh, const float *d_
         return st_error(STRATA_ERR_INVALID_ARG, "%s: a row stride is below n = %lld", fn, (long long)n);
     ST_TRY(st_check_ptrs(fn, d_h, "h", d_g, "g", d_u, "u"));
     ST_TRY(st_cuda_require(fn));
-    st_k_swiglu<<<st_cuda_grid(n * T, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream>>>(
+    st_launch(st_k_swiglu, st_cuda_grid(n * T, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream, 
         d_h, ldh, d_g, ldg, d_u, ldu, n, n * T);
     ST_CUDA_CHECK_LAUNCH("st_k_swiglu");
     return STRATA_OK;
@@ -259,7 +266,7 @@ extern "C" strata_status st_cuda_scale(float *d_y, const float *d_x, float s, in
     if (n == 0) return STRATA_OK;
     ST_TRY(st_check_ptrs(fn, d_y, "y", d_x, "x", NULL, NULL));
     ST_TRY(st_cuda_require(fn));
-    st_k_scale<<<st_cuda_grid(n, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream>>>(
+    st_launch(st_k_scale, st_cuda_grid(n, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream, 
         d_y, d_x, s, divide ? 1 : 0, n);
     ST_CUDA_CHECK_LAUNCH("st_k_scale");
     return STRATA_OK;
@@ -271,7 +278,7 @@ extern "C" strata_status st_cuda_sigmoid(float *d_y, const float *d_x, int64_t n
     if (n == 0) return STRATA_OK;
     ST_TRY(st_check_ptrs(fn, d_y, "y", d_x, "x", NULL, NULL));
     ST_TRY(st_cuda_require(fn));
-    st_k_sigmoid<<<st_cuda_grid(n, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream>>>(
+    st_launch(st_k_sigmoid, st_cuda_grid(n, ST_NORM_THREADS), ST_NORM_THREADS, 0, (cudaStream_t)stream, 
         d_y, d_x, n);
     ST_CUDA_CHECK_LAUNCH("st_k_sigmoid");
     return STRATA_OK;

@@ -11,6 +11,7 @@ static const int ST_Q8_1_THREADS = 256; /* a multiple of 32 (see above) */
 
 static __global__ void __launch_bounds__(256)
 st_k_quantize_q8_1(const float *__restrict__ x, block_q8_1 *__restrict__ q, int64_t n) {
+    st_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -35,7 +36,7 @@ st_k_quantize_q8_1(const float *__restrict__ x, block_q8_1 *__restrict__ q, int6
 
 strata_status st_quantize_q8_1_launch(const float *x, block_q8_1 *q, int64_t n, cudaStream_t s) {
     const unsigned grid = st_cuda_grid(n, ST_Q8_1_THREADS);
-    st_k_quantize_q8_1<<<grid, ST_Q8_1_THREADS, 0, s>>>(x, q, n);
+    st_launch(st_k_quantize_q8_1, grid, ST_Q8_1_THREADS, 0, s, x, q, n);
     ST_CUDA_CHECK_LAUNCH("st_k_quantize_q8_1");
     return STRATA_OK;
 }

@@ -17,6 +17,7 @@ static const int ST_ROPE_THREADS = 128;
 static __global__ void __launch_bounds__(128)
 st_k_rope(const __grid_constant__ st_rope_table tb, float *x, int64_t ldx, int64_t n_head,
           int64_t head_dim, const int32_t *__restrict__ pos, int64_t pos0) {
+    st_pdl_enter();
     const int64_t t = blockIdx.y;
     const int64_t p = pos ? (int64_t)__ldg(pos + t) : pos0 + t;
     const int64_t work = n_head * tb.half;
@@ -105,7 +106,7 @@ extern "C" strata_status st_cuda_rope(const st_cuda_rope_params *p, float *d_x, 
     st_rope_table_fill(p, &tb);
     const int64_t work = n_head * tb.half;
     dim3 grid(st_cuda_grid(work, ST_ROPE_THREADS), (unsigned)T);
-    st_k_rope<<<grid, ST_ROPE_THREADS, 0, (cudaStream_t)stream>>>(tb, d_x, ldx, n_head, head_dim,
+    st_launch(st_k_rope, grid, ST_ROPE_THREADS, 0, (cudaStream_t)stream, tb, d_x, ldx, n_head, head_dim,
                                                                   d_pos, pos0);
     ST_CUDA_CHECK_LAUNCH("st_k_rope");
     return STRATA_OK;
@@ -123,6 +124,7 @@ static __global__ void __launch_bounds__(256)
 st_k_qkv_prep(const __grid_constant__ st_rope_table tb, float *qkv, int64_t ld, int n_head, int n_kv, int hd,
               const float *__restrict__ qn, const float *__restrict__ kn, float eps, void *kc, void *vc,
               int64_t n_ctx, int64_t T, const int32_t *__restrict__ pos, int64_t pos0) {
+    st_pdl_enter();
     const int heads = n_head + 2 * n_kv;
     const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int lane = (int)(threadIdx.x & 31);
@@ -201,10 +203,10 @@ extern "C" strata_status st_cuda_qkv_prep(const st_cuda_rope_params *p, float *d
     const unsigned grid = st_cuda_grid(warps * 32, 256);
     cudaStream_t st = (cudaStream_t)stream;
     if (kv->type == STRATA_TYPE_F16)
-        st_k_qkv_prep<true><<<grid, 256, 0, st>>>(tb, d_qkv, ld, (int)n_head, (int)n_head_kv, (int)head_dim,
+        st_launch(st_k_qkv_prep<true>, grid, 256, 0, st, tb, d_qkv, ld, (int)n_head, (int)n_head_kv, (int)head_dim,
                                                   d_q_norm, d_k_norm, eps, kv->k, kv->v, kv->n_ctx, T, d_pos, pos0);
     else
-        st_k_qkv_prep<false><<<grid, 256, 0, st>>>(tb, d_qkv, ld, (int)n_head, (int)n_head_kv, (int)head_dim,
+        st_launch(st_k_qkv_prep<false>, grid, 256, 0, st, tb, d_qkv, ld, (int)n_head, (int)n_head_kv, (int)head_dim,
                                                    d_q_norm, d_k_norm, eps, kv->k, kv->v, kv->n_ctx, T, d_pos, pos0);
     ST_CUDA_CHECK_LAUNCH("st_k_qkv_prep");
     return STRATA_OK;

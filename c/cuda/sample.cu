@@ -21,6 +21,7 @@ static __device__ __forceinline__ bool st_am_better(float av, int ai, float bv, 
 
 static __global__ void __launch_bounds__(ST_ARGMAX_THREADS)
 st_k_argmax(const float *__restrict__ x, int n, st_cuda_argmax_out *out) {
+    st_pdl_enter();
     __shared__ float sv[32];
     __shared__ int si[32];
     float bv = -INFINITY;
@@ -62,7 +63,7 @@ extern "C" strata_status st_cuda_argmax(const float *d_x, int64_t n, st_cuda_arg
         return st_error(STRATA_ERR_INVALID_ARG, "%s: n %lld, x and out non-NULL and 4-byte aligned", fn,
                         (long long)n);
     ST_TRY(st_cuda_require(fn));
-    st_k_argmax<<<1, ST_ARGMAX_THREADS, 0, (cudaStream_t)stream>>>(d_x, (int)n, d_out);
+    st_launch(st_k_argmax, 1, ST_ARGMAX_THREADS, 0, (cudaStream_t)stream, d_x, (int)n, d_out);
     ST_CUDA_CHECK_LAUNCH("st_k_argmax");
     return STRATA_OK;
 }
@@ -79,6 +80,7 @@ extern "C" strata_status st_cuda_argmax(const float *d_x, int64_t n, st_cuda_arg
 static __global__ void __launch_bounds__(ST_TOPK_THREADS)
 st_k_topk_pass(const float *__restrict__ vin, const int32_t *__restrict__ iin, int64_t n, int k,
                float *__restrict__ vout, int32_t *__restrict__ iout) {
+    st_pdl_enter();
     __shared__ float sv[ST_TOPK_CHUNK];
     __shared__ int32_t si[ST_TOPK_CHUNK];
     const int64_t base = (int64_t)blockIdx.x * ST_TOPK_CHUNK;
@@ -156,14 +158,14 @@ extern "C" strata_status st_cuda_topk(const float *d_x, int64_t n, int32_t k, in
     int h = 0;
     while (cur > ST_TOPK_CHUNK) {
         const int64_t blocks = (cur + ST_TOPK_CHUNK - 1) / ST_TOPK_CHUNK;
-        st_k_topk_pass<<<(unsigned)blocks, ST_TOPK_THREADS, 0, s>>>(vin, iin, cur, k, v[h], id[h]);
+        st_launch(st_k_topk_pass, (unsigned)blocks, ST_TOPK_THREADS, 0, s, vin, iin, cur, k, v[h], id[h]);
         ST_CUDA_CHECK_LAUNCH("st_k_topk_pass");
         vin = v[h];
         iin = id[h];
         cur = blocks * k;
         h ^= 1;
     }
-    st_k_topk_pass<<<1, ST_TOPK_THREADS, 0, s>>>(vin, iin, cur, k, d_vals, d_ids);
+    st_launch(st_k_topk_pass, 1, ST_TOPK_THREADS, 0, s, vin, iin, cur, k, d_vals, d_ids);
     ST_CUDA_CHECK_LAUNCH("st_k_topk_pass");
     return STRATA_OK;
 }

@@ -1106,6 +1106,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
     const int64_t pos0 = s->n_past, E = hp->n_embd;
+    st_cuda_set_pdl(s->cuda_pdl); /* this thread's launches, until the next session's call */
     st_prof_start(s);
     /* embeddings on the CPU, as forward.c, then up */
     const st_tensor *te = &m->tok_embd;

@@ -25,6 +25,7 @@ strata_session_params strata_session_default_params(void) {
     p.degrade_tau = ST_DEGRADE_TAU_DEFAULT;
     p.degrade_eval = 0;
     p.cuda_graphs = 1;
+    p.cuda_pdl = 1;
     p.attn_tc = -1;
     p.stage_experts = -1;
     p.pin_experts = -1;
@@ -203,7 +204,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
     s->cuda_graphs = p.cuda_graphs != 0;
-    s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc != 0;
+    s->cuda_pdl = p.cuda_pdl != 0;
+    s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc >= 2 ? 2 : p.attn_tc != 0;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA ? p.pin_experts : 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
     s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.cpu_misses != 0;

@@ -26,6 +26,7 @@ struct strata_session {
     int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
+    int cuda_pdl;               /* GPU: programmatic dependent launch (st_cuda_set_pdl) */
     int attn_tc;                /* GPU: tensor-core attention for prompt batches (1; -1: from
                                    ST_ATTN_TC_AUTO_NP positions on) */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */

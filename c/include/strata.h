@@ -495,11 +495,17 @@ typedef struct strata_session_params {
                              pp512 at depth 16K 3.1x the FMA kernel on the H200, +9% at depth 0
                              (docs/PERFORMANCE.md); KL-close to it, not bit-identical. -1
                              (default): for batches that end at position 1024 or later, where
-                             it pays most; 0: never. Decode steps are unaffected. */
+                             it pays most; 0: never; 2: always, with queries and probabilities
+                             each split into two f16 parts (hi + lo: near-f32 products for twice
+                             the tensor-core work). Decode steps are unaffected. */
     int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA
                              graph once and replays it as one launch per step (same kernels, same
                              bits; +28% decode on qwen3-30b-a3b, docs/PERFORMANCE.md); 0 launches
                              every kernel of every step */
+    int cuda_pdl;         /* CUDA sessions on compute 9.0+: 1 (default) launches each kernel so
+                             that the GPU may start it while the one before finishes
+                             (programmatic dependent launch; each kernel still waits for its
+                             inputs: same bits); 0 launches each after the one before completes */
     int32_t n_cpu_moe;    /* CUDA sessions: the routed experts of the first n_cpu_moe layers stay
                              in RAM and the CPU computes them (llama.cpp's --n-cpu-moe); -1: every
                              layer (--cpu-moe); 0 (default): all on the GPU. Attention, routers
@@ -555,7 +561,7 @@ typedef struct strata_session_params {
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
- * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, attn_tc -1 (auto), stage_experts -1 (auto),
+ * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, cuda_pdl 1, attn_tc -1 (auto), stage_experts -1 (auto),
  * pin_experts -1 (auto), pcie_frac -1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 STRATA_API strata_status strata_session_create(const strata_model *model,

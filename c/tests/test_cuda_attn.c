@@ -86,7 +86,8 @@ typedef struct {
 
 typedef enum { WS_FULL, WS_NONE, WS_SMALL } ws_mode;
 
-static int g_tc = 0; /* shape.tc of the next cases: the tensor-core prefill kernel */
+static int g_tc = 0; /* shape.tc of the next cases: the tensor-core prefill kernel (2: split) */
+static double g_last_nmse; /* the last case's NMSE against the CPU */
 
 /* One case: a cache of n_ctx = np + 37 positions holding np tokens, T query tokens at
  * pos0 = np - T. ldq/ldo padding pq/po floats per row. */
@@ -101,7 +102,7 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s%s", sh.name,
              strata_type_name(kvt), sh.n_head, sh.n_kv, (long long)hd, (long long)T, (long long)np,
              pq || po ? " strided" : "", wm == WS_NONE ? " ws=none" : "", wm == WS_SMALL ? " ws=small" : "",
-             g_tc ? " tc" : "");
+             g_tc == 2 ? " tc split" : g_tc ? " tc" : "");
 
     st_attn_shape cs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, 1.0f / sqrtf((float)hd)};
     st_cuda_attn_shape gs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, cs.scale, g_tc};
@@ -207,6 +208,7 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
         }
     }
     const double nmse = den > 0 ? num / den : num;
+    g_last_nmse = nmse;
     const int same = memcmp(got, got2, sizeof(float) * (size_t)(T * ldo)) == 0;
     const int ok = nans == 0 && nmse <= NMSE_ATTN && out_bad == 0 && ws_bad == 0 && gaps_bad == 0 &&
                    same && k_mis == 0 && v_mis == 0 && poison_bad == 0;
@@ -344,6 +346,22 @@ int main(void) {
     attn_case(qwen3, F16, 33, 1000, 40, 16, WS_NONE);
     attn_case(qwen3, F16, 1, 16384, 0, 0, WS_FULL);
     attn_case(hd256, F16, 64, 300, 0, 0, WS_FULL);
+    /* attn_tc 2: queries and probabilities split into hi + lo f16 parts; at least 100x closer
+     * to the CPU than the single-f16 kernel on the same case */
+    {
+        const struct { shape_t sh; int64_t T, np; } sc[] = {
+            {qwen3, 512, 512}, {qwen3, 512, 16384}, {olmoe, 100, 4097}, {hd64, 77, 77}, {mixtral, 128, 4097}};
+        for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
+            g_tc = 1;
+            attn_case(sc[i].sh, F16, sc[i].T, sc[i].np, 0, 0, WS_FULL);
+            const double one = g_last_nmse;
+            g_tc = 2;
+            attn_case(sc[i].sh, F16, sc[i].T, sc[i].np, 0, 0, WS_FULL);
+            CHECK(g_last_nmse * 100.0 <= one, "%s T=%lld ctx=%lld: split tensor-core attention NMSE %.2e "
+                  "not 100x below the single-f16 kernel's %.2e", sc[i].sh.name, (long long)sc[i].T,
+                  (long long)sc[i].np, g_last_nmse, one);
+        }
+    }
     g_tc = 0;
     st_threadpool_free(pool);
     return test_report();

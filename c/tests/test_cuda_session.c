@@ -31,6 +31,7 @@ static const char *TEXT =
 
 static strata_type g_kv = STRATA_TYPE_F16; /* KV cache type of the next sessions */
 static int g_graphs = 0;                   /* cuda_graphs of the next sessions */
+static int g_pdl = 1;                      /* cuda_pdl of the next sessions */
 static int g_cpu_moe = 0;                  /* n_cpu_moe of the next sessions */
 static int g_cache = 0;                    /* expert_cache of the next sessions */
 static int g_stage = 0;                    /* stage_experts of the next sessions */
@@ -45,6 +46,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     strata_session_params sp = strata_session_default_params();
     sp.kv_type = g_kv;
     sp.cuda_graphs = g_graphs;
+    sp.cuda_pdl = g_pdl;
     sp.n_cpu_moe = g_cpu_moe;
     sp.expert_cache = g_cache;
     sp.stage_experts = g_stage;
@@ -162,16 +164,20 @@ static int greedy(const strata_model *m, strata_backend_kind be, const strata_to
 
 /* CUDA graphs: 40 decode steps replayed as graphs give the bits of the plain launches. The steps
  * start at position np + 224 (a filler batch first), so they cross a 256-position boundary of the
- * attention plan: the graph is captured twice and replayed the other 38 times. */
+ * attention plan: the graph is captured twice and replayed the other 38 times. A third session
+ * runs the graphs with programmatic dependent launch off (cuda_pdl 0; the first two have it on,
+ * the default): the same bits again, prompt batches included. */
 static void test_graphs(const strata_model *m, const strata_token *p, int64_t np, int32_t V) {
-    float *lg[2];
-    strata_session_stats st[2];
+    float *lg[3];
+    strata_session_stats st[3];
     int ok = 1;
-    for (int gr = 0; gr < 2; gr++) {
-        g_graphs = gr;
+    for (int gr = 0; gr < 3; gr++) {
+        g_graphs = gr > 0;
+        g_pdl = gr < 2;
         lg[gr] = malloc(sizeof(float) * (size_t)V * 41);
         strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 512, 512);
         g_graphs = 0;
+        g_pdl = 1;
         if (!s) { ok = 0; continue; }
         strata_status r = strata_session_decode(s, p, np, lg[gr], 0);
         strata_token fill[224];
@@ -189,14 +195,15 @@ static void test_graphs(const strata_model *m, const strata_token *p, int64_t np
     if (ok) {
         CHECK(!memcmp(lg[0], lg[1], sizeof(float) * (size_t)V * 41),
               "decode steps as CUDA graphs: bit-identical logits");
+        CHECK(!memcmp(lg[1], lg[2], sizeof(float) * (size_t)V * 41),
+              "programmatic dependent launch on and off: bit-identical logits");
         printf("CUDA graphs: %lld steps, %lld captures (the rest replayed)\n",
                (long long)st[1].graph_launches, (long long)st[1].graph_rebuilds);
         CHECK(st[1].graph_launches == 40 && st[0].graph_launches == 0, "graph steps counted");
         CHECK(st[1].graph_rebuilds == 2, "captured once per attention plan: %lld captures",
               (long long)st[1].graph_rebuilds);
     }
-    free(lg[0]);
-    free(lg[1]);
+    for (int gr = 0; gr < 3; gr++) free(lg[gr]);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -230,9 +237,11 @@ static void test_default_model(void) {
     float *gpu7 = all_logits(m, STRATA_BACKEND_CUDA, 7, toks, n, V);
     g_attn_tc = 1; /* prompt attention on the tensor cores at every length (auto: from 1024 on) */
     float *gtc = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+    g_attn_tc = 2; /* the same with queries and probabilities split into hi + lo f16 parts */
+    float *gts = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     g_attn_tc = -1;
-    if (cpu && cpu32 && gpu && gpu2 && gpu7 && gtc) {
-        double kl = 0, kl_max = 0, kl7 = 0, klf = 0, floor = 0;
+    if (cpu && cpu32 && gpu && gpu2 && gpu7 && gtc && gts) {
+        double kl = 0, kl_max = 0, kl7 = 0, klf = 0, kls = 0, floor = 0;
         int agree = 0, nan = 0;
         for (int64_t t = 0; t < n; t++) {
             const float *a = cpu + t * V, *b = gpu + t * V;
@@ -242,12 +251,14 @@ static void test_default_model(void) {
             kl_max = fmax(kl_max, k);
             kl7 += kl_row(a, gpu7 + t * V, V);
             klf += kl_row(a, gtc + t * V, V);
+            kls += kl_row(a, gts + t * V, V);
             floor += kl_row(a, cpu32 + t * V, V);
             agree += argmax(a, V) == argmax(b, V);
         }
         kl /= (double)n;
         kl7 /= (double)n;
         klf /= (double)n;
+        kls /= (double)n;
         floor /= (double)n;
         /* This small trained model amplifies rounding: on the CPU alone, an f32 instead of an f16
          * KV cache moves the full-vocabulary KL by about 2e-4 on this text (measured on the
@@ -258,19 +269,20 @@ static void test_default_model(void) {
         printf("default model: two greedy runs may part where the CPU's top-2 gap is below %.3g "
                "logits (twice the 95th percentile of what its f16 vs f32 KV cache moves a gap)\n", g_tie);
         printf("default model, %lld positions: mean KL(cpu||gpu) %.3g (max %.3g), batches of 7: "
-               "%.3g, tensor-core attention (attn_tc 1): %.3g; CPU f16 vs f32 KV cache %.3g (bound %.3g); "
-               "top-1 agreement %d/%lld\n",
-               (long long)n, kl, kl_max, kl7, klf, floor, bound, agree, (long long)n);
+               "%.3g, tensor-core attention (attn_tc 1): %.3g, split (attn_tc 2): %.3g; CPU f16 vs f32 KV "
+               "cache %.3g (bound %.3g); top-1 agreement %d/%lld\n",
+               (long long)n, kl, kl_max, kl7, klf, kls, floor, bound, agree, (long long)n);
         CHECK(nan == 0, "%d NaN logits on the GPU", nan);
         CHECK(kl <= bound, "mean KL(cpu || gpu) %.3g > %.3g", kl, bound);
         CHECK(kl7 <= bound, "mean KL(cpu || gpu, batches of 7) %.3g > %.3g", kl7, bound);
         CHECK(klf <= bound, "mean KL(cpu || gpu, attn_tc 1) %.3g > %.3g", klf, bound);
+        CHECK(kls <= bound, "mean KL(cpu || gpu, attn_tc 2) %.3g > %.3g", kls, bound);
         CHECK(kl <= 1e-4, "mean KL(cpu || gpu) %.3g > 1e-4 with the defaults", kl);
         CHECK(agree >= n - 1, "top-1 agreement %d of %lld", agree, (long long)n);
         CHECK(memcmp(gpu, gpu2, sizeof(float) * (size_t)n * (size_t)V) == 0,
               "two GPU runs of the same tokens are not bit-identical");
     }
-    free(gpu); free(gpu2); free(gpu7); free(gtc); /* cpu and cpu32 serve the placement checks below */
+    free(gpu); free(gpu2); free(gpu7); free(gtc); free(gts); /* cpu and cpu32 serve the placement checks below */
 
     strata_token gc[64] = {0}, gg[64] = {0};
     if (greedy(m, STRATA_BACKEND_CPU, toks, 12, V, gc) && greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gg)) {

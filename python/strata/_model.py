@@ -54,7 +54,7 @@ class Model:
     n_cpu_moe: batches of this many tokens compute the CPU layers' experts on the GPU; "auto", the
     default: the cost model chooses per batch; 0: never), expert_cache
     (GPU slots for routed experts, "auto" or a count), gpu_mem (bytes for expert_cache="auto") and
-    attn_tc (prompt attention on the tensor cores: True, False, or "auto", the default: from
+    attn_tc (prompt attention on the tensor cores: True, False, "split" (hi + lo f16 parts), or "auto", the default: from
     position 1024 on), pin_experts (experts kept in RAM
     copied into pinned memory: True, False, or "auto", the default: when RAM allows), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
     pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share); CPU sessions
@@ -85,8 +85,10 @@ class Model:
         self.cuda_graphs, self.n_cpu_moe = bool(cuda_graphs), int(n_cpu_moe)
         if attn_tc == "auto":
             self.attn_tc = -1
+        elif attn_tc == "split":
+            self.attn_tc = 2
         elif isinstance(attn_tc, str):
-            raise ValueError(f"attn_tc must be True, False or 'auto', not {attn_tc!r}")
+            raise ValueError(f"attn_tc must be True, False, 'auto' or 'split', not {attn_tc!r}")
         else:
             self.attn_tc = int(bool(attn_tc))
         if pin_experts == "auto":
