@@ -8,7 +8,7 @@
 # tests run), GPU first, as long as BUDGET seconds allow.
 #   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
 # env: BUDGET (seconds for the benchmarks), CHECK=0 (skip the tests, the check-and-time programs
-# and the end-to-end checks: a speed-only run), NSYS=1 (per-kernel times from nsys), SWEEP=0 (no depth-0 offloading sweep), OFFLOAD=0 (skip the expert-offloading rows and the
+# and the end-to-end checks: a speed-only run), NCU=1 (per-kernel times of a decode step from ncu), SWEEP=0 (no depth-0 offloading sweep), OFFLOAD=0 (skip the expert-offloading rows and the
 # sweep), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
 # attn_check), NOGRAPHS=0 (skip
 # the rows without CUDA graphs), DISK=1 (the disk's O_DIRECT expert read rate), AB_NVCC="-D..."
@@ -105,11 +105,10 @@ bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
 bench q3_gpu_nopdl /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
 bench olmoe_gpu_nopdl /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
-# prompt attention: the tensor cores at depth 0 too (the default takes them from position 1024 on)
-bench q3_gpu_attntc /tmp/q3.gguf -p 512 -n 0 -r 2 --gpu --attn-tc
-# ... with queries and probabilities split into hi + lo f16 parts (near-f32, twice the mma work)
-bench q3_gpu_attnsplit /tmp/q3.gguf -p 512 -n 0 -r 2 --gpu --attn-tc-split
-bench q3_gpu_attnsplit_d16k /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1 --gpu --attn-tc-split
+# prompt attention: the default (tensor cores, split f16 operands) against single f16 operands
+# (--attn-tc) and the FMA kernel (--no-attn-tc)
+bench q3_gpu_attntc1 /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --attn-tc
+bench q3_gpu_attnfma /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --no-attn-tc
 # A/B against a build variant (AB_NVCC="-DNAME=V ..."): the same pp512 and tg128 rows from a
 # second build with those nvcc flags, run right after the default's rows
 if [ -n "${AB_NVCC:-}" ]; then
@@ -123,21 +122,20 @@ if [ -n "${AB_NVCC:-}" ]; then
         done
     else echo "AB build failed"; tail -5 "$R/build_ab.log"; fi
 fi
-# per-kernel GPU time of decode and of pp512 (NSYS=1, where Nsight Systems is installed): the
-# graph's kernels traced one by one, summed by name
-if [ "${NSYS:-0}" = 1 ]; then
-    NS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-    if [ -n "$NS" ]; then
-        for w in "tg:-p 0 -n 64" "pp:-p 512 -n 0"; do
-            nm=${w%%:*}
-            timeout 120 "$NS" profile -t cuda --cuda-graph-trace=node -o /tmp/prof_$nm --force-overwrite true \
-                ./strata bench -m /tmp/q3.gguf ${w#*:} -r 1 --gpu > "$R/nsys_$nm.log" 2>&1
-            timeout 120 "$NS" stats -q -r cuda_gpu_kern_sum --format csv /tmp/prof_$nm.nsys-rep \
-                > "$R/nsys_kern_$nm.csv" 2>> "$R/nsys_$nm.log"
-            echo "nsys $nm (top kernels by total time):"; head -25 "$R/nsys_kern_$nm.csv" | cut -c1-220
-        done
-        echo "(nsys done at $(el)s)"
-    else echo "no nsys here: $(ls /usr/local/cuda/bin | tr '\n' ' ' | cut -c1-400)"; fi
+# per-kernel GPU time of one decode step (NCU=1, Nsight Compute): each kernel of the third
+# decode step of a short run timed alone (boost clocks, warm caches), summed by name
+if [ "${NCU:-0}" = 1 ]; then
+    NC=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    if [ -n "$NC" ]; then
+        # kernels per step: count them in a 1-token and a 2-token run's launch totals
+        timeout 240 "$NC" --metrics gpu__time_duration.sum --cache-control none --clock-control none \
+            --csv --print-units base -f -o /tmp/ncu_dec ./strata -m /tmp/q3.gguf -p "Once upon a time" \
+            -n 4 --temp 0 --ignore-eos --no-echo --gpu --no-cuda-graphs > "$R/ncu.log" 2>&1
+        timeout 120 "$NC" -i /tmp/ncu_dec.ncu-rep --csv --print-units base --page raw \
+            --metrics gpu__time_duration.sum > "$R/ncu_decode.csv" 2>> "$R/ncu.log"
+        python3 bench/ncu_split.py "$R/ncu_decode.csv" --layers 48 | tee "$R/ncu_decode_split.txt"
+        echo "(ncu done at $(el)s)"
+    else echo "no ncu here"; fi
 fi
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile

@@ -6,7 +6,7 @@
  * head's rows, the positions split into chunks of 256 or more (flash-decoding). st_k_attn serves the rest (prefill: rpw 4,
  * one chunk per row group when the row groups alone fill the GPU) and any plan a check program
  * forces. Both use the FMA units. st_k_attn_tc is flash attention on the tensor cores for long
- * batches (shape.tc; by default from ST_ATTN_TC_AUTO_NP positions on). Dispatch: st_cuda_attention_ex picks the kernel;
+ * batches (shape.tc; by default with split f16 operands). Dispatch: st_cuda_attention_ex picks the kernel;
  * st_attn_dispatch / st_attn_dec_dispatch switch over (head_dim, cache type, rpw). */
 #include "attn.cuh"
 #include "mma.cuh"
@@ -825,7 +825,7 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     const bool tc = kv->type == STRATA_TYPE_F16 && (s->head_dim == 64 || s->head_dim == 128) &&
                     ((rpw_force == 16) || (rpw_force == 0 && target_blocks <= 0 &&
                                            T * G >= ST_ATTN_TC_BM &&
-                                           (s->tc > 0 || (s->tc < 0 && pos0 + T >= ST_ATTN_TC_AUTO_NP))));
+                                           s->tc != 0));
     st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
     if (dec) { /* chunks of at least 256 positions, about 4 blocks per SM */
         const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
@@ -867,8 +867,9 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
             plan_out->n_chunks = 1;
         }
         a.n_chunks = 1;
-        return s->head_dim == 64 ? st_attn_tc_launch<64>(a, s->n_head_kv, s->tc == 2, st)
-                                 : st_attn_tc_launch<128>(a, s->n_head_kv, s->tc == 2, st);
+        const int split = s->tc == 2 || s->tc < 0; /* auto (-1) is split */
+        return s->head_dim == 64 ? st_attn_tc_launch<64>(a, s->n_head_kv, split, st)
+                                 : st_attn_tc_launch<128>(a, s->n_head_kv, split, st);
     }
     if (dec)
         ST_TRY(st_attn_dec_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, s->n_head_kv, st));

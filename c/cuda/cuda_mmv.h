@@ -42,6 +42,13 @@ size_t st_cuda_mmv_scratch_bytes(int64_t ne0, int ncols);
 strata_status st_cuda_mmv(const st_cuda_mat *W, const float *d_x, int ncols, float *d_y,
                           void *d_scratch, void *stream);
 
+/* st_cuda_mmv with x already quantized: for weight types that read Q8_1 activations, d_xq (when
+ * not NULL) holds x as ncols rows of W->ne0 / 32 Q8_1 blocks (st_cuda_rmsnorm_q8's layout, the
+ * bits st_cuda_quantize_q8_1 gives) and is read instead of quantizing x into d_scratch; float
+ * weight types read d_x as st_cuda_mmv does. Same results as st_cuda_mmv. */
+strata_status st_cuda_mmv_pre(const st_cuda_mat *W, const float *d_x, const void *d_xq, int ncols,
+                              float *d_y, void *d_scratch, void *stream);
+
 /* Fused gate/up/SwiGLU: y[c * ne1 + r] = silu(dot(Wg row r, x_c)) * dot(Wu row r, x_c), with
  * silu(g) = g / (1 + exp(-g)). Wg and Wu: same type, ne0 and ne1 (row_bytes may differ); x is
  * quantized once. Same requirements and scratch as st_cuda_mmv. */

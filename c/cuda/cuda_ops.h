@@ -45,6 +45,12 @@ int st_cuda_rmsnorm_supports(int64_t n);
 strata_status st_cuda_rmsnorm(float *d_y, int64_t ldy, const float *d_x, int64_t ldx,
                               const float *d_w, int64_t n, int64_t n_sub, int64_t T, float eps,
                               void *stream);
+/* st_cuda_rmsnorm of T whole rows (n_sub 1, ld n) that also writes each result row as Q8_1
+ * blocks at d_q (T * n / 32 blocks, row t from block t * n / 32; n % 32 == 0, 4-byte aligned):
+ * the bits st_cuda_quantize_q8_1 gives for y, in the same launch, so the GEMV that reads y next
+ * can take them (st_cuda_mmv_pre) instead of quantizing y itself. */
+strata_status st_cuda_rmsnorm_q8(float *d_y, const float *d_x, const float *d_w, int64_t n, int64_t T,
+                                 float eps, void *d_q, void *stream);
 
 /* ---- elementwise (norm.cu) ------------------------------------------------------------------ */
 
@@ -57,6 +63,10 @@ strata_status st_cuda_add(float *d_y, const float *d_x, const float *d_b, float 
  * st_cuda_rmsnorm (n_sub 1). y must not overlap x or b; w non-NULL. */
 strata_status st_cuda_add_rmsnorm(float *d_x, const float *d_b, float scale, float *d_y,
                                   const float *d_w, int64_t n, int64_t T, float eps, void *stream);
+/* The same, also writing y as Q8_1 rows at d_q, as st_cuda_rmsnorm_q8. */
+strata_status st_cuda_add_rmsnorm_q8(float *d_x, const float *d_b, float scale, float *d_y,
+                                     const float *d_w, int64_t n, int64_t T, float eps, void *d_q,
+                                     void *stream);
 strata_status st_cuda_add_bias(float *d_y, int64_t ldy, const float *d_bias, int64_t n, int64_t T,
                                void *stream);
 /* SwiGLU on two buffers: d_h[t*ldh + i] = silu(g) * u, g = d_g[t*ldg + i], u = d_u[t*ldu + i],
@@ -131,11 +141,6 @@ typedef struct st_cuda_kv_layer {
     int64_t n_ctx;
 } st_cuda_kv_layer;
 
-/* attn_tc auto: from this many positions on (a batch's last position + 1) the tensor-core kernel
- * reads prompt batches: 3.1x the FMA kernel for pp512 at depth 16K on the H200, +9% at depth 0,
- * where its f16 rounding doubled the tiny model's KL against the CPU (1.75e-4 against 6e-5). */
-#define ST_ATTN_TC_AUTO_NP 1024
-
 /* As the CPU's st_attn_shape, plus the kernel choice for long batches. */
 typedef struct st_cuda_attn_shape {
     int32_t n_head, n_head_kv, head_dim, head_dim_v;
@@ -144,9 +149,11 @@ typedef struct st_cuda_attn_shape {
                                 with head_dim 64 or 128 take the tensor-core flash-attention
                                 kernel (queries and probabilities rounded to f16, f32 softmax and
                                 sums); 2: the same with queries and probabilities split into two
-                                f16 parts each (near-f32 products, twice the mma work); -1
-                                (session option attn_tc's default): those of them whose last
-                                position is ST_ATTN_TC_AUTO_NP or later; 0: the FMA kernel */
+                                f16 parts each (near-f32 products, twice the mma work; -1, session
+                                option attn_tc's default, is the same); 0: the FMA kernel. On the
+                                H200 the single-f16 kernel took pp512 at depth 16K 3.1x the FMA
+                                kernel's speed, split 2.9x, and doubled the tiny model's KL against
+                                the CPU (1.75e-4 against 6.1e-5), split not (6.1e-5). */
 } st_cuda_attn_shape;
 
 /* 1 if the attention kernels take this cache type and shape: type F16 or F32, head_dim ==

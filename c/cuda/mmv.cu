@@ -83,6 +83,7 @@ struct st_mmv_args {
     const float *x;
     float *y;
     block_q8_1 *xq;
+    int xq_ready; /* xq already holds x as Q8_1 (st_cuda_mmv_pre) */
     cudaStream_t stream;
 };
 
@@ -97,7 +98,7 @@ static strata_status st_mmv_launch_q_nc(const st_mmv_args &a) {
 
 template <class T>
 static strata_status st_mmv_launch_q(const st_mmv_args &a) {
-    ST_TRY(st_quantize_q8_1_launch(a.x, a.xq, (int64_t)a.ncols * a.ne0, a.stream));
+    if (!a.xq_ready) ST_TRY(st_quantize_q8_1_launch(a.x, a.xq, (int64_t)a.ncols * a.ne0, a.stream));
     switch (a.ncols) {
     case 1: return st_mmv_launch_q_nc<T, 1>(a);
     case 2: return st_mmv_launch_q_nc<T, 2>(a);
@@ -273,6 +274,18 @@ extern "C" strata_status st_cuda_mmv(const st_cuda_mat *W, const float *d_x, int
                                      void *d_scratch, void *stream) {
     st_mmv_args a = {};
     ST_TRY(st_mmv_prepare("st_cuda_mmv", W, NULL, d_x, ncols, d_y, d_scratch, stream, a));
+    return st_mmv_dispatch(a);
+}
+
+extern "C" strata_status st_cuda_mmv_pre(const st_cuda_mat *W, const float *d_x, const void *d_xq,
+                                         int ncols, float *d_y, void *d_scratch, void *stream) {
+    st_mmv_args a = {};
+    ST_TRY(st_mmv_prepare("st_cuda_mmv_pre", W, NULL, d_x, ncols, d_y, d_scratch, stream, a));
+    if (a.xq && d_xq) { /* a type that reads Q8_1: read the caller's */
+        if ((uintptr_t)d_xq & 3) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_mmv_pre: xq not 4-byte aligned");
+        a.xq = (block_q8_1 *)d_xq;
+        a.xq_ready = 1;
+    }
     return st_mmv_dispatch(a);
 }
 

@@ -8,6 +8,7 @@
  * one element per thread. Dispatch: st_rmsnorm_launch picks the row width; each elementwise op is
  * one kernel. */
 #include "norm.cuh"
+#include "quantize.cuh"
 
 static const int ST_NORM_THREADS = 256;
 
@@ -17,7 +18,7 @@ static const int ST_NORM_THREADS = 256;
 template <int TPR>
 static __global__ void __launch_bounds__(256)
 st_k_rmsnorm(float *y, int64_t ldy, const float *x, int64_t ldx, const float *__restrict__ w,
-             int64_t n, int64_t n_sub, int64_t n_rows, float eps) {
+             int64_t n, int64_t n_sub, int64_t n_rows, float eps, block_q8_1 *q) {
     st_pdl_enter();
     constexpr int RPB = 256 / TPR;
     __shared__ double red[8];
@@ -45,10 +46,12 @@ st_k_rmsnorm(float *y, int64_t ldy, const float *x, int64_t ldx, const float *__
         }
         if (!live) continue;
         const float sc = st_rms_scale(sum, n, eps);
-        if (w)
-            for (int64_t i = lane; i < n; i += TPR) yr[i] = __fmul_rn(__fmul_rn(xr[i], sc), __ldg(w + i));
-        else
-            for (int64_t i = lane; i < n; i += TPR) yr[i] = __fmul_rn(xr[i], sc);
+        for (int64_t i = lane; i < n; i += TPR) {
+            const float v = w ? __fmul_rn(__fmul_rn(xr[i], sc), __ldg(w + i)) : __fmul_rn(xr[i], sc);
+            yr[i] = v;
+            /* n % 32 == 0 with q: whole warps, 32 consecutive values each */
+            if (q) st_q8_1_warp_put(v, q + ((row * n + i) >> 5), (int)(threadIdx.x & 31));
+        }
     }
 }
 
@@ -58,7 +61,7 @@ st_k_rmsnorm(float *y, int64_t ldy, const float *x, int64_t ldx, const float *__
 template <int TPR>
 static __global__ void __launch_bounds__(256)
 st_k_add_rmsnorm(float *x, const float *__restrict__ b, float scale, float *y, const float *__restrict__ w,
-                 int64_t n, int64_t n_rows, float eps) {
+                 int64_t n, int64_t n_rows, float eps, block_q8_1 *q) {
     st_pdl_enter();
     constexpr int RPB = 256 / TPR;
     __shared__ double red[8];
@@ -88,7 +91,11 @@ st_k_add_rmsnorm(float *x, const float *__restrict__ b, float scale, float *y, c
         }
         if (!live) continue;
         const float sc = st_rms_scale(sum, n, eps);
-        for (int64_t i = lane; i < n; i += TPR) yr[i] = __fmul_rn(__fmul_rn(xr[i], sc), __ldg(w + i));
+        for (int64_t i = lane; i < n; i += TPR) {
+            const float v = __fmul_rn(__fmul_rn(xr[i], sc), __ldg(w + i));
+            yr[i] = v;
+            if (q) st_q8_1_warp_put(v, q + ((row * n + i) >> 5), (int)(threadIdx.x & 31));
+        }
     }
 }
 
@@ -159,10 +166,9 @@ static strata_status st_check_ptrs(const char *fn, const void *a, const char *an
 
 extern "C" int st_cuda_rmsnorm_supports(int64_t n) { return n >= 1 && n <= 0x7fffffff; }
 
-extern "C" strata_status st_cuda_rmsnorm(float *d_y, int64_t ldy, const float *d_x, int64_t ldx,
-                                         const float *d_w, int64_t n, int64_t n_sub, int64_t T,
-                                         float eps, void *stream) {
-    static const char *fn = "st_cuda_rmsnorm";
+static strata_status st_rmsnorm_go(const char *fn, float *d_y, int64_t ldy, const float *d_x, int64_t ldx,
+                                   const float *d_w, int64_t n, int64_t n_sub, int64_t T, float eps,
+                                   block_q8_1 *d_q, void *stream) {
     if (T < 0 || n_sub < 0 || n < 0)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: negative size (n %lld, n_sub %lld, T %lld)", fn,
                         (long long)n, (long long)n_sub, (long long)T);
@@ -175,25 +181,39 @@ extern "C" strata_status st_cuda_rmsnorm(float *d_y, int64_t ldy, const float *d
     if (!(eps >= 0.0f))
         return st_error(STRATA_ERR_INVALID_ARG, "%s: eps %g", fn, (double)eps);
     ST_TRY(st_check_ptrs(fn, d_y, "y", d_x, "x", d_w, d_w ? "w" : NULL));
+    if (d_q && (n % 32 != 0 || ((uintptr_t)d_q & 3)))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: Q8_1 rows need n %% 32 == 0 (n %lld) and a 4-byte "
+                        "aligned q", fn, (long long)n);
     ST_TRY(st_cuda_require(fn));
     const int64_t rows = T * n_sub;
     cudaStream_t s = (cudaStream_t)stream;
     /* The one dispatch point: a warp per row for short rows, a block per row for long ones. */
     if (n <= 256) {
-        st_launch(st_k_rmsnorm<32>, st_cuda_grid(rows, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s, 
-            d_y, ldy, d_x, ldx, d_w, n, n_sub, rows, eps);
+        st_launch(st_k_rmsnorm<32>, st_cuda_grid(rows, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s,
+                  d_y, ldy, d_x, ldx, d_w, n, n_sub, rows, eps, d_q);
     } else {
-        st_launch(st_k_rmsnorm<256>, st_cuda_grid(rows, 1), ST_NORM_THREADS, 0, s, 
-            d_y, ldy, d_x, ldx, d_w, n, n_sub, rows, eps);
+        st_launch(st_k_rmsnorm<256>, st_cuda_grid(rows, 1), ST_NORM_THREADS, 0, s,
+                  d_y, ldy, d_x, ldx, d_w, n, n_sub, rows, eps, d_q);
     }
     ST_CUDA_CHECK_LAUNCH("st_k_rmsnorm");
     return STRATA_OK;
 }
 
-extern "C" strata_status st_cuda_add_rmsnorm(float *d_x, const float *d_b, float scale, float *d_y,
-                                             const float *d_w, int64_t n, int64_t T, float eps,
-                                             void *stream) {
-    static const char *fn = "st_cuda_add_rmsnorm";
+extern "C" strata_status st_cuda_rmsnorm(float *d_y, int64_t ldy, const float *d_x, int64_t ldx,
+                                         const float *d_w, int64_t n, int64_t n_sub, int64_t T,
+                                         float eps, void *stream) {
+    return st_rmsnorm_go("st_cuda_rmsnorm", d_y, ldy, d_x, ldx, d_w, n, n_sub, T, eps, NULL, stream);
+}
+
+extern "C" strata_status st_cuda_rmsnorm_q8(float *d_y, const float *d_x, const float *d_w, int64_t n,
+                                            int64_t T, float eps, void *d_q, void *stream) {
+    if (!d_q) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_rmsnorm_q8: NULL q");
+    return st_rmsnorm_go("st_cuda_rmsnorm_q8", d_y, n, d_x, n, d_w, n, 1, T, eps, (block_q8_1 *)d_q, stream);
+}
+
+static strata_status st_add_rmsnorm_go(const char *fn, float *d_x, const float *d_b, float scale, float *d_y,
+                                       const float *d_w, int64_t n, int64_t T, float eps, block_q8_1 *d_q,
+                                       void *stream) {
     if (T < 0 || n < 0)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: negative size (n %lld, T %lld)", fn, (long long)n,
                         (long long)T);
@@ -203,15 +223,33 @@ extern "C" strata_status st_cuda_add_rmsnorm(float *d_x, const float *d_b, float
     if (!(eps >= 0.0f) || !d_w)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: eps %g, weight %p", fn, (double)eps, (const void *)d_w);
     ST_TRY(st_check_ptrs(fn, d_x, "x", d_b, "b", d_y, "y"));
+    if (d_q && (n % 32 != 0 || ((uintptr_t)d_q & 3)))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: Q8_1 rows need n %% 32 == 0 (n %lld) and a 4-byte "
+                        "aligned q", fn, (long long)n);
     ST_TRY(st_cuda_require(fn));
     cudaStream_t s = (cudaStream_t)stream;
     if (n <= 256)
-        st_launch(st_k_add_rmsnorm<32>, st_cuda_grid(T, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s, 
-            d_x, d_b, scale, d_y, d_w, n, T, eps);
+        st_launch(st_k_add_rmsnorm<32>, st_cuda_grid(T, ST_NORM_THREADS / 32), ST_NORM_THREADS, 0, s,
+                  d_x, d_b, scale, d_y, d_w, n, T, eps, d_q);
     else
-        st_launch(st_k_add_rmsnorm<256>, st_cuda_grid(T, 1), ST_NORM_THREADS, 0, s, d_x, d_b, scale, d_y, d_w, n, T, eps);
+        st_launch(st_k_add_rmsnorm<256>, st_cuda_grid(T, 1), ST_NORM_THREADS, 0, s, d_x, d_b, scale, d_y, d_w,
+                  n, T, eps, d_q);
     ST_CUDA_CHECK_LAUNCH("st_k_add_rmsnorm");
     return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_add_rmsnorm(float *d_x, const float *d_b, float scale, float *d_y,
+                                             const float *d_w, int64_t n, int64_t T, float eps,
+                                             void *stream) {
+    return st_add_rmsnorm_go("st_cuda_add_rmsnorm", d_x, d_b, scale, d_y, d_w, n, T, eps, NULL, stream);
+}
+
+extern "C" strata_status st_cuda_add_rmsnorm_q8(float *d_x, const float *d_b, float scale, float *d_y,
+                                                const float *d_w, int64_t n, int64_t T, float eps,
+                                                void *d_q, void *stream) {
+    if (!d_q) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_add_rmsnorm_q8: NULL q");
+    return st_add_rmsnorm_go("st_cuda_add_rmsnorm_q8", d_x, d_b, scale, d_y, d_w, n, T, eps,
+                             (block_q8_1 *)d_q, stream);
 }
 
 extern "C" strata_status st_cuda_add(float *d_y, const float *d_x, const float *d_b, float scale,

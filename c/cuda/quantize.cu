@@ -14,24 +14,8 @@ st_k_quantize_q8_1(const float *__restrict__ x, block_q8_1 *__restrict__ q, int6
     st_pdl_enter();
     const int lane = threadIdx.x & 31;
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float v = x[i];
-        float amax = fabsf(v);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float d = amax / 127.0f;
-        const int qi = amax == 0.0f ? 0 : (int)roundf(v / d);
-        int sum = qi;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        block_q8_1 *b = q + (i >> 5);
-        b->qs[lane] = (int8_t)qi;
-        if (lane == 0) {
-            const uint32_t hd = __half_as_ushort(__float2half_rn(d));
-            const uint32_t hs = __half_as_ushort(__float2half_rn(d * (float)sum));
-            *(uint32_t *)b = hd | (hs << 16);
-        }
-    }
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        st_q8_1_warp_put(x[i], q + (i >> 5), lane);
 }
 
 strata_status st_quantize_q8_1_launch(const float *x, block_q8_1 *q, int64_t n, cudaStream_t s) {

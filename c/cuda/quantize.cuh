@@ -20,6 +20,26 @@
  * q (4-byte aligned). No argument checks; returns the launch error if any. */
 strata_status st_quantize_q8_1_launch(const float *x, block_q8_1 *q, int64_t n, cudaStream_t s);
 
+/* Called by all 32 lanes of a warp, lane j holding value j of a block: stores the block's quants
+ * and (d, s) word at b, with the arithmetic described above (st_k_quantize_q8_1 and the norms that
+ * emit Q8_1 rows share it, so their blocks are the same bits). */
+static __device__ __forceinline__ void st_q8_1_warp_put(float v, block_q8_1 *b, int lane) {
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.0f;
+    const int qi = amax == 0.0f ? 0 : (int)roundf(v / d);
+    int sum = qi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    b->qs[lane] = (int8_t)qi;
+    if (lane == 0) {
+        const uint32_t hd = __half_as_ushort(__float2half_rn(d));
+        const uint32_t hs = __half_as_ushort(__float2half_rn(d * (float)sum));
+        *(uint32_t *)b = hd | (hs << 16);
+    }
+}
+
 /* One Q8_1 block as the dot products use it: the 32 quants as 8 words (word i = values
  * 4i..4i+3, value 4i+k in byte k), d and s as floats. b must be 4-byte aligned. */
 struct st_q8_1_vals {

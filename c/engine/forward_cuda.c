@@ -127,6 +127,8 @@ struct st_gpu {
     size_t topk_ws_bytes;
     int32_t *hpos;                        /* (T) host copy staged for the upload */
     void *mmv_scratch, *mmq_scratch, *moe_ws, *attn_ws;
+    void *xq;                             /* the attention norm's output as Q8_1 rows, batches of
+                                             up to ST_GPU_COLS tokens (st_gpu_xq) */
     size_t moe_ws_bytes, attn_ws_bytes;
 };
 
@@ -405,6 +407,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     size_t widest = E > no ? E : no;
     if (F > widest) widest = F;
     TRY(st_gpu_alloc(&g->mmv_scratch, st_cuda_mmv_scratch_bytes((int64_t)widest, ST_GPU_COLS)));
+    if (E % 32 == 0) TRY(st_gpu_alloc(&g->xq, st_cuda_mmv_scratch_bytes(E, ST_GPU_COLS)));
     TRY(st_gpu_alloc(&g->mmq_scratch, st_cuda_mmq_scratch_bytes((int64_t)widest, (int64_t)T)));
     g->moe_tokens = 1;
     size_t moe = 0;
@@ -479,7 +482,7 @@ void st_gpu_free(strata_session *s) {
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
-                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->mmq_scratch,
+                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->mmq_scratch,
                     g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
@@ -709,9 +712,19 @@ static strata_status st_gpu_mark(strata_session *s, strata_phase phase) {
     return STRATA_OK;
 }
 
+/* Whether the attention norm of a batch of T tokens also writes its rows as Q8_1 into g->xq for
+ * the q/k/v GEMV (decode steps and verify windows: one GEMV slice; the same bits as the GEMV
+ * quantizing them, one launch fewer per matrix). */
+static int st_gpu_xq(const st_gpu *g, int64_t T, int64_t E) {
+    return g->xq && T <= ST_GPU_COLS && T < ST_CUDA_MMQ_MIN_ROWS && E % 32 == 0;
+}
+
 /* y[t] = W x[t] for T rows: tensor-core tiles for a long batch, else the GEMV in slices of
- * ST_GPU_COLS columns; y row stride W->ne1. */
-static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, int64_t T, float *y) {
+ * ST_GPU_COLS columns; y row stride W->ne1. xq: x as Q8_1 rows (T <= ST_GPU_COLS) or NULL. */
+static strata_status st_gpu_mm_pre(st_gpu *g, const st_cuda_mat *W, const float *x, const void *xq, int64_t T,
+                                   float *y) {
+    if (xq && T <= ST_GPU_COLS)
+        return st_cuda_mmv_pre(W, x, xq, (int)T, y, g->mmv_scratch, g->stream);
     if (T >= ST_CUDA_MMQ_MIN_ROWS && st_cuda_mmq_supports(W->type))
         return st_cuda_mmq(W, x, W->ne0, T, y, W->ne1, g->mmq_scratch, g->stream);
     for (int64_t c = 0; c < T; c += ST_GPU_COLS) {
@@ -719,6 +732,10 @@ static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, 
         TRY(st_cuda_mmv(W, x + c * W->ne0, nc, y + c * W->ne1, g->mmv_scratch, g->stream));
     }
     return STRATA_OK;
+}
+
+static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, int64_t T, float *y) {
+    return st_gpu_mm_pre(g, W, x, NULL, T, y);
 }
 
 /* The attention inputs launch by launch: q/k norms, RoPE, k and v into the cache (rows without a
@@ -763,20 +780,24 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     const int64_t no = (int64_t)hp->n_head * hp->head_dim_v;
 
     /* the attention norm: layer 0 here, the later ones fused into the previous layer's residual */
-    if (il == 0) TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, g->stream));
+    const void *xq = st_gpu_xq(g, T, E) ? g->xq : NULL; /* written with xn, as Q8_1 */
+    if (il == 0 && xq)
+        TRY(st_cuda_rmsnorm_q8(g->xn, g->x, G->attn_norm, E, T, hp->norm_eps, g->xq, g->stream));
+    else if (il == 0)
+        TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, g->stream));
     /* q, k, v: rows of one (T, nq + nk + nv) buffer when fused, else three buffers */
     float *q = g->q, *k = g->k, *v = g->v;
     int64_t lq = nq, lk = nk, lv = nv;
     if (G->wqkv.data) {
-        TRY(st_gpu_mm(g, &G->wqkv, g->xn, T, g->qkv));
+        TRY(st_gpu_mm_pre(g, &G->wqkv, g->xn, xq, T, g->qkv));
         q = g->qkv;
         k = g->qkv + nq;
         v = g->qkv + nq + nk;
         lq = lk = lv = nq + nk + nv;
     } else {
-        TRY(st_gpu_mm(g, &G->wq, g->xn, T, g->q));
-        TRY(st_gpu_mm(g, &G->wk, g->xn, T, g->k));
-        TRY(st_gpu_mm(g, &G->wv, g->xn, T, g->v));
+        TRY(st_gpu_mm_pre(g, &G->wq, g->xn, xq, T, g->q));
+        TRY(st_gpu_mm_pre(g, &G->wk, g->xn, xq, T, g->k));
+        TRY(st_gpu_mm_pre(g, &G->wv, g->xn, xq, T, g->v));
     }
     if (G->bq) TRY(st_cuda_add_bias(q, lq, G->bq, nq, T, g->stream));
     if (G->bk) TRY(st_cuda_add_bias(k, lk, G->bk, nk, T, g->stream));
@@ -1031,7 +1052,10 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     }
     /* the residual, and the next layer's attention norm in the same launch */
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
-    if (il + 1 < hp->n_layer)
+    if (il + 1 < hp->n_layer && st_gpu_xq(g, T, E))
+        TRY(st_cuda_add_rmsnorm_q8(g->x, g->proj, rs, g->xn, g->layers[il + 1].attn_norm, E, T, hp->norm_eps,
+                                   g->xq, g->stream));
+    else if (il + 1 < hp->n_layer)
         TRY(st_cuda_add_rmsnorm(g->x, g->proj, rs, g->xn, g->layers[il + 1].attn_norm, E, T, hp->norm_eps,
                                 g->stream));
     else

@@ -27,8 +27,8 @@ struct strata_session {
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int cuda_pdl;               /* GPU: programmatic dependent launch (st_cuda_set_pdl) */
-    int attn_tc;                /* GPU: tensor-core attention for prompt batches (1; -1: from
-                                   ST_ATTN_TC_AUTO_NP positions on) */
+    int attn_tc;                /* GPU: tensor-core attention for prompt batches (1: single f16;
+                                   2 and -1, the default: split f16 operands; 0: never) */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off,

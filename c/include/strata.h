@@ -489,15 +489,15 @@ typedef struct strata_session_params {
     int profile;          /* 1: time the phases of every forward pass (strata_session_stats); on
                              the GPU each phase is followed by a device synchronization, which
                              slows the pass down: for measurements, not for serving */
-    int attn_tc;          /* CUDA sessions: 1 reads prompt batches' attention with a tensor-core
-                             flash-attention kernel (f16 queries and probabilities, f32 softmax;
-                             head_dim 64/128, f16 cache; other shapes take the FMA kernel):
-                             pp512 at depth 16K 3.1x the FMA kernel on the H200, +9% at depth 0
-                             (docs/PERFORMANCE.md); KL-close to it, not bit-identical. -1
-                             (default): for batches that end at position 1024 or later, where
-                             it pays most; 0: never; 2: always, with queries and probabilities
-                             each split into two f16 parts (hi + lo: near-f32 products for twice
-                             the tensor-core work). Decode steps are unaffected. */
+    int attn_tc;          /* CUDA sessions: prompt batches' attention (64+ query rows per KV head,
+                             head_dim 64/128, f16 cache; other shapes take the FMA kernel) with a
+                             tensor-core flash-attention kernel, f32 softmax. -1 (default) and 2:
+                             queries and probabilities each split into two f16 parts (hi + lo:
+                             near-f32 products; on the H200 pp512 at depth 16K 2.9x the FMA
+                             kernel, KL against the CPU as the FMA kernel's); 1: single f16 parts
+                             (3.1x, but twice the KL on the default model); 0: the FMA kernel.
+                             KL-close to the CPU, not bit-identical (docs/PERFORMANCE.md). Decode
+                             steps are unaffected. */
     int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA
                              graph once and replays it as one launch per step (same kernels, same
                              bits; +28% decode on qwen3-30b-a3b, docs/PERFORMANCE.md); 0 launches

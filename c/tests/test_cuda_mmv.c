@@ -267,6 +267,25 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
             if (st != STRATA_OK) goto done;
         }
 
+        /* st_cuda_mmv_pre with x quantized beforehand (as the attention norm's Q8_1 rows): the
+         * same bits (float types ignore xq) */
+        if (!tiles && !fused) {
+            void *dq = NULL;
+            uint32_t *got3 = malloc((size_t)ny * 4);
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb};
+            st = got3 ? st_cuda_malloc(&dq, st_cuda_mmv_scratch_bytes(ne0, ncols)) : STRATA_ERR_NOMEM;
+            if (st == STRATA_OK && ne0 % 32 == 0) st = st_cuda_quantize_q8_1(dx, dq, (int64_t)ncols * ne0, NULL);
+            if (st == STRATA_OK)
+                st = st_cuda_mmv_pre(&W0, dx, ne0 % 32 == 0 ? dq : NULL, ncols, (float *)db->y, db->scratch, NULL);
+            if (st == STRATA_OK) st = st_cuda_synchronize();
+            if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got3, db->y, (size_t)ny * 4);
+            CHECK(st == STRATA_OK && !memcmp(got, got3, (size_t)ny * 4), "%s: st_cuda_mmv_pre differs from "
+                  "st_cuda_mmv (%s)", what, st == STRATA_OK ? "bits" : strata_last_error());
+            st_cuda_free(dq);
+            free(got3);
+            if (st != STRATA_OK) goto done;
+        }
+
         /* every output written, no NaN, guards intact */
         int64_t unwritten = 0, nans = 0, guard_bad = 0, sguard_bad = 0;
         for (int64_t i = 0; i < ny; i++) {

@@ -13,6 +13,7 @@
 
 #ifdef STRATA_HAVE_CUDA
 #include "cuda_backend.h"
+#include "cuda_mmv.h"
 #include "cuda_ops.h"
 #include "ops.h"
 
@@ -373,6 +374,38 @@ static void test_add_rmsnorm(int64_t n, int64_t T) {
                same ? "==" : "!=", g2 == 0 && g4 == 0 ? "ok" : "BAD");
         CHECK(same, "add_rmsnorm n=%lld: fused differs from add + rmsnorm", (long long)n);
         CHECK(g1 == 0 && g2 == 0 && g3 == 0 && g4 == 0, "add_rmsnorm n=%lld: guard words changed", (long long)n);
+    }
+    /* the _q8 forms: the same x and y, and as Q8_1 the bits st_cuda_quantize_q8_1 gives for y */
+    if (ok && n % 32 == 0) {
+        const int64_t nq = N / 32 * 9; /* 36-byte blocks, in floats */
+        float *dxc = dev_buf(x, N), *dyc = dev_buf(NULL, N), *dyd = dev_buf(NULL, N);
+        float *dqc = dev_buf(NULL, nq), *dqd = dev_buf(NULL, nq), *dqr = dev_buf(NULL, nq);
+        float *hq[3], *hy = malloc(sizeof(float) * (size_t)N), *hx = malloc(sizeof(float) * (size_t)N);
+        for (int i = 0; i < 3; i++) hq[i] = malloc(sizeof(float) * (size_t)nq);
+        int ok2 = dxc && dyc && dyd && dqc && dqd && dqr && hy && hx && hq[0] && hq[1] && hq[2];
+        ok2 = ok2 && st_cuda_add_rmsnorm_q8(dxc, db, 0.5f, dyc, dw, n, T, 1e-6f, dqc, NULL) == STRATA_OK &&
+              st_cuda_rmsnorm_q8(dyd, dxa, dw, n, T, 1e-6f, dqd, NULL) == STRATA_OK &&
+              st_cuda_quantize_q8_1(dya, dqr, N, NULL) == STRATA_OK;
+        CHECK(ok2, "rmsnorm_q8 n=%lld: %s", (long long)n, strata_last_error());
+        if (ok2) {
+            int bad = dev_fetch(hx, dxc, N) + dev_fetch(hy, dyc, N);
+            const int same_c = !memcmp(hx, x1, sizeof(float) * (size_t)N) && !memcmp(hy, y1, sizeof(float) * (size_t)N);
+            bad += dev_fetch(hy, dyd, N);
+            const int same_d = !memcmp(hy, y1, sizeof(float) * (size_t)N);
+            bad += dev_fetch(hq[0], dqc, nq) + dev_fetch(hq[1], dqd, nq) + dev_fetch(hq[2], dqr, nq);
+            const int q_same = !memcmp(hq[0], hq[2], sizeof(float) * (size_t)nq) &&
+                               !memcmp(hq[1], hq[2], sizeof(float) * (size_t)nq);
+            printf("rmsnorm_q8 n=%-5lld T=%lld: x, y %s; Q8_1 rows %s st_cuda_quantize_q8_1; guards %s\n",
+                   (long long)n, (long long)T, same_c && same_d ? "==" : "!=", q_same ? "==" : "!=",
+                   bad ? "BAD" : "ok");
+            CHECK(same_c && same_d, "rmsnorm_q8 n=%lld: x or y differ from the plain norms", (long long)n);
+            CHECK(q_same, "rmsnorm_q8 n=%lld: Q8_1 rows differ from st_cuda_quantize_q8_1", (long long)n);
+            CHECK(bad == 0, "rmsnorm_q8 n=%lld: guard words changed", (long long)n);
+        }
+        st_cuda_free(dxc); st_cuda_free(dyc); st_cuda_free(dyd); st_cuda_free(dqc); st_cuda_free(dqd);
+        st_cuda_free(dqr);
+        for (int i = 0; i < 3; i++) free(hq[i]);
+        free(hy); free(hx);
     }
     st_cuda_free(dxa); st_cuda_free(dxb); st_cuda_free(db); st_cuda_free(dw); st_cuda_free(dya); st_cuda_free(dyb);
     free(x); free(b); free(w); free(x1); free(y1); free(x2); free(y2);

@@ -54,8 +54,8 @@ class Model:
     n_cpu_moe: batches of this many tokens compute the CPU layers' experts on the GPU; "auto", the
     default: the cost model chooses per batch; 0: never), expert_cache
     (GPU slots for routed experts, "auto" or a count), gpu_mem (bytes for expert_cache="auto") and
-    attn_tc (prompt attention on the tensor cores: True, False, "split" (hi + lo f16 parts), or "auto", the default: from
-    position 1024 on), pin_experts (experts kept in RAM
+    attn_tc (prompt attention on the tensor cores: True (single f16 operands), False
+    (FMA units), "split" or "auto", the default: tensor cores with hi + lo f16 operands), pin_experts (experts kept in RAM
     copied into pinned memory: True, False, or "auto", the default: when RAM allows), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
     pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
