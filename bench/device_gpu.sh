@@ -9,9 +9,10 @@
 #   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
 # env: BUDGET (seconds for the benchmarks), CHECK=0 (skip the tests, the check-and-time programs
 # and the end-to-end checks: a speed-only run), NCU=1 (per-kernel times of a decode step from ncu), SWEEP=0 (no depth-0 offloading sweep), OFFLOAD=0 (skip the expert-offloading rows and the
-# sweep), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
+# sweep), GPUROWS=0 (skip the all-GPU rows and the profile), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
 # attn_check), NOGRAPHS=0 (skip
-# the rows without CUDA graphs), DISK=1 (the disk's O_DIRECT expert read rate), AB_NVCC="-D..."
+# the rows without CUDA graphs), DISK=1 (the disk O_DIRECT expert read rate), NCU_MMQ=1 (ncu sections of
+# the int8 tiles), AB_NVCC="-D..."
 # (pp512/tg128 rows from a second build with those nvcc flags), DEPTH_SWEEP=1 (the offloading
 # sweep at depth 16K).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
@@ -59,6 +60,18 @@ grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/
     -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/mmq_check.cu build/libstrata.a \
     -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 240 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
 echo "mmq_check done at $(el)s"
+# where the int8 tiles' time goes (NCU_MMQ=1): Nsight Compute's warp-state and scheduler sections
+# for the first gate/up and down tile launches of mmq_check's "16 hot" experts case
+if [ "${NCU_MMQ:-0}" = 1 ]; then
+    NC=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -n "$NC" ] && timeout 200 "$NC" -k regex:st_k_mmq_i8 -c 2 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section Occupancy --section LaunchStats --section InstructionStats \
+        /tmp/mmq_check "16 hot" > "$R/ncu_mmq.txt" 2>&1
+    grep -E "st_k_mmq_i8|Duration|Compute \(SM\) Throughput|Memory Throughput|Issued Ipc|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|Stall|est. speedup" \
+        "$R/ncu_mmq.txt" | cut -c1-200 | head -60
+    echo "(ncu mmq done at $(el)s)"
+fi
 fi # CHECK (the tests and the check-and-time programs)
 
 # ---- end to end through the CLI: the default model, GPU vs CPU ----
@@ -95,10 +108,13 @@ bench() { # name file args...
 }
 while [ ! -f /tmp/olmoe.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "olmoe file ready at $(el)s: $(du -h /tmp/olmoe.gguf 2>/dev/null | cut -f1)"
+if [ "${GPUROWS:-1}" = 1 ]; then # the all-GPU rows (GPUROWS=0: only the later sections)
 bench olmoe_gpu /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu
 [ "${NOGRAPHS:-1}" = 1 ] && bench olmoe_gpu_nographs /tmp/olmoe.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
+fi # GPUROWS
 while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
+if [ "${GPUROWS:-1}" = 1 ]; then
 bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
 [ "${NOGRAPHS:-1}" = 1 ] && bench q3_gpu_nographs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
 # programmatic dependent launch off (--no-pdl): what the overlapped launches give, same build
@@ -109,6 +125,7 @@ bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # (--attn-tc) and the FMA kernel (--no-attn-tc)
 bench q3_gpu_attntc1 /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --attn-tc
 bench q3_gpu_attnfma /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --no-attn-tc
+fi # GPUROWS
 # A/B against a build variant (AB_NVCC="-DNAME=V ..."): the same pp512 and tg128 rows from a
 # second build with those nvcc flags, run right after the default's rows
 if [ -n "${AB_NVCC:-}" ]; then
@@ -138,8 +155,10 @@ if [ "${NCU:-0}" = 1 ]; then
     else echo "no ncu here"; fi
 fi
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
+if [ "${GPUROWS:-1}" = 1 ]; then
 bench q3_gpu_profile /tmp/q3.gguf -p 512 -n 32 -r 1 --gpu --profile
 grep "profile" "$R/bench_q3_gpu_profile.err" || true
+fi
 if [ "${OFFLOAD:-1}" = 1 ]; then
 # experts in RAM, computed by the CPU (llama.cpp's --cpu-moe / -ncmoe 36 / -ncmoe 24 in ANCHORS.md),
 # with the defaults: the experts kept in RAM pinned when they fit (pin_experts auto), prompt

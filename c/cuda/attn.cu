@@ -230,19 +230,52 @@ st_k_attn(const st_attn_args a) {
 
 #define ST_ATTN_DEC_ROWS 8   /* rows (token, query head) per KV head: T * G <= 8 */
 #define ST_ATTN_DEC_CHUNK 256 /* fewest positions per chunk (8 warps x 32) */
+#define ST_ATTN_DEC_VG 8      /* V rows loaded together (st_k_attn_dec; 4 for head_dim 256) */
+
+/* ND consecutive K/V elements (lane's share of a row: ND * lane ..) as floats, one load. */
+template <int ND, bool F16>
+static __device__ __forceinline__ void st_ld_dims(const char *p, float *o) {
+    if constexpr (F16) {
+        if constexpr (ND == 8) {
+            st_ld16_f16(p, o);
+        } else if constexpr (ND == 4) {
+            const uint2 u = __ldg((const uint2 *)p);
+            const float2 a = __half22float2(*(const __half2 *)&u.x), b = __half22float2(*(const __half2 *)&u.y);
+            o[0] = a.x; o[1] = a.y; o[2] = b.x; o[3] = b.y;
+        } else {
+            static_assert(ND == 2, "head_dim 64, 128 or 256");
+            const uint32_t u = __ldg((const unsigned int *)p);
+            const float2 a = __half22float2(*(const __half2 *)&u);
+            o[0] = a.x; o[1] = a.y;
+        }
+    } else {
+        if constexpr (ND == 8) {
+            st_ld16_f32(p, o);
+            st_ld16_f32(p + 16, o + 4);
+        } else if constexpr (ND == 4) {
+            st_ld16_f32(p, o);
+        } else {
+            static_assert(ND == 2, "head_dim 64, 128 or 256");
+            const float2 u = __ldg((const float2 *)p);
+            o[0] = u.x; o[1] = u.y;
+        }
+    }
+}
 /* The decode kernel serves attended lengths (rounded as the plan) from this many positions on;
  * shorter ones keep st_k_attn, whose 8 warps share a chunk's tiles (more blocks in flight when a
  * few hundred positions are all there is). Measured on the H200, qwen3-30b-a3b decode: depth 0
  * 208 tok/s with st_k_attn against 186 with the decode kernel at every length; depth 16384 148
  * with the decode kernel against 132. */
+#ifndef ST_ATTN_DEC_MIN_NP /* -DST_ATTN_DEC_MIN_NP=0: the decode kernel at every length (A/B) */
 #define ST_ATTN_DEC_MIN_NP 4096
+#endif
 
 /* A block serves one KV head and one chunk of positions for all of that head's rows (a decode
  * step's G query heads, or a short verify window). Its 8 warps take the chunk's tiles of 32
  * positions in turn (warp w: tiles w, w + 8, ...). Scores: lane = position, the lane reads its
  * own K row once (16-byte loads) and dots it with every row's query (shared memory, broadcast).
- * Online softmax per row and warp; P * V: lane = dimension, each V row read once, coalesced,
- * the probabilities broadcast from their lane. The 8 warps' states are merged in shared memory
+ * Online softmax per row and warp; P * V: lane = HD / 32 consecutive dimensions, each V row
+ * read once, coalesced, 8 rows in flight, the probabilities broadcast from their lane. The 8 warps' states are merged in shared memory
  * in warp order; one chunk writes the output, several write (acc, max, sum) partials for
  * st_k_attn_combine. Each K and V element is read once, against R reads in st_k_attn. */
 template <int HD, bool F16>
@@ -250,7 +283,7 @@ static __global__ void __launch_bounds__(ST_ATTN_THREADS, 2)
 st_k_attn_dec(const st_attn_args a) {
     st_pdl_enter();
     constexpr int R = ST_ATTN_DEC_ROWS, ND = HD / 32, EPV = F16 ? 8 : 4, VPR = HD / EPV;
-    constexpr int ES = F16 ? 2 : 4, TL = ST_ATTN_TILE;
+    constexpr int ES = F16 ? 2 : 4, TL = ST_ATTN_TILE, VG = ND >= 8 ? 4 : ST_ATTN_DEC_VG;
     extern __shared__ float4 st_attn_dec_smem4[];
     float *Qs = (float *)st_attn_dec_smem4;   /* [R][HD] */
     float *Ms = Qs + R * HD;                  /* [8 warps][R] */
@@ -294,7 +327,7 @@ st_k_attn_dec(const st_attn_args a) {
         for (int r = 0; r < R; r++) sc[r] = 0.0f;
         if (p < c1) {
             const char *kr = Kb + (size_t)p * HD * ES;
-#pragma unroll 2
+#pragma unroll 4
             for (int vi = 0; vi < VPR; vi++) {
                 float f[EPV];
                 if (F16) st_ld16_f16(kr + (size_t)vi * 16, f); else st_ld16_f32(kr + (size_t)vi * 16, f);
@@ -329,18 +362,30 @@ st_k_attn_dec(const st_attn_args a) {
 #pragma unroll
             for (int dd = 0; dd < ND; dd++) acc[r][dd] *= corr;
         }
+        /* P * V in groups of VG positions whose V rows are all loaded first (one
+         * load per lane and row: dimensions ND * lane ..): a tile costs 32 / VG memory round
+         * trips, not 32. Positions past the chunk's end load zeros with probability 0, which
+         * adds +0 to every sum: the same bits as skipping them. */
         const int n = (int)min((int64_t)TL, c1 - pb);
-        for (int j = 0; j < n; j++) {
-            const char *vr = Vb + (size_t)(pb + j) * HD * ES;
-            float vv[ND];
+        const char *vt = Vb + (size_t)pb * HD * ES + (size_t)lane * ND * ES;
+        for (int j0 = 0; j0 < n; j0 += VG) {
+            float vv[VG][ND];
 #pragma unroll
-            for (int dd = 0; dd < ND; dd++)
-                vv[dd] = F16 ? __half2float(((const __half *)vr)[lane + 32 * dd]) : ((const float *)vr)[lane + 32 * dd];
+            for (int jj = 0; jj < VG; jj++) {
+                if (j0 + jj < n) st_ld_dims<ND, F16>(vt + (size_t)(j0 + jj) * HD * ES, vv[jj]);
+                else {
 #pragma unroll
-            for (int r = 0; r < R; r++) {
-                const float pj = __shfl_sync(0xffffffffu, pv[r], j);
+                    for (int dd = 0; dd < ND; dd++) vv[jj][dd] = 0.0f;
+                }
+            }
 #pragma unroll
-                for (int dd = 0; dd < ND; dd++) acc[r][dd] = fmaf(pj, vv[dd], acc[r][dd]);
+            for (int jj = 0; jj < VG; jj++) {
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const float pj = __shfl_sync(0xffffffffu, pv[r], j0 + jj);
+#pragma unroll
+                    for (int dd = 0; dd < ND; dd++) acc[r][dd] = fmaf(pj, vv[jj][dd], acc[r][dd]);
+                }
             }
         }
     }
@@ -353,7 +398,7 @@ st_k_attn_dec(const st_attn_args a) {
             Ls[warp * R + r] = l[r];
         }
 #pragma unroll
-        for (int dd = 0; dd < ND; dd++) As[(warp * R + r) * HD + lane + 32 * dd] = acc[r][dd];
+        for (int dd = 0; dd < ND; dd++) As[(warp * R + r) * HD + ND * lane + dd] = acc[r][dd];
     }
     __syncthreads();
     for (int idx = (int)threadIdx.x; idx < RR * HD; idx += ST_ATTN_THREADS) {

@@ -99,6 +99,49 @@ static __device__ __forceinline__ uint32_t st_ld_u16(const uint8_t *p) {
     return __ldg((const unsigned short *)p);
 }
 
+/* N (a multiple of 4) words at a 4-byte aligned address with the widest loads its alignment
+ * allows (16, 8 or 4 bytes). A warp's load instruction costs the L1 one pass per distinct line it
+ * touches, and the tiles' lanes each read a different row: 16-bit loads made the weight fetch,
+ * not the mma, the int8 tiles' bound (ncu: L1 84% busy, issue 40%). */
+template <int N>
+static __device__ __forceinline__ void st_ld_words(const uint8_t *p, uint32_t *w) {
+    const uintptr_t a = (uintptr_t)p;
+    if ((a & 15) == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 4; i++) {
+            const uint4 v = __ldg((const uint4 *)p + i);
+            w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+        }
+    } else if ((a & 7) == 0) {
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) {
+            const uint2 v = __ldg((const uint2 *)p + i);
+            w[2 * i] = v.x; w[2 * i + 1] = v.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; i++) w[i] = __ldg((const unsigned int *)p + i);
+    }
+}
+
+/* A Q8_0-style block (fp16 scale, then 32 bytes; 34 bytes, 2-byte aligned): the scale bits and
+ * the 32 bytes as 8 words, with aligned loads only: at a 4-byte boundary the block is 8 words
+ * plus a 16-bit tail, realigned by funnel shifts; at 2 mod 4 its bytes start on a boundary. */
+static __device__ __forceinline__ void st_ld_q8blk(const uint8_t *blk, uint32_t *d, uint32_t q[8]) {
+    if (((uintptr_t)blk & 3) == 0) {
+        uint32_t w[8];
+        st_ld_words<8>(blk, w);
+        const uint32_t tail = st_ld_u16(blk + 32);
+        *d = w[0] & 0xFFFFu;
+#pragma unroll
+        for (int i = 0; i < 7; i++) q[i] = __funnelshift_r(w[i], w[i + 1], 16);
+        q[7] = __funnelshift_r(w[7], tail, 16);
+    } else {
+        *d = st_ld_u16(blk);
+        st_ld_words<8>(blk + 2, q);
+    }
+}
+
 /* IEEE binary16 bits -> float, exact (subnormals, inf, nan), like st_fp16_to_f32. */
 static __device__ __forceinline__ float st_dev_fp16(uint32_t h) {
     return __half2float(__ushort_as_half((unsigned short)h));

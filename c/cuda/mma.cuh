@@ -38,22 +38,33 @@ static __device__ __forceinline__ void st_ldsm_x2(uint32_t r[2], const void *p) 
                  : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 }
 
-/* c = a (16x32, row) * b (32x8, col), signed bytes, exact int32 sums (c starts at 0). The
- * fragments hold 4 bytes per register: A rows g / g + 8, bytes 4t..4t+3 (and + 16); B column g,
- * bytes 4t..4t+3 (and + 16). ldmatrix of 16-byte rows gives exactly these layouts. */
-static __device__ __forceinline__ void st_mma_i8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+/* c = c0 + a (16x32, row) * b (32x8, col), signed bytes, exact int32 sums. The fragments hold 4
+ * bytes per register: A rows g / g + 8, bytes 4t..4t+3 (and + 16); B column g, bytes 4t..4t+3
+ * (and + 16). ldmatrix of 16-byte rows gives exactly these layouts. c0 = ST_I2F_BIAS makes each
+ * sum the bits of a float (st_i2f_biased). */
+static __device__ __forceinline__ void st_mma_i8_k32(int c[4], const uint32_t a[4], uint32_t b0, uint32_t b1,
+                                                     int c0 = 0) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
                  "{%4, %5, %6, %7}, {%8, %9}, {%10, %10, %10, %10};\n"
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0));
 }
 
 /* The same 16 bytes deep: A rows g / g + 8, bytes 4t..4t+3; B column g, bytes 4t..4t+3. */
-static __device__ __forceinline__ void st_mma_i8_k16(int c[4], const uint32_t a[2], uint32_t b0) {
+static __device__ __forceinline__ void st_mma_i8_k16(int c[4], const uint32_t a[2], uint32_t b0, int c0 = 0) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, "
                  "{%4, %5}, {%6}, {%7, %7, %7, %7};\n"
                  : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b0), "r"(0));
+                 : "r"(a[0]), "r"(a[1]), "r"(b0), "r"(c0));
+}
+
+/* Integer mma sums to floats without I2F (an eighth of the FP32 rate on sm_90; four per mma made
+ * the conversion, not the mma, the int8 tiles' bound): 0x4B400000 is 1.5 * 2^23, where floats are
+ * 1 apart, so the bits ST_I2F_BIAS + i read as a float are exactly 12582912 + i for |i| < 2^22
+ * (a 32-deep dot of bytes is below 32 * 128 * 128 = 2^19); one FADD takes the offset off. */
+#define ST_I2F_BIAS 0x4B400000
+static __device__ __forceinline__ float st_i2f_biased(int biased) {
+    return __int_as_float(biased) - 12582912.0f;
 }
 
 /* Two floats as the f16 pair (x low, y high) of one fragment register. */

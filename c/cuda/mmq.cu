@@ -396,8 +396,20 @@ st_k_mmq(const st_mmq_args a) {
 
 /* ---- the int8 tile kernel --------------------------------------------------------------------- */
 
+/* 1: the mma sums come out biased as float bits (mma.cuh, st_i2f_biased); 0: I2F conversions
+ * (the same values; for A/B builds, NVCC_EXTRA=-DST_MMQ_I2F_BIASED=0) */
+#ifndef ST_MMQ_I2F_BIASED
+#define ST_MMQ_I2F_BIASED 1
+#endif
+
 #define ST_MMQ_LDB (ST_MMQ_BK + 16) /* bytes per int8 shared row (16 of padding: ldmatrix rows hit
                                      * distinct 16-byte bank groups) */
+
+/* The int8 tiles' weight scales of a step, slice-major ([slice of 16][weight row]), so that a
+ * lane's two adjacent outputs n, n + 1 read theirs with one 8-byte load. */
+struct st_mq_wscale8 {
+    float sc[4][ST_MMQ_BN], mn[4][ST_MMQ_BN];
+};
 
 /* One thread's share of a step for the int8 tiles: 32 activation quants as bytes, their scale and
  * half sums, the raw words of its weight chunk. */
@@ -417,8 +429,9 @@ static __device__ __forceinline__ void st_mq_fetch8(const st_mmq_args &a, int64_
     o.xq[0] = __ldg(p);
     o.xq[1] = __ldg(p + 1);
     o.xd = __ldg(a.act.d + r * nch + cc);
-    o.xs0 = __ldg(a.act.s + r * 2 * nch + 2 * cc);
-    o.xs1 = __ldg(a.act.s + r * 2 * nch + 2 * cc + 1);
+    const float2 sx = __ldg((const float2 *)(a.act.s + r * 2 * nch + 2 * cc)); /* 8-byte aligned */
+    o.xs0 = sx.x;
+    o.xs1 = sx.y;
     o.x_ok = ok;
     o.w_in = wrow && in;
     if (o.w_in) C::fetch(wrow, c, o.w);
@@ -428,7 +441,7 @@ static __device__ __forceinline__ void st_mq_fetch8(const st_mmq_args &a, int64_
  * st_mq_w32::to_chunk gives the f16 tiles, value for value. */
 template <class C>
 static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t c, int8_t *Xs, int8_t *Ws,
-                                                  float (*Xd)[2], float (*Xsum)[4], st_mq_wscale &Wsc,
+                                                  float (*Xd)[2], float (*Xsum)[4], st_mq_wscale8 &Wsc,
                                                   int lr, int hf) {
     using W = typename C::W_t;
     const uint4 z = make_uint4(0u, 0u, 0u, 0u);
@@ -451,9 +464,9 @@ static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t
     } else {
         wd[0] = wd[1] = z;
     }
-    Wsc.sc[lr][2 * hf] = sc0;
-    Wsc.sc[lr][2 * hf + 1] = sc1;
-    Wsc.mn[lr][2 * hf] = Wsc.mn[lr][2 * hf + 1] = mn;
+    Wsc.sc[2 * hf][lr] = sc0;
+    Wsc.sc[2 * hf + 1][lr] = sc1;
+    Wsc.mn[2 * hf][lr] = Wsc.mn[2 * hf + 1][lr] = mn;
 }
 
 /* st_k_mmq's function for the plain and paired-GLU modes, with the steps overlapped and the
@@ -477,7 +490,7 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
     static_assert(ST_MMQ_BM * LDC * (int)sizeof(float) <= 4 * TILE_B, "Cs fits over the buffers");
     __shared__ __align__(128) int8_t st_mq_smem8[4 * TILE_B]; /* Xs[0], Ws[0], Xs[1], Ws[1] */
     __shared__ float Xd[2][ST_MMQ_BM][2], Xsum[2][ST_MMQ_BM][4];
-    __shared__ st_mq_wscale Wsc[2];
+    __shared__ __align__(16) st_mq_wscale8 Wsc[2];
     float *Cs = (float *)st_mq_smem8;
 
     int64_t start;
@@ -574,19 +587,35 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
                 for (int nn = 0; nn < 2; nn++) {
                     const int ni = np * 2 + nn;
                     const int n = wn * 32 + ni * 8 + 2 * tq;
-                    const float sw0 = Wsc[b].sc[n][ks0], sw1 = Wsc[b].sc[n + 1][ks0];
-                    const float mw0 = Wsc[b].mn[n][ks0], mw1 = Wsc[b].mn[n + 1][ks0];
+                    const float2 sw = *(const float2 *)&Wsc[b].sc[ks0][n]; /* n even */
+                    const float2 mw = C::W_t::HAS_M ? *(const float2 *)&Wsc[b].mn[ks0][n] : make_float2(0.0f, 0.0f);
+                    const float sw0 = sw.x, sw1 = sw.y, mw0 = mw.x, mw1 = mw.y;
 #pragma unroll
                     for (int mi = 0; mi < 2; mi++) {
-                        int ci[4];
+                        int ci[4]; /* biased sums: st_i2f_biased gives the exact floats */
+#if ST_MMQ_I2F_BIASED
+                        if (SL == 2) st_mma_i8_k32(ci, af[mi], bf[2 * nn], bf[2 * nn + 1], ST_I2F_BIAS);
+                        else st_mma_i8_k16(ci, af[mi], bf[nn], ST_I2F_BIAS);
+                        const float cc[4] = {st_i2f_biased(ci[0]), st_i2f_biased(ci[1]), st_i2f_biased(ci[2]),
+                                             st_i2f_biased(ci[3])};
+#else
                         if (SL == 2) st_mma_i8_k32(ci, af[mi], bf[2 * nn], bf[2 * nn + 1]);
                         else st_mma_i8_k16(ci, af[mi], bf[nn]);
                         const float cc[4] = {(float)ci[0], (float)ci[1], (float)ci[2], (float)ci[3]};
+#endif
                         float *A = acc[mi][ni];
-                        A[0] = fmaf(dx[mi][0], fmaf(sw0, cc[0], mw0 * sx[mi][0]), A[0]);
-                        A[1] = fmaf(dx[mi][0], fmaf(sw1, cc[1], mw1 * sx[mi][0]), A[1]);
-                        A[2] = fmaf(dx[mi][1], fmaf(sw0, cc[2], mw0 * sx[mi][1]), A[2]);
-                        A[3] = fmaf(dx[mi][1], fmaf(sw1, cc[3], mw1 * sx[mi][1]), A[3]);
+                        if constexpr (C::W_t::HAS_M) {
+                            A[0] = fmaf(dx[mi][0], fmaf(sw0, cc[0], mw0 * sx[mi][0]), A[0]);
+                            A[1] = fmaf(dx[mi][0], fmaf(sw1, cc[1], mw1 * sx[mi][0]), A[1]);
+                            A[2] = fmaf(dx[mi][1], fmaf(sw0, cc[2], mw0 * sx[mi][1]), A[2]);
+                            A[3] = fmaf(dx[mi][1], fmaf(sw1, cc[3], mw1 * sx[mi][1]), A[3]);
+                        } else { /* mw = 0: sw * cc (+ 0 would only flip a zero's sign, which a
+                                  * sum starting at +0 never keeps: the same bits) */
+                            A[0] = fmaf(dx[mi][0], sw0 * cc[0], A[0]);
+                            A[1] = fmaf(dx[mi][0], sw1 * cc[1], A[1]);
+                            A[2] = fmaf(dx[mi][1], sw0 * cc[2], A[2]);
+                            A[3] = fmaf(dx[mi][1], sw1 * cc[3], A[3]);
+                        }
                     }
                 }
             }
@@ -632,11 +661,14 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
 
 /* ---- float weights: f32 tiles on the FMA units ----------------------------------------------- */
 
-/* F32, F16 and BF16 weights keep f32 arithmetic (the GEMV's accuracy): a 64 x 64 tile, 256
- * threads of 4 x 4 outputs each, steps of 16 weights through shared memory, every output summed
- * over k in order with fmaf (deterministic). For the small float matrices of quantized models
- * (the router, (n_embd, n_expert)) and for float models. */
-#define ST_MMF_BK 16
+/* F32, F16 and BF16 weights keep f32 arithmetic (the GEMV's accuracy): a TB x TB tile, 256
+ * threads of (TB / 16)^2 outputs each, steps of 64 weights through shared memory, every output
+ * summed over k in order with fmaf (deterministic, and the tile size changes no bit). Each
+ * thread loads its share of step s + 1 into registers before the block multiplies step s, so a
+ * step's global latency hides behind the one before: the router's (2048 -> 128) tiles are few
+ * and each is a long walk over k. For the small float matrices of quantized models (the router,
+ * (n_expert, n_embd)) and for float models. */
+#define ST_MMF_BK 64
 
 struct st_mmf_args {
     const uint8_t *w;
@@ -648,34 +680,43 @@ struct st_mmf_args {
     int64_t ldy;
 };
 
-/* TB x TB outputs per block (64, or 32 when 64 would leave SMs idle: the router's 128 rows);
- * each thread computes (TB / 16)^2 of them, each summed over k in order, so the tile size does
- * not change a bit of the result. */
 template <class P, int TB>
 static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
     st_pdl_enter();
-    constexpr int R = TB / 16;  /* outputs per thread along each side, and loads per thread */
+    constexpr int R = TB / 16;                  /* outputs per thread along each side */
+    constexpr int L = TB * ST_MMF_BK / 256;     /* loads per thread and step, of x and of w */
     __shared__ float Xs[ST_MMF_BK][TB + 4]; /* [k][activation row] */
     __shared__ float Ws[ST_MMF_BK][TB + 4]; /* [k][weight row] */
     const int tid = (int)threadIdx.x, ty = tid >> 4, tx = tid & 15;
     const int64_t t0 = (int64_t)blockIdx.y * TB, r0 = (int64_t)blockIdx.x * TB;
-    /* loads: element e (0 .. TB * 16 - 1) = row e / 16, k e % 16; this thread takes R of them */
+    /* load q of a step: element e = tid + 256 q, row e / BK, k e % BK (a warp reads along k) */
+    float xr[L], wr[L];
+    auto fetch = [&](int64_t k0) {
+#pragma unroll
+        for (int q = 0; q < L; q++) {
+            const int e = tid + 256 * q, row = e / ST_MMF_BK, kk = e % ST_MMF_BK;
+            const int64_t k = k0 + kk;
+            const bool xin = t0 + row < a.T && k < a.K, win = r0 + row < a.N && k < a.K;
+            xr[q] = xin ? a.x[(t0 + row) * a.ldx + k] : 0.0f;
+            wr[q] = win ? P::one(a.w + (size_t)(r0 + row) * a.rb + (size_t)k * P::BYTES) : 0.0f;
+        }
+    };
     float acc[R][R];
 #pragma unroll
     for (int i = 0; i < R; i++)
 #pragma unroll
         for (int j = 0; j < R; j++) acc[i][j] = 0.0f;
+    fetch(0);
     for (int64_t k0 = 0; k0 < a.K; k0 += ST_MMF_BK) {
 #pragma unroll
-        for (int q = 0; q < R; q++) {
-            const int e = tid * R + q, row = e >> 4, kk = e & 15;
-            const int64_t k = k0 + kk;
-            const bool xin = t0 + row < a.T && k < a.K, win = r0 + row < a.N && k < a.K;
-            Xs[kk][row] = xin ? a.x[(t0 + row) * a.ldx + k] : 0.0f;
-            Ws[kk][row] = win ? P::one(a.w + (size_t)(r0 + row) * a.rb + (size_t)k * P::BYTES) : 0.0f;
+        for (int q = 0; q < L; q++) {
+            const int e = tid + 256 * q, row = e / ST_MMF_BK, kk = e % ST_MMF_BK;
+            Xs[kk][row] = xr[q];
+            Ws[kk][row] = wr[q];
         }
         __syncthreads();
-#pragma unroll
+        if (k0 + ST_MMF_BK < a.K) fetch(k0 + ST_MMF_BK);
+#pragma unroll 16
         for (int kk = 0; kk < ST_MMF_BK; kk++) {
             float xv[R], wv[R];
 #pragma unroll
@@ -758,11 +799,12 @@ static strata_status st_mmq_launch(strata_type type, const st_mmq_args &a, dim3 
 
 template <class P>
 static strata_status st_mmf_go(const st_mmf_args &a, cudaStream_t s) {
+    /* 64-wide tiles when they fill the GPU, else 16-wide (the router: 256 tiles, not 16) */
     const int64_t blocks64 = ((a.N + 63) / 64) * ((a.T + 63) / 64);
-    if (blocks64 >= 132) {
+    if (blocks64 >= 2 * 132) {
         st_launch(st_k_mmf<P, 64>, dim3((unsigned)((a.N + 63) / 64), (unsigned)((a.T + 63) / 64)), 256, 0, s, a);
     } else {
-        st_launch(st_k_mmf<P, 32>, dim3((unsigned)((a.N + 31) / 32), (unsigned)((a.T + 31) / 32)), 256, 0, s, a);
+        st_launch(st_k_mmf<P, 16>, dim3((unsigned)((a.N + 15) / 16), (unsigned)((a.T + 15) / 16)), 256, 0, s, a);
     }
     ST_CUDA_CHECK_LAUNCH("st_k_mmf");
     return STRATA_OK;

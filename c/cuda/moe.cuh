@@ -10,7 +10,8 @@
  * !SPLIT) and m = w.m (0 when !HAS_M). The dot with a q8_1 block (da, a[0..7]) is then
  *     da * (s0 * dp(q[0..3], a[0..3]) + s1 * dp(q[4..7], a[4..7]) + m * sum(a)),
  * the integer parts exact (dp4a). Weight bytes are read with 16-bit loads (blocks of 18, 34, 210
- * bytes are only 2-byte aligned). */
+ * bytes are only 2-byte aligned), except Q8_0 and Q4_K: aligned words, 16 bytes where the
+ * address allows (st_ld_words, st_ld_q8blk). */
 #ifndef STRATA_CUDA_MOE_CUH
 #define STRATA_CUDA_MOE_CUH
 
@@ -78,17 +79,12 @@ struct st_w_q8_0 {
     static constexpr int QK = 32, BYTES = (int)sizeof(block_q8_0);
     static constexpr bool SPLIT = false, HAS_M = false;
     static __device__ __forceinline__ void load(const uint8_t *row, int64_t c, st_w32 &w) {
-        const uint8_t *blk = row + c * BYTES;
-        w.s0 = w.s1 = st_dev_fp16(st_ld_u16(blk));
-        w.m = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) w.q[i] = (int)st_ld_u32_a2(blk + 2 + 4 * i);
+        st_wraw r;
+        fetch(row, c, r);
+        finish(r, c, w);
     }
     static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t c, st_wraw &r) {
-        const uint8_t *blk = row + c * BYTES;
-        r.s[0] = st_ld_u16(blk);
-#pragma unroll
-        for (int i = 0; i < 8; i++) r.q[i] = st_ld_u32_a2(blk + 2 + 4 * i);
+        st_ld_q8blk(row + c * BYTES, &r.s[0], r.q);
     }
     static __device__ __forceinline__ void finish(const st_wraw &r, int64_t c, st_w32 &w) {
         (void)c;
@@ -122,22 +118,19 @@ struct st_w_q4_K {
     static constexpr int QK = QK_K, BYTES = (int)sizeof(block_q4_K);
     static constexpr bool SPLIT = false, HAS_M = true;
     static __device__ __forceinline__ void load(const uint8_t *row, int64_t c, st_w32 &w) {
-        const uint8_t *blk = row + (c >> 3) * BYTES;
-        const int j = (int)(c & 7);
-        const float d = st_dev_fp16(st_ld_u16(blk)), dmin = st_dev_fp16(st_ld_u16(blk + 2));
-        int sc, mn;
-        st_dev_scale_min_k4(blk + 4, j, &sc, &mn);
-        w.s0 = w.s1 = d * (float)sc;
-        w.m = -(dmin * (float)mn);
-        const uint8_t *qs = blk + 16 + 32 * (j >> 1);
-        const int sh = 4 * (j & 1);
-#pragma unroll
-        for (int i = 0; i < 8; i++) w.q[i] = (int)((st_ld_u32_a2(qs + 4 * i) >> sh) & 0x0F0F0F0Fu);
+        st_wraw r;
+        fetch(row, c, r);
+        finish(r, c, w);
     }
     /* s[0]: d | dmin << 16; s[1..3]: the 12 scale bytes; q: the 32 bytes of nibbles */
     static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t c, st_wraw &r) {
         const uint8_t *blk = row + (c >> 3) * BYTES;
         const int j = (int)(c & 7);
+        if (((uintptr_t)blk & 3) == 0) { /* always, for rows at 4-byte boundaries (144-byte blocks) */
+            st_ld_words<4>(blk, r.s);
+            st_ld_words<8>(blk + 16 + 32 * (j >> 1), r.q);
+            return;
+        }
 #pragma unroll
         for (int i = 0; i < 4; i++) r.s[i] = st_ld_u32_a2(blk + 4 * i);
         const uint8_t *qs = blk + 16 + 32 * (j >> 1);

@@ -9,7 +9,8 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
  *        -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 \
  *        c/cuda/dev/mmq_check.cu build/libstrata.a -lpthread -ldl -lrt -o /tmp/mmq_check
- * Run:  /tmp/mmq_check            (one line per case) */
+ * Run:  /tmp/mmq_check [SUBSTRING]   (one line per case; only the cases whose name holds
+ *                                     SUBSTRING, e.g. under ncu) */
 #include "dev_common.cuh"
 
 extern "C" {
@@ -210,7 +211,11 @@ static void experts(const char *name, strata_type tg, strata_type td, int64_t E,
     CK(cudaFree(dw)); CK(cudaFree(x)); CK(cudaFree(y0)); CK(cudaFree(y1)); CK(cudaFree(ws));
 }
 
-int main() {
+static const char *g_only = NULL; /* argv[1]: run only the cases whose name contains it */
+static bool wanted(const char *name) { return !g_only || strstr(name, g_only); }
+
+int main(int argc, char **argv) {
+    if (argc > 1) g_only = argv[1];
     setvbuf(stdout, NULL, _IOLBF, 0); /* each row out as it is timed, even if a timeout stops us */
     int ok = 0;
     char why[256];
@@ -220,16 +225,16 @@ int main() {
         return 0;
     }
     printf("%s\n", why);
-    dense("qwen3 attn_q", STRATA_TYPE_Q8_0, 2048, 4096, 512, false);
-    dense("qwen3 attn_k", STRATA_TYPE_Q8_0, 2048, 512, 512, false);
-    dense("qwen3 attn_out", STRATA_TYPE_Q8_0, 4096, 2048, 512, false);
-    dense("qwen3 router", STRATA_TYPE_Q8_0, 2048, 128, 512, false);
-    dense("qwen3 router (f32)", STRATA_TYPE_F32, 2048, 128, 512, false);
-    dense("llama ffn down", STRATA_TYPE_Q6_K, 14336, 4096, 512, false);
+    if (wanted("qwen3 attn_q")) dense("qwen3 attn_q", STRATA_TYPE_Q8_0, 2048, 4096, 512, false);
+    if (wanted("qwen3 attn_k")) dense("qwen3 attn_k", STRATA_TYPE_Q8_0, 2048, 512, 512, false);
+    if (wanted("qwen3 attn_out")) dense("qwen3 attn_out", STRATA_TYPE_Q8_0, 4096, 2048, 512, false);
+    if (wanted("qwen3 router")) dense("qwen3 router", STRATA_TYPE_Q8_0, 2048, 128, 512, false);
+    if (wanted("qwen3 router (f32)")) dense("qwen3 router (f32)", STRATA_TYPE_F32, 2048, 128, 512, false);
+    if (wanted("llama ffn down")) dense("llama ffn down", STRATA_TYPE_Q6_K, 14336, 4096, 512, false);
     /* the SwiGLU rows time both GLU tile modes (st_cuda_mmq_set_glu_mode) on the same weights */
-    dense("llama ffn gate/up", STRATA_TYPE_Q4_K, 4096, 14336, 512, true);
-    experts("qwen3-30b-a3b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512);
-    experts("qwen3 experts, 16 hot", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512, 16);
-    experts("olmoe-1b-7b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 1024, 64, 8, 512);
+    if (wanted("llama ffn gate/up")) dense("llama ffn gate/up", STRATA_TYPE_Q4_K, 4096, 14336, 512, true);
+    if (wanted("qwen3-30b-a3b experts")) experts("qwen3-30b-a3b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512);
+    if (wanted("qwen3 experts, 16 hot")) experts("qwen3 experts, 16 hot", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512, 16);
+    if (wanted("olmoe-1b-7b experts")) experts("olmoe-1b-7b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 1024, 64, 8, 512);
     return 0;
 }
