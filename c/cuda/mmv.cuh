@@ -21,8 +21,7 @@
  * Offsets like Q4_0's -8 are applied to the bytes (__vsub4) so the integer sum is exact.
  *
  * Weight loads are 16-bit (blocks are only 2-byte aligned in general: 18, 22, 34, 110, 210
- * bytes), through the read-only cache, except Q8_0 and Q4_K: aligned words, 16 bytes where the
- * address allows (common.cuh: st_ld_q8blk, st_ld_words). */
+ * bytes), through the read-only cache. */
 #ifndef STRATA_CUDA_MMV_CUH
 #define STRATA_CUDA_MMV_CUH
 
@@ -142,11 +141,9 @@ struct st_mmv_q5_1 {
 struct st_mmv_q8_0 {
     static constexpr int QK = QK8_0, BYTES = (int)sizeof(block_q8_0), KIND = ST_MMV_PLAIN;
     static __device__ __forceinline__ void decode(const uint8_t *b, int, st_mmv_w &w) {
-        uint32_t d, q[8];
-        st_ld_q8blk(b, &d, q); /* aligned words, not 17 16-bit loads */
-        w.dw = st_dev_fp16(d);
+        w.dw = st_mmv_f16(b);
 #pragma unroll
-        for (int i = 0; i < 8; i++) w.v[i] = (int)q[i];
+        for (int i = 0; i < 8; i++) w.v[i] = (int)st_mmv_ld32(b + 2 + 4 * i);
     }
 };
 
@@ -228,20 +225,10 @@ struct st_mmv_q4_K {
     static __device__ __forceinline__ void decode(const uint8_t *b, int p, st_mmv_w &w) {
         const int c = p >> 1, h = p & 1;
         const uint8_t *qs = b + 16 + 32 * c;
-        int sc, m;
-        st_mmv_scale_min_k4(b + 4, p, sc, m);
-        if (((uintptr_t)b & 3) == 0) { /* 144-byte blocks: always, for aligned rows */
-            uint32_t q[8];
-            st_ld_words<8>(qs, q);
-#pragma unroll
-            for (int i = 0; i < 8; i++) w.v[i] = (int)((q[i] >> (4 * h)) & 0x0F0F0F0Fu);
-            const uint32_t dd = __ldg((const unsigned int *)b);
-            w.dw = st_dev_fp16(dd & 0xFFFFu) * (float)sc;
-            w.mw = -(st_dev_fp16(dd >> 16) * (float)m);
-            return;
-        }
 #pragma unroll
         for (int i = 0; i < 8; i++) w.v[i] = (int)((st_mmv_ld32(qs + 4 * i) >> (4 * h)) & 0x0F0F0F0Fu);
+        int sc, m;
+        st_mmv_scale_min_k4(b + 4, p, sc, m);
         w.dw = st_mmv_f16(b) * (float)sc;
         w.mw = -(st_mmv_f16(b + 2) * (float)m);
     }

@@ -10,8 +10,10 @@
  * !SPLIT) and m = w.m (0 when !HAS_M). The dot with a q8_1 block (da, a[0..7]) is then
  *     da * (s0 * dp(q[0..3], a[0..3]) + s1 * dp(q[4..7], a[4..7]) + m * sum(a)),
  * the integer parts exact (dp4a). Weight bytes are read with 16-bit loads (blocks of 18, 34, 210
- * bytes are only 2-byte aligned), except Q8_0 and Q4_K: aligned words, 16 bytes where the
- * address allows (st_ld_words, st_ld_q8blk). */
+ * bytes are only 2-byte aligned). The tiles' fetch of Q8_0 and Q4_K uses aligned words, 16 bytes
+ * where the address allows (st_ld_words, st_ld_q8blk): each of their lanes reads a different row,
+ * where the GEMV's lanes read consecutive blocks of one row (its 16-bit loads measured faster
+ * there: one path for every lane). */
 #ifndef STRATA_CUDA_MOE_CUH
 #define STRATA_CUDA_MOE_CUH
 
@@ -79,9 +81,11 @@ struct st_w_q8_0 {
     static constexpr int QK = 32, BYTES = (int)sizeof(block_q8_0);
     static constexpr bool SPLIT = false, HAS_M = false;
     static __device__ __forceinline__ void load(const uint8_t *row, int64_t c, st_w32 &w) {
-        st_wraw r;
-        fetch(row, c, r);
-        finish(r, c, w);
+        const uint8_t *blk = row + c * BYTES;
+        w.s0 = w.s1 = st_dev_fp16(st_ld_u16(blk));
+        w.m = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) w.q[i] = (int)st_ld_u32_a2(blk + 2 + 4 * i);
     }
     static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t c, st_wraw &r) {
         st_ld_q8blk(row + c * BYTES, &r.s[0], r.q);
@@ -118,9 +122,17 @@ struct st_w_q4_K {
     static constexpr int QK = QK_K, BYTES = (int)sizeof(block_q4_K);
     static constexpr bool SPLIT = false, HAS_M = true;
     static __device__ __forceinline__ void load(const uint8_t *row, int64_t c, st_w32 &w) {
-        st_wraw r;
-        fetch(row, c, r);
-        finish(r, c, w);
+        const uint8_t *blk = row + (c >> 3) * BYTES;
+        const int j = (int)(c & 7);
+        const float d = st_dev_fp16(st_ld_u16(blk)), dmin = st_dev_fp16(st_ld_u16(blk + 2));
+        int sc, mn;
+        st_dev_scale_min_k4(blk + 4, j, &sc, &mn);
+        w.s0 = w.s1 = d * (float)sc;
+        w.m = -(dmin * (float)mn);
+        const uint8_t *qs = blk + 16 + 32 * (j >> 1);
+        const int sh = 4 * (j & 1);
+#pragma unroll
+        for (int i = 0; i < 8; i++) w.q[i] = (int)((st_ld_u32_a2(qs + 4 * i) >> sh) & 0x0F0F0F0Fu);
     }
     /* s[0]: d | dmin << 16; s[1..3]: the 12 scale bytes; q: the 32 bytes of nibbles */
     static __device__ __forceinline__ void fetch(const uint8_t *row, int64_t c, st_wraw &r) {
