@@ -429,16 +429,23 @@ template <class F, int NC>
 static __device__ __forceinline__ void st_mmv_row_f(const uint8_t *__restrict__ row, int ne0,
                                                     int nvec, const float *__restrict__ x,
                                                     int ncols, int lane, float acc[NC]) {
+    /* unrolled so that several chunks' loads are in flight at once (a 2048-wide f32 row is 16
+     * chunks per lane: one dependent round trip each made the router GEMV 9 us); the sums keep
+     * their order */
+#pragma unroll 4
     for (int ci = lane; ci < nvec; ci += 32) {
         float w[F::V];
         F::chunk(row, ci, w);
 #pragma unroll
         for (int c = 0; c < NC; c++) {
-            if (c < ncols) {
-                const float4 *xp = (const float4 *)(x + (int64_t)c * ne0) + ci * (F::V / 4);
+            /* x is read for every column (a missing one reads the last: in bounds) so that the
+             * loads do not wait behind a branch; only the sums are conditional */
+            const int cx = c < ncols ? c : ncols - 1;
+            const float4 *xp = (const float4 *)(x + (int64_t)cx * ne0) + ci * (F::V / 4);
 #pragma unroll
-                for (int k = 0; k < F::V / 4; k++) {
-                    const float4 xv = __ldg(xp + k);
+            for (int k = 0; k < F::V / 4; k++) {
+                const float4 xv = __ldg(xp + k);
+                if (c == 0 || c < ncols) { /* ncols >= 1 (st_mmv_check) */
                     acc[c] = fmaf(w[4 * k], xv.x, acc[c]);
                     acc[c] = fmaf(w[4 * k + 1], xv.y, acc[c]);
                     acc[c] = fmaf(w[4 * k + 2], xv.z, acc[c]);
