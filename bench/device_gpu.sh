@@ -117,9 +117,12 @@ echo "qwen3 file ready at $(el)s: $(du -h /tmp/q3.gguf 2>/dev/null | cut -f1)"
 if [ "${GPUROWS:-1}" = 1 ]; then
 bench q3_gpu /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu
 [ "${NOGRAPHS:-1}" = 1 ] && bench q3_gpu_nographs /tmp/q3.gguf -p 0 -n 128 -r 3 --gpu --no-cuda-graphs
-# programmatic dependent launch off (--no-pdl): what the overlapped launches give, same build
+# programmatic dependent launch off (--no-pdl) and for prompt batches too (--pdl-all; the default
+# has it for calls of up to 8 tokens): what the overlapped launches give, same build
 bench q3_gpu_nopdl /tmp/q3.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
 bench olmoe_gpu_nopdl /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
+bench q3_gpu_pdlall /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --pdl-all
+bench olmoe_gpu_pdlall /tmp/olmoe.gguf -p 512 -n 0 -r 3 --gpu --pdl-all
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # prompt attention: the default (tensor cores, split f16 operands) against single f16 operands
 # (--attn-tc) and the FMA kernel (--no-attn-tc)

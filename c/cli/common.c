@@ -40,7 +40,10 @@ void cli_opts_init(cli_opts *o) {
     o->profile = env_flag("STRATA_PROFILE");
     o->pipe = env_flag("STRATA_PIPE");
     o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
-    o->cuda_pdl = getenv("STRATA_CUDA_PDL") ? env_flag("STRATA_CUDA_PDL") : 1;
+    o->cuda_pdl = 1;
+    if (getenv("STRATA_CUDA_PDL"))
+        o->cuda_pdl = !strcmp(getenv("STRATA_CUDA_PDL"), "all") || !strcmp(getenv("STRATA_CUDA_PDL"), "2")
+                          ? 2 : env_flag("STRATA_CUDA_PDL");
     {
         const char *v = getenv("STRATA_ATTN_TC");
         o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0    ? -1
@@ -117,8 +120,10 @@ void cli_opts_usage(FILE *f) {
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
         "  --no-pdl                GPU (compute 9.0+): launch each kernel after the one before\n"
         "                          has completed, instead of letting it start while that one\n"
-        "                          finishes (programmatic dependent launch, the default; same\n"
-        "                          results; also $STRATA_CUDA_PDL=0; --pdl: on)\n"
+        "                          finishes (programmatic dependent launch: by default for\n"
+        "                          decode steps and windows of up to 8 tokens, not prompts;\n"
+        "                          same results; also $STRATA_CUDA_PDL=0; --pdl: the default;\n"
+        "                          --pdl-all or $STRATA_CUDA_PDL=all: prompt batches too)\n"
         "  --degrade-zero          DEGRADE_ZERO approximation (also $DEGRADE_ZERO=1): in decode\n"
         "                          steps, drop a routed expert that missed its deadline when its\n"
         "                          gate weight is below tau; --degrade-tau T (also $DEGRADE_TAU,\n"
@@ -208,6 +213,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
     else if (opt_is(a, NULL, "--no-cuda-graphs")) o->cuda_graphs = 0;
     else if (opt_is(a, NULL, "--pdl")) o->cuda_pdl = 1;
+    else if (opt_is(a, NULL, "--pdl-all")) o->cuda_pdl = 2;
     else if (opt_is(a, NULL, "--no-pdl")) o->cuda_pdl = 0;
     else if (opt_is(a, NULL, "--attn-tc")) o->attn_tc = 1;
     else if (opt_is(a, NULL, "--no-attn-tc")) o->attn_tc = 0;

@@ -27,6 +27,9 @@
 #include <string.h>
 #include <stdio.h>
 
+/* The most tokens a call may have for programmatic dependent launch under cuda_pdl 1. */
+#define ST_PDL_MAX_ROWS 8
+
 #ifndef STRATA_HAVE_CUDA
 
 strata_status st_gpu_create(strata_session *s) {
@@ -1130,7 +1133,11 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
     const int64_t pos0 = s->n_past, E = hp->n_embd;
-    st_cuda_set_pdl(s->cuda_pdl); /* this thread's launches, until the next session's call */
+    /* programmatic dependent launch for this thread's launches until the next call: decode-sized
+     * calls only by default (cuda_pdl 1). Prompt batches ran 1-12% faster without it on the H200
+     * (8 of 8 pairs over four runs, docs/PERFORMANCE.md): a kernel signals its dependents as it
+     * starts, and the next kernel's blocks then hold SM room while a many-wave grid still runs. */
+    st_cuda_set_pdl(s->cuda_pdl == 2 || (s->cuda_pdl == 1 && T <= ST_PDL_MAX_ROWS));
     st_prof_start(s);
     /* embeddings on the CPU, as forward.c, then up */
     const st_tensor *te = &m->tok_embd;

@@ -204,7 +204,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
     s->cuda_graphs = p.cuda_graphs != 0;
-    s->cuda_pdl = p.cuda_pdl != 0;
+    s->cuda_pdl = p.cuda_pdl <= 0 ? 0 : p.cuda_pdl >= 2 ? 2 : 1;
     s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc >= 2 ? 2 : p.attn_tc != 0;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA ? p.pin_experts : 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;

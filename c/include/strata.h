@@ -502,10 +502,12 @@ typedef struct strata_session_params {
                              graph once and replays it as one launch per step (same kernels, same
                              bits; +28% decode on qwen3-30b-a3b, docs/PERFORMANCE.md); 0 launches
                              every kernel of every step */
-    int cuda_pdl;         /* CUDA sessions on compute 9.0+: 1 (default) launches each kernel so
-                             that the GPU may start it while the one before finishes
-                             (programmatic dependent launch; each kernel still waits for its
-                             inputs: same bits); 0 launches each after the one before completes */
+    int cuda_pdl;         /* CUDA sessions on compute 9.0+: programmatic dependent launch (the GPU
+                             may start a kernel while the one before finishes; each kernel still
+                             waits for its inputs: same bits). 1 (default): for calls of at most 8
+                             tokens (decode steps, verify windows; prompt batches measured faster
+                             without: their big grids' dependents took SM room early); 2: every
+                             call; 0: never */
     int32_t n_cpu_moe;    /* CUDA sessions: the routed experts of the first n_cpu_moe layers stay
                              in RAM and the CPU computes them (llama.cpp's --n-cpu-moe); -1: every
                              layer (--cpu-moe); 0 (default): all on the GPU. Attention, routers

@@ -165,15 +165,15 @@ static int greedy(const strata_model *m, strata_backend_kind be, const strata_to
 /* CUDA graphs: 40 decode steps replayed as graphs give the bits of the plain launches. The steps
  * start at position np + 224 (a filler batch first), so they cross a 256-position boundary of the
  * attention plan: the graph is captured twice and replayed the other 38 times. A third session
- * runs the graphs with programmatic dependent launch off (cuda_pdl 0; the first two have it on,
- * the default): the same bits again, prompt batches included. */
+ * runs the graphs with programmatic dependent launch off (cuda_pdl 0; the first two have it on
+ * for every call, cuda_pdl 2): the same bits again, prompt batches included. */
 static void test_graphs(const strata_model *m, const strata_token *p, int64_t np, int32_t V) {
     float *lg[3];
     strata_session_stats st[3];
     int ok = 1;
     for (int gr = 0; gr < 3; gr++) {
         g_graphs = gr > 0;
-        g_pdl = gr < 2;
+        g_pdl = gr < 2 ? 2 : 0; /* 2: every call (prompt batches too), 0: none */
         lg[gr] = malloc(sizeof(float) * (size_t)V * 41);
         strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 512, 512);
         g_graphs = 0;
