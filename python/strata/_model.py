@@ -49,7 +49,8 @@ class Model:
     docs/DEGRADE_ZERO.md; generated tokens only), profile (time the forward phases), ram_budget
     / pipe (routed experts in that many bytes of RAM slots read from disk, docs/EXPERTS.md), vocab_only
     (only the tokenizer; generate/logits then raise), use_mmap. CUDA sessions also take
-    cuda_graphs (replay decode steps as CUDA graphs, default True), n_cpu_moe (routed experts of
+    cuda_graphs (replay decode steps as CUDA graphs, default True), cuda_pdl (programmatic
+    dependent launch: "auto", the default: for calls of up to 8 tokens; "all"; False), n_cpu_moe (routed experts of
     the first N layers on the CPU; -1: all, llama.cpp's --cpu-moe), stage_experts (with
     n_cpu_moe: batches of this many tokens compute the CPU layers' experts on the GPU; "auto", the
     default: the cost model chooses per batch; 0: never), expert_cache
@@ -65,7 +66,7 @@ class Model:
                  kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True,
                  backend: str = "cpu", degrade_zero: bool = False, degrade_tau: float = 0.03,
                  degrade_eval: bool = False, profile: bool = False, ram_budget: int = 0,
-                 pipe: bool = False, cuda_graphs: bool = True, n_cpu_moe: int = 0,
+                 pipe: bool = False, cuda_graphs: bool = True, cuda_pdl="auto", n_cpu_moe: int = 0,
                  stage_experts="auto", expert_cache=0, gpu_mem: int = 0,
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses: bool = False, pcie_frac: float = -1.0):
@@ -83,6 +84,14 @@ class Model:
         elif isinstance(expert_cache, str) or int(expert_cache) < 0:
             raise ValueError(f"expert_cache must be a slot count or 'auto', not {expert_cache!r}")
         self.cuda_graphs, self.n_cpu_moe = bool(cuda_graphs), int(n_cpu_moe)
+        if cuda_pdl in ("auto", True):
+            self.cuda_pdl = 1
+        elif cuda_pdl == "all":
+            self.cuda_pdl = 2
+        elif cuda_pdl is False:
+            self.cuda_pdl = 0
+        else:
+            raise ValueError(f"cuda_pdl must be 'auto', 'all', True or False, not {cuda_pdl!r}")
         if attn_tc == "auto":
             self.attn_tc = -1
         elif attn_tc == "split":
@@ -239,6 +248,7 @@ class Model:
         sp.profile = int(self.profile)
         sp.ram_budget, sp.pipe = self.ram_budget, int(self.pipe)
         sp.cuda_graphs, sp.n_cpu_moe, sp.attn_tc = int(self.cuda_graphs), self.n_cpu_moe, self.attn_tc
+        sp.cuda_pdl = self.cuda_pdl
         sp.pin_experts, sp.cpu_pin, sp.gpu_prefetch = self.pin_experts, int(self.cpu_pin), int(self.gpu_prefetch)
         sp.cpu_misses, sp.pcie_frac = int(self.cpu_misses), self.pcie_frac
         sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem

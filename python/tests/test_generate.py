@@ -324,7 +324,8 @@ def test_cli_placement_options_parse(model):
                   ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64],
                   ["--cpu-moe", "--stage-experts", "auto"], ["--attn-tc"],
                   ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"], ["--cpu-misses"],
-                  ["--pcie-frac", "0.5"]):
+                  ["--pcie-frac", "0.5"], ["--attn-tc-split"], ["--no-attn-tc"], ["--no-pdl"],
+                  ["--pdl"], ["--pdl-all"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
@@ -378,13 +379,15 @@ def test_python_gpu_placement_options():
     path = shared_file("models/strata-tiny-moe-q8_0.gguf")
     toks = list(range(5, 40))
     base = strata.Model(path, n_ctx=128, n_threads=2)
-    opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, n_cpu_moe=-1, cpu_pin=True,
+    opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, cuda_pdl="all", n_cpu_moe=-1, cpu_pin=True,
                         stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True,
                         pin_experts=True, gpu_prefetch=True, cpu_misses=True, pcie_frac=0.25)
     assert np.array_equal(base.logits(toks), opts.logits(toks))
     assert opts.last_stats["threads_pinned"] == (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
     with pytest.raises(ValueError):
         strata.Model(path, expert_cache="most")
+    with pytest.raises(ValueError):
+        strata.Model(path, cuda_pdl="some")
     with pytest.raises(ValueError):
         strata.Model(path, expert_cache=-2)
     bad = strata.Model(path, n_ctx=128, stage_experts=-2)
