@@ -178,6 +178,10 @@ bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
 bench q3_cache25_nopin /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --no-pin-experts
 bench q3_cache25_pf /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --gpu-prefetch
 bench q3_cache25_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --cpu-misses -t 16
+# past a RAM budget (8 GiB of the 15.2 GiB of experts in pinned RAM slots, the rest read from the
+# file with O_DIRECT when routed): the GPU cache and the CPU layers load from the RAM tier
+bench q3_cache25_ram8g /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --ram-budget 8G
+bench q3_cpumoe_ram8g /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --ram-budget 8G -t 16
 grep -h "expert rows" "$R"/bench_q3_c*.err "$R"/bench_olmoe_cpumoe.err 2>/dev/null | cut -c1-250
 fi # OFFLOAD
 # ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----

@@ -106,10 +106,12 @@ void cli_opts_usage(FILE *f) {
         "  --expert-cache N|auto   GPU sessions: routed experts in N GPU slots (at least one\n"
         "                          layer's experts), loaded over PCIe when routed (same results);\n"
         "                          auto: what fits in --gpu-mem SIZE or the free memory\n"
-        "  --ram-budget SIZE       CPU sessions: RAM for routed experts (e.g. 8G); the rest are\n"
-        "                          read from the file with O_DIRECT when routed (same results);\n"
-        "                          --pipe (also $STRATA_PIPE=1): read the next layer's predicted\n"
-        "                          experts while this layer computes\n"
+        "  --ram-budget SIZE       RAM for routed experts (e.g. 8G); the rest are read from the\n"
+        "                          file with O_DIRECT when routed (same results); CPU sessions,\n"
+        "                          and GPU sessions with --expert-cache or --cpu-moe /\n"
+        "                          --n-cpu-moe (pinned RAM slots the GPU loads from);\n"
+        "                          --pipe (also $STRATA_PIPE=1, CPU sessions): read the next\n"
+        "                          layer's predicted experts while this layer computes\n"
         "  --attn-tc, --no-attn-tc GPU: prompt batches' attention on the tensor cores with\n"
         "                          single f16 queries and probabilities (fastest; twice the KL),\n"
         "                          or on the FMA units; default (--attn-tc-split): tensor cores\n"
@@ -431,7 +433,8 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     sp.expert_cache = o->expert_cache;
     sp.gpu_mem = o->gpu_mem;
     sp.pipe = o->pipe;
-    if (o->ram_budget > 0 && o->gpu != 1) o->gpu = 0; /* the RAM tier serves CPU sessions */
+    /* the RAM tier serves CPU sessions, and GPU sessions whose experts are cached or on the CPU */
+    if (o->ram_budget > 0 && o->gpu != 1 && o->expert_cache == 0 && o->n_cpu_moe == 0) o->gpu = 0;
     if (o->degrade_zero)
         fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
                 "that misses its deadline with gate weight < tau %.3g is dropped%s\n",

@@ -1009,7 +1009,17 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                     TRY(st_cuda_memcpy_async(hw, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K), 0, g->stream));
                     TRY(st_cuda_stream_synchronize(g->stream));
                 }
-                st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, hx, tn, hi, hw, K, hp_, s->moe_ws);
+                const st_expert *ex = s->experts + (size_t)il * (size_t)X;
+                if (s->ram) { /* past the RAM budget: the routed experts from the RAM tier's slots
+                               * (read from the file with O_DIRECT when not there) */
+                    const strata_status rs = st_ram_tier_table(s, il, tn, hi, K, &ex);
+                    if (rs != STRATA_OK) {
+                        st_ram_tier_release(s);
+                        return rs;
+                    }
+                }
+                st_moe_ffn(s->tp, ex, X, hx, tn, hi, hw, K, hp_, s->moe_ws);
+                if (s->ram) st_ram_tier_release(s);
                 TRY(st_cuda_memcpy_async(g->proj + t0 * E, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
             }
             st_cuda_moe_args a;

@@ -99,7 +99,10 @@ struct st_gpu_cache {
     int64_t loaded_bytes;
     int64_t *layer_lookups, *layer_hits;   /* [n_layer] */
     int32_t *held;                /* [2 n_slots] slots held during one table call (a prefetched slot
-                                     may be held twice: when settled and when looked up) */
+                                     may be held twice: when settled and when looked up; with a RAM
+                                     tier, a resident one: before the claims and when looked up) */
+    int32_t *miss;                /* [n_expert] with a RAM tier: the call's experts not resident */
+    uint32_t *ram_seen, ram_call; /* [n_expert] its pass's stamps, as seen / call */
     int32_t n_held;
     uint32_t *seen;               /* [n_expert] the table call that last met each expert */
     uint32_t call;                /* table calls so far */
@@ -129,6 +132,8 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     free(c->seen);
     free(c->layer_hits);
     free(c->held);
+    free(c->miss);
+    free(c->ram_seen);
     free(c);
 }
 
@@ -157,7 +162,9 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
     strata_status st = STRATA_OK;
     if (st_cache_init(&c->book, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
         !(c->h_table = calloc((size_t)hp->n_expert, sizeof *c->h_table)) || !c->layer_lookups ||
-        !c->layer_hits || !c->seen || !(c->held = calloc(2 * (size_t)slots, sizeof *c->held)))
+        !c->layer_hits || !c->seen || !(c->held = calloc(2 * (size_t)slots, sizeof *c->held)) ||
+        !(c->miss = calloc((size_t)hp->n_expert, sizeof *c->miss)) ||
+        !(c->ram_seen = calloc((size_t)hp->n_expert, sizeof *c->ram_seen)))
         st = st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
     if (st == STRATA_OK) {
         st = st_cuda_malloc((void **)&c->d_mem, (size_t)slots * c->slot_bytes);
@@ -329,9 +336,40 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
                                  int64_t n, int32_t K, int keep_held, void *stream, const void **d_table) {
     const int32_t X = c->n_expert;
     const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    const st_expert *src = views; /* where demand loads copy from: the mapping (or pinned copy) */
     strata_status st = STRATA_OK;
     st_gpu_cache_release_held(c);
     TRY_CACHE(st_gpu_cache_settle(c, il, ids, n * K, stream));
+    if (s->ram) {
+        /* past the RAM budget (ram_budget): the experts this call must load come from the RAM
+         * tier, which reads those not in its pinned slots from the file with O_DIRECT. Resident
+         * experts are held first, so the claims below cannot evict one that was not listed. */
+        int32_t nm = 0;
+        if (++c->ram_call == 0) {
+            memset(c->ram_seen, 0, sizeof *c->ram_seen * (size_t)X);
+            c->ram_call = 1;
+        }
+        for (int64_t i = 0; i < n * K; i++) {
+            const int32_t e = ids[i];
+            if (e < 0 || e >= X || c->ram_seen[e] == c->ram_call) continue;
+            c->ram_seen[e] = c->ram_call;
+            const int32_t w = c->book.where[(size_t)il * (size_t)X + (size_t)e];
+            if (w >= 0 && c->book.slots[w].state == ST_SLOT_READY) {
+                st_cache_acquire(&c->book, w);
+                c->held[c->n_held++] = w;
+            } else {
+                c->miss[nm++] = e;
+            }
+        }
+        if (nm > 0) {
+            st = st_ram_tier_table(s, il, nm, c->miss, 1, &src);
+            if (st != STRATA_OK) {
+                st_ram_tier_release(s);
+                st_gpu_cache_release_held(c);
+                return st;
+            }
+        }
+    }
     if (++c->call == 0) { /* the stamps wrapped: start them over */
         memset(c->seen, 0, sizeof *c->seen * (size_t)X);
         c->call = 1;
@@ -359,7 +397,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
                 break;
             }
             uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
-            const st_tensor *m[3] = {&views[e].gate, &views[e].up, &views[e].down};
+            const st_tensor *m[3] = {&src[e].gate, &src[e].up, &src[e].down};
             for (int k = 0; k < 3 && st == STRATA_OK; k++) {
                 const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
                 st = st_cuda_memcpy_h2d(p, m[k]->data, b);
@@ -382,6 +420,8 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         c->h_table[e].up = st_slot_mat(&views[e].up, p + g);
         c->h_table[e].down = st_slot_mat(&views[e].down, p + g + u);
     }
+    /* the copies were synchronous: the RAM tier's slots are free to be reused */
+    if (s->ram) st_ram_tier_release(s);
     /* the slots may be reused once the kernel is enqueued: a later copy into one waits for it
      * (keep_held: the caller enqueues the kernel first, then st_gpu_cache_release_held) */
     if (!keep_held || st != STRATA_OK) st_gpu_cache_release_held(c);

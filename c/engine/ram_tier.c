@@ -1,5 +1,6 @@
-/* ram_tier.c - the RAM tier of routed experts for CPU sessions with a RAM budget (ram_budget,
- * --ram-budget): n_slots slots of RAM, each the size of the model's largest expert, managed by the
+/* ram_tier.c - the RAM tier of routed experts for sessions with a RAM budget (ram_budget,
+ * --ram-budget; CUDA sessions: the source of the GPU expert cache's loads and of the CPU's layers,
+ * in page-locked slots): n_slots slots of RAM, each the size of the model's largest expert, managed by the
  * expert cache (c/experts/cache.c: LRU plus a frequency-pinned hot set) and filled from the GGUF by
  * the O_DIRECT reader (c/experts/stream.c) when a layer's routing needs an expert that is not
  * resident. The CPU expert step then reads the slots through a per-layer table. The bytes are the
@@ -15,6 +16,9 @@
 #include "session.h"
 #include "cache.h"
 #include "stream.h"
+#ifdef STRATA_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -30,6 +34,7 @@ typedef struct {
 struct st_ram_tier {
     st_expert_cache cache;
     uint8_t *mem;                 /* n_slots * slot_bytes, ST_READER_ALIGN-aligned */
+    int mem_pinned;               /* mem is page-locked (CUDA sessions: st_cuda_host_alloc) */
     size_t slot_bytes;
     st_reader **readers;          /* [n_shards], opened on first use */
     uint32_t n_shards;
@@ -91,7 +96,11 @@ void st_ram_tier_free(strata_session *s) {
         for (uint32_t i = 0; i < t->n_shards; i++) st_reader_close(t->readers[i]);
     free(t->readers);
     st_cache_free(&t->cache);
-    free(t->mem);
+#ifdef STRATA_HAVE_CUDA
+    if (t->mem_pinned) st_cuda_host_free(t->mem);
+    else
+#endif
+        free(t->mem);
     free(t->loc);
     free(t->table);
     free(t->held);
@@ -151,8 +160,25 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
      * take one token's k experts */
     int32_t pin = slots / 2;
     if (slots - pin < hp->n_expert_used) pin = slots - hp->n_expert_used;
-    if (st_cache_init(&t->cache, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
-        posix_memalign((void **)&t->mem, ST_READER_ALIGN, (size_t)slots * t->slot_bytes) != 0)
+    if (st_cache_init(&t->cache, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0)
+        return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
+#ifdef STRATA_HAVE_CUDA
+    /* CUDA sessions: page-locked slots, so the disk's O_DIRECT reads land where the GPU cache's
+     * copies read at the pinned PCIe rate (falls back to plain memory, at the pageable rate) */
+    if (s->backend == STRATA_BACKEND_CUDA) {
+        void *pm = NULL;
+        if (st_cuda_host_alloc(&pm, (size_t)slots * t->slot_bytes) == STRATA_OK) {
+            if (((uintptr_t)pm & (ST_READER_ALIGN - 1)) == 0) {
+                t->mem = pm;
+                t->mem_pinned = 1;
+            } else {
+                st_cuda_host_free(pm);
+            }
+        }
+        st_error_clear();
+    }
+#endif
+    if (!t->mem && posix_memalign((void **)&t->mem, ST_READER_ALIGN, (size_t)slots * t->slot_bytes) != 0)
         return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory for %d slots of %zu bytes", (int)slots,
                         t->slot_bytes);
     t->n_shards = strata_gguf_shard_count(t->gguf);

@@ -188,8 +188,18 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if (p.pin_experts < -1 || p.pin_experts > 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option pin_experts %d (1 on, 0 off, -1 auto)",
                         p.pin_experts);
-    if (p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA)
-        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget applies to CPU sessions in this release");
+    /* CUDA sessions with a RAM budget: the experts the GPU cache loads or the CPU computes come
+     * from the RAM tier (pinned slots, filled from the file with O_DIRECT); the options that
+     * read every expert from RAM do not combine with it */
+    const int ram_gpu = p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA;
+    if (ram_gpu && p.n_cpu_moe == 0 && p.expert_cache == 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "ram_budget with a CUDA session needs expert_cache "
+                        "(--expert-cache) or n_cpu_moe (--cpu-moe, --n-cpu-moe): else every routed "
+                        "expert is on the GPU");
+    if (ram_gpu && (p.pin_experts == 1 || p.gpu_prefetch || p.cpu_misses || p.stage_experts > 0))
+        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: pin_experts 1, "
+                        "gpu_prefetch, cpu_misses and stage_experts read experts outside the RAM "
+                        "tier; leave them off (or auto)");
     if (p.degrade_eval && p.backend == STRATA_BACKEND_CUDA)
         return st_error(STRATA_ERR_UNSUPPORTED, "degrade_eval runs on CPU sessions only");
     const st_hparams *hp = &model->hp;
@@ -206,13 +216,13 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->cuda_graphs = p.cuda_graphs != 0;
     s->cuda_pdl = p.cuda_pdl <= 0 ? 0 : p.cuda_pdl >= 2 ? 2 : 1;
     s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc >= 2 ? 2 : p.attn_tc != 0;
-    s->pin_experts = p.backend == STRATA_BACKEND_CUDA ? p.pin_experts : 0;
+    s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.pin_experts : 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
     s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.cpu_misses != 0;
     s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
     s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
-    s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 ? p.stage_experts : 0;
+    s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && !ram_gpu ? p.stage_experts : 0;
     s->expert_cache = p.backend == STRATA_BACKEND_CUDA ? (p.expert_cache < 0 ? -1 : p.expert_cache) : 0;
     s->gpu_mem = p.gpu_mem > 0 ? p.gpu_mem : 0;
     s->progress = p.progress;

@@ -51,7 +51,7 @@ struct strata_session {
                                    -1: as many as fit in gpu_mem or free memory) */
     int64_t gpu_mem;            /* GPU: bytes the session may use (0: the free memory) */
     int64_t *slots_gpu, *slots_cpu; /* [n_layer] routed slot-rows served by GPU memory / the CPU */
-    st_ram_tier *ram;           /* CPU sessions with a RAM budget: routed experts in RAM slots */
+    st_ram_tier *ram;           /* sessions with a RAM budget: routed experts in RAM slots (CUDA: pinned) */
     int pipe;                   /* the RAM tier prefetches the next layer's predicted experts */
     uint8_t *missed;            /* [T][k] RAM tier: slots whose expert is not resident */
     strata_status fwd_error;    /* the first failure inside a forward pass (a disk read), else OK */

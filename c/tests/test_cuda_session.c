@@ -40,6 +40,7 @@ static int g_prefetch = 0;                 /* gpu_prefetch of the next sessions 
 static int g_cpu_misses = 0;               /* cpu_misses / pcie_frac of the next sessions */
 static float g_pcie_frac = -1.0f;
 static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the default, auto) */
+static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -55,6 +56,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.cpu_misses = g_cpu_misses;
     sp.pcie_frac = g_pcie_frac;
     sp.attn_tc = g_attn_tc;
+    sp.ram_budget = g_ram;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -415,6 +417,25 @@ static void test_default_model(void) {
             free(al);
             strata_session_free(as);
         }
+        /* past a RAM budget of 70 of the 192 experts (pinned RAM slots filled from the file with
+         * O_DIRECT): a 32-slot GPU cache loading from them gives the all-resident bits, and
+         * --cpu-moe computing from them the bits of --cpu-moe without a budget */
+        g_ram = 70 * 106496;
+        g_cache = 32;
+        float *rl = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        g_cache = 0;
+        g_cpu_moe = -1;
+        float *rc = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        g_ram = 0;
+        float *rc0 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        g_cpu_moe = 0;
+        CHECK(rl && !memcmp(rl, all, sizeof(float) * (size_t)n * (size_t)V),
+              "ram_budget + expert cache: bit-identical to all resident");
+        CHECK(rc && rc0 && !memcmp(rc, rc0, sizeof(float) * (size_t)n * (size_t)V),
+              "ram_budget + cpu_moe: bit-identical to cpu_moe without a budget");
+        free(rl);
+        free(rc);
+        free(rc0);
         /* --cpu-moe with --stage-experts 1: every batch (prompt slices and decode steps) copies
          * the routed experts to the GPU: the all-resident bits; with 48, the 64-token prompt
          * slices are staged and the rest runs on the CPU (checked by the KL test below) */

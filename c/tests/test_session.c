@@ -476,7 +476,17 @@ static void test_ram_budget(void) {
     CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_INVALID_ARG && !s, "negative budget refused");
     sp.ram_budget = 1 << 20;
     sp.backend = STRATA_BACKEND_CUDA;
-    CHECK(strata_session_create(model, &sp, &s) != STRATA_OK && !s, "ram_budget with a GPU session refused");
+    CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_INVALID_ARG && !s &&
+              strstr(strata_last_error(), "expert_cache") != NULL,
+          "ram_budget with an all-resident GPU session refused: %s", strata_last_error());
+    sp.expert_cache = 32;
+    sp.pin_experts = 1;
+    CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_UNSUPPORTED && !s,
+          "ram_budget with pinned copies of every expert refused: %s", strata_last_error());
+    sp.pin_experts = -1;
+    sp.gpu_prefetch = 1;
+    CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_UNSUPPORTED && !s,
+          "ram_budget with GPU prefetch refused: %s", strata_last_error());
     free(ref);
     free(got);
     free(piped);
