@@ -117,6 +117,8 @@ struct st_gpu {
     float *h_xn, *h_wts, *h_proj;         /* (T, n_embd), (T, k), (T, n_embd) */
     int32_t *h_ids;                       /* (T, k) */
     void *h_hand;                         /* the one allocation they share */
+    float *h_embd;                        /* (T, n_embd) pinned: a batch's embeddings on their way
+                                             up (NULL: s->x, pageable) */
     size_t pinned_bytes;
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
@@ -473,6 +475,7 @@ void st_gpu_free(strata_session *s) {
     st_gpu_cache_free(g->stage);
     st_cuda_host_free(g->pinned);
     st_cuda_host_free(g->h_hand);
+    st_cuda_host_free(g->h_embd);
     void *pf[] = {g->pf_x, g->pf_logits, g->pf_wts, g->pf_ids};
     for (size_t i = 0; i < sizeof pf / sizeof pf[0]; i++) st_cuda_free(pf[i]);
     free(g->h_pf_ids);
@@ -538,6 +541,12 @@ strata_status st_gpu_create(strata_session *s) {
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
     if (s->pin_experts != 0 && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
+    /* the embeddings' pinned staging (a prompt batch's rows go up at the pinned rate); without
+     * it they go from s->x */
+    if (st_cuda_host_alloc((void **)&g->h_embd, sizeof(float) * (size_t)s->n_batch * (size_t)hp->n_embd) != STRATA_OK) {
+        g->h_embd = NULL;
+        st_error_clear();
+    }
     if (s->n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
         const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
         const size_t a = st_round_up(T * E * sizeof(float), 256), b = st_round_up(T * K * sizeof(float), 256);
@@ -1137,6 +1146,27 @@ static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata
     return STRATA_OK;
 }
 
+/* Token embeddings of a batch into out, rows [b, e): dequantized as forward.c does. */
+typedef struct {
+    const strata_model *m;
+    const strata_token *tokens;
+    float *out;
+} st_embed_job;
+
+static void st_embed_rows(void *ctx, int64_t b, int64_t e, int thread_id) {
+    (void)thread_id;
+    const st_embed_job *j = (const st_embed_job *)ctx;
+    const st_hparams *hp = &j->m->hp;
+    const int64_t E = hp->n_embd;
+    const st_tensor *te = &j->m->tok_embd;
+    const st_dequant_fn deq = st_dequant_get(te->type);
+    for (int64_t t = b; t < e; t++) {
+        deq(st_tensor_row(te, 0, j->tokens[t]), j->out + t * E, E);
+        if (j->m->arch->granite_scales && hp->embedding_scale != 1.0f)
+            for (int64_t i = 0; i < E; i++) j->out[t * E + i] *= hp->embedding_scale;
+    }
+}
+
 strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
                                    float *logits, int all) {
     const strata_model *m = s->model;
@@ -1149,15 +1179,12 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
      * starts, and the next kernel's blocks then hold SM room while a many-wave grid still runs. */
     st_cuda_set_pdl(s->cuda_pdl == 2 || (s->cuda_pdl == 1 && T <= ST_PDL_MAX_ROWS));
     st_prof_start(s);
-    /* embeddings on the CPU, as forward.c, then up */
-    const st_tensor *te = &m->tok_embd;
-    st_dequant_fn deq = st_dequant_get(te->type);
-    for (int64_t t = 0; t < T; t++) {
-        deq(st_tensor_row(te, 0, tokens[t]), s->x + t * E, E);
-        if (m->arch->granite_scales && hp->embedding_scale != 1.0f)
-            for (int64_t i = 0; i < E; i++) s->x[t * E + i] *= hp->embedding_scale;
-    }
-    TRY(st_cuda_memcpy_h2d(g->x, s->x, sizeof(float) * (size_t)(T * E)));
+    /* embeddings on the CPU, as forward.c (rows split over the session's threads for prompt
+     * batches: each row is one thread's, the same values), then up from pinned memory */
+    st_embed_job ej = {m, tokens, g->h_embd ? g->h_embd : s->x};
+    if (T >= 8) st_threadpool_run(s->tp, T, st_threadpool_chunk(s->tp, T, 1, 1), st_embed_rows, &ej);
+    else st_embed_rows(&ej, 0, T, 0);
+    TRY(st_cuda_memcpy_h2d(g->x, ej.out, sizeof(float) * (size_t)(T * E)));
     s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(T * E));
     for (int64_t t = 0; t < T; t++) g->hpos[t] = (int32_t)(pos0 + t);
     TRY(st_cuda_memcpy_h2d(g->pos, g->hpos, sizeof(int32_t) * (size_t)T));
