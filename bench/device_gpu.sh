@@ -12,7 +12,7 @@
 # sweep), GPUROWS=0 (skip the all-GPU rows and the profile), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
 # attn_check), NOGRAPHS=0 (skip
 # the rows without CUDA graphs), DISK=1 (the disk O_DIRECT expert read rate), NCU_MMQ=1 (ncu sections of
-# the int8 tiles), AB_NVCC="-D..."
+# the int8 tiles), NCU_ATTN=1 (of the tensor-core attention at depth 16K), AB_NVCC="-D..."
 # (pp512/tg128 rows from a second build with those nvcc flags), DEPTH_SWEEP=1 (the offloading
 # sweep at depth 16K).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
@@ -56,6 +56,16 @@ grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/
 [ "${ATTN:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
     -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/attn_check.cu \
     build/libstrata.a -lpthread -ldl -lrt -o /tmp/attn_check && timeout 150 /tmp/attn_check 2>&1 | tee "$R/attn_check.txt" | tail -40
+# where the tensor-core prompt attention's time goes at depth 16K (NCU_ATTN=1): one launch of
+# attn_check's qwen3 512 x 16,896 "tensor" row (each plan runs 56 times; 512 x 512 comes first)
+if [ "${NCU_ATTN:-0}" = 1 ] && [ -x /tmp/attn_check ]; then
+    NC=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -n "$NC" ] && timeout 200 "$NC" -k regex:st_k_attn_tc --launch-skip 70 -c 1 --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+        --section Occupancy --section MemoryWorkloadAnalysis /tmp/attn_check > "$R/ncu_attn.txt" 2>&1
+    grep -E "st_k_attn_tc|Duration|Throughput|Issue Slots|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|est. speedup" \
+        "$R/ncu_attn.txt" | cut -c1-200 | head -30
+fi
 [ "${MMQ:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu \
     -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/mmq_check.cu build/libstrata.a \
     -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 240 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
