@@ -550,11 +550,14 @@ typedef struct strata_session_params {
                              and scratch, less a margin (strata_session_get_stats tells) */
     int64_t gpu_mem;      /* CUDA sessions: bytes of GPU memory the session may use with
                              expert_cache -1 (0, the default: what is free) */
-    int64_t ram_budget;   /* CPU sessions: bytes of RAM for routed experts (0, the default: the
-                             whole file through its mapping). Experts not resident are read from
-                             the GGUF with O_DIRECT into that many expert-sized slots (LRU + a
-                             pinned hot set); the budget must hold k experts, and prompt batches
-                             shrink so one layer's experts fit. Same results, bit for bit. */
+    int64_t ram_budget;   /* bytes of RAM for routed experts (0, the default: the whole file
+                             through its mapping). Experts not resident are read from the GGUF
+                             with O_DIRECT into that many expert-sized slots (LRU + a pinned hot
+                             set); the budget must hold k experts, and prompt batches shrink so one
+                             layer's experts fit. Same results, bit for bit. CPU sessions; CUDA
+                             sessions with expert_cache or n_cpu_moe (page-locked slots that the
+                             GPU cache loads from and the CPU layers read; not with pin_experts 1,
+                             gpu_prefetch, cpu_misses or stage_experts > 0) */
     int pipe;             /* with ram_budget: read the next layer's predicted experts (its norm
                              and router on the hidden state now) in a background thread while
                              this layer computes (STRATA_PIPE, --pipe); same results */
