@@ -40,10 +40,10 @@ void cli_opts_init(cli_opts *o) {
     o->profile = env_flag("STRATA_PROFILE");
     o->pipe = env_flag("STRATA_PIPE");
     o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
-    o->cuda_pdl = 1;
-    if (getenv("STRATA_CUDA_PDL"))
-        o->cuda_pdl = !strcmp(getenv("STRATA_CUDA_PDL"), "all") || !strcmp(getenv("STRATA_CUDA_PDL"), "2")
-                          ? 2 : env_flag("STRATA_CUDA_PDL");
+    {
+        const char *v = getenv("STRATA_CUDA_PDL"); /* unset: 1; all or 2: 2; else a flag */
+        o->cuda_pdl = !v ? 1 : !strcmp(v, "all") || !strcmp(v, "2") ? 2 : env_flag("STRATA_CUDA_PDL");
+    }
     {
         const char *v = getenv("STRATA_ATTN_TC");
         o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0    ? -1

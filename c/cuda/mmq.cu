@@ -396,12 +396,6 @@ st_k_mmq(const st_mmq_args a) {
 
 /* ---- the int8 tile kernel --------------------------------------------------------------------- */
 
-/* 1: the mma sums come out biased as float bits (mma.cuh, st_i2f_biased); 0: I2F conversions
- * (the same values; for A/B builds, NVCC_EXTRA=-DST_MMQ_I2F_BIASED=0) */
-#ifndef ST_MMQ_I2F_BIASED
-#define ST_MMQ_I2F_BIASED 1
-#endif
-
 #define ST_MMQ_LDB (ST_MMQ_BK + 16) /* bytes per int8 shared row (16 of padding: ldmatrix rows hit
                                      * distinct 16-byte bank groups) */
 
@@ -593,16 +587,10 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
 #pragma unroll
                     for (int mi = 0; mi < 2; mi++) {
                         int ci[4]; /* biased sums: st_i2f_biased gives the exact floats */
-#if ST_MMQ_I2F_BIASED
                         if (SL == 2) st_mma_i8_k32(ci, af[mi], bf[2 * nn], bf[2 * nn + 1], ST_I2F_BIAS);
                         else st_mma_i8_k16(ci, af[mi], bf[nn], ST_I2F_BIAS);
                         const float cc[4] = {st_i2f_biased(ci[0]), st_i2f_biased(ci[1]), st_i2f_biased(ci[2]),
                                              st_i2f_biased(ci[3])};
-#else
-                        if (SL == 2) st_mma_i8_k32(ci, af[mi], bf[2 * nn], bf[2 * nn + 1]);
-                        else st_mma_i8_k16(ci, af[mi], bf[nn]);
-                        const float cc[4] = {(float)ci[0], (float)ci[1], (float)ci[2], (float)ci[3]};
-#endif
                         float *A = acc[mi][ni];
                         if constexpr (C::W_t::HAS_M) {
                             A[0] = fmaf(dx[mi][0], fmaf(sw0, cc[0], mw0 * sx[mi][0]), A[0]);

@@ -13,16 +13,31 @@
  * Blocks
  * ------------------------------------------------------------------------------------------- */
 
-static void st_embed(strata_session *s, const strata_token *tokens, int64_t T) {
-    const strata_model *m = s->model;
+typedef struct {
+    const strata_model *m;
+    const strata_token *tokens;
+    float *out;
+} st_embed_job;
+
+static void st_embed_rows(void *ctx, int64_t b, int64_t e, int thread_id) {
+    (void)thread_id;
+    const st_embed_job *j = (const st_embed_job *)ctx;
+    const strata_model *m = j->m;
     const st_tensor *te = &m->tok_embd;
     const int64_t E = m->hp.n_embd;
-    st_dequant_fn deq = st_dequant_get(te->type);
-    for (int64_t t = 0; t < T; t++) {
-        deq(st_tensor_row(te, 0, tokens[t]), s->x + t * E, E);
+    const st_dequant_fn deq = st_dequant_get(te->type);
+    for (int64_t t = b; t < e; t++) {
+        deq(st_tensor_row(te, 0, j->tokens[t]), j->out + t * E, E);
         if (m->arch->granite_scales && m->hp.embedding_scale != 1.0f)
-            for (int64_t i = 0; i < E; i++) s->x[t * E + i] *= m->hp.embedding_scale;
+            for (int64_t i = 0; i < E; i++) j->out[t * E + i] *= m->hp.embedding_scale;
     }
+}
+
+void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, float *out) {
+    st_embed_job j = {s->model, tokens, out};
+    /* prompt batches: rows over the session's threads, each row one thread's (the same values) */
+    if (T >= 8) st_threadpool_run(s->tp, T, st_threadpool_chunk(s->tp, T, 1, 1), st_embed_rows, &j);
+    else st_embed_rows(&j, 0, T, 0);
 }
 
 static void st_norm_rows(float *y, const float *x, const st_tensor *w, int64_t T, int64_t n, float eps) {
@@ -206,7 +221,7 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
     const st_hparams *hp = &m->hp;
     const int64_t pos0 = s->n_past;
     st_prof_start(s);
-    st_embed(s, tokens, T);
+    st_embed_tokens(s, tokens, T, s->x);
     for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
     st_prof_mark(s, STRATA_PHASE_EMBED);
     for (int il = 0; il < hp->n_layer; il++) {

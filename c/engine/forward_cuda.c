@@ -27,9 +27,6 @@
 #include <string.h>
 #include <stdio.h>
 
-/* The most tokens a call may have for programmatic dependent launch under cuda_pdl 1. */
-#define ST_PDL_MAX_ROWS 8
-
 #ifndef STRATA_HAVE_CUDA
 
 strata_status st_gpu_create(strata_session *s) {
@@ -1146,27 +1143,6 @@ static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata
     return STRATA_OK;
 }
 
-/* Token embeddings of a batch into out, rows [b, e): dequantized as forward.c does. */
-typedef struct {
-    const strata_model *m;
-    const strata_token *tokens;
-    float *out;
-} st_embed_job;
-
-static void st_embed_rows(void *ctx, int64_t b, int64_t e, int thread_id) {
-    (void)thread_id;
-    const st_embed_job *j = (const st_embed_job *)ctx;
-    const st_hparams *hp = &j->m->hp;
-    const int64_t E = hp->n_embd;
-    const st_tensor *te = &j->m->tok_embd;
-    const st_dequant_fn deq = st_dequant_get(te->type);
-    for (int64_t t = b; t < e; t++) {
-        deq(st_tensor_row(te, 0, j->tokens[t]), j->out + t * E, E);
-        if (j->m->arch->granite_scales && hp->embedding_scale != 1.0f)
-            for (int64_t i = 0; i < E; i++) j->out[t * E + i] *= hp->embedding_scale;
-    }
-}
-
 strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
                                    float *logits, int all) {
     const strata_model *m = s->model;
@@ -1174,17 +1150,15 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     st_gpu *g = s->gpu;
     const int64_t pos0 = s->n_past, E = hp->n_embd;
     /* programmatic dependent launch for this thread's launches until the next call: decode-sized
-     * calls only by default (cuda_pdl 1). Prompt batches ran 1-12% faster without it on the H200
+     * calls (one GEMV slice, ST_GPU_COLS tokens) only by default (cuda_pdl 1). Prompt batches ran 1-12% faster without it on the H200
      * (8 of 8 pairs over four runs, docs/PERFORMANCE.md): a kernel signals its dependents as it
      * starts, and the next kernel's blocks then hold SM room while a many-wave grid still runs. */
-    st_cuda_set_pdl(s->cuda_pdl == 2 || (s->cuda_pdl == 1 && T <= ST_PDL_MAX_ROWS));
+    st_cuda_set_pdl(s->cuda_pdl == 2 || (s->cuda_pdl == 1 && T <= ST_GPU_COLS));
     st_prof_start(s);
-    /* embeddings on the CPU, as forward.c (rows split over the session's threads for prompt
-     * batches: each row is one thread's, the same values), then up from pinned memory */
-    st_embed_job ej = {m, tokens, g->h_embd ? g->h_embd : s->x};
-    if (T >= 8) st_threadpool_run(s->tp, T, st_threadpool_chunk(s->tp, T, 1, 1), st_embed_rows, &ej);
-    else st_embed_rows(&ej, 0, T, 0);
-    TRY(st_cuda_memcpy_h2d(g->x, ej.out, sizeof(float) * (size_t)(T * E)));
+    /* embeddings on the CPU, as forward.c, then up from pinned memory */
+    float *emb = g->h_embd ? g->h_embd : s->x;
+    st_embed_tokens(s, tokens, T, emb);
+    TRY(st_cuda_memcpy_h2d(g->x, emb, sizeof(float) * (size_t)(T * E)));
     s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(T * E));
     for (int64_t t = 0; t < T; t++) g->hpos[t] = (int32_t)(pos0 + t);
     TRY(st_cuda_memcpy_h2d(g->pos, g->hpos, sizeof(int32_t) * (size_t)T));

@@ -128,6 +128,11 @@ static inline st_scratch_dims st_session_dims(const strata_session *s) {
  * room are checked by the caller. */
 void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
 
+/* The token embeddings of T tokens into out (T x n_embd), as both forward paths take them: each
+ * row dequantized (and scaled where the architecture says), prompt batches on the session's
+ * threads (forward.c). */
+void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, float *out);
+
 /* The RAM tier (ram_tier.c): create sizes the slots from budget bytes (and lowers n_batch so a
  * layer call's distinct experts fit); table makes every expert of ids resident, holds their slots
  * and points *table at views of them; release lets the slots go; counters for the stats. */
