@@ -14,7 +14,7 @@
 # the rows without CUDA graphs), DISK=1 (the disk O_DIRECT expert read rate), NCU_MMQ=1 (ncu sections of
 # the int8 tiles), NCU_ATTN=1 (of the tensor-core attention at depth 16K), AB_NVCC="-D..."
 # (pp512/tg128 rows from a second build with those nvcc flags), DEPTH_SWEEP=1 (the offloading
-# sweep at depth 16K).
+# sweep at depth 16K), ROWS=regex (only the benchmark rows whose names match).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 cffi pycparser
@@ -47,6 +47,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 
 if make -j16 CUDA=1 all > "$FINAL/gpu_build.log" 2>&1; then echo "build ok at $(el)s"
 else echo "BUILD FAILED"; grep -E "error" "$FINAL/gpu_build.log" | head -20; exit 1; fi
+# the previous landing's sources (.devdata/prev: `git archive <rev> Makefile c`), built alongside
+# for same-run baseline rows (bench_*_prev)
+if [ -f .devdata/prev/Makefile ]; then
+    ( cd .devdata/prev && make -j8 CUDA=1 strata > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done ) &
+fi
 if [ "${CHECK:-1}" = 1 ]; then
 make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check > "$FINAL/cuda_check.log" 2>&1
 echo "cuda-check rc=$? at $(el)s"
@@ -57,10 +62,11 @@ grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/
     -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/attn_check.cu \
     build/libstrata.a -lpthread -ldl -lrt -o /tmp/attn_check && timeout 150 /tmp/attn_check 2>&1 | tee "$R/attn_check.txt" | tail -40
 # where the tensor-core prompt attention's time goes at depth 16K (NCU_ATTN=1): one launch of
-# attn_check's qwen3 512 x 16,896 "tensor" row (each plan runs 56 times; 512 x 512 comes first)
+# attn_check's qwen3 512 x 16,896 "tc-split" row (each plan runs 56 times; the T = 8, 64 and
+# 512 x 512 rows' three tensor-core plans and this case's "tensor" and "tensor-1p" come first)
 if [ "${NCU_ATTN:-0}" = 1 ] && [ -x /tmp/attn_check ]; then
     NC=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    [ -n "$NC" ] && timeout 200 "$NC" -k regex:st_k_attn_tc --launch-skip 70 -c 1 --section SpeedOfLight \
+    [ -n "$NC" ] && timeout 200 "$NC" -k regex:st_k_attn_tc --launch-skip ${NCU_ATTN_SKIP:-616} -c 1 --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
         --section Occupancy --section MemoryWorkloadAnalysis /tmp/attn_check > "$R/ncu_attn.txt" 2>&1
     grep -E "st_k_attn_tc|Duration|Throughput|Issue Slots|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|est. speedup" \
@@ -111,6 +117,7 @@ fi # CHECK
 # ---- first speed on the synthetic files ----
 bench() { # name file args...
     local name=$1 f=$2; shift 2
+    [ -z "${ROWS:-}" ] || echo "$name" | grep -Eq "$ROWS" || return 0
     [ "$(el)" -lt "$BUDGET" ] || { echo "skip $name: budget"; return; }
     timeout $(( BUDGET + 60 - $(el) )) ./strata bench -m "$f" "$@" --json "$R/bench_$name.json" \
         2> "$R/bench_$name.err" || { echo "bench $name rc=$?"; tail -3 "$R/bench_$name.err"; }
@@ -134,6 +141,18 @@ bench olmoe_gpu_nopdl /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
 bench q3_gpu_pdlall /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --pdl-all
 bench olmoe_gpu_pdlall /tmp/olmoe.gguf -p 512 -n 0 -r 3 --gpu --pdl-all
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
+# the same prompt rows from the previous landing's build (same run, same file)
+if [ -f /tmp/prev.done ]; then
+    for row in "q3_gpu_d16k_prev /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1" "q3_gpu_prev /tmp/q3.gguf -p 512 -n 128 -r 3" \
+               "olmoe_gpu_prev /tmp/olmoe.gguf -p 512 -n 128 -r 3"; do
+        set -- $row; name=$1; shift
+        [ -z "${ROWS:-}" ] || echo "$name" | grep -Eq "$ROWS" || continue
+        [ "$(el)" -lt "$BUDGET" ] || break
+        timeout 120 .devdata/prev/strata bench -m "$@" --gpu --json "$R/bench_$name.json" 2> "$R/bench_$name.err"
+        echo "($name done at $(el)s)"
+    done
+else echo "no previous build: $(tail -2 "$R/prev_build.log" 2>/dev/null)"; fi
+bench olmoe_gpu_d16k /tmp/olmoe.gguf -p 512 -n 0 -d 16384 -r 1 --gpu
 # prompt attention: the default (tensor cores, split f16 operands) against single f16 operands
 # (--attn-tc) and the FMA kernel (--no-attn-tc)
 bench q3_gpu_attntc1 /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --attn-tc

@@ -13,7 +13,10 @@
 #include "norm.cuh"
 
 #include <limits.h>
+#include <stdint.h>
 #include <math.h>
+
+static int64_t st_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* ---- KV store ------------------------------------------------------------------------------- */
 
@@ -457,15 +460,42 @@ static strata_status st_attn_dec_dispatch(int hd, bool f16, const st_attn_args &
 
 #define ST_ATTN_TC_BM 64  /* query rows per block: 16 per warp */
 #define ST_ATTN_TC_BN 64  /* positions per K/V tile */
+#define ST_ATTN_TC_MIN_CHUNK 1024 /* fewest positions per chunk when the blocks alone leave SMs idle */
+
+static size_t st_attn_tc_smem(int hd) { /* two stages of K and V tiles */
+    return (size_t)4 * ST_ATTN_TC_BN * (size_t)(hd + 8) * sizeof(__half);
+}
+
+/* Copies positions pb..pb+BN-1 of K and V (zeros past last) into a stage: cp.async, 16 bytes a
+ * copy, 8 + 8 per thread at head_dim 128. Position 0 stands in as the (unread) source of a
+ * zero fill. */
+template <int HD>
+static __device__ __forceinline__ void st_attn_tc_fetch(__half *Ks, __half *Vs, const __half *Kb,
+                                                        const __half *Vb, int64_t pb, int64_t last) {
+    constexpr int CH = HD / 8, LDS = HD + 8;
+#pragma unroll
+    for (int idx = (int)threadIdx.x; idx < ST_ATTN_TC_BN * CH; idx += 128) {
+        const int pp = idx / CH, ch = idx - pp * CH;
+        const int64_t p = pb + pp;
+        const bool ok = p <= last;
+        const size_t off = (size_t)(ok ? p : 0) * HD + (size_t)ch * 8;
+        st_cp_async16(Ks + pp * LDS + ch * 8, Kb + off, ok);
+        st_cp_async16(Vs + pp * LDS + ch * 8, Vb + off, ok);
+    }
+}
 
 /* Flash attention for long batches (prefill) over an f16 cache, head_dim 64 or 128. A block of
  * 4 warps serves 64 query rows of one KV head (rows as in st_k_attn: token-major, the G query
- * heads of the KV head), each warp 16 of them; it walks the positions up to its last row's in
- * tiles of 64, K and V through shared memory. Per tile a warp computes its 16 x 64 scores with
- * mma.sync m16n8k16 (queries rounded to f16 once, scaled by scale * log2 e), masks the causal
- * limit, updates its rows' running max and sum (online softmax in base 2, f32), and adds P * V
- * with P rounded to f16 (ldmatrix.trans for V). One pass, no split: every output row is written
- * once, in a fixed order of tiles (deterministic). SPLIT (attn_tc 2): each query and each
+ * heads of the KV head), each warp 16 of them; it walks the positions of its chunk up to its
+ * last row's in tiles of 64, K and V through shared memory in two stages: the next tile's
+ * cp.async copies are in flight while the warps compute on this one. Per tile a warp computes
+ * its 16 x 64 scores with mma.sync m16n8k16 (queries rounded to f16 once, scaled by scale *
+ * log2 e), masks the causal limit (only in tiles that reach past the block's first row's
+ * limit), updates its rows' running max and sum (online softmax in base 2, f32), and adds P * V
+ * with P rounded to f16 (ldmatrix.trans for V). Tiles in a fixed order, so deterministic.
+ * n_chunks == 1: every output row written once, normalized. n_chunks > 1 (blockIdx.y = chunk):
+ * unnormalized partials with their max (natural log units, as st_k_attn writes them) and sum,
+ * merged in chunk order by st_k_attn_combine. SPLIT (attn_tc 2): each query and each
  * probability is carried as two f16 numbers, hi = f16(x) and lo = f16(x - hi), and multiplied
  * twice (hi and lo against the same f16 K or V fragment, f32 accumulation): products within
  * ~2^-22 of f32 for twice the mma work; K and V are f16 in the cache, so exact either way. */
@@ -475,18 +505,28 @@ st_k_attn_tc(const st_attn_args a) {
     st_pdl_enter();
     constexpr int BM = ST_ATTN_TC_BM, BN = ST_ATTN_TC_BN, LDS = HD + 8;
     constexpr int KS = HD / 16, NT = BN / 8, DT = HD / 8;
-    __shared__ __align__(128) __half Ks[BN * LDS];
-    __shared__ __align__(128) __half Vs[BN * LDS];
+    extern __shared__ __align__(128) unsigned char st_attn_tc_sm[];
+    __half *const S0 = (__half *)st_attn_tc_sm; /* stage s: K at S0 + 2s * BN * LDS, V after it */
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
     const int g = lane >> 2, tq = lane & 3;
-    const int rg = (int)blockIdx.x, hk = (int)blockIdx.z;
+    const int rg = (int)blockIdx.x, c = (int)blockIdx.y, hk = (int)blockIdx.z;
     const int G = a.group, R = a.T * G;
     const int64_t pos0 = a.pos_dev ? (int64_t)*a.pos_dev : a.pos0;
     const int r_first = rg * BM;
     const float qscale = a.scale * 1.4426950408889634f; /* log2(e): exp2 below */
+    const __half *Kb = (const __half *)a.k + (size_t)hk * (size_t)a.n_ctx * HD;
+    const __half *Vb = (const __half *)a.v + (size_t)hk * (size_t)a.n_ctx * HD;
 
-    /* this warp's 16 query rows as f16 A fragments, staged through Ks (and their lo parts
-     * through Vs) */
+    /* this chunk's positions: [p_begin, p_end], the end clipped to the block's last row's */
+    const int64_t last = pos0 + (min(R, r_first + BM) - 1) / G;
+    const int64_t p_begin = (int64_t)c * a.chunk;
+    const int64_t p_end = min(last, p_begin + a.chunk - 1);
+    const int n_tiles = p_end >= p_begin ? (int)((p_end - p_begin) / BN + 1) : 0;
+    if (n_tiles > 0) st_attn_tc_fetch<HD>(S0, S0 + BN * LDS, Kb, Vb, p_begin, p_end);
+    st_cp_async_commit();
+
+    /* this warp's 16 query rows as f16 A fragments, staged through stage 1 (K: hi, V: lo) */
+    __half *const Qh = S0 + 2 * BN * LDS, *const Ql = S0 + 3 * BN * LDS;
     for (int idx = (int)threadIdx.x; idx < BM * HD; idx += 128) {
         const int lr = idx / HD, d = idx - lr * HD, r = r_first + lr;
         float qv = 0.0f;
@@ -495,41 +535,36 @@ st_k_attn_tc(const st_attn_args a) {
             qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d] * qscale;
         }
         const __half qh = __float2half_rn(qv);
-        Ks[lr * LDS + d] = qh;
-        if (SPLIT) Vs[lr * LDS + d] = __float2half_rn(qv - __half2float(qh));
+        Qh[lr * LDS + d] = qh;
+        if (SPLIT) Ql[lr * LDS + d] = __float2half_rn(qv - __half2float(qh));
     }
     __syncthreads();
     uint32_t qf[KS][4], ql[SPLIT ? KS : 1][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
-        st_ldsm_x4(qf[ks], Ks + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
-        if (SPLIT) st_ldsm_x4(ql[ks], Vs + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+        st_ldsm_x4(qf[ks], Qh + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+        if (SPLIT) st_ldsm_x4(ql[ks], Ql + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
     }
-    __syncthreads();
+    __syncthreads(); /* stage 1 is the next tile's */
 
     const int r0 = r_first + warp * 16 + g, r1 = r0 + 8;
     const int64_t lim0 = r0 < R ? pos0 + r0 / G : -1, lim1 = r1 < R ? pos0 + r1 / G : -1;
-    const int64_t last = pos0 + (min(R, r_first + BM) - 1) / G; /* the block's last position */
+    const int64_t lim_first = pos0 + r_first / G; /* the least limit of the block's rows */
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float o[DT][4];
 #pragma unroll
     for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-    const __half *Kb = (const __half *)a.k + (size_t)hk * (size_t)a.n_ctx * HD;
-    const __half *Vb = (const __half *)a.v + (size_t)hk * (size_t)a.n_ctx * HD;
 
-    for (int64_t pb = 0; pb <= last; pb += BN) {
-        for (int idx = (int)threadIdx.x; idx < BN * (HD / 8); idx += 128) {
-            const int pp = idx / (HD / 8), ch = idx - pp * (HD / 8);
-            const int64_t p = pb + pp;
-            uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
-            if (p <= last) {
-                kv = __ldg((const uint4 *)(Kb + (size_t)p * HD) + ch);
-                vv = __ldg((const uint4 *)(Vb + (size_t)p * HD) + ch);
-            }
-            *(uint4 *)(Ks + pp * LDS + ch * 8) = kv;
-            *(uint4 *)(Vs + pp * LDS + ch * 8) = vv;
+    for (int it = 0; it < n_tiles; it++) {
+        const int64_t pb = p_begin + (int64_t)it * BN;
+        if (it + 1 < n_tiles) {
+            __half *Kn = S0 + 2 * ((it + 1) & 1) * BN * LDS;
+            st_attn_tc_fetch<HD>(Kn, Kn + BN * LDS, Kb, Vb, pb + BN, p_end);
         }
+        st_cp_async_commit();
+        st_cp_async_wait<1>(); /* this tile's copies (the group before the one just closed) */
         __syncthreads();
+        const __half *Ks = S0 + 2 * (it & 1) * BN * LDS, *Vs = Ks + BN * LDS;
         /* scores of this warp's 16 rows against the tile's 64 positions */
         float sc[NT][4];
 #pragma unroll
@@ -548,18 +583,25 @@ st_k_attn_tc(const st_attn_args a) {
                     st_mma16816(sc[2 * np + 1], ql[ks], bf[2], bf[3]);
                 }
             }
-        /* causal mask, running max, probabilities (base 2) */
+        /* causal mask (tiles past the least limit only; the zero-filled positions past p_end
+         * are past every row's limit or the chunk's end), running max, probabilities (base 2) */
+        if (pb + BN - 1 > lim_first || pb + BN - 1 > p_end) {
+            const int64_t e0 = min(lim0, p_end), e1 = min(lim1, p_end);
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int64_t p = pb + nt * 8 + 2 * tq + e;
+                    if (p > e0) sc[nt][e] = -INFINITY;
+                    if (p > e1) sc[nt][2 + e] = -INFINITY;
+                }
+        }
         float mx0 = m0, mx1 = m1;
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int64_t p = pb + nt * 8 + 2 * tq + e;
-                if (p > lim0) sc[nt][e] = -INFINITY;
-                if (p > lim1) sc[nt][2 + e] = -INFINITY;
-                mx0 = fmaxf(mx0, sc[nt][e]);
-                mx1 = fmaxf(mx1, sc[nt][2 + e]);
-            }
+        for (int nt = 0; nt < NT; nt++) {
+            mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+            mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+        }
 #pragma unroll
         for (int off = 1; off <= 2; off <<= 1) {
             mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
@@ -567,13 +609,14 @@ st_k_attn_tc(const st_attn_args a) {
         }
         const float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0); /* 0 while m0 is -inf */
         const float c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
         float rs0 = 0.0f, rs1 = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float p0 = mx0 == -INFINITY ? 0.0f : exp2f(sc[nt][e] - mx0);
-                const float p1 = mx1 == -INFINITY ? 0.0f : exp2f(sc[nt][2 + e] - mx1);
+                const float p0 = exp2f(sc[nt][e] - b0); /* -inf - b: 0 */
+                const float p1 = exp2f(sc[nt][2 + e] - b1);
                 sc[nt][e] = p0;
                 sc[nt][2 + e] = p1;
                 rs0 += p0;
@@ -622,30 +665,62 @@ st_k_attn_tc(const st_attn_args a) {
                 }
             }
         }
-        __syncthreads(); /* Ks / Vs are rewritten by the next tile */
+        __syncthreads(); /* this stage is refilled by the next iteration's copies */
     }
-    /* every live row saw position 0, so l > 0 */
+    st_cp_async_wait<0>();
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int r = hr ? r1 : r0;
         if (r >= R) continue;
-        const float inv_l = hr ? l1 : l0;
+        const float lsum = hr ? l1 : l0;
         const int t = r / G, h = hk * G + (r - t * G);
-        float *out = a.out + (int64_t)t * a.ldo + (int64_t)h * HD;
+        if (a.n_chunks == 1) { /* every live row saw position 0, so l > 0 */
+            float *out = a.out + (int64_t)t * a.ldo + (int64_t)h * HD;
 #pragma unroll
-        for (int dt = 0; dt < DT; dt++) {
-            out[dt * 8 + 2 * tq] = __fdiv_rn(o[dt][2 * hr], inv_l);
-            out[dt * 8 + 2 * tq + 1] = __fdiv_rn(o[dt][2 * hr + 1], inv_l);
+            for (int dt = 0; dt < DT; dt++) {
+                out[dt * 8 + 2 * tq] = __fdiv_rn(o[dt][2 * hr], lsum);
+                out[dt * 8 + 2 * tq + 1] = __fdiv_rn(o[dt][2 * hr + 1], lsum);
+            }
+        } else { /* a chunk wholly past this row's limit leaves m -inf, l 0, o 0 */
+            float *pr = a.part + ((size_t)((int64_t)t * a.n_head + h) * (size_t)a.n_chunks + (size_t)c) * (HD + 2);
+#pragma unroll
+            for (int dt = 0; dt < DT; dt++) {
+                pr[dt * 8 + 2 * tq] = o[dt][2 * hr];
+                pr[dt * 8 + 2 * tq + 1] = o[dt][2 * hr + 1];
+            }
+            if (tq == 0) {
+                const float mb = hr ? m1 : m0;
+                pr[HD] = mb == -INFINITY ? -INFINITY : mb * 0.6931471805599453f; /* ln 2 */
+                pr[HD + 1] = lsum;
+            }
         }
     }
+}
+
+/* Chunks for the tensor-core kernel: one pass when the row blocks fill the SMs, else enough
+ * chunks of at least ST_ATTN_TC_MIN_CHUNK positions for about 2 blocks an SM, within ws_cap. */
+static int st_attn_tc_chunks(int64_t blocks, int64_t np, int64_t T, const st_cuda_attn_shape *s,
+                             size_t ws_cap, int sm_count, int64_t *chunk_out) {
+    int64_t n = blocks >= sm_count ? 1 : st_cdiv(2 * (int64_t)sm_count, blocks);
+    if (n > st_cdiv(np, ST_ATTN_TC_MIN_CHUNK)) n = st_cdiv(np, ST_ATTN_TC_MIN_CHUNK);
+    if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
+    const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+    if (n > 1 && (size_t)n * per_chunk > ws_cap) n = (int64_t)(ws_cap / per_chunk);
+    if (n < 2) n = 1;
+    const int64_t chunk = n == 1 ? np : st_cdiv(st_cdiv(np, n), ST_ATTN_TC_BN) * ST_ATTN_TC_BN;
+    *chunk_out = chunk;
+    return (int)st_cdiv(np, chunk);
 }
 
 template <int HD>
 static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, int split, cudaStream_t s) {
     const int R = a.T * a.group;
-    const dim3 grid((unsigned)((R + ST_ATTN_TC_BM - 1) / ST_ATTN_TC_BM), 1, (unsigned)n_kv);
-    if (split) st_launch(st_k_attn_tc<HD, true>, grid, 128, 0, s, a);
-    else st_launch(st_k_attn_tc<HD, false>, grid, 128, 0, s, a);
+    const dim3 grid((unsigned)((R + ST_ATTN_TC_BM - 1) / ST_ATTN_TC_BM), (unsigned)a.n_chunks, (unsigned)n_kv);
+    const size_t smem = st_attn_tc_smem(HD);
+    auto kern = split ? st_k_attn_tc<HD, true> : st_k_attn_tc<HD, false>;
+    if (smem > 48 * 1024)
+        ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    st_launch(kern, grid, 128, smem, s, a);
     ST_CUDA_CHECK_LAUNCH("st_k_attn_tc");
     return STRATA_OK;
 }
@@ -674,8 +749,6 @@ st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_he
 }
 
 /* ---- plan ----------------------------------------------------------------------------------- */
-
-static int64_t st_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 st_attn_plan st_attn_make_plan(const st_cuda_attn_shape *s, int64_t T, int64_t np, int sm_count,
                                size_t ws_cap, int target_blocks, int rpw_force) {
@@ -821,8 +894,18 @@ extern "C" size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int
     int64_t n = base >= 2 * (int64_t)sm ? 1 : st_cdiv(4 * (int64_t)sm, base);
     if (n > st_cdiv(n_ctx, ST_ATTN_MIN_CHUNK)) n = st_cdiv(n_ctx, ST_ATTN_MIN_CHUNK);
     if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
-    if (n < 2) return 0;
-    return (size_t)n * (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+    const size_t per_tok = (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+    size_t need = n < 2 ? 0 : (size_t)n * (size_t)T * per_tok;
+    /* the tensor-core kernel at any batch of up to T tokens (its chunks grow as batches shrink) */
+    if (s->tc != 0 && (s->head_dim == 64 || s->head_dim == 128))
+        for (int64_t t = st_cdiv(ST_ATTN_TC_BM, G); t <= T; t++) {
+            int64_t chunk;
+            const int64_t blocks = st_cdiv(t * G, ST_ATTN_TC_BM) * s->n_head_kv;
+            const int nc = st_attn_tc_chunks(blocks, n_ctx, t, s, SIZE_MAX, sm, &chunk);
+            const size_t b = nc > 1 ? (size_t)nc * (size_t)t * per_tok : 0;
+            if (b > need) need = b;
+        }
+    return need;
 }
 
 strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
@@ -907,16 +990,22 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     a.n_chunks = pl.n_chunks;
     cudaStream_t st = (cudaStream_t)stream;
     if (tc) {
-        if (plan_out) {
-            plan_out->rpw = 16; /* marks the tensor-core kernel */
-            plan_out->n_chunks = 1;
-        }
-        a.n_chunks = 1;
+        int64_t chunk = np;
+        const int64_t blocks = st_cdiv(T * G, ST_ATTN_TC_BM) * s->n_head_kv;
+        pl.n_chunks = st_attn_tc_chunks(blocks, np, T, s, ws_bytes, st_attn_sm_count(), &chunk);
+        pl.chunk = (int)chunk;
+        pl.rpw = 16; /* marks the tensor-core kernel */
+        pl.n_rg = (int)st_cdiv(T * G, ST_ATTN_TC_BM);
+        pl.smem = st_attn_tc_smem(s->head_dim);
+        pl.ws_bytes = pl.n_chunks > 1 ? (size_t)pl.n_chunks * (size_t)T * (size_t)s->n_head *
+                                            (size_t)(s->head_dim + 2) * sizeof(float) : 0;
+        if (plan_out) *plan_out = pl;
+        a.chunk = pl.chunk;
+        a.n_chunks = pl.n_chunks;
         const int split = s->tc == 2 || s->tc < 0; /* auto (-1) is split */
-        return s->head_dim == 64 ? st_attn_tc_launch<64>(a, s->n_head_kv, split, st)
-                                 : st_attn_tc_launch<128>(a, s->n_head_kv, split, st);
-    }
-    if (dec)
+        ST_TRY(s->head_dim == 64 ? st_attn_tc_launch<64>(a, s->n_head_kv, split, st)
+                                 : st_attn_tc_launch<128>(a, s->n_head_kv, split, st));
+    } else if (dec)
         ST_TRY(st_attn_dec_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, s->n_head_kv, st));
     else
         ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));

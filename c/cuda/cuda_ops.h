@@ -184,7 +184,8 @@ strata_status st_cuda_qkv_prep(const st_cuda_rope_params *p, float *d_qkv, int64
                                const int32_t *d_pos, int64_t pos0, void *stream);
 
 /* Workspace bytes st_cuda_attention uses at most for T query tokens over a cache of n_ctx
- * positions (the split-K partials; 0 when one pass suffices). */
+ * positions (the split-K partials; 0 when one pass suffices), and with s->tc set, for the
+ * tensor-core kernel at any batch of up to T tokens. */
 size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int64_t n_ctx);
 
 /* Launch plans are made for the attended length rounded up to ST_ATTN_NP_BUCKET positions (at

@@ -1,9 +1,9 @@
 /* mma.cuh - the tensor-core building blocks the prompt tiles (mmq.cu) and the flash attention
  * (attn.cu) share: ldmatrix loads of 8x8 f16 blocks from shared memory (plain and transposed),
- * mma.sync m16n8k16 with f16 inputs and f32 accumulators, and packing two floats into the f16
- * pair a fragment register holds. Fragment layouts as in the PTX ISA: for a lane, g = lane / 4,
- * t = lane % 4; A rows g and g + 8, columns 2t, 2t + 1 (and + 8); B column g, rows 2t, 2t + 1
- * (and + 8); C rows g and g + 8, columns 2t, 2t + 1. */
+ * mma.sync m16n8k16 with f16 inputs and f32 accumulators, packing two floats into the f16 pair
+ * a fragment register holds, cp.async copies into shared memory. Fragment layouts as in the
+ * PTX ISA: for a lane, g = lane / 4, t = lane % 4; A rows g and g + 8, columns 2t, 2t + 1 (and
+ * + 8); B column g, rows 2t, 2t + 1 (and + 8); C rows g and g + 8, columns 2t, 2t + 1. */
 #ifndef STRATA_CUDA_MMA_CUH
 #define STRATA_CUDA_MMA_CUH
 
@@ -66,6 +66,19 @@ static __device__ __forceinline__ void st_mma_i8_k16(int c[4], const uint32_t a[
 static __device__ __forceinline__ float st_i2f_biased(int biased) {
     return __int_as_float(biased) - 12582912.0f;
 }
+
+/* cp.async: 16 bytes global -> shared without passing through registers (sm_80+), so a block
+ * can have the next tile in flight while it computes on this one. valid == false fills the 16
+ * bytes with zeros (src-size 0; src must still be a mapped address). Groups: commit closes the
+ * copies issued since the last commit; wait<N> returns when at most N groups are pending. */
+static __device__ __forceinline__ void st_cp_async16(void *dst, const void *src, bool valid) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+}
+static __device__ __forceinline__ void st_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+static __device__ __forceinline__ void st_cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* Two floats as the f16 pair (x low, y high) of one fragment register. */
 static __device__ __forceinline__ uint32_t st_h2(float x, float y) {

@@ -434,8 +434,10 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     }
     g->moe_ws_bytes = moe;
     TRY(st_gpu_alloc(&g->moe_ws, moe));
-    /* sized for a decode window: longer batches split the positions into fewer chunks */
+    /* the most a decode window or any batch up to n_batch splits the positions into */
     g->attn_ws_bytes = st_cuda_attn_wsize(&g->shape, ST_GPU_COLS, s->n_ctx);
+    const size_t ws_batch = st_cuda_attn_wsize(&g->shape, (int64_t)s->n_batch, s->n_ctx);
+    if (ws_batch > g->attn_ws_bytes) g->attn_ws_bytes = ws_batch;
     TRY(st_gpu_alloc(&g->attn_ws, g->attn_ws_bytes));
     return STRATA_OK;
 }

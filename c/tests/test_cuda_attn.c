@@ -295,7 +295,7 @@ int main(void) {
 
     const shape_t qwen3 = {32, 4, 128, "qwen3"}, olmoe = {16, 16, 128, "olmoe"},
                   mixtral = {32, 8, 128, "mixtral"}, hd64 = {16, 4, 64, "hd64"},
-                  hd256 = {8, 2, 256, "hd256"};
+                  hd256 = {8, 2, 256, "hd256"}, mqa = {8, 1, 128, "mqa"};
     const strata_type F16 = STRATA_TYPE_F16, F32 = STRATA_TYPE_F32;
     /* decode and verify windows: T x context */
     static const int64_t dec[][2] = {{1, 1}, {1, 7}, {7, 7}, {2, 100}, {5, 100}, {1, 4097},
@@ -346,6 +346,16 @@ int main(void) {
     attn_case(qwen3, F16, 33, 1000, 40, 16, WS_NONE);
     attn_case(qwen3, F16, 1, 16384, 0, 0, WS_FULL);
     attn_case(hd256, F16, 64, 300, 0, 0, WS_FULL);
+    /* split-K chunks of the tensor-core kernel (few row blocks: verify windows, short batches at
+     * depth, one KV head), including chunks wholly past some rows' positions (T = 1024 over 2) */
+    attn_case(qwen3, F16, 8, 16384, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 64, 16384, 0, 0, WS_FULL);
+    attn_case(mqa, F16, 1024, 1024, 0, 0, WS_FULL);
+    attn_case(mqa, F16, 1024, 1024, 0, 0, WS_NONE);
+    g_tc = 2;
+    attn_case(mqa, F16, 1024, 1024, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 64, 16384, 0, 0, WS_SMALL);
+    g_tc = 1;
     /* attn_tc 2: queries and probabilities split into hi + lo f16 parts; at least 20x closer
      * to the CPU than the single-f16 kernel on the same case (H200: 50x at 16K positions, where
      * the f32 sums' order dominates, 500x-500,000x on the others) */

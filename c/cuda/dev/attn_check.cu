@@ -6,8 +6,10 @@
  * timed with CUDA events (median of 50, rotating over 4 layers' caches so L2 does not hold the
  * cache). Reported as GB/s of KV bytes read (positions x kv heads x head_dim x 2 x 2 bytes) next
  * to a device-to-device copy measured on the spot (the H200 copies at ~4.1-4.3 TB/s). Then the
- * prefill path (T = 512 at depth 0 and 16384) as TFLOP/s (4 x T x n_head x mean positions x hd),
- * the FMA kernel's plans against the tensor-core kernel ("tensor", rpw_force 16).
+ * prefill path (T = 64 at depth 16384, T = 512 at depth 0 and 16384) as TFLOP/s (4 x T x n_head
+ * x mean positions x hd), the FMA kernel's plans against the tensor-core kernel (rpw_force 16:
+ * "tensor" single f16 operands with the workspace for split-K chunks, "tensor-1p" the same in
+ * one pass, "tc-split" hi + lo f16 operands, the session's default).
  *
  * Build (from the repository root, after `make` has built build/libstrata.a with CUDA):
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
@@ -108,10 +110,10 @@ int main(int argc, char **argv) {
             }
         }
         CK(cudaFree(dsrc));
-        const int Ts[] = {1, 4, 8, 512, 512};
-        for (int ti = 0; ti < 5; ti++) {
-            const int64_t T = Ts[ti];
-            const int64_t np = ti == 3 ? 512 : ctx + (ti == 4 ? 512 : 0), pos0 = np - T;
+        /* (T, positions attended by the last token) */
+        const int64_t cases[][2] = {{1, ctx}, {4, ctx}, {8, ctx}, {64, ctx + 64}, {512, 512}, {512, ctx + 512}};
+        for (const auto &cs : cases) {
+            const int64_t T = cs[0], np = cs[1], pos0 = np - T;
             std::vector<float> q((size_t)(T * nq));
             for (auto &x : q) x = 2.0f * frand();
             float *dq, *dout;
@@ -122,11 +124,14 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&dws, wsb));
             CK(cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
             const int sm = prop.multiProcessorCount;
-            struct { const char *name; int target; size_t ws; int rpw; } plans[] = {
-                {"default", 0, wsb, 0}, {"1/SM", sm, wsb, 0}, {"2/SM", 2 * sm, wsb, 0},
-                {"8/SM", 8 * sm, wsb, 0}, {"one-pass", 0, 0, 0}, {"tensor", 0, wsb, 16}};
+            struct { const char *name; int target; size_t ws; int rpw; int tc; } plans[] = {
+                {"default", 0, wsb, 0, 0}, {"1/SM", sm, wsb, 0, 0}, {"2/SM", 2 * sm, wsb, 0, 0},
+                {"8/SM", 8 * sm, wsb, 0, 0}, {"one-pass", 0, 0, 0, 0}, {"tensor", 0, wsb, 16, 1},
+                {"tensor-1p", 0, 0, 16, 1}, {"tc-split", 0, wsb, 16, 2}};
             for (auto &pl : plans) {
-                if (pl.rpw == 16 && (T < 64 || s.hd > 128)) continue; /* the tensor-core prefill kernel */
+                /* the tensor-core prefill kernel: 64+ rows per KV head, head_dim 64/128 */
+                if (pl.rpw == 16 && (T * (s.n_head / s.n_kv) < 64 || s.hd > 128)) continue;
+                gs.tc = pl.tc;
                 st_attn_plan got_plan;
                 SK(st_cuda_attention_ex(&L[0].kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,
                                         pl.target, pl.rpw, &got_plan));
