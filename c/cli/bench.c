@@ -5,6 +5,8 @@
  *   -n N[,N..]  tgN: N tokens decoded one at a time (each waits for its logits)
  *   -d D[,D..]  depth: D tokens are put in the KV cache first (untimed), then each test runs on top
  *   -r R        repetitions (mean and sample standard deviation of tok/s)
+ *   --no-warmup no untimed run first (by default, as llama-bench, each test runs once untimed
+ *               before its repetitions: ppN the whole prompt, tgN one token)
  * Tokens are fixed pseudo-random ids (no sampling). Output: a markdown table (model, size,
  * backend, threads, test, t/s +- sd) on stdout; --json FILE writes the same rows. For tg rows the
  * table also gives the bytes one decoded token must read - the weights (every dense tensor once,
@@ -25,6 +27,7 @@ typedef struct {
     int n[BENCH_MAX], n_n;
     int d[BENCH_MAX], n_d;
     int reps;
+    int no_warmup;
     const char *json;
 } bench_opts;
 
@@ -82,6 +85,8 @@ static void usage(void) {
            "  -n N[,N]   decode lengths (default 128; 0: none)\n"
            "  -d D[,D]   KV-cache depth before each test (default 0)\n"
            "  -r R       repetitions (default 3)\n"
+           "  --no-warmup  no untimed run before each test's repetitions (default: one, as\n"
+           "             llama-bench: the whole prompt for ppN, one token for tgN)\n"
            "  --json F   the rows as JSON\n"
            "  -b N       prompt tokens per forward pass (default 2048, capped by the context)\n"
            "  -t N, --gpu, --cpu, -ngl N, --kv-type, --profile: as for strata run (--profile\n"
@@ -96,6 +101,10 @@ int cli_cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(); return 0; }
+        if (strcmp(a, "--no-warmup") == 0) {
+            b.no_warmup = 1;
+            continue;
+        }
         int isp = strcmp(a, "-p") == 0, isn = strcmp(a, "-n") == 0, isd = strcmp(a, "-d") == 0;
         int isr = strcmp(a, "-r") == 0, isj = strcmp(a, "--json") == 0;
         if (isp || isn || isd || isr || isj) {
@@ -173,6 +182,15 @@ int cli_cmd_bench(int argc, char **argv) {
                 const int len = kind == 0 ? b.p[ti] : b.n[ti];
                 if (len <= 0) continue;
                 double sum = 0, sum2 = 0;
+                if (!b.no_warmup) { /* untimed: first launches, lazy module loads, cold caches */
+                    strata_status st = strata_session_truncate(s, depth);
+                    if (st == STRATA_OK) st = strata_session_decode(s, toks + depth, kind == 0 ? len : 1, logits, 0);
+                    if (st != STRATA_OK) {
+                        rc = cli_fail("warmup of %s%d at depth %d: %s", kind ? "tg" : "pp", len, depth,
+                                      strata_last_error());
+                        goto done;
+                    }
+                }
                 strata_session_reset_stats(s);
                 for (int r = 0; r < b.reps; r++) {
                     strata_status st = strata_session_truncate(s, depth);

@@ -273,5 +273,14 @@ def test_bench_table_and_json(tmp_path):
         mi = info.info
     per_pos = 2 * mi["n_layer"] * mi["n_head_kv"] * mi["head_dim"] * 2
     assert [r["kv_bytes"] for r in tg] == [per_pos * (0 + 2), per_pos * (8 + 2)]
+    # the untimed warmup run (llama-bench's default) stays out of the counts: expert rows are
+    # reps x tokens x top-k x layers, with and without --no-warmup
+    per_tok = mi["n_expert_used"] * mi["n_layer"]
+    assert [r["experts"]["rows_cpu"] for r in j["rows"]] == [2 * n * per_tok for n in (16, 32, 4) * 2]
+    out2 = tmp_path / "b2.json"
+    run("bench", "-m", model, "-p", "16", "-n", "4", "-r", "2", "-t", "2", "--cpu", "--no-warmup",
+        "--json", out2, check_rc=0)
+    j2 = json.loads(out2.read_text())
+    assert [r["experts"]["rows_cpu"] for r in j2["rows"]] == [2 * 16 * per_tok, 2 * 4 * per_tok]
     assert run("bench", "-m", model, "-p", "x1", check_rc=2).stderr
     assert "unknown option '--frob'" in run("bench", "-m", model, "--frob", check_rc=2).stderr
