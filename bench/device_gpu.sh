@@ -14,7 +14,7 @@
 # the rows without CUDA graphs), DISK=1 (the disk O_DIRECT expert read rate), NCU_MMQ=1 (ncu sections of
 # the int8 tiles), NCU_ATTN=1 (of the tensor-core attention at depth 16K), AB_NVCC="-D..."
 # (pp512/tg128 rows from a second build with those nvcc flags), DEPTH_SWEEP=1 (the offloading
-# sweep at depth 16K), ROWS=regex (only the benchmark rows whose names match).
+# sweep at depth 16K), NCU_PP=1 (per-kernel times of a qwen3 pp512 pass), ROWS=regex (only the benchmark rows whose names match).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 cffi pycparser
@@ -144,7 +144,8 @@ bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
 # the same prompt rows from the previous landing's build (same run, same file)
 if [ -f /tmp/prev.done ]; then
     for row in "q3_gpu_d16k_prev /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1" "q3_gpu_prev /tmp/q3.gguf -p 512 -n 128 -r 3" \
-               "olmoe_gpu_prev /tmp/olmoe.gguf -p 512 -n 128 -r 3"; do
+               "olmoe_gpu_prev /tmp/olmoe.gguf -p 512 -n 128 -r 3" \
+               "q3_cpumoe_prev /tmp/q3.gguf -p 0 -n 64 -r 1 --cpu-moe -t 16"; do
         set -- $row; name=$1; shift
         [ -z "${ROWS:-}" ] || echo "$name" | grep -Eq "$ROWS" || continue
         [ "$(el)" -lt "$BUDGET" ] || break
@@ -185,6 +186,18 @@ if [ "${NCU:-0}" = 1 ]; then
         python3 bench/ncu_split.py "$R/ncu_decode.csv" --layers 48 | tee "$R/ncu_decode_split.txt"
         echo "(ncu done at $(el)s)"
     else echo "no ncu here"; fi
+fi
+# per-kernel GPU time of one qwen3 prompt pass of 512 tokens (NCU_PP=1)
+if [ "${NCU_PP:-0}" = 1 ]; then
+    NC=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    if [ -n "$NC" ]; then
+        timeout 300 "$NC" --metrics gpu__time_duration.sum --cache-control none --clock-control none \
+            -f -o /tmp/ncu_pp ./strata bench -m /tmp/q3.gguf -p 512 -n 0 -r 1 --no-warmup --gpu > "$R/ncu_pp.log" 2>&1
+        timeout 120 "$NC" -i /tmp/ncu_pp.ncu-rep --csv --print-units base --page raw \
+            --metrics gpu__time_duration.sum > "$R/ncu_pp.csv" 2>> "$R/ncu_pp.log"
+        python3 bench/ncu_split.py "$R/ncu_pp.csv" --whole --layers 48 | tee "$R/ncu_pp_split.txt" | head -40
+        echo "(ncu pp done at $(el)s)"
+    fi
 fi
 # the time split of a decode step (each phase waits for the GPU: slower than the rows above)
 if [ "${GPUROWS:-1}" = 1 ]; then

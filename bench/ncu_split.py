@@ -10,6 +10,9 @@ GPU time of a step's kernels, each timed alone (ncu serializes them), against wh
 step time shows what launch gaps and waiting cost.
 
     python3 bench/ncu_split.py ncu_decode.csv [--layers 48] [--step-ms 4.19] [--json out.json]
+
+--whole: every kernel of the capture is one pass (a `strata bench -p 512 -n 0 -r 1 --no-warmup`
+run under ncu: the prompt pass's split; device_gpu.sh NCU_PP=1).
 """
 import argparse
 import csv
@@ -65,12 +68,16 @@ def main():
     ap.add_argument("--layers", type=int, default=0, help="layers of the model: per-layer figures")
     ap.add_argument("--step-ms", type=float, default=0.0, help="a measured decode step, ms")
     ap.add_argument("--json", default="")
+    ap.add_argument("--whole", action="store_true", help="all kernels are one pass (a prompt)")
     a = ap.parse_args()
     rows = read_rows(a.csv)
-    ends = [i for i, (n, _) in enumerate(rows) if n.startswith("st_k_argmax")]
-    if len(ends) < 2:
-        sys.exit(f"ncu_split: {len(rows)} kernels, {len(ends)} argmax launches: need 2 or more steps")
-    steps = [rows[ends[j] + 1:ends[j + 1] + 1] for j in range(len(ends) - 1)]
+    if a.whole:
+        steps = [rows]
+    else:
+        ends = [i for i, (n, _) in enumerate(rows) if n.startswith("st_k_argmax")]
+        if len(ends) < 2:
+            sys.exit(f"ncu_split: {len(rows)} kernels, {len(ends)} argmax launches: need 2 or more steps")
+        steps = [rows[ends[j] + 1:ends[j + 1] + 1] for j in range(len(ends) - 1)]
     per = OrderedDict()
     for st in steps:
         for n, ns in st:
@@ -79,7 +86,7 @@ def main():
     k = len(steps)
     total_us = sum(t for _, t in per.values()) / k / 1000.0
     launches = sum(c for c, _ in per.values()) / k
-    print(f"decode steps averaged: {k}; kernels per step: {launches:.0f}; "
+    print(f"{'passes' if a.whole else 'decode steps'} averaged: {k}; kernels per step: {launches:.0f}; "
           f"GPU time of a step's kernels (each timed alone): {total_us:.1f} us")
     print(f"| kernel | launches/step | us/step | share | us/launch |")
     print(f"|---|---:|---:|---:|---:|")

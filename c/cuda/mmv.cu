@@ -5,7 +5,8 @@
  * each warp reads its row's weights once for all columns. One kernel per (type, ncols = 1..8):
  * 136 kernels, ~25 s of nvcc on one core (the device code also accepts ncols < NC, skipping
  * columns, should the count ever need trimming).
- * The fused variant has the warp do the gate row and the up row, then silu(g) * u. */
+ * The fused variant has the warp do the gate row and the up row, then silu(g) * u. Float weights
+ * with fewer than ST_MMV_SPLIT_ROWS rows (the router) take a block of 8 warps per row instead. */
 #include "mmv.cuh"
 #include "cuda_mmv.h"
 
@@ -72,6 +73,45 @@ st_k_mmv_f(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict
     st_mmv_store<NC>(a, b, w1 != nullptr, ncols, lane, row, nrows, y);
 }
 
+/* Float weights, few rows (the router: 128 x 2048 f32 is 32 blocks of the kernel above, each
+ * lane 16 dependent chunks): ST_MMV_SPLIT warps share a row, each every 8th chunk of it; the
+ * warps' sums are added in warp order. Deterministic; not the bits of st_k_mmv_f (another order). */
+#define ST_MMV_SPLIT 8
+template <class F, int NC>
+static __global__ void __launch_bounds__(ST_MMV_SPLIT * 32)
+st_k_mmv_f_split(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict__ w1, size_t rb1,
+                 int nrows, int ne0, int nvec, const float *__restrict__ x, int ncols,
+                 float *__restrict__ y) {
+    st_pdl_enter();
+    __shared__ float red[2][ST_MMV_SPLIT][NC];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row = blockIdx.x;
+    float a[NC], b[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) a[c] = b[c] = 0.0f;
+    st_mmv_row_f<F, NC, ST_MMV_SPLIT * 32>(w0 + (size_t)row * rb0, ne0, nvec, x, ncols, (int)threadIdx.x, a);
+    if (w1) st_mmv_row_f<F, NC, ST_MMV_SPLIT * 32>(w1 + (size_t)row * rb1, ne0, nvec, x, ncols, (int)threadIdx.x, b);
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const float sa = st_mmv_warp_sum(a[c]), sb = w1 ? st_mmv_warp_sum(b[c]) : 0.0f;
+        if (lane == 0) {
+            red[0][warp][c] = sa;
+            red[1][warp][c] = sb;
+        }
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < ncols) {
+        const int c = (int)threadIdx.x;
+        float sa = 0.0f, sb = 0.0f;
+        for (int k = 0; k < ST_MMV_SPLIT; k++) {
+            sa += red[0][k][c];
+            sb += red[1][k][c];
+        }
+        y[(int64_t)c * nrows + row] = w1 ? st_mmv_silu(sa) * sb : sa;
+    }
+    (void)nrows;
+}
+
 /* ---- launch --------------------------------------------------------------------------------- */
 
 /* Everything a launch needs, checked by st_mmv_check. */
@@ -111,8 +151,17 @@ static strata_status st_mmv_launch_q(const st_mmv_args &a) {
     }
 }
 
+/* Rows below this take st_k_mmv_f_split (a block per row) */
+#define ST_MMV_SPLIT_ROWS 1024
+
 template <class F, int NC>
 static strata_status st_mmv_launch_f_nc(const st_mmv_args &a, int nvec) {
+    if (a.ne1 < ST_MMV_SPLIT_ROWS) {
+        st_launch(st_k_mmv_f_split<F, NC>, (unsigned)a.ne1, ST_MMV_SPLIT * 32, 0, a.stream, a.w0, a.rb0, a.w1,
+                  a.rb1, a.ne1, a.ne0, nvec, a.x, a.ncols, a.y);
+        ST_CUDA_CHECK_LAUNCH("st_k_mmv_f_split");
+        return STRATA_OK;
+    }
     const unsigned grid = (unsigned)((a.ne1 + ST_MMV_WARPS - 1) / ST_MMV_WARPS);
     st_launch(st_k_mmv_f<F, NC>, grid, ST_MMV_WARPS * 32, 0, a.stream, a.w0, a.rb0, a.w1, a.rb1, a.ne1,
                                                                 a.ne0, nvec, a.x, a.ncols, a.y);

@@ -379,6 +379,7 @@ static __device__ __forceinline__ void st_mmv_row_q(const uint8_t *__restrict__ 
                                                     const block_q8_1 *__restrict__ xq, int ncols,
                                                     int lane, float acc[NC]) {
     constexpr int SUBS = T::QK / 32;
+#pragma unroll 2 /* the next sub-block's loads in flight with this one's (same sums, same order) */
     for (int p = lane; p < nsub; p += 32) {
         const int blk = p / SUBS, sub = p % SUBS;
         st_mmv_w w;
@@ -422,10 +423,10 @@ struct st_mmv_half {
 typedef st_mmv_half<false> st_mmv_f16w;
 typedef st_mmv_half<true> st_mmv_bf16w;
 
-/* This lane's share of one row of ne0 float weights against ncols f32 rows of x (row c at
- * x + c * ne0). nvec > 0: the first nvec * V elements go by 16-byte chunks (row and x rows
+/* This lane's share (every STRIDE-th chunk from chunk `lane`) of one row of ne0 float weights
+ * against ncols f32 rows of x (row c at x + c * ne0). nvec > 0: the first nvec * V elements go by 16-byte chunks (row and x rows
  * 16-byte aligned), the rest one by one; nvec = 0: all one by one. fp32 FMA accumulation. */
-template <class F, int NC>
+template <class F, int NC, int STRIDE = 32>
 static __device__ __forceinline__ void st_mmv_row_f(const uint8_t *__restrict__ row, int ne0,
                                                     int nvec, const float *__restrict__ x,
                                                     int ncols, int lane, float acc[NC]) {
@@ -433,7 +434,7 @@ static __device__ __forceinline__ void st_mmv_row_f(const uint8_t *__restrict__ 
      * chunks per lane: one dependent round trip each made the router GEMV 9 us); the sums keep
      * their order */
 #pragma unroll 4
-    for (int ci = lane; ci < nvec; ci += 32) {
+    for (int ci = lane; ci < nvec; ci += STRIDE) {
         float w[F::V];
         F::chunk(row, ci, w);
 #pragma unroll
@@ -454,7 +455,7 @@ static __device__ __forceinline__ void st_mmv_row_f(const uint8_t *__restrict__ 
             }
         }
     }
-    for (int i = nvec * F::V + lane; i < ne0; i += 32) {
+    for (int i = nvec * F::V + lane; i < ne0; i += STRIDE) {
         const float wv = F::one(row, i);
 #pragma unroll
         for (int c = 0; c < NC; c++)

@@ -5,12 +5,13 @@
  *               ascending order, cut into groups of up to ST_MOE_MAXG (8); groups are numbered in
  *               the order of their first pair. Out-of-range ids join no group.
  *   2. quantize x to q8_1 (dp4a gate/up types) - one warp per 32-block.
- *   3. gate+up  grid (n_ff / 4, T*k): CTA y = group, each warp one row r of gate and of up of the
- *               group's expert for all the group's tokens; h[pair][r] = silu(g) * u.
+ *   3. gate+up  grid (n_ff / (4 * 32 / LPR), T*k): CTA y = group, each warp 32 / LPR rows r of
+ *               gate and of up of the group's expert for all the group's tokens, LPR lanes a row
+ *               (32 for rows of 64+ chunks, else 16 or 8); h[pair][r] = silu(g) * u.
  *   4. quantize h to q8_1 (dp4a down types).
- *   5. down     grid (n_embd / 4, T*k): y[pair][r] = down_e[r] . h[pair].
+ *   5. down     the same grid over n_embd rows: y[pair][r] = down_e[r] . h[pair].
  *   6. combine  out[t][i] (=|+=) sum over s = 0..k-1, in that order, of wts[t][s] * y[t*k+s][i].
- * Every output element is reduced by one warp in a fixed order: runs are bit-identical.
+ * Every output element is reduced by one warp's lanes in a fixed order: runs are bit-identical.
  * Prompt batches (st_moe_mmq_wanted: many pairs per expert, tile types) take steps 1-5 on the
  * tensor cores instead (mmq.cu: a device plan of 64-pair tiles per expert, f16 tiles of the
  * weights), then the same combine.
@@ -26,6 +27,7 @@ extern "C" {
 }
 
 #include <math.h>
+#include <type_traits>
 
 /* ---- q8_1 activations ------------------------------------------------------------------------ */
 
@@ -151,7 +153,7 @@ st_k_moe_plan_quant(const int32_t *__restrict__ ids, int P, int n_expert, st_moe
 
 /* ---- grouped GEMV kernels -------------------------------------------------------------------- */
 
-#define ST_MOE_WARPS 4 /* rows per CTA: one warp per row */
+#define ST_MOE_WARPS 4 /* warps per CTA, each serving 32 / LPR rows (st_moe_mv_lpr) */
 
 static __device__ __forceinline__ float st_moe_warp_sum(float v) {
 #pragma unroll
@@ -176,14 +178,47 @@ struct st_moe_mv_params {
     float *out;           /* [P][n_rows] */
 };
 
-template <class W, bool GATED>
+/* Q4_K chunks through the tiles' aligned fetch (a 16-byte header and 32 bytes of nibbles, 3
+ * vector loads) instead of load's ~20 16-bit loads: the same values (finish is load to the bit).
+ * ST_MOE_MV_FETCH=0 at build time restores the 16-bit loads (an A/B of bench/device_gpu.sh). */
+#ifndef ST_MOE_MV_FETCH
+#define ST_MOE_MV_FETCH 1
+#endif
+template <class W>
+static __device__ __forceinline__ void st_moe_mv_chunk(const uint8_t *row, int64_t c, st_w32 &w) {
+    if constexpr (ST_MOE_MV_FETCH && std::is_same<W, st_w_q4_K>::value) {
+        st_wraw raw;
+        W::fetch(row, c, raw);
+        W::finish(raw, c, w);
+    } else {
+        W::load(row, c, w);
+    }
+}
+
+/* Lanes per row: a warp serves 32 / LPR rows, each lane every LPR-th chunk of its row, so short
+ * rows (the down projection's 768 or 1024 weights: 24 or 32 chunks) keep every lane busy with
+ * two or three chunks instead of one. The row's lanes are summed by xor shuffles below LPR
+ * (LPR 32: the order of the one-row-per-warp kernel, the same bits). */
+static int st_moe_mv_lpr(int64_t n_chunks) {
+#ifdef ST_MOE_MV_LPR
+    return ST_MOE_MV_LPR;
+#else
+    return n_chunks >= 64 ? 32 : n_chunks >= 32 ? 16 : 8;
+#endif
+}
+
+template <class W, bool GATED, int LPR>
 static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const st_moe_mv_params p) {
     st_pdl_enter();
+    constexpr int RPW = 32 / LPR;
     if ((int)blockIdx.y >= *p.n_groups) return;
     const st_moe_group G = p.groups[blockIdx.y];
-    const int64_t r = (int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32;
-    if (r >= p.n_rows) return;
-    const int lane = threadIdx.x & 31;
+    const int64_t r_warp = ((int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32) * RPW;
+    if (r_warp >= p.n_rows) return; /* uniform per warp */
+    const int lane = threadIdx.x & 31, cl = lane % LPR;
+    const int64_t r_lane = r_warp + lane / LPR;
+    const bool live = r_lane < p.n_rows;
+    const int64_t r = live ? r_lane : p.n_rows - 1; /* a spare lane reads a real row, writes nothing */
     const st_cuda_expert *E = p.experts + G.expert;
     const st_cuda_mat *M0 = GATED ? &E->gate : &E->down;
     const uint8_t *w0 = (const uint8_t *)M0->data + r * M0->row_bytes;
@@ -196,10 +231,11 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
         const int pr = j < G.n ? G.pair[j] : G.pair[0];
         arow[j] = (const uint8_t *)p.act + (size_t)(pr / p.act_div) * p.act_rb;
     }
-    for (int64_t c = lane; c < p.n_chunks; c += 32) {
+#pragma unroll 2
+    for (int64_t c = cl; c < p.n_chunks; c += LPR) {
         st_w32 a0, a1;
-        W::load(w0, c, a0);
-        if (GATED) W::load(w1, c, a1);
+        st_moe_mv_chunk<W>(w0, c, a0);
+        if (GATED) st_moe_mv_chunk<W>(w1, c, a1);
 #pragma unroll
         for (int j = 0; j < ST_MOE_MAXG; j++) {
             if (j < G.n) {
@@ -217,9 +253,13 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
 #pragma unroll
     for (int j = 0; j < ST_MOE_MAXG; j++) {
         if (j < G.n) {
-            const float g = st_moe_warp_sum(acc0[j]);
-            const float u = GATED ? st_moe_warp_sum(acc1[j]) : 0.0f;
-            if (lane == 0) p.out[(size_t)G.pair[j] * p.n_rows + r] = GATED ? st_moe_silu(g) * u : g;
+            float g = acc0[j], u = GATED ? acc1[j] : 0.0f;
+#pragma unroll
+            for (int o = LPR / 2; o > 0; o >>= 1) {
+                g += __shfl_xor_sync(0xffffffffu, g, o);
+                if (GATED) u += __shfl_xor_sync(0xffffffffu, u, o);
+            }
+            if (cl == 0 && live) p.out[(size_t)G.pair[j] * p.n_rows + r] = GATED ? st_moe_silu(g) * u : g;
         }
     }
 }
@@ -444,8 +484,12 @@ extern "C" int st_cuda_moe_supports(strata_type type) {
 
 template <class W, bool GATED>
 static strata_status st_moe_launch_q8(const st_moe_mv_params &p, unsigned gy, cudaStream_t s) {
-    const dim3 grid((unsigned)((p.n_rows + ST_MOE_WARPS - 1) / ST_MOE_WARPS), gy);
-    st_launch(st_k_moe_mv_q8<W, GATED>, grid, 32 * ST_MOE_WARPS, 0, s, p);
+    const int lpr = st_moe_mv_lpr(p.n_chunks);
+    const int64_t rows_per_block = (int64_t)ST_MOE_WARPS * (32 / lpr);
+    const dim3 grid((unsigned)((p.n_rows + rows_per_block - 1) / rows_per_block), gy);
+    if (lpr == 32) st_launch(st_k_moe_mv_q8<W, GATED, 32>, grid, 32 * ST_MOE_WARPS, 0, s, p);
+    else if (lpr == 16) st_launch(st_k_moe_mv_q8<W, GATED, 16>, grid, 32 * ST_MOE_WARPS, 0, s, p);
+    else st_launch(st_k_moe_mv_q8<W, GATED, 8>, grid, 32 * ST_MOE_WARPS, 0, s, p);
     ST_CUDA_CHECK_LAUNCH(GATED ? "st_k_moe_mv_q8 (gate/up)" : "st_k_moe_mv_q8 (down)");
     return STRATA_OK;
 }
