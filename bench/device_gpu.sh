@@ -14,7 +14,8 @@
 # the rows without CUDA graphs), DISK=1 (the disk O_DIRECT expert read rate), NCU_MMQ=1 (ncu sections of
 # the int8 tiles), NCU_ATTN=1 (of the tensor-core attention at depth 16K), AB_NVCC="-D..."
 # (pp512/tg128 rows from a second build with those nvcc flags), DEPTH_SWEEP=1 (the offloading
-# sweep at depth 16K), NCU_PP=1 (per-kernel times of a qwen3 pp512 pass), ROWS=regex (only the benchmark rows whose names match).
+# sweep at depth 16K), NCU_PP=1 (per-kernel times of a qwen3 pp512 pass), NCU_SECT=regex (ncu sections of those decode
+# kernels), ROWS=regex (only the benchmark rows whose names match).
 # .whl: the gguf, cffi and pycparser wheels for the device's Python 3.12, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 cffi pycparser
@@ -47,6 +48,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 
 if make -j16 CUDA=1 all > "$FINAL/gpu_build.log" 2>&1; then echo "build ok at $(el)s"
 else echo "BUILD FAILED"; grep -E "error" "$FINAL/gpu_build.log" | head -20; exit 1; fi
+# the A/B variant (AB_NVCC), built alongside the tests
+if [ -n "${AB_NVCC:-}" ]; then
+    ( make -j8 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata \
+        > "$R/build_ab.log" 2>&1 && echo ok > /tmp/ab.done ) &
+fi
 # the previous landing's sources (.devdata/prev: `git archive <rev> Makefile c`), built alongside
 # for same-run baseline rows (bench_*_prev)
 if [ -f .devdata/prev/Makefile ]; then
@@ -162,8 +168,10 @@ fi # GPUROWS
 # A/B against a build variant (AB_NVCC="-DNAME=V ..."): the same pp512 and tg128 rows from a
 # second build with those nvcc flags, run right after the default's rows
 if [ -n "${AB_NVCC:-}" ]; then
-    if make -j16 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata \
-        > "$R/build_ab.log" 2>&1; then
+    while [ ! -f /tmp/ab.done ] && [ "$(el)" -lt "$BUDGET" ] && ! grep -q "Error [0-9]" "$R/build_ab.log"; do
+        sleep 2
+    done
+    if [ -f /tmp/ab.done ]; then
         for f in q3 olmoe; do
             [ "$(el)" -lt "$BUDGET" ] || break
             echo "AB ($AB_NVCC) $f:"
@@ -186,6 +194,18 @@ if [ "${NCU:-0}" = 1 ]; then
         python3 bench/ncu_split.py "$R/ncu_decode.csv" --layers 48 | tee "$R/ncu_decode_split.txt"
         echo "(ncu done at $(el)s)"
     else echo "no ncu here"; fi
+fi
+# where chosen decode kernels' time goes (NCU_SECT=regex of kernel names): Nsight Compute's
+# sections for the first two launches of each match in a short qwen3 decode run
+if [ -n "${NCU_SECT:-}" ]; then
+    NC=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    [ -n "$NC" ] && timeout 200 "$NC" -k "regex:$NCU_SECT" --launch-skip 200 -c 4 --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
+        ./strata -m /tmp/q3.gguf -p "Once upon a time" -n 4 --temp 0 --ignore-eos --no-echo --gpu --no-cuda-graphs \
+        > "$R/ncu_sect.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|Issue Slots|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|Stall|est. speedup|Grid Size|Block Size" \
+        "$R/ncu_sect.txt" | cut -c1-180 | head -60
+    echo "(ncu sections done at $(el)s)"
 fi
 # per-kernel GPU time of one qwen3 prompt pass of 512 tokens (NCU_PP=1)
 if [ "${NCU_PP:-0}" = 1 ]; then

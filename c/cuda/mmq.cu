@@ -137,6 +137,40 @@ st_k_mq_act(const float *__restrict__ x, int64_t ldx, int64_t rows, int64_t K, s
     if ((lane & 15) == 0) o.s[r * 2 * nb + 2 * b + (lane >> 4)] = sq;
 }
 
+/* The same values four to a thread (8 threads a block, a warp 4 blocks): one 16-byte load and
+ * one 4-byte store of quants per thread, the block's amax over 8 lanes and each 16's sum over 4
+ * (max and integer sums: the same bits in any order). F16: also the f16 quants, which only the
+ * f16 tiles read (the int8 tiles take q8). Rows 16-byte aligned (x, ldx % 4 == 0). */
+template <bool F16>
+static __global__ void __launch_bounds__(256)
+st_k_mq_act4(const float *__restrict__ x, int64_t ldx, int64_t rows, int64_t K, st_mq_act_rows o) {
+    st_pdl_enter();
+    const int64_t nb = K / 32, g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, w = g >> 3;
+    const int l8 = (int)(threadIdx.x & 7);
+    if (w >= rows * nb) return; /* whole groups of 8 lanes; the shuffles stay inside a group */
+    const unsigned gm = 0xFFu << (threadIdx.x & 24);
+    const int64_t r = w / nb, b = w - r * nb;
+    const float4 v = __ldg((const float4 *)(x + r * ldx + 32 * b) + l8);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int off = 4; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(gm, amax, off));
+    const float d = amax / 127.0f;
+    const float q0 = amax == 0.0f ? 0.0f : roundf(v.x / d), q1 = amax == 0.0f ? 0.0f : roundf(v.y / d);
+    const float q2 = amax == 0.0f ? 0.0f : roundf(v.z / d), q3 = amax == 0.0f ? 0.0f : roundf(v.w / d);
+    float sq = (q0 + q1) + (q2 + q3);
+#pragma unroll
+    for (int off = 2; off > 0; off >>= 1) sq += __shfl_xor_sync(gm, sq, off); /* per 16 */
+    const int64_t e = r * K + 32 * b + 4 * l8;
+    *(uint32_t *)(o.q8 + e) = (uint32_t)(uint8_t)(int8_t)(int)q0 | (uint32_t)(uint8_t)(int8_t)(int)q1 << 8 |
+                              (uint32_t)(uint8_t)(int8_t)(int)q2 << 16 | (uint32_t)(uint8_t)(int8_t)(int)q3 << 24;
+    if (F16) {
+        const __half2 h01 = __floats2half2_rn(q0, q1), h23 = __floats2half2_rn(q2, q3);
+        *(uint2 *)(o.q + e) = make_uint2(*(const uint32_t *)&h01, *(const uint32_t *)&h23);
+    }
+    if (l8 == 0) o.d[r * nb + b] = __half2float(__float2half_rn(d));
+    if ((l8 & 3) == 0) o.s[r * 2 * nb + 2 * b + (l8 >> 2)] = sq;
+}
+
 /* The four arrays of rows x K activations carved from one buffer (256-byte sections). */
 static size_t st_mq_act_bytes(int64_t rows, int64_t K) {
     return st_round_up((size_t)rows * (size_t)K * sizeof(__half), 256) +
@@ -159,8 +193,16 @@ static st_mq_act_rows st_mq_act_carve(void *base, int64_t rows, int64_t K) {
     return o;
 }
 
+/* f16: the f16 quants are wanted too (a call that may take the f16 tiles, st_mq_act_f16) */
 static strata_status st_mq_act(const float *x, int64_t ldx, int64_t rows, int64_t K,
-                               const st_mq_act_rows &o, cudaStream_t s) {
+                               const st_mq_act_rows &o, cudaStream_t s, bool f16 = true) {
+    if (((uintptr_t)x & 15) == 0 && ldx % 4 == 0) {
+        const unsigned grid = st_cuda_grid(rows * (K / 32) * 8, 256);
+        if (f16) st_launch(st_k_mq_act4<true>, grid, 256, 0, s, x, ldx, rows, K, o);
+        else st_launch(st_k_mq_act4<false>, grid, 256, 0, s, x, ldx, rows, K, o);
+        ST_CUDA_CHECK_LAUNCH("st_k_mq_act4");
+        return STRATA_OK;
+    }
     st_launch(st_k_mq_act, st_cuda_grid(rows * (K / 32) * 32, 256), 256, 0, s, x, ldx, rows, K, o);
     ST_CUDA_CHECK_LAUNCH("st_k_mq_act");
     return STRATA_OK;
@@ -737,6 +779,12 @@ static int st_mmq_i8 = 1;
 
 extern "C" void st_cuda_mmq_set_int8(int on) { st_mmq_i8 = on != 0; }
 
+/* Whether a call with weights of this type in this mode may take the f16 tiles (which read the
+ * f16 quants of st_mq_act); the int8 kernel reads only the bytes. */
+static bool st_mq_act_f16(strata_type type, int mode) {
+    return !(st_mmq_i8 && st_cuda_moe_type_dp4a(type) && mode != ST_MMQ_GLU_FUSED);
+}
+
 /* grid.x: N / ST_MMQ_BN tiles of outputs, N / (ST_MMQ_BN / 2) for the paired GLU */
 template <class C, int MODE>
 static strata_status st_mmq_go(const st_mmq_args &a, dim3 grid, cudaStream_t s) {
@@ -883,7 +931,7 @@ static strata_status st_mmq_dense(const char *fn, const st_cuda_mat *Wg, const s
         return st_mmf_go<st_dq_bf16>(f, s);
     }
     const st_mq_act_rows act = st_mq_act_carve(d_scratch, T, Wg->ne0);
-    ST_TRY(st_mq_act(d_x, ldx, T, Wg->ne0, act, s));
+    ST_TRY(st_mq_act(d_x, ldx, T, Wg->ne0, act, s, st_mq_act_f16(Wg->type, Wu ? st_mmq_glu_mode : ST_MMQ_PLAIN)));
     st_mmq_args a;
     memset(&a, 0, sizeof a);
     a.w0 = (const uint8_t *)Wg->data;
@@ -1017,7 +1065,7 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
         a->ids, P, a->n_expert, w.order, w.tiles, w.n_tiles);
     ST_CUDA_CHECK_LAUNCH("st_k_mmq_plan");
 
-    ST_TRY(st_mq_act(a->x, a->n_embd, a->T, a->n_embd, w.xa, s));
+    ST_TRY(st_mq_act(a->x, a->n_embd, a->T, a->n_embd, w.xa, s, st_mq_act_f16(a->type_gate, st_mmq_glu_mode)));
     st_mmq_args g;
     memset(&g, 0, sizeof g);
     g.table = a->experts;
@@ -1036,7 +1084,7 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
     ST_TRY(mode == ST_MMQ_GLU_FUSED ? st_mmq_launch<ST_MMQ_GLU_FUSED>(a->type_gate, g, ggrid, s)
                                     : st_mmq_launch<ST_MMQ_GLU_PAIRED>(a->type_gate, g, ggrid, s));
 
-    ST_TRY(st_mq_act(w.h, a->n_ff, P, a->n_ff, w.ha, s));
+    ST_TRY(st_mq_act(w.h, a->n_ff, P, a->n_ff, w.ha, s, st_mq_act_f16(a->type_down, ST_MMQ_PLAIN)));
     st_mmq_args d = g;
     d.which = 2;
     d.N = a->n_embd;
