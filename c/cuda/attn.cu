@@ -11,7 +11,6 @@
 #include "attn.cuh"
 #include "mma.cuh"
 #include "norm.cuh"
-#include "quantize.cuh"
 
 #include <limits.h>
 #include <stdint.h>
@@ -726,12 +725,10 @@ static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, int spli
     return STRATA_OK;
 }
 
-/* One block per (token, head): merges the n_chunks partials of its row in index order. q8 (with
- * blockDim.x == hd, a multiple of 32, and ldo == n_head * hd): each warp also writes its 32
- * outputs as the row's Q8_1 block, the bits st_k_quantize_q8_1 gives (st_q8_1_warp_put). */
+/* One block per (token, head): merges the n_chunks partials of its row in index order. */
 static __global__ void __launch_bounds__(256)
 st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_head, float *out,
-                  int64_t ldo, block_q8_1 *q8) {
+                  int64_t ldo) {
     st_pdl_enter();
     const int64_t row = blockIdx.x, t = row / n_head, h = row - t * n_head;
     const int stride = hd + 2;
@@ -747,9 +744,7 @@ st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_he
             L = fmaf(pr[(size_t)c * stride + hd + 1], e, L);
             O = fmaf(pr[(size_t)c * stride + d], e, O);
         }
-        const float v = __fdiv_rn(O, L);
-        out[t * ldo + h * hd + d] = v;
-        if (q8) st_q8_1_warp_put(v, q8 + ((t * ldo + h * hd + d) >> 5), (int)(threadIdx.x & 31));
+        out[t * ldo + h * hd + d] = __fdiv_rn(O, L);
     }
 }
 
@@ -914,10 +909,10 @@ extern "C" size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int
 }
 
 strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
-                                   const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
-                                   const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws,
-                                   size_t ws_bytes, void *d_q8, void *stream, int target_blocks,
-                                   int rpw_force, st_attn_plan *plan_out) {
+                                              const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
+                                              const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
+                                              void *stream, int target_blocks, int rpw_force,
+                                              st_attn_plan *plan_out) {
     static const char *fn = "st_cuda_attention";
     if (!kv || !s) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL cache or shape", fn);
     if (!st_cuda_attn_supports(kv->type, s))
@@ -943,10 +938,6 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
                         fn, kv->k, kv->v);
     if (!isfinite(s->scale))
         return st_error(STRATA_ERR_INVALID_ARG, "%s: scale %g", fn, (double)s->scale);
-    if (d_q8 && (ldo != nq || s->head_dim % 32 != 0 || ((uintptr_t)d_q8 & 3)))
-        return st_error(STRATA_ERR_INVALID_ARG, "%s: Q8_1 rows need ldo == n_head * head_dim (%lld, "
-                        "%lld), head_dim a multiple of 32 and a 4-byte aligned q8", fn, (long long)ldo,
-                        (long long)nq);
     if (!d_ws || ((uintptr_t)d_ws & 15)) ws_bytes = 0; /* no usable workspace: one pass */
     ST_TRY(st_cuda_require(fn));
 
@@ -1019,11 +1010,9 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     else
         ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));
     if (pl.n_chunks > 1) {
-        st_launch(st_k_attn_combine, (unsigned)(T * s->n_head), (unsigned)s->head_dim, 0, st,
-                  (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo, (block_q8_1 *)d_q8);
+        st_launch(st_k_attn_combine, (unsigned)(T * s->n_head), (unsigned)s->head_dim, 0, st, 
+            (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo);
         ST_CUDA_CHECK_LAUNCH("st_k_attn_combine");
-    } else if (d_q8) { /* one pass wrote the output: its Q8_1 rows in a launch of their own */
-        ST_TRY(st_quantize_q8_1_launch(d_out, (block_q8_1 *)d_q8, T * nq, st));
     }
     return STRATA_OK;
 }
@@ -1032,15 +1021,5 @@ extern "C" strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_
                                            const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
                                            const int32_t *d_pos, float *d_out, int64_t ldo,
                                            void *d_ws, size_t ws_bytes, void *stream) {
-    return st_cuda_attention_ex(kv, s, d_q, ldq, T, pos0, d_pos, d_out, ldo, d_ws, ws_bytes, NULL, stream, 0, 0,
-                                NULL);
-}
-
-extern "C" strata_status st_cuda_attention_q8(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
-                                              const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
-                                              const int32_t *d_pos, float *d_out, void *d_ws, size_t ws_bytes,
-                                              void *d_q8, void *stream) {
-    const int64_t no = (int64_t)(s ? s->n_head : 0) * (s ? s->head_dim : 0);
-    return st_cuda_attention_ex(kv, s, d_q, ldq, T, pos0, d_pos, d_out, no, d_ws, ws_bytes, d_q8, stream, 0, 0,
-                                NULL);
+    return st_cuda_attention_ex(kv, s, d_q, ldq, T, pos0, d_pos, d_out, ldo, d_ws, ws_bytes, stream, 0, 0, NULL);
 }

@@ -53,13 +53,12 @@ struct st_attn_plan {
 st_attn_plan st_attn_make_plan(const st_cuda_attn_shape *s, int64_t T, int64_t np, int sm_count,
                                size_t ws_cap, int target_blocks, int rpw_force);
 
-/* st_cuda_attention with a forced plan (target_blocks / rpw_force as above; 0 = default; d_q8 as
- * st_cuda_attention_q8;
+/* st_cuda_attention with a forced plan (target_blocks / rpw_force as above; 0 = default;
  * rpw_force 16: the tensor-core prefill kernel, st_k_attn_tc, for an f16 cache, head_dim 64/128). */
 strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                    const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
-                                   const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws,
-                                   size_t ws_bytes, void *d_q8, void *stream, int target_blocks,
-                                   int rpw_force, st_attn_plan *plan_out);
+                                   const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
+                                   void *stream, int target_blocks, int rpw_force,
+                                   st_attn_plan *plan_out);
 
 #endif /* STRATA_CUDA_ATTN_CUH */

@@ -208,15 +208,6 @@ strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_s
                                 const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
                                 void *stream);
 
-/* st_cuda_attention with out rows packed (ldo = n_head * head_dim) that also writes them as
- * Q8_1 rows into d_q8 (T rows of n_head * head_dim / 32 blocks: st_cuda_quantize_q8_1's bits),
- * for a GEMV that reads Q8_1 (st_cuda_mmv_pre): by the split-K combine pass when there is one,
- * else by a quantize launch. head_dim must be a multiple of 32, d_q8 4-byte aligned. */
-strata_status st_cuda_attention_q8(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
-                                   const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
-                                   const int32_t *d_pos, float *d_out, void *d_ws, size_t ws_bytes,
-                                   void *d_q8, void *stream);
-
 #ifdef __cplusplus
 }
 #endif

@@ -131,8 +131,6 @@ struct st_gpu {
     void *mmv_scratch, *mmq_scratch, *moe_ws, *attn_ws;
     void *xq;                             /* the attention norm's output as Q8_1 rows, batches of
                                              up to ST_GPU_COLS tokens (st_gpu_xq) */
-    void *attq;                           /* the attention's output as Q8_1 rows, written by its
-                                             combine pass for the output projection (same sizes) */
     size_t moe_ws_bytes, attn_ws_bytes;
 };
 
@@ -412,8 +410,6 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     if (F > widest) widest = F;
     TRY(st_gpu_alloc(&g->mmv_scratch, st_cuda_mmv_scratch_bytes((int64_t)widest, ST_GPU_COLS)));
     if (E % 32 == 0) TRY(st_gpu_alloc(&g->xq, st_cuda_mmv_scratch_bytes(E, ST_GPU_COLS)));
-    if (hp->head_dim_v == hp->head_dim && hp->head_dim % 32 == 0)
-        TRY(st_gpu_alloc(&g->attq, st_cuda_mmv_scratch_bytes((int64_t)no, ST_GPU_COLS)));
     TRY(st_gpu_alloc(&g->mmq_scratch, st_cuda_mmq_scratch_bytes((int64_t)widest, (int64_t)T)));
     g->moe_tokens = 1;
     size_t moe = 0;
@@ -491,8 +487,8 @@ void st_gpu_free(strata_session *s) {
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
-                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->attq,
-                    g->mmq_scratch, g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws};
+                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->mmq_scratch,
+                    g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
     free(g->ups);
@@ -827,17 +823,10 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     } else {
         TRY(st_gpu_attn_inputs(s, il, q, lq, k, lk, v, lv, T, pos0));
     }
-    /* decode-sized batches: the attention's combine pass also writes its rows as Q8_1 for the
-     * output projection's GEMV (one quantize launch fewer; the same bits) */
-    void *aq = g->attq && T <= ST_GPU_COLS && T < ST_CUDA_MMQ_MIN_ROWS ? g->attq : NULL;
-    if (aq)
-        TRY(st_cuda_attention_q8(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, g->attn_ws,
-                                 g->attn_ws_bytes, aq, g->stream));
-    else
-        TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
-                              g->attn_ws_bytes, g->stream));
+    TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
+                          g->attn_ws_bytes, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
-    TRY(st_gpu_mm_pre(g, &G->wo, g->att, aq, T, g->proj));
+    TRY(st_gpu_mm(g, &G->wo, g->att, T, g->proj));
     if (G->bo) TRY(st_cuda_add_bias(g->proj, E, G->bo, E, T, g->stream));
     /* the residual and the FFN's norm in one launch */
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;

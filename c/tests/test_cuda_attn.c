@@ -18,8 +18,6 @@
 #ifdef STRATA_HAVE_CUDA
 #include "cuda_backend.h"
 #include "cuda_ops.h"
-#include "cuda_mmv.h"
-#include "blocks.h"
 #include "ops.h"
 #include "threadpool.h"
 
@@ -224,32 +222,6 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     CHECK(ws_bad == 0, "%s: workspace guard words changed (%d)", desc, ws_bad);
     CHECK(gaps_bad == 0, "%s: %lld floats between output rows written", desc, (long long)gaps_bad);
     CHECK(same, "%s: two runs differ", desc);
-
-    /* st_cuda_attention_q8 (packed rows): the same output, and Q8_1 rows equal to what
-     * st_cuda_quantize_q8_1 makes of it (from the combine pass, or a launch after one pass) */
-    if (po == 0 && hd % 32 == 0) {
-        const size_t qb = (size_t)(T * nq / 32) * sizeof(block_q8_1), ob = sizeof(float) * (size_t)(T * nq);
-        void *dq8 = dev_alloc(qb, 0xA5), *dq8r = dev_alloc(qb, 0xA5), *dout3 = dev_alloc(ob, 0xA5);
-        uint8_t *h8 = malloc(qb), *h8r = malloc(qb);
-        float *got3 = malloc(ob);
-        if (dq8 && dq8r && dout3 && h8 && h8r && got3) {
-            st = st_cuda_attention_q8(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout3, dws,
-                                      ws_bytes, dq8, NULL);
-            if (st == STRATA_OK) st = st_cuda_quantize_q8_1((const float *)dout3, dq8r, T * nq, NULL);
-            CHECK(st == STRATA_OK, "%s: attention_q8: %s", desc, strata_last_error());
-            const int g8 = dev_fetch(h8, dq8, qb), g8r = dev_fetch(h8r, dq8r, qb), g3 = dev_fetch(got3, dout3, ob);
-            const int rows_same = memcmp(got3, got, ob) == 0, q8_same = memcmp(h8, h8r, qb) == 0;
-            printf("attn  %-56s q8 rows: output %s, Q8_1 %s st_cuda_quantize_q8_1\n", desc,
-                   rows_same ? "same" : "DIFFERS", q8_same ? "==" : "!=");
-            CHECK(st == STRATA_OK && rows_same && q8_same, "%s: attention_q8 output %s, Q8_1 rows %s", desc,
-                  rows_same ? "same" : "differs", q8_same ? "same" : "differ");
-            CHECK(g8 == 0 && g8r == 0 && g3 == 0, "%s: attention_q8 guard words changed", desc);
-        } else {
-            CHECK(0, "%s: attention_q8 allocation", desc);
-        }
-        st_cuda_free(dq8); st_cuda_free(dq8r); st_cuda_free(dout3);
-        free(h8); free(h8r); free(got3);
-    }
 done:
     st_cuda_free(dk); st_cuda_free(dv); st_cuda_free(dq); st_cuda_free(dvals); st_cuda_free(dout);
     st_cuda_free(dws);

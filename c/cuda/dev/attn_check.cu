@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
                 if (pl.rpw == 16 && (T * (s.n_head / s.n_kv) < 64 || s.hd > 128)) continue;
                 gs.tc = pl.tc;
                 st_attn_plan got_plan;
-                SK(st_cuda_attention_ex(&L[0].kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL, NULL,
+                SK(st_cuda_attention_ex(&L[0].kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,
                                         pl.target, pl.rpw, &got_plan));
                 CK(cudaDeviceSynchronize());
                 std::vector<float> out(q.size());
@@ -156,7 +156,7 @@ int main(int argc, char **argv) {
                 for (int it = 0; it < 55; it++) {
                     const Layer &Lx = L[it % LAYERS];
                     CK(cudaEventRecord(e0));
-                    SK(st_cuda_attention_ex(&Lx.kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL, NULL,
+                    SK(st_cuda_attention_ex(&Lx.kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,
                                             pl.target, pl.rpw, NULL));
                     CK(cudaEventRecord(e1));
                     CK(cudaEventSynchronize(e1));
