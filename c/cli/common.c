@@ -466,7 +466,11 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                 strata_session_get_stats(*out, &cs) == STRATA_OK) {
                 char hb[32];
                 cli_human_bytes((double)cs.pinned_bytes, hb, sizeof hb);
-                if (cs.pinned_bytes > 0)
+                if (o->ram_budget > 0) {
+                    cli_human_bytes((double)o->ram_budget, hb, sizeof hb);
+                    fprintf(stderr, "strata: %s of page-locked RAM slots for routed experts; the others are "
+                            "read from the file with O_DIRECT when routed\n", hb);
+                } else if (cs.pinned_bytes > 0)
                     fprintf(stderr, "strata: the experts kept in RAM are read from a pinned copy (%s)\n", hb);
                 else
                     fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
@@ -484,7 +488,8 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                 else
                     fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
                             "rest on the GPU\n", o->n_cpu_moe - 1);
-                if (o->stage_experts < 0 && o->expert_cache == 0 && strata_session_get_stats(*out, &cs) == STRATA_OK)
+                if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 &&
+                    strata_session_get_stats(*out, &cs) == STRATA_OK)
                     fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
                             "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
                             "where it is predicted to finish first\n", cs.pcie_bytes_per_s / 1e9,
