@@ -13,7 +13,9 @@
  * expert tensors top-k / n_expert of them, one embedding row) plus the KV cache it attends (K and
  * V of every layer over depth + n/2 positions on average, at the cache type's width) - and those
  * bytes x tok/s: the effective bandwidth, to compare with the machine's memory or HBM rate
- * (CEILINGS.md). The JSON gives weights and KV apart. */
+ * (CEILINGS.md). The JSON gives weights and KV apart. With placed experts (CPU layers, a cache,
+ * a RAM budget) a line on stderr per row, and the JSON's "experts", say where the rows ran and
+ * what moved over PCIe and from disk (with the disk bytes over the timed seconds). */
 #include "common.h"
 
 #include <math.h>
@@ -181,7 +183,7 @@ int cli_cmd_bench(int argc, char **argv) {
             for (int ti = 0; ti < cnt; ti++) {
                 const int len = kind == 0 ? b.p[ti] : b.n[ti];
                 if (len <= 0) continue;
-                double sum = 0, sum2 = 0;
+                double sum = 0, sum2 = 0, secs = 0;
                 if (!b.no_warmup) { /* untimed: first launches, lazy module loads, cold caches */
                     strata_status st = strata_session_truncate(s, depth);
                     if (st == STRATA_OK) st = strata_session_decode(s, toks + depth, kind == 0 ? len : 1, logits, 0);
@@ -203,6 +205,7 @@ int cli_cmd_bench(int argc, char **argv) {
                             st = strata_session_decode(s, in + i, 1, logits, 0);
                     }
                     double dt = cli_now() - t0;
+                    secs += dt;
                     if (st != STRATA_OK) {
                         rc = cli_fail("%s%d at depth %d: %s", kind ? "tg" : "pp", len, depth,
                                       strata_last_error());
@@ -244,12 +247,14 @@ int cli_cmd_bench(int argc, char **argv) {
                 if (placed)
                     fprintf(stderr, "strata: %s: expert rows %lld on the GPU, %lld on the CPU; cache hits "
                             "%lld, misses %lld; prefetch %lld issued, %lld timely, %lld late; batches "
-                            "staged %lld, on the CPU %lld; PCIe %.2f GB\n", test,
+                            "staged %lld, on the CPU %lld; PCIe %.2f GB; disk %.2f GB (%.2f GB/s of the "
+                            "timed runs)\n", test,
                             (long long)ps.expert_slots_gpu, (long long)ps.expert_slots_cpu,
                             (long long)ps.expert_cache_hits, (long long)ps.expert_cache_misses,
                             (long long)ps.prefetch_issued, (long long)ps.prefetch_timely,
                             (long long)ps.prefetch_late, (long long)ps.stage_batches,
-                            (long long)ps.cpu_batches, (double)ps.pcie_bytes / 1e9);
+                            (long long)ps.cpu_batches, (double)ps.pcie_bytes / 1e9,
+                            (double)ps.disk_bytes / 1e9, secs > 0 ? (double)ps.disk_bytes / 1e9 / secs : 0.0);
                 if (jf) {
                     fprintf(jf, "%s\n  {\"test\": \"%s\", \"depth\": %d, \"n\": %d, \"tok_s\": %.4f, "
                             "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f, \"kv_bytes\": %.0f",
@@ -259,13 +264,14 @@ int cli_cmd_bench(int argc, char **argv) {
                         fprintf(jf, ", \"experts\": {\"rows_gpu\": %lld, \"rows_cpu\": %lld, \"cache_hits\": "
                                 "%lld, \"cache_misses\": %lld, \"prefetch_issued\": %lld, \"prefetch_timely\": "
                                 "%lld, \"prefetch_late\": %lld, \"batches_staged\": %lld, \"batches_cpu\": "
-                                "%lld, \"pcie_bytes\": %lld, \"pinned_bytes\": %lld}",
+                                "%lld, \"pcie_bytes\": %lld, \"pinned_bytes\": %lld, \"disk_bytes\": %lld, "
+                                "\"seconds\": %.6f}",
                                 (long long)ps.expert_slots_gpu, (long long)ps.expert_slots_cpu,
                                 (long long)ps.expert_cache_hits, (long long)ps.expert_cache_misses,
                                 (long long)ps.prefetch_issued, (long long)ps.prefetch_timely,
                                 (long long)ps.prefetch_late, (long long)ps.stage_batches,
                                 (long long)ps.cpu_batches, (long long)ps.pcie_bytes,
-                                (long long)ps.pinned_bytes);
+                                (long long)ps.pinned_bytes, (long long)ps.disk_bytes, secs);
                     fputc('}', jf);
                     first_row = 0;
                 }

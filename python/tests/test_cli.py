@@ -282,5 +282,13 @@ def test_bench_table_and_json(tmp_path):
         "--json", out2, check_rc=0)
     j2 = json.loads(out2.read_text())
     assert [r["experts"]["rows_cpu"] for r in j2["rows"]] == [2 * 16 * per_tok, 2 * 4 * per_tok]
+    # bytes read from disk under a RAM budget (none without one), and the timed seconds
+    assert all(r["experts"]["disk_bytes"] == 0 and r["experts"]["seconds"] > 0 for r in j2["rows"])
+    out3 = tmp_path / "b3.json"
+    p3 = run("bench", "-m", model, "-p", "16", "-n", "4", "-r", "1", "-t", "2", "--cpu", "--ram-budget", "4M",
+             "--json", out3, check_rc=0)
+    j3 = json.loads(out3.read_text())
+    assert all(r["experts"]["disk_bytes"] > 0 for r in j3["rows"])
+    assert "GB/s of the timed runs" in p3.stderr
     assert run("bench", "-m", model, "-p", "x1", check_rc=2).stderr
     assert "unknown option '--frob'" in run("bench", "-m", model, "--frob", check_rc=2).stderr
