@@ -196,12 +196,14 @@ if [ "${NCU:-0}" = 1 ]; then
     else echo "no ncu here"; fi
 fi
 # where chosen decode kernels' time goes (NCU_SECT=regex of kernel names): Nsight Compute's
-# sections for the first two launches of each match in a short qwen3 decode run
+# sections for four launches of the matches in a short qwen3 decode run, after NCU_SECT_SKIP
+# matching launches (the skip counts every match together; the prompt pass comes first: with
+# three kernels of ~48-97 launches a pass, 1,000 lands in a decode step)
 if [ -n "${NCU_SECT:-}" ]; then
     NC=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    [ -n "$NC" ] && timeout 200 "$NC" -k "regex:$NCU_SECT" --launch-skip 200 -c 4 --section SpeedOfLight \
+    [ -n "$NC" ] && timeout 200 "$NC" -k "regex:$NCU_SECT" --launch-skip "${NCU_SECT_SKIP:-1000}" -c 4 --section SpeedOfLight \
         --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
-        ./strata -m /tmp/q3.gguf -p "Once upon a time" -n 4 --temp 0 --ignore-eos --no-echo --gpu --no-cuda-graphs \
+        ./strata -m /tmp/q3.gguf -p "Once upon a time" -n 16 --temp 0 --ignore-eos --no-echo --gpu --no-cuda-graphs \
         > "$R/ncu_sect.txt" 2>&1
     grep -E "^  [a-z_]+.*\(|Duration|Issue Slots|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|Stall|est. speedup|Grid Size|Block Size" \
         "$R/ncu_sect.txt" | cut -c1-180 | head -60
