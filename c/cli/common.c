@@ -75,6 +75,11 @@ void cli_opts_usage(FILE *f) {
         "                          or the context is full; 0: only read the prompt)\n"
         "  -c, --ctx-size N        context length (default: the model's)\n"
         "  -t, --threads N         CPU threads (default: all cores)\n"
+        "  --mlock                 keep the model file's pages locked in RAM (an error when\n"
+        "                          ulimit -l is too small); --hugepages: ask for transparent\n"
+        "                          huge pages on the weights (best effort; with --no-mmap the\n"
+        "                          file is read into advised anonymous memory)\n"
+        "  --no-mmap               read the model file into memory instead of mapping it\n"
         "  --cpu-pin               bind the threads one per CPU of the affinity set (also\n"
         "                          $STRATA_CPU_PIN=1)\n"
         "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
@@ -222,6 +227,9 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--attn-tc-split")) o->attn_tc = 2;
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
     else if (opt_is(a, NULL, "--no-pin-experts")) o->pin_experts = 0;
+    else if (opt_is(a, NULL, "--mlock")) o->mlock = 1;
+    else if (opt_is(a, NULL, "--hugepages")) o->hugepages = 1;
+    else if (opt_is(a, NULL, "--no-mmap")) o->no_mmap = 1;
     else if (opt_is(a, NULL, "--cpu-pin")) o->cpu_pin = 1;
     else if (opt_is(a, NULL, "--gpu-prefetch")) o->gpu_prefetch = 1;
     else if (opt_is(a, NULL, "--cpu-misses")) o->cpu_misses = 1;
@@ -358,6 +366,9 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
     if (rc) return rc;
     strata_model_params mp = strata_model_default_params();
     mp.n_threads = o->n_threads;
+    mp.mlock = o->mlock;
+    mp.hugepages = o->hugepages;
+    mp.use_mmap = !o->no_mmap;
     double t0 = cli_now();
     if (strata_model_load(o->model, &mp, model) != STRATA_OK)
         return cli_fail("cannot load '%s': %s", o->model, strata_last_error());

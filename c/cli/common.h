@@ -63,6 +63,9 @@ typedef struct {
     const char *chat_template;    /* --chat-template chatml|inst|none (default: from the model) */
     const char *system;           /* --system TEXT (chat) */
     int quiet;                    /* --quiet: no stats on stderr */
+    int mlock;                    /* --mlock */
+    int hugepages;                /* --hugepages */
+    int no_mmap;                  /* --no-mmap */
     /* perplexity */
     int stride;                   /* --stride N (default n_ctx) */
     const char *kl_base;          /* --kl-base FILE */

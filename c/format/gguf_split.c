@@ -19,7 +19,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,10 +39,37 @@ static void st_image_release(st_gguf_file *f) {
     f->path = NULL;
 }
 
+/* Transparent huge pages for [p, p + size) where the kernel offers them (MADV_HUGEPAGE; file
+ * mappings need its read-only file THP support): best effort, a refusal changes nothing else. */
+static void st_image_hugepages(void *p, uint64_t size) {
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, (size_t)size, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)size;
+#endif
+}
+
+/* Locks an image's pages in RAM (params.mlock): every page is read in now and never paged out. */
+static strata_status st_image_mlock(const st_gguf_file *f, const char *label) {
+    if (mlock(f->data, (size_t)f->size) == 0) return STRATA_OK;
+    const int e = errno;
+    struct rlimit rl;
+    char lim[64] = "unknown";
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+        if (rl.rlim_cur == RLIM_INFINITY) snprintf(lim, sizeof lim, "unlimited");
+        else snprintf(lim, sizeof lim, "%llu bytes", (unsigned long long)rl.rlim_cur);
+    }
+    return st_error(STRATA_ERR_IO, "gguf: cannot lock %s (%llu bytes) in RAM: %s (RLIMIT_MEMLOCK: %s; "
+                    "raise it with ulimit -l, or load without mlock)", label,
+                    (unsigned long long)f->size, strerror(e), lim);
+}
+
 /* Maps or reads path into f. label names the file in messages ("'x.gguf'" or "shard 2 of 3
- * 'x.gguf'"). */
+ * 'x.gguf'"). hugepages: ask for transparent huge pages (read images: anonymous memory advised
+ * before the read); mlock: lock the image in RAM afterwards (an error when the kernel refuses). */
 static strata_status st_image_load(st_gguf_file *f, const char *path, const char *label,
-                                   int use_mmap) {
+                                   int use_mmap, int hugepages, int mlock_it) {
     f->path = strdup(path);
     if (!f->path) return st_error(STRATA_ERR_NOMEM, "gguf: out of memory copying a path");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -75,20 +104,32 @@ static strata_status st_image_load(st_gguf_file *f, const char *path, const char
                             (unsigned long long)size, strerror(e));
         f->data = p;
         f->kind = ST_IMG_MMAP;
+        if (hugepages) st_image_hugepages(p, size);
     } else {
-        uint8_t *p = malloc((size_t)size);
+        uint8_t *p = NULL;
+        if (hugepages) { /* anonymous pages, advised before the read faults them in */
+            void *a = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (a != MAP_FAILED) {
+                st_image_hugepages(a, size);
+                p = a;
+            }
+        } else {
+            p = malloc((size_t)size);
+        }
         if (!p) {
             close(fd);
             return st_error(STRATA_ERR_NOMEM, "gguf: out of memory reading %s (%llu bytes)", label,
                             (unsigned long long)size);
         }
+        const st_img_kind kind = hugepages ? ST_IMG_MMAP : ST_IMG_MALLOC;
         uint64_t got = 0;
         while (got < size) {
             ssize_t r = read(fd, p + got, (size_t)(size - got));
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0) {
                 int e = errno;
-                free(p);
+                if (kind == ST_IMG_MMAP) munmap(p, (size_t)size);
+                else free(p);
                 close(fd);
                 if (r == 0)
                     return st_error(STRATA_ERR_IO, "gguf: reading %s: end of file at offset %llu "
@@ -101,10 +142,10 @@ static strata_status st_image_load(st_gguf_file *f, const char *path, const char
         }
         close(fd);
         f->data = p;
-        f->kind = ST_IMG_MALLOC;
+        f->kind = kind;
     }
     f->size = size;
-    return STRATA_OK;
+    return mlock_it ? st_image_mlock(f, label) : STRATA_OK;
 }
 
 /* ==== handle assembly ======================================================================== */
@@ -194,6 +235,8 @@ strata_gguf_params strata_gguf_default_params(void) {
     p.use_mmap = 1;
     p.open_shards = 1;
     p.max_alignment = ST_GGUF_DEFAULT_MAX_ALIGNMENT;
+    p.mlock = 0;
+    p.hugepages = 0;
     return p;
 }
 
@@ -241,7 +284,7 @@ static strata_status st_open_single(const char *path, const strata_gguf_params *
     if (!g) return st_error(STRATA_ERR_NOMEM, "gguf: out of memory opening '%s'", path);
     char label[300];
     snprintf(label, sizeof label, "'%s'", path);
-    strata_status st = st_image_load(&g->shards[0], path, label, p->use_mmap);
+    strata_status st = st_image_load(&g->shards[0], path, label, p->use_mmap, p->hugepages, p->mlock);
     if (st == STRATA_OK) st = st_gguf_file_parse(&g->shards[0], p);
     if (st == STRATA_OK) st = st_merge(g);
     if (st != STRATA_OK) {
@@ -298,7 +341,7 @@ static strata_status st_open_split(const char *path, size_t prefix_len, uint32_t
         char label[400];
         snprintf(sp, cap, "%.*s-%05u-of-%05u.gguf", (int)prefix_len, path, s + 1, m);
         snprintf(label, sizeof label, "shard %u of %u '%s'", s, m, sp);
-        st = st_image_load(&g->shards[s], sp, label, p->use_mmap);
+        st = st_image_load(&g->shards[s], sp, label, p->use_mmap, p->hugepages, p->mlock);
         if (st == STRATA_OK) st = st_gguf_file_parse(&g->shards[s], p);
         if (st == STRATA_OK) total += (uint64_t)g->shards[s].n_tensors;
     }

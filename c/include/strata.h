@@ -190,6 +190,11 @@ typedef struct strata_gguf_params {
     int use_mmap;             /* 1 (default): map files; 0: read them into memory */
     int open_shards;          /* 1 (default): a split file name opens all its shards */
     uint32_t max_alignment;   /* largest general.alignment accepted (default 1 MiB) */
+    int mlock;                /* 1: lock the files' pages in RAM once opened (mlock); a refusal
+                                 (RLIMIT_MEMLOCK, ulimit -l) is an error. Default 0 */
+    int hugepages;            /* 1: ask for transparent huge pages on the images (madvise; files
+                                 read into memory get advised anonymous memory first); best
+                                 effort where the kernel declines. Default 0 */
 } strata_gguf_params;
 
 /* A metadata value. Scalars are in the union; a string is (ptr, len), not NUL-terminated, bytes
@@ -223,7 +228,7 @@ typedef struct strata_tensor_info {
     const void *data;        /* the bytes, read-only, zero copy */
 } strata_tensor_info;
 
-/* Defaults: use_mmap 1, open_shards 1, max_alignment 1 MiB. */
+/* Defaults: use_mmap 1, open_shards 1, max_alignment 1 MiB, mlock 0, hugepages 0. */
 STRATA_API strata_gguf_params strata_gguf_default_params(void);
 
 /* Opens and validates path. On success *out owns the mapping; free it with strata_gguf_free. */
@@ -374,6 +379,8 @@ typedef struct strata_model_params {
     int use_mmap;        /* 1 (default): map the file; 0: read it into memory */
     int vocab_only;      /* 1: load only the vocabulary (no weights are required) */
     int n_threads;       /* CPU compute threads of sessions on this model; <= 0: online CPUs */
+    int mlock;           /* 1: keep the file's pages locked in RAM (strata_gguf_params.mlock) */
+    int hugepages;       /* 1: transparent huge pages for the weights (strata_gguf_params) */
 } strata_model_params;
 
 typedef struct strata_model_info {
@@ -397,7 +404,7 @@ typedef struct strata_model_info {
     uint64_t n_bytes;          /* tensor bytes in the file */
 } strata_model_info;
 
-/* Defaults: use_mmap 1, vocab_only 0, n_threads 0. */
+/* Defaults: use_mmap 1, vocab_only 0, n_threads 0, mlock 0, hugepages 0. */
 STRATA_API strata_model_params strata_model_default_params(void);
 /* Opens and validates path (all shards of a split model). Unknown architectures, missing or
  * mis-shaped tensors and bad hyperparameters are errors naming the key or tensor. */

@@ -387,6 +387,8 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
     if (!m) return st_error(STRATA_ERR_NOMEM, "out of memory for the model");
     strata_gguf_params gp = strata_gguf_default_params();
     gp.use_mmap = p.use_mmap ? 1 : 0;
+    gp.mlock = p.mlock ? 1 : 0;
+    gp.hugepages = p.hugepages ? 1 : 0;
     strata_status st = strata_gguf_open(path, &gp, &m->gguf);
     char *arch_name = NULL, *name = NULL;
     if (!st) st = st_dup_key(m->gguf, "general.architecture", &arch_name);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* ==== helpers ================================================================================ */
@@ -182,6 +183,52 @@ static void test_tiny(void) {
     if (m) {
         CHECK(m->n_threads == 3 && m->info.n_params == total, "threads %d", m->n_threads);
         strata_model_free(m);
+    }
+
+    /* mlock and hugepages, mapped and read: the same bytes as a plain load. As root (or with a
+     * large enough RLIMIT_MEMLOCK) the lock succeeds; otherwise it fails naming the limit, which
+     * a soft limit of 0 forces for a non-root process. */
+    {
+        strata_model *plain = NULL;
+        CHECK(strata_model_load(path, NULL, &plain) == STRATA_OK, "plain load: %s", strata_last_error());
+        for (int mm = 0; plain && mm < 2; mm++) {
+            strata_model_params lp = strata_model_default_params();
+            lp.use_mmap = mm;
+            lp.mlock = 1;
+            lp.hugepages = 1;
+            strata_model *lm = NULL;
+            st = strata_model_load(path, &lp, &lm);
+            struct rlimit rl;
+            const int may_lock = geteuid() == 0 || (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
+                                                    (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)(64 << 20)));
+            if (st == STRATA_OK) {
+                strata_tensor_info a, b;
+                const uint8_t *pa = raw(plain, "blk.2.ffn_up_exps.weight", &a), *pb = raw(lm, "blk.2.ffn_up_exps.weight", &b);
+                CHECK(pa && pb && a.n_bytes == b.n_bytes && memcmp(pa, pb, (size_t)a.n_bytes) == 0,
+                      "mlock + hugepages (mmap %d): tensor bytes differ", mm);
+                strata_model_free(lm);
+            } else {
+                CHECK(!may_lock && st == STRATA_ERR_IO && strstr(strata_last_error(), "RLIMIT_MEMLOCK"),
+                      "mlock (mmap %d): %s", mm, strata_last_error());
+            }
+        }
+        strata_model_free(plain);
+        struct rlimit rl;
+        if (geteuid() != 0 && getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+            struct rlimit zero = rl;
+            zero.rlim_cur = 0;
+            if (setrlimit(RLIMIT_MEMLOCK, &zero) == 0) {
+                strata_model_params lp = strata_model_default_params();
+                lp.mlock = 1;
+                strata_model *lm = NULL;
+                st = strata_model_load(path, &lp, &lm);
+                CHECK(st == STRATA_ERR_IO && lm == NULL && strstr(strata_last_error(), "ulimit -l"),
+                      "mlock under a zero limit: %s", strata_last_error());
+                setrlimit(RLIMIT_MEMLOCK, &rl);
+            }
+        } else {
+            SKIP("mlock refusal: running as root (CAP_IPC_LOCK ignores RLIMIT_MEMLOCK)");
+        }
     }
 
     /* vocab_only: just the tokenizer. */

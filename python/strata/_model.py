@@ -48,7 +48,9 @@ class Model:
     unusable), degrade_zero / degrade_tau / degrade_eval (the DEGRADE_ZERO approximation,
     docs/DEGRADE_ZERO.md; generated tokens only), profile (time the forward phases), ram_budget
     / pipe (routed experts in that many bytes of RAM slots read from disk, docs/EXPERTS.md), vocab_only
-    (only the tokenizer; generate/logits then raise), use_mmap. CUDA sessions also take
+    (only the tokenizer; generate/logits then raise), use_mmap, mlock (keep the file's pages
+    locked in RAM; raises when RLIMIT_MEMLOCK refuses), hugepages (transparent huge pages for
+    the weights, best effort). CUDA sessions also take
     cuda_graphs (replay decode steps as CUDA graphs, default True), cuda_pdl (programmatic
     dependent launch: "auto", the default: for calls of up to 8 tokens; "all"; False), n_cpu_moe (routed experts of
     the first N layers on the CPU; -1: all, llama.cpp's --cpu-moe), stage_experts (with
@@ -64,6 +66,7 @@ class Model:
 
     def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,
                  kv_type: str = "f16", vocab_only: bool = False, use_mmap: bool = True,
+                 mlock: bool = False, hugepages: bool = False,
                  backend: str = "cpu", degrade_zero: bool = False, degrade_tau: float = 0.03,
                  degrade_eval: bool = False, profile: bool = False, ram_budget: int = 0,
                  pipe: bool = False, cuda_graphs: bool = True, cuda_pdl="auto", n_cpu_moe: int = 0,
@@ -118,6 +121,8 @@ class Model:
         mp.use_mmap = 1 if use_mmap else 0
         mp.vocab_only = 1 if vocab_only else 0
         mp.n_threads = int(n_threads)
+        mp.mlock = 1 if mlock else 0
+        mp.hugepages = 1 if hugepages else 0
         out = ffi.new("strata_model **")
         check(lib.strata_model_load(self.path.encode(), ffi.new("strata_model_params *", mp), out),
               "strata_model_load")

@@ -100,6 +100,30 @@ def test_greedy_is_argmax_of_teacher_forced_logits(model):
     assert len(text) > 20
 
 
+def test_mlock_hugepages_same_text(model):
+    """mlock and hugepages change where the weights live, not the text (mapped and read; the
+    CLI's --mlock --hugepages --no-mmap too). Without the privilege or limit to lock, mlock must
+    raise an error naming RLIMIT_MEMLOCK."""
+    import resource
+    from conftest import shared_file
+    path = shared_file("models/strata-tiny-moe-q8_0.gguf")
+    want = model.generate_text("The probe function", max_tokens=12, temperature=0)
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    can_lock = os.geteuid() == 0 or soft == resource.RLIM_INFINITY or soft > 64 << 20
+    for use_mmap in (True, False):
+        try:
+            with strata.Model(path, n_ctx=512, n_threads=2, use_mmap=use_mmap, mlock=True, hugepages=True) as m:
+                assert m.generate_text("The probe function", max_tokens=12, temperature=0) == want
+        except strata.StrataError as e:
+            assert not can_lock and "RLIMIT_MEMLOCK" in str(e)
+    if can_lock:
+        p = run_cli("-m", path, "-p", "The probe function", "-n", "12", "--temp", "0", "--cpu", "-t", "2",
+                    "--no-echo", "--mlock", "--hugepages", "--no-mmap", "-c", "512")
+        q = run_cli("-m", path, "-p", "The probe function", "-n", "12", "--temp", "0", "--cpu", "-t", "2",
+                    "--no-echo", "-c", "512")
+        assert p.stdout == q.stdout
+
+
 def test_seed_determinism(model):
     kw = dict(max_tokens=32, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     a = model.generate_text(PROMPT, seed=1, **kw)
