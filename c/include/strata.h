@@ -40,7 +40,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define STRATA_VERSION_MAJOR 0
-#define STRATA_VERSION_MINOR 3
+#define STRATA_VERSION_MINOR 4
 #define STRATA_VERSION_PATCH 0
 
 typedef enum strata_status {
