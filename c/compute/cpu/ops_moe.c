@@ -86,9 +86,11 @@ static void st_moe_gather(void *ctx, int64_t b, int64_t e, int tid) {
 static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_moe_job *j = ctx;
+    /* (active index, row) of b, then stepped: no 64-bit division per row (a decode step's
+     * 6,144 gate/up and 16,384 down rows on qwen3 made two per row) */
+    int64_t a = b / j->n_ff, r = b - a * j->n_ff;
     for (int64_t g = b; g < e; g++) {
-        const int32_t ex = j->active[g / j->n_ff];
-        const int64_t r = g % j->n_ff;
+        const int32_t ex = j->active[a];
         const st_expert *x = &j->experts[ex];
         const void *wg = st_tensor_row(&x->gate, 0, r), *wu = st_tensor_row(&x->up, 0, r);
         int64_t i = j->offs[ex];
@@ -108,6 +110,10 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
             j->dot_g(j->n_embd, &vg, wg, j->xq_g + (size_t)t * j->rb_g);
             j->dot_u(j->n_embd, &vu, wu, j->xq_u + (size_t)t * j->rb_u);
             j->h[i * j->n_ff + r] = st_silu(vg) * vu;
+        }
+        if (++r == j->n_ff) { /* the next expert's first row */
+            r = 0;
+            a++;
         }
     }
 }
@@ -130,9 +136,9 @@ static void st_moe_quant_h(void *ctx, int64_t b, int64_t e, int tid) {
 static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_moe_job *j = ctx;
+    int64_t a = b / j->n_embd, r = b - a * j->n_embd; /* as st_moe_gate_up */
     for (int64_t g = b; g < e; g++) {
-        const int32_t ex = j->active[g / j->n_embd];
-        const int64_t r = g % j->n_embd;
+        const int32_t ex = j->active[a];
         const void *wd = st_tensor_row(&j->experts[ex].down, 0, r);
         int64_t i = j->offs[ex];
         if (j->dotn_d)
@@ -145,6 +151,10 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
             }
         for (; i < j->offs[ex + 1]; i++)
             j->dot_d(j->n_ff, &j->y[i * j->n_embd + r], wd, j->hq + (size_t)i * j->rb_h);
+        if (++r == j->n_embd) {
+            r = 0;
+            a++;
+        }
     }
 }
 
