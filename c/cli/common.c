@@ -57,6 +57,7 @@ void cli_opts_init(cli_opts *o) {
     }
     o->cpu_pin = env_flag("STRATA_CPU_PIN");
     o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
+    o->doorbell = env_flag("STRATA_DOORBELL");
     o->cpu_misses = env_flag("STRATA_CPU_MISSES");
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
     {
@@ -98,6 +99,10 @@ void cli_opts_usage(FILE *f) {
         "  --gpu-prefetch          with --expert-cache: in decode steps, predict the next layer's\n"
         "                          experts and load the missing ones while this layer computes\n"
         "                          (same results; also $STRATA_GPU_PREFETCH=1)\n"
+        "  --doorbell              with --cpu-moe/--n-cpu-moe: decode steps hand the CPU layers\n"
+        "                          to a pool of CPU threads through host-mapped memory that the\n"
+        "                          GPU writes and waits on, instead of the host waiting for each\n"
+        "                          layer (same results; also $STRATA_DOORBELL=1)\n"
         "  --pin-experts           GPU sessions with --expert-cache or --cpu-moe/--n-cpu-moe: copy\n"
         "                          the experts kept in RAM into pinned memory at start (PCIe\n"
         "                          loads ~3x faster); default: when the copy leaves 4 GiB of RAM\n"
@@ -232,6 +237,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--no-mmap")) o->no_mmap = 1;
     else if (opt_is(a, NULL, "--cpu-pin")) o->cpu_pin = 1;
     else if (opt_is(a, NULL, "--gpu-prefetch")) o->gpu_prefetch = 1;
+    else if (opt_is(a, NULL, "--doorbell")) o->doorbell = 1;
     else if (opt_is(a, NULL, "--cpu-misses")) o->cpu_misses = 1;
     else if (opt_is(a, NULL, "--pipe")) o->pipe = 1;
     else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
@@ -438,6 +444,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     sp.pin_experts = o->pin_experts;
     sp.cpu_pin = o->cpu_pin;
     sp.gpu_prefetch = o->gpu_prefetch;
+    sp.cuda_doorbell = o->doorbell;
     sp.cpu_misses = o->cpu_misses;
     sp.pcie_frac = o->pcie_frac;
     sp.ram_budget = o->ram_budget;

@@ -41,6 +41,7 @@ typedef struct {
     int pin_experts;              /* --pin-experts ($STRATA_PIN_EXPERTS=1) */
     int cpu_pin;                  /* --cpu-pin ($STRATA_CPU_PIN=1) */
     int gpu_prefetch;             /* --gpu-prefetch ($STRATA_GPU_PREFETCH=1) */
+    int doorbell;                 /* --doorbell ($STRATA_DOORBELL=1) */
     int cpu_misses;               /* --cpu-misses ($STRATA_CPU_MISSES=1) */
     float pcie_frac;              /* --pcie-frac F ($STRATA_PCIE_FRAC; < 0: the cost model) */
     int expert_cache;             /* --expert-cache N|auto (-1): GPU slots for routed experts */

@@ -49,6 +49,9 @@ strata_status st_cuda_free(void *dptr);                    /* NULL is a no-op */
  * against 19 GB/s from pageable memory). NOMEM when the system refuses. */
 strata_status st_cuda_host_alloc(void **hptr, size_t bytes);
 strata_status st_cuda_host_free(void *hptr);              /* NULL is a no-op */
+/* Pinned host memory mapped into the device's address space (zero-filled): *hptr for the host,
+ * *dptr for kernels; freed with st_cuda_host_free(*hptr). */
+strata_status st_cuda_host_alloc_mapped(void **hptr, void **dptr, size_t bytes);
 strata_status st_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 /* Enqueues a copy on stream (host -> device when to_device, else device -> host); with pinned host

@@ -59,6 +59,22 @@ strata_status st_cuda_doorbell_alloc(st_cuda_doorbell *db, int64_t max_tokens, i
 /* Frees and zeroes *db; a zeroed or NULL db is a no-op. */
 strata_status st_cuda_doorbell_free(st_cuda_doorbell *db);
 
+/* ---- the CPU expert pool's doorbell (c/experts/pool.h) in host-mapped memory ------------------ */
+
+/* A CPU layer's request from the device: the T rows of d_x (n_embd apart) and their routing
+ * (d_ids/d_wts, T x k) into the layer's mapped doorbell arrays (m_*: device addresses of mapped
+ * host memory, st_cuda_host_alloc_mapped), then *m_T = T and *m_req = *d_step, each made
+ * visible to the host before the next. Ordered after the stream's earlier work. */
+strata_status st_cuda_pool_publish(const float *d_x, const int32_t *d_ids, const float *d_wts,
+                                   int64_t T, int64_t n_embd, int32_t k, float *m_x, int32_t *m_ids,
+                                   float *m_wts, int32_t *m_T, uint32_t *m_req,
+                                   const uint32_t *d_step, void *stream);
+/* Waits on the device until *m_done == *d_step (the pool answered this step's request), then
+ * copies the n floats of m_out (the pool's rows) to d_out. A pool silent for ~10 s sets *d_err
+ * to 1 and writes zeros instead of hanging the stream; the caller checks d_err. */
+strata_status st_cuda_pool_wait(const uint32_t *m_done, const uint32_t *d_step, const float *m_out,
+                                int64_t n, float *d_out, int32_t *d_err, void *stream);
+
 /* ---- router ----------------------------------------------------------------------------------- */
 
 /* d_logits: device [T][n_expert] f32 router logits. For each token: softmax over all experts

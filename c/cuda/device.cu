@@ -190,6 +190,27 @@ extern "C" strata_status st_cuda_host_alloc(void **hptr, size_t bytes) {
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_host_alloc_mapped(void **hptr, void **dptr, size_t bytes) {
+    if (!hptr || !dptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_host_alloc_mapped: NULL pointer");
+    *hptr = *dptr = NULL;
+    ST_TRY(st_cuda_require("st_cuda_host_alloc_mapped"));
+    cudaError_t e = cudaHostAlloc(hptr, bytes ? bytes : 1, cudaHostAllocMapped);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *hptr = NULL;
+        return st_error(STRATA_ERR_NOMEM, "st_cuda_host_alloc_mapped: %zu bytes of mapped host memory: %s",
+                        bytes, cudaGetErrorString(e));
+    }
+    memset(*hptr, 0, bytes ? bytes : 1);
+    e = cudaHostGetDevicePointer(dptr, *hptr, 0);
+    if (e != cudaSuccess) {
+        (void)cudaFreeHost(*hptr);
+        *hptr = *dptr = NULL;
+        ST_CUDA_CHECK(e);
+    }
+    return STRATA_OK;
+}
+
 extern "C" strata_status st_cuda_host_free(void *hptr) {
     if (!hptr) return STRATA_OK;
     ST_CUDA_CHECK(cudaFreeHost(hptr));

@@ -590,6 +590,99 @@ extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int
     return STRATA_OK;
 }
 
+/* ---- the CPU expert pool's doorbell (c/experts/pool.h) ----------------------------------------- */
+
+/* System-scope release store / acquire load of a 32-bit word (host-mapped memory shared with
+ * CPU threads, which use C11 release / acquire on the same words). */
+static __device__ __forceinline__ void st_st_release_sys(uint32_t *p, uint32_t v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+static __device__ __forceinline__ uint32_t st_ld_acquire_sys(const uint32_t *p) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+/* One block: the T rows and their routing into the mapped request arrays, every thread's writes
+ * made visible system-wide, then T and the step number (the pool acquires req, then reads). */
+static __global__ void __launch_bounds__(256)
+st_k_pool_publish(const float *__restrict__ x, const int32_t *__restrict__ ids, const float *__restrict__ wts,
+                  int T, int64_t n_embd, int k, float *m_x, int32_t *m_ids, float *m_wts, int32_t *m_T,
+                  uint32_t *m_req, const uint32_t *__restrict__ d_step) {
+    st_pdl_enter();
+    const int64_t nx = (int64_t)T * n_embd;
+    for (int64_t i = threadIdx.x; i < nx; i += blockDim.x) m_x[i] = x[i];
+    for (int i = (int)threadIdx.x; i < T * k; i += (int)blockDim.x) {
+        m_ids[i] = ids[i];
+        m_wts[i] = wts[i];
+    }
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *(volatile int32_t *)m_T = T;
+        __threadfence_system();
+        st_st_release_sys(m_req, *d_step);
+    }
+}
+
+/* ~10 s at the H200's clocks: a pool that never answers flags an error instead of hanging */
+#define ST_POOL_TIMEOUT_CYCLES 20000000000LL
+
+/* One block: thread 0 waits for the pool's done word to reach the step (or the timeout, which
+ * sets *d_err and writes zeros), then the block copies the pool's rows out of mapped memory
+ * (volatile loads: every read goes to the host's memory). */
+static __global__ void __launch_bounds__(256)
+st_k_pool_wait(const uint32_t *m_done, const uint32_t *__restrict__ d_step, const float *m_out, int64_t n,
+               float *__restrict__ out, int32_t *d_err) {
+    st_pdl_enter();
+    __shared__ int ok;
+    if (threadIdx.x == 0) {
+        const uint32_t step = *d_step;
+        const long long t0 = clock64();
+        int good = 1;
+        while (st_ld_acquire_sys(m_done) != step) {
+            if (clock64() - t0 > ST_POOL_TIMEOUT_CYCLES) {
+                good = 0;
+                atomicExch(d_err, 1);
+                break;
+            }
+            __nanosleep(500);
+        }
+        __threadfence_system();
+        ok = good;
+    }
+    __syncthreads();
+    const volatile float *src = m_out;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = ok ? src[i] : 0.0f;
+}
+
+extern "C" strata_status st_cuda_pool_publish(const float *d_x, const int32_t *d_ids, const float *d_wts,
+                                              int64_t T, int64_t n_embd, int32_t k, float *m_x, int32_t *m_ids,
+                                              float *m_wts, int32_t *m_T, uint32_t *m_req,
+                                              const uint32_t *d_step, void *stream) {
+    static const char *fn = "st_cuda_pool_publish";
+    if (T < 0 || T > 65536 || n_embd < 1 || k < 1 || !d_x || !d_ids || !d_wts || !m_x || !m_ids || !m_wts ||
+        !m_T || !m_req || !d_step)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld, n_embd %lld, k %d or a NULL pointer", fn,
+                        (long long)T, (long long)n_embd, (int)k);
+    ST_TRY(st_cuda_require(fn));
+    st_launch(st_k_pool_publish, 1, 256, 0, (cudaStream_t)stream, d_x, d_ids, d_wts, (int)T, n_embd, (int)k,
+              m_x, m_ids, m_wts, m_T, m_req, d_step);
+    ST_CUDA_CHECK_LAUNCH("st_k_pool_publish");
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_pool_wait(const uint32_t *m_done, const uint32_t *d_step, const float *m_out,
+                                           int64_t n, float *d_out, int32_t *d_err, void *stream) {
+    static const char *fn = "st_cuda_pool_wait";
+    if (n < 0 || !m_done || !d_step || !m_out || !d_out || !d_err)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: n %lld or a NULL pointer", fn, (long long)n);
+    ST_TRY(st_cuda_require(fn));
+    st_launch(st_k_pool_wait, 1, 256, 0, (cudaStream_t)stream, m_done, d_step, m_out, n, d_out, d_err);
+    ST_CUDA_CHECK_LAUNCH("st_k_pool_wait");
+    return STRATA_OK;
+}
+
 /* Workspace sections (each 256-aligned). */
 struct st_moe_ws {
     int *n_groups;

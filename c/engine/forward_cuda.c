@@ -47,6 +47,7 @@ int64_t st_gpu_pinned_bytes(const strata_session *s) { (void)s; return 0; }
 #else
 
 #include "cuda_backend.h"
+#include "pool.h"
 #include "cuda_mmq.h"
 #include "cuda_mmv.h"
 #include "cuda_moe.h"
@@ -114,6 +115,15 @@ struct st_gpu {
     float *h_xn, *h_wts, *h_proj;         /* (T, n_embd), (T, k), (T, n_embd) */
     int32_t *h_ids;                       /* (T, k) */
     void *h_hand;                         /* the one allocation they share */
+    /* cuda_doorbell: decode-sized calls hand the CPU layers to the expert pool (pool.h) through
+     * host-mapped memory: a request record per CPU layer and its arrays (ST_POOL_T rows) */
+    st_expert_pool *pool;
+    st_doorbell_layer *db;                /* [n_pool] host view of the mapped block */
+    uint8_t *db_host, *db_dev;            /* the mapped block's host and device addresses */
+    int32_t n_pool;                       /* CPU layers (the first n_pool) */
+    uint32_t *d_step;                     /* device: the step number the kernels publish / await */
+    int32_t *d_err;                       /* device: set when the pool did not answer */
+    uint32_t *h_step;                     /* pinned staging of the step number */
     float *h_embd;                        /* (T, n_embd) pinned: a batch's embeddings on their way
                                              up (NULL: s->x, pageable) */
     size_t pinned_bytes;
@@ -315,6 +325,56 @@ static int st_gpu_layer_on_cpu(const strata_session *s, int il) {
     return s->n_cpu_moe < 0 || il < s->n_cpu_moe;
 }
 
+/* ---- the CPU expert pool behind a doorbell (cuda_doorbell) ------------------------------------- */
+
+#define ST_POOL_T 8 /* rows of a decode-sized call: the doorbell's arrays */
+
+/* The device address of a pointer into the mapped doorbell block. */
+static void *st_gpu_db_dev(const st_gpu *g, const void *host) {
+    return g->db_dev + ((const uint8_t *)host - g->db_host);
+}
+
+/* The mapped block (a record per CPU layer, then each layer's x, out, ids and wts for ST_POOL_T
+ * rows, 64-byte aligned), the step and error words, and the pool's threads over the CPU layers'
+ * expert views (the pinned copies when pin_experts made them). */
+static strata_status st_gpu_pool_create(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int32_t L = s->n_cpu_moe < 0 || s->n_cpu_moe > hp->n_layer ? hp->n_layer : s->n_cpu_moe;
+    const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
+    const size_t rec = st_round_up(sizeof(st_doorbell_layer) * (size_t)L, 64);
+    const size_t xb = st_round_up(sizeof(float) * R * E, 64), kb = st_round_up(sizeof(float) * R * K, 64);
+    const size_t per = 2 * xb + 2 * kb;
+    void *h = NULL, *d = NULL;
+    TRY(st_cuda_host_alloc_mapped(&h, &d, rec + per * (size_t)L));
+    g->db_host = h;
+    g->db_dev = d;
+    g->db = (st_doorbell_layer *)h;
+    g->n_pool = L;
+    for (int32_t l = 0; l < L; l++) {
+        uint8_t *base = (uint8_t *)h + rec + per * (size_t)l;
+        st_doorbell_layer *r = &g->db[l];
+        atomic_init(&r->req_seq, 0);
+        atomic_init(&r->done_seq, 0);
+        r->T = 0;
+        r->x = (float *)base;
+        r->out = (float *)(base + xb);
+        r->ids = (int32_t *)(base + 2 * xb);
+        r->wts = (float *)(base + 2 * xb + kb);
+    }
+    TRY(st_gpu_alloc((void **)&g->d_step, sizeof(uint32_t)));
+    TRY(st_gpu_alloc((void **)&g->d_err, sizeof(int32_t)));
+    TRY(st_cuda_memset(g->d_err, 0, sizeof(int32_t)));
+    TRY(st_cuda_host_alloc((void **)&g->h_step, sizeof(uint32_t)));
+    return st_pool_create(s->experts, L, hp->n_expert, hp->n_embd, hp->n_ff_exp, hp->n_expert_used,
+                          (int32_t)R, g->db, s->n_threads > 0 ? s->n_threads : 1, &g->pool);
+}
+
+/* Whether this call's CPU layers go to the pool: decode-sized, a pool, CPU layers. */
+static int st_gpu_pool_call(const strata_session *s, int64_t T) {
+    return s->gpu->pool && T <= ST_POOL_T;
+}
+
 static strata_status st_gpu_upload_layers(strata_session *s) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -470,6 +530,11 @@ void st_gpu_free(strata_session *s) {
             st_cuda_free(g->layers[il].experts);
             st_cuda_free(g->layers[il].shexp);
         }
+    st_pool_free(g->pool); /* its threads stop before the experts or the doorbell go */
+    st_cuda_host_free(g->db_host);
+    st_cuda_host_free(g->h_step);
+    st_cuda_free(g->d_step);
+    st_cuda_free(g->d_err);
     st_gpu_cache_free(g->cache);
     st_gpu_cache_free(g->stage);
     st_cuda_host_free(g->pinned);
@@ -554,6 +619,7 @@ strata_status st_gpu_create(strata_session *s) {
         g->h_proj = (float *)((uint8_t *)g->h_hand + a);
         g->h_wts = (float *)((uint8_t *)g->h_hand + 2 * a);
         g->h_ids = (int32_t *)((uint8_t *)g->h_hand + 2 * a + b);
+        if (s->cuda_doorbell) TRY(st_gpu_pool_create(s));
     }
     if (s->expert_cache != 0) {
         int32_t slots = s->expert_cache;
@@ -920,7 +986,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             int staged = 0;
             int ids_down = 0; /* the routing is in s->ids (host) */
             int handed = 0;   /* a CPU layer's rows, routing and weights are in the pinned h_ rows */
-            if (st_gpu_layer_on_cpu(s, il) && g->stage) {
+            if (st_gpu_layer_on_cpu(s, il) && g->stage && !st_gpu_pool_call(s, T)) {
                 if (s->stage_experts > 0) {
                     staged = tn >= s->stage_experts;
                 } else { /* auto: the routing down, then the cost model on this batch */
@@ -1002,7 +1068,21 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                     TRY(st_gpu_cache_prefetch(s, g->cache, il + 1, g->h_pf_ids, tn * K, g->stream));
                 }
             }
-            if (cpu_layer) { /* experts in RAM: rows and routing down (pinned, async, one wait),
+            if (cpu_layer && st_gpu_pool_call(s, T)) {
+                /* the expert pool (cuda_doorbell): the rows and routing published into the
+                 * layer's mapped request, the pool's rows awaited on the device and copied into
+                 * g->proj; the host goes on enqueueing (il < n_pool: the CPU layers come first) */
+                st_doorbell_layer *r = &g->db[il];
+                TRY(st_cuda_pool_publish(g->xn, g->ids, g->wts, tn, E, K, st_gpu_db_dev(g, r->x),
+                                         st_gpu_db_dev(g, r->ids), st_gpu_db_dev(g, r->wts),
+                                         st_gpu_db_dev(g, &r->T), st_gpu_db_dev(g, &r->req_seq), g->d_step,
+                                         g->stream));
+                TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out),
+                                      tn * E, g->proj, g->d_err, g->stream));
+                s->pcie_bytes += (int64_t)(2 * sizeof(float) * (size_t)(tn * E) +
+                                           (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
+                if (g->stage) s->cpu_batches++; /* as the staging decision counts a CPU batch */
+            } else if (cpu_layer) { /* experts in RAM: rows and routing down (pinned, async, one wait),
                               * the CPU's step, the result up (async: the stream's next kernels
                               * wait for it; the next hand-off's wait covers it before h_proj is
                               * written again) */
@@ -1157,6 +1237,12 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
      * starts, and the next kernel's blocks then hold SM room while a many-wave grid still runs. */
     st_cuda_set_pdl(s->cuda_pdl == 2 || (s->cuda_pdl == 1 && T <= ST_GPU_COLS));
     st_prof_start(s);
+    /* the expert pool serves this call's CPU layers: the step announced, its number up */
+    const int pool = st_gpu_pool_call(s, T);
+    if (pool) {
+        *g->h_step = st_pool_step(g->pool);
+        TRY(st_cuda_memcpy_async(g->d_step, g->h_step, sizeof(uint32_t), 1, g->stream));
+    }
     /* embeddings on the CPU, as forward.c, then up from pinned memory */
     float *emb = g->h_embd ? g->h_embd : s->x;
     st_embed_tokens(s, tokens, T, emb);
@@ -1200,6 +1286,15 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     else if (s->want_argmax) TRY(st_gpu_output_argmax(s, T - 1, s->argmax_out));
     else if (s->want_topk) TRY(st_gpu_output_topk(s, T - 1));
     else TRY(st_cuda_synchronize());
+    if (pool) { /* a pool that never answered: the stream went on with zeros, so say so */
+        int32_t err = 0;
+        TRY(st_cuda_memcpy_d2h(&err, g->d_err, sizeof err));
+        if (err) {
+            TRY(st_cuda_memset(g->d_err, 0, sizeof err));
+            return st_error(STRATA_ERR_BACKEND, "gpu session: the CPU expert pool did not answer a "
+                            "layer's request within ~10 s (cuda_doorbell)");
+        }
+    }
     st_prof_mark(s, STRATA_PHASE_OUTPUT);
     s->n_past += (int32_t)T;
     return STRATA_OK;

@@ -196,6 +196,10 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_INVALID_ARG, "ram_budget with a CUDA session needs expert_cache "
                         "(--expert-cache) or n_cpu_moe (--cpu-moe, --n-cpu-moe): else every routed "
                         "expert is on the GPU");
+    if (ram_gpu && p.cuda_doorbell)
+        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: cuda_doorbell's "
+                        "expert pool reads every CPU layer's experts from RAM, not the tier's "
+                        "slots; leave it off");
     if (ram_gpu && (p.pin_experts == 1 || p.gpu_prefetch || p.cpu_misses || p.stage_experts > 0))
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: pin_experts 1, "
                         "gpu_prefetch, cpu_misses and stage_experts read experts outside the RAM "
@@ -218,6 +222,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc >= 2 ? 2 : p.attn_tc != 0;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.pin_experts : 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
+    s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && p.n_cpu_moe != 0 && p.cuda_doorbell != 0;
     s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.cpu_misses != 0;
     s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
     s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
@@ -519,7 +524,7 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         if (s->backend == STRATA_BACKEND_CUDA) {
             /* layers whose experts the CPU computes: the pool's workers spin through the GPU's
              * part of each layer instead of sleeping and waking (bench/bench_pool_gap) */
-            const int hold = s->n_cpu_moe != 0 || s->cpu_misses;
+            const int hold = (s->n_cpu_moe != 0 && !(s->cuda_doorbell && T <= 8)) || s->cpu_misses;
             if (hold) st_threadpool_hold(s->tp, 1);
             strata_status st = st_gpu_forward_batch(s, tokens + off, T, lg, all_logits);
             if (hold) st_threadpool_hold(s->tp, 0);

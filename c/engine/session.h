@@ -38,6 +38,8 @@ struct strata_session {
     int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory (1; -1:
                                    when they fit in the available RAM with room to spare) */
     int gpu_prefetch;           /* GPU: next-layer experts prefetched into cache slots */
+    int cuda_doorbell;          /* GPU with n_cpu_moe: decode-sized calls feed the CPU layers'
+                                   experts to the expert pool through host-mapped memory */
     int cpu_misses;             /* GPU cache: misses loaded or computed by the CPU (cost model) */
     float pcie_frac;            /* < 0: the cost model; 0..1: the share of misses loaded */
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */

@@ -58,9 +58,15 @@ static void *st_pool_main(void *arg) {
         const uint32_t s = p->served + 1;
         pthread_mutex_unlock(&p->mu);
         if (stop) return NULL;
+        /* the workers spin through the producer's part of each layer instead of sleeping and
+         * waking (bench/bench_pool_gap), for the step's duration */
+        st_threadpool_hold(p->tp, 1);
         for (int32_t l = 0; l < p->n_layer; l++) {
             st_doorbell_layer *d = &p->db[l];
-            if (!st_pool_wait_request(p, d, s)) return NULL;
+            if (!st_pool_wait_request(p, d, s)) {
+                st_threadpool_hold(p->tp, 0);
+                return NULL;
+            }
             const int64_t T = d->T;
             if (T > 0 && T <= p->max_T) {
                 const double t0 = st_pool_now();
@@ -71,6 +77,7 @@ static void *st_pool_main(void *arg) {
             }
             atomic_store_explicit(&d->done_seq, s, memory_order_release);
         }
+        st_threadpool_hold(p->tp, 0);
         pthread_mutex_lock(&p->mu);
         p->served = s;
         pthread_mutex_unlock(&p->mu);

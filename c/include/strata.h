@@ -570,6 +570,13 @@ typedef struct strata_session_params {
                              this layer computes (STRATA_PIPE, --pipe); same results */
     strata_progress_fn progress;  /* NULL (default): no progress reports */
     void *progress_data;          /* passed to progress */
+    int cuda_doorbell;    /* CUDA sessions with n_cpu_moe: in decode-sized calls (up to 8 tokens)
+                             the CPU layers' experts are computed by a pool of CPU threads that
+                             the GPU feeds through host-mapped memory (c/experts/pool.h): the GPU
+                             publishes a layer's rows and routing and waits on the device for the
+                             pool's flag, so the host no longer waits for each CPU layer. Same
+                             results, bit for bit. Not with ram_budget. 0 (default): the host
+                             hands each CPU layer over (STRATA_DOORBELL, --doorbell) */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,

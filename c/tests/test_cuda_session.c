@@ -41,6 +41,7 @@ static int g_cpu_misses = 0;               /* cpu_misses / pcie_frac of the next
 static float g_pcie_frac = -1.0f;
 static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the default, auto) */
 static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
+static int g_doorbell = 0;                 /* cuda_doorbell of the next sessions */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -57,6 +58,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.pcie_frac = g_pcie_frac;
     sp.attn_tc = g_attn_tc;
     sp.ram_budget = g_ram;
+    sp.cuda_doorbell = g_doorbell;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -162,6 +164,54 @@ static int greedy(const strata_model *m, strata_backend_kind be, const strata_to
     free(lg);
     strata_session_free(s);
     return st == STRATA_OK;
+}
+
+/* cuda_doorbell: with the experts of every layer (--cpu-moe) or of the first 3 on the CPU, the
+ * decode steps and a 5-token window hand those layers to the expert pool through host-mapped
+ * memory (the GPU publishes and waits on the device); the prompt batch keeps the host's hand-off.
+ * Every logit equals the host hand-off's, bit for bit (the same st_moe_ffn on the same rows), and
+ * the pool's rows show in the stats. */
+static void test_doorbell(const strata_model *m, const strata_token *p, int64_t np, int32_t V) {
+    for (int v = 0; v < 2; v++) {
+        const int ncm = v == 0 ? -1 : 3;
+        float *lg[2];
+        int ok = 1;
+        int64_t rows_cpu[2] = {0, 0};
+        for (int db = 0; db < 2; db++) {
+            g_cpu_moe = ncm;
+            g_doorbell = db;
+            strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 512, 512);
+            g_cpu_moe = g_doorbell = 0;
+            lg[db] = malloc(sizeof(float) * (size_t)V * 30);
+            if (!s || !lg[db]) { ok = 0; strata_session_free(s); continue; }
+            strata_status st = strata_session_decode(s, p, np, lg[db], 0);
+            strata_token t = 0;
+            for (int i = 0; i < 24 && st == STRATA_OK; i++) {
+                t = argmax(lg[db] + (size_t)i * (size_t)V, V);
+                st = strata_session_decode(s, &t, 1, lg[db] + (size_t)(i + 1) * (size_t)V, 0);
+            }
+            if (st == STRATA_OK) { /* a window of 5: the pool's T = 5 */
+                strata_token w[5] = {t, 7, 11, 13, 17};
+                st = strata_session_decode(s, w, 5, lg[db] + (size_t)25 * (size_t)V, 1);
+            }
+            strata_session_stats ss;
+            memset(&ss, 0, sizeof ss);
+            if (st == STRATA_OK) st = strata_session_get_stats(s, &ss);
+            rows_cpu[db] = ss.expert_slots_cpu;
+            CHECK(st == STRATA_OK, "doorbell %d, n_cpu_moe %d: %s", db, ncm, strata_last_error());
+            ok = ok && st == STRATA_OK;
+            strata_session_free(s);
+        }
+        const int same = ok && !memcmp(lg[0], lg[1], sizeof(float) * (size_t)V * 30);
+        printf("cuda_doorbell, n_cpu_moe %d: 24 decode steps and a 5-token window %s the host hand-off "
+               "(CPU slot-rows %lld / %lld)\n", ncm, same ? "bit-identical to" : "DIFFER from",
+               (long long)rows_cpu[0], (long long)rows_cpu[1]);
+        CHECK(same, "cuda_doorbell, n_cpu_moe %d: logits differ from the host hand-off", ncm);
+        CHECK(ok && rows_cpu[0] == rows_cpu[1] && rows_cpu[1] > 0, "cuda_doorbell: CPU slot-rows %lld vs %lld",
+              (long long)rows_cpu[0], (long long)rows_cpu[1]);
+        free(lg[0]);
+        free(lg[1]);
+    }
 }
 
 /* CUDA graphs: 40 decode steps replayed as graphs give the bits of the plain launches. The steps
@@ -333,6 +383,7 @@ static void test_default_model(void) {
         strata_session_free(tb);
     }
     test_graphs(m, toks, 12, V);
+    test_doorbell(m, toks, 12, V);
 
     /* the GPU expert cache: every routed expert demand-loaded into one of 32 or 40 slots (the
      * model has 6 x 32): the same bits as all resident (placement invariance) */

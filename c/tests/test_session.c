@@ -487,6 +487,13 @@ static void test_ram_budget(void) {
     sp.gpu_prefetch = 1;
     CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_UNSUPPORTED && !s,
           "ram_budget with GPU prefetch refused: %s", strata_last_error());
+    sp.gpu_prefetch = 0;
+    sp.expert_cache = 0;
+    sp.n_cpu_moe = -1;
+    sp.cuda_doorbell = 1;
+    CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_UNSUPPORTED && !s &&
+              strstr(strata_last_error(), "cuda_doorbell") != NULL,
+          "ram_budget with the doorbell's expert pool refused: %s", strata_last_error());
     free(ref);
     free(got);
     free(piped);

@@ -60,7 +60,9 @@ class Model:
     attn_tc (prompt attention on the tensor cores: True (single f16 operands), False
     (FMA units), "split" or "auto", the default: tensor cores with hi + lo f16 operands), pin_experts (experts kept in RAM
     copied into pinned memory: True, False, or "auto", the default: when RAM allows), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
-    pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share); CPU sessions
+    pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share), doorbell
+    (with n_cpu_moe: decode steps feed the CPU layers to a pool of CPU threads through host-mapped
+    memory, docs/EXPERTS.md); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
 
@@ -72,7 +74,8 @@ class Model:
                  pipe: bool = False, cuda_graphs: bool = True, cuda_pdl="auto", n_cpu_moe: int = 0,
                  stage_experts="auto", expert_cache=0, gpu_mem: int = 0,
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
-                 gpu_prefetch: bool = False, cpu_misses: bool = False, pcie_frac: float = -1.0):
+                 gpu_prefetch: bool = False, cpu_misses: bool = False, pcie_frac: float = -1.0,
+                 doorbell: bool = False):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
@@ -110,6 +113,7 @@ class Model:
         else:
             self.pin_experts = int(bool(pin_experts))
         self.cpu_pin, self.gpu_prefetch = bool(cpu_pin), bool(gpu_prefetch)
+        self.doorbell = bool(doorbell)
         self.cpu_misses, self.pcie_frac = bool(cpu_misses or pcie_frac >= 0), float(pcie_frac)
         if stage_experts == "auto":
             stage_experts = -1
@@ -256,6 +260,7 @@ class Model:
         sp.cuda_pdl = self.cuda_pdl
         sp.pin_experts, sp.cpu_pin, sp.gpu_prefetch = self.pin_experts, int(self.cpu_pin), int(self.gpu_prefetch)
         sp.cpu_misses, sp.pcie_frac = int(self.cpu_misses), self.pcie_frac
+        sp.cuda_doorbell = int(self.doorbell)
         sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),
