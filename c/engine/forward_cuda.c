@@ -124,6 +124,7 @@ struct st_gpu {
     uint32_t *d_step;                     /* device: the step number the kernels publish / await */
     int32_t *d_err;                       /* device: set when the pool did not answer */
     uint32_t *h_step;                     /* pinned staging of the step number */
+    int pool_open;                        /* this call announced *h_step to the pool */
     float *h_embd;                        /* (T, n_embd) pinned: a batch's embeddings on their way
                                              up (NULL: s->x, pageable) */
     size_t pinned_bytes;
@@ -1225,8 +1226,23 @@ static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata
     return STRATA_OK;
 }
 
+static strata_status st_gpu_forward_go(strata_session *s, const strata_token *tokens, int64_t T,
+                                       float *logits, int all);
+
 strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
                                    float *logits, int all) {
+    st_gpu *g = s->gpu;
+    g->pool_open = 0;
+    const strata_status st = st_gpu_forward_go(s, tokens, T, logits, all);
+    /* a call that failed after announcing a step to the expert pool: the layers it did not
+     * publish are published empty, so the pool is not left waiting for them (st_pool_abandon) */
+    if (st != STRATA_OK && g->pool_open) st_pool_abandon(g->pool, *g->h_step);
+    g->pool_open = 0;
+    return st;
+}
+
+static strata_status st_gpu_forward_go(strata_session *s, const strata_token *tokens, int64_t T,
+                                       float *logits, int all) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
@@ -1241,6 +1257,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     const int pool = st_gpu_pool_call(s, T);
     if (pool) {
         *g->h_step = st_pool_step(g->pool);
+        g->pool_open = 1;
         TRY(st_cuda_memcpy_async(g->d_step, g->h_step, sizeof(uint32_t), 1, g->stream));
     }
     /* embeddings on the CPU, as forward.c, then up from pinned memory */

@@ -148,6 +148,16 @@ uint32_t st_pool_step(st_expert_pool *p) {
     return s;
 }
 
+void st_pool_abandon(st_expert_pool *p, uint32_t step) {
+    if (!p) return;
+    for (int32_t l = 0; l < p->n_layer; l++) {
+        st_doorbell_layer *d = &p->db[l];
+        if (atomic_load_explicit(&d->req_seq, memory_order_acquire) == step) continue;
+        d->T = 0;
+        atomic_store_explicit(&d->req_seq, step, memory_order_release);
+    }
+}
+
 void st_pool_counters(const st_expert_pool *p, int64_t *rows, double *seconds) {
     /* read after the producer saw the last done flag (acquire), so the plain fields are current */
     if (rows) *rows = p ? p->rows : 0;

@@ -57,6 +57,12 @@ void st_pool_free(st_expert_pool *p);
  * the step number the producer must use. */
 uint32_t st_pool_step(st_expert_pool *p);
 
+/* For a producer that failed in the middle of step `step`: publishes every layer of it not yet
+ * published as an empty request (T = 0), so the pool finishes the step and serves the next ones.
+ * Whatever the producer still publishes for that step may be ignored; its results are not to be
+ * used. */
+void st_pool_abandon(st_expert_pool *p, uint32_t step);
+
 /* Rows computed and seconds spent computing since create. */
 void st_pool_counters(const st_expert_pool *p, int64_t *rows, double *seconds);
 

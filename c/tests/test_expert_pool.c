@@ -44,7 +44,8 @@ static st_tensor view(const uint8_t *data, int64_t cols, int64_t rows) {
 
 static void on_alarm(int sig) {
     (void)sig;
-    static const char msg[] = "FAIL test_expert_pool: st_pool_free hung on a step whose requests never came\n";
+    static const char msg[] = "FAIL test_expert_pool: hung (an abandoned step left unfinished, or st_pool_free "
+                              "on a step whose requests never came)\n";
     if (write(2, msg, sizeof msg - 1) < 0) _exit(1);
     _exit(1);
 }
@@ -115,14 +116,40 @@ int main(void) {
     }
     CHECK(same, "%d steps x %d layers: pool output bit-identical to st_moe_ffn", steps, L);
     CHECK(empty > 0, "empty layers (T = 0) were exercised (%d)", empty);
+    signal(SIGALRM, on_alarm); /* from here on a hang fails the test */
+    alarm(60);
     int64_t prow = 0;
     double psec = 0;
     st_pool_counters(pool, &prow, &psec);
     CHECK(prow == rows, "rows counted: %lld of %lld", (long long)prow, (long long)rows);
+    /* a producer that fails after publishing one layer of a step: st_pool_abandon finishes the
+     * step (the other layers empty), and the next step is served as usual, bit for bit */
+    if (pool) {
+        const uint32_t sa = st_pool_step(pool);
+        db[0].T = 0;
+        atomic_store_explicit(&db[0].req_seq, sa, memory_order_release);
+        wait_done(&db[0], sa);
+        st_pool_abandon(pool, sa);
+        for (int l = 0; l < L; l++) wait_done(&db[l], sa); /* hangs (the alarm below) if not */
+        const uint32_t sb = st_pool_step(pool);
+        int next_same = 1;
+        for (int l = 0; l < L; l++) {
+            st_doorbell_layer *d = &db[l];
+            d->T = 2;
+            for (int i = 0; i < 2 * E; i++) d->x[i] = test_rng_float(&r);
+            for (int j = 0; j < 2 * K; j++) {
+                d->ids[j] = (int32_t)((j * 7 + l) % X);
+                d->wts[j] = 0.25f;
+            }
+            atomic_store_explicit(&d->req_seq, sb, memory_order_release);
+            wait_done(d, sb);
+            st_moe_ffn(NULL, experts + l * X, X, d->x, 2, d->ids, d->wts, K, ref, ws);
+            next_same &= memcmp(ref, d->out, sizeof(float) * 2 * E) == 0;
+        }
+        CHECK(next_same, "after an abandoned step the next step's output is st_moe_ffn's");
+    }
     /* a step announced whose requests never come: freeing must not hang (an alarm fails it) */
     if (pool) st_pool_step(pool);
-    signal(SIGALRM, on_alarm);
-    alarm(30);
     st_pool_free(pool);
     alarm(0);
     free(ref); free(ws);
