@@ -18,6 +18,26 @@
 
 static int64_t st_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* Bytes of split-K partials per chunk of a call of T tokens: (acc[head_dim], max, sum) a row. */
+static size_t st_attn_part_bytes(const st_cuda_attn_shape *s, int64_t T) {
+    return (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+}
+
+/* The split of np positions every plan makes: n chunks wanted, cut to chunks of at least
+ * min_chunk positions, to ST_ATTN_MAX_CHUNKS and to what ws_cap holds of per_chunk-byte partials
+ * (one pass below two), each chunk a multiple of tile positions. Returns the chunk length; the
+ * chunk count is cdiv(np, chunk). */
+static int64_t st_attn_split(int64_t n, int64_t np, int64_t min_chunk, int64_t tile, size_t per_chunk,
+                             size_t ws_cap) {
+    if (n > st_cdiv(np, min_chunk)) n = st_cdiv(np, min_chunk);
+    if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
+    if (n < 1) n = 1;
+    if (n > 1 && (size_t)n * per_chunk > ws_cap) n = (int64_t)(ws_cap / per_chunk);
+    if (n < 2) n = 1;
+    const int64_t chunk = st_cdiv(st_cdiv(np, n), tile) * tile;
+    return chunk < tile ? tile : chunk;
+}
+
 /* ---- KV store ------------------------------------------------------------------------------- */
 
 /* dst [n_kv][n_ctx][dim] at positions pos0.. (d_pos[0].. when d_pos) <- src rows (token t at src + t*ld, [n_kv][dim]). */
@@ -701,15 +721,9 @@ st_k_attn_tc(const st_attn_args a) {
  * chunks of at least ST_ATTN_TC_MIN_CHUNK positions for about 2 blocks an SM, within ws_cap. */
 static int st_attn_tc_chunks(int64_t blocks, int64_t np, int64_t T, const st_cuda_attn_shape *s,
                              size_t ws_cap, int sm_count, int64_t *chunk_out) {
-    int64_t n = blocks >= sm_count ? 1 : st_cdiv(2 * (int64_t)sm_count, blocks);
-    if (n > st_cdiv(np, ST_ATTN_TC_MIN_CHUNK)) n = st_cdiv(np, ST_ATTN_TC_MIN_CHUNK);
-    if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
-    const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
-    if (n > 1 && (size_t)n * per_chunk > ws_cap) n = (int64_t)(ws_cap / per_chunk);
-    if (n < 2) n = 1;
-    const int64_t chunk = n == 1 ? np : st_cdiv(st_cdiv(np, n), ST_ATTN_TC_BN) * ST_ATTN_TC_BN;
-    *chunk_out = chunk;
-    return (int)st_cdiv(np, chunk);
+    const int64_t n = blocks >= sm_count ? 1 : st_cdiv(2 * (int64_t)sm_count, blocks);
+    *chunk_out = st_attn_split(n, np, ST_ATTN_TC_MIN_CHUNK, ST_ATTN_TC_BN, st_attn_part_bytes(s, T), ws_cap);
+    return (int)st_cdiv(np, *chunk_out);
 }
 
 template <int HD>
@@ -760,15 +774,9 @@ st_attn_plan st_attn_make_plan(const st_cuda_attn_shape *s, int64_t T, int64_t n
     if (sm_count < 1) sm_count = 132;
     const int64_t base = (int64_t)pl.n_rg * s->n_head_kv;
     const int64_t target = target_blocks > 0 ? target_blocks : 4 * (int64_t)sm_count;
-    int64_t n = (target_blocks <= 0 && base >= 2 * (int64_t)sm_count) ? 1 : st_cdiv(target, base);
-    n = n < st_cdiv(np, ST_ATTN_MIN_CHUNK) ? n : st_cdiv(np, ST_ATTN_MIN_CHUNK);
-    if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
-    if (n < 1) n = 1;
-    const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
-    if (n > 1 && (size_t)n * per_chunk > ws_cap) n = (int64_t)(ws_cap / per_chunk);
-    if (n < 2) n = 1;
-    int64_t chunk = st_cdiv(st_cdiv(np, n), ST_ATTN_TILE) * ST_ATTN_TILE;
-    if (chunk < ST_ATTN_TILE) chunk = ST_ATTN_TILE;
+    const int64_t n = (target_blocks <= 0 && base >= 2 * (int64_t)sm_count) ? 1 : st_cdiv(target, base);
+    const size_t per_chunk = st_attn_part_bytes(s, T);
+    const int64_t chunk = st_attn_split(n, np, ST_ATTN_MIN_CHUNK, ST_ATTN_TILE, per_chunk, ws_cap);
     /* positions never exceed INT_MAX here (n_ctx is checked), so chunk fits an int */
     pl.chunk = (int)chunk;
     pl.n_chunks = (int)st_cdiv(np, chunk);
@@ -894,7 +902,7 @@ extern "C" size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int
     int64_t n = base >= 2 * (int64_t)sm ? 1 : st_cdiv(4 * (int64_t)sm, base);
     if (n > st_cdiv(n_ctx, ST_ATTN_MIN_CHUNK)) n = st_cdiv(n_ctx, ST_ATTN_MIN_CHUNK);
     if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
-    const size_t per_tok = (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+    const size_t per_tok = st_attn_part_bytes(s, 1);
     size_t need = n < 2 ? 0 : (size_t)n * (size_t)T * per_tok;
     /* the tensor-core kernel at any batch of up to T tokens (its chunks grow as batches shrink) */
     if (s->tc != 0 && (s->head_dim == 64 || s->head_dim == 128))
@@ -956,13 +964,9 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
                                            s->tc != 0));
     st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
     if (dec) { /* chunks of at least 256 positions, about 4 blocks per SM */
-        const size_t per_chunk = (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
-        int64_t n = st_cdiv(4 * (int64_t)st_attn_sm_count(), s->n_head_kv);
-        if (n > st_cdiv(np, ST_ATTN_DEC_CHUNK)) n = st_cdiv(np, ST_ATTN_DEC_CHUNK);
-        if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
-        if (n > 1 && (size_t)n * per_chunk > ws_bytes) n = (int64_t)(ws_bytes / per_chunk);
-        if (n < 2) n = 1;
-        const int64_t chunk = st_cdiv(st_cdiv(np, n), ST_ATTN_TILE) * ST_ATTN_TILE;
+        const size_t per_chunk = st_attn_part_bytes(s, T);
+        const int64_t chunk = st_attn_split(st_cdiv(4 * (int64_t)st_attn_sm_count(), s->n_head_kv), np,
+                                            ST_ATTN_DEC_CHUNK, ST_ATTN_TILE, per_chunk, ws_bytes);
         pl.rpw = 0; /* marks the decode kernel */
         pl.n_rg = 1;
         pl.chunk = (int)chunk;
@@ -997,8 +1001,7 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
         pl.rpw = 16; /* marks the tensor-core kernel */
         pl.n_rg = (int)st_cdiv(T * G, ST_ATTN_TC_BM);
         pl.smem = st_attn_tc_smem(s->head_dim);
-        pl.ws_bytes = pl.n_chunks > 1 ? (size_t)pl.n_chunks * (size_t)T * (size_t)s->n_head *
-                                            (size_t)(s->head_dim + 2) * sizeof(float) : 0;
+        pl.ws_bytes = pl.n_chunks > 1 ? (size_t)pl.n_chunks * st_attn_part_bytes(s, T) : 0;
         if (plan_out) *plan_out = pl;
         a.chunk = pl.chunk;
         a.n_chunks = pl.n_chunks;

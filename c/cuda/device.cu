@@ -176,33 +176,31 @@ extern "C" strata_status st_cuda_malloc(void **dptr, size_t bytes) {
     return STRATA_OK;
 }
 
-extern "C" strata_status st_cuda_host_alloc(void **hptr, size_t bytes) {
-    if (!hptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_host_alloc: NULL hptr");
+/* cudaHostAlloc with flags; NOMEM (naming fn) when the system refuses. */
+static strata_status st_host_alloc_flags(const char *fn, void **hptr, size_t bytes, unsigned flags) {
     *hptr = NULL;
-    ST_TRY(st_cuda_require("st_cuda_host_alloc"));
-    cudaError_t e = cudaHostAlloc(hptr, bytes ? bytes : 1, cudaHostAllocDefault);
+    ST_TRY(st_cuda_require(fn));
+    cudaError_t e = cudaHostAlloc(hptr, bytes ? bytes : 1, flags);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         *hptr = NULL;
-        return st_error(STRATA_ERR_NOMEM, "st_cuda_host_alloc: %zu bytes of pinned host memory: %s",
-                        bytes, cudaGetErrorString(e));
+        return st_error(STRATA_ERR_NOMEM, "%s: %zu bytes of %s host memory: %s", fn, bytes,
+                        flags & cudaHostAllocMapped ? "mapped" : "pinned", cudaGetErrorString(e));
     }
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_host_alloc(void **hptr, size_t bytes) {
+    if (!hptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_host_alloc: NULL hptr");
+    return st_host_alloc_flags("st_cuda_host_alloc", hptr, bytes, cudaHostAllocDefault);
+}
+
 extern "C" strata_status st_cuda_host_alloc_mapped(void **hptr, void **dptr, size_t bytes) {
     if (!hptr || !dptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_host_alloc_mapped: NULL pointer");
-    *hptr = *dptr = NULL;
-    ST_TRY(st_cuda_require("st_cuda_host_alloc_mapped"));
-    cudaError_t e = cudaHostAlloc(hptr, bytes ? bytes : 1, cudaHostAllocMapped);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        *hptr = NULL;
-        return st_error(STRATA_ERR_NOMEM, "st_cuda_host_alloc_mapped: %zu bytes of mapped host memory: %s",
-                        bytes, cudaGetErrorString(e));
-    }
+    *dptr = NULL;
+    ST_TRY(st_host_alloc_flags("st_cuda_host_alloc_mapped", hptr, bytes, cudaHostAllocMapped));
     memset(*hptr, 0, bytes ? bytes : 1);
-    e = cudaHostGetDevicePointer(dptr, *hptr, 0);
+    const cudaError_t e = cudaHostGetDevicePointer(dptr, *hptr, 0);
     if (e != cudaSuccess) {
         (void)cudaFreeHost(*hptr);
         *hptr = *dptr = NULL;

@@ -109,7 +109,6 @@ st_k_mmv_f_split(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__re
         }
         y[(int64_t)c * nrows + row] = w1 ? st_mmv_silu(sa) * sb : sa;
     }
-    (void)nrows;
 }
 
 /* ---- launch --------------------------------------------------------------------------------- */

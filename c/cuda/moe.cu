@@ -535,17 +535,9 @@ extern "C" strata_status st_cuda_doorbell_alloc(st_cuda_doorbell *db, int64_t ma
     if (max_tokens < 1 || k < 1)
         return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_doorbell_alloc: max_tokens %lld, k %d",
                         (long long)max_tokens, (int)k);
-    ST_TRY(st_cuda_require("st_cuda_doorbell_alloc"));
     const size_t n = (size_t)max_tokens * (size_t)k;
-    void *h = NULL;
-    ST_CUDA_CHECK(cudaHostAlloc(&h, n * (sizeof(int32_t) + sizeof(float)), cudaHostAllocMapped));
-    memset(h, 0, n * (sizeof(int32_t) + sizeof(float)));
-    void *d = NULL;
-    cudaError_t e = cudaHostGetDevicePointer(&d, h, 0);
-    if (e != cudaSuccess) {
-        (void)cudaFreeHost(h);
-        ST_CUDA_CHECK(e);
-    }
+    void *h = NULL, *d = NULL;
+    ST_TRY(st_cuda_host_alloc_mapped(&h, &d, n * (sizeof(int32_t) + sizeof(float))));
     db->h_ids = (int32_t *)h;
     db->h_wts = (float *)((int32_t *)h + n);
     db->d_ids = (int32_t *)d;
@@ -559,8 +551,7 @@ extern "C" strata_status st_cuda_doorbell_free(st_cuda_doorbell *db) {
     if (!db || !db->h_ids) return STRATA_OK;
     void *h = db->h_ids;
     memset(db, 0, sizeof *db);
-    ST_CUDA_CHECK(cudaFreeHost(h));
-    return STRATA_OK;
+    return st_cuda_host_free(h);
 }
 
 /* ---- entry points ---------------------------------------------------------------------------- */

@@ -43,6 +43,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
 size_t st_gpu_weight_bytes(const strata_session *s) { (void)s; return 0; }
 st_gpu_cache *st_gpu_get_cache(const strata_session *s) { (void)s; return NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { (void)s; return 0; }
+int st_gpu_pool_serves(const strata_session *s, int64_t T) { (void)s; (void)T; return 0; }
 
 #else
 
@@ -118,9 +119,8 @@ struct st_gpu {
     /* cuda_doorbell: decode-sized calls hand the CPU layers to the expert pool (pool.h) through
      * host-mapped memory: a request record per CPU layer and its arrays (ST_POOL_T rows) */
     st_expert_pool *pool;
-    st_doorbell_layer *db;                /* [n_pool] host view of the mapped block */
+    st_doorbell_layer *db;                /* [CPU layers] host view of the mapped block */
     uint8_t *db_host, *db_dev;            /* the mapped block's host and device addresses */
-    int32_t n_pool;                       /* CPU layers (the first n_pool) */
     uint32_t *d_step;                     /* device: the step number the kernels publish / await */
     int32_t *d_err;                       /* device: set when the pool did not answer */
     uint32_t *h_step;                     /* pinned staging of the step number */
@@ -351,7 +351,6 @@ static strata_status st_gpu_pool_create(strata_session *s) {
     g->db_host = h;
     g->db_dev = d;
     g->db = (st_doorbell_layer *)h;
-    g->n_pool = L;
     for (int32_t l = 0; l < L; l++) {
         uint8_t *base = (uint8_t *)h + rec + per * (size_t)l;
         st_doorbell_layer *r = &g->db[l];
@@ -371,10 +370,12 @@ static strata_status st_gpu_pool_create(strata_session *s) {
                           (int32_t)R, g->db, s->n_threads > 0 ? s->n_threads : 1, &g->pool);
 }
 
-/* Whether this call's CPU layers go to the pool: decode-sized, a pool, CPU layers. */
+/* Whether a call of T tokens hands its CPU layers to the pool: a pool, and decode-sized. */
 static int st_gpu_pool_call(const strata_session *s, int64_t T) {
     return s->gpu->pool && T <= ST_POOL_T;
 }
+
+int st_gpu_pool_serves(const strata_session *s, int64_t T) { return s->gpu && st_gpu_pool_call(s, T); }
 
 static strata_status st_gpu_upload_layers(strata_session *s) {
     const strata_model *m = s->model;
@@ -1072,7 +1073,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             if (cpu_layer && st_gpu_pool_call(s, T)) {
                 /* the expert pool (cuda_doorbell): the rows and routing published into the
                  * layer's mapped request, the pool's rows awaited on the device and copied into
-                 * g->proj; the host goes on enqueueing (il < n_pool: the CPU layers come first) */
+                 * g->proj; the host goes on enqueueing (the CPU layers are the first ones: db[il]) */
                 st_doorbell_layer *r = &g->db[il];
                 TRY(st_cuda_pool_publish(g->xn, g->ids, g->wts, tn, E, K, st_gpu_db_dev(g, r->x),
                                          st_gpu_db_dev(g, r->ids), st_gpu_db_dev(g, r->wts),

@@ -524,7 +524,7 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         if (s->backend == STRATA_BACKEND_CUDA) {
             /* layers whose experts the CPU computes: the pool's workers spin through the GPU's
              * part of each layer instead of sleeping and waking (bench/bench_pool_gap) */
-            const int hold = (s->n_cpu_moe != 0 && !(s->cuda_doorbell && T <= 8)) || s->cpu_misses;
+            const int hold = (s->n_cpu_moe != 0 && !st_gpu_pool_serves(s, T)) || s->cpu_misses;
             if (hold) st_threadpool_hold(s->tp, 1);
             strata_status st = st_gpu_forward_batch(s, tokens + off, T, lg, all_logits);
             if (hold) st_threadpool_hold(s->tp, 0);

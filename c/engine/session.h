@@ -188,6 +188,9 @@ void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits,
 st_gpu_cache *st_gpu_get_cache(const strata_session *s);
 /* Bytes of the pinned copy of the experts kept in RAM (pin_experts), 0 without one. */
 int64_t st_gpu_pinned_bytes(const strata_session *s);
+/* 1 when a GPU call of T tokens hands its CPU layers to the expert pool (cuda_doorbell): the
+ * session's own workers then have no expert work in it. */
+int st_gpu_pool_serves(const strata_session *s, int64_t T);
 
 /* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time
  * since the last mark to phase. Both are no-ops with profile off. (session.c) */
