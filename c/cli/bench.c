@@ -12,8 +12,9 @@
  * table also gives the bytes one decoded token must read - the weights (every dense tensor once,
  * expert tensors top-k / n_expert of them, one embedding row) plus the KV cache it attends (K and
  * V of every layer over depth + n/2 positions on average, at the cache type's width) - and those
- * bytes x tok/s: the effective bandwidth, to compare with the machine's memory or HBM rate
- * (CEILINGS.md). The JSON gives weights and KV apart. With placed experts (CPU layers, a cache,
+ * bytes x tok/s: the effective bandwidth, and on the GPU its share of the device's copy rate
+ * measured at the start (strata_backend_copy_rate; CEILINGS.md has the machine's rates). The
+ * JSON gives weights and KV apart, and the copy rate. With placed experts (CPU layers, a cache,
  * a RAM budget) a line on stderr per row, and the JSON's "experts", say where the rows ran and
  * what moved over PCIe and from disk (with the disk bytes over the timed seconds). */
 #include "common.h"
@@ -161,14 +162,23 @@ int cli_cmd_bench(int argc, char **argv) {
     char size[32], rowsz[32];
     cli_human_bytes((double)mi.n_bytes, size, sizeof size);
     const char *name = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
-    printf("| model | size | backend | threads | test | t/s | decode bytes/token | GB/s |\n");
-    printf("|---|---:|---|---:|---|---:|---:|---:|\n");
+    /* GPU rows: decode's bytes over the time as a share of the device's copy rate, measured here
+     * (strata_backend_copy_rate) before any timed run */
+    const int on_gpu = strncmp(o.backend_desc, "cuda", 4) == 0;
+    double copy_rate = 0.0;
+    if (on_gpu && strata_backend_copy_rate(STRATA_BACKEND_CUDA, &copy_rate) != STRATA_OK) {
+        fprintf(stderr, "strata: bench: no copy rate (%s)\n", strata_last_error());
+        copy_rate = 0.0;
+    }
+    if (copy_rate > 0.0) fprintf(stderr, "strata: bench: device copy rate %.0f GB/s (read + write)\n", copy_rate / 1e9);
+    printf("| model | size | backend | threads | test | t/s | decode bytes/token | GB/s | of copy rate |\n");
+    printf("|---|---:|---|---:|---|---:|---:|---:|---:|\n");
     if (jf) {
         fputs("{\"model\": ", jf);
         cli_json_string(jf, name);
         fprintf(jf, ", \"bytes\": %llu, \"backend\": ", (unsigned long long)mi.n_bytes);
         cli_json_string(jf, o.backend_desc);
-        fputs(", \"rows\": [", jf);
+        fprintf(jf, ", \"copy_bytes_per_s\": %.0f, \"rows\": [", copy_rate);
     }
     int first_row = 1;
     for (int di = 0; di < b.n_d; di++) {
@@ -220,7 +230,7 @@ int cli_cmd_bench(int argc, char **argv) {
                 char test[64];
                 if (depth > 0) snprintf(test, sizeof test, "%s%d @ d%d", kind ? "tg" : "pp", len, depth);
                 else snprintf(test, sizeof test, "%s%d", kind ? "tg" : "pp", len);
-                char gbs[32] = "";
+                char gbs[32] = "", share[32] = "";
                 rowsz[0] = '\0';
                 /* KV bytes a decoded token reads: K and V of every layer over the positions it
                  * attends, on average depth + len / 2 */
@@ -230,13 +240,14 @@ int cli_cmd_bench(int argc, char **argv) {
                 if (kind == 1) {
                     cli_human_bytes(dbytes + kvbytes, rowsz, sizeof rowsz);
                     snprintf(gbs, sizeof gbs, "%.1f", (dbytes + kvbytes) * mean / 1e9);
+                    if (copy_rate > 0.0)
+                        snprintf(share, sizeof share, "%.1f%%", 100.0 * (dbytes + kvbytes) * mean / copy_rate);
                 }
                 char thr[16];
                 if (o.n_threads > 0) snprintf(thr, sizeof thr, "%d", o.n_threads);
                 else snprintf(thr, sizeof thr, "all");
-                printf("| %s | %s | %s | %s | %s | %.2f ± %.2f | %s | %s |\n", name, size,
-                       strncmp(o.backend_desc, "cuda", 4) == 0 ? "cuda" : "cpu", thr, test, mean,
-                       sd, rowsz, gbs);
+                printf("| %s | %s | %s | %s | %s | %.2f ± %.2f | %s | %s | %s |\n", name, size,
+                       on_gpu ? "cuda" : "cpu", thr, test, mean, sd, rowsz, gbs, share);
                 fflush(stdout);
                 cli_print_profile(s, test);
                 /* where the row's experts ran and what moved (every repetition together) */

@@ -72,3 +72,19 @@ strata_status strata_backend_query(strata_backend_kind kind, strata_backend_info
     *info = st_backend_infos[kind];
     return STRATA_OK;
 }
+
+strata_status strata_backend_copy_rate(strata_backend_kind kind, double *bytes_per_s) {
+    if (!bytes_per_s) return st_error(STRATA_ERR_INVALID_ARG, "strata_backend_copy_rate: NULL bytes_per_s");
+    *bytes_per_s = 0.0;
+    if (kind == STRATA_BACKEND_CUDA) {
+#ifdef STRATA_HAVE_CUDA
+        return st_cuda_copy_rate(bytes_per_s);
+#else
+        return st_error(STRATA_ERR_UNSUPPORTED, "strata_backend_copy_rate: built without CUDA");
+#endif
+    }
+    if (kind == STRATA_BACKEND_CPU)
+        return st_error(STRATA_ERR_UNSUPPORTED, "strata_backend_copy_rate: not measured for the CPU backend "
+                        "(bench/bench_dot gives its rates)");
+    return st_error(STRATA_ERR_INVALID_ARG, "strata_backend_copy_rate: no backend kind %d", (int)kind);
+}

@@ -52,6 +52,9 @@ strata_status st_cuda_host_free(void *hptr);              /* NULL is a no-op */
 /* Pinned host memory mapped into the device's address space (zero-filled): *hptr for the host,
  * *dptr for kernels; freed with st_cuda_host_free(*hptr). */
 strata_status st_cuda_host_alloc_mapped(void **hptr, void **dptr, size_t bytes);
+/* strata_backend_copy_rate for device 0: device-to-device copies of 256 MiB timed with events,
+ * the median of six after one untimed, 2 x 256 MiB / time (bytes read + written per second). */
+strata_status st_cuda_copy_rate(double *bytes_per_s);
 strata_status st_cuda_memcpy_h2d(void *dst, const void *src, size_t bytes);
 strata_status st_cuda_memcpy_d2h(void *dst, const void *src, size_t bytes);
 /* Enqueues a copy on stream (host -> device when to_device, else device -> host); with pinned host

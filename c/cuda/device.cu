@@ -209,6 +209,50 @@ extern "C" strata_status st_cuda_host_alloc_mapped(void **hptr, void **dptr, siz
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_copy_rate(double *bytes_per_s) {
+    static const char *fn = "st_cuda_copy_rate";
+    if (!bytes_per_s) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL bytes_per_s", fn);
+    *bytes_per_s = 0.0;
+    ST_TRY(st_cuda_require(fn));
+    const size_t n = (size_t)256 << 20;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms[7];
+    cudaError_t e = cudaMalloc(&a, n);
+    if (e == cudaSuccess) e = cudaMalloc(&b, n);
+    if (e == cudaSuccess) e = cudaMemset(a, 1, n);
+    if (e == cudaSuccess) e = cudaEventCreate(&e0);
+    if (e == cudaSuccess) e = cudaEventCreate(&e1);
+    for (int i = 0; i < 7 && e == cudaSuccess; i++) {
+        e = cudaEventRecord(e0, 0);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, 0);
+        if (e == cudaSuccess) e = cudaEventRecord(e1, 0);
+        if (e == cudaSuccess) e = cudaEventSynchronize(e1);
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    if (e1) (void)cudaEventDestroy(e1);
+    if (e0) (void)cudaEventDestroy(e0);
+    (void)cudaFree(b);
+    (void)cudaFree(a);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return st_error(STRATA_ERR_BACKEND, "%s: %s", fn, cudaGetErrorString(e));
+    }
+    /* the median of the six timed copies (the first warms up) */
+    float t[6];
+    for (int i = 0; i < 6; i++) t[i] = ms[i + 1];
+    for (int i = 1; i < 6; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            const float x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    const double med_s = 0.5 * ((double)t[2] + (double)t[3]) * 1e-3;
+    if (!(med_s > 0.0)) return st_error(STRATA_ERR_BACKEND, "%s: a copy took no measurable time", fn);
+    *bytes_per_s = 2.0 * (double)n / med_s;
+    return STRATA_OK;
+}
+
 extern "C" strata_status st_cuda_host_free(void *hptr) {
     if (!hptr) return STRATA_OK;
     ST_CUDA_CHECK(cudaFreeHost(hptr));

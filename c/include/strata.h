@@ -87,6 +87,12 @@ typedef struct strata_backend_info {
 /* Fills *info for one backend kind. Probes the machine on first use (the CUDA probe loads the
  * driver). Thread-safe. */
 STRATA_API strata_status strata_backend_query(strata_backend_kind kind, strata_backend_info *info);
+/* Measures, now, the rate at which the backend's memory copies (bytes read + bytes written per
+ * second): the bound that decode figures are read against. CUDA: a 256 MiB device-to-device copy,
+ * the median of six after a warm-up (~0.1 s; 512 MiB of device memory for the while).
+ * UNSUPPORTED for the CPU backend (its DRAM rate needs every core: bench/bench_dot), an error
+ * where the backend cannot run. Thread-safe; not to be run beside timed work. */
+STRATA_API strata_status strata_backend_copy_rate(strata_backend_kind kind, double *bytes_per_s);
 
 /* CPU instruction set levels of the dot-product kernels. */
 typedef enum strata_cpu_isa {

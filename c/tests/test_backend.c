@@ -69,6 +69,11 @@ static void test_cuda(void) {
         char name[256];
         CHECK(st_cuda_device_name(name, sizeof name) == STRATA_OK && strcmp(name, dev.name) == 0,
               "device name '%s'", name);
+        /* the copy rate: any GPU this runs on copies at more than 50 GB/s (the H200: ~4,100) */
+        double rate = 0.0;
+        st = strata_backend_copy_rate(STRATA_BACKEND_CUDA, &rate);
+        printf("cuda copy rate: %.0f GB/s\n", rate / 1e9);
+        CHECK(st == STRATA_OK && rate > 50e9 && rate < 1e14, "copy rate %g: %s", rate, strata_last_error());
     } else {
         /* Compiled but unusable: the reason is given, and device queries fail with it. */
         CHECK(info.available == 0, "available %d", info.available);
@@ -82,12 +87,25 @@ static void test_cuda(void) {
         st = st_cuda_malloc(&p, 16);
         CHECK(st == STRATA_ERR_UNSUPPORTED && p == NULL, "malloc without a device: %s",
               strata_status_name(st));
+        double rate = 1.0;
+        st = strata_backend_copy_rate(STRATA_BACKEND_CUDA, &rate);
+        CHECK(st == STRATA_ERR_UNSUPPORTED && rate == 0.0, "copy rate without a device: %s",
+              strata_status_name(st));
     }
 #else
     CHECK(info.compiled == 0 && info.available == 0, "CPU-only build reports compiled %d "
           "available %d", info.compiled, info.available);
     CHECK(strstr(info.detail, "built without CUDA") != NULL, "detail '%s'", info.detail);
+    double rate = 1.0;
+    st = strata_backend_copy_rate(STRATA_BACKEND_CUDA, &rate);
+    CHECK(st == STRATA_ERR_UNSUPPORTED && rate == 0.0, "copy rate without CUDA: %s", strata_status_name(st));
 #endif
+    /* the CPU backend's copy rate is not this call's (bench/bench_dot); bad arguments are refused */
+    double r = 1.0;
+    CHECK(strata_backend_copy_rate(STRATA_BACKEND_CPU, &r) == STRATA_ERR_UNSUPPORTED && r == 0.0,
+          "cpu copy rate: %s", strata_last_error());
+    CHECK(strata_backend_copy_rate(STRATA_BACKEND_COUNT, &r) == STRATA_ERR_INVALID_ARG, "bad kind");
+    CHECK(strata_backend_copy_rate(STRATA_BACKEND_CUDA, NULL) == STRATA_ERR_INVALID_ARG, "NULL rate");
 }
 
 /* ---- arguments and threads ------------------------------------------------------------------ */

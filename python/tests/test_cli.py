@@ -263,6 +263,9 @@ def test_bench_table_and_json(tmp_path):
     import json
     j = json.loads(out.read_text())
     assert j["backend"] == "cpu" and len(j["rows"]) == 6
+    # the GPU's copy-rate share is a column of its own, blank for a CPU session (no rate)
+    assert p.stdout.splitlines()[0].rstrip().endswith("| GB/s | of copy rate |")
+    assert j["copy_bytes_per_s"] == 0 and all(r.split("|")[9].strip() == "" for r in rows)
     assert all(r["tok_s"] > 0 and r["reps"] == 2 for r in j["rows"])
     tg = [r for r in j["rows"] if r["test"] == "tg"]
     # one token reads every dense tensor, 4 of 32 experts and one embedding row: 6.3 MiB here
