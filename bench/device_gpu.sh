@@ -234,6 +234,9 @@ bench q3_cpumoe /tmp/q3.gguf -p 2048 -n 64 -r 1 --gpu --cpu-moe -t 16
 bench q3_cpumoe_stage256 /tmp/q3.gguf -p 2048 -n 0 -r 1 --gpu --cpu-moe --stage-experts 256 -t 16
 bench q3_cpumoe_nopin /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --no-pin-experts -t 16
 bench q3_ncmoe36 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 -t 16
+# the file image in transparent huge pages (read, not mapped) and locked, the CPU reading it
+# directly (no pinned copy): against q3_cpumoe_nopin
+bench q3_cpumoe_nopin_huge /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --no-pin-experts --no-mmap --hugepages --mlock -t 16
 # the CPU layers of decode steps handed to the expert pool through host-mapped memory
 bench q3_cpumoe_doorbell /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --doorbell -t 16
 bench q3_ncmoe36_doorbell /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 --doorbell -t 16

@@ -55,6 +55,109 @@ st_k_mmv_q(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict
     st_mmv_store<NC>(a, b, w1 != nullptr, ncols, lane, row, nrows, y);
 }
 
+/* ---- Q8_0 rows through shared memory ---------------------------------------------------------
+ * Q8_0's 34-byte blocks are 2-byte aligned, so st_k_mmv_q reads them with 16-bit loads, each warp
+ * instruction spanning ~9 cache lines for 64 useful bytes; the activation's 36-byte blocks the
+ * same way. That is L1-bound (7 us for the qwen3 QKV's 11 MB, ~1.6 TB/s). Here each warp copies
+ * its row with coalesced 16-byte loads into shared memory (the whole row when it has at most
+ * 128 blocks, else 64-block pieces), the block copies the activation columns likewise, and the
+ * lanes decode from shared memory: the same sub-blocks per lane in the same order, the same
+ * arithmetic as st_k_mmv_q (the same bits; test_cuda_mmv compares the two). The first piece is
+ * read before griddepcontrol.wait: dense weights are never written by the kernels this one
+ * waits for, so their fetch overlaps the previous kernel (the residual norm before the QKV).
+ * Needs rows 16-byte aligned (row_bytes % 16 == 0) and the smem below 48 KiB; else st_k_mmv_q. */
+#define ST_MMV8_WARPS 8
+#define ST_MMV8_WHOLE 128 /* rows of up to this many blocks are staged whole */
+#define ST_MMV8_PIECE 64  /* longer rows: pieces of this many blocks */
+#define ST_MMV8_REGS 9    /* uint4 per lane for a piece of up to 128 blocks (4,352 bytes) */
+#ifndef ST_MMV_Q8_SMEM
+#define ST_MMV_Q8_SMEM 1 /* 0 at build time: every Q8_0 GEMV through st_k_mmv_q (A/B) */
+#endif
+
+static __host__ __device__ __forceinline__ int st_mmv8_piece(int nsub) { return nsub <= ST_MMV8_WHOLE ? nsub : ST_MMV8_PIECE; }
+/* uint4 words of one warp's piece buffer: the piece rounded up, plus one for the decode's
+ * read of the word after a block */
+static __host__ __device__ __forceinline__ int st_mmv8_piece_u4(int piece) { return (piece * 34 + 15) / 16 + 1; }
+
+/* Copies blocks [p0, p0 + np) of a row (16-byte aligned, row_bytes % 16 == 0 so the rounded-up
+ * copy stays inside the row) into s: all loads issued before the first store. */
+static __device__ __forceinline__ void st_mmv8_stage(const uint8_t *__restrict__ row, int p0, int np,
+                                                     uint4 *s, int lane) {
+    const uint4 *g = (const uint4 *)(row + (size_t)p0 * 34);
+    const int n16 = (np * 34 + 15) / 16;
+    uint4 r[ST_MMV8_REGS];
+#pragma unroll
+    for (int k = 0; k < ST_MMV8_REGS; k++)
+        if (lane + 32 * k < n16) r[k] = __ldg(g + lane + 32 * k);
+#pragma unroll
+    for (int k = 0; k < ST_MMV8_REGS; k++)
+        if (lane + 32 * k < n16) s[lane + 32 * k] = r[k];
+}
+
+template <int NC>
+static __global__ void __launch_bounds__(ST_MMV8_WARPS * 32)
+st_k_mmv_q8_0s(const uint8_t *__restrict__ w, size_t rb, int nrows, int nsub,
+               const block_q8_1 *__restrict__ xq, int ncols, float *__restrict__ y) {
+    extern __shared__ uint4 s_dyn[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row = blockIdx.x * ST_MMV8_WARPS + warp;
+    const bool live = row < nrows; /* a dead warp still joins the block's barrier */
+    const int piece = st_mmv8_piece(nsub), pu4 = st_mmv8_piece_u4(piece);
+    uint4 *s_w = s_dyn + warp * pu4;
+    const uint32_t *s_w32 = (const uint32_t *)s_w;
+    uint32_t *s_x = (uint32_t *)(s_dyn + ST_MMV8_WARPS * pu4);
+    const uint8_t *wr = w + (size_t)(live ? row : 0) * rb;
+    if (live) st_mmv8_stage(wr, 0, piece < nsub ? piece : nsub, s_w, lane);
+    st_pdl_enter();
+    /* the activation columns: ncols * nsub blocks of 9 words (column c's at c * nsub) */
+    const uint32_t *xg = (const uint32_t *)xq;
+    const int nxw = ncols * nsub * 9;
+    for (int i = (int)threadIdx.x; i < nxw; i += ST_MMV8_WARPS * 32) s_x[i] = __ldg(xg + i);
+    __syncthreads();
+    if (!live) return;
+    float a[NC], b[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) a[c] = b[c] = 0.0f;
+    for (int p0 = 0; p0 < nsub; p0 += piece) {
+        const int np = nsub - p0 < piece ? nsub - p0 : piece;
+        if (p0 > 0) {
+            __syncwarp();
+            st_mmv8_stage(wr, p0, np, s_w, lane);
+            __syncwarp();
+        }
+#pragma unroll 2
+        for (int q = lane; q < np; q += 32) {
+            const int byte = 34 * q;
+            st_mmv_w wv;
+            const uint32_t dword = s_w32[byte >> 2];
+            wv.dw = st_dev_fp16((byte & 2) ? dword >> 16 : dword & 0xFFFFu);
+            const int wi = (byte + 2) >> 2, sh = ((byte + 2) & 3) * 8; /* 0 or 16 */
+            uint32_t W[9];
+#pragma unroll
+            for (int k = 0; k < 8; k++) W[k] = s_w32[wi + k];
+            W[8] = sh ? s_w32[wi + 8] : 0u;
+#pragma unroll
+            for (int k = 0; k < 8; k++) wv.v[k] = (int)__funnelshift_r(W[k], W[k + 1], sh);
+            const int p = p0 + q;
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                if (c < ncols) {
+                    const uint32_t *xs = s_x + (size_t)(c * nsub + p) * 9;
+                    const uint32_t ds = xs[0];
+                    const float xd = st_dev_fp16(ds & 0xFFFFu);
+                    int lo = 0, hi = 0;
+#pragma unroll
+                    for (int i = 0; i < 4; i++) lo = __dp4a(wv.v[i], (int)xs[1 + i], lo);
+#pragma unroll
+                    for (int i = 4; i < 8; i++) hi = __dp4a(wv.v[i], (int)xs[1 + i], hi);
+                    a[c] += wv.dw * xd * (float)(lo + hi); /* as st_mmv_combine's PLAIN */
+                }
+            }
+        }
+    }
+    st_mmv_store<NC>(a, b, false, ncols, lane, row, nrows, y);
+}
+
 /* Float weights against f32 x (nvec: see st_mmv_row_f). */
 template <class F, int NC>
 static __global__ void __launch_bounds__(ST_MMV_WARPS * 32)
@@ -126,8 +229,26 @@ struct st_mmv_args {
     cudaStream_t stream;
 };
 
+/* The Q8_0 shared-memory kernel's dynamic smem for this call, 0 when it does not apply. */
+static size_t st_mmv8_smem(const st_mmv_args &a) {
+    if (!ST_MMV_Q8_SMEM || a.type != STRATA_TYPE_Q8_0 || a.w1 || a.rb0 % 16 != 0 || ((uintptr_t)a.w0 & 15))
+        return 0;
+    const int nsub = a.ne0 / 32;
+    const size_t smem = (size_t)ST_MMV8_WARPS * st_mmv8_piece_u4(st_mmv8_piece(nsub)) * 16 +
+                        (size_t)a.ncols * nsub * sizeof(block_q8_1);
+    return smem <= 48 * 1024 ? smem : 0;
+}
+
 template <class T, int NC>
 static strata_status st_mmv_launch_q_nc(const st_mmv_args &a) {
+    const size_t smem = std::is_same<T, st_mmv_q8_0>::value ? st_mmv8_smem(a) : 0;
+    if (smem) {
+        const unsigned grid = (unsigned)((a.ne1 + ST_MMV8_WARPS - 1) / ST_MMV8_WARPS);
+        st_launch(st_k_mmv_q8_0s<NC>, grid, ST_MMV8_WARPS * 32, smem, a.stream, a.w0, a.rb0, a.ne1,
+                  a.ne0 / 32, (const block_q8_1 *)a.xq, a.ncols, a.y);
+        ST_CUDA_CHECK_LAUNCH("st_k_mmv_q8_0s");
+        return STRATA_OK;
+    }
     const unsigned grid = (unsigned)((a.ne1 + ST_MMV_WARPS - 1) / ST_MMV_WARPS);
     st_launch(st_k_mmv_q<T, NC>, grid, ST_MMV_WARPS * 32, 0, a.stream, a.w0, a.rb0, a.w1, a.rb1, a.ne1,
                                                                 a.ne0 / 32, a.xq, a.ncols, a.y);

@@ -21,7 +21,8 @@
  * Offsets like Q4_0's -8 are applied to the bytes (__vsub4) so the integer sum is exact.
  *
  * Weight loads are 16-bit (blocks are only 2-byte aligned in general: 18, 22, 34, 110, 210
- * bytes), through the read-only cache. */
+ * bytes), through the read-only cache. Q8_0 rows with 16-byte aligned strides (the dense
+ * projections of every model we bench) go through shared memory instead: st_k_mmv_q8_0s. */
 #ifndef STRATA_CUDA_MMV_CUH
 #define STRATA_CUDA_MMV_CUH
 

@@ -176,6 +176,7 @@ struct st_moe_mv_params {
     int64_t n_chunks;     /* row length / 32 */
     int64_t n_rows;
     float *out;           /* [P][n_rows] */
+    int max_pairs;        /* the most pairs a group can hold: min(T, ST_MOE_MAXG) */
 };
 
 /* Q4_K chunks through the tiles' aligned fetch (a 16-byte header and 32 bytes of nibbles, 3
@@ -207,12 +208,29 @@ static int st_moe_mv_lpr(int64_t n_chunks) {
 #endif
 }
 
-template <class W, bool GATED, int LPR>
+/* Activation rows in shared memory (SM): the block first copies its group's q8_1 rows with
+ * coalesced 4-byte loads, then each lane reads its chunk's 9 words from there. Read from global
+ * memory instead, a warp's load of 32 lanes' 36-byte blocks spans 9 cache lines per instruction
+ * (81 L1 wavefronts a chunk), which made the gate/up GEMV L1-bound (15.5 us for 14 MB of qwen3
+ * weights, ncu). The values and the order of the sums are the same either way: the same bits.
+ * NG: the most pairs a group can hold for this launch (1 for a one-token call, whose k experts
+ * are distinct; else ST_MOE_MAXG), which sizes the accumulators and the copy. */
+template <class W, bool GATED, int LPR, int NG, bool SM>
 static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const st_moe_mv_params p) {
+    extern __shared__ uint32_t s_act[]; /* SM: NG rows of n_chunks * 9 words */
     st_pdl_enter();
     constexpr int RPW = 32 / LPR;
-    if ((int)blockIdx.y >= *p.n_groups) return;
+    if ((int)blockIdx.y >= *p.n_groups) return; /* uniform per block */
     const st_moe_group G = p.groups[blockIdx.y];
+    const int gn = G.n < NG ? G.n : NG;
+    const int rw = (int)p.n_chunks * 9; /* words per activation row */
+    if (SM) {
+        for (int j = 0; j < gn; j++) {
+            const uint32_t *src = (const uint32_t *)((const uint8_t *)p.act + (size_t)(G.pair[j] / p.act_div) * p.act_rb);
+            for (int i = (int)threadIdx.x; i < rw; i += 32 * ST_MOE_WARPS) s_act[j * rw + i] = __ldg(src + i);
+        }
+        __syncthreads();
+    }
     const int64_t r_warp = ((int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32) * RPW;
     if (r_warp >= p.n_rows) return; /* uniform per warp */
     const int lane = threadIdx.x & 31, cl = lane % LPR;
@@ -223,13 +241,13 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
     const st_cuda_mat *M0 = GATED ? &E->gate : &E->down;
     const uint8_t *w0 = (const uint8_t *)M0->data + r * M0->row_bytes;
     const uint8_t *w1 = GATED ? (const uint8_t *)E->up.data + r * E->up.row_bytes : nullptr;
-    const uint8_t *arow[ST_MOE_MAXG];
-    float acc0[ST_MOE_MAXG], acc1[ST_MOE_MAXG];
+    const uint8_t *arow[NG];
+    float acc0[NG], acc1[NG];
 #pragma unroll
-    for (int j = 0; j < ST_MOE_MAXG; j++) {
+    for (int j = 0; j < NG; j++) {
         acc0[j] = acc1[j] = 0.0f;
         const int pr = j < G.n ? G.pair[j] : G.pair[0];
-        arow[j] = (const uint8_t *)p.act + (size_t)(pr / p.act_div) * p.act_rb;
+        arow[j] = SM ? nullptr : (const uint8_t *)p.act + (size_t)(pr / p.act_div) * p.act_rb;
     }
 #pragma unroll 2
     for (int64_t c = cl; c < p.n_chunks; c += LPR) {
@@ -237,21 +255,29 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
         st_moe_mv_chunk<W>(w0, c, a0);
         if (GATED) st_moe_mv_chunk<W>(w1, c, a1);
 #pragma unroll
-        for (int j = 0; j < ST_MOE_MAXG; j++) {
+        for (int j = 0; j < NG; j++) {
             if (j < G.n) {
-                const uint8_t *ab = arow[j] + c * (int64_t)sizeof(block_q8_1);
-                const float da = st_dev_fp16(st_ld_u16(ab));
-                const int *aq = (const int *)(ab + 4);
+                float da;
                 int a[8];
+                if (SM) {
+                    const uint32_t *as = s_act + j * rw + (int)c * 9;
+                    da = st_dev_fp16(as[0] & 0xFFFFu);
 #pragma unroll
-                for (int i = 0; i < 8; i++) a[i] = __ldg(aq + i);
+                    for (int i = 0; i < 8; i++) a[i] = (int)as[1 + i];
+                } else {
+                    const uint8_t *ab = arow[j] + c * (int64_t)sizeof(block_q8_1);
+                    da = st_dev_fp16(st_ld_u16(ab));
+                    const int *aq = (const int *)(ab + 4);
+#pragma unroll
+                    for (int i = 0; i < 8; i++) a[i] = __ldg(aq + i);
+                }
                 acc0[j] += da * st_w32_dot<W>(a0, a);
                 if (GATED) acc1[j] += da * st_w32_dot<W>(a1, a);
             }
         }
     }
 #pragma unroll
-    for (int j = 0; j < ST_MOE_MAXG; j++) {
+    for (int j = 0; j < NG; j++) {
         if (j < G.n) {
             float g = acc0[j], u = GATED ? acc1[j] : 0.0f;
 #pragma unroll
@@ -347,6 +373,17 @@ static __device__ __forceinline__ bool st_route_better(float av, int ai, float b
     return ai >= 0 && (bi < 0 || av > bv || (av == bv && ai < bi));
 }
 
+/* An expert's rank key: larger is better. The high word orders the logits as floats do (-0 as
+ * +0, NaN below -inf), the low word breaks ties to the lower index. */
+static __device__ __forceinline__ unsigned long long st_route_key(float v, int i) {
+    uint32_t key = 0; /* NaN */
+    if (!isnan(v)) {
+        const uint32_t b = v == 0.0f ? 0u : __float_as_uint(v);
+        key = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    }
+    return ((unsigned long long)key << 32) | (uint32_t)~(uint32_t)i;
+}
+
 /* One CTA per token; dynamic shared memory: n_expert floats of logits + n_expert int flags. */
 static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
 st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
@@ -402,20 +439,31 @@ st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
     }
     __syncthreads();
 
-    /* top-k: with an expert per thread, each thread counts the experts better than its own
-     * (larger logit, ties to the lower index; NaN below everything) and its rank places it: one
-     * pass and one barrier where the selection below takes k rounds of two barriers and a
-     * butterfly each (9.8 us a decode layer on the H200). The same ids for any finite logits. */
+    /* top-k: each expert's rank is the count of experts better than it (larger logit, ties to
+     * the lower index; NaN below everything), and its rank places it: one pass and two
+     * barriers where the selection below takes k rounds of two barriers and a butterfly each.
+     * "Better" is one unsigned compare of 64-bit keys (st_route_key), and the experts are split
+     * into blockDim / n_expert parts counted by different threads (two for 128 experts): the
+     * float compares with their NaN and tie cases cost ~10 us a decode layer (ncu). */
     if (n_expert <= (int)blockDim.x) {
-        if (tid < n_expert) {
-            const float v = s_l[tid];
-            const bool vn = isnan(v);
+        __shared__ unsigned long long s_key[ST_ROUTE_THREADS];
+        __shared__ int s_part[ST_ROUTE_THREADS];
+        if (tid < n_expert) s_key[tid] = st_route_key(s_l[tid], tid);
+        __syncthreads();
+        const int parts = (int)blockDim.x / n_expert, part = tid / n_expert, e = tid - part * n_expert;
+        const int chunk = (n_expert + parts - 1) / parts;
+        if (part < parts) {
+            const unsigned long long c = s_key[e];
+            const int j1 = min(n_expert, (part + 1) * chunk);
             int rank = 0;
-            for (int j = 0; j < n_expert; j++) {
-                const float u = s_l[j];
-                const bool un = isnan(u);
-                rank += vn ? (!un || j < tid) : (!un && (u > v || (u == v && j < tid)));
-            }
+#pragma unroll 8
+            for (int j = part * chunk; j < j1; j++) rank += s_key[j] > c;
+            s_part[tid] = rank;
+        }
+        __syncthreads();
+        if (tid < n_expert) {
+            int rank = 0;
+            for (int q = 0; q < parts; q++) rank += s_part[q * n_expert + tid];
             if (rank < k) s_ids[rank] = tid;
         }
         __syncthreads();
@@ -482,14 +530,28 @@ extern "C" int st_cuda_moe_supports(strata_type type) {
     }
 }
 
+#ifndef ST_MOE_MV_SMEM
+#define ST_MOE_MV_SMEM 1 /* 0 at build time: activation rows read from global memory (A/B) */
+#endif
+template <class W, bool GATED, int NG, bool SM>
+static void st_moe_launch_lpr(int lpr, dim3 grid, size_t smem, const st_moe_mv_params &p, cudaStream_t s) {
+    if (lpr == 32) st_launch(st_k_moe_mv_q8<W, GATED, 32, NG, SM>, grid, 32 * ST_MOE_WARPS, smem, s, p);
+    else if (lpr == 16) st_launch(st_k_moe_mv_q8<W, GATED, 16, NG, SM>, grid, 32 * ST_MOE_WARPS, smem, s, p);
+    else st_launch(st_k_moe_mv_q8<W, GATED, 8, NG, SM>, grid, 32 * ST_MOE_WARPS, smem, s, p);
+}
+
 template <class W, bool GATED>
 static strata_status st_moe_launch_q8(const st_moe_mv_params &p, unsigned gy, cudaStream_t s) {
     const int lpr = st_moe_mv_lpr(p.n_chunks);
     const int64_t rows_per_block = (int64_t)ST_MOE_WARPS * (32 / lpr);
     const dim3 grid((unsigned)((p.n_rows + rows_per_block - 1) / rows_per_block), gy);
-    if (lpr == 32) st_launch(st_k_moe_mv_q8<W, GATED, 32>, grid, 32 * ST_MOE_WARPS, 0, s, p);
-    else if (lpr == 16) st_launch(st_k_moe_mv_q8<W, GATED, 16>, grid, 32 * ST_MOE_WARPS, 0, s, p);
-    else st_launch(st_k_moe_mv_q8<W, GATED, 8>, grid, 32 * ST_MOE_WARPS, 0, s, p);
+    /* one pair a group for a one-token call; the activation rows in shared memory when they fit */
+    const bool one = p.max_pairs == 1;
+    const size_t smem = (size_t)(one ? 1 : ST_MOE_MAXG) * (size_t)p.n_chunks * sizeof(block_q8_1);
+    const bool sm = ST_MOE_MV_SMEM && smem <= 48 * 1024;
+    if (one && sm) st_moe_launch_lpr<W, GATED, 1, true>(lpr, grid, smem, p, s);
+    else if (sm) st_moe_launch_lpr<W, GATED, ST_MOE_MAXG, true>(lpr, grid, smem, p, s);
+    else st_moe_launch_lpr<W, GATED, ST_MOE_MAXG, false>(lpr, grid, 0, p, s);
     ST_CUDA_CHECK_LAUNCH(GATED ? "st_k_moe_mv_q8 (gate/up)" : "st_k_moe_mv_q8 (down)");
     return STRATA_OK;
 }
@@ -777,6 +839,7 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.groups = w.groups;
     p.n_groups = w.n_groups;
     p.act_div = a->k;
+    p.max_pairs = a->T < ST_MOE_MAXG ? (int)a->T : ST_MOE_MAXG;
     p.n_chunks = a->n_embd / 32;
     p.n_rows = a->n_ff;
     p.out = w.h;

@@ -549,6 +549,64 @@ static void test_arguments(int available) {
     }
 }
 
+/* ---- Q8_0 through shared memory against the 16-bit-load kernel -------------------------------- */
+
+/* st_cuda_mmv takes Q8_0 rows through shared memory when row_bytes % 16 == 0 and the general
+ * kernel otherwise (a 2-byte pad here): the same sub-blocks in the same order, so the same bits,
+ * for 1..8 columns, whole rows and (ne0 > 4096) pieces, and rows that leave warps idle. */
+static void check_q8_0_paths(int64_t ne0, int64_t ne1, test_rng *r) {
+    const strata_type type = STRATA_TYPE_Q8_0;
+    const size_t rb = (size_t)strata_row_bytes(type, ne0), rbp = rb + 2;
+    uint8_t *w = malloc(rb * (size_t)ne1), *wp = malloc(rbp * (size_t)ne1);
+    float *x = malloc(sizeof(float) * (size_t)(8 * ne0));
+    uint32_t *y1 = malloc(4 * (size_t)(8 * ne1 + GUARD)), *y2 = malloc(4 * (size_t)(8 * ne1 + GUARD));
+    void *dw = NULL, *dwp = NULL, *dx = NULL, *dy1 = NULL, *dy2 = NULL, *ds = NULL;
+    const size_t sb = st_cuda_mmv_scratch_bytes(ne0, 8);
+    strata_status st = (w && wp && x && y1 && y2) ? STRATA_OK : STRATA_ERR_NOMEM;
+    if (st == STRATA_OK) {
+        fill_matrix(type, w, ne0, ne1, rb, r);
+        for (int64_t i = 0; i < ne1; i++) {
+            memcpy(wp + (size_t)i * rbp, w + (size_t)i * rb, rb);
+            memset(wp + (size_t)i * rbp + rb, 0x5A, 2);
+        }
+        for (int64_t i = 0; i < 8 * ne0; i++) x[i] = test_rng_float(r);
+        st = st_cuda_malloc(&dw, rb * (size_t)ne1);
+    }
+    if (st == STRATA_OK) st = st_cuda_malloc(&dwp, rbp * (size_t)ne1);
+    if (st == STRATA_OK) st = st_cuda_malloc(&dx, sizeof(float) * (size_t)(8 * ne0));
+    if (st == STRATA_OK) st = st_cuda_malloc(&dy1, 4 * (size_t)(8 * ne1 + GUARD));
+    if (st == STRATA_OK) st = st_cuda_malloc(&dy2, 4 * (size_t)(8 * ne1 + GUARD));
+    if (st == STRATA_OK) st = st_cuda_malloc(&ds, sb);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dw, w, rb * (size_t)ne1);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dwp, wp, rbp * (size_t)ne1);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dx, x, sizeof(float) * (size_t)(8 * ne0));
+    CHECK(st == STRATA_OK, "q8_0 paths ne0=%lld: setup: %s", (long long)ne0, strata_last_error());
+    for (int nc = 1; nc <= 8 && st == STRATA_OK; nc++) {
+        const st_cuda_mat W = {type, dw, ne0, ne1, rb}, Wp = {type, dwp, ne0, ne1, rbp};
+        const size_t ny = (size_t)nc * (size_t)ne1;
+        st = st_cuda_memset(dy1, 0xA5, 4 * (ny + GUARD));
+        if (st == STRATA_OK) st = st_cuda_memset(dy2, 0xA5, 4 * (ny + GUARD));
+        if (st == STRATA_OK) st = st_cuda_mmv(&W, dx, nc, dy1, ds, NULL);
+        if (st == STRATA_OK) st = st_cuda_mmv(&Wp, dx, nc, dy2, ds, NULL);
+        if (st == STRATA_OK) st = st_cuda_synchronize();
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(y1, dy1, 4 * (ny + GUARD));
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(y2, dy2, 4 * (ny + GUARD));
+        CHECK(st == STRATA_OK, "q8_0 paths ne0=%lld ncols=%d: %s", (long long)ne0, nc, strata_last_error());
+        if (st != STRATA_OK) break;
+        int guard = 0;
+        for (int g = 0; g < GUARD; g++) guard += y1[ny + g] != 0xA5A5A5A5u;
+        const int same = memcmp(y1, y2, 4 * ny) == 0;
+        CHECK(same && !guard, "q8_0 ne0=%lld ne1=%lld ncols=%d: shared-memory rows %s the 16-bit loads, "
+              "guard words changed %d", (long long)ne0, (long long)ne1, nc, same ? "==" : "!=", guard);
+        if (nc == 1 || nc == 8)
+            printf("q8_0 ne0=%-5lld ne1=%-5lld ncols=%d: shared-memory kernel %s 16-bit-load kernel, guards %s\n",
+                   (long long)ne0, (long long)ne1, nc, same ? "==" : "!=", guard ? "BAD" : "ok");
+    }
+    st_cuda_free(dw); st_cuda_free(dwp); st_cuda_free(dx); st_cuda_free(dy1); st_cuda_free(dy2);
+    st_cuda_free(ds);
+    free(w); free(wp); free(x); free(y1); free(y2);
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 typedef struct { const char *name; int64_t ne0, ne1; } shape;
@@ -577,6 +635,11 @@ int main(void) {
     check_quantize(32, &r);
     check_quantize(8 * 4096, &r);
     check_quantize(8 * 14336 + 32 * 3, &r);
+
+    check_q8_0_paths(2048, 333, &r);  /* whole rows, the last block's warps partly idle */
+    check_q8_0_paths(4096, 64, &r);   /* 128 blocks a row */
+    check_q8_0_paths(14336, 40, &r);  /* pieces of 64 blocks */
+    check_q8_0_paths(256, 17, &r);    /* 8 blocks a row: most lanes idle */
 
     dev_bufs db = {0};
     static const int all_nc[] = {1, 2, 3, 4, 5, 6, 7, 8}, nc_1_8[] = {1, 8}, nc_3[] = {3},

@@ -140,7 +140,7 @@ static void rms_case(const char *what, int64_t n, int64_t n_sub, int64_t T, int6
 }
 
 static void test_rmsnorm(void) {
-    static const int64_t lens[] = {2048, 4096, 1000, 7, 257, 256, 1, 33};
+    static const int64_t lens[] = {2048, 4096, 1000, 7, 257, 256, 1, 33, 8191}; /* 8191: two passes */
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
         for (int64_t T = 1; T <= 8; T += 3)
             rms_case("rows", lens[i], 1, T, lens[i], 0, 0, lens[i], 1, 1e-6f);
@@ -623,6 +623,7 @@ int main(void) {
     test_add_rmsnorm(256, 7);
     test_add_rmsnorm(2048, 5);
     test_add_rmsnorm(2048 + 96, 3);
+    test_add_rmsnorm(4096 + 1024 + 32, 2); /* past the registers: two passes */
     test_qkv_prep(32, 4, 128, 1, 1, 1, 1, 1);  /* qwen3's decode step */
     test_qkv_prep(32, 4, 128, 7, 1, 1, 1, 0);
     test_qkv_prep(16, 16, 64, 3, 0, 0, 0, 1);  /* no norms, normal pairs, f32 cache */
