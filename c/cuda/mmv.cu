@@ -8,6 +8,7 @@
  * The fused variant has the warp do the gate row and the up row, then silu(g) * u. Float weights
  * with fewer than ST_MMV_SPLIT_ROWS rows (the router) take a block of 8 warps per row instead. */
 #include "mmv.cuh"
+#include "mma.cuh"
 #include "cuda_mmv.h"
 
 extern "C" {
@@ -15,6 +16,7 @@ extern "C" {
 }
 
 #include <string.h>
+#include <type_traits>
 
 #define ST_MMV_WARPS 4
 
@@ -59,7 +61,7 @@ st_k_mmv_q(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict
  * Q8_0's 34-byte blocks are 2-byte aligned, so st_k_mmv_q reads them with 16-bit loads, each warp
  * instruction spanning ~9 cache lines for 64 useful bytes; the activation's 36-byte blocks the
  * same way. That is L1-bound (7 us for the qwen3 QKV's 11 MB, ~1.6 TB/s). Here each warp copies
- * its row with coalesced 16-byte loads into shared memory (the whole row when it has at most
+ * its row with coalesced 16-byte cp.async copies into shared memory (the whole row when it has at most
  * 128 blocks, else 64-block pieces), the block copies the activation columns likewise, and the
  * lanes decode from shared memory: the same sub-blocks per lane in the same order, the same
  * arithmetic as st_k_mmv_q (the same bits; test_cuda_mmv compares the two). The first piece is
@@ -69,7 +71,6 @@ st_k_mmv_q(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict
 #define ST_MMV8_WARPS 8
 #define ST_MMV8_WHOLE 128 /* rows of up to this many blocks are staged whole */
 #define ST_MMV8_PIECE 64  /* longer rows: pieces of this many blocks */
-#define ST_MMV8_REGS 9    /* uint4 per lane for a piece of up to 128 blocks (4,352 bytes) */
 #ifndef ST_MMV_Q8_SMEM
 #define ST_MMV_Q8_SMEM 1 /* 0 at build time: every Q8_0 GEMV through st_k_mmv_q (A/B) */
 #endif
@@ -79,19 +80,14 @@ static __host__ __device__ __forceinline__ int st_mmv8_piece(int nsub) { return 
  * read of the word after a block */
 static __host__ __device__ __forceinline__ int st_mmv8_piece_u4(int piece) { return (piece * 34 + 15) / 16 + 1; }
 
-/* Copies blocks [p0, p0 + np) of a row (16-byte aligned, row_bytes % 16 == 0 so the rounded-up
- * copy stays inside the row) into s: all loads issued before the first store. */
+/* Starts the copy of blocks [p0, p0 + np) of a row (16-byte aligned, row_bytes % 16 == 0 so the
+ * rounded-up copy stays inside the row) into s: cp.async, no registers held, one group. */
 static __device__ __forceinline__ void st_mmv8_stage(const uint8_t *__restrict__ row, int p0, int np,
                                                      uint4 *s, int lane) {
     const uint4 *g = (const uint4 *)(row + (size_t)p0 * 34);
     const int n16 = (np * 34 + 15) / 16;
-    uint4 r[ST_MMV8_REGS];
-#pragma unroll
-    for (int k = 0; k < ST_MMV8_REGS; k++)
-        if (lane + 32 * k < n16) r[k] = __ldg(g + lane + 32 * k);
-#pragma unroll
-    for (int k = 0; k < ST_MMV8_REGS; k++)
-        if (lane + 32 * k < n16) s[lane + 32 * k] = r[k];
+    for (int i = lane; i < n16; i += 32) st_cp_async16(s + i, g + i, true);
+    st_cp_async_commit();
 }
 
 template <int NC>
@@ -113,6 +109,7 @@ st_k_mmv_q8_0s(const uint8_t *__restrict__ w, size_t rb, int nrows, int nsub,
     const uint32_t *xg = (const uint32_t *)xq;
     const int nxw = ncols * nsub * 9;
     for (int i = (int)threadIdx.x; i < nxw; i += ST_MMV8_WARPS * 32) s_x[i] = __ldg(xg + i);
+    st_cp_async_wait<0>();
     __syncthreads();
     if (!live) return;
     float a[NC], b[NC];
@@ -123,6 +120,7 @@ st_k_mmv_q8_0s(const uint8_t *__restrict__ w, size_t rb, int nrows, int nsub,
         if (p0 > 0) {
             __syncwarp();
             st_mmv8_stage(wr, p0, np, s_w, lane);
+            st_cp_async_wait<0>();
             __syncwarp();
         }
 #pragma unroll 2
@@ -180,20 +178,63 @@ st_k_mmv_f(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict
  * lane 16 dependent chunks): ST_MMV_SPLIT warps share a row, each every 8th chunk of it; the
  * warps' sums are added in warp order. Deterministic; not the bits of st_k_mmv_f (another order). */
 #define ST_MMV_SPLIT 8
+#ifndef ST_MMV_SPLIT_PF
+#define ST_MMV_SPLIT_PF 4 /* chunks a thread fetched before the wait (n_embd up to 4096 f32); 0: none (A/B) */
+#endif
 template <class F, int NC>
 static __global__ void __launch_bounds__(ST_MMV_SPLIT * 32)
 st_k_mmv_f_split(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict__ w1, size_t rb1,
                  int nrows, int ne0, int nvec, const float *__restrict__ x, int ncols,
                  float *__restrict__ y) {
-    st_pdl_enter();
     __shared__ float red[2][ST_MMV_SPLIT][NC];
+    constexpr int TH = ST_MMV_SPLIT * 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int row = blockIdx.x;
+    const uint8_t *wr = w0 + (size_t)row * rb0;
     float a[NC], b[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++) a[c] = b[c] = 0.0f;
-    st_mmv_row_f<F, NC, ST_MMV_SPLIT * 32>(w0 + (size_t)row * rb0, ne0, nvec, x, ncols, (int)threadIdx.x, a);
-    if (w1) st_mmv_row_f<F, NC, ST_MMV_SPLIT * 32>(w1 + (size_t)row * rb1, ne0, nvec, x, ncols, (int)threadIdx.x, b);
+    /* A row of up to ST_MMV_SPLIT_PF chunks a thread (the router's 2048 f32: 2) is loaded before
+     * griddepcontrol.wait: the weights are not written by the kernels this one waits for, so
+     * their fetch overlaps the residual norm before it. The sums as st_mmv_row_f's, same bits. */
+    constexpr int PF = ST_MMV_SPLIT_PF > 0 ? ST_MMV_SPLIT_PF : 1;
+    if (ST_MMV_SPLIT_PF > 0 && !w1 && nvec > 0 && nvec <= PF * TH) {
+        float wv[PF][F::V];
+#pragma unroll
+        for (int k = 0; k < PF; k++)
+            if ((int)threadIdx.x + TH * k < nvec) F::chunk(wr, (int)threadIdx.x + TH * k, wv[k]);
+        st_pdl_enter();
+#pragma unroll
+        for (int k = 0; k < PF; k++) {
+            const int ci = (int)threadIdx.x + TH * k;
+            if (ci >= nvec) break;
+#pragma unroll
+            for (int c = 0; c < NC; c++) {
+                const int cx = c < ncols ? c : ncols - 1;
+                const float4 *xp = (const float4 *)(x + (int64_t)cx * ne0) + ci * (F::V / 4);
+#pragma unroll
+                for (int q = 0; q < F::V / 4; q++) {
+                    const float4 xv = __ldg(xp + q);
+                    if (c == 0 || c < ncols) {
+                        a[c] = fmaf(wv[k][4 * q], xv.x, a[c]);
+                        a[c] = fmaf(wv[k][4 * q + 1], xv.y, a[c]);
+                        a[c] = fmaf(wv[k][4 * q + 2], xv.z, a[c]);
+                        a[c] = fmaf(wv[k][4 * q + 3], xv.w, a[c]);
+                    }
+                }
+            }
+        }
+        for (int i = nvec * F::V + (int)threadIdx.x; i < ne0; i += TH) {
+            const float v = F::one(wr, i);
+#pragma unroll
+            for (int c = 0; c < NC; c++)
+                if (c < ncols) a[c] = fmaf(v, __ldg(x + (int64_t)c * ne0 + i), a[c]);
+        }
+    } else {
+        st_pdl_enter();
+        st_mmv_row_f<F, NC, TH>(wr, ne0, nvec, x, ncols, (int)threadIdx.x, a);
+        if (w1) st_mmv_row_f<F, NC, TH>(w1 + (size_t)row * rb1, ne0, nvec, x, ncols, (int)threadIdx.x, b);
+    }
 #pragma unroll
     for (int c = 0; c < NC; c++) {
         const float sa = st_mmv_warp_sum(a[c]), sb = w1 ? st_mmv_warp_sum(b[c]) : 0.0f;

@@ -35,6 +35,26 @@ extern "C" {
  * One warp per block, lane = element. d = amax / 127 rounded to fp16 first, q = round(x / d), so
  * that q * d (the value the dot sees) is as close to x as q8_1 allows; s = d * sum(q). */
 /* The body, for blocks bi of nblk (st_k_moe_plan_quant runs it in all but its first block). */
+/* One q8_1 block from a warp's 32 values (lane = element): this lane's quant and the (d, s)
+ * word (the same in every lane). */
+static __device__ __forceinline__ int st_moe_q8_lane(float v, uint32_t *ds) {
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const __half dh = __float2half_rn(amax / 127.0f);
+    const float d = __half2float(dh);
+    int qi = 0;
+    if (d > 0.0f) {
+        qi = __float2int_rn(v / d);
+        qi = qi > 127 ? 127 : (qi < -127 ? -127 : qi);
+    }
+    int sum = qi;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    *ds = (uint32_t)__half_as_ushort(dh) | ((uint32_t)__half_as_ushort(__float2half_rn(d * (float)sum)) << 16);
+    return qi;
+}
+
 static __device__ __forceinline__ void st_moe_quant_body(const float *__restrict__ x, int64_t ld, int64_t n_rows,
                                                          int64_t n, block_q8_1 *__restrict__ q, int64_t bi,
                                                          int64_t nblk) {
@@ -43,26 +63,11 @@ static __device__ __forceinline__ void st_moe_quant_body(const float *__restrict
     const int64_t warps = nblk * (blockDim.x / 32);
     for (int64_t b = bi * (blockDim.x / 32) + threadIdx.x / 32; b < n_blocks; b += warps) {
         const int64_t row = b / nb, col = b - row * nb;
-        const float v = x[row * ld + col * 32 + lane];
-        float amax = fabsf(v);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const __half dh = __float2half_rn(amax / 127.0f);
-        const float d = __half2float(dh);
-        int qi = 0;
-        if (d > 0.0f) {
-            qi = __float2int_rn(v / d);
-            qi = qi > 127 ? 127 : (qi < -127 ? -127 : qi);
-        }
-        int sum = qi;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        uint32_t ds;
+        const int qi = st_moe_q8_lane(x[row * ld + col * 32 + lane], &ds);
         block_q8_1 *blk = q + b;
         blk->qs[lane] = (int8_t)qi;
-        if (lane == 0) {
-            blk->d = __half_as_ushort(dh);
-            blk->s = __half_as_ushort(__float2half_rn(d * (float)sum));
-        }
+        if (lane == 0) *(uint32_t *)blk = ds;
     }
 }
 
@@ -208,6 +213,13 @@ static int st_moe_mv_lpr(int64_t n_chunks) {
 #endif
 }
 
+#ifndef ST_MOE_MV_L2PF
+#define ST_MOE_MV_L2PF 1 /* 0 at build time: no L2 prefetch of the weight rows (A/B) */
+#endif
+static __device__ __forceinline__ void st_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 /* Activation rows in shared memory (SM): the block first copies its group's q8_1 rows with
  * coalesced 4-byte loads, then each lane reads its chunk's 9 words from there. Read from global
  * memory instead, a warp's load of 32 lanes' 36-byte blocks spans 9 cache lines per instruction
@@ -225,6 +237,21 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
     const int gn = G.n < NG ? G.n : NG;
     const int rw = (int)p.n_chunks * 9; /* words per activation row */
     if (SM) {
+        /* the warp's weight rows on their way into L2 while the block copies the activations
+         * (the loads below wait behind the barrier; the copy is a round trip of its own) */
+        const int64_t rp = ((int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32) * RPW;
+        if (ST_MOE_MV_L2PF && rp < p.n_rows) {
+            const st_cuda_expert *Ep = p.experts + G.expert;
+            const st_cuda_mat *Mp = GATED ? &Ep->gate : &Ep->down;
+            const int64_t nr = p.n_rows - rp < RPW ? p.n_rows - rp : RPW;
+            const int64_t lines = (nr * (int64_t)Mp->row_bytes + 127) / 128;
+            const uint8_t *b0 = (const uint8_t *)Mp->data + rp * Mp->row_bytes;
+            const uint8_t *b1 = GATED ? (const uint8_t *)Ep->up.data + rp * Ep->up.row_bytes : nullptr;
+            for (int64_t i = threadIdx.x & 31; i < lines; i += 32) {
+                st_prefetch_l2(b0 + 128 * i);
+                if (GATED) st_prefetch_l2(b1 + 128 * i);
+            }
+        }
         for (int j = 0; j < gn; j++) {
             const uint32_t *src = (const uint32_t *)((const uint8_t *)p.act + (size_t)(G.pair[j] / p.act_div) * p.act_rb);
             for (int i = (int)threadIdx.x; i < rw; i += 32 * ST_MOE_WARPS) s_act[j * rw + i] = __ldg(src + i);
