@@ -196,7 +196,8 @@ st_k_mmv_f_split(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__re
     for (int c = 0; c < NC; c++) a[c] = b[c] = 0.0f;
     /* A row of up to ST_MMV_SPLIT_PF chunks a thread (the router's 2048 f32: 2) is loaded before
      * griddepcontrol.wait: the weights are not written by the kernels this one waits for, so
-     * their fetch overlaps the residual norm before it. The sums as st_mmv_row_f's, same bits. */
+     * their fetch overlaps the residual norm before it. The sums as st_mmv_row_f's (the same chunk
+     * and tail helpers, in the same order), same bits. */
     constexpr int PF = ST_MMV_SPLIT_PF > 0 ? ST_MMV_SPLIT_PF : 1;
     if (ST_MMV_SPLIT_PF > 0 && !w1 && nvec > 0 && nvec <= PF * TH) {
         float wv[PF][F::V];
@@ -208,28 +209,9 @@ st_k_mmv_f_split(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__re
         for (int k = 0; k < PF; k++) {
             const int ci = (int)threadIdx.x + TH * k;
             if (ci >= nvec) break;
-#pragma unroll
-            for (int c = 0; c < NC; c++) {
-                const int cx = c < ncols ? c : ncols - 1;
-                const float4 *xp = (const float4 *)(x + (int64_t)cx * ne0) + ci * (F::V / 4);
-#pragma unroll
-                for (int q = 0; q < F::V / 4; q++) {
-                    const float4 xv = __ldg(xp + q);
-                    if (c == 0 || c < ncols) {
-                        a[c] = fmaf(wv[k][4 * q], xv.x, a[c]);
-                        a[c] = fmaf(wv[k][4 * q + 1], xv.y, a[c]);
-                        a[c] = fmaf(wv[k][4 * q + 2], xv.z, a[c]);
-                        a[c] = fmaf(wv[k][4 * q + 3], xv.w, a[c]);
-                    }
-                }
-            }
+            st_mmv_chunk_fma<F, NC>(wv[k], x, ne0, ci, ncols, a);
         }
-        for (int i = nvec * F::V + (int)threadIdx.x; i < ne0; i += TH) {
-            const float v = F::one(wr, i);
-#pragma unroll
-            for (int c = 0; c < NC; c++)
-                if (c < ncols) a[c] = fmaf(v, __ldg(x + (int64_t)c * ne0 + i), a[c]);
-        }
+        st_mmv_row_f_tail<F, NC, TH>(wr, ne0, nvec, x, ncols, (int)threadIdx.x, a);
     } else {
         st_pdl_enter();
         st_mmv_row_f<F, NC, TH>(wr, ne0, nvec, x, ncols, (int)threadIdx.x, a);

@@ -427,6 +427,42 @@ typedef st_mmv_half<true> st_mmv_bf16w;
 /* This lane's share (every STRIDE-th chunk from chunk `lane`) of one row of ne0 float weights
  * against ncols f32 rows of x (row c at x + c * ne0). nvec > 0: the first nvec * V elements go by 16-byte chunks (row and x rows
  * 16-byte aligned), the rest one by one; nvec = 0: all one by one. fp32 FMA accumulation. */
+/* One chunk ci (F::V weights in w) against the ncols f32 rows of x: fp32 FMAs in element order.
+ * x is read for every column (a missing one reads the last: in bounds) so that the loads do not
+ * wait behind a branch; only the sums are conditional. */
+template <class F, int NC>
+static __device__ __forceinline__ void st_mmv_chunk_fma(const float w[F::V], const float *__restrict__ x,
+                                                        int ne0, int ci, int ncols, float acc[NC]) {
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int cx = c < ncols ? c : ncols - 1;
+        const float4 *xp = (const float4 *)(x + (int64_t)cx * ne0) + ci * (F::V / 4);
+#pragma unroll
+        for (int k = 0; k < F::V / 4; k++) {
+            const float4 xv = __ldg(xp + k);
+            if (c == 0 || c < ncols) { /* ncols >= 1 (st_mmv_check) */
+                acc[c] = fmaf(w[4 * k], xv.x, acc[c]);
+                acc[c] = fmaf(w[4 * k + 1], xv.y, acc[c]);
+                acc[c] = fmaf(w[4 * k + 2], xv.z, acc[c]);
+                acc[c] = fmaf(w[4 * k + 3], xv.w, acc[c]);
+            }
+        }
+    }
+}
+
+/* The elements past the nvec chunks, one by one (this lane's: every STRIDE-th from lane). */
+template <class F, int NC, int STRIDE>
+static __device__ __forceinline__ void st_mmv_row_f_tail(const uint8_t *__restrict__ row, int ne0, int nvec,
+                                                         const float *__restrict__ x, int ncols, int lane,
+                                                         float acc[NC]) {
+    for (int i = nvec * F::V + lane; i < ne0; i += STRIDE) {
+        const float wv = F::one(row, i);
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            if (c < ncols) acc[c] = fmaf(wv, __ldg(x + (int64_t)c * ne0 + i), acc[c]);
+    }
+}
+
 template <class F, int NC, int STRIDE = 32>
 static __device__ __forceinline__ void st_mmv_row_f(const uint8_t *__restrict__ row, int ne0,
                                                     int nvec, const float *__restrict__ x,
@@ -438,30 +474,9 @@ static __device__ __forceinline__ void st_mmv_row_f(const uint8_t *__restrict__ 
     for (int ci = lane; ci < nvec; ci += STRIDE) {
         float w[F::V];
         F::chunk(row, ci, w);
-#pragma unroll
-        for (int c = 0; c < NC; c++) {
-            /* x is read for every column (a missing one reads the last: in bounds) so that the
-             * loads do not wait behind a branch; only the sums are conditional */
-            const int cx = c < ncols ? c : ncols - 1;
-            const float4 *xp = (const float4 *)(x + (int64_t)cx * ne0) + ci * (F::V / 4);
-#pragma unroll
-            for (int k = 0; k < F::V / 4; k++) {
-                const float4 xv = __ldg(xp + k);
-                if (c == 0 || c < ncols) { /* ncols >= 1 (st_mmv_check) */
-                    acc[c] = fmaf(w[4 * k], xv.x, acc[c]);
-                    acc[c] = fmaf(w[4 * k + 1], xv.y, acc[c]);
-                    acc[c] = fmaf(w[4 * k + 2], xv.z, acc[c]);
-                    acc[c] = fmaf(w[4 * k + 3], xv.w, acc[c]);
-                }
-            }
-        }
+        st_mmv_chunk_fma<F, NC>(w, x, ne0, ci, ncols, acc);
     }
-    for (int i = nvec * F::V + lane; i < ne0; i += STRIDE) {
-        const float wv = F::one(row, i);
-#pragma unroll
-        for (int c = 0; c < NC; c++)
-            if (c < ncols) acc[c] = fmaf(wv, __ldg(x + (int64_t)c * ne0 + i), acc[c]);
-    }
+    st_mmv_row_f_tail<F, NC, STRIDE>(row, ne0, nvec, x, ncols, lane, acc);
 }
 
 /* Sum over the warp; every lane gets the total. */

@@ -236,17 +236,17 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
     const st_moe_group G = p.groups[blockIdx.y];
     const int gn = G.n < NG ? G.n : NG;
     const int rw = (int)p.n_chunks * 9; /* words per activation row */
+    const int64_t r_warp = ((int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32) * RPW;
+    const st_cuda_expert *E = p.experts + G.expert;
+    const st_cuda_mat *M0 = GATED ? &E->gate : &E->down;
     if (SM) {
         /* the warp's weight rows on their way into L2 while the block copies the activations
          * (the loads below wait behind the barrier; the copy is a round trip of its own) */
-        const int64_t rp = ((int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32) * RPW;
-        if (ST_MOE_MV_L2PF && rp < p.n_rows) {
-            const st_cuda_expert *Ep = p.experts + G.expert;
-            const st_cuda_mat *Mp = GATED ? &Ep->gate : &Ep->down;
-            const int64_t nr = p.n_rows - rp < RPW ? p.n_rows - rp : RPW;
-            const int64_t lines = (nr * (int64_t)Mp->row_bytes + 127) / 128;
-            const uint8_t *b0 = (const uint8_t *)Mp->data + rp * Mp->row_bytes;
-            const uint8_t *b1 = GATED ? (const uint8_t *)Ep->up.data + rp * Ep->up.row_bytes : nullptr;
+        if (ST_MOE_MV_L2PF && r_warp < p.n_rows) {
+            const int64_t nr = p.n_rows - r_warp < RPW ? p.n_rows - r_warp : RPW;
+            const int64_t lines = (nr * (int64_t)M0->row_bytes + 127) / 128;
+            const uint8_t *b0 = (const uint8_t *)M0->data + r_warp * M0->row_bytes;
+            const uint8_t *b1 = GATED ? (const uint8_t *)E->up.data + r_warp * E->up.row_bytes : nullptr;
             for (int64_t i = threadIdx.x & 31; i < lines; i += 32) {
                 st_prefetch_l2(b0 + 128 * i);
                 if (GATED) st_prefetch_l2(b1 + 128 * i);
@@ -258,14 +258,11 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
         }
         __syncthreads();
     }
-    const int64_t r_warp = ((int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32) * RPW;
     if (r_warp >= p.n_rows) return; /* uniform per warp */
     const int lane = threadIdx.x & 31, cl = lane % LPR;
     const int64_t r_lane = r_warp + lane / LPR;
     const bool live = r_lane < p.n_rows;
     const int64_t r = live ? r_lane : p.n_rows - 1; /* a spare lane reads a real row, writes nothing */
-    const st_cuda_expert *E = p.experts + G.expert;
-    const st_cuda_mat *M0 = GATED ? &E->gate : &E->down;
     const uint8_t *w0 = (const uint8_t *)M0->data + r * M0->row_bytes;
     const uint8_t *w1 = GATED ? (const uint8_t *)E->up.data + r * E->up.row_bytes : nullptr;
     const uint8_t *arow[NG];

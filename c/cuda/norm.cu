@@ -39,38 +39,11 @@ static __device__ __forceinline__ double st_norm_reduce(double sum, double *red)
 /* ---- block rows: four consecutive values a thread ------------------------------------------
  * A row of more than 256 values (one 256-thread block) is read in quads: thread t owns values
  * 1024 k + 4 t + e (e < 4), summing their squares in (k, e) order, then the block reduction. With
- * Q8_1 output the 32 values of a block sit in 8 neighbouring lanes (3 shuffles per reduction and
- * one 4-byte store a lane, where a value a lane took 5 and a byte: 6.6 us per 2048-float add +
+ * Q8_1 output the 32 values of a block sit in 8 neighbouring lanes (st_q8_1_put<4>: 3 shuffles
+ * per reduction and one 4-byte store a lane, where a value a lane took 5 and a byte: 6.6 us per 2048-float add +
  * norm on the H200, ncu, most of it in the quantization). 16-byte loads and stores when the row
  * pointers allow, else 4-byte ones: the same values and order, the same bits. */
 #define ST_NORM_QUADS (ST_NORM_REG / 4) /* quads a thread holds in registers (n <= 4096) */
-
-/* Q8_1 of 4 values a lane, 8 lanes a block (lane % 8 = l8): st_q8_1_warp_put's formulas (the
- * bits of st_cuda_quantize_q8_1). Every lane of the warp calls it; only `store` lanes write. */
-static __device__ __forceinline__ void st_q8_1_quad_put(const float v[4], block_q8_1 *b, int l8, bool store) {
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = amax / 127.0f;
-    int qi[4], sum = 0;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        qi[e] = amax == 0.0f ? 0 : (int)roundf(v[e] / d);
-        sum += qi[e];
-    }
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (store) {
-        const uint32_t pk = (uint32_t)(qi[0] & 0xFF) | ((uint32_t)(qi[1] & 0xFF) << 8) |
-                            ((uint32_t)(qi[2] & 0xFF) << 16) | ((uint32_t)(qi[3] & 0xFF) << 24);
-        *(uint32_t *)(b->qs + 4 * l8) = pk;
-        if (l8 == 0) {
-            const uint32_t hd = __half_as_ushort(__float2half_rn(d));
-            const uint32_t hs = __half_as_ushort(__float2half_rn(d * (float)sum));
-            *(uint32_t *)b = hd | (hs << 16);
-        }
-    }
-}
 
 /* Loads values 4 qd .. 4 qd + 3 of a row (zeros past n); vec: 16-byte loads. */
 static __device__ __forceinline__ void st_quad_ld(const float *r, int64_t qd, int64_t n, bool vec, float v[4]) {
@@ -94,6 +67,18 @@ static __device__ __forceinline__ void st_quad_st(float *r, int64_t qd, int64_t 
     }
 }
 
+/* Values 4 qd .. 4 qd + 3 of xr, plus scale * br's when br is set (as st_k_add). */
+static __device__ __forceinline__ void st_quad_ld_add(const float *xr, const float *br, float scale, int64_t qd,
+                                                      int64_t n, bool vec, float v[4]) {
+    st_quad_ld(xr, qd, n, vec, v);
+    if (br) {
+        float bv[4];
+        st_quad_ld(br, qd, n, vec, bv);
+#pragma unroll
+        for (int e = 0; e < 4; e++) v[e] = __fadd_rn(v[e], __fmul_rn(bv[e], scale));
+    }
+}
+
 /* One row by the whole block (256 threads): xs = xr + scale * br when br (written back to xw
  * when set), y = rmsnorm(xs) * w (w may be NULL), q: the row's Q8_1 blocks (n % 32 == 0). */
 static __device__ __forceinline__ void st_norm_row_quads(const float *xr, const float *br, float scale, float *xw,
@@ -107,16 +92,7 @@ static __device__ __forceinline__ void st_norm_row_quads(const float *xr, const 
     if (n <= 1024 * ST_NORM_QUADS) {
         float xv[ST_NORM_QUADS][4];
 #pragma unroll
-        for (int k = 0; k < ST_NORM_QUADS; k++) {
-            const int64_t qd = t + 256 * k;
-            st_quad_ld(xr, qd, n, vec, xv[k]);
-            if (br) {
-                float bv[4];
-                st_quad_ld(br, qd, n, vec, bv);
-#pragma unroll
-                for (int e = 0; e < 4; e++) xv[k][e] = __fadd_rn(xv[k][e], __fmul_rn(bv[e], scale));
-            }
-        }
+        for (int k = 0; k < ST_NORM_QUADS; k++) st_quad_ld_add(xr, br, scale, t + 256 * k, n, vec, xv[k]);
 #pragma unroll
         for (int k = 0; k < ST_NORM_QUADS; k++) {
             const int64_t qd = t + 256 * k;
@@ -140,26 +116,20 @@ static __device__ __forceinline__ void st_norm_row_quads(const float *xr, const 
                 y[e] = w ? __fmul_rn(__fmul_rn(xv[k][e], sc), wv[e]) : __fmul_rn(xv[k][e], sc);
             if (qd < nq) st_quad_st(yr, qd, n, vec, y);
             /* n % 32 == 0 with q: a block's 8 lanes are all in or all out */
-            if (q) st_q8_1_quad_put(y, q + (qd >> 3), t & 7, qd < nq);
+            if (q) st_q8_1_put<4>(y, q + (qd >> 3), t & 7, qd < nq);
         }
     } else { /* longer rows: two passes over memory, the same order */
         for (int64_t qd = t; qd < nq; qd += 256) {
             float v[4];
-            st_quad_ld(xr, qd, n, vec, v);
-            if (br) {
-                float bv[4];
-                st_quad_ld(br, qd, n, vec, bv);
-#pragma unroll
-                for (int e = 0; e < 4; e++) v[e] = __fadd_rn(v[e], __fmul_rn(bv[e], scale));
-                st_quad_st(xw, qd, n, vec, v);
-            }
+            st_quad_ld_add(xr, br, scale, qd, n, vec, v);
+            if (xw) st_quad_st(xw, qd, n, vec, v);
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 if (4 * qd + e < n) sum = __dadd_rn(sum, __dmul_rn((double)v[e], (double)v[e]));
         }
         sum = st_norm_reduce<256>(sum, red); /* (also orders the writes to xw before the reads) */
         const float sc = st_rms_scale(sum, n, eps);
-        const float *xs = br ? xw : xr;
+        const float *xs = xw ? xw : xr; /* the sum as written */
         for (int64_t q0 = 0; q0 < nq; q0 += 256) { /* whole warps per round for the shuffles */
             const int64_t qd = q0 + t;
             float v[4], wv[4] = {1.0f, 1.0f, 1.0f, 1.0f}, y[4];
@@ -168,7 +138,7 @@ static __device__ __forceinline__ void st_norm_row_quads(const float *xr, const 
 #pragma unroll
             for (int e = 0; e < 4; e++) y[e] = w ? __fmul_rn(__fmul_rn(v[e], sc), wv[e]) : __fmul_rn(v[e], sc);
             if (qd < nq) st_quad_st(yr, qd, n, vec, y);
-            if (q) st_q8_1_quad_put(y, q + (qd >> 3), t & 7, qd < nq);
+            if (q) st_q8_1_put<4>(y, q + (qd >> 3), t & 7, qd < nq);
         }
     }
 }
@@ -193,6 +163,7 @@ st_k_rmsnorm(float *y, int64_t ldy, const float *x, int64_t ldx, const float *__
             st_norm_row_quads(xr, nullptr, 0.0f, nullptr, yr, w, n, eps, q ? q + ((row * n) >> 5) : nullptr, red);
             continue;
         }
+        /* a warp a row (TPR 32) from here */
         double sum = 0.0;
         float xv[ST_NORM_REG], wv[ST_NORM_REG];
         if (reg) {
@@ -258,6 +229,7 @@ st_k_add_rmsnorm(float *x, const float *__restrict__ b, float scale, float *y, c
             st_norm_row_quads(xr, br, scale, xr, yr, w, n, eps, q ? q + ((row * n) >> 5) : nullptr, red);
             continue;
         }
+        /* a warp a row (TPR 32) from here */
         double sum = 0.0;
         float xv[ST_NORM_REG], wv[ST_NORM_REG];
         if (reg) {

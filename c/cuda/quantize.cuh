@@ -20,24 +20,47 @@
  * q (4-byte aligned). No argument checks; returns the launch error if any. */
 strata_status st_quantize_q8_1_launch(const float *x, block_q8_1 *q, int64_t n, cudaStream_t s);
 
-/* Called by all 32 lanes of a warp, lane j holding value j of a block: stores the block's quants
- * and (d, s) word at b, with the arithmetic described above (st_k_quantize_q8_1 and the norms that
- * emit Q8_1 rows share it, so their blocks are the same bits). */
-static __device__ __forceinline__ void st_q8_1_warp_put(float v, block_q8_1 *b, int lane) {
-    float amax = fabsf(v);
+/* Called by all 32 lanes of a warp; a block's 32 values are held V a lane (V = 1 or 4) by 32 / V
+ * neighbouring lanes, lane l of them (l = lane % (32 / V)) holding values V l .. V l + V - 1.
+ * Stores the block's quants and (d, s) word at b from the lanes with `store` set, with the
+ * arithmetic described above (st_k_quantize_q8_1 and the norms that emit Q8_1 rows share it, so
+ * their blocks are the same bits whatever V). */
+template <int V>
+static __device__ __forceinline__ void st_q8_1_put(const float v[V], block_q8_1 *b, int l, bool store) {
+    static_assert(V == 1 || V == 4, "1 or 4 values a lane");
+    float amax = fabsf(v[0]);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    for (int e = 1; e < V; e++) amax = fmaxf(amax, fabsf(v[e]));
+#pragma unroll
+    for (int o = 16 / V; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float d = amax / 127.0f;
-    const int qi = amax == 0.0f ? 0 : (int)roundf(v / d);
-    int sum = qi;
+    int qi[V], sum = 0;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    b->qs[lane] = (int8_t)qi;
-    if (lane == 0) {
+    for (int e = 0; e < V; e++) {
+        qi[e] = amax == 0.0f ? 0 : (int)roundf(v[e] / d);
+        sum += qi[e];
+    }
+#pragma unroll
+    for (int o = 16 / V; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!store) return;
+    if (V == 1) {
+        b->qs[l] = (int8_t)qi[0];
+    } else {
+        uint32_t pk = 0;
+#pragma unroll
+        for (int e = 0; e < V; e++) pk |= (uint32_t)(qi[e] & 0xFF) << (8 * e);
+        *(uint32_t *)(b->qs + V * l) = pk;
+    }
+    if (l == 0) {
         const uint32_t hd = __half_as_ushort(__float2half_rn(d));
         const uint32_t hs = __half_as_ushort(__float2half_rn(d * (float)sum));
         *(uint32_t *)b = hd | (hs << 16);
     }
+}
+
+/* A value a lane, lane j holding value j of the block. */
+static __device__ __forceinline__ void st_q8_1_warp_put(float v, block_q8_1 *b, int lane) {
+    st_q8_1_put<1>(&v, b, lane, true);
 }
 
 /* One Q8_1 block as the dot products use it: the 32 quants as 8 words (word i = values
