@@ -27,6 +27,11 @@ int st_cuda_mmv_supports(strata_type type);
  * every type so a caller can size one buffer). 0 for ne0 <= 0 or ncols outside 1..8. */
 size_t st_cuda_mmv_scratch_bytes(int64_t ne0, int ncols);
 
+/* Whether st_cuda_mmv(W, ..., ncols, ...) takes the Q8_0 shared-memory kernel (st_k_mmv_q8_0s:
+ * Q8_0 rows with row_bytes % 16 == 0 at a 16-byte aligned address, its shared memory within
+ * 48 KiB) rather than the general one; for tests and benchmarks. Thread-safe. */
+int st_cuda_mmv_q8_smem(const st_cuda_mat *W, int ncols);
+
 /* y[c * W->ne1 + r] = dot(row r of W, x[c * W->ne0 ...]) for c < ncols, r < W->ne1.
  * d_x: ncols rows of W->ne0 floats, row-major; d_y: ncols rows of W->ne1 floats (must not
  * overlap x or scratch). Quantized weights: x is first quantized to Q8_1 into d_scratch

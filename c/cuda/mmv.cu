@@ -376,6 +376,17 @@ extern "C" int st_cuda_mmv_supports(strata_type type) {
     }
 }
 
+extern "C" int st_cuda_mmv_q8_smem(const st_cuda_mat *W, int ncols) {
+    if (!W || ncols < 1 || ncols > 8 || W->ne0 <= 0 || W->ne0 % 32 || W->ne0 > INT32_MAX) return 0;
+    st_mmv_args a = {};
+    a.type = W->type;
+    a.w0 = (const uint8_t *)W->data;
+    a.rb0 = W->row_bytes;
+    a.ne0 = (int)W->ne0;
+    a.ncols = ncols;
+    return st_mmv8_smem(a) != 0;
+}
+
 extern "C" size_t st_cuda_mmv_scratch_bytes(int64_t ne0, int ncols) {
     if (ne0 <= 0 || ncols < 1 || ncols > 8) return 0;
     return (size_t)ncols * (size_t)((ne0 + QK8_1 - 1) / QK8_1) * sizeof(block_q8_1);

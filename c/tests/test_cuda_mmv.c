@@ -445,6 +445,19 @@ static void test_arguments(int available) {
     CHECK(st_cuda_mmv_scratch_bytes(4096, 8) == 8u * 128u * 36u, "scratch(4096, 8) = %zu",
           st_cuda_mmv_scratch_bytes(4096, 8));
     CHECK(st_cuda_mmv_scratch_bytes(33, 1) == 72u, "scratch(33, 1)");
+    {   /* which kernel a Q8_0 GEMV takes (no device needed): the shared-memory one only for
+         * 16-byte row strides at 16-byte aligned data, while its shared memory fits 48 KiB */
+        const void *al = (const void *)(uintptr_t)0x10000, *mis = (const void *)(uintptr_t)0x10002;
+        const st_cuda_mat q = {STRATA_TYPE_Q8_0, al, 2048, 64, 2176}, pad = {STRATA_TYPE_Q8_0, al, 2048, 64, 2178};
+        const st_cuda_mat off = {STRATA_TYPE_Q8_0, mis, 2048, 64, 2176}, k4 = {STRATA_TYPE_Q4_K, al, 2048, 64, 1152};
+        const st_cuda_mat big = {STRATA_TYPE_Q8_0, al, 14336, 8, 15232};
+        CHECK(st_cuda_mmv_q8_smem(&q, 1) && st_cuda_mmv_q8_smem(&q, 8) && !st_cuda_mmv_q8_smem(&pad, 1) &&
+              !st_cuda_mmv_q8_smem(&off, 1) && !st_cuda_mmv_q8_smem(&k4, 1) && !st_cuda_mmv_q8_smem(&q, 9) &&
+              !st_cuda_mmv_q8_smem(NULL, 1), "Q8_0 shared-memory kernel choice");
+        /* 14,336-wide rows: 64-block pieces (17,664 bytes) + the activation (16,128 bytes a
+         * column): one column fits, eight do not */
+        CHECK(st_cuda_mmv_q8_smem(&big, 1) && !st_cuda_mmv_q8_smem(&big, 8), "Q8_0 shared-memory limit");
+    }
     /* the tile kernels: quantized types only; checks before any launch */
     CHECK(st_cuda_mmq_supports(STRATA_TYPE_Q4_K) && st_cuda_mmq_supports(STRATA_TYPE_Q8_0) &&
           st_cuda_mmq_supports(STRATA_TYPE_Q6_K) && st_cuda_mmq_supports(STRATA_TYPE_F32) &&
@@ -581,9 +594,17 @@ static void check_q8_0_paths(int64_t ne0, int64_t ne1, test_rng *r) {
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dwp, wp, rbp * (size_t)ne1);
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dx, x, sizeof(float) * (size_t)(8 * ne0));
     CHECK(st == STRATA_OK, "q8_0 paths ne0=%lld: setup: %s", (long long)ne0, strata_last_error());
+    int n_fast = 0; /* column counts that took the shared-memory kernel */
     for (int nc = 1; nc <= 8 && st == STRATA_OK; nc++) {
         const st_cuda_mat W = {type, dw, ne0, ne1, rb}, Wp = {type, dwp, ne0, ne1, rbp};
         const size_t ny = (size_t)nc * (size_t)ne1;
+        /* the comparison means something only if the two calls take different kernels: the
+         * aligned rows the shared-memory one (always for one column), the padded rows never */
+        const int fast = st_cuda_mmv_q8_smem(&W, nc);
+        n_fast += fast;
+        CHECK(!st_cuda_mmv_q8_smem(&Wp, nc) && (nc > 1 || fast),
+              "q8_0 ne0=%lld ncols=%d: kernel choice (aligned %d, padded %d)", (long long)ne0, nc, fast,
+              st_cuda_mmv_q8_smem(&Wp, nc));
         st = st_cuda_memset(dy1, 0xA5, 4 * (ny + GUARD));
         if (st == STRATA_OK) st = st_cuda_memset(dy2, 0xA5, 4 * (ny + GUARD));
         if (st == STRATA_OK) st = st_cuda_mmv(&W, dx, nc, dy1, ds, NULL);
@@ -599,9 +620,11 @@ static void check_q8_0_paths(int64_t ne0, int64_t ne1, test_rng *r) {
         CHECK(same && !guard, "q8_0 ne0=%lld ne1=%lld ncols=%d: shared-memory rows %s the 16-bit loads, "
               "guard words changed %d", (long long)ne0, (long long)ne1, nc, same ? "==" : "!=", guard);
         if (nc == 1 || nc == 8)
-            printf("q8_0 ne0=%-5lld ne1=%-5lld ncols=%d: shared-memory kernel %s 16-bit-load kernel, guards %s\n",
-                   (long long)ne0, (long long)ne1, nc, same ? "==" : "!=", guard ? "BAD" : "ok");
+            printf("q8_0 ne0=%-5lld ne1=%-5lld ncols=%d: %s kernel %s 16-bit-load kernel, guards %s\n",
+                   (long long)ne0, (long long)ne1, nc, fast ? "shared-memory" : "(general)", same ? "==" : "!=",
+                   guard ? "BAD" : "ok");
     }
+    printf("q8_0 ne0=%-5lld: %d of 8 column counts on the shared-memory kernel\n", (long long)ne0, n_fast);
     st_cuda_free(dw); st_cuda_free(dwp); st_cuda_free(dx); st_cuda_free(dy1); st_cuda_free(dy2);
     st_cuda_free(ds);
     free(w); free(wp); free(x); free(y1); free(y2);
