@@ -1,13 +1,16 @@
 /* attn.cu - the GPU KV cache store and causal GQA attention (cuda_ops.h); the kernel shape and
  * the plan are described in attn.cuh.
  *
- * Two kernels. st_k_attn_dec serves calls with at most 8 rows per KV head (decode steps, short
- * verify windows) over 4096 positions or more: each K and V element is read once for all of the
- * head's rows, the positions split into chunks of 256 or more (flash-decoding). st_k_attn serves the rest (prefill: rpw 4,
- * one chunk per row group when the row groups alone fill the GPU) and any plan a check program
- * forces. Both use the FMA units. st_k_attn_tc is flash attention on the tensor cores for long
- * batches (shape.tc; by default with split f16 operands). Dispatch: st_cuda_attention_ex picks the kernel;
- * st_attn_dispatch / st_attn_dec_dispatch switch over (head_dim, cache type, rpw). */
+ * Four kernels. On an f16 cache with head_dim 64 or 128 (shape.tc not 0), calls of at most 16
+ * rows per KV head (decode steps, short verify windows) over ST_ATTN_DTC_MIN_NP positions or
+ * more take st_k_attn_dtc (flash-decoding on the tensor cores, K/V tiles staged by cp.async) and
+ * batches of 64+ rows per KV head take st_k_attn_tc (flash attention on the tensor cores); both
+ * split the queries and probabilities into two f16 parts unless shape.tc is 1. Otherwise, on the
+ * FMA units: st_k_attn_dec for at most 8 rows per KV head over 4096 positions or more (each K and
+ * V element read once for all of the head's rows, chunks of 256 or more), st_k_attn for the rest
+ * (prefill: rpw 4, one chunk per row group when the row groups alone fill the GPU) and any plan
+ * a check program forces. Dispatch: st_cuda_attention_ex picks the kernel; st_attn_dispatch /
+ * st_attn_dec_dispatch switch over (head_dim, cache type, rpw). */
 #include "attn.cuh"
 #include "mma.cuh"
 #include "norm.cuh"
@@ -739,26 +742,311 @@ static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, int spli
     return STRATA_OK;
 }
 
-/* One block per (token, head): merges the n_chunks partials of its row in index order. */
-static __global__ void __launch_bounds__(256)
+/* ---- decode on the tensor cores: at most 16 rows per KV head ----------------------------------- */
+
+#define ST_ATTN_DTC_ROWS 16      /* rows (token, query head) per KV head: T * G <= 16, one m16 tile */
+#define ST_ATTN_DTC_STAGES 3     /* K/V tiles of 64 positions in shared memory: 2 in flight */
+#define ST_ATTN_DTC_MIN_CHUNK 256 /* fewest positions per chunk (4 tiles) */
+/* The decode kernel on the tensor cores serves attended lengths (rounded as the plan) from this
+ * many positions on; shorter ones keep the FMA kernels (chosen as before it existed). */
+#ifndef ST_ATTN_DTC_MIN_NP /* -DST_ATTN_DTC_MIN_NP=<huge>: never (A/B) */
+#define ST_ATTN_DTC_MIN_NP 1024
+#endif
+static_assert(ST_ATTN_TC_BN == 64, "st_k_attn_dtc shares st_attn_tc_fetch's 64-position, 128-thread tiles");
+
+static size_t st_attn_dtc_smem(int hd) { /* the stages; the warps' merge reuses them */
+    return (size_t)ST_ATTN_DTC_STAGES * 2 * ST_ATTN_TC_BN * (size_t)(hd + 8) * sizeof(__half);
+}
+
+/* Flash-decoding on the tensor cores for calls of at most 16 rows per KV head (a decode step's G
+ * query heads, short verify windows) over an f16 cache, head_dim 64 or 128. A block of 4 warps
+ * serves one KV head and one chunk of positions; the chunk's K and V go through shared memory in
+ * tiles of 64 positions by cp.async, 3 stages (two tiles in flight while the warps work on one:
+ * st_k_attn_dec's loads waited on each 32-position tile, ~1 TB/s at depth 16K). Warp w takes
+ * positions 16w .. 16w + 15 of every tile: its 16 rows (queries split hi + lo f16 as in
+ * st_k_attn_tc, rows past T * G zero) against 16 positions with mma m16n8k16, the causal mask,
+ * its own running max and sum (base 2), and P (hi + lo) times the 16 V rows. The warps' states
+ * are merged in warp order in shared memory, then the block writes the normalized output (one
+ * chunk) or (acc, max in natural-log units, sum) partials for st_k_attn_combine. Fixed order
+ * throughout: deterministic. SPLIT false: single f16 operands (shape.tc 1). */
+template <int HD, bool SPLIT>
+static __global__ void __launch_bounds__(128, 2)
+st_k_attn_dtc(const st_attn_args a) {
+    st_pdl_enter();
+    constexpr int BN = ST_ATTN_TC_BN, LDS = HD + 8, KS = HD / 16, DT = HD / 8, NS = ST_ATTN_DTC_STAGES;
+    extern __shared__ __align__(128) unsigned char st_attn_dtc_sm[];
+    __half *const S0 = (__half *)st_attn_dtc_sm; /* stage s: K at S0 + 2s * BN * LDS, V after it */
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31);
+    const int g = lane >> 2, tq = lane & 3;
+    const int c = (int)blockIdx.x, hk = (int)blockIdx.y;
+    const int G = a.group, RR = a.T * G; /* live rows, <= 16 */
+    const int64_t pos0 = a.pos_dev ? (int64_t)*a.pos_dev : a.pos0;
+    const float qscale = a.scale * 1.4426950408889634f; /* log2(e): exp2 below */
+    const __half *Kb = (const __half *)a.k + (size_t)hk * (size_t)a.n_ctx * HD;
+    const __half *Vb = (const __half *)a.v + (size_t)hk * (size_t)a.n_ctx * HD;
+
+    /* this chunk's positions [p_begin, p_end], the end clipped to the last row's limit */
+    const int64_t p_begin = (int64_t)c * a.chunk;
+    const int64_t p_end = min(pos0 + (RR - 1) / G, p_begin + a.chunk - 1);
+    const int n_tiles = p_end >= p_begin ? (int)((p_end - p_begin) / BN + 1) : 0;
+#pragma unroll
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < n_tiles) st_attn_tc_fetch<HD>(S0 + 2 * s * BN * LDS, S0 + (2 * s + 1) * BN * LDS, Kb, Vb,
+                                              p_begin + (int64_t)s * BN, p_end);
+        st_cp_async_commit();
+    }
+
+    /* the 16 query rows as f16 A fragments (every warp the same), staged through the last stage */
+    __half *const Qh = S0 + 2 * (NS - 1) * BN * LDS, *const Ql = Qh + 16 * LDS;
+    for (int idx = (int)threadIdx.x; idx < 16 * HD; idx += 128) {
+        const int r = idx / HD, d = idx - r * HD;
+        float qv = 0.0f;
+        if (r < RR) {
+            const int t = r / G, h = hk * G + (r - t * G);
+            qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d] * qscale;
+        }
+        const __half qh = __float2half_rn(qv);
+        Qh[r * LDS + d] = qh;
+        if (SPLIT) Ql[r * LDS + d] = __float2half_rn(qv - __half2float(qh));
+    }
+    __syncthreads();
+    uint32_t qf[KS][4], ql[SPLIT ? KS : 1][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        st_ldsm_x4(qf[ks], Qh + (lane & 15) * LDS + ks * 16 + (lane >> 4) * 8);
+        if (SPLIT) st_ldsm_x4(ql[ks], Ql + (lane & 15) * LDS + ks * 16 + (lane >> 4) * 8);
+    }
+    __syncthreads(); /* the last stage is the loop's */
+
+    const int r0 = g, r1 = g + 8; /* this lane's rows in the C fragments */
+    const int64_t e0 = r0 < RR ? min(pos0 + r0 / G, p_end) : -1; /* last position each row sees */
+    const int64_t e1 = r1 < RR ? min(pos0 + r1 / G, p_end) : -1;
+    const int64_t e_least = min(pos0, p_end); /* no live row stops before it */
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    float o[DT][4];
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+
+    for (int it = 0; it < n_tiles; it++) {
+        st_cp_async_wait<NS - 2>(); /* this tile's copies (groups of later tiles may be pending) */
+        __syncthreads();            /* ... everyone's; and every warp is done with tile it - 1 */
+        if (it + NS - 1 < n_tiles) { /* into tile it - 1's stage */
+            __half *Kn = S0 + 2 * ((it + NS - 1) % NS) * BN * LDS;
+            st_attn_tc_fetch<HD>(Kn, Kn + BN * LDS, Kb, Vb, p_begin + (int64_t)(it + NS - 1) * BN, p_end);
+        }
+        st_cp_async_commit();
+        const __half *Ks = S0 + 2 * (it % NS) * BN * LDS + warp * 16 * LDS, *Vs = Ks + BN * LDS;
+        const int64_t pb = p_begin + (int64_t)it * BN + warp * 16; /* this warp's 16 positions */
+        /* scores: 16 rows x 16 positions (two n8 blocks) */
+        float sc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t bf[4];
+            st_ldsm_x4(bf, Ks + (((lane >> 4) << 3) + (lane & 7)) * LDS + ks * 16 + ((lane >> 3) & 1) * 8);
+            st_mma16816(sc[0], qf[ks], bf[0], bf[1]);
+            st_mma16816(sc[1], qf[ks], bf[2], bf[3]);
+            if (SPLIT) {
+                st_mma16816(sc[0], ql[ks], bf[0], bf[1]);
+                st_mma16816(sc[1], ql[ks], bf[2], bf[3]);
+            }
+        }
+        /* causal mask and the chunk's end (zero-filled positions past p_end), only where some
+         * position passes a row's last; dead rows (q = 0) score 0 and are never written */
+        if (pb + 15 > e_least) {
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int64_t p = pb + nt * 8 + 2 * tq + e;
+                    if (p > e0) sc[nt][e] = -INFINITY;
+                    if (p > e1) sc[nt][2 + e] = -INFINITY;
+                }
+        }
+        float mx0 = fmaxf(m0, fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1])));
+        float mx1 = fmaxf(m1, fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3])));
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        const float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0); /* 0 while m0 is -inf */
+        const float c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+        float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                sc[nt][e] = exp2f(sc[nt][e] - b0); /* -inf - b: 0 */
+                sc[nt][2 + e] = exp2f(sc[nt][2 + e] - b1);
+                rs0 += sc[nt][e];
+                rs1 += sc[nt][2 + e];
+            }
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
+            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
+        }
+        l0 = fmaf(l0, c0, rs0);
+        l1 = fmaf(l1, c1, rs1);
+        m0 = mx0;
+        m1 = mx1;
+        /* O = O * corr + P V: the scores' C layout is P's A fragment layout */
+        const uint32_t pa[4] = {st_h2(sc[0][0], sc[0][1]), st_h2(sc[0][2], sc[0][3]),
+                                st_h2(sc[1][0], sc[1][1]), st_h2(sc[1][2], sc[1][3])};
+        uint32_t pl[4] = {0u, 0u, 0u, 0u};
+        if (SPLIT) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) { /* pa[i] holds sc[i/2][2(i%2)], [2(i%2) + 1] */
+                const float2 h = __half22float2(*(const __half2 *)&pa[i]);
+                pl[i] = st_h2(sc[i >> 1][2 * (i & 1)] - h.x, sc[i >> 1][2 * (i & 1) + 1] - h.y);
+            }
+        }
+#pragma unroll
+        for (int dp = 0; dp < DT / 2; dp++) {
+            o[2 * dp][0] *= c0; o[2 * dp][1] *= c0; o[2 * dp][2] *= c1; o[2 * dp][3] *= c1;
+            o[2 * dp + 1][0] *= c0; o[2 * dp + 1][1] *= c0; o[2 * dp + 1][2] *= c1; o[2 * dp + 1][3] *= c1;
+            uint32_t bf[4];
+            st_ldsm_x4_t(bf, Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LDS + dp * 16 + (lane >> 4) * 8);
+            st_mma16816(o[2 * dp], pa, bf[0], bf[1]);
+            st_mma16816(o[2 * dp + 1], pa, bf[2], bf[3]);
+            if (SPLIT) {
+                st_mma16816(o[2 * dp], pl, bf[0], bf[1]);
+                st_mma16816(o[2 * dp + 1], pl, bf[2], bf[3]);
+            }
+        }
+    }
+    st_cp_async_wait<0>();
+    __syncthreads(); /* the stages become the merge area */
+
+    /* merge the 4 warps in order: Ms/Ls [warp][16] (base 2), Os [warp][16][HD] */
+    float *const Ms = (float *)st_attn_dtc_sm, *const Ls = Ms + 4 * 16, *const Os = Ls + 4 * 16;
+    if (tq == 0) {
+        Ms[warp * 16 + r0] = m0; Ms[warp * 16 + r1] = m1;
+        Ls[warp * 16 + r0] = l0; Ls[warp * 16 + r1] = l1;
+    }
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            Os[(warp * 16 + r0) * HD + dt * 8 + 2 * tq + e] = o[dt][e];
+            Os[(warp * 16 + r1) * HD + dt * 8 + 2 * tq + e] = o[dt][2 + e];
+        }
+    __syncthreads();
+    for (int idx = (int)threadIdx.x; idx < RR * HD; idx += 128) {
+        const int r = idx / HD, d = idx - r * HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; w++) M = fmaxf(M, Ms[w * 16 + r]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY)
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const float mw = Ms[w * 16 + r];
+                if (mw == -INFINITY) continue; /* a warp whose positions all passed this row's */
+                const float e = exp2f(mw - M);
+                L = fmaf(Ls[w * 16 + r], e, L);
+                O = fmaf(Os[(w * 16 + r) * HD + d], e, O);
+            }
+        const int t = r / G, h = hk * G + (r - t * G);
+        if (a.n_chunks == 1) {
+            a.out[(int64_t)t * a.ldo + (int64_t)h * HD + d] = __fdiv_rn(O, L); /* position 0 is seen */
+        } else { /* a chunk wholly past this row's last position leaves M -inf, L 0, O 0 */
+            float *pr = a.part + ((size_t)((int64_t)t * a.n_head + h) * (size_t)a.n_chunks + (size_t)c) * (HD + 2);
+            pr[d] = O;
+            if (d == 0) {
+                pr[HD] = M == -INFINITY ? -INFINITY : M * 0.6931471805599453f; /* ln 2 */
+                pr[HD + 1] = L;
+            }
+        }
+    }
+}
+
+template <int HD>
+static strata_status st_attn_dtc_launch(const st_attn_args &a, int n_kv, int split, cudaStream_t s) {
+    const size_t smem = st_attn_dtc_smem(HD);
+    auto kern = split ? st_k_attn_dtc<HD, true> : st_k_attn_dtc<HD, false>;
+    if (smem > 48 * 1024)
+        ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    st_launch(kern, dim3((unsigned)a.n_chunks, (unsigned)n_kv), 128, smem, s, a);
+    ST_CUDA_CHECK_LAUNCH("st_k_attn_dtc");
+    return STRATA_OK;
+}
+
+/* Block (row, slice) merges the n_chunks partials of one (token, head) row for 16 of its hd
+ * dimensions (hd / 16 slices: 256 blocks for qwen3's 32 rows at head_dim 128, so the pass spreads
+ * over the SMs; one block per row, reading the chunks 4 deep, took 12.6 us of a decode step's
+ * attention at depth 16K on 32 SMs). Each block first puts the chunks' maxima and sums in shared
+ * memory (a thread per chunk), then the weights exp(m_c - M) (0 for a chunk wholly past the row's
+ * last position, m_c = -inf) and L = sum of l_c * w_c (warp 0: lanes over chunks, then a fixed
+ * shuffle tree; every slice computes the same L). Thread (pair j of 8, group g of 32) sums chunks
+ * g, g + 32, ... of dimensions 2j, 2j + 1 (all its loads independent), and the groups add by a
+ * fixed tree in shared memory. Fixed order throughout: deterministic. */
+#define ST_ATTN_COMBINE_THREADS 256
+#define ST_ATTN_COMBINE_PAIRS 8 /* float2 pairs (16 dimensions) a block merges */
+static __global__ void __launch_bounds__(ST_ATTN_COMBINE_THREADS)
 st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_head, float *out,
                   int64_t ldo) {
     st_pdl_enter();
+    constexpr int NG = ST_ATTN_COMBINE_THREADS / ST_ATTN_COMBINE_PAIRS;
+    __shared__ float Ws[ST_ATTN_MAX_CHUNKS], Lc[ST_ATTN_MAX_CHUNKS];
+    __shared__ float2 Red[ST_ATTN_COMBINE_THREADS];
+    __shared__ float Wmax[ST_ATTN_COMBINE_THREADS / 32], Lsum;
+    const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t row = blockIdx.x, t = row / n_head, h = row - t * n_head;
     const int stride = hd + 2;
     const float *pr = part + (size_t)row * (size_t)n_chunks * (size_t)stride;
-    float M = -INFINITY;
-    for (int c = 0; c < n_chunks; c++) M = fmaxf(M, pr[(size_t)c * stride + hd]);
-    for (int d = (int)threadIdx.x; d < hd; d += (int)blockDim.x) {
-        float L = 0.0f, O = 0.0f;
-        for (int c = 0; c < n_chunks; c++) {
-            const float mc = pr[(size_t)c * stride + hd];
-            if (mc == -INFINITY) continue; /* a chunk wholly after this row's last position */
-            const float e = expf(mc - M);
-            L = fmaf(pr[(size_t)c * stride + hd + 1], e, L);
-            O = fmaf(pr[(size_t)c * stride + d], e, O);
+
+    float mx = -INFINITY;
+    for (int c = tid; c < n_chunks; c += ST_ATTN_COMBINE_THREADS) {
+        const float m = pr[(size_t)c * stride + hd];
+        Ws[c] = m;
+        Lc[c] = pr[(size_t)c * stride + hd + 1];
+        mx = fmaxf(mx, m);
+    }
+    mx = st_warp_max_f(mx);
+    if (lane == 0) Wmax[warp] = mx;
+    __syncthreads();
+    float M = Wmax[0];
+#pragma unroll
+    for (int w = 1; w < ST_ATTN_COMBINE_THREADS / 32; w++) M = fmaxf(M, Wmax[w]);
+    for (int c = tid; c < n_chunks; c += ST_ATTN_COMBINE_THREADS) {
+        const float m = Ws[c];
+        Ws[c] = m == -INFINITY ? 0.0f : expf(m - M); /* M is finite: chunk 0 holds position 0 */
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float L = 0.0f;
+        for (int c = lane; c < n_chunks; c += 32) L = fmaf(Lc[c], Ws[c], L);
+        L = st_warp_sum_f(L);
+        if (lane == 0) Lsum = L;
+    }
+    const int j = (int)blockIdx.y * ST_ATTN_COMBINE_PAIRS + tid % ST_ATTN_COMBINE_PAIRS;
+    const int g = tid / ST_ATTN_COMBINE_PAIRS;
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll 4
+    for (int c = g; c < n_chunks; c += NG) {
+        const float w = Ws[c];
+        const float2 v = w != 0.0f ? *(const float2 *)(pr + (size_t)c * stride + 2 * j) : make_float2(0.0f, 0.0f);
+        acc.x = fmaf(v.x, w, acc.x);
+        acc.y = fmaf(v.y, w, acc.y);
+    }
+    Red[tid] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int half = NG / 2; half >= 1; half >>= 1) { /* groups g and g + half, a fixed tree */
+        if (g < half) {
+            const float2 o = Red[tid + half * ST_ATTN_COMBINE_PAIRS];
+            Red[tid].x += o.x;
+            Red[tid].y += o.y;
         }
-        out[t * ldo + h * hd + d] = __fdiv_rn(O, L);
+        __syncthreads();
+    }
+    if (g == 0) {
+        const float2 o = Red[tid];
+        float *dst = out + t * ldo + h * hd + 2 * j;
+        dst[0] = __fdiv_rn(o.x, Lsum);
+        dst[1] = __fdiv_rn(o.y, Lsum);
     }
 }
 
@@ -916,6 +1204,31 @@ extern "C" size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int
     return need;
 }
 
+/* The kernel a call takes (np: the plan's rounded length). Few rows per KV head (decode, short
+ * verify windows): a decode kernel; 64+ over an f16 cache: the tensor-core flash attention;
+ * shape.tc 0 keeps the FMA units; a check program's forced plan (attn.cuh) overrides. */
+static st_attn_kernel st_attn_pick(strata_type kv_type, const st_cuda_attn_shape *s, int64_t T, int64_t np,
+                                   int target_blocks, int rpw_force) {
+    const int64_t R = T * (s->n_head / s->n_head_kv);
+    const bool mma_ok = kv_type == STRATA_TYPE_F16 && (s->head_dim == 64 || s->head_dim == 128);
+    const bool free_plan = rpw_force == 0 && target_blocks <= 0;
+    if (mma_ok && R <= ST_ATTN_DTC_ROWS &&
+        (rpw_force == 32 || (free_plan && s->tc != 0 && np >= ST_ATTN_DTC_MIN_NP)))
+        return ST_ATTN_K_DTC;
+    if (R <= ST_ATTN_DEC_ROWS && (rpw_force == -1 || (free_plan && np >= ST_ATTN_DEC_MIN_NP)))
+        return ST_ATTN_K_DEC;
+    if (mma_ok && (rpw_force == 16 || (free_plan && R >= ST_ATTN_TC_BM && s->tc != 0)))
+        return ST_ATTN_K_TC;
+    return ST_ATTN_K_FMA;
+}
+
+extern "C" const char *st_cuda_attn_kernel_name(strata_type kv_type, const st_cuda_attn_shape *s, int64_t T,
+                                                int64_t pos0, int64_t n_ctx) {
+    if (!s || !st_cuda_attn_supports(kv_type, s) || T < 1 || pos0 < 0 || pos0 + T > n_ctx) return NULL;
+    static const char *const names[] = {"st_k_attn", "st_k_attn_dec", "st_k_attn_dtc", "st_k_attn_tc"};
+    return names[st_attn_pick(kv_type, s, T, st_cuda_attn_plan_np(pos0 + T, n_ctx), 0, 0)];
+}
+
 strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                               const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
                                               const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
@@ -953,16 +1266,21 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
      * the same for ST_ATTN_NP_BUCKET positions (a CUDA graph replays it with d_pos), and the
      * chunks past the last position are empty (the combine skips them) */
     const int64_t np = st_cuda_attn_plan_np(pos0 + T, kv->n_ctx);
-    /* few rows per KV head (decode, short verify windows): the decode kernel, unless a plan of
-     * the general kernel is forced (c/cuda/dev/attn_check.cu) */
-    const bool dec = T * G <= ST_ATTN_DEC_ROWS && np >= ST_ATTN_DEC_MIN_NP && target_blocks <= 0 &&
-                     rpw_force == 0;
-    /* long batches over an f16 cache: the tensor-core kernel when enabled (or forced: rpw 16) */
-    const bool tc = kv->type == STRATA_TYPE_F16 && (s->head_dim == 64 || s->head_dim == 128) &&
-                    ((rpw_force == 16) || (rpw_force == 0 && target_blocks <= 0 &&
-                                           T * G >= ST_ATTN_TC_BM &&
-                                           s->tc != 0));
+    const st_attn_kernel kind = st_attn_pick(kv->type, s, T, np, target_blocks, rpw_force);
+    const bool dtc = kind == ST_ATTN_K_DTC, dec = kind == ST_ATTN_K_DEC, tc = kind == ST_ATTN_K_TC;
     st_attn_plan pl = st_attn_make_plan(s, T, np, st_attn_sm_count(), ws_bytes, target_blocks, rpw_force);
+    if (dtc) { /* chunks of at least 256 positions, about 2 blocks per SM (target_blocks: forced) */
+        const size_t per_chunk = st_attn_part_bytes(s, T);
+        const int64_t target = target_blocks > 0 ? target_blocks : 2 * (int64_t)st_attn_sm_count();
+        const int64_t chunk = st_attn_split(st_cdiv(target, s->n_head_kv), np, ST_ATTN_DTC_MIN_CHUNK,
+                                            ST_ATTN_TC_BN, per_chunk, ws_bytes);
+        pl.rpw = 32; /* marks the tensor-core decode kernel */
+        pl.n_rg = 1;
+        pl.chunk = (int)chunk;
+        pl.n_chunks = (int)st_cdiv(np, chunk);
+        pl.smem = st_attn_dtc_smem(s->head_dim);
+        pl.ws_bytes = pl.n_chunks > 1 ? (size_t)pl.n_chunks * per_chunk : 0;
+    }
     if (dec) { /* chunks of at least 256 positions, about 4 blocks per SM */
         const size_t per_chunk = st_attn_part_bytes(s, T);
         const int64_t chunk = st_attn_split(st_cdiv(4 * (int64_t)st_attn_sm_count(), s->n_head_kv), np,
@@ -1008,12 +1326,17 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
         const int split = s->tc == 2 || s->tc < 0; /* auto (-1) is split */
         ST_TRY(s->head_dim == 64 ? st_attn_tc_launch<64>(a, s->n_head_kv, split, st)
                                  : st_attn_tc_launch<128>(a, s->n_head_kv, split, st));
+    } else if (dtc) {
+        const int split = s->tc != 1; /* single f16 operands only when asked (tc 1) */
+        ST_TRY(s->head_dim == 64 ? st_attn_dtc_launch<64>(a, s->n_head_kv, split, st)
+                                 : st_attn_dtc_launch<128>(a, s->n_head_kv, split, st));
     } else if (dec)
         ST_TRY(st_attn_dec_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, s->n_head_kv, st));
     else
         ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));
     if (pl.n_chunks > 1) {
-        st_launch(st_k_attn_combine, (unsigned)(T * s->n_head), (unsigned)s->head_dim, 0, st, 
+        const dim3 grid((unsigned)(T * s->n_head), (unsigned)(s->head_dim / (2 * ST_ATTN_COMBINE_PAIRS)));
+        st_launch(st_k_attn_combine, grid, ST_ATTN_COMBINE_THREADS, 0, st,
             (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo);
         ST_CUDA_CHECK_LAUNCH("st_k_attn_combine");
     }

@@ -37,6 +37,9 @@ static __device__ __forceinline__ void st_ld16_f32(const void *p, float f[4]) {
     f[0] = u.x; f[1] = u.y; f[2] = u.z; f[3] = u.w;
 }
 
+/* The kernel families of one call (st_cuda_attn_kernel_name's order). */
+typedef enum { ST_ATTN_K_FMA, ST_ATTN_K_DEC, ST_ATTN_K_DTC, ST_ATTN_K_TC } st_attn_kernel;
+
 /* How one call is laid out. */
 struct st_attn_plan {
     int rpw;          /* query rows per warp: 1 (few rows: decode) or 4 (many rows: prefill) */
@@ -54,7 +57,10 @@ st_attn_plan st_attn_make_plan(const st_cuda_attn_shape *s, int64_t T, int64_t n
                                size_t ws_cap, int target_blocks, int rpw_force);
 
 /* st_cuda_attention with a forced plan (target_blocks / rpw_force as above; 0 = default;
- * rpw_force 16: the tensor-core prefill kernel, st_k_attn_tc, for an f16 cache, head_dim 64/128). */
+ * rpw_force 16: the tensor-core prefill kernel, st_k_attn_tc, for an f16 cache, head_dim 64/128;
+ * 32: the tensor-core decode kernel, st_k_attn_dtc (same caches, at most 16 rows per KV head;
+ * target_blocks then sets its block count); -1: the FMA decode kernel, st_k_attn_dec (at most 8
+ * rows per KV head)). */
 strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                    const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
                                    const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,

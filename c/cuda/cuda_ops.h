@@ -147,8 +147,9 @@ typedef struct st_cuda_attn_shape {
     float scale;             /* score multiplier, usually 1/sqrt(head_dim) */
     int32_t tc;              /* 1: batches of 64 or more query rows per KV head over an f16 cache
                                 with head_dim 64 or 128 take the tensor-core flash-attention
-                                kernel (queries and probabilities rounded to f16, f32 softmax and
-                                sums); 2: the same with queries and probabilities split into two
+                                kernel, and calls of at most 16 rows per KV head over 1024+
+                                positions the tensor-core decode kernel (queries and
+                                probabilities rounded to f16, f32 softmax and sums); 2: the same with queries and probabilities split into two
                                 f16 parts each (near-f32 products, twice the mma work; -1, session
                                 option attn_tc's default, is the same); 0: the FMA kernel. On the
                                 H200 the single-f16 kernel took pp512 at depth 16K 3.1x the FMA
@@ -207,6 +208,13 @@ strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_s
                                 const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
                                 const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
                                 void *stream);
+
+/* Which kernel st_cuda_attention runs for T tokens at pos0 over a cache of n_ctx positions (with
+ * enough workspace): "st_k_attn_dtc" (decode on the tensor cores), "st_k_attn_tc" (prompt batches
+ * on the tensor cores), "st_k_attn_dec" or "st_k_attn" (FMA units); NULL on unsupported or
+ * out-of-range input. Host logic only: needs no device. Thread-safe. */
+const char *st_cuda_attn_kernel_name(strata_type kv_type, const st_cuda_attn_shape *s, int64_t T,
+                                     int64_t pos0, int64_t n_ctx);
 
 #ifdef __cplusplus
 }

@@ -10,8 +10,10 @@
  * so attention reading a position it must not also shows as NaN); attention NMSE <= 1e-6 against
  * the CPU, max abs error, no NaN, guard words after the output and the workspace unchanged, the
  * gaps of a strided output untouched, and a second run bit-identical. Also the one-pass path with
- * no workspace, a workspace too small for the full split, and the argument errors. Skips, saying
- * why, where no GPU is usable. */
+ * no workspace, a workspace too small for the full split, and the argument errors. The kernel
+ * each case runs is named (st_cuda_attn_kernel_name) and the choice is checked without a device
+ * (decode at depth on the tensor cores unless shape.tc is 0, the FMA kernels for f32 caches,
+ * head_dim 256 and short contexts). Skips the GPU cases, saying why, where no GPU is usable. */
 #include "strata.h"
 #include "test.h"
 
@@ -88,6 +90,7 @@ typedef enum { WS_FULL, WS_NONE, WS_SMALL } ws_mode;
 
 static int g_tc = 0; /* shape.tc of the next cases: the tensor-core prefill kernel (2: split) */
 static double g_last_nmse; /* the last case's NMSE against the CPU */
+static const char *g_last_kernel; /* the kernel the last case ran (st_cuda_attn_kernel_name) */
 
 /* One case: a cache of n_ctx = np + 37 positions holding np tokens, T query tokens at
  * pos0 = np - T. ldq/ldo padding pq/po floats per row. */
@@ -99,13 +102,14 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     const int64_t ldq = nq + pq, ldo = nq + po;
     const size_t el = kvt == STRATA_TYPE_F16 ? 2 : 4;
     char desc[200];
-    snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s%s", sh.name,
-             strata_type_name(kvt), sh.n_head, sh.n_kv, (long long)hd, (long long)T, (long long)np,
-             pq || po ? " strided" : "", wm == WS_NONE ? " ws=none" : "", wm == WS_SMALL ? " ws=small" : "",
-             g_tc == 2 ? " tc split" : g_tc ? " tc" : "");
-
     st_attn_shape cs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, 1.0f / sqrtf((float)hd)};
     st_cuda_attn_shape gs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, cs.scale, g_tc};
+    const char *kname = st_cuda_attn_kernel_name(kvt, &gs, T, pos0, n_ctx);
+    snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s%s [%s]", sh.name,
+             strata_type_name(kvt), sh.n_head, sh.n_kv, (long long)hd, (long long)T, (long long)np,
+             pq || po ? " strided" : "", wm == WS_NONE ? " ws=none" : "", wm == WS_SMALL ? " ws=small" : "",
+             g_tc == 2 ? " tc split" : g_tc ? " tc" : "", kname ? kname + 5 : "?");
+    g_last_kernel = kname;
     CHECK(st_cuda_attn_supports(kvt, &gs), "%s: not supported", desc);
 
     /* host data */
@@ -269,8 +273,54 @@ static void test_arguments(void) {
     CHECK(st == STRATA_ERR_UNSUPPORTED, "q8_0 cache store: %s", strata_status_name(st));
 }
 
+/* ---- the kernel each call takes (host logic, no device needed) ---------------------------- */
+
+static int kernel_is(strata_type kvt, const st_cuda_attn_shape *s, int64_t T, int64_t pos0, int64_t n_ctx,
+                     const char *want) {
+    const char *got = st_cuda_attn_kernel_name(kvt, s, T, pos0, n_ctx);
+    return got && strcmp(got, want) == 0;
+}
+
+static void test_kernel_choice(void) {
+    const strata_type F16 = STRATA_TYPE_F16, F32 = STRATA_TYPE_F32;
+    for (int tc = -1; tc <= 2; tc++) {
+        const st_cuda_attn_shape q3 = {32, 4, 128, 128, 0.088f, tc}, ol = {16, 16, 128, 128, 0.088f, tc},
+                                 h64 = {16, 4, 64, 64, 0.125f, tc}, h256 = {8, 2, 256, 256, 0.0625f, tc};
+        const char *dtc = tc != 0 ? "st_k_attn_dtc" : "st_k_attn_dec";
+        const char *tck = tc != 0 ? "st_k_attn_tc" : "st_k_attn";
+        /* decode at depth: the tensor-core decode kernel unless shape.tc is 0 */
+        CHECK(kernel_is(F16, &q3, 1, 16383, 20000, dtc), "tc %d: qwen3 decode at 16K -> %s", tc, dtc);
+        CHECK(kernel_is(F16, &q3, 1, 4095, 20000, dtc), "tc %d: qwen3 decode at 4K -> %s", tc, dtc);
+        CHECK(kernel_is(F16, &h64, 2, 5000, 20000, dtc), "tc %d: head_dim 64, 8 rows at 5K -> %s", tc, dtc);
+        /* 16 rows per KV head: only the tensor-core decode kernel serves them */
+        CHECK(kernel_is(F16, &q3, 2, 16000, 20000, tc != 0 ? "st_k_attn_dtc" : "st_k_attn"),
+              "tc %d: qwen3 T = 2 at 16K", tc);
+        CHECK(kernel_is(F16, &ol, 16, 3000, 20000, tc != 0 ? "st_k_attn_dtc" : "st_k_attn"),
+              "tc %d: olmoe T = 16 at 3K", tc);
+        CHECK(kernel_is(F16, &ol, 17, 3000, 20000, "st_k_attn"), "tc %d: olmoe T = 17: general kernel", tc);
+        /* short contexts keep the FMA kernel; from ST_ATTN_DTC_MIN_NP (1024, rounded length) on
+         * the decode kernel */
+        CHECK(kernel_is(F16, &q3, 1, 100, 20000, "st_k_attn"), "tc %d: decode at 100 -> st_k_attn", tc);
+        CHECK(kernel_is(F16, &q3, 1, 767, 20000, "st_k_attn"), "tc %d: decode at 767 -> st_k_attn", tc);
+        CHECK(kernel_is(F16, &q3, 1, 800, 20000, tc != 0 ? "st_k_attn_dtc" : "st_k_attn"),
+              "tc %d: decode at 800 (rounded 1024)", tc);
+        /* f32 caches and head_dim 256: the FMA kernels */
+        CHECK(kernel_is(F32, &q3, 1, 16383, 20000, "st_k_attn_dec"), "tc %d: f32 cache decode", tc);
+        CHECK(kernel_is(F16, &h256, 1, 16383, 20000, "st_k_attn_dec"), "tc %d: head_dim 256 decode", tc);
+        /* prompt batches */
+        CHECK(kernel_is(F16, &q3, 512, 0, 20000, tck), "tc %d: pp512 -> %s", tc, tck);
+        CHECK(kernel_is(F16, &q3, 8, 16000, 20000, tck), "tc %d: 64 rows at 16K -> %s", tc, tck);
+        CHECK(kernel_is(F16, &q3, 4, 16000, 20000, "st_k_attn"), "tc %d: 32 rows: general kernel", tc);
+        CHECK(st_cuda_attn_kernel_name(F16, &q3, 1, 20000, 20000) == NULL, "tc %d: past n_ctx", tc);
+    }
+    const st_cuda_attn_shape s80 = {32, 4, 80, 80, 0.1f, -1};
+    CHECK(st_cuda_attn_kernel_name(STRATA_TYPE_F16, &s80, 1, 0, 100) == NULL, "unsupported shape: NULL");
+    CHECK(st_cuda_attn_kernel_name(STRATA_TYPE_F16, NULL, 1, 0, 100) == NULL, "NULL shape");
+}
+
 int main(void) {
     test_arguments();
+    test_kernel_choice();
 
     int available = 0;
     char reason[256];
@@ -371,6 +421,33 @@ int main(void) {
             CHECK(g_last_nmse * 20.0 <= one, "%s T=%lld ctx=%lld: split tensor-core attention NMSE %.2e "
                   "not 20x below the single-f16 kernel's %.2e", sc[i].sh.name, (long long)sc[i].T,
                   (long long)sc[i].np, g_last_nmse, one);
+        }
+    }
+    /* the tensor-core decode kernel (shape.tc, at most 16 rows per KV head, 1024+ positions):
+     * decode steps and verify windows, 16 rows (qwen3 T = 2, olmoe T = 16: chunks wholly past
+     * some rows' last positions), GQA groups of 1, 4 and 8 and head_dim 64, one pass, a small
+     * workspace, strided rows; split operands (the default) at least 20x closer to the CPU than
+     * single f16 on the same case */
+    {
+        const struct { shape_t sh; int64_t T, np, pq, po; ws_mode wm; } dc[] = {
+            {qwen3, 1, 1024, 0, 0, WS_FULL},   {qwen3, 1, 4097, 0, 0, WS_FULL},
+            {qwen3, 1, 16384, 0, 0, WS_FULL},  {qwen3, 2, 16384, 0, 0, WS_FULL},
+            {qwen3, 1, 16384, 0, 0, WS_NONE},  {qwen3, 2, 16384, 0, 0, WS_SMALL},
+            {qwen3, 1, 5000, 2 * 4 * 128, 16, WS_FULL}, {olmoe, 1, 16384, 0, 0, WS_FULL},
+            {olmoe, 16, 4097, 0, 0, WS_FULL},  {olmoe, 7, 1000, 0, 8, WS_SMALL},
+            {mixtral, 4, 4097, 0, 0, WS_FULL}, {mixtral, 1, 16384, 0, 0, WS_FULL},
+            {hd64, 3, 16384, 0, 0, WS_FULL},   {hd64, 4, 2000, 0, 0, WS_NONE},
+            {mqa, 2, 3000, 0, 0, WS_FULL}};
+        for (size_t i = 0; i < sizeof dc / sizeof dc[0]; i++) {
+            g_tc = 2;
+            attn_case(dc[i].sh, F16, dc[i].T, dc[i].np, dc[i].pq, dc[i].po, dc[i].wm);
+            CHECK(g_last_kernel && strcmp(g_last_kernel, "st_k_attn_dtc") == 0, "%s T=%lld ctx=%lld ran %s",
+                  dc[i].sh.name, (long long)dc[i].T, (long long)dc[i].np, g_last_kernel ? g_last_kernel : "?");
+            const double split = g_last_nmse;
+            g_tc = 1;
+            attn_case(dc[i].sh, F16, dc[i].T, dc[i].np, dc[i].pq, dc[i].po, dc[i].wm);
+            CHECK(split * 20.0 <= g_last_nmse, "%s T=%lld ctx=%lld: split decode NMSE %.2e not 20x below "
+                  "single f16's %.2e", dc[i].sh.name, (long long)dc[i].T, (long long)dc[i].np, split, g_last_nmse);
         }
     }
     g_tc = 0;

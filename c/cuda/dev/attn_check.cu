@@ -9,13 +9,17 @@
  * prefill path (T = 64 at depth 16384, T = 512 at depth 0 and 16384) as TFLOP/s (4 x T x n_head
  * x mean positions x hd), the FMA kernel's plans against the tensor-core kernel (rpw_force 16:
  * "tensor" single f16 operands with the workspace for split-K chunks, "tensor-1p" the same in
- * one pass, "tc-split" hi + lo f16 operands, the session's default).
+ * one pass, "tc-split" hi + lo f16 operands, the session's default). For decode-sized calls
+ * (at most 16 rows per KV head) the tensor-core decode kernel (rpw_force 32: "dtc" its own plan,
+ * "dtc-1/SM" and "dtc-4/SM" forced block counts, "dtc-1p" one pass, "dtc-f16" single f16
+ * operands) against the FMA decode kernel ("fma-dec", rpw_force -1) and the FMA plans
+ * ("fma": the library's choice with shape.tc 0). "default" is the session's (shape.tc -1).
  *
  * Build (from the repository root, after `make` has built build/libstrata.a with CUDA):
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
  *        -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 \
  *        c/cuda/dev/attn_check.cu build/libstrata.a -o /tmp/attn_check -lpthread -ldl -lm
- * Run:  /tmp/attn_check [context, default 16384] */
+ * Run:  /tmp/attn_check [context, default 16384] [decode: only the calls of T <= 8] */
 #include "attn.cuh"
 #include "dev_common.cuh"
 
@@ -69,6 +73,7 @@ static void ref_row(const Shape &s, const Layer &L, int64_t n_ctx, const float *
 
 int main(int argc, char **argv) {
     const int64_t ctx = argc > 1 ? atoll(argv[1]) : 16384;
+    const bool decode_only = argc > 2 && strcmp(argv[2], "decode") == 0;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -114,6 +119,7 @@ int main(int argc, char **argv) {
         const int64_t cases[][2] = {{1, ctx}, {4, ctx}, {8, ctx}, {64, ctx + 64}, {512, 512}, {512, ctx + 512}};
         for (const auto &cs : cases) {
             const int64_t T = cs[0], np = cs[1], pos0 = np - T;
+            if (decode_only && T > 8) continue;
             std::vector<float> q((size_t)(T * nq));
             for (auto &x : q) x = 2.0f * frand();
             float *dq, *dout;
@@ -125,12 +131,18 @@ int main(int argc, char **argv) {
             CK(cudaMemcpy(dq, q.data(), q.size() * 4, cudaMemcpyHostToDevice));
             const int sm = prop.multiProcessorCount;
             struct { const char *name; int target; size_t ws; int rpw; int tc; } plans[] = {
-                {"default", 0, wsb, 0, 0}, {"1/SM", sm, wsb, 0, 0}, {"2/SM", 2 * sm, wsb, 0, 0},
-                {"8/SM", 8 * sm, wsb, 0, 0}, {"one-pass", 0, 0, 0, 0}, {"tensor", 0, wsb, 16, 1},
-                {"tensor-1p", 0, 0, 16, 1}, {"tc-split", 0, wsb, 16, 2}};
+                {"default", 0, wsb, 0, -1}, {"fma", 0, wsb, 0, 0}, {"1/SM", sm, wsb, 0, 0},
+                {"2/SM", 2 * sm, wsb, 0, 0}, {"8/SM", 8 * sm, wsb, 0, 0}, {"one-pass", 0, 0, 0, 0},
+                {"fma-dec", 0, wsb, -1, 0}, {"dtc", 0, wsb, 32, 2}, {"dtc-1/SM", sm, wsb, 32, 2},
+                {"dtc-4/SM", 4 * sm, wsb, 32, 2}, {"dtc-1p", 0, 0, 32, 2}, {"dtc-f16", 0, wsb, 32, 1},
+                {"tensor", 0, wsb, 16, 1}, {"tensor-1p", 0, 0, 16, 1}, {"tc-split", 0, wsb, 16, 2}};
+            const int64_t rows = T * (s.n_head / s.n_kv);
             for (auto &pl : plans) {
-                /* the tensor-core prefill kernel: 64+ rows per KV head, head_dim 64/128 */
-                if (pl.rpw == 16 && (T * (s.n_head / s.n_kv) < 64 || s.hd > 128)) continue;
+                /* the tensor-core prefill kernel: 64+ rows per KV head, head_dim 64/128; the
+                 * decode kernels: at most 16 (tensor cores) or 8 (FMA) */
+                if (pl.rpw == 16 && (rows < 64 || s.hd > 128)) continue;
+                if (pl.rpw == 32 && (rows > 16 || s.hd > 128)) continue;
+                if (pl.rpw == -1 && rows > 8) continue;
                 gs.tc = pl.tc;
                 st_attn_plan got_plan;
                 SK(st_cuda_attention_ex(&L[0].kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,
