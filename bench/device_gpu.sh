@@ -8,7 +8,8 @@
 # tests run), GPU first, as long as BUDGET seconds allow.
 #   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
 # env: BUDGET (seconds for the benchmarks), CHECK=0 (skip the tests, the check-and-time programs
-# and the end-to-end checks: a speed-only run), NCU=1 (per-kernel times of a decode step from ncu), SWEEP=0 (no depth-0 offloading sweep), OFFLOAD=0 (skip the expert-offloading rows and the
+# and the end-to-end checks: a speed-only run), TESTS="test_cuda_attn ..." (only those GPU tests),
+# E2E=0 (skip the CLI GPU-vs-CPU and HF parity checks), NCU=1 (per-kernel times of a decode step from ncu), SWEEP=0 (no depth-0 offloading sweep), OFFLOAD=0 (skip the expert-offloading rows and the
 # sweep), GPUROWS=0 (skip the all-GPU rows and the profile), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
 # attn_check), NOGRAPHS=0 (skip
 # the rows without CUDA graphs), DISK=1 (the disk O_DIRECT expert read rate), NCU_MMQ=1 (ncu sections of
@@ -59,7 +60,12 @@ if [ -f .devdata/prev/Makefile ]; then
     ( cd .devdata/prev && make -j8 CUDA=1 strata > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done ) &
 fi
 if [ "${CHECK:-1}" = 1 ]; then
-make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check > "$FINAL/cuda_check.log" 2>&1
+if [ -n "${TESTS:-}" ]; then # only these GPU tests (TESTS="test_cuda_attn test_cuda_session")
+    make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check CUDA_TEST_BINS="$(for t in $TESTS; do printf 'build/tests/%s ' $t; done)" \
+        > "$FINAL/cuda_check.log" 2>&1
+else
+    make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check > "$FINAL/cuda_check.log" 2>&1
+fi
 echo "cuda-check rc=$? at $(el)s"
 grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/cuda_check.log" | head -80
 # the prefill tiles against the GEMV, timed (c/cuda/dev/mmq_check.cu)
@@ -67,15 +73,21 @@ grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/
 [ "${ATTN:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
     -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/attn_check.cu \
     build/libstrata.a -lpthread -ldl -lrt -o /tmp/attn_check && timeout 150 /tmp/attn_check 2>&1 | tee "$R/attn_check.txt" | tail -40
+# the decode calls at shorter depths (where the tensor-core decode kernel starts to pay)
+[ "${ATTN:-1}" = 1 ] && [ -x /tmp/attn_check ] && for c in ${ATTN_DEC_CTX:-1024 4096}; do
+    timeout 60 /tmp/attn_check $c decode 2>&1 | grep -E "^(qwen3|olmoe)" | tee -a "$R/attn_check_dec.txt" | grep -E " (default|fma|fma-dec|dtc) "; done
 # where the tensor-core prompt attention's time goes at depth 16K (NCU_ATTN=1): one launch of
 # attn_check's qwen3 512 x 16,896 "tc-split" row (each plan runs 56 times; the T = 8, 64 and
-# 512 x 512 rows' three tensor-core plans and this case's "tensor" and "tensor-1p" come first)
+# 512 x 512 rows' three tensor-core plans and this case's "tensor" and "tensor-1p" come first);
+# NCU_ATTN_K=regex, NCU_ATTN_SKIP=n, NCU_ATTN_C=count pick other launches (the qwen3 T = 1 row's
+# decode kernel and its combine: NCU_ATTN_K='st_k_attn_dtc|st_k_attn_combine' NCU_ATTN_SKIP=20 NCU_ATTN_C=2)
 if [ "${NCU_ATTN:-0}" = 1 ] && [ -x /tmp/attn_check ]; then
     NC=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-    [ -n "$NC" ] && timeout 200 "$NC" -k regex:st_k_attn_tc --launch-skip ${NCU_ATTN_SKIP:-616} -c 1 --section SpeedOfLight \
+    [ -n "$NC" ] && timeout 200 "$NC" -k "regex:${NCU_ATTN_K:-st_k_attn_tc}" --launch-skip ${NCU_ATTN_SKIP:-616} \
+        -c ${NCU_ATTN_C:-1} --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
         --section Occupancy --section MemoryWorkloadAnalysis /tmp/attn_check > "$R/ncu_attn.txt" 2>&1
-    grep -E "st_k_attn_tc|Duration|Throughput|Issue Slots|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|est. speedup" \
+    grep -E "st_k_attn|Duration|Throughput|Issue Slots|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|est. speedup" \
         "$R/ncu_attn.txt" | cut -c1-200 | head -30
 fi
 [ "${MMQ:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu \
@@ -97,7 +109,7 @@ fi
 fi # CHECK (the tests and the check-and-time programs)
 
 # ---- end to end through the CLI: the default model, GPU vs CPU ----
-if [ "${CHECK:-1}" = 1 ]; then
+if [ "${CHECK:-1}" = 1 ] && [ "${E2E:-1}" = 1 ]; then # E2E=0: no CLI and HF checks
 M=models/strata-tiny-moe-q8_0.gguf
 P="Dictionary, n. A malevolent literary device for cramping the growth of a language."
 ./strata -m $M -p "$P" -n 64 --temp 0 --ignore-eos --no-echo --gpu > "$R/greedy_gpu.txt" 2> "$R/greedy_gpu.err"
@@ -147,9 +159,11 @@ bench olmoe_gpu_nopdl /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
 bench q3_gpu_pdlall /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --pdl-all
 bench olmoe_gpu_pdlall /tmp/olmoe.gguf -p 512 -n 0 -r 3 --gpu --pdl-all
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
+# decode at depth with the attention on the FMA units (the decode kernel before st_k_attn_dtc)
+bench q3_gpu_d16k_attnfma /tmp/q3.gguf -p 0 -n 128 -d 16384 -r 1 --gpu --no-attn-tc
 # the same prompt rows from the previous landing's build (same run, same file)
 if [ -f /tmp/prev.done ]; then
-    for row in "q3_gpu_d16k_prev /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1" "q3_gpu_prev /tmp/q3.gguf -p 512 -n 128 -r 3" \
+    for row in "q3_gpu_d16k_prev /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1" "q3_gpu_prev /tmp/q3.gguf -p 512 -n 128 -r 3" \
                "olmoe_gpu_prev /tmp/olmoe.gguf -p 512 -n 128 -r 3" \
                "q3_cpumoe_prev /tmp/q3.gguf -p 0 -n 64 -r 1 --cpu-moe -t 16"; do
         set -- $row; name=$1; shift
