@@ -147,7 +147,7 @@ typedef struct st_cuda_attn_shape {
     float scale;             /* score multiplier, usually 1/sqrt(head_dim) */
     int32_t tc;              /* 1: batches of 64 or more query rows per KV head over an f16 cache
                                 with head_dim 64 or 128 take the tensor-core flash-attention
-                                kernel, and calls of at most 16 rows per KV head over 1024+
+                                kernel, and calls of at most 16 rows per KV head over 4096+
                                 positions the tensor-core decode kernel (queries and
                                 probabilities rounded to f16, f32 softmax and sums); 2: the same with queries and probabilities split into two
                                 f16 parts each (near-f32 products, twice the mma work; -1, session

@@ -295,15 +295,16 @@ static void test_kernel_choice(void) {
         /* 16 rows per KV head: only the tensor-core decode kernel serves them */
         CHECK(kernel_is(F16, &q3, 2, 16000, 20000, tc != 0 ? "st_k_attn_dtc" : "st_k_attn"),
               "tc %d: qwen3 T = 2 at 16K", tc);
-        CHECK(kernel_is(F16, &ol, 16, 3000, 20000, tc != 0 ? "st_k_attn_dtc" : "st_k_attn"),
-              "tc %d: olmoe T = 16 at 3K", tc);
-        CHECK(kernel_is(F16, &ol, 17, 3000, 20000, "st_k_attn"), "tc %d: olmoe T = 17: general kernel", tc);
-        /* short contexts keep the FMA kernel; from ST_ATTN_DTC_MIN_NP (1024, rounded length) on
-         * the decode kernel */
+        CHECK(kernel_is(F16, &ol, 16, 5000, 20000, tc != 0 ? "st_k_attn_dtc" : "st_k_attn"),
+              "tc %d: olmoe T = 16 at 5K", tc);
+        CHECK(kernel_is(F16, &ol, 16, 3000, 20000, "st_k_attn"), "tc %d: olmoe T = 16 at 3K: general kernel", tc);
+        CHECK(kernel_is(F16, &ol, 17, 5000, 20000, "st_k_attn"), "tc %d: olmoe T = 17: general kernel", tc);
+        /* short contexts keep the FMA kernel; from ST_ATTN_DTC_MIN_NP (4096, rounded length) on
+         * a decode kernel (and ST_ATTN_DEC_MIN_NP is 4096 too) */
         CHECK(kernel_is(F16, &q3, 1, 100, 20000, "st_k_attn"), "tc %d: decode at 100 -> st_k_attn", tc);
-        CHECK(kernel_is(F16, &q3, 1, 767, 20000, "st_k_attn"), "tc %d: decode at 767 -> st_k_attn", tc);
-        CHECK(kernel_is(F16, &q3, 1, 800, 20000, tc != 0 ? "st_k_attn_dtc" : "st_k_attn"),
-              "tc %d: decode at 800 (rounded 1024)", tc);
+        CHECK(kernel_is(F16, &q3, 1, 2000, 20000, "st_k_attn"), "tc %d: decode at 2000 -> st_k_attn", tc);
+        CHECK(kernel_is(F16, &q3, 1, 3839, 20000, "st_k_attn"), "tc %d: decode at 3839 -> st_k_attn", tc);
+        CHECK(kernel_is(F16, &q3, 1, 3900, 20000, dtc), "tc %d: decode at 3900 (rounded 4096) -> %s", tc, dtc);
         /* f32 caches and head_dim 256: the FMA kernels */
         CHECK(kernel_is(F32, &q3, 1, 16383, 20000, "st_k_attn_dec"), "tc %d: f32 cache decode", tc);
         CHECK(kernel_is(F16, &h256, 1, 16383, 20000, "st_k_attn_dec"), "tc %d: head_dim 256 decode", tc);
@@ -423,21 +424,21 @@ int main(void) {
                   (long long)sc[i].np, g_last_nmse, one);
         }
     }
-    /* the tensor-core decode kernel (shape.tc, at most 16 rows per KV head, 1024+ positions):
+    /* the tensor-core decode kernel (shape.tc, at most 16 rows per KV head, 4096+ positions):
      * decode steps and verify windows, 16 rows (qwen3 T = 2, olmoe T = 16: chunks wholly past
      * some rows' last positions), GQA groups of 1, 4 and 8 and head_dim 64, one pass, a small
      * workspace, strided rows; split operands (the default) at least 20x closer to the CPU than
      * single f16 on the same case */
     {
         const struct { shape_t sh; int64_t T, np, pq, po; ws_mode wm; } dc[] = {
-            {qwen3, 1, 1024, 0, 0, WS_FULL},   {qwen3, 1, 4097, 0, 0, WS_FULL},
+            {qwen3, 1, 4096, 0, 0, WS_FULL},   {qwen3, 1, 4097, 0, 0, WS_FULL},
             {qwen3, 1, 16384, 0, 0, WS_FULL},  {qwen3, 2, 16384, 0, 0, WS_FULL},
             {qwen3, 1, 16384, 0, 0, WS_NONE},  {qwen3, 2, 16384, 0, 0, WS_SMALL},
             {qwen3, 1, 5000, 2 * 4 * 128, 16, WS_FULL}, {olmoe, 1, 16384, 0, 0, WS_FULL},
-            {olmoe, 16, 4097, 0, 0, WS_FULL},  {olmoe, 7, 1000, 0, 8, WS_SMALL},
+            {olmoe, 16, 4097, 0, 0, WS_FULL},  {olmoe, 7, 4200, 0, 8, WS_SMALL},
             {mixtral, 4, 4097, 0, 0, WS_FULL}, {mixtral, 1, 16384, 0, 0, WS_FULL},
-            {hd64, 3, 16384, 0, 0, WS_FULL},   {hd64, 4, 2000, 0, 0, WS_NONE},
-            {mqa, 2, 3000, 0, 0, WS_FULL}};
+            {hd64, 3, 16384, 0, 0, WS_FULL},   {hd64, 4, 4500, 0, 0, WS_NONE},
+            {mqa, 2, 6000, 0, 0, WS_FULL}};
         for (size_t i = 0; i < sizeof dc / sizeof dc[0]; i++) {
             g_tc = 2;
             attn_case(dc[i].sh, F16, dc[i].T, dc[i].np, dc[i].pq, dc[i].po, dc[i].wm);
