@@ -254,6 +254,9 @@ bench q3_cpumoe_nopin_huge /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --no-pin
 # the CPU layers of decode steps handed to the expert pool through host-mapped memory
 bench q3_cpumoe_doorbell /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --doorbell -t 16
 bench q3_ncmoe36_doorbell /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 --doorbell -t 16
+# the doorbell's decode steps launched kernel by kernel (the rows above replay them as CUDA graphs)
+bench q3_cpumoe_doorbell_nographs /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --doorbell --no-cuda-graphs -t 16
+bench q3_ncmoe36_doorbell_nographs /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 --doorbell --no-cuda-graphs -t 16
 bench olmoe_cpumoe_doorbell /tmp/olmoe.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --doorbell -t 16
 bench q3_ncmoe24 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 24 -t 16
 bench olmoe_cpumoe /tmp/olmoe.gguf -p 512 -n 64 -r 1 --gpu --cpu-moe -t 16

@@ -1272,15 +1272,26 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
     /* A single-token step is captured into a CUDA graph once and then replayed as one launch:
      * its kernels read the position from g->pos and everything else they use is fixed, except
      * the attention plan, which changes every ST_ATTN_NP_BUCKET positions (a new capture, kept
-     * in place with cudaGraphExecUpdate). Not with profile's syncs or host work between layers. */
-    const int graph = g->graphs && T == 1 && !s->profile && s->n_cpu_moe == 0 && !g->cache;
+     * in place with cudaGraphExecUpdate). Not with profile's syncs or host work between layers:
+     * CPU layers only through the expert pool (its publish and wait kernels read the step number
+     * from g->d_step, uploaded above), no expert cache. */
+    const int graph = g->graphs && T == 1 && !s->profile && (s->n_cpu_moe == 0 || pool) && !g->cache;
     const int64_t gnp = graph ? st_cuda_attn_plan_np(pos0 + 1, s->n_ctx) : 0;
     strata_status st = STRATA_OK;
     if (graph && g->graph && g->graph_np == gnp) {
         TRY(st_cuda_graph_launch(g->graph, g->stream));
         s->graph_launches++;
-        if (hp->n_expert > 0)
-            for (int il = 0; il < hp->n_layer; il++) s->slots_gpu[il] += hp->n_expert_used;
+        if (hp->n_expert > 0) /* what st_gpu_ffn_block counts for a step of one token */
+            for (int il = 0; il < hp->n_layer; il++) {
+                const int64_t K = hp->n_expert_used;
+                if (!st_gpu_layer_on_cpu(s, il)) {
+                    s->slots_gpu[il] += K;
+                    continue;
+                }
+                s->slots_cpu[il] += K;
+                s->pcie_bytes += (int64_t)(2 * sizeof(float) * (size_t)E + (sizeof(int32_t) + sizeof(float)) * (size_t)K);
+                if (g->stage) s->cpu_batches++;
+            }
     } else {
         if (graph) TRY(st_cuda_capture_begin(g->stream));
         for (int il = 0; il < hp->n_layer && st == STRATA_OK; il++) {

@@ -170,18 +170,22 @@ static int greedy(const strata_model *m, strata_backend_kind be, const strata_to
  * decode steps and a 5-token window hand those layers to the expert pool through host-mapped
  * memory (the GPU publishes and waits on the device); the prompt batch keeps the host's hand-off.
  * Every logit equals the host hand-off's, bit for bit (the same st_moe_ffn on the same rows), and
- * the pool's rows show in the stats. */
+ * the pool's rows show in the stats. A third session also replays the decode steps as CUDA graphs
+ * (the pool's kernels read the step number from device memory): the same bits, every one of the
+ * 24 steps a graph launch, and the same CPU slot-rows and PCIe bytes as without graphs (the
+ * replayed steps' counters are added by the host). */
 static void test_doorbell(const strata_model *m, const strata_token *p, int64_t np, int32_t V) {
     for (int v = 0; v < 2; v++) {
         const int ncm = v == 0 ? -1 : 3;
-        float *lg[2];
+        float *lg[3];
         int ok = 1;
-        int64_t rows_cpu[2] = {0, 0};
-        for (int db = 0; db < 2; db++) {
+        int64_t rows_cpu[3] = {0, 0, 0}, pcie[3] = {0, 0, 0}, glaunch[3] = {0, 0, 0};
+        for (int db = 0; db < 3; db++) {
             g_cpu_moe = ncm;
-            g_doorbell = db;
+            g_doorbell = db > 0;
+            g_graphs = db == 2;
             strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 512, 512);
-            g_cpu_moe = g_doorbell = 0;
+            g_cpu_moe = g_doorbell = g_graphs = 0;
             lg[db] = malloc(sizeof(float) * (size_t)V * 30);
             if (!s || !lg[db]) { ok = 0; strata_session_free(s); continue; }
             strata_status st = strata_session_decode(s, p, np, lg[db], 0);
@@ -198,6 +202,8 @@ static void test_doorbell(const strata_model *m, const strata_token *p, int64_t 
             memset(&ss, 0, sizeof ss);
             if (st == STRATA_OK) st = strata_session_get_stats(s, &ss);
             rows_cpu[db] = ss.expert_slots_cpu;
+            pcie[db] = ss.pcie_bytes;
+            glaunch[db] = ss.graph_launches;
             CHECK(st == STRATA_OK, "doorbell %d, n_cpu_moe %d: %s", db, ncm, strata_last_error());
             ok = ok && st == STRATA_OK;
             strata_session_free(s);
@@ -209,8 +215,17 @@ static void test_doorbell(const strata_model *m, const strata_token *p, int64_t 
         CHECK(same, "cuda_doorbell, n_cpu_moe %d: logits differ from the host hand-off", ncm);
         CHECK(ok && rows_cpu[0] == rows_cpu[1] && rows_cpu[1] > 0, "cuda_doorbell: CPU slot-rows %lld vs %lld",
               (long long)rows_cpu[0], (long long)rows_cpu[1]);
-        free(lg[0]);
-        free(lg[1]);
+        const int same_g = ok && !memcmp(lg[1], lg[2], sizeof(float) * (size_t)V * 30);
+        printf("cuda_doorbell with CUDA graphs, n_cpu_moe %d: %s (%lld graph launches, PCIe bytes %lld / %lld)\n",
+               ncm, same_g ? "bit-identical" : "DIFFER", (long long)glaunch[2], (long long)pcie[1],
+               (long long)pcie[2]);
+        CHECK(same_g, "cuda_doorbell, n_cpu_moe %d: graphs change the logits", ncm);
+        CHECK(ok && glaunch[2] == 24 && glaunch[1] == 0, "cuda_doorbell: %lld graph launches, want 24",
+              (long long)glaunch[2]);
+        CHECK(ok && rows_cpu[2] == rows_cpu[1] && pcie[2] == pcie[1],
+              "cuda_doorbell with graphs: CPU slot-rows %lld vs %lld, PCIe bytes %lld vs %lld",
+              (long long)rows_cpu[2], (long long)rows_cpu[1], (long long)pcie[2], (long long)pcie[1]);
+        for (int db = 0; db < 3; db++) free(lg[db]);
     }
 }
 
