@@ -254,9 +254,10 @@ bench q3_cpumoe_nopin_huge /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --no-pin
 # the CPU layers of decode steps handed to the expert pool through host-mapped memory
 bench q3_cpumoe_doorbell /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --doorbell -t 16
 bench q3_ncmoe36_doorbell /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 --doorbell -t 16
-# the doorbell's decode steps launched kernel by kernel (the rows above replay them as CUDA graphs)
-bench q3_cpumoe_doorbell_nographs /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --doorbell --no-cuda-graphs -t 16
-bench q3_ncmoe36_doorbell_nographs /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 --doorbell --no-cuda-graphs -t 16
+# the doorbell's decode steps replayed as CUDA graphs (--doorbell-graphs; the rows above launch
+# them kernel by kernel)
+bench q3_cpumoe_doorbell_graphs /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --doorbell --doorbell-graphs -t 16
+bench q3_ncmoe36_doorbell_graphs /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 --doorbell --doorbell-graphs -t 16
 bench olmoe_cpumoe_doorbell /tmp/olmoe.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --doorbell -t 16
 bench q3_ncmoe24 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 24 -t 16
 bench olmoe_cpumoe /tmp/olmoe.gguf -p 512 -n 64 -r 1 --gpu --cpu-moe -t 16
@@ -270,6 +271,9 @@ bench q3_cache25_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --
 # file with O_DIRECT when routed): the GPU cache and the CPU layers load from the RAM tier
 bench q3_cache25_ram8g /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --ram-budget 8G
 bench q3_cpumoe_ram8g /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --ram-budget 8G -t 16
+# the same with the RAM tier reading the next layer's predicted experts ahead (--pipe)
+bench q3_cache25_ram8g_pipe /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --ram-budget 8G --pipe
+bench q3_cpumoe_ram8g_pipe /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --ram-budget 8G --pipe -t 16
 grep -h "expert rows" "$R"/bench_q3_c*.err "$R"/bench_olmoe_cpumoe.err 2>/dev/null | cut -c1-250
 fi # OFFLOAD
 # ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----

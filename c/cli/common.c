@@ -39,7 +39,8 @@ void cli_opts_init(cli_opts *o) {
     }
     o->profile = env_flag("STRATA_PROFILE");
     o->pipe = env_flag("STRATA_PIPE");
-    o->cuda_graphs = getenv("STRATA_CUDA_GRAPHS") ? env_flag("STRATA_CUDA_GRAPHS") : 1;
+    const char *graphs = getenv("STRATA_CUDA_GRAPHS"); /* unset: 1; "2": doorbell steps too */
+    o->cuda_graphs = !graphs ? 1 : strcmp(graphs, "2") == 0 ? 2 : env_flag("STRATA_CUDA_GRAPHS");
     {
         const char *v = getenv("STRATA_CUDA_PDL"); /* unset: 1; all or 2: 2; else a flag */
         o->cuda_pdl = !v ? 1 : !strcmp(v, "all") || !strcmp(v, "2") ? 2 : env_flag("STRATA_CUDA_PDL");
@@ -120,8 +121,9 @@ void cli_opts_usage(FILE *f) {
         "                          file with O_DIRECT when routed (same results); CPU sessions,\n"
         "                          and GPU sessions with --expert-cache or --cpu-moe /\n"
         "                          --n-cpu-moe (pinned RAM slots the GPU loads from);\n"
-        "                          --pipe (also $STRATA_PIPE=1, CPU sessions): read the next\n"
-        "                          layer's predicted experts while this layer computes\n"
+        "                          --pipe (also $STRATA_PIPE=1): read the next layer's\n"
+        "                          predicted experts while this layer computes (GPU\n"
+        "                          sessions: in calls of up to 8 tokens)\n"
         "  --attn-tc, --no-attn-tc GPU: prompt batches' attention on the tensor cores with\n"
         "                          single f16 queries and probabilities (fastest; twice the KL),\n"
         "                          or on the FMA units; default (--attn-tc-split): tensor cores\n"
@@ -130,6 +132,8 @@ void cli_opts_usage(FILE *f) {
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
+        "  --doorbell-graphs       GPU, with --doorbell: replay those decode steps as CUDA\n"
+        "                          graphs too (same results; also $STRATA_CUDA_GRAPHS=2)\n"
         "  --no-pdl                GPU (compute 9.0+): launch each kernel after the one before\n"
         "                          has completed, instead of letting it start while that one\n"
         "                          finishes (programmatic dependent launch: by default for\n"
@@ -224,6 +228,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--profile")) o->profile = 1;
     else if (opt_is(a, NULL, "--cuda-graphs")) o->cuda_graphs = 1;
     else if (opt_is(a, NULL, "--no-cuda-graphs")) o->cuda_graphs = 0;
+    else if (opt_is(a, NULL, "--doorbell-graphs")) o->cuda_graphs = 2;
     else if (opt_is(a, NULL, "--pdl")) o->cuda_pdl = 1;
     else if (opt_is(a, NULL, "--pdl-all")) o->cuda_pdl = 2;
     else if (opt_is(a, NULL, "--no-pdl")) o->cuda_pdl = 0;

@@ -98,6 +98,8 @@ struct st_gpu {
     int graphs;                           /* capture single-token steps (cuda_graphs) */
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
     int prefetch;                         /* gpu_prefetch: predicted next-layer experts prefetched */
+    int pipe;                             /* pipe (with ram_budget): the predicted next-layer experts
+                                             read into the RAM tier while this layer computes */
     int32_t *stage_rows, *stage_list;     /* stage_experts auto: rows per expert, distinct rows */
     /* cpu_misses: the split of a cache layer's misses between loads and the CPU */
     int split;                            /* enabled */
@@ -109,6 +111,7 @@ struct st_gpu {
     int32_t *miss_of;                     /* [n_expert] index in misses, -1 */
     float *pf_x, *pf_logits, *pf_wts;     /* (8, n_embd), (8, n_expert), (8, k): the prediction */
     int32_t *pf_ids, *h_pf_ids;           /* (8, k) on the device and on the host */
+    uint8_t *h_pf_missed;                 /* (8, k) pipe: predicted experts not in GPU slots */
     st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
                                              experts of CPU layers in long batches */
     void *pinned;                         /* pin_experts: the RAM-kept experts' pinned copy */
@@ -377,6 +380,59 @@ static int st_gpu_pool_call(const strata_session *s, int64_t T) {
 
 int st_gpu_pool_serves(const strata_session *s, int64_t T) { return s->gpu && st_gpu_pool_call(s, T); }
 
+/* The buffers of the next layer's expert prediction (gpu_prefetch, pipe): 8 rows. */
+static strata_status st_gpu_alloc_prediction(st_gpu *g, const st_hparams *hp) {
+    if (g->pf_ids) return STRATA_OK;
+    const size_t E = (size_t)hp->n_embd, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    TRY(st_gpu_alloc((void **)&g->pf_x, sizeof(float) * 8 * E));
+    TRY(st_gpu_alloc((void **)&g->pf_logits, sizeof(float) * 8 * X));
+    TRY(st_gpu_alloc((void **)&g->pf_wts, sizeof(float) * 8 * K));
+    TRY(st_gpu_alloc((void **)&g->pf_ids, sizeof(int32_t) * 8 * K));
+    TRY(st_cuda_host_alloc((void **)&g->h_pf_ids, sizeof(int32_t) * 8 * K));
+    g->h_pf_missed = malloc(8 * K);
+    if (!g->h_pf_missed) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_mm(st_gpu *g, const st_cuda_mat *W, const float *x, int64_t T, float *y);
+
+/* Enqueues the prediction of layer il + 1's experts for rows t0 .. t0 + tn (tn <= 8) from layer
+ * il's residual (layer il + 1's FFN norm and router applied to it, as the CPU session's --pipe
+ * does) and the copy of the ids into g->h_pf_ids (pinned): there once the stream has passed it. */
+static strata_status st_gpu_predict_next(strata_session *s, int il, int64_t t0, int64_t tn) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd;
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const st_gpu_layer *Nx = &g->layers[il + 1];
+    TRY(st_cuda_rmsnorm(g->pf_x, E, g->x + t0 * E, E, Nx->ffn_norm, E, 1, tn, hp->norm_eps, g->stream));
+    TRY(st_gpu_mm(g, &Nx->router, g->pf_x, tn, g->pf_logits));
+    TRY(st_cuda_moe_route(g->pf_logits, tn, X, K, hp->expert_weights_norm, g->pf_ids, g->pf_wts, NULL,
+                          g->stream));
+    return st_cuda_memcpy_async(g->h_pf_ids, g->pf_ids, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream);
+}
+
+/* pipe (decode-sized calls past the RAM budget): whether layer il predicts layer il + 1's experts. */
+static int st_gpu_pipe_layer(const strata_session *s, int il, int64_t tn) {
+    return s->gpu->pipe && tn <= 8 && il + 1 < s->model->hp.n_layer;
+}
+
+/* pipe: once the stream has passed st_gpu_predict_next's copy (the caller waited for the
+ * stream), the RAM tier starts reading layer il + 1's predicted experts that are not in GPU
+ * slots while layer il computes; st_ram_tier_table waits for a read still in flight. */
+static void st_gpu_pipe_issue(strata_session *s, int il, int64_t tn) {
+    st_gpu *g = s->gpu;
+    int32_t n = (int32_t)(tn * s->model->hp.n_expert_used);
+    if (g->cache && !st_gpu_layer_on_cpu(s, il + 1)) { /* experts already in GPU slots need no read */
+        st_gpu_cache_missed(g->cache, il + 1, g->h_pf_ids, n, g->h_pf_missed);
+        int32_t k = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (g->h_pf_missed[i]) g->h_pf_ids[k++] = g->h_pf_ids[i];
+        n = k;
+    }
+    st_ram_tier_prefetch(s, il + 1, 1, g->h_pf_ids, n);
+}
+
 static strata_status st_gpu_upload_layers(strata_session *s) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -544,7 +600,8 @@ void st_gpu_free(strata_session *s) {
     st_cuda_host_free(g->h_embd);
     void *pf[] = {g->pf_x, g->pf_logits, g->pf_wts, g->pf_ids};
     for (size_t i = 0; i < sizeof pf / sizeof pf[0]; i++) st_cuda_free(pf[i]);
-    free(g->h_pf_ids);
+    st_cuda_host_free(g->h_pf_ids);
+    free(g->h_pf_missed);
     free(g->stage_rows);
     free(g->stage_list);
     st_cuda_free(g->ids_split);
@@ -628,14 +685,8 @@ strata_status st_gpu_create(strata_session *s) {
         if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
         TRY(st_gpu_cache_create(s, slots, &g->cache));
         if (s->gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
-            const size_t E = (size_t)hp->n_embd, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
             TRY(st_gpu_cache_enable_prefetch(g->cache));
-            TRY(st_gpu_alloc((void **)&g->pf_x, sizeof(float) * 8 * E));
-            TRY(st_gpu_alloc((void **)&g->pf_logits, sizeof(float) * 8 * X));
-            TRY(st_gpu_alloc((void **)&g->pf_wts, sizeof(float) * 8 * K));
-            TRY(st_gpu_alloc((void **)&g->pf_ids, sizeof(int32_t) * 8 * K));
-            g->h_pf_ids = malloc(sizeof(int32_t) * 8 * K);
-            if (!g->h_pf_ids) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+            TRY(st_gpu_alloc_prediction(g, hp));
             g->prefetch = 1;
         }
         if (s->cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
@@ -654,6 +705,10 @@ strata_status st_gpu_create(strata_session *s) {
             for (size_t e = 0; e < X; e++) g->miss_of[e] = -1;
             g->split = 1;
         }
+    }
+    if (s->pipe && s->ram && !g->pool && hp->n_expert > 0) { /* the RAM tier reads ahead */
+        TRY(st_gpu_alloc_prediction(g, hp));
+        g->pipe = 1;
     }
     if (s->stage_experts != 0 && hp->n_expert > 0) { /* n_expert slots: no hot set, LRU only */
         TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
@@ -1043,6 +1098,9 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 }
                 TRY(st_gpu_cache_table(s, g->stage, il, ids, tn, K, 0, g->stream, &table));
             }
+            /* pipe: the next layer's prediction rides on this layer's wait for its routing */
+            const int pipe = !staged && st_gpu_pipe_layer(s, il, tn) && (cpu_layer || g->cache);
+            if (pipe) TRY(st_gpu_predict_next(s, il, t0, tn));
             if (!cpu_layer && !staged && g->cache) { /* the routing down; misses loaded into slots */
                 int32_t *ids = s->ids + t0 * K;
                 TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
@@ -1060,15 +1118,11 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 if (pf) { /* layer il + 1's router on this residual: its predicted experts start
                            * loading on the copy stream while this layer computes (this layer's
                            * slots stay held until its kernel is enqueued) */
-                    const st_gpu_layer *Nx = &g->layers[il + 1];
-                    TRY(st_cuda_rmsnorm(g->pf_x, E, g->x + t0 * E, E, Nx->ffn_norm, E, 1, tn,
-                                        hp->norm_eps, g->stream));
-                    TRY(st_gpu_mm(g, &Nx->router, g->pf_x, tn, g->pf_logits));
-                    TRY(st_cuda_moe_route(g->pf_logits, tn, X, K, hp->expert_weights_norm, g->pf_ids,
-                                          g->pf_wts, NULL, g->stream));
-                    TRY(st_cuda_memcpy_d2h(g->h_pf_ids, g->pf_ids, sizeof(int32_t) * (size_t)(tn * K)));
+                    TRY(st_gpu_predict_next(s, il, t0, tn));
+                    TRY(st_cuda_stream_synchronize(g->stream));
                     TRY(st_gpu_cache_prefetch(s, g->cache, il + 1, g->h_pf_ids, tn * K, g->stream));
                 }
+                if (pipe) st_gpu_pipe_issue(s, il, tn); /* the next layer's reads start */
             }
             if (cpu_layer && st_gpu_pool_call(s, T)) {
                 /* the expert pool (cuda_doorbell): the rows and routing published into the
@@ -1103,6 +1157,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 if (s->ram) { /* past the RAM budget: the routed experts from the RAM tier's slots
                                * (read from the file with O_DIRECT when not there) */
                     const strata_status rs = st_ram_tier_table(s, il, tn, hi, K, &ex);
+                    if (rs == STRATA_OK && pipe) st_gpu_pipe_issue(s, il, tn); /* reads while the CPU computes */
                     if (rs != STRATA_OK) {
                         st_ram_tier_release(s);
                         return rs;
@@ -1274,8 +1329,10 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
      * the attention plan, which changes every ST_ATTN_NP_BUCKET positions (a new capture, kept
      * in place with cudaGraphExecUpdate). Not with profile's syncs or host work between layers:
      * CPU layers only through the expert pool (its publish and wait kernels read the step number
-     * from g->d_step, uploaded above), no expert cache. */
-    const int graph = g->graphs && T == 1 && !s->profile && (s->n_cpu_moe == 0 || pool) && !g->cache;
+     * from g->d_step, uploaded above) and when asked (cuda_graphs 2: on the H100 host its steps
+     * measured 0-40% slower as graphs, erratically), no expert cache. */
+    const int graph = g->graphs && T == 1 && !s->profile && (s->n_cpu_moe == 0 || (pool && g->graphs == 2)) &&
+                      !g->cache;
     const int64_t gnp = graph ? st_cuda_attn_plan_np(pos0 + 1, s->n_ctx) : 0;
     strata_status st = STRATA_OK;
     if (graph && g->graph && g->graph_np == gnp) {

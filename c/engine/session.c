@@ -217,7 +217,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.tau = p.degrade_tau;
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
-    s->cuda_graphs = p.cuda_graphs != 0;
+    s->cuda_graphs = p.cuda_graphs <= 0 ? 0 : p.cuda_graphs >= 2 ? 2 : 1;
     s->cuda_pdl = p.cuda_pdl <= 0 ? 0 : p.cuda_pdl >= 2 ? 2 : 1;
     s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc >= 2 ? 2 : p.attn_tc != 0;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.pin_experts : 0;
@@ -225,7 +225,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && p.n_cpu_moe != 0 && p.cuda_doorbell != 0;
     s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.cpu_misses != 0;
     s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
-    s->pipe = p.pipe != 0 && p.ram_budget > 0 && p.backend == STRATA_BACKEND_CPU;
+    s->pipe = p.pipe != 0 && p.ram_budget > 0;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
     s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && !ram_gpu ? p.stage_experts : 0;
     s->expert_cache = p.backend == STRATA_BACKEND_CUDA ? (p.expert_cache < 0 ? -1 : p.expert_cache) : 0;
@@ -472,8 +472,11 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
         st_gpu_cache_counters(st_gpu_get_cache(s), &out->expert_cache_slots, &out->expert_cache_hits,
                               &out->expert_cache_misses, &loaded, &out->layer_hit_rate_min,
                               &out->layer_hit_rate_max);
-        st_gpu_cache_prefetch_counters(st_gpu_get_cache(s), &out->prefetch_issued, &out->prefetch_timely,
-                                       &out->prefetch_late);
+        int64_t pi = 0, pt = 0, pl = 0; /* the GPU cache's prefetches and the RAM tier's (pipe) */
+        st_gpu_cache_prefetch_counters(st_gpu_get_cache(s), &pi, &pt, &pl);
+        out->prefetch_issued += pi;
+        out->prefetch_timely += pt;
+        out->prefetch_late += pl;
     }
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;

@@ -514,7 +514,9 @@ typedef struct strata_session_params {
     int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA
                              graph once and replays it as one launch per step (same kernels, same
                              bits; +28% decode on qwen3-30b-a3b, docs/PERFORMANCE.md); 0 launches
-                             every kernel of every step */
+                             every kernel of every step; 2 also captures steps whose CPU layers
+                             go to the expert pool (cuda_doorbell; same bits, not faster so
+                             far: docs/EXPERTS.md) */
     int cuda_pdl;         /* CUDA sessions on compute 9.0+: programmatic dependent launch (the GPU
                              may start a kernel while the one before finishes; each kernel still
                              waits for its inputs: same bits). 1 (default): for calls of at most 8
@@ -573,7 +575,9 @@ typedef struct strata_session_params {
                              gpu_prefetch, cpu_misses or stage_experts > 0) */
     int pipe;             /* with ram_budget: read the next layer's predicted experts (its norm
                              and router on the hidden state now) in a background thread while
-                             this layer computes (STRATA_PIPE, --pipe); same results */
+                             this layer computes (STRATA_PIPE, --pipe); same results. CUDA
+                             sessions: in calls of up to 8 tokens, the prediction on the GPU,
+                             experts already in GPU slots not read */
     strata_progress_fn progress;  /* NULL (default): no progress reports */
     void *progress_data;          /* passed to progress */
     int cuda_doorbell;    /* CUDA sessions with n_cpu_moe: in decode-sized calls (up to 8 tokens)

@@ -42,6 +42,7 @@ static float g_pcie_frac = -1.0f;
 static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the default, auto) */
 static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
 static int g_doorbell = 0;                 /* cuda_doorbell of the next sessions */
+static int g_pipe = 0;                     /* pipe of the next sessions */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -59,6 +60,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.attn_tc = g_attn_tc;
     sp.ram_budget = g_ram;
     sp.cuda_doorbell = g_doorbell;
+    sp.pipe = g_pipe;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -171,6 +173,7 @@ static int greedy(const strata_model *m, strata_backend_kind be, const strata_to
  * memory (the GPU publishes and waits on the device); the prompt batch keeps the host's hand-off.
  * Every logit equals the host hand-off's, bit for bit (the same st_moe_ffn on the same rows), and
  * the pool's rows show in the stats. A third session also replays the decode steps as CUDA graphs
+ * (cuda_graphs 2)
  * (the pool's kernels read the step number from device memory): the same bits, every one of the
  * 24 steps a graph launch, and the same CPU slot-rows and PCIe bytes as without graphs (the
  * replayed steps' counters are added by the host). */
@@ -183,7 +186,7 @@ static void test_doorbell(const strata_model *m, const strata_token *p, int64_t 
         for (int db = 0; db < 3; db++) {
             g_cpu_moe = ncm;
             g_doorbell = db > 0;
-            g_graphs = db == 2;
+            g_graphs = db == 2 ? 2 : 0; /* 2: graphs for the pool's steps too */
             strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 512, 512);
             g_cpu_moe = g_doorbell = g_graphs = 0;
             lg[db] = malloc(sizeof(float) * (size_t)V * 30);
@@ -226,6 +229,58 @@ static void test_doorbell(const strata_model *m, const strata_token *p, int64_t 
               "cuda_doorbell with graphs: CPU slot-rows %lld vs %lld, PCIe bytes %lld vs %lld",
               (long long)rows_cpu[2], (long long)rows_cpu[1], (long long)pcie[2], (long long)pcie[1]);
         for (int db = 0; db < 3; db++) free(lg[db]);
+    }
+}
+
+/* pipe past a RAM budget (70 of the 192 experts in RAM): a 32-slot GPU cache and --cpu-moe
+ * decode 24 greedy steps and a 5-token window with and without the RAM tier reading the next
+ * layer's predicted experts ahead (the prediction on the GPU, the reads by the tier's thread):
+ * the same logits bit for bit, prefetches issued, timely + late never above issued. */
+static void test_pipe(const strata_model *m, const strata_token *p, int64_t np, int32_t V) {
+    for (int v = 0; v < 2; v++) {
+        float *lg[2];
+        strata_session_stats ss[2];
+        int ok = 1;
+        memset(ss, 0, sizeof ss);
+        for (int pp = 0; pp < 2; pp++) {
+            g_ram = 70 * 106496;
+            g_cache = v == 0 ? 32 : 0;
+            g_cpu_moe = v == 0 ? 0 : -1;
+            g_pipe = pp;
+            strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+            g_ram = 0;
+            g_cache = g_cpu_moe = g_pipe = 0;
+            lg[pp] = malloc(sizeof(float) * (size_t)V * 26);
+            if (!s || !lg[pp]) { ok = 0; strata_session_free(s); continue; }
+            strata_status st = strata_session_decode(s, p, np, lg[pp], 0);
+            strata_token t = 0;
+            for (int i = 0; i < 24 && st == STRATA_OK; i++) {
+                t = argmax(lg[pp] + (size_t)i * (size_t)V, V);
+                st = strata_session_decode(s, &t, 1, lg[pp] + (size_t)(i + 1) * (size_t)V, 0);
+            }
+            if (st == STRATA_OK) {
+                strata_token w[5] = {t, 3, 5, 9, 11};
+                st = strata_session_decode(s, w, 5, lg[pp] + (size_t)25 * (size_t)V, 0);
+            }
+            if (st == STRATA_OK) st = strata_session_get_stats(s, &ss[pp]);
+            CHECK(st == STRATA_OK, "pipe %d (%s): %s", pp, v == 0 ? "cache" : "cpu_moe", strata_last_error());
+            ok = ok && st == STRATA_OK;
+            strata_session_free(s);
+        }
+        const char *what = v == 0 ? "ram_budget + 32-slot expert cache" : "ram_budget + cpu_moe";
+        const int same = ok && !memcmp(lg[0], lg[1], sizeof(float) * (size_t)V * 26);
+        printf("pipe, %s: %s without it; prefetches %lld issued, %lld timely, %lld late; disk %lld / %lld bytes\n",
+               what, same ? "bit-identical to" : "DIFFERS from", (long long)ss[1].prefetch_issued,
+               (long long)ss[1].prefetch_timely, (long long)ss[1].prefetch_late, (long long)ss[0].disk_bytes,
+               (long long)ss[1].disk_bytes);
+        CHECK(same, "pipe, %s: logits differ", what);
+        CHECK(ok && ss[0].prefetch_issued == 0 && ss[1].prefetch_issued > 0 &&
+              ss[1].prefetch_timely + ss[1].prefetch_late <= ss[1].prefetch_issued,
+              "pipe, %s: prefetches %lld issued (without: %lld), %lld timely, %lld late", what,
+              (long long)ss[1].prefetch_issued, (long long)ss[0].prefetch_issued,
+              (long long)ss[1].prefetch_timely, (long long)ss[1].prefetch_late);
+        free(lg[0]);
+        free(lg[1]);
     }
 }
 
@@ -399,6 +454,7 @@ static void test_default_model(void) {
     }
     test_graphs(m, toks, 12, V);
     test_doorbell(m, toks, 12, V);
+    test_pipe(m, toks, 12, V);
 
     /* the GPU expert cache: every routed expert demand-loaded into one of 32 or 40 slots (the
      * model has 6 x 32): the same bits as all resident (placement invariance) */
