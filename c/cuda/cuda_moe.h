@@ -69,6 +69,15 @@ strata_status st_cuda_pool_publish(const float *d_x, const int32_t *d_ids, const
                                    int64_t T, int64_t n_embd, int32_t k, float *m_x, int32_t *m_ids,
                                    float *m_wts, int32_t *m_T, uint32_t *m_req,
                                    const uint32_t *d_step, void *stream);
+/* The same for a layer whose experts are partly in GPU slots: d_where (device, [n_expert],
+ * nonzero: resident) splits the routing: the pool gets -1 for the resident experts, d_ids_gpu
+ * (device, T x k) the resident ones and -1 for the others (the GPU's grouped kernel skips -1),
+ * d_hist (device, T x k, may be NULL) a copy of d_ids. */
+strata_status st_cuda_pool_publish_split(const float *d_x, const int32_t *d_ids, const float *d_wts,
+                                         int64_t T, int64_t n_embd, int32_t k, const int32_t *d_where,
+                                         int32_t n_expert, int32_t *d_ids_gpu, int32_t *d_hist,
+                                         float *m_x, int32_t *m_ids, float *m_wts, int32_t *m_T,
+                                         uint32_t *m_req, const uint32_t *d_step, void *stream);
 /* Waits on the device until *m_done == *d_step (the pool answered this step's request), then
  * copies the n floats of m_out (the pool's rows) to d_out. A pool silent for ~10 s sets *d_err
  * to 1 and writes zeros instead of hanging the stream; the caller checks d_err. */

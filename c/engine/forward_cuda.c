@@ -125,6 +125,15 @@ struct st_gpu {
     st_doorbell_layer *db;                /* [CPU layers] host view of the mapped block */
     uint8_t *db_host, *db_dev;            /* the mapped block's host and device addresses */
     uint32_t *d_step;                     /* device: the step number the kernels publish / await */
+    /* cuda_doorbell with an expert cache: the misses of decode-sized calls computed by the pool
+     * while the GPU computes the hits (the split made on the device: no routing round trip) */
+    int pool_misses;
+    const void *pm_tables;                /* device [n_layer][n_expert] slot descriptors (export) */
+    const int32_t *pm_where;              /* device [n_layer][n_expert] nonzero: resident */
+    int32_t *pm_ids;                      /* device (8, k): the GPU's ids, -1 for the pool's */
+    int32_t *pm_hist;                     /* device (n_layer, 8, k): each layer's routing */
+    int32_t *h_pm_hist;                   /* pinned host copy, read after the step */
+    float *pm_part;                       /* device (8, n_embd): the pool's rows */
     int32_t *d_err;                       /* device: set when the pool did not answer */
     uint32_t *h_step;                     /* pinned staging of the step number */
     int pool_open;                        /* this call announced *h_step to the pool */
@@ -344,7 +353,9 @@ static void *st_gpu_db_dev(const st_gpu *g, const void *host) {
 static strata_status st_gpu_pool_create(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    const int32_t L = s->n_cpu_moe < 0 || s->n_cpu_moe > hp->n_layer ? hp->n_layer : s->n_cpu_moe;
+    /* a record per CPU layer (the first ones), or per layer when the pool serves a cache's misses */
+    const int32_t L = s->expert_cache != 0 || s->n_cpu_moe < 0 || s->n_cpu_moe > hp->n_layer ? hp->n_layer
+                                                                                          : s->n_cpu_moe;
     const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
     const size_t rec = st_round_up(sizeof(st_doorbell_layer) * (size_t)L, 64);
     const size_t xb = st_round_up(sizeof(float) * R * E, 64), kb = st_round_up(sizeof(float) * R * K, 64);
@@ -592,6 +603,10 @@ void st_gpu_free(strata_session *s) {
     st_cuda_host_free(g->db_host);
     st_cuda_host_free(g->h_step);
     st_cuda_free(g->d_step);
+    st_cuda_free(g->pm_ids);
+    st_cuda_free(g->pm_hist);
+    st_cuda_free(g->pm_part);
+    st_cuda_host_free(g->h_pm_hist);
     st_cuda_free(g->d_err);
     st_gpu_cache_free(g->cache);
     st_gpu_cache_free(g->stage);
@@ -678,7 +693,6 @@ strata_status st_gpu_create(strata_session *s) {
         g->h_proj = (float *)((uint8_t *)g->h_hand + a);
         g->h_wts = (float *)((uint8_t *)g->h_hand + 2 * a);
         g->h_ids = (int32_t *)((uint8_t *)g->h_hand + 2 * a + b);
-        if (s->cuda_doorbell) TRY(st_gpu_pool_create(s));
     }
     if (s->expert_cache != 0) {
         int32_t slots = s->expert_cache;
@@ -704,6 +718,17 @@ strata_status st_gpu_create(strata_session *s) {
                 return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
             for (size_t e = 0; e < X; e++) g->miss_of[e] = -1;
             g->split = 1;
+        }
+    }
+    if (s->cuda_doorbell && hp->n_expert > 0) { /* the expert pool: CPU layers, a cache's misses */
+        TRY(st_gpu_pool_create(s));
+        if (g->cache) {
+            const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
+            TRY(st_gpu_alloc((void **)&g->pm_ids, sizeof(int32_t) * R * K));
+            TRY(st_gpu_alloc((void **)&g->pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
+            TRY(st_gpu_alloc((void **)&g->pm_part, sizeof(float) * R * E));
+            TRY(st_cuda_host_alloc((void **)&g->h_pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
+            g->pool_misses = 1;
         }
     }
     if (s->pipe && s->ram && !g->pool && hp->n_expert > 0) { /* the RAM tier reads ahead */
@@ -1087,8 +1112,11 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                            !st_gpu_layer_on_cpu(s, il + 1);
             int split = 0; /* cpu_misses: some misses of this call are the CPU's */
             const int cpu_layer = st_gpu_layer_on_cpu(s, il) && !staged;
+            /* cuda_doorbell with a cache, decode-sized: the pool computes the misses while the
+             * GPU computes the hits (slot-rows counted after the step, from its routing) */
+            const int pm = !cpu_layer && g->pool_misses && st_gpu_pool_call(s, T);
             if (cpu_layer) s->slots_cpu[il] += tn * K;
-            else s->slots_gpu[il] += tn * K;
+            else if (!pm) s->slots_gpu[il] += tn * K;
             const void *table = G->experts;
             if (staged) { /* the routing down; the batch's experts copied into the stage slots */
                 int32_t *ids = s->ids + t0 * K;
@@ -1101,7 +1129,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             /* pipe: the next layer's prediction rides on this layer's wait for its routing */
             const int pipe = !staged && st_gpu_pipe_layer(s, il, tn) && (cpu_layer || g->cache);
             if (pipe) TRY(st_gpu_predict_next(s, il, t0, tn));
-            if (!cpu_layer && !staged && g->cache) { /* the routing down; misses loaded into slots */
+            if (!cpu_layer && !staged && g->cache && !pm) { /* the routing down; misses loaded into slots */
                 int32_t *ids = s->ids + t0 * K;
                 TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
                 s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
@@ -1167,6 +1195,19 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 if (s->ram) st_ram_tier_release(s);
                 TRY(st_cuda_memcpy_async(g->proj + t0 * E, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
             }
+            if (pm) { /* the split on the device: the pool gets the missed slots (-1 for the
+                       * resident ones), g->pm_ids the resident ones; the routing is kept for the
+                       * bookkeeping after the step; the table is the layer's exported one */
+                st_doorbell_layer *r = &g->db[il];
+                TRY(st_cuda_pool_publish_split(g->xn, g->ids, g->wts, tn, E, K, g->pm_where + (size_t)il * (size_t)X,
+                                               X, g->pm_ids, g->pm_hist + (size_t)il * ST_POOL_T * (size_t)K,
+                                               st_gpu_db_dev(g, r->x), st_gpu_db_dev(g, r->ids),
+                                               st_gpu_db_dev(g, r->wts), st_gpu_db_dev(g, &r->T),
+                                               st_gpu_db_dev(g, &r->req_seq), g->d_step, g->stream));
+                table = (const st_cuda_expert *)g->pm_tables + (size_t)il * (size_t)X;
+                s->pcie_bytes += (int64_t)(2 * sizeof(float) * (size_t)(tn * E) +
+                                           (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
+            }
             st_cuda_moe_args a;
             memset(&a, 0, sizeof a);
             a.experts = table;
@@ -1177,7 +1218,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.n_ff = hp->n_ff_exp;
             a.x = g->xn + t0 * E;
             a.T = tn;
-            a.ids = split ? g->ids_split + t0 * K : g->ids + t0 * K;
+            a.ids = pm ? g->pm_ids : split ? g->ids_split + t0 * K : g->ids + t0 * K;
             a.wts = g->wts + t0 * K;
             a.k = K;
             a.out = g->proj + t0 * E;
@@ -1185,6 +1226,12 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             a.ws = g->moe_ws;
             a.ws_bytes = g->moe_ws_bytes;
             if (!cpu_layer) TRY(st_cuda_moe_ffn(&a, g->stream));
+            if (pm) { /* the pool's rows (computed meanwhile) added to the GPU's */
+                st_doorbell_layer *r = &g->db[il];
+                TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out),
+                                      tn * E, g->pm_part, g->d_err, g->stream));
+                TRY(st_cuda_add(g->proj, g->proj, g->pm_part, 1.0f, tn * E, g->stream));
+            }
             if (pf) st_gpu_cache_release_held(g->cache);
             if (split) { /* the CPU's misses, computed while the GPU computes the rest, then added */
                 st_moe_ffn(s->tp, s->experts + (size_t)il * (size_t)X, X, s->xn + t0 * E, tn, g->h_ids_cpu,
@@ -1285,6 +1332,32 @@ static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata
 static strata_status st_gpu_forward_go(strata_session *s, const strata_token *tokens, int64_t T,
                                        float *logits, int all);
 
+/* Experts a decode step of the pool-miss mode may load in place of others for the steps after
+ * it (synchronous copies between steps: ~70 us each for a qwen3-30b-a3b Q4_K expert over PCIe
+ * 4); loads into EMPTY slots are not limited. */
+#define ST_POOL_LOADS_PER_STEP 4
+
+/* After a decode step of the pool-miss mode: its routing comes down (one copy), each cache
+ * layer's ids are looked up (LRU, hot set, hit and miss counters), the slot-rows counted as
+ * the device split them (resident: GPU), and the missed experts, earliest layers first, loaded
+ * for the steps to come: into EMPTY slots, then up to ST_POOL_LOADS_PER_STEP evicting. */
+static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t K = hp->n_expert_used, R = ST_POOL_T;
+    TRY(st_cuda_memcpy_d2h(g->h_pm_hist, g->pm_hist, sizeof(int32_t) * (size_t)(hp->n_layer * R * K)));
+    s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(hp->n_layer * T * K));
+    int32_t budget = ST_POOL_LOADS_PER_STEP, empty = st_gpu_cache_empty_slots(g->cache);
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (st_gpu_layer_on_cpu(s, il)) continue;
+        int64_t res = 0;
+        TRY(st_gpu_cache_after_step(s, g->cache, il, g->h_pm_hist + il * R * K, T * K, &empty, &budget, &res));
+        s->slots_gpu[il] += res;
+        s->slots_cpu[il] += T * K - res;
+    }
+    return STRATA_OK;
+}
+
 strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
                                    float *logits, int all) {
     st_gpu *g = s->gpu;
@@ -1311,6 +1384,8 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
     st_prof_start(s);
     /* the expert pool serves this call's CPU layers: the step announced, its number up */
     const int pool = st_gpu_pool_call(s, T);
+    if (pool && g->pool_misses) /* the cache's residency as the step's kernels will read it */
+        TRY(st_gpu_cache_export(s, g->cache, &g->pm_tables, &g->pm_where));
     if (pool) {
         *g->h_step = st_pool_step(g->pool);
         g->pool_open = 1;
@@ -1372,6 +1447,7 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
     else if (s->want_argmax) TRY(st_gpu_output_argmax(s, T - 1, s->argmax_out));
     else if (s->want_topk) TRY(st_gpu_output_topk(s, T - 1));
     else TRY(st_cuda_synchronize());
+    if (pool && g->pool_misses) TRY(st_gpu_pool_misses_after(s, T));
     if (pool) { /* a pool that never answered: the stream went on with zeros, so say so */
         int32_t err = 0;
         TRY(st_cuda_memcpy_d2h(&err, g->d_err, sizeof err));

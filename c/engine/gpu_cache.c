@@ -81,6 +81,21 @@ void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits,
     (void)c; *slots = 0; *hits = *misses = *bytes = 0; *layer_min = *layer_max = 0;
 }
 void st_gpu_cache_reset_counters(st_gpu_cache *c) { (void)c; }
+strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void **d_tables,
+                                  const int32_t **d_where) {
+    (void)s; (void)c; *d_tables = NULL; *d_where = NULL;
+    return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
+}
+int32_t st_gpu_cache_empty_slots(const st_gpu_cache *c) {
+    (void)c;
+    return 0;
+}
+strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids, int64_t n,
+                                      int32_t *empty, int32_t *budget, int64_t *resident) {
+    (void)s; (void)c; (void)il; (void)ids; (void)n; (void)empty; (void)budget;
+    if (resident) *resident = 0;
+    return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
+}
 
 #else
 
@@ -113,6 +128,11 @@ struct st_gpu_cache {
     int32_t n_pending;
     void *ev_now;                 /* the compute stream's progress when a prefetch was issued */
     int64_t pf_issued, pf_timely, pf_late;
+    /* st_gpu_cache_export: every layer's residency and descriptors, host and device copies */
+    uint64_t version;             /* bumped by every claim (an eviction) and publish */
+    uint64_t exported;            /* the version last uploaded, 0: never */
+    st_cuda_expert *h_all, *d_all; /* [n_layer * n_expert] */
+    int32_t *h_where, *d_where;    /* [n_layer * n_expert] */
 };
 
 void st_gpu_cache_free(st_gpu_cache *c) {
@@ -125,6 +145,8 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     free(c->pending);
     st_cuda_free(c->d_mem);
     st_cuda_free(c->d_table);
+    st_cuda_free(c->d_all);
+    st_cuda_free(c->d_where);
     st_error_clear();
     st_cache_free(&c->book);
     free(c->h_table);
@@ -134,6 +156,8 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     free(c->held);
     free(c->miss);
     free(c->ram_seen);
+    free(c->h_all);
+    free(c->h_where);
     free(c);
 }
 
@@ -193,6 +217,18 @@ static st_cuda_mat st_slot_mat(const st_tensor *v, const uint8_t *p) {
     return m;
 }
 
+/* The device descriptors of the expert in slot w (views: its layer's host views). */
+static st_cuda_expert st_slot_expert(const st_gpu_cache *c, const st_expert *v, int32_t w) {
+    const uint8_t *p = c->d_mem + (size_t)w * c->slot_bytes;
+    const size_t g = st_round_up(v->gate.row_bytes * (size_t)v->gate.ne[1], 256);
+    const size_t u = st_round_up(v->up.row_bytes * (size_t)v->up.ne[1], 256);
+    st_cuda_expert x;
+    x.gate = st_slot_mat(&v->gate, p);
+    x.up = st_slot_mat(&v->up, p + g);
+    x.down = st_slot_mat(&v->down, p + g + u);
+    return x;
+}
+
 strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
     const int32_t n = c->book.n_slots;
     c->slot_event = calloc((size_t)n, sizeof *c->slot_event);
@@ -209,6 +245,7 @@ strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
 /* A prefetched slot's copy is known complete (its event, or the copy stream synchronized): READY. */
 static void st_gpu_cache_land(st_gpu_cache *c, int32_t slot) {
     st_cache_publish(&c->book, slot);
+    c->version++;
     c->pending[slot] = 0;
     c->n_pending--;
 }
@@ -257,6 +294,7 @@ strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, 
         if (e < 0 || e >= X || st_cache_state_of(&c->book, il, e) != ST_SLOT_EMPTY) continue;
         if (c->n_pending >= c->book.n_slots / 2) break; /* at most half the slots in flight */
         const int32_t slot = st_cache_claim(&c->book, il, e, 1);
+        c->version++;
         if (slot < 0) break;
         uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
         const st_tensor *m[3] = {&views[e].gate, &views[e].up, &views[e].down};
@@ -332,6 +370,20 @@ void st_gpu_cache_release_held(st_gpu_cache *c) {
     c->n_held = 0;
 }
 
+/* An expert's three matrices (host bytes of src) into slot, synchronous copies over PCIe. */
+static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, int32_t slot, const st_expert *src) {
+    uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
+    const st_tensor *m[3] = {&src->gate, &src->up, &src->down};
+    for (int k = 0; k < 3; k++) {
+        const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
+        TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
+        p += st_round_up(b, 256);
+        c->loaded_bytes += (int64_t)b;
+        s->pcie_bytes += (int64_t)b;
+    }
+    return STRATA_OK;
+}
+
 strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
                                  int64_t n, int32_t K, int keep_held, void *stream, const void **d_table) {
     const int32_t X = c->n_expert;
@@ -384,41 +436,31 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         c->layer_hits[il] += slot >= 0;
         if (slot < 0) { /* a demand load: the expert's three matrices over PCIe into a free slot */
             slot = st_cache_claim(&c->book, il, e, 0);
+            c->version++;
             if (slot < 0 && c->n_pending > 0) { /* prefetches hold the free slots: let them land */
                 st = st_cuda_stream_synchronize(c->copy_stream);
                 for (int32_t q = 0; q < c->book.n_slots && st == STRATA_OK; q++)
                     if (c->pending[q]) st_gpu_cache_land(c, q);
                 if (st != STRATA_OK) break;
                 slot = st_cache_claim(&c->book, il, e, 0);
+                c->version++;
             }
             if (slot < 0) {
                 st = st_error(STRATA_ERR_INTERNAL, "expert cache: no free slot for layer %d expert %d",
                               il, (int)e);
                 break;
             }
-            uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
-            const st_tensor *m[3] = {&src[e].gate, &src[e].up, &src[e].down};
-            for (int k = 0; k < 3 && st == STRATA_OK; k++) {
-                const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
-                st = st_cuda_memcpy_h2d(p, m[k]->data, b);
-                p += st_round_up(b, 256);
-                c->loaded_bytes += (int64_t)b;
-                s->pcie_bytes += (int64_t)b;
-            }
+            st = st_gpu_cache_copy_in(s, c, slot, &src[e]);
             if (st != STRATA_OK) {
                 st_cache_abort(&c->book, slot);
                 break;
             }
             st_cache_publish(&c->book, slot);
+            c->version++;
         }
         st_cache_acquire(&c->book, slot); /* not evicted by a later miss of this same call */
         c->held[c->n_held++] = slot;
-        const uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
-        const size_t g = st_round_up(views[e].gate.row_bytes * (size_t)views[e].gate.ne[1], 256);
-        const size_t u = st_round_up(views[e].up.row_bytes * (size_t)views[e].up.ne[1], 256);
-        c->h_table[e].gate = st_slot_mat(&views[e].gate, p);
-        c->h_table[e].up = st_slot_mat(&views[e].up, p + g);
-        c->h_table[e].down = st_slot_mat(&views[e].down, p + g + u);
+        c->h_table[e] = st_slot_expert(c, &views[e], slot);
     }
     /* the copies were synchronous: the RAM tier's slots are free to be reused */
     if (s->ram) st_ram_tier_release(s);
@@ -430,6 +472,80 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
     st = st_cuda_memcpy_h2d(c->d_table, c->h_table, sizeof *c->h_table * (size_t)X);
     if (st != STRATA_OK) return st;
     *d_table = c->d_table;
+    return STRATA_OK;
+}
+
+strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void **d_tables,
+                                  const int32_t **d_where) {
+    const size_t nx = (size_t)c->n_layer * (size_t)c->n_expert;
+    if (!c->d_all) {
+        c->h_all = calloc(nx, sizeof *c->h_all);
+        c->h_where = calloc(nx, sizeof *c->h_where);
+        if (!c->h_all || !c->h_where) return st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
+        TRY_CACHE(st_cuda_malloc((void **)&c->d_where, sizeof *c->d_where * nx));
+        TRY_CACHE(st_cuda_malloc((void **)&c->d_all, sizeof *c->d_all * nx));
+    }
+    if (c->exported != c->version + 1) { /* + 1: version 0 is exported too */
+        for (size_t i = 0; i < nx; i++) {
+            const int32_t w = c->book.where[i];
+            const int ready = w >= 0 && c->book.slots[w].state == ST_SLOT_READY;
+            c->h_where[i] = ready;
+            if (ready) c->h_all[i] = st_slot_expert(c, &s->experts[i], w);
+            else memset(&c->h_all[i], 0, sizeof c->h_all[i]);
+        }
+        TRY_CACHE(st_cuda_memcpy_h2d(c->d_where, c->h_where, sizeof *c->h_where * nx));
+        TRY_CACHE(st_cuda_memcpy_h2d(c->d_all, c->h_all, sizeof *c->h_all * nx));
+        c->exported = c->version + 1;
+    }
+    *d_tables = c->d_all;
+    *d_where = c->d_where;
+    return STRATA_OK;
+}
+
+int32_t st_gpu_cache_empty_slots(const st_gpu_cache *c) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < c->book.n_slots; i++) n += c->book.slots[i].state == ST_SLOT_EMPTY;
+    return n;
+}
+
+strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids, int64_t n,
+                                      int32_t *empty, int32_t *budget, int64_t *resident) {
+    const int32_t X = c->n_expert;
+    const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    int32_t nm = 0;
+    int64_t res = 0;
+    /* residency during the step: what the export gave the device (nothing changed since) */
+    for (int64_t i = 0; i < n; i++) res += ids[i] >= 0 && ids[i] < X && c->h_where[(size_t)il * (size_t)X + (size_t)ids[i]];
+    if (resident) *resident = res;
+    if (++c->call == 0) {
+        memset(c->seen, 0, sizeof *c->seen * (size_t)X);
+        c->call = 1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X || c->seen[e] == c->call) continue;
+        c->seen[e] = c->call;
+        const int32_t slot = st_cache_lookup(&c->book, il, e);
+        c->layer_lookups[il]++;
+        c->layer_hits[il] += slot >= 0;
+        if (slot < 0) c->miss[nm++] = e;
+    }
+    /* loads for the steps to come: into EMPTY slots freely (a claim takes those first), in
+     * place of an LRU expert only while the budget lasts */
+    for (int32_t q = 0; q < nm && (*empty > 0 || *budget > 0); q++) {
+        const int32_t e = c->miss[q];
+        const int32_t slot = st_cache_claim(&c->book, il, e, 0);
+        c->version++;
+        if (slot < 0) break;
+        if (*empty > 0) (*empty)--;
+        else (*budget)--;
+        const strata_status st = st_gpu_cache_copy_in(s, c, slot, &views[e]);
+        if (st != STRATA_OK) {
+            st_cache_abort(&c->book, slot);
+            return st;
+        }
+        st_cache_publish(&c->book, slot);
+    }
     return STRATA_OK;
 }
 

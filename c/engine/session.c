@@ -196,6 +196,11 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_INVALID_ARG, "ram_budget with a CUDA session needs expert_cache "
                         "(--expert-cache) or n_cpu_moe (--cpu-moe, --n-cpu-moe): else every routed "
                         "expert is on the GPU");
+    if (p.backend == STRATA_BACKEND_CUDA && p.cuda_doorbell && p.expert_cache != 0 &&
+        (p.gpu_prefetch || p.cpu_misses || p.degrade_zero))
+        return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with expert_cache: the expert pool computes "
+                        "the decode steps' misses; gpu_prefetch, cpu_misses and degrade_zero handle "
+                        "them otherwise (leave them off)");
     if (ram_gpu && p.cuda_doorbell)
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: cuda_doorbell's "
                         "expert pool reads every CPU layer's experts from RAM, not the tier's "
@@ -222,7 +227,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc >= 2 ? 2 : p.attn_tc != 0;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.pin_experts : 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
-    s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && p.n_cpu_moe != 0 && p.cuda_doorbell != 0;
+    s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && (p.n_cpu_moe != 0 || p.expert_cache != 0) &&
+                       p.cuda_doorbell != 0;
     s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.cpu_misses != 0;
     s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
     s->pipe = p.pipe != 0 && p.ram_budget > 0;

@@ -180,6 +180,21 @@ strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, 
                                     int64_t n, void *stream);
 void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int64_t *timely, int64_t *late);
 void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed);
+/* Misses computed by the expert pool (cuda_doorbell with expert_cache): the residency of every
+ * layer as the device reads it inside a step with no host round trip: *d_where ([n_layer]
+ * [n_expert] int32, nonzero: READY in a slot) and *d_tables ([n_layer][n_expert] st_cuda_expert,
+ * the slots' descriptors), uploaded again only when a slot changed since the last call (a
+ * synchronous copy: call it before the step's kernels are enqueued). */
+strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void **d_tables,
+                                  const int32_t **d_where);
+/* After such a step: layer il's routed ids (n, host) are looked up (the LRU clock, the hot set's
+ * counts, the hit and miss counters), and its missed experts loaded into slots (synchronous
+ * copies) for the steps to come: into EMPTY slots while *empty lasts, then in place of LRU
+ * experts while *budget lasts (both decremented); *resident (may be NULL) gets how many of the n
+ * ids were resident during the step. st_gpu_cache_empty_slots: the EMPTY slots now. */
+int32_t st_gpu_cache_empty_slots(const st_gpu_cache *c);
+strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids, int64_t n,
+                                      int32_t *empty, int32_t *budget, int64_t *resident);
 /* Zeroes the counters (strata_session_reset_stats). */
 void st_gpu_cache_reset_counters(st_gpu_cache *c);
 void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,

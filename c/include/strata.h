@@ -585,7 +585,12 @@ typedef struct strata_session_params {
                              the GPU feeds through host-mapped memory (c/experts/pool.h): the GPU
                              publishes a layer's rows and routing and waits on the device for the
                              pool's flag, so the host no longer waits for each CPU layer. Same
-                             results, bit for bit. Not with ram_budget. 0 (default): the host
+                             results, bit for bit. With expert_cache: in those calls the pool
+                             computes the misses of the cache's layers while the GPU computes
+                             the hits (the split made on the device; up to 4 missed experts
+                             loaded into slots after each step; the CPU's arithmetic for the
+                             misses). Not with ram_budget (nor, with expert_cache,
+                             gpu_prefetch, cpu_misses or degrade_zero). 0 (default): the host
                              hands each CPU layer over (STRATA_DOORBELL, --doorbell) */
 } strata_session_params;
 

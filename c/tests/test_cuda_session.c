@@ -284,6 +284,77 @@ static void test_pipe(const strata_model *m, const strata_token *p, int64_t np, 
     }
 }
 
+/* Teacher-forced decode of the text t[0 .. 12 + steps): the first 12 tokens in one call, then one
+ * token a call, each call's logits into lg (steps + 1 rows), passes times (strata_session_reset
+ * between them: the expert cache keeps its slots, the KV cache starts over; the last pass's
+ * logits are kept); the stats of the last pass. 1 on success. */
+static int forced_steps(const strata_model *m, const strata_token *t, int steps, int passes, int32_t V,
+                        float *lg, strata_session_stats *ss) {
+    strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+    if (!s) return 0;
+    strata_status st = STRATA_OK;
+    for (int pass = 0; pass < passes && st == STRATA_OK; pass++) {
+        strata_session_reset(s);
+        strata_session_reset_stats(s);
+        st = strata_session_decode(s, t, 12, lg, 0);
+        for (int i = 0; i < steps && st == STRATA_OK; i++)
+            st = strata_session_decode(s, &t[12 + i], 1, lg + (size_t)(i + 1) * (size_t)V, 0);
+    }
+    memset(ss, 0, sizeof *ss);
+    if (st == STRATA_OK) st = strata_session_get_stats(s, ss);
+    CHECK(st == STRATA_OK, "forced steps: %s", strata_last_error());
+    strata_session_free(s);
+    return st == STRATA_OK;
+}
+
+/* cuda_doorbell with an expert cache: in decode steps the pool computes the cache's misses while
+ * the GPU computes the hits, split on the device; after each step the missed experts are loaded
+ * (into EMPTY slots freely, 4 in place of others). Teacher-forced on the text (a 12-token prompt,
+ * 40 steps): a 32-slot cache (of the 192 experts) gives a mean KL under 1e-4 against all resident
+ * (the misses take the CPU's arithmetic) with misses on the CPU and hits on the GPU counted; a
+ * 192-slot cache, on a third pass over the same text (every expert the earlier passes routed now
+ * resident), puts no slot-row on the CPU and gives the all-resident logits bit for bit (the
+ * exported device tables, the split ids and the pool's zero rows change nothing). */
+static void test_pool_misses(const strata_model *m, const strata_token *toks, int64_t n, int32_t V) {
+    enum { STEPS = 40 };
+    if (n < 12 + STEPS) { CHECK(0, "pool misses: the text has %lld tokens", (long long)n); return; }
+    float *ref = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
+    float *got = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
+    strata_session_stats s0, s1;
+    int ok = ref && got && forced_steps(m, toks, STEPS, 1, V, ref, &s0);
+    g_cache = 32;
+    g_doorbell = 1;
+    ok = ok && forced_steps(m, toks, STEPS, 1, V, got, &s1);
+    g_cache = g_doorbell = 0;
+    if (ok) {
+        double kl = 0;
+        for (int i = 1; i <= STEPS; i++) kl += kl_row(ref + (size_t)i * (size_t)V, got + (size_t)i * (size_t)V, V);
+        kl /= STEPS;
+        printf("pool misses, 32 slots: %d steps, mean KL %.3g against all resident; slot-rows %lld GPU / "
+               "%lld CPU; cache hits %lld, misses %lld\n", STEPS, kl, (long long)s1.expert_slots_gpu,
+               (long long)s1.expert_slots_cpu, (long long)s1.expert_cache_hits, (long long)s1.expert_cache_misses);
+        CHECK(kl <= 1e-4, "pool misses: mean KL %.3g", kl);
+        CHECK(s1.expert_slots_cpu > 0 && s1.expert_slots_gpu > 0 &&
+              s1.expert_slots_cpu + s1.expert_slots_gpu == s0.expert_slots_gpu,
+              "pool misses: slot-rows %lld GPU + %lld CPU against %lld", (long long)s1.expert_slots_gpu,
+              (long long)s1.expert_slots_cpu, (long long)s0.expert_slots_gpu);
+    }
+    g_cache = 192;
+    g_doorbell = 1;
+    ok = ok && forced_steps(m, toks, STEPS, 3, V, got, &s1);
+    g_cache = g_doorbell = 0;
+    if (ok) {
+        const int same = !memcmp(ref, got, sizeof(float) * (size_t)V * (STEPS + 1));
+        printf("pool misses, 192 slots, third pass: %lld slot-rows on the CPU, logits %s\n",
+               (long long)s1.expert_slots_cpu, same ? "bit-identical to all resident" : "DIFFER");
+        CHECK(s1.expert_slots_cpu == 0 && same, "pool misses with every routed expert resident: %lld CPU "
+              "slot-rows, logits %s", (long long)s1.expert_slots_cpu, same ? "equal" : "differ");
+    }
+    CHECK(ok, "pool misses: sessions failed");
+    free(ref);
+    free(got);
+}
+
 /* CUDA graphs: 40 decode steps replayed as graphs give the bits of the plain launches. The steps
  * start at position np + 224 (a filler batch first), so they cross a 256-position boundary of the
  * attention plan: the graph is captured twice and replayed the other 38 times. A third session
@@ -455,6 +526,8 @@ static void test_default_model(void) {
     test_graphs(m, toks, 12, V);
     test_doorbell(m, toks, 12, V);
     test_pipe(m, toks, 12, V);
+    test_pool_misses(m, toks, n, V);
+
 
     /* the GPU expert cache: every routed expert demand-loaded into one of 32 or 40 slots (the
      * model has 6 x 32): the same bits as all resident (placement invariance) */
