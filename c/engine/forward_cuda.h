@@ -1,0 +1,147 @@
+/* forward_cuda.h - the GPU session's private state (struct st_gpu, its per-layer weights), shared
+ * by forward_cuda.c (the forward pass: kernels per layer, the expert placement of each call,
+ * graphs) and forward_cuda_setup.c (upload, scratch, the KV cache, the placement set-up, free).
+ * Not a public header: only those two files include it, and only in CUDA builds. */
+#ifndef STRATA_FORWARD_CUDA_H
+#define STRATA_FORWARD_CUDA_H
+
+#include "session.h"
+#include "quant.h"
+
+#ifdef STRATA_HAVE_CUDA
+
+#include "cuda_backend.h"
+#include "pool.h"
+#include "cuda_mmq.h"
+#include "cuda_mmv.h"
+#include "cuda_moe.h"
+#include "cuda_ops.h"
+
+#define ST_GPU_COLS 8        /* columns per GEMV call (st_cuda_mmv's limit) */
+
+/* One layer's device weights: matrices as descriptors, norms and biases as f32 pointers (NULL when
+ * the model lacks them). */
+typedef struct {
+    float *attn_norm, *ffn_norm, *q_norm, *k_norm;   /* (n_embd) / (head_dim or projection) */
+    float *bq, *bk, *bv, *bo;                         /* (rows) */
+    st_cuda_mat wq, wk, wv, wo;                       /* see st_layer */
+    st_cuda_mat wqkv;    /* (n_embd, nq + nk + nv): wq, wk, wv as one matrix when they share a
+                            type (wq/wk/wv then view its rows), so one GEMV or tile pass computes
+                            q, k and v into one row of g->qkv; data NULL otherwise */
+    st_cuda_mat router;                               /* (n_embd, n_expert) */
+    st_cuda_mat shexp_gate_inp;                       /* (n_embd, 1) qwen2moe */
+    st_cuda_mat ffn_gate, ffn_up, ffn_down;           /* dense FFN */
+    st_cuda_expert *experts;                          /* device table [n_expert] */
+    st_cuda_expert *shexp;                            /* device table [1], NULL if none */
+    strata_type exp_type_gu, exp_type_down;           /* routed experts' types */
+    strata_type sh_type_gu, sh_type_down;
+    st_cuda_kv_layer kv;
+} st_gpu_layer;
+
+typedef struct { const void *host; void *dev; } st_gpu_upload;
+
+struct st_gpu {
+    st_gpu_layer *layers;                 /* [n_layer] */
+    st_cuda_mat output;                   /* (n_embd, n_vocab) */
+    float *output_norm;
+    st_gpu_upload *ups;                   /* every device allocation of weights */
+    int n_ups, cap_ups;
+    size_t weight_bytes;
+    int64_t upload_total;                 /* the model's tensor bytes, for progress reports */
+    strata_progress_fn progress;
+    void *progress_data;
+    void *kv_mem;                         /* one allocation: every layer's K and V */
+    size_t kv_bytes;
+    st_cuda_attn_shape shape;
+    st_cuda_rope_params rope;
+    int64_t moe_tokens;                   /* tokens per grouped-MoE call: 1024 / k, <= n_batch */
+    void *stream;                         /* every kernel of the session runs on it */
+    void *graph;                          /* the decode step's executable CUDA graph, or NULL */
+    int64_t graph_np;                     /* the attention plan length it was captured for */
+    int graphs;                           /* capture single-token steps (cuda_graphs) */
+    st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
+    int prefetch;                         /* gpu_prefetch: predicted next-layer experts prefetched */
+    int pipe;                             /* pipe (with ram_budget): the predicted next-layer experts
+                                             read into the RAM tier while this layer computes */
+    int32_t *stage_rows, *stage_list;     /* stage_experts auto: rows per expert, distinct rows */
+    /* cpu_misses: the split of a cache layer's misses between loads and the CPU */
+    int split;                            /* enabled */
+    int32_t *ids_split;                   /* (T, k) device: the GPU's ids (-1 for the CPU's) */
+    float *cpu_part;                      /* (T, n_embd) device: the CPU's share, added */
+    int32_t *h_ids_gpu, *h_ids_cpu;       /* (T, k) host */
+    st_miss *misses;                      /* [n_expert] this call's missed experts */
+    uint8_t *miss_load;                   /* [n_expert] the cost model's choice per miss */
+    int32_t *miss_of;                     /* [n_expert] index in misses, -1 */
+    float *pf_x, *pf_logits, *pf_wts;     /* (8, n_embd), (8, n_expert), (8, k): the prediction */
+    int32_t *pf_ids, *h_pf_ids;           /* (8, k) on the device and on the host */
+    uint8_t *h_pf_missed;                 /* (8, k) pipe: predicted experts not in GPU slots */
+    st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
+                                             experts of CPU layers in long batches */
+    void *pinned;                         /* pin_experts: the RAM-kept experts' pinned copy */
+    /* n_cpu_moe: pinned host rows of the hand-off to the CPU's expert step (T = n_batch rows) */
+    float *h_xn, *h_wts, *h_proj;         /* (T, n_embd), (T, k), (T, n_embd) */
+    int32_t *h_ids;                       /* (T, k) */
+    void *h_hand;                         /* the one allocation they share */
+    /* cuda_doorbell: decode-sized calls hand the CPU layers to the expert pool (pool.h) through
+     * host-mapped memory: a request record per CPU layer and its arrays (ST_POOL_T rows) */
+    st_expert_pool *pool;
+    st_doorbell_layer *db;                /* [CPU layers] host view of the mapped block */
+    uint8_t *db_host, *db_dev;            /* the mapped block's host and device addresses */
+    uint32_t *d_step;                     /* device: the step number the kernels publish / await */
+    /* cuda_doorbell with an expert cache: the misses of decode-sized calls computed by the pool
+     * while the GPU computes the hits (the split made on the device: no routing round trip) */
+    int pool_misses;
+    const void *pm_tables;                /* device [n_layer][n_expert] slot descriptors (export) */
+    const int32_t *pm_where;              /* device [n_layer][n_expert] nonzero: resident */
+    int32_t *pm_ids;                      /* device (8, k): the GPU's ids, -1 for the pool's */
+    int32_t *pm_hist;                     /* device (n_layer, 8, k): each layer's routing */
+    int32_t *h_pm_hist;                   /* pinned host copy, read after the step */
+    float *pm_part;                       /* device (8, n_embd): the pool's rows */
+    int32_t *d_err;                       /* device: set when the pool did not answer */
+    uint32_t *h_step;                     /* pinned staging of the step number */
+    int pool_open;                        /* this call announced *h_step to the pool */
+    float *h_embd;                        /* (T, n_embd) pinned: a batch's embeddings on their way
+                                             up (NULL: s->x, pageable) */
+    size_t pinned_bytes;
+    /* device scratch, T = n_batch rows */
+    float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
+    float *qkv;                           /* (T, nq + nk + nv): the fused projection's rows */
+    int32_t *ids, *zeros;
+    int32_t *pos;                         /* (T) the batch's positions: RoPE, KV store, attention */
+    st_cuda_argmax_out *amax;             /* the greedy token of strata_session_decode_greedy */
+    int32_t *topk_ids;                    /* strata_session_decode_topk: candidates (device) */
+    float *topk_vals;
+    void *topk_ws;
+    size_t topk_ws_bytes;
+    int32_t *hpos;                        /* (T) host copy staged for the upload */
+    void *mmv_scratch, *mmq_scratch, *moe_ws, *attn_ws;
+    void *xq;                             /* the attention norm's output as Q8_1 rows, batches of
+                                             up to ST_GPU_COLS tokens (st_gpu_xq) */
+    size_t moe_ws_bytes, attn_ws_bytes;
+};
+
+#define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
+
+#define ST_POOL_T 8 /* rows of a decode-sized call: the doorbell's arrays */
+
+/* 1 if layer il's routed experts are computed by the CPU (n_cpu_moe < 0: every layer). */
+static inline int st_gpu_layer_on_cpu(const strata_session *s, int il) {
+    return s->n_cpu_moe < 0 || il < s->n_cpu_moe;
+}
+
+/* The device address of a pointer into the mapped doorbell block. */
+static inline void *st_gpu_db_dev(const st_gpu *g, const void *host) {
+    return g->db_dev + ((const uint8_t *)host - g->db_host);
+}
+
+/* Whether a call of T tokens hands its CPU layers to the pool: a pool, and decode-sized. */
+static inline int st_gpu_pool_call(const strata_session *s, int64_t T) {
+    return s->gpu->pool && T <= ST_POOL_T;
+}
+
+/* forward_cuda_setup.c */
+strata_status st_gpu_alloc(void **p, size_t bytes); /* device memory (16 bytes for 0) */
+strata_status st_gpu_alloc_prediction(st_gpu *g, const st_hparams *hp);
+
+#endif /* STRATA_HAVE_CUDA */
+#endif /* STRATA_FORWARD_CUDA_H */

@@ -1,0 +1,661 @@
+/* forward_cuda_setup.c - a GPU session's set-up and teardown (backend STRATA_BACKEND_CUDA): every
+ * weight uploaded to device memory once (matrices as descriptors, q/k/v fused where their types
+ * match, experts resident unless placed elsewhere), device scratch sized for n_batch tokens, the
+ * GPU KV cache, and the expert placement's parts: the pinned copy of RAM-kept experts, the GPU
+ * expert cache (its size when auto), the hand-off rows and the expert pool of the CPU layers,
+ * the prediction buffers of gpu_prefetch and pipe, the cost model's measured figures. The
+ * forward pass itself is forward_cuda.c; both share forward_cuda.h. */
+#include "forward_cuda.h"
+
+#ifdef STRATA_HAVE_CUDA
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+
+static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
+static strata_status st_gpu_pin_experts(strata_session *s);
+static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il);
+
+/* ---------------------------------------------------------------------------------------------
+ * Upload
+ * ------------------------------------------------------------------------------------------- */
+
+static size_t st_tensor_bytes(const st_tensor *t) {
+    return t->row_bytes * (size_t)t->ne[1] * (size_t)(t->ne[2] > 0 ? t->ne[2] : 1);
+}
+
+/* Device copy of a tensor's bytes (shared when two views have the same data, e.g. tied
+ * embeddings). *dev = NULL for a missing tensor. */
+static strata_status st_gpu_put(st_gpu *g, const st_tensor *t, void **dev) {
+    *dev = NULL;
+    if (!t->data) return STRATA_OK;
+    for (int i = 0; i < g->n_ups; i++)
+        if (g->ups[i].host == t->data) { *dev = g->ups[i].dev; return STRATA_OK; }
+    if (g->n_ups == g->cap_ups) {
+        int cap = g->cap_ups ? 2 * g->cap_ups : 256;
+        st_gpu_upload *u = realloc(g->ups, sizeof *u * (size_t)cap);
+        if (!u) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+        g->ups = u;
+        g->cap_ups = cap;
+    }
+    const size_t n = st_tensor_bytes(t);
+    void *d = NULL;
+    strata_status st = st_cuda_malloc(&d, n);
+    if (st != STRATA_OK)
+        return st_error(st, "gpu session: %zu bytes for %s: %s", n, t->name ? t->name : "tensor",
+                        strata_last_error());
+    g->ups[g->n_ups].host = t->data;
+    g->ups[g->n_ups].dev = d;
+    g->n_ups++;
+    g->weight_bytes += n;
+    TRY(st_cuda_memcpy_h2d(d, t->data, n));
+    if (g->progress) g->progress("upload", (int64_t)g->weight_bytes, g->upload_total, g->progress_data);
+    *dev = d;
+    return STRATA_OK;
+}
+
+/* wq, wk and wv of one type as one device matrix (rows of wq, then wk, then wv); the three
+ * descriptors then point into it. Leaves G->wqkv zero when the types or row sizes differ. */
+static strata_status st_gpu_put_qkv(st_gpu *g, const st_layer *L, st_gpu_layer *G) {
+    memset(&G->wqkv, 0, sizeof G->wqkv);
+    const st_tensor *ts[3] = {&L->wq, &L->wk, &L->wv};
+    for (int i = 0; i < 3; i++)
+        if (!ts[i]->data || ts[i]->type != L->wq.type || ts[i]->row_bytes != L->wq.row_bytes ||
+            ts[i]->ne[0] != L->wq.ne[0] || !st_cuda_mmv_supports(ts[i]->type))
+            return STRATA_OK;
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) n += st_tensor_bytes(ts[i]);
+    if (g->n_ups == g->cap_ups) {
+        int cap = g->cap_ups ? 2 * g->cap_ups : 256;
+        st_gpu_upload *u = realloc(g->ups, sizeof *u * (size_t)cap);
+        if (!u) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+        g->ups = u;
+        g->cap_ups = cap;
+    }
+    void *d = NULL;
+    strata_status st = st_cuda_malloc(&d, n);
+    if (st != STRATA_OK)
+        return st_error(st, "gpu session: %zu bytes for %s/k/v: %s", n, L->wq.name ? L->wq.name : "wq",
+                        strata_last_error());
+    g->ups[g->n_ups].host = NULL; /* never shared */
+    g->ups[g->n_ups].dev = d;
+    g->n_ups++;
+    g->weight_bytes += n;
+    st_cuda_mat *ms[3] = {&G->wq, &G->wk, &G->wv};
+    size_t off = 0;
+    int64_t rows = 0;
+    for (int i = 0; i < 3; i++) {
+        TRY(st_cuda_memcpy_h2d((uint8_t *)d + off, ts[i]->data, st_tensor_bytes(ts[i])));
+        ms[i]->type = ts[i]->type;
+        ms[i]->data = (uint8_t *)d + off;
+        ms[i]->ne0 = ts[i]->ne[0];
+        ms[i]->ne1 = ts[i]->ne[1];
+        ms[i]->row_bytes = ts[i]->row_bytes;
+        off += st_tensor_bytes(ts[i]);
+        rows += ts[i]->ne[1];
+    }
+    G->wqkv = G->wq;
+    G->wqkv.ne1 = rows;
+    if (g->progress) g->progress("upload", (int64_t)g->weight_bytes, g->upload_total, g->progress_data);
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev) {
+    if (t->data && t->type != STRATA_TYPE_F32)
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: %s is %s, expected f32", t->name,
+                        strata_type_name(t->type));
+    void *d;
+    TRY(st_gpu_put(g, t, &d));
+    *dev = d;
+    return STRATA_OK;
+}
+
+/* A 2-D matrix descriptor (expert e of a merged tensor when ne[2] > 1). */
+static strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *m) {
+    memset(m, 0, sizeof *m);
+    if (!t->data) return STRATA_OK;
+    if (!st_cuda_mmv_supports(t->type))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: no GPU matmul for %s (%s)", t->name,
+                        strata_type_name(t->type));
+    void *d;
+    TRY(st_gpu_put(g, t, &d));
+    m->type = t->type;
+    m->data = d;
+    m->ne0 = t->ne[0];
+    m->ne1 = t->ne[1];
+    m->row_bytes = t->row_bytes;
+    return STRATA_OK;
+}
+
+/* The device table of n experts of the merged tensors gate/up/down (n = 1: a shared expert). */
+static strata_status st_gpu_put_experts(st_gpu *g, const st_tensor *gt, const st_tensor *ut,
+                                        const st_tensor *dt, int32_t n, st_cuda_expert **table) {
+    const st_tensor *ts[3] = {gt, ut, dt};
+    for (int i = 0; i < 3; i++)
+        if (!st_cuda_moe_supports(ts[i]->type))
+            return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: no GPU expert kernel for %s (%s)",
+                            ts[i]->name, strata_type_name(ts[i]->type));
+    if (gt->type != ut->type)
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: %s (%s) and %s (%s) differ in type",
+                        gt->name, strata_type_name(gt->type), ut->name, strata_type_name(ut->type));
+    void *d[3];
+    for (int i = 0; i < 3; i++) TRY(st_gpu_put(g, ts[i], &d[i]));
+    st_cuda_expert *h = calloc((size_t)n, sizeof *h);
+    if (!h) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    for (int32_t e = 0; e < n; e++) {
+        st_cuda_mat *ms[3] = {&h[e].gate, &h[e].up, &h[e].down};
+        for (int i = 0; i < 3; i++) {
+            const size_t per = (size_t)ts[i]->ne[1] * ts[i]->row_bytes;
+            ms[i]->type = ts[i]->type;
+            ms[i]->data = (const uint8_t *)d[i] + (size_t)e * per;
+            ms[i]->ne0 = ts[i]->ne[0];
+            ms[i]->ne1 = ts[i]->ne[1];
+            ms[i]->row_bytes = ts[i]->row_bytes;
+        }
+    }
+    void *dt_ = NULL;
+    strata_status st = st_cuda_malloc(&dt_, sizeof *h * (size_t)n);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(dt_, h, sizeof *h * (size_t)n);
+    free(h);
+    if (st != STRATA_OK) { st_cuda_free(dt_); return st; }
+    *table = dt_;
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Create / free
+ * ------------------------------------------------------------------------------------------- */
+
+strata_status st_gpu_alloc(void **p, size_t bytes) {
+    return st_cuda_malloc(p, bytes ? bytes : 16);
+}
+
+static strata_status st_gpu_check_shape(const strata_model *m, const st_gpu *g) {
+    const st_hparams *hp = &m->hp;
+    if (!st_cuda_attn_supports(STRATA_TYPE_F16, &g->shape))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: attention with %d/%d heads of %d/%d "
+                        "is not supported on the GPU (head_dim 64, 128 or 256)", (int)hp->n_head,
+                        (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v);
+    if (!st_cuda_rope_supports(&g->rope, hp->head_dim))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: RoPE over %d of %d dimensions is not "
+                        "supported on the GPU", (int)hp->n_rot, (int)hp->head_dim);
+    if (hp->n_expert > 0 && (hp->n_embd % 32 != 0 || hp->n_ff_exp % 32 != 0 ||
+                             (hp->n_ff_shexp > 0 && hp->n_ff_shexp % 32 != 0)))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: expert widths %d/%d/%d must be "
+                        "multiples of 32", (int)hp->n_embd, (int)hp->n_ff_exp, (int)hp->n_ff_shexp);
+    return STRATA_OK;
+}
+
+/* ---- the CPU expert pool behind a doorbell (cuda_doorbell) ------------------------------------- */
+
+/* The mapped block (a record per CPU layer, then each layer's x, out, ids and wts for ST_POOL_T
+ * rows, 64-byte aligned), the step and error words, and the pool's threads over the CPU layers'
+ * expert views (the pinned copies when pin_experts made them). */
+static strata_status st_gpu_pool_create(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    /* a record per CPU layer (the first ones), or per layer when the pool serves a cache's misses */
+    const int32_t L = s->expert_cache != 0 || s->n_cpu_moe < 0 || s->n_cpu_moe > hp->n_layer ? hp->n_layer
+                                                                                          : s->n_cpu_moe;
+    const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
+    const size_t rec = st_round_up(sizeof(st_doorbell_layer) * (size_t)L, 64);
+    const size_t xb = st_round_up(sizeof(float) * R * E, 64), kb = st_round_up(sizeof(float) * R * K, 64);
+    const size_t per = 2 * xb + 2 * kb;
+    void *h = NULL, *d = NULL;
+    TRY(st_cuda_host_alloc_mapped(&h, &d, rec + per * (size_t)L));
+    g->db_host = h;
+    g->db_dev = d;
+    g->db = (st_doorbell_layer *)h;
+    for (int32_t l = 0; l < L; l++) {
+        uint8_t *base = (uint8_t *)h + rec + per * (size_t)l;
+        st_doorbell_layer *r = &g->db[l];
+        atomic_init(&r->req_seq, 0);
+        atomic_init(&r->done_seq, 0);
+        r->T = 0;
+        r->x = (float *)base;
+        r->out = (float *)(base + xb);
+        r->ids = (int32_t *)(base + 2 * xb);
+        r->wts = (float *)(base + 2 * xb + kb);
+    }
+    TRY(st_gpu_alloc((void **)&g->d_step, sizeof(uint32_t)));
+    TRY(st_gpu_alloc((void **)&g->d_err, sizeof(int32_t)));
+    TRY(st_cuda_memset(g->d_err, 0, sizeof(int32_t)));
+    TRY(st_cuda_host_alloc((void **)&g->h_step, sizeof(uint32_t)));
+    return st_pool_create(s->experts, L, hp->n_expert, hp->n_embd, hp->n_ff_exp, hp->n_expert_used,
+                          (int32_t)R, g->db, s->n_threads > 0 ? s->n_threads : 1, &g->pool);
+}
+
+int st_gpu_pool_serves(const strata_session *s, int64_t T) { return s->gpu && st_gpu_pool_call(s, T); }
+
+/* The buffers of the next layer's expert prediction (gpu_prefetch, pipe): 8 rows. */
+strata_status st_gpu_alloc_prediction(st_gpu *g, const st_hparams *hp) {
+    if (g->pf_ids) return STRATA_OK;
+    const size_t E = (size_t)hp->n_embd, X = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    TRY(st_gpu_alloc((void **)&g->pf_x, sizeof(float) * 8 * E));
+    TRY(st_gpu_alloc((void **)&g->pf_logits, sizeof(float) * 8 * X));
+    TRY(st_gpu_alloc((void **)&g->pf_wts, sizeof(float) * 8 * K));
+    TRY(st_gpu_alloc((void **)&g->pf_ids, sizeof(int32_t) * 8 * K));
+    TRY(st_cuda_host_alloc((void **)&g->h_pf_ids, sizeof(int32_t) * 8 * K));
+    g->h_pf_missed = malloc(8 * K);
+    if (!g->h_pf_missed) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_upload_layers(strata_session *s) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const st_layer *L = &m->layers[il];
+        st_gpu_layer *G = &g->layers[il];
+        TRY(st_gpu_put_f32(g, &L->attn_norm, &G->attn_norm));
+        TRY(st_gpu_put_f32(g, &L->ffn_norm, &G->ffn_norm));
+        TRY(st_gpu_put_f32(g, &L->q_norm, &G->q_norm));
+        TRY(st_gpu_put_f32(g, &L->k_norm, &G->k_norm));
+        TRY(st_gpu_put_f32(g, &L->bq, &G->bq));
+        TRY(st_gpu_put_f32(g, &L->bk, &G->bk));
+        TRY(st_gpu_put_f32(g, &L->bv, &G->bv));
+        TRY(st_gpu_put_f32(g, &L->bo, &G->bo));
+        TRY(st_gpu_put_qkv(g, L, G));
+        if (!G->wqkv.data) {
+            TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
+            TRY(st_gpu_put_mat(g, &L->wk, &G->wk));
+            TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
+        }
+        TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
+        if (hp->n_expert > 0) {
+            TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
+            /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
+            if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0)
+                TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
+                                       hp->n_expert, &G->experts));
+            G->exp_type_gu = L->ffn_gate_exps.type;
+            G->exp_type_down = L->ffn_down_exps.type;
+            if (s->shexp && L->ffn_gate_shexp.data) {
+                TRY(st_gpu_put_experts(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp,
+                                       1, &G->shexp));
+                G->sh_type_gu = L->ffn_gate_shexp.type;
+                G->sh_type_down = L->ffn_down_shexp.type;
+                if (L->ffn_gate_inp_shexp.data) {
+                    st_tensor gi = L->ffn_gate_inp_shexp; /* (n_embd): one row */
+                    gi.ne[1] = 1;
+                    TRY(st_gpu_put_mat(g, &gi, &G->shexp_gate_inp));
+                }
+            }
+        } else {
+            TRY(st_gpu_put_mat(g, &L->ffn_gate, &G->ffn_gate));
+            TRY(st_gpu_put_mat(g, &L->ffn_up, &G->ffn_up));
+            TRY(st_gpu_put_mat(g, &L->ffn_down, &G->ffn_down));
+            if (G->ffn_gate.type != G->ffn_up.type)
+                return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: layer %d gate and up types differ", il);
+        }
+    }
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_alloc_scratch(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const st_scratch_dims d = st_session_dims(s);
+    const size_t T = d.T, E = d.E, nq = d.nq, nk = d.nk, nv = d.nv, no = d.no, K = d.K, X = d.X,
+                 F = d.F, f = sizeof(float);
+    TRY(st_gpu_alloc((void **)&g->x, f * T * E));
+    TRY(st_gpu_alloc((void **)&g->xn, f * T * E));
+    TRY(st_gpu_alloc((void **)&g->q, f * T * nq));
+    TRY(st_gpu_alloc((void **)&g->k, f * T * nk));
+    TRY(st_gpu_alloc((void **)&g->v, f * T * nv));
+    TRY(st_gpu_alloc((void **)&g->qkv, f * T * (nq + nk + nv)));
+    TRY(st_gpu_alloc((void **)&g->att, f * T * no));
+    TRY(st_gpu_alloc((void **)&g->proj, f * T * E));
+    TRY(st_gpu_alloc((void **)&g->h, f * T * F));
+    TRY(st_gpu_alloc((void **)&g->router, f * T * X));
+    TRY(st_gpu_alloc((void **)&g->wts, f * T * K));
+    TRY(st_gpu_alloc((void **)&g->ids, sizeof(int32_t) * T * K));
+    TRY(st_gpu_alloc((void **)&g->ones, f * T));
+    TRY(st_gpu_alloc((void **)&g->zeros, sizeof(int32_t) * T));
+    TRY(st_gpu_alloc((void **)&g->pos, sizeof(int32_t) * T));
+    TRY(st_gpu_alloc((void **)&g->amax, sizeof *g->amax));
+    TRY(st_gpu_alloc((void **)&g->topk_ids, sizeof(int32_t) * ST_CUDA_TOPK_MAX));
+    TRY(st_gpu_alloc((void **)&g->topk_vals, f * ST_CUDA_TOPK_MAX));
+    g->topk_ws_bytes = st_cuda_topk_wsize(hp->n_vocab, ST_CUDA_TOPK_MAX);
+    TRY(st_gpu_alloc(&g->topk_ws, g->topk_ws_bytes));
+    g->hpos = malloc(sizeof(int32_t) * T);
+    if (!g->hpos) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    TRY(st_gpu_alloc((void **)&g->shgate, f * T));
+    TRY(st_gpu_alloc((void **)&g->logits, f * ST_GPU_COLS * (size_t)hp->n_vocab));
+    /* constants: ids 0 and weights 1 for the one-expert (shared expert) calls */
+    float *ones = malloc(f * T);
+    if (!ones) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    for (size_t t = 0; t < T; t++) ones[t] = 1.0f;
+    strata_status st = st_cuda_memcpy_h2d(g->ones, ones, f * T);
+    free(ones);
+    TRY(st);
+    TRY(st_cuda_memset(g->zeros, 0, sizeof(int32_t) * T));
+
+    size_t widest = E > no ? E : no;
+    if (F > widest) widest = F;
+    TRY(st_gpu_alloc(&g->mmv_scratch, st_cuda_mmv_scratch_bytes((int64_t)widest, ST_GPU_COLS)));
+    if (E % 32 == 0) TRY(st_gpu_alloc(&g->xq, st_cuda_mmv_scratch_bytes(E, ST_GPU_COLS)));
+    TRY(st_gpu_alloc(&g->mmq_scratch, st_cuda_mmq_scratch_bytes((int64_t)widest, (int64_t)T)));
+    g->moe_tokens = 1;
+    size_t moe = 0;
+    if (hp->n_expert > 0) {
+        /* tile types take 8192 pairs per call (a 512-token prompt of a top-8 model in one), the
+         * others the GEMV path's 1024 */
+        int tiles = 1;
+        for (int il = 0; il < hp->n_layer; il++) {
+            const st_layer *L = &s->model->layers[il];
+            tiles &= st_cuda_moe_type_tiles(L->ffn_gate_exps.type) && st_cuda_moe_type_tiles(L->ffn_down_exps.type);
+            if (s->shexp && L->ffn_gate_shexp.data)
+                tiles &= st_cuda_moe_type_tiles(L->ffn_gate_shexp.type) &&
+                         st_cuda_moe_type_tiles(L->ffn_down_shexp.type);
+        }
+        g->moe_tokens = (tiles ? 8192 : 1024) / (int64_t)K;
+        if (g->moe_tokens > (int64_t)T) g->moe_tokens = (int64_t)T;
+        moe = st_cuda_moe_wsize(g->moe_tokens, (int32_t)K, hp->n_embd, hp->n_ff_exp);
+        if (hp->n_ff_shexp > 0) {
+            size_t sh = st_cuda_moe_wsize(g->moe_tokens, 1, hp->n_embd, hp->n_ff_shexp);
+            if (sh > moe) moe = sh;
+        }
+    }
+    g->moe_ws_bytes = moe;
+    TRY(st_gpu_alloc(&g->moe_ws, moe));
+    /* the most a decode window or any batch up to n_batch splits the positions into */
+    g->attn_ws_bytes = st_cuda_attn_wsize(&g->shape, ST_GPU_COLS, s->n_ctx);
+    const size_t ws_batch = st_cuda_attn_wsize(&g->shape, (int64_t)s->n_batch, s->n_ctx);
+    if (ws_batch > g->attn_ws_bytes) g->attn_ws_bytes = ws_batch;
+    TRY(st_gpu_alloc(&g->attn_ws, g->attn_ws_bytes));
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const size_t one = st_cuda_kv_bytes(kv_type, &g->shape, s->n_ctx);
+    const size_t per = st_round_up(one, 256);
+    g->kv_bytes = 2 * per * (size_t)hp->n_layer;
+    strata_status st = st_cuda_malloc(&g->kv_mem, g->kv_bytes);
+    if (st != STRATA_OK)
+        return st_error(st, "gpu session: KV cache of %zu bytes (n_ctx %d): %s", g->kv_bytes,
+                        (int)s->n_ctx, strata_last_error());
+    for (int il = 0; il < hp->n_layer; il++) {
+        st_cuda_kv_layer *kv = &g->layers[il].kv;
+        kv->type = kv_type;
+        kv->n_ctx = s->n_ctx;
+        kv->k = (uint8_t *)g->kv_mem + (size_t)(2 * il) * per;
+        kv->v = (uint8_t *)g->kv_mem + (size_t)(2 * il + 1) * per;
+    }
+    return STRATA_OK;
+}
+
+void st_gpu_free(strata_session *s) {
+    st_gpu *g = s ? s->gpu : NULL;
+    if (!g) return;
+    if (g->layers)
+        for (int il = 0; il < s->model->hp.n_layer; il++) {
+            st_cuda_free(g->layers[il].experts);
+            st_cuda_free(g->layers[il].shexp);
+        }
+    st_pool_free(g->pool); /* its threads stop before the experts or the doorbell go */
+    st_cuda_host_free(g->db_host);
+    st_cuda_host_free(g->h_step);
+    st_cuda_free(g->d_step);
+    st_cuda_free(g->pm_ids);
+    st_cuda_free(g->pm_hist);
+    st_cuda_free(g->pm_part);
+    st_cuda_host_free(g->h_pm_hist);
+    st_cuda_free(g->d_err);
+    st_gpu_cache_free(g->cache);
+    st_gpu_cache_free(g->stage);
+    st_cuda_host_free(g->pinned);
+    st_cuda_host_free(g->h_hand);
+    st_cuda_host_free(g->h_embd);
+    void *pf[] = {g->pf_x, g->pf_logits, g->pf_wts, g->pf_ids};
+    for (size_t i = 0; i < sizeof pf / sizeof pf[0]; i++) st_cuda_free(pf[i]);
+    st_cuda_host_free(g->h_pf_ids);
+    free(g->h_pf_missed);
+    free(g->stage_rows);
+    free(g->stage_list);
+    st_cuda_free(g->ids_split);
+    st_cuda_free(g->cpu_part);
+    free(g->h_ids_gpu); free(g->h_ids_cpu); free(g->misses); free(g->miss_load); free(g->miss_of);
+    st_cuda_graph_exec_destroy(g->graph);
+    st_cuda_stream_destroy(g->stream);
+    for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
+    void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
+                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->mmq_scratch,
+                    g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
+    st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
+    free(g->ups);
+    free(g->hpos);
+    free(g->layers);
+    free(g);
+    s->gpu = NULL;
+}
+
+strata_status st_gpu_create(strata_session *s) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    int available = 0;
+    char why[256];
+    TRY(st_cuda_probe(&available, why, sizeof why));
+    if (!available) return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: %s", why);
+    st_gpu *g = calloc(1, sizeof *g);
+    if (!g) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    s->gpu = g;
+    g->graphs = s->cuda_graphs;
+    TRY(st_cuda_stream_create(&g->stream));
+    g->progress = s->progress;
+    g->progress_data = s->progress_data;
+    g->upload_total = (int64_t)m->info.n_bytes;
+    g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
+    if (!g->layers) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    g->shape.n_head = hp->n_head;
+    g->shape.n_head_kv = hp->n_head_kv;
+    g->shape.head_dim = hp->head_dim;
+    g->shape.head_dim_v = hp->head_dim_v;
+    g->shape.tc = s->attn_tc;
+    g->shape.scale = hp->attention_scale != 0.0f && m->arch->granite_scales
+                         ? hp->attention_scale : 1.0f / sqrtf((float)hp->head_dim);
+    g->rope.neox = s->rope.style == ST_ROPE_NEOX;
+    g->rope.n_rot = s->rope.n_rot;
+    g->rope.freq_base = s->rope.freq_base;
+    g->rope.freq_scale = s->rope.freq_scale;
+    g->rope.ext_factor = s->rope.ext_factor;
+    g->rope.attn_factor = s->rope.attn_factor;
+    g->rope.beta_fast = s->rope.beta_fast;
+    g->rope.beta_slow = s->rope.beta_slow;
+    g->rope.n_ctx_orig = s->rope.n_ctx_orig;
+    TRY(st_gpu_check_shape(m, g));
+    if (m->output_norm.type != STRATA_TYPE_F32)
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: output_norm is not f32");
+    TRY(st_gpu_put_f32(g, &m->output_norm, &g->output_norm));
+    TRY(st_gpu_put_mat(g, &m->output, &g->output));
+    TRY(st_gpu_upload_layers(s));
+    TRY(st_gpu_alloc_kv(s, s->kv_type));
+    TRY(st_gpu_alloc_scratch(s));
+    if (s->pin_experts != 0 && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
+    /* the embeddings' pinned staging (a prompt batch's rows go up at the pinned rate); without
+     * it they go from s->x */
+    if (st_cuda_host_alloc((void **)&g->h_embd, sizeof(float) * (size_t)s->n_batch * (size_t)hp->n_embd) != STRATA_OK) {
+        g->h_embd = NULL;
+        st_error_clear();
+    }
+    if (s->n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
+        const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
+        const size_t a = st_round_up(T * E * sizeof(float), 256), b = st_round_up(T * K * sizeof(float), 256);
+        TRY(st_cuda_host_alloc(&g->h_hand, 2 * a + 2 * b));
+        g->h_xn = (float *)g->h_hand;
+        g->h_proj = (float *)((uint8_t *)g->h_hand + a);
+        g->h_wts = (float *)((uint8_t *)g->h_hand + 2 * a);
+        g->h_ids = (int32_t *)((uint8_t *)g->h_hand + 2 * a + b);
+    }
+    if (s->expert_cache != 0) {
+        int32_t slots = s->expert_cache;
+        if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
+        TRY(st_gpu_cache_create(s, slots, &g->cache));
+        if (s->gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
+            TRY(st_gpu_cache_enable_prefetch(g->cache));
+            TRY(st_gpu_alloc_prediction(g, hp));
+            g->prefetch = 1;
+        }
+        if (s->cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
+            const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, X = (size_t)hp->n_expert,
+                         K = (size_t)hp->n_expert_used;
+            TRY(st_gpu_measure_costs(s, g->cache, 0));
+            TRY(st_gpu_alloc((void **)&g->ids_split, sizeof(int32_t) * T * K));
+            TRY(st_gpu_alloc((void **)&g->cpu_part, sizeof(float) * T * E));
+            g->h_ids_gpu = malloc(sizeof(int32_t) * T * K);
+            g->h_ids_cpu = malloc(sizeof(int32_t) * T * K);
+            g->misses = malloc(sizeof *g->misses * X);
+            g->miss_load = malloc(X);
+            g->miss_of = malloc(sizeof(int32_t) * X);
+            if (!g->h_ids_gpu || !g->h_ids_cpu || !g->misses || !g->miss_load || !g->miss_of)
+                return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+            for (size_t e = 0; e < X; e++) g->miss_of[e] = -1;
+            g->split = 1;
+        }
+    }
+    if (s->cuda_doorbell && hp->n_expert > 0) { /* the expert pool: CPU layers, a cache's misses */
+        TRY(st_gpu_pool_create(s));
+        if (g->cache) {
+            const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
+            TRY(st_gpu_alloc((void **)&g->pm_ids, sizeof(int32_t) * R * K));
+            TRY(st_gpu_alloc((void **)&g->pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
+            TRY(st_gpu_alloc((void **)&g->pm_part, sizeof(float) * R * E));
+            TRY(st_cuda_host_alloc((void **)&g->h_pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
+            g->pool_misses = 1;
+        }
+    }
+    if (s->pipe && s->ram && !g->pool && hp->n_expert > 0) { /* the RAM tier reads ahead */
+        TRY(st_gpu_alloc_prediction(g, hp));
+        g->pipe = 1;
+    }
+    if (s->stage_experts != 0 && hp->n_expert > 0) { /* n_expert slots: no hot set, LRU only */
+        TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
+        if (s->stage_experts < 0) { /* auto: the cost model's figures, measured now */
+            int il0 = 0;
+            while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
+            TRY(st_gpu_measure_costs(s, g->stage, il0));
+            g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
+            g->stage_list = calloc((size_t)hp->n_expert, sizeof *g->stage_list);
+            if (!g->stage_rows || !g->stage_list) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+        }
+    }
+    if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
+    return st_cuda_synchronize();
+}
+
+/* MemAvailable of /proc/meminfo in bytes, or -1 where there is none. */
+static int64_t st_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+/* pin_experts: the routed experts that stay in RAM (every layer's with an expert cache, the CPU
+ * layers' with n_cpu_moe) copied into one pinned host allocation, layer by layer in the merged
+ * tensors' layout; the session's expert views then point into the copy, so the CPU's expert step
+ * and the cache's PCIe loads read it (the same bytes: the same results). pin_experts -1 (auto, the
+ * default) pins only when the copy leaves 4 GiB of the available RAM free, and reads the mapping
+ * when the pinned allocation fails; 1 makes either an error. */
+static strata_status st_gpu_pin_experts(strata_session *s) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const int32_t X = hp->n_expert;
+    size_t total = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0) continue;
+        const st_layer *L = &m->layers[il];
+        total += st_round_up(st_tensor_bytes(&L->ffn_gate_exps), 256) + st_round_up(st_tensor_bytes(&L->ffn_up_exps), 256) +
+                 st_round_up(st_tensor_bytes(&L->ffn_down_exps), 256);
+    }
+    if (total == 0) return STRATA_OK;
+    if (s->pin_experts < 0) {
+        const int64_t avail = st_mem_available();
+        if (avail < 0 || (int64_t)total + ((int64_t)4 << 30) > avail) return STRATA_OK;
+    }
+    strata_status st = st_cuda_host_alloc(&g->pinned, total);
+    if (st != STRATA_OK && s->pin_experts < 0) {
+        g->pinned = NULL;
+        return STRATA_OK; /* auto: the mapping serves */
+    }
+    if (st != STRATA_OK)
+        return st_error(st, "pin_experts: %zu MiB of pinned memory for the experts kept in RAM: %s",
+                        total >> 20, strata_last_error());
+    g->pinned_bytes = total;
+    uint8_t *p = g->pinned;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0) continue;
+        const st_layer *L = &m->layers[il];
+        const st_tensor *ts[3] = {&L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+        for (int i = 0; i < 3; i++) {
+            const size_t n = st_tensor_bytes(ts[i]);
+            memcpy(p, ts[i]->data, n);
+            for (int32_t e = 0; e < X; e++) {
+                st_expert *x = &s->experts[(size_t)il * (size_t)X + (size_t)e];
+                st_tensor *v = i == 0 ? &x->gate : i == 1 ? &x->up : &x->down;
+                v->data = p + ((const uint8_t *)v->data - (const uint8_t *)ts[i]->data);
+            }
+            p += st_round_up(n, 256);
+        }
+    }
+    return STRATA_OK;
+}
+
+/* The cost model's figures (s->cost): PCIe measured with layer il's first expert copied into slot
+ * 0 of cache c (unused at create), the CPU expert step for 1 and 8 rows on the session's pool. */
+static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il) {
+    const st_hparams *hp = &s->model->hp;
+    const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
+    memset(&s->cost, 0, sizeof s->cost);
+    s->cost.pcie_frac = s->pcie_frac;
+    s->cost.expert_bytes = (double)(e->gate.row_bytes * (size_t)e->gate.ne[1] + e->up.row_bytes * (size_t)e->up.ne[1] +
+                                    e->down.row_bytes * (size_t)e->down.ne[1]);
+    TRY(st_gpu_cache_measure_pcie(s, c, il, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
+    if (st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s) != 0)
+        return st_error(STRATA_ERR_NOMEM, "cost model: out of memory measuring the CPU");
+    return STRATA_OK;
+}
+
+/* expert_cache -1: the slots that fit in gpu_mem (or the free memory) now that the other weights,
+ * the KV cache and scratch are allocated, less a margin of 512 MiB or 2% of the device, at most
+ * every routed expert. */
+static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    size_t free_b = 0, total_b = 0;
+    TRY(st_cuda_mem_info(&free_b, &total_b));
+    int64_t avail = (int64_t)free_b;
+    if (s->gpu_mem > 0) {
+        const int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
+        if (s->gpu_mem - used < avail) avail = s->gpu_mem - used;
+    }
+    const int64_t margin = (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
+    const int64_t slot = (int64_t)st_gpu_cache_slot_bytes(s);
+    int64_t n = slot > 0 && avail > margin ? (avail - margin) / slot : 0;
+    const int64_t all = (int64_t)hp->n_layer * hp->n_expert;
+    if (n > all) n = all;
+    if (n < hp->n_expert)
+        return st_error(STRATA_ERR_NOMEM, "expert cache auto: %lld MiB of GPU memory left for experts "
+                        "hold %lld slots of %lld MiB; one layer's %d experts are needed",
+                        (long long)((avail > margin ? avail - margin : 0) >> 20), (long long)n,
+                        (long long)(slot >> 20), (int)hp->n_expert);
+    *slots = (int32_t)n;
+    return STRATA_OK;
+}
+
+size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
+st_gpu_cache *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
+int64_t st_gpu_pinned_bytes(const strata_session *s) { return s && s->gpu ? (int64_t)s->gpu->pinned_bytes : 0; }
+
+#endif /* STRATA_HAVE_CUDA */
