@@ -310,8 +310,10 @@ static int forced_steps(const strata_model *m, const strata_token *t, int steps,
 /* cuda_doorbell with an expert cache: in decode steps the pool computes the cache's misses while
  * the GPU computes the hits, split on the device; after each step the missed experts are loaded
  * (into EMPTY slots freely, 4 in place of others). Teacher-forced on the text (a 12-token prompt,
- * 40 steps): a 32-slot cache (of the 192 experts) gives a mean KL under 1e-4 against all resident
- * (the misses take the CPU's arithmetic) with misses on the CPU and hits on the GPU counted; a
+ * 40 steps): a 32-slot cache (of the 192 experts) stays as close to all resident as every expert
+ * computed by the CPU (--cpu-moe, the host hand-off: the same CPU arithmetic for all of them) is:
+ * mean KL at most max(1e-4, 2x that one's), with misses on the CPU and hits on the GPU counted (a
+ * wrong row or weight would show as a KL far above the CPU's arithmetic alone); a
  * 192-slot cache, on a third pass over the same text (every expert the earlier passes routed now
  * resident), puts no slot-row on the CPU and gives the all-resident logits bit for bit (the
  * exported device tables, the split ids and the pool's zero rows change nothing). */
@@ -320,20 +322,29 @@ static void test_pool_misses(const strata_model *m, const strata_token *toks, in
     if (n < 12 + STEPS) { CHECK(0, "pool misses: the text has %lld tokens", (long long)n); return; }
     float *ref = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
     float *got = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
-    strata_session_stats s0, s1;
-    int ok = ref && got && forced_steps(m, toks, STEPS, 1, V, ref, &s0);
+    float *cpu = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
+    strata_session_stats s0, s1, sc;
+    int ok = ref && got && cpu && forced_steps(m, toks, STEPS, 1, V, ref, &s0);
+    g_cpu_moe = -1;
+    ok = ok && forced_steps(m, toks, STEPS, 1, V, cpu, &sc);
+    g_cpu_moe = 0;
     g_cache = 32;
     g_doorbell = 1;
     ok = ok && forced_steps(m, toks, STEPS, 1, V, got, &s1);
     g_cache = g_doorbell = 0;
     if (ok) {
-        double kl = 0;
-        for (int i = 1; i <= STEPS; i++) kl += kl_row(ref + (size_t)i * (size_t)V, got + (size_t)i * (size_t)V, V);
+        double kl = 0, klc = 0;
+        for (int i = 1; i <= STEPS; i++) {
+            kl += kl_row(ref + (size_t)i * (size_t)V, got + (size_t)i * (size_t)V, V);
+            klc += kl_row(ref + (size_t)i * (size_t)V, cpu + (size_t)i * (size_t)V, V);
+        }
         kl /= STEPS;
-        printf("pool misses, 32 slots: %d steps, mean KL %.3g against all resident; slot-rows %lld GPU / "
-               "%lld CPU; cache hits %lld, misses %lld\n", STEPS, kl, (long long)s1.expert_slots_gpu,
-               (long long)s1.expert_slots_cpu, (long long)s1.expert_cache_hits, (long long)s1.expert_cache_misses);
-        CHECK(kl <= 1e-4, "pool misses: mean KL %.3g", kl);
+        klc /= STEPS;
+        printf("pool misses, 32 slots: %d steps, mean KL %.3g against all resident (every expert on the "
+               "CPU: %.3g); slot-rows %lld GPU / %lld CPU; cache hits %lld, misses %lld\n", STEPS, kl, klc,
+               (long long)s1.expert_slots_gpu, (long long)s1.expert_slots_cpu, (long long)s1.expert_cache_hits,
+               (long long)s1.expert_cache_misses);
+        CHECK(kl <= fmax(1e-4, 2.0 * klc), "pool misses: mean KL %.3g (every expert on the CPU: %.3g)", kl, klc);
         CHECK(s1.expert_slots_cpu > 0 && s1.expert_slots_gpu > 0 &&
               s1.expert_slots_cpu + s1.expert_slots_gpu == s0.expert_slots_gpu,
               "pool misses: slot-rows %lld GPU + %lld CPU against %lld", (long long)s1.expert_slots_gpu,
@@ -353,6 +364,7 @@ static void test_pool_misses(const strata_model *m, const strata_token *toks, in
     CHECK(ok, "pool misses: sessions failed");
     free(ref);
     free(got);
+    free(cpu);
 }
 
 /* CUDA graphs: 40 decode steps replayed as graphs give the bits of the plain launches. The steps
