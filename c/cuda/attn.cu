@@ -507,6 +507,116 @@ static __device__ __forceinline__ void st_attn_tc_fetch(__half *Ks, __half *Vs, 
     }
 }
 
+/* ---- pieces shared by the tensor-core kernels (st_k_attn_tc, st_k_attn_dtc) ------------------ */
+
+/* Query rows r_first .. r_first + n - 1 of KV head hk (row r: token r / G, query head
+ * hk * G + r % G; rows from R on are zero), scaled by qscale, into Qh [n][LDS] as f16 and, SPLIT,
+ * the remainders into Ql; by a block of 128 threads. */
+template <int HD, bool SPLIT>
+static __device__ __forceinline__ void st_attn_stage_q(const st_attn_args &a, int hk, int G, int R, int r_first,
+                                                       int n, float qscale, __half *Qh, __half *Ql, int LDS) {
+    for (int idx = (int)threadIdx.x; idx < n * HD; idx += 128) { /* the kernels' 128 threads */
+        const int lr = idx / HD, d = idx - lr * HD, r = r_first + lr;
+        float qv = 0.0f;
+        if (r < R) {
+            const int t = r / G, h = hk * G + (r - t * G);
+            qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d] * qscale;
+        }
+        const __half qh = __float2half_rn(qv);
+        Qh[lr * LDS + d] = qh;
+        if (SPLIT) Ql[lr * LDS + d] = __float2half_rn(qv - __half2float(qh));
+    }
+}
+
+/* The A fragments of staged query rows row0 .. row0 + 15 (hi, and lo when SPLIT). */
+template <int KS, bool SPLIT>
+static __device__ __forceinline__ void st_attn_q_frags(uint32_t (&qf)[KS][4], uint32_t (&ql)[SPLIT ? KS : 1][4],
+                                                       const __half *Qh, const __half *Ql, int row0, int lane,
+                                                       int LDS) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        st_ldsm_x4(qf[ks], Qh + (row0 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+        if (SPLIT) st_ldsm_x4(ql[ks], Ql + (row0 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+    }
+}
+
+/* The causal mask of NT n8 score blocks at positions pb + 8 nt + 2 tq + e: -inf past e0 (the
+ * lane's first row's last position) and past e1 (its second row's). */
+template <int NT>
+static __device__ __forceinline__ void st_attn_mask(float (&sc)[NT][4], int64_t pb, int tq, int64_t e0, int64_t e1) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int64_t p = pb + nt * 8 + 2 * tq + e;
+            if (p > e0) sc[nt][e] = -INFINITY;
+            if (p > e1) sc[nt][2 + e] = -INFINITY;
+        }
+}
+
+/* One online-softmax step (base 2) of a warp's 16 rows over NT n8 score blocks: the running
+ * maxima m (a quad's four lanes agree by shuffles), the scores become probabilities, the sums l
+ * rescaled and added to; c0 / c1 get the factors the accumulators must be rescaled by. */
+template <int NT>
+static __device__ __forceinline__ void st_attn_softmax_step(float (&sc)[NT][4], float &m0, float &m1, float &l0,
+                                                            float &l1, float &c0, float &c1) {
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+    }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0); /* 0 while m0 is -inf */
+    c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
+    const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float p0 = exp2f(sc[nt][e] - b0); /* -inf - b: 0 */
+            const float p1 = exp2f(sc[nt][2 + e] - b1);
+            sc[nt][e] = p0;
+            sc[nt][2 + e] = p1;
+            rs0 += p0;
+            rs1 += p1;
+        }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+        rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
+        rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
+    }
+    l0 = fmaf(l0, c0, rs0);
+    l1 = fmaf(l1, c1, rs1);
+    m0 = mx0;
+    m1 = mx1;
+}
+
+/* Probabilities of 16 positions (score blocks s0, s1: the C layout is the A fragment layout) as
+ * the f16 A fragment pa and, SPLIT, the remainders' fragment pl. */
+template <bool SPLIT>
+static __device__ __forceinline__ void st_attn_p_frags(const float (&s0)[4], const float (&s1)[4], uint32_t (&pa)[4],
+                                                       uint32_t (&pl)[4]) {
+    pa[0] = st_h2(s0[0], s0[1]);
+    pa[1] = st_h2(s0[2], s0[3]);
+    pa[2] = st_h2(s1[0], s1[1]);
+    pa[3] = st_h2(s1[2], s1[3]);
+    pl[0] = pl[1] = pl[2] = pl[3] = 0u;
+    if (SPLIT) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) { /* pa[i] holds s(i/2)[2(i%2)], [2(i%2) + 1] */
+            const float *sv = i < 2 ? s0 : s1;
+            const float2 h = __half22float2(*(const __half2 *)&pa[i]);
+            pl[i] = st_h2(sv[2 * (i & 1)] - h.x, sv[2 * (i & 1) + 1] - h.y);
+        }
+    }
+}
+
 /* Flash attention for long batches (prefill) over an f16 cache, head_dim 64 or 128. A block of
  * 4 warps serves 64 query rows of one KV head (rows as in st_k_attn: token-major, the G query
  * heads of the KV head), each warp 16 of them; it walks the positions of its chunk up to its
@@ -550,24 +660,10 @@ st_k_attn_tc(const st_attn_args a) {
 
     /* this warp's 16 query rows as f16 A fragments, staged through stage 1 (K: hi, V: lo) */
     __half *const Qh = S0 + 2 * BN * LDS, *const Ql = S0 + 3 * BN * LDS;
-    for (int idx = (int)threadIdx.x; idx < BM * HD; idx += 128) {
-        const int lr = idx / HD, d = idx - lr * HD, r = r_first + lr;
-        float qv = 0.0f;
-        if (r < R) {
-            const int t = r / G, h = hk * G + (r - t * G);
-            qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d] * qscale;
-        }
-        const __half qh = __float2half_rn(qv);
-        Qh[lr * LDS + d] = qh;
-        if (SPLIT) Ql[lr * LDS + d] = __float2half_rn(qv - __half2float(qh));
-    }
+    st_attn_stage_q<HD, SPLIT>(a, hk, G, R, r_first, BM, qscale, Qh, Ql, LDS);
     __syncthreads();
     uint32_t qf[KS][4], ql[SPLIT ? KS : 1][4];
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-        st_ldsm_x4(qf[ks], Qh + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
-        if (SPLIT) st_ldsm_x4(ql[ks], Ql + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
-    }
+    st_attn_q_frags<KS, SPLIT>(qf, ql, Qh, Ql, warp * 16, lane, LDS);
     __syncthreads(); /* stage 1 is the next tile's */
 
     const int r0 = r_first + warp * 16 + g, r1 = r0 + 8;
@@ -608,52 +704,10 @@ st_k_attn_tc(const st_attn_args a) {
             }
         /* causal mask (tiles past the least limit only; the zero-filled positions past p_end
          * are past every row's limit or the chunk's end), running max, probabilities (base 2) */
-        if (pb + BN - 1 > lim_first || pb + BN - 1 > p_end) {
-            const int64_t e0 = min(lim0, p_end), e1 = min(lim1, p_end);
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int64_t p = pb + nt * 8 + 2 * tq + e;
-                    if (p > e0) sc[nt][e] = -INFINITY;
-                    if (p > e1) sc[nt][2 + e] = -INFINITY;
-                }
-        }
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
-            mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
-        }
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-        }
-        const float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0); /* 0 while m0 is -inf */
-        const float c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
-        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float p0 = exp2f(sc[nt][e] - b0); /* -inf - b: 0 */
-                const float p1 = exp2f(sc[nt][2 + e] - b1);
-                sc[nt][e] = p0;
-                sc[nt][2 + e] = p1;
-                rs0 += p0;
-                rs1 += p1;
-            }
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) {
-            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
-            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
-        }
-        l0 = fmaf(l0, c0, rs0);
-        l1 = fmaf(l1, c1, rs1);
-        m0 = mx0;
-        m1 = mx1;
+        if (pb + BN - 1 > lim_first || pb + BN - 1 > p_end)
+            st_attn_mask<NT>(sc, pb, tq, min(lim0, p_end), min(lim1, p_end));
+        float c0, c1;
+        st_attn_softmax_step<NT>(sc, m0, m1, l0, l1, c0, c1);
 #pragma unroll
         for (int dt = 0; dt < DT; dt++) {
             o[dt][0] *= c0; o[dt][1] *= c0;
@@ -662,19 +716,8 @@ st_k_attn_tc(const st_attn_args a) {
         /* O += P V: P's accumulator layout is the A fragment layout, 16 positions at a time */
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            const uint32_t pa[4] = {st_h2(sc[2 * kk][0], sc[2 * kk][1]),
-                                    st_h2(sc[2 * kk][2], sc[2 * kk][3]),
-                                    st_h2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                    st_h2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
-            uint32_t pl[4] = {0u, 0u, 0u, 0u};
-            if (SPLIT) {
-#pragma unroll
-                for (int i = 0; i < 4; i++) { /* pa[i] holds sc[2kk + i/2][2(i%2)], [2(i%2) + 1] */
-                    const float2 h = __half22float2(*(const __half2 *)&pa[i]);
-                    pl[i] = st_h2(sc[2 * kk + (i >> 1)][2 * (i & 1)] - h.x,
-                                  sc[2 * kk + (i >> 1)][2 * (i & 1) + 1] - h.y);
-                }
-            }
+            uint32_t pa[4], pl[4];
+            st_attn_p_frags<SPLIT>(sc[2 * kk], sc[2 * kk + 1], pa, pl);
 #pragma unroll
             for (int dp = 0; dp < DT / 2; dp++) {
                 uint32_t bf[4];
@@ -800,24 +843,10 @@ st_k_attn_dtc(const st_attn_args a) {
 
     /* the 16 query rows as f16 A fragments (every warp the same), staged through the last stage */
     __half *const Qh = S0 + 2 * (NS - 1) * BN * LDS, *const Ql = Qh + 16 * LDS;
-    for (int idx = (int)threadIdx.x; idx < 16 * HD; idx += 128) {
-        const int r = idx / HD, d = idx - r * HD;
-        float qv = 0.0f;
-        if (r < RR) {
-            const int t = r / G, h = hk * G + (r - t * G);
-            qv = a.q[(int64_t)t * a.ldq + (int64_t)h * HD + d] * qscale;
-        }
-        const __half qh = __float2half_rn(qv);
-        Qh[r * LDS + d] = qh;
-        if (SPLIT) Ql[r * LDS + d] = __float2half_rn(qv - __half2float(qh));
-    }
+    st_attn_stage_q<HD, SPLIT>(a, hk, G, RR, 0, 16, qscale, Qh, Ql, LDS);
     __syncthreads();
     uint32_t qf[KS][4], ql[SPLIT ? KS : 1][4];
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++) {
-        st_ldsm_x4(qf[ks], Qh + (lane & 15) * LDS + ks * 16 + (lane >> 4) * 8);
-        if (SPLIT) st_ldsm_x4(ql[ks], Ql + (lane & 15) * LDS + ks * 16 + (lane >> 4) * 8);
-    }
+    st_attn_q_frags<KS, SPLIT>(qf, ql, Qh, Ql, 0, lane, LDS);
     __syncthreads(); /* the last stage is the loop's */
 
     const int r0 = g, r1 = g + 8; /* this lane's rows in the C fragments */
@@ -854,56 +883,12 @@ st_k_attn_dtc(const st_attn_args a) {
         }
         /* causal mask and the chunk's end (zero-filled positions past p_end), only where some
          * position passes a row's last; dead rows (q = 0) score 0 and are never written */
-        if (pb + 15 > e_least) {
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const int64_t p = pb + nt * 8 + 2 * tq + e;
-                    if (p > e0) sc[nt][e] = -INFINITY;
-                    if (p > e1) sc[nt][2 + e] = -INFINITY;
-                }
-        }
-        float mx0 = fmaxf(m0, fmaxf(fmaxf(sc[0][0], sc[0][1]), fmaxf(sc[1][0], sc[1][1])));
-        float mx1 = fmaxf(m1, fmaxf(fmaxf(sc[0][2], sc[0][3]), fmaxf(sc[1][2], sc[1][3])));
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) {
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-        }
-        const float c0 = mx0 == -INFINITY ? 1.0f : exp2f(m0 - mx0); /* 0 while m0 is -inf */
-        const float c1 = mx1 == -INFINITY ? 1.0f : exp2f(m1 - mx1);
-        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                sc[nt][e] = exp2f(sc[nt][e] - b0); /* -inf - b: 0 */
-                sc[nt][2 + e] = exp2f(sc[nt][2 + e] - b1);
-                rs0 += sc[nt][e];
-                rs1 += sc[nt][2 + e];
-            }
-#pragma unroll
-        for (int off = 1; off <= 2; off <<= 1) {
-            rs0 += __shfl_xor_sync(0xffffffffu, rs0, off);
-            rs1 += __shfl_xor_sync(0xffffffffu, rs1, off);
-        }
-        l0 = fmaf(l0, c0, rs0);
-        l1 = fmaf(l1, c1, rs1);
-        m0 = mx0;
-        m1 = mx1;
+        if (pb + 15 > e_least) st_attn_mask<2>(sc, pb, tq, e0, e1);
+        float c0, c1;
+        st_attn_softmax_step<2>(sc, m0, m1, l0, l1, c0, c1);
         /* O = O * corr + P V: the scores' C layout is P's A fragment layout */
-        const uint32_t pa[4] = {st_h2(sc[0][0], sc[0][1]), st_h2(sc[0][2], sc[0][3]),
-                                st_h2(sc[1][0], sc[1][1]), st_h2(sc[1][2], sc[1][3])};
-        uint32_t pl[4] = {0u, 0u, 0u, 0u};
-        if (SPLIT) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) { /* pa[i] holds sc[i/2][2(i%2)], [2(i%2) + 1] */
-                const float2 h = __half22float2(*(const __half2 *)&pa[i]);
-                pl[i] = st_h2(sc[i >> 1][2 * (i & 1)] - h.x, sc[i >> 1][2 * (i & 1) + 1] - h.y);
-            }
-        }
+        uint32_t pa[4], pl[4];
+        st_attn_p_frags<SPLIT>(sc[0], sc[1], pa, pl);
 #pragma unroll
         for (int dp = 0; dp < DT / 2; dp++) {
             o[2 * dp][0] *= c0; o[2 * dp][1] *= c0; o[2 * dp][2] *= c1; o[2 * dp][3] *= c1;
