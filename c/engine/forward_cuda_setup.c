@@ -26,6 +26,17 @@ static size_t st_tensor_bytes(const st_tensor *t) {
     return t->row_bytes * (size_t)t->ne[1] * (size_t)(t->ne[2] > 0 ? t->ne[2] : 1);
 }
 
+/* Room for one more entry in the upload list. */
+static strata_status st_gpu_ups_reserve(st_gpu *g) {
+    if (g->n_ups < g->cap_ups) return STRATA_OK;
+    const int cap = g->cap_ups ? 2 * g->cap_ups : 256;
+    st_gpu_upload *u = realloc(g->ups, sizeof *u * (size_t)cap);
+    if (!u) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    g->ups = u;
+    g->cap_ups = cap;
+    return STRATA_OK;
+}
+
 /* Device copy of a tensor's bytes (shared when two views have the same data, e.g. tied
  * embeddings). *dev = NULL for a missing tensor. */
 static strata_status st_gpu_put(st_gpu *g, const st_tensor *t, void **dev) {
@@ -33,13 +44,7 @@ static strata_status st_gpu_put(st_gpu *g, const st_tensor *t, void **dev) {
     if (!t->data) return STRATA_OK;
     for (int i = 0; i < g->n_ups; i++)
         if (g->ups[i].host == t->data) { *dev = g->ups[i].dev; return STRATA_OK; }
-    if (g->n_ups == g->cap_ups) {
-        int cap = g->cap_ups ? 2 * g->cap_ups : 256;
-        st_gpu_upload *u = realloc(g->ups, sizeof *u * (size_t)cap);
-        if (!u) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
-        g->ups = u;
-        g->cap_ups = cap;
-    }
+    TRY(st_gpu_ups_reserve(g));
     const size_t n = st_tensor_bytes(t);
     void *d = NULL;
     strata_status st = st_cuda_malloc(&d, n);
@@ -67,13 +72,7 @@ static strata_status st_gpu_put_qkv(st_gpu *g, const st_layer *L, st_gpu_layer *
             return STRATA_OK;
     size_t n = 0;
     for (int i = 0; i < 3; i++) n += st_tensor_bytes(ts[i]);
-    if (g->n_ups == g->cap_ups) {
-        int cap = g->cap_ups ? 2 * g->cap_ups : 256;
-        st_gpu_upload *u = realloc(g->ups, sizeof *u * (size_t)cap);
-        if (!u) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
-        g->ups = u;
-        g->cap_ups = cap;
-    }
+    TRY(st_gpu_ups_reserve(g));
     void *d = NULL;
     strata_status st = st_cuda_malloc(&d, n);
     if (st != STRATA_OK)
