@@ -168,6 +168,22 @@ static int greedy(const strata_model *m, strata_backend_kind be, const strata_to
     return st == STRATA_OK;
 }
 
+/* The prompt p (np tokens) in one call, 24 greedy steps (step i's logits into row i + 1 of lg),
+ * then a window of 5 tokens (the last greedy one, then w[0..3]) with the logits of all its rows
+ * (rows 25..29) or of its last (row 25). */
+static strata_status greedy_then_window(strata_session *s, const strata_token *p, int64_t np, int32_t V, float *lg,
+                                        const strata_token w[4], int all) {
+    strata_status st = strata_session_decode(s, p, np, lg, 0);
+    strata_token t = 0;
+    for (int i = 0; i < 24 && st == STRATA_OK; i++) {
+        t = argmax(lg + (size_t)i * (size_t)V, V);
+        st = strata_session_decode(s, &t, 1, lg + (size_t)(i + 1) * (size_t)V, 0);
+    }
+    if (st != STRATA_OK) return st;
+    const strata_token win[5] = {t, w[0], w[1], w[2], w[3]};
+    return strata_session_decode(s, win, 5, lg + (size_t)25 * (size_t)V, all);
+}
+
 /* cuda_doorbell: with the experts of every layer (--cpu-moe) or of the first 3 on the CPU, the
  * decode steps and a 5-token window hand those layers to the expert pool through host-mapped
  * memory (the GPU publishes and waits on the device); the prompt batch keeps the host's hand-off.
@@ -191,16 +207,8 @@ static void test_doorbell(const strata_model *m, const strata_token *p, int64_t 
             g_cpu_moe = g_doorbell = g_graphs = 0;
             lg[db] = malloc(sizeof(float) * (size_t)V * 30);
             if (!s || !lg[db]) { ok = 0; strata_session_free(s); continue; }
-            strata_status st = strata_session_decode(s, p, np, lg[db], 0);
-            strata_token t = 0;
-            for (int i = 0; i < 24 && st == STRATA_OK; i++) {
-                t = argmax(lg[db] + (size_t)i * (size_t)V, V);
-                st = strata_session_decode(s, &t, 1, lg[db] + (size_t)(i + 1) * (size_t)V, 0);
-            }
-            if (st == STRATA_OK) { /* a window of 5: the pool's T = 5 */
-                strata_token w[5] = {t, 7, 11, 13, 17};
-                st = strata_session_decode(s, w, 5, lg[db] + (size_t)25 * (size_t)V, 1);
-            }
+            static const strata_token w[4] = {7, 11, 13, 17}; /* a window of 5: the pool's T = 5 */
+            strata_status st = greedy_then_window(s, p, np, V, lg[db], w, 1);
             strata_session_stats ss;
             memset(&ss, 0, sizeof ss);
             if (st == STRATA_OK) st = strata_session_get_stats(s, &ss);
@@ -252,16 +260,8 @@ static void test_pipe(const strata_model *m, const strata_token *p, int64_t np, 
             g_cache = g_cpu_moe = g_pipe = 0;
             lg[pp] = malloc(sizeof(float) * (size_t)V * 26);
             if (!s || !lg[pp]) { ok = 0; strata_session_free(s); continue; }
-            strata_status st = strata_session_decode(s, p, np, lg[pp], 0);
-            strata_token t = 0;
-            for (int i = 0; i < 24 && st == STRATA_OK; i++) {
-                t = argmax(lg[pp] + (size_t)i * (size_t)V, V);
-                st = strata_session_decode(s, &t, 1, lg[pp] + (size_t)(i + 1) * (size_t)V, 0);
-            }
-            if (st == STRATA_OK) {
-                strata_token w[5] = {t, 3, 5, 9, 11};
-                st = strata_session_decode(s, w, 5, lg[pp] + (size_t)25 * (size_t)V, 0);
-            }
+            static const strata_token w[4] = {3, 5, 9, 11};
+            strata_status st = greedy_then_window(s, p, np, V, lg[pp], w, 0);
             if (st == STRATA_OK) st = strata_session_get_stats(s, &ss[pp]);
             CHECK(st == STRATA_OK, "pipe %d (%s): %s", pp, v == 0 ? "cache" : "cpu_moe", strata_last_error());
             ok = ok && st == STRATA_OK;
