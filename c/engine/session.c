@@ -110,7 +110,8 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
     s->pred_layer = -1;
     if (s->ram || s->expert_cache != 0) s->missed = st_alloc(T * K, &fail);
-    if ((s->profile || s->pipe) && hp->n_expert > 0) {
+    /* the CPU pass's next-layer prediction (a GPU session predicts on the device) */
+    if ((s->profile || (s->pipe && s->backend == STRATA_BACKEND_CPU)) && hp->n_expert > 0) {
         s->pred_xn = st_alloc(sizeof(float) * T * E, &fail);
         s->pred_logits = st_alloc(sizeof(float) * T * d.X, &fail);
         s->pred_wts = st_alloc(sizeof(float) * T * K, &fail);
