@@ -267,6 +267,18 @@ bench q3_cache50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072
 bench q3_cache25_nopin /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --no-pin-experts
 bench q3_cache25_pf /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --gpu-prefetch
 bench q3_cache25_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --cpu-misses -t 16
+# --cpu-moe / --n-cpu-moe with --cpu-misses: decode steps copy a share of each CPU layer's experts
+# over PCIe to the GPU (the cost model's, or --pcie-frac F) while the CPU computes the rest
+bench q3_cpumoe_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --cpu-misses -t 16
+bench q3_cpumoe_split38 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --pcie-frac 0.375 -t 16
+bench q3_cpumoe_split50 /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --pcie-frac 0.5 -t 16
+bench q3_ncmoe36_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 36 --cpu-misses -t 16
+bench q3_ncmoe24_split /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --n-cpu-moe 24 --cpu-misses -t 16
+bench olmoe_cpumoe_split /tmp/olmoe.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --cpu-misses -t 16
+# the cache's misses computed by the expert pool while the GPU computes the hits (--doorbell with
+# --expert-cache: split on the device, no routing round trip)
+bench q3_cache25_poolmiss /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --doorbell -t 16
+bench q3_cache50_poolmiss /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 3072 --doorbell -t 16
 # past a RAM budget (8 GiB of the 15.2 GiB of experts in pinned RAM slots, the rest read from the
 # file with O_DIRECT when routed): the GPU cache and the CPU layers load from the RAM tier
 bench q3_cache25_ram8g /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --ram-budget 8G
@@ -274,8 +286,34 @@ bench q3_cpumoe_ram8g /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --ram-budget 
 # the same with the RAM tier reading the next layer's predicted experts ahead (--pipe)
 bench q3_cache25_ram8g_pipe /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --expert-cache 1536 --ram-budget 8G --pipe
 bench q3_cpumoe_ram8g_pipe /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe --ram-budget 8G --pipe -t 16
-grep -h "expert rows" "$R"/bench_q3_c*.err "$R"/bench_olmoe_cpumoe.err 2>/dev/null | cut -c1-250
+for f in "$R"/bench_q3_c*.err "$R"/bench_q3_n*.err "$R"/bench_olmoe_cpumoe*.err; do
+    [ -f "$f" ] && echo "$(basename "$f" .err): $(grep -h -E "expert rows|cpu-misses" "$f" | cut -c1-250 | tr '\n' ' ')"; done
 fi # OFFLOAD
+# ---- the CPU layers' split (--cpu-misses with --cpu-moe / --n-cpu-moe) against the plain hand-off,
+# interleaved and repeated (SPLIT_AB=1; this host's CPU-computed rows move by up to 40% between
+# processes, so one pair says little) ----
+if [ "${SPLIT_AB:-0}" = 1 ]; then
+    for rep in 1 2; do
+        bench q3_cpumoe_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe -t 16
+        bench q3_cpumoe_split_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --cpu-misses -t 16
+        bench q3_cpumoe_split50_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --pcie-frac 0.5 -t 16
+        bench olmoe_cpumoe_ab$rep /tmp/olmoe.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe -t 16
+        bench olmoe_cpumoe_split_ab$rep /tmp/olmoe.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --cpu-misses -t 16
+        bench q3_ncmoe36_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --n-cpu-moe 36 -t 16
+        bench q3_ncmoe36_split_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --n-cpu-moe 36 --cpu-misses -t 16
+        bench q3_ncmoe24_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --n-cpu-moe 24 -t 16
+        bench q3_ncmoe24_split_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --n-cpu-moe 24 --cpu-misses -t 16
+    done
+    python3 - "$R" <<'PY'
+import glob, json, os, sys
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*_ab[12].json"))):
+    try: rows = json.load(open(f))
+    except Exception as e: print(os.path.basename(f), "unreadable", e); continue
+    for r in rows.get("rows", []):
+        print(f"{os.path.basename(f)[6:-5]:28s} {r['test']}{r['n']:<5d} {r['tok_s']:8.2f} +- {r['sd']:.2f}"
+              f"  rows GPU/CPU {r['experts']['rows_gpu']}/{r['experts']['rows_cpu']}")
+PY
+fi
 # ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----
 if [ "${CPU:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
     THREADS="1 16" NPROMPT=512 NGEN=128 REPS=1 timeout 120 bash bench/bench_cpu.sh \

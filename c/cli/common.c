@@ -96,7 +96,9 @@ void cli_opts_usage(FILE *f) {
         "                          by the CPU while the GPU computes the rest, whichever the cost\n"
         "                          model predicts faster (figures measured at start, printed);\n"
         "                          --pcie-frac F: load the heaviest share F of the misses instead\n"
-        "                          (also $STRATA_CPU_MISSES=1, $STRATA_PCIE_FRAC)\n"
+        "                          (also $STRATA_CPU_MISSES=1, $STRATA_PCIE_FRAC); with --cpu-moe /\n"
+        "                          --n-cpu-moe: decode steps copy that share of a CPU layer's\n"
+        "                          experts to the GPU while the CPU computes the rest\n"
         "  --gpu-prefetch          with --expert-cache: in decode steps, predict the next layer's\n"
         "                          experts and load the missing ones while this layer computes\n"
         "                          (same results; also $STRATA_GPU_PREFETCH=1)\n"
@@ -501,7 +503,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                     fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
                             o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
             }
-            if (o->expert_cache != 0 && o->cpu_misses && !o->quiet)
+            if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && o->cpu_misses && !o->quiet)
                 fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
                         "per row for one expert; %s\n", cs.pcie_bytes_per_s / 1e9, cs.pcie_latency_s * 1e6,
                         cs.cpu_expert_fixed_s * 1e6, cs.cpu_expert_per_row_s * 1e6,

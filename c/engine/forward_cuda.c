@@ -262,6 +262,79 @@ static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, 
     return STRATA_OK;
 }
 
+/* cpu_misses with CPU layers (n_cpu_moe), decode-sized calls: every routed expert of the layer is
+ * a miss. The cost model (or pcie_frac) picks the experts to copy over PCIe into the stage slots
+ * (copies enqueued on the compute stream, st_gpu_cache_async_loads); the GPU's kernel for them is
+ * enqueued into g->proj, so both run while the host's pool computes the rest. ids, wts: the call's
+ * routing on the host (tn x K). *n_gpu, *n_cpu: the slot-rows each side takes (*n_gpu 0: the CPU
+ * computes the layer as without the split); g->h_ids_cpu then has the CPU's ids (-1 for the
+ * GPU's), whose rows the caller adds to g->proj. */
+static strata_status st_gpu_split_cpu_layer(strata_session *s, int il, int64_t t0, int64_t tn,
+                                            const int32_t *ids, const float *wts, int64_t *n_gpu,
+                                            int64_t *n_cpu) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const st_gpu_layer *G = &g->layers[il];
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const int64_t P = tn * K;
+    *n_gpu = *n_cpu = 0;
+    int nm = 0;
+    for (int64_t i = 0; i < P; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X) continue;
+        int32_t m = g->miss_of[e];
+        if (m < 0) {
+            m = g->miss_of[e] = nm++;
+            g->misses[m].expert = e;
+            g->misses[m].rows = 0;
+            g->misses[m].weight = 0.0f;
+        }
+        g->misses[m].rows++;
+        if (wts[i] > g->misses[m].weight) g->misses[m].weight = wts[i];
+    }
+    const int nl = nm > 0 ? st_cost_decide(&s->cost, g->misses, nm, g->miss_load, NULL) : 0;
+    int64_t ng = 0, nc = 0;
+    for (int64_t i = 0; i < P; i++) {
+        const int32_t e = ids[i];
+        const int gpu = e >= 0 && e < X && g->miss_load[g->miss_of[e]];
+        g->h_ids_gpu[i] = gpu ? e : -1;
+        g->h_ids_cpu[i] = gpu ? -1 : e;
+        ng += gpu;
+        nc += !gpu && e >= 0 && e < X;
+    }
+    for (int m = 0; m < nm; m++) g->miss_of[g->misses[m].expert] = -1;
+    if (nl == 0 || ng == 0) return STRATA_OK;
+    const void *table = NULL;
+    TRY(st_gpu_cache_table(s, g->stage, il, g->h_ids_gpu, tn, K, 0, g->stream, &table));
+    /* the GPU's ids go up from the pinned ring beside the hand-off rows (the next layer's
+     * routing wait covers this copy before they are written again) */
+    int32_t *hg = g->h_split_ids + t0 * K;
+    memcpy(hg, g->h_ids_gpu, sizeof(int32_t) * (size_t)P);
+    TRY(st_cuda_memcpy_async(g->ids_split + t0 * K, hg, sizeof(int32_t) * (size_t)P, 1, g->stream));
+    s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)P);
+    st_cuda_moe_args a;
+    memset(&a, 0, sizeof a);
+    a.experts = table;
+    a.n_expert = X;
+    a.type_gate = a.type_up = G->exp_type_gu;
+    a.type_down = G->exp_type_down;
+    a.n_embd = hp->n_embd;
+    a.n_ff = hp->n_ff_exp;
+    a.x = g->xn + t0 * hp->n_embd;
+    a.T = tn;
+    a.ids = g->ids_split + t0 * K;
+    a.wts = g->wts + t0 * K;
+    a.k = K;
+    a.out = g->proj + t0 * hp->n_embd;
+    a.accumulate = 0;
+    a.ws = g->moe_ws;
+    a.ws_bytes = g->moe_ws_bytes;
+    TRY(st_cuda_moe_ffn(&a, g->stream));
+    *n_gpu = ng;
+    *n_cpu = nc;
+    return STRATA_OK;
+}
+
 static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -298,7 +371,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             int staged = 0;
             int ids_down = 0; /* the routing is in s->ids (host) */
             int handed = 0;   /* a CPU layer's rows, routing and weights are in the pinned h_ rows */
-            if (st_gpu_layer_on_cpu(s, il) && g->stage && !st_gpu_pool_call(s, T)) {
+            if (st_gpu_layer_on_cpu(s, il) && g->stage && s->stage_experts != 0 && !st_gpu_pool_call(s, T)) {
                 if (s->stage_experts > 0) {
                     staged = tn >= s->stage_experts;
                 } else { /* auto: the routing down, then the cost model on this batch */
@@ -421,9 +494,21 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                         return rs;
                     }
                 }
-                st_moe_ffn(s->tp, ex, X, hx, tn, hi, hw, K, hp_, s->moe_ws);
+                /* cpu_misses: a share of the experts over PCIe to the GPU, the rest here */
+                int64_t ng = 0, nc = 0;
+                if (g->cpu_split && tn <= ST_POOL_T) TRY(st_gpu_split_cpu_layer(s, il, t0, tn, hi, hw, &ng, &nc));
+                if (!ng || nc) st_moe_ffn(s->tp, ex, X, hx, tn, ng ? g->h_ids_cpu : hi, hw, K, hp_, s->moe_ws);
                 if (s->ram) st_ram_tier_release(s);
-                TRY(st_cuda_memcpy_async(g->proj + t0 * E, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
+                if (ng) { /* the GPU's rows are in g->proj: the CPU's (if any) go up, added */
+                    s->slots_cpu[il] -= ng;
+                    s->slots_gpu[il] += ng;
+                    if (nc) {
+                        TRY(st_cuda_memcpy_async(g->cpu_part, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
+                        TRY(st_cuda_add(g->proj + t0 * E, g->proj + t0 * E, g->cpu_part, 1.0f, tn * E, g->stream));
+                    }
+                } else {
+                    TRY(st_cuda_memcpy_async(g->proj + t0 * E, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
+                }
             }
             if (pm) { /* the split on the device: the pool gets the missed slots (-1 for the
                        * resident ones), g->pm_ids the resident ones; the routing is kept for the
@@ -496,6 +581,25 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     else
         TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, g->stream));
     return st_gpu_mark(s, STRATA_PHASE_SHARED);
+}
+
+/* The counters a captured decode step adds at each replay: sign -1 before the capture (the
+ * counters so far, negated), 1 after it (the difference: what the step's host code counted). */
+static strata_status st_gpu_graph_counts(strata_session *s, int sign) {
+    st_gpu *g = s->gpu;
+    const int L = s->model->hp.n_layer;
+    if (!g->graph_slots_gpu) {
+        g->graph_slots_gpu = calloc((size_t)L, sizeof *g->graph_slots_gpu);
+        g->graph_slots_cpu = calloc((size_t)L, sizeof *g->graph_slots_cpu);
+        if (!g->graph_slots_gpu || !g->graph_slots_cpu) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    }
+    for (int il = 0; il < L; il++) {
+        g->graph_slots_gpu[il] = (sign < 0 ? 0 : g->graph_slots_gpu[il]) + sign * s->slots_gpu[il];
+        g->graph_slots_cpu[il] = (sign < 0 ? 0 : g->graph_slots_cpu[il]) + sign * s->slots_cpu[il];
+    }
+    g->graph_pcie_bytes = (sign < 0 ? 0 : g->graph_pcie_bytes) + sign * s->pcie_bytes;
+    g->graph_cpu_batches = (sign < 0 ? 0 : g->graph_cpu_batches) + sign * s->cpu_batches;
+    return STRATA_OK;
 }
 
 /* Logits of rows first .. first+n-1 of the batch into logits ([n][n_vocab], host). */
@@ -643,19 +747,17 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
     if (graph && g->graph && g->graph_np == gnp) {
         TRY(st_cuda_graph_launch(g->graph, g->stream));
         s->graph_launches++;
-        if (hp->n_expert > 0) /* what st_gpu_ffn_block counts for a step of one token */
-            for (int il = 0; il < hp->n_layer; il++) {
-                const int64_t K = hp->n_expert_used;
-                if (!st_gpu_layer_on_cpu(s, il)) {
-                    s->slots_gpu[il] += K;
-                    continue;
-                }
-                s->slots_cpu[il] += K;
-                s->pcie_bytes += (int64_t)(2 * sizeof(float) * (size_t)E + (sizeof(int32_t) + sizeof(float)) * (size_t)K);
-                if (g->stage) s->cpu_batches++;
-            }
+        for (int il = 0; il < hp->n_layer; il++) { /* what the captured step's blocks counted */
+            s->slots_gpu[il] += g->graph_slots_gpu[il];
+            s->slots_cpu[il] += g->graph_slots_cpu[il];
+        }
+        s->pcie_bytes += g->graph_pcie_bytes;
+        s->cpu_batches += g->graph_cpu_batches;
     } else {
-        if (graph) TRY(st_cuda_capture_begin(g->stream));
+        if (graph) { /* the counters before, so the capture's own counts can be taken */
+            TRY(st_gpu_graph_counts(s, -1));
+            TRY(st_cuda_capture_begin(g->stream));
+        }
         for (int il = 0; il < hp->n_layer && st == STRATA_OK; il++) {
             st = st_gpu_attn_block(s, il, T, pos0);
             if (st == STRATA_OK) st = st_gpu_ffn_block(s, il, T);
@@ -667,6 +769,7 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
             }
             int reused = 0;
             TRY(st_cuda_capture_end_launch(g->stream, &g->graph, &reused));
+            TRY(st_gpu_graph_counts(s, 1));
             g->graph_np = gnp;
             s->graph_launches++;
             s->graph_rebuilds++;

@@ -58,14 +58,20 @@ struct st_gpu {
     void *stream;                         /* every kernel of the session runs on it */
     void *graph;                          /* the decode step's executable CUDA graph, or NULL */
     int64_t graph_np;                     /* the attention plan length it was captured for */
+    /* what the captured step's host code counted (added again at each replay) */
+    int64_t *graph_slots_gpu, *graph_slots_cpu; /* [n_layer] */
+    int64_t graph_pcie_bytes, graph_cpu_batches;
     int graphs;                           /* capture single-token steps (cuda_graphs) */
     st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
     int prefetch;                         /* gpu_prefetch: predicted next-layer experts prefetched */
     int pipe;                             /* pipe (with ram_budget): the predicted next-layer experts
                                              read into the RAM tier while this layer computes */
     int32_t *stage_rows, *stage_list;     /* stage_experts auto: rows per expert, distinct rows */
-    /* cpu_misses: the split of a cache layer's misses between loads and the CPU */
-    int split;                            /* enabled */
+    /* cpu_misses: the split of a cache layer's misses (split), or of a CPU layer's experts in
+     * decode-sized calls (cpu_split: into the stage slots), between loads and the CPU */
+    int split;                            /* enabled, cache layers */
+    int cpu_split;                        /* enabled, CPU layers */
+    int32_t *h_split_ids;                 /* (T, k) pinned: cpu_split's GPU ids on their way up */
     int32_t *ids_split;                   /* (T, k) device: the GPU's ids (-1 for the CPU's) */
     float *cpu_part;                      /* (T, n_embd) device: the CPU's share, added */
     int32_t *h_ids_gpu, *h_ids_cpu;       /* (T, k) host */

@@ -17,6 +17,7 @@
 static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
 static strata_status st_gpu_pin_experts(strata_session *s);
 static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il);
+static strata_status st_gpu_alloc_split(strata_session *s);
 
 /* ---------------------------------------------------------------------------------------------
  * Upload
@@ -419,6 +420,8 @@ void st_gpu_free(strata_session *s) {
     free(g->stage_list);
     st_cuda_free(g->ids_split);
     st_cuda_free(g->cpu_part);
+    st_cuda_host_free(g->h_split_ids);
+    free(g->graph_slots_gpu); free(g->graph_slots_cpu);
     free(g->h_ids_gpu); free(g->h_ids_cpu); free(g->misses); free(g->miss_load); free(g->miss_of);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
@@ -502,19 +505,10 @@ strata_status st_gpu_create(strata_session *s) {
             g->prefetch = 1;
         }
         if (s->cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
-            const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, X = (size_t)hp->n_expert,
-                         K = (size_t)hp->n_expert_used;
             TRY(st_gpu_measure_costs(s, g->cache, 0));
-            TRY(st_gpu_alloc((void **)&g->ids_split, sizeof(int32_t) * T * K));
-            TRY(st_gpu_alloc((void **)&g->cpu_part, sizeof(float) * T * E));
-            g->h_ids_gpu = malloc(sizeof(int32_t) * T * K);
-            g->h_ids_cpu = malloc(sizeof(int32_t) * T * K);
-            g->misses = malloc(sizeof *g->misses * X);
-            g->miss_load = malloc(X);
-            g->miss_of = malloc(sizeof(int32_t) * X);
-            if (!g->h_ids_gpu || !g->h_ids_cpu || !g->misses || !g->miss_load || !g->miss_of)
-                return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
-            for (size_t e = 0; e < X; e++) g->miss_of[e] = -1;
+            TRY(st_gpu_alloc_split(s));
+            /* the loads enqueued, so the CPU's share runs while they copy */
+            TRY(st_gpu_cache_async_loads(g->cache, g->stream));
             g->split = 1;
         }
     }
@@ -533,12 +527,24 @@ strata_status st_gpu_create(strata_session *s) {
         TRY(st_gpu_alloc_prediction(g, hp));
         g->pipe = 1;
     }
-    if (s->stage_experts != 0 && hp->n_expert > 0) { /* n_expert slots: no hot set, LRU only */
+    /* cpu_misses with CPU layers: decode-sized calls send a share of their experts to the GPU
+     * through the stage slots (an expert cache's misses are split above instead) */
+    const int cpu_split = s->cpu_misses && !g->cache && s->n_cpu_moe != 0 && !g->pool && hp->n_expert > 0;
+    if ((s->stage_experts != 0 || cpu_split) && hp->n_expert > 0) { /* n_expert slots: no hot set, LRU only */
         TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
-        if (s->stage_experts < 0) { /* auto: the cost model's figures, measured now */
+        if (s->stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
             int il0 = 0;
             while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
             TRY(st_gpu_measure_costs(s, g->stage, il0));
+        }
+        if (cpu_split) {
+            const size_t T = (size_t)s->n_batch, K = (size_t)hp->n_expert_used;
+            TRY(st_gpu_alloc_split(s));
+            TRY(st_cuda_host_alloc((void **)&g->h_split_ids, sizeof(int32_t) * T * K));
+            TRY(st_gpu_cache_async_loads(g->stage, g->stream));
+            g->cpu_split = 1;
+        }
+        if (s->stage_experts < 0) { /* auto: the staging decision's per-batch counts */
             g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
             g->stage_list = calloc((size_t)hp->n_expert, sizeof *g->stage_list);
             if (!g->stage_rows || !g->stage_list) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
@@ -608,6 +614,25 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
             p += st_round_up(n, 256);
         }
     }
+    return STRATA_OK;
+}
+
+/* cpu_misses: the split's buffers (device ids and CPU rows, host ids, the per-call miss list). */
+static strata_status st_gpu_alloc_split(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, X = (size_t)hp->n_expert,
+                 K = (size_t)hp->n_expert_used;
+    TRY(st_gpu_alloc((void **)&g->ids_split, sizeof(int32_t) * T * K));
+    TRY(st_gpu_alloc((void **)&g->cpu_part, sizeof(float) * T * E));
+    g->h_ids_gpu = malloc(sizeof(int32_t) * T * K);
+    g->h_ids_cpu = malloc(sizeof(int32_t) * T * K);
+    g->misses = malloc(sizeof *g->misses * X);
+    g->miss_load = malloc(X);
+    g->miss_of = malloc(sizeof(int32_t) * X);
+    if (!g->h_ids_gpu || !g->h_ids_cpu || !g->misses || !g->miss_load || !g->miss_of)
+        return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    for (size_t e = 0; e < X; e++) g->miss_of[e] = -1;
     return STRATA_OK;
 }
 

@@ -56,6 +56,10 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
 void st_gpu_cache_release_held(st_gpu_cache *c) { (void)c; }
+strata_status st_gpu_cache_async_loads(st_gpu_cache *c, void *stream) {
+    (void)c; (void)stream;
+    return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
+}
 strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int il, double *bytes_per_s,
                                         double *latency_s) {
     (void)s; (void)c; (void)il; *bytes_per_s = *latency_s = 0;
@@ -127,6 +131,10 @@ struct st_gpu_cache {
     uint8_t *pending;             /* [n_slots] 1: LOADING by a prefetch not yet published */
     int32_t n_pending;
     void *ev_now;                 /* the compute stream's progress when a prefetch was issued */
+    void *load_stream;            /* st_gpu_cache_async_loads: demand loads enqueued here */
+    st_cuda_expert *h_ring[2];    /* pinned tables uploaded on it, alternately */
+    void *ring_event[2];          /* completes when that table's upload has */
+    int ring;                     /* the next one to fill */
     int64_t pf_issued, pf_timely, pf_late;
     /* st_gpu_cache_export: every layer's residency and descriptors, host and device copies */
     uint64_t version;             /* bumped by every claim (an eviction) and publish */
@@ -140,6 +148,10 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     if (c->copy_stream) (void)st_cuda_stream_synchronize(c->copy_stream);
     for (int32_t i = 0; c->slot_event && i < c->book.n_slots; i++) st_cuda_event_destroy(c->slot_event[i]);
     st_cuda_event_destroy(c->ev_now);
+    for (int i = 0; i < 2; i++) {
+        st_cuda_event_destroy(c->ring_event[i]);
+        st_cuda_host_free(c->h_ring[i]);
+    }
     st_cuda_stream_destroy(c->copy_stream);
     free(c->slot_event);
     free(c->pending);
@@ -370,13 +382,26 @@ void st_gpu_cache_release_held(st_gpu_cache *c) {
     c->n_held = 0;
 }
 
-/* An expert's three matrices (host bytes of src) into slot, synchronous copies over PCIe. */
+strata_status st_gpu_cache_async_loads(st_gpu_cache *c, void *stream) {
+    if (c->copy_stream) return STRATA_OK; /* prefetch: its slot states assume synchronous loads */
+    for (int i = 0; i < 2; i++) {
+        if (!c->h_ring[i])
+            TRY_CACHE(st_cuda_host_alloc((void **)&c->h_ring[i], sizeof *c->h_table * (size_t)c->n_expert));
+        if (!c->ring_event[i]) TRY_CACHE(st_cuda_event_create(&c->ring_event[i]));
+    }
+    c->load_stream = stream;
+    return STRATA_OK;
+}
+
+/* An expert's three matrices (host bytes of src) into slot over PCIe: synchronous copies, or
+ * enqueued on the load stream (st_gpu_cache_async_loads). */
 static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, int32_t slot, const st_expert *src) {
     uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
     const st_tensor *m[3] = {&src->gate, &src->up, &src->down};
     for (int k = 0; k < 3; k++) {
         const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
-        TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
+        if (c->load_stream && !s->ram) TRY_CACHE(st_cuda_memcpy_async(p, m[k]->data, b, 1, c->load_stream));
+        else TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
         p += st_round_up(b, 256);
         c->loaded_bytes += (int64_t)b;
         s->pcie_bytes += (int64_t)b;
@@ -468,8 +493,21 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
      * (keep_held: the caller enqueues the kernel first, then st_gpu_cache_release_held) */
     if (!keep_held || st != STRATA_OK) st_gpu_cache_release_held(c);
     if (st != STRATA_OK) return st;
-    /* the whole table goes up (entries of experts not routed here are never read) */
-    st = st_cuda_memcpy_h2d(c->d_table, c->h_table, sizeof *c->h_table * (size_t)X);
+    /* the whole table goes up (entries of experts not routed here are never read); with async
+     * loads, enqueued from one of two pinned copies (a pageable source may make the copy wait
+     * for the stream), the one whose previous upload has completed */
+    if (c->load_stream && !s->ram) {
+        const int r = c->ring;
+        if (!st_cuda_event_done(c->ring_event[r])) st = st_cuda_stream_synchronize(c->load_stream);
+        if (st == STRATA_OK) {
+            memcpy(c->h_ring[r], c->h_table, sizeof *c->h_table * (size_t)X);
+            st = st_cuda_memcpy_async(c->d_table, c->h_ring[r], sizeof *c->h_table * (size_t)X, 1, c->load_stream);
+        }
+        if (st == STRATA_OK) st = st_cuda_event_record(c->ring_event[r], c->load_stream);
+        c->ring ^= 1;
+    } else {
+        st = st_cuda_memcpy_h2d(c->d_table, c->h_table, sizeof *c->h_table * (size_t)X);
+    }
     if (st != STRATA_OK) return st;
     *d_table = c->d_table;
     return STRATA_OK;
@@ -486,15 +524,28 @@ strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void
         TRY_CACHE(st_cuda_malloc((void **)&c->d_all, sizeof *c->d_all * nx));
     }
     if (c->exported != c->version + 1) { /* + 1: version 0 is exported too */
-        for (size_t i = 0; i < nx; i++) {
-            const int32_t w = c->book.where[i];
-            const int ready = w >= 0 && c->book.slots[w].state == ST_SLOT_READY;
-            c->h_where[i] = ready;
-            if (ready) c->h_all[i] = st_slot_expert(c, &s->experts[i], w);
-            else memset(&c->h_all[i], 0, sizeof c->h_all[i]);
+        /* only the layers whose residency changed go up again (a slot's address names its
+         * bytes: an entry changed when its flag or its gate matrix's address did) */
+        const size_t X = (size_t)c->n_expert;
+        for (size_t l = 0; l < (size_t)c->n_layer; l++) {
+            int dirty = c->exported == 0;
+            for (size_t i = l * X; i < (l + 1) * X; i++) {
+                const int32_t w = c->book.where[i];
+                const int ready = w >= 0 && c->book.slots[w].state == ST_SLOT_READY;
+                if (ready) {
+                    const st_cuda_expert x = st_slot_expert(c, &s->experts[i], w);
+                    dirty |= !c->h_where[i] || c->h_all[i].gate.data != x.gate.data;
+                    c->h_all[i] = x;
+                } else {
+                    dirty |= c->h_where[i] != 0;
+                    memset(&c->h_all[i], 0, sizeof c->h_all[i]);
+                }
+                c->h_where[i] = ready;
+            }
+            if (!dirty) continue;
+            TRY_CACHE(st_cuda_memcpy_h2d(c->d_where + l * X, c->h_where + l * X, sizeof *c->h_where * X));
+            TRY_CACHE(st_cuda_memcpy_h2d(c->d_all + l * X, c->h_all + l * X, sizeof *c->h_all * X));
         }
-        TRY_CACHE(st_cuda_memcpy_h2d(c->d_where, c->h_where, sizeof *c->h_where * nx));
-        TRY_CACHE(st_cuda_memcpy_h2d(c->d_all, c->h_all, sizeof *c->h_all * nx));
         c->exported = c->version + 1;
     }
     *d_tables = c->d_all;

@@ -202,6 +202,10 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with expert_cache: the expert pool computes "
                         "the decode steps' misses; gpu_prefetch, cpu_misses and degrade_zero handle "
                         "them otherwise (leave them off)");
+    if (p.backend == STRATA_BACKEND_CUDA && p.cuda_doorbell && p.n_cpu_moe != 0 && p.cpu_misses)
+        return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with n_cpu_moe: the expert pool computes "
+                        "every expert of the CPU layers' decode steps; cpu_misses (a share over "
+                        "PCIe to the GPU) is for the host hand-off (leave one off)");
     if (ram_gpu && p.cuda_doorbell)
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: cuda_doorbell's "
                         "expert pool reads every CPU layer's experts from RAM, not the tier's "
@@ -230,7 +234,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
     s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && (p.n_cpu_moe != 0 || p.expert_cache != 0) &&
                        p.cuda_doorbell != 0;
-    s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.cpu_misses != 0;
+    s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && (p.expert_cache != 0 || p.n_cpu_moe != 0) &&
+                    p.cpu_misses != 0;
     s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
     s->pipe = p.pipe != 0 && p.ram_budget > 0;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;

@@ -167,6 +167,12 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
 /* keep_held: the table's slots stay held (not evictable) until this call, made once the kernel
  * reading them is enqueued (so a prefetch issued in between cannot take them). */
 void st_gpu_cache_release_held(st_gpu_cache *c);
+/* Demand loads of later table calls as copies enqueued on `stream` (the compute stream the table
+ * is used on) instead of synchronous ones, and the table uploaded the same way: the host goes on
+ * (e.g. to compute the CPU's share) while they run. Stream order keeps a slot from being
+ * overwritten before the kernels queued earlier have read it. Not with prefetch or a RAM tier
+ * (their slots' states assume synchronous copies). */
+strata_status st_gpu_cache_async_loads(st_gpu_cache *c, void *stream);
 /* The PCIe figures of the cost model, measured with layer il's first expert copied into slot 0
  * (which must not be in use): bytes per second of an expert's copies, seconds of a small copy. */
 strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int il, double *bytes_per_s,

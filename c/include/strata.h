@@ -540,7 +540,11 @@ typedef struct strata_session_params {
                              the others), as the cost model predicts faster from the PCIe rate
                              and the CPU's expert cost measured at create (stats); the CPU's
                              arithmetic for those (KL-close, not bit-identical). 0 (default): load
-                             every miss. */
+                             every miss. With n_cpu_moe (not with cuda_doorbell): in calls of up
+                             to 8 tokens every routed expert of a CPU layer counts as a miss, the
+                             loaded ones copied into staging slots (as stage_experts does) and
+                             computed by the GPU while the CPU computes the rest; 0 (default):
+                             the CPU computes them all. */
     float pcie_frac;      /* with cpu_misses: < 0 (default -1): the cost model chooses; 0..1: the
                              heaviest round(pcie_frac x misses) are loaded, the rest computed */
     int gpu_prefetch;     /* CUDA sessions with expert_cache: in decode steps, predict the next

@@ -566,6 +566,49 @@ static void test_default_model(void) {
                   v == 4 ? " (cpu_misses, pcie_frac 1)" : "");
             free(cached);
         }
+        /* cpu_misses with every layer's experts in RAM (n_cpu_moe -1): calls of up to 8 tokens
+         * copy the loaded share of each layer's experts into the stage slots; with pcie_frac 1
+         * all of them, and the 12-token prompt is staged (stage_experts 9): the GPU computes
+         * every expert, the all-resident bits (batches of 8: every call is split) */
+        {
+            float *all8 = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
+            g_cpu_moe = -1;
+            g_stage = 9;
+            g_cpu_misses = g_pin = 1;
+            g_pcie_frac = 1.0f;
+            float *split8 = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
+            strata_token gs[64];
+            const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gs);
+            g_cpu_moe = g_stage = g_cpu_misses = g_pin = 0;
+            g_pcie_frac = -1.0f;
+            CHECK(all8 && split8 && ok && !memcmp(all8, split8, sizeof(float) * (size_t)n * (size_t)V) &&
+                  !memcmp(ga, gs, sizeof ga), "n_cpu_moe -1 with cpu_misses, pcie_frac 1: every expert "
+                  "copied to the GPU, bit-identical to all resident");
+            if (all8 && split8 && ok) printf("n_cpu_moe -1, cpu_misses, pcie_frac 1: bit-identical to all resident\n");
+            free(all8);
+            free(split8);
+            /* pcie_frac 0.5: both sides take slot-rows (the GPU the heavier half of each call's
+             * experts), and they add up to the routed ones */
+            g_cpu_moe = -1;
+            g_cpu_misses = g_pin = 1;
+            g_pcie_frac = 0.5f;
+            strata_session *hs = new_session(m, STRATA_BACKEND_CUDA, 8, 512);
+            g_cpu_moe = g_cpu_misses = g_pin = 0;
+            g_pcie_frac = -1.0f;
+            strata_session_stats ss;
+            memset(&ss, 0, sizeof ss);
+            strata_status st = hs ? strata_session_decode(hs, toks, 40, NULL, 0) : STRATA_ERR_BACKEND;
+            if (st == STRATA_OK) st = strata_session_get_stats(hs, &ss);
+            const int64_t routed = 40 * (int64_t)mi.n_layer * mi.n_expert_used;
+            printf("n_cpu_moe -1, cpu_misses, pcie_frac 0.5: slot-rows %lld GPU / %lld CPU of %lld\n",
+                   (long long)ss.expert_slots_gpu, (long long)ss.expert_slots_cpu, (long long)routed);
+            CHECK(st == STRATA_OK && ss.expert_slots_gpu > 0 && ss.expert_slots_cpu > 0 &&
+                  ss.expert_slots_gpu + ss.expert_slots_cpu == routed,
+                  "cpu_misses, pcie_frac 0.5: slot-rows %lld GPU / %lld CPU of %lld (%s)",
+                  (long long)ss.expert_slots_gpu, (long long)ss.expert_slots_cpu, (long long)routed,
+                  st == STRATA_OK ? "ok" : strata_last_error());
+            strata_session_free(hs);
+        }
         /* prefetch counters: decode steps issue prefetches, each found timely or late at most once */
         g_cache = 32;
         g_pin = g_prefetch = 1;
@@ -662,6 +705,13 @@ static void test_default_model(void) {
         strata_session *bad0 = NULL;
         CHECK(strata_session_create(m, &sp, &bad0) == STRATA_ERR_INVALID_ARG && !bad0,
               "stage_experts < -1 is refused");
+        sp.stage_experts = -1;
+        sp.n_cpu_moe = -1;
+        sp.cuda_doorbell = sp.cpu_misses = 1;
+        CHECK(strata_session_create(m, &sp, &bad0) == STRATA_ERR_UNSUPPORTED && !bad0,
+              "cuda_doorbell with n_cpu_moe and cpu_misses is refused");
+        sp.cuda_doorbell = sp.cpu_misses = 0;
+        sp.n_cpu_moe = 0;
         /* pin_experts -1 (the default, auto): the tiny model's experts fit, so they are pinned;
          * 0 keeps the mapping; 2 is refused */
         sp.stage_experts = 0;
@@ -690,17 +740,19 @@ static void test_default_model(void) {
 
     /* --cpu-moe / --n-cpu-moe: experts of every layer, or of the first 3, computed by the CPU
      * (the CPU's arithmetic for those): the same greedy tokens and the same KL bound */
-    for (int v = 0; v < 6; v++) { /* v 1: the CPU layers read pinned copies; v 2: --cpu-moe
+    for (int v = 0; v < 8; v++) { /* v 1: the CPU layers read pinned copies; v 2: --cpu-moe
                                    * --stage-experts 48 (prompt slices staged); v 3: auto; v 4:
                                    * a 32-slot cache whose misses the CPU computes (pcie_frac 0);
-                                   * v 5: the cost model splits them */
-        g_cpu_moe = v == 1 ? 3 : v >= 4 ? 0 : -1;
+                                   * v 5: the cost model splits them; v 6: --cpu-moe with half of
+                                   * each decode-sized call's experts over PCIe to the GPU
+                                   * (pcie_frac 0.5, batches of 8); v 7: the cost model's share */
+        g_cpu_moe = v == 1 ? 3 : v == 4 || v == 5 ? 0 : -1;
         g_stage = v == 2 ? 48 : v == 3 ? -1 : 0;
-        g_cache = v >= 4 ? 32 : 0;
+        g_cache = v == 4 || v == 5 ? 32 : 0;
         g_cpu_misses = v >= 4;
-        g_pcie_frac = v == 4 ? 0.0f : -1.0f;
-        g_pin = v == 1;
-        float *cm = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        g_pcie_frac = v == 4 ? 0.0f : v == 6 ? 0.5f : -1.0f;
+        g_pin = v == 1 || v >= 6;
+        float *cm = all_logits(m, STRATA_BACKEND_CUDA, v >= 6 ? 8 : 64, toks, n, V);
         strata_token gm[64];
         const int got = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gm);
         g_cpu_moe = g_stage = g_pin = g_cache = g_cpu_misses = 0;
@@ -721,8 +773,10 @@ static void test_default_model(void) {
             const double mg = same < 64 ? cpu_margin(m, toks, 12, gc, gm, same, V) : 0.0;
             const char *what = v == 2 ? " stage_experts 48" : v == 3 ? " stage_experts auto" :
                                v == 4 ? " cache 32, misses on the CPU" :
-                               v == 5 ? " cache 32, misses split by cost" : "";
-            const int ncm = v == 1 ? 3 : v >= 4 ? 0 : -1;
+                               v == 5 ? " cache 32, misses split by cost" :
+                               v == 6 ? " cpu_misses, pcie_frac 0.5 (batches of 8)" :
+                               v == 7 ? " cpu_misses, cost model (batches of 8)" : "";
+            const int ncm = v == 1 ? 3 : v == 4 || v == 5 ? 0 : -1;
             printf("n_cpu_moe %d%s: mean KL(cpu||gpu) %.3g (bound %.3g), greedy equal for %d of 64",
                    ncm, what, kl, fmax(1e-4, 2 * floor), same);
             if (same < 64) printf(" (then a CPU margin of %.3g logits)", mg);

@@ -60,7 +60,8 @@ class Model:
     attn_tc (prompt attention on the tensor cores: True (single f16 operands), False
     (FMA units), "split" or "auto", the default: tensor cores with hi + lo f16 operands), pin_experts (experts kept in RAM
     copied into pinned memory: True, False, or "auto", the default: when RAM allows), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
-    pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share), doorbell
+    pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share; with
+    n_cpu_moe: that share of a CPU layer's experts in decode steps copied to the GPU), doorbell
     (with n_cpu_moe: decode steps feed the CPU layers to a pool of CPU threads through host-mapped
     memory, docs/EXPERTS.md); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
