@@ -55,8 +55,8 @@ if [ -n "${AB_NVCC:-}" ]; then
         > "$R/build_ab.log" 2>&1 && echo ok > /tmp/ab.done ) &
 fi
 # the previous landing's sources (.devdata/prev: `git archive <rev> Makefile c`), built alongside
-# for same-run baseline rows (bench_*_prev)
-if [ -f .devdata/prev/Makefile ]; then
+# for same-run baseline rows (bench_*_prev; PREV=0: not built)
+if [ -f .devdata/prev/Makefile ] && [ "${PREV:-1}" = 1 ]; then
     ( cd .devdata/prev && make -j8 CUDA=1 strata > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done ) &
 fi
 if [ "${CHECK:-1}" = 1 ]; then
