@@ -212,6 +212,28 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
+/* cpu_misses: the distinct experts of the P routed slots ids (host; those with missed[i] set, or
+ * every valid one when missed is NULL) listed in g->misses with their rows and heaviest weight,
+ * g->miss_of[e] their index (the caller resets it to -1). Returns how many. */
+static int st_gpu_list_misses(st_gpu *g, const int32_t *ids, const float *wts, int64_t P, int32_t X,
+                              const uint8_t *missed) {
+    int nm = 0;
+    for (int64_t i = 0; i < P; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= X || (missed && !missed[i])) continue;
+        int32_t m = g->miss_of[e];
+        if (m < 0) {
+            m = g->miss_of[e] = nm++;
+            g->misses[m].expert = e;
+            g->misses[m].rows = 0;
+            g->misses[m].weight = 0.0f;
+        }
+        g->misses[m].rows++;
+        if (wts[i] > g->misses[m].weight) g->misses[m].weight = wts[i];
+    }
+    return nm;
+}
+
 /* cpu_misses: the missed experts of this call (ids, host, tn x K) split by the cost model into
  * loads and the CPU's share. When the CPU takes some, *split = 1, *gids = the GPU's ids (the CPU's
  * as -1, also uploaded to g->ids_split), g->h_ids_cpu = the CPU's (the rest -1), and the call's
@@ -226,20 +248,7 @@ static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, 
     if (!s->degrade.enabled) /* (DEGRADE_ZERO brought them down already) */
         TRY(st_cuda_memcpy_d2h(wts, g->wts + t0 * K, sizeof(float) * (size_t)P));
     st_gpu_cache_missed(g->cache, il, ids, P, s->missed);
-    int nm = 0;
-    for (int64_t i = 0; i < P; i++) {
-        const int32_t e = ids[i];
-        if (e < 0 || e >= X || !s->missed[i]) continue;
-        int32_t m = g->miss_of[e];
-        if (m < 0) {
-            m = g->miss_of[e] = nm++;
-            g->misses[m].expert = e;
-            g->misses[m].rows = 0;
-            g->misses[m].weight = 0.0f;
-        }
-        g->misses[m].rows++;
-        if (wts[i] > g->misses[m].weight) g->misses[m].weight = wts[i];
-    }
+    const int nm = st_gpu_list_misses(g, ids, wts, P, X, s->missed);
     *split = 0;
     if (nm > 0) st_cost_decide(&s->cost, g->misses, nm, g->miss_load, NULL);
     int64_t ncpu = 0;
@@ -278,20 +287,7 @@ static strata_status st_gpu_split_cpu_layer(strata_session *s, int il, int64_t t
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     const int64_t P = tn * K;
     *n_gpu = *n_cpu = 0;
-    int nm = 0;
-    for (int64_t i = 0; i < P; i++) {
-        const int32_t e = ids[i];
-        if (e < 0 || e >= X) continue;
-        int32_t m = g->miss_of[e];
-        if (m < 0) {
-            m = g->miss_of[e] = nm++;
-            g->misses[m].expert = e;
-            g->misses[m].rows = 0;
-            g->misses[m].weight = 0.0f;
-        }
-        g->misses[m].rows++;
-        if (wts[i] > g->misses[m].weight) g->misses[m].weight = wts[i];
-    }
+    const int nm = st_gpu_list_misses(g, ids, wts, P, X, NULL);
     const int nl = nm > 0 ? st_cost_decide(&s->cost, g->misses, nm, g->miss_load, NULL) : 0;
     int64_t ng = 0, nc = 0;
     for (int64_t i = 0; i < P; i++) {
