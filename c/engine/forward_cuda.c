@@ -212,6 +212,35 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
+/* The grouped expert kernel's arguments for rows t0 .. t0+tn-1 of layer il's routed experts:
+ * the expert table (device) and the routed ids to compute (-1: another side's), weighted by the
+ * routing's weights, written into g->proj (not accumulated). */
+static st_cuda_moe_args st_gpu_routed_args(const strata_session *s, int il, int64_t t0, int64_t tn,
+                                           const void *table, const int32_t *ids) {
+    const st_hparams *hp = &s->model->hp;
+    const st_gpu *g = s->gpu;
+    const st_gpu_layer *G = &g->layers[il];
+    const int64_t E = hp->n_embd, K = hp->n_expert_used;
+    st_cuda_moe_args a;
+    memset(&a, 0, sizeof a);
+    a.experts = table;
+    a.n_expert = hp->n_expert;
+    a.type_gate = a.type_up = G->exp_type_gu;
+    a.type_down = G->exp_type_down;
+    a.n_embd = E;
+    a.n_ff = hp->n_ff_exp;
+    a.x = g->xn + t0 * E;
+    a.T = tn;
+    a.ids = ids;
+    a.wts = g->wts + t0 * K;
+    a.k = (int32_t)K;
+    a.out = g->proj + t0 * E;
+    a.accumulate = 0;
+    a.ws = g->moe_ws;
+    a.ws_bytes = g->moe_ws_bytes;
+    return a;
+}
+
 /* cpu_misses: the distinct experts of the P routed slots ids (host; those with missed[i] set, or
  * every valid one when missed is NULL) listed in g->misses with their rows and heaviest weight,
  * g->miss_of[e] their index (the caller resets it to -1). Returns how many. */
@@ -283,7 +312,6 @@ static strata_status st_gpu_split_cpu_layer(strata_session *s, int il, int64_t t
                                             int64_t *n_cpu) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    const st_gpu_layer *G = &g->layers[il];
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     const int64_t P = tn * K;
     *n_gpu = *n_cpu = 0;
@@ -308,23 +336,7 @@ static strata_status st_gpu_split_cpu_layer(strata_session *s, int il, int64_t t
     memcpy(hg, g->h_ids_gpu, sizeof(int32_t) * (size_t)P);
     TRY(st_cuda_memcpy_async(g->ids_split + t0 * K, hg, sizeof(int32_t) * (size_t)P, 1, g->stream));
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)P);
-    st_cuda_moe_args a;
-    memset(&a, 0, sizeof a);
-    a.experts = table;
-    a.n_expert = X;
-    a.type_gate = a.type_up = G->exp_type_gu;
-    a.type_down = G->exp_type_down;
-    a.n_embd = hp->n_embd;
-    a.n_ff = hp->n_ff_exp;
-    a.x = g->xn + t0 * hp->n_embd;
-    a.T = tn;
-    a.ids = g->ids_split + t0 * K;
-    a.wts = g->wts + t0 * K;
-    a.k = K;
-    a.out = g->proj + t0 * hp->n_embd;
-    a.accumulate = 0;
-    a.ws = g->moe_ws;
-    a.ws_bytes = g->moe_ws_bytes;
+    const st_cuda_moe_args a = st_gpu_routed_args(s, il, t0, tn, table, g->ids_split + t0 * K);
     TRY(st_cuda_moe_ffn(&a, g->stream));
     *n_gpu = ng;
     *n_cpu = nc;
@@ -519,23 +531,8 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 s->pcie_bytes += (int64_t)(2 * sizeof(float) * (size_t)(tn * E) +
                                            (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
             }
-            st_cuda_moe_args a;
-            memset(&a, 0, sizeof a);
-            a.experts = table;
-            a.n_expert = X;
-            a.type_gate = a.type_up = G->exp_type_gu;
-            a.type_down = G->exp_type_down;
-            a.n_embd = E;
-            a.n_ff = hp->n_ff_exp;
-            a.x = g->xn + t0 * E;
-            a.T = tn;
-            a.ids = pm ? g->pm_ids : split ? g->ids_split + t0 * K : g->ids + t0 * K;
-            a.wts = g->wts + t0 * K;
-            a.k = K;
-            a.out = g->proj + t0 * E;
-            a.accumulate = 0;
-            a.ws = g->moe_ws;
-            a.ws_bytes = g->moe_ws_bytes;
+            st_cuda_moe_args a = st_gpu_routed_args(s, il, t0, tn, table,
+                                                    pm ? g->pm_ids : split ? g->ids_split + t0 * K : g->ids + t0 * K);
             if (!cpu_layer) TRY(st_cuda_moe_ffn(&a, g->stream));
             if (pm) { /* the pool's rows (computed meanwhile) added to the GPU's */
                 st_doorbell_layer *r = &g->db[il];
