@@ -292,6 +292,23 @@ static strata_status st_gpu_cache_settle(st_gpu_cache *c, int il, const int32_t 
     return STRATA_OK;
 }
 
+/* An expert's three matrices (host bytes of src) into slot over PCIe: enqueued on stream, or
+ * synchronous copies when it is NULL. */
+static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, int32_t slot, const st_expert *src,
+                                          void *stream) {
+    uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
+    const st_tensor *m[3] = {&src->gate, &src->up, &src->down};
+    for (int k = 0; k < 3; k++) {
+        const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
+        if (stream) TRY_CACHE(st_cuda_memcpy_async(p, m[k]->data, b, 1, stream));
+        else TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
+        p += st_round_up(b, 256);
+        c->loaded_bytes += (int64_t)b;
+        s->pcie_bytes += (int64_t)b;
+    }
+    return STRATA_OK;
+}
+
 strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
                                     int64_t n, void *stream) {
     if (!c->copy_stream) return STRATA_OK;
@@ -308,16 +325,7 @@ strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, 
         const int32_t slot = st_cache_claim(&c->book, il, e, 1);
         c->version++;
         if (slot < 0) break;
-        uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
-        const st_tensor *m[3] = {&views[e].gate, &views[e].up, &views[e].down};
-        strata_status st = STRATA_OK;
-        for (int k = 0; k < 3 && st == STRATA_OK; k++) {
-            const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
-            st = st_cuda_memcpy_async(p, m[k]->data, b, 1, c->copy_stream);
-            p += st_round_up(b, 256);
-            c->loaded_bytes += (int64_t)b;
-            s->pcie_bytes += (int64_t)b;
-        }
+        strata_status st = st_gpu_cache_copy_in(s, c, slot, &views[e], c->copy_stream);
         if (st == STRATA_OK) st = st_cuda_event_record(c->slot_event[slot], c->copy_stream);
         if (st != STRATA_OK) {
             (void)st_cuda_stream_synchronize(c->copy_stream);
@@ -393,22 +401,6 @@ strata_status st_gpu_cache_async_loads(st_gpu_cache *c, void *stream) {
     return STRATA_OK;
 }
 
-/* An expert's three matrices (host bytes of src) into slot over PCIe: synchronous copies, or
- * enqueued on the load stream (st_gpu_cache_async_loads). */
-static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, int32_t slot, const st_expert *src) {
-    uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
-    const st_tensor *m[3] = {&src->gate, &src->up, &src->down};
-    for (int k = 0; k < 3; k++) {
-        const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
-        if (c->load_stream && !s->ram) TRY_CACHE(st_cuda_memcpy_async(p, m[k]->data, b, 1, c->load_stream));
-        else TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
-        p += st_round_up(b, 256);
-        c->loaded_bytes += (int64_t)b;
-        s->pcie_bytes += (int64_t)b;
-    }
-    return STRATA_OK;
-}
-
 strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
                                  int64_t n, int32_t K, int keep_held, void *stream, const void **d_table) {
     const int32_t X = c->n_expert;
@@ -475,7 +467,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
                               il, (int)e);
                 break;
             }
-            st = st_gpu_cache_copy_in(s, c, slot, &src[e]);
+            st = st_gpu_cache_copy_in(s, c, slot, &src[e], s->ram ? NULL : c->load_stream);
             if (st != STRATA_OK) {
                 st_cache_abort(&c->book, slot);
                 break;
@@ -590,7 +582,7 @@ strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il
         if (slot < 0) break;
         if (*empty > 0) (*empty)--;
         else (*budget)--;
-        const strata_status st = st_gpu_cache_copy_in(s, c, slot, &views[e]);
+        const strata_status st = st_gpu_cache_copy_in(s, c, slot, &views[e], NULL);
         if (st != STRATA_OK) {
             st_cache_abort(&c->book, slot);
             return st;
