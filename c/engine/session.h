@@ -189,8 +189,8 @@ void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int6
 /* Misses computed by the expert pool (cuda_doorbell with expert_cache): the residency of every
  * layer as the device reads it inside a step with no host round trip: *d_where ([n_layer]
  * [n_expert] int32, nonzero: READY in a slot) and *d_tables ([n_layer][n_expert] st_cuda_expert,
- * the slots' descriptors), uploaded again only when a slot changed since the last call (a
- * synchronous copy: call it before the step's kernels are enqueued). */
+ * the slots' descriptors); after the first call only the layers whose residency changed go up
+ * again (synchronous copies: call it before the step's kernels are enqueued). */
 strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void **d_tables,
                                   const int32_t **d_where);
 /* After such a step: layer il's routed ids (n, host) are looked up (the LRU clock, the hot set's
