@@ -14,6 +14,7 @@
 #include "attn.cuh"
 #include "mma.cuh"
 #include "norm.cuh"
+#include "quantize.cuh"
 
 #include <limits.h>
 #include <stdint.h>
@@ -83,7 +84,24 @@ struct st_attn_args {
     const int32_t *pos_dev;   /* non-NULL: pos0 is *pos_dev (a replayed graph's position) */
     float scale;
     int chunk, n_chunks;
+    unsigned *sync;           /* st_k_attn, n_chunks > 1: [n_kv][n_rg] zeroed counters; the last
+                               * chunk's block of a row group merges the partials (no combine) */
+    block_q8_1 *q8;           /* st_k_attn with sync or one chunk: out also as Q8_1 rows (ldo =
+                               * n_head * HD) */
 };
+
+/* Row (t, h) of the output, lane holding dimensions lane + 32 dd, and its Q8_1 blocks when a.q8
+ * is set (block dd of the head is the 32 values of the warp's dd-th register). */
+template <int HD>
+static __device__ __forceinline__ void st_attn_store_row(const st_attn_args &a, int t, int h, const float (&o)[HD / 32],
+                                                         int lane) {
+    float *dst = a.out + (int64_t)t * a.ldo + (int64_t)h * HD;
+#pragma unroll
+    for (int dd = 0; dd < HD / 32; dd++) {
+        dst[lane + 32 * dd] = o[dd];
+        if (a.q8) st_q8_1_warp_put(o[dd], a.q8 + ((int64_t)t * a.n_head + h) * (HD / 32) + dd, lane);
+    }
+}
 
 template <int HD, int RPW, bool F16>
 static __global__ void __launch_bounds__(ST_ATTN_THREADS)
@@ -229,17 +247,17 @@ st_k_attn(const st_attn_args a) {
         __syncwarp(); /* Pw is rewritten by the next tile */
     }
 
-    if (!warp_live) return;
 #pragma unroll
     for (int j = 0; j < RPW; j++) {
         const int r = r_first + warp * RPW + j;
-        if (r >= R) continue;
+        if (!warp_live || r >= R) continue;
         const int t = r / G, h = hk * G + (r - t * G);
         if (a.n_chunks == 1) {
             /* every row sees position 0, so l > 0 */
-            float *o = a.out + (int64_t)t * a.ldo + (int64_t)h * HD;
+            float o[ND];
 #pragma unroll
-            for (int dd = 0; dd < ND; dd++) o[lane + 32 * dd] = __fdiv_rn(acc[j][dd], l[j]);
+            for (int dd = 0; dd < ND; dd++) o[dd] = __fdiv_rn(acc[j][dd], l[j]);
+            st_attn_store_row<HD>(a, t, h, o, lane);
         } else {
             float *pr = a.part + ((size_t)((int64_t)t * a.n_head + h) * (size_t)a.n_chunks + (size_t)c) * (HD + 2);
 #pragma unroll
@@ -249,6 +267,42 @@ st_k_attn(const st_attn_args a) {
                 pr[HD + 1] = l[j];
             }
         }
+    }
+    if (a.n_chunks == 1 || !a.sync) return; /* (uniform) */
+    /* the row group's last chunk to finish merges the partials of its rows: the combine pass's
+     * function (weights exp(m_c - M), 0 for empty chunks; sums in chunk order), in this block */
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    unsigned *cnt = a.sync + (size_t)hk * gridDim.x + rg;
+    if (threadIdx.x == 0) s_last = atomicAdd(cnt, 1u) == (unsigned)a.n_chunks - 1;
+    __syncthreads();
+    if (!s_last || !warp_live) return;
+    if (threadIdx.x == 0) *cnt = 0u; /* every chunk has counted: ready for the next launch */
+    __threadfence();
+#pragma unroll
+    for (int j = 0; j < RPW; j++) {
+        const int r = r_first + warp * RPW + j;
+        if (r >= R) continue;
+        const int t = r / G, h = hk * G + (r - t * G);
+        const float *pr = a.part + (size_t)((int64_t)t * a.n_head + h) * (size_t)a.n_chunks * (HD + 2);
+        float M = -INFINITY;
+        for (int cc = 0; cc < a.n_chunks; cc++) M = fmaxf(M, __ldcg(pr + (size_t)cc * (HD + 2) + HD));
+        float L = 0.0f, o[ND];
+#pragma unroll
+        for (int dd = 0; dd < ND; dd++) o[dd] = 0.0f;
+        for (int cc = 0; cc < a.n_chunks; cc++) {
+            const float *pc = pr + (size_t)cc * (HD + 2);
+            const float mc = __ldcg(pc + HD);
+            if (mc == -INFINITY) continue; /* M is finite: chunk 0 holds position 0 */
+            const float w = expf(mc - M);
+            L = fmaf(__ldcg(pc + HD + 1), w, L);
+#pragma unroll
+            for (int dd = 0; dd < ND; dd++) o[dd] = fmaf(__ldcg(pc + lane + 32 * dd), w, o[dd]);
+        }
+#pragma unroll
+        for (int dd = 0; dd < ND; dd++) o[dd] = __fdiv_rn(o[dd], L);
+        st_attn_store_row<HD>(a, t, h, o, lane);
     }
 }
 
@@ -1216,11 +1270,13 @@ extern "C" const char *st_cuda_attn_kernel_name(strata_type kv_type, const st_cu
     return names[st_attn_pick(kv_type, s, T, st_cuda_attn_plan_np(pos0 + T, n_ctx), 0, 0)];
 }
 
-strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
-                                              const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
-                                              const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
-                                              void *stream, int target_blocks, int rpw_force,
-                                              st_attn_plan *plan_out) {
+/* st_cuda_attention_ex, and with q8 (st_cuda_attention_q8) the Q8_1 rows where the kernel can
+ * write them (*q8_done = 1). */
+static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s, const float *d_q,
+                                int64_t ldq, int64_t T, int64_t pos0, const int32_t *d_pos, float *d_out,
+                                int64_t ldo, void *d_ws, size_t ws_bytes, void *stream, int target_blocks,
+                                int rpw_force, st_attn_plan *plan_out, void *d_q8, uint32_t *d_sync,
+                                size_t n_sync, int *q8_done) {
     static const char *fn = "st_cuda_attention";
     if (!kv || !s) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL cache or shape", fn);
     if (!st_cuda_attn_supports(kv->type, s))
@@ -1297,6 +1353,18 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     a.scale = s->scale;
     a.chunk = pl.chunk;
     a.n_chunks = pl.n_chunks;
+    a.sync = NULL;
+    a.q8 = NULL;
+    /* the FMA kernel finishes its rows itself when asked for Q8_1 rows: in one pass, or through
+     * the counters (one per row group and KV head) instead of the combine pass */
+    const bool fma = !tc && !dtc && !dec;
+    const bool own = fma && d_q8 && ldo == (int64_t)s->n_head * s->head_dim && s->head_dim % 32 == 0 &&
+                     (pl.n_chunks == 1 || (d_sync && (size_t)pl.n_rg * (size_t)s->n_head_kv <= n_sync));
+    if (own) {
+        a.q8 = (block_q8_1 *)d_q8;
+        a.sync = pl.n_chunks > 1 ? (unsigned *)d_sync : NULL;
+    }
+    if (q8_done) *q8_done = own;
     cudaStream_t st = (cudaStream_t)stream;
     if (tc) {
         int64_t chunk = np;
@@ -1321,7 +1389,7 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
         ST_TRY(st_attn_dec_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, s->n_head_kv, st));
     else
         ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));
-    if (pl.n_chunks > 1) {
+    if (pl.n_chunks > 1 && !a.sync) {
         const dim3 grid((unsigned)(T * s->n_head), (unsigned)(s->head_dim / (2 * ST_ATTN_COMBINE_PAIRS)));
         st_launch(st_k_attn_combine, grid, ST_ATTN_COMBINE_THREADS, 0, st,
             (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo);
@@ -1330,9 +1398,30 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
     return STRATA_OK;
 }
 
+strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
+                                   const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
+                                   const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
+                                   void *stream, int target_blocks, int rpw_force, st_attn_plan *plan_out) {
+    return st_attn_go(kv, s, d_q, ldq, T, pos0, d_pos, d_out, ldo, d_ws, ws_bytes, stream, target_blocks,
+                      rpw_force, plan_out, NULL, NULL, 0, NULL);
+}
+
 extern "C" strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                            const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
                                            const int32_t *d_pos, float *d_out, int64_t ldo,
                                            void *d_ws, size_t ws_bytes, void *stream) {
-    return st_cuda_attention_ex(kv, s, d_q, ldq, T, pos0, d_pos, d_out, ldo, d_ws, ws_bytes, stream, 0, 0, NULL);
+    return st_attn_go(kv, s, d_q, ldq, T, pos0, d_pos, d_out, ldo, d_ws, ws_bytes, stream, 0, 0, NULL, NULL,
+                      NULL, 0, NULL);
+}
+
+extern "C" strata_status st_cuda_attention_q8(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
+                                              const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
+                                              const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws,
+                                              size_t ws_bytes, void *d_q8, uint32_t *d_sync, size_t n_sync,
+                                              int *q8_done, void *stream) {
+    if (q8_done) *q8_done = 0;
+    if (!d_q8 || !q8_done || ((uintptr_t)d_q8 & 3))
+        return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_attention_q8: NULL or unaligned q8, or no q8_done");
+    return st_attn_go(kv, s, d_q, ldq, T, pos0, d_pos, d_out, ldo, d_ws, ws_bytes, stream, 0, 0, NULL, d_q8,
+                      d_sync, n_sync, q8_done);
 }

@@ -96,6 +96,17 @@ strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int32_t n_expe
                                 int norm, int32_t *d_ids, float *d_wts, st_cuda_doorbell *db,
                                 void *stream);
 
+/* One token's router in one launch (a decode step): logits = W x (W: F32, n_expert rows; the
+ * bits of st_cuda_mmv), the routing of st_cuda_moe_route from them (d_ids/d_wts and/or db), and
+ * when d_xq is set, x as n_embd / 32 q8_1 blocks the way st_cuda_moe_ffn quantizes it (pass it as
+ * st_cuda_moe_args.xq: the FFN then runs without its plan). d_sync: one device word, 0 before the
+ * call and left 0 by it (the last of the n_expert blocks routes); one per stream of concurrent
+ * calls. Needs st_cuda_moe_router1_supports (n_expert <= 256, W->ne0 a multiple of 32). */
+int st_cuda_moe_router1_supports(const st_cuda_mat *W, int32_t n_expert, int32_t k);
+strata_status st_cuda_moe_router1(const st_cuda_mat *W, const float *d_x, int32_t n_expert, int32_t k,
+                                  int norm, float *d_logits, int32_t *d_ids, float *d_wts,
+                                  st_cuda_doorbell *db, void *d_xq, uint32_t *d_sync, void *stream);
+
 /* ---- grouped expert FFN ---------------------------------------------------------------------- */
 
 typedef struct st_cuda_moe_args {
@@ -104,6 +115,9 @@ typedef struct st_cuda_moe_args {
     strata_type type_gate, type_up, type_down; /* type_gate must equal type_up */
     int64_t n_embd, n_ff;          /* both multiples of 32 and of the types' block sizes */
     const float *x;                /* device [T][n_embd] */
+    const void *xq;                /* NULL, or for T == 1: x's q8_1 rows from st_cuda_moe_router1
+                                    * (no plan then: gate/up types and down types with dp4a
+                                    * kernels, k <= 16, take down and combine in one launch) */
     int64_t T;                     /* tokens, 1..; T * k <= ST_CUDA_MOE_MAX_PAIRS (see below) */
     const int32_t *ids;            /* device [T][k]; ids outside [0, n_expert) contribute 0 */
     const float *wts;              /* device [T][k] */

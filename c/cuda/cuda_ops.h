@@ -209,6 +209,18 @@ strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_s
                                 const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
                                 void *stream);
 
+/* st_cuda_attention that also writes the output as Q8_1 rows (st_cuda_quantize_q8_1's bits,
+ * layout of st_cuda_mmv_pre's d_xq; ldo must be n_head * head_dim) where the kernel finishes its
+ * rows itself: the FMA kernel (decode below 4,096 positions), in one pass or, with d_sync (n_sync
+ * device words, 0 before the call and left 0; one set per stream of concurrent calls), by the
+ * last chunk of each row group instead of the combine pass. *q8_done = 1 when d_q8 was written;
+ * 0: it was not (the caller quantizes d_out). d_out is written either way. */
+strata_status st_cuda_attention_q8(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
+                                   const float *d_q, int64_t ldq, int64_t T, int64_t pos0,
+                                   const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws,
+                                   size_t ws_bytes, void *d_q8, uint32_t *d_sync, size_t n_sync,
+                                   int *q8_done, void *stream);
+
 /* Which kernel st_cuda_attention runs for T tokens at pos0 over a cache of n_ctx positions (with
  * enough workspace): "st_k_attn_dtc" (decode on the tensor cores), "st_k_attn_tc" (prompt batches
  * on the tensor cores), "st_k_attn_dec" or "st_k_attn" (FMA units); NULL on unsupported or

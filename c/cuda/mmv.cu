@@ -22,8 +22,6 @@ extern "C" {
 
 /* ---- kernels -------------------------------------------------------------------------------- */
 
-static __device__ __forceinline__ float st_mmv_silu(float g) { return g / (1.0f + expf(-g)); }
-
 /* Writes the reduced results of this warp's row; w1 set: out = silu(a) * b. */
 template <int NC>
 static __device__ __forceinline__ void st_mmv_store(float a[NC], float b[NC], bool fused,
@@ -174,67 +172,13 @@ st_k_mmv_f(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict
     st_mmv_store<NC>(a, b, w1 != nullptr, ncols, lane, row, nrows, y);
 }
 
-/* Float weights, few rows (the router: 128 x 2048 f32 is 32 blocks of the kernel above, each
- * lane 16 dependent chunks): ST_MMV_SPLIT warps share a row, each every 8th chunk of it; the
- * warps' sums are added in warp order. Deterministic; not the bits of st_k_mmv_f (another order). */
-#define ST_MMV_SPLIT 8
-#ifndef ST_MMV_SPLIT_PF
-#define ST_MMV_SPLIT_PF 4 /* chunks a thread fetched before the wait (n_embd up to 4096 f32); 0: none (A/B) */
-#endif
+/* Float weights, few rows (the router): a block per row, st_mmv_f_split_row (mmv.cuh). */
 template <class F, int NC>
 static __global__ void __launch_bounds__(ST_MMV_SPLIT * 32)
 st_k_mmv_f_split(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict__ w1, size_t rb1,
                  int nrows, int ne0, int nvec, const float *__restrict__ x, int ncols,
                  float *__restrict__ y) {
-    __shared__ float red[2][ST_MMV_SPLIT][NC];
-    constexpr int TH = ST_MMV_SPLIT * 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int row = blockIdx.x;
-    const uint8_t *wr = w0 + (size_t)row * rb0;
-    float a[NC], b[NC];
-#pragma unroll
-    for (int c = 0; c < NC; c++) a[c] = b[c] = 0.0f;
-    /* A row of up to ST_MMV_SPLIT_PF chunks a thread (the router's 2048 f32: 2) is loaded before
-     * griddepcontrol.wait: the weights are not written by the kernels this one waits for, so
-     * their fetch overlaps the residual norm before it. The sums as st_mmv_row_f's (the same chunk
-     * and tail helpers, in the same order), same bits. */
-    constexpr int PF = ST_MMV_SPLIT_PF > 0 ? ST_MMV_SPLIT_PF : 1;
-    if (ST_MMV_SPLIT_PF > 0 && !w1 && nvec > 0 && nvec <= PF * TH) {
-        float wv[PF][F::V];
-#pragma unroll
-        for (int k = 0; k < PF; k++)
-            if ((int)threadIdx.x + TH * k < nvec) F::chunk(wr, (int)threadIdx.x + TH * k, wv[k]);
-        st_pdl_enter();
-#pragma unroll
-        for (int k = 0; k < PF; k++) {
-            const int ci = (int)threadIdx.x + TH * k;
-            if (ci >= nvec) break;
-            st_mmv_chunk_fma<F, NC>(wv[k], x, ne0, ci, ncols, a);
-        }
-        st_mmv_row_f_tail<F, NC, TH>(wr, ne0, nvec, x, ncols, (int)threadIdx.x, a);
-    } else {
-        st_pdl_enter();
-        st_mmv_row_f<F, NC, TH>(wr, ne0, nvec, x, ncols, (int)threadIdx.x, a);
-        if (w1) st_mmv_row_f<F, NC, TH>(w1 + (size_t)row * rb1, ne0, nvec, x, ncols, (int)threadIdx.x, b);
-    }
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        const float sa = st_mmv_warp_sum(a[c]), sb = w1 ? st_mmv_warp_sum(b[c]) : 0.0f;
-        if (lane == 0) {
-            red[0][warp][c] = sa;
-            red[1][warp][c] = sb;
-        }
-    }
-    __syncthreads();
-    if ((int)threadIdx.x < ncols) {
-        const int c = (int)threadIdx.x;
-        float sa = 0.0f, sb = 0.0f;
-        for (int k = 0; k < ST_MMV_SPLIT; k++) {
-            sa += red[0][k][c];
-            sb += red[1][k][c];
-        }
-        y[(int64_t)c * nrows + row] = w1 ? st_mmv_silu(sa) * sb : sa;
-    }
+    st_mmv_f_split_row<F, NC>(w0, rb0, w1, rb1, nrows, ne0, nvec, x, ncols, y);
 }
 
 /* ---- launch --------------------------------------------------------------------------------- */

@@ -479,11 +479,78 @@ static __device__ __forceinline__ void st_mmv_row_f(const uint8_t *__restrict__ 
     st_mmv_row_f_tail<F, NC, STRIDE>(row, ne0, nvec, x, ncols, lane, acc);
 }
 
+static __device__ __forceinline__ float st_mmv_silu(float g) { return g / (1.0f + expf(-g)); }
+
 /* Sum over the warp; every lane gets the total. */
 static __device__ __forceinline__ float st_mmv_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+/* Float weights, few rows (the router: 128 x 2048 f32 would be 32 blocks of st_k_mmv_f, each
+ * lane 16 dependent chunks): ST_MMV_SPLIT warps share a row, each every 8th chunk of it; the
+ * warps' sums are added in warp order. Deterministic; not the bits of st_k_mmv_f (another order).
+ * The body of st_k_mmv_f_split (mmv.cu) and of the MoE's one-token router (moe.cu): row =
+ * blockIdx.x, blockDim.x = ST_MMV_SPLIT * 32; opens with st_pdl_enter. */
+#define ST_MMV_SPLIT 8
+#ifndef ST_MMV_SPLIT_PF
+#define ST_MMV_SPLIT_PF 4 /* chunks a thread fetched before the wait (n_embd up to 4096 f32); 0: none (A/B) */
+#endif
+template <class F, int NC>
+static __device__ __forceinline__ void
+st_mmv_f_split_row(const uint8_t *__restrict__ w0, size_t rb0, const uint8_t *__restrict__ w1, size_t rb1,
+                   int nrows, int ne0, int nvec, const float *__restrict__ x, int ncols,
+                   float *__restrict__ y) {
+    __shared__ float red[2][ST_MMV_SPLIT][NC];
+    constexpr int TH = ST_MMV_SPLIT * 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row = blockIdx.x;
+    const uint8_t *wr = w0 + (size_t)row * rb0;
+    float a[NC], b[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++) a[c] = b[c] = 0.0f;
+    /* A row of up to ST_MMV_SPLIT_PF chunks a thread (the router's 2048 f32: 2) is loaded before
+     * griddepcontrol.wait: the weights are not written by the kernels this one waits for, so
+     * their fetch overlaps the residual norm before it. The sums as st_mmv_row_f's (the same chunk
+     * and tail helpers, in the same order), same bits. */
+    constexpr int PF = ST_MMV_SPLIT_PF > 0 ? ST_MMV_SPLIT_PF : 1;
+    if (ST_MMV_SPLIT_PF > 0 && !w1 && nvec > 0 && nvec <= PF * TH) {
+        float wv[PF][F::V];
+#pragma unroll
+        for (int k = 0; k < PF; k++)
+            if ((int)threadIdx.x + TH * k < nvec) F::chunk(wr, (int)threadIdx.x + TH * k, wv[k]);
+        st_pdl_enter();
+#pragma unroll
+        for (int k = 0; k < PF; k++) {
+            const int ci = (int)threadIdx.x + TH * k;
+            if (ci >= nvec) break;
+            st_mmv_chunk_fma<F, NC>(wv[k], x, ne0, ci, ncols, a);
+        }
+        st_mmv_row_f_tail<F, NC, TH>(wr, ne0, nvec, x, ncols, (int)threadIdx.x, a);
+    } else {
+        st_pdl_enter();
+        st_mmv_row_f<F, NC, TH>(wr, ne0, nvec, x, ncols, (int)threadIdx.x, a);
+        if (w1) st_mmv_row_f<F, NC, TH>(w1 + (size_t)row * rb1, ne0, nvec, x, ncols, (int)threadIdx.x, b);
+    }
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const float sa = st_mmv_warp_sum(a[c]), sb = w1 ? st_mmv_warp_sum(b[c]) : 0.0f;
+        if (lane == 0) {
+            red[0][warp][c] = sa;
+            red[1][warp][c] = sb;
+        }
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < ncols) {
+        const int c = (int)threadIdx.x;
+        float sa = 0.0f, sb = 0.0f;
+        for (int k = 0; k < ST_MMV_SPLIT; k++) {
+            sa += red[0][k][c];
+            sb += red[1][k][c];
+        }
+        y[(int64_t)c * nrows + row] = w1 ? st_mmv_silu(sa) * sb : sa;
+    }
 }
 
 #endif /* STRATA_CUDA_MMV_CUH */

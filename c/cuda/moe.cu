@@ -20,6 +20,7 @@
  * f32 on the fly with dequant.cuh, f32 activations): F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL,
  * Q2_K, Q3_K. c/cuda/dev/moe_check.cu checks and times this. */
 #include "mmq.cuh"
+#include "mmv.cuh"
 
 extern "C" {
 #include "cuda_moe.h"
@@ -182,7 +183,26 @@ struct st_moe_mv_params {
     int64_t n_rows;
     float *out;           /* [P][n_rows] */
     int max_pairs;        /* the most pairs a group can hold: min(T, ST_MOE_MAXG) */
+    const int32_t *ids;   /* set for a one-token call without a plan: group y = pair y, expert
+                           * ids[y] (none when outside [0, n_expert)) */
+    int n_expert;
 };
+
+/* Block y's group: the plan's, or pair y alone (p.ids). false: no group (the block exits). */
+static __device__ __forceinline__ bool st_moe_block_group(const st_moe_mv_params &p, st_moe_group &G) {
+    const int y = (int)blockIdx.y;
+    if (p.ids) {
+        const int e = p.ids[y];
+        if (e < 0 || e >= p.n_expert) return false;
+        G.expert = e;
+        G.n = 1;
+        G.pair[0] = y;
+        return true;
+    }
+    if (y >= *p.n_groups) return false;
+    G = p.groups[y];
+    return true;
+}
 
 /* Q4_K chunks through the tiles' aligned fetch (a 16-byte header and 32 bytes of nibbles, 3
  * vector loads) instead of load's ~20 16-bit loads: the same values (finish is load to the bit).
@@ -232,8 +252,8 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
     extern __shared__ uint32_t s_act[]; /* SM: NG rows of n_chunks * 9 words */
     st_pdl_enter();
     constexpr int RPW = 32 / LPR;
-    if ((int)blockIdx.y >= *p.n_groups) return; /* uniform per block */
-    const st_moe_group G = p.groups[blockIdx.y];
+    st_moe_group G;
+    if (!st_moe_block_group(p, G)) return; /* uniform per block */
     const int gn = G.n < NG ? G.n : NG;
     const int rw = (int)p.n_chunks * 9; /* words per activation row */
     const int64_t r_warp = ((int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32) * RPW;
@@ -314,11 +334,78 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
     }
 }
 
+/* One token's down projection and combine in one launch (p.ids set, k <= ST_MOE_DOWN1_MAXK):
+ * block b computes rows b * RB .. b * RB + RB - 1 of every slot's expert, warp s slot s (its
+ * activation row copied into shared memory by the warp, RG groups of 32 / LPR rows, each row's
+ * dot as st_k_moe_mv_q8 computes it for a one-pair group: the same bits), then one thread a row
+ * adds the k rows in slot order as st_k_moe_combine does. Dynamic shared memory: k activation
+ * rows of n_chunks * 9 words, then k * RB floats. */
+#define ST_MOE_DOWN1_MAXK 16
+template <class W, int LPR, int RG>
+static __global__ void __launch_bounds__(32 * ST_MOE_DOWN1_MAXK)
+st_k_moe_down1(const st_moe_mv_params p, const float *__restrict__ wts, int k, int accumulate,
+               float *__restrict__ out) {
+    extern __shared__ uint32_t s_act[];
+    constexpr int RPW = 32 / LPR, RB = RPW * RG;
+    st_pdl_enter();
+    const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31), cl = lane % LPR;
+    const int rw = (int)p.n_chunks * 9;
+    const int64_t r0 = (int64_t)blockIdx.x * RB;
+    float *ys = (float *)(s_act + (size_t)k * rw); /* [k][RB] */
+    const int e = p.ids[warp];
+    if (e >= 0 && e < p.n_expert) { /* uniform per warp */
+        const st_cuda_mat *M = &p.experts[e].down;
+        const int64_t nr = p.n_rows - r0 < RB ? p.n_rows - r0 : RB;
+        if (ST_MOE_MV_L2PF) {
+            const int64_t lines = (nr * (int64_t)M->row_bytes + 127) / 128;
+            const uint8_t *b0 = (const uint8_t *)M->data + r0 * M->row_bytes;
+            for (int64_t i = lane; i < lines; i += 32) st_prefetch_l2(b0 + 128 * i);
+        }
+        uint32_t *sa = s_act + (size_t)warp * rw;
+        const uint32_t *src = (const uint32_t *)((const uint8_t *)p.act + (size_t)warp * p.act_rb);
+        for (int i = lane; i < rw; i += 32) sa[i] = __ldg(src + i);
+        __syncwarp();
+#pragma unroll
+        for (int g = 0; g < RG; g++) {
+            const int64_t r_lane = r0 + g * RPW + lane / LPR;
+            const bool live = r_lane < p.n_rows;
+            const uint8_t *w0 = (const uint8_t *)M->data + (live ? r_lane : p.n_rows - 1) * M->row_bytes;
+            float acc = 0.0f;
+#pragma unroll 2
+            for (int64_t c = cl; c < p.n_chunks; c += LPR) {
+                st_w32 a0;
+                st_moe_mv_chunk<W>(w0, c, a0);
+                const uint32_t *as = sa + (int)c * 9;
+                const float da = st_dev_fp16(as[0] & 0xFFFFu);
+                int a[8];
+#pragma unroll
+                for (int i = 0; i < 8; i++) a[i] = (int)as[1 + i];
+                acc += da * st_w32_dot<W>(a0, a);
+            }
+#pragma unroll
+            for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            if (cl == 0) ys[warp * RB + g * RPW + lane / LPR] = acc;
+        }
+    }
+    __syncthreads();
+    if ((int)threadIdx.x < RB && r0 + (int)threadIdx.x < p.n_rows) {
+        const int64_t r = r0 + threadIdx.x;
+        float o = 0.0f;
+        for (int s = 0; s < k; s++) {
+            const int es = p.ids[s];
+            if (es < 0 || es >= p.n_expert) continue;
+            /* separate multiply and add, as st_k_moe_combine */
+            o = __fadd_rn(o, __fmul_rn(wts[s], ys[s * RB + threadIdx.x]));
+        }
+        out[r] = accumulate ? __fadd_rn(out[r], o) : o;
+    }
+}
+
 template <class D, bool GATED>
 static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_f32(const st_moe_mv_params p) {
     st_pdl_enter();
-    if ((int)blockIdx.y >= *p.n_groups) return;
-    const st_moe_group G = p.groups[blockIdx.y];
+    st_moe_group G;
+    if (!st_moe_block_group(p, G)) return;
     const int64_t r = (int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32;
     if (r >= p.n_rows) return;
     const int lane = threadIdx.x & 31;
@@ -408,11 +495,12 @@ static __device__ __forceinline__ unsigned long long st_route_key(float v, int i
     return ((unsigned long long)key << 32) | (uint32_t)~(uint32_t)i;
 }
 
-/* One CTA per token; dynamic shared memory: n_expert floats of logits + n_expert int flags. */
-static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
-st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
-               int32_t *ids0, float *wts0, int32_t *ids1, float *wts1) {
-    st_pdl_enter();
+/* Token t's routing from its n_expert logits at l, by one CTA of ST_ROUTE_THREADS threads;
+ * dynamic shared memory: n_expert floats of logits + n_expert int flags. The logits are read
+ * through L2 (__ldcg): the one-token router reads there what other blocks of its grid wrote. */
+static __device__ __forceinline__ void st_moe_route_row(const float *l, int n_expert, int k, int norm,
+                                                        int64_t t, int32_t *ids0, float *wts0,
+                                                        int32_t *ids1, float *wts1) {
     extern __shared__ float s_mem[];
     float *s_l = s_mem;
     int *s_taken = (int *)(s_mem + n_expert);
@@ -424,12 +512,10 @@ st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
     __shared__ float s_mx;
     __shared__ double s_sum;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nw = blockDim.x >> 5;
-    const int64_t t = blockIdx.x;
-    const float *l = logits + t * n_expert;
 
     float mx = -INFINITY;
     for (int e = tid; e < n_expert; e += blockDim.x) {
-        const float v = l[e];
+        const float v = __ldcg(l + e);
         s_l[e] = v;
         s_taken[e] = 0;
         mx = v > mx ? v : mx;
@@ -530,6 +616,48 @@ st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
     }
 }
 
+/* One CTA per token. */
+static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
+st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
+               int32_t *ids0, float *wts0, int32_t *ids1, float *wts1) {
+    st_pdl_enter();
+    const int64_t t = blockIdx.x;
+    st_moe_route_row(logits + t * n_expert, n_expert, k, norm, t, ids0, wts0, ids1, wts1);
+}
+
+/* ---- one token's router in one launch ------------------------------------------------------- */
+
+/* A decode step's router: block b computes logit b (st_k_mmv_f_split's body: the bits of
+ * st_cuda_mmv), its warps quantize x's q8_1 blocks b * 8 + warp, b * 8 + warp + 8 * grid, ...
+ * (st_moe_q8_lane: the bits of the expert FFN's own quantization) into xq when set, and the
+ * block that finishes last (a counter at sync, which it sets back to 0) routes the token as
+ * st_k_moe_route does. The last block sees every logit: each block's writes are fenced before
+ * its increment (the reduction pattern of the CUDA samples). Three launches become one. */
+static_assert(ST_MMV_SPLIT * 32 == ST_ROUTE_THREADS, "the router's blocks also route");
+static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
+st_k_moe_router1(const uint8_t *__restrict__ w, size_t rb, int n_expert, int ne0, int nvec,
+                 const float *__restrict__ x, float *logits, int k, int norm, int32_t *ids0, float *wts0,
+                 int32_t *ids1, float *wts1, block_q8_1 *__restrict__ xq, unsigned *sync) {
+    __shared__ int s_last;
+    st_mmv_f_split_row<st_mmv_f32, 1>(w, rb, nullptr, 0, n_expert, ne0, nvec, x, 1, logits);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (xq)
+        for (int b = (int)blockIdx.x * ST_MMV_SPLIT + warp; b < ne0 / 32; b += (int)gridDim.x * ST_MMV_SPLIT) {
+            uint32_t ds;
+            const int qi = st_moe_q8_lane(x[b * 32 + lane], &ds);
+            xq[b].qs[lane] = (int8_t)qi;
+            if (lane == 0) *(uint32_t *)(xq + b) = ds;
+        }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(sync, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!s_last) return;
+    if (threadIdx.x == 0) *sync = 0u; /* every block has counted: ready for the next launch */
+    __threadfence();
+    st_moe_route_row(logits, n_expert, k, norm, 0, ids0, wts0, ids1, wts1);
+}
+
 /* ---- dispatch -------------------------------------------------------------------------------- */
 
 extern "C" int st_cuda_moe_type_dp4a(strata_type type) {
@@ -613,6 +741,41 @@ static strata_status st_moe_mv(strata_type type, const st_moe_mv_params &p, unsi
     }
 }
 
+/* st_k_moe_down1's launch: RG row groups a warp (2, 1 for rows of 32 lanes). false: its shared
+ * memory would pass 48 KB (the caller takes the down kernel and the combine instead). */
+template <class W, int LPR>
+static bool st_moe_launch_down1_lpr(const st_moe_mv_params &p, const float *wts, int k, int accumulate,
+                                    float *out, cudaStream_t s) {
+    constexpr int RG = LPR == 32 ? 1 : 2, RB = (32 / LPR) * RG;
+    const size_t smem = (size_t)k * ((size_t)p.n_chunks * sizeof(block_q8_1) + RB * sizeof(float));
+    if (smem > 48 * 1024) return false;
+    const unsigned grid = (unsigned)((p.n_rows + RB - 1) / RB);
+    st_launch(st_k_moe_down1<W, LPR, RG>, grid, 32 * k, smem, s, p, wts, k, accumulate, out);
+    return true;
+}
+
+template <class W>
+static bool st_moe_launch_down1(const st_moe_mv_params &p, const float *wts, int k, int accumulate, float *out,
+                                cudaStream_t s) {
+    const int lpr = st_moe_mv_lpr(p.n_chunks);
+    if (lpr == 32) return st_moe_launch_down1_lpr<W, 32>(p, wts, k, accumulate, out, s);
+    if (lpr == 16) return st_moe_launch_down1_lpr<W, 16>(p, wts, k, accumulate, out, s);
+    return st_moe_launch_down1_lpr<W, 8>(p, wts, k, accumulate, out, s);
+}
+
+/* The dispatch of st_k_moe_down1 over the dp4a types; false: not launched. */
+static bool st_moe_down1(strata_type type, const st_moe_mv_params &p, const float *wts, int k, int accumulate,
+                         float *out, cudaStream_t s) {
+    switch (type) {
+    case STRATA_TYPE_Q4_0: return st_moe_launch_down1<st_w_q4_0>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_Q8_0: return st_moe_launch_down1<st_w_q8_0>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_Q4_K: return st_moe_launch_down1<st_w_q4_K>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_Q5_K: return st_moe_launch_down1<st_w_q5_K>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_Q6_K: return st_moe_launch_down1<st_w_q6_K>(p, wts, k, accumulate, out, s);
+    default: return false;
+    }
+}
+
 /* ---- doorbell -------------------------------------------------------------------------------- */
 
 extern "C" strata_status st_cuda_doorbell_alloc(st_cuda_doorbell *db, int64_t max_tokens, int32_t k) {
@@ -664,6 +827,41 @@ extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int
     st_launch(st_k_moe_route, (unsigned)T, ST_ROUTE_THREADS, smem, (cudaStream_t)stream, 
         d_logits, n_expert, k, norm, d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL);
     ST_CUDA_CHECK_LAUNCH("st_k_moe_route");
+    return STRATA_OK;
+}
+
+extern "C" int st_cuda_moe_router1_supports(const st_cuda_mat *W, int32_t n_expert, int32_t k) {
+    return W && W->type == STRATA_TYPE_F32 && W->ne1 == n_expert && n_expert >= 1 &&
+           n_expert <= ST_ROUTE_THREADS && k >= 1 && k <= n_expert && k <= ST_ROUTE_MAX_K && W->ne0 >= 32 &&
+           W->ne0 % 32 == 0 && W->data && ((uintptr_t)W->data & 3) == 0 && W->row_bytes % 4 == 0 &&
+           W->row_bytes >= (size_t)W->ne0 * sizeof(float);
+}
+
+extern "C" strata_status st_cuda_moe_router1(const st_cuda_mat *W, const float *d_x, int32_t n_expert, int32_t k,
+                                             int norm, float *d_logits, int32_t *d_ids, float *d_wts,
+                                             st_cuda_doorbell *db, void *d_xq, uint32_t *d_sync, void *stream) {
+    static const char *fn = "st_cuda_moe_router1";
+    if (!st_cuda_moe_router1_supports(W, n_expert, k))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: router of %s %lld x %lld for n_expert %d, k %d (need "
+                        "F32, n_expert rows <= %d, a width of 32s)", fn, W ? strata_type_name(W->type) : "NULL",
+                        W ? (long long)W->ne1 : 0LL, W ? (long long)W->ne0 : 0LL, (int)n_expert, (int)k,
+                        ST_ROUTE_THREADS);
+    if (!d_x || !d_logits || !d_sync || (!d_ids && !db) || (!d_ids != !d_wts) || ((uintptr_t)d_x & 3) ||
+        ((uintptr_t)d_xq & 3))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL x, logits or sync, no output, or x / xq not "
+                        "4-byte aligned", fn);
+    if (db && (!db->d_ids || db->k != k || db->max_tokens < 1))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: doorbell of %lld x %d for k %d", fn,
+                        (long long)db->max_tokens, (int)db->k, (int)k);
+    ST_TRY(st_cuda_require(fn));
+    /* 16-byte chunks when the rows and x allow, as st_cuda_mmv decides */
+    const bool vec = W->row_bytes % 16 == 0 && ((uintptr_t)W->data & 15) == 0 && ((uintptr_t)d_x & 15) == 0;
+    const int nvec = vec ? (int)(W->ne0 / 4) : 0;
+    const size_t smem = (size_t)n_expert * (sizeof(float) + sizeof(int));
+    st_launch(st_k_moe_router1, (unsigned)n_expert, ST_ROUTE_THREADS, smem, (cudaStream_t)stream,
+              (const uint8_t *)W->data, W->row_bytes, (int)n_expert, (int)W->ne0, nvec, d_x, d_logits, (int)k, norm,
+              d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL, (block_q8_1 *)d_xq, (unsigned *)d_sync);
+    ST_CUDA_CHECK_LAUNCH("st_k_moe_router1");
     return STRATA_OK;
 }
 
@@ -841,8 +1039,9 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
                         "and of the block sizes (%s %lld, %s %lld)", fn, (long long)a->n_embd,
                         (long long)a->n_ff, strata_type_name(a->type_gate), (long long)qg,
                         strata_type_name(a->type_down), (long long)qd);
-    if (((uintptr_t)a->ws & 255) != 0 || ((uintptr_t)a->x & 3) != 0 || ((uintptr_t)a->out & 3) != 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "%s: ws must be 256-byte, x and out 4-byte aligned", fn);
+    if (((uintptr_t)a->ws & 255) != 0 || ((uintptr_t)a->x & 3) != 0 || ((uintptr_t)a->out & 3) != 0 ||
+        ((uintptr_t)a->xq & 3) != 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: ws must be 256-byte, x, xq and out 4-byte aligned", fn);
     const int tiles = st_moe_mmq_wanted(a);
     if (!tiles && a->T * (int64_t)a->k > 1024)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld x k %d pairs need the tile path (types "
@@ -867,9 +1066,12 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
         return STRATA_OK;
     }
 
-    /* 1. plan (and x's q8_1 rows in the same launch for the dp4a types) */
-    const int dp4a_g = st_cuda_moe_type_dp4a(a->type_gate);
-    if (dp4a_g) {
+    /* 1. plan (and x's q8_1 rows in the same launch for the dp4a types); none for a one-token
+     * call whose x the router quantized: block y of the GEMVs takes pair y */
+    const int dp4a_g = st_cuda_moe_type_dp4a(a->type_gate), dp4a_d = st_cuda_moe_type_dp4a(a->type_down);
+    const int direct = a->xq && a->T == 1 && dp4a_g && dp4a_d && a->k <= ST_MOE_DOWN1_MAXK;
+    if (direct) {
+    } else if (dp4a_g) {
         const unsigned bt = (unsigned)((P + 31) & ~31) < 256u ? 256u : (unsigned)((P + 31) & ~31);
         const int64_t qw = a->T * (a->n_embd / 32); /* one warp per q8_1 block */
         const unsigned qb = (unsigned)((qw + bt / 32 - 1) / (bt / 32));
@@ -892,8 +1094,10 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.n_chunks = a->n_embd / 32;
     p.n_rows = a->n_ff;
     p.out = w.h;
+    p.ids = direct ? a->ids : NULL;
+    p.n_expert = a->n_expert;
     if (dp4a_g) {
-        p.act = w.xq;
+        p.act = direct ? a->xq : w.xq;
         p.act_rb = (size_t)(a->n_embd / 32) * sizeof(block_q8_1);
     } else {
         p.act = a->x;
@@ -906,13 +1110,18 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.n_chunks = a->n_ff / 32;
     p.n_rows = a->n_embd;
     p.out = w.y;
-    if (st_cuda_moe_type_dp4a(a->type_down)) {
+    if (dp4a_d) {
         ST_TRY(st_moe_quantize(w.h, a->n_ff, P, a->n_ff, w.hq, s));
         p.act = w.hq;
         p.act_rb = (size_t)(a->n_ff / 32) * sizeof(block_q8_1);
     } else {
         p.act = w.h;
         p.act_rb = (size_t)a->n_ff * sizeof(float);
+    }
+    /* 5-6. one token: down and combine in one launch */
+    if (direct && st_moe_down1(a->type_down, p, a->wts, a->k, a->accumulate, a->out, s)) {
+        ST_CUDA_CHECK_LAUNCH("st_k_moe_down1");
+        return STRATA_OK;
     }
     ST_TRY(st_moe_mv<false>(a->type_down, p, (unsigned)P, s));
 

@@ -201,10 +201,17 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     } else {
         TRY(st_gpu_attn_inputs(s, il, q, lq, k, lk, v, lv, T, pos0));
     }
-    TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
-                          g->attn_ws_bytes, g->stream));
+    /* decode-sized calls: the attention also writes its rows as Q8_1 for the output GEMV where
+     * its kernel finishes them itself (one launch fewer, no combine pass) */
+    int att_q8 = 0;
+    if (g->att_q8 && T <= ST_GPU_COLS && T < ST_CUDA_MMQ_MIN_ROWS)
+        TRY(st_cuda_attention_q8(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
+                                 g->attn_ws_bytes, g->att_q8, g->sync + 1, ST_GPU_SYNC - 1, &att_q8, g->stream));
+    else
+        TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
+                              g->attn_ws_bytes, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
-    TRY(st_gpu_mm(g, &G->wo, g->att, T, g->proj));
+    TRY(st_gpu_mm_pre(g, &G->wo, g->att, att_q8 ? g->att_q8 : NULL, T, g->proj));
     if (G->bo) TRY(st_cuda_add_bias(g->proj, E, G->bo, E, T, g->stream));
     /* the residual and the FFN's norm in one launch */
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
@@ -230,6 +237,7 @@ static st_cuda_moe_args st_gpu_routed_args(const strata_session *s, int il, int6
     a.n_embd = E;
     a.n_ff = hp->n_ff_exp;
     a.x = g->xn + t0 * E;
+    a.xq = tn == 1 && g->xq_ready ? g->moe_xq : NULL; /* from the one-token router */
     a.T = tn;
     a.ids = ids;
     a.wts = g->wts + t0 * K;
@@ -365,15 +373,23 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
         TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
     } else {
         const int32_t X = hp->n_expert, K = hp->n_expert_used;
-        TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
+        /* a decode step: router GEMV, routing and the experts' q8_1 row of xn in one launch */
+        const int r1 = T == 1 && g->moe_xq && st_cuda_moe_router1_supports(&G->router, X, K);
+        if (r1)
+            TRY(st_cuda_moe_router1(&G->router, g->xn, X, K, hp->expert_weights_norm, g->router, g->ids, g->wts,
+                                    NULL, g->moe_xq, g->sync, g->stream));
+        else
+            TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
+        g->xq_ready = r1;
         if (G->shexp && G->shexp_gate_inp.data) {
             TRY(st_gpu_mm(g, &G->shexp_gate_inp, g->xn, T, g->shgate));
             TRY(st_cuda_sigmoid(g->shgate, g->shgate, T, g->stream));
         }
         for (int64_t t0 = 0; t0 < T; t0 += g->moe_tokens) {
             const int64_t tn = T - t0 < g->moe_tokens ? T - t0 : g->moe_tokens;
-            TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
-                                  g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
+            if (!r1)
+                TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm,
+                                      g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
             TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
             /* a CPU layer's experts are staged to the GPU for a long enough batch */
             int staged = 0;
@@ -562,6 +578,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 TRY(st_cuda_moe_ffn(&a, g->stream));
             }
         }
+        g->xq_ready = 0;
     }
     /* the residual, and the next layer's attention norm in the same launch */
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;

@@ -18,6 +18,7 @@
 #include "cuda_ops.h"
 
 #define ST_GPU_COLS 8        /* columns per GEMV call (st_cuda_mmv's limit) */
+#define ST_GPU_SYNC 256      /* st_gpu.sync counters: 0 the one-token router, 1.. the attention */
 
 /* One layer's device weights: matrices as descriptors, norms and biases as f32 pointers (NULL when
  * the model lacks them). */
@@ -123,6 +124,13 @@ struct st_gpu {
     void *mmv_scratch, *mmq_scratch, *moe_ws, *attn_ws;
     void *xq;                             /* the attention norm's output as Q8_1 rows, batches of
                                              up to ST_GPU_COLS tokens (st_gpu_xq) */
+    void *moe_xq;                         /* a decode step's FFN norm as the experts' q8_1 row,
+                                             from the one-token router (st_cuda_moe_router1) */
+    void *att_q8;                         /* the attention output as Q8_1 rows for the output
+                                             GEMV, decode-sized calls (st_cuda_attention_q8) */
+    int xq_ready;                         /* moe_xq holds this layer's row (the router wrote it) */
+    uint32_t *sync;                       /* [ST_GPU_SYNC] device counters of the kernels whose
+                                             last block finishes the call; 0 between calls */
     size_t moe_ws_bytes, attn_ws_bytes;
 };
 

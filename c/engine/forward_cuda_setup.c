@@ -338,6 +338,11 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     if (F > widest) widest = F;
     TRY(st_gpu_alloc(&g->mmv_scratch, st_cuda_mmv_scratch_bytes((int64_t)widest, ST_GPU_COLS)));
     if (E % 32 == 0) TRY(st_gpu_alloc(&g->xq, st_cuda_mmv_scratch_bytes(E, ST_GPU_COLS)));
+    if (E % 32 == 0) TRY(st_gpu_alloc(&g->moe_xq, st_cuda_mmv_scratch_bytes(E, 1)));
+    const int64_t n_att = (int64_t)hp->n_head * hp->head_dim_v;
+    if (n_att % 32 == 0) TRY(st_gpu_alloc(&g->att_q8, st_cuda_mmv_scratch_bytes(n_att, ST_GPU_COLS)));
+    TRY(st_gpu_alloc((void **)&g->sync, sizeof(uint32_t) * ST_GPU_SYNC));
+    TRY(st_cuda_memset(g->sync, 0, sizeof(uint32_t) * ST_GPU_SYNC));
     TRY(st_gpu_alloc(&g->mmq_scratch, st_cuda_mmq_scratch_bytes((int64_t)widest, (int64_t)T)));
     g->moe_tokens = 1;
     size_t moe = 0;
@@ -427,7 +432,7 @@ void st_gpu_free(strata_session *s) {
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
-                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->mmq_scratch,
+                    g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->moe_xq, g->att_q8, g->sync, g->mmq_scratch,
                     g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */

@@ -20,6 +20,7 @@
 #ifdef STRATA_HAVE_CUDA
 #include "cuda_backend.h"
 #include "cuda_ops.h"
+#include "cuda_mmv.h"
 #include "ops.h"
 #include "threadpool.h"
 
@@ -91,6 +92,8 @@ typedef enum { WS_FULL, WS_NONE, WS_SMALL } ws_mode;
 static int g_tc = 0; /* shape.tc of the next cases: the tensor-core prefill kernel (2: split) */
 static double g_last_nmse; /* the last case's NMSE against the CPU */
 static const char *g_last_kernel; /* the kernel the last case ran (st_cuda_attn_kernel_name) */
+static int g_q8; /* the next cases call st_cuda_attention_q8 (Q8_1 rows, counters) */
+static int g_last_q8; /* the last case's q8_done */
 
 /* One case: a cache of n_ctx = np + 37 positions holding np tokens, T query tokens at
  * pos0 = np - T. ldq/ldo padding pq/po floats per row. */
@@ -140,6 +143,7 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     size_t ws_full = st_cuda_attn_wsize(&gs, T, n_ctx);
     size_t ws_bytes = wm == WS_FULL ? ws_full : wm == WS_SMALL ? ws_full / 3 : 0;
     void *dk = NULL, *dv = NULL, *dq = NULL, *dvals = NULL, *dout = NULL, *dws = NULL;
+    void *dq8 = NULL, *dq8ref = NULL, *dsync = NULL;
     st_cuda_kv_layer gkv = {kvt, NULL, NULL, n_ctx};
     dk = dev_alloc(kv_bytes, 0xFF);
     dv = dev_alloc(kv_bytes, 0xFF);
@@ -184,15 +188,50 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
           desc, (long long)k_mis, (long long)v_mis);
     CHECK(poison_bad == 0, "%s: %lld bytes written past the stored positions", desc, (long long)poison_bad);
 
-    /* attention, twice */
-    st = st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout, ldo, dws, ws_bytes, NULL);
+    /* attention, twice (g_q8: with Q8_1 rows and counters; where written, the rows must be the
+     * bits st_cuda_quantize_q8_1 gives for the output, and the counters must be back at 0) */
+    const size_t q8_bytes = (size_t)(T * nq / 32) * 36;
+    int q8_done = 0, q8_bad = 0, sync_bad = 0;
+    if (g_q8) {
+        dq8 = dev_alloc(q8_bytes, 0xA5);
+        dq8ref = dev_alloc(q8_bytes, 0x5A);
+        dsync = dev_alloc(sizeof(uint32_t) * 256, 0);
+        if (!dq8 || !dq8ref || !dsync) {
+            CHECK(0, "%s: device allocation: %s", desc, strata_last_error());
+            goto done;
+        }
+    }
+    st = g_q8 ? st_cuda_attention_q8(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout, ldo, dws,
+                                     ws_bytes, dq8, (uint32_t *)dsync, 256, &q8_done, NULL)
+              : st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout, ldo, dws, ws_bytes, NULL);
     CHECK(st == STRATA_OK, "%s: attention: %s", desc, strata_last_error());
     if (st != STRATA_OK) goto done;
     int out_bad = dev_fetch(got, dout, sizeof(float) * (size_t)(T * ldo));
     int ws_bad = dws ? dev_fetch(NULL, dws, ws_bytes) : 0;
-    st = st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout, ldo, dws, ws_bytes, NULL);
+    if (q8_done) {
+        uint8_t *h8 = malloc(q8_bytes), *h8r = malloc(q8_bytes);
+        st = st_cuda_quantize_q8_1((const float *)dout, dq8ref, T * nq, NULL);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(h8, dq8, q8_bytes);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(h8r, dq8ref, q8_bytes);
+        q8_bad = st != STRATA_OK || !h8 || !h8r || memcmp(h8, h8r, q8_bytes) != 0;
+        free(h8);
+        free(h8r);
+    }
+    st = g_q8 ? st_cuda_attention_q8(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout, ldo, dws,
+                                     ws_bytes, dq8, (uint32_t *)dsync, 256, &q8_done, NULL)
+              : st_cuda_attention(&gkv, &gs, (const float *)dq, ldq, T, pos0, NULL, (float *)dout, ldo, dws, ws_bytes, NULL);
     CHECK(st == STRATA_OK, "%s: attention (2nd): %s", desc, strata_last_error());
     int out_bad2 = dev_fetch(got2, dout, sizeof(float) * (size_t)(T * ldo));
+    if (g_q8) {
+        uint32_t cnt[256];
+        sync_bad = st_cuda_memcpy_d2h(cnt, dsync, sizeof cnt) != STRATA_OK;
+        for (int i = 0; i < 256; i++) sync_bad += cnt[i] != 0;
+        printf("attn  %-56s q8 rows %s, counters %s\n", desc, q8_done ? (q8_bad ? "DIFFER" : "exact") : "not written",
+               sync_bad ? "NOT ZERO" : "zero");
+        CHECK(q8_bad == 0, "%s: Q8_1 rows differ from st_cuda_quantize_q8_1 of the output", desc);
+        CHECK(sync_bad == 0, "%s: counters not back at 0", desc);
+    }
+    g_last_q8 = q8_done;
 
     double num = 0, den = 0, max_err = 0;
     int64_t nans = 0, gaps_bad = 0;
@@ -229,6 +268,7 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
 done:
     st_cuda_free(dk); st_cuda_free(dv); st_cuda_free(dq); st_cuda_free(dvals); st_cuda_free(dout);
     st_cuda_free(dws);
+    st_cuda_free(dq8); st_cuda_free(dq8ref); st_cuda_free(dsync);
 done_host:
     free(k); free(v); free(q); free(qc); free(ref); free(got); free(got2); free(scratch);
     free(ckv.k); free(ckv.vt); free(gk); free(gv);
@@ -450,6 +490,29 @@ int main(void) {
             CHECK(split * 20.0 <= g_last_nmse, "%s T=%lld ctx=%lld: split decode NMSE %.2e not 20x below "
                   "single f16's %.2e", dc[i].sh.name, (long long)dc[i].T, (long long)dc[i].np, split, g_last_nmse);
         }
+    }
+    /* st_cuda_attention_q8: the FMA kernel writes Q8_1 rows, its chunks merged by the last block
+     * of each row group (counters) or in one pass; the other kernels leave them to the caller */
+    {
+        const struct { shape_t sh; strata_type kt; int64_t T, np, po; ws_mode wm; int tc, want; } qc[] = {
+            {qwen3, F16, 1, 1, 0, WS_FULL, 0, 1},     {qwen3, F16, 1, 7, 0, WS_FULL, 0, 1},
+            {qwen3, F16, 7, 7, 0, WS_FULL, 0, 1},     {qwen3, F16, 2, 100, 0, WS_FULL, 0, 1},
+            {qwen3, F16, 7, 300, 0, WS_FULL, 2, 1},   {qwen3, F16, 1, 3000, 0, WS_FULL, 2, 1},
+            {qwen3, F16, 8, 300, 0, WS_FULL, 2, 0},   /* 64 rows a KV head: the tensor-core kernel */
+            {qwen3, F16, 5, 2100, 0, WS_SMALL, 2, 1}, {qwen3, F16, 1, 900, 0, WS_NONE, 2, 1},
+            {olmoe, F16, 1, 100, 0, WS_FULL, 2, 1},   {olmoe, F16, 8, 2000, 0, WS_FULL, 2, 1},
+            {mixtral, F16, 4, 1000, 0, WS_FULL, 2, 1}, {hd64, F16, 3, 100, 0, WS_FULL, 2, 1},
+            {hd256, F16, 1, 100, 0, WS_FULL, 2, 1},   {qwen3, F32, 8, 100, 0, WS_FULL, 0, 1},
+            {qwen3, F16, 2, 100, 16, WS_FULL, 2, 0},  {qwen3, F16, 1, 16384, 0, WS_FULL, 2, 0},
+            {qwen3, F16, 1, 16384, 0, WS_FULL, 0, 0}};
+        g_q8 = 1;
+        for (size_t i = 0; i < sizeof qc / sizeof qc[0]; i++) {
+            g_tc = qc[i].tc;
+            attn_case(qc[i].sh, qc[i].kt, qc[i].T, qc[i].np, 0, qc[i].po, qc[i].wm);
+            CHECK(g_last_q8 == qc[i].want, "%s T=%lld ctx=%lld: q8_done %d, expected %d", qc[i].sh.name,
+                  (long long)qc[i].T, (long long)qc[i].np, g_last_q8, qc[i].want);
+        }
+        g_q8 = 0;
     }
     g_tc = 0;
     st_threadpool_free(pool);

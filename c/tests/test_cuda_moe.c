@@ -17,6 +17,7 @@
 #include "cuda_backend.h"
 #include "cuda_mmq.h"
 #include "cuda_moe.h"
+#include "cuda_mmv.h"
 #include "ops.h"
 
 #include <math.h>
@@ -195,6 +196,75 @@ static void check_route(int64_t T, int32_t n_expert, int32_t k, int norm, int ti
     free(logits); free(ids); free(gids); free(wts); free(gwts);
 }
 
+/* st_cuda_moe_router1 against st_cuda_mmv (the f32 router) + st_cuda_moe_route on the same
+ * device: logits, ids and weights bit-identical, the doorbell equal, the counter back at 0, three
+ * calls in a row (the counter reused). */
+static void check_router1(int64_t n_embd, int32_t n_expert, int32_t k, int norm, test_rng *r) {
+    const size_t nw = (size_t)(n_embd * n_expert);
+    float *w = malloc(sizeof(float) * nw), *x = malloc(sizeof(float) * (size_t)n_embd);
+    float *l0 = malloc(sizeof(float) * (size_t)n_expert), *l1 = malloc(sizeof(float) * (size_t)n_expert);
+    int32_t i0[64], i1[64];
+    float w0[64], w1[64];
+    void *d_w = NULL, *d_x = NULL, *d_l0 = NULL, *d_l1 = NULL, *d_i0 = NULL, *d_i1 = NULL, *d_w0 = NULL,
+         *d_w1 = NULL, *d_xq = NULL, *d_sync = NULL, *d_scr = NULL;
+    st_cuda_doorbell db;
+    memset(&db, 0, sizeof db);
+    for (size_t i = 0; i < nw; i++) w[i] = 0.05f * test_rng_float(r);
+    for (int64_t i = 0; i < n_embd; i++) x[i] = test_rng_float(r);
+    strata_status st = st_cuda_malloc(&d_w, sizeof(float) * nw);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_x, sizeof(float) * (size_t)n_embd);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_l0, sizeof(float) * (size_t)n_expert);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_l1, sizeof(float) * (size_t)n_expert);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_i0, sizeof(int32_t) * 64);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_i1, sizeof(int32_t) * 64);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_w0, sizeof(float) * 64);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_w1, sizeof(float) * 64);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_xq, (size_t)(n_embd / 32) * 36);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_scr, st_cuda_mmv_scratch_bytes(n_embd, 1));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_sync, sizeof(uint32_t));
+    if (st == STRATA_OK) st = st_cuda_memset(d_sync, 0, sizeof(uint32_t));
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_w, w, sizeof(float) * nw);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_x, x, sizeof(float) * (size_t)n_embd);
+    if (st == STRATA_OK) st = st_cuda_doorbell_alloc(&db, 1, k);
+    const st_cuda_mat W = {STRATA_TYPE_F32, d_w, n_embd, n_expert, sizeof(float) * (size_t)n_embd};
+    CHECK(st_cuda_moe_router1_supports(&W, n_expert, k), "router1: %lld x %d not supported", (long long)n_embd,
+          n_expert);
+    if (st == STRATA_OK) st = st_cuda_mmv(&W, (const float *)d_x, 1, (float *)d_l0, d_scr, NULL);
+    if (st == STRATA_OK)
+        st = st_cuda_moe_route((const float *)d_l0, 1, n_expert, k, norm, (int32_t *)d_i0, (float *)d_w0, NULL, NULL);
+    int64_t bad = 0;
+    uint32_t sync = 1;
+    for (int rep = 0; rep < 3 && st == STRATA_OK; rep++) {
+        st = st_cuda_memset(d_l1, 0xA5, sizeof(float) * (size_t)n_expert);
+        if (st == STRATA_OK)
+            st = st_cuda_moe_router1(&W, (const float *)d_x, n_expert, k, norm, (float *)d_l1, (int32_t *)d_i1,
+                                     (float *)d_w1, &db, d_xq, (uint32_t *)d_sync, NULL);
+        if (st == STRATA_OK) st = st_cuda_synchronize();
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(l0, d_l0, sizeof(float) * (size_t)n_expert);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(l1, d_l1, sizeof(float) * (size_t)n_expert);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(i0, d_i0, sizeof(int32_t) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(i1, d_i1, sizeof(int32_t) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(w0, d_w0, sizeof(float) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(w1, d_w1, sizeof(float) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(&sync, d_sync, sizeof sync);
+        if (st != STRATA_OK) break;
+        bad += memcmp(l0, l1, sizeof(float) * (size_t)n_expert) != 0;
+        bad += memcmp(i0, i1, sizeof(int32_t) * (size_t)k) != 0 || memcmp(w0, w1, sizeof(float) * (size_t)k) != 0;
+        bad += memcmp(db.h_ids, i1, sizeof(int32_t) * (size_t)k) != 0 || memcmp(db.h_wts, w1, sizeof(float) * (size_t)k) != 0;
+        bad += sync != 0;
+    }
+    CHECK(st == STRATA_OK, "router1 %lld x %d: %s", (long long)n_embd, n_expert, strata_last_error());
+    printf("router1 n_embd=%-5lld n_expert=%-4d k=%d norm=%d  mismatches %lld (logits, routing, doorbell, "
+           "counter over 3 calls)  %s\n", (long long)n_embd, n_expert, k, norm, (long long)bad,
+           bad == 0 && st == STRATA_OK ? "pass" : "FAIL");
+    CHECK(bad == 0, "router1 %lld x %d k %d: %lld mismatches against st_cuda_mmv + st_cuda_moe_route",
+          (long long)n_embd, n_expert, k, (long long)bad);
+    (void)st_cuda_doorbell_free(&db);
+    void *frees[] = {d_w, d_x, d_l0, d_l1, d_i0, d_i1, d_w0, d_w1, d_xq, d_sync, d_scr};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) (void)st_cuda_free(frees[i]);
+    free(w); free(x); free(l0); free(l1);
+}
+
 /* ---- experts --------------------------------------------------------------------------------- */
 
 /* A set of materialized experts on host and device, and the two tables over n_expert entries
@@ -333,6 +403,59 @@ static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t
             *same = memcmp(got, got2, sizeof(float) * (size_t)(n + GUARD)) == 0;
         if (run == 2 && st == STRATA_OK)
             *same = *same && memcmp(got, got2, sizeof(float) * (size_t)(n + GUARD)) == 0;
+    }
+    /* one token: x quantized by st_cuda_moe_router1 (a random router) and passed as xq, the
+     * call then without its plan and with down + combine in one launch: the same bits */
+    if (st == STRATA_OK && T == 1 && s->n_expert <= 256 && s->n_embd % 32 == 0) {
+        float *wr = malloc(sizeof(float) * (size_t)(s->n_expert * s->n_embd));
+        void *d_wr = NULL, *d_l = NULL, *d_ri = NULL, *d_rw = NULL, *d_xq = NULL, *d_sync = NULL;
+        st = wr ? STRATA_OK : STRATA_ERR_NOMEM;
+        test_rng rr = {0x1234567ULL + (unsigned long long)s->n_embd};
+        for (int64_t i = 0; wr && i < s->n_expert * s->n_embd; i++) wr[i] = 0.05f * test_rng_float(&rr);
+        if (st == STRATA_OK) st = st_cuda_malloc(&d_wr, sizeof(float) * (size_t)(s->n_expert * s->n_embd));
+        if (st == STRATA_OK) st = st_cuda_malloc(&d_l, sizeof(float) * (size_t)s->n_expert);
+        if (st == STRATA_OK) st = st_cuda_malloc(&d_ri, sizeof(int32_t) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_malloc(&d_rw, sizeof(float) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_malloc(&d_xq, (size_t)(s->n_embd / 32) * 36);
+        if (st == STRATA_OK) st = st_cuda_malloc(&d_sync, sizeof(uint32_t));
+        if (st == STRATA_OK) st = st_cuda_memset(d_sync, 0, sizeof(uint32_t));
+        if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_wr, wr, sizeof(float) * (size_t)(s->n_expert * s->n_embd));
+        const st_cuda_mat W = {STRATA_TYPE_F32, d_wr, s->n_embd, s->n_expert, sizeof(float) * (size_t)s->n_embd};
+        if (st == STRATA_OK)
+            st = st_cuda_moe_router1(&W, (const float *)d_x, s->n_expert, k, 1, (float *)d_l, (int32_t *)d_ri,
+                                     (float *)d_rw, NULL, d_xq, (uint32_t *)d_sync, NULL);
+        if (st == STRATA_OK) st = st_cuda_memset(d_out, 0xA5, sizeof(float) * (size_t)(n + GUARD));
+        if (st == STRATA_OK && accumulate) st = st_cuda_memcpy_h2d(d_out, init, sizeof(float) * (size_t)n);
+        if (st == STRATA_OK) st = st_cuda_memset(d_ws, 0x3F, wsz);
+        st_cuda_moe_args a;
+        memset(&a, 0, sizeof a);
+        a.experts = (const st_cuda_expert *)s->d_table;
+        a.n_expert = s->n_expert;
+        a.type_gate = a.type_up = s->tg;
+        a.type_down = s->td;
+        a.n_embd = s->n_embd;
+        a.n_ff = s->n_ff;
+        a.x = (const float *)d_x;
+        a.xq = d_xq;
+        a.T = 1;
+        a.ids = (const int32_t *)d_ids;
+        a.wts = (const float *)d_w;
+        a.k = k;
+        a.out = (float *)d_out;
+        a.accumulate = accumulate;
+        a.ws = d_ws;
+        a.ws_bytes = wsz;
+        if (st == STRATA_OK) st = st_cuda_moe_ffn(&a, NULL);
+        if (st == STRATA_OK) st = st_cuda_synchronize();
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got2, d_out, sizeof(float) * (size_t)(n + GUARD));
+        const int fused_same = st == STRATA_OK && memcmp(got, got2, sizeof(float) * (size_t)(n + GUARD)) == 0;
+        CHECK(fused_same, "one-token call with the router's xq (%s/%s, %lld x %lld, k %d, accumulate %d) "
+              "differs from the planned call", strata_type_name(s->tg), strata_type_name(s->td),
+              (long long)s->n_embd, (long long)s->n_ff, k, accumulate);
+        (void)st_cuda_free(d_wr); (void)st_cuda_free(d_l); (void)st_cuda_free(d_ri); (void)st_cuda_free(d_rw);
+        (void)st_cuda_free(d_xq); (void)st_cuda_free(d_sync);
+        free(wr);
+        memcpy(got2, got, sizeof(float) * (size_t)(n + GUARD)); /* (compared above) */
     }
     CHECK(st == STRATA_OK, "GPU ffn: %s", strata_last_error());
     *same = st == STRATA_OK && *same && memcmp(got, got2, sizeof(float) * (size_t)(n + GUARD)) == 0;
@@ -567,6 +690,14 @@ int main(void) {
     check_route(37, 60, 4, 1, 0, &r);
     check_route(3, 256, 8, 1, 1, &r);
     check_route(2, 1000, 16, 0, 0, &r);
+    { /* (a stream of its own: the expert cases below keep their data) */
+        test_rng r1 = {0xD1B54A32D192ED03ULL};
+        check_router1(2048, 128, 8, 1, &r1);
+        check_router1(2048, 64, 8, 0, &r1);
+        check_router1(96, 8, 2, 1, &r1);
+        check_router1(4096, 256, 8, 1, &r1);
+        check_router1(1312, 60, 4, 0, &r1);
+    }
 
     expert_set s;
     /* every supported type on small odd shapes (row chunks fewer than and not a multiple of 32) */
@@ -591,6 +722,7 @@ int main(void) {
     if (expert_set_make(&s, 768, 512, 5, 5, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
         for (int64_t T = 1; T <= 8; T++) check_ffn("columns", &s, T, 2, 1, 0, &r);
         check_ffn("bad ids", &s, 4, 3, 1, 1, &r);
+        check_ffn("bad ids", &s, 1, 3, 1, 1, &r);
     }
     expert_set_free(&s);
     /* prompt batches: the tensor-core tile path (T >= 32 and T * k >= 4 n_expert, or > 1024
