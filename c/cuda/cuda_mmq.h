@@ -31,8 +31,9 @@ extern "C" {
  * models). Else 0. st_cuda_mmq_swiglu takes the quantized types only. */
 int st_cuda_mmq_supports(strata_type type);
 
-/* Bytes of scratch st_cuda_mmq needs for T rows of ne0 activations (their rounded f16 copy),
- * the same for every type; 0 on bad sizes. */
+/* Bytes of scratch st_cuda_mmq needs for T rows of ne0 activations (their rounded copy; for
+ * float weights the partial sums of a call split along ne0), the same for every type; 0 on bad
+ * sizes. */
 size_t st_cuda_mmq_scratch_bytes(int64_t ne0, int64_t T);
 
 /* The fewest rows for which the session uses st_cuda_mmq instead of the GEMV (below it, the
@@ -42,8 +43,9 @@ size_t st_cuda_mmq_scratch_bytes(int64_t ne0, int64_t T);
 /* y[t * ldy + r] = dot(row r of W, x[t * ldx ...]) for t < T, r < W->ne1. T >= 1; for quantized
  * types W->ne0 a multiple of 32 and of the block size; ldx >= ne0, ldy >= ne1, x and y 4-byte
  * aligned; y must not overlap x or the scratch (st_cuda_mmq_scratch_bytes(ne0, T) bytes, 16-byte
- * aligned; unused for float types, may be NULL there). Errors: INVALID_ARG, UNSUPPORTED (type,
- * no GPU), BACKEND (launch). */
+ * aligned; optional for float types: without it a call too small to fill the GPU is not split
+ * along ne0, which is slower and gives other bits). Errors: INVALID_ARG, UNSUPPORTED (type, no
+ * GPU), BACKEND (launch). */
 strata_status st_cuda_mmq(const st_cuda_mat *W, const float *d_x, int64_t ldx, int64_t T,
                           float *d_y, int64_t ldy, void *d_scratch, void *stream);
 

@@ -695,10 +695,15 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
  * threads of (TB / 16)^2 outputs each, steps of 64 weights through shared memory, every output
  * summed over k in order with fmaf (deterministic, and the tile size changes no bit). Each
  * thread loads its share of step s + 1 into registers before the block multiplies step s, so a
- * step's global latency hides behind the one before: the router's (2048 -> 128) tiles are few
- * and each is a long walk over k. For the small float matrices of quantized models (the router,
- * (n_expert, n_embd)) and for float models. */
+ * step's global latency hides behind the one before. Calls too small to fill the GPU with 64-wide
+ * tiles (the router, (n_expert, n_embd): 16 tiles at pp512) split k into S parts of 64-wide tiles
+ * (grid.z; each part's sums in order into the scratch) and add the parts in order after
+ * (st_k_mmf_sum): 4 x 4 outputs a thread and short walks, where 16-wide tiles of one output a
+ * thread walked all of k with two shared loads per FMA (2.4 TFLOP/s). Deterministic; the split
+ * sums are not the one-part bits. For the small float matrices of quantized models and for float
+ * models. */
 #define ST_MMF_BK 64
+#define ST_MMF_MAX_SPLIT 16
 
 struct st_mmf_args {
     const uint8_t *w;
@@ -708,6 +713,8 @@ struct st_mmf_args {
     int64_t ldx, T;
     float *y;
     int64_t ldy;
+    int64_t k_len;  /* split: weights per part (a multiple of ST_MMF_BK), part z = blockIdx.z */
+    float *part;    /* split: part z's outputs at part + (z * T + t) * N + r; NULL: into y */
 };
 
 template <class P, int TB>
@@ -719,6 +726,8 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
     __shared__ float Ws[ST_MMF_BK][TB + 4]; /* [k][weight row] */
     const int tid = (int)threadIdx.x, ty = tid >> 4, tx = tid & 15;
     const int64_t t0 = (int64_t)blockIdx.y * TB, r0 = (int64_t)blockIdx.x * TB;
+    const int64_t kb = a.part ? (int64_t)blockIdx.z * a.k_len : 0;
+    const int64_t ke = a.part && kb + a.k_len < a.K ? kb + a.k_len : a.K; /* this block's k: [kb, ke) */
     /* load q of a step: element e = tid + 256 q, row e / BK, k e % BK (a warp reads along k) */
     float xr[L], wr[L];
     auto fetch = [&](int64_t k0) {
@@ -726,7 +735,7 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
         for (int q = 0; q < L; q++) {
             const int e = tid + 256 * q, row = e / ST_MMF_BK, kk = e % ST_MMF_BK;
             const int64_t k = k0 + kk;
-            const bool xin = t0 + row < a.T && k < a.K, win = r0 + row < a.N && k < a.K;
+            const bool xin = t0 + row < a.T && k < ke, win = r0 + row < a.N && k < ke;
             xr[q] = xin ? a.x[(t0 + row) * a.ldx + k] : 0.0f;
             wr[q] = win ? P::one(a.w + (size_t)(r0 + row) * a.rb + (size_t)k * P::BYTES) : 0.0f;
         }
@@ -736,8 +745,8 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
     for (int i = 0; i < R; i++)
 #pragma unroll
         for (int j = 0; j < R; j++) acc[i][j] = 0.0f;
-    fetch(0);
-    for (int64_t k0 = 0; k0 < a.K; k0 += ST_MMF_BK) {
+    fetch(kb);
+    for (int64_t k0 = kb; k0 < ke; k0 += ST_MMF_BK) {
 #pragma unroll
         for (int q = 0; q < L; q++) {
             const int e = tid + 256 * q, row = e / ST_MMF_BK, kk = e % ST_MMF_BK;
@@ -745,7 +754,7 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
             Ws[kk][row] = wr[q];
         }
         __syncthreads();
-        if (k0 + ST_MMF_BK < a.K) fetch(k0 + ST_MMF_BK);
+        if (k0 + ST_MMF_BK < ke) fetch(k0 + ST_MMF_BK);
 #pragma unroll 16
         for (int kk = 0; kk < ST_MMF_BK; kk++) {
             float xv[R], wv[R];
@@ -766,7 +775,10 @@ static __global__ void __launch_bounds__(256) st_k_mmf(const st_mmf_args a) {
 #pragma unroll
         for (int j = 0; j < R; j++) {
             const int64_t t = t0 + ty * R + i, r = r0 + tx * R + j;
-            if (t < a.T && r < a.N) a.y[t * a.ldy + r] = acc[i][j];
+            if (t < a.T && r < a.N) {
+                if (a.part) a.part[((int64_t)blockIdx.z * a.T + t) * a.N + r] = acc[i][j];
+                else a.y[t * a.ldy + r] = acc[i][j];
+            }
         }
 }
 
@@ -833,11 +845,42 @@ static strata_status st_mmq_launch(strata_type type, const st_mmq_args &a, dim3 
     return st_error(STRATA_ERR_UNSUPPORTED, "st_k_mmq: type %s has no tile kernel", strata_type_name(type));
 }
 
+/* y[t * ldy + r] = part 0 + part 1 + ... + part S-1 of output (t, r), in that order. */
+static __global__ void __launch_bounds__(256)
+st_k_mmf_sum(const float *__restrict__ part, int S, int64_t T, int64_t N, float *__restrict__ y, int64_t ldy) {
+    st_pdl_enter();
+    const int64_t total = T * N, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        float v = part[i];
+        for (int z = 1; z < S; z++) v = __fadd_rn(v, part[(int64_t)z * total + i]);
+        const int64_t t = i / N;
+        y[t * ldy + (i - t * N)] = v;
+    }
+}
+
+/* scratch: NULL, or room for S x T x N floats with S x N <= K (st_cuda_mmq_scratch_bytes). */
 template <class P>
-static strata_status st_mmf_go(const st_mmf_args &a, cudaStream_t s) {
-    /* 64-wide tiles when they fill the GPU, else 16-wide (the router: 256 tiles, not 16) */
-    const int64_t blocks64 = ((a.N + 63) / 64) * ((a.T + 63) / 64);
-    if (blocks64 >= 2 * 132) {
+static strata_status st_mmf_go(st_mmf_args a, void *scratch, cudaStream_t s) {
+    /* 64-wide tiles when they fill the GPU; else split along k into parts of 64-wide tiles (at
+     * least two steps each, S x N <= K for the scratch), else 16-wide tiles */
+    const int64_t blocks64 = ((a.N + 63) / 64) * ((a.T + 63) / 64), slots = 2 * 132;
+    int64_t S = blocks64 < slots ? (slots + blocks64 - 1) / blocks64 : 1;
+    if (S > ST_MMF_MAX_SPLIT) S = ST_MMF_MAX_SPLIT;
+    if (S > a.K / (2 * ST_MMF_BK)) S = a.K / (2 * ST_MMF_BK);
+    if (S > a.K / a.N) S = a.K / a.N;
+    if (blocks64 < slots && S >= 2 && scratch) {
+        a.k_len = ((a.K + S - 1) / S + ST_MMF_BK - 1) / ST_MMF_BK * ST_MMF_BK;
+        S = (a.K + a.k_len - 1) / a.k_len;
+        a.part = (float *)scratch;
+        st_launch(st_k_mmf<P, 64>, dim3((unsigned)((a.N + 63) / 64), (unsigned)((a.T + 63) / 64), (unsigned)S), 256,
+                  0, s, a);
+        ST_CUDA_CHECK_LAUNCH("st_k_mmf (split)");
+        st_launch(st_k_mmf_sum, st_cuda_grid(a.T * a.N, 256), 256, 0, s, (const float *)a.part, (int)S, a.T, a.N,
+                  a.y, a.ldy);
+        ST_CUDA_CHECK_LAUNCH("st_k_mmf_sum");
+        return STRATA_OK;
+    }
+    if (blocks64 >= slots) {
         st_launch(st_k_mmf<P, 64>, dim3((unsigned)((a.N + 63) / 64), (unsigned)((a.T + 63) / 64)), 256, 0, s, a);
     } else {
         st_launch(st_k_mmf<P, 16>, dim3((unsigned)((a.N + 15) / 16), (unsigned)((a.T + 15) / 16)), 256, 0, s, a);
@@ -867,9 +910,12 @@ extern "C" int st_cuda_mmq_supports(strata_type type) {
 
 /* ---- dense entry points ---------------------------------------------------------------------- */
 
+/* The activations' rounded copy, or for float weights the k split's parts (S x T x N floats
+ * with S x N <= ne0: at most T x ne0). */
 extern "C" size_t st_cuda_mmq_scratch_bytes(int64_t ne0, int64_t T) {
     if (ne0 < 1 || T < 1) return 0;
-    return st_mq_act_bytes(T, (ne0 + 31) / 32 * 32);
+    const size_t act = st_mq_act_bytes(T, (ne0 + 31) / 32 * 32), parts = sizeof(float) * (size_t)T * (size_t)ne0;
+    return act > parts ? act : parts;
 }
 
 static strata_status st_mmq_check_mat(const char *fn, const st_cuda_mat *W) {
@@ -917,6 +963,7 @@ static strata_status st_mmq_dense(const char *fn, const st_cuda_mat *Wg, const s
     cudaStream_t s = (cudaStream_t)stream;
     if (flt) {
         st_mmf_args f;
+        memset(&f, 0, sizeof f);
         f.w = (const uint8_t *)Wg->data;
         f.rb = Wg->row_bytes;
         f.N = Wg->ne1;
@@ -926,9 +973,9 @@ static strata_status st_mmq_dense(const char *fn, const st_cuda_mat *Wg, const s
         f.T = T;
         f.y = d_y;
         f.ldy = ldy;
-        if (Wg->type == STRATA_TYPE_F32) return st_mmf_go<st_dq_f32>(f, s);
-        if (Wg->type == STRATA_TYPE_F16) return st_mmf_go<st_dq_f16>(f, s);
-        return st_mmf_go<st_dq_bf16>(f, s);
+        if (Wg->type == STRATA_TYPE_F32) return st_mmf_go<st_dq_f32>(f, d_scratch, s);
+        if (Wg->type == STRATA_TYPE_F16) return st_mmf_go<st_dq_f16>(f, d_scratch, s);
+        return st_mmf_go<st_dq_bf16>(f, d_scratch, s);
     }
     const st_mq_act_rows act = st_mq_act_carve(d_scratch, T, Wg->ne0);
     ST_TRY(st_mq_act(d_x, ldx, T, Wg->ne0, act, s, st_mq_act_f16(Wg->type, Wu ? st_mmq_glu_mode : ST_MMQ_PLAIN)));

@@ -11,6 +11,8 @@
  *   4. quantize h to q8_1 (dp4a down types).
  *   5. down     the same grid over n_embd rows: y[pair][r] = down_e[r] . h[pair].
  *   6. combine  out[t][i] (=|+=) sum over s = 0..k-1, in that order, of wts[t][s] * y[t*k+s][i].
+ * A one-token call whose x the router quantized (st_cuda_moe_router1, args.xq) has no plan (block
+ * y of the gate/up GEMV takes pair y) and runs 5-6 as one kernel (st_k_moe_down1).
  * Every output element is reduced by one warp's lanes in a fixed order: runs are bit-identical.
  * Prompt batches (st_moe_mmq_wanted: many pairs per expert, tile types) take steps 1-5 on the
  * tensor cores instead (mmq.cu: a device plan of 64-pair tiles per expert, f16 tiles of the
@@ -336,34 +338,81 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
 
 /* One token's down projection and combine in one launch (p.ids set, k <= ST_MOE_DOWN1_MAXK):
  * block b computes rows b * RB .. b * RB + RB - 1 of every slot's expert, warp s slot s (its
- * activation row copied into shared memory by the warp, RG groups of 32 / LPR rows, each row's
+ * activation row copied into shared memory by the warp; RG groups of 32 / LPR rows, each row's
  * dot as st_k_moe_mv_q8 computes it for a one-pair group: the same bits), then one thread a row
  * adds the k rows in slot order as st_k_moe_combine does. Dynamic shared memory: k activation
- * rows of n_chunks * 9 words, then k * RB floats. */
+ * rows of n_chunks * 9 words, then k * RB floats. Built with ST_MOE_DOWN1_QUANT=1, p.act is the
+ * f32 rows h and each warp quantizes its own (no launch for that; an A/B, docs/PERFORMANCE.md). */
 #define ST_MOE_DOWN1_MAXK 16
+#ifndef ST_MOE_DOWN1_QUANT
+#define ST_MOE_DOWN1_QUANT 0
+#endif
 template <class W, int LPR, int RG>
 static __global__ void __launch_bounds__(32 * ST_MOE_DOWN1_MAXK)
 st_k_moe_down1(const st_moe_mv_params p, const float *__restrict__ wts, int k, int accumulate,
                float *__restrict__ out) {
     extern __shared__ uint32_t s_act[];
     constexpr int RPW = 32 / LPR, RB = RPW * RG;
-    st_pdl_enter();
     const int warp = (int)(threadIdx.x >> 5), lane = (int)(threadIdx.x & 31), cl = lane % LPR;
     const int rw = (int)p.n_chunks * 9;
     const int64_t r0 = (int64_t)blockIdx.x * RB;
     float *ys = (float *)(s_act + (size_t)k * rw); /* [k][RB] */
+    /* The routing and the expert table were written two kernels back (the router, or copies
+     * before the gate/up kernel): this kernel starts only after the quantization before it
+     * passed its own wait, which follows the gate/up kernel's completion, which followed
+     * theirs. So the warp's weight rows start into L2 before griddepcontrol.wait, overlapping
+     * the quantization of the SwiGLU rows. */
     const int e = p.ids[warp];
-    if (e >= 0 && e < p.n_expert) { /* uniform per warp */
-        const st_cuda_mat *M = &p.experts[e].down;
+    const bool live_e = e >= 0 && e < p.n_expert; /* uniform per warp */
+    const st_cuda_mat *M = live_e ? &p.experts[e].down : nullptr;
+    if (ST_MOE_MV_L2PF && live_e) {
         const int64_t nr = p.n_rows - r0 < RB ? p.n_rows - r0 : RB;
-        if (ST_MOE_MV_L2PF) {
-            const int64_t lines = (nr * (int64_t)M->row_bytes + 127) / 128;
-            const uint8_t *b0 = (const uint8_t *)M->data + r0 * M->row_bytes;
-            for (int64_t i = lane; i < lines; i += 32) st_prefetch_l2(b0 + 128 * i);
-        }
+        const int64_t lines = (nr * (int64_t)M->row_bytes + 127) / 128;
+        const uint8_t *b0 = (const uint8_t *)M->data + r0 * M->row_bytes;
+        for (int64_t i = lane; i < lines; i += 32) st_prefetch_l2(b0 + 128 * i);
+    }
+    st_pdl_enter();
+    if (live_e) {
         uint32_t *sa = s_act + (size_t)warp * rw;
-        const uint32_t *src = (const uint32_t *)((const uint8_t *)p.act + (size_t)warp * p.act_rb);
-        for (int i = lane; i < rw; i += 32) sa[i] = __ldg(src + i);
+        if (!ST_MOE_DOWN1_QUANT) { /* the pair's q8_1 row, copied by the warp */
+            const uint32_t *src = (const uint32_t *)((const uint8_t *)p.act + (size_t)warp * p.act_rb);
+            for (int i = lane; i < rw; i += 32) sa[i] = __ldg(src + i);
+        }
+        /* ST_MOE_DOWN1_QUANT: the pair's SwiGLU row (f32) as q8_1 blocks in shared memory, a
+         * block a lane: the bits of st_moe_q8_lane (amax exact in any order, d rounded to fp16
+         * first, q = rn(v / d) clamped, s = fp16(d * sum)), without a launch of its own */
+        const float *hrow = (const float *)((const uint8_t *)p.act + (size_t)warp * p.act_rb);
+        for (int j = lane; ST_MOE_DOWN1_QUANT && j < (int)p.n_chunks; j += 32) {
+            float v[32];
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float4 f = __ldg((const float4 *)(hrow + 32 * j) + i);
+                v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
+            }
+            float amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+            const __half dh = __float2half_rn(amax / 127.0f);
+            const float d = __half2float(dh);
+            int sum = 0;
+            uint32_t *blk = sa + 9 * j;
+#pragma unroll
+            for (int w = 0; w < 8; w++) {
+                uint32_t pk = 0;
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = 0;
+                    if (d > 0.0f) {
+                        qi = __float2int_rn(v[4 * w + e] / d);
+                        qi = qi > 127 ? 127 : (qi < -127 ? -127 : qi);
+                    }
+                    sum += qi;
+                    pk |= (uint32_t)(qi & 0xFF) << (8 * e);
+                }
+                blk[1 + w] = pk;
+            }
+            blk[0] = (uint32_t)__half_as_ushort(dh) | ((uint32_t)__half_as_ushort(__float2half_rn(d * (float)sum)) << 16);
+        }
         __syncwarp();
 #pragma unroll
         for (int g = 0; g < RG; g++) {
@@ -741,14 +790,21 @@ static strata_status st_moe_mv(strata_type type, const st_moe_mv_params &p, unsi
     }
 }
 
-/* st_k_moe_down1's launch: RG row groups a warp (2, 1 for rows of 32 lanes). false: its shared
- * memory would pass 48 KB (the caller takes the down kernel and the combine instead). */
+/* st_k_moe_down1's shared memory for k pairs and rows of n_chunks chunks: k q8_1 rows and k x RB
+ * results (RB <= 8); 0 when it would pass 48 KB (the caller quantizes and takes the down kernel
+ * and the combine instead). */
+static size_t st_moe_down1_smem(int k, int64_t n_chunks) {
+    const size_t smem = (size_t)k * ((size_t)n_chunks * sizeof(block_q8_1) + 8 * sizeof(float));
+    return smem <= 48 * 1024 ? smem : 0;
+}
+
+/* st_k_moe_down1's launch: RG row groups a warp (2, 1 for rows of 32 lanes). */
 template <class W, int LPR>
 static bool st_moe_launch_down1_lpr(const st_moe_mv_params &p, const float *wts, int k, int accumulate,
                                     float *out, cudaStream_t s) {
     constexpr int RG = LPR == 32 ? 1 : 2, RB = (32 / LPR) * RG;
-    const size_t smem = (size_t)k * ((size_t)p.n_chunks * sizeof(block_q8_1) + RB * sizeof(float));
-    if (smem > 48 * 1024) return false;
+    const size_t smem = st_moe_down1_smem(k, p.n_chunks);
+    if (!smem) return false;
     const unsigned grid = (unsigned)((p.n_rows + RB - 1) / RB);
     st_launch(st_k_moe_down1<W, LPR, RG>, grid, 32 * k, smem, s, p, wts, k, accumulate, out);
     return true;
@@ -1110,7 +1166,10 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.n_chunks = a->n_ff / 32;
     p.n_rows = a->n_embd;
     p.out = w.y;
-    if (dp4a_d) {
+    /* 4-6. one token: down and the combine in one launch (with ST_MOE_DOWN1_QUANT, the
+     * quantization of h too) */
+    const bool d1 = direct && st_moe_down1_smem(a->k, p.n_chunks) != 0;
+    if (dp4a_d && !(d1 && ST_MOE_DOWN1_QUANT)) {
         ST_TRY(st_moe_quantize(w.h, a->n_ff, P, a->n_ff, w.hq, s));
         p.act = w.hq;
         p.act_rb = (size_t)(a->n_ff / 32) * sizeof(block_q8_1);
@@ -1118,8 +1177,7 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
         p.act = w.h;
         p.act_rb = (size_t)a->n_ff * sizeof(float);
     }
-    /* 5-6. one token: down and combine in one launch */
-    if (direct && st_moe_down1(a->type_down, p, a->wts, a->k, a->accumulate, a->out, s)) {
+    if (d1 && st_moe_down1(a->type_down, p, a->wts, a->k, a->accumulate, a->out, s)) {
         ST_CUDA_CHECK_LAUNCH("st_k_moe_down1");
         return STRATA_OK;
     }

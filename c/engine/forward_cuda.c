@@ -206,7 +206,8 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     int att_q8 = 0;
     if (g->att_q8 && T <= ST_GPU_COLS && T < ST_CUDA_MMQ_MIN_ROWS)
         TRY(st_cuda_attention_q8(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
-                                 g->attn_ws_bytes, g->att_q8, g->sync + 1, ST_GPU_SYNC - 1, &att_q8, g->stream));
+                                 g->attn_ws_bytes, g->att_q8, g->sync + ST_GPU_SYNC_ATTN,
+                                 ST_GPU_SYNC - ST_GPU_SYNC_ATTN, &att_q8, g->stream));
     else
         TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
                               g->attn_ws_bytes, g->stream));
@@ -377,7 +378,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
         const int r1 = T == 1 && g->moe_xq && st_cuda_moe_router1_supports(&G->router, X, K);
         if (r1)
             TRY(st_cuda_moe_router1(&G->router, g->xn, X, K, hp->expert_weights_norm, g->router, g->ids, g->wts,
-                                    NULL, g->moe_xq, g->sync, g->stream));
+                                    NULL, g->moe_xq, g->sync + ST_GPU_SYNC_ROUTER, g->stream));
         else
             TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
         g->xq_ready = r1;
@@ -511,11 +512,11 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 const st_expert *ex = s->experts + (size_t)il * (size_t)X;
                 if (s->ram) { /* past the RAM budget: the routed experts from the RAM tier's slots
                                * (read from the file with O_DIRECT when not there) */
-                    const strata_status rs = st_ram_tier_table(s, il, tn, hi, K, &ex);
-                    if (rs == STRATA_OK && pipe) st_gpu_pipe_issue(s, il, tn); /* reads while the CPU computes */
-                    if (rs != STRATA_OK) {
+                    const strata_status rst = st_ram_tier_table(s, il, tn, hi, K, &ex);
+                    if (rst == STRATA_OK && pipe) st_gpu_pipe_issue(s, il, tn); /* reads while the CPU computes */
+                    if (rst != STRATA_OK) {
                         st_ram_tier_release(s);
-                        return rs;
+                        return rst;
                     }
                 }
                 /* cpu_misses: a share of the experts over PCIe to the GPU, the rest here */
