@@ -286,19 +286,36 @@ st_k_attn(const st_attn_args a) {
         if (r >= R) continue;
         const int t = r / G, h = hk * G + (r - t * G);
         const float *pr = a.part + (size_t)((int64_t)t * a.n_head + h) * (size_t)a.n_chunks * (HD + 2);
+        /* the chunks' maxima and sums a lane each (32 at a time), so that their loads and the
+         * rows' below are all in flight together; the sums keep chunk order */
         float M = -INFINITY;
-        for (int cc = 0; cc < a.n_chunks; cc++) M = fmaxf(M, __ldcg(pr + (size_t)cc * (HD + 2) + HD));
+        for (int cc = lane; cc < a.n_chunks; cc += 32) M = fmaxf(M, __ldcg(pr + (size_t)cc * (HD + 2) + HD));
+        M = st_warp_max_f(M);
         float L = 0.0f, o[ND];
 #pragma unroll
         for (int dd = 0; dd < ND; dd++) o[dd] = 0.0f;
-        for (int cc = 0; cc < a.n_chunks; cc++) {
-            const float *pc = pr + (size_t)cc * (HD + 2);
-            const float mc = __ldcg(pc + HD);
-            if (mc == -INFINITY) continue; /* M is finite: chunk 0 holds position 0 */
-            const float w = expf(mc - M);
-            L = fmaf(__ldcg(pc + HD + 1), w, L);
+        for (int c0 = 0; c0 < a.n_chunks; c0 += 32) {
+            const int cl = c0 + lane;
+            float wl = 0.0f, ll = 0.0f; /* chunk cl's weight (0: empty, M is finite: chunk 0 holds
+                                         * position 0) and sum */
+            if (cl < a.n_chunks) {
+                const float mc = __ldcg(pr + (size_t)cl * (HD + 2) + HD);
+                ll = __ldcg(pr + (size_t)cl * (HD + 2) + HD + 1);
+                wl = mc == -INFINITY ? 0.0f : expf(mc - M);
+            }
+            const int nc = a.n_chunks - c0 < 32 ? a.n_chunks - c0 : 32;
+#pragma unroll 4
+            for (int q = 0; q < nc; q++) {
+                const float w = __shfl_sync(0xffffffffu, wl, q), lc = __shfl_sync(0xffffffffu, ll, q);
+                const float *pc = pr + (size_t)(c0 + q) * (HD + 2);
+                float v[ND];
 #pragma unroll
-            for (int dd = 0; dd < ND; dd++) o[dd] = fmaf(__ldcg(pc + lane + 32 * dd), w, o[dd]);
+                for (int dd = 0; dd < ND; dd++) v[dd] = __ldcg(pc + lane + 32 * dd);
+                if (w == 0.0f) continue; /* an empty chunk (or a weight of 0: adds nothing) */
+                L = fmaf(lc, w, L);
+#pragma unroll
+                for (int dd = 0; dd < ND; dd++) o[dd] = fmaf(v[dd], w, o[dd]);
+            }
         }
 #pragma unroll
         for (int dd = 0; dd < ND; dd++) o[dd] = __fdiv_rn(o[dd], L);

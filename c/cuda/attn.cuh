@@ -18,7 +18,9 @@
 
 #define ST_ATTN_THREADS 256       /* 8 warps */
 #define ST_ATTN_TILE 32           /* positions per tile (= lanes) */
-#define ST_ATTN_MIN_CHUNK 64      /* fewest positions per chunk when splitting */
+#ifndef ST_ATTN_MIN_CHUNK
+#define ST_ATTN_MIN_CHUNK 32      /* fewest positions per chunk when splitting (a build-time A/B) */
+#endif
 #define ST_ATTN_MAX_CHUNKS 1024
 
 /* 8 cache elements (f16) or 4 (f32) from a 16-byte aligned address, as floats. */
