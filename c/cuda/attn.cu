@@ -271,15 +271,7 @@ st_k_attn(const st_attn_args a) {
     if (a.n_chunks == 1 || !a.sync) return; /* (uniform) */
     /* the row group's last chunk to finish merges the partials of its rows: the combine pass's
      * function (weights exp(m_c - M), 0 for empty chunks; sums in chunk order), in this block */
-    __shared__ int s_last;
-    __threadfence();
-    __syncthreads();
-    unsigned *cnt = a.sync + (size_t)hk * gridDim.x + rg;
-    if (threadIdx.x == 0) s_last = atomicAdd(cnt, 1u) == (unsigned)a.n_chunks - 1;
-    __syncthreads();
-    if (!s_last || !warp_live) return;
-    if (threadIdx.x == 0) *cnt = 0u; /* every chunk has counted: ready for the next launch */
-    __threadfence();
+    if (!st_last_block(a.sync + (size_t)hk * gridDim.x + rg, (unsigned)a.n_chunks) || !warp_live) return;
 #pragma unroll
     for (int j = 0; j < RPW; j++) {
         const int r = r_first + warp * RPW + j;

@@ -93,6 +93,26 @@ static inline void st_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size
 
 /* ---- device helpers ------------------------------------------------------------------------- */
 
+/* For kernels whose last block to finish does the call's closing work (the one-token router's
+ * top-k, the attention's chunk merge): called by every thread of every block after the block's
+ * last global write, counter one zeroed device word per (call, group of n blocks). Each block's
+ * writes are fenced before it counts itself (the reduction pattern of the CUDA samples), so the
+ * block that gets true sees every other block's; that block sets the counter back to 0 for the
+ * next launch. */
+static __device__ __forceinline__ bool st_last_block(unsigned *counter, unsigned n) {
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1u) == n - 1;
+    __syncthreads();
+    const bool last = s_last != 0;
+    if (last) {
+        if (threadIdx.x == 0) *counter = 0u;
+        __threadfence();
+    }
+    return last;
+}
+
 /* Read-only byte and 16-bit loads through the non-coherent cache. p16 must be 2-byte aligned. */
 static __device__ __forceinline__ uint32_t st_ld_u8(const uint8_t *p) { return __ldg(p); }
 static __device__ __forceinline__ uint32_t st_ld_u16(const uint8_t *p) {

@@ -341,12 +341,9 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
  * activation row copied into shared memory by the warp; RG groups of 32 / LPR rows, each row's
  * dot as st_k_moe_mv_q8 computes it for a one-pair group: the same bits), then one thread a row
  * adds the k rows in slot order as st_k_moe_combine does. Dynamic shared memory: k activation
- * rows of n_chunks * 9 words, then k * RB floats. Built with ST_MOE_DOWN1_QUANT=1, p.act is the
- * f32 rows h and each warp quantizes its own (no launch for that; an A/B, docs/PERFORMANCE.md). */
+ * rows of n_chunks * 9 words, then k * RB floats. (Each warp quantizing its own row of h instead
+ * of the quantize launch measured 6% slower: docs/PERFORMANCE.md.) */
 #define ST_MOE_DOWN1_MAXK 16
-#ifndef ST_MOE_DOWN1_QUANT
-#define ST_MOE_DOWN1_QUANT 0
-#endif
 template <class W, int LPR, int RG>
 static __global__ void __launch_bounds__(32 * ST_MOE_DOWN1_MAXK)
 st_k_moe_down1(const st_moe_mv_params p, const float *__restrict__ wts, int k, int accumulate,
@@ -373,46 +370,9 @@ st_k_moe_down1(const st_moe_mv_params p, const float *__restrict__ wts, int k, i
     }
     st_pdl_enter();
     if (live_e) {
-        uint32_t *sa = s_act + (size_t)warp * rw;
-        if (!ST_MOE_DOWN1_QUANT) { /* the pair's q8_1 row, copied by the warp */
-            const uint32_t *src = (const uint32_t *)((const uint8_t *)p.act + (size_t)warp * p.act_rb);
-            for (int i = lane; i < rw; i += 32) sa[i] = __ldg(src + i);
-        }
-        /* ST_MOE_DOWN1_QUANT: the pair's SwiGLU row (f32) as q8_1 blocks in shared memory, a
-         * block a lane: the bits of st_moe_q8_lane (amax exact in any order, d rounded to fp16
-         * first, q = rn(v / d) clamped, s = fp16(d * sum)), without a launch of its own */
-        const float *hrow = (const float *)((const uint8_t *)p.act + (size_t)warp * p.act_rb);
-        for (int j = lane; ST_MOE_DOWN1_QUANT && j < (int)p.n_chunks; j += 32) {
-            float v[32];
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const float4 f = __ldg((const float4 *)(hrow + 32 * j) + i);
-                v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
-            }
-            float amax = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
-            const __half dh = __float2half_rn(amax / 127.0f);
-            const float d = __half2float(dh);
-            int sum = 0;
-            uint32_t *blk = sa + 9 * j;
-#pragma unroll
-            for (int w = 0; w < 8; w++) {
-                uint32_t pk = 0;
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int qi = 0;
-                    if (d > 0.0f) {
-                        qi = __float2int_rn(v[4 * w + e] / d);
-                        qi = qi > 127 ? 127 : (qi < -127 ? -127 : qi);
-                    }
-                    sum += qi;
-                    pk |= (uint32_t)(qi & 0xFF) << (8 * e);
-                }
-                blk[1 + w] = pk;
-            }
-            blk[0] = (uint32_t)__half_as_ushort(dh) | ((uint32_t)__half_as_ushort(__float2half_rn(d * (float)sum)) << 16);
-        }
+        uint32_t *sa = s_act + (size_t)warp * rw; /* the pair's q8_1 row, copied by the warp */
+        const uint32_t *src = (const uint32_t *)((const uint8_t *)p.act + (size_t)warp * p.act_rb);
+        for (int i = lane; i < rw; i += 32) sa[i] = __ldg(src + i);
         __syncwarp();
 #pragma unroll
         for (int g = 0; g < RG; g++) {
@@ -687,7 +647,6 @@ static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
 st_k_moe_router1(const uint8_t *__restrict__ w, size_t rb, int n_expert, int ne0, int nvec,
                  const float *__restrict__ x, float *logits, int k, int norm, int32_t *ids0, float *wts0,
                  int32_t *ids1, float *wts1, block_q8_1 *__restrict__ xq, unsigned *sync) {
-    __shared__ int s_last;
     st_mmv_f_split_row<st_mmv_f32, 1>(w, rb, nullptr, 0, n_expert, ne0, nvec, x, 1, logits);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (xq)
@@ -697,13 +656,7 @@ st_k_moe_router1(const uint8_t *__restrict__ w, size_t rb, int n_expert, int ne0
             xq[b].qs[lane] = (int8_t)qi;
             if (lane == 0) *(uint32_t *)(xq + b) = ds;
         }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(sync, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!s_last) return;
-    if (threadIdx.x == 0) *sync = 0u; /* every block has counted: ready for the next launch */
-    __threadfence();
+    if (!st_last_block(sync, gridDim.x)) return;
     st_moe_route_row(logits, n_expert, k, norm, 0, ids0, wts0, ids1, wts1);
 }
 
@@ -791,8 +744,8 @@ static strata_status st_moe_mv(strata_type type, const st_moe_mv_params &p, unsi
 }
 
 /* st_k_moe_down1's shared memory for k pairs and rows of n_chunks chunks: k q8_1 rows and k x RB
- * results (RB <= 8); 0 when it would pass 48 KB (the caller quantizes and takes the down kernel
- * and the combine instead). */
+ * results (RB <= 8); 0 when it would pass 48 KB (the caller takes the down kernel and the
+ * combine instead). */
 static size_t st_moe_down1_smem(int k, int64_t n_chunks) {
     const size_t smem = (size_t)k * ((size_t)n_chunks * sizeof(block_q8_1) + 8 * sizeof(float));
     return smem <= 48 * 1024 ? smem : 0;
@@ -1166,10 +1119,9 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.n_chunks = a->n_ff / 32;
     p.n_rows = a->n_embd;
     p.out = w.y;
-    /* 4-6. one token: down and the combine in one launch (with ST_MOE_DOWN1_QUANT, the
-     * quantization of h too) */
+    /* 4. h as q8_1; 5-6. one token: down and the combine in one launch */
     const bool d1 = direct && st_moe_down1_smem(a->k, p.n_chunks) != 0;
-    if (dp4a_d && !(d1 && ST_MOE_DOWN1_QUANT)) {
+    if (dp4a_d) {
         ST_TRY(st_moe_quantize(w.h, a->n_ff, P, a->n_ff, w.hq, s));
         p.act = w.hq;
         p.act_rb = (size_t)(a->n_ff / 32) * sizeof(block_q8_1);
