@@ -159,11 +159,19 @@ bench olmoe_gpu_nopdl /tmp/olmoe.gguf -p 512 -n 128 -r 3 --gpu --no-pdl
 bench q3_gpu_pdlall /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --pdl-all
 bench olmoe_gpu_pdlall /tmp/olmoe.gguf -p 512 -n 0 -r 3 --gpu --pdl-all
 bench q3_gpu_d16k /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1 --gpu
+# decode at depth 2,048: the FMA attention's range (below 4,096 positions), its chunk merge
+bench q3_gpu_d2k /tmp/q3.gguf -p 0 -n 64 -d 2048 -r 3 --gpu
 # decode at depth with the attention on the FMA units (the decode kernel before st_k_attn_dtc)
 bench q3_gpu_d16k_attnfma /tmp/q3.gguf -p 0 -n 128 -d 16384 -r 1 --gpu --no-attn-tc
 # the same prompt rows from the previous landing's build (same run, same file)
+# (the previous build may still be compiling: wait for it while the budget allows)
+while [ -f .devdata/prev/Makefile ] && [ "${PREV:-1}" = 1 ] && [ ! -f /tmp/prev.done ] && [ "$(el)" -lt "$BUDGET" ] &&
+      ! grep -q "Error [0-9]" "$R/prev_build.log" 2>/dev/null; do
+    sleep 2
+done
 if [ -f /tmp/prev.done ]; then
     for row in "q3_gpu_d16k_prev /tmp/q3.gguf -p 512 -n 128 -d 16384 -r 1" "q3_gpu_prev /tmp/q3.gguf -p 512 -n 128 -r 3" \
+               "q3_gpu_d2k_prev /tmp/q3.gguf -p 0 -n 64 -d 2048 -r 3" \
                "olmoe_gpu_prev /tmp/olmoe.gguf -p 512 -n 128 -r 3" \
                "q3_cpumoe_prev /tmp/q3.gguf -p 0 -n 64 -r 1 --cpu-moe -t 16"; do
         set -- $row; name=$1; shift
