@@ -9,8 +9,11 @@
  * FMA units: st_k_attn_dec for at most 8 rows per KV head over 4096 positions or more (each K and
  * V element read once for all of the head's rows, chunks of 256 or more), st_k_attn for the rest
  * (prefill: rpw 4, one chunk per row group when the row groups alone fill the GPU) and any plan
- * a check program forces. Dispatch: st_cuda_attention_ex picks the kernel; st_attn_dispatch /
- * st_attn_dec_dispatch switch over (head_dim, cache type, rpw). */
+ * a check program forces. Split calls merge their chunks in the combine pass, except st_k_attn
+ * called through st_cuda_attention_q8 with counters: there the last chunk's block of each row
+ * group merges them and also writes the rows as Q8_1 (a decode step's output GEMV input).
+ * Dispatch: st_attn_go picks the kernel; st_attn_dispatch / st_attn_dec_dispatch switch over
+ * (head_dim, cache type, rpw). */
 #include "attn.cuh"
 #include "mma.cuh"
 #include "norm.cuh"
