@@ -638,7 +638,7 @@ st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
 
 /* A decode step's router: block b computes logit b (st_k_mmv_f_split's body: the bits of
  * st_cuda_mmv), its warps quantize x's q8_1 blocks b * 8 + warp, b * 8 + warp + 8 * grid, ...
- * (st_moe_q8_lane: the bits of the expert FFN's own quantization) into xq when set, and the
+ * (st_moe_quant_body: the expert FFN's own quantization, the same bits) into xq when set, and the
  * block that finishes last (a counter at sync, which it sets back to 0) routes the token as
  * st_k_moe_route does. The last block sees every logit: each block's writes are fenced before
  * its increment (the reduction pattern of the CUDA samples). Three launches become one. */
@@ -648,14 +648,7 @@ st_k_moe_router1(const uint8_t *__restrict__ w, size_t rb, int n_expert, int ne0
                  const float *__restrict__ x, float *logits, int k, int norm, int32_t *ids0, float *wts0,
                  int32_t *ids1, float *wts1, block_q8_1 *__restrict__ xq, unsigned *sync) {
     st_mmv_f_split_row<st_mmv_f32, 1>(w, rb, nullptr, 0, n_expert, ne0, nvec, x, 1, logits);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (xq)
-        for (int b = (int)blockIdx.x * ST_MMV_SPLIT + warp; b < ne0 / 32; b += (int)gridDim.x * ST_MMV_SPLIT) {
-            uint32_t ds;
-            const int qi = st_moe_q8_lane(x[b * 32 + lane], &ds);
-            xq[b].qs[lane] = (int8_t)qi;
-            if (lane == 0) *(uint32_t *)(xq + b) = ds;
-        }
+    if (xq) st_moe_quant_body(x, ne0, 1, ne0, xq, blockIdx.x, gridDim.x);
     if (!st_last_block(sync, gridDim.x)) return;
     st_moe_route_row(logits, n_expert, k, norm, 0, ids0, wts0, ids1, wts1);
 }
