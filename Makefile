@@ -28,6 +28,7 @@ LDLIBS  := -lm -lpthread
 # Per-file instruction sets: these files are only entered after a run-time CPU check.
 ISA_AVX2   := -mavx2 -mfma -mf16c
 ISA_AVX512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+ISA_AMX    := $(ISA_AVX512) -mamx-tile -mamx-int8
 
 # ---- CUDA detection ------------------------------------------------------------------------
 NVCC      ?= $(shell command -v nvcc 2>/dev/null)
@@ -99,7 +100,7 @@ LIB_HDRS := $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h 
                       c/model/*.h c/experts/*.h c/engine/*.h)
 $(BUILD)/%.o: %.c $(LIB_HDRS) $(wildcard c/cli/*.h)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2))) -c -o $@ $<
+	$(CC) $(CFLAGS) $(if $(findstring _amx,$*),$(ISA_AMX),$(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2)))) -c -o $@ $<
 
 $(BUILD)/%.o: %.cu $(wildcard c/cuda/*.cuh c/cuda/*.h c/include/*.h c/core/*.h c/format/quant/*.h)
 	@mkdir -p $(@D)
@@ -113,6 +114,14 @@ CUDA_TEST_BINS := $(filter $(BUILD)/tests/test_cuda_% $(BUILD)/tests/test_isa%,$
 $(BUILD)/tests/%: c/tests/%.c $(wildcard c/tests/*.h) $(LIB_HDRS) $(BUILD)/libstrata.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Ic/tests -o $@ $< $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
+
+# test_isa_amx also links an emulated copy of the AMX kernels (the tile instructions in plain C).
+$(BUILD)/tests/dot_amx_emu.o: c/compute/cpu/dot_amx.c $(LIB_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(ISA_AVX512) -DST_AMX_EMULATE -c -o $@ $<
+$(BUILD)/tests/test_isa_amx: c/tests/test_isa_amx.c $(BUILD)/tests/dot_amx_emu.o $(wildcard c/tests/*.h) $(LIB_HDRS) $(BUILD)/libstrata.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Ic/tests -o $@ $< $(BUILD)/tests/dot_amx_emu.o $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
 
 # Runs every C test binary, then reports which failed (a test that crashes counts as failed).
 # Each C test runs under a time limit (TEST_TIMEOUT seconds), so a hang fails with its name.
@@ -164,8 +173,10 @@ $(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(LIB_HDRS) $(wildcard c/core/*.c c/forma
 	  -o $@ c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c) -lm -lpthread
 
 # ---- benchmarks ----------------------------------------------------------------------------
-bench: $(BUILD)/bench_dot $(BUILD)/bench_stream $(BUILD)/bench_pool_gap
+bench: $(BUILD)/bench_dot $(BUILD)/bench_stream $(BUILD)/bench_pool_gap $(BUILD)/bench_tiles
 	$(BUILD)/bench_dot
+$(BUILD)/bench_tiles: bench/bench_tiles.c $(BUILD)/libstrata.a
+	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 $(BUILD)/bench_pool_gap: bench/bench_pool_gap.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 $(BUILD)/bench_stream: bench/bench_stream.c $(BUILD)/libstrata.a

@@ -57,6 +57,7 @@ void cli_opts_init(cli_opts *o) {
         o->pin_experts = v && v[0] ? (strcmp(v, "auto") == 0 ? -1 : env_flag("STRATA_PIN_EXPERTS")) : -1;
     }
     o->cpu_pin = env_flag("STRATA_CPU_PIN");
+    o->no_amx = getenv("STRATA_AMX") && strcmp(getenv("STRATA_AMX"), "0") == 0;
     o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
     o->doorbell = env_flag("STRATA_DOORBELL");
     o->cpu_misses = env_flag("STRATA_CPU_MISSES");
@@ -84,6 +85,8 @@ void cli_opts_usage(FILE *f) {
         "  --no-mmap               read the model file into memory instead of mapping it\n"
         "  --cpu-pin               bind the threads one per CPU of the affinity set (also\n"
         "                          $STRATA_CPU_PIN=1)\n"
+        "  --no-amx                CPU batches of Q4_K/Q5_K weights without the AMX tiles\n"
+        "                          (same results; also $STRATA_AMX=0)\n"
         "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
@@ -245,6 +248,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--hugepages")) o->hugepages = 1;
     else if (opt_is(a, NULL, "--no-mmap")) o->no_mmap = 1;
     else if (opt_is(a, NULL, "--cpu-pin")) o->cpu_pin = 1;
+    else if (opt_is(a, NULL, "--no-amx")) o->no_amx = 1;
     else if (opt_is(a, NULL, "--gpu-prefetch")) o->gpu_prefetch = 1;
     else if (opt_is(a, NULL, "--doorbell")) o->doorbell = 1;
     else if (opt_is(a, NULL, "--cpu-misses")) o->cpu_misses = 1;
@@ -435,6 +439,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
 }
 
 static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_session **out) {
+    if (o->no_amx) strata_cpu_amx_set(0); /* process-wide, before any thread computes */
     strata_session_params sp = strata_session_default_params();
     if (!o->quiet && isatty(2)) sp.progress = cli_progress_bar; /* off when stderr is not a tty */
     sp.n_ctx = o->n_ctx;

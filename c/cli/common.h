@@ -40,6 +40,7 @@ typedef struct {
     int attn_tc;                  /* --attn-tc ($STRATA_ATTN_TC=1) */
     int pin_experts;              /* --pin-experts ($STRATA_PIN_EXPERTS=1) */
     int cpu_pin;                  /* --cpu-pin ($STRATA_CPU_PIN=1) */
+    int no_amx;                   /* --no-amx ($STRATA_AMX=0) */
     int gpu_prefetch;             /* --gpu-prefetch ($STRATA_GPU_PREFETCH=1) */
     int doorbell;                 /* --doorbell ($STRATA_DOORBELL=1) */
     int cpu_misses;               /* --cpu-misses ($STRATA_CPU_MISSES=1) */

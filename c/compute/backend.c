@@ -26,11 +26,12 @@ static void st_backend_fill_cpu(strata_backend_info *info) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0) usable = CPU_COUNT(&set);
     const char *isa = strata_cpu_isa_name(strata_cpu_isa_supported());
+    const char *amx = strata_cpu_amx_supported() ? " + amx" : "";
     if (usable > 0 && usable != online)
-        snprintf(info->detail, sizeof info->detail, "%s, %ld cores (%d usable by this process)",
-                 isa, online, usable);
+        snprintf(info->detail, sizeof info->detail, "%s%s, %ld cores (%d usable by this process)",
+                 isa, amx, online, usable);
     else
-        snprintf(info->detail, sizeof info->detail, "%s, %ld cores", isa, online);
+        snprintf(info->detail, sizeof info->detail, "%s%s, %ld cores", isa, amx, online);
 }
 
 /* ---- CUDA ----------------------------------------------------------------------------------- */

@@ -20,6 +20,8 @@
 static st_vec_dot_fn st_tables[ST_ISA_LEVELS][STRATA_TYPE_COUNT];   /* exactly this level */
 static st_vec_dot_fn st_resolved[ST_ISA_LEVELS][STRATA_TYPE_COUNT]; /* this level or below */
 static st_vec_dot_n_fn st_tables_n[ST_ISA_LEVELS][STRATA_TYPE_COUNT]; /* several rows, this level */
+static st_vec_dot_tile_fn st_tables_tile[STRATA_TYPE_COUNT];        /* AMX, for the AVX-512 level */
+static int st_amx_enabled = 1;     /* strata_cpu_amx_set */
 static pthread_once_t st_tables_once = PTHREAD_ONCE_INIT;
 
 static void st_tables_init(void) {
@@ -31,6 +33,7 @@ static void st_tables_init(void) {
         f->avx512vnni) {
         st_dot_register_avx512(st_tables[STRATA_ISA_AVX512]);
         st_dotn_register_avx512(st_tables_n[STRATA_ISA_AVX512]);
+        if (f->amx_tile && f->amx_int8 && st_amx_request()) st_dot_register_amx(st_tables_tile);
     }
 #else
     (void)f;
@@ -74,9 +77,37 @@ st_vec_dot_n_fn st_vec_dot_n_get(strata_type type) {
     return st_tables_n[lvl][type];
 }
 
+st_vec_dot_tile_fn st_vec_dot_tile_get(strata_type type) {
+    pthread_once(&st_tables_once, st_tables_init);
+    if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
+    if (!__atomic_load_n(&st_amx_enabled, __ATOMIC_ACQUIRE) || strata_cpu_isa_active() != STRATA_ISA_AVX512 ||
+        st_resolved[STRATA_ISA_AVX512][type] != st_tables[STRATA_ISA_AVX512][type])
+        return NULL;
+    return st_tables_tile[type];
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Public API
  * ------------------------------------------------------------------------------------------- */
+
+int strata_cpu_amx_supported(void) {
+    pthread_once(&st_tables_once, st_tables_init);
+    for (int t = 0; t < STRATA_TYPE_COUNT; t++)
+        if (st_tables_tile[t]) return 1;
+    return 0;
+}
+
+strata_status strata_cpu_amx_set(int enable) {
+    if (enable && !strata_cpu_amx_supported())
+        return st_error(STRATA_ERR_UNSUPPORTED, "strata_cpu_amx_set: this CPU (or OS) offers no AMX tiles");
+    __atomic_store_n(&st_amx_enabled, enable ? 1 : 0, __ATOMIC_RELEASE);
+    return STRATA_OK;
+}
+
+int strata_cpu_amx_active(void) {
+    return strata_cpu_amx_supported() && __atomic_load_n(&st_amx_enabled, __ATOMIC_ACQUIRE) &&
+           strata_cpu_isa_active() == STRATA_ISA_AVX512;
+}
 
 strata_type strata_act_type(strata_type weight_type) {
     switch (weight_type) {

@@ -17,11 +17,23 @@ typedef void (*st_vec_dot_fn)(int64_t n, float *out, const void *w, const void *
 typedef void (*st_vec_dot_n_fn)(int64_t n, float *out, const void *w, const void *xq,
                                 size_t xq_stride, int nc);
 
+/* Up to ST_TILE_ROWS weight rows (w + r * ws, r < nr) against nc activation rows (xq + c * xs):
+ * out[c * ldo + r] = dot(row r, activation c), each bit-identical to the AVX-512 single-row
+ * kernel of the type (the AMX tiles, dot_amx.c). */
+#define ST_TILE_ROWS 16
+/* Fewer activation rows than this per weight row go to the several-row kernels instead. */
+#define ST_TILE_MIN_COLS 8
+typedef void (*st_vec_dot_tile_fn)(int64_t n, float *out, size_t ldo, const void *w, size_t ws,
+                                   int nr, const void *xq, size_t xs, int64_t nc);
+
 /* Each fills the entries it implements of table[STRATA_TYPE_COUNT] and leaves the rest alone. */
 void st_dot_register_scalar(st_vec_dot_fn *table);
 void st_dot_register_avx2(st_vec_dot_fn *table);
 void st_dot_register_avx512(st_vec_dot_fn *table);
 void st_dotn_register_avx512(st_vec_dot_n_fn *table);
+void st_dot_register_amx(st_vec_dot_tile_fn *table);
+/* Asks the OS for the AMX tile state (Linux: arch_prctl); 1 when granted. */
+int st_amx_request(void);
 
 /* The kernel for type at exactly this ISA level (NULL if that level has none), for tests and
  * benchmarks that compare levels. */
@@ -32,6 +44,10 @@ st_vec_dot_fn st_vec_dot_get(strata_type type);
 /* The several-row kernel matching st_vec_dot_get(type) (same ISA level, so the same bits), or NULL
  * when that level has none for type (callers then loop the single-row kernel). */
 st_vec_dot_n_fn st_vec_dot_n_get(strata_type type);
+
+/* The tile kernel for type (AMX), or NULL: none for the type, no AMX, AMX turned off
+ * (strata_cpu_amx_set) or an active ISA level other than AVX-512 (whose bits the tiles give). */
+st_vec_dot_tile_fn st_vec_dot_tile_get(strata_type type);
 
 /* CPU features, probed once (cpuid + OS support). */
 typedef struct {

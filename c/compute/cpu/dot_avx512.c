@@ -29,76 +29,11 @@
  *
  * Sections: helpers; float types; q8_0-activation types; q8_K-activation types; registration.
  */
-#include "dot.h"
-#include "quant.h"
-
-#include <immintrin.h>
-#include <string.h>
+#include "dot_avx512.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------------------------- */
-
-/* fp16 bits -> float (F16C; exact for every finite value). */
-static inline float st_h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-/* Lower 256 bits from a, upper 256 bits from b. */
-static inline __m512i st_halves_si512(__m512i a, __m512i b) {
-    return _mm512_mask_blend_epi64(0xF0, a, b);
-}
-static inline __m512i st_halves_epi8(int a, int b) {
-    return st_halves_si512(_mm512_set1_epi8((char)a), _mm512_set1_epi8((char)b));
-}
-static inline __m512i st_halves_epi16(int a, int b) {
-    return st_halves_si512(_mm512_set1_epi16((short)a), _mm512_set1_epi16((short)b));
-}
-static inline __m512i st_halves_epi32(int a, int b) {
-    return _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(a), _mm512_set1_epi32(b));
-}
-static inline __m512 st_halves_ps(float a, float b) {
-    return _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(a), _mm512_set1_ps(b));
-}
-
-/* 32 bytes at a (lower half) and 32 bytes at b (upper half; zeros when b is NULL). */
-static inline __m512i st_load_2x256(const void *a, const void *b) {
-    const __m256i lo = _mm256_loadu_si256((const __m256i *)a);
-    const __m256i hi = b ? _mm256_loadu_si256((const __m256i *)b) : _mm256_setzero_si256();
-    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-
-/* Two 16-byte nibble arrays (q1 may be NULL: zeros) -> 64 bytes 0..15, in weight order
- * [lo(q0) | hi(q0) | lo(q1) | hi(q1)], 16 bytes each: weight j of a 32-block is the low nibble
- * of q[j] for j < 16 and the high nibble of q[j - 16] otherwise. */
-static inline __m512i st_nibbles_2x128(const uint8_t *q0, const uint8_t *q1) {
-    const __m128i a = _mm_loadu_si128((const __m128i *)q0);
-    const __m128i b = q1 ? _mm_loadu_si128((const __m128i *)q1) : _mm_setzero_si128();
-    /* 128-bit lanes [a, a, b, b] */
-    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_broadcastsi128_si256(a)),
-                                         _mm256_broadcastsi128_si256(b), 1);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i lo = _mm512_and_si512(v, m4);
-    const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    /* 128-bit lanes 1 and 3 (64-bit elements 2,3,6,7) take the high nibbles */
-    return _mm512_mask_blend_epi64(0xCC, lo, hi);
-}
-
-/* 32 bytes at q -> [lo nibbles of q | hi nibbles of q] (64 values 0..15). */
-static inline __m512i st_nibbles_256(const uint8_t *q) {
-    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q));
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    return st_halves_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-}
-
-/* 32 bytes at q broadcast to both halves. */
-static inline __m512i st_bcast_256(const uint8_t *q) {
-    return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q));
-}
-
-static inline uint32_t st_load_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* Index vectors for _mm512_permutexvar_epi16 over a vector of per-group int16 scales, for the
  * t-th 64 weights (32 int16 lanes, 2 weights each):
@@ -306,94 +241,132 @@ static inline __m256i st_q8_K_bsums(const block_q8_K *y) {
  * 32-weight halves of step t (s = t & 1) in Q2_K/Q3_K quants and Q6_K high bits. */
 static inline __m512i st_shift_2bit(int s) { return st_halves_epi16(4 * s, 4 * s + 2); }
 
-/* Bit selectors [1 << 2t | 1 << (2t+1)] (bytes): the high-bit plane of 32-weight groups 2t, 2t+1. */
-static inline __m512i st_bitsel(int t) { return st_halves_epi8(1 << (2 * t), 1 << (2 * t + 1)); }
+/* Q4_K / Q5_K arithmetic (the AMX tiles, dot_amx.c, compute the same, so every path gives the
+ * same bits): per super-block the exact integers S = sum_j sc_j * dot(u_j, x_j) and
+ * M = sum_j m_j * sum(x_j), then acc = fma(S, d_x * d, acc) and accm = fma(M, d_x * dmin, accm)
+ * in super-block order, and the result acc - accm. */
 
-/* Q4_K / Q5_K 6-bit scales and mins of the 8 sub-blocks, unpacked 4 at a time from the 12 bytes
- * (a = bytes 0..3, b = 4..7, c = 8..11): sub-blocks 0..3 are the low 6 bits of a (scales) and b
- * (mins); 4..7 take their low 4 bits from c's nibbles and their high 2 from the top of a / b. */
-static inline void st_k4_scales(const uint8_t *q, uint64_t *sc8, uint64_t *mn8) {
-    const uint32_t a = st_load_u32(q), b = st_load_u32(q + 4), c = st_load_u32(q + 8);
-    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | (((a >> 6) & 0x03030303u) << 4);
-    const uint32_t mn_hi = ((c >> 4) & 0x0F0F0F0Fu) | (((b >> 6) & 0x03030303u) << 4);
-    *sc8 = (a & 0x3F3F3F3Fu) | ((uint64_t)sc_hi << 32);
-    *mn8 = (b & 0x3F3F3F3Fu) | ((uint64_t)mn_hi << 32);
+/* One super-block of weights (u: its 4 steps of 64 unpacked values, sct: their scales per int16
+ * lane, mn16: the mins per 16 weights) against activation block y: the 16 int32 lanes whose sum
+ * is S and the 8 whose sum is M. */
+static inline void st_q45_K_sums(const __m512i u[4], const __m512i sct[4], __m256i mn16,
+                                 const block_q8_K *y, __m512i *isum, __m256i *mprod) {
+    __m512i acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) /* u <= 31: vpmaddubsw cannot saturate */
+        acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u[t], st_q8_K_x(y, t)), sct[t]);
+    *isum = acc;
+    *mprod = _mm256_madd_epi16(st_q8_K_bsums(y), mn16);
 }
 
-/* Shared body of Q4_K and Q5_K: qh is NULL for Q4_K. */
-static inline void st_dot_q45_K(int64_t n, float *out, const block_q4_K *b4, const block_q5_K *b5,
+/* The lane sums of two (isum, mprod) pairs a and b as floats [S_a, M_a, S_b, M_b] (exact
+ * integers, rounded once to float). */
+static inline __m128 st_q45_K_reduce2(__m512i isa, __m512i isb, __m256i ma, __m256i mb) {
+    /* [a lanes 0-3 + 8-11, a 4-7 + 12-15, b ..., b ...] */
+    const __m512i x = _mm512_add_epi32(_mm512_shuffle_i64x2(isa, isb, 0x44), _mm512_shuffle_i64x2(isa, isb, 0xEE));
+    const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(ma), mb, 1);
+    /* 128-bit lanes: 4 partial sums each of S_a, S_b, M_a, M_b */
+    __m512i z = _mm512_add_epi32(_mm512_shuffle_i64x2(x, y, 0x88), _mm512_shuffle_i64x2(x, y, 0xDD));
+    z = _mm512_add_epi32(z, _mm512_shuffle_epi32(z, (_MM_PERM_ENUM)0x4E));
+    z = _mm512_add_epi32(z, _mm512_shuffle_epi32(z, (_MM_PERM_ENUM)0xB1));
+    const __m512i pick = _mm512_setr_epi32(0, 8, 4, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castps512_ps128(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(pick, z)));
+}
+
+/* [d_x * d, d_x * dmin] of one super-block (d, dmin: the block's first two fp16 fields). */
+static inline __m128 st_q45_K_dd(const void *blk, const block_q8_K *y) {
+    return _mm_mul_ps(_mm_set1_ps(y->d), _mm_cvtph_ps(_mm_cvtsi32_si128((int)st_load_u32(blk))));
+}
+
+/* Unpacks super-block i of a Q4_K (b5 NULL) or Q5_K (b4 NULL) row: 4 steps of 64 values, their
+ * per-lane scales and the mins per 16 weights. */
+static inline void st_q45_K_unpack(const block_q4_K *b4, const block_q5_K *b5, int64_t i,
+                                   const __m512i bits[4], __m512i u[4], __m512i sct[4], __m256i *mn16) {
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales;
+    const uint8_t *qs = b5 ? b5[i].qs : b4[i].qs;
+    uint64_t sc8, mn8;
+    st_k4_scales(scales, &sc8, &mn8);
+    const __m512i scv = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+    *mn16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn8), dup));
+    const __m512i qh = b5 ? st_bcast_256(b5[i].qh) : _mm512_setzero_si512(); /* bit g of qh[l]: weight 32g + l */
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) {
+        /* sub-blocks 2t (low nibbles of qs[32t..]) and 2t+1 (high nibbles) */
+        u[t] = st_nibbles_256(qs + 32 * t);
+        if (b5) u[t] = _mm512_mask_add_epi8(u[t], _mm512_test_epi8_mask(qh, bits[t]), u[t], sixteen);
+        sct[t] = _mm512_permutexvar_epi16(st_idx_g32(t), scv);
+    }
+}
+
+/* Shared body of Q4_K and Q5_K: qh is NULL for Q4_K. Super-blocks in pairs (one reduction for
+ * both); the odd last one alone. */
+static inline __attribute__((always_inline)) void st_dot_q45_K(int64_t n, float *out, const block_q4_K *b4, const block_q5_K *b5,
                                 const block_q8_K *y) {
     const int64_t nb = n / QK_K;
-    const __m512i z = _mm512_setzero_si512(), sixteen = _mm512_set1_epi8(16);
-    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    __m512i idx[4], bits[4];
-    for (int t = 0; t < 4; t++) { idx[t] = st_idx_g32(t); bits[t] = st_bitsel(t); }
-    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++, y++) {
-        const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales;
-        const uint8_t *qs = b5 ? b5[i].qs : b4[i].qs;
-        const uint16_t d = b5 ? b5[i].d : b4[i].d, dmin = b5 ? b5[i].dmin : b4[i].dmin;
-        uint64_t sc8, mn8;
-        st_k4_scales(scales, &sc8, &mn8);
-        /* 8 int16 scales; mins duplicated per 16 weights to meet the 16 bsums */
-        const __m512i scv = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn8), dup));
-        const __m256i mprod = _mm256_madd_epi16(st_q8_K_bsums(y), mn16); /* m_j * sum(x of j) */
-        const __m512i qh = b5 ? st_bcast_256(b5[i].qh) : z; /* bit g of qh[l]: weight 32g + l */
-        __m512i isum = z;
-        for (int t = 0; t < 4; t++) {
-            /* sub-blocks 2t (low nibbles of qs[32t..]) and 2t+1 (high nibbles) */
-            __m512i u = st_nibbles_256(qs + 32 * t);
-            if (b5) u = _mm512_mask_add_epi8(u, _mm512_test_epi8_mask(qh, bits[t]), u, sixteen);
-            const __m512i m = _mm512_maddubs_epi16(u, st_q8_K_x(y, t)); /* u <= 31: no saturation */
-            isum = _mm512_dpwssd_epi32(isum, m, _mm512_permutexvar_epi16(idx[t], scv));
-        }
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(y->d * st_h2f(d)), acc);
-        accm = _mm512_fmadd_ps(st_cvt256_ps(mprod), _mm512_set1_ps(y->d * st_h2f(dmin)), accm);
+    const size_t bs = b5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const uint8_t *base = b5 ? (const uint8_t *)b5 : (const uint8_t *)b4;
+    __m512i bits[4];
+    for (int t = 0; t < 4; t++) bits[t] = st_bitsel(t);
+    __m128 acc = _mm_setzero_ps(); /* [acc, accm, -, -] */
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) {
+        __m512i u[4], sct[4], isa, isb;
+        __m256i mn16, ma, mb;
+        st_q45_K_unpack(b4, b5, i, bits, u, sct, &mn16);
+        st_q45_K_sums(u, sct, mn16, y + i, &isa, &ma);
+        st_q45_K_unpack(b4, b5, i + 1, bits, u, sct, &mn16);
+        st_q45_K_sums(u, sct, mn16, y + i + 1, &isb, &mb);
+        const __m128 s = st_q45_K_reduce2(isa, isb, ma, mb);
+        acc = _mm_fmadd_ps(s, st_q45_K_dd(base + (size_t)i * bs, y + i), acc);
+        acc = _mm_fmadd_ps(_mm_movehl_ps(s, s), st_q45_K_dd(base + (size_t)(i + 1) * bs, y + i + 1), acc);
     }
-    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+    if (i < nb) {
+        __m512i u[4], sct[4], isa;
+        __m256i mn16, ma;
+        st_q45_K_unpack(b4, b5, i, bits, u, sct, &mn16);
+        st_q45_K_sums(u, sct, mn16, y + i, &isa, &ma);
+        const __m128 s = st_q45_K_reduce2(isa, _mm512_setzero_si512(), ma, _mm256_setzero_si256());
+        acc = _mm_fmadd_ps(s, st_q45_K_dd(base + (size_t)i * bs, y + i), acc);
+    }
+    *out = _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc));
 }
 
-/* The same for NC activation rows (y + c * ys bytes, c < NC) against one weight row: the nibbles,
- * high bits and scales of each super-block are unpacked once and applied to every row, and each
- * row's arithmetic is the single-row kernel's, instruction for instruction (bit-identical).
- * Kept apart from st_dot_q45_K on purpose: NC = 1 through this body measured 20-40% slower than
- * the single-row kernel (the per-row arrays stay in memory), and decode runs the single-row one. */
-static inline void st_dot_q45_K_cols(int64_t n, float *out, const block_q4_K *b4,
+/* The same for NC activation rows (y + c * ys bytes, c < NC) against one weight row: each
+ * super-block is unpacked once for all rows, whose sums are reduced two rows at a time. */
+static inline __attribute__((always_inline)) void st_dot_q45_K_cols(int64_t n, float *out, const block_q4_K *b4,
                                      const block_q5_K *b5, const uint8_t *y0, size_t ys, const int NC) {
     const int64_t nb = n / QK_K;
-    const __m512i z = _mm512_setzero_si512(), sixteen = _mm512_set1_epi8(16);
-    const __m128i dup = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    __m512i idx[4], bits[4];
-    for (int t = 0; t < 4; t++) { idx[t] = st_idx_g32(t); bits[t] = st_bitsel(t); }
-    __m512 acc[ST_DOT_MAX_COLS], accm[ST_DOT_MAX_COLS];
-    for (int c = 0; c < NC; c++) { acc[c] = _mm512_setzero_ps(); accm[c] = _mm512_setzero_ps(); }
+    const size_t bs = b5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const uint8_t *base = b5 ? (const uint8_t *)b5 : (const uint8_t *)b4;
+    __m512i bits[4];
+    for (int t = 0; t < 4; t++) bits[t] = st_bitsel(t);
+    __m128 acc[(ST_DOT_MAX_COLS + 1) / 2]; /* [acc, accm] of rows 2p and 2p+1 */
+    for (int p = 0; p < (NC + 1) / 2; p++) acc[p] = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales;
-        const uint8_t *qs = b5 ? b5[i].qs : b4[i].qs;
-        const uint16_t d = b5 ? b5[i].d : b4[i].d, dmin = b5 ? b5[i].dmin : b4[i].dmin;
-        uint64_t sc8, mn8;
-        st_k4_scales(scales, &sc8, &mn8);
-        const __m512i scv = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_cvtsi64_si128((long long)mn8), dup));
-        const __m512i qh = b5 ? st_bcast_256(b5[i].qh) : z;
         __m512i u[4], sct[4];
-        for (int t = 0; t < 4; t++) {
-            u[t] = st_nibbles_256(qs + 32 * t);
-            if (b5) u[t] = _mm512_mask_add_epi8(u[t], _mm512_test_epi8_mask(qh, bits[t]), u[t], sixteen);
-            sct[t] = _mm512_permutexvar_epi16(idx[t], scv);
-        }
-        for (int c = 0; c < NC; c++) {
-            const block_q8_K *y = (const block_q8_K *)(y0 + (size_t)c * ys) + i;
-            const __m256i mprod = _mm256_madd_epi16(st_q8_K_bsums(y), mn16);
-            __m512i isum = z;
-            for (int t = 0; t < 4; t++)
-                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u[t], st_q8_K_x(y, t)), sct[t]);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(y->d * st_h2f(d)), acc[c]);
-            accm[c] = _mm512_fmadd_ps(st_cvt256_ps(mprod), _mm512_set1_ps(y->d * st_h2f(dmin)), accm[c]);
+        __m256i mn16;
+        st_q45_K_unpack(b4, b5, i, bits, u, sct, &mn16);
+        const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128((int)st_load_u32(base + (size_t)i * bs)));
+        for (int p = 0; p < (NC + 1) / 2; p++) {
+            const block_q8_K *ya = (const block_q8_K *)(y0 + (size_t)(2 * p) * ys) + i;
+            __m512i isa, isb = _mm512_setzero_si512();
+            __m256i ma, mb = _mm256_setzero_si256();
+            __m128 dd = _mm_mul_ps(_mm_set1_ps(ya->d), dw);
+            st_q45_K_sums(u, sct, mn16, ya, &isa, &ma);
+            if (2 * p + 1 < NC) {
+                const block_q8_K *yb = (const block_q8_K *)(y0 + (size_t)(2 * p + 1) * ys) + i;
+                st_q45_K_sums(u, sct, mn16, yb, &isb, &mb);
+                dd = _mm_movelh_ps(dd, _mm_mul_ps(_mm_set1_ps(yb->d), dw));
+            }
+            acc[p] = _mm_fmadd_ps(st_q45_K_reduce2(isa, isb, ma, mb), dd, acc[p]);
         }
     }
-    for (int c = 0; c < NC; c++) out[c] = _mm512_reduce_add_ps(acc[c]) - _mm512_reduce_add_ps(accm[c]);
+    for (int c = 0; c < NC; c++) {
+        const __m128 a = c & 1 ? _mm_movehl_ps(acc[c / 2], acc[c / 2]) : acc[c / 2];
+        out[c] = _mm_cvtss_f32(a) - _mm_cvtss_f32(_mm_movehdup_ps(a));
+    }
 }
 
 /* Dispatch on the column count so each NC is its own unrolled copy. */

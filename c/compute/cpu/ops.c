@@ -173,6 +173,7 @@ typedef struct {
     size_t xq_rb[ST_MM_MAX];         /* their row stride */
     st_vec_dot_fn dot[ST_MM_MAX];
     st_vec_dot_n_fn dotn[ST_MM_MAX];   /* several tokens per weight row, or NULL */
+    st_vec_dot_tile_fn tile[ST_MM_MAX]; /* 16 weight rows x all tokens (AMX), or NULL */
     int64_t T;
 } st_mm_job;
 
@@ -189,6 +190,16 @@ static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {
         const int64_t r0 = b - j->first[m], r1 = end - j->first[m];
         const st_vec_dot_fn dot = j->dot[m];
         const st_vec_dot_n_fn dotn = j->dotn[m];
+        if (j->tile[m]) { /* blocks of 16 rows, every token: the same bits */
+            for (int64_t r = r0; r < r1; r += ST_TILE_ROWS) {
+                const int nr = (int)(r1 - r < ST_TILE_ROWS ? r1 - r : ST_TILE_ROWS);
+                j->tile[m](n, mm->y + r, (size_t)mm->ldy, w->data + (size_t)r * w->row_bytes, w->row_bytes,
+                           nr, j->xq[m], j->xq_rb[m], j->T);
+            }
+            b = end;
+            m++;
+            continue;
+        }
         for (int64_t t0 = 0; t0 < j->T; t0 += ST_MM_TOK_BLOCK) {
             const int64_t t1 = t0 + ST_MM_TOK_BLOCK < j->T ? t0 + ST_MM_TOK_BLOCK : j->T;
             for (int64_t r = r0; r < r1; r++) {
@@ -221,6 +232,7 @@ void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const flo
     const uint8_t *slot_ptr[3] = {(const uint8_t *)x, NULL, NULL};
     size_t q80_bytes = st_act_bytes(STRATA_TYPE_Q8_0, n, T);
     uint8_t *slot_buf[3] = {NULL, (uint8_t *)ws, (uint8_t *)ws + ((q80_bytes + 63) & ~(size_t)63)};
+    int any_tile = 0;
     for (int m = 0; m < n_mats; m++) {
         strata_type wt = mats[m].w->type;
         strata_type act = strata_act_type(wt);
@@ -233,6 +245,8 @@ void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const flo
         j.xq_rb[m] = st_act_bytes(wt, n, 1);
         j.dot[m] = st_vec_dot_get(wt);
         j.dotn[m] = st_vec_dot_n_get(wt);
+        j.tile[m] = T >= ST_TILE_MIN_COLS ? st_vec_dot_tile_get(wt) : NULL;
+        any_tile |= j.tile[m] != NULL;
         j.first[m + 1] = j.first[m] + mats[m].w->ne[1];
     }
     const int64_t rows = j.first[n_mats];
@@ -241,6 +255,7 @@ void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const flo
     /* enough chunks for balance; at least 4 rows so a chunk amortizes its bookkeeping; tiny
      * products (a router, a gate vector) stay on the caller: waking workers would cost more */
     int64_t chunk = bytes * (size_t)T < 48 * 1024 ? rows : st_threadpool_chunk(tp, rows, 8, T > 8 ? 1 : 4);
+    if (any_tile) chunk = (chunk + ST_TILE_ROWS - 1) / ST_TILE_ROWS * ST_TILE_ROWS; /* whole tiles */
     st_threadpool_run(tp, rows, chunk, st_mm_task, &j);
 }
 

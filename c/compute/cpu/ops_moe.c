@@ -72,7 +72,16 @@ typedef struct {
     strata_type down_type;
     st_vec_dot_fn dot_g, dot_u, dot_d;
     st_vec_dot_n_fn dotn_gu, dotn_d;   /* several pairs per weight row (same bits), or NULL */
+    st_vec_dot_tile_fn tile_gu, tile_d; /* 16 weight rows x an expert's pairs (AMX), or NULL */
 } st_moe_job;
+
+/* Pairs per tile call of gate/up (the up results' buffer on the stack). */
+#define ST_MOE_TILE_GROUP 64
+
+/* A row chunk rounded up to whole tiles when a tile kernel is in use. */
+static int64_t st_tile_chunk(int64_t chunk, st_vec_dot_tile_fn tile) {
+    return tile ? (chunk + ST_TILE_ROWS - 1) / ST_TILE_ROWS * ST_TILE_ROWS : chunk;
+}
 
 /* Stage 0 (with several-row kernels): each pair's activation row copied into pair order. */
 static void st_moe_gather(void *ctx, int64_t b, int64_t e, int tid) {
@@ -89,11 +98,27 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
     /* (active index, row) of b, then stepped: no 64-bit division per row (a decode step's
      * 6,144 gate/up and 16,384 down rows on qwen3 made two per row) */
     int64_t a = b / j->n_ff, r = b - a * j->n_ff;
-    for (int64_t g = b; g < e; g++) {
+    for (int64_t g = b; g < e;) {
         const int32_t ex = j->active[a];
         const st_expert *x = &j->experts[ex];
         const void *wg = st_tensor_row(&x->gate, 0, r), *wu = st_tensor_row(&x->up, 0, r);
-        int64_t i = j->offs[ex];
+        int64_t i = j->offs[ex], step = 1;
+        if (j->tile_gu && j->offs[ex + 1] - i >= ST_TILE_MIN_COLS) {
+            /* 16 rows at once; the up rows through a small buffer, in groups of pairs */
+            const int64_t lim = j->n_ff - r < e - g ? j->n_ff - r : e - g;
+            const int nr = (int)(lim < ST_TILE_ROWS ? lim : ST_TILE_ROWS);
+            for (; i < j->offs[ex + 1]; i += ST_MOE_TILE_GROUP) {
+                const int64_t np = j->offs[ex + 1] - i < ST_MOE_TILE_GROUP ? j->offs[ex + 1] - i : ST_MOE_TILE_GROUP;
+                float vu[ST_MOE_TILE_GROUP][ST_TILE_ROWS];
+                const uint8_t *xr = j->xg + (size_t)i * j->rb_g;
+                float *hg = j->h + i * j->n_ff + r;
+                j->tile_gu(j->n_embd, hg, (size_t)j->n_ff, wg, x->gate.row_bytes, nr, xr, j->rb_g, np);
+                j->tile_gu(j->n_embd, vu[0], ST_TILE_ROWS, wu, x->up.row_bytes, nr, xr, j->rb_g, np);
+                for (int64_t c = 0; c < np; c++)
+                    for (int k = 0; k < nr; k++) hg[c * j->n_ff + k] = st_silu(hg[c * j->n_ff + k]) * vu[c][k];
+            }
+            step = nr;
+        }
         if (j->dotn_gu) /* gate and up share the activation type: up to 4 pairs per row pass */
             for (; i + 1 < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
                 const int64_t left = j->offs[ex + 1] - i;
@@ -111,7 +136,9 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
             j->dot_u(j->n_embd, &vu, wu, j->xq_u + (size_t)t * j->rb_u);
             j->h[i * j->n_ff + r] = st_silu(vg) * vu;
         }
-        if (++r == j->n_ff) { /* the next expert's first row */
+        g += step;
+        r += step;
+        if (r == j->n_ff) { /* the next expert's first row */
             r = 0;
             a++;
         }
@@ -137,10 +164,19 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_moe_job *j = ctx;
     int64_t a = b / j->n_embd, r = b - a * j->n_embd; /* as st_moe_gate_up */
-    for (int64_t g = b; g < e; g++) {
+    for (int64_t g = b; g < e;) {
         const int32_t ex = j->active[a];
-        const void *wd = st_tensor_row(&j->experts[ex].down, 0, r);
-        int64_t i = j->offs[ex];
+        const st_tensor *down = &j->experts[ex].down;
+        const void *wd = st_tensor_row(down, 0, r);
+        int64_t i = j->offs[ex], step = 1;
+        if (j->tile_d && j->offs[ex + 1] - i >= ST_TILE_MIN_COLS) { /* 16 rows, all the pairs */
+            const int64_t lim = j->n_embd - r < e - g ? j->n_embd - r : e - g;
+            const int nr = (int)(lim < ST_TILE_ROWS ? lim : ST_TILE_ROWS);
+            j->tile_d(j->n_ff, j->y + i * j->n_embd + r, (size_t)j->n_embd, wd, down->row_bytes, nr,
+                      j->hq + (size_t)i * j->rb_h, j->rb_h, j->offs[ex + 1] - i);
+            i = j->offs[ex + 1];
+            step = nr;
+        }
         if (j->dotn_d)
             for (; i + 1 < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
                 const int64_t left = j->offs[ex + 1] - i;
@@ -151,7 +187,9 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
             }
         for (; i < j->offs[ex + 1]; i++)
             j->dot_d(j->n_ff, &j->y[i * j->n_embd + r], wd, j->hq + (size_t)i * j->rb_h);
-        if (++r == j->n_embd) {
+        g += step;
+        r += step;
+        if (r == j->n_embd) {
             r = 0;
             a++;
         }
@@ -266,18 +304,23 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     /* several-row kernels: gate and up of one type (one gathered activation copy), down */
     j.dotn_gu = tg == tu && T > 1 ? st_vec_dot_n_get(tg) : NULL;
     j.dotn_d = T > 1 ? st_vec_dot_n_get(td) : NULL;
+    /* AMX tiles where an expert has enough pairs (checked per expert); whole tiles per chunk */
+    j.tile_gu = j.dotn_gu ? st_vec_dot_tile_get(tg) : NULL;
+    j.tile_d = j.dotn_d ? st_vec_dot_tile_get(td) : NULL;
     j.xg = xg;
     if (j.dotn_gu)
         st_threadpool_run(tp, (int64_t)P, (int64_t)P * (int64_t)j.rb_g < 65536 ? (int64_t)P
                           : st_threadpool_chunk(tp, (int64_t)P, 2, 1), st_moe_gather, &j);
 
     const int64_t rows_gu = (int64_t)n_active * n_ff;
-    st_threadpool_run(tp, rows_gu, st_threadpool_chunk(tp, rows_gu, 8, 2), st_moe_gate_up, &j);
+    st_threadpool_run(tp, rows_gu, st_tile_chunk(st_threadpool_chunk(tp, rows_gu, 8, 2), j.tile_gu),
+                      st_moe_gate_up, &j);
     const int64_t np = (int64_t)P;
     st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1),
                       st_moe_quant_h, &j);
     const int64_t rows_d = (int64_t)n_active * n_embd;
-    st_threadpool_run(tp, rows_d, st_threadpool_chunk(tp, rows_d, 8, 2), st_moe_down, &j);
+    st_threadpool_run(tp, rows_d, st_tile_chunk(st_threadpool_chunk(tp, rows_d, 8, 2), j.tile_d),
+                      st_moe_down, &j);
     st_threadpool_run(tp, T, T * n_embd * k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
                       st_moe_combine, &j);
 }

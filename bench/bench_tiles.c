@@ -1,0 +1,165 @@
+/* bench_tiles.c - the CPU kernels for several activation rows per weight row (prompt batches,
+ * grouped experts): the several-row AVX-512 kernel (st_vec_dot_n_get: 4 rows per pass over a
+ * weight row) against the AMX tiles (st_vec_dot_tile_get: 16 weight rows x all activation rows),
+ * on one thread, for an expert-shaped matrix (default 768 rows of 2048 Q4_K weights: qwen3's
+ * gate) and activation-row counts 1..256. Both give the same bits (checked here on every run).
+ * Prints a table of billions of multiply-adds per second and the ratio; writes JSON.
+ *
+ *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K] [--time S] [--json PATH]
+ *
+ * Without AMX only the first kernel is timed. Built by `make bench`. */
+#include "dot.h"
+#include "quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
+static uint64_t rng_next(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ULL;
+}
+static float rng_float(void) { return (float)((double)(rng_next() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    int64_t n, rows, nc;
+    const unsigned char *w;
+    size_t rb;
+    const unsigned char *x;
+    size_t xb;
+    float *out;
+} job;
+
+static void run_dotn(const job *j, st_vec_dot_n_fn dn, st_vec_dot_fn d1) {
+    for (int64_t r = 0; r < j->rows; r++) {
+        int64_t c = 0;
+        float o[ST_DOT_MAX_COLS];
+        for (; c + 1 < j->nc; c += ST_DOT_MAX_COLS) {
+            const int nc = (int)(j->nc - c < ST_DOT_MAX_COLS ? j->nc - c : ST_DOT_MAX_COLS);
+            dn(j->n, o, j->w + (size_t)r * j->rb, j->x + (size_t)c * j->xb, j->xb, nc);
+            for (int k = 0; k < nc; k++) j->out[(c + k) * j->rows + r] = o[k];
+        }
+        for (; c < j->nc; c++) d1(j->n, &j->out[c * j->rows + r], j->w + (size_t)r * j->rb, j->x + (size_t)c * j->xb);
+    }
+}
+
+static void run_tile(const job *j, st_vec_dot_tile_fn t) {
+    for (int64_t r = 0; r < j->rows; r += ST_TILE_ROWS) {
+        const int nr = (int)(j->rows - r < ST_TILE_ROWS ? j->rows - r : ST_TILE_ROWS);
+        t(j->n, j->out + r, (size_t)j->rows, j->w + (size_t)r * j->rb, j->rb, nr, j->x, j->xb, j->nc);
+    }
+}
+
+/* Seconds per call (best of enough calls to fill target_s). */
+static double time_it(const job *j, st_vec_dot_n_fn dn, st_vec_dot_fn d1, st_vec_dot_tile_fn t, double target_s) {
+    double best = 1e30, spent = 0;
+    int calls = 0;
+    while (spent < target_s || calls < 3) {
+        const double t0 = now_s();
+        if (t) run_tile(j, t);
+        else run_dotn(j, dn, d1);
+        const double dt = now_s() - t0;
+        best = dt < best ? dt : best;
+        spent += dt;
+        calls++;
+    }
+    return best;
+}
+
+int main(int argc, char **argv) {
+    int64_t rows = 768, n = 2048;
+    double target_s = 0.3;
+    strata_type type = STRATA_TYPE_Q4_K;
+    const char *json_path = "bench/results/bench_tiles.json";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--rows") && v) rows = atoll(v), i++;
+        else if (!strcmp(a, "--n") && v) n = atoll(v), i++;
+        else if (!strcmp(a, "--time") && v) target_s = atof(v), i++;
+        else if (!strcmp(a, "--json") && v) json_path = v, i++;
+        else if (!strcmp(a, "--type") && v) {
+            type = !strcasecmp(v, "q5_K") ? STRATA_TYPE_Q5_K : STRATA_TYPE_Q4_K;
+            i++;
+        } else {
+            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K] [--time S] [--json PATH]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (rows < 1 || n < QK_K || n % QK_K) {
+        fprintf(stderr, "bench_tiles: --rows >= 1, --n a multiple of 256\n");
+        return 2;
+    }
+    const st_vec_dot_n_fn dn = st_vec_dot_n_get(type);
+    const st_vec_dot_fn d1 = st_vec_dot_get(type);
+    const st_vec_dot_tile_fn tile = st_vec_dot_tile_get(type);
+    if (!dn) {
+        fprintf(stderr, "bench_tiles: no several-row kernel for %s here (needs AVX-512 VNNI)\n", strata_type_name(type));
+        return 1;
+    }
+    static const int64_t ncs[] = {1, 4, 8, 16, 32, 64, 128, 256};
+    const int64_t max_nc = 256;
+    const size_t rb = (size_t)strata_row_bytes(type, n), xb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, n);
+    unsigned char *w = malloc(rb * (size_t)rows), *x = malloc(xb * (size_t)max_nc);
+    float *f = malloc(sizeof(float) * (size_t)n), *o1 = malloc(sizeof(float) * (size_t)(rows * max_nc)),
+          *o2 = malloc(sizeof(float) * (size_t)(rows * max_nc));
+    if (!w || !x || !f || !o1 || !o2) {
+        fprintf(stderr, "bench_tiles: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (unsigned char)rng_next();
+    const size_t bs = rb / (size_t)(n / QK_K);
+    for (size_t b = 0; b < rb * (size_t)rows; b += bs) {
+        const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
+        memcpy(w + b, &d, 2);
+        memcpy(w + b + 2, &dm, 2);
+    }
+    for (int64_t c = 0; c < max_nc; c++) {
+        for (int64_t i = 0; i < n; i++) f[i] = rng_float();
+        st_quantize_row_q8_K(f, (block_q8_K *)(x + (size_t)c * xb), n);
+    }
+    printf("# bench_tiles: %s, %lld rows of %lld weights (%.2f MB), one thread, AMX %s\n\n", strata_type_name(type),
+           (long long)rows, (long long)n, (double)(rb * (size_t)rows) / 1e6, tile ? "on" : "not available");
+    printf("| activation rows | several-row GMAC/s | AMX tiles GMAC/s | tiles / several-row | same bits |\n|---:|---:|---:|---:|---|\n");
+    FILE *jf = fopen(json_path, "w");
+    if (jf) fprintf(jf, "{\"type\": \"%s\", \"rows\": %lld, \"n\": %lld, \"amx\": %d, \"results\": [", strata_type_name(type),
+                    (long long)rows, (long long)n, tile != NULL);
+    for (size_t k = 0; k < sizeof ncs / sizeof ncs[0]; k++) {
+        job j = {n, rows, ncs[k], w, rb, x, xb, o1};
+        const double macs = (double)rows * (double)n * (double)ncs[k];
+        const double ta = time_it(&j, dn, d1, NULL, target_s);
+        double tb = 0;
+        int same = -1;
+        if (tile) {
+            job j2 = j;
+            j2.out = o2;
+            tb = time_it(&j2, dn, d1, tile, target_s);
+            same = !memcmp(o1, o2, sizeof(float) * (size_t)(rows * ncs[k]));
+        }
+        if (tile)
+            printf("| %lld | %.1f | %.1f | %.2fx | %s |\n", (long long)ncs[k], macs / ta / 1e9, macs / tb / 1e9, ta / tb,
+                   same ? "yes" : "NO");
+        else
+            printf("| %lld | %.1f | - | - | - |\n", (long long)ncs[k], macs / ta / 1e9);
+        if (jf)
+            fprintf(jf, "%s{\"activation_rows\": %lld, \"several_row_gmacs\": %.3f, \"tiles_gmacs\": %.3f, \"same_bits\": %d}",
+                    k ? ", " : "", (long long)ncs[k], macs / ta / 1e9, tile ? macs / tb / 1e9 : 0.0, same);
+    }
+    if (jf) {
+        fprintf(jf, "]}\n");
+        fclose(jf);
+        printf("\nwrote %s\n", json_path);
+    }
+    free(w), free(x), free(f), free(o1), free(o2);
+    return 0;
+}

@@ -1,0 +1,276 @@
+/* dot_amx.c - Q4_K and Q5_K weight rows against several q8_K activation rows on the AMX tile
+ * unit (prompt batches, grouped experts), bit-identical to the AVX-512 single-row kernels.
+ *
+ * Compiled with the AVX-512 flags plus -mamx-tile -mamx-int8 (the Makefile keys on "_amx" in the
+ * file name); dot.c registers it only when cpuid and XCR0 report AMX-TILE and AMX-INT8, the
+ * AVX-512 level is there, and Linux granted this process the tile state (st_amx_request).
+ *
+ * A call covers up to 16 weight rows (m) and any number of activation rows (tokens, n), 16 at a
+ * time. TDPBSUD multiplies signed bytes (A: 16 tokens x 32 activations, read in place from the
+ * q8_K rows) by unsigned bytes (B: the 32 unpacked weights of one sub-block of each of the 16
+ * rows, in the tile unit's 4-byte-interleaved layout B[kk][4m + e] = u_m[4kk + e]), so one tile
+ * product gives C_j[n][m], the exact integer dot of sub-block j for every (token, row). The rest
+ * is the AVX-512 kernel's arithmetic (dot_avx512.c), in vector lanes over m:
+ *   S = sum_j sc_j * C_j,  M = sum_j min_j * (bsum_2j + bsum_2j+1)   (exact int32)
+ *   acc = fma(S, d_x * d, acc), accm = fma(M, d_x * dmin, accm)     (super-block order)
+ *   out = acc - accm.
+ * Every integer is exact and every float step the same operation on the same operands, so the
+ * bits equal the single-row kernel's whatever the batch.
+ *
+ * ST_AMX_EMULATE (tests on machines without AMX) replaces the five tile instructions with plain
+ * C on arrays; everything else is the same code. */
+#include "dot_avx512.h"
+
+#include <stddef.h>
+#ifdef ST_AMX_EMULATE /* the test build's copy, linked beside the library's */
+#define st_dot_register_amx st_dot_register_amx_emulated
+#define st_amx_request st_amx_request_emulated
+#endif
+#if defined(__linux__) && !defined(ST_AMX_EMULATE)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Tile instructions (or their emulation)
+ * ------------------------------------------------------------------------------------------- */
+
+/* The 64-byte tile configuration (palette 1): rows and bytes per row of each tile register. */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} st_tilecfg;
+
+/* Tiles: 0 = C (nt x 16 int32), 1 = A (nt x 32 bytes), 2 = B (8 x 64 bytes). */
+static void st_tilecfg_make(st_tilecfg *c, int nt) {
+    memset(c, 0, sizeof *c);
+    c->palette = 1;
+    c->rows[0] = (uint8_t)nt, c->colsb[0] = 64;
+    c->rows[1] = (uint8_t)nt, c->colsb[1] = 32;
+    c->rows[2] = 8, c->colsb[2] = 64;
+}
+
+#ifdef ST_AMX_EMULATE
+static _Thread_local st_tilecfg st_emu_cfg;
+static _Thread_local uint8_t st_emu_tile[8][16][64];
+static void st_emu_load(int t, const void *p, size_t stride) {
+    for (int r = 0; r < st_emu_cfg.rows[t]; r++)
+        memcpy(st_emu_tile[t][r], (const uint8_t *)p + (size_t)r * stride, st_emu_cfg.colsb[t]);
+}
+static void st_emu_store(int t, void *p, size_t stride) {
+    for (int r = 0; r < st_emu_cfg.rows[t]; r++)
+        memcpy((uint8_t *)p + (size_t)r * stride, st_emu_tile[t][r], st_emu_cfg.colsb[t]);
+}
+/* C[m][n] += sum over k of (int8) A[m][k] * (uint8) B[k / 4][4n + k % 4] */
+static void st_emu_dpbsud(int c, int a, int b) {
+    for (int m = 0; m < st_emu_cfg.rows[c]; m++)
+        for (int n = 0; n < st_emu_cfg.colsb[c] / 4; n++) {
+            int32_t s;
+            memcpy(&s, &st_emu_tile[c][m][4 * n], 4);
+            for (int k = 0; k < st_emu_cfg.colsb[a]; k++)
+                s += (int32_t)(int8_t)st_emu_tile[a][m][k] * (int32_t)st_emu_tile[b][k / 4][4 * n + k % 4];
+            memcpy(&st_emu_tile[c][m][4 * n], &s, 4);
+        }
+}
+#define ST_TILE_CONFIG(cfg) (st_emu_cfg = *(cfg))
+#define ST_TILE_RELEASE() ((void)0)
+#define ST_TILE_ZERO(t) memset(st_emu_tile[t], 0, sizeof st_emu_tile[t])
+#define ST_TILE_LOAD(t, p, stride) st_emu_load(t, p, stride)
+#define ST_TILE_STORE(t, p, stride) st_emu_store(t, p, stride)
+#define ST_TILE_DPBSUD(c, a, b) st_emu_dpbsud(c, a, b)
+#else
+#define ST_TILE_CONFIG(cfg) _tile_loadconfig(cfg)
+#define ST_TILE_RELEASE() _tile_release()
+#define ST_TILE_ZERO(t) _tile_zero(t)
+#define ST_TILE_LOAD(t, p, stride) _tile_loadd(t, p, stride)
+#define ST_TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
+#define ST_TILE_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Weight rows unpacked for the tiles
+ * ------------------------------------------------------------------------------------------- */
+
+#define ST_AMX_SB_CHUNK 16  /* super-blocks unpacked at a time (84 KB on the stack) */
+#define ST_AMX_TOK_GROUP 64 /* activation rows whose accumulators live across the chunks */
+
+/* One super-block of 16 weight rows (rows past the call's count are zeros). */
+typedef struct {
+    uint8_t b[8][512]; /* B tile of sub-block j: [kk][4m + e] = u_m[32j + 4kk + e] */
+    __m512i sc[8];     /* int32 lanes m: the 6-bit scale of sub-block j */
+    __m512i mn[8];     /* int32 lanes m: (min_j, min_j) as two int16, against a pair of bsums */
+    __m512 d, dmin;    /* lanes m: the super-block's fp16 scales as floats */
+} st_amx_sb;
+
+/* In place: row k of the result is column k of the 16 x 16 int32 input (rows r[0..15]). */
+static inline void st_transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4i + c], 128-bit lane L: column 4L + c of rows 4i..4i+3 */
+    for (int i = 0; i < 4; i++) {
+        u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int c = 0; c < 4; c++) {
+        const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
+        const __m512i w0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88), w1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_i32x4(v0, w0, 0x88);
+        r[8 + c] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
+        r[4 + c] = _mm512_shuffle_i32x4(v1, w1, 0x88);
+        r[12 + c] = _mm512_shuffle_i32x4(v1, w1, 0xDD);
+    }
+}
+
+/* Byte j of each of the 16 qwords q[0..15] as 16 int32 lanes. */
+static inline __m512i st_byte_lanes(__m512i q0, __m512i q1, int j) {
+    const __m512i ff = _mm512_set1_epi64(0xFF);
+    const __m256i a = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srli_epi64(q0, 8 * j), ff));
+    const __m256i b = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srli_epi64(q1, 8 * j), ff));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+/* Super-block i of rows w + m * ws (m < nr) of Q4_K (q5 = 0) or Q5_K (q5 = 1) into o. */
+static void st_amx_unpack(const uint8_t *w, size_t ws, int nr, int q5, int64_t i, st_amx_sb *o) {
+    const size_t bs = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    _Alignas(64) uint64_t sc8[16], mn8[16];
+    _Alignas(32) uint16_t dh[16], dmh[16];
+    const uint8_t *blk[16];
+    for (int m = 0; m < 16; m++) {
+        blk[m] = m < nr ? w + (size_t)m * ws + (size_t)i * bs : NULL;
+        sc8[m] = mn8[m] = 0;
+        dh[m] = dmh[m] = 0;
+        if (!blk[m]) continue;
+        const block_q4_K *b4 = (const block_q4_K *)blk[m];
+        const block_q5_K *b5 = (const block_q5_K *)blk[m];
+        st_k4_scales(q5 ? b5->scales : b4->scales, &sc8[m], &mn8[m]);
+        dh[m] = q5 ? b5->d : b4->d;
+        dmh[m] = q5 ? b5->dmin : b4->dmin;
+    }
+    const __m512i sixteen = _mm512_set1_epi8(16);
+    for (int t = 0; t < 4; t++) {
+        /* row m: [sub-block 2t | sub-block 2t+1] as 16 dwords of 4 weights; transposed, rows
+         * 0..7 are B tile 2t and 8..15 B tile 2t+1 */
+        __m512i r[16];
+        const __m512i bits = st_bitsel(t);
+        for (int m = 0; m < 16; m++) {
+            if (!blk[m]) { r[m] = _mm512_setzero_si512(); continue; }
+            const block_q4_K *b4 = (const block_q4_K *)blk[m];
+            const block_q5_K *b5 = (const block_q5_K *)blk[m];
+            r[m] = st_nibbles_256((q5 ? b5->qs : b4->qs) + 32 * t);
+            if (q5) r[m] = _mm512_mask_add_epi8(r[m], _mm512_test_epi8_mask(st_bcast_256(b5->qh), bits), r[m], sixteen);
+        }
+        st_transpose16(r);
+        for (int k = 0; k < 16; k++) _mm512_store_si512((void *)(o->b[2 * t + k / 8] + 64 * (k % 8)), r[k]);
+    }
+    const __m512i s0 = _mm512_load_si512(sc8), s1 = _mm512_load_si512(sc8 + 8);
+    const __m512i n0 = _mm512_load_si512(mn8), n1 = _mm512_load_si512(mn8 + 8);
+    for (int j = 0; j < 8; j++) {
+        o->sc[j] = st_byte_lanes(s0, s1, j);
+        const __m512i mn = st_byte_lanes(n0, n1, j);
+        o->mn[j] = _mm512_or_si512(mn, _mm512_slli_epi32(mn, 16));
+    }
+    o->d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)dh));
+    o->dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)dmh));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The kernel
+ * ------------------------------------------------------------------------------------------- */
+
+/* out[c * ldo + r] = dot(w + r * ws, xq + c * xs) for r < nr (1..16), c < nc. */
+static void st_amx_q45_K(int64_t n, float *out, size_t ldo, const void *wv, size_t ws, int nr,
+                         const void *xq, size_t xs, int64_t nc, int q5) {
+    const int64_t nb = n / QK_K;
+    const uint8_t *w = wv;
+    _Alignas(64) st_amx_sb sb[ST_AMX_SB_CHUNK];
+    _Alignas(64) int32_t cbuf[8][16][16];
+    _Alignas(64) float acc[ST_AMX_TOK_GROUP][16], accm[ST_AMX_TOK_GROUP][16];
+    _Alignas(64) st_tilecfg cfg;
+    int cfg_rows = 0;
+    const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
+    for (int64_t c0 = 0; c0 < nc; c0 += ST_AMX_TOK_GROUP) {
+        const int64_t ng = nc - c0 < ST_AMX_TOK_GROUP ? nc - c0 : ST_AMX_TOK_GROUP;
+        memset(acc, 0, sizeof(float) * 16 * (size_t)ng);
+        memset(accm, 0, sizeof(float) * 16 * (size_t)ng);
+        for (int64_t i0 = 0; i0 < nb; i0 += ST_AMX_SB_CHUNK) {
+            const int64_t ni = nb - i0 < ST_AMX_SB_CHUNK ? nb - i0 : ST_AMX_SB_CHUNK;
+            if (c0 == 0 || nb > ST_AMX_SB_CHUNK) /* one chunk: unpacked once for every group */
+                for (int64_t ii = 0; ii < ni; ii++) st_amx_unpack(w, ws, nr, q5, i0 + ii, &sb[ii]);
+            for (int64_t t0 = 0; t0 < ng; t0 += 16) {
+                const int nt = (int)(ng - t0 < 16 ? ng - t0 : 16);
+                if (nt != cfg_rows) {
+                    st_tilecfg_make(&cfg, nt);
+                    ST_TILE_CONFIG(&cfg);
+                    cfg_rows = nt;
+                }
+                const uint8_t *x0 = (const uint8_t *)xq + (size_t)(c0 + t0) * xs;
+                for (int64_t ii = 0; ii < ni; ii++) {
+                    const int64_t i = i0 + ii;
+                    const st_amx_sb *s = &sb[ii];
+                    const uint8_t *xa = x0 + (size_t)i * sizeof(block_q8_K) + offsetof(block_q8_K, qs);
+                    for (int j = 0; j < 8; j++) {
+                        ST_TILE_ZERO(0);
+                        ST_TILE_LOAD(1, xa + 32 * j, xs);
+                        ST_TILE_LOAD(2, s->b[j], 64);
+                        ST_TILE_DPBSUD(0, 1, 2);
+                        ST_TILE_STORE(0, cbuf[j], 64);
+                    }
+                    for (int r = 0; r < nt; r++) {
+                        const block_q8_K *y = (const block_q8_K *)(x0 + (size_t)r * xs) + i;
+                        __m512i S = _mm512_mullo_epi32(_mm512_load_si512(cbuf[0][r]), s->sc[0]);
+                        for (int j = 1; j < 8; j++)
+                            S = _mm512_add_epi32(S, _mm512_mullo_epi32(_mm512_load_si512(cbuf[j][r]), s->sc[j]));
+                        __m512i M = _mm512_setzero_si512();
+                        for (int j = 0; j < 8; j++)
+                            M = _mm512_dpwssd_epi32(M, _mm512_set1_epi32((int)st_load_u32((const uint8_t *)&y->bsums[2 * j])), s->mn[j]);
+                        const __m512 yd = _mm512_set1_ps(y->d);
+                        float *a = acc[t0 + r], *am = accm[t0 + r];
+                        _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(yd, s->d), _mm512_load_ps(a)));
+                        _mm512_store_ps(am, _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(yd, s->dmin), _mm512_load_ps(am)));
+                    }
+                }
+            }
+        }
+        for (int64_t r = 0; r < ng; r++)
+            _mm512_mask_storeu_ps(out + (size_t)(c0 + r) * ldo, keep,
+                                  _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
+    }
+    ST_TILE_RELEASE();
+}
+
+static void st_tile_q4_K_amx(int64_t n, float *out, size_t ldo, const void *w, size_t ws, int nr,
+                             const void *xq, size_t xs, int64_t nc) {
+    st_amx_q45_K(n, out, ldo, w, ws, nr, xq, xs, nc, 0);
+}
+
+static void st_tile_q5_K_amx(int64_t n, float *out, size_t ldo, const void *w, size_t ws, int nr,
+                             const void *xq, size_t xs, int64_t nc) {
+    st_amx_q45_K(n, out, ldo, w, ws, nr, xq, xs, nc, 1);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Registration
+ * ------------------------------------------------------------------------------------------- */
+
+int st_amx_request(void) {
+#ifdef ST_AMX_EMULATE
+    return 1;
+#elif defined(__linux__)
+    /* ARCH_REQ_XCOMP_PERM (0x1023) for XFEATURE_XTILEDATA (18): without it the first tile
+     * instruction faults; granted once for the whole process */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
+void st_dot_register_amx(st_vec_dot_tile_fn *table) {
+    table[STRATA_TYPE_Q4_K] = st_tile_q4_K_amx;
+    table[STRATA_TYPE_Q5_K] = st_tile_q5_K_amx;
+}
