@@ -298,20 +298,25 @@ for f in "$R"/bench_q3_c*.err "$R"/bench_q3_n*.err "$R"/bench_olmoe_cpumoe*.err;
     [ -f "$f" ] && echo "$(basename "$f" .err): $(grep -h -E "expert rows|cpu-misses" "$f" | cut -c1-250 | tr '\n' ' ')"; done
 fi # OFFLOAD
 # ---- the CPU layers' split (--cpu-misses with --cpu-moe / --n-cpu-moe) against the plain hand-off,
-# interleaved and repeated (SPLIT_AB=1; this host's CPU-computed rows move by up to 40% between
+# interleaved and repeated (SPLIT_AB=1; 2: without the -ncmoe 24 rows; this host's CPU-computed rows move by up to 40% between
 # processes, so one pair says little) ----
-if [ "${SPLIT_AB:-0}" = 1 ]; then
+if [ "${SPLIT_AB:-0}" != 0 ]; then
     for rep in 1 2; do
         bench q3_cpumoe_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe -t 16
         bench q3_cpumoe_split_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --cpu-misses -t 16
         bench q3_cpumoe_split50_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --pcie-frac 0.5 -t 16
+        bench q3_cpumoe_split38_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --pcie-frac 0.375 -t 16
+        bench q3_cpumoe_split25_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --pcie-frac 0.25 -t 16
         bench olmoe_cpumoe_ab$rep /tmp/olmoe.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe -t 16
         bench olmoe_cpumoe_split_ab$rep /tmp/olmoe.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --cpu-misses -t 16
+        bench olmoe_cpumoe_split38_ab$rep /tmp/olmoe.gguf -p 0 -n 64 -r 3 --gpu --cpu-moe --pcie-frac 0.375 -t 16
         bench q3_ncmoe36_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --n-cpu-moe 36 -t 16
         bench q3_ncmoe36_split_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --n-cpu-moe 36 --cpu-misses -t 16
+        [ "${SPLIT_AB:-0}" = 2 ] && continue # 2: the --cpu-moe rows only
         bench q3_ncmoe24_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --n-cpu-moe 24 -t 16
         bench q3_ncmoe24_split_ab$rep /tmp/q3.gguf -p 0 -n 64 -r 3 --gpu --n-cpu-moe 24 --cpu-misses -t 16
     done
+    grep -h -E "cpu-misses" "$R"/bench_*split_ab1.err 2>/dev/null | cut -c1-200 | sort | uniq | head -8
     python3 - "$R" <<'PY'
 import glob, json, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "bench_*_ab[12].json"))):
