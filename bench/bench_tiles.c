@@ -1,11 +1,11 @@
 /* bench_tiles.c - the CPU kernels for several activation rows per weight row (prompt batches,
  * grouped experts): the several-row AVX-512 kernel (st_vec_dot_n_get: 4 rows per pass over a
- * weight row) against the AMX tiles (st_vec_dot_tile_get: 16 weight rows x all activation rows),
+ * weight row; Q8_0 has none: its single-row kernel per activation row) against the AMX tiles (st_vec_dot_tile_get: 16 weight rows x all activation rows),
  * on one thread, for an expert-shaped matrix (default 768 rows of 2048 Q4_K weights: qwen3's
  * gate) and activation-row counts 1..256. Both give the same bits (checked here on every run).
  * Prints a table of billions of multiply-adds per second and the ratio; writes JSON.
  *
- *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K] [--time S] [--json PATH]
+ *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q8_0] [--time S] [--json PATH]
  *
  * Without AMX only the first kernel is timed. Built by `make bench`. */
 #include "dot.h"
@@ -45,7 +45,7 @@ static void run_dotn(const job *j, st_vec_dot_n_fn dn, st_vec_dot_fn d1) {
     for (int64_t r = 0; r < j->rows; r++) {
         int64_t c = 0;
         float o[ST_DOT_MAX_COLS];
-        for (; c + 1 < j->nc; c += ST_DOT_MAX_COLS) {
+        for (; dn && c + 1 < j->nc; c += ST_DOT_MAX_COLS) {
             const int nc = (int)(j->nc - c < ST_DOT_MAX_COLS ? j->nc - c : ST_DOT_MAX_COLS);
             dn(j->n, o, j->w + (size_t)r * j->rb, j->x + (size_t)c * j->xb, j->xb, nc);
             for (int k = 0; k < nc; k++) j->out[(c + k) * j->rows + r] = o[k];
@@ -89,27 +89,28 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--time") && v) target_s = atof(v), i++;
         else if (!strcmp(a, "--json") && v) json_path = v, i++;
         else if (!strcmp(a, "--type") && v) {
-            type = !strcasecmp(v, "q5_K") ? STRATA_TYPE_Q5_K : STRATA_TYPE_Q4_K;
+            type = !strcasecmp(v, "q5_K") ? STRATA_TYPE_Q5_K : !strcasecmp(v, "q8_0") ? STRATA_TYPE_Q8_0 : STRATA_TYPE_Q4_K;
             i++;
         } else {
-            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K] [--time S] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q8_0] [--time S] [--json PATH]\n", argv[0]);
             return 2;
         }
     }
-    if (rows < 1 || n < QK_K || n % QK_K) {
+    if (rows < 1 || n < QK_K || n % QK_K) { /* whole super-blocks (and so whole Q8_0 blocks) */
         fprintf(stderr, "bench_tiles: --rows >= 1, --n a multiple of 256\n");
         return 2;
     }
-    const st_vec_dot_n_fn dn = st_vec_dot_n_get(type);
+    const st_vec_dot_n_fn dn = st_vec_dot_n_get(type); /* NULL for Q8_0: the single-row kernel per row */
     const st_vec_dot_fn d1 = st_vec_dot_get(type);
     const st_vec_dot_tile_fn tile = st_vec_dot_tile_get(type);
-    if (!dn) {
-        fprintf(stderr, "bench_tiles: no several-row kernel for %s here (needs AVX-512 VNNI)\n", strata_type_name(type));
+    if (!d1) {
+        fprintf(stderr, "bench_tiles: no kernel for %s\n", strata_type_name(type));
         return 1;
     }
     static const int64_t ncs[] = {1, 4, 8, 16, 32, 64, 128, 256};
     const int64_t max_nc = 256;
-    const size_t rb = (size_t)strata_row_bytes(type, n), xb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, n);
+    const strata_type at = strata_act_type(type);
+    const size_t rb = (size_t)strata_row_bytes(type, n), xb = (size_t)strata_row_bytes(at, n);
     unsigned char *w = malloc(rb * (size_t)rows), *x = malloc(xb * (size_t)max_nc);
     float *f = malloc(sizeof(float) * (size_t)n), *o1 = malloc(sizeof(float) * (size_t)(rows * max_nc)),
           *o2 = malloc(sizeof(float) * (size_t)(rows * max_nc));
@@ -118,19 +119,20 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (unsigned char)rng_next();
-    const size_t bs = rb / (size_t)(n / QK_K);
-    for (size_t b = 0; b < rb * (size_t)rows; b += bs) {
+    const size_t bs = (size_t)strata_type_block_bytes(type);
+    for (size_t b = 0; b < rb * (size_t)rows; b += bs) { /* finite scales: d (and the K-quants' dmin) */
         const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
         memcpy(w + b, &d, 2);
-        memcpy(w + b + 2, &dm, 2);
+        if (type != STRATA_TYPE_Q8_0) memcpy(w + b + 2, &dm, 2);
     }
     for (int64_t c = 0; c < max_nc; c++) {
         for (int64_t i = 0; i < n; i++) f[i] = rng_float();
-        st_quantize_row_q8_K(f, (block_q8_K *)(x + (size_t)c * xb), n);
+        if (at == STRATA_TYPE_Q8_0) st_quantize_row_q8_0(f, (block_q8_0 *)(x + (size_t)c * xb), n);
+        else st_quantize_row_q8_K(f, (block_q8_K *)(x + (size_t)c * xb), n);
     }
     printf("# bench_tiles: %s, %lld rows of %lld weights (%.2f MB), one thread, AMX %s\n\n", strata_type_name(type),
            (long long)rows, (long long)n, (double)(rb * (size_t)rows) / 1e6, tile ? "on" : "not available");
-    printf("| activation rows | several-row GMAC/s | AMX tiles GMAC/s | tiles / several-row | same bits |\n|---:|---:|---:|---:|---|\n");
+    printf("| activation rows | %s GMAC/s | AMX tiles GMAC/s | tiles / several-row | same bits |\n|---:|---:|---:|---:|---|\n", dn ? "several-row" : "single-row");
     FILE *jf = fopen(json_path, "w");
     if (jf) fprintf(jf, "{\"type\": \"%s\", \"rows\": %lld, \"n\": %lld, \"amx\": %d, \"results\": [", strata_type_name(type),
                     (long long)rows, (long long)n, tile != NULL);

@@ -37,6 +37,8 @@ else echo "BUILD FAILED"; grep -E "error" "$R/build.log" | head -20; exit 1; fi
 fi # AGAIN
 ( cd .devdata/prev && make -j8 CUDA=1 strata build/bench_dot > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done ) &
 T="test_isa_amx test_isa_avx512 test_dot test_ops test_session ${TESTS:-}"
+# test_session's checks need the tiny model (batch == token by token: the Q8_0 tiles on AMX hosts)
+mkdir -p /tmp/shared && ln -sfn "$PWD/models" /tmp/shared/models && export STRATA_SHARED=/tmp/shared
 make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check CUDA_TEST_BINS="$(for t in $T; do printf 'build/tests/%s ' $t; done)" \
     > "$R/check.log" 2>&1
 echo "tests rc=$? at $(el)s"
@@ -46,10 +48,11 @@ echo "---- bench_tiles (one thread) at $(el)s"
 ./build/bench_tiles --json "$R/tiles_q4K_gate.json"
 ./build/bench_tiles --rows 2048 --n 768 --json "$R/tiles_q4K_down.json" | tail -n +3
 ./build/bench_tiles --type q5_K --json "$R/tiles_q5K_gate.json" | tail -n +3
+./build/bench_tiles --type q8_0 --rows 2048 --json "$R/tiles_q80.json" | tail -n +3
 while [ ! -f /tmp/prev.done ] && [ "$(el)" -lt 400 ] && ! grep -q "Error [0-9]" "$R/prev_build.log"; do sleep 2; done
-echo "---- bench_dot q4_K/q5_K, 512 MiB, this build then the previous landing's, at $(el)s"
-./build/bench_dot --mib 512 --types q4_K,q5_K --json "$R/dot_new.json" | grep -E "^\| (q|type)"
-[ -f /tmp/prev.done ] && .devdata/prev/build/bench_dot --mib 512 --types q4_K,q5_K --json "$R/dot_prev.json" | grep -E "^\| (q|type)"
+echo "---- bench_dot q4_K/q5_K/q8_0, 512 MiB, this build then the previous landing's, at $(el)s"
+./build/bench_dot --mib 512 --types q4_K,q5_K,q8_0 --json "$R/dot_new.json" | grep -E "^\| (q|type)"
+[ -f /tmp/prev.done ] && .devdata/prev/build/bench_dot --mib 512 --types q4_K,q5_K,q8_0 --json "$R/dot_prev.json" | grep -E "^\| (q|type)"
 
 bench() { # name binary file args...
     local name=$1 bin=$2 f=$3; shift 3

@@ -1,5 +1,5 @@
 /* test_isa_amx.c - the AMX tile kernels (dot_amx.c) against the AVX-512 single-row kernels:
- * every output bit-identical, for Q4_K and Q5_K, weight-row counts 1..16, activation-row counts
+ * every output bit-identical, for Q4_K, Q5_K and Q8_0, weight-row counts 1..16, activation-row counts
  * across the 16-row tiles and the 64-row groups, row lengths across the 16-super-block chunks,
  * with sentinels around the written outputs; then the CPU matmul and the grouped-expert step
  * (ops.c, ops_moe.c) with the tiles against token-by-token calls, and the AMX switch
@@ -35,37 +35,44 @@ static uint64_t rng_next(void) {
 }
 static float rng_float(void) { return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
 
-/* Random Q4_K / Q5_K rows: random bytes, finite fp16 d and dmin. */
+/* Random Q4_K / Q5_K / Q8_0 rows: random bytes, finite fp16 d (and dmin: the K-quants' blocks
+ * open with d, dmin; Q8_0's with d). */
 static void random_rows(strata_type type, int64_t n, int rows, unsigned char *w) {
-    const size_t rb = (size_t)strata_row_bytes(type, n), bs = rb / (size_t)(n / QK_K);
+    const size_t rb = (size_t)strata_row_bytes(type, n), bs = (size_t)strata_type_block_bytes(type);
     for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (unsigned char)rng_next();
     for (size_t b = 0; b < rb * (size_t)rows; b += bs) {
         const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
-        memcpy(w + b, &d, 2); /* d and dmin open both block types */
-        memcpy(w + b + 2, &dm, 2);
+        memcpy(w + b, &d, 2);
+        if (type != STRATA_TYPE_Q8_0) memcpy(w + b + 2, &dm, 2);
     }
 }
 
-static _Alignas(64) unsigned char g_w[16 * MAX_SB * sizeof(block_q5_K)];
+/* n floats as the activation type of weight type wt. */
+static void quantize_act(strata_type wt, const float *x, int64_t n, void *out) {
+    if (strata_act_type(wt) == STRATA_TYPE_Q8_0) st_quantize_row_q8_0(x, (block_q8_0 *)out, n);
+    else st_quantize_row_q8_K(x, (block_q8_K *)out, n);
+}
+
+static _Alignas(64) unsigned char g_w[16 * MAX_SB * 8 * sizeof(block_q8_0)];
 static _Alignas(64) unsigned char g_x[MAX_COLS * MAX_SB * sizeof(block_q8_K)];
 static float g_f[MAX_N];
 static float g_out[MAX_COLS * 20 + 64];
 
 /* One kernel against the single-row kernel on every shape; returns the number of mismatches. */
 static int check_kernel(const char *who, strata_type type, st_vec_dot_tile_fn tile) {
-    static const int64_t sbs[] = {1, 3, 8, 16, 17, 20};
+    static const int64_t sbs[] = {1, 3, 8, 16, 17, 20}; /* 256-weight units (Q8_0: 8 blocks each) */
     static const int nrs[] = {1, 5, 15, 16};
     static const int64_t ncs[] = {1, 2, 15, 16, 17, 64, 65, 140};
     const st_vec_dot_fn one = st_vec_dot_at(type, STRATA_ISA_AVX512);
     int bad = 0, stray = 0, cases = 0;
     for (size_t a = 0; a < ST_ARRAY_LEN(sbs); a++) {
         const int64_t n = sbs[a] * QK_K;
-        const size_t rb = (size_t)strata_row_bytes(type, n), xb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, n);
+        const size_t rb = (size_t)strata_row_bytes(type, n), xb = (size_t)strata_row_bytes(strata_act_type(type), n);
         random_rows(type, n, 16, g_w);
         for (int c = 0; c < MAX_COLS; c++) {
             const float scale = c % 7 == 3 ? 100.0f : 1.0f; /* some rows with large values */
             for (int64_t i = 0; i < n; i++) g_f[i] = scale * rng_float();
-            st_quantize_row_q8_K(g_f, (block_q8_K *)(g_x + (size_t)c * xb), n);
+            quantize_act(type, g_f, n, g_x + (size_t)c * xb);
         }
         for (size_t b = 0; b < ST_ARRAY_LEN(nrs); b++)
             for (size_t k = 0; k < ST_ARRAY_LEN(ncs); k++) {
@@ -173,7 +180,8 @@ int main(void) {
     st_dot_register_amx_emulated(emu);
     check_kernel("emulated", STRATA_TYPE_Q4_K, emu[STRATA_TYPE_Q4_K]);
     check_kernel("emulated", STRATA_TYPE_Q5_K, emu[STRATA_TYPE_Q5_K]);
-    CHECK(emu[STRATA_TYPE_Q6_K] == NULL && emu[STRATA_TYPE_Q8_0] == NULL, "tiles only for Q4_K and Q5_K");
+    check_kernel("emulated", STRATA_TYPE_Q8_0, emu[STRATA_TYPE_Q8_0]);
+    CHECK(emu[STRATA_TYPE_Q6_K] == NULL && emu[STRATA_TYPE_Q4_0] == NULL, "tiles only for Q4_K, Q5_K and Q8_0");
 
     /* the switch */
     if (!strata_cpu_amx_supported()) {
@@ -186,9 +194,11 @@ int main(void) {
     }
     CHECK(strata_cpu_amx_active(), "AMX active by default");
     st_vec_dot_tile_fn q4 = st_vec_dot_tile_get(STRATA_TYPE_Q4_K), q5 = st_vec_dot_tile_get(STRATA_TYPE_Q5_K);
-    CHECK(q4 && q5 && !st_vec_dot_tile_get(STRATA_TYPE_Q6_K), "tile kernels handed out for Q4_K and Q5_K only");
+    st_vec_dot_tile_fn q8 = st_vec_dot_tile_get(STRATA_TYPE_Q8_0);
+    CHECK(q4 && q5 && q8 && !st_vec_dot_tile_get(STRATA_TYPE_Q6_K), "tile kernels handed out for Q4_K, Q5_K and Q8_0 only");
     if (q4) check_kernel("AMX", STRATA_TYPE_Q4_K, q4);
     if (q5) check_kernel("AMX", STRATA_TYPE_Q5_K, q5);
+    if (q8) check_kernel("AMX", STRATA_TYPE_Q8_0, q8);
     check_ops();
     CHECK(strata_cpu_amx_set(0) == STRATA_OK && !strata_cpu_amx_active() && !st_vec_dot_tile_get(STRATA_TYPE_Q4_K),
           "AMX off: no tile kernel");

@@ -62,14 +62,17 @@ static void st_emu_store(int t, void *p, size_t stride) {
     for (int r = 0; r < st_emu_cfg.rows[t]; r++)
         memcpy((uint8_t *)p + (size_t)r * stride, st_emu_tile[t][r], st_emu_cfg.colsb[t]);
 }
-/* C[m][n] += sum over k of (int8) A[m][k] * (uint8) B[k / 4][4n + k % 4] */
-static void st_emu_dpbsud(int c, int a, int b) {
+/* C[m][n] += sum over k of (int8) A[m][k] * B[k / 4][4n + k % 4], B unsigned (dpbsud) or
+ * signed (dpbssd) bytes */
+static void st_emu_dp(int c, int a, int b, int b_signed) {
     for (int m = 0; m < st_emu_cfg.rows[c]; m++)
         for (int n = 0; n < st_emu_cfg.colsb[c] / 4; n++) {
             int32_t s;
             memcpy(&s, &st_emu_tile[c][m][4 * n], 4);
-            for (int k = 0; k < st_emu_cfg.colsb[a]; k++)
-                s += (int32_t)(int8_t)st_emu_tile[a][m][k] * (int32_t)st_emu_tile[b][k / 4][4 * n + k % 4];
+            for (int k = 0; k < st_emu_cfg.colsb[a]; k++) {
+                const uint8_t v = st_emu_tile[b][k / 4][4 * n + k % 4];
+                s += (int32_t)(int8_t)st_emu_tile[a][m][k] * (b_signed ? (int32_t)(int8_t)v : (int32_t)v);
+            }
             memcpy(&st_emu_tile[c][m][4 * n], &s, 4);
         }
 }
@@ -78,7 +81,8 @@ static void st_emu_dpbsud(int c, int a, int b) {
 #define ST_TILE_ZERO(t) memset(st_emu_tile[t], 0, sizeof st_emu_tile[t])
 #define ST_TILE_LOAD(t, p, stride) st_emu_load(t, p, stride)
 #define ST_TILE_STORE(t, p, stride) st_emu_store(t, p, stride)
-#define ST_TILE_DPBSUD(c, a, b) st_emu_dpbsud(c, a, b)
+#define ST_TILE_DPBSUD(c, a, b) st_emu_dp(c, a, b, 0)
+#define ST_TILE_DPBSSD(c, a, b) st_emu_dp(c, a, b, 1)
 #else
 #define ST_TILE_CONFIG(cfg) _tile_loadconfig(cfg)
 #define ST_TILE_RELEASE() _tile_release()
@@ -86,6 +90,7 @@ static void st_emu_dpbsud(int c, int a, int b) {
 #define ST_TILE_LOAD(t, p, stride) _tile_loadd(t, p, stride)
 #define ST_TILE_STORE(t, p, stride) _tile_stored(t, p, stride)
 #define ST_TILE_DPBSUD(c, a, b) _tile_dpbsud(c, a, b)
+#define ST_TILE_DPBSSD(c, a, b) _tile_dpbssd(c, a, b)
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -255,6 +260,95 @@ static void st_tile_q5_K_amx(int64_t n, float *out, size_t ldo, const void *w, s
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Q8_0: blocks of 32 signed weights with an fp16 scale (dot_avx512.c's order: each block's exact
+ * sum S_b, acc_k = fma(S_b, d_w * d_x, acc_k) for k = b mod 16, then the fixed sum tree)
+ * ------------------------------------------------------------------------------------------- */
+
+#define ST_AMX_Q8_CHUNK 128 /* blocks unpacked at a time (72 KB on the stack) */
+
+/* One block of 16 weight rows (rows past the call's count are zeros). */
+typedef struct {
+    uint8_t b[512]; /* B tile: [kk][4m + e] = q_m[4kk + e] (signed bytes) */
+    __m512 d;       /* lanes m: the block's scale */
+} st_amx_q8b;
+
+/* Blocks i0 .. i0 + nbk - 1 of rows w + m * ws (m < nr) into o. */
+static void st_amx_unpack_q8(const uint8_t *w, size_t ws, int nr, int64_t i0, int64_t nbk, st_amx_q8b *o) {
+    for (int64_t k = 0; k < nbk; k += 2) {
+        const int has2 = k + 1 < nbk;
+        __m512i r[16];
+        _Alignas(32) uint16_t dh[2][16];
+        for (int m = 0; m < 16; m++) {
+            if (m >= nr) {
+                r[m] = _mm512_setzero_si512();
+                dh[0][m] = dh[1][m] = 0;
+                continue;
+            }
+            const block_q8_0 *blk = (const block_q8_0 *)(w + (size_t)m * ws) + i0 + k;
+            const __m256i lo = _mm256_loadu_si256((const __m256i *)blk[0].qs);
+            const __m256i hi = has2 ? _mm256_loadu_si256((const __m256i *)blk[1].qs) : _mm256_setzero_si256();
+            r[m] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            dh[0][m] = blk[0].d;
+            dh[1][m] = has2 ? blk[1].d : 0;
+        }
+        st_transpose16(r); /* rows 0..7: block k's tile, 8..15: block k + 1's */
+        for (int q = 0; q < 16; q++)
+            if (q < 8 || has2) _mm512_store_si512((void *)(o[k + q / 8].b + 64 * (q % 8)), r[q]);
+        o[k].d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)dh[0]));
+        if (has2) o[k + 1].d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)dh[1]));
+    }
+}
+
+static void st_tile_q8_0_amx(int64_t n, float *out, size_t ldo, const void *wv, size_t ws, int nr,
+                             const void *xq, size_t xs, int64_t nc) {
+    const int64_t nb = n / QK8_0;
+    const uint8_t *w = wv;
+    _Alignas(64) st_amx_q8b wb[ST_AMX_Q8_CHUNK];
+    _Alignas(64) int32_t cbuf[16][16];
+    _Alignas(64) float acc[16][16][16]; /* [b mod 16][token][row] */
+    _Alignas(64) st_tilecfg cfg;
+    int cfg_rows = 0;
+    const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
+    for (int64_t c0 = 0; c0 < nc; c0 += 16) {
+        const int nt = (int)(nc - c0 < 16 ? nc - c0 : 16);
+        memset(acc, 0, sizeof acc);
+        if (nt != cfg_rows) {
+            st_tilecfg_make(&cfg, nt);
+            ST_TILE_CONFIG(&cfg);
+            cfg_rows = nt;
+        }
+        const uint8_t *x0 = (const uint8_t *)xq + (size_t)c0 * xs;
+        for (int64_t i0 = 0; i0 < nb; i0 += ST_AMX_Q8_CHUNK) {
+            const int64_t ni = nb - i0 < ST_AMX_Q8_CHUNK ? nb - i0 : ST_AMX_Q8_CHUNK;
+            if (c0 == 0 || nb > ST_AMX_Q8_CHUNK) st_amx_unpack_q8(w, ws, nr, i0, ni, wb);
+            for (int64_t ii = 0; ii < ni; ii++) {
+                const int64_t i = i0 + ii;
+                ST_TILE_ZERO(0);
+                ST_TILE_LOAD(1, x0 + (size_t)i * sizeof(block_q8_0) + offsetof(block_q8_0, qs), xs);
+                ST_TILE_LOAD(2, wb[ii].b, 64);
+                ST_TILE_DPBSSD(0, 1, 2);
+                ST_TILE_STORE(0, cbuf, 64);
+                float (*a)[16] = acc[i % 16];
+                for (int r = 0; r < nt; r++) {
+                    const block_q8_0 *y = (const block_q8_0 *)(x0 + (size_t)r * xs) + i;
+                    const __m512 dd = _mm512_mul_ps(wb[ii].d, _mm512_set1_ps(st_h2f(y->d)));
+                    _mm512_store_ps(a[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(cbuf[r])), dd,
+                                                          _mm512_load_ps(a[r])));
+                }
+            }
+        }
+        for (int r = 0; r < nt; r++) { /* st_q8_0_final's tree: + 8 apart, 4, 2, 1 */
+            __m512 t[16];
+            for (int k = 0; k < 16; k++) t[k] = _mm512_load_ps(acc[k][r]);
+            for (int wd = 8; wd >= 1; wd /= 2)
+                for (int k = 0; k < wd; k++) t[k] = _mm512_add_ps(t[k], t[k + wd]);
+            _mm512_mask_storeu_ps(out + (size_t)(c0 + r) * ldo, keep, t[0]);
+        }
+    }
+    ST_TILE_RELEASE();
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Registration
  * ------------------------------------------------------------------------------------------- */
 
@@ -273,4 +367,5 @@ int st_amx_request(void) {
 void st_dot_register_amx(st_vec_dot_tile_fn *table) {
     table[STRATA_TYPE_Q4_K] = st_tile_q4_K_amx;
     table[STRATA_TYPE_Q5_K] = st_tile_q5_K_amx;
+    table[STRATA_TYPE_Q8_0] = st_tile_q8_0_amx;
 }

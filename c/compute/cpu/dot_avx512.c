@@ -214,7 +214,82 @@ static inline __m512 st_pair_q5_1(const block_q5_1 *b, const block_q8_0 *y, int6
         *out = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                               \
     }
 
-ST_DEFINE_PAIR_KERNEL(st_dot_q8_0_avx512, block_q8_0, QK8_0, st_pair_q8_0)
+/* Q8_0 arithmetic (the AMX tiles, dot_amx.c, compute the same): each block's exact integer sum
+ * S_b, then acc_k = fma(S_b, d_w * d_x, acc_k) in 16 accumulators k = b mod 16 (blocks in
+ * order), and the result summed as st_q8_0_final says. Sixteen blocks a step: eight pairs of
+ * lane sums reduced in one shuffle tree into one vector, lane 4L + j holding block 4j + L (the
+ * gathered scales follow the same order); a short last step runs with zero blocks (S 0,
+ * scale 0: those accumulators unchanged). */
+
+/* Blocks i and i + 1 (has2) of row b against y: their 16 lane partials. */
+static inline __m512i st_q8_0_pairsum(const block_q8_0 *b, const block_q8_0 *y, int64_t i, int has2) {
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    const __m512i u = _mm512_xor_si512(st_load_2x256(b[i].qs, has2 ? b[i + 1].qs : NULL), off);
+    return st_dot_offset(u, st_q8_0_x(y, i, has2), off);
+}
+
+/* Pairs p[0..7] (blocks 2q, 2q + 1) -> 16 exact block sums as floats, lane 4L + j = block 4j + L. */
+static inline __m512 st_q8_0_sums16(const __m512i p[8]) {
+    __m512i q[4]; /* 128-bit lanes: the 4 partials of blocks 4r .. 4r + 3 */
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        q[r] = _mm512_add_epi32(_mm512_shuffle_i64x2(p[2 * r], p[2 * r + 1], 0x88),
+                                _mm512_shuffle_i64x2(p[2 * r], p[2 * r + 1], 0xDD));
+    /* lane L: [blocks L, 4 + L, ...] partial pairs, then the full sums */
+    const __m512i va = _mm512_add_epi32(_mm512_unpacklo_epi32(q[0], q[1]), _mm512_unpackhi_epi32(q[0], q[1]));
+    const __m512i vb = _mm512_add_epi32(_mm512_unpacklo_epi32(q[2], q[3]), _mm512_unpackhi_epi32(q[2], q[3]));
+    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(va, vb), _mm512_unpackhi_epi64(va, vb));
+    return _mm512_cvtepi32_ps(v);
+}
+
+/* d_w * d_x of blocks i + (4j + L) in lane 4L + j, for the blocks in mask m (others 0). */
+static inline __m512 st_q8_0_scales16(const block_q8_0 *b, const block_q8_0 *y, int64_t i, __mmask16 m) {
+    _Alignas(32) uint16_t hw[16], hx[16];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) {
+        const int l = 4 * (k % 4) + k / 4;
+        const int on = (m >> l) & 1;
+        hw[l] = on ? b[i + k].d : 0;
+        hx[l] = on ? y[i + k].d : 0;
+    }
+    return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hw)), _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hx)));
+}
+
+/* The result from the 16 accumulators (acc_k in lane 4 * (k % 4) + k / 4): acc_k + acc_{k+8},
+ * then + 4 apart, + 2 apart, + 1 apart. */
+static inline float st_q8_0_final(__m512 acc) {
+    _Alignas(64) float a[16], s[16];
+    _mm512_store_ps(a, acc);
+    for (int k = 0; k < 16; k++) s[k] = a[4 * (k % 4) + k / 4];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++) s[k] = s[k] + s[k + w];
+    return s[0];
+}
+
+static void st_dot_q8_0_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_q8_0 *b = (const block_q8_0 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)xq;
+    const int64_t nb = n / QK8_0;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i += 16) {
+        const int64_t left = nb - i;
+        __m512i p[8];
+        if (left >= 16) {
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) p[q] = st_q8_0_pairsum(b, y, i + 2 * q, 1);
+            acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, y, i, 0xFFFF), acc);
+        } else { /* 1..15 blocks: the missing ones count as S 0 with scale 0 */
+            __mmask16 m = 0;
+            for (int q = 0; q < 8; q++)
+                p[q] = 2 * q < left ? st_q8_0_pairsum(b, y, i + 2 * q, 2 * q + 1 < left) : _mm512_setzero_si512();
+            for (int k = 0; k < 16; k++)
+                if (k < left) m |= (__mmask16)(1u << (4 * (k % 4) + k / 4));
+            acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, y, i, m), acc);
+        }
+    }
+    *out = st_q8_0_final(acc);
+}
+
 ST_DEFINE_PAIR_KERNEL(st_dot_q4_0_avx512, block_q4_0, QK4_0, st_pair_q4_0)
 ST_DEFINE_PAIR_KERNEL(st_dot_q5_0_avx512, block_q5_0, QK5_0, st_pair_q5_0)
 ST_DEFINE_PAIR_KERNEL(st_dot_iq4_nl_avx512, block_iq4_nl, QK4_NL, st_pair_iq4_nl)

@@ -305,10 +305,10 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     j.dotn_gu = tg == tu && T > 1 ? st_vec_dot_n_get(tg) : NULL;
     j.dotn_d = T > 1 ? st_vec_dot_n_get(td) : NULL;
     /* AMX tiles where an expert has enough pairs (checked per expert); whole tiles per chunk */
-    j.tile_gu = j.dotn_gu ? st_vec_dot_tile_get(tg) : NULL;
-    j.tile_d = j.dotn_d ? st_vec_dot_tile_get(td) : NULL;
+    j.tile_gu = tg == tu && T > 1 ? st_vec_dot_tile_get(tg) : NULL;
+    j.tile_d = T > 1 ? st_vec_dot_tile_get(td) : NULL;
     j.xg = xg;
-    if (j.dotn_gu)
+    if (j.dotn_gu || j.tile_gu) /* both read x's rows in pair order */
         st_threadpool_run(tp, (int64_t)P, (int64_t)P * (int64_t)j.rb_g < 65536 ? (int64_t)P
                           : st_threadpool_chunk(tp, (int64_t)P, 2, 1), st_moe_gather, &j);
 
