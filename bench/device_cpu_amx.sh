@@ -7,7 +7,8 @@
 # (--no-amx) and from the previous landing's build (.devdata/prev, same run), `--cpu-moe` decode
 # (the single-row kernel under the GPU), and the logprobs of a CPU prompt with and without tiles.
 #   run(command="bash bench/device_cpu_amx.sh", carry=[".whl", ".devdata"], timeout_s=...)
-# env: BUDGET (seconds for the benchmarks, default 420), TESTS (GPU tests also run), AGAIN=1 (a
+# env: BUDGET (seconds for the benchmarks, default 420), TESTS (GPU tests also run), CPUMOE=0 (no
+# --cpu-moe rows), LINES_LP (lines of the logprob prompt, default 40), AGAIN=1 (a
 # second call on the same warm machine: the files, builds and tests of the first are reused).
 # $OUT gets device_cpu_amx.log and results.tgz (the JSON and logs: the device returns few files).
 set -u
@@ -69,12 +70,14 @@ while [ ! -f /tmp/q3.done ] && [ "$(el)" -lt "$BUDGET" ]; do sleep 2; done
 bench q3_cpu ./strata /tmp/q3.gguf -p 512 -n 32 -r 1 --cpu -t 16
 bench q3_cpu_noamx ./strata /tmp/q3.gguf -p 512 -n 32 -r 1 --cpu -t 16 --no-amx
 [ -f /tmp/prev.done ] && bench q3_cpu_prev .devdata/prev/strata /tmp/q3.gguf -p 512 -n 32 -r 1 --cpu -t 16
+if [ "${CPUMOE:-1}" = 1 ]; then
 echo "---- --cpu-moe decode (the single-row kernel) at $(el)s"
 bench q3_cpumoe ./strata /tmp/q3.gguf -p 0 -n 64 -r 2 --gpu --cpu-moe -t 16
 [ -f /tmp/prev.done ] && bench q3_cpumoe_prev .devdata/prev/strata /tmp/q3.gguf -p 0 -n 64 -r 2 --gpu --cpu-moe -t 16
 bench q3_cpumoe_b ./strata /tmp/q3.gguf -p 0 -n 64 -r 2 --gpu --cpu-moe -t 16
+fi
 echo "---- CPU logprobs of a prompt: tiles against --no-amx against -b 1, at $(el)s"
-for i in $(seq 40); do echo "The quick brown fox jumps over the lazy dog number $i."; done > /tmp/text.txt
+for i in $(seq ${LINES_LP:-40}); do echo "The quick brown fox jumps over the lazy dog number $i."; done > /tmp/text.txt
 ./strata -m /tmp/q3.gguf -f /tmp/text.txt -n 0 --logpos /tmp/lp_amx.jsonl --cpu -c 1024 -t 16 >/dev/null 2>&1
 ./strata -m /tmp/q3.gguf -f /tmp/text.txt -n 0 --logpos /tmp/lp_noamx.jsonl --cpu -c 1024 -t 16 --no-amx >/dev/null 2>&1
 cmp -s /tmp/lp_amx.jsonl /tmp/lp_noamx.jsonl && echo "logprobs: tiles == --no-amx (bit for bit)" || echo "logprobs: tiles != --no-amx"

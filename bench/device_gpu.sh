@@ -39,8 +39,9 @@ echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-# the benchmark files, written while the build and the tests run
-(
+# the benchmark files, written while the build and the tests run (kept from an earlier script of
+# the same call when it left them)
+[ -f /tmp/q3.done ] || (
     python3 .devdata/synth_moe.py olmoe-1b-7b /tmp/olmoe.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
         > "$R/synth_olmoe.log" 2>&1 && echo ok > /tmp/olmoe.done
     python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \

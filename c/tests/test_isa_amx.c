@@ -105,11 +105,11 @@ static int check_kernel(const char *who, strata_type type, st_vec_dot_tile_fn ti
     return bad;
 }
 
-/* The matmul and the expert step with the dispatcher's tiles against token-by-token calls. */
-static void check_ops(void) {
-    const int64_t n_embd = 512, n_ff = 768, T = 40;
+/* The matmul and the expert step with the dispatcher's tiles against token-by-token calls, for
+ * T tokens of weight type ty. */
+static void check_ops(strata_type ty, int64_t T) {
+    const int64_t n_embd = 512, n_ff = 768;
     const int32_t n_exp = 4, k = 2;
-    const strata_type ty = STRATA_TYPE_Q4_K;
     const size_t rb_e = (size_t)strata_row_bytes(ty, n_embd), rb_f = (size_t)strata_row_bytes(ty, n_ff);
     unsigned char *gate = malloc(rb_e * (size_t)(n_ff * n_exp)), *up = malloc(rb_e * (size_t)(n_ff * n_exp));
     unsigned char *down = malloc(rb_f * (size_t)(n_embd * n_exp));
@@ -142,8 +142,8 @@ static void check_ops(void) {
     wt.type = ty, wt.ne[0] = n_embd, wt.ne[1] = n_ff, wt.row_bytes = rb_e, wt.data = gate;
     st_matmul(tp, &wt, x, T, y_all, ws);
     for (int64_t t = 0; t < T; t++) st_matmul(tp, &wt, x + t * n_embd, 1, y_one + t * n_ff, ws);
-    CHECK(!memcmp(y_all, y_one, sizeof(float) * (size_t)(T * n_ff)), "matmul of %lld tokens (tiles) bit-identical to one at a time",
-          (long long)T);
+    CHECK(!memcmp(y_all, y_one, sizeof(float) * (size_t)(T * n_ff)), "%s matmul of %lld tokens bit-identical to one at a time",
+          strata_type_name(ty), (long long)T);
     st_expert ex[4];
     memset(ex, 0, sizeof ex);
     for (int e = 0; e < n_exp; e++) {
@@ -160,7 +160,7 @@ static void check_ops(void) {
     for (int64_t t = 0; t < T; t++)
         st_moe_ffn(tp, ex, n_exp, x + t * n_embd, 1, ids + t * k, wts + t * k, k, o_one + t * n_embd, ws);
     CHECK(!memcmp(o_all, o_one, sizeof(float) * (size_t)(T * n_embd)),
-          "expert step of %lld tokens (tiles for the experts with 8+ pairs) bit-identical to one at a time", (long long)T);
+          "%s expert step of %lld tokens bit-identical to one at a time", strata_type_name(ty), (long long)T);
 done:
     if (tp) st_threadpool_free(tp);
     free(gate), free(up), free(down), free(x), free(y_all), free(y_one), free(o_all), free(o_one);
@@ -189,7 +189,8 @@ int main(void) {
         CHECK(!strata_cpu_amx_active() && st_vec_dot_tile_get(STRATA_TYPE_Q4_K) == NULL, "no AMX: no tile kernel");
         CHECK(strata_cpu_amx_set(0) == STRATA_OK, "disabling is always allowed");
         SKIP("this CPU or OS has no AMX: the real tile kernels are not exercised");
-        check_ops(); /* still: the several-row path against one at a time */
+        check_ops(STRATA_TYPE_Q4_K, 40); /* still: the several-row paths against one at a time */
+        check_ops(STRATA_TYPE_Q8_0, 5);
         return test_report();
     }
     CHECK(strata_cpu_amx_active(), "AMX active by default");
@@ -199,7 +200,9 @@ int main(void) {
     if (q4) check_kernel("AMX", STRATA_TYPE_Q4_K, q4);
     if (q5) check_kernel("AMX", STRATA_TYPE_Q5_K, q5);
     if (q8) check_kernel("AMX", STRATA_TYPE_Q8_0, q8);
-    check_ops();
+    check_ops(STRATA_TYPE_Q4_K, 40); /* tiles for the experts with 8+ pairs */
+    check_ops(STRATA_TYPE_Q8_0, 5);  /* tiles from 4 rows (no several-row kernel) */
+    check_ops(STRATA_TYPE_Q8_0, 40);
     CHECK(strata_cpu_amx_set(0) == STRATA_OK && !strata_cpu_amx_active() && !st_vec_dot_tile_get(STRATA_TYPE_Q4_K),
           "AMX off: no tile kernel");
     CHECK(strata_cpu_amx_set(1) == STRATA_OK && strata_cpu_isa_set(STRATA_ISA_AVX2) == STRATA_OK &&

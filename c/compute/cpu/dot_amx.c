@@ -1,5 +1,7 @@
-/* dot_amx.c - Q4_K and Q5_K weight rows against several q8_K activation rows on the AMX tile
- * unit (prompt batches, grouped experts), bit-identical to the AVX-512 single-row kernels.
+/* dot_amx.c - Q4_K / Q5_K weight rows against several q8_K activation rows, and Q8_0 rows against
+ * q8_0 rows, on the AMX tile unit (prompt batches, grouped experts), bit-identical to the AVX-512
+ * single-row kernels. The Q8_0 section at the end follows the same plan with TDPBSSD (signed
+ * weights) and one tile product per 32-weight block.
  *
  * Compiled with the AVX-512 flags plus -mamx-tile -mamx-int8 (the Makefile keys on "_amx" in the
  * file name); dot.c registers it only when cpuid and XCR0 report AMX-TILE and AMX-INT8, the
@@ -17,7 +19,7 @@
  * Every integer is exact and every float step the same operation on the same operands, so the
  * bits equal the single-row kernel's whatever the batch.
  *
- * ST_AMX_EMULATE (tests on machines without AMX) replaces the five tile instructions with plain
+ * ST_AMX_EMULATE (tests on machines without AMX) replaces the tile instructions with plain
  * C on arrays; everything else is the same code. */
 #include "dot_avx512.h"
 

@@ -245,7 +245,7 @@ void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const flo
         j.xq_rb[m] = st_act_bytes(wt, n, 1);
         j.dot[m] = st_vec_dot_get(wt);
         j.dotn[m] = st_vec_dot_n_get(wt);
-        j.tile[m] = T >= ST_TILE_MIN_COLS ? st_vec_dot_tile_get(wt) : NULL;
+        j.tile[m] = T >= st_tile_min_cols(wt) ? st_vec_dot_tile_get(wt) : NULL;
         any_tile |= j.tile[m] != NULL;
         j.first[m + 1] = j.first[m] + mats[m].w->ne[1];
     }

@@ -73,6 +73,7 @@ typedef struct {
     st_vec_dot_fn dot_g, dot_u, dot_d;
     st_vec_dot_n_fn dotn_gu, dotn_d;   /* several pairs per weight row (same bits), or NULL */
     st_vec_dot_tile_fn tile_gu, tile_d; /* 16 weight rows x an expert's pairs (AMX), or NULL */
+    int64_t tile_min_gu, tile_min_d;    /* the fewest pairs an expert hands to them */
 } st_moe_job;
 
 /* Pairs per tile call of gate/up (the up results' buffer on the stack). */
@@ -103,7 +104,7 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
         const st_expert *x = &j->experts[ex];
         const void *wg = st_tensor_row(&x->gate, 0, r), *wu = st_tensor_row(&x->up, 0, r);
         int64_t i = j->offs[ex], step = 1;
-        if (j->tile_gu && j->offs[ex + 1] - i >= ST_TILE_MIN_COLS) {
+        if (j->tile_gu && j->offs[ex + 1] - i >= j->tile_min_gu) {
             /* 16 rows at once; the up rows through a small buffer, in groups of pairs */
             const int64_t lim = j->n_ff - r < e - g ? j->n_ff - r : e - g;
             const int nr = (int)(lim < ST_TILE_ROWS ? lim : ST_TILE_ROWS);
@@ -169,7 +170,7 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
         const st_tensor *down = &j->experts[ex].down;
         const void *wd = st_tensor_row(down, 0, r);
         int64_t i = j->offs[ex], step = 1;
-        if (j->tile_d && j->offs[ex + 1] - i >= ST_TILE_MIN_COLS) { /* 16 rows, all the pairs */
+        if (j->tile_d && j->offs[ex + 1] - i >= j->tile_min_d) { /* 16 rows, all the pairs */
             const int64_t lim = j->n_embd - r < e - g ? j->n_embd - r : e - g;
             const int nr = (int)(lim < ST_TILE_ROWS ? lim : ST_TILE_ROWS);
             j->tile_d(j->n_ff, j->y + i * j->n_embd + r, (size_t)j->n_embd, wd, down->row_bytes, nr,
@@ -307,6 +308,8 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     /* AMX tiles where an expert has enough pairs (checked per expert); whole tiles per chunk */
     j.tile_gu = tg == tu && T > 1 ? st_vec_dot_tile_get(tg) : NULL;
     j.tile_d = T > 1 ? st_vec_dot_tile_get(td) : NULL;
+    j.tile_min_gu = st_tile_min_cols(tg);
+    j.tile_min_d = st_tile_min_cols(td);
     j.xg = xg;
     if (j.dotn_gu || j.tile_gu) /* both read x's rows in pair order */
         st_threadpool_run(tp, (int64_t)P, (int64_t)P * (int64_t)j.rb_g < 65536 ? (int64_t)P
