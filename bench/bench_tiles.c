@@ -5,12 +5,13 @@
  * gate) and activation-row counts 1..256. Both give the same bits (checked here on every run).
  * Prints a table of billions of multiply-adds per second and the ratio; writes JSON.
  *
- *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q8_0] [--time S] [--json PATH]
+ *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0] [--time S] [--json PATH]
  *
  * Without AMX only the first kernel is timed. Built by `make bench`. */
 #include "dot.h"
 #include "quant.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,10 +90,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--time") && v) target_s = atof(v), i++;
         else if (!strcmp(a, "--json") && v) json_path = v, i++;
         else if (!strcmp(a, "--type") && v) {
-            type = !strcasecmp(v, "q5_K") ? STRATA_TYPE_Q5_K : !strcasecmp(v, "q8_0") ? STRATA_TYPE_Q8_0 : STRATA_TYPE_Q4_K;
+            type = !strcasecmp(v, "q5_K")   ? STRATA_TYPE_Q5_K
+                   : !strcasecmp(v, "q6_K") ? STRATA_TYPE_Q6_K
+                   : !strcasecmp(v, "q8_0") ? STRATA_TYPE_Q8_0
+                                            : STRATA_TYPE_Q4_K;
             i++;
         } else {
-            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q8_0] [--time S] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0] [--time S] [--json PATH]\n", argv[0]);
             return 2;
         }
     }
@@ -122,6 +126,10 @@ int main(int argc, char **argv) {
     const size_t bs = (size_t)strata_type_block_bytes(type);
     for (size_t b = 0; b < rb * (size_t)rows; b += bs) { /* finite scales: d (and the K-quants' dmin) */
         const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
+        if (type == STRATA_TYPE_Q6_K) { /* d closes the block */
+            memcpy(w + b + offsetof(block_q6_K, d), &d, 2);
+            continue;
+        }
         memcpy(w + b, &d, 2);
         if (type != STRATA_TYPE_Q8_0) memcpy(w + b + 2, &dm, 2);
     }

@@ -85,7 +85,7 @@ void cli_opts_usage(FILE *f) {
         "  --no-mmap               read the model file into memory instead of mapping it\n"
         "  --cpu-pin               bind the threads one per CPU of the affinity set (also\n"
         "                          $STRATA_CPU_PIN=1)\n"
-        "  --no-amx                CPU batches of Q4_K/Q5_K/Q8_0 weights without the AMX tiles\n"
+        "  --no-amx                CPU batches of K-quant/Q8_0 weights without the AMX tiles\n"
         "                          (same results; also $STRATA_AMX=0)\n"
         "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"

@@ -1,5 +1,5 @@
 /* test_isa_amx.c - the AMX tile kernels (dot_amx.c) against the AVX-512 single-row kernels:
- * every output bit-identical, for Q4_K, Q5_K and Q8_0, weight-row counts 1..16, activation-row counts
+ * every output bit-identical, for Q4_K, Q5_K, Q6_K and Q8_0, weight-row counts 1..16, activation-row counts
  * across the 16-row tiles and the 64-row groups, row lengths across the 16-super-block chunks,
  * with sentinels around the written outputs; then the CPU matmul and the grouped-expert step
  * (ops.c, ops_moe.c) with the tiles against token-by-token calls, and the AMX switch
@@ -42,6 +42,10 @@ static void random_rows(strata_type type, int64_t n, int rows, unsigned char *w)
     for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (unsigned char)rng_next();
     for (size_t b = 0; b < rb * (size_t)rows; b += bs) {
         const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
+        if (type == STRATA_TYPE_Q6_K) { /* d closes the block */
+            memcpy(w + b + offsetof(block_q6_K, d), &d, 2);
+            continue;
+        }
         memcpy(w + b, &d, 2);
         if (type != STRATA_TYPE_Q8_0) memcpy(w + b + 2, &dm, 2);
     }
@@ -53,7 +57,7 @@ static void quantize_act(strata_type wt, const float *x, int64_t n, void *out) {
     else st_quantize_row_q8_K(x, (block_q8_K *)out, n);
 }
 
-static _Alignas(64) unsigned char g_w[16 * MAX_SB * 8 * sizeof(block_q8_0)];
+static _Alignas(64) unsigned char g_w[16 * MAX_SB * 8 * sizeof(block_q8_0)]; /* the largest row of 256 weights: Q8_0 272 bytes */
 static _Alignas(64) unsigned char g_x[MAX_COLS * MAX_SB * sizeof(block_q8_K)];
 static float g_f[MAX_N];
 static float g_out[MAX_COLS * 20 + 64];
@@ -181,7 +185,8 @@ int main(void) {
     check_kernel("emulated", STRATA_TYPE_Q4_K, emu[STRATA_TYPE_Q4_K]);
     check_kernel("emulated", STRATA_TYPE_Q5_K, emu[STRATA_TYPE_Q5_K]);
     check_kernel("emulated", STRATA_TYPE_Q8_0, emu[STRATA_TYPE_Q8_0]);
-    CHECK(emu[STRATA_TYPE_Q6_K] == NULL && emu[STRATA_TYPE_Q4_0] == NULL, "tiles only for Q4_K, Q5_K and Q8_0");
+    check_kernel("emulated", STRATA_TYPE_Q6_K, emu[STRATA_TYPE_Q6_K]);
+    CHECK(emu[STRATA_TYPE_Q4_0] == NULL && emu[STRATA_TYPE_Q3_K] == NULL, "tiles only for Q4_K, Q5_K, Q6_K and Q8_0");
 
     /* the switch */
     if (!strata_cpu_amx_supported()) {
@@ -195,14 +200,17 @@ int main(void) {
     }
     CHECK(strata_cpu_amx_active(), "AMX active by default");
     st_vec_dot_tile_fn q4 = st_vec_dot_tile_get(STRATA_TYPE_Q4_K), q5 = st_vec_dot_tile_get(STRATA_TYPE_Q5_K);
-    st_vec_dot_tile_fn q8 = st_vec_dot_tile_get(STRATA_TYPE_Q8_0);
-    CHECK(q4 && q5 && q8 && !st_vec_dot_tile_get(STRATA_TYPE_Q6_K), "tile kernels handed out for Q4_K, Q5_K and Q8_0 only");
+    st_vec_dot_tile_fn q8 = st_vec_dot_tile_get(STRATA_TYPE_Q8_0), q6 = st_vec_dot_tile_get(STRATA_TYPE_Q6_K);
+    CHECK(q4 && q5 && q8 && q6 && !st_vec_dot_tile_get(STRATA_TYPE_Q4_0),
+          "tile kernels handed out for Q4_K, Q5_K, Q6_K and Q8_0 only");
     if (q4) check_kernel("AMX", STRATA_TYPE_Q4_K, q4);
     if (q5) check_kernel("AMX", STRATA_TYPE_Q5_K, q5);
     if (q8) check_kernel("AMX", STRATA_TYPE_Q8_0, q8);
+    if (q6) check_kernel("AMX", STRATA_TYPE_Q6_K, q6);
     check_ops(STRATA_TYPE_Q4_K, 40); /* tiles for the experts with 8+ pairs */
     check_ops(STRATA_TYPE_Q8_0, 5);  /* tiles from 4 rows (no several-row kernel) */
     check_ops(STRATA_TYPE_Q8_0, 40);
+    check_ops(STRATA_TYPE_Q6_K, 40);
     CHECK(strata_cpu_amx_set(0) == STRATA_OK && !strata_cpu_amx_active() && !st_vec_dot_tile_get(STRATA_TYPE_Q4_K),
           "AMX off: no tile kernel");
     CHECK(strata_cpu_amx_set(1) == STRATA_OK && strata_cpu_isa_set(STRATA_ISA_AVX2) == STRATA_OK &&

@@ -21,11 +21,11 @@ typedef void (*st_vec_dot_n_fn)(int64_t n, float *out, const void *w, const void
  * out[c * ldo + r] = dot(row r, activation c), each bit-identical to the AVX-512 single-row
  * kernel of the type (the AMX tiles, dot_amx.c). */
 #define ST_TILE_ROWS 16
-/* Fewer activation rows than this per weight row go to the several-row kernels instead (the tiles
- * break even with them at 8 rows), or, for types without one (Q8_0), to the single-row kernel
- * (the tiles are 1.8x faster already at 4 rows: bench_tiles on the H100 host). */
+/* The fewest activation rows per weight row worth a tile call (bench_tiles, one thread, H100 host:
+ * where the tiles overtake the several-row kernel, or the single-row one for Q8_0, which has no
+ * several-row kernel): Q8_0 from 4 (1.8x there), Q4_K / Q5_K from 8 (1.1-1.2x), Q6_K from 16
+ * (1.4x; 0.87x at 8). Fewer go to the other kernels. */
 #define ST_TILE_MIN_COLS 8
-#define ST_TILE_MIN_COLS_1 4
 typedef void (*st_vec_dot_tile_fn)(int64_t n, float *out, size_t ldo, const void *w, size_t ws,
                                    int nr, const void *xq, size_t xs, int64_t nc);
 
@@ -51,9 +51,9 @@ st_vec_dot_n_fn st_vec_dot_n_get(strata_type type);
 /* The tile kernel for type (AMX), or NULL: none for the type, no AMX, AMX turned off
  * (strata_cpu_amx_set) or an active ISA level other than AVX-512 (whose bits the tiles give). */
 st_vec_dot_tile_fn st_vec_dot_tile_get(strata_type type);
-/* The fewest activation rows a tile call of type gets (ST_TILE_MIN_COLS or _1). */
+/* The fewest activation rows a tile call of type gets (see ST_TILE_MIN_COLS). */
 static inline int st_tile_min_cols(strata_type type) {
-    return st_vec_dot_n_get(type) ? ST_TILE_MIN_COLS : ST_TILE_MIN_COLS_1;
+    return type == STRATA_TYPE_Q8_0 ? 4 : type == STRATA_TYPE_Q6_K ? 16 : ST_TILE_MIN_COLS;
 }
 
 /* CPU features, probed once (cpuid + OS support). */

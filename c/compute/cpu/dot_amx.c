@@ -1,7 +1,7 @@
-/* dot_amx.c - Q4_K / Q5_K weight rows against several q8_K activation rows, and Q8_0 rows against
- * q8_0 rows, on the AMX tile unit (prompt batches, grouped experts), bit-identical to the AVX-512
- * single-row kernels. The Q8_0 section at the end follows the same plan with TDPBSSD (signed
- * weights) and one tile product per 32-weight block.
+/* dot_amx.c - Q4_K / Q5_K / Q6_K weight rows against several q8_K activation rows, and Q8_0 rows
+ * against q8_0 rows, on the AMX tile unit (prompt batches, grouped experts), bit-identical to the AVX-512
+ * single-row kernels. The Q8_0 and Q6_K sections at the end follow the same plan with TDPBSSD
+ * (signed weights, one tile product per 32-weight block) and 16-deep tiles (Q6_K's groups).
  *
  * Compiled with the AVX-512 flags plus -mamx-tile -mamx-int8 (the Makefile keys on "_amx" in the
  * file name); dot.c registers it only when cpuid and XCR0 report AMX-TILE and AMX-INT8, the
@@ -44,13 +44,14 @@ typedef struct {
     uint8_t rows[16];
 } st_tilecfg;
 
-/* Tiles: 0 = C (nt x 16 int32), 1 = A (nt x 32 bytes), 2 = B (8 x 64 bytes). */
-static void st_tilecfg_make(st_tilecfg *c, int nt) {
+/* Tiles: 0 = C (nt x 16 int32), 1 = A (nt x kb bytes), 2 = B (kb / 4 x 64 bytes); kb = 32 (a
+ * sub-block or block of 32 weights) or 16 (Q6_K's groups). */
+static void st_tilecfg_make(st_tilecfg *c, int nt, int kb) {
     memset(c, 0, sizeof *c);
     c->palette = 1;
     c->rows[0] = (uint8_t)nt, c->colsb[0] = 64;
-    c->rows[1] = (uint8_t)nt, c->colsb[1] = 32;
-    c->rows[2] = 8, c->colsb[2] = 64;
+    c->rows[1] = (uint8_t)nt, c->colsb[1] = (uint16_t)kb;
+    c->rows[2] = (uint8_t)(kb / 4), c->colsb[2] = 64;
 }
 
 #ifdef ST_AMX_EMULATE
@@ -212,7 +213,7 @@ static void st_amx_q45_K(int64_t n, float *out, size_t ldo, const void *wv, size
             for (int64_t t0 = 0; t0 < ng; t0 += 16) {
                 const int nt = (int)(ng - t0 < 16 ? ng - t0 : 16);
                 if (nt != cfg_rows) {
-                    st_tilecfg_make(&cfg, nt);
+                    st_tilecfg_make(&cfg, nt, 32);
                     ST_TILE_CONFIG(&cfg);
                     cfg_rows = nt;
                 }
@@ -315,7 +316,7 @@ static void st_tile_q8_0_amx(int64_t n, float *out, size_t ldo, const void *wv, 
         const int nt = (int)(nc - c0 < 16 ? nc - c0 : 16);
         memset(acc, 0, sizeof acc);
         if (nt != cfg_rows) {
-            st_tilecfg_make(&cfg, nt);
+            st_tilecfg_make(&cfg, nt, 32);
             ST_TILE_CONFIG(&cfg);
             cfg_rows = nt;
         }
@@ -351,6 +352,102 @@ static void st_tile_q8_0_amx(int64_t n, float *out, size_t ldo, const void *wv, 
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Q6_K: 16 groups of 16 weights with int8 scales (dot_avx512.c's order: S = sum_g sc_g * dot_g and
+ * O = sum_g sc_g * bsum_g exact, acc = fma(S, d_x * d, acc), accm = fma(O, 32 * (d_x * d), accm)),
+ * one TDPBSUD of 16-deep tiles per group
+ * ------------------------------------------------------------------------------------------- */
+
+/* One super-block of 16 weight rows (rows past the call's count are zeros). */
+typedef struct {
+    uint8_t b[16][256]; /* B tile of group g: [kk][4m + e] = u_m[16g + 4kk + e] (u = q + 32) */
+    __m512i sc[16];     /* int32 lanes m: the scale of group g */
+    __m512i scp[8];     /* int32 lanes m: (sc_2p, sc_2p+1) as two int16, against a pair of bsums */
+    __m512 d;           /* lanes m: the super-block's scale */
+} st_amx_q6b;
+
+static void st_amx_unpack_q6(const uint8_t *w, size_t ws, int nr, int64_t i, st_amx_q6b *o) {
+    const __m512i sh[2] = {st_shift_2bit(0), st_shift_2bit(1)};
+    _Alignas(32) uint16_t dh[16];
+    __m512i r[16];
+    for (int m = 0; m < 16; m++) { /* scales: row m's 16 as int32, transposed below */
+        const block_q6_K *b = m < nr ? (const block_q6_K *)(w + (size_t)m * ws) + i : NULL;
+        r[m] = b ? _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales)) : _mm512_setzero_si512();
+        dh[m] = b ? b->d : 0;
+    }
+    st_transpose16(r);
+    for (int g = 0; g < 16; g++) o->sc[g] = r[g];
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int p = 0; p < 8; p++)
+        o->scp[p] = _mm512_or_si512(_mm512_and_si512(r[2 * p], lo16), _mm512_slli_epi32(r[2 * p + 1], 16));
+    o->d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)dh));
+    for (int t = 0; t < 4; t++) {
+        /* row m: weights 64t .. 64t + 63 as 16 dwords; transposed, row q is tile 4t + q / 4's row q % 4 */
+        for (int m = 0; m < 16; m++)
+            r[m] = m < nr ? st_q6_K_u((const block_q6_K *)(w + (size_t)m * ws) + i, t, sh) : _mm512_setzero_si512();
+        st_transpose16(r);
+        for (int q = 0; q < 16; q++) _mm512_store_si512((void *)(o->b[4 * t + q / 4] + 64 * (q % 4)), r[q]);
+    }
+}
+
+#define ST_AMX_Q6_CHUNK 16 /* super-blocks unpacked at a time (92 KB on the stack) */
+
+static void st_tile_q6_K_amx(int64_t n, float *out, size_t ldo, const void *wv, size_t ws, int nr,
+                             const void *xq, size_t xs, int64_t nc) {
+    const int64_t nb = n / QK_K;
+    const uint8_t *w = wv;
+    _Alignas(64) st_amx_q6b sb[ST_AMX_Q6_CHUNK];
+    _Alignas(64) int32_t cbuf[16][16][16];
+    _Alignas(64) float acc[16][16], accm[16][16];
+    _Alignas(64) st_tilecfg cfg;
+    int cfg_rows = 0;
+    const __mmask16 keep = (__mmask16)((1u << nr) - 1u);
+    const __m512 f32 = _mm512_set1_ps(32.0f);
+    for (int64_t c0 = 0; c0 < nc; c0 += 16) {
+        const int nt = (int)(nc - c0 < 16 ? nc - c0 : 16);
+        memset(acc, 0, sizeof acc);
+        memset(accm, 0, sizeof accm);
+        if (nt != cfg_rows) {
+            st_tilecfg_make(&cfg, nt, 16);
+            ST_TILE_CONFIG(&cfg);
+            cfg_rows = nt;
+        }
+        const uint8_t *x0 = (const uint8_t *)xq + (size_t)c0 * xs;
+        for (int64_t i0 = 0; i0 < nb; i0 += ST_AMX_Q6_CHUNK) {
+            const int64_t ni = nb - i0 < ST_AMX_Q6_CHUNK ? nb - i0 : ST_AMX_Q6_CHUNK;
+            if (c0 == 0 || nb > ST_AMX_Q6_CHUNK)
+                for (int64_t ii = 0; ii < ni; ii++) st_amx_unpack_q6(w, ws, nr, i0 + ii, &sb[ii]);
+            for (int64_t ii = 0; ii < ni; ii++) {
+                const int64_t i = i0 + ii;
+                const st_amx_q6b *s = &sb[ii];
+                const uint8_t *xa = x0 + (size_t)i * sizeof(block_q8_K) + offsetof(block_q8_K, qs);
+                for (int g = 0; g < 16; g++) {
+                    ST_TILE_ZERO(0);
+                    ST_TILE_LOAD(1, xa + 16 * g, xs);
+                    ST_TILE_LOAD(2, s->b[g], 64);
+                    ST_TILE_DPBSUD(0, 1, 2);
+                    ST_TILE_STORE(0, cbuf[g], 64);
+                }
+                for (int r = 0; r < nt; r++) {
+                    const block_q8_K *y = (const block_q8_K *)(x0 + (size_t)r * xs) + i;
+                    __m512i S = _mm512_mullo_epi32(_mm512_load_si512(cbuf[0][r]), s->sc[0]);
+                    for (int g = 1; g < 16; g++)
+                        S = _mm512_add_epi32(S, _mm512_mullo_epi32(_mm512_load_si512(cbuf[g][r]), s->sc[g]));
+                    __m512i O = _mm512_setzero_si512();
+                    for (int p = 0; p < 8; p++)
+                        O = _mm512_dpwssd_epi32(O, _mm512_set1_epi32((int)st_load_u32((const uint8_t *)&y->bsums[2 * p])), s->scp[p]);
+                    const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(y->d), s->d);
+                    _mm512_store_ps(acc[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), dd, _mm512_load_ps(acc[r])));
+                    _mm512_store_ps(accm[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(O), _mm512_mul_ps(f32, dd), _mm512_load_ps(accm[r])));
+                }
+            }
+        }
+        for (int r = 0; r < nt; r++)
+            _mm512_mask_storeu_ps(out + (size_t)(c0 + r) * ldo, keep, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
+    }
+    ST_TILE_RELEASE();
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Registration
  * ------------------------------------------------------------------------------------------- */
 
@@ -370,4 +467,5 @@ void st_dot_register_amx(st_vec_dot_tile_fn *table) {
     table[STRATA_TYPE_Q4_K] = st_tile_q4_K_amx;
     table[STRATA_TYPE_Q5_K] = st_tile_q5_K_amx;
     table[STRATA_TYPE_Q8_0] = st_tile_q8_0_amx;
+    table[STRATA_TYPE_Q6_K] = st_tile_q6_K_amx;
 }

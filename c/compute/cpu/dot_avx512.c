@@ -312,9 +312,6 @@ static inline __m256i st_q8_K_bsums(const block_q8_K *y) {
     return _mm256_loadu_si256((const __m256i *)y->bsums);
 }
 
-/* Shift counts [4s | 4s+2] (16-bit lanes): the 2-bit fields 2s and 2s+1 of a byte, for the two
- * 32-weight halves of step t (s = t & 1) in Q2_K/Q3_K quants and Q6_K high bits. */
-static inline __m512i st_shift_2bit(int s) { return st_halves_epi16(4 * s, 4 * s + 2); }
 
 /* Q4_K / Q5_K arithmetic (the AMX tiles, dot_amx.c, compute the same, so every path gives the
  * same bits): per super-block the exact integers S = sum_j sc_j * dot(u_j, x_j) and
@@ -328,7 +325,7 @@ static inline void st_q45_K_sums(const __m512i u[4], const __m512i sct[4], __m25
                                  const block_q8_K *y, __m512i *isum, __m256i *mprod) {
     __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
-    for (int t = 0; t < 4; t++) /* u <= 31: vpmaddubsw cannot saturate */
+    for (int t = 0; t < 4; t++) /* u <= 63 (Q6_K; 31 for Q5_K): vpmaddubsw cannot saturate */
         acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u[t], st_q8_K_x(y, t)), sct[t]);
     *isum = acc;
     *mprod = _mm256_madd_epi16(st_q8_K_bsums(y), mn16);
@@ -474,75 +471,87 @@ static void st_dot_q5_K_avx512(int64_t n, float *out, const void *w, const void 
 }
 
 /* Q6_K: weight 128h + r (r < 128): low 4 bits = nibble r/64 of ql[64h + r%64], high 2 bits =
- * bits 2(r/32).. of qh[32h + r%32]; q = u - 32 with u = low | high << 4; int8 scale per 16. */
+ * bits 2(r/32).. of qh[32h + r%32]; q = u - 32 with u = low | high << 4; int8 scale per 16.
+ * Arithmetic (shared with the AMX tiles, dot_amx.c): per super-block the exact integers
+ * S = sum_g sc_g * dot(u_g, x_g) and O = sum_g sc_g * sum(x_g), then acc = fma(S, d_x * d, acc),
+ * accm = fma(O, 32 * (d_x * d), accm), out = acc - accm; super-blocks (or activation rows) in
+ * pairs through st_q45_K_reduce2. */
+
+/* Super-block b unpacked: u[t] = weights 64t .. 64t + 63 (u <= 63), sct[t] their int16 scales per
+ * lane, sc16 the 16 scales. */
+static inline void st_q6_K_unpack(const block_q6_K *b, const __m512i idx[4], const __m512i sh[2],
+                                  __m512i u[4], __m512i sct[4], __m256i *sc16) {
+    *sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    const __m512i scv = _mm512_zextsi256_si512(*sc16);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) {
+        u[t] = st_q6_K_u(b, t, sh);
+        sct[t] = _mm512_permutexvar_epi16(idx[t], scv);
+    }
+}
+
+/* [d_x * d, 32 * (d_x * d)] of one super-block. */
+static inline __m128 st_q6_K_dd(const block_q6_K *b, const block_q8_K *y) {
+    const float dd = y->d * st_h2f(b->d);
+    return _mm_setr_ps(dd, 32.0f * dd, 0.0f, 0.0f);
+}
+
 static void st_dot_q6_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
     const block_q6_K *b = (const block_q6_K *)w;
     const block_q8_K *y = (const block_q8_K *)xq;
     const int64_t nb = n / QK_K;
-    const __m512i z = _mm512_setzero_si512();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
     __m512i idx[4], sh[2];
     for (int t = 0; t < 4; t++) idx[t] = st_idx_g16(t);
     for (int s = 0; s < 2; s++) sh[s] = st_shift_2bit(s);
-    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++, b++, y++) {
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-        const __m512i scv = _mm512_zextsi256_si512(sc16);
-        const __m256i oprod = _mm256_madd_epi16(st_q8_K_bsums(y), sc16); /* sc_g * sum(x of g) */
-        __m512i isum = z;
-        for (int t = 0; t < 4; t++) {
-            const int h = t >> 1, s = t & 1;
-            const __m512i ql = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
-            const __m512i lo = _mm512_and_si512(s ? _mm512_srli_epi16(ql, 4) : ql, m4);
-            const __m512i qh = st_bcast_256(b->qh + 32 * h);
-            const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, sh[s]), m2);
-            const __m512i u = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4)); /* q + 32, <= 63 */
-            const __m512i m = _mm512_maddubs_epi16(u, st_q8_K_x(y, t));
-            isum = _mm512_dpwssd_epi32(isum, m, _mm512_permutexvar_epi16(idx[t], scv));
+    __m128 acc = _mm_setzero_ps(); /* [acc, accm, -, -] */
+    for (int64_t i = 0; i < nb; i += 2) {
+        const int has2 = i + 1 < nb;
+        __m512i u[4], sct[4], isa, isb = _mm512_setzero_si512();
+        __m256i sc16, oa, ob = _mm256_setzero_si256();
+        st_q6_K_unpack(b + i, idx, sh, u, sct, &sc16);
+        st_q45_K_sums(u, sct, sc16, y + i, &isa, &oa);
+        if (has2) {
+            st_q6_K_unpack(b + i + 1, idx, sh, u, sct, &sc16);
+            st_q45_K_sums(u, sct, sc16, y + i + 1, &isb, &ob);
         }
-        const float dd = y->d * st_h2f(b->d);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), acc);
-        accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(32.0f * dd), accm);
+        const __m128 s = st_q45_K_reduce2(isa, isb, oa, ob);
+        acc = _mm_fmadd_ps(s, st_q6_K_dd(b + i, y + i), acc);
+        if (has2) acc = _mm_fmadd_ps(_mm_movehl_ps(s, s), st_q6_K_dd(b + i + 1, y + i + 1), acc);
     }
-    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+    *out = _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc));
 }
 
-/* Q6_K for NC activation rows, bit-identical per row to st_dot_q6_K_avx512 (see above). */
+/* Q6_K for NC activation rows, bit-identical per row to st_dot_q6_K_avx512. */
 static inline void st_dot_q6_K_cols(int64_t n, float *out, const block_q6_K *b, const uint8_t *y0,
                                     size_t ys, const int NC) {
     const int64_t nb = n / QK_K;
-    const __m512i z = _mm512_setzero_si512();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(0x03);
     __m512i idx[4], sh[2];
     for (int t = 0; t < 4; t++) idx[t] = st_idx_g16(t);
     for (int s = 0; s < 2; s++) sh[s] = st_shift_2bit(s);
-    __m512 acc[ST_DOT_MAX_COLS], accm[ST_DOT_MAX_COLS];
-    for (int c = 0; c < NC; c++) { acc[c] = _mm512_setzero_ps(); accm[c] = _mm512_setzero_ps(); }
-    for (int64_t i = 0; i < nb; i++, b++) {
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-        const __m512i scv = _mm512_zextsi256_si512(sc16);
+    __m128 acc[(ST_DOT_MAX_COLS + 1) / 2];
+    for (int p = 0; p < (NC + 1) / 2; p++) acc[p] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
         __m512i u[4], sct[4];
-        for (int t = 0; t < 4; t++) {
-            const int h = t >> 1, s = t & 1;
-            const __m512i ql = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
-            const __m512i lo = _mm512_and_si512(s ? _mm512_srli_epi16(ql, 4) : ql, m4);
-            const __m512i qh = st_bcast_256(b->qh + 32 * h);
-            const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, sh[s]), m2);
-            u[t] = _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
-            sct[t] = _mm512_permutexvar_epi16(idx[t], scv);
-        }
-        for (int c = 0; c < NC; c++) {
-            const block_q8_K *y = (const block_q8_K *)(y0 + (size_t)c * ys) + i;
-            const __m256i oprod = _mm256_madd_epi16(st_q8_K_bsums(y), sc16);
-            __m512i isum = z;
-            for (int t = 0; t < 4; t++)
-                isum = _mm512_dpwssd_epi32(isum, _mm512_maddubs_epi16(u[t], st_q8_K_x(y, t)), sct[t]);
-            const float dd = y->d * st_h2f(b->d);
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), acc[c]);
-            accm[c] = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(32.0f * dd), accm[c]);
+        __m256i sc16;
+        st_q6_K_unpack(b + i, idx, sh, u, sct, &sc16);
+        for (int p = 0; p < (NC + 1) / 2; p++) {
+            const block_q8_K *ya = (const block_q8_K *)(y0 + (size_t)(2 * p) * ys) + i;
+            __m512i isa, isb = _mm512_setzero_si512();
+            __m256i oa, ob = _mm256_setzero_si256();
+            __m128 dd = st_q6_K_dd(b + i, ya);
+            st_q45_K_sums(u, sct, sc16, ya, &isa, &oa);
+            if (2 * p + 1 < NC) {
+                const block_q8_K *yb = (const block_q8_K *)(y0 + (size_t)(2 * p + 1) * ys) + i;
+                st_q45_K_sums(u, sct, sc16, yb, &isb, &ob);
+                dd = _mm_movelh_ps(dd, st_q6_K_dd(b + i, yb));
+            }
+            acc[p] = _mm_fmadd_ps(st_q45_K_reduce2(isa, isb, oa, ob), dd, acc[p]);
         }
     }
-    for (int c = 0; c < NC; c++) out[c] = _mm512_reduce_add_ps(acc[c]) - _mm512_reduce_add_ps(accm[c]);
+    for (int c = 0; c < NC; c++) {
+        const __m128 a = c & 1 ? _mm_movehl_ps(acc[c / 2], acc[c / 2]) : acc[c / 2];
+        out[c] = _mm_cvtss_f32(a) - _mm_cvtss_f32(_mm_movehdup_ps(a));
+    }
 }
 
 static void st_dotn_q6_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {

@@ -85,4 +85,19 @@ static inline void st_k4_scales(const uint8_t *q, uint64_t *sc8, uint64_t *mn8) 
     *mn8 = (b & 0x3F3F3F3Fu) | ((uint64_t)mn_hi << 32);
 }
 
+/* Shift counts [4s | 4s+2] (16-bit lanes): the 2-bit fields 2s and 2s+1 of a byte, for the two
+ * 32-weight halves of step t (s = t & 1) in Q2_K/Q3_K quants and Q6_K high bits. */
+static inline __m512i st_shift_2bit(int s) { return st_halves_epi16(4 * s, 4 * s + 2); }
+
+/* Q6_K super-block b's weights 64t .. 64t + 63 as u = q + 32 (0..63), in order (sh: the shift
+ * counts st_shift_2bit(0), (1)). */
+static inline __m512i st_q6_K_u(const block_q6_K *b, int t, const __m512i sh[2]) {
+    const int h = t >> 1, s = t & 1;
+    const __m512i ql = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
+    const __m512i lo = _mm512_and_si512(s ? _mm512_srli_epi16(ql, 4) : ql, _mm512_set1_epi8(0x0F));
+    const __m512i qh = st_bcast_256(b->qh + 32 * h);
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, sh[s]), _mm512_set1_epi8(0x03));
+    return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+}
+
 #endif /* STRATA_DOT_AVX512_H */
