@@ -1,7 +1,8 @@
-/* dot_amx.c - Q4_K / Q5_K / Q6_K weight rows against several q8_K activation rows, and Q8_0 rows
- * against q8_0 rows, on the AMX tile unit (prompt batches, grouped experts), bit-identical to the AVX-512
- * single-row kernels. The Q8_0 and Q6_K sections at the end follow the same plan with TDPBSSD
- * (signed weights, one tile product per 32-weight block) and 16-deep tiles (Q6_K's groups).
+/* dot_amx.c - Q4_K / Q5_K / Q6_K weight rows against several q8_K activation rows, and Q8_0
+ * rows against q8_0 rows, on the AMX tile unit (prompt batches, grouped experts), bit-identical
+ * to the AVX-512 single-row kernels. The Q8_0 and Q6_K sections at the end follow the same plan
+ * with TDPBSSD (signed weights, one tile product per 32-weight block) and 16-deep tiles (Q6_K's
+ * groups).
  *
  * Compiled with the AVX-512 flags plus -mamx-tile -mamx-int8 (the Makefile keys on "_amx" in the
  * file name); dot.c registers it only when cpuid and XCR0 report AMX-TILE and AMX-INT8, the
@@ -126,8 +127,10 @@ static inline void st_transpose16(__m512i r[16]) {
         u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
     }
     for (int c = 0; c < 4; c++) {
-        const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
-        const __m512i w0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88), w1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
+        const __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88);
+        const __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
+        const __m512i w0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
+        const __m512i w1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
         r[c] = _mm512_shuffle_i32x4(v0, w0, 0x88);
         r[8 + c] = _mm512_shuffle_i32x4(v0, w0, 0xDD);
         r[4 + c] = _mm512_shuffle_i32x4(v1, w1, 0x88);
@@ -141,6 +144,11 @@ static inline __m512i st_byte_lanes(__m512i q0, __m512i q1, int j) {
     const __m256i a = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srli_epi64(q0, 8 * j), ff));
     const __m256i b = _mm512_cvtepi64_epi32(_mm512_and_si512(_mm512_srli_epi64(q1, 8 * j), ff));
     return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+/* bsums 2p and 2p + 1 of activation block y as one int32 (two int16), in every lane. */
+static inline __m512i st_bsum_pair(const block_q8_K *y, int p) {
+    return _mm512_set1_epi32((int)st_load_u32((const uint8_t *)&y->bsums[2 * p]));
 }
 
 /* Super-block i of rows w + m * ws (m < nr) of Q4_K (q5 = 0) or Q5_K (q5 = 1) into o. */
@@ -171,7 +179,9 @@ static void st_amx_unpack(const uint8_t *w, size_t ws, int nr, int q5, int64_t i
             const block_q4_K *b4 = (const block_q4_K *)blk[m];
             const block_q5_K *b5 = (const block_q5_K *)blk[m];
             r[m] = st_nibbles_256((q5 ? b5->qs : b4->qs) + 32 * t);
-            if (q5) r[m] = _mm512_mask_add_epi8(r[m], _mm512_test_epi8_mask(st_bcast_256(b5->qh), bits), r[m], sixteen);
+            if (q5) /* the 5th bits */
+                r[m] = _mm512_mask_add_epi8(r[m], _mm512_test_epi8_mask(st_bcast_256(b5->qh), bits), r[m],
+                                            sixteen);
         }
         st_transpose16(r);
         for (int k = 0; k < 16; k++) _mm512_store_si512((void *)(o->b[2 * t + k / 8] + 64 * (k % 8)), r[k]);
@@ -236,11 +246,12 @@ static void st_amx_q45_K(int64_t n, float *out, size_t ldo, const void *wv, size
                             S = _mm512_add_epi32(S, _mm512_mullo_epi32(_mm512_load_si512(cbuf[j][r]), s->sc[j]));
                         __m512i M = _mm512_setzero_si512();
                         for (int j = 0; j < 8; j++)
-                            M = _mm512_dpwssd_epi32(M, _mm512_set1_epi32((int)st_load_u32((const uint8_t *)&y->bsums[2 * j])), s->mn[j]);
+                            M = _mm512_dpwssd_epi32(M, st_bsum_pair(y, j), s->mn[j]);
                         const __m512 yd = _mm512_set1_ps(y->d);
                         float *a = acc[t0 + r], *am = accm[t0 + r];
-                        _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(yd, s->d), _mm512_load_ps(a)));
-                        _mm512_store_ps(am, _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), _mm512_mul_ps(yd, s->dmin), _mm512_load_ps(am)));
+                        const __m512 dd = _mm512_mul_ps(yd, s->d), dm = _mm512_mul_ps(yd, s->dmin);
+                        _mm512_store_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), dd, _mm512_load_ps(a)));
+                        _mm512_store_ps(am, _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), dm, _mm512_load_ps(am)));
                     }
                 }
             }
@@ -383,7 +394,8 @@ static void st_amx_unpack_q6(const uint8_t *w, size_t ws, int nr, int64_t i, st_
     for (int t = 0; t < 4; t++) {
         /* row m: weights 64t .. 64t + 63 as 16 dwords; transposed, row q is tile 4t + q / 4's row q % 4 */
         for (int m = 0; m < 16; m++)
-            r[m] = m < nr ? st_q6_K_u((const block_q6_K *)(w + (size_t)m * ws) + i, t, sh) : _mm512_setzero_si512();
+            r[m] = m < nr ? st_q6_K_u((const block_q6_K *)(w + (size_t)m * ws) + i, t, sh)
+                          : _mm512_setzero_si512();
         st_transpose16(r);
         for (int q = 0; q < 16; q++) _mm512_store_si512((void *)(o->b[4 * t + q / 4] + 64 * (q % 4)), r[q]);
     }
@@ -434,15 +446,17 @@ static void st_tile_q6_K_amx(int64_t n, float *out, size_t ldo, const void *wv, 
                         S = _mm512_add_epi32(S, _mm512_mullo_epi32(_mm512_load_si512(cbuf[g][r]), s->sc[g]));
                     __m512i O = _mm512_setzero_si512();
                     for (int p = 0; p < 8; p++)
-                        O = _mm512_dpwssd_epi32(O, _mm512_set1_epi32((int)st_load_u32((const uint8_t *)&y->bsums[2 * p])), s->scp[p]);
+                        O = _mm512_dpwssd_epi32(O, st_bsum_pair(y, p), s->scp[p]);
                     const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(y->d), s->d);
                     _mm512_store_ps(acc[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), dd, _mm512_load_ps(acc[r])));
-                    _mm512_store_ps(accm[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(O), _mm512_mul_ps(f32, dd), _mm512_load_ps(accm[r])));
+                    _mm512_store_ps(accm[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(O), _mm512_mul_ps(f32, dd),
+                                                             _mm512_load_ps(accm[r])));
                 }
             }
         }
         for (int r = 0; r < nt; r++)
-            _mm512_mask_storeu_ps(out + (size_t)(c0 + r) * ldo, keep, _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
+            _mm512_mask_storeu_ps(out + (size_t)(c0 + r) * ldo, keep,
+                                  _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
     }
     ST_TILE_RELEASE();
 }
