@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ._ffi import CDEF, HEADER_PATH, LIBRARY_PATH, StrataError, check, ffi, lib
 from ._blocks import (act_type, block_bytes, block_size, can_dequantize, can_dot, can_quantize,
+                      cpu_amx_active, cpu_amx_set, cpu_amx_supported,
                       cpu_isa_active, cpu_isa_set, cpu_isa_supported, dequantize, quantize,
                       quantize_file, row_bytes, type_id, type_name, types, vec_dot, vec_dot_q)
 from ._gguf import GGUF, Tensor, TensorInfo
@@ -45,4 +46,5 @@ __all__ = ["StrataError", "Model", "GGUF", "Tensor", "TensorInfo", "version", "b
            "type_id", "type_name", "types", "block_size", "block_bytes", "row_bytes",
            "can_dequantize", "can_quantize", "can_dot", "act_type", "dequantize", "quantize",
            "vec_dot", "vec_dot_q", "cpu_isa_supported", "cpu_isa_active", "cpu_isa_set",
+           "cpu_amx_supported", "cpu_amx_active", "cpu_amx_set",
            "quantize_file", "ffi", "lib", "CDEF", "HEADER_PATH", "LIBRARY_PATH"]

@@ -158,6 +158,20 @@ def cpu_isa_set(name: str) -> None:
     check(lib.strata_cpu_isa_set(_ISA[name]), "strata_cpu_isa_set")
 
 
+def cpu_amx_supported() -> bool:
+    """Whether the CPU and OS offer the AMX tiles (used for CPU batches; the same results)."""
+    return bool(lib.strata_cpu_amx_supported())
+
+
+def cpu_amx_active() -> bool:
+    return bool(lib.strata_cpu_amx_active())
+
+
+def cpu_amx_set(enable: bool) -> None:
+    """Turns the AMX tiles on or off (process-wide); on where there are none raises StrataError."""
+    check(lib.strata_cpu_amx_set(1 if enable else 0), "strata_cpu_amx_set")
+
+
 # ------------------------------------------------------------------------------------------------
 # Model files
 # ------------------------------------------------------------------------------------------------

@@ -124,3 +124,19 @@ def test_type_helpers():
     assert strata.act_type("bf16") == "f32"
     assert "iq4_xs" in strata.types() and "unknown" not in strata.types()
     assert strata.cpu_isa_supported() in ("scalar", "avx2", "avx512", "avx512-vnni")
+
+
+def test_cpu_amx_switch():
+    # AMX is on by default where the CPU and OS offer it; turning it off always works, turning it
+    # on where there is none raises; either way the results are the same (test_isa_amx)
+    if strata.cpu_amx_supported():
+        assert strata.cpu_amx_active() == (strata.cpu_isa_active() in ("avx512", "avx512-vnni"))
+        strata.cpu_amx_set(False)
+        assert not strata.cpu_amx_active()
+        strata.cpu_amx_set(True)
+    else:
+        assert not strata.cpu_amx_active()
+        with pytest.raises(strata.StrataError):
+            strata.cpu_amx_set(True)
+        strata.cpu_amx_set(False)
+        assert not strata.cpu_amx_active()
