@@ -1,11 +1,11 @@
 /* bench_tiles.c - the CPU kernels for several activation rows per weight row (prompt batches,
  * grouped experts): the several-row AVX-512 kernel (st_vec_dot_n_get: 4 rows per pass over a
- * weight row; Q8_0 has none: its single-row kernel per activation row) against the AMX tiles (st_vec_dot_tile_get: 16 weight rows x all activation rows),
- * on one thread, for an expert-shaped matrix (default 768 rows of 2048 Q4_K weights: qwen3's
+ * weight row; Q8_0 and Q4_0 have none: the single-row kernel per activation row) against the AMX
+ * tiles (st_vec_dot_tile_get: 16 weight rows x all activation rows), on one thread, for an expert-shaped matrix (default 768 rows of 2048 Q4_K weights: qwen3's
  * gate) and activation-row counts 1..256. Both give the same bits (checked here on every run).
  * Prints a table of billions of multiply-adds per second and the ratio; writes JSON.
  *
- *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0] [--time S] [--json PATH]
+ *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--time S] [--json PATH]
  *
  * Without AMX only the first kernel is timed. Built by `make bench`. */
 #include "dot.h"
@@ -93,10 +93,11 @@ int main(int argc, char **argv) {
             type = !strcasecmp(v, "q5_K")   ? STRATA_TYPE_Q5_K
                    : !strcasecmp(v, "q6_K") ? STRATA_TYPE_Q6_K
                    : !strcasecmp(v, "q8_0") ? STRATA_TYPE_Q8_0
+                   : !strcasecmp(v, "q4_0") ? STRATA_TYPE_Q4_0
                                             : STRATA_TYPE_Q4_K;
             i++;
         } else {
-            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0] [--time S] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--time S] [--json PATH]\n", argv[0]);
             return 2;
         }
     }
@@ -131,7 +132,7 @@ int main(int argc, char **argv) {
             continue;
         }
         memcpy(w + b, &d, 2);
-        if (type != STRATA_TYPE_Q8_0) memcpy(w + b + 2, &dm, 2);
+        if (type != STRATA_TYPE_Q8_0 && type != STRATA_TYPE_Q4_0) memcpy(w + b + 2, &dm, 2);
     }
     for (int64_t c = 0; c < max_nc; c++) {
         for (int64_t i = 0; i < n; i++) f[i] = rng_float();

@@ -112,11 +112,11 @@ STRATA_API strata_cpu_isa strata_cpu_isa_active(void);
 /* "scalar", "avx2", "avx512", "avx512-vnni"; static storage. */
 STRATA_API const char *strata_cpu_isa_name(strata_cpu_isa isa);
 /* AMX tiles for several activation rows per weight row (prompt batches, grouped experts) of
- * Q4_K / Q5_K / Q6_K / Q8_0 weights: the same bits as the AVX-512 kernels, used at that level only. Supported:
- * 1 when the CPU has AMX-INT8 and the OS granted the tile state. Set (process-wide, default on
- * where supported; not safe while other threads compute): enabling where unsupported gives
- * STRATA_ERR_UNSUPPORTED. Active: supported, enabled and the AVX-512 level in use. Thread-safe
- * except set. */
+ * Q4_0 / Q4_K / Q5_K / Q6_K / Q8_0 weights: the same bits as the AVX-512 kernels, used at that
+ * level only. Supported: 1 when the CPU has AMX-INT8 and the OS granted the tile state. Set
+ * (process-wide, default on where supported; not safe while other threads compute): enabling
+ * where unsupported gives STRATA_ERR_UNSUPPORTED. Active: supported, enabled and the AVX-512
+ * level in use. Thread-safe except set. */
 STRATA_API int strata_cpu_amx_supported(void);
 STRATA_API strata_status strata_cpu_amx_set(int enable);
 STRATA_API int strata_cpu_amx_active(void);

@@ -1,5 +1,5 @@
 /* test_isa_amx.c - the AMX tile kernels (dot_amx.c) against the AVX-512 single-row kernels:
- * every output bit-identical, for Q4_K, Q5_K, Q6_K and Q8_0, weight-row counts 1..16, activation-row counts
+ * every output bit-identical, for Q4_0, Q4_K, Q5_K, Q6_K and Q8_0, weight-row counts 1..16, activation-row counts
  * across the 16-row tiles and the 64-row groups, row lengths across the 16-super-block chunks,
  * with sentinels around the written outputs; then the CPU matmul and the grouped-expert step
  * (ops.c, ops_moe.c) with the tiles against token-by-token calls, and the AMX switch
@@ -47,12 +47,12 @@ static void random_rows(strata_type type, int64_t n, int rows, unsigned char *w)
             continue;
         }
         memcpy(w + b, &d, 2);
-        if (type != STRATA_TYPE_Q8_0) memcpy(w + b + 2, &dm, 2);
+        if (type != STRATA_TYPE_Q8_0 && type != STRATA_TYPE_Q4_0) memcpy(w + b + 2, &dm, 2);
     }
 }
 
 /* n floats as the activation type of weight type wt. */
-static void quantize_act(strata_type wt, const float *x, int64_t n, void *out) {
+static void quantize_act(strata_type wt, const float *x, int64_t n, void *out) { /* q8_0 or q8_K */
     if (strata_act_type(wt) == STRATA_TYPE_Q8_0) st_quantize_row_q8_0(x, (block_q8_0 *)out, n);
     else st_quantize_row_q8_K(x, (block_q8_K *)out, n);
 }
@@ -186,7 +186,8 @@ int main(void) {
     check_kernel("emulated", STRATA_TYPE_Q5_K, emu[STRATA_TYPE_Q5_K]);
     check_kernel("emulated", STRATA_TYPE_Q8_0, emu[STRATA_TYPE_Q8_0]);
     check_kernel("emulated", STRATA_TYPE_Q6_K, emu[STRATA_TYPE_Q6_K]);
-    CHECK(emu[STRATA_TYPE_Q4_0] == NULL && emu[STRATA_TYPE_Q3_K] == NULL, "tiles only for Q4_K, Q5_K, Q6_K and Q8_0");
+    check_kernel("emulated", STRATA_TYPE_Q4_0, emu[STRATA_TYPE_Q4_0]);
+    CHECK(emu[STRATA_TYPE_Q5_0] == NULL && emu[STRATA_TYPE_Q3_K] == NULL, "tiles only for Q4_0, Q4_K, Q5_K, Q6_K and Q8_0");
 
     /* the switch */
     if (!strata_cpu_amx_supported()) {
@@ -201,16 +202,19 @@ int main(void) {
     CHECK(strata_cpu_amx_active(), "AMX active by default");
     st_vec_dot_tile_fn q4 = st_vec_dot_tile_get(STRATA_TYPE_Q4_K), q5 = st_vec_dot_tile_get(STRATA_TYPE_Q5_K);
     st_vec_dot_tile_fn q8 = st_vec_dot_tile_get(STRATA_TYPE_Q8_0), q6 = st_vec_dot_tile_get(STRATA_TYPE_Q6_K);
-    CHECK(q4 && q5 && q8 && q6 && !st_vec_dot_tile_get(STRATA_TYPE_Q4_0),
-          "tile kernels handed out for Q4_K, Q5_K, Q6_K and Q8_0 only");
+    st_vec_dot_tile_fn q40 = st_vec_dot_tile_get(STRATA_TYPE_Q4_0);
+    CHECK(q4 && q5 && q8 && q6 && q40 && !st_vec_dot_tile_get(STRATA_TYPE_Q5_0),
+          "tile kernels handed out for Q4_0, Q4_K, Q5_K, Q6_K and Q8_0 only");
     if (q4) check_kernel("AMX", STRATA_TYPE_Q4_K, q4);
     if (q5) check_kernel("AMX", STRATA_TYPE_Q5_K, q5);
     if (q8) check_kernel("AMX", STRATA_TYPE_Q8_0, q8);
     if (q6) check_kernel("AMX", STRATA_TYPE_Q6_K, q6);
+    if (q40) check_kernel("AMX", STRATA_TYPE_Q4_0, q40);
     check_ops(STRATA_TYPE_Q4_K, 40); /* tiles for the experts with 8+ pairs */
     check_ops(STRATA_TYPE_Q8_0, 5);  /* tiles from 4 rows (no several-row kernel) */
     check_ops(STRATA_TYPE_Q8_0, 40);
     check_ops(STRATA_TYPE_Q6_K, 40);
+    check_ops(STRATA_TYPE_Q4_0, 5);
     CHECK(strata_cpu_amx_set(0) == STRATA_OK && !strata_cpu_amx_active() && !st_vec_dot_tile_get(STRATA_TYPE_Q4_K),
           "AMX off: no tile kernel");
     CHECK(strata_cpu_amx_set(1) == STRATA_OK && strata_cpu_isa_set(STRATA_ISA_AVX2) == STRATA_OK &&

@@ -23,8 +23,8 @@ typedef void (*st_vec_dot_n_fn)(int64_t n, float *out, const void *w, const void
 #define ST_TILE_ROWS 16
 /* The fewest activation rows per weight row worth a tile call (bench_tiles, one thread, H100 host:
  * where the tiles overtake the several-row kernel, or the single-row one for Q8_0, which has no
- * several-row kernel): Q8_0 from 4 (1.8x there), Q4_K / Q5_K from 8 (1.1-1.2x), Q6_K from 16
- * (1.4x; 0.87x at 8). Fewer go to the other kernels. */
+ * several-row kernel): Q8_0 from 4 (1.8x there; Q4_0 likewise), Q4_K / Q5_K from 8 (1.1-1.2x),
+ * Q6_K from 16 (1.4x; 0.87x at 8). Fewer go to the other kernels. */
 #define ST_TILE_MIN_COLS 8
 typedef void (*st_vec_dot_tile_fn)(int64_t n, float *out, size_t ldo, const void *w, size_t ws,
                                    int nr, const void *xq, size_t xs, int64_t nc);
@@ -53,7 +53,7 @@ st_vec_dot_n_fn st_vec_dot_n_get(strata_type type);
 st_vec_dot_tile_fn st_vec_dot_tile_get(strata_type type);
 /* The fewest activation rows a tile call of type gets (see ST_TILE_MIN_COLS). */
 static inline int st_tile_min_cols(strata_type type) {
-    return type == STRATA_TYPE_Q8_0 ? 4 : type == STRATA_TYPE_Q6_K ? 16 : ST_TILE_MIN_COLS;
+    return type == STRATA_TYPE_Q8_0 || type == STRATA_TYPE_Q4_0 ? 4 : type == STRATA_TYPE_Q6_K ? 16 : ST_TILE_MIN_COLS;
 }
 
 /* CPU features, probed once (cpuid + OS support). */

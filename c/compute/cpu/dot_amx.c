@@ -1,5 +1,5 @@
-/* dot_amx.c - Q4_K / Q5_K / Q6_K weight rows against several q8_K activation rows, and Q8_0
- * rows against q8_0 rows, on the AMX tile unit (prompt batches, grouped experts), bit-identical
+/* dot_amx.c - Q4_K / Q5_K / Q6_K weight rows against several q8_K activation rows, and Q8_0 /
+ * Q4_0 rows against q8_0 rows, on the AMX tile unit (prompt batches, grouped experts), bit-identical
  * to the AVX-512 single-row kernels. The Q8_0 and Q6_K sections at the end follow the same plan
  * with TDPBSSD (signed weights, one tile product per 32-weight block) and 16-deep tiles (Q6_K's
  * groups).
@@ -274,7 +274,7 @@ static void st_tile_q5_K_amx(int64_t n, float *out, size_t ldo, const void *w, s
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Q8_0: blocks of 32 signed weights with an fp16 scale (dot_avx512.c's order: each block's exact
+ * Q8_0 and Q4_0: blocks of 32 signed weights with an fp16 scale (dot_avx512.c's order: each block's exact
  * sum S_b, acc_k = fma(S_b, d_w * d_x, acc_k) for k = b mod 16, then the fixed sum tree)
  * ------------------------------------------------------------------------------------------- */
 
@@ -286,8 +286,9 @@ typedef struct {
     __m512 d;       /* lanes m: the block's scale */
 } st_amx_q8b;
 
-/* Blocks i0 .. i0 + nbk - 1 of rows w + m * ws (m < nr) into o. */
-static void st_amx_unpack_q8(const uint8_t *w, size_t ws, int nr, int64_t i0, int64_t nbk, st_amx_q8b *o) {
+/* Blocks i0 .. i0 + nbk - 1 of rows w + m * ws (m < nr) of Q8_0 (q4 = 0) or Q4_0 (q4 = 1: the
+ * nibbles minus 8, the same signed bytes the AVX-512 kernel's sums stand for) into o. */
+static void st_amx_unpack_q8(const uint8_t *w, size_t ws, int nr, int q4, int64_t i0, int64_t nbk, st_amx_q8b *o) {
     for (int64_t k = 0; k < nbk; k += 2) {
         const int has2 = k + 1 < nbk;
         __m512i r[16];
@@ -296,6 +297,13 @@ static void st_amx_unpack_q8(const uint8_t *w, size_t ws, int nr, int64_t i0, in
             if (m >= nr) {
                 r[m] = _mm512_setzero_si512();
                 dh[0][m] = dh[1][m] = 0;
+                continue;
+            }
+            if (q4) {
+                const block_q4_0 *blk = (const block_q4_0 *)(w + (size_t)m * ws) + i0 + k;
+                r[m] = _mm512_sub_epi8(st_nibbles_2x128(blk[0].qs, has2 ? blk[1].qs : NULL), _mm512_set1_epi8(8));
+                dh[0][m] = blk[0].d;
+                dh[1][m] = has2 ? blk[1].d : 0;
                 continue;
             }
             const block_q8_0 *blk = (const block_q8_0 *)(w + (size_t)m * ws) + i0 + k;
@@ -313,8 +321,8 @@ static void st_amx_unpack_q8(const uint8_t *w, size_t ws, int nr, int64_t i0, in
     }
 }
 
-static void st_tile_q8_0_amx(int64_t n, float *out, size_t ldo, const void *wv, size_t ws, int nr,
-                             const void *xq, size_t xs, int64_t nc) {
+static void st_amx_q80(int64_t n, float *out, size_t ldo, const void *wv, size_t ws, int nr,
+                       const void *xq, size_t xs, int64_t nc, int q4) {
     const int64_t nb = n / QK8_0;
     const uint8_t *w = wv;
     _Alignas(64) st_amx_q8b wb[ST_AMX_Q8_CHUNK];
@@ -334,7 +342,7 @@ static void st_tile_q8_0_amx(int64_t n, float *out, size_t ldo, const void *wv, 
         const uint8_t *x0 = (const uint8_t *)xq + (size_t)c0 * xs;
         for (int64_t i0 = 0; i0 < nb; i0 += ST_AMX_Q8_CHUNK) {
             const int64_t ni = nb - i0 < ST_AMX_Q8_CHUNK ? nb - i0 : ST_AMX_Q8_CHUNK;
-            if (c0 == 0 || nb > ST_AMX_Q8_CHUNK) st_amx_unpack_q8(w, ws, nr, i0, ni, wb);
+            if (c0 == 0 || nb > ST_AMX_Q8_CHUNK) st_amx_unpack_q8(w, ws, nr, q4, i0, ni, wb);
             for (int64_t ii = 0; ii < ni; ii++) {
                 const int64_t i = i0 + ii;
                 ST_TILE_ZERO(0);
@@ -360,6 +368,16 @@ static void st_tile_q8_0_amx(int64_t n, float *out, size_t ldo, const void *wv, 
         }
     }
     ST_TILE_RELEASE();
+}
+
+static void st_tile_q8_0_amx(int64_t n, float *out, size_t ldo, const void *w, size_t ws, int nr,
+                             const void *xq, size_t xs, int64_t nc) {
+    st_amx_q80(n, out, ldo, w, ws, nr, xq, xs, nc, 0);
+}
+
+static void st_tile_q4_0_amx(int64_t n, float *out, size_t ldo, const void *w, size_t ws, int nr,
+                             const void *xq, size_t xs, int64_t nc) {
+    st_amx_q80(n, out, ldo, w, ws, nr, xq, xs, nc, 1);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -482,4 +500,5 @@ void st_dot_register_amx(st_vec_dot_tile_fn *table) {
     table[STRATA_TYPE_Q5_K] = st_tile_q5_K_amx;
     table[STRATA_TYPE_Q8_0] = st_tile_q8_0_amx;
     table[STRATA_TYPE_Q6_K] = st_tile_q6_K_amx;
+    table[STRATA_TYPE_Q4_0] = st_tile_q4_0_amx;
 }

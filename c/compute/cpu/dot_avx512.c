@@ -243,16 +243,20 @@ static inline __m512 st_q8_0_sums16(const __m512i p[8]) {
 }
 
 /* d_w * d_x of blocks i + (4j + L) in lane 4L + j, for the blocks in mask m (others 0). */
-static inline __m512 st_q8_0_scales16(const block_q8_0 *b, const block_q8_0 *y, int64_t i, __mmask16 m) {
+static inline __m512 st_q8_0_scales16(const void *w, size_t wbs, const block_q8_0 *y, int64_t i, __mmask16 m) {
+    /* w: the weight row, wbs: its block size in bytes; every 32-weight block opens with its d */
     _Alignas(32) uint16_t hw[16], hx[16];
 #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) {
         const int l = 4 * (k % 4) + k / 4;
         const int on = (m >> l) & 1;
-        hw[l] = on ? b[i + k].d : 0;
+        uint16_t dw = 0; /* blocks past the row are not read */
+        if (on) memcpy(&dw, (const uint8_t *)w + (size_t)(i + k) * wbs, 2);
+        hw[l] = dw;
         hx[l] = on ? y[i + k].d : 0;
     }
-    return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hw)), _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hx)));
+    return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hw)),
+                         _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hx)));
 }
 
 /* The result from the 16 accumulators (acc_k in lane 4 * (k % 4) + k / 4): acc_k + acc_{k+8},
@@ -266,31 +270,39 @@ static inline float st_q8_0_final(__m512 acc) {
     return s[0];
 }
 
-static void st_dot_q8_0_avx512(int64_t n, float *out, const void *w, const void *xq) {
-    const block_q8_0 *b = (const block_q8_0 *)w;
-    const block_q8_0 *y = (const block_q8_0 *)xq;
-    const int64_t nb = n / QK8_0;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i += 16) {
-        const int64_t left = nb - i;
-        __m512i p[8];
-        if (left >= 16) {
-#pragma GCC unroll 8
-            for (int q = 0; q < 8; q++) p[q] = st_q8_0_pairsum(b, y, i + 2 * q, 1);
-            acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, y, i, 0xFFFF), acc);
-        } else { /* 1..15 blocks: the missing ones count as S 0 with scale 0 */
-            __mmask16 m = 0;
-            for (int q = 0; q < 8; q++)
-                p[q] = 2 * q < left ? st_q8_0_pairsum(b, y, i + 2 * q, 2 * q + 1 < left) : _mm512_setzero_si512();
-            for (int k = 0; k < 16; k++)
-                if (k < left) m |= (__mmask16)(1u << (4 * (k % 4) + k / 4));
-            acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, y, i, m), acc);
-        }
-    }
-    *out = st_q8_0_final(acc);
+/* Blocks i and i + 1 (has2) of a Q4_0 row against y: their 16 lane partials (q = nibble - 8). */
+static inline __m512i st_q4_0_pairsum(const block_q4_0 *b, const block_q8_0 *y, int64_t i, int has2) {
+    const __m512i u = st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL); /* q + 8 */
+    return st_dot_offset(u, st_q8_0_x(y, i, has2), _mm512_set1_epi8(8));
 }
 
-ST_DEFINE_PAIR_KERNEL(st_dot_q4_0_avx512, block_q4_0, QK4_0, st_pair_q4_0)
+/* A kernel of 32-weight blocks on exact block sums (Q8_0, Q4_0): 16 blocks a step. */
+#define ST_DEFINE_SUM16_KERNEL(name, WT, PAIRSUM)                                              \
+    static void name(int64_t n, float *out, const void *w, const void *xq) {                 \
+        const WT *b = (const WT *)w;                                                          \
+        const block_q8_0 *y = (const block_q8_0 *)xq;                                         \
+        const int64_t nb = n / 32;                                                            \
+        __m512 acc = _mm512_setzero_ps();                                                     \
+        for (int64_t i = 0; i < nb; i += 16) {                                                \
+            const int64_t left = nb - i;                                                      \
+            __m512i p[8];                                                                     \
+            if (left >= 16) {                                                                 \
+                _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) p[q] = PAIRSUM(b, y, i + 2 * q, 1); \
+                acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, sizeof(WT), y, i, 0xFFFF), acc); \
+            } else { /* 1..15 blocks: the missing ones count as S 0 with scale 0 */            \
+                __mmask16 m = 0;                                                              \
+                for (int q = 0; q < 8; q++)                                                   \
+                    p[q] = 2 * q < left ? PAIRSUM(b, y, i + 2 * q, 2 * q + 1 < left) : _mm512_setzero_si512(); \
+                for (int k = 0; k < 16; k++)                                                  \
+                    if (k < left) m |= (__mmask16)(1u << (4 * (k % 4) + k / 4));              \
+                acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, sizeof(WT), y, i, m), acc); \
+            }                                                                                 \
+        }                                                                                     \
+        *out = st_q8_0_final(acc);                                                            \
+    }
+
+ST_DEFINE_SUM16_KERNEL(st_dot_q8_0_avx512, block_q8_0, st_q8_0_pairsum)
+ST_DEFINE_SUM16_KERNEL(st_dot_q4_0_avx512, block_q4_0, st_q4_0_pairsum)
 ST_DEFINE_PAIR_KERNEL(st_dot_q5_0_avx512, block_q5_0, QK5_0, st_pair_q5_0)
 ST_DEFINE_PAIR_KERNEL(st_dot_iq4_nl_avx512, block_iq4_nl, QK4_NL, st_pair_iq4_nl)
 ST_DEFINE_PAIR_KERNEL(st_dot_q4_1_avx512, block_q4_1, QK4_1, st_pair_q4_1)
