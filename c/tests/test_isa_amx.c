@@ -26,17 +26,12 @@ void st_dot_register_amx_emulated(st_vec_dot_tile_fn *table);
 #define MAX_N (MAX_SB * QK_K)
 #define MAX_COLS 140
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-static float rng_float(void) { return (float)((double)(rng_next() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+static test_rng g_rng = {0x9e3779b97f4a7c15ULL}; /* the data of every check below */
+static uint64_t rng_next(void) { return test_rng_next(&g_rng); }
+static float rng_float(void) { return test_rng_float(&g_rng); }
 
-/* Random Q4_K / Q5_K / Q8_0 rows: random bytes, finite fp16 d (and dmin: the K-quants' blocks
- * open with d, dmin; Q8_0's with d). */
+/* Random rows of a tile type: random bytes, finite fp16 d (Q4_K / Q5_K blocks open with d, dmin;
+ * Q8_0 / Q4_0 with d; Q6_K's d closes the block). */
 static void random_rows(strata_type type, int64_t n, int rows, unsigned char *w) {
     const size_t rb = (size_t)strata_row_bytes(type, n), bs = (size_t)strata_type_block_bytes(type);
     for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (unsigned char)rng_next();

@@ -151,6 +151,55 @@ static inline __m512i st_bsum_pair(const block_q8_K *y, int p) {
     return _mm512_set1_epi32((int)st_load_u32((const uint8_t *)&y->bsums[2 * p]));
 }
 
+/* The steps every kernel below shares. */
+
+/* Loads the tile configuration for nt activation rows of kb bytes when *cur_nt differs. */
+static inline void st_amx_config(st_tilecfg *cfg, int *cur_nt, int nt, int kb) {
+    if (nt == *cur_nt) return;
+    st_tilecfg_make(cfg, nt, kb);
+    ST_TILE_CONFIG(cfg);
+    *cur_nt = nt;
+}
+
+/* ng tile products of unsigned weights: C_g = A (the activation rows at xa + g * kb, row stride
+ * xs) x B (the tile at b + g * bstride), stored to cbuf[g] (16 x 16 int32). */
+static inline __attribute__((always_inline)) void
+st_amx_dots_u(const uint8_t *xa, size_t xs, int kb, const uint8_t *b, size_t bstride, int ng,
+              int32_t (*cbuf)[16][16]) {
+    for (int g = 0; g < ng; g++) {
+        ST_TILE_ZERO(0);
+        ST_TILE_LOAD(1, xa + (size_t)g * (size_t)kb, xs);
+        ST_TILE_LOAD(2, b + (size_t)g * bstride, 64);
+        ST_TILE_DPBSUD(0, 1, 2);
+        ST_TILE_STORE(0, cbuf[g], 64);
+    }
+}
+
+/* sum over g < ng of C_g[r] * sc[g] in int32 lanes over the weight rows (exact). */
+static inline __attribute__((always_inline)) __m512i
+st_amx_scaled(int32_t (*cbuf)[16][16], int r, const __m512i *sc, int ng) {
+    __m512i S = _mm512_mullo_epi32(_mm512_load_si512(cbuf[0][r]), sc[0]);
+    for (int g = 1; g < ng; g++)
+        S = _mm512_add_epi32(S, _mm512_mullo_epi32(_mm512_load_si512(cbuf[g][r]), sc[g]));
+    return S;
+}
+
+/* sum over p < 8 of (bsum_2p, bsum_2p+1) . pair[p] in int32 lanes over the weight rows (exact):
+ * the K-quants' min or offset term. */
+static inline __m512i st_amx_bsum_dot(const block_q8_K *y, const __m512i pair[8]) {
+    __m512i M = _mm512_setzero_si512();
+    for (int p = 0; p < 8; p++) M = _mm512_dpwssd_epi32(M, st_bsum_pair(y, p), pair[p]);
+    return M;
+}
+
+/* out rows c0 .. c0 + nt - 1 (the nr weight rows of keep) = acc - accm. */
+static inline void st_amx_store_diff(float *out, size_t ldo, int64_t c0, int64_t nt, __mmask16 keep,
+                                     const float (*acc)[16], const float (*accm)[16]) {
+    for (int64_t r = 0; r < nt; r++)
+        _mm512_mask_storeu_ps(out + (size_t)(c0 + r) * ldo, keep,
+                              _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
+}
+
 /* Super-block i of rows w + m * ws (m < nr) of Q4_K (q5 = 0) or Q5_K (q5 = 1) into o. */
 static void st_amx_unpack(const uint8_t *w, size_t ws, int nr, int q5, int64_t i, st_amx_sb *o) {
     const size_t bs = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
@@ -222,31 +271,16 @@ static void st_amx_q45_K(int64_t n, float *out, size_t ldo, const void *wv, size
                 for (int64_t ii = 0; ii < ni; ii++) st_amx_unpack(w, ws, nr, q5, i0 + ii, &sb[ii]);
             for (int64_t t0 = 0; t0 < ng; t0 += 16) {
                 const int nt = (int)(ng - t0 < 16 ? ng - t0 : 16);
-                if (nt != cfg_rows) {
-                    st_tilecfg_make(&cfg, nt, 32);
-                    ST_TILE_CONFIG(&cfg);
-                    cfg_rows = nt;
-                }
+                st_amx_config(&cfg, &cfg_rows, nt, 32);
                 const uint8_t *x0 = (const uint8_t *)xq + (size_t)(c0 + t0) * xs;
                 for (int64_t ii = 0; ii < ni; ii++) {
                     const int64_t i = i0 + ii;
                     const st_amx_sb *s = &sb[ii];
                     const uint8_t *xa = x0 + (size_t)i * sizeof(block_q8_K) + offsetof(block_q8_K, qs);
-                    for (int j = 0; j < 8; j++) {
-                        ST_TILE_ZERO(0);
-                        ST_TILE_LOAD(1, xa + 32 * j, xs);
-                        ST_TILE_LOAD(2, s->b[j], 64);
-                        ST_TILE_DPBSUD(0, 1, 2);
-                        ST_TILE_STORE(0, cbuf[j], 64);
-                    }
+                    st_amx_dots_u(xa, xs, 32, s->b[0], sizeof s->b[0], 8, cbuf);
                     for (int r = 0; r < nt; r++) {
                         const block_q8_K *y = (const block_q8_K *)(x0 + (size_t)r * xs) + i;
-                        __m512i S = _mm512_mullo_epi32(_mm512_load_si512(cbuf[0][r]), s->sc[0]);
-                        for (int j = 1; j < 8; j++)
-                            S = _mm512_add_epi32(S, _mm512_mullo_epi32(_mm512_load_si512(cbuf[j][r]), s->sc[j]));
-                        __m512i M = _mm512_setzero_si512();
-                        for (int j = 0; j < 8; j++)
-                            M = _mm512_dpwssd_epi32(M, st_bsum_pair(y, j), s->mn[j]);
+                        const __m512i S = st_amx_scaled(cbuf, r, s->sc, 8), M = st_amx_bsum_dot(y, s->mn);
                         const __m512 yd = _mm512_set1_ps(y->d);
                         float *a = acc[t0 + r], *am = accm[t0 + r];
                         const __m512 dd = _mm512_mul_ps(yd, s->d), dm = _mm512_mul_ps(yd, s->dmin);
@@ -256,9 +290,7 @@ static void st_amx_q45_K(int64_t n, float *out, size_t ldo, const void *wv, size
                 }
             }
         }
-        for (int64_t r = 0; r < ng; r++)
-            _mm512_mask_storeu_ps(out + (size_t)(c0 + r) * ldo, keep,
-                                  _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
+        st_amx_store_diff(out, ldo, c0, ng, keep, (const float (*)[16])acc, (const float (*)[16])accm);
     }
     ST_TILE_RELEASE();
 }
@@ -334,11 +366,7 @@ static void st_amx_q80(int64_t n, float *out, size_t ldo, const void *wv, size_t
     for (int64_t c0 = 0; c0 < nc; c0 += 16) {
         const int nt = (int)(nc - c0 < 16 ? nc - c0 : 16);
         memset(acc, 0, sizeof acc);
-        if (nt != cfg_rows) {
-            st_tilecfg_make(&cfg, nt, 32);
-            ST_TILE_CONFIG(&cfg);
-            cfg_rows = nt;
-        }
+        st_amx_config(&cfg, &cfg_rows, nt, 32);
         const uint8_t *x0 = (const uint8_t *)xq + (size_t)c0 * xs;
         for (int64_t i0 = 0; i0 < nb; i0 += ST_AMX_Q8_CHUNK) {
             const int64_t ni = nb - i0 < ST_AMX_Q8_CHUNK ? nb - i0 : ST_AMX_Q8_CHUNK;
@@ -436,11 +464,7 @@ static void st_tile_q6_K_amx(int64_t n, float *out, size_t ldo, const void *wv, 
         const int nt = (int)(nc - c0 < 16 ? nc - c0 : 16);
         memset(acc, 0, sizeof acc);
         memset(accm, 0, sizeof accm);
-        if (nt != cfg_rows) {
-            st_tilecfg_make(&cfg, nt, 16);
-            ST_TILE_CONFIG(&cfg);
-            cfg_rows = nt;
-        }
+        st_amx_config(&cfg, &cfg_rows, nt, 16);
         const uint8_t *x0 = (const uint8_t *)xq + (size_t)c0 * xs;
         for (int64_t i0 = 0; i0 < nb; i0 += ST_AMX_Q6_CHUNK) {
             const int64_t ni = nb - i0 < ST_AMX_Q6_CHUNK ? nb - i0 : ST_AMX_Q6_CHUNK;
@@ -450,21 +474,10 @@ static void st_tile_q6_K_amx(int64_t n, float *out, size_t ldo, const void *wv, 
                 const int64_t i = i0 + ii;
                 const st_amx_q6b *s = &sb[ii];
                 const uint8_t *xa = x0 + (size_t)i * sizeof(block_q8_K) + offsetof(block_q8_K, qs);
-                for (int g = 0; g < 16; g++) {
-                    ST_TILE_ZERO(0);
-                    ST_TILE_LOAD(1, xa + 16 * g, xs);
-                    ST_TILE_LOAD(2, s->b[g], 64);
-                    ST_TILE_DPBSUD(0, 1, 2);
-                    ST_TILE_STORE(0, cbuf[g], 64);
-                }
+                st_amx_dots_u(xa, xs, 16, s->b[0], sizeof s->b[0], 16, cbuf);
                 for (int r = 0; r < nt; r++) {
                     const block_q8_K *y = (const block_q8_K *)(x0 + (size_t)r * xs) + i;
-                    __m512i S = _mm512_mullo_epi32(_mm512_load_si512(cbuf[0][r]), s->sc[0]);
-                    for (int g = 1; g < 16; g++)
-                        S = _mm512_add_epi32(S, _mm512_mullo_epi32(_mm512_load_si512(cbuf[g][r]), s->sc[g]));
-                    __m512i O = _mm512_setzero_si512();
-                    for (int p = 0; p < 8; p++)
-                        O = _mm512_dpwssd_epi32(O, st_bsum_pair(y, p), s->scp[p]);
+                    const __m512i S = st_amx_scaled(cbuf, r, s->sc, 16), O = st_amx_bsum_dot(y, s->scp);
                     const __m512 dd = _mm512_mul_ps(_mm512_set1_ps(y->d), s->d);
                     _mm512_store_ps(acc[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), dd, _mm512_load_ps(acc[r])));
                     _mm512_store_ps(accm[r], _mm512_fmadd_ps(_mm512_cvtepi32_ps(O), _mm512_mul_ps(f32, dd),
@@ -472,9 +485,7 @@ static void st_tile_q6_K_amx(int64_t n, float *out, size_t ldo, const void *wv, 
                 }
             }
         }
-        for (int r = 0; r < nt; r++)
-            _mm512_mask_storeu_ps(out + (size_t)(c0 + r) * ldo, keep,
-                                  _mm512_sub_ps(_mm512_load_ps(acc[r]), _mm512_load_ps(accm[r])));
+        st_amx_store_diff(out, ldo, c0, nt, keep, (const float (*)[16])acc, (const float (*)[16])accm);
     }
     ST_TILE_RELEASE();
 }

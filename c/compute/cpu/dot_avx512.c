@@ -330,10 +330,10 @@ static inline __m256i st_q8_K_bsums(const block_q8_K *y) {
  * M = sum_j m_j * sum(x_j), then acc = fma(S, d_x * d, acc) and accm = fma(M, d_x * dmin, accm)
  * in super-block order, and the result acc - accm. */
 
-/* One super-block of weights (u: its 4 steps of 64 unpacked values, sct: their scales per int16
- * lane, mn16: the mins per 16 weights) against activation block y: the 16 int32 lanes whose sum
- * is S and the 8 whose sum is M. */
-static inline void st_q45_K_sums(const __m512i u[4], const __m512i sct[4], __m256i mn16,
+/* One K-quant super-block of weights (Q4_K, Q5_K, Q6_K; u: its 4 steps of 64 unpacked values,
+ * sct: their scales per int16 lane, mn16: the mins, or Q6_K's scales, per 16 weights) against
+ * activation block y: the 16 int32 lanes whose sum is S and the 8 whose sum is M (Q6_K: O). */
+static inline void st_ksb_sums(const __m512i u[4], const __m512i sct[4], __m256i mn16,
                                  const block_q8_K *y, __m512i *isum, __m256i *mprod) {
     __m512i acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -345,7 +345,7 @@ static inline void st_q45_K_sums(const __m512i u[4], const __m512i sct[4], __m25
 
 /* The lane sums of two (isum, mprod) pairs a and b as floats [S_a, M_a, S_b, M_b] (exact
  * integers, rounded once to float). */
-static inline __m128 st_q45_K_reduce2(__m512i isa, __m512i isb, __m256i ma, __m256i mb) {
+static inline __m128 st_ksb_reduce2(__m512i isa, __m512i isb, __m256i ma, __m256i mb) {
     /* [a lanes 0-3 + 8-11, a 4-7 + 12-15, b ..., b ...] */
     const __m512i x = _mm512_add_epi32(_mm512_shuffle_i64x2(isa, isb, 0x44), _mm512_shuffle_i64x2(isa, isb, 0xEE));
     const __m512i y = _mm512_inserti64x4(_mm512_castsi256_si512(ma), mb, 1);
@@ -399,10 +399,10 @@ static inline __attribute__((always_inline)) void st_dot_q45_K(int64_t n, float 
         __m512i u[4], sct[4], isa, isb;
         __m256i mn16, ma, mb;
         st_q45_K_unpack(b4, b5, i, bits, u, sct, &mn16);
-        st_q45_K_sums(u, sct, mn16, y + i, &isa, &ma);
+        st_ksb_sums(u, sct, mn16, y + i, &isa, &ma);
         st_q45_K_unpack(b4, b5, i + 1, bits, u, sct, &mn16);
-        st_q45_K_sums(u, sct, mn16, y + i + 1, &isb, &mb);
-        const __m128 s = st_q45_K_reduce2(isa, isb, ma, mb);
+        st_ksb_sums(u, sct, mn16, y + i + 1, &isb, &mb);
+        const __m128 s = st_ksb_reduce2(isa, isb, ma, mb);
         acc = _mm_fmadd_ps(s, st_q45_K_dd(base + (size_t)i * bs, y + i), acc);
         acc = _mm_fmadd_ps(_mm_movehl_ps(s, s), st_q45_K_dd(base + (size_t)(i + 1) * bs, y + i + 1), acc);
     }
@@ -410,8 +410,8 @@ static inline __attribute__((always_inline)) void st_dot_q45_K(int64_t n, float 
         __m512i u[4], sct[4], isa;
         __m256i mn16, ma;
         st_q45_K_unpack(b4, b5, i, bits, u, sct, &mn16);
-        st_q45_K_sums(u, sct, mn16, y + i, &isa, &ma);
-        const __m128 s = st_q45_K_reduce2(isa, _mm512_setzero_si512(), ma, _mm256_setzero_si256());
+        st_ksb_sums(u, sct, mn16, y + i, &isa, &ma);
+        const __m128 s = st_ksb_reduce2(isa, _mm512_setzero_si512(), ma, _mm256_setzero_si256());
         acc = _mm_fmadd_ps(s, st_q45_K_dd(base + (size_t)i * bs, y + i), acc);
     }
     *out = _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc));
@@ -438,13 +438,13 @@ static inline __attribute__((always_inline)) void st_dot_q45_K_cols(int64_t n, f
             __m512i isa, isb = _mm512_setzero_si512();
             __m256i ma, mb = _mm256_setzero_si256();
             __m128 dd = _mm_mul_ps(_mm_set1_ps(ya->d), dw);
-            st_q45_K_sums(u, sct, mn16, ya, &isa, &ma);
+            st_ksb_sums(u, sct, mn16, ya, &isa, &ma);
             if (2 * p + 1 < NC) {
                 const block_q8_K *yb = (const block_q8_K *)(y0 + (size_t)(2 * p + 1) * ys) + i;
-                st_q45_K_sums(u, sct, mn16, yb, &isb, &mb);
+                st_ksb_sums(u, sct, mn16, yb, &isb, &mb);
                 dd = _mm_movelh_ps(dd, _mm_mul_ps(_mm_set1_ps(yb->d), dw));
             }
-            acc[p] = _mm_fmadd_ps(st_q45_K_reduce2(isa, isb, ma, mb), dd, acc[p]);
+            acc[p] = _mm_fmadd_ps(st_ksb_reduce2(isa, isb, ma, mb), dd, acc[p]);
         }
     }
     for (int c = 0; c < NC; c++) {
@@ -487,7 +487,7 @@ static void st_dot_q5_K_avx512(int64_t n, float *out, const void *w, const void 
  * Arithmetic (shared with the AMX tiles, dot_amx.c): per super-block the exact integers
  * S = sum_g sc_g * dot(u_g, x_g) and O = sum_g sc_g * sum(x_g), then acc = fma(S, d_x * d, acc),
  * accm = fma(O, 32 * (d_x * d), accm), out = acc - accm; super-blocks (or activation rows) in
- * pairs through st_q45_K_reduce2. */
+ * pairs through st_ksb_reduce2. */
 
 /* Super-block b unpacked: u[t] = weights 64t .. 64t + 63 (u <= 63), sct[t] their int16 scales per
  * lane, sc16 the 16 scales. */
@@ -521,12 +521,12 @@ static void st_dot_q6_K_avx512(int64_t n, float *out, const void *w, const void 
         __m512i u[4], sct[4], isa, isb = _mm512_setzero_si512();
         __m256i sc16, oa, ob = _mm256_setzero_si256();
         st_q6_K_unpack(b + i, idx, sh, u, sct, &sc16);
-        st_q45_K_sums(u, sct, sc16, y + i, &isa, &oa);
+        st_ksb_sums(u, sct, sc16, y + i, &isa, &oa);
         if (has2) {
             st_q6_K_unpack(b + i + 1, idx, sh, u, sct, &sc16);
-            st_q45_K_sums(u, sct, sc16, y + i + 1, &isb, &ob);
+            st_ksb_sums(u, sct, sc16, y + i + 1, &isb, &ob);
         }
-        const __m128 s = st_q45_K_reduce2(isa, isb, oa, ob);
+        const __m128 s = st_ksb_reduce2(isa, isb, oa, ob);
         acc = _mm_fmadd_ps(s, st_q6_K_dd(b + i, y + i), acc);
         if (has2) acc = _mm_fmadd_ps(_mm_movehl_ps(s, s), st_q6_K_dd(b + i + 1, y + i + 1), acc);
     }
@@ -551,13 +551,13 @@ static inline void st_dot_q6_K_cols(int64_t n, float *out, const block_q6_K *b, 
             __m512i isa, isb = _mm512_setzero_si512();
             __m256i oa, ob = _mm256_setzero_si256();
             __m128 dd = st_q6_K_dd(b + i, ya);
-            st_q45_K_sums(u, sct, sc16, ya, &isa, &oa);
+            st_ksb_sums(u, sct, sc16, ya, &isa, &oa);
             if (2 * p + 1 < NC) {
                 const block_q8_K *yb = (const block_q8_K *)(y0 + (size_t)(2 * p + 1) * ys) + i;
-                st_q45_K_sums(u, sct, sc16, yb, &isb, &ob);
+                st_ksb_sums(u, sct, sc16, yb, &isb, &ob);
                 dd = _mm_movelh_ps(dd, st_q6_K_dd(b + i, yb));
             }
-            acc[p] = _mm_fmadd_ps(st_q45_K_reduce2(isa, isb, oa, ob), dd, acc[p]);
+            acc[p] = _mm_fmadd_ps(st_ksb_reduce2(isa, isb, oa, ob), dd, acc[p]);
         }
     }
     for (int c = 0; c < NC; c++) {
