@@ -11,7 +11,8 @@
  * (prefill: rpw 4, one chunk per row group when the row groups alone fill the GPU) and any plan
  * a check program forces. Split calls merge their chunks in the combine pass, except st_k_attn
  * called through st_cuda_attention_q8 with counters: there the last chunk's block of each row
- * group merges them and also writes the rows as Q8_1 (a decode step's output GEMV input).
+ * group merges them and also writes the rows as Q8_1 (a decode step's output GEMV input); the
+ * decode kernels' combine pass writes those rows too when asked.
  * Dispatch: st_attn_go picks the kernel; st_attn_dispatch / st_attn_dec_dispatch switch over
  * (head_dim, cache type, rpw). */
 #include "attn.cuh"
@@ -24,6 +25,15 @@
 #include <math.h>
 
 static int64_t st_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The decode kernels start reading K/V rows before pos0 (the ones the kernels they wait for never
+ * write) ahead of griddepcontrol.wait. -DST_ATTN_DTC_EARLY=0: every read after the wait (A/B). */
+#ifndef ST_ATTN_DTC_EARLY
+#define ST_ATTN_DTC_EARLY 1
+#endif
+static __device__ __forceinline__ void st_attn_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 
 /* Bytes of split-K partials per chunk of a call of T tokens: (acc[head_dim], max, sum) a row. */
 static size_t st_attn_part_bytes(const st_cuda_attn_shape *s, int64_t T) {
@@ -109,7 +119,6 @@ static __device__ __forceinline__ void st_attn_store_row(const st_attn_args &a, 
 template <int HD, int RPW, bool F16>
 static __global__ void __launch_bounds__(ST_ATTN_THREADS)
 st_k_attn(const st_attn_args a) {
-    st_pdl_enter();
     constexpr int RPB = 8 * RPW;              /* rows per block */
     constexpr int ND = HD / 32;               /* output dimensions per lane */
     constexpr int EPV = F16 ? 8 : 4;          /* cache elements per 16-byte load */
@@ -133,6 +142,21 @@ st_k_attn(const st_attn_args a) {
     const int64_t lim_max = pos0 + (r_end - 1) / G;
     const int64_t c0 = (int64_t)c * a.chunk;
     const int64_t c1 = min(c0 + (int64_t)a.chunk, lim_max + 1); /* this block's positions [c0, c1) */
+    /* A decode-sized call (one row group): the chunk's K and V rows before pos0 (written by
+     * earlier steps; the kernels this one waits for store pos0 on) start towards L2 before
+     * griddepcontrol.wait, as in st_k_attn_dtc. */
+    if (ST_ATTN_DTC_EARLY && gridDim.x == 1) {
+        const char *Kb = (const char *)a.k + (size_t)hk * (size_t)a.n_ctx * HD * ES;
+        const char *Vb = (const char *)a.v + (size_t)hk * (size_t)a.n_ctx * HD * ES;
+        const int64_t q1 = min(c1, pos0);
+        constexpr int LPP = HD * ES / 128; /* 128-byte lines a position */
+        for (int64_t i = threadIdx.x; c0 < q1 && i < (q1 - c0) * LPP; i += ST_ATTN_THREADS) {
+            const size_t off = (size_t)c0 * HD * ES + (size_t)i * 128;
+            st_attn_prefetch_l2(Kb + off);
+            st_attn_prefetch_l2(Vb + off);
+        }
+    }
+    st_pdl_enter();
 
     /* Query rows of the group; rows past R are zero. */
     for (int idx = (int)threadIdx.x; idx < RPB * HD; idx += ST_ATTN_THREADS) {
@@ -883,7 +907,6 @@ static size_t st_attn_dtc_smem(int hd) { /* the stages; the warps' merge reuses 
 template <int HD, bool SPLIT>
 static __global__ void __launch_bounds__(128, 2)
 st_k_attn_dtc(const st_attn_args a) {
-    st_pdl_enter();
     constexpr int BN = ST_ATTN_TC_BN, LDS = HD + 8, KS = HD / 16, DT = HD / 8, NS = ST_ATTN_DTC_STAGES;
     extern __shared__ __align__(128) unsigned char st_attn_dtc_sm[];
     __half *const S0 = (__half *)st_attn_dtc_sm; /* stage s: K at S0 + 2s * BN * LDS, V after it */
@@ -900,11 +923,36 @@ st_k_attn_dtc(const st_attn_args a) {
     const int64_t p_begin = (int64_t)c * a.chunk;
     const int64_t p_end = min(pos0 + (RR - 1) / G, p_begin + a.chunk - 1);
     const int n_tiles = p_end >= p_begin ? (int)((p_end - p_begin) / BN + 1) : 0;
+    /* Only positions pos0 on are written by the kernels this one waits for (the K/V store of
+     * this step's rows; pos_dev was copied before the step): a chunk whose first NS - 1 tiles end
+     * before pos0 starts their copies, and sends its later tiles' rows before pos0 towards L2,
+     * before griddepcontrol.wait, overlapping the kernels before it (the q/k/v GEMV's tail,
+     * RoPE and the store). The copies are the same either way: the same bits. */
+    const bool early = ST_ATTN_DTC_EARLY && p_begin + (int64_t)(NS - 1) * BN <= pos0;
+    if (early) {
 #pragma unroll
-    for (int s = 0; s < NS - 1; s++) {
-        if (s < n_tiles) st_attn_tc_fetch<HD>(S0 + 2 * s * BN * LDS, S0 + (2 * s + 1) * BN * LDS, Kb, Vb,
-                                              p_begin + (int64_t)s * BN, p_end);
-        st_cp_async_commit();
+        for (int s = 0; s < NS - 1; s++) {
+            if (s < n_tiles) st_attn_tc_fetch<HD>(S0 + 2 * s * BN * LDS, S0 + (2 * s + 1) * BN * LDS, Kb, Vb,
+                                                  p_begin + (int64_t)s * BN, p_end);
+            st_cp_async_commit();
+        }
+        /* rows p_begin + (NS - 1) BN .. min(p_end, pos0 - 1): 128-byte lines of K and V */
+        const int64_t q0 = p_begin + (int64_t)(NS - 1) * BN, q1 = min(p_end, pos0 - 1);
+        constexpr int LPP = HD * 2 / 128; /* lines a position */
+        for (int64_t i = threadIdx.x; q0 <= q1 && i < (q1 - q0 + 1) * LPP; i += 128) {
+            const size_t off = (size_t)q0 * HD + (size_t)i * 64; /* 64 halves a line */
+            st_attn_prefetch_l2(Kb + off);
+            st_attn_prefetch_l2(Vb + off);
+        }
+    }
+    st_pdl_enter();
+    if (!early) {
+#pragma unroll
+        for (int s = 0; s < NS - 1; s++) {
+            if (s < n_tiles) st_attn_tc_fetch<HD>(S0 + 2 * s * BN * LDS, S0 + (2 * s + 1) * BN * LDS, Kb, Vb,
+                                                  p_begin + (int64_t)s * BN, p_end);
+            st_cp_async_commit();
+        }
     }
 
     /* the 16 query rows as f16 A fragments (every warp the same), staged through the last stage */
@@ -1026,25 +1074,30 @@ static strata_status st_attn_dtc_launch(const st_attn_args &a, int n_kv, int spl
     return STRATA_OK;
 }
 
-/* Block (row, slice) merges the n_chunks partials of one (token, head) row for 16 of its hd
- * dimensions (hd / 16 slices: 256 blocks for qwen3's 32 rows at head_dim 128, so the pass spreads
+/* Block (row, slice) merges the n_chunks partials of one (token, head) row for 32 of its hd
+ * dimensions (hd / 32 slices: 128 blocks for qwen3's 32 rows at head_dim 128, so the pass spreads
  * over the SMs; one block per row, reading the chunks 4 deep, took 12.6 us of a decode step's
  * attention at depth 16K on 32 SMs). Each block first puts the chunks' maxima and sums in shared
  * memory (a thread per chunk), then the weights exp(m_c - M) (0 for a chunk wholly past the row's
  * last position, m_c = -inf) and L = sum of l_c * w_c (warp 0: lanes over chunks, then a fixed
- * shuffle tree; every slice computes the same L). Thread (pair j of 8, group g of 32) sums chunks
- * g, g + 32, ... of dimensions 2j, 2j + 1 (all its loads independent), and the groups add by a
- * fixed tree in shared memory. Fixed order throughout: deterministic. */
-#define ST_ATTN_COMBINE_THREADS 256
-#define ST_ATTN_COMBINE_PAIRS 8 /* float2 pairs (16 dimensions) a block merges */
+ * shuffle tree; every slice computes the same L). Lane d of warp w sums chunks w, w + 16, ... of
+ * dimension d (a warp's loads one 128-byte line a chunk, all independent), and the warps add by a
+ * fixed tree in shared memory. The slice is one Q8_1 block: with q8 set, warp 0 also writes the
+ * row's block as st_cuda_quantize_q8_1 would (the output GEMV's input; the caller's quantize
+ * launch goes). Fixed order throughout: deterministic. */
+#define ST_ATTN_COMBINE_WARPS 16
+#define ST_ATTN_COMBINE_THREADS (32 * ST_ATTN_COMBINE_WARPS)
+#ifndef ST_ATTN_COMBINE_Q8 /* -DST_ATTN_COMBINE_Q8=0: the combine leaves the Q8_1 rows to the caller (A/B) */
+#define ST_ATTN_COMBINE_Q8 1
+#endif
 static __global__ void __launch_bounds__(ST_ATTN_COMBINE_THREADS)
 st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_head, float *out,
-                  int64_t ldo) {
+                  int64_t ldo, block_q8_1 *q8) {
     st_pdl_enter();
-    constexpr int NG = ST_ATTN_COMBINE_THREADS / ST_ATTN_COMBINE_PAIRS;
+    constexpr int NW = ST_ATTN_COMBINE_WARPS;
     __shared__ float Ws[ST_ATTN_MAX_CHUNKS], Lc[ST_ATTN_MAX_CHUNKS];
-    __shared__ float2 Red[ST_ATTN_COMBINE_THREADS];
-    __shared__ float Wmax[ST_ATTN_COMBINE_THREADS / 32], Lsum;
+    __shared__ float Red[NW][32];
+    __shared__ float Wmax[NW], Lsum;
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int64_t row = blockIdx.x, t = row / n_head, h = row - t * n_head;
     const int stride = hd + 2;
@@ -1062,7 +1115,7 @@ st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_he
     __syncthreads();
     float M = Wmax[0];
 #pragma unroll
-    for (int w = 1; w < ST_ATTN_COMBINE_THREADS / 32; w++) M = fmaxf(M, Wmax[w]);
+    for (int w = 1; w < NW; w++) M = fmaxf(M, Wmax[w]);
     for (int c = tid; c < n_chunks; c += ST_ATTN_COMBINE_THREADS) {
         const float m = Ws[c];
         Ws[c] = m == -INFINITY ? 0.0f : expf(m - M); /* M is finite: chunk 0 holds position 0 */
@@ -1074,32 +1127,25 @@ st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_he
         L = st_warp_sum_f(L);
         if (lane == 0) Lsum = L;
     }
-    const int j = (int)blockIdx.y * ST_ATTN_COMBINE_PAIRS + tid % ST_ATTN_COMBINE_PAIRS;
-    const int g = tid / ST_ATTN_COMBINE_PAIRS;
-    float2 acc = make_float2(0.0f, 0.0f);
+    const int d = (int)blockIdx.y * 32 + lane;
+    float acc = 0.0f;
 #pragma unroll 4
-    for (int c = g; c < n_chunks; c += NG) {
+    for (int c = warp; c < n_chunks; c += NW) {
         const float w = Ws[c];
-        const float2 v = w != 0.0f ? *(const float2 *)(pr + (size_t)c * stride + 2 * j) : make_float2(0.0f, 0.0f);
-        acc.x = fmaf(v.x, w, acc.x);
-        acc.y = fmaf(v.y, w, acc.y);
+        const float v = w != 0.0f ? pr[(size_t)c * stride + d] : 0.0f;
+        acc = fmaf(v, w, acc);
     }
-    Red[tid] = acc;
+    Red[warp][lane] = acc;
     __syncthreads();
 #pragma unroll
-    for (int half = NG / 2; half >= 1; half >>= 1) { /* groups g and g + half, a fixed tree */
-        if (g < half) {
-            const float2 o = Red[tid + half * ST_ATTN_COMBINE_PAIRS];
-            Red[tid].x += o.x;
-            Red[tid].y += o.y;
-        }
+    for (int half = NW / 2; half >= 1; half >>= 1) { /* warps w and w + half, a fixed tree */
+        if (warp < half) Red[warp][lane] += Red[warp + half][lane];
         __syncthreads();
     }
-    if (g == 0) {
-        const float2 o = Red[tid];
-        float *dst = out + t * ldo + h * hd + 2 * j;
-        dst[0] = __fdiv_rn(o.x, Lsum);
-        dst[1] = __fdiv_rn(o.y, Lsum);
+    if (warp == 0) {
+        const float o = __fdiv_rn(Red[0][lane], Lsum);
+        out[t * ldo + h * hd + d] = o;
+        if (q8) st_q8_1_warp_put(o, q8 + row * (hd / 32) + blockIdx.y, lane);
     }
 }
 
@@ -1402,9 +1448,17 @@ static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_s
     else
         ST_TRY(st_attn_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, pl, s->n_head_kv, st));
     if (pl.n_chunks > 1 && !a.sync) {
-        const dim3 grid((unsigned)(T * s->n_head), (unsigned)(s->head_dim / (2 * ST_ATTN_COMBINE_PAIRS)));
+        /* the decode kernels' combine writes the Q8_1 rows too (row t * n_head + h: ldo must be
+         * the packed n_head * head_dim, as the quantize launch it replaces reads the output) */
+        block_q8_1 *cq8 = NULL;
+        if (ST_ATTN_COMBINE_Q8 && (dtc || dec) && d_q8 && ldo == (int64_t)s->n_head * s->head_dim &&
+            s->head_dim % 32 == 0) {
+            cq8 = (block_q8_1 *)d_q8;
+            if (q8_done) *q8_done = 1;
+        }
+        const dim3 grid((unsigned)(T * s->n_head), (unsigned)(s->head_dim / 32));
         st_launch(st_k_attn_combine, grid, ST_ATTN_COMBINE_THREADS, 0, st,
-            (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo);
+            (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo, cq8);
         ST_CUDA_CHECK_LAUNCH("st_k_attn_combine");
     }
     return STRATA_OK;

@@ -213,7 +213,8 @@ strata_status st_cuda_attention(const st_cuda_kv_layer *kv, const st_cuda_attn_s
  * layout of st_cuda_mmv_pre's d_xq; ldo must be n_head * head_dim) where the kernel finishes its
  * rows itself: the FMA kernel (decode below 4,096 positions), in one pass or, with d_sync (n_sync
  * device words, 0 before the call and left 0; one set per stream of concurrent calls), by the
- * last chunk of each row group instead of the combine pass. *q8_done = 1 when d_q8 was written;
+ * last chunk of each row group instead of the combine pass; the decode kernels at depth
+ * (st_k_attn_dtc, st_k_attn_dec) through their combine pass. *q8_done = 1 when d_q8 was written;
  * 0: it was not (the caller quantizes d_out). d_out is written either way. */
 strata_status st_cuda_attention_q8(const st_cuda_kv_layer *kv, const st_cuda_attn_shape *s,
                                    const float *d_q, int64_t ldq, int64_t T, int64_t pos0,

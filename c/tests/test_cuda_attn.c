@@ -503,8 +503,12 @@ int main(void) {
             {olmoe, F16, 1, 100, 0, WS_FULL, 2, 1},   {olmoe, F16, 8, 2000, 0, WS_FULL, 2, 1},
             {mixtral, F16, 4, 1000, 0, WS_FULL, 2, 1}, {hd64, F16, 3, 100, 0, WS_FULL, 2, 1},
             {hd256, F16, 1, 100, 0, WS_FULL, 2, 1},   {qwen3, F32, 8, 100, 0, WS_FULL, 0, 1},
-            {qwen3, F16, 2, 100, 16, WS_FULL, 2, 0},  {qwen3, F16, 1, 16384, 0, WS_FULL, 2, 0},
-            {qwen3, F16, 1, 16384, 0, WS_FULL, 0, 0}};
+            {qwen3, F16, 2, 100, 16, WS_FULL, 2, 0},
+            /* the decode kernels at depth: their combine pass writes the rows (one pass: not) */
+            {qwen3, F16, 1, 16384, 0, WS_FULL, 2, 1}, {qwen3, F16, 1, 16384, 0, WS_FULL, 0, 1},
+            {qwen3, F16, 2, 5000, 0, WS_SMALL, 2, 1}, {olmoe, F16, 1, 4500, 0, WS_FULL, 1, 1},
+            {hd64, F16, 1, 4200, 0, WS_FULL, 2, 1},  {hd256, F16, 1, 4200, 0, WS_FULL, 2, 1},
+            {qwen3, F16, 1, 16384, 0, WS_NONE, 2, 0}};
         g_q8 = 1;
         for (size_t i = 0; i < sizeof qc / sizeof qc[0]; i++) {
             g_tc = qc[i].tc;
