@@ -126,6 +126,11 @@ typedef struct st_cuda_moe_args {
     int accumulate;                /* 0: out = sum_k w * FFN; 1: out += sum_k w * FFN */
     void *ws;                      /* device workspace of st_cuda_moe_wsize bytes, 256-aligned */
     size_t ws_bytes;
+    uint32_t *sync;                /* NULL, or n_sync device words, 0 before the call and left 0
+                                    * (one set per stream of concurrent calls): a call with xq
+                                    * then also quantizes h inside the gate/up kernel (one launch
+                                    * fewer) when n_sync >= k * n_ff / 32 */
+    int64_t n_sync;
 } st_cuda_moe_args;
 
 /* Most (token, slot) pairs of one st_cuda_moe_ffn call. Up to 1024 pairs any supported type runs

@@ -161,6 +161,10 @@ st_k_moe_plan_quant(const int32_t *__restrict__ ids, int P, int n_expert, st_moe
 
 /* ---- grouped GEMV kernels -------------------------------------------------------------------- */
 
+#ifndef ST_MOE_GU_Q8 /* -DST_MOE_GU_Q8=0: one-token calls quantize h in a launch of their own (A/B) */
+#define ST_MOE_GU_Q8 1
+#endif
+
 #define ST_MOE_WARPS 4 /* warps per CTA, each serving 32 / LPR rows (st_moe_mv_lpr) */
 
 static __device__ __forceinline__ float st_moe_warp_sum(float v) {
@@ -188,6 +192,9 @@ struct st_moe_mv_params {
     const int32_t *ids;   /* set for a one-token call without a plan: group y = pair y, expert
                            * ids[y] (none when outside [0, n_expert)) */
     int n_expert;
+    block_q8_1 *hq;       /* GATED one-token call: also h's q8_1 rows ([pair][n_rows / 32] blocks,
+                           * st_moe_quantize's bits), by the last block of each 32-row group */
+    unsigned *cnt;        /* with hq: [pairs][n_rows / 32] counters, 0 before and after */
 };
 
 /* Block y's group: the plan's, or pair y alone (p.ids). false: no group (the block exits). */
@@ -332,6 +339,23 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
                 if (GATED) u += __shfl_xor_sync(0xffffffffu, u, o);
             }
             if (cl == 0 && live) p.out[(size_t)G.pair[j] * p.n_rows + r] = GATED ? st_moe_silu(g) * u : g;
+        }
+    }
+    /* One-token call with hq: the 32 / RB blocks of a 32-row group count themselves in; the last
+     * quantizes the group's 32 values of h (read back through L2) into its q8_1 block, which
+     * takes the quantize launch's place (a block holds RB = 4..16 rows, and n_rows is a multiple
+     * of 32: every warp of the grid reaches this point). */
+    if (GATED && p.hq) { /* G.n == 1: a one-token call */
+        constexpr int RB = ST_MOE_WARPS * RPW;
+        static_assert(32 % RB == 0, "rows a block divide a q8_1 block");
+        const int grp = (int)(((int64_t)blockIdx.x * RB) / 32), nb = (int)(p.n_rows / 32);
+        if (st_last_block(p.cnt + (size_t)blockIdx.y * nb + grp, 32 / RB) && threadIdx.x < 32) {
+            const float v = __ldcg(p.out + (size_t)G.pair[0] * p.n_rows + (size_t)grp * 32 + threadIdx.x);
+            uint32_t ds;
+            const int qi = st_moe_q8_lane(v, &ds);
+            block_q8_1 *blk = p.hq + (size_t)G.pair[0] * nb + grp;
+            blk->qs[threadIdx.x] = (int8_t)qi;
+            if (threadIdx.x == 0) *(uint32_t *)blk = ds;
         }
     }
 }
@@ -1098,6 +1122,11 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.out = w.h;
     p.ids = direct ? a->ids : NULL;
     p.n_expert = a->n_expert;
+    /* a one-token call with counters: the gate/up kernel writes h's q8_1 rows too */
+    const int64_t n_cnt = (int64_t)P * (a->n_ff / 32);
+    const bool hq_fused = ST_MOE_GU_Q8 && direct && a->sync && a->n_sync >= n_cnt;
+    p.hq = hq_fused ? (block_q8_1 *)w.hq : NULL;
+    p.cnt = hq_fused ? (unsigned *)a->sync : NULL;
     if (dp4a_g) {
         p.act = direct ? a->xq : w.xq;
         p.act_rb = (size_t)(a->n_embd / 32) * sizeof(block_q8_1);
@@ -1114,8 +1143,10 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.out = w.y;
     /* 4. h as q8_1; 5-6. one token: down and the combine in one launch */
     const bool d1 = direct && st_moe_down1_smem(a->k, p.n_chunks) != 0;
+    p.hq = NULL;
+    p.cnt = NULL;
     if (dp4a_d) {
-        ST_TRY(st_moe_quantize(w.h, a->n_ff, P, a->n_ff, w.hq, s));
+        if (!hq_fused) ST_TRY(st_moe_quantize(w.h, a->n_ff, P, a->n_ff, w.hq, s));
         p.act = w.hq;
         p.act_rb = (size_t)(a->n_ff / 32) * sizeof(block_q8_1);
     } else {

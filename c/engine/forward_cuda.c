@@ -207,7 +207,7 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     if (g->att_q8 && T <= ST_GPU_COLS && T < ST_CUDA_MMQ_MIN_ROWS)
         TRY(st_cuda_attention_q8(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
                                  g->attn_ws_bytes, g->att_q8, g->sync + ST_GPU_SYNC_ATTN,
-                                 ST_GPU_SYNC - ST_GPU_SYNC_ATTN, &att_q8, g->stream));
+                                 ST_GPU_SYNC_MOE - ST_GPU_SYNC_ATTN, &att_q8, g->stream));
     else
         TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
                               g->attn_ws_bytes, g->stream));
@@ -247,6 +247,8 @@ static st_cuda_moe_args st_gpu_routed_args(const strata_session *s, int il, int6
     a.accumulate = 0;
     a.ws = g->moe_ws;
     a.ws_bytes = g->moe_ws_bytes;
+    a.sync = g->sync + ST_GPU_SYNC_MOE; /* one-token calls: h quantized in the gate/up kernel */
+    a.n_sync = ST_GPU_SYNC - ST_GPU_SYNC_MOE;
     return a;
 }
 

@@ -18,9 +18,10 @@
 #include "cuda_ops.h"
 
 #define ST_GPU_COLS 8        /* columns per GEMV call (st_cuda_mmv's limit) */
-#define ST_GPU_SYNC 256      /* st_gpu.sync counters, by the kernels of a decode step: */
+#define ST_GPU_SYNC 4352     /* st_gpu.sync counters, by the kernels of a decode step: */
 #define ST_GPU_SYNC_ROUTER 0 /*   the one-token router */
-#define ST_GPU_SYNC_ATTN 1   /*   the attention's row groups (the rest) */
+#define ST_GPU_SYNC_ATTN 1   /*   the attention's row groups (up to ST_GPU_SYNC_MOE) */
+#define ST_GPU_SYNC_MOE 256  /*   the one-token expert FFN's 32-row groups of h (the rest) */
 
 /* One layer's device weights: matrices as descriptors, norms and biases as f32 pointers (NULL when
  * the model lacks them). */

@@ -444,6 +444,33 @@ static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t
         CHECK(fused_same, "one-token call with the router's xq (%s/%s, %lld x %lld, k %d, accumulate %d) "
               "differs from the planned call", strata_type_name(s->tg), strata_type_name(s->td),
               (long long)s->n_embd, (long long)s->n_ff, k, accumulate);
+        /* the same with counters (h quantized inside the gate/up kernel), twice in a row (the
+         * counters must come back to 0), and with one counter too few (the quantize launch) */
+        const int64_t n_cnt = (int64_t)k * (s->n_ff / 32);
+        void *d_cnt = NULL;
+        if (st == STRATA_OK) st = st_cuda_malloc(&d_cnt, sizeof(uint32_t) * (size_t)(n_cnt + 1));
+        if (st == STRATA_OK) st = st_cuda_memset(d_cnt, 0, sizeof(uint32_t) * (size_t)(n_cnt + 1));
+        for (int rep = 0; rep < 3 && st == STRATA_OK; rep++) {
+            if (st == STRATA_OK) st = st_cuda_memset(d_out, 0xA5, sizeof(float) * (size_t)(n + GUARD));
+            if (st == STRATA_OK && accumulate) st = st_cuda_memcpy_h2d(d_out, init, sizeof(float) * (size_t)n);
+            if (st == STRATA_OK) st = st_cuda_memset(d_ws, 0x3F, wsz);
+            a.sync = (uint32_t *)d_cnt;
+            a.n_sync = rep < 2 ? n_cnt : n_cnt - 1;
+            if (st == STRATA_OK) st = st_cuda_moe_ffn(&a, NULL);
+            if (st == STRATA_OK) st = st_cuda_synchronize();
+            if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got3, d_out, sizeof(float) * (size_t)(n + GUARD));
+            uint32_t *hc = malloc(sizeof(uint32_t) * (size_t)(n_cnt + 1));
+            int cnt_zero = hc != NULL;
+            if (st == STRATA_OK && hc) st = st_cuda_memcpy_d2h(hc, d_cnt, sizeof(uint32_t) * (size_t)(n_cnt + 1));
+            for (int64_t i = 0; hc && i <= n_cnt; i++) cnt_zero &= hc[i] == 0;
+            free(hc);
+            CHECK(st == STRATA_OK && memcmp(got, got3, sizeof(float) * (size_t)(n + GUARD)) == 0,
+                  "one-token call with counters (%s/%s, %lld x %lld, k %d, accumulate %d, pass %d) differs "
+                  "from the planned call", strata_type_name(s->tg), strata_type_name(s->td),
+                  (long long)s->n_embd, (long long)s->n_ff, k, accumulate, rep);
+            CHECK(cnt_zero, "the gate/up kernel's counters not back at 0 (%s, pass %d)", strata_type_name(s->tg), rep);
+        }
+        (void)st_cuda_free(d_cnt);
         (void)st_cuda_free(d_wr); (void)st_cuda_free(d_l); (void)st_cuda_free(d_ri); (void)st_cuda_free(d_rw);
         (void)st_cuda_free(d_xq); (void)st_cuda_free(d_sync);
         free(wr);
