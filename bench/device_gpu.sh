@@ -13,7 +13,7 @@
 # sweep), GPUROWS=0 (skip the all-GPU rows and the profile), CPU=0 (skip the host CPU rows), MMQ=0 / ATTN=0 (skip c/cuda/dev/mmq_check /
 # attn_check), NOGRAPHS=0 (skip
 # the rows without CUDA graphs), DISK=1 (the disk O_DIRECT expert read rate), NCU_MMQ=1 (ncu sections of
-# the int8 tiles), NCU_ATTN=1 (of the tensor-core attention at depth 16K), AB_NVCC="-D..."
+# the int8 tiles), NCU_ATTN=1 (of the tensor-core attention at depth 16K), AB_NVCC="-D..." / AB2_NVCC (AB_D=1: with depth rows)
 # (pp512/tg128 rows from a second build with those nvcc flags), DEPTH_SWEEP=1 (the offloading
 # sweep at depth 16K), NCU_PP=1 (per-kernel times of a qwen3 pp512 pass), NCU_SECT=regex (ncu sections of those decode
 # kernels), ROWS=regex (only the benchmark rows whose names match).
@@ -50,10 +50,14 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 
 if make -j16 CUDA=1 all > "$FINAL/gpu_build.log" 2>&1; then echo "build ok at $(el)s"
 else echo "BUILD FAILED"; grep -E "error" "$FINAL/gpu_build.log" | head -20; exit 1; fi
-# the A/B variant (AB_NVCC), built alongside the tests
+# the A/B variants (AB_NVCC, AB2_NVCC), built alongside the tests
 if [ -n "${AB_NVCC:-}" ]; then
     ( make -j8 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata \
         > "$R/build_ab.log" 2>&1 && echo ok > /tmp/ab.done ) &
+fi
+if [ -n "${AB2_NVCC:-}" ]; then
+    ( make -j8 CUDA=1 BUILD=build-ab2 OUTDIR=build-ab2 NVCC_EXTRA="$AB2_NVCC" build-ab2/strata \
+        > "$R/build_ab2.log" 2>&1 && echo ok > /tmp/ab2.done ) &
 fi
 # the previous landing's sources (.devdata/prev: `git archive <rev> Makefile c`), built alongside
 # for same-run baseline rows (bench_*_prev; PREV=0: not built)
@@ -188,21 +192,35 @@ bench olmoe_gpu_d16k /tmp/olmoe.gguf -p 512 -n 0 -d 16384 -r 1 --gpu
 bench q3_gpu_attntc1 /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --attn-tc
 bench q3_gpu_attnfma /tmp/q3.gguf -p 512 -n 0 -r 3 --gpu --no-attn-tc
 fi # GPUROWS
-# A/B against a build variant (AB_NVCC="-DNAME=V ..."): the same pp512 and tg128 rows from a
-# second build with those nvcc flags, run right after the default's rows
-if [ -n "${AB_NVCC:-}" ]; then
-    while [ ! -f /tmp/ab.done ] && [ "$(el)" -lt "$BUDGET" ] && ! grep -q "Error [0-9]" "$R/build_ab.log"; do
-        sleep 2
+# A/B against build variants (AB_NVCC="-DNAME=V ...", AB2_NVCC): the same pp512 and tg128 rows
+# from a second (third) build with those nvcc flags, run right after the default's rows; AB_D=1:
+# also qwen3's decode rows at depth 2,048 and 16,384
+ab_rows() { # dir flags tag
+    local dir=$1 flags=$2 tag=$3
+    for f in q3 olmoe; do
+        [ "$(el)" -lt "$BUDGET" ] || break
+        echo "AB ($flags) $f:"
+        timeout 90 ./$dir/strata bench -m /tmp/$f.gguf -p 512 -n 128 -r 3 --gpu \
+            --json "$R/bench_${f}_$tag.json" 2>/dev/null | tail -2
     done
-    if [ -f /tmp/ab.done ]; then
-        for f in q3 olmoe; do
+    if [ "${AB_D:-0}" = 1 ]; then
+        for row in "d2k -p 0 -n 64 -d 2048 -r 3" "d16k -p 0 -n 128 -d 16384 -r 1"; do
+            set -- $row; name=$1; shift
             [ "$(el)" -lt "$BUDGET" ] || break
-            echo "AB ($AB_NVCC) $f:"
-            timeout 90 ./build-ab/strata bench -m /tmp/$f.gguf -p 512 -n 128 -r 3 --gpu \
-                --json "$R/bench_${f}_ab.json" 2>/dev/null | tail -2
+            echo "AB ($flags) q3 $name:"
+            timeout 120 ./$dir/strata bench -m /tmp/q3.gguf "$@" --gpu --json "$R/bench_q3_${name}_$tag.json" \
+                2>/dev/null | tail -1
         done
-    else echo "AB build failed"; tail -5 "$R/build_ab.log"; fi
-fi
+    fi
+}
+for v in 1 2; do
+    [ $v = 1 ] && flags=${AB_NVCC:-} dir=build-ab tag=ab done_f=/tmp/ab.done log="$R/build_ab.log"
+    [ $v = 2 ] && flags=${AB2_NVCC:-} dir=build-ab2 tag=ab2 done_f=/tmp/ab2.done log="$R/build_ab2.log"
+    [ -n "$flags" ] || continue
+    while [ ! -f $done_f ] && [ "$(el)" -lt "$BUDGET" ] && ! grep -q "Error [0-9]" "$log"; do sleep 2; done
+    if [ -f $done_f ]; then ab_rows $dir "$flags" $tag
+    else echo "AB build ($flags) failed"; tail -5 "$log"; fi
+done
 # per-kernel GPU time of one decode step (NCU=1, Nsight Compute): each kernel of the third
 # decode step of a short run timed alone (boost clocks, warm caches), summed by name
 if [ "${NCU:-0}" = 1 ]; then
