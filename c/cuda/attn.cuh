@@ -1,6 +1,8 @@
-/* attn.cuh - the attention kernels' geometry, the 16-byte cache loads, and the launch plan
- * (how many row groups and position chunks), shared by attn.cu and the standalone check-and-time
- * program c/cuda/dev/attn_check.cu, which may force a plan to compare variants.
+/* attn.cuh - the attention kernels' geometry, the 16-byte cache loads, the launch plan (how many
+ * row groups and position chunks) and one call's arguments, shared by attn.cu (the FMA kernels,
+ * the plan, the dispatch and the combine pass), attn_tc.cu (the tensor-core kernels) and the
+ * standalone check-and-time program c/cuda/dev/attn_check.cu, which may force a plan to compare
+ * variants.
  *
  * Kernel shape (attn.cu): a block of 8 warps serves one KV head, one chunk of positions and one
  * group of 8*RPW query rows of that KV head (a row is one (token, query head) pair; the G query
@@ -68,5 +70,84 @@ strata_status st_cuda_attention_ex(const st_cuda_kv_layer *kv, const st_cuda_att
                                    const int32_t *d_pos, float *d_out, int64_t ldo, void *d_ws, size_t ws_bytes,
                                    void *stream, int target_blocks, int rpw_force,
                                    st_attn_plan *plan_out);
+
+/* ---- shared by attn.cu (FMA kernels, plan, dispatch, combine) and attn_tc.cu (tensor cores) ---- */
+
+static inline int64_t st_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* The decode kernels start reading K/V rows before pos0 (the ones the kernels they wait for never
+ * write) ahead of griddepcontrol.wait. -DST_ATTN_DTC_EARLY=0: every read after the wait (A/B). */
+#ifndef ST_ATTN_DTC_EARLY
+#define ST_ATTN_DTC_EARLY 1
+#endif
+static __device__ __forceinline__ void st_attn_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* Bytes of split-K partials per chunk of a call of T tokens: (acc[head_dim], max, sum) a row. */
+static inline size_t st_attn_part_bytes(const st_cuda_attn_shape *s, int64_t T) {
+    return (size_t)T * (size_t)s->n_head * (size_t)(s->head_dim + 2) * sizeof(float);
+}
+
+/* The split of np positions every plan makes: n chunks wanted, cut to chunks of at least
+ * min_chunk positions, to ST_ATTN_MAX_CHUNKS and to what ws_cap holds of per_chunk-byte partials
+ * (one pass below two), each chunk a multiple of tile positions. Returns the chunk length; the
+ * chunk count is cdiv(np, chunk). */
+static inline int64_t st_attn_split(int64_t n, int64_t np, int64_t min_chunk, int64_t tile, size_t per_chunk,
+                                    size_t ws_cap) {
+    if (n > st_cdiv(np, min_chunk)) n = st_cdiv(np, min_chunk);
+    if (n > ST_ATTN_MAX_CHUNKS) n = ST_ATTN_MAX_CHUNKS;
+    if (n < 1) n = 1;
+    if (n > 1 && (size_t)n * per_chunk > ws_cap) n = (int64_t)(ws_cap / per_chunk);
+    if (n < 2) n = 1;
+    const int64_t chunk = st_cdiv(st_cdiv(np, n), tile) * tile;
+    return chunk < tile ? tile : chunk;
+}
+
+/* One call's arguments, as every kernel family takes them. */
+struct st_attn_args {
+    const void *k, *v;
+    int64_t n_ctx;
+    const float *q;
+    int64_t ldq;
+    float *out;
+    int64_t ldo;
+    float *part;
+    int n_head, group, T;
+    int64_t pos0;
+    const int32_t *pos_dev;   /* non-NULL: pos0 is *pos_dev (a replayed graph's position) */
+    float scale;
+    int chunk, n_chunks;
+    unsigned *sync;           /* st_k_attn, n_chunks > 1: [n_kv][n_rg] zeroed counters; the last
+                               * chunk's block of a row group merges the partials (no combine) */
+    block_q8_1 *q8;           /* st_k_attn with sync or one chunk: out also as Q8_1 rows (ldo =
+                               * n_head * HD) */
+};
+
+/* The tensor-core kernels' geometry (attn_tc.cu). */
+#define ST_ATTN_TC_BM 64  /* query rows per block: 16 per warp */
+#define ST_ATTN_TC_BN 64  /* positions per K/V tile */
+#define ST_ATTN_TC_MIN_CHUNK 1024 /* fewest positions per chunk when the blocks alone leave SMs idle */
+#define ST_ATTN_DTC_ROWS 16      /* rows (token, query head) per KV head: T * G <= 16, one m16 tile */
+#define ST_ATTN_DTC_STAGES 3     /* K/V tiles of 64 positions in shared memory: 2 in flight */
+#define ST_ATTN_DTC_MIN_CHUNK 256 /* fewest positions per chunk (4 tiles) */
+/* The decode kernel on the tensor cores serves attended lengths (rounded as the plan) from this
+ * many positions on; shorter ones keep the FMA kernels (chosen as before it existed). attn_check
+ * on an H100, one token: qwen3 at 1,024 / 2,048 positions 20.4 / 20.4 us against the general FMA
+ * kernel's 16.3 / 15.9, at 4,096 20.9 against 25.7 (olmoe: equal, equal, 26.3 against 30.3). */
+#ifndef ST_ATTN_DTC_MIN_NP /* -DST_ATTN_DTC_MIN_NP=<huge>: never (A/B) */
+#define ST_ATTN_DTC_MIN_NP 4096
+#endif
+
+/* attn_tc.cu's host side: dynamic shared memory a block, the prefill kernel's chunks (one pass
+ * when the row blocks fill the SMs; else chunks of ST_ATTN_TC_MIN_CHUNK+ for ~2 blocks an SM,
+ * within ws_cap), and the launches (head_dim 64 or 128; split: queries and probabilities as two
+ * f16 parts). */
+size_t st_attn_tc_smem(int hd);
+size_t st_attn_dtc_smem(int hd);
+int st_attn_tc_chunks(int64_t blocks, int64_t np, int64_t T, const st_cuda_attn_shape *s, size_t ws_cap,
+                      int sm_count, int64_t *chunk_out);
+strata_status st_attn_tc_run(const st_attn_args &a, int hd, int n_kv, int split, cudaStream_t s);
+strata_status st_attn_dtc_run(const st_attn_args &a, int hd, int n_kv, int split, cudaStream_t s);
 
 #endif /* STRATA_CUDA_ATTN_CUH */
