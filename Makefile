@@ -173,9 +173,11 @@ $(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(LIB_HDRS) $(wildcard c/core/*.c c/forma
 	  -o $@ c/fuzz/fuzz_gguf.c $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c) -lm -lpthread
 
 # ---- benchmarks ----------------------------------------------------------------------------
-bench: $(BUILD)/bench_dot $(BUILD)/bench_stream $(BUILD)/bench_pool_gap $(BUILD)/bench_tiles
+bench: $(BUILD)/bench_dot $(BUILD)/bench_stream $(BUILD)/bench_pool_gap $(BUILD)/bench_tiles $(BUILD)/bench_moe_step
 	$(BUILD)/bench_dot
 $(BUILD)/bench_tiles: bench/bench_tiles.c $(BUILD)/libstrata.a
+	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+$(BUILD)/bench_moe_step: bench/bench_moe_step.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 $(BUILD)/bench_pool_gap: bench/bench_pool_gap.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)

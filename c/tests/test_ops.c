@@ -531,6 +531,23 @@ static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) 
     st_moe_ffn(pools[0], ex, E, x + 7 * n_embd, 1, ids + 7 * k, wts + 7 * k, k, one, ws);
     CHECK(memcmp(one, out[0] + 7 * n_embd, sizeof one) == 0, "moe %s: batch row == single token",
           strata_type_name(type));
+    /* one token's step in one dispatch (the default) and in three stages, on every pool, also
+     * with a dropped slot: the same bits */
+    int32_t ids1[3] = {ids[7 * k], -1, ids[7 * k + 2]};
+    float ref1[256];
+    st_moe_set_one_dispatch(0);
+    st_moe_ffn(pools[0], ex, E, x + 7 * n_embd, 1, ids1, wts + 7 * k, k, ref1, ws);
+    for (int p = 0; p < n_pools; p++)
+        for (int on = 0; on <= 1; on++) {
+            float got1[256], got2[256];
+            st_moe_set_one_dispatch(on);
+            st_moe_ffn(pools[p], ex, E, x + 7 * n_embd, 1, ids + 7 * k, wts + 7 * k, k, got1, ws);
+            st_moe_ffn(pools[p], ex, E, x + 7 * n_embd, 1, ids1, wts + 7 * k, k, got2, ws);
+            CHECK(memcmp(got1, one, sizeof one) == 0 && memcmp(got2, ref1, sizeof ref1) == 0,
+                  "moe %s: one token, %d threads, one dispatch %d: not the staged bits", strata_type_name(type),
+                  st_threadpool_n_threads(pools[p]), on);
+        }
+    st_moe_set_one_dispatch(1);
     for (int p = 0; p < n_pools; p++) free(out[p]);
     free(h); free(ws); free(x);
     free_weights(&gate); free_weights(&up); free_weights(&down);

@@ -124,5 +124,10 @@ size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int6
  * x, out: [T][n_embd] (out is overwritten; may not alias x). ws: st_moe_wsize bytes. */
 void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
                 int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws);
+/* One token's step (T == 1) runs gate/up, h's quantization and down in one parallel region, down
+ * chunks starting as their experts' h rows are ready (the default, on); 0: three stages with a
+ * barrier between each, as batches run. The same bits either way. Process-wide, for tests and
+ * bench/bench_moe_step; not thread-safe against a running step. */
+void st_moe_set_one_dispatch(int on);
 
 #endif /* STRATA_OPS_H */

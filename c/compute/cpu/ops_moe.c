@@ -5,6 +5,15 @@
 #include "quant.h"
 
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ST_MOE_PAUSE() _mm_pause()
+#else
+#define ST_MOE_PAUSE() ((void)0)
+#endif
 
 /* ---------------------------------------------------------------------------------------------
  * Routing
@@ -197,6 +206,62 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* ---- one token in one dispatch ---------------------------------------------------------------
+ * A decode step's expert step (T == 1) as one parallel region instead of gate/up, a barrier,
+ * h's quantization on one thread, down, a barrier: the items are gate/up's row chunks, then
+ * down's, claimed in that order (the pool hands items out in increasing order). The thread that
+ * finishes an expert's last gate/up rows quantizes its h row and marks the expert ready; a down
+ * chunk waits (spinning) for the experts it covers. Every gate/up chunk is claimed before any
+ * down chunk, by a thread that is computing it, so a wait always ends. The rows are computed by
+ * the same functions with the same chunks as the staged path: the same bits. */
+
+#define ST_MOE_ONE_MAXK 64 /* most slots (active experts) a one-dispatch step tracks */
+
+typedef struct {
+    const st_moe_job *j;
+    int64_t n_active;
+    int64_t chunk_gu, chunk_d, n_gu, n_d; /* chunk sizes (rows) and counts of the two stages */
+    int64_t rows_gu, rows_d;
+    _Atomic int64_t done[ST_MOE_ONE_MAXK]; /* gate/up rows finished, per active expert */
+    _Atomic int ready[ST_MOE_ONE_MAXK];    /* h quantized, per active expert */
+} st_moe_one;
+
+static int st_moe_one_on = 1;
+void st_moe_set_one_dispatch(int on) { st_moe_one_on = on != 0; }
+
+static void st_moe_quant_expert(const st_moe_job *j, int64_t a) {
+    const int32_t ex = j->active[a];
+    st_moe_quant_h((void *)j, j->offs[ex], j->offs[ex + 1], 0);
+}
+
+static void st_moe_one_task(void *ctx, int64_t b, int64_t e, int tid) {
+    st_moe_one *o = ctx;
+    const st_moe_job *j = o->j;
+    for (int64_t it = b; it < e; it++) {
+        if (it < o->n_gu) { /* gate/up rows [r0, r1) */
+            const int64_t r0 = it * o->chunk_gu, r1 = r0 + o->chunk_gu < o->rows_gu ? r0 + o->chunk_gu : o->rows_gu;
+            st_moe_gate_up((void *)j, r0, r1, tid);
+            for (int64_t g = r0; g < r1;) { /* count them in per expert; the last one quantizes */
+                const int64_t a = g / j->n_ff, end = (a + 1) * j->n_ff < r1 ? (a + 1) * j->n_ff : r1;
+                if (atomic_fetch_add_explicit(&o->done[a], end - g, memory_order_acq_rel) + (end - g) == j->n_ff) {
+                    st_moe_quant_expert(j, a);
+                    atomic_store_explicit(&o->ready[a], 1, memory_order_release);
+                }
+                g = end;
+            }
+        } else { /* down rows [r0, r1), once their experts' h rows are ready */
+            const int64_t r0 = (it - o->n_gu) * o->chunk_d;
+            const int64_t r1 = r0 + o->chunk_d < o->rows_d ? r0 + o->chunk_d : o->rows_d;
+            for (int64_t a = r0 / j->n_embd; a <= (r1 - 1) / j->n_embd; a++)
+                for (int spin = 0; !atomic_load_explicit(&o->ready[a], memory_order_acquire); spin++) {
+                    if (spin >= 256 && spin % 64 == 0) sched_yield();
+                    else ST_MOE_PAUSE();
+                }
+            st_moe_down((void *)j, r0, r1, tid);
+        }
+    }
+}
+
 /* Stage 4: weighted sum per token in slot order 0..k-1. */
 static void st_moe_combine(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
@@ -315,15 +380,31 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
         st_threadpool_run(tp, (int64_t)P, (int64_t)P * (int64_t)j.rb_g < 65536 ? (int64_t)P
                           : st_threadpool_chunk(tp, (int64_t)P, 2, 1), st_moe_gather, &j);
 
-    const int64_t rows_gu = (int64_t)n_active * n_ff;
-    st_threadpool_run(tp, rows_gu, st_tile_chunk(st_threadpool_chunk(tp, rows_gu, 8, 2), j.tile_gu),
-                      st_moe_gate_up, &j);
-    const int64_t np = (int64_t)P;
-    st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1),
-                      st_moe_quant_h, &j);
-    const int64_t rows_d = (int64_t)n_active * n_embd;
-    st_threadpool_run(tp, rows_d, st_tile_chunk(st_threadpool_chunk(tp, rows_d, 8, 2), j.tile_d),
-                      st_moe_down, &j);
+    const int64_t rows_gu = (int64_t)n_active * n_ff, rows_d = (int64_t)n_active * n_embd;
+    const int64_t chunk_gu = st_tile_chunk(st_threadpool_chunk(tp, rows_gu, 8, 2), j.tile_gu);
+    const int64_t chunk_d = st_tile_chunk(st_threadpool_chunk(tp, rows_d, 8, 2), j.tile_d);
+    if (st_moe_one_on && T == 1 && n_active <= ST_MOE_ONE_MAXK && st_threadpool_n_threads(tp) > 1) {
+        st_moe_one o;
+        o.j = &j;
+        o.n_active = n_active;
+        o.chunk_gu = chunk_gu;
+        o.chunk_d = chunk_d;
+        o.rows_gu = rows_gu;
+        o.rows_d = rows_d;
+        o.n_gu = (rows_gu + chunk_gu - 1) / chunk_gu;
+        o.n_d = (rows_d + chunk_d - 1) / chunk_d;
+        for (int i = 0; i < n_active; i++) {
+            atomic_init(&o.done[i], 0);
+            atomic_init(&o.ready[i], 0);
+        }
+        st_threadpool_run(tp, o.n_gu + o.n_d, 1, st_moe_one_task, &o);
+    } else {
+        st_threadpool_run(tp, rows_gu, chunk_gu, st_moe_gate_up, &j);
+        const int64_t np = (int64_t)P;
+        st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1),
+                          st_moe_quant_h, &j);
+        st_threadpool_run(tp, rows_d, chunk_d, st_moe_down, &j);
+    }
     st_threadpool_run(tp, T, T * n_embd * k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
                       st_moe_combine, &j);
 }

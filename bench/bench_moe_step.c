@@ -1,0 +1,138 @@
+/* bench_moe_step.c - one token's CPU expert step (st_moe_ffn, T = 1), the work of a decode step's
+ * CPU layer with `--cpu-moe`: a table of X random Q4_K experts of qwen3-30b-a3b's shape (n_embd
+ * 2048, n_ff 768: 2.65 MB an expert), k = 8 of them routed at random each step, so the weights
+ * come from DRAM as in decode; the caller busy-waits GAP microseconds before each step (the GPU's
+ * part of a layer) with the workers held spinning, as a GPU session holds them. Times the step in
+ * one dispatch (the default) and in three stages (st_moe_set_one_dispatch(0)), alternating, and
+ * prints the median of each and the expert bytes a second.
+ *   build/bench_moe_step [threads] [experts] [steps] [gap_us]   (defaults: all CPUs, 128, 400, 40) */
+#include "ops.h"
+#include "quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint64_t rng_next(void) { /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545f4914f6cdd1dULL;
+}
+static float rng_float(void) { return (float)((double)(rng_next() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* rows x n random Q4_K weights with finite scales */
+static uint8_t *random_q4_K(int64_t rows, int64_t n, size_t *rb_out) {
+    const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q4_K, n), bytes = rb * (size_t)rows;
+    uint8_t *w = malloc(bytes);
+    if (!w) return NULL;
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        const uint64_t v = rng_next();
+        memcpy(w + i, &v, 8);
+    }
+    for (size_t b = 0; b < bytes; b += sizeof(block_q4_K)) {
+        const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
+        memcpy(w + b, &d, 2);
+        memcpy(w + b + 2, &dm, 2);
+    }
+    *rb_out = rb;
+    return w;
+}
+
+static st_tensor view(const uint8_t *data, int64_t n, int64_t rows, size_t rb) {
+    st_tensor t;
+    memset(&t, 0, sizeof t);
+    t.type = STRATA_TYPE_Q4_K;
+    t.data = data;
+    t.ne[0] = n;
+    t.ne[1] = rows;
+    t.ne[2] = 1;
+    t.row_bytes = rb;
+    return t;
+}
+
+int main(int argc, char **argv) {
+    const int nt = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    const int32_t X = argc > 2 ? atoi(argv[2]) : 128;
+    const int steps = argc > 3 ? atoi(argv[3]) : 400;
+    const double gap = (argc > 4 ? atof(argv[4]) : 40.0) * 1e-6;
+    const int64_t E = 2048, F = 768;
+    const int32_t k = 8;
+    if (nt < 1 || X < k || steps < 2) {
+        fprintf(stderr, "usage: bench_moe_step [threads >= 1] [experts >= 8] [steps >= 2] [gap_us]\n");
+        return 1;
+    }
+    size_t rb_gu = 0, rb_d = 0;
+    uint8_t *gate = random_q4_K((int64_t)X * F, E, &rb_gu), *up = random_q4_K((int64_t)X * F, E, &rb_gu);
+    uint8_t *down = random_q4_K((int64_t)X * E, F, &rb_d);
+    st_expert *ex = malloc(sizeof(st_expert) * (size_t)X);
+    float *x = malloc(sizeof(float) * (size_t)E), *out = malloc(sizeof(float) * (size_t)E);
+    void *ws = malloc(st_moe_wsize(1, k, X, E, F));
+    double *t[2] = {malloc(sizeof(double) * (size_t)steps), malloc(sizeof(double) * (size_t)steps)};
+    st_threadpool *tp = NULL;
+    if (!gate || !up || !down || !ex || !x || !out || !ws || !t[0] || !t[1] ||
+        st_threadpool_create(nt, &tp) != STRATA_OK) {
+        fprintf(stderr, "bench_moe_step: out of memory\n");
+        return 1;
+    }
+    for (int32_t e = 0; e < X; e++) {
+        ex[e].gate = view(gate + (size_t)e * (size_t)F * rb_gu, E, F, rb_gu);
+        ex[e].up = view(up + (size_t)e * (size_t)F * rb_gu, E, F, rb_gu);
+        ex[e].down = view(down + (size_t)e * (size_t)E * rb_d, F, E, rb_d);
+    }
+    for (int64_t i = 0; i < E; i++) x[i] = rng_float();
+    const double expert_bytes = (double)(2 * F * rb_gu + E * rb_d);
+    printf("threads %d, %d Q4_K experts of %.2f MB (%.0f MB), k %d, %d steps a mode, gap %.0f us\n", nt, X,
+           expert_bytes * 1e-6, expert_bytes * X * 1e-6, k, steps, gap * 1e6);
+    st_threadpool_hold(tp, 1);
+    float check[2] = {0, 0};
+    for (int s = 0; s < 2 * steps; s++) {
+        const int mode = s & 1; /* 0: one dispatch, 1: three stages */
+        int32_t ids[8];
+        float wts[8];
+        for (int i = 0; i < k; i++) { /* k distinct experts */
+            int32_t e;
+            int dup;
+            do {
+                e = (int32_t)(rng_next() % (uint64_t)X);
+                dup = 0;
+                for (int q = 0; q < i; q++) dup |= ids[q] == e;
+            } while (dup);
+            ids[i] = e;
+            wts[i] = 1.0f / (float)k;
+        }
+        const double g0 = now_s();
+        while (now_s() - g0 < gap) { /* the GPU's part */ }
+        st_moe_set_one_dispatch(mode == 0);
+        const double t0 = now_s();
+        st_moe_ffn(tp, ex, X, x, 1, ids, wts, k, out, ws);
+        t[mode][s / 2] = now_s() - t0;
+        check[mode] += out[0];
+    }
+    st_threadpool_hold(tp, 0);
+    st_moe_set_one_dispatch(1);
+    for (int mode = 0; mode < 2; mode++) {
+        qsort(t[mode], (size_t)steps, sizeof(double), cmp_d);
+        const double med = t[mode][steps / 2];
+        printf("  %-22s median %7.1f us, p10 %7.1f, p90 %7.1f (%.1f GB/s of expert bytes at the median)\n",
+               mode == 0 ? "one dispatch" : "three stages", med * 1e6, t[mode][steps / 10] * 1e6,
+               t[mode][steps * 9 / 10] * 1e6, expert_bytes * k / med * 1e-9);
+    }
+    st_threadpool_free(tp);
+    free(gate); free(up); free(down); free(ex); free(x); free(out); free(ws); free(t[0]); free(t[1]);
+    return check[0] != check[0] ? 1 : 0; /* keep the outputs */
+}
