@@ -8,6 +8,7 @@
  * Defaults: 64 MiB of rows of 4096 weights, 0.25 s per measurement, all CPUs, JSON to
  * bench/results/bench_dot.json. Built and run by `make bench`; links libstrata.a for the
  * per-level kernels (st_vec_dot_at). */
+#include "bench_util.h"
 #include "dot.h"
 #include "quant.h"
 
@@ -42,14 +43,6 @@ static const bench_type bench_types[] = {
     {STRATA_TYPE_IQ3_XXS, 1, {0, 0}}, {STRATA_TYPE_IQ3_S, 1, {0, 0}},
 };
 
-static uint64_t rng_state = 0x243f6a8885a308d3ULL;
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ULL;
-}
-static float rng_float(void) { return (float)((double)(rng_next() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
 
 static void fill_matrix(const bench_type *bt, unsigned char *m, size_t bytes) {
     if (bt->type == STRATA_TYPE_F32 || bt->type == STRATA_TYPE_F16 || bt->type == STRATA_TYPE_BF16) {
@@ -94,11 +87,6 @@ static void *bench_worker(void *arg) {
     return NULL;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Seconds for reps passes over all rows, split into nthreads contiguous row ranges. */
 static double run_passes(bench_job base, int64_t nrows, int nthreads, int64_t reps) {
@@ -168,6 +156,7 @@ static int type_selected(const char *list, strata_type t) {
 typedef struct { strata_type type; int isa, threads; double gbps, gw; } bench_result;
 
 int main(int argc, char **argv) {
+    rng_state = 0x243f6a8885a308d3ULL;
     double mib = 64, target_s = 0.25;
     int64_t row_n = 4096;
     int nthreads_all = (int)sysconf(_SC_NPROCESSORS_ONLN);

@@ -6,8 +6,8 @@
  * one dispatch (the default) and in three stages (st_moe_set_one_dispatch(0)), alternating, and
  * prints the median of each and the expert bytes a second.
  *   build/bench_moe_step [threads] [experts] [steps] [gap_us]   (defaults: all CPUs, 128, 400, 40) */
+#include "bench_util.h"
 #include "ops.h"
-#include "quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,40 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-static uint64_t rng_next(void) { /* xorshift64* */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545f4914f6cdd1dULL;
-}
-static float rng_float(void) { return (float)((double)(rng_next() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* rows x n random Q4_K weights with finite scales */
 static uint8_t *random_q4_K(int64_t rows, int64_t n, size_t *rb_out) {
     const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q4_K, n), bytes = rb * (size_t)rows;
     uint8_t *w = malloc(bytes);
     if (!w) return NULL;
-    for (size_t i = 0; i + 8 <= bytes; i += 8) {
-        const uint64_t v = rng_next();
-        memcpy(w + i, &v, 8);
-    }
-    for (size_t b = 0; b < bytes; b += sizeof(block_q4_K)) {
-        const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
-        memcpy(w + b, &d, 2);
-        memcpy(w + b + 2, &dm, 2);
-    }
+    fill_q_rows(STRATA_TYPE_Q4_K, w, bytes);
     *rb_out = rb;
     return w;
 }

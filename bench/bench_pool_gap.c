@@ -4,6 +4,7 @@
  * between jobs (the default) and held spinning (st_threadpool_hold). Prints the median and mean
  * job time of each.
  *   build/bench_pool_gap [threads] [gap_us] [bytes] [reps]   (defaults: all CPUs, 80, 4 MiB, 2000) */
+#include "bench_util.h"
 #include "threadpool.h"
 
 #include <stdio.h>
@@ -12,11 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 typedef struct {
     const uint64_t *src;
@@ -30,10 +26,6 @@ static void stream(void *ctx, int64_t b, int64_t e, int id) {
     j->sums[id & 255] += s;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     const int nt = argc > 1 ? atoi(argv[1]) : (int)sysconf(_SC_NPROCESSORS_ONLN);

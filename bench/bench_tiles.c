@@ -8,6 +8,7 @@
  *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--time S] [--json PATH]
  *
  * Without AMX only the first kernel is timed. Built by `make bench`. */
+#include "bench_util.h"
 #include "dot.h"
 #include "quant.h"
 
@@ -18,20 +19,6 @@
 #include <strings.h>
 #include <time.h>
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
-static uint64_t rng_next(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ULL;
-}
-static float rng_float(void) { return (float)((double)(rng_next() >> 11) * (2.0 / 9007199254740992.0) - 1.0); }
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     int64_t n, rows, nc;
@@ -79,6 +66,7 @@ static double time_it(const job *j, st_vec_dot_n_fn dn, st_vec_dot_fn d1, st_vec
 }
 
 int main(int argc, char **argv) {
+    rng_state = 0x2545f4914f6cdd1dULL;
     int64_t rows = 768, n = 2048;
     double target_s = 0.3;
     strata_type type = STRATA_TYPE_Q4_K;
@@ -123,17 +111,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_tiles: out of memory\n");
         return 1;
     }
-    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (unsigned char)rng_next();
-    const size_t bs = (size_t)strata_type_block_bytes(type);
-    for (size_t b = 0; b < rb * (size_t)rows; b += bs) { /* finite scales: d (and the K-quants' dmin) */
-        const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
-        if (type == STRATA_TYPE_Q6_K) { /* d closes the block */
-            memcpy(w + b + offsetof(block_q6_K, d), &d, 2);
-            continue;
-        }
-        memcpy(w + b, &d, 2);
-        if (type != STRATA_TYPE_Q8_0 && type != STRATA_TYPE_Q4_0) memcpy(w + b + 2, &dm, 2);
-    }
+    fill_q_rows(type, w, rb * (size_t)rows);
     for (int64_t c = 0; c < max_nc; c++) {
         for (int64_t i = 0; i < n; i++) f[i] = rng_float();
         if (at == STRATA_TYPE_Q8_0) st_quantize_row_q8_0(f, (block_q8_0 *)(x + (size_t)c * xb), n);
