@@ -1,6 +1,6 @@
 /* bench_tiles.c - the CPU kernels for several activation rows per weight row (prompt batches,
  * grouped experts): the several-row AVX-512 kernel (st_vec_dot_n_get: 4 rows per pass over a
- * weight row; Q8_0 and Q4_0 have none: the single-row kernel per activation row) against the AMX
+ * weight row; Q8_0 has none: the single-row kernel per activation row) against the AMX
  * tiles (st_vec_dot_tile_get: 16 weight rows x all activation rows), on one thread, for an expert-shaped matrix (default 768 rows of 2048 Q4_K weights: qwen3's
  * gate) and activation-row counts 1..256. Both give the same bits (checked here on every run).
  * Prints a table of billions of multiply-adds per second and the ratio; writes JSON.

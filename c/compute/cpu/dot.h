@@ -23,7 +23,8 @@ typedef void (*st_vec_dot_n_fn)(int64_t n, float *out, const void *w, const void
 #define ST_TILE_ROWS 16
 /* The fewest activation rows per weight row worth a tile call (bench_tiles, one thread, H100 host:
  * where the tiles overtake the several-row kernel, or the single-row one for Q8_0, which has no
- * several-row kernel): Q8_0 from 4 (1.8x there; Q4_0 likewise), Q4_K / Q5_K from 8 (1.1-1.2x),
+ * several-row kernel): Q8_0 from 4 (1.8x there; Q4_0, whose several-row kernel is ~10% faster
+ * than its single-row one, likewise), Q4_K / Q5_K from 8 (1.1-1.2x),
  * Q6_K from 16 (1.4x; 0.87x at 8). Fewer go to the other kernels. */
 #define ST_TILE_MIN_COLS 8
 typedef void (*st_vec_dot_tile_fn)(int64_t n, float *out, size_t ldo, const void *w, size_t ws,
