@@ -52,8 +52,10 @@ strata_status st_cuda_require(const char *what);
  * start it while the kernel before it in the stream is still running, instead of after that
  * kernel has finished and its writes are flushed. Each kernel therefore opens with
  * st_pdl_enter(): griddepcontrol.wait blocks until every kernel it depends on has completed and
- * its memory is visible (before the kernel reads anything), then launch_dependents lets the next
- * kernel be scheduled. Only the launch latency overlaps, never the work: same bits either way.
+ * its memory is visible, then launch_dependents lets the next kernel be scheduled. Before it a
+ * kernel may only read what the kernels before it in the stream never write (weights, K/V rows
+ * of earlier positions, routing written two kernels back: each kernel's launch follows the
+ * completion of the one two back), so the overlap changes no value: same bits either way.
  * Without a programmatic launch (older GPUs, st_cuda_set_pdl(0)) both instructions return at
  * once. A decode step runs ~700 small kernels, so the ~1-2 us each one waits to be launched
  * adds up (docs/PERFORMANCE.md). */
@@ -70,7 +72,7 @@ int st_cuda_pdl_active(void);
 
 /* kern<<<grid, block, smem, s>>>(args...) with the attribute above when st_cuda_pdl_active().
  * A failed launch is left to ST_CUDA_CHECK_LAUNCH (cudaGetLastError sees it). Every kernel
- * launched through here must open with st_pdl_enter(). */
+ * launched through here must call st_pdl_enter() (after at most the reads allowed above). */
 template <typename... KArgs, typename... Args>
 static inline void st_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                              const Args &...args) {
