@@ -127,9 +127,10 @@ typedef struct st_cuda_moe_args {
     void *ws;                      /* device workspace of st_cuda_moe_wsize bytes, 256-aligned */
     size_t ws_bytes;
     uint32_t *sync;                /* NULL, or n_sync device words, 0 before the call and left 0
-                                    * (one set per stream of concurrent calls): a call with xq
-                                    * then also quantizes h inside the gate/up kernel (one launch
-                                    * fewer) when n_sync >= k * n_ff / 32 */
+                                    * (one set per stream of concurrent calls): with
+                                    * st_cuda_moe_set_gu_q8(1), a call with xq then also
+                                    * quantizes h inside the gate/up kernel (one launch fewer)
+                                    * when n_sync >= k * n_ff / 32 */
     int64_t n_sync;
 } st_cuda_moe_args;
 
@@ -151,6 +152,11 @@ size_t st_cuda_moe_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
  * (sigmoid(gate_inp_shexp . x) or 1) and accumulate = 1. Errors: INVALID_ARG (shapes, NULLs, ws
  * too small), UNSUPPORTED (types), BACKEND (launches). */
 strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream);
+
+/* Whether one-token calls with counters quantize h inside the gate/up kernel (see .sync): off
+ * by default (-DST_MOE_GU_Q8=1 at build time: on) until measured faster. Process-wide; for tests
+ * and A/B runs, not while calls are being enqueued. */
+void st_cuda_moe_set_gu_q8(int on);
 
 #ifdef __cplusplus
 }

@@ -161,9 +161,16 @@ st_k_moe_plan_quant(const int32_t *__restrict__ ids, int P, int n_expert, st_moe
 
 /* ---- grouped GEMV kernels -------------------------------------------------------------------- */
 
-#ifndef ST_MOE_GU_Q8 /* -DST_MOE_GU_Q8=0: one-token calls quantize h in a launch of their own (A/B) */
-#define ST_MOE_GU_Q8 1
+/* One-token calls with counters (st_cuda_moe_args.sync) quantize h inside the gate/up kernel
+ * instead of a launch of their own: off by default until measured (each gate/up block then ends
+ * with a fence and an atomic, and the last of each group with the quantization: a tail that may
+ * cost more than the launch saves); -DST_MOE_GU_Q8=1 turns it on at build time (A/B),
+ * st_cuda_moe_set_gu_q8 at run time (the tests). */
+#ifndef ST_MOE_GU_Q8
+#define ST_MOE_GU_Q8 0
 #endif
+static int st_moe_gu_q8 = ST_MOE_GU_Q8;
+extern "C" void st_cuda_moe_set_gu_q8(int on) { st_moe_gu_q8 = on != 0; }
 
 #define ST_MOE_WARPS 4 /* warps per CTA, each serving 32 / LPR rows (st_moe_mv_lpr) */
 
@@ -1124,7 +1131,7 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.n_expert = a->n_expert;
     /* a one-token call with counters: the gate/up kernel writes h's q8_1 rows too */
     const int64_t n_cnt = (int64_t)P * (a->n_ff / 32);
-    const bool hq_fused = ST_MOE_GU_Q8 && direct && a->sync && a->n_sync >= n_cnt;
+    const bool hq_fused = st_moe_gu_q8 && direct && a->sync && a->n_sync >= n_cnt;
     p.hq = hq_fused ? (block_q8_1 *)w.hq : NULL;
     p.cnt = hq_fused ? (unsigned *)a->sync : NULL;
     if (dp4a_g) {

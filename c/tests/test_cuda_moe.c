@@ -450,6 +450,7 @@ static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t
         void *d_cnt = NULL;
         if (st == STRATA_OK) st = st_cuda_malloc(&d_cnt, sizeof(uint32_t) * (size_t)(n_cnt + 1));
         if (st == STRATA_OK) st = st_cuda_memset(d_cnt, 0, sizeof(uint32_t) * (size_t)(n_cnt + 1));
+        st_cuda_moe_set_gu_q8(1);
         for (int rep = 0; rep < 3 && st == STRATA_OK; rep++) {
             if (st == STRATA_OK) st = st_cuda_memset(d_out, 0xA5, sizeof(float) * (size_t)(n + GUARD));
             if (st == STRATA_OK && accumulate) st = st_cuda_memcpy_h2d(d_out, init, sizeof(float) * (size_t)n);
@@ -470,6 +471,7 @@ static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t
                   (long long)s->n_embd, (long long)s->n_ff, k, accumulate, rep);
             CHECK(cnt_zero, "the gate/up kernel's counters not back at 0 (%s, pass %d)", strata_type_name(s->tg), rep);
         }
+        st_cuda_moe_set_gu_q8(0);
         (void)st_cuda_free(d_cnt);
         (void)st_cuda_free(d_wr); (void)st_cuda_free(d_l); (void)st_cuda_free(d_ri); (void)st_cuda_free(d_rw);
         (void)st_cuda_free(d_xq); (void)st_cuda_free(d_sync);
