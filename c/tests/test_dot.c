@@ -342,9 +342,58 @@ static void test_multi_rows(void) {
     if (!found) SKIP("no several-row kernels at this CPU's ISA level (AVX-512 VNNI has them)");
 }
 
+/* (e) Q8_0 against prepared activation rows (the prompt matmul's path on AVX-512): bit-identical
+ * to the single-row kernel for every row length (whole and partial 16-block steps, a lone last
+ * block), row count and stride; the rows' last bytes end a buffer so a read past them would
+ * be caught under ASan. */
+static void test_q8_0_prepared(void) {
+    st_q8_0_prep_fn prep;
+    st_q8_0_dotp_fn dotp;
+    if (!st_q8_0_prepared_get(&prep, &dotp)) {
+        SKIP("no prepared-row Q8_0 kernel at this CPU's ISA level (AVX-512 VNNI has it)");
+        return;
+    }
+    const dot_type *dt = NULL;
+    for (size_t ti = 0; ti < ST_ARRAY_LEN(dot_types); ti++)
+        if (dot_types[ti].type == STRATA_TYPE_Q8_0) dt = &dot_types[ti];
+    if (!dt) return;
+    st_vec_dot_fn d1 = st_vec_dot_get(STRATA_TYPE_Q8_0);
+    test_rng rng = {4242};
+    static _Alignas(64) unsigned char acts[ST_DOT_MAX_COLS][MAX_N * 2];
+    int same = 1, cases = 0;
+    for (int rep = 0; rep < 60; rep++) {
+        const int64_t n = 32 * (1 + (int64_t)(test_rng_next(&rng) % 70)); /* 1..70 blocks */
+        random_row(dt, n, &rng, g_row, -1);
+        const size_t xs = (size_t)n + (size_t)(test_rng_next(&rng) % 3) * 64, ds = st_q8_0_dxp_len(n) + 16 * (rep % 2);
+        uint8_t *xu = malloc(xs * ST_DOT_MAX_COLS);
+        float *dxp = malloc(sizeof(float) * ds * ST_DOT_MAX_COLS);
+        if (!xu || !dxp) { free(xu); free(dxp); CHECK(0, "out of memory"); return; }
+        for (int c = 0; c < ST_DOT_MAX_COLS; c++) {
+            for (int64_t i = 0; i < n; i++) g_x[i] = 4.0f * test_rng_float(&rng);
+            make_act(STRATA_TYPE_Q8_0, g_x, n, acts[c], g_xd);
+            prep(acts[c], n, xu + (size_t)c * xs, dxp + (size_t)c * ds);
+        }
+        for (int nc = 1; nc <= ST_DOT_MAX_COLS; nc++) {
+            /* the last nc rows, so the last row's bytes end the buffer when xs == n */
+            const int c0 = ST_DOT_MAX_COLS - nc;
+            float got[ST_DOT_MAX_COLS], want;
+            dotp(n, got, g_row, xu + (size_t)c0 * xs, xs, dxp + (size_t)c0 * ds, ds, nc);
+            for (int c = 0; c < nc; c++) {
+                d1(n, &want, g_row, acts[c0 + c]);
+                same &= memcmp(&want, &got[c], sizeof want) == 0;
+                cases++;
+            }
+        }
+        free(xu);
+        free(dxp);
+    }
+    CHECK(same, "q8_0 prepared rows bit-identical to the single-row kernel (%d cases)", cases);
+}
+
 int main(void) {
     test_isa();
     test_multi_rows();
+    test_q8_0_prepared();
     test_args();
     test_kernels();
     /* again at the scalar level: the public path through the fallback table */

@@ -30,11 +30,23 @@ typedef void (*st_vec_dot_n_fn)(int64_t n, float *out, const void *w, const void
 typedef void (*st_vec_dot_tile_fn)(int64_t n, float *out, size_t ldo, const void *w, size_t ws,
                                    int nr, const void *xq, size_t xs, int64_t nc);
 
+/* Q8_0 weights against activation rows prepared once per matmul: prep turns one Q8_0 activation
+ * row of n values into xu (n bytes: the quants + 128) and dxp (st_q8_0_dxp_len(n) floats: the
+ * blocks' scales in the order the AVX-512 kernel takes them, 0 past the row); dot then computes
+ * out[c] = dot(w, row c) for c < nc (1..ST_DOT_MAX_COLS; rows xu_stride bytes and dxp_stride
+ * floats apart), bit-identical to the AVX-512 single-row Q8_0 kernel (the same exact block sums,
+ * their weight terms computed once for all rows). */
+typedef void (*st_q8_0_prep_fn)(const void *xq, int64_t n, uint8_t *xu, float *dxp);
+typedef void (*st_q8_0_dotp_fn)(int64_t n, float *out, const void *w, const uint8_t *xu, size_t xu_stride,
+                                const float *dxp, size_t dxp_stride, int nc);
+static inline size_t st_q8_0_dxp_len(int64_t n) { return (size_t)(16 * ((n / 32 + 15) / 16)); }
+
 /* Each fills the entries it implements of table[STRATA_TYPE_COUNT] and leaves the rest alone. */
 void st_dot_register_scalar(st_vec_dot_fn *table);
 void st_dot_register_avx2(st_vec_dot_fn *table);
 void st_dot_register_avx512(st_vec_dot_fn *table);
 void st_dotn_register_avx512(st_vec_dot_n_fn *table);
+void st_q8_0_prepared_avx512(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot);
 void st_dot_register_amx(st_vec_dot_tile_fn *table);
 /* Asks the OS for the AMX tile state (Linux: arch_prctl); 1 when granted. */
 int st_amx_request(void);
@@ -48,6 +60,10 @@ st_vec_dot_fn st_vec_dot_get(strata_type type);
 /* The several-row kernel matching st_vec_dot_get(type) (same ISA level, so the same bits), or NULL
  * when that level has none for type (callers then loop the single-row kernel). */
 st_vec_dot_n_fn st_vec_dot_n_get(strata_type type);
+
+/* The prepared-row Q8_0 kernels above: 1 and both set when the Q8_0 kernel in use is the AVX-512
+ * one (whose bits they give), else 0. */
+int st_q8_0_prepared_get(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot);
 
 /* The tile kernel for type (AMX), or NULL: none for the type, no AMX, AMX turned off
  * (strata_cpu_amx_set) or an active ISA level other than AVX-512 (whose bits the tiles give). */

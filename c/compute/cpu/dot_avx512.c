@@ -228,8 +228,8 @@ static inline __m512i st_q8_0_pairsum(const block_q8_0 *b, const block_q8_0 *y, 
     return st_dot_offset(u, st_q8_0_x(y, i, has2), off);
 }
 
-/* Pairs p[0..7] (blocks 2q, 2q + 1) -> 16 exact block sums as floats, lane 4L + j = block 4j + L. */
-static inline __m512 st_q8_0_sums16(const __m512i p[8]) {
+/* Pairs p[0..7] (blocks 2q, 2q + 1) -> 16 exact block sums, lane 4L + j = block 4j + L. */
+static inline __m512i st_q8_0_isums16(const __m512i p[8]) {
     __m512i q[4]; /* 128-bit lanes: the 4 partials of blocks 4r .. 4r + 3 */
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++)
@@ -238,9 +238,11 @@ static inline __m512 st_q8_0_sums16(const __m512i p[8]) {
     /* lane L: [blocks L, 4 + L, ...] partial pairs, then the full sums */
     const __m512i va = _mm512_add_epi32(_mm512_unpacklo_epi32(q[0], q[1]), _mm512_unpackhi_epi32(q[0], q[1]));
     const __m512i vb = _mm512_add_epi32(_mm512_unpacklo_epi32(q[2], q[3]), _mm512_unpackhi_epi32(q[2], q[3]));
-    const __m512i v = _mm512_add_epi32(_mm512_unpacklo_epi64(va, vb), _mm512_unpackhi_epi64(va, vb));
-    return _mm512_cvtepi32_ps(v);
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(va, vb), _mm512_unpackhi_epi64(va, vb));
 }
+
+/* The same as floats (exact: the sums are far below 2^24). */
+static inline __m512 st_q8_0_sums16(const __m512i p[8]) { return _mm512_cvtepi32_ps(st_q8_0_isums16(p)); }
 
 /* d_w * d_x of blocks i + (4j + L) in lane 4L + j, for the blocks in mask m (others 0). */
 static inline __m512 st_q8_0_scales16(const void *w, size_t wbs, const block_q8_0 *y, int64_t i, __mmask16 m) {
@@ -356,6 +358,67 @@ static inline void st_dot_q4_0_cols(int64_t n, float *out, const block_q4_0 *b, 
     int64_t i = 0;
     for (; i + 16 <= nb; i += 16) st_dot_q4_0_cols_step(b, y0, ys, NC, i, 16, acc);
     if (i < nb) st_dot_q4_0_cols_step(b, y0, ys, NC, i, nb - i, acc);
+    for (int c = 0; c < NC; c++) out[c] = st_q8_0_final(acc[c]);
+}
+
+/* Q8_0 against prepared activation rows (dot.h, st_q8_0_prep_fn): per row, the quants + 128 as
+ * bytes (xu) and the blocks' scales as floats in the lane order above (dxp, zero past the row).
+ * A block's exact sum is then sum((x + 128) w) - 128 sum(w): one vpdpbusd a pair for each row
+ * (unsigned activations, signed weights) and the weight term once for all rows; the scales are
+ * one load. The same integers, scales and accumulation as st_dot_q8_0_avx512: the same bits. */
+static void st_q8_0_prep_avx512(const void *xq, int64_t n, uint8_t *xu, float *dxp) {
+    const block_q8_0 *y = (const block_q8_0 *)xq;
+    const int64_t nb = n / 32;
+    const __m256i off = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++)
+        _mm256_storeu_si256((__m256i *)(xu + 32 * b),
+                            _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[b].qs), off));
+    for (int64_t i = 0; i < nb; i += 16) {
+        _Alignas(32) uint16_t hx[16];
+        for (int k = 0; k < 16; k++) hx[4 * (k % 4) + k / 4] = i + k < nb ? y[i + k].d : 0;
+        _mm512_storeu_ps(dxp + i, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hx)));
+    }
+}
+
+static inline void st_dotp_q8_0_cols(int64_t n, float *out, const block_q8_0 *b, const uint8_t *xu, size_t xs,
+                                     const float *dxp, size_t ds, const int NC) {
+    const __m512i c128 = _mm512_set1_epi8((char)0x80), z = _mm512_setzero_si512();
+    const int64_t nb = n / 32;
+    __m512 acc[ST_DOT_MAX_COLS];
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i += 16) {
+        const int64_t left = nb - i;
+        __m512i wv[8], cp[8];
+        _Alignas(32) uint16_t hw[16];
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            wv[q] = 2 * q < left ? st_load_2x256(b[i + 2 * q].qs, 2 * q + 1 < left ? b[i + 2 * q + 1].qs : NULL) : z;
+            cp[q] = _mm512_dpbusd_epi32(z, c128, wv[q]); /* 128 sum(w) */
+        }
+        const __m512i corr = st_q8_0_isums16(cp);
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) {
+            uint16_t dw = 0; /* blocks past the row are not read */
+            if (k < left) memcpy(&dw, &b[i + k].d, 2);
+            hw[4 * (k % 4) + k / 4] = dw;
+        }
+        const __m512 dwv = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hw));
+        for (int c = 0; c < NC; c++) {
+            const uint8_t *xr = xu + (size_t)c * xs + 32 * i;
+            __m512i p[8];
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) {
+                /* a lone last block: its half only (the row's bytes end there) */
+                const __m512i xv = 2 * q + 1 < left ? _mm512_loadu_si512((const void *)(xr + 64 * q))
+                                 : 2 * q < left   ? _mm512_maskz_loadu_epi8(0xFFFFFFFFull, xr + 64 * q)
+                                                  : z;
+                p[q] = _mm512_dpbusd_epi32(z, xv, wv[q]);
+            }
+            const __m512 s = _mm512_cvtepi32_ps(_mm512_sub_epi32(st_q8_0_isums16(p), corr));
+            const __m512 sc = _mm512_mul_ps(dwv, _mm512_loadu_ps(dxp + (size_t)c * ds + i));
+            acc[c] = _mm512_fmadd_ps(s, sc, acc[c]);
+        }
+    }
     for (int c = 0; c < NC; c++) out[c] = st_q8_0_final(acc[c]);
 }
 
@@ -534,6 +597,13 @@ static void st_dotn_q4_0_avx512(int64_t n, float *out, const void *w, const void
 #define ST_Q40(NC) st_dot_q4_0_cols(n, out, (const block_q4_0 *)w, (const uint8_t *)xq, ys, NC)
     ST_COLS_SWITCH(ST_Q40)
 #undef ST_Q40
+}
+
+static void st_dotp_q8_0_avx512(int64_t n, float *out, const void *w, const uint8_t *xu, size_t xs,
+                                const float *dxp, size_t ds, int nc) {
+#define ST_Q80P(NC) st_dotp_q8_0_cols(n, out, (const block_q8_0 *)w, xu, xs, dxp, ds, NC)
+    ST_COLS_SWITCH(ST_Q80P)
+#undef ST_Q80P
 }
 
 static void st_dot_q4_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
@@ -860,6 +930,11 @@ static void st_dot_iq3_s_avx512(int64_t n, float *out, const void *w, const void
 /* ---------------------------------------------------------------------------------------------
  * Registration
  * ------------------------------------------------------------------------------------------- */
+
+void st_q8_0_prepared_avx512(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot) {
+    *prep = st_q8_0_prep_avx512;
+    *dot = st_dotp_q8_0_avx512;
+}
 
 void st_dotn_register_avx512(st_vec_dot_n_fn *table) {
     table[STRATA_TYPE_Q4_0] = st_dotn_q4_0_avx512;

@@ -158,11 +158,14 @@ static int st_act_slot(strata_type act) {
     return act == STRATA_TYPE_Q8_0 ? 1 : act == STRATA_TYPE_Q8_K ? 2 : 0;
 }
 
+/* The prepared Q8_0 rows' region (dot.h): per token, n bytes rounded to 64 and the scales. */
+static size_t st_mm_prep_row(int64_t n) { return ((size_t)n + 63) / 64 * 64 + sizeof(float) * st_q8_0_dxp_len(n); }
+
 size_t st_matmul_wsize(int64_t n, int64_t T) {
     /* f32 copy is never needed (x is used directly); q8_0 and q8_K are each < 4 bytes/value */
     size_t q80 = st_act_bytes(STRATA_TYPE_Q8_0, n % 32 ? 32 * (n / 32 + 1) : n, T);
     size_t q8k = st_act_bytes(STRATA_TYPE_Q4_K, n % 256 ? 256 * (n / 256 + 1) : n, T);
-    return q80 + q8k + 128;
+    return q80 + q8k + st_mm_prep_row(n) * (size_t)T + 192;
 }
 
 typedef struct {
@@ -174,8 +177,30 @@ typedef struct {
     st_vec_dot_fn dot[ST_MM_MAX];
     st_vec_dot_n_fn dotn[ST_MM_MAX];   /* several tokens per weight row, or NULL */
     st_vec_dot_tile_fn tile[ST_MM_MAX]; /* 16 weight rows x all tokens (AMX), or NULL */
+    st_q8_0_dotp_fn dotp[ST_MM_MAX];   /* Q8_0 against the prepared rows below, or NULL */
+    const uint8_t *xu;                 /* [T] prepared Q8_0 rows: quants + 128 (xu_rb apart) */
+    const float *dxp;                  /* [T] their scales (dxp_len floats apart) */
+    size_t xu_rb, dxp_len;
     int64_t T;
 } st_mm_job;
+
+/* Prepares the Q8_0 activation rows [b, e) (dot.h's st_q8_0_prep_fn). */
+typedef struct {
+    st_q8_0_prep_fn prep;
+    const uint8_t *xq;
+    size_t xq_rb;
+    int64_t n;
+    uint8_t *xu;
+    float *dxp;
+    size_t xu_rb, dxp_len;
+} st_mm_prep_job;
+
+static void st_mm_prep_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_mm_prep_job *p = ctx;
+    for (int64_t t = b; t < e; t++)
+        p->prep(p->xq + (size_t)t * p->xq_rb, p->n, p->xu + (size_t)t * p->xu_rb, p->dxp + (size_t)t * p->dxp_len);
+}
 
 static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
@@ -190,6 +215,7 @@ static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {
         const int64_t r0 = b - j->first[m], r1 = end - j->first[m];
         const st_vec_dot_fn dot = j->dot[m];
         const st_vec_dot_n_fn dotn = j->dotn[m];
+        const st_q8_0_dotp_fn dotp = j->dotp[m];
         if (j->tile[m]) { /* blocks of 16 rows, every token: the same bits */
             for (int64_t r = r0; r < r1; r += ST_TILE_ROWS) {
                 const int nr = (int)(r1 - r < ST_TILE_ROWS ? r1 - r : ST_TILE_ROWS);
@@ -205,6 +231,14 @@ static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {
             for (int64_t r = r0; r < r1; r++) {
                 const void *row = w->data + (size_t)r * w->row_bytes;
                 int64_t t = t0;
+                if (dotp) /* Q8_0, prepared rows: ST_DOT_MAX_COLS tokens a pass, the same bits */
+                    for (; t < t1; t += ST_DOT_MAX_COLS) {
+                        const int nc = (int)(t1 - t < ST_DOT_MAX_COLS ? t1 - t : ST_DOT_MAX_COLS);
+                        float o[ST_DOT_MAX_COLS];
+                        dotp(n, o, row, j->xu + (size_t)t * j->xu_rb, j->xu_rb, j->dxp + (size_t)t * j->dxp_len,
+                             j->dxp_len, nc);
+                        for (int c = 0; c < nc; c++) mm->y[(t + c) * mm->ldy + r] = o[c];
+                    }
                 if (dotn) /* ST_DOT_MAX_COLS tokens per pass over the row: the same bits */
                     for (; t + 1 < t1; t += ST_DOT_MAX_COLS) {
                         const int nc = (int)(t1 - t < ST_DOT_MAX_COLS ? t1 - t : ST_DOT_MAX_COLS);
@@ -248,6 +282,27 @@ void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const flo
         j.tile[m] = T >= st_tile_min_cols(wt) ? st_vec_dot_tile_get(wt) : NULL;
         any_tile |= j.tile[m] != NULL;
         j.first[m + 1] = j.first[m] + mats[m].w->ne[1];
+    }
+    /* Q8_0 matrices of a batch that the tiles do not take: their activation rows prepared once
+     * (quants + 128, scales in lane order) for the prepared-row kernel */
+    st_q8_0_prep_fn prep;
+    st_q8_0_dotp_fn dotp;
+    if (T >= 2 && st_q8_0_prepared_get(&prep, &dotp)) {
+        int want = 0;
+        for (int m = 0; m < n_mats; m++)
+            if (mats[m].w->type == STRATA_TYPE_Q8_0 && !j.tile[m]) j.dotp[m] = dotp, want = 1;
+        if (want) {
+            const size_t q8k_bytes = st_act_bytes(STRATA_TYPE_Q4_K, n % 256 ? 256 * (n / 256 + 1) : n, T);
+            uint8_t *base = slot_buf[2] + ((q8k_bytes + 63) & ~(size_t)63);
+            st_mm_prep_job p = {prep, slot_ptr[1], st_act_bytes(STRATA_TYPE_Q8_0, n, 1), n, base, NULL,
+                                ((size_t)n + 63) / 64 * 64, st_q8_0_dxp_len(n)};
+            p.dxp = (float *)(base + p.xu_rb * (size_t)T);
+            st_threadpool_run(tp, T, T * n < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1), st_mm_prep_task, &p);
+            j.xu = p.xu;
+            j.dxp = p.dxp;
+            j.xu_rb = p.xu_rb;
+            j.dxp_len = p.dxp_len;
+        }
     }
     const int64_t rows = j.first[n_mats];
     size_t bytes = 0;
