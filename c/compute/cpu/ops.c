@@ -158,14 +158,11 @@ static int st_act_slot(strata_type act) {
     return act == STRATA_TYPE_Q8_0 ? 1 : act == STRATA_TYPE_Q8_K ? 2 : 0;
 }
 
-/* The prepared Q8_0 rows' region (dot.h): per token, n bytes rounded to 64 and the scales. */
-static size_t st_mm_prep_row(int64_t n) { return ((size_t)n + 63) / 64 * 64 + sizeof(float) * st_q8_0_dxp_len(n); }
-
 size_t st_matmul_wsize(int64_t n, int64_t T) {
     /* f32 copy is never needed (x is used directly); q8_0 and q8_K are each < 4 bytes/value */
     size_t q80 = st_act_bytes(STRATA_TYPE_Q8_0, n % 32 ? 32 * (n / 32 + 1) : n, T);
     size_t q8k = st_act_bytes(STRATA_TYPE_Q4_K, n % 256 ? 256 * (n / 256 + 1) : n, T);
-    return q80 + q8k + st_mm_prep_row(n) * (size_t)T + 192;
+    return q80 + q8k + st_q8_0_prep_bytes(n) * (size_t)T + 192; /* + the prepared Q8_0 rows */
 }
 
 typedef struct {

@@ -60,6 +60,8 @@ size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int6
     sz += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);              /* hq (<= f32) */
     sz += st_round_up(sizeof(float) * P * (size_t)n_embd, 64);            /* y */
     sz += st_round_up(P * (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, (n_embd + 255) / 256 * 256), 64); /* xg */
+    sz += st_round_up(P * st_q8_0_prep_bytes(n_embd), 64); /* x's prepared Q8_0 rows, pair order */
+    sz += st_round_up(P * st_q8_0_prep_bytes(n_ff), 64);   /* h's */
     return sz;
 }
 
@@ -83,7 +85,19 @@ typedef struct {
     st_vec_dot_n_fn dotn_gu, dotn_d;   /* several pairs per weight row (same bits), or NULL */
     st_vec_dot_tile_fn tile_gu, tile_d; /* 16 weight rows x an expert's pairs (AMX), or NULL */
     int64_t tile_min_gu, tile_min_d;    /* the fewest pairs an expert hands to them */
+    /* Q8_0 weights against prepared activation rows (dot.h), or NULL: x's rows in pair order,
+     * h's rows; each row's quants + 128 (xu) then its scales (dxp), prep_* bytes apart */
+    st_q8_0_prep_fn prep;
+    st_q8_0_dotp_fn dotp_gu, dotp_d;
+    uint8_t *px, *ph;
+    size_t prep_x, prep_h;
 } st_moe_job;
+
+/* Prepared row i of a region of rows of n values, prep bytes each: its xu and its dxp. */
+static inline const uint8_t *st_moe_pxu(const uint8_t *base, size_t prep, int64_t i) { return base + (size_t)i * prep; }
+static inline const float *st_moe_pdx(const uint8_t *base, size_t prep, int64_t n, int64_t i) {
+    return (const float *)(base + (size_t)i * prep + ((size_t)n + 63) / 64 * 64);
+}
 
 /* Pairs per tile call of gate/up (the up results' buffer on the stack). */
 #define ST_MOE_TILE_GROUP 64
@@ -129,6 +143,17 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
             }
             step = nr;
         }
+        if (j->dotp_gu) /* Q8_0 gate and up against the pairs' prepared rows: the same bits */
+            for (; i < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
+                const int64_t left = j->offs[ex + 1] - i;
+                const int nc = (int)(left < ST_DOT_MAX_COLS ? left : ST_DOT_MAX_COLS);
+                float vg[ST_DOT_MAX_COLS], vu[ST_DOT_MAX_COLS];
+                const uint8_t *xu = st_moe_pxu(j->px, j->prep_x, i);
+                const float *dx = st_moe_pdx(j->px, j->prep_x, j->n_embd, i);
+                j->dotp_gu(j->n_embd, vg, wg, xu, j->prep_x, dx, j->prep_x / sizeof(float), nc);
+                j->dotp_gu(j->n_embd, vu, wu, xu, j->prep_x, dx, j->prep_x / sizeof(float), nc);
+                for (int c = 0; c < nc; c++) j->h[(i + c) * j->n_ff + r] = st_silu(vg[c]) * vu[c];
+            }
         if (j->dotn_gu) /* gate and up share the activation type: up to 4 pairs per row pass */
             for (; i + 1 < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
                 const int64_t left = j->offs[ex + 1] - i;
@@ -187,6 +212,15 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
             i = j->offs[ex + 1];
             step = nr;
         }
+        if (j->dotp_d) /* Q8_0 down against the pairs' prepared h rows: the same bits */
+            for (; i < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
+                const int64_t left = j->offs[ex + 1] - i;
+                const int nc = (int)(left < ST_DOT_MAX_COLS ? left : ST_DOT_MAX_COLS);
+                float o[ST_DOT_MAX_COLS];
+                j->dotp_d(j->n_ff, o, wd, st_moe_pxu(j->ph, j->prep_h, i), j->prep_h,
+                          st_moe_pdx(j->ph, j->prep_h, j->n_ff, i), j->prep_h / sizeof(float), nc);
+                for (int c = 0; c < nc; c++) j->y[(i + c) * j->n_embd + r] = o[c];
+            }
         if (j->dotn_d)
             for (; i + 1 < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
                 const int64_t left = j->offs[ex + 1] - i;
@@ -204,6 +238,24 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
             a++;
         }
     }
+}
+
+/* Stages 0b and 2b (Q8_0 weights, several tokens): x's rows in pair order and h's rows prepared
+ * for the prepared-row kernel (dot.h). */
+static void st_moe_prep_x(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_moe_job *j = ctx;
+    for (int64_t i = b; i < e; i++)
+        j->prep(j->xq_g + (size_t)j->pair_tok[i] * j->rb_g, j->n_embd, j->px + (size_t)i * j->prep_x,
+                (float *)st_moe_pdx(j->px, j->prep_x, j->n_embd, i));
+}
+
+static void st_moe_prep_h(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_moe_job *j = ctx;
+    for (int64_t i = b; i < e; i++)
+        j->prep(j->hq + (size_t)i * j->rb_h, j->n_ff, j->ph + (size_t)i * j->prep_h,
+                (float *)st_moe_pdx(j->ph, j->prep_h, j->n_ff, i));
 }
 
 /* ---- one token in one dispatch ---------------------------------------------------------------
@@ -316,6 +368,10 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     float *y = (float *)p;
     p += st_round_up(sizeof(float) * P * (size_t)n_embd, 64);
     uint8_t *xg = p;
+    p += st_round_up(P * (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, (n_embd + 255) / 256 * 256), 64);
+    uint8_t *px = p;
+    p += st_round_up(P * st_q8_0_prep_bytes(n_embd), 64);
+    uint8_t *ph = p;
 
     /* group (token, slot) pairs by expert: counting sort, stable in (token, slot) order */
     memset(counts, 0, sizeof(int64_t) * (size_t)n_expert);
@@ -376,6 +432,19 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     j.tile_min_gu = st_tile_min_cols(tg);
     j.tile_min_d = st_tile_min_cols(td);
     j.xg = xg;
+    /* Q8_0 experts of a batch: x's and h's rows prepared for the prepared-row kernel (the tiles
+     * still take the experts with enough pairs) */
+    st_q8_0_dotp_fn dotp = NULL;
+    if (T > 1 && st_q8_0_prepared_get(&j.prep, &dotp)) {
+        j.dotp_gu = tg == STRATA_TYPE_Q8_0 && tu == STRATA_TYPE_Q8_0 ? dotp : NULL;
+        j.dotp_d = td == STRATA_TYPE_Q8_0 ? dotp : NULL;
+        j.px = px;
+        j.ph = ph;
+        j.prep_x = st_q8_0_prep_bytes(n_embd);
+        j.prep_h = st_q8_0_prep_bytes(n_ff);
+    }
+    const int64_t chunk_p = (int64_t)P * n_embd < 65536 ? (int64_t)P : st_threadpool_chunk(tp, (int64_t)P, 2, 1);
+    if (j.dotp_gu) st_threadpool_run(tp, (int64_t)P, chunk_p, st_moe_prep_x, &j);
     if (j.dotn_gu || j.tile_gu) /* both read x's rows in pair order */
         st_threadpool_run(tp, (int64_t)P, (int64_t)P * (int64_t)j.rb_g < 65536 ? (int64_t)P
                           : st_threadpool_chunk(tp, (int64_t)P, 2, 1), st_moe_gather, &j);
@@ -403,6 +472,8 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
         const int64_t np = (int64_t)P;
         st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1),
                           st_moe_quant_h, &j);
+        if (j.dotp_d)
+            st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1), st_moe_prep_h, &j);
         st_threadpool_run(tp, rows_d, chunk_d, st_moe_down, &j);
     }
     st_threadpool_run(tp, T, T * n_embd * k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
