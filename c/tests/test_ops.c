@@ -548,6 +548,19 @@ static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) 
                   st_threadpool_n_threads(pools[p]), on);
         }
     st_moe_set_one_dispatch(1);
+    /* a batch with dropped slots (every third id -1): each row still the token alone */
+    {
+        int32_t idd[13 * 3];
+        float bat[13 * 256], alone[256];
+        for (int i = 0; i < 13 * 3; i++) idd[i] = i % 3 == 1 ? -1 : ids[i];
+        st_moe_ffn(pools[n_pools - 1], ex, E, x, T, idd, wts, k, bat, ws);
+        int same_d = 1;
+        for (int64_t t = 0; t < T; t++) {
+            st_moe_ffn(pools[0], ex, E, x + t * n_embd, 1, idd + t * k, wts + t * k, k, alone, ws);
+            same_d &= memcmp(alone, bat + t * n_embd, sizeof alone) == 0;
+        }
+        CHECK(same_d, "moe %s: a batch with dropped slots, row by row == each token alone", strata_type_name(type));
+    }
     for (int p = 0; p < n_pools; p++) free(out[p]);
     free(h); free(ws); free(x);
     free_weights(&gate); free_weights(&up); free_weights(&down);

@@ -443,11 +443,13 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
         j.prep_x = st_q8_0_prep_bytes(n_embd);
         j.prep_h = st_q8_0_prep_bytes(n_ff);
     }
-    const int64_t chunk_p = (int64_t)P * n_embd < 65536 ? (int64_t)P : st_threadpool_chunk(tp, (int64_t)P, 2, 1);
-    if (j.dotp_gu) st_threadpool_run(tp, (int64_t)P, chunk_p, st_moe_prep_x, &j);
+    /* the grouped pairs: P less the dropped slots (pair_tok holds only these) */
+    const int64_t n_pairs = offs[n_expert];
+    const int64_t chunk_p = n_pairs * n_embd < 65536 ? n_pairs : st_threadpool_chunk(tp, n_pairs, 2, 1);
+    if (j.dotp_gu) st_threadpool_run(tp, n_pairs, chunk_p, st_moe_prep_x, &j);
     if (j.dotn_gu || j.tile_gu) /* both read x's rows in pair order */
-        st_threadpool_run(tp, (int64_t)P, (int64_t)P * (int64_t)j.rb_g < 65536 ? (int64_t)P
-                          : st_threadpool_chunk(tp, (int64_t)P, 2, 1), st_moe_gather, &j);
+        st_threadpool_run(tp, n_pairs, n_pairs * (int64_t)j.rb_g < 65536 ? n_pairs
+                          : st_threadpool_chunk(tp, n_pairs, 2, 1), st_moe_gather, &j);
 
     const int64_t rows_gu = (int64_t)n_active * n_ff, rows_d = (int64_t)n_active * n_embd;
     const int64_t chunk_gu = st_tile_chunk(st_threadpool_chunk(tp, rows_gu, 8, 2), j.tile_gu);
@@ -473,7 +475,8 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
         st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1),
                           st_moe_quant_h, &j);
         if (j.dotp_d)
-            st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1), st_moe_prep_h, &j);
+            st_threadpool_run(tp, n_pairs, n_pairs * n_ff < 65536 ? n_pairs : st_threadpool_chunk(tp, n_pairs, 2, 1),
+                              st_moe_prep_h, &j);
         st_threadpool_run(tp, rows_d, chunk_d, st_moe_down, &j);
     }
     st_threadpool_run(tp, T, T * n_embd * k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
