@@ -471,12 +471,9 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
         st_threadpool_run(tp, o.n_gu + o.n_d, 1, st_moe_one_task, &o);
     } else {
         st_threadpool_run(tp, rows_gu, chunk_gu, st_moe_gate_up, &j);
-        const int64_t np = (int64_t)P;
-        st_threadpool_run(tp, np, np * n_ff < 65536 ? np : st_threadpool_chunk(tp, np, 2, 1),
-                          st_moe_quant_h, &j);
-        if (j.dotp_d)
-            st_threadpool_run(tp, n_pairs, n_pairs * n_ff < 65536 ? n_pairs : st_threadpool_chunk(tp, n_pairs, 2, 1),
-                              st_moe_prep_h, &j);
+        const int64_t chunk_h = n_pairs * n_ff < 65536 ? n_pairs : st_threadpool_chunk(tp, n_pairs, 2, 1);
+        st_threadpool_run(tp, n_pairs, chunk_h, st_moe_quant_h, &j); /* the grouped pairs' rows */
+        if (j.dotp_d) st_threadpool_run(tp, n_pairs, chunk_h, st_moe_prep_h, &j);
         st_threadpool_run(tp, rows_d, chunk_d, st_moe_down, &j);
     }
     st_threadpool_run(tp, T, T * n_embd * k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
