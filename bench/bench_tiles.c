@@ -1,6 +1,7 @@
 /* bench_tiles.c - the CPU kernels for several activation rows per weight row (prompt batches,
  * grouped experts): the several-row AVX-512 kernel (st_vec_dot_n_get: 4 rows per pass over a
- * weight row; Q8_0 has none: the single-row kernel per activation row) against the AMX
+ * weight row; for Q8_0 the prepared-row kernel, the activation rows prepared inside the timed call,
+ * or without it the single-row kernel per activation row) against the AMX
  * tiles (st_vec_dot_tile_get: 16 weight rows x all activation rows), on one thread, for an expert-shaped matrix (default 768 rows of 2048 Q4_K weights: qwen3's
  * gate) and activation-row counts 1..256. Both give the same bits (checked here on every run).
  * Prints a table of billions of multiply-adds per second and the ratio; writes JSON.
@@ -27,7 +28,25 @@ typedef struct {
     const unsigned char *x;
     size_t xb;
     float *out;
+    st_q8_0_prep_fn prep; /* Q8_0: the prepared-row kernel (dot.h), or NULL */
+    st_q8_0_dotp_fn dotp;
+    unsigned char *pbuf;  /* nc prepared rows of st_q8_0_prep_bytes(n) */
 } job;
+
+/* Q8_0 as a prompt matmul runs it: the activation rows prepared once, then 4 at a time. */
+static void run_dotp(const job *j) {
+    const size_t pb = st_q8_0_prep_bytes(j->n), xu_b = ((size_t)j->n + 63) / 64 * 64;
+    for (int64_t c = 0; c < j->nc; c++)
+        j->prep(j->x + (size_t)c * j->xb, j->n, j->pbuf + (size_t)c * pb, (float *)(j->pbuf + (size_t)c * pb + xu_b));
+    for (int64_t r = 0; r < j->rows; r++)
+        for (int64_t c = 0; c < j->nc; c += ST_DOT_MAX_COLS) {
+            const int nc = (int)(j->nc - c < ST_DOT_MAX_COLS ? j->nc - c : ST_DOT_MAX_COLS);
+            float o[ST_DOT_MAX_COLS];
+            j->dotp(j->n, o, j->w + (size_t)r * j->rb, j->pbuf + (size_t)c * pb, pb,
+                    (const float *)(j->pbuf + (size_t)c * pb + xu_b), pb / sizeof(float), nc);
+            for (int k = 0; k < nc; k++) j->out[(c + k) * j->rows + r] = o[k];
+        }
+}
 
 static void run_dotn(const job *j, st_vec_dot_n_fn dn, st_vec_dot_fn d1) {
     for (int64_t r = 0; r < j->rows; r++) {
@@ -56,6 +75,7 @@ static double time_it(const job *j, st_vec_dot_n_fn dn, st_vec_dot_fn d1, st_vec
     while (spent < target_s || calls < 3) {
         const double t0 = now_s();
         if (t) run_tile(j, t);
+        else if (j->dotp) run_dotp(j);
         else run_dotn(j, dn, d1);
         const double dt = now_s() - t0;
         best = dt < best ? dt : best;
@@ -93,7 +113,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_tiles: --rows >= 1, --n a multiple of 256\n");
         return 2;
     }
-    const st_vec_dot_n_fn dn = st_vec_dot_n_get(type); /* NULL for Q8_0: the single-row kernel per row */
+    const st_vec_dot_n_fn dn = st_vec_dot_n_get(type); /* NULL for Q8_0: prepared rows, or the single-row kernel */
+    st_q8_0_prep_fn prep = NULL;
+    st_q8_0_dotp_fn dotp = NULL;
+    if (type == STRATA_TYPE_Q8_0 && !st_q8_0_prepared_get(&prep, &dotp)) prep = NULL, dotp = NULL;
     const st_vec_dot_fn d1 = st_vec_dot_get(type);
     const st_vec_dot_tile_fn tile = st_vec_dot_tile_get(type);
     if (!d1) {
@@ -107,7 +130,8 @@ int main(int argc, char **argv) {
     unsigned char *w = malloc(rb * (size_t)rows), *x = malloc(xb * (size_t)max_nc);
     float *f = malloc(sizeof(float) * (size_t)n), *o1 = malloc(sizeof(float) * (size_t)(rows * max_nc)),
           *o2 = malloc(sizeof(float) * (size_t)(rows * max_nc));
-    if (!w || !x || !f || !o1 || !o2) {
+    unsigned char *pbuf = malloc(st_q8_0_prep_bytes(n) * (size_t)max_nc);
+    if (!w || !x || !f || !o1 || !o2 || !pbuf) {
         fprintf(stderr, "bench_tiles: out of memory\n");
         return 1;
     }
@@ -119,12 +143,13 @@ int main(int argc, char **argv) {
     }
     printf("# bench_tiles: %s, %lld rows of %lld weights (%.2f MB), one thread, AMX %s\n\n", strata_type_name(type),
            (long long)rows, (long long)n, (double)(rb * (size_t)rows) / 1e6, tile ? "on" : "not available");
-    printf("| activation rows | %s GMAC/s | AMX tiles GMAC/s | tiles / several-row | same bits |\n|---:|---:|---:|---:|---|\n", dn ? "several-row" : "single-row");
+    printf("| activation rows | %s GMAC/s | AMX tiles GMAC/s | tiles / several-row | same bits |\n|---:|---:|---:|---:|---|\n",
+           dn ? "several-row" : dotp ? "prepared-row" : "single-row");
     FILE *jf = fopen(json_path, "w");
     if (jf) fprintf(jf, "{\"type\": \"%s\", \"rows\": %lld, \"n\": %lld, \"amx\": %d, \"results\": [", strata_type_name(type),
                     (long long)rows, (long long)n, tile != NULL);
     for (size_t k = 0; k < sizeof ncs / sizeof ncs[0]; k++) {
-        job j = {n, rows, ncs[k], w, rb, x, xb, o1};
+        job j = {n, rows, ncs[k], w, rb, x, xb, o1, prep, dotp, pbuf};
         const double macs = (double)rows * (double)n * (double)ncs[k];
         const double ta = time_it(&j, dn, d1, NULL, target_s);
         double tb = 0;
@@ -149,6 +174,6 @@ int main(int argc, char **argv) {
         fclose(jf);
         printf("\nwrote %s\n", json_path);
     }
-    free(w), free(x), free(f), free(o1), free(o2);
+    free(w), free(x), free(f), free(o1), free(o2), free(pbuf);
     return 0;
 }
