@@ -33,7 +33,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
         > "$R/synth_q3.log" 2>&1 && echo ok > /tmp/q3.done
 ) &
-if make -j16 CUDA=1 all build/bench_tiles build/bench_dot > "$R/build.log" 2>&1; then echo "build ok at $(el)s"
+if make -j16 CUDA=1 all build/bench_tiles build/bench_dot build/bench_moe_step > "$R/build.log" 2>&1; then echo "build ok at $(el)s"
 else echo "BUILD FAILED"; grep -E "error" "$R/build.log" | head -20; exit 1; fi
 fi # AGAIN
 ( cd .devdata/prev && make -j8 CUDA=1 strata build/bench_dot > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done ) &
@@ -50,6 +50,8 @@ echo "---- bench_tiles (one thread) at $(el)s"
 ./build/bench_tiles --rows 2048 --n 768 --json "$R/tiles_q4K_down.json" | tail -n +3
 ./build/bench_tiles --type q5_K --json "$R/tiles_q5K_gate.json" | tail -n +3
 ./build/bench_tiles --type q8_0 --rows 2048 --json "$R/tiles_q80.json" | tail -n +3
+echo "---- bench_moe_step (16 threads: one token's expert step, one dispatch against three stages) at $(el)s"
+./build/bench_moe_step 16 128 400 40 2>&1 | tee "$R/moe_step.txt"
 while [ ! -f /tmp/prev.done ] && [ "$(el)" -lt 400 ] && ! grep -q "Error [0-9]" "$R/prev_build.log"; do sleep 2; done
 echo "---- bench_dot q4_K/q5_K/q8_0, 512 MiB, this build then the previous landing's, at $(el)s"
 ./build/bench_dot --mib 512 --types q4_K,q5_K,q8_0 --json "$R/dot_new.json" | grep -E "^\| (q|type)"
