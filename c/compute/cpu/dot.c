@@ -21,6 +21,7 @@ static st_vec_dot_fn st_tables[ST_ISA_LEVELS][STRATA_TYPE_COUNT];   /* exactly t
 static st_vec_dot_fn st_resolved[ST_ISA_LEVELS][STRATA_TYPE_COUNT]; /* this level or below */
 static st_vec_dot_n_fn st_tables_n[ST_ISA_LEVELS][STRATA_TYPE_COUNT]; /* several rows, this level */
 static st_vec_dot_tile_fn st_tables_tile[STRATA_TYPE_COUNT];        /* AMX, for the AVX-512 level */
+static st_vec_dot_rows_fn st_tables_rows[STRATA_TYPE_COUNT];        /* float rows, AVX-512 level */
 static st_q8_0_prep_fn st_q80_prep;  /* prepared-row Q8_0 kernels, for the AVX-512 level */
 static st_q8_0_dotp_fn st_q80_dotp;
 static int st_amx_enabled = 1;     /* strata_cpu_amx_set */
@@ -36,6 +37,7 @@ static void st_tables_init(void) {
         st_dot_register_avx512(st_tables[STRATA_ISA_AVX512]);
         st_dotn_register_avx512(st_tables_n[STRATA_ISA_AVX512]);
         st_q8_0_prepared_avx512(&st_q80_prep, &st_q80_dotp);
+        st_dot_rows_register_avx512(st_tables_rows);
         if (f->amx_tile && f->amx_int8 && st_amx_request()) st_dot_register_amx(st_tables_tile);
     }
 #else
@@ -78,6 +80,14 @@ st_vec_dot_n_fn st_vec_dot_n_get(strata_type type) {
     /* only where the single-row kernel in use is this level's own: then the bits agree */
     if (lvl < 0 || lvl >= ST_ISA_LEVELS || st_resolved[lvl][type] != st_tables[lvl][type]) return NULL;
     return st_tables_n[lvl][type];
+}
+
+st_vec_dot_rows_fn st_vec_dot_rows_get(strata_type type) {
+    pthread_once(&st_tables_once, st_tables_init);
+    if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT || strata_cpu_isa_active() != STRATA_ISA_AVX512 ||
+        st_resolved[STRATA_ISA_AVX512][type] != st_tables[STRATA_ISA_AVX512][type])
+        return NULL;
+    return st_tables_rows[type];
 }
 
 int st_q8_0_prepared_get(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot) {

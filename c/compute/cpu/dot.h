@@ -30,6 +30,12 @@ typedef void (*st_vec_dot_n_fn)(int64_t n, float *out, const void *w, const void
 typedef void (*st_vec_dot_tile_fn)(int64_t n, float *out, size_t ldo, const void *w, size_t ws,
                                    int nr, const void *xq, size_t xs, int64_t nc);
 
+/* Many float-type rows (w + r * w_stride elements, r < rows) against one f32 vector:
+ * out[r] = dot(row r, x), each bit-identical to the type's single-row kernel of the same level
+ * (the CPU attention's scores, one call for all positions). */
+typedef void (*st_vec_dot_rows_fn)(int64_t n, float *out, const void *w, size_t w_stride, int64_t rows,
+                                   const float *x);
+
 /* Q8_0 weights against activation rows prepared once per matmul: prep turns one Q8_0 activation
  * row of n values into xu (n bytes: the quants + 128) and dxp (st_q8_0_dxp_len(n) floats: the
  * blocks' scales in the order the AVX-512 kernel takes them, 0 past the row); dot then computes
@@ -51,6 +57,7 @@ void st_dot_register_avx2(st_vec_dot_fn *table);
 void st_dot_register_avx512(st_vec_dot_fn *table);
 void st_dotn_register_avx512(st_vec_dot_n_fn *table);
 void st_q8_0_prepared_avx512(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot);
+void st_dot_rows_register_avx512(st_vec_dot_rows_fn *table);
 void st_dot_register_amx(st_vec_dot_tile_fn *table);
 /* Asks the OS for the AMX tile state (Linux: arch_prctl); 1 when granted. */
 int st_amx_request(void);
@@ -64,6 +71,10 @@ st_vec_dot_fn st_vec_dot_get(strata_type type);
 /* The several-row kernel matching st_vec_dot_get(type) (same ISA level, so the same bits), or NULL
  * when that level has none for type (callers then loop the single-row kernel). */
 st_vec_dot_n_fn st_vec_dot_n_get(strata_type type);
+
+/* The rows kernel matching st_vec_dot_get(type) (F32, F16, BF16 at the AVX-512 level), or NULL
+ * (callers loop the single-row kernel). */
+st_vec_dot_rows_fn st_vec_dot_rows_get(strata_type type);
 
 /* The prepared-row Q8_0 kernels above: 1 and both set when the Q8_0 kernel in use is the AVX-512
  * one (whose bits they give), else 0. */

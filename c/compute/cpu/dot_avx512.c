@@ -66,11 +66,11 @@ static inline __m512 st_bf16x16_to_ps(__m256i h) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* LOADW(p) gives 16 weights as floats; LOADW_MASK(m, p) the first lanes of m (zeros elsewhere). */
+/* LOADW(p) gives 16 weights as floats; LOADW_MASK(m, p) the first lanes of m (zeros elsewhere).
+ * name_one is the arithmetic; name (one row) and name_rows (rows w_stride elements apart, the
+ * attention's scores against its K rows: no call a row) run it, so both give the same bits. */
 #define ST_DEFINE_FLOAT_KERNEL(name, WT, LOADW, LOADW_MASK)                                    \
-    static void name(int64_t n, float *out, const void *w, const void *xq) {                   \
-        const WT *a = (const WT *)w;                                                           \
-        const float *x = (const float *)xq;                                                    \
+    static inline __attribute__((always_inline)) float name##_one(int64_t n, const WT *a, const float *x) { \
         __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();                         \
         __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();                         \
         int64_t i = 0;                                                                         \
@@ -84,8 +84,16 @@ static inline __m512 st_bf16x16_to_ps(__m256i h) {
             const __mmask16 m = st_tail_mask(n - i);                                           \
             acc0 = _mm512_fmadd_ps(LOADW_MASK(m, a + i), _mm512_maskz_loadu_ps(m, x + i), acc0); \
         }                                                                                      \
-        *out = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1),                   \
+        return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc0, acc1),                   \
                                                   _mm512_add_ps(acc2, acc3)));                 \
+    }                                                                                          \
+    static void name(int64_t n, float *out, const void *w, const void *xq) {                   \
+        *out = name##_one(n, (const WT *)w, (const float *)xq);                                \
+    }                                                                                          \
+    static void name##_rows(int64_t n, float *out, const void *w, size_t w_stride, int64_t rows, \
+                            const float *x) {                                                  \
+        const WT *a = (const WT *)w;                                                           \
+        for (int64_t r = 0; r < rows; r++) out[r] = name##_one(n, a + (size_t)r * w_stride, x); \
     }
 
 #define ST_LOAD_F32(p) _mm512_loadu_ps(p)
@@ -930,6 +938,12 @@ static void st_dot_iq3_s_avx512(int64_t n, float *out, const void *w, const void
 /* ---------------------------------------------------------------------------------------------
  * Registration
  * ------------------------------------------------------------------------------------------- */
+
+void st_dot_rows_register_avx512(st_vec_dot_rows_fn *table) {
+    table[STRATA_TYPE_F32] = st_dot_f32_avx512_rows;
+    table[STRATA_TYPE_F16] = st_dot_f16_avx512_rows;
+    table[STRATA_TYPE_BF16] = st_dot_bf16_avx512_rows;
+}
 
 void st_q8_0_prepared_avx512(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot) {
     *prep = st_q8_0_prep_avx512;

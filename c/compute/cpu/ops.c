@@ -23,15 +23,22 @@ void st_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) 
 }
 
 void st_softmax(float *x, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    const float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+    /* four partial maxima (the same maximum) and four double partial sums added in a fixed
+     * order at the end: no serial chain of double adds over the attended positions */
+    float m4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++) m4[k] = x[i + k] > m4[k] ? x[i + k] : m4[k];
+    for (; i < n; i++) m4[0] = x[i] > m4[0] ? x[i] : m4[0];
+    float mx = m4[0];
+    for (int k = 1; k < 4; k++) mx = m4[k] > mx ? m4[k] : mx;
+    for (i = 0; i < n; i++) x[i] = expf(x[i] - mx);
+    double s4[4] = {0.0, 0.0, 0.0, 0.0};
+    for (i = 0; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++) s4[k] += x[i + k];
+    for (; i < n; i++) s4[0] += x[i];
+    const float inv = (float)(1.0 / ((s4[0] + s4[1]) + (s4[2] + s4[3])));
+    for (i = 0; i < n; i++) x[i] *= inv;
 }
 
 void st_swiglu(float *h, const float *g, const float *u, int64_t n) {
@@ -347,6 +354,7 @@ typedef struct {
     float *out;
     float *scratch;
     st_vec_dot_fn dot;
+    st_vec_dot_rows_fn dotr; /* the scores in one call (the same bits as dot a row), or NULL */
     size_t el;            /* bytes per cache element */
 } st_attn_job;
 
@@ -362,10 +370,15 @@ static void st_attn_task(void *ctx, int64_t b, int64_t e, int tid) {
         const int64_t t = item / s->n_head, h = item % s->n_head, hk = h / group;
         const int64_t np = j->pos0 + t + 1;     /* positions attended */
         const float *q = j->q + (t * s->n_head + h) * hd;
-        for (int64_t p = 0; p < np; p++) {
-            float d;
-            j->dot(hd, &d, K + ((size_t)p * (size_t)nk + (size_t)(hk * hd)) * j->el, q);
-            sc[p] = d * s->scale;
+        if (j->dotr) {
+            j->dotr(hd, sc, K + (size_t)(hk * hd) * j->el, (size_t)nk, np, q);
+            for (int64_t p = 0; p < np; p++) sc[p] *= s->scale;
+        } else {
+            for (int64_t p = 0; p < np; p++) {
+                float d;
+                j->dot(hd, &d, K + ((size_t)p * (size_t)nk + (size_t)(hk * hd)) * j->el, q);
+                sc[p] = d * s->scale;
+            }
         }
         st_softmax(sc, np);
         float *o = j->out + (t * s->n_head + h) * hdv;
@@ -376,7 +389,7 @@ static void st_attn_task(void *ctx, int64_t b, int64_t e, int tid) {
 
 void st_attention(st_threadpool *tp, const st_kv_layer *kv, const st_attn_shape *s, const float *q,
                   int64_t T, int64_t pos0, float *out, float *scratch) {
-    st_attn_job j = {kv, s, q, pos0, out, scratch, st_vec_dot_get(kv->type),
+    st_attn_job j = {kv, s, q, pos0, out, scratch, st_vec_dot_get(kv->type), st_vec_dot_rows_get(kv->type),
                      kv->type == STRATA_TYPE_F32 ? 4 : 2};
     const int64_t items = T * s->n_head;
     /* short contexts are cheap per item: keep them on fewer chunks */
