@@ -390,10 +390,52 @@ static void test_q8_0_prepared(void) {
     CHECK(same, "q8_0 prepared rows bit-identical to the single-row kernel (%d cases)", cases);
 }
 
+/* (f) the float rows kernels (the CPU attention's scores): each row bit-identical to the single
+ * row kernel, for lengths with and without a tail, strided rows. */
+static void test_float_rows(void) {
+    const strata_type types[] = {STRATA_TYPE_F32, STRATA_TYPE_F16, STRATA_TYPE_BF16};
+    test_rng rng = {9090};
+    int found = 0;
+    for (size_t ti = 0; ti < ST_ARRAY_LEN(types); ti++) {
+        st_vec_dot_rows_fn dr = st_vec_dot_rows_get(types[ti]);
+        if (!dr) continue;
+        found++;
+        st_vec_dot_fn d1 = st_vec_dot_get(types[ti]);
+        const size_t es = types[ti] == STRATA_TYPE_F32 ? 4 : 2;
+        int same = 1;
+        for (int rep = 0; rep < 30; rep++) {
+            const int64_t n = 1 + (int64_t)(test_rng_next(&rng) % 300), rows = 1 + (int64_t)(test_rng_next(&rng) % 40);
+            const size_t stride = (size_t)n + test_rng_next(&rng) % 50; /* elements */
+            unsigned char *w = malloc(stride * (size_t)rows * es);
+            float *x = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)rows);
+            if (!w || !x || !got) { free(w); free(x); free(got); CHECK(0, "out of memory"); return; }
+            for (size_t i = 0; i < stride * (size_t)rows; i++) {
+                const float v = test_rng_float(&rng);
+                if (es == 4) memcpy(w + 4 * i, &v, 4);
+                else {
+                    const uint16_t h = types[ti] == STRATA_TYPE_F16 ? st_f32_to_fp16(v) : st_f32_to_bf16(v);
+                    memcpy(w + 2 * i, &h, 2);
+                }
+            }
+            for (int64_t i = 0; i < n; i++) x[i] = test_rng_float(&rng);
+            dr(n, got, w, stride, rows, x);
+            for (int64_t r = 0; r < rows; r++) {
+                float want;
+                d1(n, &want, w + (size_t)r * stride * es, x);
+                same &= memcmp(&want, &got[r], sizeof want) == 0;
+            }
+            free(w); free(x); free(got);
+        }
+        CHECK(same, "%s: rows kernel bit-identical to the single-row one", strata_type_name(types[ti]));
+    }
+    if (!found) SKIP("no rows kernels at this CPU's ISA level (AVX-512 has them)");
+}
+
 int main(void) {
     test_isa();
     test_multi_rows();
     test_q8_0_prepared();
+    test_float_rows();
     test_args();
     test_kernels();
     /* again at the scalar level: the public path through the fallback table */
