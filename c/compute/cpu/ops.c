@@ -382,8 +382,11 @@ static void st_attn_task(void *ctx, int64_t b, int64_t e, int tid) {
         }
         st_softmax(sc, np);
         float *o = j->out + (t * s->n_head + h) * hdv;
-        for (int64_t d = 0; d < hdv; d++)
-            j->dot(np, &o[d], V + ((size_t)(hk * hdv + d) * (size_t)j->kv->n_ctx) * j->el, sc);
+        const uint8_t *Vh = V + (size_t)(hk * hdv) * (size_t)j->kv->n_ctx * j->el; /* [hdv][n_ctx] */
+        if (j->dotr) /* every output dimension in one call: the same bits */
+            j->dotr(np, o, Vh, (size_t)j->kv->n_ctx, hdv, sc);
+        else
+            for (int64_t d = 0; d < hdv; d++) j->dot(np, &o[d], Vh + (size_t)d * (size_t)j->kv->n_ctx * j->el, sc);
     }
 }
 
