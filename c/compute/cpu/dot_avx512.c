@@ -252,21 +252,23 @@ static inline __m512i st_q8_0_isums16(const __m512i p[8]) {
 /* The same as floats (exact: the sums are far below 2^24). */
 static inline __m512 st_q8_0_sums16(const __m512i p[8]) { return _mm512_cvtepi32_ps(st_q8_0_isums16(p)); }
 
-/* d_w * d_x of blocks i + (4j + L) in lane 4L + j, for the blocks in mask m (others 0). */
-static inline __m512 st_q8_0_scales16(const void *w, size_t wbs, const block_q8_0 *y, int64_t i, __mmask16 m) {
-    /* w: the weight row, wbs: its block size in bytes; every 32-weight block opens with its d */
-    _Alignas(32) uint16_t hw[16], hx[16];
+/* The fp16 scales of blocks i .. i + 15 of a row of bs-byte blocks that each open with their d,
+ * as floats, block i + 4j + L in lane 4L + j; the blocks from i + left on are not read (0). */
+static inline __m512 st_blk_d16(const void *row, size_t bs, int64_t i, int64_t left) {
+    _Alignas(32) uint16_t h[16];
 #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) {
-        const int l = 4 * (k % 4) + k / 4;
-        const int on = (m >> l) & 1;
-        uint16_t dw = 0; /* blocks past the row are not read */
-        if (on) memcpy(&dw, (const uint8_t *)w + (size_t)(i + k) * wbs, 2);
-        hw[l] = dw;
-        hx[l] = on ? y[i + k].d : 0;
+        uint16_t d = 0;
+        if (k < left) memcpy(&d, (const uint8_t *)row + (size_t)(i + k) * bs, 2);
+        h[4 * (k % 4) + k / 4] = d;
     }
-    return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hw)),
-                         _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hx)));
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)h));
+}
+
+/* d_w * d_x of blocks i + (4j + L) in lane 4L + j, for the first `left` of them (others 0);
+ * w: the weight row, wbs: its block size in bytes. */
+static inline __m512 st_q8_0_scales16(const void *w, size_t wbs, const block_q8_0 *y, int64_t i, int64_t left) {
+    return _mm512_mul_ps(st_blk_d16(w, wbs, i, left), st_blk_d16(y, sizeof(block_q8_0), i, left));
 }
 
 /* The result from the 16 accumulators (acc_k in lane 4 * (k % 4) + k / 4): acc_k + acc_{k+8},
@@ -298,14 +300,11 @@ static inline __m512i st_q4_0_pairsum(const block_q4_0 *b, const block_q8_0 *y, 
             __m512i p[8];                                                                     \
             if (left >= 16) {                                                                 \
                 _Pragma("GCC unroll 8") for (int q = 0; q < 8; q++) p[q] = PAIRSUM(b, y, i + 2 * q, 1); \
-                acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, sizeof(WT), y, i, 0xFFFF), acc); \
+                acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, sizeof(WT), y, i, 16), acc); \
             } else { /* 1..15 blocks: the missing ones count as S 0 with scale 0 */            \
-                __mmask16 m = 0;                                                              \
                 for (int q = 0; q < 8; q++)                                                   \
                     p[q] = 2 * q < left ? PAIRSUM(b, y, i + 2 * q, 2 * q + 1 < left) : _mm512_setzero_si512(); \
-                for (int k = 0; k < 16; k++)                                                  \
-                    if (k < left) m |= (__mmask16)(1u << (4 * (k % 4) + k / 4));              \
-                acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, sizeof(WT), y, i, m), acc); \
+                acc = _mm512_fmadd_ps(st_q8_0_sums16(p), st_q8_0_scales16(b, sizeof(WT), y, i, left), acc); \
             }                                                                                 \
         }                                                                                     \
         *out = st_q8_0_final(acc);                                                            \
@@ -331,29 +330,18 @@ static inline void st_dot_q4_0_cols_step(const block_q4_0 *b, const uint8_t *y0,
     const __m512i off = _mm512_set1_epi8(8);
     const int full = left >= 16;
     __m512i u[8];
-    _Alignas(32) uint16_t hw[16];
 #pragma GCC unroll 8
     for (int q = 0; q < 8; q++)
         u[q] = full || 2 * q < left ? st_q4_0_wpair(b, i + 2 * q, full || 2 * q + 1 < left) : _mm512_setzero_si512();
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; k++) {
-        uint16_t dw = 0; /* blocks past the row are not read */
-        if (full || k < left) memcpy(&dw, &b[i + k].d, 2);
-        hw[4 * (k % 4) + k / 4] = dw;
-    }
-    const __m512 dwv = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hw));
+    const __m512 dwv = st_blk_d16(b, sizeof(block_q4_0), i, left);
     for (int c = 0; c < NC; c++) {
         const block_q8_0 *y = (const block_q8_0 *)(y0 + (size_t)c * ys);
         __m512i p[8];
-        _Alignas(32) uint16_t hx[16];
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++)
             p[q] = full || 2 * q < left ? st_dot_offset(u[q], st_q8_0_x(y, i + 2 * q, full || 2 * q + 1 < left), off)
                                         : _mm512_setzero_si512();
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++)
-            hx[4 * (k % 4) + k / 4] = full || k < left ? y[i + k].d : 0;
-        const __m512 sc = _mm512_mul_ps(dwv, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hx)));
+        const __m512 sc = _mm512_mul_ps(dwv, st_blk_d16(y, sizeof(block_q8_0), i, left));
         acc[c] = _mm512_fmadd_ps(st_q8_0_sums16(p), sc, acc[c]);
     }
 }
@@ -381,11 +369,7 @@ static void st_q8_0_prep_avx512(const void *xq, int64_t n, uint8_t *xu, float *d
     for (int64_t b = 0; b < nb; b++)
         _mm256_storeu_si256((__m256i *)(xu + 32 * b),
                             _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[b].qs), off));
-    for (int64_t i = 0; i < nb; i += 16) {
-        _Alignas(32) uint16_t hx[16];
-        for (int k = 0; k < 16; k++) hx[4 * (k % 4) + k / 4] = i + k < nb ? y[i + k].d : 0;
-        _mm512_storeu_ps(dxp + i, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hx)));
-    }
+    for (int64_t i = 0; i < nb; i += 16) _mm512_storeu_ps(dxp + i, st_blk_d16(y, sizeof(block_q8_0), i, nb - i));
 }
 
 static inline void st_dotp_q8_0_cols(int64_t n, float *out, const block_q8_0 *b, const uint8_t *xu, size_t xs,
@@ -397,20 +381,13 @@ static inline void st_dotp_q8_0_cols(int64_t n, float *out, const block_q8_0 *b,
     for (int64_t i = 0; i < nb; i += 16) {
         const int64_t left = nb - i;
         __m512i wv[8], cp[8];
-        _Alignas(32) uint16_t hw[16];
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) {
             wv[q] = 2 * q < left ? st_load_2x256(b[i + 2 * q].qs, 2 * q + 1 < left ? b[i + 2 * q + 1].qs : NULL) : z;
             cp[q] = _mm512_dpbusd_epi32(z, c128, wv[q]); /* 128 sum(w) */
         }
         const __m512i corr = st_q8_0_isums16(cp);
-#pragma GCC unroll 16
-        for (int k = 0; k < 16; k++) {
-            uint16_t dw = 0; /* blocks past the row are not read */
-            if (k < left) memcpy(&dw, &b[i + k].d, 2);
-            hw[4 * (k % 4) + k / 4] = dw;
-        }
-        const __m512 dwv = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)hw));
+        const __m512 dwv = st_blk_d16(b, sizeof(block_q8_0), i, left);
         for (int c = 0; c < NC; c++) {
             const uint8_t *xr = xu + (size_t)c * xs + 32 * i;
             __m512i p[8];
