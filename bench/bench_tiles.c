@@ -35,15 +35,15 @@ typedef struct {
 
 /* Q8_0 as a prompt matmul runs it: the activation rows prepared once, then 4 at a time. */
 static void run_dotp(const job *j) {
-    const size_t pb = st_q8_0_prep_bytes(j->n), xu_b = ((size_t)j->n + 63) / 64 * 64;
+    const size_t pb = st_q8_0_prep_bytes(j->n);
     for (int64_t c = 0; c < j->nc; c++)
-        j->prep(j->x + (size_t)c * j->xb, j->n, j->pbuf + (size_t)c * pb, (float *)(j->pbuf + (size_t)c * pb + xu_b));
+        j->prep(j->x + (size_t)c * j->xb, j->n, st_q8_0_prep_xu(j->pbuf, j->n, c), st_q8_0_prep_dxp(j->pbuf, j->n, c));
     for (int64_t r = 0; r < j->rows; r++)
         for (int64_t c = 0; c < j->nc; c += ST_DOT_MAX_COLS) {
             const int nc = (int)(j->nc - c < ST_DOT_MAX_COLS ? j->nc - c : ST_DOT_MAX_COLS);
             float o[ST_DOT_MAX_COLS];
-            j->dotp(j->n, o, j->w + (size_t)r * j->rb, j->pbuf + (size_t)c * pb, pb,
-                    (const float *)(j->pbuf + (size_t)c * pb + xu_b), pb / sizeof(float), nc);
+            j->dotp(j->n, o, j->w + (size_t)r * j->rb, st_q8_0_prep_xu(j->pbuf, j->n, c), pb,
+                    st_q8_0_prep_dxp(j->pbuf, j->n, c), pb / sizeof(float), nc);
             for (int k = 0; k < nc; k++) j->out[(c + k) * j->rows + r] = o[k];
         }
 }

@@ -46,9 +46,15 @@ typedef void (*st_q8_0_prep_fn)(const void *xq, int64_t n, uint8_t *xu, float *d
 typedef void (*st_q8_0_dotp_fn)(int64_t n, float *out, const void *w, const uint8_t *xu, size_t xu_stride,
                                 const float *dxp, size_t dxp_stride, int nc);
 static inline size_t st_q8_0_dxp_len(int64_t n) { return (size_t)(16 * ((n / 32 + 15) / 16)); }
-/* Bytes of one prepared row in a buffer: xu rounded to 64 bytes, then its dxp. */
-static inline size_t st_q8_0_prep_bytes(int64_t n) {
-    return ((size_t)n + 63) / 64 * 64 + sizeof(float) * st_q8_0_dxp_len(n);
+/* The callers' buffer of prepared rows: row i at i * st_q8_0_prep_bytes(n), its xu (padded to 64
+ * bytes) then its dxp; pass st_q8_0_prep_bytes(n) and st_q8_0_prep_bytes(n) / 4 as the strides. */
+static inline size_t st_q8_0_xu_bytes(int64_t n) { return ((size_t)n + 63) / 64 * 64; }
+static inline size_t st_q8_0_prep_bytes(int64_t n) { return st_q8_0_xu_bytes(n) + sizeof(float) * st_q8_0_dxp_len(n); }
+static inline uint8_t *st_q8_0_prep_xu(uint8_t *buf, int64_t n, int64_t i) {
+    return buf + (size_t)i * st_q8_0_prep_bytes(n);
+}
+static inline float *st_q8_0_prep_dxp(uint8_t *buf, int64_t n, int64_t i) {
+    return (float *)(st_q8_0_prep_xu(buf, n, i) + st_q8_0_xu_bytes(n));
 }
 
 /* Each fills the entries it implements of table[STRATA_TYPE_COUNT] and leaves the rest alone. */

@@ -182,9 +182,7 @@ typedef struct {
     st_vec_dot_n_fn dotn[ST_MM_MAX];   /* several tokens per weight row, or NULL */
     st_vec_dot_tile_fn tile[ST_MM_MAX]; /* 16 weight rows x all tokens (AMX), or NULL */
     st_q8_0_dotp_fn dotp[ST_MM_MAX];   /* Q8_0 against the prepared rows below, or NULL */
-    const uint8_t *xu;                 /* [T] prepared Q8_0 rows: quants + 128 (xu_rb apart) */
-    const float *dxp;                  /* [T] their scales (dxp_len floats apart) */
-    size_t xu_rb, dxp_len;
+    uint8_t *prepared;                 /* [T] prepared Q8_0 rows of x (dot.h's buffer layout) */
     int64_t T;
 } st_mm_job;
 
@@ -194,16 +192,14 @@ typedef struct {
     const uint8_t *xq;
     size_t xq_rb;
     int64_t n;
-    uint8_t *xu;
-    float *dxp;
-    size_t xu_rb, dxp_len;
+    uint8_t *buf;
 } st_mm_prep_job;
 
 static void st_mm_prep_task(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_mm_prep_job *p = ctx;
     for (int64_t t = b; t < e; t++)
-        p->prep(p->xq + (size_t)t * p->xq_rb, p->n, p->xu + (size_t)t * p->xu_rb, p->dxp + (size_t)t * p->dxp_len);
+        p->prep(p->xq + (size_t)t * p->xq_rb, p->n, st_q8_0_prep_xu(p->buf, p->n, t), st_q8_0_prep_dxp(p->buf, p->n, t));
 }
 
 static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {
@@ -239,8 +235,9 @@ static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {
                     for (; t < t1; t += ST_DOT_MAX_COLS) {
                         const int nc = (int)(t1 - t < ST_DOT_MAX_COLS ? t1 - t : ST_DOT_MAX_COLS);
                         float o[ST_DOT_MAX_COLS];
-                        dotp(n, o, row, j->xu + (size_t)t * j->xu_rb, j->xu_rb, j->dxp + (size_t)t * j->dxp_len,
-                             j->dxp_len, nc);
+                        const size_t pb = st_q8_0_prep_bytes(n);
+                        dotp(n, o, row, st_q8_0_prep_xu(j->prepared, n, t), pb, st_q8_0_prep_dxp(j->prepared, n, t),
+                             pb / sizeof(float), nc);
                         for (int c = 0; c < nc; c++) mm->y[(t + c) * mm->ldy + r] = o[c];
                     }
                 if (dotn) /* ST_DOT_MAX_COLS tokens per pass over the row: the same bits */
@@ -298,14 +295,9 @@ void st_matmul_multi(st_threadpool *tp, const st_mm *mats, int n_mats, const flo
         if (want) {
             const size_t q8k_bytes = st_act_bytes(STRATA_TYPE_Q4_K, n % 256 ? 256 * (n / 256 + 1) : n, T);
             uint8_t *base = slot_buf[2] + ((q8k_bytes + 63) & ~(size_t)63);
-            st_mm_prep_job p = {prep, slot_ptr[1], st_act_bytes(STRATA_TYPE_Q8_0, n, 1), n, base, NULL,
-                                ((size_t)n + 63) / 64 * 64, st_q8_0_dxp_len(n)};
-            p.dxp = (float *)(base + p.xu_rb * (size_t)T);
+            st_mm_prep_job p = {prep, slot_ptr[1], st_act_bytes(STRATA_TYPE_Q8_0, n, 1), n, base};
             st_threadpool_run(tp, T, T * n < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1), st_mm_prep_task, &p);
-            j.xu = p.xu;
-            j.dxp = p.dxp;
-            j.xu_rb = p.xu_rb;
-            j.dxp_len = p.dxp_len;
+            j.prepared = base;
         }
     }
     const int64_t rows = j.first[n_mats];

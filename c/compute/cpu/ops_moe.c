@@ -85,19 +85,12 @@ typedef struct {
     st_vec_dot_n_fn dotn_gu, dotn_d;   /* several pairs per weight row (same bits), or NULL */
     st_vec_dot_tile_fn tile_gu, tile_d; /* 16 weight rows x an expert's pairs (AMX), or NULL */
     int64_t tile_min_gu, tile_min_d;    /* the fewest pairs an expert hands to them */
-    /* Q8_0 weights against prepared activation rows (dot.h), or NULL: x's rows in pair order,
-     * h's rows; each row's quants + 128 (xu) then its scales (dxp), prep_* bytes apart */
+    /* Q8_0 weights against prepared activation rows (dot.h's buffer layout), or NULL: x's rows
+     * in pair order (px), h's rows (ph) */
     st_q8_0_prep_fn prep;
     st_q8_0_dotp_fn dotp_gu, dotp_d;
     uint8_t *px, *ph;
-    size_t prep_x, prep_h;
 } st_moe_job;
-
-/* Prepared row i of a region of rows of n values, prep bytes each: its xu and its dxp. */
-static inline const uint8_t *st_moe_pxu(const uint8_t *base, size_t prep, int64_t i) { return base + (size_t)i * prep; }
-static inline const float *st_moe_pdx(const uint8_t *base, size_t prep, int64_t n, int64_t i) {
-    return (const float *)(base + (size_t)i * prep + ((size_t)n + 63) / 64 * 64);
-}
 
 /* Pairs per tile call of gate/up (the up results' buffer on the stack). */
 #define ST_MOE_TILE_GROUP 64
@@ -148,10 +141,11 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
                 const int64_t left = j->offs[ex + 1] - i;
                 const int nc = (int)(left < ST_DOT_MAX_COLS ? left : ST_DOT_MAX_COLS);
                 float vg[ST_DOT_MAX_COLS], vu[ST_DOT_MAX_COLS];
-                const uint8_t *xu = st_moe_pxu(j->px, j->prep_x, i);
-                const float *dx = st_moe_pdx(j->px, j->prep_x, j->n_embd, i);
-                j->dotp_gu(j->n_embd, vg, wg, xu, j->prep_x, dx, j->prep_x / sizeof(float), nc);
-                j->dotp_gu(j->n_embd, vu, wu, xu, j->prep_x, dx, j->prep_x / sizeof(float), nc);
+                const uint8_t *xu = st_q8_0_prep_xu(j->px, j->n_embd, i);
+                const float *dx = st_q8_0_prep_dxp(j->px, j->n_embd, i);
+                const size_t pb = st_q8_0_prep_bytes(j->n_embd);
+                j->dotp_gu(j->n_embd, vg, wg, xu, pb, dx, pb / sizeof(float), nc);
+                j->dotp_gu(j->n_embd, vu, wu, xu, pb, dx, pb / sizeof(float), nc);
                 for (int c = 0; c < nc; c++) j->h[(i + c) * j->n_ff + r] = st_silu(vg[c]) * vu[c];
             }
         if (j->dotn_gu) /* gate and up share the activation type: up to 4 pairs per row pass */
@@ -217,8 +211,9 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
                 const int64_t left = j->offs[ex + 1] - i;
                 const int nc = (int)(left < ST_DOT_MAX_COLS ? left : ST_DOT_MAX_COLS);
                 float o[ST_DOT_MAX_COLS];
-                j->dotp_d(j->n_ff, o, wd, st_moe_pxu(j->ph, j->prep_h, i), j->prep_h,
-                          st_moe_pdx(j->ph, j->prep_h, j->n_ff, i), j->prep_h / sizeof(float), nc);
+                const size_t pb = st_q8_0_prep_bytes(j->n_ff);
+                j->dotp_d(j->n_ff, o, wd, st_q8_0_prep_xu(j->ph, j->n_ff, i), pb, st_q8_0_prep_dxp(j->ph, j->n_ff, i),
+                          pb / sizeof(float), nc);
                 for (int c = 0; c < nc; c++) j->y[(i + c) * j->n_embd + r] = o[c];
             }
         if (j->dotn_d)
@@ -246,16 +241,16 @@ static void st_moe_prep_x(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_moe_job *j = ctx;
     for (int64_t i = b; i < e; i++)
-        j->prep(j->xq_g + (size_t)j->pair_tok[i] * j->rb_g, j->n_embd, j->px + (size_t)i * j->prep_x,
-                (float *)st_moe_pdx(j->px, j->prep_x, j->n_embd, i));
+        j->prep(j->xq_g + (size_t)j->pair_tok[i] * j->rb_g, j->n_embd, st_q8_0_prep_xu(j->px, j->n_embd, i),
+                st_q8_0_prep_dxp(j->px, j->n_embd, i));
 }
 
 static void st_moe_prep_h(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_moe_job *j = ctx;
     for (int64_t i = b; i < e; i++)
-        j->prep(j->hq + (size_t)i * j->rb_h, j->n_ff, j->ph + (size_t)i * j->prep_h,
-                (float *)st_moe_pdx(j->ph, j->prep_h, j->n_ff, i));
+        j->prep(j->hq + (size_t)i * j->rb_h, j->n_ff, st_q8_0_prep_xu(j->ph, j->n_ff, i),
+                st_q8_0_prep_dxp(j->ph, j->n_ff, i));
 }
 
 /* ---- one token in one dispatch ---------------------------------------------------------------
@@ -440,8 +435,6 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
         j.dotp_d = td == STRATA_TYPE_Q8_0 ? dotp : NULL;
         j.px = px;
         j.ph = ph;
-        j.prep_x = st_q8_0_prep_bytes(n_embd);
-        j.prep_h = st_q8_0_prep_bytes(n_ff);
     }
     /* the grouped pairs: P less the dropped slots (pair_tok holds only these) */
     const int64_t n_pairs = offs[n_expert];
