@@ -9,12 +9,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define ST_PAUSE() _mm_pause()
-#else
-#define ST_PAUSE() ((void)0)
-#endif
 
 struct st_expert_pool {
     const st_expert *experts;          /* [n_layer][n_expert] */

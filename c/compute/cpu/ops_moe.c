@@ -8,13 +8,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define ST_MOE_PAUSE() _mm_pause()
-#else
-#define ST_MOE_PAUSE() ((void)0)
-#endif
-
 /* ---------------------------------------------------------------------------------------------
  * Routing
  * ------------------------------------------------------------------------------------------- */
@@ -302,7 +295,7 @@ static void st_moe_one_task(void *ctx, int64_t b, int64_t e, int tid) {
             for (int64_t a = r0 / j->n_embd; a <= (r1 - 1) / j->n_embd; a++)
                 for (int spin = 0; !atomic_load_explicit(&o->ready[a], memory_order_acquire); spin++) {
                     if (spin >= 256 && spin % 64 == 0) sched_yield();
-                    else ST_MOE_PAUSE();
+                    else ST_PAUSE();
                 }
             st_moe_down((void *)j, r0, r1, tid);
         }

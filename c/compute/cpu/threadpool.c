@@ -8,12 +8,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define ST_PAUSE() _mm_pause()
-#else
-#define ST_PAUSE() ((void)0)
-#endif
 
 /* Spin iterations before sleeping: tens of microseconds, enough to catch back-to-back jobs. */
 #define ST_SPIN_ITERS 4000

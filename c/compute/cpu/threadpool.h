@@ -14,6 +14,15 @@
 
 #include "common.h"
 
+/* One pause in a spin-wait loop (x86: the PAUSE hint; elsewhere nothing), for the pool's own
+ * waits and for its users' (the expert step's readiness flags, the doorbell pool). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define ST_PAUSE() _mm_pause()
+#else
+#define ST_PAUSE() ((void)0)
+#endif
+
 typedef struct st_threadpool st_threadpool;
 
 /* fn(ctx, begin, end, thread_id): process items [begin, end). */
