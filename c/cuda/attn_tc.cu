@@ -355,14 +355,17 @@ st_k_attn_dtc(const st_attn_args a) {
      * before pos0 starts their copies, and sends its later tiles' rows before pos0 towards L2,
      * before griddepcontrol.wait, overlapping the kernels before it (the q/k/v GEMV's tail,
      * RoPE and the store). The copies are the same either way: the same bits. */
-    const bool early = ST_ATTN_DTC_EARLY && p_begin + (int64_t)(NS - 1) * BN <= pos0;
-    if (early) {
+    auto first_tiles = [&]() { /* tiles 0 .. NS - 2 into their stages, a commit group each */
 #pragma unroll
         for (int s = 0; s < NS - 1; s++) {
             if (s < n_tiles) st_attn_tc_fetch<HD>(S0 + 2 * s * BN * LDS, S0 + (2 * s + 1) * BN * LDS, Kb, Vb,
                                                   p_begin + (int64_t)s * BN, p_end);
             st_cp_async_commit();
         }
+    };
+    const bool early = ST_ATTN_DTC_EARLY && p_begin + (int64_t)(NS - 1) * BN <= pos0;
+    if (early) {
+        first_tiles();
         /* rows p_begin + (NS - 1) BN .. min(p_end, pos0 - 1): 128-byte lines of K and V */
         const int64_t q0 = p_begin + (int64_t)(NS - 1) * BN, q1 = min(p_end, pos0 - 1);
         constexpr int LPP = HD * 2 / 128; /* lines a position */
@@ -373,14 +376,7 @@ st_k_attn_dtc(const st_attn_args a) {
         }
     }
     st_pdl_enter();
-    if (!early) {
-#pragma unroll
-        for (int s = 0; s < NS - 1; s++) {
-            if (s < n_tiles) st_attn_tc_fetch<HD>(S0 + 2 * s * BN * LDS, S0 + (2 * s + 1) * BN * LDS, Kb, Vb,
-                                                  p_begin + (int64_t)s * BN, p_end);
-            st_cp_async_commit();
-        }
-    }
+    if (!early) first_tiles();
 
     /* the 16 query rows as f16 A fragments (every warp the same), staged through the last stage */
     __half *const Qh = S0 + 2 * (NS - 1) * BN * LDS, *const Ql = Qh + 16 * LDS;
