@@ -14,7 +14,7 @@
 # attn_check), NOGRAPHS=0 (skip
 # the rows without CUDA graphs), DISK=1 (the disk O_DIRECT expert read rate), NCU_MMQ=1 (ncu sections of
 # the int8 tiles), NCU_ATTN=1 (of the tensor-core attention at depth 16K), AB_NVCC="-D..." / AB2_NVCC (AB_D=1: with depth rows),
-# MOE_STEP=1 (bench_moe_step on the host: the CPU expert step in one dispatch against three stages)
+# MOE_STEP=1 (bench_moe_step on the host: the CPU expert step in one dispatch, in three stages, warmed)
 # (pp512/tg128 rows from a second build with those nvcc flags), DEPTH_SWEEP=1 (the offloading
 # sweep at depth 16K), NCU_PP=1 (per-kernel times of a qwen3 pp512 pass), NCU_SECT=regex (ncu sections of those decode
 # kernels), ROWS=regex (only the benchmark rows whose names match).
@@ -361,8 +361,7 @@ fi
 # random qwen3-shaped Q4_K experts from DRAM, 16 threads held through a 40 us gap, as in a
 # --cpu-moe decode step's CPU layer) ----
 if [ "${MOE_STEP:-0}" = 1 ] && make -j16 CUDA=1 build/bench_moe_step > /dev/null 2>&1; then
-    ./build/bench_moe_step 16 128 400 40 2>&1 | tee "$R/bench_moe_step.txt"
-    ./build/bench_moe_step 16 128 400 0 2>&1 | tail -2 | tee -a "$R/bench_moe_step.txt"
+    ./build/bench_moe_step 16 128 300 60 2>&1 | tee "$R/bench_moe_step.txt"
 fi
 # ---- the disk's expert read rate (O_DIRECT, the streamed tier's bound; DISK=1) ----
 if [ "${DISK:-0}" = 1 ] && [ "$(el)" -lt "$BUDGET" ] && make -j16 CUDA=1 bench > /dev/null 2>&1; then

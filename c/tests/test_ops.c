@@ -141,6 +141,35 @@ static void test_threadpool(void) {
         st_threadpool_free(tp); /* still held */
     }
     st_threadpool_hold(NULL, 1); /* a no-op */
+    /* posted jobs (st_threadpool_post): the workers run them while the caller goes on; wait,
+     * the next run or post, and free each wait for them; a pool without workers drops them */
+    for (int nt = 1; nt <= 3; nt++) {
+        st_threadpool *tp = NULL;
+        if (st_threadpool_create(nt, &tp) != STRATA_OK) { CHECK(0, "create %d", nt); continue; }
+        tp_ctx c = {hits, nt, 0};
+        int ok = 1;
+        for (int rep = 0; rep < 300; rep++) {
+            const int64_t n = 1 + (rep * 37) % N;
+            for (int64_t i = 0; i < N; i++) atomic_store(&hits[i], 0);
+            st_threadpool_hold(tp, rep & 1);
+            st_threadpool_post(tp, n, 1 + rep % 5, tp_task, &c);
+            if (rep % 3 == 0) st_threadpool_wait(tp);
+            else if (rep % 3 == 1) st_threadpool_run(tp, n, 3, tp_task, &c); /* waits first */
+            else st_threadpool_post(tp, n, 2, tp_task, &c), st_threadpool_wait(tp);
+            const int want = nt == 1 ? (rep % 3 == 1) : (rep % 3 == 0 ? 1 : 2);
+            for (int64_t i = 0; i < N; i++) ok &= atomic_load(&hits[i]) == (i < n ? want : 0);
+        }
+        st_threadpool_hold(tp, 0);
+        CHECK(ok && !atomic_load(&c.bad_tid), "posted jobs on a pool of %d: every item as often as posted "
+              "and run (none without workers)", nt);
+        for (int64_t i = 0; i < N; i++) atomic_store(&hits[i], 0);
+        st_threadpool_post(tp, N, 1, tp_task, &c);
+        st_threadpool_free(tp); /* waits for the posted job */
+        int all = 1;
+        for (int64_t i = 0; i < N; i++) all &= atomic_load(&hits[i]) == (nt > 1);
+        CHECK(all, "pool of %d freed with a posted job: its items done first", nt);
+    }
+    st_threadpool_wait(NULL); /* a no-op */
     free(hits);
 }
 
@@ -560,6 +589,33 @@ static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) 
             same_d &= memcmp(alone, bat + t * n_embd, sizeof alone) == 0;
         }
         CHECK(same_d, "moe %s: a batch with dropped slots, row by row == each token alone", strata_type_name(type));
+    }
+    /* warming experts (st_moe_warm): left to finish it reads every listed expert's bytes once
+     * (repeats and ids out of range skipped); stopped at once it reads no more than that; a step
+     * while a warm runs gives the same bits; no workers, nothing read */
+    {
+        const size_t ebytes = ex[0].gate.ne[1] * ex[0].gate.row_bytes + ex[0].up.ne[1] * ex[0].up.row_bytes +
+                              ex[0].down.ne[1] * ex[0].down.row_bytes;
+        const int32_t wid[6] = {5, 2, 5, -1, 8, 7}; /* 3 distinct in range */
+        for (int p = 0; p < n_pools; p++) {
+            st_moe_warm w;
+            memset(&w, 0, sizeof w);
+            CHECK(st_moe_warm_stop(pools[p], &w) == 0, "warm: stop before any start reads nothing");
+            st_moe_warm_start(pools[p], &w, ex, E, wid, 6);
+            st_threadpool_wait(pools[p]);
+            const int64_t all = st_moe_warm_stop(pools[p], &w);
+            const int64_t want = st_threadpool_n_threads(pools[p]) > 1 ? (int64_t)(3 * ebytes) : 0;
+            st_moe_warm_start(pools[p], &w, ex, E, wid, 6);
+            const int64_t early = st_moe_warm_stop(pools[p], &w);
+            float got[256];
+            st_moe_warm_start(pools[p], &w, ex, E, wid, 6);
+            st_moe_ffn(pools[p], ex, E, x + 7 * n_embd, 1, ids + 7 * k, wts + 7 * k, k, got, ws);
+            st_moe_warm_stop(pools[p], &w);
+            CHECK(all == want && early >= 0 && early <= want && !memcmp(got, one, sizeof one),
+                  "moe %s warm on %d threads: read %lld of %lld bytes (stopped at once: %lld), step bits %s",
+                  strata_type_name(type), st_threadpool_n_threads(pools[p]), (long long)all, (long long)want,
+                  (long long)early, memcmp(got, one, sizeof one) ? "differ" : "equal");
+        }
     }
     for (int p = 0; p < n_pools; p++) free(out[p]);
     free(h); free(ws); free(x);

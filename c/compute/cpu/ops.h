@@ -130,4 +130,30 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
  * bench/bench_moe_step; not thread-safe against a running step. */
 void st_moe_set_one_dispatch(int on);
 
+/* Warming experts into the CPU's caches ahead of their step: the pool's workers read the gate
+ * and up rows, then the down rows, of the listed experts (64 KiB pieces) in the background
+ * (st_threadpool_post) until done or stopped. A GPU session with its experts on the CPU starts
+ * it for the next layer's predicted experts when it hands a layer's result back, so DRAM works
+ * through the GPU's part of the next layer instead of idling; the step then finds part of its
+ * weights in L2/L3. Changes no result. Fields are the job's own (atomics through builtins). */
+#define ST_MOE_WARM_MAX 64 /* distinct experts a warm lists */
+typedef struct {
+    const uint8_t *base[3 * ST_MOE_WARM_MAX]; /* regions: each expert's gate, up, then downs */
+    size_t len[3 * ST_MOE_WARM_MAX];
+    int64_t first[3 * ST_MOE_WARM_MAX + 1]; /* first piece of each region; first[n_regions]: all */
+    int n_regions;
+    int running;   /* started and not yet stopped (the caller's) */
+    int stop;      /* set by st_moe_warm_stop; pieces not yet begun are skipped */
+    int64_t bytes; /* bytes read by pieces that ran */
+    uint64_t sink; /* what the reads summed (kept so they are not optimized away) */
+} st_moe_warm;
+/* Starts warming experts ids[0..n) (ids outside [0, n_expert) and repeats skipped; at most
+ * ST_MOE_WARM_MAX distinct) of a layer's table; a warm still running on w is stopped first. tp
+ * without workers: nothing runs. w must stay valid until st_moe_warm_stop. */
+void st_moe_warm_start(st_threadpool *tp, st_moe_warm *w, const st_expert *experts, int32_t n_expert,
+                       const int32_t *ids, int64_t n);
+/* Stops the warm (pieces in progress finish) and waits for the workers; returns the bytes it
+ * read (0 when none was running). */
+int64_t st_moe_warm_stop(st_threadpool *tp, st_moe_warm *w);
+
 #endif /* STRATA_OPS_H */

@@ -465,3 +465,64 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     st_threadpool_run(tp, T, T * n_embd * k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
                       st_moe_combine, &j);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Warming the next layer's experts (ops.h)
+ * ------------------------------------------------------------------------------------------- */
+
+#define ST_MOE_WARM_PIECE ((size_t)64 << 10)
+
+static void st_moe_warm_task(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    st_moe_warm *w = ctx;
+    int r = 0;
+    for (int64_t i = b; i < e; i++) {
+        if (__atomic_load_n(&w->stop, __ATOMIC_RELAXED)) return;
+        while (w->first[r + 1] <= i) r++;
+        const size_t off = (size_t)(i - w->first[r]) * ST_MOE_WARM_PIECE;
+        const size_t n = w->len[r] - off < ST_MOE_WARM_PIECE ? w->len[r] - off : ST_MOE_WARM_PIECE;
+        const volatile uint8_t *p = w->base[r] + off;
+        uint64_t acc = 0;
+        for (size_t q = 0; q < n; q += 64) acc += p[q]; /* one read a cache line */
+        __atomic_fetch_add(&w->sink, acc, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&w->bytes, (int64_t)n, __ATOMIC_RELAXED);
+    }
+}
+
+void st_moe_warm_start(st_threadpool *tp, st_moe_warm *w, const st_expert *experts, int32_t n_expert,
+                       const int32_t *ids, int64_t n) {
+    st_moe_warm_stop(tp, w);
+    int32_t list[ST_MOE_WARM_MAX];
+    int nl = 0;
+    for (int64_t i = 0; i < n && nl < ST_MOE_WARM_MAX; i++) {
+        const int32_t e = ids[i];
+        int dup = e < 0 || e >= n_expert;
+        for (int q = 0; q < nl && !dup; q++) dup = list[q] == e;
+        if (!dup) list[nl++] = e;
+    }
+    w->n_regions = 0;
+    w->first[0] = 0;
+    for (int pass = 0; pass < 2; pass++) /* gate and up of every expert first, then the downs */
+        for (int q = 0; q < nl; q++)
+            for (int t = 0; t < (pass == 0 ? 2 : 1); t++) {
+                const st_tensor *m = pass ? &experts[list[q]].down : t ? &experts[list[q]].up : &experts[list[q]].gate;
+                const size_t len = (size_t)m->ne[1] * m->row_bytes;
+                if (!m->data || !len) continue;
+                const int r = w->n_regions++;
+                w->base[r] = m->data;
+                w->len[r] = len;
+                w->first[r + 1] = w->first[r] + (int64_t)((len + ST_MOE_WARM_PIECE - 1) / ST_MOE_WARM_PIECE);
+            }
+    w->stop = 0;
+    w->bytes = 0;
+    w->running = w->n_regions > 0 && st_threadpool_n_threads(tp) > 1;
+    if (w->running) st_threadpool_post(tp, w->first[w->n_regions], 1, st_moe_warm_task, w);
+}
+
+int64_t st_moe_warm_stop(st_threadpool *tp, st_moe_warm *w) {
+    if (!w->running) return 0;
+    __atomic_store_n(&w->stop, 1, __ATOMIC_RELAXED);
+    st_threadpool_wait(tp);
+    w->running = 0;
+    return __atomic_load_n(&w->bytes, __ATOMIC_RELAXED);
+}

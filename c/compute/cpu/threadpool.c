@@ -45,6 +45,7 @@ struct st_threadpool {
     void *ctx;
     atomic_int_fast64_t n_items;   /* read before the claim, possibly while rewritten */
     atomic_int_fast64_t chunk;
+    int posted;                    /* a st_threadpool_post job not yet waited for (caller only) */
 };
 
 #define ST_CLAIM_CLOSED 0xffffffffu  /* item index of a closed claim word: above any n_items */
@@ -167,6 +168,7 @@ int st_threadpool_pin(st_threadpool *tp) {
 
 void st_threadpool_free(st_threadpool *tp) {
     if (!tp) return;
+    st_threadpool_wait(tp); /* a posted job's chunks finish first */
     pthread_mutex_lock(&tp->mu);
     atomic_store(&tp->stop, 1);
     pthread_cond_broadcast(&tp->cv_work);
@@ -193,15 +195,10 @@ int64_t st_threadpool_chunk(const st_threadpool *tp, int64_t n_items, int per_th
  * Dispatch
  * ------------------------------------------------------------------------------------------- */
 
-void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx) {
-    if (n_items <= 0) return;
-    if (chunk < 1) chunk = 1;
-    if (!tp || tp->n_threads == 1 || n_items <= chunk || n_items >= ((int64_t)1 << 31)) {
-        for (int64_t b = 0; b < n_items; b += chunk) fn(ctx, b, b + chunk < n_items ? b + chunk : n_items, 0);
-        return;
-    }
-    /* the previous job is complete (every item done); close its claim word first, so a worker
-     * still looking at it cannot claim against the values written next */
+/* Publishes a job (the previous one complete) and wakes the workers; returns its generation. */
+static uint32_t st_publish(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx) {
+    /* close the previous job's claim word first, so a worker still looking at it cannot claim
+     * against the values written next */
     const uint32_t g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_relaxed) + 1;
     atomic_store(&tp->claim, ((uint_fast64_t)(g - 1) << 32) | ST_CLAIM_CLOSED);
     tp->fn = fn;
@@ -214,9 +211,12 @@ void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_tas
     atomic_store_explicit(&tp->gen, g, memory_order_release);
     pthread_cond_broadcast(&tp->cv_work);
     pthread_mutex_unlock(&tp->mu);
+    return g;
+}
 
+/* Joins job g's remaining chunks, then waits until all n_items are done. */
+static void st_join(st_threadpool *tp, uint32_t g, int64_t n_items) {
     st_do_chunks(tp, g, 0);
-
     /* spin briefly, then yield (a worker preempted inside its chunk may be waiting for this very
      * core when the machine is oversubscribed), then sleep */
     for (int i = 0; i < ST_SPIN_ITERS; i++) {
@@ -228,6 +228,31 @@ void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_tas
     while (atomic_load_explicit(&tp->done, memory_order_acquire) != n_items)
         pthread_cond_wait(&tp->cv_done, &tp->mu);
     pthread_mutex_unlock(&tp->mu);
+}
+
+void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx) {
+    if (n_items <= 0) return;
+    if (chunk < 1) chunk = 1;
+    st_threadpool_wait(tp);
+    if (!tp || tp->n_threads == 1 || n_items <= chunk || n_items >= ((int64_t)1 << 31)) {
+        for (int64_t b = 0; b < n_items; b += chunk) fn(ctx, b, b + chunk < n_items ? b + chunk : n_items, 0);
+        return;
+    }
+    st_join(tp, st_publish(tp, n_items, chunk, fn, ctx), n_items);
+}
+
+void st_threadpool_post(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx) {
+    st_threadpool_wait(tp);
+    if (!tp || tp->n_threads == 1 || n_items <= 0 || n_items >= ((int64_t)1 << 31)) return;
+    st_publish(tp, n_items, chunk < 1 ? 1 : chunk, fn, ctx);
+    tp->posted = 1;
+}
+
+void st_threadpool_wait(st_threadpool *tp) {
+    if (!tp || !tp->posted) return;
+    tp->posted = 0;
+    st_join(tp, (uint32_t)atomic_load_explicit(&tp->gen, memory_order_relaxed),
+            atomic_load_explicit(&tp->n_items, memory_order_relaxed));
 }
 
 void st_threadpool_hold(st_threadpool *tp, int on) {

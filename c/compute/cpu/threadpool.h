@@ -44,6 +44,16 @@ int st_threadpool_pin(st_threadpool *tp);
  * tp may be NULL (runs on the caller). Not reentrant: one job at a time per pool. */
 void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx);
 
+/* A background job: fn over [0, n_items) in chunks, run by the workers only (the caller returns at
+ * once and goes on with other work, e.g. a GPU session's launches while its CPU expert pool's
+ * threads warm the next layer's predicted experts into the caches). st_threadpool_wait joins
+ * the caller to what is left and returns when every chunk is done; st_threadpool_run waits for a
+ * posted job before it starts. fn should check a flag of its own to finish early when the
+ * result is no longer wanted. With no workers (n_threads 1, tp NULL) nothing runs: the job is
+ * dropped, so fn must be optional work. Not reentrant, as st_threadpool_run. */
+void st_threadpool_post(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx);
+void st_threadpool_wait(st_threadpool *tp);
+
 /* on = 1: workers keep spinning between jobs (yielding now and then) instead of sleeping after
  * tens of microseconds; 0 (the default): they sleep again. For a caller that runs jobs with gaps
  * longer than the spin, e.g. a GPU session whose CPU layers' expert steps wait for the GPU's part
