@@ -74,6 +74,7 @@ void st_cuda_event_destroy(void *ev);                       /* NULL is a no-op *
 strata_status st_cuda_event_record(void *ev, void *stream); /* ev completes after stream's work so far */
 strata_status st_cuda_stream_wait_event(void *stream, void *ev); /* stream's later work waits for ev */
 int st_cuda_event_done(void *ev);                           /* 1 if ev completed (non-blocking) */
+strata_status st_cuda_event_synchronize(void *ev);          /* waits until ev completed */
 strata_status st_cuda_memset(void *dptr, int byte, size_t bytes);
 strata_status st_cuda_synchronize(void);
 /* Free and total bytes of device 0's memory (cudaMemGetInfo). */

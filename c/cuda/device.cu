@@ -327,6 +327,11 @@ extern "C" strata_status st_cuda_stream_wait_event(void *stream, void *ev) {
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_event_synchronize(void *ev) {
+    ST_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)ev));
+    return STRATA_OK;
+}
+
 extern "C" int st_cuda_event_done(void *ev) {
     const cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
     if (e == cudaSuccess) return 1;

@@ -89,6 +89,59 @@ static void st_gpu_pipe_issue(strata_session *s, int il, int64_t tn) {
     st_ram_tier_prefetch(s, il + 1, 1, g->h_pf_ids, n);
 }
 
+/* cpu_warm: whether layer il's hand-down (rows of a call of tn tokens) also predicts layer
+ * il + 1, a CPU layer too, for the CPU threads to warm. */
+static int st_gpu_warm_layer(const strata_session *s, int il, int64_t tn) {
+    return s->gpu->warm_on && tn <= 8 && il + 1 < s->model->hp.n_layer && st_gpu_layer_on_cpu(s, il + 1);
+}
+
+/* A CPU layer's hand-down: rows t0 .. t0 + tn of xn, their routing ids and weights into the
+ * pinned h_ rows (asynchronous copies), then the wait for them. warm: behind the copies the GPU
+ * predicts layer il + 1's experts (their ids reach h_pf_ids while the CPU computes this layer;
+ * ev_pred marks them), and only the copies are waited for. */
+static strata_status st_gpu_hand_down(strata_session *s, int il, int64_t t0, int64_t tn, int warm) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd, K = hp->n_expert_used;
+    TRY(st_cuda_memcpy_async(g->h_xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E), 0, g->stream));
+    TRY(st_cuda_memcpy_async(g->h_ids + t0 * K, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream));
+    TRY(st_cuda_memcpy_async(g->h_wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K), 0, g->stream));
+    s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E) + (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
+    if (!warm) return st_cuda_stream_synchronize(g->stream);
+    TRY(st_cuda_event_record(g->ev_hand, g->stream));
+    TRY(st_gpu_predict_next(s, il, t0, tn));
+    TRY(st_cuda_event_record(g->ev_pred, g->stream));
+    s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
+    return st_cuda_event_synchronize(g->ev_hand);
+}
+
+/* cpu_warm: the routing of a CPU layer is here: the warm of its predicted experts stops (its
+ * bytes counted) and the prediction is scored against the routing ids[0 .. n). */
+static void st_gpu_warm_end(strata_session *s, const int32_t *ids, int64_t n) {
+    st_gpu *g = s->gpu;
+    if (!g->warm_on) return;
+    s->warm_bytes += st_moe_warm_stop(s->tp, &g->warm);
+    if (!g->warm_n || !ids) return;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < g->warm_n; j++)
+            if (g->warm_ids[j] == ids[i]) { s->pred_hits++; break; }
+    s->pred_slots += n;
+    g->warm_n = 0;
+}
+
+/* cpu_warm: once the CPU has computed layer il, its threads start reading layer il + 1's
+ * predicted experts (the ids came down behind the hand-down) while the GPU goes on. */
+static strata_status st_gpu_warm_begin(strata_session *s, int il, int64_t tn) {
+    st_gpu *g = s->gpu;
+    const int32_t X = s->model->hp.n_expert, K = s->model->hp.n_expert_used;
+    TRY(st_cuda_event_synchronize(g->ev_pred)); /* long done: the CPU's step took longer */
+    const int64_t n = tn * K;
+    memcpy(g->warm_ids, g->h_pf_ids, sizeof(int32_t) * (size_t)n);
+    g->warm_n = n;
+    st_moe_warm_start(s->tp, &g->warm, s->experts + (size_t)(il + 1) * (size_t)X, X, g->warm_ids, n);
+    return STRATA_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Forward
  * ------------------------------------------------------------------------------------------- */
@@ -398,6 +451,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             int staged = 0;
             int ids_down = 0; /* the routing is in s->ids (host) */
             int handed = 0;   /* a CPU layer's rows, routing and weights are in the pinned h_ rows */
+            int warm = 0;     /* cpu_warm: the hand-down predicted layer il + 1 */
             if (st_gpu_layer_on_cpu(s, il) && g->stage && s->stage_experts != 0 && !st_gpu_pool_call(s, T)) {
                 if (s->stage_experts > 0) {
                     staged = tn >= s->stage_experts;
@@ -405,16 +459,9 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                     int32_t *ids = s->ids + t0 * K;
                     if (tn * E <= 16384) { /* decode-sized: the CPU's inputs come down with the
                                             * routing, one wait for both (usually the CPU's) */
-                        TRY(st_cuda_memcpy_async(g->h_xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E),
-                                                 0, g->stream));
-                        TRY(st_cuda_memcpy_async(g->h_ids + t0 * K, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K),
-                                                 0, g->stream));
-                        TRY(st_cuda_memcpy_async(g->h_wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K),
-                                                 0, g->stream));
-                        TRY(st_cuda_stream_synchronize(g->stream));
+                        warm = st_gpu_warm_layer(s, il, tn);
+                        TRY(st_gpu_hand_down(s, il, t0, tn, warm));
                         memcpy(ids, g->h_ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K));
-                        s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E) +
-                                                   (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
                         handed = 1;
                     } else {
                         TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
@@ -450,6 +497,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
             const void *table = G->experts;
             if (staged) { /* the routing down; the batch's experts copied into the stage slots */
                 int32_t *ids = s->ids + t0 * K;
+                st_gpu_warm_end(s, NULL, 0); /* the GPU computes this CPU layer: no warm wanted */
                 if (!ids_down) {
                     TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
                     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
@@ -504,13 +552,10 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 float *hx = g->h_xn + t0 * E, *hw = g->h_wts + t0 * K, *hp_ = g->h_proj + t0 * E;
                 int32_t *hi = g->h_ids + t0 * K;
                 if (!handed) {
-                    s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E) +
-                                               (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
-                    TRY(st_cuda_memcpy_async(hx, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E), 0, g->stream));
-                    TRY(st_cuda_memcpy_async(hi, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream));
-                    TRY(st_cuda_memcpy_async(hw, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K), 0, g->stream));
-                    TRY(st_cuda_stream_synchronize(g->stream));
+                    warm = st_gpu_warm_layer(s, il, tn);
+                    TRY(st_gpu_hand_down(s, il, t0, tn, warm));
                 }
+                st_gpu_warm_end(s, hi, tn * K); /* this layer's routing is here */
                 const st_expert *ex = s->experts + (size_t)il * (size_t)X;
                 if (s->ram) { /* past the RAM budget: the routed experts from the RAM tier's slots
                                * (read from the file with O_DIRECT when not there) */
@@ -536,6 +581,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 } else {
                     TRY(st_cuda_memcpy_async(g->proj + t0 * E, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
                 }
+                if (warm) TRY(st_gpu_warm_begin(s, il, tn)); /* while the GPU goes on */
             }
             if (pm) { /* the split on the device: the pool gets the missed slots (-1 for the
                        * resident ones), g->pm_ids the resident ones; the routing is kept for the
@@ -710,6 +756,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     st_gpu *g = s->gpu;
     g->pool_open = 0;
     const strata_status st = st_gpu_forward_go(s, tokens, T, logits, all);
+    st_gpu_warm_end(s, NULL, 0); /* a warm the pass left running (a failed call) */
     /* a call that failed after announcing a step to the expert pool: the layers it did not
      * publish are published empty, so the pool is not left waiting for them (st_pool_abandon) */
     if (st != STRATA_OK && g->pool_open) st_pool_abandon(g->pool, *g->h_step);

@@ -85,6 +85,13 @@ struct st_gpu {
     float *pf_x, *pf_logits, *pf_wts;     /* (8, n_embd), (8, n_expert), (8, k): the prediction */
     int32_t *pf_ids, *h_pf_ids;           /* (8, k) on the device and on the host */
     uint8_t *h_pf_missed;                 /* (8, k) pipe: predicted experts not in GPU slots */
+    /* cpu_warm: a CPU layer's hand-down carries the next CPU layer's prediction; the pool's
+     * workers read those experts into the CPU's caches until that layer's routing arrives */
+    int warm_on;
+    st_moe_warm warm;
+    void *ev_hand, *ev_pred;              /* the hand-down's copies done; the prediction's ids down */
+    int32_t warm_ids[8 * ST_MOE_WARM_MAX]; /* the warm's predicted ids (scored at its layer) */
+    int64_t warm_n;                       /* how many, 0: none pending */
     st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
                                              experts of CPU layers in long batches */
     void *pinned;                         /* pin_experts: the RAM-kept experts' pinned copy */

@@ -403,6 +403,7 @@ void st_gpu_free(strata_session *s) {
             st_cuda_free(g->layers[il].experts);
             st_cuda_free(g->layers[il].shexp);
         }
+    st_moe_warm_stop(s->tp, &g->warm); /* its reads end before the experts' pinned copy goes */
     st_pool_free(g->pool); /* its threads stop before the experts or the doorbell go */
     st_cuda_host_free(g->db_host);
     st_cuda_host_free(g->h_step);
@@ -420,6 +421,8 @@ void st_gpu_free(strata_session *s) {
     void *pf[] = {g->pf_x, g->pf_logits, g->pf_wts, g->pf_ids};
     for (size_t i = 0; i < sizeof pf / sizeof pf[0]; i++) st_cuda_free(pf[i]);
     st_cuda_host_free(g->h_pf_ids);
+    st_cuda_event_destroy(g->ev_hand);
+    st_cuda_event_destroy(g->ev_pred);
     free(g->h_pf_missed);
     free(g->stage_rows);
     free(g->stage_list);
@@ -531,6 +534,14 @@ strata_status st_gpu_create(strata_session *s) {
     if (s->pipe && s->ram && !g->pool && hp->n_expert > 0) { /* the RAM tier reads ahead */
         TRY(st_gpu_alloc_prediction(g, hp));
         g->pipe = 1;
+    }
+    /* cpu_warm: host hand-offs (not the pool's, not pipe's reads) warm the next CPU layer */
+    if (s->cpu_warm && s->n_cpu_moe != 0 && hp->n_expert > 0 && !g->pool && !g->pipe && s->n_threads != 1 &&
+        hp->n_expert_used <= ST_MOE_WARM_MAX) {
+        TRY(st_gpu_alloc_prediction(g, hp));
+        TRY(st_cuda_event_create(&g->ev_hand));
+        TRY(st_cuda_event_create(&g->ev_pred));
+        g->warm_on = 1;
     }
     /* cpu_misses with CPU layers: decode-sized calls send a share of their experts to the GPU
      * through the stage slots (an expert cache's misses are split above instead) */

@@ -30,6 +30,7 @@ strata_session_params strata_session_default_params(void) {
     p.stage_experts = -1;
     p.pin_experts = -1;
     p.pcie_frac = -1.0f;
+    p.cpu_warm = 1;
     return p;
 }
 
@@ -186,6 +187,11 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if (p.stage_experts < -1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d (a token count, 0 "
                         "off, or -1 auto)", (int)p.stage_experts);
+    if (p.attn_tc < -1 || p.attn_tc > 3)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option attn_tc %d (-1 auto, 0 FMA kernel, 1 "
+                        "single f16, 2 split queries and probabilities, 3 split queries)", p.attn_tc);
+    if (p.cpu_warm != 0 && p.cpu_warm != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_warm %d: expected 0 or 1", p.cpu_warm);
     if (p.pin_experts < -1 || p.pin_experts > 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option pin_experts %d (1 on, 0 off, -1 auto)",
                         p.pin_experts);
@@ -229,9 +235,10 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->profile = p.profile != 0;
     s->cuda_graphs = p.cuda_graphs <= 0 ? 0 : p.cuda_graphs >= 2 ? 2 : 1;
     s->cuda_pdl = p.cuda_pdl <= 0 ? 0 : p.cuda_pdl >= 2 ? 2 : 1;
-    s->attn_tc = p.attn_tc < 0 ? -1 : p.attn_tc >= 2 ? 2 : p.attn_tc != 0;
+    s->attn_tc = p.attn_tc;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.pin_experts : 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
+    s->cpu_warm = p.backend == STRATA_BACKEND_CUDA && p.n_cpu_moe != 0 && p.cpu_warm;
     s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && (p.n_cpu_moe != 0 || p.expert_cache != 0) &&
                        p.cuda_doorbell != 0;
     s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && (p.expert_cache != 0 || p.n_cpu_moe != 0) &&
@@ -443,6 +450,7 @@ void strata_session_reset_stats(strata_session *s) {
     memset(s->prof, 0, sizeof s->prof);
     s->prof_calls = s->prof_tokens = 0;
     s->pred_slots = s->pred_hits = 0;
+    s->warm_bytes = 0;
     for (int32_t il = 0; il < s->model->hp.n_layer; il++) s->slots_gpu[il] = s->slots_cpu[il] = 0;
     s->pcie_bytes = 0;
     s->graph_launches = s->graph_rebuilds = 0;
@@ -502,6 +510,7 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->cpu_batches = s->cpu_batches;
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;
+    out->cpu_warm_bytes = s->warm_bytes;
     int first = 1;
     for (int32_t il = 0; il < s->dstats.n_layer; il++) {
         if (s->dstats.eligible[il] == 0) continue;

@@ -28,7 +28,8 @@ struct strata_session {
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int cuda_pdl;               /* GPU: programmatic dependent launch (st_cuda_set_pdl) */
     int attn_tc;                /* GPU: tensor-core attention for prompt batches (1: single f16;
-                                   2 and -1, the default: split f16 operands; 0: never) */
+                                   2 and -1, the default: split f16 operands; 3: split queries;
+                                   0: never) */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off,
@@ -38,6 +39,8 @@ struct strata_session {
     int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory (1; -1:
                                    when they fit in the available RAM with room to spare) */
     int gpu_prefetch;           /* GPU: next-layer experts prefetched into cache slots */
+    int cpu_warm;               /* GPU with n_cpu_moe, host hand-off: the next CPU layer's predicted
+                                   experts read into the CPU's caches while the GPU computes */
     int cuda_doorbell;          /* GPU with n_cpu_moe: decode-sized calls feed the CPU layers'
                                    experts to the expert pool through host-mapped memory */
     int cpu_misses;             /* GPU cache: misses loaded or computed by the CPU (cost model) */
@@ -69,6 +72,7 @@ struct strata_session {
     int32_t *pred_ids;                         /* [T][k] */
     int pred_layer;                            /* the layer the prediction is for, -1 none */
     int64_t pred_slots, pred_hits;
+    int64_t warm_bytes;         /* cpu_warm: expert bytes the CPU threads read ahead */
     int32_t n_ctx;
     int32_t n_batch;
     int n_threads;

@@ -517,7 +517,9 @@ typedef struct strata_session_params {
                              queries and probabilities each split into two f16 parts (hi + lo:
                              near-f32 products; on the H200 pp512 at depth 16K 2.9x the FMA
                              kernel, KL against the CPU as the FMA kernel's); 1: single f16 parts
-                             (3.1x, but twice the KL on the default model); 0: the FMA kernel.
+                             (3.1x, but twice the KL on the default model); 3: the queries
+                             split, the probabilities single f16 (3/4 of split's mma work);
+                             0: the FMA kernel; other values are refused.
                              KL-close to the CPU, not bit-identical (docs/PERFORMANCE.md). Decode
                              steps are unaffected. */
     int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA
@@ -605,11 +607,20 @@ typedef struct strata_session_params {
                              misses). Not with ram_budget (nor, with expert_cache,
                              gpu_prefetch, cpu_misses or degrade_zero). 0 (default): the host
                              hands each CPU layer over (STRATA_DOORBELL, --doorbell) */
+    int cpu_warm;         /* CUDA sessions with n_cpu_moe, host hand-off (not cuda_doorbell, not
+                             pipe): in calls of up to 8 tokens, a CPU layer's routing comes down
+                             with the next CPU layer's prediction (its norm and router on the
+                             hidden state now, computed by the GPU while the CPU computes this
+                             layer), and the CPU threads read the predicted experts' weights
+                             into their caches while the GPU computes the next layer's attention
+                             (DRAM is otherwise idle then); stopped when the real routing
+                             arrives. Same results. 1 (default) on, 0 off (STRATA_CPU_WARM,
+                             --no-cpu-warm) */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
  * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, cuda_pdl 1, attn_tc -1 (auto), stage_experts -1 (auto),
- * pin_experts -1 (auto), pcie_frac -1; everything else 0. */
+ * pin_experts -1 (auto), pcie_frac -1, cpu_warm 1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,
@@ -683,8 +694,9 @@ typedef struct strata_session_stats {
     int64_t forward_calls;        /* forward passes (batches) timed */
     int64_t forward_tokens;       /* tokens in them */
     double phase_seconds[STRATA_PHASE_COUNT];
-    /* profile mode, CPU sessions of MoE models: layer l+1's experts predicted at layer l's router
-     * (layer l+1's norm and router applied to the hidden state then), scored when l+1 routes */
+    /* profile mode, CPU sessions of MoE models (and GPU sessions with cpu_warm, every call):
+     * layer l+1's experts predicted at layer l's router (layer l+1's norm and router applied to
+     * the hidden state then), scored when l+1 routes (predict_slots, predict_hits below) */
     /* where routed experts ran: slot-rows (one token's use of one expert) whose expert was in
      * GPU memory, and slot-rows the CPU computed (every slot of a CPU session; the --n-cpu-moe
      * layers of a GPU session); per layer, the smallest and largest share served from the GPU */
@@ -714,6 +726,8 @@ typedef struct strata_session_stats {
     int64_t stage_batches;        /* CPU-layer batches computed on the GPU (stage_experts) */
     int64_t cpu_batches;          /* CPU-layer batches computed by the CPU */
     int64_t pinned_bytes;         /* the pinned copy of the experts kept in RAM (pin_experts) */
+    int64_t cpu_warm_bytes;       /* cpu_warm: expert bytes the CPU threads read ahead of their
+                                     layer (its prediction scored in predict_slots / _hits) */
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

@@ -38,6 +38,7 @@ static int g_stage = 0;                    /* stage_experts of the next sessions
 static int g_pin = 0;                      /* pin_experts of the next sessions */
 static int g_prefetch = 0;                 /* gpu_prefetch of the next sessions */
 static int g_cpu_misses = 0;               /* cpu_misses / pcie_frac of the next sessions */
+static int g_warm = 1;                     /* cpu_warm of the next sessions (the default, on) */
 static float g_pcie_frac = -1.0f;
 static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the default, auto) */
 static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
@@ -61,6 +62,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.ram_budget = g_ram;
     sp.cuda_doorbell = g_doorbell;
     sp.pipe = g_pipe;
+    sp.cpu_warm = g_warm;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -444,10 +446,13 @@ static void test_default_model(void) {
     float *gtc = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     g_attn_tc = 2; /* the same with queries and probabilities split into hi + lo f16 parts */
     float *gts = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+    g_attn_tc = 3; /* the queries split, the probabilities single f16 */
+    float *gtq = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     g_attn_tc = -1;
-    if (cpu && cpu32 && gpu && gpu2 && gpu7 && gtc && gts) {
-        double kl = 0, kl_max = 0, kl7 = 0, klf = 0, kls = 0, floor = 0;
+    if (cpu && cpu32 && gpu && gpu2 && gpu7 && gtc && gts && gtq) {
+        double kl = 0, kl_max = 0, kl7 = 0, klf = 0, kls = 0, klq = 0, floor = 0;
         int agree = 0, nan = 0;
+        double worst_gap = 0; /* the largest CPU logit gap at a position where the top-1 differs */
         for (int64_t t = 0; t < n; t++) {
             const float *a = cpu + t * V, *b = gpu + t * V;
             for (int32_t i = 0; i < V; i++) nan += isnan(b[i]) || isnan(gpu7[t * V + i]);
@@ -457,13 +462,17 @@ static void test_default_model(void) {
             kl7 += kl_row(a, gpu7 + t * V, V);
             klf += kl_row(a, gtc + t * V, V);
             kls += kl_row(a, gts + t * V, V);
+            klq += kl_row(a, gtq + t * V, V);
             floor += kl_row(a, cpu32 + t * V, V);
-            agree += argmax(a, V) == argmax(b, V);
+            const int32_t ia = argmax(a, V), ib = argmax(b, V);
+            agree += ia == ib;
+            if (ia != ib) worst_gap = fmax(worst_gap, (double)a[ia] - a[ib]);
         }
         kl /= (double)n;
         kl7 /= (double)n;
         klf /= (double)n;
         kls /= (double)n;
+        klq /= (double)n;
         floor /= (double)n;
         /* This small trained model amplifies rounding: on the CPU alone, an f32 instead of an f16
          * KV cache moves the full-vocabulary KL by about 2e-4 on this text (measured on the
@@ -474,20 +483,25 @@ static void test_default_model(void) {
         printf("default model: two greedy runs may part where the CPU's top-2 gap is below %.3g "
                "logits (twice the 95th percentile of what its f16 vs f32 KV cache moves a gap)\n", g_tie);
         printf("default model, %lld positions: mean KL(cpu||gpu) %.3g (max %.3g), batches of 7: "
-               "%.3g, tensor-core attention (attn_tc 1): %.3g, split (attn_tc 2): %.3g; CPU f16 vs f32 KV "
-               "cache %.3g (bound %.3g); top-1 agreement %d/%lld\n",
-               (long long)n, kl, kl_max, kl7, klf, kls, floor, bound, agree, (long long)n);
+               "%.3g, tensor-core attention (attn_tc 1): %.3g, split (attn_tc 2): %.3g, split queries "
+               "(attn_tc 3): %.3g; CPU f16 vs f32 KV cache %.3g (bound %.3g); top-1 agreement %d/%lld "
+               "(the CPU's widest gap where they differ: %.3g logits)\n",
+               (long long)n, kl, kl_max, kl7, klf, kls, klq, floor, bound, agree, (long long)n, worst_gap);
         CHECK(nan == 0, "%d NaN logits on the GPU", nan);
         CHECK(kl <= bound, "mean KL(cpu || gpu) %.3g > %.3g", kl, bound);
         CHECK(kl7 <= bound, "mean KL(cpu || gpu, batches of 7) %.3g > %.3g", kl7, bound);
         CHECK(klf <= bound, "mean KL(cpu || gpu, attn_tc 1) %.3g > %.3g", klf, bound);
         CHECK(kls <= bound, "mean KL(cpu || gpu, attn_tc 2) %.3g > %.3g", kls, bound);
+        CHECK(klq <= bound, "mean KL(cpu || gpu, attn_tc 3) %.3g > %.3g", klq, bound);
         CHECK(kl <= 1e-4, "mean KL(cpu || gpu) %.3g > 1e-4 with the defaults", kl);
-        CHECK(agree >= n - 1, "top-1 agreement %d of %lld", agree, (long long)n);
+        /* the top-1 may differ only where the CPU itself nearly ties (within what its own f16 vs
+         * f32 KV cache moves a gap), and rarely */
+        CHECK(worst_gap <= g_tie, "top-1 differs where the CPU's gap is %.3g logits (> %.3g)", worst_gap, g_tie);
+        CHECK(agree >= n - 3, "top-1 agreement %d of %lld", agree, (long long)n);
         CHECK(memcmp(gpu, gpu2, sizeof(float) * (size_t)n * (size_t)V) == 0,
               "two GPU runs of the same tokens are not bit-identical");
     }
-    free(gpu); free(gpu2); free(gpu7); free(gtc); free(gts); /* cpu and cpu32 serve the placement checks below */
+    free(gpu); free(gpu2); free(gpu7); free(gtc); free(gts); free(gtq); /* cpu and cpu32 serve the placement checks below */
 
     strata_token gc[64] = {0}, gg[64] = {0};
     if (greedy(m, STRATA_BACKEND_CPU, toks, 12, V, gc) && greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gg)) {
@@ -631,6 +645,45 @@ static void test_default_model(void) {
                   r == STRATA_OK ? "inconsistent" : strata_last_error());
             free(pl);
             strata_session_free(ps);
+        }
+        /* --cpu-moe decode steps with and without cpu_warm (the CPU threads reading the next
+         * CPU layer's predicted experts while the GPU computes): the same bits, teacher-forced
+         * over the text, and the warm's bytes and prediction counted */
+        {
+            float *wl[2] = {NULL, NULL};
+            strata_session_stats wst[2];
+            memset(wst, 0, sizeof wst);
+            const int64_t np = 12;
+            for (int w = 0; w < 2; w++) {
+                g_cpu_moe = -1;
+                g_warm = w;
+                g_stage = 0; /* every CPU layer's step on the CPU (the cost model might stage one) */
+                strata_session *ws = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+                g_cpu_moe = g_stage = 0;
+                g_warm = 1;
+                if (!ws) continue;
+                wl[w] = malloc(sizeof(float) * (size_t)n * (size_t)V);
+                strata_status r = strata_session_decode(ws, toks, np, wl[w] + (np - 1) * V, 0);
+                for (int64_t t = np; t < n && r == STRATA_OK; t++)
+                    r = strata_session_decode(ws, &toks[t], 1, wl[w] + t * V, 0);
+                CHECK(r == STRATA_OK, "cpu_warm %d: %s", w, strata_last_error());
+                strata_session_get_stats(ws, &wst[w]);
+                strata_session_free(ws);
+            }
+            if (wl[0] && wl[1]) {
+                printf("cpu_warm: %lld bytes read ahead over %lld steps, next-layer prediction %lld of %lld slots\n",
+                       (long long)wst[1].cpu_warm_bytes, (long long)(n - np), (long long)wst[1].predict_hits,
+                       (long long)wst[1].predict_slots);
+                CHECK(!memcmp(wl[0] + (np - 1) * V, wl[1] + (np - 1) * V, sizeof(float) * (size_t)(n - np + 1) * (size_t)V),
+                      "cpu_warm on and off: bit-identical decode steps");
+                CHECK(wst[1].cpu_warm_bytes > 0 && wst[1].predict_slots == (n - np) * (mi.n_layer - 1) * mi.n_expert_used &&
+                          wst[1].predict_hits > 0 && wst[0].cpu_warm_bytes == 0 && wst[0].predict_slots == 0,
+                      "cpu_warm counters: %lld bytes, %lld of %lld slots (off: %lld bytes)",
+                      (long long)wst[1].cpu_warm_bytes, (long long)wst[1].predict_hits,
+                      (long long)wst[1].predict_slots, (long long)wst[0].cpu_warm_bytes);
+            }
+            free(wl[0]);
+            free(wl[1]);
         }
         /* --cpu-moe --stage-experts auto: the measured figures and a decision per batch */
         g_cpu_moe = -1;

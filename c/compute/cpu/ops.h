@@ -131,7 +131,7 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
 void st_moe_set_one_dispatch(int on);
 
 /* Warming experts into the CPU's caches ahead of their step: the pool's workers read the gate
- * and up rows, then the down rows, of the listed experts (64 KiB pieces) in the background
+ * and up rows, then the down rows, of the listed experts (16 KiB pieces) in the background
  * (st_threadpool_post) until done or stopped. A GPU session with its experts on the CPU starts
  * it for the next layer's predicted experts when it hands a layer's result back, so DRAM works
  * through the GPU's part of the next layer instead of idling; the step then finds part of its
