@@ -47,10 +47,9 @@ void cli_opts_init(cli_opts *o) {
     }
     {
         const char *v = getenv("STRATA_ATTN_TC");
-        o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0      ? -1
-                                  : strcmp(v, "split") == 0   ? 2
-                                  : strcmp(v, "split-q") == 0 ? 3
-                                                              : env_flag("STRATA_ATTN_TC"))
+        o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0    ? -1
+                                  : strcmp(v, "split") == 0 ? 2
+                                                            : env_flag("STRATA_ATTN_TC"))
                                : -1;
     }
     {
@@ -60,7 +59,7 @@ void cli_opts_init(cli_opts *o) {
     o->cpu_pin = env_flag("STRATA_CPU_PIN");
     o->no_amx = getenv("STRATA_AMX") && strcmp(getenv("STRATA_AMX"), "0") == 0;
     o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
-    o->cpu_warm = getenv("STRATA_CPU_WARM") ? env_flag("STRATA_CPU_WARM") : 1;
+    o->cpu_warm = env_flag("STRATA_CPU_WARM");
     o->doorbell = env_flag("STRATA_DOORBELL");
     o->cpu_misses = env_flag("STRATA_CPU_MISSES");
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
@@ -107,10 +106,10 @@ void cli_opts_usage(FILE *f) {
         "  --gpu-prefetch          with --expert-cache: in decode steps, predict the next layer's\n"
         "                          experts and load the missing ones while this layer computes\n"
         "                          (same results; also $STRATA_GPU_PREFETCH=1)\n"
-        "  --no-cpu-warm           with --cpu-moe/--n-cpu-moe: do not have the CPU threads read\n"
-        "                          the next CPU layer's predicted experts into their caches while\n"
-        "                          the GPU computes (the default warms them; same results either\n"
-        "                          way; also $STRATA_CPU_WARM=0; --cpu-warm turns it back on)\n"
+        "  --cpu-warm, --no-cpu-warm with --cpu-moe/--n-cpu-moe: the CPU threads read the next\n"
+        "                          CPU layer's predicted experts into their caches while the GPU\n"
+        "                          computes, or not (the default; same results either way; also\n"
+        "                          $STRATA_CPU_WARM=1)\n"
         "  --doorbell              with --cpu-moe/--n-cpu-moe: decode steps hand the CPU layers\n"
         "                          to a pool of CPU threads through host-mapped memory that the\n"
         "                          GPU writes and waits on, instead of the host waiting for each\n"
@@ -141,8 +140,7 @@ void cli_opts_usage(FILE *f) {
         "                          single f16 queries and probabilities (fastest; twice the KL),\n"
         "                          or on the FMA units; default (--attn-tc-split): tensor cores\n"
         "                          with each split into two f16 parts (near-f32; 2.9x the FMA\n"
-        "                          kernel at depth 16K); --attn-tc-split-q: the queries only\n"
-        "                          split; also $STRATA_ATTN_TC=1, 0, split, split-q or auto\n"
+        "                          kernel at depth 16K); also $STRATA_ATTN_TC=1, 0, split or auto\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
@@ -249,7 +247,6 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--attn-tc")) o->attn_tc = 1;
     else if (opt_is(a, NULL, "--no-attn-tc")) o->attn_tc = 0;
     else if (opt_is(a, NULL, "--attn-tc-split")) o->attn_tc = 2;
-    else if (opt_is(a, NULL, "--attn-tc-split-q")) o->attn_tc = 3;
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
     else if (opt_is(a, NULL, "--no-pin-experts")) o->pin_experts = 0;
     else if (opt_is(a, NULL, "--mlock")) o->mlock = 1;

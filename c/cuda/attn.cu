@@ -6,8 +6,7 @@
  * rows per KV head (decode steps, short verify windows) over ST_ATTN_DTC_MIN_NP positions or
  * more take st_k_attn_dtc (flash-decoding on the tensor cores, K/V tiles staged by cp.async) and
  * batches of 64+ rows per KV head take st_k_attn_tc (flash attention on the tensor cores); both
- * split the queries and probabilities into two f16 parts unless shape.tc is 1 (neither) or 3
- * (the prefill kernel splits only the queries). Otherwise, on the
+ * split the queries and probabilities into two f16 parts unless shape.tc is 1. Otherwise, on the
  * FMA units: st_k_attn_dec for at most 8 rows per KV head over 4096 positions or more (each K and
  * V element read once for all of the head's rows, chunks of 256 or more), st_k_attn for the rest
  * (prefill: rpw 4, one chunk per row group when the row groups alone fill the GPU) and any plan
@@ -884,8 +883,7 @@ static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_s
         if (plan_out) *plan_out = pl;
         a.chunk = pl.chunk;
         a.n_chunks = pl.n_chunks;
-        /* 2: queries and probabilities split (tc 2, auto), 1: queries only (tc 3), 0: neither */
-        const int split = s->tc == 1 ? 0 : s->tc == 3 ? 1 : s->tc == 2 ? 2 : ST_ATTN_TC_AUTO_SPLIT;
+        const int split = s->tc == 2 || s->tc < 0; /* auto (-1) is split */
         ST_TRY(st_attn_tc_run(a, s->head_dim, s->n_head_kv, split, st));
     } else if (dtc) {
         const int split = s->tc != 1; /* single f16 operands only when asked (tc 1) */

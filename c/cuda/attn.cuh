@@ -128,11 +128,6 @@ struct st_attn_args {
 #define ST_ATTN_TC_BM 64  /* query rows per block: 16 per warp */
 #define ST_ATTN_TC_BN 64  /* positions per K/V tile */
 #define ST_ATTN_TC_MIN_CHUNK 1024 /* fewest positions per chunk when the blocks alone leave SMs idle */
-/* The prefill kernel's operands under attn_tc auto (-1): 2 queries and probabilities split into
- * hi + lo f16 parts, 1 the queries only, 0 single f16 (-DST_ATTN_TC_AUTO_SPLIT=n for A/B). */
-#ifndef ST_ATTN_TC_AUTO_SPLIT
-#define ST_ATTN_TC_AUTO_SPLIT 2
-#endif
 #define ST_ATTN_DTC_ROWS 16      /* rows (token, query head) per KV head: T * G <= 16, one m16 tile */
 #define ST_ATTN_DTC_STAGES 3     /* K/V tiles of 64 positions in shared memory: 2 in flight */
 #define ST_ATTN_DTC_MIN_CHUNK 256 /* fewest positions per chunk (4 tiles) */

@@ -517,9 +517,8 @@ typedef struct strata_session_params {
                              queries and probabilities each split into two f16 parts (hi + lo:
                              near-f32 products; on the H200 pp512 at depth 16K 2.9x the FMA
                              kernel, KL against the CPU as the FMA kernel's); 1: single f16 parts
-                             (3.1x, but twice the KL on the default model); 3: the queries
-                             split, the probabilities single f16 (3/4 of split's mma work);
-                             0: the FMA kernel; other values are refused.
+                             (3.1x, but twice the KL on the default model); 0: the FMA kernel;
+                             other values are refused.
                              KL-close to the CPU, not bit-identical (docs/PERFORMANCE.md). Decode
                              steps are unaffected. */
     int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA
@@ -614,13 +613,14 @@ typedef struct strata_session_params {
                              layer), and the CPU threads read the predicted experts' weights
                              into their caches while the GPU computes the next layer's attention
                              (DRAM is otherwise idle then); stopped when the real routing
-                             arrives. Same results. 1 (default) on, 0 off (STRATA_CPU_WARM,
-                             --no-cpu-warm) */
+                             arrives. Same results. 1 on; 0 (default) off until measured end to
+                             end (bench_moe_step on an H100 host: the step 193 -> 184 us with 6
+                             of 8 experts predicted; STRATA_CPU_WARM=1, --cpu-warm) */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
  * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, cuda_pdl 1, attn_tc -1 (auto), stage_experts -1 (auto),
- * pin_experts -1 (auto), pcie_frac -1, cpu_warm 1; everything else 0. */
+ * pin_experts -1 (auto), pcie_frac -1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,

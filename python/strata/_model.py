@@ -58,14 +58,14 @@ class Model:
     default: the cost model chooses per batch; 0: never), expert_cache
     (GPU slots for routed experts, "auto" or a count), gpu_mem (bytes for expert_cache="auto") and
     attn_tc (prompt attention on the tensor cores: True (single f16 operands), False
-    (FMA units), "split", "split-q" (the queries only split) or "auto", the default: tensor cores
-    with hi + lo f16 operands), pin_experts (experts kept in RAM
+    (FMA units), "split" or "auto", the default: tensor cores with hi + lo f16 operands),
+    pin_experts (experts kept in RAM
     copied into pinned memory: True, False, or "auto", the default: when RAM allows), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
     pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share; with
     n_cpu_moe: that share of a CPU layer's experts in decode steps copied to the GPU), doorbell
     (with n_cpu_moe: decode steps feed the CPU layers to a pool of CPU threads through host-mapped
     memory, docs/EXPERTS.md), cpu_warm (with n_cpu_moe: the CPU threads read the next CPU layer's
-    predicted experts into their caches while the GPU computes; default True); CPU sessions
+    predicted experts into their caches while the GPU computes; default False); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
 
@@ -78,7 +78,7 @@ class Model:
                  stage_experts="auto", expert_cache=0, gpu_mem: int = 0,
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses: bool = False, pcie_frac: float = -1.0,
-                 doorbell: bool = False, cpu_warm: bool = True):
+                 doorbell: bool = False, cpu_warm: bool = False):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
@@ -105,10 +105,8 @@ class Model:
             self.attn_tc = -1
         elif attn_tc == "split":
             self.attn_tc = 2
-        elif attn_tc == "split-q":
-            self.attn_tc = 3
         elif isinstance(attn_tc, str):
-            raise ValueError(f"attn_tc must be True, False, 'auto', 'split' or 'split-q', not {attn_tc!r}")
+            raise ValueError(f"attn_tc must be True, False, 'auto' or 'split', not {attn_tc!r}")
         else:
             self.attn_tc = int(bool(attn_tc))
         if pin_experts == "auto":
