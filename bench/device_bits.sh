@@ -11,9 +11,12 @@ exec > >(tee "$O/device_bits.log") 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader; grep -m1 'model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo | grep -oE 'avx512[a-z0-9_]*|amx[a-z0-9_]*|avx_vnni' | sort -u | tr '\n' ' '; echo
 PT=; [ "${PREV_TEST:-0}" = 1 ] && PT=build/tests/test_cuda_session
 ( cd .devdata/prev && make -j8 CUDA=1 strata $PT > /tmp/prev_build.log 2>&1 ) &
+prev_pid=$!
 make -j8 CUDA=1 strata build/tests/test_dot build/tests/test_ops build/tests/test_isa_amx build/tests/test_isa_avx512 \
     $PT > /tmp/build.log 2>&1 || { echo BUILD FAILED; tail /tmp/build.log; }
-wait
+# the previous build only: a bare `wait` also waits for the tee of `exec > >(tee ...)`, which
+# never ends (the 2026-12-05 run 18 call spent its last minutes there)
+wait "$prev_pid"
 ./strata --version
 for t in test_dot test_ops test_isa_amx test_isa_avx512; do echo "== $t: $(build/tests/$t 2>&1 | tail -1)"; done
 python3 - <<'E'
