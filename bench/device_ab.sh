@@ -7,6 +7,7 @@
 set -u
 cd "$(dirname "$0")/.."
 [ -f /tmp/q3.done ] || { echo "no /tmp/q3.gguf"; exit 1; }
+exec > >(tee "${OUT:-/tmp}/device_ab.log") 2>&1
 row() { grep -oE "(pp|tg)[0-9]+[^|]*\| [0-9.]+" | grep -oE "[0-9.]+$" | tr '\n' ' '; }
 for rep in 1 2; do
     for w in 1 0; do
