@@ -36,8 +36,7 @@ typedef struct {
 /* Q8_0 as a prompt matmul runs it: the activation rows prepared once, then 4 at a time. */
 static void run_dotp(const job *j) {
     const size_t pb = st_q8_0_prep_bytes(j->n);
-    for (int64_t c = 0; c < j->nc; c++)
-        j->prep(j->x + (size_t)c * j->xb, j->n, st_q8_0_prep_xu(j->pbuf, j->n, c), st_q8_0_prep_dxp(j->pbuf, j->n, c));
+    st_q8_0_prep_rows(j->prep, j->x, j->xb, NULL, j->n, j->pbuf, 0, j->nc);
     for (int64_t r = 0; r < j->rows; r++)
         for (int64_t c = 0; c < j->nc; c += ST_DOT_MAX_COLS) {
             const int nc = (int)(j->nc - c < ST_DOT_MAX_COLS ? j->nc - c : ST_DOT_MAX_COLS);

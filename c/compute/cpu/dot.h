@@ -56,6 +56,12 @@ static inline uint8_t *st_q8_0_prep_xu(uint8_t *buf, int64_t n, int64_t i) {
 static inline float *st_q8_0_prep_dxp(uint8_t *buf, int64_t n, int64_t i) {
     return (float *)(st_q8_0_prep_xu(buf, n, i) + st_q8_0_xu_bytes(n));
 }
+/* Prepares rows [b, e) of buf: row i from the Q8_0 row at src + (idx ? idx[i] : i) * src_stride. */
+static inline void st_q8_0_prep_rows(st_q8_0_prep_fn prep, const uint8_t *src, size_t src_stride,
+                                     const int32_t *idx, int64_t n, uint8_t *buf, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++)
+        prep(src + (size_t)(idx ? idx[i] : i) * src_stride, n, st_q8_0_prep_xu(buf, n, i), st_q8_0_prep_dxp(buf, n, i));
+}
 
 /* Each fills the entries it implements of table[STRATA_TYPE_COUNT] and leaves the rest alone. */
 void st_dot_register_scalar(st_vec_dot_fn *table);

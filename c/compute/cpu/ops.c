@@ -198,8 +198,7 @@ typedef struct {
 static void st_mm_prep_task(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_mm_prep_job *p = ctx;
-    for (int64_t t = b; t < e; t++)
-        p->prep(p->xq + (size_t)t * p->xq_rb, p->n, st_q8_0_prep_xu(p->buf, p->n, t), st_q8_0_prep_dxp(p->buf, p->n, t));
+    st_q8_0_prep_rows(p->prep, p->xq, p->xq_rb, NULL, p->n, p->buf, b, e);
 }
 
 static void st_mm_task(void *ctx, int64_t b, int64_t e, int tid) {

@@ -233,17 +233,13 @@ static void st_moe_down(void *ctx, int64_t b, int64_t e, int tid) {
 static void st_moe_prep_x(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_moe_job *j = ctx;
-    for (int64_t i = b; i < e; i++)
-        j->prep(j->xq_g + (size_t)j->pair_tok[i] * j->rb_g, j->n_embd, st_q8_0_prep_xu(j->px, j->n_embd, i),
-                st_q8_0_prep_dxp(j->px, j->n_embd, i));
+    st_q8_0_prep_rows(j->prep, j->xq_g, j->rb_g, j->pair_tok, j->n_embd, j->px, b, e);
 }
 
 static void st_moe_prep_h(void *ctx, int64_t b, int64_t e, int tid) {
     (void)tid;
     const st_moe_job *j = ctx;
-    for (int64_t i = b; i < e; i++)
-        j->prep(j->hq + (size_t)i * j->rb_h, j->n_ff, st_q8_0_prep_xu(j->ph, j->n_ff, i),
-                st_q8_0_prep_dxp(j->ph, j->n_ff, i));
+    st_q8_0_prep_rows(j->prep, j->hq, j->rb_h, NULL, j->n_ff, j->ph, b, e);
 }
 
 /* ---- one token in one dispatch ---------------------------------------------------------------
