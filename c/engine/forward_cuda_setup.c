@@ -535,8 +535,9 @@ strata_status st_gpu_create(strata_session *s) {
         TRY(st_gpu_alloc_prediction(g, hp));
         g->pipe = 1;
     }
-    /* cpu_warm: host hand-offs (not the pool's, not pipe's reads) warm the next CPU layer */
-    if (s->cpu_warm && s->n_cpu_moe != 0 && hp->n_expert > 0 && !g->pool && !g->pipe && s->n_threads != 1 &&
+    /* cpu_warm (set only with n_cpu_moe): host hand-offs (not the pool's, not pipe's reads) warm
+     * the next CPU layer */
+    if (s->cpu_warm && hp->n_expert > 0 && !g->pool && !g->pipe && s->n_threads != 1 &&
         hp->n_expert_used <= ST_MOE_WARM_MAX) {
         TRY(st_gpu_alloc_prediction(g, hp));
         TRY(st_cuda_event_create(&g->ev_hand));

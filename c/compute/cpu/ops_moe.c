@@ -485,6 +485,16 @@ static void st_moe_warm_task(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* Appends tensor m's bytes as the warm's next region. */
+static void st_moe_warm_add(st_moe_warm *w, const st_tensor *m) {
+    const size_t len = (size_t)m->ne[1] * m->row_bytes;
+    if (!m->data || !len) return;
+    const int r = w->n_regions++;
+    w->base[r] = m->data;
+    w->len[r] = len;
+    w->first[r + 1] = w->first[r] + (int64_t)((len + ST_MOE_WARM_PIECE - 1) / ST_MOE_WARM_PIECE);
+}
+
 void st_moe_warm_start(st_threadpool *tp, st_moe_warm *w, const st_expert *experts, int32_t n_expert,
                        const int32_t *ids, int64_t n) {
     st_moe_warm_stop(tp, w);
@@ -498,17 +508,11 @@ void st_moe_warm_start(st_threadpool *tp, st_moe_warm *w, const st_expert *exper
     }
     w->n_regions = 0;
     w->first[0] = 0;
-    for (int pass = 0; pass < 2; pass++) /* gate and up of every expert first, then the downs */
-        for (int q = 0; q < nl; q++)
-            for (int t = 0; t < (pass == 0 ? 2 : 1); t++) {
-                const st_tensor *m = pass ? &experts[list[q]].down : t ? &experts[list[q]].up : &experts[list[q]].gate;
-                const size_t len = (size_t)m->ne[1] * m->row_bytes;
-                if (!m->data || !len) continue;
-                const int r = w->n_regions++;
-                w->base[r] = m->data;
-                w->len[r] = len;
-                w->first[r + 1] = w->first[r] + (int64_t)((len + ST_MOE_WARM_PIECE - 1) / ST_MOE_WARM_PIECE);
-            }
+    for (int q = 0; q < nl; q++) { /* gate and up of every expert first, as the step reads them */
+        st_moe_warm_add(w, &experts[list[q]].gate);
+        st_moe_warm_add(w, &experts[list[q]].up);
+    }
+    for (int q = 0; q < nl; q++) st_moe_warm_add(w, &experts[list[q]].down);
     w->stop = 0;
     w->bytes = 0;
     w->running = w->n_regions > 0 && st_threadpool_n_threads(tp) > 1;
