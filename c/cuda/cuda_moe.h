@@ -99,13 +99,14 @@ strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int32_t n_expe
 /* One token's router in one launch (a decode step): logits = W x (W: F32, n_expert rows; the
  * bits of st_cuda_mmv), the routing of st_cuda_moe_route from them (d_ids/d_wts and/or db), and
  * when d_xq is set, x as n_embd / 32 q8_1 blocks the way st_cuda_moe_ffn quantizes it (pass it as
- * st_cuda_moe_args.xq: the FFN then runs without its plan). d_sync: one device word, 0 before the
+ * st_cuda_moe_args.xq: the FFN then runs without its plan); when d_xm is set, a copy of x's
+ * n_embd floats (e.g. host-mapped memory: a CPU layer's hand-down). d_sync: one device word, 0 before the
  * call and left 0 by it (the last of the n_expert blocks routes); one per stream of concurrent
  * calls. Needs st_cuda_moe_router1_supports (n_expert <= 256, W->ne0 a multiple of 32). */
 int st_cuda_moe_router1_supports(const st_cuda_mat *W, int32_t n_expert, int32_t k);
 strata_status st_cuda_moe_router1(const st_cuda_mat *W, const float *d_x, int32_t n_expert, int32_t k,
                                   int norm, float *d_logits, int32_t *d_ids, float *d_wts,
-                                  st_cuda_doorbell *db, void *d_xq, uint32_t *d_sync, void *stream);
+                                  st_cuda_doorbell *db, void *d_xq, float *d_xm, uint32_t *d_sync, void *stream);
 
 /* ---- grouped expert FFN ---------------------------------------------------------------------- */
 

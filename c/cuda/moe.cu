@@ -669,7 +669,8 @@ st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
 
 /* A decode step's router: block b computes logit b (st_k_mmv_f_split's body: the bits of
  * st_cuda_mmv), its warps quantize x's q8_1 blocks b * 8 + warp, b * 8 + warp + 8 * grid, ...
- * (st_moe_quant_body: the expert FFN's own quantization, the same bits) into xq when set, and the
+ * (st_moe_quant_body: the expert FFN's own quantization, the same bits) into xq when set, the
+ * grid copies x into xm when set, and the
  * block that finishes last (a counter at sync, which it sets back to 0) routes the token as
  * st_k_moe_route does. The last block sees every logit: each block's writes are fenced before
  * its increment (the reduction pattern of the CUDA samples). Three launches become one. */
@@ -677,9 +678,11 @@ static_assert(ST_MMV_SPLIT * 32 == ST_ROUTE_THREADS, "the router's blocks also r
 static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
 st_k_moe_router1(const uint8_t *__restrict__ w, size_t rb, int n_expert, int ne0, int nvec,
                  const float *__restrict__ x, float *logits, int k, int norm, int32_t *ids0, float *wts0,
-                 int32_t *ids1, float *wts1, block_q8_1 *__restrict__ xq, unsigned *sync) {
+                 int32_t *ids1, float *wts1, block_q8_1 *__restrict__ xq, float *xm, unsigned *sync) {
     st_mmv_f_split_row<st_mmv_f32, 1>(w, rb, nullptr, 0, n_expert, ne0, nvec, x, 1, logits);
     if (xq) st_moe_quant_body(x, ne0, 1, ne0, xq, blockIdx.x, gridDim.x);
+    if (xm) /* x's mirror (host-mapped: a CPU layer's hand-down without a copy) */
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ne0; i += gridDim.x * blockDim.x) xm[i] = x[i];
     if (!st_last_block(sync, gridDim.x)) return;
     st_moe_route_row(logits, n_expert, k, norm, 0, ids0, wts0, ids1, wts1);
 }
@@ -872,7 +875,8 @@ extern "C" int st_cuda_moe_router1_supports(const st_cuda_mat *W, int32_t n_expe
 
 extern "C" strata_status st_cuda_moe_router1(const st_cuda_mat *W, const float *d_x, int32_t n_expert, int32_t k,
                                              int norm, float *d_logits, int32_t *d_ids, float *d_wts,
-                                             st_cuda_doorbell *db, void *d_xq, uint32_t *d_sync, void *stream) {
+                                             st_cuda_doorbell *db, void *d_xq, float *d_xm, uint32_t *d_sync,
+                                             void *stream) {
     static const char *fn = "st_cuda_moe_router1";
     if (!st_cuda_moe_router1_supports(W, n_expert, k))
         return st_error(STRATA_ERR_INVALID_ARG, "%s: router of %s %lld x %lld for n_expert %d, k %d (need "
@@ -893,7 +897,7 @@ extern "C" strata_status st_cuda_moe_router1(const st_cuda_mat *W, const float *
     const size_t smem = (size_t)n_expert * (sizeof(float) + sizeof(int));
     st_launch(st_k_moe_router1, (unsigned)n_expert, ST_ROUTE_THREADS, smem, (cudaStream_t)stream,
               (const uint8_t *)W->data, W->row_bytes, (int)n_expert, (int)W->ne0, nvec, d_x, d_logits, (int)k, norm,
-              d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL, (block_q8_1 *)d_xq, (unsigned *)d_sync);
+              d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL, (block_q8_1 *)d_xq, d_xm, (unsigned *)d_sync);
     ST_CUDA_CHECK_LAUNCH("st_k_moe_router1");
     return STRATA_OK;
 }

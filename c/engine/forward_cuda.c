@@ -96,16 +96,22 @@ static int st_gpu_warm_layer(const strata_session *s, int il, int64_t tn) {
 }
 
 /* A CPU layer's hand-down: rows t0 .. t0 + tn of xn, their routing ids and weights into the
- * pinned h_ rows (asynchronous copies), then the wait for them. warm: behind the copies the GPU
+ * pinned h_ rows (asynchronous copies, or none when the decode step's router wrote them there:
+ * g->hand_ready), then the wait for them. warm: behind the copies the GPU
  * predicts layer il + 1's experts (their ids reach h_pf_ids while the CPU computes this layer;
  * ev_pred marks them), and only the copies are waited for. */
 static strata_status st_gpu_hand_down(strata_session *s, int il, int64_t t0, int64_t tn, int warm) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     const int64_t E = hp->n_embd, K = hp->n_expert_used;
-    TRY(st_cuda_memcpy_async(g->h_xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E), 0, g->stream));
-    TRY(st_cuda_memcpy_async(g->h_ids + t0 * K, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream));
-    TRY(st_cuda_memcpy_async(g->h_wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K), 0, g->stream));
+    if (!g->hand_ready) { /* else the router wrote them into the mapped rows */
+        TRY(st_cuda_memcpy_async(g->h_xn + t0 * E, g->xn + t0 * E, sizeof(float) * (size_t)(tn * E), 0, g->stream));
+        TRY(st_cuda_memcpy_async(g->h_ids + t0 * K, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K), 0,
+                                 g->stream));
+        TRY(st_cuda_memcpy_async(g->h_wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K), 0,
+                                 g->stream));
+    }
+    g->hand_ready = 0;
     s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E) + (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
     if (!warm) return st_cuda_stream_synchronize(g->stream);
     TRY(st_cuda_event_record(g->ev_hand, g->stream));
@@ -413,6 +419,7 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     st_gpu *g = s->gpu;
     const st_gpu_layer *G = &g->layers[il];
     const int64_t E = hp->n_embd;
+    const float *proj = g->proj; /* the FFN's output rows: g->proj, or a decode step's CPU row */
     /* g->xn holds the FFN's norm (fused into the attention's residual) */
     if (hp->n_expert == 0) {
         TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
@@ -431,9 +438,13 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
         const int32_t X = hp->n_expert, K = hp->n_expert_used;
         /* a decode step: router GEMV, routing and the experts' q8_1 row of xn in one launch */
         const int r1 = T == 1 && g->moe_xq && st_cuda_moe_router1_supports(&G->router, X, K);
+        /* a CPU layer's decode step: the router also writes xn, ids and weights into the mapped
+         * hand-down rows */
+        g->hand_ready = r1 && g->d_xn && st_gpu_layer_on_cpu(s, il) && !st_gpu_pool_call(s, T);
         if (r1)
             TRY(st_cuda_moe_router1(&G->router, g->xn, X, K, hp->expert_weights_norm, g->router, g->ids, g->wts,
-                                    NULL, g->moe_xq, g->sync + ST_GPU_SYNC_ROUTER, g->stream));
+                                    g->hand_ready ? &g->hand_db : NULL, g->moe_xq, g->hand_ready ? g->d_xn : NULL,
+                                    g->sync + ST_GPU_SYNC_ROUTER, g->stream));
         else
             TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
         g->xq_ready = r1;
@@ -578,6 +589,8 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                         TRY(st_cuda_memcpy_async(g->cpu_part, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
                         TRY(st_cuda_add(g->proj + t0 * E, g->proj + t0 * E, g->cpu_part, 1.0f, tn * E, g->stream));
                     }
+                } else if (g->d_proj && T == 1 && !G->shexp) { /* the residual reads the mapped row */
+                    proj = g->d_proj;
                 } else {
                     TRY(st_cuda_memcpy_async(g->proj + t0 * E, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
                 }
@@ -632,13 +645,13 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
     /* the residual, and the next layer's attention norm in the same launch */
     const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
     if (il + 1 < hp->n_layer && st_gpu_xq(g, T, E))
-        TRY(st_cuda_add_rmsnorm_q8(g->x, g->proj, rs, g->xn, g->layers[il + 1].attn_norm, E, T, hp->norm_eps,
+        TRY(st_cuda_add_rmsnorm_q8(g->x, proj, rs, g->xn, g->layers[il + 1].attn_norm, E, T, hp->norm_eps,
                                    g->xq, g->stream));
     else if (il + 1 < hp->n_layer)
-        TRY(st_cuda_add_rmsnorm(g->x, g->proj, rs, g->xn, g->layers[il + 1].attn_norm, E, T, hp->norm_eps,
+        TRY(st_cuda_add_rmsnorm(g->x, proj, rs, g->xn, g->layers[il + 1].attn_norm, E, T, hp->norm_eps,
                                 g->stream));
     else
-        TRY(st_cuda_add(g->x, g->x, g->proj, rs, T * E, g->stream));
+        TRY(st_cuda_add(g->x, g->x, proj, rs, T * E, g->stream));
     return st_gpu_mark(s, STRATA_PHASE_SHARED);
 }
 

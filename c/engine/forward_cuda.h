@@ -98,7 +98,13 @@ struct st_gpu {
     /* n_cpu_moe: pinned host rows of the hand-off to the CPU's expert step (T = n_batch rows) */
     float *h_xn, *h_wts, *h_proj;         /* (T, n_embd), (T, k), (T, n_embd) */
     int32_t *h_ids;                       /* (T, k) */
-    void *h_hand;                         /* the one allocation they share */
+    void *h_hand;                         /* the one allocation they share (host-mapped) */
+    /* the same rows' device addresses (NULL when the memory could not be mapped): a decode
+     * step's router writes x, ids and weights straight into them (no copies down) and the
+     * residual reads the CPU's result from d_proj (no copy up) */
+    float *d_xn, *d_proj;
+    st_cuda_doorbell hand_db;             /* h_ids / h_wts and their device addresses */
+    int hand_ready;                       /* this layer's router wrote the hand-down rows */
     /* cuda_doorbell: decode-sized calls hand the CPU layers to the expert pool (pool.h) through
      * host-mapped memory: a request record per CPU layer and its arrays (ST_POOL_T rows) */
     st_expert_pool *pool;

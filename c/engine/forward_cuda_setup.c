@@ -497,11 +497,22 @@ strata_status st_gpu_create(strata_session *s) {
     if (s->n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
         const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
         const size_t a = st_round_up(T * E * sizeof(float), 256), b = st_round_up(T * K * sizeof(float), 256);
-        TRY(st_cuda_host_alloc(&g->h_hand, 2 * a + 2 * b));
+        void *d = NULL;
+        if (st_cuda_host_alloc_mapped(&g->h_hand, &d, 2 * a + 2 * b) != STRATA_OK) {
+            st_error_clear(); /* not mappable: plain pinned rows and copies */
+            d = NULL;
+            TRY(st_cuda_host_alloc(&g->h_hand, 2 * a + 2 * b));
+        }
         g->h_xn = (float *)g->h_hand;
         g->h_proj = (float *)((uint8_t *)g->h_hand + a);
         g->h_wts = (float *)((uint8_t *)g->h_hand + 2 * a);
         g->h_ids = (int32_t *)((uint8_t *)g->h_hand + 2 * a + b);
+        if (d) {
+            g->d_xn = (float *)d;
+            g->d_proj = (float *)((uint8_t *)d + a);
+            g->hand_db = (st_cuda_doorbell){g->h_ids, g->h_wts, (int32_t *)((uint8_t *)d + 2 * a + b),
+                                            (float *)((uint8_t *)d + 2 * a), (int64_t)T, (int32_t)K};
+        }
     }
     if (s->expert_cache != 0) {
         int32_t slots = s->expert_cache;

@@ -197,8 +197,8 @@ static void check_route(int64_t T, int32_t n_expert, int32_t k, int norm, int ti
 }
 
 /* st_cuda_moe_router1 against st_cuda_mmv (the f32 router) + st_cuda_moe_route on the same
- * device: logits, ids and weights bit-identical, the doorbell equal, the counter back at 0, three
- * calls in a row (the counter reused). */
+ * device: logits, ids and weights bit-identical, the doorbell equal, x's host-mapped mirror equal
+ * to x, the counter back at 0, three calls in a row (the counter reused). */
 static void check_router1(int64_t n_embd, int32_t n_expert, int32_t k, int norm, test_rng *r) {
     const size_t nw = (size_t)(n_embd * n_expert);
     float *w = malloc(sizeof(float) * nw), *x = malloc(sizeof(float) * (size_t)n_embd);
@@ -209,6 +209,8 @@ static void check_router1(int64_t n_embd, int32_t n_expert, int32_t k, int norm,
          *d_w1 = NULL, *d_xq = NULL, *d_sync = NULL, *d_scr = NULL;
     st_cuda_doorbell db;
     memset(&db, 0, sizeof db);
+    float *h_xm = NULL; /* x's mirror, host-mapped */
+    void *d_xm = NULL;
     for (size_t i = 0; i < nw; i++) w[i] = 0.05f * test_rng_float(r);
     for (int64_t i = 0; i < n_embd; i++) x[i] = test_rng_float(r);
     strata_status st = st_cuda_malloc(&d_w, sizeof(float) * nw);
@@ -226,6 +228,7 @@ static void check_router1(int64_t n_embd, int32_t n_expert, int32_t k, int norm,
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_w, w, sizeof(float) * nw);
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_x, x, sizeof(float) * (size_t)n_embd);
     if (st == STRATA_OK) st = st_cuda_doorbell_alloc(&db, 1, k);
+    if (st == STRATA_OK) st = st_cuda_host_alloc_mapped((void **)&h_xm, &d_xm, sizeof(float) * (size_t)n_embd);
     const st_cuda_mat W = {STRATA_TYPE_F32, d_w, n_embd, n_expert, sizeof(float) * (size_t)n_embd};
     CHECK(st_cuda_moe_router1_supports(&W, n_expert, k), "router1: %lld x %d not supported", (long long)n_embd,
           n_expert);
@@ -236,9 +239,10 @@ static void check_router1(int64_t n_embd, int32_t n_expert, int32_t k, int norm,
     uint32_t sync = 1;
     for (int rep = 0; rep < 3 && st == STRATA_OK; rep++) {
         st = st_cuda_memset(d_l1, 0xA5, sizeof(float) * (size_t)n_expert);
+        memset(h_xm, 0xA5, sizeof(float) * (size_t)n_embd);
         if (st == STRATA_OK)
             st = st_cuda_moe_router1(&W, (const float *)d_x, n_expert, k, norm, (float *)d_l1, (int32_t *)d_i1,
-                                     (float *)d_w1, &db, d_xq, (uint32_t *)d_sync, NULL);
+                                     (float *)d_w1, &db, d_xq, (float *)d_xm, (uint32_t *)d_sync, NULL);
         if (st == STRATA_OK) st = st_cuda_synchronize();
         if (st == STRATA_OK) st = st_cuda_memcpy_d2h(l0, d_l0, sizeof(float) * (size_t)n_expert);
         if (st == STRATA_OK) st = st_cuda_memcpy_d2h(l1, d_l1, sizeof(float) * (size_t)n_expert);
@@ -252,14 +256,16 @@ static void check_router1(int64_t n_embd, int32_t n_expert, int32_t k, int norm,
         bad += memcmp(i0, i1, sizeof(int32_t) * (size_t)k) != 0 || memcmp(w0, w1, sizeof(float) * (size_t)k) != 0;
         bad += memcmp(db.h_ids, i1, sizeof(int32_t) * (size_t)k) != 0 || memcmp(db.h_wts, w1, sizeof(float) * (size_t)k) != 0;
         bad += sync != 0;
+        bad += memcmp(h_xm, x, sizeof(float) * (size_t)n_embd) != 0;
     }
     CHECK(st == STRATA_OK, "router1 %lld x %d: %s", (long long)n_embd, n_expert, strata_last_error());
     printf("router1 n_embd=%-5lld n_expert=%-4d k=%d norm=%d  mismatches %lld (logits, routing, doorbell, "
-           "counter over 3 calls)  %s\n", (long long)n_embd, n_expert, k, norm, (long long)bad,
+           "counter, x's mirror over 3 calls)  %s\n", (long long)n_embd, n_expert, k, norm, (long long)bad,
            bad == 0 && st == STRATA_OK ? "pass" : "FAIL");
     CHECK(bad == 0, "router1 %lld x %d k %d: %lld mismatches against st_cuda_mmv + st_cuda_moe_route",
           (long long)n_embd, n_expert, k, (long long)bad);
     (void)st_cuda_doorbell_free(&db);
+    if (h_xm) (void)st_cuda_host_free(h_xm);
     void *frees[] = {d_w, d_x, d_l0, d_l1, d_i0, d_i1, d_w0, d_w1, d_xq, d_sync, d_scr};
     for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) (void)st_cuda_free(frees[i]);
     free(w); free(x); free(l0); free(l1);
@@ -430,7 +436,7 @@ static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t
         const st_cuda_mat W = {STRATA_TYPE_F32, d_wr, s->n_embd, s->n_expert, sizeof(float) * (size_t)s->n_embd};
         if (st == STRATA_OK)
             st = st_cuda_moe_router1(&W, (const float *)d_x, s->n_expert, k, 1, (float *)d_l, (int32_t *)d_ri,
-                                     (float *)d_rw, NULL, d_xq, (uint32_t *)d_sync, NULL);
+                                     (float *)d_rw, NULL, d_xq, NULL, (uint32_t *)d_sync, NULL);
         if (st == STRATA_OK) st = st_cuda_memset(d_out, 0xA5, sizeof(float) * (size_t)(n + GUARD));
         if (st == STRATA_OK && accumulate) st = st_cuda_memcpy_h2d(d_out, init, sizeof(float) * (size_t)n);
         if (st == STRATA_OK) st = st_cuda_memset(d_ws, 0x3F, wsz);
