@@ -585,9 +585,12 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 if (ng) { /* the GPU's rows are in g->proj: the CPU's (if any) go up, added */
                     s->slots_cpu[il] -= ng;
                     s->slots_gpu[il] += ng;
-                    if (nc) {
-                        TRY(st_cuda_memcpy_async(g->cpu_part, hp_, sizeof(float) * (size_t)(tn * E), 1, g->stream));
-                        TRY(st_cuda_add(g->proj + t0 * E, g->proj + t0 * E, g->cpu_part, 1.0f, tn * E, g->stream));
+                    if (nc) { /* read from the mapped rows, or copied up first */
+                        const float *cp = g->d_proj ? g->d_proj + t0 * E : g->cpu_part;
+                        if (!g->d_proj)
+                            TRY(st_cuda_memcpy_async(g->cpu_part, hp_, sizeof(float) * (size_t)(tn * E), 1,
+                                                     g->stream));
+                        TRY(st_cuda_add(g->proj + t0 * E, g->proj + t0 * E, cp, 1.0f, tn * E, g->stream));
                     }
                 } else if (g->d_proj && T == 1 && !G->shexp) { /* the residual reads the mapped row */
                     proj = g->d_proj;
