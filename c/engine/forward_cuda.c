@@ -371,15 +371,12 @@ static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, 
 }
 
 /* cpu_misses with CPU layers (n_cpu_moe), decode-sized calls: every routed expert of the layer is
- * a miss. The cost model (or pcie_frac) picks the experts to copy over PCIe into the stage slots
- * (copies enqueued on the compute stream, st_gpu_cache_async_loads); the GPU's kernel for them is
- * enqueued into g->proj, so both run while the host's pool computes the rest. ids, wts: the call's
- * routing on the host (tn x K). *n_gpu, *n_cpu: the slot-rows each side takes (*n_gpu 0: the CPU
- * computes the layer as without the split); g->h_ids_cpu then has the CPU's ids (-1 for the
- * GPU's), whose rows the caller adds to g->proj. */
-static strata_status st_gpu_split_cpu_layer(strata_session *s, int il, int64_t t0, int64_t tn,
-                                            const int32_t *ids, const float *wts, int64_t *n_gpu,
-                                            int64_t *n_cpu) {
+ * a miss. The cost model (or pcie_frac) picks the experts to copy over PCIe into the stage slots.
+ * ids, wts: the call's routing on the host (tn x K). *n_gpu, *n_cpu: the slot-rows each side
+ * takes (*n_gpu 0: the CPU computes the layer as without the split); g->h_ids_cpu then has the
+ * CPU's ids (-1 for the GPU's), g->h_ids_gpu the GPU's (-1 for the CPU's). */
+static void st_gpu_split_decide(strata_session *s, const int32_t *ids, const float *wts, int64_t tn,
+                                int64_t *n_gpu, int64_t *n_cpu) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
@@ -397,7 +394,18 @@ static strata_status st_gpu_split_cpu_layer(strata_session *s, int il, int64_t t
         nc += !gpu && e >= 0 && e < X;
     }
     for (int m = 0; m < nm; m++) g->miss_of[g->misses[m].expert] = -1;
-    if (nl == 0 || ng == 0) return STRATA_OK;
+    if (nl == 0 || ng == 0) return;
+    *n_gpu = ng;
+    *n_cpu = nc;
+}
+
+/* The GPU's share of a split CPU layer (st_gpu_split_decide): its experts' copies enqueued on the
+ * compute stream (st_gpu_cache_async_loads), then its kernel into g->proj, while the pool
+ * computes the CPU's share; the caller adds the CPU's rows to g->proj. */
+static strata_status st_gpu_split_enqueue(strata_session *s, int il, int64_t t0, int64_t tn) {
+    st_gpu *g = s->gpu;
+    const int32_t K = s->model->hp.n_expert_used;
+    const int64_t P = tn * K;
     const void *table = NULL;
     TRY(st_gpu_cache_table(s, g->stage, il, g->h_ids_gpu, tn, K, 0, g->stream, &table));
     /* the GPU's ids go up from the pinned ring beside the hand-off rows (the next layer's
@@ -407,10 +415,7 @@ static strata_status st_gpu_split_cpu_layer(strata_session *s, int il, int64_t t
     TRY(st_cuda_memcpy_async(g->ids_split + t0 * K, hg, sizeof(int32_t) * (size_t)P, 1, g->stream));
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)P);
     const st_cuda_moe_args a = st_gpu_routed_args(s, il, t0, tn, table, g->ids_split + t0 * K);
-    TRY(st_cuda_moe_ffn(&a, g->stream));
-    *n_gpu = ng;
-    *n_cpu = nc;
-    return STRATA_OK;
+    return st_cuda_moe_ffn(&a, g->stream);
 }
 
 static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
@@ -579,9 +584,15 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 }
                 /* cpu_misses: a share of the experts over PCIe to the GPU, the rest here */
                 int64_t ng = 0, nc = 0;
-                if (g->cpu_split && tn <= ST_POOL_T) TRY(st_gpu_split_cpu_layer(s, il, t0, tn, hi, hw, &ng, &nc));
-                if (!ng || nc) st_moe_ffn(s->tp, ex, X, hx, tn, ng ? g->h_ids_cpu : hi, hw, K, hp_, s->moe_ws);
+                if (g->cpu_split && tn <= ST_POOL_T) st_gpu_split_decide(s, hi, hw, tn, &ng, &nc);
+                /* the CPU's step starts on the pool's workers; the host enqueues the GPU's share
+                 * (copies and kernel) meanwhile, then joins the step */
+                const int cpu_step = !ng || nc;
+                if (cpu_step) st_moe_ffn_begin(s->tp, ex, X, hx, tn, ng ? g->h_ids_cpu : hi, hw, K, hp_, s->moe_ws);
+                const strata_status est = ng ? st_gpu_split_enqueue(s, il, t0, tn) : STRATA_OK;
+                if (cpu_step) st_moe_ffn_end(s->tp, s->moe_ws);
                 if (s->ram) st_ram_tier_release(s);
+                if (est != STRATA_OK) return est;
                 if (ng) { /* the GPU's rows are in g->proj: the CPU's (if any) go up, added */
                     s->slots_cpu[il] -= ng;
                     s->slots_gpu[il] += ng;

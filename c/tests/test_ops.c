@@ -577,6 +577,23 @@ static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) 
                   st_threadpool_n_threads(pools[p]), on);
         }
     st_moe_set_one_dispatch(1);
+    /* the two halves (st_moe_ffn_begin / _end) with the caller busy between them, on every pool,
+     * one token (posted to the workers) and the batch (stages in _end): st_moe_ffn's bits */
+    for (int p = 0; p < n_pools; p++) {
+        float got1[256], *gotb = malloc(sizeof(float) * (size_t)(T * n_embd));
+        st_moe_ffn_begin(pools[p], ex, E, x + 7 * n_embd, 1, ids + 7 * k, wts + 7 * k, k, got1, ws);
+        volatile double busy = 0; /* the caller's other work (a GPU session's launches) */
+        for (int i = 0; i < 200000; i++) busy += i * 1e-9;
+        st_moe_ffn_end(pools[p], ws);
+        CHECK(memcmp(got1, one, sizeof one) == 0, "moe %s: begin / end, one token, %d threads: not st_moe_ffn's bits",
+              strata_type_name(type), st_threadpool_n_threads(pools[p]));
+        st_moe_ffn_begin(pools[p], ex, E, x, T, ids, wts, k, gotb, ws);
+        st_moe_ffn_end(pools[p], ws);
+        CHECK(gotb && memcmp(gotb, out[0], sizeof(float) * (size_t)(T * n_embd)) == 0,
+              "moe %s: begin / end, %lld tokens, %d threads: not st_moe_ffn's bits", strata_type_name(type),
+              (long long)T, st_threadpool_n_threads(pools[p]));
+        free(gotb);
+    }
     /* a batch with dropped slots (every third id -1): each row still the token alone */
     {
         int32_t idd[13 * 3];

@@ -124,6 +124,14 @@ size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int6
  * x, out: [T][n_embd] (out is overwritten; may not alias x). ws: st_moe_wsize bytes. */
 void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
                 int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws);
+/* st_moe_ffn in two halves, for a caller with other work meanwhile (a GPU session enqueueing
+ * its share of a CPU layer): _begin groups and quantizes, and for a one-dispatch step (below)
+ * posts it to the pool's workers and returns; _end joins the caller to what is left (or runs
+ * the stages) and writes out. Between them x, ids, wts, out and ws stay untouched and the pool
+ * takes no other job. The same bits as st_moe_ffn, which is the two back to back. */
+void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
+                      int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws);
+void st_moe_ffn_end(st_threadpool *tp, void *ws);
 /* One token's step (T == 1) runs gate/up, h's quantization and down in one parallel region, down
  * chunks starting as their experts' h rows are ready (the default, on); 0: three stages with a
  * barrier between each, as batches run. The same bits either way. Process-wide, for tests and

@@ -42,9 +42,11 @@ void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, i
  * Grouped expert FFN
  * ------------------------------------------------------------------------------------------- */
 
+static size_t st_moe_state_bytes(void);
+
 size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int64_t n_ff) {
     const size_t P = (size_t)T * (size_t)k;
-    size_t sz = 0;
+    size_t sz = st_moe_state_bytes();                                       /* the call's state */
     sz += st_round_up(sizeof(int64_t) * ((size_t)n_expert * 2 + 2), 64);   /* counts, offsets */
     sz += st_round_up(sizeof(int32_t) * ((size_t)n_expert + 1), 64);       /* active experts */
     sz += 2 * st_round_up(sizeof(int32_t) * P, 64);                       /* pair_tok, pair_of */
@@ -265,6 +267,18 @@ typedef struct {
 static int st_moe_one_on = 1;
 void st_moe_set_one_dispatch(int on) { st_moe_one_on = on != 0; }
 
+/* A call between st_moe_ffn_begin and st_moe_ffn_end, kept at the start of the workspace. */
+typedef struct {
+    st_moe_job j;
+    st_moe_one o;
+    int mode;                  /* ST_MOE_NONE / _ONE (one dispatch) / _STAGES */
+    int posted;                /* the one dispatch was posted to the pool (begin returned early) */
+    int64_t T, n_pairs;
+    int64_t rows_gu, rows_d, chunk_gu, chunk_d;
+} st_moe_state;
+
+enum { ST_MOE_NONE, ST_MOE_ONE, ST_MOE_STAGES };
+
 static void st_moe_quant_expert(const st_moe_job *j, int64_t a) {
     const int32_t ex = j->active[a];
     st_moe_quant_h((void *)j, j->offs[ex], j->offs[ex + 1], 0);
@@ -320,8 +334,13 @@ static void st_moe_combine(void *ctx, int64_t b, int64_t e, int tid) {
     }
 }
 
-void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
-                int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
+static size_t st_moe_state_bytes(void) { return st_round_up(sizeof(st_moe_state), 64); }
+
+void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
+                      int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
+    st_moe_state *S = ws;
+    S->mode = ST_MOE_NONE;
+    S->posted = 0;
     const size_t P = (size_t)T * (size_t)k;
     size_t first_valid = 0;
     while (first_valid < P && (ids[first_valid] < 0 || ids[first_valid] >= n_expert)) first_valid++;
@@ -331,7 +350,7 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
     }
     const st_expert *e0 = &experts[ids[first_valid]];
     const int64_t n_embd = e0->gate.ne[0], n_ff = e0->gate.ne[1];
-    uint8_t *p = ws;
+    uint8_t *p = (uint8_t *)ws + st_moe_state_bytes();
     int64_t *counts = (int64_t *)p;
     int64_t *offs = counts + n_expert;
     p += st_round_up(sizeof(int64_t) * ((size_t)n_expert * 2 + 2), 64);
@@ -377,6 +396,7 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
 
     st_moe_job j;
     memset(&j, 0, sizeof j);
+    S->T = T;
     j.experts = experts;
     j.active = active;
     j.offs = offs;
@@ -434,32 +454,59 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
                           : st_threadpool_chunk(tp, n_pairs, 2, 1), st_moe_gather, &j);
 
     const int64_t rows_gu = (int64_t)n_active * n_ff, rows_d = (int64_t)n_active * n_embd;
-    const int64_t chunk_gu = st_tile_chunk(st_threadpool_chunk(tp, rows_gu, 8, 2), j.tile_gu);
-    const int64_t chunk_d = st_tile_chunk(st_threadpool_chunk(tp, rows_d, 8, 2), j.tile_d);
+    S->j = j;
+    S->n_pairs = n_pairs;
+    S->rows_gu = rows_gu;
+    S->rows_d = rows_d;
+    S->chunk_gu = st_tile_chunk(st_threadpool_chunk(tp, rows_gu, 8, 2), j.tile_gu);
+    S->chunk_d = st_tile_chunk(st_threadpool_chunk(tp, rows_d, 8, 2), j.tile_d);
+    S->mode = ST_MOE_STAGES;
     if (st_moe_one_on && T == 1 && n_active <= ST_MOE_ONE_MAXK && st_threadpool_n_threads(tp) > 1) {
-        st_moe_one o;
-        o.j = &j;
-        o.n_active = n_active;
-        o.chunk_gu = chunk_gu;
-        o.chunk_d = chunk_d;
-        o.rows_gu = rows_gu;
-        o.rows_d = rows_d;
-        o.n_gu = (rows_gu + chunk_gu - 1) / chunk_gu;
-        o.n_d = (rows_d + chunk_d - 1) / chunk_d;
+        st_moe_one *o = &S->o;
+        o->j = &S->j;
+        o->n_active = n_active;
+        o->chunk_gu = S->chunk_gu;
+        o->chunk_d = S->chunk_d;
+        o->rows_gu = rows_gu;
+        o->rows_d = rows_d;
+        o->n_gu = (rows_gu + S->chunk_gu - 1) / S->chunk_gu;
+        o->n_d = (rows_d + S->chunk_d - 1) / S->chunk_d;
         for (int i = 0; i < n_active; i++) {
-            atomic_init(&o.done[i], 0);
-            atomic_init(&o.ready[i], 0);
+            atomic_init(&o->done[i], 0);
+            atomic_init(&o->ready[i], 0);
         }
-        st_threadpool_run(tp, o.n_gu + o.n_d, 1, st_moe_one_task, &o);
-    } else {
-        st_threadpool_run(tp, rows_gu, chunk_gu, st_moe_gate_up, &j);
-        const int64_t chunk_h = n_pairs * n_ff < 65536 ? n_pairs : st_threadpool_chunk(tp, n_pairs, 2, 1);
-        st_threadpool_run(tp, n_pairs, chunk_h, st_moe_quant_h, &j); /* the grouped pairs' rows */
-        if (j.dotp_d) st_threadpool_run(tp, n_pairs, chunk_h, st_moe_prep_h, &j);
-        st_threadpool_run(tp, rows_d, chunk_d, st_moe_down, &j);
+        S->mode = ST_MOE_ONE;
+        /* the workers start now; the caller joins in st_moe_ffn_end */
+        st_threadpool_post(tp, o->n_gu + o->n_d, 1, st_moe_one_task, o);
+        S->posted = 1;
     }
-    st_threadpool_run(tp, T, T * n_embd * k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
-                      st_moe_combine, &j);
+}
+
+void st_moe_ffn_end(st_threadpool *tp, void *ws) {
+    st_moe_state *S = ws;
+    st_moe_job *j = &S->j;
+    if (S->mode == ST_MOE_NONE) return;
+    if (S->posted) {
+        st_threadpool_wait(tp);
+        S->posted = 0;
+    } else {
+        st_threadpool_run(tp, S->rows_gu, S->chunk_gu, st_moe_gate_up, j);
+        const int64_t n_pairs = S->n_pairs, n_ff = j->n_ff;
+        const int64_t chunk_h = n_pairs * n_ff < 65536 ? n_pairs : st_threadpool_chunk(tp, n_pairs, 2, 1);
+        st_threadpool_run(tp, n_pairs, chunk_h, st_moe_quant_h, j); /* the grouped pairs' rows */
+        if (j->dotp_d) st_threadpool_run(tp, n_pairs, chunk_h, st_moe_prep_h, j);
+        st_threadpool_run(tp, S->rows_d, S->chunk_d, st_moe_down, j);
+    }
+    const int64_t T = S->T;
+    st_threadpool_run(tp, T, T * j->n_embd * j->k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
+                      st_moe_combine, j);
+    S->mode = ST_MOE_NONE;
+}
+
+void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
+                int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
+    st_moe_ffn_begin(tp, experts, n_expert, x, T, ids, wts, k, out, ws);
+    st_moe_ffn_end(tp, ws);
 }
 
 /* ---------------------------------------------------------------------------------------------
