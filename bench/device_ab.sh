@@ -1,30 +1,30 @@
 #!/usr/bin/env bash
 # device_ab.sh - A/B rows on the files device_gpu.sh wrote (/tmp/q3.gguf, /tmp/olmoe.gguf),
 # alternating, one process each: --cpu-moe decode of the previous landing (when device_gpu.sh
-# built .devdata/prev), of this build, and of this build with --cpu-warm (qwen3 twice, olmoe
-# once), then where a qwen3 --cpu-moe decode step's time goes (--profile, each phase waits for
-# the GPU) with the warm's [PROF] figures. Run after device_gpu.sh in the same call (about 150 s).
+# built .devdata/prev) and of this build, plain and with --cpu-warm / --cpu-misses (qwen3 twice,
+# olmoe once), then where a qwen3 --cpu-moe decode step's time goes (--profile, each phase waits for
+# the GPU) with the warm's [PROF] figures. Run after device_gpu.sh in the same call (about 250 s).
 set -u
 cd "$(dirname "$0")/.."
 [ -f /tmp/q3.done ] || { echo "no /tmp/q3.gguf"; exit 1; }
 exec > >(tee "${OUT:-/tmp}/device_ab.log") 2>&1
 row() { grep -oE "(pp|tg)[0-9]+[^|]*\| [0-9.]+" | grep -oE "[0-9.]+$" | tr '\n' ' '; }
-# configurations: the previous landing's build (.devdata/prev/strata, when device_gpu.sh built
-# it), this build, this build with --cpu-warm
-cfgs="new:0 new:1"
-[ -x .devdata/prev/strata ] && cfgs="prev:0 $cfgs"
+# configurations (binary:flags): the previous landing's build (.devdata/prev/strata, when
+# device_gpu.sh built it) and this build, plain, with --cpu-warm, with --cpu-misses and both
+cfgs="new: new:--cpu-warm new:--cpu-misses new:--cpu-misses,--cpu-warm"
+[ -x .devdata/prev/strata ] && cfgs="prev: $cfgs prev:--cpu-misses"
 bin() { [ "$1" = prev ] && echo .devdata/prev/strata || echo ./strata; }
 for rep in 1 2; do
     for c in $cfgs; do
-        b=${c%:*} w=${c#*:}
-        echo "$b cpu_warm=$w rep=$rep qwen3 --cpu-moe tg64 $(STRATA_CPU_WARM=$w timeout 60 $(bin $b) bench \
-            -m /tmp/q3.gguf -p 0 -n 64 -r 1 --gpu --cpu-moe -t 16 2>/dev/null | row)"
+        b=${c%%:*} f=${c#*:}
+        echo "$b ${f:-plain} rep=$rep qwen3 --cpu-moe tg64 $(timeout 60 $(bin $b) bench -m /tmp/q3.gguf -p 0 -n 64 \
+            -r 1 --gpu --cpu-moe -t 16 ${f//,/ } 2>/dev/null | row)"
     done
 done
 for c in $cfgs; do
-    b=${c%:*} w=${c#*:}
-    echo "$b cpu_warm=$w olmoe --cpu-moe tg64 $(STRATA_CPU_WARM=$w timeout 60 $(bin $b) bench -m /tmp/olmoe.gguf \
-        -p 0 -n 64 -r 2 --gpu --cpu-moe -t 16 2>/dev/null | row)"
+    b=${c%%:*} f=${c#*:}
+    echo "$b ${f:-plain} olmoe --cpu-moe tg64 $(timeout 60 $(bin $b) bench -m /tmp/olmoe.gguf -p 0 -n 64 -r 2 \
+        --gpu --cpu-moe -t 16 ${f//,/ } 2>/dev/null | row)"
 done
 timeout 60 ./strata -m /tmp/q3.gguf -p "Once upon a time" -n 24 --temp 0 --ignore-eos --no-echo --gpu --cpu-moe \
     --cpu-warm -t 16 --profile 2>&1 >/dev/null | grep -E "profile|PROF" | cut -c1-400
