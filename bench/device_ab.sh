@@ -11,7 +11,7 @@ exec > >(tee "${OUT:-/tmp}/device_ab.log") 2>&1
 row() { grep -oE "(pp|tg)[0-9]+[^|]*\| [0-9.]+" | grep -oE "[0-9.]+$" | tr '\n' ' '; }
 # configurations (binary:flags): the previous landing's build (.devdata/prev/strata, when
 # device_gpu.sh built it) and this build, plain, with --cpu-warm, with --cpu-misses and both
-cfgs="new: new:--cpu-warm new:--cpu-misses new:--cpu-misses,--cpu-warm"
+cfgs="new: new:--cpu-warm new:--cpu-misses new:--cpu-misses,--cpu-warm new:--cpu-misses,--pcie-frac,0.375"
 [ -x .devdata/prev/strata ] && cfgs="prev: $cfgs prev:--cpu-misses"
 bin() { [ "$1" = prev ] && echo .devdata/prev/strata || echo ./strata; }
 for rep in 1 2; do
