@@ -293,18 +293,31 @@ static strata_status st_gpu_cache_settle(st_gpu_cache *c, int il, const int32_t 
 }
 
 /* An expert's three matrices (host bytes of src) into slot over PCIe: enqueued on stream, or
- * synchronous copies when it is NULL. */
+ * synchronous copies when it is NULL. One copy when the host bytes are laid out as the slot's
+ * (the pinned experts, st_gpu_pin_experts), else one a matrix. */
 static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, int32_t slot, const st_expert *src,
                                           void *stream) {
     uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
     const st_tensor *m[3] = {&src->gate, &src->up, &src->down};
+    size_t b[3], off[3], at = 0;
+    int one = 1; /* the three matrices sit at the slot's offsets from the first */
     for (int k = 0; k < 3; k++) {
-        const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
-        if (stream) TRY_CACHE(st_cuda_memcpy_async(p, m[k]->data, b, 1, stream));
-        else TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
-        p += st_round_up(b, 256);
-        c->loaded_bytes += (int64_t)b;
-        s->pcie_bytes += (int64_t)b;
+        b[k] = m[k]->row_bytes * (size_t)m[k]->ne[1];
+        off[k] = at;
+        one &= (const uint8_t *)m[k]->data == (const uint8_t *)m[0]->data + at;
+        at += st_round_up(b[k], 256);
+        c->loaded_bytes += (int64_t)b[k];
+        s->pcie_bytes += (int64_t)b[k];
+    }
+    if (one) {
+        const size_t n = off[2] + b[2];
+        if (stream) TRY_CACHE(st_cuda_memcpy_async(p, m[0]->data, n, 1, stream));
+        else TRY_CACHE(st_cuda_memcpy_h2d(p, m[0]->data, n));
+        return STRATA_OK;
+    }
+    for (int k = 0; k < 3; k++) {
+        if (stream) TRY_CACHE(st_cuda_memcpy_async(p + off[k], m[k]->data, b[k], 1, stream));
+        else TRY_CACHE(st_cuda_memcpy_h2d(p + off[k], m[k]->data, b[k]));
     }
     return STRATA_OK;
 }
