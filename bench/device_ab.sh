@@ -21,7 +21,7 @@ for rep in 1 2; do
             -r 1 --gpu --cpu-moe -t 16 ${f//,/ } 2>/dev/null | row)"
     done
 done
-for c in $cfgs; do
+for c in prev: new: prev:--cpu-misses new:--cpu-misses; do
     b=${c%%:*} f=${c#*:}
     echo "$b ${f:-plain} olmoe --cpu-moe tg64 $(timeout 60 $(bin $b) bench -m /tmp/olmoe.gguf -p 0 -n 64 -r 2 \
         --gpu --cpu-moe -t 16 ${f//,/ } 2>/dev/null | row)"

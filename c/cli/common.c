@@ -47,9 +47,10 @@ void cli_opts_init(cli_opts *o) {
     }
     {
         const char *v = getenv("STRATA_ATTN_TC");
-        o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0    ? -1
-                                  : strcmp(v, "split") == 0 ? 2
-                                                            : env_flag("STRATA_ATTN_TC"))
+        o->attn_tc = v && v[0] ? (strcmp(v, "auto") == 0      ? -1
+                                  : strcmp(v, "split") == 0   ? 2
+                                  : strcmp(v, "split-p") == 0 ? 3
+                                                              : env_flag("STRATA_ATTN_TC"))
                                : -1;
     }
     {
@@ -140,7 +141,9 @@ void cli_opts_usage(FILE *f) {
         "                          single f16 queries and probabilities (fastest; twice the KL),\n"
         "                          or on the FMA units; default (--attn-tc-split): tensor cores\n"
         "                          with each split into two f16 parts (near-f32; 2.9x the FMA\n"
-        "                          kernel at depth 16K); also $STRATA_ATTN_TC=1, 0, split or auto\n"
+        "                          kernel at depth 16K); --attn-tc-split-p: the probabilities\n"
+        "                          only split (3/4 of the work); also $STRATA_ATTN_TC=1, 0,\n"
+        "                          split, split-p or auto\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
@@ -247,6 +250,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--attn-tc")) o->attn_tc = 1;
     else if (opt_is(a, NULL, "--no-attn-tc")) o->attn_tc = 0;
     else if (opt_is(a, NULL, "--attn-tc-split")) o->attn_tc = 2;
+    else if (opt_is(a, NULL, "--attn-tc-split-p")) o->attn_tc = 3;
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
     else if (opt_is(a, NULL, "--no-pin-experts")) o->pin_experts = 0;
     else if (opt_is(a, NULL, "--mlock")) o->mlock = 1;

@@ -883,7 +883,7 @@ static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_s
         if (plan_out) *plan_out = pl;
         a.chunk = pl.chunk;
         a.n_chunks = pl.n_chunks;
-        const int split = s->tc == 2 || s->tc < 0; /* auto (-1) is split */
+        const int split = s->tc == 3 ? 2 : s->tc == 2 || s->tc < 0; /* auto (-1) is split */
         ST_TRY(st_attn_tc_run(a, s->head_dim, s->n_head_kv, split, st));
     } else if (dtc) {
         const int split = s->tc != 1; /* single f16 operands only when asked (tc 1) */

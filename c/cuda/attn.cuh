@@ -141,8 +141,8 @@ struct st_attn_args {
 
 /* attn_tc.cu's host side: dynamic shared memory a block, the prefill kernel's chunks (one pass
  * when the row blocks fill the SMs; else chunks of ST_ATTN_TC_MIN_CHUNK+ for ~2 blocks an SM,
- * within ws_cap), and the launches (head_dim 64 or 128; split: queries and probabilities as two
- * f16 parts). */
+ * within ws_cap), and the launches (head_dim 64 or 128; split: 1 queries and probabilities as two
+ * f16 parts, 2 (prefill only) the probabilities only, 0 neither). */
 size_t st_attn_tc_smem(int hd);
 size_t st_attn_dtc_smem(int hd);
 int st_attn_tc_chunks(int64_t blocks, int64_t np, int64_t T, const st_cuda_attn_shape *s, size_t ws_cap,

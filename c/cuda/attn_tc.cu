@@ -155,14 +155,18 @@ static __device__ __forceinline__ void st_attn_p_frags(const float (&s0)[4], con
  * with P rounded to f16 (ldmatrix.trans for V). Tiles in a fixed order, so deterministic.
  * n_chunks == 1: every output row written once, normalized. n_chunks > 1 (blockIdx.y = chunk):
  * unnormalized partials with their max (natural log units, as st_k_attn writes them) and sum,
- * merged in chunk order by st_k_attn_combine. SPLIT (attn_tc 2): each query and each
- * probability is carried as two f16 numbers, hi = f16(x) and lo = f16(x - hi), and multiplied
- * twice (hi and lo against the same f16 K or V fragment, f32 accumulation): products within
- * ~2^-22 of f32 for twice the mma work; K and V are f16 in the cache, so exact either way.
- * (Splitting the queries only was measured: half single f16's NMSE, but the default model's KL
- * against the CPU stayed at single f16's, 1.89e-4 against 1.82e-4; not kept.) */
-template <int HD, bool SPLIT>
-static __global__ void __launch_bounds__(128)
+ * merged in chunk order by st_k_attn_combine. SQ / SP: each query / each probability is carried
+ * as two f16 numbers, hi = f16(x) and lo = f16(x - hi), and multiplied twice (hi and lo against
+ * the same f16 K or V fragment, f32 accumulation): products within ~2^-22 of f32; K and V are
+ * f16 in the cache, so exact either way. attn_tc 2: both (twice single f16's mma work); attn_tc
+ * 3: the probabilities only (3/4 of it): the probabilities' rounding is what moves the output
+ * most (the queries alone split: half single f16's NMSE, but the default model's KL against the
+ * CPU stayed at single f16's, 1.89e-4 against 1.82e-4, split both 6.9e-5). */
+#ifndef ST_ATTN_TC_MINB_P
+#define ST_ATTN_TC_MINB_P 1 /* blocks an SM asked of the single-query kernels (3: <= 170 registers) */
+#endif
+template <int HD, bool SQ, bool SP>
+static __global__ void __launch_bounds__(128, SQ ? 1 : ST_ATTN_TC_MINB_P)
 st_k_attn_tc(const st_attn_args a) {
     st_pdl_enter();
     constexpr int BM = ST_ATTN_TC_BM, BN = ST_ATTN_TC_BN, LDS = HD + 8;
@@ -189,10 +193,10 @@ st_k_attn_tc(const st_attn_args a) {
 
     /* this warp's 16 query rows as f16 A fragments, staged through stage 1 (K: hi, V: lo) */
     __half *const Qh = S0 + 2 * BN * LDS, *const Ql = S0 + 3 * BN * LDS;
-    st_attn_stage_q<HD, SPLIT>(a, hk, G, R, r_first, BM, qscale, Qh, Ql, LDS);
+    st_attn_stage_q<HD, SQ>(a, hk, G, R, r_first, BM, qscale, Qh, Ql, LDS);
     __syncthreads();
-    uint32_t qf[KS][4], ql[SPLIT ? KS : 1][4];
-    st_attn_q_frags<KS, SPLIT>(qf, ql, Qh, Ql, warp * 16, lane, LDS);
+    uint32_t qf[KS][4], ql[SQ ? KS : 1][4];
+    st_attn_q_frags<KS, SQ>(qf, ql, Qh, Ql, warp * 16, lane, LDS);
     __syncthreads(); /* stage 1 is the next tile's */
 
     const int r0 = r_first + warp * 16 + g, r1 = r0 + 8;
@@ -226,7 +230,7 @@ st_k_attn_tc(const st_attn_args a) {
                                         ((lane >> 3) & 1) * 8);
                 st_mma16816(sc[2 * np], qf[ks], bf[0], bf[1]);
                 st_mma16816(sc[2 * np + 1], qf[ks], bf[2], bf[3]);
-                if (SPLIT) {
+                if (SQ) {
                     st_mma16816(sc[2 * np], ql[ks], bf[0], bf[1]);
                     st_mma16816(sc[2 * np + 1], ql[ks], bf[2], bf[3]);
                 }
@@ -249,7 +253,7 @@ st_k_attn_tc(const st_attn_args a) {
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
             uint32_t pa[4], pl[4];
-            st_attn_p_frags<SPLIT>(sc[2 * kk], sc[2 * kk + 1], pa, pl);
+            st_attn_p_frags<SP>(sc[2 * kk], sc[2 * kk + 1], pa, pl);
 #pragma unroll
             for (int dp = 0; dp < DT / 2; dp++) {
                 uint32_t bf[4];
@@ -257,7 +261,7 @@ st_k_attn_tc(const st_attn_args a) {
                                           dp * 16 + (lane >> 4) * 8);
                 st_mma16816(o[2 * dp], pa, bf[0], bf[1]);
                 st_mma16816(o[2 * dp + 1], pa, bf[2], bf[3]);
-                if (SPLIT) {
+                if (SP) {
                     st_mma16816(o[2 * dp], pl, bf[0], bf[1]);
                     st_mma16816(o[2 * dp + 1], pl, bf[2], bf[3]);
                 }
@@ -309,7 +313,8 @@ static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, int spli
     const int R = a.T * a.group;
     const dim3 grid((unsigned)((R + ST_ATTN_TC_BM - 1) / ST_ATTN_TC_BM), (unsigned)a.n_chunks, (unsigned)n_kv);
     const size_t smem = st_attn_tc_smem(HD);
-    auto kern = split ? st_k_attn_tc<HD, true> : st_k_attn_tc<HD, false>;
+    auto kern = split == 2 ? st_k_attn_tc<HD, false, true> : split ? st_k_attn_tc<HD, true, true>
+                                                                   : st_k_attn_tc<HD, false, false>;
     if (smem > 48 * 1024)
         ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     st_launch(kern, grid, 128, smem, s, a);

@@ -151,7 +151,9 @@ typedef struct st_cuda_attn_shape {
                                 positions the tensor-core decode kernel (queries and
                                 probabilities rounded to f16, f32 softmax and sums); 2: the same with queries and probabilities split into two
                                 f16 parts each (near-f32 products, twice the mma work; -1, session
-                                option attn_tc's default, is the same); 0: the FMA kernel. On the
+                                option attn_tc's default, is the same); 3: the prefill kernel
+                                with single f16 queries and split probabilities (3/4 of 2's mma
+                                work; the decode kernel as 2); 0: the FMA kernel. On the
                                 H200 the single-f16 kernel took pp512 at depth 16K 3.1x the FMA
                                 kernel's speed, split 2.9x, and doubled the tiny model's KL against
                                 the CPU (1.75e-4 against 6.1e-5), split not (6.1e-5). */

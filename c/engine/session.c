@@ -186,9 +186,9 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if (p.stage_experts < -1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d (a token count, 0 "
                         "off, or -1 auto)", (int)p.stage_experts);
-    if (p.attn_tc < -1 || p.attn_tc > 2)
+    if (p.attn_tc < -1 || p.attn_tc > 3)
         return st_error(STRATA_ERR_INVALID_ARG, "session option attn_tc %d (-1 auto, 0 FMA kernel, 1 "
-                        "single f16, 2 split queries and probabilities)", p.attn_tc);
+                        "single f16, 2 split queries and probabilities, 3 split probabilities)", p.attn_tc);
     if (p.cpu_warm != 0 && p.cpu_warm != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_warm %d: expected 0 or 1", p.cpu_warm);
     if (p.pin_experts < -1 || p.pin_experts > 1)

@@ -28,7 +28,8 @@ struct strata_session {
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int cuda_pdl;               /* GPU: programmatic dependent launch (st_cuda_set_pdl) */
     int attn_tc;                /* GPU: tensor-core attention for prompt batches (1: single f16;
-                                   2 and -1, the default: split f16 operands; 0: never) */
+                                   2 and -1, the default: split f16 operands; 3: split
+                                   probabilities; 0: never) */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off,

@@ -517,8 +517,9 @@ typedef struct strata_session_params {
                              queries and probabilities each split into two f16 parts (hi + lo:
                              near-f32 products; on the H200 pp512 at depth 16K 2.9x the FMA
                              kernel, KL against the CPU as the FMA kernel's); 1: single f16 parts
-                             (3.1x, but twice the KL on the default model); 0: the FMA kernel;
-                             other values are refused.
+                             (3.1x, but twice the KL on the default model); 3: the
+                             probabilities split, the queries single f16 (3/4 of 2's mma work);
+                             0: the FMA kernel; other values are refused.
                              KL-close to the CPU, not bit-identical (docs/PERFORMANCE.md). Decode
                              steps are unaffected. */
     int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA

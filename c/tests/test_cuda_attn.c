@@ -111,7 +111,7 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s%s [%s]", sh.name,
              strata_type_name(kvt), sh.n_head, sh.n_kv, (long long)hd, (long long)T, (long long)np,
              pq || po ? " strided" : "", wm == WS_NONE ? " ws=none" : "", wm == WS_SMALL ? " ws=small" : "",
-             g_tc == 2 ? " tc split" : g_tc ? " tc" : "", kname ? kname + 5 : "?");
+             g_tc == 2 ? " tc split" : g_tc == 3 ? " tc split-p" : g_tc ? " tc" : "", kname ? kname + 5 : "?");
     g_last_kernel = kname;
     CHECK(st_cuda_attn_supports(kvt, &gs), "%s: not supported", desc);
 
@@ -323,7 +323,7 @@ static int kernel_is(strata_type kvt, const st_cuda_attn_shape *s, int64_t T, in
 
 static void test_kernel_choice(void) {
     const strata_type F16 = STRATA_TYPE_F16, F32 = STRATA_TYPE_F32;
-    for (int tc = -1; tc <= 2; tc++) {
+    for (int tc = -1; tc <= 3; tc++) {
         const st_cuda_attn_shape q3 = {32, 4, 128, 128, 0.088f, tc}, ol = {16, 16, 128, 128, 0.088f, tc},
                                  h64 = {16, 4, 64, 64, 0.125f, tc}, h256 = {8, 2, 256, 256, 0.0625f, tc};
         const char *dtc = tc != 0 ? "st_k_attn_dtc" : "st_k_attn_dec";
@@ -446,6 +446,10 @@ int main(void) {
     g_tc = 2;
     attn_case(mqa, F16, 1024, 1024, 0, 0, WS_FULL);
     attn_case(qwen3, F16, 64, 16384, 0, 0, WS_SMALL);
+    g_tc = 3;
+    attn_case(mqa, F16, 1024, 1024, 0, 0, WS_NONE);
+    attn_case(qwen3, F16, 64, 16384, 0, 0, WS_SMALL);
+    attn_case(hd64, F16, 77, 77, 0, 0, WS_FULL);
     g_tc = 1;
     /* attn_tc 2: queries and probabilities split into hi + lo f16 parts; at least 20x closer
      * to the CPU than the single-f16 kernel on the same case (H200: 50x at 16K positions, where
@@ -459,9 +463,17 @@ int main(void) {
             const double one = g_last_nmse;
             g_tc = 2;
             attn_case(sc[i].sh, F16, sc[i].T, sc[i].np, 0, 0, WS_FULL);
-            CHECK(g_last_nmse * 20.0 <= one, "%s T=%lld ctx=%lld: split tensor-core attention NMSE %.2e "
+            const double both = g_last_nmse;
+            CHECK(both * 20.0 <= one, "%s T=%lld ctx=%lld: split tensor-core attention NMSE %.2e "
                   "not 20x below the single-f16 kernel's %.2e", sc[i].sh.name, (long long)sc[i].T,
-                  (long long)sc[i].np, g_last_nmse, one);
+                  (long long)sc[i].np, both, one);
+            /* attn_tc 3: the probabilities split, the queries single f16: between the two */
+            g_tc = 3;
+            attn_case(sc[i].sh, F16, sc[i].T, sc[i].np, 0, 0, WS_FULL);
+            printf("%s T=%lld ctx=%lld: NMSE single f16 %.3g, split probabilities %.3g, split both %.3g\n",
+                   sc[i].sh.name, (long long)sc[i].T, (long long)sc[i].np, one, g_last_nmse, both);
+            CHECK(g_last_nmse < one, "%s T=%lld ctx=%lld: split-probability NMSE %.2e not below single "
+                  "f16's %.2e", sc[i].sh.name, (long long)sc[i].T, (long long)sc[i].np, g_last_nmse, one);
         }
     }
     /* the tensor-core decode kernel (shape.tc, at most 16 rows per KV head, 4096+ positions):

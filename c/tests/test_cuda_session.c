@@ -446,9 +446,11 @@ static void test_default_model(void) {
     float *gtc = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     g_attn_tc = 2; /* the same with queries and probabilities split into hi + lo f16 parts */
     float *gts = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+    g_attn_tc = 3; /* the probabilities split, the queries single f16 */
+    float *gtp = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
     g_attn_tc = -1;
-    if (cpu && cpu32 && gpu && gpu2 && gpu7 && gtc && gts) {
-        double kl = 0, kl_max = 0, kl7 = 0, klf = 0, kls = 0, floor = 0;
+    if (cpu && cpu32 && gpu && gpu2 && gpu7 && gtc && gts && gtp) {
+        double kl = 0, kl_max = 0, kl7 = 0, klf = 0, kls = 0, klp = 0, floor = 0;
         int agree = 0, nan = 0;
         double worst_gap = 0; /* the largest CPU logit gap at a position where the top-1 differs */
         for (int64_t t = 0; t < n; t++) {
@@ -460,6 +462,7 @@ static void test_default_model(void) {
             kl7 += kl_row(a, gpu7 + t * V, V);
             klf += kl_row(a, gtc + t * V, V);
             kls += kl_row(a, gts + t * V, V);
+            klp += kl_row(a, gtp + t * V, V);
             floor += kl_row(a, cpu32 + t * V, V);
             const int32_t ia = argmax(a, V), ib = argmax(b, V);
             agree += ia == ib;
@@ -469,6 +472,7 @@ static void test_default_model(void) {
         kl7 /= (double)n;
         klf /= (double)n;
         kls /= (double)n;
+        klp /= (double)n;
         floor /= (double)n;
         /* This small trained model amplifies rounding: on the CPU alone, an f32 instead of an f16
          * KV cache moves the full-vocabulary KL by about 2e-4 on this text (measured on the
@@ -479,15 +483,16 @@ static void test_default_model(void) {
         printf("default model: two greedy runs may part where the CPU's top-2 gap is below %.3g "
                "logits (twice the 95th percentile of what its f16 vs f32 KV cache moves a gap)\n", g_tie);
         printf("default model, %lld positions: mean KL(cpu||gpu) %.3g (max %.3g), batches of 7: "
-               "%.3g, tensor-core attention (attn_tc 1): %.3g, split (attn_tc 2): %.3g; CPU f16 vs f32 KV "
-               "cache %.3g (bound %.3g); top-1 agreement %d/%lld (the CPU's widest gap where they differ: "
-               "%.3g logits)\n",
-               (long long)n, kl, kl_max, kl7, klf, kls, floor, bound, agree, (long long)n, worst_gap);
+               "%.3g, tensor-core attention (attn_tc 1): %.3g, split (attn_tc 2): %.3g, split probabilities "
+               "(attn_tc 3): %.3g; CPU f16 vs f32 KV cache %.3g (bound %.3g); top-1 agreement %d/%lld (the "
+               "CPU's widest gap where they differ: %.3g logits)\n",
+               (long long)n, kl, kl_max, kl7, klf, kls, klp, floor, bound, agree, (long long)n, worst_gap);
         CHECK(nan == 0, "%d NaN logits on the GPU", nan);
         CHECK(kl <= bound, "mean KL(cpu || gpu) %.3g > %.3g", kl, bound);
         CHECK(kl7 <= bound, "mean KL(cpu || gpu, batches of 7) %.3g > %.3g", kl7, bound);
         CHECK(klf <= bound, "mean KL(cpu || gpu, attn_tc 1) %.3g > %.3g", klf, bound);
         CHECK(kls <= bound, "mean KL(cpu || gpu, attn_tc 2) %.3g > %.3g", kls, bound);
+        CHECK(klp <= bound, "mean KL(cpu || gpu, attn_tc 3) %.3g > %.3g", klp, bound);
         CHECK(kl <= 1e-4, "mean KL(cpu || gpu) %.3g > 1e-4 with the defaults", kl);
         /* the top-1 may differ only where the CPU itself nearly ties (within what its own f16 vs
          * f32 KV cache moves a gap), and rarely */
@@ -496,7 +501,7 @@ static void test_default_model(void) {
         CHECK(memcmp(gpu, gpu2, sizeof(float) * (size_t)n * (size_t)V) == 0,
               "two GPU runs of the same tokens are not bit-identical");
     }
-    free(gpu); free(gpu2); free(gpu7); free(gtc); free(gts); /* cpu and cpu32 serve the placement checks below */
+    free(gpu); free(gpu2); free(gpu7); free(gtc); free(gts); free(gtp); /* cpu and cpu32 serve the placement checks below */
 
     strata_token gc[64] = {0}, gg[64] = {0};
     if (greedy(m, STRATA_BACKEND_CPU, toks, 12, V, gc) && greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gg)) {

@@ -283,7 +283,7 @@ static void test_errors(void) {
     strata_session *s2 = NULL;
     CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2, "kv_type q8_0 refused");
     p = strata_session_default_params();
-    for (int v = -2; v <= 3; v += 5) { /* attn_tc takes -1 .. 2 */
+    for (int v = -2; v <= 4; v += 6) { /* attn_tc takes -1 .. 3 */
         p.attn_tc = v;
         CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
                   strstr(strata_last_error(), "attn_tc"), "attn_tc %d refused: %s", v, strata_last_error());
@@ -293,8 +293,8 @@ static void test_errors(void) {
     CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
               strstr(strata_last_error(), "cpu_warm"), "cpu_warm 2 refused: %s", strata_last_error());
     p.cpu_warm = 0;
-    p.attn_tc = 2;
-    CHECK(strata_session_create(model, &p, &s2) == STRATA_OK, "attn_tc 2, cpu_warm 0: %s", strata_last_error());
+    p.attn_tc = 3;
+    CHECK(strata_session_create(model, &p, &s2) == STRATA_OK, "attn_tc 3, cpu_warm 0: %s", strata_last_error());
     strata_session_free(s2);
     s2 = NULL;
     p = strata_session_default_params();

@@ -58,7 +58,8 @@ class Model:
     default: the cost model chooses per batch; 0: never), expert_cache
     (GPU slots for routed experts, "auto" or a count), gpu_mem (bytes for expert_cache="auto") and
     attn_tc (prompt attention on the tensor cores: True (single f16 operands), False
-    (FMA units), "split" or "auto", the default: tensor cores with hi + lo f16 operands),
+    (FMA units), "split" or "auto", the default: tensor cores with hi + lo f16 operands,
+    "split-p": the probabilities only split),
     pin_experts (experts kept in RAM
     copied into pinned memory: True, False, or "auto", the default: when RAM allows), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
     pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share; with
@@ -105,8 +106,10 @@ class Model:
             self.attn_tc = -1
         elif attn_tc == "split":
             self.attn_tc = 2
+        elif attn_tc == "split-p":
+            self.attn_tc = 3
         elif isinstance(attn_tc, str):
-            raise ValueError(f"attn_tc must be True, False, 'auto' or 'split', not {attn_tc!r}")
+            raise ValueError(f"attn_tc must be True, False, 'auto', 'split' or 'split-p', not {attn_tc!r}")
         else:
             self.attn_tc = int(bool(attn_tc))
         if pin_experts == "auto":

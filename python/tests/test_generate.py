@@ -348,7 +348,7 @@ def test_cli_placement_options_parse(model):
                   ["--no-cuda-graphs"], ["--cpu-moe", "--stage-experts", 64],
                   ["--cpu-moe", "--stage-experts", "auto"], ["--attn-tc"],
                   ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"], ["--cpu-misses"],
-                  ["--pcie-frac", "0.5"], ["--attn-tc-split"], ["--no-attn-tc"], ["--no-pdl"],
+                  ["--pcie-frac", "0.5"], ["--attn-tc-split"], ["--attn-tc-split-p"], ["--no-attn-tc"], ["--no-pdl"],
                   ["--pdl"], ["--pdl-all"], ["--doorbell-graphs"], ["--cpu-warm"], ["--no-cpu-warm"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
