@@ -2,8 +2,9 @@
 # device_ab.sh - A/B rows on the files device_gpu.sh wrote (/tmp/q3.gguf, /tmp/olmoe.gguf),
 # alternating, one process each: --cpu-moe decode of the previous landing (when device_gpu.sh
 # built .devdata/prev) and of this build, plain and with --cpu-warm / --cpu-misses (qwen3 twice,
-# olmoe once), then where a qwen3 --cpu-moe decode step's time goes (--profile, each phase waits for
-# the GPU) with the warm's [PROF] figures. Run after device_gpu.sh in the same call (about 250 s).
+# olmoe once), then where a qwen3 --cpu-moe decode token's time goes (the [PROF] footer's
+# hand-off figures: the host's wait for each CPU layer and its CPU step). Run after device_gpu.sh
+# in the same call (about 250 s).
 set -u
 cd "$(dirname "$0")/.."
 [ -f /tmp/q3.done ] || { echo "no /tmp/q3.gguf"; exit 1; }
@@ -26,5 +27,9 @@ for c in prev: new: prev:--cpu-misses new:--cpu-misses; do
     echo "$b ${f:-plain} olmoe --cpu-moe tg64 $(timeout 60 $(bin $b) bench -m /tmp/olmoe.gguf -p 0 -n 64 -r 2 \
         --gpu --cpu-moe -t 16 ${f//,/ } 2>/dev/null | row)"
 done
-timeout 60 ./strata -m /tmp/q3.gguf -p "Once upon a time" -n 24 --temp 0 --ignore-eos --no-echo --gpu --cpu-moe \
-    --cpu-warm -t 16 --profile 2>&1 >/dev/null | grep -E "profile|PROF" | cut -c1-400
+# where a qwen3 --cpu-moe decode token's time goes (no --profile, whose waits would move it): the
+# host's wait for each CPU layer's hand-down and its time in the CPU step, from the [PROF] footer
+for f in "" --cpu-warm --cpu-misses; do
+    echo "hand-offs ${f:-plain}: $(timeout 60 ./strata -m /tmp/q3.gguf -p "Once upon a time" -n 64 --temp 0 \
+        --ignore-eos --no-echo --gpu --cpu-moe -t 16 $f 2>&1 >/dev/null | grep -oE "generated [^|]*|[0-9]+ CPU hand-offs[^|]*|CPU warm [^|]*" | tr '\n' ' ')"
+done

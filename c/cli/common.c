@@ -756,6 +756,9 @@ void cli_print_prof_line(const strata_session *sess, double prompt_tps, double d
         fprintf(stderr, " | CPU warm %s (next-layer prediction %.0f%% right)",
                 cli_human_bytes((double)st.cpu_warm_bytes, pb, sizeof pb),
                 st.predict_slots ? 100.0 * (double)st.predict_hits / (double)st.predict_slots : 0.0);
+    if (st.cpu_hand_offs > 0)
+        fprintf(stderr, " | %lld CPU hand-offs: %.1f us waited + %.1f us computed each", (long long)st.cpu_hand_offs,
+                1e6 * st.cpu_hand_wait_s / (double)st.cpu_hand_offs, 1e6 * st.cpu_step_s / (double)st.cpu_hand_offs);
     fprintf(stderr, " | PCIe %s | disk %s | zeroed %lld\n",
             cli_human_bytes((double)st.pcie_bytes, pb, sizeof pb),
             cli_human_bytes((double)st.disk_bytes, db, sizeof db), (long long)st.degrade_zeroed);

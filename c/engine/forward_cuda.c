@@ -113,12 +113,17 @@ static strata_status st_gpu_hand_down(strata_session *s, int il, int64_t t0, int
     }
     g->hand_ready = 0;
     s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(tn * E) + (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
-    if (!warm) return st_cuda_stream_synchronize(g->stream);
-    TRY(st_cuda_event_record(g->ev_hand, g->stream));
-    TRY(st_gpu_predict_next(s, il, t0, tn));
-    TRY(st_cuda_event_record(g->ev_pred, g->stream));
-    s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
-    return st_cuda_event_synchronize(g->ev_hand);
+    if (warm) {
+        TRY(st_cuda_event_record(g->ev_hand, g->stream));
+        TRY(st_gpu_predict_next(s, il, t0, tn));
+        TRY(st_cuda_event_record(g->ev_pred, g->stream));
+        s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
+    }
+    const double t = st_prof_clock();
+    const strata_status st = warm ? st_cuda_event_synchronize(g->ev_hand) : st_cuda_stream_synchronize(g->stream);
+    s->hand_wait_s += st_prof_clock() - t;
+    s->hand_offs++;
+    return st;
 }
 
 /* cpu_warm: the routing of a CPU layer is here: the warm of its predicted experts stops (its
@@ -588,9 +593,11 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 /* the CPU's step starts on the pool's workers; the host enqueues the GPU's share
                  * (copies and kernel) meanwhile, then joins the step */
                 const int cpu_step = !ng || nc;
+                const double t_step = st_prof_clock();
                 if (cpu_step) st_moe_ffn_begin(s->tp, ex, X, hx, tn, ng ? g->h_ids_cpu : hi, hw, K, hp_, s->moe_ws);
                 const strata_status est = ng ? st_gpu_split_enqueue(s, il, t0, tn) : STRATA_OK;
                 if (cpu_step) st_moe_ffn_end(s->tp, s->moe_ws);
+                s->cpu_step_s += st_prof_clock() - t_step;
                 if (s->ram) st_ram_tier_release(s);
                 if (est != STRATA_OK) return est;
                 if (ng) { /* the GPU's rows are in g->proj: the CPU's (if any) go up, added */

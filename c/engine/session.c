@@ -450,6 +450,8 @@ void strata_session_reset_stats(strata_session *s) {
     s->prof_calls = s->prof_tokens = 0;
     s->pred_slots = s->pred_hits = 0;
     s->warm_bytes = 0;
+    s->hand_offs = 0;
+    s->hand_wait_s = s->cpu_step_s = 0;
     for (int32_t il = 0; il < s->model->hp.n_layer; il++) s->slots_gpu[il] = s->slots_cpu[il] = 0;
     s->pcie_bytes = 0;
     s->graph_launches = s->graph_rebuilds = 0;
@@ -510,6 +512,9 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;
     out->cpu_warm_bytes = s->warm_bytes;
+    out->cpu_hand_offs = s->hand_offs;
+    out->cpu_hand_wait_s = s->hand_wait_s;
+    out->cpu_step_s = s->cpu_step_s;
     int first = 1;
     for (int32_t il = 0; il < s->dstats.n_layer; il++) {
         if (s->dstats.eligible[il] == 0) continue;

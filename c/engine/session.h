@@ -73,6 +73,8 @@ struct strata_session {
     int pred_layer;                            /* the layer the prediction is for, -1 none */
     int64_t pred_slots, pred_hits;
     int64_t warm_bytes;         /* cpu_warm: expert bytes the CPU threads read ahead */
+    int64_t hand_offs;          /* n_cpu_moe host hand-offs: count, wait and CPU-step seconds */
+    double hand_wait_s, cpu_step_s;
     int32_t n_ctx;
     int32_t n_batch;
     int n_threads;

@@ -729,6 +729,13 @@ typedef struct strata_session_stats {
     int64_t pinned_bytes;         /* the pinned copy of the experts kept in RAM (pin_experts) */
     int64_t cpu_warm_bytes;       /* cpu_warm: expert bytes the CPU threads read ahead of their
                                      layer (its prediction scored in predict_slots / _hits) */
+    /* GPU sessions with n_cpu_moe, host hand-offs (every call, no profile needed): how many CPU
+     * layers' batches were handed down, the host's time waiting for them (the GPU's part since
+     * the previous hand-off, and the latency) and its time in their CPU steps (with cpu_misses,
+     * enqueueing the GPU's share too) */
+    int64_t cpu_hand_offs;
+    double cpu_hand_wait_s;
+    double cpu_step_s;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

@@ -680,6 +680,19 @@ static void test_default_model(void) {
                       "cpu_warm counters: %lld bytes, %lld of %lld slots (off: %lld bytes)",
                       (long long)wst[1].cpu_warm_bytes, (long long)wst[1].predict_hits,
                       (long long)wst[1].predict_slots, (long long)wst[0].cpu_warm_bytes);
+                /* the hand-off timers: every CPU layer of every decode step (and the prompt's) */
+                for (int w = 0; w < 2; w++)
+                    CHECK(wst[w].cpu_hand_offs >= (n - np) * mi.n_layer && wst[w].cpu_hand_wait_s > 0 &&
+                              wst[w].cpu_step_s > 0,
+                          "cpu_warm %d: %lld hand-offs (want >= %lld), %.3g s waited, %.3g s computed", w,
+                          (long long)wst[w].cpu_hand_offs, (long long)((n - np) * mi.n_layer),
+                          wst[w].cpu_hand_wait_s, wst[w].cpu_step_s);
+                printf("cpu_warm off / on: %lld / %lld hand-offs, %.1f / %.1f us waited and %.1f / %.1f us computed "
+                       "each\n", (long long)wst[0].cpu_hand_offs, (long long)wst[1].cpu_hand_offs,
+                       1e6 * wst[0].cpu_hand_wait_s / (double)(wst[0].cpu_hand_offs + !wst[0].cpu_hand_offs),
+                       1e6 * wst[1].cpu_hand_wait_s / (double)(wst[1].cpu_hand_offs + !wst[1].cpu_hand_offs),
+                       1e6 * wst[0].cpu_step_s / (double)(wst[0].cpu_hand_offs + !wst[0].cpu_hand_offs),
+                       1e6 * wst[1].cpu_step_s / (double)(wst[1].cpu_hand_offs + !wst[1].cpu_hand_offs));
             }
             free(wl[0]);
             free(wl[1]);
