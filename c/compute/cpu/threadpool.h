@@ -50,7 +50,8 @@ void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_tas
  * the caller to what is left and returns when every chunk is done; st_threadpool_run waits for a
  * posted job before it starts. fn should check a flag of its own to finish early when the
  * result is no longer wanted. With no workers (n_threads 1, tp NULL) nothing runs: the job is
- * dropped, so fn must be optional work. Not reentrant, as st_threadpool_run. */
+ * dropped, so work that must be done is posted only to a pool with workers (st_moe_ffn_begin
+ * runs it otherwise). Not reentrant, as st_threadpool_run. */
 void st_threadpool_post(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx);
 void st_threadpool_wait(st_threadpool *tp);
 
