@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device_attn_p.sh - the prompt attention with the probabilities only split (attn_tc 3,
-# --attn-tc-split-p) against the default (queries and probabilities split) and single f16, on the
+# --attn-tc-split-p) against the default (queries and probabilities split), on the
 # qwen3 file device_gpu.sh wrote (/tmp/q3.gguf): pp512 at depth 16K (the tensor-core prefill
 # kernel serves batches from 1,024 positions), alternating, one process each; when build-ab/strata exists (built with NVCC_EXTRA=-DST_ATTN_TC_MINB_P=3: the
 # single-query kernels held to 170 registers for 3 blocks an SM) its attn_tc 3 rows too. Run
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 exec > >(tee "${OUT:-/tmp}/device_attn_p.log") 2>&1
 row() { grep -oE "(pp|tg)[0-9]+[^|]*\| [0-9.]+" | grep -oE "[0-9.]+$" | tr '\n' ' '; }
 for i in $(seq 60); do [ -f /tmp/ab.done ] && break; sleep 2; done
-cfgs="./strata:split ./strata:split-p ./strata:1"
+cfgs="./strata:split ./strata:split-p"
 [ -x build-ab/strata ] && cfgs="$cfgs build-ab/strata:split-p"
 for rep in 1 2; do
     for d in 16384; do
