@@ -611,7 +611,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
         for (int32_t e = 0; e < X; e++) {
             const st_expert *x = &s->experts[(size_t)il * (size_t)X + (size_t)e];
             const st_tensor *v[3] = {&x->gate, &x->up, &x->down};
-            for (int i = 0; i < 3; i++) total += st_round_up(v[i]->row_bytes * (size_t)v[i]->ne[1], 256);
+            for (int i = 0; i < 3; i++) total += st_round_up(st_tensor_bytes(v[i]), 256);
         }
     }
     if (total == 0) return STRATA_OK;
@@ -638,7 +638,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
             st_expert *x = &s->experts[(size_t)il * (size_t)X + (size_t)e];
             st_tensor *v[3] = {&x->gate, &x->up, &x->down};
             for (int i = 0; i < 3; i++) {
-                const size_t n = v[i]->row_bytes * (size_t)v[i]->ne[1];
+                const size_t n = st_tensor_bytes(v[i]);
                 memcpy(p, v[i]->data, n);
                 v[i]->data = p;
                 p += st_round_up(n, 256);

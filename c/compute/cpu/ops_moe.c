@@ -267,14 +267,13 @@ typedef struct {
 static int st_moe_one_on = 1;
 void st_moe_set_one_dispatch(int on) { st_moe_one_on = on != 0; }
 
-/* A call between st_moe_ffn_begin and st_moe_ffn_end, kept at the start of the workspace. */
+/* A call between st_moe_ffn_begin and st_moe_ffn_end, kept at the start of the workspace. The
+ * row counts and chunks of both stages are o's (o's counters serve only ST_MOE_ONE). */
 typedef struct {
     st_moe_job j;
     st_moe_one o;
-    int mode;                  /* ST_MOE_NONE / _ONE (one dispatch) / _STAGES */
-    int posted;                /* the one dispatch was posted to the pool (begin returned early) */
+    int mode;                  /* ST_MOE_NONE / _ONE (one dispatch, posted to the pool) / _STAGES */
     int64_t T, n_pairs;
-    int64_t rows_gu, rows_d, chunk_gu, chunk_d;
 } st_moe_state;
 
 enum { ST_MOE_NONE, ST_MOE_ONE, ST_MOE_STAGES };
@@ -340,7 +339,6 @@ void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_exp
                       int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
     st_moe_state *S = ws;
     S->mode = ST_MOE_NONE;
-    S->posted = 0;
     const size_t P = (size_t)T * (size_t)k;
     size_t first_valid = 0;
     while (first_valid < P && (ids[first_valid] < 0 || ids[first_valid] >= n_expert)) first_valid++;
@@ -453,24 +451,19 @@ void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_exp
         st_threadpool_run(tp, n_pairs, n_pairs * (int64_t)j.rb_g < 65536 ? n_pairs
                           : st_threadpool_chunk(tp, n_pairs, 2, 1), st_moe_gather, &j);
 
-    const int64_t rows_gu = (int64_t)n_active * n_ff, rows_d = (int64_t)n_active * n_embd;
     S->j = j;
     S->n_pairs = n_pairs;
-    S->rows_gu = rows_gu;
-    S->rows_d = rows_d;
-    S->chunk_gu = st_tile_chunk(st_threadpool_chunk(tp, rows_gu, 8, 2), j.tile_gu);
-    S->chunk_d = st_tile_chunk(st_threadpool_chunk(tp, rows_d, 8, 2), j.tile_d);
+    st_moe_one *o = &S->o;
+    o->j = &S->j;
+    o->n_active = n_active;
+    o->rows_gu = (int64_t)n_active * n_ff;
+    o->rows_d = (int64_t)n_active * n_embd;
+    o->chunk_gu = st_tile_chunk(st_threadpool_chunk(tp, o->rows_gu, 8, 2), j.tile_gu);
+    o->chunk_d = st_tile_chunk(st_threadpool_chunk(tp, o->rows_d, 8, 2), j.tile_d);
+    o->n_gu = (o->rows_gu + o->chunk_gu - 1) / o->chunk_gu;
+    o->n_d = (o->rows_d + o->chunk_d - 1) / o->chunk_d;
     S->mode = ST_MOE_STAGES;
     if (st_moe_one_on && T == 1 && n_active <= ST_MOE_ONE_MAXK && st_threadpool_n_threads(tp) > 1) {
-        st_moe_one *o = &S->o;
-        o->j = &S->j;
-        o->n_active = n_active;
-        o->chunk_gu = S->chunk_gu;
-        o->chunk_d = S->chunk_d;
-        o->rows_gu = rows_gu;
-        o->rows_d = rows_d;
-        o->n_gu = (rows_gu + S->chunk_gu - 1) / S->chunk_gu;
-        o->n_d = (rows_d + S->chunk_d - 1) / S->chunk_d;
         for (int i = 0; i < n_active; i++) {
             atomic_init(&o->done[i], 0);
             atomic_init(&o->ready[i], 0);
@@ -478,24 +471,23 @@ void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_exp
         S->mode = ST_MOE_ONE;
         /* the workers start now; the caller joins in st_moe_ffn_end */
         st_threadpool_post(tp, o->n_gu + o->n_d, 1, st_moe_one_task, o);
-        S->posted = 1;
     }
 }
 
 void st_moe_ffn_end(st_threadpool *tp, void *ws) {
     st_moe_state *S = ws;
     st_moe_job *j = &S->j;
+    const st_moe_one *o = &S->o;
     if (S->mode == ST_MOE_NONE) return;
-    if (S->posted) {
+    if (S->mode == ST_MOE_ONE) {
         st_threadpool_wait(tp);
-        S->posted = 0;
     } else {
-        st_threadpool_run(tp, S->rows_gu, S->chunk_gu, st_moe_gate_up, j);
+        st_threadpool_run(tp, o->rows_gu, o->chunk_gu, st_moe_gate_up, j);
         const int64_t n_pairs = S->n_pairs, n_ff = j->n_ff;
         const int64_t chunk_h = n_pairs * n_ff < 65536 ? n_pairs : st_threadpool_chunk(tp, n_pairs, 2, 1);
         st_threadpool_run(tp, n_pairs, chunk_h, st_moe_quant_h, j); /* the grouped pairs' rows */
         if (j->dotp_d) st_threadpool_run(tp, n_pairs, chunk_h, st_moe_prep_h, j);
-        st_threadpool_run(tp, S->rows_d, S->chunk_d, st_moe_down, j);
+        st_threadpool_run(tp, o->rows_d, o->chunk_d, st_moe_down, j);
     }
     const int64_t T = S->T;
     st_threadpool_run(tp, T, T * j->n_embd * j->k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
