@@ -9,6 +9,10 @@ set -u
 cd "$(dirname "$0")/.."
 [ -f /tmp/q3.done ] || { echo "no /tmp/q3.gguf"; exit 1; }
 exec > >(tee "${OUT:-/tmp}/device_ab.log") 2>&1
+# the previous landing may still be compiling (device_gpu.sh starts it): a build beside the CPU
+# expert step takes its cores and DRAM (2026-12-06: qwen3 rows 54-64 tok/s during it, 80-86 after)
+for i in $(seq 120); do [ ! -f .devdata/prev/Makefile ] || [ -f /tmp/prev.done ] || \
+    grep -q "Error [0-9]" /tmp/strata-results/prev_build.log 2>/dev/null && break; sleep 2; done
 row() { grep -oE "(pp|tg)[0-9]+[^|]*\| [0-9.]+" | grep -oE "[0-9.]+$" | tr '\n' ' '; }
 # configurations (binary:flags): the previous landing's build (.devdata/prev/strata, when
 # device_gpu.sh built it) and this build, plain, with --cpu-warm, with --cpu-misses and both

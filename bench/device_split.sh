@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# device_split.sh - where a `--cpu-moe` decode token's time goes, in one device call: builds this
+# tree (./strata), optionally the same tree with other nvcc flags (AB_NVCC="-D...": build-ab) and
+# the previous landing (.devdata/prev, when there; PREV=0: not built), writes the synthetic
+# qwen3-30b-a3b and olmoe-1b-7b files meanwhile, then runs 64-token greedy decodes with the
+# experts on the CPU, one process each, alternating builds and options, REPS passes: plain, and
+# with `--cpu-misses` at the cost model's share and at fixed `--pcie-frac` shares. Each row prints
+# the decode rate and the [PROF] footer's figures (slot-rows each side, the host's wait per CPU
+# layer and its CPU step). Then a running process's page counts (HUGE="new ab": which builds) and
+# bench_moe_step (the CPU step alone, malloc'd experts) for the CPU step's rate outside the engine.
+#   run(command="bash bench/device_split.sh", carry=[".whl", ".devdata"])   (~250 s)
+# env: REPS (default 3), OREPS (default 2), QROWS / OROWS (the qwen3 / olmoe configurations,
+# "build:flag,flag ..." with build prev, ab or new), TEST=0 (skip test_cuda_session), STEPS
+# (bench_moe_step's steps). A second call on the same warm machine finds the files and builds
+# (carry only .whl then, so that .devdata/prev's build stays). Log: $OUT/device_split.log.
+# (bench/results/h100-2026-12-06 has what it measured.)
+set -u
+cd "$(dirname "$0")/.."
+exec > >(tee "${OUT:-/tmp}/device_split.log") 2>&1
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+nvidia-smi --query-gpu=name --format=csv,noheader
+echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+[ -f /tmp/q3.done ] || (
+    python3 .devdata/synth_moe.py olmoe-1b-7b /tmp/olmoe.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
+        > /tmp/synth_olmoe.log 2>&1 && echo ok > /tmp/olmoe.done
+    python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
+        > /tmp/synth_q3.log 2>&1 && echo ok > /tmp/q3.done
+) &
+if [ -n "${AB_NVCC:-}" ]; then
+    ( make -j6 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata > /tmp/ab.log 2>&1 &&
+        echo ok > /tmp/ab.done ) &
+fi
+if [ -f .devdata/prev/Makefile ] && [ "${PREV:-1}" = 1 ]; then
+    ( cd .devdata/prev && make -j4 CUDA=1 strata > /tmp/prev.log 2>&1 && echo ok > /tmp/prev.done ) &
+fi
+make -j8 CUDA=1 strata build/bench_moe_step build/tests/test_cuda_session > /tmp/build.log 2>&1 ||
+    { echo "BUILD FAILED"; grep error /tmp/build.log | head; exit 1; }
+echo "build ok at $(el)s"
+# the GPU session's checks (the pinned copy on huge pages among them) while the others build
+[ "${TEST:-1}" = 1 ] && timeout 120 build/tests/test_cuda_session > /tmp/test_cuda_session.log 2>&1
+echo "test_cuda_session rc=$? at $(el)s: $(grep -E "passed, |pin_experts" /tmp/test_cuda_session.log | tr '\n' ' ')"
+grep -E "FAIL" /tmp/test_cuda_session.log | head -5
+# (no bare `wait`: it would wait for the log's tee too)
+for i in $(seq 150); do [ -f /tmp/q3.done ] && { [ -f /tmp/ab.done ] || [ -z "${AB_NVCC:-}" ]; } && { [ -f /tmp/prev.done ] || [ "${PREV:-1}" != 1 ] || [ ! -f .devdata/prev/Makefile ]; } && break; sleep 2; done
+echo "files and builds at $(el)s: q3 $([ -f /tmp/q3.done ] && echo ok) ab $([ -f /tmp/ab.done ] && echo ok) prev $([ -f /tmp/prev.done ] && echo ok)"
+bin() { case $1 in prev) echo .devdata/prev/strata ;; ab) echo build-ab/strata ;; *) echo ./strata ;; esac; }
+one() { # build, flags (comma-separated), file: one decode, its rate and footer figures
+    local b=$1 f=$2 m=$3 x
+    [ -x "$(bin $b)" ] || { echo "$b ${f:-plain}: no binary"; return; }
+    x=$(timeout 60 $(bin $b) -m $m -p "Once upon a time" -n 64 --temp 0 --ignore-eos --no-echo --gpu --cpu-moe \
+        -t 16 ${f//,/ } 2>&1 >/dev/null)
+    echo "$b ${f:-plain} $(basename $m .gguf): $(echo "$x" | grep -oE "[0-9.]+ tok/s" | tail -1) |" \
+         "$(echo "$x" | grep -oE "[0-9]+ slot-rows from GPU memory, [0-9]+ on the CPU|[0-9]+ CPU hand-offs[^|]*" | tr '\n' '|')" \
+         "$(echo "$x" | grep -oE "CPU [0-9]+ us \+ [0-9]+ us per row|PCIe [0-9.]+ GB/s \([0-9]+ us a copy\)" | head -2 | tr '\n' ' ')"
+}
+QROWS=${QROWS:-"prev: new: new:--cpu-misses new:--cpu-misses,--pcie-frac,0.25 new:--cpu-misses,--pcie-frac,0.375"}
+OROWS=${OROWS:-"prev: new: prev:--cpu-misses new:--cpu-misses new:--cpu-misses,--pcie-frac,0.375"}
+for rep in $(seq ${REPS:-3}); do
+    for c in $QROWS; do one "${c%%:*}" "${c#*:}" /tmp/q3.gguf; done
+    echo "(pass $rep at $(el)s)"
+done
+for rep in $(seq ${OREPS:-2}); do for c in $OROWS; do one "${c%%:*}" "${c#*:}" /tmp/olmoe.gguf; done; done
+echo "olmoe at $(el)s"
+# a running process's resident, huge and locked pages (the pinned copy's pages as granted)
+for b in ${HUGE:-new}; do
+    $(bin $b) -m /tmp/q3.gguf -p "Once upon a time" -n 400 --temp 0 --ignore-eos --no-echo --gpu --cpu-moe -t 16 \
+        > /dev/null 2>&1 &
+    p=$!; sleep 12
+    echo "$b: $(grep -E "^(Rss|AnonHugePages|Locked)" /proc/$p/smaps_rollup 2>/dev/null | tr -s ' ' | tr '\n' ' ')"
+    kill $p 2>/dev/null; wait $p 2>/dev/null
+done
+# the CPU step outside the engine (malloc'd experts, the workers held spinning, 40 us gaps)
+timeout 60 build/bench_moe_step 16 128 ${STEPS:-300} 40 8 6 2>&1 | tail -4
+echo "all done at $(el)s"
