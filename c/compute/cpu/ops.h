@@ -160,8 +160,8 @@ typedef struct {
  * without workers: nothing runs. w must stay valid until st_moe_warm_stop. */
 void st_moe_warm_start(st_threadpool *tp, st_moe_warm *w, const st_expert *experts, int32_t n_expert,
                        const int32_t *ids, int64_t n);
-/* Stops the warm (pieces in progress finish) and waits for the workers; returns the bytes it
- * read (0 when none was running). */
+/* Stops the warm (pieces in progress finish, the rest are dropped at once: st_threadpool_cancel)
+ * and waits for the workers; returns the bytes it read (0 when none was running). */
 int64_t st_moe_warm_stop(st_threadpool *tp, st_moe_warm *w);
 
 #endif /* STRATA_OPS_H */

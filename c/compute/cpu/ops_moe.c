@@ -560,8 +560,8 @@ void st_moe_warm_start(st_threadpool *tp, st_moe_warm *w, const st_expert *exper
 
 int64_t st_moe_warm_stop(st_threadpool *tp, st_moe_warm *w) {
     if (!w->running) return 0;
-    __atomic_store_n(&w->stop, 1, __ATOMIC_RELAXED);
-    st_threadpool_wait(tp);
+    __atomic_store_n(&w->stop, 1, __ATOMIC_RELAXED); /* the pieces under way end at once */
+    st_threadpool_cancel(tp);                          /* the rest are never taken */
     w->running = 0;
     return __atomic_load_n(&w->bytes, __ATOMIC_RELAXED);
 }

@@ -255,6 +255,21 @@ void st_threadpool_wait(st_threadpool *tp) {
             atomic_load_explicit(&tp->n_items, memory_order_relaxed));
 }
 
+void st_threadpool_cancel(st_threadpool *tp) {
+    if (!tp || !tp->posted) return;
+    const uint32_t g = (uint32_t)atomic_load_explicit(&tp->gen, memory_order_relaxed);
+    const int64_t n = atomic_load_explicit(&tp->n_items, memory_order_relaxed);
+    /* move the claim word to the end: the items from its old position on are never taken, so
+     * they count as done (draining them a claim at a time, as st_join would, cost ~0.5 ms for a
+     * warm's ~1,300 pieces on 16 contending threads) */
+    uint_fast64_t c = atomic_load(&tp->claim);
+    while ((int64_t)(c & 0xffffffffu) < n && !atomic_compare_exchange_weak(&tp->claim, &c, ((uint_fast64_t)g << 32) | (uint64_t)n))
+        ;
+    const int64_t b = (int64_t)(c & 0xffffffffu);
+    if (b < n) atomic_fetch_add_explicit(&tp->done, n - b, memory_order_acq_rel);
+    st_threadpool_wait(tp);
+}
+
 void st_threadpool_hold(st_threadpool *tp, int on) {
     if (tp) atomic_store_explicit(&tp->hold, on != 0, memory_order_relaxed);
 }

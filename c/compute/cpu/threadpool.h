@@ -54,6 +54,11 @@ void st_threadpool_run(st_threadpool *tp, int64_t n_items, int64_t chunk, st_tas
  * runs it otherwise). Not reentrant, as st_threadpool_run. */
 void st_threadpool_post(st_threadpool *tp, int64_t n_items, int64_t chunk, st_task_fn fn, void *ctx);
 void st_threadpool_wait(st_threadpool *tp);
+/* Ends a posted job early: its chunks not yet taken are dropped (one exchange on the claim word,
+ * however many are left), then as st_threadpool_wait for the chunks under way. Which items ran
+ * is then up to timing: for work whose result is no longer wanted (a warm of caches). A no-op
+ * without a posted job. */
+void st_threadpool_cancel(st_threadpool *tp);
 
 /* on = 1: workers keep spinning between jobs (yielding now and then) instead of sleeping after
  * tens of microseconds; 0 (the default): they sleep again. For a caller that runs jobs with gaps
