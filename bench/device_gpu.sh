@@ -62,8 +62,15 @@ if [ -n "${AB2_NVCC:-}" ]; then
 fi
 # the previous landing's sources (.devdata/prev: `git archive <rev> Makefile c`), built alongside
 # for same-run baseline rows (bench_*_prev; PREV=0: not built)
+# (one build however many scripts of the call ask: the first takes the lock; one still there
+# from an earlier call is kept, and a build already done is not redone)
 if [ -f .devdata/prev/Makefile ] && [ "${PREV:-1}" = 1 ]; then
-    ( cd .devdata/prev && make -j8 CUDA=1 strata > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done ) &
+    find /tmp/prev.lock -maxdepth 0 -mmin +10 -exec rmdir {} \; 2>/dev/null # a killed call's lock
+    if [ -x .devdata/prev/strata ] && [ -f /tmp/prev.done ]; then :
+    elif mkdir /tmp/prev.lock 2>/dev/null; then
+        rm -f /tmp/prev.done
+        ( cd .devdata/prev && make -j8 CUDA=1 strata > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done; rmdir /tmp/prev.lock ) &
+    fi
 fi
 if [ "${CHECK:-1}" = 1 ]; then
 if [ -n "${TESTS:-}" ]; then # only these GPU tests (TESTS="test_cuda_attn test_cuda_session")

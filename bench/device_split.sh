@@ -33,8 +33,15 @@ if [ -n "${AB_NVCC:-}" ]; then
     ( make -j6 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata > /tmp/ab.log 2>&1 &&
         echo ok > /tmp/ab.done ) &
 fi
+# (one build however many scripts of the call ask: the first takes the lock; one still there
+# from an earlier call is kept, and a build already done is not redone)
 if [ -f .devdata/prev/Makefile ] && [ "${PREV:-1}" = 1 ]; then
-    ( cd .devdata/prev && make -j4 CUDA=1 strata > /tmp/prev.log 2>&1 && echo ok > /tmp/prev.done ) &
+    find /tmp/prev.lock -maxdepth 0 -mmin +10 -exec rmdir {} \; 2>/dev/null # a killed call's lock
+    if [ -x .devdata/prev/strata ] && [ -f /tmp/prev.done ]; then :
+    elif mkdir /tmp/prev.lock 2>/dev/null; then
+        rm -f /tmp/prev.done
+        ( cd .devdata/prev && make -j4 CUDA=1 strata > /tmp/prev.log 2>&1 && echo ok > /tmp/prev.done; rmdir /tmp/prev.lock ) &
+    fi
 fi
 make -j8 CUDA=1 strata build/bench_moe_step build/tests/test_cuda_session > /tmp/build.log 2>&1 ||
     { echo "BUILD FAILED"; grep error /tmp/build.log | head; exit 1; }
