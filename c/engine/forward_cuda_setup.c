@@ -677,8 +677,12 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, in
     s->cost.expert_bytes = (double)(e->gate.row_bytes * (size_t)e->gate.ne[1] + e->up.row_bytes * (size_t)e->up.ne[1] +
                                     e->down.row_bytes * (size_t)e->down.ne[1]);
     TRY(st_gpu_cache_measure_pcie(s, c, il, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
-    if (st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s) != 0)
-        return st_error(STRATA_ERR_NOMEM, "cost model: out of memory measuring the CPU");
+    /* the workers held spinning as in the forward passes the figures serve (session.c), so that
+     * a worker's wake-up from sleep is not measured as the CPU's cost of an expert */
+    st_threadpool_hold(s->tp, 1);
+    const int r = st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s);
+    st_threadpool_hold(s->tp, 0);
+    if (r != 0) return st_error(STRATA_ERR_NOMEM, "cost model: out of memory measuring the CPU");
     return STRATA_OK;
 }
 

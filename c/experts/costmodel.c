@@ -82,7 +82,7 @@ int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed
     for (int r = 0; r < R; r++) wts[r] = 1.0f;
     double best[2] = {INFINITY, INFINITY};
     const int64_t rows[2] = {1, R};
-    for (int rep = 0; rep < 5; rep++)
+    for (int rep = 0; rep < 9; rep++) /* best of 9: other start-up work inflates single runs */
         for (int v = 0; v < 2; v++) {
             const double t0 = st_cost_now();
             st_moe_ffn(tp, e, 1, x, rows[v], ids, wts, 1, out, ws);
