@@ -63,7 +63,7 @@ one() { # build, flags (comma-separated), file: one decode, its rate and footer 
          "$(echo "$x" | grep -oE "[0-9]+ slot-rows from GPU memory, [0-9]+ on the CPU|[0-9]+ CPU hand-offs[^|]*" | tr '\n' '|')" \
          "$(echo "$x" | grep -oE "CPU [0-9]+ us \+ [0-9]+ us per row|PCIe [0-9.]+ GB/s \([0-9]+ us a copy\)" | head -2 | tr '\n' ' ')"
 }
-QROWS=${QROWS:-"prev: new: new:--cpu-warm new:--doorbell new:--cpu-misses new:--cpu-misses,--pcie-frac,0.25"}
+QROWS=${QROWS:-"prev: new: new:--cpu-warm new:--doorbell new:--cpu-pin new:--cpu-misses new:--cpu-misses,--pcie-frac,0.25"}
 OROWS=${OROWS:-"prev: new: new:--cpu-warm new:--doorbell prev:--cpu-misses new:--cpu-misses"}
 for rep in $(seq ${REPS:-3}); do
     for c in $QROWS; do one "${c%%:*}" "${c#*:}" /tmp/q3.gguf; done
