@@ -13,10 +13,12 @@
 # "build:flag,flag ..." with build prev, ab or new), TEST=0 (skip test_cuda_session), STEPS
 # (bench_moe_step's steps). A second call on the same warm machine finds the files and builds
 # (carry only .whl then, so that .devdata/prev's build stays). Log: $OUT/device_split.log.
-# (bench/results/h100-2026-12-06 has what it measured.)
+# Rows also as JSON lines: $OUT/device_split.jsonl. (bench/results/h100-2026-12-06 has what it
+# measured.)
 set -u
 cd "$(dirname "$0")/.."
 exec > >(tee "${OUT:-/tmp}/device_split.log") 2>&1
+: > "${OUT:-/tmp}/device_split.jsonl"
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -64,6 +66,16 @@ one() { # build, flags (comma-separated), file: one decode, its rate and footer 
     echo "$b ${f:-plain} $(basename $m .gguf): $(echo "$x" | grep -oE "[0-9.]+ tok/s" | tail -1) |" \
          "$(echo "$x" | grep -oE "[0-9]+ slot-rows from GPU memory, [0-9]+ on the CPU|[0-9]+ CPU hand-offs[^|]*" | tr '\n' '|')" \
          "$(echo "$x" | grep -oE "CPU [0-9]+ us \+ [0-9]+ us per row|PCIe [0-9.]+ GB/s \([0-9]+ us a copy\)" | head -2 | tr '\n' ' ')"
+    # the same row as JSON (one object a line; null where the footer lacked the figure)
+    local tps gs cs wu cu
+    tps=$(echo "$x" | grep -oE "[0-9.]+ tok/s" | tail -1 | grep -oE "^[0-9.]+")
+    gs=$(echo "$x" | grep -oE "[0-9]+ slot-rows from GPU memory" | grep -oE "^[0-9]+")
+    cs=$(echo "$x" | grep -oE "[0-9]+ on the CPU \(" | grep -oE "^[0-9]+")
+    wu=$(echo "$x" | grep -oE "[0-9.]+ us waited" | grep -oE "^[0-9.]+")
+    cu=$(echo "$x" | grep -oE "[0-9.]+ us computed" | grep -oE "^[0-9.]+")
+    printf '{"build": "%s", "flags": "%s", "model": "%s", "decode_tok_s": %s, "slot_rows_gpu": %s, "slot_rows_cpu": %s, "hand_wait_us": %s, "cpu_step_us": %s}\n' \
+        "$b" "${f//,/ }" "$(basename $m .gguf)" "${tps:-null}" "${gs:-null}" "${cs:-null}" "${wu:-null}" "${cu:-null}" \
+        >> "${OUT:-/tmp}/device_split.jsonl"
 }
 QROWS=${QROWS:-"prev: new: new:--cpu-warm new:--doorbell new:--cpu-pin new:--cpu-misses new:--cpu-misses,--pcie-frac,0.25"}
 OROWS=${OROWS:-"prev: new: new:--cpu-warm new:--doorbell prev:--cpu-misses new:--cpu-misses"}
