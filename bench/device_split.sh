@@ -63,16 +63,16 @@ one() { # build, flags (comma-separated), file: one decode, its rate and footer 
     [ -x "$(bin $b)" ] || { echo "$b ${f:-plain}: no binary"; return; }
     x=$(timeout 60 $(bin $b) -m $m -p "Once upon a time" -n 64 --temp 0 --ignore-eos --no-echo --gpu --cpu-moe \
         -t 16 ${f//,/ } 2>&1 >/dev/null)
-    echo "$b ${f:-plain} $(basename $m .gguf): $(echo "$x" | grep -oE "[0-9.]+ tok/s" | tail -1) |" \
-         "$(echo "$x" | grep -oE "[0-9]+ slot-rows from GPU memory, [0-9]+ on the CPU|[0-9]+ CPU hand-offs[^|]*" | tr '\n' '|')" \
-         "$(echo "$x" | grep -oE "CPU [0-9]+ us \+ [0-9]+ us per row|PCIe [0-9.]+ GB/s \([0-9]+ us a copy\)" | head -2 | tr '\n' ' ')"
-    # the same row as JSON (one object a line; null where the footer lacked the figure)
+    # the figures once (empty where the footer lacks one), then as a log line and a JSON line
     local tps gs cs wu cu
     tps=$(echo "$x" | grep -oE "[0-9.]+ tok/s" | tail -1 | grep -oE "^[0-9.]+")
     gs=$(echo "$x" | grep -oE "[0-9]+ slot-rows from GPU memory" | grep -oE "^[0-9]+")
     cs=$(echo "$x" | grep -oE "[0-9]+ on the CPU \(" | grep -oE "^[0-9]+")
     wu=$(echo "$x" | grep -oE "[0-9.]+ us waited" | grep -oE "^[0-9.]+")
     cu=$(echo "$x" | grep -oE "[0-9.]+ us computed" | grep -oE "^[0-9.]+")
+    echo "$b ${f:-plain} $(basename $m .gguf): ${tps:-?} tok/s | slot-rows GPU ${gs:-?} CPU ${cs:-?} |" \
+         "a CPU layer ${wu:-?} us waited + ${cu:-?} us computed |" \
+         "$(echo "$x" | grep -oE "CPU [0-9]+ us \+ [0-9]+ us per row|PCIe [0-9.]+ GB/s \([0-9]+ us a copy\)" | head -2 | tr '\n' ' ')"
     printf '{"build": "%s", "flags": "%s", "model": "%s", "decode_tok_s": %s, "slot_rows_gpu": %s, "slot_rows_cpu": %s, "hand_wait_us": %s, "cpu_step_us": %s}\n' \
         "$b" "${f//,/ }" "$(basename $m .gguf)" "${tps:-null}" "${gs:-null}" "${cs:-null}" "${wu:-null}" "${cu:-null}" \
         >> "${OUT:-/tmp}/device_split.jsonl"
