@@ -883,11 +883,12 @@ static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_s
         if (plan_out) *plan_out = pl;
         a.chunk = pl.chunk;
         a.n_chunks = pl.n_chunks;
-        const int split = s->tc == 3 ? 2 : s->tc == 2 || s->tc < 0; /* auto (-1) is split */
-        ST_TRY(st_attn_tc_run(a, s->head_dim, s->n_head_kv, split, st));
-    } else if (dtc) {
-        const int split = s->tc != 1; /* single f16 operands only when asked (tc 1) */
-        ST_TRY(st_attn_dtc_run(a, s->head_dim, s->n_head_kv, split, st));
+        const st_attn_tc_prec prec = s->tc == 1 ? ST_ATTN_TC_SINGLE /* auto (-1) and 2: both split */
+                                     : s->tc == 3 ? ST_ATTN_TC_SPLIT_P : ST_ATTN_TC_SPLIT_QP;
+        ST_TRY(st_attn_tc_run(a, s->head_dim, s->n_head_kv, prec, st));
+    } else if (dtc) { /* single f16 operands only when asked (tc 1) */
+        const st_attn_tc_prec prec = s->tc == 1 ? ST_ATTN_TC_SINGLE : ST_ATTN_TC_SPLIT_QP;
+        ST_TRY(st_attn_dtc_run(a, s->head_dim, s->n_head_kv, prec, st));
     } else if (dec)
         ST_TRY(st_attn_dec_dispatch(s->head_dim, kv->type == STRATA_TYPE_F16, a, s->n_head_kv, st));
     else

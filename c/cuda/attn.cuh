@@ -139,15 +139,19 @@ struct st_attn_args {
 #define ST_ATTN_DTC_MIN_NP 4096
 #endif
 
+/* The f16 operands of the tensor-core kernels: single (shape.tc 1), queries and probabilities
+ * each as two f16 parts (shape.tc 2 and auto), or the probabilities only (shape.tc 3, prefill). */
+typedef enum { ST_ATTN_TC_SINGLE = 0, ST_ATTN_TC_SPLIT_QP = 1, ST_ATTN_TC_SPLIT_P = 2 } st_attn_tc_prec;
+
 /* attn_tc.cu's host side: dynamic shared memory a block, the prefill kernel's chunks (one pass
  * when the row blocks fill the SMs; else chunks of ST_ATTN_TC_MIN_CHUNK+ for ~2 blocks an SM,
- * within ws_cap), and the launches (head_dim 64 or 128; split: 1 queries and probabilities as two
- * f16 parts, 2 (prefill only) the probabilities only, 0 neither). */
+ * within ws_cap), and the launches (head_dim 64 or 128; the decode kernel takes SINGLE or
+ * SPLIT_QP). */
 size_t st_attn_tc_smem(int hd);
 size_t st_attn_dtc_smem(int hd);
 int st_attn_tc_chunks(int64_t blocks, int64_t np, int64_t T, const st_cuda_attn_shape *s, size_t ws_cap,
                       int sm_count, int64_t *chunk_out);
-strata_status st_attn_tc_run(const st_attn_args &a, int hd, int n_kv, int split, cudaStream_t s);
-strata_status st_attn_dtc_run(const st_attn_args &a, int hd, int n_kv, int split, cudaStream_t s);
+strata_status st_attn_tc_run(const st_attn_args &a, int hd, int n_kv, st_attn_tc_prec prec, cudaStream_t s);
+strata_status st_attn_dtc_run(const st_attn_args &a, int hd, int n_kv, st_attn_tc_prec prec, cudaStream_t s);
 
 #endif /* STRATA_CUDA_ATTN_CUH */

@@ -309,12 +309,13 @@ int st_attn_tc_chunks(int64_t blocks, int64_t np, int64_t T, const st_cuda_attn_
 }
 
 template <int HD>
-static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, int split, cudaStream_t s) {
+static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, st_attn_tc_prec prec, cudaStream_t s) {
     const int R = a.T * a.group;
     const dim3 grid((unsigned)((R + ST_ATTN_TC_BM - 1) / ST_ATTN_TC_BM), (unsigned)a.n_chunks, (unsigned)n_kv);
     const size_t smem = st_attn_tc_smem(HD);
-    auto kern = split == 2 ? st_k_attn_tc<HD, false, true> : split ? st_k_attn_tc<HD, true, true>
-                                                                   : st_k_attn_tc<HD, false, false>;
+    auto kern = prec == ST_ATTN_TC_SPLIT_P    ? st_k_attn_tc<HD, false, true>
+                : prec == ST_ATTN_TC_SPLIT_QP ? st_k_attn_tc<HD, true, true>
+                                              : st_k_attn_tc<HD, false, false>;
     if (smem > 48 * 1024)
         ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     st_launch(kern, grid, 128, smem, s, a);
@@ -497,9 +498,9 @@ st_k_attn_dtc(const st_attn_args a) {
 }
 
 template <int HD>
-static strata_status st_attn_dtc_launch(const st_attn_args &a, int n_kv, int split, cudaStream_t s) {
+static strata_status st_attn_dtc_launch(const st_attn_args &a, int n_kv, st_attn_tc_prec prec, cudaStream_t s) {
     const size_t smem = st_attn_dtc_smem(HD);
-    auto kern = split ? st_k_attn_dtc<HD, true> : st_k_attn_dtc<HD, false>;
+    auto kern = prec != ST_ATTN_TC_SINGLE ? st_k_attn_dtc<HD, true> : st_k_attn_dtc<HD, false>;
     if (smem > 48 * 1024)
         ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     st_launch(kern, dim3((unsigned)a.n_chunks, (unsigned)n_kv), 128, smem, s, a);
@@ -507,10 +508,10 @@ static strata_status st_attn_dtc_launch(const st_attn_args &a, int n_kv, int spl
     return STRATA_OK;
 }
 
-strata_status st_attn_tc_run(const st_attn_args &a, int hd, int n_kv, int split, cudaStream_t s) {
-    return hd == 64 ? st_attn_tc_launch<64>(a, n_kv, split, s) : st_attn_tc_launch<128>(a, n_kv, split, s);
+strata_status st_attn_tc_run(const st_attn_args &a, int hd, int n_kv, st_attn_tc_prec prec, cudaStream_t s) {
+    return hd == 64 ? st_attn_tc_launch<64>(a, n_kv, prec, s) : st_attn_tc_launch<128>(a, n_kv, prec, s);
 }
 
-strata_status st_attn_dtc_run(const st_attn_args &a, int hd, int n_kv, int split, cudaStream_t s) {
-    return hd == 64 ? st_attn_dtc_launch<64>(a, n_kv, split, s) : st_attn_dtc_launch<128>(a, n_kv, split, s);
+strata_status st_attn_dtc_run(const st_attn_args &a, int hd, int n_kv, st_attn_tc_prec prec, cudaStream_t s) {
+    return hd == 64 ? st_attn_dtc_launch<64>(a, n_kv, prec, s) : st_attn_dtc_launch<128>(a, n_kv, prec, s);
 }

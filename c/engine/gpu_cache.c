@@ -306,19 +306,20 @@ static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, in
         off[k] = at;
         one &= (const uint8_t *)m[k]->data == (const uint8_t *)m[0]->data + at;
         at += st_round_up(b[k], 256);
-        c->loaded_bytes += (int64_t)b[k];
-        s->pcie_bytes += (int64_t)b[k];
     }
     if (one) {
         const size_t n = off[2] + b[2];
         if (stream) TRY_CACHE(st_cuda_memcpy_async(p, m[0]->data, n, 1, stream));
         else TRY_CACHE(st_cuda_memcpy_h2d(p, m[0]->data, n));
-        return STRATA_OK;
-    }
-    for (int k = 0; k < 3; k++) {
-        if (stream) TRY_CACHE(st_cuda_memcpy_async(p + off[k], m[k]->data, b[k], 1, stream));
-        else TRY_CACHE(st_cuda_memcpy_h2d(p + off[k], m[k]->data, b[k]));
-    }
+    } else
+        for (int k = 0; k < 3; k++) {
+            if (stream) TRY_CACHE(st_cuda_memcpy_async(p + off[k], m[k]->data, b[k], 1, stream));
+            else TRY_CACHE(st_cuda_memcpy_h2d(p + off[k], m[k]->data, b[k]));
+        }
+    /* counted once every copy is enqueued (or done): a failed one counts nothing */
+    const int64_t bytes = (int64_t)(b[0] + b[1] + b[2]);
+    c->loaded_bytes += bytes;
+    s->pcie_bytes += bytes;
     return STRATA_OK;
 }
 
