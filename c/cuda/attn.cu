@@ -740,7 +740,7 @@ extern "C" size_t st_cuda_attn_wsize(const st_cuda_attn_shape *s, int64_t T, int
     size_t need = n < 2 ? 0 : (size_t)n * (size_t)T * per_tok;
     /* the tensor-core kernel at any batch of up to T tokens (its chunks grow as batches shrink) */
     if (s->tc != 0 && (s->head_dim == 64 || s->head_dim == 128))
-        for (int64_t t = st_cdiv(ST_ATTN_TC_BM, G); t <= T; t++) {
+        for (int64_t t = st_cdiv(ST_ATTN_TC_MIN_ROWS, G); t <= T; t++) {
             int64_t chunk;
             const int64_t blocks = st_cdiv(t * G, ST_ATTN_TC_BM) * s->n_head_kv;
             const int nc = st_attn_tc_chunks(blocks, n_ctx, t, s, SIZE_MAX, sm, &chunk);
@@ -763,7 +763,7 @@ static st_attn_kernel st_attn_pick(strata_type kv_type, const st_cuda_attn_shape
         return ST_ATTN_K_DTC;
     if (R <= ST_ATTN_DEC_ROWS && (rpw_force == -1 || (free_plan && np >= ST_ATTN_DEC_MIN_NP)))
         return ST_ATTN_K_DEC;
-    if (mma_ok && (rpw_force == 16 || (free_plan && R >= ST_ATTN_TC_BM && s->tc != 0)))
+    if (mma_ok && (rpw_force == 16 || (free_plan && R >= ST_ATTN_TC_MIN_ROWS && s->tc != 0)))
         return ST_ATTN_K_TC;
     return ST_ATTN_K_FMA;
 }

@@ -125,7 +125,10 @@ struct st_attn_args {
 };
 
 /* The tensor-core kernels' geometry (attn_tc.cu). */
-#define ST_ATTN_TC_BM 64  /* query rows per block: 16 per warp */
+#ifndef ST_ATTN_TC_BM /* -DST_ATTN_TC_BM=128: blocks of 8 warps (a build-time A/B) */
+#define ST_ATTN_TC_BM 64  /* query rows per prefill block: 16 per warp, so BM / 16 warps */
+#endif
+#define ST_ATTN_TC_MIN_ROWS 64 /* fewest rows (token, query head) per KV head for the prefill kernel */
 #define ST_ATTN_TC_BN 64  /* positions per K/V tile */
 #define ST_ATTN_TC_MIN_CHUNK 1024 /* fewest positions per chunk when the blocks alone leave SMs idle */
 #define ST_ATTN_DTC_ROWS 16      /* rows (token, query head) per KV head: T * G <= 16, one m16 tile */

@@ -12,19 +12,21 @@
 /* ---- prefill on the tensor cores (flash attention) --------------------------------------------- */
 
 
-size_t st_attn_tc_smem(int hd) { /* two stages of K and V tiles */
-    return (size_t)4 * ST_ATTN_TC_BN * (size_t)(hd + 8) * sizeof(__half);
+size_t st_attn_tc_smem(int hd) { /* two stages of K and V tiles; stage 1 (and on) first holds the queries */
+    const int rows = 4 * ST_ATTN_TC_BN > 2 * ST_ATTN_TC_BN + 2 * ST_ATTN_TC_BM ? 4 * ST_ATTN_TC_BN
+                                                                             : 2 * ST_ATTN_TC_BN + 2 * ST_ATTN_TC_BM;
+    return (size_t)rows * (size_t)(hd + 8) * sizeof(__half);
 }
 
-/* Copies positions pb..pb+BN-1 of K and V (zeros past last) into a stage: cp.async, 16 bytes a
- * copy, 8 + 8 per thread at head_dim 128. Position 0 stands in as the (unread) source of a
- * zero fill. */
-template <int HD>
+/* Copies positions pb..pb+BN-1 of K and V (zeros past last) into a stage by a block of NTH
+ * threads: cp.async, 16 bytes a copy, 8 + 8 per thread at head_dim 128 and 128 threads. Position
+ * 0 stands in as the (unread) source of a zero fill. */
+template <int HD, int NTH = 128>
 static __device__ __forceinline__ void st_attn_tc_fetch(__half *Ks, __half *Vs, const __half *Kb,
                                                         const __half *Vb, int64_t pb, int64_t last) {
     constexpr int CH = HD / 8, LDS = HD + 8;
 #pragma unroll
-    for (int idx = (int)threadIdx.x; idx < ST_ATTN_TC_BN * CH; idx += 128) {
+    for (int idx = (int)threadIdx.x; idx < ST_ATTN_TC_BN * CH; idx += NTH) {
         const int pp = idx / CH, ch = idx - pp * CH;
         const int64_t p = pb + pp;
         const bool ok = p <= last;
@@ -38,11 +40,11 @@ static __device__ __forceinline__ void st_attn_tc_fetch(__half *Ks, __half *Vs, 
 
 /* Query rows r_first .. r_first + n - 1 of KV head hk (row r: token r / G, query head
  * hk * G + r % G; rows from R on are zero), scaled by qscale, into Qh [n][LDS] as f16 and, SPLIT,
- * the remainders into Ql; by a block of 128 threads. */
-template <int HD, bool SPLIT>
+ * the remainders into Ql; by a block of NTH threads. */
+template <int HD, bool SPLIT, int NTH = 128>
 static __device__ __forceinline__ void st_attn_stage_q(const st_attn_args &a, int hk, int G, int R, int r_first,
                                                        int n, float qscale, __half *Qh, __half *Ql, int LDS) {
-    for (int idx = (int)threadIdx.x; idx < n * HD; idx += 128) { /* the kernels' 128 threads */
+    for (int idx = (int)threadIdx.x; idx < n * HD; idx += NTH) {
         const int lr = idx / HD, d = idx - lr * HD, r = r_first + lr;
         float qv = 0.0f;
         if (r < R) {
@@ -145,8 +147,8 @@ static __device__ __forceinline__ void st_attn_p_frags(const float (&s0)[4], con
 }
 
 /* Flash attention for long batches (prefill) over an f16 cache, head_dim 64 or 128. A block of
- * 4 warps serves 64 query rows of one KV head (rows as in st_k_attn: token-major, the G query
- * heads of the KV head), each warp 16 of them; it walks the positions of its chunk up to its
+ * BM / 16 warps (4 by default) serves BM query rows of one KV head (rows as in st_k_attn:
+ * token-major, the G query heads of the KV head), each warp 16 of them; it walks the positions of its chunk up to its
  * last row's in tiles of 64, K and V through shared memory in two stages: the next tile's
  * cp.async copies are in flight while the warps compute on this one. Per tile a warp computes
  * its 16 x 64 scores with mma.sync m16n8k16 (queries rounded to f16 once, scaled by scale *
@@ -166,10 +168,10 @@ static __device__ __forceinline__ void st_attn_p_frags(const float (&s0)[4], con
 #define ST_ATTN_TC_MINB_P 1 /* blocks an SM asked of the single-query kernels (3: <= 170 registers) */
 #endif
 template <int HD, bool SQ, bool SP>
-static __global__ void __launch_bounds__(128, SQ ? 1 : ST_ATTN_TC_MINB_P)
+static __global__ void __launch_bounds__(2 * ST_ATTN_TC_BM, SQ ? 1 : ST_ATTN_TC_MINB_P)
 st_k_attn_tc(const st_attn_args a) {
     st_pdl_enter();
-    constexpr int BM = ST_ATTN_TC_BM, BN = ST_ATTN_TC_BN, LDS = HD + 8;
+    constexpr int BM = ST_ATTN_TC_BM, BN = ST_ATTN_TC_BN, LDS = HD + 8, NTH = 2 * BM; /* 32 a warp of 16 rows */
     constexpr int KS = HD / 16, NT = BN / 8, DT = HD / 8;
     extern __shared__ __align__(128) unsigned char st_attn_tc_sm[];
     __half *const S0 = (__half *)st_attn_tc_sm; /* stage s: K at S0 + 2s * BN * LDS, V after it */
@@ -188,12 +190,12 @@ st_k_attn_tc(const st_attn_args a) {
     const int64_t p_begin = (int64_t)c * a.chunk;
     const int64_t p_end = min(last, p_begin + a.chunk - 1);
     const int n_tiles = p_end >= p_begin ? (int)((p_end - p_begin) / BN + 1) : 0;
-    if (n_tiles > 0) st_attn_tc_fetch<HD>(S0, S0 + BN * LDS, Kb, Vb, p_begin, p_end);
+    if (n_tiles > 0) st_attn_tc_fetch<HD, NTH>(S0, S0 + BN * LDS, Kb, Vb, p_begin, p_end);
     st_cp_async_commit();
 
-    /* this warp's 16 query rows as f16 A fragments, staged through stage 1 (K: hi, V: lo) */
-    __half *const Qh = S0 + 2 * BN * LDS, *const Ql = S0 + 3 * BN * LDS;
-    st_attn_stage_q<HD, SQ>(a, hk, G, R, r_first, BM, qscale, Qh, Ql, LDS);
+    /* this warp's 16 query rows as f16 A fragments, staged from stage 1 on (hi, then lo) */
+    __half *const Qh = S0 + 2 * BN * LDS, *const Ql = Qh + BM * LDS;
+    st_attn_stage_q<HD, SQ, NTH>(a, hk, G, R, r_first, BM, qscale, Qh, Ql, LDS);
     __syncthreads();
     uint32_t qf[KS][4], ql[SQ ? KS : 1][4];
     st_attn_q_frags<KS, SQ>(qf, ql, Qh, Ql, warp * 16, lane, LDS);
@@ -211,7 +213,7 @@ st_k_attn_tc(const st_attn_args a) {
         const int64_t pb = p_begin + (int64_t)it * BN;
         if (it + 1 < n_tiles) {
             __half *Kn = S0 + 2 * ((it + 1) & 1) * BN * LDS;
-            st_attn_tc_fetch<HD>(Kn, Kn + BN * LDS, Kb, Vb, pb + BN, p_end);
+            st_attn_tc_fetch<HD, NTH>(Kn, Kn + BN * LDS, Kb, Vb, pb + BN, p_end);
         }
         st_cp_async_commit();
         st_cp_async_wait<1>(); /* this tile's copies (the group before the one just closed) */
@@ -299,11 +301,15 @@ st_k_attn_tc(const st_attn_args a) {
     }
 }
 
-/* Chunks for the tensor-core kernel: one pass when the row blocks fill the SMs, else enough
- * chunks of at least ST_ATTN_TC_MIN_CHUNK positions for about 2 blocks an SM, within ws_cap. */
+/* Chunks for the tensor-core kernel: one pass when the row blocks fill ST_ATTN_TC_FULL percent
+ * of the SMs, else enough chunks of at least ST_ATTN_TC_MIN_CHUNK positions for about 2 blocks
+ * an SM, within ws_cap. */
+#ifndef ST_ATTN_TC_FULL
+#define ST_ATTN_TC_FULL 100
+#endif
 int st_attn_tc_chunks(int64_t blocks, int64_t np, int64_t T, const st_cuda_attn_shape *s,
                              size_t ws_cap, int sm_count, int64_t *chunk_out) {
-    const int64_t n = blocks >= sm_count ? 1 : st_cdiv(2 * (int64_t)sm_count, blocks);
+    const int64_t n = blocks * 100 >= (int64_t)sm_count * ST_ATTN_TC_FULL ? 1 : st_cdiv(2 * (int64_t)sm_count, blocks);
     *chunk_out = st_attn_split(n, np, ST_ATTN_TC_MIN_CHUNK, ST_ATTN_TC_BN, st_attn_part_bytes(s, T), ws_cap);
     return (int)st_cdiv(np, *chunk_out);
 }
@@ -318,7 +324,7 @@ static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, st_attn_
                                               : st_k_attn_tc<HD, false, false>;
     if (smem > 48 * 1024)
         ST_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    st_launch(kern, grid, 128, smem, s, a);
+    st_launch(kern, grid, 2 * ST_ATTN_TC_BM, smem, s, a);
     ST_CUDA_CHECK_LAUNCH("st_k_attn_tc");
     return STRATA_OK;
 }

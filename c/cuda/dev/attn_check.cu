@@ -19,7 +19,9 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
  *        -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 \
  *        c/cuda/dev/attn_check.cu build/libstrata.a -o /tmp/attn_check -lpthread -ldl -lm
- * Run:  /tmp/attn_check [context, default 16384] [decode: only the calls of T <= 8] */
+ * Run:  /tmp/attn_check [context, default 16384] [decode: only the calls of T <= 8 | prefill:
+ *       only the calls of T >= 64 and the tensor-core prefill plans, for build-time A/Bs
+ *       (bench/device_attn_ab.sh)] */
 #include "attn.cuh"
 #include "dev_common.cuh"
 
@@ -74,6 +76,7 @@ static void ref_row(const Shape &s, const Layer &L, int64_t n_ctx, const float *
 int main(int argc, char **argv) {
     const int64_t ctx = argc > 1 ? atoll(argv[1]) : 16384;
     const bool decode_only = argc > 2 && strcmp(argv[2], "decode") == 0;
+    const bool prefill_only = argc > 2 && strcmp(argv[2], "prefill") == 0;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
@@ -119,7 +122,7 @@ int main(int argc, char **argv) {
         const int64_t cases[][2] = {{1, ctx}, {4, ctx}, {8, ctx}, {64, ctx + 64}, {512, 512}, {512, ctx + 512}};
         for (const auto &cs : cases) {
             const int64_t T = cs[0], np = cs[1], pos0 = np - T;
-            if (decode_only && T > 8) continue;
+            if ((decode_only && T > 8) || (prefill_only && T < 64)) continue;
             std::vector<float> q((size_t)(T * nq));
             for (auto &x : q) x = 2.0f * frand();
             float *dq, *dout;
@@ -143,6 +146,7 @@ int main(int argc, char **argv) {
                 if (pl.rpw == 16 && (rows < 64 || s.hd > 128)) continue;
                 if (pl.rpw == 32 && (rows > 16 || s.hd > 128)) continue;
                 if (pl.rpw == -1 && rows > 8) continue;
+                if (prefill_only && pl.rpw != 16 && pl.tc != -1) continue;
                 gs.tc = pl.tc;
                 st_attn_plan got_plan;
                 SK(st_cuda_attention_ex(&L[0].kv, &gs, dq, nq, T, pos0, NULL, dout, nq, dws, pl.ws, NULL,

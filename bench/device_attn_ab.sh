@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# device_attn_ab.sh - an A/B of the attention kernels' build-time geometry in one device call:
+# builds this tree, then one variant per AB1 / AB2 / AB3 (nvcc flags, e.g. "-DST_ATTN_TC_BM=128")
+# from a copy of its objects with only the attention's recompiled (c/cuda/attn.cu and attn_tc.cu:
+# the only sources that read those macros), runs each build's test_cuda_attn (the kernels against
+# the CPU, determinism) and c/cuda/dev/attn_check (timed plans, 512 x 16,896 among them), then
+# `strata bench` rows alternating builds, REPS passes (default 2): qwen3-30b-a3b pp512 and tg128
+# at depth 16,384, olmoe-1b-7b pp512 at depth 16,384 and qwen3 pp512 at depth 0.
+#   run(command="AB1='-DST_ATTN_TC_BM=128' bash bench/device_attn_ab.sh", carry=[".whl", ".devdata"])
+# env: AB1..AB3, REPS, TEST=0 (skip test_cuda_attn), CHECK=0 (skip attn_check), ROWS=regex (bench
+# rows by name: q3_pp_d16k q3_tg_d16k olmoe_pp_d16k q3_pp_d0). Log: $OUT/device_attn_ab.log; the
+# check outputs in $OUT/attn_ab/, the bench JSON in $OUT/attn_ab/bench.tar (a call brings back a
+# few files only). bench/results/h200-2026-12-06/run1-attn-bm128 has what it measured.
+set -u
+cd "$(dirname "$0")/.."
+O="${OUT:-/tmp}/attn_ab"; J=/tmp/attn_ab_json; rm -rf "$J"; mkdir -p "$O" "$J"
+trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
+exec > >(tee "${OUT:-/tmp}/device_attn_ab.log") 2>&1
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+[ -f /tmp/q3.done ] || (
+    python3 .devdata/synth_moe.py olmoe-1b-7b /tmp/olmoe.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
+        > /tmp/synth_olmoe.log 2>&1 && echo ok > /tmp/olmoe.done
+    python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
+        > /tmp/synth_q3.log 2>&1 && echo ok > /tmp/q3.done
+) &
+make -j16 CUDA=1 strata build/tests/test_cuda_attn > "$J/build.log" 2>&1 ||
+    { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
+echo "build ok at $(el)s"
+CI="-O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/experts -Ic/engine -DSTRATA_HAVE_CUDA=1"
+builds="base"
+for v in 1 2 3; do
+    eval "flags=\${AB$v:-}"
+    [ -n "$flags" ] || continue
+    rm -rf build-ab$v && cp -r build build-ab$v && rm -f build-ab$v/c/cuda/attn.o build-ab$v/c/cuda/attn_tc.o
+    if make -j16 CUDA=1 BUILD=build-ab$v OUTDIR=build-ab$v NVCC_EXTRA="$flags" build-ab$v/strata \
+        build-ab$v/tests/test_cuda_attn > "$J/build_ab$v.log" 2>&1; then builds="$builds ab$v"
+    else echo "ab$v ($flags): BUILD FAILED"; grep error "$J/build_ab$v.log" | head -5; fi
+done
+echo "variants built at $(el)s: $builds"
+dir() { [ "$1" = base ] && echo build || echo "build-$1"; }
+cli() { [ "$1" = base ] && echo ./strata || echo "build-$1/strata"; }
+fl() { [ "$1" = base ] && echo "" || eval "echo \${AB${1#ab}}"; }
+for b in $builds; do
+    echo "== $b: $(fl $b)"
+    if [ "${TEST:-1}" = 1 ]; then
+        timeout 150 $(dir $b)/tests/test_cuda_attn > "$O/test_cuda_attn_$b.log" 2>&1
+        echo "test_cuda_attn rc=$?: $(grep -E "passed, " "$O/test_cuda_attn_$b.log" | tail -1)"
+        grep -E "FAIL" "$O/test_cuda_attn_$b.log" | head -5
+    fi
+    if [ "${CHECK:-1}" = 1 ] && nvcc $CI $(fl $b) c/cuda/dev/attn_check.cu $(dir $b)/libstrata.a -lpthread -ldl -lrt \
+        -o /tmp/attn_check_$b 2> "$J/attn_check_build_$b.log"; then
+        timeout 120 /tmp/attn_check_$b 16384 prefill > "$O/attn_check_$b.txt" 2>&1
+        echo "attn_check rc=$? (T, positions, plan, chunks, us, nmse, TFLOP/s):"
+        grep -E "^(qwen3|olmoe)" "$O/attn_check_$b.txt" | awk '{print "  " $1, $2, $3, $4, $5, $7, $10, $11}'
+    fi
+done
+echo "checks done at $(el)s"
+for i in $(seq 150); do [ -f /tmp/q3.done ] && break; sleep 2; done
+row() { # build name file args...: one bench process
+    local b=$1 n=$2 f=$3; shift 3
+    [ -z "${ROWS:-}" ] || echo "$n" | grep -Eq "$ROWS" || return 0
+    local x
+    x=$(timeout 120 $(cli $b) bench -m "$f" "$@" --gpu --json "$J/bench_${n}_${b}_$p.json" 2>/dev/null |
+        grep -E "^\|.*(pp|tg)[0-9]" | awk -F'|' '{gsub(/ /,"",$6); gsub(/ /,"",$7); printf "%s %s  ", $6, $7}')
+    echo "$b $n: $x"
+}
+for p in $(seq ${REPS:-2}); do
+    for b in $builds; do row $b q3_pp_d16k /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1; done
+    for b in $builds; do row $b olmoe_pp_d16k /tmp/olmoe.gguf -p 512 -n 0 -d 16384 -r 1; done
+    for b in $builds; do row $b q3_pp_d0 /tmp/q3.gguf -p 512 -n 0 -r 3; done
+    echo "(pass $p at $(el)s)"
+done
+for b in $builds; do row $b q3_tg_d16k /tmp/q3.gguf -p 0 -n 128 -d 16384 -r 1; done
+echo "all done at $(el)s"
