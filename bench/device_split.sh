@@ -72,7 +72,7 @@ one() { # build, flags (comma-separated), file: one decode, its rate and footer 
     cu=$(echo "$x" | grep -oE "[0-9.]+ us computed" | grep -oE "^[0-9.]+")
     echo "$b ${f:-plain} $(basename $m .gguf): ${tps:-?} tok/s | slot-rows GPU ${gs:-?} CPU ${cs:-?} |" \
          "a CPU layer ${wu:-?} us waited + ${cu:-?} us computed |" \
-         "$(echo "$x" | grep -oE "CPU [0-9]+ us \+ [0-9]+ us per row|PCIe [0-9.]+ GB/s \([0-9]+ us a copy\)" | head -2 | tr '\n' ' ')"
+         "$(echo "$x" | grep -oE "CPU [0-9]+ us \+ [0-9]+ us (per row|an expert)|PCIe [0-9.]+ GB/s \([0-9]+ us a copy\)" | head -3 | tr '\n' ' ')"
     printf '{"build": "%s", "flags": "%s", "model": "%s", "decode_tok_s": %s, "slot_rows_gpu": %s, "slot_rows_cpu": %s, "hand_wait_us": %s, "cpu_step_us": %s}\n' \
         "$b" "${f//,/ }" "$(basename $m .gguf)" "${tps:-null}" "${gs:-null}" "${cs:-null}" "${wu:-null}" "${cu:-null}" \
         >> "${OUT:-/tmp}/device_split.jsonl"

@@ -525,8 +525,9 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
             }
             if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && o->cpu_misses && !o->quiet)
                 fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
-                        "per row for one expert; %s\n", cs.pcie_bytes_per_s / 1e9, cs.pcie_latency_s * 1e6,
-                        cs.cpu_expert_fixed_s * 1e6, cs.cpu_expert_per_row_s * 1e6,
+                        "an expert (+ %.0f us a further row); %s\n", cs.pcie_bytes_per_s / 1e9,
+                        cs.pcie_latency_s * 1e6, cs.cpu_share_step_s * 1e6, cs.cpu_share_expert_s * 1e6,
+                        cs.cpu_expert_per_row_s * 1e6,
                         o->pcie_frac < 0 ? "each miss goes where it is predicted to finish first"
                                          : "the heaviest share of --pcie-frac misses is loaded, the rest computed");
             if (o->n_cpu_moe != 0 && mi.n_expert > 0 && !o->quiet) {

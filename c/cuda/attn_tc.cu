@@ -12,10 +12,9 @@
 /* ---- prefill on the tensor cores (flash attention) --------------------------------------------- */
 
 
-size_t st_attn_tc_smem(int hd) { /* two stages of K and V tiles; stage 1 (and on) first holds the queries */
-    const int rows = 4 * ST_ATTN_TC_BN > 2 * ST_ATTN_TC_BN + 2 * ST_ATTN_TC_BM ? 4 * ST_ATTN_TC_BN
-                                                                             : 2 * ST_ATTN_TC_BN + 2 * ST_ATTN_TC_BM;
-    return (size_t)rows * (size_t)(hd + 8) * sizeof(__half);
+size_t st_attn_tc_smem(int hd) { /* two stages of K and V tiles; from stage 1 on, first the queries */
+    const int stages = 4 * ST_ATTN_TC_BN, with_q = 2 * ST_ATTN_TC_BN + 2 * ST_ATTN_TC_BM; /* rows */
+    return (size_t)(with_q > stages ? with_q : stages) * (size_t)(hd + 8) * sizeof(__half);
 }
 
 /* Copies positions pb..pb+BN-1 of K and V (zeros past last) into a stage by a block of NTH
@@ -147,14 +146,15 @@ static __device__ __forceinline__ void st_attn_p_frags(const float (&s0)[4], con
 }
 
 /* Flash attention for long batches (prefill) over an f16 cache, head_dim 64 or 128. A block of
- * BM / 16 warps (4 by default) serves BM query rows of one KV head (rows as in st_k_attn:
- * token-major, the G query heads of the KV head), each warp 16 of them; it walks the positions of its chunk up to its
- * last row's in tiles of 64, K and V through shared memory in two stages: the next tile's
- * cp.async copies are in flight while the warps compute on this one. Per tile a warp computes
- * its 16 x 64 scores with mma.sync m16n8k16 (queries rounded to f16 once, scaled by scale *
- * log2 e), masks the causal limit (only in tiles that reach past the block's first row's
- * limit), updates its rows' running max and sum (online softmax in base 2, f32), and adds P * V
- * with P rounded to f16 (ldmatrix.trans for V). Tiles in a fixed order, so deterministic.
+ * BM / 16 warps (4 by default; 8 measured slower) serves BM query rows of one KV head (rows as
+ * in st_k_attn: token-major, the G query heads of the KV head), each warp 16 of them; it walks
+ * the positions of its chunk up to its last row's in tiles of 64, K and V through shared memory
+ * in two stages: the next tile's cp.async copies are in flight while the warps compute on this
+ * one. Per tile a warp computes its 16 x 64 scores with mma.sync m16n8k16 (queries rounded to
+ * f16 once, scaled by scale * log2 e), masks the causal limit (only in tiles that reach past
+ * the block's first row's limit), updates its rows' running max and sum (online softmax in base
+ * 2, f32), and adds P * V with P rounded to f16 (ldmatrix.trans for V). Tiles in a fixed order,
+ * so deterministic.
  * n_chunks == 1: every output row written once, normalized. n_chunks > 1 (blockIdx.y = chunk):
  * unnormalized partials with their max (natural log units, as st_k_attn writes them) and sum,
  * merged in chunk order by st_k_attn_combine. SQ / SP: each query / each probability is carried
@@ -309,7 +309,8 @@ st_k_attn_tc(const st_attn_args a) {
 #endif
 int st_attn_tc_chunks(int64_t blocks, int64_t np, int64_t T, const st_cuda_attn_shape *s,
                              size_t ws_cap, int sm_count, int64_t *chunk_out) {
-    const int64_t n = blocks * 100 >= (int64_t)sm_count * ST_ATTN_TC_FULL ? 1 : st_cdiv(2 * (int64_t)sm_count, blocks);
+    const bool full = blocks * 100 >= (int64_t)sm_count * ST_ATTN_TC_FULL;
+    const int64_t n = full ? 1 : st_cdiv(2 * (int64_t)sm_count, blocks);
     *chunk_out = st_attn_split(n, np, ST_ATTN_TC_MIN_CHUNK, ST_ATTN_TC_BN, st_attn_part_bytes(s, T), ws_cap);
     return (int)st_cdiv(np, *chunk_out);
 }

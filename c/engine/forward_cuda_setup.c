@@ -668,7 +668,8 @@ static strata_status st_gpu_alloc_split(strata_session *s) {
 }
 
 /* The cost model's figures (s->cost): PCIe measured with layer il's first expert copied into slot
- * 0 of cache c (unused at create), the CPU expert step for 1 and 8 rows on the session's pool. */
+ * 0 of cache c (unused at create), the CPU expert step for 1 and 8 rows on the session's pool,
+ * and with cpu_misses the step over 1 and 8 of the layer's experts (the split's CPU share). */
 static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il) {
     const st_hparams *hp = &s->model->hp;
     const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
@@ -680,7 +681,9 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, in
     /* the workers held spinning as in the forward passes the figures serve (session.c), so that
      * a worker's wake-up from sleep is not measured as the CPU's cost of an expert */
     st_threadpool_hold(s->tp, 1);
-    const int r = st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s);
+    int r = st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s);
+    if (r == 0 && s->cpu_misses)
+        r = st_cost_measure_cpu_step(s->tp, e, hp->n_expert, &s->cost.cpu_step_s, &s->cost.cpu_expert_s);
     st_threadpool_hold(s->tp, 0);
     if (r != 0) return st_error(STRATA_ERR_NOMEM, "cost model: out of memory measuring the CPU");
     return STRATA_OK;

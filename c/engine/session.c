@@ -506,6 +506,8 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->pcie_latency_s = s->cost.pcie_latency_s;
     out->cpu_expert_fixed_s = s->cost.cpu_fixed_s;
     out->cpu_expert_per_row_s = s->cost.cpu_per_row_s;
+    out->cpu_share_step_s = s->cost.cpu_step_s;
+    out->cpu_share_expert_s = s->cost.cpu_expert_s;
     out->stage_batches = s->stage_batches;
     out->pinned_bytes = st_gpu_pinned_bytes(s);
     out->cpu_batches = s->cpu_batches;

@@ -36,16 +36,19 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
     qsort(order, (size_t)n, sizeof *order, st_miss_at_cmp);
     const double copy_s = p->pcie_latency_s + (p->pcie_bytes_per_s > 0 ? p->expert_bytes / p->pcie_bytes_per_s : INFINITY);
     double pcie_end = 0, cpu_end = 0;
-    int loaded = 0;
+    int loaded = 0, computed = 0;
     const int forced = p->pcie_frac >= 0 ? (int)lround(p->pcie_frac * n) : -1;
+    const int stepped = p->cpu_expert_s > 0; /* the CPU's share as one step (costmodel.h) */
     for (int k = 0; k < n; k++) {
         const st_miss *m = &order[k].m;
-        const double cpu_s = p->cpu_fixed_s + (double)m->rows * p->cpu_per_row_s;
+        const double cpu_s = stepped ? (computed ? 0.0 : p->cpu_step_s) + p->cpu_expert_s +
+                                           (double)(m->rows > 1 ? m->rows - 1 : 0) * p->cpu_per_row_s
+                                     : p->cpu_fixed_s + (double)m->rows * p->cpu_per_row_s;
         int to_gpu;
         if (forced >= 0) to_gpu = k < forced;
         else to_gpu = pcie_end + copy_s + p->gpu_s <= cpu_end + cpu_s; /* ties: load */
         if (to_gpu) { pcie_end += copy_s; loaded++; }
-        else cpu_end += cpu_s;
+        else { cpu_end += cpu_s; computed++; }
         load[order[k].idx] = (uint8_t)to_gpu;
     }
     if (makespan) *makespan = fmax(loaded ? pcie_end + p->gpu_s : 0.0, cpu_end);
@@ -93,6 +96,38 @@ int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed
     if (per_row < 0) per_row = 0;
     *cpu_per_row_s = per_row;
     *cpu_fixed_s = fmax(best[0] - per_row, 0.0);
+    free(x); free(out); free(ws);
+    return 0;
+}
+
+int st_cost_measure_cpu_step(st_threadpool *tp, const st_expert *experts, int32_t n_expert,
+                             double *cpu_step_s, double *cpu_expert_s) {
+    if (n_expert < 1) { *cpu_step_s = *cpu_expert_s = 0; return 0; }
+    const int64_t n_embd = experts[0].gate.ne[0], n_ff = experts[0].gate.ne[1];
+    const int32_t K = n_expert < 8 ? n_expert : 8;
+    float *x = malloc(sizeof(float) * (size_t)n_embd);
+    float *out = malloc(sizeof(float) * (size_t)n_embd);
+    void *ws = malloc(st_moe_wsize(1, K, n_expert, n_embd, n_ff));
+    if (!x || !out || !ws) { free(x); free(out); free(ws); return -1; }
+    for (int64_t i = 0; i < n_embd; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    int32_t ids[8];
+    float wts[8];
+    for (int k = 0; k < 8; k++) wts[k] = 0.125f;
+    double best[2] = {INFINITY, INFINITY};
+    int32_t next = 0; /* the next expert not yet read (wrapping once the layer runs out) */
+    for (int rep = 0; rep < 9; rep++) /* best of 9, as st_cost_measure_cpu */
+        for (int v = 0; v < 2; v++) {
+            const int32_t k = v ? K : 1;
+            for (int j = 0; j < k; j++) ids[j] = (next + j) % n_expert;
+            next = (next + k) % n_expert;
+            const double t0 = st_cost_now();
+            st_moe_ffn(tp, experts, n_expert, x, 1, ids, wts, k, out, ws);
+            const double dt = st_cost_now() - t0;
+            if (dt < best[v]) best[v] = dt;
+        }
+    const double per_expert = K > 1 ? fmax((best[1] - best[0]) / (double)(K - 1), 0.0) : best[0];
+    *cpu_expert_s = per_expert > 0 ? per_expert : 1e-9; /* > 0: marks the figures measured */
+    *cpu_step_s = fmax(best[0] - per_expert, 0.0);
     free(x); free(out); free(ws);
     return 0;
 }

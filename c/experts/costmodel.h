@@ -20,6 +20,13 @@ typedef struct {
     double gpu_s;              /* GPU compute of a loaded expert (small; 0 is fine) */
     double cpu_fixed_s;        /* CPU: one expert, t(r) = cpu_fixed_s + r * cpu_per_row_s */
     double cpu_per_row_s;
+    /* The CPU's share of a split runs as one step on the pool (st_moe_ffn: every expert's rows in
+     * one parallel region): measured that way (st_cost_measure_cpu_step), a share of experts
+     * costs cpu_step_s once plus cpu_expert_s + (r - 1) * cpu_per_row_s each. 0 (unmeasured):
+     * st_cost_decide prices each expert as a step of its own (t(r) above), which on the hosts
+     * measured counted the pool's dispatch once per expert and sent too many to PCIe. */
+    double cpu_step_s;
+    double cpu_expert_s;
     double expert_bytes;       /* bytes of one expert (gate + up + down) */
     double pcie_frac;          /* < 0: choose by cost; 0..1: the share of misses to load */
 } st_cost_params;
@@ -32,7 +39,9 @@ typedef struct {
 
 /* Decides each of n misses: load[i] = 1 (over PCIe into a slot) or 0 (CPU pool). The order of
  * consideration is by weight, then rows, then id (deterministic). *makespan (may be NULL) gets the
- * predicted time until both resources are done. Returns the number loaded. */
+ * predicted time until both resources are done. Returns the number loaded. With cpu_expert_s >
+ * 0 the CPU's share costs cpu_step_s once (when it gets any) plus cpu_expert_s + (r - 1) *
+ * cpu_per_row_s an expert. */
 int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_t *load,
                    double *makespan);
 
@@ -51,5 +60,12 @@ int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t
  * expert step for 1 and for 8 rows, best of a few runs. 0 on success, -1 on no memory. */
 int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed_s,
                         double *cpu_per_row_s);
+
+/* Measures cpu_step_s and cpu_expert_s on tp with the n_expert experts of one layer: one token's
+ * step over 1 expert and over min(8, n_expert) distinct experts (best of 9; each run takes
+ * experts the previous runs did not read while there are enough, so the weights come from
+ * memory as in a decode step, not from the caches). 0 on success, -1 on no memory. */
+int st_cost_measure_cpu_step(st_threadpool *tp, const st_expert *experts, int32_t n_expert,
+                             double *cpu_step_s, double *cpu_expert_s);
 
 #endif /* STRATA_EXPERT_COSTMODEL_H */

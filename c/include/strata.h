@@ -736,6 +736,11 @@ typedef struct strata_session_stats {
     int64_t cpu_hand_offs;
     double cpu_hand_wait_s;
     double cpu_step_s;
+    /* cpu_misses: the CPU's share of a split as the cost model prices it (measured at create,
+     * one token's step over 1 and 8 of a layer's experts): share_step once, plus share_expert
+     * an expert (and cpu_expert_per_row_s a further row) */
+    double cpu_share_step_s;
+    double cpu_share_expert_s;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

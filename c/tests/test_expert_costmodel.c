@@ -1,7 +1,8 @@
 /* test_expert_costmodel.c - load-or-compute decisions for missed experts (c/experts/costmodel.c):
  * the extremes (free PCIe: load all; no PCIe: compute all), the balanced split and its makespan,
  * experts needed by many rows going to the GPU, --pcie-frac loading the heaviest share, the same
- * plan for any input order, and the CPU cost measurement on a real expert. */
+ * plan for any input order, the CPU's share priced as one step, and the CPU cost measurements
+ * on real experts. */
 #include "costmodel.h"
 #include "quant.h"
 #include "test.h"
@@ -76,6 +77,47 @@ static void test_decide(void) {
     CHECK(st_cost_decide(&p, a, 0, la, &span) == 0 && span == 0, "no misses: nothing to do");
 }
 
+/* The CPU's share priced as one step (cpu_step_s once, cpu_expert_s an expert): a quiet H100
+ * host's qwen3 figures (a copy 7 us + 2.6 MB at 53 GB/s = 56 us; the step 22 us + 23 us an
+ * expert, 16 us a further row) send 2 of 8 one-row misses to PCIe, where pricing each expert
+ * as a step of its own (45 us) sent 4 and the host waited for the copies. */
+static void test_decide_step(void) {
+    st_cost_params p;
+    memset(&p, 0, sizeof p);
+    p.pcie_frac = -1;
+    p.expert_bytes = 2.6e6;
+    p.pcie_bytes_per_s = 2.6e6 / 49e-6;
+    p.pcie_latency_s = 7e-6;
+    p.cpu_fixed_s = 29e-6;
+    p.cpu_per_row_s = 16e-6;
+    st_miss m[8];
+    uint8_t load[8];
+    for (int i = 0; i < 8; i++) { m[i].expert = 3 * i; m[i].rows = 1; m[i].weight = 0.3f - 0.02f * (float)i; }
+    double span = 0;
+    int n = st_cost_decide(&p, m, 8, load, &span);
+    CHECK(n == 4, "each expert a step of its own (45 us): 4 of 8 loaded (%d)", n);
+    p.cpu_step_s = 22e-6;
+    p.cpu_expert_s = 23e-6;
+    n = st_cost_decide(&p, m, 8, load, &span);
+    CHECK(n == 2 && load[1] && load[4] && !load[0] && !load[2] && !load[7],
+          "one step, 22 us + 23 us an expert: 2 of 8 loaded, the 2nd and 5th heaviest (%d)", n);
+    CHECK(fabs(span - 160e-6) < 1e-9, "predicted 160 us (22 + 6 x 23 on the CPU, 112 on PCIe): %.4g", span);
+    /* the step's fixed cost only when the CPU gets any: a free PCIe link loads everything */
+    p.pcie_bytes_per_s = 1e15;
+    p.pcie_latency_s = 0;
+    CHECK(st_cost_decide(&p, m, 8, load, &span) == 8 && span < 1e-6, "free PCIe: all 8 loaded");
+    /* rows past the first cost per_row each: a 4-row miss is 23 + 3 x 16 = 71 us on the CPU */
+    p.pcie_bytes_per_s = 2.6e6 / 49e-6;
+    p.pcie_latency_s = 7e-6;
+    p.cpu_step_s = 0;
+    st_miss r[1] = {{5, 4, 0.5f}};
+    CHECK(st_cost_decide(&p, r, 1, load, &span) == 1 && fabs(span - 56e-6) < 1e-9,
+          "a 4-row miss (71 us on the CPU) is loaded (56 us)");
+    r[0].rows = 2; /* 39 us */
+    CHECK(st_cost_decide(&p, r, 1, load, &span) == 0 && fabs(span - 39e-6) < 1e-9,
+          "a 2-row miss (39 us) is computed");
+}
+
 /* Stage a CPU layer's batch or compute it: decode steps (1 row per expert) stay on the CPU when a
  * copy costs more than a row, prompts (many rows per expert) are staged. */
 static void test_stage(void) {
@@ -117,9 +159,37 @@ static void test_measure(void) {
     free(g); free(u); free(d);
 }
 
+/* The CPU's share measured as a step over a layer's experts: 10 experts of 256 x 256 q8_0. */
+static void test_measure_step(void) {
+    const int64_t E = 256, F = 256;
+    const int32_t X = 10;
+    const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, E);
+    uint8_t *w = calloc((size_t)X * 3 * F, rb);
+    st_expert ex[10];
+    memset(ex, 0, sizeof ex);
+    for (int i = 0; i < X; i++) {
+        uint8_t *b = w + (size_t)i * 3 * F * rb;
+        for (size_t j = 0; j < 3 * F * rb; j += 97) b[j] = (uint8_t)(j * 31 + i); /* (scales too) */
+        st_tensor t = {STRATA_TYPE_Q8_0, b, {E, F, 1}, rb, "gate"};
+        ex[i].gate = t;
+        t.data = b + F * rb; ex[i].up = t;
+        t.data = b + 2 * F * rb; t.ne[0] = F; t.ne[1] = E; ex[i].down = t;
+    }
+    double step = -1, per_expert = -1;
+    CHECK(st_cost_measure_cpu_step(NULL, ex, X, &step, &per_expert) == 0, "measure the step");
+    printf("CPU share (256 x 256 q8_0 experts, one thread): %.2f us a step + %.2f us an expert\n",
+           step * 1e6, per_expert * 1e6);
+    CHECK(step >= 0 && per_expert > 0 && step + per_expert < 0.1, "a plausible cost: %.3g + %.3g s", step, per_expert);
+    CHECK(st_cost_measure_cpu_step(NULL, ex, 1, &step, &per_expert) == 0 && per_expert > 0 && step == 0,
+          "one expert in the layer: all of it per expert");
+    free(w);
+}
+
 int main(void) {
     test_decide();
+    test_decide_step();
     test_stage();
     test_measure();
+    test_measure_step();
     return test_report();
 }
