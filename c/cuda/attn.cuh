@@ -130,6 +130,12 @@ struct st_attn_args {
 #endif
 #define ST_ATTN_TC_MIN_ROWS 64 /* fewest rows (token, query head) per KV head for the prefill kernel */
 #define ST_ATTN_TC_BN 64  /* positions per K/V tile */
+#ifndef ST_ATTN_TC_BNP /* -DST_ATTN_TC_BNP=32: the prefill kernel's tiles only (a build-time A/B) */
+#define ST_ATTN_TC_BNP ST_ATTN_TC_BN
+#endif
+#ifndef ST_ATTN_TC_QL_SMEM /* 1: the split queries' lo fragments read from shared memory each tile */
+#define ST_ATTN_TC_QL_SMEM 0 /* instead of held in 32 registers (for more blocks an SM; an A/B) */
+#endif
 #define ST_ATTN_TC_MIN_CHUNK 1024 /* fewest positions per chunk when the blocks alone leave SMs idle */
 #define ST_ATTN_DTC_ROWS 16      /* rows (token, query head) per KV head: T * G <= 16, one m16 tile */
 #define ST_ATTN_DTC_STAGES 3     /* K/V tiles of 64 positions in shared memory: 2 in flight */

@@ -13,19 +13,20 @@
 
 
 size_t st_attn_tc_smem(int hd) { /* two stages of K and V tiles; from stage 1 on, first the queries */
-    const int stages = 4 * ST_ATTN_TC_BN, with_q = 2 * ST_ATTN_TC_BN + 2 * ST_ATTN_TC_BM; /* rows */
-    return (size_t)(with_q > stages ? with_q : stages) * (size_t)(hd + 8) * sizeof(__half);
+    constexpr int BN = ST_ATTN_TC_BNP, BM = ST_ATTN_TC_BM, QLS = ST_ATTN_TC_QL_SMEM; /* (rows) */
+    const int stages = 4 * BN, with_q = 2 * BN + (QLS ? 1 : 2) * BM; /* Ql past the stages if QLS */
+    return (size_t)((with_q > stages ? with_q : stages) + (QLS ? BM : 0)) * (size_t)(hd + 8) * sizeof(__half);
 }
 
-/* Copies positions pb..pb+BN-1 of K and V (zeros past last) into a stage by a block of NTH
- * threads: cp.async, 16 bytes a copy, 8 + 8 per thread at head_dim 128 and 128 threads. Position
- * 0 stands in as the (unread) source of a zero fill. */
-template <int HD, int NTH = 128>
+/* Copies positions pb..pb+BNT-1 of K and V (zeros past last) into a stage by a block of NTH
+ * threads: cp.async, 16 bytes a copy, 8 + 8 per thread at head_dim 128, 64 positions and 128
+ * threads. Position 0 stands in as the (unread) source of a zero fill. */
+template <int HD, int NTH = 128, int BNT = ST_ATTN_TC_BN>
 static __device__ __forceinline__ void st_attn_tc_fetch(__half *Ks, __half *Vs, const __half *Kb,
                                                         const __half *Vb, int64_t pb, int64_t last) {
     constexpr int CH = HD / 8, LDS = HD + 8;
 #pragma unroll
-    for (int idx = (int)threadIdx.x; idx < ST_ATTN_TC_BN * CH; idx += NTH) {
+    for (int idx = (int)threadIdx.x; idx < BNT * CH; idx += NTH) {
         const int pp = idx / CH, ch = idx - pp * CH;
         const int64_t p = pb + pp;
         const bool ok = p <= last;
@@ -167,11 +168,15 @@ static __device__ __forceinline__ void st_attn_p_frags(const float (&s0)[4], con
 #ifndef ST_ATTN_TC_MINB_P
 #define ST_ATTN_TC_MINB_P 1 /* blocks an SM asked of the single-query kernels (3: <= 170 registers) */
 #endif
+#ifndef ST_ATTN_TC_MINB_S
+#define ST_ATTN_TC_MINB_S 1 /* the same for the split-query kernel (the default) */
+#endif
 template <int HD, bool SQ, bool SP>
-static __global__ void __launch_bounds__(2 * ST_ATTN_TC_BM, SQ ? 1 : ST_ATTN_TC_MINB_P)
+static __global__ void __launch_bounds__(2 * ST_ATTN_TC_BM, SQ ? ST_ATTN_TC_MINB_S : ST_ATTN_TC_MINB_P)
 st_k_attn_tc(const st_attn_args a) {
     st_pdl_enter();
-    constexpr int BM = ST_ATTN_TC_BM, BN = ST_ATTN_TC_BN, LDS = HD + 8, NTH = 2 * BM; /* 32 a warp of 16 rows */
+    constexpr int BM = ST_ATTN_TC_BM, BN = ST_ATTN_TC_BNP, LDS = HD + 8, NTH = 2 * BM; /* 32 a warp of 16 rows */
+    constexpr bool QLS = SQ && ST_ATTN_TC_QL_SMEM; /* the queries' lo parts read from shared memory */
     constexpr int KS = HD / 16, NT = BN / 8, DT = HD / 8;
     extern __shared__ __align__(128) unsigned char st_attn_tc_sm[];
     __half *const S0 = (__half *)st_attn_tc_sm; /* stage s: K at S0 + 2s * BN * LDS, V after it */
@@ -190,15 +195,17 @@ st_k_attn_tc(const st_attn_args a) {
     const int64_t p_begin = (int64_t)c * a.chunk;
     const int64_t p_end = min(last, p_begin + a.chunk - 1);
     const int n_tiles = p_end >= p_begin ? (int)((p_end - p_begin) / BN + 1) : 0;
-    if (n_tiles > 0) st_attn_tc_fetch<HD, NTH>(S0, S0 + BN * LDS, Kb, Vb, p_begin, p_end);
+    if (n_tiles > 0) st_attn_tc_fetch<HD, NTH, BN>(S0, S0 + BN * LDS, Kb, Vb, p_begin, p_end);
     st_cp_async_commit();
 
-    /* this warp's 16 query rows as f16 A fragments, staged from stage 1 on (hi, then lo) */
-    __half *const Qh = S0 + 2 * BN * LDS, *const Ql = Qh + BM * LDS;
+    /* this warp's 16 query rows as f16 A fragments, staged from stage 1 on (hi, then lo; QLS: lo
+     * past the stages, where it stays for the tiles to read) */
+    __half *const Qh = S0 + 2 * BN * LDS;
+    __half *const Ql = QLS ? S0 + (4 * BN > 2 * BN + BM ? 4 * BN : 2 * BN + BM) * LDS : Qh + BM * LDS;
     st_attn_stage_q<HD, SQ, NTH>(a, hk, G, R, r_first, BM, qscale, Qh, Ql, LDS);
     __syncthreads();
-    uint32_t qf[KS][4], ql[SQ ? KS : 1][4];
-    st_attn_q_frags<KS, SQ>(qf, ql, Qh, Ql, warp * 16, lane, LDS);
+    uint32_t qf[KS][4], ql[SQ && !QLS ? KS : 1][4];
+    st_attn_q_frags<KS, SQ && !QLS>(qf, ql, Qh, Ql, warp * 16, lane, LDS);
     __syncthreads(); /* stage 1 is the next tile's */
 
     const int r0 = r_first + warp * 16 + g, r1 = r0 + 8;
@@ -213,7 +220,7 @@ st_k_attn_tc(const st_attn_args a) {
         const int64_t pb = p_begin + (int64_t)it * BN;
         if (it + 1 < n_tiles) {
             __half *Kn = S0 + 2 * ((it + 1) & 1) * BN * LDS;
-            st_attn_tc_fetch<HD, NTH>(Kn, Kn + BN * LDS, Kb, Vb, pb + BN, p_end);
+            st_attn_tc_fetch<HD, NTH, BN>(Kn, Kn + BN * LDS, Kb, Vb, pb + BN, p_end);
         }
         st_cp_async_commit();
         st_cp_async_wait<1>(); /* this tile's copies (the group before the one just closed) */
@@ -224,7 +231,9 @@ st_k_attn_tc(const st_attn_args a) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.0f;
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++)
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t qls[4];
+            if (QLS) st_ldsm_x4(qls, Ql + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
 #pragma unroll
             for (int np = 0; np < NT / 2; np++) {
                 uint32_t bf[4];
@@ -233,10 +242,12 @@ st_k_attn_tc(const st_attn_args a) {
                 st_mma16816(sc[2 * np], qf[ks], bf[0], bf[1]);
                 st_mma16816(sc[2 * np + 1], qf[ks], bf[2], bf[3]);
                 if (SQ) {
-                    st_mma16816(sc[2 * np], ql[ks], bf[0], bf[1]);
-                    st_mma16816(sc[2 * np + 1], ql[ks], bf[2], bf[3]);
+                    const uint32_t *qlo = QLS ? qls : ql[SQ && !QLS ? ks : 0];
+                    st_mma16816(sc[2 * np], qlo, bf[0], bf[1]);
+                    st_mma16816(sc[2 * np + 1], qlo, bf[2], bf[3]);
                 }
             }
+        }
         /* causal mask (tiles past the least limit only; the zero-filled positions past p_end
          * are past every row's limit or the chunk's end), running max, probabilities (base 2) */
         if (pb + BN - 1 > lim_first || pb + BN - 1 > p_end)
@@ -333,6 +344,8 @@ static strata_status st_attn_tc_launch(const st_attn_args &a, int n_kv, st_attn_
 /* ---- decode on the tensor cores: at most 16 rows per KV head ----------------------------------- */
 
 static_assert(ST_ATTN_TC_BN == 64, "st_k_attn_dtc shares st_attn_tc_fetch's 64-position, 128-thread tiles");
+static_assert(ST_ATTN_TC_BN % ST_ATTN_TC_BNP == 0 && ST_ATTN_TC_BNP % 16 == 0,
+              "the prefill tiles divide the chunks (multiples of ST_ATTN_TC_BN) in steps of 16");
 
 size_t st_attn_dtc_smem(int hd) { /* the stages; the warps' merge reuses them */
     return (size_t)ST_ATTN_DTC_STAGES * 2 * ST_ATTN_TC_BN * (size_t)(hd + 8) * sizeof(__half);
