@@ -62,9 +62,10 @@ int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed
                         double *cpu_per_row_s);
 
 /* Measures cpu_step_s and cpu_expert_s on tp with the n_expert experts of one layer: one token's
- * step over 1 expert and over min(8, n_expert) distinct experts (best of 9; each run takes
- * experts the previous runs did not read while there are enough, so the weights come from
- * memory as in a decode step, not from the caches). 0 on success, -1 on no memory. */
+ * step over 1 expert and over min(8, n_expert) distinct experts (best of 9, after an untimed
+ * pass over the same experts; each run takes experts the previous runs did not read while there
+ * are enough, so the weights come from memory as in a decode step, not from the caches). 0 on
+ * success, -1 on no memory. */
 int st_cost_measure_cpu_step(st_threadpool *tp, const st_expert *experts, int32_t n_expert,
                              double *cpu_step_s, double *cpu_expert_s);
 
