@@ -13,20 +13,15 @@
 # few files only). bench/results/h200-2026-12-06/run1-attn-bm128 has what it measured.
 set -u
 cd "$(dirname "$0")/.."
+. bench/device_common.sh
 O="${OUT:-/tmp}/attn_ab"; J=/tmp/attn_ab_json; rm -rf "$J"; mkdir -p "$O" "$J"
 trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
 exec > >(tee "${OUT:-/tmp}/device_attn_ab.log") 2>&1
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-[ -f /tmp/q3.done ] || (
-    python3 .devdata/synth_moe.py olmoe-1b-7b /tmp/olmoe.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        > /tmp/synth_olmoe.log 2>&1 && echo ok > /tmp/olmoe.done
-    python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        > /tmp/synth_q3.log 2>&1 && echo ok > /tmp/q3.done
-) &
+dev_wheels
+dev_synth_files /tmp
 make -j16 CUDA=1 strata build/tests/test_cuda_attn > "$J/build.log" 2>&1 ||
     { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
 echo "build ok at $(el)s"

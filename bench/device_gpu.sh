@@ -25,6 +25,7 @@
 # $OUT gets device_gpu.log (everything below), gpu_build.log, cuda_check.log and results.tar.
 set -u
 cd "$(dirname "$0")/.."
+. bench/device_common.sh
 FINAL="${OUT:-/tmp/strata-out}"
 mkdir -p "$FINAL"
 R=/tmp/strata-results
@@ -38,16 +39,10 @@ BUDGET=${BUDGET:-400}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+dev_wheels
 # the benchmark files, written while the build and the tests run (kept from an earlier script of
 # the same call when it left them)
-[ -f /tmp/q3.done ] || (
-    python3 .devdata/synth_moe.py olmoe-1b-7b /tmp/olmoe.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        > "$R/synth_olmoe.log" 2>&1 && echo ok > /tmp/olmoe.done
-    python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        > "$R/synth_q3.log" 2>&1 && echo ok > /tmp/q3.done
-) &
+dev_synth_files "$R"
 
 if make -j16 CUDA=1 all > "$FINAL/gpu_build.log" 2>&1; then echo "build ok at $(el)s"
 else echo "BUILD FAILED"; grep -E "error" "$FINAL/gpu_build.log" | head -20; exit 1; fi
@@ -62,16 +57,7 @@ if [ -n "${AB2_NVCC:-}" ]; then
 fi
 # the previous landing's sources (.devdata/prev: `git archive <rev> Makefile c`), built alongside
 # for same-run baseline rows (bench_*_prev; PREV=0: not built)
-# (one build however many scripts of the call ask: the first takes the lock; one still there
-# from an earlier call is kept, and a build already done is not redone)
-if [ -f .devdata/prev/Makefile ] && [ "${PREV:-1}" = 1 ]; then
-    find /tmp/prev.lock -maxdepth 0 -mmin +10 -exec rmdir {} \; 2>/dev/null # a killed call's lock
-    if [ -x .devdata/prev/strata ] && [ -f /tmp/prev.done ]; then :
-    elif mkdir /tmp/prev.lock 2>/dev/null; then
-        rm -f /tmp/prev.done
-        ( cd .devdata/prev && make -j8 CUDA=1 strata > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done; rmdir /tmp/prev.lock ) &
-    fi
-fi
+dev_prev_build 8 "$R/prev_build.log"
 if [ "${CHECK:-1}" = 1 ]; then
 if [ -n "${TESTS:-}" ]; then # only these GPU tests (TESTS="test_cuda_attn test_cuda_session")
     make -j16 CUDA=1 TEST_TIMEOUT=150 cuda-check CUDA_TEST_BINS="$(for t in $TESTS; do printf 'build/tests/%s ' $t; done)" \

@@ -17,34 +17,20 @@
 # measured.)
 set -u
 cd "$(dirname "$0")/.."
+. bench/device_common.sh
 exec > >(tee "${OUT:-/tmp}/device_split.log") 2>&1
 : > "${OUT:-/tmp}/device_split.jsonl"
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 nvidia-smi --query-gpu=name --format=csv,noheader
 echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-[ -f /tmp/q3.done ] || (
-    python3 .devdata/synth_moe.py olmoe-1b-7b /tmp/olmoe.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        > /tmp/synth_olmoe.log 2>&1 && echo ok > /tmp/olmoe.done
-    python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        > /tmp/synth_q3.log 2>&1 && echo ok > /tmp/q3.done
-) &
+dev_wheels
+dev_synth_files /tmp
 if [ -n "${AB_NVCC:-}" ]; then
     ( make -j6 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata > /tmp/ab.log 2>&1 &&
         echo ok > /tmp/ab.done ) &
 fi
-# (one build however many scripts of the call ask: the first takes the lock; one still there
-# from an earlier call is kept, and a build already done is not redone)
-if [ -f .devdata/prev/Makefile ] && [ "${PREV:-1}" = 1 ]; then
-    find /tmp/prev.lock -maxdepth 0 -mmin +10 -exec rmdir {} \; 2>/dev/null # a killed call's lock
-    if [ -x .devdata/prev/strata ] && [ -f /tmp/prev.done ]; then :
-    elif mkdir /tmp/prev.lock 2>/dev/null; then
-        rm -f /tmp/prev.done
-        ( cd .devdata/prev && make -j4 CUDA=1 strata > /tmp/prev.log 2>&1 && echo ok > /tmp/prev.done; rmdir /tmp/prev.lock ) &
-    fi
-fi
+dev_prev_build 4 /tmp/prev.log
 make -j8 CUDA=1 strata build/bench_moe_step build/tests/test_cuda_session > /tmp/build.log 2>&1 ||
     { echo "BUILD FAILED"; grep error /tmp/build.log | head; exit 1; }
 echo "build ok at $(el)s"
