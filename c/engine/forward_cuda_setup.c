@@ -23,10 +23,6 @@ static strata_status st_gpu_alloc_split(strata_session *s);
  * Upload
  * ------------------------------------------------------------------------------------------- */
 
-static size_t st_tensor_bytes(const st_tensor *t) {
-    return t->row_bytes * (size_t)t->ne[1] * (size_t)(t->ne[2] > 0 ? t->ne[2] : 1);
-}
-
 /* Room for one more entry in the upload list. */
 static strata_status st_gpu_ups_reserve(st_gpu *g) {
     if (g->n_ups < g->cap_ups) return STRATA_OK;
@@ -675,8 +671,7 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, in
     const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
     memset(&s->cost, 0, sizeof s->cost);
     s->cost.pcie_frac = s->pcie_frac;
-    s->cost.expert_bytes = (double)(e->gate.row_bytes * (size_t)e->gate.ne[1] + e->up.row_bytes * (size_t)e->up.ne[1] +
-                                    e->down.row_bytes * (size_t)e->down.ne[1]);
+    s->cost.expert_bytes = (double)(st_tensor_bytes(&e->gate) + st_tensor_bytes(&e->up) + st_tensor_bytes(&e->down));
     TRY(st_gpu_cache_measure_pcie(s, c, il, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
     /* the workers held spinning as in the forward passes the figures serve (session.c), so that
      * a worker's wake-up from sleep is not measured as the CPU's cost of an expert */

@@ -26,9 +26,8 @@
 #include <time.h>
 
 static size_t st_expert_bytes(const st_expert *e) {
-    return st_round_up(e->gate.row_bytes * (size_t)e->gate.ne[1], 256) +
-           st_round_up(e->up.row_bytes * (size_t)e->up.ne[1], 256) +
-           st_round_up(e->down.row_bytes * (size_t)e->down.ne[1], 256);
+    return st_round_up(st_tensor_bytes(&e->gate), 256) + st_round_up(st_tensor_bytes(&e->up), 256) +
+           st_round_up(st_tensor_bytes(&e->down), 256);
 }
 
 size_t st_gpu_cache_slot_bytes(const strata_session *s) {
@@ -232,8 +231,8 @@ static st_cuda_mat st_slot_mat(const st_tensor *v, const uint8_t *p) {
 /* The device descriptors of the expert in slot w (views: its layer's host views). */
 static st_cuda_expert st_slot_expert(const st_gpu_cache *c, const st_expert *v, int32_t w) {
     const uint8_t *p = c->d_mem + (size_t)w * c->slot_bytes;
-    const size_t g = st_round_up(v->gate.row_bytes * (size_t)v->gate.ne[1], 256);
-    const size_t u = st_round_up(v->up.row_bytes * (size_t)v->up.ne[1], 256);
+    const size_t g = st_round_up(st_tensor_bytes(&v->gate), 256);
+    const size_t u = st_round_up(st_tensor_bytes(&v->up), 256);
     st_cuda_expert x;
     x.gate = st_slot_mat(&v->gate, p);
     x.up = st_slot_mat(&v->up, p + g);
@@ -302,7 +301,7 @@ static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, in
     size_t b[3], off[3], at = 0;
     int one = 1; /* the three matrices sit at the slot's offsets from the first */
     for (int k = 0; k < 3; k++) {
-        b[k] = m[k]->row_bytes * (size_t)m[k]->ne[1];
+        b[k] = st_tensor_bytes(m[k]);
         off[k] = at;
         one &= (const uint8_t *)m[k]->data == (const uint8_t *)m[0]->data + at;
         at += st_round_up(b[k], 256);
@@ -373,13 +372,13 @@ strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int 
     const st_expert *e = &s->experts[(size_t)il * (size_t)c->n_expert];
     const st_tensor *m[3] = {&e->gate, &e->up, &e->down};
     double best = INFINITY, bytes = 0;
-    for (int k = 0; k < 3; k++) bytes += (double)(m[k]->row_bytes * (size_t)m[k]->ne[1]);
+    for (int k = 0; k < 3; k++) bytes += (double)st_tensor_bytes(m[k]);
     for (int rep = 0; rep < 3; rep++) {
         TRY_CACHE(st_cuda_synchronize());
         const double t0 = st_gc_now();
         uint8_t *p = c->d_mem;
         for (int k = 0; k < 3; k++) {
-            const size_t b = m[k]->row_bytes * (size_t)m[k]->ne[1];
+            const size_t b = st_tensor_bytes(m[k]);
             TRY_CACHE(st_cuda_memcpy_h2d(p, m[k]->data, b));
             p += st_round_up(b, 256);
         }
@@ -387,7 +386,7 @@ strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int 
         if (t < best) best = t;
     }
     double lat = INFINITY;
-    const size_t small = m[0]->row_bytes * (size_t)m[0]->ne[1] < 4096 ? m[0]->row_bytes * (size_t)m[0]->ne[1] : 4096;
+    const size_t small = st_tensor_bytes(m[0]) < 4096 ? st_tensor_bytes(m[0]) : 4096;
     for (int rep = 0; rep < 5; rep++) {
         const double t0 = st_gc_now();
         TRY_CACHE(st_cuda_memcpy_h2d(c->d_mem, m[0]->data, small));

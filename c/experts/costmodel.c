@@ -17,6 +17,11 @@ static int st_miss_cmp(const void *a, const void *b) {
 
 typedef struct { st_miss m; int idx; } st_miss_at;
 
+/* One expert's copy over PCIe: the per-copy latency and its bytes at the measured rate. */
+static double st_cost_copy_s(const st_cost_params *p) {
+    return p->pcie_latency_s + (p->pcie_bytes_per_s > 0 ? p->expert_bytes / p->pcie_bytes_per_s : INFINITY);
+}
+
 static int st_miss_at_cmp(const void *a, const void *b) {
     const st_miss_at *x = a, *y = b;
     int c = st_miss_cmp(&x->m, &y->m);
@@ -34,7 +39,7 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
     }
     for (int i = 0; i < n; i++) { order[i].m = misses[i]; order[i].idx = i; }
     qsort(order, (size_t)n, sizeof *order, st_miss_at_cmp);
-    const double copy_s = p->pcie_latency_s + (p->pcie_bytes_per_s > 0 ? p->expert_bytes / p->pcie_bytes_per_s : INFINITY);
+    const double copy_s = st_cost_copy_s(p);
     double pcie_end = 0, cpu_end = 0;
     int loaded = 0, computed = 0;
     const int forced = p->pcie_frac >= 0 ? (int)lround(p->pcie_frac * n) : -1;
@@ -57,7 +62,7 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
 }
 
 int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t_copy, double *t_cpu) {
-    const double copy_s = p->pcie_latency_s + (p->pcie_bytes_per_s > 0 ? p->expert_bytes / p->pcie_bytes_per_s : INFINITY);
+    const double copy_s = st_cost_copy_s(p);
     double cpu = 0;
     for (int i = 0; i < n; i++) cpu += p->cpu_fixed_s + (double)rows[i] * p->cpu_per_row_s;
     const double copy = n > 0 ? (double)n * copy_s + p->gpu_s : 0.0;
@@ -72,6 +77,25 @@ static double st_cost_now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* The measurements' pieces: activations (any fixed values), one expert step timed, and the line
+ * t(n) = fixed + n * slope through t(1) = t1 and t(n) = tn (neither below 0). */
+static void st_cost_fill_x(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+}
+
+static double st_cost_time_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert,
+                               const float *x, int64_t T, const int32_t *ids, const float *wts, int32_t k,
+                               float *out, void *ws) {
+    const double t0 = st_cost_now();
+    st_moe_ffn(tp, experts, n_expert, x, T, ids, wts, k, out, ws);
+    return st_cost_now() - t0;
+}
+
+static void st_cost_line(double t1, double tn, int64_t n, double *fixed, double *slope) {
+    *slope = fmax((tn - t1) / (double)(n - 1), 0.0);
+    *fixed = fmax(t1 - *slope, 0.0);
+}
+
 int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed_s,
                         double *cpu_per_row_s) {
     const int64_t n_embd = e->gate.ne[0], n_ff = e->gate.ne[1], R = 8;
@@ -81,21 +105,14 @@ int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed
     int32_t ids[8] = {0};
     float wts[8];
     if (!x || !out || !ws) { free(x); free(out); free(ws); return -1; }
-    for (int64_t i = 0; i < R * n_embd; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    st_cost_fill_x(x, R * n_embd);
     for (int r = 0; r < R; r++) wts[r] = 1.0f;
     double best[2] = {INFINITY, INFINITY};
     const int64_t rows[2] = {1, R};
     for (int rep = 0; rep < 9; rep++) /* best of 9: other start-up work inflates single runs */
-        for (int v = 0; v < 2; v++) {
-            const double t0 = st_cost_now();
-            st_moe_ffn(tp, e, 1, x, rows[v], ids, wts, 1, out, ws);
-            const double dt = st_cost_now() - t0;
-            if (dt < best[v]) best[v] = dt;
-        }
-    double per_row = (best[1] - best[0]) / (double)(R - 1);
-    if (per_row < 0) per_row = 0;
-    *cpu_per_row_s = per_row;
-    *cpu_fixed_s = fmax(best[0] - per_row, 0.0);
+        for (int v = 0; v < 2; v++)
+            best[v] = fmin(best[v], st_cost_time_ffn(tp, e, 1, x, rows[v], ids, wts, 1, out, ws));
+    st_cost_line(best[0], best[1], R, cpu_fixed_s, cpu_per_row_s);
     free(x); free(out); free(ws);
     return 0;
 }
@@ -109,7 +126,7 @@ int st_cost_measure_cpu_step(st_threadpool *tp, const st_expert *experts, int32_
     float *out = malloc(sizeof(float) * (size_t)n_embd);
     void *ws = malloc(st_moe_wsize(1, K, n_expert, n_embd, n_ff));
     if (!x || !out || !ws) { free(x); free(out); free(ws); return -1; }
-    for (int64_t i = 0; i < n_embd; i++) x[i] = (float)((i * 7919) % 2001 - 1000) * 1e-3f;
+    st_cost_fill_x(x, n_embd);
     int32_t ids[8];
     float wts[8];
     for (int k = 0; k < 8; k++) wts[k] = 0.125f;
@@ -124,15 +141,14 @@ int st_cost_measure_cpu_step(st_threadpool *tp, const st_expert *experts, int32_
                 const int32_t k = v ? K : 1;
                 for (int j = 0; j < k; j++) ids[j] = (next + j) % n_expert;
                 next = (next + k) % n_expert;
-                const double t0 = st_cost_now();
-                st_moe_ffn(tp, experts, n_expert, x, 1, ids, wts, k, out, ws);
-                const double dt = st_cost_now() - t0;
-                if (pass == 1 && dt < best[v]) best[v] = dt;
+                const double dt = st_cost_time_ffn(tp, experts, n_expert, x, 1, ids, wts, k, out, ws);
+                if (pass == 1) best[v] = fmin(best[v], dt);
             }
     }
-    const double per_expert = K > 1 ? fmax((best[1] - best[0]) / (double)(K - 1), 0.0) : best[0];
+    double per_expert = best[0];
+    *cpu_step_s = 0;
+    if (K > 1) st_cost_line(best[0], best[1], K, cpu_step_s, &per_expert);
     *cpu_expert_s = per_expert > 0 ? per_expert : 1e-9; /* > 0: marks the figures measured */
-    *cpu_step_s = fmax(best[0] - per_expert, 0.0);
     free(x); free(out); free(ws);
     return 0;
 }

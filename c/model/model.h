@@ -98,6 +98,11 @@ typedef struct {
     const char *name;        /* tensor name in the file */
 } st_tensor;
 
+/* Bytes of a tensor's data: row_bytes x rows x experts. */
+static inline size_t st_tensor_bytes(const st_tensor *t) {
+    return t->row_bytes * (size_t)t->ne[1] * (size_t)(t->ne[2] > 0 ? t->ne[2] : 1);
+}
+
 /* Row r of expert e (e = 0 for 2-D tensors). */
 static inline const void *st_tensor_row(const st_tensor *t, int64_t e, int64_t r) {
     return t->data + ((size_t)e * (size_t)t->ne[1] + (size_t)r) * t->row_bytes;
