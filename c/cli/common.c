@@ -61,6 +61,7 @@ void cli_opts_init(cli_opts *o) {
     o->no_amx = getenv("STRATA_AMX") && strcmp(getenv("STRATA_AMX"), "0") == 0;
     o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
     o->cpu_warm = env_flag("STRATA_CPU_WARM");
+    o->q8_tiles = !getenv("STRATA_Q8_TILES") || env_flag("STRATA_Q8_TILES"); /* unset: on */
     o->doorbell = env_flag("STRATA_DOORBELL");
     o->cpu_misses = env_flag("STRATA_CPU_MISSES");
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
@@ -147,6 +148,11 @@ void cli_opts_usage(FILE *f) {
         "                          kernel at depth 16K); --attn-tc-split-p: the probabilities\n"
         "                          only split (3/4 of the work, +1.8%% at depth 16K, KL near\n"
         "                          single's); also $STRATA_ATTN_TC=1, 0, split, split-p or auto\n"
+        "  --q8-tiles, --no-q8-tiles GPU: keep each Q8_0 attention and dense FFN matrix also\n"
+        "                          as rows of quants and a scale array, which prompt batches\n"
+        "                          copy into shared memory whole (the default; same results;\n"
+        "                          those matrices' GPU memory once more, qwen3-30b-a3b 0.96 GB),\n"
+        "                          or not; also $STRATA_Q8_TILES=0\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
@@ -254,6 +260,8 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--no-attn-tc")) o->attn_tc = 0;
     else if (opt_is(a, NULL, "--attn-tc-split")) o->attn_tc = 2;
     else if (opt_is(a, NULL, "--attn-tc-split-p")) o->attn_tc = 3;
+    else if (opt_is(a, NULL, "--q8-tiles")) o->q8_tiles = 1;
+    else if (opt_is(a, NULL, "--no-q8-tiles")) o->q8_tiles = 0;
     else if (opt_is(a, NULL, "--pin-experts")) o->pin_experts = 1;
     else if (opt_is(a, NULL, "--no-pin-experts")) o->pin_experts = 0;
     else if (opt_is(a, NULL, "--mlock")) o->mlock = 1;
@@ -473,6 +481,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     sp.cpu_pin = o->cpu_pin;
     sp.gpu_prefetch = o->gpu_prefetch;
     sp.cpu_warm = o->cpu_warm;
+    sp.q8_tiles = o->q8_tiles;
     sp.cuda_doorbell = o->doorbell;
     sp.cpu_misses = o->cpu_misses;
     sp.pcie_frac = o->pcie_frac;

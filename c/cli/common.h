@@ -43,6 +43,7 @@ typedef struct {
     int no_amx;                   /* --no-amx ($STRATA_AMX=0) */
     int gpu_prefetch;             /* --gpu-prefetch ($STRATA_GPU_PREFETCH=1) */
     int cpu_warm;                 /* --cpu-warm / --no-cpu-warm ($STRATA_CPU_WARM=1) */
+    int q8_tiles;                 /* --q8-tiles / --no-q8-tiles ($STRATA_Q8_TILES=0: off) */
     int doorbell;                 /* --doorbell ($STRATA_DOORBELL=1) */
     int cpu_misses;               /* --cpu-misses ($STRATA_CPU_MISSES=1) */
     float pcie_frac;              /* --pcie-frac F ($STRATA_PCIE_FRAC; < 0: the cost model) */

@@ -55,6 +55,20 @@ strata_status st_cuda_mmq_swiglu(const st_cuda_mat *Wg, const st_cuda_mat *Wu, c
                                  int64_t ldx, int64_t T, float *d_y, int64_t ldy, void *d_scratch,
                                  void *stream);
 
+/* The Q8_0 tile copy: a second device copy of a Q8_0 matrix that st_cuda_mmq and
+ * st_cuda_mmq_swiglu read instead of the GGUF blocks when W->tiles points at it (the int8 tiles,
+ * plain and paired; the same bits as without it). Layout: the quants as ne1 rows of ne0 bytes,
+ * then the scales' f16 bits block-major, [ne0 / 32][ne1 rounded up to 8] (padding 0), so that a
+ * tile's 64 rows x 64 weights are four 16-byte pieces a row and its scales 16-byte pieces, copied
+ * into shared memory by cp.async without passing through registers (the GGUF blocks' 34-byte
+ * stride leaves each lane decoding its own row, ~9 loads a chunk). The same size as the blocks.
+ * st_cuda_mmq_tiles_bytes: the copy's bytes, 0 when W has none (not Q8_0, ne0 not a multiple of
+ * 32). st_cuda_mmq_tiles_make: writes it at dst (16-byte aligned, tiles_bytes(W) bytes), enqueued
+ * on stream; W->data is read, W is not changed (the caller sets W->tiles = dst). Errors:
+ * INVALID_ARG, UNSUPPORTED, BACKEND. */
+size_t st_cuda_mmq_tiles_bytes(const st_cuda_mat *W);
+strata_status st_cuda_mmq_tiles_make(const st_cuda_mat *W, void *dst, void *stream);
+
 /* The SwiGLU tiles (st_cuda_mmq_swiglu and the grouped experts' gate/up): 2 (the default) pairs 32
  * gate rows with their 32 up rows in one plain tile, 1 keeps 64 of each in one tile with two
  * accumulator sets (fewer blocks per SM). The same bits either way. Process-wide, for the tests and

@@ -474,12 +474,10 @@ static __device__ __forceinline__ void st_mq_fetch8(const st_mmq_args &a, int64_
 }
 
 /* The step's share into buffer (Xs, Ws: bytes, Xd, Xsum, Wsc): the quants as bytes, the scales
- * st_mq_w32::to_chunk gives the f16 tiles, value for value. */
-template <class C>
-static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t c, int8_t *Xs, int8_t *Ws,
-                                                  float (*Xd)[2], float (*Xsum)[4], st_mq_wscale8 &Wsc,
-                                                  int lr, int hf) {
-    using W = typename C::W_t;
+ * st_mq_w32::to_chunk gives the f16 tiles, value for value. The activation half and the weight
+ * half apart: the tile copy's weights come by cp.async instead. */
+static __device__ __forceinline__ void st_mq_put8_x(const st_mq_stage8 &o, int8_t *Xs, float (*Xd)[2],
+                                                    float (*Xsum)[4], int lr, int hf) {
     const uint4 z = make_uint4(0u, 0u, 0u, 0u);
     uint4 *xd = (uint4 *)(Xs + lr * ST_MMQ_LDB + hf * 32);
     xd[0] = o.x_ok ? o.xq[0] : z;
@@ -487,6 +485,15 @@ static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t
     Xd[lr][hf] = o.x_ok ? o.xd : 0.0f;
     Xsum[lr][2 * hf] = o.x_ok ? o.xs0 : 0.0f;
     Xsum[lr][2 * hf + 1] = o.x_ok ? o.xs1 : 0.0f;
+}
+
+template <class C>
+static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t c, int8_t *Xs, int8_t *Ws,
+                                                  float (*Xd)[2], float (*Xsum)[4], st_mq_wscale8 &Wsc,
+                                                  int lr, int hf) {
+    using W = typename C::W_t;
+    const uint4 z = make_uint4(0u, 0u, 0u, 0u);
+    st_mq_put8_x(o, Xs, Xd, Xsum, lr, hf);
     uint4 *wd = (uint4 *)(Ws + lr * ST_MMQ_LDB + hf * 32);
     float sc0 = 0.0f, sc1 = 0.0f, mn = 0.0f;
     if (o.w_in) {
@@ -505,6 +512,84 @@ static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t
     Wsc.mn[2 * hf][lr] = Wsc.mn[2 * hf + 1][lr] = mn;
 }
 
+/* ---- the Q8_0 tile copy (cuda_mmq.h) ---------------------------------------------------------- */
+
+/* Rows of the copy's scale array: ne1 rounded up to 8, so that 8 rows' scales are 16 bytes. */
+static __host__ __device__ __forceinline__ int64_t st_q8t_np(int64_t ne1) { return (ne1 + 7) / 8 * 8; }
+
+/* One thread per (block c, row r) of the padded scale array, block-major so the scale stores
+ * coalesce: the block's 32 quants to row r's bytes, its scale to d[c][r] (0 for padding rows). */
+static __global__ void __launch_bounds__(256)
+st_k_q8t_make(const uint8_t *__restrict__ w, size_t rb, int64_t N, int64_t K, uint8_t *__restrict__ qs,
+              uint16_t *__restrict__ d) {
+    const int64_t nch = K / 32, np = st_q8t_np(N), total = nch * np, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const int64_t c = i / np, r = i - c * np;
+        if (r >= N) {
+            d[i] = 0;
+            continue;
+        }
+        const uint8_t *blk = w + (size_t)r * rb + (size_t)c * 34; /* 2-byte aligned */
+        d[i] = *(const uint16_t *)blk;
+        uint32_t q[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            q[j] = (uint32_t)*(const uint16_t *)(blk + 2 + 4 * j) | (uint32_t)*(const uint16_t *)(blk + 4 + 4 * j) << 16;
+        uint4 *o = (uint4 *)(qs + (size_t)r * (size_t)K + 32 * (size_t)c);
+        o[0] = make_uint4(q[0], q[1], q[2], q[3]);
+        o[1] = make_uint4(q[4], q[5], q[6], q[7]);
+    }
+}
+
+extern "C" size_t st_cuda_mmq_tiles_bytes(const st_cuda_mat *W) {
+    if (!W || W->type != STRATA_TYPE_Q8_0 || W->ne0 < 32 || W->ne0 % 32 || W->ne1 < 1) return 0;
+    return (size_t)W->ne1 * (size_t)W->ne0 + (size_t)(W->ne0 / 32) * (size_t)st_q8t_np(W->ne1) * 2;
+}
+
+extern "C" strata_status st_cuda_mmq_tiles_make(const st_cuda_mat *W, void *dst, void *stream) {
+    const size_t n = st_cuda_mmq_tiles_bytes(W);
+    if (!n) return st_error(STRATA_ERR_UNSUPPORTED, "st_cuda_mmq_tiles_make: only Q8_0 matrices with "
+                            "rows of a multiple of 32 weights have a tile copy");
+    if (!W->data || !dst || ((uintptr_t)dst & 15) || ((uintptr_t)W->data & 1) || (W->row_bytes & 1) ||
+        W->row_bytes < (size_t)W->ne0 / 32 * 34)
+        return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_mmq_tiles_make: NULL or misaligned data or "
+                        "destination, or row_bytes %zu", W->row_bytes);
+    ST_TRY(st_cuda_require("st_cuda_mmq_tiles_make"));
+    uint8_t *qs = (uint8_t *)dst;
+    uint16_t *d = (uint16_t *)(qs + (size_t)W->ne1 * (size_t)W->ne0);
+    st_k_q8t_make<<<st_cuda_grid((W->ne0 / 32) * st_q8t_np(W->ne1), 256), 256, 0, (cudaStream_t)stream>>>(
+        (const uint8_t *)W->data, W->row_bytes, W->ne1, W->ne0, qs, d);
+    ST_CUDA_CHECK_LAUNCH("st_k_q8t_make");
+    return STRATA_OK;
+}
+
+/* A step's weights from the tile copy into buffer Ws / Wd by cp.async: 64 rows x 4 pieces of 16
+ * bytes (two per thread) and 2 blocks x 8 groups of 8 rows' scales (threads 0..15); rows past N
+ * and blocks past the row's end are zero-filled (an all-zero chunk: the GGUF path's w_in false). */
+struct st_q8t_rows {
+    const uint8_t *q[2]; /* the quant rows of this thread's two pieces, NULL outside the matrix */
+    const uint16_t *d;   /* this thread's scale group (threads 0..15), NULL outside */
+};
+
+static __device__ __forceinline__ void st_q8t_issue(const st_q8t_rows &t, int64_t c0, int64_t nch, int64_t np,
+                                                    int8_t *Ws, uint16_t (*Wd)[ST_MMQ_BN], int tid,
+                                                    const void *any) {
+#pragma unroll
+    for (int k = 0; k < 2; k++) {
+        const int j = tid + k * ST_MMQ_THREADS, i = j >> 2, p = j & 3;
+        const int64_t c = c0 + (p >> 1);
+        const bool ok = t.q[k] && c < nch;
+        st_cp_async16(Ws + i * ST_MMQ_LDB + p * 16, ok ? (const void *)(t.q[k] + 32 * c + 16 * (p & 1)) : any, ok);
+    }
+    if (tid < 16) {
+        const int h = tid >> 3, gi = tid & 7;
+        const int64_t c = c0 + h;
+        const bool ok = t.d && c < nch;
+        st_cp_async16(&Wd[h][8 * gi], ok ? (const void *)(t.d + c * np) : any, ok);
+    }
+    st_cp_async_commit();
+}
+
 /* st_k_mmq's function for the plain and paired-GLU modes, with the steps overlapped and the
  * quants as bytes: two shared buffers; each thread issues its loads for step s + 1 before the
  * warps multiply step s out of one buffer and stores them into the other after, one barrier per
@@ -516,17 +601,19 @@ static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t
  * bits (test_cuda_mmv, test_cuda_moe). For the types with a dp4a decoder (Q4_0, Q8_0, Q4_K, Q5_K,
  * Q6_K); the default for them (st_cuda_mmq_set_int8). The same structure with f16 shared tiles
  * (no int8 mma) measured slower than st_k_mmq and was removed (docs/PERFORMANCE.md). */
-template <class C, int MODE>
+template <class C, int MODE, bool RP = false>
 static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st_mmq_args a) {
     st_pdl_enter();
     static_assert(MODE != ST_MMQ_GLU_FUSED, "the fused GLU tiles have no int8 form");
+    static_assert(!RP || (!C::SPLIT && !C::W_t::HAS_M), "the tile copy is Q8_0's: one scale a block");
     constexpr bool PAIR = MODE == ST_MMQ_GLU_PAIRED;
     constexpr int LDB = ST_MMQ_LDB, LDC = ST_MMQ_LDC;
     constexpr int TILE_B = ST_MMQ_BM * LDB;
     static_assert(ST_MMQ_BM * LDC * (int)sizeof(float) <= 4 * TILE_B, "Cs fits over the buffers");
     __shared__ __align__(128) int8_t st_mq_smem8[4 * TILE_B]; /* Xs[0], Ws[0], Xs[1], Ws[1] */
     __shared__ float Xd[2][ST_MMQ_BM][2], Xsum[2][ST_MMQ_BM][4];
-    __shared__ __align__(16) st_mq_wscale8 Wsc[2];
+    __shared__ __align__(16) st_mq_wscale8 Wsc[RP ? 1 : 2];
+    __shared__ __align__(16) uint16_t Wd[2][2][RP ? ST_MMQ_BN : 8]; /* RP: [buffer][block][row] f16 */
     float *Cs = (float *)st_mq_smem8;
 
     int64_t start;
@@ -561,7 +648,26 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
     int64_t src = -1;
     if (lr < count) src = a.x_order ? (int64_t)(a.x_order[start + lr] / a.k_div) : start + lr;
     const uint8_t *wrow = NULL;
-    if (PAIR) {
+    st_q8t_rows tr = {{NULL, NULL}, NULL};
+    const int64_t np = st_q8t_np(a.N);
+    if (RP) { /* the matrix row of tile row i (of 64), -1 past N */
+        auto mrow = [&](int i, const uint8_t *&base) -> int64_t {
+            const int64_t r = PAIR ? oc0 + (i & 31) : r0 + i;
+            base = PAIR && i >= 32 ? a.q1 : a.q0;
+            return r < a.N ? r : -1;
+        };
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const uint8_t *base;
+            const int64_t r = mrow((tid + k * ST_MMQ_THREADS) >> 2, base);
+            if (r >= 0) tr.q[k] = base + (size_t)r * (size_t)a.K;
+        }
+        if (tid < 16) {
+            const uint8_t *base;
+            const int64_t r = mrow(8 * (tid & 7), base);
+            if (r >= 0) tr.d = (const uint16_t *)(base + (size_t)a.N * (size_t)a.K) + r;
+        }
+    } else if (PAIR) {
         const int64_t r = oc0 + (lr & 31);
         if (r < a.N) wrow = lr < 32 ? w0 + (size_t)r * rb0 : w1 + (size_t)r * rb1;
     } else if (r0 + lr < a.N) {
@@ -579,15 +685,24 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
     {
+        if constexpr (RP) st_q8t_issue(tr, 0, nch, np, st_mq_smem8 + TILE_B, Wd[0], tid, a.q0);
         st_mq_stage8 s0;
         st_mq_fetch8<C>(a, src, wrow, hf, nch, s0);
-        st_mq_put8<C>(s0, hf, st_mq_smem8, st_mq_smem8 + TILE_B, Xd[0], Xsum[0], Wsc[0], lr, hf);
+        if (RP) {
+            st_mq_put8_x(s0, st_mq_smem8, Xd[0], Xsum[0], lr, hf);
+            st_cp_async_wait<0>();
+        } else {
+            st_mq_put8<C>(s0, hf, st_mq_smem8, st_mq_smem8 + TILE_B, Xd[0], Xsum[0], Wsc[0], lr, hf);
+        }
     }
     __syncthreads();
     int b = 0;
     for (int64_t c0 = 0; c0 < nch; c0 += 2, b ^= 1) {
         const bool more = c0 + 2 < nch;
         st_mq_stage8 nx;
+        /* the tile copy's next weights straight into the other buffer (free since the barrier) */
+        if constexpr (RP)
+            if (more) st_q8t_issue(tr, c0 + 2, nch, np, st_mq_smem8 + (2 * (b ^ 1) + 1) * TILE_B, Wd[b ^ 1], tid, a.q0);
         if (more) st_mq_fetch8<C>(a, src, wrow, c0 + 2 + hf, nch, nx);
         const int8_t *Xs = st_mq_smem8 + 2 * b * TILE_B;
         const int8_t *Ws = st_mq_smem8 + (2 * b + 1) * TILE_B;
@@ -623,8 +738,10 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
                 for (int nn = 0; nn < 2; nn++) {
                     const int ni = np * 2 + nn;
                     const int n = wn * 32 + ni * 8 + 2 * tq;
-                    const float2 sw = *(const float2 *)&Wsc[b].sc[ks0][n]; /* n even */
-                    const float2 mw = C::W_t::HAS_M ? *(const float2 *)&Wsc[b].mn[ks0][n] : make_float2(0.0f, 0.0f);
+                    float2 sw; /* n even */
+                    if constexpr (RP) sw = __half22float2(*(const __half2 *)&Wd[b][ks0 >> 1][n]); /* exact */
+                    else sw = *(const float2 *)&Wsc[b].sc[ks0][n];
+                    const float2 mw = C::W_t::HAS_M ? *(const float2 *)&Wsc[RP ? 0 : b].mn[ks0][n] : make_float2(0.0f, 0.0f);
                     const float sw0 = sw.x, sw1 = sw.y, mw0 = mw.x, mw1 = mw.y;
 #pragma unroll
                     for (int mi = 0; mi < 2; mi++) {
@@ -650,9 +767,13 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
                 }
             }
         }
-        if (more)
+        if (more && RP) {
+            st_mq_put8_x(nx, st_mq_smem8 + 2 * (b ^ 1) * TILE_B, Xd[b ^ 1], Xsum[b ^ 1], lr, hf);
+            st_cp_async_wait<0>();
+        } else if (more) {
             st_mq_put8<C>(nx, c0 + 2 + hf, st_mq_smem8 + 2 * (b ^ 1) * TILE_B, st_mq_smem8 + (2 * (b ^ 1) + 1) * TILE_B,
-                          Xd[b ^ 1], Xsum[b ^ 1], Wsc[b ^ 1], lr, hf);
+                          Xd[b ^ 1], Xsum[b ^ 1], Wsc[RP ? 0 : b ^ 1], lr, hf);
+        }
         __syncthreads();
     }
 
@@ -995,8 +1116,18 @@ static strata_status st_mmq_dense(const char *fn, const st_cuda_mat *Wg, const s
     a.y = d_y;
     a.ldy = ldy;
     const int64_t nrow = (T + ST_MMQ_BM - 1) / ST_MMQ_BM;
+    const int mode = Wu ? st_mmq_glu_mode : ST_MMQ_PLAIN;
+    if (Wg->tiles && (!Wu || Wu->tiles) && st_mmq_i8 && mode != ST_MMQ_GLU_FUSED && st_cuda_mmq_tiles_bytes(Wg) &&
+        ((uintptr_t)Wg->tiles & 15) == 0 && (!Wu || ((uintptr_t)Wu->tiles & 15) == 0)) {
+        a.q0 = (const uint8_t *)Wg->tiles; /* Q8_0 with its tile copy: the weights by cp.async */
+        a.q1 = Wu ? (const uint8_t *)Wu->tiles : NULL;
+        using C = st_mq_w32<st_w_q8_0>;
+        if (mode == ST_MMQ_PLAIN) st_launch(st_k_mmq_i8<C, ST_MMQ_PLAIN, true>, st_mmq_grid(mode, a.N, nrow), ST_MMQ_THREADS, 0, s, a);
+        else st_launch(st_k_mmq_i8<C, ST_MMQ_GLU_PAIRED, true>, st_mmq_grid(mode, a.N, nrow), ST_MMQ_THREADS, 0, s, a);
+        ST_CUDA_CHECK_LAUNCH("st_k_mmq_i8 (tile copy)");
+        return STRATA_OK;
+    }
     if (!Wu) return st_mmq_launch<ST_MMQ_PLAIN>(Wg->type, a, st_mmq_grid(ST_MMQ_PLAIN, a.N, nrow), s);
-    const int mode = st_mmq_glu_mode;
     const dim3 grid = st_mmq_grid(mode, a.N, nrow);
     return mode == ST_MMQ_GLU_FUSED ? st_mmq_launch<ST_MMQ_GLU_FUSED>(Wg->type, a, grid, s)
                                     : st_mmq_launch<ST_MMQ_GLU_PAIRED>(Wg->type, a, grid, s);

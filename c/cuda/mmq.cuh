@@ -58,6 +58,7 @@ struct st_mmq_args {
     /* dense: the matrices (w1: up for GLU) */
     const uint8_t *w0, *w1;
     size_t rb0, rb1;
+    const uint8_t *q0, *q1;     /* dense Q8_0: w0's and w1's tile copies (cuda_mmq.h), or NULL */
     int64_t N, K;               /* weight rows, weights per row (a multiple of 32) */
     st_mq_act_rows act;         /* activation rows (st_k_mq_act), K values each */
     const int32_t *x_order;     /* non-NULL: x row of tile row i = x_order[start + i] / k_div */

@@ -51,6 +51,7 @@ struct st_gpu {
     st_gpu_upload *ups;                   /* every device allocation of weights */
     int n_ups, cap_ups;
     size_t weight_bytes;
+    size_t tiles_bytes;                   /* of which the prompt tiles' Q8_0 copies (q8_tiles) */
     int64_t upload_total;                 /* the model's tensor bytes, for progress reports */
     strata_progress_fn progress;
     void *progress_data;

@@ -125,6 +125,28 @@ static strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *
     return STRATA_OK;
 }
 
+/* The prompt tiles' copy of a dense matrix (cuda_mmq.h: Q8_0 only; nothing for other types or
+ * with q8_tiles off), made on the device from its blocks; m->tiles points at it. */
+static strata_status st_gpu_put_tiles(strata_session *s, st_cuda_mat *m) {
+    st_gpu *g = s->gpu;
+    const size_t n = m->data && s->q8_tiles ? st_cuda_mmq_tiles_bytes(m) : 0;
+    if (!n) return STRATA_OK;
+    TRY(st_gpu_ups_reserve(g));
+    void *d = NULL;
+    strata_status st = st_cuda_malloc(&d, n);
+    if (st != STRATA_OK)
+        return st_error(st, "gpu session: %zu bytes for a prompt tile copy (q8_tiles 0 does without): %s", n,
+                        strata_last_error());
+    g->ups[g->n_ups].host = NULL; /* never shared */
+    g->ups[g->n_ups].dev = d;
+    g->n_ups++;
+    g->weight_bytes += n;
+    g->tiles_bytes += n;
+    TRY(st_cuda_mmq_tiles_make(m, d, NULL));
+    m->tiles = d;
+    return STRATA_OK;
+}
+
 /* The device table of n experts of the merged tensors gate/up/down (n = 1: a shared expert). */
 static strata_status st_gpu_put_experts(st_gpu *g, const st_tensor *gt, const st_tensor *ut,
                                         const st_tensor *dt, int32_t n, st_cuda_expert **table) {
@@ -261,6 +283,14 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
             TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
         }
         TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
+        if (G->wqkv.data) {
+            TRY(st_gpu_put_tiles(s, &G->wqkv));
+        } else {
+            TRY(st_gpu_put_tiles(s, &G->wq));
+            TRY(st_gpu_put_tiles(s, &G->wk));
+            TRY(st_gpu_put_tiles(s, &G->wv));
+        }
+        TRY(st_gpu_put_tiles(s, &G->wo));
         if (hp->n_expert > 0) {
             TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
             /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
@@ -284,6 +314,9 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
             TRY(st_gpu_put_mat(g, &L->ffn_gate, &G->ffn_gate));
             TRY(st_gpu_put_mat(g, &L->ffn_up, &G->ffn_up));
             TRY(st_gpu_put_mat(g, &L->ffn_down, &G->ffn_down));
+            TRY(st_gpu_put_tiles(s, &G->ffn_gate));
+            TRY(st_gpu_put_tiles(s, &G->ffn_up));
+            TRY(st_gpu_put_tiles(s, &G->ffn_down));
             if (G->ffn_gate.type != G->ffn_up.type)
                 return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: layer %d gate and up types differ", il);
         }

@@ -220,6 +220,7 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
 /* The device descriptor of expert view v (host bytes) placed at device address p. */
 static st_cuda_mat st_slot_mat(const st_tensor *v, const uint8_t *p) {
     st_cuda_mat m;
+    memset(&m, 0, sizeof m);
     m.type = v->type;
     m.data = p;
     m.ne0 = v->ne[0];

@@ -27,6 +27,7 @@ strata_session_params strata_session_default_params(void) {
     p.cuda_graphs = 1;
     p.cuda_pdl = 1;
     p.attn_tc = -1;
+    p.q8_tiles = 1;
     p.stage_experts = -1;
     p.pin_experts = -1;
     p.pcie_frac = -1.0f;
@@ -189,6 +190,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if (p.attn_tc < -1 || p.attn_tc > 3)
         return st_error(STRATA_ERR_INVALID_ARG, "session option attn_tc %d (-1 auto, 0 FMA kernel, 1 "
                         "single f16, 2 split queries and probabilities, 3 split probabilities)", p.attn_tc);
+    if (p.q8_tiles != 0 && p.q8_tiles != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option q8_tiles %d: expected 0 or 1", p.q8_tiles);
     if (p.cpu_warm != 0 && p.cpu_warm != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_warm %d: expected 0 or 1", p.cpu_warm);
     if (p.pin_experts < -1 || p.pin_experts > 1)
@@ -235,6 +238,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->cuda_graphs = p.cuda_graphs <= 0 ? 0 : p.cuda_graphs >= 2 ? 2 : 1;
     s->cuda_pdl = p.cuda_pdl <= 0 ? 0 : p.cuda_pdl >= 2 ? 2 : 1;
     s->attn_tc = p.attn_tc;
+    s->q8_tiles = p.q8_tiles;
     s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.pin_experts : 0;
     s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
     s->cpu_warm = p.backend == STRATA_BACKEND_CUDA && p.n_cpu_moe != 0 && p.cpu_warm;

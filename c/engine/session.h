@@ -30,6 +30,7 @@ struct strata_session {
     int attn_tc;                /* GPU: tensor-core attention for prompt batches (1: single f16;
                                    2 and -1, the default: split f16 operands; 3: split
                                    probabilities; 0: never) */
+    int q8_tiles;               /* GPU: Q8_0 dense matrices also in the prompt tiles' layout */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
     int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
     int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off,

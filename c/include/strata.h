@@ -617,11 +617,18 @@ typedef struct strata_session_params {
                              arrives. Same results. 1 on; 0 (default) off: end to end within
                              the hosts' noise of off (H200 host, qwen3 --cpu-moe 55.4 / 58.5
                              against 56.4 / 45.2 tok/s; STRATA_CPU_WARM=1, --cpu-warm) */
+    int q8_tiles;         /* CUDA sessions: each Q8_0 attention and dense FFN matrix is also kept
+                             in the prompt tiles' layout (the quants as rows of bytes, the scales
+                             apart), which batches of 32+ tokens copy into shared memory by
+                             cp.async instead of decoding the 34-byte blocks lane by lane. Same
+                             results, bit for bit; costs those matrices' GPU memory once more
+                             (qwen3-30b-a3b: 0.96 GB). 1 (default) on; 0 off
+                             (STRATA_Q8_TILES=0, --no-q8-tiles) */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
  * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, cuda_pdl 1, attn_tc -1 (auto), stage_experts -1 (auto),
- * pin_experts -1 (auto), pcie_frac -1; everything else 0. */
+ * pin_experts -1 (auto), pcie_frac -1, q8_tiles 1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,

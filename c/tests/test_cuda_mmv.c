@@ -231,7 +231,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
         st = st_cuda_memset(db->y, 0xA5, (size_t)(ny + GUARD) * 4);
         if (st == STRATA_OK) st = st_cuda_memset(db->scratch, 0xA5, sbytes + GUARD * 4);
         if (st == STRATA_OK) {
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb}, W1 = {type, db->w1, ne0, ne1, rb};
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL}, W1 = {type, db->w1, ne0, ne1, rb, NULL};
             if (tiles)
                 st = fused ? st_cuda_mmq_swiglu(&W0, &W1, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL)
                            : st_cuda_mmq(&W0, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL);
@@ -250,7 +250,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
          * f16 take the f16 tiles either way) */
         for (int var = fused ? 0 : 1; tiles && var < 2; var++) {
             uint32_t *got2 = malloc((size_t)ny * 4);
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb}, W1 = {type, db->w1, ne0, ne1, rb};
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL}, W1 = {type, db->w1, ne0, ne1, rb, NULL};
             if (var == 0) st_cuda_mmq_set_glu_mode(1);
             else st_cuda_mmq_set_int8(0);
             st = !got2 ? STRATA_ERR_NOMEM
@@ -267,12 +267,55 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
             if (st != STRATA_OK) goto done;
         }
 
+        /* Q8_0 with its tile copy (the weights into shared memory by cp.async): the same bits;
+         * the copy is made from the blocks on the device and checked against them on the host */
+        if (tiles && st_cuda_mmq_tiles_bytes(&(st_cuda_mat){type, db->w0, ne0, ne1, rb, NULL})) {
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL}, W1 = {type, db->w1, ne0, ne1, rb, NULL};
+            const size_t tb = st_cuda_mmq_tiles_bytes(&W0);
+            void *t0 = NULL, *t1 = NULL;
+            uint32_t *got2 = malloc((size_t)ny * 4);
+            uint8_t *th = malloc(tb);
+            st = got2 && th ? st_cuda_malloc(&t0, tb) : STRATA_ERR_NOMEM;
+            if (st == STRATA_OK && fused) st = st_cuda_malloc(&t1, tb);
+            if (st == STRATA_OK) st = st_cuda_mmq_tiles_make(&W0, t0, NULL);
+            if (st == STRATA_OK && fused) st = st_cuda_mmq_tiles_make(&W1, t1, NULL);
+            if (st == STRATA_OK) st = st_cuda_memcpy_d2h(th, t0, tb);
+            int64_t lay_bad = 0;
+            const int64_t np = (ne1 + 7) / 8 * 8;
+            for (int64_t rr = 0; st == STRATA_OK && rr < np; rr++)
+                for (int64_t c = 0; c < ne0 / 32; c++) {
+                    const uint8_t *ds = th + (size_t)ne1 * ne0 + 2 * (size_t)(c * np + rr);
+                    if (rr >= ne1) { lay_bad += ds[0] != 0 || ds[1] != 0; continue; }
+                    const uint8_t *blk = w0 + (size_t)rr * rb + 34 * (size_t)c;
+                    lay_bad += memcmp(ds, blk, 2) != 0 || memcmp(th + (size_t)rr * ne0 + 32 * c, blk + 2, 32) != 0;
+                }
+            CHECK(st != STRATA_OK || lay_bad == 0, "%s: the tile copy's layout: %lld blocks differ", what, (long long)lay_bad);
+            const st_cuda_mat T0 = {type, db->w0, ne0, ne1, rb, t0}, T1 = {type, db->w1, ne0, ne1, rb, t1};
+            if (st == STRATA_OK) st = st_cuda_memset(db->y, 0xA5, (size_t)(ny + GUARD) * 4);
+            if (st == STRATA_OK)
+                st = fused ? st_cuda_mmq_swiglu(&T0, &T1, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL)
+                           : st_cuda_mmq(&T0, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL);
+            if (st == STRATA_OK) st = st_cuda_synchronize();
+            if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got2, db->y, (size_t)ny * 4);
+            uint32_t yg[GUARD];
+            if (st == STRATA_OK) st = st_cuda_memcpy_d2h(yg, (float *)db->y + ny, sizeof yg);
+            int64_t ygb = 0;
+            for (int i = 0; st == STRATA_OK && i < GUARD; i++) ygb += yg[i] != SENTINEL;
+            CHECK(st == STRATA_OK && !memcmp(got, got2, (size_t)ny * 4) && ygb == 0, "%s: the tile copy's tiles "
+                  "differ from the default tiles (%s)", what, st == STRATA_OK ? (ygb ? "guard" : "bits") : strata_last_error());
+            (void)st_cuda_free(t0);
+            (void)st_cuda_free(t1);
+            free(got2);
+            free(th);
+            if (st != STRATA_OK) goto done;
+        }
+
         /* st_cuda_mmv_pre with x quantized beforehand (as the attention norm's Q8_1 rows): the
          * same bits (float types ignore xq) */
         if (!tiles && !fused) {
             void *dq = NULL;
             uint32_t *got3 = malloc((size_t)ny * 4);
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb};
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL};
             st = got3 ? st_cuda_malloc(&dq, st_cuda_mmv_scratch_bytes(ne0, ncols)) : STRATA_ERR_NOMEM;
             if (st == STRATA_OK && ne0 % 32 == 0) st = st_cuda_quantize_q8_1(dx, dq, (int64_t)ncols * ne0, NULL);
             if (st == STRATA_OK)
@@ -344,7 +387,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
         const int mins = type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K;
         const double bound_tg = mins ? 1e-8 : st_cuda_moe_type_dp4a(type) || is_float_type(type) ? 1e-10 : 1e-6;
         if (tiles) {
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb}, W1 = {type, db->w1, ne0, ne1, rb};
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL}, W1 = {type, db->w1, ne0, ne1, rb, NULL};
             nmse_tg = tiles_vs_gemv(db, &W0, fused ? &W1 : NULL, dx, ncols, got);
             printf("%s  tiles vs GEMV: NMSE %.2e (bound %.0e)\n", what, nmse_tg, bound_tg);
             CHECK(nmse_tg >= 0 && nmse_tg <= bound_tg, "%s: tiles vs GEMV NMSE %.3e > %.0e", what,
@@ -448,9 +491,9 @@ static void test_arguments(int available) {
     {   /* which kernel a Q8_0 GEMV takes (no device needed): the shared-memory one only for
          * 16-byte row strides at 16-byte aligned data, while its shared memory fits 48 KiB */
         const void *al = (const void *)(uintptr_t)0x10000, *mis = (const void *)(uintptr_t)0x10002;
-        const st_cuda_mat q = {STRATA_TYPE_Q8_0, al, 2048, 64, 2176}, pad = {STRATA_TYPE_Q8_0, al, 2048, 64, 2178};
-        const st_cuda_mat off = {STRATA_TYPE_Q8_0, mis, 2048, 64, 2176}, k4 = {STRATA_TYPE_Q4_K, al, 2048, 64, 1152};
-        const st_cuda_mat big = {STRATA_TYPE_Q8_0, al, 14336, 8, 15232};
+        const st_cuda_mat q = {STRATA_TYPE_Q8_0, al, 2048, 64, 2176, NULL}, pad = {STRATA_TYPE_Q8_0, al, 2048, 64, 2178, NULL};
+        const st_cuda_mat off = {STRATA_TYPE_Q8_0, mis, 2048, 64, 2176, NULL}, k4 = {STRATA_TYPE_Q4_K, al, 2048, 64, 1152, NULL};
+        const st_cuda_mat big = {STRATA_TYPE_Q8_0, al, 14336, 8, 15232, NULL};
         CHECK(st_cuda_mmv_q8_smem(&q, 1) && st_cuda_mmv_q8_smem(&q, 8) && !st_cuda_mmv_q8_smem(&pad, 1) &&
               !st_cuda_mmv_q8_smem(&off, 1) && !st_cuda_mmv_q8_smem(&k4, 1) && !st_cuda_mmv_q8_smem(&q, 9) &&
               !st_cuda_mmv_q8_smem(NULL, 1), "Q8_0 shared-memory kernel choice");
@@ -464,9 +507,9 @@ static void test_arguments(int available) {
           !st_cuda_mmq_supports(STRATA_TYPE_IQ4_XS) && !st_cuda_mmq_supports(STRATA_TYPE_COUNT),
           "mmq supports()");
     {
-        const st_cuda_mat Wq = {STRATA_TYPE_Q8_0, (const void *)(uintptr_t)0x10000, 256, 64, 272};
-        const st_cuda_mat Wi = {STRATA_TYPE_IQ4_XS, (const void *)(uintptr_t)0x10000, 256, 64, 136};
-        const st_cuda_mat Wf = {STRATA_TYPE_F32, (const void *)(uintptr_t)0x10000, 256, 64, 1024};
+        const st_cuda_mat Wq = {STRATA_TYPE_Q8_0, (const void *)(uintptr_t)0x10000, 256, 64, 272, NULL};
+        const st_cuda_mat Wi = {STRATA_TYPE_IQ4_XS, (const void *)(uintptr_t)0x10000, 256, 64, 136, NULL};
+        const st_cuda_mat Wf = {STRATA_TYPE_F32, (const void *)(uintptr_t)0x10000, 256, 64, 1024, NULL};
         float *fx = (float *)(uintptr_t)0x20000, *fy = (float *)(uintptr_t)0x40000;
         void *scr = (void *)(uintptr_t)0x80000;
         strata_status e = st_cuda_mmq(&Wi, fx, 256, 64, fy, 64, scr, NULL);
@@ -492,7 +535,7 @@ static void test_arguments(int available) {
     const void *dw = (const void *)(uintptr_t)0x100000;
     float *dx = (float *)(uintptr_t)0x200000, *dy = (float *)(uintptr_t)0x300000;
     void *ds = (void *)(uintptr_t)0x400000;
-    const st_cuda_mat q4 = {STRATA_TYPE_Q4_0, dw, 256, 16, 8 * 18};
+    const st_cuda_mat q4 = {STRATA_TYPE_Q4_0, dw, 256, 16, 8 * 18, NULL};
     strata_status st = st_cuda_mmv(NULL, dx, 1, dy, ds, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "NULL W: %s", strata_status_name(st));
     st = st_cuda_mmv(&q4, dx, 0, dy, ds, NULL);
@@ -531,12 +574,12 @@ static void test_arguments(int available) {
     m.type = STRATA_TYPE_Q8_K;
     st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
     CHECK(st == STRATA_ERR_UNSUPPORTED, "Q8_K weights: %s", strata_status_name(st));
-    const st_cuda_mat k = {STRATA_TYPE_Q4_K, dw, 512, 16, 2 * 144};
+    const st_cuda_mat k = {STRATA_TYPE_Q4_K, dw, 512, 16, 2 * 144, NULL};
     m = k;
     m.ne0 = 288;
     st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "ne0 288 for Q4_K: %s", strata_status_name(st));
-    const st_cuda_mat f32 = {STRATA_TYPE_F32, dw, 100, 16, 402};
+    const st_cuda_mat f32 = {STRATA_TYPE_F32, dw, 100, 16, 402, NULL};
     st = st_cuda_mmv(&f32, dx, 1, dy, NULL, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "F32 row_bytes 402: %s", strata_status_name(st));
     m = k;
@@ -554,7 +597,7 @@ static void test_arguments(int available) {
         st = st_cuda_mmv(&q4, dx, 1, dy, ds, NULL);
         CHECK(st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), "CUDA unavailable"),
               "no device: %s '%s'", strata_status_name(st), strata_last_error());
-        const st_cuda_mat f16 = {STRATA_TYPE_F16, dw, 100, 16, 200};
+        const st_cuda_mat f16 = {STRATA_TYPE_F16, dw, 100, 16, 200, NULL};
         st = st_cuda_mmv(&f16, dx, 1, dy, NULL, NULL);
         CHECK(st == STRATA_ERR_UNSUPPORTED, "no device (F16, no scratch): %s", strata_status_name(st));
         st = st_cuda_quantize_q8_1(dx, ds, 64, NULL);
@@ -596,7 +639,7 @@ static void check_q8_0_paths(int64_t ne0, int64_t ne1, test_rng *r) {
     CHECK(st == STRATA_OK, "q8_0 paths ne0=%lld: setup: %s", (long long)ne0, strata_last_error());
     int n_fast = 0; /* column counts that took the shared-memory kernel */
     for (int nc = 1; nc <= 8 && st == STRATA_OK; nc++) {
-        const st_cuda_mat W = {type, dw, ne0, ne1, rb}, Wp = {type, dwp, ne0, ne1, rbp};
+        const st_cuda_mat W = {type, dw, ne0, ne1, rb, NULL}, Wp = {type, dwp, ne0, ne1, rbp, NULL};
         const size_t ny = (size_t)nc * (size_t)ne1;
         /* the comparison means something only if the two calls take different kernels: the
          * aligned rows the shared-memory one (always for one column), the padded rows never */

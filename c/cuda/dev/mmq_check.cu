@@ -92,7 +92,7 @@ static double nmse(const float *d_a, const float *d_b, int64_t n) {
 static void dense(const char *name, strata_type type, int64_t K, int64_t N, int64_t T, bool glu) {
     size_t rb;
     void *w0 = make_weights(type, K, N, &rb), *w1 = glu ? make_weights(type, K, N, &rb) : NULL;
-    const st_cuda_mat W0 = {type, w0, K, N, rb}, W1 = {type, w1, K, N, rb};
+    const st_cuda_mat W0 = {type, w0, K, N, rb, NULL}, W1 = {type, w1, K, N, rb, NULL};
     float *x = dev_floats(T * K), *y0, *y1;
     CK(cudaMalloc(&y0, sizeof(float) * (size_t)(T * N)));
     CK(cudaMalloc(&y1, sizeof(float) * (size_t)(T * N)));
@@ -126,6 +126,28 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
     }
     st_cuda_mmq_set_glu_mode(2);
     st_cuda_mmq_set_int8(1);
+    if (const size_t tb = st_cuda_mmq_tiles_bytes(&W0)) { /* Q8_0: the tile copy (same bits) */
+        void *t0 = NULL, *t1 = NULL;
+        CK(cudaMalloc(&t0, tb));
+        SK(st_cuda_mmq_tiles_make(&W0, t0, NULL));
+        if (glu) { CK(cudaMalloc(&t1, tb)); SK(st_cuda_mmq_tiles_make(&W1, t1, NULL)); }
+        const st_cuda_mat T0 = {type, w0, K, N, rb, t0}, T1 = {type, w1, K, N, rb, t1};
+        float *y2;
+        CK(cudaMalloc(&y2, sizeof(float) * (size_t)(T * N)));
+        tiles();
+        auto tc = [&] {
+            SK(glu ? st_cuda_mmq_swiglu(&T0, &T1, x, K, T, y2, N, mscr, NULL) : st_cuda_mmq(&T0, x, K, T, y2, N, mscr, NULL));
+        };
+        const double mt = time_ms(tc);
+        std::vector<float> h0((size_t)(T * N)), h2((size_t)(T * N));
+        CK(cudaMemcpy(h0.data(), y0, sizeof(float) * h0.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h2.data(), y2, sizeof(float) * h2.size(), cudaMemcpyDeviceToHost));
+        printf("%-22s %-5s K=%-5lld N=%-5lld T=%-4lld tiles %7.3f ms %6.1f TFLOP/s | gemv %7.3f ms | x%5.1f | "
+               "NMSE tiles vs gemv %.2e (tile copy: %s bits)\n", name, strata_type_name(type), (long long)K,
+               (long long)N, (long long)T, mt, flop / mt * 1e-9, mg, mg / mt, nmse(y2, y1, T * N),
+               memcmp(h0.data(), h2.data(), sizeof(float) * h0.size()) ? "OTHER" : "the same");
+        CK(cudaFree(t0)); if (t1) CK(cudaFree(t1)); CK(cudaFree(y2));
+    }
     CK(cudaFree(w0)); if (w1) CK(cudaFree(w1));
     CK(cudaFree(x)); CK(cudaFree(y0)); CK(cudaFree(y1)); CK(cudaFree(scr)); CK(cudaFree(mscr));
 }
@@ -227,6 +249,8 @@ int main(int argc, char **argv) {
     printf("%s\n", why);
     if (wanted("qwen3 attn_q")) dense("qwen3 attn_q", STRATA_TYPE_Q8_0, 2048, 4096, 512, false);
     if (wanted("qwen3 attn_k")) dense("qwen3 attn_k", STRATA_TYPE_Q8_0, 2048, 512, 512, false);
+    if (wanted("qwen3 attn_qkv")) dense("qwen3 attn_qkv", STRATA_TYPE_Q8_0, 2048, 5120, 512, false);
+    if (wanted("q8_0 ffn gate/up")) dense("q8_0 ffn gate/up", STRATA_TYPE_Q8_0, 4096, 14336, 512, true);
     if (wanted("qwen3 attn_out")) dense("qwen3 attn_out", STRATA_TYPE_Q8_0, 4096, 2048, 512, false);
     if (wanted("qwen3 router")) dense("qwen3 router", STRATA_TYPE_Q8_0, 2048, 128, 512, false);
     if (wanted("qwen3 router (f32)")) dense("qwen3 router (f32)", STRATA_TYPE_F32, 2048, 128, 512, false);
