@@ -16,6 +16,7 @@ exec > >(tee "${OUT:-/tmp}/device_q8t.log") 2>&1
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+dev_wheels
 dev_synth_files /tmp
 make -j16 CUDA=1 strata build/tests/test_cuda_mmv build/tests/test_cuda_session > "$J/build.log" 2>&1 ||
     { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
