@@ -6,6 +6,8 @@
 #include "cuda_mmq.h"
 #include "mma.cuh"
 
+#include <type_traits>
+
 
 /* ---- one 32-weight chunk of a row: quants and scales ------------------------------------------ */
 
@@ -456,6 +458,19 @@ struct st_mq_stage8 {
     bool x_ok, w_in;
 };
 
+/* Q4_K's two chunks of a step share their 32 bytes of nibbles (low: the even chunk, high: the
+ * odd one), which both lanes of a row loaded whole; in the int8 tiles each lane loads half
+ * (16 bytes) and stores both chunks' quants of its half: a third fewer weight loads, the same
+ * shared bytes and scales. */
+#ifndef ST_MMQ_Q4K_PAIRS
+#define ST_MMQ_Q4K_PAIRS 1 /* 0: both lanes load the whole 48 bytes (the A/B build) */
+#endif
+template <class C, class = void> struct st_mq_q4k_pairs { static constexpr bool value = false; };
+template <class C>
+struct st_mq_q4k_pairs<C, typename std::enable_if<C::INT8>::type> {
+    static constexpr bool value = ST_MMQ_Q4K_PAIRS && std::is_same<typename C::W_t, st_w_q4_K>::value;
+};
+
 template <class C>
 static __device__ __forceinline__ void st_mq_fetch8(const st_mmq_args &a, int64_t src, const uint8_t *wrow,
                                                     int64_t c, int64_t nch, st_mq_stage8 &o) {
@@ -470,7 +485,23 @@ static __device__ __forceinline__ void st_mq_fetch8(const st_mmq_args &a, int64_
     o.xs1 = sx.y;
     o.x_ok = ok;
     o.w_in = wrow && in;
-    if (o.w_in) C::fetch(wrow, c, o.w);
+    if (!o.w_in) return;
+    if constexpr (st_mq_q4k_pairs<C>::value) { /* the header and this lane's half of the pair's nibbles */
+        const uint8_t *blk = wrow + (c >> 3) * (int64_t)sizeof(block_q4_K);
+        const uint8_t *qs = blk + 16 + 32 * ((c & 7) >> 1) + 16 * (c & 1);
+        if (((uintptr_t)blk & 3) == 0) {
+            st_ld_words<4>(blk, o.w.s);
+            st_ld_words<4>(qs, o.w.q);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                o.w.s[i] = st_ld_u32_a2(blk + 4 * i);
+                o.w.q[i] = st_ld_u32_a2(qs + 4 * i);
+            }
+        }
+    } else {
+        C::fetch(wrow, c, o.w);
+    }
 }
 
 /* The step's share into buffer (Xs, Ws: bytes, Xd, Xsum, Wsc): the quants as bytes, the scales
@@ -496,7 +527,18 @@ static __device__ __forceinline__ void st_mq_put8(const st_mq_stage8 &o, int64_t
     st_mq_put8_x(o, Xs, Xd, Xsum, lr, hf);
     uint4 *wd = (uint4 *)(Ws + lr * ST_MMQ_LDB + hf * 32);
     float sc0 = 0.0f, sc1 = 0.0f, mn = 0.0f;
-    if (o.w_in) {
+    if constexpr (st_mq_q4k_pairs<C>::value) { /* bytes 16 hf .. of the even chunk and of the odd one */
+        uint4 *lo = (uint4 *)(Ws + lr * ST_MMQ_LDB + hf * 16), *hi = (uint4 *)(Ws + lr * ST_MMQ_LDB + 32 + hf * 16);
+        if (o.w_in) {
+            const uint32_t m4 = 0x0F0F0F0Fu;
+            *lo = make_uint4(o.w.q[0] & m4, o.w.q[1] & m4, o.w.q[2] & m4, o.w.q[3] & m4);
+            *hi = make_uint4((o.w.q[0] >> 4) & m4, (o.w.q[1] >> 4) & m4, (o.w.q[2] >> 4) & m4, (o.w.q[3] >> 4) & m4);
+            W::scales(o.w, (int)(c & 7), sc0, mn);
+            sc1 = sc0;
+        } else {
+            *lo = *hi = z;
+        }
+    } else if (o.w_in) {
         st_w32 w;
         st_w_finish<W>(o.w, c, w);
         wd[0] = make_uint4((uint32_t)w.q[0], (uint32_t)w.q[1], (uint32_t)w.q[2], (uint32_t)w.q[3]);

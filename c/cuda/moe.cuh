@@ -149,8 +149,8 @@ struct st_w_q4_K {
 #pragma unroll
         for (int i = 0; i < 8; i++) r.q[i] = st_ld_u32_a2(qs + 4 * i);
     }
-    static __device__ __forceinline__ void finish(const st_wraw &r, int64_t c, st_w32 &w) {
-        const int j = (int)(c & 7);
+    /* sub-block j's scale d * sc and offset -(dmin * m) from the fetched header words s[0..3] */
+    static __device__ __forceinline__ void scales(const st_wraw &r, int j, float &s, float &m) {
         const float d = st_dev_fp16(r.s[0] & 0xFFFFu), dmin = st_dev_fp16(r.s[0] >> 16);
         int sc, mn; /* as st_dev_scale_min_k4 */
         if (j < 4) {
@@ -161,8 +161,13 @@ struct st_w_q4_K {
             sc = (int)((a & 0xF) | ((st_k4_byte(r, j - 4) >> 6) << 4));
             mn = (int)((a >> 4) | ((st_k4_byte(r, j) >> 6) << 4));
         }
-        w.s0 = w.s1 = d * (float)sc;
-        w.m = -(dmin * (float)mn);
+        s = d * (float)sc;
+        m = -(dmin * (float)mn);
+    }
+    static __device__ __forceinline__ void finish(const st_wraw &r, int64_t c, st_w32 &w) {
+        const int j = (int)(c & 7);
+        scales(r, j, w.s0, w.m);
+        w.s1 = w.s0;
         const int sh = 4 * (j & 1);
 #pragma unroll
         for (int i = 0; i < 8; i++) w.q[i] = (int)((r.q[i] >> sh) & 0x0F0F0F0Fu);

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# device_mmq_ab.sh - an A/B of the prompt tiles (c/cuda/mmq.cu) in one device call: builds this
+# tree (base) and a copy with only mmq.o recompiled with AB (nvcc flags, e.g.
+# AB='-DST_MMQ_Q4K_PAIRS=0'), runs test_cuda_mmv and test_cuda_moe on base, mmq_check's expert
+# and attention rows on both, then qwen3-30b-a3b and olmoe-1b-7b prompt rows alternating the
+# builds, REPS passes, and one decode row each.
+#   run(command="AB='-D...' bash bench/device_mmq_ab.sh", carry=[".whl", ".devdata"])   (~330 s)
+# env: AB (required), REPS (default 2), TEST=0 (skip the tests). Log: $OUT/device_mmq_ab.log;
+# mmq_check output and JSON rows under $OUT/mmq_ab/.
+set -u
+cd "$(dirname "$0")/.."
+. bench/device_common.sh
+O="${OUT:-/tmp}/mmq_ab"; J=/tmp/mmq_ab_json; rm -rf "$J"; mkdir -p "$O" "$J"
+trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
+exec > >(tee "${OUT:-/tmp}/device_mmq_ab.log") 2>&1
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+dev_wheels
+dev_synth_files /tmp
+make -j16 CUDA=1 strata build/tests/test_cuda_mmv build/tests/test_cuda_moe build/tests/test_cuda_session > "$J/build.log" 2>&1 ||
+    { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
+echo "build ok at $(el)s"
+rm -rf build-ab && cp -r build build-ab && rm -f build-ab/c/cuda/mmq.o
+make -j16 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="${AB:?AB: the variant's nvcc flags}" build-ab/strata \
+    > "$J/build_ab.log" 2>&1 || { echo "ab: BUILD FAILED"; grep error "$J/build_ab.log" | head -5; exit 1; }
+echo "ab ($AB) built at $(el)s"
+CI="-O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/experts -Ic/engine -DSTRATA_HAVE_CUDA=1"
+for b in base ab; do
+    d=build; [ $b = ab ] && d=build-ab
+    nvcc $CI $([ $b = ab ] && echo "$AB") c/cuda/dev/mmq_check.cu $d/libstrata.a -lpthread -ldl -lrt -o /tmp/mmq_check_$b \
+        2> "$J/mmq_check_build_$b.log" || { echo "mmq_check $b: BUILD FAILED"; continue; }
+    { timeout 90 /tmp/mmq_check_$b "experts"; timeout 40 /tmp/mmq_check_$b "attn_qkv"; } > "$O/mmq_check_$b.txt" 2>&1
+    echo "mmq_check $b at $(el)s:"; grep -vE "^NVIDIA|f16 tiles|GLU fused" "$O/mmq_check_$b.txt" | cut -c1-150
+done
+if [ "${TEST:-1}" = 1 ]; then
+    for t in test_cuda_mmv test_cuda_moe test_cuda_session; do
+        timeout 200 build/tests/$t > "$O/$t.log" 2>&1
+        echo "$t rc=$? at $(el)s: $(grep -E "passed, " "$O/$t.log" | tail -1)"
+        grep -E "FAIL" "$O/$t.log" | head -5
+    done
+fi
+for i in $(seq 150); do [ -f /tmp/q3.done ] && break; sleep 2; done
+echo "files at $(el)s"
+row() { # build name file args...: one bench process
+    local b=$1 n=$2 m=$3; shift 3
+    local x c=./strata
+    [ $b = ab ] && c=build-ab/strata
+    x=$(timeout 120 $c bench -m "$m" "$@" --gpu --json "$J/bench_${n}_${b}_$p.json" 2>/dev/null |
+        grep -E "^\|.*(pp|tg)[0-9]" | awk -F'|' '{gsub(/ /,"",$6); gsub(/ /,"",$7); printf "%s %s  ", $6, $7}')
+    echo "$b $n: $x"
+}
+for p in $(seq ${REPS:-2}); do
+    for b in base ab; do row $b q3_pp_d0 /tmp/q3.gguf -p 512 -n 0 -r 3; done
+    for b in base ab; do row $b olmoe_pp_d0 /tmp/olmoe.gguf -p 512 -n 0 -r 3; done
+    for b in base ab; do row $b q3_pp_d16k /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1; done
+    echo "(pass $p at $(el)s)"
+done
+p=tg; for b in base ab; do row $b q3_tg_d0 /tmp/q3.gguf -p 0 -n 128 -r 2; done
+row base q3_cpumoe_pp2048 /tmp/q3.gguf -p 2048 -n 0 -r 1 --cpu-moe
+echo "all done at $(el)s"
