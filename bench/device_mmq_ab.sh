@@ -22,7 +22,7 @@ make -j16 CUDA=1 strata build/tests/test_cuda_mmv build/tests/test_cuda_moe buil
     { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
 echo "build ok at $(el)s"
 rm -rf build-ab && cp -r build build-ab && rm -f build-ab/c/cuda/mmq.o
-make -j16 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="${AB:?AB: the variant's nvcc flags}" build-ab/strata \
+make -j16 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="${AB:?AB: the nvcc flags of the variant}" build-ab/strata \
     > "$J/build_ab.log" 2>&1 || { echo "ab: BUILD FAILED"; grep error "$J/build_ab.log" | head -5; exit 1; }
 echo "ab ($AB) built at $(el)s"
 CI="-O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/experts -Ic/engine -DSTRATA_HAVE_CUDA=1"
