@@ -532,6 +532,10 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                     fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
                             o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
             }
+            if (o->q8_tiles && !o->quiet && strata_session_get_stats(*out, &cs) == STRATA_OK && cs.q8_tiles_skipped > 0)
+                fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "
+                        "spare); their prompt batches read the blocks (same results, slower)\n",
+                        (int)cs.q8_tiles_skipped);
             if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && o->cpu_misses && !o->quiet)
                 fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
                         "an expert (+ %.0f us a further row); %s\n", cs.pcie_bytes_per_s / 1e9,

@@ -52,6 +52,7 @@ struct st_gpu {
     int n_ups, cap_ups;
     size_t weight_bytes;
     size_t tiles_bytes;                   /* of which the prompt tiles' Q8_0 copies (q8_tiles) */
+    int32_t tiles_skipped;                /* Q8_0 matrices left without one: no memory to spare */
     int64_t upload_total;                 /* the model's tensor bytes, for progress reports */
     strata_progress_fn progress;
     void *progress_data;

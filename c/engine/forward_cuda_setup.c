@@ -125,25 +125,86 @@ static strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *
     return STRATA_OK;
 }
 
-/* The prompt tiles' copy of a dense matrix (cuda_mmq.h: Q8_0 only; nothing for other types or
- * with q8_tiles off), made on the device from its blocks; m->tiles points at it. */
-static strata_status st_gpu_put_tiles(strata_session *s, st_cuda_mat *m) {
+/* GPU memory a session keeps free beyond what it allocated: 2% of the card, at least 512 MiB
+ * (the driver's and the kernels' own needs); the expert cache's auto size leaves it too. */
+static int64_t st_gpu_margin(size_t total_b) {
+    return (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
+}
+
+/* The prompt tiles' copies of matrices ms[0..n) (cuda_mmq.h: Q8_0 only; others are passed
+ * over), made on the device from their blocks, all or none: only when the GPU's free memory
+ * (and gpu_mem) leaves st_gpu_margin after them; else they are counted in g->tiles_skipped and
+ * their prompt batches read the blocks (the same bits, slower). */
+static strata_status st_gpu_put_tiles(strata_session *s, st_cuda_mat *const *ms, int n) {
     st_gpu *g = s->gpu;
-    const size_t n = m->data && s->q8_tiles ? st_cuda_mmq_tiles_bytes(m) : 0;
-    if (!n) return STRATA_OK;
-    TRY(st_gpu_ups_reserve(g));
-    void *d = NULL;
-    strata_status st = st_cuda_malloc(&d, n);
-    if (st != STRATA_OK)
-        return st_error(st, "gpu session: %zu bytes for a prompt tile copy (q8_tiles 0 does without): %s", n,
-                        strata_last_error());
-    g->ups[g->n_ups].host = NULL; /* never shared */
-    g->ups[g->n_ups].dev = d;
-    g->n_ups++;
-    g->weight_bytes += n;
-    g->tiles_bytes += n;
-    TRY(st_cuda_mmq_tiles_make(m, d, NULL));
-    m->tiles = d;
+    size_t sz[3] = {0, 0, 0}, want = 0;
+    int k = 0;
+    for (int i = 0; i < n && i < 3; i++) {
+        sz[i] = ms[i]->data ? st_cuda_mmq_tiles_bytes(ms[i]) : 0;
+        want += sz[i];
+        k += sz[i] > 0;
+    }
+    if (!want) return STRATA_OK;
+    size_t free_b = 0, total_b = 0;
+    TRY(st_cuda_mem_info(&free_b, &total_b));
+    int64_t avail = (int64_t)free_b;
+    if (s->gpu_mem > 0) { /* the budget less the weights, the KV cache and any expert slots */
+        int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
+        st_gpu_cache *cs[2] = {g->cache, g->stage};
+        for (int i = 0; i < 2; i++) {
+            int32_t slots = 0;
+            int64_t h, mi, b;
+            double lo, hi;
+            if (!cs[i]) continue;
+            st_gpu_cache_counters(cs[i], &slots, &h, &mi, &b, &lo, &hi);
+            used += (int64_t)slots * (int64_t)st_gpu_cache_slot_bytes(s);
+        }
+        if (s->gpu_mem - used < avail) avail = s->gpu_mem - used;
+    }
+    if (avail - st_gpu_margin(total_b) < (int64_t)want) {
+        g->tiles_skipped += k;
+        return STRATA_OK;
+    }
+    for (int i = 0; i < n && i < 3; i++) {
+        if (!sz[i]) continue;
+        TRY(st_gpu_ups_reserve(g));
+        void *d = NULL;
+        strata_status st = st_cuda_malloc(&d, sz[i]);
+        if (st != STRATA_OK)
+            return st_error(st, "gpu session: %zu bytes for a prompt tile copy (q8_tiles 0 does without): %s",
+                            sz[i], strata_last_error());
+        g->ups[g->n_ups].host = NULL; /* never shared */
+        g->ups[g->n_ups].dev = d;
+        g->n_ups++;
+        g->weight_bytes += sz[i];
+        g->tiles_bytes += sz[i];
+        TRY(st_cuda_mmq_tiles_make(ms[i], d, g->stream));
+        ms[i]->tiles = d;
+    }
+    return STRATA_OK;
+}
+
+/* q8_tiles: the tile copies, made after every other allocation of the session (weights, KV
+ * cache, scratch, an expert cache and its staging), so that they only take memory nothing else
+ * claimed: a model that fits without them still fits, and the expert cache keeps its size.
+ * Layer by layer: q/k/v (fused, or each), the output projection, a dense FFN's gate and up
+ * (together: the SwiGLU tiles take the copy only with both) and down. */
+static strata_status st_gpu_put_all_tiles(strata_session *s) {
+    st_gpu *g = s->gpu;
+    for (int il = 0; s->q8_tiles && il < s->model->hp.n_layer; il++) {
+        st_gpu_layer *G = &g->layers[il];
+        if (G->wqkv.data) {
+            st_cuda_mat *q[1] = {&G->wqkv};
+            TRY(st_gpu_put_tiles(s, q, 1));
+        } else {
+            st_cuda_mat *q[3] = {&G->wq, &G->wk, &G->wv};
+            for (int i = 0; i < 3; i++) TRY(st_gpu_put_tiles(s, &q[i], 1));
+        }
+        st_cuda_mat *o[1] = {&G->wo}, *gu[2] = {&G->ffn_gate, &G->ffn_up}, *dn[1] = {&G->ffn_down};
+        TRY(st_gpu_put_tiles(s, o, 1));
+        TRY(st_gpu_put_tiles(s, gu, 2));
+        TRY(st_gpu_put_tiles(s, dn, 1));
+    }
     return STRATA_OK;
 }
 
@@ -283,14 +344,6 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
             TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
         }
         TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
-        if (G->wqkv.data) {
-            TRY(st_gpu_put_tiles(s, &G->wqkv));
-        } else {
-            TRY(st_gpu_put_tiles(s, &G->wq));
-            TRY(st_gpu_put_tiles(s, &G->wk));
-            TRY(st_gpu_put_tiles(s, &G->wv));
-        }
-        TRY(st_gpu_put_tiles(s, &G->wo));
         if (hp->n_expert > 0) {
             TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
             /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
@@ -314,9 +367,6 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
             TRY(st_gpu_put_mat(g, &L->ffn_gate, &G->ffn_gate));
             TRY(st_gpu_put_mat(g, &L->ffn_up, &G->ffn_up));
             TRY(st_gpu_put_mat(g, &L->ffn_down, &G->ffn_down));
-            TRY(st_gpu_put_tiles(s, &G->ffn_gate));
-            TRY(st_gpu_put_tiles(s, &G->ffn_up));
-            TRY(st_gpu_put_tiles(s, &G->ffn_down));
             if (G->ffn_gate.type != G->ffn_up.type)
                 return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: layer %d gate and up types differ", il);
         }
@@ -607,6 +657,7 @@ strata_status st_gpu_create(strata_session *s) {
             if (!g->stage_rows || !g->stage_list) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
         }
     }
+    TRY(st_gpu_put_all_tiles(s));
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
 }
@@ -730,7 +781,7 @@ static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
         const int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
         if (s->gpu_mem - used < avail) avail = s->gpu_mem - used;
     }
-    const int64_t margin = (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
+    const int64_t margin = st_gpu_margin(total_b);
     const int64_t slot = (int64_t)st_gpu_cache_slot_bytes(s);
     int64_t n = slot > 0 && avail > margin ? (avail - margin) / slot : 0;
     const int64_t all = (int64_t)hp->n_layer * hp->n_expert;
@@ -747,5 +798,9 @@ static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
 size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
 st_gpu_cache *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { return s && s->gpu ? (int64_t)s->gpu->pinned_bytes : 0; }
+void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped) {
+    *bytes = s && s->gpu ? (int64_t)s->gpu->tiles_bytes : 0;
+    *skipped = s && s->gpu ? s->gpu->tiles_skipped : 0;
+}
 
 #endif /* STRATA_HAVE_CUDA */

@@ -514,6 +514,7 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->cpu_share_expert_s = s->cost.cpu_expert_s;
     out->stage_batches = s->stage_batches;
     out->pinned_bytes = st_gpu_pinned_bytes(s);
+    st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped);
     out->cpu_batches = s->cpu_batches;
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;

@@ -216,6 +216,9 @@ void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits,
 st_gpu_cache *st_gpu_get_cache(const strata_session *s);
 /* Bytes of the pinned copy of the experts kept in RAM (pin_experts), 0 without one. */
 int64_t st_gpu_pinned_bytes(const strata_session *s);
+/* q8_tiles: the bytes of the Q8_0 tile copies made and the matrices left without one (no GPU
+ * memory to spare), both 0 without a GPU session. */
+void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped);
 /* 1 when a GPU call of T tokens hands its CPU layers to the expert pool (cuda_doorbell): the
  * session's own workers then have no expert work in it. */
 int st_gpu_pool_serves(const strata_session *s, int64_t T);

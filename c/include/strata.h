@@ -622,8 +622,10 @@ typedef struct strata_session_params {
                              apart), which batches of 32+ tokens copy into shared memory by
                              cp.async instead of decoding the 34-byte blocks lane by lane. Same
                              results, bit for bit; costs those matrices' GPU memory once more
-                             (qwen3-30b-a3b: 0.96 GB). 1 (default) on; 0 off
-                             (STRATA_Q8_TILES=0, --no-q8-tiles) */
+                             (qwen3-30b-a3b: 0.96 GB), taken last and only where the session's
+                             other allocations (an expert cache among them) and the margin leave
+                             room: the stats count the copies' bytes and the matrices without
+                             one. 1 (default) on; 0 off (STRATA_Q8_TILES=0, --no-q8-tiles) */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
@@ -748,6 +750,10 @@ typedef struct strata_session_stats {
      * an expert (and cpu_expert_per_row_s a further row) */
     double cpu_share_step_s;
     double cpu_share_expert_s;
+    /* q8_tiles: GPU bytes of the Q8_0 tile copies, and the matrices left without one (made last,
+     * only in GPU memory nothing else of the session claimed) */
+    int64_t q8_tiles_bytes;
+    int32_t q8_tiles_skipped;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

@@ -44,6 +44,7 @@ static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the 
 static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
 static int g_doorbell = 0;                 /* cuda_doorbell of the next sessions */
 static int g_pipe = 0;                     /* pipe of the next sessions */
+static int g_q8_tiles = 1;                 /* q8_tiles of the next sessions (the default, on) */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -63,6 +64,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.cuda_doorbell = g_doorbell;
     sp.pipe = g_pipe;
     sp.cpu_warm = g_warm;
+    sp.q8_tiles = g_q8_tiles;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -500,6 +502,30 @@ static void test_default_model(void) {
         CHECK(agree >= n - 3, "top-1 agreement %d of %lld", agree, (long long)n);
         CHECK(memcmp(gpu, gpu2, sizeof(float) * (size_t)n * (size_t)V) == 0,
               "two GPU runs of the same tokens are not bit-identical");
+        /* q8_tiles: the Q8_0 matrices' tile copies made (the default model's attention is Q8_0)
+         * and the same bits without them (prompt batches of 32+ tokens take the tiles) */
+        strata_session *ts = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+        strata_session_stats tst;
+        memset(&tst, 0, sizeof tst);
+        if (ts) CHECK(strata_session_get_stats(ts, &tst) == STRATA_OK, "stats: %s", strata_last_error());
+        strata_session_free(ts);
+        g_q8_tiles = 0;
+        float *gnt = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        strata_session *ts0 = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+        strata_session_stats tst0;
+        memset(&tst0, 0, sizeof tst0);
+        if (ts0) CHECK(strata_session_get_stats(ts0, &tst0) == STRATA_OK, "stats: %s", strata_last_error());
+        strata_session_free(ts0);
+        g_q8_tiles = 1;
+        printf("q8_tiles: %lld bytes of tile copies (%d matrices without one); off: %lld bytes; logits %s\n",
+               (long long)tst.q8_tiles_bytes, (int)tst.q8_tiles_skipped, (long long)tst0.q8_tiles_bytes,
+               gnt && !memcmp(gpu, gnt, sizeof(float) * (size_t)n * (size_t)V) ? "bit-identical" : "DIFFER");
+        CHECK(tst.q8_tiles_bytes > 0 && tst.q8_tiles_skipped == 0 && tst0.q8_tiles_bytes == 0,
+              "q8_tiles: %lld bytes, %d skipped; off: %lld bytes", (long long)tst.q8_tiles_bytes,
+              (int)tst.q8_tiles_skipped, (long long)tst0.q8_tiles_bytes);
+        CHECK(gnt && !memcmp(gpu, gnt, sizeof(float) * (size_t)n * (size_t)V),
+              "q8_tiles 0: the logits differ from the tile copy's");
+        free(gnt);
     }
     free(gpu); free(gpu2); free(gpu7); free(gtc); free(gts); free(gtp); /* cpu and cpu32 serve the placement checks below */
 
