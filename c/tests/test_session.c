@@ -293,6 +293,13 @@ static void test_errors(void) {
     CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
               strstr(strata_last_error(), "cpu_warm"), "cpu_warm 2 refused: %s", strata_last_error());
     p.cpu_warm = 0;
+    for (int v = -1; v <= 2; v += 3) { /* q8_tiles takes 0 or 1 (the default) */
+        p.q8_tiles = v;
+        CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
+                  strstr(strata_last_error(), "q8_tiles"), "q8_tiles %d refused: %s", v, strata_last_error());
+    }
+    CHECK(strata_session_default_params().q8_tiles == 1, "q8_tiles on by default");
+    p.q8_tiles = 0;
     p.attn_tc = 3;
     CHECK(strata_session_create(model, &p, &s2) == STRATA_OK, "attn_tc 3, cpu_warm 0: %s", strata_last_error());
     strata_session_free(s2);

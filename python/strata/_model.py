@@ -66,7 +66,9 @@ class Model:
     n_cpu_moe: that share of a CPU layer's experts in decode steps copied to the GPU), doorbell
     (with n_cpu_moe: decode steps feed the CPU layers to a pool of CPU threads through host-mapped
     memory, docs/EXPERTS.md), cpu_warm (with n_cpu_moe: the CPU threads read the next CPU layer's
-    predicted experts into their caches while the GPU computes; default False); CPU sessions
+    predicted experts into their caches while the GPU computes; default False), q8_tiles (Q8_0
+    dense matrices also kept in the prompt tiles' layout where GPU memory allows: same results,
+    faster prompts; default True); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
 
@@ -79,7 +81,7 @@ class Model:
                  stage_experts="auto", expert_cache=0, gpu_mem: int = 0,
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses: bool = False, pcie_frac: float = -1.0,
-                 doorbell: bool = False, cpu_warm: bool = False):
+                 doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
@@ -119,7 +121,7 @@ class Model:
         else:
             self.pin_experts = int(bool(pin_experts))
         self.cpu_pin, self.gpu_prefetch = bool(cpu_pin), bool(gpu_prefetch)
-        self.doorbell, self.cpu_warm = bool(doorbell), bool(cpu_warm)
+        self.doorbell, self.cpu_warm, self.q8_tiles = bool(doorbell), bool(cpu_warm), bool(q8_tiles)
         self.cpu_misses, self.pcie_frac = bool(cpu_misses or pcie_frac >= 0), float(pcie_frac)
         if stage_experts == "auto":
             stage_experts = -1
@@ -266,7 +268,7 @@ class Model:
         sp.cuda_pdl = self.cuda_pdl
         sp.pin_experts, sp.cpu_pin, sp.gpu_prefetch = self.pin_experts, int(self.cpu_pin), int(self.gpu_prefetch)
         sp.cpu_misses, sp.pcie_frac = int(self.cpu_misses), self.pcie_frac
-        sp.cuda_doorbell, sp.cpu_warm = int(self.doorbell), int(self.cpu_warm)
+        sp.cuda_doorbell, sp.cpu_warm, sp.q8_tiles = int(self.doorbell), int(self.cpu_warm), int(self.q8_tiles)
         sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),

@@ -349,7 +349,8 @@ def test_cli_placement_options_parse(model):
                   ["--cpu-moe", "--stage-experts", "auto"], ["--attn-tc"],
                   ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"], ["--cpu-misses"],
                   ["--pcie-frac", "0.5"], ["--attn-tc-split"], ["--attn-tc-split-p"], ["--no-attn-tc"], ["--no-pdl"],
-                  ["--pdl"], ["--pdl-all"], ["--doorbell-graphs"], ["--cpu-warm"], ["--no-cpu-warm"]):
+                  ["--pdl"], ["--pdl-all"], ["--doorbell-graphs"], ["--cpu-warm"], ["--no-cpu-warm"],
+                  ["--q8-tiles"], ["--no-q8-tiles"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
@@ -378,9 +379,16 @@ def test_python_last_stats():
                                         "experts", "shared", "output"}
     assert st["degrade_slots"] == 9 * 6 * 4 and 0 <= st["degrade_zeroed"] <= st["degrade_slots"]
     assert st["expert_slots_cpu"] == (n_prompt + 9) * 6 * 4 and st["expert_slots_gpu"] == 0
+    assert st["q8_tiles_bytes"] == 0 and st["q8_tiles_skipped"] == 0  # a CPU session makes none
     m.logits([1, 2, 3])
     assert m.last_stats["forward_tokens"] == 3
     m.close()
+    # q8_tiles reaches the session (GPU sessions only use it: a CPU session's logits are the same)
+    a = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, n_threads=2, q8_tiles=False)
+    b = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, n_threads=2)
+    assert (a.logits([1, 2, 3]) == b.logits([1, 2, 3])).all()
+    a.close()
+    b.close()
 
 
 def test_cli_ram_budget(model):
