@@ -691,7 +691,7 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
     if (lr < count) src = a.x_order ? (int64_t)(a.x_order[start + lr] / a.k_div) : start + lr;
     const uint8_t *wrow = NULL;
     st_q8t_rows tr = {{NULL, NULL}, NULL};
-    const int64_t np = st_q8t_np(a.N);
+    const int64_t srows = st_q8t_np(a.N); /* RP: rows of the copy's scale array */
     if (RP) { /* the matrix row of tile row i (of 64), -1 past N */
         auto mrow = [&](int i, const uint8_t *&base) -> int64_t {
             const int64_t r = PAIR ? oc0 + (i & 31) : r0 + i;
@@ -727,7 +727,7 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
     {
-        if constexpr (RP) st_q8t_issue(tr, 0, nch, np, st_mq_smem8 + TILE_B, Wd[0], tid, a.q0);
+        if constexpr (RP) st_q8t_issue(tr, 0, nch, srows, st_mq_smem8 + TILE_B, Wd[0], tid, a.q0);
         st_mq_stage8 s0;
         st_mq_fetch8<C>(a, src, wrow, hf, nch, s0);
         if (RP) {
@@ -744,7 +744,7 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
         st_mq_stage8 nx;
         /* the tile copy's next weights straight into the other buffer (free since the barrier) */
         if constexpr (RP)
-            if (more) st_q8t_issue(tr, c0 + 2, nch, np, st_mq_smem8 + (2 * (b ^ 1) + 1) * TILE_B, Wd[b ^ 1], tid, a.q0);
+            if (more) st_q8t_issue(tr, c0 + 2, nch, srows, st_mq_smem8 + (2 * (b ^ 1) + 1) * TILE_B, Wd[b ^ 1], tid, a.q0);
         if (more) st_mq_fetch8<C>(a, src, wrow, c0 + 2 + hf, nch, nx);
         const int8_t *Xs = st_mq_smem8 + 2 * b * TILE_B;
         const int8_t *Ws = st_mq_smem8 + (2 * b + 1) * TILE_B;

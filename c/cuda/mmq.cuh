@@ -9,7 +9,9 @@
  * for types with a scale per 16 weights), with mma.sync m16n8k16 (f16 inputs, f32 accumulators):
  * integers below 2^11 whose sums stay below 2^24, so every slice's dot is exact, and scales it
  * into the accumulators as the dp4a GEMV does: acc += dx * (sw * dot + mw * sum(qx)). The tiles thus compute the GEMV's function (only
- * the order of the f32 scale products differs). GLU tiles decode a second matrix (up); the
+ * the order of the f32 scale products differs). A dense Q8_0 matrix with a tile copy
+ * (cuda_mmq.h, st_cuda_mmq_tiles_make) skips the decoding: its quant rows and block-major scales
+ * go into shared memory by cp.async (st_k_mmq_i8's RP form), the same values, the same bits. GLU tiles decode a second matrix (up); the
  * epilogue applies silu(gate) * up. Results are staged through shared memory and written with
  * row and column bounds, so no output outside [0, count) x [0, N) is touched.
  *
