@@ -533,7 +533,9 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                     fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
                             o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
             }
-            if (o->q8_tiles && !o->quiet && strata_session_get_stats(*out, &cs) == STRATA_OK && cs.q8_tiles_skipped > 0)
+            /* (an expert cache of auto size leaves no room for them by design: said in EXPERTS.md) */
+            if (o->q8_tiles && !o->quiet && o->expert_cache == 0 && strata_session_get_stats(*out, &cs) == STRATA_OK &&
+                cs.q8_tiles_skipped > 0)
                 fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "
                         "spare); their prompt batches read the blocks (same results, slower)\n",
                         (int)cs.q8_tiles_skipped);
