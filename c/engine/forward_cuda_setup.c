@@ -125,10 +125,30 @@ static strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *
     return STRATA_OK;
 }
 
-/* GPU memory a session keeps free beyond what it allocated: 2% of the card, at least 512 MiB
- * (the driver's and the kernels' own needs); the expert cache's auto size leaves it too. */
-static int64_t st_gpu_margin(size_t total_b) {
-    return (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
+/* GPU memory the session may still allocate: the device's free memory, within gpu_mem less the
+ * weights, the KV cache and any expert slots (cache and staging) when gpu_mem is set; and the
+ * margin it keeps free beyond that: 2% of the card, at least 512 MiB (the driver's and the
+ * kernels' own needs). The expert cache's auto size and the tile copies both go by them. */
+static strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *margin) {
+    st_gpu *g = s->gpu;
+    size_t free_b = 0, total_b = 0;
+    TRY(st_cuda_mem_info(&free_b, &total_b));
+    *avail = (int64_t)free_b;
+    *margin = (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
+    if (s->gpu_mem > 0) {
+        int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
+        st_gpu_cache *cs[2] = {g->cache, g->stage};
+        for (int i = 0; i < 2; i++) {
+            int32_t slots = 0;
+            int64_t h, mi, b;
+            double lo, hi;
+            if (!cs[i]) continue;
+            st_gpu_cache_counters(cs[i], &slots, &h, &mi, &b, &lo, &hi);
+            used += (int64_t)slots * (int64_t)st_gpu_cache_slot_bytes(s);
+        }
+        if (s->gpu_mem - used < *avail) *avail = s->gpu_mem - used;
+    }
+    return STRATA_OK;
 }
 
 /* The prompt tiles' copies of matrices ms[0..n) (cuda_mmq.h: Q8_0 only; others are passed
@@ -145,23 +165,9 @@ static strata_status st_gpu_put_tiles(strata_session *s, st_cuda_mat *const *ms,
         k += sz[i] > 0;
     }
     if (!want) return STRATA_OK;
-    size_t free_b = 0, total_b = 0;
-    TRY(st_cuda_mem_info(&free_b, &total_b));
-    int64_t avail = (int64_t)free_b;
-    if (s->gpu_mem > 0) { /* the budget less the weights, the KV cache and any expert slots */
-        int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
-        st_gpu_cache *cs[2] = {g->cache, g->stage};
-        for (int i = 0; i < 2; i++) {
-            int32_t slots = 0;
-            int64_t h, mi, b;
-            double lo, hi;
-            if (!cs[i]) continue;
-            st_gpu_cache_counters(cs[i], &slots, &h, &mi, &b, &lo, &hi);
-            used += (int64_t)slots * (int64_t)st_gpu_cache_slot_bytes(s);
-        }
-        if (s->gpu_mem - used < avail) avail = s->gpu_mem - used;
-    }
-    if (avail - st_gpu_margin(total_b) < (int64_t)want) {
+    int64_t avail, margin;
+    TRY(st_gpu_room(s, &avail, &margin));
+    if (avail - margin < (int64_t)want) {
         g->tiles_skipped += k;
         return STRATA_OK;
     }
@@ -773,15 +779,8 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, in
  * every routed expert. */
 static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
     const st_hparams *hp = &s->model->hp;
-    st_gpu *g = s->gpu;
-    size_t free_b = 0, total_b = 0;
-    TRY(st_cuda_mem_info(&free_b, &total_b));
-    int64_t avail = (int64_t)free_b;
-    if (s->gpu_mem > 0) {
-        const int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
-        if (s->gpu_mem - used < avail) avail = s->gpu_mem - used;
-    }
-    const int64_t margin = st_gpu_margin(total_b);
+    int64_t avail, margin; /* made before any expert slots: the weights and the KV cache count */
+    TRY(st_gpu_room(s, &avail, &margin));
     const int64_t slot = (int64_t)st_gpu_cache_slot_bytes(s);
     int64_t n = slot > 0 && avail > margin ? (avail - margin) / slot : 0;
     const int64_t all = (int64_t)hp->n_layer * hp->n_expert;
