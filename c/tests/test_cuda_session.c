@@ -89,6 +89,17 @@ static float *all_logits(const strata_model *m, strata_backend_kind be, int n_ba
     return lg;
 }
 
+/* The stats of a new GPU session (the next sessions' settings), before any call: what its
+ * creation made. All zero if it could not be made (a CHECK says why). */
+static strata_session_stats fresh_stats(const strata_model *m) {
+    strata_session_stats st;
+    memset(&st, 0, sizeof st);
+    strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+    if (s) CHECK(strata_session_get_stats(s, &st) == STRATA_OK, "stats: %s", strata_last_error());
+    strata_session_free(s);
+    return st;
+}
+
 /* KL(p || q) of the softmaxes of two logit rows, in double. */
 static double kl_row(const float *a, const float *b, int32_t V) {
     double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
@@ -504,18 +515,10 @@ static void test_default_model(void) {
               "two GPU runs of the same tokens are not bit-identical");
         /* q8_tiles: the Q8_0 matrices' tile copies made (the default model's attention is Q8_0)
          * and the same bits without them (prompt batches of 32+ tokens take the tiles) */
-        strata_session *ts = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
-        strata_session_stats tst;
-        memset(&tst, 0, sizeof tst);
-        if (ts) CHECK(strata_session_get_stats(ts, &tst) == STRATA_OK, "stats: %s", strata_last_error());
-        strata_session_free(ts);
+        const strata_session_stats tst = fresh_stats(m);
         g_q8_tiles = 0;
         float *gnt = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
-        strata_session *ts0 = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
-        strata_session_stats tst0;
-        memset(&tst0, 0, sizeof tst0);
-        if (ts0) CHECK(strata_session_get_stats(ts0, &tst0) == STRATA_OK, "stats: %s", strata_last_error());
-        strata_session_free(ts0);
+        const strata_session_stats tst0 = fresh_stats(m);
         g_q8_tiles = 1;
         printf("q8_tiles: %lld bytes of tile copies (%d matrices without one); off: %lld bytes; logits %s\n",
                (long long)tst.q8_tiles_bytes, (int)tst.q8_tiles_skipped, (long long)tst0.q8_tiles_bytes,
