@@ -14,18 +14,10 @@
 set -u
 cd "$(dirname "$0")/.."
 . bench/device_common.sh
-O="${OUT:-/tmp}/attn_ab"; J=/tmp/attn_ab_json; rm -rf "$J"; mkdir -p "$O" "$J"
-trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
-exec > >(tee "${OUT:-/tmp}/device_attn_ab.log") 2>&1
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-dev_wheels
-dev_synth_files /tmp
+dev_start attn_ab
 make -j16 CUDA=1 strata build/tests/test_cuda_attn > "$J/build.log" 2>&1 ||
     { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
 echo "build ok at $(el)s"
-CI="-O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/experts -Ic/engine -DSTRATA_HAVE_CUDA=1"
 builds="base"
 for v in 1 2 3; do
     eval "flags=\${AB$v:-}"
@@ -46,7 +38,7 @@ for b in $builds; do
         echo "test_cuda_attn rc=$?: $(grep -E "passed, " "$O/test_cuda_attn_$b.log" | tail -1)"
         grep -E "FAIL" "$O/test_cuda_attn_$b.log" | head -5
     fi
-    if [ "${CHECK:-1}" = 1 ] && nvcc $CI $(fl $b) c/cuda/dev/attn_check.cu $(dir $b)/libstrata.a -lpthread -ldl -lrt \
+    if [ "${CHECK:-1}" = 1 ] && nvcc $DEV_NVCC $(fl $b) c/cuda/dev/attn_check.cu $(dir $b)/libstrata.a -lpthread -ldl -lrt \
         -o /tmp/attn_check_$b 2> "$J/attn_check_build_$b.log"; then
         timeout 120 /tmp/attn_check_$b 16384 prefill > "$O/attn_check_$b.txt" 2>&1
         echo "attn_check rc=$? (T, positions, plan, chunks, us, nmse, TFLOP/s):"

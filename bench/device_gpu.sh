@@ -34,7 +34,6 @@ trap 'tar -C "$R" -cf "$FINAL/results.tar" . 2>/dev/null' EXIT
 trap 'exit 143' TERM INT
 exec > >(tee "$FINAL/device_gpu.log") 2>&1
 t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
 BUDGET=${BUDGET:-400}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"

@@ -10,14 +10,7 @@
 set -u
 cd "$(dirname "$0")/.."
 . bench/device_common.sh
-O="${OUT:-/tmp}/mmq_ab"; J=/tmp/mmq_ab_json; rm -rf "$J"; mkdir -p "$O" "$J"
-trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
-exec > >(tee "${OUT:-/tmp}/device_mmq_ab.log") 2>&1
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-dev_wheels
-dev_synth_files /tmp
+dev_start mmq_ab
 make -j16 CUDA=1 strata build/tests/test_cuda_mmv build/tests/test_cuda_moe build/tests/test_cuda_session > "$J/build.log" 2>&1 ||
     { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
 echo "build ok at $(el)s"
@@ -25,10 +18,9 @@ rm -rf build-ab && cp -r build build-ab && rm -f build-ab/c/cuda/mmq.o
 make -j16 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="${AB:?AB: the nvcc flags of the variant}" build-ab/strata \
     > "$J/build_ab.log" 2>&1 || { echo "ab: BUILD FAILED"; grep error "$J/build_ab.log" | head -5; exit 1; }
 echo "ab ($AB) built at $(el)s"
-CI="-O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/experts -Ic/engine -DSTRATA_HAVE_CUDA=1"
 for b in base ab; do
     d=build; [ $b = ab ] && d=build-ab
-    nvcc $CI $([ $b = ab ] && echo "$AB") c/cuda/dev/mmq_check.cu $d/libstrata.a -lpthread -ldl -lrt -o /tmp/mmq_check_$b \
+    nvcc $DEV_NVCC $([ $b = ab ] && echo "$AB") c/cuda/dev/mmq_check.cu $d/libstrata.a -lpthread -ldl -lrt -o /tmp/mmq_check_$b \
         2> "$J/mmq_check_build_$b.log" || { echo "mmq_check $b: BUILD FAILED"; continue; }
     { timeout 90 /tmp/mmq_check_$b "experts"; timeout 40 /tmp/mmq_check_$b "attn_qkv"; } > "$O/mmq_check_$b.txt" 2>&1
     echo "mmq_check $b at $(el)s:"; grep -vE "^NVIDIA|f16 tiles|GLU fused" "$O/mmq_check_$b.txt" | cut -c1-150

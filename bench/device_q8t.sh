@@ -10,19 +10,11 @@
 set -u
 cd "$(dirname "$0")/.."
 . bench/device_common.sh
-O="${OUT:-/tmp}/q8t"; J=/tmp/q8t_json; rm -rf "$J"; mkdir -p "$O" "$J"
-trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
-exec > >(tee "${OUT:-/tmp}/device_q8t.log") 2>&1
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-dev_wheels
-dev_synth_files /tmp
+dev_start q8t
 make -j16 CUDA=1 strata build/tests/test_cuda_mmv build/tests/test_cuda_session > "$J/build.log" 2>&1 ||
     { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
 echo "build ok at $(el)s"
-CI="-O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/experts -Ic/engine -DSTRATA_HAVE_CUDA=1"
-nvcc $CI c/cuda/dev/mmq_check.cu build/libstrata.a -lpthread -ldl -lrt -o /tmp/mmq_check 2> "$J/mmq_check_build.log" &&
+nvcc $DEV_NVCC c/cuda/dev/mmq_check.cu build/libstrata.a -lpthread -ldl -lrt -o /tmp/mmq_check 2> "$J/mmq_check_build.log" &&
     { timeout 120 /tmp/mmq_check "attn" > "$O/mmq_check.txt" 2>&1; timeout 60 /tmp/mmq_check "q8_0 ffn" >> "$O/mmq_check.txt" 2>&1;
       echo "mmq_check rc=$?:"; grep -E "Q8_0" "$O/mmq_check.txt" | cut -c1-200; }
 if [ "${TEST:-1}" = 1 ]; then

@@ -21,7 +21,6 @@ cd "$(dirname "$0")/.."
 exec > >(tee "${OUT:-/tmp}/device_split.log") 2>&1
 : > "${OUT:-/tmp}/device_split.jsonl"
 t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
 nvidia-smi --query-gpu=name --format=csv,noheader
 echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
 dev_wheels
