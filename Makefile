@@ -18,7 +18,9 @@ LIBSO   := $(OUTDIR)/libstrata.so
 CLI     := $(OUTDIR)/strata
 OPT     ?= -O2
 SAN     ?=
-CFLAGS_BASE := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fPIC \
+# -ffp-contract=off: a * b + c stays two roundings (GCC's ISO C default, explicit for other
+# compilers), so the GPU can match the CPU's expert arithmetic bit for bit (c/cuda/moe_exact.cu).
+CFLAGS_BASE := -std=c11 $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fPIC \
                -fvisibility=hidden -D_GNU_SOURCE $(SAN)
 INCLUDES := -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda \
             -Ic/model -Ic/experts -Ic/engine

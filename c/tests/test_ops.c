@@ -637,6 +637,48 @@ static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) 
               (long long)T, st_threadpool_n_threads(pools[p]));
         free(gotb);
     }
+    /* the rows before the sum (st_moe_ffn_end_rows, a GPU session's split): summed in slot order
+     * as st_moe_ffn's combine does (first product, then each product and sum rounded), they give
+     * its bits; a dropped slot's row is not written */
+    for (int p = 0; p < n_pools; p++) {
+        float *rows = malloc(sizeof(float) * (size_t)(T * k * n_embd)), *sum = malloc(sizeof(float) * (size_t)(T * n_embd));
+        int32_t idr[13 * 3];
+        for (int i = 0; i < 13 * 3; i++) idr[i] = i == 4 ? -1 : ids[i];
+        float *ref = malloc(sizeof(float) * (size_t)(T * n_embd));
+        st_moe_ffn(pools[p], ex, E, x, T, idr, wts, k, ref, ws);
+        for (int64_t i = 0; i < T * k * n_embd; i++) rows[i] = -3.0f;
+        st_moe_ffn_begin(pools[p], ex, E, x, T, idr, wts, k, sum, ws);
+        st_moe_ffn_end_rows(pools[p], ws, rows);
+        int untouched = 1;
+        for (int64_t i = 0; i < n_embd; i++) untouched &= rows[4 * n_embd + i] == -3.0f;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t i = 0; i < n_embd; i++) {
+                float o = 0.0f;
+                int first = 1;
+                for (int32_t q = 0; q < k; q++) {
+                    if (idr[t * k + q] < 0) continue;
+                    const float v = wts[t * k + q] * rows[(t * k + q) * n_embd + i];
+                    o = first ? v : o + v;
+                    first = 0;
+                }
+                sum[t * n_embd + i] = o;
+            }
+        CHECK(untouched && memcmp(sum, ref, sizeof(float) * (size_t)(T * n_embd)) == 0,
+              "moe %s: the rows of st_moe_ffn_end_rows (%d threads), summed in slot order: %s", strata_type_name(type),
+              st_threadpool_n_threads(pools[p]), untouched ? "not st_moe_ffn's bits" : "a dropped slot's row written");
+        float one_rows[3 * 256], one_sum[256];
+        st_moe_ffn_begin(pools[p], ex, E, x + 7 * n_embd, 1, ids + 7 * k, wts + 7 * k, k, one_sum, ws);
+        st_moe_ffn_end_rows(pools[p], ws, one_rows); /* one token: the one-dispatch step */
+        int same1 = 1;
+        for (int64_t i = 0; i < n_embd; i++) {
+            float o = wts[7 * k] * one_rows[i];
+            for (int32_t q = 1; q < k; q++) o = o + wts[7 * k + q] * one_rows[q * n_embd + i];
+            same1 &= memcmp(&o, &one[i], 4) == 0;
+        }
+        CHECK(same1, "moe %s: one token's rows (%d threads), summed: not st_moe_ffn's bits", strata_type_name(type),
+              st_threadpool_n_threads(pools[p]));
+        free(rows); free(sum); free(ref);
+    }
     /* a batch with dropped slots (every third id -1): each row still the token alone */
     {
         int32_t idd[13 * 3];
@@ -682,7 +724,45 @@ static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) 
     free_weights(&gate); free_weights(&up); free_weights(&down);
 }
 
+/* st_det_expf (c/core/det_expf.h, the CPU's and the GPU's silu): within 2 ulp of e^x over the
+ * float range it covers, exact at 0, the limits as documented; silu within 4 ulp of its double. */
+static int64_t ulp_dist(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    if (ia < 0) ia = (int32_t)0x80000000 - ia;
+    if (ib < 0) ib = (int32_t)0x80000000 - ib;
+    return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+static void test_det_expf(void) {
+    int64_t worst = 0, worst_silu = 0;
+    float at = 0, at_silu = 0;
+    for (double v = -87.3; v <= 88.7; v += 0.000731) {
+        const float x = (float)v;
+        const int64_t d = ulp_dist(st_det_expf(x), (float)exp((double)x));
+        if (d > worst) { worst = d; at = x; }
+        if (x > -80.0f && x < 80.0f) {
+            const double sd = (double)x / (1.0 + exp(-(double)x));
+            if (fabs(sd) > 1e-30) {
+                const int64_t ds = ulp_dist(st_silu(x), (float)sd);
+                if (ds > worst_silu) { worst_silu = ds; at_silu = x; }
+            }
+        }
+    }
+    CHECK(worst <= 2, "st_det_expf: %lld ulp from exp at %.9g", (long long)worst, (double)at);
+    CHECK(worst_silu <= 4, "st_silu: %lld ulp from its double at %.9g", (long long)worst_silu, (double)at_silu);
+    CHECK(st_det_expf(0.0f) == 1.0f && st_det_expf(-0.0f) == 1.0f, "st_det_expf(0) = 1");
+    CHECK(st_det_expf(89.0f) == INFINITY && st_det_expf(INFINITY) == INFINITY, "st_det_expf: overflow to inf");
+    CHECK(st_det_expf(-88.0f) == 0.0f && st_det_expf(-INFINITY) == 0.0f, "st_det_expf: below FLT_MIN to 0");
+    CHECK(isnan(st_det_expf(NAN)), "st_det_expf(NaN) is NaN");
+    CHECK(st_silu(-100.0f) == 0.0f && st_silu(100.0f) == 100.0f, "st_silu at the ends");
+    printf("st_det_expf: worst %lld ulp (at %.6g), st_silu %lld ulp (at %.6g)\n", (long long)worst, (double)at,
+           (long long)worst_silu, (double)at_silu);
+}
+
 int main(void) {
+    test_det_expf();
     test_threadpool();
     test_threadpool_stress();
     st_threadpool *pools[3] = {NULL, NULL, NULL};

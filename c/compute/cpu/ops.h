@@ -11,6 +11,7 @@
 #include "common.h"
 #include "model.h"
 #include "threadpool.h"
+#include "det_expf.h"
 
 #include <math.h>
 
@@ -21,7 +22,8 @@
 void st_rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps);
 /* In-place softmax over n values; max-subtracted, sum in double. */
 void st_softmax(float *x, int64_t n);
-static inline float st_silu(float x) { return x / (1.0f + expf(-x)); }
+/* silu with st_det_expf: the bits the GPU's CPU-exact expert kernels (moe_exact.cu) reproduce */
+static inline float st_silu(float x) { return st_det_silu(x); }
 static inline float st_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* h[i] = silu(g[i]) * u[i] */
 void st_swiglu(float *h, const float *g, const float *u, int64_t n);
@@ -132,6 +134,11 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
 void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
                       int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws);
 void st_moe_ffn_end(st_threadpool *tp, void *ws);
+/* _end without the weighted sum: rows[(t * k + s) * n_embd ..] = FFN_{ids[t][s]}(x[t]) for each
+ * slot with an id in [0, n_expert) (other slots' rows are not written; out is not written), the
+ * rows st_moe_ffn sums. A GPU session adds them to the GPU's in slot order (the --cpu-misses
+ * split with the CPU-exact kernels: st_cuda_moe_combine_rows computes st_moe_ffn's sum). */
+void st_moe_ffn_end_rows(st_threadpool *tp, void *ws, float *rows);
 /* One token's step (T == 1) runs gate/up, h's quantization and down in one parallel region, down
  * chunks starting as their experts' h rows are ready (the default, on); 0: three stages with a
  * barrier between each, as batches run. The same bits either way. Process-wide, for tests and
