@@ -90,6 +90,15 @@ st_vec_dot_rows_fn st_vec_dot_rows_get(strata_type type) {
     return st_tables_rows[type];
 }
 
+int st_vec_dot_exact_blocks(strata_type type) {
+    pthread_once(&st_tables_once, st_tables_init);
+    if (type != STRATA_TYPE_Q4_0 && type != STRATA_TYPE_Q8_0 && type != STRATA_TYPE_Q4_K &&
+        type != STRATA_TYPE_Q5_K && type != STRATA_TYPE_Q6_K)
+        return 0;
+    return strata_cpu_isa_active() == STRATA_ISA_AVX512 && st_tables[STRATA_ISA_AVX512][type] &&
+           st_resolved[STRATA_ISA_AVX512][type] == st_tables[STRATA_ISA_AVX512][type];
+}
+
 int st_q8_0_prepared_get(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot) {
     pthread_once(&st_tables_once, st_tables_init);
     const strata_type t = STRATA_TYPE_Q8_0;

@@ -474,11 +474,21 @@ void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_exp
     }
 }
 
-void st_moe_ffn_end(st_threadpool *tp, void *ws) {
-    st_moe_state *S = ws;
+/* Stage 4 for st_moe_ffn_end_rows: each valid slot's row copied out in slot order. */
+static void st_moe_slot_rows(void *ctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const st_moe_job *j = ctx;
+    for (int64_t i = b; i < e; i++) {
+        const int32_t pi = j->pair_of[i];
+        if (pi >= 0)
+            memcpy(j->out + i * j->n_embd, j->y + (int64_t)pi * j->n_embd, sizeof(float) * (size_t)j->n_embd);
+    }
+}
+
+/* The experts' rows of a begun step (gate/up, h, down), before the sum. */
+static void st_moe_ffn_finish(st_threadpool *tp, st_moe_state *S) {
     st_moe_job *j = &S->j;
     const st_moe_one *o = &S->o;
-    if (S->mode == ST_MOE_NONE) return;
     if (S->mode == ST_MOE_ONE) {
         st_threadpool_wait(tp);
     } else {
@@ -489,9 +499,27 @@ void st_moe_ffn_end(st_threadpool *tp, void *ws) {
         if (j->dotp_d) st_threadpool_run(tp, n_pairs, chunk_h, st_moe_prep_h, j);
         st_threadpool_run(tp, o->rows_d, o->chunk_d, st_moe_down, j);
     }
+}
+
+void st_moe_ffn_end(st_threadpool *tp, void *ws) {
+    st_moe_state *S = ws;
+    if (S->mode == ST_MOE_NONE) return;
+    st_moe_ffn_finish(tp, S);
+    const st_moe_job *j = &S->j;
     const int64_t T = S->T;
     st_threadpool_run(tp, T, T * j->n_embd * j->k < 65536 ? T : st_threadpool_chunk(tp, T, 2, 1),
-                      st_moe_combine, j);
+                      st_moe_combine, (void *)j);
+    S->mode = ST_MOE_NONE;
+}
+
+void st_moe_ffn_end_rows(st_threadpool *tp, void *ws, float *rows) {
+    st_moe_state *S = ws;
+    if (S->mode == ST_MOE_NONE) return;
+    st_moe_ffn_finish(tp, S);
+    st_moe_job *j = &S->j;
+    j->out = rows; /* st_moe_slot_rows writes slot rows there */
+    const int64_t P = S->T * j->k;
+    st_threadpool_run(tp, P, P * j->n_embd < 65536 ? P : st_threadpool_chunk(tp, P, 2, 1), st_moe_slot_rows, j);
     S->mode = ST_MOE_NONE;
 }
 
