@@ -154,6 +154,30 @@ size_t st_cuda_moe_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
  * too small), UNSUPPORTED (types), BACKEND (launches). */
 strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream);
 
+/* ---- the CPU's arithmetic: CPU-exact expert rows (moe_exact.cu) ------------------------------ */
+
+/* 1 if st_cuda_moe_exact_rows takes these types (gate/up, down): Q4_0, Q8_0, Q4_K, Q5_K, Q6_K.
+ * Its rows equal the CPU's only where the CPU's kernels for them are the exact-block-sum ones
+ * (dot.h's st_vec_dot_exact_blocks: the AVX-512 level). */
+int st_cuda_moe_exact_supports(strata_type gate_up, strata_type down);
+/* Workspace bytes of st_cuda_moe_exact_rows. */
+size_t st_cuda_moe_exact_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
+/* rows[(t * k + s) * n_embd ..] (device) = FFN_{ids[t][s]}(x[t]) for each slot whose id is in
+ * [0, n_expert) (other rows are not written), in the CPU's arithmetic: bit-identical to the rows
+ * of st_moe_ffn_end_rows (ops.h) for the same x, weights and ids. Reads a's experts, n_expert,
+ * types, widths (n_embd a multiple of 256 for K-quant gate/up, of 32 otherwise; n_ff likewise
+ * for down), x, T, ids, k and ws / ws_bytes (st_cuda_moe_exact_wsize); not wts, out, xq, sync.
+ * For decode-sized calls (a warp per output row and pair). */
+strata_status st_cuda_moe_exact_rows(const st_cuda_moe_args *a, float *rows, void *stream);
+/* out[t][i] = sum over slots s = 0..k-1 with ids[t][s] in [0, n_expert), in that order, of
+ * wts[t][s] * row[(t * k + s) * n_embd + i], row = rows_a where ids_a[t][s] is in range, else
+ * rows_b (either may be host-mapped memory): the first product, then each product and sum
+ * rounded on its own, as st_moe_ffn's combine on the CPU (0 where no slot is valid). All device
+ * pointers, [T][k] ids and weights; out must not alias the rows. */
+strata_status st_cuda_moe_combine_rows(const int32_t *ids, const int32_t *ids_a, const float *rows_a,
+                                       const float *rows_b, const float *wts, int64_t T, int32_t k,
+                                       int64_t n_embd, int32_t n_expert, float *out, void *stream);
+
 /* Whether one-token calls with counters quantize h inside the gate/up kernel (see .sync): off
  * by default (-DST_MOE_GU_Q8=1 at build time: on) until measured faster. Process-wide; for tests
  * and A/B runs, not while calls are being enqueued. */

@@ -7,7 +7,9 @@
  *           <= 1e-7 for F32/F16/BF16), no NaN, guard words untouched, every output written, two
  *           runs bit-identical; every supported type on small odd shapes, T = 1..8 columns (and
  *           groups of more than 8 pairs), the shapes of Qwen3-30B-A3B, OLMoE-1B-7B and Mixtral,
- *           out-of-range ids, and the shared expert (one-expert table, sigmoid gate, accumulate).
+ *           out-of-range ids, and the shared expert (one-expert table, sigmoid gate, accumulate);
+ *   CPU-exact rows: st_cuda_moe_exact_rows bit-identical to st_moe_ffn_end_rows and
+ *           st_cuda_moe_combine_rows of a split bit-identical to st_moe_ffn (AVX-512 hosts).
  * One line per case: name, shape, types, T, NMSE, max error, pass/FAIL.
  * Skips, saying why, in builds without CUDA or where no GPU is usable. */
 #include "strata.h"
@@ -18,7 +20,9 @@
 #include "cuda_mmq.h"
 #include "cuda_moe.h"
 #include "cuda_mmv.h"
+#include "dot.h"
 #include "ops.h"
+#include "quant.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -603,6 +607,186 @@ static void check_ffn(const char *name, const expert_set *s, int64_t T, int32_t 
     free(x); free(ref); free(got); free(logits); free(ids); free(gids); free(wts);
 }
 
+/* ---- CPU-exact rows (moe_exact.cu) ----------------------------------------------------------- */
+
+/* On a mismatch: which stage of the exact kernels parted from the CPU, read from the workspace
+ * (its layout: x's activation rows, then h, then h's rows; cuda_moe.h's wsize): x quantized,
+ * h = silu(gate) * up of the first GPU pair, h quantized. */
+static void exact_diagnose(const expert_set *s, const float *x, int64_t T, int32_t k, const int32_t *ig,
+                           const void *d_ws) {
+    const int64_t E = s->n_embd, F = s->n_ff, P = T * k;
+    const int kx = strata_act_type(s->tg) == STRATA_TYPE_Q8_K, kh = strata_act_type(s->td) == STRATA_TYPE_Q8_K;
+    const size_t rx = (size_t)strata_row_bytes(strata_act_type(s->tg), E);
+    const size_t rh = (size_t)strata_row_bytes(strata_act_type(s->td), F);
+    const size_t wx = (size_t)(E / 256) * sizeof(block_q8_K) > (size_t)(E / 32) * sizeof(block_q8_0)
+                          ? (size_t)(E / 256) * sizeof(block_q8_K) : (size_t)(E / 32) * sizeof(block_q8_0);
+    const size_t oh = ((size_t)T * wx + 255) & ~(size_t)255, ohq = oh + (((size_t)P * (size_t)F * 4 + 255) & ~(size_t)255);
+    const size_t wsz = st_cuda_moe_exact_wsize(T, k, E, F);
+    uint8_t *ws = malloc(wsz), *cx = malloc(rx), *ch = malloc(rh);
+    float *h = malloc(sizeof(float) * (size_t)F);
+    if (!ws || !cx || !ch || !h || st_cuda_memcpy_d2h(ws, d_ws, wsz) != STRATA_OK) goto out;
+    int64_t p = 0;
+    while (p < P && !(ig[p] >= 0 && ig[p] < s->n_expert)) p++;
+    if (p == P) goto out;
+    const int64_t t = p / k;
+    if (kx) st_quantize_row_q8_K(x + t * E, (block_q8_K *)cx, E);
+    else st_quantize_row_q8_0(x + t * E, (block_q8_0 *)cx, E);
+    printf("  diagnose pair %lld: x's activation row %s\n", (long long)p,
+           memcmp(cx, ws + (size_t)t * rx, rx) ? "DIFFERS" : "equal");
+    for (size_t i = 0; i < rx; i++)
+        if (cx[i] != ws[(size_t)t * rx + i]) {
+            printf("  diagnose: first differing byte %zu of %zu: gpu %02x cpu %02x; bytes 0..40 gpu", i, rx,
+                   ws[(size_t)t * rx + i], cx[i]);
+            for (size_t j = 0; j < 40 && j < rx; j++) printf(" %02x", ws[(size_t)t * rx + j]);
+            printf(" cpu");
+            for (size_t j = 0; j < 40 && j < rx; j++) printf(" %02x", cx[j]);
+            printf(" x[32..35] %.9g %.9g %.9g %.9g\n", (double)x[t * E + 32], (double)x[t * E + 33],
+                   (double)x[t * E + 34], (double)x[t * E + 35]);
+            break;
+        }
+    const st_expert *X = &s->cpu[ig[p]];
+    int64_t hb = 0;
+    for (int64_t r = 0; r < F; r++) {
+        float g, u;
+        st_vec_dot_get(s->tg)(E, &g, st_tensor_row(&X->gate, 0, r), cx);
+        st_vec_dot_get(s->tg)(E, &u, st_tensor_row(&X->up, 0, r), cx);
+        h[r] = st_silu(g) * u;
+        float gh;
+        memcpy(&gh, ws + oh + ((size_t)p * (size_t)F + (size_t)r) * 4, 4);
+        if (memcmp(&gh, &h[r], 4) && hb++ == 0)
+            printf("  diagnose: h[%lld] gpu %.9g cpu %.9g (g %.9g u %.9g)\n", (long long)r, (double)gh, (double)h[r],
+                   (double)g, (double)u);
+    }
+    if (kh) st_quantize_row_q8_K(h, (block_q8_K *)ch, F);
+    else st_quantize_row_q8_0(h, (block_q8_0 *)ch, F);
+    printf("  diagnose: h %lld of %lld differ; h's activation row %s\n", (long long)hb, (long long)F,
+           memcmp(ch, ws + ohq + (size_t)p * rh, rh) ? "DIFFERS" : "equal");
+out:
+    free(ws); free(cx); free(ch); free(h);
+}
+
+/* st_cuda_moe_exact_rows against st_moe_ffn_end_rows, bit for bit, and st_cuda_moe_combine_rows
+ * of a split (slots to the GPU where (t * k + s) % split == 0; split 1: all, 0: none) against
+ * st_moe_ffn's sum. x has blocks of 0 and of equal magnitudes of both signs (the quantizers'
+ * first-of-equals rule), and bad_ids drops two slots. Rows the GPU does not own stay poisoned. */
+static void check_exact(const char *name, const expert_set *s, int64_t T, int32_t k, int split, int bad_ids,
+                        test_rng *r) {
+    if (!st_vec_dot_exact_blocks(s->tg) || !st_vec_dot_exact_blocks(s->td)) {
+        SKIP("exact rows %s %s/%s: the CPU's kernels here are not the exact-block-sum ones", name,
+             strata_type_name(s->tg), strata_type_name(s->td));
+        return;
+    }
+    const int64_t E = s->n_embd, P = T * k, n = T * E;
+    float *x = malloc(sizeof(float) * (size_t)n), *logits = malloc(sizeof(float) * (size_t)(T * s->n_expert));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P), *ig = malloc(sizeof(int32_t) * (size_t)P),
+            *ic = malloc(sizeof(int32_t) * (size_t)P);
+    float *wts = malloc(sizeof(float) * (size_t)P);
+    float *ref_rows = malloc(sizeof(float) * (size_t)(P * E)), *cpu_rows = malloc(sizeof(float) * (size_t)(P * E));
+    float *got_rows = malloc(sizeof(float) * (size_t)(P * E + GUARD));
+    float *ref = malloc(sizeof(float) * (size_t)n), *got = malloc(sizeof(float) * (size_t)(n + GUARD));
+    void *ws = malloc(st_moe_wsize(T, k, s->n_expert, E, s->n_ff));
+    for (int64_t i = 0; i < n; i++) x[i] = test_rng_float(r);
+    for (int64_t i = 0; i < 32 && i < E; i++) x[i] = 0.0f;          /* a zero Q8_0 block */
+    if (E >= 512) for (int64_t i = 256; i < 512; i++) x[i] = 0.0f;  /* a zero Q8_K block */
+    x[E - 7] = 2.5f;                                                /* equal magnitudes, */
+    x[E - 3] = -2.5f;                                               /* the first positive */
+    if (T > 1) { x[E + 40] = -1.75f; x[E + 41] = 1.75f; }           /* the first negative */
+    for (int64_t i = 0; i < T * s->n_expert; i++) logits[i] = 3.0f * test_rng_float(r);
+    for (int64_t t = 0; t < T; t++)
+        st_route_topk(logits + t * s->n_expert, s->n_expert, k, 1, ids + t * k, wts + t * k);
+    if (bad_ids && k >= 2) { ids[1] = -1; ids[(T - 1) * k] = s->n_expert; }
+    for (int64_t q = 0; q < P; q++) {
+        const int gpu = split > 0 && q % split == 0;
+        ig[q] = gpu ? ids[q] : -1;
+        ic[q] = gpu ? -1 : ids[q];
+    }
+    /* the CPU: every slot's rows (the reference), the CPU share's rows, the sum */
+    for (int64_t i = 0; i < P * E; i++) ref_rows[i] = cpu_rows[i] = -7.0f;
+    st_moe_ffn_begin(g_tp, s->cpu, s->n_expert, x, T, ids, wts, k, ref, ws);
+    st_moe_ffn_end_rows(g_tp, ws, ref_rows);
+    st_moe_ffn_begin(g_tp, s->cpu, s->n_expert, x, T, ic, wts, k, ref, ws);
+    st_moe_ffn_end_rows(g_tp, ws, cpu_rows);
+    st_moe_ffn(g_tp, s->cpu, s->n_expert, x, T, ids, wts, k, ref, ws);
+    /* the GPU's share, then the combine */
+    const size_t wsz = st_cuda_moe_exact_wsize(T, k, E, s->n_ff);
+    void *d_x = NULL, *d_ids = NULL, *d_ig = NULL, *d_w = NULL, *d_rows = NULL, *d_crows = NULL, *d_out = NULL,
+         *d_ws = NULL;
+    strata_status st = st_cuda_malloc(&d_x, sizeof(float) * (size_t)n);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_ids, sizeof(int32_t) * (size_t)P);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_ig, sizeof(int32_t) * (size_t)P);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_w, sizeof(float) * (size_t)P);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_rows, sizeof(float) * (size_t)(P * E + GUARD));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_crows, sizeof(float) * (size_t)(P * E));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_out, sizeof(float) * (size_t)(n + GUARD));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_ws, wsz);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_x, x, sizeof(float) * (size_t)n);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_ids, ids, sizeof(int32_t) * (size_t)P);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_ig, ig, sizeof(int32_t) * (size_t)P);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_w, wts, sizeof(float) * (size_t)P);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_crows, cpu_rows, sizeof(float) * (size_t)(P * E));
+    if (st == STRATA_OK) st = st_cuda_memset(d_rows, 0xA5, sizeof(float) * (size_t)(P * E + GUARD));
+    if (st == STRATA_OK) st = st_cuda_memset(d_out, 0xA5, sizeof(float) * (size_t)(n + GUARD));
+    if (st == STRATA_OK) st = st_cuda_memset(d_ws, 0xFF, wsz);
+    st_cuda_moe_args a = ffn_args(s, d_x, T, d_ig, d_w, k, d_out, 0, d_ws, wsz);
+    if (st == STRATA_OK) st = st_cuda_moe_exact_rows(&a, (float *)d_rows, NULL);
+    if (st == STRATA_OK)
+        st = st_cuda_moe_combine_rows((const int32_t *)d_ids, (const int32_t *)d_ig, (const float *)d_rows,
+                                      (const float *)d_crows, (const float *)d_w, T, k, E, s->n_expert,
+                                      (float *)d_out, NULL);
+    if (st == STRATA_OK) st = st_cuda_synchronize();
+    if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got_rows, d_rows, sizeof(float) * (size_t)(P * E + GUARD));
+    if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got, d_out, sizeof(float) * (size_t)(n + GUARD));
+    CHECK(st == STRATA_OK, "exact rows %s: %s", name, strata_last_error());
+    if (st == STRATA_OK) {
+        int64_t rows_bad = 0, poison_bad = 0, gpu_rows = 0, first_bad = -1;
+        for (int64_t q = 0; q < P; q++) {
+            const int mine = ig[q] >= 0 && ig[q] < s->n_expert;
+            gpu_rows += mine;
+            for (int64_t i = 0; i < E; i++) {
+                uint32_t u;
+                memcpy(&u, &got_rows[q * E + i], 4);
+                if (mine && memcmp(&got_rows[q * E + i], &ref_rows[q * E + i], 4) != 0) {
+                    if (first_bad < 0) first_bad = q * E + i;
+                    rows_bad++;
+                }
+                if (!mine) poison_bad += u != SENTINEL;
+            }
+        }
+        for (int64_t i = P * E; i < P * E + GUARD; i++) {
+            uint32_t u;
+            memcpy(&u, &got_rows[i], 4);
+            poison_bad += u != SENTINEL;
+        }
+        int64_t out_bad = 0;
+        for (int64_t i = 0; i < n; i++) out_bad += memcmp(&got[i], &ref[i], 4) != 0;
+        for (int64_t i = n; i < n + GUARD; i++) {
+            uint32_t u;
+            memcpy(&u, &got[i], 4);
+            poison_bad += u != SENTINEL;
+        }
+        printf("%-14s exact rows %s/%s n_embd=%lld n_ff=%lld T=%lld k=%d split %d: %lld GPU rows, %lld values "
+               "differ%s, combine %lld of %lld differ, %lld stray writes  %s\n", name, strata_type_name(s->tg),
+               strata_type_name(s->td), (long long)E, (long long)s->n_ff, (long long)T, k, split,
+               (long long)gpu_rows, (long long)rows_bad, rows_bad ? " (first: see below)" : "", (long long)out_bad,
+               (long long)n, (long long)poison_bad, rows_bad || out_bad || poison_bad ? "FAIL" : "pass");
+        if (first_bad >= 0) {
+            printf("  first difference at %lld: gpu %.9g cpu %.9g\n", (long long)first_bad,
+                   (double)got_rows[first_bad], (double)ref_rows[first_bad]);
+            exact_diagnose(s, x, T, k, ig, d_ws);
+        }
+        CHECK(rows_bad == 0, "exact rows %s %s/%s T=%lld: %lld values differ from the CPU's", name,
+              strata_type_name(s->tg), strata_type_name(s->td), (long long)T, (long long)rows_bad);
+        CHECK(out_bad == 0, "combine rows %s %s/%s T=%lld split %d: %lld of %lld differ from st_moe_ffn", name,
+              strata_type_name(s->tg), strata_type_name(s->td), (long long)T, split, (long long)out_bad,
+              (long long)n);
+        CHECK(poison_bad == 0, "exact rows %s: %lld stray writes", name, (long long)poison_bad);
+    }
+    void *fr[] = {d_x, d_ids, d_ig, d_w, d_rows, d_crows, d_out, d_ws};
+    for (size_t i = 0; i < sizeof fr / sizeof fr[0]; i++) (void)st_cuda_free(fr[i]);
+    free(x); free(logits); free(ids); free(ig); free(ic); free(wts); free(ref_rows); free(cpu_rows);
+    free(got_rows); free(ref); free(got); free(ws);
+}
+
 /* Routed experts of r_set plus a shared expert (sh_set, one-expert table) with a sigmoid gate,
  * accumulated into the routed output: as forward.c's st_ffn_block. */
 static void check_shared(const expert_set *rs, const expert_set *sh, int64_t T, int32_t k, test_rng *r) {
@@ -750,6 +934,26 @@ int main(void) {
         for (int64_t T = 1; T <= 8; T++) check_ffn("columns", &s, T, 2, 1, 0, &r);
         check_ffn("bad ids", &s, 4, 3, 1, 1, &r);
         check_ffn("bad ids", &s, 1, 3, 1, 1, &r);
+    }
+    expert_set_free(&s);
+    /* CPU-exact rows: each type alone and the qwen3 mix, splits of every kind, T = 1..8 */
+    for (size_t i = 0; i < 5; i++) { /* Q4_0, Q8_0, Q4_K, Q5_K, Q6_K */
+        const strata_type t = types[i];
+        const int kq = strata_type_block_size(t) == 256;
+        if (!expert_set_make(&s, kq ? 768 : 224, kq ? 512 : 96, 6, 6, t, t, &r)) { expert_set_free(&s); continue; }
+        check_exact("exact", &s, 1, 3, 2, 0, &r);
+        check_exact("exact", &s, 3, 3, 1, 1, &r);
+        check_exact("exact", &s, 8, 3, 3, 0, &r);
+        check_exact("exact", &s, 2, 3, 0, 0, &r);
+        expert_set_free(&s);
+    }
+    if (expert_set_make(&s, 2048, 768, 128, 16, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
+        for (int64_t T = 1; T <= 8; T++) check_exact("qwen3 exact", &s, T, 8, 1 + (int)(T % 3), T == 4, &r);
+    }
+    expert_set_free(&s);
+    if (expert_set_make(&s, 2048, 1024, 64, 16, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, &r)) {
+        check_exact("olmoe exact", &s, 1, 8, 3, 0, &r);
+        check_exact("olmoe exact", &s, 1, 8, 1, 0, &r);
     }
     expert_set_free(&s);
     /* prompt batches: the tensor-core tile path (T >= 32 and T * k >= 4 n_expert, or > 1024
