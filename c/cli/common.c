@@ -63,7 +63,7 @@ void cli_opts_init(cli_opts *o) {
     o->cpu_warm = env_flag("STRATA_CPU_WARM");
     o->q8_tiles = !getenv("STRATA_Q8_TILES") || env_flag("STRATA_Q8_TILES"); /* unset: on */
     o->doorbell = env_flag("STRATA_DOORBELL");
-    o->cpu_misses = env_flag("STRATA_CPU_MISSES");
+    o->cpu_misses = getenv("STRATA_CPU_MISSES") ? env_flag("STRATA_CPU_MISSES") : -1; /* unset: auto */
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
     {
         const char *v = getenv("STRATA_STAGE_EXPERTS");
@@ -102,11 +102,13 @@ void cli_opts_usage(FILE *f) {
         "                          by the CPU while the GPU computes the rest, whichever the cost\n"
         "                          model predicts faster (figures measured at start, printed);\n"
         "                          --pcie-frac F: load the heaviest share F of the misses instead\n"
-        "                          (also $STRATA_CPU_MISSES=1, $STRATA_PCIE_FRAC); with --cpu-moe /\n"
-        "                          --n-cpu-moe: decode steps copy that share of a CPU layer's\n"
-        "                          experts to the GPU while the CPU computes the rest (H200\n"
-        "                          host, qwen3 --cpu-moe decode: 53 -> 69 tok/s; the share, so\n"
-        "                          the bits, can differ between runs unless --pcie-frac fixes it)\n"
+        "                          (also $STRATA_CPU_MISSES=1, $STRATA_PCIE_FRAC). With --cpu-moe /\n"
+        "                          --n-cpu-moe, by default where exact: decode steps copy that\n"
+        "                          share of a CPU layer's experts to the GPU, which computes them\n"
+        "                          in the CPU's arithmetic while the CPU computes the rest: the\n"
+        "                          same bits as the CPU alone (Q4_0/Q8_0/Q4_K/Q5_K/Q6_K experts,\n"
+        "                          an AVX-512 CPU; elsewhere only with --cpu-misses, and the bits\n"
+        "                          then follow the share); --no-cpu-misses: the CPU computes all\n"
         "  --gpu-prefetch          with --expert-cache: in decode steps, predict the next layer's\n"
         "                          experts and load the missing ones while this layer computes\n"
         "                          (same results; also $STRATA_GPU_PREFETCH=1)\n"
@@ -275,6 +277,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     else if (opt_is(a, NULL, "--no-cpu-warm")) o->cpu_warm = 0;
     else if (opt_is(a, NULL, "--doorbell")) o->doorbell = 1;
     else if (opt_is(a, NULL, "--cpu-misses")) o->cpu_misses = 1;
+    else if (opt_is(a, NULL, "--no-cpu-misses")) o->cpu_misses = 0;
     else if (opt_is(a, NULL, "--pipe")) o->pipe = 1;
     else if (opt_is(a, NULL, "--cpu-moe")) o->n_cpu_moe = -1;
     else if (opt_is(a, NULL, "--gpu-experts")) o->n_cpu_moe = 0;
@@ -539,13 +542,17 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                 fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "
                         "spare); their prompt batches read the blocks (same results, slower)\n",
                         (int)cs.q8_tiles_skipped);
-            if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && o->cpu_misses && !o->quiet)
+            if (strata_session_get_stats(*out, &cs) == STRATA_OK && !o->quiet &&
+                ((o->expert_cache != 0 && o->cpu_misses == 1) || cs.cpu_split != 0))
                 fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
-                        "an expert (+ %.0f us a further row); %s\n", cs.pcie_bytes_per_s / 1e9,
+                        "an expert (+ %.0f us a further row); %s%s\n", cs.pcie_bytes_per_s / 1e9,
                         cs.pcie_latency_s * 1e6, cs.cpu_share_step_s * 1e6, cs.cpu_share_expert_s * 1e6,
                         cs.cpu_expert_per_row_s * 1e6,
                         o->pcie_frac < 0 ? "each miss goes where it is predicted to finish first"
-                                         : "the heaviest share of --pcie-frac misses is loaded, the rest computed");
+                                         : "the heaviest share of --pcie-frac misses is loaded, the rest computed",
+                        cs.cpu_split == 1 ? "; the CPU layers' GPU share in the CPU's arithmetic (same bits)"
+                        : cs.cpu_split == 2 ? "; the CPU layers' GPU share in its own arithmetic (bits follow the share)"
+                                            : "");
             if (o->n_cpu_moe != 0 && mi.n_expert > 0 && !o->quiet) {
                 if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi.n_layer)
                     fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");

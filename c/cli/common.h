@@ -45,7 +45,7 @@ typedef struct {
     int cpu_warm;                 /* --cpu-warm / --no-cpu-warm ($STRATA_CPU_WARM=1) */
     int q8_tiles;                 /* --q8-tiles / --no-q8-tiles ($STRATA_Q8_TILES=0: off) */
     int doorbell;                 /* --doorbell ($STRATA_DOORBELL=1) */
-    int cpu_misses;               /* --cpu-misses ($STRATA_CPU_MISSES=1) */
+    int cpu_misses;               /* --cpu-misses / --no-cpu-misses ($STRATA_CPU_MISSES=1 / 0); -1 auto */
     float pcie_frac;              /* --pcie-frac F ($STRATA_PCIE_FRAC; < 0: the cost model) */
     int expert_cache;             /* --expert-cache N|auto (-1): GPU slots for routed experts */
     int64_t gpu_mem;              /* --gpu-mem SIZE: GPU memory for --expert-cache auto */

@@ -48,6 +48,7 @@ void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skippe
     *skipped = 0;
 }
 int st_gpu_pool_serves(const strata_session *s, int64_t T) { (void)s; (void)T; return 0; }
+int st_gpu_split_mode(const strata_session *s) { (void)s; return 0; }
 
 #else
 
@@ -410,9 +411,10 @@ static void st_gpu_split_decide(strata_session *s, const int32_t *ids, const flo
 }
 
 /* The GPU's share of a split CPU layer (st_gpu_split_decide): its experts' copies enqueued on the
- * compute stream (st_gpu_cache_async_loads), then its kernel into g->proj, while the pool
- * computes the CPU's share; the caller adds the CPU's rows to g->proj. */
-static strata_status st_gpu_split_enqueue(strata_session *s, int il, int64_t t0, int64_t tn) {
+ * compute stream (st_gpu_cache_async_loads), then its kernel, while the pool computes the CPU's
+ * share: into g->proj (the caller adds the CPU's sum), or with exact its rows per slot in the
+ * CPU's arithmetic into g->rows_gpu (the caller combines both sides' rows). */
+static strata_status st_gpu_split_enqueue(strata_session *s, int il, int64_t t0, int64_t tn, int exact) {
     st_gpu *g = s->gpu;
     const int32_t K = s->model->hp.n_expert_used;
     const int64_t P = tn * K;
@@ -424,7 +426,12 @@ static strata_status st_gpu_split_enqueue(strata_session *s, int il, int64_t t0,
     memcpy(hg, g->h_ids_gpu, sizeof(int32_t) * (size_t)P);
     TRY(st_cuda_memcpy_async(g->ids_split + t0 * K, hg, sizeof(int32_t) * (size_t)P, 1, g->stream));
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)P);
-    const st_cuda_moe_args a = st_gpu_routed_args(s, il, t0, tn, table, g->ids_split + t0 * K);
+    st_cuda_moe_args a = st_gpu_routed_args(s, il, t0, tn, table, g->ids_split + t0 * K);
+    if (exact) {
+        a.ws = g->exact_ws;
+        a.ws_bytes = g->exact_ws_bytes;
+        return st_cuda_moe_exact_rows(&a, g->rows_gpu, g->stream);
+    }
     return st_cuda_moe_ffn(&a, g->stream);
 }
 
@@ -596,16 +603,34 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 int64_t ng = 0, nc = 0;
                 if (g->cpu_split && tn <= ST_POOL_T) st_gpu_split_decide(s, hi, hw, tn, &ng, &nc);
                 /* the CPU's step starts on the pool's workers; the host enqueues the GPU's share
-                 * (copies and kernel) meanwhile, then joins the step */
-                const int cpu_step = !ng || nc;
+                 * (copies and kernel) meanwhile, then joins the step. exact: both sides give rows
+                 * per slot in the CPU's arithmetic, summed on the GPU in slot order, so the result
+                 * is the CPU's alone whatever the share */
+                const int cpu_step = !ng || nc, exact = ng && g->split_exact;
                 const double t_step = st_prof_clock();
                 if (cpu_step) st_moe_ffn_begin(s->tp, ex, X, hx, tn, ng ? g->h_ids_cpu : hi, hw, K, hp_, s->moe_ws);
-                const strata_status est = ng ? st_gpu_split_enqueue(s, il, t0, tn) : STRATA_OK;
-                if (cpu_step) st_moe_ffn_end(s->tp, s->moe_ws);
+                const strata_status est = ng ? st_gpu_split_enqueue(s, il, t0, tn, exact) : STRATA_OK;
+                if (cpu_step && exact) st_moe_ffn_end_rows(s->tp, s->moe_ws, g->h_rows);
+                else if (cpu_step) st_moe_ffn_end(s->tp, s->moe_ws);
                 s->cpu_step_s += st_prof_clock() - t_step;
                 if (s->ram) st_ram_tier_release(s);
                 if (est != STRATA_OK) return est;
-                if (ng) { /* the GPU's rows are in g->proj: the CPU's (if any) go up, added */
+                if (exact) { /* the CPU's rows read from the mapped memory, or copied up first */
+                    s->slots_cpu[il] -= ng;
+                    s->slots_gpu[il] += ng;
+                    const float *cr = g->rows_gpu; /* (no CPU rows: not read) */
+                    if (nc) {
+                        const size_t rb = sizeof(float) * (size_t)(tn * K * E);
+                        cr = g->d_rows;
+                        if (!cr) {
+                            TRY(st_cuda_memcpy_async(g->rows_cpu, g->h_rows, rb, 1, g->stream));
+                            cr = g->rows_cpu;
+                        }
+                        s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(nc * E));
+                    }
+                    TRY(st_cuda_moe_combine_rows(g->ids + t0 * K, g->ids_split + t0 * K, g->rows_gpu, cr,
+                                                 g->wts + t0 * K, tn, K, E, X, g->proj + t0 * E, g->stream));
+                } else if (ng) { /* the GPU's rows are in g->proj: the CPU's (if any) go up, added */
                     s->slots_cpu[il] -= ng;
                     s->slots_gpu[il] += ng;
                     if (nc) { /* read from the mapped rows, or copied up first */

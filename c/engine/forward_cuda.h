@@ -81,6 +81,14 @@ struct st_gpu {
     int32_t *ids_split;                   /* (T, k) device: the GPU's ids (-1 for the CPU's) */
     float *cpu_part;                      /* (T, n_embd) device: the CPU's share, added */
     int32_t *h_ids_gpu, *h_ids_cpu;       /* (T, k) host */
+    /* cpu_split in the CPU's arithmetic (split_exact: every CPU layer's types, AVX-512 kernels):
+     * each side's rows per slot, combined on the GPU in slot order (moe_exact.cu) */
+    int split_exact;
+    float *rows_gpu;                      /* (8, k, n_embd) device: the GPU's share's rows */
+    float *h_rows, *d_rows;               /* (8, k, n_embd) pinned: the CPU's; its device address */
+    float *rows_cpu;                      /* (8, k, n_embd) device copy where h_rows is not mapped */
+    void *exact_ws;                       /* st_cuda_moe_exact_wsize bytes */
+    size_t exact_ws_bytes;
     st_miss *misses;                      /* [n_expert] this call's missed experts */
     uint8_t *miss_load;                   /* [n_expert] the cost model's choice per miss */
     int32_t *miss_of;                     /* [n_expert] index in misses, -1 */

@@ -6,6 +6,7 @@
  * the prediction buffers of gpu_prefetch and pipe, the cost model's measured figures. The
  * forward pass itself is forward_cuda.c; both share forward_cuda.h. */
 #include "forward_cuda.h"
+#include "dot.h"
 
 #ifdef STRATA_HAVE_CUDA
 
@@ -16,8 +17,10 @@
 
 static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
 static strata_status st_gpu_pin_experts(strata_session *s);
-static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il);
+static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il, int step);
 static strata_status st_gpu_alloc_split(strata_session *s);
+static int st_gpu_split_exact_ok(const strata_session *s);
+static strata_status st_gpu_alloc_exact(strata_session *s);
 
 /* ---------------------------------------------------------------------------------------------
  * Upload
@@ -514,6 +517,10 @@ void st_gpu_free(strata_session *s) {
     st_cuda_free(g->ids_split);
     st_cuda_free(g->cpu_part);
     st_cuda_host_free(g->h_split_ids);
+    st_cuda_free(g->rows_gpu);
+    st_cuda_free(g->rows_cpu);
+    st_cuda_free(g->exact_ws);
+    st_cuda_host_free(g->h_rows);
     free(g->graph_slots_gpu); free(g->graph_slots_cpu);
     free(g->h_ids_gpu); free(g->h_ids_cpu); free(g->misses); free(g->miss_load); free(g->miss_of);
     st_cuda_graph_exec_destroy(g->graph);
@@ -609,7 +616,7 @@ strata_status st_gpu_create(strata_session *s) {
             g->prefetch = 1;
         }
         if (s->cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
-            TRY(st_gpu_measure_costs(s, g->cache, 0));
+            TRY(st_gpu_measure_costs(s, g->cache, 0, 1));
             TRY(st_gpu_alloc_split(s));
             /* the loads enqueued, so the CPU's share runs while they copy */
             TRY(st_gpu_cache_async_loads(g->cache, g->stream));
@@ -641,14 +648,18 @@ strata_status st_gpu_create(strata_session *s) {
         g->warm_on = 1;
     }
     /* cpu_misses with CPU layers: decode-sized calls send a share of their experts to the GPU
-     * through the stage slots (an expert cache's misses are split above instead) */
-    const int cpu_split = s->cpu_misses && !g->cache && s->n_cpu_moe != 0 && !g->pool && hp->n_expert > 0;
+     * through the stage slots (an expert cache's misses are split above instead); auto (-1) only
+     * where the GPU's share computes the CPU's bits (moe_exact.cu), so that the result does not
+     * depend on the share the start-up timings pick */
+    const int exact = hp->n_expert > 0 && s->n_cpu_moe != 0 && st_gpu_split_exact_ok(s);
+    const int cpu_split = (s->cpu_misses || (s->cpu_misses_auto && exact)) && !g->cache && s->n_cpu_moe != 0 &&
+                          !g->pool && hp->n_expert > 0;
     if ((s->stage_experts != 0 || cpu_split) && hp->n_expert > 0) { /* n_expert slots: no hot set, LRU only */
         TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
         if (s->stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
             int il0 = 0;
             while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
-            TRY(st_gpu_measure_costs(s, g->stage, il0));
+            TRY(st_gpu_measure_costs(s, g->stage, il0, cpu_split));
         }
         if (cpu_split) {
             const size_t T = (size_t)s->n_batch, K = (size_t)hp->n_expert_used;
@@ -656,6 +667,7 @@ strata_status st_gpu_create(strata_session *s) {
             TRY(st_cuda_host_alloc((void **)&g->h_split_ids, sizeof(int32_t) * T * K));
             TRY(st_gpu_cache_async_loads(g->stage, g->stream));
             g->cpu_split = 1;
+            if (exact) TRY(st_gpu_alloc_exact(s));
         }
         if (s->stage_experts < 0) { /* auto: the staging decision's per-batch counts */
             g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
@@ -753,10 +765,47 @@ static strata_status st_gpu_alloc_split(strata_session *s) {
     return STRATA_OK;
 }
 
+/* Whether every CPU layer's experts can be split with the GPU's share in the CPU's arithmetic:
+ * gate and up of one type, types the CPU-exact kernels take, and the CPU's kernels for them the
+ * exact-block-sum ones (dot.h; the AVX-512 level). */
+static int st_gpu_split_exact_ok(const strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!st_gpu_layer_on_cpu(s, il)) continue;
+        const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
+        if (e->gate.type != e->up.type || !st_cuda_moe_exact_supports(e->gate.type, e->down.type) ||
+            !st_vec_dot_exact_blocks(e->gate.type) || !st_vec_dot_exact_blocks(e->down.type))
+            return 0;
+    }
+    return 1;
+}
+
+/* The exact split's buffers: the GPU's rows (device), the CPU's rows (host-mapped where possible,
+ * else pinned with a device copy), the kernels' workspace; decode-sized calls (ST_POOL_T rows). */
+static strata_status st_gpu_alloc_exact(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const size_t R = ST_POOL_T, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
+    const size_t rows = sizeof(float) * R * K * E;
+    TRY(st_gpu_alloc((void **)&g->rows_gpu, rows));
+    void *d = NULL;
+    if (st_cuda_host_alloc_mapped((void **)&g->h_rows, &d, rows) != STRATA_OK) {
+        st_error_clear();
+        d = NULL;
+        TRY(st_cuda_host_alloc((void **)&g->h_rows, rows));
+        TRY(st_gpu_alloc((void **)&g->rows_cpu, rows));
+    }
+    g->d_rows = (float *)d;
+    g->exact_ws_bytes = st_cuda_moe_exact_wsize((int64_t)R, (int32_t)K, hp->n_embd, hp->n_ff_exp);
+    TRY(st_gpu_alloc(&g->exact_ws, g->exact_ws_bytes));
+    g->split_exact = 1;
+    return STRATA_OK;
+}
+
 /* The cost model's figures (s->cost): PCIe measured with layer il's first expert copied into slot
  * 0 of cache c (unused at create), the CPU expert step for 1 and 8 rows on the session's pool,
- * and with cpu_misses the step over 1 and 8 of the layer's experts (the split's CPU share). */
-static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il) {
+ * and with step (a split) the step over 1 and 8 of the layer's experts (the split's CPU share). */
+static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il, int step) {
     const st_hparams *hp = &s->model->hp;
     const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
     memset(&s->cost, 0, sizeof s->cost);
@@ -767,7 +816,7 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, in
      * a worker's wake-up from sleep is not measured as the CPU's cost of an expert */
     st_threadpool_hold(s->tp, 1);
     int r = st_cost_measure_cpu(s->tp, e, &s->cost.cpu_fixed_s, &s->cost.cpu_per_row_s);
-    if (r == 0 && s->cpu_misses)
+    if (r == 0 && step)
         r = st_cost_measure_cpu_step(s->tp, e, hp->n_expert, &s->cost.cpu_step_s, &s->cost.cpu_expert_s);
     st_threadpool_hold(s->tp, 0);
     if (r != 0) return st_error(STRATA_ERR_NOMEM, "cost model: out of memory measuring the CPU");
@@ -797,6 +846,10 @@ static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
 size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
 st_gpu_cache *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { return s && s->gpu ? (int64_t)s->gpu->pinned_bytes : 0; }
+int st_gpu_split_mode(const strata_session *s) {
+    const st_gpu *g = s ? s->gpu : NULL;
+    return g && g->cpu_split ? (g->split_exact ? 1 : 2) : 0;
+}
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped) {
     *bytes = s && s->gpu ? (int64_t)s->gpu->tiles_bytes : 0;
     *skipped = s && s->gpu ? s->gpu->tiles_skipped : 0;

@@ -31,6 +31,7 @@ strata_session_params strata_session_default_params(void) {
     p.stage_experts = -1;
     p.pin_experts = -1;
     p.pcie_frac = -1.0f;
+    p.cpu_misses = -1;
     return p;
 }
 
@@ -181,6 +182,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
     if (p.ram_budget < 0)
         return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p.ram_budget);
+    if (p.cpu_misses < -1 || p.cpu_misses > 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_misses %d (1 on, 0 off, -1 auto)", p.cpu_misses);
     if (isnan(p.pcie_frac) || p.pcie_frac > 1.0f)
         return st_error(STRATA_ERR_INVALID_ARG, "session option pcie_frac %g (0..1, or < 0 for the "
                         "cost model)", (double)p.pcie_frac);
@@ -206,11 +209,11 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
                         "(--expert-cache) or n_cpu_moe (--cpu-moe, --n-cpu-moe): else every routed "
                         "expert is on the GPU");
     if (p.backend == STRATA_BACKEND_CUDA && p.cuda_doorbell && p.expert_cache != 0 &&
-        (p.gpu_prefetch || p.cpu_misses || p.degrade_zero))
+        (p.gpu_prefetch || p.cpu_misses == 1 || p.degrade_zero))
         return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with expert_cache: the expert pool computes "
                         "the decode steps' misses; gpu_prefetch, cpu_misses and degrade_zero handle "
                         "them otherwise (leave them off)");
-    if (p.backend == STRATA_BACKEND_CUDA && p.cuda_doorbell && p.n_cpu_moe != 0 && p.cpu_misses)
+    if (p.backend == STRATA_BACKEND_CUDA && p.cuda_doorbell && p.n_cpu_moe != 0 && p.cpu_misses == 1)
         return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with n_cpu_moe: the expert pool computes "
                         "every expert of the CPU layers' decode steps; cpu_misses (a share over "
                         "PCIe to the GPU) is for the host hand-off (leave one off)");
@@ -218,7 +221,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: cuda_doorbell's "
                         "expert pool reads every CPU layer's experts from RAM, not the tier's "
                         "slots; leave it off");
-    if (ram_gpu && (p.pin_experts == 1 || p.gpu_prefetch || p.cpu_misses || p.stage_experts > 0))
+    if (ram_gpu && (p.pin_experts == 1 || p.gpu_prefetch || p.cpu_misses == 1 || p.stage_experts > 0))
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: pin_experts 1, "
                         "gpu_prefetch, cpu_misses and stage_experts read experts outside the RAM "
                         "tier; leave them off (or auto)");
@@ -245,7 +248,11 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && (p.n_cpu_moe != 0 || p.expert_cache != 0) &&
                        p.cuda_doorbell != 0;
     s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && (p.expert_cache != 0 || p.n_cpu_moe != 0) &&
-                    p.cpu_misses != 0;
+                    p.cpu_misses == 1;
+    /* auto: the CPU layers' decode split where it computes the same bits as the CPU alone (the
+     * setup checks the kernels); not with the pool or the RAM tier, which read experts otherwise */
+    s->cpu_misses_auto = p.backend == STRATA_BACKEND_CUDA && p.n_cpu_moe != 0 && p.cpu_misses < 0 &&
+                         !p.cuda_doorbell && !ram_gpu;
     s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
     s->pipe = p.pipe != 0 && p.ram_budget > 0;
     s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
@@ -515,6 +522,7 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->stage_batches = s->stage_batches;
     out->pinned_bytes = st_gpu_pinned_bytes(s);
     st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped);
+    out->cpu_split = st_gpu_split_mode(s);
     out->cpu_batches = s->cpu_batches;
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;

@@ -45,6 +45,7 @@ struct strata_session {
     int cuda_doorbell;          /* GPU with n_cpu_moe: decode-sized calls feed the CPU layers'
                                    experts to the expert pool through host-mapped memory */
     int cpu_misses;             /* GPU cache: misses loaded or computed by the CPU (cost model) */
+    int cpu_misses_auto;        /* cpu_misses -1 with n_cpu_moe: the CPU layers' split where exact */
     float pcie_frac;            /* < 0: the cost model; 0..1: the share of misses loaded */
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
     int want_argmax;            /* this batch is the call's last: compute the greedy token */
@@ -219,6 +220,9 @@ int64_t st_gpu_pinned_bytes(const strata_session *s);
 /* q8_tiles: the bytes of the Q8_0 tile copies made and the matrices left without one (no GPU
  * memory to spare), both 0 without a GPU session. */
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped);
+/* The CPU layers' decode split (cpu_misses): 0 none, 1 in the CPU's arithmetic (the same bits
+ * whatever the share), 2 in the GPU's own (the bits follow the share). */
+int st_gpu_split_mode(const strata_session *s);
 /* 1 when a GPU call of T tokens hands its CPU layers to the expert pool (cuda_doorbell): the
  * session's own workers then have no expert work in it. */
 int st_gpu_pool_serves(const strata_session *s, int64_t T);

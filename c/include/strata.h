@@ -546,16 +546,23 @@ typedef struct strata_session_params {
                              rate and the CPU's expert cost measured at create (stats; the
                              default); 0: never. The GPU's results are the all-resident
                              session's, bit for bit. */
-    int cpu_misses;       /* CUDA sessions with expert_cache: each missed expert is either loaded
-                             into a slot or computed by the CPU (from RAM, while the GPU computes
-                             the others), as the cost model predicts faster from the PCIe rate
-                             and the CPU's expert cost measured at create (stats); the CPU's
-                             arithmetic for those (KL-close, not bit-identical). 0 (default): load
-                             every miss. With n_cpu_moe (not with cuda_doorbell): in calls of up
-                             to 8 tokens every routed expert of a CPU layer counts as a miss, the
-                             loaded ones copied into staging slots (as stage_experts does) and
-                             computed by the GPU while the CPU computes the rest; 0 (default):
-                             the CPU computes them all. */
+    int cpu_misses;       /* CUDA sessions with expert_cache: 1 makes each missed expert either
+                             loaded into a slot or computed by the CPU (from RAM, while the GPU
+                             computes the others), as the cost model predicts faster from the
+                             PCIe rate and the CPU's expert cost measured at create (stats); the
+                             CPU's arithmetic for those (KL-close, not bit-identical); otherwise
+                             every miss is loaded. With n_cpu_moe (not with cuda_doorbell or
+                             ram_budget): in calls of up to 8 tokens every routed expert of a CPU
+                             layer counts as a miss, the loaded ones copied into staging slots
+                             (as stage_experts does) and computed by the GPU while the CPU
+                             computes the rest. Where every CPU layer's expert types have
+                             CPU-exact GPU kernels (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K) and the CPU
+                             runs its AVX-512 kernels, the GPU's share computes the CPU's bits
+                             and the rows are summed in the CPU's order: the result is the
+                             CPU's alone, whatever the share (stats: cpu_split 1). -1 (default,
+                             auto): that exact split for the CPU layers, no cache split; 1: both
+                             splits, the CPU layers' in the GPU's arithmetic where the exact one
+                             does not apply; 0: neither. */
     float pcie_frac;      /* with cpu_misses: < 0 (default -1): the cost model chooses; 0..1: the
                              heaviest round(pcie_frac x misses) are loaded, the rest computed */
     int gpu_prefetch;     /* CUDA sessions with expert_cache: in decode steps, predict the next
@@ -630,7 +637,7 @@ typedef struct strata_session_params {
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
  * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, cuda_pdl 1, attn_tc -1 (auto), stage_experts -1 (auto),
- * pin_experts -1 (auto), pcie_frac -1, q8_tiles 1; everything else 0. */
+ * pin_experts -1 (auto), pcie_frac -1, cpu_misses -1 (auto), q8_tiles 1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,
@@ -754,6 +761,11 @@ typedef struct strata_session_stats {
      * only in GPU memory nothing else of the session claimed) */
     int64_t q8_tiles_bytes;
     int32_t q8_tiles_skipped;
+    /* cpu_misses with n_cpu_moe: 0 no split of the CPU layers' decode steps; 1 split with the
+     * GPU's share in the CPU's arithmetic (the same bits whatever the share: the auto default
+     * where the types and the CPU's kernels allow); 2 split in the GPU's own arithmetic
+     * (cpu_misses 1 elsewhere: the bits follow the share) */
+    int32_t cpu_split;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

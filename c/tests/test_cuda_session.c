@@ -610,26 +610,67 @@ static void test_default_model(void) {
             free(cached);
         }
         /* cpu_misses with every layer's experts in RAM (n_cpu_moe -1): calls of up to 8 tokens
-         * copy the loaded share of each layer's experts into the stage slots; with pcie_frac 1
-         * all of them, and the 12-token prompt is staged (stage_experts 9): the GPU computes
-         * every expert, the all-resident bits (batches of 8: every call is split) */
+         * (batches of 8: every call) copy the loaded share of each layer's experts into the stage
+         * slots. Where the split is exact (stats cpu_split 1: the default model's Q8_0 experts on
+         * an AVX-512 host), the GPU's share computes the CPU's bits: every share (pcie_frac 0,
+         * 0.5, 1, the cost model, and auto, the default) gives the CPU-only session's logits bit
+         * for bit. Elsewhere (cpu_split 2): pcie_frac 1 with the prompt staged (stage_experts 9)
+         * has the GPU compute every expert, the all-resident bits. */
         {
-            float *all8 = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
             g_cpu_moe = -1;
-            g_stage = 9;
             g_cpu_misses = g_pin = 1;
-            g_pcie_frac = 1.0f;
-            float *split8 = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
-            strata_token gs[64];
-            const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gs);
-            g_cpu_moe = g_stage = g_cpu_misses = g_pin = 0;
+            strata_session *es = new_session(m, STRATA_BACKEND_CUDA, 8, 512);
+            g_cpu_misses = g_pin = 0;
+            strata_session_stats es_st;
+            memset(&es_st, 0, sizeof es_st);
+            if (es) strata_session_get_stats(es, &es_st);
+            strata_session_free(es);
+            const int exact = es_st.cpu_split == 1;
+            printf("n_cpu_moe -1, cpu_misses: split mode %d (%s)\n", (int)es_st.cpu_split,
+                   exact ? "the CPU's arithmetic" : "the GPU's arithmetic");
+            CHECK(es && es_st.cpu_split != 0, "n_cpu_moe -1 with cpu_misses 1: no split (%d)", (int)es_st.cpu_split);
+            if (exact) {
+                g_cpu_misses = 0; /* the reference: the CPU computes every expert */
+                float *cpu8 = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
+                strata_token gcpu[64];
+                const int okc = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gcpu);
+                static const float fracs[5] = {1.0f, 0.5f, 0.0f, -1.0f, -1.0f};
+                for (int f = 0; f < 5 && cpu8 && okc; f++) { /* f 4: auto (the default) */
+                    g_cpu_misses = f == 4 ? -1 : 1;
+                    g_pin = 1;
+                    g_pcie_frac = fracs[f];
+                    float *sp8 = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
+                    strata_token gs[64];
+                    const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gs);
+                    CHECK(sp8 && ok && !memcmp(cpu8, sp8, sizeof(float) * (size_t)n * (size_t)V) &&
+                              !memcmp(gcpu, gs, sizeof gcpu),
+                          "n_cpu_moe -1, cpu_misses %s, pcie_frac %.1f: not the CPU-only session's bits",
+                          f == 4 ? "auto" : "1", (double)fracs[f]);
+                    if (sp8 && ok)
+                        printf("n_cpu_moe -1, cpu_misses %s, pcie_frac %g: %s the CPU-only bits\n",
+                               f == 4 ? "auto" : "1", (double)fracs[f],
+                               !memcmp(cpu8, sp8, sizeof(float) * (size_t)n * (size_t)V) ? "equal to" : "NOT");
+                    free(sp8);
+                }
+                free(cpu8);
+            } else {
+                float *all8 = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
+                g_stage = 9;
+                g_cpu_misses = g_pin = 1;
+                g_pcie_frac = 1.0f;
+                float *split8 = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
+                strata_token gs[64];
+                const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gs);
+                g_stage = 0;
+                CHECK(all8 && split8 && ok && !memcmp(all8, split8, sizeof(float) * (size_t)n * (size_t)V) &&
+                      !memcmp(ga, gs, sizeof ga), "n_cpu_moe -1 with cpu_misses, pcie_frac 1: every expert "
+                      "copied to the GPU, bit-identical to all resident");
+                free(all8);
+                free(split8);
+            }
+            g_cpu_moe = 0;
+            g_cpu_misses = g_pin = 0;
             g_pcie_frac = -1.0f;
-            CHECK(all8 && split8 && ok && !memcmp(all8, split8, sizeof(float) * (size_t)n * (size_t)V) &&
-                  !memcmp(ga, gs, sizeof ga), "n_cpu_moe -1 with cpu_misses, pcie_frac 1: every expert "
-                  "copied to the GPU, bit-identical to all resident");
-            if (all8 && split8 && ok) printf("n_cpu_moe -1, cpu_misses, pcie_frac 1: bit-identical to all resident\n");
-            free(all8);
-            free(split8);
             /* pcie_frac 0.5: both sides take slot-rows (the GPU the heavier half of each call's
              * experts), and they add up to the routed ones */
             g_cpu_moe = -1;

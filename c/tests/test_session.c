@@ -300,6 +300,13 @@ static void test_errors(void) {
     }
     CHECK(strata_session_default_params().q8_tiles == 1, "q8_tiles on by default");
     p.q8_tiles = 0;
+    for (int v = -2; v <= 2; v += 4) { /* cpu_misses takes -1 (auto, the default), 0 or 1 */
+        p.cpu_misses = v;
+        CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
+                  strstr(strata_last_error(), "cpu_misses"), "cpu_misses %d refused: %s", v, strata_last_error());
+    }
+    CHECK(strata_session_default_params().cpu_misses == -1, "cpu_misses auto by default");
+    p.cpu_misses = -1;
     p.attn_tc = 3;
     CHECK(strata_session_create(model, &p, &s2) == STRATA_OK, "attn_tc 3, cpu_warm 0: %s", strata_last_error());
     strata_session_free(s2);

@@ -63,7 +63,8 @@ class Model:
     pin_experts (experts kept in RAM
     copied into pinned memory: True, False, or "auto", the default: when RAM allows), gpu_prefetch (next-layer experts prefetched into the cache), cpu_misses /
     pcie_frac (cache misses loaded or computed by the CPU, by the cost model or a forced share; with
-    n_cpu_moe: that share of a CPU layer's experts in decode steps copied to the GPU), doorbell
+    n_cpu_moe: that share of a CPU layer's experts in decode steps copied to the GPU; cpu_misses
+    "auto", the default: only that CPU-layer split, where the GPU's share computes the CPU's bits), doorbell
     (with n_cpu_moe: decode steps feed the CPU layers to a pool of CPU threads through host-mapped
     memory, docs/EXPERTS.md), cpu_warm (with n_cpu_moe: the CPU threads read the next CPU layer's
     predicted experts into their caches while the GPU computes; default False), q8_tiles (Q8_0
@@ -80,7 +81,7 @@ class Model:
                  pipe: bool = False, cuda_graphs: bool = True, cuda_pdl="auto", n_cpu_moe: int = 0,
                  stage_experts="auto", expert_cache=0, gpu_mem: int = 0,
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
-                 gpu_prefetch: bool = False, cpu_misses: bool = False, pcie_frac: float = -1.0,
+                 gpu_prefetch: bool = False, cpu_misses="auto", pcie_frac: float = -1.0,
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True):
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
@@ -122,7 +123,13 @@ class Model:
             self.pin_experts = int(bool(pin_experts))
         self.cpu_pin, self.gpu_prefetch = bool(cpu_pin), bool(gpu_prefetch)
         self.doorbell, self.cpu_warm, self.q8_tiles = bool(doorbell), bool(cpu_warm), bool(q8_tiles)
-        self.cpu_misses, self.pcie_frac = bool(cpu_misses or pcie_frac >= 0), float(pcie_frac)
+        if cpu_misses == "auto":
+            self.cpu_misses = 1 if pcie_frac >= 0 else -1
+        elif cpu_misses in (True, False):
+            self.cpu_misses = int(bool(cpu_misses) or pcie_frac >= 0)
+        else:
+            raise ValueError(f"cpu_misses must be True, False or 'auto', not {cpu_misses!r}")
+        self.pcie_frac = float(pcie_frac)
         if stage_experts == "auto":
             stage_experts = -1
         self.stage_experts, self.expert_cache, self.gpu_mem = int(stage_experts), int(expert_cache), int(gpu_mem)
@@ -267,7 +274,7 @@ class Model:
         sp.cuda_graphs, sp.n_cpu_moe, sp.attn_tc = int(self.cuda_graphs), self.n_cpu_moe, self.attn_tc
         sp.cuda_pdl = self.cuda_pdl
         sp.pin_experts, sp.cpu_pin, sp.gpu_prefetch = self.pin_experts, int(self.cpu_pin), int(self.gpu_prefetch)
-        sp.cpu_misses, sp.pcie_frac = int(self.cpu_misses), self.pcie_frac
+        sp.cpu_misses, sp.pcie_frac = self.cpu_misses, self.pcie_frac
         sp.cuda_doorbell, sp.cpu_warm, sp.q8_tiles = int(self.doorbell), int(self.cpu_warm), int(self.q8_tiles)
         sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem
         out = ffi.new("strata_session **")
