@@ -6,8 +6,9 @@
  * rounded on its own (__fmul_rn / __fadd_rn, which nvcc never contracts) compute it step for step.
  *
  * Method: n = round(x log2 e) by the 1.5 * 2^23 trick, r = x - n ln2 in two steps (ln2's high
- * part has 16 bits, so n * hi is exact), e^r by its Taylor polynomial of degree 7 in Horner form
- * (|r| <= 0.35: truncation below 6e-9 relative), then times 2^n as two exact powers of two.
+ * part has 16 bits, so n * hi is exact), e^r by its Taylor polynomial of degree 7 in Estrin's
+ * grouping (|r| <= 0.35: truncation below 6e-9 relative), then times 2^n as two exact powers of
+ * two; x clamped first and the limits selected at the end (no branches).
  * Error: within 2 ulp of e^x (test_ops compares against expf over the float range). x > 88.72
  * gives +inf, x < -87.33 (results below FLT_MIN) gives 0, NaN gives NaN. */
 #ifndef STRATA_DET_EXPF_H
@@ -39,27 +40,28 @@ ST_DET_FN float st_det_pow2i(int32_t n) { /* 2^n for -126 <= n <= 127 */
 }
 
 ST_DET_FN float st_det_expf(float x) {
-    if (x != x) return x;
-    if (x > 88.72283f) return INFINITY;
-    if (x < -87.33654f) return 0.0f;
+    const float lo = -87.33654f, hi = 88.72283f;
+    float xc = x < lo ? lo : x; /* selects, no branches: loops of it can vectorize */
+    xc = xc > hi ? hi : xc;
     const float magic = 12582912.0f; /* 1.5 * 2^23: t's low mantissa bits hold round(x log2 e) */
-    const float t = ST_DET_ADD(ST_DET_MUL(x, 1.44269502f), magic);
+    const float t = ST_DET_ADD(ST_DET_MUL(xc, 1.44269502f), magic);
     const float nf = ST_DET_ADD(t, -magic);
     int32_t tb;
     memcpy(&tb, &t, sizeof tb);
     const int32_t n = tb - 0x4B400000; /* the bits of magic */
-    float r = ST_DET_ADD(x, ST_DET_MUL(nf, -0.693145751953125f));
+    float r = ST_DET_ADD(xc, ST_DET_MUL(nf, -0.693145751953125f));
     r = ST_DET_ADD(r, ST_DET_MUL(nf, -1.42860677e-06f));
-    float p = 1.98412698e-04f; /* 1/7! */
-    p = ST_DET_ADD(ST_DET_MUL(p, r), 1.38888889e-03f);
-    p = ST_DET_ADD(ST_DET_MUL(p, r), 8.33333333e-03f);
-    p = ST_DET_ADD(ST_DET_MUL(p, r), 4.16666667e-02f);
-    p = ST_DET_ADD(ST_DET_MUL(p, r), 1.66666667e-01f);
-    p = ST_DET_ADD(ST_DET_MUL(p, r), 0.5f);
-    p = ST_DET_ADD(ST_DET_MUL(p, r), 1.0f);
-    p = ST_DET_ADD(ST_DET_MUL(p, r), 1.0f);
+    /* e^r = (1 + r) + r^2 (1/2 + r/6) + r^4 ((1/24 + r/120) + r^2 (1/720 + r/5040)): Estrin's
+     * grouping, a dependency chain of 6 steps instead of Horner's 16 */
+    const float r2 = ST_DET_MUL(r, r), r4 = ST_DET_MUL(r2, r2);
+    const float a = ST_DET_ADD(1.0f, r);
+    const float b = ST_DET_ADD(0.5f, ST_DET_MUL(r, 1.66666667e-01f));
+    const float c = ST_DET_ADD(4.16666667e-02f, ST_DET_MUL(r, 8.33333333e-03f));
+    const float d = ST_DET_ADD(1.38888889e-03f, ST_DET_MUL(r, 1.98412698e-04f));
+    const float p = ST_DET_ADD(ST_DET_ADD(a, ST_DET_MUL(r2, b)), ST_DET_MUL(r4, ST_DET_ADD(c, ST_DET_MUL(r2, d))));
     const int32_t h = n / 2; /* n in [-126, 128]: two factors, each a normal power of two */
-    return ST_DET_MUL(ST_DET_MUL(p, st_det_pow2i(h)), st_det_pow2i(n - h));
+    const float e = ST_DET_MUL(ST_DET_MUL(p, st_det_pow2i(h)), st_det_pow2i(n - h));
+    return x > hi ? INFINITY : x < lo ? 0.0f : e; /* NaN: e is NaN */
 }
 
 /* silu(x) = x / (1 + e^-x), the SwiGLU of both paths' expert steps. */
