@@ -380,9 +380,17 @@ def test_python_last_stats():
     assert st["degrade_slots"] == 9 * 6 * 4 and 0 <= st["degrade_zeroed"] <= st["degrade_slots"]
     assert st["expert_slots_cpu"] == (n_prompt + 9) * 6 * 4 and st["expert_slots_gpu"] == 0
     assert st["q8_tiles_bytes"] == 0 and st["q8_tiles_skipped"] == 0  # a CPU session makes none
+    assert st["cpu_split"] == 0  # no GPU share to split
     m.logits([1, 2, 3])
     assert m.last_stats["forward_tokens"] == 3
     m.close()
+    # cpu_misses: "auto" (the default), True or False; anything else is refused
+    for bad in ("yes", 2):
+        try:
+            strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, cpu_misses=bad)
+            raise AssertionError(f"cpu_misses={bad!r} accepted")
+        except ValueError:
+            pass
     # q8_tiles reaches the session (GPU sessions only use it: a CPU session's logits are the same)
     a = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, n_threads=2, q8_tiles=False)
     b = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, n_threads=2)
