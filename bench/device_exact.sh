@@ -16,12 +16,12 @@ t0=$(date +%s)
 nvidia-smi --query-gpu=name --format=csv,noheader
 dev_wheels
 dev_synth_files /tmp
-make -j16 CUDA=1 all build/tests/test_ops build/tests/test_session build/tests/test_cuda_moe \
+make -j16 CUDA=1 all build/tests/test_dot build/tests/test_ops build/tests/test_session build/tests/test_cuda_moe \
     build/tests/test_cuda_session build/bench_moe_step > /tmp/build.log 2>&1 ||
     { echo "BUILD FAILED"; grep error /tmp/build.log | head; exit 1; }
 echo "build ok at $(el)s"
 if [ "${TESTS:-1}" = 1 ]; then
-    for t in test_ops test_session test_cuda_moe test_cuda_session; do
+    for t in test_dot test_ops test_session test_cuda_moe test_cuda_session; do
         timeout 200 build/tests/$t > "${OUT:-/tmp}/$t.log" 2>&1
         echo "$t rc=$? at $(el)s: $(grep -E "passed, " "${OUT:-/tmp}/$t.log" | tail -1)"
         grep -E "FAIL|exact rows .*(FAIL)|split mode|CPU-only bits|st_det_expf" "${OUT:-/tmp}/$t.log" | head -20

@@ -10,11 +10,20 @@
  * Offsets: the biased formats (Q3_K's -4, Q6_K's -32) are computed with unsigned quants and the
  * bias removed through the activation block sums (bsums): sum sc*(q - c)*y = sum sc*q*y - c*sum
  * sc_g*bsum_g. Q2_K/Q4_K/Q5_K mins use the bsums the same way. Q4_1/Q5_1 mins use the q8_0 block
- * sum of quants (see dot_scalar.c). */
+ * sum of quants (see dot_scalar.c).
+ *
+ * Q4_K, Q5_K and Q6_K follow the exact-block-sum arithmetic of dot_avx512.c (each super-block's
+ * integer sums reduced exactly, eight super-blocks at a time, then the same float steps in the
+ * same order), so they give the AVX-512 kernels' bits: the CPU's results for those types do not
+ * depend on the ISA level, and the GPU's CPU-exact kernels (c/cuda/moe_exact.cu) match them.
+ * Q8_0 and Q4_0 keep per-lane float sums here: their exact order (sixteen accumulators, one
+ * block each) measured 35% slower on AVX2 (bench_dot, one thread, Zen 4), for the 32-weight
+ * blocks' per-block scalar work. */
 #include "dot.h"
 #include "quant.h"
 
 #include <immintrin.h>
+#include <math.h>
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers
@@ -57,6 +66,22 @@ static inline __m256i bits_to_mask32(uint32_t bits) {
     const __m256i bit = _mm256_set1_epi64x((long long)0x7fbfdfeff7fbfdfeULL); /* byte j: ~(1<<j) */
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf); /* byte i: byte i/8 */
     return _mm256_cmpeq_epi8(_mm256_or_si256(v, bit), _mm256_set1_epi64x(-1));
+}
+
+/* The sum of 8 int32 lanes (exact). */
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Eight vectors of 8 int32 -> lane q = the sum of p[q]'s lanes (exact). */
+static inline __m256i hsum8_i32(const __m256i p[8]) {
+    const __m256i t0 = _mm256_hadd_epi32(p[0], p[1]), t1 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i t2 = _mm256_hadd_epi32(p[4], p[5]), t3 = _mm256_hadd_epi32(p[6], p[7]);
+    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
 /* Signed x signed: 8 int32, each the sum of 4 products x_i*y_i (y must not be -128). */
@@ -374,74 +399,89 @@ static inline __m256i bcast_scale16(__m256i scales16, int j) {
     return _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
 }
 
-static void dot_q4_K(int64_t n, float *out, const void *w, const void *xq) {
-    const block_q4_K *b = w;
-    const block_q8_K *x = xq;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = x[i].d * H2F(b[i].d);
-        const float dmin = -x[i].d * H2F(b[i].dmin);
-        const __m128i scmn = k4_scales_mins(b[i].scales);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_dot(x[i].bsums, scmn)), accm);
+/* Q4_K / Q5_K (qh set) as dot_avx512.c: per super-block the exact S = sum_j sc_j dot(u_j, x_j)
+ * and M = sum_j m_j (bsums[2j] + bsums[2j+1]), acc = fma(S, d_x d, acc), accm = fma(M, d_x dmin,
+ * accm), the result acc - accm. */
+/* The float steps of up to 8 super-blocks i0 .. i0 + m - 1 in order: p[q] holds super-block
+ * i0 + q's lanes of S (reduced together, exactly), M[q] its M, dd[q] / ddm[q] its d_x d and
+ * d_x dmin (Q6_K: d_x d and 32 d_x d). */
+static inline void ksb_chain(__m256i p[8], __m256i mv[8], const float dd[8], const float ddm[8], int m,
+                             float *acc, float *accm) {
+    for (int q = m; q < 8; q++) p[q] = mv[q] = _mm256_setzero_si256();
+    _Alignas(32) int S[8], M[8];
+    _mm256_store_si256((__m256i *)S, hsum8_i32(p));
+    _mm256_store_si256((__m256i *)M, hsum8_i32(mv));
+    for (int q = 0; q < m; q++) {
+        *acc = fmaf((float)S[q], dd[q], *acc);
+        *accm = fmaf((float)M[q], ddm[q], *accm);
+    }
+}
+
+static inline float dot_q45_K(int64_t n, const block_q4_K *b4, const block_q5_K *b5, const block_q8_K *x) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
+    const int64_t nb = n / QK_K;
+    float acc = 0.0f, accm = 0.0f;
+    __m256i p[8], mv[8];
+    float dd[8], ddm[8];
+    int m = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales, *qs = b5 ? b5[i].qs : b4[i].qs;
+        const uint16_t d16 = b5 ? b5[i].d : b4[i].d, dm16 = b5 ? b5[i].dmin : b4[i].dmin;
+        const __m128i scmn = k4_scales_mins(scales);
+        mv[m] = _mm256_set_m128i(_mm_setzero_si128(), k4_min_dot(x[i].bsums, scmn)); /* M in 4 lanes */
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
         const int8_t *y = x[i].qs;
+        __m256i hb = b5 ? load32(b5[i].qh) : _mm256_setzero_si256(); /* bit k of byte l: weight 32k + l */
         __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) { /* 64 weights: sub-blocks 2j (low nibbles), 2j+1 (high) */
-            const __m256i qb = load32(b[i].qs + 32 * j);
+            const __m256i qb = load32(qs + 32 * j);
             __m256i lo = _mm256_and_si256(qb, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+            if (b5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
             __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(y + 64 * j)), bcast_scale16(sc16, 2 * j));
             __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(y + 64 * j + 32)), bcast_scale16(sc16, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        p[m] = sumi;
+        dd[m] = x[i].d * H2F(d16);
+        ddm[m] = x[i].d * H2F(dm16);
+        if (++m == 8 || i + 1 == nb) {
+            ksb_chain(p, mv, dd, ddm, m, &acc, &accm);
+            m = 0;
+        }
     }
-    *out = hsum_ps(acc) + hsum_ps128(accm);
+    return acc - accm;
+}
+
+static void dot_q4_K(int64_t n, float *out, const void *w, const void *xq) {
+    *out = dot_q45_K(n, w, NULL, xq);
 }
 
 static void dot_q5_K(int64_t n, float *out, const void *w, const void *xq) {
-    const block_q5_K *b = w;
-    const block_q8_K *x = xq;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = x[i].d * H2F(b[i].d);
-        const float dmin = -x[i].d * H2F(b[i].dmin);
-        const __m128i scmn = k4_scales_mins(b[i].scales);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_dot(x[i].bsums, scmn)), accm);
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
-        const int8_t *y = x[i].qs;
-        __m256i hb = load32(b[i].qh); /* bit k of byte l: 5th bit of weight 32k + l */
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-            const __m256i qb = load32(b[i].qs + 32 * j);
-            __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4);
-            __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4);
-            hb = _mm256_srli_epi16(hb, 2);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(qb, m4), h0);
-            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4), h1);
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(y + 64 * j)), bcast_scale16(sc16, 2 * j));
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(y + 64 * j + 32)), bcast_scale16(sc16, 2 * j + 1));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    *out = hsum_ps(acc) + hsum_ps128(accm);
+    *out = dot_q45_K(n, NULL, w, xq);
 }
 
+/* Q6_K as dot_avx512.c: unsigned quants u = q + 32; per super-block the exact
+ * S = sum_g sc_g dot(u_g, x_g) and O = sum_g sc_g bsum_g, acc = fma(S, d_x d, acc),
+ * accm = fma(O, 32 (d_x d), accm), the result acc - accm. */
 static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
     const block_q6_K *b = w;
     const block_q8_K *x = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++) {
-        const float d = x[i].d * H2F(b[i].d);
+    const int64_t nb = n / QK_K;
+    float acc = 0.0f, accm = 0.0f;
+    __m256i p[8], ov[8];
+    float dd[8], dd32[8];
+    int m = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        dd[m] = x[i].d * H2F(b[i].d);
+        dd32[m] = 32.0f * dd[m];
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);
-        /* unsigned 6-bit quants; the -32 bias comes off as 32 * sum sc_g * bsum_g */
-        __m256i off = bsums_dot(x[i].bsums, _mm256_cvtepi8_epi16(sc8));
+        ov[m] = bsums_dot(x[i].bsums, _mm256_cvtepi8_epi16(sc8));
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) { /* 128 weights: 64 bytes of ql, 32 of qh */
             const __m256i la = load32(b[i].ql + 64 * h), lb = load32(b[i].ql + 64 * h + 32);
@@ -461,10 +501,13 @@ static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
             __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q3, load32(y + 96)), group_scales(sc8, 4 * h + 3));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
         }
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(off, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        p[m] = sumi;
+        if (++m == 8 || i + 1 == nb) {
+            ksb_chain(p, ov, dd, dd32, m, &acc, &accm);
+            m = 0;
+        }
     }
-    *out = hsum_ps(acc);
+    *out = acc - accm;
 }
 
 /* ---------------------------------------------------------------------------------------------

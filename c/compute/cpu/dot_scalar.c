@@ -9,9 +9,27 @@
  * Q4_1 and Q5_1 carry a per-block minimum m: w_i = d*q_i + m. With q8_0 activations x_i = dx*y_i,
  *   sum w_i x_i = d*dx * sum(q_i*y_i) + m*dx * sum(y_i),
  * so the min term uses the activation block's own sum of quants (llama.cpp instead pairs these
- * types with q8_1 activations that store that sum; the result is the same). */
+ * types with q8_1 activations that store that sum; the result is the same).
+ *
+ * Q4_0, Q8_0, Q4_K, Q5_K and Q6_K instead follow the exact-block-sum arithmetic of every ISA
+ * level (dot_avx512.c): the integer sums exactly, then float fma steps in a fixed order, so the
+ * CPU gives the same bits for them at every level (and the GPU's CPU-exact kernels match). */
 #include "dot.h"
 #include "quant.h"
+
+#include <math.h>
+
+/* Q8_0 / Q4_0's float steps: block b's exact sum S_b with scale d_w * d_x into accumulator
+ * b mod 16 (acc_k = fma(S_b, scale, acc_k), blocks in order), then acc_k + acc_{k+8}, + 4
+ * apart, + 2, + 1. */
+static inline void st_sum16_add(float acc[16], int64_t b, int32_t S, float scale) {
+    acc[b % 16] = fmaf((float)S, scale, acc[b % 16]);
+}
+static inline float st_sum16_final(float acc[16]) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++) acc[k] = acc[k] + acc[k + w];
+    return acc[0];
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Float weights (f32 activations)
@@ -65,14 +83,13 @@ static int nibble32(const uint8_t *qs, int i) {
 static void dot_q4_0(int64_t n, float *out, const void *w, const void *xq) {
     const block_q4_0 *b = w;
     const block_q8_0 *x = xq;
-    double sum = 0.0;
+    float acc[16] = {0};
     for (int64_t ib = 0; ib < n / QK4_0; ib++) {
         int8_t q[32];
         for (int i = 0; i < 32; i++) q[i] = (int8_t)(nibble32(b[ib].qs, i) - 8);
-        float d = st_fp16_to_f32(b[ib].d) * st_fp16_to_f32(x[ib].d);
-        sum += (double)d * isum32(q, x[ib].qs);
+        st_sum16_add(acc, ib, isum32(q, x[ib].qs), st_fp16_to_f32(b[ib].d) * st_fp16_to_f32(x[ib].d));
     }
-    *out = (float)sum;
+    *out = st_sum16_final(acc);
 }
 
 static void dot_q4_1(int64_t n, float *out, const void *w, const void *xq) {
@@ -126,12 +143,10 @@ static void dot_q5_1(int64_t n, float *out, const void *w, const void *xq) {
 static void dot_q8_0(int64_t n, float *out, const void *w, const void *xq) {
     const block_q8_0 *b = w;
     const block_q8_0 *x = xq;
-    double sum = 0.0;
-    for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-        float d = st_fp16_to_f32(b[ib].d) * st_fp16_to_f32(x[ib].d);
-        sum += (double)d * isum32(b[ib].qs, x[ib].qs);
-    }
-    *out = (float)sum;
+    float acc[16] = {0};
+    for (int64_t ib = 0; ib < n / QK8_0; ib++)
+        st_sum16_add(acc, ib, isum32(b[ib].qs, x[ib].qs), st_fp16_to_f32(b[ib].d) * st_fp16_to_f32(x[ib].d));
+    *out = st_sum16_final(acc);
 }
 
 static void dot_iq4_nl(int64_t n, float *out, const void *w, const void *xq) {
@@ -229,9 +244,11 @@ static void st_unpack_k4_nibbles(const uint8_t *qs, int8_t *q) {
         }
 }
 
-/* One super-block of unpacked quants q against activations x: d*sum(sc*q.x) - dmin*sum(m*x). */
-static double st_k4_block(const int8_t *q, const uint8_t *scales, uint16_t d16, uint16_t dmin16,
-                          const block_q8_K *x) {
+/* One super-block of unpacked quants q against activations x, in the exact-block-sum order:
+ * S = sum_j sc_j (q_j . x_j) and M = sum_j m_j (bsums[2j] + bsums[2j+1]) exactly, then
+ * acc = fma(S, d_x d, acc) and accm = fma(M, d_x dmin, accm); the row's result is acc - accm. */
+static void st_k4_block(const int8_t *q, const uint8_t *scales, uint16_t d16, uint16_t dmin16,
+                        const block_q8_K *x, float *acc, float *accm) {
     int32_t sc_sum = 0, min_sum = 0;
     for (int j = 0; j < 8; j++) {
         uint8_t sc, m;
@@ -239,41 +256,40 @@ static double st_k4_block(const int8_t *q, const uint8_t *scales, uint16_t d16, 
         sc_sum += sc * isum(q + 32 * j, x->qs + 32 * j, 32);
         min_sum += m * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
     }
-    float d = st_fp16_to_f32(d16) * x->d;
-    float dmin = st_fp16_to_f32(dmin16) * x->d;
-    return (double)d * sc_sum - (double)dmin * min_sum;
+    *acc = fmaf((float)sc_sum, x->d * st_fp16_to_f32(d16), *acc);
+    *accm = fmaf((float)min_sum, x->d * st_fp16_to_f32(dmin16), *accm);
 }
 
 static void dot_q4_K(int64_t n, float *out, const void *w, const void *xq) {
     const block_q4_K *b = w;
     const block_q8_K *x = xq;
-    double sum = 0.0;
+    float acc = 0.0f, accm = 0.0f;
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         int8_t q[QK_K];
         st_unpack_k4_nibbles(b[ib].qs, q);
-        sum += st_k4_block(q, b[ib].scales, b[ib].d, b[ib].dmin, &x[ib]);
+        st_k4_block(q, b[ib].scales, b[ib].d, b[ib].dmin, &x[ib], &acc, &accm);
     }
-    *out = (float)sum;
+    *out = acc - accm;
 }
 
 static void dot_q5_K(int64_t n, float *out, const void *w, const void *xq) {
     const block_q5_K *b = w;
     const block_q8_K *x = xq;
-    double sum = 0.0;
+    float acc = 0.0f, accm = 0.0f;
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         /* as Q4_K, plus a 5th bit: bit i/32 of qh[i % 32] */
         int8_t q[QK_K];
         st_unpack_k4_nibbles(b[ib].qs, q);
         for (int i = 0; i < QK_K; i++) q[i] = (int8_t)(q[i] | (((b[ib].qh[i % 32] >> (i / 32)) & 1) << 4));
-        sum += st_k4_block(q, b[ib].scales, b[ib].d, b[ib].dmin, &x[ib]);
+        st_k4_block(q, b[ib].scales, b[ib].d, b[ib].dmin, &x[ib], &acc, &accm);
     }
-    *out = (float)sum;
+    *out = acc - accm;
 }
 
 static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
     const block_q6_K *b = w;
     const block_q8_K *x = xq;
-    double sum = 0.0;
+    float acc = 0.0f, accm = 0.0f;
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         /* half h: weight h*128 + k*64 + l (l < 64) has low 4 bits (ql[h*64 + l] >> 4k); weight
          * h*128 + s*32 + l (l < 32) has high 2 bits (qh[h*32 + l] >> 2s). Biased by 32. */
@@ -286,14 +302,20 @@ static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
                 for (int l = 0; l < 32; l++)
                     hi[h * 128 + s * 32 + l] = (b[ib].qh[h * 32 + l] >> (2 * s)) & 3;
         }
-        int8_t q[QK_K];
-        for (int i = 0; i < QK_K; i++) q[i] = (int8_t)((lo[i] | (hi[i] << 4)) - 32);
-        int32_t s = 0;
-        for (int g = 0; g < 16; g++) s += b[ib].scales[g] * isum(q + 16 * g, x[ib].qs + 16 * g, 16);
-        float d = st_fp16_to_f32(b[ib].d) * x[ib].d;
-        sum += (double)d * s;
+        /* the exact-block-sum order: unsigned u = q + 32, S = sum_g sc_g (u_g . x_g) and
+         * O = sum_g sc_g bsum_g, acc = fma(S, d_x d, acc), accm = fma(O, 32 d_x d, accm) */
+        int8_t u[QK_K];
+        for (int i = 0; i < QK_K; i++) u[i] = (int8_t)(lo[i] | (hi[i] << 4));
+        int32_t S = 0, O = 0;
+        for (int g = 0; g < 16; g++) {
+            S += b[ib].scales[g] * isum(u + 16 * g, x[ib].qs + 16 * g, 16);
+            O += b[ib].scales[g] * x[ib].bsums[g];
+        }
+        const float dd = x[ib].d * st_fp16_to_f32(b[ib].d);
+        acc = fmaf((float)S, dd, acc);
+        accm = fmaf((float)O, 32.0f * dd, accm);
     }
-    *out = (float)sum;
+    *out = acc - accm;
 }
 
 static void dot_iq4_xs(int64_t n, float *out, const void *w, const void *xq) {
