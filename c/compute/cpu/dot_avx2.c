@@ -408,12 +408,12 @@ static inline __m256i bcast_scale16(__m256i scales16, int j) {
 static inline void ksb_chain(__m256i p[8], __m256i mv[8], const float dd[8], const float ddm[8], int m,
                              float *acc, float *accm) {
     for (int q = m; q < 8; q++) p[q] = mv[q] = _mm256_setzero_si256();
-    _Alignas(32) int S[8], M[8];
-    _mm256_store_si256((__m256i *)S, hsum8_i32(p));
-    _mm256_store_si256((__m256i *)M, hsum8_i32(mv));
+    _Alignas(32) float S[8], M[8]; /* the exact sums, each rounded once to float */
+    _mm256_store_ps(S, _mm256_cvtepi32_ps(hsum8_i32(p)));
+    _mm256_store_ps(M, _mm256_cvtepi32_ps(hsum8_i32(mv)));
     for (int q = 0; q < m; q++) {
-        *acc = fmaf((float)S[q], dd[q], *acc);
-        *accm = fmaf((float)M[q], ddm[q], *accm);
+        *acc = fmaf(S[q], dd[q], *acc);
+        *accm = fmaf(M[q], ddm[q], *accm);
     }
 }
 
