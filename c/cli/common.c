@@ -786,6 +786,9 @@ void cli_print_prof_line(const strata_session *sess, double prompt_tps, double d
     if (st.cpu_hand_offs > 0)
         fprintf(stderr, " | %lld CPU hand-offs: %.1f us waited + %.1f us computed each", (long long)st.cpu_hand_offs,
                 1e6 * st.cpu_hand_wait_s / (double)st.cpu_hand_offs, 1e6 * st.cpu_step_s / (double)st.cpu_hand_offs);
+    if (st.cpu_split)
+        fprintf(stderr, " | CPU layers' decode split, the GPU's share in %s", st.cpu_split == 1
+                ? "the CPU's arithmetic (the CPU-only bits)" : "its own arithmetic (bits follow the share)");
     fprintf(stderr, " | PCIe %s | disk %s | zeroed %lld\n",
             cli_human_bytes((double)st.pcie_bytes, pb, sizeof pb),
             cli_human_bytes((double)st.disk_bytes, db, sizeof db), (long long)st.degrade_zeroed);
