@@ -5,7 +5,8 @@
  * times st_cuda_moe_ffn (plan + quantize + gate/up + quantize + down + combine) with CUDA events
  * over 200 calls that rotate through 16 random routings, and reports the bytes of the selected
  * experts' weights read per call over the median time, as GB/s and as a fraction of the H200's
- * ~4.1 TB/s HBM. Also times the router (st_cuda_moe_route) alone.
+ * ~4.1 TB/s HBM. Also times the router (st_cuda_moe_route) alone, and for decode-sized cases the
+ * CPU-exact rows and their combine (moe_exact.cu: bit-identical to st_moe_ffn, and their time).
  *
  * Build (from the repository root, after `make` has built build/libstrata.a with CUDA):
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
@@ -189,6 +190,43 @@ static void run_case(const Case &c, st_threadpool *tp) {
     printf("%-14s %s/%s T=%lld E=%d k=%d  NMSE %.2e  %.1f us/call  %.1f MB/call  %.0f GB/s  (%.0f%% of 4.1 TB/s)\n",
            c.name, strata_type_name(c.tg), strata_type_name(c.td), (long long)T, X, K, num / den,
            med * 1e3, bytes / 1e6, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 4.1e12);
+
+    /* the CPU-exact rows (moe_exact.cu) and their combine for the same calls: the CPU's bits
+     * (routing 0 against st_moe_ffn's ref) and the time, every slot on the GPU */
+    if (st_cuda_moe_exact_supports(c.tg, c.td) && T * K <= 64) {
+        const size_t xw = st_cuda_moe_exact_wsize(T, K, E, F);
+        void *xws;
+        float *rows;
+        CK(cudaMalloc(&xws, xw));
+        CK(cudaMalloc(&rows, sizeof(float) * (size_t)(T * K * E)));
+        st_cuda_moe_args xa = a;
+        xa.ws = xws; xa.ws_bytes = xw;
+        xa.ids = dids; xa.wts = dw;
+        SK(st_cuda_moe_exact_rows(&xa, rows, NULL));
+        SK(st_cuda_moe_combine_rows(dids, dids, rows, rows, dw, T, K, E, X, dout, NULL));
+        CK(cudaMemcpy(got.data(), dout, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
+        const int same = memcmp(got.data(), ref.data(), sizeof(float) * got.size()) == 0;
+        std::vector<float> xms;
+        for (int batch = 0; batch < 10; batch++) {
+            CK(cudaEventRecord(e0));
+            for (int i = 0; i < 20; i++) {
+                const int64_t o = ((batch * 20 + i) % R) * T * K;
+                xa.ids = dids + o; xa.wts = dw + o;
+                SK(st_cuda_moe_exact_rows(&xa, rows, NULL));
+                SK(st_cuda_moe_combine_rows(dids + o, dids + o, rows, rows, dw + o, T, K, E, X, dout, NULL));
+            }
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float t;
+            CK(cudaEventElapsedTime(&t, e0, e1));
+            xms.push_back(t / 20);
+        }
+        std::sort(xms.begin(), xms.end());
+        const double xmed = xms[xms.size() / 2];
+        printf("%-14s exact rows + combine: %.1f us/call (%.0f GB/s), %s the CPU's bits\n", c.name, xmed * 1e3,
+               bytes / (xmed * 1e-3) / 1e9, same ? "equal to" : "NOT");
+        CK(cudaFree(xws)); CK(cudaFree(rows));
+    }
 
     /* router alone: T tokens over X experts */
     float *dl;
