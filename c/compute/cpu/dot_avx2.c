@@ -68,14 +68,6 @@ static inline __m256i bits_to_mask32(uint32_t bits) {
     return _mm256_cmpeq_epi8(_mm256_or_si256(v, bit), _mm256_set1_epi64x(-1));
 }
 
-/* The sum of 8 int32 lanes (exact). */
-static inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* Eight vectors of 8 int32 -> lane q = the sum of p[q]'s lanes (exact). */
 static inline __m256i hsum8_i32(const __m256i p[8]) {
     const __m256i t0 = _mm256_hadd_epi32(p[0], p[1]), t1 = _mm256_hadd_epi32(p[2], p[3]);
