@@ -403,6 +403,9 @@ strata_status st_cuda_moe_exact_rows(const st_cuda_moe_args *a, float *rows, voi
     if (E % (st_x_q8k(a->type_gate) ? 256 : 32) || F % (st_x_q8k(a->type_down) ? 256 : 32))
         return st_error(STRATA_ERR_INVALID_ARG, "moe exact rows: widths %lld/%lld not whole blocks",
                         (long long)E, (long long)F);
+    if (a->T * a->k > 65535) /* a grid row a pair */
+        return st_error(STRATA_ERR_INVALID_ARG, "moe exact rows: %lld pairs (at most 65535; decode-sized calls)",
+                        (long long)(a->T * a->k));
     if (a->ws_bytes < st_cuda_moe_exact_wsize(a->T, a->k, E, F))
         return st_error(STRATA_ERR_INVALID_ARG, "moe exact rows: workspace too small");
     ST_TRY(st_cuda_require("moe exact rows"));

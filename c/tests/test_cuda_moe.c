@@ -866,6 +866,32 @@ static void test_arguments(void) {
     st = st_cuda_moe_route((const float *)(uintptr_t)0x3000, 1, 8, 2, 0, NULL, NULL, NULL, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "no output: %s", strata_status_name(st));
     CHECK(st_cuda_doorbell_free(NULL) == STRATA_OK, "doorbell free NULL");
+    /* the CPU-exact rows: the types they take, and refusals before any device work */
+    CHECK(st_cuda_moe_exact_supports(STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K) &&
+              st_cuda_moe_exact_supports(STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_0) &&
+              !st_cuda_moe_exact_supports(STRATA_TYPE_Q3_K, STRATA_TYPE_Q4_K) &&
+              !st_cuda_moe_exact_supports(STRATA_TYPE_Q4_K, STRATA_TYPE_F16),
+          "exact rows: supported types");
+    CHECK(st_cuda_moe_exact_rows(NULL, NULL, NULL) == STRATA_ERR_INVALID_ARG, "exact rows: NULL args");
+    {
+        st_cuda_moe_args xa;
+        memset(&xa, 0, sizeof xa);
+        float dummy[4];
+        xa.experts = (const st_cuda_expert *)dummy; xa.x = dummy; xa.ids = (const int32_t *)dummy; xa.ws = dummy;
+        xa.n_expert = 8; xa.T = 1; xa.k = 2; xa.n_embd = 256; xa.n_ff = 256;
+        xa.type_gate = xa.type_up = STRATA_TYPE_Q3_K; xa.type_down = STRATA_TYPE_Q4_K;
+        CHECK(st_cuda_moe_exact_rows(&xa, dummy, NULL) == STRATA_ERR_UNSUPPORTED, "exact rows: Q3_K refused");
+        xa.type_gate = xa.type_up = STRATA_TYPE_Q4_K;
+        xa.n_embd = 288;
+        CHECK(st_cuda_moe_exact_rows(&xa, dummy, NULL) == STRATA_ERR_INVALID_ARG, "exact rows: 288 not whole Q4_K blocks");
+        xa.n_embd = 256;
+        xa.ws_bytes = 16;
+        CHECK(st_cuda_moe_exact_rows(&xa, dummy, NULL) == STRATA_ERR_INVALID_ARG, "exact rows: small workspace");
+        xa.T = 40000;
+        CHECK(st_cuda_moe_exact_rows(&xa, dummy, NULL) == STRATA_ERR_INVALID_ARG, "exact rows: too many pairs");
+        CHECK(st_cuda_moe_combine_rows(NULL, NULL, NULL, NULL, NULL, 1, 2, 8, 8, NULL, NULL) == STRATA_ERR_INVALID_ARG,
+              "combine rows: NULL args");
+    }
 }
 
 int main(void) {
