@@ -556,8 +556,9 @@ typedef struct strata_session_params {
                              layer counts as a miss, the loaded ones copied into staging slots
                              (as stage_experts does) and computed by the GPU while the CPU
                              computes the rest. Where every CPU layer's expert types have
-                             CPU-exact GPU kernels (Q4_K, Q5_K, Q6_K on any x86-64 CPU; Q4_0,
-                             Q8_0 where it runs AVX-512), the GPU's share computes the CPU's bits
+                             CPU-exact GPU kernels (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K: the CPU's
+                             kernels give the same bits at every ISA level), the GPU's share
+                             computes the CPU's bits
                              and the rows are summed in the CPU's order: the result is the
                              CPU's alone, whatever the share (stats: cpu_split 1). -1 (default,
                              auto): that exact split for the CPU layers, no cache split; 1: both

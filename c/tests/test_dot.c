@@ -138,9 +138,7 @@ static void check_case(const dot_type *dt, int64_t n, test_rng *rng, int fill_by
         if (!fast) continue;
         float f = NAN;
         fast(n, &f, g_row, g_act);
-        const int exact = dt->type == STRATA_TYPE_Q4_K || dt->type == STRATA_TYPE_Q5_K || dt->type == STRATA_TYPE_Q6_K ||
-                          ((dt->type == STRATA_TYPE_Q8_0 || dt->type == STRATA_TYPE_Q4_0) && lvl == STRATA_ISA_AVX512);
-        if (exact) /* the exact-block-sum arithmetic at both levels: the scalar kernel's bits */
+        if (st_vec_dot_exact_blocks(dt->type)) /* one arithmetic at every level: the scalar kernel's bits */
             CHECK(memcmp(&f, &s, sizeof f) == 0, "%s %s n=%lld: %s %.9g not the scalar kernel's bits %.9g", tn, what,
                   (long long)n, strata_cpu_isa_name((strata_cpu_isa)lvl), f, s);
         CHECK(fabs((double)f - (double)s) <= 1e-4 * mag + tiny,
@@ -246,14 +244,11 @@ static void test_isa(void) {
         SKIP("this CPU has every ISA level: UNSUPPORTED not exercised");
     }
     CHECK(strata_cpu_isa_set((strata_cpu_isa)7) == STRATA_ERR_INVALID_ARG, "set of a non-level");
-    /* st_vec_dot_exact_blocks: the K-quants at every level, Q8_0 / Q4_0 not at AVX2's */
-    for (int lvl = STRATA_ISA_SCALAR; lvl <= (int)best; lvl++) {
-        if (strata_cpu_isa_set((strata_cpu_isa)lvl) != STRATA_OK) continue;
-        CHECK(st_vec_dot_exact_blocks(STRATA_TYPE_Q4_K) && st_vec_dot_exact_blocks(STRATA_TYPE_Q6_K) &&
-                  st_vec_dot_exact_blocks(STRATA_TYPE_Q8_0) == (lvl != STRATA_ISA_AVX2) &&
-                  !st_vec_dot_exact_blocks(STRATA_TYPE_Q3_K),
-              "exact-block-sum kernels at level %s", strata_cpu_isa_name((strata_cpu_isa)lvl));
-    }
+    /* st_vec_dot_exact_blocks: the five types, not the others */
+    CHECK(st_vec_dot_exact_blocks(STRATA_TYPE_Q4_K) && st_vec_dot_exact_blocks(STRATA_TYPE_Q6_K) &&
+              st_vec_dot_exact_blocks(STRATA_TYPE_Q8_0) && st_vec_dot_exact_blocks(STRATA_TYPE_Q4_0) &&
+              !st_vec_dot_exact_blocks(STRATA_TYPE_Q3_K) && !st_vec_dot_exact_blocks(STRATA_TYPE_IQ4_XS),
+          "exact-block-sum kernels: the five types");
     CHECK(strata_cpu_isa_set(STRATA_ISA_BEST) == STRATA_OK && strata_cpu_isa_active() == best,
           "set BEST gives the supported level");
 

@@ -91,13 +91,9 @@ st_vec_dot_rows_fn st_vec_dot_rows_get(strata_type type) {
 }
 
 int st_vec_dot_exact_blocks(strata_type type) {
-    pthread_once(&st_tables_once, st_tables_init);
-    /* the K-quants' kernels follow it at every level (scalar, AVX2, AVX-512); Q8_0 and Q4_0's
-     * at the scalar and AVX-512 levels, not AVX2's (test_dot compares the bits) */
-    if (type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K) return 1;
-    if (type != STRATA_TYPE_Q4_0 && type != STRATA_TYPE_Q8_0) return 0;
-    const int lvl = (int)strata_cpu_isa_active();
-    return lvl >= 0 && lvl < ST_ISA_LEVELS && st_resolved[lvl][type] != st_tables[STRATA_ISA_AVX2][type];
+    /* every level's kernel for these (scalar, AVX2, AVX-512) follows it: test_dot compares bits */
+    return type == STRATA_TYPE_Q4_0 || type == STRATA_TYPE_Q8_0 || type == STRATA_TYPE_Q4_K ||
+           type == STRATA_TYPE_Q5_K || type == STRATA_TYPE_Q6_K;
 }
 
 int st_q8_0_prepared_get(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot) {

@@ -93,9 +93,9 @@ st_vec_dot_rows_fn st_vec_dot_rows_get(strata_type type);
 int st_q8_0_prepared_get(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot);
 
 /* 1 when st_vec_dot_get(type) follows the exact-block-sum arithmetic of dot_avx512.c, the
- * arithmetic c/cuda/moe_exact.cu computes on the GPU bit for bit: Q4_K, Q5_K and Q6_K at every
- * ISA level (scalar, AVX2, AVX-512, the several-row kernels and the AMX tiles give the same
- * bits), Q4_0 and Q8_0 at the scalar and AVX-512 levels (AVX2's sum per lane). 0 otherwise. */
+ * arithmetic c/cuda/moe_exact.cu computes on the GPU bit for bit: Q4_0, Q8_0, Q4_K, Q5_K and
+ * Q6_K, whose kernels at every ISA level (scalar, AVX2, AVX-512, the several-row kernels and the
+ * AMX tiles) give the same bits. 0 for other types (their levels differ in the last bits). */
 int st_vec_dot_exact_blocks(strata_type type);
 
 /* The tile kernel for type (AMX), or NULL: none for the type, no AMX, AMX turned off

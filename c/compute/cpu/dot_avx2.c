@@ -12,13 +12,11 @@
  * sc_g*bsum_g. Q2_K/Q4_K/Q5_K mins use the bsums the same way. Q4_1/Q5_1 mins use the q8_0 block
  * sum of quants (see dot_scalar.c).
  *
- * Q4_K, Q5_K and Q6_K follow the exact-block-sum arithmetic of dot_avx512.c (each super-block's
- * integer sums reduced exactly, eight super-blocks at a time, then the same float steps in the
+ * Q4_0, Q8_0, Q4_K, Q5_K and Q6_K follow the exact-block-sum arithmetic of dot_avx512.c (each
+ * (super-)block's integer sums reduced exactly, eight at a time, then the same float steps in the
  * same order), so they give the AVX-512 kernels' bits: the CPU's results for those types do not
  * depend on the ISA level, and the GPU's CPU-exact kernels (c/cuda/moe_exact.cu) match them.
- * Q8_0 and Q4_0 keep per-lane float sums here: their exact order (sixteen accumulators, one
- * block each) measured 35% slower on AVX2 (bench_dot, one thread, Zen 4), for the 32-weight
- * blocks' per-block scalar work. */
+ * The cost against per-lane float sums: ~15% on one thread, a few % on two (docs/PERFORMANCE.md). */
 #include "dot.h"
 #include "quant.h"
 
@@ -169,46 +167,54 @@ static void dot_bf16(int64_t n, float *out, const void *w, const void *xq) {
 
 static inline __m256 blk_scale(uint16_t dw, uint16_t dx) { return _mm256_set1_ps(H2F(dw) * H2F(dx)); }
 
-static void dot_q8_0(int64_t n, float *out, const void *w, const void *xq) {
-    const block_q8_0 *b = w;
-    const block_q8_0 *x = xq;
-    const int64_t nb = n / QK8_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i p0 = dot_i8(load32(b[i].qs), load32(x[i].qs));
-        __m256i p1 = dot_i8(load32(b[i + 1].qs), load32(x[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(blk_scale(b[i].d, x[i].d), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(blk_scale(b[i + 1].d, x[i + 1].d), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; i < nb; i++) {
-        __m256i p0 = dot_i8(load32(b[i].qs), load32(x[i].qs));
-        acc0 = _mm256_fmadd_ps(blk_scale(b[i].d, x[i].d), _mm256_cvtepi32_ps(p0), acc0);
-    }
-    *out = hsum_ps(_mm256_add_ps(acc0, acc1));
-}
-
 static inline __m256i q4_0_quants(const block_q4_0 *b) {
     return _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
 }
 
-static void dot_q4_0(int64_t n, float *out, const void *w, const void *xq) {
-    const block_q4_0 *b = w;
-    const block_q8_0 *x = xq;
-    const int64_t nb = n / QK4_0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
+/* Q8_0 / Q4_0 (q4 set) as dot_avx512.c: block b's exact sum S_b into accumulator b mod 16,
+ * acc_k = fma(S_b, d_w * d_x, acc_k) in block order (eight blocks a step: accumulators 0-7, then
+ * 8-15), then acc_k + acc_{k+8}, + 4 apart, + 2, + 1. A short last step's missing blocks count as
+ * S 0 with scale 0 (the accumulators unchanged). */
+#define ST_S16_BLOCK(B) dot_i8(q4 ? q4_0_quants((const block_q4_0 *)w + (B)) : load32(((const block_q8_0 *)w + (B))->qs), \
+                               load32(x[B].qs))
+#define ST_S16_SCALE(B) (H2F(q4 ? ((const block_q4_0 *)w)[B].d : ((const block_q8_0 *)w)[B].d) * H2F(x[B].d))
+static inline float dot_sum16(int64_t n, const void *w, const block_q8_0 *x, const int q4) {
+    const int64_t nb = n / 32;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        __m256i p0 = dot_i8(q4_0_quants(&b[i]), load32(x[i].qs));
-        __m256i p1 = dot_i8(q4_0_quants(&b[i + 1]), load32(x[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(blk_scale(b[i].d, x[i].d), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(blk_scale(b[i + 1].d, x[i + 1].d), _mm256_cvtepi32_ps(p1), acc1);
+    for (; i + 8 <= nb; i += 8) {
+        const __m256i p[8] = {ST_S16_BLOCK(i), ST_S16_BLOCK(i + 1), ST_S16_BLOCK(i + 2), ST_S16_BLOCK(i + 3),
+                              ST_S16_BLOCK(i + 4), ST_S16_BLOCK(i + 5), ST_S16_BLOCK(i + 6), ST_S16_BLOCK(i + 7)};
+        const __m256 sc = _mm256_setr_ps(ST_S16_SCALE(i), ST_S16_SCALE(i + 1), ST_S16_SCALE(i + 2), ST_S16_SCALE(i + 3),
+                                         ST_S16_SCALE(i + 4), ST_S16_SCALE(i + 5), ST_S16_SCALE(i + 6), ST_S16_SCALE(i + 7));
+        const int h = (int)((i / 8) & 1);
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), sc, acc[h]);
     }
-    for (; i < nb; i++) {
-        __m256i p0 = dot_i8(q4_0_quants(&b[i]), load32(x[i].qs));
-        acc0 = _mm256_fmadd_ps(blk_scale(b[i].d, x[i].d), _mm256_cvtepi32_ps(p0), acc0);
+    if (i < nb) {
+        __m256i p[8];
+        float sc[8];
+        for (int q = 0; q < 8; q++) {
+            p[q] = i + q < nb ? ST_S16_BLOCK(i + q) : _mm256_setzero_si256();
+            sc[q] = i + q < nb ? ST_S16_SCALE(i + q) : 0.0f;
+        }
+        const int h = (int)((i / 8) & 1);
+        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), _mm256_loadu_ps(sc), acc[h]);
     }
-    *out = hsum_ps(_mm256_add_ps(acc0, acc1));
+    float a[8];
+    _mm256_storeu_ps(a, _mm256_add_ps(acc[0], acc[1]));
+    for (int wd = 4; wd >= 1; wd /= 2)
+        for (int k = 0; k < wd; k++) a[k] = a[k] + a[k + wd];
+    return a[0];
+}
+#undef ST_S16_BLOCK
+#undef ST_S16_SCALE
+
+static void dot_q8_0(int64_t n, float *out, const void *w, const void *xq) {
+    *out = dot_sum16(n, w, xq, 0);
+}
+
+static void dot_q4_0(int64_t n, float *out, const void *w, const void *xq) {
+    *out = dot_sum16(n, w, xq, 1);
 }
 
 /* Min term of Q4_1/Q5_1: m * dx * sum(y), accumulated per lane. */
