@@ -41,7 +41,7 @@ for f in "--no-cpu-misses" "" "--cpu-misses --pcie-frac 1" "--cpu-misses --pcie-
     i=$((i + 1))
 done
 echo "e2e at $(el)s"
-PREV=0 TEST=0 HUGE="" STEPS=${STEPS:-50} REPS=${REPS:-3} OREPS=${OREPS:-2} \
+PREV=0 TEST=0 HUGE=" " STEPS=${STEPS:-50} REPS=${REPS:-3} OREPS=${OREPS:-2} \
     QROWS=${QROWS:-"new:--no-cpu-misses new: new:--cpu-misses,--pcie-frac,0.25"} \
     OROWS=${OROWS:-"new:--no-cpu-misses new:"} bash bench/device_split.sh
 echo "all done at $(el)s"
