@@ -200,11 +200,10 @@ static inline float dot_sum16(int64_t n, const void *w, const block_q8_0 *x, con
         const int h = (int)((i / 8) & 1);
         acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), _mm256_loadu_ps(sc), acc[h]);
     }
-    float a[8];
-    _mm256_storeu_ps(a, _mm256_add_ps(acc[0], acc[1]));
-    for (int wd = 4; wd >= 1; wd /= 2)
-        for (int k = 0; k < wd; k++) a[k] = a[k] + a[k + wd];
-    return a[0];
+    float a[16];
+    _mm256_storeu_ps(a, acc[0]);
+    _mm256_storeu_ps(a + 8, acc[1]);
+    return st_dot_sum16_tree(a);
 }
 #undef ST_S16_BLOCK
 #undef ST_S16_SCALE
@@ -397,36 +396,45 @@ static inline __m256i bcast_scale16(__m256i scales16, int j) {
     return _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
 }
 
-/* Q4_K / Q5_K (qh set) as dot_avx512.c: per super-block the exact S = sum_j sc_j dot(u_j, x_j)
- * and M = sum_j m_j (bsums[2j] + bsums[2j+1]), acc = fma(S, d_x d, acc), accm = fma(M, d_x dmin,
- * accm), the result acc - accm. */
-/* The float steps of up to 8 super-blocks i0 .. i0 + m - 1 in order: p[q] holds super-block
- * i0 + q's lanes of S (reduced together, exactly), M[q] its M, dd[q] / ddm[q] its d_x d and
- * d_x dmin (Q6_K: d_x d and 32 d_x d). */
-static inline void ksb_chain(__m256i p[8], __m256i mv[8], const float dd[8], const float ddm[8], int m,
-                             float *acc, float *accm) {
-    for (int q = m; q < 8; q++) p[q] = mv[q] = _mm256_setzero_si256();
+/* The K-quants' float steps, up to 8 super-blocks at a time: ksb_push takes a super-block's
+ * lanes of S and of M (Q6_K: O) and its two factors d_x d and d_x dmin (Q6_K: 32 d_x d); every
+ * eighth push, and the last (flush), reduces the batch's lanes together (exactly) and runs
+ * acc = fma(S, d_x d, acc), accm = fma(M, f, accm) in super-block order. The row's result is
+ * acc - accm. */
+typedef struct {
+    __m256i s[8], mv[8];
+    float dd[8], ddm[8];
+    int m;
+    float acc, accm;
+} ksb_batch;
+
+static inline void ksb_push(ksb_batch *k, __m256i s, __m256i mv, float dd, float ddm, int flush) {
+    k->s[k->m] = s;
+    k->mv[k->m] = mv;
+    k->dd[k->m] = dd;
+    k->ddm[k->m] = ddm;
+    if (++k->m < 8 && !flush) return;
+    for (int q = k->m; q < 8; q++) k->s[q] = k->mv[q] = _mm256_setzero_si256();
     _Alignas(32) float S[8], M[8]; /* the exact sums, each rounded once to float */
-    _mm256_store_ps(S, _mm256_cvtepi32_ps(hsum8_i32(p)));
-    _mm256_store_ps(M, _mm256_cvtepi32_ps(hsum8_i32(mv)));
-    for (int q = 0; q < m; q++) {
-        *acc = fmaf(S[q], dd[q], *acc);
-        *accm = fmaf(M[q], ddm[q], *accm);
+    _mm256_store_ps(S, _mm256_cvtepi32_ps(hsum8_i32(k->s)));
+    _mm256_store_ps(M, _mm256_cvtepi32_ps(hsum8_i32(k->mv)));
+    for (int q = 0; q < k->m; q++) {
+        k->acc = fmaf(S[q], k->dd[q], k->acc);
+        k->accm = fmaf(M[q], k->ddm[q], k->accm);
     }
+    k->m = 0;
 }
 
+/* Q4_K / Q5_K (qh set) as dot_avx512.c: per super-block the exact S = sum_j sc_j dot(u_j, x_j)
+ * and M = sum_j m_j (bsums[2j] + bsums[2j+1]), then ksb_push's float steps. */
 static inline float dot_q45_K(int64_t n, const block_q4_K *b4, const block_q5_K *b5, const block_q8_K *x) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
     const int64_t nb = n / QK_K;
-    float acc = 0.0f, accm = 0.0f;
-    __m256i p[8], mv[8];
-    float dd[8], ddm[8];
-    int m = 0;
+    ksb_batch k = {.m = 0, .acc = 0.0f, .accm = 0.0f};
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales, *qs = b5 ? b5[i].qs : b4[i].qs;
         const uint16_t d16 = b5 ? b5[i].d : b4[i].d, dm16 = b5 ? b5[i].dmin : b4[i].dmin;
         const __m128i scmn = k4_scales_mins(scales);
-        mv[m] = _mm256_set_m128i(_mm_setzero_si128(), k4_min_dot(x[i].bsums, scmn)); /* M in 4 lanes */
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
         const int8_t *y = x[i].qs;
         __m256i hb = b5 ? load32(b5[i].qh) : _mm256_setzero_si256(); /* bit k of byte l: weight 32k + l */
@@ -444,15 +452,10 @@ static inline float dot_q45_K(int64_t n, const block_q4_K *b4, const block_q5_K 
             __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(y + 64 * j + 32)), bcast_scale16(sc16, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
-        p[m] = sumi;
-        dd[m] = x[i].d * H2F(d16);
-        ddm[m] = x[i].d * H2F(dm16);
-        if (++m == 8 || i + 1 == nb) {
-            ksb_chain(p, mv, dd, ddm, m, &acc, &accm);
-            m = 0;
-        }
+        ksb_push(&k, sumi, _mm256_set_m128i(_mm_setzero_si128(), k4_min_dot(x[i].bsums, scmn)) /* M in 4 lanes */,
+                 x[i].d * H2F(d16), x[i].d * H2F(dm16), i + 1 == nb);
     }
-    return acc - accm;
+    return k.acc - k.accm;
 }
 
 static void dot_q4_K(int64_t n, float *out, const void *w, const void *xq) {
@@ -464,22 +467,17 @@ static void dot_q5_K(int64_t n, float *out, const void *w, const void *xq) {
 }
 
 /* Q6_K as dot_avx512.c: unsigned quants u = q + 32; per super-block the exact
- * S = sum_g sc_g dot(u_g, x_g) and O = sum_g sc_g bsum_g, acc = fma(S, d_x d, acc),
- * accm = fma(O, 32 (d_x d), accm), the result acc - accm. */
+ * S = sum_g sc_g dot(u_g, x_g) and O = sum_g sc_g bsum_g, then ksb_push's float steps with the
+ * factors d_x d and 32 (d_x d). */
 static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
     const block_q6_K *b = w;
     const block_q8_K *x = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     const int64_t nb = n / QK_K;
-    float acc = 0.0f, accm = 0.0f;
-    __m256i p[8], ov[8];
-    float dd[8], dd32[8];
-    int m = 0;
+    ksb_batch k = {.m = 0, .acc = 0.0f, .accm = 0.0f};
     for (int64_t i = 0; i < nb; i++) {
-        dd[m] = x[i].d * H2F(b[i].d);
-        dd32[m] = 32.0f * dd[m];
+        const float dd = x[i].d * H2F(b[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);
-        ov[m] = bsums_dot(x[i].bsums, _mm256_cvtepi8_epi16(sc8));
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) { /* 128 weights: 64 bytes of ql, 32 of qh */
             const __m256i la = load32(b[i].ql + 64 * h), lb = load32(b[i].ql + 64 * h + 32);
@@ -499,13 +497,9 @@ static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
             __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q3, load32(y + 96)), group_scales(sc8, 4 * h + 3));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
         }
-        p[m] = sumi;
-        if (++m == 8 || i + 1 == nb) {
-            ksb_chain(p, ov, dd, dd32, m, &acc, &accm);
-            m = 0;
-        }
+        ksb_push(&k, sumi, bsums_dot(x[i].bsums, _mm256_cvtepi8_epi16(sc8)), dd, 32.0f * dd, i + 1 == nb);
     }
-    *out = acc - accm;
+    *out = k.acc - k.accm;
 }
 
 /* ---------------------------------------------------------------------------------------------
