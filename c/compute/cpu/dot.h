@@ -92,6 +92,15 @@ st_vec_dot_rows_fn st_vec_dot_rows_get(strata_type type);
  * one (whose bits they give), else 0. */
 int st_q8_0_prepared_get(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot);
 
+/* The exact-block-sum arithmetic's last step for Q8_0 / Q4_0 (every ISA level; the GPU's
+ * moe_exact.cu too): the 16 accumulators s_k (blocks b mod 16) summed as s_k + s_{k+8}, then
+ * + 4 apart, + 2, + 1. s is overwritten; returns the sum. */
+static inline float st_dot_sum16_tree(float s[16]) {
+    for (int w = 8; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++) s[k] = s[k] + s[k + w];
+    return s[0];
+}
+
 /* 1 when st_vec_dot_get(type) follows the exact-block-sum arithmetic of dot_avx512.c, the
  * arithmetic c/cuda/moe_exact.cu computes on the GPU bit for bit: Q4_0, Q8_0, Q4_K, Q5_K and
  * Q6_K, whose kernels at every ISA level (scalar, AVX2, AVX-512, the several-row kernels and the

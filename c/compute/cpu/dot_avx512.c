@@ -271,15 +271,13 @@ static inline __m512 st_q8_0_scales16(const void *w, size_t wbs, const block_q8_
     return _mm512_mul_ps(st_blk_d16(w, wbs, i, left), st_blk_d16(y, sizeof(block_q8_0), i, left));
 }
 
-/* The result from the 16 accumulators (acc_k in lane 4 * (k % 4) + k / 4): acc_k + acc_{k+8},
- * then + 4 apart, + 2 apart, + 1 apart. */
+/* The result from the 16 accumulators (acc_k in lane 4 * (k % 4) + k / 4), in k order through
+ * st_dot_sum16_tree (dot.h). */
 static inline float st_q8_0_final(__m512 acc) {
     _Alignas(64) float a[16], s[16];
     _mm512_store_ps(a, acc);
     for (int k = 0; k < 16; k++) s[k] = a[4 * (k % 4) + k / 4];
-    for (int w = 8; w >= 1; w /= 2)
-        for (int k = 0; k < w; k++) s[k] = s[k] + s[k + w];
-    return s[0];
+    return st_dot_sum16_tree(s);
 }
 
 /* Blocks i and i + 1 (has2) of a Q4_0 row against y: their 16 lane partials (q = nibble - 8). */

@@ -20,15 +20,9 @@
 #include <math.h>
 
 /* Q8_0 / Q4_0's float steps: block b's exact sum S_b with scale d_w * d_x into accumulator
- * b mod 16 (acc_k = fma(S_b, scale, acc_k), blocks in order), then acc_k + acc_{k+8}, + 4
- * apart, + 2, + 1. */
+ * b mod 16 (acc_k = fma(S_b, scale, acc_k), blocks in order), then st_dot_sum16_tree. */
 static inline void st_sum16_add(float acc[16], int64_t b, int32_t S, float scale) {
     acc[b % 16] = fmaf((float)S, scale, acc[b % 16]);
-}
-static inline float st_sum16_final(float acc[16]) {
-    for (int w = 8; w >= 1; w /= 2)
-        for (int k = 0; k < w; k++) acc[k] = acc[k] + acc[k + w];
-    return acc[0];
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -89,7 +83,7 @@ static void dot_q4_0(int64_t n, float *out, const void *w, const void *xq) {
         for (int i = 0; i < 32; i++) q[i] = (int8_t)(nibble32(b[ib].qs, i) - 8);
         st_sum16_add(acc, ib, isum32(q, x[ib].qs), st_fp16_to_f32(b[ib].d) * st_fp16_to_f32(x[ib].d));
     }
-    *out = st_sum16_final(acc);
+    *out = st_dot_sum16_tree(acc);
 }
 
 static void dot_q4_1(int64_t n, float *out, const void *w, const void *xq) {
@@ -146,7 +140,7 @@ static void dot_q8_0(int64_t n, float *out, const void *w, const void *xq) {
     float acc[16] = {0};
     for (int64_t ib = 0; ib < n / QK8_0; ib++)
         st_sum16_add(acc, ib, isum32(b[ib].qs, x[ib].qs), st_fp16_to_f32(b[ib].d) * st_fp16_to_f32(x[ib].d));
-    *out = st_sum16_final(acc);
+    *out = st_dot_sum16_tree(acc);
 }
 
 static void dot_iq4_nl(int64_t n, float *out, const void *w, const void *xq) {
