@@ -123,12 +123,17 @@ static __device__ __forceinline__ void st_x_scale_min(int j, const uint8_t *q, i
     }
 }
 
-/* The float steps of a K-quant row, super-blocks b0 .. b0 + 7 (fewer at the row's end), lane 4q
- * holding super-block b0 + q's exact S and M (Q6_K: O): acc = fma(S, d_x d, acc), accm = fma(M,
- * d_x dm, accm) in order (every lane computes the same chain). d, dm of super-block q: dd[q]. */
+/* The float steps of a K-quant row, super-blocks b0 .. b0 + 7 (fewer at the row's end), lanes
+ * 4q .. 4q + 3 holding parts of super-block b0 + q's S and M (Q6_K: O): the parts summed
+ * (exactly: integers), then acc = fma(S, d_x d, acc), accm = fma(M, d_x dmin, accm) in order
+ * (Q6_K: accm = fma(O, 32 d_x d, accm); every lane computes the same chain). */
 template <int Q6>
 static __device__ __forceinline__ void st_x_chain8(int S, int M, const uint8_t *w, size_t bs, const block_q8_K *y,
                                                   int64_t b0, int64_t nb, float *acc, float *accm) {
+    S += __shfl_xor_sync(0xffffffffu, S, 1);
+    S += __shfl_xor_sync(0xffffffffu, S, 2);
+    M += __shfl_xor_sync(0xffffffffu, M, 1);
+    M += __shfl_xor_sync(0xffffffffu, M, 2);
 #pragma unroll
     for (int q = 0; q < 8; q++) {
         const int Sq = __shfl_sync(0xffffffffu, S, 4 * q), Mq = __shfl_sync(0xffffffffu, M, 4 * q);
@@ -181,10 +186,6 @@ static __device__ float st_x_dot_q45k(const uint8_t *w, const block_q8_K *y, int
             const int16_t *bsum = y[b].bsums + 4 * c;
             M = m0 * (bsum[0] + bsum[1]) + m1 * (bsum[2] + bsum[3]);
         }
-        S += __shfl_xor_sync(0xffffffffu, S, 1);
-        S += __shfl_xor_sync(0xffffffffu, S, 2);
-        M += __shfl_xor_sync(0xffffffffu, M, 1);
-        M += __shfl_xor_sync(0xffffffffu, M, 2);
         st_x_chain8<0>(S, M, w, bs, y, b0, nb, &acc, &accm);
     }
     return __fsub_rn(acc, accm);
@@ -225,10 +226,6 @@ static __device__ float st_x_dot_q6k(const uint8_t *w, const block_q8_K *y, int6
                 O += s * y[b].bsums[4 * c + g];
             }
         }
-        S += __shfl_xor_sync(0xffffffffu, S, 1);
-        S += __shfl_xor_sync(0xffffffffu, S, 2);
-        O += __shfl_xor_sync(0xffffffffu, O, 1);
-        O += __shfl_xor_sync(0xffffffffu, O, 2);
         st_x_chain8<1>(S, O, w, sizeof(block_q6_K), y, b0, nb, &acc, &accm);
     }
     return __fsub_rn(acc, accm);
