@@ -615,25 +615,25 @@ static strata_status st_gpu_ffn_block(strata_session *s, int il, int64_t T) {
                 s->cpu_step_s += st_prof_clock() - t_step;
                 if (s->ram) st_ram_tier_release(s);
                 if (est != STRATA_OK) return est;
-                if (exact) { /* the CPU's rows read from the mapped memory, or copied up first */
+                if (ng) { /* the GPU took a share: its slot-rows counted there, both sides joined */
                     s->slots_cpu[il] -= ng;
                     s->slots_gpu[il] += ng;
-                    const float *cr = g->rows_gpu; /* (no CPU rows: not read) */
-                    if (nc) {
-                        const size_t rb = sizeof(float) * (size_t)(tn * K * E);
-                        cr = g->d_rows;
-                        if (!cr) {
-                            TRY(st_cuda_memcpy_async(g->rows_cpu, g->h_rows, rb, 1, g->stream));
-                            cr = g->rows_cpu;
+                    if (exact) { /* both sides' rows summed in slot order; the CPU's read from the
+                                  * mapped memory, or copied up first */
+                        const float *cr = g->rows_gpu; /* (no CPU rows: not read) */
+                        if (nc) {
+                            cr = g->d_rows;
+                            if (!cr) {
+                                TRY(st_cuda_memcpy_async(g->rows_cpu, g->h_rows, sizeof(float) * (size_t)(tn * K * E),
+                                                         1, g->stream));
+                                cr = g->rows_cpu;
+                            }
+                            s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(nc * E));
                         }
-                        s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(nc * E));
-                    }
-                    TRY(st_cuda_moe_combine_rows(g->ids + t0 * K, g->ids_split + t0 * K, g->rows_gpu, cr,
-                                                 g->wts + t0 * K, tn, K, E, X, g->proj + t0 * E, g->stream));
-                } else if (ng) { /* the GPU's rows are in g->proj: the CPU's (if any) go up, added */
-                    s->slots_cpu[il] -= ng;
-                    s->slots_gpu[il] += ng;
-                    if (nc) { /* read from the mapped rows, or copied up first */
+                        TRY(st_cuda_moe_combine_rows(g->ids + t0 * K, g->ids_split + t0 * K, g->rows_gpu, cr,
+                                                     g->wts + t0 * K, tn, K, E, X, g->proj + t0 * E, g->stream));
+                    } else if (nc) { /* the GPU's sum is in g->proj: the CPU's added, read from the
+                                      * mapped rows or copied up first */
                         const float *cp = g->d_proj ? g->d_proj + t0 * E : g->cpu_part;
                         if (!g->d_proj)
                             TRY(st_cuda_memcpy_async(g->cpu_part, hp_, sizeof(float) * (size_t)(tn * E), 1,
