@@ -518,12 +518,12 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
         sp.backend = STRATA_BACKEND_CUDA;
         if (strata_session_create(model, &sp, out) == STRATA_OK) {
             snprintf(o->backend_desc, sizeof o->backend_desc, "cuda (%s)", bi.detail);
-            strata_session_stats cs;
-            if (o->expert_cache != 0 && strata_session_get_stats(*out, &cs) == STRATA_OK && !o->quiet)
+            strata_session_stats cs; /* the start-up lines below read the new session's stats */
+            const int have = strata_session_get_stats(*out, &cs) == STRATA_OK;
+            if (o->expert_cache != 0 && have && !o->quiet)
                 fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
                         (int)cs.expert_cache_slots, (long long)mi.n_layer * mi.n_expert);
-            if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && mi.n_expert > 0 && !o->quiet &&
-                strata_session_get_stats(*out, &cs) == STRATA_OK) {
+            if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && mi.n_expert > 0 && !o->quiet && have) {
                 char hb[32];
                 cli_human_bytes((double)cs.pinned_bytes, hb, sizeof hb);
                 if (o->ram_budget > 0) {
@@ -537,12 +537,11 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                             o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
             }
             /* (an expert cache of auto size leaves no room for them by design: said in EXPERTS.md) */
-            if (o->q8_tiles && !o->quiet && o->expert_cache == 0 && strata_session_get_stats(*out, &cs) == STRATA_OK &&
-                cs.q8_tiles_skipped > 0)
+            if (o->q8_tiles && !o->quiet && o->expert_cache == 0 && have && cs.q8_tiles_skipped > 0)
                 fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "
                         "spare); their prompt batches read the blocks (same results, slower)\n",
                         (int)cs.q8_tiles_skipped);
-            if (strata_session_get_stats(*out, &cs) == STRATA_OK && !o->quiet &&
+            if (have && !o->quiet &&
                 ((o->expert_cache != 0 && o->cpu_misses == 1) || cs.cpu_split != 0))
                 fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
                         "an expert (+ %.0f us a further row); %s%s\n", cs.pcie_bytes_per_s / 1e9,
@@ -559,8 +558,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
                 else
                     fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
                             "rest on the GPU\n", o->n_cpu_moe - 1);
-                if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 &&
-                    strata_session_get_stats(*out, &cs) == STRATA_OK)
+                if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 && have)
                     fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
                             "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
                             "where it is predicted to finish first\n", cs.pcie_bytes_per_s / 1e9,
