@@ -78,6 +78,23 @@ struct Case {
     int64_t T;
 };
 
+/* The median over 10 batches of 20 calls (call(i), i = 0..199 across the batches) of the time a
+ * call takes on the default stream, in ms. */
+template <class F>
+static double median_ms(cudaEvent_t e0, cudaEvent_t e1, F call) {
+    std::vector<float> ms;
+    for (int batch = 0; batch < 10; batch++) {
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < 20; i++) call(batch * 20 + i);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t / 20);
+    }
+    return dev_median(ms);
+}
+
 static void run_case(const Case &c, st_threadpool *tp) {
     const int64_t E = c.n_embd, F = c.n_ff, T = c.T;
     const int32_t X = c.n_expert, K = c.k;
@@ -169,24 +186,13 @@ static void run_case(const Case &c, st_threadpool *tp) {
         a.ids = dids + (i % R) * T * K; a.wts = dw + (i % R) * T * K;
         SK(st_cuda_moe_ffn(&a, NULL));
     }
-    std::vector<float> ms;
     double bytes = 0;
     for (int r = 0; r < R; r++) bytes += active_bytes[(size_t)r];
     bytes /= R;
-    for (int batch = 0; batch < 10; batch++) {
-        CK(cudaEventRecord(e0));
-        for (int i = 0; i < 20; i++) {
-            a.ids = dids + ((batch * 20 + i) % R) * T * K; a.wts = dw + ((batch * 20 + i) % R) * T * K;
-            SK(st_cuda_moe_ffn(&a, NULL));
-        }
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float t;
-        CK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t / 20);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
+    const double med = median_ms(e0, e1, [&](int i) {
+        a.ids = dids + (i % R) * T * K; a.wts = dw + (i % R) * T * K;
+        SK(st_cuda_moe_ffn(&a, NULL));
+    });
     printf("%-14s %s/%s T=%lld E=%d k=%d  NMSE %.2e  %.1f us/call  %.1f MB/call  %.0f GB/s  (%.0f%% of 4.1 TB/s)\n",
            c.name, strata_type_name(c.tg), strata_type_name(c.td), (long long)T, X, K, num / den,
            med * 1e3, bytes / 1e6, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 4.1e12);
@@ -206,23 +212,12 @@ static void run_case(const Case &c, st_threadpool *tp) {
         SK(st_cuda_moe_combine_rows(dids, dids, rows, rows, dw, T, K, E, X, dout, NULL));
         CK(cudaMemcpy(got.data(), dout, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
         const int same = memcmp(got.data(), ref.data(), sizeof(float) * got.size()) == 0;
-        std::vector<float> xms;
-        for (int batch = 0; batch < 10; batch++) {
-            CK(cudaEventRecord(e0));
-            for (int i = 0; i < 20; i++) {
-                const int64_t o = ((batch * 20 + i) % R) * T * K;
-                xa.ids = dids + o; xa.wts = dw + o;
-                SK(st_cuda_moe_exact_rows(&xa, rows, NULL));
-                SK(st_cuda_moe_combine_rows(dids + o, dids + o, rows, rows, dw + o, T, K, E, X, dout, NULL));
-            }
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float t;
-            CK(cudaEventElapsedTime(&t, e0, e1));
-            xms.push_back(t / 20);
-        }
-        std::sort(xms.begin(), xms.end());
-        const double xmed = xms[xms.size() / 2];
+        const double xmed = median_ms(e0, e1, [&](int i) {
+            const int64_t o = (i % R) * T * K;
+            xa.ids = dids + o; xa.wts = dw + o;
+            SK(st_cuda_moe_exact_rows(&xa, rows, NULL));
+            SK(st_cuda_moe_combine_rows(dids + o, dids + o, rows, rows, dw + o, T, K, E, X, dout, NULL));
+        });
         printf("%-14s exact rows + combine: %.1f us/call (%.0f GB/s), %s the CPU's bits\n", c.name, xmed * 1e3,
                bytes / (xmed * 1e-3) / 1e9, same ? "equal to" : "NOT");
         CK(cudaFree(xws)); CK(cudaFree(rows));
