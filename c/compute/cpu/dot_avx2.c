@@ -16,7 +16,7 @@
  * (super-)block's integer sums reduced exactly, eight at a time, then the same float steps in the
  * same order), so they give the AVX-512 kernels' bits: the CPU's results for those types do not
  * depend on the ISA level, and the GPU's CPU-exact kernels (c/cuda/moe_exact.cu) match them.
- * The cost against per-lane float sums: ~15% on one thread, a few % on two (docs/PERFORMANCE.md). */
+ * The cost against per-lane float sums: 2-25% on the development box (docs/PERFORMANCE.md). */
 #include "dot.h"
 #include "quant.h"
 
