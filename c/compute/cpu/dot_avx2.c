@@ -50,6 +50,12 @@ static inline uint32_t load_u32(const void *p) {
     return v;
 }
 
+static inline int load_u16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+
 /* 16 bytes of nibbles -> 32 bytes: low nibbles of bytes 0..15, then their high nibbles. */
 static inline __m256i nibbles32(const uint8_t *qs) {
     __m128i t = _mm_loadu_si128((const __m128i *)qs);
@@ -178,6 +184,18 @@ static inline __m256i q4_0_quants(const block_q4_0 *b) {
 #define ST_S16_BLOCK(B) dot_i8(q4 ? q4_0_quants((const block_q4_0 *)w + (B)) : load32(((const block_q8_0 *)w + (B))->qs), \
                                load32(x[B].qs))
 #define ST_S16_SCALE(B) (H2F(q4 ? ((const block_q4_0 *)w)[B].d : ((const block_q8_0 *)w)[B].d) * H2F(x[B].d))
+/* The 8 fp16 at p, p + stride, ..., p + 7 stride (bytes) -> 8 floats. */
+static inline __m256 h8_strided(const uint8_t *p, size_t stride) {
+    __m128i h = _mm_cvtsi32_si128(load_u16(p));
+    h = _mm_insert_epi16(h, load_u16(p + stride), 1);
+    h = _mm_insert_epi16(h, load_u16(p + 2 * stride), 2);
+    h = _mm_insert_epi16(h, load_u16(p + 3 * stride), 3);
+    h = _mm_insert_epi16(h, load_u16(p + 4 * stride), 4);
+    h = _mm_insert_epi16(h, load_u16(p + 5 * stride), 5);
+    h = _mm_insert_epi16(h, load_u16(p + 6 * stride), 6);
+    h = _mm_insert_epi16(h, load_u16(p + 7 * stride), 7);
+    return _mm256_cvtph_ps(h);
+}
 static inline float dot_sum16(int64_t n, const void *w, const block_q8_0 *x, const int q4) {
     const int64_t nb = n / 32;
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -185,8 +203,10 @@ static inline float dot_sum16(int64_t n, const void *w, const block_q8_0 *x, con
     for (; i + 8 <= nb; i += 8) {
         const __m256i p[8] = {ST_S16_BLOCK(i), ST_S16_BLOCK(i + 1), ST_S16_BLOCK(i + 2), ST_S16_BLOCK(i + 3),
                               ST_S16_BLOCK(i + 4), ST_S16_BLOCK(i + 5), ST_S16_BLOCK(i + 6), ST_S16_BLOCK(i + 7)};
-        const __m256 sc = _mm256_setr_ps(ST_S16_SCALE(i), ST_S16_SCALE(i + 1), ST_S16_SCALE(i + 2), ST_S16_SCALE(i + 3),
-                                         ST_S16_SCALE(i + 4), ST_S16_SCALE(i + 5), ST_S16_SCALE(i + 6), ST_S16_SCALE(i + 7));
+        /* d_w d_x of the eight blocks, each product as ST_S16_SCALE rounds it */
+        const size_t wb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+        const __m256 sc = _mm256_mul_ps(h8_strided((const uint8_t *)w + (size_t)i * wb, wb),
+                                        h8_strided((const uint8_t *)(x + i), sizeof(block_q8_0)));
         const int h = (int)((i / 8) & 1);
         acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), sc, acc[h]);
     }
@@ -396,44 +416,37 @@ static inline __m256i bcast_scale16(__m256i scales16, int j) {
     return _mm256_shuffle_epi8(scales16, _mm256_set1_epi16((short)(0x0100 + 0x0202 * j)));
 }
 
-/* The K-quants' float steps, up to 8 super-blocks at a time: ksb_push takes a super-block's
- * lanes of S and of M (Q6_K: O) and its two factors d_x d and d_x dmin (Q6_K: 32 d_x d); every
- * eighth push, and the last (flush), reduces the batch's lanes together (exactly) and runs
- * acc = fma(S, d_x d, acc), accm = fma(M, f, accm) in super-block order. The row's result is
- * acc - accm. */
-typedef struct {
-    __m256i s[8], mv[8];
-    float dd[8], ddm[8];
-    int m;
-    float acc, accm;
-} ksb_batch;
+/* The K-quants' float steps, a super-block at a time: s's 8 lanes sum to the exact S, m's 4 to
+ * the exact M (Q6_K: O); both reduced exactly (integer adds), each rounded once to float, and
+ * acc = fma(S, dd, acc), accm = fma(M, ddm, accm) run together in lanes 0 and 1 of a (lanes 2 and
+ * 3 carry S and M times 0). ddv = [dd, ddm, 0, 0]. The row's result is a[0] - a[1]. */
+static inline __m128 ks_step(__m256i s, __m128i m, __m128 ddv, __m128 a) {
+    const __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    __m128i h = _mm_hadd_epi32(t, m); /* [s01, s23, m01, m23] (each over both halves) */
+    h = _mm_hadd_epi32(h, h);         /* [S, M, S, M] */
+    return _mm_fmadd_ps(_mm_cvtepi32_ps(h), ddv, a);
+}
 
-static inline void ksb_push(ksb_batch *k, __m256i s, __m256i mv, float dd, float ddm, int flush) {
-    k->s[k->m] = s;
-    k->mv[k->m] = mv;
-    k->dd[k->m] = dd;
-    k->ddm[k->m] = ddm;
-    if (++k->m < 8 && !flush) return;
-    for (int q = k->m; q < 8; q++) k->s[q] = k->mv[q] = _mm256_setzero_si256();
-    _Alignas(32) float S[8], M[8]; /* the exact sums, each rounded once to float */
-    _mm256_store_ps(S, _mm256_cvtepi32_ps(hsum8_i32(k->s)));
-    _mm256_store_ps(M, _mm256_cvtepi32_ps(hsum8_i32(k->mv)));
-    for (int q = 0; q < k->m; q++) {
-        k->acc = fmaf(S[q], k->dd[q], k->acc);
-        k->accm = fmaf(M[q], k->ddm[q], k->accm);
-    }
-    k->m = 0;
+/* [x_d * d, x_d * dmin, 0, 0] from the two fp16 at p (d, then dmin), each product as the scalar
+ * kernels round it. */
+static inline __m128 ks_factors(float xd, const uint16_t *p) {
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)load_u32(p)));
+    return _mm_mul_ps(_mm_setr_ps(xd, xd, 0.0f, 0.0f), dm);
+}
+
+static inline float ks_result(__m128 a) {
+    return _mm_cvtss_f32(a) - _mm_cvtss_f32(_mm_shuffle_ps(a, a, 1));
 }
 
 /* Q4_K / Q5_K (qh set) as dot_avx512.c: per super-block the exact S = sum_j sc_j dot(u_j, x_j)
- * and M = sum_j m_j (bsums[2j] + bsums[2j+1]), then ksb_push's float steps. */
+ * and M = sum_j m_j (bsums[2j] + bsums[2j+1]), then ks_step. */
 static inline float dot_q45_K(int64_t n, const block_q4_K *b4, const block_q5_K *b5, const block_q8_K *x) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
     const int64_t nb = n / QK_K;
-    ksb_batch k = {.m = 0, .acc = 0.0f, .accm = 0.0f};
+    __m128 a = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales, *qs = b5 ? b5[i].qs : b4[i].qs;
-        const uint16_t d16 = b5 ? b5[i].d : b4[i].d, dm16 = b5 ? b5[i].dmin : b4[i].dmin;
+        const uint16_t *dm16 = b5 ? &b5[i].d : &b4[i].d; /* d, then dmin */
         const __m128i scmn = k4_scales_mins(scales);
         const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
         const int8_t *y = x[i].qs;
@@ -452,10 +465,9 @@ static inline float dot_q45_K(int64_t n, const block_q4_K *b4, const block_q5_K 
             __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(y + 64 * j + 32)), bcast_scale16(sc16, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
-        ksb_push(&k, sumi, _mm256_set_m128i(_mm_setzero_si128(), k4_min_dot(x[i].bsums, scmn)) /* M in 4 lanes */,
-                 x[i].d * H2F(d16), x[i].d * H2F(dm16), i + 1 == nb);
+        a = ks_step(sumi, k4_min_dot(x[i].bsums, scmn), ks_factors(x[i].d, dm16), a);
     }
-    return k.acc - k.accm;
+    return ks_result(a);
 }
 
 static void dot_q4_K(int64_t n, float *out, const void *w, const void *xq) {
@@ -467,14 +479,14 @@ static void dot_q5_K(int64_t n, float *out, const void *w, const void *xq) {
 }
 
 /* Q6_K as dot_avx512.c: unsigned quants u = q + 32; per super-block the exact
- * S = sum_g sc_g dot(u_g, x_g) and O = sum_g sc_g bsum_g, then ksb_push's float steps with the
+ * S = sum_g sc_g dot(u_g, x_g) and O = sum_g sc_g bsum_g, then ks_step with the
  * factors d_x d and 32 (d_x d). */
 static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
     const block_q6_K *b = w;
     const block_q8_K *x = xq;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     const int64_t nb = n / QK_K;
-    ksb_batch k = {.m = 0, .acc = 0.0f, .accm = 0.0f};
+    __m128 a = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const float dd = x[i].d * H2F(b[i].d);
         const __m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);
@@ -497,9 +509,11 @@ static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
             __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q3, load32(y + 96)), group_scales(sc8, 4 * h + 3));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
         }
-        ksb_push(&k, sumi, bsums_dot(x[i].bsums, _mm256_cvtepi8_epi16(sc8)), dd, 32.0f * dd, i + 1 == nb);
+        const __m256i o = bsums_dot(x[i].bsums, _mm256_cvtepi8_epi16(sc8));
+        a = ks_step(sumi, _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1)),
+                    _mm_setr_ps(dd, 32.0f * dd, 0.0f, 0.0f), a);
     }
-    *out = k.acc - k.accm;
+    *out = ks_result(a);
 }
 
 /* ---------------------------------------------------------------------------------------------

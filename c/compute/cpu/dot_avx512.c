@@ -255,6 +255,20 @@ static inline __m512 st_q8_0_sums16(const __m512i p[8]) { return _mm512_cvtepi32
 /* The fp16 scales of blocks i .. i + 15 of a row of bs-byte blocks that each open with their d,
  * as floats, block i + 4j + L in lane 4L + j; the blocks from i + left on are not read (0). */
 static inline __m512 st_blk_d16(const void *row, size_t bs, int64_t i, int64_t left) {
+    if (left >= 16) { /* in registers (16 stores and a wide load stall on the store forwarding) */
+        const uint8_t *p = (const uint8_t *)row + (size_t)i * bs;
+#define ST_D16(k) st_load_u16(p + (size_t)(k) * bs)
+        __m128i a = _mm_cvtsi32_si128(ST_D16(0)), c = _mm_cvtsi32_si128(ST_D16(2));
+        a = _mm_insert_epi16(a, ST_D16(4), 1);  c = _mm_insert_epi16(c, ST_D16(6), 1);
+        a = _mm_insert_epi16(a, ST_D16(8), 2);  c = _mm_insert_epi16(c, ST_D16(10), 2);
+        a = _mm_insert_epi16(a, ST_D16(12), 3); c = _mm_insert_epi16(c, ST_D16(14), 3);
+        a = _mm_insert_epi16(a, ST_D16(1), 4);  c = _mm_insert_epi16(c, ST_D16(3), 4);
+        a = _mm_insert_epi16(a, ST_D16(5), 5);  c = _mm_insert_epi16(c, ST_D16(7), 5);
+        a = _mm_insert_epi16(a, ST_D16(9), 6);  c = _mm_insert_epi16(c, ST_D16(11), 6);
+        a = _mm_insert_epi16(a, ST_D16(13), 7); c = _mm_insert_epi16(c, ST_D16(15), 7);
+#undef ST_D16
+        return _mm512_cvtph_ps(_mm256_set_m128i(c, a));
+    }
     _Alignas(32) uint16_t h[16];
 #pragma GCC unroll 16
     for (int k = 0; k < 16; k++) {

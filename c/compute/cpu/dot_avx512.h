@@ -65,6 +65,11 @@ static inline __m512i st_bcast_256(const uint8_t *q) {
     return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q));
 }
 
+static inline int st_load_u16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
 static inline uint32_t st_load_u32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
