@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # device_mmv_ab.sh - an A/B of the decode GEMV (c/cuda/mmv.cu) in one device call: builds this
-# tree (base) and a copy with only mmv.o recompiled with AB (nvcc flags; default
-# '-DST_MMV_Q8_TILES=0': Q8_0 GEMVs read the GGUF blocks, not the prompt tiles' copy), runs
-# test_cuda_mmv and test_cuda_session on base, mmv_check's Q8_0 rows (blocks and tile copy, one
-# build), then qwen3-30b-a3b and olmoe-1b-7b decode rows alternating the builds, REPS passes, and
-# one qwen3 decode row at depth 16K each.
-#   run(command="bash bench/device_mmv_ab.sh", carry=[".whl", ".devdata"])   (~300 s)
-# env: AB, REPS (default 3), TEST=0 (skip the tests). Log: $OUT/device_mmv_ab.log; mmv_check
+# tree (base) and a copy with only mmv.o recompiled with AB (nvcc flags, e.g.
+# AB='-DST_MMV_Q8_SMEM=0': Q8_0 rows without the shared-memory kernel), runs test_cuda_mmv and
+# test_cuda_session on base, mmv_check's Q8_0 rows (base), then qwen3-30b-a3b and olmoe-1b-7b
+# decode rows alternating the builds, REPS passes, one qwen3 decode row at depth 16K and one
+# prompt row each. (2026-12-06: the GEMV on the Q8_0 tile copy, f86b34a, against the blocks:
+# bench/results/h100-2026-12-06/run13-mmv-tiles.)
+#   run(command="AB='-D...' bash bench/device_mmv_ab.sh", carry=[".whl", ".devdata"])   (~300 s)
+# env: AB (required), REPS (default 3), TEST=0 (skip the tests). Log: $OUT/device_mmv_ab.log; mmv_check
 # output, test logs and JSON rows under $OUT/mmv_ab/.
 set -u
 cd "$(dirname "$0")/.."
 . bench/device_common.sh
 dev_start mmv_ab
-AB=${AB:--DST_MMV_Q8_TILES=0}
+AB=${AB:?AB: the nvcc flags of the variant}
 make -j16 CUDA=1 strata build/tests/test_cuda_mmv build/tests/test_cuda_session > "$J/build.log" 2>&1 ||
     { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
 echo "build ok at $(el)s"

@@ -43,9 +43,7 @@ int st_cuda_mmv_q8_smem(const st_cuda_mat *W, int ncols);
  * size; W->ne1 > 0; W->row_bytes >= strata_row_bytes(type, ne0), even (a multiple of 4 for F32);
  * W->data 2-byte aligned (4 for F32); d_x and d_y 4-byte aligned. Rows of F32 (F16/BF16) weights
  * take 16-byte loads when ne0 is a multiple of 4 (8), row_bytes a multiple of 16 and data, x
- * 16-byte aligned; otherwise element loads (same results). Q8_0 with W->tiles set (the prompt
- * tiles' copy, st_cuda_mmq_tiles_make, 16-byte aligned) reads that copy instead of the blocks
- * when x's Q8_1 rows fit 48 KiB of shared memory (st_k_mmv_q8t): the same bits. */
+ * 16-byte aligned; otherwise element loads (same results). */
 strata_status st_cuda_mmv(const st_cuda_mat *W, const float *d_x, int ncols, float *d_y,
                           void *d_scratch, void *stream);
 

@@ -6,9 +6,7 @@
  * 136 kernels, ~25 s of nvcc on one core (the device code also accepts ncols < NC, skipping
  * columns, should the count ever need trimming).
  * The fused variant has the warp do the gate row and the up row, then silu(g) * u. Float weights
- * with fewer than ST_MMV_SPLIT_ROWS rows (the router) take a block of 8 warps per row instead.
- * Q8_0 reads its rows through shared memory (st_k_mmv_q8_0s), or from the prompt tiles' copy of
- * the matrix where it has one (st_k_mmv_q8t, two rows a warp); all three give the same bits. */
+ * with fewer than ST_MMV_SPLIT_ROWS rows (the router) take a block of 8 warps per row instead. */
 #include "mmv.cuh"
 #include "mma.cuh"
 #include "cuda_mmv.h"
@@ -156,94 +154,6 @@ st_k_mmv_q8_0s(const uint8_t *__restrict__ w, size_t rb, int nrows, int nsub,
     st_mmv_store<NC>(a, b, false, ncols, lane, row, nrows, y);
 }
 
-/* ---- Q8_0 rows from the tile copy ----------------------------------------------------------
- * The prompt tiles' copy of a Q8_0 matrix (cuda_mmq.h: the quants as rows of ne0 bytes, the
- * scales block-major) lets a lane read 16 aligned bytes of quants with one load and no shared
- * memory: two rows a warp, 16 lanes a row, lane j reading bytes 16j .. 16j + 15 of each 256-byte
- * chunk (half of block 8k + j/2), the first 16 chunks' loads (rows of up to 4096 weights: all)
- * issued before griddepcontrol.wait. The arithmetic is st_k_mmv_q8_0s's, bit for bit: the block's integer sum
- * (the two halves' dp4a sums added across lanes j, j ^ 1), the same float term, and the float
- * sums in the same order: st_k_mmv_q8_0s's lane L adds blocks L, L + 32, ... in turn and the
- * warp's butterfly (xor 16, 8, 4, 2, 1) adds the 32 lane sums; here lane j keeps those of L =
- * j/2 + 8m in acc[m] (m = k mod 4), adds them as the butterfly's xor 16 and xor 8 steps do, and
- * its xor 4, 2, 1 steps are the half-warp's xor 8, 4, 2 (float addition commutes, so either
- * lane's order gives the same sum). test_cuda_mmv checks the bits against the blocks' kernels. */
-#ifndef ST_MMV_Q8_TILES
-#define ST_MMV_Q8_TILES 1 /* 0 at build time: the tile copy is not read by the GEMV (A/B) */
-#endif
-#define ST_MMV8T_WARPS 4 /* two rows a warp */
-#define ST_MMV8T_G 16    /* chunks of 256 bytes loaded at a time (rows of up to 4096 in one) */
-
-template <int NC>
-static __global__ void __launch_bounds__(ST_MMV8T_WARPS * 32)
-st_k_mmv_q8t(const uint8_t *__restrict__ qs, const uint16_t *__restrict__ ds, int np, int nrows, int nsub,
-             const block_q8_1 *__restrict__ xq, int ncols, float *__restrict__ y) {
-    extern __shared__ uint32_t s_x8t[];
-    const int lane = threadIdx.x & 31, j = lane & 15;
-    const int row = (blockIdx.x * ST_MMV8T_WARPS + (threadIdx.x >> 5)) * 2 + (lane >> 4);
-    const bool live = row < nrows; /* a dead half-warp still joins the shuffles and the barrier */
-    const int nch = (nsub + 7) / 8;
-    const uint4 *wr = (const uint4 *)(qs + (size_t)(live ? row : 0) * (size_t)nsub * 32) + j;
-    uint4 wv[ST_MMV8T_G];
-#pragma unroll
-    for (int g = 0; g < ST_MMV8T_G; g++) { /* the first group before the wait (weights: never written) */
-        const bool ok = live && g < nch && 8 * g + (j >> 1) < nsub;
-        wv[g] = ok ? __ldg(wr + 16 * g) : make_uint4(0, 0, 0, 0);
-    }
-    st_pdl_enter();
-    const uint32_t *xg = (const uint32_t *)xq;
-    const int nxw = ncols * nsub * 9;
-    for (int i = (int)threadIdx.x; i < nxw; i += ST_MMV8T_WARPS * 32) s_x8t[i] = __ldg(xg + i);
-    __syncthreads();
-    float acc[NC][4];
-#pragma unroll
-    for (int c = 0; c < NC; c++)
-#pragma unroll
-        for (int m = 0; m < 4; m++) acc[c][m] = 0.0f;
-    const int h = j & 1;
-    for (int k0 = 0; k0 < nch; k0 += ST_MMV8T_G) {
-        if (k0 > 0) {
-#pragma unroll
-            for (int g = 0; g < ST_MMV8T_G; g++) {
-                const int k = k0 + g;
-                const bool ok = live && k < nch && 8 * k + (j >> 1) < nsub;
-                wv[g] = ok ? __ldg(wr + 16 * k) : make_uint4(0, 0, 0, 0);
-            }
-        }
-#pragma unroll
-        for (int g = 0; g < ST_MMV8T_G; g++) {
-            const int k = k0 + g, b = 8 * k + (j >> 1);
-            if (k >= nch) break; /* the same for every lane */
-            const bool in = live && b < nsub;
-            const float dw = in ? st_dev_fp16(ds[(size_t)b * np + row]) : 0.0f;
-#pragma unroll
-            for (int c = 0; c < NC; c++) {
-                if (c < ncols) {
-                    const uint32_t *xs = s_x8t + (size_t)(c * nsub + (in ? b : 0)) * 9;
-                    int part = 0;
-                    part = __dp4a((int)wv[g].x, (int)xs[1 + 4 * h], part);
-                    part = __dp4a((int)wv[g].y, (int)xs[2 + 4 * h], part);
-                    part = __dp4a((int)wv[g].z, (int)xs[3 + 4 * h], part);
-                    part = __dp4a((int)wv[g].w, (int)xs[4 + 4 * h], part);
-                    const int S = part + __shfl_xor_sync(0xffffffffu, part, 1); /* the block's sum */
-                    const float xd = st_dev_fp16(xs[0] & 0xFFFFu);
-                    if (in) acc[c][g & 3] += dw * xd * (float)S; /* as st_k_mmv_q8_0s */
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        if (c < ncols) {
-            float v = (acc[c][0] + acc[c][2]) + (acc[c][1] + acc[c][3]); /* the butterfly's xor 16, 8 */
-            v += __shfl_xor_sync(0xffffffffu, v, 8);                     /* xor 4, 2, 1 */
-            v += __shfl_xor_sync(0xffffffffu, v, 4);
-            v += __shfl_xor_sync(0xffffffffu, v, 2);
-            if (live && j == c) y[(int64_t)c * nrows + row] = v;
-        }
-    }
-}
-
 /* Float weights against f32 x (nvec: see st_mmv_row_f). */
 template <class F, int NC>
 static __global__ void __launch_bounds__(ST_MMV_WARPS * 32)
@@ -283,7 +193,6 @@ struct st_mmv_args {
     float *y;
     block_q8_1 *xq;
     int xq_ready; /* xq already holds x as Q8_1 (st_cuda_mmv_pre) */
-    const uint8_t *tq; /* Q8_0 with its tile copy (W->tiles, 16-byte aligned), else NULL */
     cudaStream_t stream;
 };
 
@@ -297,27 +206,8 @@ static size_t st_mmv8_smem(const st_mmv_args &a) {
     return smem <= 48 * 1024 ? smem : 0;
 }
 
-/* The tile-copy kernel's dynamic smem (the activation columns) for this call, 0 when it does
- * not apply (no copy, or the columns past 48 KiB). */
-static size_t st_mmv8t_smem(const st_mmv_args &a) {
-    if (!ST_MMV_Q8_TILES || a.type != STRATA_TYPE_Q8_0 || !a.tq || a.w1) return 0;
-    const size_t smem = (size_t)a.ncols * (size_t)(a.ne0 / 32) * sizeof(block_q8_1);
-    return smem <= 48 * 1024 ? smem : 0;
-}
-
 template <class T, int NC>
 static strata_status st_mmv_launch_q_nc(const st_mmv_args &a) {
-    const size_t tsmem = std::is_same<T, st_mmv_q8_0>::value ? st_mmv8t_smem(a) : 0;
-    if (tsmem) {
-        const int rows_per_block = 2 * ST_MMV8T_WARPS;
-        const unsigned grid = (unsigned)((a.ne1 + rows_per_block - 1) / rows_per_block);
-        const int np = (a.ne1 + 7) / 8 * 8; /* the copy's scale rows (cuda_mmq.h) */
-        st_launch(st_k_mmv_q8t<NC>, grid, ST_MMV8T_WARPS * 32, tsmem, a.stream, a.tq,
-                  (const uint16_t *)(a.tq + (size_t)a.ne1 * (size_t)a.ne0), np, a.ne1, a.ne0 / 32,
-                  (const block_q8_1 *)a.xq, a.ncols, a.y);
-        ST_CUDA_CHECK_LAUNCH("st_k_mmv_q8t");
-        return STRATA_OK;
-    }
     const size_t smem = std::is_same<T, st_mmv_q8_0>::value ? st_mmv8_smem(a) : 0;
     if (smem) {
         const unsigned grid = (unsigned)((a.ne1 + ST_MMV8_WARPS - 1) / ST_MMV8_WARPS);
@@ -523,8 +413,6 @@ static strata_status st_mmv_prepare(const char *fn, const st_cuda_mat *W0, const
     a.x = x;
     a.y = y;
     a.xq = quant ? (block_q8_1 *)scratch : NULL;
-    a.tq = !W1 && W0->tiles && W0->type == STRATA_TYPE_Q8_0 && ((uintptr_t)W0->tiles & 15) == 0
-               ? (const uint8_t *)W0->tiles : NULL;
     a.stream = (cudaStream_t)stream;
     return STRATA_OK;
 }

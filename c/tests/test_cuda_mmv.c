@@ -329,38 +329,6 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
             if (st != STRATA_OK) goto done;
         }
 
-        /* Q8_0 with the prompt tiles' copy: the decode GEMV reads the copy (st_k_mmv_q8t, two rows
-         * a warp) and gives the blocks' kernels' bits, through st_cuda_mmv and st_cuda_mmv_pre;
-         * nothing written past y */
-        if (!tiles && !fused && st_cuda_mmq_tiles_bytes(&(st_cuda_mat){type, db->w0, ne0, ne1, rb, NULL})) {
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL};
-            const size_t tb = st_cuda_mmq_tiles_bytes(&W0);
-            void *t0 = NULL, *dq = NULL;
-            uint32_t *got4 = malloc((size_t)(ny + GUARD) * 4);
-            st = got4 ? st_cuda_malloc(&t0, tb) : STRATA_ERR_NOMEM;
-            if (st == STRATA_OK) st = st_cuda_malloc(&dq, st_cuda_mmv_scratch_bytes(ne0, ncols));
-            if (st == STRATA_OK) st = st_cuda_mmq_tiles_make(&W0, t0, NULL);
-            const st_cuda_mat T0 = {type, db->w0, ne0, ne1, rb, t0};
-            for (int pre = 0; pre < 2 && st == STRATA_OK; pre++) {
-                st = st_cuda_memset(db->y, 0xA5, (size_t)(ny + GUARD) * 4);
-                if (st == STRATA_OK && pre) st = st_cuda_quantize_q8_1(dx, dq, (int64_t)ncols * ne0, NULL);
-                if (st == STRATA_OK)
-                    st = pre ? st_cuda_mmv_pre(&T0, dx, dq, ncols, (float *)db->y, db->scratch, NULL)
-                             : st_cuda_mmv(&T0, dx, ncols, (float *)db->y, db->scratch, NULL);
-                if (st == STRATA_OK) st = st_cuda_synchronize();
-                if (st == STRATA_OK) st = st_cuda_memcpy_d2h(got4, db->y, (size_t)(ny + GUARD) * 4);
-                int64_t g4 = 0;
-                for (int64_t i = ny; st == STRATA_OK && i < ny + GUARD; i++) g4 += got4[i] != SENTINEL;
-                CHECK(st == STRATA_OK && !memcmp(got, got4, (size_t)ny * 4) && g4 == 0, "%s: the GEMV on the tile "
-                      "copy%s differs from the blocks' (%s)", what, pre ? " (x quantized before)" : "",
-                      st == STRATA_OK ? (g4 ? "guard" : "bits") : strata_last_error());
-            }
-            (void)st_cuda_free(t0);
-            (void)st_cuda_free(dq);
-            free(got4);
-            if (st != STRATA_OK) goto done;
-        }
-
         /* every output written, no NaN, guards intact */
         int64_t unwritten = 0, nans = 0, guard_bad = 0, sguard_bad = 0;
         for (int64_t i = 0; i < ny; i++) {

@@ -4,7 +4,7 @@
  * NMSE vs strata_vec_dot_f32) and times it with CUDA events, reporting the bytes a call must move
  * (weights + x + y) over the median time as GB/s and as a fraction of the H200's ~4.1 TB/s and of
  * a device-to-device copy measured on the spot. The fused SwiGLU entry and the Q8_1 quantizer
- * alone are timed too, and Q8_0 read from the prompt tiles' copy of the matrix ("tiles").
+ * alone are timed too.
  *
  * The weights are replicated over >= 1 GiB of device memory and successive calls rotate through
  * the copies, so small matrices (a Qwen3 expert is < 1 MB) are read from HBM, not from the 50 MB
@@ -22,7 +22,6 @@ extern "C" {
 #include "common.h" /* st_f32_to_fp16, st_f32_to_bf16 */
 #include "cuda_backend.h"
 #include "cuda_mmv.h"
-#include "cuda_mmq.h" /* the tile copy */
 }
 
 #include <algorithm>
@@ -87,9 +86,8 @@ static const shape shapes[] = {
 };
 
 
-/* Checks and times one (type, shape) for ncols 1, 2, 4, 8 (and the fused variant when fused;
- * tiles: Q8_0 read from the prompt tiles' copy of each matrix, st_k_mmv_q8t). */
-static void run_case(strata_type type, const shape &sh, double copy_bps, bool fused, bool tiles = false) {
+/* Checks and times one (type, shape) for ncols 1, 2, 4, 8 (and the fused variant when fused). */
+static void run_case(strata_type type, const shape &sh, double copy_bps, bool fused) {
     const int64_t ne0 = sh.ne0, ne1 = sh.ne1;
     const size_t rb = (size_t)strata_row_bytes(type, ne0), wbytes = rb * (size_t)ne1;
     const size_t stride = (wbytes + 255) / 256 * 256;
@@ -104,17 +102,6 @@ static void run_case(strata_type type, const shape &sh, double copy_bps, bool fu
     CK(cudaMemcpy(dw + stride, fused ? w2.data() : w.data(), wbytes, cudaMemcpyHostToDevice));
     for (int k = 2; k < copies; k++) /* copy k = copy k % 2 */
         CK(cudaMemcpy(dw + stride * k, dw + stride * (k & 1), wbytes, cudaMemcpyDeviceToDevice));
-    uint8_t *dt = NULL; /* tiles: each copy's tile copy */
-    size_t tstride = 0;
-    if (tiles) {
-        const st_cuda_mat m0 = {type, dw, ne0, ne1, rb, NULL};
-        tstride = (st_cuda_mmq_tiles_bytes(&m0) + 255) / 256 * 256;
-        CK(cudaMalloc(&dt, tstride * copies));
-        for (int k = 0; k < copies; k++) {
-            const st_cuda_mat mk = {type, dw + stride * k, ne0, ne1, rb, NULL};
-            SK(st_cuda_mmq_tiles_make(&mk, dt + tstride * k, NULL));
-        }
-    }
     std::vector<float> x(8 * ne0);
     for (auto &v : x) v = rngf();
     float *dx, *dy;
@@ -130,7 +117,7 @@ static void run_case(strata_type type, const shape &sh, double copy_bps, bool fu
     static const int ncs[] = {1, 2, 4, 8};
     for (int nc : ncs) {
         auto mat = [&](int k) {
-            st_cuda_mat m = {type, dw + stride * k, ne0, ne1, rb, tiles ? dt + tstride * k : NULL};
+            st_cuda_mat m = {type, dw + stride * k, ne0, ne1, rb, NULL};
             return m;
         };
         auto call = [&](int k) {
@@ -184,15 +171,14 @@ static void run_case(strata_type type, const shape &sh, double copy_bps, bool fu
         const double bytes = (double)wbytes * (fused ? 2 : 1) + 4.0 * nc * ne0 + 4.0 * nc * ne1;
         const double bps = bytes / sec;
         const double bound = strata_type_block_size(type) == 1 ? 1e-7 : 5e-4;
-        printf("%-7s %-18s %5lld x %5lld ncols=%d%s%s  %8.2f us  %7.1f GB/s  %5.1f%% of 4.1TB/s  "
+        printf("%-7s %-18s %5lld x %5lld ncols=%d%s  %8.2f us  %7.1f GB/s  %5.1f%% of 4.1TB/s  "
                "%5.1f%% of copy  nmse %.2e %s\n", strata_type_name(type), sh.name, (long long)ne1,
-               (long long)ne0, nc, fused ? " swiglu" : "", tiles ? " tiles" : "", sec * 1e6, bps * 1e-9,
+               (long long)ne0, nc, fused ? " swiglu" : "", sec * 1e6, bps * 1e-9,
                100.0 * bps / H200_HBM, 100.0 * bps / copy_bps, nmse,
                (nmse <= bound && nan == 0) ? "ok" : "FAIL");
         fflush(stdout);
     }
     CK(cudaFree(dw));
-    if (dt) CK(cudaFree(dt));
     CK(cudaFree(dx));
     CK(cudaFree(dy));
     CK(cudaFree(ds));
@@ -259,8 +245,6 @@ int main(int argc, char **argv) {
         for (const shape &sh : shapes) run_case(t, sh, copy_bps, false);
         run_case(t, shapes[0], copy_bps, true); /* qwen3 expert gate+up */
         run_case(t, shapes[5], copy_bps, true); /* mixtral gate+up */
-        if (t == STRATA_TYPE_Q8_0) /* the decode GEMV on the prompt tiles' copy */
-            for (const shape &sh : shapes) run_case(t, sh, copy_bps, false, true);
     }
     return 0;
 }
