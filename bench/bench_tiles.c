@@ -6,9 +6,12 @@
  * gate) and activation-row counts 1..256. Both give the same bits (checked here on every run).
  * Prints a table of billions of multiply-adds per second and the ratio; writes JSON.
  *
- *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--time S] [--json PATH]
+ *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--isa scalar|avx2|avx512]
+ *               [--single] [--time S] [--json PATH]
  *
- * Without AMX only the first kernel is timed. Built by `make bench`. */
+ * --isa: the kernels of that level (AVX2 has several-row kernels for the K-quants, no tiles);
+ * --single: the single-row kernel once per activation row instead of the several-row one. Without
+ * AMX (or below the AVX-512 level) only the first kernel is timed. Built by `make bench`. */
 #include "bench_util.h"
 #include "dot.h"
 #include "quant.h"
@@ -89,6 +92,7 @@ int main(int argc, char **argv) {
     int64_t rows = 768, n = 2048;
     double target_s = 0.3;
     strata_type type = STRATA_TYPE_Q4_K;
+    int single = 0;
     const char *json_path = "bench/results/bench_tiles.json";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -96,6 +100,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--n") && v) n = atoll(v), i++;
         else if (!strcmp(a, "--time") && v) target_s = atof(v), i++;
         else if (!strcmp(a, "--json") && v) json_path = v, i++;
+        else if (!strcmp(a, "--single")) single = 1;
+        else if (!strcmp(a, "--isa") && v) {
+            const strata_cpu_isa l = !strcasecmp(v, "scalar") ? STRATA_ISA_SCALAR
+                                     : !strcasecmp(v, "avx2") ? STRATA_ISA_AVX2
+                                                              : STRATA_ISA_AVX512;
+            if (strata_cpu_isa_set(l) != STRATA_OK) {
+                fprintf(stderr, "bench_tiles: %s\n", strata_last_error());
+                return 2;
+            }
+            i++;
+        }
         else if (!strcmp(a, "--type") && v) {
             type = !strcasecmp(v, "q5_K")   ? STRATA_TYPE_Q5_K
                    : !strcasecmp(v, "q6_K") ? STRATA_TYPE_Q6_K
@@ -104,7 +119,8 @@ int main(int argc, char **argv) {
                                             : STRATA_TYPE_Q4_K;
             i++;
         } else {
-            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--time S] [--json PATH]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--isa scalar|avx2|avx512] "
+                            "[--single] [--time S] [--json PATH]\n", argv[0]);
             return 2;
         }
     }
@@ -112,10 +128,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_tiles: --rows >= 1, --n a multiple of 256\n");
         return 2;
     }
-    const st_vec_dot_n_fn dn = st_vec_dot_n_get(type); /* NULL for Q8_0: prepared rows, or the single-row kernel */
+    const st_vec_dot_n_fn dn = single ? NULL : st_vec_dot_n_get(type); /* NULL for Q8_0: prepared rows, or the single-row kernel */
     st_q8_0_prep_fn prep = NULL;
     st_q8_0_dotp_fn dotp = NULL;
-    if (type == STRATA_TYPE_Q8_0 && !st_q8_0_prepared_get(&prep, &dotp)) prep = NULL, dotp = NULL;
+    if (type == STRATA_TYPE_Q8_0 && (single || !st_q8_0_prepared_get(&prep, &dotp))) prep = NULL, dotp = NULL;
     const st_vec_dot_fn d1 = st_vec_dot_get(type);
     const st_vec_dot_tile_fn tile = st_vec_dot_tile_get(type);
     if (!d1) {
@@ -140,8 +156,9 @@ int main(int argc, char **argv) {
         if (at == STRATA_TYPE_Q8_0) st_quantize_row_q8_0(f, (block_q8_0 *)(x + (size_t)c * xb), n);
         else st_quantize_row_q8_K(f, (block_q8_K *)(x + (size_t)c * xb), n);
     }
-    printf("# bench_tiles: %s, %lld rows of %lld weights (%.2f MB), one thread, AMX %s\n\n", strata_type_name(type),
-           (long long)rows, (long long)n, (double)(rb * (size_t)rows) / 1e6, tile ? "on" : "not available");
+    printf("# bench_tiles: %s, %lld rows of %lld weights (%.2f MB), one thread, %s level, AMX %s\n\n",
+           strata_type_name(type), (long long)rows, (long long)n, (double)(rb * (size_t)rows) / 1e6,
+           strata_cpu_isa_name(strata_cpu_isa_active()), tile ? "on" : "not available");
     printf("| activation rows | %s GMAC/s | AMX tiles GMAC/s | tiles / several-row | same bits |\n|---:|---:|---:|---:|---|\n",
            dn ? "several-row" : dotp ? "prepared-row" : "single-row");
     FILE *jf = fopen(json_path, "w");

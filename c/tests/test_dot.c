@@ -314,15 +314,27 @@ static void test_args(void) {
 
 /* (d) the several-row kernels: bit-identical to the single-row kernel of the same level for every
  * row count, row length and activation stride (the prefill and grouped-expert paths rely on it). */
+static void test_multi_rows_here(int *found, const char *level);
 static void test_multi_rows(void) {
     int found = 0;
+    /* at every level the CPU has (the AVX2 and AVX-512 levels each have their own) */
+    static const strata_cpu_isa lv[] = {STRATA_ISA_SCALAR, STRATA_ISA_AVX2, STRATA_ISA_AVX512};
+    for (size_t k = 0; k < ST_ARRAY_LEN(lv); k++) {
+        if ((int)lv[k] > (int)strata_cpu_isa_supported() || strata_cpu_isa_set(lv[k]) != STRATA_OK) continue;
+        test_multi_rows_here(&found, strata_cpu_isa_name(lv[k]));
+    }
+    CHECK(strata_cpu_isa_set(STRATA_ISA_BEST) == STRATA_OK, "back to the best level");
+    if (!found) SKIP("no several-row kernels at this CPU's ISA levels (AVX2 and AVX-512 have them)");
+}
+
+static void test_multi_rows_here(int *found, const char *level) {
     test_rng rng = {777};
     static _Alignas(64) unsigned char acts[ST_DOT_MAX_COLS][MAX_N * 2];
     for (size_t ti = 0; ti < ST_ARRAY_LEN(dot_types); ti++) {
         const dot_type *dt = &dot_types[ti];
         st_vec_dot_n_fn dn = st_vec_dot_n_get(dt->type);
         if (!dn) continue;
-        found++;
+        (*found)++;
         st_vec_dot_fn d1 = st_vec_dot_get(dt->type);
         int same = 1;
         for (int rep = 0; rep < 40; rep++) {
@@ -345,9 +357,9 @@ static void test_multi_rows(void) {
                 }
             }
         }
-        CHECK(same, "%s: several-row kernel bit-identical to the single-row one", strata_type_name(dt->type));
+        CHECK(same, "%s (%s): several-row kernel bit-identical to the single-row one", strata_type_name(dt->type),
+              level);
     }
-    if (!found) SKIP("no several-row kernels at this CPU's ISA level (AVX-512 VNNI has them)");
 }
 
 /* (e) Q8_0 against prepared activation rows (the prompt matmul's path on AVX-512): bit-identical

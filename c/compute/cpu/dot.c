@@ -31,7 +31,10 @@ static void st_tables_init(void) {
     const st_cpu_features *f = st_cpu_get_features();
     st_dot_register_scalar(st_tables[STRATA_ISA_SCALAR]);
 #if defined(__x86_64__) || defined(__i386__)
-    if (f->avx2 && f->fma && f->f16c) st_dot_register_avx2(st_tables[STRATA_ISA_AVX2]);
+    if (f->avx2 && f->fma && f->f16c) {
+        st_dot_register_avx2(st_tables[STRATA_ISA_AVX2]);
+        st_dotn_register_avx2(st_tables_n[STRATA_ISA_AVX2]);
+    }
     if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq &&
         f->avx512vnni) {
         st_dot_register_avx512(st_tables[STRATA_ISA_AVX512]);

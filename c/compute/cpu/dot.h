@@ -67,6 +67,7 @@ static inline void st_q8_0_prep_rows(st_q8_0_prep_fn prep, const uint8_t *src, s
 void st_dot_register_scalar(st_vec_dot_fn *table);
 void st_dot_register_avx2(st_vec_dot_fn *table);
 void st_dot_register_avx512(st_vec_dot_fn *table);
+void st_dotn_register_avx2(st_vec_dot_n_fn *table);
 void st_dotn_register_avx512(st_vec_dot_n_fn *table);
 void st_q8_0_prepared_avx512(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot);
 void st_dot_rows_register_avx512(st_vec_dot_rows_fn *table);

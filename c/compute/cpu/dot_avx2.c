@@ -517,6 +517,129 @@ static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Several activation rows against one weight row (st_vec_dot_n_fn): the weight row's quants and
+ * scales unpacked once per (super-)block for all NC rows, then each row's integer sums and float
+ * steps exactly as the single-row kernel above computes them (so the same bits: test_dot checks
+ * every row count). NC is a compile-time 1..4; ys is the activation rows' stride in bytes.
+ * ------------------------------------------------------------------------------------------- */
+
+static inline __attribute__((always_inline)) void dot_q45_K_cols(int64_t n, float *out, const block_q4_K *b4,
+                                                                 const block_q5_K *b5, const uint8_t *xq, size_t ys,
+                                                                 const int NC) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
+    const int64_t nb = n / QK_K;
+    __m128 a[ST_DOT_MAX_COLS];
+    for (int c = 0; c < NC; c++) a[c] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales, *qs = b5 ? b5[i].qs : b4[i].qs;
+        const uint16_t *dm16 = b5 ? &b5[i].d : &b4[i].d; /* d, then dmin */
+        const __m128i scmn = k4_scales_mins(scales);
+        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
+        __m256i hb = b5 ? load32(b5[i].qh) : _mm256_setzero_si256();
+        __m256i sumi[ST_DOT_MAX_COLS];
+        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i qb = load32(qs + 32 * j);
+            __m256i lo = _mm256_and_si256(qb, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+            if (b5) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            const __m256i s0 = bcast_scale16(sc16, 2 * j), s1 = bcast_scale16(sc16, 2 * j + 1);
+            for (int c = 0; c < NC; c++) {
+                const int8_t *y = ((const block_q8_K *)(xq + (size_t)c * ys))[i].qs;
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(y + 64 * j)), s0);
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(y + 64 * j + 32)), s1);
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p0, p1));
+            }
+        }
+        for (int c = 0; c < NC; c++) {
+            const block_q8_K *x = (const block_q8_K *)(xq + (size_t)c * ys) + i;
+            a[c] = ks_step(sumi[c], k4_min_dot(x->bsums, scmn), ks_factors(x->d, dm16), a[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) out[c] = ks_result(a[c]);
+}
+
+static inline __attribute__((always_inline)) void dot_q6_K_cols(int64_t n, float *out, const block_q6_K *b,
+                                                                const uint8_t *xq, size_t ys, const int NC) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const int64_t nb = n / QK_K;
+    __m128 a[ST_DOT_MAX_COLS];
+    for (int c = 0; c < NC; c++) a[c] = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const float dw = H2F(b[i].d);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);
+        __m256i sumi[ST_DOT_MAX_COLS];
+        for (int c = 0; c < NC; c++) sumi[c] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i la = load32(b[i].ql + 64 * h), lb = load32(b[i].ql + 64 * h + 32);
+            const __m256i qh = load32(b[i].qh + 32 * h);
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(la, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(lb, m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4))};
+            for (int c = 0; c < NC; c++) {
+                const int8_t *y = ((const block_q8_K *)(xq + (size_t)c * ys))[i].qs + 128 * h;
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[0], load32(y)), group_scales(sc8, 4 * h + 0));
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[1], load32(y + 32)), group_scales(sc8, 4 * h + 1));
+                __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[2], load32(y + 64)), group_scales(sc8, 4 * h + 2));
+                __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q[3], load32(y + 96)), group_scales(sc8, 4 * h + 3));
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+            }
+        }
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        for (int c = 0; c < NC; c++) {
+            const block_q8_K *x = (const block_q8_K *)(xq + (size_t)c * ys) + i;
+            const float dd = x->d * dw;
+            const __m256i o = bsums_dot(x->bsums, sc16);
+            a[c] = ks_step(sumi[c], _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1)),
+                           _mm_setr_ps(dd, 32.0f * dd, 0.0f, 0.0f), a[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) out[c] = ks_result(a[c]);
+}
+
+#define ST_AVX2_COLS_SWITCH(call)                                                                  \
+    switch (nc) {                                                                                  \
+    case 1: call(1); break;                                                                        \
+    case 2: call(2); break;                                                                        \
+    case 3: call(3); break;                                                                        \
+    default: call(4); break;                                                                       \
+    }
+
+static void dotn_q4_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
+#define ST_C(NC) dot_q45_K_cols(n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys, NC)
+    ST_AVX2_COLS_SWITCH(ST_C)
+#undef ST_C
+}
+
+static void dotn_q5_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
+#define ST_C(NC) dot_q45_K_cols(n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys, NC)
+    ST_AVX2_COLS_SWITCH(ST_C)
+#undef ST_C
+}
+
+static void dotn_q6_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
+#define ST_C(NC) dot_q6_K_cols(n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys, NC)
+    ST_AVX2_COLS_SWITCH(ST_C)
+#undef ST_C
+}
+#undef ST_AVX2_COLS_SWITCH
+
+void st_dotn_register_avx2(st_vec_dot_n_fn *table) {
+    table[STRATA_TYPE_Q4_K] = dotn_q4_K;
+    table[STRATA_TYPE_Q5_K] = dotn_q5_K;
+    table[STRATA_TYPE_Q6_K] = dotn_q6_K;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * IQ types (q8_K activations)
  * ------------------------------------------------------------------------------------------- */
 
