@@ -59,6 +59,7 @@ void cli_opts_init(cli_opts *o) {
     }
     o->cpu_pin = env_flag("STRATA_CPU_PIN");
     o->no_amx = getenv("STRATA_AMX") && strcmp(getenv("STRATA_AMX"), "0") == 0;
+    o->cpu_isa = getenv("STRATA_CPU_ISA") && getenv("STRATA_CPU_ISA")[0] ? getenv("STRATA_CPU_ISA") : NULL;
     o->gpu_prefetch = env_flag("STRATA_GPU_PREFETCH");
     o->cpu_warm = env_flag("STRATA_CPU_WARM");
     o->q8_tiles = !getenv("STRATA_Q8_TILES") || env_flag("STRATA_Q8_TILES"); /* unset: on */
@@ -90,6 +91,9 @@ void cli_opts_usage(FILE *f) {
         "                          $STRATA_CPU_PIN=1)\n"
         "  --no-amx                CPU batches of K-quant/Q8_0 weights without the AMX tiles\n"
         "                          (same results; also $STRATA_AMX=0)\n"
+        "  --cpu-isa LEVEL         the CPU kernels of scalar, avx2, avx512 or best (default;\n"
+        "                          also $STRATA_CPU_ISA): e.g. an AVX2 host's speed on this one;\n"
+        "                          above what the CPU has is an error\n"
         "  -b, --batch-size N      prompt tokens per forward pass (default 512)\n"
         "  --kv-type f16|f32       KV cache type (default f16)\n"
         "  --gpu                   every layer on the GPU (fail if CUDA is unusable)\n"
@@ -231,6 +235,15 @@ static int parse_float(const char *name, const char *v, float *out) {
     return 0;
 }
 
+/* --cpu-isa's names; 0, or -1 for none of them. */
+static int cli_isa_from_name(const char *v, strata_cpu_isa *out) {
+    static const struct { const char *name; strata_cpu_isa isa; } t[] = {
+        {"scalar", STRATA_ISA_SCALAR}, {"avx2", STRATA_ISA_AVX2}, {"avx512", STRATA_ISA_AVX512}, {"best", STRATA_ISA_BEST}};
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
+        if (v && strcmp(v, t[k].name) == 0) return *out = t[k].isa, 0;
+    return -1;
+}
+
 int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = NULL;
@@ -295,7 +308,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         "--frequency-penalty", "--seed", "--stop", "--logpos", "--logpos-top", "--stats-json",
         "--chat-template", "--system", "--stride", "--kl-base", "--kl", "--temperature", "-ngl",
         "--n-gpu-layers", "--degrade-tau", "--n-cpu-moe", "--stage-experts", "--pcie-frac", "--ram-budget", "--expert-cache",
-        "--gpu-mem", NULL};
+        "--gpu-mem", "--cpu-isa", NULL};
     int known = 0;
     for (int k = 0; valued[k]; k++) known |= strcmp(a, valued[k]) == 0;
     if (!known) return 0;
@@ -340,6 +353,11 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
             rc = cli_usage_error("bad value '%s' for --degrade-tau (0..1)", v);
     } else if (opt_is(a, "-b", "--batch-size")) {
         if (!(rc = parse_long(a, v, 1, 1L << 20, &x))) o->n_batch = (int)x;
+    } else if (opt_is(a, NULL, "--cpu-isa")) {
+        strata_cpu_isa l;
+        if (cli_isa_from_name(v, &l) != 0)
+            rc = cli_usage_error("bad value '%s' for --cpu-isa (scalar, avx2, avx512 or best)", v);
+        else o->cpu_isa = v;
     } else if (opt_is(a, NULL, "--kv-type")) {
         if (strcmp(v, "f16") == 0) o->kv_type = STRATA_TYPE_F16;
         else if (strcmp(v, "f32") == 0) o->kv_type = STRATA_TYPE_F32;
@@ -407,6 +425,12 @@ uint64_t cli_peak_rss(void) {
 }
 
 int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
+    if (o->cpu_isa) { /* process-wide, before the model is read and any thread computes */
+        strata_cpu_isa l;
+        if (cli_isa_from_name(o->cpu_isa, &l) != 0)
+            return cli_fail("bad value '%s' for --cpu-isa / $STRATA_CPU_ISA (scalar, avx2, avx512 or best)", o->cpu_isa);
+        if (strata_cpu_isa_set(l) != STRATA_OK) return cli_fail("--cpu-isa %s: %s", o->cpu_isa, strata_last_error());
+    }
     int rc = cli_check_readable(o->model);
     if (rc) return rc;
     strata_model_params mp = strata_model_default_params();

@@ -41,6 +41,7 @@ typedef struct {
     int pin_experts;              /* --pin-experts ($STRATA_PIN_EXPERTS=1) */
     int cpu_pin;                  /* --cpu-pin ($STRATA_CPU_PIN=1) */
     int no_amx;                   /* --no-amx ($STRATA_AMX=0) */
+    const char *cpu_isa;          /* --cpu-isa scalar|avx2|avx512|best ($STRATA_CPU_ISA); NULL: best */
     int gpu_prefetch;             /* --gpu-prefetch ($STRATA_GPU_PREFETCH=1) */
     int cpu_warm;                 /* --cpu-warm / --no-cpu-warm ($STRATA_CPU_WARM=1) */
     int q8_tiles;                 /* --q8-tiles / --no-q8-tiles ($STRATA_Q8_TILES=0: off) */

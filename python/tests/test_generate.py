@@ -366,6 +366,27 @@ def test_cli_placement_options_parse(model):
     assert m and int(m.group(1)) == (n_prompt + 11) * 6 * 4, err[-600:]
 
 
+def test_cli_cpu_isa(model):
+    """--cpu-isa LEVEL ($STRATA_CPU_ISA) runs the CPU kernels of that level: every level this CPU
+    has gives the same greedy text (the Q8_0 matmuls are bit-identical across levels, the rest
+    other arithmetic of the same function); a bad name is a usage error, a level above the CPU's
+    an error at load."""
+    args = ["-m", model.path, "-p", PROMPT, "-n", 16, "--temp", 0, "--cpu", "-c", 128]
+    base = run_cli(*args).stdout
+    order = ["scalar", "avx2", "avx512"]
+    sup = strata.cpu_isa_supported()  # "scalar", "avx2", "avx512..."
+    have = order[:(2 if sup.startswith("avx512") else order.index(sup)) + 1]
+    for level in have + ["best"]:
+        assert run_cli(*args, "--cpu-isa", level).stdout == base, level
+    env = dict(os.environ, STRATA_CPU_ISA="scalar")
+    assert run_cli(*args, env=env).stdout == base
+    assert b"bad value 'avx9' for --cpu-isa" in run_cli(*args, "--cpu-isa", "avx9", check_rc=2).stderr
+    env = dict(os.environ, STRATA_CPU_ISA="avx9")
+    assert b"$STRATA_CPU_ISA" in run_cli(*args, env=env, check_rc=1).stderr
+    if "avx512" not in have:
+        assert b"--cpu-isa avx512" in run_cli(*args, "--cpu-isa", "avx512", check_rc=1).stderr
+
+
 def test_python_last_stats():
     """Model.last_stats: the session counters of the last call, profile phases by name."""
     from conftest import shared_file
