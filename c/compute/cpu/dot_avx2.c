@@ -606,6 +606,46 @@ static inline __attribute__((always_inline)) void dot_q6_K_cols(int64_t n, float
     for (int c = 0; c < NC; c++) out[c] = ks_result(a[c]);
 }
 
+/* Q4_0 as dot_sum16 (q4 set): eight blocks' quants and weight scales unpacked once a step for
+ * all NC rows, then each row's block sums, scales and accumulators as dot_sum16 computes them. */
+static inline __attribute__((always_inline)) void dot_q4_0_cols(int64_t n, float *out, const block_q4_0 *b,
+                                                                const uint8_t *xq, size_t ys, const int NC) {
+    const int64_t nb = n / 32;
+    __m256 acc[ST_DOT_MAX_COLS][2];
+    for (int c = 0; c < NC; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+        __m256i wq[8];
+        for (int q = 0; q < 8; q++) wq[q] = q4_0_quants(b + i + q);
+        const __m256 dw = h8_strided((const uint8_t *)(b + i), sizeof(block_q4_0));
+        const int h = (int)((i / 8) & 1);
+        for (int c = 0; c < NC; c++) {
+            const block_q8_0 *x = (const block_q8_0 *)(xq + (size_t)c * ys) + i;
+            __m256i p[8];
+            for (int q = 0; q < 8; q++) p[q] = dot_i8(wq[q], load32(x[q].qs));
+            const __m256 sc = _mm256_mul_ps(dw, h8_strided((const uint8_t *)x, sizeof(block_q8_0)));
+            acc[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), sc, acc[c][h]);
+        }
+    }
+    for (int c = 0; c < NC; c++) {
+        if (i < nb) { /* the last 1..7 blocks: as dot_sum16's short step */
+            const block_q8_0 *x = (const block_q8_0 *)(xq + (size_t)c * ys);
+            __m256i p[8];
+            float sc[8];
+            for (int q = 0; q < 8; q++) {
+                p[q] = i + q < nb ? dot_i8(q4_0_quants(b + i + q), load32(x[i + q].qs)) : _mm256_setzero_si256();
+                sc[q] = i + q < nb ? H2F(b[i + q].d) * H2F(x[i + q].d) : 0.0f;
+            }
+            const int h = (int)((i / 8) & 1);
+            acc[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), _mm256_loadu_ps(sc), acc[c][h]);
+        }
+        float a[16];
+        _mm256_storeu_ps(a, acc[c][0]);
+        _mm256_storeu_ps(a + 8, acc[c][1]);
+        out[c] = st_dot_sum16_tree(a);
+    }
+}
+
 #define ST_AVX2_COLS_SWITCH(call)                                                                  \
     switch (nc) {                                                                                  \
     case 1: call(1); break;                                                                        \
@@ -631,9 +671,15 @@ static void dotn_q6_K(int64_t n, float *out, const void *w, const void *xq, size
     ST_AVX2_COLS_SWITCH(ST_C)
 #undef ST_C
 }
+static void dotn_q4_0(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
+#define ST_C(NC) dot_q4_0_cols(n, out, (const block_q4_0 *)w, (const uint8_t *)xq, ys, NC)
+    ST_AVX2_COLS_SWITCH(ST_C)
+#undef ST_C
+}
 #undef ST_AVX2_COLS_SWITCH
 
 void st_dotn_register_avx2(st_vec_dot_n_fn *table) {
+    table[STRATA_TYPE_Q4_0] = dotn_q4_0;
     table[STRATA_TYPE_Q4_K] = dotn_q4_K;
     table[STRATA_TYPE_Q5_K] = dotn_q5_K;
     table[STRATA_TYPE_Q6_K] = dotn_q6_K;
