@@ -366,7 +366,7 @@ def test_cli_placement_options_parse(model):
     assert m and int(m.group(1)) == (n_prompt + 11) * 6 * 4, err[-600:]
 
 
-def test_cli_cpu_isa(model):
+def test_cli_cpu_isa(model, tmp_path):
     """--cpu-isa LEVEL ($STRATA_CPU_ISA) runs the CPU kernels of that level: every level this CPU
     has gives the same greedy text (the Q8_0 matmuls are bit-identical across levels, the rest
     other arithmetic of the same function); a bad name is a usage error, a level above the CPU's
@@ -385,6 +385,19 @@ def test_cli_cpu_isa(model):
     assert b"$STRATA_CPU_ISA" in run_cli(*args, env=env, check_rc=1).stderr
     if "avx512" not in have:
         assert b"--cpu-isa avx512" in run_cli(*args, "--cpu-isa", "avx512", check_rc=1).stderr
+    # at every level, a prompt in one batch gives the logprobs of one token at a time: the model
+    # requantized to Q4_K takes the several-row kernels (AVX2 and AVX-512) for the batch
+    q4k = tmp_path / "tiny-q4_K.gguf"
+    run_cli("quantize", model.path, q4k, "--type", "q4_K", "--allow-requantize")
+    (tmp_path / "p.txt").write_text(TEXT[:900])
+    for level in have:
+        dumps = []
+        for b in (512, 1):
+            out = tmp_path / f"lp_{level}_{b}.jsonl"
+            run_cli("-m", q4k, "-f", tmp_path / "p.txt", "-n", 0, "--logpos", out, "--cpu", "-c", 512,
+                    "-b", b, "--cpu-isa", level, "--no-amx")
+            dumps.append(out.read_bytes())
+        assert dumps[0] == dumps[1] and len(dumps[0]) > 1000, level
 
 
 def test_python_last_stats():
