@@ -9,7 +9,8 @@
  *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--isa scalar|avx2|avx512]
  *               [--single] [--time S] [--json PATH]
  *
- * --isa: the kernels of that level (AVX2 has several-row kernels for the K-quants, no tiles);
+ * --isa: the kernels of that level (AVX2 has several-row kernels for Q4_0 and the K-quants, no
+ * tiles);
  * --single: the single-row kernel once per activation row instead of the several-row one. Without
  * AMX (or below the AVX-512 level) only the first kernel is timed. Built by `make bench`. */
 #include "bench_util.h"
@@ -104,7 +105,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--isa") && v) {
             const strata_cpu_isa l = !strcasecmp(v, "scalar") ? STRATA_ISA_SCALAR
                                      : !strcasecmp(v, "avx2") ? STRATA_ISA_AVX2
-                                                              : STRATA_ISA_AVX512;
+                                     : !strcasecmp(v, "avx512") ? STRATA_ISA_AVX512
+                                                                : (strata_cpu_isa)-1;
+            if ((int)l < 0) {
+                fprintf(stderr, "bench_tiles: --isa scalar, avx2 or avx512, not '%s'\n", v);
+                return 2;
+            }
             if (strata_cpu_isa_set(l) != STRATA_OK) {
                 fprintf(stderr, "bench_tiles: %s\n", strata_last_error());
                 return 2;
