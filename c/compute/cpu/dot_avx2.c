@@ -184,6 +184,15 @@ static inline __m256i q4_0_quants(const block_q4_0 *b) {
 #define ST_S16_BLOCK(B) dot_i8(q4 ? q4_0_quants((const block_q4_0 *)w + (B)) : load32(((const block_q8_0 *)w + (B))->qs), \
                                load32(x[B].qs))
 #define ST_S16_SCALE(B) (H2F(q4 ? ((const block_q4_0 *)w)[B].d : ((const block_q8_0 *)w)[B].d) * H2F(x[B].d))
+/* st_dot_sum16_tree (dot.h) of accumulators 0-7 in a0's lanes and 8-15 in a1's, in registers:
+ * + 8 apart (a0 + a1), + 4 (the two 128-bit halves), + 2, + 1: the same operands in order. */
+static inline float sum16_tree(__m256 a0, __m256 a1) {
+    const __m256 t = _mm256_add_ps(a0, a1);
+    __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    u = _mm_add_ps(u, _mm_movehl_ps(u, u));
+    return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
+}
+
 /* The 8 fp16 at p, p + stride, ..., p + 7 stride (bytes) -> 8 floats. */
 static inline __m256 h8_strided(const uint8_t *p, size_t stride) {
     __m128i h = _mm_cvtsi32_si128(load_u16(p));
@@ -220,10 +229,7 @@ static inline float dot_sum16(int64_t n, const void *w, const block_q8_0 *x, con
         const int h = (int)((i / 8) & 1);
         acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), _mm256_loadu_ps(sc), acc[h]);
     }
-    float a[16];
-    _mm256_storeu_ps(a, acc[0]);
-    _mm256_storeu_ps(a + 8, acc[1]);
-    return st_dot_sum16_tree(a);
+    return sum16_tree(acc[0], acc[1]);
 }
 #undef ST_S16_BLOCK
 #undef ST_S16_SCALE
@@ -639,10 +645,7 @@ static inline __attribute__((always_inline)) void dot_q4_0_cols(int64_t n, float
             const int h = (int)((i / 8) & 1);
             acc[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), _mm256_loadu_ps(sc), acc[c][h]);
         }
-        float a[16];
-        _mm256_storeu_ps(a, acc[c][0]);
-        _mm256_storeu_ps(a + 8, acc[c][1]);
-        out[c] = st_dot_sum16_tree(a);
+        out[c] = sum16_tree(acc[c][0], acc[c][1]);
     }
 }
 

@@ -255,28 +255,20 @@ static inline __m512 st_q8_0_sums16(const __m512i p[8]) { return _mm512_cvtepi32
 /* The fp16 scales of blocks i .. i + 15 of a row of bs-byte blocks that each open with their d,
  * as floats, block i + 4j + L in lane 4L + j; the blocks from i + left on are not read (0). */
 static inline __m512 st_blk_d16(const void *row, size_t bs, int64_t i, int64_t left) {
-    if (left >= 16) { /* in registers (16 stores and a wide load stall on the store forwarding) */
-        const uint8_t *p = (const uint8_t *)row + (size_t)i * bs;
-#define ST_D16(k) st_load_u16(p + (size_t)(k) * bs)
-        __m128i a = _mm_cvtsi32_si128(ST_D16(0)), c = _mm_cvtsi32_si128(ST_D16(2));
-        a = _mm_insert_epi16(a, ST_D16(4), 1);  c = _mm_insert_epi16(c, ST_D16(6), 1);
-        a = _mm_insert_epi16(a, ST_D16(8), 2);  c = _mm_insert_epi16(c, ST_D16(10), 2);
-        a = _mm_insert_epi16(a, ST_D16(12), 3); c = _mm_insert_epi16(c, ST_D16(14), 3);
-        a = _mm_insert_epi16(a, ST_D16(1), 4);  c = _mm_insert_epi16(c, ST_D16(3), 4);
-        a = _mm_insert_epi16(a, ST_D16(5), 5);  c = _mm_insert_epi16(c, ST_D16(7), 5);
-        a = _mm_insert_epi16(a, ST_D16(9), 6);  c = _mm_insert_epi16(c, ST_D16(11), 6);
-        a = _mm_insert_epi16(a, ST_D16(13), 7); c = _mm_insert_epi16(c, ST_D16(15), 7);
+    /* in registers: sixteen 2-byte stores and a wide load stall on the store forwarding */
+    const uint8_t *p = (const uint8_t *)row + (size_t)i * bs;
+    const int full = left >= 16;
+#define ST_D16(k) (full || (k) < left ? st_load_u16(p + (size_t)(k) * bs) : 0)
+    __m128i a = _mm_cvtsi32_si128(ST_D16(0)), c = _mm_cvtsi32_si128(ST_D16(2));
+    a = _mm_insert_epi16(a, ST_D16(4), 1);  c = _mm_insert_epi16(c, ST_D16(6), 1);
+    a = _mm_insert_epi16(a, ST_D16(8), 2);  c = _mm_insert_epi16(c, ST_D16(10), 2);
+    a = _mm_insert_epi16(a, ST_D16(12), 3); c = _mm_insert_epi16(c, ST_D16(14), 3);
+    a = _mm_insert_epi16(a, ST_D16(1), 4);  c = _mm_insert_epi16(c, ST_D16(3), 4);
+    a = _mm_insert_epi16(a, ST_D16(5), 5);  c = _mm_insert_epi16(c, ST_D16(7), 5);
+    a = _mm_insert_epi16(a, ST_D16(9), 6);  c = _mm_insert_epi16(c, ST_D16(11), 6);
+    a = _mm_insert_epi16(a, ST_D16(13), 7); c = _mm_insert_epi16(c, ST_D16(15), 7);
 #undef ST_D16
-        return _mm512_cvtph_ps(_mm256_set_m128i(c, a));
-    }
-    _Alignas(32) uint16_t h[16];
-#pragma GCC unroll 16
-    for (int k = 0; k < 16; k++) {
-        uint16_t d = 0;
-        if (k < left) memcpy(&d, (const uint8_t *)row + (size_t)(i + k) * bs, 2);
-        h[4 * (k % 4) + k / 4] = d;
-    }
-    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)h));
+    return _mm512_cvtph_ps(_mm256_set_m128i(c, a));
 }
 
 /* d_w * d_x of blocks i + (4j + L) in lane 4L + j, for the first `left` of them (others 0);
@@ -288,10 +280,14 @@ static inline __m512 st_q8_0_scales16(const void *w, size_t wbs, const block_q8_
 /* The result from the 16 accumulators (acc_k in lane 4 * (k % 4) + k / 4), in k order through
  * st_dot_sum16_tree (dot.h). */
 static inline float st_q8_0_final(__m512 acc) {
-    _Alignas(64) float a[16], s[16];
-    _mm512_store_ps(a, acc);
-    for (int k = 0; k < 16; k++) s[k] = a[4 * (k % 4) + k / 4];
-    return st_dot_sum16_tree(s);
+    /* accumulator k = 4j + L sits in lane 4L + j: the tree's steps 8 and 4 apart pair lanes j, j + 2
+     * then j, j + 1 inside each 128-bit lane L (as s_k + s_{k+8}, then + s_{k+4}), steps 2 and 1
+     * pair the 128-bit lanes L, L + 2 then L, L + 1: the same operands in the same order */
+    __m512 v = _mm512_add_ps(acc, _mm512_permute_ps(acc, 0xEE));          /* j + (j + 2) */
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x55));                     /* + (j + 1) */
+    const __m128 l0 = _mm512_castps512_ps128(v), l1 = _mm512_extractf32x4_ps(v, 1);
+    const __m128 l2 = _mm512_extractf32x4_ps(v, 2), l3 = _mm512_extractf32x4_ps(v, 3);
+    return _mm_cvtss_f32(_mm_add_ss(_mm_add_ss(l0, l2), _mm_add_ss(l1, l3)));
 }
 
 /* Blocks i and i + 1 (has2) of a Q4_0 row against y: their 16 lane partials (q = nibble - 8). */
