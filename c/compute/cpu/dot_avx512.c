@@ -296,12 +296,69 @@ static inline __m512i st_q4_0_pairsum(const block_q4_0 *b, const block_q8_0 *y, 
     return st_dot_offset(u, st_q8_0_x(y, i, has2), _mm512_set1_epi8(8));
 }
 
+/* One block's 8 lane partials of sum(q * x), exact for every input (the offset form): qs the
+ * block's quants (Q8_0: 32 bytes; q4: Q4_0's 16 bytes of nibbles, q + 8), x the activations. */
+static inline __m256i st_short_isum(const uint8_t *qs, const int8_t *x8, __m256i off, int q4) {
+    const __m256i z = _mm256_setzero_si256(), x = _mm256_loadu_si256((const __m256i *)x8);
+    __m256i u;
+    if (q4) {
+        const __m128i t = _mm_loadu_si128((const __m128i *)qs);
+        u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+    } else {
+        u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs), off);
+    }
+    return _mm256_sub_epi32(_mm256_dpbusd_epi32(z, u, x), _mm256_dpbusd_epi32(z, off, x));
+}
+
+/* Rows of fewer than 16 blocks (one short 16-block step, half empty or more: the small models'
+ * rows) in 256-bit steps of 8 blocks, as the AVX2 kernel lays them out: block b's exact sum S_b
+ * (the offset form, exact for every input) into accumulator b (lanes 0-7 of a0, 8-15 of a1),
+ * acc_b = fma(S_b, d_w d_x, 0), then st_dot_sum16_tree's steps in registers: the same bits as the
+ * 16-block steps. q4: Q4_0 weights (nibbles + 8), else Q8_0; wb: the weight block's bytes. */
+static inline float st_sum16_short(int64_t n, const void *w, size_t wb, const block_q8_0 *y, const int q4) {
+    const int64_t nb = n / 32;
+    const __m256i z = _mm256_setzero_si256(), off = _mm256_set1_epi8(q4 ? 8 : (char)0x80);
+    __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t i = 0; i < nb; i += 8) {
+        __m256i p[8];
+        __m128i dw = _mm_setzero_si128(), dx = _mm_setzero_si128(); /* the fp16 scales, in registers */
+        /* block i + Q: its lane partials into p[Q], its scales into lane Q of dw, dx (Q a constant:
+         * the insert's selector) */
+#define ST_SHORT_BLOCK(Q)                                                                          \
+    if (i + (Q) < nb) {                                                                            \
+        const uint8_t *blk = (const uint8_t *)w + (size_t)(i + (Q)) * wb;                          \
+        p[Q] = st_short_isum(blk + 2, y[i + (Q)].qs, off, q4);                                     \
+        dw = _mm_insert_epi16(dw, st_load_u16(blk), (Q));                                          \
+        dx = _mm_insert_epi16(dx, y[i + (Q)].d, (Q));                                              \
+    } else                                                                                         \
+        p[Q] = z;
+        ST_SHORT_BLOCK(0) ST_SHORT_BLOCK(1) ST_SHORT_BLOCK(2) ST_SHORT_BLOCK(3)
+        ST_SHORT_BLOCK(4) ST_SHORT_BLOCK(5) ST_SHORT_BLOCK(6) ST_SHORT_BLOCK(7)
+#undef ST_SHORT_BLOCK
+        /* the eight blocks' sums in lanes 0-7 (exact) */
+        const __m256i t0 = _mm256_hadd_epi32(p[0], p[1]), t1 = _mm256_hadd_epi32(p[2], p[3]);
+        const __m256i t2 = _mm256_hadd_epi32(p[4], p[5]), t3 = _mm256_hadd_epi32(p[6], p[7]);
+        const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+        const __m256i S = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+        const __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_cvtph_ps(dx));
+        a[i / 8] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), sc, a[i / 8]);
+    }
+    const __m256 t = _mm256_add_ps(a[0], a[1]); /* st_dot_sum16_tree: + 8 apart, 4, 2, 1 */
+    __m128 v = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+}
+
 /* A kernel of 32-weight blocks on exact block sums (Q8_0, Q4_0): 16 blocks a step. */
-#define ST_DEFINE_SUM16_KERNEL(name, WT, PAIRSUM)                                              \
+#define ST_DEFINE_SUM16_KERNEL(name, WT, PAIRSUM, SHORT)                                       \
     static void name(int64_t n, float *out, const void *w, const void *xq) {                 \
         const WT *b = (const WT *)w;                                                          \
         const block_q8_0 *y = (const block_q8_0 *)xq;                                         \
         const int64_t nb = n / 32;                                                            \
+        if (nb < 16) { /* one short step: in steps of 8 blocks (st_sum16_short) */             \
+            *out = st_sum16_short(n, w, sizeof(WT), y, SHORT);                                \
+            return;                                                                           \
+        }                                                                                     \
         __m512 acc = _mm512_setzero_ps();                                                     \
         for (int64_t i = 0; i < nb; i += 16) {                                                \
             const int64_t left = nb - i;                                                      \
@@ -318,8 +375,8 @@ static inline __m512i st_q4_0_pairsum(const block_q4_0 *b, const block_q8_0 *y, 
         *out = st_q8_0_final(acc);                                                            \
     }
 
-ST_DEFINE_SUM16_KERNEL(st_dot_q8_0_avx512, block_q8_0, st_q8_0_pairsum)
-ST_DEFINE_SUM16_KERNEL(st_dot_q4_0_avx512, block_q4_0, st_q4_0_pairsum)
+ST_DEFINE_SUM16_KERNEL(st_dot_q8_0_avx512, block_q8_0, st_q8_0_pairsum, 0)
+ST_DEFINE_SUM16_KERNEL(st_dot_q4_0_avx512, block_q4_0, st_q4_0_pairsum, 1)
 
 /* The weight bytes of blocks i and i + 1 (has2) as st_q4_0_pairsum takes them: the nibbles
  * (q + 8). */
