@@ -430,6 +430,9 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
         if (cli_isa_from_name(o->cpu_isa, &l) != 0)
             return cli_fail("bad value '%s' for --cpu-isa / $STRATA_CPU_ISA (scalar, avx2, avx512 or best)", o->cpu_isa);
         if (strata_cpu_isa_set(l) != STRATA_OK) return cli_fail("--cpu-isa %s: %s", o->cpu_isa, strata_last_error());
+        if (!o->quiet)
+            fprintf(stderr, "strata: --cpu-isa: the CPU kernels of the %s level (this CPU has %s)\n",
+                    strata_cpu_isa_name(strata_cpu_isa_active()), strata_cpu_isa_name(strata_cpu_isa_supported()));
     }
     int rc = cli_check_readable(o->model);
     if (rc) return rc;
