@@ -16,8 +16,10 @@
  * (super-)block's integer sums reduced exactly, eight at a time, then the same float steps in the
  * same order), so they give the AVX-512 kernels' bits: the CPU's results for those types do not
  * depend on the ISA level, and the GPU's CPU-exact kernels (c/cuda/moe_exact.cu) match them.
- * The cost against per-lane float sums: 2-25% on the development box (docs/PERFORMANCE.md). */
+ * Their kernels take 1..4 activation rows (NC), the single-row entries being NC = 1, so the
+ * several-row entries (st_vec_dot_n_fn) give the same bits by construction. */
 #include "dot.h"
+#include "dot_avx2.h"
 #include "quant.h"
 
 #include <immintrin.h>
@@ -44,18 +46,6 @@ static inline float hsum_ps128(__m128 s) {
 
 static inline __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-static inline uint32_t load_u32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline int load_u16(const void *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-
 /* 16 bytes of nibbles -> 32 bytes: low nibbles of bytes 0..15, then their high nibbles. */
 static inline __m256i nibbles32(const uint8_t *qs) {
     __m128i t = _mm_loadu_si128((const __m128i *)qs);
@@ -70,14 +60,6 @@ static inline __m256i bits_to_mask32(uint32_t bits) {
     const __m256i bit = _mm256_set1_epi64x((long long)0x7fbfdfeff7fbfdfeULL); /* byte j: ~(1<<j) */
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf); /* byte i: byte i/8 */
     return _mm256_cmpeq_epi8(_mm256_or_si256(v, bit), _mm256_set1_epi64x(-1));
-}
-
-/* Eight vectors of 8 int32 -> lane q = the sum of p[q]'s lanes (exact). */
-static inline __m256i hsum8_i32(const __m256i p[8]) {
-    const __m256i t0 = _mm256_hadd_epi32(p[0], p[1]), t1 = _mm256_hadd_epi32(p[2], p[3]);
-    const __m256i t2 = _mm256_hadd_epi32(p[4], p[5]), t3 = _mm256_hadd_epi32(p[6], p[7]);
-    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
 /* Signed x signed: 8 int32, each the sum of 4 products x_i*y_i (y must not be -128). */
@@ -177,69 +159,78 @@ static inline __m256i q4_0_quants(const block_q4_0 *b) {
     return _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
 }
 
-/* Q8_0 / Q4_0 (q4 set) as dot_avx512.c: block b's exact sum S_b into accumulator b mod 16,
- * acc_k = fma(S_b, d_w * d_x, acc_k) in block order (eight blocks a step: accumulators 0-7, then
- * 8-15), then acc_k + acc_{k+8}, + 4 apart, + 2, + 1. A short last step's missing blocks count as
- * S 0 with scale 0 (the accumulators unchanged). */
-#define ST_S16_BLOCK(B) dot_i8(q4 ? q4_0_quants((const block_q4_0 *)w + (B)) : load32(((const block_q8_0 *)w + (B))->qs), \
-                               load32(x[B].qs))
-#define ST_S16_SCALE(B) (H2F(q4 ? ((const block_q4_0 *)w)[B].d : ((const block_q8_0 *)w)[B].d) * H2F(x[B].d))
-/* st_dot_sum16_tree (dot.h) of accumulators 0-7 in a0's lanes and 8-15 in a1's, in registers:
- * + 8 apart (a0 + a1), + 4 (the two 128-bit halves), + 2, + 1: the same operands in order. */
-static inline float sum16_tree(__m256 a0, __m256 a1) {
-    const __m256 t = _mm256_add_ps(a0, a1);
-    __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    u = _mm_add_ps(u, _mm_movehl_ps(u, u));
-    return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
-}
-
 /* The 8 fp16 at p, p + stride, ..., p + 7 stride (bytes) -> 8 floats. */
 static inline __m256 h8_strided(const uint8_t *p, size_t stride) {
-    __m128i h = _mm_cvtsi32_si128(load_u16(p));
-    h = _mm_insert_epi16(h, load_u16(p + stride), 1);
-    h = _mm_insert_epi16(h, load_u16(p + 2 * stride), 2);
-    h = _mm_insert_epi16(h, load_u16(p + 3 * stride), 3);
-    h = _mm_insert_epi16(h, load_u16(p + 4 * stride), 4);
-    h = _mm_insert_epi16(h, load_u16(p + 5 * stride), 5);
-    h = _mm_insert_epi16(h, load_u16(p + 6 * stride), 6);
-    h = _mm_insert_epi16(h, load_u16(p + 7 * stride), 7);
+    __m128i h = _mm_cvtsi32_si128(st_load_u16(p));
+    h = _mm_insert_epi16(h, st_load_u16(p + stride), 1);
+    h = _mm_insert_epi16(h, st_load_u16(p + 2 * stride), 2);
+    h = _mm_insert_epi16(h, st_load_u16(p + 3 * stride), 3);
+    h = _mm_insert_epi16(h, st_load_u16(p + 4 * stride), 4);
+    h = _mm_insert_epi16(h, st_load_u16(p + 5 * stride), 5);
+    h = _mm_insert_epi16(h, st_load_u16(p + 6 * stride), 6);
+    h = _mm_insert_epi16(h, st_load_u16(p + 7 * stride), 7);
     return _mm256_cvtph_ps(h);
 }
-static inline float dot_sum16(int64_t n, const void *w, const block_q8_0 *x, const int q4) {
+
+/* Block b's signed quants (Q4_0 when q4, else Q8_0) and its fp16 scale. */
+static inline __m256i s16_quants(const void *w, int64_t b, const int q4) {
+    return q4 ? q4_0_quants((const block_q4_0 *)w + b) : load32(((const block_q8_0 *)w + b)->qs);
+}
+static inline uint16_t s16_d(const void *w, int64_t b, const int q4) {
+    return q4 ? ((const block_q4_0 *)w)[b].d : ((const block_q8_0 *)w)[b].d;
+}
+
+/* Q8_0 / Q4_0 (q4 set) as dot_avx512.c, for NC = 1..4 activation rows ys bytes apart (the
+ * single-row kernels are NC = 1): block b's exact sum S_b into accumulator b mod 16,
+ * acc_k = fma(S_b, d_w * d_x, acc_k) in block order (eight blocks a step: accumulators 0-7, then
+ * 8-15), then acc_k + acc_{k+8}, + 4 apart, + 2, + 1. A short last step's missing blocks count as
+ * S 0 with scale 0 (the accumulators unchanged). A step's weight quants and scales are unpacked
+ * once for all rows. */
+static inline __attribute__((always_inline)) void dot_sum16(int64_t n, float *out, const void *w, const int q4,
+                                                            const uint8_t *xq, size_t ys, const int NC) {
+    const size_t wb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
     const int64_t nb = n / 32;
-    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 acc[ST_DOT_MAX_COLS][2];
+    for (int c = 0; c < NC; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= nb; i += 8) {
-        const __m256i p[8] = {ST_S16_BLOCK(i), ST_S16_BLOCK(i + 1), ST_S16_BLOCK(i + 2), ST_S16_BLOCK(i + 3),
-                              ST_S16_BLOCK(i + 4), ST_S16_BLOCK(i + 5), ST_S16_BLOCK(i + 6), ST_S16_BLOCK(i + 7)};
-        /* d_w d_x of the eight blocks, each product as ST_S16_SCALE rounds it */
-        const size_t wb = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
-        const __m256 sc = _mm256_mul_ps(h8_strided((const uint8_t *)w + (size_t)i * wb, wb),
-                                        h8_strided((const uint8_t *)(x + i), sizeof(block_q8_0)));
+        __m256i wq[8];
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) wq[q] = s16_quants(w, i + q, q4);
+        const __m256 dw = h8_strided((const uint8_t *)w + (size_t)i * wb, wb);
         const int h = (int)((i / 8) & 1);
-        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), sc, acc[h]);
-    }
-    if (i < nb) {
-        __m256i p[8];
-        float sc[8];
-        for (int q = 0; q < 8; q++) {
-            p[q] = i + q < nb ? ST_S16_BLOCK(i + q) : _mm256_setzero_si256();
-            sc[q] = i + q < nb ? ST_S16_SCALE(i + q) : 0.0f;
+        for (int c = 0; c < NC; c++) {
+            const block_q8_0 *x = (const block_q8_0 *)(xq + (size_t)c * ys) + i;
+            __m256i p[8];
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) p[q] = dot_i8(wq[q], load32(x[q].qs));
+            /* d_w d_x of the eight blocks, each product rounded as a scalar one */
+            const __m256 sc = _mm256_mul_ps(dw, h8_strided((const uint8_t *)x, sizeof(block_q8_0)));
+            acc[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_hsum8_i32(p)), sc, acc[c][h]);
         }
-        const int h = (int)((i / 8) & 1);
-        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), _mm256_loadu_ps(sc), acc[h]);
     }
-    return sum16_tree(acc[0], acc[1]);
+    for (int c = 0; c < NC; c++) {
+        if (i < nb) { /* the last 1..7 blocks */
+            const block_q8_0 *x = (const block_q8_0 *)(xq + (size_t)c * ys);
+            __m256i p[8];
+            float sc[8];
+            for (int q = 0; q < 8; q++) {
+                p[q] = i + q < nb ? dot_i8(s16_quants(w, i + q, q4), load32(x[i + q].qs)) : _mm256_setzero_si256();
+                sc[q] = i + q < nb ? H2F(s16_d(w, i + q, q4)) * H2F(x[i + q].d) : 0.0f;
+            }
+            const int h = (int)((i / 8) & 1);
+            acc[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(st_hsum8_i32(p)), _mm256_loadu_ps(sc), acc[c][h]);
+        }
+        out[c] = st_sum16_tree8(acc[c][0], acc[c][1]);
+    }
 }
-#undef ST_S16_BLOCK
-#undef ST_S16_SCALE
 
 static void dot_q8_0(int64_t n, float *out, const void *w, const void *xq) {
-    *out = dot_sum16(n, w, xq, 0);
+    dot_sum16(n, out, w, 0, xq, 0, 1);
 }
 
 static void dot_q4_0(int64_t n, float *out, const void *w, const void *xq) {
-    *out = dot_sum16(n, w, xq, 1);
+    dot_sum16(n, out, w, 1, xq, 0, 1);
 }
 
 /* Min term of Q4_1/Q5_1: m * dx * sum(y), accumulated per lane. */
@@ -269,7 +260,7 @@ static void dot_q5_0(int64_t n, float *out, const void *w, const void *xq) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         /* a clear 5th bit makes the byte nibble | 0xF0 = nibble - 16; a set one leaves nibble */
-        __m256i hi = _mm256_andnot_si256(bits_to_mask32(load_u32(b[i].qh)), _mm256_set1_epi8((char)0xF0));
+        __m256i hi = _mm256_andnot_si256(bits_to_mask32(st_load_u32(b[i].qh)), _mm256_set1_epi8((char)0xF0));
         __m256i q = _mm256_or_si256(nibbles32(b[i].qs), hi);
         __m256i p = dot_i8(q, load32(x[i].qs));
         acc = _mm256_fmadd_ps(blk_scale(b[i].d, x[i].d), _mm256_cvtepi32_ps(p), acc);
@@ -283,7 +274,7 @@ static void dot_q5_1(int64_t n, float *out, const void *w, const void *xq) {
     const int64_t nb = n / QK5_1;
     __m256 acc = _mm256_setzero_ps(), accm = acc;
     for (int64_t i = 0; i < nb; i++) {
-        __m256i hi = _mm256_and_si256(bits_to_mask32(load_u32(b[i].qh)), _mm256_set1_epi8(0x10));
+        __m256i hi = _mm256_and_si256(bits_to_mask32(st_load_u32(b[i].qh)), _mm256_set1_epi8(0x10));
         __m256i q = _mm256_or_si256(nibbles32(b[i].qs), hi); /* 0..31 */
         __m256i y = load32(x[i].qs);
         __m256i p = dot_u8(q, y);
@@ -360,7 +351,7 @@ static void dot_q2_K(int64_t n, float *out, const void *w, const void *xq) {
 
 /* The 16 Q3_K scales, unbiased to [-32, 31], as 16 int8. */
 static inline __m128i q3_K_scales(const uint8_t *s) {
-    const uint32_t a0 = load_u32(s), a1 = load_u32(s + 4), a2 = load_u32(s + 8);
+    const uint32_t a0 = st_load_u32(s), a1 = st_load_u32(s + 4), a2 = st_load_u32(s + 8);
     const uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
     const uint32_t s0 = (a0 & k4) | ((a2 & k2) << 4);               /* scales 0..3 */
     const uint32_t s1 = (a1 & k4) | (((a2 >> 2) & k2) << 4);        /* 4..7 */
@@ -400,7 +391,7 @@ static void dot_q3_K(int64_t n, float *out, const void *w, const void *xq) {
 
 /* Q4_K/Q5_K 12-byte scales -> 4 words: bytes 0..7 the 8 6-bit scales, bytes 8..15 the 8 mins. */
 static inline __m128i k4_scales_mins(const uint8_t *s) {
-    const uint32_t a0 = load_u32(s), a1 = load_u32(s + 4), a2 = load_u32(s + 8);
+    const uint32_t a0 = st_load_u32(s), a1 = st_load_u32(s + 4), a2 = st_load_u32(s + 8);
     const uint32_t k6 = 0x3f3f3f3fu, k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
     const uint32_t sc_lo = a0 & k6;                                  /* scales 0..3 */
     const uint32_t sc_hi = (a2 & k4) | (((a0 >> 6) & k2) << 4);      /* scales 4..7 */
@@ -436,7 +427,7 @@ static inline __m128 ks_step(__m256i s, __m128i m, __m128 ddv, __m128 a) {
 /* [x_d * d, x_d * dmin, 0, 0] from the two fp16 at p (d, then dmin), each product as the scalar
  * kernels round it. */
 static inline __m128 ks_factors(float xd, const uint16_t *p) {
-    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)load_u32(p)));
+    const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128((int)st_load_u32(p)));
     return _mm_mul_ps(_mm_setr_ps(xd, xd, 0.0f, 0.0f), dm);
 }
 
@@ -444,92 +435,11 @@ static inline float ks_result(__m128 a) {
     return _mm_cvtss_f32(a) - _mm_cvtss_f32(_mm_shuffle_ps(a, a, 1));
 }
 
-/* Q4_K / Q5_K (qh set) as dot_avx512.c: per super-block the exact S = sum_j sc_j dot(u_j, x_j)
- * and M = sum_j m_j (bsums[2j] + bsums[2j+1]), then ks_step. */
-static inline float dot_q45_K(int64_t n, const block_q4_K *b4, const block_q5_K *b5, const block_q8_K *x) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
-    const int64_t nb = n / QK_K;
-    __m128 a = _mm_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const uint8_t *scales = b5 ? b5[i].scales : b4[i].scales, *qs = b5 ? b5[i].qs : b4[i].qs;
-        const uint16_t *dm16 = b5 ? &b5[i].d : &b4[i].d; /* d, then dmin */
-        const __m128i scmn = k4_scales_mins(scales);
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
-        const int8_t *y = x[i].qs;
-        __m256i hb = b5 ? load32(b5[i].qh) : _mm256_setzero_si256(); /* bit k of byte l: weight 32k + l */
-        __m256i sumi = _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) { /* 64 weights: sub-blocks 2j (low nibbles), 2j+1 (high) */
-            const __m256i qb = load32(qs + 32 * j);
-            __m256i lo = _mm256_and_si256(qb, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
-            if (b5) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, m1), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), m1), 4));
-                hb = _mm256_srli_epi16(hb, 2);
-            }
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load32(y + 64 * j)), bcast_scale16(sc16, 2 * j));
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load32(y + 64 * j + 32)), bcast_scale16(sc16, 2 * j + 1));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-        }
-        a = ks_step(sumi, k4_min_dot(x[i].bsums, scmn), ks_factors(x[i].d, dm16), a);
-    }
-    return ks_result(a);
-}
-
-static void dot_q4_K(int64_t n, float *out, const void *w, const void *xq) {
-    *out = dot_q45_K(n, w, NULL, xq);
-}
-
-static void dot_q5_K(int64_t n, float *out, const void *w, const void *xq) {
-    *out = dot_q45_K(n, NULL, w, xq);
-}
-
-/* Q6_K as dot_avx512.c: unsigned quants u = q + 32; per super-block the exact
- * S = sum_g sc_g dot(u_g, x_g) and O = sum_g sc_g bsum_g, then ks_step with the
- * factors d_x d and 32 (d_x d). */
-static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
-    const block_q6_K *b = w;
-    const block_q8_K *x = xq;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
-    const int64_t nb = n / QK_K;
-    __m128 a = _mm_setzero_ps();
-    for (int64_t i = 0; i < nb; i++) {
-        const float dd = x[i].d * H2F(b[i].d);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) { /* 128 weights: 64 bytes of ql, 32 of qh */
-            const __m256i la = load32(b[i].ql + 64 * h), lb = load32(b[i].ql + 64 * h + 32);
-            const __m256i qh = load32(b[i].qh + 32 * h);
-            const int8_t *y = x[i].qs + 128 * h;
-            __m256i q0 = _mm256_or_si256(_mm256_and_si256(la, m4),
-                                         _mm256_slli_epi16(_mm256_and_si256(qh, m3), 4));
-            __m256i q1 = _mm256_or_si256(_mm256_and_si256(lb, m4),
-                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m3), 4));
-            __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), m4),
-                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m3), 4));
-            __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), m4),
-                                         _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m3), 4));
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q0, load32(y)), group_scales(sc8, 4 * h + 0));
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, load32(y + 32)), group_scales(sc8, 4 * h + 1));
-            __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q2, load32(y + 64)), group_scales(sc8, 4 * h + 2));
-            __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q3, load32(y + 96)), group_scales(sc8, 4 * h + 3));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
-        }
-        const __m256i o = bsums_dot(x[i].bsums, _mm256_cvtepi8_epi16(sc8));
-        a = ks_step(sumi, _mm_add_epi32(_mm256_castsi256_si128(o), _mm256_extracti128_si256(o, 1)),
-                    _mm_setr_ps(dd, 32.0f * dd, 0.0f, 0.0f), a);
-    }
-    *out = ks_result(a);
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Several activation rows against one weight row (st_vec_dot_n_fn): the weight row's quants and
- * scales unpacked once per (super-)block for all NC rows, then each row's integer sums and float
- * steps exactly as the single-row kernel above computes them (so the same bits: test_dot checks
- * every row count). NC is a compile-time 1..4; ys is the activation rows' stride in bytes.
- * ------------------------------------------------------------------------------------------- */
-
-static inline __attribute__((always_inline)) void dot_q45_K_cols(int64_t n, float *out, const block_q4_K *b4,
+/* Q4_K / Q5_K (b5 set) as dot_avx512.c, for NC = 1..4 activation rows ys bytes apart (the
+ * single-row kernels are NC = 1): per super-block the exact S = sum_j sc_j dot(u_j, x_j) and
+ * M = sum_j m_j (bsums[2j] + bsums[2j+1]), then ks_step; the super-block's quants and scales are
+ * unpacked once for all rows. */
+static inline __attribute__((always_inline)) void dot_q45_K(int64_t n, float *out, const block_q4_K *b4,
                                                                  const block_q5_K *b5, const uint8_t *xq, size_t ys,
                                                                  const int NC) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
@@ -569,7 +479,10 @@ static inline __attribute__((always_inline)) void dot_q45_K_cols(int64_t n, floa
     for (int c = 0; c < NC; c++) out[c] = ks_result(a[c]);
 }
 
-static inline __attribute__((always_inline)) void dot_q6_K_cols(int64_t n, float *out, const block_q6_K *b,
+/* Q6_K as dot_avx512.c, for NC = 1..4 activation rows: unsigned quants u = q + 32; per
+ * super-block the exact S = sum_g sc_g dot(u_g, x_g) and O = sum_g sc_g bsum_g, then ks_step
+ * with the factors d_x d and 32 (d_x d). */
+static inline __attribute__((always_inline)) void dot_q6_K_rows(int64_t n, float *out, const block_q6_K *b,
                                                                 const uint8_t *xq, size_t ys, const int NC) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
     const int64_t nb = n / QK_K;
@@ -612,74 +525,46 @@ static inline __attribute__((always_inline)) void dot_q6_K_cols(int64_t n, float
     for (int c = 0; c < NC; c++) out[c] = ks_result(a[c]);
 }
 
-/* Q4_0 as dot_sum16 (q4 set): eight blocks' quants and weight scales unpacked once a step for
- * all NC rows, then each row's block sums, scales and accumulators as dot_sum16 computes them. */
-static inline __attribute__((always_inline)) void dot_q4_0_cols(int64_t n, float *out, const block_q4_0 *b,
-                                                                const uint8_t *xq, size_t ys, const int NC) {
-    const int64_t nb = n / 32;
-    __m256 acc[ST_DOT_MAX_COLS][2];
-    for (int c = 0; c < NC; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        __m256i wq[8];
-        for (int q = 0; q < 8; q++) wq[q] = q4_0_quants(b + i + q);
-        const __m256 dw = h8_strided((const uint8_t *)(b + i), sizeof(block_q4_0));
-        const int h = (int)((i / 8) & 1);
-        for (int c = 0; c < NC; c++) {
-            const block_q8_0 *x = (const block_q8_0 *)(xq + (size_t)c * ys) + i;
-            __m256i p[8];
-            for (int q = 0; q < 8; q++) p[q] = dot_i8(wq[q], load32(x[q].qs));
-            const __m256 sc = _mm256_mul_ps(dw, h8_strided((const uint8_t *)x, sizeof(block_q8_0)));
-            acc[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), sc, acc[c][h]);
-        }
-    }
-    for (int c = 0; c < NC; c++) {
-        if (i < nb) { /* the last 1..7 blocks: as dot_sum16's short step */
-            const block_q8_0 *x = (const block_q8_0 *)(xq + (size_t)c * ys);
-            __m256i p[8];
-            float sc[8];
-            for (int q = 0; q < 8; q++) {
-                p[q] = i + q < nb ? dot_i8(q4_0_quants(b + i + q), load32(x[i + q].qs)) : _mm256_setzero_si256();
-                sc[q] = i + q < nb ? H2F(b[i + q].d) * H2F(x[i + q].d) : 0.0f;
-            }
-            const int h = (int)((i / 8) & 1);
-            acc[c][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8_i32(p)), _mm256_loadu_ps(sc), acc[c][h]);
-        }
-        out[c] = sum16_tree(acc[c][0], acc[c][1]);
-    }
+static void dot_q4_K(int64_t n, float *out, const void *w, const void *xq) {
+    dot_q45_K(n, out, w, NULL, xq, 0, 1);
 }
 
-#define ST_AVX2_COLS_SWITCH(call)                                                                  \
-    switch (nc) {                                                                                  \
-    case 1: call(1); break;                                                                        \
-    case 2: call(2); break;                                                                        \
-    case 3: call(3); break;                                                                        \
-    default: call(4); break;                                                                       \
-    }
+static void dot_q5_K(int64_t n, float *out, const void *w, const void *xq) {
+    dot_q45_K(n, out, NULL, w, xq, 0, 1);
+}
+
+static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
+    dot_q6_K_rows(n, out, w, xq, 0, 1);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Several activation rows against one weight row (st_vec_dot_n_fn): the kernels above with NC =
+ * nc, so each row gets the single-row kernel's bits (test_dot checks every row count).
+ * ------------------------------------------------------------------------------------------- */
 
 static void dotn_q4_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_C(NC) dot_q45_K_cols(n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys, NC)
-    ST_AVX2_COLS_SWITCH(ST_C)
+#define ST_C(NC) dot_q45_K(n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys, NC)
+    ST_DOT_COLS_SWITCH(nc, ST_C)
 #undef ST_C
 }
 
 static void dotn_q5_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_C(NC) dot_q45_K_cols(n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys, NC)
-    ST_AVX2_COLS_SWITCH(ST_C)
+#define ST_C(NC) dot_q45_K(n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys, NC)
+    ST_DOT_COLS_SWITCH(nc, ST_C)
 #undef ST_C
 }
 
 static void dotn_q6_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_C(NC) dot_q6_K_cols(n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys, NC)
-    ST_AVX2_COLS_SWITCH(ST_C)
+#define ST_C(NC) dot_q6_K_rows(n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys, NC)
+    ST_DOT_COLS_SWITCH(nc, ST_C)
 #undef ST_C
 }
+
 static void dotn_q4_0(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_C(NC) dot_q4_0_cols(n, out, (const block_q4_0 *)w, (const uint8_t *)xq, ys, NC)
-    ST_AVX2_COLS_SWITCH(ST_C)
+#define ST_C(NC) dot_sum16(n, out, w, 1, (const uint8_t *)xq, ys, NC)
+    ST_DOT_COLS_SWITCH(nc, ST_C)
 #undef ST_C
 }
-#undef ST_AVX2_COLS_SWITCH
 
 void st_dotn_register_avx2(st_vec_dot_n_fn *table) {
     table[STRATA_TYPE_Q4_0] = dotn_q4_0;
@@ -733,7 +618,7 @@ static void dot_iq3_xxs(int64_t n, float *out, const void *w, const void *xq) {
                                            (int)st_iq3xxs_grid[g[5]], (int)st_iq3xxs_grid[g[4]],
                                            (int)st_iq3xxs_grid[g[3]], (int)st_iq3xxs_grid[g[2]],
                                            (int)st_iq3xxs_grid[g[1]], (int)st_iq3xxs_grid[g[0]]);
-            const uint32_t a = load_u32(aux + 4 * j);
+            const uint32_t a = st_load_u32(aux + 4 * j);
             const uint32_t signs = (uint32_t)st_ksigns_iq2xs[a & 127] |
                                    (uint32_t)st_ksigns_iq2xs[(a >> 7) & 127] << 8 |
                                    (uint32_t)st_ksigns_iq2xs[(a >> 14) & 127] << 16 |
@@ -762,7 +647,7 @@ static void dot_iq3_s(int64_t n, float *out, const void *w, const void *xq) {
                                            IQ3S_G(2), IQ3S_G(1), IQ3S_G(0));
 #undef IQ3S_G
             const int ls = 1 + 2 * ((b[i].scales[j / 2] >> (4 * (j % 2))) & 0xF);
-            __m256i p = _mm256_maddubs_epi16(mag, apply_signs(load32(y + 32 * j), load_u32(b[i].signs + 4 * j)));
+            __m256i p = _mm256_maddubs_epi16(mag, apply_signs(load32(y + 32 * j), st_load_u32(b[i].signs + 4 * j)));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16((short)ls)));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);

@@ -335,18 +335,11 @@ static inline float st_sum16_short(int64_t n, const void *w, size_t wb, const bl
         ST_SHORT_BLOCK(0) ST_SHORT_BLOCK(1) ST_SHORT_BLOCK(2) ST_SHORT_BLOCK(3)
         ST_SHORT_BLOCK(4) ST_SHORT_BLOCK(5) ST_SHORT_BLOCK(6) ST_SHORT_BLOCK(7)
 #undef ST_SHORT_BLOCK
-        /* the eight blocks' sums in lanes 0-7 (exact) */
-        const __m256i t0 = _mm256_hadd_epi32(p[0], p[1]), t1 = _mm256_hadd_epi32(p[2], p[3]);
-        const __m256i t2 = _mm256_hadd_epi32(p[4], p[5]), t3 = _mm256_hadd_epi32(p[6], p[7]);
-        const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-        const __m256i S = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+        const __m256i S = st_hsum8_i32(p); /* the eight blocks' sums in lanes 0-7 (exact) */
         const __m256 sc = _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_cvtph_ps(dx));
         a[i / 8] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), sc, a[i / 8]);
     }
-    const __m256 t = _mm256_add_ps(a[0], a[1]); /* st_dot_sum16_tree: + 8 apart, 4, 2, 1 */
-    __m128 v = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    return _mm_cvtss_f32(_mm_add_ss(v, _mm_shuffle_ps(v, v, 1)));
+    return st_sum16_tree8(a[0], a[1]);
 }
 
 /* A kernel of 32-weight blocks on exact block sums (Q8_0, Q4_0): 16 blocks a step. */
@@ -623,36 +616,28 @@ static inline __attribute__((always_inline)) void st_dot_q45_K_cols(int64_t n, f
 }
 
 /* Dispatch on the column count so each NC is its own unrolled copy. */
-#define ST_COLS_SWITCH(call)                                                                   \
-    switch (nc) {                                                                              \
-    case 1: call(1); break;                                                                    \
-    case 2: call(2); break;                                                                    \
-    case 3: call(3); break;                                                                    \
-    default: call(4); break;                                                                   \
-    }
-
 static void st_dotn_q4_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
 #define ST_Q4K(NC) st_dot_q45_K_cols(n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys, NC)
-    ST_COLS_SWITCH(ST_Q4K)
+    ST_DOT_COLS_SWITCH(nc, ST_Q4K)
 #undef ST_Q4K
 }
 
 static void st_dotn_q5_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
 #define ST_Q5K(NC) st_dot_q45_K_cols(n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys, NC)
-    ST_COLS_SWITCH(ST_Q5K)
+    ST_DOT_COLS_SWITCH(nc, ST_Q5K)
 #undef ST_Q5K
 }
 
 static void st_dotn_q4_0_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
 #define ST_Q40(NC) st_dot_q4_0_cols(n, out, (const block_q4_0 *)w, (const uint8_t *)xq, ys, NC)
-    ST_COLS_SWITCH(ST_Q40)
+    ST_DOT_COLS_SWITCH(nc, ST_Q40)
 #undef ST_Q40
 }
 
 static void st_dotp_q8_0_avx512(int64_t n, float *out, const void *w, const uint8_t *xu, size_t xs,
                                 const float *dxp, size_t ds, int nc) {
 #define ST_Q80P(NC) st_dotp_q8_0_cols(n, out, (const block_q8_0 *)w, xu, xs, dxp, ds, NC)
-    ST_COLS_SWITCH(ST_Q80P)
+    ST_DOT_COLS_SWITCH(nc, ST_Q80P)
 #undef ST_Q80P
 }
 
@@ -750,7 +735,7 @@ static inline void st_dot_q6_K_cols(int64_t n, float *out, const block_q6_K *b, 
 
 static void st_dotn_q6_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
 #define ST_Q6K(NC) st_dot_q6_K_cols(n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys, NC)
-    ST_COLS_SWITCH(ST_Q6K)
+    ST_DOT_COLS_SWITCH(nc, ST_Q6K)
 #undef ST_Q6K
 }
 

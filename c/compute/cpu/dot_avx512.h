@@ -5,6 +5,7 @@
 #define STRATA_DOT_AVX512_H
 
 #include "dot.h"
+#include "dot_avx2.h"
 #include "quant.h"
 
 #include <immintrin.h>
@@ -65,16 +66,6 @@ static inline __m512i st_bcast_256(const uint8_t *q) {
     return _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q));
 }
 
-static inline int st_load_u16(const uint8_t *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-static inline uint32_t st_load_u32(const uint8_t *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
 
 /* Bit selectors [1 << 2t | 1 << (2t+1)] (bytes): the high-bit plane of 32-weight groups 2t, 2t+1. */
 static inline __m512i st_bitsel(int t) { return st_halves_epi8(1 << (2 * t), 1 << (2 * t + 1)); }
