@@ -15,17 +15,12 @@ set -u
 cd "$(dirname "$0")/.."
 . bench/device_common.sh
 dev_start attn_ab
-make -j16 CUDA=1 strata build/tests/test_cuda_attn > "$J/build.log" 2>&1 ||
-    { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
-echo "build ok at $(el)s"
+dev_build strata build/tests/test_cuda_attn
 builds="base"
 for v in 1 2 3; do
     eval "flags=\${AB$v:-}"
     [ -n "$flags" ] || continue
-    rm -rf build-ab$v && cp -r build build-ab$v && rm -f build-ab$v/c/cuda/attn.o build-ab$v/c/cuda/attn_tc.o
-    if make -j16 CUDA=1 BUILD=build-ab$v OUTDIR=build-ab$v NVCC_EXTRA="$flags" build-ab$v/strata \
-        build-ab$v/tests/test_cuda_attn > "$J/build_ab$v.log" 2>&1; then builds="$builds ab$v"
-    else echo "ab$v ($flags): BUILD FAILED"; grep error "$J/build_ab$v.log" | head -5; fi
+    dev_variant ab$v "$flags" "c/cuda/attn.o c/cuda/attn_tc.o" tests/test_cuda_attn && builds="$builds ab$v"
 done
 echo "variants built at $(el)s: $builds"
 dir() { [ "$1" = base ] && echo build || echo "build-$1"; }
@@ -46,15 +41,8 @@ for b in $builds; do
     fi
 done
 echo "checks done at $(el)s"
-for i in $(seq 150); do [ -f /tmp/q3.done ] && break; sleep 2; done
-row() { # build name file args...: one bench process
-    local b=$1 n=$2 f=$3; shift 3
-    [ -z "${ROWS:-}" ] || echo "$n" | grep -Eq "$ROWS" || return 0
-    local x
-    x=$(timeout 120 $(cli $b) bench -m "$f" "$@" --gpu --json "$J/bench_${n}_${b}_$p.json" 2>/dev/null |
-        grep -E "^\|.*(pp|tg)[0-9]" | awk -F'|' '{gsub(/ /,"",$6); gsub(/ /,"",$7); printf "%s %s  ", $6, $7}')
-    echo "$b $n: $x"
-}
+dev_wait_files
+row() { dev_bench_row "$(cli "$1")" "$@"; } # build name file args...
 for p in $(seq ${REPS:-2}); do
     for b in $builds; do row $b q3_pp_d16k /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1; done
     for b in $builds; do row $b olmoe_pp_d16k /tmp/olmoe.gguf -p 512 -n 0 -d 16384 -r 1; done

@@ -10,6 +10,15 @@
 #                        (tarred to $O/bench.tar at exit), everything it prints also in
 #                        $OUT/device_NAME.log, t0 for el (seconds since), the GPU's name and
 #                        clocks, the wheels and the synthetic files
+#   dev_build TARGETS... this tree's make of TARGETS (CUDA), log $J/build.log; exits on failure
+#   dev_variant NAME FLAGS "OBJS" [TARGETS...]  build-NAME: a copy of build/ with OBJS (paths under
+#                        it) recompiled with nvcc FLAGS, then its strata and TARGETS (paths under it);
+#                        log $J/build_NAME.log; status 0 when built
+#   dev_tests DIR TESTS...  each DIR/tests/T run, log $O/T.log, its tally and first failures
+#   dev_wait_files       until the synthetic qwen3 file is written (5 minutes at most)
+#   dev_bench_row BIN TAG NAME FILE ARGS...  one `strata bench` process of BIN on the GPU (JSON in
+#                        $J/bench_NAME_TAG_$p.json, p the caller's pass), its figures on one line;
+#                        ROWS=regex: only the names that match
 #   DEV_NVCC             nvcc flags for the c/cuda/dev check-and-time programs
 dev_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -44,3 +53,39 @@ dev_start() {
 }
 el() { echo $(( $(date +%s) - t0 )); }
 DEV_NVCC="-O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/experts -Ic/engine -DSTRATA_HAVE_CUDA=1"
+dev_build() {
+    make -j16 CUDA=1 "$@" > "$J/build.log" 2>&1 || { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
+    echo "build ok at $(el)s"
+}
+dev_variant() {
+    local n=$1 f=$2 objs=$3 o
+    shift 3
+    rm -rf "build-$n" && cp -r build "build-$n" || return 1
+    for o in $objs; do rm -f "build-$n/$o"; done
+    make -j16 CUDA=1 BUILD="build-$n" OUTDIR="build-$n" NVCC_EXTRA="$f" "build-$n/strata" "${@/#/build-$n/}" \
+        > "$J/build_$n.log" 2>&1 && return 0
+    echo "$n ($f): BUILD FAILED"; grep error "$J/build_$n.log" | head -5
+    return 1
+}
+dev_tests() {
+    local d=$1 t
+    shift
+    for t in "$@"; do
+        timeout 200 "$d/tests/$t" > "$O/$t.log" 2>&1
+        echo "$t rc=$? at $(el)s: $(grep -E "passed, " "$O/$t.log" | tail -1)"
+        grep -E "FAIL" "$O/$t.log" | head -5
+    done
+}
+dev_wait_files() {
+    local i
+    for i in $(seq 150); do [ -f /tmp/q3.done ] && break; sleep 2; done
+    echo "files at $(el)s"
+}
+dev_bench_row() {
+    local c=$1 b=$2 n=$3 m=$4 x
+    shift 4
+    [ -z "${ROWS:-}" ] || echo "$n" | grep -Eq "$ROWS" || return 0
+    x=$(timeout 120 $c bench -m "$m" "$@" --gpu --json "$J/bench_${n}_${b}_$p.json" 2>/dev/null |
+        grep -E "^\|.*(pp|tg)[0-9]" | awk -F'|' '{gsub(/ /,"",$6); gsub(/ /,"",$7); printf "%s %s  ", $6, $7}')
+    echo "$b $n: $x"
+}

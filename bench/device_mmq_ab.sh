@@ -11,12 +11,8 @@ set -u
 cd "$(dirname "$0")/.."
 . bench/device_common.sh
 dev_start mmq_ab
-make -j16 CUDA=1 strata build/tests/test_cuda_mmv build/tests/test_cuda_moe build/tests/test_cuda_session > "$J/build.log" 2>&1 ||
-    { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
-echo "build ok at $(el)s"
-rm -rf build-ab && cp -r build build-ab && rm -f build-ab/c/cuda/mmq.o
-make -j16 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="${AB:?AB: the nvcc flags of the variant}" build-ab/strata \
-    > "$J/build_ab.log" 2>&1 || { echo "ab: BUILD FAILED"; grep error "$J/build_ab.log" | head -5; exit 1; }
+dev_build strata build/tests/test_cuda_mmv build/tests/test_cuda_moe build/tests/test_cuda_session
+dev_variant ab "${AB:?AB: the nvcc flags of the variant}" c/cuda/mmq.o || exit 1
 echo "ab ($AB) built at $(el)s"
 for b in base ab; do
     d=build; [ $b = ab ] && d=build-ab
@@ -25,23 +21,9 @@ for b in base ab; do
     { timeout 90 /tmp/mmq_check_$b "experts"; timeout 40 /tmp/mmq_check_$b "attn_qkv"; } > "$O/mmq_check_$b.txt" 2>&1
     echo "mmq_check $b at $(el)s:"; grep -vE "^NVIDIA|f16 tiles|GLU fused" "$O/mmq_check_$b.txt" | cut -c1-150
 done
-if [ "${TEST:-1}" = 1 ]; then
-    for t in test_cuda_mmv test_cuda_moe test_cuda_session; do
-        timeout 200 build/tests/$t > "$O/$t.log" 2>&1
-        echo "$t rc=$? at $(el)s: $(grep -E "passed, " "$O/$t.log" | tail -1)"
-        grep -E "FAIL" "$O/$t.log" | head -5
-    done
-fi
-for i in $(seq 150); do [ -f /tmp/q3.done ] && break; sleep 2; done
-echo "files at $(el)s"
-row() { # build name file args...: one bench process
-    local b=$1 n=$2 m=$3; shift 3
-    local x c=./strata
-    [ $b = ab ] && c=build-ab/strata
-    x=$(timeout 120 $c bench -m "$m" "$@" --gpu --json "$J/bench_${n}_${b}_$p.json" 2>/dev/null |
-        grep -E "^\|.*(pp|tg)[0-9]" | awk -F'|' '{gsub(/ /,"",$6); gsub(/ /,"",$7); printf "%s %s  ", $6, $7}')
-    echo "$b $n: $x"
-}
+[ "${TEST:-1}" = 1 ] && dev_tests build test_cuda_mmv test_cuda_moe test_cuda_session
+dev_wait_files
+row() { dev_bench_row "$([ "$1" = ab ] && echo build-ab/strata || echo ./strata)" "$@"; } # build name file args...
 for p in $(seq ${REPS:-2}); do
     for b in base ab; do row $b q3_pp_d0 /tmp/q3.gguf -p 512 -n 0 -r 3; done
     for b in base ab; do row $b olmoe_pp_d0 /tmp/olmoe.gguf -p 512 -n 0 -r 3; done
