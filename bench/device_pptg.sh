@@ -9,12 +9,9 @@ set -u
 cd "$(dirname "$0")/.."
 . bench/device_common.sh
 dev_start pptg
-make -j16 CUDA=1 strata > /tmp/build.log 2>&1 || { echo "BUILD FAILED"; grep error /tmp/build.log | head; exit 1; }
-echo "build ok at $(el)s"
-# (no bare `wait`: it would wait for the log's tee too; the q3 file's writer must finish first,
-# it would take CPU time from the rows)
-for i in $(seq 150); do [ -f /tmp/q3.done ] && break; sleep 2; done
-echo "files at $(el)s"
+dev_build strata
+# the q3 file's writer must finish first: it would take CPU time from the rows
+dev_wait_files
 head -c 2600 LICENSE > /tmp/p512.txt
 row() { # name file args...: one bench process, its tg row
     local n=$1 f=$2; shift 2
