@@ -310,6 +310,11 @@ static strata_status p_tensors(st_parser *P) {
         P->item = i;
         ax->name_off = c->pos;
         ST_TRY(p_name(P, "tensor", &np, &ax->name_len));
+        if (ax->name_len >= ST_GGUF_MAX_TENSOR_NAME)
+            return P_FMT(P, STRATA_ERR_FORMAT, "tensor %lld name '%s' at offset %llu is %llu bytes: "
+                         "GGUF limits tensor names to %u bytes with the terminating NUL (at most "
+                         "%u), as llama.cpp does", (long long)i, P->what, OFF(ax->name_off),
+                         OFF(ax->name_len), ST_GGUF_MAX_TENSOR_NAME, ST_GGUF_MAX_TENSOR_NAME - 1);
         ti->name = (const char *)np; /* replaced by the arena copy in pass 2 */
 
         at = c->pos;

@@ -8,7 +8,10 @@
 #include "cursor.h"
 
 #define ST_GGUF_MAX_DEPTH 8                   /* deepest array nesting accepted */
-#define ST_GGUF_MAX_KEY_LEN (1u << 20)        /* keys and tensor names: 1 MiB */
+#define ST_GGUF_MAX_KEY_LEN (1u << 20)        /* keys: 1 MiB */
+/* Tensor names: the GGUF specification's 64 bytes, counted as ggml does (GGML_MAX_NAME, with the
+ * terminating NUL): at most 63 bytes of name, what llama.cpp loads and the writer writes. */
+#define ST_GGUF_MAX_TENSOR_NAME 64u
 #define ST_GGUF_DEFAULT_ALIGNMENT 32u
 #define ST_GGUF_DEFAULT_MAX_ALIGNMENT (1u << 20)
 

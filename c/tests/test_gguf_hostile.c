@@ -289,6 +289,27 @@ static void test_tensors(void) {
     expect_fail("tensor name length", &b, STRATA_ERR_FORMAT, "tensor 0 name length", 1);
     gb_free(&b);
 
+    /* names: 63 bytes load (ggml's GGML_MAX_NAME with its NUL), 64 and more do not */
+    char name[80];
+    memset(name, 'n', sizeof name);
+    name[63] = 0;
+    tfile(&b, name, 1, ne8, 0, 0, 64);
+    strata_gguf *g63 = NULL;
+    CHECK(strata_gguf_open_memory(b.p, b.len, 1, NULL, &g63) == STRATA_OK,
+          "63-byte tensor name refused: %s", strata_last_error());
+    strata_gguf_free(g63);
+    gb_free(&b);
+    name[63] = 'n';
+    name[64] = 0;
+    tfile(&b, name, 1, ne8, 0, 0, 64);
+    expect_fail("64-byte tensor name", &b, STRATA_ERR_FORMAT, "limits tensor names to 64 bytes", 1);
+    gb_free(&b);
+    name[64] = 'n';
+    name[79] = 0;
+    tfile(&b, name, 1, ne8, 0, 0, 64);
+    expect_fail("79-byte tensor name", &b, STRATA_ERR_FORMAT, "79 bytes", 1);
+    gb_free(&b);
+
     tfile(&b, "w", 0, ne8, 0, 0, 64);
     expect_fail("n_dims 0", &b, STRATA_ERR_FORMAT, "'w' n_dims", 1);
     gb_free(&b);
