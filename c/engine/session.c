@@ -152,6 +152,7 @@ void strata_session_free(strata_session *s) {
     free(s->zeros); free(s->ones); free(s->shgate); free(s->rope_cs); free(s->att_scratch);
     free(s->mm_ws); free(s->moe_ws);
     free(s->pred_xn); free(s->pred_logits); free(s->pred_wts); free(s->pred_ids); free(s->missed);
+    st_model_release(s->model);
     free(s);
 }
 
@@ -232,6 +233,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     strata_session *s = calloc(1, sizeof *s);
     if (!s) return st_error(STRATA_ERR_NOMEM, "session: out of memory");
     s->model = model;
+    st_model_retain(model); /* strata_session_free drops it */
     s->backend = p.backend;
     s->kv_type = p.kv_type;
     s->degrade.enabled = p.degrade_zero;
@@ -264,14 +266,12 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->slots_gpu = calloc((size_t)hp->n_layer, sizeof *s->slots_gpu);
     s->slots_cpu = calloc((size_t)hp->n_layer, sizeof *s->slots_cpu);
     if (!s->slots_gpu || !s->slots_cpu || st_degrade_stats_init(&s->dstats, hp->n_layer) != 0) {
-        free(s->slots_gpu);
-        free(s->slots_cpu);
-        free(s);
+        strata_session_free(s);
         return st_error(STRATA_ERR_NOMEM, "session: out of memory");
     }
     s->n_ctx = p.n_ctx > 0 ? p.n_ctx : hp->n_ctx_train;
     if (s->n_ctx <= 0) {
-        free(s);
+        strata_session_free(s);
         return st_error(STRATA_ERR_INVALID_ARG, "session: n_ctx is 0 and the model has no n_ctx_train");
     }
     s->n_batch = p.n_batch > 0 ? p.n_batch : 512;

@@ -425,6 +425,11 @@ STRATA_API strata_model_params strata_model_default_params(void);
  * mis-shaped tensors and bad hyperparameters are errors naming the key or tensor. */
 STRATA_API strata_status strata_model_load(const char *path, const strata_model_params *params,
                                            strata_model **out);
+/* Drops the caller's reference. Sessions keep their model alive (each holds a reference from
+ * strata_session_create to strata_session_free), so the model may be freed before its sessions:
+ * its memory goes with the last of them. The caller must not use the model handle afterwards
+ * (tokenizer calls included); its sessions stay usable. Thread-safe against sessions being freed
+ * on other threads. */
 STRATA_API void strata_model_free(strata_model *model);
 /* Strings in *out live as long as the model. */
 STRATA_API strata_status strata_model_get_info(const strata_model *model, strata_model_info *out);

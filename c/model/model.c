@@ -385,6 +385,7 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
 
     strata_model *m = calloc(1, sizeof *m);
     if (!m) return st_error(STRATA_ERR_NOMEM, "out of memory for the model");
+    atomic_init(&m->refs, 1);
     strata_gguf_params gp = strata_gguf_default_params();
     gp.use_mmap = p.use_mmap ? 1 : 0;
     gp.mlock = p.mlock ? 1 : 0;
@@ -428,14 +429,27 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
     return STRATA_OK;
 }
 
-void strata_model_free(strata_model *model) {
-    if (!model) return;
+static void st_model_destroy(strata_model *model) {
     if (model->vocab) st_vocab_free(model->vocab);
     free(model->layers);
     free((void *)model->info.arch);
     free((void *)model->info.name);
     strata_gguf_free(model->gguf);
     free(model);
+}
+
+/* The handle is const for sessions (the model is immutable); the count is the one mutable field. */
+void st_model_retain(const strata_model *model) {
+    atomic_fetch_add(&((strata_model *)model)->refs, 1);
+}
+
+void st_model_release(const strata_model *model) {
+    if (model && atomic_fetch_sub(&((strata_model *)model)->refs, 1) == 1)
+        st_model_destroy((strata_model *)model);
+}
+
+void strata_model_free(strata_model *model) {
+    st_model_release(model);
 }
 
 strata_status strata_model_get_info(const strata_model *model, strata_model_info *out) {

@@ -10,6 +10,7 @@
 
 #include "common.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef struct st_vocab st_vocab; /* tokenizer (vocab.h) */
@@ -155,6 +156,12 @@ struct strata_model {
     int vocab_only;
     int n_threads;             /* resolved (> 0) */
     strata_model_info info;    /* what strata_model_get_info returns */
+    atomic_int refs;           /* the caller's reference plus one per live session */
 };
+
+/* A session keeps its model alive: it takes a reference when created and drops it when freed;
+ * the model's memory goes with the last reference (strata_model_free drops the caller's). */
+void st_model_retain(const strata_model *model);
+void st_model_release(const strata_model *model);
 
 #endif /* STRATA_MODEL_H */

@@ -2,7 +2,8 @@
  * (../shared/models/strata-tiny-moe-q8_0.gguf, or $STRATA_SHARED/models/...; skipped when
  * absent): one batch vs token by token vs batches of 3, repeatability, 1 vs 2 threads, greedy
  * continuation of "Dictionary, n." (also through strata_tokenize/detokenize), context-full error, truncate + re-decode, f16 vs f32 KV
- * cache, argument errors, and a prefill/decode timing line. */
+ * cache, argument errors, a session outliving strata_model_free, and a prefill/decode timing
+ * line. */
 #include "test.h"
 #include "strata.h"
 
@@ -528,6 +529,43 @@ static void test_ram_budget(void) {
     free(piped);
 }
 
+/* A session keeps its model alive: the model freed first, the session still decodes (the same
+ * logits as a session of a model that stays loaded) and frees it last (ASan: no use after free). */
+static void test_model_outlives_free(const char *path) {
+    strata_model_params mp = strata_model_default_params();
+    strata_model *m2 = NULL;
+    strata_status st = strata_model_load(path, &mp, &m2);
+    CHECK(st == STRATA_OK, "load %s: %s", path, strata_last_error());
+    if (st != STRATA_OK) return;
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_threads = 1;
+    strata_session *a = NULL, *b = NULL, *ref = NULL;
+    CHECK(strata_session_create(m2, &sp, &a) == STRATA_OK, "create a: %s", strata_last_error());
+    CHECK(strata_session_create(m2, &sp, &b) == STRATA_OK, "create b: %s", strata_last_error());
+    CHECK(strata_session_create(model, &sp, &ref) == STRATA_OK, "create ref: %s", strata_last_error());
+    if (!a || !b || !ref) {
+        strata_session_free(a); strata_session_free(b); strata_session_free(ref);
+        strata_model_free(m2);
+        return;
+    }
+    float *la = malloc(sizeof(float) * (size_t)V), *lr = malloc(sizeof(float) * (size_t)V);
+    CHECK(strata_session_decode(a, PROMPT, N_PROMPT, la, 0) == STRATA_OK, "decode: %s", strata_last_error());
+    strata_model_free(m2); /* the caller's reference: a and b hold theirs */
+    strata_session_free(b);
+    strata_token next = (strata_token)argmax(la, V);
+    CHECK(strata_session_decode(a, &next, 1, la, 0) == STRATA_OK, "decode after model_free: %s",
+          strata_last_error());
+    CHECK(strata_session_decode(ref, PROMPT, N_PROMPT, lr, 0) == STRATA_OK, "ref: %s", strata_last_error());
+    CHECK(strata_session_decode(ref, &next, 1, lr, 0) == STRATA_OK, "ref: %s", strata_last_error());
+    CHECK(memcmp(la, lr, sizeof(float) * (size_t)V) == 0,
+          "logits after strata_model_free differ from a live model's");
+    strata_session_free(a); /* the last reference: the model goes now */
+    strata_session_free(ref);
+    free(la);
+    free(lr);
+}
+
 int main(void) {
     const char *shared = getenv("STRATA_SHARED");
     char path[1024];
@@ -554,6 +592,7 @@ int main(void) {
     test_profile();
     test_progress();
     test_ram_budget();
+    test_model_outlives_free(path);
     bench();
     strata_model_free(model);
     return test_report();
