@@ -3,7 +3,8 @@
 #   make              library + CLI (CUDA part too when nvcc is found)
 #   make CUDA=0       CPU-only build;  make CUDA=1  requires nvcc
 #   make CUDA_ARCH="80 90"   GPU architectures (default 90)
-#   make check        every c/tests/test_*.c, then pytest over python/tests
+#   make check        every c/tests/test_*.c, then pytest over python/tests (in build/venv, made
+#                     on first use from the requirements files; TEST_PYTHON=python3 uses yours)
 #   make asan         the C tests under AddressSanitizer + UBSan (separate build dir)
 #   make cuda-check   GPU tests (skip with a message where no GPU is usable)
 #   make fuzz         libFuzzer harness of the GGUF reader (needs clang)
@@ -85,7 +86,7 @@ endif
 
 ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
 
-.PHONY: all check header-check test-c test-py asan cuda-check fuzz bench clean
+.PHONY: all check header-check test-c test-py asan cuda-check fuzz bench clean distclean
 all: $(LIBSO) $(CLI)
 
 $(LIBSO): $(ALL_OBJS)
@@ -150,8 +151,30 @@ $(BUILD)/header-cxx11.o: c/tests/header/check_cxx11.cc c/include/strata.h
 test-c: header-check $(TEST_BINS)
 	$(call run_tests,$(TEST_BINS))
 
-test-py: $(LIBSO) $(CLI)
-	STRATA_LIB=$(abspath $(LIBSO)) STRATA_CLI=$(abspath $(CLI)) PYTHONPATH=$(CURDIR)/python $(PYTHON) -m pytest -q --durations=12 python/tests
+# ---- the Python tests' environment ----------------------------------------------------------
+# pytest runs in TEST_PYTHON: by default a virtual environment, VENV, that the first `make check`
+# creates from requirements-hf.txt (which includes the others), with torch's CPU build, and later
+# runs reuse (re-installing when a requirements file changes). TEST_PYTHON=python3 uses an
+# interpreter you set up yourself; `make distclean` removes the environment.
+VENV        ?= build/venv
+TEST_PYTHON ?= $(VENV)/bin/python
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH_REQ   := $(shell sed -n 's/^\(torch==[^ #]*\).*/\1/p' requirements-hf.txt)
+REQ_FILES   := requirements.txt requirements-test.txt requirements-hf.txt
+VENV_STAMP  := $(VENV)/.strata-installed
+
+$(VENV_STAMP): $(REQ_FILES)
+	@echo "make check: installing the Python test dependencies into $(VENV) (once): $(TORCH_REQ) (CPU build), then $$(sed -n 's/^\([A-Za-z][A-Za-z0-9_.-]*\).*/\1/p' $(REQ_FILES) | grep -v '^torch$$' | tr '\n' ' ')"
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@if $(VENV)/bin/python -c "import urllib.request as u; u.urlopen('$(TORCH_INDEX)/torch/', timeout=15)" 2>/dev/null; then \
+	  $(VENV)/bin/python -m pip install -q --disable-pip-version-check --extra-index-url $(TORCH_INDEX) '$(TORCH_REQ)'; \
+	else echo "make check: $(TORCH_INDEX) unreachable: $(TORCH_REQ) from the configured index"; \
+	  $(VENV)/bin/python -m pip install -q --disable-pip-version-check '$(TORCH_REQ)'; fi
+	@$(VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-hf.txt
+	@touch $@
+
+test-py: $(LIBSO) $(CLI) $(if $(filter $(VENV)/bin/python,$(TEST_PYTHON)),$(VENV_STAMP))
+	STRATA_LIB=$(abspath $(LIBSO)) STRATA_CLI=$(abspath $(CLI)) PYTHONPATH=$(CURDIR)/python $(TEST_PYTHON) -m pytest -q --durations=12 python/tests
 
 check: all test-c test-py
 
@@ -188,5 +211,10 @@ $(BUILD)/bench_stream: bench/bench_stream.c bench/bench_util.h $(BUILD)/libstrat
 $(BUILD)/bench_dot: bench/bench_dot.c bench/bench_util.h $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -O3 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 
+# clean keeps the Python test environment (VENV); distclean removes it too.
 clean:
-	rm -rf $(BUILD) build-asan libstrata.so strata
+	find $(BUILD) -mindepth 1 -maxdepth 1 ! -path '$(VENV)' -exec rm -rf {} + 2>/dev/null || true
+	rm -rf build-asan libstrata.so strata
+
+distclean: clean
+	rm -rf $(BUILD) $(VENV)
