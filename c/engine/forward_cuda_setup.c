@@ -486,6 +486,8 @@ static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
 void st_gpu_free(strata_session *s) {
     st_gpu *g = s ? s->gpu : NULL;
     if (!g) return;
+    char err[512]; /* the last error (a failed create's reason) outlives the frees */
+    snprintf(err, sizeof err, "%s", strata_last_error());
     if (g->layers)
         for (int il = 0; il < s->model->hp.n_layer; il++) {
             st_cuda_free(g->layers[il].experts);
@@ -530,7 +532,7 @@ void st_gpu_free(strata_session *s) {
                     g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->moe_xq, g->att_q8, g->sync, g->mmq_scratch,
                     g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
-    st_error_clear(); /* freeing after a failed create may fail again; not the caller's error */
+    st_error(STRATA_OK, "%s", err); /* freeing after a failed create may fail again; not the caller's error */
     free(g->ups);
     free(g->hpos);
     free(g->layers);

@@ -21,6 +21,7 @@
 #include "cache.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -144,6 +145,8 @@ struct st_gpu_cache {
 
 void st_gpu_cache_free(st_gpu_cache *c) {
     if (!c) return;
+    char err[512]; /* the last error (a failed create's reason) outlives the frees */
+    snprintf(err, sizeof err, "%s", strata_last_error());
     if (c->copy_stream) (void)st_cuda_stream_synchronize(c->copy_stream);
     for (int32_t i = 0; c->slot_event && i < c->book.n_slots; i++) st_cuda_event_destroy(c->slot_event[i]);
     st_cuda_event_destroy(c->ev_now);
@@ -158,7 +161,7 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     st_cuda_free(c->d_table);
     st_cuda_free(c->d_all);
     st_cuda_free(c->d_where);
-    st_error_clear();
+    st_error(STRATA_OK, "%s", err);
     st_cache_free(&c->book);
     free(c->h_table);
     free(c->layer_lookups);

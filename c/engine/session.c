@@ -207,8 +207,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     const int ram_gpu = p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA;
     if (ram_gpu && p.n_cpu_moe == 0 && p.expert_cache == 0)
         return st_error(STRATA_ERR_INVALID_ARG, "ram_budget with a CUDA session needs expert_cache "
-                        "(--expert-cache) or n_cpu_moe (--cpu-moe, --n-cpu-moe): else every routed "
-                        "expert is on the GPU");
+                        "or n_cpu_moe: else every routed expert is on the GPU");
     if (p.backend == STRATA_BACKEND_CUDA && p.cuda_doorbell && p.expert_cache != 0 &&
         (p.gpu_prefetch || p.cpu_misses == 1 || p.degrade_zero))
         return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with expert_cache: the expert pool computes "
