@@ -34,4 +34,13 @@ int cli_check_readable(const char *path);
 /* Writes n bytes as "1.23 MiB" into buf. */
 const char *cli_human_bytes(double n, char *buf, size_t size);
 
+/* flags.c: the library's messages name parameters, the CLI's flags set them. The flag(s) of a
+ * parameter name (len bytes), or NULL. */
+const char *cli_param_flag(const char *param, size_t len);
+/* msg with the first mention of each parameter followed by its flag, "expert_cache
+ * (--expert-cache)", outside '...' quotes; into buf, which it returns. */
+const char *cli_flag_message(const char *msg, char *buf, size_t size);
+/* strata_last_error() that way (a static buffer): what the CLI prints for a library error. */
+const char *cli_lib_error(void);
+
 #endif /* STRATA_CLI_H */

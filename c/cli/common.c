@@ -443,7 +443,7 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
     mp.use_mmap = !o->no_mmap;
     double t0 = cli_now();
     if (strata_model_load(o->model, &mp, model) != STRATA_OK)
-        return cli_fail("cannot load '%s': %s", o->model, strata_last_error());
+        return cli_fail("cannot load '%s': %s", o->model, cli_lib_error());
     if (load_s) *load_s = cli_now() - t0;
     return 0;
 }
@@ -593,12 +593,12 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
             }
             return 0;
         }
-        if (o->gpu == 1) return cli_fail("cannot create a GPU session: %s", strata_last_error());
-        fprintf(stderr, "strata: running on the CPU: %s\n", strata_last_error());
+        if (o->gpu == 1) return cli_fail("cannot create a GPU session: %s", cli_lib_error());
+        fprintf(stderr, "strata: running on the CPU: %s\n", cli_lib_error());
         sp.backend = STRATA_BACKEND_CPU;
     }
     if (strata_session_create(model, &sp, out) != STRATA_OK)
-        return cli_fail("cannot create a session: %s", strata_last_error());
+        return cli_fail("cannot create a session: %s", cli_lib_error());
     snprintf(o->backend_desc, sizeof o->backend_desc, "cpu");
     return 0;
 }

@@ -21,6 +21,21 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name, in
     return argv[++*i];
 }
 
+static void quantize_usage(FILE *f) {
+    fprintf(f,
+        "usage: strata quantize IN.gguf OUT.gguf --type TYPE [-t N] [--allow-requantize]\n"
+        "\n"
+        "Rewrites a model with its weights in TYPE: f32, f16, bf16, q8_0, q4_0, q4_K or q6_K\n"
+        "(norms and other 1-D tensors stay as they are, routers f32; rows whose length does not\n"
+        "fit TYPE's blocks fall back to q8_0). Metadata is copied, general.file_type updated.\n"
+        "\n"
+        "  -T, --type TYPE       the target type\n"
+        "  -t, --threads N       worker threads (default: all cores)\n"
+        "  --allow-requantize    let weights that are already quantized change type (as\n"
+        "                        llama-quantize: refused without it, since requantizing loses\n"
+        "                        more than quantizing from the float weights)\n");
+}
+
 static int is_opt(const char *a, const char *name) {
     size_t n = strlen(name);
     return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
@@ -49,7 +64,7 @@ int cli_cmd_quantize(int argc, char **argv) {
         } else if (strcmp(a, "--allow-requantize") == 0) {
             params.allow_requantize = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            cli_usage(stdout);
+            quantize_usage(stdout);
             return 0;
         } else if (a[0] == '-' && a[1]) {
             return cli_usage_error("unknown option '%s'", a);
@@ -80,7 +95,7 @@ int cli_cmd_quantize(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     strata_status st = strata_quantize_file(paths[0], paths[1], &params);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    if (st != STRATA_OK) return cli_fail("%s", strata_last_error());
+    if (st != STRATA_OK) return cli_fail("%s", cli_lib_error()); /* parameters named as flags */
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     char hin[32], hout[32];
     printf("wrote %s: %" PRId64 " tensors: %" PRId64 " to %s, %" PRId64 " to q8_0 (row length), "

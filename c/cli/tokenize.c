@@ -74,7 +74,7 @@ int cli_cmd_tokenize(int argc, char **argv) {
     strata_model *model = NULL;
     if (strata_model_load(model_path, &mp, &model) != STRATA_OK) {
         free(text_buf);
-        return cli_fail("tokenize: %s: %s", model_path, strata_last_error());
+        return cli_fail("tokenize: %s: %s", model_path, cli_lib_error());
     }
     int64_t n = 0;
     strata_status st = strata_tokenize(model, text, (int64_t)len, add_special, parse_special, NULL,

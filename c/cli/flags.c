@@ -1,0 +1,95 @@
+/* flags.c - the library's parameter names and the CLI flags that set them. The library serves
+ * Python and other callers too, so its messages name parameters (expert_cache, n_cpu_moe, ...);
+ * when the CLI reports a library error it writes each named parameter's flag after it, as in
+ * "ram_budget (--ram-budget) with a CUDA session needs expert_cache (--expert-cache) ...". */
+#include "cli.h"
+
+#include <ctype.h>
+#include <string.h>
+
+static const struct {
+    const char *param, *flag;
+} cli_param_flags[] = {
+    {"allow_requantize", "--allow-requantize"},
+    {"attn_tc", "--attn-tc"},
+    {"cpu_misses", "--cpu-misses"},
+    {"cpu_pin", "--cpu-pin"},
+    {"cpu_warm", "--cpu-warm"},
+    {"cuda_doorbell", "--doorbell"},
+    {"cuda_graphs", "--cuda-graphs"},
+    {"cuda_pdl", "--pdl"},
+    {"degrade_eval", "--degrade-eval"},
+    {"degrade_tau", "--degrade-tau"},
+    {"degrade_zero", "--degrade-zero"},
+    {"expert_cache", "--expert-cache"},
+    {"gpu_mem", "--gpu-mem"},
+    {"gpu_prefetch", "--gpu-prefetch"},
+    {"hugepages", "--hugepages"},
+    {"kv_type", "--kv-type"},
+    {"mlock", "--mlock"},
+    {"n_batch", "-b"},
+    {"n_cpu_moe", "--cpu-moe, --n-cpu-moe"},
+    {"n_ctx", "-c"},
+    {"n_threads", "-t"},
+    {"pcie_frac", "--pcie-frac"},
+    {"pin_experts", "--pin-experts"},
+    {"pipe", "--pipe"},
+    {"q8_tiles", "--q8-tiles"},
+    {"ram_budget", "--ram-budget"},
+    {"stage_experts", "--stage-experts"},
+    {"use_mmap", "--no-mmap"},
+};
+#define CLI_N_PARAM_FLAGS (sizeof cli_param_flags / sizeof cli_param_flags[0])
+
+const char *cli_param_flag(const char *param, size_t len) {
+    for (size_t k = 0; k < CLI_N_PARAM_FLAGS; k++)
+        if (strlen(cli_param_flags[k].param) == len && memcmp(cli_param_flags[k].param, param, len) == 0)
+            return cli_param_flags[k].flag;
+    return NULL;
+}
+
+static int ident_char(char c) { return isalnum((unsigned char)c) || c == '_'; }
+
+/* Appends len bytes of s to buf (n used of size), truncating. */
+static void append(char *buf, size_t size, size_t *n, const char *s, size_t len) {
+    if (*n + 1 >= size) return;
+    if (len > size - 1 - *n) len = size - 1 - *n;
+    memcpy(buf + *n, s, len);
+    *n += len;
+    buf[*n] = '\0';
+}
+
+const char *cli_flag_message(const char *msg, char *buf, size_t size) {
+    size_t n = 0;
+    unsigned char done[CLI_N_PARAM_FLAGS] = {0};
+    int quoted = 0; /* inside '...' (a path, a tensor name): left alone */
+    if (size == 0) return "";
+    buf[0] = '\0';
+    msg = msg ? msg : "";
+    for (const char *p = msg; *p;) {
+        if (*p == '\'' && (quoted || p == msg || !ident_char(p[-1]))) quoted = !quoted;
+        if (!ident_char(*p) || quoted) {
+            append(buf, size, &n, p++, 1);
+            continue;
+        }
+        size_t len = 0;
+        while (ident_char(p[len])) len++;
+        append(buf, size, &n, p, len);
+        const char *flag = cli_param_flag(p, len);
+        size_t k = 0;
+        while (flag && cli_param_flags[k].flag != flag) k++;
+        if (flag && !done[k]) { /* the first mention of each parameter */
+            done[k] = 1;
+            append(buf, size, &n, " (", 2);
+            append(buf, size, &n, flag, strlen(flag));
+            append(buf, size, &n, ")", 1);
+        }
+        p += len;
+    }
+    return buf;
+}
+
+const char *cli_lib_error(void) {
+    static char buf[2048];
+    return cli_flag_message(strata_last_error(), buf, sizeof buf);
+}
