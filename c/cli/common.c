@@ -244,6 +244,23 @@ static int cli_isa_from_name(const char *v, strata_cpu_isa *out) {
     return -1;
 }
 
+/* The flags that only GPU sessions use: a CPU session names those given in a warning. */
+static void cli_note_gpu_only(cli_opts *o, const char *a) {
+    static const char *const gpu_only[] = {
+        "--cpu-moe", "--n-cpu-moe", "--gpu-experts", "--expert-cache", "--gpu-mem", "--cpu-misses",
+        "--no-cpu-misses", "--pcie-frac", "--gpu-prefetch", "--cpu-warm", "--no-cpu-warm",
+        "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
+        "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
+        "--no-q8-tiles", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all", NULL};
+    for (int k = 0; gpu_only[k]; k++) {
+        if (strcmp(a, gpu_only[k]) != 0) continue;
+        for (int j = 0; j < o->n_gpu_only; j++)
+            if (o->gpu_only[j] == gpu_only[k]) return;
+        if (o->n_gpu_only < CLI_MAX_GPU_ONLY) o->gpu_only[o->n_gpu_only++] = gpu_only[k];
+        return;
+    }
+}
+
 int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = NULL;
@@ -256,6 +273,7 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         v = eq + 1;
         a = name;
     }
+    cli_note_gpu_only(o, a);
     /* flags */
     int flag = 1;
     if (opt_is(a, NULL, "--ignore-eos")) o->ignore_eos = 1;
@@ -491,43 +509,120 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     return rc;
 }
 
+/* The start-up lines of a GPU session: its expert cache, where the experts kept in RAM are read
+ * from, Q8_0 tile copies left out, the cost model's figures, which layers' experts run on the
+ * CPU. Nothing with --quiet. */
+static void cli_gpu_session_lines(const cli_opts *o, const strata_model_info *mi, const strata_session *s) {
+    strata_session_stats cs; /* the start-up lines below read the new session's stats */
+    const int have = strata_session_get_stats(s, &cs) == STRATA_OK;
+    if (o->quiet) return;
+    if (o->expert_cache != 0 && have)
+        fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
+                (int)cs.expert_cache_slots, (long long)mi->n_layer * mi->n_expert);
+    if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && mi->n_expert > 0 && have) {
+        char hb[32];
+        cli_human_bytes((double)cs.pinned_bytes, hb, sizeof hb);
+        if (o->ram_budget > 0) {
+            cli_human_bytes((double)o->ram_budget, hb, sizeof hb);
+            fprintf(stderr, "strata: %s of page-locked RAM slots for routed experts; the others are "
+                    "read from the file with O_DIRECT when routed\n", hb);
+        } else if (cs.pinned_bytes > 0)
+            fprintf(stderr, "strata: the experts kept in RAM are read from a pinned copy (%s)\n", hb);
+        else
+            fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
+                    o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
+    }
+    /* (an expert cache of auto size leaves no room for them by design: said in EXPERTS.md) */
+    if (o->q8_tiles && o->expert_cache == 0 && have && cs.q8_tiles_skipped > 0)
+        fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "
+                "spare); their prompt batches read the blocks (same results, slower)\n",
+                (int)cs.q8_tiles_skipped);
+    if (have && ((o->expert_cache != 0 && o->cpu_misses == 1) || cs.cpu_split != 0))
+        fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
+                "an expert (+ %.0f us a further row); %s%s\n", cs.pcie_bytes_per_s / 1e9,
+                cs.pcie_latency_s * 1e6, cs.cpu_share_step_s * 1e6, cs.cpu_share_expert_s * 1e6,
+                cs.cpu_expert_per_row_s * 1e6,
+                o->pcie_frac < 0 ? "each miss goes where it is predicted to finish first"
+                                 : "the heaviest share of --pcie-frac misses is loaded, the rest computed",
+                cs.cpu_split == 1 ? "; the CPU layers' GPU share in the CPU's arithmetic (same bits)"
+                : cs.cpu_split == 2 ? "; the CPU layers' GPU share in its own arithmetic (bits follow the share)"
+                                    : "");
+    if (o->n_cpu_moe != 0 && mi->n_expert > 0) {
+        if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi->n_layer)
+            fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");
+        else
+            fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
+                    "rest on the GPU\n", o->n_cpu_moe - 1);
+        if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 && have)
+            fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
+                    "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
+                    "where it is predicted to finish first\n", cs.pcie_bytes_per_s / 1e9,
+                    cs.pcie_latency_s * 1e6, cs.cpu_expert_fixed_s * 1e6, cs.cpu_expert_per_row_s * 1e6);
+    }
+}
+
+/* A CPU session: why, when the GPU was the default (one line), and the GPU-only flags given,
+ * which it ignores (one warning line). */
+static void cli_cpu_session_lines(const cli_opts *o, const char *why) {
+    if (why && why[0]) fprintf(stderr, "strata: running on the CPU: %s\n", why);
+    if (o->n_gpu_only == 0) return;
+    fputs("strata: warning: ignored on the CPU (GPU sessions only):", stderr);
+    for (int i = 0; i < o->n_gpu_only; i++) fprintf(stderr, "%s %s", i ? "," : "", o->gpu_only[i]);
+    fputc('\n', stderr);
+}
+
+static void cli_session_params(const cli_opts *o, strata_session_params *sp) {
+    *sp = strata_session_default_params();
+    if (!o->quiet && isatty(2)) sp->progress = cli_progress_bar; /* off when stderr is not a tty */
+    sp->n_ctx = o->n_ctx;
+    sp->n_batch = o->n_batch;
+    sp->kv_type = o->kv_type;
+    sp->n_threads = o->n_threads;
+    sp->degrade_zero = o->degrade_zero;
+    sp->degrade_tau = o->degrade_tau;
+    sp->degrade_eval = o->degrade_eval;
+    sp->profile = o->profile;
+    sp->cuda_graphs = o->cuda_graphs;
+    sp->cuda_pdl = o->cuda_pdl;
+    sp->n_cpu_moe = o->n_cpu_moe;
+    sp->stage_experts = o->stage_experts;
+    sp->attn_tc = o->attn_tc;
+    sp->pin_experts = o->pin_experts;
+    sp->cpu_pin = o->cpu_pin;
+    sp->gpu_prefetch = o->gpu_prefetch;
+    sp->cpu_warm = o->cpu_warm;
+    sp->q8_tiles = o->q8_tiles;
+    sp->cuda_doorbell = o->doorbell;
+    sp->cpu_misses = o->cpu_misses;
+    sp->pcie_frac = o->pcie_frac;
+    sp->ram_budget = o->ram_budget;
+    sp->expert_cache = o->expert_cache;
+    sp->gpu_mem = o->gpu_mem;
+    sp->pipe = o->pipe;
+}
+
 static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_session **out) {
     if (o->no_amx) strata_cpu_amx_set(0); /* process-wide, before any thread computes */
-    strata_session_params sp = strata_session_default_params();
-    if (!o->quiet && isatty(2)) sp.progress = cli_progress_bar; /* off when stderr is not a tty */
-    sp.n_ctx = o->n_ctx;
-    sp.n_batch = o->n_batch;
-    sp.kv_type = o->kv_type;
-    sp.n_threads = o->n_threads;
-    sp.degrade_zero = o->degrade_zero;
-    sp.degrade_tau = o->degrade_tau;
-    sp.degrade_eval = o->degrade_eval;
-    sp.profile = o->profile;
-    sp.cuda_graphs = o->cuda_graphs;
-    sp.cuda_pdl = o->cuda_pdl;
-    sp.n_cpu_moe = o->n_cpu_moe;
-    sp.stage_experts = o->stage_experts;
-    sp.attn_tc = o->attn_tc;
-    sp.pin_experts = o->pin_experts;
-    sp.cpu_pin = o->cpu_pin;
-    sp.gpu_prefetch = o->gpu_prefetch;
-    sp.cpu_warm = o->cpu_warm;
-    sp.q8_tiles = o->q8_tiles;
-    sp.cuda_doorbell = o->doorbell;
-    sp.cpu_misses = o->cpu_misses;
-    sp.pcie_frac = o->pcie_frac;
-    sp.ram_budget = o->ram_budget;
-    sp.expert_cache = o->expert_cache;
-    sp.gpu_mem = o->gpu_mem;
-    sp.pipe = o->pipe;
+    strata_session_params sp;
+    cli_session_params(o, &sp);
+    char why[400] = ""; /* why a session whose backend was left to the CLI runs on the CPU */
+    const int chosen = o->gpu == -1;
     /* the RAM tier serves CPU sessions, and GPU sessions whose experts are cached or on the CPU */
-    if (o->ram_budget > 0 && o->gpu != 1 && o->expert_cache == 0 && o->n_cpu_moe == 0) o->gpu = 0;
+    if (o->ram_budget > 0 && o->gpu != 1 && o->expert_cache == 0 && o->n_cpu_moe == 0) {
+        o->gpu = 0;
+        if (chosen)
+            snprintf(why, sizeof why, "--ram-budget without --expert-cache or --cpu-moe / --n-cpu-moe "
+                     "is for CPU sessions");
+    }
     if (o->degrade_zero)
         fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
                 "that misses its deadline with gate weight < tau %.3g is dropped%s\n",
                 (double)o->degrade_tau, o->degrade_eval ? "; evaluation mode: every routed slot "
                 "counts as missed (CPU session)" : "");
-    if (o->degrade_eval && o->gpu != 1) o->gpu = 0; /* the evaluation mode runs on the CPU */
+    if (o->degrade_eval && o->gpu != 1) { /* the evaluation mode runs on the CPU */
+        if (o->gpu == -1) snprintf(why, sizeof why, "--degrade-eval runs on CPU sessions only");
+        o->gpu = 0;
+    }
     strata_model_info mi;
     memset(&mi, 0, sizeof mi);
     strata_model_get_info(model, &mi);
@@ -541,65 +636,24 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     strata_backend_info bi;
     memset(&bi, 0, sizeof bi);
     strata_backend_query(STRATA_BACKEND_CUDA, &bi);
+    if (o->gpu == -1 && !bi.available)
+        snprintf(why, sizeof why, "CUDA is not usable: %s", bi.detail[0] ? bi.detail : "no detail");
     if (o->gpu != 0 && (bi.available || o->gpu == 1)) {
         sp.backend = STRATA_BACKEND_CUDA;
         if (strata_session_create(model, &sp, out) == STRATA_OK) {
             snprintf(o->backend_desc, sizeof o->backend_desc, "cuda (%s)", bi.detail);
-            strata_session_stats cs; /* the start-up lines below read the new session's stats */
-            const int have = strata_session_get_stats(*out, &cs) == STRATA_OK;
-            if (o->expert_cache != 0 && have && !o->quiet)
-                fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
-                        (int)cs.expert_cache_slots, (long long)mi.n_layer * mi.n_expert);
-            if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && mi.n_expert > 0 && !o->quiet && have) {
-                char hb[32];
-                cli_human_bytes((double)cs.pinned_bytes, hb, sizeof hb);
-                if (o->ram_budget > 0) {
-                    cli_human_bytes((double)o->ram_budget, hb, sizeof hb);
-                    fprintf(stderr, "strata: %s of page-locked RAM slots for routed experts; the others are "
-                            "read from the file with O_DIRECT when routed\n", hb);
-                } else if (cs.pinned_bytes > 0)
-                    fprintf(stderr, "strata: the experts kept in RAM are read from a pinned copy (%s)\n", hb);
-                else
-                    fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
-                            o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
-            }
-            /* (an expert cache of auto size leaves no room for them by design: said in EXPERTS.md) */
-            if (o->q8_tiles && !o->quiet && o->expert_cache == 0 && have && cs.q8_tiles_skipped > 0)
-                fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "
-                        "spare); their prompt batches read the blocks (same results, slower)\n",
-                        (int)cs.q8_tiles_skipped);
-            if (have && !o->quiet &&
-                ((o->expert_cache != 0 && o->cpu_misses == 1) || cs.cpu_split != 0))
-                fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
-                        "an expert (+ %.0f us a further row); %s%s\n", cs.pcie_bytes_per_s / 1e9,
-                        cs.pcie_latency_s * 1e6, cs.cpu_share_step_s * 1e6, cs.cpu_share_expert_s * 1e6,
-                        cs.cpu_expert_per_row_s * 1e6,
-                        o->pcie_frac < 0 ? "each miss goes where it is predicted to finish first"
-                                         : "the heaviest share of --pcie-frac misses is loaded, the rest computed",
-                        cs.cpu_split == 1 ? "; the CPU layers' GPU share in the CPU's arithmetic (same bits)"
-                        : cs.cpu_split == 2 ? "; the CPU layers' GPU share in its own arithmetic (bits follow the share)"
-                                            : "");
-            if (o->n_cpu_moe != 0 && mi.n_expert > 0 && !o->quiet) {
-                if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi.n_layer)
-                    fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");
-                else
-                    fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
-                            "rest on the GPU\n", o->n_cpu_moe - 1);
-                if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 && have)
-                    fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
-                            "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
-                            "where it is predicted to finish first\n", cs.pcie_bytes_per_s / 1e9,
-                            cs.pcie_latency_s * 1e6, cs.cpu_expert_fixed_s * 1e6, cs.cpu_expert_per_row_s * 1e6);
-            }
+            cli_gpu_session_lines(o, &mi, *out);
             return 0;
         }
         if (o->gpu == 1) return cli_fail("cannot create a GPU session: %s", cli_lib_error());
-        fprintf(stderr, "strata: running on the CPU: %s\n", cli_lib_error());
+        snprintf(why, sizeof why, "%s", strata_last_error()[0] ? cli_lib_error() : "the GPU session failed "
+                 "(no reason given)");
         sp.backend = STRATA_BACKEND_CPU;
     }
     if (strata_session_create(model, &sp, out) != STRATA_OK)
         return cli_fail("cannot create a session: %s", cli_lib_error());
     snprintf(o->backend_desc, sizeof o->backend_desc, "cpu");
+    cli_cpu_session_lines(o, why);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #define CLI_MAX_STOPS 16
+#define CLI_MAX_GPU_ONLY 32
 
 /* Subcommands (argv[0] is the command name) and the no-argument default run (run.c,
  * perplexity.c). */
@@ -56,6 +57,8 @@ typedef struct {
     int gpu;                      /* -1 auto (GPU when usable, else CPU), 0 --cpu / -ngl 0, 1 --gpu */
     char backend_desc[300];       /* set by cli_new_session: "cuda (NVIDIA H200, ...)" or "cpu" */
     strata_sampler_params sp;     /* --temp, --top-k, ... */
+    const char *gpu_only[CLI_MAX_GPU_ONLY]; /* the GPU-only flags given, named once each */
+    int n_gpu_only;
     const char *stops[CLI_MAX_STOPS]; /* --stop (repeatable) */
     int n_stops;
     int ignore_eos;               /* --ignore-eos */
@@ -90,7 +93,8 @@ void cli_opts_usage(FILE *f);
 int cli_load_model(const cli_opts *o, strata_model **model, double *load_s);
 /* Session with the options' n_ctx, n_batch, kv_type, n_threads and backend: --gpu must get the
  * GPU (else it fails), auto takes the GPU when CUDA is usable and the model has GPU kernels and
- * otherwise says in one stderr line why it runs on the CPU. Fills o->backend_desc. */
+ * otherwise says in one stderr line why it runs on the CPU; a CPU session names the GPU-only
+ * flags given in one warning line (they are ignored). Fills o->backend_desc. */
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out);
 /* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
  * min/max share). Nothing when it is off. */

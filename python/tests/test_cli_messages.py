@@ -1,6 +1,6 @@
 """test_cli_messages.py - what ./strata tells a new user: library errors with the flag of each
-parameter they name, and the refused requantize naming --allow-requantize. The binary is
-$STRATA_CLI, else <repo>/strata."""
+parameter they name, the refused requantize naming --allow-requantize, and the one-line reason for
+a CPU session and the GPU-only flags it ignores. The binary is $STRATA_CLI, else <repo>/strata."""
 import json
 import os
 import re
@@ -58,3 +58,24 @@ def test_quantize_requantize_names_the_flag(tmp_path):
     assert f"wrote {out}" in run("quantize", TINY, out, "--type", "q4_0", "-t", 2,
                                  "--allow-requantize").stdout
     assert "--allow-requantize" in run("quantize", "--help").stdout
+
+
+# ------------------------------------------------------------------------------------------------
+# item 9: the CPU fallback says why and what it ignores
+# ------------------------------------------------------------------------------------------------
+
+def test_cpu_session_says_why_and_what_it_ignores():
+    if cuda_usable():
+        pytest.skip("CUDA is usable here: the default session is a GPU one")
+    err = run(*GEN, "--cpu-moe", "--expert-cache", 4, "--cpu-moe").stderr.splitlines()
+    why = [ln for ln in err if ln.startswith("strata: running on the CPU: ")]
+    assert len(why) == 1 and "CUDA" in why[0], err
+    ign = [ln for ln in err if "ignored" in ln]
+    assert ign == ["strata: warning: ignored on the CPU (GPU sessions only): --cpu-moe, --expert-cache"], err
+    # an explicit --cpu needs no reason, but the ignored flags are still named
+    err = run(*GEN, "--cpu", "--gpu-prefetch").stderr
+    assert "running on the CPU" not in err and "ignored on the CPU (GPU sessions only): --gpu-prefetch" in err
+    assert "ignored" not in run(*GEN, "--cpu").stderr
+    # an explicit --gpu stays an error
+    err = run(*GEN, "--gpu", rc=1).stderr
+    assert err.startswith("strata: cannot create a GPU session: ") and len(err.splitlines()) == 1, err
