@@ -19,6 +19,7 @@
  * what moved over PCIe and from disk (with the disk bytes over the timed seconds). */
 #include "common.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,7 +145,15 @@ int cli_cmd_bench(int argc, char **argv) {
     for (int i = 0; i < b.n_p; i++) max_p = b.p[i] > max_p ? b.p[i] : max_p;
     for (int i = 0; i < b.n_n; i++) max_n = b.n[i] > max_n ? b.n[i] : max_n;
     for (int i = 0; i < b.n_d; i++) max_d = b.d[i] > max_d ? b.d[i] : max_d;
-    if (o.n_ctx == 0) o.n_ctx = max_d + (max_p > max_n ? max_p : max_n) + 16;
+    if (o.n_ctx == 0) { /* a context for the deepest test, checked here against the training one */
+        const int need = max_d + (max_p > max_n ? max_p : max_n);
+        if (mi.n_ctx_train > 0 && need > mi.n_ctx_train)
+            fprintf(stderr, "strata: warning: -d %d with tests of up to %d tokens reaches position %d, "
+                    "past the model's training context of %d tokens\n", max_d,
+                    max_p > max_n ? max_p : max_n, need, (int)mi.n_ctx_train);
+        o.n_ctx = need + 16;
+        o.ctx_warned = 1;
+    }
     if (o.n_batch > o.n_ctx) o.n_batch = o.n_ctx;
     strata_session *s = NULL;
     if ((rc = cli_new_session(&o, m, &s))) { strata_model_free(m); return rc; }
@@ -154,7 +163,7 @@ int cli_cmd_bench(int argc, char **argv) {
     float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
     FILE *jf = b.json ? fopen(b.json, "w") : NULL;
     if (!toks || !logits || (b.json && !jf)) {
-        rc = cli_fail(!toks || !logits ? "out of memory" : "cannot write '%s'", b.json);
+        rc = !toks || !logits ? cli_fail("out of memory") : cli_fail("cannot write '%s': %s", b.json, strerror(errno));
         goto done;
     }
     fill_tokens(toks, ntok, mi.n_vocab, 0x5eedULL);
@@ -291,7 +300,7 @@ int cli_cmd_bench(int argc, char **argv) {
     }
     if (jf) fprintf(jf, "\n]}\n");
 done:
-    if (jf) fclose(jf);
+    if (jf && fclose(jf) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", b.json, strerror(errno));
     free(toks);
     free(logits);
     strata_session_free(s);

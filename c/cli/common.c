@@ -183,7 +183,8 @@ void cli_opts_usage(FILE *f) {
         "  --min-p P               (default 0.05; 0: off)\n"
         "  --repeat-penalty P      (default 1.0: off)       --repeat-last-n N (default 64)\n"
         "  --presence-penalty P    --frequency-penalty P    (default 0)\n"
-        "  --seed N                sampler seed (default 0x5eed); the same seed gives the same text\n"
+        "  --seed N                sampler seed (default 0x5eed); the same seed gives the same text;\n"
+        "                          -1: a random seed, printed on stderr\n"
         "  --stop TEXT             stop when TEXT appears (repeatable); the output is cut before it\n"
         "  --ignore-eos            do not stop at end-of-generation tokens\n"
         "  --no-bos                never prepend BOS     --no-echo  do not print the prompt\n"
@@ -259,6 +260,21 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
         if (o->n_gpu_only < CLI_MAX_GPU_ONLY) o->gpu_only[o->n_gpu_only++] = gpu_only[k];
         return;
     }
+}
+
+/* --seed -1: a seed from /dev/urandom (else the clock and the process id), 32 bits as
+ * llama.cpp's random seeds, so that it is easy to give back with --seed. */
+static uint64_t cli_random_seed(void) {
+    uint32_t x = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    const int ok = f && fread(&x, sizeof x, 1, f) == 1;
+    if (f) fclose(f);
+    if (!ok) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        x = (uint32_t)t.tv_nsec ^ (uint32_t)t.tv_sec ^ ((uint32_t)getpid() << 16);
+    }
+    return x;
 }
 
 int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
@@ -402,8 +418,11 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
         char *end;
         errno = 0;
         unsigned long long s = strtoull(v, &end, 0);
-        if (errno || end == v || *end || v[0] == '-')
-            rc = cli_usage_error("bad value '%s' for --seed (an unsigned integer)", v);
+        o->seed_random = strcmp(v, "-1") == 0; /* llama.cpp's "a random seed" */
+        if (o->seed_random) o->sp.seed = cli_random_seed();
+        else if (errno || end == v || *end || v[0] == '-')
+            rc = cli_usage_error("bad value '%s' for --seed (an unsigned integer, or -1 for a random "
+                                 "one)", v);
         else o->sp.seed = (uint64_t)s;
     } else if (opt_is(a, NULL, "--stop")) {
         if (!v[0]) rc = cli_usage_error("--stop needs a non-empty text");
@@ -626,6 +645,9 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     strata_model_info mi;
     memset(&mi, 0, sizeof mi);
     strata_model_get_info(model, &mi);
+    if (!o->ctx_warned && o->n_ctx > 0 && mi.n_ctx_train > 0 && o->n_ctx > mi.n_ctx_train)
+        fprintf(stderr, "strata: warning: -c %d is past the model's training context of %d tokens; "
+                "positions past it may give poor output\n", o->n_ctx, (int)mi.n_ctx_train);
     if (o->gpu == 2) { /* -ngl N > 0: all layers or an error (no partial layer offload) */
         if (o->ngl < mi.n_layer && o->ngl != 99)
             return cli_fail("-ngl %d: only 0 (CPU) or all %d layers (or 99) are supported; expert "
@@ -839,9 +861,34 @@ void cli_print_profile(const strata_session *sess, const char *what) {
                 100.0 * (double)st.predict_hits / (double)st.predict_slots, (long long)st.predict_slots);
 }
 
-void cli_print_prof_line(const strata_session *sess, double prompt_tps, double decode_tps) {
+int cli_threads_used(const cli_opts *o) {
+    if (o->n_threads > 0) return o->n_threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* The [PROF] line of a CPU session: no GPU memory, GPU share, PCIe or hand-off fields. */
+static void cli_print_prof_line_cpu(const strata_session_stats *st, double prompt_tps, double decode_tps) {
+    char db[32];
+    fprintf(stderr, "[PROF] prompt %.2f tok/s | decode %.2f tok/s | experts: %lld slot-rows on the CPU",
+            prompt_tps, decode_tps, (long long)st->expert_slots_cpu);
+    if (st->expert_cache_slots > 0)
+        fprintf(stderr, " | RAM slots %d: %lld hits, %lld misses (per-layer hit rate %.0f%%..%.0f%%) | "
+                "prefetch %lld: %lld timely, %lld late", (int)st->expert_cache_slots,
+                (long long)st->expert_cache_hits, (long long)st->expert_cache_misses,
+                100.0 * st->layer_hit_rate_min, 100.0 * st->layer_hit_rate_max,
+                (long long)st->prefetch_issued, (long long)st->prefetch_timely, (long long)st->prefetch_late);
+    fprintf(stderr, " | disk %s | zeroed %lld\n", cli_human_bytes((double)st->disk_bytes, db, sizeof db),
+            (long long)st->degrade_zeroed);
+}
+
+void cli_print_prof_line(const strata_session *sess, int gpu, double prompt_tps, double decode_tps) {
     strata_session_stats st;
     if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK) return;
+    if (!gpu) {
+        cli_print_prof_line_cpu(&st, prompt_tps, decode_tps);
+        return;
+    }
     char pb[32], db[32];
     fprintf(stderr, "[PROF] prompt %.2f tok/s | decode %.2f tok/s | experts: %lld slot-rows from GPU "
             "memory, %lld on the CPU", prompt_tps, decode_tps, (long long)st.expert_slots_gpu,

@@ -57,8 +57,10 @@ typedef struct {
     int gpu;                      /* -1 auto (GPU when usable, else CPU), 0 --cpu / -ngl 0, 1 --gpu */
     char backend_desc[300];       /* set by cli_new_session: "cuda (NVIDIA H200, ...)" or "cpu" */
     strata_sampler_params sp;     /* --temp, --top-k, ... */
+    int seed_random;              /* --seed -1: sp.seed was drawn at random */
     const char *gpu_only[CLI_MAX_GPU_ONLY]; /* the GPU-only flags given, named once each */
     int n_gpu_only;
+    int ctx_warned;               /* the context was already checked against n_ctx_train (bench) */
     const char *stops[CLI_MAX_STOPS]; /* --stop (repeatable) */
     int n_stops;
     int ignore_eos;               /* --ignore-eos */
@@ -94,14 +96,19 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s);
 /* Session with the options' n_ctx, n_batch, kv_type, n_threads and backend: --gpu must get the
  * GPU (else it fails), auto takes the GPU when CUDA is usable and the model has GPU kernels and
  * otherwise says in one stderr line why it runs on the CPU; a CPU session names the GPU-only
- * flags given in one warning line (they are ignored). Fills o->backend_desc. */
+ * flags given in one warning line (they are ignored), and a context past the model's training
+ * context gets a warning line. Fills o->backend_desc. */
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out);
 /* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
  * min/max share). Nothing when it is off. */
 void cli_print_degrade_stats(const strata_session *sess);
 /* The [PROF] line on stderr: prompt and decode tok/s, where routed experts ran (slot-rows from GPU
- * memory and on the CPU, per-layer GPU share), bytes over PCIe and from disk, zeroed slots. */
-void cli_print_prof_line(const strata_session *sess, double prompt_tps, double decode_tps);
+ * memory and on the CPU, per-layer GPU share), bytes over PCIe and from disk, zeroed slots; gpu 0
+ * (a CPU session) leaves out the GPU-only fields. */
+void cli_print_prof_line(const strata_session *sess, int gpu, double prompt_tps, double decode_tps);
+/* The CPU threads a session of these options uses: -t, else the online CPUs (the library's rule
+ * for n_threads 0). */
+int cli_threads_used(const cli_opts *o);
 /* With --profile: one stderr line per phase set, milliseconds per token and share of the total. */
 void cli_print_profile(const strata_session *sess, const char *what);
 /* Tokenizes text into *toks (malloc'd), *n tokens. Prints failures, returns CLI_EXIT_FAIL or 0. */

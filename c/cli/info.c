@@ -71,6 +71,52 @@ static void print_kv_line(const strata_gguf *g, const char *label, const char *k
     putchar('\n');
 }
 
+/* general.file_type: llama.cpp's LLAMA_FTYPE_* names (llama.h; gguf-py's LlamaFileType). */
+static const char *ftype_name(uint64_t ft) {
+    static const char *const names[] = {
+        [0] = "ALL_F32", [1] = "MOSTLY_F16", [2] = "MOSTLY_Q4_0", [3] = "MOSTLY_Q4_1",
+        [4] = "MOSTLY_Q4_1_SOME_F16", [7] = "MOSTLY_Q8_0", [8] = "MOSTLY_Q5_0", [9] = "MOSTLY_Q5_1",
+        [10] = "MOSTLY_Q2_K", [11] = "MOSTLY_Q3_K_S", [12] = "MOSTLY_Q3_K_M", [13] = "MOSTLY_Q3_K_L",
+        [14] = "MOSTLY_Q4_K_S", [15] = "MOSTLY_Q4_K_M", [16] = "MOSTLY_Q5_K_S",
+        [17] = "MOSTLY_Q5_K_M", [18] = "MOSTLY_Q6_K", [19] = "MOSTLY_IQ2_XXS", [20] = "MOSTLY_IQ2_XS",
+        [21] = "MOSTLY_Q2_K_S", [22] = "MOSTLY_IQ3_XS", [23] = "MOSTLY_IQ3_XXS", [24] = "MOSTLY_IQ1_S",
+        [25] = "MOSTLY_IQ4_NL", [26] = "MOSTLY_IQ3_S", [27] = "MOSTLY_IQ3_M", [28] = "MOSTLY_IQ2_S",
+        [29] = "MOSTLY_IQ2_M", [30] = "MOSTLY_IQ4_XS", [31] = "MOSTLY_IQ1_M", [32] = "MOSTLY_BF16",
+        [36] = "MOSTLY_TQ1_0", [37] = "MOSTLY_TQ2_0", [38] = "MOSTLY_MXFP4_MOE", [39] = "MOSTLY_NVFP4",
+        [40] = "MOSTLY_Q1_0",
+    };
+    if (ft == 1024) return "GUESSED";
+    return ft < sizeof names / sizeof names[0] && names[ft] ? names[ft] : NULL;
+}
+
+/* "file type       MOSTLY_Q8_0 (7)", or the value as stored when it is not a known number. */
+static void print_file_type(const strata_gguf *g) {
+    int64_t i = strata_gguf_kv_find(g, "general.file_type");
+    strata_gguf_value v;
+    if (i < 0 || strata_gguf_kv_value(g, i, &v) != STRATA_OK) return;
+    const int is_uint = v.type == STRATA_GGUF_UINT8 || v.type == STRATA_GGUF_UINT16 ||
+                        v.type == STRATA_GGUF_UINT32 || v.type == STRATA_GGUF_UINT64;
+    const int is_int = v.type == STRATA_GGUF_INT8 || v.type == STRATA_GGUF_INT16 ||
+                       v.type == STRATA_GGUF_INT32 || v.type == STRATA_GGUF_INT64;
+    const char *name = is_uint ? ftype_name(v.v.u64) : is_int && v.v.i64 >= 0 ? ftype_name((uint64_t)v.v.i64) : NULL;
+    printf("%-16s", "file type");
+    if (name) printf("%s (", name);
+    else if (is_uint || is_int) fputs("unknown (", stdout);
+    print_value(g, &v);
+    puts(name || is_uint || is_int ? ")" : "");
+}
+
+static void info_usage(FILE *f) {
+    fprintf(f,
+        "usage: strata info MODEL.gguf [--tensors]\n"
+        "\n"
+        "What a GGUF file holds: file version, shards, alignment, architecture and its\n"
+        "hyperparameters, file type, tokenizer, and the tensors grouped by kind (count and bytes\n"
+        "per kind and type). Split files (NAME-00001-of-0000N.gguf) are read whole.\n"
+        "\n"
+        "  --tensors    also list every tensor: type, shape, bytes, offset and shard\n");
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Tensor kinds
  * ------------------------------------------------------------------------------------------- */
@@ -167,7 +213,7 @@ int cli_cmd_info(int argc, char **argv) {
     int list = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--tensors") == 0) list = 1;
-        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { cli_usage(stdout); return 0; }
+        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { info_usage(stdout); return 0; }
         else if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error("unknown option '%s'", argv[i]);
         else if (path) return cli_usage_error("info takes one model file ('%s' is extra)", argv[i]);
         else path = argv[i];
@@ -204,7 +250,7 @@ int cli_cmd_info(int argc, char **argv) {
         printf("%-16s(general.architecture not set)\n", "architecture");
     }
     print_kv_line(g, "name", "general.name");
-    print_kv_line(g, "file type", "general.file_type");
+    print_file_type(g);
     if (prefix[0]) {
         size_t plen = strlen(prefix);
         int header = 0;

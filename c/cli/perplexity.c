@@ -14,6 +14,7 @@
  * the vocabulary is one bucket), then mean, median, 99.9th percentile, max and same-top-1 %. */
 #include "common.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,7 +233,10 @@ int cli_cmd_perplexity(int argc, char **argv) {
         if (!(kls = malloc((size_t)n_scored * sizeof *kls))) { rc = cli_fail("out of memory"); goto done; }
     }
     if (o.kl_base) {
-        if (!(kl_out = fopen(o.kl_base, "w"))) { rc = cli_fail("cannot write '%s'", o.kl_base); goto done; }
+        if (!(kl_out = fopen(o.kl_base, "w"))) {
+            rc = cli_fail("cannot write '%s': %s", o.kl_base, strerror(errno));
+            goto done;
+        }
         if ((rc = cli_topk_init(&topk, V, o.logpos_top))) goto done;
         char extra[128];
         snprintf(extra, sizeof extra, ", \"source\": \"perplexity\", \"n_ctx\": %d, \"stride\": %d",
@@ -319,7 +323,7 @@ int cli_cmd_perplexity(int argc, char **argv) {
     cli_print_degrade_stats(sess);
 
 done:
-    if (kl_out && fclose(kl_out) != 0 && !rc) rc = cli_fail("cannot write '%s'", o.kl_base);
+    if (kl_out && fclose(kl_out) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", o.kl_base, strerror(errno));
     cli_topk_free(&topk);
     base_free(&base);
     free(kls);

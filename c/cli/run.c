@@ -7,6 +7,7 @@
 
 #include <signal.h>
 
+#include <errno.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -129,6 +130,8 @@ typedef struct {
 
 enum { STOP_LIMIT, STOP_EOG, STOP_STRING, STOP_CTX };
 
+static int runner_on_gpu(const runner *r) { return strncmp(r->o->backend_desc, "cuda", 4) == 0; }
+
 /* Evaluates the prompt tokens, dumping logprob rows when asked; the last row stays in
  * r->logits. */
 static int eval_prompt(runner *r, const strata_token *toks, int64_t n, int64_t n_after) {
@@ -210,7 +213,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
         if (g_prof_requested) { /* kill -USR1: the [PROF] line now */
             g_prof_requested = 0;
             fputc('\n', stderr);
-            cli_print_prof_line(r->sess, rate((double)r->n_prompt, r->prompt_s),
+            cli_print_prof_line(r->sess, runner_on_gpu(r), rate((double)r->n_prompt, r->prompt_s),
                                 rate((double)n_gen, cli_now() - t1));
         }
         strata_token tok = next;
@@ -276,14 +279,39 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
  * Stats
  * ------------------------------------------------------------------------------------------- */
 
-
+static int write_stats_json(const runner *r, uint64_t rss) {
+    const cli_opts *o = r->o;
+    FILE *f = fopen(o->stats_json, "w");
+    if (!f) return cli_fail("cannot write '%s': %s", o->stats_json, strerror(errno));
+    strata_model_info mi;
+    memset(&mi, 0, sizeof mi);
+    strata_model_get_info(r->model, &mi);
+    fputs("{\"model\": ", f);
+    cli_json_string(f, o->model);
+    fprintf(f, ", \"arch\": ");
+    cli_json_string(f, mi.arch ? mi.arch : "");
+    fprintf(f, ", \"backend\": ");
+    cli_json_string(f, o->backend_desc);
+    fprintf(f, ", \"n_threads\": %d, \"n_ctx\": %d, \"n_batch\": %d, \"kv_type\": \"%s\", "
+            "\"seed\": %llu, \"load_s\": %.6f, \"n_prompt\": %lld, \"prompt_s\": %.6f, "
+            "\"prompt_tok_s\": %.4f, \"ttft_s\": %.6f, \"n_gen\": %lld, \"gen_s\": %.6f, "
+            "\"gen_tok_s\": %.4f, \"peak_rss_bytes\": %llu, \"context_full\": %s}\n",
+            cli_threads_used(o), (int)strata_session_n_ctx(r->sess), o->n_batch,
+            strata_type_name(o->kv_type), (unsigned long long)o->sp.seed, r->load_s,
+            (long long)r->n_prompt, r->prompt_s, rate((double)r->n_prompt, r->prompt_s), r->ttft_s,
+            (long long)r->n_gen, r->gen_s, rate((double)r->n_gen, r->gen_s),
+            (unsigned long long)rss, r->ctx_full ? "true" : "false");
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad) return cli_fail("cannot write '%s': %s", o->stats_json, strerror(errno));
+    return 0;
+}
 
 static int print_stats(const runner *r) {
     const cli_opts *o = r->o;
     uint64_t rss = cli_peak_rss();
     if (!o->quiet) {
         char hb[32];
-        fprintf(stderr, "\n\nstrata: load %.3f s | prompt %lld tokens, %.3f s, %.2f tok/s | "
+        fprintf(stderr, "strata: load %.3f s | prompt %lld tokens, %.3f s, %.2f tok/s | "
                 "first token %.3f s\n", r->load_s, (long long)r->n_prompt, r->prompt_s,
                 rate((double)r->n_prompt, r->prompt_s), r->ttft_s);
         fprintf(stderr, "strata: generated %lld tokens, %.3f s, %.2f tok/s | peak RSS %s | %s\n",
@@ -291,33 +319,13 @@ static int print_stats(const runner *r) {
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
         cli_print_degrade_stats(r->sess);
         cli_print_profile(r->sess, "(prompt and generation)");
-        cli_print_prof_line(r->sess, rate((double)r->n_prompt, r->prompt_s),
-                            rate((double)r->n_gen, r->gen_s));
+        /* the [PROF] line: every GPU run (where the experts ran, what moved over PCIe); a CPU
+         * run's with --profile */
+        if (runner_on_gpu(r) || o->profile)
+            cli_print_prof_line(r->sess, runner_on_gpu(r), rate((double)r->n_prompt, r->prompt_s),
+                                rate((double)r->n_gen, r->gen_s));
     }
-    if (o->stats_json) {
-        FILE *f = fopen(o->stats_json, "w");
-        if (!f) return cli_fail("cannot write '%s'", o->stats_json);
-        strata_model_info mi;
-        memset(&mi, 0, sizeof mi);
-        strata_model_get_info(r->model, &mi);
-        fputs("{\"model\": ", f);
-        cli_json_string(f, o->model);
-        fprintf(f, ", \"arch\": ");
-        cli_json_string(f, mi.arch ? mi.arch : "");
-        fprintf(f, ", \"backend\": ");
-        cli_json_string(f, o->backend_desc);
-        fprintf(f, ", \"n_threads\": %d, \"n_ctx\": %d, \"n_batch\": %d, \"kv_type\": \"%s\", "
-                "\"load_s\": %.6f, \"n_prompt\": %lld, \"prompt_s\": %.6f, \"prompt_tok_s\": %.4f, "
-                "\"ttft_s\": %.6f, \"n_gen\": %lld, \"gen_s\": %.6f, \"gen_tok_s\": %.4f, "
-                "\"peak_rss_bytes\": %llu, \"context_full\": %s}\n",
-                o->n_threads, (int)strata_session_n_ctx(r->sess), o->n_batch,
-                strata_type_name(o->kv_type), r->load_s, (long long)r->n_prompt, r->prompt_s,
-                rate((double)r->n_prompt, r->prompt_s), r->ttft_s, (long long)r->n_gen, r->gen_s,
-                rate((double)r->n_gen, r->gen_s), (unsigned long long)rss,
-                r->ctx_full ? "true" : "false");
-        fclose(f);
-    }
-    return 0;
+    return o->stats_json ? write_stats_json(r, rss) : 0;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -435,6 +443,9 @@ static int run_with(cli_opts *o) {
     if (!o->model) return cli_usage_error("no model: give -m MODEL.gguf");
     if (o->prompt && o->prompt_file) return cli_usage_error("give -p or -f, not both");
     if (o->interactive && o->logpos) return cli_usage_error("--logpos does not apply to --chat");
+    if (o->seed_random && !o->quiet)
+        fprintf(stderr, "strata: --seed -1: seed %llu (--seed %llu repeats this run)\n",
+                (unsigned long long)o->sp.seed, (unsigned long long)o->sp.seed);
     if (!o->logpos) {
         const char *env = getenv("STRATA_LOGPOS");
         if (env && env[0] && !o->interactive) o->logpos = env;
@@ -486,7 +497,7 @@ static int run_with(cli_opts *o) {
         }
         if (o->logpos) {
             if (!(r.logpos = fopen(o->logpos, "w"))) {
-                rc = cli_fail("cannot write '%s'", o->logpos);
+                rc = cli_fail("cannot write '%s': %s", o->logpos, strerror(errno));
                 goto done;
             }
             if ((rc = cli_topk_init(&r.topk, r.n_vocab, o->logpos_top))) goto done;
@@ -502,7 +513,7 @@ static int run_with(cli_opts *o) {
     }
     if (!rc) rc = print_stats(&r);
 done:
-    if (r.logpos) fclose(r.logpos);
+    if (r.logpos && fclose(r.logpos) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", o->logpos, strerror(errno));
     cli_topk_free(&r.topk);
     free(toks);
     free(r.logits);
@@ -558,7 +569,7 @@ int cli_cmd_default(void) {
         return CLI_EXIT_USAGE;
     }
     fprintf(stderr, "strata: no arguments: running the embedded default model %s\n"
-            "strata: (strata --help lists the commands; strata run --help the options)\n\n", path);
+            "strata: (strata --help lists the commands; strata run --help the options)\n", path);
     cli_opts o;
     cli_opts_init(&o);
     o.model = path;

@@ -1,6 +1,9 @@
 """test_cli_messages.py - what ./strata tells a new user: library errors with the flag of each
-parameter they name, the refused requantize naming --allow-requantize, and the one-line reason for
-a CPU session and the GPU-only flags it ignores. The binary is $STRATA_CLI, else <repo>/strata."""
+parameter they name, the refused requantize naming --allow-requantize, the one-line reason for a
+CPU session and the GPU-only flags it ignores, --seed -1, --stats-json's thread count, no [PROF]
+line or blank lines on a plain CPU run, warnings past the training context, each subcommand's own
+--help, info's file type name, and write failures with their reason. The binary is $STRATA_CLI,
+else <repo>/strata."""
 import json
 import os
 import re
@@ -79,3 +82,79 @@ def test_cpu_session_says_why_and_what_it_ignores():
     # an explicit --gpu stays an error
     err = run(*GEN, "--gpu", rc=1).stderr
     assert err.startswith("strata: cannot create a GPU session: ") and len(err.splitlines()) == 1, err
+
+
+# ------------------------------------------------------------------------------------------------
+# item 10
+# ------------------------------------------------------------------------------------------------
+
+def test_random_seed():
+    args = ["-m", TINY, "-p", "Dictionary, n.", "-n", 12, "--temp", 1.0, "-t", 2, "--cpu"]
+    p = run(*args, "--seed", -1)
+    m = re.search(r"^strata: --seed -1: seed (\d+)", p.stderr, flags=re.M)
+    assert m, p.stderr
+    assert run(*args, "--seed", m.group(1)).stdout == p.stdout
+    assert "seed" not in run(*args, "--seed", -1, "--quiet").stderr
+    assert "bad value '-2' for --seed" in run(*args, "--seed", -2, rc=2).stderr
+
+
+def test_stats_json_threads_and_seed(tmp_path):
+    out = tmp_path / "s.json"
+    run("-m", TINY, "-p", "x", "-n", 1, "--cpu", "--stats-json", out)  # no -t: every online CPU
+    assert json.loads(out.read_text())["n_threads"] == os.sysconf("SC_NPROCESSORS_ONLN")
+    run(*GEN, "--cpu", "--seed", 7, "--stats-json", out)
+    s = json.loads(out.read_text())
+    assert s["n_threads"] == 2 and s["seed"] == 7
+
+
+def test_cpu_run_has_no_prof_line_or_blank_lines():
+    err = run(*GEN, "--cpu").stderr
+    assert "[PROF]" not in err and "" not in err.splitlines(), err
+    err = run(*GEN, "--cpu", "--profile").stderr
+    prof = [ln for ln in err.splitlines() if ln.startswith("[PROF]")]
+    assert len(prof) == 1 and "slot-rows on the CPU" in prof[0], err
+    assert "GPU" not in prof[0] and "PCIe" not in prof[0], prof
+    if not cuda_usable():  # `strata` with no arguments, here on the CPU
+        err = run(cwd=REPO).stderr
+        assert "[PROF]" not in err and "" not in err.splitlines(), err
+
+
+def test_past_the_training_context_warns():
+    err = run(*GEN, "--cpu", "-c", 2048).stderr
+    assert len([ln for ln in err.splitlines() if "training context" in ln]) == 1, err
+    assert "strata: warning: -c 2048 is past the model's training context of 1024" in err
+    assert "training context" not in run(*GEN, "--cpu", "-c", 1024).stderr
+    err = run("bench", "-m", TINY, "-p", 8, "-n", 2, "-d", 1100, "-r", 1, "-t", 2, "--cpu").stderr
+    assert len([ln for ln in err.splitlines() if "training context" in ln]) == 1, err
+    assert "-d 1100" in err
+    assert "training context" not in run("bench", "-m", TINY, "-p", 8, "-n", 2, "-r", 1, "-t", 2,
+                                         "--cpu").stderr
+
+
+@pytest.mark.parametrize("cmd", ["run", "bench", "perplexity", "tokenize", "info", "quantize"])
+def test_each_subcommand_has_its_own_help(cmd):
+    top = run("--help").stdout
+    for flag in ("--help", "-h"):
+        out = run(cmd, flag).stdout
+        assert out != top
+        first = out.splitlines()[0]
+        assert first.startswith(f"usage: strata {cmd} ") or \
+            (cmd == "run" and first.startswith("usage: strata [run] ")), first
+
+
+def test_info_names_the_file_type():
+    out = run("info", TINY).stdout
+    assert re.search(r"^file type\s+MOSTLY_Q8_0 \(7\)$", out, flags=re.M), out
+
+
+def test_write_failures_say_why(tmp_path):
+    bad = tmp_path / "no" / "such" / "dir" / "f.json"
+    for extra in (["--stats-json", bad], ["--logpos", bad]):
+        err = run(*GEN, "--cpu", *extra, rc=1).stderr
+        assert f"cannot write '{bad}': No such file or directory" in err, err
+    err = run("bench", "-m", TINY, "-p", 8, "-n", 0, "-r", 1, "--cpu", "--json", bad, rc=1).stderr
+    assert f"cannot write '{bad}': No such file or directory" in err, err
+    txt = tmp_path / "t.txt"
+    txt.write_text("Dictionary, n. A book containing the words of a language. " * 40)
+    err = run("perplexity", "-m", TINY, "-f", txt, "-c", 64, "--cpu", "--kl-base", bad, rc=1).stderr
+    assert f"cannot write '{bad}': No such file or directory" in err, err
