@@ -400,7 +400,8 @@ static int chat_loop(runner *r) {
     char *line = NULL;
     size_t lcap = 0;
     int closed = 0, rc = 0;
-    for (int turn = 0;; turn++) {
+    const int32_t n_ctx = strata_session_n_ctx(r->sess);
+    for (int turn = 0;;) {
         fputs("\n> ", stderr);
         fflush(stderr);
         ssize_t got = getline(&line, &lcap, stdin);
@@ -414,10 +415,19 @@ static int chat_loop(runner *r) {
         rc = cli_tokenize(r->model, text, strlen(text), turn == 0 && !o->no_bos, 1, &toks, &n);
         free(text);
         if (rc) break;
+        const int32_t left = n_ctx - strata_session_n_past(r->sess);
+        if (n > left) { /* dropped before anything is read: the cache and the turn stay as they were */
+            fprintf(stderr, "strata: this message is too long: %lld tokens, and the context (-c %d) has "
+                    "%d left; it was dropped, the conversation goes on\n", (long long)n, (int)n_ctx,
+                    (int)left);
+            free(toks);
+            continue;
+        }
         int why;
         rc = generate(r, toks, n, o->n_predict, 1, &why);
         free(toks);
         if (rc) break;
+        turn++;
         closed = why == STOP_EOG;
         if (why == STOP_CTX) break;
     }

@@ -2,8 +2,8 @@
 parameter they name, the refused requantize naming --allow-requantize, the one-line reason for a
 CPU session and the GPU-only flags it ignores, --seed -1, --stats-json's thread count, no [PROF]
 line or blank lines on a plain CPU run, warnings past the training context, each subcommand's own
---help, info's file type name, and write failures with their reason. The binary is $STRATA_CLI,
-else <repo>/strata."""
+--help, info's file type name, write failures with their reason, and an over-long chat message
+dropped while the chat goes on. The binary is $STRATA_CLI, else <repo>/strata."""
 import json
 import os
 import re
@@ -158,3 +158,19 @@ def test_write_failures_say_why(tmp_path):
     txt.write_text("Dictionary, n. A book containing the words of a language. " * 40)
     err = run("perplexity", "-m", TINY, "-f", txt, "-c", 64, "--cpu", "--kl-base", bad, rc=1).stderr
     assert f"cannot write '{bad}': No such file or directory" in err, err
+
+
+# ------------------------------------------------------------------------------------------------
+# item 11: an over-long chat message
+# ------------------------------------------------------------------------------------------------
+
+def test_chat_drops_an_over_long_message():
+    args = ["-m", TINY, "-i", "--chat-template", "none", "-n", 6, "--temp", 0, "-c", 64, "-t", 2, "--cpu"]
+    want = run(*args, input="Dictionary, n.\nLexicon, n.\n").stdout
+    p = run(*args, input="Dictionary, n.\n" + "word " * 100 + "\nLexicon, n.\n")
+    assert p.stdout == want  # dropped before anything was read: the next line continues the cache
+    too = [ln for ln in p.stderr.splitlines() if "too long" in ln]
+    assert len(too) == 1 and "dropped" in too[0], p.stderr
+    # the first message too long: dropped, the next one is the first turn
+    p = run(*args, input="word " * 100 + "\nDictionary, n.\nLexicon, n.\n")
+    assert p.stdout == want and "too long" in p.stderr
