@@ -121,6 +121,18 @@ static strata_status st_locate(const strata_gguf *g, const st_tensor *v, int64_t
     return STRATA_OK;
 }
 
+size_t st_ram_tier_slot_bytes(const strata_model *m) {
+    size_t largest = 0;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const st_layer *L = &m->layers[il];
+        const st_tensor *v[3] = {&L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+        size_t tot = 0; /* every expert of a tensor has the same bytes: ne[1] rows */
+        for (int k = 0; k < 3; k++) tot += st_round_up((size_t)v[k]->ne[1] * v[k]->row_bytes, 64);
+        if (tot > largest) largest = tot;
+    }
+    return st_round_up(largest, ST_READER_ALIGN);
+}
+
 strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -133,22 +145,18 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
     const size_t nx = (size_t)hp->n_layer * (size_t)hp->n_expert;
     t->loc = calloc(nx, sizeof *t->loc);
     if (!t->loc) return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
-    size_t largest = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const st_layer *L = &m->layers[il];
         const st_tensor *v[3] = {&L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
         for (int32_t e = 0; e < hp->n_expert; e++) {
             st_expert_loc *l = &t->loc[(size_t)il * (size_t)hp->n_expert + (size_t)e];
-            size_t tot = 0;
             for (int k = 0; k < 3; k++) {
                 strata_status st = st_locate(t->gguf, v[k], e, &l->shard[k], &l->off[k], &l->bytes[k]);
                 if (st != STRATA_OK) return st;
-                tot += st_round_up(l->bytes[k], 64);
             }
-            if (tot > largest) largest = tot;
         }
     }
-    t->slot_bytes = st_round_up(largest, ST_READER_ALIGN);
+    t->slot_bytes = st_ram_tier_slot_bytes(m);
     const int64_t n_slots = budget / (int64_t)t->slot_bytes;
     if (n_slots < hp->n_expert_used)
         return st_error(STRATA_ERR_INVALID_ARG, "ram_budget %lld bytes holds %lld experts of %zu bytes; "

@@ -1,39 +1,13 @@
-/* session.c - the public session API (strata_session_*): parameters and their checks,
- * create/free (thread pool, KV cache, expert weight tables, scratch sized for n_batch, the RAM tier
+/* session.c - the public session API (strata_session_*): create/free (thread pool, KV cache, expert weight tables, scratch sized for n_batch, the RAM tier
  * or the GPU session), reset/truncate, decode and decode_gen (input checks, batches for the CPU or
- * GPU forward pass, progress reports), profile timing and the statistics. */
+ * GPU forward pass, progress reports), profile timing and the statistics. The parameters' defaults
+ * and checks are session_params.c's. */
 #include "session.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <time.h>
-
-/* ---------------------------------------------------------------------------------------------
- * Parameters
- * ------------------------------------------------------------------------------------------- */
-
-strata_session_params strata_session_default_params(void) {
-    strata_session_params p;
-    memset(&p, 0, sizeof p);
-    p.n_ctx = 0;
-    p.n_batch = 512;
-    p.kv_type = STRATA_TYPE_F16;
-    p.n_threads = 0;
-    p.backend = STRATA_BACKEND_CPU;
-    p.degrade_zero = 0;
-    p.degrade_tau = ST_DEGRADE_TAU_DEFAULT;
-    p.degrade_eval = 0;
-    p.cuda_graphs = 1;
-    p.cuda_pdl = 1;
-    p.attn_tc = -1;
-    p.q8_tiles = 1;
-    p.stage_experts = -1;
-    p.pin_experts = -1;
-    p.pcie_frac = -1.0f;
-    p.cpu_misses = -1;
-    return p;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * Create / free
@@ -160,73 +134,10 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
                                     strata_session **out) {
     if (!out) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_create: out is NULL");
     *out = NULL;
-    if (!model) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_create: model is NULL");
-    if (model->vocab_only || !model->arch || !model->layers)
-        return st_error(STRATA_ERR_INVALID_ARG,
-                        "strata_session_create: the model was loaded vocab_only (no weights)");
     strata_session_params p = params ? *params : strata_session_default_params();
-    if (p.n_ctx < 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option n_ctx %d < 0", (int)p.n_ctx);
-    if (p.kv_type != STRATA_TYPE_F16 && p.kv_type != STRATA_TYPE_F32)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option kv_type %s: expected f16 or f32",
-                        strata_type_name(p.kv_type));
-    if (p.backend != STRATA_BACKEND_CPU && p.backend != STRATA_BACKEND_CUDA)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option backend %d: expected %d (cpu) or %d "
-                        "(cuda)", (int)p.backend, (int)STRATA_BACKEND_CPU, (int)STRATA_BACKEND_CUDA);
-    if (p.degrade_zero != 0 && p.degrade_zero != 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_zero %d: expected 0 or 1",
-                        p.degrade_zero);
-    if (!(p.degrade_tau >= 0.0f && p.degrade_tau <= 1.0f))
-        return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_tau %g: expected 0..1",
-                        (double)p.degrade_tau);
-    if (p.degrade_eval && !p.degrade_zero)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
-    if (p.ram_budget < 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p.ram_budget);
-    if (p.cpu_misses < -1 || p.cpu_misses > 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_misses %d (1 on, 0 off, -1 auto)", p.cpu_misses);
-    if (isnan(p.pcie_frac) || p.pcie_frac > 1.0f)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option pcie_frac %g (0..1, or < 0 for the "
-                        "cost model)", (double)p.pcie_frac);
-    if (p.stage_experts < -1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d (a token count, 0 "
-                        "off, or -1 auto)", (int)p.stage_experts);
-    if (p.attn_tc < -1 || p.attn_tc > 3)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option attn_tc %d (-1 auto, 0 FMA kernel, 1 "
-                        "single f16, 2 split queries and probabilities, 3 split probabilities)", p.attn_tc);
-    if (p.q8_tiles != 0 && p.q8_tiles != 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option q8_tiles %d: expected 0 or 1", p.q8_tiles);
-    if (p.cpu_warm != 0 && p.cpu_warm != 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_warm %d: expected 0 or 1", p.cpu_warm);
-    if (p.pin_experts < -1 || p.pin_experts > 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option pin_experts %d (1 on, 0 off, -1 auto)",
-                        p.pin_experts);
-    /* CUDA sessions with a RAM budget: the experts the GPU cache loads or the CPU computes come
-     * from the RAM tier (pinned slots, filled from the file with O_DIRECT); the options that
-     * read every expert from RAM do not combine with it */
+    strata_status st = st_session_params_check(model, &p);
+    if (st != STRATA_OK) return st;
     const int ram_gpu = p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA;
-    if (ram_gpu && p.n_cpu_moe == 0 && p.expert_cache == 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "ram_budget with a CUDA session needs expert_cache "
-                        "or n_cpu_moe: else every routed expert is on the GPU");
-    if (p.backend == STRATA_BACKEND_CUDA && p.cuda_doorbell && p.expert_cache != 0 &&
-        (p.gpu_prefetch || p.cpu_misses == 1 || p.degrade_zero))
-        return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with expert_cache: the expert pool computes "
-                        "the decode steps' misses; gpu_prefetch, cpu_misses and degrade_zero handle "
-                        "them otherwise (leave them off)");
-    if (p.backend == STRATA_BACKEND_CUDA && p.cuda_doorbell && p.n_cpu_moe != 0 && p.cpu_misses == 1)
-        return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with n_cpu_moe: the expert pool computes "
-                        "every expert of the CPU layers' decode steps; cpu_misses (a share over "
-                        "PCIe to the GPU) is for the host hand-off (leave one off)");
-    if (ram_gpu && p.cuda_doorbell)
-        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: cuda_doorbell's "
-                        "expert pool reads every CPU layer's experts from RAM, not the tier's "
-                        "slots; leave it off");
-    if (ram_gpu && (p.pin_experts == 1 || p.gpu_prefetch || p.cpu_misses == 1 || p.stage_experts > 0))
-        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: pin_experts 1, "
-                        "gpu_prefetch, cpu_misses and stage_experts read experts outside the RAM "
-                        "tier; leave them off (or auto)");
-    if (p.degrade_eval && p.backend == STRATA_BACKEND_CUDA)
-        return st_error(STRATA_ERR_UNSUPPORTED, "degrade_eval runs on CPU sessions only");
     const st_hparams *hp = &model->hp;
 
     strata_session *s = calloc(1, sizeof *s);
@@ -269,16 +180,11 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         return st_error(STRATA_ERR_NOMEM, "session: out of memory");
     }
     s->n_ctx = p.n_ctx > 0 ? p.n_ctx : hp->n_ctx_train;
-    if (s->n_ctx <= 0) {
-        strata_session_free(s);
-        return st_error(STRATA_ERR_INVALID_ARG, "session: n_ctx is 0 and the model has no n_ctx_train");
-    }
     s->n_batch = p.n_batch > 0 ? p.n_batch : 512;
     if (s->n_batch > s->n_ctx) s->n_batch = s->n_ctx;
     s->n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads > 0 ? model->n_threads : 1;
     s->rope = st_rope_params_from(hp, model->arch->rope);
 
-    strata_status st;
     /* the GPU session keeps its KV cache on the device; the CPU one is not allocated */
     if ((st = st_threadpool_create(s->n_threads, &s->tp)) != STRATA_OK ||
         (p.cpu_pin && (s->threads_pinned = st_threadpool_pin(s->tp)) < 0) ||

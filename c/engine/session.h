@@ -138,6 +138,10 @@ static inline st_scratch_dims st_session_dims(const strata_session *s) {
  * room are checked by the caller. */
 void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
 
+/* The checks strata_session_create runs before it allocates (session_params.c): the model has
+ * weights, every option is in range, the options combine, n_ctx resolves. */
+strata_status st_session_params_check(const strata_model *model, const strata_session_params *p);
+
 /* The token embeddings of T tokens into out (T x n_embd), as both forward paths take them: each
  * row dequantized (and scaled where the architecture says), prompt batches on the session's
  * threads (forward.c). */
@@ -147,6 +151,9 @@ void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, f
  * layer call's distinct experts fit); table makes every expert of ids resident, holds their slots
  * and points *table at views of them; release lets the slots go; counters for the stats. */
 strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe);
+/* Bytes of one RAM slot: the largest expert's three matrices, each 64-byte aligned, rounded up
+ * for O_DIRECT. */
+size_t st_ram_tier_slot_bytes(const strata_model *m);
 void st_ram_tier_free(strata_session *s);
 strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int32_t *ids,
                                 int32_t K, const st_expert **table);

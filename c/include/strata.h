@@ -645,6 +645,13 @@ typedef struct strata_session_params {
  * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, cuda_pdl 1, attn_tc -1 (auto), stage_experts -1 (auto),
  * pin_experts -1 (auto), pcie_frac -1, cpu_misses -1 (auto), q8_tiles 1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
+/* Checks params against model as strata_session_create would, without creating anything: every
+ * option's range, which options combine, a ram_budget that holds one token's experts, and that
+ * the backend is usable on this machine. STRATA_OK, or the status and message a create with
+ * these params would fail with (creates can still fail for want of memory). params NULL: the
+ * defaults. */
+STRATA_API strata_status strata_session_params_check(const strata_model *model,
+                                                     const strata_session_params *params);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,
                                                strata_session **out);

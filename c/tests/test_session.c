@@ -262,6 +262,37 @@ static void test_batching(void) {
     free(one); free(tok); free(b3); free(c7); free(again); free(t1); free(t3); free(f32);
 }
 
+/* strata_session_params_check: create's verdict without creating; and what only a create found
+ * before (a RAM budget too small for one token's experts, a backend not usable here). */
+static void test_params_check(void) {
+    strata_session_params p = strata_session_default_params();
+    CHECK(strata_session_params_check(model, &p) == STRATA_OK, "defaults: %s", strata_last_error());
+    CHECK(strata_session_params_check(model, NULL) == STRATA_OK, "NULL params: the defaults");
+    CHECK(strata_session_params_check(NULL, &p) == STRATA_ERR_INVALID_ARG, "NULL model");
+    p.degrade_eval = 1;
+    CHECK(strata_session_params_check(model, &p) == STRATA_ERR_INVALID_ARG &&
+              strstr(strata_last_error(), "degrade_eval"), "degrade_eval alone: %s", strata_last_error());
+    p = strata_session_default_params();
+    p.ram_budget = 1;
+    CHECK(strata_session_params_check(model, &p) == STRATA_ERR_INVALID_ARG &&
+              strstr(strata_last_error(), "ram_budget 1 bytes holds 0 experts"), "ram_budget 1: %s",
+          strata_last_error());
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", strata_last_error());
+    strata_session *s = NULL;
+    CHECK(strata_session_create(model, &p, &s) == STRATA_ERR_INVALID_ARG && !s &&
+              strcmp(strata_last_error(), msg) == 0, "create says the same: %s", strata_last_error());
+    p.ram_budget = 64 << 20;
+    CHECK(strata_session_params_check(model, &p) == STRATA_OK, "ram_budget 64M: %s", strata_last_error());
+    p = strata_session_default_params();
+    p.backend = STRATA_BACKEND_CUDA;
+    strata_backend_info bi;
+    strata_backend_query(STRATA_BACKEND_CUDA, &bi);
+    strata_status st = strata_session_params_check(model, &p);
+    CHECK(bi.available ? st == STRATA_OK : st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), "cuda"),
+          "backend cuda (available %d): %s", bi.available, strata_last_error());
+}
+
 static void test_errors(void) {
     strata_session *s = make_session(16, 4, STRATA_TYPE_F16, 1);
     if (!s) return;
@@ -316,6 +347,7 @@ static void test_errors(void) {
     CHECK(strata_session_create(model, &p, &s2) == STRATA_OK && strata_session_n_ctx(s2) == 1024,
           "n_ctx 0 = n_ctx_train");
     strata_session_free(s2);
+    test_params_check();
 }
 
 /* Prefill 256 tokens, decode 64 (2 threads): a timing line, not a check. */
