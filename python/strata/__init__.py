@@ -8,10 +8,14 @@ Loads libstrata.so through cffi (ABI mode); the declarations come from strata.h 
         g.metadata["general.architecture"], g.tensors[0], g.tensor("token_embd.weight").dequantize()
     strata.dequantize("q4_K", raw, n), strata.quantize("q8_0", x), strata.vec_dot("q4_0", w, x)
 
-Every failing library call raises StrataError (.status, .status_name, .message)."""
+Every failing library call raises StrataError (.status, .status_name, .message); running out of
+memory raises StrataMemoryError, also a MemoryError, and a missing file StrataFileNotFoundError,
+also a FileNotFoundError. Wrong argument types raise TypeError and values out of range ValueError,
+at the call."""
 from __future__ import annotations
 
-from ._ffi import CDEF, HEADER_PATH, LIBRARY_PATH, StrataError, check, ffi, lib
+from ._ffi import (CDEF, HEADER_PATH, LIBRARY_PATH, StrataError, StrataFileNotFoundError,
+                   StrataMemoryError, check, ffi, lib)
 from ._blocks import (act_type, block_bytes, block_size, can_dequantize, can_dot, can_quantize,
                       cpu_amx_active, cpu_amx_set, cpu_amx_supported,
                       cpu_isa_active, cpu_isa_set, cpu_isa_supported, dequantize, quantize,
@@ -42,7 +46,7 @@ def backends() -> list[dict]:
     return out
 
 
-__all__ = ["StrataError", "Model", "GGUF", "Tensor", "TensorInfo", "version", "backends",
+__all__ = ["StrataError", "StrataMemoryError", "StrataFileNotFoundError", "Model", "GGUF", "Tensor", "TensorInfo", "version", "backends",
            "type_id", "type_name", "types", "block_size", "block_bytes", "row_bytes",
            "can_dequantize", "can_quantize", "can_dot", "act_type", "dequantize", "quantize",
            "vec_dot", "vec_dot_q", "cpu_isa_supported", "cpu_isa_active", "cpu_isa_set",

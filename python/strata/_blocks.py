@@ -2,8 +2,11 @@
 dequantize, quantize, dot products, CPU ISA selection, and quantizing whole GGUF files."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+from ._args import int_arg, path_arg
 from ._ffi import StrataError, check, ffi, lib  # noqa: F401 (StrataError re-exported)
 
 
@@ -182,11 +185,12 @@ def quantize_file(in_path, out_path, type, n_threads: int = 0,
     counts: n_tensors, n_quantized, n_fallback, n_kept, bytes_in, bytes_out."""
     p = ffi.new("strata_quantize_params *", lib.strata_quantize_default_params())
     stats = ffi.new("strata_quantize_stats *")
+    in_path, out_path = path_arg("in_path", in_path), path_arg("out_path", out_path, must_exist=False)
     p.type = type_id(type)
-    p.n_threads = int(n_threads)
+    p.n_threads = int_arg("n_threads", n_threads)
     p.allow_requantize = 1 if allow_requantize else 0
     p.stats = stats
-    check(lib.strata_quantize_file(str(in_path).encode(), str(out_path).encode(), p),
+    check(lib.strata_quantize_file(os.fsencode(in_path), os.fsencode(out_path), p),
           "strata_quantize_file")
     return {k: int(getattr(stats, k)) for k in
             ("n_tensors", "n_quantized", "n_fallback", "n_kept", "bytes_in", "bytes_out")}

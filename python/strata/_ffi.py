@@ -10,6 +10,7 @@ Header search order: $STRATA_HEADER, python/strata/strata.h (a copy made by pack
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -141,11 +142,28 @@ class StrataError(Exception):
         super().__init__(f"{self.status_name}: {message}" if message else self.status_name)
 
 
+class StrataMemoryError(StrataError, MemoryError):
+    """STRATA_ERR_NOMEM: an allocation failed (catch it as MemoryError or StrataError)."""
+
+
+class StrataFileNotFoundError(StrataError, FileNotFoundError):
+    """A file to open is not there (catch it as FileNotFoundError or StrataError)."""
+
+    def __init__(self, path: str, call: str = ""):
+        super().__init__(lib.STRATA_ERR_IO, f"cannot open '{path}': no such file", call)
+        self.errno, self.strerror, self.filename = errno.ENOENT, os.strerror(errno.ENOENT), path
+
+    def __str__(self) -> str:
+        return f"{self.status_name}: cannot open '{self.filename}': {self.strerror}"
+
+
 def last_error() -> str:
     return ffi.string(lib.strata_last_error()).decode("utf-8", errors="replace")
 
 
 def check(status: int, call: str = "") -> None:
-    """Raises StrataError for a failing status (with this thread's library message)."""
+    """Raises StrataError for a failing status (with this thread's library message);
+    StrataMemoryError, also a MemoryError, for STRATA_ERR_NOMEM."""
     if status != 0:
-        raise StrataError(status, last_error(), call)
+        cls = StrataMemoryError if status == lib.STRATA_ERR_NOMEM else StrataError
+        raise cls(status, last_error(), call)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._args import path_arg
 from ._ffi import check, ffi, lib
 from ._blocks import type_name
 
@@ -159,7 +160,7 @@ class GGUF:
     """An opened, validated GGUF model. Use as a context manager or call close()."""
 
     def __init__(self, path, use_mmap: bool = True, open_shards: bool = True):
-        self.path = os.fspath(path)
+        self.path = path_arg("path", path)
         params = ffi.new("strata_gguf_params *", lib.strata_gguf_default_params())
         params.use_mmap = 1 if use_mmap else 0
         params.open_shards = 1 if open_shards else 0

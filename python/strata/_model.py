@@ -12,10 +12,12 @@ Every failing library call raises StrataError.
 from __future__ import annotations
 
 import codecs
+import os
 from typing import Iterator, Sequence
 
 import numpy as np
 
+from ._args import file_exists, float_arg, int_arg, path_arg, stop_strings, text_arg, token_ids
 from ._ffi import StrataError, check, ffi, lib
 
 _KV_TYPES = {"f16": lib.STRATA_TYPE_F16, "f32": lib.STRATA_TYPE_F32}
@@ -83,6 +85,13 @@ class Model:
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses="auto", pcie_frac: float = -1.0,
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True):
+        path = path_arg("path", path, must_exist=False)
+        n_ctx, n_batch = int_arg("n_ctx", n_ctx), int_arg("n_batch", n_batch)
+        n_threads = int_arg("n_threads", n_threads)
+        ram_budget, gpu_mem = int_arg("ram_budget", ram_budget), int_arg("gpu_mem", gpu_mem)
+        n_cpu_moe = int_arg("n_cpu_moe", n_cpu_moe, lo=-1)
+        degrade_tau = float_arg("degrade_tau", degrade_tau, 0.0, 1.0)
+        pcie_frac = float_arg("pcie_frac", pcie_frac, hi=1.0)
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
         if backend not in ("cpu", "cuda"):
@@ -94,8 +103,10 @@ class Model:
         self.ram_budget, self.pipe = int(ram_budget), bool(pipe)
         if expert_cache == "auto":
             expert_cache = -1
-        elif isinstance(expert_cache, str) or int(expert_cache) < 0:
+        elif isinstance(expert_cache, str):
             raise ValueError(f"expert_cache must be a slot count or 'auto', not {expert_cache!r}")
+        else:
+            expert_cache = int_arg("expert_cache", expert_cache)
         self.cuda_graphs, self.n_cpu_moe = bool(cuda_graphs), int(n_cpu_moe)
         if cuda_pdl in ("auto", True):
             self.cuda_pdl = 1
@@ -132,9 +143,14 @@ class Model:
         self.pcie_frac = float(pcie_frac)
         if stage_experts == "auto":
             stage_experts = -1
+        elif isinstance(stage_experts, str):
+            raise ValueError(f"stage_experts must be a token count or 'auto', not {stage_experts!r}")
+        else:
+            stage_experts = int_arg("stage_experts", stage_experts)
         self.stage_experts, self.expert_cache, self.gpu_mem = int(stage_experts), int(expert_cache), int(gpu_mem)
-        self.path = str(path)
+        self.path = path
         self._ptr = ffi.NULL
+        file_exists(path)
         self._keep = ffi.NULL  # the session logits(keep=True) appends to
         mp = lib.strata_model_default_params()
         mp.use_mmap = 1 if use_mmap else 0
@@ -143,7 +159,7 @@ class Model:
         mp.mlock = 1 if mlock else 0
         mp.hugepages = 1 if hugepages else 0
         out = ffi.new("strata_model **")
-        check(lib.strata_model_load(self.path.encode(), ffi.new("strata_model_params *", mp), out),
+        check(lib.strata_model_load(os.fsencode(self.path), ffi.new("strata_model_params *", mp), out),
               "strata_model_load")
         self._ptr = out[0]
         self.n_ctx, self.n_threads, self.n_batch = int(n_ctx), int(n_threads), int(n_batch)
@@ -157,12 +173,22 @@ class Model:
                                   "n_expert_used", "n_ff_exp", "n_ff_shexp", "n_params",
                                   "n_params_active", "n_bytes")}
         self.n_vocab = self.info["n_vocab"]
+        if not vocab_only:  # a bad session option fails here, not at the first generate()
+            try:
+                check(lib.strata_session_params_check(
+                    self._ptr, ffi.new("strata_session_params *", self._session_params())),
+                    "strata_session_params_check")
+            except BaseException:
+                self.close()
+                raise
         self.last_stop = None  # why the last generate() ended: eog, length, stop, context
         self.last_stats = None  # strata_session_get_stats of the last logits()/generate() session
 
     # -- lifetime ---------------------------------------------------------------------------------
 
     def close(self) -> None:
+        """Frees the model. A generator still running keeps the library's model alive (its session
+        holds a reference) but raises ValueError at its next step."""
         if self._keep != ffi.NULL:
             lib.strata_session_free(self._keep)
             self._keep = ffi.NULL
@@ -184,7 +210,7 @@ class Model:
 
     def _model(self):
         if self._ptr == ffi.NULL:
-            raise ValueError("the model is closed")
+            raise ValueError(f"the model {self.path!r} is closed")
         return self._ptr
 
     # -- tokenizer --------------------------------------------------------------------------------
@@ -209,9 +235,10 @@ class Model:
         p = lib.strata_token_text(self._model(), int(token))
         return None if p == ffi.NULL else _str(p)
 
-    def tokenize(self, text: str | bytes, add_special: bool = True,
+    def tokenize(self, text: str, add_special: bool = True,
                  parse_special: bool = False) -> list[int]:
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        """The token ids of text (a str; bytes and numbers raise TypeError)."""
+        data = text_arg("text", text).encode("utf-8")
         n_out = ffi.new("int64_t *")
         cap = len(data) + 8
         buf = ffi.new("strata_token[]", cap)
@@ -237,7 +264,7 @@ class Model:
 
     def detokenize_bytes(self, ids: Sequence[int], special: bool = False,
                          strip_leading_space: bool = False) -> bytes:
-        ids = [int(t) for t in ids]
+        ids = token_ids("ids", ids, self.n_vocab)
         toks = ffi.new("strata_token[]", ids) if ids else ffi.new("strata_token[]", 1)
         n = ffi.new("int64_t *")
         cap = 16 * len(ids) + 16
@@ -260,7 +287,8 @@ class Model:
 
     # -- sessions ---------------------------------------------------------------------------------
 
-    def _new_session(self):
+    def _session_params(self):
+        """The strata_session_params of this Model's settings."""
         sp = lib.strata_session_default_params()
         sp.n_ctx = self.n_ctx
         sp.n_batch = self.n_batch
@@ -277,6 +305,10 @@ class Model:
         sp.cpu_misses, sp.pcie_frac = self.cpu_misses, self.pcie_frac
         sp.cuda_doorbell, sp.cpu_warm, sp.q8_tiles = int(self.doorbell), int(self.cpu_warm), int(self.q8_tiles)
         sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem
+        return sp
+
+    def _new_session(self):
+        sp = self._session_params()
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),
               "strata_session_create")
@@ -286,7 +318,8 @@ class Model:
         """Teacher-forced logits: row i is the distribution after tokens[0..i], shape
         (len(tokens), n_vocab) float32. A fresh session each call unless keep=True, which appends
         to one kept session (reset_kept() starts it over)."""
-        ids = [int(t) for t in tokens]
+        ids = token_ids("tokens", tokens, self.n_vocab)
+        self._model()
         if not ids:
             return np.zeros((0, self.n_vocab), dtype=np.float32)
         if keep:
@@ -312,33 +345,40 @@ class Model:
 
     # -- generation -------------------------------------------------------------------------------
 
-    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, *,
+    def generate(self, prompt: str | Sequence[int], max_tokens: int | None = 128, *,
                  temperature: float = 0.8, top_k: int = 40, top_p: float = 0.95,
                  min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
                  presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                 seed: int = 0x5eed, stop: Sequence[str] = (), ignore_eos: bool = False,
+                 seed: int = 0x5eed, stop: str | Sequence[str] | None = (), ignore_eos: bool = False,
                  add_special: bool = True, parse_special: bool = True
                  ) -> Iterator[tuple[int, str]]:
         """Yields (token_id, text) per generated token. text is what became final with that token:
         "" while a multi-byte character or a possible stop string is incomplete; when a stop
         string appears the text is cut before it and generation ends. End-of-generation tokens end
         it without being yielded (unless ignore_eos). A fresh session per call; self.last_stop
-        tells why it ended ("eog", "length", "stop", "context")."""
+        tells why it ended ("eog", "length", "stop", "context").
+
+        prompt: text (str) or token ids (a sequence of ints); bytes or a number raise TypeError.
+        max_tokens: None generates until end of generation or a full context. stop: one stop
+        string or a sequence of them. Arguments are checked here, not at the first next(); a
+        generator of a model closed meanwhile raises ValueError."""
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         else:
-            ids = [int(t) for t in prompt]
+            ids = token_ids("prompt", prompt, self.n_vocab)
+        max_tokens = -1 if max_tokens is None else int_arg("max_tokens", max_tokens)
+        stops = stop_strings(stop)
+        self._model()
         if not ids:
             if self.bos < 0:
                 raise ValueError("empty prompt and the model has no BOS token")
             ids = [self.bos]
-        stops = [s for s in stop if s]
         sp = lib.strata_sampler_default_params()
         sp.temperature, sp.top_k, sp.top_p, sp.min_p = temperature, top_k, top_p, min_p
         sp.repeat_penalty, sp.repeat_last_n = repeat_penalty, repeat_last_n
         sp.presence_penalty, sp.frequency_penalty = presence_penalty, frequency_penalty
-        sp.seed = int(seed) & 0xffffffffffffffff
-        return self._generate(ids, int(max_tokens), sp, stops, ignore_eos)
+        sp.seed = int_arg("seed", seed, lo=None) & 0xffffffffffffffff
+        return self._generate(ids, max_tokens, sp, stops, ignore_eos)
 
     def _generate(self, ids, max_tokens, sp, stops, ignore_eos):
         model = self._model()
@@ -374,6 +414,7 @@ class Model:
                                             0), "strata_session_decode")
             n_gen = 0
             while max_tokens < 0 or n_gen < max_tokens:
+                self._model()  # raises once the model is closed (the session still holds it)
                 if have_cand:
                     check(lib.strata_sampler_sample_top(smp, cids, cvals, need, tok),
                           "strata_sampler_sample_top")

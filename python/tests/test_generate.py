@@ -151,7 +151,7 @@ def test_errors_raise(model, tmp_path):
     bad.write_bytes(b"GGUF" + b"\x00" * 20)
     with pytest.raises(strata.StrataError):
         strata.Model(bad)
-    with pytest.raises(strata.StrataError):
+    with pytest.raises(ValueError, match="outside the vocabulary"):
         model.logits([model.n_vocab + 5])
     long_prompt = model.tokenize(TEXT * 3)
     assert len(long_prompt) > 512
@@ -359,9 +359,10 @@ def test_cli_placement_options_parse(model):
     assert b"--stage-experts" in run_cli(*args, "--stage-experts", "-3", check_rc=2).stderr
     assert b"--pcie-frac" in run_cli(*args, "--pcie-frac", "1.5", check_rc=2).stderr
     # the [PROF] footer: a CPU session computes every routed slot (6 layers x top-4 per token)
-    err = run_cli(*args).stderr.decode()
-    m = re.search(r"\[PROF\] prompt [0-9.]+ tok/s \| decode [0-9.]+ tok/s \| experts: 0 slot-rows "
-                  r"from GPU memory, (\d+) on the CPU", err)
+    assert b"[PROF]" not in run_cli(*args).stderr  # a CPU run prints it only with --profile
+    err = run_cli(*args, "--profile").stderr.decode()
+    m = re.search(r"\[PROF\] prompt [0-9.]+ tok/s \| decode [0-9.]+ tok/s \| experts: (\d+) slot-rows "
+                  r"on the CPU", err)
     n_prompt = len(model.tokenize(PROMPT))
     assert m and int(m.group(1)) == (n_prompt + 11) * 6 * 4, err[-600:]
 
@@ -440,7 +441,7 @@ def test_cli_ram_budget(model):
     [PROF] line counts the slots, hits, misses and disk bytes; bad sizes are usage errors."""
     args = ["-m", model.path, "-p", PROMPT, "-n", 24, "--temp", 0, "--ignore-eos", "--cpu", "-c", 128]
     base = run_cli(*args).stdout
-    p = run_cli(*args, "--ram-budget", "1M")
+    p = run_cli(*args, "--ram-budget", "1M", "--profile")
     assert p.stdout == base
     m = re.search(r"RAM slots (\d+): (\d+) hits, (\d+) misses .* disk ([0-9.]+) MiB", p.stderr.decode())
     assert m and int(m.group(1)) == 9 and int(m.group(3)) > 0 and float(m.group(4)) > 0
@@ -466,17 +467,16 @@ def test_python_gpu_placement_options():
         strata.Model(path, cuda_pdl="some")
     with pytest.raises(ValueError):
         strata.Model(path, expert_cache=-2)
-    bad = strata.Model(path, n_ctx=128, stage_experts=-2)
-    with pytest.raises(strata.StrataError) as e:
-        bad.logits(toks)
-    assert "stage_experts" in e.value.message
-    cuda = strata.Model(path, n_ctx=128, backend="cuda", n_cpu_moe=-1, stage_experts=1)
-    if not strata.backends()[1]["available"]:
+    with pytest.raises(ValueError, match="stage_experts"):
+        strata.Model(path, n_ctx=128, stage_experts=-2)
+    if not strata.backends()[1]["available"]:  # refused at the call, with CUDA's reason
         with pytest.raises(strata.StrataError):
-            cuda.logits(toks)
+            strata.Model(path, n_ctx=128, backend="cuda", n_cpu_moe=-1, stage_experts=1)
     else:  # --cpu-moe with every batch staged: the all-resident GPU logits, bit for bit
+        cuda = strata.Model(path, n_ctx=128, backend="cuda", n_cpu_moe=-1, stage_experts=1)
         ref = strata.Model(path, n_ctx=128, backend="cuda")
         assert np.array_equal(cuda.logits(toks), ref.logits(toks))
         ref.close()
-    for m in (base, opts, bad, cuda):
+        cuda.close()
+    for m in (base, opts):
         m.close()
