@@ -1,9 +1,12 @@
 """test_python_api.py - the Python API's contract at its edges (issue 28): objects that outlive
-their model, argument types and ranges checked at the call, stop strings."""
+their model, argument types and ranges checked at the call, stop strings, and a plain
+(non-editable) `pip install` of the package."""
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,3 +204,57 @@ def test_memory_error_class():
     assert issubclass(strata.StrataMemoryError, strata.StrataError)
     with pytest.raises(MemoryError):
         strata.check(strata.lib.STRATA_ERR_NOMEM, "test")
+
+
+# ------------------------------------------------------------------------------------------------
+# 7. pip install python/ (not -e) gives a working package
+# ------------------------------------------------------------------------------------------------
+
+def test_plain_pip_install(tmp_path):
+    """`pip install python/` copies strata.h and libstrata.so into the package, which then imports
+    and runs with no environment variables and no repository on the path."""
+    lib = Path(os.environ.get("STRATA_LIB", REPO / "libstrata.so"))
+    if not lib.is_file():
+        pytest.skip(f"{lib} not built")
+    try:
+        import setuptools  # noqa: F401  (the build backend, without network access)
+    except ImportError:
+        pytest.skip("setuptools not installed")
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "python", src / "python", ignore=shutil.ignore_patterns(
+        "__pycache__", "build", "*.egg-info", "libstrata.so", "strata.h"))
+    (src / "c" / "include").mkdir(parents=True)
+    shutil.copy(REPO / "c" / "include" / "strata.h", src / "c" / "include")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_") and k != "PYTHONPATH"}
+    env["STRATA_BUILD_LIB"] = str(lib)  # which library to package (default: <repo>/libstrata.so)
+    target = tmp_path / "site"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                        "--no-build-isolation", "--target", str(target), str(src / "python")],
+                       env=env, capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    env["PYTHONPATH"] = str(target)
+    code = (f"import strata; m = strata.Model({str(MODEL)!r}, n_ctx=64); "
+            "print(strata.LIBRARY_PATH); print(m.generate_text('Dictionary, n.', 4, temperature=0))")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120,
+                       cwd=tmp_path)
+    assert p.returncode == 0, p.stderr.decode()[-3000:]
+    assert str(target) in p.stdout.decode().splitlines()[0]
+
+
+def test_pip_install_without_library_refuses(tmp_path):
+    """Without a built libstrata.so the install stops with a message saying to run make."""
+    try:
+        import setuptools  # noqa: F401
+    except ImportError:
+        pytest.skip("setuptools not installed")
+    src = tmp_path / "src"
+    shutil.copytree(REPO / "python", src / "python", ignore=shutil.ignore_patterns(
+        "__pycache__", "build", "*.egg-info", "libstrata.so", "strata.h"))
+    (src / "c" / "include").mkdir(parents=True)
+    shutil.copy(REPO / "c" / "include" / "strata.h", src / "c" / "include")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+                        "--target", str(tmp_path / "site"), str(src / "python")],
+                       env=env, capture_output=True, timeout=300)
+    assert p.returncode != 0
+    assert b"make" in p.stdout + p.stderr and b"libstrata.so" in p.stdout + p.stderr
