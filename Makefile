@@ -200,15 +200,15 @@ $(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(LIB_HDRS) $(wildcard c/core/*.c c/forma
 # ---- benchmarks ----------------------------------------------------------------------------
 bench: $(BUILD)/bench_dot $(BUILD)/bench_stream $(BUILD)/bench_pool_gap $(BUILD)/bench_tiles $(BUILD)/bench_moe_step
 	$(BUILD)/bench_dot
-$(BUILD)/bench_tiles: bench/bench_tiles.c bench/bench_util.h $(BUILD)/libstrata.a
+$(BUILD)/bench_tiles: bench/micro/bench_tiles.c bench/micro/bench_util.h $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
-$(BUILD)/bench_moe_step: bench/bench_moe_step.c bench/bench_util.h $(BUILD)/libstrata.a
+$(BUILD)/bench_moe_step: bench/micro/bench_moe_step.c bench/micro/bench_util.h $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
-$(BUILD)/bench_pool_gap: bench/bench_pool_gap.c bench/bench_util.h $(BUILD)/libstrata.a
+$(BUILD)/bench_pool_gap: bench/micro/bench_pool_gap.c bench/micro/bench_util.h $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -O2 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
-$(BUILD)/bench_stream: bench/bench_stream.c bench/bench_util.h $(BUILD)/libstrata.a
+$(BUILD)/bench_stream: bench/micro/bench_stream.c bench/micro/bench_util.h $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
-$(BUILD)/bench_dot: bench/bench_dot.c bench/bench_util.h $(BUILD)/libstrata.a
+$(BUILD)/bench_dot: bench/micro/bench_dot.c bench/micro/bench_util.h $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) -O3 -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 
 # clean keeps the Python test environment (VENV); distclean removes it too.

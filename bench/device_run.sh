@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device_run.sh - everything to run on a GPU machine (the H200) in one call, from the repository
 # root: CUDA build, `make cuda-check`, the full C test suite, the dequantize check-and-time program
-# (c/cuda/dev/dequant_check.cu), and the CPU dot micro-benchmark when bench/bench_dot.c exists.
+# (c/cuda/dev/dequant_check.cu), and the CPU dot micro-benchmark when bench/micro/bench_dot.c exists.
 # Logs and JSON results go to $OUT (default /tmp/strata-out), at most 8 files:
 #   summary.txt build.log cuda_check.log test_c.log dequant_check.log dequant_check.json
 #   bench.log bench_dot.json
@@ -78,12 +78,12 @@ if step dequant-build "$OUT/dequant_check.log" 180 nvcc -O3 -std=c++17 -arch=sm_
 fi
 
 # 5. CPU dot micro-benchmark (written separately; skipped when absent).
-if [ -f bench/bench_dot.c ]; then
+if [ -f bench/micro/bench_dot.c ]; then
     # 512 MiB of rows: larger than the host's 300 MiB L3, so the figures are DRAM-streaming rates.
     step bench "$OUT/bench.log" 300 bash -c "${MK[*]} $BUILD_DIR/bench_dot && \
         $BUILD_DIR/bench_dot --mib 512 --json $OUT/bench_dot.json"
 else
-    say "bench            SKIP (bench/bench_dot.c absent)"
+    say "bench            SKIP (bench/micro/bench_dot.c absent)"
 fi
 
 say ""
