@@ -341,11 +341,11 @@ PY
 fi
 # ---- CPU inference on the host (issue 3's table): default model and the Qwen3 shape, 1 and 16 threads ----
 if [ "${CPU:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
-    THREADS="1 16" NPROMPT=512 NGEN=128 REPS=1 timeout 120 bash bench/bench_cpu.sh \
+    THREADS="1 16" NPROMPT=512 NGEN=128 REPS=1 timeout 120 bash bench/cpu/bench_cpu.sh \
         models/strata-tiny-moe-q8_0.gguf "$R/cpu-tiny" > /dev/null 2>&1; echo "(cpu tiny at $(el)s)"
-    THREADS="16" NPROMPT=512 NGEN=64 REPS=1 timeout 150 bash bench/bench_cpu.sh /tmp/q3.gguf "$R/cpu-qwen3-16t" \
+    THREADS="16" NPROMPT=512 NGEN=64 REPS=1 timeout 150 bash bench/cpu/bench_cpu.sh /tmp/q3.gguf "$R/cpu-qwen3-16t" \
         > /dev/null 2>&1; echo "(cpu qwen3 16t at $(el)s)"
-    THREADS="1" NPROMPT=64 NGEN=16 REPS=1 timeout 150 bash bench/bench_cpu.sh /tmp/q3.gguf "$R/cpu-qwen3-1t" \
+    THREADS="1" NPROMPT=64 NGEN=16 REPS=1 timeout 150 bash bench/cpu/bench_cpu.sh /tmp/q3.gguf "$R/cpu-qwen3-1t" \
         > /dev/null 2>&1; echo "(cpu qwen3 1t at $(el)s)"
     cat "$R"/cpu-*.md 2>/dev/null
 fi
@@ -362,13 +362,13 @@ if [ "${DISK:-0}" = 1 ] && [ "$(el)" -lt "$BUDGET" ] && make -j16 CUDA=1 bench >
 fi
 # the offloading sweep (table, JSON, PNG where matplotlib is there) for docs/PERFORMANCE.md
 if [ "${OFFLOAD:-1}" = 1 ] && [ "${SWEEP:-1}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
-    timeout $(( BUDGET + 90 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
+    timeout $(( BUDGET + 90 - $(el) )) python3 bench/cpu/offload_sweep.py /tmp/q3.gguf --tier gpu \
         --shares 0,25,50,100 -n 32 --static --anchors "0:43.6,25:48.6,50:76.0,100:282.6" \
         --args "-t 16" --out "$R/sweep_q3_gpu" 2>&1 | tail -10
 fi
 # the same sweep at depth 16K (DEPTH_SWEEP=1; llama.cpp has no offloaded figures at depth)
 if [ "${DEPTH_SWEEP:-0}" = 1 ] && [ "$(el)" -lt "$BUDGET" ]; then
-    timeout $(( BUDGET + 150 - $(el) )) python3 bench/offload_sweep.py /tmp/q3.gguf --tier gpu \
+    timeout $(( BUDGET + 150 - $(el) )) python3 bench/cpu/offload_sweep.py /tmp/q3.gguf --tier gpu \
         --shares 0,25,50,100 -n 32 -d 16384 --static --args "-t 16" --out "$R/sweep_q3_gpu_d16k" 2>&1 | tail -10
 fi
 echo "all done at $(el)s"

@@ -5,15 +5,15 @@
 # table) and OUT.json, with the weight bytes one decoded token must read (dense tensors whole,
 # expert tensors n_expert_used / n_expert of them) and the bandwidth that implies.
 #
-#   bench/bench_cpu.sh MODEL.gguf [OUT_PREFIX]        (default OUT_PREFIX bench/results/cpu-NAME)
+#   bench/cpu/bench_cpu.sh MODEL.gguf [OUT_PREFIX]        (default OUT_PREFIX bench/results/cpu-NAME)
 #   env: STRATA=./strata  THREADS="1 $(nproc)"  NPROMPT=512  NGEN=128  REPS=1 (best of REPS)
 #        TEXT=/usr/share/common-licenses/GPL-3 (the prompt source)  KV=f16
 # Needs python3 with numpy and cffi (the repository's python/strata package, for the prompt and the
 # byte count) and a built libstrata.so (STRATA_LIB, else the repository's).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
-MODEL=${1:?usage: bench/bench_cpu.sh MODEL.gguf [OUT_PREFIX]}
+MODEL=${1:?usage: bench/cpu/bench_cpu.sh MODEL.gguf [OUT_PREFIX]}
 OUT=${2:-bench/results/cpu-$(basename "$MODEL" .gguf)}
 STRATA=${STRATA:-./strata}
 THREADS=${THREADS:-"1 $(nproc)"}

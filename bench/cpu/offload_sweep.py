@@ -13,8 +13,8 @@ ram when --pipe is given; with --static, --tier gpu also runs llama.cpp's static
 installed, a PNG plot; --anchors "0:43.6,25:48.6,..." adds llama.cpp's figures (ANCHORS.md) as a
 column and a line:
 
-  python3 bench/offload_sweep.py MODEL.gguf --tier ram --shares 0,25,50,100 -n 16 --args "-t 16"
-  python3 bench/offload_sweep.py q3.gguf --tier gpu --static -d 16384 \
+  python3 bench/cpu/offload_sweep.py MODEL.gguf --tier ram --shares 0,25,50,100 -n 16 --args "-t 16"
+  python3 bench/cpu/offload_sweep.py q3.gguf --tier gpu --static -d 16384 \
       --anchors "0:43.6,25:48.6,50:76.0,100:282.6" --args "-t 16 --pin-experts --gpu-prefetch"
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def expert_layout(model: Path):

@@ -4,10 +4,10 @@
 # (STRATA_DEGRADE_EVAL: every routed slot counts as missed, the worst case). The scored half of each
 # chunk is read as teacher-forced decode steps in every run, the base included (tau 0 drops nothing
 # and is bit-identical to the approximation being off), so only the drops differ.
-#   bash bench/degrade_quality.sh [MODEL] [TEXT]    (defaults: the embedded model, GPL-3 text)
+#   bash bench/cpu/degrade_quality.sh [MODEL] [TEXT]    (defaults: the embedded model, GPL-3 text)
 # Prints a markdown table; writes bench/results/degrade_quality.json.
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 MODEL=${1:-models/strata-tiny-moe-q8_0.gguf}
 TEXT=${2:-/usr/share/common-licenses/GPL-3}
 TAUS=${TAUS:-"0.01 0.02 0.03 0.05"}
