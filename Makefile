@@ -89,8 +89,12 @@ ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
 .PHONY: all check header-check test-c test-py asan cuda-check fuzz bench clean distclean
 all: $(LIBSO) $(CLI)
 
+# The shared library's soname carries the ABI version (STRATA_ABI_VERSION in strata.h):
+# libstrata.so.N is the file, libstrata.so the link that builds and the Python package use.
+ABI_VERSION := $(shell sed -n 's/^\#define STRATA_ABI_VERSION \([0-9]*\).*/\1/p' c/include/strata.h)
 $(LIBSO): $(ALL_OBJS)
-	$(CC) -shared -o $@ $^ $(SAN) $(LDLIBS) -Wl,-soname,libstrata.so
+	$(CC) -shared -o $@.$(ABI_VERSION) $^ $(SAN) $(LDLIBS) -Wl,-soname,libstrata.so.$(ABI_VERSION)
+	ln -sf libstrata.so.$(ABI_VERSION) $@
 
 $(BUILD)/libstrata.a: $(ALL_OBJS)
 	@mkdir -p $(@D)
@@ -138,13 +142,13 @@ define run_tests
 	if [ $$fail -ne 0 ]; then echo "C tests: FAILED"; exit 1; else echo "C tests: all passed"; fi
 endef
 
-# The public header alone must compile as strict C99 and as C++11.
+# Each public header alone must compile as strict C99 and as C++11.
 CXX ?= c++
 header-check: $(BUILD)/header-c99.o $(BUILD)/header-cxx11.o
-$(BUILD)/header-c99.o: c/tests/header/check_c99.c c/include/strata.h
+$(BUILD)/header-c99.o: c/tests/header/check_c99.c $(wildcard c/include/*.h)
 	@mkdir -p $(@D)
 	$(CC) -std=c99 -pedantic -Werror -Wall -Wextra -Ic/include -c -o $@ $<
-$(BUILD)/header-cxx11.o: c/tests/header/check_cxx11.cc c/include/strata.h
+$(BUILD)/header-cxx11.o: c/tests/header/check_cxx11.cc $(wildcard c/include/*.h)
 	@mkdir -p $(@D)
 	$(CXX) -std=c++11 -pedantic -Werror -Wall -Wextra -Ic/include -c -o $@ $<
 

@@ -6,6 +6,8 @@
 #define STRATA_CLI_H
 
 #include "strata.h"
+#include "strata_gguf.h"
+#include "strata_quant.h"
 
 #include <stdio.h>
 

@@ -601,23 +601,23 @@ static void cli_session_params(const cli_opts *o, strata_session_params *sp) {
     sp->degrade_tau = o->degrade_tau;
     sp->degrade_eval = o->degrade_eval;
     sp->profile = o->profile;
-    sp->cuda_graphs = o->cuda_graphs;
-    sp->cuda_pdl = o->cuda_pdl;
-    sp->n_cpu_moe = o->n_cpu_moe;
-    sp->stage_experts = o->stage_experts;
-    sp->attn_tc = o->attn_tc;
-    sp->pin_experts = o->pin_experts;
+    sp->cuda.graphs = o->cuda_graphs;
+    sp->cuda.pdl = o->cuda_pdl;
+    sp->placement.n_cpu_moe = o->n_cpu_moe;
+    sp->placement.stage_experts = o->stage_experts;
+    sp->cuda.attn_tc = o->attn_tc;
+    sp->placement.pin_experts = o->pin_experts;
     sp->cpu_pin = o->cpu_pin;
-    sp->gpu_prefetch = o->gpu_prefetch;
-    sp->cpu_warm = o->cpu_warm;
-    sp->q8_tiles = o->q8_tiles;
-    sp->cuda_doorbell = o->doorbell;
-    sp->cpu_misses = o->cpu_misses;
-    sp->pcie_frac = o->pcie_frac;
-    sp->ram_budget = o->ram_budget;
-    sp->expert_cache = o->expert_cache;
-    sp->gpu_mem = o->gpu_mem;
-    sp->pipe = o->pipe;
+    sp->placement.gpu_prefetch = o->gpu_prefetch;
+    sp->placement.cpu_warm = o->cpu_warm;
+    sp->cuda.q8_tiles = o->q8_tiles;
+    sp->placement.doorbell = o->doorbell;
+    sp->placement.cpu_misses = o->cpu_misses;
+    sp->placement.pcie_frac = o->pcie_frac;
+    sp->placement.ram_budget = o->ram_budget;
+    sp->placement.expert_cache = o->expert_cache;
+    sp->placement.gpu_mem = o->gpu_mem;
+    sp->placement.pipe = o->pipe;
 }
 
 static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_session **out) {

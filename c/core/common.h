@@ -4,6 +4,8 @@
 #define STRATA_COMMON_H
 
 #include "strata.h"
+#include "strata_gguf.h"
+#include "strata_quant.h"
 
 #include <stdint.h>
 #include <stddef.h>

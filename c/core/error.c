@@ -45,3 +45,7 @@ const char *strata_version(void) {
 int strata_version_number(void) {
     return STRATA_VERSION_MAJOR * 10000 + STRATA_VERSION_MINOR * 100 + STRATA_VERSION_PATCH;
 }
+
+int strata_abi_version(void) {
+    return STRATA_ABI_VERSION;
+}

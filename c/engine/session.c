@@ -137,7 +137,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     strata_session_params p = params ? *params : strata_session_default_params();
     strata_status st = st_session_params_check(model, &p);
     if (st != STRATA_OK) return st;
-    const int ram_gpu = p.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA;
+    const int ram_gpu = p.placement.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA;
     const st_hparams *hp = &model->hp;
 
     strata_session *s = calloc(1, sizeof *s);
@@ -150,27 +150,27 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.tau = p.degrade_tau;
     s->degrade.eval = p.degrade_eval;
     s->profile = p.profile != 0;
-    s->cuda_graphs = p.cuda_graphs <= 0 ? 0 : p.cuda_graphs >= 2 ? 2 : 1;
-    s->cuda_pdl = p.cuda_pdl <= 0 ? 0 : p.cuda_pdl >= 2 ? 2 : 1;
-    s->attn_tc = p.attn_tc;
-    s->q8_tiles = p.q8_tiles;
-    s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.pin_experts : 0;
-    s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.expert_cache != 0 && p.gpu_prefetch != 0;
-    s->cpu_warm = p.backend == STRATA_BACKEND_CUDA && p.n_cpu_moe != 0 && p.cpu_warm;
-    s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && (p.n_cpu_moe != 0 || p.expert_cache != 0) &&
-                       p.cuda_doorbell != 0;
-    s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && (p.expert_cache != 0 || p.n_cpu_moe != 0) &&
-                    p.cpu_misses == 1;
+    s->cuda_graphs = p.cuda.graphs <= 0 ? 0 : p.cuda.graphs >= 2 ? 2 : 1;
+    s->cuda_pdl = p.cuda.pdl <= 0 ? 0 : p.cuda.pdl >= 2 ? 2 : 1;
+    s->attn_tc = p.cuda.attn_tc;
+    s->q8_tiles = p.cuda.q8_tiles;
+    s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.placement.pin_experts : 0;
+    s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.placement.expert_cache != 0 && p.placement.gpu_prefetch != 0;
+    s->cpu_warm = p.backend == STRATA_BACKEND_CUDA && p.placement.n_cpu_moe != 0 && p.placement.cpu_warm;
+    s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && (p.placement.n_cpu_moe != 0 || p.placement.expert_cache != 0) &&
+                       p.placement.doorbell != 0;
+    s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && (p.placement.expert_cache != 0 || p.placement.n_cpu_moe != 0) &&
+                    p.placement.cpu_misses == 1;
     /* auto: the CPU layers' decode split where it computes the same bits as the CPU alone (the
      * setup checks the kernels); not with the pool or the RAM tier, which read experts otherwise */
-    s->cpu_misses_auto = p.backend == STRATA_BACKEND_CUDA && p.n_cpu_moe != 0 && p.cpu_misses < 0 &&
-                         !p.cuda_doorbell && !ram_gpu;
-    s->pcie_frac = p.pcie_frac < 0 ? -1.0f : p.pcie_frac;
-    s->pipe = p.pipe != 0 && p.ram_budget > 0;
-    s->n_cpu_moe = p.n_cpu_moe < 0 ? -1 : p.n_cpu_moe;
-    s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && !ram_gpu ? p.stage_experts : 0;
-    s->expert_cache = p.backend == STRATA_BACKEND_CUDA ? (p.expert_cache < 0 ? -1 : p.expert_cache) : 0;
-    s->gpu_mem = p.gpu_mem > 0 ? p.gpu_mem : 0;
+    s->cpu_misses_auto = p.backend == STRATA_BACKEND_CUDA && p.placement.n_cpu_moe != 0 && p.placement.cpu_misses < 0 &&
+                         !p.placement.doorbell && !ram_gpu;
+    s->pcie_frac = p.placement.pcie_frac < 0 ? -1.0f : p.placement.pcie_frac;
+    s->pipe = p.placement.pipe != 0 && p.placement.ram_budget > 0;
+    s->n_cpu_moe = p.placement.n_cpu_moe < 0 ? -1 : p.placement.n_cpu_moe;
+    s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && !ram_gpu ? p.placement.stage_experts : 0;
+    s->expert_cache = p.backend == STRATA_BACKEND_CUDA ? (p.placement.expert_cache < 0 ? -1 : p.placement.expert_cache) : 0;
+    s->gpu_mem = p.placement.gpu_mem > 0 ? p.placement.gpu_mem : 0;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
     s->slots_gpu = calloc((size_t)hp->n_layer, sizeof *s->slots_gpu);
@@ -191,7 +191,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
         (s->backend == STRATA_BACKEND_CPU &&
          (st = st_kv_init(&s->kv, hp, s->n_ctx, p.kv_type)) != STRATA_OK) ||
         (st = st_build_tables(s)) != STRATA_OK ||
-        (p.ram_budget > 0 && (st = st_ram_tier_create(s, p.ram_budget, p.pipe)) != STRATA_OK) ||
+        (p.placement.ram_budget > 0 && (st = st_ram_tier_create(s, p.placement.ram_budget, p.placement.pipe)) != STRATA_OK) ||
         (st = st_alloc_scratch(s)) != STRATA_OK ||
         (s->backend == STRATA_BACKEND_CUDA && (st = st_gpu_create(s)) != STRATA_OK)) {
         strata_session_free(s);

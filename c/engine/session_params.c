@@ -17,14 +17,14 @@ strata_session_params strata_session_default_params(void) {
     p.degrade_zero = 0;
     p.degrade_tau = ST_DEGRADE_TAU_DEFAULT;
     p.degrade_eval = 0;
-    p.cuda_graphs = 1;
-    p.cuda_pdl = 1;
-    p.attn_tc = -1;
-    p.q8_tiles = 1;
-    p.stage_experts = -1;
-    p.pin_experts = -1;
-    p.pcie_frac = -1.0f;
-    p.cpu_misses = -1;
+    p.cuda.graphs = 1;
+    p.cuda.pdl = 1;
+    p.cuda.attn_tc = -1;
+    p.cuda.q8_tiles = 1;
+    p.placement.stage_experts = -1;
+    p.placement.pin_experts = -1;
+    p.placement.pcie_frac = -1.0f;
+    p.placement.cpu_misses = -1;
     return p;
 }
 
@@ -46,26 +46,26 @@ static strata_status st_check_ranges(const strata_session_params *p) {
                         (double)p->degrade_tau);
     if (p->degrade_eval && !p->degrade_zero)
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
-    if (p->ram_budget < 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p->ram_budget);
-    if (p->cpu_misses < -1 || p->cpu_misses > 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_misses %d (1 on, 0 off, -1 auto)", p->cpu_misses);
-    if (isnan(p->pcie_frac) || p->pcie_frac > 1.0f)
+    if (p->placement.ram_budget < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p->placement.ram_budget);
+    if (p->placement.cpu_misses < -1 || p->placement.cpu_misses > 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_misses %d (1 on, 0 off, -1 auto)", p->placement.cpu_misses);
+    if (isnan(p->placement.pcie_frac) || p->placement.pcie_frac > 1.0f)
         return st_error(STRATA_ERR_INVALID_ARG, "session option pcie_frac %g (0..1, or < 0 for the "
-                        "cost model)", (double)p->pcie_frac);
-    if (p->stage_experts < -1)
+                        "cost model)", (double)p->placement.pcie_frac);
+    if (p->placement.stage_experts < -1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d (a token count, 0 "
-                        "off, or -1 auto)", (int)p->stage_experts);
-    if (p->attn_tc < -1 || p->attn_tc > 3)
+                        "off, or -1 auto)", (int)p->placement.stage_experts);
+    if (p->cuda.attn_tc < -1 || p->cuda.attn_tc > 3)
         return st_error(STRATA_ERR_INVALID_ARG, "session option attn_tc %d (-1 auto, 0 FMA kernel, 1 "
-                        "single f16, 2 split queries and probabilities, 3 split probabilities)", p->attn_tc);
-    if (p->q8_tiles != 0 && p->q8_tiles != 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option q8_tiles %d: expected 0 or 1", p->q8_tiles);
-    if (p->cpu_warm != 0 && p->cpu_warm != 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_warm %d: expected 0 or 1", p->cpu_warm);
-    if (p->pin_experts < -1 || p->pin_experts > 1)
+                        "single f16, 2 split queries and probabilities, 3 split probabilities)", p->cuda.attn_tc);
+    if (p->cuda.q8_tiles != 0 && p->cuda.q8_tiles != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option q8_tiles %d: expected 0 or 1", p->cuda.q8_tiles);
+    if (p->placement.cpu_warm != 0 && p->placement.cpu_warm != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_warm %d: expected 0 or 1", p->placement.cpu_warm);
+    if (p->placement.pin_experts < -1 || p->placement.pin_experts > 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option pin_experts %d (1 on, 0 off, -1 auto)",
-                        p->pin_experts);
+                        p->placement.pin_experts);
     return STRATA_OK;
 }
 
@@ -73,24 +73,24 @@ static strata_status st_check_ranges(const strata_session_params *p) {
  * the CPU computes come from the RAM tier (pinned slots, filled from the file with O_DIRECT); the
  * options that read every expert from RAM do not combine with it. */
 static strata_status st_check_combinations(const strata_session_params *p) {
-    const int ram_gpu = p->ram_budget > 0 && p->backend == STRATA_BACKEND_CUDA;
-    if (ram_gpu && p->n_cpu_moe == 0 && p->expert_cache == 0)
+    const int ram_gpu = p->placement.ram_budget > 0 && p->backend == STRATA_BACKEND_CUDA;
+    if (ram_gpu && p->placement.n_cpu_moe == 0 && p->placement.expert_cache == 0)
         return st_error(STRATA_ERR_INVALID_ARG, "ram_budget with a CUDA session needs expert_cache "
                         "or n_cpu_moe: else every routed expert is on the GPU");
-    if (p->backend == STRATA_BACKEND_CUDA && p->cuda_doorbell && p->expert_cache != 0 &&
-        (p->gpu_prefetch || p->cpu_misses == 1 || p->degrade_zero))
-        return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with expert_cache: the expert pool computes "
+    if (p->backend == STRATA_BACKEND_CUDA && p->placement.doorbell && p->placement.expert_cache != 0 &&
+        (p->placement.gpu_prefetch || p->placement.cpu_misses == 1 || p->degrade_zero))
+        return st_error(STRATA_ERR_UNSUPPORTED, "doorbell with expert_cache: the expert pool computes "
                         "the decode steps' misses; gpu_prefetch, cpu_misses and degrade_zero handle "
                         "them otherwise (leave them off)");
-    if (p->backend == STRATA_BACKEND_CUDA && p->cuda_doorbell && p->n_cpu_moe != 0 && p->cpu_misses == 1)
-        return st_error(STRATA_ERR_UNSUPPORTED, "cuda_doorbell with n_cpu_moe: the expert pool computes "
+    if (p->backend == STRATA_BACKEND_CUDA && p->placement.doorbell && p->placement.n_cpu_moe != 0 && p->placement.cpu_misses == 1)
+        return st_error(STRATA_ERR_UNSUPPORTED, "doorbell with n_cpu_moe: the expert pool computes "
                         "every expert of the CPU layers' decode steps; cpu_misses (a share over "
                         "PCIe to the GPU) is for the host hand-off (leave one off)");
-    if (ram_gpu && p->cuda_doorbell)
-        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: cuda_doorbell's "
+    if (ram_gpu && p->placement.doorbell)
+        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: doorbell's "
                         "expert pool reads every CPU layer's experts from RAM, not the tier's "
                         "slots; leave it off");
-    if (ram_gpu && (p->pin_experts == 1 || p->gpu_prefetch || p->cpu_misses == 1 || p->stage_experts > 0))
+    if (ram_gpu && (p->placement.pin_experts == 1 || p->placement.gpu_prefetch || p->placement.cpu_misses == 1 || p->placement.stage_experts > 0))
         return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: pin_experts 1, "
                         "gpu_prefetch, cpu_misses and stage_experts read experts outside the RAM "
                         "tier; leave them off (or auto)");
@@ -112,15 +112,15 @@ strata_status st_session_params_check(const strata_model *model, const strata_se
 
 /* A RAM budget must hold one token's experts (the RAM tier's own rule, checked before it exists). */
 static strata_status st_check_ram_budget(const strata_model *model, const strata_session_params *p) {
-    if (p->ram_budget <= 0) return STRATA_OK;
+    if (p->placement.ram_budget <= 0) return STRATA_OK;
     const st_hparams *hp = &model->hp;
     if (hp->n_expert <= 0)
         return st_error(STRATA_ERR_INVALID_ARG, "ram_budget: the model has no routed experts");
     const size_t slot = st_ram_tier_slot_bytes(model);
-    const int64_t n_slots = p->ram_budget / (int64_t)slot;
+    const int64_t n_slots = p->placement.ram_budget / (int64_t)slot;
     if (n_slots < hp->n_expert_used)
         return st_error(STRATA_ERR_INVALID_ARG, "ram_budget %lld bytes holds %lld experts of %zu bytes; "
-                        "one token needs %d (at least %lld bytes)", (long long)p->ram_budget,
+                        "one token needs %d (at least %lld bytes)", (long long)p->placement.ram_budget,
                         (long long)n_slots, slot, (int)hp->n_expert_used,
                         (long long)((int64_t)hp->n_expert_used * (int64_t)slot));
     return STRATA_OK;

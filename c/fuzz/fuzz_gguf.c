@@ -11,6 +11,7 @@
  * once over each file named on the command line, and also supports -seeds DIR. See
  * docs/FUZZING.md. */
 #include "strata.h"
+#include "strata_gguf.h"
 #include "../tests/gguf_build.h"
 
 #include <stdint.h>

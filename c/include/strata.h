@@ -1,21 +1,55 @@
-/* strata.h - the public C ABI of Strata, an inference engine for Mixture-of-Experts models.
+/* strata.h - the public C ABI of Strata, an inference engine for Mixture-of-Experts models:
+ * models, tokenizer, sessions (and where their experts are placed), statistics and sampling.
  *
- * This is the only public header. It compiles alone as C99 (-pedantic) and as C++11.
+ * Two more public headers hold the file-format libraries under it: strata_gguf.h (reading GGUF
+ * files) and strata_quant.h (tensor block formats, quantizing model files). Each compiles alone
+ * as C99 (-pedantic) and as C++11.
+ *
+ * Usage: greedy text from a prompt.
+ *
+ *     strata_model *model;
+ *     strata_model_params mp = strata_model_default_params();
+ *     if (strata_model_load("model.gguf", &mp, &model) != STRATA_OK) {
+ *         fprintf(stderr, "%s\n", strata_last_error());
+ *         return 1;
+ *     }
+ *     strata_session_params sp = strata_session_default_params();
+ *     sp.n_ctx = 4096;
+ *     sp.placement.n_cpu_moe = -1;          // CUDA sessions: routed experts on the CPU
+ *     strata_session *session;
+ *     if (strata_session_create(model, &sp, &session) != STRATA_OK) { ... }
+ *     strata_token toks[512], next;
+ *     int64_t n;
+ *     strata_tokenize(model, "Hello", 5, 1, 0, toks, 512, &n);
+ *     strata_session_decode_greedy(session, toks, n, &next);   // the prompt, then the next token
+ *     for (int i = 0; i < 32 && !strata_token_is_eog(model, next); i++) {
+ *         char piece[64];
+ *         int64_t len;
+ *         if (strata_token_to_piece(model, next, 0, piece, sizeof piece, &len) == STRATA_OK)
+ *             fwrite(piece, 1, (size_t)len, stdout);
+ *         strata_session_decode_greedy(session, &next, 1, &next);
+ *     }
+ *     strata_session_free(session);
+ *     strata_model_free(model);
  *
  * Conventions
  *   - Every fallible call returns a strata_status: 0 (STRATA_OK) on success, a negative code on
  *     failure. On failure, strata_last_error() returns a message for the calling thread that names
- *     what went wrong (for files: the field and the byte offset). The message stays valid until the
- *     same thread's next failing call.
+ *     what went wrong (for files: the field and the byte offset; for options: the parameter). The
+ *     message stays valid until the same thread's next failing call.
  *   - Handles are opaque. Each create/open has a matching free; free(NULL) is a no-op.
  *   - No library function exits, aborts or prints.
  *   - Thread-safety: functions that take a const handle may be called from many threads at once;
  *     functions that take a non-const handle need the caller to serialize calls on that handle.
  *   - Sizes are in bytes unless a name says otherwise; element counts are int64_t.
+ *   - Parameter structs are filled by their *_default_params() function and passed by pointer;
+ *     set only the fields you mean to change. Structs may grow, at their end or in their nested
+ *     groups, in any release whose STRATA_ABI_VERSION changes (the shared library's soname,
+ *     libstrata.so.STRATA_ABI_VERSION, changes with it); code built against this header checks
+ *     strata_abi_version() == STRATA_ABI_VERSION at start-up before passing a struct.
  *
- * Sections: version and status; backends; tensor types; GGUF files; block formats (dequantize,
- * quantize, dot products); model files (quantize a GGUF file); models; tokenizer; sessions;
- * sampling.
+ * Sections: version and status; backends and CPU kernels; tensor types; models; tokenizer;
+ * sessions (placement, statistics); sampling.
  */
 #ifndef STRATA_H
 #define STRATA_H
@@ -40,8 +74,11 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define STRATA_VERSION_MAJOR 0
-#define STRATA_VERSION_MINOR 4
+#define STRATA_VERSION_MINOR 5
 #define STRATA_VERSION_PATCH 0
+/* The binary interface: a new number whenever a struct's layout or a function's signature
+ * changes; the shared library's soname is libstrata.so.<this>. */
+#define STRATA_ABI_VERSION 5
 
 typedef enum strata_status {
     STRATA_OK = 0,
@@ -61,13 +98,16 @@ typedef enum strata_status {
 STRATA_API const char *strata_version(void);
 /* MAJOR*10000 + MINOR*100 + PATCH of the library actually loaded (compare with the macros). */
 STRATA_API int strata_version_number(void);
+/* STRATA_ABI_VERSION of the library actually loaded: a caller compiled against another value
+ * must not pass it structs. */
+STRATA_API int strata_abi_version(void);
 /* Short name of a status code, e.g. "STRATA_ERR_FORMAT". Static storage. Thread-safe. */
 STRATA_API const char *strata_status_name(strata_status status);
 /* Message of this thread's last failing call ("" if none). Thread-local storage. */
 STRATA_API const char *strata_last_error(void);
 
 /* ---------------------------------------------------------------------------------------------
- * Backends
+ * Backends and CPU kernels
  * ------------------------------------------------------------------------------------------- */
 
 typedef enum strata_backend_kind {
@@ -88,10 +128,10 @@ typedef struct strata_backend_info {
  * driver). Thread-safe. */
 STRATA_API strata_status strata_backend_query(strata_backend_kind kind, strata_backend_info *info);
 /* Measures, now, the rate at which the backend's memory copies (bytes read + bytes written per
- * second): the bound that decode figures are read against. CUDA: a 256 MiB device-to-device copy,
- * the median of six after a warm-up (~0.1 s; 512 MiB of device memory for the while).
- * UNSUPPORTED for the CPU backend (its DRAM rate needs every core: bench/bench_dot), an error
- * where the backend cannot run. Thread-safe; not to be run beside timed work. */
+ * second): the bound that decode rates are read against. CUDA: a 256 MiB device-to-device copy,
+ * the median of six after a warm-up (512 MiB of device memory for the while). UNSUPPORTED for
+ * the CPU backend (its DRAM rate needs every core), an error where the backend cannot run.
+ * Thread-safe; not to be run beside timed work. */
 STRATA_API strata_status strata_backend_copy_rate(strata_backend_kind kind, double *bytes_per_s);
 
 /* CPU instruction set levels of the dot-product kernels. */
@@ -174,210 +214,6 @@ STRATA_API int64_t strata_type_block_bytes(strata_type type);
 STRATA_API int64_t strata_row_bytes(strata_type type, int64_t n);
 
 /* ---------------------------------------------------------------------------------------------
- * GGUF files
- *
- * A strata_gguf is an opened, fully validated GGUF model: one file or the shards of a split model
- * (NAME-0000N-of-0000M.gguf, all opened when any shard is named). Validation happens at open time;
- * after a successful open every accessor is bounds-safe. Metadata values and tensor bytes point into
- * the read-only file mapping (zero copy) and live as long as the handle. A strata_gguf is immutable:
- * all accessors are thread-safe.
- * ------------------------------------------------------------------------------------------- */
-
-typedef struct strata_gguf strata_gguf;
-
-typedef enum strata_gguf_type {
-    STRATA_GGUF_UINT8 = 0,
-    STRATA_GGUF_INT8 = 1,
-    STRATA_GGUF_UINT16 = 2,
-    STRATA_GGUF_INT16 = 3,
-    STRATA_GGUF_UINT32 = 4,
-    STRATA_GGUF_INT32 = 5,
-    STRATA_GGUF_FLOAT32 = 6,
-    STRATA_GGUF_BOOL = 7,
-    STRATA_GGUF_STRING = 8,
-    STRATA_GGUF_ARRAY = 9,
-    STRATA_GGUF_UINT64 = 10,
-    STRATA_GGUF_INT64 = 11,
-    STRATA_GGUF_FLOAT64 = 12
-} strata_gguf_type;
-
-typedef struct strata_gguf_params {
-    int use_mmap;             /* 1 (default): map files; 0: read them into memory */
-    int open_shards;          /* 1 (default): a split file name opens all its shards */
-    uint32_t max_alignment;   /* largest general.alignment accepted (default 1 MiB) */
-    int mlock;                /* 1: lock the files' pages in RAM once opened (mlock); a refusal
-                                 (RLIMIT_MEMLOCK, ulimit -l) is an error. Default 0 */
-    int hugepages;            /* 1: ask for transparent huge pages on the images (madvise; files
-                                 read into memory get advised anonymous memory first); best
-                                 effort where the kernel declines. Default 0 */
-} strata_gguf_params;
-
-/* A metadata value. Scalars are in the union; a string is (ptr, len), not NUL-terminated, bytes
- * as stored (UTF-8 by the spec, not checked); an array is a handle read with
- * strata_gguf_array_get. Valid while the strata_gguf lives. */
-typedef struct strata_gguf_value {
-    strata_gguf_type type;
-    union {
-        uint64_t u64;      /* UINT8..UINT64 and BOOL, zero-extended */
-        int64_t i64;       /* INT8..INT64, sign-extended */
-        double f64;        /* FLOAT32, FLOAT64 */
-        struct { const char *ptr; uint64_t len; } str;
-        struct {
-            strata_gguf_type elem_type;
-            uint64_t count;
-            const void *impl;    /* internal */
-        } arr;
-    } v;
-} strata_gguf_value;
-
-typedef struct strata_tensor_info {
-    const char *name;        /* NUL-terminated copy */
-    strata_type type;
-    uint32_t n_dims;         /* 1..4 */
-    int64_t ne[4];           /* ne[0] is the row length (contiguous); unused dims are 1 */
-    int64_t n_elements;
-    uint64_t offset;         /* from the start of its shard's tensor-data section */
-    uint64_t file_offset;    /* from the start of its shard file */
-    uint64_t n_bytes;
-    uint32_t shard;          /* 0-based shard index */
-    const void *data;        /* the bytes, read-only, zero copy */
-} strata_tensor_info;
-
-/* Defaults: use_mmap 1, open_shards 1, max_alignment 1 MiB, mlock 0, hugepages 0. */
-STRATA_API strata_gguf_params strata_gguf_default_params(void);
-
-/* Opens and validates path. On success *out owns the mapping; free it with strata_gguf_free. */
-STRATA_API strata_status strata_gguf_open(const char *path, const strata_gguf_params *params,
-                                          strata_gguf **out);
-/* Validates a GGUF image held in memory. The bytes are copied unless borrow is 1, in which case
- * they must outlive the handle. Split metadata is checked for consistency but no shards are
- * opened. */
-STRATA_API strata_status strata_gguf_open_memory(const void *data, size_t size, int borrow,
-                                                 const strata_gguf_params *params,
-                                                 strata_gguf **out);
-STRATA_API void strata_gguf_free(strata_gguf *gguf);
-
-STRATA_API uint32_t strata_gguf_version(const strata_gguf *gguf);    /* 2 or 3 */
-STRATA_API uint32_t strata_gguf_alignment(const strata_gguf *gguf);
-STRATA_API uint32_t strata_gguf_shard_count(const strata_gguf *gguf);
-/* Path of shard i ("<memory>" for in-memory images); NULL if i is out of range. */
-STRATA_API const char *strata_gguf_shard_path(const strata_gguf *gguf, uint32_t i);
-
-/* Metadata: key/value pairs of all shards (shard 0's first; split.* keys of later shards are not
- * repeated). Index order is file order. */
-STRATA_API int64_t strata_gguf_kv_count(const strata_gguf *gguf);
-/* NUL-terminated key of pair i; NULL if i is out of range. */
-STRATA_API const char *strata_gguf_kv_key(const strata_gguf *gguf, int64_t i);
-/* Index of key, or -1. */
-STRATA_API int64_t strata_gguf_kv_find(const strata_gguf *gguf, const char *key);
-STRATA_API strata_status strata_gguf_kv_value(const strata_gguf *gguf, int64_t i,
-                                              strata_gguf_value *out);
-/* Element i of an array value (which may itself be an array). */
-STRATA_API strata_status strata_gguf_array_get(const strata_gguf *gguf,
-                                               const strata_gguf_value *array, uint64_t i,
-                                               strata_gguf_value *out);
-/* Typed lookups by key. Integers of any width convert when the value fits the target type
- * (else STRATA_ERR_TYPE); floats accept FLOAT32/FLOAT64. Missing key: STRATA_ERR_NOT_FOUND. */
-STRATA_API strata_status strata_gguf_get_u64(const strata_gguf *gguf, const char *key,
-                                             uint64_t *out);
-STRATA_API strata_status strata_gguf_get_i64(const strata_gguf *gguf, const char *key,
-                                             int64_t *out);
-STRATA_API strata_status strata_gguf_get_f64(const strata_gguf *gguf, const char *key,
-                                             double *out);
-STRATA_API strata_status strata_gguf_get_bool(const strata_gguf *gguf, const char *key, int *out);
-/* The string (ptr, len) of a STRING value; not NUL-terminated. */
-STRATA_API strata_status strata_gguf_get_str(const strata_gguf *gguf, const char *key,
-                                             const char **ptr, uint64_t *len);
-/* Name of a value type, e.g. "uint32". Static storage. */
-STRATA_API const char *strata_gguf_type_name(strata_gguf_type type);
-
-/* Tensors of all shards, in shard then file order. */
-STRATA_API int64_t strata_gguf_tensor_count(const strata_gguf *gguf);
-STRATA_API strata_status strata_gguf_tensor_info(const strata_gguf *gguf, int64_t i,
-                                                 strata_tensor_info *out);
-/* Index of name, or -1. */
-STRATA_API int64_t strata_gguf_tensor_find(const strata_gguf *gguf, const char *name);
-
-/* ---------------------------------------------------------------------------------------------
- * Block formats
- *
- * Rows are n weights long, n a multiple of the type's block size. All functions are pure and
- * thread-safe.
- *
- * Dot products follow llama.cpp's scheme: the activation row is first quantized to the weight
- * type's activation type (strata_act_type): F32 for F32/F16/BF16 weights, Q8_0 for the 32-weight
- * block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), Q8_K for the 256-weight K and IQ types.
- * ------------------------------------------------------------------------------------------- */
-
-/* 1 if strata_dequantize_row supports type. */
-STRATA_API int strata_type_can_dequantize(strata_type type);
-/* 1 if strata_quantize_row supports type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K). */
-STRATA_API int strata_type_can_quantize(strata_type type);
-/* 1 if strata_vec_dot supports type as weights. */
-STRATA_API int strata_type_can_dot(strata_type type);
-
-/* src: n weights in type's layout -> dst: n floats. */
-STRATA_API strata_status strata_dequantize_row(strata_type type, const void *src, float *dst,
-                                               int64_t n);
-/* src: n floats -> dst: strata_row_bytes(type, n) bytes. Q8_0 and Q4_0 are bit-exact with
- * llama.cpp's reference quantizers; Q4_K and Q6_K use a search for scales (llama.cpp's method). */
-STRATA_API strata_status strata_quantize_row(strata_type type, const float *src, void *dst,
-                                             int64_t n);
-
-/* The activation type for weights of type (F32, Q8_0 or Q8_K); STRATA_TYPE_COUNT if the type has
- * no dot product. */
-STRATA_API strata_type strata_act_type(strata_type weight_type);
-/* *out = dot(row w of n weights of type, activations xq already quantized to
- * strata_act_type(type)). Uses the kernels of strata_cpu_isa_active(). */
-STRATA_API strata_status strata_vec_dot(strata_type type, const void *w, const void *xq,
-                                        int64_t n, float *out);
-/* Convenience: quantizes the f32 activations x to the activation type then calls strata_vec_dot.
- * Allocates a temporary buffer for n > 4096. */
-STRATA_API strata_status strata_vec_dot_f32(strata_type type, const void *w, const float *x,
-                                            int64_t n, float *out);
-
-/* ---------------------------------------------------------------------------------------------
- * Model files
- *
- * strata_quantize_file rewrites a GGUF model with its weights in another type. Rules:
- *   - 1-D tensors (norms, biases) and non-float tensors that are not weights are copied as is;
- *   - router weights (names containing "ffn_gate_inp") become F32 when they are F32/F16/BF16 and
- *     are copied as is otherwise;
- *   - every other tensor of 2 or more dimensions is dequantized to f32 and quantized to the
- *     target type; where its row length is not a multiple of the target's block size it falls
- *     back to Q8_0 (row length a multiple of 32) or is copied as is;
- *   - a tensor already in a quantized type that would change type needs allow_requantize (else
- *     STRATA_ERR_INVALID_ARG naming the tensor).
- * Metadata is copied (split.* keys dropped: the output is one file); general.file_type is set to
- * llama.cpp's value for the target (ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
- * MOSTLY_Q4_K_S 14, MOSTLY_Q6_K 18, MOSTLY_BF16 32). The output keeps the input's alignment. On
- * failure no output file is left behind.
- * ------------------------------------------------------------------------------------------- */
-
-/* Tensor counts of one strata_quantize_file run. */
-typedef struct strata_quantize_stats {
-    int64_t n_tensors;       /* tensors written */
-    int64_t n_quantized;     /* converted to the target type (or a router to F32) */
-    int64_t n_fallback;      /* converted to Q8_0 because the row length did not fit the target */
-    int64_t n_kept;          /* copied unchanged (1-D, router, non-float, or row length fits nothing) */
-    uint64_t bytes_in;       /* tensor data bytes read */
-    uint64_t bytes_out;      /* tensor data bytes written */
-} strata_quantize_stats;
-
-typedef struct strata_quantize_params {
-    strata_type type;             /* target: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K */
-    int n_threads;                /* worker threads (<= 0: the number of online CPUs) */
-    int allow_requantize;         /* 1: quantized inputs may be converted to another type */
-    strata_quantize_stats *stats; /* optional: filled on success */
-} strata_quantize_params;
-
-/* Defaults: type Q8_0, n_threads 0, allow_requantize 0, stats NULL. */
-STRATA_API strata_quantize_params strata_quantize_default_params(void);
-/* Reads in_path (all shards of a split model), writes out_path (must be another file). */
-STRATA_API strata_status strata_quantize_file(const char *in_path, const char *out_path,
-                                              const strata_quantize_params *params);
-
-/* ---------------------------------------------------------------------------------------------
  * Models
  *
  * A strata_model is an opened GGUF model: architecture, hyperparameters, weights (zero-copy views
@@ -389,6 +225,7 @@ STRATA_API strata_status strata_quantize_file(const char *in_path, const char *o
 
 typedef struct strata_model strata_model;
 typedef int32_t strata_token;
+typedef struct strata_gguf strata_gguf; /* strata_gguf.h */
 
 typedef struct strata_model_params {
     int use_mmap;        /* 1 (default): map the file; 0: read it into memory */
@@ -490,6 +327,102 @@ typedef struct strata_session strata_session;
  * back into the session. */
 typedef void (*strata_progress_fn)(const char *what, int64_t done, int64_t total, void *user_data);
 
+/* Where a session's routed experts live and move (CUDA sessions unless a field says otherwise).
+ * Every mode gives the all-resident session's results, bit for bit, except where a field says it
+ * computes in other arithmetic. */
+typedef struct strata_placement_params {
+    int32_t n_cpu_moe;    /* the routed experts of the first n_cpu_moe layers stay in RAM and the
+                             CPU computes them; -1: every layer; 0 (default): all on the GPU.
+                             Attention, routers and shared experts stay on the GPU. */
+    int32_t expert_cache; /* routed experts live in a cache of this many GPU slots (LRU and a
+                             pinned hot set; at least n_expert), loaded over PCIe from RAM when
+                             routed and not resident. 0 (default): every expert resident; -1: as
+                             many slots as fit in gpu_mem (or the free memory) after the other
+                             weights, the KV cache and scratch, less a margin (the stats tell) */
+    int64_t gpu_mem;      /* bytes of GPU memory the session may use with expert_cache -1 (0, the
+                             default: what is free) */
+    int64_t ram_budget;   /* CPU and CUDA sessions: bytes of RAM for routed experts (0, the
+                             default: the whole file through its mapping). Experts not resident
+                             are read from the file with O_DIRECT into that many expert-sized
+                             slots (LRU and a pinned hot set); the budget must hold one token's
+                             experts, and prompt batches shrink so one layer's experts fit. CUDA
+                             sessions: with expert_cache or n_cpu_moe (page-locked slots the GPU
+                             cache loads from and the CPU layers read), not with pin_experts 1,
+                             gpu_prefetch, cpu_misses 1, stage_experts > 0 or doorbell. */
+    int pipe;             /* with ram_budget: the next layer's predicted experts (its norm and
+                             router on the hidden state now) are read in a background thread while
+                             this layer computes. CUDA sessions: in calls of up to 8 tokens, the
+                             prediction on the GPU, experts already in GPU slots not read */
+    int32_t stage_experts; /* with n_cpu_moe: a batch of at least this many tokens has a CPU
+                             layer's routed experts copied to the GPU (one layer's worth of
+                             slots) and computed there; fewer tokens are computed by the CPU. -1
+                             (default): per batch, whichever the cost model predicts faster from
+                             the PCIe rate and the CPU's expert cost measured at create (stats);
+                             0: never. */
+    int cpu_misses;       /* with expert_cache: 1 makes each missed expert either loaded into a
+                             slot or computed by the CPU from RAM while the GPU computes the
+                             others, as the cost model predicts faster (the CPU's arithmetic for
+                             those: close, not bit-identical). With n_cpu_moe (not with doorbell or
+                             ram_budget): in calls of up to 8 tokens a share of each CPU layer's
+                             experts is copied to the GPU and computed there while the CPU
+                             computes the rest; where every CPU layer's expert type has GPU kernels
+                             in the CPU's arithmetic (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), the result is
+                             the CPU's alone, bit for bit, whatever the share (stats cpu_split 1).
+                             -1 (default): that exact split of the CPU layers, no cache split; 1:
+                             both splits, the CPU layers' in the GPU's arithmetic where the exact
+                             one does not apply; 0: neither. */
+    float pcie_frac;      /* with cpu_misses: < 0 (default -1): the cost model chooses; 0..1: the
+                             heaviest round(pcie_frac x misses) are loaded, the rest computed */
+    int pin_experts;      /* with expert_cache or n_cpu_moe: 1 copies the routed experts kept in
+                             RAM into pinned host memory at create (the CPU's expert step and the
+                             PCIe loads then read the copy at the pinned rate). -1 (default): pin
+                             when the copy leaves 4 GiB of MemAvailable free (else, or when the
+                             pinned allocation fails, read the mapping; the stats tell); 0: read
+                             the file's mapping. */
+    int gpu_prefetch;     /* with expert_cache: in decode steps, the next layer's experts are
+                             predicted (its router on the current hidden state) and the missing
+                             ones copied into free slots on a copy stream while this layer
+                             computes. 0 (default): demand loads only. */
+    int doorbell;         /* with n_cpu_moe: in calls of up to 8 tokens the CPU layers' experts
+                             are computed by a pool of CPU threads that the GPU feeds through
+                             host-mapped memory: the GPU publishes a layer's rows and routing and
+                             waits on the device for the pool's flag, so the host does not wait
+                             for each CPU layer. With expert_cache: in those calls the pool
+                             computes the cache's misses while the GPU computes the hits (the
+                             CPU's arithmetic for the misses). Not with ram_budget (nor, with
+                             expert_cache, gpu_prefetch, cpu_misses 1 or degrade_zero). 0
+                             (default): the host hands each CPU layer over. */
+    int cpu_warm;         /* with n_cpu_moe, host hand-off (not doorbell): in calls of up to 8
+                             tokens a CPU layer's routing comes down with the next CPU layer's
+                             prediction, and the CPU threads read those experts into their caches
+                             while the GPU computes the next attention; stopped when the real
+                             routing arrives. 0 (default) off, 1 on. */
+} strata_placement_params;
+
+/* How a CUDA session runs its kernels. None of them changes the results except attn_tc, which
+ * computes prompt attention in other arithmetic (close to the CPU's, not bit-identical). */
+typedef struct strata_cuda_params {
+    int graphs;           /* 1 (default): a single-token step is captured into a CUDA graph once
+                             and replayed as one launch per step; 0: every kernel launched every
+                             step; 2: also steps whose CPU layers go to the expert pool
+                             (placement.doorbell) */
+    int pdl;              /* on compute 9.0+: programmatic dependent launch (a kernel may start
+                             while the one before finishes; each still waits for its inputs). 1
+                             (default): calls of at most 8 tokens; 2: every call; 0: never */
+    int attn_tc;          /* prompt batches' attention (64+ query rows per KV head, head_dim
+                             64/128, f16 cache) on the tensor cores, f32 softmax. -1 (default) and
+                             2: queries and probabilities each split into two f16 parts (hi + lo);
+                             1: single f16 parts; 3: the probabilities split, the queries single;
+                             0: the FMA kernel; other values are refused. Decode steps are
+                             unaffected. */
+    int q8_tiles;         /* 1 (default): each Q8_0 attention and dense FFN matrix is also kept in
+                             the prompt tiles' layout (quants as rows of bytes, scales apart),
+                             which batches of 32+ tokens copy into shared memory, at the cost of
+                             those matrices' GPU memory once more, taken last and only where the
+                             session's other allocations and the margin leave room (the stats
+                             count the copies and the matrices without one); 0 off. */
+} strata_cuda_params;
+
 typedef struct strata_session_params {
     int32_t n_ctx;        /* context length in tokens; 0: the model's n_ctx_train */
     int32_t n_batch;      /* tokens per forward pass while reading a prompt (default 512) */
@@ -500,150 +433,32 @@ typedef struct strata_session_params {
                              application may bind it to the set's first CPU); 0 (default): the
                              scheduler places them */
     strata_backend_kind backend; /* STRATA_BACKEND_CPU (default), or STRATA_BACKEND_CUDA: every
-                                    weight and the KV cache on GPU 0 (STRATA_ERR_UNSUPPORTED at
-                                    create when CUDA is unusable or the model's shape or weight
-                                    types have no GPU kernel; the message says which) */
-    /* DEGRADE_ZERO (opt-in approximation, docs/DEGRADE_ZERO.md): in decode steps and verify
-     * windows of <= 4 tokens (strata_session_decode_gen, never while reading a prompt), a routed
-     * expert that missed its deadline and whose gate weight for that position is below
-     * degrade_tau is dropped; each position keeps its heaviest expert; weights are not
-     * renormalized. Experts resident on the GPU or placed on the CPU never miss, so with every
-     * expert resident it changes nothing. degrade_eval counts every routed slot as missed (the
-     * deterministic worst case, for quality tables; CPU sessions only). */
+                                    weight and the KV cache on GPU 0, experts as placement says
+                                    (STRATA_ERR_UNSUPPORTED at create when CUDA is unusable or the
+                                    model's shape or weight types have no GPU kernel; the message
+                                    says which) */
+    /* DEGRADE_ZERO, an opt-in approximation: in decode steps and verify windows of <= 4 tokens
+     * (strata_session_decode_gen, never while reading a prompt), a routed expert that missed its
+     * deadline and whose gate weight for that position is below degrade_tau is dropped; each
+     * position keeps its heaviest expert; weights are not renormalized. Experts resident on the
+     * GPU or placed on the CPU never miss, so with every expert resident it changes nothing.
+     * degrade_eval counts every routed slot as missed (the deterministic worst case, for quality
+     * tables; CPU sessions only). */
     int degrade_zero;     /* 0 (default) or 1 */
     float degrade_tau;    /* 0 <= tau <= 1, default 0.03 */
     int degrade_eval;     /* 0 (default) or 1; needs degrade_zero */
     int profile;          /* 1: time the phases of every forward pass (strata_session_stats); on
                              the GPU each phase is followed by a device synchronization, which
                              slows the pass down: for measurements, not for serving */
-    int attn_tc;          /* CUDA sessions: prompt batches' attention (64+ query rows per KV head,
-                             head_dim 64/128, f16 cache; other shapes take the FMA kernel) with a
-                             tensor-core flash-attention kernel, f32 softmax. -1 (default) and 2:
-                             queries and probabilities each split into two f16 parts (hi + lo:
-                             near-f32 products; on the H200 pp512 at depth 16K 2.9x the FMA
-                             kernel, KL against the CPU as the FMA kernel's); 1: single f16 parts
-                             (3.1x, but twice the KL on the default model); 3: the
-                             probabilities split, the queries single f16 (3/4 of 2's mma work);
-                             0: the FMA kernel; other values are refused.
-                             KL-close to the CPU, not bit-identical (docs/PERFORMANCE.md). Decode
-                             steps are unaffected. */
-    int cuda_graphs;      /* CUDA sessions: 1 (default) captures a single-token step into a CUDA
-                             graph once and replays it as one launch per step (same kernels, same
-                             bits; +28% decode on qwen3-30b-a3b, docs/PERFORMANCE.md); 0 launches
-                             every kernel of every step; 2 also captures steps whose CPU layers
-                             go to the expert pool (cuda_doorbell; same bits, not faster so
-                             far: docs/EXPERTS.md) */
-    int cuda_pdl;         /* CUDA sessions on compute 9.0+: programmatic dependent launch (the GPU
-                             may start a kernel while the one before finishes; each kernel still
-                             waits for its inputs: same bits). 1 (default): for calls of at most 8
-                             tokens (decode steps, verify windows; prompt batches measured faster
-                             without: their big grids' dependents took SM room early); 2: every
-                             call; 0: never */
-    int32_t n_cpu_moe;    /* CUDA sessions: the routed experts of the first n_cpu_moe layers stay
-                             in RAM and the CPU computes them (llama.cpp's --n-cpu-moe); -1: every
-                             layer (--cpu-moe); 0 (default): all on the GPU. Attention, routers
-                             and shared experts stay on the GPU. */
-    int32_t stage_experts; /* CUDA sessions with n_cpu_moe: a batch of at least this many tokens
-                             has the routed experts of a CPU layer copied to the GPU (into one
-                             layer's worth of slots, over PCIe) and computed there, as llama.cpp
-                             does for prompts; fewer tokens are computed by the CPU. -1 (auto):
-                             per batch, whichever the cost model predicts faster from the PCIe
-                             rate and the CPU's expert cost measured at create (stats; the
-                             default); 0: never. The GPU's results are the all-resident
-                             session's, bit for bit. */
-    int cpu_misses;       /* CUDA sessions with expert_cache: 1 makes each missed expert either
-                             loaded into a slot or computed by the CPU (from RAM, while the GPU
-                             computes the others), as the cost model predicts faster from the
-                             PCIe rate and the CPU's expert cost measured at create (stats); the
-                             CPU's arithmetic for those (KL-close, not bit-identical); otherwise
-                             every miss is loaded. With n_cpu_moe (not with cuda_doorbell or
-                             ram_budget): in calls of up to 8 tokens every routed expert of a CPU
-                             layer counts as a miss, the loaded ones copied into staging slots
-                             (as stage_experts does) and computed by the GPU while the CPU
-                             computes the rest. Where every CPU layer's expert types have
-                             CPU-exact GPU kernels (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K: the CPU's
-                             kernels give the same bits at every ISA level), the GPU's share
-                             computes the CPU's bits
-                             and the rows are summed in the CPU's order: the result is the
-                             CPU's alone, whatever the share (stats: cpu_split 1). -1 (default,
-                             auto): that exact split for the CPU layers, no cache split; 1: both
-                             splits, the CPU layers' in the GPU's arithmetic where the exact one
-                             does not apply; 0: neither. */
-    float pcie_frac;      /* with cpu_misses: < 0 (default -1): the cost model chooses; 0..1: the
-                             heaviest round(pcie_frac x misses) are loaded, the rest computed */
-    int gpu_prefetch;     /* CUDA sessions with expert_cache: in decode steps, predict the next
-                             layer's experts (its router on the current hidden state) and copy
-                             the missing ones into free slots on a copy stream while this layer
-                             computes; the layer waits on the device for a copy still in flight.
-                             Same results. Best with pin_experts (asynchronous copies). 0
-                             (default): demand loads only. */
-    int pin_experts;      /* CUDA sessions whose routed experts stay in RAM (expert_cache,
-                             n_cpu_moe): 1 copies them into pinned host memory at create (the
-                             CPU's expert step and the PCIe loads then read the copy: loads at the
-                             pinned rate, ~51 GB/s against ~19 from the mapping; decode with a
-                             25% cache 1.37x on the H200); same results. -1 (default): pin when
-                             the copy leaves 4 GiB of MemAvailable free (else, or if the pinned
-                             allocation fails, read the mapping; stats tell); 0: read the file's
-                             mapping. */
-    int32_t expert_cache; /* CUDA sessions: routed experts live in a cache of this many GPU slots
-                             (LRU + a pinned hot set; at least n_expert), loaded over PCIe from
-                             RAM when routed and not resident; same results, bit for bit. 0
-                             (default): every expert resident; -1: as many slots as fit in
-                             gpu_mem (or the free memory) after the other weights, the KV cache
-                             and scratch, less a margin (strata_session_get_stats tells) */
-    int64_t gpu_mem;      /* CUDA sessions: bytes of GPU memory the session may use with
-                             expert_cache -1 (0, the default: what is free) */
-    int64_t ram_budget;   /* bytes of RAM for routed experts (0, the default: the whole file
-                             through its mapping). Experts not resident are read from the GGUF
-                             with O_DIRECT into that many expert-sized slots (LRU + a pinned hot
-                             set); the budget must hold k experts, and prompt batches shrink so one
-                             layer's experts fit. Same results, bit for bit. CPU sessions; CUDA
-                             sessions with expert_cache or n_cpu_moe (page-locked slots that the
-                             GPU cache loads from and the CPU layers read; not with pin_experts 1,
-                             gpu_prefetch, cpu_misses or stage_experts > 0) */
-    int pipe;             /* with ram_budget: read the next layer's predicted experts (its norm
-                             and router on the hidden state now) in a background thread while
-                             this layer computes (STRATA_PIPE, --pipe); same results. CUDA
-                             sessions: in calls of up to 8 tokens, the prediction on the GPU,
-                             experts already in GPU slots not read */
     strata_progress_fn progress;  /* NULL (default): no progress reports */
     void *progress_data;          /* passed to progress */
-    int cuda_doorbell;    /* CUDA sessions with n_cpu_moe: in decode-sized calls (up to 8 tokens)
-                             the CPU layers' experts are computed by a pool of CPU threads that
-                             the GPU feeds through host-mapped memory (c/experts/pool.h): the GPU
-                             publishes a layer's rows and routing and waits on the device for the
-                             pool's flag, so the host no longer waits for each CPU layer. Same
-                             results, bit for bit. With expert_cache: in those calls the pool
-                             computes the misses of the cache's layers while the GPU computes
-                             the hits (the split made on the device; up to 4 missed experts
-                             loaded into slots after each step; the CPU's arithmetic for the
-                             misses). Not with ram_budget (nor, with expert_cache,
-                             gpu_prefetch, cpu_misses or degrade_zero). 0 (default): the host
-                             hands each CPU layer over (STRATA_DOORBELL, --doorbell) */
-    int cpu_warm;         /* CUDA sessions with n_cpu_moe, host hand-off (not cuda_doorbell, not
-                             pipe): in calls of up to 8 tokens, a CPU layer's routing comes down
-                             with the next CPU layer's prediction (its norm and router on the
-                             hidden state now, computed by the GPU while the CPU computes this
-                             layer), and the CPU threads read the predicted experts' weights
-                             into their caches while the GPU computes the next layer's attention
-                             (DRAM is otherwise idle then); stopped when the real routing
-                             arrives. Same results. 1 on; 0 (default) off: end to end within
-                             the hosts' noise of off (H200 host, qwen3 --cpu-moe 55.4 / 58.5
-                             against 56.4 / 45.2 tok/s; STRATA_CPU_WARM=1, --cpu-warm) */
-    int q8_tiles;         /* CUDA sessions: each Q8_0 attention and dense FFN matrix is also kept
-                             in the prompt tiles' layout (the quants as rows of bytes, the scales
-                             apart), which batches of 32+ tokens copy into shared memory by
-                             cp.async instead of decoding the 34-byte blocks lane by lane. Same
-                             results, bit for bit; costs those matrices' GPU memory once more
-                             (qwen3-30b-a3b: 0.96 GB), taken last and only where the session's
-                             other allocations (an expert cache among them) and the margin leave
-                             room: the stats count the copies' bytes and the matrices without
-                             one. 1 (default) on; 0 off (STRATA_Q8_TILES=0, --no-q8-tiles) */
+    strata_placement_params placement; /* where routed experts live and move */
+    strata_cuda_params cuda;           /* CUDA sessions' kernel choices */
 } strata_session_params;
 
-/* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_zero 0,
- * degrade_tau 0.03, degrade_eval 0, cuda_graphs 1, cuda_pdl 1, attn_tc -1 (auto), stage_experts -1 (auto),
- * pin_experts -1 (auto), pcie_frac -1, cpu_misses -1 (auto), q8_tiles 1; everything else 0. */
+/* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_tau 0.03,
+ * placement.stage_experts -1, .cpu_misses -1, .pcie_frac -1, .pin_experts -1, cuda.graphs 1,
+ * .pdl 1, .attn_tc -1, .q8_tiles 1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 /* Checks params against model as strata_session_create would, without creating anything: every
  * option's range, which options combine, a ram_budget that holds one token's experts, and that
@@ -728,7 +543,7 @@ typedef struct strata_session_stats {
      * layer l+1's experts predicted at layer l's router (layer l+1's norm and router applied to
      * the hidden state then), scored when l+1 routes (predict_slots, predict_hits below) */
     /* where routed experts ran: slot-rows (one token's use of one expert) whose expert was in
-     * GPU memory, and slot-rows the CPU computed (every slot of a CPU session; the --n-cpu-moe
+     * GPU memory, and slot-rows the CPU computed (every slot of a CPU session; the n_cpu_moe
      * layers of a GPU session); per layer, the smallest and largest share served from the GPU */
     int64_t expert_slots_gpu;
     int64_t expert_slots_cpu;
@@ -743,7 +558,7 @@ typedef struct strata_session_stats {
     int64_t prefetch_issued;      /* experts prefetched (pipe) */
     int64_t prefetch_timely;      /* needed, and read before their layer needed them */
     int64_t prefetch_late;        /* needed while still being read (counted as misses) */
-    int64_t graph_launches;       /* CUDA-graph steps run (cuda_graphs) */
+    int64_t graph_launches;       /* CUDA-graph steps run (cuda.graphs) */
     int64_t graph_rebuilds;       /* of them, captures (the others replayed a captured graph) */
     int32_t threads_pinned;       /* worker threads bound to a CPU (cpu_pin) */
     int64_t predict_slots;        /* routed slots scored */

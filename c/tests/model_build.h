@@ -7,6 +7,8 @@
 
 #include "gguf_writer.h"
 #include "strata.h"
+#include "strata_gguf.h"
+#include "strata_quant.h"
 #include "test.h"
 
 #include <stdio.h>

@@ -24,6 +24,8 @@ int main(void) {
     CHECK(strata_version_number() ==
               STRATA_VERSION_MAJOR * 10000 + STRATA_VERSION_MINOR * 100 + STRATA_VERSION_PATCH,
           "version number %d", strata_version_number());
+    CHECK(strata_abi_version() == STRATA_ABI_VERSION, "ABI %d, header %d", strata_abi_version(),
+          STRATA_ABI_VERSION);
 
     /* status names */
     CHECK(strcmp(strata_status_name(STRATA_OK), "STRATA_OK") == 0, "ok name");

@@ -4,6 +4,8 @@
  * own values, argument errors, partial-file removal on failure, and quantizing the written file. */
 #include "gguf_writer.h"
 #include "strata.h"
+#include "strata_gguf.h"
+#include "strata_quant.h"
 #include "test.h"
 
 #include <math.h>

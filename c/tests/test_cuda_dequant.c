@@ -3,6 +3,7 @@
  * are not multiples of a launch block; plus guard words after (and before) the device output and
  * the argument errors. Skips, saying why, in builds without CUDA or where no GPU is usable. */
 #include "strata.h"
+#include "strata_quant.h"
 #include "test.h"
 
 #ifdef STRATA_HAVE_CUDA

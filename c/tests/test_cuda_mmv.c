@@ -24,6 +24,7 @@
  *   - argument errors, supports(), scratch size, IQ3 grid tables (these need no GPU).
  * One line per case: type, shape, ncols, NMSE vs CPU and exact, max |err|, rows compared. */
 #include "strata.h"
+#include "strata_quant.h"
 #include "test.h"
 
 #ifdef STRATA_HAVE_CUDA

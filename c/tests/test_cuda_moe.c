@@ -13,6 +13,7 @@
  * One line per case: name, shape, types, T, NMSE, max error, pass/FAIL.
  * Skips, saying why, in builds without CUDA or where no GPU is usable. */
 #include "strata.h"
+#include "strata_quant.h"
 #include "test.h"
 
 #ifdef STRATA_HAVE_CUDA

@@ -50,21 +50,21 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
                                    int n_ctx) {
     strata_session_params sp = strata_session_default_params();
     sp.kv_type = g_kv;
-    sp.cuda_graphs = g_graphs;
-    sp.cuda_pdl = g_pdl;
-    sp.n_cpu_moe = g_cpu_moe;
-    sp.expert_cache = g_cache;
-    sp.stage_experts = g_stage;
-    sp.pin_experts = g_pin;
-    sp.gpu_prefetch = g_prefetch;
-    sp.cpu_misses = g_cpu_misses;
-    sp.pcie_frac = g_pcie_frac;
-    sp.attn_tc = g_attn_tc;
-    sp.ram_budget = g_ram;
-    sp.cuda_doorbell = g_doorbell;
-    sp.pipe = g_pipe;
-    sp.cpu_warm = g_warm;
-    sp.q8_tiles = g_q8_tiles;
+    sp.cuda.graphs = g_graphs;
+    sp.cuda.pdl = g_pdl;
+    sp.placement.n_cpu_moe = g_cpu_moe;
+    sp.placement.expert_cache = g_cache;
+    sp.placement.stage_experts = g_stage;
+    sp.placement.pin_experts = g_pin;
+    sp.placement.gpu_prefetch = g_prefetch;
+    sp.placement.cpu_misses = g_cpu_misses;
+    sp.placement.pcie_frac = g_pcie_frac;
+    sp.cuda.attn_tc = g_attn_tc;
+    sp.placement.ram_budget = g_ram;
+    sp.placement.doorbell = g_doorbell;
+    sp.placement.pipe = g_pipe;
+    sp.placement.cpu_warm = g_warm;
+    sp.cuda.q8_tiles = g_q8_tiles;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -836,23 +836,23 @@ static void test_default_model(void) {
         strata_session_params sp = strata_session_default_params();
         sp.backend = STRATA_BACKEND_CUDA;
         sp.n_ctx = 128;
-        sp.stage_experts = -2;
+        sp.placement.stage_experts = -2;
         strata_session *bad0 = NULL;
         CHECK(strata_session_create(m, &sp, &bad0) == STRATA_ERR_INVALID_ARG && !bad0,
               "stage_experts < -1 is refused");
-        sp.stage_experts = -1;
-        sp.n_cpu_moe = -1;
-        sp.cuda_doorbell = sp.cpu_misses = 1;
+        sp.placement.stage_experts = -1;
+        sp.placement.n_cpu_moe = -1;
+        sp.placement.doorbell = sp.placement.cpu_misses = 1;
         CHECK(strata_session_create(m, &sp, &bad0) == STRATA_ERR_UNSUPPORTED && !bad0,
               "cuda_doorbell with n_cpu_moe and cpu_misses is refused");
-        sp.cuda_doorbell = sp.cpu_misses = 0;
-        sp.n_cpu_moe = 0;
+        sp.placement.doorbell = sp.placement.cpu_misses = 0;
+        sp.placement.n_cpu_moe = 0;
         /* pin_experts -1 (the default, auto): the tiny model's experts fit, so they are pinned;
          * 0 keeps the mapping; 2 is refused */
-        sp.stage_experts = 0;
-        sp.n_cpu_moe = -1;
+        sp.placement.stage_experts = 0;
+        sp.placement.n_cpu_moe = -1;
         for (int pv = -1; pv <= 0; pv++) {
-            sp.pin_experts = pv;
+            sp.placement.pin_experts = pv;
             strata_session *pin_s = NULL;
             strata_session_stats pst;
             memset(&pst, 0, sizeof pst);
@@ -861,12 +861,12 @@ static void test_default_model(void) {
                   "pin_experts %d: %lld pinned bytes (%s)", pv, (long long)pst.pinned_bytes, strata_last_error());
             strata_session_free(pin_s);
         }
-        sp.pin_experts = 2;
+        sp.placement.pin_experts = 2;
         strata_session *bad2 = NULL;
         CHECK(strata_session_create(m, &sp, &bad2) == STRATA_ERR_INVALID_ARG && !bad2, "pin_experts 2 is refused");
-        sp.pin_experts = 0;
-        sp.n_cpu_moe = 0;
-        sp.expert_cache = 16;
+        sp.placement.pin_experts = 0;
+        sp.placement.n_cpu_moe = 0;
+        sp.placement.expert_cache = 16;
         strata_session *bad = NULL;
         CHECK(strata_session_create(m, &sp, &bad) == STRATA_ERR_INVALID_ARG && !bad,
               "an expert cache smaller than one layer's experts is refused");

@@ -4,6 +4,7 @@
  * Expected values are the ones the test wrote with gguf_build.h (or, for ../shared, facts read
  * with the Python gguf package and the raw header bytes). */
 #include "strata.h"
+#include "strata_gguf.h"
 #include "test.h"
 #include "gguf_build.h"
 

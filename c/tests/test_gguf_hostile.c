@@ -3,6 +3,7 @@
  * known), every prefix of a valid file, and a few thousand deterministic random byte flips (which
  * must return OK or an error, never crash: run under ASan/UBSan). */
 #include "strata.h"
+#include "strata_gguf.h"
 #include "test.h"
 #include "gguf_build.h"
 

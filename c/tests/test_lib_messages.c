@@ -7,6 +7,7 @@
  * $STRATA_SHARED/models/...; skipped when absent). */
 #include "test.h"
 #include "strata.h"
+#include "strata_quant.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -32,46 +33,46 @@ static void s_kv_type(strata_session_params *p) { p->kv_type = STRATA_TYPE_Q8_0;
 static void s_degrade_zero(strata_session_params *p) { p->degrade_zero = 2; }
 static void s_degrade_tau(strata_session_params *p) { p->degrade_tau = 2.0f; }
 static void s_degrade_eval(strata_session_params *p) { p->degrade_eval = 1; }
-static void s_ram_budget(strata_session_params *p) { p->ram_budget = -1; }
-static void s_cpu_misses(strata_session_params *p) { p->cpu_misses = 5; }
-static void s_pcie_frac(strata_session_params *p) { p->pcie_frac = 2.0f; }
-static void s_stage_experts(strata_session_params *p) { p->stage_experts = -5; }
-static void s_attn_tc(strata_session_params *p) { p->attn_tc = 9; }
-static void s_q8_tiles(strata_session_params *p) { p->q8_tiles = 3; }
-static void s_cpu_warm(strata_session_params *p) { p->cpu_warm = 3; }
-static void s_pin_experts(strata_session_params *p) { p->pin_experts = 3; }
+static void s_ram_budget(strata_session_params *p) { p->placement.ram_budget = -1; }
+static void s_cpu_misses(strata_session_params *p) { p->placement.cpu_misses = 5; }
+static void s_pcie_frac(strata_session_params *p) { p->placement.pcie_frac = 2.0f; }
+static void s_stage_experts(strata_session_params *p) { p->placement.stage_experts = -5; }
+static void s_attn_tc(strata_session_params *p) { p->cuda.attn_tc = 9; }
+static void s_q8_tiles(strata_session_params *p) { p->cuda.q8_tiles = 3; }
+static void s_cpu_warm(strata_session_params *p) { p->placement.cpu_warm = 3; }
+static void s_pin_experts(strata_session_params *p) { p->placement.pin_experts = 3; }
 static void s_ram_gpu(strata_session_params *p) {
     p->backend = STRATA_BACKEND_CUDA;
-    p->ram_budget = 1 << 20;
+    p->placement.ram_budget = 1 << 20;
 }
 static void s_doorbell_cache(strata_session_params *p) {
     p->backend = STRATA_BACKEND_CUDA;
-    p->cuda_doorbell = 1;
-    p->expert_cache = 32;
-    p->gpu_prefetch = 1;
+    p->placement.doorbell = 1;
+    p->placement.expert_cache = 32;
+    p->placement.gpu_prefetch = 1;
 }
 static void s_doorbell_cpu_moe(strata_session_params *p) {
     p->backend = STRATA_BACKEND_CUDA;
-    p->cuda_doorbell = 1;
-    p->n_cpu_moe = -1;
-    p->cpu_misses = 1;
+    p->placement.doorbell = 1;
+    p->placement.n_cpu_moe = -1;
+    p->placement.cpu_misses = 1;
 }
 static void s_ram_doorbell(strata_session_params *p) {
     s_ram_gpu(p);
-    p->n_cpu_moe = -1;
-    p->cuda_doorbell = 1;
+    p->placement.n_cpu_moe = -1;
+    p->placement.doorbell = 1;
 }
 static void s_ram_pin(strata_session_params *p) {
     s_ram_gpu(p);
-    p->expert_cache = 32;
-    p->pin_experts = 1;
+    p->placement.expert_cache = 32;
+    p->placement.pin_experts = 1;
 }
 static void s_eval_gpu(strata_session_params *p) {
     p->backend = STRATA_BACKEND_CUDA;
     p->degrade_zero = 1;
     p->degrade_eval = 1;
 }
-static void s_ram_small(strata_session_params *p) { p->ram_budget = 1024; }
+static void s_ram_small(strata_session_params *p) { p->placement.ram_budget = 1024; }
 static void s_cuda(strata_session_params *p) { p->backend = STRATA_BACKEND_CUDA; }
 
 static void test_session_checks(void) {
@@ -84,8 +85,8 @@ static void test_session_checks(void) {
         {s_ram_budget, {"ram_budget"}}, {s_cpu_misses, {"cpu_misses"}}, {s_pcie_frac, {"pcie_frac"}},
         {s_stage_experts, {"stage_experts"}}, {s_attn_tc, {"attn_tc"}}, {s_q8_tiles, {"q8_tiles"}},
         {s_cpu_warm, {"cpu_warm"}}, {s_pin_experts, {"pin_experts"}},
-        {s_ram_gpu, {"expert_cache", "n_cpu_moe"}}, {s_doorbell_cache, {"cuda_doorbell", "expert_cache"}},
-        {s_doorbell_cpu_moe, {"cuda_doorbell", "cpu_misses"}}, {s_ram_doorbell, {"ram_budget", "cuda_doorbell"}},
+        {s_ram_gpu, {"expert_cache", "n_cpu_moe"}}, {s_doorbell_cache, {"doorbell", "expert_cache"}},
+        {s_doorbell_cpu_moe, {"doorbell", "cpu_misses"}}, {s_ram_doorbell, {"ram_budget", "doorbell"}},
         {s_ram_pin, {"ram_budget", "pin_experts"}}, {s_eval_gpu, {"degrade_eval"}}, {s_ram_small, {NULL}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -114,7 +115,7 @@ static void test_session_checks(void) {
     }
     strata_session_free(s);
     /* refused after part of the GPU session was made: the freeing keeps the reason */
-    p.expert_cache = 1;
+    p.placement.expert_cache = 1;
     const strata_status st = strata_session_create(model, &p, &s);
     CHECK(st != STRATA_OK && !s && strstr(strata_last_error(), "expert_cache") != NULL,
           "an expert cache of 1 slot refused with its reason: '%s'", strata_last_error());

@@ -8,6 +8,8 @@
 #include "model.h"
 #include "model_build.h"
 #include "strata.h"
+#include "strata_gguf.h"
+#include "strata_quant.h"
 #include "test.h"
 
 #include <math.h>

@@ -6,6 +6,7 @@
  * line. */
 #include "test.h"
 #include "strata.h"
+#include "strata_gguf.h"
 
 #include <math.h>
 #include <string.h>
@@ -273,7 +274,7 @@ static void test_params_check(void) {
     CHECK(strata_session_params_check(model, &p) == STRATA_ERR_INVALID_ARG &&
               strstr(strata_last_error(), "degrade_eval"), "degrade_eval alone: %s", strata_last_error());
     p = strata_session_default_params();
-    p.ram_budget = 1;
+    p.placement.ram_budget = 1;
     CHECK(strata_session_params_check(model, &p) == STRATA_ERR_INVALID_ARG &&
               strstr(strata_last_error(), "ram_budget 1 bytes holds 0 experts"), "ram_budget 1: %s",
           strata_last_error());
@@ -282,7 +283,7 @@ static void test_params_check(void) {
     strata_session *s = NULL;
     CHECK(strata_session_create(model, &p, &s) == STRATA_ERR_INVALID_ARG && !s &&
               strcmp(strata_last_error(), msg) == 0, "create says the same: %s", strata_last_error());
-    p.ram_budget = 64 << 20;
+    p.placement.ram_budget = 64 << 20;
     CHECK(strata_session_params_check(model, &p) == STRATA_OK, "ram_budget 64M: %s", strata_last_error());
     p = strata_session_default_params();
     p.backend = STRATA_BACKEND_CUDA;
@@ -316,30 +317,30 @@ static void test_errors(void) {
     CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2, "kv_type q8_0 refused");
     p = strata_session_default_params();
     for (int v = -2; v <= 4; v += 6) { /* attn_tc takes -1 .. 3 */
-        p.attn_tc = v;
+        p.cuda.attn_tc = v;
         CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
                   strstr(strata_last_error(), "attn_tc"), "attn_tc %d refused: %s", v, strata_last_error());
     }
-    p.attn_tc = 0;
-    p.cpu_warm = 2;
+    p.cuda.attn_tc = 0;
+    p.placement.cpu_warm = 2;
     CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
               strstr(strata_last_error(), "cpu_warm"), "cpu_warm 2 refused: %s", strata_last_error());
-    p.cpu_warm = 0;
+    p.placement.cpu_warm = 0;
     for (int v = -1; v <= 2; v += 3) { /* q8_tiles takes 0 or 1 (the default) */
-        p.q8_tiles = v;
+        p.cuda.q8_tiles = v;
         CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
                   strstr(strata_last_error(), "q8_tiles"), "q8_tiles %d refused: %s", v, strata_last_error());
     }
-    CHECK(strata_session_default_params().q8_tiles == 1, "q8_tiles on by default");
-    p.q8_tiles = 0;
+    CHECK(strata_session_default_params().cuda.q8_tiles == 1, "q8_tiles on by default");
+    p.cuda.q8_tiles = 0;
     for (int v = -2; v <= 2; v += 4) { /* cpu_misses takes -1 (auto, the default), 0 or 1 */
-        p.cpu_misses = v;
+        p.placement.cpu_misses = v;
         CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
                   strstr(strata_last_error(), "cpu_misses"), "cpu_misses %d refused: %s", v, strata_last_error());
     }
-    CHECK(strata_session_default_params().cpu_misses == -1, "cpu_misses auto by default");
-    p.cpu_misses = -1;
-    p.attn_tc = 3;
+    CHECK(strata_session_default_params().placement.cpu_misses == -1, "cpu_misses auto by default");
+    p.placement.cpu_misses = -1;
+    p.cuda.attn_tc = 3;
     CHECK(strata_session_create(model, &p, &s2) == STRATA_OK, "attn_tc 3, cpu_warm 0: %s", strata_last_error());
     strata_session_free(s2);
     s2 = NULL;
@@ -467,18 +468,18 @@ static void test_ram_budget(void) {
         strata_session_params sp = strata_session_default_params();
         sp.n_ctx = 128;
         sp.n_batch = 32;
-        sp.ram_budget = pass ? 6 * 106496 : 0; /* 6 slots of the default model's 104 KiB experts */
-        sp.pipe = pass == 2;                   /* and with the next layer prefetched */
-        if (pass == 2) sp.ram_budget = 12 * 106496;
+        sp.placement.ram_budget = pass ? 6 * 106496 : 0; /* 6 slots of the default model's 104 KiB experts */
+        sp.placement.pipe = pass == 2;                   /* and with the next layer prefetched */
+        if (pass == 2) sp.placement.ram_budget = 12 * 106496;
         strata_session *s = NULL;
         CHECK(strata_session_create(model, &sp, &s) == STRATA_OK, "session (ram_budget %lld): %s",
-              (long long)sp.ram_budget, strata_last_error());
+              (long long)sp.placement.ram_budget, strata_last_error());
         if (!s) continue;
         float *lg = pass == 0 ? ref : pass == 1 ? got : piped;
         strata_status r = strata_session_decode(s, toks, 40, lg, 0);
         for (int i = 0; i < 8 && r == STRATA_OK; i++)
             r = strata_session_decode(s, toks + 40 + i, 1, lg + (size_t)(i + 1) * (size_t)V, 0);
-        CHECK(r == STRATA_OK, "decode (ram_budget %lld): %s", (long long)sp.ram_budget, strata_last_error());
+        CHECK(r == STRATA_OK, "decode (ram_budget %lld): %s", (long long)sp.placement.ram_budget, strata_last_error());
         if (pass) strata_session_get_stats(s, pass == 1 ? &st : &stp);
         strata_session_free(s);
     }
@@ -505,7 +506,7 @@ static void test_ram_budget(void) {
         strata_session_params dp = strata_session_default_params();
         dp.n_ctx = 128;
         dp.n_batch = 32;
-        dp.ram_budget = 6 * 106496;
+        dp.placement.ram_budget = 6 * 106496;
         dp.degrade_zero = 1;
         dp.degrade_tau = v ? 0.05f : 0.0f;
         strata_session *s = NULL;
@@ -530,31 +531,31 @@ static void test_ram_budget(void) {
     }
     strata_session_params sp = strata_session_default_params();
     sp.n_ctx = 64;
-    sp.ram_budget = 3 * 106496; /* fewer than the 4 experts one token needs */
+    sp.placement.ram_budget = 3 * 106496; /* fewer than the 4 experts one token needs */
     strata_session *s = NULL;
     CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_INVALID_ARG && !s, "budget below k experts refused");
     CHECK(strstr(strata_last_error(), "one token needs 4") != NULL, "the message says why: %s", strata_last_error());
-    sp.ram_budget = -1;
+    sp.placement.ram_budget = -1;
     CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_INVALID_ARG && !s, "negative budget refused");
-    sp.ram_budget = 1 << 20;
+    sp.placement.ram_budget = 1 << 20;
     sp.backend = STRATA_BACKEND_CUDA;
     CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_INVALID_ARG && !s &&
               strstr(strata_last_error(), "expert_cache") != NULL,
           "ram_budget with an all-resident GPU session refused: %s", strata_last_error());
-    sp.expert_cache = 32;
-    sp.pin_experts = 1;
+    sp.placement.expert_cache = 32;
+    sp.placement.pin_experts = 1;
     CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_UNSUPPORTED && !s,
           "ram_budget with pinned copies of every expert refused: %s", strata_last_error());
-    sp.pin_experts = -1;
-    sp.gpu_prefetch = 1;
+    sp.placement.pin_experts = -1;
+    sp.placement.gpu_prefetch = 1;
     CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_UNSUPPORTED && !s,
           "ram_budget with GPU prefetch refused: %s", strata_last_error());
-    sp.gpu_prefetch = 0;
-    sp.expert_cache = 0;
-    sp.n_cpu_moe = -1;
-    sp.cuda_doorbell = 1;
+    sp.placement.gpu_prefetch = 0;
+    sp.placement.expert_cache = 0;
+    sp.placement.n_cpu_moe = -1;
+    sp.placement.doorbell = 1;
     CHECK(strata_session_create(model, &sp, &s) == STRATA_ERR_UNSUPPORTED && !s &&
-              strstr(strata_last_error(), "cuda_doorbell") != NULL,
+              strstr(strata_last_error(), "doorbell") != NULL,
           "ram_budget with the doorbell's expert pool refused: %s", strata_last_error());
     free(ref);
     free(got);

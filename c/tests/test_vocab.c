@@ -11,6 +11,7 @@
 #include "test.h"
 #include "gguf_build.h"
 #include "strata.h"
+#include "strata_gguf.h"
 #include "vocab_impl.h"
 
 #include <stdio.h>

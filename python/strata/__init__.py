@@ -23,7 +23,7 @@ from ._blocks import (act_type, block_bytes, block_size, can_dequantize, can_dot
 from ._gguf import GGUF, Tensor, TensorInfo
 from ._model import Model
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 
 def version() -> str:

@@ -1,12 +1,13 @@
 """_ffi.py - the cffi binding (ABI mode) of libstrata.
 
-Owns: finding strata.h and libstrata.so, deriving the cffi declarations from the header at import
-time (so the binding cannot drift from the C API), loading the library, and turning failing status
+Owns: finding the public headers (strata.h, strata_gguf.h, strata_quant.h) and libstrata.so,
+deriving the cffi declarations from the headers at import time (so the binding cannot drift from
+the C API), loading the library, checking that its ABI is the headers', and turning failing status
 codes into StrataError.
 
-Header search order: $STRATA_HEADER, python/strata/strata.h (a copy made by packaging),
-<repo>/c/include/strata.h. Library search order: $STRATA_LIB, python/strata/libstrata.so,
-<repo>/libstrata.so.
+Header search order (the folder of the first strata.h found; the other two are read beside it):
+$STRATA_HEADER, python/strata/strata.h (copies made by packaging), <repo>/c/include/strata.h.
+Library search order: $STRATA_LIB, python/strata/libstrata.so, <repo>/libstrata.so.
 """
 from __future__ import annotations
 
@@ -103,8 +104,9 @@ def library_candidates() -> list[Path]:
     return out
 
 
+HEADERS = ("strata.h", "strata_gguf.h", "strata_quant.h")  # in include order
 HEADER_PATH = find_header()
-CDEF = derive_cdef(HEADER_PATH.read_text(encoding="utf-8"))
+CDEF = "".join(derive_cdef((HEADER_PATH.parent / h).read_text(encoding="utf-8")) for h in HEADERS)
 
 ffi = cffi.FFI()
 ffi.cdef(CDEF)
@@ -125,6 +127,10 @@ def _load():
 
 
 lib, LIBRARY_PATH = _load()
+if lib.strata_abi_version() != lib.STRATA_ABI_VERSION:
+    raise ImportError(f"strata: {LIBRARY_PATH} has ABI {lib.strata_abi_version()} but the headers in "
+                      f"{HEADER_PATH.parent} have {lib.STRATA_ABI_VERSION}: rebuild it (make) or point "
+                      "STRATA_LIB / STRATA_HEADER at a matching pair")
 
 
 # ------------------------------------------------------------------------------------------------

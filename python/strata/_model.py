@@ -298,13 +298,17 @@ class Model:
         sp.degrade_zero, sp.degrade_tau = int(self.degrade_zero), self.degrade_tau
         sp.degrade_eval = int(self.degrade_eval)
         sp.profile = int(self.profile)
-        sp.ram_budget, sp.pipe = self.ram_budget, int(self.pipe)
-        sp.cuda_graphs, sp.n_cpu_moe, sp.attn_tc = int(self.cuda_graphs), self.n_cpu_moe, self.attn_tc
-        sp.cuda_pdl = self.cuda_pdl
-        sp.pin_experts, sp.cpu_pin, sp.gpu_prefetch = self.pin_experts, int(self.cpu_pin), int(self.gpu_prefetch)
-        sp.cpu_misses, sp.pcie_frac = self.cpu_misses, self.pcie_frac
-        sp.cuda_doorbell, sp.cpu_warm, sp.q8_tiles = int(self.doorbell), int(self.cpu_warm), int(self.q8_tiles)
-        sp.stage_experts, sp.expert_cache, sp.gpu_mem = self.stage_experts, self.expert_cache, self.gpu_mem
+        pl = sp.placement
+        pl.ram_budget, pl.pipe = self.ram_budget, int(self.pipe)
+        pl.n_cpu_moe, pl.stage_experts = self.n_cpu_moe, self.stage_experts
+        pl.expert_cache, pl.gpu_mem = self.expert_cache, self.gpu_mem
+        pl.pin_experts, pl.gpu_prefetch = self.pin_experts, int(self.gpu_prefetch)
+        pl.cpu_misses, pl.pcie_frac = self.cpu_misses, self.pcie_frac
+        pl.doorbell, pl.cpu_warm = int(self.doorbell), int(self.cpu_warm)
+        cu = sp.cuda
+        cu.graphs, cu.pdl, cu.attn_tc, cu.q8_tiles = (int(self.cuda_graphs), self.cuda_pdl,
+                                                      self.attn_tc, int(self.q8_tiles))
+        sp.cpu_pin = int(self.cpu_pin)
         return sp
 
     def _new_session(self):

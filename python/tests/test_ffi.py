@@ -1,6 +1,7 @@
-"""test_ffi.py - the binding and the header cannot drift: every function and enum constant that
-strata.h declares is reachable through the ffi object, and the cdef in use is exactly what the
-derivation makes from the header file as it is now."""
+"""test_ffi.py - the binding and the headers cannot drift: every function and enum constant that
+the public headers (strata.h, strata_gguf.h, strata_quant.h) declare is reachable through the ffi
+object, and the cdef in use is exactly what the derivation makes from the header files as they are
+now."""
 import re
 
 import cffi
@@ -11,7 +12,8 @@ from strata import _ffi
 
 
 def header_text():
-    return _ffi.find_header().read_text(encoding="utf-8")
+    d = _ffi.find_header().parent
+    return "".join((d / h).read_text(encoding="utf-8") for h in _ffi.HEADERS)
 
 
 def declared_functions(text):
@@ -37,7 +39,7 @@ def test_every_function_is_bound():
     funcs = declared_functions(header_text())
     assert len(funcs) >= 40, funcs  # the header really was parsed
     missing = [f for f in funcs if not hasattr(strata.lib, f)]
-    assert not missing, f"declared in strata.h but not reachable: {missing}"
+    assert not missing, f"declared in the headers but not reachable: {missing}"
 
 
 def test_every_enum_constant_is_bound_with_its_value():
@@ -49,6 +51,7 @@ def test_every_enum_constant_is_bound_with_its_value():
 
 def test_version_macros_match_library():
     lib = strata.lib
+    assert lib.strata_abi_version() == lib.STRATA_ABI_VERSION
     assert lib.strata_version_number() == (lib.STRATA_VERSION_MAJOR * 10000 +
                                            lib.STRATA_VERSION_MINOR * 100 +
                                            lib.STRATA_VERSION_PATCH)
@@ -59,7 +62,8 @@ def test_version_macros_match_library():
 def test_cdef_is_current_derivation():
     # the text in use equals the derivation of the header file right now, and a fresh FFI
     # parses it (cffi's C parser is the compile-time check)
-    derived = _ffi.derive_cdef(header_text())
+    d = _ffi.find_header().parent
+    derived = "".join(_ffi.derive_cdef((d / h).read_text(encoding="utf-8")) for h in _ffi.HEADERS)
     assert strata.CDEF == derived
     fresh = cffi.FFI()
     fresh.cdef(derived)

@@ -211,7 +211,7 @@ def test_memory_error_class():
 # ------------------------------------------------------------------------------------------------
 
 def test_plain_pip_install(tmp_path):
-    """`pip install python/` copies strata.h and libstrata.so into the package, which then imports
+    """`pip install python/` copies the headers and libstrata.so into the package, which then imports
     and runs with no environment variables and no repository on the path."""
     lib = Path(os.environ.get("STRATA_LIB", REPO / "libstrata.so"))
     if not lib.is_file():
@@ -222,9 +222,8 @@ def test_plain_pip_install(tmp_path):
         pytest.skip("setuptools not installed")
     src = tmp_path / "src"
     shutil.copytree(REPO / "python", src / "python", ignore=shutil.ignore_patterns(
-        "__pycache__", "build", "*.egg-info", "libstrata.so", "strata.h"))
-    (src / "c" / "include").mkdir(parents=True)
-    shutil.copy(REPO / "c" / "include" / "strata.h", src / "c" / "include")
+        "__pycache__", "build", "*.egg-info", "libstrata.so", "*.h"))
+    shutil.copytree(REPO / "c" / "include", src / "c" / "include")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_") and k != "PYTHONPATH"}
     env["STRATA_BUILD_LIB"] = str(lib)  # which library to package (default: <repo>/libstrata.so)
     target = tmp_path / "site"
@@ -249,9 +248,8 @@ def test_pip_install_without_library_refuses(tmp_path):
         pytest.skip("setuptools not installed")
     src = tmp_path / "src"
     shutil.copytree(REPO / "python", src / "python", ignore=shutil.ignore_patterns(
-        "__pycache__", "build", "*.egg-info", "libstrata.so", "strata.h"))
-    (src / "c" / "include").mkdir(parents=True)
-    shutil.copy(REPO / "c" / "include" / "strata.h", src / "c" / "include")
+        "__pycache__", "build", "*.egg-info", "libstrata.so", "*.h"))
+    shutil.copytree(REPO / "c" / "include", src / "c" / "include")
     env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
     p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
                         "--target", str(tmp_path / "site"), str(src / "python")],

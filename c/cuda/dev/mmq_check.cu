@@ -15,6 +15,7 @@
 
 extern "C" {
 #include "strata.h"
+#include "strata_quant.h"
 #include "cuda_backend.h"
 #include "cuda_mmq.h"
 #include "cuda_mmv.h"

@@ -19,6 +19,7 @@
 
 extern "C" {
 #include "strata.h"
+#include "strata_quant.h"
 #include "common.h" /* st_f32_to_fp16, st_f32_to_bf16 */
 #include "cuda_backend.h"
 #include "cuda_mmv.h"

@@ -17,6 +17,7 @@
 
 extern "C" {
 #include "strata.h"
+#include "strata_quant.h"
 #include "common.h"
 #include "ops.h"
 #include "threadpool.h"

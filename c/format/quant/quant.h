@@ -1,8 +1,8 @@
 /* quant.h - internal interface of the block formats: per-type dequantize and quantize functions,
  * the activation quantizers the dot products use, and the IQ lookup tables. The public entry
  * points (strata_dequantize_row, strata_quantize_row) wrap these after checking arguments. */
-#ifndef STRATA_QUANT_H
-#define STRATA_QUANT_H
+#ifndef ST_QUANT_INTERNAL_H
+#define ST_QUANT_INTERNAL_H
 
 #include "common.h"
 #include "blocks.h"
@@ -38,4 +38,4 @@ static inline void st_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint
     }
 }
 
-#endif /* STRATA_QUANT_H */
+#endif /* ST_QUANT_INTERNAL_H */

@@ -1,4 +1,7 @@
-/* check_c99.c - strata.h must compile alone as strict C99 (-std=c99 -pedantic -Werror). */
+/* check_c99.c - the public headers (strata.h, strata_gguf.h, strata_quant.h) must compile as strict C99 (-std=c99 -pedantic -Werror). */
+/* each header includes what it needs: the format headers first, then strata.h */
+#include "strata_quant.h"
+#include "strata_gguf.h"
 #include "strata.h"
 
 typedef char st_check_status_is_int[sizeof(strata_status) == sizeof(int) ? 1 : -1];

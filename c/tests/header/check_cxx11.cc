@@ -1,4 +1,7 @@
-// check_cxx11.cc - strata.h must compile as C++11 (-std=c++11 -pedantic -Werror) with C linkage.
+// check_cxx11.cc - the public headers must compile as C++11 (-std=c++11 -pedantic -Werror) with C linkage.
+/* each header includes what it needs: the format headers first, then strata.h */
+#include "strata_quant.h"
+#include "strata_gguf.h"
 #include "strata.h"
 
 static_assert(STRATA_OK == 0, "STRATA_OK must be 0");

@@ -1,0 +1,102 @@
+/* strata_quant.h - the public C ABI of Strata's tensor block formats (dequantize, quantize, dot
+ * products of one row, as the CPU kernels compute them) and of rewriting a GGUF model in another
+ * type. strata.h's conventions apply; the type ids and names are strata.h's.
+ *
+ *     float x[256];
+ *     uint8_t q[144];                                    // strata_row_bytes(STRATA_TYPE_Q4_K, 256)
+ *     strata_quantize_row(STRATA_TYPE_Q4_K, x, q, 256);
+ *     strata_dequantize_row(STRATA_TYPE_Q4_K, q, x, 256);
+ */
+#ifndef STRATA_QUANT_H
+#define STRATA_QUANT_H
+
+#include "strata.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Block formats
+ *
+ * Rows are n weights long, n a multiple of the type's block size. All functions are pure and
+ * thread-safe.
+ *
+ * Dot products follow llama.cpp's scheme: the activation row is first quantized to the weight
+ * type's activation type (strata_act_type): F32 for F32/F16/BF16 weights, Q8_0 for the 32-weight
+ * block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), Q8_K for the 256-weight K and IQ types.
+ * ------------------------------------------------------------------------------------------- */
+
+/* 1 if strata_dequantize_row supports type. */
+STRATA_API int strata_type_can_dequantize(strata_type type);
+/* 1 if strata_quantize_row supports type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K). */
+STRATA_API int strata_type_can_quantize(strata_type type);
+/* 1 if strata_vec_dot supports type as weights. */
+STRATA_API int strata_type_can_dot(strata_type type);
+
+/* src: n weights in type's layout -> dst: n floats. */
+STRATA_API strata_status strata_dequantize_row(strata_type type, const void *src, float *dst,
+                                               int64_t n);
+/* src: n floats -> dst: strata_row_bytes(type, n) bytes. Q8_0 and Q4_0 are bit-exact with
+ * llama.cpp's reference quantizers; Q4_K and Q6_K use a search for scales (llama.cpp's method). */
+STRATA_API strata_status strata_quantize_row(strata_type type, const float *src, void *dst,
+                                             int64_t n);
+
+/* The activation type for weights of type (F32, Q8_0 or Q8_K); STRATA_TYPE_COUNT if the type has
+ * no dot product. */
+STRATA_API strata_type strata_act_type(strata_type weight_type);
+/* *out = dot(row w of n weights of type, activations xq already quantized to
+ * strata_act_type(type)). Uses the kernels of strata_cpu_isa_active(). */
+STRATA_API strata_status strata_vec_dot(strata_type type, const void *w, const void *xq,
+                                        int64_t n, float *out);
+/* Convenience: quantizes the f32 activations x to the activation type then calls strata_vec_dot.
+ * Allocates a temporary buffer for n > 4096. */
+STRATA_API strata_status strata_vec_dot_f32(strata_type type, const void *w, const float *x,
+                                            int64_t n, float *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Model files
+ *
+ * strata_quantize_file rewrites a GGUF model with its weights in another type. Rules:
+ *   - 1-D tensors (norms, biases) and non-float tensors that are not weights are copied as is;
+ *   - router weights (names containing "ffn_gate_inp") become F32 when they are F32/F16/BF16 and
+ *     are copied as is otherwise;
+ *   - every other tensor of 2 or more dimensions is dequantized to f32 and quantized to the
+ *     target type; where its row length is not a multiple of the target's block size it falls
+ *     back to Q8_0 (row length a multiple of 32) or is copied as is;
+ *   - a tensor already in a quantized type that would change type needs allow_requantize (else
+ *     STRATA_ERR_INVALID_ARG naming the tensor).
+ * Metadata is copied (split.* keys dropped: the output is one file); general.file_type is set to
+ * llama.cpp's value for the target (ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
+ * MOSTLY_Q4_K_S 14, MOSTLY_Q6_K 18, MOSTLY_BF16 32). The output keeps the input's alignment. On
+ * failure no output file is left behind.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Tensor counts of one strata_quantize_file run. */
+typedef struct strata_quantize_stats {
+    int64_t n_tensors;       /* tensors written */
+    int64_t n_quantized;     /* converted to the target type (or a router to F32) */
+    int64_t n_fallback;      /* converted to Q8_0 because the row length did not fit the target */
+    int64_t n_kept;          /* copied unchanged (1-D, router, non-float, or row length fits nothing) */
+    uint64_t bytes_in;       /* tensor data bytes read */
+    uint64_t bytes_out;      /* tensor data bytes written */
+} strata_quantize_stats;
+
+typedef struct strata_quantize_params {
+    strata_type type;             /* target: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K */
+    int n_threads;                /* worker threads (<= 0: the number of online CPUs) */
+    int allow_requantize;         /* 1: quantized inputs may be converted to another type */
+    strata_quantize_stats *stats; /* optional: filled on success */
+} strata_quantize_params;
+
+/* Defaults: type Q8_0, n_threads 0, allow_requantize 0, stats NULL. */
+STRATA_API strata_quantize_params strata_quantize_default_params(void);
+/* Reads in_path (all shards of a split model), writes out_path (must be another file). */
+STRATA_API strata_status strata_quantize_file(const char *in_path, const char *out_path,
+                                              const strata_quantize_params *params);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STRATA_QUANT_H */
