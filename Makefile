@@ -24,7 +24,7 @@ SAN     ?=
 CFLAGS_BASE := -std=c11 $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -Wstrict-prototypes -fPIC \
                -fvisibility=hidden -D_GNU_SOURCE $(SAN)
 INCLUDES := -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda \
-            -Ic/model -Ic/experts -Ic/engine
+            -Ic/model -Ic/experts -Ic/engine -Ic/engine/cpu -Ic/engine/cuda
 CFLAGS  += $(CFLAGS_BASE) $(INCLUDES)
 LDLIBS  := -lm -lpthread
 
@@ -48,7 +48,7 @@ else
 endif
 
 LIB_SRCS := $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c c/compute/*.c c/compute/cpu/*.c \
-                      c/model/*.c c/experts/*.c c/engine/*.c)
+                      c/model/*.c c/experts/*.c c/engine/*.c c/engine/cpu/*.c c/engine/cuda/*.c)
 CLI_SRCS := $(wildcard c/cli/*.c)
 CU_SRCS  := $(wildcard c/cuda/*.cu)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
@@ -104,7 +104,7 @@ $(CLI): $(CLI_OBJS) $(BUILD)/libstrata.a
 	$(CC) -o $@ $(CLI_OBJS) $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
 
 LIB_HDRS := $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h c/compute/cpu/*.h c/cuda/*.h \
-                      c/model/*.h c/experts/*.h c/engine/*.h)
+                      c/model/*.h c/experts/*.h c/engine/*.h c/engine/cpu/*.h c/engine/cuda/*.h)
 $(BUILD)/%.o: %.c $(LIB_HDRS) $(wildcard c/cli/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(if $(findstring _amx,$*),$(ISA_AMX),$(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2)))) -c -o $@ $<

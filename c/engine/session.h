@@ -1,5 +1,5 @@
 /* session.h - the internal state of a strata_session (session.c) that the forward passes
- * (forward.c, forward_cuda.c) work on: resolved parameters, thread pool, KV cache, the per-layer
+ * (cpu/forward_cpu.c, cuda/forward_cuda.c) work on: resolved parameters, thread pool, KV cache, the per-layer
  * expert weight tables, scratch buffers sized for n_batch tokens at create time, the placement
  * tiers (ram_tier.c, gpu_cache.c) and the counters behind strata_session_get_stats. */
 #ifndef STRATA_SESSION_H
@@ -69,7 +69,7 @@ struct strata_session {
     double prof_t;              /* start of the phase being timed */
     double prof[STRATA_PHASE_COUNT];
     int64_t prof_calls, prof_tokens;
-    /* profile mode: next-layer expert prediction (forward.c st_predict_next) */
+    /* profile mode: next-layer expert prediction (forward_cpu.c st_predict_next) */
     float *pred_xn, *pred_logits, *pred_wts;   /* [T][n_embd], [T][n_expert], [T][k] */
     int32_t *pred_ids;                         /* [T][k] */
     int pred_layer;                            /* the layer the prediction is for, -1 none */
@@ -144,7 +144,7 @@ strata_status st_session_params_check(const strata_model *model, const strata_se
 
 /* The token embeddings of T tokens into out (T x n_embd), as both forward paths take them: each
  * row dequantized (and scaled where the architecture says), prompt batches on the session's
- * threads (forward.c). */
+ * threads (forward_cpu.c). */
 void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, float *out);
 
 /* The RAM tier (ram_tier.c): create sizes the slots from budget bytes (and lowers n_batch so a

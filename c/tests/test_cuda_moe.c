@@ -789,7 +789,7 @@ static void check_exact(const char *name, const expert_set *s, int64_t T, int32_
 }
 
 /* Routed experts of r_set plus a shared expert (sh_set, one-expert table) with a sigmoid gate,
- * accumulated into the routed output: as forward.c's st_ffn_block. */
+ * accumulated into the routed output: as forward_cpu.c's st_ffn_block. */
 static void check_shared(const expert_set *rs, const expert_set *sh, int64_t T, int32_t k, test_rng *r) {
     const clock_t c0 = clock();
     const int64_t n = T * rs->n_embd, P = T * k;

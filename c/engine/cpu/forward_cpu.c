@@ -1,4 +1,4 @@
-/* forward.c - the CPU forward pass of one batch of tokens through the model: embeddings, per
+/* forward_cpu.c - the CPU forward pass of one batch of tokens through the model: embeddings, per
  * layer attention (norm, q/k/v with biases, q/k norm, RoPE, KV store, causal GQA attention,
  * output projection, residual) and FFN (dense, or MoE routing + grouped experts + shared
  * expert), final norm and logits. Per-architecture behaviour comes from the st_arch traits and
