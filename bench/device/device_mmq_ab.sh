@@ -4,12 +4,12 @@
 # AB='-DST_MMQ_Q4K_PAIRS=0'), runs test_cuda_mmv and test_cuda_moe on base, mmq_check's expert
 # and attention rows on both, then qwen3-30b-a3b and olmoe-1b-7b prompt rows alternating the
 # builds, REPS passes, and one decode row each.
-#   run(command="AB='-D...' bash bench/device_mmq_ab.sh", carry=[".whl", ".devdata"])   (~330 s)
+#   run(command="AB='-D...' bash bench/device/device_mmq_ab.sh", carry=[".whl", ".devdata"])   (~330 s)
 # env: AB (required), REPS (default 2), TEST=0 (skip the tests). Log: $OUT/device_mmq_ab.log;
 # mmq_check output and JSON rows under $OUT/mmq_ab/.
 set -u
-cd "$(dirname "$0")/.."
-. bench/device_common.sh
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 dev_start mmq_ab
 dev_build strata build/tests/test_cuda_mmv build/tests/test_cuda_moe build/tests/test_cuda_session
 dev_variant ab "${AB:?AB: the nvcc flags of the variant}" c/cuda/mmq.o || exit 1

@@ -4,12 +4,12 @@
 # tile case), test_cuda_session and mmq_check (the prompt shapes' tiles timed with and without the
 # copy), then qwen3-30b-a3b and olmoe-1b-7b prompt rows alternating the default (copy on) with
 # --no-q8-tiles in one binary, REPS passes, and a decode row of each (unchanged kernels).
-#   run(command="bash bench/device_q8t.sh", carry=[".whl", ".devdata"])   (~300 s)
+#   run(command="bash bench/device/device_q8t.sh", carry=[".whl", ".devdata"])   (~300 s)
 # env: REPS (default 2), TEST=0 (skip the tests). Log: $OUT/device_q8t.log; JSON rows tarred to
 # $OUT/q8t/bench.tar.
 set -u
-cd "$(dirname "$0")/.."
-. bench/device_common.sh
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 dev_start q8t
 make -j16 CUDA=1 strata build/tests/test_cuda_mmv build/tests/test_cuda_session > "$J/build.log" 2>&1 ||
     { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }

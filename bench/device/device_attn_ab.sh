@@ -6,14 +6,14 @@
 # the CPU, determinism) and c/cuda/dev/attn_check (timed plans, 512 x 16,896 among them), then
 # `strata bench` rows alternating builds, REPS passes (default 2): qwen3-30b-a3b pp512 and tg128
 # at depth 16,384, olmoe-1b-7b pp512 at depth 16,384 and qwen3 pp512 at depth 0.
-#   run(command="AB1='-DST_ATTN_TC_BM=128' bash bench/device_attn_ab.sh", carry=[".whl", ".devdata"])
+#   run(command="AB1='-DST_ATTN_TC_BM=128' bash bench/device/device_attn_ab.sh", carry=[".whl", ".devdata"])
 # env: AB1..AB3, REPS, TEST=0 (skip test_cuda_attn), CHECK=0 (skip attn_check), ROWS=regex (bench
 # rows by name: q3_pp_d16k q3_tg_d16k olmoe_pp_d16k q3_pp_d0). Log: $OUT/device_attn_ab.log; the
 # check outputs in $OUT/attn_ab/, the bench JSON in $OUT/attn_ab/bench.tar (a call brings back a
 # few files only). bench/results/h200-2026-12-06/run1-attn-bm128 has what it measured.
 set -u
-cd "$(dirname "$0")/.."
-. bench/device_common.sh
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 dev_start attn_ab
 dev_build strata build/tests/test_cuda_attn
 builds="base"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # device_all.sh - one H200 call for a session short of device time: the GPU tests (CUDA build, every
 # test_cuda_* and test_isa* binary, as `make cuda-check` runs them), then the CPU inference benchmark
-# (bench/device_cpu_infer.sh: default model and the Qwen3-30B-A3B shape at 1 and 16 threads).
-#   run(command="bash bench/device_all.sh", carry=[".whl", ".devdata"])
+# (bench/device/device_cpu_infer.sh: default model and the Qwen3-30B-A3B shape at 1 and 16 threads).
+#   run(command="bash bench/device/device_all.sh", carry=[".whl", ".devdata"])
 # $OUT may take back only 8 files: the three logs are written there as the steps run (so a run cut
 # off by its time limit still returns what it did), the benchmark tables are packed into one tar.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 FINAL="${OUT:-/tmp/strata-out}"
 mkdir -p "$FINAL"
 export OUT=/tmp/strata-raw
@@ -33,5 +33,5 @@ for t in $B/tests/test_cuda_* $B/tests/test_isa*; do
 done > "$FINAL/cuda_check.log" 2>&1
 grep -E "^== |passed|FAIL|^rc=[^0]" "$FINAL/cuda_check.log" | head -80
 echo "gpu tests done at $(( $(date +%s) - t0 ))s"
-[ "${SKIP_CPU:-0}" = 1 ] || bash bench/device_cpu_infer.sh
+[ "${SKIP_CPU:-0}" = 1 ] || bash bench/device/device_cpu_infer.sh
 echo "all done at $(( $(date +%s) - t0 ))s"

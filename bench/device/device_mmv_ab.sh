@@ -6,12 +6,12 @@
 # decode rows alternating the builds, REPS passes, one qwen3 decode row at depth 16K and one
 # prompt row each. (2026-12-06: the GEMV on the Q8_0 tile copy, f86b34a, against the blocks:
 # bench/results/h100-2026-12-06/run13-mmv-tiles.)
-#   run(command="AB='-D...' bash bench/device_mmv_ab.sh", carry=[".whl", ".devdata"])   (~300 s)
+#   run(command="AB='-D...' bash bench/device/device_mmv_ab.sh", carry=[".whl", ".devdata"])   (~300 s)
 # env: AB (required), REPS (default 3), TEST=0 (skip the tests). Log: $OUT/device_mmv_ab.log; mmv_check
 # output, test logs and JSON rows under $OUT/mmv_ab/.
 set -u
-cd "$(dirname "$0")/.."
-. bench/device_common.sh
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 dev_start mmv_ab
 AB=${AB:?AB: the nvcc flags of the variant}
 dev_build strata build/tests/test_cuda_mmv build/tests/test_cuda_session

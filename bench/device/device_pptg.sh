@@ -3,11 +3,11 @@
 # follow it? olmoe-1b-7b (and qwen3 with Q3=1): `strata bench` -p 0 -n 64 against -p 512 -n 64,
 # and the CLI's greedy 64 tokens after a short prompt against after a ~512-token one (its footer:
 # slot-rows each side, the host's wait and CPU step per CPU layer), alternating, REPS passes.
-#   run(command="bash bench/device_pptg.sh", carry=[".whl", ".devdata"])   (~250 s)
+#   run(command="bash bench/device/device_pptg.sh", carry=[".whl", ".devdata"])   (~250 s)
 # $OUT: device_pptg.log, pptg/bench.tar (the bench JSON).
 set -u
-cd "$(dirname "$0")/.."
-. bench/device_common.sh
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 dev_start pptg
 dev_build strata
 # the q3 file's writer must finish first: it would take CPU time from the rows

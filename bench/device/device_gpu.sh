@@ -6,7 +6,7 @@
 # (64 greedy tokens, teacher-forced logprob dumps compared with tools/kl.py), then `strata bench`
 # on the synthetic olmoe-1b-7b and qwen3-30b-a3b files (written by synth_moe.py while the build and
 # tests run), GPU first, as long as BUDGET seconds allow.
-#   run(command="bash bench/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
+#   run(command="bash bench/device/device_gpu.sh", carry=[".whl", ".devdata"], timeout_s=...)
 # env: BUDGET (seconds for the benchmarks), CHECK=0 (skip the tests, the check-and-time programs
 # and the end-to-end checks: a speed-only run), TESTS="test_cuda_attn ..." (only those GPU tests),
 # E2E=0 (skip the CLI GPU-vs-CPU and HF parity checks), NCU=1 (per-kernel times of a decode step from ncu), SWEEP=0 (no depth-0 offloading sweep), OFFLOAD=0 (skip the expert-offloading rows and the
@@ -24,8 +24,8 @@
 # .devdata: synth_moe.py and ggml-vocab-gpt-2.gguf (see device_cpu_infer.sh).
 # $OUT gets device_gpu.log (everything below), gpu_build.log, cuda_check.log and results.tar.
 set -u
-cd "$(dirname "$0")/.."
-. bench/device_common.sh
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 FINAL="${OUT:-/tmp/strata-out}"
 mkdir -p "$FINAL"
 R=/tmp/strata-results
@@ -225,7 +225,7 @@ if [ "${NCU:-0}" = 1 ]; then
             -n 4 --temp 0 --ignore-eos --no-echo --gpu --no-cuda-graphs > "$R/ncu.log" 2>&1
         timeout 120 "$NC" -i /tmp/ncu_dec.ncu-rep --csv --print-units base --page raw \
             --metrics gpu__time_duration.sum > "$R/ncu_decode.csv" 2>> "$R/ncu.log"
-        python3 bench/ncu_split.py "$R/ncu_decode.csv" --layers 48 | tee "$R/ncu_decode_split.txt"
+        python3 bench/device/ncu_split.py "$R/ncu_decode.csv" --layers 48 | tee "$R/ncu_decode_split.txt"
         echo "(ncu done at $(el)s)"
     else echo "no ncu here"; fi
 fi
@@ -251,7 +251,7 @@ if [ "${NCU_PP:-0}" = 1 ]; then
             -f -o /tmp/ncu_pp ./strata bench -m /tmp/q3.gguf -p 512 -n 0 -r 1 --no-warmup --gpu > "$R/ncu_pp.log" 2>&1
         timeout 120 "$NC" -i /tmp/ncu_pp.ncu-rep --csv --print-units base --page raw \
             --metrics gpu__time_duration.sum > "$R/ncu_pp.csv" 2>> "$R/ncu_pp.log"
-        python3 bench/ncu_split.py "$R/ncu_pp.csv" --whole --layers 48 | tee "$R/ncu_pp_split.txt" | head -40
+        python3 bench/device/ncu_split.py "$R/ncu_pp.csv" --whole --layers 48 | tee "$R/ncu_pp_split.txt" | head -40
         echo "(ncu pp done at $(el)s)"
     fi
 fi

@@ -6,13 +6,13 @@
 # `strata bench` on the synthetic files: CPU-only prompt and decode with the tiles, without them
 # (--no-amx) and from the previous landing's build (.devdata/prev, same run), `--cpu-moe` decode
 # (the single-row kernel under the GPU), and the logprobs of a CPU prompt with and without tiles.
-#   run(command="bash bench/device_cpu_amx.sh", carry=[".whl", ".devdata"], timeout_s=...)
+#   run(command="bash bench/device/device_cpu_amx.sh", carry=[".whl", ".devdata"], timeout_s=...)
 # env: BUDGET (seconds for the benchmarks, default 420), TESTS (GPU tests also run), CPUMOE=0 (no
 # --cpu-moe rows), LINES_LP (lines of the logprob prompt, default 40), AGAIN=1 (a
 # second call on the same warm machine: the files, builds and tests of the first are reused).
 # $OUT gets device_cpu_amx.log and results.tgz (the JSON and logs: the device returns few files).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 FINAL="${OUT:-/tmp/strata-out}"
 mkdir -p "$FINAL"
 R=/tmp/amx-results

@@ -2,14 +2,14 @@
 """ncu_split.py - the per-kernel time split of a decode step from an Nsight Compute CSV.
 
 Input: `ncu -i REP --csv --page raw --metrics gpu__time_duration.sum` of a greedy run
-(bench/device_gpu.sh NCU=1: `strata -p ... -n N --temp 0 --gpu --no-cuda-graphs` under ncu). Each
+(bench/device/device_gpu.sh NCU=1: `strata -p ... -n N --temp 0 --gpu --no-cuda-graphs` under ncu). Each
 greedy step ends with one `st_k_argmax`, so the launches between two of them are one forward
 pass; the first (the prompt's) is left out and the decode passes are averaged. Prints, per kernel
 (template arguments folded), launches per step, microseconds per step and share, then the sum: the
 GPU time of a step's kernels, each timed alone (ncu serializes them), against which a measured
 step time shows what launch gaps and waiting cost.
 
-    python3 bench/ncu_split.py ncu_decode.csv [--layers 48] [--step-ms 4.19] [--json out.json]
+    python3 bench/device/ncu_split.py ncu_decode.csv [--layers 48] [--step-ms 4.19] [--json out.json]
 
 --whole: every kernel of the capture is one pass (a `strata bench -p 512 -n 0 -r 1 --no-warmup`
 run under ncu: the prompt pass's split; device_gpu.sh NCU_PP=1).

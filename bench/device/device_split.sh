@@ -8,7 +8,7 @@
 # the decode rate and the [PROF] footer's figures (slot-rows each side, the host's wait per CPU
 # layer and its CPU step). Then a running process's page counts (HUGE="new ab": which builds) and
 # bench_moe_step (the CPU step alone, malloc'd experts) for the CPU step's rate outside the engine.
-#   run(command="bash bench/device_split.sh", carry=[".whl", ".devdata"])   (~250 s)
+#   run(command="bash bench/device/device_split.sh", carry=[".whl", ".devdata"])   (~250 s)
 # env: REPS (default 3), OREPS (default 2), QROWS / OROWS (the qwen3 / olmoe configurations,
 # "build:flag,flag ..." with build prev, ab or new), TEST=0 (skip test_cuda_session), STEPS
 # (bench_moe_step's steps). A second call on the same warm machine finds the files and builds
@@ -16,8 +16,8 @@
 # Rows also as JSON lines: $OUT/device_split.jsonl. (bench/results/h100-2026-12-06 has what it
 # measured.)
 set -u
-cd "$(dirname "$0")/.."
-. bench/device_common.sh
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 exec > >(tee "${OUT:-/tmp}/device_split.log") 2>&1
 : > "${OUT:-/tmp}/device_split.jsonl"
 t0=$(date +%s)

@@ -5,12 +5,12 @@
 # the CPU-only bits), checks end to end that qwen3 --cpu-moe greedy text is the same with the
 # split off, auto (the default) and --pcie-frac 1, then times the decode rows through
 # device_split.sh (QROWS / OROWS as there; default: off, auto, a fixed share).
-#   run(command="bash bench/device_exact.sh", carry=[".whl", ".devdata"])   (~400 s)
+#   run(command="bash bench/device/device_exact.sh", carry=[".whl", ".devdata"])   (~400 s)
 # env: TESTS=0 (skip the tests), REPS / OREPS (device_split.sh's passes, default 3 / 2).
 # $OUT: device_exact.log, device_split.log / .jsonl, test logs.
 set -u
-cd "$(dirname "$0")/.."
-. bench/device_common.sh
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 exec > >(tee "${OUT:-/tmp}/device_exact.log") 2>&1
 t0=$(date +%s)
 nvidia-smi --query-gpu=name --format=csv,noheader
@@ -43,5 +43,5 @@ done
 echo "e2e at $(el)s"
 PREV=0 TEST=0 HUGE=" " STEPS=${STEPS:-50} REPS=${REPS:-3} OREPS=${OREPS:-2} \
     QROWS=${QROWS:-"new:--no-cpu-misses new: new:--cpu-misses,--pcie-frac,0.25"} \
-    OROWS=${OROWS:-"new:--no-cpu-misses new:"} bash bench/device_split.sh
+    OROWS=${OROWS:-"new:--no-cpu-misses new:"} bash bench/device/device_split.sh
 echo "all done at $(el)s"

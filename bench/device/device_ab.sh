@@ -6,7 +6,7 @@
 # hand-off figures: the host's wait for each CPU layer and its CPU step). Run after device_gpu.sh
 # in the same call (about 250 s).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [ -f /tmp/q3.done ] || { echo "no /tmp/q3.gguf"; exit 1; }
 exec > >(tee "${OUT:-/tmp}/device_ab.log") 2>&1
 # the previous landing may still be compiling (device_gpu.sh starts it): a build beside the CPU

@@ -6,7 +6,7 @@
 # single-query kernels held to 170 registers for 3 blocks an SM) its attn_tc 3 rows too. Run
 # after device_gpu.sh in the same call (about 100 s). Log: $OUT/device_attn_p.log.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 [ -f /tmp/q3.done ] || { echo "no /tmp/q3.gguf"; exit 1; }
 exec > >(tee "${OUT:-/tmp}/device_attn_p.log") 2>&1
 row() { grep -oE "(pp|tg)[0-9]+[^|]*\| [0-9.]+" | grep -oE "[0-9.]+$" | tr '\n' ' '; }

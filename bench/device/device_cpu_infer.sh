@@ -6,9 +6,9 @@
 #
 # The device has no network and no gguf/cffi packages: carry them as wheels in .whl/ and the
 # generator and its vocabulary in .devdata/ (synth_moe.py, ggml-vocab-gpt-2.gguf):
-#   run(command="bash bench/device_cpu_infer.sh", carry=[".whl", ".devdata"])
+#   run(command="bash bench/device/device_cpu_infer.sh", carry=[".whl", ".devdata"])
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/strata-out}"
 mkdir -p "$OUT"
 LOG="$OUT/cpu_infer.log"

@@ -3,9 +3,9 @@
 # text from this tree and from the previous landing (.devdata/prev), AMX on and off, compared
 # byte for byte (strata --logpos, 9 digits); the CPU kernel tests on this host. PREV_TEST=1:
 # also the previous landing's test_cuda_session and this tree's on the same host.
-#   run(command="bash bench/device_bits.sh", carry=[".whl", ".devdata"])
+#   run(command="bash bench/device/device_bits.sh", carry=[".whl", ".devdata"])
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 O="${OUT:-/tmp/strata-out}"; mkdir -p "$O"
 exec > >(tee "$O/device_bits.log") 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader; grep -m1 'model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo | grep -oE 'avx512[a-z0-9_]*|amx[a-z0-9_]*|avx_vnni' | sort -u | tr '\n' ' '; echo

@@ -8,9 +8,9 @@
 # Each step is time-bounded; the whole script stays well under 8 minutes on the H200 machine
 # (16 cores). Exit status 0 only if every step that ran passed. Needs: make, cc, nvcc; no network.
 #
-#   bash bench/device_run.sh            # or: OUT=/some/dir JOBS=8 bash bench/device_run.sh
+#   bash bench/device/device_run.sh            # or: OUT=/some/dir JOBS=8 bash bench/device/device_run.sh
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/strata-out}"
 JOBS="${JOBS:-16}"
 BUILD_DIR="${BUILD_DIR:-build-device}"
