@@ -18,6 +18,8 @@
  * unneeded prefetches are published once their event completed, so a slot whose copy may be in
  * flight is never READY for a demand load to evict. The CPU pool for misses comes next. */
 #include "session.h"
+#include "gpu_cache.h"
+#include "ram_tier.h"
 #include "cache.h"
 
 #include <math.h>

@@ -14,6 +14,8 @@
  * that needs a LOADING slot waits for the flag (a late prefetch) and publishes it before reading,
  * so a slot being filled is never read. */
 #include "session.h"
+#include "ram_tier.h"
+#include "profile.h"
 #include "cache.h"
 #include "stream.h"
 #ifdef STRATA_HAVE_CUDA

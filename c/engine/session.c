@@ -1,13 +1,13 @@
-/* session.c - the public session API (strata_session_*): create/free (thread pool, KV cache, expert weight tables, scratch sized for n_batch, the RAM tier
- * or the GPU session), reset/truncate, decode and decode_gen (input checks, batches for the CPU or
- * GPU forward pass, progress reports), profile timing and the statistics. The parameters' defaults
- * and checks are session_params.c's. */
+/* session.c - the public session API (strata_session_*): create/free (thread pool, expert weight
+ * tables, scratch sized for n_batch, the RAM tier, then the backend's state: backend.h), reset and
+ * truncate, decode (input checks, batches for the backend's forward pass, progress reports) and
+ * its greedy / top-k forms. The parameters' defaults and checks are session_params.c's, the
+ * statistics session_stats.c's, phase timing profile.c's. */
 #include "session.h"
+#include "ram_tier.h"
 
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
-#include <time.h>
 
 /* ---------------------------------------------------------------------------------------------
  * Create / free
@@ -86,8 +86,8 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
     s->pred_layer = -1;
     if (s->ram || s->expert_cache != 0) s->missed = st_alloc(T * K, &fail);
-    /* the CPU pass's next-layer prediction (a GPU session predicts on the device) */
-    if ((s->profile || (s->pipe && s->backend == STRATA_BACKEND_CPU)) && hp->n_expert > 0) {
+    /* profile mode's next-layer prediction (the CPU backend adds them for its pipe) */
+    if (s->profile && hp->n_expert > 0) {
         s->pred_xn = st_alloc(sizeof(float) * T * E, &fail);
         s->pred_logits = st_alloc(sizeof(float) * T * d.X, &fail);
         s->pred_wts = st_alloc(sizeof(float) * T * K, &fail);
@@ -113,14 +113,13 @@ static strata_status st_alloc_scratch(strata_session *s) {
 
 void strata_session_free(strata_session *s) {
     if (!s) return;
-    st_gpu_free(s);
+    if (s->be) s->be->free(s);
     st_ram_tier_free(s);
     st_degrade_stats_free(&s->dstats);
     free(s->slots_gpu);
     free(s->slots_cpu);
     st_threadpool_free(s->tp);
-    st_kv_free(&s->kv);
-    free(s->experts); free(s->dense); free(s->shexp); free(s->argmax_logits);
+    free(s->experts); free(s->dense); free(s->shexp);
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->proj); free(s->proj2); free(s->router); free(s->ids); free(s->wts);
     free(s->zeros); free(s->ones); free(s->shgate); free(s->rope_cs); free(s->att_scratch);
@@ -185,15 +184,13 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->n_threads = p.n_threads > 0 ? p.n_threads : model->n_threads > 0 ? model->n_threads : 1;
     s->rope = st_rope_params_from(hp, model->arch->rope);
 
-    /* the GPU session keeps its KV cache on the device; the CPU one is not allocated */
+    /* the common state, then the backend's (its KV cache: in RAM or on the device) */
     if ((st = st_threadpool_create(s->n_threads, &s->tp)) != STRATA_OK ||
         (p.cpu_pin && (s->threads_pinned = st_threadpool_pin(s->tp)) < 0) ||
-        (s->backend == STRATA_BACKEND_CPU &&
-         (st = st_kv_init(&s->kv, hp, s->n_ctx, p.kv_type)) != STRATA_OK) ||
         (st = st_build_tables(s)) != STRATA_OK ||
         (p.placement.ram_budget > 0 && (st = st_ram_tier_create(s, p.placement.ram_budget, p.placement.pipe)) != STRATA_OK) ||
         (st = st_alloc_scratch(s)) != STRATA_OK ||
-        (s->backend == STRATA_BACKEND_CUDA && (st = st_gpu_create(s)) != STRATA_OK)) {
+        (st = (s->be = st_backend_of(s->backend))->create(s)) != STRATA_OK) {
         strata_session_free(s);
         return st;
     }
@@ -240,61 +237,11 @@ strata_status strata_session_decode_greedy(strata_session *s, const strata_token
         return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_greedy: %s is NULL",
                         !s ? "session" : "next");
     if (n < 1) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_greedy: n %" PRId64 " < 1", n);
-    const int32_t V = s->model->hp.n_vocab;
-    if (s->backend == STRATA_BACKEND_CUDA) { /* the argmax on the device, one token down */
-        s->argmax_out = next;
-        strata_status st = strata_session_decode_gen(s, tokens, n, NULL, 0);
-        s->argmax_out = NULL;
-        s->want_argmax = 0;
-        return st;
-    }
-    if (!s->argmax_logits && !(s->argmax_logits = malloc(sizeof(float) * (size_t)V)))
-        return st_error(STRATA_ERR_NOMEM, "strata_session_decode_greedy: out of memory");
-    strata_status st = strata_session_decode_gen(s, tokens, n, s->argmax_logits, 0);
-    if (st != STRATA_OK) return st;
-    return st_argmax_row(s->argmax_logits, V, next);
-}
-
-/* The k best of x[0..n) in the sampler's candidate order (larger first, ties to the lower id, NaN
- * as -inf), through a heap of k, then sorted. */
-static int st_topk_before(float av, int32_t ai, float bv, int32_t bi) { return av > bv || (av == bv && ai < bi); }
-
-static void st_topk_row(const float *x, int32_t n, int32_t k, int32_t *ids, float *vals) {
-    int32_t m = 0; /* heap in ids/vals: [0] the worst kept */
-    for (int32_t i = 0; i < n; i++) {
-        const float v = isnan(x[i]) ? -INFINITY : x[i];
-        if (m == k && !st_topk_before(v, i, vals[0], ids[0])) continue;
-        int32_t j;
-        if (m < k) { /* sift up from the end */
-            j = m++;
-            while (j > 0) {
-                const int32_t up = (j - 1) / 2;
-                if (!st_topk_before(vals[up], ids[up], v, i)) break;
-                vals[j] = vals[up]; ids[j] = ids[up]; j = up;
-            }
-        } else { /* replace the root, sift down */
-            j = 0;
-            for (;;) {
-                int32_t w = 2 * j + 1;
-                if (w >= m) break;
-                if (w + 1 < m && st_topk_before(vals[w], ids[w], vals[w + 1], ids[w + 1])) w++;
-                if (!st_topk_before(v, i, vals[w], ids[w])) break;
-                vals[j] = vals[w]; ids[j] = ids[w]; j = w;
-            }
-        }
-        vals[j] = v;
-        ids[j] = i;
-    }
-    for (int32_t a = 1; a < m; a++) { /* insertion sort of the k (k is small) */
-        const float v = vals[a];
-        const int32_t id = ids[a];
-        int32_t b = a;
-        while (b > 0 && st_topk_before(v, id, vals[b - 1], ids[b - 1])) {
-            vals[b] = vals[b - 1]; ids[b] = ids[b - 1]; b--;
-        }
-        vals[b] = v;
-        ids[b] = id;
-    }
+    s->argmax_out = next; /* the backend computes it from the call's last row */
+    strata_status st = strata_session_decode_gen(s, tokens, n, NULL, 0);
+    s->argmax_out = NULL;
+    s->want_argmax = 0;
+    return st;
 }
 
 strata_status strata_session_decode_topk(strata_session *s, const strata_token *tokens, int64_t n, int32_t k,
@@ -305,145 +252,13 @@ strata_status strata_session_decode_topk(strata_session *s, const strata_token *
     if (n < 1 || k < 1 || k > V || k > STRATA_TOPK_MAX)
         return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_topk: n %" PRId64 ", k %d (1 <= k "
                         "<= min(n_vocab %d, %d))", n, (int)k, (int)V, STRATA_TOPK_MAX);
-    if (s->backend == STRATA_BACKEND_CUDA) { /* the candidates on the device, k pairs down */
-        s->topk_k = k;
-        s->topk_ids = ids;
-        s->topk_vals = logits;
-        strata_status st = strata_session_decode_gen(s, tokens, n, NULL, 0);
-        s->topk_k = 0;
-        s->want_topk = 0;
-        return st;
-    }
-    if (!s->argmax_logits && !(s->argmax_logits = malloc(sizeof(float) * (size_t)V)))
-        return st_error(STRATA_ERR_NOMEM, "strata_session_decode_topk: out of memory");
-    strata_status st = strata_session_decode_gen(s, tokens, n, s->argmax_logits, 0);
-    if (st != STRATA_OK) return st;
-    st_topk_row(s->argmax_logits, V, k, ids, logits);
-    return STRATA_OK;
-}
-
-strata_status st_argmax_row(const float *x, int32_t n, strata_token *out) {
-    int32_t best = -1;
-    float bv = -INFINITY;
-    for (int32_t i = 0; i < n; i++) {
-        const float v = isnan(x[i]) ? -INFINITY : x[i];
-        if (best < 0 || v > bv) { best = i; bv = v; }
-    }
-    if (!(bv > -INFINITY))
-        return st_error(STRATA_ERR_INVALID_ARG, "greedy token: no finite logit among %d", (int)n);
-    *out = best;
-    return STRATA_OK;
-}
-
-double st_prof_clock(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-void st_prof_start(strata_session *s) {
-    if (s->profile) s->prof_t = st_prof_clock();
-}
-
-void st_prof_mark(strata_session *s, strata_phase phase) {
-    if (!s->profile) return;
-    const double t = st_prof_clock();
-    s->prof[phase] += t - s->prof_t;
-    s->prof_t = t;
-}
-
-const char *strata_phase_name(strata_phase phase) {
-    static const char *const names[STRATA_PHASE_COUNT] = {"embed", "qkv", "attention", "attn_out",
-                                                          "router", "experts", "shared", "output"};
-    return (int)phase >= 0 && phase < STRATA_PHASE_COUNT ? names[phase] : "?";
-}
-
-void strata_session_reset_stats(strata_session *s) {
-    if (!s) return;
-    for (int32_t il = 0; il < s->dstats.n_layer; il++) s->dstats.eligible[il] = s->dstats.zeroed[il] = 0;
-    s->dstats.eligible_total = s->dstats.zeroed_total = 0;
-    memset(s->prof, 0, sizeof s->prof);
-    s->prof_calls = s->prof_tokens = 0;
-    s->pred_slots = s->pred_hits = 0;
-    s->warm_bytes = 0;
-    s->hand_offs = 0;
-    s->hand_wait_s = s->cpu_step_s = 0;
-    for (int32_t il = 0; il < s->model->hp.n_layer; il++) s->slots_gpu[il] = s->slots_cpu[il] = 0;
-    s->pcie_bytes = 0;
-    s->graph_launches = s->graph_rebuilds = 0;
-    s->stage_batches = s->cpu_batches = 0;
-    st_ram_tier_reset_counters(s);
-    st_gpu_cache_reset_counters(st_gpu_get_cache(s));
-}
-
-strata_status strata_session_get_stats(const strata_session *s, strata_session_stats *out) {
-    if (!s || !out) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_get_stats: NULL argument");
-    memset(out, 0, sizeof *out);
-    out->degrade_zero = s->degrade.enabled;
-    out->degrade_eval = s->degrade.eval;
-    out->degrade_tau = s->degrade.tau;
-    out->degrade_slots = s->dstats.eligible_total;
-    out->degrade_zeroed = s->dstats.zeroed_total;
-    out->profile = s->profile;
-    out->forward_calls = s->prof_calls;
-    out->forward_tokens = s->prof_tokens;
-    for (int i = 0; i < STRATA_PHASE_COUNT; i++) out->phase_seconds[i] = s->prof[i];
-    int any = 0;
-    for (int32_t il = 0; il < s->model->hp.n_layer; il++) {
-        out->expert_slots_gpu += s->slots_gpu[il];
-        out->expert_slots_cpu += s->slots_cpu[il];
-        const int64_t tot = s->slots_gpu[il] + s->slots_cpu[il];
-        if (!tot) continue;
-        const double share = (double)s->slots_gpu[il] / (double)tot;
-        if (!any || share < out->layer_gpu_share_min) out->layer_gpu_share_min = share;
-        if (!any || share > out->layer_gpu_share_max) out->layer_gpu_share_max = share;
-        any = 1;
-    }
-    out->pcie_bytes = s->pcie_bytes;
-    st_ram_tier_counters(s, &out->expert_cache_hits, &out->expert_cache_misses, &out->disk_bytes,
-                         &out->prefetch_issued, &out->prefetch_timely, &out->prefetch_late);
-    out->expert_cache_slots = st_ram_tier_slots(s);
-    st_ram_tier_layer_hits(s, &out->layer_hit_rate_min, &out->layer_hit_rate_max);
-    if (st_gpu_get_cache(s)) {
-        int64_t loaded = 0;
-        st_gpu_cache_counters(st_gpu_get_cache(s), &out->expert_cache_slots, &out->expert_cache_hits,
-                              &out->expert_cache_misses, &loaded, &out->layer_hit_rate_min,
-                              &out->layer_hit_rate_max);
-        int64_t pi = 0, pt = 0, pl = 0; /* the GPU cache's prefetches and the RAM tier's (pipe) */
-        st_gpu_cache_prefetch_counters(st_gpu_get_cache(s), &pi, &pt, &pl);
-        out->prefetch_issued += pi;
-        out->prefetch_timely += pt;
-        out->prefetch_late += pl;
-    }
-    out->graph_launches = s->graph_launches;
-    out->graph_rebuilds = s->graph_rebuilds;
-    out->threads_pinned = s->threads_pinned;
-    out->pcie_bytes_per_s = s->cost.pcie_bytes_per_s;
-    out->pcie_latency_s = s->cost.pcie_latency_s;
-    out->cpu_expert_fixed_s = s->cost.cpu_fixed_s;
-    out->cpu_expert_per_row_s = s->cost.cpu_per_row_s;
-    out->cpu_share_step_s = s->cost.cpu_step_s;
-    out->cpu_share_expert_s = s->cost.cpu_expert_s;
-    out->stage_batches = s->stage_batches;
-    out->pinned_bytes = st_gpu_pinned_bytes(s);
-    st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped);
-    out->cpu_split = st_gpu_split_mode(s);
-    out->cpu_batches = s->cpu_batches;
-    out->predict_slots = s->pred_slots;
-    out->predict_hits = s->pred_hits;
-    out->cpu_warm_bytes = s->warm_bytes;
-    out->cpu_hand_offs = s->hand_offs;
-    out->cpu_hand_wait_s = s->hand_wait_s;
-    out->cpu_step_s = s->cpu_step_s;
-    int first = 1;
-    for (int32_t il = 0; il < s->dstats.n_layer; il++) {
-        if (s->dstats.eligible[il] == 0) continue;
-        const double share = (double)s->dstats.zeroed[il] / (double)s->dstats.eligible[il];
-        if (first || share < out->degrade_layer_min) out->degrade_layer_min = share;
-        if (first || share > out->degrade_layer_max) out->degrade_layer_max = share;
-        first = 0;
-    }
-    return STRATA_OK;
+    s->topk_k = k; /* the backend selects them from the call's last row */
+    s->topk_ids = ids;
+    s->topk_vals = logits;
+    strata_status st = strata_session_decode_gen(s, tokens, n, NULL, 0);
+    s->topk_k = 0;
+    s->want_topk = 0;
+    return st;
 }
 
 strata_status strata_session_decode(strata_session *s, const strata_token *tokens, int64_t n,
@@ -469,22 +284,8 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
         if (s->profile) { s->prof_calls++; s->prof_tokens += T; }
         s->want_argmax = s->argmax_out && off + T == n;
         s->want_topk = s->topk_k > 0 && off + T == n;
-        if (s->backend == STRATA_BACKEND_CUDA) {
-            /* layers whose experts the CPU computes: the pool's workers spin through the GPU's
-             * part of each layer instead of sleeping and waking (bench/bench_pool_gap) */
-            const int hold = (s->n_cpu_moe != 0 && !st_gpu_pool_serves(s, T)) || s->cpu_misses;
-            if (hold) st_threadpool_hold(s->tp, 1);
-            strata_status st = st_gpu_forward_batch(s, tokens + off, T, lg, all_logits);
-            if (hold) st_threadpool_hold(s->tp, 0);
-            if (st != STRATA_OK) return st;
-        } else {
-            st_forward_batch(s, tokens + off, T, lg, all_logits);
-            if (s->fwd_error != STRATA_OK) { /* the message is this thread's last error */
-                const strata_status st = s->fwd_error;
-                s->fwd_error = STRATA_OK;
-                return st;
-            }
-        }
+        const strata_status st = s->be->forward(s, tokens + off, T, lg, all_logits);
+        if (st != STRATA_OK) return st;
         if (s->progress && n > s->n_batch) s->progress("prompt", off + T, n, s->progress_data);
     }
     return STRATA_OK;

@@ -1,10 +1,12 @@
-/* session.h - the internal state of a strata_session (session.c) that the forward passes
- * (cpu/forward_cpu.c, cuda/forward_cuda.c) work on: resolved parameters, thread pool, KV cache, the per-layer
- * expert weight tables, scratch buffers sized for n_batch tokens at create time, the placement
- * tiers (ram_tier.c, gpu_cache.c) and the counters behind strata_session_get_stats. */
+/* session.h - the internal state of a strata_session (session.c) that the backends' forward
+ * passes (cpu/, cuda/, behind backend.h) work on: resolved parameters, thread pool, KV cache, the
+ * per-layer expert weight tables, scratch buffers sized for n_batch tokens at create time, the
+ * placement tiers (ram_tier.h, gpu_cache.h) and the counters behind strata_session_get_stats. The
+ * functions that act on it are declared with their modules, not here. */
 #ifndef STRATA_SESSION_H
 #define STRATA_SESSION_H
 
+#include "backend.h"
 #include "costmodel.h"
 #include "degrade.h"
 #include "kv.h"
@@ -18,6 +20,7 @@ typedef struct st_gpu_cache st_gpu_cache; /* gpu_cache.c */
 
 struct strata_session {
     const strata_model *model;
+    const st_backend *be;       /* the backend's table (backend.h) */
     strata_backend_kind backend; /* CPU, or CUDA: every layer on the GPU (s->gpu) */
     st_gpu *gpu;
     strata_type kv_type;
@@ -49,7 +52,8 @@ struct strata_session {
     float pcie_frac;            /* < 0: the cost model; 0..1: the share of misses loaded */
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
     int want_argmax;            /* this batch is the call's last: compute the greedy token */
-    float *argmax_logits;       /* CPU sessions: the last row's logits for the greedy token */
+    float *argmax_logits;       /* CPU sessions: the last row's logits for the greedy token and
+                                   the candidates (cpu/backend_cpu.c) */
     int32_t topk_k;             /* strata_session_decode_topk: how many candidates, and where */
     int32_t *topk_ids;
     float *topk_vals;
@@ -133,124 +137,8 @@ static inline st_scratch_dims st_session_dims(const strata_session *s) {
     return d;
 }
 
-/* Evaluates T (1..n_batch) tokens at positions n_past .. n_past+T-1 and advances n_past.
- * logits: NULL, or T x n_vocab (all 1) or n_vocab floats (all 0: the last token's). Tokens and
- * room are checked by the caller. */
-void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
-
 /* The checks strata_session_create runs before it allocates (session_params.c): the model has
  * weights, every option is in range, the options combine, n_ctx resolves. */
 strata_status st_session_params_check(const strata_model *model, const strata_session_params *p);
-
-/* The token embeddings of T tokens into out (T x n_embd), as both forward paths take them: each
- * row dequantized (and scaled where the architecture says), prompt batches on the session's
- * threads (forward_cpu.c). */
-void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, float *out);
-
-/* The RAM tier (ram_tier.c): create sizes the slots from budget bytes (and lowers n_batch so a
- * layer call's distinct experts fit); table makes every expert of ids resident, holds their slots
- * and points *table at views of them; release lets the slots go; counters for the stats. */
-strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe);
-/* Bytes of one RAM slot: the largest expert's three matrices, each 64-byte aligned, rounded up
- * for O_DIRECT. */
-size_t st_ram_tier_slot_bytes(const strata_model *m);
-void st_ram_tier_free(strata_session *s);
-strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int32_t *ids,
-                                int32_t K, const st_expert **table);
-void st_ram_tier_release(strata_session *s);
-void st_ram_tier_reset_counters(strata_session *s);
-void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes,
-                          int64_t *pf_issued, int64_t *pf_timely, int64_t *pf_late);
-/* Pipelined mode: starts reading layer il's predicted experts (ids [T][K]) into free slots. */
-void st_ram_tier_prefetch(strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K);
-int32_t st_ram_tier_slots(const strata_session *s);
-/* Smallest and largest per-layer hit rate of the RAM tier (0 when it has none). */
-void st_ram_tier_layer_hits(const strata_session *s, double *min, double *max);
-/* missed[i] = 1 when expert ids[i] of layer il is neither resident nor in a completed load (what
- * DEGRADE_ZERO may drop instead of reading it from disk). */
-void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K,
-                        uint8_t *missed);
-
-/* The GPU expert cache (gpu_cache.c; CUDA builds): create allocates n_slots device slots; table
- * demand-loads the experts of ids ([n][K], host) of layer il and gives the device pointer table;
- * missed marks ids whose expert is not resident; counters for the stats. */
-strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cache **out);
-size_t st_gpu_cache_slot_bytes(const strata_session *s);   /* the largest routed expert, aligned */
-void st_gpu_cache_free(st_gpu_cache *c);
-strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
-                                 int64_t n, int32_t K, int keep_held, void *stream, const void **d_table);
-/* keep_held: the table's slots stay held (not evictable) until this call, made once the kernel
- * reading them is enqueued (so a prefetch issued in between cannot take them). */
-void st_gpu_cache_release_held(st_gpu_cache *c);
-/* Demand loads of later table calls as copies enqueued on `stream` (the compute stream the table
- * is used on) instead of synchronous ones, and the table uploaded the same way: the host goes on
- * (e.g. to compute the CPU's share) while they run. Stream order keeps a slot from being
- * overwritten before the kernels queued earlier have read it. Not with prefetch or a RAM tier
- * (their slots' states assume synchronous copies). */
-strata_status st_gpu_cache_async_loads(st_gpu_cache *c, void *stream);
-/* The PCIe figures of the cost model, measured with layer il's first expert copied into slot 0
- * (which must not be in use): bytes per second of an expert's copies, seconds of a small copy. */
-strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int il, double *bytes_per_s,
-                                        double *latency_s);
-/* Prefetch (gpu_prefetch): a copy stream and an event per slot. st_gpu_cache_prefetch claims free
- * slots for the experts of ids[n] (layer il) that have none and copies them on the copy stream
- * after the compute stream's work so far; a later table call makes its stream wait for the copies
- * it needs (counted late) or finds them done (timely). */
-strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c);
-strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
-                                    int64_t n, void *stream);
-void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int64_t *timely, int64_t *late);
-void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed);
-/* Misses computed by the expert pool (cuda_doorbell with expert_cache): the residency of every
- * layer as the device reads it inside a step with no host round trip: *d_where ([n_layer]
- * [n_expert] int32, nonzero: READY in a slot) and *d_tables ([n_layer][n_expert] st_cuda_expert,
- * the slots' descriptors); after the first call only the layers whose residency changed go up
- * again (synchronous copies: call it before the step's kernels are enqueued). */
-strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void **d_tables,
-                                  const int32_t **d_where);
-/* After such a step: layer il's routed ids (n, host) are looked up (the LRU clock, the hot set's
- * counts, the hit and miss counters), and its missed experts loaded into slots (synchronous
- * copies) for the steps to come: into EMPTY slots while *empty lasts, then in place of LRU
- * experts while *budget lasts (both decremented); *resident (may be NULL) gets how many of the n
- * ids were resident during the step. st_gpu_cache_empty_slots: the EMPTY slots now. */
-int32_t st_gpu_cache_empty_slots(const st_gpu_cache *c);
-strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids, int64_t n,
-                                      int32_t *empty, int32_t *budget, int64_t *resident);
-/* Zeroes the counters (strata_session_reset_stats). */
-void st_gpu_cache_reset_counters(st_gpu_cache *c);
-void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,
-                           int64_t *bytes, double *layer_min, double *layer_max);
-/* The GPU session's expert cache, or NULL (forward_cuda.c). */
-st_gpu_cache *st_gpu_get_cache(const strata_session *s);
-/* Bytes of the pinned copy of the experts kept in RAM (pin_experts), 0 without one. */
-int64_t st_gpu_pinned_bytes(const strata_session *s);
-/* q8_tiles: the bytes of the Q8_0 tile copies made and the matrices left without one (no GPU
- * memory to spare), both 0 without a GPU session. */
-void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped);
-/* The CPU layers' decode split (cpu_misses): 0 none, 1 in the CPU's arithmetic (the same bits
- * whatever the share), 2 in the GPU's own (the bits follow the share). */
-int st_gpu_split_mode(const strata_session *s);
-/* 1 when a GPU call of T tokens hands its CPU layers to the expert pool (cuda_doorbell): the
- * session's own workers then have no expert work in it. */
-int st_gpu_pool_serves(const strata_session *s, int64_t T);
-
-/* Profile mode: st_prof_start marks the start of a pass; st_prof_mark(s, phase) adds the time
- * since the last mark to phase. Both are no-ops with profile off. (session.c) */
-double st_prof_clock(void);  /* monotonic seconds */
-void st_prof_start(strata_session *s);
-void st_prof_mark(strata_session *s, strata_phase phase);
-
-/* The GPU path (forward_cuda.c): uploads the weights and allocates the GPU KV cache and scratch
- * (s->gpu; on failure s->gpu may be partly built: st_gpu_free releases it); the same forward as
- * st_forward_batch with the CUDA kernels; the bytes of weights resident on the GPU. Without
- * CUDA in the build, create and forward return STRATA_ERR_UNSUPPORTED. */
-strata_status st_gpu_create(strata_session *s);
-void st_gpu_free(strata_session *s);
-/* The greedy token of a logits row: NaN as -inf, the lowest id on ties (strata_sampler_sample's
- * greedy path without penalties); INVALID_ARG when no logit is finite. */
-strata_status st_argmax_row(const float *x, int32_t n, strata_token *out);
-strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
-                                   float *logits, int all);
-size_t st_gpu_weight_bytes(const strata_session *s);
 
 #endif /* STRATA_SESSION_H */

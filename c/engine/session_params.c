@@ -3,6 +3,7 @@
  * strata_session_params_check, which runs them and the checks that need the model and the machine
  * (RAM budget against the experts' size, the backend usable here) without creating anything. */
 #include "session.h"
+#include "ram_tier.h"
 
 #include <math.h>
 

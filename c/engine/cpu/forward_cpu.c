@@ -4,6 +4,9 @@
  * expert), final norm and logits. Per-architecture behaviour comes from the st_arch traits and
  * the hyperparameters (granite multipliers are 1 elsewhere). */
 #include "session.h"
+#include "forward_cpu.h"
+#include "profile.h"
+#include "ram_tier.h"
 #include "quant.h"
 
 #include <math.h>

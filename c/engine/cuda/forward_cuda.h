@@ -6,6 +6,11 @@
 #define STRATA_FORWARD_CUDA_H
 
 #include "session.h"
+#include "forward_cpu.h"
+#include "gpu_cache.h"
+#include "gpu_pass.h"
+#include "profile.h"
+#include "ram_tier.h"
 #include "quant.h"
 
 #ifdef STRATA_HAVE_CUDA

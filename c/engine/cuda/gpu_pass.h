@@ -1,0 +1,33 @@
+/* gpu_pass.h - the CUDA forward pass's entry points (forward_cuda.c, forward_cuda_setup.c) that
+ * its backend table (backend_cuda.c) wraps, and the placement figures it reports. Compiled in every
+ * build: without CUDA, create and forward return STRATA_ERR_UNSUPPORTED. */
+#ifndef STRATA_GPU_PASS_H
+#define STRATA_GPU_PASS_H
+
+#include "session.h"
+
+/* The GPU path (forward_cuda.c): uploads the weights and allocates the GPU KV cache and scratch
+ * (s->gpu; on failure s->gpu may be partly built: st_gpu_free releases it); the same forward as
+ * st_forward_batch with the CUDA kernels; the bytes of weights resident on the GPU. Without
+ * CUDA in the build, create and forward return STRATA_ERR_UNSUPPORTED. */
+strata_status st_gpu_create(strata_session *s);
+void st_gpu_free(strata_session *s);
+strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens, int64_t T,
+                                   float *logits, int all);
+size_t st_gpu_weight_bytes(const strata_session *s);
+
+/* The GPU session's expert cache, or NULL (forward_cuda.c). */
+st_gpu_cache *st_gpu_get_cache(const strata_session *s);
+/* Bytes of the pinned copy of the experts kept in RAM (pin_experts), 0 without one. */
+int64_t st_gpu_pinned_bytes(const strata_session *s);
+/* q8_tiles: the bytes of the Q8_0 tile copies made and the matrices left without one (no GPU
+ * memory to spare), both 0 without a GPU session. */
+void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped);
+/* The CPU layers' decode split (cpu_misses): 0 none, 1 in the CPU's arithmetic (the same bits
+ * whatever the share), 2 in the GPU's own (the bits follow the share). */
+int st_gpu_split_mode(const strata_session *s);
+/* 1 when a GPU call of T tokens hands its CPU layers to the expert pool (cuda_doorbell): the
+ * session's own workers then have no expert work in it. */
+int st_gpu_pool_serves(const strata_session *s, int64_t T);
+
+#endif /* STRATA_GPU_PASS_H */
