@@ -7,6 +7,7 @@
 # off by its time limit still returns what it did), the benchmark tables are packed into one tar.
 set -u
 cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 FINAL="${OUT:-/tmp/strata-out}"
 mkdir -p "$FINAL"
 export OUT=/tmp/strata-raw
@@ -14,14 +15,13 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 pack() { tar -C "$OUT" -cf "$FINAL/results.tar" . 2>/dev/null; }
 trap pack EXIT
 trap 'exit 143' TERM INT
-exec > >(tee "$FINAL/device_all.log") 2>&1
-t0=$(date +%s)
+dev_log all "$FINAL"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 B=build-device
 if timeout 240 make -j16 CUDA=1 BUILD=$B OUTDIR=$B -k all $B/libstrata.a \
         $(ls c/tests/test_cuda_*.c c/tests/test_isa*.c | sed "s|c/tests/\(.*\)\.c|$B/tests/\1|") \
         > "$FINAL/gpu_build.log" 2>&1; then
-    echo "gpu build: ok ($(( $(date +%s) - t0 ))s)"
+    echo "gpu build: ok ($(el)s)"
 else
     echo "gpu build: FAILED"; grep -E "error|Error" "$FINAL/gpu_build.log" | head -20
 fi
@@ -32,6 +32,6 @@ for t in $B/tests/test_cuda_* $B/tests/test_isa*; do
     echo "rc=$?"
 done > "$FINAL/cuda_check.log" 2>&1
 grep -E "^== |passed|FAIL|^rc=[^0]" "$FINAL/cuda_check.log" | head -80
-echo "gpu tests done at $(( $(date +%s) - t0 ))s"
+echo "gpu tests done at $(el)s"
 [ "${SKIP_CPU:-0}" = 1 ] || bash bench/device/device_cpu_infer.sh
-echo "all done at $(( $(date +%s) - t0 ))s"
+echo "all done at $(el)s"

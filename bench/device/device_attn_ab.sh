@@ -42,7 +42,7 @@ for b in $builds; do
 done
 echo "checks done at $(el)s"
 dev_wait_files
-row() { dev_bench_row "$(cli "$1")" "$@"; } # build name file args...
+row() { dev_bench_row "$(cli "$1")" "$@" --gpu; } # build name file args...
 for p in $(seq ${REPS:-2}); do
     for b in $builds; do row $b q3_pp_d16k /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1; done
     for b in $builds; do row $b olmoe_pp_d16k /tmp/olmoe.gguf -p 512 -n 0 -d 16384 -r 1; done

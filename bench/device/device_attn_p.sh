@@ -7,9 +7,9 @@
 # after device_gpu.sh in the same call (about 100 s). Log: $OUT/device_attn_p.log.
 set -u
 cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 [ -f /tmp/q3.done ] || { echo "no /tmp/q3.gguf"; exit 1; }
-exec > >(tee "${OUT:-/tmp}/device_attn_p.log") 2>&1
-row() { grep -oE "(pp|tg)[0-9]+[^|]*\| [0-9.]+" | grep -oE "[0-9.]+$" | tr '\n' ' '; }
+dev_log attn_p
 for i in $(seq 60); do [ -f /tmp/ab.done ] && break; sleep 2; done
 cfgs="./strata:split ./strata:split-p"
 [ -x build-ab/strata ] && cfgs="$cfgs build-ab/strata:split-p"
@@ -18,7 +18,7 @@ for rep in 1 2; do
         for c in $cfgs; do
             b=${c%%:*} mode=${c#*:}
             echo "$b attn_tc=$mode d=$d rep=$rep pp512 $(STRATA_ATTN_TC=$mode timeout 100 $b bench -m /tmp/q3.gguf \
-                -p 512 -n 0 -d $d -r 1 --gpu 2>/dev/null | row)"
+                -p 512 -n 0 -d $d -r 1 --gpu 2>/dev/null | dev_rates)"
         done
     done
 done

@@ -6,8 +6,9 @@
 #   run(command="bash bench/device/device_bits.sh", carry=[".whl", ".devdata"])
 set -u
 cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 O="${OUT:-/tmp/strata-out}"; mkdir -p "$O"
-exec > >(tee "$O/device_bits.log") 2>&1
+dev_log bits "$O"
 nvidia-smi --query-gpu=name --format=csv,noheader; grep -m1 'model name' /proc/cpuinfo; grep -m1 '^flags' /proc/cpuinfo | grep -oE 'avx512[a-z0-9_]*|amx[a-z0-9_]*|avx_vnni' | sort -u | tr '\n' ' '; echo
 PT=; [ "${PREV_TEST:-0}" = 1 ] && PT=build/tests/test_cuda_session
 ( cd .devdata/prev && make -j8 CUDA=1 strata $PT > /tmp/prev_build.log 2>&1 ) &

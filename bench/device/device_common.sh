@@ -1,24 +1,38 @@
-# device_common.sh - pieces the device scripts share (sourced, from the repository root):
+# device_common.sh - the helpers every script in bench/device/ shares (sourced, from the repository
+# root; it only defines functions and DEV_NVCC). Its callers keep their own steps and output lines:
+# each helper prints what the scripts printed before they shared it.
 #   dev_wheels           the carried .whl (gguf, cffi, pycparser) into /tmp/site, on PYTHONPATH
 #   dev_synth_files DIR  the synthetic olmoe-1b-7b and qwen3-30b-a3b files (/tmp/olmoe.gguf,
 #                        /tmp/q3.gguf; /tmp/olmoe.done, /tmp/q3.done when written) in the
 #                        background, logs in DIR; kept from an earlier script of the same call
-#   dev_prev_build JOBS LOG  the previous landing (.devdata/prev) built in the background once per
-#                        call however many scripts ask (a lock; /tmp/prev.done when built);
-#                        PREV=0: not built
+#   dev_prev_build JOBS LOG [TARGETS...]  the previous landing (.devdata/prev) built in the
+#                        background (TARGETS, default strata) once per call however many scripts
+#                        ask (a lock; /tmp/prev.done when built); PREV=0: not built
+#   dev_flag_build NAME FLAGS JOBS LOG  a whole second build of this tree with nvcc FLAGS
+#                        (build-NAME/strata) in the background; /tmp/NAME.done when built
+#   dev_log NAME [DIR]   everything the script prints from here also in DIR/device_NAME.log (DIR
+#                        default $OUT, else /tmp); t0 for el. (A script that tees so must not
+#                        `wait` bare: that also waits for the tee, which never ends.)
+#   el                   seconds since t0
 #   dev_start NAME       a script's common start: O=$OUT/NAME for its files, J=/tmp/NAME_json
-#                        (tarred to $O/bench.tar at exit), everything it prints also in
-#                        $OUT/device_NAME.log, t0 for el (seconds since), the GPU's name and
+#                        (tarred to $O/bench.tar at exit), dev_log NAME, the GPU's name and
 #                        clocks, the wheels and the synthetic files
-#   dev_build TARGETS... this tree's make of TARGETS (CUDA), log $J/build.log; exits on failure
+#   dev_build TARGETS... this tree's make of TARGETS (CUDA), "build ok at Ns"; on failure the
+#                        first error lines and exit 1. DEV_LOG (default $J/build.log), DEV_JOBS
+#                        (default 16), DEV_ERRS (error lines shown, default 10)
 #   dev_variant NAME FLAGS "OBJS" [TARGETS...]  build-NAME: a copy of build/ with OBJS (paths under
 #                        it) recompiled with nvcc FLAGS, then its strata and TARGETS (paths under it);
 #                        log $J/build_NAME.log; status 0 when built
-#   dev_tests DIR TESTS...  each DIR/tests/T run, log $O/T.log, its tally and first failures
-#   dev_wait_files       until the synthetic qwen3 file is written (5 minutes at most)
-#   dev_bench_row BIN TAG NAME FILE ARGS...  one `strata bench` process of BIN on the GPU (JSON in
-#                        $J/bench_NAME_TAG_$p.json, p the caller's pass), its figures on one line;
-#                        ROWS=regex: only the names that match
+#   dev_tests DIR TESTS...  each DIR/tests/T run (T or T:SECONDS, default 200 s), log $O/T.log,
+#                        its tally and the lines matching DEV_TEST_SHOW (default FAIL; the first
+#                        DEV_TEST_SHOW_N, default 5)
+#   dev_wait_files [LABEL]  until the synthetic qwen3 file is written (5 minutes at most), then
+#                        "LABEL at Ns" (default "files")
+#   dev_bench_row BIN TAG NAME FILE ARGS...  one `strata bench` process of BIN (ARGS end with the
+#                        session's options, --gpu among them), JSON in $J/bench_NAME_JTAG_$p.json
+#                        (JTAG = DEV_JSON_TAG, default TAG; p the caller's pass), "TAG NAME:" and
+#                        its figures on one line; ROWS=regex: only the names that match
+#   dev_rates            the rates of the `strata bench` table on stdin, on one line
 #   DEV_NVCC             nvcc flags for the c/cuda/dev check-and-time programs
 dev_wheels() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -34,27 +48,40 @@ dev_synth_files() {
     ) &
 }
 dev_prev_build() {
+    local jobs=$1 log=$2 t built=1
+    shift 2
+    [ $# -gt 0 ] || set -- strata
     [ -f .devdata/prev/Makefile ] && [ "${PREV:-1}" = 1 ] || return 0
     find /tmp/prev.lock -maxdepth 0 -mmin +10 -exec rmdir {} \; 2>/dev/null # a killed call's lock
-    if [ -x .devdata/prev/strata ] && [ -f /tmp/prev.done ]; then :
+    for t in "$@"; do [ -x ".devdata/prev/$t" ] || built=0; done
+    if [ $built = 1 ] && [ -f /tmp/prev.done ]; then :
     elif mkdir /tmp/prev.lock 2>/dev/null; then
         rm -f /tmp/prev.done
-        ( cd .devdata/prev && make -j"$1" CUDA=1 strata > "$2" 2>&1 && echo ok > /tmp/prev.done; rmdir /tmp/prev.lock ) &
+        ( cd .devdata/prev && make -j"$jobs" CUDA=1 "$@" > "$log" 2>&1 && echo ok > /tmp/prev.done; rmdir /tmp/prev.lock ) &
     fi
 }
+dev_flag_build() {
+    ( make -j"$3" CUDA=1 BUILD="build-$1" OUTDIR="build-$1" NVCC_EXTRA="$2" "build-$1/strata" \
+        > "$4" 2>&1 && echo ok > "/tmp/$1.done" ) &
+}
+dev_log() {
+    exec > >(tee "${2:-${OUT:-/tmp}}/device_$1.log") 2>&1
+    t0=$(date +%s)
+}
+el() { echo $(( $(date +%s) - t0 )); }
 dev_start() {
     O="${OUT:-/tmp}/$1"; J=/tmp/$1_json; rm -rf "$J"; mkdir -p "$O" "$J"
     trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
-    exec > >(tee "${OUT:-/tmp}/device_$1.log") 2>&1
-    t0=$(date +%s)
+    dev_log "$1"
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
     dev_wheels
     dev_synth_files /tmp
 }
-el() { echo $(( $(date +%s) - t0 )); }
 DEV_NVCC="-O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/experts -Ic/engine -DSTRATA_HAVE_CUDA=1"
 dev_build() {
-    make -j16 CUDA=1 "$@" > "$J/build.log" 2>&1 || { echo "BUILD FAILED"; grep error "$J/build.log" | head; exit 1; }
+    local log=${DEV_LOG:-$J/build.log}
+    make -j"${DEV_JOBS:-16}" CUDA=1 "$@" > "$log" 2>&1 ||
+        { echo "BUILD FAILED"; grep error "$log" | head -"${DEV_ERRS:-10}"; exit 1; }
     echo "build ok at $(el)s"
 }
 dev_variant() {
@@ -68,24 +95,26 @@ dev_variant() {
     return 1
 }
 dev_tests() {
-    local d=$1 t
+    local d=$1 t s
     shift
     for t in "$@"; do
-        timeout 200 "$d/tests/$t" > "$O/$t.log" 2>&1
+        s=200; [ "${t#*:}" != "$t" ] && s=${t#*:} t=${t%%:*}
+        timeout "$s" "$d/tests/$t" > "$O/$t.log" 2>&1
         echo "$t rc=$? at $(el)s: $(grep -E "passed, " "$O/$t.log" | tail -1)"
-        grep -E "FAIL" "$O/$t.log" | head -5
+        grep -E "${DEV_TEST_SHOW:-FAIL}" "$O/$t.log" | head -"${DEV_TEST_SHOW_N:-5}"
     done
 }
 dev_wait_files() {
     local i
     for i in $(seq 150); do [ -f /tmp/q3.done ] && break; sleep 2; done
-    echo "files at $(el)s"
+    echo "${1:-files} at $(el)s"
 }
 dev_bench_row() {
     local c=$1 b=$2 n=$3 m=$4 x
     shift 4
     [ -z "${ROWS:-}" ] || echo "$n" | grep -Eq "$ROWS" || return 0
-    x=$(timeout 120 $c bench -m "$m" "$@" --gpu --json "$J/bench_${n}_${b}_$p.json" 2>/dev/null |
+    x=$(timeout 120 $c bench -m "$m" "$@" --json "$J/bench_${n}_${DEV_JSON_TAG:-$b}_$p.json" 2>/dev/null |
         grep -E "^\|.*(pp|tg)[0-9]" | awk -F'|' '{gsub(/ /,"",$6); gsub(/ /,"",$7); printf "%s %s  ", $6, $7}')
     echo "$b $n: $x"
 }
+dev_rates() { grep -oE "(pp|tg)[0-9]+[^|]*\| [0-9.]+" | grep -oE "[0-9.]+$" | tr '\n' ' '; }

@@ -13,30 +13,22 @@
 # $OUT gets device_cpu_amx.log and results.tgz (the JSON and logs: the device returns few files).
 set -u
 cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 FINAL="${OUT:-/tmp/strata-out}"
 mkdir -p "$FINAL"
 R=/tmp/amx-results
 mkdir -p "$R"
 trap 'tar -C "$R" -czf "$FINAL/results.tgz" . 2>/dev/null' EXIT
-exec > >(tee "$FINAL/device_cpu_amx.log") 2>&1
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
+dev_log cpu_amx "$FINAL"
 BUDGET=${BUDGET:-420}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); amx: $(grep -o -m1 'amx_int8' /proc/cpuinfo)"
 if [ "${AGAIN:-0}" != 1 ]; then
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
-(
-    python3 .devdata/synth_moe.py olmoe-1b-7b /tmp/olmoe.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        > "$R/synth_olmoe.log" 2>&1 && echo ok > /tmp/olmoe.done
-    python3 .devdata/synth_moe.py qwen3-30b-a3b /tmp/q3.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        > "$R/synth_q3.log" 2>&1 && echo ok > /tmp/q3.done
-) &
-if make -j16 CUDA=1 all build/bench_tiles build/bench_dot build/bench_moe_step > "$R/build.log" 2>&1; then echo "build ok at $(el)s"
-else echo "BUILD FAILED"; grep -E "error" "$R/build.log" | head -20; exit 1; fi
+dev_wheels
+dev_synth_files "$R"
+DEV_LOG="$R/build.log" DEV_ERRS=20 dev_build all build/bench_tiles build/bench_dot build/bench_moe_step
 fi # AGAIN
-( cd .devdata/prev && make -j8 CUDA=1 strata build/bench_dot > "$R/prev_build.log" 2>&1 && echo ok > /tmp/prev.done ) &
+dev_prev_build 8 "$R/prev_build.log" strata build/bench_dot
 T="test_isa_amx test_isa_avx512 test_dot test_ops test_session ${TESTS:-}"
 # test_session's checks need the tiny model (batch == token by token: the Q8_0 tiles on AMX hosts)
 mkdir -p /tmp/shared && ln -sfn "$PWD/models" /tmp/shared/models && export STRATA_SHARED=/tmp/shared

@@ -9,6 +9,7 @@
 #   run(command="bash bench/device/device_cpu_infer.sh", carry=[".whl", ".devdata"])
 set -u
 cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
 OUT="${OUT:-/tmp/strata-out}"
 mkdir -p "$OUT"
 LOG="$OUT/cpu_infer.log"
@@ -16,8 +17,7 @@ exec > >(tee "$LOG") 2>&1
 t0=$(date +%s)
 echo "cpu: $(nproc) x $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit 1
+dev_wheels || exit 1
 
 make -j16 CUDA=0 all > "$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - t0 ))s"

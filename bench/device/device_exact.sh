@@ -11,25 +11,18 @@
 set -u
 cd "$(dirname "$0")/../.."
 . bench/device/device_common.sh
-exec > >(tee "${OUT:-/tmp}/device_exact.log") 2>&1
-t0=$(date +%s)
+dev_log exact
 nvidia-smi --query-gpu=name --format=csv,noheader
 dev_wheels
 dev_synth_files /tmp
-make -j16 CUDA=1 all build/tests/test_dot build/tests/test_ops build/tests/test_session build/tests/test_cuda_moe \
-    build/tests/test_cuda_session build/bench_moe_step > /tmp/build.log 2>&1 ||
-    { echo "BUILD FAILED"; grep error /tmp/build.log | head; exit 1; }
-echo "build ok at $(el)s"
+DEV_LOG=/tmp/build.log dev_build all build/tests/test_dot build/tests/test_ops build/tests/test_session \
+    build/tests/test_cuda_moe build/tests/test_cuda_session build/bench_moe_step
 if [ "${TESTS:-1}" = 1 ]; then
-    for t in test_dot test_ops test_session test_cuda_moe test_cuda_session; do
-        timeout 200 build/tests/$t > "${OUT:-/tmp}/$t.log" 2>&1
-        echo "$t rc=$? at $(el)s: $(grep -E "passed, " "${OUT:-/tmp}/$t.log" | tail -1)"
-        grep -E "FAIL|exact rows .*(FAIL)|split mode|CPU-only bits|st_det_expf" "${OUT:-/tmp}/$t.log" | head -20
-    done
+    O="${OUT:-/tmp}" DEV_TEST_SHOW="FAIL|exact rows .*(FAIL)|split mode|CPU-only bits|st_det_expf" DEV_TEST_SHOW_N=20 \
+        dev_tests build test_dot test_ops test_session test_cuda_moe test_cuda_session
     grep -E "exact rows" "${OUT:-/tmp}/test_cuda_moe.log" | cut -c1-160 | head -30
 fi
-for i in $(seq 150); do [ -f /tmp/q3.done ] && break; sleep 2; done
-echo "q3 file at $(el)s"
+dev_wait_files "q3 file"
 # greedy text end to end: split off, auto, every expert of the decode steps over PCIe
 i=0
 for f in "--no-cpu-misses" "" "--cpu-misses --pcie-frac 1" "--cpu-misses --pcie-frac 0.5"; do

@@ -32,8 +32,7 @@ R=/tmp/strata-results
 rm -rf "$R"; mkdir -p "$R"
 trap 'tar -C "$R" -cf "$FINAL/results.tar" . 2>/dev/null' EXIT
 trap 'exit 143' TERM INT
-exec > >(tee "$FINAL/device_gpu.log") 2>&1
-t0=$(date +%s)
+dev_log gpu "$FINAL"
 BUDGET=${BUDGET:-400}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
 echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
@@ -43,17 +42,10 @@ dev_wheels
 # the same call when it left them)
 dev_synth_files "$R"
 
-if make -j16 CUDA=1 all > "$FINAL/gpu_build.log" 2>&1; then echo "build ok at $(el)s"
-else echo "BUILD FAILED"; grep -E "error" "$FINAL/gpu_build.log" | head -20; exit 1; fi
+DEV_LOG="$FINAL/gpu_build.log" DEV_ERRS=20 dev_build all
 # the A/B variants (AB_NVCC, AB2_NVCC), built alongside the tests
-if [ -n "${AB_NVCC:-}" ]; then
-    ( make -j8 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata \
-        > "$R/build_ab.log" 2>&1 && echo ok > /tmp/ab.done ) &
-fi
-if [ -n "${AB2_NVCC:-}" ]; then
-    ( make -j8 CUDA=1 BUILD=build-ab2 OUTDIR=build-ab2 NVCC_EXTRA="$AB2_NVCC" build-ab2/strata \
-        > "$R/build_ab2.log" 2>&1 && echo ok > /tmp/ab2.done ) &
-fi
+[ -n "${AB_NVCC:-}" ] && dev_flag_build ab "$AB_NVCC" 8 "$R/build_ab.log"
+[ -n "${AB2_NVCC:-}" ] && dev_flag_build ab2 "$AB2_NVCC" 8 "$R/build_ab2.log"
 # the previous landing's sources (.devdata/prev: `git archive <rev> Makefile c`), built alongside
 # for same-run baseline rows (bench_*_prev; PREV=0: not built)
 dev_prev_build 8 "$R/prev_build.log"
@@ -68,8 +60,7 @@ echo "cuda-check rc=$? at $(el)s"
 grep -E "^== |passed, |FAIL|^GPU|default model|max\|gpu|!!|CUDA graphs" "$FINAL/cuda_check.log" | head -80
 # the prefill tiles against the GEMV, timed (c/cuda/dev/mmq_check.cu)
 # the attention kernels' plans and the tensor-core prefill kernel, timed (c/cuda/dev/attn_check.cu)
-[ "${ATTN:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
-    -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/attn_check.cu \
+[ "${ATTN:-1}" = 1 ] && nvcc $DEV_NVCC c/cuda/dev/attn_check.cu \
     build/libstrata.a -lpthread -ldl -lrt -o /tmp/attn_check && timeout 150 /tmp/attn_check 2>&1 | tee "$R/attn_check.txt" | tail -40
 # the decode calls at shorter depths (where the tensor-core decode kernel starts to pay)
 [ "${ATTN:-1}" = 1 ] && [ -x /tmp/attn_check ] && for c in ${ATTN_DEC_CTX:-1024 4096}; do
@@ -88,8 +79,7 @@ if [ "${NCU_ATTN:-0}" = 1 ] && [ -x /tmp/attn_check ]; then
     grep -E "st_k_attn|Duration|Throughput|Issue Slots|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|Registers Per|est. speedup" \
         "$R/ncu_attn.txt" | cut -c1-200 | head -30
 fi
-[ "${MMQ:-1}" = 1 ] && nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu \
-    -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 c/cuda/dev/mmq_check.cu build/libstrata.a \
+[ "${MMQ:-1}" = 1 ] && nvcc $DEV_NVCC c/cuda/dev/mmq_check.cu build/libstrata.a \
     -lpthread -ldl -lrt -o /tmp/mmq_check && timeout 240 /tmp/mmq_check 2>&1 | tee "$R/mmq_check.txt"
 echo "mmq_check done at $(el)s"
 # where the int8 tiles' time goes (NCU_MMQ=1): Nsight Compute's warp-state and scheduler sections

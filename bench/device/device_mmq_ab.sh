@@ -23,7 +23,7 @@ for b in base ab; do
 done
 [ "${TEST:-1}" = 1 ] && dev_tests build test_cuda_mmv test_cuda_moe test_cuda_session
 dev_wait_files
-row() { dev_bench_row "$([ "$1" = ab ] && echo build-ab/strata || echo ./strata)" "$@"; } # build name file args...
+row() { dev_bench_row "$([ "$1" = ab ] && echo build-ab/strata || echo ./strata)" "$@" --gpu; } # build name file args...
 for p in $(seq ${REPS:-2}); do
     for b in base ab; do row $b q3_pp_d0 /tmp/q3.gguf -p 512 -n 0 -r 3; done
     for b in base ab; do row $b olmoe_pp_d0 /tmp/olmoe.gguf -p 512 -n 0 -r 3; done

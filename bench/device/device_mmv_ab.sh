@@ -23,7 +23,7 @@ nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format/quant -Ic/cuda c
     timeout 100 /tmp/mmv_check q8_0 > "$O/mmv_check.txt" 2>&1
 echo "mmv_check at $(el)s:"; grep -E "ncols=1 |FAIL" "$O/mmv_check.txt" | cut -c1-150
 dev_wait_files
-row() { dev_bench_row "$([ "$1" = ab ] && echo build-ab/strata || echo ./strata)" "$@"; } # build name file args...
+row() { dev_bench_row "$([ "$1" = ab ] && echo build-ab/strata || echo ./strata)" "$@" --gpu; } # build name file args...
 for p in $(seq ${REPS:-3}); do
     for b in base ab; do row $b q3_tg_d0 /tmp/q3.gguf -p 0 -n 128 -r 3; done
     for b in base ab; do row $b olmoe_tg_d0 /tmp/olmoe.gguf -p 0 -n 128 -r 3; done

@@ -18,21 +18,15 @@
 set -u
 cd "$(dirname "$0")/../.."
 . bench/device/device_common.sh
-exec > >(tee "${OUT:-/tmp}/device_split.log") 2>&1
+dev_log split
 : > "${OUT:-/tmp}/device_split.jsonl"
-t0=$(date +%s)
 nvidia-smi --query-gpu=name --format=csv,noheader
 echo "cpu: $(nproc) x$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2); THP: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null), defrag: $(cat /sys/kernel/mm/transparent_hugepage/defrag 2>/dev/null)"
 dev_wheels
 dev_synth_files /tmp
-if [ -n "${AB_NVCC:-}" ]; then
-    ( make -j6 CUDA=1 BUILD=build-ab OUTDIR=build-ab NVCC_EXTRA="$AB_NVCC" build-ab/strata > /tmp/ab.log 2>&1 &&
-        echo ok > /tmp/ab.done ) &
-fi
+[ -n "${AB_NVCC:-}" ] && dev_flag_build ab "$AB_NVCC" 6 /tmp/ab.log
 dev_prev_build 4 /tmp/prev.log
-make -j8 CUDA=1 strata build/bench_moe_step build/tests/test_cuda_session > /tmp/build.log 2>&1 ||
-    { echo "BUILD FAILED"; grep error /tmp/build.log | head; exit 1; }
-echo "build ok at $(el)s"
+DEV_LOG=/tmp/build.log DEV_JOBS=8 dev_build strata build/bench_moe_step build/tests/test_cuda_session
 # the GPU session's checks (the pinned copy on huge pages among them) while the others build
 if [ "${TEST:-1}" = 1 ]; then
     timeout 120 build/tests/test_cuda_session > /tmp/test_cuda_session.log 2>&1
