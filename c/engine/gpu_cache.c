@@ -1,6 +1,6 @@
 /* gpu_cache.c - the GPU expert cache of CUDA sessions (expert_cache, --expert-cache N): n slots of
  * device memory, each the size of the model's largest routed expert, managed by the expert cache
- * bookkeeping (c/experts/cache.c: LRU plus a frequency-pinned hot set). When a layer's routing
+ * bookkeeping (c/experts/slot_book.c: LRU plus a frequency-pinned hot set). When a layer's routing
  * (copied to the host) needs an expert that is not resident, its bytes are copied from the
  * model's mapping into a slot over PCIe (a demand load) before the grouped expert kernel runs; the
  * layer's per-expert pointer table then points into the slots. The kernel and the bytes are those
@@ -20,7 +20,7 @@
 #include "session.h"
 #include "gpu_cache.h"
 #include "ram_tier.h"
-#include "cache.h"
+#include "slot_book.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -111,7 +111,7 @@ strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il
 #define TRY_CACHE(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
 
 struct st_gpu_cache {
-    st_expert_cache book;
+    st_slot_book book;
     uint8_t *d_mem;               /* device: n_slots * slot_bytes */
     size_t slot_bytes;
     st_cuda_expert *h_table;      /* [n_expert] host copy of the current layer's table */
@@ -164,7 +164,7 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     st_cuda_free(c->d_all);
     st_cuda_free(c->d_where);
     st_error(STRATA_OK, "%s", err);
-    st_cache_free(&c->book);
+    st_book_free(&c->book);
     free(c->h_table);
     free(c->layer_lookups);
     free(c->seen);
@@ -200,7 +200,7 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
     int32_t pin = slots / 2;
     if (slots - pin < hp->n_expert) pin = slots - hp->n_expert;
     strata_status st = STRATA_OK;
-    if (st_cache_init(&c->book, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
+    if (st_book_init(&c->book, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
         !(c->h_table = calloc((size_t)hp->n_expert, sizeof *c->h_table)) || !c->layer_lookups ||
         !c->layer_hits || !c->seen || !(c->held = calloc(2 * (size_t)slots, sizeof *c->held)) ||
         !(c->miss = calloc((size_t)hp->n_expert, sizeof *c->miss)) ||
@@ -261,7 +261,7 @@ strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
 
 /* A prefetched slot's copy is known complete (its event, or the copy stream synchronized): READY. */
 static void st_gpu_cache_land(st_gpu_cache *c, int32_t slot) {
-    st_cache_publish(&c->book, slot);
+    st_book_publish(&c->book, slot);
     c->version++;
     c->pending[slot] = 0;
     c->n_pending--;
@@ -289,7 +289,7 @@ static strata_status st_gpu_cache_settle(st_gpu_cache *c, int il, const int32_t 
         st_gpu_cache_land(c, slot);
         /* held for this call: a demand load of another expert (a synchronous copy, not ordered
          * with the copy stream) must not take a slot whose copy may still be in flight */
-        st_cache_acquire(&c->book, slot);
+        st_book_acquire(&c->book, slot);
         c->held[c->n_held++] = slot;
     }
     for (int32_t slot = 0; slot < c->book.n_slots && c->n_pending > 0; slot++)
@@ -339,16 +339,16 @@ strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, 
     TRY_CACHE(st_cuda_stream_wait_event(c->copy_stream, c->ev_now));
     for (int64_t i = 0; i < n; i++) {
         const int32_t e = ids[i];
-        if (e < 0 || e >= X || st_cache_state_of(&c->book, il, e) != ST_SLOT_EMPTY) continue;
+        if (e < 0 || e >= X || st_book_state_of(&c->book, il, e) != ST_SLOT_EMPTY) continue;
         if (c->n_pending >= c->book.n_slots / 2) break; /* at most half the slots in flight */
-        const int32_t slot = st_cache_claim(&c->book, il, e, 1);
+        const int32_t slot = st_book_claim(&c->book, il, e, 1);
         c->version++;
         if (slot < 0) break;
         strata_status st = st_gpu_cache_copy_in(s, c, slot, &views[e], c->copy_stream);
         if (st == STRATA_OK) st = st_cuda_event_record(c->slot_event[slot], c->copy_stream);
         if (st != STRATA_OK) {
             (void)st_cuda_stream_synchronize(c->copy_stream);
-            st_cache_abort(&c->book, slot);
+            st_book_abort(&c->book, slot);
             return st;
         }
         c->pending[slot] = 1;
@@ -405,7 +405,7 @@ strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int 
 }
 
 void st_gpu_cache_release_held(st_gpu_cache *c) {
-    for (int32_t i = 0; i < c->n_held; i++) st_cache_release(&c->book, c->held[i]);
+    for (int32_t i = 0; i < c->n_held; i++) st_book_release(&c->book, c->held[i]);
     c->n_held = 0;
 }
 
@@ -443,7 +443,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
             c->ram_seen[e] = c->ram_call;
             const int32_t w = c->book.where[(size_t)il * (size_t)X + (size_t)e];
             if (w >= 0 && c->book.slots[w].state == ST_SLOT_READY) {
-                st_cache_acquire(&c->book, w);
+                st_book_acquire(&c->book, w);
                 c->held[c->n_held++] = w;
             } else {
                 c->miss[nm++] = e;
@@ -467,18 +467,18 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         if (e < 0 || e >= X) continue;
         if (c->seen[e] == c->call) continue; /* already made resident for this call */
         c->seen[e] = c->call;
-        int32_t slot = st_cache_lookup(&c->book, il, e);
+        int32_t slot = st_book_lookup(&c->book, il, e);
         c->layer_lookups[il]++;
         c->layer_hits[il] += slot >= 0;
         if (slot < 0) { /* a demand load: the expert's three matrices over PCIe into a free slot */
-            slot = st_cache_claim(&c->book, il, e, 0);
+            slot = st_book_claim(&c->book, il, e, 0);
             c->version++;
             if (slot < 0 && c->n_pending > 0) { /* prefetches hold the free slots: let them land */
                 st = st_cuda_stream_synchronize(c->copy_stream);
                 for (int32_t q = 0; q < c->book.n_slots && st == STRATA_OK; q++)
                     if (c->pending[q]) st_gpu_cache_land(c, q);
                 if (st != STRATA_OK) break;
-                slot = st_cache_claim(&c->book, il, e, 0);
+                slot = st_book_claim(&c->book, il, e, 0);
                 c->version++;
             }
             if (slot < 0) {
@@ -488,13 +488,13 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
             }
             st = st_gpu_cache_copy_in(s, c, slot, &src[e], s->ram ? NULL : c->load_stream);
             if (st != STRATA_OK) {
-                st_cache_abort(&c->book, slot);
+                st_book_abort(&c->book, slot);
                 break;
             }
-            st_cache_publish(&c->book, slot);
+            st_book_publish(&c->book, slot);
             c->version++;
         }
-        st_cache_acquire(&c->book, slot); /* not evicted by a later miss of this same call */
+        st_book_acquire(&c->book, slot); /* not evicted by a later miss of this same call */
         c->held[c->n_held++] = slot;
         c->h_table[e] = st_slot_expert(c, &views[e], slot);
     }
@@ -587,7 +587,7 @@ strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il
         const int32_t e = ids[i];
         if (e < 0 || e >= X || c->seen[e] == c->call) continue;
         c->seen[e] = c->call;
-        const int32_t slot = st_cache_lookup(&c->book, il, e);
+        const int32_t slot = st_book_lookup(&c->book, il, e);
         c->layer_lookups[il]++;
         c->layer_hits[il] += slot >= 0;
         if (slot < 0) c->miss[nm++] = e;
@@ -596,24 +596,24 @@ strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il
      * place of an LRU expert only while the budget lasts */
     for (int32_t q = 0; q < nm && (*empty > 0 || *budget > 0); q++) {
         const int32_t e = c->miss[q];
-        const int32_t slot = st_cache_claim(&c->book, il, e, 0);
+        const int32_t slot = st_book_claim(&c->book, il, e, 0);
         c->version++;
         if (slot < 0) break;
         if (*empty > 0) (*empty)--;
         else (*budget)--;
         const strata_status st = st_gpu_cache_copy_in(s, c, slot, &views[e], NULL);
         if (st != STRATA_OK) {
-            st_cache_abort(&c->book, slot);
+            st_book_abort(&c->book, slot);
             return st;
         }
-        st_cache_publish(&c->book, slot);
+        st_book_publish(&c->book, slot);
     }
     return STRATA_OK;
 }
 
 void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
     for (int64_t i = 0; i < n; i++)
-        missed[i] = (uint8_t)(ids[i] >= 0 && st_cache_state_of(&c->book, il, ids[i]) != ST_SLOT_READY);
+        missed[i] = (uint8_t)(ids[i] >= 0 && st_book_state_of(&c->book, il, ids[i]) != ST_SLOT_READY);
 }
 
 void st_gpu_cache_reset_counters(st_gpu_cache *c) {

@@ -1,7 +1,7 @@
 /* ram_tier.c - the RAM tier of routed experts for sessions with a RAM budget (ram_budget,
  * --ram-budget; CUDA sessions: the source of the GPU expert cache's loads and of the CPU's layers,
  * in page-locked slots): n_slots slots of RAM, each the size of the model's largest expert, managed by the
- * expert cache (c/experts/cache.c: LRU plus a frequency-pinned hot set) and filled from the GGUF by
+ * slot book (c/experts/slot_book.c: LRU plus a frequency-pinned hot set) and filled from the GGUF by
  * the O_DIRECT reader (c/experts/stream.c) when a layer's routing needs an expert that is not
  * resident. The CPU expert step then reads the slots through a per-layer table. The bytes are the
  * file's, so the results are bit-identical to reading the mapping (which the tier never touches
@@ -16,7 +16,7 @@
 #include "session.h"
 #include "ram_tier.h"
 #include "profile.h"
-#include "cache.h"
+#include "slot_book.h"
 #include "stream.h"
 #ifdef STRATA_HAVE_CUDA
 #include "cuda_backend.h"
@@ -34,7 +34,7 @@ typedef struct {
 } st_expert_loc;
 
 struct st_ram_tier {
-    st_expert_cache cache;
+    st_slot_book cache;
     uint8_t *mem;                 /* n_slots * slot_bytes, ST_READER_ALIGN-aligned */
     int mem_pinned;               /* mem is page-locked (CUDA sessions: st_cuda_host_alloc) */
     size_t slot_bytes;
@@ -97,7 +97,7 @@ void st_ram_tier_free(strata_session *s) {
     if (t->readers)
         for (uint32_t i = 0; i < t->n_shards; i++) st_reader_close(t->readers[i]);
     free(t->readers);
-    st_cache_free(&t->cache);
+    st_book_free(&t->cache);
 #ifdef STRATA_HAVE_CUDA
     if (t->mem_pinned) st_cuda_host_free(t->mem);
     else
@@ -170,7 +170,7 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
      * take one token's k experts */
     int32_t pin = slots / 2;
     if (slots - pin < hp->n_expert_used) pin = slots - hp->n_expert_used;
-    if (st_cache_init(&t->cache, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0)
+    if (st_book_init(&t->cache, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0)
         return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
 #ifdef STRATA_HAVE_CUDA
     /* CUDA sessions: page-locked slots, so the disk's O_DIRECT reads land where the GPU cache's
@@ -296,8 +296,8 @@ static int st_ram_settle(st_ram_tier *t, int32_t i, int wait) {
     const int32_t slot = t->inflight[i];
     if (!wait && atomic_load_explicit(&t->fill[slot], memory_order_acquire) < 2) return 0;
     if (wait) st_ram_wait_fill(t, slot);
-    if (atomic_load_explicit(&t->fill[slot], memory_order_acquire) == 2) st_cache_publish(&t->cache, slot);
-    else st_cache_abort(&t->cache, slot); /* a later need reads it synchronously, with the error */
+    if (atomic_load_explicit(&t->fill[slot], memory_order_acquire) == 2) st_book_publish(&t->cache, slot);
+    else st_book_abort(&t->cache, slot); /* a later need reads it synchronously, with the error */
     atomic_store_explicit(&t->fill[slot], 0, memory_order_relaxed);
     t->inflight[i] = t->inflight[--t->n_inflight];
     return 1;
@@ -317,8 +317,8 @@ void st_ram_tier_prefetch(strata_session *s, int il, int64_t T, const int32_t *i
     const int32_t limit = t->cache.n_slots / 2;
     for (int64_t i = 0; i < T * K && t->n_inflight < limit; i++) {
         const int32_t e = ids[i];
-        if (e < 0 || e >= X || st_cache_state_of(&t->cache, il, e) != ST_SLOT_EMPTY) continue;
-        const int32_t slot = st_cache_claim(&t->cache, il, e, 1);
+        if (e < 0 || e >= X || st_book_state_of(&t->cache, il, e) != ST_SLOT_EMPTY) continue;
+        const int32_t slot = st_book_claim(&t->cache, il, e, 1);
         if (slot < 0) break;
         atomic_store_explicit(&t->fill[slot], 1, memory_order_relaxed);
         t->inflight[t->n_inflight++] = slot;
@@ -351,7 +351,7 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
         if (t->seen[e] == t->call) continue; /* already made resident for this call */
         t->seen[e] = t->call;
         int late = 0;
-        if (t->pipe && st_cache_state_of(&t->cache, il, e) == ST_SLOT_LOADING) {
+        if (t->pipe && st_book_state_of(&t->cache, il, e) == ST_SLOT_LOADING) {
             /* prefetched: wait for the reader thread if it is still at it, then publish */
             for (int32_t k = 0; k < t->n_inflight; k++) {
                 const int32_t sl = t->inflight[k];
@@ -363,14 +363,14 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
                 break;
             }
         }
-        int32_t slot = st_cache_lookup(&t->cache, il, e);
+        int32_t slot = st_book_lookup(&t->cache, il, e);
         t->layer_lookups[il]++;
         t->layer_hits[il] += slot >= 0 && !late;
         if (slot < 0) {
-            slot = st_cache_claim(&t->cache, il, e, 0);
+            slot = st_book_claim(&t->cache, il, e, 0);
             if (slot < 0 && t->pipe) { /* the free slots are still being filled: let them finish */
                 st_ram_reap(t, 1);
-                slot = st_cache_claim(&t->cache, il, e, 0);
+                slot = st_book_claim(&t->cache, il, e, 0);
             }
             if (slot < 0)
                 return st_error(STRATA_ERR_INTERNAL, "ram tier: no free slot for layer %d expert %d "
@@ -378,13 +378,13 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
             strata_status st = st_ram_fill(t, t->readers, &t->loc[(size_t)il * (size_t)X + (size_t)e],
                                            t->mem + (size_t)slot * t->slot_bytes);
             if (st != STRATA_OK) {
-                st_cache_abort(&t->cache, slot);
+                st_book_abort(&t->cache, slot);
                 return st;
             }
             t->fills++;
-            st_cache_publish(&t->cache, slot);
+            st_book_publish(&t->cache, slot);
         }
-        st_cache_acquire(&t->cache, slot);
+        st_book_acquire(&t->cache, slot);
         t->held[t->n_held++] = slot;
         /* the view of the slot: the mapping's shapes and types, the slot's bytes */
         const st_expert_loc *l = &t->loc[(size_t)il * (size_t)X + (size_t)e];
@@ -400,7 +400,7 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
 
 void st_ram_tier_release(strata_session *s) {
     st_ram_tier *t = s->ram;
-    for (int32_t i = 0; i < t->n_held; i++) st_cache_release(&t->cache, t->held[i]);
+    for (int32_t i = 0; i < t->n_held; i++) st_book_release(&t->cache, t->held[i]);
     t->n_held = 0;
 }
 
@@ -430,7 +430,7 @@ void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_
                         uint8_t *missed) {
     const st_ram_tier *t = s->ram;
     for (int64_t i = 0; i < T * K; i++) {
-        const st_slot_state st = ids[i] < 0 ? ST_SLOT_READY : st_cache_state_of(&t->cache, il, ids[i]);
+        const st_slot_state st = ids[i] < 0 ? ST_SLOT_READY : st_book_state_of(&t->cache, il, ids[i]);
         int ready = st == ST_SLOT_READY;
         if (st == ST_SLOT_LOADING && t->pipe) /* a prefetch that already finished is a completed load */
             for (int32_t k = 0; k < t->n_inflight && !ready; k++) {

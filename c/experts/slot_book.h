@@ -1,5 +1,6 @@
-/* cache.h - the bookkeeping of the GPU expert cache (no CUDA here): n_slots slots, each sized for
- * the model's largest expert and holding at most one expert (layer, id) at a time; the slot states;
+/* slot_book.h - the slot book of an expert tier (no CUDA here): the GPU expert cache and the RAM
+ * tier each keep one. n_slots slots, each sized for the model's largest expert and holding at
+ * most one expert (layer, id) at a time; the slot states;
  * the residency policy (a frequency-pinned hot set plus LRU for the rest); hit, miss and prefetch
  * counters. The placement code drives it: it claims a slot before copying an expert's bytes into
  * it, publishes it when the copy completed, and reads a slot only while it is READY.
@@ -17,8 +18,8 @@
  *     follows a drifting workload).
  *
  * Not thread-safe: one owner (the placement thread) calls everything. */
-#ifndef STRATA_EXPERT_CACHE_H
-#define STRATA_EXPERT_CACHE_H
+#ifndef STRATA_SLOT_BOOK_H
+#define STRATA_SLOT_BOOK_H
 
 #include <stdint.h>
 
@@ -38,7 +39,7 @@ typedef struct {
     int64_t prefetch_hits_timely;       /* first lookup after a prefetch found it READY */
     int64_t prefetch_hits_late;         /* ... found it still LOADING */
     int64_t evictions;                  /* READY slots given to another expert */
-} st_cache_counters;
+} st_slot_counters;
 
 typedef struct {
     int32_t n_layer, n_expert, n_slots, pin_slots;
@@ -48,32 +49,32 @@ typedef struct {
     uint32_t *uses;                     /* [n_layer * n_expert] decayed use counts */
     uint8_t *hot;                       /* [n_layer * n_expert] 1: in the pinned hot set */
     uint64_t clock;
-    st_cache_counters c;
-} st_expert_cache;
+    st_slot_counters c;
+} st_slot_book;
 
 /* pin_slots <= n_slots experts may be pinned (0: pure LRU); rebalance >= 1. 0 on success, -1 on a
  * bad argument or no memory. */
-int st_cache_init(st_expert_cache *ec, int32_t n_layer, int32_t n_expert, int32_t n_slots,
+int st_book_init(st_slot_book *ec, int32_t n_layer, int32_t n_expert, int32_t n_slots,
                   int32_t pin_slots, int32_t rebalance);
-void st_cache_free(st_expert_cache *ec);
+void st_book_free(st_slot_book *ec);
 
 /* The slot holding (layer, expert) READY, or -1 (absent, or still LOADING). Counts a lookup, a hit
  * or a miss, and the expert's use (for the hot set). */
-int32_t st_cache_lookup(st_expert_cache *ec, int32_t layer, int32_t expert);
+int32_t st_book_lookup(st_slot_book *ec, int32_t layer, int32_t expert);
 /* The state of (layer, expert): EMPTY when it has no slot. No counting. */
-st_slot_state st_cache_state_of(const st_expert_cache *ec, int32_t layer, int32_t expert);
+st_slot_state st_book_state_of(const st_slot_book *ec, int32_t layer, int32_t expert);
 
 /* Claims a slot for (layer, expert), which must have none: an EMPTY slot, else the LRU READY slot
  * that is neither held nor pinned (its old expert is evicted). The slot becomes LOADING. Returns
  * the slot, or -1 when the expert already has a slot or no slot can be taken. */
-int32_t st_cache_claim(st_expert_cache *ec, int32_t layer, int32_t expert, int prefetch);
+int32_t st_book_claim(st_slot_book *ec, int32_t layer, int32_t expert, int prefetch);
 /* LOADING -> READY once the copy completed (0), or -1 if the slot is not LOADING. */
-int st_cache_publish(st_expert_cache *ec, int32_t slot);
+int st_book_publish(st_slot_book *ec, int32_t slot);
 /* LOADING -> EMPTY after a failed copy (0), or -1 if the slot is not LOADING. */
-int st_cache_abort(st_expert_cache *ec, int32_t slot);
+int st_book_abort(st_slot_book *ec, int32_t slot);
 
 /* A consumer holds a READY slot while it computes with it (0), or -1 if not READY. */
-int st_cache_acquire(st_expert_cache *ec, int32_t slot);
-int st_cache_release(st_expert_cache *ec, int32_t slot);
+int st_book_acquire(st_slot_book *ec, int32_t slot);
+int st_book_release(st_slot_book *ec, int32_t slot);
 
-#endif /* STRATA_EXPERT_CACHE_H */
+#endif /* STRATA_SLOT_BOOK_H */

@@ -1,11 +1,11 @@
-/* cache.c - the GPU expert cache's slot states, residency policy (frequency-pinned hot set + LRU)
- * and counters (cache.h). */
-#include "cache.h"
+/* slot_book.c - the slot book of the expert tiers (slot_book.h): slot states, the residency
+ * policy (frequency-pinned hot set + LRU) and counters, shared by the GPU tier and the RAM tier. */
+#include "slot_book.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int st_cache_init(st_expert_cache *ec, int32_t n_layer, int32_t n_expert, int32_t n_slots,
+int st_book_init(st_slot_book *ec, int32_t n_layer, int32_t n_expert, int32_t n_slots,
                   int32_t pin_slots, int32_t rebalance) {
     memset(ec, 0, sizeof *ec);
     if (n_layer < 1 || n_expert < 1 || n_slots < 1 || pin_slots < 0 || pin_slots > n_slots ||
@@ -22,7 +22,7 @@ int st_cache_init(st_expert_cache *ec, int32_t n_layer, int32_t n_expert, int32_
     ec->uses = calloc(n, sizeof *ec->uses);
     ec->hot = calloc(n, 1);
     if (!ec->slots || !ec->where || !ec->uses || !ec->hot) {
-        st_cache_free(ec);
+        st_book_free(ec);
         return -1;
     }
     for (size_t i = 0; i < n; i++) ec->where[i] = -1;
@@ -30,7 +30,7 @@ int st_cache_init(st_expert_cache *ec, int32_t n_layer, int32_t n_expert, int32_
     return 0;
 }
 
-void st_cache_free(st_expert_cache *ec) {
+void st_book_free(st_slot_book *ec) {
     if (!ec) return;
     free(ec->slots);
     free(ec->where);
@@ -39,7 +39,7 @@ void st_cache_free(st_expert_cache *ec) {
     memset(ec, 0, sizeof *ec);
 }
 
-static int32_t st_cache_index(const st_expert_cache *ec, int32_t layer, int32_t expert) {
+static int32_t st_cache_index(const st_slot_book *ec, int32_t layer, int32_t expert) {
     if (layer < 0 || layer >= ec->n_layer || expert < 0 || expert >= ec->n_expert) return -1;
     return layer * ec->n_expert + expert;
 }
@@ -51,7 +51,7 @@ static int st_cmp_desc(const void *a, const void *b) {
 
 /* The hot set: the pin_slots experts with the highest use counts (ties: lower index first, zero
  * counts never), then every count halves. */
-static void st_cache_rebalance(st_expert_cache *ec) {
+static void st_cache_rebalance(st_slot_book *ec) {
     const size_t n = (size_t)ec->n_layer * (size_t)ec->n_expert;
     memset(ec->hot, 0, n);
     if (ec->pin_slots > 0) {
@@ -72,7 +72,7 @@ static void st_cache_rebalance(st_expert_cache *ec) {
     for (size_t i = 0; i < n; i++) ec->uses[i] >>= 1;
 }
 
-int32_t st_cache_lookup(st_expert_cache *ec, int32_t layer, int32_t expert) {
+int32_t st_book_lookup(st_slot_book *ec, int32_t layer, int32_t expert) {
     const int32_t i = st_cache_index(ec, layer, expert);
     if (i < 0) return -1;
     ec->clock++;
@@ -96,13 +96,13 @@ int32_t st_cache_lookup(st_expert_cache *ec, int32_t layer, int32_t expert) {
     return s;
 }
 
-st_slot_state st_cache_state_of(const st_expert_cache *ec, int32_t layer, int32_t expert) {
+st_slot_state st_book_state_of(const st_slot_book *ec, int32_t layer, int32_t expert) {
     const int32_t i = st_cache_index(ec, layer, expert);
     if (i < 0 || ec->where[i] < 0) return ST_SLOT_EMPTY;
     return ec->slots[ec->where[i]].state;
 }
 
-int32_t st_cache_claim(st_expert_cache *ec, int32_t layer, int32_t expert, int prefetch) {
+int32_t st_book_claim(st_slot_book *ec, int32_t layer, int32_t expert, int prefetch) {
     const int32_t i = st_cache_index(ec, layer, expert);
     if (i < 0 || ec->where[i] >= 0) return -1;
     int32_t pick = -1;
@@ -132,13 +132,13 @@ int32_t st_cache_claim(st_expert_cache *ec, int32_t layer, int32_t expert, int p
     return pick;
 }
 
-int st_cache_publish(st_expert_cache *ec, int32_t slot) {
+int st_book_publish(st_slot_book *ec, int32_t slot) {
     if (slot < 0 || slot >= ec->n_slots || ec->slots[slot].state != ST_SLOT_LOADING) return -1;
     ec->slots[slot].state = ST_SLOT_READY;
     return 0;
 }
 
-int st_cache_abort(st_expert_cache *ec, int32_t slot) {
+int st_book_abort(st_slot_book *ec, int32_t slot) {
     if (slot < 0 || slot >= ec->n_slots || ec->slots[slot].state != ST_SLOT_LOADING) return -1;
     st_slot *sl = &ec->slots[slot];
     ec->where[sl->layer * ec->n_expert + sl->expert] = -1;
@@ -148,13 +148,13 @@ int st_cache_abort(st_expert_cache *ec, int32_t slot) {
     return 0;
 }
 
-int st_cache_acquire(st_expert_cache *ec, int32_t slot) {
+int st_book_acquire(st_slot_book *ec, int32_t slot) {
     if (slot < 0 || slot >= ec->n_slots || ec->slots[slot].state != ST_SLOT_READY) return -1;
     ec->slots[slot].users++;
     return 0;
 }
 
-int st_cache_release(st_expert_cache *ec, int32_t slot) {
+int st_book_release(st_slot_book *ec, int32_t slot) {
     if (slot < 0 || slot >= ec->n_slots || ec->slots[slot].users <= 0) return -1;
     ec->slots[slot].users--;
     return 0;
