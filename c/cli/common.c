@@ -449,18 +449,6 @@ int cli_opts_parse(cli_opts *o, int argc, char **argv, int *i) {
  * Model, session, tokens, files
  * ------------------------------------------------------------------------------------------- */
 
-double cli_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-uint64_t cli_peak_rss(void) {
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
-    return (uint64_t)ru.ru_maxrss * 1024u; /* Linux reports KiB */
-}
-
 int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
     if (o->cpu_isa) { /* process-wide, before the model is read and any thread computes */
         strata_cpu_isa l;
@@ -709,48 +697,6 @@ int cli_model_adds_bos(const strata_model *model) {
     if (bos < 0) return 0;
     if (strata_tokenize(model, "", 0, 1, 0, t, 4, &n) != STRATA_OK) return 0;
     return n >= 1 && t[0] == bos;
-}
-
-char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "strata: cannot open '%s': %s\n", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *b2 = realloc(buf, cap * 2 + 1);
-        if (!b2) { free(buf); buf = NULL; break; }
-        buf = b2;
-        cap *= 2;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        free(buf);
-        fprintf(stderr, "strata: cannot read '%s'%s\n", path, buf ? "" : ": out of memory");
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
-void cli_json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", f);
-        else if (*p == '\t') fputs("\\t", f);
-        else if (*p == '\r') fputs("\\r", f);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -14,13 +14,6 @@
 #define CLI_MAX_STOPS 16
 #define CLI_MAX_GPU_ONLY 32
 
-/* Subcommands (argv[0] is the command name) and the no-argument default run (run.c,
- * perplexity.c). */
-int cli_cmd_run(int argc, char **argv);
-int cli_cmd_perplexity(int argc, char **argv);
-int cli_cmd_default(void);
-int cli_cmd_bench(int argc, char **argv); /* bench.c */
-
 typedef struct {
     const char *model;            /* -m */
     const char *prompt;           /* -p */
@@ -116,15 +109,6 @@ int cli_tokenize(const strata_model *model, const char *text, size_t len, int ad
                  int parse_special, strata_token **toks, int64_t *n);
 /* 1 if the vocabulary prepends BOS when tokenizing with add_special. */
 int cli_model_adds_bos(const strata_model *model);
-/* Whole file into a NUL-terminated malloc'd buffer; NULL after printing why. */
-char *cli_read_file(const char *path, size_t *len);
-
-/* Monotonic seconds. */
-double cli_now(void);
-/* Peak resident set size of this process in bytes (getrusage). */
-uint64_t cli_peak_rss(void);
-/* Writes s as a JSON string literal (quotes included). */
-void cli_json_string(FILE *f, const char *s);
 
 /* ---- teacher-forced logprob dumps ------------------------------------------------------------
  * JSONL: a header line {"strata_logpos": 1, "model": ..., "n_vocab": V, "top_k": K, ...} then one
