@@ -136,7 +136,6 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     strata_session_params p = params ? *params : strata_session_default_params();
     strata_status st = st_session_params_check(model, &p);
     if (st != STRATA_OK) return st;
-    const int ram_gpu = p.placement.ram_budget > 0 && p.backend == STRATA_BACKEND_CUDA;
     const st_hparams *hp = &model->hp;
 
     strata_session *s = calloc(1, sizeof *s);
@@ -153,23 +152,19 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->cuda_pdl = p.cuda.pdl <= 0 ? 0 : p.cuda.pdl >= 2 ? 2 : 1;
     s->attn_tc = p.cuda.attn_tc;
     s->q8_tiles = p.cuda.q8_tiles;
-    s->pin_experts = p.backend == STRATA_BACKEND_CUDA && !ram_gpu ? p.placement.pin_experts : 0;
-    s->gpu_prefetch = p.backend == STRATA_BACKEND_CUDA && p.placement.expert_cache != 0 && p.placement.gpu_prefetch != 0;
-    s->cpu_warm = p.backend == STRATA_BACKEND_CUDA && p.placement.n_cpu_moe != 0 && p.placement.cpu_warm;
-    s->cuda_doorbell = p.backend == STRATA_BACKEND_CUDA && (p.placement.n_cpu_moe != 0 || p.placement.expert_cache != 0) &&
-                       p.placement.doorbell != 0;
-    s->cpu_misses = p.backend == STRATA_BACKEND_CUDA && (p.placement.expert_cache != 0 || p.placement.n_cpu_moe != 0) &&
-                    p.placement.cpu_misses == 1;
-    /* auto: the CPU layers' decode split where it computes the same bits as the CPU alone (the
-     * setup checks the kernels); not with the pool or the RAM tier, which read experts otherwise */
-    s->cpu_misses_auto = p.backend == STRATA_BACKEND_CUDA && p.placement.n_cpu_moe != 0 && p.placement.cpu_misses < 0 &&
-                         !p.placement.doorbell && !ram_gpu;
-    s->pcie_frac = p.placement.pcie_frac < 0 ? -1.0f : p.placement.pcie_frac;
-    s->pipe = p.placement.pipe != 0 && p.placement.ram_budget > 0;
-    s->n_cpu_moe = p.placement.n_cpu_moe < 0 ? -1 : p.placement.n_cpu_moe;
-    s->stage_experts = p.backend == STRATA_BACKEND_CUDA && s->n_cpu_moe != 0 && !ram_gpu ? p.placement.stage_experts : 0;
-    s->expert_cache = p.backend == STRATA_BACKEND_CUDA ? (p.placement.expert_cache < 0 ? -1 : p.placement.expert_cache) : 0;
-    s->gpu_mem = p.placement.gpu_mem > 0 ? p.placement.gpu_mem : 0;
+    st_plan_resolve(&p, &s->plan);
+    s->pin_experts = s->plan.pin_experts; /* the plan's, as the forward passes read them today */
+    s->gpu_prefetch = s->plan.gpu_prefetch;
+    s->cpu_warm = s->plan.cpu_warm;
+    s->cuda_doorbell = s->plan.doorbell;
+    s->cpu_misses = s->plan.cpu_misses;
+    s->cpu_misses_auto = s->plan.cpu_misses_auto;
+    s->pcie_frac = s->plan.pcie_frac;
+    s->pipe = s->plan.pipe;
+    s->n_cpu_moe = s->plan.n_cpu_moe;
+    s->stage_experts = s->plan.stage_experts;
+    s->expert_cache = s->plan.expert_cache;
+    s->gpu_mem = s->plan.gpu_mem;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
     s->slots_gpu = calloc((size_t)hp->n_layer, sizeof *s->slots_gpu);

@@ -11,6 +11,7 @@
 #include "degrade.h"
 #include "kv.h"
 #include "model.h"
+#include "plan.h"
 #include "ops.h"
 #include "threadpool.h"
 
@@ -24,6 +25,7 @@ struct strata_session {
     strata_backend_kind backend; /* CPU, or CUDA: every layer on the GPU (s->gpu) */
     st_gpu *gpu;
     strata_type kv_type;
+    st_placement_plan plan;     /* where routed experts live and move (plan.h) */
     st_degrade_params degrade;  /* DEGRADE_ZERO (degrade.h) */
     st_degrade_stats dstats;
     int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */

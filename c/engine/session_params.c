@@ -1,8 +1,10 @@
 /* session_params.c - what a session accepts: strata_session_default_params, each option's range
- * and the rules about which options combine (every one with its message, in one place), and
- * strata_session_params_check, which runs them and the checks that need the model and the machine
- * (RAM budget against the experts' size, the backend usable here) without creating anything. */
+ * (the placement's, and the rules about which options combine, are the placement plan's:
+ * c/experts/plan.c), and strata_session_params_check, which runs them and the checks that need
+ * the model and the machine (RAM budget against the experts' size, the backend usable here)
+ * without creating anything. */
 #include "session.h"
+#include "plan.h"
 #include "ram_tier.h"
 
 #include <math.h>
@@ -29,7 +31,7 @@ strata_session_params strata_session_default_params(void) {
     return p;
 }
 
-/* Each option on its own: in range, flags 0 or 1. */
+/* Each option on its own, but the placement's (plan.c): in range, flags 0 or 1. */
 static strata_status st_check_ranges(const strata_session_params *p) {
     if (p->n_ctx < 0)
         return st_error(STRATA_ERR_INVALID_ARG, "session option n_ctx %d < 0", (int)p->n_ctx);
@@ -47,56 +49,11 @@ static strata_status st_check_ranges(const strata_session_params *p) {
                         (double)p->degrade_tau);
     if (p->degrade_eval && !p->degrade_zero)
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
-    if (p->placement.ram_budget < 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option ram_budget %lld < 0", (long long)p->placement.ram_budget);
-    if (p->placement.cpu_misses < -1 || p->placement.cpu_misses > 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_misses %d (1 on, 0 off, -1 auto)", p->placement.cpu_misses);
-    if (isnan(p->placement.pcie_frac) || p->placement.pcie_frac > 1.0f)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option pcie_frac %g (0..1, or < 0 for the "
-                        "cost model)", (double)p->placement.pcie_frac);
-    if (p->placement.stage_experts < -1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option stage_experts %d (a token count, 0 "
-                        "off, or -1 auto)", (int)p->placement.stage_experts);
     if (p->cuda.attn_tc < -1 || p->cuda.attn_tc > 3)
         return st_error(STRATA_ERR_INVALID_ARG, "session option attn_tc %d (-1 auto, 0 FMA kernel, 1 "
                         "single f16, 2 split queries and probabilities, 3 split probabilities)", p->cuda.attn_tc);
     if (p->cuda.q8_tiles != 0 && p->cuda.q8_tiles != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option q8_tiles %d: expected 0 or 1", p->cuda.q8_tiles);
-    if (p->placement.cpu_warm != 0 && p->placement.cpu_warm != 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_warm %d: expected 0 or 1", p->placement.cpu_warm);
-    if (p->placement.pin_experts < -1 || p->placement.pin_experts > 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "session option pin_experts %d (1 on, 0 off, -1 auto)",
-                        p->placement.pin_experts);
-    return STRATA_OK;
-}
-
-/* Options that do not combine. CUDA sessions with a RAM budget: the experts the GPU cache loads or
- * the CPU computes come from the RAM tier (pinned slots, filled from the file with O_DIRECT); the
- * options that read every expert from RAM do not combine with it. */
-static strata_status st_check_combinations(const strata_session_params *p) {
-    const int ram_gpu = p->placement.ram_budget > 0 && p->backend == STRATA_BACKEND_CUDA;
-    if (ram_gpu && p->placement.n_cpu_moe == 0 && p->placement.expert_cache == 0)
-        return st_error(STRATA_ERR_INVALID_ARG, "ram_budget with a CUDA session needs expert_cache "
-                        "or n_cpu_moe: else every routed expert is on the GPU");
-    if (p->backend == STRATA_BACKEND_CUDA && p->placement.doorbell && p->placement.expert_cache != 0 &&
-        (p->placement.gpu_prefetch || p->placement.cpu_misses == 1 || p->degrade_zero))
-        return st_error(STRATA_ERR_UNSUPPORTED, "doorbell with expert_cache: the expert pool computes "
-                        "the decode steps' misses; gpu_prefetch, cpu_misses and degrade_zero handle "
-                        "them otherwise (leave them off)");
-    if (p->backend == STRATA_BACKEND_CUDA && p->placement.doorbell && p->placement.n_cpu_moe != 0 && p->placement.cpu_misses == 1)
-        return st_error(STRATA_ERR_UNSUPPORTED, "doorbell with n_cpu_moe: the expert pool computes "
-                        "every expert of the CPU layers' decode steps; cpu_misses (a share over "
-                        "PCIe to the GPU) is for the host hand-off (leave one off)");
-    if (ram_gpu && p->placement.doorbell)
-        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: doorbell's "
-                        "expert pool reads every CPU layer's experts from RAM, not the tier's "
-                        "slots; leave it off");
-    if (ram_gpu && (p->placement.pin_experts == 1 || p->placement.gpu_prefetch || p->placement.cpu_misses == 1 || p->placement.stage_experts > 0))
-        return st_error(STRATA_ERR_UNSUPPORTED, "ram_budget with a CUDA session: pin_experts 1, "
-                        "gpu_prefetch, cpu_misses and stage_experts read experts outside the RAM "
-                        "tier; leave them off (or auto)");
-    if (p->degrade_eval && p->backend == STRATA_BACKEND_CUDA)
-        return st_error(STRATA_ERR_UNSUPPORTED, "degrade_eval runs on CPU sessions only");
     return STRATA_OK;
 }
 
@@ -105,7 +62,7 @@ strata_status st_session_params_check(const strata_model *model, const strata_se
     if (model->vocab_only || !model->arch || !model->layers)
         return st_error(STRATA_ERR_INVALID_ARG, "session: the model was loaded vocab_only (no weights)");
     strata_status st = st_check_ranges(p);
-    if (st == STRATA_OK) st = st_check_combinations(p);
+    if (st == STRATA_OK) st = st_plan_check(p);
     if (st == STRATA_OK && p->n_ctx == 0 && model->hp.n_ctx_train <= 0)
         st = st_error(STRATA_ERR_INVALID_ARG, "session: n_ctx is 0 and the model has no n_ctx_train");
     return st;
