@@ -218,7 +218,7 @@ $(BUILD)/bench_dot: bench/micro/bench_dot.c bench/micro/bench_util.h $(BUILD)/li
 # clean keeps the Python test environment (VENV); distclean removes it too.
 clean:
 	find $(BUILD) -mindepth 1 -maxdepth 1 ! -path '$(VENV)' -exec rm -rf {} + 2>/dev/null || true
-	rm -rf build-asan libstrata.so strata
+	rm -rf build-asan libstrata.so libstrata.so.* strata
 
 distclean: clean
 	rm -rf $(BUILD) $(VENV)
