@@ -74,7 +74,7 @@ ifdef USE_CUDA
                   -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
   NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-Wall,-Wextra \
                $(INCLUDES) -DSTRATA_HAVE_CUDA=1 -Wno-deprecated-gpu-targets
-  # NVCC_EXTRA: more nvcc flags, e.g. -DNAME=1 (bench/device_gpu.sh AB_NVCC builds)
+  # NVCC_EXTRA: more nvcc flags, e.g. -DNAME=1 (bench/device/device_gpu.sh AB_NVCC builds)
   NVCCFLAGS += $(NVCC_EXTRA)
   CFLAGS   += -DSTRATA_HAVE_CUDA=1
   CU_OBJS  := $(CU_SRCS:%.cu=$(BUILD)/%.o)

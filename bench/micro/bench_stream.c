@@ -8,6 +8,7 @@
  * The reader bypasses the page cache, so repeated runs measure the disk, not RAM. */
 #include "stream.h"
 #include "strata.h"
+#include "strata_gguf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

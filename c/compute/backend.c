@@ -86,6 +86,6 @@ strata_status strata_backend_copy_rate(strata_backend_kind kind, double *bytes_p
     }
     if (kind == STRATA_BACKEND_CPU)
         return st_error(STRATA_ERR_UNSUPPORTED, "strata_backend_copy_rate: not measured for the CPU backend "
-                        "(bench/bench_dot gives its rates)");
+                        "(bench/micro/bench_dot gives its rates)");
     return st_error(STRATA_ERR_INVALID_ARG, "strata_backend_copy_rate: no backend kind %d", (int)kind);
 }

@@ -222,7 +222,7 @@ static __device__ __forceinline__ bool st_moe_block_group(const st_moe_mv_params
 
 /* Q4_K chunks through the tiles' aligned fetch (a 16-byte header and 32 bytes of nibbles, 3
  * vector loads) instead of load's ~20 16-bit loads: the same values (finish is load to the bit).
- * ST_MOE_MV_FETCH=0 at build time restores the 16-bit loads (an A/B of bench/device_gpu.sh). */
+ * ST_MOE_MV_FETCH=0 at build time restores the 16-bit loads (an A/B of bench/device/device_gpu.sh). */
 #ifndef ST_MOE_MV_FETCH
 #define ST_MOE_MV_FETCH 1
 #endif

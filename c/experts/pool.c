@@ -53,7 +53,7 @@ static void *st_pool_main(void *arg) {
         pthread_mutex_unlock(&p->mu);
         if (stop) return NULL;
         /* the workers spin through the producer's part of each layer instead of sleeping and
-         * waking (bench/bench_pool_gap), for the step's duration */
+         * waking (bench/micro/bench_pool_gap), for the step's duration */
         st_threadpool_hold(p->tp, 1);
         for (int32_t l = 0; l < p->n_layer; l++) {
             st_doorbell_layer *d = &p->db[l];

@@ -100,7 +100,7 @@ static void test_cuda(void) {
     st = strata_backend_copy_rate(STRATA_BACKEND_CUDA, &rate);
     CHECK(st == STRATA_ERR_UNSUPPORTED && rate == 0.0, "copy rate without CUDA: %s", strata_status_name(st));
 #endif
-    /* the CPU backend's copy rate is not this call's (bench/bench_dot); bad arguments are refused */
+    /* the CPU backend's copy rate is not this call's (bench/micro/bench_dot); bad arguments are refused */
     double r = 1.0;
     CHECK(strata_backend_copy_rate(STRATA_BACKEND_CPU, &r) == STRATA_ERR_UNSUPPORTED && r == 0.0,
           "cpu copy rate: %s", strata_last_error());

@@ -142,7 +142,7 @@ void st_moe_ffn_end_rows(st_threadpool *tp, void *ws, float *rows);
 /* One token's step (T == 1) runs gate/up, h's quantization and down in one parallel region, down
  * chunks starting as their experts' h rows are ready (the default, on); 0: three stages with a
  * barrier between each, as batches run. The same bits either way. Process-wide, for tests and
- * bench/bench_moe_step; not thread-safe against a running step. */
+ * bench/micro/bench_moe_step; not thread-safe against a running step. */
 void st_moe_set_one_dispatch(int on);
 
 /* Warming experts into the CPU's caches ahead of their step: the pool's workers read the gate

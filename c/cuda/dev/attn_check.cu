@@ -21,7 +21,7 @@
  *        c/cuda/dev/attn_check.cu build/libstrata.a -o /tmp/attn_check -lpthread -ldl -lm
  * Run:  /tmp/attn_check [context, default 16384] [decode: only the calls of T <= 8 | prefill:
  *       only the calls of T >= 64 and the tensor-core prefill plans, for build-time A/Bs
- *       (bench/device_attn_ab.sh)] */
+ *       (bench/device/device_attn_ab.sh)] */
 #include "attn.cuh"
 #include "dev_common.cuh"
 
