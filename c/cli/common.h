@@ -1,24 +1,15 @@
-/* common.h - what the model-running subcommands (run.c, perplexity.c, bench.c) share: loading a
- * model and session from the options (options.h), and the teacher-forced logprob dump (top-K
- * log-softmax rows, JSONL) with the top-K KL estimate that tools/kl.py also uses. Uses only the
- * public API (strata.h). */
+/* common.h - what the model-running subcommands (run.c, perplexity.c, bench.c) share besides
+ * session_setup.h: the stats lines, and the teacher-forced logprob dump (top-K log-softmax rows,
+ * JSONL) with the top-K KL estimate that tools/kl.py also uses. Uses only the public API
+ * (strata.h). */
 #ifndef STRATA_CLI_COMMON_H
 #define STRATA_CLI_COMMON_H
 
-#include "options.h"
+#include "session_setup.h"
 
 #include <stdint.h>
 #include <stdio.h>
 
-/* Loads o->model (params from the options); *load_s gets the seconds it took. Prints the failure
- * and returns CLI_EXIT_FAIL, or 0. */
-int cli_load_model(const cli_opts *o, strata_model **model, double *load_s);
-/* Session with the options' n_ctx, n_batch, kv_type, n_threads and backend: --gpu must get the
- * GPU (else it fails), auto takes the GPU when CUDA is usable and the model has GPU kernels and
- * otherwise says in one stderr line why it runs on the CPU; a CPU session names the GPU-only
- * flags given in one warning line (they are ignored), and a context past the model's training
- * context gets a warning line. Fills o->backend_desc. */
-int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out);
 /* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
  * min/max share). Nothing when it is off. */
 void cli_print_degrade_stats(const strata_session *sess);
@@ -26,16 +17,8 @@ void cli_print_degrade_stats(const strata_session *sess);
  * memory and on the CPU, per-layer GPU share), bytes over PCIe and from disk, zeroed slots; gpu 0
  * (a CPU session) leaves out the GPU-only fields. */
 void cli_print_prof_line(const strata_session *sess, int gpu, double prompt_tps, double decode_tps);
-/* The CPU threads a session of these options uses: -t, else the online CPUs (the library's rule
- * for n_threads 0). */
-int cli_threads_used(const cli_opts *o);
 /* With --profile: one stderr line per phase set, milliseconds per token and share of the total. */
 void cli_print_profile(const strata_session *sess, const char *what);
-/* Tokenizes text into *toks (malloc'd), *n tokens. Prints failures, returns CLI_EXIT_FAIL or 0. */
-int cli_tokenize(const strata_model *model, const char *text, size_t len, int add_special,
-                 int parse_special, strata_token **toks, int64_t *n);
-/* 1 if the vocabulary prepends BOS when tokenizing with add_special. */
-int cli_model_adds_bos(const strata_model *model);
 
 /* ---- teacher-forced logprob dumps ------------------------------------------------------------
  * JSONL: a header line {"strata_logpos": 1, "model": ..., "n_vocab": V, "top_k": K, ...} then one
