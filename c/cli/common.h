@@ -6,19 +6,10 @@
 #define STRATA_CLI_COMMON_H
 
 #include "session_setup.h"
+#include "stats_print.h"
 
 #include <stdint.h>
 #include <stdio.h>
-
-/* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
- * min/max share). Nothing when it is off. */
-void cli_print_degrade_stats(const strata_session *sess);
-/* The [PROF] line on stderr: prompt and decode tok/s, where routed experts ran (slot-rows from GPU
- * memory and on the CPU, per-layer GPU share), bytes over PCIe and from disk, zeroed slots; gpu 0
- * (a CPU session) leaves out the GPU-only fields. */
-void cli_print_prof_line(const strata_session *sess, int gpu, double prompt_tps, double decode_tps);
-/* With --profile: one stderr line per phase set, milliseconds per token and share of the total. */
-void cli_print_profile(const strata_session *sess, const char *what);
 
 /* ---- teacher-forced logprob dumps ------------------------------------------------------------
  * JSONL: a header line {"strata_logpos": 1, "model": ..., "n_vocab": V, "top_k": K, ...} then one

@@ -14,8 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static double rate(double n, double s) { return s > 0 ? n / s : 0.0; }
-
 /* Set by SIGUSR1: print the [PROF] line at the next generated token. */
 static volatile sig_atomic_t g_prof_requested = 0;
 static void on_sigusr1(int sig) { (void)sig; g_prof_requested = 1; }
@@ -122,15 +120,10 @@ typedef struct {
     FILE *logpos;           /* NULL: no dump */
     cli_topk topk;
     int64_t logpos_base;    /* position of the next dumped row */
-    /* stats over the whole run */
-    double load_s, prompt_s, gen_s, ttft_s;
-    int64_t n_prompt, n_gen;
-    int ctx_full;
+    cli_run_stats st;       /* over the whole run */
 } runner;
 
 enum { STOP_LIMIT, STOP_EOG, STOP_STRING, STOP_CTX };
-
-static int runner_on_gpu(const runner *r) { return strncmp(r->o->backend_desc, "cuda", 4) == 0; }
 
 /* Evaluates the prompt tokens, dumping logprob rows when asked; the last row stays in
  * r->logits. */
@@ -173,7 +166,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
                             "-c, up to the model's n_ctx_train)", (long long)n, (int)n_ctx);
         fprintf(stderr, "\nstrata: context full: %d of %d tokens used, this message needs %lld "
                 "more; stopping\n", (int)n_past, (int)n_ctx, (long long)n);
-        r->ctx_full = 1;
+        r->st.ctx_full = 1;
         *why = STOP_CTX;
         return 0;
     }
@@ -182,8 +175,8 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     int rc = eval_prompt(r, toks, n, -1);
     if (rc) return rc;
     double t1 = cli_now();
-    r->prompt_s += t1 - t0;
-    r->n_prompt += n;
+    r->st.prompt_s += t1 - t0;
+    r->st.n_prompt += n;
 
     stream s = {NULL, 0, 0, 0, o, stdout};
     strata_token pending = -1; /* sampled, not yet in the cache */
@@ -213,8 +206,9 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
         if (g_prof_requested) { /* kill -USR1: the [PROF] line now */
             g_prof_requested = 0;
             fputc('\n', stderr);
-            cli_print_prof_line(r->sess, runner_on_gpu(r), rate((double)r->n_prompt, r->prompt_s),
-                                rate((double)n_gen, cli_now() - t1));
+            cli_print_prof_line(r->sess, cli_session_on_gpu(r->o),
+                                cli_rate((double)r->st.n_prompt, r->st.prompt_s),
+                                cli_rate((double)n_gen, cli_now() - t1));
         }
         strata_token tok = next;
         if (tok < 0 && (have_cand ? strata_sampler_sample_top(r->smp, cids, cvals, need, &tok)
@@ -224,7 +218,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
             free(cvals);
             return cli_fail("sampling: %s", strata_last_error());
         }
-        if (first) { r->ttft_s += cli_now() - t0; first = 0; }
+        if (first) { r->st.ttft_s += cli_now() - t0; first = 0; }
         if (!o->ignore_eos && strata_token_is_eog(r->model, tok)) {
             pending = tok;
             *why = STOP_EOG;
@@ -243,7 +237,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
         if (n_predict >= 0 && n_gen >= n_predict) { pending = tok; break; }
         if (strata_session_n_past(r->sess) >= n_ctx) {
             *why = STOP_CTX;
-            r->ctx_full = 1;
+            r->st.ctx_full = 1;
             break;
         }
         const strata_status dst = fast_greedy ? strata_session_decode_greedy(r->sess, &tok, 1, &next)
@@ -270,62 +264,9 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     if (*why == STOP_CTX)
         fprintf(stderr, "\nstrata: context full (%d tokens, -c); stopped after %lld generated "
                 "tokens\n", (int)n_ctx, (long long)n_gen);
-    r->gen_s += cli_now() - t1;
-    r->n_gen += n_gen;
+    r->st.gen_s += cli_now() - t1;
+    r->st.n_gen += n_gen;
     return 0;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Stats
- * ------------------------------------------------------------------------------------------- */
-
-static int write_stats_json(const runner *r, uint64_t rss) {
-    const cli_opts *o = r->o;
-    FILE *f = fopen(o->stats_json, "w");
-    if (!f) return cli_fail("cannot write '%s': %s", o->stats_json, strerror(errno));
-    strata_model_info mi;
-    memset(&mi, 0, sizeof mi);
-    strata_model_get_info(r->model, &mi);
-    fputs("{\"model\": ", f);
-    cli_json_string(f, o->model);
-    fprintf(f, ", \"arch\": ");
-    cli_json_string(f, mi.arch ? mi.arch : "");
-    fprintf(f, ", \"backend\": ");
-    cli_json_string(f, o->backend_desc);
-    fprintf(f, ", \"n_threads\": %d, \"n_ctx\": %d, \"n_batch\": %d, \"kv_type\": \"%s\", "
-            "\"seed\": %llu, \"load_s\": %.6f, \"n_prompt\": %lld, \"prompt_s\": %.6f, "
-            "\"prompt_tok_s\": %.4f, \"ttft_s\": %.6f, \"n_gen\": %lld, \"gen_s\": %.6f, "
-            "\"gen_tok_s\": %.4f, \"peak_rss_bytes\": %llu, \"context_full\": %s}\n",
-            cli_threads_used(o), (int)strata_session_n_ctx(r->sess), o->n_batch,
-            strata_type_name(o->kv_type), (unsigned long long)o->sp.seed, r->load_s,
-            (long long)r->n_prompt, r->prompt_s, rate((double)r->n_prompt, r->prompt_s), r->ttft_s,
-            (long long)r->n_gen, r->gen_s, rate((double)r->n_gen, r->gen_s),
-            (unsigned long long)rss, r->ctx_full ? "true" : "false");
-    const int bad = ferror(f);
-    if (fclose(f) != 0 || bad) return cli_fail("cannot write '%s': %s", o->stats_json, strerror(errno));
-    return 0;
-}
-
-static int print_stats(const runner *r) {
-    const cli_opts *o = r->o;
-    uint64_t rss = cli_peak_rss();
-    if (!o->quiet) {
-        char hb[32];
-        fprintf(stderr, "strata: load %.3f s | prompt %lld tokens, %.3f s, %.2f tok/s | "
-                "first token %.3f s\n", r->load_s, (long long)r->n_prompt, r->prompt_s,
-                rate((double)r->n_prompt, r->prompt_s), r->ttft_s);
-        fprintf(stderr, "strata: generated %lld tokens, %.3f s, %.2f tok/s | peak RSS %s | %s\n",
-                (long long)r->n_gen, r->gen_s, rate((double)r->n_gen, r->gen_s),
-                cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
-        cli_print_degrade_stats(r->sess);
-        cli_print_profile(r->sess, "(prompt and generation)");
-        /* the [PROF] line: every GPU run (where the experts ran, what moved over PCIe); a CPU
-         * run's with --profile */
-        if (runner_on_gpu(r) || o->profile)
-            cli_print_prof_line(r->sess, runner_on_gpu(r), rate((double)r->n_prompt, r->prompt_s),
-                                rate((double)r->n_gen, r->gen_s));
-    }
-    return o->stats_json ? write_stats_json(r, rss) : 0;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -473,7 +414,7 @@ static int run_with(cli_opts *o) {
     runner r;
     memset(&r, 0, sizeof r);
     r.o = o;
-    int rc = cli_load_model(o, &r.model, &r.load_s);
+    int rc = cli_load_model(o, &r.model, &r.st.load_s);
     if (rc) { free(file_text); return rc; }
     strata_model_info mi;
     strata_model_get_info(r.model, &mi);
@@ -521,7 +462,7 @@ static int run_with(cli_opts *o) {
         rc = generate(&r, toks, n, o->n_predict, 0, &why);
         if (!rc) fputc('\n', stdout);
     }
-    if (!rc) rc = print_stats(&r);
+    if (!rc) rc = cli_print_run_stats(o, r.model, r.sess, &r.st);
 done:
     if (r.logpos && fclose(r.logpos) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", o->logpos, strerror(errno));
     cli_topk_free(&r.topk);

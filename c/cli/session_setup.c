@@ -3,8 +3,10 @@
  * row per option, {cli_opts field, params field, type}, so a new knob is one row. What is more
  * than a copy stays in code: use_mmap (the negation of --no-mmap), the progress bar (only on a
  * terminal, not with --quiet) and the backend, which the CLI chooses (--gpu, --cpu, -ngl, or the
- * GPU when usable, with the reason on stderr when it is the CPU). */
+ * GPU when usable, with the reason on stderr when it is the CPU). The lines it prints about the
+ * set-up are report.c's. */
 #include "session_setup.h"
+#include "report.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -111,9 +113,7 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
         if (cli_cpu_isa_from_name(o->cpu_isa, &l) != 0)
             return cli_fail("bad value '%s' for --cpu-isa / $STRATA_CPU_ISA (scalar, avx2, avx512 or best)", o->cpu_isa);
         if (strata_cpu_isa_set(l) != STRATA_OK) return cli_fail("--cpu-isa %s: %s", o->cpu_isa, strata_last_error());
-        if (!o->quiet)
-            fprintf(stderr, "strata: --cpu-isa: the CPU kernels of the %s level (this CPU has %s)\n",
-                    strata_cpu_isa_name(strata_cpu_isa_active()), strata_cpu_isa_name(strata_cpu_isa_supported()));
+        cli_report_cpu_isa(o);
     }
     int rc = cli_check_readable(o->model);
     if (rc) return rc;
@@ -125,112 +125,53 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s) {
     return 0;
 }
 
-/* The start-up lines of a GPU session: its expert cache, where the experts kept in RAM are read
- * from, Q8_0 tile copies left out, the cost model's figures, which layers' experts run on the
- * CPU. Nothing with --quiet. */
-static void cli_gpu_session_lines(const cli_opts *o, const strata_model_info *mi, const strata_session *s) {
-    strata_session_stats cs; /* the start-up lines below read the new session's stats */
-    const int have = strata_session_get_stats(s, &cs) == STRATA_OK;
-    if (o->quiet) return;
-    if (o->expert_cache != 0 && have)
-        fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
-                (int)cs.expert_cache_slots, (long long)mi->n_layer * mi->n_expert);
-    if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && mi->n_expert > 0 && have) {
-        char hb[32];
-        cli_human_bytes((double)cs.pinned_bytes, hb, sizeof hb);
-        if (o->ram_budget > 0) {
-            cli_human_bytes((double)o->ram_budget, hb, sizeof hb);
-            fprintf(stderr, "strata: %s of page-locked RAM slots for routed experts; the others are "
-                    "read from the file with O_DIRECT when routed\n", hb);
-        } else if (cs.pinned_bytes > 0)
-            fprintf(stderr, "strata: the experts kept in RAM are read from a pinned copy (%s)\n", hb);
-        else
-            fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
-                    o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
-    }
-    /* (an expert cache of auto size leaves no room for them by design: said in EXPERTS.md) */
-    if (o->q8_tiles && o->expert_cache == 0 && have && cs.q8_tiles_skipped > 0)
-        fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "
-                "spare); their prompt batches read the blocks (same results, slower)\n",
-                (int)cs.q8_tiles_skipped);
-    if (have && ((o->expert_cache != 0 && o->cpu_misses == 1) || cs.cpu_split != 0))
-        fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
-                "an expert (+ %.0f us a further row); %s%s\n", cs.pcie_bytes_per_s / 1e9,
-                cs.pcie_latency_s * 1e6, cs.cpu_share_step_s * 1e6, cs.cpu_share_expert_s * 1e6,
-                cs.cpu_expert_per_row_s * 1e6,
-                o->pcie_frac < 0 ? "each miss goes where it is predicted to finish first"
-                                 : "the heaviest share of --pcie-frac misses is loaded, the rest computed",
-                cs.cpu_split == 1 ? "; the CPU layers' GPU share in the CPU's arithmetic (same bits)"
-                : cs.cpu_split == 2 ? "; the CPU layers' GPU share in its own arithmetic (bits follow the share)"
-                                    : "");
-    if (o->n_cpu_moe != 0 && mi->n_expert > 0) {
-        if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi->n_layer)
-            fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");
-        else
-            fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
-                    "rest on the GPU\n", o->n_cpu_moe - 1);
-        if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 && have)
-            fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
-                    "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
-                    "where it is predicted to finish first\n", cs.pcie_bytes_per_s / 1e9,
-                    cs.pcie_latency_s * 1e6, cs.cpu_expert_fixed_s * 1e6, cs.cpu_expert_per_row_s * 1e6);
-    }
-}
-
-/* A CPU session: why, when the GPU was the default (one line), and the GPU-only flags given,
- * which it ignores (one warning line). */
-static void cli_cpu_session_lines(const cli_opts *o, const char *why) {
-    if (why && why[0]) fprintf(stderr, "strata: running on the CPU: %s\n", why);
-    if (o->n_gpu_only == 0) return;
-    fputs("strata: warning: ignored on the CPU (GPU sessions only):", stderr);
-    for (int i = 0; i < o->n_gpu_only; i++) fprintf(stderr, "%s %s", i ? "," : "", o->gpu_only[i]);
-    fputc('\n', stderr);
-}
-
-static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_session **out) {
-    if (o->no_amx) strata_cpu_amx_set(0); /* process-wide, before any thread computes */
-    strata_session_params sp = cli_session_params(o);
-    char why[400] = ""; /* why a session whose backend was left to the CLI runs on the CPU */
+/* Settles o->gpu: 0 the CPU, 1 the GPU (required), -1 the GPU if usable; *bi gets the CUDA
+ * backend's state and why (size bytes) the reason a session left to the CLI runs on the CPU. */
+static int cli_choose_backend(cli_opts *o, const strata_model_info *mi, strata_backend_info *bi,
+                              char *why, size_t size) {
     const int chosen = o->gpu == -1;
     /* the RAM tier serves CPU sessions, and GPU sessions whose experts are cached or on the CPU */
     if (o->ram_budget > 0 && o->gpu != 1 && o->expert_cache == 0 && o->n_cpu_moe == 0) {
         o->gpu = 0;
         if (chosen)
-            snprintf(why, sizeof why, "--ram-budget without --expert-cache or --cpu-moe / --n-cpu-moe "
+            snprintf(why, size, "--ram-budget without --expert-cache or --cpu-moe / --n-cpu-moe "
                      "is for CPU sessions");
     }
-    if (o->degrade_zero)
-        fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
-                "that misses its deadline with gate weight < tau %.3g is dropped%s\n",
-                (double)o->degrade_tau, o->degrade_eval ? "; evaluation mode: every routed slot "
-                "counts as missed (CPU session)" : "");
     if (o->degrade_eval && o->gpu != 1) { /* the evaluation mode runs on the CPU */
-        if (o->gpu == -1) snprintf(why, sizeof why, "--degrade-eval runs on CPU sessions only");
+        if (o->gpu == -1) snprintf(why, size, "--degrade-eval runs on CPU sessions only");
         o->gpu = 0;
     }
+    if (o->gpu == 2) { /* -ngl N > 0: all layers or an error (no partial layer offload) */
+        if (o->ngl < mi->n_layer && o->ngl != 99)
+            return cli_fail("-ngl %d: only 0 (CPU) or all %d layers (or 99) are supported; expert "
+                            "placement options come with the expert-offloading release", o->ngl,
+                            (int)mi->n_layer);
+        o->gpu = 1;
+    }
+    memset(bi, 0, sizeof *bi);
+    strata_backend_query(STRATA_BACKEND_CUDA, bi);
+    if (o->gpu == -1 && !bi->available)
+        snprintf(why, size, "CUDA is not usable: %s", bi->detail[0] ? bi->detail : "no detail");
+    return 0;
+}
+
+static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_session **out) {
+    if (o->no_amx) strata_cpu_amx_set(0); /* process-wide, before any thread computes */
+    strata_session_params sp = cli_session_params(o);
     strata_model_info mi;
     memset(&mi, 0, sizeof mi);
     strata_model_get_info(model, &mi);
-    if (!o->ctx_warned && o->n_ctx > 0 && mi.n_ctx_train > 0 && o->n_ctx > mi.n_ctx_train)
-        fprintf(stderr, "strata: warning: -c %d is past the model's training context of %d tokens; "
-                "positions past it may give poor output\n", o->n_ctx, (int)mi.n_ctx_train);
-    if (o->gpu == 2) { /* -ngl N > 0: all layers or an error (no partial layer offload) */
-        if (o->ngl < mi.n_layer && o->ngl != 99)
-            return cli_fail("-ngl %d: only 0 (CPU) or all %d layers (or 99) are supported; expert "
-                            "placement options come with the expert-offloading release", o->ngl,
-                            (int)mi.n_layer);
-        o->gpu = 1;
-    }
+    cli_report_degrade(o);
+    cli_report_context(o, &mi);
+    char why[400] = ""; /* why a session whose backend was left to the CLI runs on the CPU */
     strata_backend_info bi;
-    memset(&bi, 0, sizeof bi);
-    strata_backend_query(STRATA_BACKEND_CUDA, &bi);
-    if (o->gpu == -1 && !bi.available)
-        snprintf(why, sizeof why, "CUDA is not usable: %s", bi.detail[0] ? bi.detail : "no detail");
+    const int rc = cli_choose_backend(o, &mi, &bi, why, sizeof why);
+    if (rc) return rc;
     if (o->gpu != 0 && (bi.available || o->gpu == 1)) {
         sp.backend = STRATA_BACKEND_CUDA;
         if (strata_session_create(model, &sp, out) == STRATA_OK) {
             snprintf(o->backend_desc, sizeof o->backend_desc, "cuda (%s)", bi.detail);
-            cli_gpu_session_lines(o, &mi, *out);
+            cli_report_gpu_session(o, &mi, *out);
             return 0;
         }
         if (o->gpu == 1) return cli_fail("cannot create a GPU session: %s", cli_lib_error());
@@ -241,7 +182,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     if (strata_session_create(model, &sp, out) != STRATA_OK)
         return cli_fail("cannot create a session: %s", cli_lib_error());
     snprintf(o->backend_desc, sizeof o->backend_desc, "cpu");
-    cli_cpu_session_lines(o, why);
+    cli_report_cpu_session(o, why);
     return 0;
 }
 
@@ -258,9 +199,7 @@ static void cli_pin_main_thread(const cli_opts *o, strata_session *s) {
     CPU_ZERO(&one);
     if (first >= 0) CPU_SET(first, &one);
     const int ok = first >= 0 && st.threads_pinned > 0 && sched_setaffinity(0, sizeof one, &one) == 0;
-    if (!o->quiet)
-        fprintf(stderr, "strata: --cpu-pin: %d worker threads bound one per CPU%s\n", (int)st.threads_pinned,
-                ok ? ", the main thread to the first" : " (too few CPUs in the affinity set: none bound)");
+    cli_report_cpu_pin(o, (int)st.threads_pinned, ok);
 }
 
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out) {

@@ -1,0 +1,108 @@
+/* report.c - the start-up report (report.h): the lines on stderr that tell how a model and its
+ * session were set up: the CPU kernels' level, DEGRADE_ZERO, a context past the training one,
+ * a GPU session's expert placement and cost-model figures, why a session runs on the CPU and
+ * the GPU-only flags it ignores, the threads --cpu-pin bound. Printing only: the decisions are
+ * session_setup.c's. */
+#include "report.h"
+
+void cli_report_cpu_isa(const cli_opts *o) {
+    if (!o->quiet)
+        fprintf(stderr, "strata: --cpu-isa: the CPU kernels of the %s level (this CPU has %s)\n",
+                strata_cpu_isa_name(strata_cpu_isa_active()), strata_cpu_isa_name(strata_cpu_isa_supported()));
+}
+
+void cli_report_degrade(const cli_opts *o) {
+    if (o->degrade_zero)
+        fprintf(stderr, "strata: DEGRADE_ZERO on (an approximation): in decode steps a routed expert "
+                "that misses its deadline with gate weight < tau %.3g is dropped%s\n",
+                (double)o->degrade_tau, o->degrade_eval ? "; evaluation mode: every routed slot "
+                "counts as missed (CPU session)" : "");
+}
+
+void cli_report_context(const cli_opts *o, const strata_model_info *mi) {
+    if (!o->ctx_warned && o->n_ctx > 0 && mi->n_ctx_train > 0 && o->n_ctx > mi->n_ctx_train)
+        fprintf(stderr, "strata: warning: -c %d is past the model's training context of %d tokens; "
+                "positions past it may give poor output\n", o->n_ctx, (int)mi->n_ctx_train);
+}
+
+/* The expert cache's size and where the experts kept in RAM are read from. */
+static void cli_report_expert_memory(const cli_opts *o, const strata_model_info *mi,
+                                     const strata_session_stats *cs) {
+    if (o->expert_cache != 0)
+        fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
+                (int)cs->expert_cache_slots, (long long)mi->n_layer * mi->n_expert);
+    if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && mi->n_expert > 0) {
+        char hb[32];
+        cli_human_bytes((double)cs->pinned_bytes, hb, sizeof hb);
+        if (o->ram_budget > 0) {
+            cli_human_bytes((double)o->ram_budget, hb, sizeof hb);
+            fprintf(stderr, "strata: %s of page-locked RAM slots for routed experts; the others are "
+                    "read from the file with O_DIRECT when routed\n", hb);
+        } else if (cs->pinned_bytes > 0)
+            fprintf(stderr, "strata: the experts kept in RAM are read from a pinned copy (%s)\n", hb);
+        else
+            fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
+                    o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
+    }
+    /* (an expert cache of auto size leaves no room for them by design: said in EXPERTS.md) */
+    if (o->q8_tiles && o->expert_cache == 0 && cs->q8_tiles_skipped > 0)
+        fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "
+                "spare); their prompt batches read the blocks (same results, slower)\n",
+                (int)cs->q8_tiles_skipped);
+}
+
+/* The cost model's figures for --cpu-misses (and the CPU layers' split). */
+static void cli_report_cpu_misses(const cli_opts *o, const strata_session_stats *cs) {
+    if ((o->expert_cache != 0 && o->cpu_misses == 1) || cs->cpu_split != 0)
+        fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
+                "an expert (+ %.0f us a further row); %s%s\n", cs->pcie_bytes_per_s / 1e9,
+                cs->pcie_latency_s * 1e6, cs->cpu_share_step_s * 1e6, cs->cpu_share_expert_s * 1e6,
+                cs->cpu_expert_per_row_s * 1e6,
+                o->pcie_frac < 0 ? "each miss goes where it is predicted to finish first"
+                                 : "the heaviest share of --pcie-frac misses is loaded, the rest computed",
+                cs->cpu_split == 1 ? "; the CPU layers' GPU share in the CPU's arithmetic (same bits)"
+                : cs->cpu_split == 2 ? "; the CPU layers' GPU share in its own arithmetic (bits follow the share)"
+                                     : "");
+}
+
+/* Which layers' routed experts run on the CPU, and --stage-experts auto's figures. cs is NULL
+ * when the session's stats could not be read. */
+static void cli_report_cpu_layers(const cli_opts *o, const strata_model_info *mi,
+                                  const strata_session_stats *cs) {
+    if (o->n_cpu_moe == 0 || mi->n_expert == 0) return;
+    if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi->n_layer)
+        fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");
+    else
+        fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
+                "rest on the GPU\n", o->n_cpu_moe - 1);
+    if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 && cs)
+        fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
+                "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
+                "where it is predicted to finish first\n", cs->pcie_bytes_per_s / 1e9,
+                cs->pcie_latency_s * 1e6, cs->cpu_expert_fixed_s * 1e6, cs->cpu_expert_per_row_s * 1e6);
+}
+
+void cli_report_gpu_session(const cli_opts *o, const strata_model_info *mi, const strata_session *s) {
+    strata_session_stats cs; /* the start-up lines below read the new session's stats */
+    const int have = strata_session_get_stats(s, &cs) == STRATA_OK;
+    if (o->quiet) return;
+    if (have) {
+        cli_report_expert_memory(o, mi, &cs);
+        cli_report_cpu_misses(o, &cs);
+    }
+    cli_report_cpu_layers(o, mi, have ? &cs : NULL);
+}
+
+void cli_report_cpu_session(const cli_opts *o, const char *why) {
+    if (why && why[0]) fprintf(stderr, "strata: running on the CPU: %s\n", why);
+    if (o->n_gpu_only == 0) return;
+    fputs("strata: warning: ignored on the CPU (GPU sessions only):", stderr);
+    for (int i = 0; i < o->n_gpu_only; i++) fprintf(stderr, "%s %s", i ? "," : "", o->gpu_only[i]);
+    fputc('\n', stderr);
+}
+
+void cli_report_cpu_pin(const cli_opts *o, int threads_pinned, int main_bound) {
+    if (!o->quiet)
+        fprintf(stderr, "strata: --cpu-pin: %d worker threads bound one per CPU%s\n", threads_pinned,
+                main_bound ? ", the main thread to the first" : " (too few CPUs in the affinity set: none bound)");
+}
