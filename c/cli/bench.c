@@ -17,7 +17,8 @@
  * JSON gives weights and KV apart, and the copy rate. With placed experts (CPU layers, a cache,
  * a RAM budget) a line on stderr per row, and the JSON's "experts", say where the rows ran and
  * what moved over PCIe and from disk (with the disk bytes over the timed seconds). */
-#include "common.h"
+#include "session_setup.h"
+#include "stats_print.h"
 
 #include <errno.h>
 #include <math.h>

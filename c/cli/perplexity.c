@@ -12,142 +12,14 @@
  * with "source": "perplexity"); --kl FILE re-runs and compares: per position the top-K KL(base ||
  * this run) over the base's top-K ids (cli_kl_topk: this run's logprobs are exact, the rest of
  * the vocabulary is one bucket), then mean, median, 99.9th percentile, max and same-top-1 %. */
-#include "common.h"
+#include "logprobs.h"
+#include "session_setup.h"
+#include "stats_print.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---------------------------------------------------------------------------------------------
- * Reading a base dump
- * ------------------------------------------------------------------------------------------- */
-
-typedef struct {
-    int32_t n_vocab;
-    int k;
-    int64_t n, cap;
-    int64_t *pos;      /* [n] */
-    int32_t *ids;      /* [n * k] */
-    double *lp;        /* [n * k] */
-} base_dump;
-
-static void base_free(base_dump *b) {
-    free(b->pos);
-    free(b->ids);
-    free(b->lp);
-}
-
-static int json_int(const char *line, const char *key, long long *out) {
-    const char *p = strstr(line, key);
-    if (!p) return -1;
-    p += strlen(key);
-    while (*p == ' ' || *p == ':') p++;
-    char *end;
-    *out = strtoll(p, &end, 10);
-    return end == p ? -1 : 0;
-}
-
-/* Parses "[[id, lp], ...]" at p into k pairs; returns 0 on success. */
-static int parse_top(const char *p, int k, int32_t *ids, double *lp) {
-    while (*p == ' ') p++;
-    if (*p++ != '[') return -1;
-    for (int j = 0; j < k; j++) {
-        while (*p == ' ' || *p == ',') p++;
-        if (*p++ != '[') return -1;
-        char *end;
-        long id = strtol(p, &end, 10);
-        if (end == p) return -1;
-        p = end;
-        while (*p == ' ' || *p == ',') p++;
-        double v = strtod(p, &end);
-        if (end == p) return -1;
-        p = end;
-        while (*p == ' ') p++;
-        if (*p++ != ']') return -1;
-        ids[j] = (int32_t)id;
-        lp[j] = v;
-    }
-    return 0;
-}
-
-static int base_read(const char *path, base_dump *b) {
-    memset(b, 0, sizeof *b);
-    FILE *f = fopen(path, "r");
-    if (!f) return cli_usage_error("cannot open --kl base '%s'", path);
-    char *line = NULL;
-    size_t cap = 0;
-    long long v;
-    int rc = 0;
-    int64_t lineno = 0;
-    while (getline(&line, &cap, f) > 0) {
-        lineno++;
-        if (lineno == 1) {
-            if (!strstr(line, "\"strata_logpos\"") || json_int(line, "\"n_vocab\"", &v) || v <= 0) {
-                rc = cli_fail("'%s' is not a strata logpos dump (header line)", path);
-                break;
-            }
-            b->n_vocab = (int32_t)v;
-            if (json_int(line, "\"top_k\"", &v) || v <= 0 || v > 1000000) {
-                rc = cli_fail("'%s': header has no valid top_k", path);
-                break;
-            }
-            b->k = (int)v;
-            continue;
-        }
-        if (b->n == b->cap) {
-            int64_t nc = b->cap ? b->cap * 2 : 1024;
-            int64_t *np = realloc(b->pos, (size_t)nc * sizeof *np);
-            if (np) b->pos = np;
-            int32_t *ni = realloc(b->ids, (size_t)nc * (size_t)b->k * sizeof *ni);
-            if (ni) b->ids = ni;
-            double *nl = realloc(b->lp, (size_t)nc * (size_t)b->k * sizeof *nl);
-            if (nl) b->lp = nl;
-            if (!np || !ni || !nl) { rc = cli_fail("out of memory reading '%s'", path); break; }
-            b->cap = nc;
-        }
-        const char *top = strstr(line, "\"top\":");
-        if (json_int(line, "\"pos\"", &v) || !top ||
-            parse_top(top + 6, b->k, b->ids + b->n * b->k, b->lp + b->n * b->k)) {
-            rc = cli_fail("'%s' line %lld: not a position line with %d top entries", path,
-                          (long long)lineno, b->k);
-            break;
-        }
-        b->pos[b->n++] = v;
-    }
-    free(line);
-    fclose(f);
-    if (!rc && lineno == 0) rc = cli_fail("'%s' is empty", path);
-    if (rc) base_free(b);
-    return rc;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Statistics
- * ------------------------------------------------------------------------------------------- */
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void report_kl(const char *base_path, double *kl, int64_t n, int64_t same_top1) {
-    double sum = 0, sum2 = 0;
-    for (int64_t i = 0; i < n; i++) { sum += kl[i]; sum2 += kl[i] * kl[i]; }
-    double mean = sum / (double)n;
-    double var = n > 1 ? (sum2 / (double)n - mean * mean) * (double)n / (double)(n - 1) : 0.0;
-    double err = n > 1 && var > 0 ? sqrt(var / (double)n) : 0.0;
-    qsort(kl, (size_t)n, sizeof *kl, cmp_double);
-    double median = n % 2 ? kl[n / 2] : 0.5 * (kl[n / 2 - 1] + kl[n / 2]);
-    int64_t r999 = (int64_t)ceil(0.999 * (double)n) - 1;
-    if (r999 < 0) r999 = 0;
-    printf("KL divergence vs %s (top-K estimate over the base's top ids, %lld positions):\n",
-           base_path, (long long)n);
-    printf("  mean %.6f +/- %.6f | median %.6f | 99.9%% %.6f | max %.6f\n", mean, err, median,
-           kl[r999], kl[n - 1]);
-    printf("  same top-1: %.3f %% (%lld of %lld)\n", 100.0 * (double)same_top1 / (double)n,
-           (long long)same_top1, (long long)n);
-}
 
 /* ---------------------------------------------------------------------------------------------
  * Command
@@ -187,10 +59,10 @@ int cli_cmd_perplexity(int argc, char **argv) {
     size_t text_len = 0;
     char *text = cli_read_file(o.prompt_file, &text_len);
     if (!text) return CLI_EXIT_USAGE;
-    base_dump base;
+    cli_logpos_dump base;
     memset(&base, 0, sizeof base);
     int rc = 0;
-    if (o.kl && (rc = base_read(o.kl, &base))) { free(text); return rc; }
+    if (o.kl && (rc = cli_logpos_read(o.kl, &base))) { free(text); return rc; }
 
     strata_model *model = NULL;
     strata_session *sess = NULL;
@@ -319,13 +191,13 @@ int cli_cmd_perplexity(int argc, char **argv) {
     printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, err);
     fprintf(stderr, "perplexity: %lld positions scored in %.2f s (%.1f tokens/s evaluated)\n",
             (long long)count, dt, dt > 0 ? (double)(n_chunks * n_ctx) / dt : 0.0);
-    if (kls) report_kl(o.kl, kls, bi, same_top1);
+    if (kls) cli_print_kl_summary(o.kl, kls, bi, same_top1);
     cli_print_degrade_stats(sess);
 
 done:
     if (kl_out && fclose(kl_out) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", o.kl_base, strerror(errno));
     cli_topk_free(&topk);
-    base_free(&base);
+    cli_logpos_dump_free(&base);
     free(kls);
     free(logits);
     free(chunk);

@@ -3,7 +3,9 @@
  * streaming UTF-8-safe output, stop strings, end-of-generation and context-full handling), the
  * end-of-run stats, the interactive chat loop with its templates (ChatML and Llama-2/Mistral
  * [INST]), and the embedded default model run by `strata` without arguments. */
-#include "common.h"
+#include "session_setup.h"
+#include "stats_print.h"
+#include "logprobs.h"
 
 #include <signal.h>
 

@@ -1,17 +1,15 @@
-/* common.h - what the model-running subcommands (run.c, perplexity.c, bench.c) share besides
- * session_setup.h: the stats lines, and the teacher-forced logprob dump (top-K log-softmax rows,
- * JSONL) with the top-K KL estimate that tools/kl.py also uses. Uses only the public API
- * (strata.h). */
-#ifndef STRATA_CLI_COMMON_H
-#define STRATA_CLI_COMMON_H
+/* logprobs.h - teacher-forced logprob dumps and the top-K KL estimate (logprobs.c): the rows
+ * run --logpos and perplexity --kl-base write, the reader perplexity --kl compares against, and
+ * the KL summary it prints. tools/kl.py reads and compares the same files. */
+#ifndef STRATA_CLI_LOGPROBS_H
+#define STRATA_CLI_LOGPROBS_H
 
-#include "session_setup.h"
-#include "stats_print.h"
+#include "cli.h"
 
 #include <stdint.h>
 #include <stdio.h>
 
-/* ---- teacher-forced logprob dumps ------------------------------------------------------------
+/* ---- writing a dump ----------------------------------------------------------------------------
  * JSONL: a header line {"strata_logpos": 1, "model": ..., "n_vocab": V, "top_k": K, ...} then one
  * line per position {"pos": i, "token": NEXT_ID or null, "top": [[id, logprob], ...]} with the
  * K most probable ids in descending order, log-softmax computed in double. */
@@ -40,4 +38,25 @@ void cli_logpos_line(FILE *f, int64_t pos, int64_t next, const cli_topk *t);
  * negative, a lower bound of the full KL, and exact when A's support fits in its top K. */
 double cli_kl_topk(const double *lp_a, const double *lp_b, int k);
 
-#endif /* STRATA_CLI_COMMON_H */
+/* ---- reading a dump (perplexity --kl) -------------------------------------------------------- */
+
+/* The position lines of a dump: n rows of k (id, logprob) pairs each. */
+typedef struct {
+    int32_t n_vocab;
+    int k;
+    int64_t n, cap;
+    int64_t *pos;      /* [n] */
+    int32_t *ids;      /* [n * k] */
+    double *lp;        /* [n * k] */
+} cli_logpos_dump;
+
+/* Reads a dump written by --logpos or --kl-base. A file that cannot be opened is a usage error
+ * (CLI_EXIT_USAGE), bad content CLI_EXIT_FAIL, each after its message; 0 when read. */
+int cli_logpos_read(const char *path, cli_logpos_dump *d);
+void cli_logpos_dump_free(cli_logpos_dump *d);
+
+/* The KL summary on stdout for n positions compared with base_path: mean +/- its error, median,
+ * 99.9th percentile, max (kl is sorted in place) and the share with the same top-1 id. */
+void cli_print_kl_summary(const char *base_path, double *kl, int64_t n, int64_t same_top1);
+
+#endif /* STRATA_CLI_LOGPROBS_H */
