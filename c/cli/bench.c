@@ -98,213 +98,300 @@ static void usage(void) {
            "             prints each test's time per phase on stderr)\n");
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * Arguments
+ * ------------------------------------------------------------------------------------------- */
+
+/* -p, -n, -d, -r or --json at argv[*i] with its value; 1 if it was one of them, 0 if not, or
+ * CLI_EXIT_USAGE after the message. */
+static int parse_bench_opt(bench_opts *b, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    int isp = strcmp(a, "-p") == 0, isn = strcmp(a, "-n") == 0, isd = strcmp(a, "-d") == 0;
+    int isr = strcmp(a, "-r") == 0, isj = strcmp(a, "--json") == 0;
+    if (!(isp || isn || isd || isr || isj)) return 0;
+    if (*i + 1 >= argc) return cli_usage_error("option '%s' needs a value", a);
+    const char *v = argv[++*i];
+    int rc = 0;
+    if (isp) rc = parse_list(a, v, b->p, &b->n_p);
+    else if (isn) rc = parse_list(a, v, b->n, &b->n_n);
+    else if (isd) rc = parse_list(a, v, b->d, &b->n_d);
+    else if (isj) b->json = v;
+    else {
+        char *end;
+        long x = strtol(v, &end, 10);
+        if (end == v || *end || x < 1 || x > 1000)
+            return cli_usage_error("bad value '%s' for -r (1..1000)", v);
+        b->reps = (int)x;
+    }
+    return rc ? rc : 1;
+}
+
+/* The command line into o and b. 0 to go on, -1 after --help (exit 0), else the exit status. */
+static int parse_args(int argc, char **argv, cli_opts *o, bench_opts *b) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(); return -1; }
+        if (strcmp(a, "--no-warmup") == 0) {
+            b->no_warmup = 1;
+            continue;
+        }
+        int rc = parse_bench_opt(b, argc, argv, &i);
+        if (rc == 1) continue;
+        if (rc) return rc;
+        rc = cli_opts_parse(o, argc, argv, &i);
+        if (rc == 1) continue;
+        if (rc) return rc;
+        return cli_usage_error("unknown option '%s' for bench", a);
+    }
+    if (!o->model) return cli_usage_error("no model (-m FILE)");
+    return 0;
+}
+
+static int max_of(const int *v, int n) {
+    int m = 0;
+    for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/* Without -c, a context for the deepest test, checked here against the training one; -b capped
+ * by the context. */
+static void size_context(cli_opts *o, const bench_opts *b, const strata_model_info *mi) {
+    const int max_p = max_of(b->p, b->n_p), max_n = max_of(b->n, b->n_n), max_d = max_of(b->d, b->n_d);
+    if (o->n_ctx == 0) {
+        const int need = max_d + (max_p > max_n ? max_p : max_n);
+        if (mi->n_ctx_train > 0 && need > mi->n_ctx_train)
+            fprintf(stderr, "strata: warning: -d %d with tests of up to %d tokens reaches position %d, "
+                    "past the model's training context of %d tokens\n", max_d,
+                    max_p > max_n ? max_p : max_n, need, (int)mi->n_ctx_train);
+        o->n_ctx = need + 16;
+        o->ctx_warned = 1;
+    }
+    if (o->n_batch > o->n_ctx) o->n_batch = o->n_ctx;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The tests
+ * ------------------------------------------------------------------------------------------- */
+
+/* One bench run: the options, the model and session, and what the rows share. */
+typedef struct {
+    const cli_opts *o;
+    const bench_opts *b;
+    strata_model *m;
+    strata_session *s;
+    strata_model_info mi;
+    strata_token *toks;  /* pseudo-random ids: the depth, then each test's tokens */
+    float *logits;       /* [n_vocab] */
+    FILE *jf;            /* --json, or NULL */
+    double dbytes;       /* weight bytes one decoded token reads */
+    double copy_rate;    /* the device's copy rate (GPU sessions), else 0 */
+    int on_gpu;
+    const char *name;    /* the model file's name */
+    char size[32];       /* its size, for people */
+    int first_row;
+} bench_run;
+
+/* One test's result: tok/s mean and sample standard deviation over the repetitions, and the
+ * timed seconds of all of them. */
+typedef struct {
+    double mean, sd, secs;
+} bench_result;
+
+/* Buffers, the copy rate (GPU sessions), the table header and the JSON file's opening. */
+static int bench_begin(bench_run *r) {
+    const int64_t ntok = (int64_t)max_of(r->b->d, r->b->n_d) + max_of(r->b->p, r->b->n_p) +
+                         max_of(r->b->n, r->b->n_n) + 1;
+    r->toks = malloc(sizeof *r->toks * (size_t)ntok);
+    r->logits = malloc(sizeof(float) * (size_t)r->mi.n_vocab);
+    r->jf = r->b->json ? fopen(r->b->json, "w") : NULL;
+    if (!r->toks || !r->logits || (r->b->json && !r->jf))
+        return !r->toks || !r->logits ? cli_fail("out of memory")
+                                      : cli_fail("cannot write '%s': %s", r->b->json, strerror(errno));
+    fill_tokens(r->toks, ntok, r->mi.n_vocab, 0x5eedULL);
+    r->dbytes = decode_bytes(r->m, &r->mi);
+    cli_human_bytes((double)r->mi.n_bytes, r->size, sizeof r->size);
+    r->name = strrchr(r->o->model, '/') ? strrchr(r->o->model, '/') + 1 : r->o->model;
+    /* GPU rows: decode's bytes over the time as a share of the device's copy rate, measured here
+     * (strata_backend_copy_rate) before any timed run */
+    r->on_gpu = cli_session_on_gpu(r->o);
+    r->copy_rate = 0.0;
+    if (r->on_gpu && strata_backend_copy_rate(STRATA_BACKEND_CUDA, &r->copy_rate) != STRATA_OK) {
+        fprintf(stderr, "strata: bench: no copy rate (%s)\n", strata_last_error());
+        r->copy_rate = 0.0;
+    }
+    if (r->copy_rate > 0.0) fprintf(stderr, "strata: bench: device copy rate %.0f GB/s (read + write)\n", r->copy_rate / 1e9);
+    printf("| model | size | backend | threads | test | t/s | decode bytes/token | GB/s | of copy rate |\n");
+    printf("|---|---:|---|---:|---|---:|---:|---:|---:|\n");
+    if (r->jf) {
+        fputs("{\"model\": ", r->jf);
+        cli_json_string(r->jf, r->name);
+        fprintf(r->jf, ", \"bytes\": %llu, \"backend\": ", (unsigned long long)r->mi.n_bytes);
+        cli_json_string(r->jf, r->o->backend_desc);
+        fprintf(r->jf, ", \"copy_bytes_per_s\": %.0f, \"rows\": [", r->copy_rate);
+    }
+    r->first_row = 1;
+    return 0;
+}
+
+/* Test kind (0 ppN, 1 tgN) of len tokens at depth: the untimed warm-up, then the repetitions
+ * (the session's stats count those only). */
+static int bench_test(bench_run *r, int depth, int kind, int len, bench_result *res) {
+    strata_session *s = r->s;
+    double sum = 0, sum2 = 0;
+    res->secs = 0;
+    if (!r->b->no_warmup) { /* untimed: first launches, lazy module loads, cold caches */
+        strata_status st = strata_session_truncate(s, depth);
+        if (st == STRATA_OK) st = strata_session_decode(s, r->toks + depth, kind == 0 ? len : 1, r->logits, 0);
+        if (st != STRATA_OK)
+            return cli_fail("warmup of %s%d at depth %d: %s", kind ? "tg" : "pp", len, depth,
+                            strata_last_error());
+    }
+    strata_session_reset_stats(s);
+    for (int rep = 0; rep < r->b->reps; rep++) {
+        strata_status st = strata_session_truncate(s, depth);
+        const strata_token *in = r->toks + depth;
+        double t0 = cli_now();
+        if (kind == 0) {
+            if (st == STRATA_OK) st = strata_session_decode(s, in, len, r->logits, 0);
+        } else {
+            for (int i = 0; i < len && st == STRATA_OK; i++)
+                st = strata_session_decode(s, in + i, 1, r->logits, 0);
+        }
+        double dt = cli_now() - t0;
+        res->secs += dt;
+        if (st != STRATA_OK)
+            return cli_fail("%s%d at depth %d: %s", kind ? "tg" : "pp", len, depth, strata_last_error());
+        const double tps = len / dt;
+        sum += tps;
+        sum2 += tps * tps;
+    }
+    const int reps = r->b->reps;
+    res->mean = sum / reps;
+    res->sd = reps > 1 ? sqrt(fmax(0, (sum2 - sum * res->mean) / (reps - 1))) : 0;
+    return 0;
+}
+
+/* The stats' expert placement: where the row's experts ran and what moved (every repetition
+ * together), on stderr; 1 if the session places experts at all (CPU layers, a cache, staging). */
+static int print_placed(const strata_session_stats *ps, const char *test, double secs) {
+    const int placed = ps->expert_slots_cpu > 0 || ps->expert_cache_slots > 0 || ps->stage_batches > 0;
+    if (placed)
+        fprintf(stderr, "strata: %s: expert rows %lld on the GPU, %lld on the CPU; cache hits "
+                "%lld, misses %lld; prefetch %lld issued, %lld timely, %lld late; batches "
+                "staged %lld, on the CPU %lld; PCIe %.2f GB; disk %.2f GB (%.2f GB/s of the "
+                "timed runs)\n", test,
+                (long long)ps->expert_slots_gpu, (long long)ps->expert_slots_cpu,
+                (long long)ps->expert_cache_hits, (long long)ps->expert_cache_misses,
+                (long long)ps->prefetch_issued, (long long)ps->prefetch_timely,
+                (long long)ps->prefetch_late, (long long)ps->stage_batches,
+                (long long)ps->cpu_batches, (double)ps->pcie_bytes / 1e9,
+                (double)ps->disk_bytes / 1e9, secs > 0 ? (double)ps->disk_bytes / 1e9 / secs : 0.0);
+    return placed;
+}
+
+/* The row in --json's file; "experts" when the session places them. */
+static void json_row(bench_run *r, int depth, int kind, int len, const bench_result *res,
+                     double kvbytes, const strata_session_stats *ps, int placed) {
+    FILE *jf = r->jf;
+    fprintf(jf, "%s\n  {\"test\": \"%s\", \"depth\": %d, \"n\": %d, \"tok_s\": %.4f, "
+            "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f, \"kv_bytes\": %.0f",
+            r->first_row ? "" : ",", kind ? "tg" : "pp", depth, len, res->mean, res->sd, r->b->reps,
+            kind ? r->dbytes : 0.0, kvbytes);
+    if (placed)
+        fprintf(jf, ", \"experts\": {\"rows_gpu\": %lld, \"rows_cpu\": %lld, \"cache_hits\": "
+                "%lld, \"cache_misses\": %lld, \"prefetch_issued\": %lld, \"prefetch_timely\": "
+                "%lld, \"prefetch_late\": %lld, \"batches_staged\": %lld, \"batches_cpu\": "
+                "%lld, \"pcie_bytes\": %lld, \"pinned_bytes\": %lld, \"disk_bytes\": %lld, "
+                "\"seconds\": %.6f}",
+                (long long)ps->expert_slots_gpu, (long long)ps->expert_slots_cpu,
+                (long long)ps->expert_cache_hits, (long long)ps->expert_cache_misses,
+                (long long)ps->prefetch_issued, (long long)ps->prefetch_timely,
+                (long long)ps->prefetch_late, (long long)ps->stage_batches,
+                (long long)ps->cpu_batches, (long long)ps->pcie_bytes,
+                (long long)ps->pinned_bytes, (long long)ps->disk_bytes, res->secs);
+    fputc('}', jf);
+    r->first_row = 0;
+}
+
+/* A test's table row on stdout, its --profile lines, the placement line and the JSON row. */
+static void bench_row(bench_run *r, int depth, int kind, int len, const bench_result *res) {
+    const cli_opts *o = r->o;
+    const strata_model_info *mi = &r->mi;
+    char test[64];
+    if (depth > 0) snprintf(test, sizeof test, "%s%d @ d%d", kind ? "tg" : "pp", len, depth);
+    else snprintf(test, sizeof test, "%s%d", kind ? "tg" : "pp", len);
+    char gbs[32] = "", share[32] = "", rowsz[32] = "";
+    /* KV bytes a decoded token reads: K and V of every layer over the positions it attends, on
+     * average depth + len / 2 */
+    const double kv_el = o->kv_type == STRATA_TYPE_F32 ? 4.0 : 2.0;
+    const double kvbytes = kind == 1 ? 2.0 * mi->n_layer * mi->n_head_kv * (double)mi->head_dim *
+                                           kv_el * (depth + 0.5 * len) : 0.0;
+    if (kind == 1) {
+        cli_human_bytes(r->dbytes + kvbytes, rowsz, sizeof rowsz);
+        snprintf(gbs, sizeof gbs, "%.1f", (r->dbytes + kvbytes) * res->mean / 1e9);
+        if (r->copy_rate > 0.0)
+            snprintf(share, sizeof share, "%.1f%%", 100.0 * (r->dbytes + kvbytes) * res->mean / r->copy_rate);
+    }
+    char thr[16];
+    if (o->n_threads > 0) snprintf(thr, sizeof thr, "%d", o->n_threads);
+    else snprintf(thr, sizeof thr, "all");
+    printf("| %s | %s | %s | %s | %s | %.2f ± %.2f | %s | %s | %s |\n", r->name, r->size,
+           r->on_gpu ? "cuda" : "cpu", thr, test, res->mean, res->sd, rowsz, gbs, share);
+    fflush(stdout);
+    cli_print_profile(r->s, test);
+    strata_session_stats ps;
+    memset(&ps, 0, sizeof ps);
+    strata_session_get_stats(r->s, &ps);
+    const int placed = print_placed(&ps, test, res->secs);
+    if (r->jf) json_row(r, depth, kind, len, res, kvbytes, &ps, placed);
+}
+
+/* Every test at every depth: the cache filled to the depth (untimed), then each ppN and tgN. */
+static int bench_all(bench_run *r) {
+    const bench_opts *b = r->b;
+    for (int di = 0; di < b->n_d; di++) {
+        const int depth = b->d[di];
+        strata_session_reset(r->s);
+        if (depth > 0 && strata_session_decode(r->s, r->toks, depth, NULL, 0) != STRATA_OK)
+            return cli_fail("filling depth %d: %s", depth, strata_last_error());
+        for (int kind = 0; kind < 2; kind++) {
+            const int cnt = kind == 0 ? b->n_p : b->n_n;
+            for (int ti = 0; ti < cnt; ti++) {
+                const int len = kind == 0 ? b->p[ti] : b->n[ti];
+                if (len <= 0) continue;
+                bench_result res = {0, 0, 0};
+                const int rc = bench_test(r, depth, kind, len, &res);
+                if (rc) return rc;
+                bench_row(r, depth, kind, len, &res);
+            }
+        }
+    }
+    if (r->jf) fprintf(r->jf, "\n]}\n");
+    return 0;
+}
+
 int cli_cmd_bench(int argc, char **argv) {
     cli_opts o;
     cli_opts_init(&o);
     o.n_batch = 2048;
     bench_opts b = {.p = {512}, .n_p = 1, .n = {128}, .n_n = 1, .d = {0}, .n_d = 1, .reps = 3};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(); return 0; }
-        if (strcmp(a, "--no-warmup") == 0) {
-            b.no_warmup = 1;
-            continue;
-        }
-        int isp = strcmp(a, "-p") == 0, isn = strcmp(a, "-n") == 0, isd = strcmp(a, "-d") == 0;
-        int isr = strcmp(a, "-r") == 0, isj = strcmp(a, "--json") == 0;
-        if (isp || isn || isd || isr || isj) {
-            if (i + 1 >= argc) return cli_usage_error("option '%s' needs a value", a);
-            const char *v = argv[++i];
-            int rc = 0;
-            if (isp) rc = parse_list(a, v, b.p, &b.n_p);
-            else if (isn) rc = parse_list(a, v, b.n, &b.n_n);
-            else if (isd) rc = parse_list(a, v, b.d, &b.n_d);
-            else if (isj) b.json = v;
-            else {
-                char *end;
-                long x = strtol(v, &end, 10);
-                if (end == v || *end || x < 1 || x > 1000)
-                    return cli_usage_error("bad value '%s' for -r (1..1000)", v);
-                b.reps = (int)x;
-            }
-            if (rc) return rc;
-            continue;
-        }
-        int rc = cli_opts_parse(&o, argc, argv, &i);
-        if (rc == 1) continue;
-        if (rc) return rc;
-        return cli_usage_error("unknown option '%s' for bench", a);
-    }
-    if (!o.model) return cli_usage_error("no model (-m FILE)");
+    int rc = parse_args(argc, argv, &o, &b);
+    if (rc) return rc < 0 ? 0 : rc;
 
-    strata_model *m = NULL;
-    int rc = cli_load_model(&o, &m, NULL);
-    if (rc) return rc;
-    strata_model_info mi;
-    strata_model_get_info(m, &mi);
-    int max_p = 0, max_n = 0, max_d = 0;
-    for (int i = 0; i < b.n_p; i++) max_p = b.p[i] > max_p ? b.p[i] : max_p;
-    for (int i = 0; i < b.n_n; i++) max_n = b.n[i] > max_n ? b.n[i] : max_n;
-    for (int i = 0; i < b.n_d; i++) max_d = b.d[i] > max_d ? b.d[i] : max_d;
-    if (o.n_ctx == 0) { /* a context for the deepest test, checked here against the training one */
-        const int need = max_d + (max_p > max_n ? max_p : max_n);
-        if (mi.n_ctx_train > 0 && need > mi.n_ctx_train)
-            fprintf(stderr, "strata: warning: -d %d with tests of up to %d tokens reaches position %d, "
-                    "past the model's training context of %d tokens\n", max_d,
-                    max_p > max_n ? max_p : max_n, need, (int)mi.n_ctx_train);
-        o.n_ctx = need + 16;
-        o.ctx_warned = 1;
-    }
-    if (o.n_batch > o.n_ctx) o.n_batch = o.n_ctx;
-    strata_session *s = NULL;
-    if ((rc = cli_new_session(&o, m, &s))) { strata_model_free(m); return rc; }
-
-    const int64_t ntok = (int64_t)max_d + max_p + max_n + 1;
-    strata_token *toks = malloc(sizeof *toks * (size_t)ntok);
-    float *logits = malloc(sizeof(float) * (size_t)mi.n_vocab);
-    FILE *jf = b.json ? fopen(b.json, "w") : NULL;
-    if (!toks || !logits || (b.json && !jf)) {
-        rc = !toks || !logits ? cli_fail("out of memory") : cli_fail("cannot write '%s': %s", b.json, strerror(errno));
-        goto done;
-    }
-    fill_tokens(toks, ntok, mi.n_vocab, 0x5eedULL);
-    const double dbytes = decode_bytes(m, &mi);
-    char size[32], rowsz[32];
-    cli_human_bytes((double)mi.n_bytes, size, sizeof size);
-    const char *name = strrchr(o.model, '/') ? strrchr(o.model, '/') + 1 : o.model;
-    /* GPU rows: decode's bytes over the time as a share of the device's copy rate, measured here
-     * (strata_backend_copy_rate) before any timed run */
-    const int on_gpu = strncmp(o.backend_desc, "cuda", 4) == 0;
-    double copy_rate = 0.0;
-    if (on_gpu && strata_backend_copy_rate(STRATA_BACKEND_CUDA, &copy_rate) != STRATA_OK) {
-        fprintf(stderr, "strata: bench: no copy rate (%s)\n", strata_last_error());
-        copy_rate = 0.0;
-    }
-    if (copy_rate > 0.0) fprintf(stderr, "strata: bench: device copy rate %.0f GB/s (read + write)\n", copy_rate / 1e9);
-    printf("| model | size | backend | threads | test | t/s | decode bytes/token | GB/s | of copy rate |\n");
-    printf("|---|---:|---|---:|---|---:|---:|---:|---:|\n");
-    if (jf) {
-        fputs("{\"model\": ", jf);
-        cli_json_string(jf, name);
-        fprintf(jf, ", \"bytes\": %llu, \"backend\": ", (unsigned long long)mi.n_bytes);
-        cli_json_string(jf, o.backend_desc);
-        fprintf(jf, ", \"copy_bytes_per_s\": %.0f, \"rows\": [", copy_rate);
-    }
-    int first_row = 1;
-    for (int di = 0; di < b.n_d; di++) {
-        const int depth = b.d[di];
-        strata_session_reset(s);
-        if (depth > 0 && strata_session_decode(s, toks, depth, NULL, 0) != STRATA_OK) {
-            rc = cli_fail("filling depth %d: %s", depth, strata_last_error());
-            goto done;
-        }
-        for (int kind = 0; kind < 2; kind++) {
-            const int cnt = kind == 0 ? b.n_p : b.n_n;
-            for (int ti = 0; ti < cnt; ti++) {
-                const int len = kind == 0 ? b.p[ti] : b.n[ti];
-                if (len <= 0) continue;
-                double sum = 0, sum2 = 0, secs = 0;
-                if (!b.no_warmup) { /* untimed: first launches, lazy module loads, cold caches */
-                    strata_status st = strata_session_truncate(s, depth);
-                    if (st == STRATA_OK) st = strata_session_decode(s, toks + depth, kind == 0 ? len : 1, logits, 0);
-                    if (st != STRATA_OK) {
-                        rc = cli_fail("warmup of %s%d at depth %d: %s", kind ? "tg" : "pp", len, depth,
-                                      strata_last_error());
-                        goto done;
-                    }
-                }
-                strata_session_reset_stats(s);
-                for (int r = 0; r < b.reps; r++) {
-                    strata_status st = strata_session_truncate(s, depth);
-                    const strata_token *in = toks + depth;
-                    double t0 = cli_now();
-                    if (kind == 0) {
-                        if (st == STRATA_OK) st = strata_session_decode(s, in, len, logits, 0);
-                    } else {
-                        for (int i = 0; i < len && st == STRATA_OK; i++)
-                            st = strata_session_decode(s, in + i, 1, logits, 0);
-                    }
-                    double dt = cli_now() - t0;
-                    secs += dt;
-                    if (st != STRATA_OK) {
-                        rc = cli_fail("%s%d at depth %d: %s", kind ? "tg" : "pp", len, depth,
-                                      strata_last_error());
-                        goto done;
-                    }
-                    const double tps = len / dt;
-                    sum += tps;
-                    sum2 += tps * tps;
-                }
-                const double mean = sum / b.reps;
-                const double sd = b.reps > 1 ? sqrt(fmax(0, (sum2 - sum * mean) / (b.reps - 1))) : 0;
-                char test[64];
-                if (depth > 0) snprintf(test, sizeof test, "%s%d @ d%d", kind ? "tg" : "pp", len, depth);
-                else snprintf(test, sizeof test, "%s%d", kind ? "tg" : "pp", len);
-                char gbs[32] = "", share[32] = "";
-                rowsz[0] = '\0';
-                /* KV bytes a decoded token reads: K and V of every layer over the positions it
-                 * attends, on average depth + len / 2 */
-                const double kv_el = o.kv_type == STRATA_TYPE_F32 ? 4.0 : 2.0;
-                const double kvbytes = kind == 1 ? 2.0 * mi.n_layer * mi.n_head_kv * (double)mi.head_dim *
-                                                       kv_el * (depth + 0.5 * len) : 0.0;
-                if (kind == 1) {
-                    cli_human_bytes(dbytes + kvbytes, rowsz, sizeof rowsz);
-                    snprintf(gbs, sizeof gbs, "%.1f", (dbytes + kvbytes) * mean / 1e9);
-                    if (copy_rate > 0.0)
-                        snprintf(share, sizeof share, "%.1f%%", 100.0 * (dbytes + kvbytes) * mean / copy_rate);
-                }
-                char thr[16];
-                if (o.n_threads > 0) snprintf(thr, sizeof thr, "%d", o.n_threads);
-                else snprintf(thr, sizeof thr, "all");
-                printf("| %s | %s | %s | %s | %s | %.2f ± %.2f | %s | %s | %s |\n", name, size,
-                       on_gpu ? "cuda" : "cpu", thr, test, mean, sd, rowsz, gbs, share);
-                fflush(stdout);
-                cli_print_profile(s, test);
-                /* where the row's experts ran and what moved (every repetition together) */
-                strata_session_stats ps;
-                memset(&ps, 0, sizeof ps);
-                strata_session_get_stats(s, &ps);
-                const int placed = ps.expert_slots_cpu > 0 || ps.expert_cache_slots > 0 || ps.stage_batches > 0;
-                if (placed)
-                    fprintf(stderr, "strata: %s: expert rows %lld on the GPU, %lld on the CPU; cache hits "
-                            "%lld, misses %lld; prefetch %lld issued, %lld timely, %lld late; batches "
-                            "staged %lld, on the CPU %lld; PCIe %.2f GB; disk %.2f GB (%.2f GB/s of the "
-                            "timed runs)\n", test,
-                            (long long)ps.expert_slots_gpu, (long long)ps.expert_slots_cpu,
-                            (long long)ps.expert_cache_hits, (long long)ps.expert_cache_misses,
-                            (long long)ps.prefetch_issued, (long long)ps.prefetch_timely,
-                            (long long)ps.prefetch_late, (long long)ps.stage_batches,
-                            (long long)ps.cpu_batches, (double)ps.pcie_bytes / 1e9,
-                            (double)ps.disk_bytes / 1e9, secs > 0 ? (double)ps.disk_bytes / 1e9 / secs : 0.0);
-                if (jf) {
-                    fprintf(jf, "%s\n  {\"test\": \"%s\", \"depth\": %d, \"n\": %d, \"tok_s\": %.4f, "
-                            "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f, \"kv_bytes\": %.0f",
-                            first_row ? "" : ",", kind ? "tg" : "pp", depth, len, mean, sd, b.reps,
-                            kind ? dbytes : 0.0, kvbytes);
-                    if (placed)
-                        fprintf(jf, ", \"experts\": {\"rows_gpu\": %lld, \"rows_cpu\": %lld, \"cache_hits\": "
-                                "%lld, \"cache_misses\": %lld, \"prefetch_issued\": %lld, \"prefetch_timely\": "
-                                "%lld, \"prefetch_late\": %lld, \"batches_staged\": %lld, \"batches_cpu\": "
-                                "%lld, \"pcie_bytes\": %lld, \"pinned_bytes\": %lld, \"disk_bytes\": %lld, "
-                                "\"seconds\": %.6f}",
-                                (long long)ps.expert_slots_gpu, (long long)ps.expert_slots_cpu,
-                                (long long)ps.expert_cache_hits, (long long)ps.expert_cache_misses,
-                                (long long)ps.prefetch_issued, (long long)ps.prefetch_timely,
-                                (long long)ps.prefetch_late, (long long)ps.stage_batches,
-                                (long long)ps.cpu_batches, (long long)ps.pcie_bytes,
-                                (long long)ps.pinned_bytes, (long long)ps.disk_bytes, secs);
-                    fputc('}', jf);
-                    first_row = 0;
-                }
-            }
-        }
-    }
-    if (jf) fprintf(jf, "\n]}\n");
-done:
-    if (jf && fclose(jf) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", b.json, strerror(errno));
-    free(toks);
-    free(logits);
-    strata_session_free(s);
-    strata_model_free(m);
+    bench_run r;
+    memset(&r, 0, sizeof r);
+    r.o = &o;
+    r.b = &b;
+    if ((rc = cli_load_model(&o, &r.m, NULL))) return rc;
+    strata_model_get_info(r.m, &r.mi);
+    size_context(&o, &b, &r.mi);
+    if ((rc = cli_new_session(&o, r.m, &r.s))) { strata_model_free(r.m); return rc; }
+    rc = bench_begin(&r);
+    if (!rc) rc = bench_all(&r);
+    if (r.jf && fclose(r.jf) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", b.json, strerror(errno));
+    free(r.toks);
+    free(r.logits);
+    strata_session_free(r.s);
+    strata_model_free(r.m);
     return rc;
 }

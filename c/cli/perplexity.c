@@ -22,7 +22,7 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
- * Command
+ * Arguments
  * ------------------------------------------------------------------------------------------- */
 
 static void ppl_usage(FILE *f) {
@@ -35,175 +35,227 @@ static void ppl_usage(FILE *f) {
                "top-1 %%).\n");
 }
 
-int cli_cmd_perplexity(int argc, char **argv) {
-    cli_opts o;
-    cli_opts_init(&o);
+/* The command line into o, -c and --stride settled. 0 to go on, -1 after --help (exit 0), else
+ * the exit status. */
+static int parse_args(int argc, char **argv, cli_opts *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { ppl_usage(stdout); return 0; }
-        int rc = cli_opts_parse(&o, argc, argv, &i);
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { ppl_usage(stdout); return -1; }
+        int rc = cli_opts_parse(o, argc, argv, &i);
         if (rc == 1) continue;
         if (rc) return rc;
         if (a[0] == '-' && a[1]) return cli_usage_error("unknown option '%s'", a);
         return cli_usage_error("unexpected argument '%s'", a);
     }
-    if (!o.model) return cli_usage_error("perplexity needs -m MODEL.gguf");
-    if (!o.prompt_file) return cli_usage_error("perplexity needs -f TEXT_FILE");
-    if (o.kl && o.kl_base) return cli_usage_error("give --kl-base or --kl, not both");
-    int n_ctx = o.n_ctx ? o.n_ctx : 512;
+    if (!o->model) return cli_usage_error("perplexity needs -m MODEL.gguf");
+    if (!o->prompt_file) return cli_usage_error("perplexity needs -f TEXT_FILE");
+    if (o->kl && o->kl_base) return cli_usage_error("give --kl-base or --kl, not both");
+    int n_ctx = o->n_ctx ? o->n_ctx : 512;
     if (n_ctx < 4) return cli_usage_error("-c %d is too small for perplexity (>= 4)", n_ctx);
-    int stride = o.stride ? o.stride : n_ctx;
-    o.n_ctx = n_ctx;
-    if (o.n_batch > n_ctx) o.n_batch = n_ctx;
+    if (!o->stride) o->stride = n_ctx;
+    o->n_ctx = n_ctx;
+    if (o->n_batch > n_ctx) o->n_batch = n_ctx;
+    return 0;
+}
 
-    size_t text_len = 0;
-    char *text = cli_read_file(o.prompt_file, &text_len);
-    if (!text) return CLI_EXIT_USAGE;
-    cli_logpos_dump base;
-    memset(&base, 0, sizeof base);
-    int rc = 0;
-    if (o.kl && (rc = cli_logpos_read(o.kl, &base))) { free(text); return rc; }
+/* ---------------------------------------------------------------------------------------------
+ * The run
+ * ------------------------------------------------------------------------------------------- */
 
-    strata_model *model = NULL;
-    strata_session *sess = NULL;
-    strata_token *toks = NULL, *chunk = NULL;
-    float *logits = NULL;
-    double *kls = NULL;
-    FILE *kl_out = NULL;
-    cli_topk topk;
-    memset(&topk, 0, sizeof topk);
-    double load_s = 0;
-    if ((rc = cli_load_model(&o, &model, &load_s))) goto done;
-    strata_model_info mi;
-    strata_model_get_info(model, &mi);
-    int32_t V = mi.n_vocab;
-    int64_t n_tok = 0;
-    if ((rc = cli_tokenize(model, text, text_len, 0, 0, &toks, &n_tok))) goto done;
-    int64_t n_chunks = n_tok >= n_ctx ? (n_tok - n_ctx) / stride + 1 : 0;
-    if (n_chunks == 0) {
-        rc = cli_fail("'%s' has %lld tokens; perplexity needs at least -c %d", o.prompt_file,
-                      (long long)n_tok, n_ctx);
-        goto done;
+typedef struct {
+    cli_opts *o;
+    int n_ctx, stride, first; /* chunk length, step, first scored position in a chunk */
+    strata_model *model;
+    strata_session *sess;
+    int32_t V;
+    strata_token *toks;       /* the whole text */
+    int64_t n_tok, n_chunks, n_scored;
+    strata_token *chunk;      /* [n_ctx] */
+    float *logits;            /* [n_batch * V] */
+    int add_bos;
+    cli_logpos_dump base;     /* --kl */
+    double *kls;              /* --kl: KL at each scored position */
+    FILE *kl_out;             /* --kl-base */
+    cli_topk topk;            /* --kl-base's rows */
+    /* running totals */
+    double nll, nll2;
+    int64_t count, same_top1, bi; /* bi: the next base row */
+} ppl_run;
+
+/* --kl: the base has this model's vocabulary and this run's positions; --kl-base: its header. */
+static int open_kl_files(ppl_run *p) {
+    const cli_opts *o = p->o;
+    if (o->kl) {
+        if (p->base.n_vocab != p->V)
+            return cli_fail("--kl base has n_vocab %d, this model %d", (int)p->base.n_vocab, (int)p->V);
+        if (p->base.n != p->n_scored)
+            return cli_fail("--kl base has %lld positions, this run scores %lld (same text, -c and "
+                            "--stride?)", (long long)p->base.n, (long long)p->n_scored);
+        if (!(p->kls = malloc((size_t)p->n_scored * sizeof *p->kls))) return cli_fail("out of memory");
     }
-    if ((rc = cli_new_session(&o, model, &sess))) goto done;
-    int add_bos = cli_model_adds_bos(model);
-    int first = n_ctx / 2;
-    int64_t n_scored = n_chunks * (int64_t)(n_ctx - 1 - first);
-    chunk = malloc((size_t)n_ctx * sizeof *chunk);
-    logits = malloc((size_t)o.n_batch * (size_t)V * sizeof *logits);
-    if (!chunk || !logits) { rc = cli_fail("out of memory for %d x %d logits", o.n_batch, V); goto done; }
-    if (o.kl) {
-        if (base.n_vocab != V) {
-            rc = cli_fail("--kl base has n_vocab %d, this model %d", (int)base.n_vocab, (int)V);
-            goto done;
-        }
-        if (base.n != n_scored) {
-            rc = cli_fail("--kl base has %lld positions, this run scores %lld (same text, -c and "
-                          "--stride?)", (long long)base.n, (long long)n_scored);
-            goto done;
-        }
-        if (!(kls = malloc((size_t)n_scored * sizeof *kls))) { rc = cli_fail("out of memory"); goto done; }
-    }
-    if (o.kl_base) {
-        if (!(kl_out = fopen(o.kl_base, "w"))) {
-            rc = cli_fail("cannot write '%s': %s", o.kl_base, strerror(errno));
-            goto done;
-        }
-        if ((rc = cli_topk_init(&topk, V, o.logpos_top))) goto done;
+    if (o->kl_base) {
+        if (!(p->kl_out = fopen(o->kl_base, "w")))
+            return cli_fail("cannot write '%s': %s", o->kl_base, strerror(errno));
+        int rc = cli_topk_init(&p->topk, p->V, o->logpos_top);
+        if (rc) return rc;
         char extra[128];
         snprintf(extra, sizeof extra, ", \"source\": \"perplexity\", \"n_ctx\": %d, \"stride\": %d",
-                 n_ctx, stride);
-        cli_logpos_header(kl_out, o.model, V, topk.k, extra);
+                 p->n_ctx, p->stride);
+        cli_logpos_header(p->kl_out, o->model, p->V, p->topk.k, extra);
     }
-    fprintf(stderr, "perplexity: %lld tokens, %lld chunks of %d (stride %d), scoring positions "
-            "%d..%d of each; model loaded in %.3f s\n", (long long)n_tok, (long long)n_chunks,
-            n_ctx, stride, first, n_ctx - 2, load_s);
+    return 0;
+}
 
-    double nll = 0, nll2 = 0, t0 = cli_now();
-    int64_t count = 0, same_top1 = 0, bi = 0;
-    for (int64_t c = 0; c < n_chunks; c++) {
-        int64_t start = c * stride;
-        memcpy(chunk, toks + start, (size_t)n_ctx * sizeof *chunk);
-        if (add_bos) chunk[0] = strata_token_bos(model);
-        strata_session_reset(sess);
-        for (int b = 0, nb = 0; b < n_ctx; b += nb) {
-            nb = n_ctx - b < o.n_batch ? n_ctx - b : o.n_batch;
-            /* with DEGRADE_ZERO the scored positions are read as decode steps (one token each,
-             * teacher-forced), where the approximation applies; the context before them is a
-             * prompt */
-            const int gen = o.degrade_zero && b >= first;
-            if (o.degrade_zero && b < first && b + nb > first) nb = first - b;
-            if (gen) nb = 1;
-            strata_status dst = gen ? strata_session_decode_gen(sess, chunk + b, nb, logits, 1)
-                                    : strata_session_decode(sess, chunk + b, nb, logits, 1);
-            if (dst != STRATA_OK) {
-                rc = cli_fail("chunk %lld: decode: %s", (long long)c, strata_last_error());
-                goto done;
-            }
-            for (int jj = 0; jj < nb; jj++) {
-                int j = b + jj;
-                if (j < first || j >= n_ctx - 1) continue;
-                const float *row = logits + (size_t)jj * (size_t)V;
-                double mx = -INFINITY, sum = 0;
-                int32_t arg = 0;
-                for (int32_t v = 0; v < V; v++) if (row[v] > mx) { mx = row[v]; arg = v; }
-                for (int32_t v = 0; v < V; v++) sum += exp((double)row[v] - mx);
-                double lse = mx + log(sum);
-                strata_token next = toks[start + j + 1];
-                double l = lse - (double)row[next];
-                nll += l;
-                nll2 += l * l;
-                count++;
-                if (kl_out) {
-                    cli_topk_row(&topk, row);
-                    cli_logpos_line(kl_out, start + j, next, &topk);
-                }
-                if (kls) {
-                    if (base.pos[bi] != start + j) {
-                        rc = cli_fail("--kl base line %lld is position %lld, this run %lld",
-                                      (long long)bi + 2, (long long)base.pos[bi],
-                                      (long long)(start + j));
-                        goto done;
-                    }
-                    double lpb[1024], *lpb_p = base.k <= 1024 ? lpb : malloc((size_t)base.k * sizeof(double));
-                    if (!lpb_p) { rc = cli_fail("out of memory"); goto done; }
-                    const int32_t *ids = base.ids + bi * base.k;
-                    int ok = 1;
-                    for (int q = 0; q < base.k; q++) {
-                        if (ids[q] < 0 || ids[q] >= V) ok = 0;
-                        else lpb_p[q] = (double)row[ids[q]] - lse;
-                    }
-                    if (ok) kls[bi] = cli_kl_topk(base.lp + bi * base.k, lpb_p, base.k);
-                    if (lpb_p != lpb) free(lpb_p);
-                    if (!ok) { rc = cli_fail("--kl base line %lld: token id out of range", (long long)bi + 2); goto done; }
-                    same_top1 += ids[0] == arg;
-                    bi++;
-                }
-            }
-        }
-        printf("[%lld]%.4f,", (long long)c + 1, exp(nll / (double)count));
-        fflush(stdout);
+/* The model, the text's tokens and chunks, the session, the buffers and the --kl files; then the
+ * line that says what will be scored. */
+static int ppl_prepare(ppl_run *p, const char *text, size_t text_len) {
+    cli_opts *o = p->o;
+    double load_s = 0;
+    int rc = cli_load_model(o, &p->model, &load_s);
+    if (rc) return rc;
+    strata_model_info mi;
+    strata_model_get_info(p->model, &mi);
+    p->V = mi.n_vocab;
+    if ((rc = cli_tokenize(p->model, text, text_len, 0, 0, &p->toks, &p->n_tok))) return rc;
+    p->n_chunks = p->n_tok >= p->n_ctx ? (p->n_tok - p->n_ctx) / p->stride + 1 : 0;
+    if (p->n_chunks == 0)
+        return cli_fail("'%s' has %lld tokens; perplexity needs at least -c %d", o->prompt_file,
+                        (long long)p->n_tok, p->n_ctx);
+    if ((rc = cli_new_session(o, p->model, &p->sess))) return rc;
+    p->add_bos = cli_model_adds_bos(p->model);
+    p->first = p->n_ctx / 2;
+    p->n_scored = p->n_chunks * (int64_t)(p->n_ctx - 1 - p->first);
+    p->chunk = malloc((size_t)p->n_ctx * sizeof *p->chunk);
+    p->logits = malloc((size_t)o->n_batch * (size_t)p->V * sizeof *p->logits);
+    if (!p->chunk || !p->logits) return cli_fail("out of memory for %d x %d logits", o->n_batch, p->V);
+    if ((rc = open_kl_files(p))) return rc;
+    fprintf(stderr, "perplexity: %lld tokens, %lld chunks of %d (stride %d), scoring positions "
+            "%d..%d of each; model loaded in %.3f s\n", (long long)p->n_tok, (long long)p->n_chunks,
+            p->n_ctx, p->stride, p->first, p->n_ctx - 2, load_s);
+    return 0;
+}
+
+/* --kl: this row against the base's row bi (the same position), over the base's top-K ids. */
+static int compare_with_base(ppl_run *p, const float *row, double lse, int32_t arg, int64_t pos) {
+    const cli_logpos_dump *base = &p->base;
+    const int64_t bi = p->bi;
+    if (base->pos[bi] != pos)
+        return cli_fail("--kl base line %lld is position %lld, this run %lld", (long long)bi + 2,
+                        (long long)base->pos[bi], (long long)pos);
+    double lpb[1024], *lpb_p = base->k <= 1024 ? lpb : malloc((size_t)base->k * sizeof(double));
+    if (!lpb_p) return cli_fail("out of memory");
+    const int32_t *ids = base->ids + bi * base->k;
+    int ok = 1;
+    for (int q = 0; q < base->k; q++) {
+        if (ids[q] < 0 || ids[q] >= p->V) ok = 0;
+        else lpb_p[q] = (double)row[ids[q]] - lse;
     }
-    double mean = nll / (double)count, var = nll2 / (double)count - mean * mean;
+    if (ok) p->kls[bi] = cli_kl_topk(base->lp + bi * base->k, lpb_p, base->k);
+    if (lpb_p != lpb) free(lpb_p);
+    if (!ok) return cli_fail("--kl base line %lld: token id out of range", (long long)bi + 2);
+    p->same_top1 += ids[0] == arg;
+    p->bi++;
+    return 0;
+}
+
+/* One scored position: row holds the logits at position pos of the text, next its next token. */
+static int score_position(ppl_run *p, const float *row, int64_t pos, strata_token next) {
+    const int32_t V = p->V;
+    double mx = -INFINITY, sum = 0;
+    int32_t arg = 0;
+    for (int32_t v = 0; v < V; v++) if (row[v] > mx) { mx = row[v]; arg = v; }
+    for (int32_t v = 0; v < V; v++) sum += exp((double)row[v] - mx);
+    double lse = mx + log(sum);
+    double l = lse - (double)row[next];
+    p->nll += l;
+    p->nll2 += l * l;
+    p->count++;
+    if (p->kl_out) {
+        cli_topk_row(&p->topk, row);
+        cli_logpos_line(p->kl_out, pos, next, &p->topk);
+    }
+    return p->kls ? compare_with_base(p, row, lse, arg, pos) : 0;
+}
+
+/* Chunk c from an empty cache: read in batches, the second half scored. */
+static int ppl_chunk(ppl_run *p, int64_t c) {
+    const cli_opts *o = p->o;
+    const int n_ctx = p->n_ctx, first = p->first;
+    int64_t start = c * p->stride;
+    memcpy(p->chunk, p->toks + start, (size_t)n_ctx * sizeof *p->chunk);
+    if (p->add_bos) p->chunk[0] = strata_token_bos(p->model);
+    strata_session_reset(p->sess);
+    for (int b = 0, nb = 0; b < n_ctx; b += nb) {
+        nb = n_ctx - b < o->n_batch ? n_ctx - b : o->n_batch;
+        /* with DEGRADE_ZERO the scored positions are read as decode steps (one token each,
+         * teacher-forced), where the approximation applies; the context before them is a
+         * prompt */
+        const int gen = o->degrade_zero && b >= first;
+        if (o->degrade_zero && b < first && b + nb > first) nb = first - b;
+        if (gen) nb = 1;
+        strata_status dst = gen ? strata_session_decode_gen(p->sess, p->chunk + b, nb, p->logits, 1)
+                                : strata_session_decode(p->sess, p->chunk + b, nb, p->logits, 1);
+        if (dst != STRATA_OK) return cli_fail("chunk %lld: decode: %s", (long long)c, strata_last_error());
+        for (int jj = 0; jj < nb; jj++) {
+            int j = b + jj;
+            if (j < first || j >= n_ctx - 1) continue;
+            const float *row = p->logits + (size_t)jj * (size_t)p->V;
+            const int rc = score_position(p, row, start + j, p->toks[start + j + 1]);
+            if (rc) return rc;
+        }
+    }
+    printf("[%lld]%.4f,", (long long)c + 1, exp(p->nll / (double)p->count));
+    fflush(stdout);
+    return 0;
+}
+
+/* Every chunk, then the estimate on stdout, the rate on stderr, the KL summary and DEGRADE_ZERO's
+ * tally. */
+static int ppl_all(ppl_run *p) {
+    double t0 = cli_now();
+    for (int64_t c = 0; c < p->n_chunks; c++) {
+        const int rc = ppl_chunk(p, c);
+        if (rc) return rc;
+    }
+    const int64_t count = p->count;
+    double mean = p->nll / (double)count, var = p->nll2 / (double)count - mean * mean;
     double ppl = exp(mean);
     double err = count > 1 && var > 0 ? ppl * sqrt(var / (double)(count - 1)) : 0.0;
     double dt = cli_now() - t0;
     printf("\nFinal estimate: PPL = %.4f +/- %.5f\n", ppl, err);
     fprintf(stderr, "perplexity: %lld positions scored in %.2f s (%.1f tokens/s evaluated)\n",
-            (long long)count, dt, dt > 0 ? (double)(n_chunks * n_ctx) / dt : 0.0);
-    if (kls) cli_print_kl_summary(o.kl, kls, bi, same_top1);
-    cli_print_degrade_stats(sess);
+            (long long)count, dt, dt > 0 ? (double)(p->n_chunks * p->n_ctx) / dt : 0.0);
+    if (p->kls) cli_print_kl_summary(p->o->kl, p->kls, p->bi, p->same_top1);
+    cli_print_degrade_stats(p->sess);
+    return 0;
+}
 
-done:
-    if (kl_out && fclose(kl_out) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", o.kl_base, strerror(errno));
-    cli_topk_free(&topk);
-    cli_logpos_dump_free(&base);
-    free(kls);
-    free(logits);
-    free(chunk);
-    free(toks);
-    strata_session_free(sess);
-    strata_model_free(model);
+int cli_cmd_perplexity(int argc, char **argv) {
+    cli_opts o;
+    cli_opts_init(&o);
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    size_t text_len = 0;
+    char *text = cli_read_file(o.prompt_file, &text_len);
+    if (!text) return CLI_EXIT_USAGE;
+    ppl_run p;
+    memset(&p, 0, sizeof p);
+    p.o = &o;
+    p.n_ctx = o.n_ctx;
+    p.stride = o.stride;
+    if (o.kl && (rc = cli_logpos_read(o.kl, &p.base))) { free(text); return rc; }
+
+    rc = ppl_prepare(&p, text, text_len);
+    if (!rc) rc = ppl_all(&p);
+    if (p.kl_out && fclose(p.kl_out) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", o.kl_base, strerror(errno));
+    cli_topk_free(&p.topk);
+    cli_logpos_dump_free(&p.base);
+    free(p.kls);
+    free(p.logits);
+    free(p.chunk);
+    free(p.toks);
+    strata_session_free(p.sess);
+    strata_model_free(p.model);
     free(text);
     return rc;
 }

@@ -154,11 +154,123 @@ static int eval_prompt(runner *r, const strata_token *toks, int64_t n, int64_t n
     return 0;
 }
 
+/* How each step hands the next token's choice to the sampler. */
+typedef struct {
+    /* plain greedy (temperature 0, no penalties): each step asks the session for its greedy
+     * token (on the GPU: one token comes down instead of the logits); the first comes from the
+     * prompt's logits as always */
+    int fast_greedy;
+    strata_token next;    /* fast_greedy: the session's greedy token after the last step, or -1 */
+    /* sampling with top-k (the default chain): each step brings down only the candidates the
+     * sampler needs (on the GPU: top_k + repeat_last_n pairs instead of n_vocab logits, selected
+     * there); the same tokens (strata_sampler_sample_top) */
+    int32_t need;         /* candidates a step brings down; 0: the whole logits row */
+    strata_token *cids;   /* [need] */
+    float *cvals;         /* [need] */
+    int have_cand;        /* the candidates of the last step are in cids / cvals */
+} step_io;
+
+static int step_io_init(step_io *io, const runner *r) {
+    const strata_sampler_params *sp = &r->o->sp;
+    memset(io, 0, sizeof *io);
+    io->next = -1;
+    io->fast_greedy = !(sp->temperature > 0.0f) && sp->repeat_penalty == 1.0f &&
+                      sp->presence_penalty == 0.0f && sp->frequency_penalty == 0.0f;
+    io->need = io->fast_greedy ? 0 : strata_sampler_top_needed(r->smp);
+    io->cids = io->need ? malloc(sizeof *io->cids * (size_t)io->need) : NULL;
+    io->cvals = io->need ? malloc(sizeof *io->cvals * (size_t)io->need) : NULL;
+    if (io->need && (!io->cids || !io->cvals)) {
+        free(io->cids);
+        free(io->cvals);
+        return cli_fail("out of memory");
+    }
+    return 0;
+}
+
+static void step_io_free(step_io *io) {
+    free(io->cids);
+    free(io->cvals);
+}
+
+/* The next token: the session's greedy one, or the sampler's from the candidates or the logits. */
+static strata_status step_sample(runner *r, const step_io *io, strata_token *tok) {
+    *tok = io->next;
+    if (*tok >= 0) return STRATA_OK;
+    return io->have_cand ? strata_sampler_sample_top(r->smp, io->cids, io->cvals, io->need, tok)
+                         : strata_sampler_sample(r->smp, r->logits, tok);
+}
+
+/* Reads tok into the cache and brings down what the next choice needs. */
+static strata_status step_decode(runner *r, step_io *io, strata_token tok) {
+    const strata_status st = io->fast_greedy ? strata_session_decode_greedy(r->sess, &tok, 1, &io->next)
+                             : io->need ? strata_session_decode_topk(r->sess, &tok, 1, io->need, io->cids, io->cvals)
+                                        : strata_session_decode_gen(r->sess, &tok, 1, r->logits, 0);
+    io->have_cand = io->need > 0;
+    return st;
+}
+
+/* What a generation loop leaves: the stop reason, the tokens generated, the last sampled token
+ * not yet in the cache (or -1). */
+typedef struct {
+    int why;
+    int64_t n_gen;
+    strata_token pending;
+} gen_end;
+
+/* Samples, streams and decodes up to n_predict tokens after the prompt's logits; t0 and t1 are
+ * when the prompt started and ended. Returns 0, or the status after a failure (nothing more of
+ * the stream is written). */
+static int gen_loop(runner *r, stream *s, int n_predict, double t0, double t1, gen_end *end) {
+    const cli_opts *o = r->o;
+    const int32_t n_ctx = strata_session_n_ctx(r->sess);
+    step_io io;
+    int rc = step_io_init(&io, r);
+    if (rc) return rc;
+    char piece[256];
+    for (int first = 1;; first = 0) {
+        if (n_predict >= 0 && end->n_gen >= n_predict) break;
+        if (g_prof_requested) { /* kill -USR1: the [PROF] line now */
+            g_prof_requested = 0;
+            fputc('\n', stderr);
+            cli_print_prof_line(r->sess, cli_session_on_gpu(r->o),
+                                cli_rate((double)r->st.n_prompt, r->st.prompt_s),
+                                cli_rate((double)end->n_gen, cli_now() - t1));
+        }
+        strata_token tok;
+        if (step_sample(r, &io, &tok) != STRATA_OK) { rc = cli_fail("sampling: %s", strata_last_error()); break; }
+        if (first) r->st.ttft_s += cli_now() - t0;
+        if (!o->ignore_eos && strata_token_is_eog(r->model, tok)) {
+            end->pending = tok;
+            end->why = STOP_EOG;
+            break;
+        }
+        strata_sampler_accept(r->smp, tok);
+        end->n_gen++;
+        int64_t plen = 0;
+        strata_status st = strata_token_to_piece(r->model, tok, 0, piece, sizeof piece, &plen);
+        if (st == STRATA_OK && stream_append(s, piece, (size_t)plen) != 0) st = STRATA_ERR_NOMEM;
+        if (st != STRATA_OK) { rc = cli_fail("token %d: %s", (int)tok, strata_last_error()); break; }
+        if (stream_flush_safe(s)) { end->pending = tok; end->why = STOP_STRING; break; }
+        if (n_predict >= 0 && end->n_gen >= n_predict) { end->pending = tok; break; }
+        if (strata_session_n_past(r->sess) >= n_ctx) {
+            end->why = STOP_CTX;
+            r->st.ctx_full = 1;
+            break;
+        }
+        if (step_decode(r, &io, tok) != STRATA_OK) {
+            rc = cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
+                          strata_last_error());
+            break;
+        }
+    }
+    step_io_free(&io);
+    return rc;
+}
+
 /* Reads toks then generates up to n_predict tokens, streaming to stdout. keep_all: every
  * sampled token ends up in the KV cache (chat). *why gets a STOP_* value. */
 static int generate(runner *r, const strata_token *toks, int64_t n, int n_predict, int keep_all,
                     int *why) {
-    const cli_opts *o = r->o;
     int32_t n_ctx = strata_session_n_ctx(r->sess);
     int32_t n_past = strata_session_n_past(r->sess);
     *why = STOP_LIMIT;
@@ -180,94 +292,23 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     r->st.prompt_s += t1 - t0;
     r->st.n_prompt += n;
 
-    stream s = {NULL, 0, 0, 0, o, stdout};
-    strata_token pending = -1; /* sampled, not yet in the cache */
-    /* plain greedy (temperature 0, no penalties): each step asks the session for its greedy
-     * token (on the GPU: one token comes down instead of the logits); the first comes from the
-     * prompt's logits as always */
-    const int fast_greedy = !(o->sp.temperature > 0.0f) && o->sp.repeat_penalty == 1.0f &&
-                            o->sp.presence_penalty == 0.0f && o->sp.frequency_penalty == 0.0f;
-    /* sampling with top-k (the default chain): each step brings down only the candidates the
-     * sampler needs (on the GPU: top_k + repeat_last_n pairs instead of n_vocab logits, selected
-     * there); the same tokens (strata_sampler_sample_top) */
-    const int32_t need = fast_greedy ? 0 : strata_sampler_top_needed(r->smp);
-    strata_token *cids = need ? malloc(sizeof *cids * (size_t)need) : NULL;
-    float *cvals = need ? malloc(sizeof *cvals * (size_t)need) : NULL;
-    if (need && (!cids || !cvals)) {
-        free(cids);
-        free(cvals);
-        return cli_fail("out of memory");
-    }
-    int have_cand = 0; /* the candidates of the last step are in cids / cvals */
-    strata_token next = -1;
-    int64_t n_gen = 0;
-    int first = 1;
-    char piece[256];
-    for (;;) {
-        if (n_predict >= 0 && n_gen >= n_predict) break;
-        if (g_prof_requested) { /* kill -USR1: the [PROF] line now */
-            g_prof_requested = 0;
-            fputc('\n', stderr);
-            cli_print_prof_line(r->sess, cli_session_on_gpu(r->o),
-                                cli_rate((double)r->st.n_prompt, r->st.prompt_s),
-                                cli_rate((double)n_gen, cli_now() - t1));
-        }
-        strata_token tok = next;
-        if (tok < 0 && (have_cand ? strata_sampler_sample_top(r->smp, cids, cvals, need, &tok)
-                                  : strata_sampler_sample(r->smp, r->logits, &tok)) != STRATA_OK) {
-            free(s.buf);
-            free(cids);
-            free(cvals);
-            return cli_fail("sampling: %s", strata_last_error());
-        }
-        if (first) { r->st.ttft_s += cli_now() - t0; first = 0; }
-        if (!o->ignore_eos && strata_token_is_eog(r->model, tok)) {
-            pending = tok;
-            *why = STOP_EOG;
-            break;
-        }
-        strata_sampler_accept(r->smp, tok);
-        n_gen++;
-        int64_t plen = 0;
-        strata_status st = strata_token_to_piece(r->model, tok, 0, piece, sizeof piece, &plen);
-        if (st == STRATA_OK && stream_append(&s, piece, (size_t)plen) != 0) st = STRATA_ERR_NOMEM;
-        if (st != STRATA_OK) {
-            free(s.buf);
-            return cli_fail("token %d: %s", (int)tok, strata_last_error());
-        }
-        if (stream_flush_safe(&s)) { pending = tok; *why = STOP_STRING; break; }
-        if (n_predict >= 0 && n_gen >= n_predict) { pending = tok; break; }
-        if (strata_session_n_past(r->sess) >= n_ctx) {
-            *why = STOP_CTX;
-            r->st.ctx_full = 1;
-            break;
-        }
-        const strata_status dst = fast_greedy ? strata_session_decode_greedy(r->sess, &tok, 1, &next)
-                                   : need ? strata_session_decode_topk(r->sess, &tok, 1, need, cids, cvals)
-                                          : strata_session_decode_gen(r->sess, &tok, 1, r->logits, 0);
-        have_cand = need > 0;
-        if (dst != STRATA_OK) {
-            free(s.buf);
-            free(cids);
-            free(cvals);
-            return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
-                            strata_last_error());
-        }
-    }
-    free(cids);
-    free(cvals);
-    stream_write(&s, s.len);
+    stream s = {NULL, 0, 0, 0, r->o, stdout};
+    gen_end end = {STOP_LIMIT, 0, -1};
+    rc = gen_loop(r, &s, n_predict, t0, t1, &end);
+    if (!rc) stream_write(&s, s.len);
     free(s.buf);
-    if (keep_all && pending >= 0 && strata_session_n_past(r->sess) < n_ctx) {
-        if (strata_session_decode_gen(r->sess, &pending, 1, r->logits, 0) != STRATA_OK)
+    if (rc) return rc;
+    *why = end.why;
+    if (keep_all && end.pending >= 0 && strata_session_n_past(r->sess) < n_ctx) {
+        if (strata_session_decode_gen(r->sess, &end.pending, 1, r->logits, 0) != STRATA_OK)
             return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
                             strata_last_error());
     }
     if (*why == STOP_CTX)
         fprintf(stderr, "\nstrata: context full (%d tokens, -c); stopped after %lld generated "
-                "tokens\n", (int)n_ctx, (long long)n_gen);
+                "tokens\n", (int)n_ctx, (long long)end.n_gen);
     r->st.gen_s += cli_now() - t1;
-    r->st.n_gen += n_gen;
+    r->st.n_gen += end.n_gen;
     return 0;
 }
 
