@@ -22,12 +22,15 @@ static int env_flag(const char *name) {
     return v && v[0] && strcmp(v, "0") != 0;
 }
 
+/* offsetof(cli_opts, field), checked at compile time to be of the given type. */
+#define CLI_FIELD(type, field) (offsetof(cli_opts, field) + CLI_TYPE_CHECK(type, ((cli_opts *)0)->field))
+
 /* The environment knobs that are plain flags: on when set to something other than "" or "0". */
 static const struct {
     const char *env;
     size_t field; /* offsetof in cli_opts, an int */
 } cli_env_flags[] = {
-#define CLI_ENV_FLAG(env, field) {env, offsetof(cli_opts, field) + CLI_TYPE_CHECK(int, ((cli_opts *)0)->field)}
+#define CLI_ENV_FLAG(env, field) {env, CLI_FIELD(int, field)}
     CLI_ENV_FLAG("STRATA_PROFILE", profile),
     CLI_ENV_FLAG("STRATA_PIPE", pipe),
     CLI_ENV_FLAG("STRATA_CPU_PIN", cpu_pin),
@@ -396,8 +399,7 @@ typedef struct {
     int value;
 } cli_flag_row;
 
-#define CLI_FLAG(name, alt, field, value) \
-    {name, alt, offsetof(cli_opts, field) + CLI_TYPE_CHECK(int, ((cli_opts *)0)->field), value}
+#define CLI_FLAG(name, alt, field, value) {name, alt, CLI_FIELD(int, field), value}
 
 static const cli_flag_row cli_flags[] = {
     CLI_FLAG("--ignore-eos", NULL, ignore_eos, 1),
@@ -455,7 +457,6 @@ typedef struct {
     int (*fn)(cli_opts *o, const char *a, const char *v); /* CLI_V_FN */
 } cli_value_row;
 
-#define CLI_FIELD(type, field) (offsetof(cli_opts, field) + CLI_TYPE_CHECK(type, ((cli_opts *)0)->field))
 #define CLI_STR(name, alt, field) {name, alt, CLI_V_STR, CLI_FIELD(const char *, field), 0, 0, 0, NULL}
 #define CLI_INT(name, alt, field, lo, hi) {name, alt, CLI_V_INT, CLI_FIELD(int, field), lo, hi, 0, NULL}
 #define CLI_INT_AUTO(name, alt, field, lo, hi) {name, alt, CLI_V_INT, CLI_FIELD(int, field), lo, hi, 1, NULL}
