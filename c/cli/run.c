@@ -1,8 +1,8 @@
 /* run.c - `strata [run] -m MODEL -p PROMPT -n N ...`: text generation on the public API. Owns the
  * generation loop (prompt evaluation with optional teacher-forced logprob dump, sampling,
  * streaming UTF-8-safe output, stop strings, end-of-generation and context-full handling), the
- * end-of-run stats, the interactive chat loop with its templates (ChatML and Llama-2/Mistral
- * [INST]), and the embedded default model run by `strata` without arguments. */
+ * interactive chat loop with its templates (ChatML and Llama-2/Mistral [INST]), and the embedded
+ * default model run by `strata` without arguments. The end-of-run footer is stats_print.c's. */
 #include "session_setup.h"
 #include "stats_print.h"
 #include "logprobs.h"
