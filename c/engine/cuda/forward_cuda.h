@@ -1,7 +1,8 @@
 /* forward_cuda.h - the GPU session's private state (struct st_gpu, its per-layer weights), shared
- * by forward_cuda.c (the forward pass: kernels per layer, the expert placement of each call,
- * graphs) and forward_cuda_setup.c (upload, scratch, the KV cache, the placement set-up, free).
- * Not a public header: only those two files include it, and only in CUDA builds. */
+ * by forward_cuda.c (the forward pass: the layer loop, attention, output, graphs), moe_block.c
+ * (the MoE block: router, each chunk's expert placement, shared expert) and forward_cuda_setup.c
+ * (upload, scratch, the KV cache, the placement set-up, free). Not a public header: only those
+ * files include it (moe_block.c and forward_cuda.c through moe_block.h), in CUDA builds. */
 #ifndef STRATA_FORWARD_CUDA_H
 #define STRATA_FORWARD_CUDA_H
 
