@@ -4,7 +4,7 @@
  * GPU KV cache, and the expert placement's parts: the pinned copy of RAM-kept experts, the GPU
  * expert cache (its size when auto), the hand-off rows and the expert pool of the CPU layers,
  * the prediction buffers of gpu_prefetch and pipe, the cost model's measured figures. The
- * forward pass itself is forward_cuda.c; both share forward_cuda.h. */
+ * forward pass itself is forward_cuda.c and moe_block.c; they share forward_cuda.h. */
 #include "forward_cuda.h"
 #include "dot.h"
 
@@ -540,23 +540,11 @@ void st_gpu_free(strata_session *s) {
     s->gpu = NULL;
 }
 
-strata_status st_gpu_create(strata_session *s) {
+/* The attention's shape and the RoPE parameters of the kernels, from the model and session. */
+static void st_gpu_set_shape(strata_session *s) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
-    int available = 0;
-    char why[256];
-    TRY(st_cuda_probe(&available, why, sizeof why));
-    if (!available) return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: %s", why);
-    st_gpu *g = calloc(1, sizeof *g);
-    if (!g) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
-    s->gpu = g;
-    g->graphs = s->cuda_graphs;
-    TRY(st_cuda_stream_create(&g->stream));
-    g->progress = s->progress;
-    g->progress_data = s->progress_data;
-    g->upload_total = (int64_t)m->info.n_bytes;
-    g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
-    if (!g->layers) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    st_gpu *g = s->gpu;
     g->shape.n_head = hp->n_head;
     g->shape.n_head_kv = hp->n_head_kv;
     g->shape.head_dim = hp->head_dim;
@@ -573,17 +561,26 @@ strata_status st_gpu_create(strata_session *s) {
     g->rope.beta_fast = s->rope.beta_fast;
     g->rope.beta_slow = s->rope.beta_slow;
     g->rope.n_ctx_orig = s->rope.n_ctx_orig;
-    TRY(st_gpu_check_shape(m, g));
+}
+
+/* Every weight up: the output norm and matrix, then each layer's (upload order: st_gpu_put). */
+static strata_status st_gpu_upload_weights(strata_session *s) {
+    const strata_model *m = s->model;
+    st_gpu *g = s->gpu;
     if (m->output_norm.type != STRATA_TYPE_F32)
         return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: output_norm is not f32");
     TRY(st_gpu_put_f32(g, &m->output_norm, &g->output_norm));
     TRY(st_gpu_put_mat(g, &m->output, &g->output));
-    TRY(st_gpu_upload_layers(s));
-    TRY(st_gpu_alloc_kv(s, s->kv_type));
-    TRY(st_gpu_alloc_scratch(s));
+    return st_gpu_upload_layers(s);
+}
+
+/* Pinned host memory: the RAM-kept experts' copy (pin_experts), the embeddings' staging (a prompt
+ * batch's rows go up at the pinned rate; without it they go from s->x), and with n_cpu_moe the
+ * hand-off rows (async copies, one wait; host-mapped where possible). */
+static strata_status st_gpu_alloc_pinned(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
     if (s->pin_experts != 0 && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
-    /* the embeddings' pinned staging (a prompt batch's rows go up at the pinned rate); without
-     * it they go from s->x */
     if (st_cuda_host_alloc((void **)&g->h_embd, sizeof(float) * (size_t)s->n_batch * (size_t)hp->n_embd) != STRATA_OK) {
         g->h_embd = NULL;
         st_error_clear();
@@ -608,40 +605,59 @@ strata_status st_gpu_create(strata_session *s) {
                                             (float *)((uint8_t *)d + 2 * a), (int64_t)T, (int32_t)K};
         }
     }
-    if (s->expert_cache != 0) {
-        int32_t slots = s->expert_cache;
-        if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
-        TRY(st_gpu_cache_create(s, slots, &g->cache));
-        if (s->gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
-            TRY(st_gpu_cache_enable_prefetch(g->cache));
-            TRY(st_gpu_alloc_prediction(g, hp));
-            g->prefetch = 1;
-        }
-        if (s->cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
-            TRY(st_gpu_measure_costs(s, g->cache, 0, 1));
-            TRY(st_gpu_alloc_split(s));
-            /* the loads enqueued, so the CPU's share runs while they copy */
-            TRY(st_gpu_cache_async_loads(g->cache, g->stream));
-            g->split = 1;
-        }
+    return STRATA_OK;
+}
+
+/* expert_cache: the GPU expert cache's slots (auto: what fits), with gpu_prefetch the prediction
+ * buffers, with cpu_misses the cost model's figures and the split's buffers. */
+static strata_status st_gpu_setup_cache(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    int32_t slots = s->expert_cache;
+    if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
+    TRY(st_gpu_cache_create(s, slots, &g->cache));
+    if (s->gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
+        TRY(st_gpu_cache_enable_prefetch(g->cache));
+        TRY(st_gpu_alloc_prediction(g, hp));
+        g->prefetch = 1;
     }
-    if (s->cuda_doorbell && hp->n_expert > 0) { /* the expert pool: CPU layers, a cache's misses */
-        TRY(st_gpu_pool_create(s));
-        if (g->cache) {
-            const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
-            TRY(st_gpu_alloc((void **)&g->pm_ids, sizeof(int32_t) * R * K));
-            TRY(st_gpu_alloc((void **)&g->pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
-            TRY(st_gpu_alloc((void **)&g->pm_part, sizeof(float) * R * E));
-            TRY(st_cuda_host_alloc((void **)&g->h_pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
-            g->pool_misses = 1;
-        }
+    if (s->cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
+        TRY(st_gpu_measure_costs(s, g->cache, 0, 1));
+        TRY(st_gpu_alloc_split(s));
+        /* the loads enqueued, so the CPU's share runs while they copy */
+        TRY(st_gpu_cache_async_loads(g->cache, g->stream));
+        g->split = 1;
     }
+    return STRATA_OK;
+}
+
+/* cuda_doorbell: the expert pool of the CPU layers, and with an expert cache the buffers of the
+ * pool-miss mode (the pool computes the cache's misses). */
+static strata_status st_gpu_setup_pool(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    TRY(st_gpu_pool_create(s));
+    if (g->cache) {
+        const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
+        TRY(st_gpu_alloc((void **)&g->pm_ids, sizeof(int32_t) * R * K));
+        TRY(st_gpu_alloc((void **)&g->pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
+        TRY(st_gpu_alloc((void **)&g->pm_part, sizeof(float) * R * E));
+        TRY(st_cuda_host_alloc((void **)&g->h_pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
+        g->pool_misses = 1;
+    }
+    return STRATA_OK;
+}
+
+/* The next layer's prediction for the CPU's side: pipe (the RAM tier reads ahead) or cpu_warm
+ * (set only with n_cpu_moe: host hand-offs, not the pool's, not pipe's reads, warm the next CPU
+ * layer). */
+static strata_status st_gpu_setup_ahead(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
     if (s->pipe && s->ram && !g->pool && hp->n_expert > 0) { /* the RAM tier reads ahead */
         TRY(st_gpu_alloc_prediction(g, hp));
         g->pipe = 1;
     }
-    /* cpu_warm (set only with n_cpu_moe): host hand-offs (not the pool's, not pipe's reads) warm
-     * the next CPU layer */
     if (s->cpu_warm && hp->n_expert > 0 && !g->pool && !g->pipe && s->n_threads != 1 &&
         hp->n_expert_used <= ST_MOE_WARM_MAX) {
         TRY(st_gpu_alloc_prediction(g, hp));
@@ -649,34 +665,72 @@ strata_status st_gpu_create(strata_session *s) {
         TRY(st_cuda_event_create(&g->ev_pred));
         g->warm_on = 1;
     }
-    /* cpu_misses with CPU layers: decode-sized calls send a share of their experts to the GPU
-     * through the stage slots (an expert cache's misses are split above instead); auto (-1) only
-     * where the GPU's share computes the CPU's bits (moe_exact.cu), so that the result does not
-     * depend on the share the start-up timings pick */
+    return STRATA_OK;
+}
+
+/* The stage slots (stage_experts, or cpu_misses with CPU layers): decode-sized calls send a share
+ * of their experts to the GPU through them (an expert cache's misses are split in
+ * st_gpu_setup_cache instead); auto (-1) only where the GPU's share computes the CPU's bits
+ * (moe_exact.cu), so that the result does not depend on the share the start-up timings pick. */
+static strata_status st_gpu_setup_stage(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
     const int exact = hp->n_expert > 0 && s->n_cpu_moe != 0 && st_gpu_split_exact_ok(s);
     const int cpu_split = (s->cpu_misses || (s->cpu_misses_auto && exact)) && !g->cache && s->n_cpu_moe != 0 &&
                           !g->pool && hp->n_expert > 0;
-    if ((s->stage_experts != 0 || cpu_split) && hp->n_expert > 0) { /* n_expert slots: no hot set, LRU only */
-        TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage));
-        if (s->stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
-            int il0 = 0;
-            while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
-            TRY(st_gpu_measure_costs(s, g->stage, il0, cpu_split));
-        }
-        if (cpu_split) {
-            const size_t T = (size_t)s->n_batch, K = (size_t)hp->n_expert_used;
-            TRY(st_gpu_alloc_split(s));
-            TRY(st_cuda_host_alloc((void **)&g->h_split_ids, sizeof(int32_t) * T * K));
-            TRY(st_gpu_cache_async_loads(g->stage, g->stream));
-            g->cpu_split = 1;
-            if (exact) TRY(st_gpu_alloc_exact(s));
-        }
-        if (s->stage_experts < 0) { /* auto: the staging decision's per-batch counts */
-            g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
-            g->stage_list = calloc((size_t)hp->n_expert, sizeof *g->stage_list);
-            if (!g->stage_rows || !g->stage_list) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
-        }
+    if (!((s->stage_experts != 0 || cpu_split) && hp->n_expert > 0)) return STRATA_OK;
+    TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage)); /* n_expert slots: no hot set, LRU only */
+    if (s->stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
+        int il0 = 0;
+        while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
+        TRY(st_gpu_measure_costs(s, g->stage, il0, cpu_split));
     }
+    if (cpu_split) {
+        const size_t T = (size_t)s->n_batch, K = (size_t)hp->n_expert_used;
+        TRY(st_gpu_alloc_split(s));
+        TRY(st_cuda_host_alloc((void **)&g->h_split_ids, sizeof(int32_t) * T * K));
+        TRY(st_gpu_cache_async_loads(g->stage, g->stream));
+        g->cpu_split = 1;
+        if (exact) TRY(st_gpu_alloc_exact(s));
+    }
+    if (s->stage_experts < 0) { /* auto: the staging decision's per-batch counts */
+        g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
+        g->stage_list = calloc((size_t)hp->n_expert, sizeof *g->stage_list);
+        if (!g->stage_rows || !g->stage_list) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    }
+    return STRATA_OK;
+}
+
+/* The session's GPU state, in an order the memory decisions depend on: the weights, the KV cache
+ * and scratch, the pinned host memory, the expert placement's parts (cache, pool, the prediction
+ * of pipe and cpu_warm, stage slots), and last the prompt tiles' copies in what is left. */
+strata_status st_gpu_create(strata_session *s) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    int available = 0;
+    char why[256];
+    TRY(st_cuda_probe(&available, why, sizeof why));
+    if (!available) return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: %s", why);
+    st_gpu *g = calloc(1, sizeof *g);
+    if (!g) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    s->gpu = g;
+    g->graphs = s->cuda_graphs;
+    TRY(st_cuda_stream_create(&g->stream));
+    g->progress = s->progress;
+    g->progress_data = s->progress_data;
+    g->upload_total = (int64_t)m->info.n_bytes;
+    g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
+    if (!g->layers) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    st_gpu_set_shape(s);
+    TRY(st_gpu_check_shape(m, g));
+    TRY(st_gpu_upload_weights(s));
+    TRY(st_gpu_alloc_kv(s, s->kv_type));
+    TRY(st_gpu_alloc_scratch(s));
+    TRY(st_gpu_alloc_pinned(s));
+    if (s->expert_cache != 0) TRY(st_gpu_setup_cache(s));
+    if (s->cuda_doorbell && hp->n_expert > 0) TRY(st_gpu_setup_pool(s)); /* CPU layers, a cache's misses */
+    TRY(st_gpu_setup_ahead(s));
+    TRY(st_gpu_setup_stage(s));
     TRY(st_gpu_put_all_tiles(s));
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
@@ -730,7 +784,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
     g->pinned_bytes = total;
     /* expert by expert, each one's gate, up and down laid out as in a GPU cache slot (256-byte
      * aligned, st_slot_expert), so that a load into a slot is one copy (st_gpu_cache_copy_in):
-     * a 2.5 MiB copy runs at ~46 GB/s, three 0.8 MiB ones at ~32 (CEILINGS.md) */
+     * one copy of an expert runs faster than three of its parts (CEILINGS.md) */
     uint8_t *p = g->pinned;
     for (int il = 0; il < hp->n_layer; il++) {
         if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0) continue;
