@@ -18,7 +18,9 @@
  * ------------------------------------------------------------------------------------------- */
 
 /* One option copied unchanged: its offset in cli_opts and in the params struct, and its size;
- * the field has the same type on both sides (checked at compile time). */
+ * the field has the same type on both sides (checked at compile time). The values are already
+ * settled when they are copied: defaults from the environment by cli_opts_init, "auto" as -1 by
+ * the parser (options.c), so that a row never needs logic. */
 typedef struct {
     size_t opt, param, size;
 } cli_param_row;
