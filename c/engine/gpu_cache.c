@@ -450,9 +450,9 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
             }
         }
         if (nm > 0) {
-            st = st_ram_tier_table(s, il, nm, c->miss, 1, &src);
+            st = st_ram_tier_table(s->ram, il, nm, c->miss, 1, &src);
             if (st != STRATA_OK) {
-                st_ram_tier_release(s);
+                st_ram_tier_release(s->ram);
                 st_gpu_cache_release_held(c);
                 return st;
             }
@@ -499,7 +499,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         c->h_table[e] = st_slot_expert(c, &views[e], slot);
     }
     /* the copies were synchronous: the RAM tier's slots are free to be reused */
-    if (s->ram) st_ram_tier_release(s);
+    if (s->ram) st_ram_tier_release(s->ram);
     /* the slots may be reused once the kernel is enqueued: a later copy into one waits for it
      * (keep_held: the caller enqueues the kernel first, then st_gpu_cache_release_held) */
     if (!keep_held || st != STRATA_OK) st_gpu_cache_release_held(c);

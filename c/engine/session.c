@@ -62,6 +62,14 @@ static strata_status st_build_tables(strata_session *s) {
     return STRATA_OK;
 }
 
+/* The RAM tier of a session with a RAM budget (its slots page-locked for a CUDA session); the
+ * batch shrinks to what the slots hold. */
+static strata_status st_session_ram_tier(strata_session *s) {
+    if (s->plan.ram_budget <= 0) return STRATA_OK;
+    const st_ram_tier_params rp = {s->model, s->experts, s->plan.ram_budget, s->plan.pipe, s->plan.gpu};
+    return st_ram_tier_create(&rp, &s->ram, &s->n_batch);
+}
+
 static strata_status st_alloc_scratch(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     const st_scratch_dims d = st_session_dims(s);
@@ -114,7 +122,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
 void strata_session_free(strata_session *s) {
     if (!s) return;
     if (s->be) s->be->free(s);
-    st_ram_tier_free(s);
+    st_ram_tier_free(s->ram);
     st_degrade_stats_free(&s->dstats);
     free(s->slots_gpu);
     free(s->slots_cpu);
@@ -183,7 +191,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     if ((st = st_threadpool_create(s->n_threads, &s->tp)) != STRATA_OK ||
         (p.cpu_pin && (s->threads_pinned = st_threadpool_pin(s->tp)) < 0) ||
         (st = st_build_tables(s)) != STRATA_OK ||
-        (p.placement.ram_budget > 0 && (st = st_ram_tier_create(s, p.placement.ram_budget, p.placement.pipe)) != STRATA_OK) ||
+        (st = st_session_ram_tier(s)) != STRATA_OK ||
         (st = st_alloc_scratch(s)) != STRATA_OK ||
         (st = (s->be = st_backend_of(s->backend))->create(s)) != STRATA_OK) {
         strata_session_free(s);

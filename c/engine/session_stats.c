@@ -19,7 +19,7 @@ void strata_session_reset_stats(strata_session *s) {
     s->pcie_bytes = 0;
     s->graph_launches = s->graph_rebuilds = 0;
     s->stage_batches = s->cpu_batches = 0;
-    st_ram_tier_reset_counters(s);
+    st_ram_tier_reset_counters(s->ram);
     s->be->reset_stats(s);
 }
 
@@ -47,10 +47,10 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
         any = 1;
     }
     out->pcie_bytes = s->pcie_bytes;
-    st_ram_tier_counters(s, &out->expert_cache_hits, &out->expert_cache_misses, &out->disk_bytes,
+    st_ram_tier_counters(s->ram, &out->expert_cache_hits, &out->expert_cache_misses, &out->disk_bytes,
                          &out->prefetch_issued, &out->prefetch_timely, &out->prefetch_late);
-    out->expert_cache_slots = st_ram_tier_slots(s);
-    st_ram_tier_layer_hits(s, &out->layer_hit_rate_min, &out->layer_hit_rate_max);
+    out->expert_cache_slots = st_ram_tier_slots(s->ram);
+    st_ram_tier_layer_hits(s->ram, &out->layer_hit_rate_min, &out->layer_hit_rate_max);
     out->graph_launches = s->graph_launches;
     out->graph_rebuilds = s->graph_rebuilds;
     out->threads_pinned = s->threads_pinned;

@@ -151,7 +151,7 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     if (s->degrade.enabled) {
         const uint8_t *missed = NULL;
         if (s->ram && !s->degrade.eval) {
-            st_ram_tier_missed(s, il, T, s->ids, K, s->missed);
+            st_ram_tier_missed(s->ram, il, T, s->ids, K, s->missed);
             missed = s->missed;
         }
         st_degrade_apply(&s->degrade, !s->gen_phase, T, K, s->ids, s->wts, missed, &s->dstats, il);
@@ -160,20 +160,20 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     s->slots_cpu[il] += T * K; /* a CPU session computes every routed slot itself */
     const st_expert *table = s->experts + (size_t)il * (size_t)X;
     if (s->ram) { /* RAM budget: the routed experts come from RAM slots, filled from disk */
-        strata_status st = s->fwd_error ? s->fwd_error : st_ram_tier_table(s, il, T, s->ids, K, &table);
+        strata_status st = s->fwd_error ? s->fwd_error : st_ram_tier_table(s->ram, il, T, s->ids, K, &table);
         if (st != STRATA_OK) { /* the decode call returns the error; nothing is computed */
             if (s->fwd_error == STRATA_OK) s->fwd_error = st;
-            st_ram_tier_release(s);
+            st_ram_tier_release(s->ram);
             memset(s->proj, 0, sizeof(float) * (size_t)(T * hp->n_embd));
             return;
         }
     }
     if (s->profile || s->pipe) { /* predict the next layer's experts; --pipe starts reading them */
         st_predict_next(s, il, T);
-        if (s->pipe && s->pred_layer == il + 1) st_ram_tier_prefetch(s, il + 1, T, s->pred_ids, K);
+        if (s->pipe && s->pred_layer == il + 1) st_ram_tier_prefetch(s->ram, il + 1, T, s->pred_ids, K);
     }
     st_moe_ffn(s->tp, table, X, s->xn, T, s->ids, s->wts, K, s->proj, s->moe_ws);
-    if (s->ram) st_ram_tier_release(s);
+    if (s->ram) st_ram_tier_release(s->ram);
     st_prof_mark(s, STRATA_PHASE_EXPERTS);
 }
 

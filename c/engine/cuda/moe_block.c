@@ -53,7 +53,7 @@ static void st_gpu_pipe_issue(strata_session *s, int il, int64_t tn) {
             if (g->h_pf_missed[i]) g->h_pf_ids[k++] = g->h_pf_ids[i];
         n = k;
     }
-    st_ram_tier_prefetch(s, il + 1, 1, g->h_pf_ids, n);
+    st_ram_tier_prefetch(s->ram, il + 1, 1, g->h_pf_ids, n);
 }
 
 /* cpu_warm: whether layer il's hand-down (rows of a call of tn tokens) also predicts layer
@@ -514,7 +514,7 @@ static strata_status st_gpu_host_step(strata_session *s, const st_moe_chunk *c, 
     if (cpu_step && exact) st_moe_ffn_end_rows(s->tp, s->moe_ws, g->h_rows);
     else if (cpu_step) st_moe_ffn_end(s->tp, s->moe_ws);
     s->cpu_step_s += st_prof_clock() - t_step;
-    if (s->ram) st_ram_tier_release(s);
+    if (s->ram) st_ram_tier_release(s->ram);
     return est;
 }
 
@@ -575,10 +575,10 @@ static strata_status st_gpu_moe_host(strata_session *s, st_moe_call *mc, st_moe_
     const st_expert *ex = s->experts + (size_t)il * (size_t)X;
     if (s->ram) { /* past the RAM budget: the routed experts from the RAM tier's slots
                    * (read from the file with O_DIRECT when not there) */
-        const strata_status rst = st_ram_tier_table(s, il, tn, hi, K, &ex);
+        const strata_status rst = st_ram_tier_table(s->ram, il, tn, hi, K, &ex);
         if (rst == STRATA_OK && c->pipe) st_gpu_pipe_issue(s, il, tn); /* reads while the CPU computes */
         if (rst != STRATA_OK) {
-            st_ram_tier_release(s);
+            st_ram_tier_release(s->ram);
             return rst;
         }
     }

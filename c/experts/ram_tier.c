@@ -1,21 +1,19 @@
-/* ram_tier.c - the RAM tier of routed experts for sessions with a RAM budget (ram_budget,
- * --ram-budget; CUDA sessions: the source of the GPU expert cache's loads and of the CPU's layers,
- * in page-locked slots): n_slots slots of RAM, each the size of the model's largest expert, managed by the
+/* ram_tier.c - the RAM tier of routed experts for sessions with a RAM budget (ram_budget; CUDA
+ * sessions: the source of the GPU expert cache's loads and of the CPU's layers, in page-locked
+ * slots): n_slots slots of RAM, each the size of the model's largest expert, managed by the
  * slot book (c/experts/slot_book.c: LRU plus a frequency-pinned hot set) and filled from the GGUF by
  * the O_DIRECT reader (c/experts/stream.c) when a layer's routing needs an expert that is not
  * resident. The CPU expert step then reads the slots through a per-layer table. The bytes are the
  * file's, so the results are bit-identical to reading the mapping (which the tier never touches
  * for routed experts, so they do not become resident through it).
  *
- * Pipelined mode (pipe, --pipe, STRATA_PIPE=1): after a layer's routing, the experts predicted
+ * Pipelined mode (pipe): after a layer's routing, the experts predicted
  * for the next layer (its norm and router applied to the hidden state then) are claimed (LOADING)
  * and read by a background thread while this layer computes. Only the session's thread touches
  * the cache: the reader thread fills the slot's bytes and raises the slot's fill flag; a layer
  * that needs a LOADING slot waits for the flag (a late prefetch) and publishes it before reading,
  * so a slot being filled is never read. */
-#include "session.h"
 #include "ram_tier.h"
-#include "profile.h"
 #include "slot_book.h"
 #include "stream.h"
 #ifdef STRATA_HAVE_CUDA
@@ -34,6 +32,8 @@ typedef struct {
 } st_expert_loc;
 
 struct st_ram_tier {
+    const st_hparams *hp;
+    const st_expert *views;       /* [n_layer * n_expert] the experts as the model maps them */
     st_slot_book cache;
     uint8_t *mem;                 /* n_slots * slot_bytes, ST_READER_ALIGN-aligned */
     int mem_pinned;               /* mem is page-locked (CUDA sessions: st_cuda_host_alloc) */
@@ -69,8 +69,7 @@ struct st_ram_tier {
 
 static void *st_ram_worker(void *arg);
 
-void st_ram_tier_free(strata_session *s) {
-    st_ram_tier *t = s ? s->ram : NULL;
+void st_ram_tier_free(st_ram_tier *t) {
     if (!t) return;
     if (t->worker_started) {
         pthread_mutex_lock(&t->mu);
@@ -107,7 +106,6 @@ void st_ram_tier_free(strata_session *s) {
     free(t->table);
     free(t->held);
     free(t);
-    s->ram = NULL;
 }
 
 /* Where expert e of merged tensor v lies in its file. */
@@ -135,14 +133,19 @@ size_t st_ram_tier_slot_bytes(const strata_model *m) {
     return st_round_up(largest, ST_READER_ALIGN);
 }
 
-strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
-    const strata_model *m = s->model;
+/* The tier's parts: the slots and their bookkeeping, the readers, the reader thread; *out is set
+ * first, so a failure leaves what was built for st_ram_tier_free. */
+static strata_status st_ram_tier_build(const st_ram_tier_params *p, st_ram_tier **out, int32_t *max_batch) {
+    const strata_model *m = p->model;
     const st_hparams *hp = &m->hp;
+    const int64_t budget = p->budget;
     if (hp->n_expert <= 0)
         return st_error(STRATA_ERR_INVALID_ARG, "ram_budget: the model has no routed experts");
     st_ram_tier *t = calloc(1, sizeof *t);
     if (!t) return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
-    s->ram = t;
+    *out = t;
+    t->hp = hp;
+    t->views = p->experts;
     t->gguf = strata_model_gguf(m);
     const size_t nx = (size_t)hp->n_layer * (size_t)hp->n_expert;
     t->loc = calloc(nx, sizeof *t->loc);
@@ -175,7 +178,7 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
 #ifdef STRATA_HAVE_CUDA
     /* CUDA sessions: page-locked slots, so the disk's O_DIRECT reads land where the GPU cache's
      * copies read at the pinned PCIe rate (falls back to plain memory, at the pageable rate) */
-    if (s->backend == STRATA_BACKEND_CUDA) {
+    if (p->pinned) {
         void *pm = NULL;
         if (st_cuda_host_alloc(&pm, (size_t)slots * t->slot_bytes) == STRATA_OK) {
             if (((uintptr_t)pm & (ST_READER_ALIGN - 1)) == 0) {
@@ -200,7 +203,7 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
     t->layer_hits = calloc((size_t)hp->n_layer, sizeof *t->layer_hits);
     if (!t->readers || !t->table || !t->held || !t->layer_lookups || !t->layer_hits || !t->seen)
         return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
-    if (pipe) {
+    if (p->pipe) {
         t->queue = calloc((size_t)slots, sizeof *t->queue);
         t->q_loc = calloc((size_t)slots, sizeof *t->q_loc);
         t->fill = calloc((size_t)slots, sizeof *t->fill);
@@ -222,12 +225,24 @@ strata_status st_ram_tier_create(strata_session *s, int64_t budget, int pipe) {
     const int32_t free_slots = slots - pin;
     if (free_slots < hp->n_expert) {
         const int32_t tmax = free_slots / hp->n_expert_used;
-        if (s->n_batch > tmax) s->n_batch = tmax;
+        if (*max_batch > tmax) *max_batch = tmax;
     }
     return STRATA_OK;
 }
 
-int32_t st_ram_tier_slots(const strata_session *s) { return s->ram ? s->ram->cache.n_slots : 0; }
+strata_status st_ram_tier_create(const st_ram_tier_params *p, st_ram_tier **out, int32_t *max_batch) {
+    *out = NULL;
+    st_ram_tier *t = NULL;
+    const strata_status st = st_ram_tier_build(p, &t, max_batch);
+    if (st != STRATA_OK) {
+        st_ram_tier_free(t);
+        return st;
+    }
+    *out = t;
+    return STRATA_OK;
+}
+
+int32_t st_ram_tier_slots(const st_ram_tier *t) { return t ? t->cache.n_slots : 0; }
 
 /* Reads expert l into dst with readers (the session's, or the reader thread's own). */
 static strata_status st_ram_fill(st_ram_tier *t, st_reader **readers, const st_expert_loc *l,
@@ -309,10 +324,9 @@ static void st_ram_reap(st_ram_tier *t, int wait) {
         if (!st_ram_settle(t, i, wait)) i++;
 }
 
-void st_ram_tier_prefetch(strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K) {
-    st_ram_tier *t = s->ram;
+void st_ram_tier_prefetch(st_ram_tier *t, int il, int64_t T, const int32_t *ids, int32_t K) {
     if (!t || !t->pipe) return;
-    const int32_t X = s->model->hp.n_expert;
+    const int32_t X = t->hp->n_expert;
     /* leave room: at most half the slots in flight, so the next layer can still claim its misses */
     const int32_t limit = t->cache.n_slots / 2;
     for (int64_t i = 0; i < T * K && t->n_inflight < limit; i++) {
@@ -333,12 +347,10 @@ void st_ram_tier_prefetch(strata_session *s, int il, int64_t T, const int32_t *i
     }
 }
 
-strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int32_t *ids,
+strata_status st_ram_tier_table(st_ram_tier *t, int il, int64_t T, const int32_t *ids,
                                 int32_t K, const st_expert **table) {
-    st_ram_tier *t = s->ram;
-    const strata_model *m = s->model;
-    const int32_t X = m->hp.n_expert;
-    const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    const int32_t X = t->hp->n_expert;
+    const st_expert *views = t->views + (size_t)il * (size_t)X;
     t->n_held = 0;
     if (++t->call == 0) { /* the stamps wrapped: start them over */
         memset(t->seen, 0, sizeof *t->seen * (size_t)X);
@@ -398,37 +410,33 @@ strata_status st_ram_tier_table(strata_session *s, int il, int64_t T, const int3
     return STRATA_OK;
 }
 
-void st_ram_tier_release(strata_session *s) {
-    st_ram_tier *t = s->ram;
+void st_ram_tier_release(st_ram_tier *t) {
     for (int32_t i = 0; i < t->n_held; i++) st_book_release(&t->cache, t->held[i]);
     t->n_held = 0;
 }
 
 /* Zeroes the counters (strata_session_reset_stats). */
-void st_ram_tier_reset_counters(strata_session *s) {
-    st_ram_tier *t = s->ram;
+void st_ram_tier_reset_counters(st_ram_tier *t) {
     if (!t) return;
     memset(&t->cache.c, 0, sizeof t->cache.c);
     atomic_store(&t->disk_bytes, 0);
     t->pf_issued = t->pf_timely = t->pf_late = 0;
-    for (int32_t il = 0; il < s->model->hp.n_layer; il++) t->layer_lookups[il] = t->layer_hits[il] = 0;
+    for (int32_t il = 0; il < t->hp->n_layer; il++) t->layer_lookups[il] = t->layer_hits[il] = 0;
 }
 
-void st_ram_tier_counters(const strata_session *s, int64_t *hits, int64_t *misses, int64_t *disk_bytes,
+void st_ram_tier_counters(const st_ram_tier *t, int64_t *hits, int64_t *misses, int64_t *disk_bytes,
                           int64_t *pf_issued, int64_t *pf_timely, int64_t *pf_late) {
-    st_ram_tier *t = s->ram;
     /* a prefetch that was still being read when its layer needed it missed its deadline: a miss */
     *hits = t ? t->cache.c.hits - t->pf_late : 0;
     *misses = t ? t->cache.c.misses + t->pf_late : 0;
-    *disk_bytes = t ? atomic_load(&t->disk_bytes) : 0;
+    *disk_bytes = t ? atomic_load(&((st_ram_tier *)t)->disk_bytes) : 0;
     *pf_issued = t ? t->pf_issued : 0;
     *pf_timely = t ? t->pf_timely : 0;
     *pf_late = t ? t->pf_late : 0;
 }
 
-void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_t *ids, int32_t K,
+void st_ram_tier_missed(const st_ram_tier *t, int il, int64_t T, const int32_t *ids, int32_t K,
                         uint8_t *missed) {
-    const st_ram_tier *t = s->ram;
     for (int64_t i = 0; i < T * K; i++) {
         const st_slot_state st = ids[i] < 0 ? ST_SLOT_READY : st_book_state_of(&t->cache, il, ids[i]);
         int ready = st == ST_SLOT_READY;
@@ -442,11 +450,10 @@ void st_ram_tier_missed(const strata_session *s, int il, int64_t T, const int32_
     }
 }
 
-void st_ram_tier_layer_hits(const strata_session *s, double *min, double *max) {
-    const st_ram_tier *t = s->ram;
+void st_ram_tier_layer_hits(const st_ram_tier *t, double *min, double *max) {
     int any = 0;
     *min = *max = 0;
-    for (int32_t il = 0; t && il < s->model->hp.n_layer; il++) {
+    for (int32_t il = 0; t && il < t->hp->n_layer; il++) {
         if (!t->layer_lookups[il]) continue;
         const double r = (double)t->layer_hits[il] / (double)t->layer_lookups[il];
         if (!any || r < *min) *min = r;
