@@ -1,7 +1,7 @@
 /* session.h - the internal state of a strata_session (session.c) that the backends' forward
  * passes (cpu/, cuda/, behind backend.h) work on: resolved parameters, thread pool, KV cache, the
  * per-layer expert weight tables, scratch buffers sized for n_batch tokens at create time, the
- * placement tiers (ram_tier.h, gpu_cache.h) and the counters behind strata_session_get_stats. The
+ * placement tiers (c/experts: ram_tier.h, gpu_tier.h) and the counters behind strata_session_get_stats. The
  * functions that act on it are declared with their modules, not here. */
 #ifndef STRATA_SESSION_H
 #define STRATA_SESSION_H
@@ -17,7 +17,7 @@
 
 typedef struct st_gpu st_gpu; /* forward_cuda.c */
 typedef struct st_ram_tier st_ram_tier; /* ram_tier.c */
-typedef struct st_gpu_cache st_gpu_cache; /* gpu_cache.c */
+typedef struct st_gpu_tier st_gpu_tier; /* experts/gpu_tier.c */
 
 struct strata_session {
     const strata_model *model;

@@ -3,7 +3,7 @@
  * batch (forward_cuda.c; the greedy token and the candidates are selected on the device), and the
  * GPU's part of the statistics. */
 #include "backend.h"
-#include "gpu_cache.h"
+#include "gpu_tier.h"
 #include "gpu_pass.h"
 
 static strata_status cuda_forward(strata_session *s, const strata_token *tokens, int64_t T, float *logits,
@@ -18,14 +18,14 @@ static strata_status cuda_forward(strata_session *s, const strata_token *tokens,
 }
 
 static void cuda_stats(const strata_session *s, strata_session_stats *out) {
-    st_gpu_cache *c = st_gpu_get_cache(s);
+    st_gpu_tier *c = st_gpu_get_cache(s);
     if (c) {
         int64_t loaded = 0;
-        st_gpu_cache_counters(c, &out->expert_cache_slots, &out->expert_cache_hits,
+        st_gpu_tier_counters(c, &out->expert_cache_slots, &out->expert_cache_hits,
                               &out->expert_cache_misses, &loaded, &out->layer_hit_rate_min,
                               &out->layer_hit_rate_max);
         int64_t pi = 0, pt = 0, pl = 0; /* the GPU cache's prefetches, added to the RAM tier's */
-        st_gpu_cache_prefetch_counters(c, &pi, &pt, &pl);
+        st_gpu_tier_prefetch_counters(c, &pi, &pt, &pl);
         out->prefetch_issued += pi;
         out->prefetch_timely += pt;
         out->prefetch_late += pl;
@@ -36,7 +36,7 @@ static void cuda_stats(const strata_session *s, strata_session_stats *out) {
 }
 
 static void cuda_reset_stats(strata_session *s) {
-    st_gpu_cache_reset_counters(st_gpu_get_cache(s));
+    st_gpu_tier_reset_counters(st_gpu_get_cache(s));
 }
 
 const st_backend st_backend_cuda = {"cuda", st_gpu_create, st_gpu_free, cuda_forward, cuda_stats,

@@ -13,7 +13,7 @@
  * after it wait for the copy. The --n-cpu-moe hand-off copies through pinned host rows on the
  * session's stream (three copies down, one wait, the CPU's step, one copy up that the next
  * kernels are ordered after). Routed experts are resident, or in the GPU expert cache
- * (gpu_cache.c), or computed by the CPU (n_cpu_moe). Single-token steps may be replayed as a
+ * (c/experts/gpu_tier.c), or computed by the CPU (n_cpu_moe). Single-token steps may be replayed as a
  * CUDA graph (cuda_graphs). Matmuls of ST_CUDA_MMQ_MIN_ROWS rows or more
  * run on the tensor-core tiles (cuda_mmq.h) where the weight type has them; fewer rows (decode,
  * verify windows) take the GEMV in slices of 8 columns. The grouped MoE takes up to moe_tokens
@@ -42,7 +42,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: built without CUDA");
 }
 size_t st_gpu_weight_bytes(const strata_session *s) { (void)s; return 0; }
-st_gpu_cache *st_gpu_get_cache(const strata_session *s) { (void)s; return NULL; }
+st_gpu_tier *st_gpu_get_cache(const strata_session *s) { (void)s; return NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { (void)s; return 0; }
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped) {
     (void)s;

@@ -8,7 +8,7 @@
 
 #include "session.h"
 #include "forward_cpu.h"
-#include "gpu_cache.h"
+#include "gpu_tier.h"
 #include "gpu_pass.h"
 #include "profile.h"
 #include "ram_tier.h"
@@ -74,7 +74,7 @@ struct st_gpu {
     int64_t *graph_slots_gpu, *graph_slots_cpu; /* [n_layer] */
     int64_t graph_pcie_bytes, graph_cpu_batches;
     int graphs;                           /* capture single-token steps (cuda_graphs) */
-    st_gpu_cache *cache;                  /* expert_cache > 0: routed experts in cache slots */
+    st_gpu_tier *cache;                  /* expert_cache > 0: routed experts in cache slots */
     int prefetch;                         /* gpu_prefetch: predicted next-layer experts prefetched */
     int pipe;                             /* pipe (with ram_budget): the predicted next-layer experts
                                              read into the RAM tier while this layer computes */
@@ -108,7 +108,7 @@ struct st_gpu {
     void *ev_hand, *ev_pred;              /* the hand-down's copies done; the prediction's ids down */
     int32_t warm_ids[8 * ST_MOE_WARM_MAX]; /* the warm's predicted ids (scored at its layer) */
     int64_t warm_n;                       /* how many, 0: none pending */
-    st_gpu_cache *stage;                  /* stage_experts: one layer's worth of slots for the
+    st_gpu_tier *stage;                  /* stage_experts: one layer's worth of slots for the
                                              experts of CPU layers in long batches */
     void *pinned;                         /* pin_experts: the RAM-kept experts' pinned copy */
     /* n_cpu_moe: pinned host rows of the hand-off to the CPU's expert step (T = n_batch rows) */
@@ -169,6 +169,13 @@ struct st_gpu {
 #define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
 
 #define ST_POOL_T 8 /* rows of a decode-sized call: the doorbell's arrays */
+
+/* What the GPU tier (expert cache, stage slots) may know of the session: the model's shape, the
+ * experts' host views, the RAM tier, the PCIe counter. */
+static inline st_gpu_tier_ctx st_gpu_tier_ctx_of(strata_session *s) {
+    const st_gpu_tier_ctx c = {&s->model->hp, s->experts, s->ram, &s->pcie_bytes};
+    return c;
+}
 
 /* 1 if layer il's routed experts are computed by the CPU (n_cpu_moe < 0: every layer). */
 static inline int st_gpu_layer_on_cpu(const strata_session *s, int il) {

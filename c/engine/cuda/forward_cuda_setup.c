@@ -15,9 +15,9 @@
 #include <string.h>
 #include <stdio.h>
 
-static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots);
+static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t *slots);
 static strata_status st_gpu_pin_experts(strata_session *s);
-static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il, int step);
+static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_tier *c, int il, int step);
 static strata_status st_gpu_alloc_split(strata_session *s);
 static int st_gpu_split_exact_ok(const strata_session *s);
 static strata_status st_gpu_alloc_exact(strata_session *s);
@@ -134,20 +134,21 @@ static strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *
  * kernels' own needs). The expert cache's auto size and the tile copies both go by them. */
 static strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *margin) {
     st_gpu *g = s->gpu;
+    const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     size_t free_b = 0, total_b = 0;
     TRY(st_cuda_mem_info(&free_b, &total_b));
     *avail = (int64_t)free_b;
     *margin = (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
     if (s->gpu_mem > 0) {
         int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
-        st_gpu_cache *cs[2] = {g->cache, g->stage};
+        st_gpu_tier *cs[2] = {g->cache, g->stage};
         for (int i = 0; i < 2; i++) {
             int32_t slots = 0;
             int64_t h, mi, b;
             double lo, hi;
             if (!cs[i]) continue;
-            st_gpu_cache_counters(cs[i], &slots, &h, &mi, &b, &lo, &hi);
-            used += (int64_t)slots * (int64_t)st_gpu_cache_slot_bytes(s);
+            st_gpu_tier_counters(cs[i], &slots, &h, &mi, &b, &lo, &hi);
+            used += (int64_t)slots * (int64_t)st_gpu_tier_slot_bytes(&ctx);
         }
         if (s->gpu_mem - used < *avail) *avail = s->gpu_mem - used;
     }
@@ -503,8 +504,8 @@ void st_gpu_free(strata_session *s) {
     st_cuda_free(g->pm_part);
     st_cuda_host_free(g->h_pm_hist);
     st_cuda_free(g->d_err);
-    st_gpu_cache_free(g->cache);
-    st_gpu_cache_free(g->stage);
+    st_gpu_tier_free(g->cache);
+    st_gpu_tier_free(g->stage);
     st_cuda_host_free(g->pinned);
     st_cuda_host_free(g->h_hand);
     st_cuda_host_free(g->h_embd);
@@ -614,10 +615,11 @@ static strata_status st_gpu_setup_cache(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     int32_t slots = s->expert_cache;
-    if (slots < 0) TRY(st_gpu_cache_auto(s, &slots));
-    TRY(st_gpu_cache_create(s, slots, &g->cache));
+    if (slots < 0) TRY(st_gpu_cache_auto_slots(s, &slots));
+    const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
+    TRY(st_gpu_tier_create(&ctx, slots, &g->cache));
     if (s->gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
-        TRY(st_gpu_cache_enable_prefetch(g->cache));
+        TRY(st_gpu_tier_enable_prefetch(g->cache));
         TRY(st_gpu_alloc_prediction(g, hp));
         g->prefetch = 1;
     }
@@ -625,7 +627,7 @@ static strata_status st_gpu_setup_cache(strata_session *s) {
         TRY(st_gpu_measure_costs(s, g->cache, 0, 1));
         TRY(st_gpu_alloc_split(s));
         /* the loads enqueued, so the CPU's share runs while they copy */
-        TRY(st_gpu_cache_async_loads(g->cache, g->stream));
+        TRY(st_gpu_tier_async_loads(g->cache, g->stream));
         g->split = 1;
     }
     return STRATA_OK;
@@ -679,7 +681,8 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
     const int cpu_split = (s->cpu_misses || (s->cpu_misses_auto && exact)) && !g->cache && s->n_cpu_moe != 0 &&
                           !g->pool && hp->n_expert > 0;
     if (!((s->stage_experts != 0 || cpu_split) && hp->n_expert > 0)) return STRATA_OK;
-    TRY(st_gpu_cache_create(s, hp->n_expert, &g->stage)); /* n_expert slots: no hot set, LRU only */
+    const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
+    TRY(st_gpu_tier_create(&ctx, hp->n_expert, &g->stage)); /* n_expert slots: no hot set, LRU only */
     if (s->stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
         int il0 = 0;
         while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
@@ -689,7 +692,7 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
         const size_t T = (size_t)s->n_batch, K = (size_t)hp->n_expert_used;
         TRY(st_gpu_alloc_split(s));
         TRY(st_cuda_host_alloc((void **)&g->h_split_ids, sizeof(int32_t) * T * K));
-        TRY(st_gpu_cache_async_loads(g->stage, g->stream));
+        TRY(st_gpu_tier_async_loads(g->stage, g->stream));
         g->cpu_split = 1;
         if (exact) TRY(st_gpu_alloc_exact(s));
     }
@@ -783,7 +786,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
                         total >> 20, strata_last_error());
     g->pinned_bytes = total;
     /* expert by expert, each one's gate, up and down laid out as in a GPU cache slot (256-byte
-     * aligned, st_slot_expert), so that a load into a slot is one copy (st_gpu_cache_copy_in):
+     * aligned, st_slot_expert), so that a load into a slot is one copy (st_gpu_tier_copy_in):
      * one copy of an expert runs faster than three of its parts (CEILINGS.md) */
     uint8_t *p = g->pinned;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -861,13 +864,13 @@ static strata_status st_gpu_alloc_exact(strata_session *s) {
 /* The cost model's figures (s->cost): PCIe measured with layer il's first expert copied into slot
  * 0 of cache c (unused at create), the CPU expert step for 1 and 8 rows on the session's pool,
  * and with step (a split) the step over 1 and 8 of the layer's experts (the split's CPU share). */
-static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, int il, int step) {
+static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_tier *c, int il, int step) {
     const st_hparams *hp = &s->model->hp;
     const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
     memset(&s->cost, 0, sizeof s->cost);
     s->cost.pcie_frac = s->pcie_frac;
     s->cost.expert_bytes = (double)(st_tensor_bytes(&e->gate) + st_tensor_bytes(&e->up) + st_tensor_bytes(&e->down));
-    TRY(st_gpu_cache_measure_pcie(s, c, il, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
+    TRY(st_gpu_tier_measure_pcie(c, il, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
     /* the workers held spinning as in the forward passes the figures serve (session.c), so that
      * a worker's wake-up from sleep is not measured as the CPU's cost of an expert */
     st_threadpool_hold(s->tp, 1);
@@ -882,11 +885,12 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_cache *c, in
 /* expert_cache -1: the slots that fit in gpu_mem (or the free memory) now that the other weights,
  * the KV cache and scratch are allocated, less a margin of 512 MiB or 2% of the device, at most
  * every routed expert. */
-static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
+static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t *slots) {
     const st_hparams *hp = &s->model->hp;
     int64_t avail, margin; /* made before any expert slots: the weights and the KV cache count */
     TRY(st_gpu_room(s, &avail, &margin));
-    const int64_t slot = (int64_t)st_gpu_cache_slot_bytes(s);
+    const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
+    const int64_t slot = (int64_t)st_gpu_tier_slot_bytes(&ctx);
     int64_t n = slot > 0 && avail > margin ? (avail - margin) / slot : 0;
     const int64_t all = (int64_t)hp->n_layer * hp->n_expert;
     if (n > all) n = all;
@@ -900,7 +904,7 @@ static strata_status st_gpu_cache_auto(strata_session *s, int32_t *slots) {
 }
 
 size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
-st_gpu_cache *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
+st_gpu_tier *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { return s && s->gpu ? (int64_t)s->gpu->pinned_bytes : 0; }
 int st_gpu_split_mode(const strata_session *s) {
     const st_gpu *g = s ? s->gpu : NULL;

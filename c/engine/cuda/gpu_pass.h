@@ -17,7 +17,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
 size_t st_gpu_weight_bytes(const strata_session *s);
 
 /* The GPU session's expert cache, or NULL (forward_cuda.c). */
-st_gpu_cache *st_gpu_get_cache(const strata_session *s);
+st_gpu_tier *st_gpu_get_cache(const strata_session *s);
 /* Bytes of the pinned copy of the experts kept in RAM (pin_experts), 0 without one. */
 int64_t st_gpu_pinned_bytes(const strata_session *s);
 /* q8_tiles: the bytes of the Q8_0 tile copies made and the matrices left without one (no GPU

@@ -47,7 +47,7 @@ static void st_gpu_pipe_issue(strata_session *s, int il, int64_t tn) {
     st_gpu *g = s->gpu;
     int32_t n = (int32_t)(tn * s->model->hp.n_expert_used);
     if (g->cache && !st_gpu_layer_on_cpu(s, il + 1)) { /* experts already in GPU slots need no read */
-        st_gpu_cache_missed(g->cache, il + 1, g->h_pf_ids, n, g->h_pf_missed);
+        st_gpu_tier_missed(g->cache, il + 1, g->h_pf_ids, n, g->h_pf_missed);
         int32_t k = 0;
         for (int32_t i = 0; i < n; i++)
             if (g->h_pf_missed[i]) g->h_pf_ids[k++] = g->h_pf_ids[i];
@@ -191,7 +191,7 @@ static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, 
     float *wts = s->wts + t0 * K;
     if (!s->degrade.enabled) /* (DEGRADE_ZERO brought them down already) */
         TRY(st_cuda_memcpy_d2h(wts, g->wts + t0 * K, sizeof(float) * (size_t)P));
-    st_gpu_cache_missed(g->cache, il, ids, P, s->missed);
+    st_gpu_tier_missed(g->cache, il, ids, P, s->missed);
     const int nm = st_gpu_list_misses(g, ids, wts, P, X, s->missed);
     *split = 0;
     if (nm > 0) st_cost_decide(&s->cost, g->misses, nm, g->miss_load, NULL);
@@ -245,7 +245,7 @@ static void st_gpu_split_decide(strata_session *s, const int32_t *ids, const flo
 }
 
 /* The GPU's share of a split CPU layer (st_gpu_split_decide): its experts' copies enqueued on the
- * compute stream (st_gpu_cache_async_loads), then its kernel, while the pool computes the CPU's
+ * compute stream (st_gpu_tier_async_loads), then its kernel, while the pool computes the CPU's
  * share: into g->proj (the caller adds the CPU's sum), or with exact its rows per slot in the
  * CPU's arithmetic into g->rows_gpu (the caller combines both sides' rows). */
 static strata_status st_gpu_split_enqueue(strata_session *s, int il, int64_t t0, int64_t tn, int exact) {
@@ -253,7 +253,7 @@ static strata_status st_gpu_split_enqueue(strata_session *s, int il, int64_t t0,
     const int32_t K = s->model->hp.n_expert_used;
     const int64_t P = tn * K;
     const void *table = NULL;
-    TRY(st_gpu_cache_table(s, g->stage, il, g->h_ids_gpu, tn, K, 0, g->stream, &table));
+    TRY(st_gpu_tier_table(g->stage, il, g->h_ids_gpu, tn, K, 0, g->stream, &table));
     /* the GPU's ids go up from the pinned ring beside the hand-off rows (the next layer's
      * routing wait covers this copy before they are written again) */
     int32_t *hg = g->h_split_ids + t0 * K;
@@ -430,7 +430,7 @@ static strata_status st_gpu_moe_staged(strata_session *s, st_moe_chunk *c) {
         TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
         s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
     }
-    return st_gpu_cache_table(s, g->stage, c->il, ids, tn, K, 0, g->stream, &c->table);
+    return st_gpu_tier_table(g->stage, c->il, ids, tn, K, 0, g->stream, &c->table);
 }
 
 /* DEGRADE_ZERO (a cache layer, the routing ids down): light missed experts are not loaded; the
@@ -440,7 +440,7 @@ static strata_status st_gpu_degrade_zero(strata_session *s, const st_moe_chunk *
     const int32_t K = s->model->hp.n_expert_used;
     const int64_t t0 = c->t0, tn = c->tn;
     TRY(st_cuda_memcpy_d2h(s->wts + t0 * K, g->wts + t0 * K, sizeof(float) * (size_t)(tn * K)));
-    if (!s->degrade.eval) st_gpu_cache_missed(g->cache, c->il, ids, tn * K, s->missed);
+    if (!s->degrade.eval) st_gpu_tier_missed(g->cache, c->il, ids, tn * K, s->missed);
     if (st_degrade_apply(&s->degrade, !s->gen_phase, tn, K, ids, s->wts + t0 * K,
                          s->degrade.eval ? NULL : s->missed, &s->dstats, c->il) > 0)
         TRY(st_cuda_memcpy_h2d(g->ids + t0 * K, ids, sizeof(int32_t) * (size_t)(tn * K)));
@@ -462,13 +462,13 @@ static strata_status st_gpu_moe_cached(strata_session *s, st_moe_chunk *c) {
     const int32_t *gids = ids; /* the experts the GPU computes */
     if (g->split) TRY(st_gpu_split_misses(s, il, t0, tn, ids, &c->split, &gids));
     if (c->split) c->ids = g->ids_split + t0 * K;
-    TRY(st_gpu_cache_table(s, g->cache, il, gids, tn, K, c->pf, g->stream, &c->table));
+    TRY(st_gpu_tier_table(g->cache, il, gids, tn, K, c->pf, g->stream, &c->table));
     if (c->pf) { /* layer il + 1's router on this residual: its predicted experts start
                   * loading on the copy stream while this layer computes (this layer's
                   * slots stay held until its kernel is enqueued) */
         TRY(st_gpu_predict_next(s, il, t0, tn));
         TRY(st_cuda_stream_synchronize(g->stream));
-        TRY(st_gpu_cache_prefetch(s, g->cache, il + 1, g->h_pf_ids, tn * K, g->stream));
+        TRY(st_gpu_tier_prefetch(g->cache, il + 1, g->h_pf_ids, tn * K, g->stream));
     }
     if (c->pipe) st_gpu_pipe_issue(s, il, tn); /* the next layer's reads start */
     return STRATA_OK;
@@ -663,7 +663,7 @@ static strata_status st_gpu_moe_compute(strata_session *s, const st_moe_chunk *c
                               c->tn * E, g->pm_part, g->d_err, g->stream));
         TRY(st_cuda_add(g->proj, g->proj, g->pm_part, 1.0f, c->tn * E, g->stream));
     }
-    if (c->pf) st_gpu_cache_release_held(g->cache);
+    if (c->pf) st_gpu_tier_release_held(g->cache);
     if (c->split) TRY(st_gpu_cpu_misses_join(s, c));
     return STRATA_OK;
 }
@@ -712,7 +712,7 @@ strata_status st_gpu_moe_experts(strata_session *s, st_moe_call *mc) {
 strata_status st_gpu_pool_begin(strata_session *s) {
     st_gpu *g = s->gpu;
     if (g->pool_misses) /* the cache's residency as the step's kernels will read it */
-        TRY(st_gpu_cache_export(s, g->cache, &g->pm_tables, &g->pm_where));
+        TRY(st_gpu_tier_export(g->cache, &g->pm_tables, &g->pm_where));
     *g->h_step = st_pool_step(g->pool);
     g->pool_open = 1;
     return st_cuda_memcpy_async(g->d_step, g->h_step, sizeof(uint32_t), 1, g->stream);
@@ -732,11 +732,11 @@ static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
     const int64_t K = hp->n_expert_used, R = ST_POOL_T;
     TRY(st_cuda_memcpy_d2h(g->h_pm_hist, g->pm_hist, sizeof(int32_t) * (size_t)(hp->n_layer * R * K)));
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(hp->n_layer * T * K));
-    int32_t budget = ST_POOL_LOADS_PER_STEP, empty = st_gpu_cache_empty_slots(g->cache);
+    int32_t budget = ST_POOL_LOADS_PER_STEP, empty = st_gpu_tier_empty_slots(g->cache);
     for (int il = 0; il < hp->n_layer; il++) {
         if (st_gpu_layer_on_cpu(s, il)) continue;
         int64_t res = 0;
-        TRY(st_gpu_cache_after_step(s, g->cache, il, g->h_pm_hist + il * R * K, T * K, &empty, &budget, &res));
+        TRY(st_gpu_tier_after_step(g->cache, il, g->h_pm_hist + il * R * K, T * K, &empty, &budget, &res));
         s->slots_gpu[il] += res;
         s->slots_cpu[il] += T * K - res;
     }

@@ -1,6 +1,7 @@
-/* gpu_cache.c - the GPU expert cache of CUDA sessions (expert_cache, --expert-cache N): n slots of
- * device memory, each the size of the model's largest routed expert, managed by the expert cache
- * bookkeeping (c/experts/slot_book.c: LRU plus a frequency-pinned hot set). When a layer's routing
+/* gpu_tier.c - the GPU tier of routed experts (gpu_tier.h): the expert cache of CUDA sessions
+ * (expert_cache) and the stage slots. n slots of device memory, each the size of the model's
+ * largest routed expert, managed by the slot book (slot_book.c: LRU plus a frequency-pinned hot
+ * set). When a layer's routing
  * (copied to the host) needs an expert that is not resident, its bytes are copied from the
  * model's mapping into a slot over PCIe (a demand load) before the grouped expert kernel runs; the
  * layer's per-expert pointer table then points into the slots. The kernel and the bytes are those
@@ -17,8 +18,7 @@
  * for that event (late) or finds it done (timely), publishes the slot and holds it for the call;
  * unneeded prefetches are published once their event completed, so a slot whose copy may be in
  * flight is never READY for a demand load to evict. The CPU pool for misses comes next. */
-#include "session.h"
-#include "gpu_cache.h"
+#include "gpu_tier.h"
 #include "ram_tier.h"
 #include "slot_book.h"
 
@@ -33,12 +33,12 @@ static size_t st_expert_bytes(const st_expert *e) {
            st_round_up(st_tensor_bytes(&e->down), 256);
 }
 
-size_t st_gpu_cache_slot_bytes(const strata_session *s) {
-    const st_hparams *hp = &s->model->hp;
+size_t st_gpu_tier_slot_bytes(const st_gpu_tier_ctx *ctx) {
+    const st_hparams *hp = ctx->hp;
     const size_t nx = (size_t)hp->n_layer * (size_t)(hp->n_expert > 0 ? hp->n_expert : 0);
     size_t largest = 0;
     for (size_t i = 0; i < nx; i++) {
-        const size_t b = st_expert_bytes(&s->experts[i]);
+        const size_t b = st_expert_bytes(&ctx->experts[i]);
         if (b > largest) largest = b;
     }
     return largest;
@@ -46,59 +46,59 @@ size_t st_gpu_cache_slot_bytes(const strata_session *s) {
 
 #ifndef STRATA_HAVE_CUDA
 
-strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cache **out) {
-    (void)s; (void)n_slots; *out = NULL;
+strata_status st_gpu_tier_create(const st_gpu_tier_ctx *ctx, int32_t n_slots, st_gpu_tier **out) {
+    (void)ctx; (void)n_slots; *out = NULL;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
-void st_gpu_cache_free(st_gpu_cache *c) { (void)c; }
-strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+void st_gpu_tier_free(st_gpu_tier *c) { (void)c; }
+strata_status st_gpu_tier_table(st_gpu_tier *c, int il, const int32_t *ids,
                                  int64_t n, int32_t K, int keep_held, void *stream, const void **d_table) {
-    (void)s; (void)c; (void)il; (void)ids; (void)n; (void)K; (void)keep_held; (void)stream;
+    (void)c; (void)il; (void)ids; (void)n; (void)K; (void)keep_held; (void)stream;
     *d_table = NULL;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
-void st_gpu_cache_release_held(st_gpu_cache *c) { (void)c; }
-strata_status st_gpu_cache_async_loads(st_gpu_cache *c, void *stream) {
+void st_gpu_tier_release_held(st_gpu_tier *c) { (void)c; }
+strata_status st_gpu_tier_async_loads(st_gpu_tier *c, void *stream) {
     (void)c; (void)stream;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
-strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int il, double *bytes_per_s,
+strata_status st_gpu_tier_measure_pcie(st_gpu_tier *c, int il, double *bytes_per_s,
                                         double *latency_s) {
-    (void)s; (void)c; (void)il; *bytes_per_s = *latency_s = 0;
+    (void)c; (void)il; *bytes_per_s = *latency_s = 0;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
-strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
+strata_status st_gpu_tier_enable_prefetch(st_gpu_tier *c) {
     (void)c;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
-strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+strata_status st_gpu_tier_prefetch(st_gpu_tier *c, int il, const int32_t *ids,
                                     int64_t n, void *stream) {
-    (void)s; (void)c; (void)il; (void)ids; (void)n; (void)stream;
+    (void)c; (void)il; (void)ids; (void)n; (void)stream;
     return STRATA_OK;
 }
-void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int64_t *timely, int64_t *late) {
+void st_gpu_tier_prefetch_counters(const st_gpu_tier *c, int64_t *issued, int64_t *timely, int64_t *late) {
     (void)c; *issued = *timely = *late = 0;
 }
-void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
+void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
     (void)c; (void)il; (void)ids; memset(missed, 0, (size_t)n);
 }
-void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,
+void st_gpu_tier_counters(const st_gpu_tier *c, int32_t *slots, int64_t *hits, int64_t *misses,
                            int64_t *bytes, double *layer_min, double *layer_max) {
     (void)c; *slots = 0; *hits = *misses = *bytes = 0; *layer_min = *layer_max = 0;
 }
-void st_gpu_cache_reset_counters(st_gpu_cache *c) { (void)c; }
-strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void **d_tables,
+void st_gpu_tier_reset_counters(st_gpu_tier *c) { (void)c; }
+strata_status st_gpu_tier_export(st_gpu_tier *c, const void **d_tables,
                                   const int32_t **d_where) {
-    (void)s; (void)c; *d_tables = NULL; *d_where = NULL;
+    (void)c; *d_tables = NULL; *d_where = NULL;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
-int32_t st_gpu_cache_empty_slots(const st_gpu_cache *c) {
+int32_t st_gpu_tier_empty_slots(const st_gpu_tier *c) {
     (void)c;
     return 0;
 }
-strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids, int64_t n,
+strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids, int64_t n,
                                       int32_t *empty, int32_t *budget, int64_t *resident) {
-    (void)s; (void)c; (void)il; (void)ids; (void)n; (void)empty; (void)budget;
+    (void)c; (void)il; (void)ids; (void)n; (void)empty; (void)budget;
     if (resident) *resident = 0;
     return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache: built without CUDA");
 }
@@ -110,7 +110,8 @@ strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il
 
 #define TRY_CACHE(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
 
-struct st_gpu_cache {
+struct st_gpu_tier {
+    st_gpu_tier_ctx ctx;          /* the model's shape, the experts' host views, the RAM tier */
     st_slot_book book;
     uint8_t *d_mem;               /* device: n_slots * slot_bytes */
     size_t slot_bytes;
@@ -127,25 +128,25 @@ struct st_gpu_cache {
     int32_t n_held;
     uint32_t *seen;               /* [n_expert] the table call that last met each expert */
     uint32_t call;                /* table calls so far */
-    /* prefetch (st_gpu_cache_enable_prefetch): copies on their own stream, one event per slot */
+    /* prefetch (st_gpu_tier_enable_prefetch): copies on their own stream, one event per slot */
     void *copy_stream;
     void **slot_event;            /* [n_slots] completes when the slot's prefetch copy has */
     uint8_t *pending;             /* [n_slots] 1: LOADING by a prefetch not yet published */
     int32_t n_pending;
     void *ev_now;                 /* the compute stream's progress when a prefetch was issued */
-    void *load_stream;            /* st_gpu_cache_async_loads: demand loads enqueued here */
+    void *load_stream;            /* st_gpu_tier_async_loads: demand loads enqueued here */
     st_cuda_expert *h_ring[2];    /* pinned tables uploaded on it, alternately */
     void *ring_event[2];          /* completes when that table's upload has */
     int ring;                     /* the next one to fill */
     int64_t pf_issued, pf_timely, pf_late;
-    /* st_gpu_cache_export: every layer's residency and descriptors, host and device copies */
+    /* st_gpu_tier_export: every layer's residency and descriptors, host and device copies */
     uint64_t version;             /* bumped by every claim (an eviction) and publish */
     uint64_t exported;            /* the version last uploaded, 0: never */
     st_cuda_expert *h_all, *d_all; /* [n_layer * n_expert] */
     int32_t *h_where, *d_where;    /* [n_layer * n_expert] */
 };
 
-void st_gpu_cache_free(st_gpu_cache *c) {
+void st_gpu_tier_free(st_gpu_tier *c) {
     if (!c) return;
     char err[512]; /* the last error (a failed create's reason) outlives the frees */
     snprintf(err, sizeof err, "%s", strata_last_error());
@@ -177,9 +178,9 @@ void st_gpu_cache_free(st_gpu_cache *c) {
     free(c);
 }
 
-strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cache **out) {
+strata_status st_gpu_tier_create(const st_gpu_tier_ctx *ctx, int32_t n_slots, st_gpu_tier **out) {
     *out = NULL;
-    const st_hparams *hp = &s->model->hp;
+    const st_hparams *hp = ctx->hp;
     if (hp->n_expert <= 0)
         return st_error(STRATA_ERR_INVALID_ARG, "expert_cache: the model has no routed experts");
     /* one layer call may need every expert of its layer (a long prompt): they must fit beside the
@@ -187,10 +188,11 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
     if (n_slots < hp->n_expert)
         return st_error(STRATA_ERR_INVALID_ARG, "expert_cache %d slots: at least one layer's %d "
                         "experts are needed", (int)n_slots, (int)hp->n_expert);
-    st_gpu_cache *c = calloc(1, sizeof *c);
+    st_gpu_tier *c = calloc(1, sizeof *c);
     if (!c) return st_error(STRATA_ERR_NOMEM, "expert cache: out of memory");
     const size_t nx = (size_t)hp->n_layer * (size_t)hp->n_expert;
-    c->slot_bytes = st_gpu_cache_slot_bytes(s);
+    c->ctx = *ctx;
+    c->slot_bytes = st_gpu_tier_slot_bytes(ctx);
     c->n_expert = hp->n_expert;
     c->n_layer = hp->n_layer;
     c->layer_lookups = calloc((size_t)hp->n_layer, sizeof *c->layer_lookups);
@@ -215,7 +217,7 @@ strata_status st_gpu_cache_create(strata_session *s, int32_t n_slots, st_gpu_cac
     if (st == STRATA_OK)
         st = st_cuda_malloc((void **)&c->d_table, sizeof *c->d_table * (size_t)hp->n_expert);
     if (st != STRATA_OK) {
-        st_gpu_cache_free(c);
+        st_gpu_tier_free(c);
         return st;
     }
     *out = c;
@@ -235,7 +237,7 @@ static st_cuda_mat st_slot_mat(const st_tensor *v, const uint8_t *p) {
 }
 
 /* The device descriptors of the expert in slot w (views: its layer's host views). */
-static st_cuda_expert st_slot_expert(const st_gpu_cache *c, const st_expert *v, int32_t w) {
+static st_cuda_expert st_slot_expert(const st_gpu_tier *c, const st_expert *v, int32_t w) {
     const uint8_t *p = c->d_mem + (size_t)w * c->slot_bytes;
     const size_t g = st_round_up(st_tensor_bytes(&v->gate), 256);
     const size_t u = st_round_up(st_tensor_bytes(&v->up), 256);
@@ -246,7 +248,7 @@ static st_cuda_expert st_slot_expert(const st_gpu_cache *c, const st_expert *v, 
     return x;
 }
 
-strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
+strata_status st_gpu_tier_enable_prefetch(st_gpu_tier *c) {
     const int32_t n = c->book.n_slots;
     c->slot_event = calloc((size_t)n, sizeof *c->slot_event);
     c->pending = calloc((size_t)n, 1);
@@ -260,7 +262,7 @@ strata_status st_gpu_cache_enable_prefetch(st_gpu_cache *c) {
 }
 
 /* A prefetched slot's copy is known complete (its event, or the copy stream synchronized): READY. */
-static void st_gpu_cache_land(st_gpu_cache *c, int32_t slot) {
+static void st_gpu_tier_land(st_gpu_tier *c, int32_t slot) {
     st_book_publish(&c->book, slot);
     c->version++;
     c->pending[slot] = 0;
@@ -270,7 +272,7 @@ static void st_gpu_cache_land(st_gpu_cache *c, int32_t slot) {
 /* Prefetched slots: those whose copy completed become READY; with `needed` (layer il's experts
  * of this call, host ids[n]), each still LOADING one is made READY for the compute stream
  * (stream waits for its copy on the device) and counted late, the others timely. */
-static strata_status st_gpu_cache_settle(st_gpu_cache *c, int il, const int32_t *ids, int64_t n,
+static strata_status st_gpu_tier_settle(st_gpu_tier *c, int il, const int32_t *ids, int64_t n,
                                          void *stream) {
     if (!c->pending || c->n_pending == 0) return STRATA_OK;
     const int32_t X = c->n_expert;
@@ -286,21 +288,21 @@ static strata_status st_gpu_cache_settle(st_gpu_cache *c, int il, const int32_t 
             c->pf_late++;
         }
         /* READY for the compute stream, which is ordered after the copy (timely: done already) */
-        st_gpu_cache_land(c, slot);
+        st_gpu_tier_land(c, slot);
         /* held for this call: a demand load of another expert (a synchronous copy, not ordered
          * with the copy stream) must not take a slot whose copy may still be in flight */
         st_book_acquire(&c->book, slot);
         c->held[c->n_held++] = slot;
     }
     for (int32_t slot = 0; slot < c->book.n_slots && c->n_pending > 0; slot++)
-        if (c->pending[slot] && st_cuda_event_done(c->slot_event[slot])) st_gpu_cache_land(c, slot);
+        if (c->pending[slot] && st_cuda_event_done(c->slot_event[slot])) st_gpu_tier_land(c, slot);
     return STRATA_OK;
 }
 
 /* An expert's three matrices (host bytes of src) into slot over PCIe: enqueued on stream, or
  * synchronous copies when it is NULL. One copy when the host bytes are laid out as the slot's
  * (the pinned experts, st_gpu_pin_experts), else one a matrix. */
-static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, int32_t slot, const st_expert *src,
+static strata_status st_gpu_tier_copy_in(st_gpu_tier *c, int32_t slot, const st_expert *src,
                                           void *stream) {
     uint8_t *p = c->d_mem + (size_t)slot * c->slot_bytes;
     const st_tensor *m[3] = {&src->gate, &src->up, &src->down};
@@ -324,15 +326,15 @@ static strata_status st_gpu_cache_copy_in(strata_session *s, st_gpu_cache *c, in
     /* counted once every copy is enqueued (or done): a failed one counts nothing */
     const int64_t bytes = (int64_t)(b[0] + b[1] + b[2]);
     c->loaded_bytes += bytes;
-    s->pcie_bytes += bytes;
+    *c->ctx.pcie_bytes += bytes;
     return STRATA_OK;
 }
 
-strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+strata_status st_gpu_tier_prefetch(st_gpu_tier *c, int il, const int32_t *ids,
                                     int64_t n, void *stream) {
     if (!c->copy_stream) return STRATA_OK;
     const int32_t X = c->n_expert;
-    const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    const st_expert *views = c->ctx.experts + (size_t)il * (size_t)X;
     /* the copies overwrite evicted slots: they start after every kernel enqueued so far (the
      * slots of kernels not yet enqueued are held, so never evicted here) */
     TRY_CACHE(st_cuda_event_record(c->ev_now, stream));
@@ -344,7 +346,7 @@ strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, 
         const int32_t slot = st_book_claim(&c->book, il, e, 1);
         c->version++;
         if (slot < 0) break;
-        strata_status st = st_gpu_cache_copy_in(s, c, slot, &views[e], c->copy_stream);
+        strata_status st = st_gpu_tier_copy_in(c, slot, &views[e], c->copy_stream);
         if (st == STRATA_OK) st = st_cuda_event_record(c->slot_event[slot], c->copy_stream);
         if (st != STRATA_OK) {
             (void)st_cuda_stream_synchronize(c->copy_stream);
@@ -358,7 +360,7 @@ strata_status st_gpu_cache_prefetch(strata_session *s, st_gpu_cache *c, int il, 
     return STRATA_OK;
 }
 
-void st_gpu_cache_prefetch_counters(const st_gpu_cache *c, int64_t *issued, int64_t *timely, int64_t *late) {
+void st_gpu_tier_prefetch_counters(const st_gpu_tier *c, int64_t *issued, int64_t *timely, int64_t *late) {
     *issued = c ? c->pf_issued : 0;
     *timely = c ? c->pf_timely : 0;
     *late = c ? c->pf_late : 0;
@@ -370,12 +372,12 @@ static double st_gc_now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int il, double *bytes_per_s,
+strata_status st_gpu_tier_measure_pcie(st_gpu_tier *c, int il, double *bytes_per_s,
                                         double *latency_s) {
     /* one expert of layer il (its three copies, from where the session reads it: the mapping or
      * the pinned copy) into slot 0, best of 3; one 4 KiB copy, best of 5. Slot 0 is then free
      * again (its book entry untouched). */
-    const st_expert *e = &s->experts[(size_t)il * (size_t)c->n_expert];
+    const st_expert *e = &c->ctx.experts[(size_t)il * (size_t)c->n_expert];
     const st_tensor *m[3] = {&e->gate, &e->up, &e->down};
     double best = INFINITY, bytes = 0;
     for (int k = 0; k < 3; k++) bytes += (double)st_tensor_bytes(m[k]);
@@ -404,12 +406,12 @@ strata_status st_gpu_cache_measure_pcie(strata_session *s, st_gpu_cache *c, int 
     return STRATA_OK;
 }
 
-void st_gpu_cache_release_held(st_gpu_cache *c) {
+void st_gpu_tier_release_held(st_gpu_tier *c) {
     for (int32_t i = 0; i < c->n_held; i++) st_book_release(&c->book, c->held[i]);
     c->n_held = 0;
 }
 
-strata_status st_gpu_cache_async_loads(st_gpu_cache *c, void *stream) {
+strata_status st_gpu_tier_async_loads(st_gpu_tier *c, void *stream) {
     if (c->copy_stream) return STRATA_OK; /* prefetch: its slot states assume synchronous loads */
     for (int i = 0; i < 2; i++) {
         if (!c->h_ring[i])
@@ -420,15 +422,15 @@ strata_status st_gpu_cache_async_loads(st_gpu_cache *c, void *stream) {
     return STRATA_OK;
 }
 
-strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids,
+strata_status st_gpu_tier_table(st_gpu_tier *c, int il, const int32_t *ids,
                                  int64_t n, int32_t K, int keep_held, void *stream, const void **d_table) {
     const int32_t X = c->n_expert;
-    const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    const st_expert *views = c->ctx.experts + (size_t)il * (size_t)X;
     const st_expert *src = views; /* where demand loads copy from: the mapping (or pinned copy) */
     strata_status st = STRATA_OK;
-    st_gpu_cache_release_held(c);
-    TRY_CACHE(st_gpu_cache_settle(c, il, ids, n * K, stream));
-    if (s->ram) {
+    st_gpu_tier_release_held(c);
+    TRY_CACHE(st_gpu_tier_settle(c, il, ids, n * K, stream));
+    if (c->ctx.ram) {
         /* past the RAM budget (ram_budget): the experts this call must load come from the RAM
          * tier, which reads those not in its pinned slots from the file with O_DIRECT. Resident
          * experts are held first, so the claims below cannot evict one that was not listed. */
@@ -450,10 +452,10 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
             }
         }
         if (nm > 0) {
-            st = st_ram_tier_table(s->ram, il, nm, c->miss, 1, &src);
+            st = st_ram_tier_table(c->ctx.ram, il, nm, c->miss, 1, &src);
             if (st != STRATA_OK) {
-                st_ram_tier_release(s->ram);
-                st_gpu_cache_release_held(c);
+                st_ram_tier_release(c->ctx.ram);
+                st_gpu_tier_release_held(c);
                 return st;
             }
         }
@@ -476,7 +478,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
             if (slot < 0 && c->n_pending > 0) { /* prefetches hold the free slots: let them land */
                 st = st_cuda_stream_synchronize(c->copy_stream);
                 for (int32_t q = 0; q < c->book.n_slots && st == STRATA_OK; q++)
-                    if (c->pending[q]) st_gpu_cache_land(c, q);
+                    if (c->pending[q]) st_gpu_tier_land(c, q);
                 if (st != STRATA_OK) break;
                 slot = st_book_claim(&c->book, il, e, 0);
                 c->version++;
@@ -486,7 +488,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
                               il, (int)e);
                 break;
             }
-            st = st_gpu_cache_copy_in(s, c, slot, &src[e], s->ram ? NULL : c->load_stream);
+            st = st_gpu_tier_copy_in(c, slot, &src[e], c->ctx.ram ? NULL : c->load_stream);
             if (st != STRATA_OK) {
                 st_book_abort(&c->book, slot);
                 break;
@@ -499,15 +501,15 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
         c->h_table[e] = st_slot_expert(c, &views[e], slot);
     }
     /* the copies were synchronous: the RAM tier's slots are free to be reused */
-    if (s->ram) st_ram_tier_release(s->ram);
+    if (c->ctx.ram) st_ram_tier_release(c->ctx.ram);
     /* the slots may be reused once the kernel is enqueued: a later copy into one waits for it
-     * (keep_held: the caller enqueues the kernel first, then st_gpu_cache_release_held) */
-    if (!keep_held || st != STRATA_OK) st_gpu_cache_release_held(c);
+     * (keep_held: the caller enqueues the kernel first, then st_gpu_tier_release_held) */
+    if (!keep_held || st != STRATA_OK) st_gpu_tier_release_held(c);
     if (st != STRATA_OK) return st;
     /* the whole table goes up (entries of experts not routed here are never read); with async
      * loads, enqueued from one of two pinned copies (a pageable source may make the copy wait
      * for the stream), the one whose previous upload has completed */
-    if (c->load_stream && !s->ram) {
+    if (c->load_stream && !c->ctx.ram) {
         const int r = c->ring;
         if (!st_cuda_event_done(c->ring_event[r])) st = st_cuda_stream_synchronize(c->load_stream);
         if (st == STRATA_OK) {
@@ -524,7 +526,7 @@ strata_status st_gpu_cache_table(strata_session *s, st_gpu_cache *c, int il, con
     return STRATA_OK;
 }
 
-strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void **d_tables,
+strata_status st_gpu_tier_export(st_gpu_tier *c, const void **d_tables,
                                   const int32_t **d_where) {
     const size_t nx = (size_t)c->n_layer * (size_t)c->n_expert;
     if (!c->d_all) {
@@ -544,7 +546,7 @@ strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void
                 const int32_t w = c->book.where[i];
                 const int ready = w >= 0 && c->book.slots[w].state == ST_SLOT_READY;
                 if (ready) {
-                    const st_cuda_expert x = st_slot_expert(c, &s->experts[i], w);
+                    const st_cuda_expert x = st_slot_expert(c, &c->ctx.experts[i], w);
                     dirty |= !c->h_where[i] || c->h_all[i].gate.data != x.gate.data;
                     c->h_all[i] = x;
                 } else {
@@ -564,16 +566,16 @@ strata_status st_gpu_cache_export(strata_session *s, st_gpu_cache *c, const void
     return STRATA_OK;
 }
 
-int32_t st_gpu_cache_empty_slots(const st_gpu_cache *c) {
+int32_t st_gpu_tier_empty_slots(const st_gpu_tier *c) {
     int32_t n = 0;
     for (int32_t i = 0; i < c->book.n_slots; i++) n += c->book.slots[i].state == ST_SLOT_EMPTY;
     return n;
 }
 
-strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il, const int32_t *ids, int64_t n,
+strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids, int64_t n,
                                       int32_t *empty, int32_t *budget, int64_t *resident) {
     const int32_t X = c->n_expert;
-    const st_expert *views = s->experts + (size_t)il * (size_t)X;
+    const st_expert *views = c->ctx.experts + (size_t)il * (size_t)X;
     int32_t nm = 0;
     int64_t res = 0;
     /* residency during the step: what the export gave the device (nothing changed since) */
@@ -601,7 +603,7 @@ strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il
         if (slot < 0) break;
         if (*empty > 0) (*empty)--;
         else (*budget)--;
-        const strata_status st = st_gpu_cache_copy_in(s, c, slot, &views[e], NULL);
+        const strata_status st = st_gpu_tier_copy_in(c, slot, &views[e], NULL);
         if (st != STRATA_OK) {
             st_book_abort(&c->book, slot);
             return st;
@@ -611,12 +613,12 @@ strata_status st_gpu_cache_after_step(strata_session *s, st_gpu_cache *c, int il
     return STRATA_OK;
 }
 
-void st_gpu_cache_missed(const st_gpu_cache *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
+void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
     for (int64_t i = 0; i < n; i++)
         missed[i] = (uint8_t)(ids[i] >= 0 && st_book_state_of(&c->book, il, ids[i]) != ST_SLOT_READY);
 }
 
-void st_gpu_cache_reset_counters(st_gpu_cache *c) {
+void st_gpu_tier_reset_counters(st_gpu_tier *c) {
     if (!c) return;
     memset(&c->book.c, 0, sizeof c->book.c);
     c->loaded_bytes = 0;
@@ -624,7 +626,7 @@ void st_gpu_cache_reset_counters(st_gpu_cache *c) {
     for (int32_t il = 0; il < c->n_layer; il++) c->layer_lookups[il] = c->layer_hits[il] = 0;
 }
 
-void st_gpu_cache_counters(const st_gpu_cache *c, int32_t *slots, int64_t *hits, int64_t *misses,
+void st_gpu_tier_counters(const st_gpu_tier *c, int32_t *slots, int64_t *hits, int64_t *misses,
                            int64_t *bytes, double *layer_min, double *layer_max) {
     *slots = c ? c->book.n_slots : 0;
     *hits = c ? c->book.c.hits : 0;
