@@ -93,7 +93,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->att_scratch = st_alloc(sizeof(float) * (size_t)s->n_threads * (size_t)s->n_ctx, &fail);
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
     s->pred_layer = -1;
-    if (s->ram || s->expert_cache != 0) s->missed = st_alloc(T * K, &fail);
+    if (s->ram || s->plan.expert_cache != 0) s->missed = st_alloc(T * K, &fail);
     /* profile mode's next-layer prediction (the CPU backend adds them for its pipe) */
     if (s->profile && hp->n_expert > 0) {
         s->pred_xn = st_alloc(sizeof(float) * T * E, &fail);
@@ -161,18 +161,6 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->attn_tc = p.cuda.attn_tc;
     s->q8_tiles = p.cuda.q8_tiles;
     st_plan_resolve(&p, &s->plan);
-    s->pin_experts = s->plan.pin_experts; /* the plan's, as the forward passes read them today */
-    s->gpu_prefetch = s->plan.gpu_prefetch;
-    s->cpu_warm = s->plan.cpu_warm;
-    s->cuda_doorbell = s->plan.doorbell;
-    s->cpu_misses = s->plan.cpu_misses;
-    s->cpu_misses_auto = s->plan.cpu_misses_auto;
-    s->pcie_frac = s->plan.pcie_frac;
-    s->pipe = s->plan.pipe;
-    s->n_cpu_moe = s->plan.n_cpu_moe;
-    s->stage_experts = s->plan.stage_experts;
-    s->expert_cache = s->plan.expert_cache;
-    s->gpu_mem = s->plan.gpu_mem;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
     s->slots_gpu = calloc((size_t)hp->n_layer, sizeof *s->slots_gpu);

@@ -37,21 +37,9 @@ struct strata_session {
                                    probabilities; 0: never) */
     int q8_tiles;               /* GPU: Q8_0 dense matrices also in the prompt tiles' layout */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
-    int32_t n_cpu_moe;          /* GPU: routed experts of the first N layers on the CPU (-1: all) */
-    int32_t stage_experts;      /* GPU: batches of this many tokens stage CPU layers' experts (0: off,
-                                   -1: the cost model decides per batch) */
-    st_cost_params cost;        /* stage_experts -1: the measured figures */
+    st_cost_params cost;        /* the cost model's figures, measured at create (plan.stage_experts
+                                   -1, the splits) */
     int64_t stage_batches, cpu_batches;
-    int pin_experts;            /* GPU: experts kept in RAM are copied into pinned memory (1; -1:
-                                   when they fit in the available RAM with room to spare) */
-    int gpu_prefetch;           /* GPU: next-layer experts prefetched into cache slots */
-    int cpu_warm;               /* GPU with n_cpu_moe, host hand-off: the next CPU layer's predicted
-                                   experts read into the CPU's caches while the GPU computes */
-    int cuda_doorbell;          /* GPU with n_cpu_moe: decode-sized calls feed the CPU layers'
-                                   experts to the expert pool through host-mapped memory */
-    int cpu_misses;             /* GPU cache: misses loaded or computed by the CPU (cost model) */
-    int cpu_misses_auto;        /* cpu_misses -1 with n_cpu_moe: the CPU layers' split where exact */
-    float pcie_frac;            /* < 0: the cost model; 0..1: the share of misses loaded */
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
     int want_argmax;            /* this batch is the call's last: compute the greedy token */
     float *argmax_logits;       /* CPU sessions: the last row's logits for the greedy token and
@@ -60,12 +48,8 @@ struct strata_session {
     int32_t *topk_ids;
     float *topk_vals;
     int want_topk;              /* this batch is the call's last: compute the candidates */
-    int32_t expert_cache;       /* GPU: routed experts in a cache of this many slots (0: resident,
-                                   -1: as many as fit in gpu_mem or free memory) */
-    int64_t gpu_mem;            /* GPU: bytes the session may use (0: the free memory) */
     int64_t *slots_gpu, *slots_cpu; /* [n_layer] routed slot-rows served by GPU memory / the CPU */
     st_ram_tier *ram;           /* sessions with a RAM budget: routed experts in RAM slots (CUDA: pinned) */
-    int pipe;                   /* the RAM tier prefetches the next layer's predicted experts */
     uint8_t *missed;            /* [T][k] RAM tier: slots whose expert is not resident */
     strata_status fwd_error;    /* the first failure inside a forward pass (a disk read), else OK */
     int64_t pcie_bytes;

@@ -13,7 +13,7 @@ static strata_status cpu_create(strata_session *s) {
     strata_status st = st_kv_init(&s->kv, hp, s->n_ctx, s->kv_type);
     if (st != STRATA_OK) return st;
     /* the pipe's next-layer prediction (with profile, the session has made the buffers already) */
-    if (s->pipe && !s->pred_xn && hp->n_expert > 0) {
+    if (s->plan.pipe && !s->pred_xn && hp->n_expert > 0) {
         const st_scratch_dims d = st_session_dims(s);
         s->pred_xn = malloc(sizeof(float) * d.T * d.E);
         s->pred_logits = malloc(sizeof(float) * d.T * d.X);

@@ -168,9 +168,9 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
             return;
         }
     }
-    if (s->profile || s->pipe) { /* predict the next layer's experts; --pipe starts reading them */
+    if (s->profile || s->plan.pipe) { /* predict the next layer's experts; --pipe starts reading them */
         st_predict_next(s, il, T);
-        if (s->pipe && s->pred_layer == il + 1) st_ram_tier_prefetch(s->ram, il + 1, T, s->pred_ids, K);
+        if (s->plan.pipe && s->pred_layer == il + 1) st_ram_tier_prefetch(s->ram, il + 1, T, s->pred_ids, K);
     }
     st_moe_ffn(s->tp, table, X, s->xn, T, s->ids, s->wts, K, s->proj, s->moe_ws);
     if (s->ram) st_ram_tier_release(s->ram);

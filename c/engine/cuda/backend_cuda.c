@@ -10,7 +10,7 @@ static strata_status cuda_forward(strata_session *s, const strata_token *tokens,
                                   int all) {
     /* layers whose experts the CPU computes: the pool's workers spin through the GPU's part of
      * each layer instead of sleeping and waking */
-    const int hold = (s->n_cpu_moe != 0 && !st_gpu_pool_serves(s, T)) || s->cpu_misses;
+    const int hold = (s->plan.n_cpu_moe != 0 && !st_gpu_pool_serves(s, T)) || s->plan.cpu_misses;
     if (hold) st_threadpool_hold(s->tp, 1);
     strata_status st = st_gpu_forward_batch(s, tokens, T, logits, all);
     if (hold) st_threadpool_hold(s->tp, 0);

@@ -366,7 +366,7 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
      * CPU layers only through the expert pool (its publish and wait kernels read the step number
      * from g->d_step, uploaded above) and when asked (cuda_graphs 2: on one host its steps
      * measured slower as graphs, erratically), no expert cache. */
-    const int graph = g->graphs && T == 1 && !s->profile && (s->n_cpu_moe == 0 || (pool && g->graphs == 2)) &&
+    const int graph = g->graphs && T == 1 && !s->profile && (s->plan.n_cpu_moe == 0 || (pool && g->graphs == 2)) &&
                       !g->cache;
     const int64_t gnp = graph ? st_cuda_attn_plan_np(pos0 + 1, s->n_ctx) : 0;
     strata_status st = STRATA_OK;

@@ -177,10 +177,6 @@ static inline st_gpu_tier_ctx st_gpu_tier_ctx_of(strata_session *s) {
     return c;
 }
 
-/* 1 if layer il's routed experts are computed by the CPU (n_cpu_moe < 0: every layer). */
-static inline int st_gpu_layer_on_cpu(const strata_session *s, int il) {
-    return s->n_cpu_moe < 0 || il < s->n_cpu_moe;
-}
 
 /* The device address of a pointer into the mapped doorbell block. */
 static inline void *st_gpu_db_dev(const st_gpu *g, const void *host) {

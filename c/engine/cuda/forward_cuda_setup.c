@@ -139,7 +139,7 @@ static strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *mar
     TRY(st_cuda_mem_info(&free_b, &total_b));
     *avail = (int64_t)free_b;
     *margin = (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
-    if (s->gpu_mem > 0) {
+    if (s->plan.gpu_mem > 0) {
         int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
         st_gpu_tier *cs[2] = {g->cache, g->stage};
         for (int i = 0; i < 2; i++) {
@@ -150,7 +150,7 @@ static strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *mar
             st_gpu_tier_counters(cs[i], &slots, &h, &mi, &b, &lo, &hi);
             used += (int64_t)slots * (int64_t)st_gpu_tier_slot_bytes(&ctx);
         }
-        if (s->gpu_mem - used < *avail) *avail = s->gpu_mem - used;
+        if (s->plan.gpu_mem - used < *avail) *avail = s->plan.gpu_mem - used;
     }
     return STRATA_OK;
 }
@@ -286,8 +286,8 @@ static strata_status st_gpu_pool_create(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     /* a record per CPU layer (the first ones), or per layer when the pool serves a cache's misses */
-    const int32_t L = s->expert_cache != 0 || s->n_cpu_moe < 0 || s->n_cpu_moe > hp->n_layer ? hp->n_layer
-                                                                                          : s->n_cpu_moe;
+    const int32_t L = s->plan.expert_cache != 0 || s->plan.n_cpu_moe < 0 || s->plan.n_cpu_moe > hp->n_layer ? hp->n_layer
+                                                                                          : s->plan.n_cpu_moe;
     const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
     const size_t rec = st_round_up(sizeof(st_doorbell_layer) * (size_t)L, 64);
     const size_t xb = st_round_up(sizeof(float) * R * E, 64), kb = st_round_up(sizeof(float) * R * K, 64);
@@ -357,7 +357,7 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
         if (hp->n_expert > 0) {
             TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
             /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
-            if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0)
+            if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0)
                 TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
                                        hp->n_expert, &G->experts));
             G->exp_type_gu = L->ffn_gate_exps.type;
@@ -581,12 +581,12 @@ static strata_status st_gpu_upload_weights(strata_session *s) {
 static strata_status st_gpu_alloc_pinned(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    if (s->pin_experts != 0 && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
+    if (s->plan.pin_experts != 0 && hp->n_expert > 0) TRY(st_gpu_pin_experts(s));
     if (st_cuda_host_alloc((void **)&g->h_embd, sizeof(float) * (size_t)s->n_batch * (size_t)hp->n_embd) != STRATA_OK) {
         g->h_embd = NULL;
         st_error_clear();
     }
-    if (s->n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
+    if (s->plan.n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
         const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
         const size_t a = st_round_up(T * E * sizeof(float), 256), b = st_round_up(T * K * sizeof(float), 256);
         void *d = NULL;
@@ -614,16 +614,16 @@ static strata_status st_gpu_alloc_pinned(strata_session *s) {
 static strata_status st_gpu_setup_cache(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    int32_t slots = s->expert_cache;
+    int32_t slots = s->plan.expert_cache;
     if (slots < 0) TRY(st_gpu_cache_auto_slots(s, &slots));
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     TRY(st_gpu_tier_create(&ctx, slots, &g->cache));
-    if (s->gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
+    if (s->plan.gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
         TRY(st_gpu_tier_enable_prefetch(g->cache));
         TRY(st_gpu_alloc_prediction(g, hp));
         g->prefetch = 1;
     }
-    if (s->cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
+    if (s->plan.cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
         TRY(st_gpu_measure_costs(s, g->cache, 0, 1));
         TRY(st_gpu_alloc_split(s));
         /* the loads enqueued, so the CPU's share runs while they copy */
@@ -656,11 +656,11 @@ static strata_status st_gpu_setup_pool(strata_session *s) {
 static strata_status st_gpu_setup_ahead(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    if (s->pipe && s->ram && !g->pool && hp->n_expert > 0) { /* the RAM tier reads ahead */
+    if (s->plan.pipe && s->ram && !g->pool && hp->n_expert > 0) { /* the RAM tier reads ahead */
         TRY(st_gpu_alloc_prediction(g, hp));
         g->pipe = 1;
     }
-    if (s->cpu_warm && hp->n_expert > 0 && !g->pool && !g->pipe && s->n_threads != 1 &&
+    if (s->plan.cpu_warm && hp->n_expert > 0 && !g->pool && !g->pipe && s->n_threads != 1 &&
         hp->n_expert_used <= ST_MOE_WARM_MAX) {
         TRY(st_gpu_alloc_prediction(g, hp));
         TRY(st_cuda_event_create(&g->ev_hand));
@@ -677,15 +677,15 @@ static strata_status st_gpu_setup_ahead(strata_session *s) {
 static strata_status st_gpu_setup_stage(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    const int exact = hp->n_expert > 0 && s->n_cpu_moe != 0 && st_gpu_split_exact_ok(s);
-    const int cpu_split = (s->cpu_misses || (s->cpu_misses_auto && exact)) && !g->cache && s->n_cpu_moe != 0 &&
+    const int exact = hp->n_expert > 0 && s->plan.n_cpu_moe != 0 && st_gpu_split_exact_ok(s);
+    const int cpu_split = (s->plan.cpu_misses || (s->plan.cpu_misses_auto && exact)) && !g->cache && s->plan.n_cpu_moe != 0 &&
                           !g->pool && hp->n_expert > 0;
-    if (!((s->stage_experts != 0 || cpu_split) && hp->n_expert > 0)) return STRATA_OK;
+    if (!((s->plan.stage_experts != 0 || cpu_split) && hp->n_expert > 0)) return STRATA_OK;
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     TRY(st_gpu_tier_create(&ctx, hp->n_expert, &g->stage)); /* n_expert slots: no hot set, LRU only */
-    if (s->stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
+    if (s->plan.stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
         int il0 = 0;
-        while (il0 < hp->n_layer - 1 && !st_gpu_layer_on_cpu(s, il0)) il0++;
+        while (il0 < hp->n_layer - 1 && !st_plan_layer_on_cpu(&s->plan, il0)) il0++;
         TRY(st_gpu_measure_costs(s, g->stage, il0, cpu_split));
     }
     if (cpu_split) {
@@ -696,7 +696,7 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
         g->cpu_split = 1;
         if (exact) TRY(st_gpu_alloc_exact(s));
     }
-    if (s->stage_experts < 0) { /* auto: the staging decision's per-batch counts */
+    if (s->plan.stage_experts < 0) { /* auto: the staging decision's per-batch counts */
         g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
         g->stage_list = calloc((size_t)hp->n_expert, sizeof *g->stage_list);
         if (!g->stage_rows || !g->stage_list) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
@@ -730,8 +730,8 @@ strata_status st_gpu_create(strata_session *s) {
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
     TRY(st_gpu_alloc_pinned(s));
-    if (s->expert_cache != 0) TRY(st_gpu_setup_cache(s));
-    if (s->cuda_doorbell && hp->n_expert > 0) TRY(st_gpu_setup_pool(s)); /* CPU layers, a cache's misses */
+    if (s->plan.expert_cache != 0) TRY(st_gpu_setup_cache(s));
+    if (s->plan.doorbell && hp->n_expert > 0) TRY(st_gpu_setup_pool(s)); /* CPU layers, a cache's misses */
     TRY(st_gpu_setup_ahead(s));
     TRY(st_gpu_setup_stage(s));
     TRY(st_gpu_put_all_tiles(s));
@@ -764,7 +764,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
     const int32_t X = hp->n_expert;
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0) continue;
+        if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0) continue;
         for (int32_t e = 0; e < X; e++) {
             const st_expert *x = &s->experts[(size_t)il * (size_t)X + (size_t)e];
             const st_tensor *v[3] = {&x->gate, &x->up, &x->down};
@@ -772,12 +772,12 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
         }
     }
     if (total == 0) return STRATA_OK;
-    if (s->pin_experts < 0) {
+    if (s->plan.pin_experts < 0) {
         const int64_t avail = st_mem_available();
         if (avail < 0 || (int64_t)total + ((int64_t)4 << 30) > avail) return STRATA_OK;
     }
     strata_status st = st_cuda_host_alloc(&g->pinned, total);
-    if (st != STRATA_OK && s->pin_experts < 0) {
+    if (st != STRATA_OK && s->plan.pin_experts < 0) {
         g->pinned = NULL;
         return STRATA_OK; /* auto: the mapping serves */
     }
@@ -790,7 +790,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
      * one copy of an expert runs faster than three of its parts (CEILINGS.md) */
     uint8_t *p = g->pinned;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (!st_gpu_layer_on_cpu(s, il) && s->expert_cache == 0) continue;
+        if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0) continue;
         for (int32_t e = 0; e < X; e++) {
             st_expert *x = &s->experts[(size_t)il * (size_t)X + (size_t)e];
             st_tensor *v[3] = {&x->gate, &x->up, &x->down};
@@ -830,7 +830,7 @@ static strata_status st_gpu_alloc_split(strata_session *s) {
 static int st_gpu_split_exact_ok(const strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (!st_gpu_layer_on_cpu(s, il)) continue;
+        if (!st_plan_layer_on_cpu(&s->plan, il)) continue;
         const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
         if (e->gate.type != e->up.type || !st_cuda_moe_exact_supports(e->gate.type, e->down.type) ||
             !st_vec_dot_exact_blocks(e->gate.type) || !st_vec_dot_exact_blocks(e->down.type))
@@ -868,7 +868,7 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_tier *c, int
     const st_hparams *hp = &s->model->hp;
     const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
     memset(&s->cost, 0, sizeof s->cost);
-    s->cost.pcie_frac = s->pcie_frac;
+    s->cost.pcie_frac = s->plan.pcie_frac;
     s->cost.expert_bytes = (double)(st_tensor_bytes(&e->gate) + st_tensor_bytes(&e->up) + st_tensor_bytes(&e->down));
     TRY(st_gpu_tier_measure_pcie(c, il, &s->cost.pcie_bytes_per_s, &s->cost.pcie_latency_s));
     /* the workers held spinning as in the forward passes the figures serve (session.c), so that

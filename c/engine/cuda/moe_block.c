@@ -46,7 +46,7 @@ static int st_gpu_pipe_layer(const strata_session *s, int il, int64_t tn) {
 static void st_gpu_pipe_issue(strata_session *s, int il, int64_t tn) {
     st_gpu *g = s->gpu;
     int32_t n = (int32_t)(tn * s->model->hp.n_expert_used);
-    if (g->cache && !st_gpu_layer_on_cpu(s, il + 1)) { /* experts already in GPU slots need no read */
+    if (g->cache && !st_plan_layer_on_cpu(&s->plan, il + 1)) { /* experts already in GPU slots need no read */
         st_gpu_tier_missed(g->cache, il + 1, g->h_pf_ids, n, g->h_pf_missed);
         int32_t k = 0;
         for (int32_t i = 0; i < n; i++)
@@ -59,7 +59,7 @@ static void st_gpu_pipe_issue(strata_session *s, int il, int64_t tn) {
 /* cpu_warm: whether layer il's hand-down (rows of a call of tn tokens) also predicts layer
  * il + 1, a CPU layer too, for the CPU threads to warm. */
 static int st_gpu_warm_layer(const strata_session *s, int il, int64_t tn) {
-    return s->gpu->warm_on && tn <= 8 && il + 1 < s->model->hp.n_layer && st_gpu_layer_on_cpu(s, il + 1);
+    return s->gpu->warm_on && tn <= 8 && il + 1 < s->model->hp.n_layer && st_plan_layer_on_cpu(&s->plan, il + 1);
 }
 
 /* A CPU layer's hand-down: rows t0 .. t0 + tn of xn, their routing ids and weights into the
@@ -321,7 +321,7 @@ strata_status st_gpu_moe_route(strata_session *s, int il, int64_t T, st_moe_call
     mc->r1 = T == 1 && g->moe_xq && st_cuda_moe_router1_supports(&G->router, X, K);
     /* a CPU layer's decode step: the router also writes xn, ids and weights into the mapped
      * hand-down rows */
-    g->hand_ready = mc->r1 && g->d_xn && st_gpu_layer_on_cpu(s, il) && !st_gpu_pool_call(s, T);
+    g->hand_ready = mc->r1 && g->d_xn && st_plan_layer_on_cpu(&s->plan, il) && !st_gpu_pool_call(s, T);
     if (mc->r1)
         TRY(st_cuda_moe_router1(&G->router, g->xn, X, K, hp->expert_weights_norm, g->router, g->ids, g->wts,
                                 g->hand_ready ? &g->hand_db : NULL, g->moe_xq, g->hand_ready ? g->d_xn : NULL,
@@ -344,8 +344,8 @@ static strata_status st_gpu_stage_decide(strata_session *s, st_moe_chunk *c) {
     st_gpu *g = s->gpu;
     const int64_t E = hp->n_embd, t0 = c->t0, tn = c->tn;
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
-    if (s->stage_experts > 0) {
-        c->staged = tn >= s->stage_experts;
+    if (s->plan.stage_experts > 0) {
+        c->staged = tn >= s->plan.stage_experts;
     } else { /* auto: the routing down, then the cost model on this batch */
         int32_t *ids = s->ids + t0 * K;
         if (tn * E <= 16384) { /* decode-sized: the CPU's inputs come down with the
@@ -378,7 +378,7 @@ static strata_status st_gpu_stage_decide(strata_session *s, st_moe_chunk *c) {
 }
 
 /* Choose a chunk's mode: its top-k (unless the one-token router made it), then by the layer's
- * place (st_gpu_layer_on_cpu), a CPU layer's staging decision, the call's size (the pool serves
+ * place (st_plan_layer_on_cpu), a CPU layer's staging decision, the call's size (the pool serves
  * decode-sized calls) and the expert cache; its slot-rows counted by side. */
 static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc, int64_t t0, int64_t tn,
                                        st_moe_chunk *c) {
@@ -397,12 +397,12 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
                               g->wts + t0 * K, NULL, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
     /* a CPU layer's experts are staged to the GPU for a long enough batch */
-    if (st_gpu_layer_on_cpu(s, il) && g->stage && s->stage_experts != 0 && !st_gpu_pool_call(s, mc->T))
+    if (st_plan_layer_on_cpu(&s->plan, il) && g->stage && s->plan.stage_experts != 0 && !st_gpu_pool_call(s, mc->T))
         TRY(st_gpu_stage_decide(s, c));
     /* prefetch the next layer's experts: decode-sized calls of cache layers */
-    c->pf = g->prefetch && tn <= 8 && il + 1 < hp->n_layer && !st_gpu_layer_on_cpu(s, il) &&
-            !st_gpu_layer_on_cpu(s, il + 1);
-    c->cpu_layer = st_gpu_layer_on_cpu(s, il) && !c->staged;
+    c->pf = g->prefetch && tn <= 8 && il + 1 < hp->n_layer && !st_plan_layer_on_cpu(&s->plan, il) &&
+            !st_plan_layer_on_cpu(&s->plan, il + 1);
+    c->cpu_layer = st_plan_layer_on_cpu(&s->plan, il) && !c->staged;
     /* cuda_doorbell with a cache, decode-sized: the pool computes the misses while the
      * GPU computes the hits (slot-rows counted after the step, from its routing) */
     c->pm = !c->cpu_layer && g->pool_misses && st_gpu_pool_call(s, mc->T);
@@ -734,7 +734,7 @@ static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(hp->n_layer * T * K));
     int32_t budget = ST_POOL_LOADS_PER_STEP, empty = st_gpu_tier_empty_slots(g->cache);
     for (int il = 0; il < hp->n_layer; il++) {
-        if (st_gpu_layer_on_cpu(s, il)) continue;
+        if (st_plan_layer_on_cpu(&s->plan, il)) continue;
         int64_t res = 0;
         TRY(st_gpu_tier_after_step(g->cache, il, g->h_pm_hist + il * R * K, T * K, &empty, &budget, &res));
         s->slots_gpu[il] += res;
