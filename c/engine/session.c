@@ -189,6 +189,26 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     return STRATA_OK;
 }
 
+strata_status strata_session_set_route_trace(strata_session *s, strata_route_fn fn, void *user_data) {
+    if (!s) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_set_route_trace: session is NULL");
+    if (fn && s->backend != STRATA_BACKEND_CPU)
+        return st_error(STRATA_ERR_UNSUPPORTED, "route traces run on CPU sessions (the routing is the "
+                        "model's: a CPU session's trace serves every backend)");
+    const st_hparams *hp = &s->model->hp;
+    if (fn && hp->n_expert > 0 && !s->pred_xn) { /* the next-layer prediction the trace carries */
+        const st_scratch_dims d = st_session_dims(s);
+        s->pred_xn = malloc(sizeof(float) * d.T * d.E);
+        s->pred_logits = malloc(sizeof(float) * d.T * d.X);
+        s->pred_wts = malloc(sizeof(float) * d.T * d.K);
+        s->pred_ids = malloc(sizeof(int32_t) * d.T * d.K);
+        if (!s->pred_xn || !s->pred_logits || !s->pred_wts || !s->pred_ids)
+            return st_error(STRATA_ERR_NOMEM, "route trace: out of memory for the prediction buffers");
+    }
+    s->route_fn = fn;
+    s->route_data = user_data;
+    return STRATA_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * State
  * ------------------------------------------------------------------------------------------- */

@@ -54,6 +54,8 @@ struct strata_session {
     strata_status fwd_error;    /* the first failure inside a forward pass (a disk read), else OK */
     int64_t pcie_bytes;
     int64_t graph_launches, graph_rebuilds;
+    strata_route_fn route_fn;   /* strata_session_set_route_trace: each layer's routing, or NULL */
+    void *route_data;
     strata_progress_fn progress;
     void *progress_data;
     double prof_t;              /* start of the phase being timed */

@@ -510,6 +510,18 @@ STRATA_API strata_status strata_session_decode_greedy(strata_session *session,
 STRATA_API strata_status strata_session_decode_topk(strata_session *session, const strata_token *tokens,
                                                     int64_t n, int32_t k, strata_token *ids, float *logits);
 
+/* Routing trace: after a layer routes the tokens of a forward pass, fn gets the layer, the batch's
+ * first position, its n tokens and, per token, the k experts the router chose and their gate
+ * weights (ids[n][k], weights[n][k], before any DEGRADE_ZERO drop), and pred[n][k]: the experts
+ * the previous layer predicted for this one (its norm and router applied to the hidden state
+ * then), or NULL at the first layer. The arrays are valid during the call; fn must not call back
+ * into the session. fn NULL stops the trace. CPU sessions (STRATA_ERR_UNSUPPORTED for others):
+ * the routing is the model's, so a CPU trace serves placement studies of any backend. */
+typedef void (*strata_route_fn)(int32_t layer, int32_t pos0, int64_t n, int32_t k, const int32_t *ids,
+                                const float *weights, const int32_t *pred, void *user_data);
+STRATA_API strata_status strata_session_set_route_trace(strata_session *session, strata_route_fn fn,
+                                                        void *user_data);
+
 /* The phases of a forward pass that profile mode times. */
 typedef enum strata_phase {
     STRATA_PHASE_EMBED = 0,       /* token embeddings (and their copy to the GPU) */

@@ -430,6 +430,11 @@ static void test_graphs(const strata_model *m, const strata_token *p, int64_t np
  * The trained default model
  * ------------------------------------------------------------------------------------------- */
 
+static void no_route(int32_t layer, int32_t pos0, int64_t n, int32_t k, const int32_t *ids, const float *w,
+                     const int32_t *pred, void *ud) {
+    (void)layer; (void)pos0; (void)n; (void)k; (void)ids; (void)w; (void)pred; (void)ud;
+}
+
 static void test_default_model(void) {
     const char *path = "models/strata-tiny-moe-q8_0.gguf";
     if (access(path, R_OK) != 0) { SKIP("%s not found (run from the repository root)", path); return; }
@@ -448,6 +453,15 @@ static void test_default_model(void) {
     CHECK(strata_tokenize(m, TEXT, (int64_t)strlen(TEXT), 1, 0, toks, 512, &n) == STRATA_OK,
           "tokenize: %s", strata_last_error());
 
+    { /* route traces are a CPU session's: a CUDA session refuses one with the reason */
+        strata_session *gs = new_session(m, STRATA_BACKEND_CUDA, 64, 256);
+        if (gs) {
+            CHECK(strata_session_set_route_trace(gs, no_route, NULL) == STRATA_ERR_UNSUPPORTED &&
+                      strstr(strata_last_error(), "CPU sessions"), "route trace on a CUDA session: %s",
+                  strata_last_error());
+            strata_session_free(gs);
+        }
+    }
     float *cpu = all_logits(m, STRATA_BACKEND_CPU, 64, toks, n, V);
     g_kv = STRATA_TYPE_F32;
     float *cpu32 = all_logits(m, STRATA_BACKEND_CPU, 64, toks, n, V);

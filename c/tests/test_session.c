@@ -2,7 +2,8 @@
  * (../shared/models/strata-tiny-moe-q8_0.gguf, or $STRATA_SHARED/models/...; skipped when
  * absent): one batch vs token by token vs batches of 3, repeatability, 1 vs 2 threads, greedy
  * continuation of "Dictionary, n." (also through strata_tokenize/detokenize), context-full error, truncate + re-decode, f16 vs f32 KV
- * cache, argument errors, a session outliving strata_model_free, and a prefill/decode timing
+ * cache, argument errors, a session outliving strata_model_free, the routing trace, and a
+ * prefill/decode timing
  * line. */
 #include "test.h"
 #include "strata.h"
@@ -599,6 +600,51 @@ static void test_model_outlives_free(const char *path) {
     free(lr);
 }
 
+/* strata_session_set_route_trace: one call per layer and batch, in layer order, each token's k
+ * experts in range, the prediction from layer 1 on; the logits unchanged by the trace. */
+typedef struct {
+    int calls, bad, preds, last_layer;
+    int64_t tokens;
+} route_log;
+
+static void route_cb(int32_t layer, int32_t pos0, int64_t n, int32_t k, const int32_t *ids, const float *w,
+                     const int32_t *pred, void *ud) {
+    route_log *r = ud;
+    r->bad += layer != (r->last_layer + 1) % 6 || k != 4 || pos0 < 0;
+    for (int64_t i = 0; i < n * k; i++) r->bad += ids[i] < 0 || ids[i] >= 32 || !(w[i] > 0.0f && w[i] <= 1.0f);
+    r->bad += (layer == 0) != (pred == NULL);
+    if (pred) {
+        r->preds++;
+        for (int64_t i = 0; i < n * k; i++) r->bad += pred[i] < 0 || pred[i] >= 32;
+    }
+    r->calls++;
+    r->tokens += layer == 0 ? n : 0;
+    r->last_layer = layer;
+}
+
+static void test_route_trace(void) {
+    strata_session *a = make_session(128, 8, STRATA_TYPE_F16, 1), *b = make_session(128, 8, STRATA_TYPE_F16, 1);
+    if (!a || !b) { strata_session_free(a); strata_session_free(b); return; }
+    route_log r = {0, 0, 0, 5, 0};
+    CHECK(strata_session_set_route_trace(a, route_cb, &r) == STRATA_OK, "set: %s", strata_last_error());
+    float *la = malloc(sizeof(float) * (size_t)V * N_ALL), *lb = malloc(sizeof(float) * (size_t)V * N_ALL);
+    CHECK(strata_session_decode(a, seq, N_ALL, la, 1) == STRATA_OK, "decode a");
+    CHECK(strata_session_decode(b, seq, N_ALL, lb, 1) == STRATA_OK, "decode b");
+    const int batches = (N_ALL + 7) / 8;
+    CHECK(r.calls == 6 * batches && r.tokens == N_ALL && r.preds == 5 * batches && r.bad == 0,
+          "route trace: %d calls (want %d), %lld tokens, %d predictions, %d bad", r.calls, 6 * batches,
+          (long long)r.tokens, r.preds, r.bad);
+    CHECK(memcmp(la, lb, sizeof(float) * (size_t)V * N_ALL) == 0, "the trace changed the logits");
+    CHECK(strata_session_set_route_trace(a, NULL, NULL) == STRATA_OK, "stop");
+    strata_token t = 5;
+    CHECK(strata_session_decode(a, &t, 1, NULL, 0) == STRATA_OK && r.calls == 6 * batches, "no calls once stopped");
+    CHECK(strata_session_set_route_trace(NULL, route_cb, &r) == STRATA_ERR_INVALID_ARG, "NULL session");
+    free(la);
+    free(lb);
+    strata_session_free(a);
+    strata_session_free(b);
+}
+
 int main(void) {
     const char *shared = getenv("STRATA_SHARED");
     char path[1024];
@@ -626,6 +672,7 @@ int main(void) {
     test_progress();
     test_ram_budget();
     test_model_outlives_free(path);
+    test_route_trace();
     bench();
     strata_model_free(model);
     return test_report();

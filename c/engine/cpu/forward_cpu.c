@@ -145,6 +145,9 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     for (int64_t t = 0; t < T; t++)
         st_route_topk(s->router + t * X, X, K, hp->expert_weights_norm, s->ids + t * K, s->wts + t * K);
     if (s->profile) st_score_prediction(s, il, T, K);
+    if (s->route_fn) /* the routing as the router chose it, and what the previous layer predicted */
+        s->route_fn(il, s->n_past, T, K, s->ids, s->wts, s->pred_layer == il ? s->pred_ids : NULL,
+                    s->route_data);
     /* DEGRADE_ZERO: with a RAM budget, an expert that is neither resident nor in a completed
      * load has missed (a light one is dropped instead of read from disk); without one every
      * routed expert is resident and only the evaluation mode drops anything */
@@ -168,7 +171,8 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
             return;
         }
     }
-    if (s->profile || s->plan.pipe) { /* predict the next layer's experts; --pipe starts reading them */
+    if (s->profile || s->plan.pipe || s->route_fn) { /* predict the next layer's experts (a route trace
+                                                      * carries them); the pipe starts reading them */
         st_predict_next(s, il, T);
         if (s->plan.pipe && s->pred_layer == il + 1) st_ram_tier_prefetch(s->ram, il + 1, T, s->pred_ids, K);
     }
