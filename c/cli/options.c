@@ -67,6 +67,7 @@ static void cli_opts_env(cli_opts *o) {
     o->pin_experts = pin && pin[0] ? (strcmp(pin, "auto") == 0 ? -1 : env_flag("STRATA_PIN_EXPERTS")) : -1;
     o->no_amx = getenv("STRATA_AMX") && strcmp(getenv("STRATA_AMX"), "0") == 0;
     o->cpu_isa = getenv("STRATA_CPU_ISA") && getenv("STRATA_CPU_ISA")[0] ? getenv("STRATA_CPU_ISA") : NULL;
+    o->route_trace = getenv("STRATA_ROUTE_TRACE") && getenv("STRATA_ROUTE_TRACE")[0] ? getenv("STRATA_ROUTE_TRACE") : NULL;
     o->q8_tiles = !getenv("STRATA_Q8_TILES") || env_flag("STRATA_Q8_TILES"); /* unset: on */
     o->cpu_misses = getenv("STRATA_CPU_MISSES") ? env_flag("STRATA_CPU_MISSES") : -1; /* unset: auto */
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
@@ -224,6 +225,9 @@ static void cli_usage_sampling(FILE *f) {
         "  --logpos FILE           teacher-forced logprobs of every prompt position (JSONL; also\n"
         "                          $STRATA_LOGPOS); --logpos-top K ids per position (default 20)\n"
         "  --stats-json FILE       the timing stats as JSON      --quiet  no stats on stderr\n"
+        "  --route-trace FILE      each layer's routing (experts, weights, the previous layer's\n"
+        "                          prediction) as JSON lines (also $STRATA_ROUTE_TRACE; CPU\n"
+        "                          sessions): bench/routing_stats.py reads it\n"
         "  -i, --chat              interactive chat; templates: chatml (<|im_start|>role ...\n"
         "                          <|im_end|>) and inst (Llama-2/Mistral [INST] ... [/INST]),\n"
         "                          detected from tokenizer.chat_template, else plain continuation;\n"
@@ -499,6 +503,7 @@ static const cli_value_row cli_values[] = {
     CLI_STR(NULL, "--logpos", logpos),
     CLI_INT(NULL, "--logpos-top", logpos_top, 1, 1000000),
     CLI_STR(NULL, "--stats-json", stats_json),
+    CLI_STR(NULL, "--route-trace", route_trace),
     CLI_FN(NULL, "--chat-template", opt_chat_template),
     CLI_STR(NULL, "--system", system),
     /* perplexity */

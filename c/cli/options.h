@@ -61,6 +61,7 @@ typedef struct {
     const char *logpos;           /* --logpos FILE or $STRATA_LOGPOS */
     int logpos_top;               /* --logpos-top K (default 20) */
     const char *stats_json;       /* --stats-json FILE */
+    const char *route_trace;      /* --route-trace FILE or $STRATA_ROUTE_TRACE: each layer's routing */
     int interactive;              /* -i / --chat */
     const char *chat_template;    /* --chat-template chatml|inst|none (default: from the model) */
     const char *system;           /* --system TEXT (chat) */

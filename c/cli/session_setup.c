@@ -7,6 +7,7 @@
  * set-up are report.c's. */
 #include "session_setup.h"
 #include "report.h"
+#include "route_trace.h"
 
 #include <sched.h>
 #include <stdlib.h>
@@ -205,8 +206,12 @@ static void cli_pin_main_thread(const cli_opts *o, strata_session *s) {
 }
 
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out) {
-    const int rc = cli_new_session_inner(o, model, out);
+    int rc = cli_new_session_inner(o, model, out);
     if (rc == 0 && o->cpu_pin && *out) cli_pin_main_thread(o, *out);
+    if (rc == 0 && *out && (rc = cli_route_trace_attach(o, model, *out)) != 0) {
+        strata_session_free(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
