@@ -1,0 +1,104 @@
+"""test_routing_stats.py - routing traces (issue 30): `--route-trace FILE` writes each layer's
+routing as JSON lines, and bench/routing_stats.py's statistics and cache policies give the known
+answers on constructed traces."""
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
+MODEL = REPO / "models" / "strata-tiny-moe-q8_0.gguf"
+
+spec = importlib.util.spec_from_file_location("routing_stats", REPO / "bench" / "routing_stats.py")
+rs = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rs)
+
+
+def write_trace(path, n_layer, n_expert, k, steps, pred=None):
+    """steps: per forward pass, per layer, the tokens' expert lists."""
+    with open(path, "w") as f:
+        f.write(json.dumps({"strata_route_trace": 1, "model": "m", "arch": "x", "n_layer": n_layer,
+                            "n_expert": n_expert, "k": k}) + "\n")
+        pos = 0
+        for s, layers in enumerate(steps):
+            for layer, toks in enumerate(layers):
+                flat = [e for t in toks for e in t]
+                p = None if pred is None or layer == 0 else [e for t in pred[s][layer] for e in t]
+                f.write(json.dumps({"layer": layer, "pos": pos, "n": len(toks), "ids": flat,
+                                    "w": [0.5] * len(flat), "pred": p}) + "\n")
+            pos += len(layers[0])
+
+
+def test_policies_on_known_sequences():
+    seq = [(0, e) for e in [1, 2, 3, 1, 2, 3, 1, 2, 3]]
+    assert rs.sim_lru(seq, 2) == 0          # a cycle one longer than the cache: LRU never hits
+    assert rs.sim_belady(seq, 2) == 3       # MIN keeps one of the two it needs next
+    assert rs.sim_lru(seq, 3) == 6
+    assert rs.sim_lfu([(0, 1), (0, 1), (0, 2), (0, 3), (0, 1)], 1) == 1
+    for name, fn in rs.POLICIES.items():     # no policy beats Belady
+        for n in (1, 2, 3):
+            assert fn(seq, n) <= rs.sim_belady(seq, n), name
+
+
+def test_trace_statistics(tmp_path):
+    # 2 layers x 4 experts, top-2; four decode steps, then a 2-token batch
+    steps = [[[[0, 1]], [[2, 3]]], [[[0, 1]], [[2, 0]]], [[[0, 2]], [[2, 3]]], [[[0, 1]], [[1, 3]]],
+             [[[0, 1], [1, 2]], [[3, 3], [3, 2]]]]
+    pred = [[None, [[2, 3]]], [None, [[2, 1]]], [None, [[0, 1]]], [None, [[1, 3]]],
+            [None, [[3, 2], [3, 2]]]]
+    write_trace(tmp_path / "t.jsonl", 2, 4, 2, steps, pred)
+    head, recs = rs.read_trace(tmp_path / "t.jsonl")
+    seq = rs.lookups(recs)
+    assert seq[:4] == [(0, 0), (0, 1), (1, 2), (1, 3)]
+    assert seq[-5:] == [(0, 0), (0, 1), (0, 2), (1, 3), (1, 2)]  # a batch's distinct experts once
+    assert len(rs.lookups(recs, decode_only=True)) == 16
+    pop = rs.popularity(head, recs)
+    # layer 0: expert 0 and 1 five slots each, 2 two: 50% of 12 needs two experts, 90% all three
+    assert pop[0]["touched"] == 3 and pop[0]["slots"] == 12 and pop[0]["cover50"] == 2 and pop[0]["cover90"] == 3
+    ru = rs.reuse(head, recs)
+    assert ru["slots"] == 16
+    # used by the step before: layer 0: expert 0 at steps 1-3 (3), expert 1 at step 1 (1);
+    # layer 1: expert 2 at steps 1, 2 (2), expert 3 at step 3 (1)
+    assert ru["reused_next_step"] == pytest.approx(7 / 16)
+    pr = rs.prediction(recs)
+    # layer 1's slots predicted: 2 + 1 + 0 + 2 in the steps, 2 + 2 in the batch
+    assert pr["slots"] == 12 and pr["hit_rate"] == pytest.approx(9 / 12)
+    rows = rs.hit_rates(head, seq, [25, 100])
+    assert rows[1]["slots"] == 8 and rows[1]["LRU"] == pytest.approx((len(seq) - 7) / len(seq))
+    assert '<svg' in rs.svg_plot(rows, "t")
+    assert rs.main([str(tmp_path / "t.jsonl"), "--json", str(tmp_path / "r.json"),
+                    "--svg", str(tmp_path / "r.svg")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["lookups"] == len(seq)
+
+
+def run_cli(*args, env=None):
+    if not CLI.is_file():
+        pytest.skip(f"strata CLI not built at {CLI}")
+    return subprocess.run([str(CLI), *map(str, args)], capture_output=True, timeout=300, env=env)
+
+
+def test_cli_route_trace(tmp_path):
+    out = tmp_path / "rt.jsonl"
+    p = run_cli("-m", MODEL, "-p", "Dictionary, n.", "-n", 5, "--temp", 0, "-c", 128, "--cpu",
+                "--route-trace", out)
+    assert p.returncode == 0, p.stderr.decode()
+    lines = out.read_text().splitlines()
+    head = json.loads(lines[0])
+    assert head["strata_route_trace"] == 1 and head["n_layer"] == 6 and head["n_expert"] == 32 and head["k"] == 4
+    recs = [json.loads(x) for x in lines[1:]]
+    assert len(recs) == 6 * 5  # the prompt's pass and four decode steps (the fifth token is sampled)
+    assert [r["layer"] for r in recs[:6]] == list(range(6))
+    assert recs[0]["pred"] is None and recs[1]["pred"] is not None
+    assert all(len(r["ids"]) == r["n"] * 4 == len(r["w"]) for r in recs)
+    assert rs.main([str(out)]) == 0
+    # the environment variable does the same; a path that cannot be opened is an error with why
+    env = dict(os.environ, STRATA_ROUTE_TRACE=str(tmp_path / "env.jsonl"))
+    assert run_cli("-m", MODEL, "-p", "x", "-n", 1, "-c", 64, "--cpu", env=env).returncode == 0
+    assert (tmp_path / "env.jsonl").read_text().count("\n") == 1 + 6
+    p = run_cli("-m", MODEL, "-p", "x", "-n", 1, "-c", 64, "--cpu", "--route-trace", tmp_path / "no" / "t")
+    assert p.returncode == 1 and b"No such file" in p.stderr
