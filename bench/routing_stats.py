@@ -10,9 +10,10 @@ weights and the experts the previous layer predicted) and prints:
   - reuse: for decode steps, how often a layer's expert was used by the step before, and the
     median distance in steps between two uses;
   - the hit rate of an expert cache of 5%..100% of all experts (one cache for every layer, as
-    Strata's GPU tier), for LRU, LFU, Strata's slot book (LRU with a frequency-pinned hot set of
-    up to half the slots, counts halved every 4,096 look-ups) and Belady's optimum (the bound no
-    policy beats): a forward pass's layer looks up each distinct expert it routes once;
+    Strata's GPU tier), for LRU, LFU, the slot book's policy before 2026-12-06 (LRU with a
+    frequency-pinned hot set of up to half the slots), Strata's slot book now (the fewest decayed
+    uses go, ties to the least recent) and Belady's optimum (the bound no policy beats): a
+    forward pass's layer looks up each distinct expert it routes once;
   - how well the next-layer prediction did: the share of routed slots whose expert the previous
     layer predicted.
 
@@ -51,11 +52,12 @@ def read_trace(path: str):
     return head, recs
 
 
-def lookups(recs, decode_only: bool = False):
+def lookups(recs, decode_only: bool = False, calls: list | None = None):
     """The expert look-ups in the order a session makes them: per forward pass, layer by layer,
-    each distinct expert the layer routes once, as (layer, expert)."""
+    each distinct expert the layer routes once, as (layer, expert). calls, when given, gets the
+    index of each look-up's layer call (a tier holds a call's experts until the call is done)."""
     out = []
-    for r in recs:
+    for c, r in enumerate(recs):
         if decode_only and r["n"] != 1:
             continue
         seen = []
@@ -64,6 +66,8 @@ def lookups(recs, decode_only: bool = False):
                 if e >= 0 and e not in seen:
                     seen.append(e)
         out.extend((r["layer"], e) for e in seen)
+        if calls is not None:
+            calls.extend([c] * len(seen))
     return out
 
 
@@ -176,9 +180,56 @@ def sim_lfu(seq, n):
     return hits
 
 
-def sim_slot_book(seq, n, rebalance=4096):
-    """Strata's slot book: LRU among the slots outside a hot set of up to n // 2 experts, the ones
-    with the highest use counts at each rebalance (every `rebalance` look-ups; counts halve)."""
+def sim_slot_book(seq, n, decay=None, calls=None):
+    """Strata's slot book (c/experts/slot_book.c): the resident expert with the fewest uses goes,
+    the least recently used among equals; every look-up of an expert counts one use, and all
+    counts halve every `decay` look-ups (st_book_decay_for: 16 x n). With calls (the layer call of
+    each look-up), the experts the current call already holds are not evicted, as in the tiers."""
+    decay = decay or 16 * max(n, 1)
+    uses, last, resident, heap, hits, clock = defaultdict(int), {}, {}, [], 0, 0
+    held_call, held = None, set()
+    for i, key in enumerate(seq):
+        clock += 1
+        if calls is not None and calls[i] != held_call:
+            held_call, held = calls[i], set()
+        uses[key] += 1
+        if clock % decay == 0:
+            for kk in list(uses):
+                uses[kk] >>= 1
+            heap = [(uses[r], last[r], r) for r in resident]  # the keys changed: rebuild
+            heapq.heapify(heap)
+        if key in resident:
+            hits += 1
+        elif len(resident) >= n:
+            skipped = []
+            while heap:  # lazy heap: an entry is current when it matches the resident's key
+                u, t, victim = heapq.heappop(heap)
+                if victim not in resident:
+                    continue
+                if (uses[victim], last[victim]) != (u, t):  # stale: its current key goes back
+                    heapq.heappush(heap, (uses[victim], last[victim], victim))
+                    continue
+                if victim in held:
+                    skipped.append((u, t, victim))
+                    continue
+                del resident[victim]
+                break
+            for x in skipped:
+                heapq.heappush(heap, x)
+            if len(resident) >= n:  # every slot held by this call: the book refuses, a miss
+                continue
+        last[key] = clock
+        resident[key] = True
+        if calls is not None:
+            held.add(key)
+        heapq.heappush(heap, (uses[key], clock, key))
+    return hits
+
+
+def sim_lru_hot(seq, n, rebalance=4096):
+    """The slot book's policy until 2026-12-06: LRU among the slots outside a hot set of up to
+    n // 2 experts, the ones with the highest use counts at each rebalance (every `rebalance`
+    look-ups; counts halve)."""
     pin = n // 2
     uses, hot, resident, hits, clock = defaultdict(int), set(), OrderedDict(), 0, 0
     for key in seq:
@@ -231,17 +282,19 @@ def sim_belady(seq, n):
     return hits
 
 
-POLICIES = {"LRU": sim_lru, "LFU": sim_lfu, "slot book": sim_slot_book, "Belady": sim_belady}
+POLICIES = {"LRU": sim_lru, "LFU": sim_lfu, "LRU + hot set": sim_lru_hot, "slot book": sim_slot_book,
+            "Belady": sim_belady}
 
 
-def hit_rates(head, seq, sizes):
+def hit_rates(head, seq, sizes, calls=None):
     total = head["n_layer"] * head["n_expert"]
     rows = []
     for pct in sizes:
         n = max(1, round(total * pct / 100))
         row = {"percent": pct, "slots": n}
         for name, fn in POLICIES.items():
-            row[name] = fn(seq, n) / len(seq) if seq else 0.0
+            hits = fn(seq, n, calls=calls) if name == "slot book" else fn(seq, n)
+            row[name] = hits / len(seq) if seq else 0.0
         rows.append(row)
     return rows
 
@@ -256,7 +309,8 @@ def svg_plot(rows, title):
     w, h, m = 640, 400, 60
     x = lambda p: m + (w - 2 * m) * p / 100
     y = lambda r: h - m - (h - 2 * m) * r
-    colors = {"LRU": "#1f77b4", "LFU": "#ff7f0e", "slot book": "#2ca02c", "Belady": "#7f7f7f"}
+    colors = {"LRU": "#1f77b4", "LFU": "#ff7f0e", "LRU + hot set": "#9467bd", "slot book": "#2ca02c",
+              "Belady": "#7f7f7f"}
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
            f'<text x="{w / 2}" y="20" text-anchor="middle">{title}</text>',
            f'<line x1="{m}" y1="{h - m}" x2="{w - m}" y2="{h - m}" stroke="black"/>',
@@ -276,13 +330,14 @@ def svg_plot(rows, title):
 
 
 def report(head, recs, sizes, decode_only):
-    seq = lookups(recs, decode_only)
+    calls = []
+    seq = lookups(recs, decode_only, calls)
     pop = popularity(head, recs)
     return {"model": head.get("model"), "arch": head.get("arch"), "n_layer": head["n_layer"],
             "n_expert": head["n_expert"], "k": head["k"], "forward_passes": len(recs) // max(head["n_layer"], 1),
             "tokens": sum(r["n"] for r in recs if r["layer"] == 0), "lookups": len(seq),
             "decode_only": decode_only, "popularity": pop, "reuse": reuse(head, recs),
-            "prediction": prediction(recs), "hit_rates": hit_rates(head, seq, sizes)}
+            "prediction": prediction(recs), "hit_rates": hit_rates(head, seq, sizes, calls)}
 
 
 def print_report(rep):
@@ -303,11 +358,11 @@ def print_report(rep):
     if pr["slots"]:
         print(f"Next-layer prediction: {100 * pr['hit_rate']:.1f}% of {pr['slots']} routed slots predicted "
               f"(by chance: {100 * rep['k'] / rep['n_expert']:.1f}%)")
-    print("\n| cache (% of experts) | slots | LRU | LFU | slot book | Belady (bound) |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print("\n| cache (% of experts) | slots | LRU | LFU | LRU + hot set (before) | slot book | Belady (bound) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rep["hit_rates"]:
         print(f"| {r['percent']} | {r['slots']} | {100 * r['LRU']:.1f}% | {100 * r['LFU']:.1f}% | "
-              f"{100 * r['slot book']:.1f}% | {100 * r['Belady']:.1f}% |")
+              f"{100 * r['LRU + hot set']:.1f}% | {100 * r['slot book']:.1f}% | {100 * r['Belady']:.1f}% |")
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 /* gpu_tier.c - the GPU tier of routed experts (gpu_tier.h): the expert cache of CUDA sessions
  * (expert_cache) and the stage slots. n slots of device memory, each the size of the model's
- * largest routed expert, managed by the slot book (slot_book.c: LRU plus a frequency-pinned hot
- * set). When a layer's routing
+ * largest routed expert, managed by the slot book (slot_book.c: the least frequently used expert
+ * goes). When a layer's routing
  * (copied to the host) needs an expert that is not resident, its bytes are copied from the
  * model's mapping into a slot over PCIe (a demand load) before the grouped expert kernel runs; the
  * layer's per-expert pointer table then points into the slots. The kernel and the bytes are those
@@ -199,10 +199,8 @@ strata_status st_gpu_tier_create(const st_gpu_tier_ctx *ctx, int32_t n_slots, st
     c->seen = calloc((size_t)hp->n_expert, sizeof *c->seen);
     c->layer_hits = calloc((size_t)hp->n_layer, sizeof *c->layer_hits);
     const int32_t slots = (int32_t)((size_t)n_slots < nx ? (size_t)n_slots : nx);
-    int32_t pin = slots / 2;
-    if (slots - pin < hp->n_expert) pin = slots - hp->n_expert;
     strata_status st = STRATA_OK;
-    if (st_book_init(&c->book, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0 ||
+    if (st_book_init(&c->book, hp->n_layer, hp->n_expert, slots, st_book_decay_for(slots)) != 0 ||
         !(c->h_table = calloc((size_t)hp->n_expert, sizeof *c->h_table)) || !c->layer_lookups ||
         !c->layer_hits || !c->seen || !(c->held = calloc(2 * (size_t)slots, sizeof *c->held)) ||
         !(c->miss = calloc((size_t)hp->n_expert, sizeof *c->miss)) ||

@@ -57,10 +57,10 @@ void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_
  * again (synchronous copies: call it before the step's kernels are enqueued). */
 strata_status st_gpu_tier_export(st_gpu_tier *c, const void **d_tables,
                                   const int32_t **d_where);
-/* After such a step: layer il's routed ids (n, host) are looked up (the LRU clock, the hot set's
- * counts, the hit and miss counters), and its missed experts loaded into slots (synchronous
- * copies) for the steps to come: into EMPTY slots while *empty lasts, then in place of LRU
- * experts while *budget lasts (both decremented); *resident (may be NULL) gets how many of the n
+/* After such a step: layer il's routed ids (n, host) are looked up (the use counts, the recency
+ * clock, the hit and miss counters), and its missed experts loaded into slots (synchronous
+ * copies) for the steps to come: into EMPTY slots while *empty lasts, then in place of the
+ * slot book's victims while *budget lasts (both decremented); *resident (may be NULL) gets how many of the n
  * ids were resident during the step. st_gpu_tier_empty_slots: the EMPTY slots now. */
 int32_t st_gpu_tier_empty_slots(const st_gpu_tier *c);
 strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids, int64_t n,

@@ -1,7 +1,7 @@
 /* ram_tier.c - the RAM tier of routed experts for sessions with a RAM budget (ram_budget; CUDA
  * sessions: the source of the GPU expert cache's loads and of the CPU's layers, in page-locked
  * slots): n_slots slots of RAM, each the size of the model's largest expert, managed by the
- * slot book (c/experts/slot_book.c: LRU plus a frequency-pinned hot set) and filled from the GGUF by
+ * slot book (c/experts/slot_book.c: the least frequently used expert goes) and filled from the GGUF by
  * the O_DIRECT reader (c/experts/stream.c) when a layer's routing needs an expert that is not
  * resident. The CPU expert step then reads the slots through a per-layer table. The bytes are the
  * file's, so the results are bit-identical to reading the mapping (which the tier never touches
@@ -169,11 +169,7 @@ static strata_status st_ram_tier_build(const st_ram_tier_params *p, st_ram_tier 
                         (long long)n_slots, t->slot_bytes, (int)hp->n_expert_used,
                         (long long)((int64_t)hp->n_expert_used * (int64_t)t->slot_bytes));
     const int32_t slots = (int32_t)(n_slots < (int64_t)nx ? n_slots : (int64_t)nx);
-    /* up to half the slots may be pinned by the hot set, but never so many that the rest cannot
-     * take one token's k experts */
-    int32_t pin = slots / 2;
-    if (slots - pin < hp->n_expert_used) pin = slots - hp->n_expert_used;
-    if (st_book_init(&t->cache, hp->n_layer, hp->n_expert, slots, pin, 4096) != 0)
+    if (st_book_init(&t->cache, hp->n_layer, hp->n_expert, slots, st_book_decay_for(slots)) != 0)
         return st_error(STRATA_ERR_NOMEM, "ram tier: out of memory");
 #ifdef STRATA_HAVE_CUDA
     /* CUDA sessions: page-locked slots, so the disk's O_DIRECT reads land where the GPU cache's
@@ -220,11 +216,9 @@ static strata_status st_ram_tier_build(const st_ram_tier_params *p, st_ram_tier 
             return st_error(STRATA_ERR_INTERNAL, "ram tier: pthread_create failed");
         t->worker_started = 1;
     }
-    /* a layer call needs its distinct experts (at most T * k, at most n_expert) resident at once,
-     * in slots the hot set does not pin */
-    const int32_t free_slots = slots - pin;
-    if (free_slots < hp->n_expert) {
-        const int32_t tmax = free_slots / hp->n_expert_used;
+    /* a layer call needs its distinct experts (at most T * k, at most n_expert) resident at once */
+    if (slots < hp->n_expert) {
+        const int32_t tmax = slots / hp->n_expert_used;
         if (*max_batch > tmax) *max_batch = tmax;
     }
     return STRATA_OK;

@@ -1,27 +1,24 @@
 /* slot_book.c - the slot book of the expert tiers (slot_book.h): slot states, the residency
- * policy (frequency-pinned hot set + LRU) and counters, shared by the GPU tier and the RAM tier. */
+ * policy (the least frequently used expert goes, by use counts that halve every `decay`
+ * look-ups; ties to the least recently used) and counters, shared by the GPU and RAM tiers. */
 #include "slot_book.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-int st_book_init(st_slot_book *ec, int32_t n_layer, int32_t n_expert, int32_t n_slots,
-                  int32_t pin_slots, int32_t rebalance) {
+int st_book_init(st_slot_book *ec, int32_t n_layer, int32_t n_expert, int32_t n_slots, int32_t decay) {
     memset(ec, 0, sizeof *ec);
-    if (n_layer < 1 || n_expert < 1 || n_slots < 1 || pin_slots < 0 || pin_slots > n_slots ||
-        rebalance < 1 || (int64_t)n_layer * n_expert > (1 << 30))
+    if (n_layer < 1 || n_expert < 1 || n_slots < 1 || decay < 1 || (int64_t)n_layer * n_expert > (1 << 30))
         return -1;
     const size_t n = (size_t)n_layer * (size_t)n_expert;
     ec->n_layer = n_layer;
     ec->n_expert = n_expert;
     ec->n_slots = n_slots;
-    ec->pin_slots = pin_slots;
-    ec->rebalance = rebalance;
+    ec->decay = decay;
     ec->slots = calloc((size_t)n_slots, sizeof *ec->slots);
     ec->where = malloc(n * sizeof *ec->where);
     ec->uses = calloc(n, sizeof *ec->uses);
-    ec->hot = calloc(n, 1);
-    if (!ec->slots || !ec->where || !ec->uses || !ec->hot) {
+    if (!ec->slots || !ec->where || !ec->uses) {
         st_book_free(ec);
         return -1;
     }
@@ -35,7 +32,6 @@ void st_book_free(st_slot_book *ec) {
     free(ec->slots);
     free(ec->where);
     free(ec->uses);
-    free(ec->hot);
     memset(ec, 0, sizeof *ec);
 }
 
@@ -44,31 +40,9 @@ static int32_t st_cache_index(const st_slot_book *ec, int32_t layer, int32_t exp
     return layer * ec->n_expert + expert;
 }
 
-static int st_cmp_desc(const void *a, const void *b) {
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-/* The hot set: the pin_slots experts with the highest use counts (ties: lower index first, zero
- * counts never), then every count halves. */
-static void st_cache_rebalance(st_slot_book *ec) {
+/* Every `decay` look-ups the use counts halve, so the policy follows a drifting workload. */
+static void st_book_decay(st_slot_book *ec) {
     const size_t n = (size_t)ec->n_layer * (size_t)ec->n_expert;
-    memset(ec->hot, 0, n);
-    if (ec->pin_slots > 0) {
-        uint32_t *tmp = malloc(n * sizeof *tmp);
-        if (tmp) { /* no memory: no hot set until the next rebalance */
-            memcpy(tmp, ec->uses, n * sizeof *tmp);
-            qsort(tmp, n, sizeof *tmp, st_cmp_desc);
-            uint32_t thr = tmp[(size_t)ec->pin_slots - 1 < n ? (size_t)ec->pin_slots - 1 : n - 1];
-            free(tmp);
-            if (thr == 0) thr = 1;
-            int32_t left = ec->pin_slots;
-            for (size_t i = 0; i < n && left > 0; i++)
-                if (ec->uses[i] > thr) { ec->hot[i] = 1; left--; }
-            for (size_t i = 0; i < n && left > 0; i++)
-                if (ec->uses[i] == thr) { ec->hot[i] = 1; left--; }
-        }
-    }
     for (size_t i = 0; i < n; i++) ec->uses[i] >>= 1;
 }
 
@@ -78,7 +52,7 @@ int32_t st_book_lookup(st_slot_book *ec, int32_t layer, int32_t expert) {
     ec->clock++;
     ec->c.lookups++;
     if (ec->uses[i] < UINT32_MAX) ec->uses[i]++;
-    if (ec->c.lookups % ec->rebalance == 0) st_cache_rebalance(ec);
+    if (ec->c.lookups % ec->decay == 0) st_book_decay(ec);
     const int32_t s = ec->where[i];
     if (s < 0) {
         ec->c.misses++;
@@ -108,12 +82,17 @@ int32_t st_book_claim(st_slot_book *ec, int32_t layer, int32_t expert, int prefe
     int32_t pick = -1;
     for (int32_t s = 0; s < ec->n_slots && pick < 0; s++)
         if (ec->slots[s].state == ST_SLOT_EMPTY) pick = s;
-    if (pick < 0) { /* the least recently used READY slot that is neither held nor pinned */
+    if (pick < 0) { /* the READY slot not held whose expert has the fewest uses, then the least
+                     * recently used of those */
+        uint32_t pick_uses = 0;
         for (int32_t s = 0; s < ec->n_slots; s++) {
             const st_slot *sl = &ec->slots[s];
             if (sl->state != ST_SLOT_READY || sl->users > 0) continue;
-            if (ec->hot[sl->layer * ec->n_expert + sl->expert]) continue;
-            if (pick < 0 || sl->last_use < ec->slots[pick].last_use) pick = s;
+            const uint32_t u = ec->uses[sl->layer * ec->n_expert + sl->expert];
+            if (pick < 0 || u < pick_uses || (u == pick_uses && sl->last_use < ec->slots[pick].last_use)) {
+                pick = s;
+                pick_uses = u;
+            }
         }
         if (pick < 0) return -1;
         st_slot *old = &ec->slots[pick];

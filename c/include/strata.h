@@ -334,21 +334,23 @@ typedef struct strata_placement_params {
     int32_t n_cpu_moe;    /* the routed experts of the first n_cpu_moe layers stay in RAM and the
                              CPU computes them; -1: every layer; 0 (default): all on the GPU.
                              Attention, routers and shared experts stay on the GPU. */
-    int32_t expert_cache; /* routed experts live in a cache of this many GPU slots (LRU and a
-                             pinned hot set; at least n_expert), loaded over PCIe from RAM when
-                             routed and not resident. 0 (default): every expert resident; -1: as
-                             many slots as fit in gpu_mem (or the free memory) after the other
-                             weights, the KV cache and scratch, less a margin (the stats tell) */
+    int32_t expert_cache; /* routed experts live in a cache of this many GPU slots (at least
+                             n_expert; the least frequently used expert goes), loaded over PCIe
+                             from RAM when routed and not resident. 0 (default): every expert
+                             resident; -1: as many slots as fit in gpu_mem (or the free memory)
+                             after the other weights, the KV cache and scratch, less a margin
+                             (the stats tell) */
     int64_t gpu_mem;      /* bytes of GPU memory the session may use with expert_cache -1 (0, the
                              default: what is free) */
     int64_t ram_budget;   /* CPU and CUDA sessions: bytes of RAM for routed experts (0, the
                              default: the whole file through its mapping). Experts not resident
                              are read from the file with O_DIRECT into that many expert-sized
-                             slots (LRU and a pinned hot set); the budget must hold one token's
-                             experts, and prompt batches shrink so one layer's experts fit. CUDA
-                             sessions: with expert_cache or n_cpu_moe (page-locked slots the GPU
-                             cache loads from and the CPU layers read), not with pin_experts 1,
-                             gpu_prefetch, cpu_misses 1, stage_experts > 0 or doorbell. */
+                             slots (the least frequently used expert goes); the budget must hold
+                             one token's experts, and prompt batches shrink so one layer's
+                             experts fit. CUDA sessions: with expert_cache or n_cpu_moe
+                             (page-locked slots the GPU cache loads from and the CPU layers read),
+                             not with pin_experts 1, gpu_prefetch, cpu_misses 1, stage_experts > 0
+                             or doorbell. */
     int pipe;             /* with ram_budget: the next layer's predicted experts (its norm and
                              router on the hidden state now) are read in a background thread while
                              this layer computes. CUDA sessions: in calls of up to 8 tokens, the

@@ -1,6 +1,7 @@
 /* test_slot_book.c - the expert tiers' slot book (c/experts/slot_book.c): every slot-state
- * transition and the refused ones, LRU eviction, slots held by a consumer and slots being filled
- * never evicted or returned, the frequency-pinned hot set, prefetch counters (timely and late),
+ * transition and the refused ones, eviction by use counts (ties: least recently used), slots
+ * held by a consumer and slots being filled never evicted or returned, counts that decay with the
+ * workload, prefetch counters (timely and late),
  * and a long random walk checking the invariants after every operation. */
 #include "slot_book.h"
 #include "test.h"
@@ -9,10 +10,10 @@
 
 static void test_transitions(void) {
     st_slot_book ec;
-    CHECK(st_book_init(&ec, 0, 8, 4, 0, 10) == -1, "0 layers refused");
-    CHECK(st_book_init(&ec, 2, 8, 4, 5, 10) == -1, "pin_slots > n_slots refused");
-    CHECK(st_book_init(&ec, 2, 8, 4, 0, 0) == -1, "rebalance 0 refused");
-    CHECK(st_book_init(&ec, 2, 8, 3, 0, 1000) == 0, "init");
+    CHECK(st_book_init(&ec, 0, 8, 4, 10) == -1, "0 layers refused");
+    CHECK(st_book_init(&ec, 2, 8, 0, 10) == -1, "0 slots refused");
+    CHECK(st_book_init(&ec, 2, 8, 4, 0) == -1, "decay 0 refused");
+    CHECK(st_book_init(&ec, 2, 8, 3, 1000) == 0, "init");
     CHECK(st_book_lookup(&ec, 0, 1) == -1 && ec.c.misses == 1, "empty cache: a miss");
     CHECK(st_book_state_of(&ec, 0, 1) == ST_SLOT_EMPTY, "no slot: EMPTY");
     int32_t s = st_book_claim(&ec, 0, 1, 0);
@@ -45,15 +46,15 @@ static int32_t fill(st_slot_book *ec, int32_t layer, int32_t expert) {
 
 static void test_lru_and_holds(void) {
     st_slot_book ec;
-    st_book_init(&ec, 1, 16, 3, 0, 1000);
+    st_book_init(&ec, 1, 16, 3, 1000);
     int32_t a = fill(&ec, 0, 0), b = fill(&ec, 0, 1), c = fill(&ec, 0, 2);
     CHECK(a >= 0 && b >= 0 && c >= 0, "three slots filled");
     st_book_lookup(&ec, 0, 0);
     st_book_lookup(&ec, 0, 2);
-    st_book_lookup(&ec, 0, 1); /* LRU order now: 0, 2, 1 */
+    st_book_lookup(&ec, 0, 1); /* one use each; LRU order now: 0, 2, 1 */
     int32_t d = st_book_claim(&ec, 0, 3, 0);
     CHECK(d == a && st_book_state_of(&ec, 0, 0) == ST_SLOT_EMPTY && ec.c.evictions == 1,
-          "the least recently used expert (0) is evicted");
+          "equal uses: the least recently used expert (0) is evicted");
     st_book_publish(&ec, d);
     /* expert 2 is now least recently used: hold it, so 1 goes instead */
     st_book_lookup(&ec, 0, 3);
@@ -69,30 +70,40 @@ static void test_lru_and_holds(void) {
     st_book_free(&ec);
 }
 
-static void test_hot_set(void) {
+/* The policy is frequency first: an expert used often survives a stream of experts used once,
+ * however long ago its last use; the counts decay, so a new favourite takes over. */
+static void test_frequency(void) {
     st_slot_book ec;
-    st_book_init(&ec, 1, 32, 4, 1, 50); /* one pinned slot, hot set every 50 lookups */
-    int32_t h = fill(&ec, 0, 9);
+    st_book_init(&ec, 1, 32, 4, 50); /* counts halve every 50 lookups */
+    fill(&ec, 0, 9);
     for (int i = 0; i < 30; i++) st_book_lookup(&ec, 0, 9);
-    for (int e = 0; e < 3; e++) fill(&ec, 0, e);
-    for (int i = 0; i < 20; i++) st_book_lookup(&ec, 0, i % 3); /* 50 lookups: rebalance */
-    CHECK(ec.hot[9] == 1 && ec.hot[0] == 0, "the most used expert is pinned");
-    /* expert 9 is the least recently used, yet survives a stream of new experts */
-    for (int e = 10; e < 20; e++) {
-        int32_t s = fill(&ec, 0, e);
-        CHECK(s >= 0 && s != h, "new expert %d takes an unpinned slot", e);
+    for (int e = 0; e < 3; e++) {
+        fill(&ec, 0, e);
         st_book_lookup(&ec, 0, e);
     }
-    CHECK(st_book_state_of(&ec, 0, 9) == ST_SLOT_READY, "the pinned expert stays resident");
-    /* its count halves at every rebalance while others take over */
+    /* expert 9 is the least recently used, yet survives a stream of new experts */
+    for (int e = 10; e < 20; e++) {
+        st_book_lookup(&ec, 0, e); /* a miss counts a use, as a layer's routing does */
+        const int32_t s = fill(&ec, 0, e);
+        CHECK(s >= 0 && ec.slots[s].expert == e, "new expert %d takes a slot", e);
+        st_book_lookup(&ec, 0, e);
+    }
+    CHECK(st_book_state_of(&ec, 0, 9) == ST_SLOT_READY, "the frequently used expert stays resident");
+    /* 19 used far more from now on: 9's count halves away and 9 is the one to go */
     for (int i = 0; i < 400; i++) st_book_lookup(&ec, 0, 19);
-    CHECK(ec.hot[19] == 1 && ec.hot[9] == 0, "the hot set follows the workload");
+    CHECK(ec.uses[19] > ec.uses[9], "the counts follow the workload (%u against %u)", ec.uses[19], ec.uses[9]);
+    for (int e = 20; e < 24; e++) {
+        st_book_lookup(&ec, 0, e);
+        fill(&ec, 0, e);
+    }
+    CHECK(st_book_state_of(&ec, 0, 19) == ST_SLOT_READY, "the new favourite stays");
+    CHECK(st_book_state_of(&ec, 0, 9) == ST_SLOT_EMPTY, "the old one went");
     st_book_free(&ec);
 }
 
 static void test_prefetch_counters(void) {
     st_slot_book ec;
-    st_book_init(&ec, 2, 8, 4, 0, 1000);
+    st_book_init(&ec, 2, 8, 4, 1000);
     int32_t s = st_book_claim(&ec, 1, 3, 1);
     CHECK(st_book_lookup(&ec, 1, 3) == -1 && ec.c.prefetch_hits_late == 1 && ec.c.misses == 1,
           "a prefetch still loading at its deadline: late, a miss");
@@ -127,7 +138,7 @@ static int consistent(const st_slot_book *ec) {
 
 static void test_random_walk(void) {
     st_slot_book ec;
-    st_book_init(&ec, 3, 12, 6, 2, 37);
+    st_book_init(&ec, 3, 12, 6, 37);
     test_rng r = {7};
     int ok = 1, held_moved = 0, loading_returned = 0;
     int32_t held[6];
@@ -170,7 +181,7 @@ static void test_random_walk(void) {
 int main(void) {
     test_transitions();
     test_lru_and_holds();
-    test_hot_set();
+    test_frequency();
     test_prefetch_counters();
     test_random_walk();
     return test_report();

@@ -102,3 +102,25 @@ def test_cli_route_trace(tmp_path):
     assert (tmp_path / "env.jsonl").read_text().count("\n") == 1 + 6
     p = run_cli("-m", MODEL, "-p", "x", "-n", 1, "-c", 64, "--cpu", "--route-trace", tmp_path / "no" / "t")
     assert p.returncode == 1 and b"No such file" in p.stderr
+
+
+def test_simulated_slot_book_is_the_ram_tiers(tmp_path):
+    """The simulator's slot book is the C one: a CPU session whose experts come through a RAM tier
+    of n slots (--ram-budget) counts exactly the hits the simulator finds on the same session's
+    trace (a layer call holds its experts, as the tier does)."""
+    text = tmp_path / "t.txt"
+    text.write_text((REPO / "README.md").read_text()[:2500])
+    slot = 106496  # the default model's RAM slot (an expert's three matrices, aligned)
+    for n in (40, 96):
+        trace = tmp_path / f"rt{n}.jsonl"
+        p = run_cli("-m", MODEL, "-f", text, "-n", 0, "-b", 1, "-c", 1024, "--cpu", "-t", 2,
+                    "--ram-budget", n * slot, "--profile", "--route-trace", trace)
+        assert p.returncode == 0, p.stderr.decode()
+        import re
+        m = re.search(rb"RAM slots (\d+): (\d+) hits, (\d+) misses", p.stderr)
+        assert m and int(m.group(1)) == n, p.stderr.decode()[-500:]
+        head, recs = rs.read_trace(trace)
+        calls = []
+        seq = rs.lookups(recs, False, calls)
+        hits = rs.sim_slot_book(seq, n, calls=calls)
+        assert (hits, len(seq) - hits) == (int(m.group(2)), int(m.group(3)))

@@ -682,7 +682,7 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
                           !g->pool && hp->n_expert > 0;
     if (!((s->plan.stage_experts != 0 || cpu_split) && hp->n_expert > 0)) return STRATA_OK;
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
-    TRY(st_gpu_tier_create(&ctx, hp->n_expert, &g->stage)); /* n_expert slots: no hot set, LRU only */
+    TRY(st_gpu_tier_create(&ctx, hp->n_expert, &g->stage)); /* n_expert slots: one layer's worth */
     if (s->plan.stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
         int il0 = 0;
         while (il0 < hp->n_layer - 1 && !st_plan_layer_on_cpu(&s->plan, il0)) il0++;

@@ -723,7 +723,7 @@ strata_status st_gpu_pool_begin(strata_session *s) {
 #define ST_POOL_LOADS_PER_STEP 4
 
 /* After a decode step of the pool-miss mode: its routing comes down (one copy), each cache
- * layer's ids are looked up (LRU, hot set, hit and miss counters), the slot-rows counted as
+ * layer's ids are looked up (the use counts and recency, hit and miss counters), the slot-rows counted as
  * the device split them (resident: GPU), and the missed experts, earliest layers first, loaded
  * for the steps to come: into EMPTY slots, then up to ST_POOL_LOADS_PER_STEP evicting. */
 static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
