@@ -236,7 +236,9 @@ int32_t strata_session_n_ctx(const strata_session *s) { return s ? s->n_ctx : 0;
 strata_status strata_session_decode_gen(strata_session *s, const strata_token *tokens, int64_t n,
                                         float *logits, int all_logits) {
     if (!s) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_decode_gen: session is NULL");
-    s->gen_phase = 1;
+    /* drops are allowed in decode steps and windows of at most ST_DEGRADE_MAX_ROWS tokens: the
+     * call's length decides, not the batches n_batch cuts it into */
+    s->gen_phase = n <= ST_DEGRADE_MAX_ROWS;
     strata_status st = strata_session_decode(s, tokens, n, logits, all_logits);
     s->gen_phase = 0;
     return st;

@@ -28,7 +28,8 @@ struct strata_session {
     st_placement_plan plan;     /* where routed experts live and move (plan.h) */
     st_degrade_params degrade;  /* DEGRADE_ZERO (degrade.h) */
     st_degrade_stats dstats;
-    int gen_phase;              /* 1 inside strata_session_decode_gen: drops are allowed */
+    int gen_phase;              /* 1 inside a strata_session_decode_gen call of at most
+                                   ST_DEGRADE_MAX_ROWS tokens: drops are allowed */
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int cuda_pdl;               /* GPU: programmatic dependent launch (st_cuda_set_pdl) */

@@ -215,6 +215,38 @@ static void test_model(void) {
     }
     free(off); free(on); free(ev0); free(ev);
 
+    /* the window guard looks at the call, not at the batches n_batch cuts it into: a 6-token
+     * window with n_batch 2 drops nothing (before the fix each 2-token batch passed the guard) */
+    {
+        strata_session_params wp = strata_session_default_params();
+        wp.n_ctx = 64;
+        wp.n_threads = 2;
+        wp.n_batch = 2;
+        wp.degrade_zero = 1;
+        wp.degrade_tau = 0.05f;
+        wp.degrade_eval = 1;
+        strata_session *ws = NULL;
+        if (strata_session_create(m, &wp, &ws) == STRATA_OK) {
+            strata_token t6[14];
+            for (int i = 0; i < 14; i++) t6[i] = (strata_token)(100 + 37 * i);
+            strata_session_stats st6;
+            CHECK(strata_session_decode(ws, t6, 8, NULL, 0) == STRATA_OK &&
+                      strata_session_decode_gen(ws, t6 + 8, 6, NULL, 0) == STRATA_OK, "6-token window");
+            strata_session_get_stats(ws, &st6);
+            CHECK(st6.degrade_slots == 0 && st6.degrade_zeroed == 0,
+                  "a 6-token window in batches of 2: %lld slots eligible, %lld dropped (want 0, 0)",
+                  (long long)st6.degrade_slots, (long long)st6.degrade_zeroed);
+            CHECK(strata_session_decode_gen(ws, t6, 4, NULL, 0) == STRATA_OK, "4-token window");
+            strata_session_get_stats(ws, &st6);
+            CHECK(st6.degrade_slots == 4LL * mi.n_layer * mi.n_expert_used && st6.degrade_zeroed > 0,
+                  "a 4-token window in batches of 2 may drop: %lld eligible, %lld dropped",
+                  (long long)st6.degrade_slots, (long long)st6.degrade_zeroed);
+            strata_session_free(ws);
+        } else {
+            CHECK(0, "session: %s", strata_last_error());
+        }
+    }
+
     /* bad settings */
     strata_session_params sp = strata_session_default_params();
     strata_session *s = NULL;
