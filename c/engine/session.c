@@ -133,6 +133,7 @@ void strata_session_free(strata_session *s) {
     free(s->zeros); free(s->ones); free(s->shgate); free(s->rope_cs); free(s->att_scratch);
     free(s->mm_ws); free(s->moe_ws);
     free(s->pred_xn); free(s->pred_logits); free(s->pred_wts); free(s->pred_ids); free(s->missed);
+    free(s->spec_logits);
     st_model_release(s->model);
     free(s);
 }

@@ -20,6 +20,7 @@ void strata_session_reset_stats(strata_session *s) {
     s->graph_launches = s->graph_rebuilds = 0;
     s->stage_batches = s->cpu_batches = 0;
     st_ram_tier_reset_counters(s->ram);
+    memset(&s->spec, 0, sizeof s->spec);
     s->be->reset_stats(s);
 }
 

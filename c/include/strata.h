@@ -49,7 +49,7 @@
  *     strata_abi_version() == STRATA_ABI_VERSION at start-up before passing a struct.
  *
  * Sections: version and status; backends and CPU kernels; tensor types; models; tokenizer;
- * sessions (placement, statistics); sampling.
+ * sessions (placement, statistics); sampling; speculative decoding.
  */
 #ifndef STRATA_H
 #define STRATA_H
@@ -662,6 +662,82 @@ STRATA_API strata_status strata_sampler_sample_top(strata_sampler *sampler, cons
                                                    const float *logits, int32_t n, strata_token *out);
 /* Adds token to the penalty history (prompt tokens and generated ones). */
 STRATA_API void strata_sampler_accept(strata_sampler *sampler, strata_token token);
+/* Speculative sampling against a drafter that proposed `draft` (for sure): *out is the token this
+ * row gives, *accepted 1 when it is the draft. At temperature <= 0 the draft is accepted when it
+ * is the greedy token; otherwise with the probability the chain gives it, and else *out is drawn
+ * from the chain's distribution without the draft. Either way each token comes out with the
+ * chain's own probability, so a generation that verifies drafts has the sampler's distribution
+ * (not its random stream: the same seed gives other tokens than strata_sampler_sample). Does not
+ * accept *out into the history. */
+STRATA_API strata_status strata_sampler_verify(strata_sampler *sampler, const float *logits,
+                                               strata_token draft, strata_token *out, int *accepted);
+
+/* ---------------------------------------------------------------------------------------------
+ * Speculative decoding
+ *
+ * A drafter proposes the next few tokens; strata_session_speculate evaluates them in one verify
+ * window (one forward pass of the last token and the drafts) and keeps the longest prefix the
+ * sampler accepts, plus the sampler's own token after it. Greedy output is the text of plain
+ * greedy decoding (a window's rows are one-token steps' bits); sampled output has the sampler's
+ * distribution (strata_sampler_verify).
+ *
+ *     strata_drafter *d;
+ *     strata_drafter_ngram_create(2, 4, &d);             // continuations found earlier in the text
+ *     ... read the prompt; history = its tokens; last = the first sampled token ...
+ *     while (generating) {
+ *         strata_token draft[8], out[9];
+ *         int32_t nd = 0, no = 0;
+ *         strata_drafter_propose(d, history, n_history, 8, draft, &nd);
+ *         strata_session_speculate(session, sampler, last, draft, nd, out, &no);
+ *         ... emit out[0..no), append last and out[0..no-1) to history, last = out[no-1] ...
+ *     }
+ * ------------------------------------------------------------------------------------------- */
+
+#define STRATA_DRAFT_MAX 16 /* the most drafted tokens one window verifies */
+
+typedef struct strata_drafter strata_drafter;
+
+/* A prompt-lookup drafter: the tokens that followed the latest earlier occurrence of the history's
+ * last n tokens (n from ngram_max down to ngram_min), searched in the history, then in every
+ * history it was given before (across calls and requests). 1 <= ngram_min <= ngram_max <= 8. */
+STRATA_API strata_status strata_drafter_ngram_create(int32_t ngram_min, int32_t ngram_max,
+                                                     strata_drafter **out);
+/* A draft-model drafter: greedy tokens of `draft` (its own session with params), which must share
+ * target's vocabulary (the same tokens, ids and special tokens: STRATA_ERR_INVALID_ARG naming the
+ * first difference otherwise). The drafter keeps draft alive (a reference, as a session does). */
+STRATA_API strata_status strata_drafter_model_create(const strata_model *target, const strata_model *draft,
+                                                     const strata_session_params *params,
+                                                     strata_drafter **out);
+STRATA_API void strata_drafter_free(strata_drafter *drafter);
+/* Up to max (<= STRATA_DRAFT_MAX) tokens continuing history[0..n_history); *n_out of them in out
+ * (0: nothing to propose). The drafter learns the history it is given. */
+STRATA_API strata_status strata_drafter_propose(strata_drafter *drafter, const strata_token *history,
+                                                int64_t n_history, int32_t max, strata_token *out,
+                                                int32_t *n_out);
+
+/* One verify window: evaluates `last` (the newest token, not yet in the session) and the n_draft
+ * drafted tokens after it (0 <= n_draft <= STRATA_DRAFT_MAX) in one forward pass, then lets the
+ * sampler verify the drafts in order (strata_sampler_verify) and pick the token after the last
+ * accepted one. out gets the accepted drafts and that token: *n_out = accepted + 1 tokens (fewer
+ * when an end-of-generation token comes first: it ends the list). Each of them is accepted into
+ * the sampler's history. The session keeps `last` and the accepted drafts; the rejected rows are
+ * rolled back, so the KV cache is as if they never ran; out[*n_out - 1] is the next call's last.
+ * STRATA_ERR_RANGE when the window would pass n_ctx (nothing evaluated). */
+STRATA_API strata_status strata_session_speculate(strata_session *session, strata_sampler *sampler,
+                                                  strata_token last, const strata_token *draft,
+                                                  int32_t n_draft, strata_token *out, int32_t *n_out);
+
+/* What a session's verify windows did (strata_session_speculate calls since create or the last
+ * strata_session_reset_stats): per-token acceptance is accepted / drafted of the drafts a window
+ * reached; tokens per window emitted / windows. */
+typedef struct strata_spec_stats {
+    int64_t windows;   /* verify windows run */
+    int64_t drafted;   /* drafted tokens evaluated */
+    int64_t accepted;  /* of them, accepted */
+    int64_t emitted;   /* tokens the windows gave (accepted drafts and the sampler's own) */
+} strata_spec_stats;
+STRATA_API strata_status strata_session_get_spec_stats(const strata_session *session,
+                                                       strata_spec_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,267 @@
+/* test_speculate.c - speculative decoding (issue 31): the n-gram drafter's proposals; the sampler's
+ * verify rule keeps the sampler's distribution (a chi-square check on a small vocabulary);
+ * greedy output through verify windows is plain greedy's, whatever the drafts (right, wrong,
+ * prompt lookup, the model as its own draft model, windows up to 8); a window's rejected rows
+ * leave the KV cache as if they never ran; a draft model with another vocabulary is refused. */
+#include "test.h"
+#include "strata.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static strata_model *model;
+static int32_t V;
+
+/* ---------------------------------------------------------------------------------------------
+ * The n-gram drafter
+ * ------------------------------------------------------------------------------------------- */
+
+static void test_ngram(void) {
+    strata_drafter *d = NULL;
+    CHECK(strata_drafter_ngram_create(0, 3, &d) == STRATA_ERR_INVALID_ARG && !d, "ngram_min 0 refused");
+    CHECK(strata_drafter_ngram_create(3, 2, &d) == STRATA_ERR_INVALID_ARG, "min > max refused");
+    CHECK(strata_drafter_ngram_create(2, 3, &d) == STRATA_OK && d, "create");
+    if (!d) return;
+    const strata_token h[] = {5, 6, 7, 8, 9, 1, 2, 5, 6, 7};
+    strata_token out[8];
+    int32_t n = -1;
+    CHECK(strata_drafter_propose(d, h, 10, 4, out, &n) == STRATA_OK && n == 4 && out[0] == 8 && out[1] == 9 &&
+              out[2] == 1 && out[3] == 2, "the tokens after the earlier 5 6 7: %d proposed", (int)n);
+    const strata_token h2[] = {9, 9, 4, 4};
+    CHECK(strata_drafter_propose(d, h2, 4, 4, out, &n) == STRATA_OK && n == 0, "nothing to find: none");
+    const strata_token h3[] = {3, 3, 1, 2};
+    CHECK(strata_drafter_propose(d, h3, 4, 3, out, &n) == STRATA_OK && n == 3 && out[0] == 5 &&
+              out[1] == 6 && out[2] == 7, "found in an earlier history (1 2 -> 5 6 7): %d", (int)n);
+    CHECK(strata_drafter_propose(d, h, 10, STRATA_DRAFT_MAX + 1, out, &n) == STRATA_ERR_INVALID_ARG,
+          "max past STRATA_DRAFT_MAX refused");
+    strata_drafter_free(d);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The verify rule keeps the distribution
+ * ------------------------------------------------------------------------------------------- */
+
+static void test_verify_distribution(void) {
+    enum { NV = 8, DRAWS = 200000 };
+    const float logits[NV] = {1.0f, 0.5f, 2.0f, -1.0f, 0.0f, 1.5f, -0.5f, 0.2f};
+    strata_sampler_params sp = strata_sampler_default_params();
+    sp.temperature = 0.9f;
+    sp.top_k = 0;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    sp.seed = 12345;
+    strata_sampler *s = NULL;
+    CHECK(strata_sampler_create(&sp, NV, &s) == STRATA_OK, "sampler");
+    if (!s) return;
+    double p[NV], mx = -1e9, sum = 0;
+    for (int i = 0; i < NV; i++) mx = logits[i] > mx ? logits[i] : mx;
+    for (int i = 0; i < NV; i++) sum += p[i] = exp((logits[i] - mx) / 0.9);
+    for (int i = 0; i < NV; i++) p[i] /= sum;
+    const strata_token drafts[3] = {2, 3, 7}; /* likely, unlikely, middling */
+    for (int k = 0; k < 3; k++) {
+        long count[NV] = {0}, acc = 0;
+        for (int it = 0; it < DRAWS; it++) {
+            strata_token t;
+            int a = 0;
+            strata_sampler_verify(s, logits, drafts[k], &t, &a);
+            count[t]++;
+            acc += a;
+            if (a && t != drafts[k]) acc = -1000000000L;
+        }
+        double chi2 = 0;
+        for (int i = 0; i < NV; i++) {
+            const double e = p[i] * DRAWS;
+            chi2 += (count[i] - e) * (count[i] - e) / e;
+        }
+        /* 7 degrees of freedom: P(chi2 > 24.3) = 0.001 */
+        CHECK(chi2 < 24.3, "draft %d: the tokens' distribution is the sampler's (chi2 %.1f)", (int)drafts[k], chi2);
+        CHECK(fabs((double)acc / DRAWS - p[drafts[k]]) < 0.01, "draft %d accepted %.4f of the time, p %.4f",
+              (int)drafts[k], (double)acc / DRAWS, p[drafts[k]]);
+    }
+    strata_sampler_free(s);
+    sp.temperature = 0.0f; /* greedy: accepted exactly when it is the argmax */
+    CHECK(strata_sampler_create(&sp, NV, &s) == STRATA_OK, "greedy sampler");
+    strata_token t;
+    int a = -1;
+    CHECK(strata_sampler_verify(s, logits, 2, &t, &a) == STRATA_OK && t == 2 && a == 1, "greedy: the argmax accepted");
+    CHECK(strata_sampler_verify(s, logits, 5, &t, &a) == STRATA_OK && t == 2 && a == 0, "greedy: another refused");
+    CHECK(strata_sampler_verify(s, logits, NV, &t, &a) == STRATA_ERR_INVALID_ARG, "draft outside the vocabulary");
+    strata_sampler_free(s);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Greedy through windows
+ * ------------------------------------------------------------------------------------------- */
+
+enum { N_PROMPT = 6, N_GEN = 48 };
+static const strata_token PROMPT[N_PROMPT] = {36, 2679, 597, 12, 294, 14}; /* "Dictionary, n." */
+
+static strata_session *new_session(int n_batch) {
+    strata_session_params p = strata_session_default_params();
+    p.n_ctx = 256;
+    p.n_batch = n_batch;
+    p.n_threads = 2;
+    strata_session *s = NULL;
+    CHECK(strata_session_create(model, &p, &s) == STRATA_OK, "session: %s", strata_last_error());
+    return s;
+}
+
+static strata_sampler *greedy_sampler(void) {
+    strata_sampler_params sp = strata_sampler_default_params();
+    sp.temperature = 0.0f;
+    strata_sampler *smp = NULL;
+    strata_sampler_create(&sp, V, &smp);
+    return smp;
+}
+
+/* Plain greedy: the prompt, then one token a step. */
+static void plain_greedy(strata_token *out) {
+    strata_session *s = new_session(512);
+    strata_token t;
+    strata_session_decode_greedy(s, PROMPT, N_PROMPT, &t);
+    for (int i = 0; i < N_GEN; i++) {
+        out[i] = t;
+        if (i + 1 < N_GEN) strata_session_decode_greedy(s, &t, 1, &t);
+    }
+    strata_session_free(s);
+}
+
+typedef enum { DRAFT_RIGHT, DRAFT_WRONG, DRAFT_NGRAM, DRAFT_MODEL } draft_mode;
+
+/* Greedy through verify windows with drafts of the given mode, up to max a window; returns the
+ * windows run and the drafted / accepted counts in *drafted, *accepted. */
+static int spec_greedy(draft_mode mode, int32_t max, const strata_token *ref, strata_token *out, int64_t *drafted,
+                       int64_t *accepted) {
+    strata_session *s = new_session(max + 1 > 4 ? 4 : 512); /* small batches too: the window is one call */
+    strata_sampler *smp = greedy_sampler();
+    strata_drafter *d = NULL;
+    if (mode == DRAFT_NGRAM) strata_drafter_ngram_create(1, 3, &d);
+    if (mode == DRAFT_MODEL) {
+        strata_session_params dp = strata_session_default_params();
+        dp.n_ctx = 256;
+        dp.n_threads = 2;
+        CHECK(strata_drafter_model_create(model, model, &dp, &d) == STRATA_OK, "draft model: %s", strata_last_error());
+    }
+    strata_token hist[N_PROMPT + N_GEN + STRATA_DRAFT_MAX + 1];
+    memcpy(hist, PROMPT, sizeof PROMPT);
+    int64_t nh = N_PROMPT;
+    strata_token last;
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    strata_session_decode(s, PROMPT, N_PROMPT, lg, 0);
+    strata_sampler_sample(smp, lg, &last);
+    free(lg);
+    int n = 0, windows = 0;
+    out[n++] = last;
+    while (n < N_GEN) {
+        strata_token draft[STRATA_DRAFT_MAX], got[STRATA_DRAFT_MAX + 1];
+        int32_t nd = 0, ng = 0;
+        hist[nh++] = last;
+        if (mode == DRAFT_RIGHT) for (nd = 0; nd < max && n + nd < N_GEN; nd++) draft[nd] = ref[n + nd];
+        if (mode == DRAFT_WRONG) for (nd = 0; nd < max; nd++) draft[nd] = (strata_token)((ref[n] + 7 * nd + 1) % V);
+        if (d) strata_drafter_propose(d, hist, nh, max, draft, &nd);
+        if (strata_session_speculate(s, smp, last, draft, nd, got, &ng) != STRATA_OK || ng < 1) {
+            CHECK(0, "speculate: %s", strata_last_error());
+            break;
+        }
+        windows++;
+        for (int i = 0; i < ng && n < N_GEN; i++) out[n++] = got[i];
+        for (int i = 0; i + 1 < ng; i++) hist[nh++] = got[i];
+        last = got[ng - 1];
+    }
+    strata_spec_stats st;
+    strata_session_get_spec_stats(s, &st);
+    *drafted = st.drafted;
+    *accepted = st.accepted;
+    strata_drafter_free(d);
+    strata_sampler_free(smp);
+    strata_session_free(s);
+    return windows;
+}
+
+static void test_greedy_identity(void) {
+    strata_token ref[N_GEN], got[N_GEN];
+    plain_greedy(ref);
+    const struct { draft_mode mode; int32_t max; const char *name; } cases[] = {
+        {DRAFT_RIGHT, 8, "right drafts, windows of 8"}, {DRAFT_RIGHT, 3, "right drafts, windows of 3"},
+        {DRAFT_WRONG, 4, "wrong drafts"}, {DRAFT_NGRAM, 8, "prompt lookup"},
+        {DRAFT_MODEL, 5, "the model as its own draft model"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t drafted = 0, accepted = 0;
+        const int w = spec_greedy(cases[c].mode, cases[c].max, ref, got, &drafted, &accepted);
+        CHECK(memcmp(ref, got, sizeof ref) == 0, "%s: plain greedy's text", cases[c].name);
+        printf("%s: %d windows, %lld of %lld drafts accepted\n", cases[c].name, w, (long long)accepted,
+               (long long)drafted);
+        if (cases[c].mode == DRAFT_RIGHT || cases[c].mode == DRAFT_MODEL)
+            CHECK(accepted == drafted && drafted > 0, "%s: every draft accepted (%lld of %lld)", cases[c].name,
+                  (long long)accepted, (long long)drafted);
+        if (cases[c].mode == DRAFT_WRONG) CHECK(accepted == 0, "%s: none accepted", cases[c].name);
+    }
+}
+
+/* After a window with rejected rows, the next step's logits are those of a session that only ever
+ * saw the accepted tokens. */
+static void test_rollback(void) {
+    strata_token ref[N_GEN];
+    plain_greedy(ref);
+    strata_session *a = new_session(512), *b = new_session(512);
+    strata_sampler *smp = greedy_sampler();
+    float *la = malloc(sizeof(float) * (size_t)V), *lb = malloc(sizeof(float) * (size_t)V);
+    strata_session_decode(a, PROMPT, N_PROMPT, NULL, 0);
+    strata_session_decode(b, PROMPT, N_PROMPT, NULL, 0);
+    /* drafts: 3 right, then 4 wrong: the window keeps ref[0..3] and gives ref[4] */
+    strata_token draft[7] = {ref[1], ref[2], ref[3], (strata_token)((ref[4] + 1) % V), 11, 12, 13}, out[8];
+    int32_t n = 0;
+    CHECK(strata_session_speculate(a, smp, ref[0], draft, 7, out, &n) == STRATA_OK && n == 4 && out[3] == ref[4],
+          "3 of 7 drafts accepted, then the model's token (%d tokens)", (int)n);
+    CHECK(strata_session_n_past(a) == N_PROMPT + 4, "n_past %d: the rejected rows rolled back", strata_session_n_past(a));
+    strata_session_decode(b, ref, 4, NULL, 0);
+    strata_session_decode(a, &ref[4], 1, la, 0);
+    strata_session_decode(b, &ref[4], 1, lb, 0);
+    CHECK(memcmp(la, lb, sizeof(float) * (size_t)V) == 0, "the next step's logits are the plain session's");
+    CHECK(strata_session_speculate(a, smp, ref[5], draft, STRATA_DRAFT_MAX + 1, out, &n) == STRATA_ERR_INVALID_ARG,
+          "n_draft past STRATA_DRAFT_MAX refused");
+    free(la);
+    free(lb);
+    strata_sampler_free(smp);
+    strata_session_free(a);
+    strata_session_free(b);
+}
+
+static void test_vocab_mismatch(void) {
+    const char *shared = getenv("STRATA_SHARED");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/vocab/ggml-vocab-gpt-2.gguf", shared ? shared : "../shared");
+    strata_model_params mp = strata_model_default_params();
+    mp.vocab_only = 1;
+    strata_model *other = NULL;
+    if (strata_model_load(path, &mp, &other) != STRATA_OK) {
+        SKIP("%s not loadable (set STRATA_SHARED)", path);
+        return;
+    }
+    strata_drafter *d = NULL;
+    CHECK(strata_drafter_model_create(model, other, NULL, &d) == STRATA_ERR_INVALID_ARG && !d &&
+              strstr(strata_last_error(), "tokens"), "another vocabulary refused: %s", strata_last_error());
+    strata_model_free(other);
+}
+
+int main(void) {
+    test_ngram();
+    test_verify_distribution();
+    const char *path = "models/strata-tiny-moe-q8_0.gguf";
+    strata_model_params mp = strata_model_default_params();
+    mp.n_threads = 2;
+    if (strata_model_load(path, &mp, &model) != STRATA_OK) {
+        SKIP("%s not loadable (run from the repository root): %s", path, strata_last_error());
+        return test_report();
+    }
+    strata_model_info mi;
+    strata_model_get_info(model, &mi);
+    V = mi.n_vocab;
+    test_greedy_identity();
+    test_rollback();
+    test_vocab_mismatch();
+    strata_model_free(model);
+    return test_report();
+}
