@@ -86,6 +86,7 @@ void cli_opts_init(cli_opts *o) {
     cli_opts_env(o); /* options given later override */
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
+    o->draft_max = 8;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -225,6 +226,12 @@ static void cli_usage_sampling(FILE *f) {
         "  --logpos FILE           teacher-forced logprobs of every prompt position (JSONL; also\n"
         "                          $STRATA_LOGPOS); --logpos-top K ids per position (default 20)\n"
         "  --stats-json FILE       the timing stats as JSON      --quiet  no stats on stderr\n"
+        "  --spec none|ngram|draft speculative decoding: drafted tokens verified in windows of one\n"
+        "                          forward pass (greedy: the same text; sampling: the same\n"
+        "                          distribution); ngram: continuations found earlier in the text;\n"
+        "                          draft: --draft-model FILE (the same vocabulary) drafts them;\n"
+        "                          --draft-max N drafts a window (default 8), --draft-min N\n"
+        "                          fewer make a plain step (default 0)\n"
         "  --route-trace FILE      each layer's routing (experts, weights, the previous layer's\n"
         "                          prediction) as JSON lines (also $STRATA_ROUTE_TRACE; CPU\n"
         "                          sessions): bench/routing_stats.py reads it\n"
@@ -359,6 +366,26 @@ static int opt_kv_type(cli_opts *o, const char *a, const char *v) {
     if (strcmp(v, "f16") == 0) o->kv_type = STRATA_TYPE_F16;
     else if (strcmp(v, "f32") == 0) o->kv_type = STRATA_TYPE_F32;
     else return cli_usage_error("bad value '%s' for --kv-type (f16 or f32)", v);
+    return 0;
+}
+
+static int opt_spec(cli_opts *o, const char *a, const char *v) {
+    (void)a;
+    if (strcmp(v, "none") == 0) o->spec = CLI_SPEC_NONE;
+    else if (strcmp(v, "ngram") == 0) o->spec = CLI_SPEC_NGRAM;
+    else if (strcmp(v, "draft") == 0) o->spec = CLI_SPEC_DRAFT;
+    else if (strcmp(v, "self") == 0 || strcmp(v, "auto") == 0)
+        return cli_usage_error("--spec %s is not built yet (%s); use none, ngram or draft", v,
+                               strcmp(v, "self") == 0 ? "the self-draft needs the GPU's resident experts"
+                                                      : "the draft policy comes next");
+    else return cli_usage_error("bad value '%s' for --spec (none, ngram or draft)", v);
+    return 0;
+}
+
+static int opt_draft_model(cli_opts *o, const char *a, const char *v) {
+    (void)a;
+    o->draft_model = v;
+    o->spec = CLI_SPEC_DRAFT;
     return 0;
 }
 
@@ -504,6 +531,11 @@ static const cli_value_row cli_values[] = {
     CLI_INT(NULL, "--logpos-top", logpos_top, 1, 1000000),
     CLI_STR(NULL, "--stats-json", stats_json),
     CLI_STR(NULL, "--route-trace", route_trace),
+    /* speculative decoding */
+    CLI_FN(NULL, "--spec", opt_spec),
+    CLI_FN(NULL, "--draft-model", opt_draft_model),
+    CLI_INT(NULL, "--draft-max", draft_max, 1, STRATA_DRAFT_MAX),
+    CLI_INT(NULL, "--draft-min", draft_min, 0, STRATA_DRAFT_MAX),
     CLI_FN(NULL, "--chat-template", opt_chat_template),
     CLI_STR(NULL, "--system", system),
     /* perplexity */

@@ -123,6 +123,9 @@ typedef struct {
     cli_topk topk;
     int64_t logpos_base;    /* position of the next dumped row */
     cli_run_stats st;       /* over the whole run */
+    strata_drafter *drafter; /* --spec: NULL for plain steps */
+    strata_token *hist;     /* --spec: the tokens in the KV cache, in order, and room for one more */
+    int64_t n_hist;
 } runner;
 
 enum { STOP_LIMIT, STOP_EOG, STOP_STRING, STOP_CTX };
@@ -217,6 +220,30 @@ typedef struct {
     strata_token pending;
 } gen_end;
 
+/* Streams tok, a generated token that is not an end of generation. *stop is 1 when generation
+ * ends with it (a stop string, or n_predict reached): it is end->pending. Returns 0, or the status
+ * after a failure. */
+static int emit_token(runner *r, stream *s, strata_token tok, int n_predict, gen_end *end, int *stop) {
+    char piece[256];
+    end->n_gen++;
+    int64_t plen = 0;
+    strata_status st = strata_token_to_piece(r->model, tok, 0, piece, sizeof piece, &plen);
+    if (st == STRATA_OK && stream_append(s, piece, (size_t)plen) != 0) st = STRATA_ERR_NOMEM;
+    if (st != STRATA_OK) return cli_fail("token %d: %s", (int)tok, strata_last_error());
+    if (stream_flush_safe(s)) end->why = STOP_STRING;
+    else if (!(n_predict >= 0 && end->n_gen >= n_predict)) return 0;
+    end->pending = tok;
+    *stop = 1;
+    return 0;
+}
+
+static void prof_line_now(runner *r, const gen_end *end, double t1) {
+    g_prof_requested = 0;
+    fputc('\n', stderr);
+    cli_print_prof_line(r->sess, cli_session_on_gpu(r->o), cli_rate((double)r->st.n_prompt, r->st.prompt_s),
+                        cli_rate((double)end->n_gen, cli_now() - t1));
+}
+
 /* Samples, streams and decodes up to n_predict tokens after the prompt's logits; t0 and t1 are
  * when the prompt started and ended. Returns 0, or the status after a failure (nothing more of
  * the stream is written). */
@@ -226,16 +253,9 @@ static int gen_loop(runner *r, stream *s, int n_predict, double t0, double t1, g
     step_io io;
     int rc = step_io_init(&io, r);
     if (rc) return rc;
-    char piece[256];
     for (int first = 1;; first = 0) {
         if (n_predict >= 0 && end->n_gen >= n_predict) break;
-        if (g_prof_requested) { /* kill -USR1: the [PROF] line now */
-            g_prof_requested = 0;
-            fputc('\n', stderr);
-            cli_print_prof_line(r->sess, cli_session_on_gpu(r->o),
-                                cli_rate((double)r->st.n_prompt, r->st.prompt_s),
-                                cli_rate((double)end->n_gen, cli_now() - t1));
-        }
+        if (g_prof_requested) prof_line_now(r, end, t1); /* kill -USR1: the [PROF] line now */
         strata_token tok;
         if (step_sample(r, &io, &tok) != STRATA_OK) { rc = cli_fail("sampling: %s", strata_last_error()); break; }
         if (first) r->st.ttft_s += cli_now() - t0;
@@ -245,13 +265,8 @@ static int gen_loop(runner *r, stream *s, int n_predict, double t0, double t1, g
             break;
         }
         strata_sampler_accept(r->smp, tok);
-        end->n_gen++;
-        int64_t plen = 0;
-        strata_status st = strata_token_to_piece(r->model, tok, 0, piece, sizeof piece, &plen);
-        if (st == STRATA_OK && stream_append(s, piece, (size_t)plen) != 0) st = STRATA_ERR_NOMEM;
-        if (st != STRATA_OK) { rc = cli_fail("token %d: %s", (int)tok, strata_last_error()); break; }
-        if (stream_flush_safe(s)) { end->pending = tok; end->why = STOP_STRING; break; }
-        if (n_predict >= 0 && end->n_gen >= n_predict) { end->pending = tok; break; }
+        int stop = 0;
+        if ((rc = emit_token(r, s, tok, n_predict, end, &stop)) || stop) break;
         if (strata_session_n_past(r->sess) >= n_ctx) {
             end->why = STOP_CTX;
             r->st.ctx_full = 1;
@@ -265,6 +280,61 @@ static int gen_loop(runner *r, stream *s, int n_predict, double t0, double t1, g
     }
     step_io_free(&io);
     return rc;
+}
+
+/* gen_loop with verify windows (--spec): the drafter proposes what follows r->hist and the token
+ * not yet in the cache, strata_session_speculate keeps what the sampler accepts. A window's
+ * tokens past a stop are rolled back out of the cache, so it ends as gen_loop's would. */
+static int spec_loop(runner *r, stream *s, int n_predict, double t0, double t1, gen_end *end) {
+    const cli_opts *o = r->o;
+    const int32_t n_ctx = strata_session_n_ctx(r->sess);
+    strata_token win[STRATA_DRAFT_MAX + 1], draft[STRATA_DRAFT_MAX];
+    int32_t n_win = 1; /* win[0..n_win-1) are in the cache, win[n_win-1] is not */
+    if (strata_sampler_sample(r->smp, r->logits, &win[0]) != STRATA_OK)
+        return cli_fail("sampling: %s", strata_last_error());
+    r->st.ttft_s += cli_now() - t0;
+    if (o->ignore_eos || !strata_token_is_eog(r->model, win[0])) strata_sampler_accept(r->smp, win[0]);
+    for (;;) {
+        if (g_prof_requested) prof_line_now(r, end, t1);
+        int32_t i = 0, stop = 0;
+        for (; i < n_win && !stop; i++) {
+            if (!o->ignore_eos && strata_token_is_eog(r->model, win[i])) {
+                end->pending = win[i];
+                end->why = STOP_EOG;
+                stop = 1;
+            } else {
+                int rc = emit_token(r, s, win[i], n_predict, end, &stop);
+                if (rc) return rc;
+            }
+        }
+        /* win[0..i-1) stay in the cache; a stop at win[i-1] makes it the pending token */
+        for (int32_t k = 0; k + 1 < i; k++) r->hist[r->n_hist++] = win[k];
+        if (stop) {
+            if (i < n_win && strata_session_truncate(r->sess, (int32_t)r->n_hist) != STRATA_OK)
+                return cli_fail("rolling back the window: %s", strata_last_error());
+            return 0;
+        }
+        const int32_t n_past = strata_session_n_past(r->sess);
+        if (n_past >= n_ctx) {
+            end->why = STOP_CTX;
+            r->st.ctx_full = 1;
+            return 0;
+        }
+        const strata_token last = win[n_win - 1];
+        int64_t max = o->draft_max, room = (int64_t)n_ctx - n_past - 1;
+        if (room < max) max = room;
+        if (n_predict >= 0 && n_predict - end->n_gen - 1 < max) max = n_predict - end->n_gen - 1;
+        int32_t nd = 0;
+        if (max > 0) {
+            r->hist[r->n_hist] = last;
+            if (strata_drafter_propose(r->drafter, r->hist, r->n_hist + 1, (int32_t)max, draft, &nd) != STRATA_OK)
+                return cli_fail("drafting: %s", strata_last_error());
+            if (nd < o->draft_min) nd = 0;
+        }
+        if (strata_session_speculate(r->sess, r->smp, last, draft, nd, win, &n_win) != STRATA_OK)
+            return cli_fail("verify window at position %d: %s", (int)n_past, strata_last_error());
+        r->hist[r->n_hist++] = last;
+    }
 }
 
 /* Reads toks then generates up to n_predict tokens, streaming to stdout. keep_all: every
@@ -285,6 +355,10 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
         return 0;
     }
     for (int64_t i = 0; i < n; i++) strata_sampler_accept(r->smp, toks[i]);
+    if (r->drafter) {
+        memcpy(r->hist + r->n_hist, toks, (size_t)n * sizeof *toks);
+        r->n_hist += n;
+    }
     double t0 = cli_now();
     int rc = eval_prompt(r, toks, n, -1);
     if (rc) return rc;
@@ -294,7 +368,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
 
     stream s = {NULL, 0, 0, 0, r->o, stdout};
     gen_end end = {STOP_LIMIT, 0, -1};
-    rc = gen_loop(r, &s, n_predict, t0, t1, &end);
+    rc = r->drafter ? spec_loop(r, &s, n_predict, t0, t1, &end) : gen_loop(r, &s, n_predict, t0, t1, &end);
     if (!rc) stream_write(&s, s.len);
     free(s.buf);
     if (rc) return rc;
@@ -303,6 +377,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
         if (strata_session_decode_gen(r->sess, &end.pending, 1, r->logits, 0) != STRATA_OK)
             return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
                             strata_last_error());
+        if (r->drafter) r->hist[r->n_hist++] = end.pending;
     }
     if (*why == STOP_CTX)
         fprintf(stderr, "\nstrata: context full (%d tokens, -c); stopped after %lld generated "
@@ -469,6 +544,11 @@ static int run_with(cli_opts *o) {
         rc = cli_fail("sampler: %s", strata_last_error());
         goto done;
     }
+    if ((rc = cli_new_drafter(o, r.model, r.sess, &r.drafter))) goto done;
+    if (r.drafter && !(r.hist = malloc(sizeof *r.hist * ((size_t)strata_session_n_ctx(r.sess) + 1)))) {
+        rc = cli_fail("out of memory");
+        goto done;
+    }
     size_t rows = o->logpos && !o->interactive ? (size_t)o->n_batch : 1; /* all_logits only for dumps */
     r.logits = malloc(rows * (size_t)r.n_vocab * sizeof(float));
     if (!r.logits) { rc = cli_fail("out of memory for %zu x %d logits", rows, r.n_vocab); goto done; }
@@ -512,6 +592,8 @@ done:
     free(toks);
     free(r.logits);
     strata_sampler_free(r.smp);
+    strata_drafter_free(r.drafter);
+    free(r.hist);
     strata_session_free(r.sess);
     strata_model_free(r.model);
     free(file_text);

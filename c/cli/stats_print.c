@@ -1,7 +1,7 @@
 /* stats_print.c - what the model-running commands print about a session's work (stats_print.h):
- * run's footer (stderr) and --stats-json file, DEGRADE_ZERO's tally, --profile's phase times and
- * the [PROF] line: prompt and decode rates, where the routed experts ran, what moved over PCIe
- * and from disk. */
+ * run's footer (stderr) and --stats-json file, DEGRADE_ZERO's tally, the verify windows,
+ * --profile's phase times and the [PROF] line: prompt and decode rates, where the routed experts
+ * ran, what moved over PCIe and from disk. */
 #include "stats_print.h"
 #include "session_setup.h" /* cli_threads_used, cli_session_on_gpu */
 
@@ -97,6 +97,16 @@ void cli_print_prof_line(const strata_session *sess, int gpu, double prompt_tps,
             cli_human_bytes((double)st.disk_bytes, db, sizeof db), (long long)st.degrade_zeroed);
 }
 
+/* Verify windows (--spec): how many, the drafts they took and accepted, the tokens each gave. */
+static void cli_print_spec_stats(const strata_session *sess) {
+    strata_spec_stats sp;
+    if (!sess || strata_session_get_spec_stats(sess, &sp) != STRATA_OK || sp.windows == 0) return;
+    fprintf(stderr, "strata: speculative: %lld verify windows, %lld drafted, %lld accepted (%.1f%%), "
+            "%.2f tokens a window\n", (long long)sp.windows, (long long)sp.drafted, (long long)sp.accepted,
+            sp.drafted ? 100.0 * (double)sp.accepted / (double)sp.drafted : 0.0,
+            (double)sp.emitted / (double)sp.windows);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Run's footer
  * ------------------------------------------------------------------------------------------- */
@@ -117,12 +127,18 @@ static int cli_write_stats_json(const cli_opts *o, const strata_model *model, co
     fprintf(f, ", \"n_threads\": %d, \"n_ctx\": %d, \"n_batch\": %d, \"kv_type\": \"%s\", "
             "\"seed\": %llu, \"load_s\": %.6f, \"n_prompt\": %lld, \"prompt_s\": %.6f, "
             "\"prompt_tok_s\": %.4f, \"ttft_s\": %.6f, \"n_gen\": %lld, \"gen_s\": %.6f, "
-            "\"gen_tok_s\": %.4f, \"peak_rss_bytes\": %llu, \"context_full\": %s}\n",
+            "\"gen_tok_s\": %.4f, \"peak_rss_bytes\": %llu, \"context_full\": %s",
             cli_threads_used(o), (int)strata_session_n_ctx(sess), o->n_batch,
             strata_type_name(o->kv_type), (unsigned long long)o->sp.seed, rs->load_s,
             (long long)rs->n_prompt, rs->prompt_s, cli_rate((double)rs->n_prompt, rs->prompt_s), rs->ttft_s,
             (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
             (unsigned long long)rss, rs->ctx_full ? "true" : "false");
+    strata_spec_stats sp;
+    if (strata_session_get_spec_stats(sess, &sp) == STRATA_OK && sp.windows > 0)
+        fprintf(f, ", \"spec_windows\": %lld, \"spec_drafted\": %lld, \"spec_accepted\": %lld, "
+                "\"spec_emitted\": %lld", (long long)sp.windows, (long long)sp.drafted, (long long)sp.accepted,
+                (long long)sp.emitted);
+    fputs("}\n", f);
     const int bad = ferror(f);
     if (fclose(f) != 0 || bad) return cli_fail("cannot write '%s': %s", o->stats_json, strerror(errno));
     return 0;
@@ -140,6 +156,7 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
                 (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
         cli_print_degrade_stats(sess);
+        cli_print_spec_stats(sess);
         cli_print_profile(sess, "(prompt and generation)");
         /* the [PROF] line: every GPU run (where the experts ran, what moved over PCIe); a CPU
          * run's with --profile */

@@ -1,0 +1,112 @@
+"""test_spec.py - speculative decoding from the CLI (issue 31): `--spec ngram` and
+`--draft-model FILE` give greedy decoding's text token for token (prompt, chat with stop strings,
+a full context), the footer and --stats-json count the verify windows (the target as its own
+draft accepts every draft; a q4_0 copy of it most), sampling with drafts repeats itself for a
+seed, and the options refuse what is not built or out of range."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
+MODEL = REPO / "models" / "strata-tiny-moe-q8_0.gguf"
+REPEATS = "The cat sat on the mat. The cat sat on the mat. The cat sat on the mat. The cat"
+
+
+def run(*args, check_rc=0, input=None):
+    if not CLI.is_file():
+        pytest.skip(f"strata CLI not built at {CLI}")
+    p = subprocess.run([str(CLI), *map(str, args)], capture_output=True, timeout=300, input=input)
+    if check_rc is not None:
+        assert p.returncode == check_rc, (args, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    return p
+
+
+def gen(*extra, prompt="Dictionary, n.", n=80, stats=None):
+    args = ["run", "-m", MODEL, "-p", prompt, "-n", n, "--temp", 0, "-t", 2, "--no-echo", *extra]
+    if stats:
+        args += ["--stats-json", stats]
+    return run(*args)
+
+
+@pytest.fixture(scope="module")
+def q4_draft(tmp_path_factory):
+    """The tiny model requantized to q4_0: the same vocabulary, other weights (a real draft)."""
+    out = tmp_path_factory.mktemp("spec") / "tiny-q4_0.gguf"
+    run("quantize", MODEL, out, "-T", "q4_0", "--allow-requantize")
+    return out
+
+
+@pytest.mark.parametrize("prompt", ["Dictionary, n.", REPEATS])
+def test_greedy_text_unchanged(prompt, q4_draft, tmp_path):
+    plain = gen(prompt=prompt).stdout
+    for extra in (["--spec", "ngram"], ["--draft-model", q4_draft], ["--draft-model", MODEL],
+                  ["--spec", "ngram", "--draft-max", 1], ["--spec", "ngram", "--draft-min", 3]):
+        p = gen(*extra, prompt=prompt, stats=tmp_path / "s.json")
+        assert p.stdout == plain, extra
+        s = json.loads((tmp_path / "s.json").read_text())
+        assert s["n_gen"] == 80
+        assert s["spec_windows"] > 0 and s["spec_accepted"] <= s["spec_drafted"]
+        assert b"speculative:" in p.stderr and b"verify windows" in p.stderr
+
+
+def test_window_counts(q4_draft, tmp_path):
+    # the target as its own draft: every draft accepted, windows of draft-max + 1 tokens
+    gen("--draft-model", MODEL, "--draft-max", 4, n=50, stats=tmp_path / "a.json")
+    a = json.loads((tmp_path / "a.json").read_text())
+    assert a["spec_accepted"] == a["spec_drafted"] > 0
+    assert a["spec_emitted"] == a["spec_windows"] + a["spec_accepted"]
+    assert a["spec_drafted"] <= 4 * a["spec_windows"]
+    # 49 tokens after the first in ceil(49 / 5) windows, the last one drafting only the 3 that
+    # -n leaves room for
+    assert a["n_gen"] == 50 and a["spec_windows"] == 10 and a["spec_drafted"] == 9 * 4 + 3
+    # a q4_0 copy: most drafts, not all
+    gen("--draft-model", q4_draft, stats=tmp_path / "b.json")
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert 0.5 * b["spec_drafted"] < b["spec_accepted"] < b["spec_drafted"]
+    # n-gram drafts on text that repeats itself
+    gen("--spec", "ngram", prompt=REPEATS, stats=tmp_path / "c.json")
+    c = json.loads((tmp_path / "c.json").read_text())
+    assert c["spec_accepted"] > 0
+    # no drafts for want of --draft-min: plain one-token windows
+    gen("--spec", "ngram", "--draft-min", 16, n=30, stats=tmp_path / "d.json")
+    d = json.loads((tmp_path / "d.json").read_text())
+    assert d["spec_drafted"] == 0 and d["spec_windows"] == 29
+
+
+def test_chat_stops_and_full_context(q4_draft):
+    turns = b"Dictionary, n.\nWhat is a cat?\nAnd a dog?\n"
+    for stop in ([], ["--stop", "."], ["--stop", "the"]):
+        base = ["run", "-m", MODEL, "--chat", "-n", 40, "--temp", 0, "-t", 2, *stop]
+        plain = run(*base, input=turns).stdout
+        for extra in (["--spec", "ngram"], ["--draft-model", q4_draft], ["--draft-model", MODEL]):
+            assert run(*base, *extra, input=turns).stdout == plain, (stop, extra)
+    base = ["-c", 40, "--ignore-eos"]
+    plain = gen(*base, n=100).stdout
+    for extra in (["--spec", "ngram"], ["--draft-model", MODEL]):
+        p = gen(*base, *extra, n=100)
+        assert p.stdout == plain and b"context full" in p.stderr
+
+
+def test_sampling_repeats_for_a_seed(q4_draft):
+    args = ["--temp", 0.8, "--seed", 7, "--draft-model", q4_draft]
+    a, b = gen(*args), gen(*args)
+    assert a.stdout == b.stdout and len(a.stdout) > 0
+
+
+def test_options_refused():
+    for args, msg in ((["--spec", "self"], b"not built yet"), (["--spec", "auto"], b"not built yet"),
+                      (["--spec", "bogus"], b"--spec"), (["--spec", "draft"], b"--draft-model"),
+                      (["--spec", "ngram", "--draft-max", 0], b"--draft-max"),
+                      (["--spec", "ngram", "--draft-max", 17], b"--draft-max"),
+                      (["--spec", "ngram", "--draft-min", -1], b"--draft-min")):
+        p = run("run", "-m", MODEL, "-p", "x", "-n", 4, *args, check_rc=None)
+        assert p.returncode == 2, (args, p.returncode, p.stderr)
+        assert msg in p.stderr, (args, p.stderr)
+    p = run("run", "-m", MODEL, "-p", "x", "-n", 4, "--draft-model", "/nonexistent.gguf", check_rc=None)
+    assert p.returncode != 0 and b"/nonexistent.gguf" in p.stderr
+
