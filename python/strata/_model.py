@@ -38,6 +38,10 @@ def _session_stats(sess) -> dict:
                          for i in range(lib.STRATA_PHASE_COUNT)}
         else:
             out[name] = getattr(st, name)
+    sp = ffi.new("strata_spec_stats *")
+    check(lib.strata_session_get_spec_stats(sess, sp), "strata_session_get_spec_stats")
+    for name in ("windows", "drafted", "accepted", "emitted"):
+        out["spec_" + name] = int(getattr(sp, name))
     return out
 
 
@@ -152,6 +156,7 @@ class Model:
         self._ptr = ffi.NULL
         file_exists(path)
         self._keep = ffi.NULL  # the session logits(keep=True) appends to
+        self._ngram = ffi.NULL  # generate(speculative="ngram")'s drafter, kept across calls
         mp = lib.strata_model_default_params()
         mp.use_mmap = 1 if use_mmap else 0
         mp.vocab_only = 1 if vocab_only else 0
@@ -189,6 +194,9 @@ class Model:
     def close(self) -> None:
         """Frees the model. A generator still running keeps the library's model alive (its session
         holds a reference) but raises ValueError at its next step."""
+        if getattr(self, "_ngram", ffi.NULL) != ffi.NULL:
+            lib.strata_drafter_free(self._ngram)
+            self._ngram = ffi.NULL
         if self._keep != ffi.NULL:
             lib.strata_session_free(self._keep)
             self._keep = ffi.NULL
@@ -354,7 +362,8 @@ class Model:
                  min_p: float = 0.05, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
                  presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                  seed: int = 0x5eed, stop: str | Sequence[str] | None = (), ignore_eos: bool = False,
-                 add_special: bool = True, parse_special: bool = True
+                 add_special: bool = True, parse_special: bool = True,
+                 speculative: "str | Model | None" = None, draft_max: int = 8, draft_min: int = 0
                  ) -> Iterator[tuple[int, str]]:
         """Yields (token_id, text) per generated token. text is what became final with that token:
         "" while a multi-byte character or a possible stop string is incomplete; when a stop
@@ -365,7 +374,15 @@ class Model:
         prompt: text (str) or token ids (a sequence of ints); bytes or a number raise TypeError.
         max_tokens: None generates until end of generation or a full context. stop: one stop
         string or a sequence of them. Arguments are checked here, not at the first next(); a
-        generator of a model closed meanwhile raises ValueError."""
+        generator of a model closed meanwhile raises ValueError.
+
+        speculative: None (one token a step), "ngram" (continuations found earlier in the text,
+        remembered across calls on this Model) or a Model with the same vocabulary (a draft model,
+        run in a session of its own with its own settings): drafted tokens are verified in windows
+        of one forward pass, at most draft_max (1..16) a window, none when fewer than draft_min
+        would be drafted. Greedy text is the same as without; sampling keeps the distribution
+        (other draws for a seed). last_stats["spec_windows"], ["spec_drafted"],
+        ["spec_accepted"], ["spec_emitted"] count what the windows did."""
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         else:
@@ -382,19 +399,62 @@ class Model:
         sp.repeat_penalty, sp.repeat_last_n = repeat_penalty, repeat_last_n
         sp.presence_penalty, sp.frequency_penalty = presence_penalty, frequency_penalty
         sp.seed = int_arg("seed", seed, lo=None) & 0xffffffffffffffff
-        return self._generate(ids, max_tokens, sp, stops, ignore_eos)
+        spec = self._spec_args(speculative, draft_max, draft_min)
+        return self._generate(ids, max_tokens, sp, stops, ignore_eos, spec)
 
-    def _generate(self, ids, max_tokens, sp, stops, ignore_eos):
+    def _spec_args(self, speculative, draft_max, draft_min):
+        """(draft source, draft_max, draft_min) checked, or None for plain steps."""
+        if speculative is None:
+            return None
+        dmax = int_arg("draft_max", draft_max, lo=1, hi=lib.STRATA_DRAFT_MAX)
+        dmin = int_arg("draft_min", draft_min, lo=0, hi=lib.STRATA_DRAFT_MAX)
+        if isinstance(speculative, Model):
+            speculative._model()
+            return (speculative, dmax, dmin)
+        if speculative == "ngram":
+            return ("ngram", dmax, dmin)
+        if speculative in ("self", "auto", "draft"):
+            raise ValueError(f"speculative={speculative!r} is not built yet: use \"ngram\" or a "
+                             "draft Model")
+        raise TypeError(f"speculative must be None, \"ngram\" or a Model, not {speculative!r}")
+
+    def _drafter(self, source):
+        """The drafter for source: this Model's n-gram one (kept across calls, freed by close()),
+        or a new one over the draft Model's own session (the caller frees it)."""
+        out = ffi.new("strata_drafter **")
+        if source == "ngram":
+            if self._ngram == ffi.NULL:
+                check(lib.strata_drafter_ngram_create(2, 4, out), "strata_drafter_ngram_create")
+                self._ngram = out[0]
+            return self._ngram
+        params = ffi.new("strata_session_params *", source._session_params())
+        check(lib.strata_drafter_model_create(self._model(), source._model(), params, out),
+              "strata_drafter_model_create")
+        return out[0]
+
+    def _generate(self, ids, max_tokens, sp, stops, ignore_eos, spec=None):
         model = self._model()
         sess = self._new_session()
         smp_out = ffi.new("strata_sampler **")
+        drafter = ffi.NULL
         try:
             check(lib.strata_sampler_create(ffi.new("strata_sampler_params *", sp), self.n_vocab,
                                             smp_out), "strata_sampler_create")
+            if spec is not None:
+                drafter = self._drafter(spec[0])
         except StrataError:
+            if smp_out[0] != ffi.NULL:
+                lib.strata_sampler_free(smp_out[0])
             lib.strata_session_free(sess)
             raise
+        own_drafter = spec is not None and spec[0] != "ngram"
         smp = smp_out[0]
+        # speculative: the window's tokens still to hand out (the sampler has accepted them), the
+        # tokens so far for the drafter, the window's buffers
+        window, hist = [], list(ids)
+        draft = ffi.new("strata_token[]", lib.STRATA_DRAFT_MAX)
+        wout = ffi.new("strata_token[]", lib.STRATA_DRAFT_MAX + 1)
+        n_out = ffi.new("int32_t *")
         logits = ffi.new("float[]", self.n_vocab)
         tok = ffi.new("strata_token *")
         # the CLI's candidates path: the top_k + repeat_last_n best logits after each step (on a
@@ -419,16 +479,21 @@ class Model:
             n_gen = 0
             while max_tokens < 0 or n_gen < max_tokens:
                 self._model()  # raises once the model is closed (the session still holds it)
-                if have_cand:
-                    check(lib.strata_sampler_sample_top(smp, cids, cvals, need, tok),
-                          "strata_sampler_sample_top")
+                if window:
+                    t = window.pop(0)
                 else:
-                    check(lib.strata_sampler_sample(smp, logits, tok), "strata_sampler_sample")
-                t = int(tok[0])
+                    if have_cand:
+                        check(lib.strata_sampler_sample_top(smp, cids, cvals, need, tok),
+                              "strata_sampler_sample_top")
+                    else:
+                        check(lib.strata_sampler_sample(smp, logits, tok), "strata_sampler_sample")
+                    t = int(tok[0])
+                    if ignore_eos or not lib.strata_token_is_eog(model, t):
+                        lib.strata_sampler_accept(smp, t)
                 if not ignore_eos and lib.strata_token_is_eog(model, t):
                     self.last_stop = "eog"
                     break
-                lib.strata_sampler_accept(smp, t)
+                hist.append(t)
                 n_gen += 1
                 pending += dec.decode(self.token_to_piece(t))
                 cut = min((i for i in (pending.find(s) for s in stops) if i >= 0), default=-1)
@@ -451,10 +516,18 @@ class Model:
                 pending = pending[len(pending) - hold:]
                 if max_tokens >= 0 and n_gen >= max_tokens:
                     break
-                if lib.strata_session_n_past(sess) >= n_ctx:
+                if window:  # the rest of this window: in the cache already
+                    continue
+                n_past = lib.strata_session_n_past(sess)
+                if n_past >= n_ctx:
                     self.last_stop = "context"
                     break
-                if need > 0:
+                if drafter != ffi.NULL:
+                    self._model()  # close() during the yield above freed the n-gram drafter
+                    window = self._window(sess, smp, drafter, spec, hist, draft, wout, n_out,
+                                          min(n_ctx - n_past - 1, max_tokens - n_gen - 1
+                                              if max_tokens >= 0 else n_ctx))
+                elif need > 0:
                     check(lib.strata_session_decode_topk(sess, tok, 1, need, cids, cvals),
                           "strata_session_decode_topk")
                     have_cand = True
@@ -467,8 +540,25 @@ class Model:
                 yield (prev[0], prev[1] + (pending if self.last_stop != "stop" else ""))
         finally:
             self.last_stats = _session_stats(sess)
+            if own_drafter:
+                lib.strata_drafter_free(drafter)
             lib.strata_sampler_free(smp)
             lib.strata_session_free(sess)
+
+    @staticmethod
+    def _window(sess, smp, drafter, spec, hist, draft, wout, n_out, room):
+        """One verify window after hist (its last token not yet in the cache): the tokens it
+        gives, accepted by the sampler already."""
+        max_d = min(spec[1], room)
+        nd = 0
+        if max_d > 0:
+            n = ffi.new("int32_t *")
+            check(lib.strata_drafter_propose(drafter, ffi.new("strata_token[]", hist), len(hist),
+                                             max_d, draft, n), "strata_drafter_propose")
+            nd = n[0] if n[0] >= spec[2] else 0
+        check(lib.strata_session_speculate(sess, smp, hist[-1], draft, nd, wout, n_out),
+              "strata_session_speculate")
+        return [int(wout[i]) for i in range(n_out[0])]
 
     def generate_text(self, prompt, max_tokens: int = 128, **kw) -> str:
         """The generated text as one string (generate() joined)."""

@@ -1,8 +1,9 @@
-"""test_spec.py - speculative decoding from the CLI (issue 31): `--spec ngram` and
-`--draft-model FILE` give greedy decoding's text token for token (prompt, chat with stop strings,
-a full context), the footer and --stats-json count the verify windows (the target as its own
-draft accepts every draft; a q4_0 copy of it most), sampling with drafts repeats itself for a
-seed, and the options refuse what is not built or out of range."""
+"""test_spec.py - speculative decoding from the CLI and Python (issue 31): `--spec ngram` and
+`--draft-model FILE` (generate(speculative="ngram" | Model)) give greedy decoding's text token for
+token (prompt, chat with stop strings, a full context), the footer, --stats-json and last_stats
+count the verify windows (the target as its own draft accepts every draft; a q4_0 copy of it
+most), sampling with drafts repeats itself for a seed, and the options and arguments refuse what
+is not built or out of range."""
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import strata
 from conftest import REPO
 
 CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
@@ -110,3 +112,38 @@ def test_options_refused():
     p = run("run", "-m", MODEL, "-p", "x", "-n", 4, "--draft-model", "/nonexistent.gguf", check_rc=None)
     assert p.returncode != 0 and b"/nonexistent.gguf" in p.stderr
 
+
+def test_python_speculative(q4_draft):
+    m = strata.Model(MODEL, n_threads=2)
+    d = strata.Model(q4_draft, n_threads=2)
+    try:
+        for prompt in ("Dictionary, n.", REPEATS):
+            for stop in ((), (".",)):
+                plain = m.generate_text(prompt, 60, temperature=0, stop=stop)
+                for spec in ("ngram", d, m):
+                    assert m.generate_text(prompt, 60, temperature=0, stop=stop, speculative=spec,
+                                           draft_max=5) == plain, (prompt, stop, spec)
+                    st = m.last_stats
+                    assert st["spec_windows"] > 0 and st["spec_accepted"] <= st["spec_drafted"]
+                    assert st["spec_drafted"] <= 5 * st["spec_windows"]
+                    if spec is m:
+                        assert st["spec_accepted"] == st["spec_drafted"] > 0
+        m.generate_text("Dictionary, n.", 30, temperature=0)
+        assert m.last_stats["spec_windows"] == 0
+        a = m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5, speculative=d)
+        assert a == m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5, speculative=d)
+        for kw, exc in ((dict(speculative="self"), ValueError), (dict(speculative=3), TypeError),
+                        (dict(speculative="ngram", draft_max=0), ValueError),
+                        (dict(speculative="ngram", draft_max=17), ValueError),
+                        (dict(speculative="ngram", draft_min=-1), ValueError),
+                        (dict(speculative="ngram", draft_max=2.0), TypeError)):
+            with pytest.raises(exc):
+                m.generate("x", 4, **kw)
+        g = m.generate("Dictionary, n.", 50, temperature=0, speculative="ngram")
+        next(g)
+        m.close()  # frees the n-gram drafter: the generator must not touch it
+        with pytest.raises(ValueError):
+            list(g)
+    finally:
+        m.close()
+        d.close()
