@@ -82,8 +82,6 @@ struct strata_sampler {
     double *prob;         /* [n_vocab] probabilities of the kept candidates */
     st_cand *pen;         /* [repeat_last_n] the history's penalized logits (top-k path) */
     int force_full;       /* st_sampler_force_full: every call takes the full path (tests) */
-    strata_token draft;   /* strata_sampler_verify: the drafted token of this call, else -1 */
-    int accepted;         /* strata_sampler_verify: the draft was accepted */
 };
 
 strata_sampler_params strata_sampler_default_params(void) {
@@ -135,7 +133,6 @@ strata_status strata_sampler_create(const strata_sampler_params *params, int32_t
                         (int)n_vocab);
     }
     rng_seed(&s->rng, p.seed);
-    s->draft = -1;
     *out = s;
     return STRATA_OK;
 }
@@ -231,33 +228,6 @@ static void softmax_sorted(strata_sampler *s, int64_t n, double inv_temp) {
  * Sample
  * ------------------------------------------------------------------------------------------- */
 
-/* Speculative sampling with a drafter that proposed s->draft for sure: the draft is accepted with
- * the probability p_d the chain gives it; otherwise a token is drawn from the chain's distribution
- * without it (p_i / (1 - p_d)). Either way each token comes out with probability p_i. */
-static strata_status verify_draw(strata_sampler *s, int64_t n, strata_token *out) {
-    int64_t j = -1;
-    for (int64_t i = 0; i < n && j < 0; i++)
-        if (s->cand[i].id == s->draft) j = i;
-    const double pd = j >= 0 ? s->prob[j] : 0.0;
-    if (j >= 0 && rng_uniform(&s->rng) < pd) {
-        *out = s->draft;
-        s->accepted = 1;
-        return STRATA_OK;
-    }
-    const double u = rng_uniform(&s->rng) * (1.0 - pd);
-    double cum = 0.0;
-    int64_t pick = -1;
-    for (int64_t i = 0; i < n; i++) {
-        if (i == j) continue;
-        pick = i; /* the last one not the draft, if rounding leaves u above the sum */
-        cum += s->prob[i];
-        if (u < cum) break;
-    }
-    *out = s->cand[pick < 0 ? 0 : pick].id; /* pick < 0: the draft was the only candidate */
-    s->accepted = pick < 0;
-    return STRATA_OK;
-}
-
 /* Stages 4-7 on the n kept candidates, sorted in cand_cmp order in s->cand[0..n). */
 static strata_status finish_sorted(strata_sampler *s, int64_t n, strata_token *out) {
     const strata_sampler_params *p = &s->p;
@@ -283,7 +253,6 @@ static strata_status finish_sorted(strata_sampler *s, int64_t n, strata_token *o
 
     /* temperature and the draw */
     softmax_sorted(s, n, 1.0 / (double)p->temperature);
-    if (s->draft >= 0) return verify_draw(s, n, out);
     double u = rng_uniform(&s->rng), cum = 0.0;
     int64_t pick = n - 1;
     for (int64_t i = 0; i < n; i++) {
@@ -312,12 +281,11 @@ static strata_status sample_full(strata_sampler *s, const float *logits, strata_
                         "strata_sampler_sample: no finite logit among %lld", (long long)n);
     apply_penalties(s);
 
-    if (!(p->temperature > 0.0f)) { /* greedy (a draft is accepted when it is the argmax) */
+    if (!(p->temperature > 0.0f)) { /* greedy */
         int64_t best = 0;
         for (int64_t i = 1; i < n; i++)
             if (s->cand[i].logit > s->cand[best].logit) best = i;
         *out = s->cand[best].id;
-        s->accepted = s->draft >= 0 && *out == s->draft;
         return STRATA_OK;
     }
 
@@ -439,11 +407,12 @@ strata_status strata_sampler_verify(strata_sampler *s, const float *logits, stra
     if (draft < 0 || draft >= s->n_vocab)
         return st_error(STRATA_ERR_INVALID_ARG, "strata_sampler_verify: draft %d outside the vocabulary",
                         (int)draft);
-    s->draft = draft;
-    s->accepted = 0;
+    /* the draft is accepted when the sampler's own draw is it: the chance p(draft), as the
+     * rejection rule gives for a drafter sure of its token, and a rejected row's token is the
+     * draw, distributed as p without the draft; the draw is strata_sampler_sample's, one random
+     * number a row, so windows give the text one-token steps give for a seed */
     const strata_status st = strata_sampler_sample(s, logits, out);
-    s->draft = -1;
-    *accepted = st == STRATA_OK && s->accepted;
+    *accepted = st == STRATA_OK && *out == draft;
     return st;
 }
 

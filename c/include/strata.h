@@ -663,12 +663,12 @@ STRATA_API strata_status strata_sampler_sample_top(strata_sampler *sampler, cons
 /* Adds token to the penalty history (prompt tokens and generated ones). */
 STRATA_API void strata_sampler_accept(strata_sampler *sampler, strata_token token);
 /* Speculative sampling against a drafter that proposed `draft` (for sure): *out is the token this
- * row gives, *accepted 1 when it is the draft. At temperature <= 0 the draft is accepted when it
- * is the greedy token; otherwise with the probability the chain gives it, and else *out is drawn
- * from the chain's distribution without the draft. Either way each token comes out with the
- * chain's own probability, so a generation that verifies drafts has the sampler's distribution
- * (not its random stream: the same seed gives other tokens than strata_sampler_sample). Does not
- * accept *out into the history. */
+ * row gives, strata_sampler_sample's own draw, and *accepted 1 when it is the draft. The draft is
+ * thus accepted with the chance the chain gives it (at temperature <= 0: when it is the greedy
+ * token), as the standard rejection rule accepts a sure draft, and a rejected row's token has the
+ * chain's distribution without the draft; and since the draw is the plain one (one random number
+ * a row), a generation through windows is the text one-token steps give for the same seed. Does
+ * not accept *out into the history. */
 STRATA_API strata_status strata_sampler_verify(strata_sampler *sampler, const float *logits,
                                                strata_token draft, strata_token *out, int *accepted);
 
@@ -677,9 +677,9 @@ STRATA_API strata_status strata_sampler_verify(strata_sampler *sampler, const fl
  *
  * A drafter proposes the next few tokens; strata_session_speculate evaluates them in one verify
  * window (one forward pass of the last token and the drafts) and keeps the longest prefix the
- * sampler accepts, plus the sampler's own token after it. Greedy output is the text of plain
- * greedy decoding (a window's rows are one-token steps' bits); sampled output has the sampler's
- * distribution (strata_sampler_verify).
+ * sampler accepts, plus the sampler's own token after it. The output is the text of plain
+ * one-token decoding, greedy or sampled with the same seed (a window's rows are one-token steps'
+ * bits, and strata_sampler_verify draws as strata_sampler_sample does).
  *
  *     strata_drafter *d;
  *     strata_drafter_ngram_create(2, 4, &d);             // continuations found earlier in the text

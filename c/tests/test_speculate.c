@@ -1,5 +1,6 @@
 /* test_speculate.c - speculative decoding (issue 31): the n-gram drafter's proposals; the sampler's
- * verify rule keeps the sampler's distribution (a chi-square check on a small vocabulary);
+ * verify rule keeps the sampler's distribution (a chi-square check on a small vocabulary) and
+ * draws what strata_sampler_sample draws for the same seed;
  * greedy output through verify windows is plain greedy's, whatever the drafts (right, wrong,
  * prompt lookup, the model as its own draft model, windows up to 8); a window's rejected rows
  * leave the KV cache as if they never ran; a draft model with another vocabulary is refused. */
@@ -80,6 +81,20 @@ static void test_verify_distribution(void) {
               (int)drafts[k], (double)acc / DRAWS, p[drafts[k]]);
     }
     strata_sampler_free(s);
+    strata_sampler *s2 = NULL; /* the same seed: verify's tokens are sample's, whatever the drafts */
+    CHECK(strata_sampler_create(&sp, NV, &s) == STRATA_OK && strata_sampler_create(&sp, NV, &s2) == STRATA_OK,
+          "two samplers");
+    int same = 1;
+    for (int it = 0; s && s2 && it < 1000; it++) {
+        strata_token t1, t2;
+        int a = 0;
+        strata_sampler_verify(s, logits, (strata_token)(it % NV), &t1, &a);
+        strata_sampler_sample(s2, logits, &t2);
+        same &= t1 == t2 && a == (t1 == (strata_token)(it % NV));
+    }
+    CHECK(same, "verify draws sample's tokens for the same seed");
+    strata_sampler_free(s);
+    strata_sampler_free(s2);
     sp.temperature = 0.0f; /* greedy: accepted exactly when it is the argmax */
     CHECK(strata_sampler_create(&sp, NV, &s) == STRATA_OK, "greedy sampler");
     strata_token t;

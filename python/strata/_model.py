@@ -380,8 +380,8 @@ class Model:
         remembered across calls on this Model) or a Model with the same vocabulary (a draft model,
         run in a session of its own with its own settings): drafted tokens are verified in windows
         of one forward pass, at most draft_max (1..16) a window, none when fewer than draft_min
-        would be drafted. Greedy text is the same as without; sampling keeps the distribution
-        (other draws for a seed). last_stats["spec_windows"], ["spec_drafted"],
+        would be drafted. The text is the same as without (greedy, or sampled with the same
+        seed). last_stats["spec_windows"], ["spec_drafted"],
         ["spec_accepted"], ["spec_emitted"] count what the windows did."""
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)

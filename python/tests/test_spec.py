@@ -2,7 +2,7 @@
 `--draft-model FILE` (generate(speculative="ngram" | Model)) give greedy decoding's text token for
 token (prompt, chat with stop strings, a full context), the footer, --stats-json and last_stats
 count the verify windows (the target as its own draft accepts every draft; a q4_0 copy of it
-most), sampling with drafts repeats itself for a seed, and the options and arguments refuse what
+most), sampled text is plain's for the same seed, and the options and arguments refuse what
 is not built or out of range."""
 import json
 import os
@@ -94,10 +94,14 @@ def test_chat_stops_and_full_context(q4_draft):
         assert p.stdout == plain and b"context full" in p.stderr
 
 
-def test_sampling_repeats_for_a_seed(q4_draft):
-    args = ["--temp", 0.8, "--seed", 7, "--draft-model", q4_draft]
-    a, b = gen(*args), gen(*args)
-    assert a.stdout == b.stdout and len(a.stdout) > 0
+def test_sampling_same_text_for_a_seed(q4_draft):
+    # a window's rows draw as one-token steps do: sampled text is plain's for the seed
+    for sampling in (["--temp", 0.8, "--seed", 7], ["--temp", 1.2, "--top-k", 0, "--seed", 3],
+                     ["--temp", 0.7, "--repeat-penalty", 1.3, "--seed", 11]):
+        plain = gen(*sampling).stdout
+        assert len(plain) > 0
+        for extra in (["--draft-model", q4_draft], ["--draft-model", MODEL], ["--spec", "ngram"]):
+            assert gen(*sampling, *extra).stdout == plain, (sampling, extra)
 
 
 def test_options_refused():
@@ -130,8 +134,9 @@ def test_python_speculative(q4_draft):
                         assert st["spec_accepted"] == st["spec_drafted"] > 0
         m.generate_text("Dictionary, n.", 30, temperature=0)
         assert m.last_stats["spec_windows"] == 0
-        a = m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5, speculative=d)
-        assert a == m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5, speculative=d)
+        a = m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5)
+        for spec in (d, "ngram"):
+            assert a == m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5, speculative=spec)
         for kw, exc in ((dict(speculative="self"), ValueError), (dict(speculative=3), TypeError),
                         (dict(speculative="ngram", draft_max=0), ValueError),
                         (dict(speculative="ngram", draft_max=17), ValueError),
