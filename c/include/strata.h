@@ -739,6 +739,66 @@ typedef struct strata_spec_stats {
 STRATA_API strata_status strata_session_get_spec_stats(const strata_session *session,
                                                        strata_spec_stats *out);
 
+/* ---------------------------------------------------------------------------------------------
+ * The draft policy (--spec auto)
+ *
+ * How many drafted tokens the next window should verify, so that speculation pays or is left
+ * alone. The policy keeps a per-token acceptance estimate (decayed counts: windows' drafts, and
+ * proposals that were not verified compared with the token that came), and the seconds of a
+ * window of k drafts (k + 1 rows) and of a plain step on this session: measured at create (some
+ * lengths, the rest interpolated), then updated from what the caller observes. It picks the count with the most expected tokens a
+ * second, (1 + a + ... + a^k) / (window_s[k] + k * draft_token_s), or 0 when a plain step is
+ * expected to be as fast (within a 2% margin); after 32 plain steps without news of the
+ * acceptance, one small window probes it. Timing drives the choices, and with them the speed
+ * only: windows give plain decoding's text (strata_session_speculate).
+ *
+ *     strata_spec_policy *p;
+ *     strata_spec_policy_create(session, history, n_history, 8, &p);   // after the prompt
+ *     ... nd = proposals available; k = strata_spec_policy_choose(p, nd, 0.0);
+ *     ... k > 0: a window of draft[0..k), then observe(p, k, accepted, seconds);
+ *         k == 0: a plain step, observe(p, 0, 0, seconds) and, if there was a proposal,
+ *         strata_spec_policy_observe_unverified(p, draft[0] == the token that came) ...
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct strata_spec_policy strata_spec_policy;
+
+typedef struct strata_spec_policy_stats {
+    int64_t plain_steps;     /* steps observed plain */
+    int64_t windows;         /* windows observed */
+    int64_t probes;          /* of them, the probes the policy asked for */
+    double acceptance;       /* the per-token acceptance estimate now */
+    double plain_s;          /* seconds of a plain step (running mean) */
+    double window_s[STRATA_DRAFT_MAX + 1]; /* [k]: seconds of a window of k drafts, k <= draft_max */
+    int32_t draft_max;
+    int32_t choice;          /* what it would choose now with draft_max free drafts */
+    double break_even;       /* the lowest acceptance (to 0.01) at which a window pays; -1: none */
+} strata_spec_policy_stats;
+
+/* Measures the cost table on session: a plain step and windows of 1, 2, 4, 8, 16 drafts up to
+ * draft_max and of draft_max (one pass each, made of history's last tokens, at the end of the
+ * cache and rolled back; they count in the session's stats), the lengths between interpolated.
+ * Needs draft_max + 1 free positions (STRATA_ERR_RANGE otherwise). */
+STRATA_API strata_status strata_spec_policy_create(strata_session *session, const strata_token *history,
+                                                   int64_t n_history, int32_t draft_max,
+                                                   strata_spec_policy **out);
+STRATA_API void strata_spec_policy_free(strata_spec_policy *policy);
+/* The drafts the next window should verify, 0..min(n_avail, draft_max) (0: a plain step).
+ * draft_token_s: what each drafted token still costs (0 once they are drafted). */
+STRATA_API int32_t strata_spec_policy_choose(strata_spec_policy *policy, int32_t n_avail,
+                                             double draft_token_s);
+/* A window of n_draft drafts (n_accepted of them accepted), or with n_draft 0 a plain step, that
+ * took seconds. */
+STRATA_API void strata_spec_policy_observe(strata_spec_policy *policy, int32_t n_draft,
+                                           int32_t n_accepted, double seconds);
+/* A proposal that was not verified: matched 1 when its first token was the token that came. */
+STRATA_API void strata_spec_policy_observe_unverified(strata_spec_policy *policy, int matched);
+/* Replaces the cost table (plain_s, window_s[0..draft_max]): for tests and for callers that
+ * measured it themselves. */
+STRATA_API strata_status strata_spec_policy_set_costs(strata_spec_policy *policy, double plain_s,
+                                                      const double *window_s);
+STRATA_API strata_status strata_spec_policy_get_stats(const strata_spec_policy *policy,
+                                                      strata_spec_policy_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,8 @@
  * draws what strata_sampler_sample draws for the same seed;
  * greedy output through verify windows is plain greedy's, whatever the drafts (right, wrong,
  * prompt lookup, the model as its own draft model, windows up to 8); a window's rejected rows
- * leave the KV cache as if they never ran; a draft model with another vocabulary is refused. */
+ * leave the KV cache as if they never ran; a draft model with another vocabulary is refused; the
+ * draft policy's choices on made-up cost tables, its probes, and its measured table. */
 #include "test.h"
 #include "strata.h"
 
@@ -244,6 +245,91 @@ static void test_rollback(void) {
     strata_session_free(b);
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The draft policy
+ * ------------------------------------------------------------------------------------------- */
+
+/* Feeds n unverified proposals, a share `rate` of them matched (evenly spread). */
+static void feed(strata_spec_policy *p, int n, double rate) {
+    double acc = 0.0;
+    for (int i = 0; i < n; i++) {
+        acc += rate;
+        const int m = acc >= 1.0;
+        if (m) acc -= 1.0;
+        strata_spec_policy_observe_unverified(p, m);
+    }
+}
+
+static void test_policy(void) {
+    strata_session *s = new_session(512);
+    strata_session_decode(s, PROMPT, N_PROMPT, NULL, 0);
+    strata_spec_policy *p = NULL;
+    CHECK(strata_spec_policy_create(s, PROMPT, N_PROMPT, 0, &p) == STRATA_ERR_INVALID_ARG && !p, "draft_max 0 refused");
+    CHECK(strata_spec_policy_create(s, PROMPT, N_PROMPT, 8, &p) == STRATA_OK && p, "create: %s", strata_last_error());
+    if (!p) return;
+    CHECK(strata_session_n_past(s) == N_PROMPT, "the cost table's passes rolled back (n_past %d)",
+          strata_session_n_past(s));
+    strata_spec_policy_stats st;
+    strata_spec_policy_get_stats(p, &st);
+    int pos = st.plain_s > 0;
+    for (int k = 0; k <= 8; k++) pos &= st.window_s[k] > 0;
+    CHECK(pos && st.draft_max == 8, "a measured cost table (plain %.3g s, 9 rows %.3g s)", st.plain_s, st.window_s[8]);
+
+    /* the H100 qwen3 curve (a pass of 2 / 4 / 8 tokens: 1.56 / 2.26 / 3.50 one-token passes) */
+    const double gpu[9] = {1.0, 1.56, 1.9, 2.26, 2.6, 2.9, 3.2, 3.5, 3.8};
+    CHECK(strata_spec_policy_set_costs(p, 1.0, gpu) == STRATA_OK, "set_costs");
+    feed(p, 400, 0.9);
+    strata_spec_policy_get_stats(p, &st);
+    CHECK(fabs(st.acceptance - 0.9) < 0.06, "acceptance estimate %.3f for 0.9 (shrunk to 0.5 a little)", st.acceptance);
+    int k = strata_spec_policy_choose(p, 8, 0.0);
+    CHECK(k >= 5, "a long window at 0.9 on the GPU curve (%d drafts)", k);
+    CHECK(strata_spec_policy_choose(p, 2, 0.0) == 2, "no more drafts than available");
+    CHECK(strata_spec_policy_choose(p, 8, 0.5) == 0, "drafts that cost half a step each do not pay");
+    feed(p, 400, 0.3);
+    CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "plain steps at 0.3");
+    strata_spec_policy_get_stats(p, &st);
+    CHECK(st.break_even > 0.4 && st.break_even < 0.7, "break-even acceptance %.2f on the GPU curve", st.break_even);
+
+    /* a compute-bound curve (a window of k drafts costs k + 1 steps): plain unless all accepted */
+    double cpu[9];
+    for (int i = 0; i < 9; i++) cpu[i] = 1.0 * (i + 1);
+    strata_spec_policy_set_costs(p, 1.0, cpu);
+    feed(p, 400, 0.95);
+    CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "compute-bound windows never pay below 1");
+    /* with nothing learnt for 32 plain steps, a 2-draft probe (it counts when observed), then 64 */
+    for (int i = 0; i < 32; i++) {
+        CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "plain step %d", i);
+        strata_spec_policy_observe(p, 0, 0, 1.0);
+    }
+    CHECK(strata_spec_policy_choose(p, 8, 0.0) == 2, "a probe after 32 plain steps without news");
+    strata_spec_policy_observe(p, 2, 1, 2.0);
+    int early = 0; /* the next probe waits twice as long */
+    for (int i = 0; i < 64; i++) {
+        early |= strata_spec_policy_choose(p, 8, 0.0) != 0;
+        strata_spec_policy_observe(p, 0, 0, 1.0);
+    }
+    CHECK(!early && strata_spec_policy_choose(p, 8, 0.0) == 2, "the second probe after 64 plain steps");
+    strata_spec_policy_observe(p, 2, 1, 2.0);
+    CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "no probe right after news");
+    /* observed times move the table */
+    for (int i = 0; i < 60; i++) strata_spec_policy_observe(p, 3, 3, 0.5);
+    strata_spec_policy_get_stats(p, &st);
+    CHECK(fabs(st.window_s[3] - 0.5) < 1e-3 && st.windows == 62 && st.probes == 2 && st.plain_steps == 96,
+          "window_s[3] %.4f, %lld windows, %lld probes", st.window_s[3], (long long)st.windows, (long long)st.probes);
+    strata_spec_policy_free(p);
+
+    /* no room for the cost table */
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = N_PROMPT + 4;
+    sp.n_threads = 2;
+    strata_session *small = NULL;
+    strata_session_create(model, &sp, &small);
+    strata_session_decode(small, PROMPT, N_PROMPT, NULL, 0);
+    CHECK(strata_spec_policy_create(small, PROMPT, N_PROMPT, 8, &p) == STRATA_ERR_RANGE, "no room: refused");
+    strata_session_free(small);
+    strata_session_free(s);
+}
+
 static void test_vocab_mismatch(void) {
     const char *shared = getenv("STRATA_SHARED");
     char path[1024];
@@ -277,6 +363,7 @@ int main(void) {
     test_greedy_identity();
     test_rollback();
     test_vocab_mismatch();
+    test_policy();
     strata_model_free(model);
     return test_report();
 }
