@@ -226,12 +226,15 @@ static void cli_usage_sampling(FILE *f) {
         "  --logpos FILE           teacher-forced logprobs of every prompt position (JSONL; also\n"
         "                          $STRATA_LOGPOS); --logpos-top K ids per position (default 20)\n"
         "  --stats-json FILE       the timing stats as JSON      --quiet  no stats on stderr\n"
-        "  --spec none|ngram|draft speculative decoding: drafted tokens verified in windows of one\n"
+        "  --spec MODE             speculative decoding: drafted tokens verified in windows of one\n"
         "                          forward pass (the same text, greedy or sampled with the\n"
         "                          same seed); ngram: continuations found earlier in the text;\n"
         "                          draft: --draft-model FILE (the same vocabulary) drafts them;\n"
-        "                          --draft-max N drafts a window (default 8), --draft-min N\n"
-        "                          fewer make a plain step (default 0)\n"
+        "                          auto: either (the draft model if given), the draft policy\n"
+        "                          choosing each window's length from the acceptance seen and\n"
+        "                          windows' measured cost, plain steps when windows do not pay;\n"
+        "                          none (default). --draft-max N drafts a window (default 8),\n"
+        "                          --draft-min N fewer make a plain step (default 0)\n"
         "  --route-trace FILE      each layer's routing (experts, weights, the previous layer's\n"
         "                          prediction) as JSON lines (also $STRATA_ROUTE_TRACE; CPU\n"
         "                          sessions): bench/routing_stats.py reads it\n"
@@ -374,18 +377,18 @@ static int opt_spec(cli_opts *o, const char *a, const char *v) {
     if (strcmp(v, "none") == 0) o->spec = CLI_SPEC_NONE;
     else if (strcmp(v, "ngram") == 0) o->spec = CLI_SPEC_NGRAM;
     else if (strcmp(v, "draft") == 0) o->spec = CLI_SPEC_DRAFT;
-    else if (strcmp(v, "self") == 0 || strcmp(v, "auto") == 0)
-        return cli_usage_error("--spec %s is not built yet (%s); use none, ngram or draft", v,
-                               strcmp(v, "self") == 0 ? "the self-draft needs the GPU's resident experts"
-                                                      : "the draft policy comes next");
-    else return cli_usage_error("bad value '%s' for --spec (none, ngram or draft)", v);
+    else if (strcmp(v, "auto") == 0) o->spec = CLI_SPEC_AUTO;
+    else if (strcmp(v, "self") == 0)
+        return cli_usage_error("--spec self is not built yet (the target drafting with its GPU-resident "
+                               "experts); use none, ngram, draft or auto");
+    else return cli_usage_error("bad value '%s' for --spec (none, ngram, draft or auto)", v);
     return 0;
 }
 
 static int opt_draft_model(cli_opts *o, const char *a, const char *v) {
     (void)a;
     o->draft_model = v;
-    o->spec = CLI_SPEC_DRAFT;
+    if (o->spec == CLI_SPEC_NONE) o->spec = CLI_SPEC_DRAFT;
     return 0;
 }
 

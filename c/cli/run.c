@@ -124,6 +124,8 @@ typedef struct {
     int64_t logpos_base;    /* position of the next dumped row */
     cli_run_stats st;       /* over the whole run */
     strata_drafter *drafter; /* --spec: NULL for plain steps */
+    strata_spec_policy *policy; /* --spec auto: made after the first prompt */
+    double draft_tok_s;     /* --draft-model: seconds a drafted token takes (running mean) */
     strata_token *hist;     /* --spec: the tokens in the KV cache, in order, and room for one more */
     int64_t n_hist;
 } runner;
@@ -282,59 +284,107 @@ static int gen_loop(runner *r, stream *s, int n_predict, double t0, double t1, g
     return rc;
 }
 
+/* The tokens after `last` (not yet in the cache): a verify window of what the drafter proposes
+ * (as many as --spec auto's policy chooses, or all unless fewer than --draft-min), or a plain step
+ * when that is none. win[0..*n_win) gets them, accepted into the sampler. */
+static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, strata_token *win,
+                        int32_t *n_win) {
+    const cli_opts *o = r->o;
+    strata_token draft[STRATA_DRAFT_MAX];
+    const int cheap = !o->draft_model; /* n-gram proposals cost nothing: always made, the policy's
+                                        * unverified ones compared with the token that comes */
+    int32_t want = max, nd = 0;
+    if (r->policy && !cheap) want = strata_spec_policy_choose(r->policy, max, r->draft_tok_s);
+    if (want > 0) {
+        r->hist[r->n_hist] = last;
+        const double t0 = cli_now();
+        if (strata_drafter_propose(r->drafter, r->hist, r->n_hist + 1, want, draft, &nd) != STRATA_OK)
+            return cli_fail("drafting: %s", strata_last_error());
+        const double per = nd > 0 ? (cli_now() - t0) / nd : 0.0;
+        if (!cheap && nd > 0) r->draft_tok_s = r->draft_tok_s > 0 ? r->draft_tok_s + 0.25 * (per - r->draft_tok_s) : per;
+    }
+    const int32_t k = !r->policy ? (nd >= o->draft_min ? nd : 0)
+                      : cheap ? strata_spec_policy_choose(r->policy, nd, 0.0) : nd;
+    const int32_t n_past = strata_session_n_past(r->sess);
+    const double t0 = cli_now();
+    if (k == 0) {
+        strata_token t;
+        if (step_decode(r, io, last) != STRATA_OK)
+            return cli_fail("decode at position %d: %s", (int)n_past, strata_last_error());
+        if (step_sample(r, io, &t) != STRATA_OK) return cli_fail("sampling: %s", strata_last_error());
+        if (o->ignore_eos || !strata_token_is_eog(r->model, t)) strata_sampler_accept(r->smp, t);
+        win[0] = t;
+        *n_win = 1;
+        if (r->policy) {
+            strata_spec_policy_observe(r->policy, 0, 0, cli_now() - t0);
+            if (nd > 0) strata_spec_policy_observe_unverified(r->policy, draft[0] == t);
+        }
+        return 0;
+    }
+    if (strata_session_speculate(r->sess, r->smp, last, draft, k, win, n_win) != STRATA_OK)
+        return cli_fail("verify window at position %d: %s", (int)n_past, strata_last_error());
+    if (r->policy) {
+        int32_t j = 0;
+        while (j < k && j < *n_win && win[j] == draft[j]) j++;
+        strata_spec_policy_observe(r->policy, k, j, cli_now() - t0);
+    }
+    return 0;
+}
+
 /* gen_loop with verify windows (--spec): the drafter proposes what follows r->hist and the token
- * not yet in the cache, strata_session_speculate keeps what the sampler accepts. A window's
- * tokens past a stop are rolled back out of the cache, so it ends as gen_loop's would. */
+ * not yet in the cache, spec_advance verifies it or steps. A window's tokens past a stop are
+ * rolled back out of the cache, so it ends as gen_loop's would. */
 static int spec_loop(runner *r, stream *s, int n_predict, double t0, double t1, gen_end *end) {
     const cli_opts *o = r->o;
     const int32_t n_ctx = strata_session_n_ctx(r->sess);
-    strata_token win[STRATA_DRAFT_MAX + 1], draft[STRATA_DRAFT_MAX];
+    strata_token win[STRATA_DRAFT_MAX + 1];
     int32_t n_win = 1; /* win[0..n_win-1) are in the cache, win[n_win-1] is not */
     if (strata_sampler_sample(r->smp, r->logits, &win[0]) != STRATA_OK)
         return cli_fail("sampling: %s", strata_last_error());
     r->st.ttft_s += cli_now() - t0;
     if (o->ignore_eos || !strata_token_is_eog(r->model, win[0])) strata_sampler_accept(r->smp, win[0]);
-    for (;;) {
+    if (o->spec == CLI_SPEC_AUTO && !r->policy && r->n_hist > 0) { /* the cost table, once */
+        const strata_status st = strata_spec_policy_create(r->sess, r->hist, r->n_hist, o->draft_max, &r->policy);
+        if (st != STRATA_OK && st != STRATA_ERR_RANGE) return cli_fail("draft policy: %s", strata_last_error());
+    }
+    step_io io;
+    int rc = step_io_init(&io, r);
+    while (!rc) {
         if (g_prof_requested) prof_line_now(r, end, t1);
-        int32_t i = 0, stop = 0;
-        for (; i < n_win && !stop; i++) {
+        int32_t i = 0;
+        int stop = 0;
+        for (; i < n_win && !stop && !rc; i++) {
             if (!o->ignore_eos && strata_token_is_eog(r->model, win[i])) {
                 end->pending = win[i];
                 end->why = STOP_EOG;
                 stop = 1;
             } else {
-                int rc = emit_token(r, s, win[i], n_predict, end, &stop);
-                if (rc) return rc;
+                rc = emit_token(r, s, win[i], n_predict, end, &stop);
             }
         }
+        if (rc) break;
         /* win[0..i-1) stay in the cache; a stop at win[i-1] makes it the pending token */
         for (int32_t k = 0; k + 1 < i; k++) r->hist[r->n_hist++] = win[k];
         if (stop) {
             if (i < n_win && strata_session_truncate(r->sess, (int32_t)r->n_hist) != STRATA_OK)
-                return cli_fail("rolling back the window: %s", strata_last_error());
-            return 0;
+                rc = cli_fail("rolling back the window: %s", strata_last_error());
+            break;
         }
         const int32_t n_past = strata_session_n_past(r->sess);
         if (n_past >= n_ctx) {
             end->why = STOP_CTX;
             r->st.ctx_full = 1;
-            return 0;
+            break;
         }
         const strata_token last = win[n_win - 1];
         int64_t max = o->draft_max, room = (int64_t)n_ctx - n_past - 1;
         if (room < max) max = room;
         if (n_predict >= 0 && n_predict - end->n_gen - 1 < max) max = n_predict - end->n_gen - 1;
-        int32_t nd = 0;
-        if (max > 0) {
-            r->hist[r->n_hist] = last;
-            if (strata_drafter_propose(r->drafter, r->hist, r->n_hist + 1, (int32_t)max, draft, &nd) != STRATA_OK)
-                return cli_fail("drafting: %s", strata_last_error());
-            if (nd < o->draft_min) nd = 0;
-        }
-        if (strata_session_speculate(r->sess, r->smp, last, draft, nd, win, &n_win) != STRATA_OK)
-            return cli_fail("verify window at position %d: %s", (int)n_past, strata_last_error());
-        r->hist[r->n_hist++] = last;
+        rc = spec_advance(r, &io, last, (int32_t)max, win, &n_win);
+        if (!rc) r->hist[r->n_hist++] = last;
     }
+    step_io_free(&io);
+    return rc;
 }
 
 /* Reads toks then generates up to n_predict tokens, streaming to stdout. keep_all: every
@@ -585,6 +635,7 @@ static int run_with(cli_opts *o) {
         rc = generate(&r, toks, n, o->n_predict, 0, &why);
         if (!rc) fputc('\n', stdout);
     }
+    r.st.policy = r.policy;
     if (!rc) rc = cli_print_run_stats(o, r.model, r.sess, &r.st);
 done:
     if (r.logpos && fclose(r.logpos) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", o->logpos, strerror(errno));
@@ -593,6 +644,7 @@ done:
     free(r.logits);
     strata_sampler_free(r.smp);
     strata_drafter_free(r.drafter);
+    strata_spec_policy_free(r.policy);
     free(r.hist);
     strata_session_free(r.sess);
     strata_model_free(r.model);

@@ -219,12 +219,15 @@ int cli_new_drafter(const cli_opts *o, const strata_model *target, const strata_
                     strata_drafter **out) {
     *out = NULL;
     if (o->spec == CLI_SPEC_NONE) return 0;
-    if (o->spec == CLI_SPEC_NGRAM) {
+    const char *policy = o->spec == CLI_SPEC_AUTO ? ", the draft policy choosing (--spec auto)" : "";
+    if (o->spec == CLI_SPEC_NGRAM && o->draft_model)
+        return cli_usage_error("--draft-model drafts with --spec draft or auto, not ngram");
+    if (o->spec == CLI_SPEC_NGRAM || (o->spec == CLI_SPEC_AUTO && !o->draft_model)) {
         if (strata_drafter_ngram_create(2, 4, out) != STRATA_OK)
             return cli_fail("--spec ngram: %s", cli_lib_error());
         if (!o->quiet)
             fprintf(stderr, "strata: speculative decoding: n-gram drafts (2..4 tokens matched), up to %d "
-                    "a window\n", o->draft_max);
+                    "a window%s\n", o->draft_max, policy);
         return 0;
     }
     if (!o->draft_model) return cli_usage_error("--spec draft needs --draft-model FILE");
@@ -243,8 +246,8 @@ int cli_new_drafter(const cli_opts *o, const strata_model *target, const strata_
     strata_model_free(dm); /* the drafter holds its own reference */
     if (st != STRATA_OK) return cli_fail("--draft-model '%s': %s", o->draft_model, cli_lib_error());
     if (!o->quiet)
-        fprintf(stderr, "strata: speculative decoding: drafts from %s (%s), up to %d a window\n",
-                o->draft_model, cli_session_on_gpu(o) ? "cuda" : "cpu", o->draft_max);
+        fprintf(stderr, "strata: speculative decoding: drafts from %s (%s), up to %d a window%s\n",
+                o->draft_model, cli_session_on_gpu(o) ? "cuda" : "cpu", o->draft_max, policy);
     return 0;
 }
 

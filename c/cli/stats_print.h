@@ -14,6 +14,7 @@ typedef struct {
     double load_s, prompt_s, gen_s, ttft_s;
     int64_t n_prompt, n_gen;
     int ctx_full;
+    const strata_spec_policy *policy; /* --spec auto's, or NULL */
 } cli_run_stats;
 
 /* Run's footer: load, prompt and first-token times, then generated tokens, peak RSS and the

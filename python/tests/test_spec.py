@@ -1,7 +1,8 @@
 """test_spec.py - speculative decoding from the CLI and Python (issue 31): `--spec ngram` and
-`--draft-model FILE` (generate(speculative="ngram" | Model)) give greedy decoding's text token for
-token (prompt, chat with stop strings, a full context), the footer, --stats-json and last_stats
-count the verify windows (the target as its own draft accepts every draft; a q4_0 copy of it
+`--draft-model FILE`, alone or under `--spec auto`'s draft policy (generate(speculative="ngram" |
+Model | "auto" | (Model, "auto"))), give greedy decoding's text token for token (prompt, chat with
+stop strings, a full context), the footer, --stats-json and last_stats count the verify windows
+and the policy's choices (the target as its own draft accepts every draft; a q4_0 copy of it
 most), sampled text is plain's for the same seed, and the options and arguments refuse what
 is not built or out of range."""
 import json
@@ -47,13 +48,20 @@ def q4_draft(tmp_path_factory):
 def test_greedy_text_unchanged(prompt, q4_draft, tmp_path):
     plain = gen(prompt=prompt).stdout
     for extra in (["--spec", "ngram"], ["--draft-model", q4_draft], ["--draft-model", MODEL],
-                  ["--spec", "ngram", "--draft-max", 1], ["--spec", "ngram", "--draft-min", 3]):
+                  ["--spec", "ngram", "--draft-max", 1], ["--spec", "ngram", "--draft-min", 3],
+                  ["--spec", "auto"], ["--spec", "auto", "--draft-model", q4_draft]):
         p = gen(*extra, prompt=prompt, stats=tmp_path / "s.json")
         assert p.stdout == plain, extra
         s = json.loads((tmp_path / "s.json").read_text())
         assert s["n_gen"] == 80
-        assert s["spec_windows"] > 0 and s["spec_accepted"] <= s["spec_drafted"]
+        assert s["spec_accepted"] <= s["spec_drafted"]
+        assert s["spec_windows"] > 0 or "auto" in extra
         assert b"speculative:" in p.stderr and b"verify windows" in p.stderr
+        if "auto" in extra:
+            assert b"draft policy:" in p.stderr and "policy_acceptance" in s
+            assert s["policy_windows"] == s["spec_windows"]
+            assert s["policy_plain_steps"] + s["spec_emitted"] == 79  # every token after the first
+            assert len(s["policy_window_ms"]) == 9 and min(s["policy_window_ms"]) > 0
 
 
 def test_window_counts(q4_draft, tmp_path):
@@ -74,10 +82,10 @@ def test_window_counts(q4_draft, tmp_path):
     gen("--spec", "ngram", prompt=REPEATS, stats=tmp_path / "c.json")
     c = json.loads((tmp_path / "c.json").read_text())
     assert c["spec_accepted"] > 0
-    # no drafts for want of --draft-min: plain one-token windows
+    # no drafts for want of --draft-min: plain steps, no windows
     gen("--spec", "ngram", "--draft-min", 16, n=30, stats=tmp_path / "d.json")
     d = json.loads((tmp_path / "d.json").read_text())
-    assert d["spec_drafted"] == 0 and d["spec_windows"] == 29
+    assert d["n_gen"] == 30 and d["spec_drafted"] == 0 and d["spec_windows"] == 0
 
 
 def test_chat_stops_and_full_context(q4_draft):
@@ -85,11 +93,12 @@ def test_chat_stops_and_full_context(q4_draft):
     for stop in ([], ["--stop", "."], ["--stop", "the"]):
         base = ["run", "-m", MODEL, "--chat", "-n", 40, "--temp", 0, "-t", 2, *stop]
         plain = run(*base, input=turns).stdout
-        for extra in (["--spec", "ngram"], ["--draft-model", q4_draft], ["--draft-model", MODEL]):
+        for extra in (["--spec", "ngram"], ["--draft-model", q4_draft], ["--draft-model", MODEL],
+                      ["--spec", "auto"]):
             assert run(*base, *extra, input=turns).stdout == plain, (stop, extra)
     base = ["-c", 40, "--ignore-eos"]
     plain = gen(*base, n=100).stdout
-    for extra in (["--spec", "ngram"], ["--draft-model", MODEL]):
+    for extra in (["--spec", "ngram"], ["--draft-model", MODEL], ["--spec", "auto"]):
         p = gen(*base, *extra, n=100)
         assert p.stdout == plain and b"context full" in p.stderr
 
@@ -100,12 +109,14 @@ def test_sampling_same_text_for_a_seed(q4_draft):
                      ["--temp", 0.7, "--repeat-penalty", 1.3, "--seed", 11]):
         plain = gen(*sampling).stdout
         assert len(plain) > 0
-        for extra in (["--draft-model", q4_draft], ["--draft-model", MODEL], ["--spec", "ngram"]):
+        for extra in (["--draft-model", q4_draft], ["--draft-model", MODEL], ["--spec", "ngram"],
+                      ["--spec", "auto"]):
             assert gen(*sampling, *extra).stdout == plain, (sampling, extra)
 
 
 def test_options_refused():
-    for args, msg in ((["--spec", "self"], b"not built yet"), (["--spec", "auto"], b"not built yet"),
+    for args, msg in ((["--spec", "self"], b"not built yet"),
+                      (["--spec", "ngram", "--draft-model", MODEL], b"--draft-model"),
                       (["--spec", "bogus"], b"--spec"), (["--spec", "draft"], b"--draft-model"),
                       (["--spec", "ngram", "--draft-max", 0], b"--draft-max"),
                       (["--spec", "ngram", "--draft-max", 17], b"--draft-max"),
