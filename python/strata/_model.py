@@ -19,6 +19,7 @@ import numpy as np
 
 from ._args import file_exists, float_arg, int_arg, path_arg, stop_strings, text_arg, token_ids
 from ._ffi import StrataError, check, ffi, lib
+from ._spec import Speculator
 
 _KV_TYPES = {"f16": lib.STRATA_TYPE_F16, "f32": lib.STRATA_TYPE_F32}
 
@@ -379,10 +380,13 @@ class Model:
         speculative: None (one token a step), "ngram" (continuations found earlier in the text,
         remembered across calls on this Model) or a Model with the same vocabulary (a draft model,
         run in a session of its own with its own settings): drafted tokens are verified in windows
-        of one forward pass, at most draft_max (1..16) a window, none when fewer than draft_min
-        would be drafted. The text is the same as without (greedy, or sampled with the same
-        seed). last_stats["spec_windows"], ["spec_drafted"],
-        ["spec_accepted"], ["spec_emitted"] count what the windows did."""
+        of one forward pass, at most draft_max (1..16) a window, a plain step when fewer than
+        draft_min are drafted. "auto" (n-gram drafts) or (Model, "auto"): the draft policy
+        chooses each window's length from the acceptance seen and the windows' measured cost,
+        plain steps where windows do not pay (docs/SPECULATIVE.md). The text is the same as
+        without (greedy, or sampled with the same seed). last_stats["spec_windows"],
+        ["spec_drafted"], ["spec_accepted"], ["spec_emitted"] count what the windows did, and
+        with the policy its "policy_*" entries what it chose and measured."""
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         else:
@@ -403,20 +407,23 @@ class Model:
         return self._generate(ids, max_tokens, sp, stops, ignore_eos, spec)
 
     def _spec_args(self, speculative, draft_max, draft_min):
-        """(draft source, draft_max, draft_min) checked, or None for plain steps."""
+        """(draft source, draft_max, draft_min, policy on) checked, or None for plain steps."""
         if speculative is None:
             return None
         dmax = int_arg("draft_max", draft_max, lo=1, hi=lib.STRATA_DRAFT_MAX)
         dmin = int_arg("draft_min", draft_min, lo=0, hi=lib.STRATA_DRAFT_MAX)
-        if isinstance(speculative, Model):
-            speculative._model()
-            return (speculative, dmax, dmin)
-        if speculative == "ngram":
-            return ("ngram", dmax, dmin)
-        if speculative in ("self", "auto", "draft"):
-            raise ValueError(f"speculative={speculative!r} is not built yet: use \"ngram\" or a "
-                             "draft Model")
-        raise TypeError(f"speculative must be None, \"ngram\" or a Model, not {speculative!r}")
+        auto = isinstance(speculative, tuple) and len(speculative) == 2 and speculative[1] == "auto"
+        source = speculative[0] if auto else speculative
+        if isinstance(source, Model):
+            source._model()
+            return (source, dmax, dmin, auto)
+        if source in ("ngram", "auto") and not auto:
+            return ("ngram", dmax, dmin, source == "auto")
+        if source in ("self", "draft"):
+            raise ValueError(f"speculative={speculative!r}: not built yet (\"self\") or needs the "
+                             "draft Model itself (\"draft\"): use \"ngram\", \"auto\" or a Model")
+        raise TypeError("speculative must be None, \"ngram\", \"auto\", a Model or (Model, \"auto\"), "
+                        f"not {speculative!r}")
 
     def _drafter(self, source):
         """The drafter for source: this Model's n-gram one (kept across calls, freed by close()),
@@ -436,25 +443,21 @@ class Model:
         model = self._model()
         sess = self._new_session()
         smp_out = ffi.new("strata_sampler **")
-        drafter = ffi.NULL
+        spx = None
         try:
             check(lib.strata_sampler_create(ffi.new("strata_sampler_params *", sp), self.n_vocab,
                                             smp_out), "strata_sampler_create")
             if spec is not None:
-                drafter = self._drafter(spec[0])
+                spx = Speculator(self._drafter(spec[0]), spec, own_drafter=spec[0] != "ngram")
         except StrataError:
             if smp_out[0] != ffi.NULL:
                 lib.strata_sampler_free(smp_out[0])
             lib.strata_session_free(sess)
             raise
-        own_drafter = spec is not None and spec[0] != "ngram"
         smp = smp_out[0]
-        # speculative: the window's tokens still to hand out (the sampler has accepted them), the
-        # tokens so far for the drafter, the window's buffers
+        # speculative: the window's tokens still to hand out (the sampler has accepted them), and
+        # the tokens so far for the drafter
         window, hist = [], list(ids)
-        draft = ffi.new("strata_token[]", lib.STRATA_DRAFT_MAX)
-        wout = ffi.new("strata_token[]", lib.STRATA_DRAFT_MAX + 1)
-        n_out = ffi.new("int32_t *")
         logits = ffi.new("float[]", self.n_vocab)
         tok = ffi.new("strata_token *")
         # the CLI's candidates path: the top_k + repeat_last_n best logits after each step (on a
@@ -476,6 +479,8 @@ class Model:
                 lib.strata_sampler_accept(smp, t)
             check(lib.strata_session_decode(sess, ffi.new("strata_token[]", ids), len(ids), logits,
                                             0), "strata_session_decode")
+            if spx is not None:
+                spx.start(sess, hist)
             n_gen = 0
             while max_tokens < 0 or n_gen < max_tokens:
                 self._model()  # raises once the model is closed (the session still holds it)
@@ -490,6 +495,8 @@ class Model:
                     t = int(tok[0])
                     if ignore_eos or not lib.strata_token_is_eog(model, t):
                         lib.strata_sampler_accept(smp, t)
+                    if spx is not None:
+                        spx.plain_done(t)
                 if not ignore_eos and lib.strata_token_is_eog(model, t):
                     self.last_stop = "eog"
                     break
@@ -522,12 +529,14 @@ class Model:
                 if n_past >= n_ctx:
                     self.last_stop = "context"
                     break
-                if drafter != ffi.NULL:
+                if spx is not None:
                     self._model()  # close() during the yield above freed the n-gram drafter
-                    window = self._window(sess, smp, drafter, spec, hist, draft, wout, n_out,
-                                          min(n_ctx - n_past - 1, max_tokens - n_gen - 1
-                                              if max_tokens >= 0 else n_ctx))
-                elif need > 0:
+                    window = spx.step(sess, smp, hist, min(n_ctx - n_past - 1, max_tokens - n_gen - 1
+                                                           if max_tokens >= 0 else n_ctx)) or []
+                    if window:
+                        continue
+                    tok[0] = t  # a plain step after a window's last token
+                if need > 0:
                     check(lib.strata_session_decode_topk(sess, tok, 1, need, cids, cvals),
                           "strata_session_decode_topk")
                     have_cand = True
@@ -540,25 +549,11 @@ class Model:
                 yield (prev[0], prev[1] + (pending if self.last_stop != "stop" else ""))
         finally:
             self.last_stats = _session_stats(sess)
-            if own_drafter:
-                lib.strata_drafter_free(drafter)
+            if spx is not None:
+                self.last_stats.update(spx.stats())
+                spx.close()
             lib.strata_sampler_free(smp)
             lib.strata_session_free(sess)
-
-    @staticmethod
-    def _window(sess, smp, drafter, spec, hist, draft, wout, n_out, room):
-        """One verify window after hist (its last token not yet in the cache): the tokens it
-        gives, accepted by the sampler already."""
-        max_d = min(spec[1], room)
-        nd = 0
-        if max_d > 0:
-            n = ffi.new("int32_t *")
-            check(lib.strata_drafter_propose(drafter, ffi.new("strata_token[]", hist), len(hist),
-                                             max_d, draft, n), "strata_drafter_propose")
-            nd = n[0] if n[0] >= spec[2] else 0
-        check(lib.strata_session_speculate(sess, smp, hist[-1], draft, nd, wout, n_out),
-              "strata_session_speculate")
-        return [int(wout[i]) for i in range(n_out[0])]
 
     def generate_text(self, prompt, max_tokens: int = 128, **kw) -> str:
         """The generated text as one string (generate() joined)."""

@@ -135,20 +135,26 @@ def test_python_speculative(q4_draft):
         for prompt in ("Dictionary, n.", REPEATS):
             for stop in ((), (".",)):
                 plain = m.generate_text(prompt, 60, temperature=0, stop=stop)
-                for spec in ("ngram", d, m):
+                for spec in ("ngram", d, m, "auto", (d, "auto")):
                     assert m.generate_text(prompt, 60, temperature=0, stop=stop, speculative=spec,
                                            draft_max=5) == plain, (prompt, stop, spec)
                     st = m.last_stats
-                    assert st["spec_windows"] > 0 and st["spec_accepted"] <= st["spec_drafted"]
-                    assert st["spec_drafted"] <= 5 * st["spec_windows"]
+                    assert st["spec_accepted"] <= st["spec_drafted"] <= 5 * st["spec_windows"]
                     if spec is m:
                         assert st["spec_accepted"] == st["spec_drafted"] > 0
+                    if isinstance(spec, tuple) or spec == "auto":
+                        assert st["policy_windows"] == st["spec_windows"]
+                        assert len(st["policy_window_s"]) == 6 and 0 <= st["policy_acceptance"] <= 1
+                    else:
+                        assert st["spec_windows"] > 0 and "policy_windows" not in st
         m.generate_text("Dictionary, n.", 30, temperature=0)
         assert m.last_stats["spec_windows"] == 0
         a = m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5)
-        for spec in (d, "ngram"):
+        for spec in (d, "ngram", "auto", (d, "auto")):
             assert a == m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5, speculative=spec)
         for kw, exc in ((dict(speculative="self"), ValueError), (dict(speculative=3), TypeError),
+                        (dict(speculative=("ngram", "auto")), TypeError),
+                        (dict(speculative=(d, "sometimes")), TypeError),
                         (dict(speculative="ngram", draft_max=0), ValueError),
                         (dict(speculative="ngram", draft_max=17), ValueError),
                         (dict(speculative="ngram", draft_min=-1), ValueError),
