@@ -3,6 +3,9 @@
  *   -p N[,N..]  ppN: N prompt tokens evaluated as one call (batches of -b, default 2048 capped by
  *               the context), timed from the first token to the last logits
  *   -n N[,N..]  tgN: N tokens decoded one at a time (each waits for its logits)
+ *   -w N[,N..]  wN: a verify window of N tokens (the newest token and N-1 drafts), one call of the
+ *               decode path (strata_session_decode_gen) returning every row's logits, rolled back
+ *               after each repetition; t/s counts the N rows, the pass time is N / t/s
  *   -d D[,D..]  depth: D tokens are put in the KV cache first (untimed), then each test runs on top
  *   -r R        repetitions (mean and sample standard deviation of tok/s)
  *   --no-warmup no untimed run first (by default, as llama-bench, each test runs once untimed
@@ -30,6 +33,7 @@
 typedef struct {
     int p[BENCH_MAX], n_p;
     int n[BENCH_MAX], n_n;
+    int w[BENCH_MAX], n_w;
     int d[BENCH_MAX], n_d;
     int reps;
     int no_warmup;
@@ -52,27 +56,32 @@ static int parse_list(const char *opt, const char *v, int *out, int *count) {
     return 0;
 }
 
-/* Weight bytes one decoded token reads: dense tensors whole, merged expert tensors k/n of them,
- * the embedding table one row. */
-static double decode_bytes(const strata_model *m, const strata_model_info *mi) {
+/* Weight bytes of the model apart: *experts the merged expert tensors whole, *dense the rest (the
+ * embedding table one row; a tied head read whole). */
+static void weight_bytes(const strata_model *m, double *dense, double *experts) {
     const strata_gguf *g = strata_model_gguf(m);
-    double b = 0;
+    *dense = *experts = 0;
     for (int64_t i = 0; i < strata_gguf_tensor_count(g); i++) {
         strata_tensor_info ti;
         if (strata_gguf_tensor_info(g, i, &ti) != STRATA_OK) continue;
-        if (strstr(ti.name, "_exps.") && mi->n_expert > 0)
-            b += (double)ti.n_bytes * mi->n_expert_used / mi->n_expert;
+        if (strstr(ti.name, "_exps.")) *experts += (double)ti.n_bytes;
         else if (strcmp(ti.name, "token_embd.weight") == 0)
-            b += (double)ti.n_bytes / (double)(ti.ne[1] > 0 ? ti.ne[1] : 1);
+            *dense += (double)ti.n_bytes / (double)(ti.ne[1] > 0 ? ti.ne[1] : 1);
         else
-            b += (double)ti.n_bytes;
+            *dense += (double)ti.n_bytes;
     }
     if (strata_gguf_tensor_find(g, "output.weight") < 0) { /* tied: the head reads it all */
         int64_t te = strata_gguf_tensor_find(g, "token_embd.weight");
         strata_tensor_info ti;
-        if (te >= 0 && strata_gguf_tensor_info(g, te, &ti) == STRATA_OK) b += (double)ti.n_bytes;
+        if (te >= 0 && strata_gguf_tensor_info(g, te, &ti) == STRATA_OK) *dense += (double)ti.n_bytes;
     }
-    return b;
+}
+
+/* The share of a layer's experts that n tokens routed independently touch: 1 - (1 - k/E)^n
+ * (spread routing; trained models share more between neighbouring tokens). */
+static double expert_share(const strata_model_info *mi, int n) {
+    if (mi->n_expert <= 0) return 0.0;
+    return 1.0 - pow(1.0 - (double)mi->n_expert_used / (double)mi->n_expert, n);
 }
 
 static void fill_tokens(strata_token *t, int64_t n, int32_t V, uint64_t seed) {
@@ -88,6 +97,8 @@ static void usage(void) {
            "lists are comma-separated (-d 0,16384). A markdown table on stdout.\n\n"
            "  -p N[,N]   prompt lengths (default 512; 0: none)\n"
            "  -n N[,N]   decode lengths (default 128; 0: none)\n"
+           "  -w N[,N]   verify windows of N tokens (1..%d): one decode call returning every\n"
+           "             row's logits, rolled back after (default none)\n"
            "  -d D[,D]   KV-cache depth before each test (default 0)\n"
            "  -r R       repetitions (default 3)\n"
            "  --no-warmup  no untimed run before each test's repetitions (default: one, as\n"
@@ -95,7 +106,7 @@ static void usage(void) {
            "  --json F   the rows as JSON\n"
            "  -b N       prompt tokens per forward pass (default 2048, capped by the context)\n"
            "  -t N, --gpu, --cpu, -ngl N, --kv-type, --profile: as for strata run (--profile\n"
-           "             prints each test's time per phase on stderr)\n");
+           "             prints each test's time per phase on stderr)\n", STRATA_DRAFT_MAX + 1);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -107,14 +118,20 @@ static void usage(void) {
 static int parse_bench_opt(bench_opts *b, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     int isp = strcmp(a, "-p") == 0, isn = strcmp(a, "-n") == 0, isd = strcmp(a, "-d") == 0;
-    int isr = strcmp(a, "-r") == 0, isj = strcmp(a, "--json") == 0;
-    if (!(isp || isn || isd || isr || isj)) return 0;
+    int isr = strcmp(a, "-r") == 0, isj = strcmp(a, "--json") == 0, isw = strcmp(a, "-w") == 0;
+    if (!(isp || isn || isd || isr || isj || isw)) return 0;
     if (*i + 1 >= argc) return cli_usage_error("option '%s' needs a value", a);
     const char *v = argv[++*i];
     int rc = 0;
     if (isp) rc = parse_list(a, v, b->p, &b->n_p);
     else if (isn) rc = parse_list(a, v, b->n, &b->n_n);
     else if (isd) rc = parse_list(a, v, b->d, &b->n_d);
+    else if (isw) {
+        rc = parse_list(a, v, b->w, &b->n_w);
+        for (int k = 0; !rc && k < b->n_w; k++)
+            if (b->w[k] < 1 || b->w[k] > STRATA_DRAFT_MAX + 1)
+                rc = cli_usage_error("bad value '%s' for -w (windows of 1..%d tokens)", v, STRATA_DRAFT_MAX + 1);
+    }
     else if (isj) b->json = v;
     else {
         char *end;
@@ -156,7 +173,8 @@ static int max_of(const int *v, int n) {
 /* Without -c, a context for the deepest test, checked here against the training one; -b capped
  * by the context. */
 static void size_context(cli_opts *o, const bench_opts *b, const strata_model_info *mi) {
-    const int max_p = max_of(b->p, b->n_p), max_n = max_of(b->n, b->n_n), max_d = max_of(b->d, b->n_d);
+    const int max_w = max_of(b->w, b->n_w), max_n0 = max_of(b->n, b->n_n);
+    const int max_p = max_of(b->p, b->n_p), max_n = max_n0 > max_w ? max_n0 : max_w, max_d = max_of(b->d, b->n_d);
     if (o->n_ctx == 0) {
         const int need = max_d + (max_p > max_n ? max_p : max_n);
         if (mi->n_ctx_train > 0 && need > mi->n_ctx_train)
@@ -183,7 +201,9 @@ typedef struct {
     strata_token *toks;  /* pseudo-random ids: the depth, then each test's tokens */
     float *logits;       /* [n_vocab] */
     FILE *jf;            /* --json, or NULL */
-    double dbytes;       /* weight bytes one decoded token reads */
+    double dense_bytes;  /* weight bytes every pass reads: the dense tensors, one embedding row */
+    double expert_bytes; /* the routed experts' bytes, all of them */
+    float *wlogits;      /* [max -w][n_vocab]: a window's rows */
     double copy_rate;    /* the device's copy rate (GPU sessions), else 0 */
     int on_gpu;
     const char *name;    /* the model file's name */
@@ -200,15 +220,16 @@ typedef struct {
 /* Buffers, the copy rate (GPU sessions), the table header and the JSON file's opening. */
 static int bench_begin(bench_run *r) {
     const int64_t ntok = (int64_t)max_of(r->b->d, r->b->n_d) + max_of(r->b->p, r->b->n_p) +
-                         max_of(r->b->n, r->b->n_n) + 1;
+                         max_of(r->b->n, r->b->n_n) + max_of(r->b->w, r->b->n_w) + 1;
     r->toks = malloc(sizeof *r->toks * (size_t)ntok);
     r->logits = malloc(sizeof(float) * (size_t)r->mi.n_vocab);
+    r->wlogits = malloc(sizeof(float) * (size_t)r->mi.n_vocab * (size_t)(max_of(r->b->w, r->b->n_w) + 1));
     r->jf = r->b->json ? fopen(r->b->json, "w") : NULL;
-    if (!r->toks || !r->logits || (r->b->json && !r->jf))
-        return !r->toks || !r->logits ? cli_fail("out of memory")
+    if (!r->toks || !r->logits || !r->wlogits || (r->b->json && !r->jf))
+        return !r->toks || !r->logits || !r->wlogits ? cli_fail("out of memory")
                                       : cli_fail("cannot write '%s': %s", r->b->json, strerror(errno));
     fill_tokens(r->toks, ntok, r->mi.n_vocab, 0x5eedULL);
-    r->dbytes = decode_bytes(r->m, &r->mi);
+    weight_bytes(r->m, &r->dense_bytes, &r->expert_bytes);
     cli_human_bytes((double)r->mi.n_bytes, r->size, sizeof r->size);
     r->name = strrchr(r->o->model, '/') ? strrchr(r->o->model, '/') + 1 : r->o->model;
     /* GPU rows: decode's bytes over the time as a share of the device's copy rate, measured here
@@ -233,34 +254,39 @@ static int bench_begin(bench_run *r) {
     return 0;
 }
 
-/* Test kind (0 ppN, 1 tgN) of len tokens at depth: the untimed warm-up, then the repetitions
- * (the session's stats count those only). */
+enum { KIND_PP, KIND_TG, KIND_W };
+static const char *const KIND_NAME[] = {"pp", "tg", "w"};
+
+/* One repetition of test kind of len tokens on top of the cache's contents. */
+static strata_status bench_once(bench_run *r, int kind, const strata_token *in, int len) {
+    strata_status st = STRATA_OK;
+    if (kind == KIND_PP) return strata_session_decode(r->s, in, len, r->logits, 0);
+    if (kind == KIND_W) return strata_session_decode_gen(r->s, in, len, r->wlogits, 1);
+    for (int i = 0; i < len && st == STRATA_OK; i++) st = strata_session_decode(r->s, in + i, 1, r->logits, 0);
+    return st;
+}
+
+/* Test kind of len tokens at depth: the untimed warm-up (ppN the whole prompt, wN the window, tgN
+ * one token), then the repetitions (the session's stats count those only). */
 static int bench_test(bench_run *r, int depth, int kind, int len, bench_result *res) {
     strata_session *s = r->s;
     double sum = 0, sum2 = 0;
     res->secs = 0;
     if (!r->b->no_warmup) { /* untimed: first launches, lazy module loads, cold caches */
         strata_status st = strata_session_truncate(s, depth);
-        if (st == STRATA_OK) st = strata_session_decode(s, r->toks + depth, kind == 0 ? len : 1, r->logits, 0);
+        if (st == STRATA_OK) st = bench_once(r, kind, r->toks + depth, kind == KIND_TG ? 1 : len);
         if (st != STRATA_OK)
-            return cli_fail("warmup of %s%d at depth %d: %s", kind ? "tg" : "pp", len, depth,
-                            strata_last_error());
+            return cli_fail("warmup of %s%d at depth %d: %s", KIND_NAME[kind], len, depth, strata_last_error());
     }
     strata_session_reset_stats(s);
     for (int rep = 0; rep < r->b->reps; rep++) {
         strata_status st = strata_session_truncate(s, depth);
-        const strata_token *in = r->toks + depth;
         double t0 = cli_now();
-        if (kind == 0) {
-            if (st == STRATA_OK) st = strata_session_decode(s, in, len, r->logits, 0);
-        } else {
-            for (int i = 0; i < len && st == STRATA_OK; i++)
-                st = strata_session_decode(s, in + i, 1, r->logits, 0);
-        }
+        if (st == STRATA_OK) st = bench_once(r, kind, r->toks + depth, len);
         double dt = cli_now() - t0;
         res->secs += dt;
         if (st != STRATA_OK)
-            return cli_fail("%s%d at depth %d: %s", kind ? "tg" : "pp", len, depth, strata_last_error());
+            return cli_fail("%s%d at depth %d: %s", KIND_NAME[kind], len, depth, strata_last_error());
         const double tps = len / dt;
         sum += tps;
         sum2 += tps * tps;
@@ -291,12 +317,15 @@ static int print_placed(const strata_session_stats *ps, const char *test, double
 
 /* The row in --json's file; "experts" when the session places them. */
 static void json_row(bench_run *r, int depth, int kind, int len, const bench_result *res,
-                     double kvbytes, const strata_session_stats *ps, int placed) {
+                     double tok_bytes, double kvbytes, const strata_session_stats *ps, int placed) {
     FILE *jf = r->jf;
     fprintf(jf, "%s\n  {\"test\": \"%s\", \"depth\": %d, \"n\": %d, \"tok_s\": %.4f, "
             "\"sd\": %.4f, \"reps\": %d, \"decode_bytes\": %.0f, \"kv_bytes\": %.0f",
-            r->first_row ? "" : ",", kind ? "tg" : "pp", depth, len, res->mean, res->sd, r->b->reps,
-            kind ? r->dbytes : 0.0, kvbytes);
+            r->first_row ? "" : ",", KIND_NAME[kind], depth, len, res->mean, res->sd, r->b->reps,
+            tok_bytes > 0 ? tok_bytes - kvbytes : 0.0, kvbytes);
+    if (kind == KIND_W)
+        fprintf(jf, ", \"pass_bytes\": %.0f, \"expert_share\": %.4f, \"pass_s\": %.9f", tok_bytes * len,
+                expert_share(&r->mi, len), len / res->mean);
     if (placed)
         fprintf(jf, ", \"experts\": {\"rows_gpu\": %lld, \"rows_cpu\": %lld, \"cache_hits\": "
                 "%lld, \"cache_misses\": %lld, \"prefetch_issued\": %lld, \"prefetch_timely\": "
@@ -313,24 +342,39 @@ static void json_row(bench_run *r, int depth, int kind, int len, const bench_res
     r->first_row = 0;
 }
 
+/* Bytes per token of a tgN or wN row (0 for ppN), *kv its KV-cache part. tgN: every dense tensor,
+ * top-k of the experts and the KV cache over depth + len / 2 positions on average. wN: one pass
+ * reads the dense tensors and the KV cache over depth + len once and the experts its tokens touch
+ * (expert_share), over its len tokens. */
+static double row_bytes(const bench_run *r, int depth, int kind, int len, double *kv) {
+    const strata_model_info *mi = &r->mi;
+    const double kv_el = r->o->kv_type == STRATA_TYPE_F32 ? 4.0 : 2.0;
+    const double kv_pos = 2.0 * mi->n_layer * mi->n_head_kv * (double)mi->head_dim * kv_el;
+    *kv = 0;
+    if (kind == KIND_TG) {
+        *kv = kv_pos * (depth + 0.5 * len);
+        return r->dense_bytes + r->expert_bytes * expert_share(mi, 1) + *kv;
+    }
+    if (kind == KIND_W) {
+        *kv = kv_pos * (depth + len) / len;
+        return (r->dense_bytes + r->expert_bytes * expert_share(mi, len)) / len + *kv;
+    }
+    return 0;
+}
+
 /* A test's table row on stdout, its --profile lines, the placement line and the JSON row. */
 static void bench_row(bench_run *r, int depth, int kind, int len, const bench_result *res) {
     const cli_opts *o = r->o;
-    const strata_model_info *mi = &r->mi;
     char test[64];
-    if (depth > 0) snprintf(test, sizeof test, "%s%d @ d%d", kind ? "tg" : "pp", len, depth);
-    else snprintf(test, sizeof test, "%s%d", kind ? "tg" : "pp", len);
+    if (depth > 0) snprintf(test, sizeof test, "%s%d @ d%d", KIND_NAME[kind], len, depth);
+    else snprintf(test, sizeof test, "%s%d", KIND_NAME[kind], len);
     char gbs[32] = "", share[32] = "", rowsz[32] = "";
-    /* KV bytes a decoded token reads: K and V of every layer over the positions it attends, on
-     * average depth + len / 2 */
-    const double kv_el = o->kv_type == STRATA_TYPE_F32 ? 4.0 : 2.0;
-    const double kvbytes = kind == 1 ? 2.0 * mi->n_layer * mi->n_head_kv * (double)mi->head_dim *
-                                           kv_el * (depth + 0.5 * len) : 0.0;
-    if (kind == 1) {
-        cli_human_bytes(r->dbytes + kvbytes, rowsz, sizeof rowsz);
-        snprintf(gbs, sizeof gbs, "%.1f", (r->dbytes + kvbytes) * res->mean / 1e9);
-        if (r->copy_rate > 0.0)
-            snprintf(share, sizeof share, "%.1f%%", 100.0 * (r->dbytes + kvbytes) * res->mean / r->copy_rate);
+    double kvbytes;
+    const double tb = row_bytes(r, depth, kind, len, &kvbytes);
+    if (tb > 0) {
+        cli_human_bytes(tb, rowsz, sizeof rowsz);
+        snprintf(gbs, sizeof gbs, "%.1f", tb * res->mean / 1e9);
+        if (r->copy_rate > 0.0) snprintf(share, sizeof share, "%.1f%%", 100.0 * tb * res->mean / r->copy_rate);
     }
     char thr[16];
     if (o->n_threads > 0) snprintf(thr, sizeof thr, "%d", o->n_threads);
@@ -343,10 +387,10 @@ static void bench_row(bench_run *r, int depth, int kind, int len, const bench_re
     memset(&ps, 0, sizeof ps);
     strata_session_get_stats(r->s, &ps);
     const int placed = print_placed(&ps, test, res->secs);
-    if (r->jf) json_row(r, depth, kind, len, res, kvbytes, &ps, placed);
+    if (r->jf) json_row(r, depth, kind, len, res, tb, kvbytes, &ps, placed);
 }
 
-/* Every test at every depth: the cache filled to the depth (untimed), then each ppN and tgN. */
+/* Every test at every depth: the cache filled to the depth (untimed), then each ppN, tgN and wN. */
 static int bench_all(bench_run *r) {
     const bench_opts *b = r->b;
     for (int di = 0; di < b->n_d; di++) {
@@ -354,10 +398,10 @@ static int bench_all(bench_run *r) {
         strata_session_reset(r->s);
         if (depth > 0 && strata_session_decode(r->s, r->toks, depth, NULL, 0) != STRATA_OK)
             return cli_fail("filling depth %d: %s", depth, strata_last_error());
-        for (int kind = 0; kind < 2; kind++) {
-            const int cnt = kind == 0 ? b->n_p : b->n_n;
+        for (int kind = KIND_PP; kind <= KIND_W; kind++) {
+            const int cnt = kind == KIND_PP ? b->n_p : kind == KIND_TG ? b->n_n : b->n_w;
             for (int ti = 0; ti < cnt; ti++) {
-                const int len = kind == 0 ? b->p[ti] : b->n[ti];
+                const int len = kind == KIND_PP ? b->p[ti] : kind == KIND_TG ? b->n[ti] : b->w[ti];
                 if (len <= 0) continue;
                 bench_result res = {0, 0, 0};
                 const int rc = bench_test(r, depth, kind, len, &res);
@@ -391,6 +435,7 @@ int cli_cmd_bench(int argc, char **argv) {
     if (r.jf && fclose(r.jf) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", b.json, strerror(errno));
     free(r.toks);
     free(r.logits);
+    free(r.wlogits);
     strata_session_free(r.s);
     strata_model_free(r.m);
     return rc;

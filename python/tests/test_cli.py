@@ -295,3 +295,28 @@ def test_bench_table_and_json(tmp_path):
     assert "GB/s of the timed runs" in p3.stderr
     assert run("bench", "-m", model, "-p", "x1", check_rc=2).stderr
     assert "unknown option '--frob'" in run("bench", "-m", model, "--frob", check_rc=2).stderr
+
+
+def test_bench_windows(tmp_path):
+    """`strata bench -w`: verify windows of N tokens, one decode call each with every row's
+    logits, rolled back after each repetition (the expert rows count N tokens per repetition);
+    the JSON has the pass time and the pass's bytes with the share of experts N tokens touch
+    under independent routing, 1 - (1 - k/E)^N; out-of-range windows are usage errors."""
+    import json
+    model = REPO / "models" / "strata-tiny-moe-q8_0.gguf"
+    out = tmp_path / "w.json"
+    p = run("bench", "-m", model, "-p", "0", "-n", "0", "-w", "1,3,8", "-d", "0,5", "-r", "2", "-t", "2",
+            "--cpu", "--json", out, check_rc=0)
+    rows = [l for l in p.stdout.splitlines() if l.startswith("| strata-tiny")]
+    assert [r.split("|")[5].strip() for r in rows] == ["w1", "w3", "w8", "w1 @ d5", "w3 @ d5", "w8 @ d5"]
+    j = json.loads(out.read_text())["rows"]
+    assert [r["experts"]["rows_cpu"] for r in j] == [2 * n * 4 * 6 for n in (1, 3, 8) * 2]
+    for r in j:
+        share = 1 - (1 - 4 / 32) ** r["n"]
+        assert abs(r["expert_share"] - share) < 1e-4
+        assert abs(r["pass_s"] - r["n"] / r["tok_s"]) < 1e-6 * r["pass_s"] + 1e-9
+        assert r["pass_bytes"] > r["decode_bytes"] * r["n"] * 0.99 or r["n"] == 1
+    # the one-token window reads what a decode step reads
+    assert abs(j[0]["decode_bytes"] - 6628624) < 1e5
+    for bad in ("0", "18", "x"):
+        assert "for -w" in run("bench", "-m", model, "-w", bad, check_rc=2).stderr
