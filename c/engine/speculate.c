@@ -24,11 +24,12 @@ strata_status strata_session_speculate(strata_session *s, strata_sampler *smp, s
     const int32_t n_past0 = s->n_past;
     strata_status st = strata_session_decode_gen(s, window, n, s->spec_logits, 1);
     if (st != STRATA_OK) return st;
-    int32_t emitted = 0, n_acc = 0;
+    int32_t emitted = 0, n_acc = 0, reached = 0;
     for (int32_t i = 0; i < n; i++) { /* row i: the token after window[0..i] */
         const float *row = s->spec_logits + (size_t)i * (size_t)V;
         strata_token t;
         int accepted = 0;
+        reached += i < n_draft;
         st = i < n_draft ? strata_sampler_verify(smp, row, draft[i], &t, &accepted)
                          : strata_sampler_sample(smp, row, &t);
         if (st != STRATA_OK) break;
@@ -38,7 +39,7 @@ strata_status strata_session_speculate(strata_session *s, strata_sampler *smp, s
         if (!accepted || strata_token_is_eog(s->model, t)) break;
     }
     s->spec.windows++;
-    s->spec.drafted += n_draft;
+    s->spec.drafted += reached; /* drafts past the first rejected one have no verdict */
     s->spec.accepted += n_acc;
     s->spec.emitted += emitted;
     /* keep `last` and the drafts now in out[0..emitted-1); the final token is the next call's */

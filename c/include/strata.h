@@ -732,7 +732,7 @@ STRATA_API strata_status strata_session_speculate(strata_session *session, strat
  * reached; tokens per window emitted / windows. */
 typedef struct strata_spec_stats {
     int64_t windows;   /* verify windows run */
-    int64_t drafted;   /* drafted tokens evaluated */
+    int64_t drafted;   /* drafted tokens verified: up to a window's first rejected one */
     int64_t accepted;  /* of them, accepted */
     int64_t emitted;   /* tokens the windows gave (accepted drafts and the sampler's own) */
 } strata_spec_stats;

@@ -232,6 +232,11 @@ static void test_rollback(void) {
     CHECK(strata_session_speculate(a, smp, ref[0], draft, 7, out, &n) == STRATA_OK && n == 4 && out[3] == ref[4],
           "3 of 7 drafts accepted, then the model's token (%d tokens)", (int)n);
     CHECK(strata_session_n_past(a) == N_PROMPT + 4, "n_past %d: the rejected rows rolled back", strata_session_n_past(a));
+    strata_spec_stats ss;
+    CHECK(strata_session_get_spec_stats(a, &ss) == STRATA_OK && ss.windows == 1 && ss.drafted == 4 &&
+              ss.accepted == 3 && ss.emitted == 4,
+          "stats: the 4 drafts verification reached, 3 accepted (%lld, %lld)", (long long)ss.drafted,
+          (long long)ss.accepted);
     strata_session_decode(b, ref, 4, NULL, 0);
     strata_session_decode(a, &ref[4], 1, la, 0);
     strata_session_decode(b, &ref[4], 1, lb, 0);
