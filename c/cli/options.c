@@ -87,6 +87,7 @@ void cli_opts_init(cli_opts *o) {
     o->sp = strata_sampler_default_params();
     o->logpos_top = 20;
     o->draft_max = 8;
+    o->oracle_rate = -1.0f;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -234,7 +235,11 @@ static void cli_usage_sampling(FILE *f) {
         "                          choosing each window's length from the acceptance seen and\n"
         "                          windows' measured cost, plain steps when windows do not pay;\n"
         "                          none (default). --draft-max N drafts a window (default 8),\n"
-        "                          --draft-min N fewer make a plain step (default 0)\n"
+        "                          --draft-min N fewer make a plain step (default 0).\n"
+        "                          Benchmarks only: oracle drafts the model's own continuation\n"
+        "                          (computed first), each token right with probability\n"
+        "                          --oracle-rate P (default 1); with --spec auto, P sets the\n"
+        "                          oracle as auto's drafter\n"
         "  --route-trace FILE      each layer's routing (experts, weights, the previous layer's\n"
         "                          prediction) as JSON lines (also $STRATA_ROUTE_TRACE; CPU\n"
         "                          sessions): bench/routing_stats.py reads it\n"
@@ -378,10 +383,21 @@ static int opt_spec(cli_opts *o, const char *a, const char *v) {
     else if (strcmp(v, "ngram") == 0) o->spec = CLI_SPEC_NGRAM;
     else if (strcmp(v, "draft") == 0) o->spec = CLI_SPEC_DRAFT;
     else if (strcmp(v, "auto") == 0) o->spec = CLI_SPEC_AUTO;
+    else if (strcmp(v, "oracle") == 0) o->spec = CLI_SPEC_ORACLE;
     else if (strcmp(v, "self") == 0)
         return cli_usage_error("--spec self is not built yet (the target drafting with its GPU-resident "
-                               "experts); use none, ngram, draft or auto");
-    else return cli_usage_error("bad value '%s' for --spec (none, ngram, draft or auto)", v);
+                               "experts); use none, ngram, draft, auto or oracle");
+    else return cli_usage_error("bad value '%s' for --spec (none, ngram, draft, auto or oracle)", v);
+    return 0;
+}
+
+static int opt_oracle_rate(cli_opts *o, const char *a, const char *v) {
+    char *end;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= 0.0 && x <= 1.0))
+        return cli_usage_error("bad value '%s' for %s (a share of right drafts, 0..1)", v, a);
+    o->oracle_rate = (float)x;
     return 0;
 }
 
@@ -539,6 +555,7 @@ static const cli_value_row cli_values[] = {
     CLI_FN(NULL, "--draft-model", opt_draft_model),
     CLI_INT(NULL, "--draft-max", draft_max, 1, STRATA_DRAFT_MAX),
     CLI_INT(NULL, "--draft-min", draft_min, 0, STRATA_DRAFT_MAX),
+    CLI_FN(NULL, "--oracle-rate", opt_oracle_rate),
     CLI_FN(NULL, "--chat-template", opt_chat_template),
     CLI_STR(NULL, "--system", system),
     /* perplexity */

@@ -4,7 +4,7 @@
 #ifndef STRATA_CLI_OPTIONS_H
 #define STRATA_CLI_OPTIONS_H
 
-enum { CLI_SPEC_NONE = 0, CLI_SPEC_NGRAM = 1, CLI_SPEC_DRAFT = 2, CLI_SPEC_AUTO = 3 };
+enum { CLI_SPEC_NONE = 0, CLI_SPEC_NGRAM = 1, CLI_SPEC_DRAFT = 2, CLI_SPEC_AUTO = 3, CLI_SPEC_ORACLE = 4 };
 
 #include "cli.h"
 
@@ -64,7 +64,8 @@ typedef struct {
     int logpos_top;               /* --logpos-top K (default 20) */
     const char *stats_json;       /* --stats-json FILE */
     const char *route_trace;      /* --route-trace FILE or $STRATA_ROUTE_TRACE: each layer's routing */
-    int spec;                     /* --spec: CLI_SPEC_NONE (default), _NGRAM, _DRAFT or _AUTO */
+    int spec;                     /* --spec: CLI_SPEC_NONE (default), _NGRAM, _DRAFT, _AUTO or _ORACLE */
+    float oracle_rate;            /* --oracle-rate P: the oracle drafter's share of right drafts (-1: not given) */
     const char *draft_model;      /* --draft-model FILE (implies --spec draft unless --spec is given) */
     int draft_max;                /* --draft-max N: drafts a verify window takes at most (default 8) */
     int draft_min;                /* --draft-min N: fewer drafted tokens make a plain step (default 0) */

@@ -6,6 +6,7 @@
 #include "session_setup.h"
 #include "stats_print.h"
 #include "logprobs.h"
+#include "oracle.h"
 
 #include <signal.h>
 
@@ -123,7 +124,9 @@ typedef struct {
     cli_topk topk;
     int64_t logpos_base;    /* position of the next dumped row */
     cli_run_stats st;       /* over the whole run */
-    strata_drafter *drafter; /* --spec: NULL for plain steps */
+    strata_drafter *drafter; /* --spec: NULL for plain steps or the oracle */
+    cli_oracle oracle;      /* --spec oracle (and auto with --oracle-rate): its continuation */
+    int use_oracle;         /* the oracle drafts instead of drafter */
     strata_spec_policy *policy; /* --spec auto: made after the first prompt */
     double draft_tok_s;     /* --draft-model: seconds a drafted token takes (running mean) */
     strata_token *hist;     /* --spec: the tokens in the KV cache, in order, and room for one more */
@@ -298,7 +301,8 @@ static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, 
     if (want > 0) {
         r->hist[r->n_hist] = last;
         const double t0 = cli_now();
-        if (strata_drafter_propose(r->drafter, r->hist, r->n_hist + 1, want, draft, &nd) != STRATA_OK)
+        if (r->use_oracle) cli_oracle_propose(&r->oracle, r->hist, r->n_hist + 1, want, draft, &nd);
+        else if (strata_drafter_propose(r->drafter, r->hist, r->n_hist + 1, want, draft, &nd) != STRATA_OK)
             return cli_fail("drafting: %s", strata_last_error());
         const double per = nd > 0 ? (cli_now() - t0) / nd : 0.0;
         if (!cheap && nd > 0) r->draft_tok_s = r->draft_tok_s > 0 ? r->draft_tok_s + 0.25 * (per - r->draft_tok_s) : per;
@@ -405,7 +409,8 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
         return 0;
     }
     for (int64_t i = 0; i < n; i++) strata_sampler_accept(r->smp, toks[i]);
-    if (r->drafter) {
+    const int spec = r->drafter || r->use_oracle;
+    if (spec) {
         memcpy(r->hist + r->n_hist, toks, (size_t)n * sizeof *toks);
         r->n_hist += n;
     }
@@ -418,7 +423,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
 
     stream s = {NULL, 0, 0, 0, r->o, stdout};
     gen_end end = {STOP_LIMIT, 0, -1};
-    rc = r->drafter ? spec_loop(r, &s, n_predict, t0, t1, &end) : gen_loop(r, &s, n_predict, t0, t1, &end);
+    rc = spec ? spec_loop(r, &s, n_predict, t0, t1, &end) : gen_loop(r, &s, n_predict, t0, t1, &end);
     if (!rc) stream_write(&s, s.len);
     free(s.buf);
     if (rc) return rc;
@@ -427,7 +432,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
         if (strata_session_decode_gen(r->sess, &end.pending, 1, r->logits, 0) != STRATA_OK)
             return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
                             strata_last_error());
-        if (r->drafter) r->hist[r->n_hist++] = end.pending;
+        if (spec) r->hist[r->n_hist++] = end.pending;
     }
     if (*why == STOP_CTX)
         fprintf(stderr, "\nstrata: context full (%d tokens, -c); stopped after %lld generated "
@@ -595,7 +600,8 @@ static int run_with(cli_opts *o) {
         goto done;
     }
     if ((rc = cli_new_drafter(o, r.model, r.sess, &r.drafter))) goto done;
-    if (r.drafter && !(r.hist = malloc(sizeof *r.hist * ((size_t)strata_session_n_ctx(r.sess) + 1)))) {
+    r.use_oracle = cli_oracle_wanted(o);
+    if ((r.drafter || r.use_oracle) && !(r.hist = malloc(sizeof *r.hist * ((size_t)strata_session_n_ctx(r.sess) + 1)))) {
         rc = cli_fail("out of memory");
         goto done;
     }
@@ -631,6 +637,8 @@ static int run_with(cli_opts *o) {
             fwrite(prompt, 1, prompt_len, stdout);
             fflush(stdout);
         }
+        if (r.use_oracle && (rc = cli_oracle_compute(&r.oracle, o, r.model, r.sess, toks, n, o->n_predict)))
+            goto done;
         int why;
         rc = generate(&r, toks, n, o->n_predict, 0, &why);
         if (!rc) fputc('\n', stdout);
@@ -644,6 +652,7 @@ done:
     free(r.logits);
     strata_sampler_free(r.smp);
     strata_drafter_free(r.drafter);
+    cli_oracle_free(&r.oracle);
     strata_spec_policy_free(r.policy);
     free(r.hist);
     strata_session_free(r.sess);

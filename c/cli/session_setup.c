@@ -218,7 +218,14 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
 int cli_new_drafter(const cli_opts *o, const strata_model *target, const strata_session *sess,
                     strata_drafter **out) {
     *out = NULL;
+    if (o->oracle_rate >= 0.0f && o->spec != CLI_SPEC_ORACLE && o->spec != CLI_SPEC_AUTO)
+        return cli_usage_error("--oracle-rate drafts with --spec oracle or auto");
     if (o->spec == CLI_SPEC_NONE) return 0;
+    if (o->spec == CLI_SPEC_ORACLE || (o->spec == CLI_SPEC_AUTO && o->oracle_rate >= 0.0f)) {
+        if (o->draft_model) return cli_usage_error("--draft-model and the oracle (--spec oracle, --oracle-rate) exclude each other");
+        if (o->interactive) return cli_usage_error("the oracle (--spec oracle, --oracle-rate) drafts for -p/-f runs, not --chat");
+        return 0; /* run.c computes its continuation once the prompt is read */
+    }
     const char *policy = o->spec == CLI_SPEC_AUTO ? ", the draft policy choosing (--spec auto)" : "";
     if (o->spec == CLI_SPEC_NGRAM && o->draft_model)
         return cli_usage_error("--draft-model drafts with --spec draft or auto, not ngram");

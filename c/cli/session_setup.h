@@ -16,7 +16,7 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s);
  * flags given in one warning line (they are ignored), and a context past the model's training
  * context gets a warning line. Fills o->backend_desc. */
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out);
-/* The drafter --spec asks for (NULL for --spec none): ngram, or --draft-model loaded with the
+/* The drafter --spec asks for (NULL for --spec none and for the oracle, which run.c makes): ngram, or --draft-model loaded with the
  * options' model parameters into a session of its own with sess's n_ctx and backend and the
  * options' n_batch, kv_type and threads. Says what it drafts with in one stderr line. Prints failures,
  * returns CLI_EXIT_FAIL or 0. */

@@ -114,8 +114,32 @@ def test_sampling_same_text_for_a_seed(q4_draft):
             assert gen(*sampling, *extra).stdout == plain, (sampling, extra)
 
 
+def test_oracle(tmp_path):
+    """--spec oracle (benchmarks only) drafts the model's own continuation, computed first: every
+    draft accepted at --oracle-rate 1, about the rate's share per verified draft below it, none
+    at 0, and the text is plain's every time (greedy, and sampled with a seed)."""
+    plain = gen(n=200, prompt=REPEATS).stdout
+    for rate, lo, hi in ((None, 1.0, 1.0), (1, 1.0, 1.0), (0.7, 0.6, 0.8), (0.3, 0.2, 0.4), (0, 0.0, 0.0)):
+        extra = ["--spec", "oracle"] + ([] if rate is None else ["--oracle-rate", rate])
+        p = gen(*extra, n=200, prompt=REPEATS, stats=tmp_path / "o.json")
+        assert p.stdout == plain, rate
+        assert b"the oracle (benchmarks only)" in p.stderr
+        s = json.loads((tmp_path / "o.json").read_text())
+        assert s["n_gen"] == 200 and s["spec_drafted"] > 0
+        assert lo <= s["spec_accepted"] / s["spec_drafted"] <= hi, (rate, s)
+    seeded = ["--temp", 0.8, "--seed", 11]
+    assert gen(*seeded, "--spec", "oracle", "--oracle-rate", 0.5).stdout == gen(*seeded).stdout
+    p = gen("--spec", "auto", "--oracle-rate", 0.9, stats=tmp_path / "a.json")
+    assert p.stdout == gen().stdout and b"draft policy:" in p.stderr
+    assert "policy_acceptance" in json.loads((tmp_path / "a.json").read_text())
+
+
 def test_options_refused():
     for args, msg in ((["--spec", "self"], b"not built yet"),
+                      (["--spec", "ngram", "--oracle-rate", 0.5], b"--oracle-rate"),
+                      (["--oracle-rate", 0.5], b"--oracle-rate"),
+                      (["--spec", "oracle", "--oracle-rate", 1.5], b"--oracle-rate"),
+                      (["--spec", "oracle", "--draft-model", MODEL], b"exclude each other"),
                       (["--spec", "ngram", "--draft-model", MODEL], b"--draft-model"),
                       (["--spec", "bogus"], b"--spec"), (["--spec", "draft"], b"--draft-model"),
                       (["--spec", "ngram", "--draft-max", 0], b"--draft-max"),
