@@ -347,10 +347,8 @@ static int spec_loop(runner *r, stream *s, int n_predict, double t0, double t1, 
         return cli_fail("sampling: %s", strata_last_error());
     r->st.ttft_s += cli_now() - t0;
     if (o->ignore_eos || !strata_token_is_eog(r->model, win[0])) strata_sampler_accept(r->smp, win[0]);
-    if (o->spec == CLI_SPEC_AUTO && !r->policy && r->n_hist > 0) { /* the cost table, once */
-        const strata_status st = strata_spec_policy_create(r->sess, r->hist, r->n_hist, o->draft_max, &r->policy);
-        if (st != STRATA_OK && st != STRATA_ERR_RANGE) return cli_fail("draft policy: %s", strata_last_error());
-    }
+    if (o->spec == CLI_SPEC_AUTO && !r->policy && strata_spec_policy_create(o->draft_max, &r->policy) != STRATA_OK)
+        return cli_fail("draft policy: %s", strata_last_error());
     step_io io;
     int rc = step_io_init(&io, r);
     while (!rc) {

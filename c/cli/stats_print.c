@@ -107,11 +107,7 @@ static void cli_print_spec_stats(const cli_opts *o, const strata_session *sess, 
             sp.drafted ? 100.0 * (double)sp.accepted / (double)sp.drafted : 0.0,
             sp.windows ? (double)sp.emitted / (double)sp.windows : 0.0);
     strata_spec_policy_stats ps;
-    if (!pol || strata_spec_policy_get_stats(pol, &ps) != STRATA_OK) {
-        if (o->spec == CLI_SPEC_AUTO)
-            fprintf(stderr, "strata: draft policy: none (no room in the context for its cost table)\n");
-        return;
-    }
+    if (!pol || strata_spec_policy_get_stats(pol, &ps) != STRATA_OK) return;
     fprintf(stderr, "strata: draft policy: %lld windows (%lld probes), %lld plain steps; acceptance now "
             "%.1f%%, windows pay from ", (long long)ps.windows, (long long)ps.probes,
             (long long)ps.plain_steps, 100.0 * ps.acceptance);

@@ -1,10 +1,9 @@
 /* spec_policy.c - the draft policy of speculative decoding (strata.h, "The draft policy"): a
  * per-token acceptance estimate, the seconds a window of each length and a plain step take on this
- * session (a few measured at create, the rest interpolated, each then kept up to date from what
- * the caller observes), and the choice of the draft count with the most expected tokens a second,
- * 0 when a plain step is expected to be faster. The decision is plain arithmetic on those numbers (st_policy_best), so
- * it is tested on made-up cost tables as well as measured ones. */
-#include "profile.h" /* st_prof_clock */
+ * session (learnt from the steps and windows the caller observes: a length not seen yet is
+ * estimated from those seen), and the choice of the draft count with the most expected tokens a
+ * second, 0 when a plain step is expected to be faster. The decision is plain arithmetic on those
+ * numbers (st_policy_best), so it is tested on made-up cost tables as well as learnt ones. */
 #include "session.h"
 
 #include <math.h>
@@ -23,11 +22,17 @@
 #define PROBE_AFTER 32
 #define PROBE_MAX 1024
 #define PROBE_DRAFTS 2
+/* A window length not observed yet: past the longest observed, the last observed slope (before
+ * any window, PRIOR_SLOPE plain steps a draft) times EXTRAP_SLOPE, so that longer windows look a
+ * little cheaper than the trend and get tried once; between two observed, the line between them. */
+#define PRIOR_SLOPE 0.25
+#define EXTRAP_SLOPE 0.75
 
 struct strata_spec_policy {
     int32_t draft_max;
     double acc, trials;                       /* decayed accepted drafts and drafts reached */
-    double window_s[STRATA_DRAFT_MAX + 1];    /* [k]: a window of k drafts (k + 1 rows) */
+    double window_s[STRATA_DRAFT_MAX + 1];    /* [k]: a window of k drafts (k + 1 rows), seen or estimated */
+    int seen[STRATA_DRAFT_MAX + 1];           /* [k]: window_s[k] observed ([0]: plain_s) */
     double plain_s;                           /* a plain one-token step */
     int64_t plain_steps, windows, probes;
     int32_t since_news;                       /* plain steps since the last acceptance evidence */
@@ -63,67 +68,34 @@ static int32_t st_policy_best(const strata_spec_policy *p, int32_t n_avail, doub
     return best;
 }
 
-/* Seconds of a pass of n rows at the end of the cache (rolled back): a window (every row's logits
- * into logits) or, with logits NULL, a plain greedy step. */
-static strata_status time_pass(strata_session *s, const strata_token *toks, int32_t n, float *logits,
-                               double *out) {
-    const int32_t n_past = s->n_past;
-    strata_token next;
-    const double t0 = st_prof_clock();
-    strata_status st = !logits ? strata_session_decode_greedy(s, toks, 1, &next)
-                               : strata_session_decode_gen(s, toks, n, logits, 1);
-    *out = st_prof_clock() - t0;
-    if (st == STRATA_OK) st = strata_session_truncate(s, n_past);
-    return st;
-}
-
-/* The cost table: a plain step, and windows of 1, 2, 4, 8, 16 drafts up to draft_max (and
- * draft_max itself), one pass each; the lengths between are interpolated linearly. Each window
- * length's entry then follows what the caller observes. */
-static strata_status measure_costs(strata_spec_policy *p, strata_session *s, const strata_token *toks,
-                                   float *logits) {
-    strata_status st = time_pass(s, toks, 1, NULL, &p->plain_s);
+/* window_s[k] for every k not observed: the line between the nearest observed lengths around it
+ * (the plain step is length 0), or past the longest observed the slope of its last segment
+ * (PRIOR_SLOPE with none) times EXTRAP_SLOPE. Needs the plain step observed. */
+static void estimate_costs(strata_spec_policy *p) {
     p->window_s[0] = p->plain_s;
-    int32_t prev = 0;
-    for (int32_t k = 1; st == STRATA_OK && prev < p->draft_max; k *= 2) {
-        const int32_t m = k < p->draft_max ? k : p->draft_max;
-        st = time_pass(s, toks, m + 1, logits, &p->window_s[m]);
-        for (int32_t i = prev + 1; i < m; i++)
-            p->window_s[i] = p->window_s[prev] + (p->window_s[m] - p->window_s[prev]) * (i - prev) / (m - prev);
-        prev = m;
+    int32_t lo = 0, lo2 = -1;
+    for (int32_t k = 1; k <= p->draft_max; k++) {
+        if (p->seen[k]) {
+            for (int32_t i = lo + 1; i < k; i++)
+                p->window_s[i] = p->window_s[lo] + (p->window_s[k] - p->window_s[lo]) * (i - lo) / (k - lo);
+            lo2 = lo;
+            lo = k;
+        }
     }
-    return st;
+    const double slope = lo2 < 0 ? PRIOR_SLOPE * p->plain_s : (p->window_s[lo] - p->window_s[lo2]) / (lo - lo2);
+    for (int32_t k = lo + 1; k <= p->draft_max; k++) p->window_s[k] = p->window_s[lo] + EXTRAP_SLOPE * slope * (k - lo);
 }
 
-strata_status strata_spec_policy_create(strata_session *s, const strata_token *history, int64_t n_history,
-                                        int32_t draft_max, strata_spec_policy **out) {
-    if (!s || !out || !history)
-        return st_error(STRATA_ERR_INVALID_ARG, "strata_spec_policy_create: NULL argument");
+strata_status strata_spec_policy_create(int32_t draft_max, strata_spec_policy **out) {
+    if (!out) return st_error(STRATA_ERR_INVALID_ARG, "strata_spec_policy_create: NULL argument");
     *out = NULL;
-    if (draft_max < 1 || draft_max > STRATA_DRAFT_MAX || n_history < 1)
-        return st_error(STRATA_ERR_INVALID_ARG, "strata_spec_policy_create: draft_max %d outside 1..%d or "
-                        "an empty history", (int)draft_max, STRATA_DRAFT_MAX);
-    if ((int64_t)s->n_past + draft_max + 1 > s->n_ctx)
-        return st_error(STRATA_ERR_RANGE, "strata_spec_policy_create: the cost table needs %d free "
-                        "positions, the context has %d", (int)draft_max + 1, (int)(s->n_ctx - s->n_past));
+    if (draft_max < 1 || draft_max > STRATA_DRAFT_MAX)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_spec_policy_create: draft_max %d outside 1..%d",
+                        (int)draft_max, STRATA_DRAFT_MAX);
     strata_spec_policy *p = calloc(1, sizeof *p);
-    float *logits = malloc(sizeof(float) * (size_t)s->model->hp.n_vocab * (size_t)(draft_max + 1));
-    if (!p || !logits) {
-        free(p);
-        free(logits);
-        return st_error(STRATA_ERR_NOMEM, "strata_spec_policy_create: out of memory");
-    }
+    if (!p) return st_error(STRATA_ERR_NOMEM, "strata_spec_policy_create: out of memory");
     p->draft_max = draft_max;
     p->probe_after = PROBE_AFTER;
-    strata_token toks[STRATA_DRAFT_MAX + 1]; /* the history's last tokens, cycled */
-    for (int32_t i = 0; i <= draft_max; i++) toks[i] = history[n_history - 1 - (i % n_history)];
-    const strata_status st = measure_costs(p, s, toks, logits);
-    free(logits);
-    if (st != STRATA_OK) {
-        free(p);
-        return st;
-    }
-    if (!(p->plain_s > 0.0)) p->plain_s = 1e-9;
     *out = p;
     return STRATA_OK;
 }
@@ -131,7 +103,7 @@ strata_status strata_spec_policy_create(strata_session *s, const strata_token *h
 void strata_spec_policy_free(strata_spec_policy *p) { free(p); }
 
 int32_t strata_spec_policy_choose(strata_spec_policy *p, int32_t n_avail, double draft_token_s) {
-    if (!p || n_avail <= 0) return 0;
+    if (!p || n_avail <= 0 || !p->seen[0]) return 0; /* a plain step first: its cost anchors the table */
     if (!(draft_token_s >= 0.0)) draft_token_s = 0.0;
     const int32_t best = st_policy_best(p, n_avail, draft_token_s);
     p->probing = best == 0 && p->since_news >= p->probe_after;
@@ -152,7 +124,10 @@ void strata_spec_policy_observe(strata_spec_policy *p, int32_t n_draft, int32_t 
     if (n_draft == 0) {
         p->plain_steps++;
         p->since_news++;
-        if (ok_time) p->plain_s += COST_ALPHA * (seconds - p->plain_s);
+        if (ok_time) {
+            p->plain_s = p->seen[0]++ ? p->plain_s + COST_ALPHA * (seconds - p->plain_s) : seconds;
+            estimate_costs(p);
+        }
         return;
     }
     p->windows++;
@@ -164,7 +139,11 @@ void strata_spec_policy_observe(strata_spec_policy *p, int32_t n_draft, int32_t 
     if (n_accepted < 0) n_accepted = 0;
     if (n_accepted > n_draft) n_accepted = n_draft;
     learn(p, n_accepted, n_accepted + (n_accepted < n_draft));
-    if (ok_time) p->window_s[n_draft] += COST_ALPHA * (seconds - p->window_s[n_draft]);
+    if (ok_time) {
+        p->window_s[n_draft] = p->seen[n_draft]++ ? p->window_s[n_draft] + COST_ALPHA * (seconds - p->window_s[n_draft])
+                                                  : seconds;
+        if (p->seen[0]) estimate_costs(p);
+    }
 }
 
 void strata_spec_policy_observe_unverified(strata_spec_policy *p, int matched) {
@@ -179,6 +158,7 @@ strata_status strata_spec_policy_set_costs(strata_spec_policy *p, double plain_s
             return st_error(STRATA_ERR_INVALID_ARG, "strata_spec_policy_set_costs: window_s[%d] <= 0", (int)k);
     p->plain_s = plain_s;
     memcpy(p->window_s, window_s, sizeof(double) * (size_t)(p->draft_max + 1));
+    for (int32_t k = 0; k <= p->draft_max; k++) p->seen[k] = 1;
     return STRATA_OK;
 }
 

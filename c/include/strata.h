@@ -745,15 +745,19 @@ STRATA_API strata_status strata_session_get_spec_stats(const strata_session *ses
  * How many drafted tokens the next window should verify, so that speculation pays or is left
  * alone. The policy keeps a per-token acceptance estimate (decayed counts: windows' drafts, and
  * proposals that were not verified compared with the token that came), and the seconds of a
- * window of k drafts (k + 1 rows) and of a plain step on this session: measured at create (some
- * lengths, the rest interpolated), then updated from what the caller observes. It picks the count with the most expected tokens a
+ * window of k drafts (k + 1 rows) and of a plain step on this session, learnt from what the caller
+ * observes: the first choice is a plain step, whose time anchors the table; a length not observed
+ * yet is estimated on the line between observed ones, or past the longest observed on its last
+ * slope (before any window, a quarter of a plain step a draft), taken three quarters as steep so
+ * that a longer window gets tried once and then known. Every step it asks for is a real one, so
+ * learning the table costs no extra passes. It picks the count with the most expected tokens a
  * second, (1 + a + ... + a^k) / (window_s[k] + k * draft_token_s), or 0 when a plain step is
  * expected to be as fast (within a 2% margin); after 32 plain steps without news of the
  * acceptance, one small window probes it. Timing drives the choices, and with them the speed
  * only: windows give plain decoding's text (strata_session_speculate).
  *
  *     strata_spec_policy *p;
- *     strata_spec_policy_create(session, history, n_history, 8, &p);   // after the prompt
+ *     strata_spec_policy_create(8, &p);
  *     ... nd = proposals available; k = strata_spec_policy_choose(p, nd, 0.0);
  *     ... k > 0: a window of draft[0..k), then observe(p, k, accepted, seconds);
  *         k == 0: a plain step, observe(p, 0, 0, seconds) and, if there was a proposal,
@@ -774,13 +778,8 @@ typedef struct strata_spec_policy_stats {
     double break_even;       /* the lowest acceptance (to 0.01) at which a window pays; -1: none */
 } strata_spec_policy_stats;
 
-/* Measures the cost table on session: a plain step and windows of 1, 2, 4, 8, 16 drafts up to
- * draft_max and of draft_max (one pass each, made of history's last tokens, at the end of the
- * cache and rolled back; they count in the session's stats), the lengths between interpolated.
- * Needs draft_max + 1 free positions (STRATA_ERR_RANGE otherwise). */
-STRATA_API strata_status strata_spec_policy_create(strata_session *session, const strata_token *history,
-                                                   int64_t n_history, int32_t draft_max,
-                                                   strata_spec_policy **out);
+/* A policy for windows of up to draft_max (1..STRATA_DRAFT_MAX) drafts, nothing learnt yet. */
+STRATA_API strata_status strata_spec_policy_create(int32_t draft_max, strata_spec_policy **out);
 STRATA_API void strata_spec_policy_free(strata_spec_policy *policy);
 /* The drafts the next window should verify, 0..min(n_avail, draft_max) (0: a plain step).
  * draft_token_s: what each drafted token still costs (0 once they are drafted). */
@@ -792,8 +791,8 @@ STRATA_API void strata_spec_policy_observe(strata_spec_policy *policy, int32_t n
                                            int32_t n_accepted, double seconds);
 /* A proposal that was not verified: matched 1 when its first token was the token that came. */
 STRATA_API void strata_spec_policy_observe_unverified(strata_spec_policy *policy, int matched);
-/* Replaces the cost table (plain_s, window_s[0..draft_max]): for tests and for callers that
- * measured it themselves. */
+/* Replaces the cost table (plain_s, window_s[0..draft_max]), every length then counting as
+ * observed: for tests and for callers that measured it themselves. */
 STRATA_API strata_status strata_spec_policy_set_costs(strata_spec_policy *policy, double plain_s,
                                                       const double *window_s);
 STRATA_API strata_status strata_spec_policy_get_stats(const strata_spec_policy *policy,

@@ -265,21 +265,52 @@ static void feed(strata_spec_policy *p, int n, double rate) {
     }
 }
 
-static void test_policy(void) {
-    strata_session *s = new_session(512);
-    strata_session_decode(s, PROMPT, N_PROMPT, NULL, 0);
-    strata_spec_policy *p = NULL;
-    CHECK(strata_spec_policy_create(s, PROMPT, N_PROMPT, 0, &p) == STRATA_ERR_INVALID_ARG && !p, "draft_max 0 refused");
-    CHECK(strata_spec_policy_create(s, PROMPT, N_PROMPT, 8, &p) == STRATA_OK && p, "create: %s", strata_last_error());
-    if (!p) return;
-    CHECK(strata_session_n_past(s) == N_PROMPT, "the cost table's passes rolled back (n_past %d)",
-          strata_session_n_past(s));
+/* The cost table learnt from observed steps: a plain step first; before any window a prior slope;
+ * a length seen is known, the lengths between interpolated, past the longest extrapolated a
+ * little optimistically, so windows are tried where they may pay and dropped where they do not. */
+static void test_policy_learning(strata_spec_policy *p) {
     strata_spec_policy_stats st;
+    feed(p, 200, 0.9);
+    CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "a plain step first, whatever the acceptance");
+    strata_spec_policy_observe(p, 0, 0, 1.0);
+    const int k0 = strata_spec_policy_choose(p, 8, 0.0);
+    CHECK(k0 >= 2, "at 0.9 with only the prior slope, a window is tried (%d drafts)", k0);
+    /* windows as costly as k + 1 plain steps: one observation and the policy stops */
+    strata_spec_policy_observe(p, k0, k0, (double)(k0 + 1));
+    int later = 0;
+    for (int i = 0; i < 8; i++) later |= strata_spec_policy_choose(p, 8, 0.0) != 0;
     strata_spec_policy_get_stats(p, &st);
-    int pos = st.plain_s > 0;
-    for (int k = 0; k <= 8; k++) pos &= st.window_s[k] > 0;
-    CHECK(pos && st.draft_max == 8, "a measured cost table (plain %.3g s, 9 rows %.3g s)", st.plain_s, st.window_s[8]);
+    CHECK(!later && fabs(st.window_s[k0] - (k0 + 1)) < 1e-9, "a compute-bound window seen once: plain steps "
+          "(window_s[%d] %.3f)", k0, st.window_s[k0]);
+    CHECK(fabs(st.window_s[1] - (1.0 + (double)k0 / k0)) < 1e-9, "lengths below interpolated (%.3f)", st.window_s[1]);
+    strata_spec_policy_free(p);
+    /* the GPU curve learnt from windows: long windows at 0.9 */
+    const double gpu[9] = {1.0, 1.56, 1.9, 2.26, 2.6, 2.9, 3.2, 3.5, 3.8};
+    strata_spec_policy_create(8, &p);
+    feed(p, 200, 0.9);
+    strata_spec_policy_observe(p, 0, 0, 1.0);
+    int k = 0, tried[9] = {0};
+    for (int i = 0; i < 40; i++) {
+        k = strata_spec_policy_choose(p, 8, 0.0);
+        if (k > 0) strata_spec_policy_observe(p, k, k, gpu[k]);
+        else strata_spec_policy_observe(p, 0, 0, 1.0);
+        tried[k] = 1;
+    }
+    int n_tried = 0;
+    for (int i = 1; i <= 8; i++) n_tried += tried[i];
+    CHECK(k >= 4 && n_tried <= 5, "the GPU curve learnt by windows: %d drafts after trying %d lengths", k, n_tried);
+    strata_spec_policy_free(p);
+}
 
+static void test_policy(void) {
+    strata_spec_policy *p = NULL;
+    CHECK(strata_spec_policy_create(0, &p) == STRATA_ERR_INVALID_ARG && !p, "draft_max 0 refused");
+    CHECK(strata_spec_policy_create(STRATA_DRAFT_MAX + 1, &p) == STRATA_ERR_INVALID_ARG && !p, "draft_max 17 refused");
+    CHECK(strata_spec_policy_create(8, &p) == STRATA_OK && p, "create: %s", strata_last_error());
+    if (!p) return;
+    test_policy_learning(p); /* frees p */
+    strata_spec_policy_stats st;
+    strata_spec_policy_create(8, &p);
     /* the H100 qwen3 curve (a pass of 2 / 4 / 8 tokens: 1.56 / 2.26 / 3.50 one-token passes) */
     const double gpu[9] = {1.0, 1.56, 1.9, 2.26, 2.6, 2.9, 3.2, 3.5, 3.8};
     CHECK(strata_spec_policy_set_costs(p, 1.0, gpu) == STRATA_OK, "set_costs");
@@ -323,16 +354,6 @@ static void test_policy(void) {
           "window_s[3] %.4f, %lld windows, %lld probes", st.window_s[3], (long long)st.windows, (long long)st.probes);
     strata_spec_policy_free(p);
 
-    /* no room for the cost table */
-    strata_session_params sp = strata_session_default_params();
-    sp.n_ctx = N_PROMPT + 4;
-    sp.n_threads = 2;
-    strata_session *small = NULL;
-    strata_session_create(model, &sp, &small);
-    strata_session_decode(small, PROMPT, N_PROMPT, NULL, 0);
-    CHECK(strata_spec_policy_create(small, PROMPT, N_PROMPT, 8, &p) == STRATA_ERR_RANGE, "no room: refused");
-    strata_session_free(small);
-    strata_session_free(s);
 }
 
 static void test_vocab_mismatch(void) {

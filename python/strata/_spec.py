@@ -23,17 +23,13 @@ class Speculator:
         self.draft_tok_s = 0.0
         self.plain = None  # a plain step in flight: (start time, the proposal's first token or -1)
 
-    def start(self, sess, hist) -> None:
-        """After the prompt: the policy's cost table (auto; none when the context has no room)."""
+    def start(self) -> None:
+        """Before the first step: the draft policy (auto), nothing learnt yet."""
         if not self.auto:
             return
         out = ffi.new("strata_spec_policy **")
-        st = lib.strata_spec_policy_create(sess, ffi.new("strata_token[]", hist), len(hist),
-                                           self.draft_max, out)
-        if st == lib.STRATA_OK:
-            self.policy = out[0]
-        elif st != lib.STRATA_ERR_RANGE:
-            check(st, "strata_spec_policy_create")
+        check(lib.strata_spec_policy_create(self.draft_max, out), "strata_spec_policy_create")
+        self.policy = out[0]
 
     def step(self, sess, smp, hist, room):
         """The tokens after hist (its last token not yet in the cache) from one verify window,
