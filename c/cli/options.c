@@ -37,6 +37,7 @@ static const struct {
     CLI_ENV_FLAG("STRATA_GPU_PREFETCH", gpu_prefetch),
     CLI_ENV_FLAG("STRATA_CPU_WARM", cpu_warm),
     CLI_ENV_FLAG("STRATA_DOORBELL", doorbell),
+    CLI_ENV_FLAG("STRATA_VERIFY_PROFILE", verify_profile),
 #undef CLI_ENV_FLAG
 };
 
@@ -240,6 +241,13 @@ static void cli_usage_sampling(FILE *f) {
         "                          (computed first), each token right with probability\n"
         "                          --oracle-rate P (default 1); with --spec auto, P sets the\n"
         "                          oracle as auto's drafter\n"
+        "  --verify-profile        with --spec: a table at exit of each window length's time by\n"
+        "                          phase (draft, attention, dense, router, experts, waiting for\n"
+        "                          CPU experts, output, acceptance) and tokens a window (also\n"
+        "                          $STRATA_VERIFY_PROFILE=1; implies --profile's phase timing)\n"
+        "  --short-read N          prompts of up to N tokens are read as verify windows of\n"
+        "                          --draft-max + 1 tokens (the decode path: --logpos then\n"
+        "                          measures it, approximations included)\n"
         "  --route-trace FILE      each layer's routing (experts, weights, the previous layer's\n"
         "                          prediction) as JSON lines (also $STRATA_ROUTE_TRACE; CPU\n"
         "                          sessions): bench/routing_stats.py reads it\n"
@@ -462,6 +470,7 @@ static const cli_flag_row cli_flags[] = {
     CLI_FLAG("--degrade-eval", NULL, degrade_eval, 1),
     CLI_FLAG("--degrade-eval", NULL, degrade_zero, 1), /* the evaluation mode implies it */
     CLI_FLAG("--profile", NULL, profile, 1),
+    CLI_FLAG("--verify-profile", NULL, verify_profile, 1),
     CLI_FLAG("--cuda-graphs", NULL, cuda_graphs, 1),
     CLI_FLAG("--no-cuda-graphs", NULL, cuda_graphs, 0),
     CLI_FLAG("--doorbell-graphs", NULL, cuda_graphs, 2),
@@ -556,6 +565,7 @@ static const cli_value_row cli_values[] = {
     CLI_INT(NULL, "--draft-max", draft_max, 1, STRATA_DRAFT_MAX),
     CLI_INT(NULL, "--draft-min", draft_min, 0, STRATA_DRAFT_MAX),
     CLI_FN(NULL, "--oracle-rate", opt_oracle_rate),
+    CLI_INT(NULL, "--short-read", short_read, 0, 1L << 30),
     CLI_FN(NULL, "--chat-template", opt_chat_template),
     CLI_STR(NULL, "--system", system),
     /* perplexity */

@@ -66,6 +66,8 @@ typedef struct {
     const char *route_trace;      /* --route-trace FILE or $STRATA_ROUTE_TRACE: each layer's routing */
     int spec;                     /* --spec: CLI_SPEC_NONE (default), _NGRAM, _DRAFT, _AUTO or _ORACLE */
     float oracle_rate;            /* --oracle-rate P: the oracle drafter's share of right drafts (-1: not given) */
+    int verify_profile;           /* --verify-profile / STRATA_VERIFY_PROFILE=1: per-window phase table at exit */
+    int short_read;               /* --short-read N: prompts of up to N tokens read as verify windows */
     const char *draft_model;      /* --draft-model FILE (implies --spec draft unless --spec is given) */
     int draft_max;                /* --draft-max N: drafts a verify window takes at most (default 8) */
     int draft_min;                /* --draft-min N: fewer drafted tokens make a plain step (default 0) */

@@ -7,6 +7,7 @@
 #include "stats_print.h"
 #include "logprobs.h"
 #include "oracle.h"
+#include "verify_profile.h"
 
 #include <signal.h>
 
@@ -127,6 +128,7 @@ typedef struct {
     strata_drafter *drafter; /* --spec: NULL for plain steps or the oracle */
     cli_oracle oracle;      /* --spec oracle (and auto with --oracle-rate): its continuation */
     int use_oracle;         /* the oracle drafts instead of drafter */
+    cli_verify_profile *vp; /* --verify-profile: NULL when off */
     strata_spec_policy *policy; /* --spec auto: made after the first prompt */
     double draft_tok_s;     /* --draft-model: seconds a drafted token takes (running mean) */
     strata_token *hist;     /* --spec: the tokens in the KV cache, in order, and room for one more */
@@ -136,29 +138,36 @@ typedef struct {
 enum { STOP_LIMIT, STOP_EOG, STOP_STRING, STOP_CTX };
 
 /* Evaluates the prompt tokens, dumping logprob rows when asked; the last row stays in
- * r->logits. */
+ * r->logits. A prompt of up to --short-read tokens goes through the decode path instead, as verify
+ * windows of --draft-max + 1 tokens (strata_session_decode_gen). */
 static int eval_prompt(runner *r, const strata_token *toks, int64_t n, int64_t n_after) {
     const cli_opts *o = r->o;
-    if (!r->logpos) {
+    const int windows = o->short_read > 0 && n <= o->short_read;
+    int64_t chunk = windows ? o->draft_max + 1 : o->n_batch;
+    if (chunk > o->n_batch) chunk = o->n_batch;
+    if (!r->logpos && !windows) {
         if (strata_session_decode(r->sess, toks, n, r->logits, 0) != STRATA_OK)
             return cli_fail("decode of %lld prompt tokens: %s", (long long)n, strata_last_error());
         return 0;
     }
-    for (int64_t b = 0; b < n; b += o->n_batch) {
-        int64_t nb = n - b < o->n_batch ? n - b : o->n_batch;
-        if (strata_session_decode(r->sess, toks + b, nb, r->logits, 1) != STRATA_OK)
+    const int all = r->logpos != NULL;
+    for (int64_t b = 0; b < n; b += chunk) {
+        int64_t nb = n - b < chunk ? n - b : chunk;
+        const strata_status st = windows ? strata_session_decode_gen(r->sess, toks + b, nb, r->logits, all)
+                                         : strata_session_decode(r->sess, toks + b, nb, r->logits, all);
+        if (st != STRATA_OK)
             return cli_fail("decode of prompt tokens %lld..%lld: %s", (long long)b,
                             (long long)(b + nb - 1), strata_last_error());
-        for (int64_t j = 0; j < nb; j++) {
+        for (int64_t j = 0; all && j < nb; j++) {
             cli_topk_row(&r->topk, r->logits + (size_t)j * (size_t)r->n_vocab);
             int64_t next = b + j + 1 < n ? toks[b + j + 1] : n_after;
             cli_logpos_line(r->logpos, r->logpos_base++, next, &r->topk);
         }
-        if (b + nb == n && nb > 1) /* keep the last row first for sampling */
+        if (all && b + nb == n && nb > 1) /* keep the last row first for sampling */
             memmove(r->logits, r->logits + (size_t)(nb - 1) * (size_t)r->n_vocab,
                     (size_t)r->n_vocab * sizeof(float));
     }
-    fflush(r->logpos);
+    if (all) fflush(r->logpos);
     return 0;
 }
 
@@ -297,6 +306,7 @@ static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, 
     const int cheap = !o->draft_model; /* n-gram proposals cost nothing: always made, the policy's
                                         * unverified ones compared with the token that comes */
     int32_t want = max, nd = 0;
+    double draft_s = 0.0;
     if (r->policy && !cheap) want = strata_spec_policy_choose(r->policy, max, r->draft_tok_s);
     if (want > 0) {
         r->hist[r->n_hist] = last;
@@ -304,13 +314,15 @@ static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, 
         if (r->use_oracle) cli_oracle_propose(&r->oracle, r->hist, r->n_hist + 1, want, draft, &nd);
         else if (strata_drafter_propose(r->drafter, r->hist, r->n_hist + 1, want, draft, &nd) != STRATA_OK)
             return cli_fail("drafting: %s", strata_last_error());
-        const double per = nd > 0 ? (cli_now() - t0) / nd : 0.0;
+        draft_s = cli_now() - t0;
+        const double per = nd > 0 ? draft_s / nd : 0.0;
         if (!cheap && nd > 0) r->draft_tok_s = r->draft_tok_s > 0 ? r->draft_tok_s + 0.25 * (per - r->draft_tok_s) : per;
     }
     const int32_t k = !r->policy ? (nd >= o->draft_min ? nd : 0)
                       : cheap ? strata_spec_policy_choose(r->policy, nd, 0.0) : nd;
     const int32_t n_past = strata_session_n_past(r->sess);
     const double t0 = cli_now();
+    if (r->vp) cli_vp_begin(r->vp, r->sess);
     if (k == 0) {
         strata_token t;
         if (step_decode(r, io, last) != STRATA_OK)
@@ -319,6 +331,7 @@ static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, 
         if (o->ignore_eos || !strata_token_is_eog(r->model, t)) strata_sampler_accept(r->smp, t);
         win[0] = t;
         *n_win = 1;
+        if (r->vp) cli_vp_end(r->vp, r->sess, 0, 1, draft_s);
         if (r->policy) {
             strata_spec_policy_observe(r->policy, 0, 0, cli_now() - t0);
             if (nd > 0) strata_spec_policy_observe_unverified(r->policy, draft[0] == t);
@@ -327,6 +340,7 @@ static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, 
     }
     if (strata_session_speculate(r->sess, r->smp, last, draft, k, win, n_win) != STRATA_OK)
         return cli_fail("verify window at position %d: %s", (int)n_past, strata_last_error());
+    if (r->vp) cli_vp_end(r->vp, r->sess, k, *n_win, draft_s);
     if (r->policy) {
         int32_t j = 0;
         while (j < k && j < *n_win && win[j] == draft[j]) j++;
@@ -599,6 +613,12 @@ static int run_with(cli_opts *o) {
     }
     if ((rc = cli_new_drafter(o, r.model, r.sess, &r.drafter))) goto done;
     r.use_oracle = cli_oracle_wanted(o);
+    if (o->verify_profile && (r.drafter || r.use_oracle) && !(r.vp = calloc(1, sizeof *r.vp))) {
+        rc = cli_fail("out of memory");
+        goto done;
+    }
+    if (o->verify_profile && !r.vp && !o->quiet)
+        fprintf(stderr, "strata: --verify-profile: no verify windows without --spec; phases only\n");
     if ((r.drafter || r.use_oracle) && !(r.hist = malloc(sizeof *r.hist * ((size_t)strata_session_n_ctx(r.sess) + 1)))) {
         rc = cli_fail("out of memory");
         goto done;
@@ -642,6 +662,7 @@ static int run_with(cli_opts *o) {
         if (!rc) fputc('\n', stdout);
     }
     r.st.policy = r.policy;
+    r.st.vp = r.vp;
     if (!rc) rc = cli_print_run_stats(o, r.model, r.sess, &r.st);
 done:
     if (r.logpos && fclose(r.logpos) != 0 && !rc) rc = cli_fail("cannot write '%s': %s", o->logpos, strerror(errno));
@@ -651,6 +672,7 @@ done:
     strata_sampler_free(r.smp);
     strata_drafter_free(r.drafter);
     cli_oracle_free(&r.oracle);
+    free(r.vp);
     strata_spec_policy_free(r.policy);
     free(r.hist);
     strata_session_free(r.sess);

@@ -206,6 +206,7 @@ static void cli_pin_main_thread(const cli_opts *o, strata_session *s) {
 }
 
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out) {
+    if (o->verify_profile) o->profile = 1; /* its table reads the phase timers */
     int rc = cli_new_session_inner(o, model, out);
     if (rc == 0 && o->cpu_pin && *out) cli_pin_main_thread(o, *out);
     if (rc == 0 && *out && (rc = cli_route_trace_attach(o, model, *out)) != 0) {

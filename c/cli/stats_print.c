@@ -161,6 +161,10 @@ static int cli_write_stats_json(const cli_opts *o, const strata_model *model, co
             (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
             (unsigned long long)rss, rs->ctx_full ? "true" : "false");
     if (o->spec != CLI_SPEC_NONE) cli_json_spec(f, sess, rs->policy);
+    if (rs->vp) {
+        fputs(", \"verify_profile\": ", f);
+        cli_vp_json(rs->vp, f);
+    }
     fputs("}\n", f);
     const int bad = ferror(f);
     if (fclose(f) != 0 || bad) return cli_fail("cannot write '%s': %s", o->stats_json, strerror(errno));
@@ -180,6 +184,7 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
         cli_print_degrade_stats(sess);
         cli_print_spec_stats(o, sess, rs->policy);
+        if (rs->vp) cli_vp_print(rs->vp, stderr);
         cli_print_profile(sess, "(prompt and generation)");
         /* the [PROF] line: every GPU run (where the experts ran, what moved over PCIe); a CPU
          * run's with --profile */

@@ -5,6 +5,7 @@
 #define STRATA_CLI_STATS_PRINT_H
 
 #include "options.h"
+#include "verify_profile.h"
 
 /* n / s, or 0 when s is not positive. */
 double cli_rate(double n, double s);
@@ -15,6 +16,7 @@ typedef struct {
     int64_t n_prompt, n_gen;
     int ctx_full;
     const strata_spec_policy *policy; /* --spec auto's, or NULL */
+    const cli_verify_profile *vp;     /* --verify-profile's table, or NULL */
 } cli_run_stats;
 
 /* Run's footer: load, prompt and first-token times, then generated tokens, peak RSS and the

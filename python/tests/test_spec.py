@@ -193,3 +193,52 @@ def test_python_speculative(q4_draft):
     finally:
         m.close()
         d.close()
+
+
+def test_verify_profile(tmp_path):
+    """--verify-profile (and STRATA_VERIFY_PROFILE=1): a table at exit with a row per window length
+    (plain steps as "plain") and a total, its parts summing to the total; the JSON has the same
+    rows; the text is unchanged."""
+    st = tmp_path / "vp.json"
+    plain = gen(n=64).stdout
+    p = gen("--spec", "oracle", "--oracle-rate", 0.8, "--draft-max", 4, "--verify-profile", n=64, stats=st)
+    assert p.stdout == plain
+    err = p.stderr.decode()
+    assert "verify profile" in err
+    rows = [l for l in err.splitlines() if l.startswith("| ") and not l.startswith("| drafts")]
+    assert rows[-1].startswith("| all |")
+    for r in rows:
+        cells = [c.strip() for c in r.strip("|").split("|")]
+        parts = [float(c) for c in cells[3:11]]
+        assert abs(sum(parts) - float(cells[11])) < 0.01 + 1e-3 * float(cells[11]), r
+    vp = json.loads(st.read_text())["verify_profile"]
+    assert sum(r["windows"] for r in vp) == int(rows[-1].split("|")[2])
+    assert sum(r["tokens"] for r in vp) == 63  # every token after the prompt's
+    assert all(0 <= r["drafts"] <= 4 and r["ms"]["attention"] > 0 for r in vp)
+    env = dict(os.environ, STRATA_VERIFY_PROFILE="1")
+    q = subprocess.run([str(CLI), "run", "-m", MODEL, "-p", "Dictionary, n.", "-n", "8", "--temp", "0", "-t", "2",
+                        "--spec", "ngram"], capture_output=True, env=env, timeout=120)
+    assert q.returncode == 0 and b"verify profile" in q.stderr
+
+
+def test_short_read(tmp_path):
+    """--short-read N: a prompt of up to N tokens is read as verify windows (the decode path):
+    the same --logpos bits as the prompt path with approximations off, whatever the window size;
+    DEGRADE_ZERO then counts the prompt's slots as decode slots (it acts only there)."""
+    prompt = tmp_path / "p.txt"
+    prompt.write_text((REPO / "LICENSE").read_text()[:600])
+    base = ["run", "-m", MODEL, "-f", prompt, "-n", 0, "-t", 2]
+    dumps = []
+    for extra in ([], ["--short-read", 512], ["--short-read", 512, "--draft-max", 3], ["--short-read", 5]):
+        out = tmp_path / f"lp{len(dumps)}.jsonl"
+        run(*base, "--logpos", out, *extra)
+        dumps.append(out.read_bytes())
+    assert dumps[0] == dumps[1] == dumps[2] == dumps[3]
+    env = dict(os.environ, DEGRADE_ZERO="1")
+    tally = []
+    for extra in ([], ["--short-read", 512]):
+        q = subprocess.run([str(CLI), *map(str, base), *map(str, extra)], capture_output=True, env=env, timeout=120)
+        assert q.returncode == 0, q.stderr
+        line = [l for l in q.stderr.decode().splitlines() if "zeroed" in l][0]
+        tally.append(int(line.split(" of ")[1].split()[0]))
+    assert tally[0] == 0 and tally[1] > 0, tally
