@@ -232,6 +232,9 @@ static void cli_usage_sampling(FILE *f) {
         "                          forward pass (the same text, greedy or sampled with the\n"
         "                          same seed); ngram: continuations found earlier in the text;\n"
         "                          draft: --draft-model FILE (the same vocabulary) drafts them;\n"
+        "                          self: the model itself with only the experts its fast tier\n"
+        "                          holds, misses dropped (--expert-cache on the GPU, --ram-budget\n"
+        "                          on the CPU);\n"
         "                          auto: either (the draft model if given), the draft policy\n"
         "                          choosing each window's length from the acceptance seen and\n"
         "                          windows' measured cost, plain steps when windows do not pay;\n"
@@ -392,10 +395,8 @@ static int opt_spec(cli_opts *o, const char *a, const char *v) {
     else if (strcmp(v, "draft") == 0) o->spec = CLI_SPEC_DRAFT;
     else if (strcmp(v, "auto") == 0) o->spec = CLI_SPEC_AUTO;
     else if (strcmp(v, "oracle") == 0) o->spec = CLI_SPEC_ORACLE;
-    else if (strcmp(v, "self") == 0)
-        return cli_usage_error("--spec self is not built yet (the target drafting with its GPU-resident "
-                               "experts); use none, ngram, draft, auto or oracle");
-    else return cli_usage_error("bad value '%s' for --spec (none, ngram, draft, auto or oracle)", v);
+    else if (strcmp(v, "self") == 0) o->spec = CLI_SPEC_SELF;
+    else return cli_usage_error("bad value '%s' for --spec (none, ngram, draft, self, auto or oracle)", v);
     return 0;
 }
 

@@ -216,7 +216,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     return rc;
 }
 
-int cli_new_drafter(const cli_opts *o, const strata_model *target, const strata_session *sess,
+int cli_new_drafter(const cli_opts *o, const strata_model *target, strata_session *sess,
                     strata_drafter **out) {
     *out = NULL;
     if (o->oracle_rate >= 0.0f && o->spec != CLI_SPEC_ORACLE && o->spec != CLI_SPEC_AUTO)
@@ -228,6 +228,14 @@ int cli_new_drafter(const cli_opts *o, const strata_model *target, const strata_
         return 0; /* run.c computes its continuation once the prompt is read */
     }
     const char *policy = o->spec == CLI_SPEC_AUTO ? ", the draft policy choosing (--spec auto)" : "";
+    if (o->spec == CLI_SPEC_SELF) {
+        if (o->draft_model) return cli_usage_error("--draft-model drafts with --spec draft or auto, not self");
+        if (strata_drafter_self_create(sess, out) != STRATA_OK) return cli_fail("--spec self: %s", cli_lib_error());
+        if (!o->quiet)
+            fprintf(stderr, "strata: speculative decoding: self-drafts (the model with only the experts in its "
+                    "fast tier, misses dropped), up to %d a window\n", o->draft_max);
+        return 0;
+    }
     if (o->spec == CLI_SPEC_NGRAM && o->draft_model)
         return cli_usage_error("--draft-model drafts with --spec draft or auto, not ngram");
     if (o->spec == CLI_SPEC_NGRAM || (o->spec == CLI_SPEC_AUTO && !o->draft_model)) {

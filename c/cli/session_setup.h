@@ -20,7 +20,7 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
  * options' model parameters into a session of its own with sess's n_ctx and backend and the
  * options' n_batch, kv_type and threads. Says what it drafts with in one stderr line. Prints failures,
  * returns CLI_EXIT_FAIL or 0. */
-int cli_new_drafter(const cli_opts *o, const strata_model *target, const strata_session *sess,
+int cli_new_drafter(const cli_opts *o, const strata_model *target, strata_session *sess,
                     strata_drafter **out);
 /* 1 when cli_new_session made a CUDA session (o->backend_desc "cuda (...)"). */
 int cli_session_on_gpu(const cli_opts *o);

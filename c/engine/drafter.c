@@ -2,7 +2,9 @@
  *   - n-gram (prompt lookup): the tokens that followed the latest earlier occurrence of the
  *     history's last n tokens, in the history first, then in the histories it was given before;
  *   - draft model: greedy tokens of a smaller model with the target's vocabulary, in a session of
- *     its own kept in step with the history (rolled back to the longest common prefix each call).
+ *     its own kept in step with the history (rolled back to the longest common prefix each call);
+ *   - self: greedy tokens of the target session itself with only the experts its fast tier holds
+ *     (every missed routed expert dropped), the steps rolled back before the window.
  * A drafter is a tagged union behind one opaque handle; strata_drafter_propose dispatches. */
 #include "model.h"
 #include "session.h"
@@ -12,7 +14,7 @@
 
 #define TRY_ST(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
 
-typedef enum { ST_DRAFT_NGRAM, ST_DRAFT_MODEL } st_draft_kind;
+typedef enum { ST_DRAFT_NGRAM, ST_DRAFT_MODEL, ST_DRAFT_SELF } st_draft_kind;
 
 struct strata_drafter {
     st_draft_kind kind;
@@ -26,6 +28,8 @@ struct strata_drafter {
     strata_session *session;
     strata_token *seen;         /* the tokens in the draft session's KV cache, in order */
     int64_t n_seen, cap_seen;
+    /* self */
+    strata_session *target;     /* the caller's session (not owned) */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -198,6 +202,58 @@ static strata_status st_model_propose(strata_drafter *d, const strata_token *h, 
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Self-draft
+ * ------------------------------------------------------------------------------------------- */
+
+strata_status strata_drafter_self_create(strata_session *target, strata_drafter **out) {
+    if (!target || !out) return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_self_create: NULL argument");
+    *out = NULL;
+    const st_placement_plan *pl = &target->plan;
+    if (target->backend == STRATA_BACKEND_CUDA) {
+        if (pl->expert_cache == 0)
+            return st_error(STRATA_ERR_UNSUPPORTED, "the self-draft needs expert_cache on a CUDA session: "
+                            "with every expert resident it would be the model itself, and CPU layers "
+                            "(n_cpu_moe) are not built for it yet");
+        if (pl->n_cpu_moe != 0 || pl->doorbell)
+            return st_error(STRATA_ERR_UNSUPPORTED, "the self-draft is not built for n_cpu_moe or "
+                            "cuda_doorbell yet: use expert_cache alone");
+    } else if (!target->ram) {
+        return st_error(STRATA_ERR_UNSUPPORTED, "the self-draft needs experts outside the fast tier: "
+                        "ram_budget on a CPU session, or expert_cache on a CUDA session");
+    }
+    strata_drafter *d = calloc(1, sizeof *d);
+    if (!d) return st_error(STRATA_ERR_NOMEM, "strata_drafter_self_create: out of memory");
+    d->kind = ST_DRAFT_SELF;
+    d->target = target;
+    *out = d;
+    return STRATA_OK;
+}
+
+/* Greedy decode steps of the target from h's last token with self_draft set, then rolled back. */
+static strata_status st_self_propose(strata_drafter *d, const strata_token *h, int64_t nh, int32_t max,
+                                     strata_token *out, int32_t *n_out) {
+    strata_session *s = d->target;
+    const int32_t n_past = s->n_past;
+    if (nh < 1 || (int64_t)n_past != nh - 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_propose: a self-draft's history is its session's "
+                        "tokens and the newest one (n_past %d, history %lld)", (int)n_past, (long long)nh);
+    if (max > s->n_ctx - n_past) max = s->n_ctx - n_past;
+    strata_token next = h[nh - 1];
+    strata_status st = STRATA_OK;
+    int32_t k = 0;
+    s->self_draft = 1;
+    while (k < max) {
+        if ((st = strata_session_decode_greedy(s, &next, 1, &next)) != STRATA_OK) break;
+        out[k++] = next;
+        if (strata_token_is_eog(s->model, next)) break;
+    }
+    s->self_draft = 0;
+    const strata_status tr = strata_session_truncate(s, n_past);
+    *n_out = st == STRATA_OK && tr == STRATA_OK ? k : 0;
+    return st != STRATA_OK ? st : tr;
+}
+
+/* ---------------------------------------------------------------------------------------------
  * The handle
  * ------------------------------------------------------------------------------------------- */
 
@@ -223,5 +279,6 @@ strata_status strata_drafter_propose(strata_drafter *d, const strata_token *hist
         *n_out = st_ngram_propose(d, history, n_history, max, out);
         return STRATA_OK;
     }
+    if (d->kind == ST_DRAFT_SELF) return st_self_propose(d, history, n_history, max, out, n_out);
     return st_model_propose(d, history, n_history, max, out, n_out);
 }

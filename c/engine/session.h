@@ -30,6 +30,8 @@ struct strata_session {
     st_degrade_stats dstats;
     int gen_phase;              /* 1 inside a strata_session_decode_gen call of at most
                                    ST_DEGRADE_MAX_ROWS tokens: drops are allowed */
+    int self_draft;             /* 1 inside a self-draft step (drafter.c): every routed expert that
+                                   missed the fast tier is dropped (st_degrade_drop_missed) */
     int profile;                /* time the phases (strata_session_params.profile) */
     int cuda_graphs;            /* GPU: replay decode steps as CUDA graphs */
     int cuda_pdl;               /* GPU: programmatic dependent launch (st_cuda_set_pdl) */

@@ -33,6 +33,16 @@ int st_degrade_apply(const st_degrade_params *p, int prompt, int64_t S, int32_t 
     return dropped;
 }
 
+int st_degrade_drop_missed(int64_t n, int32_t *ids, const uint8_t *missed) {
+    int dropped = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (missed[i] && ids[i] >= 0) {
+            ids[i] = -1;
+            dropped++;
+        }
+    return dropped;
+}
+
 int st_degrade_stats_init(st_degrade_stats *s, int32_t n_layer) {
     s->n_layer = n_layer;
     s->eligible_total = s->zeroed_total = 0;

@@ -34,6 +34,11 @@ typedef struct {
     int64_t eligible_total, zeroed_total;
 } st_degrade_stats;
 
+/* The self-draft's rule (strata_drafter_self_create): every slot whose expert missed is dropped
+ * (id -1), with no tau, no rescue and no counting: a draft step uses only the experts already in
+ * the fast tier. n = rows x k slots; returns the slots dropped. */
+int st_degrade_drop_missed(int64_t n, int32_t *ids, const uint8_t *missed);
+
 /* Marks the dropped slots of one layer's routing: S rows x k slots, ids/wts [S][k], missed [S][k]
  * (1: the slot's expert missed; NULL: none missed, unless p->eval, which counts every slot as
  * missed). A dropped slot's id becomes -1 (the expert kernels skip ids outside [0, n_expert));

@@ -708,6 +708,15 @@ STRATA_API strata_status strata_drafter_ngram_create(int32_t ngram_min, int32_t 
 STRATA_API strata_status strata_drafter_model_create(const strata_model *target, const strata_model *draft,
                                                      const strata_session_params *params,
                                                      strata_drafter **out);
+/* A self-drafter: the target session drafts for itself, each draft a greedy decode step that uses
+ * only the routed experts already in its fast tier (a CUDA session's expert-cache slots; a CPU
+ * session's RAM slots under ram_budget), every expert that missed dropped, so a draft costs no
+ * PCIe or disk reads; the steps are rolled back before the window. Its history must be the
+ * session's tokens plus the newest one (the caller's verify loop keeps it so). The draft steps
+ * count in the session's expert stats. STRATA_ERR_UNSUPPORTED, saying why, where every expert is
+ * in the fast tier (the draft would be the model itself) and for CUDA sessions with CPU layers
+ * (n_cpu_moe) or the expert pool, not built for it yet. Not owned: free it before the session. */
+STRATA_API strata_status strata_drafter_self_create(strata_session *target, strata_drafter **out);
 STRATA_API void strata_drafter_free(strata_drafter *drafter);
 /* Up to max (<= STRATA_DRAFT_MAX) tokens continuing history[0..n_history); *n_out of them in out
  * (0: nothing to propose). The drafter learns the history it is given. */

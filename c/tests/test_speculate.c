@@ -113,8 +113,11 @@ static void test_verify_distribution(void) {
 enum { N_PROMPT = 6, N_GEN = 48 };
 static const strata_token PROMPT[N_PROMPT] = {36, 2679, 597, 12, 294, 14}; /* "Dictionary, n." */
 
+static int64_t g_ram = 0; /* ram_budget of the next sessions (0: none) */
+
 static strata_session *new_session(int n_batch) {
     strata_session_params p = strata_session_default_params();
+    p.placement.ram_budget = g_ram;
     p.n_ctx = 256;
     p.n_batch = n_batch;
     p.n_threads = 2;
@@ -143,7 +146,7 @@ static void plain_greedy(strata_token *out) {
     strata_session_free(s);
 }
 
-typedef enum { DRAFT_RIGHT, DRAFT_WRONG, DRAFT_NGRAM, DRAFT_MODEL } draft_mode;
+typedef enum { DRAFT_RIGHT, DRAFT_WRONG, DRAFT_NGRAM, DRAFT_MODEL, DRAFT_SELF } draft_mode;
 
 /* Greedy through verify windows with drafts of the given mode, up to max a window; returns the
  * windows run and the drafted / accepted counts in *drafted, *accepted. */
@@ -153,6 +156,8 @@ static int spec_greedy(draft_mode mode, int32_t max, const strata_token *ref, st
     strata_sampler *smp = greedy_sampler();
     strata_drafter *d = NULL;
     if (mode == DRAFT_NGRAM) strata_drafter_ngram_create(1, 3, &d);
+    if (mode == DRAFT_SELF)
+        CHECK(strata_drafter_self_create(s, &d) == STRATA_OK, "self-drafter: %s", strata_last_error());
     if (mode == DRAFT_MODEL) {
         strata_session_params dp = strata_session_default_params();
         dp.n_ctx = 256;
@@ -356,6 +361,44 @@ static void test_policy(void) {
 
 }
 
+/* The self-draft on a CPU session with a RAM budget (the RAM tier's slots are its fast tier, a
+ * miss is dropped instead of read from disk): plain greedy's text, some drafts accepted and some
+ * not; refused where every expert is resident; a history that is not the session's refused. */
+static void test_self_draft(void) {
+    strata_token ref[N_GEN], got[N_GEN];
+    g_ram = 4 << 20; /* a fraction of the 6 x 32 experts */
+    plain_greedy(ref);
+    int64_t drafted = 0, accepted = 0;
+    const int w = spec_greedy(DRAFT_SELF, 6, ref, got, &drafted, &accepted);
+    CHECK(memcmp(ref, got, sizeof ref) == 0, "self-draft: plain greedy's text");
+    printf("self-draft (RAM budget 4 MiB): %d windows, %lld of %lld drafts accepted\n", w, (long long)accepted,
+           (long long)drafted);
+    CHECK(drafted > 0 && accepted > 0 && accepted < drafted, "self-draft: some drafts accepted, not all (%lld of %lld)",
+          (long long)accepted, (long long)drafted);
+    strata_session *s = new_session(512);
+    strata_drafter *d = NULL;
+    strata_token out[4];
+    int32_t n = 0;
+    strata_session_decode(s, PROMPT, N_PROMPT, NULL, 0);
+    CHECK(strata_drafter_self_create(s, &d) == STRATA_OK, "self-drafter: %s", strata_last_error());
+    CHECK(strata_drafter_propose(d, PROMPT, N_PROMPT, 4, out, &n) == STRATA_ERR_INVALID_ARG && n == 0,
+          "a history without the newest token refused");
+    CHECK(strata_drafter_propose(d, ref, 3, 4, out, &n) == STRATA_ERR_INVALID_ARG, "another history refused");
+    strata_token h[N_PROMPT + 1];
+    memcpy(h, PROMPT, sizeof PROMPT);
+    h[N_PROMPT] = ref[0];
+    CHECK(strata_drafter_propose(d, h, N_PROMPT + 1, 4, out, &n) == STRATA_OK && n == 4 &&
+              strata_session_n_past(s) == N_PROMPT, "4 drafts, the steps rolled back (n_past %d)", strata_session_n_past(s));
+    strata_drafter_free(d);
+    strata_session_free(s);
+    g_ram = 0;
+    s = new_session(512);
+    d = NULL;
+    CHECK(strata_drafter_self_create(s, &d) == STRATA_ERR_UNSUPPORTED && !d &&
+              strstr(strata_last_error(), "ram_budget"), "every expert resident: refused (%s)", strata_last_error());
+    strata_session_free(s);
+}
+
 static void test_vocab_mismatch(void) {
     const char *shared = getenv("STRATA_SHARED");
     char path[1024];
@@ -389,6 +432,7 @@ int main(void) {
     test_greedy_identity();
     test_rollback();
     test_vocab_mismatch();
+    test_self_draft();
     test_policy();
     strata_model_free(model);
     return test_report();

@@ -378,11 +378,14 @@ class Model:
         generator of a model closed meanwhile raises ValueError.
 
         speculative: None (one token a step), "ngram" (continuations found earlier in the text,
-        remembered across calls on this Model) or a Model with the same vocabulary (a draft model,
-        run in a session of its own with its own settings): drafted tokens are verified in windows
+        remembered across calls on this Model), "self" (this model with only the experts its fast
+        tier holds, misses dropped: needs ram_budget on the CPU or expert_cache on the GPU, else
+        StrataError at the first step) or a
+        Model with the same vocabulary (a draft model, run in a session of its own with its own
+        settings): drafted tokens are verified in windows
         of one forward pass, at most draft_max (1..16) a window, a plain step when fewer than
         draft_min are drafted. "auto" (n-gram drafts) or (Model, "auto"): the draft policy
-        chooses each window's length from the acceptance seen and the windows' measured cost,
+        chooses each window's length from the acceptance seen and the windows' learnt cost,
         plain steps where windows do not pay (docs/SPECULATIVE.md). The text is the same as
         without (greedy, or sampled with the same seed). last_stats["spec_windows"],
         ["spec_drafted"], ["spec_accepted"], ["spec_emitted"] count what the windows did, and
@@ -419,16 +422,22 @@ class Model:
             return (source, dmax, dmin, auto)
         if source in ("ngram", "auto") and not auto:
             return ("ngram", dmax, dmin, source == "auto")
-        if source in ("self", "draft"):
-            raise ValueError(f"speculative={speculative!r}: not built yet (\"self\") or needs the "
-                             "draft Model itself (\"draft\"): use \"ngram\", \"auto\" or a Model")
-        raise TypeError("speculative must be None, \"ngram\", \"auto\", a Model or (Model, \"auto\"), "
+        if source == "self" and not auto:
+            return ("self", dmax, dmin, False)
+        if source == "draft":
+            raise ValueError(f"speculative={speculative!r}: needs the draft Model itself: use "
+                             "\"ngram\", \"self\", \"auto\" or a Model")
+        raise TypeError("speculative must be None, \"ngram\", \"self\", \"auto\", a Model or (Model, \"auto\"), "
                         f"not {speculative!r}")
 
-    def _drafter(self, source):
+    def _drafter(self, source, sess):
         """The drafter for source: this Model's n-gram one (kept across calls, freed by close()),
-        or a new one over the draft Model's own session (the caller frees it)."""
+        a self-drafter on sess, or a new one over the draft Model's own session (the caller frees
+        those two)."""
         out = ffi.new("strata_drafter **")
+        if source == "self":
+            check(lib.strata_drafter_self_create(sess, out), "strata_drafter_self_create")
+            return out[0]
         if source == "ngram":
             if self._ngram == ffi.NULL:
                 check(lib.strata_drafter_ngram_create(2, 4, out), "strata_drafter_ngram_create")
@@ -448,7 +457,7 @@ class Model:
             check(lib.strata_sampler_create(ffi.new("strata_sampler_params *", sp), self.n_vocab,
                                             smp_out), "strata_sampler_create")
             if spec is not None:
-                spx = Speculator(self._drafter(spec[0]), spec, own_drafter=spec[0] != "ngram")
+                spx = Speculator(self._drafter(spec[0], sess), spec, own_drafter=spec[0] != "ngram")
         except StrataError:
             if smp_out[0] != ffi.NULL:
                 lib.strata_sampler_free(smp_out[0])

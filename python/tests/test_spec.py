@@ -135,7 +135,7 @@ def test_oracle(tmp_path):
 
 
 def test_options_refused():
-    for args, msg in ((["--spec", "self"], b"not built yet"),
+    for args, msg in ((["--spec", "self", "--draft-model", MODEL], b"not self"),
                       (["--spec", "ngram", "--oracle-rate", 0.5], b"--oracle-rate"),
                       (["--oracle-rate", 0.5], b"--oracle-rate"),
                       (["--spec", "oracle", "--oracle-rate", 1.5], b"--oracle-rate"),
@@ -176,7 +176,10 @@ def test_python_speculative(q4_draft):
         a = m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5)
         for spec in (d, "ngram", "auto", (d, "auto")):
             assert a == m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5, speculative=spec)
-        for kw, exc in ((dict(speculative="self"), ValueError), (dict(speculative=3), TypeError),
+        with pytest.raises(strata.StrataError, match="ram_budget"):  # refused by the session, at the first step
+            next(m.generate("x", 4, speculative="self"))
+        for kw, exc in ((dict(speculative=3), TypeError),
+                        (dict(speculative="draft"), ValueError), (dict(speculative=("self", "auto")), TypeError),
                         (dict(speculative=("ngram", "auto")), TypeError),
                         (dict(speculative=(d, "sometimes")), TypeError),
                         (dict(speculative="ngram", draft_max=0), ValueError),
@@ -242,3 +245,26 @@ def test_short_read(tmp_path):
         line = [l for l in q.stderr.decode().splitlines() if "zeroed" in l][0]
         tally.append(int(line.split(" of ")[1].split()[0]))
     assert tally[0] == 0 and tally[1] > 0, tally
+
+
+def test_self_draft(tmp_path):
+    """--spec self: the model drafts with only the experts in its fast tier (here a CPU session's
+    RAM slots under --ram-budget), misses dropped: plain's text, some drafts accepted; refused
+    with the reason where every expert is resident."""
+    plain = gen("--ram-budget", "4M", n=64).stdout
+    st = tmp_path / "s.json"
+    p = gen("--ram-budget", "4M", "--spec", "self", n=64, stats=st)
+    assert p.stdout == plain and b"self-drafts" in p.stderr
+    s = json.loads(st.read_text())
+    assert 0 < s["spec_accepted"] < s["spec_drafted"]
+    q = run("run", "-m", MODEL, "-p", "x", "-n", 4, "--spec", "self", check_rc=1)
+    assert b"ram_budget" in q.stderr and b"--ram-budget" in q.stderr
+
+
+def test_python_self_draft():
+    """generate(speculative="self") on a Model with a RAM budget: plain's text, drafts accepted."""
+    with strata.Model(str(MODEL), n_threads=2, ram_budget=4 << 20) as m:
+        plain = m.generate_text("Dictionary, n.", 40, temperature=0)
+        assert m.generate_text("Dictionary, n.", 40, temperature=0, speculative="self") == plain
+        st = m.last_stats
+        assert 0 < st["spec_accepted"] <= st["spec_drafted"]

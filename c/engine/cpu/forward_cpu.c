@@ -151,7 +151,10 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     /* DEGRADE_ZERO: with a RAM budget, an expert that is neither resident nor in a completed
      * load has missed (a light one is dropped instead of read from disk); without one every
      * routed expert is resident and only the evaluation mode drops anything */
-    if (s->degrade.enabled) {
+    if (s->self_draft && s->ram) { /* a self-draft step: the RAM-resident experts only */
+        st_ram_tier_missed(s->ram, il, T, s->ids, K, s->missed);
+        st_degrade_drop_missed(T * K, s->ids, s->missed);
+    } else if (s->degrade.enabled) {
         const uint8_t *missed = NULL;
         if (s->ram && !s->degrade.eval) {
             st_ram_tier_missed(s->ram, il, T, s->ids, K, s->missed);

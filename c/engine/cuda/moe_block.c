@@ -400,7 +400,7 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
     if (st_plan_layer_on_cpu(&s->plan, il) && g->stage && s->plan.stage_experts != 0 && !st_gpu_pool_call(s, mc->T))
         TRY(st_gpu_stage_decide(s, c));
     /* prefetch the next layer's experts: decode-sized calls of cache layers */
-    c->pf = g->prefetch && tn <= 8 && il + 1 < hp->n_layer && !st_plan_layer_on_cpu(&s->plan, il) &&
+    c->pf = g->prefetch && !s->self_draft && tn <= 8 && il + 1 < hp->n_layer && !st_plan_layer_on_cpu(&s->plan, il) &&
             !st_plan_layer_on_cpu(&s->plan, il + 1);
     c->cpu_layer = st_plan_layer_on_cpu(&s->plan, il) && !c->staged;
     /* cuda_doorbell with a cache, decode-sized: the pool computes the misses while the
@@ -447,7 +447,18 @@ static strata_status st_gpu_degrade_zero(strata_session *s, const st_moe_chunk *
     return STRATA_OK;
 }
 
-/* CACHED: the routing down (DEGRADE_ZERO: light misses dropped); cpu_misses: the misses split
+/* A self-draft step (a cache layer, the routing down): every missed expert dropped, the ids it
+ * changed go back up; nothing is loaded. */
+static strata_status st_gpu_self_draft_drop(strata_session *s, const st_moe_chunk *c, int32_t *ids) {
+    st_gpu *g = s->gpu;
+    const int32_t K = s->model->hp.n_expert_used;
+    st_gpu_tier_missed(g->cache, c->il, ids, c->tn * K, s->missed);
+    if (st_degrade_drop_missed(c->tn * K, ids, s->missed) > 0)
+        TRY(st_cuda_memcpy_h2d(g->ids + c->t0 * K, ids, sizeof(int32_t) * (size_t)(c->tn * K)));
+    return STRATA_OK;
+}
+
+/* CACHED: the routing down (DEGRADE_ZERO: light misses dropped; a self-draft step: all); cpu_misses: the misses split
  * between loads and the CPU (the kernel then reads g->ids_split); the misses loaded into the
  * cache's slots, whose table the kernel reads. */
 static strata_status st_gpu_moe_cached(strata_session *s, st_moe_chunk *c) {
@@ -458,9 +469,10 @@ static strata_status st_gpu_moe_cached(strata_session *s, st_moe_chunk *c) {
     int32_t *ids = s->ids + t0 * K;
     TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
-    if (s->degrade.enabled) TRY(st_gpu_degrade_zero(s, c, ids));
+    if (s->self_draft) TRY(st_gpu_self_draft_drop(s, c, ids));
+    else if (s->degrade.enabled) TRY(st_gpu_degrade_zero(s, c, ids));
     const int32_t *gids = ids; /* the experts the GPU computes */
-    if (g->split) TRY(st_gpu_split_misses(s, il, t0, tn, ids, &c->split, &gids));
+    if (g->split && !s->self_draft) TRY(st_gpu_split_misses(s, il, t0, tn, ids, &c->split, &gids));
     if (c->split) c->ids = g->ids_split + t0 * K;
     TRY(st_gpu_tier_table(g->cache, il, gids, tn, K, c->pf, g->stream, &c->table));
     if (c->pf) { /* layer il + 1's router on this residual: its predicted experts start
