@@ -234,7 +234,8 @@ static void cli_usage_sampling(FILE *f) {
         "                          draft: --draft-model FILE (the same vocabulary) drafts them;\n"
         "                          self: the model itself with only the experts its fast tier\n"
         "                          holds, misses dropped (--expert-cache on the GPU, --ram-budget\n"
-        "                          on the CPU);\n"
+        "                          on the CPU); mtp: the model's MTP heads (files with nextn\n"
+        "                          layers; none that load yet, so it says why it refuses);\n"
         "                          auto: either (the draft model if given), the draft policy\n"
         "                          choosing each window's length from the acceptance seen and\n"
         "                          windows' measured cost, plain steps when windows do not pay;\n"
@@ -396,7 +397,8 @@ static int opt_spec(cli_opts *o, const char *a, const char *v) {
     else if (strcmp(v, "auto") == 0) o->spec = CLI_SPEC_AUTO;
     else if (strcmp(v, "oracle") == 0) o->spec = CLI_SPEC_ORACLE;
     else if (strcmp(v, "self") == 0) o->spec = CLI_SPEC_SELF;
-    else return cli_usage_error("bad value '%s' for --spec (none, ngram, draft, self, auto or oracle)", v);
+    else if (strcmp(v, "mtp") == 0) o->spec = CLI_SPEC_MTP;
+    else return cli_usage_error("bad value '%s' for --spec (none, ngram, draft, self, mtp, auto or oracle)", v);
     return 0;
 }
 

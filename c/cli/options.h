@@ -4,7 +4,8 @@
 #ifndef STRATA_CLI_OPTIONS_H
 #define STRATA_CLI_OPTIONS_H
 
-enum { CLI_SPEC_NONE = 0, CLI_SPEC_NGRAM = 1, CLI_SPEC_DRAFT = 2, CLI_SPEC_AUTO = 3, CLI_SPEC_ORACLE = 4, CLI_SPEC_SELF = 5 };
+enum { CLI_SPEC_NONE = 0, CLI_SPEC_NGRAM = 1, CLI_SPEC_DRAFT = 2, CLI_SPEC_AUTO = 3, CLI_SPEC_ORACLE = 4, CLI_SPEC_SELF = 5,
+       CLI_SPEC_MTP = 6 };
 
 #include "cli.h"
 
@@ -64,7 +65,7 @@ typedef struct {
     int logpos_top;               /* --logpos-top K (default 20) */
     const char *stats_json;       /* --stats-json FILE */
     const char *route_trace;      /* --route-trace FILE or $STRATA_ROUTE_TRACE: each layer's routing */
-    int spec;                     /* --spec: CLI_SPEC_NONE (default), _NGRAM, _DRAFT, _AUTO, _ORACLE or _SELF */
+    int spec;                     /* --spec: CLI_SPEC_NONE (default), _NGRAM, _DRAFT, _AUTO, _ORACLE, _SELF or _MTP */
     float oracle_rate;            /* --oracle-rate P: the oracle drafter's share of right drafts (-1: not given) */
     int verify_profile;           /* --verify-profile / STRATA_VERIFY_PROFILE=1: per-window phase table at exit */
     int short_read;               /* --short-read N: prompts of up to N tokens read as verify windows */

@@ -303,7 +303,7 @@ static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, 
                         int32_t *n_win) {
     const cli_opts *o = r->o;
     strata_token draft[STRATA_DRAFT_MAX];
-    const int cheap = !o->draft_model && o->spec != CLI_SPEC_SELF; /* n-gram and oracle proposals cost nothing: always made, the policy's
+    const int cheap = !o->draft_model && o->spec != CLI_SPEC_SELF && o->spec != CLI_SPEC_MTP; /* n-gram and oracle proposals cost nothing: always made, the policy's
                                         * unverified ones compared with the token that comes */
     int32_t want = max, nd = 0;
     double draft_s = 0.0;

@@ -228,6 +228,11 @@ int cli_new_drafter(const cli_opts *o, const strata_model *target, strata_sessio
         return 0; /* run.c computes its continuation once the prompt is read */
     }
     const char *policy = o->spec == CLI_SPEC_AUTO ? ", the draft policy choosing (--spec auto)" : "";
+    if (o->spec == CLI_SPEC_MTP) {
+        if (o->draft_model) return cli_usage_error("--draft-model drafts with --spec draft or auto, not mtp");
+        if (strata_drafter_mtp_create(sess, out) != STRATA_OK) return cli_fail("--spec mtp: %s", cli_lib_error());
+        return 0;
+    }
     if (o->spec == CLI_SPEC_SELF) {
         if (o->draft_model) return cli_usage_error("--draft-model drafts with --spec draft or auto, not self");
         if (strata_drafter_self_create(sess, out) != STRATA_OK) return cli_fail("--spec self: %s", cli_lib_error());

@@ -254,6 +254,23 @@ static strata_status st_self_propose(strata_drafter *d, const strata_token *h, i
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * MTP heads
+ * ------------------------------------------------------------------------------------------- */
+
+strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter **out) {
+    if (!target || !out) return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_mtp_create: NULL argument");
+    *out = NULL;
+    const st_hparams *hp = &target->model->hp;
+    const char *arch = target->model->arch ? target->model->arch->name : "?";
+    if (hp->n_nextn <= 0)
+        return st_error(STRATA_ERR_UNSUPPORTED, "the model has no MTP heads (no %s.nextn_predict_layers): "
+                        "draft with ngram, a draft model or self", arch);
+    return st_error(STRATA_ERR_UNSUPPORTED, "the model carries %d MTP layer%s (nextn_predict_layers), but "
+                    "drafting with them is not built for architecture %s yet", (int)hp->n_nextn,
+                    hp->n_nextn == 1 ? "" : "s", arch);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * The handle
  * ------------------------------------------------------------------------------------------- */
 

@@ -717,6 +717,10 @@ STRATA_API strata_status strata_drafter_model_create(const strata_model *target,
  * in the fast tier (the draft would be the model itself) and for CUDA sessions with CPU layers
  * (n_cpu_moe) or the expert pool, not built for it yet. Not owned: free it before the session. */
 STRATA_API strata_status strata_drafter_self_create(strata_session *target, strata_drafter **out);
+/* A drafter from the model's MTP heads (the nextn layers some files carry): the target session's
+ * last hidden state through them proposes the next tokens. No architecture that loads now has
+ * them: STRATA_ERR_UNSUPPORTED, saying whether the file carries any. */
+STRATA_API strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter **out);
 STRATA_API void strata_drafter_free(strata_drafter *drafter);
 /* Up to max (<= STRATA_DRAFT_MAX) tokens continuing history[0..n_history); *n_out of them in out
  * (0: nothing to propose). The drafter learns the history it is given. */

@@ -241,6 +241,7 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     int32_t ff = 0, ff_exp = 0, ff_shexp = 0;
     int have_ff = 0, have_exp = 0, have_shexp = 0;
     ST_TRY(st_hp_u32(&c, "expert_count", 0, &hp->n_expert, NULL));
+    ST_TRY(st_hp_u32(&c, "nextn_predict_layers", 0, &hp->n_nextn, NULL));
     ST_TRY(st_hp_u32(&c, "expert_used_count", 0, &hp->n_expert_used, NULL));
     ST_TRY(st_hp_u32(&c, "feed_forward_length", 0, &ff, &have_ff));
     ST_TRY(st_hp_u32(&c, "expert_feed_forward_length", 0, &ff_exp, &have_exp));

@@ -81,6 +81,8 @@ typedef struct {
     float yarn_beta_fast;    /* 32 */
     float yarn_beta_slow;    /* 1 */
     int expert_weights_norm; /* renormalize the top-k routing weights */
+    int32_t n_nextn;         /* nextn_predict_layers: MTP heads the file carries (0: none); no
+                                architecture that loads now has them (the MTP drafter's check) */
     /* granite multipliers (1 where the architecture has none; attention_scale 0 = 1/sqrt(hd)) */
     float embedding_scale;
     float residual_scale;

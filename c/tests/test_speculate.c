@@ -396,6 +396,8 @@ static void test_self_draft(void) {
     d = NULL;
     CHECK(strata_drafter_self_create(s, &d) == STRATA_ERR_UNSUPPORTED && !d &&
               strstr(strata_last_error(), "ram_budget"), "every expert resident: refused (%s)", strata_last_error());
+    CHECK(strata_drafter_mtp_create(s, &d) == STRATA_ERR_UNSUPPORTED && !d &&
+              strstr(strata_last_error(), "no MTP heads"), "no MTP heads: refused (%s)", strata_last_error());
     strata_session_free(s);
 }
 

@@ -259,6 +259,8 @@ def test_self_draft(tmp_path):
     assert 0 < s["spec_accepted"] < s["spec_drafted"]
     q = run("run", "-m", MODEL, "-p", "x", "-n", 4, "--spec", "self", check_rc=1)
     assert b"ram_budget" in q.stderr and b"--ram-budget" in q.stderr
+    q = run("run", "-m", MODEL, "-p", "x", "-n", 4, "--spec", "mtp", check_rc=1)
+    assert b"no MTP heads" in q.stderr
 
 
 def test_python_self_draft():
