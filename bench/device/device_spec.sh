@@ -105,19 +105,26 @@ Q3=/tmp/q3.gguf
 if have curve; then
     for p in $PLACES; do curve q3_$p $Q3 $(place_args $p); done
 fi
-if have e2e; then
+if have e2e; then # the rows that matter most for every placement first, then the rest
     for p in $PLACES; do
         a=$(place_args $p)
         row q3_${p}_plain $Q3 /tmp/spec_prose.txt $a
-        for r in 1 0.8 0.6; do row q3_${p}_oracle${r}_k4 $Q3 /tmp/spec_prose.txt $a --spec oracle --oracle-rate $r --draft-max 4; done
-        for r in 0.9 0.6 0.3; do row q3_${p}_auto_oracle$r $Q3 /tmp/spec_prose.txt $a --spec auto --oracle-rate $r; done
+        row q3_${p}_oracle1_k4 $Q3 /tmp/spec_prose.txt $a --spec oracle --draft-max 4
+        row q3_${p}_oracle0.6_k4 $Q3 /tmp/spec_prose.txt $a --spec oracle --oracle-rate 0.6 --draft-max 4
+        for r in 0.9 0.3; do row q3_${p}_auto_oracle$r $Q3 /tmp/spec_prose.txt $a --spec auto --oracle-rate $r; done
+        case $p in cache*) row q3_${p}_self_k4 $Q3 /tmp/spec_prose.txt $a --spec self --draft-max 4 ;; esac
         row q3_${p}_plain2 $Q3 /tmp/spec_prose.txt $a
+    done
+    for p in $PLACES; do
+        a=$(place_args $p)
+        row q3_${p}_oracle0.8_k4 $Q3 /tmp/spec_prose.txt $a --spec oracle --oracle-rate 0.8 --draft-max 4
+        row q3_${p}_auto_oracle0.6 $Q3 /tmp/spec_prose.txt $a --spec auto --oracle-rate 0.6
         row q3_${p}_vprofile $Q3 /tmp/spec_prose.txt $a --spec oracle --oracle-rate 0.8 --draft-max 4 --verify-profile
         grep -E '^[|] (plain|[0-9]|all) ' "$J/e2e_q3_${p}_vprofile.err"
-        case $p in cache*) for k in 2 4; do row q3_${p}_self_k$k $Q3 /tmp/spec_prose.txt $a --spec self --draft-max $k; done ;; esac
         row q3_${p}_rep_plain $Q3 /tmp/spec_rep.txt $a
         row q3_${p}_rep_ngram $Q3 /tmp/spec_rep.txt $a --spec ngram
         row q3_${p}_rep_auto $Q3 /tmp/spec_rep.txt $a --spec auto
+        case $p in cache*) row q3_${p}_self_k2 $Q3 /tmp/spec_prose.txt $a --spec self --draft-max 2 ;; esac
     done
 fi
 echo "all done at $(el)s"

@@ -27,8 +27,8 @@
 # env: TRAIN_S (seconds of training, default 240), BATCH (sequences of 1024 a step, default 32; the
 # train script halves it if a step at the expert cap does not fit), TRAIN_EXTRA (more arguments
 # of train_moe128.py, e.g. "--lr 3e-3 --cap 8"), TRACE_BYTES (default 16000),
-# PIECE_TOKENS (default 1000), GEN_N (default 900), THREADS (default 16), CUDA=1 (build with
-# CUDA; default CPU-only: only the CPU session is needed), PY (default python3), GGUF_MAX (bytes: the
+# PIECE_TOKENS (default 1000), GEN_N (default 900), THREADS (default 16), CUDA (default 1: built
+# with CUDA, and step 5 measures this model as a speculative target on the GPU; 0: CPU only), PY (default python3), GGUF_MAX (bytes: the
 # Q8_0 file comes back when smaller; default 15 MiB), SMOKE=1 (the whole chain on a CPU machine:
 # 3 steps of 2 x 128 tokens on 300 KB of each text, short traces, the real config's shapes; 70 s
 # on the 2-core dev box with `SMOKE=1 PY=build/venv/bin/python`), PREP=1 (make .devdata/train128,
@@ -122,7 +122,7 @@ $PY -c "import torch, transformers, tokenizers, gguf; print('torch', torch.__ver
 
 # the CLI, built while the text is encoded and the model trains (the CPU session is all it needs)
 rm -f /tmp/train128_build.done
-( make -j"$JOBS" CUDA="${CUDA:-0}" BUILD=build-t128 OUTDIR=build-t128 build-t128/strata > "$R/build.log" 2>&1 &&
+( make -j"$JOBS" CUDA="${CUDA:-1}" BUILD=build-t128 OUTDIR=build-t128 build-t128/strata > "$R/build.log" 2>&1 &&
     echo ok > /tmp/train128_build.done ) &
 BUILD_PID=$!
 S=build-t128/strata
@@ -212,4 +212,38 @@ for n in heldout gpl3 generated; do # xz, or Python's lzma where the machine has
     else python3 -c "import lzma, sys; lzma.open(sys.argv[1] + '.xz', 'wb', preset=6).write(open(sys.argv[1], 'rb').read())" "$f" && rm "$f"; fi
 done
 du -b "$R"/trace_*.jsonl.xz 2> /dev/null
+
+# 5. a trained target / draft pair on the GPU (issue 31; CUDA=1 builds): this model as the target,
+# the default model (the same vocabulary, 6 layers x 32 experts) as its draft, on held-out text;
+# greedy, one process a row: plain, the draft model (fixed windows and the policy), the oracle, and
+# with a quarter of the experts in an expert cache, plain against the self-draft
+if [ "${CUDA:-1}" = 1 ] && [ "$SMOKE" != 1 ]; then
+    head -c 3000 "$R/text_heldout.txt" > /tmp/train128_prompt.txt
+    spec_row() { # tag args...
+        local tag=$1
+        shift
+        timeout 100 $S run -m "$Q8" -f /tmp/train128_prompt.txt -n 128 --temp 0 --ignore-eos --no-echo -c 1024 --gpu \
+            "$@" --stats-json "$R/spec_$tag.json" > /dev/null 2> "$R/spec_$tag.err"
+        python3 - "$R/spec_$tag.json" "$tag" "$(el)" <<'EOF'
+import json, sys
+p, tag, t = sys.argv[1:]
+try:
+    s = json.load(open(p))
+except Exception as e:
+    print(f"spec {tag}: no stats ({e})"); sys.exit()
+d = s.get("spec_drafted", 0)
+print(f"spec {tag}: {s['gen_tok_s']:.1f} tok/s, {s.get('spec_windows', 0)} windows, acceptance "
+      f"{s['spec_accepted'] / d if d else 0:.3f}, {s['spec_emitted'] / s['spec_windows'] if s.get('spec_windows') else 0:.2f} tokens a window at {t}s")
+EOF
+    }
+    TINY=models/strata-tiny-moe-q8_0.gguf
+    for pass in 1 2; do
+        spec_row plain$pass
+        spec_row draft_k4_$pass --draft-model $TINY --draft-max 4
+        spec_row draft_auto_$pass --spec auto --draft-model $TINY
+        spec_row oracle_k4_$pass --spec oracle --draft-max 4
+        spec_row cache384_plain$pass --expert-cache 384 -t "$THREADS"
+        spec_row cache384_self_k4_$pass --expert-cache 384 -t "$THREADS" --spec self --draft-max 4
+    done
+fi
 echo "all done at $(el)s"
