@@ -2,8 +2,9 @@
 """spec_bench.py - speculative decoding against plain decoding, same file, same flags, interleaved.
 
 For each text (repetitive, code-like, prose: the prompt, then greedy generation of -n tokens with
---ignore-eos) and each mode (plain; --spec ngram; --draft-model F for each --draft given; the
-target as its own draft with --self-as-draft, the upper bound of acceptance) it runs
+--ignore-eos) and each mode (plain; --spec ngram; --draft-model F for each --draft given; each of
+those drafters under --spec auto's draft policy; the target as its own draft with
+--self-as-draft, the upper bound of acceptance) it runs
 `strata run ... --temp 0 --stats-json` R times, modes interleaved within each round, and reports
 the median decode tok/s, the ratio to plain in the same rounds, the per-token acceptance
 (accepted / drafted), tokens per verify window, and whether the text equals plain's (it must:
@@ -53,6 +54,10 @@ def main() -> None:
     ap.add_argument("model", type=Path)
     ap.add_argument("--draft", type=Path, action="append", default=[], help="a draft model (repeatable)")
     ap.add_argument("--self-as-draft", action="store_true", help="also the target as its own draft")
+    ap.add_argument("--oracle", default="", help="oracle rates, comma-separated: modes 'oracle R' "
+                    "(fixed windows) and 'auto (oracle R)' (the draft policy over it); benchmarks only")
+    ap.add_argument("--self", action="store_true", help="also --spec self (needs --args with "
+                    "--ram-budget on the CPU or --expert-cache on the GPU)")
     ap.add_argument("-n", type=int, default=128, help="tokens generated a run")
     ap.add_argument("-r", type=int, default=3, help="rounds (modes interleaved in each)")
     ap.add_argument("--draft-max", type=int, default=8)
@@ -63,11 +68,17 @@ def main() -> None:
     a = ap.parse_args()
 
     dm = ["--draft-max", str(a.draft_max)]
-    modes = {"plain": [], "ngram": ["--spec", "ngram", *dm]}
+    modes = {"plain": [], "ngram": ["--spec", "ngram", *dm], "auto (ngram)": ["--spec", "auto", *dm]}
     for d in a.draft:
         modes[f"draft {d.name}"] = ["--draft-model", str(d), *dm]
+        modes[f"auto (draft {d.name})"] = ["--spec", "auto", "--draft-model", str(d), *dm]
     if a.self_as_draft:
         modes["draft = target"] = ["--draft-model", str(a.model), *dm]
+    for r in filter(None, a.oracle.split(",")):
+        modes[f"oracle {r}"] = ["--spec", "oracle", "--oracle-rate", r, *dm]
+        modes[f"auto (oracle {r})"] = ["--spec", "auto", "--oracle-rate", r, *dm]
+    if a.self:
+        modes["self"] = ["--spec", "self", *dm]
     extra = shlex.split(a.args)
     rows = []
     for tname in a.texts.split(","):
@@ -86,16 +97,19 @@ def main() -> None:
                          "acceptance": acc / drafted if drafted else None,
                          "tokens_per_window": r0.get("spec_emitted", 0) / win if win else None,
                          "windows": win, "drafted": drafted, "accepted": acc,
+                         "policy_plain_steps": r0.get("policy_plain_steps"),
+                         "policy_break_even": r0.get("policy_break_even"),
                          "same_text": all(r["text"] == runs["plain"][0]["text"] for r in rs),
                          "all_tok_s": [r["gen_tok_s"] for r in rs]})
     print(f"model {a.model}, -n {a.n}, {a.r} rounds, args '{a.args}', backend {r0['backend']}\n")
-    print("| text | mode | decode tok/s | vs plain | acceptance | tokens/window | same text |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    print("| text | mode | decode tok/s | vs plain | acceptance | tokens/window | windows / plain steps | same text |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
         acc = "-" if r["acceptance"] is None else f"{100 * r['acceptance']:.1f}%"
         tpw = "-" if r["tokens_per_window"] is None else f"{r['tokens_per_window']:.2f}"
+        steps = "-" if r["policy_plain_steps"] is None else f"{r['windows']} / {r['policy_plain_steps']}"
         print(f"| {r['text']} | {r['mode']} | {r['tok_s']:.1f} | {r['ratio']:.2f}x | {acc} | {tpw} | "
-              f"{'yes' if r['same_text'] else 'NO'} |")
+              f"{steps} | {'yes' if r['same_text'] else 'NO'} |")
     if a.json:
         a.json.write_text(json.dumps({"model": str(a.model), "n": a.n, "rounds": a.r, "args": a.args,
                                       "backend": r0["backend"], "rows": rows}, indent=1) + "\n")
