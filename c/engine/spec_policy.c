@@ -68,6 +68,14 @@ static int32_t st_policy_best(const strata_spec_policy *p, int32_t n_avail, doub
     return best;
 }
 
+/* 1 if some window would pay were every draft accepted: only then is news of the acceptance worth a
+ * probe (a drafter whose drafts cost a step each, or compute-bound windows, never probe). */
+static int st_could_pay(const strata_spec_policy *p, int32_t n_avail, double draft_token_s) {
+    strata_spec_policy q = *p;
+    q.acc = q.trials = 1e12;
+    return st_policy_best(&q, n_avail, draft_token_s) > 0;
+}
+
 /* window_s[k] for every k not observed: the line between the nearest observed lengths around it
  * (the plain step is length 0), or past the longest observed the slope of its last segment
  * (PRIOR_SLOPE with none) times EXTRAP_SLOPE. Needs the plain step observed. */
@@ -106,7 +114,7 @@ int32_t strata_spec_policy_choose(strata_spec_policy *p, int32_t n_avail, double
     if (!p || n_avail <= 0 || !p->seen[0]) return 0; /* a plain step first: its cost anchors the table */
     if (!(draft_token_s >= 0.0)) draft_token_s = 0.0;
     const int32_t best = st_policy_best(p, n_avail, draft_token_s);
-    p->probing = best == 0 && p->since_news >= p->probe_after;
+    p->probing = best == 0 && p->since_news >= p->probe_after && st_could_pay(p, n_avail, draft_token_s);
     if (p->probing) return n_avail < PROBE_DRAFTS ? n_avail : PROBE_DRAFTS;
     if (best > 0) p->probe_after = PROBE_AFTER;
     return best;

@@ -337,20 +337,32 @@ static void test_policy(void) {
     strata_spec_policy_set_costs(p, 1.0, cpu);
     feed(p, 400, 0.95);
     CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "compute-bound windows never pay below 1");
+    /* where no window would pay even with every draft accepted, no probe ever */
+    int probed = 0;
+    for (int i = 0; i < 200; i++) {
+        probed |= strata_spec_policy_choose(p, 8, 0.0) != 0;
+        strata_spec_policy_observe(p, 0, 0, 1.0);
+    }
+    CHECK(!probed, "compute-bound windows: no probe in 200 plain steps");
+    strata_spec_policy_free(p);
+    strata_spec_policy_create(8, &p);
+    strata_spec_policy_set_costs(p, 1.0, gpu);
+    feed(p, 400, 0.2);
+    CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "plain steps at 0.2 on the GPU curve");
     /* with nothing learnt for 32 plain steps, a 2-draft probe (it counts when observed), then 64 */
     for (int i = 0; i < 32; i++) {
         CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "plain step %d", i);
         strata_spec_policy_observe(p, 0, 0, 1.0);
     }
     CHECK(strata_spec_policy_choose(p, 8, 0.0) == 2, "a probe after 32 plain steps without news");
-    strata_spec_policy_observe(p, 2, 1, 2.0);
+    strata_spec_policy_observe(p, 2, 0, 2.0);
     int early = 0; /* the next probe waits twice as long */
     for (int i = 0; i < 64; i++) {
         early |= strata_spec_policy_choose(p, 8, 0.0) != 0;
         strata_spec_policy_observe(p, 0, 0, 1.0);
     }
     CHECK(!early && strata_spec_policy_choose(p, 8, 0.0) == 2, "the second probe after 64 plain steps");
-    strata_spec_policy_observe(p, 2, 1, 2.0);
+    strata_spec_policy_observe(p, 2, 0, 2.0);
     CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "no probe right after news");
     /* observed times move the table */
     for (int i = 0; i < 60; i++) strata_spec_policy_observe(p, 3, 3, 0.5);
