@@ -22,6 +22,7 @@
 #define PROBE_AFTER 32
 #define PROBE_MAX 1024
 #define PROBE_DRAFTS 2
+#define PROBE_OPTIMISM 0.5 /* window costs scaled by this when asking whether a probe could pay */
 /* A window length not observed yet: past the longest observed, the last observed slope (before
  * any window, PRIOR_SLOPE plain steps a draft) times EXTRAP_SLOPE, so that longer windows look a
  * little cheaper than the trend and get tried once; between two observed, the line between them. */
@@ -68,11 +69,13 @@ static int32_t st_policy_best(const strata_spec_policy *p, int32_t n_avail, doub
     return best;
 }
 
-/* 1 if some window would pay were every draft accepted: only then is news of the acceptance worth a
- * probe (a drafter whose drafts cost a step each, or compute-bound windows, never probe). */
+/* 1 if some window would pay were every draft accepted and the windows half as costly as seen
+ * (a few noisy passes must not rule them out): only then is news of the acceptance worth a probe.
+ * A drafter whose drafts cost a target step each (a draft model catching up) never probes. */
 static int st_could_pay(const strata_spec_policy *p, int32_t n_avail, double draft_token_s) {
     strata_spec_policy q = *p;
     q.acc = q.trials = 1e12;
+    for (int32_t k = 1; k <= q.draft_max; k++) q.window_s[k] *= PROBE_OPTIMISM;
     return st_policy_best(&q, n_avail, draft_token_s) > 0;
 }
 

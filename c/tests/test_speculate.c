@@ -337,13 +337,15 @@ static void test_policy(void) {
     strata_spec_policy_set_costs(p, 1.0, cpu);
     feed(p, 400, 0.95);
     CHECK(strata_spec_policy_choose(p, 8, 0.0) == 0, "compute-bound windows never pay below 1");
-    /* where no window would pay even with every draft accepted, no probe ever */
+    /* where no window would pay even with every draft accepted at half the windows' cost (drafts
+     * costing a step each on this curve), no probe ever; with free drafts, probes go on */
     int probed = 0;
     for (int i = 0; i < 200; i++) {
-        probed |= strata_spec_policy_choose(p, 8, 0.0) != 0;
+        probed |= strata_spec_policy_choose(p, 8, 1.0) != 0;
         strata_spec_policy_observe(p, 0, 0, 1.0);
     }
-    CHECK(!probed, "compute-bound windows: no probe in 200 plain steps");
+    CHECK(!probed, "drafts costing a step each, compute-bound windows: no probe in 200 plain steps");
+    CHECK(strata_spec_policy_choose(p, 8, 0.0) == 2, "free drafts: a probe (windows may have been measured high)");
     strata_spec_policy_free(p);
     strata_spec_policy_create(8, &p);
     strata_spec_policy_set_costs(p, 1.0, gpu);
