@@ -100,7 +100,7 @@ if have e2e; then # the trained default model: real text, its routing
     for k in 2 4; do row tiny_cache48_self_k$k $TINY /tmp/spec_prose.txt --gpu --expert-cache 48 --spec self --draft-max $k; done
 fi
 
-dev_wait_files
+if have curve || have e2e; then dev_wait_files; fi
 Q3=/tmp/q3.gguf
 if have curve; then
     for p in $PLACES; do curve q3_$p $Q3 $(place_args $p); done
