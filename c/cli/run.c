@@ -429,6 +429,9 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     double t0 = cli_now();
     int rc = eval_prompt(r, toks, n, -1);
     if (rc) return rc;
+    int32_t nd = 0; /* a draft model reads the prompt with it, not at its first window */
+    if (r->drafter && r->o->draft_model && strata_drafter_propose(r->drafter, r->hist, r->n_hist, 0, NULL, &nd) != STRATA_OK)
+        return cli_fail("the draft model reading the prompt: %s", strata_last_error());
     double t1 = cli_now();
     r->st.prompt_s += t1 - t0;
     r->st.n_prompt += n;

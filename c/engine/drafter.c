@@ -291,7 +291,9 @@ strata_status strata_drafter_propose(strata_drafter *d, const strata_token *hist
     if (n_history < 0 || max < 0 || max > STRATA_DRAFT_MAX)
         return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_propose: n_history %lld, max %d (0..%d)",
                         (long long)n_history, (int)max, STRATA_DRAFT_MAX);
-    if (max == 0) return STRATA_OK;
+    if (max == 0) /* only learn the history: a draft model reads it now, not at its first window */
+        return d->kind == ST_DRAFT_MODEL && n_history > 0 ? st_model_propose(d, history, n_history, 0, out, n_out)
+                                                          : STRATA_OK;
     if (d->kind == ST_DRAFT_NGRAM) {
         *n_out = st_ngram_propose(d, history, n_history, max, out);
         return STRATA_OK;

@@ -723,7 +723,9 @@ STRATA_API strata_status strata_drafter_self_create(strata_session *target, stra
 STRATA_API strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter **out);
 STRATA_API void strata_drafter_free(strata_drafter *drafter);
 /* Up to max (<= STRATA_DRAFT_MAX) tokens continuing history[0..n_history); *n_out of them in out
- * (0: nothing to propose). The drafter learns the history it is given. */
+ * (0: nothing to propose). The drafter learns the history it is given; with max 0 it only learns
+ * it (a draft model reads it into its session: call it after the prompt, so the first window
+ * does not pay for the prompt). */
 STRATA_API strata_status strata_drafter_propose(strata_drafter *drafter, const strata_token *history,
                                                 int64_t n_history, int32_t max, strata_token *out,
                                                 int32_t *n_out);

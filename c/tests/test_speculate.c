@@ -163,6 +163,9 @@ static int spec_greedy(draft_mode mode, int32_t max, const strata_token *ref, st
         dp.n_ctx = 256;
         dp.n_threads = 2;
         CHECK(strata_drafter_model_create(model, model, &dp, &d) == STRATA_OK, "draft model: %s", strata_last_error());
+        int32_t n0 = -1; /* max 0: the draft model reads the prompt now, proposes nothing */
+        CHECK(d && strata_drafter_propose(d, PROMPT, N_PROMPT, 0, NULL, &n0) == STRATA_OK && n0 == 0,
+              "draft model: the prompt read with max 0 (%d)", (int)n0);
     }
     strata_token hist[N_PROMPT + N_GEN + STRATA_DRAFT_MAX + 1];
     memcpy(hist, PROMPT, sizeof PROMPT);

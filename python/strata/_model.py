@@ -489,7 +489,7 @@ class Model:
             check(lib.strata_session_decode(sess, ffi.new("strata_token[]", ids), len(ids), logits,
                                             0), "strata_session_decode")
             if spx is not None:
-                spx.start()
+                spx.start(hist)
             n_gen = 0
             while max_tokens < 0 or n_gen < max_tokens:
                 self._model()  # raises once the model is closed (the session still holds it)

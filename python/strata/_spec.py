@@ -23,8 +23,12 @@ class Speculator:
         self.draft_tok_s = 0.0
         self.plain = None  # a plain step in flight: (start time, the proposal's first token or -1)
 
-    def start(self) -> None:
-        """Before the first step: the draft policy (auto), nothing learnt yet."""
+    def start(self, hist) -> None:
+        """After the prompt: a draft model reads it (so the first window does not pay for it); the
+        draft policy (auto), nothing learnt yet."""
+        if not self.cheap and self.source != "self":
+            check(lib.strata_drafter_propose(self.drafter, ffi.new("strata_token[]", hist), len(hist), 0,
+                                             self.draft, self.n_prop), "strata_drafter_propose")
         if not self.auto:
             return
         out = ffi.new("strata_spec_policy **")
