@@ -180,11 +180,14 @@ def sim_lfu(seq, n):
     return hits
 
 
-def sim_slot_book(seq, n, decay=None, calls=None):
+def sim_slot_book(seq, n, decay=None, calls=None, admit=False):
     """Strata's slot book (c/experts/slot_book.c): the resident expert with the fewest uses goes,
     the least recently used among equals; every look-up of an expert counts one use, and all
     counts halve every `decay` look-ups (st_book_decay_for: 16 x n). With calls (the layer call of
-    each look-up), the experts the current call already holds are not evicted, as in the tiers."""
+    each look-up), the experts the current call already holds are not evicted, as in the tiers.
+    admit: a missed expert takes a slot only if it has at least as many uses as the expert it
+    would evict (TinyLFU's admission); otherwise it is served without a slot (on the GPU: computed
+    by the CPU or from a scratch copy) and the resident one stays."""
     decay = decay or 16 * max(n, 1)
     uses, last, resident, heap, hits, clock = defaultdict(int), {}, {}, [], 0, 0
     held_call, held = None, set()
@@ -212,11 +215,14 @@ def sim_slot_book(seq, n, decay=None, calls=None):
                 if victim in held:
                     skipped.append((u, t, victim))
                     continue
+                if admit and uses[key] < u:  # not worth the slot: served without one
+                    skipped.append((u, t, victim))
+                    break
                 del resident[victim]
                 break
             for x in skipped:
                 heapq.heappush(heap, x)
-            if len(resident) >= n:  # every slot held by this call: the book refuses, a miss
+            if len(resident) >= n:  # every slot held by this call (or not admitted): a miss
                 continue
         last[key] = clock
         resident[key] = True
@@ -282,8 +288,13 @@ def sim_belady(seq, n):
     return hits
 
 
+def sim_slot_book_admit(seq, n, calls=None):
+    """The slot book with admission (sim_slot_book's admit)."""
+    return sim_slot_book(seq, n, calls=calls, admit=True)
+
+
 POLICIES = {"LRU": sim_lru, "LFU": sim_lfu, "LRU + hot set": sim_lru_hot, "slot book": sim_slot_book,
-            "Belady": sim_belady}
+            "slot book + admission": sim_slot_book_admit, "Belady": sim_belady}
 
 
 def hit_rates(head, seq, sizes, calls=None):
@@ -293,7 +304,7 @@ def hit_rates(head, seq, sizes, calls=None):
         n = max(1, round(total * pct / 100))
         row = {"percent": pct, "slots": n}
         for name, fn in POLICIES.items():
-            hits = fn(seq, n, calls=calls) if name == "slot book" else fn(seq, n)
+            hits = fn(seq, n, calls=calls) if name.startswith("slot book") else fn(seq, n)
             row[name] = hits / len(seq) if seq else 0.0
         rows.append(row)
     return rows
@@ -358,11 +369,13 @@ def print_report(rep):
     if pr["slots"]:
         print(f"Next-layer prediction: {100 * pr['hit_rate']:.1f}% of {pr['slots']} routed slots predicted "
               f"(by chance: {100 * rep['k'] / rep['n_expert']:.1f}%)")
-    print("\n| cache (% of experts) | slots | LRU | LFU | LRU + hot set (before) | slot book | Belady (bound) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| cache (% of experts) | slots | LRU | LFU | LRU + hot set (before) | slot book | "
+          "slot book + admission | Belady (bound) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rep["hit_rates"]:
         print(f"| {r['percent']} | {r['slots']} | {100 * r['LRU']:.1f}% | {100 * r['LFU']:.1f}% | "
-              f"{100 * r['LRU + hot set']:.1f}% | {100 * r['slot book']:.1f}% | {100 * r['Belady']:.1f}% |")
+              f"{100 * r['LRU + hot set']:.1f}% | {100 * r['slot book']:.1f}% | "
+              f"{100 * r['slot book + admission']:.1f}% | {100 * r['Belady']:.1f}% |")
 
 
 def main(argv=None):
