@@ -21,6 +21,19 @@ static void *st_alloc(size_t n, int *fail) {
 
 static size_t st_max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
+strata_status st_session_pred_buffers(strata_session *s) {
+    if (s->model->hp.n_expert <= 0 || (s->pred_xn && s->pred_logits && s->pred_wts && s->pred_ids))
+        return STRATA_OK;
+    const st_scratch_dims d = st_session_dims(s);
+    int fail = 0;
+    if (!s->pred_xn) s->pred_xn = st_alloc(sizeof(float) * d.T * d.E, &fail);
+    if (!s->pred_logits) s->pred_logits = st_alloc(sizeof(float) * d.T * d.X, &fail);
+    if (!s->pred_wts) s->pred_wts = st_alloc(sizeof(float) * d.T * d.K, &fail);
+    if (!s->pred_ids) s->pred_ids = st_alloc(sizeof(int32_t) * d.T * d.K, &fail);
+    return fail ? st_error(STRATA_ERR_NOMEM, "session: out of memory for the next-layer prediction's buffers")
+                : STRATA_OK;
+}
+
 /* The FFN weight tables: one st_expert per routed expert (zero-copy slices of the merged
  * tensors), the dense FFN and the shared expert as single-expert tables. */
 static strata_status st_build_tables(strata_session *s) {
@@ -94,13 +107,8 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
     s->pred_layer = -1;
     if (s->ram || s->plan.expert_cache != 0) s->missed = st_alloc(T * K, &fail);
-    /* profile mode's next-layer prediction (the CPU backend adds them for its pipe) */
-    if (s->profile && hp->n_expert > 0) {
-        s->pred_xn = st_alloc(sizeof(float) * T * E, &fail);
-        s->pred_logits = st_alloc(sizeof(float) * T * d.X, &fail);
-        s->pred_wts = st_alloc(sizeof(float) * T * K, &fail);
-        s->pred_ids = st_alloc(sizeof(int32_t) * T * K, &fail);
-    }
+    /* profile mode's next-layer prediction (a route trace and the CPU pipe ask for them later) */
+    if (s->profile && st_session_pred_buffers(s) != STRATA_OK) fail = 1;
     size_t moe = 0;
     if (hp->n_expert > 0)
         moe = st_moe_wsize((int64_t)T, hp->n_expert_used, hp->n_expert, hp->n_embd, hp->n_ff_exp);
@@ -195,15 +203,9 @@ strata_status strata_session_set_route_trace(strata_session *s, strata_route_fn 
     if (fn && s->backend != STRATA_BACKEND_CPU)
         return st_error(STRATA_ERR_UNSUPPORTED, "route traces run on CPU sessions (the routing is the "
                         "model's: a CPU session's trace serves every backend)");
-    const st_hparams *hp = &s->model->hp;
-    if (fn && hp->n_expert > 0 && !s->pred_xn) { /* the next-layer prediction the trace carries */
-        const st_scratch_dims d = st_session_dims(s);
-        s->pred_xn = malloc(sizeof(float) * d.T * d.E);
-        s->pred_logits = malloc(sizeof(float) * d.T * d.X);
-        s->pred_wts = malloc(sizeof(float) * d.T * d.K);
-        s->pred_ids = malloc(sizeof(int32_t) * d.T * d.K);
-        if (!s->pred_xn || !s->pred_logits || !s->pred_wts || !s->pred_ids)
-            return st_error(STRATA_ERR_NOMEM, "route trace: out of memory for the prediction buffers");
+    if (fn) { /* the next-layer prediction the trace carries */
+        const strata_status st = st_session_pred_buffers(s);
+        if (st != STRATA_OK) return st;
     }
     s->route_fn = fn;
     s->route_data = user_data;

@@ -133,5 +133,9 @@ static inline st_scratch_dims st_session_dims(const strata_session *s) {
 /* The checks strata_session_create runs before it allocates (session_params.c): the model has
  * weights, every option is in range, the options combine, n_ctx resolves. */
 strata_status st_session_params_check(const strata_model *model, const strata_session_params *p);
+/* The next-layer prediction's buffers (pred_xn, pred_logits, pred_wts, pred_ids; n_batch rows),
+ * made once for whichever needs them first: profile mode, a route trace, the RAM tier's pipe.
+ * STRATA_OK at once for dense models or when they exist. */
+strata_status st_session_pred_buffers(strata_session *s);
 
 #endif /* STRATA_SESSION_H */

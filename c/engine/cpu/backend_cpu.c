@@ -12,17 +12,8 @@ static strata_status cpu_create(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     strata_status st = st_kv_init(&s->kv, hp, s->n_ctx, s->kv_type);
     if (st != STRATA_OK) return st;
-    /* the pipe's next-layer prediction (with profile, the session has made the buffers already) */
-    if (s->plan.pipe && !s->pred_xn && hp->n_expert > 0) {
-        const st_scratch_dims d = st_session_dims(s);
-        s->pred_xn = malloc(sizeof(float) * d.T * d.E);
-        s->pred_logits = malloc(sizeof(float) * d.T * d.X);
-        s->pred_wts = malloc(sizeof(float) * d.T * d.K);
-        s->pred_ids = malloc(sizeof(int32_t) * d.T * d.K);
-        if (!s->pred_xn || !s->pred_logits || !s->pred_wts || !s->pred_ids)
-            return st_error(STRATA_ERR_NOMEM, "session: out of memory for the prediction buffers");
-    }
-    return STRATA_OK;
+    /* the pipe's next-layer prediction */
+    return s->plan.pipe ? st_session_pred_buffers(s) : STRATA_OK;
 }
 
 static void cpu_free(strata_session *s) {
