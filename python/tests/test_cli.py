@@ -316,6 +316,9 @@ def test_bench_windows(tmp_path):
         assert abs(r["expert_share"] - share) < 1e-4
         assert abs(r["pass_s"] - r["n"] / r["tok_s"]) < 1e-6 * r["pass_s"] + 1e-9
         assert r["pass_bytes"] > r["decode_bytes"] * r["n"] * 0.99 or r["n"] == 1
+    # one pass reads the dense weights once: its bytes grow with N, but less than N-fold
+    d0 = [r for r in j if r["depth"] == 0]
+    assert d0[0]["pass_bytes"] < d0[1]["pass_bytes"] < d0[2]["pass_bytes"] < 8 * d0[0]["pass_bytes"]
     # the one-token window reads what a decode step reads
     assert abs(j[0]["decode_bytes"] - 6628624) < 1e5
     for bad in ("0", "18", "x"):
