@@ -14,6 +14,7 @@ static const struct {
     {"attn_tc", "--attn-tc"},
     {"cpu_misses", "--cpu-misses"},
     {"cpu_pin", "--cpu-pin"},
+    {"cache_admit", "--cache-admit"},
     {"cpu_warm", "--cpu-warm"},
     {"doorbell", "--doorbell"},
     {"graphs", "--cuda-graphs"},

@@ -36,6 +36,7 @@ static const struct {
     CLI_ENV_FLAG("STRATA_CPU_PIN", cpu_pin),
     CLI_ENV_FLAG("STRATA_GPU_PREFETCH", gpu_prefetch),
     CLI_ENV_FLAG("STRATA_CPU_WARM", cpu_warm),
+    CLI_ENV_FLAG("STRATA_CACHE_ADMIT", cache_admit),
     CLI_ENV_FLAG("STRATA_DOORBELL", doorbell),
     CLI_ENV_FLAG("STRATA_VERIFY_PROFILE", verify_profile),
 #undef CLI_ENV_FLAG
@@ -154,6 +155,10 @@ static void cli_usage_experts(FILE *f) {
         "                          layer (same results; also $STRATA_DOORBELL=1); with\n"
         "                          --expert-cache: that pool computes the cache's misses while\n"
         "                          the GPU computes the hits (the CPU's arithmetic for those)\n"
+        "  --cache-admit           with --expert-cache and --doorbell or --cpu-misses: a miss\n"
+        "                          takes a slot from a resident expert only when it has been\n"
+        "                          looked up at least as often; the CPU computes the others\n"
+        "                          (--no-cache-admit: every load may evict; $STRATA_CACHE_ADMIT=1)\n"
         "  --pin-experts           GPU sessions with --expert-cache or --cpu-moe/--n-cpu-moe: copy\n"
         "                          the experts kept in RAM into pinned memory at start (PCIe\n"
         "                          loads ~3x faster); default: when the copy leaves 4 GiB of RAM\n"
@@ -496,6 +501,8 @@ static const cli_flag_row cli_flags[] = {
     CLI_FLAG("--gpu-prefetch", NULL, gpu_prefetch, 1),
     CLI_FLAG("--cpu-warm", NULL, cpu_warm, 1),
     CLI_FLAG("--no-cpu-warm", NULL, cpu_warm, 0),
+    CLI_FLAG("--cache-admit", NULL, cache_admit, 1),
+    CLI_FLAG("--no-cache-admit", NULL, cache_admit, 0),
     CLI_FLAG("--doorbell", NULL, doorbell, 1),
     CLI_FLAG("--cpu-misses", NULL, cpu_misses, 1),
     CLI_FLAG("--no-cpu-misses", NULL, cpu_misses, 0),
@@ -582,6 +589,7 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
     static const char *const gpu_only[] = {
         "--cpu-moe", "--n-cpu-moe", "--gpu-experts", "--expert-cache", "--gpu-mem", "--cpu-misses",
         "--no-cpu-misses", "--pcie-frac", "--gpu-prefetch", "--cpu-warm", "--no-cpu-warm",
+        "--cache-admit", "--no-cache-admit",
         "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
         "--no-q8-tiles", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all", NULL};

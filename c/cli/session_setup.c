@@ -61,6 +61,7 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, gpu_prefetch, placement.gpu_prefetch),
     CLI_SESSION(int, doorbell, placement.doorbell),
     CLI_SESSION(int, cpu_warm, placement.cpu_warm),
+    CLI_SESSION(int, cache_admit, placement.cache_admit),
     /* CUDA kernels */
     CLI_SESSION(int, cuda_graphs, cuda.graphs),
     CLI_SESSION(int, cuda_pdl, cuda.pdl),

@@ -79,6 +79,11 @@ strata_status st_gpu_tier_prefetch(st_gpu_tier *c, int il, const int32_t *ids,
 void st_gpu_tier_prefetch_counters(const st_gpu_tier *c, int64_t *issued, int64_t *timely, int64_t *late) {
     (void)c; *issued = *timely = *late = 0;
 }
+void st_gpu_tier_set_admit(st_gpu_tier *c, int on) { (void)c; (void)on; }
+int st_gpu_tier_admits(const st_gpu_tier *c, int il, int32_t e) { (void)c; (void)il; (void)e; return 1; }
+void st_gpu_tier_count_misses(st_gpu_tier *c, int il, const int32_t *ids, int64_t n) {
+    (void)c; (void)il; (void)ids; (void)n;
+}
 void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
     (void)c; (void)il; (void)ids; memset(missed, 0, (size_t)n);
 }
@@ -139,6 +144,7 @@ struct st_gpu_tier {
     void *ring_event[2];          /* completes when that table's upload has */
     int ring;                     /* the next one to fill */
     int64_t pf_issued, pf_timely, pf_late;
+    int admit;                    /* st_gpu_tier_set_admit */
     /* st_gpu_tier_export: every layer's residency and descriptors, host and device copies */
     uint64_t version;             /* bumped by every claim (an eviction) and publish */
     uint64_t exported;            /* the version last uploaded, 0: never */
@@ -596,6 +602,7 @@ strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids,
      * place of an LRU expert only while the budget lasts */
     for (int32_t q = 0; q < nm && (*empty > 0 || *budget > 0); q++) {
         const int32_t e = c->miss[q];
+        if (*empty <= 0 && c->admit && !st_book_admits(&c->book, il, e)) continue;
         const int32_t slot = st_book_claim(&c->book, il, e, 0);
         c->version++;
         if (slot < 0) break;
@@ -609,6 +616,27 @@ strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids,
         st_book_publish(&c->book, slot);
     }
     return STRATA_OK;
+}
+
+void st_gpu_tier_set_admit(st_gpu_tier *c, int on) { c->admit = on != 0; }
+
+int st_gpu_tier_admits(const st_gpu_tier *c, int il, int32_t e) {
+    return !c->admit || st_book_admits(&c->book, il, e);
+}
+
+void st_gpu_tier_count_misses(st_gpu_tier *c, int il, const int32_t *ids, int64_t n) {
+    if (++c->call == 0) {
+        memset(c->seen, 0, sizeof *c->seen * (size_t)c->n_expert);
+        c->call = 1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t e = ids[i];
+        if (e < 0 || e >= c->n_expert || c->seen[e] == c->call) continue;
+        c->seen[e] = c->call;
+        const int32_t slot = st_book_lookup(&c->book, il, e);
+        c->layer_lookups[il]++;
+        c->layer_hits[il] += slot >= 0;
+    }
 }
 
 void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {

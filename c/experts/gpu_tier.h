@@ -65,6 +65,14 @@ strata_status st_gpu_tier_export(st_gpu_tier *c, const void **d_tables,
 int32_t st_gpu_tier_empty_slots(const st_gpu_tier *c);
 strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids, int64_t n,
                                       int32_t *empty, int32_t *budget, int64_t *resident);
+/* Admission (placement cache_admit): a miss loaded for the steps to come (after_step) or chosen
+ * for a load by a split takes a slot in place of a resident expert only when st_book_admits says
+ * so; st_gpu_tier_admits asks for one expert. */
+void st_gpu_tier_set_admit(st_gpu_tier *c, int on);
+int st_gpu_tier_admits(const st_gpu_tier *c, int il, int32_t e);
+/* Look-ups of layer il's experts that a split's CPU share computes (ids[n], host; -1 skipped):
+ * each distinct one counted as a miss and a use, nothing loaded. */
+void st_gpu_tier_count_misses(st_gpu_tier *c, int il, const int32_t *ids, int64_t n);
 /* Zeroes the counters (strata_session_reset_stats). */
 void st_gpu_tier_reset_counters(st_gpu_tier *c);
 void st_gpu_tier_counters(const st_gpu_tier *c, int32_t *slots, int64_t *hits, int64_t *misses,

@@ -37,6 +37,7 @@ typedef struct st_placement_plan {
                                and the CPU by the cost model (both splits) */
     int cpu_misses_auto;    /* GPU, CPU layers: the decode split where it gives the CPU's bits */
     float pcie_frac;        /* with a split: < 0 the cost model; 0..1 the share loaded */
+    int cache_admit;        /* GPU cache with the CPU computing misses: evictions need admission */
 } st_placement_plan;
 
 /* Each placement option in range, and the options that do not combine (with the backend and

@@ -76,25 +76,39 @@ st_slot_state st_book_state_of(const st_slot_book *ec, int32_t layer, int32_t ex
     return ec->slots[ec->where[i]].state;
 }
 
+/* The slot a claim would take: an EMPTY one, else the READY slot not held whose expert has the
+ * fewest uses, the least recently used of those; -1 when none can be taken. */
+static int32_t st_book_victim(const st_slot_book *ec) {
+    int32_t pick = -1;
+    uint32_t pick_uses = 0;
+    for (int32_t s = 0; s < ec->n_slots; s++) {
+        const st_slot *sl = &ec->slots[s];
+        if (sl->state == ST_SLOT_EMPTY) return s;
+        if (sl->state != ST_SLOT_READY || sl->users > 0) continue;
+        const uint32_t u = ec->uses[sl->layer * ec->n_expert + sl->expert];
+        if (pick < 0 || u < pick_uses || (u == pick_uses && sl->last_use < ec->slots[pick].last_use)) {
+            pick = s;
+            pick_uses = u;
+        }
+    }
+    return pick;
+}
+
+int st_book_admits(const st_slot_book *ec, int32_t layer, int32_t expert) {
+    const int32_t i = st_cache_index(ec, layer, expert);
+    if (i < 0 || ec->where[i] >= 0) return 0;
+    const int32_t v = st_book_victim(ec);
+    if (v < 0) return 0;
+    const st_slot *sl = &ec->slots[v];
+    return sl->state == ST_SLOT_EMPTY || ec->uses[i] >= ec->uses[sl->layer * ec->n_expert + sl->expert];
+}
+
 int32_t st_book_claim(st_slot_book *ec, int32_t layer, int32_t expert, int prefetch) {
     const int32_t i = st_cache_index(ec, layer, expert);
     if (i < 0 || ec->where[i] >= 0) return -1;
-    int32_t pick = -1;
-    for (int32_t s = 0; s < ec->n_slots && pick < 0; s++)
-        if (ec->slots[s].state == ST_SLOT_EMPTY) pick = s;
-    if (pick < 0) { /* the READY slot not held whose expert has the fewest uses, then the least
-                     * recently used of those */
-        uint32_t pick_uses = 0;
-        for (int32_t s = 0; s < ec->n_slots; s++) {
-            const st_slot *sl = &ec->slots[s];
-            if (sl->state != ST_SLOT_READY || sl->users > 0) continue;
-            const uint32_t u = ec->uses[sl->layer * ec->n_expert + sl->expert];
-            if (pick < 0 || u < pick_uses || (u == pick_uses && sl->last_use < ec->slots[pick].last_use)) {
-                pick = s;
-                pick_uses = u;
-            }
-        }
-        if (pick < 0) return -1;
+    const int32_t pick = st_book_victim(ec);
+    if (pick < 0) return -1;
+    if (ec->slots[pick].state != ST_SLOT_EMPTY) { /* its old expert is evicted */
         st_slot *old = &ec->slots[pick];
         ec->where[old->layer * ec->n_expert + old->expert] = -1;
         ec->c.evictions++;

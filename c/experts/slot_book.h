@@ -66,6 +66,9 @@ int32_t st_book_lookup(st_slot_book *ec, int32_t layer, int32_t expert);
 /* The state of (layer, expert): EMPTY when it has no slot. No counting. */
 st_slot_state st_book_state_of(const st_slot_book *ec, int32_t layer, int32_t expert);
 
+/* Admission: 1 if a claim for (layer, expert), which has no slot, would take an EMPTY slot or
+ * evict an expert with no more uses than it has (TinyLFU's rule); 0 otherwise. No counting. */
+int st_book_admits(const st_slot_book *ec, int32_t layer, int32_t expert);
 /* Claims a slot for (layer, expert), which must have none: an EMPTY slot, else the READY slot not
  * held whose expert has the fewest uses, the least recently used among equals (its old expert is
  * evicted). The slot becomes LOADING. Returns

@@ -78,7 +78,7 @@ extern "C" {
 #define STRATA_VERSION_PATCH 0
 /* The binary interface: a new number whenever a struct's layout or a function's signature
  * changes; the shared library's soname is libstrata.so.<this>. */
-#define STRATA_ABI_VERSION 5
+#define STRATA_ABI_VERSION 6
 
 typedef enum strata_status {
     STRATA_OK = 0,
@@ -399,6 +399,11 @@ typedef struct strata_placement_params {
                              prediction, and the CPU threads read those experts into their caches
                              while the GPU computes the next attention; stopped when the real
                              routing arrives. 0 (default) off, 1 on. */
+    int cache_admit;      /* with expert_cache, where the CPU may compute a miss (doorbell's pool,
+                             or cpu_misses 1): a missed expert takes a slot in place of a resident
+                             one only when it has been looked up at least as often (use counts
+                             that halve every 16 x slots look-ups); the CPU computes the others, so
+                             spread routing does not churn the cache over PCIe. 1 on, 0 off. */
 } strata_placement_params;
 
 /* How a CUDA session runs its kernels. None of them changes the results except attn_tc, which

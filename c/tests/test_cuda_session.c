@@ -43,6 +43,7 @@ static float g_pcie_frac = -1.0f;
 static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the default, auto) */
 static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
 static int g_doorbell = 0;                 /* cuda_doorbell of the next sessions */
+static int g_admit = 0;                    /* placement.cache_admit of the next sessions */
 static int g_pipe = 0;                     /* pipe of the next sessions */
 static int g_q8_tiles = 1;                 /* q8_tiles of the next sessions (the default, on) */
 
@@ -62,6 +63,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.cuda.attn_tc = g_attn_tc;
     sp.placement.ram_budget = g_ram;
     sp.placement.doorbell = g_doorbell;
+    sp.placement.cache_admit = g_admit;
     sp.placement.pipe = g_pipe;
     sp.placement.cpu_warm = g_warm;
     sp.cuda.q8_tiles = g_q8_tiles;
@@ -347,6 +349,7 @@ static void test_pool_misses(const strata_model *m, const strata_token *toks, in
     g_doorbell = 1;
     ok = ok && forced_steps(m, toks, STEPS, 1, V, got, &s1);
     g_cache = g_doorbell = 0;
+    double kl_bound = 1e-4; /* max(1e-4, 2x the KL of every expert on the CPU) */
     if (ok) {
         double kl = 0, klc = 0;
         for (int i = 1; i <= STEPS; i++) {
@@ -359,11 +362,31 @@ static void test_pool_misses(const strata_model *m, const strata_token *toks, in
                "CPU: %.3g); slot-rows %lld GPU / %lld CPU; cache hits %lld, misses %lld\n", STEPS, kl, klc,
                (long long)s1.expert_slots_gpu, (long long)s1.expert_slots_cpu, (long long)s1.expert_cache_hits,
                (long long)s1.expert_cache_misses);
-        CHECK(kl <= fmax(1e-4, 2.0 * klc), "pool misses: mean KL %.3g (every expert on the CPU: %.3g)", kl, klc);
+        kl_bound = fmax(1e-4, 2.0 * klc);
+        CHECK(kl <= kl_bound, "pool misses: mean KL %.3g (every expert on the CPU: %.3g)", kl, klc);
         CHECK(s1.expert_slots_cpu > 0 && s1.expert_slots_gpu > 0 &&
               s1.expert_slots_cpu + s1.expert_slots_gpu == s0.expert_slots_gpu,
               "pool misses: slot-rows %lld GPU + %lld CPU against %lld", (long long)s1.expert_slots_gpu,
               (long long)s1.expert_slots_cpu, (long long)s0.expert_slots_gpu);
+    }
+    /* cache_admit: the same function (misses on the CPU), and no more PCIe loads than without it */
+    strata_session_stats sa;
+    g_cache = 32;
+    g_doorbell = g_admit = 1;
+    ok = ok && forced_steps(m, toks, STEPS, 1, V, cpu, &sa);
+    g_cache = g_doorbell = g_admit = 0;
+    if (ok) {
+        double kl = 0;
+        for (int i = 1; i <= STEPS; i++) kl += kl_row(ref + (size_t)i * (size_t)V, cpu + (size_t)i * (size_t)V, V);
+        kl /= STEPS;
+        printf("pool misses with admission, 32 slots: mean KL %.3g; slot-rows %lld GPU / %lld CPU; PCIe "
+               "%lld bytes (without: %lld)\n", kl, (long long)sa.expert_slots_gpu, (long long)sa.expert_slots_cpu,
+               (long long)sa.pcie_bytes, (long long)s1.pcie_bytes);
+        CHECK(kl <= kl_bound, "pool misses with admission: mean KL %.3g (bound %.3g)", kl, kl_bound);
+        CHECK(sa.pcie_bytes <= s1.pcie_bytes && sa.expert_slots_cpu + sa.expert_slots_gpu == s0.expert_slots_gpu,
+              "pool misses with admission: PCIe %lld bytes (without %lld), slot-rows %lld + %lld",
+              (long long)sa.pcie_bytes, (long long)s1.pcie_bytes, (long long)sa.expert_slots_gpu,
+              (long long)sa.expert_slots_cpu);
     }
     g_cache = 192;
     g_doorbell = 1;

@@ -1,7 +1,7 @@
 /* test_slot_book.c - the expert tiers' slot book (c/experts/slot_book.c): every slot-state
  * transition and the refused ones, eviction by use counts (ties: least recently used), slots
  * held by a consumer and slots being filled never evicted or returned, counts that decay with the
- * workload, prefetch counters (timely and late),
+ * workload, admission, prefetch counters (timely and late),
  * and a long random walk checking the invariants after every operation. */
 #include "slot_book.h"
 #include "test.h"
@@ -178,8 +178,39 @@ static void test_random_walk(void) {
     st_book_free(&ec);
 }
 
+/* Admission (st_book_admits): an EMPTY slot admits anyone; then only an expert looked up at
+ * least as often as the one a claim would evict; held slots are not victims; nothing counted. */
+static void test_admission(void) {
+    st_slot_book ec;
+    st_book_init(&ec, 2, 8, 2, 1000);
+    CHECK(st_book_admits(&ec, 0, 5) == 1, "an EMPTY slot admits a never-seen expert");
+    fill(&ec, 0, 0);
+    fill(&ec, 0, 1);
+    for (int i = 0; i < 3; i++) st_book_lookup(&ec, 0, 0);
+    st_book_lookup(&ec, 0, 1); /* uses: expert 0: 3, expert 1: 1 (the victim) */
+    const int64_t lookups = ec.c.lookups;
+    CHECK(st_book_admits(&ec, 1, 4) == 0, "a never-seen expert is not admitted over a used one");
+    st_book_lookup(&ec, 1, 4);
+    CHECK(st_book_admits(&ec, 1, 4) == 1, "as many uses as the victim: admitted");
+    CHECK(ec.c.lookups == lookups + 1, "admits counts nothing");
+    CHECK(st_book_admits(&ec, 0, 0) == 0, "an expert with a slot is not admitted again");
+    CHECK(st_book_admits(&ec, 2, 0) == 0 && st_book_admits(&ec, 0, 9) == 0, "out of range: 0");
+    const int32_t v = ec.where[1];
+    st_book_acquire(&ec, v); /* the victim is held: expert 0 (3 uses) is the one a claim takes */
+    CHECK(st_book_admits(&ec, 1, 4) == 0, "held victim skipped: 1 use does not beat 3");
+    st_book_release(&ec, v);
+    int32_t s = st_book_claim(&ec, 1, 4, 0);
+    CHECK(s == v && st_book_state_of(&ec, 0, 1) == ST_SLOT_EMPTY, "the admitted claim takes the victim's slot");
+    st_book_publish(&ec, s);
+    st_book_acquire(&ec, ec.where[0]);
+    st_book_acquire(&ec, s);
+    CHECK(st_book_admits(&ec, 1, 6) == 0, "every slot held: nothing admitted");
+    st_book_free(&ec);
+}
+
 int main(void) {
     test_transitions();
+    test_admission();
     test_lru_and_holds();
     test_frequency();
     test_prefetch_counters();

@@ -618,6 +618,7 @@ static strata_status st_gpu_setup_cache(strata_session *s) {
     if (slots < 0) TRY(st_gpu_cache_auto_slots(s, &slots));
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     TRY(st_gpu_tier_create(&ctx, slots, &g->cache));
+    st_gpu_tier_set_admit(g->cache, s->plan.cache_admit);
     if (s->plan.gpu_prefetch) { /* decode steps: layer l + 1's experts predicted and prefetched */
         TRY(st_gpu_tier_enable_prefetch(g->cache));
         TRY(st_gpu_alloc_prediction(g, hp));

@@ -195,6 +195,8 @@ static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, 
     const int nm = st_gpu_list_misses(g, ids, wts, P, X, s->missed);
     *split = 0;
     if (nm > 0) st_cost_decide(&s->cost, g->misses, nm, g->miss_load, NULL);
+    for (int m = 0; m < nm; m++) /* cache_admit: a load that would evict a more used expert */
+        if (g->miss_load[m] && !st_gpu_tier_admits(g->cache, il, g->misses[m].expert)) g->miss_load[m] = 0;
     int64_t ncpu = 0;
     for (int64_t i = 0; i < P; i++) {
         const int32_t e = ids[i];
@@ -205,6 +207,7 @@ static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, 
     }
     for (int m = 0; m < nm; m++) g->miss_of[g->misses[m].expert] = -1;
     if (ncpu == 0) return STRATA_OK;
+    st_gpu_tier_count_misses(g->cache, il, g->h_ids_cpu, P);
     *split = 1;
     *gids = g->h_ids_gpu;
     s->slots_cpu[il] += ncpu;
