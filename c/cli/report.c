@@ -77,9 +77,10 @@ static void cli_report_cpu_layers(const cli_opts *o, const strata_model_info *mi
                 "rest on the GPU\n", o->n_cpu_moe - 1);
     if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 && cs)
         fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
-                "%.0f us + %.0f us per row for one expert: each batch of a CPU layer goes "
-                "where it is predicted to finish first\n", cs->pcie_bytes_per_s / 1e9,
-                cs->pcie_latency_s * 1e6, cs->cpu_expert_fixed_s * 1e6, cs->cpu_expert_per_row_s * 1e6);
+                "%.0f us a step + %.0f us an expert + %.0f us a further row: each batch of a CPU "
+                "layer goes where it is predicted to finish first\n", cs->pcie_bytes_per_s / 1e9,
+                cs->pcie_latency_s * 1e6, cs->cpu_share_step_s * 1e6, cs->cpu_share_expert_s * 1e6,
+                cs->cpu_expert_per_row_s * 1e6);
 }
 
 void cli_report_gpu_session(const cli_opts *o, const strata_model_info *mi, const strata_session *s) {

@@ -47,9 +47,11 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
 
 /* A batch of a layer whose experts live in RAM (n_cpu_moe): stage it (copy its n routed experts
  * over PCIe and compute them on the GPU, what llama.cpp does for prompts) or compute it on the CPU
- * (t(rows[i]) for each expert, one after another on the pool). 1 when staging is predicted
- * ST_STAGE_MARGIN times faster; *t_copy and *t_cpu (may be NULL) get the two predictions.
- * pcie_frac is not used. */
+ * (t(rows[i]) for each expert, one after another on the pool; with the step figures measured,
+ * cpu_expert_s > 0, the batch as one step: cpu_step_s once plus cpu_expert_s + (r - 1) *
+ * cpu_per_row_s an expert, so the pool's dispatch is not counted once per expert). 1 when
+ * staging is predicted ST_STAGE_MARGIN times faster; *t_copy and *t_cpu (may be NULL) get the
+ * two predictions. pcie_frac is not used. */
 #define ST_STAGE_MARGIN 2.0
 /* Why 2: the copy rate is calibrated warm (best of 3 copies of one expert) and a staged batch's
  * copies run one after another before its kernels; on the H200, --cpu-moe decode steps staged by

@@ -136,6 +136,22 @@ static void test_stage(void) {
     CHECK(st_cost_stage(&p, one, 8, &tc, &tu) == 0 && tc < tu, "1.5x faster predicted: not staged");
     p.cpu_per_row_s = 2.5e-3;
     CHECK(st_cost_stage(&p, one, 8, &tc, &tu) == 1, "2.5x faster predicted: staged");
+    /* the step figures measured: a decode batch priced as one pool step, its dispatch once (the
+     * figures of an H200 start-up whose one-expert timing caught a slow dispatch: 107 us + 16 us a
+     * row an expert staged every decode step; as one step it stays on the CPU) */
+    p = base();
+    p.pcie_bytes_per_s = 52.1e9;
+    p.pcie_latency_s = 9e-6;
+    p.expert_bytes = 2.95e6;
+    p.cpu_fixed_s = 107e-6;
+    p.cpu_per_row_s = 16e-6;
+    p.cpu_step_s = 96e-6;
+    p.cpu_expert_s = 24e-6;
+    CHECK(st_cost_stage(&p, one, 8, &tc, &tu) == 0 && fabs(tu - (96e-6 + 8 * 24e-6)) < 1e-12,
+          "step figures: one step of 8 experts (cpu %.3g s), not staged", tu);
+    int32_t big[8] = {64, 64, 64, 64, 64, 64, 64, 64};
+    CHECK(st_cost_stage(&p, big, 8, &tc, &tu) == 1 && fabs(tu - (96e-6 + 8 * (24e-6 + 63 * 16e-6))) < 1e-12,
+          "step figures: 64 rows an expert staged (cpu %.3g s, copy %.3g s)", tu, tc);
     p.pcie_bytes_per_s = 0;
     CHECK(st_cost_stage(&p, many, 4, NULL, NULL) == 0, "no PCIe: never staged");
 }

@@ -687,7 +687,7 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
     if (s->plan.stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
         int il0 = 0;
         while (il0 < hp->n_layer - 1 && !st_plan_layer_on_cpu(&s->plan, il0)) il0++;
-        TRY(st_gpu_measure_costs(s, g->stage, il0, cpu_split));
+        TRY(st_gpu_measure_costs(s, g->stage, il0, 1)); /* the step figures price batches too */
     }
     if (cpu_split) {
         const size_t T = (size_t)s->n_batch, K = (size_t)hp->n_expert_used;
