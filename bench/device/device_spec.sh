@@ -74,13 +74,16 @@ print(f"{tag}: {s['gen_tok_s']:.1f} tok/s, {w} windows, acceptance {acc:.3f}, "
       f"{s['spec_emitted'] / w if w else 0:.2f} tokens a window{pol} at {t}s")
 E
 }
-if have tests; then # the prompt read as windows (--short-read): the prompt path's bits on the GPU
+if have tests; then # the prompt read as windows (--short-read) against one-token steps (-b 1):
+    # the decode path's bits (the batch path, -b 512, is other kernels: shown, not required)
     for p in gpu cpumoe; do
         ./strata -m $TINY -f /tmp/spec_prose.txt -n 0 --logpos "$J/lp_${p}_prompt.jsonl" $(place_args $p) > /dev/null 2>&1
+        ./strata -m $TINY -f /tmp/spec_prose.txt -n 0 --logpos "$J/lp_${p}_steps.jsonl" -b 1 $(place_args $p) > /dev/null 2>&1
         ./strata -m $TINY -f /tmp/spec_prose.txt -n 0 --logpos "$J/lp_${p}_windows.jsonl" --short-read 4096 $(place_args $p) > /dev/null 2>&1
-        if [ -s "$J/lp_${p}_prompt.jsonl" ] && cmp -s "$J/lp_${p}_prompt.jsonl" "$J/lp_${p}_windows.jsonl"; then
-            echo "short-read $p: identical to the prompt path ($(wc -l < "$J/lp_${p}_prompt.jsonl") rows)"
-        else echo "short-read $p: DIFFERENT or missing"; fi
+        if [ -s "$J/lp_${p}_steps.jsonl" ] && cmp -s "$J/lp_${p}_steps.jsonl" "$J/lp_${p}_windows.jsonl"; then
+            echo "short-read $p: identical to one-token steps ($(wc -l < "$J/lp_${p}_steps.jsonl") rows)"
+        else echo "short-read $p: DIFFERENT from one-token steps, or missing"; fi
+        cmp -s "$J/lp_${p}_prompt.jsonl" "$J/lp_${p}_windows.jsonl" && echo "short-read $p: the batch path too"
     done
 fi
 if have curve; then

@@ -2,7 +2,10 @@
  * (models/strata-tiny-moe-q8_0.gguf), for every expert placement of a CUDA session:
  *   - a window's rows are the bits of one-token decode steps: the same tokens as one-token
  *     strata_session_decode_gen calls and as windows of 8, 5, 3, 1 and 7 tokens, every row's
- *     logits compared byte for byte;
+ *     logits compared byte for byte; except with --expert-cache --cpu-misses, whose bits follow
+ *     the cache's residency (hits in the GPU's arithmetic, the CPU's share of the misses in the
+ *     CPU's, the share chosen per call: docs/EXPERTS.md), where every row must have the one-token
+ *     step's argmax and a KL of at most 1e-4 from it;
  *   - a window rolled back (strata_session_truncate) leaves the KV cache as if its rejected rows
  *     never ran: the rows after it are the plain steps' bits;
  *   - strata_session_speculate with right drafts (windows of 8), with wrong drafts and with the
@@ -13,6 +16,7 @@
 #include "strata.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,16 +33,17 @@ static const char *TEXT =
 typedef struct {
     const char *name;
     int graphs, n_cpu_moe, expert_cache, cpu_misses, stage;
+    int close;  /* bits follow the residency: rows compared by argmax and KL (rows_match) */
 } placement;
 
 static const placement PLACEMENTS[] = {
-    {"all resident", 0, 0, 0, 0, 0},
-    {"all resident, CUDA graphs", 1, 0, 0, 0, 0},
-    {"--cpu-moe", 0, -1, 0, 0, 0},
-    {"--n-cpu-moe 3", 0, 3, 0, 0, 0},
-    {"--cpu-moe --stage-experts 1", 0, -1, 0, 0, 1},
-    {"--expert-cache 48", 0, 0, 48, 0, 0},
-    {"--expert-cache 48 --cpu-misses", 0, 0, 48, 1, 0},
+    {"all resident", 0, 0, 0, 0, 0, 0},
+    {"all resident, CUDA graphs", 1, 0, 0, 0, 0, 0},
+    {"--cpu-moe", 0, -1, 0, 0, 0, 0},
+    {"--n-cpu-moe 3", 0, 3, 0, 0, 0, 0},
+    {"--cpu-moe --stage-experts 1", 0, -1, 0, 0, 1, 0},
+    {"--expert-cache 48", 0, 0, 48, 0, 0, 0},
+    {"--expert-cache 48 --cpu-misses", 0, 0, 48, 1, 0, 1},
 };
 
 static const strata_model *model;
@@ -61,6 +66,36 @@ static strata_session *new_session(const placement *pl) {
     if (s) CHECK(strata_session_decode(s, toks, N_PROMPT, NULL, 0) == STRATA_OK, "%s: prompt: %s", pl->name,
                  strata_last_error());
     return s;
+}
+
+/* n rows of logits a and b ([n][V]) match: byte for byte, or with pl->close each row's argmax
+ * equal and its KL(softmax a || softmax b) at most 1e-4 (*kl_max gets the largest). */
+static int rows_match(const placement *pl, const float *a, const float *b, int n, double *kl_max) {
+    *kl_max = 0;
+    if (!memcmp(a, b, sizeof(float) * (size_t)V * (size_t)n)) return 1;
+    if (!pl->close) return 0;
+    for (int r = 0; r < n; r++) {
+        const float *x = a + (size_t)r * (size_t)V, *y = b + (size_t)r * (size_t)V;
+        int ax = 0, ay = 0;
+        double mx = x[0], my = y[0], zx = 0, zy = 0, kl = 0;
+        for (int32_t i = 1; i < V; i++) {
+            if (x[i] > x[ax]) ax = i;
+            if (y[i] > y[ay]) ay = i;
+        }
+        mx = x[ax];
+        my = y[ay];
+        for (int32_t i = 0; i < V; i++) {
+            zx += exp((double)x[i] - mx);
+            zy += exp((double)y[i] - my);
+        }
+        for (int32_t i = 0; i < V; i++) {
+            const double lpx = (double)x[i] - mx - log(zx), lpy = (double)y[i] - my - log(zy);
+            kl += exp(lpx) * (lpx - lpy);
+        }
+        if (kl > *kl_max) *kl_max = kl;
+        if (ax != ay || !(kl <= 1e-4)) return 0;
+    }
+    return 1;
 }
 
 /* The steps' logits [N_STEPS][V] fed as windows of the given sizes (summing to N_STEPS; a size of
@@ -94,10 +129,10 @@ static void check_rollback(const placement *pl, const float *plain) {
     if (st == STRATA_OK) st = strata_session_truncate(s, N_PROMPT + 3);
     for (int i = 3; i < 8 && st == STRATA_OK; i++)
         st = strata_session_decode_gen(s, toks + N_PROMPT + i, 1, rows + (size_t)i * (size_t)V, 0);
-    CHECK(st == STRATA_OK && !memcmp(rows, plain, sizeof(float) * (size_t)V * 3) &&
-              !memcmp(rows + (size_t)3 * (size_t)V, plain + (size_t)3 * (size_t)V, sizeof(float) * (size_t)V * 5),
-          "%s: after a window rolled back, the plain steps' bits (%s)", pl->name,
-          st == STRATA_OK ? "rows differ" : strata_last_error());
+    double kl = 0;
+    CHECK(st == STRATA_OK && rows_match(pl, rows, plain, 8, &kl),
+          "%s: after a window rolled back, the plain steps' %s (%s, KL up to %.3g)", pl->name,
+          pl->close ? "tokens" : "bits", st == STRATA_OK ? "rows differ" : strata_last_error(), kl);
     free(rows);
     strata_session_free(s);
 }
@@ -233,12 +268,14 @@ int main(void) {
         float *plain = window_rows(pl, ones, N_STEPS);
         float *win = window_rows(pl, mixed, 5);
         float *win2 = window_rows(pl, twos, 12);
-        const int same = plain && win && !memcmp(plain, win, sizeof(float) * (size_t)V * N_STEPS);
-        const int same2 = plain && win2 && !memcmp(plain, win2, sizeof(float) * (size_t)V * N_STEPS);
-        printf("%s: windows of 8, 5, 3, 1, 7: %s; windows of 2: %s the one-token steps' bits\n", pl->name,
-               same ? "equal to" : "DIFFER from", same2 ? "equal to" : "DIFFER from");
-        CHECK(same, "%s: windows of 8, 5, 3, 1, 7 give the one-token steps' bits", pl->name);
-        CHECK(same2, "%s: windows of 2 give the one-token steps' bits", pl->name);
+        double kl = 0, kl2 = 0;
+        const int same = plain && win && rows_match(pl, plain, win, N_STEPS, &kl);
+        const int same2 = plain && win2 && rows_match(pl, plain, win2, N_STEPS, &kl2);
+        const char *eq = pl->close ? "match (argmax, KL <= 1e-4)" : "equal to";
+        printf("%s: windows of 8, 5, 3, 1, 7: %s; windows of 2: %s the one-token steps' bits (KL up to %.3g, %.3g)\n",
+               pl->name, same ? eq : "DIFFER from", same2 ? eq : "DIFFER from", kl, kl2);
+        CHECK(same, "%s: windows of 8, 5, 3, 1, 7 give the one-token steps' %s", pl->name, pl->close ? "rows" : "bits");
+        CHECK(same2, "%s: windows of 2 give the one-token steps' %s", pl->name, pl->close ? "rows" : "bits");
         if (plain) check_rollback(pl, plain);
         check_greedy(pl);
         free(plain);
