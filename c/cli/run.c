@@ -6,6 +6,7 @@
 #include "session_setup.h"
 #include "stats_print.h"
 #include "logprobs.h"
+#include "drafts.h"
 #include "oracle.h"
 #include "verify_profile.h"
 
@@ -125,12 +126,9 @@ typedef struct {
     cli_topk topk;
     int64_t logpos_base;    /* position of the next dumped row */
     cli_run_stats st;       /* over the whole run */
-    strata_drafter *drafter; /* --spec: NULL for plain steps or the oracle */
+    cli_drafts drafts;      /* --spec: the drafters (none: plain steps) and --spec auto's policies */
     cli_oracle oracle;      /* --spec oracle (and auto with --oracle-rate): its continuation */
-    int use_oracle;         /* the oracle drafts instead of drafter */
     cli_verify_profile *vp; /* --verify-profile: NULL when off */
-    strata_spec_policy *policy; /* --spec auto: made after the first prompt */
-    double draft_tok_s;     /* --draft-model: seconds a drafted token takes (running mean) */
     strata_token *hist;     /* --spec: the tokens in the KV cache, in order, and room for one more */
     int64_t n_hist;
 } runner;
@@ -296,30 +294,19 @@ static int gen_loop(runner *r, stream *s, int n_predict, double t0, double t1, g
     return rc;
 }
 
-/* The tokens after `last` (not yet in the cache): a verify window of what the drafter proposes
- * (as many as --spec auto's policy chooses, or all unless fewer than --draft-min), or a plain step
- * when that is none. win[0..*n_win) gets them, accepted into the sampler. */
+/* The tokens after `last` (not yet in the cache): a verify window of what a drafter proposes (the
+ * one --spec auto's policies expect fastest, or every proposal of --draft-min or more), or a plain
+ * step when that is none. win[0..*n_win) gets them, accepted into the sampler. */
 static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, strata_token *win,
                         int32_t *n_win) {
     const cli_opts *o = r->o;
-    strata_token draft[STRATA_DRAFT_MAX];
-    const int cheap = !o->draft_model && o->spec != CLI_SPEC_SELF && o->spec != CLI_SPEC_MTP; /* n-gram and oracle proposals cost nothing: always made, the policy's
-                                        * unverified ones compared with the token that comes */
-    int32_t want = max, nd = 0;
+    const strata_token *draft = NULL;
+    int which = 0;
+    int32_t k = 0;
     double draft_s = 0.0;
-    if (r->policy && !cheap) want = strata_spec_policy_choose(r->policy, max, r->draft_tok_s);
-    if (want > 0) {
-        r->hist[r->n_hist] = last;
-        const double t0 = cli_now();
-        if (r->use_oracle) cli_oracle_propose(&r->oracle, r->hist, r->n_hist + 1, want, draft, &nd);
-        else if (strata_drafter_propose(r->drafter, r->hist, r->n_hist + 1, want, draft, &nd) != STRATA_OK)
-            return cli_fail("drafting: %s", strata_last_error());
-        draft_s = cli_now() - t0;
-        const double per = nd > 0 ? draft_s / nd : 0.0;
-        if (!cheap && nd > 0) r->draft_tok_s = r->draft_tok_s > 0 ? r->draft_tok_s + 0.25 * (per - r->draft_tok_s) : per;
-    }
-    const int32_t k = !r->policy ? (nd >= o->draft_min ? nd : 0)
-                      : cheap ? strata_spec_policy_choose(r->policy, nd, 0.0) : nd;
+    r->hist[r->n_hist] = last;
+    int rc = cli_drafts_next(&r->drafts, r->hist, r->n_hist + 1, max, &which, &draft, &k, &draft_s);
+    if (rc) return rc;
     const int32_t n_past = strata_session_n_past(r->sess);
     const double t0 = cli_now();
     if (r->vp) cli_vp_begin(r->vp, r->sess);
@@ -331,21 +318,12 @@ static int spec_advance(runner *r, step_io *io, strata_token last, int32_t max, 
         if (o->ignore_eos || !strata_token_is_eog(r->model, t)) strata_sampler_accept(r->smp, t);
         win[0] = t;
         *n_win = 1;
-        if (r->vp) cli_vp_end(r->vp, r->sess, 0, 1, draft_s);
-        if (r->policy) {
-            strata_spec_policy_observe(r->policy, 0, 0, cli_now() - t0);
-            if (nd > 0) strata_spec_policy_observe_unverified(r->policy, draft[0] == t);
-        }
-        return 0;
-    }
-    if (strata_session_speculate(r->sess, r->smp, last, draft, k, win, n_win) != STRATA_OK)
+    } else if (strata_session_speculate(r->sess, r->smp, last, draft, k, win, n_win) != STRATA_OK) {
         return cli_fail("verify window at position %d: %s", (int)n_past, strata_last_error());
-    if (r->vp) cli_vp_end(r->vp, r->sess, k, *n_win, draft_s);
-    if (r->policy) {
-        int32_t j = 0;
-        while (j < k && j < *n_win && win[j] == draft[j]) j++;
-        strata_spec_policy_observe(r->policy, k, j, cli_now() - t0);
     }
+    const double dt = cli_now() - t0;
+    if (r->vp) cli_vp_end(r->vp, r->sess, k, *n_win, draft_s);
+    cli_drafts_observe(&r->drafts, which, k, win, *n_win, dt);
     return 0;
 }
 
@@ -361,8 +339,6 @@ static int spec_loop(runner *r, stream *s, int n_predict, double t0, double t1, 
         return cli_fail("sampling: %s", strata_last_error());
     r->st.ttft_s += cli_now() - t0;
     if (o->ignore_eos || !strata_token_is_eog(r->model, win[0])) strata_sampler_accept(r->smp, win[0]);
-    if (o->spec == CLI_SPEC_AUTO && !r->policy && strata_spec_policy_create(o->draft_max, &r->policy) != STRATA_OK)
-        return cli_fail("draft policy: %s", strata_last_error());
     step_io io;
     int rc = step_io_init(&io, r);
     while (!rc) {
@@ -421,7 +397,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
         return 0;
     }
     for (int64_t i = 0; i < n; i++) strata_sampler_accept(r->smp, toks[i]);
-    const int spec = r->drafter || r->use_oracle;
+    const int spec = r->drafts.n > 0;
     if (spec) {
         memcpy(r->hist + r->n_hist, toks, (size_t)n * sizeof *toks);
         r->n_hist += n;
@@ -429,9 +405,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     double t0 = cli_now();
     int rc = eval_prompt(r, toks, n, -1);
     if (rc) return rc;
-    int32_t nd = 0; /* a draft model reads the prompt with it, not at its first window */
-    if (r->drafter && r->o->draft_model && strata_drafter_propose(r->drafter, r->hist, r->n_hist, 0, NULL, &nd) != STRATA_OK)
-        return cli_fail("the draft model reading the prompt: %s", strata_last_error());
+    if (spec && (rc = cli_drafts_prompt(&r->drafts, r->hist, r->n_hist))) return rc; /* a draft model reads it too */
     double t1 = cli_now();
     r->st.prompt_s += t1 - t0;
     r->st.n_prompt += n;
@@ -614,15 +588,15 @@ static int run_with(cli_opts *o) {
         rc = cli_fail("sampler: %s", strata_last_error());
         goto done;
     }
-    if ((rc = cli_new_drafter(o, r.model, r.sess, &r.drafter))) goto done;
-    r.use_oracle = cli_oracle_wanted(o);
-    if (o->verify_profile && (r.drafter || r.use_oracle) && !(r.vp = calloc(1, sizeof *r.vp))) {
+    if ((rc = cli_drafts_open(o, r.model, r.sess, &r.drafts))) goto done;
+    r.drafts.oracle = &r.oracle;
+    if (o->verify_profile && r.drafts.n > 0 && !(r.vp = calloc(1, sizeof *r.vp))) {
         rc = cli_fail("out of memory");
         goto done;
     }
     if (o->verify_profile && !r.vp && !o->quiet)
         fprintf(stderr, "strata: --verify-profile: no verify windows without --spec; phases only\n");
-    if ((r.drafter || r.use_oracle) && !(r.hist = malloc(sizeof *r.hist * ((size_t)strata_session_n_ctx(r.sess) + 1)))) {
+    if (r.drafts.n > 0 && !(r.hist = malloc(sizeof *r.hist * ((size_t)strata_session_n_ctx(r.sess) + 1)))) {
         rc = cli_fail("out of memory");
         goto done;
     }
@@ -658,13 +632,13 @@ static int run_with(cli_opts *o) {
             fwrite(prompt, 1, prompt_len, stdout);
             fflush(stdout);
         }
-        if (r.use_oracle && (rc = cli_oracle_compute(&r.oracle, o, r.model, r.sess, toks, n, o->n_predict)))
+        if (cli_oracle_wanted(o) && (rc = cli_oracle_compute(&r.oracle, o, r.model, r.sess, toks, n, o->n_predict)))
             goto done;
         int why;
         rc = generate(&r, toks, n, o->n_predict, 0, &why);
         if (!rc) fputc('\n', stdout);
     }
-    r.st.policy = r.policy;
+    r.st.drafts = &r.drafts;
     r.st.vp = r.vp;
     if (!rc) rc = cli_print_run_stats(o, r.model, r.sess, &r.st);
 done:
@@ -673,10 +647,9 @@ done:
     free(toks);
     free(r.logits);
     strata_sampler_free(r.smp);
-    strata_drafter_free(r.drafter);
+    cli_drafts_close(&r.drafts);
     cli_oracle_free(&r.oracle);
     free(r.vp);
-    strata_spec_policy_free(r.policy);
     free(r.hist);
     strata_session_free(r.sess);
     strata_model_free(r.model);

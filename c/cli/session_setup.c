@@ -217,62 +217,6 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     return rc;
 }
 
-int cli_new_drafter(const cli_opts *o, const strata_model *target, strata_session *sess,
-                    strata_drafter **out) {
-    *out = NULL;
-    if (o->oracle_rate >= 0.0f && o->spec != CLI_SPEC_ORACLE && o->spec != CLI_SPEC_AUTO)
-        return cli_usage_error("--oracle-rate drafts with --spec oracle or auto");
-    if (o->spec == CLI_SPEC_NONE) return 0;
-    if (o->spec == CLI_SPEC_ORACLE || (o->spec == CLI_SPEC_AUTO && o->oracle_rate >= 0.0f)) {
-        if (o->draft_model) return cli_usage_error("--draft-model and the oracle (--spec oracle, --oracle-rate) exclude each other");
-        if (o->interactive) return cli_usage_error("the oracle (--spec oracle, --oracle-rate) drafts for -p/-f runs, not --chat");
-        return 0; /* run.c computes its continuation once the prompt is read */
-    }
-    const char *policy = o->spec == CLI_SPEC_AUTO ? ", the draft policy choosing (--spec auto)" : "";
-    if (o->spec == CLI_SPEC_MTP) {
-        if (o->draft_model) return cli_usage_error("--draft-model drafts with --spec draft or auto, not mtp");
-        if (strata_drafter_mtp_create(sess, out) != STRATA_OK) return cli_fail("--spec mtp: %s", cli_lib_error());
-        return 0;
-    }
-    if (o->spec == CLI_SPEC_SELF) {
-        if (o->draft_model) return cli_usage_error("--draft-model drafts with --spec draft or auto, not self");
-        if (strata_drafter_self_create(sess, out) != STRATA_OK) return cli_fail("--spec self: %s", cli_lib_error());
-        if (!o->quiet)
-            fprintf(stderr, "strata: speculative decoding: self-drafts (the model with only the experts in its "
-                    "fast tier, misses dropped), up to %d a window\n", o->draft_max);
-        return 0;
-    }
-    if (o->spec == CLI_SPEC_NGRAM && o->draft_model)
-        return cli_usage_error("--draft-model drafts with --spec draft or auto, not ngram");
-    if (o->spec == CLI_SPEC_NGRAM || (o->spec == CLI_SPEC_AUTO && !o->draft_model)) {
-        if (strata_drafter_ngram_create(2, 4, out) != STRATA_OK)
-            return cli_fail("--spec ngram: %s", cli_lib_error());
-        if (!o->quiet)
-            fprintf(stderr, "strata: speculative decoding: n-gram drafts (2..4 tokens matched), up to %d "
-                    "a window%s\n", o->draft_max, policy);
-        return 0;
-    }
-    if (!o->draft_model) return cli_usage_error("--spec draft needs --draft-model FILE");
-    cli_opts d = *o;
-    d.model = o->draft_model;
-    strata_model *dm = NULL;
-    int rc = cli_load_model(&d, &dm, NULL);
-    if (rc) return rc;
-    strata_session_params sp = strata_session_default_params();
-    sp.n_ctx = strata_session_n_ctx(sess);
-    sp.n_batch = o->n_batch;
-    sp.kv_type = o->kv_type;
-    sp.n_threads = o->n_threads;
-    sp.backend = cli_session_on_gpu(o) ? STRATA_BACKEND_CUDA : STRATA_BACKEND_CPU;
-    const strata_status st = strata_drafter_model_create(target, dm, &sp, out);
-    strata_model_free(dm); /* the drafter holds its own reference */
-    if (st != STRATA_OK) return cli_fail("--draft-model '%s': %s", o->draft_model, cli_lib_error());
-    if (!o->quiet)
-        fprintf(stderr, "strata: speculative decoding: drafts from %s (%s), up to %d a window%s\n",
-                o->draft_model, cli_session_on_gpu(o) ? "cuda" : "cpu", o->draft_max, policy);
-    return 0;
-}
-
 int cli_session_on_gpu(const cli_opts *o) { return strncmp(o->backend_desc, "cuda", 4) == 0; }
 
 int cli_threads_used(const cli_opts *o) {

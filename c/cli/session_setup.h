@@ -16,12 +16,6 @@ int cli_load_model(const cli_opts *o, strata_model **model, double *load_s);
  * flags given in one warning line (they are ignored), and a context past the model's training
  * context gets a warning line. Fills o->backend_desc. */
 int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out);
-/* The drafter --spec asks for (NULL for --spec none and for the oracle, which run.c makes): ngram, or --draft-model loaded with the
- * options' model parameters into a session of its own with sess's n_ctx and backend and the
- * options' n_batch, kv_type and threads. Says what it drafts with in one stderr line. Prints failures,
- * returns CLI_EXIT_FAIL or 0. */
-int cli_new_drafter(const cli_opts *o, const strata_model *target, strata_session *sess,
-                    strata_drafter **out);
 /* 1 when cli_new_session made a CUDA session (o->backend_desc "cuda (...)"). */
 int cli_session_on_gpu(const cli_opts *o);
 /* The CPU threads a session of these options uses: -t, else the online CPUs (the library's rule

@@ -97,41 +97,25 @@ void cli_print_prof_line(const strata_session *sess, int gpu, double prompt_tps,
             cli_human_bytes((double)st.disk_bytes, db, sizeof db), (long long)st.degrade_zeroed);
 }
 
-/* Verify windows (--spec): how many, the drafts they took and accepted, the tokens each gave; and
- * what --spec auto's policy chose, its acceptance estimate and cost table. */
-static void cli_print_spec_stats(const cli_opts *o, const strata_session *sess, const strata_spec_policy *pol) {
+/* Verify windows (--spec): how many, the drafts they took and accepted, the tokens each gave; then
+ * per drafter and --spec auto's policy (drafts.c). */
+static void cli_print_spec_stats(const cli_opts *o, const strata_session *sess, const cli_drafts *d) {
     strata_spec_stats sp;
     if (o->spec == CLI_SPEC_NONE || strata_session_get_spec_stats(sess, &sp) != STRATA_OK) return;
     fprintf(stderr, "strata: speculative: %lld verify windows, %lld drafted, %lld accepted (%.1f%%), "
             "%.2f tokens a window\n", (long long)sp.windows, (long long)sp.drafted, (long long)sp.accepted,
             sp.drafted ? 100.0 * (double)sp.accepted / (double)sp.drafted : 0.0,
             sp.windows ? (double)sp.emitted / (double)sp.windows : 0.0);
-    strata_spec_policy_stats ps;
-    if (!pol || strata_spec_policy_get_stats(pol, &ps) != STRATA_OK) return;
-    fprintf(stderr, "strata: draft policy: %lld windows (%lld probes), %lld plain steps; acceptance now "
-            "%.1f%%, windows pay from ", (long long)ps.windows, (long long)ps.probes,
-            (long long)ps.plain_steps, 100.0 * ps.acceptance);
-    if (ps.break_even >= 0) fprintf(stderr, "%.0f%%", 100.0 * ps.break_even);
-    else fprintf(stderr, "never");
-    fprintf(stderr, "; ms: plain step %.3f, windows of 1..%d drafts", 1e3 * ps.plain_s, (int)ps.draft_max);
-    for (int k = 1; k <= ps.draft_max; k++) fprintf(stderr, " %.3f", 1e3 * ps.window_s[k]);
-    fputc('\n', stderr);
+    if (d) cli_drafts_print(d);
 }
 
-static void cli_json_spec(FILE *f, const strata_session *sess, const strata_spec_policy *pol) {
+static void cli_json_spec(FILE *f, const strata_session *sess, const cli_drafts *d) {
     strata_spec_stats sp;
     if (strata_session_get_spec_stats(sess, &sp) != STRATA_OK) return;
     fprintf(f, ", \"spec_windows\": %lld, \"spec_drafted\": %lld, \"spec_accepted\": %lld, "
             "\"spec_emitted\": %lld", (long long)sp.windows, (long long)sp.drafted, (long long)sp.accepted,
             (long long)sp.emitted);
-    strata_spec_policy_stats ps;
-    if (!pol || strata_spec_policy_get_stats(pol, &ps) != STRATA_OK) return;
-    fprintf(f, ", \"policy_windows\": %lld, \"policy_probes\": %lld, \"policy_plain_steps\": %lld, "
-            "\"policy_acceptance\": %.4f, \"policy_break_even\": %.2f, \"policy_choice\": %d, "
-            "\"policy_plain_ms\": %.4f, \"policy_window_ms\": [", (long long)ps.windows, (long long)ps.probes,
-            (long long)ps.plain_steps, ps.acceptance, ps.break_even, (int)ps.choice, 1e3 * ps.plain_s);
-    for (int k = 0; k <= ps.draft_max; k++) fprintf(f, "%s%.4f", k ? ", " : "", 1e3 * ps.window_s[k]);
-    fputc(']', f);
+    if (d) cli_drafts_json(f, d);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -160,7 +144,7 @@ static int cli_write_stats_json(const cli_opts *o, const strata_model *model, co
             (long long)rs->n_prompt, rs->prompt_s, cli_rate((double)rs->n_prompt, rs->prompt_s), rs->ttft_s,
             (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
             (unsigned long long)rss, rs->ctx_full ? "true" : "false");
-    if (o->spec != CLI_SPEC_NONE) cli_json_spec(f, sess, rs->policy);
+    if (o->spec != CLI_SPEC_NONE) cli_json_spec(f, sess, rs->drafts);
     if (rs->vp) {
         fputs(", \"verify_profile\": ", f);
         cli_vp_json(rs->vp, f);
@@ -183,7 +167,7 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
                 (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
         cli_print_degrade_stats(sess);
-        cli_print_spec_stats(o, sess, rs->policy);
+        cli_print_spec_stats(o, sess, rs->drafts);
         if (rs->vp) cli_vp_print(rs->vp, stderr);
         cli_print_profile(sess, "(prompt and generation)");
         /* the [PROF] line: every GPU run (where the experts ran, what moved over PCIe); a CPU

@@ -4,6 +4,7 @@
 #ifndef STRATA_CLI_STATS_PRINT_H
 #define STRATA_CLI_STATS_PRINT_H
 
+#include "drafts.h"
 #include "options.h"
 #include "verify_profile.h"
 
@@ -15,7 +16,7 @@ typedef struct {
     double load_s, prompt_s, gen_s, ttft_s;
     int64_t n_prompt, n_gen;
     int ctx_full;
-    const strata_spec_policy *policy; /* --spec auto's, or NULL */
+    const cli_drafts *drafts;         /* --spec's drafters and policies, or NULL */
     const cli_verify_profile *vp;     /* --verify-profile's table, or NULL */
 } cli_run_stats;
 

@@ -129,16 +129,26 @@ static void learn(strata_spec_policy *p, double accepted, double trials) {
     p->since_news = 0;
 }
 
+/* The running mean of a window of n_draft drafts' seconds (0: the plain step), the estimates of
+ * the lengths not seen redone. */
+static void learn_cost(strata_spec_policy *p, int32_t n_draft, double seconds) {
+    if (!(seconds > 0.0 && isfinite(seconds))) return;
+    if (n_draft == 0) {
+        p->plain_s = p->seen[0]++ ? p->plain_s + COST_ALPHA * (seconds - p->plain_s) : seconds;
+        estimate_costs(p);
+        return;
+    }
+    p->window_s[n_draft] = p->seen[n_draft]++ ? p->window_s[n_draft] + COST_ALPHA * (seconds - p->window_s[n_draft])
+                                              : seconds;
+    if (p->seen[0]) estimate_costs(p);
+}
+
 void strata_spec_policy_observe(strata_spec_policy *p, int32_t n_draft, int32_t n_accepted, double seconds) {
     if (!p || n_draft < 0 || n_draft > p->draft_max) return;
-    const int ok_time = seconds > 0.0 && isfinite(seconds);
     if (n_draft == 0) {
         p->plain_steps++;
         p->since_news++;
-        if (ok_time) {
-            p->plain_s = p->seen[0]++ ? p->plain_s + COST_ALPHA * (seconds - p->plain_s) : seconds;
-            estimate_costs(p);
-        }
+        learn_cost(p, 0, seconds);
         return;
     }
     p->windows++;
@@ -150,11 +160,18 @@ void strata_spec_policy_observe(strata_spec_policy *p, int32_t n_draft, int32_t 
     if (n_accepted < 0) n_accepted = 0;
     if (n_accepted > n_draft) n_accepted = n_draft;
     learn(p, n_accepted, n_accepted + (n_accepted < n_draft));
-    if (ok_time) {
-        p->window_s[n_draft] = p->seen[n_draft]++ ? p->window_s[n_draft] + COST_ALPHA * (seconds - p->window_s[n_draft])
-                                                  : seconds;
-        if (p->seen[0]) estimate_costs(p);
-    }
+    learn_cost(p, n_draft, seconds);
+}
+
+void strata_spec_policy_observe_cost(strata_spec_policy *p, int32_t n_draft, double seconds) {
+    if (p && n_draft >= 0 && n_draft <= p->draft_max) learn_cost(p, n_draft, seconds);
+}
+
+double strata_spec_policy_rate(const strata_spec_policy *p, int32_t k, double draft_token_s) {
+    if (!p || k < 0 || k > p->draft_max || !p->seen[0]) return 0.0;
+    if (!(draft_token_s >= 0.0)) draft_token_s = 0.0;
+    if (k == 0) return 1.0 / p->plain_s;
+    return expected_tokens(acceptance(p), k) / (p->window_s[k] + (double)k * draft_token_s);
 }
 
 void strata_spec_policy_observe_unverified(strata_spec_policy *p, int matched) {

@@ -811,6 +811,14 @@ STRATA_API void strata_spec_policy_observe(strata_spec_policy *policy, int32_t n
                                            int32_t n_accepted, double seconds);
 /* A proposal that was not verified: matched 1 when its first token was the token that came. */
 STRATA_API void strata_spec_policy_observe_unverified(strata_spec_policy *policy, int matched);
+/* A window of n_draft drafts (0: a plain step) that took seconds, learnt as a cost only: for a
+ * caller with one policy per drafter on one session, whose windows cost the same whichever drafter
+ * filled them (the acceptance and the counts are left alone). */
+STRATA_API void strata_spec_policy_observe_cost(strata_spec_policy *policy, int32_t n_draft, double seconds);
+/* The expected tokens a second of a window of k drafts (0: a plain step) from what the policy
+ * knows now, each draft still costing draft_token_s; 0 before a plain step was observed. For
+ * choosing between drafters: the one whose chosen window has the highest rate. */
+STRATA_API double strata_spec_policy_rate(const strata_spec_policy *policy, int32_t k, double draft_token_s);
 /* Replaces the cost table (plain_s, window_s[0..draft_max]), every length then counting as
  * observed: for tests and for callers that measured it themselves. */
 STRATA_API strata_status strata_spec_policy_set_costs(strata_spec_policy *policy, double plain_s,

@@ -310,6 +310,38 @@ static void test_policy_learning(strata_spec_policy *p) {
     strata_spec_policy_free(p);
 }
 
+/* One policy per drafter (the CLI's --spec auto): observe_cost teaches a window's cost and
+ * nothing else, rate gives the expected tokens a second the choice compares across drafters. */
+static void test_policy_cost_and_rate(void) {
+    strata_spec_policy *p = NULL, *q = NULL;
+    strata_spec_policy_create(4, &p);
+    strata_spec_policy_create(4, &q);
+    if (!p || !q) { CHECK(0, "create"); strata_spec_policy_free(p); strata_spec_policy_free(q); return; }
+    CHECK(strata_spec_policy_rate(p, 0, 0.0) == 0.0, "no plain step observed: rate 0");
+    const double costs[5] = {1.0, 1.2, 1.4, 1.6, 1.8};
+    strata_spec_policy_set_costs(p, 1.0, costs);
+    strata_spec_policy_set_costs(q, 1.0, costs);
+    feed(p, 200, 0.9);
+    feed(q, 200, 0.2);
+    strata_spec_policy_stats a, b;
+    strata_spec_policy_get_stats(q, &a);
+    CHECK(fabs(strata_spec_policy_rate(p, 0, 0.0) - 1.0) < 1e-12, "plain: one token a plain step");
+    const double rp = strata_spec_policy_rate(p, 4, 0.0), rq = strata_spec_policy_rate(q, 4, 0.0);
+    CHECK(rp > 2.0 && rq < 1.0 && rp > rq, "rate of 4 drafts at 0.9 %.3f > at 0.2 %.3f", rp, rq);
+    CHECK(strata_spec_policy_rate(p, 4, 0.5) < rp, "costly drafts lower the rate");
+    CHECK(strata_spec_policy_rate(p, 5, 0.0) == 0.0 && strata_spec_policy_rate(p, -1, 0.0) == 0.0 &&
+          strata_spec_policy_rate(NULL, 1, 0.0) == 0.0, "k outside 0..draft_max, or no policy: 0");
+    for (int i = 0; i < 40; i++) strata_spec_policy_observe_cost(q, 2, 3.0);
+    strata_spec_policy_observe_cost(q, 0, 1.0);
+    strata_spec_policy_observe_cost(q, 9, 1.0); /* out of range: ignored */
+    strata_spec_policy_get_stats(q, &b);
+    CHECK(fabs(b.window_s[2] - 3.0) < 1e-3 && b.acceptance == a.acceptance && b.windows == a.windows &&
+              b.plain_steps == a.plain_steps,
+          "observe_cost: window_s[2] %.4f, acceptance and counts unchanged", b.window_s[2]);
+    strata_spec_policy_free(p);
+    strata_spec_policy_free(q);
+}
+
 static void test_policy(void) {
     strata_spec_policy *p = NULL;
     CHECK(strata_spec_policy_create(0, &p) == STRATA_ERR_INVALID_ARG && !p, "draft_max 0 refused");
@@ -375,7 +407,7 @@ static void test_policy(void) {
     CHECK(fabs(st.window_s[3] - 0.5) < 1e-3 && st.windows == 62 && st.probes == 2 && st.plain_steps == 96,
           "window_s[3] %.4f, %lld windows, %lld probes", st.window_s[3], (long long)st.windows, (long long)st.probes);
     strata_spec_policy_free(p);
-
+    test_policy_cost_and_rate();
 }
 
 /* The self-draft on a CPU session with a RAM budget (the RAM tier's slots are its fast tier, a

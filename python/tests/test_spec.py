@@ -64,6 +64,30 @@ def test_greedy_text_unchanged(prompt, q4_draft, tmp_path):
             assert len(s["policy_window_ms"]) == 9 and min(s["policy_window_ms"]) > 0
 
 
+def test_auto_combines_drafters(q4_draft, tmp_path):
+    """--spec auto with a draft model and a RAM budget (a fast tier): prompt lookup, the draft model
+    and the self-draft each under a policy of their own; plain greedy's text, and the per-drafter
+    counts add up to the session's."""
+    for prompt in ("Dictionary, n.", REPEATS):
+        plain = gen(prompt=prompt).stdout
+        p = gen("--spec", "auto", "--draft-model", q4_draft, "--ram-budget", "4M", prompt=prompt,
+                stats=tmp_path / "s.json")
+        assert p.stdout == plain
+        s = json.loads((tmp_path / "s.json").read_text())
+        names = [d["name"] for d in s["drafters"]]
+        assert names == ["prompt lookup", "draft model", "self-draft"], names
+        assert b"among prompt lookup, draft model (cpu), self-draft, and a plain step" in p.stderr
+        assert b"strata: drafters: prompt lookup" in p.stderr
+        for key in ("windows", "drafted", "accepted"):
+            assert sum(d[key] for d in s["drafters"]) == s["spec_" + key], key
+        assert s["policy_windows"] == s["spec_windows"]
+        assert s["policy_plain_steps"] + s["spec_emitted"] == 79
+        assert all(0 < d["acceptance_estimate"] < 1 for d in s["drafters"])
+    # without a fast tier the self-draft is left out, without --draft-model the draft model
+    p = gen("--spec", "auto", stats=tmp_path / "t.json")
+    assert [d["name"] for d in json.loads((tmp_path / "t.json").read_text())["drafters"]] == ["prompt lookup"]
+
+
 def test_window_counts(q4_draft, tmp_path):
     # the target as its own draft: every draft accepted, windows of draft-max + 1 tokens
     gen("--draft-model", MODEL, "--draft-max", 4, n=50, stats=tmp_path / "a.json")
