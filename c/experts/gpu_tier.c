@@ -640,8 +640,18 @@ void st_gpu_tier_count_misses(st_gpu_tier *c, int il, const int32_t *ids, int64_
 }
 
 void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
-    for (int64_t i = 0; i < n; i++)
-        missed[i] = (uint8_t)(ids[i] >= 0 && st_book_state_of(&c->book, il, ids[i]) != ST_SLOT_READY);
+    const int32_t X = c->n_expert;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t e = ids[i];
+        if (e < 0) { missed[i] = 0; continue; }
+        const int32_t slot = e < X ? c->book.where[(size_t)il * (size_t)X + (size_t)e] : -1;
+        int ready = slot >= 0 && c->book.slots[slot].state == ST_SLOT_READY;
+        /* a prefetch whose copy has completed is resident: the table call lands it (settle)
+         * before any claim could take its slot */
+        if (!ready && slot >= 0 && c->pending && c->pending[slot] && st_cuda_event_done(c->slot_event[slot]))
+            ready = 1;
+        missed[i] = (uint8_t)!ready;
+    }
 }
 
 void st_gpu_tier_reset_counters(st_gpu_tier *c) {

@@ -49,6 +49,8 @@ strata_status st_gpu_tier_enable_prefetch(st_gpu_tier *c);
 strata_status st_gpu_tier_prefetch(st_gpu_tier *c, int il, const int32_t *ids,
                                     int64_t n, void *stream);
 void st_gpu_tier_prefetch_counters(const st_gpu_tier *c, int64_t *issued, int64_t *timely, int64_t *late);
+/* missed[i] = 1 when expert ids[i] (>= 0) of layer il is not resident: neither READY in a slot
+ * nor a prefetch whose copy has completed (DEGRADE_ZERO's and the self-draft's miss test). */
 void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_t n, uint8_t *missed);
 /* Misses computed by the expert pool (cuda_doorbell with expert_cache): the residency of every
  * layer as the device reads it inside a step with no host round trip: *d_where ([n_layer]

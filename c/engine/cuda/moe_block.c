@@ -590,6 +590,11 @@ static strata_status st_gpu_moe_host(strata_session *s, st_moe_call *mc, st_moe_
     const st_expert *ex = s->experts + (size_t)il * (size_t)X;
     if (s->ram) { /* past the RAM budget: the routed experts from the RAM tier's slots
                    * (read from the file with O_DIRECT when not there) */
+        if (s->degrade.enabled) { /* DEGRADE_ZERO: a light expert not in the tier's slots (nor in a
+                                   * completed read) is dropped instead of read, as in a CPU session */
+            st_ram_tier_missed(s->ram, il, tn, hi, K, s->missed);
+            st_degrade_apply(&s->degrade, !s->gen_phase, tn, K, hi, hw, s->missed, &s->dstats, il);
+        }
         const strata_status rst = st_ram_tier_table(s->ram, il, tn, hi, K, &ex);
         if (rst == STRATA_OK && c->pipe) st_gpu_pipe_issue(s, il, tn); /* reads while the CPU computes */
         if (rst != STRATA_OK) {
