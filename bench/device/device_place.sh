@@ -22,7 +22,7 @@ R=${R:-2}
 STAGES=${STAGES:-strata llama}
 have() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 late() { [ "$(el)" -ge "$BUDGET" ] && { echo "budget reached at $(el)s: $1 skipped"; return 0; }; return 1; }
-dev_build strata build/tests/test_cuda_session
+dev_build strata build/tests/test_cuda_session build/tests/test_cuda_degrade
 dev_wait_files
 M=/tmp/q3.gguf
 # one Strata row: tg64 and the cache / PCIe figures of its stats
@@ -74,7 +74,7 @@ if have strata; then
     srow cache3072_bell_admit --expert-cache 3072 --doorbell --cache-admit
     srow cpumoe --cpu-moe
     srow cpumoe_bell --cpu-moe --doorbell
-    OO=$O; O=$J; DEV_TEST_SHOW="FAIL|admission" dev_tests build test_cuda_session:150; O=$OO
+    OO=$O; O=$J; DEV_TEST_SHOW="FAIL|admission|tau" dev_tests build test_cuda_session:150 test_cuda_degrade:120; O=$OO
 fi
 if have llama && [ -f .peer/llama_bench.sh ]; then
     [ -f /tmp/llama.done ] || { bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done; }

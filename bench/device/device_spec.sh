@@ -35,11 +35,11 @@ TINY=models/strata-tiny-moe-q8_0.gguf
 head -c 1200 LICENSE > /tmp/spec_prose.txt
 python3 -c "print(' '.join(['The cat sat on the mat, and the dog sat on the log.'] * 12))" > /tmp/spec_rep.txt
 
-dev_build strata build/tests/test_cuda_spec build/tests/test_speculate
+dev_build strata build/tests/test_cuda_spec build/tests/test_speculate build/tests/test_cuda_degrade
 
 if have tests; then
     O=$J/logs; mkdir -p "$O"
-    dev_tests build test_cuda_spec:200 test_speculate:120
+    dev_tests build test_cuda_spec:200 test_speculate:120 test_cuda_degrade:120
     grep -E "equal to|DIFFER" "$O/test_cuda_spec.log" | head -10
 fi
 
