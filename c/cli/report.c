@@ -31,7 +31,7 @@ static void cli_report_expert_memory(const cli_opts *o, const strata_model_info 
     if (o->expert_cache != 0)
         fprintf(stderr, "strata: GPU expert cache of %d slots (of %lld experts)\n",
                 (int)cs->expert_cache_slots, (long long)mi->n_layer * mi->n_expert);
-    if ((o->expert_cache != 0 || o->n_cpu_moe != 0) && mi->n_expert > 0) {
+    if ((o->expert_cache != 0 || o->n_cpu_moe != 0 || cs->gpu_mem_cpu_layers > 0) && mi->n_expert > 0) {
         char hb[32];
         cli_human_bytes((double)cs->pinned_bytes, hb, sizeof hb);
         if (o->ram_budget > 0) {
@@ -69,12 +69,26 @@ static void cli_report_cpu_misses(const cli_opts *o, const strata_session_stats 
  * when the session's stats could not be read. */
 static void cli_report_cpu_layers(const cli_opts *o, const strata_model_info *mi,
                                   const strata_session_stats *cs) {
-    if (o->n_cpu_moe == 0 || mi->n_expert == 0) return;
-    if (o->n_cpu_moe < 0 || o->n_cpu_moe >= mi->n_layer)
+    const int fit = cs && cs->gpu_mem_cpu_layers >= 0; /* --gpu-mem alone chose the split */
+    const int n_cpu = fit ? cs->gpu_mem_cpu_layers : o->n_cpu_moe;
+    if (fit) {
+        char hb[32];
+        fprintf(stderr, "strata: --gpu-mem %s: the static split that fits (on spread routing it beats an "
+                "expert cache of the same memory; --expert-cache auto for a cache instead)\n",
+                cli_human_bytes((double)o->gpu_mem, hb, sizeof hb));
+    }
+    if (n_cpu == 0 || mi->n_expert == 0) {
+        if (fit) fprintf(stderr, "strata: every layer's routed experts fit on the GPU\n");
+        return;
+    }
+    if (n_cpu < 0 || n_cpu >= mi->n_layer)
         fprintf(stderr, "strata: the routed experts of every layer run on the CPU\n");
     else
         fprintf(stderr, "strata: the routed experts of layers 0..%d run on the CPU, the "
-                "rest on the GPU\n", o->n_cpu_moe - 1);
+                "rest on the GPU\n", n_cpu - 1);
+    if (cs && cs->plan_decode_tok_s > 0)
+        fprintf(stderr, "strata: expected decode: at most %.1f tok/s, the CPU layers' share of a token by "
+                "the figures below (the GPU's own time not counted; [PROF] gives both)\n", cs->plan_decode_tok_s);
     if (o->stage_experts < 0 && o->expert_cache == 0 && o->ram_budget == 0 && cs)
         fprintf(stderr, "strata: --stage-experts auto: PCIe %.1f GB/s (%.0f us a copy), CPU "
                 "%.0f us a step + %.0f us an expert + %.0f us a further row: each batch of a CPU "

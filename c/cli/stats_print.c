@@ -67,8 +67,11 @@ void cli_print_prof_line(const strata_session *sess, int gpu, double prompt_tps,
         return;
     }
     char pb[32], db[32];
-    fprintf(stderr, "[PROF] prompt %.2f tok/s | decode %.2f tok/s | experts: %lld slot-rows from GPU "
-            "memory, %lld on the CPU", prompt_tps, decode_tps, (long long)st.expert_slots_gpu,
+    fprintf(stderr, "[PROF] prompt %.2f tok/s | decode %.2f tok/s", prompt_tps, decode_tps);
+    if (st.plan_decode_tok_s > 0) /* the start-up expectation beside the measured rate */
+        fprintf(stderr, " (plan: at most %.1f, %.0f%% of it)", st.plan_decode_tok_s,
+                100.0 * decode_tps / st.plan_decode_tok_s);
+    fprintf(stderr, " | experts: %lld slot-rows from GPU memory, %lld on the CPU", (long long)st.expert_slots_gpu,
             (long long)st.expert_slots_cpu);
     if (st.expert_slots_gpu + st.expert_slots_cpu > 0)
         fprintf(stderr, " (per-layer GPU share %.0f%%..%.0f%%)", 100.0 * st.layer_gpu_share_min,

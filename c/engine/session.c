@@ -152,6 +152,8 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     *out = NULL;
     strata_session_params p = params ? *params : strata_session_default_params();
     strata_status st = st_session_params_check(model, &p);
+    int32_t fit = -1; /* gpu_mem alone: the static split that fits */
+    if (st == STRATA_OK) st = st_session_fit_gpu_mem(model, &p, &fit);
     if (st != STRATA_OK) return st;
     const st_hparams *hp = &model->hp;
 
@@ -170,6 +172,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->attn_tc = p.cuda.attn_tc;
     s->q8_tiles = p.cuda.q8_tiles;
     st_plan_resolve(&p, &s->plan);
+    s->fit_cpu_layers = fit;
     s->progress = p.progress;
     s->progress_data = p.progress_data;
     s->slots_gpu = calloc((size_t)hp->n_layer, sizeof *s->slots_gpu);

@@ -26,6 +26,7 @@ struct strata_session {
     st_gpu *gpu;
     strata_type kv_type;
     st_placement_plan plan;     /* where routed experts live and move (plan.h) */
+    int32_t fit_cpu_layers;     /* gpu_mem alone: the CPU layers the fit chose (-1: no fit) */
     st_degrade_params degrade;  /* DEGRADE_ZERO (degrade.h) */
     st_degrade_stats dstats;
     int gen_phase;              /* 1 inside a strata_session_decode_gen call of at most
@@ -133,6 +134,10 @@ static inline st_scratch_dims st_session_dims(const strata_session *s) {
 /* The checks strata_session_create runs before it allocates (session_params.c): the model has
  * weights, every option is in range, the options combine, n_ctx resolves. */
 strata_status st_session_params_check(const strata_model *model, const strata_session_params *p);
+/* gpu_mem alone in a CUDA session (no expert_cache, no n_cpu_moe): p->placement.n_cpu_moe set to
+ * the static split that fits (st_plan_fit_layers), *fit to the CPU layers it chose; -1 (and p
+ * untouched) otherwise. */
+strata_status st_session_fit_gpu_mem(const strata_model *model, strata_session_params *p, int32_t *fit);
 /* The next-layer prediction's buffers (pred_xn, pred_logits, pred_wts, pred_ids; n_batch rows),
  * made once for whichever needs them first: profile mode, a route trace, the RAM tier's pipe.
  * STRATA_OK at once for dense models or when they exist. */

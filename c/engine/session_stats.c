@@ -69,6 +69,7 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->cpu_hand_offs = s->hand_offs;
     out->cpu_hand_wait_s = s->hand_wait_s;
     out->cpu_step_s = s->cpu_step_s;
+    out->gpu_mem_cpu_layers = s->fit_cpu_layers;
     int first = 1;
     for (int32_t il = 0; il < s->dstats.n_layer; il++) {
         if (s->dstats.eligible[il] == 0) continue;

@@ -59,6 +59,14 @@ static strata_status st_plan_combinations(const strata_session_params *p) {
     return STRATA_OK;
 }
 
+int32_t st_plan_fit_layers(int64_t gpu_mem, int64_t fixed_bytes, const int64_t *layer_bytes, int32_t n_layer) {
+    if (fixed_bytes > gpu_mem) return -1;
+    int64_t room = gpu_mem - fixed_bytes;
+    int32_t n = n_layer; /* the last layers' experts go up first, while they fit */
+    while (n > 0 && layer_bytes[n - 1] <= room) room -= layer_bytes[--n];
+    return n;
+}
+
 strata_status st_plan_check(const strata_session_params *p) {
     strata_status st = st_plan_ranges(&p->placement);
     return st != STRATA_OK ? st : st_plan_combinations(p);

@@ -46,6 +46,13 @@ strata_status st_plan_check(const strata_session_params *p);
 /* The resolved plan of checked parameters. */
 void st_plan_resolve(const strata_session_params *p, st_placement_plan *out);
 
+/* gpu_mem alone (a CUDA session without expert_cache or n_cpu_moe): the static split that fits,
+ * the fewest leading layers whose routed experts stay in RAM so that fixed_bytes (the other
+ * weights, the KV cache, an allowance for scratch) plus the other layers' routed experts
+ * (layer_bytes[n_layer]) fit in gpu_mem: 0..n_layer, or -1 when fixed_bytes alone does not fit.
+ * The static split: on spread routing it beat an expert cache of the same memory (docs/EXPERTS.md). */
+int32_t st_plan_fit_layers(int64_t gpu_mem, int64_t fixed_bytes, const int64_t *layer_bytes, int32_t n_layer);
+
 /* 1 if layer il's routed experts are the CPU's (n_cpu_moe < 0: every layer). */
 static inline int st_plan_layer_on_cpu(const st_placement_plan *pl, int il) {
     return pl->n_cpu_moe < 0 || il < pl->n_cpu_moe;

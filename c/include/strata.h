@@ -613,6 +613,13 @@ typedef struct strata_session_stats {
      * where the types and the CPU's kernels allow); 2 split in the GPU's own arithmetic
      * (cpu_misses 1 elsewhere: the bits follow the share) */
     int32_t cpu_split;
+    /* gpu_mem without expert_cache or n_cpu_moe (a CUDA session): the leading layers whose routed
+     * experts the fit left in RAM for the CPU (0: all on the GPU); -1: no fit made */
+    int32_t gpu_mem_cpu_layers;
+    /* GPU sessions with n_cpu_moe: the decode rate the CPU layers allow by the figures measured
+     * at create (per layer one token's experts, split with PCIe as the split would, else all on
+     * the CPU); the GPU's own time is not counted, so a real run stays below it. 0: not known */
+    double plan_decode_tok_s;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

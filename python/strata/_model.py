@@ -63,7 +63,8 @@ class Model:
     the first N layers on the CPU; -1: all, llama.cpp's --cpu-moe), stage_experts (with
     n_cpu_moe: batches of this many tokens compute the CPU layers' experts on the GPU; "auto", the
     default: the cost model chooses per batch; 0: never), expert_cache
-    (GPU slots for routed experts, "auto" or a count), gpu_mem (bytes for expert_cache="auto") and
+    (GPU slots for routed experts, "auto" or a count), gpu_mem (bytes for expert_cache="auto"; alone,
+    the static split that fits: the first layers' routed experts on the CPU) and
     attn_tc (prompt attention on the tensor cores: True (single f16 operands), False
     (FMA units), "split" or "auto", the default: tensor cores with hi + lo f16 operands,
     "split-p": the probabilities only split),

@@ -33,6 +33,7 @@ static void cuda_stats(const strata_session *s, strata_session_stats *out) {
     out->pinned_bytes = st_gpu_pinned_bytes(s);
     st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped);
     out->cpu_split = st_gpu_split_mode(s);
+    out->plan_decode_tok_s = st_gpu_plan_rate(s);
 }
 
 static void cuda_reset_stats(strata_session *s) {

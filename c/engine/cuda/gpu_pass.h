@@ -26,6 +26,10 @@ void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skippe
 /* The CPU layers' decode split (cpu_misses): 0 none, 1 in the CPU's arithmetic (the same bits
  * whatever the share), 2 in the GPU's own (the bits follow the share). */
 int st_gpu_split_mode(const strata_session *s);
+/* With n_cpu_moe: the decode rate the CPU layers allow by the cost model's figures (per layer one
+ * token's n_expert_used experts, split with PCIe as the split would, else one pool step), the
+ * GPU's own time not counted; 0 without those figures. */
+double st_gpu_plan_rate(const strata_session *s);
 /* 1 when a GPU call of T tokens hands its CPU layers to the expert pool (cuda_doorbell): the
  * session's own workers then have no expert work in it. */
 int st_gpu_pool_serves(const strata_session *s, int64_t T);
