@@ -220,6 +220,21 @@ void cli_drafts_observe(cli_drafts *d, int which, int32_t k, const strata_token 
     }
 }
 
+/* --spec auto: the first drafter's policy figures (the costs are every policy's; its acceptance
+ * stands for the run's), and the windows and probes of all. 0 without a policy. */
+static int drafts_policy_totals(const cli_drafts *d, strata_spec_policy_stats *ps, int64_t *windows,
+                                int64_t *probes) {
+    if (!d->policy || strata_spec_policy_get_stats(d->src[0].policy, ps) != STRATA_OK) return 0;
+    *windows = *probes = 0;
+    for (int i = 0; i < d->n; i++) {
+        strata_spec_policy_stats q;
+        if (strata_spec_policy_get_stats(d->src[i].policy, &q) != STRATA_OK) continue;
+        *windows += q.windows;
+        *probes += q.probes;
+    }
+    return 1;
+}
+
 void cli_drafts_print(const cli_drafts *d) {
     if (d->n == 0) return;
     if (d->n > 1 || d->policy) {
@@ -237,14 +252,8 @@ void cli_drafts_print(const cli_drafts *d) {
         fputc('\n', stderr);
     }
     strata_spec_policy_stats ps;
-    if (!d->policy || strata_spec_policy_get_stats(d->src[0].policy, &ps) != STRATA_OK) return;
-    int64_t windows = 0, probes = 0;
-    for (int i = 0; i < d->n; i++) {
-        strata_spec_policy_stats q;
-        if (strata_spec_policy_get_stats(d->src[i].policy, &q) != STRATA_OK) continue;
-        windows += q.windows;
-        probes += q.probes;
-    }
+    int64_t windows, probes;
+    if (!drafts_policy_totals(d, &ps, &windows, &probes)) return;
     fprintf(stderr, "strata: draft policy: %lld windows (%lld probes), %lld plain steps; acceptance now "
             "%.1f%%, windows pay from ", (long long)windows, (long long)probes, (long long)ps.plain_steps,
             100.0 * ps.acceptance);
@@ -270,14 +279,8 @@ void cli_drafts_json(FILE *f, const cli_drafts *d) {
     }
     fputc(']', f);
     strata_spec_policy_stats ps;
-    if (!d->policy || strata_spec_policy_get_stats(d->src[0].policy, &ps) != STRATA_OK) return;
-    int64_t windows = 0, probes = 0;
-    for (int i = 0; i < d->n; i++) {
-        strata_spec_policy_stats q;
-        if (strata_spec_policy_get_stats(d->src[i].policy, &q) != STRATA_OK) continue;
-        windows += q.windows;
-        probes += q.probes;
-    }
+    int64_t windows, probes;
+    if (!drafts_policy_totals(d, &ps, &windows, &probes)) return;
     fprintf(f, ", \"policy_windows\": %lld, \"policy_probes\": %lld, \"policy_plain_steps\": %lld, "
             "\"policy_acceptance\": %.4f, \"policy_break_even\": %.2f, \"policy_choice\": %d, "
             "\"policy_plain_ms\": %.4f, \"policy_window_ms\": [", (long long)windows, (long long)probes,
