@@ -6,6 +6,8 @@ and the policy's choices (the target as its own draft accepts every draft; a q4_
 most), sampled text is plain's for the same seed, and the options and arguments refuse what
 is not built or out of range."""
 import json
+import re
+import sys
 import os
 import subprocess
 from pathlib import Path
@@ -86,6 +88,26 @@ def test_auto_combines_drafters(q4_draft, tmp_path):
     # without a fast tier the self-draft is left out, without --draft-model the draft model
     p = gen("--spec", "auto", stats=tmp_path / "t.json")
     assert [d["name"] for d in json.loads((tmp_path / "t.json").read_text())["drafters"]] == ["prompt lookup"]
+
+
+def test_cut_layers_draft(tmp_path):
+    """tools/cut_layers.py: the first 2 of the default model's 6 blocks, its vocabulary kept: the CLI
+    reads 2 blocks, and as a draft model of the original it is accepted (same vocabulary) and keeps
+    plain greedy's text; the refused cuts."""
+    pytest.importorskip("gguf")
+    out = tmp_path / "draft-l2.gguf"
+    tool = [sys.executable, str(REPO / "tools" / "cut_layers.py"), str(MODEL)]
+    p = subprocess.run([*tool, out, "--layers", "2"], capture_output=True, timeout=120)
+    assert p.returncode == 0 and b"the first 2 of 6 blocks, 27 tensors" in p.stdout, p.stderr[-1000:]
+    info = run("info", out).stdout.decode()
+    assert re.search(r"block_count\s+2\b", info) and "8192 tokens" in info
+    plain = gen(n=40).stdout
+    g = gen("--draft-model", out, "--draft-max", 4, n=40, stats=tmp_path / "s.json")
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert g.stdout == plain and s["spec_windows"] > 0 and s["spec_accepted"] < s["spec_drafted"]
+    for bad in ("0", "7"):
+        p = subprocess.run([*tool, tmp_path / "x.gguf", "--layers", bad], capture_output=True, timeout=120)
+        assert p.returncode != 0 and b"outside 1..6" in p.stderr + p.stdout
 
 
 def test_window_counts(q4_draft, tmp_path):
