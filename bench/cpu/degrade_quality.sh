@@ -5,7 +5,10 @@
 # chunk is read as teacher-forced decode steps in every run, the base included (tau 0 drops nothing
 # and is bit-identical to the approximation being off), so only the drops differ.
 #   bash bench/cpu/degrade_quality.sh [MODEL] [TEXT]    (defaults: the embedded model, GPL-3 text)
-# Prints a markdown table; writes bench/results/degrade_quality.json.
+# Prints a markdown table; writes bench/results/degrade_quality.json (OUT=FILE: elsewhere).
+# MODE (default "--cpu --degrade-eval") is the session: MODE="--gpu --expert-cache 48
+# --degrade-zero" measures real misses of a GPU expert cache instead (timing-free there too: a
+# cache miss is a miss whatever the clock says).
 set -eu
 cd "$(dirname "$0")/../.."
 MODEL=${1:-models/strata-tiny-moe-q8_0.gguf}
@@ -16,7 +19,7 @@ STRATA=${STRATA:-./strata}
 OUTD=bench/results; mkdir -p "$OUTD"
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 run() { # tau extra-args... -> stdout+stderr in $TMP/run.txt
-    "$STRATA" perplexity -m "$MODEL" -f "$TEXT" -c "$CTX" --cpu --degrade-eval --degrade-tau "$@" \
+    "$STRATA" perplexity -m "$MODEL" -f "$TEXT" -c "$CTX" ${MODE:---cpu --degrade-eval} --degrade-tau "$@" \
         > "$TMP/run.txt" 2>&1
 }
 run 0 --kl-base "$TMP/base.jsonl"
@@ -55,4 +58,4 @@ import json,sys; r=json.loads(sys.argv[1])
 print('| %g | %.4f | %+.2f%% | %.5f | %.5f | %.4f | %.2f%% | %.1f%% | %.1f%%..%.1f%% |' % (r['tau'], r['ppl'], 100*r['ppl_change'], r['mean_kl'], r['median_kl'], r['p999_kl'], r['same_top1'], 100*r['zeroed_share'], 100*r['layer_min'], 100*r['layer_max']))" "$line"
     json="$json$sep$line"; sep=", "
 done
-echo "$json]}" > "$OUTD/degrade_quality.json"
+echo "$json]}" > "${OUT:-$OUTD/degrade_quality.json}"

@@ -147,6 +147,11 @@ static int cli_write_stats_json(const cli_opts *o, const strata_model *model, co
             (long long)rs->n_prompt, rs->prompt_s, cli_rate((double)rs->n_prompt, rs->prompt_s), rs->ttft_s,
             (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
             (unsigned long long)rss, rs->ctx_full ? "true" : "false");
+    strata_session_stats ds;
+    if (strata_session_get_stats(sess, &ds) == STRATA_OK && ds.degrade_zero) /* DEGRADE_ZERO's tally */
+        fprintf(f, ", \"degrade_tau\": %.4f, \"degrade_eval\": %s, \"degrade_slots\": %lld, \"degrade_zeroed\": %lld",
+                (double)ds.degrade_tau, ds.degrade_eval ? "true" : "false", (long long)ds.degrade_slots,
+                (long long)ds.degrade_zeroed);
     if (o->spec != CLI_SPEC_NONE) cli_json_spec(f, sess, rs->drafts);
     if (rs->vp) {
         fputs(", \"verify_profile\": ", f);
