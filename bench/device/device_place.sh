@@ -7,10 +7,15 @@
 # --cache-admit. Each Strata row gives the cache's hits and misses and the PCIe bytes a token
 # (JSON). STAGES "strata" runs those; "llama" builds llama-bench (about 5 minutes; nothing is
 # timed meanwhile, the build takes every core) and runs its -ncmoe 36 / 24 / 48 rows, each beside
-# the Strata rows of the same memory (interleaved). Two calls on one warm machine keep the file.
+# the Strata rows of the same memory (interleaved; with the olmoe file's rows too when "olmoe" is
+# in STAGES). "fix": test_cuda_degrade and test_cuda_spec, then the rows the fixes of 2026-12-06
+# changed (--n-cpu-moe 24's staging, --gpu-mem's static split, --cpu-moe). "degrade":
+# DEGRADE_ZERO with real misses: the quality table with a 48-slot cache on the default model
+# (bench/cpu/degrade_quality.sh) and decode speed against tau with 1,536 slots on the qwen3 file.
+# "olmoe": the olmoe-1b-7b file's Strata rows. Two calls on one warm machine keep the files.
 #   run(command="bash bench/device/device_place.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
-# Knobs: STAGES (default "strata llama"), BUDGET (seconds after which no new row starts, default
+# Knobs: STAGES (default "strata llama"; also "fix degrade olmoe"), BUDGET (seconds after which no new row starts, default
 # 530), R (repetitions, default 2).
 # $OUT: device_place.log and place/bench.tar (every row's JSON and stderr).
 set -u
@@ -22,7 +27,7 @@ R=${R:-2}
 STAGES=${STAGES:-strata llama}
 have() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 late() { [ "$(el)" -ge "$BUDGET" ] && { echo "budget reached at $(el)s: $1 skipped"; return 0; }; return 1; }
-dev_build strata build/tests/test_cuda_session build/tests/test_cuda_degrade
+dev_build strata build/tests/test_cuda_session build/tests/test_cuda_degrade build/tests/test_cuda_spec
 dev_wait_files
 M=/tmp/q3.gguf
 # one Strata row: tg64 and the cache / PCIe figures of its stats
@@ -50,6 +55,15 @@ for r in rows:
           + f", PCIe {x.get('pcie_bytes', 0) / 1e6:.0f} MB, rows gpu/cpu {x.get('rows_gpu', 0)}/{x.get('rows_cpu', 0)} at {t}s")
 E
 }
+# one strata run row (-n 128, --stats-json): decode tok/s and DEGRADE_ZERO's tally
+drow() { # tag args...
+    local tag=$1
+    shift
+    late "strata run $tag" && return
+    timeout 150 ./strata run -m $M -f LICENSE -n 128 --temp 0 --ignore-eos --no-echo -c 2048 --gpu -t 16 "$@" \
+        --stats-json "$J/d_$tag.json" > /dev/null 2> "$J/d_$tag.err"
+    python3 -c "import json,sys; s=json.load(open(sys.argv[1])); z=s.get('degrade_zeroed',0); n=s.get('degrade_slots',0); print(f'strata run {sys.argv[2]}: {s[\"gen_tok_s\"]:.1f} tok/s, zeroed {z} of {n} decode slots ({100*z/max(n,1):.1f}%)')" "$J/d_$tag.json" "$tag" 2>/dev/null || echo "strata run $tag: failed"
+}
 lrow() { # tag args...
     local tag=$1
     shift
@@ -76,6 +90,31 @@ if have strata; then
     srow cpumoe_bell --cpu-moe --doorbell
     OO=$O; O=$J; DEV_TEST_SHOW="FAIL|admission|tau" dev_tests build test_cuda_session:150 test_cuda_degrade:120; O=$OO
 fi
+if have fix; then # the 2026-12-06 fixes, unmeasured when they landed
+    OO=$O; O=$J; DEV_TEST_SHOW="FAIL|tau|match" dev_tests build test_cuda_degrade:120 test_cuda_spec:200; O=$OO
+    srow ncmoe24_fix --n-cpu-moe 24
+    srow gpumem6g --gpu-mem 6G
+    srow gpumem10g --gpu-mem 10G
+    srow ncmoe24_fix2 --n-cpu-moe 24
+    srow cpumoe_fix --cpu-moe
+    grep -h "gpu-mem\|routed experts of layers\|expected decode" "$J"/s_gpumem*.err | head -8
+fi
+if have degrade; then # DEGRADE_ZERO with real misses
+    late "degrade quality" || MODE="--gpu --expert-cache 48 --degrade-zero" OUT="$J/degrade_quality_gpu.json" \
+        STRATA=./strata TAUS="0.01 0.03 0.05 0.1" CTX=512 timeout 200 bash bench/cpu/degrade_quality.sh \
+        models/strata-tiny-moe-q8_0.gguf LICENSE > "$J/degrade_quality_gpu.md" 2>&1
+    tail -6 "$J/degrade_quality_gpu.md"
+    drow nodegrade --expert-cache 1536
+    for t in 0.01 0.03 0.05 0.1; do drow tau$t --expert-cache 1536 --degrade-zero --degrade-tau $t; done
+fi
+if have olmoe && [ -f /tmp/olmoe.done ]; then
+    M=/tmp/olmoe.gguf
+    srow olmoe_gpu
+    srow olmoe_cpumoe --cpu-moe
+    srow olmoe_ncmoe8 --n-cpu-moe 8
+    srow olmoe_cache --expert-cache 512 --doorbell
+    M=/tmp/q3.gguf
+fi
 if have llama && [ -f .peer/llama_bench.sh ]; then
     [ -f /tmp/llama.done ] || { bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done; }
     echo "llama-bench built: $([ -f /tmp/llama.done ] && echo yes || tail -3 "$J/llama_build.log") at $(el)s"
@@ -88,6 +127,15 @@ if have llama && [ -f .peer/llama_bench.sh ]; then
         lrow ncmoe48 -ncmoe 48 -t 16
         srow cpumoe_b --cpu-moe
         lrow ncmoe36_again -ncmoe 36 -t 16
+        if have olmoe && [ -f /tmp/olmoe.done ]; then
+            M=/tmp/olmoe.gguf
+            lrow olmoe_gpu
+            lrow olmoe_ncmoe16 -ncmoe 16 -t 16
+            srow olmoe_cpumoe_b --cpu-moe
+            lrow olmoe_ncmoe8 -ncmoe 8 -t 16
+            srow olmoe_ncmoe8_b --n-cpu-moe 8
+            M=/tmp/q3.gguf
+        fi
     fi
 fi
 echo "done at $(el)s"

@@ -7,7 +7,8 @@
 # windows and the draft policy), prompt lookup, the policy on prompt lookup, the self-draft with
 # an expert cache; the verify profile of one oracle run a placement. One process a row.
 #   run(command="bash bench/device/device_spec.sh", carry=[".whl", ".devdata"], timeout_s=600)
-# Knobs: STAGES (default "tests curve e2e"), PLACES (qwen3 placements of the curve and e2e rows,
+# Knobs: STAGES (default "tests curve e2e"; "pairs": the policy against plain, interleaved, PAIRS
+# rounds (default 4), the split fixed), PLACES (qwen3 placements of the curve and e2e rows,
 # default "gpu cpumoe cache1536 ncmoe24"), N (tokens a run generates, default 128), BUDGET
 # (seconds after which no new row starts, default 560). $OUT: device_spec.log and spec/bench.tar
 # (the test logs, every row's JSON and stderr).
@@ -129,5 +130,20 @@ if have e2e; then # the rows that matter most for every placement first, then th
         row q3_${p}_rep_auto $Q3 /tmp/spec_rep.txt $a --spec auto
         case $p in cache*) row q3_${p}_self_k2 $Q3 /tmp/spec_prose.txt $a --spec self --draft-max 2 ;; esac
     done
+fi
+if have pairs; then # the policy's 3% bound with experts off the GPU: plain and --spec auto
+    # interleaved, PAIRS rounds, the split's share fixed (--pcie-frac) so that no start-up timing
+    # moves it between processes; then the combined drafters (prompt lookup + the self-draft)
+    for i in $(seq "${PAIRS:-4}"); do
+        for p in $PLACES; do
+            a="$(place_args $p) --pcie-frac 0.375"
+            case $p in gpu) a=$(place_args $p) ;; esac
+            row q3_${p}_pair${i}_plain $Q3 /tmp/spec_prose.txt $a
+            row q3_${p}_pair${i}_auto0.3 $Q3 /tmp/spec_prose.txt $a --spec auto --oracle-rate 0.3
+            row q3_${p}_pair${i}_auto0.7 $Q3 /tmp/spec_prose.txt $a --spec auto --oracle-rate 0.7
+        done
+    done
+    row q3_cache1536_auto_self $Q3 /tmp/spec_prose.txt $(place_args cache1536) --spec auto
+    row tiny_cache48_auto_self $TINY /tmp/spec_prose.txt --gpu --expert-cache 48 --spec auto
 fi
 echo "all done at $(el)s"
