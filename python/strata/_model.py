@@ -19,7 +19,7 @@ import numpy as np
 
 from ._args import file_exists, float_arg, int_arg, path_arg, stop_strings, text_arg, token_ids
 from ._ffi import StrataError, check, ffi, lib
-from ._spec import Speculator
+from ._spec import Source, Speculator
 
 _KV_TYPES = {"f16": lib.STRATA_TYPE_F16, "f32": lib.STRATA_TYPE_F32}
 
@@ -390,12 +390,14 @@ class Model:
         Model with the same vocabulary (a draft model, run in a session of its own with its own
         settings): drafted tokens are verified in windows
         of one forward pass, at most draft_max (1..16) a window, a plain step when fewer than
-        draft_min are drafted. "auto" (n-gram drafts) or (Model, "auto"): the draft policy
-        chooses each window's length from the acceptance seen and the windows' learnt cost,
-        plain steps where windows do not pay (docs/SPECULATIVE.md). The text is the same as
-        without (greedy, or sampled with the same seed). last_stats["spec_windows"],
-        ["spec_drafted"], ["spec_accepted"], ["spec_emitted"] count what the windows did, and
-        with the policy its "policy_*" entries what it chose and measured."""
+        draft_min are drafted. "auto" or (Model, "auto"): every drafter the call can have (n-gram
+        drafts, the draft Model when given, the self-draft where the session has a fast tier),
+        each under a draft policy of its own, which chooses each step's drafter and window length
+        from the acceptance seen and the windows' learnt cost, plain steps where windows do not
+        pay (docs/SPECULATIVE.md). The text is the same as without (greedy, or sampled with the
+        same seed). last_stats["spec_windows"], ["spec_drafted"], ["spec_accepted"],
+        ["spec_emitted"] count what the windows did, ["drafters"] each drafter's share, and with
+        the policy its "policy_*" entries what it chose and measured."""
         if isinstance(prompt, str):
             ids = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         else:
@@ -436,23 +438,34 @@ class Model:
         raise TypeError("speculative must be None, \"ngram\", \"self\", \"auto\", a Model or (Model, \"auto\"), "
                         f"not {speculative!r}")
 
-    def _drafter(self, source, sess):
-        """The drafter for source: this Model's n-gram one (kept across calls, freed by close()),
-        a self-drafter on sess, or a new one over the draft Model's own session (the caller frees
-        those two)."""
+    def _sources(self, spec, sess):
+        """The drafters of spec on sess: the source asked for, or under auto every one the call can
+        have (this Model's n-gram one, kept across calls and freed by close(); the draft Model's,
+        over a session of its own; the self-draft where sess has a fast tier, left out where not)."""
+        source, auto = spec[0], spec[3]
         out = ffi.new("strata_drafter **")
-        if source == "self":
-            check(lib.strata_drafter_self_create(sess, out), "strata_drafter_self_create")
-            return out[0]
-        if source == "ngram":
-            if self._ngram == ffi.NULL:
-                check(lib.strata_drafter_ngram_create(2, 4, out), "strata_drafter_ngram_create")
-                self._ngram = out[0]
-            return self._ngram
-        params = ffi.new("strata_session_params *", source._session_params())
-        check(lib.strata_drafter_model_create(self._model(), source._model(), params, out),
-              "strata_drafter_model_create")
-        return out[0]
+        made = []
+        try:
+            if source == "ngram" or auto:
+                if self._ngram == ffi.NULL:
+                    check(lib.strata_drafter_ngram_create(2, 4, out), "strata_drafter_ngram_create")
+                    self._ngram = out[0]
+                made.append(Source("prompt lookup", self._ngram, own=False, cheap=True))
+            if isinstance(source, Model):
+                params = ffi.new("strata_session_params *", source._session_params())
+                check(lib.strata_drafter_model_create(self._model(), source._model(), params, out),
+                      "strata_drafter_model_create")
+                made.append(Source("draft model", out[0], own=True, cheap=False, reads_prompt=True))
+            if source == "self":
+                check(lib.strata_drafter_self_create(sess, out), "strata_drafter_self_create")
+                made.append(Source("self-draft", out[0], own=True, cheap=False))
+            elif auto and lib.strata_drafter_self_create(sess, out) == lib.STRATA_OK:
+                made.append(Source("self-draft", out[0], own=True, cheap=False))
+        except StrataError:
+            for s in made:
+                s.close()
+            raise
+        return made
 
     def _generate(self, ids, max_tokens, sp, stops, ignore_eos, spec=None):
         model = self._model()
@@ -463,7 +476,7 @@ class Model:
             check(lib.strata_sampler_create(ffi.new("strata_sampler_params *", sp), self.n_vocab,
                                             smp_out), "strata_sampler_create")
             if spec is not None:
-                spx = Speculator(self._drafter(spec[0], sess), spec, own_drafter=spec[0] != "ngram")
+                spx = Speculator(self._sources(spec, sess), spec[1], spec[2], spec[3])
         except StrataError:
             if smp_out[0] != ffi.NULL:
                 lib.strata_sampler_free(smp_out[0])

@@ -214,6 +214,8 @@ def test_python_speculative(q4_draft):
                         assert st["spec_accepted"] == st["spec_drafted"] > 0
                     if isinstance(spec, tuple) or spec == "auto":
                         assert st["policy_windows"] == st["spec_windows"]
+                        assert [x["name"] for x in st["drafters"]] == (
+                            ["prompt lookup", "draft model"] if isinstance(spec, tuple) else ["prompt lookup"])
                         assert len(st["policy_window_s"]) == 6 and 0 <= st["policy_acceptance"] <= 1
                     else:
                         assert st["spec_windows"] > 0 and "policy_windows" not in st
@@ -316,3 +318,11 @@ def test_python_self_draft():
         assert m.generate_text("Dictionary, n.", 40, temperature=0, speculative="self") == plain
         st = m.last_stats
         assert 0 < st["spec_accepted"] <= st["spec_drafted"]
+        assert [d["name"] for d in st["drafters"]] == ["self-draft"]
+        # "auto" with a fast tier: prompt lookup and the self-draft, each under its own policy
+        assert m.generate_text("Dictionary, n.", 40, temperature=0, speculative="auto") == plain
+        st = m.last_stats
+        assert [d["name"] for d in st["drafters"]] == ["prompt lookup", "self-draft"]
+        for key in ("windows", "drafted", "accepted"):
+            assert sum(d[key] for d in st["drafters"]) == st["spec_" + key], key
+        assert st["policy_windows"] == st["spec_windows"]
