@@ -127,6 +127,8 @@ strata_status strata_session_params_check(const strata_model *model,
                                           const strata_session_params *params) {
     strata_session_params p = params ? *params : strata_session_default_params();
     strata_status st = st_session_params_check(model, &p);
+    int32_t fit = -1; /* gpu_mem alone: the split must fit, and then combine */
+    if (st == STRATA_OK) st = st_session_fit_gpu_mem(model, &p, &fit);
     if (st == STRATA_OK) st = st_check_ram_budget(model, &p);
     if (st == STRATA_OK && p.backend != STRATA_BACKEND_CPU) {
         strata_backend_info bi;

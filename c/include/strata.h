@@ -468,8 +468,9 @@ typedef struct strata_session_params {
  * .pdl 1, .attn_tc -1, .q8_tiles 1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 /* Checks params against model as strata_session_create would, without creating anything: every
- * option's range, which options combine, a ram_budget that holds one token's experts, and that
- * the backend is usable on this machine. STRATA_OK, or the status and message a create with
+ * option's range, which options combine, a gpu_mem that holds the static split it chooses (alone
+ * in a CUDA session), a ram_budget that holds one token's experts, and that the backend is usable
+ * on this machine. STRATA_OK, or the status and message a create with
  * these params would fail with (creates can still fail for want of memory). params NULL: the
  * defaults. */
 STRATA_API strata_status strata_session_params_check(const strata_model *model,

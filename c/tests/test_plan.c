@@ -44,6 +44,12 @@ static void test_fit_model(const strata_model *m) {
     CHECK(fit_for(m, 1LL << 40, NULL) == 0, "1 TiB: every layer's experts on the GPU");
     CHECK(fit_for(m, 1LL << 20, &st) == -2 && st == STRATA_ERR_NOMEM && strstr(strata_last_error(), "gpu_mem"),
           "1 MiB refused, naming gpu_mem: %s", strata_last_error());
+    strata_session_params cp = strata_session_default_params();
+    cp.backend = STRATA_BACKEND_CUDA;
+    cp.n_ctx = 256;
+    cp.placement.gpu_mem = 1LL << 20;
+    CHECK(strata_session_params_check(m, &cp) == STRATA_ERR_NOMEM && strstr(strata_last_error(), "gpu_mem"),
+          "strata_session_params_check refuses it as create would: %s", strata_last_error());
     /* from the smallest memory that fits at all, up by 64 KiB: the CPU layers fall from L to 0, one
      * at a time (equal layers), never back up */
     int prev = -2, seen[64] = {0}, steps = 0, monotone = 1;
