@@ -12,6 +12,7 @@ Every failing library call raises StrataError.
 from __future__ import annotations
 
 import codecs
+import json
 import os
 from typing import Iterator, Sequence
 
@@ -357,6 +358,59 @@ class Model:
             self.last_stats = _session_stats(sess)
             if not keep:
                 lib.strata_session_free(sess)
+
+    def route_trace(self, prompt: "str | Sequence[int]", max_tokens: int = 0, path=None) -> list:
+        """The routing of prompt (text or token ids) and of max_tokens greedy tokens after it, one
+        record per layer and forward pass, as `strata run --route-trace` writes them: {"layer",
+        "pos" (the pass's first position), "n" (its tokens), "ids" and "w" (n x k, row-major: each
+        token's experts and gate weights), "pred" (the experts the previous layer predicted for this
+        one, or None)}. Runs a CPU session of this Model's settings (routing is the model's, so the
+        trace serves any backend's placement study). path: also written there as JSON lines, with
+        the CLI's header line, for bench/routing_stats.py."""
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else token_ids("prompt", prompt, self.n_vocab)
+        max_tokens = int_arg("max_tokens", max_tokens)
+        if not ids:
+            raise ValueError("route_trace: an empty prompt")
+        model = self._model()
+        sp = self._session_params()
+        sp.backend = lib.STRATA_BACKEND_CPU
+        out = ffi.new("strata_session **")
+        check(lib.strata_session_create(model, ffi.new("strata_session_params *", sp), out), "strata_session_create")
+        sess = out[0]
+        recs = []
+
+        @ffi.callback("void(int32_t, int32_t, int64_t, int32_t, const int32_t *, const float *, const int32_t *, void *)")
+        def on_layer(layer, pos0, n, k, pids, pw, ppred, _ud):
+            m = int(n) * int(k)
+            recs.append({"layer": int(layer), "pos": int(pos0), "n": int(n),
+                         "ids": [int(x) for x in ffi.unpack(pids, m)],
+                         "w": [float(x) for x in ffi.unpack(pw, m)],
+                         "pred": None if ppred == ffi.NULL else [int(x) for x in ffi.unpack(ppred, m)]})
+
+        try:
+            check(lib.strata_session_set_route_trace(sess, on_layer, ffi.NULL), "strata_session_set_route_trace")
+            lg = np.empty(self.n_vocab, dtype=np.float32)
+            lgp = ffi.cast("float *", lg.ctypes.data)
+            check(lib.strata_session_decode(sess, ffi.new("strata_token[]", ids), len(ids), lgp, 0),
+                  "strata_session_decode")
+            tok = ffi.new("strata_token[1]")
+            for _ in range(max_tokens):
+                if lib.strata_session_n_past(sess) >= lib.strata_session_n_ctx(sess):
+                    break
+                tok[0] = int(np.argmax(lg))
+                check(lib.strata_session_decode(sess, tok, 1, lgp, 0), "strata_session_decode")
+        finally:
+            lib.strata_session_set_route_trace(sess, ffi.NULL, ffi.NULL)
+            lib.strata_session_free(sess)
+        if path is not None:
+            info = self.info
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(json.dumps({"strata_route_trace": 1, "model": str(self.path), "arch": info["arch"],
+                                    "n_layer": info["n_layer"], "n_expert": info["n_expert"],
+                                    "k": info["n_expert_used"]}) + "\n")
+                for r in recs:
+                    f.write(json.dumps(r) + "\n")
+        return recs
 
     def reset_kept(self) -> None:
         if self._keep != ffi.NULL:

@@ -124,3 +124,24 @@ def test_simulated_slot_book_is_the_ram_tiers(tmp_path):
         seq = rs.lookups(recs, False, calls)
         hits = rs.sim_slot_book(seq, n, calls=calls)
         assert (hits, len(seq) - hits) == (int(m.group(2)), int(m.group(3)))
+
+
+def test_python_route_trace(tmp_path):
+    """Model.route_trace: the CLI's records for the same prompt and greedy tokens (a CPU session
+    even when the Model would run on the GPU), and a file routing_stats.py reads."""
+    import strata
+    out = tmp_path / "cli.jsonl"
+    p = run_cli("-m", MODEL, "-p", "Dictionary, n.", "-n", 5, "--temp", 0, "-c", 128, "--cpu", "--route-trace", out)
+    assert p.returncode == 0, p.stderr.decode()
+    cli = [json.loads(x) for x in out.read_text().splitlines()[1:]]
+    with strata.Model(str(MODEL), n_ctx=128, n_threads=2) as m:
+        recs = m.route_trace("Dictionary, n.", max_tokens=4, path=tmp_path / "py.jsonl")
+        assert len(recs) == len(cli) == 6 * 5
+        for a, b in zip(recs, cli):
+            assert (a["layer"], a["pos"], a["n"], a["ids"], a["pred"]) == (b["layer"], b["pos"], b["n"], b["ids"], b["pred"])
+            assert all(abs(x - y) <= 1e-5 * max(1.0, abs(y)) for x, y in zip(a["w"], b["w"]))
+        head = json.loads((tmp_path / "py.jsonl").read_text().splitlines()[0])
+        assert head["n_layer"] == 6 and head["n_expert"] == 32 and head["k"] == 4
+        assert rs.main([str(tmp_path / "py.jsonl")]) == 0
+        with pytest.raises(ValueError):
+            m.route_trace([])
