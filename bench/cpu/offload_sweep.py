@@ -11,16 +11,21 @@ For each share it runs `strata bench -p 0 -n N -r R [-d D]` (and the same with -
 ram when --pipe is given; with --static, --tier gpu also runs llama.cpp's static placement,
 --n-cpu-moe, at the same share), and writes a markdown table, JSON and, where matplotlib is
 installed, a PNG plot; --anchors "0:43.6,25:48.6,..." adds llama.cpp's figures (ANCHORS.md) as a
-column and a line:
+column and a line; --llama CMD measures them instead, in the same run: at each share of the gpu
+tier, after Strata's rows, `CMD -m MODEL -ngl 99 -fa 1 -p 0 -n N -r R -ncmoe X` (X the layers
+whose experts that share leaves on the CPU; --llama-args adds e.g. "-t 16"):
 
   python3 bench/cpu/offload_sweep.py MODEL.gguf --tier ram --shares 0,25,50,100 -n 16 --args "-t 16"
   python3 bench/cpu/offload_sweep.py q3.gguf --tier gpu --static -d 16384 \
       --anchors "0:43.6,25:48.6,50:76.0,100:282.6" --args "-t 16 --pin-experts --gpu-prefetch"
+  python3 bench/cpu/offload_sweep.py q3.gguf --tier gpu --static --llama "bash .peer/llama_bench.sh run" \
+      --llama-args "-t 16" --args "-t 16"
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -62,6 +67,22 @@ def bench(strata: Path, model: Path, n: int, reps: int, depth: int, extra: list[
     return float(rows[0]["tok_s"])
 
 
+def llama_bench(cmd: str, model: Path, n: int, reps: int, depth: int, ncmoe: int, extra: str) -> float:
+    """llama-bench's tgN tok/s for -ncmoe ncmoe (nan when it fails)."""
+    args = shlex.split(cmd) + ["-m", str(model), "-ngl", "99", "-fa", "1", "-p", "0", "-n", str(n),
+                               "-r", str(reps), *shlex.split(extra)]
+    if ncmoe > 0:
+        args += ["-ncmoe", str(ncmoe)]
+    if depth > 0:
+        args += ["-d", str(depth)]
+    p = subprocess.run(args, capture_output=True, text=True)
+    m = re.search(r"\|\s*tg\d+(?:\s*@\s*d\d+)?\s*\|\s*([0-9.]+)", p.stdout)
+    if p.returncode != 0 or not m:
+        print(f"  llama-bench failed: {' '.join(args)}\n  {p.stderr.strip()[-400:]}", file=sys.stderr)
+        return float("nan")
+    return float(m.group(1))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model", type=Path)
@@ -77,12 +98,15 @@ def main(argv=None) -> int:
     ap.add_argument("--static", action="store_true",
                     help="gpu tier: also --n-cpu-moe at each share (llama.cpp's -ncmoe placement)")
     ap.add_argument("--anchors", default="", help="share:tok_s pairs of llama.cpp's figures")
+    ap.add_argument("--llama", default="", help="gpu tier: llama-bench's command, run at each share")
+    ap.add_argument("--llama-args", default="", help="more llama-bench options (e.g. '-t 16')")
     a = ap.parse_args(argv)
     a.extra = shlex.split(a.args)
     n_layer, n_expert, n_used, total, largest = expert_layout(a.model)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = a.out.with_suffix(".run.json")
     rows = []
+    measured = {}  # share -> llama.cpp's tok/s in this run (--llama)
     for share in [int(x) for x in a.shares.split(",")]:
         variants = [("", [])]
         if a.tier == "gpu":
@@ -111,8 +135,14 @@ def main(argv=None) -> int:
             tps = bench(a.strata, a.model, a.n, a.r, a.depth, args + a.extra, tmp)
             rows.append(dict(share=share, setting=label, tok_s=tps))
             print(f"  {share:3d}%  {label:40s} {tps:9.2f} tok/s", flush=True)
+        if a.llama and a.tier == "gpu":
+            ncmoe = n_layer - n_layer * share // 100
+            measured[share] = llama_bench(a.llama, a.model, a.n, a.r, a.depth, ncmoe, a.llama_args)
+            print(f"  {share:3d}%  {'llama.cpp -ncmoe ' + str(ncmoe):40s} {measured[share]:9.2f} tok/s", flush=True)
     tmp.unlink(missing_ok=True)
     anchors = {int(k): float(v) for k, v in (p.split(":") for p in a.anchors.split(",") if p)}
+    anchors.update(measured)
+    anchor_label = "llama.cpp (same run)" if measured else "llama.cpp (ANCHORS.md)"
     md = [f"model {a.model.name}: {n_layer} layers x {n_expert} experts (top-{n_used}), "
           f"{total / 2**30:.2f} GiB of routed experts; tier {a.tier}; tg{a.n}"
           f"{f' at depth {a.depth}' if a.depth else ''}; options: {a.args or '-'}", ""]
@@ -129,8 +159,8 @@ def main(argv=None) -> int:
         md += [f"| {r['share']}% | {r['setting']} | {r['tok_s']:.2f} |" for r in rows]
     a.out.with_suffix(".md").write_text("\n".join(md) + "\n")
     a.out.with_suffix(".json").write_text(json.dumps(dict(model=str(a.model), tier=a.tier, n=a.n,
-                                                          depth=a.depth, args=a.args,
-                                                          anchors=anchors, rows=rows), indent=1))
+                                                          depth=a.depth, args=a.args, anchors=anchors,
+                                                          llama_same_run=bool(measured), rows=rows), indent=1))
     print("\n".join(md))
     try:
         import matplotlib
@@ -149,7 +179,7 @@ def main(argv=None) -> int:
                 label=f"Strata {a.tier}{' --pipe' if tag == 'pipe' else ' --n-cpu-moe' if tag == 'static' else ''}")
     if anchors:
         ks = sorted(anchors)
-        ax.plot(ks, [anchors[k] for k in ks], marker="s", linestyle="--", label="llama.cpp (ANCHORS.md)")
+        ax.plot(ks, [anchors[k] for k in ks], marker="s", linestyle="--", label=anchor_label)
     ax.set_xlabel("share of expert bytes in the fast tier (%)")
     ax.set_ylabel(f"decode tok/s (tg{a.n})")
     ax.set_title(a.model.name)

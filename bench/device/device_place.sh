@@ -12,10 +12,13 @@
 # changed (--n-cpu-moe 24's staging, --gpu-mem's static split, --cpu-moe). "degrade":
 # DEGRADE_ZERO with real misses: the quality table with a 48-slot cache on the default model
 # (bench/cpu/degrade_quality.sh) and decode speed against tau with 1,536 slots on the qwen3 file.
-# "olmoe": the olmoe-1b-7b file's Strata rows. Two calls on one warm machine keep the files.
+# "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
+# offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
+# llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
+# qwen3 and, with "olmoe", olmoe. Two calls on one warm machine keep the files.
 #   run(command="bash bench/device/device_place.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
-# Knobs: STAGES (default "strata llama"; also "fix degrade olmoe"), BUDGET (seconds after which no new row starts, default
+# Knobs: STAGES (default "strata llama"; also "fix degrade olmoe sweep"), BUDGET (seconds after which no new row starts, default
 # 530), R (repetitions, default 2).
 # $OUT: device_place.log and place/bench.tar (every row's JSON and stderr).
 set -u
@@ -137,5 +140,14 @@ if have llama && [ -f .peer/llama_bench.sh ]; then
             M=/tmp/q3.gguf
         fi
     fi
+fi
+if have sweep && [ -f /tmp/llama.done ]; then
+    for f in q3 olmoe; do
+        [ $f = q3 ] || { have olmoe && [ -f /tmp/olmoe.done ]; } || continue
+        late "sweep $f" && continue
+        timeout 400 python3 bench/cpu/offload_sweep.py /tmp/$f.gguf --tier gpu --static --shares 0,25,50,75,100 \
+            -n 64 -r 1 --llama "bash .peer/llama_bench.sh run" --llama-args "-t 16" --args "-t 16" \
+            --out "$J/sweep_${f}_gpu" 2>&1 | tail -12
+    done
 fi
 echo "done at $(el)s"
