@@ -118,11 +118,25 @@ void cli_drafts_close(cli_drafts *d) {
     memset(d, 0, sizeof *d);
 }
 
+/* A draft model reads history[0..n) (its proposal of nothing), the seconds a token learnt. */
+static int drafts_catch_up(cli_draft_src *s, const strata_token *history, int64_t n) {
+    const int64_t pending = n - s->read;
+    int32_t nd = 0;
+    const double t0 = cli_now();
+    if (strata_drafter_propose(s->drafter, history, n, 0, NULL, &nd) != STRATA_OK)
+        return cli_fail("the draft model reading the text: %s", strata_last_error());
+    if (pending > 0) {
+        const double per = (cli_now() - t0) / (double)pending;
+        s->catchup_s = s->catchup_s > 0 ? s->catchup_s + 0.25 * (per - s->catchup_s) : per;
+    }
+    s->read = n;
+    return 0;
+}
+
 int cli_drafts_prompt(cli_drafts *d, const strata_token *history, int64_t n) {
     for (int i = 0; i < d->n; i++) {
-        int32_t nd = 0;
-        if (d->src[i].reads_prompt && strata_drafter_propose(d->src[i].drafter, history, n, 0, NULL, &nd) != STRATA_OK)
-            return cli_fail("the draft model reading the prompt: %s", strata_last_error());
+        int rc = d->src[i].reads_prompt ? drafts_catch_up(&d->src[i], history, n) : 0;
+        if (rc) return rc;
     }
     return 0;
 }
@@ -131,8 +145,14 @@ int cli_drafts_prompt(cli_drafts *d, const strata_token *history, int64_t n) {
  * learnt. Adds the seconds to *draft_s. */
 static int drafts_propose(const cli_drafts *d, cli_draft_src *s, const strata_token *history, int64_t n,
                           int32_t want, double *draft_s) {
-    const double t0 = cli_now();
     s->nd = 0;
+    if (s->reads_prompt && n - s->read > 1) { /* the catching up timed apart from the drafting */
+        const double t1 = cli_now();
+        int rc = drafts_catch_up(s, history, n);
+        *draft_s += cli_now() - t1;
+        if (rc) return rc;
+    }
+    const double t0 = cli_now();
     if (!s->drafter) cli_oracle_propose(d->oracle, history, n, want, s->draft, &s->nd);
     else if (strata_drafter_propose(s->drafter, history, n, want, s->draft, &s->nd) != STRATA_OK)
         return cli_fail("drafting (%s): %s", s->name, strata_last_error());
@@ -142,7 +162,27 @@ static int drafts_propose(const cli_drafts *d, cli_draft_src *s, const strata_to
         const double per = dt / s->nd;
         s->tok_s = s->tok_s > 0 ? s->tok_s + 0.25 * (per - s->tok_s) : per;
     }
+    if (s->reads_prompt) s->read = n;
     return 0;
+}
+
+/* A probe (a window not expected to pay) may cost at most this share of the plain steps since the
+ * drafter's last proposal in catching up: a draft model far behind is not worth the news. */
+#define DRAFTS_PROBE_CATCHUP 0.02
+
+/* A draft model's choice of k drafts (rate: the policy's expected tokens a second) with its catching
+ * up on pending tokens counted: the rate it then expects, or 0 when the choice is a probe whose
+ * catching up costs more than DRAFTS_PROBE_CATCHUP of a plain step a token. */
+static double drafts_rate_behind(const cli_draft_src *s, int32_t k, double rate, int64_t pending) {
+    strata_spec_policy_stats ps;
+    if (!s->reads_prompt || pending <= 0 || !(rate > 0) ||
+        strata_spec_policy_get_stats(s->policy, &ps) != STRATA_OK || !(ps.plain_s > 0))
+        return rate;
+    double e = 0.0, t = 1.0; /* expected tokens of the window: 1 + a + ... + a^k */
+    for (int32_t i = 0; i <= k; i++, t *= ps.acceptance) e += t;
+    const double behind = 1.0 / (1.0 / rate + (double)pending * s->catchup_s / e);
+    const int probe = behind <= 1.02 / ps.plain_s;
+    return probe && s->catchup_s > DRAFTS_PROBE_CATCHUP * ps.plain_s ? 0.0 : behind;
 }
 
 int cli_drafts_next(cli_drafts *d, const strata_token *history, int64_t n_history, int32_t max, int *which,
@@ -176,8 +216,9 @@ int cli_drafts_next(cli_drafts *d, const strata_token *history, int64_t n_histor
         } else {
             ki = strata_spec_policy_choose(s->policy, max, s->tok_s);
         }
-        const double rate = ki > 0 ? strata_spec_policy_rate(s->policy, ki, s->cheap ? 0.0 : s->tok_s) : 0.0;
-        if (ki > 0 && (best < 0 || rate > best_rate)) {
+        double rate = ki > 0 ? strata_spec_policy_rate(s->policy, ki, s->cheap ? 0.0 : s->tok_s) : 0.0;
+        if (ki > 0 && !s->cheap) rate = drafts_rate_behind(s, ki, rate, n_history - s->read);
+        if (ki > 0 && rate > 0 && (best < 0 || rate > best_rate)) {
             best = i;
             best_k = ki;
             best_rate = rate;

@@ -29,7 +29,10 @@ typedef struct {
     strata_drafter *drafter;      /* NULL: the oracle (cli_drafts.oracle) */
     strata_spec_policy *policy;   /* --spec auto: its own; NULL otherwise */
     int cheap;                    /* proposals cost nothing: made every step (prompt lookup, oracle) */
-    int reads_prompt;             /* a draft model: reads the prompt with the target */
+    int reads_prompt;             /* a draft model: reads the prompt with the target, and catches up
+                                     on the tokens since its last proposal before it drafts */
+    int64_t read;                 /* the history it has read (reads_prompt) */
+    double catchup_s;             /* seconds a token of that catching up takes (running mean) */
     double tok_s;                 /* seconds a drafted token takes (running mean; costly drafters) */
     int64_t windows, drafted, accepted; /* its windows; drafts up to the first rejected, accepted */
     strata_token draft[STRATA_DRAFT_MAX];

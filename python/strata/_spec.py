@@ -21,9 +21,38 @@ class Source:
         self.n_prop = ffi.new("int32_t *")
         self.nd = 0
         self.tok_s = 0.0  # seconds a drafted token takes (costly drafters, running mean)
+        self.read = 0  # a draft model: the history it has read
+        self.catchup_s = 0.0  # and the seconds a token of catching up on it takes
         self.windows = self.drafted = self.accepted = 0
 
+    def catch_up(self, hist_c, n_hist: int) -> None:
+        """A draft model reads hist[0..n_hist) (a proposal of nothing), its seconds a token learnt."""
+        pending = n_hist - self.read
+        t0 = time.perf_counter()
+        check(lib.strata_drafter_propose(self.drafter, hist_c, n_hist, 0, self.draft, self.n_prop),
+              "strata_drafter_propose")
+        if pending > 0:
+            per = (time.perf_counter() - t0) / pending
+            self.catchup_s = per if self.catchup_s == 0 else self.catchup_s + 0.25 * (per - self.catchup_s)
+        self.read = n_hist
+
+    def rate_behind(self, k: int, rate: float, pending: int) -> float:
+        """c/cli/drafts.c's drafts_rate_behind: the rate with the catching up on pending tokens
+        counted, 0 for a probe whose catching up costs more than 2% of a plain step a token."""
+        if not self.reads_prompt or pending <= 0 or rate <= 0:
+            return rate
+        st = ffi.new("strata_spec_policy_stats *")
+        check(lib.strata_spec_policy_get_stats(self.policy, st), "strata_spec_policy_get_stats")
+        if st.plain_s <= 0:
+            return rate
+        e = sum(st.acceptance ** i for i in range(k + 1))
+        behind = 1.0 / (1.0 / rate + pending * self.catchup_s / e)
+        probe = behind <= 1.02 / st.plain_s
+        return 0.0 if probe and self.catchup_s > 0.02 * st.plain_s else behind
+
     def propose(self, hist_c, n_hist: int, want: int) -> None:
+        if self.reads_prompt and n_hist - self.read > 1:  # the catching up timed apart
+            self.catch_up(hist_c, n_hist)
         t0 = time.perf_counter()
         check(lib.strata_drafter_propose(self.drafter, hist_c, n_hist, want, self.draft, self.n_prop),
               "strata_drafter_propose")
@@ -31,6 +60,8 @@ class Source:
         if not self.cheap and self.nd > 0:
             per = (time.perf_counter() - t0) / self.nd
             self.tok_s = per if self.tok_s == 0 else self.tok_s + 0.25 * (per - self.tok_s)
+        if self.reads_prompt:
+            self.read = n_hist
 
     def close(self) -> None:
         if self.policy != ffi.NULL:
@@ -56,7 +87,7 @@ class Speculator:
         draft policies (auto), nothing learnt yet."""
         for s in self.sources:
             if s.reads_prompt:
-                s.propose(ffi.new("strata_token[]", hist), len(hist), 0)
+                s.catch_up(ffi.new("strata_token[]", hist), len(hist))
             if self.auto and s.policy == ffi.NULL:
                 out = ffi.new("strata_spec_policy **")
                 check(lib.strata_spec_policy_create(self.draft_max, out), "strata_spec_policy_create")
@@ -76,7 +107,9 @@ class Speculator:
             else:
                 k = lib.strata_spec_policy_choose(s.policy, max_d, s.tok_s)
             rate = lib.strata_spec_policy_rate(s.policy, k, 0.0 if s.cheap else s.tok_s) if k > 0 else 0.0
-            if k > 0 and (best is None or rate > best_rate):
+            if k > 0 and not s.cheap:
+                rate = s.rate_behind(k, rate, n_hist - s.read)
+            if k > 0 and rate > 0 and (best is None or rate > best_rate):
                 best, best_k, best_rate = s, k, rate
         if best is not None and not best.cheap:
             best.propose(hist_c, n_hist, best_k)
