@@ -15,6 +15,7 @@ static const struct {
     {"cpu_misses", "--cpu-misses"},
     {"cpu_pin", "--cpu-pin"},
     {"cache_admit", "--cache-admit"},
+    {"stage_ahead", "--stage-ahead"},
     {"cpu_warm", "--cpu-warm"},
     {"doorbell", "--doorbell"},
     {"graphs", "--cuda-graphs"},

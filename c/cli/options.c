@@ -37,6 +37,7 @@ static const struct {
     CLI_ENV_FLAG("STRATA_GPU_PREFETCH", gpu_prefetch),
     CLI_ENV_FLAG("STRATA_CPU_WARM", cpu_warm),
     CLI_ENV_FLAG("STRATA_CACHE_ADMIT", cache_admit),
+    CLI_ENV_FLAG("STRATA_STAGE_AHEAD", stage_ahead),
     CLI_ENV_FLAG("STRATA_DOORBELL", doorbell),
     CLI_ENV_FLAG("STRATA_VERIFY_PROFILE", verify_profile),
 #undef CLI_ENV_FLAG
@@ -169,6 +170,9 @@ static void cli_usage_experts(FILE *f) {
         "                          (prompts, as llama.cpp does); auto: per batch, by the cost\n"
         "                          model from PCIe and CPU figures measured at start (printed);\n"
         "                          the default; also $STRATA_STAGE_EXPERTS; 0: off\n"
+        "  --stage-ahead           with staging: the next CPU layer's experts are copied to the\n"
+        "                          GPU while a staged layer computes (same results; also\n"
+        "                          $STRATA_STAGE_AHEAD=1)\n"
         "  --expert-cache N|auto   GPU sessions: routed experts in N GPU slots (at least one\n"
         "                          layer's experts), loaded over PCIe when routed (same results);\n"
         "                          auto: what fits in --gpu-mem SIZE or the free memory\n"
@@ -507,6 +511,7 @@ static const cli_flag_row cli_flags[] = {
     CLI_FLAG("--no-cpu-warm", NULL, cpu_warm, 0),
     CLI_FLAG("--cache-admit", NULL, cache_admit, 1),
     CLI_FLAG("--no-cache-admit", NULL, cache_admit, 0),
+    CLI_FLAG("--stage-ahead", NULL, stage_ahead, 1),
     CLI_FLAG("--doorbell", NULL, doorbell, 1),
     CLI_FLAG("--cpu-misses", NULL, cpu_misses, 1),
     CLI_FLAG("--no-cpu-misses", NULL, cpu_misses, 0),
@@ -593,7 +598,7 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
     static const char *const gpu_only[] = {
         "--cpu-moe", "--n-cpu-moe", "--gpu-experts", "--expert-cache", "--gpu-mem", "--cpu-misses",
         "--no-cpu-misses", "--pcie-frac", "--gpu-prefetch", "--cpu-warm", "--no-cpu-warm",
-        "--cache-admit", "--no-cache-admit",
+        "--cache-admit", "--no-cache-admit", "--stage-ahead",
         "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
         "--no-q8-tiles", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all", NULL};

@@ -62,6 +62,7 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, doorbell, placement.doorbell),
     CLI_SESSION(int, cpu_warm, placement.cpu_warm),
     CLI_SESSION(int, cache_admit, placement.cache_admit),
+    CLI_SESSION(int, stage_ahead, placement.stage_ahead),
     /* CUDA kernels */
     CLI_SESSION(int, cuda_graphs, cuda.graphs),
     CLI_SESSION(int, cuda_pdl, cuda.pdl),

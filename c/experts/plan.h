@@ -38,6 +38,7 @@ typedef struct st_placement_plan {
     int cpu_misses_auto;    /* GPU, CPU layers: the decode split where it gives the CPU's bits */
     float pcie_frac;        /* with a split: < 0 the cost model; 0..1 the share loaded */
     int cache_admit;        /* GPU cache with the CPU computing misses: evictions need admission */
+    int stage_ahead;        /* staging: the next CPU layer's experts copied while this one computes */
 } st_placement_plan;
 
 /* Each placement option in range, and the options that do not combine (with the backend and

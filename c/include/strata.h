@@ -404,6 +404,12 @@ typedef struct strata_placement_params {
                              one only when it has been looked up at least as often (use counts
                              that halve every 16 x slots look-ups); the CPU computes the others, so
                              spread routing does not churn the cache over PCIe. 1 on, 0 off. */
+    int stage_ahead;      /* with n_cpu_moe and staging (stage_experts): after a staged batch's
+                             experts are enqueued, the next CPU layer's experts (all of them: a
+                             long batch touches nearly all) are copied into a second layer's
+                             worth of slots on a copy stream while this layer computes, so the
+                             next staged layer waits less. The same kernels and bytes: the same
+                             results. 0 (default) off, 1 on. */
 } strata_placement_params;
 
 /* How a CUDA session runs its kernels. None of them changes the results except attn_tc, which

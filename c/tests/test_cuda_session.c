@@ -44,6 +44,7 @@ static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the 
 static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
 static int g_doorbell = 0;                 /* cuda_doorbell of the next sessions */
 static int g_admit = 0;                    /* placement.cache_admit of the next sessions */
+static int g_ahead = 0;                    /* placement.stage_ahead of the next sessions */
 static int g_pipe = 0;                     /* pipe of the next sessions */
 static int g_q8_tiles = 1;                 /* q8_tiles of the next sessions (the default, on) */
 
@@ -64,6 +65,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.placement.ram_budget = g_ram;
     sp.placement.doorbell = g_doorbell;
     sp.placement.cache_admit = g_admit;
+    sp.placement.stage_ahead = g_ahead;
     sp.placement.pipe = g_pipe;
     sp.placement.cpu_warm = g_warm;
     sp.cuda.q8_tiles = g_q8_tiles;
@@ -870,6 +872,16 @@ static void test_default_model(void) {
         CHECK(st1 && ok_st && ok_all && all && !memcmp(all, st1, sizeof(float) * (size_t)n * (size_t)V) &&
               !memcmp(ga, gs, sizeof ga), "--cpu-moe --stage-experts 1: bit-identical to all resident");
         free(st1);
+        /* the same with stage_ahead: the next CPU layer's experts copied on the ahead tier's copy
+         * stream while a staged layer computes; the same kernels and bytes, the same bits */
+        g_cpu_moe = -1;
+        g_stage = g_ahead = 1;
+        float *sa = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+        const int ok_sa = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, gs);
+        g_cpu_moe = g_stage = g_ahead = 0;
+        CHECK(sa && ok_sa && ok_all && all && !memcmp(all, sa, sizeof(float) * (size_t)n * (size_t)V) &&
+              !memcmp(ga, gs, sizeof ga), "--cpu-moe --stage-experts 1 --stage-ahead: bit-identical to all resident");
+        free(sa);
         strata_session_params sp = strata_session_default_params();
         sp.backend = STRATA_BACKEND_CUDA;
         sp.n_ctx = 128;

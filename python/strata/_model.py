@@ -78,7 +78,8 @@ class Model:
     memory, docs/EXPERTS.md), cpu_warm (with n_cpu_moe: the CPU threads read the next CPU layer's
     predicted experts into their caches while the GPU computes; default False), cache_admit (with
     expert_cache and doorbell or cpu_misses: a miss evicts a resident expert only when looked up at
-    least as often; default False), q8_tiles (Q8_0
+    least as often; default False), stage_ahead (with staging: the next CPU layer's experts copied
+    to the GPU while a staged layer computes; default False), q8_tiles (Q8_0
     dense matrices also kept in the prompt tiles' layout where GPU memory allows: same results,
     faster prompts; default True); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
@@ -94,7 +95,7 @@ class Model:
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses="auto", pcie_frac: float = -1.0,
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True,
-                 cache_admit: bool = False):
+                 cache_admit: bool = False, stage_ahead: bool = False):
         path = path_arg("path", path, must_exist=False)
         n_ctx, n_batch = int_arg("n_ctx", n_ctx), int_arg("n_batch", n_batch)
         n_threads = int_arg("n_threads", n_threads)
@@ -144,7 +145,7 @@ class Model:
             self.pin_experts = int(bool(pin_experts))
         self.cpu_pin, self.gpu_prefetch = bool(cpu_pin), bool(gpu_prefetch)
         self.doorbell, self.cpu_warm, self.q8_tiles = bool(doorbell), bool(cpu_warm), bool(q8_tiles)
-        self.cache_admit = bool(cache_admit)
+        self.cache_admit, self.stage_ahead = bool(cache_admit), bool(stage_ahead)
         if cpu_misses == "auto":
             self.cpu_misses = 1 if pcie_frac >= 0 else -1
         elif cpu_misses in (True, False):
@@ -320,7 +321,7 @@ class Model:
         pl.pin_experts, pl.gpu_prefetch = self.pin_experts, int(self.gpu_prefetch)
         pl.cpu_misses, pl.pcie_frac = self.cpu_misses, self.pcie_frac
         pl.doorbell, pl.cpu_warm = int(self.doorbell), int(self.cpu_warm)
-        pl.cache_admit = int(self.cache_admit)
+        pl.cache_admit, pl.stage_ahead = int(self.cache_admit), int(self.stage_ahead)
         cu = sp.cuda
         cu.graphs, cu.pdl, cu.attn_tc, cu.q8_tiles = (int(self.cuda_graphs), self.cuda_pdl,
                                                       self.attn_tc, int(self.q8_tiles))

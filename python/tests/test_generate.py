@@ -350,7 +350,7 @@ def test_cli_placement_options_parse(model):
                   ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"], ["--cpu-misses"],
                   ["--pcie-frac", "0.5"], ["--attn-tc-split"], ["--attn-tc-split-p"], ["--no-attn-tc"], ["--no-pdl"],
                   ["--pdl"], ["--pdl-all"], ["--doorbell-graphs"], ["--cpu-warm"], ["--no-cpu-warm"],
-                  ["--q8-tiles"], ["--no-q8-tiles"], ["--cache-admit"], ["--no-cache-admit"]):
+                  ["--q8-tiles"], ["--no-q8-tiles"], ["--cache-admit"], ["--no-cache-admit"], ["--stage-ahead"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
@@ -459,7 +459,7 @@ def test_python_gpu_placement_options():
     opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, cuda_pdl="all", n_cpu_moe=-1, cpu_pin=True,
                         stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True,
                         pin_experts=True, gpu_prefetch=True, cpu_misses=True, pcie_frac=0.25,
-                        cache_admit=True)
+                        cache_admit=True, stage_ahead=True)
     assert np.array_equal(base.logits(toks), opts.logits(toks))
     assert opts.last_stats["threads_pinned"] == (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
     with pytest.raises(ValueError):

@@ -110,6 +110,10 @@ struct st_gpu {
     int64_t warm_n;                       /* how many, 0: none pending */
     st_gpu_tier *stage;                  /* stage_experts: one layer's worth of slots for the
                                              experts of CPU layers in long batches */
+    st_gpu_tier *ahead;                   /* stage_ahead: two layers' worth for the staged
+                                             batches, the next CPU layer's copied on its copy
+                                             stream while one computes (NULL: off) */
+    int32_t *ahead_ids;                   /* [n_expert] 0..n_expert-1: every expert of a layer */
     void *pinned;                         /* pin_experts: the RAM-kept experts' pinned copy */
     /* n_cpu_moe: pinned host rows of the hand-off to the CPU's expert step (T = n_batch rows) */
     float *h_xn, *h_wts, *h_proj;         /* (T, n_embd), (T, k), (T, n_embd) */

@@ -141,8 +141,8 @@ static strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *mar
     *margin = (int64_t)(total_b / 50) > (512LL << 20) ? (int64_t)(total_b / 50) : (512LL << 20);
     if (s->plan.gpu_mem > 0) {
         int64_t used = (int64_t)(g->weight_bytes + g->kv_bytes);
-        st_gpu_tier *cs[2] = {g->cache, g->stage};
-        for (int i = 0; i < 2; i++) {
+        st_gpu_tier *cs[3] = {g->cache, g->stage, g->ahead};
+        for (int i = 0; i < 3; i++) {
             int32_t slots = 0;
             int64_t h, mi, b;
             double lo, hi;
@@ -506,6 +506,8 @@ void st_gpu_free(strata_session *s) {
     st_cuda_free(g->d_err);
     st_gpu_tier_free(g->cache);
     st_gpu_tier_free(g->stage);
+    st_gpu_tier_free(g->ahead);
+    free(g->ahead_ids);
     st_cuda_host_free(g->pinned);
     st_cuda_host_free(g->h_hand);
     st_cuda_host_free(g->h_embd);
@@ -684,6 +686,13 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
     if (!((s->plan.stage_experts != 0 || cpu_split) && hp->n_expert > 0)) return STRATA_OK;
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     TRY(st_gpu_tier_create(&ctx, hp->n_expert, &g->stage)); /* n_expert slots: one layer's worth */
+    if (s->plan.stage_ahead) { /* two layers' worth, prefetched on a copy stream (staged batches) */
+        TRY(st_gpu_tier_create(&ctx, 2 * hp->n_expert, &g->ahead));
+        TRY(st_gpu_tier_enable_prefetch(g->ahead));
+        g->ahead_ids = malloc(sizeof *g->ahead_ids * (size_t)hp->n_expert);
+        if (!g->ahead_ids) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+        for (int32_t e = 0; e < hp->n_expert; e++) g->ahead_ids[e] = e;
+    }
     if (s->plan.stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
         int il0 = 0;
         while (il0 < hp->n_layer - 1 && !st_plan_layer_on_cpu(&s->plan, il0)) il0++;

@@ -433,7 +433,20 @@ static strata_status st_gpu_moe_staged(strata_session *s, st_moe_chunk *c) {
         TRY(st_cuda_memcpy_d2h(ids, g->ids + t0 * K, sizeof(int32_t) * (size_t)(tn * K)));
         s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(tn * K));
     }
-    return st_gpu_tier_table(g->stage, c->il, ids, tn, K, 0, g->stream, &c->table);
+    return st_gpu_tier_table(g->ahead ? g->ahead : g->stage, c->il, ids, tn, K, 0, g->stream, &c->table);
+}
+
+/* stage_ahead: after a staged layer's last chunk is enqueued, the next layer's experts, when it is
+ * a CPU layer too, start on the ahead tier's copy stream (behind the kernels enqueued so far, so
+ * no slot a queued kernel reads is overwritten); its staged batch then finds them loading or done
+ * (st_gpu_tier_table settles them, the compute stream waiting on the copies still running). */
+static strata_status st_gpu_stage_ahead(strata_session *s, const st_moe_call *mc, const st_moe_chunk *c) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    if (!g->ahead || c->mode != ST_MOE_STAGED || c->t0 + c->tn < mc->T || c->il + 1 >= hp->n_layer ||
+        !st_plan_layer_on_cpu(&s->plan, c->il + 1))
+        return STRATA_OK;
+    return st_gpu_tier_prefetch(g->ahead, c->il + 1, g->ahead_ids, hp->n_expert, g->stream);
 }
 
 /* DEGRADE_ZERO (a cache layer, the routing ids down): light missed experts are not loaded; the
@@ -716,6 +729,7 @@ strata_status st_gpu_moe_experts(strata_session *s, st_moe_call *mc) {
         TRY(st_gpu_moe_choose(s, mc, t0, tn, &c));
         TRY(st_gpu_moe_place(s, mc, &c));
         TRY(st_gpu_moe_compute(s, &c));
+        TRY(st_gpu_stage_ahead(s, mc, &c));
         TRY(st_gpu_mark(s, STRATA_PHASE_EXPERTS));
         if (G->shexp) TRY(st_gpu_moe_shared(s, mc->il, t0, tn));
     }
