@@ -12,13 +12,15 @@
 # changed (--n-cpu-moe 24's staging, --gpu-mem's static split, --cpu-moe). "degrade":
 # DEGRADE_ZERO with real misses: the quality table with a 48-slot cache on the default model
 # (bench/cpu/degrade_quality.sh) and decode speed against tau with 1,536 slots on the qwen3 file.
+# "prompt": prompts with experts off the GPU (pp512 at 25% / 50%, pp2048 --cpu-moe), with and
+# without --stage-ahead, and llama-bench's rows beside them when it is built.
 # "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
 # qwen3 and, with "olmoe", olmoe. Two calls on one warm machine keep the files.
 #   run(command="bash bench/device/device_place.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
-# Knobs: STAGES (default "strata llama"; also "fix degrade olmoe sweep"), BUDGET (seconds after which no new row starts, default
+# Knobs: STAGES (default "strata llama"; also "fix degrade prompt olmoe sweep"), BUDGET (seconds after which no new row starts, default
 # 530), R (repetitions, default 2).
 # $OUT: device_place.log and place/bench.tar (every row's JSON and stderr).
 set -u
@@ -57,6 +59,15 @@ for r in rows:
           + (f", cache hit {100 * h / (h + m):.1f}%" if h + m else "")
           + f", PCIe {x.get('pcie_bytes', 0) / 1e6:.0f} MB, rows gpu/cpu {x.get('rows_gpu', 0)}/{x.get('rows_cpu', 0)} at {t}s")
 E
+}
+# one Strata prompt row: bench ppP (no decode)
+prow() { # tag P args...
+    local tag=$1 pp=$2
+    shift 2
+    late "strata $tag" && return
+    timeout 200 ./strata bench -m $M -p "$pp" -n 0 -r "$R" --gpu -t 16 "$@" --json "$J/p_$tag.json" \
+        > "$J/p_$tag.md" 2> "$J/p_$tag.err"
+    echo "strata $tag: $(grep -E "\| pp$pp " "$J/p_$tag.md" | awk -F'|' '{print $(NF-1)}') tok/s at $(el)s"
 }
 # one strata run row (-n 128, --stats-json): decode tok/s and DEGRADE_ZERO's tally
 drow() { # tag args...
@@ -109,6 +120,25 @@ if have degrade; then # DEGRADE_ZERO with real misses
     tail -6 "$J/degrade_quality_gpu.md"
     drow nodegrade --expert-cache 1536
     for t in 0.01 0.03 0.05 0.1; do drow tau$t --expert-cache 1536 --degrade-zero --degrade-tau $t; done
+fi
+if have prompt; then # prompts with experts off the GPU, staging with and without --stage-ahead
+    for rep in 1 2; do
+        prow pp512_ncmoe36_$rep 512 --n-cpu-moe 36
+        prow pp512_ncmoe36_ahead_$rep 512 --n-cpu-moe 36 --stage-ahead
+        prow pp512_ncmoe24_$rep 512 --n-cpu-moe 24
+        prow pp512_ncmoe24_ahead_$rep 512 --n-cpu-moe 24 --stage-ahead
+        prow pp2048_cpumoe_$rep 2048 --cpu-moe
+        prow pp2048_cpumoe_ahead_$rep 2048 --cpu-moe --stage-ahead
+    done
+    if [ -f /tmp/llama.done ]; then
+        for x in "512 36" "512 24" "2048 48"; do
+            set -- $x
+            late "llama pp$1" && continue
+            timeout 200 bash .peer/llama_bench.sh run -m $M -ngl 99 -fa 1 -p $1 -n 0 -r "$R" -ncmoe $2 -t 16 \
+                > "$J/l_pp$1_ncmoe$2.md" 2> "$J/l_pp$1_ncmoe$2.err"
+            echo "llama pp$1 -ncmoe $2: $(grep -E "pp$1" "$J/l_pp$1_ncmoe$2.md" | awk -F'|' '{print $(NF-1)}') at $(el)s"
+        done
+    fi
 fi
 if have olmoe && [ -f /tmp/olmoe.done ]; then
     M=/tmp/olmoe.gguf
