@@ -70,7 +70,9 @@ strata_status st_session_params_check(const strata_model *model, const strata_se
 
 /* GPU bytes a CUDA session needs besides its routed experts and scratch: every other tensor
  * (the file's tensor bytes less the routed experts'), the KV cache at n_ctx (the GPU's layout:
- * K and V of every layer, max(head_dim, head_dim_v) per head), and an allowance of 512 MiB for
+ * K and V of every layer, max(head_dim, head_dim_v) per head), the staging slots CPU layers
+ * bring (one layer's worth with stage_experts, two more with stage_ahead: reserved whatever the
+ * split, so a split that leaves layers on the CPU still fits), and an allowance of 512 MiB for
  * scratch, the driver and the kernels (the margin the expert cache's auto size keeps). */
 #define ST_FIT_ALLOWANCE (512LL << 20)
 
@@ -83,25 +85,28 @@ strata_status st_session_fit_gpu_mem(const strata_model *model, strata_session_p
         return STRATA_OK;
     int64_t *lb = calloc((size_t)hp->n_layer, sizeof *lb);
     if (!lb) return st_error(STRATA_ERR_NOMEM, "session: out of memory");
-    int64_t experts = 0;
+    int64_t experts = 0, slot = 0;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const st_layer *L = &model->layers[il];
         lb[il] = (int64_t)(st_tensor_bytes(&L->ffn_gate_exps) + st_tensor_bytes(&L->ffn_up_exps) +
                            st_tensor_bytes(&L->ffn_down_exps));
         experts += lb[il];
+        if (lb[il] / hp->n_expert + 3 * 256 > slot) slot = lb[il] / hp->n_expert + 3 * 256; /* aligned matrices */
     }
+    const int64_t stage = q->stage_experts == 0 ? 0 : (q->stage_ahead ? 3 : 1) * (int64_t)hp->n_expert * slot;
     const int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
     const int64_t hd = hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v;
     const int64_t kv = 2 * (int64_t)hp->n_layer * hp->n_head_kv * n_ctx * hd * (p->kv_type == STRATA_TYPE_F16 ? 2 : 4);
     const int64_t other = (int64_t)model->info.n_bytes - experts;
-    const int64_t fixed = (other > 0 ? other : 0) + kv + ST_FIT_ALLOWANCE;
+    const int64_t fixed = (other > 0 ? other : 0) + kv + stage + ST_FIT_ALLOWANCE;
     const int32_t n = st_plan_fit_layers(q->gpu_mem, fixed, lb, hp->n_layer);
     free(lb);
     if (n < 0)
         return st_error(STRATA_ERR_NOMEM, "gpu_mem %lld MiB holds not even the weights besides the routed experts "
-                        "(%lld MiB), the KV cache at n_ctx %lld (%lld MiB) and %lld MiB of scratch",
-                        (long long)(q->gpu_mem >> 20), (long long)(other >> 20), (long long)n_ctx,
-                        (long long)(kv >> 20), (long long)(ST_FIT_ALLOWANCE >> 20));
+                        "(%lld MiB), the KV cache at n_ctx %lld (%lld MiB), staging slots (%lld MiB) and %lld "
+                        "MiB of scratch", (long long)(q->gpu_mem >> 20), (long long)(other >> 20),
+                        (long long)n_ctx, (long long)(kv >> 20), (long long)(stage >> 20),
+                        (long long)(ST_FIT_ALLOWANCE >> 20));
     q->n_cpu_moe = n >= hp->n_layer ? -1 : n;
     *fit = n;
     return st_plan_check(p); /* the combinations again, now with n_cpu_moe */
