@@ -45,6 +45,9 @@ int cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 int cli_fail(const char *fmt, ...) CLI_PRINTF(1, 2);
 /* CLI_EXIT_USAGE with a message if path cannot be read, else 0. */
 int cli_check_readable(const char *path);
+/* A byte count for option name: a number, optionally with K, M or G (powers of 1024). Prints a
+ * usage error and returns CLI_EXIT_USAGE for a bad one; 0 and *out otherwise (options.c). */
+int cli_parse_size(const char *name, const char *v, int64_t *out);
 /* Writes n bytes as "1.23 MiB" into buf. */
 const char *cli_human_bytes(double n, char *buf, size_t size);
 /* Monotonic seconds. */

@@ -108,13 +108,16 @@ static void print_file_type(const strata_gguf *g) {
 
 static void info_usage(FILE *f) {
     fprintf(f,
-        "usage: strata info MODEL.gguf [--tensors]\n"
+        "usage: strata info MODEL.gguf [--tensors] [--gpu-mem SIZE [-c N]]\n"
         "\n"
         "What a GGUF file holds: file version, shards, alignment, architecture and its\n"
         "hyperparameters, file type, tokenizer, and the tensors grouped by kind (count and bytes\n"
         "per kind and type). Split files (NAME-00001-of-0000N.gguf) are read whole.\n"
         "\n"
-        "  --tensors    also list every tensor: type, shape, bytes, offset and shard\n");
+        "  --tensors    also list every tensor: type, shape, bytes, offset and shard\n"
+        "  --gpu-mem SIZE  the static split a GPU session with --gpu-mem SIZE alone would use\n"
+        "               (which layers' routed experts stay in RAM for the CPU), at context -c N\n"
+        "               (default: the model's training context); no GPU needed\n");
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -208,10 +211,50 @@ static void print_tensor_list(const strata_gguf *g) {
  * The command
  * ------------------------------------------------------------------------------------------- */
 
+/* --gpu-mem: the split strata_placement_fit chooses for the model at path, said in one line. */
+static int info_fit(const char *path, int64_t gpu_mem, int64_t n_ctx) {
+    strata_model_params mp = strata_model_default_params();
+    mp.n_threads = 1;
+    strata_model *m = NULL;
+    if (strata_model_load(path, &mp, &m) != STRATA_OK) return cli_fail("%s: %s", path, cli_lib_error());
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = (int32_t)n_ctx;
+    sp.placement.gpu_mem = gpu_mem;
+    int32_t n = 0;
+    const strata_status st = strata_placement_fit(m, &sp, &n);
+    strata_model_info mi;
+    strata_model_get_info(m, &mi);
+    strata_model_free(m);
+    if (st != STRATA_OK) return cli_fail("--gpu-mem: %s", cli_lib_error());
+    char hb[32];
+    printf("%-16s--gpu-mem %s", "placement", cli_human_bytes((double)gpu_mem, hb, sizeof hb));
+    if (n_ctx > 0) printf(" at -c %lld", (long long)n_ctx);
+    if (n == 0) printf(": every layer's routed experts fit on the GPU\n");
+    else if (n >= mi.n_layer) printf(": every layer's routed experts stay in RAM for the CPU (as --cpu-moe)\n");
+    else printf(": the routed experts of layers 0..%d stay in RAM for the CPU, those of layers %d..%d on the GPU "
+                "(as --n-cpu-moe %d)\n", (int)n - 1, (int)n, (int)mi.n_layer - 1, (int)n);
+    return 0;
+}
+
 int cli_cmd_info(int argc, char **argv) {
     const char *path = NULL;
     int list = 0;
+    int64_t gpu_mem = 0, n_ctx = 0;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--gpu-mem") == 0 || strcmp(argv[i], "-c") == 0) {
+            if (i + 1 >= argc) return cli_usage_error("%s needs a value", argv[i]);
+            const char *a = argv[i++];
+            int rc = 0;
+            if (a[1] == 'c') {
+                char *end;
+                n_ctx = strtoll(argv[i], &end, 10);
+                if (*end || n_ctx < 1 || n_ctx > (1LL << 30)) rc = cli_usage_error("bad value '%s' for -c", argv[i]);
+            } else {
+                rc = cli_parse_size(a, argv[i], &gpu_mem);
+            }
+            if (rc) return rc;
+            continue;
+        }
         if (strcmp(argv[i], "--tensors") == 0) list = 1;
         else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { info_usage(stdout); return 0; }
         else if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error("unknown option '%s'", argv[i]);
@@ -287,5 +330,5 @@ int cli_cmd_info(int argc, char **argv) {
     print_tensor_table(g);
     if (list) print_tensor_list(g);
     strata_gguf_free(g);
-    return 0;
+    return gpu_mem > 0 ? info_fit(path, gpu_mem, n_ctx) : 0;
 }

@@ -285,8 +285,7 @@ void cli_opts_usage(FILE *f) {
  * Values
  * ------------------------------------------------------------------------------------------- */
 
-/* A byte count: a number, optionally with K, M or G (powers of 1024). */
-static int parse_size(const char *name, const char *v, int64_t *out) {
+int cli_parse_size(const char *name, const char *v, int64_t *out) {
     char *end;
     errno = 0;
     double b = strtod(v, &end);
@@ -359,9 +358,9 @@ static int opt_ngl(cli_opts *o, const char *a, const char *v) {
     return rc;
 }
 
-static int opt_ram_budget(cli_opts *o, const char *a, const char *v) { return parse_size(a, v, &o->ram_budget); }
+static int opt_ram_budget(cli_opts *o, const char *a, const char *v) { return cli_parse_size(a, v, &o->ram_budget); }
 
-static int opt_gpu_mem(cli_opts *o, const char *a, const char *v) { return parse_size(a, v, &o->gpu_mem); }
+static int opt_gpu_mem(cli_opts *o, const char *a, const char *v) { return cli_parse_size(a, v, &o->gpu_mem); }
 
 static int opt_pcie_frac(cli_opts *o, const char *a, const char *v) {
     int rc = parse_float(a, v, &o->pcie_frac);

@@ -128,6 +128,25 @@ static strata_status st_check_ram_budget(const strata_model *model, const strata
     return STRATA_OK;
 }
 
+strata_status strata_placement_fit(const strata_model *model, const strata_session_params *params,
+                                   int32_t *n_cpu_layers) {
+    if (!model || !n_cpu_layers) return st_error(STRATA_ERR_INVALID_ARG, "strata_placement_fit: NULL argument");
+    strata_session_params p = params ? *params : strata_session_default_params();
+    p.backend = STRATA_BACKEND_CUDA;
+    p.placement.expert_cache = 0;
+    p.placement.n_cpu_moe = 0;
+    if (p.placement.gpu_mem <= 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_placement_fit: gpu_mem %lld: the bytes to fit, > 0",
+                        (long long)p.placement.gpu_mem);
+    if (model->hp.n_expert <= 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_placement_fit: the model has no routed experts");
+    strata_status st = st_session_params_check(model, &p);
+    int32_t fit = -1;
+    if (st == STRATA_OK) st = st_session_fit_gpu_mem(model, &p, &fit);
+    if (st == STRATA_OK) *n_cpu_layers = fit;
+    return st;
+}
+
 strata_status strata_session_params_check(const strata_model *model,
                                           const strata_session_params *params) {
     strata_session_params p = params ? *params : strata_session_default_params();

@@ -481,6 +481,13 @@ STRATA_API strata_session_params strata_session_default_params(void);
  * defaults. */
 STRATA_API strata_status strata_session_params_check(const strata_model *model,
                                                      const strata_session_params *params);
+/* The static split gpu_mem alone makes a CUDA session use (placement.gpu_mem > 0; expert_cache and
+ * n_cpu_moe taken as 0; params' n_ctx, kv_type, stage_experts and stage_ahead count): *n_cpu_layers
+ * gets how many leading layers keep their routed experts in RAM for the CPU (0: every layer's fit
+ * on the GPU; n_layer: none do). Needs no GPU: arithmetic on the model's tensor sizes. A gpu_mem too
+ * small even for the other weights is STRATA_ERR_NOMEM with the figures. */
+STRATA_API strata_status strata_placement_fit(const strata_model *model, const strata_session_params *params,
+                                              int32_t *n_cpu_layers);
 STRATA_API strata_status strata_session_create(const strata_model *model,
                                                const strata_session_params *params,
                                                strata_session **out);

@@ -3,7 +3,7 @@
  * that fit, -1 when the fixed part alone does not), then gpu_mem alone on the default model
  * (models/strata-tiny-moe-q8_0.gguf): as gpu_mem grows the CPU layers it leaves go from every
  * layer down to none, one layer at a time; too little memory is refused naming gpu_mem; an expert
- * cache, n_cpu_moe or a CPU session make no fit. No GPU needed: the fit is arithmetic on the
+ * cache, n_cpu_moe or a CPU session make no fit; strata_placement_fit answers the same. No GPU needed: the fit is arithmetic on the
  * file's tensor sizes. */
 #include "plan.h"
 #include "session.h"
@@ -64,6 +64,18 @@ static void test_fit_model(const strata_model *m) {
     for (int32_t n = 0; n <= L && n < 64; n++) all &= seen[n];
     CHECK(monotone && all && prev == 0, "gpu_mem growing: CPU layers %d..0 each met, never rising (%d steps)", (int)L,
           steps);
+    /* the public strata_placement_fit: the same choice, whatever the params' backend and placement */
+    strata_session_params fp = strata_session_default_params();
+    fp.n_ctx = 256;
+    fp.placement.gpu_mem = 1LL << 40;
+    fp.placement.n_cpu_moe = 3; /* taken as 0 */
+    int32_t nl = -7;
+    CHECK(strata_placement_fit(m, &fp, &nl) == STRATA_OK && nl == 0, "strata_placement_fit, 1 TiB: 0 (%d)", (int)nl);
+    fp.placement.gpu_mem = 0;
+    CHECK(strata_placement_fit(m, &fp, &nl) == STRATA_ERR_INVALID_ARG && strstr(strata_last_error(), "gpu_mem"),
+          "strata_placement_fit: gpu_mem 0 refused");
+    CHECK(strata_placement_fit(NULL, &fp, &nl) == STRATA_ERR_INVALID_ARG &&
+              strata_placement_fit(m, &fp, NULL) == STRATA_ERR_INVALID_ARG, "strata_placement_fit: NULL refused");
     /* no fit where gpu_mem does not choose: an expert cache, n_cpu_moe given, a CPU session */
     strata_session_params p = strata_session_default_params();
     p.backend = STRATA_BACKEND_CUDA;

@@ -172,6 +172,22 @@ def test_info_tensor_list():
             assert int(m.group(3)) == t.n_bytes and int(m.group(4)) == t.file_offset
 
 
+def test_info_gpu_mem_split():
+    """info --gpu-mem SIZE [-c N]: the static split a GPU session would use for that memory (no GPU
+    needed): CPU layers fall as SIZE grows, every layer fits with plenty, too little is refused."""
+    path = need(TINY)
+    seen = []
+    for size in ("523M", "527M", "531M", "535M", "539M", "1G"):
+        out = run("info", path, "--gpu-mem", size, "-c", 256, check_rc=0).stdout
+        line = field(out, "placement")
+        m = re.search(r"as --n-cpu-moe (\d+)", line)
+        seen.append(0 if "fit on the GPU" in line else 6 if "as --cpu-moe" in line else int(m.group(1)))
+    assert seen == sorted(seen, reverse=True) and seen[-1] == 0 and seen[0] > 0, seen
+    p = run("info", path, "--gpu-mem", "1M", check_rc=1)
+    assert "holds not even the weights" in p.stderr and "--gpu-mem" in p.stderr
+    assert run("info", path, "--gpu-mem", "x", check_rc=2).returncode == 2
+
+
 def test_info_vocab_file():
     out = run("info", need(VOCAB), check_rc=0).stdout
     assert field(out, "tensors") == "0"
