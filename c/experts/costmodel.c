@@ -75,6 +75,21 @@ int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t
     return n > 0 && ST_STAGE_MARGIN * copy < cpu;
 }
 
+double st_cost_plan_rate(const st_cost_params *p, int32_t k, int32_t n_cpu_layers, int split) {
+    enum { KMAX = 64 };
+    if (!(p->cpu_expert_s > 0) || n_cpu_layers < 1 || k < 1 || k > KMAX) return 0.0;
+    double t_layer = p->cpu_step_s + (double)k * p->cpu_expert_s;
+    if (split) { /* the split's own prediction for one token: k one-row misses */
+        st_miss m[KMAX];
+        uint8_t load[KMAX];
+        for (int32_t i = 0; i < k; i++) m[i] = (st_miss){i, 1, 1.0f};
+        double span = 0.0;
+        st_cost_decide(p, m, k, load, &span);
+        if (span > 0.0) t_layer = span;
+    }
+    return t_layer > 0.0 ? 1.0 / ((double)n_cpu_layers * t_layer) : 0.0;
+}
+
 static double st_cost_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);

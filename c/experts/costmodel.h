@@ -58,6 +58,12 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
  * the unmargined model took 1.9x the predicted copy time (27 tok/s against 39 on the CPU). */
 int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t_copy, double *t_cpu);
 
+/* The decode rate n_cpu_layers CPU layers allow, k experts a token each (one row): a layer takes
+ * one pool step for its k experts (cpu_step_s + k cpu_expert_s), or with split the makespan of
+ * st_cost_decide on them (PCIe and the CPU at once); tokens a second over all the layers, the
+ * GPU's own time not counted. 0 without the step figures (cpu_expert_s 0) or layers. */
+double st_cost_plan_rate(const st_cost_params *p, int32_t k, int32_t n_cpu_layers, int split);
+
 /* Measures cpu_fixed_s and cpu_per_row_s for experts like e (its types and shapes) on tp: the
  * expert step for 1 and for 8 rows, best of a few runs. 0 on success, -1 on no memory. */
 int st_cost_measure_cpu(st_threadpool *tp, const st_expert *e, double *cpu_fixed_s,

@@ -156,6 +156,25 @@ static void test_stage(void) {
     CHECK(st_cost_stage(&p, many, 4, NULL, NULL) == 0, "no PCIe: never staged");
 }
 
+/* The plan's rate: n CPU layers of one pool step each, or of the split's makespan. */
+static void test_plan_rate(void) {
+    st_cost_params p;
+    memset(&p, 0, sizeof p);
+    p.pcie_frac = -1;
+    CHECK(st_cost_plan_rate(&p, 8, 48, 0) == 0.0, "no step figures: no plan");
+    p.cpu_step_s = 33e-6;
+    p.cpu_expert_s = 34e-6;
+    p.cpu_per_row_s = 25e-6;
+    const double r = st_cost_plan_rate(&p, 8, 48, 0);
+    CHECK(fabs(r - 1.0 / (48 * (33e-6 + 8 * 34e-6))) < 1e-9, "one pool step a layer: %.2f tok/s", r);
+    CHECK(st_cost_plan_rate(&p, 8, 0, 0) == 0.0 && st_cost_plan_rate(&p, 0, 48, 0) == 0.0, "no layers or experts: 0");
+    p.expert_bytes = 2.64e6; /* the H200 host's figures: the split sends some experts over PCIe */
+    p.pcie_bytes_per_s = 51.4e9;
+    p.pcie_latency_s = 8e-6;
+    const double rs = st_cost_plan_rate(&p, 8, 48, 1);
+    CHECK(rs > r && rs < 2.0 * r, "the split's makespan beats the CPU alone (%.1f against %.1f tok/s)", rs, r);
+}
+
 static void test_measure(void) {
     const int64_t E = 256, F = 256;
     const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, E);
@@ -205,6 +224,7 @@ int main(void) {
     test_decide();
     test_decide_step();
     test_stage();
+    test_plan_rate();
     test_measure();
     test_measure_step();
     return test_report();

@@ -923,21 +923,9 @@ int st_gpu_split_mode(const strata_session *s) {
 double st_gpu_plan_rate(const strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     const st_gpu *g = s->gpu;
-    enum { KMAX = 64 };
-    const int32_t K = hp->n_expert_used;
-    if (!g || s->plan.n_cpu_moe == 0 || hp->n_expert <= 0 || !(s->cost.cpu_expert_s > 0) || K < 1 || K > KMAX)
-        return 0.0;
+    if (!g || s->plan.n_cpu_moe == 0 || hp->n_expert <= 0) return 0.0;
     const int32_t n_cpu = s->plan.n_cpu_moe < 0 || s->plan.n_cpu_moe > hp->n_layer ? hp->n_layer : s->plan.n_cpu_moe;
-    double t_layer = s->cost.cpu_step_s + (double)K * s->cost.cpu_expert_s;
-    if (g->cpu_split) { /* the split's own prediction for one token: K one-row misses */
-        st_miss m[KMAX];
-        uint8_t load[KMAX];
-        for (int32_t k = 0; k < K; k++) m[k] = (st_miss){k, 1, 1.0f};
-        double span = 0.0;
-        st_cost_decide(&s->cost, m, K, load, &span);
-        if (span > 0.0) t_layer = span;
-    }
-    return t_layer > 0.0 ? 1.0 / ((double)n_cpu * t_layer) : 0.0;
+    return st_cost_plan_rate(&s->cost, hp->n_expert_used, n_cpu, g->cpu_split);
 }
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped) {
     *bytes = s && s->gpu ? (int64_t)s->gpu->tiles_bytes : 0;
