@@ -28,6 +28,10 @@
  * little cheaper than the trend and get tried once; between two observed, the line between them. */
 #define PRIOR_SLOPE 0.25
 #define EXTRAP_SLOPE 0.75
+/* A length's first window costing more than this times the table's estimate for it may have paid
+ * one-time costs (a GPU's kernels loaded at first launch, a busy host): the choice keeps the
+ * estimate until a second window of that length replaces the first sample. */
+#define RETRY_ABOVE 1.3
 
 struct strata_spec_policy {
     int32_t draft_max;
@@ -35,6 +39,8 @@ struct strata_spec_policy {
     double window_s[STRATA_DRAFT_MAX + 1];    /* [k]: a window of k drafts (k + 1 rows), seen or estimated */
     int seen[STRATA_DRAFT_MAX + 1];           /* [k]: window_s[k] observed ([0]: plain_s) */
     double plain_s;                           /* a plain one-token step */
+    double pre[STRATA_DRAFT_MAX + 1];         /* [k]: the estimate before a suspect first sample */
+    int retry[STRATA_DRAFT_MAX + 1];          /* [k]: that first sample awaits a second (RETRY_ABOVE) */
     int64_t plain_steps, windows, probes;
     int32_t since_news;                       /* plain steps since the last acceptance evidence */
     int32_t probe_after;                      /* since_news that makes a probe */
@@ -55,12 +61,18 @@ static double expected_tokens(double a, int32_t k) {
 
 /* The draft count (0..n_avail) with the most expected tokens a second; a window must beat a plain
  * step by WIN_MARGIN. */
+/* The seconds a window of k drafts is taken to cost: the table's, or while a suspect first sample
+ * awaits its second, the estimate from before it. */
+static double window_cost(const strata_spec_policy *p, int32_t k) {
+    return p->retry[k] ? p->pre[k] : p->window_s[k];
+}
+
 static int32_t st_policy_best(const strata_spec_policy *p, int32_t n_avail, double draft_token_s) {
     const double a = acceptance(p), plain_rate = 1.0 / p->plain_s;
     int32_t best = 0;
     double best_rate = plain_rate * WIN_MARGIN;
     for (int32_t k = 1; k <= n_avail && k <= p->draft_max; k++) {
-        const double rate = expected_tokens(a, k) / (p->window_s[k] + (double)k * draft_token_s);
+        const double rate = expected_tokens(a, k) / (window_cost(p, k) + (double)k * draft_token_s);
         if (rate > best_rate) {
             best = k;
             best_rate = rate;
@@ -75,7 +87,10 @@ static int32_t st_policy_best(const strata_spec_policy *p, int32_t n_avail, doub
 static int st_could_pay(const strata_spec_policy *p, int32_t n_avail, double draft_token_s) {
     strata_spec_policy q = *p;
     q.acc = q.trials = 1e12;
-    for (int32_t k = 1; k <= q.draft_max; k++) q.window_s[k] *= PROBE_OPTIMISM;
+    for (int32_t k = 1; k <= q.draft_max; k++) {
+        q.window_s[k] *= PROBE_OPTIMISM;
+        q.pre[k] *= PROBE_OPTIMISM;
+    }
     return st_policy_best(&q, n_avail, draft_token_s) > 0;
 }
 
@@ -138,8 +153,20 @@ static void learn_cost(strata_spec_policy *p, int32_t n_draft, double seconds) {
         estimate_costs(p);
         return;
     }
-    p->window_s[n_draft] = p->seen[n_draft]++ ? p->window_s[n_draft] + COST_ALPHA * (seconds - p->window_s[n_draft])
-                                              : seconds;
+    const int32_t k = n_draft;
+    if (p->retry[k]) { /* the second sample of a length whose first was suspect replaces it */
+        p->retry[k] = 0;
+        p->window_s[k] = seconds;
+    } else if (p->seen[k]) {
+        p->window_s[k] += COST_ALPHA * (seconds - p->window_s[k]);
+    } else {
+        if (p->seen[0] && seconds > RETRY_ABOVE * p->window_s[k]) { /* more than the table expected */
+            p->retry[k] = 1;
+            p->pre[k] = p->window_s[k];
+        }
+        p->window_s[k] = seconds;
+    }
+    p->seen[k]++;
     if (p->seen[0]) estimate_costs(p);
 }
 
@@ -171,7 +198,7 @@ double strata_spec_policy_rate(const strata_spec_policy *p, int32_t k, double dr
     if (!p || k < 0 || k > p->draft_max || !p->seen[0]) return 0.0;
     if (!(draft_token_s >= 0.0)) draft_token_s = 0.0;
     if (k == 0) return 1.0 / p->plain_s;
-    return expected_tokens(acceptance(p), k) / (p->window_s[k] + (double)k * draft_token_s);
+    return expected_tokens(acceptance(p), k) / (window_cost(p, k) + (double)k * draft_token_s);
 }
 
 void strata_spec_policy_observe_unverified(strata_spec_policy *p, int matched) {
@@ -186,7 +213,10 @@ strata_status strata_spec_policy_set_costs(strata_spec_policy *p, double plain_s
             return st_error(STRATA_ERR_INVALID_ARG, "strata_spec_policy_set_costs: window_s[%d] <= 0", (int)k);
     p->plain_s = plain_s;
     memcpy(p->window_s, window_s, sizeof(double) * (size_t)(p->draft_max + 1));
-    for (int32_t k = 0; k <= p->draft_max; k++) p->seen[k] = 1;
+    for (int32_t k = 0; k <= p->draft_max; k++) {
+        p->seen[k] = 1;
+        p->retry[k] = 0;
+    }
     return STRATA_OK;
 }
 

@@ -794,7 +794,9 @@ STRATA_API strata_status strata_session_get_spec_stats(const strata_session *ses
  * learning the table costs no extra passes. It picks the count with the most expected tokens a
  * second, (1 + a + ... + a^k) / (window_s[k] + k * draft_token_s), or 0 when a plain step is
  * expected to be as fast (within a 2% margin); after 32 plain steps without news of the
- * acceptance, one small window probes it. Timing drives the choices, and with them the speed
+ * acceptance, one small window probes it. A length's first window costing over 1.3 times the
+ * table's estimate (one-time costs: a GPU loading kernels at first launch) is tried once more
+ * before its sample counts. Timing drives the choices, and with them the speed
  * only: windows give plain decoding's text (strata_session_speculate).
  *
  *     strata_spec_policy *p;
