@@ -265,8 +265,34 @@ static strata_status finish_sorted(strata_sampler *s, int64_t n, strata_token *o
 
 /* The whole chain over every token: greedy, top_k 0 (or >= the vocabulary), and the reference the
  * top-k path is tested against. */
+/* Greedy without an active penalty: the argmax of the row itself (NaN as -inf, ties to the lowest
+ * id), what sample_full's greedy branch finds, without building the candidates (a verify window
+ * samples every row: on a 50K vocabulary the copy cost more than the search). */
+static strata_status sample_argmax(const strata_sampler *s, const float *logits, strata_token *out) {
+    int64_t best = -1;
+    float bl = -INFINITY;
+    int any_finite = 0;
+    for (int64_t i = 0; i < s->n_vocab; i++) {
+        float l = logits[i];
+        if (isnan(l)) l = -INFINITY;
+        if (isfinite(l)) any_finite = 1;
+        if (best < 0 || l > bl) {
+            best = i;
+            bl = l;
+        }
+    }
+    if (!any_finite)
+        return st_error(STRATA_ERR_INVALID_ARG,
+                        "strata_sampler_sample: no finite logit among %lld", (long long)s->n_vocab);
+    *out = (strata_token)best;
+    return STRATA_OK;
+}
+
 static strata_status sample_full(strata_sampler *s, const float *logits, strata_token *out) {
     const strata_sampler_params *p = &s->p;
+    if (!(p->temperature > 0.0f) && (s->hist_len == 0 || (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f &&
+                                                           p->frequency_penalty == 0.0f)))
+        return sample_argmax(s, logits, out);
     int64_t n = s->n_vocab;
     int any_finite = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -92,6 +92,27 @@ static void test_greedy(void) {
     strata_sampler_sample(sg, l, &a);
     strata_sampler_sample(sk, l, &b);
     CHECK(a == 300 && b == 300, "ties go to the lowest id: %d %d", a, b);
+    /* the greedy fast path (no penalty active) and the full one (a penalty with history) agree on
+     * NaN as -inf, +inf winning, and no finite logit refused */
+    {
+        float odd[6] = {NAN, -INFINITY, 2.0f, NAN, 2.0f, 1.0f};
+        strata_sampler *gs = make(&g, 6);
+        CHECK(strata_sampler_sample(gs, odd, &a) == STRATA_OK && a == 2, "greedy, NaNs: %d", a);
+        odd[5] = INFINITY;
+        CHECK(strata_sampler_sample(gs, odd, &a) == STRATA_OK && a == 5, "greedy, +inf wins: %d", a);
+        float none[3] = {NAN, -INFINITY, NAN};
+        strata_sampler_free(gs);
+        gs = make(&g, 3);
+        CHECK(strata_sampler_sample(gs, none, &a) == STRATA_ERR_INVALID_ARG, "greedy, no finite logit refused");
+        strata_sampler_free(gs);
+        strata_sampler_params gp = g;
+        gp.repeat_penalty = 4.0f; /* history {2}: logit 2 becomes 0.5, so 4 (2.0) wins */
+        gs = make(&gp, 6);
+        strata_sampler_accept(gs, 2);
+        odd[5] = 1.0f;
+        CHECK(strata_sampler_sample(gs, odd, &a) == STRATA_OK && a == 4, "greedy with a penalty: %d", a);
+        strata_sampler_free(gs);
+    }
     /* negative temperature is greedy too */
     g.temperature = -1.0f;
     strata_sampler *sn = make(&g, V);
