@@ -360,6 +360,21 @@ class Model:
             if not keep:
                 lib.strata_session_free(sess)
 
+    def gpu_mem_split(self, gpu_mem: int, n_ctx: int | None = None) -> int:
+        """How many leading layers would keep their routed experts in RAM for the CPU in a GPU session
+        given gpu_mem bytes alone (strata_placement_fit: the static split that fits, at this Model's
+        n_ctx unless n_ctx is given; no GPU needed): 0 when every layer's experts fit, the layer
+        count when none do. StrataError when gpu_mem holds not even the other weights."""
+        gpu_mem = int_arg("gpu_mem", gpu_mem, lo=1)
+        sp = self._session_params()
+        if n_ctx is not None:
+            sp.n_ctx = int_arg("n_ctx", n_ctx, lo=1)
+        sp.placement.gpu_mem = gpu_mem
+        out = ffi.new("int32_t *")
+        check(lib.strata_placement_fit(self._model(), ffi.new("strata_session_params *", sp), out),
+              "strata_placement_fit")
+        return int(out[0])
+
     def route_trace(self, prompt: "str | Sequence[int]", max_tokens: int = 0, path=None) -> list:
         """The routing of prompt (text or token ids) and of max_tokens greedy tokens after it, one
         record per layer and forward pass, as `strata run --route-trace` writes them: {"layer",

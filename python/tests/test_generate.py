@@ -481,3 +481,17 @@ def test_python_gpu_placement_options():
         cuda.close()
     for m in (base, opts):
         m.close()
+
+
+def test_gpu_mem_split():
+    """Model.gpu_mem_split: the static split gpu_mem alone would use (no GPU needed), CPU layers
+    falling from all to none as the memory grows; too little is a StrataError naming gpu_mem."""
+    from conftest import shared_file
+    with strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=256, n_threads=2) as m:
+        split = [m.gpu_mem_split(mib << 20) for mib in (523, 527, 531, 535, 539, 1024)]
+        assert split == sorted(split, reverse=True) and split[0] > 0 and split[-1] == 0, split
+        assert m.gpu_mem_split(1 << 40, n_ctx=128) == 0
+        with pytest.raises(strata.StrataError, match="gpu_mem"):
+            m.gpu_mem_split(1 << 20)
+        with pytest.raises(ValueError):
+            m.gpu_mem_split(0)
