@@ -67,7 +67,8 @@ prow() { # tag P args...
     late "strata $tag" && return
     timeout 200 ./strata bench -m $M -p "$pp" -n 0 -r "$R" --gpu -t 16 "$@" --json "$J/p_$tag.json" \
         > "$J/p_$tag.md" 2> "$J/p_$tag.err"
-    echo "strata $tag: $(grep -E "\| pp$pp " "$J/p_$tag.md" | awk -F'|' '{print $(NF-1)}') tok/s at $(el)s"
+    echo "strata $tag: $(python3 -c "import json,sys; print('%.1f' % json.load(open(sys.argv[1]))['rows'][0]['tok_s'])" \
+        "$J/p_$tag.json" 2>/dev/null || echo failed) tok/s at $(el)s"
 }
 # one strata run row (-n 128, --stats-json): decode tok/s and DEGRADE_ZERO's tally
 drow() { # tag args...
