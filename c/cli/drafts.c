@@ -174,15 +174,12 @@ static int drafts_propose(const cli_drafts *d, cli_draft_src *s, const strata_to
  * up on pending tokens counted: the rate it then expects, or 0 when the choice is a probe whose
  * catching up costs more than DRAFTS_PROBE_CATCHUP of a plain step a token. */
 static double drafts_rate_behind(const cli_draft_src *s, int32_t k, double rate, int64_t pending) {
-    strata_spec_policy_stats ps;
-    if (!s->reads_prompt || pending <= 0 || !(rate > 0) ||
-        strata_spec_policy_get_stats(s->policy, &ps) != STRATA_OK || !(ps.plain_s > 0))
-        return rate;
-    double e = 0.0, t = 1.0; /* expected tokens of the window: 1 + a + ... + a^k */
-    for (int32_t i = 0; i <= k; i++, t *= ps.acceptance) e += t;
-    const double behind = 1.0 / (1.0 / rate + (double)pending * s->catchup_s / e);
-    const int probe = behind <= 1.02 / ps.plain_s;
-    return probe && s->catchup_s > DRAFTS_PROBE_CATCHUP * ps.plain_s ? 0.0 : behind;
+    const double plain_rate = strata_spec_policy_rate(s->policy, 0, 0.0); /* 1 / plain_s */
+    if (!s->reads_prompt || pending <= 0 || !(rate > 0) || !(plain_rate > 0)) return rate;
+    /* the catching up as more seconds a drafted token: the policy's own rate then counts it */
+    const double behind = strata_spec_policy_rate(s->policy, k, s->tok_s + (double)pending * s->catchup_s / k);
+    const int probe = behind <= 1.02 * plain_rate;
+    return probe && s->catchup_s * plain_rate > DRAFTS_PROBE_CATCHUP ? 0.0 : behind;
 }
 
 int cli_drafts_next(cli_drafts *d, const strata_token *history, int64_t n_history, int32_t max, int *which,

@@ -39,16 +39,13 @@ class Source:
     def rate_behind(self, k: int, rate: float, pending: int) -> float:
         """c/cli/drafts.c's drafts_rate_behind: the rate with the catching up on pending tokens
         counted, 0 for a probe whose catching up costs more than 2% of a plain step a token."""
-        if not self.reads_prompt or pending <= 0 or rate <= 0:
+        plain_rate = lib.strata_spec_policy_rate(self.policy, 0, 0.0)  # 1 / plain_s
+        if not self.reads_prompt or pending <= 0 or rate <= 0 or plain_rate <= 0:
             return rate
-        st = ffi.new("strata_spec_policy_stats *")
-        check(lib.strata_spec_policy_get_stats(self.policy, st), "strata_spec_policy_get_stats")
-        if st.plain_s <= 0:
-            return rate
-        e = sum(st.acceptance ** i for i in range(k + 1))
-        behind = 1.0 / (1.0 / rate + pending * self.catchup_s / e)
-        probe = behind <= 1.02 / st.plain_s
-        return 0.0 if probe and self.catchup_s > 0.02 * st.plain_s else behind
+        # the catching up as more seconds a drafted token: the policy's own rate then counts it
+        behind = lib.strata_spec_policy_rate(self.policy, k, self.tok_s + pending * self.catchup_s / k)
+        probe = behind <= 1.02 * plain_rate
+        return 0.0 if probe and self.catchup_s * plain_rate > 0.02 else behind
 
     def propose(self, hist_c, n_hist: int, want: int) -> None:
         if self.reads_prompt and n_hist - self.read > 1:  # the catching up timed apart
