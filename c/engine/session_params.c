@@ -85,14 +85,15 @@ strata_status st_session_fit_gpu_mem(const strata_model *model, strata_session_p
         return STRATA_OK;
     int64_t *lb = calloc((size_t)hp->n_layer, sizeof *lb);
     if (!lb) return st_error(STRATA_ERR_NOMEM, "session: out of memory");
-    int64_t experts = 0, slot = 0;
+    int64_t experts = 0;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const st_layer *L = &model->layers[il];
         lb[il] = (int64_t)(st_tensor_bytes(&L->ffn_gate_exps) + st_tensor_bytes(&L->ffn_up_exps) +
                            st_tensor_bytes(&L->ffn_down_exps));
         experts += lb[il];
-        if (lb[il] / hp->n_expert + 3 * 256 > slot) slot = lb[il] / hp->n_expert + 3 * 256; /* aligned matrices */
     }
+    /* a slot of either tier holds the largest expert; the RAM tier's (aligned) size stands for it */
+    const int64_t slot = (int64_t)st_ram_tier_slot_bytes(model);
     const int64_t stage = q->stage_experts == 0 ? 0 : (q->stage_ahead ? 3 : 1) * (int64_t)hp->n_expert * slot;
     const int64_t n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
     const int64_t hd = hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v;
