@@ -15,12 +15,12 @@
  * Without a usable GPU it skips (the rule itself: test_degrade_zero.c). */
 #include "strata.h"
 #include "test.h"
+#include "test_tiny.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define N_PROMPT 12
 #define STEPS 40
@@ -169,18 +169,8 @@ int main(void) {
         SKIP("GPU DEGRADE_ZERO: CUDA unavailable: %s", bi.detail);
         return test_report();
     }
-    const char *path = "models/strata-tiny-moe-q8_0.gguf";
-    if (access(path, R_OK) != 0) {
-        SKIP("%s not found (run from the repository root)", path);
-        return test_report();
-    }
     strata_model *m = NULL;
-    strata_model_params mp = strata_model_default_params();
-    mp.n_threads = 2;
-    if (strata_model_load(path, &mp, &m) != STRATA_OK) {
-        CHECK(0, "load %s: %s", path, strata_last_error());
-        return test_report();
-    }
+    if (!test_tiny_load(2, &m)) return test_report();
     model = m;
     strata_model_info mi;
     strata_model_get_info(m, &mi);

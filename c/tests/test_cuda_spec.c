@@ -15,12 +15,12 @@
  * Without a usable GPU it skips (the CPU side is test_speculate.c's). */
 #include "strata.h"
 #include "test.h"
+#include "test_tiny.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define N_PROMPT 12
 #define N_STEPS 24 /* teacher-forced steps after the prompt; also the greedy run's length */
@@ -240,18 +240,8 @@ int main(void) {
         SKIP("GPU verify windows: CUDA unavailable: %s", bi.detail);
         return test_report();
     }
-    const char *path = "models/strata-tiny-moe-q8_0.gguf";
-    if (access(path, R_OK) != 0) {
-        SKIP("%s not found (run from the repository root)", path);
-        return test_report();
-    }
     strata_model *m = NULL;
-    strata_model_params mp = strata_model_default_params();
-    mp.n_threads = 2;
-    if (strata_model_load(path, &mp, &m) != STRATA_OK) {
-        CHECK(0, "load %s: %s", path, strata_last_error());
-        return test_report();
-    }
+    if (!test_tiny_load(2, &m)) return test_report();
     model = m;
     strata_model_info mi;
     strata_model_get_info(m, &mi);

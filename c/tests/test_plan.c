@@ -8,9 +8,9 @@
 #include "plan.h"
 #include "session.h"
 #include "test.h"
+#include "test_tiny.h"
 
 #include <string.h>
-#include <unistd.h>
 
 static void test_fit_layers(void) {
     const int64_t lb[4] = {100, 100, 100, 100};
@@ -96,16 +96,8 @@ static void test_fit_model(const strata_model *m) {
 
 int main(void) {
     test_fit_layers();
-    const char *path = "models/strata-tiny-moe-q8_0.gguf";
-    if (access(path, R_OK) != 0) {
-        SKIP("%s not found (run from the repository root)", path);
-        return test_report();
-    }
     strata_model *m = NULL;
-    if (strata_model_load(path, NULL, &m) != STRATA_OK) {
-        CHECK(0, "load %s: %s", path, strata_last_error());
-        return test_report();
-    }
+    if (!test_tiny_load(0, &m)) return test_report();
     test_fit_model(m);
     strata_model_free(m);
     return test_report();
