@@ -59,14 +59,14 @@ static double expected_tokens(double a, int32_t k) {
     return e;
 }
 
-/* The draft count (0..n_avail) with the most expected tokens a second; a window must beat a plain
- * step by WIN_MARGIN. */
 /* The seconds a window of k drafts is taken to cost: the table's, or while a suspect first sample
  * awaits its second, the estimate from before it. */
 static double window_cost(const strata_spec_policy *p, int32_t k) {
     return p->retry[k] ? p->pre[k] : p->window_s[k];
 }
 
+/* The draft count (0..n_avail) with the most expected tokens a second; a window must beat a plain
+ * step by WIN_MARGIN. */
 static int32_t st_policy_best(const strata_spec_policy *p, int32_t n_avail, double draft_token_s) {
     const double a = acceptance(p), plain_rate = 1.0 / p->plain_s;
     int32_t best = 0;
