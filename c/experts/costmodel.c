@@ -64,11 +64,12 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
 int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t_copy, double *t_cpu) {
     const double copy_s = st_cost_copy_s(p);
     double cpu = 0;
-    if (p->cpu_expert_s > 0) /* the layer's experts as one step on the pool (st_cost_params) */
+    if (p->cpu_expert_s > 0) { /* the layer's experts as one step on the pool (st_cost_params) */
+        if (n > 0) cpu = p->cpu_step_s;
         for (int i = 0; i < n; i++) cpu += p->cpu_expert_s + (double)(rows[i] - 1) * p->cpu_per_row_s;
-    else
+    } else {
         for (int i = 0; i < n; i++) cpu += p->cpu_fixed_s + (double)rows[i] * p->cpu_per_row_s;
-    if (p->cpu_expert_s > 0 && n > 0) cpu += p->cpu_step_s;
+    }
     const double copy = n > 0 ? (double)n * copy_s + p->gpu_s : 0.0;
     if (t_copy) *t_copy = copy;
     if (t_cpu) *t_cpu = cpu;
