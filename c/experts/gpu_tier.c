@@ -576,28 +576,37 @@ int32_t st_gpu_tier_empty_slots(const st_gpu_tier *c) {
     return n;
 }
 
-strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids, int64_t n,
-                                      int32_t *empty, int32_t *budget, int64_t *resident) {
-    const int32_t X = c->n_expert;
-    const st_expert *views = c->ctx.experts + (size_t)il * (size_t)X;
-    int32_t nm = 0;
-    int64_t res = 0;
-    /* residency during the step: what the export gave the device (nothing changed since) */
-    for (int64_t i = 0; i < n; i++) res += ids[i] >= 0 && ids[i] < X && c->h_where[(size_t)il * (size_t)X + (size_t)ids[i]];
-    if (resident) *resident = res;
-    if (++c->call == 0) {
-        memset(c->seen, 0, sizeof *c->seen * (size_t)X);
+/* Each distinct expert of ids[n] (layer il; -1 and out of range skipped) looked up once: the
+ * slot book's use count and hit or miss, the layer's counters; the missed ones into miss[] when
+ * it is not NULL. Returns how many missed. Nothing is loaded. */
+static int32_t st_gpu_tier_look_up(st_gpu_tier *c, int il, const int32_t *ids, int64_t n, int32_t *miss) {
+    if (++c->call == 0) { /* the stamps wrapped: start them over */
+        memset(c->seen, 0, sizeof *c->seen * (size_t)c->n_expert);
         c->call = 1;
     }
+    int32_t nm = 0;
     for (int64_t i = 0; i < n; i++) {
         const int32_t e = ids[i];
-        if (e < 0 || e >= X || c->seen[e] == c->call) continue;
+        if (e < 0 || e >= c->n_expert || c->seen[e] == c->call) continue;
         c->seen[e] = c->call;
         const int32_t slot = st_book_lookup(&c->book, il, e);
         c->layer_lookups[il]++;
         c->layer_hits[il] += slot >= 0;
-        if (slot < 0) c->miss[nm++] = e;
+        if (slot < 0 && miss) miss[nm] = e;
+        nm += slot < 0;
     }
+    return nm;
+}
+
+strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids, int64_t n,
+                                      int32_t *empty, int32_t *budget, int64_t *resident) {
+    const int32_t X = c->n_expert;
+    const st_expert *views = c->ctx.experts + (size_t)il * (size_t)X;
+    int64_t res = 0;
+    /* residency during the step: what the export gave the device (nothing changed since) */
+    for (int64_t i = 0; i < n; i++) res += ids[i] >= 0 && ids[i] < X && c->h_where[(size_t)il * (size_t)X + (size_t)ids[i]];
+    if (resident) *resident = res;
+    const int32_t nm = st_gpu_tier_look_up(c, il, ids, n, c->miss);
     /* loads for the steps to come: into EMPTY slots freely (a claim takes those first), in
      * place of an LRU expert only while the budget lasts */
     for (int32_t q = 0; q < nm && (*empty > 0 || *budget > 0); q++) {
@@ -625,18 +634,7 @@ int st_gpu_tier_admits(const st_gpu_tier *c, int il, int32_t e) {
 }
 
 void st_gpu_tier_count_misses(st_gpu_tier *c, int il, const int32_t *ids, int64_t n) {
-    if (++c->call == 0) {
-        memset(c->seen, 0, sizeof *c->seen * (size_t)c->n_expert);
-        c->call = 1;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        const int32_t e = ids[i];
-        if (e < 0 || e >= c->n_expert || c->seen[e] == c->call) continue;
-        c->seen[e] = c->call;
-        const int32_t slot = st_book_lookup(&c->book, il, e);
-        c->layer_lookups[il]++;
-        c->layer_hits[il] += slot >= 0;
-    }
+    (void)st_gpu_tier_look_up(c, il, ids, n, NULL);
 }
 
 void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_t n, uint8_t *missed) {
