@@ -328,8 +328,10 @@ class Model:
         sp.cpu_pin = int(self.cpu_pin)
         return sp
 
-    def _new_session(self):
-        sp = self._session_params()
+    def _new_session(self, sp=None):
+        """A session of this Model's settings, or of sp (session params made from them)."""
+        if sp is None:
+            sp = self._session_params()
         out = ffi.new("strata_session **")
         check(lib.strata_session_create(self._model(), ffi.new("strata_session_params *", sp), out),
               "strata_session_create")
@@ -387,12 +389,9 @@ class Model:
         max_tokens = int_arg("max_tokens", max_tokens)
         if not ids:
             raise ValueError("route_trace: an empty prompt")
-        model = self._model()
         sp = self._session_params()
         sp.backend = lib.STRATA_BACKEND_CPU
-        out = ffi.new("strata_session **")
-        check(lib.strata_session_create(model, ffi.new("strata_session_params *", sp), out), "strata_session_create")
-        sess = out[0]
+        sess = self._new_session(sp)
         recs = []
 
         @ffi.callback("void(int32_t, int32_t, int64_t, int32_t, const int32_t *, const float *, const int32_t *, void *)")
