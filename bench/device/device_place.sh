@@ -9,11 +9,13 @@
 # timed meanwhile, the build takes every core) and runs its -ncmoe 36 / 24 / 48 rows, each beside
 # the Strata rows of the same memory (interleaved; with the olmoe file's rows too when "olmoe" is
 # in STAGES). "fix": test_cuda_degrade and test_cuda_spec, then the rows the fixes of 2026-12-06
-# changed (--n-cpu-moe 24's staging, --gpu-mem's static split, --cpu-moe). "degrade":
+# changed (--n-cpu-moe 24's staging, --gpu-mem's static split, --cpu-moe), with test_cuda_session
+# first. "degrade":
 # DEGRADE_ZERO with real misses: the quality table with a 48-slot cache on the default model
 # (bench/cpu/degrade_quality.sh) and decode speed against tau with 1,536 slots on the qwen3 file.
-# "prompt": prompts with experts off the GPU (pp512 at 25% / 50%, pp2048 --cpu-moe), with and
-# without --stage-ahead, and llama-bench's rows beside them when it is built.
+# "prompt": prompts with experts off the GPU (pp512 at 25% / 50%, pp2048 --cpu-moe), staged by
+# the cost model, with --stage-split and with --stage-ahead, and llama-bench's rows beside them
+# when it is built.
 # "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
@@ -106,7 +108,7 @@ if have strata; then
     OO=$O; O=$J; DEV_TEST_SHOW="FAIL|admission|tau" dev_tests build test_cuda_session:150 test_cuda_degrade:120; O=$OO
 fi
 if have fix; then # the 2026-12-06 fixes, unmeasured when they landed
-    OO=$O; O=$J; DEV_TEST_SHOW="FAIL|tau|match" dev_tests build test_cuda_degrade:120 test_cuda_spec:200; O=$OO
+    OO=$O; O=$J; DEV_TEST_SHOW="FAIL|tau|match|stage-split" dev_tests build test_cuda_session:150 test_cuda_degrade:120 test_cuda_spec:200; O=$OO
     srow ncmoe24_fix --n-cpu-moe 24
     srow gpumem6g --gpu-mem 6G
     srow gpumem10g --gpu-mem 10G
@@ -122,15 +124,19 @@ if have degrade; then # DEGRADE_ZERO with real misses
     drow nodegrade --expert-cache 1536
     for t in 0.01 0.03 0.05 0.1; do drow tau$t --expert-cache 1536 --degrade-zero --degrade-tau $t; done
 fi
-if have prompt; then # prompts with experts off the GPU, staging with and without --stage-ahead
+if have prompt; then # prompts with experts off the GPU: staging, --stage-split, --stage-ahead
     for rep in 1 2; do
         prow pp512_ncmoe36_$rep 512 --n-cpu-moe 36
+        prow pp512_ncmoe36_split_$rep 512 --n-cpu-moe 36 --stage-split
+        [ $rep = 1 ] || continue
         prow pp512_ncmoe36_ahead_$rep 512 --n-cpu-moe 36 --stage-ahead
         prow pp512_ncmoe24_$rep 512 --n-cpu-moe 24
-        prow pp512_ncmoe24_ahead_$rep 512 --n-cpu-moe 24 --stage-ahead
+        prow pp512_ncmoe24_split_$rep 512 --n-cpu-moe 24 --stage-split
         prow pp2048_cpumoe_$rep 2048 --cpu-moe
+        prow pp2048_cpumoe_split_$rep 2048 --cpu-moe --stage-split
         prow pp2048_cpumoe_ahead_$rep 2048 --cpu-moe --stage-ahead
     done
+    grep -h "stage auto\|split\|staged" "$J"/p_pp512_ncmoe36_split_1.err | head -4
     if [ -f /tmp/llama.done ]; then
         for x in "512 36" "512 24" "2048 48"; do
             set -- $x

@@ -304,13 +304,13 @@ static int print_placed(const strata_session_stats *ps, const char *test, double
     if (placed)
         fprintf(stderr, "strata: %s: expert rows %lld on the GPU, %lld on the CPU; cache hits "
                 "%lld, misses %lld; prefetch %lld issued, %lld timely, %lld late; batches "
-                "staged %lld, on the CPU %lld; PCIe %.2f GB; disk %.2f GB (%.2f GB/s of the "
+                "staged %lld, on the CPU %lld (split %lld); PCIe %.2f GB; disk %.2f GB (%.2f GB/s of the "
                 "timed runs)\n", test,
                 (long long)ps->expert_slots_gpu, (long long)ps->expert_slots_cpu,
                 (long long)ps->expert_cache_hits, (long long)ps->expert_cache_misses,
                 (long long)ps->prefetch_issued, (long long)ps->prefetch_timely,
                 (long long)ps->prefetch_late, (long long)ps->stage_batches,
-                (long long)ps->cpu_batches, (double)ps->pcie_bytes / 1e9,
+                (long long)ps->cpu_batches, (long long)ps->split_batches, (double)ps->pcie_bytes / 1e9,
                 (double)ps->disk_bytes / 1e9, secs > 0 ? (double)ps->disk_bytes / 1e9 / secs : 0.0);
     return placed;
 }
@@ -330,13 +330,13 @@ static void json_row(bench_run *r, int depth, int kind, int len, const bench_res
         fprintf(jf, ", \"experts\": {\"rows_gpu\": %lld, \"rows_cpu\": %lld, \"cache_hits\": "
                 "%lld, \"cache_misses\": %lld, \"prefetch_issued\": %lld, \"prefetch_timely\": "
                 "%lld, \"prefetch_late\": %lld, \"batches_staged\": %lld, \"batches_cpu\": "
-                "%lld, \"pcie_bytes\": %lld, \"pinned_bytes\": %lld, \"disk_bytes\": %lld, "
+                "%lld, \"batches_split\": %lld, \"pcie_bytes\": %lld, \"pinned_bytes\": %lld, \"disk_bytes\": %lld, "
                 "\"seconds\": %.6f}",
                 (long long)ps->expert_slots_gpu, (long long)ps->expert_slots_cpu,
                 (long long)ps->expert_cache_hits, (long long)ps->expert_cache_misses,
                 (long long)ps->prefetch_issued, (long long)ps->prefetch_timely,
                 (long long)ps->prefetch_late, (long long)ps->stage_batches,
-                (long long)ps->cpu_batches, (long long)ps->pcie_bytes,
+                (long long)ps->cpu_batches, (long long)ps->split_batches, (long long)ps->pcie_bytes,
                 (long long)ps->pinned_bytes, (long long)ps->disk_bytes, res->secs);
     fputc('}', jf);
     r->first_row = 0;

@@ -16,6 +16,7 @@ static const struct {
     {"cpu_pin", "--cpu-pin"},
     {"cache_admit", "--cache-admit"},
     {"stage_ahead", "--stage-ahead"},
+    {"stage_split", "--stage-split"},
     {"cpu_warm", "--cpu-warm"},
     {"doorbell", "--doorbell"},
     {"graphs", "--cuda-graphs"},

@@ -38,6 +38,7 @@ static const struct {
     CLI_ENV_FLAG("STRATA_CPU_WARM", cpu_warm),
     CLI_ENV_FLAG("STRATA_CACHE_ADMIT", cache_admit),
     CLI_ENV_FLAG("STRATA_STAGE_AHEAD", stage_ahead),
+    CLI_ENV_FLAG("STRATA_STAGE_SPLIT", stage_split),
     CLI_ENV_FLAG("STRATA_DOORBELL", doorbell),
     CLI_ENV_FLAG("STRATA_VERIFY_PROFILE", verify_profile),
 #undef CLI_ENV_FLAG
@@ -173,6 +174,10 @@ static void cli_usage_experts(FILE *f) {
         "  --stage-ahead           with staging: the next CPU layer's experts are copied to the\n"
         "                          GPU while a staged layer computes (same results; also\n"
         "                          $STRATA_STAGE_AHEAD=1)\n"
+        "  --stage-split           with staging: a prompt batch of a CPU layer that is not staged\n"
+        "                          whole is split by the cost model: its heaviest experts copied\n"
+        "                          to the GPU and computed there while the CPU computes the rest\n"
+        "                          (the GPU's share in its arithmetic; $STRATA_STAGE_SPLIT=1)\n"
         "  --expert-cache N|auto   GPU sessions: routed experts in N GPU slots (at least one\n"
         "                          layer's experts), loaded over PCIe when routed (same results);\n"
         "                          auto: what fits in --gpu-mem SIZE or the free memory\n"
@@ -511,6 +516,7 @@ static const cli_flag_row cli_flags[] = {
     CLI_FLAG("--cache-admit", NULL, cache_admit, 1),
     CLI_FLAG("--no-cache-admit", NULL, cache_admit, 0),
     CLI_FLAG("--stage-ahead", NULL, stage_ahead, 1),
+    CLI_FLAG("--stage-split", NULL, stage_split, 1),
     CLI_FLAG("--doorbell", NULL, doorbell, 1),
     CLI_FLAG("--cpu-misses", NULL, cpu_misses, 1),
     CLI_FLAG("--no-cpu-misses", NULL, cpu_misses, 0),
@@ -597,7 +603,7 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
     static const char *const gpu_only[] = {
         "--cpu-moe", "--n-cpu-moe", "--gpu-experts", "--expert-cache", "--gpu-mem", "--cpu-misses",
         "--no-cpu-misses", "--pcie-frac", "--gpu-prefetch", "--cpu-warm", "--no-cpu-warm",
-        "--cache-admit", "--no-cache-admit", "--stage-ahead",
+        "--cache-admit", "--no-cache-admit", "--stage-ahead", "--stage-split",
         "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
         "--no-q8-tiles", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all", NULL};

@@ -42,6 +42,7 @@ typedef struct {
     int cpu_warm;                 /* --cpu-warm / --no-cpu-warm ($STRATA_CPU_WARM=1) */
     int cache_admit;              /* --cache-admit / --no-cache-admit ($STRATA_CACHE_ADMIT=1) */
     int stage_ahead;              /* --stage-ahead ($STRATA_STAGE_AHEAD=1) */
+    int stage_split;              /* --stage-split ($STRATA_STAGE_SPLIT=1) */
     int q8_tiles;                 /* --q8-tiles / --no-q8-tiles ($STRATA_Q8_TILES=0: off) */
     int doorbell;                 /* --doorbell ($STRATA_DOORBELL=1) */
     int cpu_misses;               /* --cpu-misses / --no-cpu-misses ($STRATA_CPU_MISSES=1 / 0); -1 auto */

@@ -22,6 +22,8 @@ static strata_status st_plan_ranges(const strata_placement_params *q) {
         return st_error(STRATA_ERR_INVALID_ARG, "session option cpu_warm %d: expected 0 or 1", q->cpu_warm);
     if (q->stage_ahead != 0 && q->stage_ahead != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option stage_ahead %d: expected 0 or 1", q->stage_ahead);
+    if (q->stage_split != 0 && q->stage_split != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option stage_split %d: expected 0 or 1", q->stage_split);
     if (q->cache_admit != 0 && q->cache_admit != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option cache_admit %d: expected 0 or 1", q->cache_admit);
     if (q->pin_experts < -1 || q->pin_experts > 1)
@@ -102,4 +104,5 @@ void st_plan_resolve(const strata_session_params *p, st_placement_plan *out) {
     /* admission needs somewhere else for a miss to go: the pool (doorbell) or the split */
     pl->cache_admit = gpu && q->expert_cache != 0 && (pl->doorbell || pl->cpu_misses) && q->cache_admit;
     pl->stage_ahead = pl->stage_experts != 0 && q->stage_ahead;
+    pl->stage_split = pl->stage_experts != 0 && q->stage_split;
 }

@@ -39,6 +39,7 @@ typedef struct st_placement_plan {
     float pcie_frac;        /* with a split: < 0 the cost model; 0..1 the share loaded */
     int cache_admit;        /* GPU cache with the CPU computing misses: evictions need admission */
     int stage_ahead;        /* staging: the next CPU layer's experts copied while this one computes */
+    int stage_split;        /* staging: unstaged prompt batches split between the GPU and the CPU */
 } st_placement_plan;
 
 /* Each placement option in range, and the options that do not combine (with the backend and

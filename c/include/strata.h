@@ -78,7 +78,7 @@ extern "C" {
 #define STRATA_VERSION_PATCH 0
 /* The binary interface: a new number whenever a struct's layout or a function's signature
  * changes; the shared library's soname is libstrata.so.<this>. */
-#define STRATA_ABI_VERSION 6
+#define STRATA_ABI_VERSION 7
 
 typedef enum strata_status {
     STRATA_OK = 0,
@@ -410,6 +410,13 @@ typedef struct strata_placement_params {
                              worth of slots on a copy stream while this layer computes, so the
                              next staged layer waits less. The same kernels and bytes: the same
                              results. 0 (default) off, 1 on. */
+    int stage_split;      /* with n_cpu_moe and staging: a prompt-sized batch (more than 8 tokens)
+                             of a CPU layer that is not staged whole is split by the cost model:
+                             its experts with the most rows copied to the stage slots and
+                             computed by the GPU while the CPU computes the others, at once. The
+                             GPU's share in its own arithmetic, so a prompt's results depend on
+                             the share the start-up timings pick (within the CPU/GPU tolerance).
+                             0 (default) off, 1 on. */
 } strata_placement_params;
 
 /* How a CUDA session runs its kernels. None of them changes the results except attn_tc, which
@@ -602,7 +609,7 @@ typedef struct strata_session_stats {
     double cpu_expert_fixed_s;    /* CPU: one expert's step for r rows = fixed + r * per_row */
     double cpu_expert_per_row_s;
     int64_t stage_batches;        /* CPU-layer batches computed on the GPU (stage_experts) */
-    int64_t cpu_batches;          /* CPU-layer batches computed by the CPU */
+    int64_t cpu_batches;          /* CPU-layer batches computed by the CPU (split ones too) */
     int64_t pinned_bytes;         /* the pinned copy of the experts kept in RAM (pin_experts) */
     int64_t cpu_warm_bytes;       /* cpu_warm: expert bytes the CPU threads read ahead of their
                                      layer (its prediction scored in predict_slots / _hits) */
@@ -634,6 +641,9 @@ typedef struct strata_session_stats {
      * at create (per layer one token's experts, split with PCIe as the split would, else all on
      * the CPU); the GPU's own time is not counted, so a real run stays below it. 0: not known */
     double plan_decode_tok_s;
+    /* stage_split: CPU-layer prompt batches split between the GPU (the experts with the most
+     * rows, staged) and the CPU (the rest); counted in cpu_batches too */
+    int64_t split_batches;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

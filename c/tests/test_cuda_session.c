@@ -45,6 +45,7 @@ static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
 static int g_doorbell = 0;                 /* cuda_doorbell of the next sessions */
 static int g_admit = 0;                    /* placement.cache_admit of the next sessions */
 static int g_ahead = 0;                    /* placement.stage_ahead of the next sessions */
+static int g_split = 0;                    /* placement.stage_split of the next sessions */
 static int g_pipe = 0;                     /* pipe of the next sessions */
 static int g_q8_tiles = 1;                 /* q8_tiles of the next sessions (the default, on) */
 
@@ -66,6 +67,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.placement.doorbell = g_doorbell;
     sp.placement.cache_admit = g_admit;
     sp.placement.stage_ahead = g_ahead;
+    sp.placement.stage_split = g_split;
     sp.placement.pipe = g_pipe;
     sp.placement.cpu_warm = g_warm;
     sp.cuda.q8_tiles = g_q8_tiles;
@@ -882,6 +884,55 @@ static void test_default_model(void) {
         CHECK(sa && ok_sa && ok_all && all && !memcmp(all, sa, sizeof(float) * (size_t)n * (size_t)V) &&
               !memcmp(ga, gs, sizeof ga), "--cpu-moe --stage-experts 1 --stage-ahead: bit-identical to all resident");
         free(sa);
+        /* stage_split: no batch staged whole (stage_experts 1000), each prompt slice of more than
+         * 8 tokens split. Every expert loaded (pcie_frac 1): the GPU computes the slices as
+         * staging them does, bit for bit (--stage-experts 9); half (0.5): both sides at once,
+         * within the CPU/GPU tolerance of the CPU computing them (--stage-experts 0) */
+        {
+            g_cpu_moe = -1;
+            g_stage = 9;
+            float *s9 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+            g_stage = 0;
+            float *s0 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+            g_stage = 1000;
+            g_split = 1;
+            g_pcie_frac = 1.0f;
+            float *sp1 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+            g_pcie_frac = 0.5f;
+            strata_session *hs = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+            float *sph = malloc(sizeof(float) * (size_t)n * (size_t)V);
+            strata_session_stats hst;
+            memset(&hst, 0, sizeof hst);
+            const int okh = hs && sph && strata_session_decode(hs, toks, n, sph, 1) == STRATA_OK;
+            if (hs) strata_session_get_stats(hs, &hst);
+            strata_session_free(hs);
+            g_cpu_moe = g_stage = g_split = 0;
+            g_pcie_frac = -1.0f;
+            CHECK(s9 && sp1 && !memcmp(s9, sp1, sizeof(float) * (size_t)n * (size_t)V),
+                  "--stage-split, pcie_frac 1: not the bits of --stage-experts 9");
+            double klh = 0, klc = 0;
+            int agree = 0;
+            for (int64_t i = 0; okh && s0 && all && i < n; i++) {
+                const float *r = all + (size_t)i * (size_t)V;
+                klh += kl_row(s0 + (size_t)i * (size_t)V, sph + (size_t)i * (size_t)V, V) / (double)n;
+                klc += kl_row(s0 + (size_t)i * (size_t)V, r, V) / (double)n;
+                agree += argmax(sph + (size_t)i * (size_t)V, V) == argmax(s0 + (size_t)i * (size_t)V, V);
+            }
+            printf("--stage-split, pcie_frac 0.5: %lld split batches, expert rows %lld GPU / %lld CPU; mean "
+                   "KL %.3g against the CPU's experts (all resident: %.3g), top-1 %d / %lld\n",
+                   (long long)hst.split_batches, (long long)hst.expert_slots_gpu,
+                   (long long)hst.expert_slots_cpu, klh, klc, agree, (long long)n);
+            CHECK(okh && s0 && hst.split_batches > 0 && hst.expert_slots_gpu > 0 && hst.expert_slots_cpu > 0,
+                  "--stage-split, pcie_frac 0.5: no split (%lld batches): %s", (long long)hst.split_batches,
+                  strata_last_error());
+            CHECK(klh <= fmax(1e-4, 2.0 * klc) && agree >= n - 1,
+                  "--stage-split, pcie_frac 0.5: mean KL %.3g (all resident %.3g), top-1 %d / %lld", klh, klc,
+                  agree, (long long)n);
+            free(s9);
+            free(s0);
+            free(sp1);
+            free(sph);
+        }
         strata_session_params sp = strata_session_default_params();
         sp.backend = STRATA_BACKEND_CUDA;
         sp.n_ctx = 128;

@@ -79,7 +79,9 @@ class Model:
     predicted experts into their caches while the GPU computes; default False), cache_admit (with
     expert_cache and doorbell or cpu_misses: a miss evicts a resident expert only when looked up at
     least as often; default False), stage_ahead (with staging: the next CPU layer's experts copied
-    to the GPU while a staged layer computes; default False), q8_tiles (Q8_0
+    to the GPU while a staged layer computes; default False), stage_split (with staging: a prompt
+    batch of a CPU layer not staged whole split by the cost model, its heaviest experts on the GPU
+    while the CPU computes the rest; default False), q8_tiles (Q8_0
     dense matrices also kept in the prompt tiles' layout where GPU memory allows: same results,
     faster prompts; default True); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
@@ -95,7 +97,7 @@ class Model:
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses="auto", pcie_frac: float = -1.0,
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True,
-                 cache_admit: bool = False, stage_ahead: bool = False):
+                 cache_admit: bool = False, stage_ahead: bool = False, stage_split: bool = False):
         path = path_arg("path", path, must_exist=False)
         n_ctx, n_batch = int_arg("n_ctx", n_ctx), int_arg("n_batch", n_batch)
         n_threads = int_arg("n_threads", n_threads)
@@ -146,6 +148,7 @@ class Model:
         self.cpu_pin, self.gpu_prefetch = bool(cpu_pin), bool(gpu_prefetch)
         self.doorbell, self.cpu_warm, self.q8_tiles = bool(doorbell), bool(cpu_warm), bool(q8_tiles)
         self.cache_admit, self.stage_ahead = bool(cache_admit), bool(stage_ahead)
+        self.stage_split = bool(stage_split)
         if cpu_misses == "auto":
             self.cpu_misses = 1 if pcie_frac >= 0 else -1
         elif cpu_misses in (True, False):
@@ -322,6 +325,7 @@ class Model:
         pl.cpu_misses, pl.pcie_frac = self.cpu_misses, self.pcie_frac
         pl.doorbell, pl.cpu_warm = int(self.doorbell), int(self.cpu_warm)
         pl.cache_admit, pl.stage_ahead = int(self.cache_admit), int(self.stage_ahead)
+        pl.stage_split = int(self.stage_split)
         cu = sp.cuda
         cu.graphs, cu.pdl, cu.attn_tc, cu.q8_tiles = (int(self.cuda_graphs), self.cuda_pdl,
                                                       self.attn_tc, int(self.q8_tiles))

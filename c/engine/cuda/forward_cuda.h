@@ -83,6 +83,8 @@ struct st_gpu {
      * decode-sized calls (cpu_split: into the stage slots), between loads and the CPU */
     int split;                            /* enabled, cache layers */
     int cpu_split;                        /* enabled, CPU layers */
+    int stage_split;                      /* stage_split: a CPU layer's unstaged prompt-sized
+                                             batches split the same way (the GPU's arithmetic) */
     int32_t *h_split_ids;                 /* (T, k) pinned: cpu_split's GPU ids on their way up */
     int32_t *ids_split;                   /* (T, k) device: the GPU's ids (-1 for the CPU's) */
     float *cpu_part;                      /* (T, n_embd) device: the CPU's share, added */

@@ -676,7 +676,8 @@ static strata_status st_gpu_setup_ahead(strata_session *s) {
 /* The stage slots (stage_experts, or cpu_misses with CPU layers): decode-sized calls send a share
  * of their experts to the GPU through them (an expert cache's misses are split in
  * st_gpu_setup_cache instead); auto (-1) only where the GPU's share computes the CPU's bits
- * (moe_exact.cu), so that the result does not depend on the share the start-up timings pick. */
+ * (moe_exact.cu), so that the result does not depend on the share the start-up timings pick.
+ * stage_split: prompt-sized batches split through them too (the split's buffers, no exact rows). */
 static strata_status st_gpu_setup_stage(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -693,18 +694,20 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
         if (!g->ahead_ids) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
         for (int32_t e = 0; e < hp->n_expert; e++) g->ahead_ids[e] = e;
     }
-    if (s->plan.stage_experts < 0 || cpu_split) { /* the cost model's figures, measured now */
+    const int stage_split = s->plan.stage_split;
+    if (s->plan.stage_experts < 0 || cpu_split || stage_split) { /* the cost model's figures, measured now */
         int il0 = 0;
         while (il0 < hp->n_layer - 1 && !st_plan_layer_on_cpu(&s->plan, il0)) il0++;
         TRY(st_gpu_measure_costs(s, g->stage, il0, 1)); /* the step figures price batches too */
     }
-    if (cpu_split) {
+    if (cpu_split || stage_split) {
         const size_t T = (size_t)s->n_batch, K = (size_t)hp->n_expert_used;
         TRY(st_gpu_alloc_split(s));
         TRY(st_cuda_host_alloc((void **)&g->h_split_ids, sizeof(int32_t) * T * K));
         TRY(st_gpu_tier_async_loads(g->stage, g->stream));
-        g->cpu_split = 1;
-        if (exact) TRY(st_gpu_alloc_exact(s));
+        g->cpu_split = cpu_split;
+        g->stage_split = stage_split;
+        if (cpu_split && exact) TRY(st_gpu_alloc_exact(s));
     }
     if (s->plan.stage_experts < 0) { /* auto: the staging decision's per-batch counts */
         g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);

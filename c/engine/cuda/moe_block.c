@@ -6,7 +6,7 @@
  * and what joins its rows in g->proj (compute), and the shared expert. The block leaves its
  * output rows for the join (the residual and the next layer's norm, forward_cuda.c). Also the
  * placement's helpers: a CPU layer's hand-down, cpu_warm, the RAM tier's pipe, the cpu_misses
- * splits, the next layer's expert prediction, and the expert pool's part of a call (the step
+ * and stage_split splits, the next layer's expert prediction, and the expert pool's part of a call (the step
  * announced before the layers, its bookkeeping after the output). */
 #include "moe_block.h"
 
@@ -218,12 +218,14 @@ static strata_status st_gpu_split_misses(strata_session *s, int il, int64_t t0, 
     return STRATA_OK;
 }
 
-/* cpu_misses with CPU layers (n_cpu_moe), decode-sized calls: every routed expert of the layer is
- * a miss. The cost model (or pcie_frac) picks the experts to copy over PCIe into the stage slots.
- * ids, wts: the call's routing on the host (tn x K). *n_gpu, *n_cpu: the slot-rows each side
- * takes (*n_gpu 0: the CPU computes the layer as without the split); g->h_ids_cpu then has the
- * CPU's ids (-1 for the GPU's), g->h_ids_gpu the GPU's (-1 for the CPU's). */
-static void st_gpu_split_decide(strata_session *s, const int32_t *ids, const float *wts, int64_t tn,
+/* cpu_misses with CPU layers (n_cpu_moe), decode-sized calls, and stage_split's prompt-sized
+ * ones: every routed expert of the layer is a miss. The cost model (or pcie_frac) picks the
+ * experts to copy over PCIe into the stage slots, heaviest first: by gate weight, or with by_rows
+ * (prompts) by rows. ids, wts: the call's routing on the host (tn x K). *n_gpu, *n_cpu: the
+ * slot-rows each side takes (*n_gpu 0: the CPU computes the layer as without the split);
+ * g->h_ids_cpu then has the CPU's ids (-1 for the GPU's), g->h_ids_gpu the GPU's (-1 for the
+ * CPU's). */
+static void st_gpu_split_decide(strata_session *s, const int32_t *ids, const float *wts, int64_t tn, int by_rows,
                                 int64_t *n_gpu, int64_t *n_cpu) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -231,6 +233,8 @@ static void st_gpu_split_decide(strata_session *s, const int32_t *ids, const flo
     const int64_t P = tn * K;
     *n_gpu = *n_cpu = 0;
     const int nm = st_gpu_list_misses(g, ids, wts, P, X, NULL);
+    if (by_rows)
+        for (int m = 0; m < nm; m++) g->misses[m].weight = (float)g->misses[m].rows;
     const int nl = nm > 0 ? st_cost_decide(&s->cost, g->misses, nm, g->miss_load, NULL) : 0;
     int64_t ng = 0, nc = 0;
     for (int64_t i = 0; i < P; i++) {
@@ -246,6 +250,10 @@ static void st_gpu_split_decide(strata_session *s, const int32_t *ids, const flo
     *n_gpu = ng;
     *n_cpu = nc;
 }
+
+/* Whether a split call of tn tokens gives the CPU's bits (split_exact: decode-sized calls only;
+ * stage_split's prompt-sized ones run the GPU's own kernel). */
+static int st_gpu_split_exact(const st_gpu *g, int64_t tn) { return g->split_exact && tn <= ST_POOL_T; }
 
 /* The GPU's share of a split CPU layer (st_gpu_split_decide): its experts' copies enqueued on the
  * compute stream (st_gpu_tier_async_loads), then its kernel, while the pool computes the CPU's
@@ -284,7 +292,8 @@ typedef enum {
     ST_MOE_STAGED,      /* a CPU layer in a long enough batch: the batch's experts copied into the
                          * stage slots, the kernel reads them there */
     ST_MOE_HOST,        /* a CPU layer: rows and routing handed down to the host's expert step, its
-                         * result up (with cpu_split a share of the experts on the GPU) */
+                         * result up (with cpu_split or stage_split a share of the experts on
+                         * the GPU) */
     ST_MOE_POOL,        /* a CPU layer of a decode-sized call: the doorbell expert pool computes it,
                          * published and awaited by kernels, no host wait */
     ST_MOE_POOL_MISSES, /* a cache layer of a decode-sized call with the pool: the hits on the GPU,
@@ -535,7 +544,7 @@ static strata_status st_gpu_host_step(strata_session *s, const st_moe_chunk *c, 
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     float *hx = g->h_xn + t0 * E, *hw = g->h_wts + t0 * K, *hp_ = g->h_proj + t0 * E;
     int32_t *hi = g->h_ids + t0 * K;
-    const int cpu_step = !ng || nc, exact = ng && g->split_exact;
+    const int cpu_step = !ng || nc, exact = ng && st_gpu_split_exact(g, tn);
     const double t_step = st_prof_clock();
     if (cpu_step) st_moe_ffn_begin(s->tp, ex, X, hx, tn, ng ? g->h_ids_cpu : hi, hw, K, hp_, s->moe_ws);
     const strata_status est = ng ? st_gpu_split_enqueue(s, c->il, t0, tn, exact) : STRATA_OK;
@@ -556,7 +565,7 @@ static strata_status st_gpu_host_join_split(strata_session *s, const st_moe_chun
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     s->slots_cpu[il] -= ng;
     s->slots_gpu[il] += ng;
-    if (g->split_exact) { /* both sides' rows summed in slot order; the CPU's read from the
+    if (st_gpu_split_exact(g, tn)) { /* both sides' rows summed in slot order; the CPU's read from the
                            * mapped memory, or copied up first */
         const float *cr = g->rows_gpu; /* (no CPU rows: not read) */
         if (nc) {
@@ -615,9 +624,14 @@ static strata_status st_gpu_moe_host(strata_session *s, st_moe_call *mc, st_moe_
             return rst;
         }
     }
-    /* cpu_misses: a share of the experts over PCIe to the GPU, the rest here */
+    /* cpu_misses (decode-sized) or stage_split (prompt-sized): a share of the experts over PCIe
+     * to the GPU, the rest here */
     int64_t ng = 0, nc = 0;
-    if (g->cpu_split && tn <= ST_POOL_T) st_gpu_split_decide(s, hi, hw, tn, &ng, &nc);
+    if (g->cpu_split && tn <= ST_POOL_T) st_gpu_split_decide(s, hi, hw, tn, 0, &ng, &nc);
+    else if (g->stage_split && tn > ST_POOL_T) {
+        st_gpu_split_decide(s, hi, hw, tn, 1, &ng, &nc);
+        s->split_batches += ng > 0;
+    }
     TRY(st_gpu_host_step(s, c, ex, ng, nc));
     if (ng) TRY(st_gpu_host_join_split(s, c, ng, nc));
     else if (g->d_proj && mc->T == 1 && !G->shexp) /* the join reads the mapped row */
