@@ -17,6 +17,7 @@ struct st_expert_pool {
     st_doorbell_layer *db;             /* [n_layer] */
     st_threadpool *tp;
     void *ws;                          /* st_moe_wsize(max_T, k, n_expert, n_embd, n_ff) */
+    int32_t *ids_heavy, *ids_light;    /* [max_T][k] a split request's two halves of ids */
     pthread_t thread;
     int started;
     pthread_mutex_t mu;
@@ -43,6 +44,24 @@ static int st_pool_wait_request(st_expert_pool *p, const st_doorbell_layer *d, u
     }
 }
 
+/* Computes layer l's request of T rows: in one pass into out, or (a split) the slots of weight
+ * >= below into out, part_seq raised, then the others into out_light. */
+static void st_pool_serve(st_expert_pool *p, int32_t l, st_doorbell_layer *d, int64_t T, uint32_t s) {
+    const st_expert *ex = p->experts + (size_t)l * (size_t)p->n_expert;
+    if (!(d->below > 0) || !d->out_light) {
+        st_moe_ffn(p->tp, ex, p->n_expert, d->x, T, d->ids, d->wts, p->k, d->out, p->ws);
+        return;
+    }
+    for (int64_t i = 0; i < T * p->k; i++) {
+        const int heavy = d->wts[i] >= d->below;
+        p->ids_heavy[i] = heavy ? d->ids[i] : -1;
+        p->ids_light[i] = heavy ? -1 : d->ids[i];
+    }
+    st_moe_ffn(p->tp, ex, p->n_expert, d->x, T, p->ids_heavy, d->wts, p->k, d->out, p->ws);
+    atomic_store_explicit(&d->part_seq, s, memory_order_release);
+    st_moe_ffn(p->tp, ex, p->n_expert, d->x, T, p->ids_light, d->wts, p->k, d->out_light, p->ws);
+}
+
 static void *st_pool_main(void *arg) {
     st_expert_pool *p = arg;
     for (;;) {
@@ -64,11 +83,11 @@ static void *st_pool_main(void *arg) {
             const int64_t T = d->T;
             if (T > 0 && T <= p->max_T) {
                 const double t0 = st_pool_now();
-                st_moe_ffn(p->tp, p->experts + (size_t)l * (size_t)p->n_expert, p->n_expert, d->x, T,
-                           d->ids, d->wts, p->k, d->out, p->ws);
+                st_pool_serve(p, l, d, T, s);
                 p->seconds += st_pool_now() - t0;
                 p->rows += T;
             }
+            atomic_store_explicit(&d->part_seq, s, memory_order_release); /* (again, for a split) */
             atomic_store_explicit(&d->done_seq, s, memory_order_release);
         }
         st_threadpool_hold(p->tp, 0);
@@ -102,7 +121,9 @@ strata_status st_pool_create(const st_expert *experts, int32_t n_layer, int32_t 
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     p->ws = malloc(st_moe_wsize(max_T, k, n_expert, n_embd, n_ff));
-    strata_status st = p->ws ? st_threadpool_create(n_threads, &p->tp)
+    p->ids_heavy = malloc(sizeof(int32_t) * (size_t)max_T * (size_t)k);
+    p->ids_light = malloc(sizeof(int32_t) * (size_t)max_T * (size_t)k);
+    strata_status st = p->ws && p->ids_heavy && p->ids_light ? st_threadpool_create(n_threads, &p->tp)
                              : st_error(STRATA_ERR_NOMEM, "expert pool: out of memory for its workspace");
     if (st == STRATA_OK) {
         if (pthread_create(&p->thread, NULL, st_pool_main, p) != 0)
@@ -131,6 +152,8 @@ void st_pool_free(st_expert_pool *p) {
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     free(p->ws);
+    free(p->ids_heavy);
+    free(p->ids_light);
     free(p);
 }
 

@@ -12,8 +12,13 @@
  *   pool:     waits for req_seq == its expected step number (acquire), computes
  *             out[t] = sum over slots s (in order) of wts[t][s] * FFN_ids[t][s](x[t]) with the
  *             same expert kernels as the CPU session (st_moe_ffn), writes out, then stores
- *             done_seq = step number (release);
+ *             part_seq and done_seq = step number (release);
  *   producer: waits for done_seq (acquire) before reading out and adding it to its own part.
+ * A split request (below > 0, out_light set; the deferral of verify windows, issue 32) has the
+ * pool compute the slots of weight >= below first, into out, store part_seq, then the others
+ * into out_light and store done_seq: a producer may take out after part_seq and out_light after
+ * done_seq. Every call raises part_seq (before done_seq), split or not, T = 0 too, so a producer
+ * waiting for it never waits on a layer that did not split.
  * Step numbers start at 1 and increase by one per step; a layer's request of step s is only
  * published after the producer saw layer l-1's done flag of step s, as the GPU must (layer l's
  * input depends on layer l-1's output).
@@ -33,12 +38,16 @@
 typedef struct {
     _Atomic uint32_t req_seq;          /* producer -> pool */
     _Atomic uint32_t done_seq;         /* pool -> producer */
+    _Atomic uint32_t part_seq;         /* pool -> producer: out holds the heavy rows (a split), or
+                                          all of them; raised before done_seq on every call */
     int32_t T;                         /* rows of this request, 0..max_T */
+    float below;                       /* > 0 with out_light: split at this routing weight */
     int32_t pad_;
     float *x;                          /* [max_T][n_embd] input rows */
     int32_t *ids;                      /* [max_T][k] expert ids, -1: not computed here */
     float *wts;                        /* [max_T][k] */
-    float *out;                        /* [max_T][n_embd] */
+    float *out;                        /* [max_T][n_embd] (a split: the slots of weight >= below) */
+    float *out_light;                  /* [max_T][n_embd] a split's other slots; NULL: none */
 } st_doorbell_layer;
 
 typedef struct st_expert_pool st_expert_pool;

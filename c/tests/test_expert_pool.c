@@ -2,7 +2,10 @@
  * test's main thread playing the GPU: for hundreds of steps and every layer, random rows, routing
  * and CPU masks (slots with id -1 are not the CPU's) are published, the done flag is awaited, and
  * the output rows must equal st_moe_ffn on the same inputs bit for bit; empty layers (T = 0),
- * steps announced ahead, and freeing the pool while it waits for a request that never comes. */
+ * steps announced ahead, and freeing the pool while it waits for a request that never comes.
+ * Split requests (below > 0: the deferral's partial flag): the heavy slots' sum is in out when
+ * part_seq is seen, the light ones' in out_light at done_seq, each st_moe_ffn's bits over its
+ * half; every call raises part_seq, none leaves it ahead of done_seq. */
 #include "pool.h"
 #include "quant.h"
 #include "test.h"
@@ -73,6 +76,7 @@ int main(void) {
         db[l].ids = malloc(sizeof(int32_t) * MAXT * K);
         db[l].wts = malloc(sizeof(float) * MAXT * K);
         db[l].out = malloc(sizeof(float) * MAXT * E);
+        db[l].out_light = malloc(sizeof(float) * MAXT * E);
     }
     st_expert_pool *pool = NULL;
     CHECK(st_pool_create(experts, L, X, E, F, K, MAXT, db, 2, &pool) == STRATA_OK, "create: %s",
@@ -82,8 +86,10 @@ int main(void) {
           "k > n_expert refused");
     float *ref = malloc(sizeof(float) * MAXT * E);
     void *ws = malloc(st_moe_wsize(MAXT, K, X, E, F));
-    int same = 1, steps = 0, empty = 0;
+    int same = 1, steps = 0, empty = 0, split_same = 1, flags = 1, splits = 0;
     int64_t rows = 0;
+    int32_t idh[MAXT * K], idl[MAXT * K];
+    float *refl = malloc(sizeof(float) * MAXT * E);
     for (int it = 0; pool && it < 150; it++) {
         /* announce one or two steps ahead, then produce them in order */
         const int ahead = 1 + it % 2;
@@ -103,9 +109,27 @@ int main(void) {
                         if (test_rng_next(&r) % 3 == 0) d->ids[t * K + j] = -1;
                         d->wts[t * K + j] = 0.1f + 0.3f * (test_rng_float(&r) + 1.0f);
                     }
+                /* every third step of layers 1 and 3 split at 0.3 (the weights run 0.1 .. 0.7) */
+                const int split = (it % 3 == 0) && (l & 1);
+                d->below = split ? 0.3f : 0.0f;
                 atomic_store_explicit(&d->req_seq, s[a], memory_order_release);
+                if (split && T > 0) { /* the heavy half is there at the partial flag */
+                    while (atomic_load_explicit(&d->part_seq, memory_order_acquire) != s[a]) { }
+                    for (int i = 0; i < T * K; i++) {
+                        idh[i] = d->wts[i] >= 0.3f ? d->ids[i] : -1;
+                        idl[i] = d->wts[i] >= 0.3f ? -1 : d->ids[i];
+                    }
+                    st_moe_ffn(NULL, experts + l * X, X, d->x, T, idh, d->wts, K, ref, ws);
+                    split_same &= memcmp(ref, d->out, sizeof(float) * (size_t)(T * E)) == 0;
+                    splits++;
+                }
                 wait_done(d, s[a]);
-                if (T > 0) {
+                flags &= atomic_load_explicit(&d->part_seq, memory_order_acquire) == s[a];
+                if (split && T > 0) {
+                    st_moe_ffn(NULL, experts + l * X, X, d->x, T, idl, d->wts, K, refl, ws);
+                    split_same &= memcmp(refl, d->out_light, sizeof(float) * (size_t)(T * E)) == 0;
+                    rows += T;
+                } else if (T > 0) {
                     st_moe_ffn(NULL, experts + l * X, X, d->x, T, d->ids, d->wts, K, ref, ws);
                     same &= memcmp(ref, d->out, sizeof(float) * (size_t)(T * E)) == 0;
                     rows += T;
@@ -116,6 +140,10 @@ int main(void) {
     }
     CHECK(same, "%d steps x %d layers: pool output bit-identical to st_moe_ffn", steps, L);
     CHECK(empty > 0, "empty layers (T = 0) were exercised (%d)", empty);
+    CHECK(splits > 0 && split_same, "%d split requests: the heavy slots' sum at the partial flag, the light "
+          "ones' at done, each st_moe_ffn's bits", splits);
+    CHECK(flags, "every call raised its partial flag by its done flag");
+    for (int l = 0; l < L; l++) db[l].below = 0.0f;
     signal(SIGALRM, on_alarm); /* from here on a hang fails the test */
     alarm(60);
     int64_t prow = 0;
@@ -130,7 +158,12 @@ int main(void) {
         atomic_store_explicit(&db[0].req_seq, sa, memory_order_release);
         wait_done(&db[0], sa);
         st_pool_abandon(pool, sa);
-        for (int l = 0; l < L; l++) wait_done(&db[l], sa); /* hangs (the alarm below) if not */
+        int raised = 1;
+        for (int l = 0; l < L; l++) { /* hangs (the alarm below) if not */
+            wait_done(&db[l], sa);
+            raised &= atomic_load_explicit(&db[l].part_seq, memory_order_acquire) == sa;
+        }
+        CHECK(raised, "an abandoned step's empty layers raise their partial flags too");
         const uint32_t sb = st_pool_step(pool);
         int next_same = 1;
         for (int l = 0; l < L; l++) {
@@ -152,8 +185,10 @@ int main(void) {
     if (pool) st_pool_step(pool);
     st_pool_free(pool);
     alarm(0);
-    free(ref); free(ws);
-    for (int l = 0; l < L; l++) { free(db[l].x); free(db[l].ids); free(db[l].wts); free(db[l].out); }
+    free(ref); free(refl); free(ws);
+    for (int l = 0; l < L; l++) {
+        free(db[l].x); free(db[l].ids); free(db[l].wts); free(db[l].out); free(db[l].out_light);
+    }
     for (int i = 0; i < L * X * 3; i++) free(mats[i]);
     return test_report();
 }

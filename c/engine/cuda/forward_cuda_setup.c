@@ -302,7 +302,10 @@ static strata_status st_gpu_pool_create(strata_session *s) {
         st_doorbell_layer *r = &g->db[l];
         atomic_init(&r->req_seq, 0);
         atomic_init(&r->done_seq, 0);
+        atomic_init(&r->part_seq, 0);
         r->T = 0;
+        r->below = 0.0f;
+        r->out_light = NULL;
         r->x = (float *)base;
         r->out = (float *)(base + xb);
         r->ids = (int32_t *)(base + 2 * xb);
