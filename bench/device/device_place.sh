@@ -16,7 +16,8 @@
 # "prompt": prompts with experts off the GPU (pp512 at 25% / 50%, pp2048 --cpu-moe), staged by
 # the cost model, with --stage-split and with --stage-ahead, and llama-bench's rows beside them
 # when it is built.
-# "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
+# "defer" (issue 32): --cpu-moe and --n-cpu-moe 24 with --doorbell, plain, every CPU row deferred
+# and the default split at 0.1, two interleaved rounds. "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
 # qwen3 and, with "olmoe", olmoe. Two calls on one warm machine keep the files.
@@ -146,6 +147,19 @@ if have prompt; then # prompts with experts off the GPU: staging, --stage-split,
             echo "llama pp$1 -ncmoe $2: $(grep -E "pp$1" "$J/l_pp$1_ncmoe$2.md" | awk -F'|' '{print $(NF-1)}') at $(el)s"
         done
     fi
+fi
+if have defer; then # issue 32: the pool's CPU layers deferred, interleaved rounds
+    for rep in 1 2; do
+        for pl in "cpumoe --cpu-moe" "ncmoe24 --n-cpu-moe 24"; do
+            set -- $pl
+            tag=$1
+            shift
+            srow ${tag}_bell_$rep "$@" --doorbell
+            srow ${tag}_defer_all_$rep "$@" --doorbell --defer-cpu 1 --defer-cpu-below 1
+            srow ${tag}_defer01_$rep "$@" --doorbell --defer-cpu 1
+        done
+    done
+    grep -h "DEFER" "$J"/s_cpumoe_defer01_1.err | head -3
 fi
 if have olmoe && [ -f /tmp/olmoe.done ]; then
     M=/tmp/olmoe.gguf

@@ -75,6 +75,21 @@ static void cli_opts_env(cli_opts *o) {
     o->q8_tiles = !getenv("STRATA_Q8_TILES") || env_flag("STRATA_Q8_TILES"); /* unset: on */
     o->cpu_misses = getenv("STRATA_CPU_MISSES") ? env_flag("STRATA_CPU_MISSES") : -1; /* unset: auto */
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
+    /* issue 32's knobs: unset or 0 off, 1, check; BELOW: unset or empty 0.1, a bad value 0.1 (the
+     * start-up lines say which) */
+    const char *dc = getenv("STRATA_VERIFY_DEFER_CPU");
+    o->defer_text = dc && dc[0] ? dc : "0";
+    o->defer_cpu = dc && dc[0] ? (strcmp(dc, "check") == 0 ? 2 : env_flag("STRATA_VERIFY_DEFER_CPU")) : 0;
+    o->defer_below = 0.1f;
+    const char *db = getenv("STRATA_VERIFY_DEFER_CPU_BELOW");
+    if (db && db[0]) {
+        char *end;
+        const float w = strtof(db, &end);
+        o->defer_below_text = db;
+        o->defer_below_given = 1;
+        if (*end || !(w > 0.0f)) o->defer_below_bad = 1;
+        else o->defer_below = w;
+    }
     const char *stage = getenv("STRATA_STAGE_EXPERTS"); /* unset or auto: -1; checked by the session */
     o->stage_experts = stage && stage[0] ? (strcmp(stage, "auto") == 0 ? -1 : atoi(stage)) : -1;
 }
@@ -174,6 +189,11 @@ static void cli_usage_experts(FILE *f) {
         "  --stage-ahead           with staging: the next CPU layer's experts are copied to the\n"
         "                          GPU while a staged layer computes (same results; also\n"
         "                          $STRATA_STAGE_AHEAD=1)\n"
+        "  --defer-cpu 0|1|check   with --doorbell and CPU layers (an approximation): a CPU layer's\n"
+        "                          expert rows of routing weight below --defer-cpu-below W (default\n"
+        "                          0.1; >= 1: every row) join the residual before the next layer's\n"
+        "                          FFN, its attention running meanwhile; check: on time, summed in\n"
+        "                          that order ($STRATA_VERIFY_DEFER_CPU, _BELOW; docs/DEFERRAL.md)\n"
         "  --stage-split           with staging: a prompt batch of a CPU layer that is not staged\n"
         "                          whole is split by the cost model: its heaviest experts copied\n"
         "                          to the GPU and computed there while the CPU computes the rest\n"
@@ -375,6 +395,25 @@ static int opt_pcie_frac(cli_opts *o, const char *a, const char *v) {
     return rc;
 }
 
+static int opt_defer_cpu(cli_opts *o, const char *a, const char *v) {
+    (void)a;
+    if (strcmp(v, "0") && strcmp(v, "1") && strcmp(v, "check"))
+        return cli_usage_error("bad value '%s' for --defer-cpu (0, 1 or check)", v);
+    o->defer_cpu = strcmp(v, "check") == 0 ? 2 : v[0] - '0';
+    o->defer_text = v;
+    return 0;
+}
+
+static int opt_defer_below(cli_opts *o, const char *a, const char *v) {
+    int rc = parse_float(a, v, &o->defer_below);
+    if (!rc && !(o->defer_below > 0.0f))
+        rc = cli_usage_error("bad value '%s' for --defer-cpu-below (a routing weight above 0; >= 1: every row)", v);
+    o->defer_below_given = 1;
+    o->defer_below_bad = 0;
+    o->defer_below_text = v;
+    return rc;
+}
+
 static int opt_degrade_tau(cli_opts *o, const char *a, const char *v) {
     int rc = parse_float(a, v, &o->degrade_tau);
     if (!rc && !(o->degrade_tau >= 0.0f && o->degrade_tau <= 1.0f))
@@ -564,6 +603,8 @@ static const cli_value_row cli_values[] = {
     CLI_FN(NULL, "--gpu-mem", opt_gpu_mem),
     CLI_FN(NULL, "--ram-budget", opt_ram_budget),
     CLI_FN(NULL, "--pcie-frac", opt_pcie_frac),
+    CLI_FN(NULL, "--defer-cpu", opt_defer_cpu),
+    CLI_FN(NULL, "--defer-cpu-below", opt_defer_below),
     CLI_INT_AUTO(NULL, "--stage-experts", stage_experts, 0, 1L << 30),
     CLI_FN(NULL, "--degrade-tau", opt_degrade_tau),
     /* sampling */
@@ -603,7 +644,7 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
     static const char *const gpu_only[] = {
         "--cpu-moe", "--n-cpu-moe", "--gpu-experts", "--expert-cache", "--gpu-mem", "--cpu-misses",
         "--no-cpu-misses", "--pcie-frac", "--gpu-prefetch", "--cpu-warm", "--no-cpu-warm",
-        "--cache-admit", "--no-cache-admit", "--stage-ahead", "--stage-split",
+        "--cache-admit", "--no-cache-admit", "--stage-ahead", "--stage-split", "--defer-cpu", "--defer-cpu-below",
         "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
         "--no-q8-tiles", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all", NULL};

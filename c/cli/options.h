@@ -43,6 +43,12 @@ typedef struct {
     int cache_admit;              /* --cache-admit / --no-cache-admit ($STRATA_CACHE_ADMIT=1) */
     int stage_ahead;              /* --stage-ahead ($STRATA_STAGE_AHEAD=1) */
     int stage_split;              /* --stage-split ($STRATA_STAGE_SPLIT=1) */
+    int defer_cpu;                /* --defer-cpu 0|1|check ($STRATA_VERIFY_DEFER_CPU): 0, 1, 2 */
+    float defer_below;            /* --defer-cpu-below W ($STRATA_VERIFY_DEFER_CPU_BELOW), 0.1 */
+    int defer_below_given;        /* set by the option or the variable (the start-up line says) */
+    int defer_below_bad;          /* the variable was not a number above 0 (0.1 taken) */
+    const char *defer_text;       /* the values as given, for the start-up lines */
+    const char *defer_below_text;
     int q8_tiles;                 /* --q8-tiles / --no-q8-tiles ($STRATA_Q8_TILES=0: off) */
     int doorbell;                 /* --doorbell ($STRATA_DOORBELL=1) */
     int cpu_misses;               /* --cpu-misses / --no-cpu-misses ($STRATA_CPU_MISSES=1 / 0); -1 auto */

@@ -116,6 +116,39 @@ void cli_report_cpu_session(const cli_opts *o, const char *why) {
     fputc('\n', stderr);
 }
 
+void cli_report_defer(const cli_opts *o, const strata_session *s) {
+    if (o->quiet) return;
+    const char *bt = o->defer_below_text ? o->defer_below_text : "";
+    if (!o->defer_cpu) {
+        if (o->defer_below_given)
+            fprintf(stderr, "strata: STRATA_VERIFY_DEFER_CPU_BELOW=%s ignored: STRATA_VERIFY_DEFER_CPU is unset or 0\n", bt);
+        return;
+    }
+    if (o->defer_below_bad)
+        fprintf(stderr, "strata: STRATA_VERIFY_DEFER_CPU_BELOW=%s is not a number above 0: 0.1 taken\n", bt);
+    strata_session_stats st;
+    if (strata_session_get_stats(s, &st) != STRATA_OK || st.defer_cpu == 0) {
+        fprintf(stderr, "strata: STRATA_VERIFY_DEFER_CPU=%s: off: only the CPU expert pool's layers defer "
+                "(--doorbell with --cpu-moe or --n-cpu-moe on a GPU session)\n", o->defer_text);
+        return;
+    }
+    if (st.defer_cpu == 2)
+        fprintf(stderr, "strata: STRATA_VERIFY_DEFER_CPU=check: every CPU expert row joins on time, summed "
+                "in the deferred split's two parts (what the reordering alone changes)\n");
+    else
+        fprintf(stderr, "strata: STRATA_VERIFY_DEFER_CPU=1 (an approximation): a CPU layer's late expert rows "
+                "join the residual before the next layer's FFN, its attention running while the CPU finishes; "
+                "the last layer never defers\n");
+    const char *dflt = o->defer_below_given && !o->defer_below_bad ? "" : " (the default)";
+    if (st.defer_cpu_below > 0.0f)
+        fprintf(stderr, "strata: STRATA_VERIFY_DEFER_CPU_BELOW=%g%s: a deferred layer waits for its CPU rows "
+                "of routing weight >= %g; the lighter ones join late\n", (double)o->defer_below, dflt,
+                (double)st.defer_cpu_below);
+    else
+        fprintf(stderr, "strata: STRATA_VERIFY_DEFER_CPU_BELOW=%g%s: every CPU row joins late (no split, no "
+                "partial flag)\n", (double)o->defer_below, dflt);
+}
+
 void cli_report_cpu_pin(const cli_opts *o, int threads_pinned, int main_bound) {
     if (!o->quiet)
         fprintf(stderr, "strata: --cpu-pin: %d worker threads bound one per CPU%s\n", threads_pinned,

@@ -19,6 +19,9 @@ void cli_report_gpu_session(const cli_opts *o, const strata_model_info *mi, cons
 /* A CPU session: why, when the GPU was the default (one line), and the GPU-only flags given,
  * which it ignores (one warning line). */
 void cli_report_cpu_session(const cli_opts *o, const char *why);
+/* STRATA_VERIFY_DEFER_CPU and _BELOW (--defer-cpu, --defer-cpu-below): one line each for what
+ * the session does with them (or why they are ignored). */
+void cli_report_defer(const cli_opts *o, const strata_session *s);
 /* --cpu-pin: how many worker threads were bound, and whether the main thread was. Nothing with
  * --quiet. */
 void cli_report_cpu_pin(const cli_opts *o, int threads_pinned, int main_bound);

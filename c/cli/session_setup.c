@@ -64,6 +64,8 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, cache_admit, placement.cache_admit),
     CLI_SESSION(int, stage_ahead, placement.stage_ahead),
     CLI_SESSION(int, stage_split, placement.stage_split),
+    CLI_SESSION(int, defer_cpu, placement.defer_cpu),
+    CLI_SESSION(float, defer_below, placement.defer_cpu_below),
     /* CUDA kernels */
     CLI_SESSION(int, cuda_graphs, cuda.graphs),
     CLI_SESSION(int, cuda_pdl, cuda.pdl),
@@ -178,6 +180,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
         if (strata_session_create(model, &sp, out) == STRATA_OK) {
             snprintf(o->backend_desc, sizeof o->backend_desc, "cuda (%s)", bi.detail);
             cli_report_gpu_session(o, &mi, *out);
+            cli_report_defer(o, *out);
             return 0;
         }
         if (o->gpu == 1) return cli_fail("cannot create a GPU session: %s", cli_lib_error());
@@ -189,6 +192,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
         return cli_fail("cannot create a session: %s", cli_lib_error());
     snprintf(o->backend_desc, sizeof o->backend_desc, "cpu");
     cli_report_cpu_session(o, why);
+    cli_report_defer(o, *out);
     return 0;
 }
 

@@ -24,6 +24,15 @@ void cli_print_degrade_stats(const strata_session *sess) {
             100.0 * st.degrade_layer_min, 100.0 * st.degrade_layer_max);
 }
 
+void cli_print_defer_stats(const strata_session *sess) {
+    strata_session_stats st;
+    if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || !st.defer_cpu) return;
+    fprintf(stderr, "strata: STRATA_VERIFY_DEFER_CPU=%s: %lld CPU-layer calls %s\n",
+            st.defer_cpu == 2 ? "check" : "1", (long long)st.defer_calls,
+            st.defer_cpu == 2 ? "summed in the split's order" : st.defer_cpu_below > 0.0f ? "split, the light rows late"
+                                                                                      : "with every CPU row late");
+}
+
 void cli_print_profile(const strata_session *sess, const char *what) {
     strata_session_stats st;
     if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || !st.profile || st.forward_tokens == 0)
@@ -152,6 +161,9 @@ static int cli_write_stats_json(const cli_opts *o, const strata_model *model, co
         fprintf(f, ", \"degrade_tau\": %.4f, \"degrade_eval\": %s, \"degrade_slots\": %lld, \"degrade_zeroed\": %lld",
                 (double)ds.degrade_tau, ds.degrade_eval ? "true" : "false", (long long)ds.degrade_slots,
                 (long long)ds.degrade_zeroed);
+    if (strata_session_get_stats(sess, &ds) == STRATA_OK && ds.defer_cpu) /* the deferral's tally */
+        fprintf(f, ", \"defer_cpu\": \"%s\", \"defer_cpu_below\": %.4f, \"defer_calls\": %lld",
+                ds.defer_cpu == 2 ? "check" : "1", (double)ds.defer_cpu_below, (long long)ds.defer_calls);
     if (o->spec != CLI_SPEC_NONE) cli_json_spec(f, sess, rs->drafts);
     if (rs->vp) {
         fputs(", \"verify_profile\": ", f);
@@ -175,6 +187,7 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
                 (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
         cli_print_degrade_stats(sess);
+        cli_print_defer_stats(sess);
         cli_print_spec_stats(o, sess, rs->drafts);
         if (rs->vp) cli_vp_print(rs->vp, stderr);
         cli_print_profile(sess, "(prompt and generation)");

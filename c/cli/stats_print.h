@@ -29,6 +29,8 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
 /* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
  * min/max share). Nothing when it is off. */
 void cli_print_degrade_stats(const strata_session *sess);
+/* STRATA_VERIFY_DEFER_CPU's tally (a line on stderr), when the session defers. */
+void cli_print_defer_stats(const strata_session *sess);
 /* The [PROF] line on stderr: prompt and decode tok/s, where routed experts ran (slot-rows from GPU
  * memory and on the CPU, per-layer GPU share), bytes over PCIe and from disk, zeroed slots; gpu 0
  * (a CPU session) leaves out the GPU-only fields. */

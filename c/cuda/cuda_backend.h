@@ -76,6 +76,7 @@ strata_status st_cuda_stream_wait_event(void *stream, void *ev); /* stream's lat
 int st_cuda_event_done(void *ev);                           /* 1 if ev completed (non-blocking) */
 strata_status st_cuda_event_synchronize(void *ev);          /* waits until ev completed */
 strata_status st_cuda_memset(void *dptr, int byte, size_t bytes);
+strata_status st_cuda_memset_async(void *dptr, int byte, size_t bytes, void *stream); /* stream-ordered */
 strata_status st_cuda_synchronize(void);
 /* Free and total bytes of device 0's memory (cudaMemGetInfo). */
 strata_status st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);

@@ -80,9 +80,13 @@ strata_status st_cuda_pool_publish_split(const float *d_x, const int32_t *d_ids,
                                          uint32_t *m_req, const uint32_t *d_step, void *stream);
 /* Waits on the device until *m_done == *d_step (the pool answered this step's request), then
  * copies the n floats of m_out (the pool's rows) to d_out. A pool silent for ~10 s sets *d_err
- * to 1 and writes zeros instead of hanging the stream; the caller checks d_err. */
+ * to code (the first one stuck: which flag, ST_POOL_WAIT_*) and writes zeros instead of hanging
+ * the stream; the caller checks d_err. */
+#define ST_POOL_WAIT_DONE 1 /* a layer's done flag (its rows, on time) */
+#define ST_POOL_WAIT_PART 2 /* a deferred layer's partial flag (its heavy rows) */
+#define ST_POOL_WAIT_LATE 3 /* a deferred layer's done flag, before the next layer's FFN */
 strata_status st_cuda_pool_wait(const uint32_t *m_done, const uint32_t *d_step, const float *m_out,
-                                int64_t n, float *d_out, int32_t *d_err, void *stream);
+                                int64_t n, float *d_out, int32_t *d_err, int32_t code, void *stream);
 
 /* ---- router ----------------------------------------------------------------------------------- */
 

@@ -346,6 +346,13 @@ extern "C" strata_status st_cuda_memset(void *dptr, int byte, size_t bytes) {
     return STRATA_OK;
 }
 
+extern "C" strata_status st_cuda_memset_async(void *dptr, int byte, size_t bytes, void *stream) {
+    if (!bytes) return STRATA_OK;
+    if (!dptr) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_memset_async: NULL pointer");
+    ST_CUDA_CHECK(cudaMemsetAsync(dptr, byte, bytes, (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
 extern "C" strata_status st_cuda_synchronize(void) {
     ST_TRY(st_cuda_require("st_cuda_synchronize"));
     ST_CUDA_CHECK(cudaDeviceSynchronize());

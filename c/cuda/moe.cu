@@ -952,7 +952,7 @@ st_k_pool_publish(const float *__restrict__ x, const int32_t *__restrict__ ids, 
  * (volatile loads: every read goes to the host's memory). */
 static __global__ void __launch_bounds__(256)
 st_k_pool_wait(const uint32_t *m_done, const uint32_t *__restrict__ d_step, const float *m_out, int64_t n,
-               float *__restrict__ out, int32_t *d_err) {
+               float *__restrict__ out, int32_t *d_err, int32_t code) {
     st_pdl_enter();
     __shared__ int ok;
     if (threadIdx.x == 0) {
@@ -962,7 +962,7 @@ st_k_pool_wait(const uint32_t *m_done, const uint32_t *__restrict__ d_step, cons
         while (st_ld_acquire_sys(m_done) != step) {
             if (clock64() - t0 > ST_POOL_TIMEOUT_CYCLES) {
                 good = 0;
-                atomicExch(d_err, 1);
+                atomicCAS(d_err, 0, code);
                 break;
             }
             __nanosleep(500);
@@ -1010,12 +1010,12 @@ extern "C" strata_status st_cuda_pool_publish_split(const float *d_x, const int3
 }
 
 extern "C" strata_status st_cuda_pool_wait(const uint32_t *m_done, const uint32_t *d_step, const float *m_out,
-                                           int64_t n, float *d_out, int32_t *d_err, void *stream) {
+                                           int64_t n, float *d_out, int32_t *d_err, int32_t code, void *stream) {
     static const char *fn = "st_cuda_pool_wait";
-    if (n < 0 || !m_done || !d_step || !m_out || !d_out || !d_err)
+    if (n < 0 || !m_done || !d_step || !m_out || !d_out || !d_err || code < 1)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: n %lld or a NULL pointer", fn, (long long)n);
     ST_TRY(st_cuda_require(fn));
-    st_launch(st_k_pool_wait, 1, 256, 0, (cudaStream_t)stream, m_done, d_step, m_out, n, d_out, d_err);
+    st_launch(st_k_pool_wait, 1, 256, 0, (cudaStream_t)stream, m_done, d_step, m_out, n, d_out, d_err, code);
     ST_CUDA_CHECK_LAUNCH("st_k_pool_wait");
     return STRATA_OK;
 }

@@ -44,6 +44,7 @@ struct strata_session {
     st_cost_params cost;        /* the cost model's figures, measured at create (plan.stage_experts
                                    -1, the splits) */
     int64_t stage_batches, cpu_batches, split_batches;
+    int64_t defer_calls;            /* defer_cpu: CPU layers' pool calls deferred (or split, check) */
     strata_token *argmax_out;   /* strata_session_decode_greedy: where the greedy token goes */
     int want_argmax;            /* this batch is the call's last: compute the greedy token */
     float *argmax_logits;       /* CPU sessions: the last row's logits for the greedy token and

@@ -28,6 +28,7 @@ strata_session_params strata_session_default_params(void) {
     p.placement.pin_experts = -1;
     p.placement.pcie_frac = -1.0f;
     p.placement.cpu_misses = -1;
+    p.placement.defer_cpu_below = 0.1f;
     return p;
 }
 

@@ -18,7 +18,7 @@ void strata_session_reset_stats(strata_session *s) {
     for (int32_t il = 0; il < s->model->hp.n_layer; il++) s->slots_gpu[il] = s->slots_cpu[il] = 0;
     s->pcie_bytes = 0;
     s->graph_launches = s->graph_rebuilds = 0;
-    s->stage_batches = s->cpu_batches = s->split_batches = 0;
+    s->stage_batches = s->cpu_batches = s->split_batches = s->defer_calls = 0;
     st_ram_tier_reset_counters(s->ram);
     memset(&s->spec, 0, sizeof s->spec);
     s->be->reset_stats(s);
@@ -63,6 +63,9 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->cpu_share_expert_s = s->cost.cpu_expert_s;
     out->stage_batches = s->stage_batches;
     out->split_batches = s->split_batches;
+    out->defer_cpu = s->plan.defer_cpu;
+    out->defer_cpu_below = s->plan.defer_cpu && s->plan.defer_below < 1.0f ? s->plan.defer_below : 0.0f;
+    out->defer_calls = s->defer_calls;
     out->cpu_batches = s->cpu_batches;
     out->predict_slots = s->pred_slots;
     out->predict_hits = s->pred_hits;

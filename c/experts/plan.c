@@ -24,6 +24,12 @@ static strata_status st_plan_ranges(const strata_placement_params *q) {
         return st_error(STRATA_ERR_INVALID_ARG, "session option stage_ahead %d: expected 0 or 1", q->stage_ahead);
     if (q->stage_split != 0 && q->stage_split != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option stage_split %d: expected 0 or 1", q->stage_split);
+    if (q->defer_cpu < 0 || q->defer_cpu > 2)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option defer_cpu %d (0 off, 1 defer, 2 check)",
+                        q->defer_cpu);
+    if (q->defer_cpu != 0 && !(q->defer_cpu_below > 0.0f))
+        return st_error(STRATA_ERR_INVALID_ARG, "session option defer_cpu_below %g: a routing weight above 0 "
+                        "(>= 1: every CPU row deferred)", (double)q->defer_cpu_below);
     if (q->cache_admit != 0 && q->cache_admit != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option cache_admit %d: expected 0 or 1", q->cache_admit);
     if (q->pin_experts < -1 || q->pin_experts > 1)
@@ -105,4 +111,7 @@ void st_plan_resolve(const strata_session_params *p, st_placement_plan *out) {
     pl->cache_admit = gpu && q->expert_cache != 0 && (pl->doorbell || pl->cpu_misses) && q->cache_admit;
     pl->stage_ahead = pl->stage_experts != 0 && q->stage_ahead;
     pl->stage_split = pl->stage_experts != 0 && q->stage_split;
+    /* deferral: only where the pool computes CPU layers (the calls it serves); else nothing */
+    pl->defer_cpu = gpu && q->n_cpu_moe != 0 && pl->doorbell ? q->defer_cpu : 0;
+    pl->defer_below = pl->defer_cpu ? q->defer_cpu_below : 0.0f;
 }

@@ -40,6 +40,9 @@ typedef struct st_placement_plan {
     int cache_admit;        /* GPU cache with the CPU computing misses: evictions need admission */
     int stage_ahead;        /* staging: the next CPU layer's experts copied while this one computes */
     int stage_split;        /* staging: unstaged prompt batches split between the GPU and the CPU */
+    int defer_cpu;          /* GPU, the pool's CPU layers: 1 late rows join before the next FFN,
+                               2 check (on time, summed in the split's parts); 0 off */
+    float defer_below;      /* the split weight; >= 1 every CPU row deferred */
 } st_placement_plan;
 
 /* Each placement option in range, and the options that do not combine (with the backend and

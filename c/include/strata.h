@@ -417,6 +417,17 @@ typedef struct strata_placement_params {
                              GPU's share in its own arithmetic, so a prompt's results depend on
                              the share the start-up timings pick (within the CPU/GPU tolerance).
                              0 (default) off, 1 on. */
+    int defer_cpu;        /* with n_cpu_moe and doorbell (the CPU expert pool), in the calls the
+                             pool serves (decode steps and verify windows): 1 defers a CPU layer's
+                             expert rows of routing weight below defer_cpu_below, which join the
+                             residual only before the next layer's FFN, so the next layer's
+                             attention runs while the CPU finishes (an approximation: that
+                             attention misses them); the rows at or above it join on time. The
+                             last layer is never deferred. 2 (check): every row on time, but
+                             summed in the deferred split's two parts (what the reordering alone
+                             changes). 0 (default): off, nothing allocated, the same steps. */
+    float defer_cpu_below; /* with defer_cpu: the routing weight that splits a deferred layer's
+                             CPU rows (default 0.1); >= 1: every CPU row deferred, no split. */
 } strata_placement_params;
 
 /* How a CUDA session runs its kernels. None of them changes the results except attn_tc, which
@@ -644,6 +655,11 @@ typedef struct strata_session_stats {
     /* stage_split: CPU-layer prompt batches split between the GPU (the experts with the most
      * rows, staged) and the CPU (the rest); counted in cpu_batches too */
     int64_t split_batches;
+    /* defer_cpu: the mode the session runs (0 when the placement has no pool to defer), the split
+     * weight (0: every CPU row deferred) and the CPU layers' calls deferred (or, check, split) */
+    int32_t defer_cpu;
+    float defer_cpu_below;
+    int64_t defer_calls;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

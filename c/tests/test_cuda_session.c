@@ -46,6 +46,8 @@ static int g_doorbell = 0;                 /* cuda_doorbell of the next sessions
 static int g_admit = 0;                    /* placement.cache_admit of the next sessions */
 static int g_ahead = 0;                    /* placement.stage_ahead of the next sessions */
 static int g_split = 0;                    /* placement.stage_split of the next sessions */
+static int g_defer = 0;                    /* placement.defer_cpu of the next sessions */
+static float g_defer_below = 0.1f;         /* placement.defer_cpu_below of the next sessions */
 static int g_pipe = 0;                     /* pipe of the next sessions */
 static int g_q8_tiles = 1;                 /* q8_tiles of the next sessions (the default, on) */
 
@@ -68,6 +70,8 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.placement.cache_admit = g_admit;
     sp.placement.stage_ahead = g_ahead;
     sp.placement.stage_split = g_split;
+    sp.placement.defer_cpu = g_defer;
+    sp.placement.defer_cpu_below = g_defer_below;
     sp.placement.pipe = g_pipe;
     sp.placement.cpu_warm = g_warm;
     sp.cuda.q8_tiles = g_q8_tiles;
@@ -259,6 +263,75 @@ static void test_doorbell(const strata_model *m, const strata_token *p, int64_t 
               (long long)rows_cpu[2], (long long)rows_cpu[1], (long long)pcie[2], (long long)pcie[1]);
         for (int db = 0; db < 3; db++) free(lg[db]);
     }
+}
+
+/* defer_cpu (issue 32) with the first 3 layers' experts in the pool (doorbell): 24 greedy steps
+ * and a 5-token window (the calls the pool serves), each setting in its own session. Unset with
+ * defer_cpu_below given: the plain doorbell's bits. check (split at 0.1): within KL 0.02 and top-1
+ * agreement >= 97% of unset. 1 at 0.1: the same bits twice and with CUDA graphs of the steps,
+ * deferred calls counted; every row deferred (below 1 and 5): one function. */
+static void test_defer(const strata_model *m, const strata_token *p, int64_t np, int32_t V) {
+    enum { N = 7 };
+    static const int mode[N] = {0, 0, 2, 1, 1, 1, 1};
+    static const float below[N] = {0.1f, 0.5f, 0.1f, 0.1f, 0.1f, 1.0f, 5.0f};
+    static const int graphs[N] = {0, 0, 0, 0, 2, 0, 0};
+    static const strata_token w[4] = {7, 11, 13, 17};
+    float *lg[N];
+    strata_session_stats ss[N];
+    int ok = 1;
+    memset(ss, 0, sizeof ss);
+    for (int r = 0; r < N; r++) {
+        g_cpu_moe = 3;
+        g_doorbell = 1;
+        g_graphs = graphs[r];
+        g_defer = mode[r];
+        g_defer_below = below[r];
+        strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 512, 512);
+        g_cpu_moe = g_doorbell = g_graphs = g_defer = 0;
+        g_defer_below = 0.1f;
+        lg[r] = malloc(sizeof(float) * (size_t)V * 30);
+        strata_status st = s && lg[r] ? greedy_then_window(s, p, np, V, lg[r], w, 1) : STRATA_ERR_NOMEM;
+        if (st == STRATA_OK) st = strata_session_get_stats(s, &ss[r]);
+        CHECK(st == STRATA_OK, "defer_cpu %d below %g: %s", mode[r], (double)below[r], strata_last_error());
+        ok = ok && st == STRATA_OK;
+        strata_session_free(s);
+    }
+    const size_t bytes = sizeof(float) * (size_t)V * 30;
+    if (ok) {
+        double klc = 0, kl1 = 0;
+        int agc = 0, ag1 = 0;
+        for (int i = 0; i < 30; i++) {
+            const float *a = lg[0] + (size_t)i * (size_t)V;
+            klc += kl_row(a, lg[2] + (size_t)i * (size_t)V, V) / 30.0;
+            kl1 += kl_row(a, lg[3] + (size_t)i * (size_t)V, V) / 30.0;
+            agc += argmax(a, V) == argmax(lg[2] + (size_t)i * (size_t)V, V);
+            ag1 += argmax(a, V) == argmax(lg[3] + (size_t)i * (size_t)V, V);
+        }
+        printf("defer_cpu, 3 pool layers, 24 steps and a 5-token window: check mean KL %.3g, top-1 %d/30; "
+               "1 at 0.1: mean KL %.3g, top-1 %d/30, %lld calls deferred; every row: %lld\n", klc, agc, kl1, ag1,
+               (long long)ss[3].defer_calls, (long long)ss[5].defer_calls);
+        CHECK(!memcmp(lg[0], lg[1], bytes) && ss[1].defer_cpu == 0, "defer_cpu 0 with a split weight: not the plain bits");
+        CHECK(klc <= 0.02 && agc >= 29 && ss[2].defer_cpu == 2 && ss[2].defer_calls > 0,
+              "defer_cpu check: mean KL %.3g, top-1 %d/30 against unset (%lld calls)", klc, agc,
+              (long long)ss[2].defer_calls);
+        CHECK(!memcmp(lg[3], lg[4], bytes) && ss[3].defer_calls > 0 && ss[3].defer_calls == ss[4].defer_calls,
+              "defer_cpu 1: CUDA graphs change the bits or the calls (%lld / %lld)", (long long)ss[3].defer_calls,
+              (long long)ss[4].defer_calls);
+        CHECK(!memcmp(lg[5], lg[6], bytes) && ss[5].defer_cpu_below == 0.0f && ss[3].defer_cpu_below == 0.1f,
+              "defer_cpu 1, every row deferred: below 1 and 5 differ (or the stats' split weight)");
+        CHECK(isfinite(kl1) && ag1 > 0, "defer_cpu 1: logits not finite");
+    }
+    /* run to run: the same bits (the waits order everything) */
+    g_cpu_moe = 3;
+    g_doorbell = g_defer = 1;
+    strata_session *s2 = new_session(m, STRATA_BACKEND_CUDA, 512, 512);
+    g_cpu_moe = g_doorbell = g_defer = 0;
+    float *again = malloc(bytes);
+    const int ok2 = s2 && again && greedy_then_window(s2, p, np, V, again, w, 1) == STRATA_OK;
+    CHECK(ok && ok2 && !memcmp(again, lg[3], bytes), "defer_cpu 1: not the same bits run to run");
+    strata_session_free(s2);
+    free(again);
+    for (int r = 0; r < N; r++) free(lg[r]);
 }
 
 /* pipe past a RAM budget (70 of the 192 experts in RAM): a 32-slot GPU cache and --cpu-moe
@@ -621,6 +694,7 @@ static void test_default_model(void) {
     }
     test_graphs(m, toks, 12, V);
     test_doorbell(m, toks, 12, V);
+    test_defer(m, toks, 12, V);
     test_pipe(m, toks, 12, V);
     test_pool_misses(m, toks, n, V);
 

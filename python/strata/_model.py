@@ -81,7 +81,10 @@ class Model:
     least as often; default False), stage_ahead (with staging: the next CPU layer's experts copied
     to the GPU while a staged layer computes; default False), stage_split (with staging: a prompt
     batch of a CPU layer not staged whole split by the cost model, its heaviest experts on the GPU
-    while the CPU computes the rest; default False), q8_tiles (Q8_0
+    while the CPU computes the rest; default False), defer_cpu (with doorbell and CPU layers, an
+    approximation: 0 off, the default; 1 a CPU layer's expert rows of routing weight below
+    defer_cpu_below, default 0.1, join before the next layer's FFN; "check": on time, summed in
+    that order; docs/DEFERRAL.md), q8_tiles (Q8_0
     dense matrices also kept in the prompt tiles' layout where GPU memory allows: same results,
     faster prompts; default True); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
@@ -97,7 +100,8 @@ class Model:
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses="auto", pcie_frac: float = -1.0,
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True,
-                 cache_admit: bool = False, stage_ahead: bool = False, stage_split: bool = False):
+                 cache_admit: bool = False, stage_ahead: bool = False, stage_split: bool = False,
+                 defer_cpu=0, defer_cpu_below: float = 0.1):
         path = path_arg("path", path, must_exist=False)
         n_ctx, n_batch = int_arg("n_ctx", n_ctx), int_arg("n_batch", n_batch)
         n_threads = int_arg("n_threads", n_threads)
@@ -149,6 +153,12 @@ class Model:
         self.doorbell, self.cpu_warm, self.q8_tiles = bool(doorbell), bool(cpu_warm), bool(q8_tiles)
         self.cache_admit, self.stage_ahead = bool(cache_admit), bool(stage_ahead)
         self.stage_split = bool(stage_split)
+        if defer_cpu not in (0, 1, False, True, "check"):
+            raise ValueError(f"defer_cpu must be 0, 1 or 'check', not {defer_cpu!r}")
+        self.defer_cpu = 2 if defer_cpu == "check" else int(defer_cpu)
+        self.defer_cpu_below = float(defer_cpu_below)
+        if self.defer_cpu and not self.defer_cpu_below > 0:
+            raise ValueError(f"defer_cpu_below must be a routing weight above 0, not {defer_cpu_below!r}")
         if cpu_misses == "auto":
             self.cpu_misses = 1 if pcie_frac >= 0 else -1
         elif cpu_misses in (True, False):
@@ -326,6 +336,7 @@ class Model:
         pl.doorbell, pl.cpu_warm = int(self.doorbell), int(self.cpu_warm)
         pl.cache_admit, pl.stage_ahead = int(self.cache_admit), int(self.stage_ahead)
         pl.stage_split = int(self.stage_split)
+        pl.defer_cpu, pl.defer_cpu_below = self.defer_cpu, self.defer_cpu_below
         cu = sp.cuda
         cu.graphs, cu.pdl, cu.attn_tc, cu.q8_tiles = (int(self.cuda_graphs), self.cuda_pdl,
                                                       self.attn_tc, int(self.q8_tiles))

@@ -174,3 +174,28 @@ def test_chat_drops_an_over_long_message():
     # the first message too long: dropped, the next one is the first turn
     p = run(*args, input="word " * 100 + "\nDictionary, n.\nLexicon, n.\n")
     assert p.stdout == want and "too long" in p.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# issue 32: STRATA_VERIFY_DEFER_CPU and _BELOW each say at start-up what they do
+# ------------------------------------------------------------------------------------------------
+
+def test_defer_cpu_lines():
+    def lines(extra=(), **env):
+        e = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_VERIFY_DEFER")}
+        e.update(env)
+        err = run(*GEN, "--cpu", *extra, env=e).stderr.splitlines()
+        return [ln for ln in err if "DEFER" in ln]
+    assert lines() == []  # unset: nothing
+    assert lines(STRATA_VERIFY_DEFER_CPU="0") == []
+    ign = lines(STRATA_VERIFY_DEFER_CPU_BELOW="0.2")
+    assert len(ign) == 1 and "=0.2 ignored" in ign[0], ign
+    off = lines(STRATA_VERIFY_DEFER_CPU="1")  # a CPU session: nothing to defer, one line says why
+    assert len(off) == 1 and "off" in off[0] and "--doorbell" in off[0], off
+    bad = lines(STRATA_VERIFY_DEFER_CPU="check", STRATA_VERIFY_DEFER_CPU_BELOW="lots")
+    assert len(bad) == 2 and "not a number above 0: 0.1 taken" in bad[0], bad
+    # the options: values checked
+    for v in ("yes", "2"):
+        assert "--defer-cpu" in run(*GEN, "--defer-cpu", v, rc=2).stderr
+    for w in ("0", "-1", "x"):
+        assert "--defer-cpu-below" in run(*GEN, "--defer-cpu", 1, "--defer-cpu-below", w, rc=2).stderr

@@ -459,7 +459,8 @@ def test_python_gpu_placement_options():
     opts = strata.Model(path, n_ctx=128, n_threads=2, cuda_graphs=False, cuda_pdl="all", n_cpu_moe=-1, cpu_pin=True,
                         stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True,
                         pin_experts=True, gpu_prefetch=True, cpu_misses=True, pcie_frac=0.25,
-                        cache_admit=True, stage_ahead=True, stage_split=True)
+                        cache_admit=True, stage_ahead=True, stage_split=True, defer_cpu=1,
+                        defer_cpu_below=0.2)
     assert np.array_equal(base.logits(toks), opts.logits(toks))
     assert opts.last_stats["threads_pinned"] == (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
     with pytest.raises(ValueError):
@@ -468,6 +469,10 @@ def test_python_gpu_placement_options():
         strata.Model(path, cuda_pdl="some")
     with pytest.raises(ValueError):
         strata.Model(path, expert_cache=-2)
+    with pytest.raises(ValueError, match="defer_cpu"):
+        strata.Model(path, defer_cpu="sometimes")
+    with pytest.raises(ValueError, match="defer_cpu_below"):
+        strata.Model(path, defer_cpu=1, defer_cpu_below=0)
     with pytest.raises(ValueError, match="stage_experts"):
         strata.Model(path, n_ctx=128, stage_experts=-2)
     if not strata.backends()[1]["available"]:  # refused at the call, with CUDA's reason

@@ -223,12 +223,31 @@ static strata_status st_gpu_join(strata_session *s, int next, float *x, const fl
     return st_gpu_mark(s, STRATA_PHASE_SHARED);
 }
 
+/* defer_cpu: the deferred layer's late rows (the pool's done flag awaited on the device) added
+ * into the residual after this layer's attention, and the FFN's norm taken again of the sum. */
+static strata_status st_gpu_defer_join(strata_session *s, int64_t T) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const int il = g->defer_pending;
+    const int64_t E = hp->n_embd;
+    st_doorbell_layer *r = &g->db[il];
+    g->defer_pending = -1;
+    TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, g->defer_src), T * E,
+                          g->defer_part, g->d_err, ST_POOL_WAIT_LATE, g->stream));
+    s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(T * E));
+    const float rs = m->arch->granite_scales ? hp->residual_scale : 1.0f;
+    return st_cuda_add_rmsnorm(g->x, g->defer_part, rs, g->xn, g->layers[il + 1].ffn_norm, E, T, hp->norm_eps,
+                               g->stream);
+}
+
 /* One layer of a call of T tokens: the attention, the FFN (dense, or the MoE block: route, then
  * the experts of each chunk in their placement, moe_block.c), and the join of its rows into the
  * residual with the next layer's attention norm. */
 static strata_status st_gpu_forward_layer(strata_session *s, int il, int64_t T, int64_t pos0) {
     st_gpu *g = s->gpu;
     TRY(st_gpu_attn_block(s, il, T, pos0));
+    if (g->defer_pending >= 0) TRY(st_gpu_defer_join(s, T)); /* the previous layer's late rows */
     const float *out = g->proj; /* the FFN's output rows: g->proj, or a decode step's CPU row */
     if (s->model->hp.n_expert == 0) {
         TRY(st_gpu_dense_ffn(s, il, T));
@@ -257,6 +276,7 @@ static strata_status st_gpu_graph_counts(strata_session *s, int sign) {
     }
     g->graph_pcie_bytes = (sign < 0 ? 0 : g->graph_pcie_bytes) + sign * s->pcie_bytes;
     g->graph_cpu_batches = (sign < 0 ? 0 : g->graph_cpu_batches) + sign * s->cpu_batches;
+    g->graph_defer_calls = (sign < 0 ? 0 : g->graph_defer_calls) + sign * s->defer_calls;
     return STRATA_OK;
 }
 
@@ -351,6 +371,7 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
     st_prof_start(s);
     /* the expert pool serves this call's CPU layers: the step announced, its number up */
     const int pool = st_gpu_pool_call(s, T);
+    g->defer_pending = -1; /* (a call that failed may have left one) */
     if (pool) TRY(st_gpu_pool_begin(s));
     /* embeddings on the CPU, as forward.c, then up from pinned memory */
     float *emb = g->h_embd ? g->h_embd : s->x;
@@ -380,6 +401,7 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
         }
         s->pcie_bytes += g->graph_pcie_bytes;
         s->cpu_batches += g->graph_cpu_batches;
+        s->defer_calls += g->graph_defer_calls;
     } else {
         if (graph) { /* the counters before, so the capture's own counts can be taken */
             TRY(st_gpu_graph_counts(s, -1));

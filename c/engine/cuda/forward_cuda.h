@@ -72,7 +72,7 @@ struct st_gpu {
     int64_t graph_np;                     /* the attention plan length it was captured for */
     /* what the captured step's host code counted (added again at each replay) */
     int64_t *graph_slots_gpu, *graph_slots_cpu; /* [n_layer] */
-    int64_t graph_pcie_bytes, graph_cpu_batches;
+    int64_t graph_pcie_bytes, graph_cpu_batches, graph_defer_calls;
     int graphs;                           /* capture single-token steps (cuda_graphs) */
     st_gpu_tier *cache;                  /* expert_cache > 0: routed experts in cache slots */
     int prefetch;                         /* gpu_prefetch: predicted next-layer experts prefetched */
@@ -131,6 +131,12 @@ struct st_gpu {
      * host-mapped memory: a request record per CPU layer and its arrays (ST_POOL_T rows) */
     st_expert_pool *pool;
     st_doorbell_layer *db;                /* [CPU layers] host view of the mapped block */
+    /* defer_cpu (the pool's CPU layers, issue 32): a deferred layer's late rows (the pool's
+     * out_light, or with every row deferred its out) join before the next layer's FFN */
+    int defer;                            /* 0 off, 1 defer, 2 check */
+    int defer_pending;                    /* the layer whose late rows are due, -1 none */
+    const float *defer_src;               /* its mapped rows (host view) */
+    float *defer_part;                    /* (8, n_embd) device: the late rows, copied */
     uint8_t *db_host, *db_dev;            /* the mapped block's host and device addresses */
     uint32_t *d_step;                     /* device: the step number the kernels publish / await */
     /* cuda_doorbell with an expert cache: the misses of decode-sized calls computed by the pool

@@ -280,8 +280,9 @@ static strata_status st_gpu_check_shape(const strata_model *m, const st_gpu *g) 
 /* ---- the CPU expert pool behind a doorbell (cuda_doorbell) ------------------------------------- */
 
 /* The mapped block (a record per CPU layer, then each layer's x, out, ids and wts for ST_POOL_T
- * rows, 64-byte aligned), the step and error words, and the pool's threads over the CPU layers'
- * expert views (the pinned copies when pin_experts made them). */
+ * rows, 64-byte aligned, and with defer_cpu's split out_light), the step and error words, and
+ * the pool's threads over the CPU layers' expert views (the pinned copies when pin_experts made
+ * them). defer_cpu: each record's split weight, and the device rows of the late join. */
 static strata_status st_gpu_pool_create(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -291,7 +292,8 @@ static strata_status st_gpu_pool_create(strata_session *s) {
     const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
     const size_t rec = st_round_up(sizeof(st_doorbell_layer) * (size_t)L, 64);
     const size_t xb = st_round_up(sizeof(float) * R * E, 64), kb = st_round_up(sizeof(float) * R * K, 64);
-    const size_t per = 2 * xb + 2 * kb;
+    const int split = s->plan.defer_cpu != 0 && s->plan.defer_below < 1.0f; /* heavy rows first */
+    const size_t per = (split ? 3 : 2) * xb + 2 * kb;
     void *h = NULL, *d = NULL;
     TRY(st_cuda_host_alloc_mapped(&h, &d, rec + per * (size_t)L));
     g->db_host = h;
@@ -304,8 +306,8 @@ static strata_status st_gpu_pool_create(strata_session *s) {
         atomic_init(&r->done_seq, 0);
         atomic_init(&r->part_seq, 0);
         r->T = 0;
-        r->below = 0.0f;
-        r->out_light = NULL;
+        r->below = split ? s->plan.defer_below : 0.0f;
+        r->out_light = split ? (float *)(base + 2 * xb + 2 * kb) : NULL;
         r->x = (float *)base;
         r->out = (float *)(base + xb);
         r->ids = (int32_t *)(base + 2 * xb);
@@ -315,6 +317,9 @@ static strata_status st_gpu_pool_create(strata_session *s) {
     TRY(st_gpu_alloc((void **)&g->d_err, sizeof(int32_t)));
     TRY(st_cuda_memset(g->d_err, 0, sizeof(int32_t)));
     TRY(st_cuda_host_alloc((void **)&g->h_step, sizeof(uint32_t)));
+    g->defer = s->plan.defer_cpu;
+    g->defer_pending = -1;
+    if (g->defer) TRY(st_gpu_alloc((void **)&g->defer_part, sizeof(float) * R * E));
     return st_pool_create(s->experts, L, hp->n_expert, hp->n_embd, hp->n_ff_exp, hp->n_expert_used,
                           (int32_t)R, g->db, s->n_threads > 0 ? s->n_threads : 1, &g->pool);
 }
@@ -524,6 +529,7 @@ void st_gpu_free(strata_session *s) {
     free(g->stage_list);
     st_cuda_free(g->ids_split);
     st_cuda_free(g->cpu_part);
+    st_cuda_free(g->defer_part);
     st_cuda_host_free(g->h_split_ids);
     st_cuda_free(g->rows_gpu);
     st_cuda_free(g->rows_cpu);

@@ -513,7 +513,10 @@ static strata_status st_gpu_moe_cached(strata_session *s, st_moe_chunk *c) {
 
 /* POOL: the expert pool (cuda_doorbell) computes the CPU layer: the rows and routing published
  * into the layer's mapped request, the pool's rows awaited on the device and copied into
- * g->proj; the host goes on enqueueing (the CPU layers are the first ones: db[il]). */
+ * g->proj; the host goes on enqueueing (the CPU layers are the first ones: db[il]). defer_cpu
+ * (not the last layer): the heavy rows awaited at the pool's partial flag (the split), or none
+ * (every row deferred: g->proj zeroed); the rest join after the next layer's attention
+ * (st_gpu_defer_join). check: both parts awaited here, added in that order. */
 static strata_status st_gpu_moe_pool(strata_session *s, const st_moe_chunk *c) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -524,8 +527,33 @@ static strata_status st_gpu_moe_pool(strata_session *s, const st_moe_chunk *c) {
                              st_gpu_db_dev(g, r->ids), st_gpu_db_dev(g, r->wts),
                              st_gpu_db_dev(g, &r->T), st_gpu_db_dev(g, &r->req_seq), g->d_step,
                              g->stream));
-    TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out),
-                          tn * E, g->proj, g->d_err, g->stream));
+    const int defer = g->defer && c->il + 1 < hp->n_layer;
+    const int split = defer && r->out_light; /* the pool computes the heavy rows first */
+    if (!defer) {
+        TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out), tn * E,
+                              g->proj, g->d_err, ST_POOL_WAIT_DONE, g->stream));
+    } else if (g->defer == 2) { /* check: on time, the two parts added in the deferred order */
+        if (split) {
+            TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->part_seq), g->d_step, st_gpu_db_dev(g, r->out), tn * E,
+                                  g->proj, g->d_err, ST_POOL_WAIT_PART, g->stream));
+            TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out_light),
+                                  tn * E, g->defer_part, g->d_err, ST_POOL_WAIT_DONE, g->stream));
+            TRY(st_cuda_add(g->proj, g->proj, g->defer_part, 1.0f, tn * E, g->stream));
+        } else {
+            TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out), tn * E,
+                                  g->proj, g->d_err, ST_POOL_WAIT_DONE, g->stream));
+        }
+        s->defer_calls++;
+    } else {
+        if (split)
+            TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->part_seq), g->d_step, st_gpu_db_dev(g, r->out), tn * E,
+                                  g->proj, g->d_err, ST_POOL_WAIT_PART, g->stream));
+        else
+            TRY(st_cuda_memset_async(g->proj, 0, sizeof(float) * (size_t)(tn * E), g->stream));
+        g->defer_pending = c->il;
+        g->defer_src = split ? r->out_light : r->out;
+        s->defer_calls++;
+    }
     s->pcie_bytes += (int64_t)(2 * sizeof(float) * (size_t)(tn * E) +
                                (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
     if (g->stage) s->cpu_batches++; /* as the staging decision counts a CPU batch */
@@ -707,7 +735,7 @@ static strata_status st_gpu_moe_compute(strata_session *s, const st_moe_chunk *c
     if (c->pm) { /* the pool's rows (computed meanwhile) added to the GPU's */
         st_doorbell_layer *r = &g->db[c->il];
         TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out),
-                              c->tn * E, g->pm_part, g->d_err, g->stream));
+                              c->tn * E, g->pm_part, g->d_err, ST_POOL_WAIT_DONE, g->stream));
         TRY(st_cuda_add(g->proj, g->proj, g->pm_part, 1.0f, c->tn * E, g->stream));
     }
     if (c->pf) st_gpu_tier_release_held(g->cache);
@@ -800,9 +828,12 @@ strata_status st_gpu_pool_end(strata_session *s, int64_t T) {
     int32_t err = 0;
     TRY(st_cuda_memcpy_d2h(&err, g->d_err, sizeof err));
     if (err) {
+        static const char *const flag[4] = {"?", "a layer's done flag", "a deferred layer's partial flag (its heavy rows)",
+                                            "a deferred layer's done flag (before the next layer's FFN)"};
         TRY(st_cuda_memset(g->d_err, 0, sizeof err));
         return st_error(STRATA_ERR_BACKEND, "gpu session: the CPU expert pool did not answer a "
-                        "layer's request within ~10 s (cuda_doorbell)");
+                        "layer's request within ~10 s (cuda_doorbell; the GPU waited on %s)",
+                        flag[err >= 1 && err <= 3 ? err : 0]);
     }
     return STRATA_OK;
 }
