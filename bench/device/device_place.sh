@@ -17,7 +17,8 @@
 # the cost model, with --stage-split and with --stage-ahead, and llama-bench's rows beside them
 # when it is built.
 # "defer" (issue 32): --cpu-moe and --n-cpu-moe 24 with --doorbell, plain, every CPU row deferred
-# and the default split at 0.1, two interleaved rounds. "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
+# and the default split at 0.1, two interleaved rounds; "deferq": its quality table on the default
+# model (teacher-forced logprobs through the windows, KL by position bucket, tools/kl.py). "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
 # qwen3 and, with "olmoe", olmoe. Two calls on one warm machine keep the files.
@@ -160,6 +161,24 @@ if have defer; then # issue 32: the pool's CPU layers deferred, interleaved roun
         done
     done
     grep -h "DEFER" "$J"/s_cpumoe_defer01_1.err | head -3
+fi
+if have deferq; then # issue 32's quality table: teacher-forced logprobs through the windows
+    cat docs/EXPERTS.md docs/SPECULATIVE.md | head -c 9000 > /tmp/deferq.txt
+    qrow() { # tag args...
+        local tag=$1
+        shift
+        timeout 120 ./strata run -m models/strata-tiny-moe-q8_0.gguf -f /tmp/deferq.txt -n 0 -c 4096 \
+            --short-read 100000 --logpos "$J/q_$tag.jsonl" --gpu --n-cpu-moe 3 --doorbell -t 16 "$@" \
+            > /dev/null 2> "$J/q_$tag.err" || echo "deferq $tag failed: $(tail -2 "$J/q_$tag.err")"
+    }
+    qrow unset
+    qrow unset2
+    qrow check --defer-cpu check
+    qrow all --defer-cpu 1 --defer-cpu-below 1
+    qrow d01 --defer-cpu 1
+    for t in unset2 check all d01; do
+        echo "deferq $t against unset: $(python3 tools/kl.py "$J/q_unset.jsonl" "$J/q_$t.jsonl" 2>&1 | tail -3 | tr '\n' ' ')"
+    done
 fi
 if have olmoe && [ -f /tmp/olmoe.done ]; then
     M=/tmp/olmoe.gguf
