@@ -57,6 +57,12 @@ static void cli_opts_env(cli_opts *o) {
         float t = strtof(dt, &end);
         o->degrade_tau = *end ? -1.0f : t; /* a bad value is refused at session creation */
     }
+    const char *rts = getenv("STRATA_ROUTE_TAIL_SKIP");
+    if (rts && rts[0]) {
+        char *end;
+        const float v = strtof(rts, &end);
+        o->route_tail_skip = *end ? -1.0f : v; /* a bad value is refused at session creation */
+    }
     const char *graphs = getenv("STRATA_CUDA_GRAPHS"); /* unset: 1; "2": doorbell steps too */
     o->cuda_graphs = !graphs ? 1 : strcmp(graphs, "2") == 0 ? 2 : env_flag("STRATA_CUDA_GRAPHS");
     const char *pdl = getenv("STRATA_CUDA_PDL"); /* unset: 1; all or 2: 2; else a flag */
@@ -241,6 +247,9 @@ static void cli_usage_kernels(FILE *f) {
         "                          decode steps and windows of up to 8 tokens, not prompts;\n"
         "                          same results; also $STRATA_CUDA_PDL=0; --pdl: the default;\n"
         "                          --pdl-all or $STRATA_CUDA_PDL=all: prompt batches too)\n"
+        "  --route-tail-skip P     an approximation: each token's lightest routed experts are\n"
+        "                          skipped while their routing weights sum to at most P (0 < P <\n"
+        "                          1; never the heaviest; also $STRATA_ROUTE_TAIL_SKIP)\n"
         "  --degrade-zero          DEGRADE_ZERO approximation (also $DEGRADE_ZERO=1): in decode\n"
         "                          steps, drop a routed expert that missed its deadline when its\n"
         "                          gate weight is below tau; --degrade-tau T (also $DEGRADE_TAU,\n"
@@ -418,6 +427,13 @@ static int opt_degrade_tau(cli_opts *o, const char *a, const char *v) {
     int rc = parse_float(a, v, &o->degrade_tau);
     if (!rc && !(o->degrade_tau >= 0.0f && o->degrade_tau <= 1.0f))
         rc = cli_usage_error("bad value '%s' for --degrade-tau (0..1)", v);
+    return rc;
+}
+
+static int opt_route_tail_skip(cli_opts *o, const char *a, const char *v) {
+    int rc = parse_float(a, v, &o->route_tail_skip);
+    if (!rc && !(o->route_tail_skip >= 0.0f && o->route_tail_skip < 1.0f))
+        rc = cli_usage_error("bad value '%s' for --route-tail-skip (0 off, up to below 1)", v);
     return rc;
 }
 
@@ -607,6 +623,7 @@ static const cli_value_row cli_values[] = {
     CLI_FN(NULL, "--defer-cpu-below", opt_defer_below),
     CLI_INT_AUTO(NULL, "--stage-experts", stage_experts, 0, 1L << 30),
     CLI_FN(NULL, "--degrade-tau", opt_degrade_tau),
+    CLI_FN(NULL, "--route-tail-skip", opt_route_tail_skip),
     /* sampling */
     CLI_FLOAT(NULL, "--temp", sp.temperature),
     CLI_FLOAT(NULL, "--temperature", sp.temperature),

@@ -27,6 +27,7 @@ typedef struct {
     strata_type kv_type;          /* --kv-type f16|f32 */
     int degrade_zero;             /* --degrade-zero or DEGRADE_ZERO=1 */
     float degrade_tau;            /* --degrade-tau or DEGRADE_TAU (default 0.03) */
+    float route_tail_skip;        /* --route-tail-skip P ($STRATA_ROUTE_TAIL_SKIP), 0 off */
     int degrade_eval;             /* --degrade-eval or STRATA_DEGRADE_EVAL=1 (implies degrade_zero) */
     int profile;                  /* --profile or STRATA_PROFILE=1: time the forward phases */
     int cuda_graphs;              /* --cuda-graphs or STRATA_CUDA_GRAPHS=1 */

@@ -19,6 +19,13 @@ void cli_report_degrade(const cli_opts *o) {
                 "counts as missed (CPU session)" : "");
 }
 
+void cli_report_tail_skip(const cli_opts *o) {
+    if (o->route_tail_skip > 0.0f)
+        fprintf(stderr, "strata: STRATA_ROUTE_TAIL_SKIP=%g (an approximation): each token's lightest routed "
+                "experts are skipped while their routing weights sum to at most %g (never its heaviest)\n",
+                (double)o->route_tail_skip, (double)o->route_tail_skip);
+}
+
 void cli_report_context(const cli_opts *o, const strata_model_info *mi) {
     if (!o->ctx_warned && o->n_ctx > 0 && mi->n_ctx_train > 0 && o->n_ctx > mi->n_ctx_train)
         fprintf(stderr, "strata: warning: -c %d is past the model's training context of %d tokens; "

@@ -47,6 +47,7 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, degrade_zero, degrade_zero),
     CLI_SESSION(float, degrade_tau, degrade_tau),
     CLI_SESSION(int, degrade_eval, degrade_eval),
+    CLI_SESSION(float, route_tail_skip, route_tail_skip),
     CLI_SESSION(int, profile, profile),
     /* where routed experts live and move */
     CLI_SESSION(int, n_cpu_moe, placement.n_cpu_moe),
@@ -170,6 +171,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     memset(&mi, 0, sizeof mi);
     strata_model_get_info(model, &mi);
     cli_report_degrade(o);
+    cli_report_tail_skip(o);
     cli_report_context(o, &mi);
     char why[400] = ""; /* why a session whose backend was left to the CLI runs on the CPU */
     strata_backend_info bi;

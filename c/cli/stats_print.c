@@ -24,6 +24,16 @@ void cli_print_degrade_stats(const strata_session *sess) {
             100.0 * st.degrade_layer_min, 100.0 * st.degrade_layer_max);
 }
 
+void cli_print_tail_skip_stats(const strata_session *sess) {
+    strata_session_stats st;
+    if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || !(st.route_tail_skip > 0.0f)) return;
+    const int64_t slots = st.expert_slots_gpu + st.expert_slots_cpu;
+    fprintf(stderr, "strata: STRATA_ROUTE_TAIL_SKIP=%g: skipped %lld routed slots", (double)st.route_tail_skip,
+            (long long)st.route_tail_skipped);
+    if (slots > 0) fprintf(stderr, " of %lld (%.2f%%)", (long long)slots, 100.0 * (double)st.route_tail_skipped / (double)slots);
+    fputc('\n', stderr);
+}
+
 void cli_print_defer_stats(const strata_session *sess) {
     strata_session_stats st;
     if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || !st.defer_cpu) return;
@@ -161,6 +171,9 @@ static int cli_write_stats_json(const cli_opts *o, const strata_model *model, co
         fprintf(f, ", \"degrade_tau\": %.4f, \"degrade_eval\": %s, \"degrade_slots\": %lld, \"degrade_zeroed\": %lld",
                 (double)ds.degrade_tau, ds.degrade_eval ? "true" : "false", (long long)ds.degrade_slots,
                 (long long)ds.degrade_zeroed);
+    if (strata_session_get_stats(sess, &ds) == STRATA_OK && ds.route_tail_skip > 0.0f)
+        fprintf(f, ", \"route_tail_skip\": %.4f, \"route_tail_skipped\": %lld", (double)ds.route_tail_skip,
+                (long long)ds.route_tail_skipped);
     if (strata_session_get_stats(sess, &ds) == STRATA_OK && ds.defer_cpu) /* the deferral's tally */
         fprintf(f, ", \"defer_cpu\": \"%s\", \"defer_cpu_below\": %.4f, \"defer_calls\": %lld",
                 ds.defer_cpu == 2 ? "check" : "1", (double)ds.defer_cpu_below, (long long)ds.defer_calls);
@@ -188,6 +201,7 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
         cli_print_degrade_stats(sess);
         cli_print_defer_stats(sess);
+        cli_print_tail_skip_stats(sess);
         cli_print_spec_stats(o, sess, rs->drafts);
         if (rs->vp) cli_vp_print(rs->vp, stderr);
         cli_print_profile(sess, "(prompt and generation)");

@@ -31,6 +31,8 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
 void cli_print_degrade_stats(const strata_session *sess);
 /* STRATA_VERIFY_DEFER_CPU's tally (a line on stderr), when the session defers. */
 void cli_print_defer_stats(const strata_session *sess);
+/* The route tail skip's tally (a line on stderr), when it is on. */
+void cli_print_tail_skip_stats(const strata_session *sess);
 /* The [PROF] line on stderr: prompt and decode tok/s, where routed experts ran (slot-rows from GPU
  * memory and on the CPU, per-layer GPU share), bytes over PCIe and from disk, zeroed slots; gpu 0
  * (a CPU session) leaves out the GPU-only fields. */

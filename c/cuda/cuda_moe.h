@@ -100,6 +100,12 @@ strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int32_t n_expe
                                 int norm, int32_t *d_ids, float *d_wts, st_cuda_doorbell *db,
                                 void *stream);
 
+/* The route tail skip (st_route_tail_skip's rule, degrade.h) on the device: in each of T rows of k
+ * slots the lightest are set to -1 while their weights sum to at most p, never the heaviest; the
+ * count of dropped slots is added to *d_count (device). k <= 64. */
+strata_status st_cuda_route_tail_skip(int32_t *d_ids, const float *d_wts, int64_t T, int32_t k, float p,
+                                      unsigned long long *d_count, void *stream);
+
 /* One token's router in one launch (a decode step): logits = W x (W: F32, n_expert rows; the
  * bits of st_cuda_mmv), the routing of st_cuda_moe_route from them (d_ids/d_wts and/or db), and
  * when d_xq is set, x as n_embd / 32 q8_1 blocks the way st_cuda_moe_ffn quantizes it (pass it as

@@ -866,6 +866,50 @@ extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int
     return STRATA_OK;
 }
 
+/* One thread a row: st_route_tail_skip (degrade.c), the same order and rule. */
+static __global__ void st_k_route_tail_skip(int32_t *ids, const float *wts, int T, int k, float p,
+                                            unsigned long long *count) {
+    st_pdl_enter();
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    int32_t *id = ids + (size_t)t * k;
+    const float *w = wts + (size_t)t * k;
+    int order[64];
+    for (int s = 0; s < k; s++) {
+        int j = s;
+        while (j > 0 && (w[order[j - 1]] > w[s] || (w[order[j - 1]] == w[s] && order[j - 1] < s))) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = s;
+    }
+    float sum = 0.0f;
+    unsigned long long n = 0;
+    for (int q = 0; q < k - 1; q++) {
+        const int s = order[q];
+        if (id[s] < 0) continue;
+        if (sum + w[s] > p) break;
+        sum += w[s];
+        id[s] = -1;
+        n++;
+    }
+    if (n) atomicAdd(count, n);
+}
+
+extern "C" strata_status st_cuda_route_tail_skip(int32_t *d_ids, const float *d_wts, int64_t T, int32_t k, float p,
+                                                 unsigned long long *d_count, void *stream) {
+    static const char *fn = "st_cuda_route_tail_skip";
+    if (T < 0 || T > 0x7fffffff || k < 1 || k > 64 || !d_ids || !d_wts || !d_count)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld, k %d (1..64) or a NULL pointer", fn, (long long)T,
+                        (int)k);
+    ST_TRY(st_cuda_require(fn));
+    if (T == 0 || k < 2 || !(p > 0.0f)) return STRATA_OK;
+    st_launch(st_k_route_tail_skip, (unsigned)((T + 127) / 128), 128, 0, (cudaStream_t)stream, d_ids, d_wts, (int)T,
+              (int)k, p, d_count);
+    ST_CUDA_CHECK_LAUNCH("st_k_route_tail_skip");
+    return STRATA_OK;
+}
+
 extern "C" int st_cuda_moe_router1_supports(const st_cuda_mat *W, int32_t n_expert, int32_t k) {
     return W && W->type == STRATA_TYPE_F32 && W->ne1 == n_expert && n_expert >= 1 &&
            n_expert <= ST_ROUTE_THREADS && k >= 1 && k <= n_expert && k <= ST_ROUTE_MAX_K && W->ne0 >= 32 &&

@@ -166,6 +166,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->degrade.enabled = p.degrade_zero;
     s->degrade.tau = p.degrade_tau;
     s->degrade.eval = p.degrade_eval;
+    s->tail_skip = p.route_tail_skip;
     s->profile = p.profile != 0;
     s->cuda_graphs = p.cuda.graphs <= 0 ? 0 : p.cuda.graphs >= 2 ? 2 : 1;
     s->cuda_pdl = p.cuda.pdl <= 0 ? 0 : p.cuda.pdl >= 2 ? 2 : 1;

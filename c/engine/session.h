@@ -29,6 +29,8 @@ struct strata_session {
     int32_t fit_cpu_layers;     /* gpu_mem alone: the CPU layers the fit chose (-1: no fit) */
     st_degrade_params degrade;  /* DEGRADE_ZERO (degrade.h) */
     st_degrade_stats dstats;
+    float tail_skip;              /* route_tail_skip (0 off) */
+    int64_t tail_skipped;         /* slots it dropped (a GPU session adds its device count) */
     int gen_phase;              /* 1 inside a strata_session_decode_gen call of at most
                                    ST_DEGRADE_MAX_ROWS tokens: drops are allowed */
     int self_draft;             /* 1 inside a self-draft step (drafter.c): every routed expert that

@@ -48,6 +48,9 @@ static strata_status st_check_ranges(const strata_session_params *p) {
     if (!(p->degrade_tau >= 0.0f && p->degrade_tau <= 1.0f))
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_tau %g: expected 0..1",
                         (double)p->degrade_tau);
+    if (!(p->route_tail_skip >= 0.0f && p->route_tail_skip < 1.0f))
+        return st_error(STRATA_ERR_INVALID_ARG, "session option route_tail_skip %g: expected 0 (off) up to "
+                        "below 1", (double)p->route_tail_skip);
     if (p->degrade_eval && !p->degrade_zero)
         return st_error(STRATA_ERR_INVALID_ARG, "session option degrade_eval needs degrade_zero");
     if (p->cuda.attn_tc < -1 || p->cuda.attn_tc > 3)

@@ -19,6 +19,7 @@ void strata_session_reset_stats(strata_session *s) {
     s->pcie_bytes = 0;
     s->graph_launches = s->graph_rebuilds = 0;
     s->stage_batches = s->cpu_batches = s->split_batches = s->defer_calls = 0;
+    s->tail_skipped = 0;
     st_ram_tier_reset_counters(s->ram);
     memset(&s->spec, 0, sizeof s->spec);
     s->be->reset_stats(s);
@@ -30,6 +31,8 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->degrade_zero = s->degrade.enabled;
     out->degrade_eval = s->degrade.eval;
     out->degrade_tau = s->degrade.tau;
+    out->route_tail_skip = s->tail_skip;
+    out->route_tail_skipped = s->tail_skipped;
     out->degrade_slots = s->dstats.eligible_total;
     out->degrade_zeroed = s->dstats.zeroed_total;
     out->profile = s->profile;

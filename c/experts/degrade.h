@@ -47,6 +47,12 @@ int st_degrade_drop_missed(int64_t n, int32_t *ids, const uint8_t *missed);
 int st_degrade_apply(const st_degrade_params *p, int prompt, int64_t S, int32_t k, int32_t *ids,
                      const float *wts, const uint8_t *missed, st_degrade_stats *stats, int il);
 
+/* The route tail skip (route_tail_skip p, an opt-in approximation): in each of T rows of k slots
+ * (ids/wts [T][k]) the slots are taken lightest first (ties: the later slot first) and dropped
+ * (id -1) while the dropped weights sum to at most p; the heaviest slot is never dropped, wts is
+ * never written. p <= 0 is the identity. Returns the slots dropped. */
+int64_t st_route_tail_skip(int64_t T, int32_t k, int32_t *ids, const float *wts, float p);
+
 /* Allocates zeroed counters for n_layer layers (0 on success, -1 out of memory); free releases. */
 int st_degrade_stats_init(st_degrade_stats *s, int32_t n_layer);
 void st_degrade_stats_free(st_degrade_stats *s);

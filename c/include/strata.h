@@ -485,6 +485,10 @@ typedef struct strata_session_params {
     void *progress_data;          /* passed to progress */
     strata_placement_params placement; /* where routed experts live and move */
     strata_cuda_params cuda;           /* CUDA sessions' kernel choices */
+    float route_tail_skip; /* an approximation, 0 (default) off; 0 < p < 1: in every call, each
+                              token's routed slots are dropped lightest first while the dropped
+                              routing weights sum to at most p, never its heaviest slot; the kept
+                              weights are not renormalized (st_route_tail_skip, docs/DEFERRAL.md) */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_tau 0.03,
@@ -660,6 +664,9 @@ typedef struct strata_session_stats {
     int32_t defer_cpu;
     float defer_cpu_below;
     int64_t defer_calls;
+    /* route_tail_skip: the session's p and the routed slots it dropped */
+    float route_tail_skip;
+    int64_t route_tail_skipped;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

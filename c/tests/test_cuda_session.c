@@ -48,6 +48,7 @@ static int g_ahead = 0;                    /* placement.stage_ahead of the next 
 static int g_split = 0;                    /* placement.stage_split of the next sessions */
 static int g_defer = 0;                    /* placement.defer_cpu of the next sessions */
 static float g_defer_below = 0.1f;         /* placement.defer_cpu_below of the next sessions */
+static float g_tail = 0.0f;                /* route_tail_skip of the next sessions */
 static int g_pipe = 0;                     /* pipe of the next sessions */
 static int g_q8_tiles = 1;                 /* q8_tiles of the next sessions (the default, on) */
 
@@ -71,6 +72,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.placement.stage_ahead = g_ahead;
     sp.placement.stage_split = g_split;
     sp.placement.defer_cpu = g_defer;
+    sp.route_tail_skip = g_tail;
     sp.placement.defer_cpu_below = g_defer_below;
     sp.placement.pipe = g_pipe;
     sp.placement.cpu_warm = g_warm;
@@ -332,6 +334,46 @@ static void test_defer(const strata_model *m, const strata_token *p, int64_t np,
     strata_session_free(s2);
     free(again);
     for (int r = 0; r < N; r++) free(lg[r]);
+}
+
+/* route_tail_skip 0.2 (an approximation) on the GPU against the CPU's: the same rule on the
+ * device (weights within ~1e-6 of the CPU's, so a slot at the boundary may go either way): mean
+ * KL at most 1e-3 over the positions, top-1 agreement, the skipped slots counted on the device
+ * (also through the CPU layers' hand-down with --cpu-moe). */
+static void test_tail_skip(const strata_model *m, const strata_token *toks, int64_t n, int32_t V) {
+    g_tail = 0.2f;
+    float *cpu = all_logits(m, STRATA_BACKEND_CPU, 64, toks, n, V);
+    float *gpu = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+    g_cpu_moe = -1;
+    strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+    g_cpu_moe = 0;
+    g_tail = 0.0f;
+    float *host = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    strata_session_stats st;
+    memset(&st, 0, sizeof st);
+    const int okh = s && host && strata_session_decode(s, toks, n, host, 1) == STRATA_OK &&
+                    strata_session_get_stats(s, &st) == STRATA_OK;
+    strata_session_free(s);
+    if (cpu && gpu && okh) {
+        double kl = 0, klh = 0;
+        int agree = 0;
+        for (int64_t i = 0; i < n; i++) {
+            kl += kl_row(cpu + (size_t)i * (size_t)V, gpu + (size_t)i * (size_t)V, V) / (double)n;
+            klh += kl_row(cpu + (size_t)i * (size_t)V, host + (size_t)i * (size_t)V, V) / (double)n;
+            agree += argmax(cpu + (size_t)i * (size_t)V, V) == argmax(gpu + (size_t)i * (size_t)V, V);
+        }
+        printf("route tail skip 0.2, %lld positions: mean KL(cpu || gpu) %.3g, --cpu-moe %.3g, top-1 %d; %lld "
+               "slots skipped (--cpu-moe)\n", (long long)n, kl, klh, agree, (long long)st.route_tail_skipped);
+        CHECK(kl <= 1e-3 && klh <= 1e-3 && agree >= n - 2, "route tail skip on the GPU: mean KL %.3g / %.3g, top-1 "
+              "%d of %lld", kl, klh, agree, (long long)n);
+        CHECK(st.route_tail_skipped > 0 && st.route_tail_skip == 0.2f, "route tail skip: %lld slots counted",
+              (long long)st.route_tail_skipped);
+    } else {
+        CHECK(0, "route tail skip sessions: %s", strata_last_error());
+    }
+    free(cpu);
+    free(gpu);
+    free(host);
 }
 
 /* pipe past a RAM budget (70 of the 192 experts in RAM): a 32-slot GPU cache and --cpu-moe
@@ -695,6 +737,7 @@ static void test_default_model(void) {
     test_graphs(m, toks, 12, V);
     test_doorbell(m, toks, 12, V);
     test_defer(m, toks, 12, V);
+    test_tail_skip(m, toks, n, V);
     test_pipe(m, toks, 12, V);
     test_pool_misses(m, toks, n, V);
 

@@ -5,7 +5,9 @@
  * 4 rows and prompts never drop, the counters match. Then the CPU expert step with dropped slots
  * (bit-identical to the same routing without them), and end to end on the default model: the
  * option on without misses is bit-identical to off, the evaluation mode drops only in decode
- * steps, and its counters. */
+ * steps, and its counters. The route tail skip (st_route_tail_skip): its rule on constructed rows,
+ * and on the default model a session with it counts its drops, changes the logits, and gives the
+ * same bits whether the prompt is read in one batch or in slices. */
 #include "degrade.h"
 #include "ops.h"
 #include "strata.h"
@@ -262,7 +264,85 @@ static void test_model(void) {
     strata_model_free(m);
 }
 
+/* The tail skip's rule on rows of 4 slots. */
+static void test_tail_rule(void) {
+    int32_t ids[12] = {5, 6, 7, 8, 1, 2, 3, 4, 9, 10, -1, 11};
+    const float w[12] = {0.50f, 0.05f, 0.30f, 0.15f, 0.25f, 0.25f, 0.25f, 0.25f, 0.9f, 0.04f, 0.03f, 0.03f};
+    int32_t a[12];
+    memcpy(a, ids, sizeof a);
+    CHECK(st_route_tail_skip(3, 4, a, w, 0.0f) == 0 && !memcmp(a, ids, sizeof a), "tail skip 0: the identity");
+    memcpy(a, ids, sizeof a);
+    const int64_t n = st_route_tail_skip(3, 4, a, w, 0.2f);
+    /* row 0: 0.05 then 0.15 (sum 0.2 <= 0.2), not 0.30; row 1: ties, none fits (0.25 > 0.2); row 2:
+     * the -1 slot is not counted, 0.03 (slot 3, the later of the ties) then 0.04 (sum 0.07) */
+    static const int32_t want[12] = {5, -1, 7, -1, 1, 2, 3, 4, 9, -1, -1, -1};
+    CHECK(n == 4 && !memcmp(a, want, sizeof a), "tail skip 0.2: %lld dropped, rows as the rule says", (long long)n);
+    int32_t one[4] = {1, 2, 3, 4};
+    const float even[4] = {0.1f, 0.1f, 0.1f, 0.1f};
+    CHECK(st_route_tail_skip(1, 4, one, even, 0.9f) == 3 && one[0] == 1 && one[3] == -1,
+          "tail skip: the heaviest slot (ties: the first) always stays");
+}
+
+/* A session with route_tail_skip p reading toks (n) in batches of nb: its logits of every position. */
+static int tail_run(strata_model *m, float p, int nb, const strata_token *toks, int n, int32_t V, float *out,
+                    strata_session_stats *st) {
+    strata_session_params sp = strata_session_default_params();
+    sp.n_ctx = 128;
+    sp.n_batch = nb;
+    sp.n_threads = 2;
+    sp.route_tail_skip = p;
+    strata_session *s = NULL;
+    int ok = strata_session_create(m, &sp, &s) == STRATA_OK;
+    for (int i = 0; ok && i < n; i += nb) {
+        const int c = n - i < nb ? n - i : nb;
+        ok = strata_session_decode(s, toks + i, c, out + (size_t)i * (size_t)V, 1) == STRATA_OK;
+    }
+    if (ok && st) strata_session_get_stats(s, st);
+    strata_session_free(s);
+    return ok;
+}
+
+static void test_tail_model(void) {
+    const char *path = "models/strata-tiny-moe-q8_0.gguf";
+    if (access(path, R_OK) != 0) { SKIP("%s not found (run from the repository root)", path); return; }
+    strata_model *m = NULL;
+    if (strata_model_load(path, NULL, &m) != STRATA_OK) { CHECK(0, "load: %s", strata_last_error()); return; }
+    strata_model_info mi;
+    strata_model_get_info(m, &mi);
+    const int32_t V = mi.n_vocab;
+    enum { N = 40 };
+    strata_token toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (strata_token)((i * 131 + 7) % V);
+    const size_t n = (size_t)N * (size_t)V;
+    float *off = malloc(sizeof(float) * n), *on = malloc(sizeof(float) * n), *on7 = malloc(sizeof(float) * n);
+    strata_session_stats s_off, s_on, s_on7;
+    if (off && on && on7 && tail_run(m, 0.0f, 64, toks, N, V, off, &s_off) &&
+        tail_run(m, 0.2f, 64, toks, N, V, on, &s_on) && tail_run(m, 0.2f, 7, toks, N, V, on7, &s_on7)) {
+        const int64_t slots = (int64_t)N * mi.n_layer * mi.n_expert_used;
+        printf("default model, route tail skip 0.2: %lld of %lld routed slots skipped\n",
+               (long long)s_on.route_tail_skipped, (long long)slots);
+        CHECK(s_off.route_tail_skipped == 0 && s_off.route_tail_skip == 0.0f, "tail skip off: nothing counted");
+        CHECK(s_on.route_tail_skipped > 0 && s_on.route_tail_skipped < slots && s_on.route_tail_skip == 0.2f,
+              "tail skip 0.2: %lld of %lld slots", (long long)s_on.route_tail_skipped, (long long)slots);
+        CHECK(memcmp(off, on, sizeof(float) * n) != 0, "tail skip 0.2 changes the logits");
+        CHECK(!memcmp(on, on7, sizeof(float) * n) && s_on7.route_tail_skipped == s_on.route_tail_skipped,
+              "tail skip 0.2: batches of 7 give the bits of one batch");
+    }
+    strata_session_params sp = strata_session_default_params();
+    strata_session *s = NULL;
+    sp.route_tail_skip = 1.0f;
+    CHECK(strata_session_create(m, &sp, &s) == STRATA_ERR_INVALID_ARG && !s, "route_tail_skip 1 refused");
+    sp.route_tail_skip = NAN;
+    CHECK(strata_session_create(m, &sp, &s) == STRATA_ERR_INVALID_ARG && !s, "route_tail_skip NaN refused");
+    free(off);
+    free(on);
+    free(on7);
+    strata_model_free(m);
+}
+
 int main(void) {
+    test_tail_rule();
+    test_tail_model();
     test_rule();
     test_moe_drop();
     test_model();

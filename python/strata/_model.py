@@ -54,7 +54,8 @@ class Model:
     (prompt tokens per forward pass, default 512), kv_type ("f16" or "f32"), backend ("cpu", or
     "cuda": every weight and the KV cache on the GPU; creating the session raises where CUDA is
     unusable), degrade_zero / degrade_tau / degrade_eval (the DEGRADE_ZERO approximation,
-    docs/DEGRADE_ZERO.md; generated tokens only), profile (time the forward phases), ram_budget
+    docs/DEGRADE_ZERO.md; generated tokens only), route_tail_skip (an approximation, 0 off: each
+    token's lightest routed experts skipped while their weights sum to at most it), profile (time the forward phases), ram_budget
     / pipe (routed experts in that many bytes of RAM slots read from disk, docs/EXPERTS.md), vocab_only
     (only the tokenizer; generate/logits then raise), use_mmap, mlock (keep the file's pages
     locked in RAM; raises when RLIMIT_MEMLOCK refuses), hugepages (transparent huge pages for
@@ -101,13 +102,16 @@ class Model:
                  gpu_prefetch: bool = False, cpu_misses="auto", pcie_frac: float = -1.0,
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True,
                  cache_admit: bool = False, stage_ahead: bool = False, stage_split: bool = False,
-                 defer_cpu=0, defer_cpu_below: float = 0.1):
+                 defer_cpu=0, defer_cpu_below: float = 0.1, route_tail_skip: float = 0.0):
         path = path_arg("path", path, must_exist=False)
         n_ctx, n_batch = int_arg("n_ctx", n_ctx), int_arg("n_batch", n_batch)
         n_threads = int_arg("n_threads", n_threads)
         ram_budget, gpu_mem = int_arg("ram_budget", ram_budget), int_arg("gpu_mem", gpu_mem)
         n_cpu_moe = int_arg("n_cpu_moe", n_cpu_moe, lo=-1)
         degrade_tau = float_arg("degrade_tau", degrade_tau, 0.0, 1.0)
+        self.route_tail_skip = float_arg("route_tail_skip", route_tail_skip, 0.0, 1.0)
+        if self.route_tail_skip >= 1.0:
+            raise ValueError(f"route_tail_skip must be below 1, not {route_tail_skip}")
         pcie_frac = float_arg("pcie_frac", pcie_frac, hi=1.0)
         if kv_type not in _KV_TYPES:
             raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
@@ -325,6 +329,7 @@ class Model:
         sp.backend = lib.STRATA_BACKEND_CUDA if self.backend == "cuda" else lib.STRATA_BACKEND_CPU
         sp.n_threads = self.n_threads
         sp.degrade_zero, sp.degrade_tau = int(self.degrade_zero), self.degrade_tau
+        sp.route_tail_skip = self.route_tail_skip
         sp.degrade_eval = int(self.degrade_eval)
         sp.profile = int(self.profile)
         pl = sp.placement

@@ -148,6 +148,7 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     if (s->route_fn) /* the routing as the router chose it, and what the previous layer predicted */
         s->route_fn(il, s->n_past, T, K, s->ids, s->wts, s->pred_layer == il ? s->pred_ids : NULL,
                     s->route_data);
+    if (s->tail_skip > 0.0f) s->tail_skipped += st_route_tail_skip(T, K, s->ids, s->wts, s->tail_skip);
     /* DEGRADE_ZERO: with a RAM budget, an expert that is neither resident nor in a completed
      * load has missed (a light one is dropped instead of read from disk); without one every
      * routed expert is resident and only the evaluation mode drops anything */

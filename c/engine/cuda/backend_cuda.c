@@ -33,11 +33,13 @@ static void cuda_stats(const strata_session *s, strata_session_stats *out) {
     out->pinned_bytes = st_gpu_pinned_bytes(s);
     st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped);
     out->cpu_split = st_gpu_split_mode(s);
+    out->route_tail_skipped += st_gpu_tail_skipped(s, 0);
     out->plan_decode_tok_s = st_gpu_plan_rate(s);
 }
 
 static void cuda_reset_stats(strata_session *s) {
     st_gpu_tier_reset_counters(st_gpu_get_cache(s));
+    (void)st_gpu_tail_skipped(s, 1);
 }
 
 const st_backend st_backend_cuda = {"cuda", st_gpu_create, st_gpu_free, cuda_forward, cuda_stats,

@@ -51,6 +51,7 @@ void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skippe
 }
 int st_gpu_pool_serves(const strata_session *s, int64_t T) { (void)s; (void)T; return 0; }
 int st_gpu_split_mode(const strata_session *s) { (void)s; return 0; }
+int64_t st_gpu_tail_skipped(const strata_session *s, int reset) { (void)s; (void)reset; return 0; }
 double st_gpu_plan_rate(const strata_session *s) { (void)s; return 0.0; }
 
 #else

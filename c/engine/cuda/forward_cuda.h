@@ -134,6 +134,7 @@ struct st_gpu {
     /* defer_cpu (the pool's CPU layers, issue 32): a deferred layer's late rows (the pool's
      * out_light, or with every row deferred its out) join before the next layer's FFN */
     int defer;                            /* 0 off, 1 defer, 2 check */
+    unsigned long long *d_tail;           /* route_tail_skip: slots dropped (device counter) */
     int defer_pending;                    /* the layer whose late rows are due, -1 none */
     const float *defer_src;               /* its mapped rows (host view) */
     float *defer_part;                    /* (8, n_embd) device: the late rows, copied */

@@ -530,6 +530,7 @@ void st_gpu_free(strata_session *s) {
     st_cuda_free(g->ids_split);
     st_cuda_free(g->cpu_part);
     st_cuda_free(g->defer_part);
+    st_cuda_free(g->d_tail);
     st_cuda_host_free(g->h_split_ids);
     st_cuda_free(g->rows_gpu);
     st_cuda_free(g->rows_cpu);
@@ -756,6 +757,10 @@ strata_status st_gpu_create(strata_session *s) {
     if (s->plan.doorbell && hp->n_expert > 0) TRY(st_gpu_setup_pool(s)); /* CPU layers, a cache's misses */
     TRY(st_gpu_setup_ahead(s));
     TRY(st_gpu_setup_stage(s));
+    if (s->tail_skip > 0.0f) { /* route_tail_skip's count of dropped slots */
+        TRY(st_gpu_alloc((void **)&g->d_tail, sizeof *g->d_tail));
+        TRY(st_cuda_memset(g->d_tail, 0, sizeof *g->d_tail));
+    }
     TRY(st_gpu_put_all_tiles(s));
     if (g->progress) g->progress("upload", g->upload_total, g->upload_total, g->progress_data);
     return st_cuda_synchronize();
@@ -928,6 +933,13 @@ static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t *slots) 
 size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
 st_gpu_tier *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { return s && s->gpu ? (int64_t)s->gpu->pinned_bytes : 0; }
+int64_t st_gpu_tail_skipped(const strata_session *s, int reset) {
+    const st_gpu *g = s ? s->gpu : NULL;
+    unsigned long long n = 0;
+    if (!g || !g->d_tail || st_cuda_memcpy_d2h(&n, g->d_tail, sizeof n) != STRATA_OK) return 0;
+    if (reset) (void)st_cuda_memset(g->d_tail, 0, sizeof n);
+    return (int64_t)n;
+}
 int st_gpu_split_mode(const strata_session *s) {
     const st_gpu *g = s ? s->gpu : NULL;
     return g && g->cpu_split ? (g->split_exact ? 1 : 2) : 0;

@@ -26,6 +26,9 @@ void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skippe
 /* The CPU layers' decode split (cpu_misses): 0 none, 1 in the CPU's arithmetic (the same bits
  * whatever the share), 2 in the GPU's own (the bits follow the share). */
 int st_gpu_split_mode(const strata_session *s);
+/* route_tail_skip: the slots the device dropped since create or the last reset (reset 1 zeroes
+ * the count after reading it); 0 without it. */
+int64_t st_gpu_tail_skipped(const strata_session *s, int reset);
 /* With n_cpu_moe: the decode rate the CPU layers allow by the cost model's figures (per layer one
  * token's n_expert_used experts, split with PCIe as the split would, else one pool step), the
  * GPU's own time not counted; 0 without those figures. */

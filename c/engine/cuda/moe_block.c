@@ -333,7 +333,8 @@ strata_status st_gpu_moe_route(strata_session *s, int il, int64_t T, st_moe_call
     mc->r1 = T == 1 && g->moe_xq && st_cuda_moe_router1_supports(&G->router, X, K);
     /* a CPU layer's decode step: the router also writes xn, ids and weights into the mapped
      * hand-down rows */
-    g->hand_ready = mc->r1 && g->d_xn && st_plan_layer_on_cpu(&s->plan, il) && !st_gpu_pool_call(s, T);
+    g->hand_ready = mc->r1 && g->d_xn && st_plan_layer_on_cpu(&s->plan, il) && !st_gpu_pool_call(s, T) &&
+                    !g->d_tail; /* (the tail skip changes the ids after the router) */
     if (mc->r1)
         TRY(st_cuda_moe_router1(&G->router, g->xn, X, K, hp->expert_weights_norm, g->router, g->ids, g->wts,
                                 g->hand_ready ? &g->hand_db : NULL, g->moe_xq, g->hand_ready ? g->d_xn : NULL,
@@ -407,6 +408,8 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
     if (!mc->r1)
         TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm, g->ids + t0 * K,
                               g->wts + t0 * K, NULL, g->stream));
+    if (g->d_tail) /* route_tail_skip: the light tail of each token's slots dropped on the device */
+        TRY(st_cuda_route_tail_skip(g->ids + t0 * K, g->wts + t0 * K, tn, K, s->tail_skip, g->d_tail, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
     /* a CPU layer's experts are staged to the GPU for a long enough batch */
     if (st_plan_layer_on_cpu(&s->plan, il) && g->stage && s->plan.stage_experts != 0 && !st_gpu_pool_call(s, mc->T))
