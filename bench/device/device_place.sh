@@ -176,7 +176,8 @@ if have deferq; then # issue 32's quality table: teacher-forced logprobs through
     qrow check --defer-cpu check
     qrow all --defer-cpu 1 --defer-cpu-below 1
     qrow d01 --defer-cpu 1
-    for t in unset2 check all d01; do
+    qrow scale --route-tail-skip 0.1
+    for t in unset2 check scale all d01; do
         echo "deferq $t against unset: $(python3 tools/kl.py "$J/q_unset.jsonl" "$J/q_$t.jsonl" 2>&1 | tail -3 | tr '\n' ' ')"
     done
 fi
