@@ -17,7 +17,8 @@
 # the cost model, with --stage-split and with --stage-ahead, and llama-bench's rows beside them
 # when it is built.
 # "defer" (issue 32): --cpu-moe and --n-cpu-moe 24 with --doorbell, plain, every CPU row deferred
-# and the default split at 0.1, two interleaved rounds; "deferq": its quality table on the default
+# and the default split at 0.1, three interleaved rounds of tg200 at depth 200 (round 1 also at
+# depth 30000); "deferq": its quality table on the default
 # model (teacher-forced logprobs through the windows, KL by position bucket, tools/kl.py). "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
@@ -149,18 +150,28 @@ if have prompt; then # prompts with experts off the GPU: staging, --stage-split,
         done
     fi
 fi
-if have defer; then # issue 32: the pool's CPU layers deferred, interleaved rounds
-    for rep in 1 2; do
+if have defer; then # issue 32: the pool's CPU layers deferred; arms interleaved, three rounds
+    drow2() { # tag args...: tg200 at depth 200 (low context) and, round 1, at depth 30000
+        local tag=$1 d=200
+        shift
+        late "defer $tag" && return
+        [ "${tag%_1}" != "$tag" ] && d=200,30000
+        timeout 240 ./strata bench -m $M -p 0 -n 200 -d $d -r 1 --gpu -t 16 -c 32768 "$@" --json "$J/f_$tag.json" \
+            > "$J/f_$tag.md" 2> "$J/f_$tag.err"
+        echo "defer $tag: $(python3 -c "import json,sys; print(' '.join('d%d %.1f' % (r['depth'], r['tok_s']) for r in json.load(open(sys.argv[1]))['rows']))" \
+            "$J/f_$tag.json" 2>/dev/null || echo failed) tok/s at $(el)s"
+    }
+    for rep in 1 2 3; do
         for pl in "cpumoe --cpu-moe" "ncmoe24 --n-cpu-moe 24"; do
             set -- $pl
             tag=$1
             shift
-            srow ${tag}_bell_$rep "$@" --doorbell
-            srow ${tag}_defer_all_$rep "$@" --doorbell --defer-cpu 1 --defer-cpu-below 1
-            srow ${tag}_defer01_$rep "$@" --doorbell --defer-cpu 1
+            drow2 ${tag}_bell_$rep "$@" --doorbell
+            drow2 ${tag}_defer_all_$rep "$@" --doorbell --defer-cpu 1 --defer-cpu-below 1
+            drow2 ${tag}_defer01_$rep "$@" --doorbell --defer-cpu 1
         done
     done
-    grep -h "DEFER" "$J"/s_cpumoe_defer01_1.err | head -3
+    grep -h "DEFER" "$J"/f_cpumoe_defer01_1.err | head -3
 fi
 if have deferq; then # issue 32's quality table: teacher-forced logprobs through the windows
     cat docs/EXPERTS.md docs/SPECULATIVE.md | head -c 9000 > /tmp/deferq.txt
