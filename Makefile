@@ -50,9 +50,13 @@ endif
 LIB_SRCS := $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c c/compute/*.c c/compute/cpu/*.c \
                       c/model/*.c c/experts/*.c c/engine/*.c c/engine/cpu/*.c c/engine/cuda/*.c)
 CLI_SRCS := $(wildcard c/cli/*.c)
+# strata serve: the server (c/server/) and the C libraries it vendors (third_party/), in ./strata only
+SERVER_SRCS := $(wildcard c/server/*.c)
+THIRD_SRCS := $(wildcard third_party/llhttp/*.c) third_party/yyjson/yyjson.c
 CU_SRCS  := $(wildcard c/cuda/*.cu)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
-CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o) $(SERVER_SRCS:%.c=$(BUILD)/%.o) $(THIRD_SRCS:%.c=$(BUILD)/%.o)
+THIRD_INC := -Ithird_party/llhttp -Ithird_party/yyjson
 
 ifdef USE_CUDA
   # nvcc may be a wrapper script (/usr/local/bin/nvcc -> exec /usr/local/cuda-13.0/bin/nvcc): ask
@@ -108,6 +112,17 @@ LIB_HDRS := $(wildcard c/include/*.h c/core/*.h c/format/*.h c/format/quant/*.h 
 $(BUILD)/%.o: %.c $(LIB_HDRS) $(wildcard c/cli/*.h)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(if $(findstring _amx,$*),$(ISA_AMX),$(if $(findstring _avx512,$*),$(ISA_AVX512),$(if $(findstring _avx2,$*),$(ISA_AVX2)))) -c -o $@ $<
+
+# the server sees the vendored headers; the CLI sees the server's
+$(SERVER_SRCS:%.c=$(BUILD)/%.o): CFLAGS += $(THIRD_INC)
+$(CLI_SRCS:%.c=$(BUILD)/%.o): CFLAGS += -Ic/server $(THIRD_INC)
+$(BUILD)/c/server/%.o: c/server/%.c $(wildcard c/server/*.h) $(LIB_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+# vendored code: its own warnings off, the project's flags otherwise
+$(BUILD)/third_party/%.o: third_party/%.c
+	@mkdir -p $(@D)
+	$(CC) -std=c11 $(OPT) -fPIC -D_GNU_SOURCE $(SAN) $(THIRD_INC) -w -c -o $@ $<
 
 $(BUILD)/%.o: %.cu $(wildcard c/cuda/*.cuh c/cuda/*.h c/include/*.h c/core/*.h c/format/quant/*.h)
 	@mkdir -p $(@D)
