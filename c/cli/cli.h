@@ -31,6 +31,7 @@ int cli_cmd_run(int argc, char **argv);        /* run.c */
 int cli_cmd_default(void);                     /* run.c: `strata` without arguments */
 int cli_cmd_perplexity(int argc, char **argv); /* perplexity.c */
 int cli_cmd_bench(int argc, char **argv);      /* bench.c */
+int cli_cmd_serve(int argc, char **argv);      /* serve.c: the HTTP server (c/server/) */
 int cli_cmd_tokenize(int argc, char **argv);   /* tokenize.c */
 int cli_cmd_info(int argc, char **argv);       /* info.c */
 int cli_cmd_quantize(int argc, char **argv);   /* quantize.c */

@@ -1,5 +1,5 @@
 /* main.c - entry point of ./strata: picks the subcommand from argv[1] and calls it. The commands
- * live one per file (run.c, perplexity.c, bench.c, tokenize.c, info.c, quantize.c; --help and
+ * live one per file (run.c, perplexity.c, bench.c, serve.c, tokenize.c, info.c, quantize.c; --help and
  * --version in help.c); what they share is in util.c and the files their headers name. */
 #include "cli.h"
 
@@ -19,6 +19,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cli_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "perplexity") == 0) return cli_cmd_perplexity(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cli_cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0) return cli_cmd_serve(argc - 1, argv + 1);
     if (cmd[0] == '-') return cli_cmd_run(argc, argv); /* `strata -m MODEL ...` is run */
     return cli_usage_error("unknown command '%s'", cmd);
 }

@@ -108,6 +108,33 @@ def scratch(tmp_path_factory):
     return d
 
 
+def run_server(argv, env):
+    """A `strata serve` line: started on a free port, /health asked, stopped with SIGINT (exit 0)."""
+    import http.client
+    import signal
+    if "--port" in argv:
+        argv[argv.index("--port") + 1] = "0"
+    else:
+        argv += ["--port", "0"]
+    p = subprocess.Popen(argv + ["--cpu", "-t", "2"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in p.stderr:
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        assert port, argv
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", "/health")
+        assert c.getresponse().status == 200
+        c.close()
+    finally:
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=60)
+    assert rc == 0, argv
+
+
 @pytest.mark.parametrize("cmd", all_commands())
 def test_doc_command_runs(cmd, scratch):
     if not CLI.is_file():
@@ -118,6 +145,8 @@ def test_doc_command_runs(cmd, scratch):
         pytest.skip("the --kl-base line before this one did not run")
     argv = fill_in(cmd, scratch)
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    if len(argv) > 1 and argv[1] == "serve":
+        return run_server(argv, env)
     p = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, timeout=600)
     assert p.returncode == 0, (argv, p.stdout.decode()[-1500:], p.stderr.decode()[-1500:])
 

@@ -1,0 +1,289 @@
+/* generate.c - one completion in a slot (server_impl.h): the prompt read past the slot's cached
+ * prefix, tokens sampled until end of generation, max_tokens, a stop string, the context's end
+ * or the client leaving; the text streamed as server-sent events (held back where it could be
+ * the start of a stop string or of a UTF-8 character) or answered whole, with OpenAI's usage. */
+#include "server_impl.h"
+
+#include "yyjson.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+static double srv_clock(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The generated text so far and how much of it was sent. */
+typedef struct {
+    char *text;
+    size_t len, cap, sent;
+    const char *finish;        /* "stop", "length", or NULL while running */
+    int32_t n_gen;
+    int gone;                  /* the client left */
+} srv_out;
+
+static int srv_out_add(srv_out *o, const char *p, size_t n) {
+    if (o->len + n + 1 > o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 256;
+        while (cap < o->len + n + 1) cap *= 2;
+        char *t = realloc(o->text, cap);
+        if (!t) return -1;
+        o->text = t;
+        o->cap = cap;
+    }
+    memcpy(o->text + o->len, p, n);
+    o->len += n;
+    o->text[o->len] = '\0';
+    return 0;
+}
+
+/* 1 when the peer closed its side (a client that left mid-generation). */
+static int srv_peer_gone(int fd) {
+    struct pollfd pf = {fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLHUP | POLLRDHUP | POLLERR)) return 1;
+    char b;
+    return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
+/* The length of text's prefix that does not end inside a UTF-8 character. */
+static size_t srv_utf8_whole(const char *s, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) { i--; back++; }
+    if (i == 0) return n;
+    const unsigned char lead = (unsigned char)s[i - 1];
+    const size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return back + 1 >= want ? n : i - 1;
+}
+
+/* The bytes at text's end that could begin a stop string (held back from the stream). */
+static size_t srv_stop_hold(const srv_gen *g, const char *s, size_t n) {
+    size_t hold = 0;
+    for (int k = 0; k < g->n_stops; k++) {
+        const size_t ls = strlen(g->stops[k]);
+        for (size_t h = ls - 1 < n ? ls - 1 : n; h > hold; h--)
+            if (memcmp(s + n - h, g->stops[k], h) == 0) { hold = h; break; }
+    }
+    return hold;
+}
+
+/* Cuts the text at the first stop string found in its last `fresh` bytes (and the stops' length
+ * before them); 1 when one was found. */
+static int srv_cut_stop(const srv_gen *g, srv_out *o, size_t fresh) {
+    size_t maxl = 0;
+    for (int k = 0; k < g->n_stops; k++) maxl = strlen(g->stops[k]) > maxl ? strlen(g->stops[k]) : maxl;
+    const size_t from = o->len > fresh + maxl ? o->len - fresh - maxl : 0;
+    size_t cut = o->len + 1;
+    for (int k = 0; k < g->n_stops; k++) {
+        const char *hit = strstr(o->text + from, g->stops[k]);
+        if (hit && (size_t)(hit - o->text) < cut) cut = (size_t)(hit - o->text);
+    }
+    if (cut > o->len) return 0;
+    o->len = cut;
+    o->text[cut] = '\0';
+    return 1;
+}
+
+/* One streamed chunk in OpenAI's text_completion format (finish NULL: null). */
+static int srv_chunk(int fd, const char *id, int64_t created, const char *model, const char *text, size_t len,
+                     const char *finish) {
+    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *root = yyjson_mut_obj(d), *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
+    yyjson_mut_doc_set_root(d, root);
+    yyjson_mut_obj_add_strcpy(d, root, "id", id);
+    yyjson_mut_obj_add_str(d, root, "object", "text_completion");
+    yyjson_mut_obj_add_int(d, root, "created", created);
+    yyjson_mut_obj_add_strcpy(d, root, "model", model);
+    yyjson_mut_obj_add_strncpy(d, ch, "text", text, len);
+    yyjson_mut_obj_add_int(d, ch, "index", 0);
+    yyjson_mut_obj_add_null(d, ch, "logprobs");
+    if (finish) yyjson_mut_obj_add_str(d, ch, "finish_reason", finish);
+    else yyjson_mut_obj_add_null(d, ch, "finish_reason");
+    yyjson_mut_arr_append(choices, ch);
+    yyjson_mut_obj_add_val(d, root, "choices", choices);
+    size_t n = 0;
+    char *s = yyjson_mut_write(d, 0, &n);
+    yyjson_mut_doc_free(d);
+    const int rc = s ? srv_sse_event(fd, s, n) : -1;
+    free(s);
+    return rc;
+}
+
+/* OpenAI's usage object into obj. */
+static void srv_usage(yyjson_mut_doc *d, yyjson_mut_val *obj, int64_t n_prompt, int32_t n_gen, int32_t cached) {
+    yyjson_mut_val *u = yyjson_mut_obj(d), *det = yyjson_mut_obj(d);
+    yyjson_mut_obj_add_int(d, u, "prompt_tokens", n_prompt);
+    yyjson_mut_obj_add_int(d, u, "completion_tokens", n_gen);
+    yyjson_mut_obj_add_int(d, u, "total_tokens", n_prompt + n_gen);
+    yyjson_mut_obj_add_int(d, det, "cached_tokens", cached);
+    yyjson_mut_obj_add_val(d, u, "prompt_tokens_details", det);
+    yyjson_mut_obj_add_val(d, obj, "usage", u);
+}
+
+/* Reads the prompt into the slot past the longest cached prefix (at least its last token is
+ * read, for its logits); *cached: the tokens reused. */
+static strata_status srv_read_prompt(srv_slot *s, const srv_gen *g, float *logits, int32_t *cached) {
+    const int32_t n = (int32_t)g->n_prompt;
+    int32_t k = 0;
+    while (k < n && k < s->n_tokens && s->tokens[k] == g->prompt[k]) k++;
+    if (k == n) k--;
+    strata_status st = strata_session_truncate(s->session, k);
+    s->n_tokens = k;
+    if (st == STRATA_OK) st = strata_session_decode(s->session, g->prompt + k, n - k, logits, 0);
+    if (st != STRATA_OK) { /* what the cache holds is no longer known: start over next time */
+        strata_session_reset(s->session);
+        s->n_tokens = 0;
+        return st;
+    }
+    memcpy(s->tokens + k, g->prompt + k, sizeof(strata_token) * (size_t)(n - k));
+    s->n_tokens = n;
+    *cached = k;
+    return STRATA_OK;
+}
+
+/* Streams what is safe to send: the text but for a possible stop string's start and a partial
+ * UTF-8 character. */
+static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id) {
+    size_t upto = o->len - srv_stop_hold(g, o->text, o->len);
+    upto = srv_utf8_whole(o->text, upto);
+    if (upto <= o->sent) return;
+    if (srv_chunk(fd, id, c->created, c->name, o->text + o->sent, upto - o->sent, NULL) != 0) o->gone = 1;
+    o->sent = upto;
+}
+
+/* The sampling loop from the prompt's logits: tokens until a stop; the slot's tokens follow. */
+static strata_status srv_sample_loop(srv_ctx *c, int fd, const srv_gen *g, srv_slot *s, float *logits, srv_out *o,
+                                     const char *id) {
+    strata_sampler *smp = NULL;
+    strata_status st = strata_sampler_create(&g->sp, c->info.n_vocab, &smp);
+    if (st != STRATA_OK) return st;
+    const int64_t from = g->n_prompt > g->sp.repeat_last_n ? g->n_prompt - g->sp.repeat_last_n : 0;
+    for (int64_t i = from; i < g->n_prompt; i++) strata_sampler_accept(smp, g->prompt[i]);
+    const int32_t n_ctx = strata_session_n_ctx(s->session);
+    char piece[256];
+    while (!o->finish && !o->gone) {
+        if (o->n_gen >= g->max_tokens || s->n_tokens >= n_ctx) { o->finish = "length"; break; }
+        strata_token t;
+        if ((st = strata_sampler_sample(smp, logits, &t)) != STRATA_OK) break;
+        strata_sampler_accept(smp, t);
+        if (strata_token_is_eog(c->model, t)) { o->finish = "stop"; break; }
+        int64_t pl = 0;
+        if (strata_token_to_piece(c->model, t, 0, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
+        if (srv_out_add(o, piece, (size_t)pl) != 0) { st = STRATA_ERR_NOMEM; break; }
+        o->n_gen++;
+        if (g->n_stops && srv_cut_stop(g, o, (size_t)pl)) { o->finish = "stop"; break; }
+        if (g->stream) srv_stream_some(fd, c, g, o, id);
+        else if (srv_peer_gone(fd)) o->gone = 1;
+        if (o->gone || o->n_gen >= g->max_tokens) continue;
+        if ((st = strata_session_decode_gen(s->session, &t, 1, logits, 0)) != STRATA_OK) break;
+        s->tokens[s->n_tokens++] = t;
+    }
+    strata_sampler_free(smp);
+    return st;
+}
+
+/* The whole answer (not streamed). */
+static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, const char *id, int32_t cached,
+                      int ka) {
+    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *root = yyjson_mut_obj(d), *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
+    yyjson_mut_doc_set_root(d, root);
+    yyjson_mut_obj_add_strcpy(d, root, "id", id);
+    yyjson_mut_obj_add_str(d, root, "object", "text_completion");
+    yyjson_mut_obj_add_int(d, root, "created", c->created);
+    yyjson_mut_obj_add_strcpy(d, root, "model", c->name);
+    yyjson_mut_obj_add_strncpy(d, ch, "text", o->text ? o->text : "", o->len);
+    yyjson_mut_obj_add_int(d, ch, "index", 0);
+    yyjson_mut_obj_add_null(d, ch, "logprobs");
+    yyjson_mut_obj_add_str(d, ch, "finish_reason", o->finish ? o->finish : "stop");
+    yyjson_mut_arr_append(choices, ch);
+    yyjson_mut_obj_add_val(d, root, "choices", choices);
+    srv_usage(d, root, g->n_prompt, o->n_gen, cached);
+    size_t n = 0;
+    char *s = yyjson_mut_write(d, 0, &n);
+    yyjson_mut_doc_free(d);
+    const int rc = s ? srv_send(fd, 200, "application/json", s, n, NULL, ka) : srv_send_error(fd, 500, "out of memory", 0);
+    free(s);
+    return rc == 0 && ka;
+}
+
+/* The stream's end: the held-back text with the finish reason, usage when asked, [DONE]. */
+static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, const char *id, int32_t cached) {
+    if (o->gone) return;
+    srv_chunk(fd, id, c->created, c->name, o->text ? o->text + o->sent : "", o->len - o->sent,
+              o->finish ? o->finish : "stop");
+    if (g->include_usage) {
+        yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+        yyjson_mut_val *root = yyjson_mut_obj(d);
+        yyjson_mut_doc_set_root(d, root);
+        yyjson_mut_obj_add_strcpy(d, root, "id", id);
+        yyjson_mut_obj_add_str(d, root, "object", "text_completion");
+        yyjson_mut_obj_add_int(d, root, "created", c->created);
+        yyjson_mut_obj_add_strcpy(d, root, "model", c->name);
+        yyjson_mut_obj_add_val(d, root, "choices", yyjson_mut_arr(d));
+        srv_usage(d, root, g->n_prompt, o->n_gen, cached);
+        size_t n = 0;
+        char *s = yyjson_mut_write(d, 0, &n);
+        yyjson_mut_doc_free(d);
+        if (s) srv_sse_event(fd, s, n);
+        free(s);
+    }
+    srv_sse_event(fd, "[DONE]", 6);
+}
+
+int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
+    const int32_t n_ctx = strata_session_n_ctx(c->slots[0].session);
+    char msg[256];
+    if (g->n_prompt >= n_ctx) {
+        snprintf(msg, sizeof msg, "the prompt has %lld tokens; the context holds %d (with room for one more)",
+                 (long long)g->n_prompt, (int)n_ctx);
+        return srv_send_error(fd, 400, msg, ka) == 0 && ka;
+    }
+    float *logits = malloc(sizeof(float) * (size_t)c->info.n_vocab);
+    if (!logits) return srv_send_error(fd, 500, "out of memory", 0), 0;
+    srv_slot *s = srv_slot_acquire(c, g->prompt, (int32_t)g->n_prompt);
+    if (!s) {
+        free(logits);
+        return srv_send_error(fd, 503, "the server is busy (its queue is full) or stopping: try again", ka) == 0 && ka;
+    }
+    char id[48];
+    pthread_mutex_lock(&c->mu);
+    snprintf(id, sizeof id, "cmpl-%llx%llx", (unsigned long long)c->created, (unsigned long long)c->ids++);
+    pthread_mutex_unlock(&c->mu);
+    const double t0 = srv_clock();
+    int32_t cached = 0;
+    strata_status st = srv_read_prompt(s, g, logits, &cached);
+    const double t1 = srv_clock();
+    srv_out o;
+    memset(&o, 0, sizeof o);
+    if (st == STRATA_OK && g->stream && srv_sse_begin(fd) != 0) o.gone = 1;
+    if (st == STRATA_OK) st = srv_sample_loop(c, fd, g, s, logits, &o, id);
+    const double t2 = srv_clock();
+    srv_slot_release(c, s);
+    pthread_mutex_lock(&c->mu);
+    c->m.prompt_tokens += g->n_prompt - cached;
+    c->m.cached_tokens += cached;
+    c->m.generated_tokens += o.n_gen;
+    c->m.prompt_s += t1 - t0;
+    c->m.generate_s += t2 - t1;
+    c->m.errors += st != STRATA_OK;
+    pthread_mutex_unlock(&c->mu);
+    free(logits);
+    int rc = 0;
+    if (st != STRATA_OK && !(g->stream && o.sent)) {
+        snprintf(msg, sizeof msg, "generation failed: %s", strata_last_error());
+        srv_send_error(fd, 500, msg, 0);
+    } else if (g->stream) {
+        srv_stream_end(c, fd, g, &o, id, cached);
+    } else if (!o.gone) {
+        rc = srv_answer(c, fd, g, &o, id, cached, ka);
+    }
+    free(o.text);
+    return rc;
+}

@@ -1,0 +1,247 @@
+/* server.c - strata serve's listener (server.h): the socket, a thread a connection (at most
+ * max_conns; past it 503), the requests of a connection read and answered in turn (api.c), and
+ * the slots: the free slot with the longest cached prefix for each request, in arrival order. */
+#include "server_impl.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+srv_config srv_default_config(void) {
+    srv_config c;
+    memset(&c, 0, sizeof c);
+    c.host = "127.0.0.1";
+    c.port = 8080;
+    c.model_name = NULL; /* the CLI names it after the file */
+    c.limits.max_header = 64 << 10;
+    c.limits.max_body = 64 << 20;
+    c.limits.request_timeout_s = 30;
+    c.limits.idle_timeout_s = 60;
+    c.max_conns = 64;
+    c.queue = 64;
+    c.max_tokens = 128;
+    c.sampling = strata_sampler_default_params();
+    return c;
+}
+
+/* ---- slots ---------------------------------------------------------------------------------- */
+
+static int32_t srv_common_prefix(const srv_slot *s, const strata_token *p, int32_t n) {
+    int32_t k = 0;
+    while (k < n && k < s->n_tokens && s->tokens[k] == p[k]) k++;
+    return k;
+}
+
+srv_slot *srv_slot_acquire(srv_ctx *c, const strata_token *prompt, int32_t n) {
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping || c->m.queued >= c->cfg->queue) {
+        pthread_mutex_unlock(&c->mu);
+        return NULL;
+    }
+    const uint64_t ticket = c->next_ticket++;
+    c->m.queued++;
+    srv_slot *best = NULL;
+    for (;;) {
+        if (c->stopping) { /* (its ticket is never served: nobody comes after the stop) */
+            c->m.queued--;
+            pthread_mutex_unlock(&c->mu);
+            return NULL;
+        }
+        if (ticket == c->serving) { /* this request's turn: the best free slot, if any */
+            int32_t best_k = -1;
+            for (int i = 0; i < c->n_slots; i++) {
+                srv_slot *s = &c->slots[i];
+                if (s->busy) continue;
+                const int32_t k = srv_common_prefix(s, prompt, n);
+                if (k > best_k) { best = s; best_k = k; }
+            }
+            if (best) break;
+        }
+        pthread_cond_wait(&c->cv, &c->mu);
+    }
+    best->busy = 1;
+    c->serving++;
+    c->m.queued--;
+    c->m.processing++;
+    pthread_cond_broadcast(&c->cv); /* the next ticket may take another free slot */
+    pthread_mutex_unlock(&c->mu);
+    return best;
+}
+
+void srv_slot_release(srv_ctx *c, srv_slot *s) {
+    strata_session_stats st;
+    const int have = strata_session_get_stats(s->session, &st) == STRATA_OK;
+    pthread_mutex_lock(&c->mu);
+    if (have) s->stats = st;
+    s->busy = 0;
+    c->m.processing--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- connections ---------------------------------------------------------------------------- */
+
+typedef struct {
+    srv_ctx *c;
+    int fd;
+} srv_conn_arg;
+
+static void *srv_conn(void *arg) {
+    srv_conn_arg a = *(srv_conn_arg *)arg;
+    free(arg);
+    srv_req r;
+    memset(&r, 0, sizeof r);
+    for (;;) {
+        const int st = srv_read_request(a.fd, &a.c->cfg->limits, &r);
+        if (st == SRV_CLOSED) break;
+        if (st != 0) {
+            char msg[128];
+            snprintf(msg, sizeof msg, "%s", st == 431 ? "the request's headers are larger than the server's limit"
+                                            : st == 413 ? "the request's body is larger than the server's limit"
+                                            : st == 408 ? "the request did not arrive in time"
+                                            : st == 414 ? "the request's target is too long"
+                                                        : "malformed HTTP request");
+            srv_send_error(a.fd, st, msg, 0);
+            break;
+        }
+        if (!srv_handle(a.c, a.fd, &r)) break;
+    }
+    srv_req_free_all(&r);
+    close(a.fd);
+    pthread_mutex_lock(&a.c->mu);
+    a.c->open_conns--;
+    pthread_cond_broadcast(&a.c->cv);
+    pthread_mutex_unlock(&a.c->mu);
+    return NULL;
+}
+
+/* A new connection: its thread, or 503 past max_conns. */
+static void srv_accepted(srv_ctx *c, int fd) {
+    pthread_mutex_lock(&c->mu);
+    const int full = c->open_conns >= c->cfg->max_conns;
+    if (!full) c->open_conns++;
+    pthread_mutex_unlock(&c->mu);
+    if (full) {
+        srv_send_error(fd, 503, "too many connections: try again later", 0);
+        close(fd);
+        return;
+    }
+    srv_conn_arg *a = malloc(sizeof *a);
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    if (!a || (a->c = c, a->fd = fd, pthread_create(&t, &at, srv_conn, a) != 0)) {
+        free(a);
+        srv_send_error(fd, 503, "the server could not take the connection", 0);
+        close(fd);
+        pthread_mutex_lock(&c->mu);
+        c->open_conns--;
+        pthread_mutex_unlock(&c->mu);
+    }
+    pthread_attr_destroy(&at);
+}
+
+/* ---- the listener --------------------------------------------------------------------------- */
+
+static int srv_listen(const srv_config *cfg, int *port_out) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    const int gai = getaddrinfo(cfg->host, port, &hints, &res);
+    if (gai != 0) {
+        fprintf(stderr, "strata: serve: cannot resolve --host %s: %s\n", cfg->host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (fd < 0) continue;
+        const int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+            fprintf(stderr, "strata: serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, strerror(errno));
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return -1;
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    *port_out = cfg->port;
+    if (getsockname(fd, (struct sockaddr *)&sa, &sl) == 0) {
+        char h[NI_MAXHOST], p[NI_MAXSERV];
+        if (getnameinfo((struct sockaddr *)&sa, sl, h, sizeof h, p, sizeof p, NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+            *port_out = atoi(p);
+    }
+    return fd;
+}
+
+int srv_run(const srv_config *cfg, const strata_model *model, strata_session **sessions, int n_slots,
+            volatile sig_atomic_t *stop) {
+    /* on the heap: a connection still idle at the stop may wake after this returns (its thread
+     * then only closes its socket); the context is freed only when none is left */
+    srv_ctx *c = calloc(1, sizeof *c);
+    if (!c) { fprintf(stderr, "strata: serve: out of memory\n"); return 1; }
+    c->cfg = cfg;
+    c->model = model;
+    c->name = cfg->model_name ? cfg->model_name : "strata";
+    strata_model_get_info(model, &c->info);
+    c->n_slots = n_slots;
+    c->slots = calloc((size_t)n_slots, sizeof *c->slots);
+    c->created = (int64_t)time(NULL);
+    for (int i = 0; c->slots && i < n_slots; i++) {
+        c->slots[i].session = sessions[i];
+        c->slots[i].tokens = malloc(sizeof(strata_token) * (size_t)strata_session_n_ctx(sessions[i]));
+        if (!c->slots[i].tokens) { fprintf(stderr, "strata: serve: out of memory\n"); return 1; }
+    }
+    if (!c->slots) { fprintf(stderr, "strata: serve: out of memory\n"); return 1; }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    int port = 0;
+    const int lfd = srv_listen(cfg, &port);
+    if (lfd < 0) return 1;
+    const int open = strcmp(cfg->host, "127.0.0.1") != 0 && strcmp(cfg->host, "localhost") != 0 &&
+                     strcmp(cfg->host, "::1") != 0;
+    fprintf(stderr, "strata: serve: listening on http://%s:%d (%d slot%s%s)\n", cfg->host, port, n_slots,
+            n_slots == 1 ? "" : "s", cfg->api_key ? ", API key required" : "");
+    if (open)
+        fprintf(stderr, "strata: serve: --host %s: reachable from the network%s\n", cfg->host,
+                cfg->api_key ? "" : ", and no --api-key is set");
+    while (!*stop) {
+        struct pollfd pf = {lfd, POLLIN, 0};
+        if (poll(&pf, 1, 200) <= 0) continue;
+        const int fd = accept(lfd, NULL, NULL);
+        if (fd >= 0) srv_accepted(c, fd);
+    }
+    close(lfd);
+    pthread_mutex_lock(&c->mu); /* the requests in progress finish (their connections close after) */
+    c->stopping = 1;
+    while (c->open_conns > 0) {
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_sec += 1;
+        pthread_cond_timedwait(&c->cv, &c->mu, &t);
+        if (c->m.processing == 0) break; /* idle keep-alive connections are not waited for */
+    }
+    const int left = c->open_conns;
+    pthread_mutex_unlock(&c->mu);
+    fprintf(stderr, "strata: serve: stopped after %lld requests\n", (long long)c->m.requests);
+    if (left == 0) {
+        for (int i = 0; i < n_slots; i++) free(c->slots[i].tokens);
+        free(c->slots);
+        free(c);
+    }
+    return 0;
+}

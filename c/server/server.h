@@ -1,0 +1,43 @@
+/* server.h - strata serve: an HTTP/1.1 server with OpenAI's API over one loaded model and its
+ * sessions (the slots), for the CLI (c/cli/serve.c). It uses only the public API (strata.h).
+ *
+ * Endpoints (api.c): GET /health (no key needed), GET /v1/models, GET /metrics (Prometheus
+ * text), POST /tokenize, POST /detokenize, POST /v1/completions (streamed as server-sent events
+ * or not). POST /v1/chat/completions answers 400 until chat templates are built (issue 33).
+ * Each slot keeps its session's KV cache: a request goes to the free slot whose cached tokens
+ * share the longest prefix with its prompt and reads only the rest (usage.prompt_tokens_details.
+ * cached_tokens). Requests wait for a slot in arrival order; past `queue` waiting, 503.
+ *
+ *   srv_config c = srv_default_config();
+ *   c.port = 8080;
+ *   int rc = srv_run(&c, model, sessions, n_sessions, &stop_flag);  // returns when stop_flag is set
+ */
+#ifndef STRATA_SERVER_H
+#define STRATA_SERVER_H
+
+#include "http.h"
+#include "strata.h"
+
+#include <signal.h>
+
+typedef struct {
+    const char *host;                 /* default "127.0.0.1" */
+    int port;                         /* default 8080; 0: any free port (the line says which) */
+    const char *api_key;              /* NULL: no key asked */
+    const char *model_name;           /* the id /v1/models lists (NULL: "strata") */
+    srv_limits limits;
+    int max_conns;                    /* connections open at once (default 64); past it 503 */
+    int queue;                        /* requests waiting for a slot (default 64); past it 503 */
+    int32_t max_tokens;               /* a request's max_tokens when it gives none (default 128) */
+    strata_sampler_params sampling;   /* a request's sampling where it says nothing */
+} srv_config;
+
+srv_config srv_default_config(void);
+
+/* Serves until *stop becomes non-zero (a signal handler sets it), then waits for the requests
+ * in progress. sessions: n_slots sessions of model (not freed here). Messages (the address it
+ * listens on, failures) go to stderr. 0 on a clean stop, 1 when it could not listen. */
+int srv_run(const srv_config *cfg, const strata_model *model, strata_session **sessions, int n_slots,
+            volatile sig_atomic_t *stop);
+
+#endif /* STRATA_SERVER_H */

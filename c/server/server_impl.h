@@ -1,0 +1,70 @@
+/* server_impl.h - what server.c (the listener, connections, slots, metrics) and api.c (the
+ * endpoints) share inside the server. */
+#ifndef STRATA_SERVER_IMPL_H
+#define STRATA_SERVER_IMPL_H
+
+#include "server.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+/* One slot: a session and the tokens its KV cache holds. */
+typedef struct {
+    strata_session *session;
+    strata_token *tokens;             /* [n_ctx] the cached tokens, positions 0 .. n_tokens-1 */
+    int32_t n_tokens;
+    int busy;
+    strata_session_stats stats;       /* the session's stats after its last request (metrics) */
+} srv_slot;
+
+/* Counters for /metrics (under mu). */
+typedef struct {
+    int64_t requests, errors;
+    int64_t prompt_tokens, cached_tokens, generated_tokens;
+    double prompt_s, generate_s;
+    int processing, queued;
+} srv_metrics;
+
+typedef struct {
+    const srv_config *cfg;
+    const strata_model *model;
+    const char *name;                 /* the model's id in the API */
+    strata_model_info info;
+    srv_slot *slots;
+    int n_slots;
+    pthread_mutex_t mu;               /* slots' busy flags, the queue, metrics */
+    pthread_cond_t cv;
+    uint64_t next_ticket, serving;    /* the queue: tickets served in arrival order */
+    srv_metrics m;
+    int open_conns;
+    int stopping;                     /* set at the stop: no slot is handed out after it */
+    int64_t created;                  /* start time (unix seconds), for ids and /v1/models */
+    uint64_t ids;                     /* the next response id */
+} srv_ctx;
+
+#define SRV_MAX_STOPS 16
+
+/* A completion request's options (api.c reads them from its JSON). */
+typedef struct {
+    strata_sampler_params sp;
+    int32_t max_tokens;
+    int stream, include_usage;
+    char *stops[SRV_MAX_STOPS];
+    int n_stops;
+    strata_token *prompt;
+    int64_t n_prompt;
+} srv_gen;
+
+/* Runs a completion request in a slot and answers it, whole or streamed (generate.c); returns
+ * 1 when the connection may carry another. */
+int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int keep_alive);
+
+/* Answers one request (api.c); returns 1 when the connection may carry another. */
+int srv_handle(srv_ctx *c, int fd, srv_req *r);
+
+/* A free slot for prompt (n tokens), the one whose cached tokens share the longest prefix,
+ * waiting in arrival order; NULL when the queue is full or the server is stopping (503). */
+srv_slot *srv_slot_acquire(srv_ctx *c, const strata_token *prompt, int32_t n);
+void srv_slot_release(srv_ctx *c, srv_slot *s);
+
+#endif /* STRATA_SERVER_IMPL_H */

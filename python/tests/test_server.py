@@ -1,0 +1,228 @@
+"""test_server.py - `strata serve` (c/server/, docs/SERVER.md) on the default model, on localhost:
+the endpoints and OpenAI's formats, greedy text equal to `strata run`'s, streaming equal to the
+whole answer, stop strings, the KV cache reused across requests (cached_tokens), the API key,
+the limits (413, 431, 408, a prompt past the context), malformed requests, a client leaving
+mid-stream, clients at once against --parallel 2 and a short queue (200 or 503, nothing left
+busy), and OpenAI's own Python client. The binary is $STRATA_CLI, else <repo>/strata."""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
+if not CLI.is_file():
+    pytest.skip(f"strata CLI not built at {CLI} (run make, or set STRATA_CLI)", allow_module_level=True)
+TINY = REPO / "models" / "strata-tiny-moe-q8_0.gguf"
+if not TINY.is_file():
+    pytest.skip(f"{TINY} not present", allow_module_level=True)
+PROMPT = "Dictionary, n."
+
+
+class Server:
+    """A running `strata serve --port 0` and its address; stop() checks a clean exit."""
+
+    def __init__(self, *args):
+        self.p = subprocess.Popen([str(CLI), "serve", "-m", str(TINY), "--port", "0", "-t", "2", "--cpu",
+                                   *map(str, args)], stderr=subprocess.PIPE, text=True)
+        self.err = []
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            line = self.p.stderr.readline()
+            if not line:
+                break
+            self.err.append(line)
+            m = re.search(r"listening on http://([^:]+):(\d+)", line)
+            if m:
+                self.host, self.port = m.group(1), int(m.group(2))
+                threading.Thread(target=self._drain, daemon=True).start()
+                return
+        self.p.kill()
+        raise AssertionError("server did not start: " + "".join(self.err))
+
+    def _drain(self):
+        for line in self.p.stderr:
+            self.err.append(line)
+
+    def request(self, method, path, body=None, headers=None, timeout=60):
+        c = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        data = json.dumps(body) if isinstance(body, (dict, list)) else body
+        c.request(method, path, body=data, headers=headers or {})
+        r = c.getresponse()
+        text = r.read().decode()
+        c.close()
+        return r.status, text
+
+    def json(self, method, path, body=None, headers=None):
+        status, text = self.request(method, path, body, headers)
+        return status, json.loads(text)
+
+    def raw(self, data, timeout=10):
+        """Bytes sent as they are; what comes back until the server closes."""
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        s.sendall(data)
+        out = b""
+        try:
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                out += b
+        except socket.timeout:
+            pass
+        s.close()
+        return out
+
+    def stop(self):
+        self.p.send_signal(signal.SIGINT)
+        rc = self.p.wait(timeout=30)
+        assert rc == 0, "".join(self.err)
+        assert any("stopped after" in ln for ln in self.err), self.err
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = Server("--parallel", 2, "--queue", 2, "--max-body", "8K", "--max-header", "4K", "--timeout", 2, "-c", 256)
+    yield s
+    s.stop()
+
+
+def cli_greedy(prompt, n):
+    p = subprocess.run([str(CLI), "run", "-m", str(TINY), "-p", prompt, "-n", str(n), "--temp", "0", "-t", "2",
+                        "--no-echo", "--quiet", "--cpu"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def sse_events(text):
+    return [ln[len("data: "):] for ln in text.split("\n") if ln.startswith("data: ")]
+
+
+def test_health_models_tokenize(srv):
+    assert srv.json("GET", "/health") == (200, {"status": "ok"})
+    st, m = srv.json("GET", "/v1/models")
+    assert st == 200 and m["object"] == "list" and m["data"][0]["id"] == "strata-tiny-moe-q8_0"
+    st, t = srv.json("POST", "/tokenize", {"content": PROMPT})
+    assert st == 200 and len(t["tokens"]) > 1
+    st, d = srv.json("POST", "/detokenize", {"tokens": t["tokens"]})
+    assert st == 200 and d["content"] == PROMPT
+
+
+def test_completion_is_the_cli_greedy_text(srv):
+    st, r = srv.json("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0})
+    assert st == 200, r
+    ch = r["choices"][0]
+    assert r["object"] == "text_completion" and ch["finish_reason"] == "length"
+    assert ch["text"] == cli_greedy(PROMPT, 24).rstrip("\n") or cli_greedy(PROMPT, 24).startswith(ch["text"])
+    u = r["usage"]
+    assert u["completion_tokens"] == 24 and u["total_tokens"] == u["prompt_tokens"] + 24
+    # streamed: the same text in chunks, a finish reason, the usage when asked, [DONE] last
+    st, text = srv.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0,
+                                                       "stream": True, "stream_options": {"include_usage": True}})
+    ev = sse_events(text)
+    assert st == 200 and ev[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in ev[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == ch["text"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length" and chunks[-1]["usage"]["completion_tokens"] == 24
+
+
+def test_stop_strings_and_prefix_reuse(srv):
+    full = srv.json("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0})[1]
+    text = full["choices"][0]["text"]
+    stop = text[8:12]
+    assert stop.strip(), text
+    cut = text[:text.index(stop)]
+    st, r = srv.json("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0, "stop": [stop]})
+    assert st == 200 and r["choices"][0]["text"] == cut and r["choices"][0]["finish_reason"] == "stop"
+    st, s = srv.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 24, "temperature": 0,
+                                                    "stop": stop, "stream": True})
+    chunks = [json.loads(e) for e in sse_events(s)[:-1]]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == cut
+    # the next turn extends the last prompt: its cached prefix is read from the slot's KV cache
+    longer = PROMPT + text
+    st, r2 = srv.json("POST", "/v1/completions", {"prompt": longer, "max_tokens": 4, "temperature": 0})
+    n_first = len(srv.json("POST", "/tokenize", {"content": PROMPT, "add_special": True})[1]["tokens"])
+    assert st == 200 and r2["usage"]["prompt_tokens_details"]["cached_tokens"] >= n_first - 1, r2["usage"]
+
+
+def test_errors_in_openai_format(srv):
+    for body, word in (("{not json", "JSON"), ({"prompt": 5}, "prompt"), ({"prompt": "x", "temperature": 9},
+                       "temperature"), ({"prompt": "x", "n": 2}, '"n"'), ({"prompt": "x", "stop": [1]}, "stop")):
+        st, e = srv.json("POST", "/v1/completions", body)
+        assert st == 400 and word in e["error"]["message"] and e["error"]["type"] == "invalid_request_error", e
+    assert srv.json("GET", "/nope")[0] == 404
+    assert srv.json("GET", "/v1/completions")[0] == 405
+    st, e = srv.json("POST", "/v1/completions", {"prompt": "word " * 400})
+    assert st == 400 and "context" in e["error"]["message"]
+    assert srv.json("POST", "/v1/completions", {"prompt": "x" * 9000})[0] == 413
+    assert srv.json("GET", "/health", headers={"X-Big": "y" * 5000})[0] == 431
+    assert srv.raw(b"GARBAGE\r\n\r\n").startswith(b"HTTP/1.1 400")
+    assert srv.raw(b"GET /health HTTP/1.1\r\nHost: x\r\n").startswith(b"HTTP/1.1 408")  # slow: 2 s limit
+    assert srv.json("GET", "/health")[0] == 200
+
+
+def test_client_leaving_mid_stream_frees_its_slot(srv):
+    s = socket.create_connection((srv.host, srv.port), timeout=10)
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 200, "stream": True})
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n{body}".encode())
+    got = b""
+    while b"data: " not in got:
+        b = s.recv(4096)
+        assert b, got
+        got += b
+    s.close()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        m = srv.request("GET", "/metrics")[1]
+        if "strata_requests_processing 0" in m:
+            break
+        time.sleep(0.05)
+    assert "strata_requests_processing 0" in m and "strata_requests_queued 0" in m
+
+
+def test_many_clients_answered(srv):
+    out = []
+
+    def one(i):
+        st, _ = srv.request("POST", "/v1/completions", {"prompt": f"{PROMPT} {i}", "max_tokens": 16})
+        out.append(st)
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(12)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(out) == 12 and set(out) <= {200, 503} and 200 in out, out
+    m = srv.request("GET", "/metrics")[1]
+    assert "strata_requests_processing 0" in m and "strata_requests_queued 0" in m
+
+
+def test_api_key():
+    s = Server("--api-key", "s3cret")
+    try:
+        assert s.json("GET", "/health")[0] == 200  # open without the key
+        st, e = s.json("GET", "/v1/models")
+        assert st == 401 and e["error"]["type"] == "authentication_error"
+        assert s.json("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert s.json("GET", "/v1/models", headers={"Authorization": "Bearer s3cret"})[0] == 200
+    finally:
+        s.stop()
+
+
+def test_openai_client(srv):
+    openai = pytest.importorskip("openai")
+    c = openai.OpenAI(base_url=f"http://{srv.host}:{srv.port}/v1", api_key="none")
+    r = c.completions.create(model="strata-tiny-moe-q8_0", prompt=PROMPT, max_tokens=12, temperature=0)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 12
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model="x", prompt=PROMPT, max_tokens=12, temperature=0, stream=True) if ch.choices)
+    assert streamed == r.choices[0].text
+    assert [m.id for m in c.models.list()] == ["strata-tiny-moe-q8_0"]
