@@ -6,6 +6,7 @@
 #   make check        every c/tests/test_*.c, then pytest over python/tests (in build/venv, made
 #                     on first use from the requirements files; TEST_PYTHON=python3 uses yours)
 #   make asan         the C tests under AddressSanitizer + UBSan (separate build dir)
+#   make asan-server  the server's Python tests against ./strata built with those sanitizers
 #   make cuda-check   GPU tests (skip with a message where no GPU is usable)
 #   make fuzz         libFuzzer harness of the GGUF reader (needs clang)
 #   make bench        CPU dot-product micro-benchmark
@@ -90,7 +91,7 @@ endif
 
 ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
 
-.PHONY: all check header-check test-c test-py asan cuda-check fuzz bench clean distclean
+.PHONY: all check header-check test-c test-py asan asan-server cuda-check fuzz bench clean distclean
 all: $(LIBSO) $(CLI)
 
 # The shared library's soname carries the ABI version (STRATA_ABI_VERSION in strata.h):
@@ -145,6 +146,15 @@ $(BUILD)/tests/test_isa_amx: c/tests/test_isa_amx.c $(BUILD)/tests/dot_amx_emu.o
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Ic/tests -o $@ $< $(BUILD)/tests/dot_amx_emu.o $(BUILD)/libstrata.a $(SAN) $(LDLIBS)
 
+# test_http reads requests with the server's reader (c/server/http.c and the vendored parsers) and
+# runs the fuzz harness's entry point on crafted inputs.
+HTTP_SRCS := c/server/http.c c/fuzz/fuzz_http.c $(THIRD_SRCS)
+THIRD_OBJS := $(THIRD_SRCS:%.c=$(BUILD)/%.o)
+$(BUILD)/tests/test_http: c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c \
+	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
+
 # Runs every C test binary, then reports which failed (a test that crashes counts as failed).
 # Each C test runs under a time limit (TEST_TIMEOUT seconds), so a hang fails with its name.
 TEST_TIMEOUT ?= 900
@@ -198,8 +208,16 @@ test-py: $(LIBSO) $(CLI) $(if $(filter $(VENV)/bin/python,$(TEST_PYTHON)),$(VENV
 check: all test-c test-py
 
 # Sanitizer build in its own directory so it never mixes with the normal objects.
+ASAN_FLAGS := BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 asan:
-	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test-c
+	$(MAKE) $(ASAN_FLAGS) test-c
+
+# The server's Python tests against ./strata built with the sanitizers (after make check made the
+# environment: TEST_PYTHON).
+asan-server: $(if $(filter $(VENV)/bin/python,$(TEST_PYTHON)),$(VENV_STAMP))
+	$(MAKE) $(ASAN_FLAGS) OUTDIR=build-asan build-asan/strata
+	ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=16 STRATA_CLI=$(abspath build-asan/strata) PYTHONPATH=$(CURDIR)/python \
+	  $(TEST_PYTHON) -m pytest -q python/tests/test_server.py
 
 cuda-check: $(CUDA_TEST_BINS)
 ifdef USE_CUDA
@@ -210,7 +228,11 @@ endif
 
 # ---- fuzzing -------------------------------------------------------------------------------
 FUZZ_CC ?= clang
-fuzz: $(BUILD)/fuzz_gguf
+fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_http
+$(BUILD)/fuzz_http: c/fuzz/fuzz_http.c $(HTTP_SRCS) $(wildcard c/server/*.h)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Ic/server $(THIRD_INC) -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ $(HTTP_SRCS) -lpthread
 $(BUILD)/fuzz_gguf: c/fuzz/fuzz_gguf.c $(LIB_HDRS) $(wildcard c/core/*.c c/format/*.c c/format/quant/*.c)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE $(INCLUDES) -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \

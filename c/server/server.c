@@ -90,13 +90,34 @@ void srv_slot_release(srv_ctx *c, srv_slot *s) {
 typedef struct {
     srv_ctx *c;
     int fd;
+    int refuse;      /* past max_conns: the request read (briefly), answered 503, closed */
 } srv_conn_arg;
+
+/* A connection past max_conns: its request is read (within 2 s) so that the client, still
+ * sending, gets the 503 instead of a broken pipe. */
+static void srv_refuse(srv_ctx *c, int fd) {
+    const srv_limits lim = {c->cfg->limits.max_header, c->cfg->limits.max_body, 2, 2};
+    srv_req r;
+    memset(&r, 0, sizeof r);
+    if (srv_read_request(fd, &lim, &r) != SRV_CLOSED)
+        srv_send_error(fd, 503, "too many connections: try again later", 0);
+    srv_req_free_all(&r);
+}
 
 static void *srv_conn(void *arg) {
     srv_conn_arg a = *(srv_conn_arg *)arg;
     free(arg);
     srv_req r;
     memset(&r, 0, sizeof r);
+    if (a.refuse) {
+        srv_refuse(a.c, a.fd);
+        close(a.fd);
+        pthread_mutex_lock(&a.c->mu);
+        a.c->refusing--;
+        pthread_cond_broadcast(&a.c->cv);
+        pthread_mutex_unlock(&a.c->mu);
+        return NULL;
+    }
     for (;;) {
         const int st = srv_read_request(a.fd, &a.c->cfg->limits, &r);
         if (st == SRV_CLOSED) break;
@@ -121,14 +142,16 @@ static void *srv_conn(void *arg) {
     return NULL;
 }
 
-/* A new connection: its thread, or 503 past max_conns. */
+/* A new connection: its thread; past max_conns a thread that answers 503 (at most max_conns of
+ * those; past them the connection is closed unanswered). */
 static void srv_accepted(srv_ctx *c, int fd) {
     pthread_mutex_lock(&c->mu);
-    const int full = c->open_conns >= c->cfg->max_conns;
-    if (!full) c->open_conns++;
+    const int refuse = c->open_conns >= c->cfg->max_conns;
+    const int drop = refuse && c->refusing >= c->cfg->max_conns;
+    if (!refuse) c->open_conns++;
+    else if (!drop) c->refusing++;
     pthread_mutex_unlock(&c->mu);
-    if (full) {
-        srv_send_error(fd, 503, "too many connections: try again later", 0);
+    if (drop) {
         close(fd);
         return;
     }
@@ -137,12 +160,13 @@ static void srv_accepted(srv_ctx *c, int fd) {
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (!a || (a->c = c, a->fd = fd, pthread_create(&t, &at, srv_conn, a) != 0)) {
+    if (!a || (a->c = c, a->fd = fd, a->refuse = refuse, pthread_create(&t, &at, srv_conn, a) != 0)) {
         free(a);
         srv_send_error(fd, 503, "the server could not take the connection", 0);
         close(fd);
         pthread_mutex_lock(&c->mu);
-        c->open_conns--;
+        if (refuse) c->refusing--;
+        else c->open_conns--;
         pthread_mutex_unlock(&c->mu);
     }
     pthread_attr_destroy(&at);
@@ -228,14 +252,14 @@ int srv_run(const srv_config *cfg, const strata_model *model, strata_session **s
     close(lfd);
     pthread_mutex_lock(&c->mu); /* the requests in progress finish (their connections close after) */
     c->stopping = 1;
-    while (c->open_conns > 0) {
+    while (c->open_conns > 0 || c->refusing > 0) {
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         t.tv_sec += 1;
         pthread_cond_timedwait(&c->cv, &c->mu, &t);
         if (c->m.processing == 0) break; /* idle keep-alive connections are not waited for */
     }
-    const int left = c->open_conns;
+    const int left = c->open_conns + c->refusing;
     pthread_mutex_unlock(&c->mu);
     fprintf(stderr, "strata: serve: stopped after %lld requests\n", (long long)c->m.requests);
     if (left == 0) {

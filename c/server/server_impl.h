@@ -37,6 +37,7 @@ typedef struct {
     uint64_t next_ticket, serving;    /* the queue: tickets served in arrival order */
     srv_metrics m;
     int open_conns;
+    int refusing;                     /* connections past max_conns being answered 503 */
     int stopping;                     /* set at the stop: no slot is handed out after it */
     int64_t created;                  /* start time (unix seconds), for ids and /v1/models */
     uint64_t ids;                     /* the next response id */

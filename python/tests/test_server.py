@@ -226,3 +226,48 @@ def test_openai_client(srv):
         model="x", prompt=PROMPT, max_tokens=12, temperature=0, stream=True) if ch.choices)
     assert streamed == r.choices[0].text
     assert [m.id for m in c.models.list()] == ["strata-tiny-moe-q8_0"]
+
+
+def rss_kib(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_load_64_clients():
+    """64 clients for $STRATA_SERVER_LOAD_S seconds (default 60) against --parallel 4: every
+    request answered 200 or 503, nothing left processing or queued, resident memory flat (within
+    64 MiB of where it stood after the first seconds)."""
+    seconds = float(os.environ.get("STRATA_SERVER_LOAD_S", "60"))
+    s = Server("--parallel", 4, "-c", 128)
+    try:
+        stop_at = time.time() + seconds
+        counts, bad, lock = {}, [], threading.Lock()
+
+        def client(i):
+            while time.time() < stop_at:
+                try:
+                    st, _ = s.request("POST", "/v1/completions", {"prompt": f"{PROMPT} {i % 7}", "max_tokens": 8,
+                                                                  "stream": i % 2 == 0}, timeout=60)
+                except Exception as e:  # noqa: BLE001 - any failure is the test's finding
+                    with lock:
+                        bad.append(repr(e))
+                    continue
+                with lock:
+                    counts[st] = counts.get(st, 0) + 1
+        ts = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+        for t in ts:
+            t.start()
+        time.sleep(min(5.0, seconds / 4))
+        rss0 = rss_kib(s.p.pid)
+        for t in ts:
+            t.join()
+        rss1 = rss_kib(s.p.pid)
+        m = s.request("GET", "/metrics")[1]
+        assert not bad, bad[:5]
+        assert set(counts) <= {200, 503} and counts.get(200, 0) > 0, counts
+        assert "strata_requests_processing 0" in m and "strata_requests_queued 0" in m
+        assert rss1 - rss0 < 64 * 1024, (rss0, rss1)
+    finally:
+        s.stop()
