@@ -1,6 +1,6 @@
 /* server.c - strata serve's listener (server.h): the socket, a thread a connection (at most
- * max_conns; past it 503), the requests of a connection read and answered in turn (api.c), and
- * the slots: the free slot with the longest cached prefix for each request, in arrival order. */
+ * max_conns; past it 503), the requests of a connection read and answered in turn (api.c); the
+ * slots are slots.c's. */
 #include "server_impl.h"
 
 #include <errno.h>
@@ -28,61 +28,6 @@ srv_config srv_default_config(void) {
     c.max_tokens = 128;
     c.sampling = strata_sampler_default_params();
     return c;
-}
-
-/* ---- slots ---------------------------------------------------------------------------------- */
-
-static int32_t srv_common_prefix(const srv_slot *s, const strata_token *p, int32_t n) {
-    int32_t k = 0;
-    while (k < n && k < s->n_tokens && s->tokens[k] == p[k]) k++;
-    return k;
-}
-
-srv_slot *srv_slot_acquire(srv_ctx *c, const strata_token *prompt, int32_t n) {
-    pthread_mutex_lock(&c->mu);
-    if (c->stopping || c->m.queued >= c->cfg->queue) {
-        pthread_mutex_unlock(&c->mu);
-        return NULL;
-    }
-    const uint64_t ticket = c->next_ticket++;
-    c->m.queued++;
-    srv_slot *best = NULL;
-    for (;;) {
-        if (c->stopping) { /* (its ticket is never served: nobody comes after the stop) */
-            c->m.queued--;
-            pthread_mutex_unlock(&c->mu);
-            return NULL;
-        }
-        if (ticket == c->serving) { /* this request's turn: the best free slot, if any */
-            int32_t best_k = -1;
-            for (int i = 0; i < c->n_slots; i++) {
-                srv_slot *s = &c->slots[i];
-                if (s->busy) continue;
-                const int32_t k = srv_common_prefix(s, prompt, n);
-                if (k > best_k) { best = s; best_k = k; }
-            }
-            if (best) break;
-        }
-        pthread_cond_wait(&c->cv, &c->mu);
-    }
-    best->busy = 1;
-    c->serving++;
-    c->m.queued--;
-    c->m.processing++;
-    pthread_cond_broadcast(&c->cv); /* the next ticket may take another free slot */
-    pthread_mutex_unlock(&c->mu);
-    return best;
-}
-
-void srv_slot_release(srv_ctx *c, srv_slot *s) {
-    strata_session_stats st;
-    const int have = strata_session_get_stats(s->session, &st) == STRATA_OK;
-    pthread_mutex_lock(&c->mu);
-    if (have) s->stats = st;
-    s->busy = 0;
-    c->m.processing--;
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- connections ---------------------------------------------------------------------------- */
