@@ -6,7 +6,7 @@
 #   make check        every c/tests/test_*.c, then pytest over python/tests (in build/venv, made
 #                     on first use from the requirements files; TEST_PYTHON=python3 uses yours)
 #   make asan         the C tests under AddressSanitizer + UBSan (separate build dir)
-#   make asan-server  the server's Python tests against ./strata built with those sanitizers
+#   make asan-server  the server's and chat templates' Python tests against ./strata built with those sanitizers
 #   make cuda-check   GPU tests (skip with a message where no GPU is usable)
 #   make fuzz         libFuzzer harness of the GGUF reader (needs clang)
 #   make bench        CPU dot-product micro-benchmark
@@ -217,7 +217,7 @@ asan:
 asan-server: $(if $(filter $(VENV)/bin/python,$(TEST_PYTHON)),$(VENV_STAMP))
 	$(MAKE) $(ASAN_FLAGS) OUTDIR=build-asan build-asan/strata
 	ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=16 STRATA_CLI=$(abspath build-asan/strata) PYTHONPATH=$(CURDIR)/python \
-	  $(TEST_PYTHON) -m pytest -q python/tests/test_server.py
+	  $(TEST_PYTHON) -m pytest -q python/tests/test_server.py python/tests/test_chat_template.py
 
 cuda-check: $(CUDA_TEST_BINS)
 ifdef USE_CUDA

@@ -32,6 +32,7 @@ int cli_cmd_default(void);                     /* run.c: `strata` without argume
 int cli_cmd_perplexity(int argc, char **argv); /* perplexity.c */
 int cli_cmd_bench(int argc, char **argv);      /* bench.c */
 int cli_cmd_serve(int argc, char **argv);      /* serve.c: the HTTP server (c/server/) */
+int cli_cmd_template(int argc, char **argv);   /* template_cmd.c: a chat template rendered */
 int cli_cmd_tokenize(int argc, char **argv);   /* tokenize.c */
 int cli_cmd_info(int argc, char **argv);       /* info.c */
 int cli_cmd_quantize(int argc, char **argv);   /* quantize.c */

@@ -20,6 +20,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "perplexity") == 0) return cli_cmd_perplexity(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cli_cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0) return cli_cmd_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "template") == 0) return cli_cmd_template(argc - 1, argv + 1);
     if (cmd[0] == '-') return cli_cmd_run(argc, argv); /* `strata -m MODEL ...` is run */
     return cli_usage_error("unknown command '%s'", cmd);
 }
