@@ -4,6 +4,7 @@
  * server-sent events or answered whole in OpenAI's format). JSON by yyjson (third_party). */
 #include "server_impl.h"
 
+#include "template.h"
 #include "yyjson.h"
 
 #include <math.h>
@@ -276,6 +277,56 @@ static int srv_parse_prompt(const srv_ctx *c, yyjson_val *root, srv_gen *g, char
     return 0;
 }
 
+/* The chat template's context: the request's messages and tools, add_generation_prompt, the
+ * model's BOS and EOS texts, then chat_template_kwargs (enable_thinking and the like). */
+static char *srv_chat_context(const srv_ctx *c, yyjson_val *root) {
+    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *o = yyjson_mut_obj(d);
+    yyjson_mut_doc_set_root(d, o);
+    yyjson_mut_obj_add_val(d, o, "messages", yyjson_val_mut_copy(d, yyjson_obj_get(root, "messages")));
+    yyjson_val *tools = yyjson_obj_get(root, "tools");
+    if (yyjson_is_arr(tools) && yyjson_arr_size(tools) > 0) yyjson_mut_obj_add_val(d, o, "tools", yyjson_val_mut_copy(d, tools));
+    yyjson_mut_obj_add_bool(d, o, "add_generation_prompt", 1);
+    const strata_token bos = strata_token_bos(c->model), eos = strata_token_eos(c->model);
+    yyjson_mut_obj_add_strcpy(d, o, "bos_token", bos >= 0 ? strata_token_text(c->model, bos) : "");
+    yyjson_mut_obj_add_strcpy(d, o, "eos_token", eos >= 0 ? strata_token_text(c->model, eos) : "");
+    yyjson_val *kw = yyjson_obj_get(root, "chat_template_kwargs");
+    size_t i, max;
+    yyjson_val *k, *v;
+    if (yyjson_is_obj(kw))
+        yyjson_obj_foreach(kw, i, max, k, v) {
+            yyjson_mut_obj_remove_keyn(o, yyjson_get_str(k), yyjson_get_len(k));
+            yyjson_mut_obj_add(o, yyjson_val_mut_copy(d, k), yyjson_val_mut_copy(d, v));
+        }
+    char *s = yyjson_mut_write(d, 0, NULL);
+    yyjson_mut_doc_free(d);
+    return s;
+}
+
+/* A chat request's prompt: its messages through the model's chat template, then tokenized (the
+ * template writes BOS where the model wants it). */
+static int srv_parse_chat(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *msg, size_t size) {
+    yyjson_val *m = yyjson_obj_get(root, "messages");
+    if (!yyjson_is_arr(m) || yyjson_arr_size(m) == 0) return snprintf(msg, size, "\"messages\" must be a non-empty array"), -1;
+    size_t i, max;
+    yyjson_val *x;
+    yyjson_arr_foreach(m, i, max, x)
+        if (!yyjson_is_obj(x) || !yyjson_is_str(yyjson_obj_get(x, "role")))
+            return snprintf(msg, size, "each message must be an object with a \"role\""), -1;
+    const char *tmpl = strata_model_chat_template(c->model);
+    if (!tmpl) return snprintf(msg, size, "the model has no chat template (tokenizer.chat_template): use /v1/completions"), -1;
+    char *ctx = srv_chat_context(c, root), *text = NULL, err[200];
+    if (!ctx) return snprintf(msg, size, "out of memory"), -1;
+    const int rc = tmpl_render(tmpl, strlen(tmpl), ctx, &text, err, sizeof err);
+    free(ctx);
+    if (rc != 0) return snprintf(msg, size, "chat template: %s", err), -1;
+    g->prompt = srv_tokenize(c, text, strlen(text), 0, &g->n_prompt);
+    free(text);
+    if (!g->prompt) return snprintf(msg, size, "the rendered chat could not be tokenized"), -1;
+    if (g->n_prompt == 0) return snprintf(msg, size, "the chat template rendered nothing"), -1;
+    return 0;
+}
+
 static int srv_parse_gen(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *msg, size_t size) {
     g->sp = c->cfg->sampling;
     yyjson_val *s = yyjson_obj_get(root, "stream");
@@ -285,15 +336,16 @@ static int srv_parse_gen(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *m
     yyjson_val *echo = yyjson_obj_get(root, "echo");
     if (yyjson_is_true(echo)) return snprintf(msg, size, "\"echo\" is not supported by this server yet"), -1;
     if (srv_parse_sampling(c, root, g, msg, size) || srv_parse_stops(root, g, msg, size)) return -1;
-    return srv_parse_prompt(c, root, g, msg, size);
+    return g->chat ? srv_parse_chat(c, root, g, msg, size) : srv_parse_prompt(c, root, g, msg, size);
 }
 
-static int srv_completions(srv_ctx *c, int fd, const srv_req *r, int ka) {
+static int srv_completions(srv_ctx *c, int fd, const srv_req *r, int ka, int chat) {
     yyjson_val *root;
     yyjson_doc *doc = srv_body_json(fd, r, &root);
     if (!doc) return 0;
     srv_gen g;
     memset(&g, 0, sizeof g);
+    g.chat = chat;
     char msg[256] = "";
     const int bad = srv_parse_gen(c, root, &g, msg, sizeof msg);
     yyjson_doc_free(doc);
@@ -347,10 +399,8 @@ int srv_handle(srv_ctx *c, int fd, srv_req *r) {
         case 1: return srv_metrics_text(c, fd, ka) == 0 && ka;
         case 2: return srv_tokenize_ep(c, fd, r, ka);
         case 3: return srv_detokenize_ep(c, fd, r, ka);
-        case 4: return srv_completions(c, fd, r, ka);
-        default:
-            return srv_send_error(fd, 400, "chat completions need the model's chat template, which this server "
-                                  "cannot render yet: use /v1/completions with the formatted prompt", ka) == 0 && ka;
+        case 4: return srv_completions(c, fd, r, ka, 0);
+        default: return srv_completions(c, fd, r, ka, 1);
         }
     }
     return srv_send_error(fd, 404, "no such endpoint", ka) == 0 && ka;

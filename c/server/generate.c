@@ -90,18 +90,33 @@ static int srv_cut_stop(const srv_gen *g, srv_out *o, size_t fresh) {
     return 1;
 }
 
-/* One streamed chunk in OpenAI's text_completion format (finish NULL: null). */
-static int srv_chunk(int fd, const char *id, int64_t created, const char *model, const char *text, size_t len,
-                     const char *finish) {
-    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
-    yyjson_mut_val *root = yyjson_mut_obj(d), *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
+/* A response's head: id, object (text_completion or the chat's), created, model. */
+static yyjson_mut_val *srv_head(yyjson_mut_doc *d, const srv_ctx *c, const char *id, const char *object) {
+    yyjson_mut_val *root = yyjson_mut_obj(d);
     yyjson_mut_doc_set_root(d, root);
     yyjson_mut_obj_add_strcpy(d, root, "id", id);
-    yyjson_mut_obj_add_str(d, root, "object", "text_completion");
-    yyjson_mut_obj_add_int(d, root, "created", created);
-    yyjson_mut_obj_add_strcpy(d, root, "model", model);
-    yyjson_mut_obj_add_strncpy(d, ch, "text", text, len);
+    yyjson_mut_obj_add_str(d, root, "object", object);
+    yyjson_mut_obj_add_int(d, root, "created", c->created);
+    yyjson_mut_obj_add_strcpy(d, root, "model", c->name);
+    return root;
+}
+
+/* One streamed chunk: text_completion's {"text"}, or chat.completion.chunk's {"delta": {...}}
+ * (the role in the first one); finish NULL: null. */
+static int srv_chunk(int fd, const srv_ctx *c, const srv_gen *g, const char *id, const char *text, size_t len,
+                     const char *finish, int first) {
+    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");
+    yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
     yyjson_mut_obj_add_int(d, ch, "index", 0);
+    if (g->chat) {
+        yyjson_mut_val *delta = yyjson_mut_obj(d);
+        if (first) yyjson_mut_obj_add_str(d, delta, "role", "assistant");
+        if (len || (first && !finish)) yyjson_mut_obj_add_strncpy(d, delta, "content", text, len);
+        yyjson_mut_obj_add_val(d, ch, "delta", delta);
+    } else {
+        yyjson_mut_obj_add_strncpy(d, ch, "text", text, len);
+    }
     yyjson_mut_obj_add_null(d, ch, "logprobs");
     if (finish) yyjson_mut_obj_add_str(d, ch, "finish_reason", finish);
     else yyjson_mut_obj_add_null(d, ch, "finish_reason");
@@ -153,7 +168,7 @@ static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
     size_t upto = o->len - srv_stop_hold(g, o->text, o->len);
     upto = srv_utf8_whole(o->text, upto);
     if (upto <= o->sent) return;
-    if (srv_chunk(fd, id, c->created, c->name, o->text + o->sent, upto - o->sent, NULL) != 0) o->gone = 1;
+    if (srv_chunk(fd, c, g, id, o->text + o->sent, upto - o->sent, NULL, 0) != 0) o->gone = 1;
     o->sent = upto;
 }
 
@@ -192,14 +207,17 @@ static strata_status srv_sample_loop(srv_ctx *c, int fd, const srv_gen *g, srv_s
 static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, const char *id, int32_t cached,
                       int ka) {
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
-    yyjson_mut_val *root = yyjson_mut_obj(d), *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
-    yyjson_mut_doc_set_root(d, root);
-    yyjson_mut_obj_add_strcpy(d, root, "id", id);
-    yyjson_mut_obj_add_str(d, root, "object", "text_completion");
-    yyjson_mut_obj_add_int(d, root, "created", c->created);
-    yyjson_mut_obj_add_strcpy(d, root, "model", c->name);
-    yyjson_mut_obj_add_strncpy(d, ch, "text", o->text ? o->text : "", o->len);
+    yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion" : "text_completion");
+    yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
     yyjson_mut_obj_add_int(d, ch, "index", 0);
+    if (g->chat) {
+        yyjson_mut_val *m = yyjson_mut_obj(d);
+        yyjson_mut_obj_add_str(d, m, "role", "assistant");
+        yyjson_mut_obj_add_strncpy(d, m, "content", o->text ? o->text : "", o->len);
+        yyjson_mut_obj_add_val(d, ch, "message", m);
+    } else {
+        yyjson_mut_obj_add_strncpy(d, ch, "text", o->text ? o->text : "", o->len);
+    }
     yyjson_mut_obj_add_null(d, ch, "logprobs");
     yyjson_mut_obj_add_str(d, ch, "finish_reason", o->finish ? o->finish : "stop");
     yyjson_mut_arr_append(choices, ch);
@@ -216,16 +234,12 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
 /* The stream's end: the held-back text with the finish reason, usage when asked, [DONE]. */
 static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, const char *id, int32_t cached) {
     if (o->gone) return;
-    srv_chunk(fd, id, c->created, c->name, o->text ? o->text + o->sent : "", o->len - o->sent,
-              o->finish ? o->finish : "stop");
+    if (o->len > o->sent) /* the held-back text, then the finish reason on its own */
+        srv_chunk(fd, c, g, id, o->text + o->sent, o->len - o->sent, NULL, 0);
+    srv_chunk(fd, c, g, id, "", 0, o->finish ? o->finish : "stop", 0);
     if (g->include_usage) {
         yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
-        yyjson_mut_val *root = yyjson_mut_obj(d);
-        yyjson_mut_doc_set_root(d, root);
-        yyjson_mut_obj_add_strcpy(d, root, "id", id);
-        yyjson_mut_obj_add_str(d, root, "object", "text_completion");
-        yyjson_mut_obj_add_int(d, root, "created", c->created);
-        yyjson_mut_obj_add_strcpy(d, root, "model", c->name);
+        yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");
         yyjson_mut_obj_add_val(d, root, "choices", yyjson_mut_arr(d));
         srv_usage(d, root, g->n_prompt, o->n_gen, cached);
         size_t n = 0;
@@ -254,7 +268,8 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     }
     char id[48];
     pthread_mutex_lock(&c->mu);
-    snprintf(id, sizeof id, "cmpl-%llx%llx", (unsigned long long)c->created, (unsigned long long)c->ids++);
+    snprintf(id, sizeof id, "%s-%llx%llx", g->chat ? "chatcmpl" : "cmpl", (unsigned long long)c->created,
+             (unsigned long long)c->ids++);
     pthread_mutex_unlock(&c->mu);
     const double t0 = srv_clock();
     int32_t cached = 0;
@@ -263,6 +278,8 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     srv_out o;
     memset(&o, 0, sizeof o);
     if (st == STRATA_OK && g->stream && srv_sse_begin(fd) != 0) o.gone = 1;
+    if (st == STRATA_OK && g->stream && g->chat && !o.gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1) != 0)
+        o.gone = 1; /* the chat stream's first delta: the role */
     if (st == STRATA_OK) st = srv_sample_loop(c, fd, g, s, logits, &o, id);
     const double t2 = srv_clock();
     srv_slot_release(c, s);

@@ -2,8 +2,9 @@
  * sessions (the slots), for the CLI (c/cli/serve.c). It uses only the public API (strata.h).
  *
  * Endpoints (api.c): GET /health (no key needed), GET /v1/models, GET /metrics (Prometheus
- * text), POST /tokenize, POST /detokenize, POST /v1/completions (streamed as server-sent events
- * or not). POST /v1/chat/completions answers 400 until chat templates are built (issue 33).
+ * text), POST /tokenize, POST /detokenize, POST /v1/completions and /v1/chat/completions (the
+ * messages through the model's chat template, template.h), streamed as server-sent events or
+ * not.
  * Each slot keeps its session's KV cache: a request goes to the free slot whose cached tokens
  * share the longest prefix with its prompt and reads only the rest (usage.prompt_tokens_details.
  * cached_tokens). Requests wait for a slot in arrival order; past `queue` waiting, 503.

@@ -50,6 +50,7 @@ typedef struct {
     strata_sampler_params sp;
     int32_t max_tokens;
     int stream, include_usage;
+    int chat;                         /* /v1/chat/completions: the chat formats */
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     strata_token *prompt;

@@ -31,8 +31,8 @@ PROMPT = "Dictionary, n."
 class Server:
     """A running `strata serve --port 0` and its address; stop() checks a clean exit."""
 
-    def __init__(self, *args):
-        self.p = subprocess.Popen([str(CLI), "serve", "-m", str(TINY), "--port", "0", "-t", "2", "--cpu",
+    def __init__(self, *args, model=TINY):
+        self.p = subprocess.Popen([str(CLI), "serve", "-m", str(model), "--port", "0", "-t", "2", "--cpu",
                                    *map(str, args)], stderr=subprocess.PIPE, text=True)
         self.err = []
         deadline = time.time() + 60
@@ -226,6 +226,67 @@ def test_openai_client(srv):
         model="x", prompt=PROMPT, max_tokens=12, temperature=0, stream=True) if ch.choices)
     assert streamed == r.choices[0].text
     assert [m.id for m in c.models.list()] == ["strata-tiny-moe-q8_0"]
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_srv(tmp_path_factory):
+    """A server on a copy of the default model with a ChatML chat template in its metadata."""
+    pytest.importorskip("gguf")
+    import sys
+    path = tmp_path_factory.mktemp("chat") / "chat.gguf"
+    p = subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(TINY), str(path),
+                        "--chat-template", CHATML, "--force"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    s = Server("-c", 512, "--alias", "chat", model=path)
+    yield s
+    s.stop()
+
+
+def test_chat_completions(chat_srv, srv):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]
+    st, r = chat_srv.json("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0})
+    assert st == 200 and r["object"] == "chat.completion", r
+    m = r["choices"][0]["message"]
+    assert m["role"] == "assistant" and r["usage"]["completion_tokens"] == 12
+    # the prompt is the template's rendering, tokenized without an added BOS
+    text = "".join(f"<|im_start|>{x['role']}\n{x['content']}<|im_end|>\n" for x in msgs) + "<|im_start|>assistant\n"
+    n = len(chat_srv.json("POST", "/tokenize", {"content": text})[1]["tokens"])
+    assert r["usage"]["prompt_tokens"] == n
+    # and equals /v1/completions on that text (greedy)
+    st, c = chat_srv.json("POST", "/v1/completions", {"prompt": text, "max_tokens": 12, "temperature": 0})
+    assert c["choices"][0]["text"] == m["content"] and c["usage"]["prompt_tokens_details"]["cached_tokens"] >= n - 1
+    # streamed: the role first, then the same content, a finish reason, [DONE]
+    st, s = chat_srv.request("POST", "/v1/chat/completions", {"messages": msgs, "max_tokens": 12, "temperature": 0,
+                                                              "stream": True})
+    ev = sse_events(s)
+    chunks = [json.loads(e) for e in ev[:-1]]
+    assert ev[-1] == "[DONE]" and chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert "".join(ch["choices"][0]["delta"].get("content", "") for ch in chunks) == m["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and chunks[-1]["object"] == "chat.completion.chunk"
+    # a second turn reads only its new part
+    turn2 = msgs + [{"role": "assistant", "content": m["content"]}, {"role": "user", "content": "More?"}]
+    st, r2 = chat_srv.json("POST", "/v1/chat/completions", {"messages": turn2, "max_tokens": 4})
+    assert st == 200 and r2["usage"]["prompt_tokens_details"]["cached_tokens"] >= n - 1
+    # bad messages, and a model without a template
+    assert chat_srv.json("POST", "/v1/chat/completions", {"messages": []})[0] == 400
+    assert chat_srv.json("POST", "/v1/chat/completions", {"messages": [{"content": "x"}]})[0] == 400
+    st, e = srv.json("POST", "/v1/chat/completions", {"messages": msgs})
+    assert st == 400 and "chat template" in e["error"]["message"]
+
+
+def test_openai_client_chat(chat_srv):
+    openai = pytest.importorskip("openai")
+    c = openai.OpenAI(base_url=f"http://{chat_srv.host}:{chat_srv.port}/v1", api_key="none")
+    r = c.chat.completions.create(model="chat", messages=[{"role": "user", "content": "Hi"}], max_tokens=8,
+                                  temperature=0)
+    assert r.choices[0].message.role == "assistant" and r.usage.completion_tokens == 8
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+        model="chat", messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0, stream=True))
+    assert streamed == r.choices[0].message.content
 
 
 def rss_kib(pid):
