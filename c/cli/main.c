@@ -5,9 +5,25 @@
 
 #include <string.h>
 
+/* `strata [run] ... --serve ...`: the same options served over HTTP (serve.c); argv without the
+ * command and --serve, as serve reads it. 0 when --serve is not there. */
+static int serve_flag(int argc, char **argv, int *rc) {
+    int at = -1;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--serve") == 0) at = i;
+    if (at < 0) return 0;
+    for (int i = at; i + 1 < argc; i++) argv[i] = argv[i + 1];
+    argc--;
+    const int skip = strcmp(argv[1], "run") == 0; /* argv[0] of serve's is its command's name */
+    *rc = cli_cmd_serve(argc - skip, argv + skip);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return cli_cmd_default(); /* the embedded default model (run.c) */
     const char *cmd = argv[1];
+    int rc = 0;
+    if ((strcmp(cmd, "run") == 0 || cmd[0] == '-') && serve_flag(argc, argv, &rc)) return rc;
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         cli_usage(stdout);
         return 0;

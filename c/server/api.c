@@ -212,10 +212,18 @@ static int srv_parse_sampling(const srv_ctx *c, yyjson_val *root, srv_gen *g, ch
         srv_num(root, "seed", -9.2e18, 9.2e18, &seed, msg, size) ||
         srv_num(root, "max_tokens", 0, 1e9, &mt, msg, size) || srv_num(root, "n", 1, 1, &n, msg, size))
         return -1;
-    yyjson_val *lp = yyjson_obj_get(root, "logprobs");
+    if (srv_num(root, "max_completion_tokens", 0, 1e9, &mt, msg, size)) return -1; /* (the chat API's newer name) */
+    yyjson_val *lp = yyjson_obj_get(root, "logprobs"), *top = yyjson_obj_get(root, "top_logprobs");
     if (lp && !yyjson_is_null(lp) && !yyjson_is_false(lp)) {
-        snprintf(msg, size, "\"logprobs\" is not supported by this server yet");
-        return -1;
+        const int ok = g->chat ? yyjson_is_true(lp) : yyjson_is_int(lp) && yyjson_get_sint(lp) >= 0 && yyjson_get_sint(lp) <= 20;
+        if (!ok) return snprintf(msg, size, g->chat ? "\"logprobs\" must be a boolean" : "\"logprobs\" must be 0..20"), -1;
+        double n_top = g->chat ? 0 : (double)yyjson_get_sint(lp);
+        if (g->chat && srv_num(root, "top_logprobs", 0, 20, &n_top, msg, size)) return -1;
+        if (g->stream) return snprintf(msg, size, "\"logprobs\" with \"stream\" is not supported yet"), -1;
+        g->logprobs = 1;
+        g->top_logprobs = (int)n_top;
+    } else if (g->chat && top && !yyjson_is_null(top)) {
+        return snprintf(msg, size, "\"top_logprobs\" needs \"logprobs\": true"), -1;
     }
     g->sp.temperature = (float)temp;
     g->sp.top_p = (float)top_p;

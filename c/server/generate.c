@@ -6,6 +6,7 @@
 
 #include "yyjson.h"
 
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,17 @@ static double srv_clock(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+#define SRV_TOP_MAX 20
+
+/* logprobs: a generated token's log-probability under the model and the most likely ones. */
+typedef struct {
+    strata_token tok;
+    float lp;
+    int ntop;
+    strata_token top[SRV_TOP_MAX];
+    float top_lp[SRV_TOP_MAX];
+} srv_lp;
+
 /* The generated text so far and how much of it was sent. */
 typedef struct {
     char *text;
@@ -26,7 +38,66 @@ typedef struct {
     const char *finish;        /* "stop", "length", or NULL while running */
     int32_t n_gen;
     int gone;                  /* the client left */
+    srv_lp *lp;                /* logprobs: one a generated token */
+    size_t nlp, caplp;
 } srv_out;
+
+/* Adds text as a JSON string with each byte sequence that is not UTF-8 replaced by U+FFFD (a
+ * token may end inside a character). */
+static void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *s, size_t n) {
+    char *t = malloc(3 * n + 1);
+    size_t k = 0;
+    for (size_t i = 0; t && i < n;) {
+        const unsigned char c = (unsigned char)s[i];
+        const size_t want = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        size_t ok = want && i + want <= n;
+        for (size_t j = 1; ok && j < want; j++) ok = ((unsigned char)s[i + j] & 0xC0) == 0x80;
+        if (ok) {
+            memcpy(t + k, s + i, want);
+            k += want;
+            i += want;
+        } else {
+            memcpy(t + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        }
+    }
+    yyjson_mut_obj_add_strncpy(d, obj, key, t ? t : "", t ? k : 0);
+    free(t);
+}
+
+/* logprobs of token t from the step's logits: log-softmax, and the n most likely. */
+static int srv_logprob(srv_out *o, const float *logits, int32_t V, strata_token t, int n) {
+    if (o->nlp == o->caplp) {
+        const size_t cap = o->caplp ? o->caplp * 2 : 64;
+        srv_lp *p = realloc(o->lp, sizeof *p * cap);
+        if (!p) return -1;
+        o->lp = p;
+        o->caplp = cap;
+    }
+    srv_lp *e = &o->lp[o->nlp++];
+    float m = logits[0];
+    for (int32_t v = 1; v < V; v++) m = logits[v] > m ? logits[v] : m;
+    double sum = 0;
+    for (int32_t v = 0; v < V; v++) sum += exp((double)(logits[v] - m));
+    const float lse = m + (float)log(sum);
+    e->tok = t;
+    e->lp = logits[t] - lse;
+    e->ntop = 0;
+    for (int32_t v = 0; v < V && n > 0; v++) { /* insertion into the n best, larger first */
+        int at = e->ntop < n ? e->ntop : n - 1;
+        if (e->ntop == n && logits[v] <= e->top_lp[n - 1] + lse) continue;
+        while (at > 0 && e->top_lp[at - 1] < logits[v] - lse) {
+            e->top[at] = e->top[at - 1];
+            e->top_lp[at] = e->top_lp[at - 1];
+            at--;
+        }
+        e->top[at] = v;
+        e->top_lp[at] = logits[v] - lse;
+        if (e->ntop < n) e->ntop++;
+    }
+    return 0;
+}
 
 static int srv_out_add(srv_out *o, const char *p, size_t n) {
     if (o->len + n + 1 > o->cap) {
@@ -112,10 +183,10 @@ static int srv_chunk(int fd, const srv_ctx *c, const srv_gen *g, const char *id,
     if (g->chat) {
         yyjson_mut_val *delta = yyjson_mut_obj(d);
         if (first) yyjson_mut_obj_add_str(d, delta, "role", "assistant");
-        if (len || (first && !finish)) yyjson_mut_obj_add_strncpy(d, delta, "content", text, len);
+        if (len || (first && !finish)) srv_add_text(d, delta, "content", text, len);
         yyjson_mut_obj_add_val(d, ch, "delta", delta);
     } else {
-        yyjson_mut_obj_add_strncpy(d, ch, "text", text, len);
+        srv_add_text(d, ch, "text", text, len);
     }
     yyjson_mut_obj_add_null(d, ch, "logprobs");
     if (finish) yyjson_mut_obj_add_str(d, ch, "finish_reason", finish);
@@ -188,6 +259,10 @@ static strata_status srv_sample_loop(srv_ctx *c, int fd, const srv_gen *g, srv_s
         if ((st = strata_sampler_sample(smp, logits, &t)) != STRATA_OK) break;
         strata_sampler_accept(smp, t);
         if (strata_token_is_eog(c->model, t)) { o->finish = "stop"; break; }
+        if (g->logprobs && srv_logprob(o, logits, c->info.n_vocab, t, g->top_logprobs) != 0) {
+            st = STRATA_ERR_NOMEM;
+            break;
+        }
         int64_t pl = 0;
         if (strata_token_to_piece(c->model, t, 0, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
         if (srv_out_add(o, piece, (size_t)pl) != 0) { st = STRATA_ERR_NOMEM; break; }
@@ -203,6 +278,68 @@ static strata_status srv_sample_loop(srv_ctx *c, int fd, const srv_gen *g, srv_s
     return st;
 }
 
+/* A token's text (the bytes of its piece). */
+static size_t srv_piece(const srv_ctx *c, strata_token t, char *buf, size_t size) {
+    int64_t n = 0;
+    if (strata_token_to_piece(c->model, t, 0, buf, (int64_t)size, &n) != STRATA_OK) n = 0;
+    return (size_t)n;
+}
+
+/* One entry of a chat answer's logprobs.content: token, logprob, bytes. */
+static yyjson_mut_val *srv_lp_entry(const srv_ctx *c, yyjson_mut_doc *d, strata_token t, float lp) {
+    char pc[256];
+    const size_t n = srv_piece(c, t, pc, sizeof pc);
+    yyjson_mut_val *e = yyjson_mut_obj(d), *bytes = yyjson_mut_arr(d);
+    srv_add_text(d, e, "token", pc, n);
+    yyjson_mut_obj_add_real(d, e, "logprob", lp);
+    for (size_t i = 0; i < n; i++) yyjson_mut_arr_add_int(d, bytes, (unsigned char)pc[i]);
+    yyjson_mut_obj_add_val(d, e, "bytes", bytes);
+    return e;
+}
+
+/* The logprobs object: chat's {"content": [...]} or the completion's tokens / token_logprobs /
+ * top_logprobs / text_offset. */
+static yyjson_mut_val *srv_logprobs(const srv_ctx *c, yyjson_mut_doc *d, const srv_gen *g, const srv_out *o) {
+    yyjson_mut_val *lp = yyjson_mut_obj(d);
+    yyjson_mut_val *content = yyjson_mut_arr(d), *toks = yyjson_mut_arr(d), *vals = yyjson_mut_arr(d);
+    yyjson_mut_val *tops = yyjson_mut_arr(d), *offs = yyjson_mut_arr(d);
+    size_t off = 0;
+    char pc[256];
+    for (size_t i = 0; i < o->nlp; i++) {
+        const srv_lp *e = &o->lp[i];
+        if (g->chat) {
+            yyjson_mut_val *x = srv_lp_entry(c, d, e->tok, e->lp), *alts = yyjson_mut_arr(d);
+            for (int k = 0; k < e->ntop; k++) yyjson_mut_arr_append(alts, srv_lp_entry(c, d, e->top[k], e->top_lp[k]));
+            yyjson_mut_obj_add_val(d, x, "top_logprobs", alts);
+            yyjson_mut_arr_append(content, x);
+            continue;
+        }
+        const size_t n = srv_piece(c, e->tok, pc, sizeof pc);
+        yyjson_mut_val *tk = yyjson_mut_obj(d), *alt = yyjson_mut_obj(d);
+        srv_add_text(d, tk, "t", pc, n);
+        yyjson_mut_arr_append(toks, yyjson_mut_obj_get(tk, "t"));
+        yyjson_mut_arr_add_real(d, vals, e->lp);
+        for (int k = 0; k < e->ntop; k++) {
+            const size_t m = srv_piece(c, e->top[k], pc, sizeof pc);
+            yyjson_mut_val *tmp = yyjson_mut_obj(d);
+            srv_add_text(d, tmp, "t", pc, m);
+            yyjson_mut_obj_add(alt, yyjson_mut_obj_get(tmp, "t"), yyjson_mut_real(d, e->top_lp[k]));
+        }
+        yyjson_mut_arr_append(tops, alt);
+        yyjson_mut_arr_add_uint(d, offs, off);
+        off += n;
+    }
+    if (g->chat) {
+        yyjson_mut_obj_add_val(d, lp, "content", content);
+    } else {
+        yyjson_mut_obj_add_val(d, lp, "tokens", toks);
+        yyjson_mut_obj_add_val(d, lp, "token_logprobs", vals);
+        yyjson_mut_obj_add_val(d, lp, "top_logprobs", tops);
+        yyjson_mut_obj_add_val(d, lp, "text_offset", offs);
+    }
+    return lp;
+}
+
 /* The whole answer (not streamed). */
 static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, const char *id, int32_t cached,
                       int ka) {
@@ -213,12 +350,13 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
     if (g->chat) {
         yyjson_mut_val *m = yyjson_mut_obj(d);
         yyjson_mut_obj_add_str(d, m, "role", "assistant");
-        yyjson_mut_obj_add_strncpy(d, m, "content", o->text ? o->text : "", o->len);
+        srv_add_text(d, m, "content", o->text ? o->text : "", o->len);
         yyjson_mut_obj_add_val(d, ch, "message", m);
     } else {
-        yyjson_mut_obj_add_strncpy(d, ch, "text", o->text ? o->text : "", o->len);
+        srv_add_text(d, ch, "text", o->text ? o->text : "", o->len);
     }
-    yyjson_mut_obj_add_null(d, ch, "logprobs");
+    if (g->logprobs) yyjson_mut_obj_add_val(d, ch, "logprobs", srv_logprobs(c, d, g, o));
+    else yyjson_mut_obj_add_null(d, ch, "logprobs");
     yyjson_mut_obj_add_str(d, ch, "finish_reason", o->finish ? o->finish : "stop");
     yyjson_mut_arr_append(choices, ch);
     yyjson_mut_obj_add_val(d, root, "choices", choices);
@@ -302,5 +440,6 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
         rc = srv_answer(c, fd, g, &o, id, cached, ka);
     }
     free(o.text);
+    free(o.lp);
     return rc;
 }

@@ -51,6 +51,7 @@ typedef struct {
     int32_t max_tokens;
     int stream, include_usage;
     int chat;                         /* /v1/chat/completions: the chat formats */
+    int logprobs, top_logprobs;       /* each token's logprob, and the n most likely (<= 20) */
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     strata_token *prompt;

@@ -332,3 +332,43 @@ def test_load_64_clients():
         assert rss1 - rss0 < 64 * 1024, (rss0, rss1)
     finally:
         s.stop()
+
+
+def test_logprobs(srv, chat_srv):
+    st, r = srv.json("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "logprobs": 3})
+    ch = r["choices"][0]
+    lp = ch["logprobs"]
+    assert st == 200 and len(lp["tokens"]) == 6 == len(lp["token_logprobs"]) == len(lp["top_logprobs"])
+    assert "".join(lp["tokens"]) == ch["text"] and lp["text_offset"][0] == 0
+    for tok, val, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]):
+        vals = list(top.values())
+        assert len(top) <= 3 and vals == sorted(vals, reverse=True) and val <= 0
+        assert abs(val - vals[0]) < 1e-6  # greedy: the chosen token is the most likely one
+    st, c = chat_srv.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                           "max_tokens": 4, "temperature": 0, "logprobs": True,
+                                                           "top_logprobs": 2})
+    content = c["choices"][0]["logprobs"]["content"]
+    assert st == 200 and len(content) == 4 and all(len(e["top_logprobs"]) == 2 for e in content)
+    assert "".join(bytes(e["bytes"]).decode("utf-8", "replace") for e in content) == c["choices"][0]["message"]["content"]
+    for body in ({"prompt": "x", "logprobs": 50}, {"prompt": "x", "logprobs": 2, "stream": True}):
+        assert srv.json("POST", "/v1/completions", body)[0] == 400
+    assert chat_srv.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                                                          "top_logprobs": 2})[0] == 400
+
+
+def test_serve_flag_on_run():
+    p = subprocess.Popen([str(CLI), "run", "-m", str(TINY), "--serve", "--port", "0", "-t", "2", "--cpu"],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in p.stderr:
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", "/health")
+        assert c.getresponse().status == 200
+    finally:
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=30) == 0
