@@ -2,6 +2,7 @@
  * sessions made from the same options as `strata run` (placement, sampling defaults, context);
  * the server's own options (address, API key, limits); SIGINT / SIGTERM stop it. */
 #include "cli.h"
+#include "drafts.h"
 #include "options.h"
 #include "server.h"
 #include "session_setup.h"
@@ -119,6 +120,28 @@ static int parse_args(int argc, char **argv, cli_opts *o, serve_opts *s) {
     return 0;
 }
 
+/* --spec for the slots: a cli_drafts each (the run command's drafters and policy) behind the
+ * server's callbacks; each is used only by the request holding its slot. */
+static cli_drafts g_drafts[64];
+
+static int spec_prompt(void *data, int slot, const strata_token *hist, int64_t n) {
+    (void)data;
+    return cli_drafts_prompt(&g_drafts[slot], hist, n);
+}
+
+static int spec_next(void *data, int slot, const strata_token *hist, int64_t n, int32_t max, int *which,
+                     const strata_token **draft, int32_t *k) {
+    (void)data;
+    double draft_s = 0;
+    return cli_drafts_next(&g_drafts[slot], hist, n, max, which, draft, k, &draft_s);
+}
+
+static void spec_observe(void *data, int slot, int which, int32_t k, const strata_token *win, int32_t n_win,
+                         double seconds) {
+    (void)data;
+    cli_drafts_observe(&g_drafts[slot], which, k, win, n_win, seconds);
+}
+
 /* The file's name without its folders and .gguf: the model's default id. */
 static const char *model_id(const char *path, char *buf, size_t size) {
     const char *b = strrchr(path, '/');
@@ -147,9 +170,16 @@ int cli_cmd_serve(int argc, char **argv) {
     double load_s = 0;
     strata_session *sessions[64] = {NULL};
     if ((rc = cli_load_model(&o, &model, &load_s)) != 0) { free(key); return rc; }
+    if (o.spec == CLI_SPEC_ORACLE) rc = cli_usage_error("--spec oracle is for benchmarks (strata run), not serve");
+    const int quiet = o.quiet;
     for (int i = 0; i < s.parallel && rc == 0; i++) {
         rc = cli_new_session(&o, model, &sessions[i]);
+        if (rc == 0) rc = cli_drafts_open(&o, model, sessions[i], &g_drafts[i]);
         o.quiet = 1; /* the start-up lines once */
+    }
+    o.quiet = quiet;
+    if (rc == 0 && o.spec != CLI_SPEC_NONE) {
+        s.cfg.spec = (srv_spec){NULL, spec_prompt, spec_next, spec_observe, o.draft_max};
     }
     if (rc == 0) {
         signal(SIGPIPE, SIG_IGN);
@@ -160,7 +190,10 @@ int cli_cmd_serve(int argc, char **argv) {
         sigaction(SIGTERM, &sa, NULL);
         rc = srv_run(&s.cfg, model, sessions, s.parallel, &g_stop) ? CLI_EXIT_FAIL : 0;
     }
-    for (int i = 0; i < s.parallel; i++) strata_session_free(sessions[i]);
+    for (int i = 0; i < s.parallel; i++) {
+        cli_drafts_close(&g_drafts[i]); /* (before its session: a self-draft is the session's) */
+        strata_session_free(sessions[i]);
+    }
     strata_model_free(model);
     free(key);
     return rc;

@@ -56,7 +56,7 @@ static int srv_metrics_text(srv_ctx *c, int fd, int ka) {
     if (!buf) return srv_send_error(fd, 500, "out of memory", 0);
     pthread_mutex_lock(&c->mu);
     const srv_metrics m = c->m;
-    int64_t hits = 0, misses = 0, rows_gpu = 0, rows_cpu = 0, pcie = 0;
+    int64_t hits = 0, misses = 0, rows_gpu = 0, rows_cpu = 0, pcie = 0, win = 0, drafted = 0, accepted = 0;
     for (int i = 0; i < c->n_slots; i++) {
         const strata_session_stats *s = &c->slots[i].stats;
         hits += s->expert_cache_hits;
@@ -64,6 +64,9 @@ static int srv_metrics_text(srv_ctx *c, int fd, int ka) {
         rows_gpu += s->expert_slots_gpu;
         rows_cpu += s->expert_slots_cpu;
         pcie += s->pcie_bytes;
+        win += c->slots[i].spec.windows;
+        drafted += c->slots[i].spec.drafted;
+        accepted += c->slots[i].spec.accepted;
     }
     pthread_mutex_unlock(&c->mu);
     const int n = snprintf(buf, 8192,
@@ -83,10 +86,15 @@ static int srv_metrics_text(srv_ctx *c, int fd, int ka) {
         "# HELP strata_expert_rows_total Routed expert rows computed, by where.\n"
         "# TYPE strata_expert_rows_total counter\nstrata_expert_rows_total{device=\"gpu\"} %lld\n"
         "strata_expert_rows_total{device=\"cpu\"} %lld\n"
-        "# TYPE strata_pcie_bytes_total counter\nstrata_pcie_bytes_total %lld\n",
+        "# TYPE strata_pcie_bytes_total counter\nstrata_pcie_bytes_total %lld\n"
+        "# HELP strata_spec_windows_total Verify windows (speculative decoding), drafted and accepted tokens.\n"
+        "# TYPE strata_spec_windows_total counter\nstrata_spec_windows_total %lld\n"
+        "# TYPE strata_spec_drafted_total counter\nstrata_spec_drafted_total %lld\n"
+        "# TYPE strata_spec_accepted_total counter\nstrata_spec_accepted_total %lld\n",
         (long long)m.prompt_tokens, (long long)m.cached_tokens, m.prompt_s, (long long)m.generated_tokens,
         m.generate_s, (long long)m.requests, (long long)m.errors, m.processing, m.queued, (long long)hits,
-        (long long)misses, (long long)rows_gpu, (long long)rows_cpu, (long long)pcie);
+        (long long)misses, (long long)rows_gpu, (long long)rows_cpu, (long long)pcie, (long long)win,
+        (long long)drafted, (long long)accepted);
     const int rc = srv_send(fd, 200, "text/plain; version=0.0.4", buf, n > 0 ? (size_t)n : 0, NULL, ka);
     free(buf);
     return rc;

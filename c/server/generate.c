@@ -340,6 +340,67 @@ static yyjson_mut_val *srv_logprobs(const srv_ctx *c, yyjson_mut_doc *d, const s
     return lp;
 }
 
+/* One token a step or a window gave: its text, the stops, the stream; 1 when generation ends. */
+static int srv_emit(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, strata_token t, const char *id) {
+    if (strata_token_is_eog(c->model, t)) { o->finish = "stop"; return 1; }
+    char piece[256];
+    int64_t pl = 0;
+    if (strata_token_to_piece(c->model, t, 0, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
+    if (srv_out_add(o, piece, (size_t)pl) != 0) { o->finish = "stop"; return 1; }
+    o->n_gen++;
+    if (g->n_stops && srv_cut_stop(g, o, (size_t)pl)) { o->finish = "stop"; return 1; }
+    if (g->stream) srv_stream_some(fd, c, g, o, id);
+    else if (srv_peer_gone(fd)) o->gone = 1;
+    if (o->n_gen >= g->max_tokens) { o->finish = "length"; return 1; }
+    return o->gone;
+}
+
+/* The sampling loop through verify windows (cfg->spec): the first token from the prompt's
+ * logits, then each step the drafters' window (or a plain step) via strata_session_speculate; the
+ * slot's tokens follow the session's, the newest token outside it until the next window. */
+static strata_status srv_spec_loop(srv_ctx *c, int fd, const srv_gen *g, srv_slot *s, const float *logits,
+                                   srv_out *o, const char *id) {
+    const srv_spec *sp = &c->cfg->spec;
+    const int slot = (int)(s - c->slots);
+    strata_sampler *smp = NULL;
+    strata_status st = strata_sampler_create(&g->sp, c->info.n_vocab, &smp);
+    if (st != STRATA_OK) return st;
+    const int64_t from = g->n_prompt > g->sp.repeat_last_n ? g->n_prompt - g->sp.repeat_last_n : 0;
+    for (int64_t i = from; i < g->n_prompt; i++) strata_sampler_accept(smp, g->prompt[i]);
+    const int32_t n_ctx = strata_session_n_ctx(s->session);
+    strata_token last = 0;
+    if (g->max_tokens <= 0) o->finish = "length";
+    else if ((st = strata_sampler_sample(smp, logits, &last)) == STRATA_OK) strata_sampler_accept(smp, last);
+    if (st == STRATA_OK && !o->finish && sp->prompt && sp->prompt(sp->data, slot, s->tokens, s->n_tokens) != 0)
+        st = STRATA_ERR_INTERNAL;
+    int done = st != STRATA_OK || o->finish || srv_emit(c, fd, g, o, last, id);
+    strata_token win[STRATA_DRAFT_MAX + 1];
+    while (!done) {
+        if (s->n_tokens + 1 >= n_ctx) { o->finish = "length"; break; }
+        s->tokens[s->n_tokens] = last; /* the history: the cache's tokens and the newest */
+        int32_t max = sp->draft_max, left = g->max_tokens - o->n_gen - 1, room = n_ctx - s->n_tokens - 2;
+        max = max < left ? max : left;
+        max = max < room ? max : room;
+        int which = 0;
+        int32_t k = 0, n_win = 0;
+        const strata_token *draft = NULL;
+        if (max > 0 && sp->next(sp->data, slot, s->tokens, s->n_tokens + 1, max, &which, &draft, &k) != 0) {
+            st = STRATA_ERR_INTERNAL;
+            break;
+        }
+        const double t0 = srv_clock();
+        if ((st = strata_session_speculate(s->session, smp, last, draft, k, win, &n_win)) != STRATA_OK) break;
+        if (sp->observe) sp->observe(sp->data, slot, which, k, win, n_win, srv_clock() - t0);
+        s->n_tokens += n_win; /* last and the accepted drafts are in the cache now */
+        for (int32_t i = 0; i + 1 < n_win; i++) s->tokens[s->n_tokens - n_win + 1 + i] = win[i];
+        s->tokens[s->n_tokens - n_win] = last;
+        for (int32_t i = 0; i < n_win && !done; i++) done = srv_emit(c, fd, g, o, win[i], id);
+        last = win[n_win - 1];
+    }
+    strata_sampler_free(smp);
+    return st;
+}
+
 /* The whole answer (not streamed). */
 static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, const char *id, int32_t cached,
                       int ka) {
@@ -418,7 +479,9 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     if (st == STRATA_OK && g->stream && srv_sse_begin(fd) != 0) o.gone = 1;
     if (st == STRATA_OK && g->stream && g->chat && !o.gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1) != 0)
         o.gone = 1; /* the chat stream's first delta: the role */
-    if (st == STRATA_OK) st = srv_sample_loop(c, fd, g, s, logits, &o, id);
+    if (st == STRATA_OK)
+        st = c->cfg->spec.next && !g->logprobs ? srv_spec_loop(c, fd, g, s, logits, &o, id)
+                                               : srv_sample_loop(c, fd, g, s, logits, &o, id);
     const double t2 = srv_clock();
     srv_slot_release(c, s);
     pthread_mutex_lock(&c->mu);

@@ -21,6 +21,19 @@
 
 #include <signal.h>
 
+/* Speculative decoding for the slots (the CLI's drafters and draft policy behind callbacks):
+ * before a generation the slot's history so far; each step the next window's drafts (k 0: a plain
+ * step); after it what the window gave and its seconds. NULL next: no speculation. */
+typedef struct {
+    void *data;
+    int (*prompt)(void *data, int slot, const strata_token *hist, int64_t n);
+    int (*next)(void *data, int slot, const strata_token *hist, int64_t n, int32_t max, int *which,
+                const strata_token **draft, int32_t *k);
+    void (*observe)(void *data, int slot, int which, int32_t k, const strata_token *win, int32_t n_win,
+                    double seconds);
+    int32_t draft_max;
+} srv_spec;
+
 typedef struct {
     const char *host;                 /* default "127.0.0.1" */
     int port;                         /* default 8080; 0: any free port (the line says which) */
@@ -31,6 +44,7 @@ typedef struct {
     int queue;                        /* requests waiting for a slot (default 64); past it 503 */
     int32_t max_tokens;               /* a request's max_tokens when it gives none (default 128) */
     strata_sampler_params sampling;   /* a request's sampling where it says nothing */
+    srv_spec spec;                    /* speculative decoding (a request with logprobs steps plainly) */
 } srv_config;
 
 srv_config srv_default_config(void);

@@ -15,6 +15,7 @@ typedef struct {
     int32_t n_tokens;
     int busy;
     strata_session_stats stats;       /* the session's stats after its last request (metrics) */
+    strata_spec_stats spec;           /* and its verify windows' */
 } srv_slot;
 
 /* Counters for /metrics (under mu). */

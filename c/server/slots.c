@@ -47,9 +47,12 @@ srv_slot *srv_slot_acquire(srv_ctx *c, const strata_token *prompt, int32_t n) {
 
 void srv_slot_release(srv_ctx *c, srv_slot *s) {
     strata_session_stats st;
+    strata_spec_stats sp;
     const int have = strata_session_get_stats(s->session, &st) == STRATA_OK;
+    const int have_sp = strata_session_get_spec_stats(s->session, &sp) == STRATA_OK;
     pthread_mutex_lock(&c->mu);
     if (have) s->stats = st;
+    if (have_sp) s->spec = sp;
     s->busy = 0;
     c->m.processing--;
     pthread_cond_broadcast(&c->cv);

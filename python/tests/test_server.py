@@ -372,3 +372,28 @@ def test_serve_flag_on_run():
     finally:
         p.send_signal(signal.SIGINT)
         assert p.wait(timeout=30) == 0
+
+
+def test_speculation_gives_the_same_text(srv):
+    """--spec ngram and --spec auto: verify windows give the text of one-token steps (greedy, and
+    sampled with a seed), whole and streamed."""
+    rep = " ".join(["The cat sat on the mat, and the dog sat on the log."] * 6)
+    bodies = [{"prompt": rep, "max_tokens": 40, "temperature": 0},
+              {"prompt": rep, "max_tokens": 40, "temperature": 0.8, "seed": 7}]
+    want = [srv.json("POST", "/v1/completions", b)[1]["choices"][0]["text"] for b in bodies]
+    for mode in ("ngram", "auto"):
+        s = Server("--spec", mode, "--draft-max", 4, "-c", 512)
+        try:
+            for b, w in zip(bodies, want):
+                st, r = s.json("POST", "/v1/completions", b)
+                assert st == 200 and r["choices"][0]["text"] == w, (mode, b)
+                st, text = s.request("POST", "/v1/completions", dict(b, stream=True))
+                chunks = [json.loads(e) for e in sse_events(text)[:-1]]
+                assert "".join(c["choices"][0]["text"] for c in chunks) == w, (mode, "stream")
+            m = dict(re.findall(r"^(strata_spec_\w+) (\d+)$", s.request("GET", "/metrics")[1], re.M))
+            assert int(m["strata_spec_windows_total"]) > 0 and int(m["strata_spec_accepted_total"]) > 0, (mode, m)
+            # logprobs steps plainly, the same text
+            st, r = s.json("POST", "/v1/completions", dict(bodies[0], logprobs=1))
+            assert st == 200 and r["choices"][0]["text"] == want[0]
+        finally:
+            s.stop()
