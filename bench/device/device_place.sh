@@ -19,7 +19,8 @@
 # "defer" (issue 32): --cpu-moe and --n-cpu-moe 24 with --doorbell, plain, every CPU row deferred
 # and the default split at 0.1, three interleaved rounds of tg200 at depth 200 (round 1 also at
 # depth 30000); "deferq": its quality table on the default
-# model (teacher-forced logprobs through the windows, KL by position bucket, tools/kl.py). "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
+# model (teacher-forced logprobs through the windows, KL by position bucket, tools/kl.py).
+# "server" (issue 33): bench/server_bench.py on the qwen3 file with --cpu-moe. "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
 # qwen3 and, with "olmoe", olmoe. Two calls on one warm machine keep the files.
@@ -191,6 +192,10 @@ if have deferq; then # issue 32's quality table: teacher-forced logprobs through
     for t in unset2 check scale all d01; do
         echo "deferq $t against unset: $(python3 tools/kl.py "$J/q_unset.jsonl" "$J/q_$t.jsonl" 2>&1 | tail -3 | tr '\n' ' ')"
     done
+fi
+if have server; then # issue 33: time to first token with and without the slot's cache, 4 streams
+    late "server" || timeout 500 python3 bench/server_bench.py -m $M --strata ./strata --args "--gpu --cpu-moe -t 16" \
+        --history 2048,8192,30000 --out "$J/server_cpumoe.json" 2>&1 | grep -v "^strata:" | tail -8
 fi
 if have olmoe && [ -f /tmp/olmoe.done ]; then
     M=/tmp/olmoe.gguf
