@@ -155,6 +155,13 @@ $(BUILD)/tests/test_http: c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c
 	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c \
 	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
 
+# test_template renders with the server's chat template renderer and runs its fuzz harness.
+TMPL_SRCS := $(wildcard c/server/template_*.c)
+$(BUILD)/tests/test_template: c/tests/test_template.c $(TMPL_SRCS) c/fuzz/fuzz_template.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_template.c $(TMPL_SRCS) c/fuzz/fuzz_template.c \
+	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
+
 # Runs every C test binary, then reports which failed (a test that crashes counts as failed).
 # Each C test runs under a time limit (TEST_TIMEOUT seconds), so a hang fails with its name.
 TEST_TIMEOUT ?= 900
@@ -228,7 +235,11 @@ endif
 
 # ---- fuzzing -------------------------------------------------------------------------------
 FUZZ_CC ?= clang
-fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_http
+fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_http $(BUILD)/fuzz_template
+$(BUILD)/fuzz_template: c/fuzz/fuzz_template.c $(TMPL_SRCS) third_party/yyjson/yyjson.c $(wildcard c/server/*.h)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Ic/server $(THIRD_INC) -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ c/fuzz/fuzz_template.c $(TMPL_SRCS) third_party/yyjson/yyjson.c -lm
 $(BUILD)/fuzz_http: c/fuzz/fuzz_http.c $(HTTP_SRCS) $(wildcard c/server/*.h)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Ic/server $(THIRD_INC) -fsanitize=fuzzer,address,undefined \
