@@ -41,6 +41,8 @@ static void usage(void) {
            "  --timeout S         seconds a request may take to arrive (default 30)\n"
            "  --idle-timeout S    seconds a kept-alive connection may idle (default 60)\n"
            "  --alias NAME        the model's id in the API (default: the file's name)\n"
+           "  --reasoning-format F  auto (default): a chat template's <think> part of an answer goes\n"
+           "                      to reasoning_content; none: left in content\n"
            "  -n N                a request's max_tokens when it gives none (default 128)\n"
            "  and every option of strata run (placement, --temp and the sampling defaults, -c, -t).\n");
 }
@@ -58,7 +60,7 @@ static int int_opt(const char *a, const char *v, long lo, long hi, int *out) {
 static int parse_serve_opt(serve_opts *s, int argc, char **argv, int *i) {
     static const char *const names[] = {"--host", "--port", "--api-key", "--api-key-file", "--parallel", "--queue",
                                         "--max-conns", "--max-header", "--max-body", "--timeout", "--idle-timeout",
-                                        "--alias", NULL};
+                                        "--alias", "--reasoning-format", NULL};
     const char *a = argv[*i];
     int k = 0;
     while (names[k] && strcmp(a, names[k]) != 0) k++;
@@ -83,7 +85,11 @@ static int parse_serve_opt(serve_opts *s, int argc, char **argv, int *i) {
         break;
     case 9: rc = int_opt(a, v, 1, 86400, &s->cfg.limits.request_timeout_s); break;
     case 10: rc = int_opt(a, v, 1, 86400, &s->cfg.limits.idle_timeout_s); break;
-    default: s->cfg.model_name = v; break;
+    case 11: s->cfg.model_name = v; break;
+    default:
+        if (strcmp(v, "auto") && strcmp(v, "none")) rc = cli_usage_error("bad value '%s' for %s (auto or none)", v, a);
+        s->cfg.reasoning = strcmp(v, "none") != 0;
+        break;
     }
     return rc ? rc : 1;
 }

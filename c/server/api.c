@@ -336,6 +336,13 @@ static int srv_parse_chat(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *
     const int rc = tmpl_render(tmpl, strlen(tmpl), ctx, &text, err, sizeof err);
     free(ctx);
     if (rc != 0) return snprintf(msg, size, "chat template: %s", err), -1;
+    /* reasoning: where the template has think tags (and the request does not ask it raw) */
+    const char *rf = yyjson_get_str(yyjson_obj_get(root, "reasoning_format"));
+    if (c->cfg->reasoning && strstr(tmpl, "</think>") && !(rf && !strcmp(rf, "none"))) {
+        size_t n = strlen(text);
+        while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
+        g->think = n >= 7 && !memcmp(text + n - 7, "<think>", 7) ? 2 : 1;
+    }
     g->prompt = srv_tokenize(c, text, strlen(text), 0, &g->n_prompt);
     free(text);
     if (!g->prompt) return snprintf(msg, size, "the rendered chat could not be tokenized"), -1;

@@ -4,10 +4,12 @@
  * the start of a stop string or of a UTF-8 character) or answered whole, with OpenAI's usage. */
 #include "server_impl.h"
 
+#include "text.h"
 #include "yyjson.h"
 
 #include <math.h>
 #include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,31 +42,8 @@ typedef struct {
     int gone;                  /* the client left */
     srv_lp *lp;                /* logprobs: one a generated token */
     size_t nlp, caplp;
+    size_t sent_r;             /* streamed reasoning bytes (chat with think tags) */
 } srv_out;
-
-/* Adds text as a JSON string with each byte sequence that is not UTF-8 replaced by U+FFFD (a
- * token may end inside a character). */
-static void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *s, size_t n) {
-    char *t = malloc(3 * n + 1);
-    size_t k = 0;
-    for (size_t i = 0; t && i < n;) {
-        const unsigned char c = (unsigned char)s[i];
-        const size_t want = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        size_t ok = want && i + want <= n;
-        for (size_t j = 1; ok && j < want; j++) ok = ((unsigned char)s[i + j] & 0xC0) == 0x80;
-        if (ok) {
-            memcpy(t + k, s + i, want);
-            k += want;
-            i += want;
-        } else {
-            memcpy(t + k, "\xEF\xBF\xBD", 3);
-            k += 3;
-            i++;
-        }
-    }
-    yyjson_mut_obj_add_strncpy(d, obj, key, t ? t : "", t ? k : 0);
-    free(t);
-}
 
 /* logprobs of token t from the step's logits: log-softmax, and the n most likely. */
 static int srv_logprob(srv_out *o, const float *logits, int32_t V, strata_token t, int n) {
@@ -123,16 +102,6 @@ static int srv_peer_gone(int fd) {
     return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-/* The length of text's prefix that does not end inside a UTF-8 character. */
-static size_t srv_utf8_whole(const char *s, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) { i--; back++; }
-    if (i == 0) return n;
-    const unsigned char lead = (unsigned char)s[i - 1];
-    const size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    return back + 1 >= want ? n : i - 1;
-}
-
 /* The bytes at text's end that could begin a stop string (held back from the stream). */
 static size_t srv_stop_hold(const srv_gen *g, const char *s, size_t n) {
     size_t hold = 0;
@@ -175,7 +144,7 @@ static yyjson_mut_val *srv_head(yyjson_mut_doc *d, const srv_ctx *c, const char 
 /* One streamed chunk: text_completion's {"text"}, or chat.completion.chunk's {"delta": {...}}
  * (the role in the first one); finish NULL: null. */
 static int srv_chunk(int fd, const srv_ctx *c, const srv_gen *g, const char *id, const char *text, size_t len,
-                     const char *finish, int first) {
+                     const char *finish, int first, int reasoning) {
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
     yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");
     yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
@@ -183,7 +152,7 @@ static int srv_chunk(int fd, const srv_ctx *c, const srv_gen *g, const char *id,
     if (g->chat) {
         yyjson_mut_val *delta = yyjson_mut_obj(d);
         if (first) yyjson_mut_obj_add_str(d, delta, "role", "assistant");
-        if (len || (first && !finish)) srv_add_text(d, delta, "content", text, len);
+        if (len || (first && !finish)) srv_add_text(d, delta, reasoning ? "reasoning_content" : "content", text, len);
         yyjson_mut_obj_add_val(d, ch, "delta", delta);
     } else {
         srv_add_text(d, ch, "text", text, len);
@@ -235,12 +204,28 @@ static strata_status srv_read_prompt(srv_slot *s, const srv_gen *g, float *logit
 
 /* Streams what is safe to send: the text but for a possible stop string's start and a partial
  * UTF-8 character. */
+/* Streams a reasoning or content part's new bytes (sent: how much of it went out). */
+static void srv_stream_part(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id,
+                            const char *p, size_t n, size_t *sent, int reasoning) {
+    n = srv_utf8_whole(p, n);
+    if (n <= *sent || o->gone) return;
+    if (srv_chunk(fd, c, g, id, p + *sent, n - *sent, NULL, 0, reasoning) != 0) o->gone = 1;
+    *sent = n;
+}
+
 static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id) {
     size_t upto = o->len - srv_stop_hold(g, o->text, o->len);
     upto = srv_utf8_whole(o->text, upto);
-    if (upto <= o->sent) return;
-    if (srv_chunk(fd, c, g, id, o->text + o->sent, upto - o->sent, NULL, 0) != 0) o->gone = 1;
-    o->sent = upto;
+    if (!g->think) {
+        if (upto <= o->sent) return;
+        if (srv_chunk(fd, c, g, id, o->text + o->sent, upto - o->sent, NULL, 0, 0) != 0) o->gone = 1;
+        o->sent = upto;
+        return;
+    }
+    size_t r0, r1, c0;
+    if (!srv_think_split(o->text, upto, g->think, 0, &r0, &r1, &c0)) return;
+    if (r1 > r0) srv_stream_part(fd, c, g, o, id, o->text + r0, r1 - r0, &o->sent_r, 1);
+    if (c0 != SIZE_MAX && upto > c0) srv_stream_part(fd, c, g, o, id, o->text + c0, upto - c0, &o->sent, 0);
 }
 
 /* The sampling loop from the prompt's logits: tokens until a stop; the slot's tokens follow. */
@@ -411,7 +396,12 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
     if (g->chat) {
         yyjson_mut_val *m = yyjson_mut_obj(d);
         yyjson_mut_obj_add_str(d, m, "role", "assistant");
-        srv_add_text(d, m, "content", o->text ? o->text : "", o->len);
+        const char *t = o->text ? o->text : "";
+        size_t r0, r1, c0;
+        srv_think_split(t, o->len, g->think, 1, &r0, &r1, &c0);
+        if (c0 == SIZE_MAX) c0 = o->len; /* (thinking to the end: no content) */
+        srv_add_text(d, m, "content", t + c0, o->len - c0);
+        if (r1 > r0) srv_add_text(d, m, "reasoning_content", t + r0, r1 - r0);
         yyjson_mut_obj_add_val(d, ch, "message", m);
     } else {
         srv_add_text(d, ch, "text", o->text ? o->text : "", o->len);
@@ -433,9 +423,12 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
 /* The stream's end: the held-back text with the finish reason, usage when asked, [DONE]. */
 static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, const char *id, int32_t cached) {
     if (o->gone) return;
-    if (o->len > o->sent) /* the held-back text, then the finish reason on its own */
-        srv_chunk(fd, c, g, id, o->text + o->sent, o->len - o->sent, NULL, 0);
-    srv_chunk(fd, c, g, id, "", 0, o->finish ? o->finish : "stop", 0);
+    size_t r0 = 0, r1 = 0, c0 = 0; /* the held-back text, then the finish reason on its own */
+    srv_think_split(o->text ? o->text : "", o->len, g->think, 1, &r0, &r1, &c0);
+    if (r1 > r0 + o->sent_r) srv_chunk(fd, c, g, id, o->text + r0 + o->sent_r, r1 - r0 - o->sent_r, NULL, 0, 1);
+    if (c0 != SIZE_MAX && o->len > c0 + o->sent)
+        srv_chunk(fd, c, g, id, o->text + c0 + o->sent, o->len - c0 - o->sent, NULL, 0, 0);
+    srv_chunk(fd, c, g, id, "", 0, o->finish ? o->finish : "stop", 0, 0);
     if (g->include_usage) {
         yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
         yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");
@@ -477,7 +470,7 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     srv_out o;
     memset(&o, 0, sizeof o);
     if (st == STRATA_OK && g->stream && srv_sse_begin(fd) != 0) o.gone = 1;
-    if (st == STRATA_OK && g->stream && g->chat && !o.gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1) != 0)
+    if (st == STRATA_OK && g->stream && g->chat && !o.gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1, 0) != 0)
         o.gone = 1; /* the chat stream's first delta: the role */
     if (st == STRATA_OK)
         st = c->cfg->spec.next && !g->logprobs ? srv_spec_loop(c, fd, g, s, logits, &o, id)

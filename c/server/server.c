@@ -26,6 +26,7 @@ srv_config srv_default_config(void) {
     c.max_conns = 64;
     c.queue = 64;
     c.max_tokens = 128;
+    c.reasoning = 1;
     c.sampling = strata_sampler_default_params();
     return c;
 }

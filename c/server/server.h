@@ -43,6 +43,8 @@ typedef struct {
     int max_conns;                    /* connections open at once (default 64); past it 503 */
     int queue;                        /* requests waiting for a slot (default 64); past it 503 */
     int32_t max_tokens;               /* a request's max_tokens when it gives none (default 128) */
+    int reasoning;                    /* chat answers of templates with <think> tags: the thinking as
+                                         reasoning_content (1, the default), or left in content (0) */
     strata_sampler_params sampling;   /* a request's sampling where it says nothing */
     srv_spec spec;                    /* speculative decoding (a request with logprobs steps plainly) */
 } srv_config;

@@ -397,3 +397,33 @@ def test_speculation_gives_the_same_text(srv):
             assert st == 200 and r["choices"][0]["text"] == want[0]
         finally:
             s.stop()
+
+
+THINK = CHATML.replace("<|im_start|>assistant\n{% endif %}", "<|im_start|>assistant\n<think>\n{% endif %}") + \
+    "{# a reasoning model's template: </think> closes its thinking #}"
+
+
+def test_reasoning_split(tmp_path):
+    """A template whose generation prompt opens <think>: what the model writes before </think> is
+    reasoning_content (all of it here: the default model never closes it), whole and streamed;
+    reasoning_format none leaves it in content."""
+    import sys
+    path = tmp_path / "think.gguf"
+    p = subprocess.run([sys.executable, "-m", "gguf.scripts.gguf_new_metadata", str(TINY), str(path),
+                        "--chat-template", THINK, "--force"], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        pytest.skip("gguf_new_metadata unavailable: " + p.stderr[-300:])
+    s = Server("-c", 512, model=path)
+    try:
+        body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 10, "temperature": 0}
+        m = s.json("POST", "/v1/chat/completions", body)[1]["choices"][0]["message"]
+        raw = s.json("POST", "/v1/chat/completions", dict(body, reasoning_format="none"))[1]["choices"][0]["message"]
+        assert "</think>" not in raw["content"] and raw["content"] and "reasoning_content" not in raw
+        assert m["content"] == "" and m["reasoning_content"] == raw["content"].lstrip("\n"), (m, raw)
+        st, text = s.request("POST", "/v1/chat/completions", dict(body, stream=True))
+        chunks = [json.loads(e) for e in sse_events(text)[:-1]]
+        r = "".join(c["choices"][0]["delta"].get("reasoning_content", "") for c in chunks)
+        c = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+        assert r == m["reasoning_content"] and c == "", (r, c)
+    finally:
+        s.stop()
