@@ -343,6 +343,8 @@ static int srv_parse_chat(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *
         while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
         g->think = n >= 7 && !memcmp(text + n - 7, "<think>", 7) ? 2 : 1;
     }
+    yyjson_val *tools = yyjson_obj_get(root, "tools");
+    g->tools = yyjson_is_arr(tools) && yyjson_arr_size(tools) > 0 && strstr(tmpl, "<tool_call>") != NULL;
     g->prompt = srv_tokenize(c, text, strlen(text), 0, &g->n_prompt);
     free(text);
     if (!g->prompt) return snprintf(msg, size, "the rendered chat could not be tokenized"), -1;

@@ -216,7 +216,7 @@ static void srv_stream_part(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
 static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id) {
     size_t upto = o->len - srv_stop_hold(g, o->text, o->len);
     upto = srv_utf8_whole(o->text, upto);
-    if (!g->think) {
+    if (!g->think && !g->tools) {
         if (upto <= o->sent) return;
         if (srv_chunk(fd, c, g, id, o->text + o->sent, upto - o->sent, NULL, 0, 0) != 0) o->gone = 1;
         o->sent = upto;
@@ -225,7 +225,11 @@ static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
     size_t r0, r1, c0;
     if (!srv_think_split(o->text, upto, g->think, 0, &r0, &r1, &c0)) return;
     if (r1 > r0) srv_stream_part(fd, c, g, o, id, o->text + r0, r1 - r0, &o->sent_r, 1);
-    if (c0 != SIZE_MAX && upto > c0) srv_stream_part(fd, c, g, o, id, o->text + c0, upto - c0, &o->sent, 0);
+    if (c0 != SIZE_MAX && upto > c0) {
+        size_t n = upto - c0; /* with tools: from a <tool_call> on, held for the end */
+        if (g->tools) n = srv_tool_start(o->text + c0, n, 0);
+        srv_stream_part(fd, c, g, o, id, o->text + c0, n, &o->sent, 0);
+    }
 }
 
 /* The sampling loop from the prompt's logits: tokens until a stop; the slot's tokens follow. */
@@ -392,6 +396,7 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
     yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion" : "text_completion");
     yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
+    const char *finish = o->finish ? o->finish : "stop";
     yyjson_mut_obj_add_int(d, ch, "index", 0);
     if (g->chat) {
         yyjson_mut_val *m = yyjson_mut_obj(d);
@@ -400,7 +405,15 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
         size_t r0, r1, c0;
         srv_think_split(t, o->len, g->think, 1, &r0, &r1, &c0);
         if (c0 == SIZE_MAX) c0 = o->len; /* (thinking to the end: no content) */
-        srv_add_text(d, m, "content", t + c0, o->len - c0);
+        size_t cn = o->len - c0;
+        int k = 0;
+        if (g->tools && srv_tool_start(t + c0, cn, 1) < cn && srv_tool_calls(d, m, "tool_calls", t + c0, cn, &k) == 0) {
+            cn = srv_tool_start(t + c0, cn, 1);
+            while (cn > 0 && (t[c0 + cn - 1] == '\n' || t[c0 + cn - 1] == ' ')) cn--;
+            finish = "tool_calls";
+        }
+        if (k && cn == 0) yyjson_mut_obj_add_null(d, m, "content");
+        else srv_add_text(d, m, "content", t + c0, cn);
         if (r1 > r0) srv_add_text(d, m, "reasoning_content", t + r0, r1 - r0);
         yyjson_mut_obj_add_val(d, ch, "message", m);
     } else {
@@ -408,7 +421,7 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
     }
     if (g->logprobs) yyjson_mut_obj_add_val(d, ch, "logprobs", srv_logprobs(c, d, g, o));
     else yyjson_mut_obj_add_null(d, ch, "logprobs");
-    yyjson_mut_obj_add_str(d, ch, "finish_reason", o->finish ? o->finish : "stop");
+    yyjson_mut_obj_add_str(d, ch, "finish_reason", finish);
     yyjson_mut_arr_append(choices, ch);
     yyjson_mut_obj_add_val(d, root, "choices", choices);
     srv_usage(d, root, g->n_prompt, o->n_gen, cached);
@@ -421,14 +434,50 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
 }
 
 /* The stream's end: the held-back text with the finish reason, usage when asked, [DONE]. */
+/* The end of a chat stream with tools: the content before the first <tool_call>, then the calls
+ * in one delta (each with its index), or, when they do not parse, the rest as content. 1 when
+ * calls went out. */
+static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id, size_t c0) {
+    const char *t = o->text + c0;
+    const size_t n = o->len - c0, ts = srv_tool_start(t, n, 1);
+    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *holder = yyjson_mut_obj(d);
+    int k = 0;
+    const int ok = ts < n && srv_tool_calls(d, holder, "tool_calls", t, n, &k) == 0;
+    const size_t upto = ok ? ts : n;
+    if (upto > o->sent) srv_chunk(fd, c, g, id, t + o->sent, upto - o->sent, NULL, 0, 0);
+    if (ok) {
+        yyjson_mut_val *root = srv_head(d, c, id, "chat.completion.chunk");
+        yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d), *delta = yyjson_mut_obj(d);
+        yyjson_mut_val *arr = yyjson_mut_obj_get(holder, "tool_calls");
+        size_t i, max;
+        yyjson_mut_val *call;
+        yyjson_mut_arr_foreach(arr, i, max, call) yyjson_mut_obj_add_int(d, call, "index", (int64_t)i);
+        yyjson_mut_obj_add_int(d, ch, "index", 0);
+        yyjson_mut_obj_add_val(d, delta, "tool_calls", arr);
+        yyjson_mut_obj_add_val(d, ch, "delta", delta);
+        yyjson_mut_obj_add_null(d, ch, "finish_reason");
+        yyjson_mut_arr_append(choices, ch);
+        yyjson_mut_obj_add_val(d, root, "choices", choices);
+        size_t len = 0;
+        char *s = yyjson_mut_write(d, 0, &len);
+        if (s) srv_sse_event(fd, s, len);
+        free(s);
+    }
+    yyjson_mut_doc_free(d);
+    return ok;
+}
+
 static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, const char *id, int32_t cached) {
     if (o->gone) return;
     size_t r0 = 0, r1 = 0, c0 = 0; /* the held-back text, then the finish reason on its own */
     srv_think_split(o->text ? o->text : "", o->len, g->think, 1, &r0, &r1, &c0);
     if (r1 > r0 + o->sent_r) srv_chunk(fd, c, g, id, o->text + r0 + o->sent_r, r1 - r0 - o->sent_r, NULL, 0, 1);
-    if (c0 != SIZE_MAX && o->len > c0 + o->sent)
+    int calls = 0;
+    if (c0 != SIZE_MAX && g->tools) calls = srv_stream_tool_calls(fd, c, g, o, id, c0);
+    else if (c0 != SIZE_MAX && o->len > c0 + o->sent)
         srv_chunk(fd, c, g, id, o->text + c0 + o->sent, o->len - c0 - o->sent, NULL, 0, 0);
-    srv_chunk(fd, c, g, id, "", 0, o->finish ? o->finish : "stop", 0, 0);
+    srv_chunk(fd, c, g, id, "", 0, calls ? "tool_calls" : o->finish ? o->finish : "stop", 0, 0);
     if (g->include_usage) {
         yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
         yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");

@@ -54,6 +54,7 @@ typedef struct {
     int chat;                         /* /v1/chat/completions: the chat formats */
     int think;                        /* chat: reasoning in <think> tags split out (1; 2: the prompt
                                          opened one), 0 none */
+    int tools;                        /* chat with tools and a <tool_call> template: calls parsed */
     int logprobs, top_logprobs;       /* each token's logprob, and the n most likely (<= 20) */
     char *stops[SRV_MAX_STOPS];
     int n_stops;

@@ -3,6 +3,7 @@
 #include "text.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,3 +75,67 @@ int srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, s
     return 1;
 }
 
+
+static const char TOOL_OPEN[] = "<tool_call>", TOOL_CLOSE[] = "</tool_call>";
+
+size_t srv_tool_start(const char *t, size_t n, int final) {
+    const size_t lo = sizeof TOOL_OPEN - 1;
+    for (size_t i = 0; i + lo <= n; i++)
+        if (!memcmp(t + i, TOOL_OPEN, lo)) return i;
+    for (size_t h = lo - 1; h > 0 && !final; h--) /* a partial tag at the end */
+        if (h <= n && !memcmp(t + n - h, TOOL_OPEN, h)) return n - h;
+    return n;
+}
+
+static int blank(const char *t, size_t a, size_t b) {
+    for (size_t i = a; i < b; i++)
+        if (t[i] != ' ' && t[i] != '\n' && t[i] != '\r' && t[i] != '\t') return 0;
+    return 1;
+}
+
+int srv_tool_calls(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n, int *n_calls) {
+    const size_t lo = sizeof TOOL_OPEN - 1, lc = sizeof TOOL_CLOSE - 1;
+    yyjson_mut_val *arr = yyjson_mut_arr(d);
+    size_t i = srv_tool_start(t, n, 1);
+    int k = 0;
+    while (i < n) {
+        if (n - i < lo || memcmp(t + i, TOOL_OPEN, lo)) return -1;
+        const size_t a = i + lo;
+        size_t b = a;
+        while (b + lc <= n && memcmp(t + b, TOOL_CLOSE, lc)) b++;
+        if (b + lc > n) return -1; /* an unclosed block */
+        yyjson_doc *j = yyjson_read(t + a, b - a, 0);
+        yyjson_val *root = j ? yyjson_doc_get_root(j) : NULL, *name = yyjson_obj_get(root, "name");
+        yyjson_val *args = yyjson_obj_get(root, "arguments");
+        if (!yyjson_is_str(name) || !(yyjson_is_obj(args) || yyjson_is_str(args))) {
+            yyjson_doc_free(j);
+            return -1;
+        }
+        yyjson_mut_val *call = yyjson_mut_obj(d), *fn = yyjson_mut_obj(d);
+        char id[32];
+        snprintf(id, sizeof id, "call_%d", k);
+        yyjson_mut_obj_add_strcpy(d, call, "id", id);
+        yyjson_mut_obj_add_str(d, call, "type", "function");
+        yyjson_mut_obj_add_strncpy(d, fn, "name", yyjson_get_str(name), yyjson_get_len(name));
+        if (yyjson_is_str(args)) {
+            yyjson_mut_obj_add_strncpy(d, fn, "arguments", yyjson_get_str(args), yyjson_get_len(args));
+        } else {
+            size_t len = 0;
+            char *s = yyjson_val_write(args, 0, &len);
+            yyjson_mut_obj_add_strncpy(d, fn, "arguments", s ? s : "{}", s ? len : 2);
+            free(s);
+        }
+        yyjson_doc_free(j);
+        yyjson_mut_obj_add_val(d, call, "function", fn);
+        yyjson_mut_arr_append(arr, call);
+        k++;
+        i = b + lc;
+        size_t next = srv_tool_start(t + i, n - i, 1) + i;
+        if (!blank(t, i, next)) return -1; /* text between or after the calls */
+        i = next;
+    }
+    if (k == 0) return -1;
+    yyjson_mut_obj_add_val(d, obj, key, arr);
+    *n_calls = k;
+    return 0;
+}

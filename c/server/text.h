@@ -18,4 +18,14 @@ void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const
  * become <think> decides nothing (returns 0; 1 otherwise). */
 int srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, size_t *r1, size_t *c0);
 
+/* Tool calls written as Hermes / Qwen templates ask: <tool_call>JSON</tool_call> blocks. The
+ * offset of the first "<tool_call>" in t[0..n) (or, not final, of a partial one at the end; n
+ * when none). */
+size_t srv_tool_start(const char *t, size_t n, int final);
+/* The tool calls of t[0..n) from its first block on as a JSON array of OpenAI tool_calls
+ * ({id, type, function: {name, arguments (a JSON string)}}) added to obj[key]; 0 with *n_calls
+ * set when every block parsed as {"name", "arguments"} and nothing but blank text lies between
+ * them, -1 otherwise (the caller keeps the text as content: nothing is lost). */
+int srv_tool_calls(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n, int *n_calls);
+
 #endif /* STRATA_SERVER_TEXT_H */

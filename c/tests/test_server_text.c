@@ -2,7 +2,8 @@
  * model bytes repaired for JSON (U+FFFD for what is not UTF-8), and a chat answer's <think>
  * reasoning split from its content: opened by the prompt or by the answer, closed by </think>,
  * the content past blank lines, a partial tag held back while streaming, an answer that never
- * thinks left whole. */
+ * thinks left whole; and tool calls in <tool_call> blocks read into OpenAI's tool_calls (or, when
+ * anything does not parse, left to the content). */
 #include "test.h"
 #include "text.h"
 
@@ -43,5 +44,31 @@ int main(void) {
     CHECK(s && !strcmp(s, "{\"t\":\"ok\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\"}"), "invalid bytes as U+FFFD: %s", s);
     free(s);
     yyjson_mut_doc_free(d);
+    /* tool calls */
+    static const struct { const char *t; int calls; const char *json; } tc[] = {
+        {"Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>", 1,
+         "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]}"},
+        {"<tool_call>{\"name\": \"a\", \"arguments\": \"{}\"}</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {}}"
+         "</tool_call>\n", 2, NULL},
+        {"<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> and then text", -1, NULL},
+        {"<tool_call>{\"name\": \"a\", \"arguments\": {}}", -1, NULL},
+        {"<tool_call>{\"name\": 3}</tool_call>", -1, NULL},
+        {"<tool_call>not json</tool_call>", -1, NULL},
+        {"no calls at all", -1, NULL},
+    };
+    for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++) {
+        yyjson_mut_doc *td = yyjson_mut_doc_new(NULL);
+        yyjson_mut_val *to = yyjson_mut_obj(td);
+        yyjson_mut_doc_set_root(td, to);
+        int k = 0;
+        const int rc = srv_tool_calls(td, to, "c", tc[i].t, strlen(tc[i].t), &k);
+        char *js = yyjson_mut_write(td, 0, NULL);
+        const int ok = tc[i].calls < 0 ? rc == -1 : rc == 0 && k == tc[i].calls && (!tc[i].json || !strcmp(js, tc[i].json));
+        CHECK(ok, "tool calls of '%s': rc %d, %d calls, %s", tc[i].t, rc, k, js);
+        free(js);
+        yyjson_mut_doc_free(td);
+    }
+    CHECK(srv_tool_start("ab<tool_call>", 13, 1) == 2 && srv_tool_start("ab<tool_c", 9, 0) == 2 &&
+          srv_tool_start("ab<tool_c", 9, 1) == 9 && srv_tool_start("abc", 3, 0) == 3, "where tool calls start");
     return test_report();
 }
