@@ -2,11 +2,13 @@
 """server_bench.py - strata serve's figures (issue 33, docs/SERVER.md): the time to the first token
 of a conversation's next turn with the slot's KV cache reused (only the new turn is read) and
 without (another prompt evicted it first, so the whole history is read), at several history
-lengths; and the generation rate of 4 streams at once with --parallel 4. Prints a table, writes
-JSON. Only the standard library.
+lengths; and the generation rate of 4 streams at once with --parallel 4. With --llama-server BIN
+the same turns against llama.cpp's server (its cache_prompt keeps a slot's cache as Strata's
+slots do), run after Strata's. Prints a table, writes JSON. Only the standard library.
 
     python3 bench/server_bench.py -m MODEL.gguf [--strata ./strata] [--args "--cpu-moe -t 16"]
         [--history 2048,8192,30000] [--turn 64] [--gen 128] [--out FILE.json]
+        [--llama-server BIN --llama-args "-ngl 99 -ncmoe 48 -t 16 -fa on"]
 """
 import argparse
 import http.client
@@ -21,8 +23,33 @@ from pathlib import Path
 FILLER = (Path(__file__).resolve().parent.parent / "docs" / "EXPERTS.md").read_text()
 
 
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 class Server:
-    def __init__(self, strata, model, args, ctx, parallel):
+    def __init__(self, strata, model, args, ctx, parallel, llama=None):
+        if llama:  # llama.cpp's server: an explicit port, its readiness from /health
+            port = free_port()
+            cmd = [llama, "-m", model, "--port", str(port), "-c", str(ctx * parallel), "--parallel", str(parallel),
+                   *args.split()]
+            self.p = subprocess.Popen(cmd, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+            self.host, self.port = "127.0.0.1", port
+            for _ in range(1200):
+                try:
+                    c = http.client.HTTPConnection(self.host, port, timeout=2)
+                    c.request("GET", "/health")
+                    if c.getresponse().status == 200:
+                        return
+                except OSError:
+                    pass
+                time.sleep(0.5)
+            raise SystemExit("llama-server did not start")
         cmd = [strata, "serve", "-m", model, "--port", "0", "-c", str(ctx), "--parallel", str(parallel),
                "--timeout", "600", *args.split()]
         self.p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
@@ -46,7 +73,8 @@ class Server:
         c = http.client.HTTPConnection(self.host, self.port, timeout=3600)
         t0 = time.time()
         c.request("POST", "/v1/completions", body=json.dumps({"prompt": prompt, "max_tokens": gen, "temperature": 0,
-                                                               "stream": True, "stream_options": {"include_usage": True}}))
+                                                               "stream": True, "stream_options": {"include_usage": True},
+                                                               "cache_prompt": True}))
         r = c.getresponse()
         first, usage = None, None
         for raw in r:
@@ -77,20 +105,17 @@ def text_of(srv, n_tokens, salt=""):
     return srv.post("/detokenize", {"tokens": toks[:n_tokens]})["content"]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("-m", "--model", required=True)
-    ap.add_argument("--strata", default="./strata")
-    ap.add_argument("--args", default="")
-    ap.add_argument("--history", default="2048,8192,30000")
-    ap.add_argument("--turn", type=int, default=64)
-    ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--out", default="bench/results/server_bench.json")
-    a = ap.parse_args()
+def cached(u):
+    return ((u or {}).get("prompt_tokens_details") or {}).get("cached_tokens", -1)
+
+
+def measure(a, llama=None):
+    """The turns and the 4 streams on one server (Strata's, or llama.cpp's with llama set)."""
     hist = [int(x) for x in a.history.split(",")]
     ctx = max(hist) + a.turn + 512
+    args = a.llama_args if llama else a.args
     rows = []
-    srv = Server(a.strata, a.model, a.args, ctx, 1)
+    srv = Server(a.strata, a.model, args, ctx, 1, llama)
     try:
         for h in hist:
             history = text_of(srv, h, "history")
@@ -100,20 +125,19 @@ def main():
             srv.ttft(text_of(srv, 256, "other"))  # another prompt takes the slot
             full, u2 = srv.ttft(turn)
             rows.append({"history": h, "turn": a.turn, "ttft_reuse_s": reuse, "ttft_full_s": full,
-                         "cached_reuse": u1["prompt_tokens_details"]["cached_tokens"],
-                         "cached_full": u2["prompt_tokens_details"]["cached_tokens"], "prompt_tokens": u1["prompt_tokens"]})
-            print(f"history {h}: time to first token {reuse:.3f} s reused ({u1['prompt_tokens_details']['cached_tokens']} "
-                  f"cached) vs {full:.3f} s read whole: {full / reuse:.1f}x", flush=True)
+                         "cached_reuse": cached(u1), "cached_full": cached(u2)})
+            print(f"{'llama-server' if llama else 'strata'} history {h}: time to first token {reuse:.3f} s reused "
+                  f"({cached(u1)} cached) vs {full:.3f} s read whole: {full / reuse:.1f}x", flush=True)
     finally:
         srv.stop()
-    srv = Server(a.strata, a.model, a.args, 4096, 4)
+    srv = Server(a.strata, a.model, args, 4096, 4, llama)
     try:
         out = []
 
         def stream(i):
             t0 = time.time()
             r = srv.post("/v1/completions", {"prompt": text_of(srv, 256, f"s{i}"), "max_tokens": a.gen,
-                                             "temperature": 0, "ignore_eos": True})
+                                             "temperature": 0})
             out.append((r["usage"]["completion_tokens"], time.time() - t0))
         t0 = time.time()
         ts = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
@@ -124,15 +148,36 @@ def main():
         wall = time.time() - t0
         total = sum(n for n, _ in out)
         par = {"streams": 4, "tokens": total, "seconds": wall, "tok_s": total / wall}
-        print(f"4 streams (--parallel 4): {total} tokens in {wall:.2f} s, {total / wall:.1f} tok/s together")
+        print(f"{'llama-server' if llama else 'strata'} 4 streams (--parallel 4): {total} tokens in {wall:.2f} s, "
+              f"{total / wall:.1f} tok/s together", flush=True)
     finally:
         srv.stop()
+    return {"turns": rows, "parallel": par}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("-m", "--model", required=True)
+    ap.add_argument("--strata", default="./strata")
+    ap.add_argument("--args", default="")
+    ap.add_argument("--history", default="2048,8192,30000")
+    ap.add_argument("--turn", type=int, default=64)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--llama-server", default=None)
+    ap.add_argument("--llama-args", default="-ngl 99")
+    ap.add_argument("--out", default="bench/results/server_bench.json")
+    a = ap.parse_args()
+    res = {"model": a.model, "args": a.args, "strata": measure(a)}
+    if a.llama_server:
+        res["llama_args"] = a.llama_args
+        res["llama_server"] = measure(a, a.llama_server)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"model": a.model, "args": a.args, "turns": rows, "parallel": par}, indent=1))
-    print("| history | turn | TTFT reused | TTFT whole | ratio |\n|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['history']} | {r['turn']} | {r['ttft_reuse_s']:.3f} s | {r['ttft_full_s']:.3f} s | "
-              f"{r['ttft_full_s'] / r['ttft_reuse_s']:.1f}x |")
+    Path(a.out).write_text(json.dumps(res, indent=1))
+    print("| server | history | turn | TTFT reused | TTFT whole | ratio |\n|---|---:|---:|---:|---:|---:|")
+    for who in ("strata", "llama_server"):
+        for r in res.get(who, {}).get("turns", []):
+            print(f"| {who} | {r['history']} | {r['turn']} | {r['ttft_reuse_s']:.3f} s | {r['ttft_full_s']:.3f} s | "
+                  f"{r['ttft_full_s'] / r['ttft_reuse_s']:.1f}x |")
 
 
 if __name__ == "__main__":

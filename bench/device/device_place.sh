@@ -193,9 +193,18 @@ if have deferq; then # issue 32's quality table: teacher-forced logprobs through
         echo "deferq $t against unset: $(python3 tools/kl.py "$J/q_unset.jsonl" "$J/q_$t.jsonl" 2>&1 | tail -3 | tr '\n' ' ')"
     done
 fi
-if have server; then # issue 33: time to first token with and without the slot's cache, 4 streams
-    late "server" || timeout 500 python3 bench/server_bench.py -m $M --strata ./strata --args "--gpu --cpu-moe -t 16" \
-        --history 2048,8192,30000 --out "$J/server_cpumoe.json" 2>&1 | grep -v "^strata:" | tail -8
+if have server; then # issue 33: time to first token with and without the slot's cache, 4 streams;
+    # llama-server beside it when llama.cpp's tree is there (the llama stage unpacked and built it)
+    LS=
+    if [ -d /tmp/llama.cpp/build ] && ! late "llama-server build"; then
+        cmake -S /tmp/llama.cpp -B /tmp/llama.cpp/build -DLLAMA_BUILD_SERVER=ON > "$J/llama_server_cmake.log" 2>&1 &&
+            cmake --build /tmp/llama.cpp/build -j16 --target llama-server > "$J/llama_server_build.log" 2>&1 &&
+            LS="--llama-server /tmp/llama.cpp/build/bin/llama-server"
+        echo "llama-server: ${LS:-not built (see llama_server_build.log)} at $(el)s"
+    fi
+    late "server" || timeout 560 python3 bench/server_bench.py -m $M --strata ./strata --args "--gpu --cpu-moe -t 16" \
+        --history 2048,8192,30000 --out "$J/server_cpumoe.json" $LS --llama-args "-ngl 99 -ncmoe 48 -t 16 -fa on" \
+        2>&1 | grep -v "^strata:" | tail -12
 fi
 if have olmoe && [ -f /tmp/olmoe.done ]; then
     M=/tmp/olmoe.gguf
