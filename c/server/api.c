@@ -389,7 +389,25 @@ static int srv_completions(srv_ctx *c, int fd, const srv_req *r, int ka, int cha
 
 /* ---- routing -------------------------------------------------------------------------------- */
 
+static int srv_route(srv_ctx *c, int fd, srv_req *r);
+
+/* Every request counted in c->handling while it runs, none after the stop (the model and the
+ * sessions go when srv_run returns; it waits for those counted). */
 int srv_handle(srv_ctx *c, int fd, srv_req *r) {
+    pthread_mutex_lock(&c->mu);
+    const int stopping = c->stopping;
+    if (!stopping) c->handling++;
+    pthread_mutex_unlock(&c->mu);
+    if (stopping) return srv_send_error(fd, 503, "the server is stopping", 0), 0;
+    const int rc = srv_route(c, fd, r);
+    pthread_mutex_lock(&c->mu);
+    c->handling--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static int srv_route(srv_ctx *c, int fd, srv_req *r) {
     const int ka = r->keep_alive;
     const int get = strcmp(r->method, "GET") == 0, post = strcmp(r->method, "POST") == 0;
     pthread_mutex_lock(&c->mu);

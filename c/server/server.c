@@ -164,7 +164,11 @@ int srv_run(const srv_config *cfg, const strata_model *model, strata_session **s
      * then only closes its socket); the context is freed only when none is left */
     srv_ctx *c = calloc(1, sizeof *c);
     if (!c) { fprintf(stderr, "strata: serve: out of memory\n"); return 1; }
-    c->cfg = cfg;
+    c->own = *cfg;
+    c->own.host = strdup(cfg->host ? cfg->host : "127.0.0.1");
+    c->own.api_key = cfg->api_key ? strdup(cfg->api_key) : NULL;
+    c->own.model_name = cfg->model_name ? strdup(cfg->model_name) : NULL;
+    c->cfg = cfg = &c->own;
     c->model = model;
     c->name = cfg->model_name ? cfg->model_name : "strata";
     strata_model_get_info(model, &c->info);
@@ -198,12 +202,11 @@ int srv_run(const srv_config *cfg, const strata_model *model, strata_session **s
     close(lfd);
     pthread_mutex_lock(&c->mu); /* the requests in progress finish (their connections close after) */
     c->stopping = 1;
-    while (c->open_conns > 0 || c->refusing > 0) {
+    while (c->handling > 0) { /* (idle keep-alive connections are not waited for) */
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         t.tv_sec += 1;
         pthread_cond_timedwait(&c->cv, &c->mu, &t);
-        if (c->m.processing == 0) break; /* idle keep-alive connections are not waited for */
     }
     const int left = c->open_conns + c->refusing;
     pthread_mutex_unlock(&c->mu);
@@ -211,6 +214,9 @@ int srv_run(const srv_config *cfg, const strata_model *model, strata_session **s
     if (left == 0) {
         for (int i = 0; i < n_slots; i++) free(c->slots[i].tokens);
         free(c->slots);
+        free((char *)c->own.host);
+        free((char *)c->own.api_key);
+        free((char *)c->own.model_name);
         free(c);
     }
     return 0;

@@ -27,7 +27,9 @@ typedef struct {
 } srv_metrics;
 
 typedef struct {
-    const srv_config *cfg;
+    const srv_config *cfg;            /* &own: the caller's config copied, its strings too, so that
+                                         a connection outliving srv_run reads nothing of the caller's */
+    srv_config own;
     const strata_model *model;
     const char *name;                 /* the model's id in the API */
     strata_model_info info;
@@ -39,7 +41,8 @@ typedef struct {
     srv_metrics m;
     int open_conns;
     int refusing;                     /* connections past max_conns being answered 503 */
-    int stopping;                     /* set at the stop: no slot is handed out after it */
+    int stopping;                     /* set at the stop: no request is taken after it */
+    int handling;                     /* requests being answered */
     int64_t created;                  /* start time (unix seconds), for ids and /v1/models */
     uint64_t ids;                     /* the next response id */
 } srv_ctx;
@@ -66,7 +69,8 @@ typedef struct {
  * 1 when the connection may carry another. */
 int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int keep_alive);
 
-/* Answers one request (api.c); returns 1 when the connection may carry another. */
+/* Answers one request (api.c; 503 once stopping); returns 1 when the connection may carry
+ * another. */
 int srv_handle(srv_ctx *c, int fd, srv_req *r);
 
 /* A free slot for prompt (n tokens), the one whose cached tokens share the longest prefix,
