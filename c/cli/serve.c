@@ -8,6 +8,7 @@
 #include "session_setup.h"
 
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +44,8 @@ static void usage(void) {
            "  --alias NAME        the model's id in the API (default: the file's name)\n"
            "  --reasoning-format F  auto (default): a chat template's <think> part of an answer goes\n"
            "                      to reasoning_content; none: left in content\n"
-           "  -n N                a request's max_tokens when it gives none (default 128)\n"
+           "  -n N                a request's max_tokens when it gives none (default: until the end\n"
+           "                      of generation or of the context, as llama-server)\n"
            "  and every option of strata run (placement, --temp and the sampling defaults, -c, -t).\n");
 }
 
@@ -171,7 +173,11 @@ int cli_cmd_serve(int argc, char **argv) {
     char idbuf[256];
     if (!s.cfg.model_name) s.cfg.model_name = model_id(o.model, idbuf, sizeof idbuf);
     s.cfg.sampling = o.sp;
-    s.cfg.max_tokens = o.n_predict > 0 ? o.n_predict : s.cfg.max_tokens;
+    /* max_tokens a request leaves out: -n when given, else no limit but the context's */
+    int n_given = 0;
+    for (int i = 1; i < argc; i++)
+        n_given |= !strcmp(argv[i], "-n") || !strcmp(argv[i], "--n-predict") || !strncmp(argv[i], "--n-predict=", 12);
+    s.cfg.max_tokens = n_given && o.n_predict > 0 ? o.n_predict : INT32_MAX;
     strata_model *model = NULL;
     double load_s = 0;
     strata_session *sessions[64] = {NULL};

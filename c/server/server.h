@@ -42,7 +42,8 @@ typedef struct {
     srv_limits limits;
     int max_conns;                    /* connections open at once (default 64); past it 503 */
     int queue;                        /* requests waiting for a slot (default 64); past it 503 */
-    int32_t max_tokens;               /* a request's max_tokens when it gives none (default 128) */
+    int32_t max_tokens;               /* a request's max_tokens when it gives none (default 128;
+                                         INT32_MAX: until the end of generation or the context) */
     int reasoning;                    /* chat answers of templates with <think> tags: the thinking as
                                          reasoning_content (1, the default), or left in content (0) */
     strata_sampler_params sampling;   /* a request's sampling where it says nothing */

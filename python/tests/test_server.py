@@ -44,7 +44,8 @@ class Server:
             m = re.search(r"listening on http://([^:]+):(\d+)", line)
             if m:
                 self.host, self.port = m.group(1), int(m.group(2))
-                threading.Thread(target=self._drain, daemon=True).start()
+                self.drain = threading.Thread(target=self._drain, daemon=True)
+                self.drain.start()
                 return
         self.p.kill()
         raise AssertionError("server did not start: " + "".join(self.err))
@@ -85,6 +86,7 @@ class Server:
     def stop(self):
         self.p.send_signal(signal.SIGINT)
         rc = self.p.wait(timeout=30)
+        self.drain.join(timeout=10)  # (its last lines: the pipe is read to its end)
         assert rc == 0, "".join(self.err)
         assert any("stopped after" in ln for ln in self.err), self.err
 
@@ -427,3 +429,13 @@ def test_reasoning_split(tmp_path):
         assert r == m["reasoning_content"] and c == "", (r, c)
     finally:
         s.stop()
+
+
+def test_no_max_tokens_runs_to_the_context(srv):
+    """Without max_tokens (and without -n), as llama-server: until the end of generation or of
+    the slot's context (-c 256 here)."""
+    st, r = srv.json("POST", "/v1/completions", {"prompt": PROMPT, "temperature": 0})
+    u = r["usage"]
+    assert st == 200 and r["choices"][0]["finish_reason"] in ("length", "stop")
+    assert u["completion_tokens"] > 128 or r["choices"][0]["finish_reason"] == "stop", u
+    assert u["prompt_tokens"] + u["completion_tokens"] <= 256, u
