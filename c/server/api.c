@@ -227,7 +227,6 @@ static int srv_parse_sampling(const srv_ctx *c, yyjson_val *root, srv_gen *g, ch
         if (!ok) return snprintf(msg, size, g->chat ? "\"logprobs\" must be a boolean" : "\"logprobs\" must be 0..20"), -1;
         double n_top = g->chat ? 0 : (double)yyjson_get_sint(lp);
         if (g->chat && srv_num(root, "top_logprobs", 0, 20, &n_top, msg, size)) return -1;
-        if (g->stream) return snprintf(msg, size, "\"logprobs\" with \"stream\" is not supported yet"), -1;
         g->logprobs = 1;
         g->top_logprobs = (int)n_top;
     } else if (g->chat && top && !yyjson_is_null(top)) {

@@ -28,6 +28,7 @@ static double srv_clock(void) {
 typedef struct {
     strata_token tok;
     float lp;
+    size_t end;                /* where its text ends in the answer (bytes) */
     int ntop;
     strata_token top[SRV_TOP_MAX];
     float top_lp[SRV_TOP_MAX];
@@ -43,6 +44,7 @@ typedef struct {
     srv_lp *lp;                /* logprobs: one a generated token */
     size_t nlp, caplp;
     size_t sent_r;             /* streamed reasoning bytes (chat with think tags) */
+    size_t lp_sent;            /* logprobs entries streamed */
 } srv_out;
 
 /* logprobs of token t from the step's logits: log-softmax, and the n most likely. */
@@ -143,8 +145,12 @@ static yyjson_mut_val *srv_head(yyjson_mut_doc *d, const srv_ctx *c, const char 
 
 /* One streamed chunk: text_completion's {"text"}, or chat.completion.chunk's {"delta": {...}}
  * (the role in the first one); finish NULL: null. */
+static yyjson_mut_val *srv_logprobs(const srv_ctx *c, yyjson_mut_doc *d, const srv_gen *g, const srv_out *o,
+                                    size_t a, size_t b);
+
+/* (o: with logprobs, the entries of the tokens whose text ends by abs_end go with the chunk) */
 static int srv_chunk(int fd, const srv_ctx *c, const srv_gen *g, const char *id, const char *text, size_t len,
-                     const char *finish, int first, int reasoning) {
+                     const char *finish, int first, int reasoning, srv_out *o, size_t abs_end) {
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
     yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");
     yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
@@ -157,7 +163,14 @@ static int srv_chunk(int fd, const srv_ctx *c, const srv_gen *g, const char *id,
     } else {
         srv_add_text(d, ch, "text", text, len);
     }
-    yyjson_mut_obj_add_null(d, ch, "logprobs");
+    size_t k = o ? o->lp_sent : 0;
+    while (o && g->logprobs && k < o->nlp && o->lp[k].end <= abs_end) k++;
+    if (o && k > o->lp_sent) {
+        yyjson_mut_obj_add_val(d, ch, "logprobs", srv_logprobs(c, d, g, o, o->lp_sent, k));
+        o->lp_sent = k;
+    } else {
+        yyjson_mut_obj_add_null(d, ch, "logprobs");
+    }
     if (finish) yyjson_mut_obj_add_str(d, ch, "finish_reason", finish);
     else yyjson_mut_obj_add_null(d, ch, "finish_reason");
     yyjson_mut_arr_append(choices, ch);
@@ -209,7 +222,8 @@ static void srv_stream_part(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
                             const char *p, size_t n, size_t *sent, int reasoning) {
     n = srv_utf8_whole(p, n);
     if (n <= *sent || o->gone) return;
-    if (srv_chunk(fd, c, g, id, p + *sent, n - *sent, NULL, 0, reasoning) != 0) o->gone = 1;
+    if (srv_chunk(fd, c, g, id, p + *sent, n - *sent, NULL, 0, reasoning, o, (size_t)(p - o->text) + n) != 0)
+        o->gone = 1;
     *sent = n;
 }
 
@@ -218,7 +232,7 @@ static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
     upto = srv_utf8_whole(o->text, upto);
     if (!g->think && !g->tools) {
         if (upto <= o->sent) return;
-        if (srv_chunk(fd, c, g, id, o->text + o->sent, upto - o->sent, NULL, 0, 0) != 0) o->gone = 1;
+        if (srv_chunk(fd, c, g, id, o->text + o->sent, upto - o->sent, NULL, 0, 0, o, upto) != 0) o->gone = 1;
         o->sent = upto;
         return;
     }
@@ -255,6 +269,7 @@ static strata_status srv_sample_loop(srv_ctx *c, int fd, const srv_gen *g, srv_s
         int64_t pl = 0;
         if (strata_token_to_piece(c->model, t, 0, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
         if (srv_out_add(o, piece, (size_t)pl) != 0) { st = STRATA_ERR_NOMEM; break; }
+        if (g->logprobs) o->lp[o->nlp - 1].end = o->len;
         o->n_gen++;
         if (g->n_stops && srv_cut_stop(g, o, (size_t)pl)) { o->finish = "stop"; break; }
         if (g->stream) srv_stream_some(fd, c, g, o, id);
@@ -288,13 +303,13 @@ static yyjson_mut_val *srv_lp_entry(const srv_ctx *c, yyjson_mut_doc *d, strata_
 
 /* The logprobs object: chat's {"content": [...]} or the completion's tokens / token_logprobs /
  * top_logprobs / text_offset. */
-static yyjson_mut_val *srv_logprobs(const srv_ctx *c, yyjson_mut_doc *d, const srv_gen *g, const srv_out *o) {
+static yyjson_mut_val *srv_logprobs(const srv_ctx *c, yyjson_mut_doc *d, const srv_gen *g, const srv_out *o,
+                                    size_t a, size_t b) {
     yyjson_mut_val *lp = yyjson_mut_obj(d);
     yyjson_mut_val *content = yyjson_mut_arr(d), *toks = yyjson_mut_arr(d), *vals = yyjson_mut_arr(d);
     yyjson_mut_val *tops = yyjson_mut_arr(d), *offs = yyjson_mut_arr(d);
-    size_t off = 0;
     char pc[256];
-    for (size_t i = 0; i < o->nlp; i++) {
+    for (size_t i = a; i < b; i++) {
         const srv_lp *e = &o->lp[i];
         if (g->chat) {
             yyjson_mut_val *x = srv_lp_entry(c, d, e->tok, e->lp), *alts = yyjson_mut_arr(d);
@@ -315,8 +330,7 @@ static yyjson_mut_val *srv_logprobs(const srv_ctx *c, yyjson_mut_doc *d, const s
             yyjson_mut_obj_add(alt, yyjson_mut_obj_get(tmp, "t"), yyjson_mut_real(d, e->top_lp[k]));
         }
         yyjson_mut_arr_append(tops, alt);
-        yyjson_mut_arr_add_uint(d, offs, off);
-        off += n;
+        yyjson_mut_arr_add_uint(d, offs, e->end >= n ? e->end - n : 0);
     }
     if (g->chat) {
         yyjson_mut_obj_add_val(d, lp, "content", content);
@@ -419,7 +433,7 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
     } else {
         srv_add_text(d, ch, "text", o->text ? o->text : "", o->len);
     }
-    if (g->logprobs) yyjson_mut_obj_add_val(d, ch, "logprobs", srv_logprobs(c, d, g, o));
+    if (g->logprobs) yyjson_mut_obj_add_val(d, ch, "logprobs", srv_logprobs(c, d, g, o, 0, o->nlp));
     else yyjson_mut_obj_add_null(d, ch, "logprobs");
     yyjson_mut_obj_add_str(d, ch, "finish_reason", finish);
     yyjson_mut_arr_append(choices, ch);
@@ -445,7 +459,7 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
     int k = 0;
     const int ok = ts < n && srv_tool_calls(d, holder, "tool_calls", t, n, &k) == 0;
     const size_t upto = ok ? ts : n;
-    if (upto > o->sent) srv_chunk(fd, c, g, id, t + o->sent, upto - o->sent, NULL, 0, 0);
+    if (upto > o->sent) srv_chunk(fd, c, g, id, t + o->sent, upto - o->sent, NULL, 0, 0, o, SIZE_MAX);
     if (ok) {
         yyjson_mut_val *root = srv_head(d, c, id, "chat.completion.chunk");
         yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d), *delta = yyjson_mut_obj(d);
@@ -472,12 +486,13 @@ static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, con
     if (o->gone) return;
     size_t r0 = 0, r1 = 0, c0 = 0; /* the held-back text, then the finish reason on its own */
     srv_think_split(o->text ? o->text : "", o->len, g->think, 1, &r0, &r1, &c0);
-    if (r1 > r0 + o->sent_r) srv_chunk(fd, c, g, id, o->text + r0 + o->sent_r, r1 - r0 - o->sent_r, NULL, 0, 1);
+    if (r1 > r0 + o->sent_r)
+        srv_chunk(fd, c, g, id, o->text + r0 + o->sent_r, r1 - r0 - o->sent_r, NULL, 0, 1, o, r1);
     int calls = 0;
     if (c0 != SIZE_MAX && g->tools) calls = srv_stream_tool_calls(fd, c, g, o, id, c0);
     else if (c0 != SIZE_MAX && o->len > c0 + o->sent)
-        srv_chunk(fd, c, g, id, o->text + c0 + o->sent, o->len - c0 - o->sent, NULL, 0, 0);
-    srv_chunk(fd, c, g, id, "", 0, calls ? "tool_calls" : o->finish ? o->finish : "stop", 0, 0);
+        srv_chunk(fd, c, g, id, o->text + c0 + o->sent, o->len - c0 - o->sent, NULL, 0, 0, o, SIZE_MAX);
+    srv_chunk(fd, c, g, id, "", 0, calls ? "tool_calls" : o->finish ? o->finish : "stop", 0, 0, o, SIZE_MAX);
     if (g->include_usage) {
         yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
         yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");
@@ -519,7 +534,7 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     srv_out o;
     memset(&o, 0, sizeof o);
     if (st == STRATA_OK && g->stream && srv_sse_begin(fd) != 0) o.gone = 1;
-    if (st == STRATA_OK && g->stream && g->chat && !o.gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1, 0) != 0)
+    if (st == STRATA_OK && g->stream && g->chat && !o.gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1, 0, NULL, 0) != 0)
         o.gone = 1; /* the chat stream's first delta: the role */
     if (st == STRATA_OK)
         st = c->cfg->spec.next && !g->logprobs ? srv_spec_loop(c, fd, g, s, logits, &o, id)

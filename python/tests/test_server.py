@@ -352,8 +352,15 @@ def test_logprobs(srv, chat_srv):
     content = c["choices"][0]["logprobs"]["content"]
     assert st == 200 and len(content) == 4 and all(len(e["top_logprobs"]) == 2 for e in content)
     assert "".join(bytes(e["bytes"]).decode("utf-8", "replace") for e in content) == c["choices"][0]["message"]["content"]
-    for body in ({"prompt": "x", "logprobs": 50}, {"prompt": "x", "logprobs": 2, "stream": True}):
-        assert srv.json("POST", "/v1/completions", body)[0] == 400
+    assert srv.json("POST", "/v1/completions", {"prompt": "x", "logprobs": 50})[0] == 400
+    # streamed: each chunk carries the entries of the tokens whose text it completes
+    st, text = srv.request("POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 6, "temperature": 0,
+                                                       "logprobs": 3, "stream": True})
+    chunks = [json.loads(e) for e in sse_events(text)[:-1]]
+    toks = [t for c in chunks if c["choices"] and c["choices"][0]["logprobs"] for t in c["choices"][0]["logprobs"]["tokens"]]
+    vals = [v for c in chunks if c["choices"] and c["choices"][0]["logprobs"]
+            for v in c["choices"][0]["logprobs"]["token_logprobs"]]
+    assert toks == lp["tokens"] and vals == lp["token_logprobs"], (toks, lp["tokens"])
     assert chat_srv.json("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
                                                           "top_logprobs": 2})[0] == 400
 
