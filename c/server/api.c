@@ -192,6 +192,7 @@ static int srv_detokenize_ep(srv_ctx *c, int fd, const srv_req *r, int ka) {
 
 static void srv_gen_free(srv_gen *g) {
     for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
+    free(g->prompt_text);
     free(g->prompt);
 }
 
@@ -357,10 +358,28 @@ static int srv_parse_gen(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *m
     if (s && !yyjson_is_null(s) && !yyjson_is_bool(s)) return snprintf(msg, size, "\"stream\" must be a boolean"), -1;
     g->stream = yyjson_is_true(s);
     g->include_usage = yyjson_is_true(yyjson_obj_get(yyjson_obj_get(root, "stream_options"), "include_usage"));
-    yyjson_val *echo = yyjson_obj_get(root, "echo");
-    if (yyjson_is_true(echo)) return snprintf(msg, size, "\"echo\" is not supported by this server yet"), -1;
+    g->echo = !g->chat && yyjson_is_true(yyjson_obj_get(root, "echo"));
     if (srv_parse_sampling(c, root, g, msg, size) || srv_parse_stops(root, g, msg, size)) return -1;
-    return g->chat ? srv_parse_chat(c, root, g, msg, size) : srv_parse_prompt(c, root, g, msg, size);
+    if (g->echo && g->logprobs) /* (the prompt's own logprobs would be needed) */
+        return snprintf(msg, size, "\"echo\" with \"logprobs\" is not supported yet"), -1;
+    if (g->chat) return srv_parse_chat(c, root, g, msg, size);
+    if (srv_parse_prompt(c, root, g, msg, size)) return -1;
+    if (g->echo) { /* the prompt as text: the string given, or the tokens' text */
+        yyjson_val *p = yyjson_obj_get(root, "prompt");
+        if (yyjson_is_arr(p) && yyjson_arr_size(p) == 1 && yyjson_is_str(yyjson_arr_get_first(p))) p = yyjson_arr_get_first(p);
+        int64_t n = 0;
+        if (yyjson_is_str(p)) {
+            g->prompt_text = strndup(yyjson_get_str(p), yyjson_get_len(p));
+            n = (int64_t)yyjson_get_len(p);
+        } else if (strata_detokenize(c->model, g->prompt, g->n_prompt, 0, 0, NULL, 0, &n) != STRATA_ERR_INTERNAL) {
+            g->prompt_text = malloc((size_t)n + 1);
+            if (g->prompt_text && strata_detokenize(c->model, g->prompt, g->n_prompt, 0, 0, g->prompt_text, n, &n) != STRATA_OK)
+                n = 0;
+        }
+        if (!g->prompt_text) return snprintf(msg, size, "out of memory"), -1;
+        g->prompt_len = (size_t)n;
+    }
+    return 0;
 }
 
 static int srv_completions(srv_ctx *c, int fd, const srv_req *r, int ka, int chat) {

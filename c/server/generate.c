@@ -45,6 +45,7 @@ typedef struct {
     size_t nlp, caplp;
     size_t sent_r;             /* streamed reasoning bytes (chat with think tags) */
     size_t lp_sent;            /* logprobs entries streamed */
+    size_t base;               /* echo: the prompt's text first, this many bytes */
 } srv_out;
 
 /* logprobs of token t from the step's logits: log-softmax, and the n most likely. */
@@ -120,7 +121,8 @@ static size_t srv_stop_hold(const srv_gen *g, const char *s, size_t n) {
 static int srv_cut_stop(const srv_gen *g, srv_out *o, size_t fresh) {
     size_t maxl = 0;
     for (int k = 0; k < g->n_stops; k++) maxl = strlen(g->stops[k]) > maxl ? strlen(g->stops[k]) : maxl;
-    const size_t from = o->len > fresh + maxl ? o->len - fresh - maxl : 0;
+    size_t from = o->len > fresh + maxl ? o->len - fresh - maxl : 0;
+    if (from < o->base) from = o->base; /* (never inside an echoed prompt) */
     size_t cut = o->len + 1;
     for (int k = 0; k < g->n_stops; k++) {
         const char *hit = strstr(o->text + from, g->stops[k]);
@@ -533,6 +535,10 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     const double t1 = srv_clock();
     srv_out o;
     memset(&o, 0, sizeof o);
+    if (st == STRATA_OK && g->echo && g->prompt_text) { /* echo: the answer starts with the prompt */
+        if (srv_out_add(&o, g->prompt_text, g->prompt_len) != 0) st = STRATA_ERR_NOMEM;
+        o.base = o.len;
+    }
     if (st == STRATA_OK && g->stream && srv_sse_begin(fd) != 0) o.gone = 1;
     if (st == STRATA_OK && g->stream && g->chat && !o.gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1, 0, NULL, 0) != 0)
         o.gone = 1; /* the chat stream's first delta: the role */

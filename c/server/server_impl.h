@@ -59,6 +59,9 @@ typedef struct {
                                          opened one), 0 none */
     int tools;                        /* chat with tools and a <tool_call> template: calls parsed */
     int logprobs, top_logprobs;       /* each token's logprob, and the n most likely (<= 20) */
+    int echo;                         /* completions: the prompt's text before the answer's */
+    char *prompt_text;                /* echo: that text */
+    size_t prompt_len;
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     strata_token *prompt;

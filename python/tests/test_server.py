@@ -446,3 +446,13 @@ def test_no_max_tokens_runs_to_the_context(srv):
     assert st == 200 and r["choices"][0]["finish_reason"] in ("length", "stop")
     assert u["completion_tokens"] > 128 or r["choices"][0]["finish_reason"] == "stop", u
     assert u["prompt_tokens"] + u["completion_tokens"] <= 256, u
+
+
+def test_echo(srv):
+    body = {"prompt": PROMPT, "max_tokens": 8, "temperature": 0}
+    plain = srv.json("POST", "/v1/completions", body)[1]["choices"][0]["text"]
+    st, r = srv.json("POST", "/v1/completions", dict(body, echo=True, stop=["Dictionary"]))
+    assert st == 200 and r["choices"][0]["text"] == PROMPT + plain  # (a stop in the prompt does not cut it)
+    st, text = srv.request("POST", "/v1/completions", dict(body, echo=True, stream=True))
+    assert "".join(json.loads(e)["choices"][0]["text"] for e in sse_events(text)[:-1]) == PROMPT + plain
+    assert srv.json("POST", "/v1/completions", dict(body, echo=True, logprobs=1))[0] == 400
