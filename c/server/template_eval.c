@@ -298,9 +298,9 @@ static void eval_args(rs *R, frame *F, const tmpl_node *n, targs *a) {
     }
 }
 
-/* Argument i (positional) or its keyword name, else dflt. */
+/* Argument i (positional; i < 0: keyword only) or its keyword name, else dflt. */
 static tval arg(const targs *a, int i, const char *name, tval dflt) {
-    if (i < a->np) return a->pos[i];
+    if (i >= 0 && i < a->np) return a->pos[i];
     for (int k = 0; name && k < a->nkw; k++)
         if (!strcmp(a->kw[k], name)) return a->kv[k];
     return dflt;
@@ -558,45 +558,48 @@ static int sort_cmp_ci(const void *x, const void *y) {
     return (a->u.s.n > b->u.s.n) - (a->u.s.n < b->u.s.n);
 }
 
-static tval filter(rs *R, const char *f, tval v, const targs *a, int line) {
+static tval filter(rs *R, const char *f, tval v, const targs *a, int line);
+
+/* The filters of one value (text, JSON, defaults): 1 with *out set, 0 when f is not one of them. */
+static int filter_value(rs *R, const char *f, tval v, const targs *a, int line, tval *out) {
     if (!strcmp(f, "safe")) {
         tval s = tv_to_str(C, v);
         s.safe = 1;
-        return s;
+        return *out = s, 1;
     }
     if (!strcmp(f, "e") || !strcmp(f, "escape")) tmpl_fail(C, "line %d: the escape filter is not supported", line);
     if (!strcmp(f, "min") || !strcmp(f, "max")) {
         vlist *l = items_of(R, v, f);
-        if (l->n == 0) return TV_UNDEF_V;
+        if (l->n == 0) return *out = TV_UNDEF_V, 1;
         tval best = l->v[0];
         for (size_t i = 1; i < l->n; i++) {
             const int c = cmp(R, l->v[i], best, f);
             if (f[1] == 'i' ? c < 0 : c > 0) best = l->v[i];
         }
-        return best;
+        return *out = best, 1;
     }
-    if (!strcmp(f, "tojson")) return filter_tojson(R, v, a);
-    if (!strcmp(f, "string")) return tv_to_str(C, v);
+    if (!strcmp(f, "tojson")) return *out = filter_tojson(R, v, a), 1;
+    if (!strcmp(f, "string")) return *out = tv_to_str(C, v), 1;
     if (!strcmp(f, "length") || !strcmp(f, "count")) {
-        if (v.t == V_STR) return tv_int((int64_t)tv_u8_len(v.u.s.p, v.u.s.n));
-        if (v.t == V_LIST) return tv_int((int64_t)v.u.l->n);
-        if (v.t == V_DICT) return tv_int((int64_t)v.u.d->n);
-        if (v.t == V_UNDEF) return tv_int(0);
+        if (v.t == V_STR) return *out = tv_int((int64_t)tv_u8_len(v.u.s.p, v.u.s.n)), 1;
+        if (v.t == V_LIST) return *out = tv_int((int64_t)v.u.l->n), 1;
+        if (v.t == V_DICT) return *out = tv_int((int64_t)v.u.d->n), 1;
+        if (v.t == V_UNDEF) return *out = tv_int(0), 1;
         tmpl_fail(C, "line %d: length of a %s", line, tv_type_name(v));
     }
     if (!strcmp(f, "default") || !strcmp(f, "d")) {
         const int boolean = tv_truthy(arg(a, 1, "boolean", tv_bool(0)));
-        return (v.t == V_UNDEF || (boolean && !tv_truthy(v))) ? arg(a, 0, "default_value", tv_cstr("")) : v;
+        return *out = (v.t == V_UNDEF || (boolean && !tv_truthy(v))) ? arg(a, 0, "default_value", tv_cstr("")) : v, 1;
     }
     if (!strcmp(f, "trim")) {
         const tval s = tv_to_str(C, v);
-        return strip(s, arg(a, 0, "chars", TV_UNDEF_V), 1, 1);
+        return *out = strip(s, arg(a, 0, "chars", TV_UNDEF_V), 1, 1), 1;
     }
     if (!strcmp(f, "upper") || !strcmp(f, "lower") || !strcmp(f, "title") || !strcmp(f, "capitalize"))
-        return change_case(R, tv_to_str(C, v), f[0] == 'l' ? 0 : f[0] == 'u' ? 1 : f[0] == 't' ? 2 : 3);
+        return *out = change_case(R, tv_to_str(C, v), f[0] == 'l' ? 0 : f[0] == 'u' ? 1 : f[0] == 't' ? 2 : 3), 1;
     if (!strcmp(f, "replace"))
-        return replace(R, tv_to_str(C, v), arg(a, 0, NULL, TV_NONE_V), arg(a, 1, NULL, TV_NONE_V),
-                       as_int(R, arg(a, 2, "count", tv_int(-1)), "replace"));
+        return *out = replace(R, tv_to_str(C, v), arg(a, 0, NULL, TV_NONE_V), arg(a, 1, NULL, TV_NONE_V),
+                              as_int(R, arg(a, 2, "count", tv_int(-1)), "replace")), 1;
     if (!strcmp(f, "join")) {
         vlist *l = items_of(R, v, "join");
         const tval sep = arg(a, 0, "d", tv_cstr("")), at = arg(a, 1, "attribute", TV_NONE_V);
@@ -605,19 +608,24 @@ static tval filter(rs *R, const char *f, tval v, const targs *a, int line) {
             if (i) tv_str_of(C, &o, sep);
             tv_str_of(C, &o, at.t == V_STR ? attr_of(R, l->v[i], at) : l->v[i]);
         }
-        return o.p ? tv_b_val(&o) : tv_cstr("");
+        return *out = o.p ? tv_b_val(&o) : tv_cstr(""), 1;
     }
+    return 0;
+}
+
+/* The filters of sequences (and numbers): 1 with *out set, 0 when f is not one of them. */
+static int filter_seq(rs *R, const char *f, tval v, const targs *a, int line, tval *out) {
     if (!strcmp(f, "list")) {
         vlist *l = items_of(R, v, "list");
         tval o = tv_list(C);
         for (size_t i = 0; i < l->n; i++) tv_l_push(C, o.u.l, l->v[i]);
-        return o;
+        return *out = o, 1;
     }
     if (!strcmp(f, "items")) {
-        if (v.t == V_UNDEF) return tv_list(C);
+        if (v.t == V_UNDEF) return *out = tv_list(C), 1;
         if (v.t != V_DICT) tmpl_fail(C, "line %d: items of a %s", line, tv_type_name(v));
         targs none = {0};
-        return method(R, v, "items", &none, line);
+        return *out = method(R, v, "items", &none, line), 1;
     }
     if (!strcmp(f, "dictsort")) {
         if (v.t != V_DICT) tmpl_fail(C, "line %d: dictsort of a %s", line, tv_type_name(v));
@@ -631,11 +639,11 @@ static tval filter(rs *R, const char *f, tval v, const targs *a, int line) {
             tv_l_push(C, p.u.l, *tv_d_find(v.u.d, keys[i]));
             tv_l_push(C, o.u.l, p);
         }
-        return o;
+        return *out = o, 1;
     }
     if (!strcmp(f, "first") || !strcmp(f, "last")) {
         vlist *l = items_of(R, v, f);
-        return l->n ? l->v[f[0] == 'f' ? 0 : l->n - 1] : TV_UNDEF_V;
+        return *out = l->n ? l->v[f[0] == 'f' ? 0 : l->n - 1] : TV_UNDEF_V, 1;
     }
     if (!strcmp(f, "reverse")) {
         vlist *l = items_of(R, v, "reverse");
@@ -644,20 +652,20 @@ static tval filter(rs *R, const char *f, tval v, const targs *a, int line) {
         if (v.t == V_STR) {
             tbuf b = {0};
             for (size_t i = 0; i < o.u.l->n; i++) tv_str_of(C, &b, o.u.l->v[i]);
-            return b.p ? tv_b_val(&b) : tv_cstr("");
+            return *out = b.p ? tv_b_val(&b) : tv_cstr(""), 1;
         }
-        return o;
+        return *out = o, 1;
     }
     if (!strcmp(f, "unique")) {
         vlist *l = items_of(R, v, "unique");
         tval o = tv_list(C);
         for (size_t i = 0; i < l->n; i++)
             if (!contains(R, o, l->v[i])) tv_l_push(C, o.u.l, l->v[i]);
-        return o;
+        return *out = o, 1;
     }
     if (!strcmp(f, "map")) {
         vlist *l = items_of(R, v, "map");
-        const tval at = arg(a, 99, "attribute", TV_NONE_V);
+        const tval at = arg(a, -1, "attribute", TV_NONE_V);
         tval o = tv_list(C);
         for (size_t i = 0; i < l->n; i++) {
             if (at.t == V_STR) { tv_l_push(C, o.u.l, attr_of(R, l->v[i], at)); continue; }
@@ -668,21 +676,21 @@ static tval filter(rs *R, const char *f, tval v, const targs *a, int line) {
             for (int k = 0; k < rest.np; k++) rest.pos[k] = a->pos[k + 1];
             tv_l_push(C, o.u.l, filter(R, S(fn), l->v[i], &rest, line));
         }
-        return o;
+        return *out = o, 1;
     }
-    if (!strcmp(f, "selectattr")) return select_items(R, v, a, 1, 1, line);
-    if (!strcmp(f, "rejectattr")) return select_items(R, v, a, 1, 0, line);
-    if (!strcmp(f, "select")) return select_items(R, v, a, 0, 1, line);
-    if (!strcmp(f, "reject")) return select_items(R, v, a, 0, 0, line);
+    if (!strcmp(f, "selectattr")) return *out = select_items(R, v, a, 1, 1, line), 1;
+    if (!strcmp(f, "rejectattr")) return *out = select_items(R, v, a, 1, 0, line), 1;
+    if (!strcmp(f, "select")) return *out = select_items(R, v, a, 0, 1, line), 1;
+    if (!strcmp(f, "reject")) return *out = select_items(R, v, a, 0, 0, line), 1;
     if (!strcmp(f, "int")) {
-        if (v.t == V_STR) return tv_int(strtoll(tmpl_strndup(C, v.u.s.p, v.u.s.n), NULL, 10));
-        return tv_is_num(v) ? tv_int((int64_t)tv_num(v)) : arg(a, 0, "default", tv_int(0));
+        if (v.t == V_STR) return *out = tv_int(strtoll(tmpl_strndup(C, v.u.s.p, v.u.s.n), NULL, 10)), 1;
+        return *out = tv_is_num(v) ? tv_int((int64_t)tv_num(v)) : arg(a, 0, "default", tv_int(0)), 1;
     }
     if (!strcmp(f, "float")) {
-        if (v.t == V_STR) return tv_float(strtod(tmpl_strndup(C, v.u.s.p, v.u.s.n), NULL));
-        return tv_is_num(v) ? tv_float(tv_num(v)) : arg(a, 0, "default", tv_float(0));
+        if (v.t == V_STR) return *out = tv_float(strtod(tmpl_strndup(C, v.u.s.p, v.u.s.n), NULL)), 1;
+        return *out = tv_is_num(v) ? tv_float(tv_num(v)) : arg(a, 0, "default", tv_float(0)), 1;
     }
-    if (!strcmp(f, "abs")) return v.t == V_INT ? tv_int(v.u.i < 0 ? -v.u.i : v.u.i) : tv_float(fabs(tv_num(v)));
+    if (!strcmp(f, "abs")) return *out = v.t == V_INT ? tv_int(v.u.i < 0 ? -v.u.i : v.u.i) : tv_float(fabs(tv_num(v))), 1;
     if (!strcmp(f, "indent")) {
         const int64_t w = as_int(R, arg(a, 0, "width", tv_int(4)), "indent");
         const int first = tv_truthy(arg(a, 1, "first", tv_bool(0)));
@@ -693,8 +701,14 @@ static tval filter(rs *R, const char *f, tval v, const targs *a, int line) {
                 for (int64_t k = 0; k < w; k++) tv_b_add(C, &o, " ", 1);
             tv_b_add(C, &o, s.u.s.p + i, 1);
         }
-        return o.p ? tv_b_val(&o) : tv_cstr("");
+        return *out = o.p ? tv_b_val(&o) : tv_cstr(""), 1;
     }
+    return 0;
+}
+
+static tval filter(rs *R, const char *f, tval v, const targs *a, int line) {
+    tval out;
+    if (filter_value(R, f, v, a, line, &out) || filter_seq(R, f, v, a, line, &out)) return out;
     tmpl_fail(C, "line %d: the filter '%s' is not supported", line, f);
 }
 
