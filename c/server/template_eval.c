@@ -26,6 +26,7 @@ typedef struct {
     int brk, cont, depth;
 } rs;
 
+/* The render's context (arena, error exit), named C in every function that has the render R. */
 #define C (R->c)
 
 static tval *f_find(frame *f, const char *name) {

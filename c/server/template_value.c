@@ -202,6 +202,7 @@ void tv_float_repr(double f, char *out, size_t size) {
     digits[nd] = '\0';
     char *o = out;
     size_t left = size;
+/* Appends printf output to out[] (o, left: where, room), dropping what does not fit. */
 #define PUT(...) do { int w_ = snprintf(o, left, __VA_ARGS__); if (w_ > 0 && (size_t)w_ < left) { o += w_; left -= (size_t)w_; } } while (0)
     if (neg) PUT("-");
     if (ex < -4 || ex >= 16) { /* scientific, as Python: 1e+16, 1.5e-05 */
