@@ -36,8 +36,22 @@ srv_config srv_default_config(void) {
 typedef struct {
     srv_ctx *c;
     int fd;
+    int idx;         /* its entry in c->fds */
     int refuse;      /* past max_conns: the request read (briefly), answered 503, closed */
 } srv_conn_arg;
+
+/* A connection's end: its entry and count given back (the stop may then free c), then the socket
+ * closed (nothing of c touched after the unlock). */
+static void srv_conn_done(const srv_conn_arg *a) {
+    srv_ctx *c = a->c;
+    pthread_mutex_lock(&c->mu);
+    c->fds[a->idx] = -1;
+    if (a->refuse) c->refusing--;
+    else c->open_conns--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    close(a->fd);
+}
 
 /* A connection past max_conns: its request is read (within 2 s) so that the client, still
  * sending, gets the 503 instead of a broken pipe. */
@@ -57,11 +71,7 @@ static void *srv_conn(void *arg) {
     memset(&r, 0, sizeof r);
     if (a.refuse) {
         srv_refuse(a.c, a.fd);
-        close(a.fd);
-        pthread_mutex_lock(&a.c->mu);
-        a.c->refusing--;
-        pthread_cond_broadcast(&a.c->cv);
-        pthread_mutex_unlock(&a.c->mu);
+        srv_conn_done(&a);
         return NULL;
     }
     for (;;) {
@@ -80,11 +90,7 @@ static void *srv_conn(void *arg) {
         if (!srv_handle(a.c, a.fd, &r)) break;
     }
     srv_req_free_all(&r);
-    close(a.fd);
-    pthread_mutex_lock(&a.c->mu);
-    a.c->open_conns--;
-    pthread_cond_broadcast(&a.c->cv);
-    pthread_mutex_unlock(&a.c->mu);
+    srv_conn_done(&a);
     return NULL;
 }
 
@@ -96,6 +102,9 @@ static void srv_accepted(srv_ctx *c, int fd) {
     const int drop = refuse && c->refusing >= c->cfg->max_conns;
     if (!refuse) c->open_conns++;
     else if (!drop) c->refusing++;
+    int idx = 0; /* (the counts keep one of the 2 x max_conns entries free) */
+    while (!drop && c->fds[idx] >= 0) idx++;
+    if (!drop) c->fds[idx] = fd;
     pthread_mutex_unlock(&c->mu);
     if (drop) {
         close(fd);
@@ -106,14 +115,11 @@ static void srv_accepted(srv_ctx *c, int fd) {
     pthread_attr_t at;
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    if (!a || (a->c = c, a->fd = fd, a->refuse = refuse, pthread_create(&t, &at, srv_conn, a) != 0)) {
-        free(a);
+    if (!a || (a->c = c, a->fd = fd, a->idx = idx, a->refuse = refuse, pthread_create(&t, &at, srv_conn, a) != 0)) {
         srv_send_error(fd, 503, "the server could not take the connection", 0);
-        close(fd);
-        pthread_mutex_lock(&c->mu);
-        if (refuse) c->refusing--;
-        else c->open_conns--;
-        pthread_mutex_unlock(&c->mu);
+        const srv_conn_arg b = {c, fd, idx, refuse};
+        srv_conn_done(&b);
+        free(a);
     }
     pthread_attr_destroy(&at);
 }
@@ -180,7 +186,9 @@ int srv_run(const srv_config *cfg, const strata_model *model, strata_session **s
         c->slots[i].tokens = malloc(sizeof(strata_token) * (size_t)strata_session_n_ctx(sessions[i]));
         if (!c->slots[i].tokens) { fprintf(stderr, "strata: serve: out of memory\n"); return 1; }
     }
-    if (!c->slots) { fprintf(stderr, "strata: serve: out of memory\n"); return 1; }
+    c->fds = malloc(sizeof *c->fds * (size_t)(2 * cfg->max_conns));
+    if (!c->slots || !c->fds) { fprintf(stderr, "strata: serve: out of memory\n"); return 1; }
+    for (int i = 0; i < 2 * cfg->max_conns; i++) c->fds[i] = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
     int port = 0;
@@ -202,10 +210,19 @@ int srv_run(const srv_config *cfg, const strata_model *model, strata_session **s
     close(lfd);
     pthread_mutex_lock(&c->mu); /* the requests in progress finish (their connections close after) */
     c->stopping = 1;
-    while (c->handling > 0) { /* (idle keep-alive connections are not waited for) */
+    while (c->handling > 0) { /* the requests being answered finish */
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
         t.tv_sec += 1;
+        pthread_cond_timedwait(&c->cv, &c->mu, &t);
+    }
+    for (int i = 0; i < 2 * cfg->max_conns; i++) /* idle connections woken: their reads end */
+        if (c->fds[i] >= 0) shutdown(c->fds[i], SHUT_RDWR);
+    for (int k = 0; k < 50 && c->open_conns + c->refusing > 0; k++) { /* 5 s at most */
+        struct timespec t;
+        clock_gettime(CLOCK_REALTIME, &t);
+        t.tv_nsec += 100000000;
+        if (t.tv_nsec >= 1000000000) { t.tv_sec++; t.tv_nsec -= 1000000000; }
         pthread_cond_timedwait(&c->cv, &c->mu, &t);
     }
     const int left = c->open_conns + c->refusing;
@@ -217,6 +234,7 @@ int srv_run(const srv_config *cfg, const strata_model *model, strata_session **s
         free((char *)c->own.host);
         free((char *)c->own.api_key);
         free((char *)c->own.model_name);
+        free(c->fds);
         free(c);
     }
     return 0;

@@ -41,6 +41,8 @@ typedef struct {
     srv_metrics m;
     int open_conns;
     int refusing;                     /* connections past max_conns being answered 503 */
+    int *fds;                         /* [2 x max_conns] the open connections' sockets (-1: free),
+                                         shut at the stop so that idle ones end */
     int stopping;                     /* set at the stop: no request is taken after it */
     int handling;                     /* requests being answered */
     int64_t created;                  /* start time (unix seconds), for ids and /v1/models */

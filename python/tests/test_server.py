@@ -400,7 +400,9 @@ def test_speculation_gives_the_same_text(srv):
                 chunks = [json.loads(e) for e in sse_events(text)[:-1]]
                 assert "".join(c["choices"][0]["text"] for c in chunks) == w, (mode, "stream")
             m = dict(re.findall(r"^(strata_spec_\w+) (\d+)$", s.request("GET", "/metrics")[1], re.M))
-            assert int(m["strata_spec_windows_total"]) > 0 and int(m["strata_spec_accepted_total"]) > 0, (mode, m)
+            assert int(m["strata_spec_windows_total"]) > 0, (mode, m)
+            if mode == "ngram":  # (auto's policy may find windows do not pay, e.g. under ASan)
+                assert int(m["strata_spec_accepted_total"]) > 0, (mode, m)
             # logprobs steps plainly, the same text
             st, r = s.json("POST", "/v1/completions", dict(bodies[0], logprobs=1))
             assert st == 200 and r["choices"][0]["text"] == want[0]
