@@ -28,6 +28,7 @@ extern "C" {
 #include "cuda_moe.h"
 #include "cuda_mmq.h"
 }
+#include "route_tail.h"
 
 #include <math.h>
 #include <type_traits>
@@ -866,34 +867,14 @@ extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int
     return STRATA_OK;
 }
 
-/* One thread a row: st_route_tail_skip (degrade.c), the same order and rule. */
+/* One thread a row: st_route_tail_row (c/core/route_tail.h), the CPU's rule. */
 static __global__ void st_k_route_tail_skip(int32_t *ids, const float *wts, int T, int k, float p,
                                             unsigned long long *count) {
     st_pdl_enter();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
-    int32_t *id = ids + (size_t)t * k;
-    const float *w = wts + (size_t)t * k;
-    int order[64];
-    for (int s = 0; s < k; s++) {
-        int j = s;
-        while (j > 0 && (w[order[j - 1]] > w[s] || (w[order[j - 1]] == w[s] && order[j - 1] < s))) {
-            order[j] = order[j - 1];
-            j--;
-        }
-        order[j] = s;
-    }
-    float sum = 0.0f;
-    unsigned long long n = 0;
-    for (int q = 0; q < k - 1; q++) {
-        const int s = order[q];
-        if (id[s] < 0) continue;
-        if (sum + w[s] > p) break;
-        sum += w[s];
-        id[s] = -1;
-        n++;
-    }
-    if (n) atomicAdd(count, n);
+    const int n = st_route_tail_row(ids + (size_t)t * k, wts + (size_t)t * k, k, p);
+    if (n) atomicAdd(count, (unsigned long long)n);
 }
 
 extern "C" strata_status st_cuda_route_tail_skip(int32_t *d_ids, const float *d_wts, int64_t T, int32_t k, float p,

@@ -2,6 +2,7 @@
  * decode windows only, rescue of each position's heaviest slot, no renormalization; and the
  * route tail skip's rule. */
 #include "degrade.h"
+#include "route_tail.h"
 
 #include <stdlib.h>
 
@@ -68,27 +69,6 @@ int64_t st_route_tail_skip(int64_t T, int32_t k, int32_t *ids, const float *wts,
     if (!(p > 0.0f) || k < 2) return 0;
     const int kk = k < 64 ? k : 64;
     int64_t dropped = 0;
-    for (int64_t t = 0; t < T; t++) {
-        int32_t *id = ids + t * k;
-        const float *w = wts + t * k;
-        int order[64]; /* slots lightest first; ties: the later slot first */
-        for (int s = 0; s < kk; s++) {
-            int j = s;
-            while (j > 0 && (w[order[j - 1]] > w[s] || (w[order[j - 1]] == w[s] && order[j - 1] < s))) {
-                order[j] = order[j - 1];
-                j--;
-            }
-            order[j] = s;
-        }
-        float sum = 0.0f;
-        for (int q = 0; q < kk - 1; q++) { /* order[kk - 1], the heaviest, always stays */
-            const int s = order[q];
-            if (id[s] < 0) continue;
-            if (sum + w[s] > p) break;
-            sum += w[s];
-            id[s] = -1;
-            dropped++;
-        }
-    }
+    for (int64_t t = 0; t < T; t++) dropped += st_route_tail_row(ids + t * k, wts + t * k, kk, p);
     return dropped;
 }
