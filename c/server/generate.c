@@ -248,6 +248,23 @@ static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
     }
 }
 
+/* One token a step or a window gave: its text (and its logprobs entry's end), the stops, the
+ * stream, max_tokens. 1 when generation ends, 0 when it goes on, -1 out of memory. */
+static int srv_emit(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, strata_token t, const char *id) {
+    if (strata_token_is_eog(c->model, t)) { o->finish = "stop"; return 1; }
+    char piece[256];
+    int64_t pl = 0;
+    if (strata_token_to_piece(c->model, t, 0, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
+    if (srv_out_add(o, piece, (size_t)pl) != 0) return -1;
+    if (g->logprobs && o->nlp) o->lp[o->nlp - 1].end = o->len;
+    o->n_gen++;
+    if (g->n_stops && srv_cut_stop(g, o, (size_t)pl)) { o->finish = "stop"; return 1; }
+    if (g->stream) srv_stream_some(fd, c, g, o, id);
+    else if (srv_peer_gone(fd)) o->gone = 1;
+    if (o->n_gen >= g->max_tokens) { o->finish = "length"; return 1; }
+    return o->gone;
+}
+
 /* The sampling loop from the prompt's logits: tokens until a stop; the slot's tokens follow. */
 static strata_status srv_sample_loop(srv_ctx *c, int fd, const srv_gen *g, srv_slot *s, float *logits, srv_out *o,
                                      const char *id) {
@@ -257,26 +274,19 @@ static strata_status srv_sample_loop(srv_ctx *c, int fd, const srv_gen *g, srv_s
     const int64_t from = g->n_prompt > g->sp.repeat_last_n ? g->n_prompt - g->sp.repeat_last_n : 0;
     for (int64_t i = from; i < g->n_prompt; i++) strata_sampler_accept(smp, g->prompt[i]);
     const int32_t n_ctx = strata_session_n_ctx(s->session);
-    char piece[256];
     while (!o->finish && !o->gone) {
         if (o->n_gen >= g->max_tokens || s->n_tokens >= n_ctx) { o->finish = "length"; break; }
         strata_token t;
         if ((st = strata_sampler_sample(smp, logits, &t)) != STRATA_OK) break;
         strata_sampler_accept(smp, t);
-        if (strata_token_is_eog(c->model, t)) { o->finish = "stop"; break; }
-        if (g->logprobs && srv_logprob(o, logits, c->info.n_vocab, t, g->top_logprobs) != 0) {
+        if (g->logprobs && !strata_token_is_eog(c->model, t) &&
+            srv_logprob(o, logits, c->info.n_vocab, t, g->top_logprobs) != 0) {
             st = STRATA_ERR_NOMEM;
             break;
         }
-        int64_t pl = 0;
-        if (strata_token_to_piece(c->model, t, 0, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
-        if (srv_out_add(o, piece, (size_t)pl) != 0) { st = STRATA_ERR_NOMEM; break; }
-        if (g->logprobs) o->lp[o->nlp - 1].end = o->len;
-        o->n_gen++;
-        if (g->n_stops && srv_cut_stop(g, o, (size_t)pl)) { o->finish = "stop"; break; }
-        if (g->stream) srv_stream_some(fd, c, g, o, id);
-        else if (srv_peer_gone(fd)) o->gone = 1;
-        if (o->gone || o->n_gen >= g->max_tokens) continue;
+        const int e = srv_emit(c, fd, g, o, t, id);
+        if (e < 0) st = STRATA_ERR_NOMEM;
+        if (e) break;
         if ((st = strata_session_decode_gen(s->session, &t, 1, logits, 0)) != STRATA_OK) break;
         s->tokens[s->n_tokens++] = t;
     }
@@ -345,20 +355,6 @@ static yyjson_mut_val *srv_logprobs(const srv_ctx *c, yyjson_mut_doc *d, const s
     return lp;
 }
 
-/* One token a step or a window gave: its text, the stops, the stream; 1 when generation ends. */
-static int srv_emit(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, strata_token t, const char *id) {
-    if (strata_token_is_eog(c->model, t)) { o->finish = "stop"; return 1; }
-    char piece[256];
-    int64_t pl = 0;
-    if (strata_token_to_piece(c->model, t, 0, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
-    if (srv_out_add(o, piece, (size_t)pl) != 0) { o->finish = "stop"; return 1; }
-    o->n_gen++;
-    if (g->n_stops && srv_cut_stop(g, o, (size_t)pl)) { o->finish = "stop"; return 1; }
-    if (g->stream) srv_stream_some(fd, c, g, o, id);
-    else if (srv_peer_gone(fd)) o->gone = 1;
-    if (o->n_gen >= g->max_tokens) { o->finish = "length"; return 1; }
-    return o->gone;
-}
 
 /* The sampling loop through verify windows (cfg->spec): the first token from the prompt's
  * logits, then each step the drafters' window (or a plain step) via strata_session_speculate; the
@@ -378,7 +374,7 @@ static strata_status srv_spec_loop(srv_ctx *c, int fd, const srv_gen *g, srv_slo
     else if ((st = strata_sampler_sample(smp, logits, &last)) == STRATA_OK) strata_sampler_accept(smp, last);
     if (st == STRATA_OK && !o->finish && sp->prompt && sp->prompt(sp->data, slot, s->tokens, s->n_tokens) != 0)
         st = STRATA_ERR_INTERNAL;
-    int done = st != STRATA_OK || o->finish || srv_emit(c, fd, g, o, last, id);
+    int done = st != STRATA_OK || o->finish || srv_emit(c, fd, g, o, last, id) != 0; /* (-1: as a stop) */
     strata_token win[STRATA_DRAFT_MAX + 1];
     while (!done) {
         if (s->n_tokens + 1 >= n_ctx) { o->finish = "length"; break; }
@@ -399,7 +395,7 @@ static strata_status srv_spec_loop(srv_ctx *c, int fd, const srv_gen *g, srv_slo
         s->n_tokens += n_win; /* last and the accepted drafts are in the cache now */
         for (int32_t i = 0; i + 1 < n_win; i++) s->tokens[s->n_tokens - n_win + 1 + i] = win[i];
         s->tokens[s->n_tokens - n_win] = last;
-        for (int32_t i = 0; i < n_win && !done; i++) done = srv_emit(c, fd, g, o, win[i], id);
+        for (int32_t i = 0; i < n_win && !done; i++) done = srv_emit(c, fd, g, o, win[i], id) != 0;
         last = win[n_win - 1];
     }
     strata_sampler_free(smp);
