@@ -16,12 +16,6 @@
 #include <sys/socket.h>
 #include <time.h>
 
-static double srv_clock(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 #define SRV_TOP_MAX 20
 
 /* logprobs: a generated token's log-probability under the model and the most likely ones. */
@@ -389,9 +383,9 @@ static strata_status srv_spec_loop(srv_ctx *c, int fd, const srv_gen *g, srv_slo
             st = STRATA_ERR_INTERNAL;
             break;
         }
-        const double t0 = srv_clock();
+        const double t0 = srv_now();
         if ((st = strata_session_speculate(s->session, smp, last, draft, k, win, &n_win)) != STRATA_OK) break;
-        if (sp->observe) sp->observe(sp->data, slot, which, k, win, n_win, srv_clock() - t0);
+        if (sp->observe) sp->observe(sp->data, slot, which, k, win, n_win, srv_now() - t0);
         s->n_tokens += n_win; /* last and the accepted drafts are in the cache now */
         for (int32_t i = 0; i + 1 < n_win; i++) s->tokens[s->n_tokens - n_win + 1 + i] = win[i];
         s->tokens[s->n_tokens - n_win] = last;
@@ -525,10 +519,10 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     snprintf(id, sizeof id, "%s-%llx%llx", g->chat ? "chatcmpl" : "cmpl", (unsigned long long)c->created,
              (unsigned long long)c->ids++);
     pthread_mutex_unlock(&c->mu);
-    const double t0 = srv_clock();
+    const double t0 = srv_now();
     int32_t cached = 0;
     strata_status st = srv_read_prompt(s, g, logits, &cached);
-    const double t1 = srv_clock();
+    const double t1 = srv_now();
     srv_out o;
     memset(&o, 0, sizeof o);
     if (st == STRATA_OK && g->echo && g->prompt_text) { /* echo: the answer starts with the prompt */
@@ -541,7 +535,7 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     if (st == STRATA_OK)
         st = c->cfg->spec.next && !g->logprobs ? srv_spec_loop(c, fd, g, s, logits, &o, id)
                                                : srv_sample_loop(c, fd, g, s, logits, &o, id);
-    const double t2 = srv_clock();
+    const double t2 = srv_now();
     srv_slot_release(c, s);
     pthread_mutex_lock(&c->mu);
     c->m.prompt_tokens += g->n_prompt - cached;

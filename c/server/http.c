@@ -31,7 +31,7 @@ static int srv_head(srv_parse *x, size_t n) {
     return HPE_USER;
 }
 
-static double srv_now(void) {
+double srv_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;

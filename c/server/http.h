@@ -57,6 +57,8 @@ int srv_send_error(int fd, int status, const char *message, int keep_alive);
 /* Server-sent events: the headers of a stream, then each event ("data: ...\n\n"). */
 int srv_sse_begin(int fd);
 int srv_sse_event(int fd, const char *data, size_t len);
+/* Monotonic seconds (the server's one clock). */
+double srv_now(void);
 /* The reason phrase of status. */
 const char *srv_status_text(int status);
 
