@@ -12,6 +12,7 @@
 #include "ops.h"
 #include "strata.h"
 #include "test.h"
+#include "test_tiny.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -303,10 +304,8 @@ static int tail_run(strata_model *m, float p, int nb, const strata_token *toks, 
 }
 
 static void test_tail_model(void) {
-    const char *path = "models/strata-tiny-moe-q8_0.gguf";
-    if (access(path, R_OK) != 0) { SKIP("%s not found (run from the repository root)", path); return; }
     strata_model *m = NULL;
-    if (strata_model_load(path, NULL, &m) != STRATA_OK) { CHECK(0, "load: %s", strata_last_error()); return; }
+    if (!test_tiny_load(0, &m)) return;
     strata_model_info mi;
     strata_model_get_info(m, &mi);
     const int32_t V = mi.n_vocab;
