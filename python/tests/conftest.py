@@ -26,6 +26,32 @@ def tiny_model() -> Path:
     return shared_file("models/strata-tiny-moe-q8_0.gguf")
 
 
+def serve_health_stop(argv, env=None, cwd=None):
+    """A `strata serve` command line (argv, its port 0): started, /health asked (200), stopped with
+    SIGINT; its exit status returned."""
+    import http.client
+    import re
+    import signal
+    import subprocess
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        port = None
+        for line in p.stderr:
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                port = int(m.group(1))
+                break
+        assert port, argv
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("GET", "/health")
+        assert c.getresponse().status == 200
+        c.close()
+    finally:
+        p.send_signal(signal.SIGINT)
+        rc = p.wait(timeout=60)
+    return rc
+
+
 
 # ------------------------------------------------------------------------------------------------
 # Watchdog: a test that runs past STRATA_TEST_TIMEOUT seconds (default 600; 0 turns it off) has

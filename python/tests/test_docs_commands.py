@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, serve_health_stop
 
 CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
 MODEL = REPO / "models" / "strata-tiny-moe-q8_0.gguf"
@@ -110,29 +110,11 @@ def scratch(tmp_path_factory):
 
 def run_server(argv, env):
     """A `strata serve` line: started on a free port, /health asked, stopped with SIGINT (exit 0)."""
-    import http.client
-    import signal
     if "--port" in argv:
         argv[argv.index("--port") + 1] = "0"
     else:
         argv += ["--port", "0"]
-    p = subprocess.Popen(argv + ["--cpu", "-t", "2"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
-    try:
-        port = None
-        for line in p.stderr:
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-                break
-        assert port, argv
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        c.request("GET", "/health")
-        assert c.getresponse().status == 200
-        c.close()
-    finally:
-        p.send_signal(signal.SIGINT)
-        rc = p.wait(timeout=60)
-    assert rc == 0, argv
+    assert serve_health_stop(argv + ["--cpu", "-t", "2"], env=env, cwd=REPO) == 0, argv
 
 
 @pytest.mark.parametrize("cmd", all_commands())

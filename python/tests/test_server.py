@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, serve_health_stop
 
 CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
 if not CLI.is_file():
@@ -366,21 +366,7 @@ def test_logprobs(srv, chat_srv):
 
 
 def test_serve_flag_on_run():
-    p = subprocess.Popen([str(CLI), "run", "-m", str(TINY), "--serve", "--port", "0", "-t", "2", "--cpu"],
-                         stderr=subprocess.PIPE, text=True)
-    try:
-        port = None
-        for line in p.stderr:
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-                break
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        c.request("GET", "/health")
-        assert c.getresponse().status == 200
-    finally:
-        p.send_signal(signal.SIGINT)
-        assert p.wait(timeout=30) == 0
+    assert serve_health_stop([str(CLI), "run", "-m", str(TINY), "--serve", "--port", "0", "-t", "2", "--cpu"]) == 0
 
 
 def test_speculation_gives_the_same_text(srv):
