@@ -64,7 +64,7 @@ strata_status st_cuda_mmv_swiglu(const st_cuda_mat *Wg, const st_cuda_mat *Wu, c
  * aligned; the layout described in c/cuda/quantize.cuh). */
 strata_status st_cuda_quantize_q8_1(const float *d_x, void *d_q, int64_t n, void *stream);
 
-/* 1 if the IQ3 grids compiled into the kernels (c/cuda/iq_grids.cuh) equal the library's tables
+/* 1 if the grids and tables compiled into the kernels (c/cuda/iq_grids.cuh) equal the library's tables
  * (c/format/quant/iq_tables.c) entry by entry, else 0. Host-only; needs no GPU. */
 int st_cuda_mmv_tables_check(void);
 

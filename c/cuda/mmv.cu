@@ -447,7 +447,19 @@ extern "C" strata_status st_cuda_mmv_swiglu(const st_cuda_mat *Wg, const st_cuda
 }
 
 extern "C" int st_cuda_mmv_tables_check(void) {
-    static const uint32_t xxs[256] = {ST_IQ3XXS_GRID_DATA};
-    static const uint32_t s[512] = {ST_IQ3S_GRID_DATA};
-    return memcmp(xxs, st_iq3xxs_grid, sizeof xxs) == 0 && memcmp(s, st_iq3s_grid, sizeof s) == 0;
+#define ST_SAME(T, n, data, lib)                                                                   \
+    do {                                                                                           \
+        static const T h[n] = {data};                                                              \
+        if (memcmp(h, lib, sizeof h) != 0) return 0;                                               \
+    } while (0)
+    ST_SAME(uint32_t, 256, ST_IQ3XXS_GRID_DATA, st_iq3xxs_grid);
+    ST_SAME(uint32_t, 512, ST_IQ3S_GRID_DATA, st_iq3s_grid);
+    ST_SAME(uint64_t, 256, ST_IQ2XXS_GRID_DATA, st_iq2xxs_grid);
+    ST_SAME(uint64_t, 512, ST_IQ2XS_GRID_DATA, st_iq2xs_grid);
+    ST_SAME(uint64_t, 1024, ST_IQ2S_GRID_DATA, st_iq2s_grid);
+    ST_SAME(uint64_t, 2048, ST_IQ1S_GRID_DATA, st_iq1s_grid);
+    ST_SAME(uint8_t, 128, ST_KSIGNS_IQ2XS_DATA, st_ksigns_iq2xs);
+    ST_SAME(int8_t, 16, ST_KVALUES_MXFP4_DATA, st_kvalues_mxfp4);
+#undef ST_SAME
+    return 1;
 }

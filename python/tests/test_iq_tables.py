@@ -1,4 +1,4 @@
-"""The committed IQ lookup tables (c/format/quant/iq_tables.c) must equal what
+"""The committed IQ lookup tables (c/format/quant/iq_tables.c, c/cuda/iq_grids.cuh) must equal what
 tools/gen_iq_tables.py generates from the gguf package's arrays."""
 import pathlib
 import subprocess

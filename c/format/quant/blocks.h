@@ -81,6 +81,37 @@ typedef struct {
     uint8_t scales[QK_K / 64];    /* 4-bit scales */
 } block_iq3_s;                                                                    /* 110 */
 
+typedef struct {
+    uint16_t d;
+    uint16_t qs[QK_K / 8];        /* per 32 weights: 4 grid indices (bytes), then 4 x 7 sign bits + a 4-bit scale */
+} block_iq2_xxs;                                                                  /* 66 */
+typedef struct {
+    uint16_t d;
+    uint16_t qs[QK_K / 8];        /* per 8 weights: 9-bit grid index | 7 sign bits << 9 */
+    uint8_t scales[QK_K / 32];    /* two 4-bit scales per 32 weights */
+} block_iq2_xs;                                                                   /* 74 */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK_K / 4];         /* low 8 bits of 32 grid indices, then 32 bytes of signs */
+    uint8_t qh[QK_K / 32];        /* bits 8-9 of the indices, 2 per index */
+    uint8_t scales[QK_K / 32];    /* two 4-bit scales per 32 weights */
+} block_iq2_s;                                                                    /* 82 */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK_K / 8];         /* low 8 bits of 32 grid indices */
+    uint16_t qh[QK_K / 32];       /* per 32 weights: 4 x 3 high index bits, 3-bit scale, delta sign */
+} block_iq1_s;                                                                    /* 50 */
+typedef struct {
+    uint8_t qs[QK_K / 8];         /* low 8 bits of 32 grid indices */
+    uint8_t qh[QK_K / 16];        /* per 8 weights: 3 high index bits + delta sign (a nibble) */
+    uint8_t scales[QK_K / 32];    /* 3-bit scales; the f16 super-scale spread over their top nibbles */
+} block_iq1_m;                                                                    /* 56 */
+#define QK_MXFP4 32
+typedef struct {
+    uint8_t e;                    /* E8M0 shared exponent */
+    uint8_t qs[QK_MXFP4 / 2];     /* E2M1 codes: low nibbles weights 0-15, high nibbles 16-31 */
+} block_mxfp4;                                                                    /* 17 */
+
 #ifdef __cplusplus /* the CUDA sources include this header as C++ */
 #define ST_STATIC_ASSERT_SIZE(T, n) static_assert(sizeof(T) == (n), #T " has the wrong size")
 #else
@@ -102,5 +133,11 @@ ST_STATIC_ASSERT_SIZE(block_iq4_nl, 18);
 ST_STATIC_ASSERT_SIZE(block_iq4_xs, 136);
 ST_STATIC_ASSERT_SIZE(block_iq3_xxs, 98);
 ST_STATIC_ASSERT_SIZE(block_iq3_s, 110);
+ST_STATIC_ASSERT_SIZE(block_iq2_xxs, 66);
+ST_STATIC_ASSERT_SIZE(block_iq2_xs, 74);
+ST_STATIC_ASSERT_SIZE(block_iq2_s, 82);
+ST_STATIC_ASSERT_SIZE(block_iq1_s, 50);
+ST_STATIC_ASSERT_SIZE(block_iq1_m, 56);
+ST_STATIC_ASSERT_SIZE(block_mxfp4, 17);
 
 #endif /* STRATA_BLOCKS_H */

@@ -26,6 +26,14 @@ extern const uint32_t st_iq3xxs_grid[256];
 extern const uint32_t st_iq3s_grid[512];
 extern const uint8_t st_ksigns_iq2xs[128];
 extern const uint8_t st_kmask_iq2xs[8];
+extern const uint64_t st_iq2xxs_grid[256];  /* 8 magnitudes an entry, element k in byte k */
+extern const uint64_t st_iq2xs_grid[512];
+extern const uint64_t st_iq2s_grid[1024];
+extern const uint64_t st_iq1s_grid[2048];   /* 8 int8 values in {-1, 0, 1}, element k in byte k */
+extern const int8_t st_kvalues_mxfp4[16];   /* E2M1 code -> twice its value */
+/* IQ1_S / IQ1_M: the shift added to every grid value (its sign from the block's delta bit). */
+#define ST_IQ1S_DELTA 0.125f
+#define ST_IQ1M_DELTA 0.125f
 
 /* Unpacking of the 6-bit scales/mins of Q4_K and Q5_K: sub-block j (0..7). */
 static inline void st_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
