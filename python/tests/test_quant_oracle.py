@@ -35,6 +35,12 @@ LAYOUTS = {
     "iq4_xs": (256, 136, (0,)),
     "iq3_xxs": (256, 98, (0,)),
     "iq3_s": (256, 110, (0,)),
+    "iq2_xxs": (256, 66, (0,)),
+    "iq2_xs": (256, 74, (0,)),
+    "iq2_s": (256, 82, (0,)),
+    "iq1_s": (256, 50, (0,)),
+    "iq1_m": (256, 56, ()),  # its f16 scale is spread over the top nibbles of 4 u16 at 48
+    "mxfp4": (32, 17, ()),  # an E8M0 exponent byte, no f16
 }
 GGUF_TYPE = {name: getattr(Q, name.upper()) for name in LAYOUTS}
 N_ELEMS = 256 * 256  # several hundred blocks of every type
@@ -74,11 +80,20 @@ def random_blocks(name, n_elems, rng, wild=True):
     raw = rng.integers(0, 256, (nb, bb), dtype=np.uint8)
     for off in halves:
         raw[:, off:off + 2] = finite_halves(rng, nb, wild).view(np.uint8).reshape(nb, 2)
+    if name == "iq1_m":
+        words = raw[:, 48:56].copy().view(np.uint16)  # (nb, 4)
+        d = finite_halves(rng, nb, wild)
+        for k in range(4):  # nibble k of d into the top nibble of word k
+            words[:, k] = (words[:, k] & 0x0FFF) | (((d >> (4 * k)) & 0xF) << 12)
+        raw[:, 48:56] = words.view(np.uint8)
+    if name == "mxfp4" and not wild:  # exponents near 1 (wild: any, 2^127 * 6 included)
+        raw[:, 0] = rng.integers(112, 136, nb, dtype=np.uint8)
     return raw.reshape(-1)
 
 
 def gguf_dequant(name, raw):
-    return gq.dequantize(np.ascontiguousarray(raw), GGUF_TYPE[name]).reshape(-1).astype(np.float32)
+    with np.errstate(over="ignore"):  # MXFP4's largest exponents overflow to inf (both sides)
+        return gq.dequantize(np.ascontiguousarray(raw), GGUF_TYPE[name]).reshape(-1).astype(np.float32)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -263,7 +278,7 @@ def isa_levels():
 
 DOT_TYPES = [t for t in LAYOUTS]
 EXPECTED_ACT = {"f32": "f32", "f16": "f32", "bf16": "f32", "q4_0": "q8_0", "q4_1": "q8_0",
-                "q5_0": "q8_0", "q5_1": "q8_0", "q8_0": "q8_0", "iq4_nl": "q8_0"}
+                "q5_0": "q8_0", "q5_1": "q8_0", "q8_0": "q8_0", "iq4_nl": "q8_0", "mxfp4": "q8_0"}
 
 
 @pytest.mark.parametrize("isa", isa_levels())

@@ -325,6 +325,136 @@ static void dq_iq3_s(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* The 8 magnitudes (or IQ1 values) of a 64-bit grid entry: element k in byte k. */
+static inline int grid8(uint64_t g, int k) { return (int)(int8_t)(uint8_t)(g >> (8 * k)); }
+
+/* IQ2_XXS: per sub-block of 32 two little-endian u32 words: the first holds 4 grid indices
+ * (bytes, 8 weights each), the second four 7-bit sign indices (ksigns) and a 4-bit scale in bits
+ * 28..31. db = (d * (0.5 + scale)) * 0.25; y = (db * grid) * sign. */
+static void dq_iq2_xxs(const void *src, float *dst, int64_t n) {
+    const block_iq2_xxs *b = (const block_iq2_xxs *)src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        const float d = st_fp16_to_f32(b[i].d);
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            uint32_t aux[2];
+            memcpy(aux, b[i].qs + 4 * ib, 8);
+            const float db = d * (0.5f + (float)(aux[1] >> 28)) * 0.25f;
+            for (int k = 0; k < 4; k++) {
+                const uint64_t g = st_iq2xxs_grid[(aux[0] >> (8 * k)) & 0xFF];
+                const uint8_t signs = st_ksigns_iq2xs[(aux[1] >> (7 * k)) & 127];
+                for (int e = 0; e < 8; e++)
+                    dst[32 * ib + 8 * k + e] = db * (float)grid8(g, e) * ((signs >> e) & 1 ? -1.0f : 1.0f);
+            }
+        }
+    }
+}
+
+/* IQ2_XS: qs[m] (8 weights each) = 9-bit grid index | 7-bit sign index << 9; a 4-bit scale per
+ * 16 weights (nibble m / 2 % 2 of scales[m / 4]). db = (d * (0.5 + scale)) * 0.25. */
+static void dq_iq2_xs(const void *src, float *dst, int64_t n) {
+    const block_iq2_xs *b = (const block_iq2_xs *)src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        const float d = st_fp16_to_f32(b[i].d);
+        for (int m = 0; m < QK_K / 8; m++) {
+            const int sc = (b[i].scales[m / 4] >> (4 * ((m / 2) % 2))) & 0xF;
+            const float db = d * (0.5f + (float)sc) * 0.25f;
+            const uint64_t g = st_iq2xs_grid[b[i].qs[m] & 511];
+            const uint8_t signs = st_ksigns_iq2xs[b[i].qs[m] >> 9];
+            for (int e = 0; e < 8; e++)
+                dst[8 * m + e] = db * (float)grid8(g, e) * ((signs >> e) & 1 ? -1.0f : 1.0f);
+        }
+    }
+}
+
+/* IQ2_S: 32 grid indices of 10 bits (low 8 in qs[m], bits 8-9 = bits 2(m % 4).. of qh[m / 4]),
+ * 8 weights each; sign bit e of qs[32 + m] negates weight 8m + e; scales as IQ2_XS. */
+static void dq_iq2_s(const void *src, float *dst, int64_t n) {
+    const block_iq2_s *b = (const block_iq2_s *)src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        const float d = st_fp16_to_f32(b[i].d);
+        for (int m = 0; m < QK_K / 8; m++) {
+            const int sc = (b[i].scales[m / 4] >> (4 * ((m / 2) % 2))) & 0xF;
+            const float db = d * (0.5f + (float)sc) * 0.25f;
+            const int idx = b[i].qs[m] | (((b[i].qh[m / 4] >> (2 * (m % 4))) & 3) << 8);
+            const uint64_t g = st_iq2s_grid[idx];
+            const uint8_t signs = b[i].qs[QK_K / 8 + m];
+            for (int e = 0; e < 8; e++)
+                dst[8 * m + e] = db * (float)grid8(g, e) * ((signs >> e) & 1 ? -1.0f : 1.0f);
+        }
+    }
+}
+
+/* IQ1_S: per sub-block of 32 a u16 qh: bits 3k..3k+2 are the high bits of grid index k (low 8
+ * in qs[4ib + k], 8 weights each), bits 12..14 the scale, bit 15 the delta's sign.
+ * dl = d * (2 scale + 1); y = dl * (grid + delta), grid in {-1, 0, 1}. */
+static void dq_iq1_s(const void *src, float *dst, int64_t n) {
+    const block_iq1_s *b = (const block_iq1_s *)src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        const float d = st_fp16_to_f32(b[i].d);
+        for (int ib = 0; ib < QK_K / 32; ib++) {
+            const unsigned qh = b[i].qh[ib];
+            const float dl = d * (float)(2 * ((qh >> 12) & 7) + 1);
+            const float delta = (qh & 0x8000) ? -ST_IQ1S_DELTA : ST_IQ1S_DELTA;
+            for (int k = 0; k < 4; k++) {
+                const uint64_t g = st_iq1s_grid[b[i].qs[4 * ib + k] | (((qh >> (3 * k)) & 7) << 8)];
+                for (int e = 0; e < 8; e++) dst[32 * ib + 8 * k + e] = dl * ((float)grid8(g, e) + delta);
+            }
+        }
+    }
+}
+
+/* IQ1_M's f16 super-scale: the top nibbles of its four u16 scale words, lowest first. */
+static inline uint16_t iq1m_d(const uint8_t *scales) {
+    uint16_t sc[4];
+    memcpy(sc, scales, 8);
+    return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+}
+
+/* IQ1_M: grid index m (8 weights) = qs[m] | (nibble m % 2 of qh[m / 2]) & 7 << 8, bit 3 of that
+ * nibble the delta's sign; 3-bit scale per 16 weights j: bits 3(j % 4).. of u16 word j / 4.
+ * dl = d * (2 scale + 1); y = dl * (grid + delta). */
+static void dq_iq1_m(const void *src, float *dst, int64_t n) {
+    const block_iq1_m *b = (const block_iq1_m *)src;
+    for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        const float d = st_fp16_to_f32(iq1m_d(b[i].scales));
+        uint16_t sc[4];
+        memcpy(sc, b[i].scales, 8);
+        for (int m = 0; m < QK_K / 8; m++) {
+            const int j = m / 2;
+            const float dl = d * (float)(2 * ((sc[j / 4] >> (3 * (j % 4))) & 7) + 1);
+            const int nib = (b[i].qh[m / 2] >> (4 * (m % 2))) & 0xF;
+            const float delta = (nib & 8) ? -ST_IQ1M_DELTA : ST_IQ1M_DELTA;
+            const uint64_t g = st_iq1s_grid[b[i].qs[m] | ((nib & 7) << 8)];
+            for (int e = 0; e < 8; e++) dst[8 * m + e] = dl * ((float)grid8(g, e) + delta);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * MXFP4: 32-weight blocks, E8M0 exponent and E2M1 codes
+ * ------------------------------------------------------------------------------------------- */
+
+/* Half of 2^(e - 127) as a float, exactly (ggml's GGML_E8M0_TO_FP32_HALF): the kvalues are twice
+ * the E2M1 values. e < 2 gives a subnormal. */
+float st_e8m0_to_f32_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* y = d * kvalues[q]; weight j < 16 the low nibble of qs[j], weight j + 16 its high nibble. */
+static void dq_mxfp4(const void *src, float *dst, int64_t n) {
+    const block_mxfp4 *b = (const block_mxfp4 *)src;
+    for (int64_t i = 0; i < n / QK_MXFP4; i++, dst += QK_MXFP4) {
+        const float d = st_e8m0_to_f32_half(b[i].e);
+        for (int j = 0; j < QK_MXFP4 / 2; j++) {
+            dst[j] = d * (float)st_kvalues_mxfp4[b[i].qs[j] & 0xF];
+            dst[j + QK_MXFP4 / 2] = d * (float)st_kvalues_mxfp4[b[i].qs[j] >> 4];
+        }
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Table
  * ------------------------------------------------------------------------------------------- */
@@ -349,6 +479,12 @@ static const st_dequant_fn st_dequant_table[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_IQ4_XS] = dq_iq4_xs,
     [STRATA_TYPE_IQ3_XXS] = dq_iq3_xxs,
     [STRATA_TYPE_IQ3_S] = dq_iq3_s,
+    [STRATA_TYPE_IQ2_XXS] = dq_iq2_xxs,
+    [STRATA_TYPE_IQ2_XS] = dq_iq2_xs,
+    [STRATA_TYPE_IQ2_S] = dq_iq2_s,
+    [STRATA_TYPE_IQ1_S] = dq_iq1_s,
+    [STRATA_TYPE_IQ1_M] = dq_iq1_m,
+    [STRATA_TYPE_MXFP4] = dq_mxfp4,
 };
 
 st_dequant_fn st_dequant_get(strata_type type) {
