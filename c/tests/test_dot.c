@@ -40,12 +40,37 @@ static const dot_type dot_types[] = {
     {STRATA_TYPE_IQ4_XS, 1, {offsetof(block_iq4_xs, d), 0}},
     {STRATA_TYPE_IQ3_XXS, 1, {offsetof(block_iq3_xxs, d), 0}},
     {STRATA_TYPE_IQ3_S, 1, {offsetof(block_iq3_s, d), 0}},
+    {STRATA_TYPE_IQ2_XXS, 1, {offsetof(block_iq2_xxs, d), 0}},
+    {STRATA_TYPE_IQ2_XS, 1, {offsetof(block_iq2_xs, d), 0}},
+    {STRATA_TYPE_IQ2_S, 1, {offsetof(block_iq2_s, d), 0}},
+    {STRATA_TYPE_IQ1_S, 1, {offsetof(block_iq1_s, d), 0}},
+    {STRATA_TYPE_IQ1_M, 0, {0, 0}}, /* f16 scale in the scales' top nibbles: scale_fixup */
+    {STRATA_TYPE_MXFP4, 0, {0, 0}}, /* E8M0 exponent byte: scale_fixup */
 };
+
+/* The scales no fp16 field holds: IQ1_M's f16 spread over the top nibbles of its four u16 scale
+ * words, MXFP4's exponent byte (kept to 2^(e-127) in [2^-9, 2^9], or 2^64 when extreme). */
+static void scale_fixup(strata_type t, unsigned char *blk, float s, int extreme, test_rng *rng) {
+    if (t == STRATA_TYPE_IQ1_M) {
+        block_iq1_m *b = (block_iq1_m *)blk;
+        const uint16_t h = st_f32_to_fp16(s);
+        for (int k = 0; k < 4; k++) {
+            uint16_t w;
+            memcpy(&w, b->scales + 2 * k, 2);
+            w = (uint16_t)((w & 0x0FFF) | (((h >> (4 * k)) & 0xF) << 12));
+            memcpy(b->scales + 2 * k, &w, 2);
+        }
+    } else if (t == STRATA_TYPE_MXFP4) {
+        ((block_mxfp4 *)blk)->e = (uint8_t)(extreme ? 191 : 118 + (int)(test_rng_next(rng) % 19));
+    }
+}
 
 static void put_u16(unsigned char *p, uint16_t v) { memcpy(p, &v, 2); }
 
 /* Fills a row of n weights: random bytes with finite fp16 scales, or random values for the
- * float types. fill_byte >= 0 puts that byte everywhere instead (saturation cases). */
+ * float types. fill_byte >= 0 puts that byte everywhere instead (saturation cases);
+ * FILL_EXTREME keeps random bytes but sets every scale to the largest finite fp16. */
+#define FILL_EXTREME (-2)
 static void random_row(const dot_type *dt, int64_t n, test_rng *rng, unsigned char *row,
                        int fill_byte) {
     int64_t bytes = strata_row_bytes(dt->type, n);
@@ -61,11 +86,11 @@ static void random_row(const dot_type *dt, int64_t n, test_rng *rng, unsigned ch
     for (int64_t i = 0; i < bytes; i++)
         row[i] = fill_byte >= 0 ? (unsigned char)fill_byte : (unsigned char)test_rng_next(rng);
     int64_t bb = strata_type_block_bytes(dt->type);
-    for (int64_t b = 0; b < bytes / bb; b++)
-        for (int h = 0; h < dt->nhalf; h++) {
-            float s = fill_byte >= 0 ? 0.01f : 0.1f * test_rng_float(rng);
-            put_u16(row + b * bb + dt->half_off[h], st_f32_to_fp16(s));
-        }
+    for (int64_t b = 0; b < bytes / bb; b++) {
+        const float s = fill_byte == FILL_EXTREME ? 65504.0f : fill_byte >= 0 ? 0.01f : 0.1f * test_rng_float(rng);
+        for (int h = 0; h < dt->nhalf; h++) put_u16(row + b * bb + dt->half_off[h], st_f32_to_fp16(s));
+        scale_fixup(dt->type, row + b * bb, s, fill_byte == FILL_EXTREME, rng);
+    }
 }
 
 /* Quantizes x to the activation type of t (or copies f32) into act; dequantizes it back to xd. */
@@ -101,7 +126,7 @@ static void check_case(const dot_type *dt, int64_t n, test_rng *rng, int fill_by
     const char *tn = strata_type_name(dt->type);
     random_row(dt, n, rng, g_row, fill_byte);
     for (int64_t i = 0; i < n; i++) {
-        if (fill_byte >= 0) g_x[i] = (i % 3 == 2) ? -1.0f : 1.0f; /* quantizes to +-127 */
+        if (fill_byte >= 0 || fill_byte == FILL_EXTREME) g_x[i] = (i % 3 == 2) ? -1.0f : 1.0f; /* +-127 */
         else g_x[i] = test_rng_float(rng) * (i % 5 == 0 ? 4.0f : 1.0f);
     }
     make_act(dt->type, g_x, n, g_act, g_xd);
@@ -174,6 +199,9 @@ static void test_kernels(void) {
         check_case(dt, 2 * bs, &rng, 0xff, "bytes 0xff");
         check_case(dt, 2 * bs, &rng, 0x80, "bytes 0x80");
         check_case(dt, 8 * bs > 64 ? 8 * bs : 64, &rng, 0x77, "bytes 0x77");
+        check_case(dt, 4 * bs, &rng, 0x00, "all-zero blocks");
+        if (dt->nhalf > 0 || dt->type == STRATA_TYPE_IQ1_M || dt->type == STRATA_TYPE_MXFP4)
+            check_case(dt, 4 * bs, &rng, FILL_EXTREME, "largest scales");
     }
 }
 
@@ -282,8 +310,8 @@ static void test_args(void) {
     CHECK(strata_vec_dot(STRATA_TYPE_Q8_0, w, x, 0, &out) == STRATA_OK && out == 0.0f, "n = 0 gives 0");
     CHECK(strata_vec_dot(STRATA_TYPE_Q8_0, w, x, 64, &out) == STRATA_OK && out == 0.0f, "zero blocks");
 
-    const strata_type no_dot[] = {STRATA_TYPE_Q8_1, STRATA_TYPE_Q8_K, STRATA_TYPE_IQ2_XXS,
-                                  STRATA_TYPE_IQ1_S, STRATA_TYPE_I8, STRATA_TYPE_F64, STRATA_TYPE_MXFP4};
+    const strata_type no_dot[] = {STRATA_TYPE_Q8_1, STRATA_TYPE_Q8_K, STRATA_TYPE_TQ1_0,
+                                  STRATA_TYPE_TQ2_0, STRATA_TYPE_I8, STRATA_TYPE_F64};
     for (size_t i = 0; i < ST_ARRAY_LEN(no_dot); i++) {
         strata_type t = no_dot[i];
         CHECK(!strata_type_can_dot(t), "%s has no dot", strata_type_name(t));

@@ -154,6 +154,7 @@ strata_type strata_act_type(strata_type weight_type) {
     case STRATA_TYPE_Q5_1:
     case STRATA_TYPE_Q8_0:
     case STRATA_TYPE_IQ4_NL:
+    case STRATA_TYPE_MXFP4:
         return STRATA_TYPE_Q8_0;
     case STRATA_TYPE_Q2_K:
     case STRATA_TYPE_Q3_K:
@@ -163,6 +164,11 @@ strata_type strata_act_type(strata_type weight_type) {
     case STRATA_TYPE_IQ4_XS:
     case STRATA_TYPE_IQ3_XXS:
     case STRATA_TYPE_IQ3_S:
+    case STRATA_TYPE_IQ2_XXS:
+    case STRATA_TYPE_IQ2_XS:
+    case STRATA_TYPE_IQ2_S:
+    case STRATA_TYPE_IQ1_S:
+    case STRATA_TYPE_IQ1_M:
         return STRATA_TYPE_Q8_K;
     default:
         return STRATA_TYPE_COUNT;

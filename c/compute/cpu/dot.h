@@ -75,6 +75,8 @@ static inline void st_q8_0_prep_rows(st_q8_0_prep_fn prep, const uint8_t *src, s
 /* Each fills the entries it implements of table[STRATA_TYPE_COUNT] and leaves the rest alone. */
 void st_dot_register_scalar(st_vec_dot_fn *table);
 void st_dot_register_avx2(st_vec_dot_fn *table);
+void st_dot_register_avx2_iq(st_vec_dot_fn *table);   /* IQ2, IQ1, MXFP4 (dot_avx2_iq.c) */
+void st_dot_register_avx512_iq(st_vec_dot_fn *table); /* IQ2, IQ1, MXFP4 (dot_avx512_iq.c) */
 void st_dot_register_avx512(st_vec_dot_fn *table);
 void st_dotn_register_avx2(st_vec_dot_n_fn *table);
 void st_dotn_register_avx512(st_vec_dot_n_fn *table);

@@ -677,4 +677,5 @@ void st_dot_register_avx2(st_vec_dot_fn *table) {
     table[STRATA_TYPE_IQ4_XS] = dot_iq4_xs;
     table[STRATA_TYPE_IQ3_XXS] = dot_iq3_xxs;
     table[STRATA_TYPE_IQ3_S] = dot_iq3_s;
+    st_dot_register_avx2_iq(table);
 }

@@ -18,6 +18,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Q8_0 / Q4_0's float steps: block b's exact sum S_b with scale d_w * d_x into accumulator
  * b mod 16 (acc_k = fma(S_b, scale, acc_k), blocks in order), then st_dot_sum16_tree. */
@@ -151,6 +152,20 @@ static void dot_iq4_nl(int64_t n, float *out, const void *w, const void *xq) {
         int8_t q[32];
         for (int i = 0; i < 32; i++) q[i] = st_kvalues_iq4nl[nibble32(b[ib].qs, i)];
         float d = st_fp16_to_f32(b[ib].d) * st_fp16_to_f32(x[ib].d);
+        sum += (double)d * isum32(q, x[ib].qs);
+    }
+    *out = (float)sum;
+}
+
+/* MXFP4: doubled E2M1 kvalues, scale half of 2^(e - 127). */
+static void dot_mxfp4(int64_t n, float *out, const void *w, const void *xq) {
+    const block_mxfp4 *b = w;
+    const block_q8_0 *x = xq;
+    double sum = 0.0;
+    for (int64_t ib = 0; ib < n / QK_MXFP4; ib++) {
+        int8_t q[32];
+        for (int i = 0; i < 32; i++) q[i] = st_kvalues_mxfp4[nibble32(b[ib].qs, i)];
+        float d = st_e8m0_to_f32_half(b[ib].e) * st_fp16_to_f32(x[ib].d);
         sum += (double)d * isum32(q, x[ib].qs);
     }
     *out = (float)sum;
@@ -390,6 +405,131 @@ static void dot_iq3_s(int64_t n, float *out, const void *w, const void *xq) {
     *out = (float)sum;
 }
 
+/* IQ2 / IQ1 grid entries hold 8 values, element k in byte k (IQ1's as int8 -1, 0, 1). */
+static int grid8_byte(uint64_t g, int k) { return (int)(int8_t)(uint8_t)(g >> (8 * k)); }
+
+/* 8 signed weights from a grid entry and a sign byte (bit k set: weight k negative). */
+static void iq_signed8(uint64_t g, unsigned signs, int8_t *q) {
+    for (int k = 0; k < 8; k++) {
+        const int mag = grid8_byte(g, k);
+        q[k] = (int8_t)((signs >> k) & 1 ? -mag : mag);
+    }
+}
+
+/* IQ2_XXS: weight scale d * (2s + 1) / 8 per 32 weights (see dequant.c for the layout). */
+static void dot_iq2_xxs(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq2_xxs *b = w;
+    const block_q8_K *x = xq;
+    double sum = 0.0;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        int32_t s = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint32_t a0 = (uint32_t)b[ib].qs[4 * j] | (uint32_t)b[ib].qs[4 * j + 1] << 16;
+            const uint32_t a1 = (uint32_t)b[ib].qs[4 * j + 2] | (uint32_t)b[ib].qs[4 * j + 3] << 16;
+            int8_t q[32];
+            for (int g = 0; g < 4; g++)
+                iq_signed8(st_iq2xxs_grid[(a0 >> (8 * g)) & 0xFF], st_ksigns_iq2xs[(a1 >> (7 * g)) & 127], q + 8 * g);
+            s += (int32_t)(2 * (a1 >> 28) + 1) * isum(q, x[ib].qs + 32 * j, 32);
+        }
+        sum += (double)(st_fp16_to_f32(b[ib].d) * x[ib].d) * 0.125 * s;
+    }
+    *out = (float)sum;
+}
+
+/* IQ2_XS / IQ2_S: 4-bit scale per 16 weights, weight scale d * (2s + 1) / 8. */
+static void dot_iq2_xs(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq2_xs *b = w;
+    const block_q8_K *x = xq;
+    double sum = 0.0;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        int32_t s = 0;
+        for (int h = 0; h < 16; h++) { /* 16 weights: grid entries 2h, 2h + 1 */
+            int8_t q[16];
+            for (int t = 0; t < 2; t++) {
+                const uint16_t v = b[ib].qs[2 * h + t];
+                iq_signed8(st_iq2xs_grid[v & 511], st_ksigns_iq2xs[v >> 9], q + 8 * t);
+            }
+            const int ls = 2 * ((b[ib].scales[h / 2] >> (4 * (h % 2))) & 0xF) + 1;
+            s += ls * isum(q, x[ib].qs + 16 * h, 16);
+        }
+        sum += (double)(st_fp16_to_f32(b[ib].d) * x[ib].d) * 0.125 * s;
+    }
+    *out = (float)sum;
+}
+
+static void dot_iq2_s(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq2_s *b = w;
+    const block_q8_K *x = xq;
+    double sum = 0.0;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        int32_t s = 0;
+        for (int h = 0; h < 16; h++) {
+            int8_t q[16];
+            for (int t = 0; t < 2; t++) {
+                const int m = 2 * h + t; /* 10-bit index; signs in qs[32 + m] */
+                const int gi = b[ib].qs[m] | (((b[ib].qh[m / 4] >> (2 * (m % 4))) & 3) << 8);
+                iq_signed8(st_iq2s_grid[gi], b[ib].qs[QK_K / 8 + m], q + 8 * t);
+            }
+            const int ls = 2 * ((b[ib].scales[h / 2] >> (4 * (h % 2))) & 0xF) + 1;
+            s += ls * isum(q, x[ib].qs + 16 * h, 16);
+        }
+        sum += (double)(st_fp16_to_f32(b[ib].d) * x[ib].d) * 0.125 * s;
+    }
+    *out = (float)sum;
+}
+
+/* IQ1_S: sum_ib ls (grid . x) + delta * sum_ib ls sign_ib sum(x of ib), delta = 1/8. */
+static void dot_iq1_s(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq1_s *b = w;
+    const block_q8_K *x = xq;
+    double sum = 0.0;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        int32_t s = 0, sd = 0;
+        for (int j = 0; j < 8; j++) {
+            const unsigned qh = b[ib].qh[j];
+            int8_t q[32];
+            for (int g = 0; g < 4; g++)
+                iq_signed8(st_iq1s_grid[b[ib].qs[4 * j + g] | (((qh >> (3 * g)) & 7) << 8)], 0, q + 8 * g);
+            const int ls = 2 * (int)((qh >> 12) & 7) + 1;
+            s += ls * isum(q, x[ib].qs + 32 * j, 32);
+            sd += ls * ((qh & 0x8000) ? -1 : 1) * (x[ib].bsums[2 * j] + x[ib].bsums[2 * j + 1]);
+        }
+        sum += (double)(st_fp16_to_f32(b[ib].d) * x[ib].d) * ((double)s + (double)ST_IQ1S_DELTA * sd);
+    }
+    *out = (float)sum;
+}
+
+/* IQ1_M: 3-bit scale per 16 weights, delta sign per 8; the f16 scale in the scales' top nibbles. */
+static void dot_iq1_m(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq1_m *b = w;
+    const block_q8_K *x = xq;
+    double sum = 0.0;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        uint16_t sc[4];
+        memcpy(sc, b[ib].scales, 8);
+        const uint16_t d16 = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) |
+                                        (sc[3] & 0xF000));
+        int32_t s = 0, sd = 0;
+        for (int h = 0; h < 16; h++) {
+            int8_t q[16];
+            int32_t dsum = 0;
+            for (int t = 0; t < 2; t++) {
+                const int m = 2 * h + t;
+                const int nib = (b[ib].qh[m / 2] >> (4 * (m % 2))) & 0xF;
+                iq_signed8(st_iq1s_grid[b[ib].qs[m] | ((nib & 7) << 8)], 0, q + 8 * t);
+                int32_t ys = 0;
+                for (int k = 0; k < 8; k++) ys += x[ib].qs[8 * m + k];
+                dsum += (nib & 8) ? -ys : ys;
+            }
+            const int ls = 2 * ((sc[h / 4] >> (3 * (h % 4))) & 7) + 1;
+            s += ls * isum(q, x[ib].qs + 16 * h, 16);
+            sd += ls * dsum;
+        }
+        sum += (double)(st_fp16_to_f32(d16) * x[ib].d) * ((double)s + (double)ST_IQ1M_DELTA * sd);
+    }
+    *out = (float)sum;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Registration
  * ------------------------------------------------------------------------------------------- */
@@ -412,4 +552,10 @@ void st_dot_register_scalar(st_vec_dot_fn *table) {
     table[STRATA_TYPE_IQ4_XS] = dot_iq4_xs;
     table[STRATA_TYPE_IQ3_XXS] = dot_iq3_xxs;
     table[STRATA_TYPE_IQ3_S] = dot_iq3_s;
+    table[STRATA_TYPE_IQ2_XXS] = dot_iq2_xxs;
+    table[STRATA_TYPE_IQ2_XS] = dot_iq2_xs;
+    table[STRATA_TYPE_IQ2_S] = dot_iq2_s;
+    table[STRATA_TYPE_IQ1_S] = dot_iq1_s;
+    table[STRATA_TYPE_IQ1_M] = dot_iq1_m;
+    table[STRATA_TYPE_MXFP4] = dot_mxfp4;
 }

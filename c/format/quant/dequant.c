@@ -434,15 +434,6 @@ static void dq_iq1_m(const void *src, float *dst, int64_t n) {
  * MXFP4: 32-weight blocks, E8M0 exponent and E2M1 codes
  * ------------------------------------------------------------------------------------------- */
 
-/* Half of 2^(e - 127) as a float, exactly (ggml's GGML_E8M0_TO_FP32_HALF): the kvalues are twice
- * the E2M1 values. e < 2 gives a subnormal. */
-float st_e8m0_to_f32_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 /* y = d * kvalues[q]; weight j < 16 the low nibble of qs[j], weight j + 16 its high nibble. */
 static void dq_mxfp4(const void *src, float *dst, int64_t n) {
     const block_mxfp4 *b = (const block_mxfp4 *)src;

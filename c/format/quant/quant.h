@@ -34,8 +34,13 @@ extern const int8_t st_kvalues_mxfp4[16];   /* E2M1 code -> twice its value */
 /* IQ1_S / IQ1_M: the shift added to every grid value (its sign from the block's delta bit). */
 #define ST_IQ1S_DELTA 0.125f
 #define ST_IQ1M_DELTA 0.125f
-/* MXFP4's scale: half of 2^(e - 127) (ggml's GGML_E8M0_TO_FP32_HALF; dequant.c). */
-float st_e8m0_to_f32_half(uint8_t e);
+/* MXFP4's scale: half of 2^(e - 127) as a float, exactly (ggml's GGML_E8M0_TO_FP32_HALF; the
+ * kvalues are twice the E2M1 values). e < 2 gives a subnormal. */
+static inline float st_e8m0_to_f32_half(uint8_t e) {
+    union { uint32_t u; float f; } v;
+    v.u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return v.f;
+}
 
 /* Unpacking of the 6-bit scales/mins of Q4_K and Q5_K: sub-block j (0..7). */
 static inline void st_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
