@@ -1,5 +1,5 @@
 /* test_isa_avx512.c - checks the AVX-512 dot-product kernels (dot_avx512.c) against the scalar
- * reference kernels (dot_scalar.c), type by type.
+ * reference kernels (dot_scalar.c), type by type (dot_avx512_iq.c's IQ2 / IQ1 / MXFP4 included).
  *
  * On a CPU without AVX-512 F/BW/VL/DQ/VNNI it only checks that no AVX-512 kernel is registered
  * (the dispatcher must never hand them out there) and skips the numeric part. Elsewhere, for every
@@ -70,7 +70,23 @@ static const int *half_fields(strata_type t) {
     case STRATA_TYPE_Q2_K: return q2k;
     case STRATA_TYPE_Q3_K: return q3k;
     case STRATA_TYPE_Q6_K: return q6k;
+    case STRATA_TYPE_IQ1_M: case STRATA_TYPE_MXFP4: return d0 + 1; /* none: see other_scales */
     default: return d0; /* Q4_0 Q5_0 Q8_0 IQ4_NL IQ4_XS IQ3_XXS IQ3_S: d first */
+    }
+}
+
+/* The scales no fp16 field holds: IQ1_M's f16 in the top nibbles of its four u16 scale words,
+ * MXFP4's E8M0 exponent (kept within 2^-10 .. 2^8). */
+static void other_scales(test_rng *r, strata_type t, uint8_t *blk) {
+    if (t == STRATA_TYPE_IQ1_M) {
+        const uint16_t h = rand_scale(r);
+        uint8_t *sc = ((block_iq1_m *)blk)->scales;
+        for (int k = 0; k < 4; k++) {
+            const uint16_t v = (uint16_t)((sc[2 * k] | sc[2 * k + 1] << 8) & 0x0FFF);
+            put_u16(sc + 2 * k, (uint16_t)(v | ((h >> (4 * k)) & 0xF) << 12));
+        }
+    } else if (t == STRATA_TYPE_MXFP4) {
+        ((block_mxfp4 *)blk)->e = (uint8_t)(117 + test_rng_next(r) % 19);
     }
 }
 
@@ -88,8 +104,10 @@ static void make_weights(test_rng *r, strata_type t, int64_t n, uint8_t *w, floa
         for (int64_t i = 0; i < bytes; i++) w[i] = (uint8_t)test_rng_next(r);
         const int64_t bb = strata_type_block_bytes(t), nb = bytes / bb;
         const int *f = half_fields(t);
-        for (int64_t b = 0; b < nb; b++)
+        for (int64_t b = 0; b < nb; b++) {
             for (int k = 0; f[k] >= 0; k++) put_u16(w + b * bb + f[k], rand_scale(r));
+            other_scales(r, t, w + b * bb);
+        }
     }
     st_dequant_get(t)(w, wf, n);
 }
@@ -140,7 +158,8 @@ static const strata_type kTypes[] = {
     STRATA_TYPE_Q4_K, STRATA_TYPE_Q8_0, STRATA_TYPE_Q6_K, STRATA_TYPE_Q5_K, STRATA_TYPE_F16,
     STRATA_TYPE_F32, STRATA_TYPE_BF16, STRATA_TYPE_Q4_0, STRATA_TYPE_IQ4_XS, STRATA_TYPE_IQ4_NL,
     STRATA_TYPE_Q3_K, STRATA_TYPE_Q2_K, STRATA_TYPE_Q5_0, STRATA_TYPE_Q5_1, STRATA_TYPE_Q4_1,
-    STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ3_XXS,
+    STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ2_XS,
+    STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4,
 };
 
 /* Compares the two kernels for one type on one length; returns the max relative error seen. */

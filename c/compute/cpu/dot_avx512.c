@@ -11,6 +11,8 @@
  *   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL                  -> block_q8_0 (Q4_1/Q5_1 min term:
  *                                                            m * d_x * sum(q_x) per block)
  *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ3_XXS, IQ3_S  -> block_q8_K (bsums give min/offset terms)
+ * and, in dot_avx512_iq.c (registered from here), IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M -> block_q8_K
+ * and MXFP4 -> block_q8_0.
  *
  * Integer scheme. Both byte multiplies take unsigned bytes first and signed bytes second:
  *   vpdpbusd  _mm512_dpbusd_epi32(acc, u8, s8): acc += sum of 4 adjacent u*s, exact (no saturation);
@@ -45,11 +47,6 @@ static inline __m512i st_idx_g32(int t) { return st_halves_epi16(2 * t, 2 * t + 
 static inline __m512i st_idx_g16(int t) {
     return _mm512_add_epi16(_mm512_loadu_si512((const void *)st_idx_g16_base),
                             _mm512_set1_epi16((short)(4 * t)));
-}
-
-/* 8 int32 (from a 256-bit madd) -> 512 bits with zeros above, as floats. */
-static inline __m512 st_cvt256_ps(__m256i v) {
-    return _mm512_cvtepi32_ps(_mm512_zextsi256_si512(v));
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -479,12 +476,6 @@ ST_DEFINE_PAIR_KERNEL(st_dot_q5_1_avx512, block_q5_1, QK5_1, st_pair_q5_1)
  * (vpmaddwd), scaled into a second float accumulator (accm) that is subtracted at the end.
  * ------------------------------------------------------------------------------------------- */
 
-static inline __m512i st_q8_K_x(const block_q8_K *y, int t) {
-    return _mm512_loadu_si512((const void *)(y->qs + 64 * t));
-}
-static inline __m256i st_q8_K_bsums(const block_q8_K *y) {
-    return _mm256_loadu_si256((const __m256i *)y->bsums);
-}
 
 
 /* Q4_K / Q5_K arithmetic (the AMX tiles, dot_amx.c, compute the same, so every path gives the
@@ -817,8 +808,6 @@ static void st_dot_q3_K_avx512(int64_t n, float *out, const void *w, const void 
  * vpmaddubsw, so they use vpdpbusd and scale the int32 lanes with vpmulld: ls holds the 8
  * per-32-weight scales as int32; the offset term OFF * sum_ib ls_ib * sum(x of ib) runs on bsums
  * with the scales duplicated per 16 weights (ls16). */
-static inline __m512i st_idx32_g32(int t) { return st_halves_epi32(2 * t, 2 * t + 1); }
-
 static inline void st_iq_scales(__m256i ls, const block_q8_K *y, __m512i *scv, __m256i *oprod) {
     /* int16 lanes 2ib and 2ib+1 both = ls[ib] (|ls| < 2^15) */
     const __m256i ls16 = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)),
@@ -867,25 +856,6 @@ static void st_dot_iq4_xs_avx512(int64_t n, float *out, const void *w, const voi
         accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(128.0f * dd), accm);
     }
     *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
-}
-
-/* Grid magnitudes g (0..62) with sign mask k -> u = 64 + (k ? -g : g), unsigned 2..126. */
-static inline __m512i st_signed_grid_u8(__m512i g, __mmask64 k) {
-    const __m512i c64 = _mm512_set1_epi8(64);
-    return _mm512_mask_sub_epi8(_mm512_add_epi8(g, c64), k, c64, g);
-}
-
-/* The 4 sign bytes of an IQ3_XXS word (bits 0..27: four 7-bit fields), in bytes 0..3: each is
- * the field plus an 8th bit making the byte's parity even (the ksigns_iq2xs table, computed). */
-static inline uint64_t st_iq3xxs_signs(uint32_t w0, uint32_t w1) {
-    const uint64_t s = (uint64_t)((w0 & 0x7Fu) | ((w0 << 1) & 0x7F00u) | ((w0 << 2) & 0x7F0000u) |
-                                  ((w0 << 3) & 0x7F000000u)) |
-                       (uint64_t)((w1 & 0x7Fu) | ((w1 << 1) & 0x7F00u) | ((w1 << 2) & 0x7F0000u) |
-                                  ((w1 << 3) & 0x7F000000u)) << 32;
-    uint64_t p = s ^ (s >> 4); /* bit 0 of each byte ends as the byte's parity */
-    p ^= p >> 2;
-    p ^= p >> 1;
-    return s | ((p & 0x0101010101010101ull) << 7);
 }
 
 /* IQ3_XXS: per 32 weights (sub-block ib): 8 grid indices qs[8ib..8ib+7] (4 weights each) and a
@@ -1002,4 +972,5 @@ void st_dot_register_avx512(st_vec_dot_fn *table) {
     table[STRATA_TYPE_IQ4_XS] = st_dot_iq4_xs_avx512;
     table[STRATA_TYPE_IQ3_XXS] = st_dot_iq3_xxs_avx512;
     table[STRATA_TYPE_IQ3_S] = st_dot_iq3_s_avx512;
+    st_dot_register_avx512_iq(table);
 }

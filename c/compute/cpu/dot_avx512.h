@@ -1,5 +1,6 @@
 /* dot_avx512.h - inline AVX-512 helpers shared by the files compiled with the AVX-512 flags
- * (dot_avx512.c, dot_amx.c): half-vector constants, nibble unpacking, the K-quant 6-bit scales.
+ * (dot_avx512.c, dot_avx512_iq.c, dot_amx.c): half-vector constants, nibble unpacking, the K-quant
+ * 6-bit scales, the q8_K loads and the IQ grid-sign helpers.
  * Include only from such files: every function here needs AVX-512 F/BW/VL and F16C. */
 #ifndef STRATA_DOT_AVX512_H
 #define STRATA_DOT_AVX512_H
@@ -94,6 +95,43 @@ static inline __m512i st_q6_K_u(const block_q6_K *b, int t, const __m512i sh[2])
     const __m512i qh = st_bcast_256(b->qh + 32 * h);
     const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, sh[s]), _mm512_set1_epi8(0x03));
     return _mm512_or_si512(lo, _mm512_slli_epi16(hi, 4));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Shared by the q8_K-activation kernels of dot_avx512.c and dot_avx512_iq.c
+ * ------------------------------------------------------------------------------------------- */
+
+/* 8 int32 (from a 256-bit madd) -> 512 bits with zeros above, as floats. */
+static inline __m512 st_cvt256_ps(__m256i v) {
+    return _mm512_cvtepi32_ps(_mm512_zextsi256_si512(v));
+}
+
+static inline __m512i st_q8_K_x(const block_q8_K *y, int t) {
+    return _mm512_loadu_si512((const void *)(y->qs + 64 * t));
+}
+static inline __m256i st_q8_K_bsums(const block_q8_K *y) {
+    return _mm256_loadu_si256((const __m256i *)y->bsums);
+}
+
+static inline __m512i st_idx32_g32(int t) { return st_halves_epi32(2 * t, 2 * t + 1); }
+
+/* Grid magnitudes g (0..62) with sign mask k -> u = 64 + (k ? -g : g), unsigned 2..126. */
+static inline __m512i st_signed_grid_u8(__m512i g, __mmask64 k) {
+    const __m512i c64 = _mm512_set1_epi8(64);
+    return _mm512_mask_sub_epi8(_mm512_add_epi8(g, c64), k, c64, g);
+}
+
+/* The 4 sign bytes of an IQ3_XXS word (bits 0..27: four 7-bit fields), in bytes 0..3: each is
+ * the field plus an 8th bit making the byte's parity even (the ksigns_iq2xs table, computed). */
+static inline uint64_t st_iq3xxs_signs(uint32_t w0, uint32_t w1) {
+    const uint64_t s = (uint64_t)((w0 & 0x7Fu) | ((w0 << 1) & 0x7F00u) | ((w0 << 2) & 0x7F0000u) |
+                                  ((w0 << 3) & 0x7F000000u)) |
+                       (uint64_t)((w1 & 0x7Fu) | ((w1 << 1) & 0x7F00u) | ((w1 << 2) & 0x7F0000u) |
+                                  ((w1 << 3) & 0x7F000000u)) << 32;
+    uint64_t p = s ^ (s >> 4); /* bit 0 of each byte ends as the byte's parity */
+    p ^= p >> 2;
+    p ^= p >> 1;
+    return s | ((p & 0x0101010101010101ull) << 7);
 }
 
 #endif /* STRATA_DOT_AVX512_H */

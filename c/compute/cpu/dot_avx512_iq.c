@@ -1,0 +1,231 @@
+/* dot_avx512_iq.c - AVX-512 dot-product kernels of the 2- and 1-bit IQ types (IQ2_XXS, IQ2_XS,
+ * IQ2_S, IQ1_S, IQ1_M; q8_K activations) and of MXFP4 (q8_0 activations). Compiled with the
+ * AVX-512 flags (the Makefile keys on "_avx512" in the name); registered by
+ * st_dot_register_avx512 (dot_avx512.c), so entered only on a CPU with every extension that
+ * level needs. Grid decoding after ggml's x86 kernels (ggml/src/ggml-cpu/arch/x86/quants.c, MIT).
+ *
+ * Integer scheme as dot_avx512.c's IQ3 kernels: each step t takes 64 weights (two 32-weight
+ * sub-blocks; eight 8-byte grid entries gathered by vpgatherdq), brought to unsigned bytes
+ * u = OFF + w (IQ2: OFF 64, |w| <= 43; IQ1: w = 8 * (grid + delta) = 8 grid +- 1, OFF 16),
+ * vpdpbusd(u, x) exact, each int32 lane (4 weights) times its 16-weight scale (vpmulld), and
+ * the offset OFF * sum_g ls_g * bsum_g (vpmaddwd on the bsums) subtracted through a second float
+ * accumulator. Exact for every activation byte, -128 included. */
+#include "dot_avx512.h"
+
+/* Per-16-weight scales of one super-block (int32 ls[16]) -> the per-lane scale vector of step t
+ * (lane l covers weights 64t + 4l .. 64t + 4l + 3, scale 4t + l / 4) is
+ * permutexvar(st_iq16_idx(t), scv); oprod: 8 int32 whose sum is sum_g ls_g * bsum_g. */
+static inline __m512i st_iq16_idx(int t) {
+    return _mm512_add_epi32(_mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2),
+                            _mm512_set1_epi32(4 * t));
+}
+static inline void st_iq16_scales(const int32_t ls[16], const block_q8_K *y, __m512i *scv, __m256i *oprod) {
+    *scv = _mm512_loadu_si512((const void *)ls);
+    const __m256i ls16 = _mm512_cvtepi32_epi16(*scv);
+    *oprod = _mm256_madd_epi16(st_q8_K_bsums(y), ls16);
+}
+
+/* One super-block's sums: isum (16 int32, sum ls * u * x) from the 4 steps' u vectors. */
+static inline __m512i st_iq16_isum(const __m512i u[4], __m512i scv, const block_q8_K *y) {
+    const __m512i z = _mm512_setzero_si512();
+    __m512i isum = z;
+    for (int t = 0; t < 4; t++) {
+        const __m512i p = _mm512_dpbusd_epi32(z, u[t], st_q8_K_x(y, t));
+        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(st_iq16_idx(t), scv)));
+    }
+    return isum;
+}
+
+/* Eight grid entries (8 bytes each) at the int32 indices gi. */
+static inline __m512i st_grid8(const uint64_t *grid, __m256i gi) {
+    return _mm512_i32gather_epi64(gi, (const void *)grid, 8);
+}
+
+/* The common tail: acc += isum * dd, accm += oprod * off * dd. */
+static inline void st_iq_accum(__m512i isum, __m256i oprod, float dd, float off, __m512 *acc, __m512 *accm) {
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_set1_ps(dd), *acc);
+    *accm = _mm512_fmadd_ps(st_cvt256_ps(oprod), _mm512_set1_ps(off * dd), *accm);
+}
+
+/* IQ2_XXS: per sub-block two u32: 4 grid-index bytes, then 4 x 7 sign bits and the scale (the
+ * IQ3_XXS sign-word layout); w = d * (2s + 1) / 8 * grid * sign. */
+static void st_dot_iq2_xxs_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq2_xxs *b = (const block_iq2_xxs *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, b++, y++) {
+        uint32_t a[16];
+        memcpy(a, b->qs, sizeof a);
+        int32_t ls[16];
+        for (int j = 0; j < 8; j++) ls[2 * j] = ls[2 * j + 1] = (int32_t)(2 * (a[2 * j + 1] >> 28) + 1);
+        __m512i u[4];
+        for (int t = 0; t < 4; t++) {
+            const __m256i gi = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)a[4 * t], (int)a[4 * t + 2], 0, 0));
+            u[t] = st_signed_grid_u8(st_grid8(st_iq2xxs_grid, gi), _cvtu64_mask64(st_iq3xxs_signs(a[4 * t + 1], a[4 * t + 3])));
+        }
+        __m512i scv;
+        __m256i oprod;
+        st_iq16_scales(ls, y, &scv, &oprod);
+        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* The 4-bit scales of IQ2_XS / IQ2_S, two per byte, as 2s + 1. */
+static inline void st_iq2_ls16(const uint8_t *scales, int32_t ls[16]) {
+    for (int j = 0; j < 8; j++) {
+        ls[2 * j] = 2 * (scales[j] & 15) + 1;
+        ls[2 * j + 1] = 2 * (scales[j] >> 4) + 1;
+    }
+}
+
+/* IQ2_XS: per 8 weights a u16: 9-bit grid index | 7-bit sign index (ksigns) << 9. */
+static void st_dot_iq2_xs_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq2_xs *b = (const block_iq2_xs *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, b++, y++) {
+        int32_t ls[16];
+        st_iq2_ls16(b->scales, ls);
+        __m512i u[4];
+        for (int t = 0; t < 4; t++) {
+            const uint16_t *q = b->qs + 8 * t;
+            const __m256i qv = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)q));
+            uint64_t sg = 0;
+            for (int k = 0; k < 8; k++) sg |= (uint64_t)st_ksigns_iq2xs[q[k] >> 9] << (8 * k);
+            const __m512i g = st_grid8(st_iq2xs_grid, _mm256_and_si256(qv, _mm256_set1_epi32(511)));
+            u[t] = st_signed_grid_u8(g, _cvtu64_mask64(sg));
+        }
+        __m512i scv;
+        __m256i oprod;
+        st_iq16_scales(ls, y, &scv, &oprod);
+        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* IQ2_S: 10-bit grid indices (bits 8-9 two per qh byte), one sign bit per weight. */
+static void st_dot_iq2_s_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq2_s *b = (const block_iq2_s *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, b++, y++) {
+        int32_t ls[16];
+        st_iq2_ls16(b->scales, ls);
+        __m512i u[4];
+        for (int t = 0; t < 4; t++) {
+            /* entries 8t + k: low 8 bits qs[8t + k], bits 8-9 = bits 2k.. of qh[2t] | qh[2t+1] << 8 */
+            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * t)));
+            const __m256i hv = _mm256_set1_epi32(b->qh[2 * t] | b->qh[2 * t + 1] << 8);
+            const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(hv, sh), _mm256_set1_epi32(3));
+            const __m256i gi = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8));
+            uint64_t sg;
+            memcpy(&sg, b->qs + QK_K / 8 + 8 * t, 8);
+            u[t] = st_signed_grid_u8(st_grid8(st_iq2s_grid, gi), _cvtu64_mask64(sg));
+        }
+        __m512i scv;
+        __m256i oprod;
+        st_iq16_scales(ls, y, &scv, &oprod);
+        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* IQ1 grid entries (bytes -1, 0, 1) and per-8-weight bytes c = 16 +- 1 -> u = 8 grid + c (7..25). */
+static inline __m512i st_iq1_u(__m512i g, __m512i c) {
+    const __m512i g2 = _mm512_add_epi8(g, g), g4 = _mm512_add_epi8(g2, g2);
+    return _mm512_add_epi8(_mm512_add_epi8(g4, g4), c);
+}
+
+/* IQ1_S: per sub-block a u16 qh: 4 x 3 high index bits, a 3-bit scale, the delta's sign. */
+static void st_dot_iq1_s_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq1_s *b = (const block_iq1_s *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, b++, y++) {
+        int32_t ls[16];
+        for (int j = 0; j < 8; j++) ls[2 * j] = ls[2 * j + 1] = 2 * ((b->qh[j] >> 12) & 7) + 1;
+        __m512i u[4];
+        for (int t = 0; t < 4; t++) {
+            const unsigned h0 = b->qh[2 * t], h1 = b->qh[2 * t + 1];
+            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * t)));
+            const __m256i hv = _mm256_setr_epi32((int)h0, (int)h0, (int)h0, (int)h0, (int)h1, (int)h1, (int)h1, (int)h1);
+            const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(hv, sh), _mm256_set1_epi32(7));
+            const __m512i g = st_grid8(st_iq1s_grid, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
+            u[t] = st_iq1_u(g, st_halves_epi8(h0 & 0x8000 ? 15 : 17, h1 & 0x8000 ? 15 : 17));
+        }
+        __m512i scv;
+        __m256i oprod;
+        st_iq16_scales(ls, y, &scv, &oprod);
+        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(b->d), 16.0f, &acc, &accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* IQ1_M: per 8 weights a nibble (3 high index bits, the delta's sign); 3-bit scales per 16
+ * weights, 4 per u16 word whose top nibbles hold the f16 super-scale. */
+static void st_dot_iq1_m_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_iq1_m *b = (const block_iq1_m *)w;
+    const block_q8_K *y = (const block_q8_K *)xq;
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++, b++, y++) {
+        uint16_t s[4];
+        memcpy(s, b->scales, 8);
+        const uint16_t d16 = (uint16_t)((s[0] >> 12) | ((s[1] >> 8) & 0x00F0) | ((s[2] >> 4) & 0x0F00) | (s[3] & 0xF000));
+        int32_t ls[16];
+        for (int j = 0; j < 16; j++) ls[j] = 2 * ((s[j / 4] >> (3 * (j % 4))) & 7) + 1;
+        __m512i u[4];
+        for (int t = 0; t < 4; t++) {
+            const uint32_t hh = st_load_u32(b->qh + 4 * t); /* nibble k: entry 8t + k */
+            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * t)));
+            const __m256i nib = _mm256_srlv_epi32(_mm256_set1_epi32((int)hh), sh);
+            const __m256i gi = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
+            /* c = 17 - 2 * (delta bit) per 8 weights: each int32 lane widened to 8 equal bytes */
+            const __m256i dbit = _mm256_and_si256(_mm256_srli_epi32(nib, 3), _mm256_set1_epi32(1));
+            const __m512i c64 = _mm512_mullo_epi64(_mm512_cvtepu32_epi64(_mm256_sub_epi32(_mm256_set1_epi32(17),
+                                                                                         _mm256_add_epi32(dbit, dbit))),
+                                                   _mm512_set1_epi64(0x0101010101010101LL));
+            u[t] = st_iq1_u(st_grid8(st_iq1s_grid, gi), c64);
+        }
+        __m512i scv;
+        __m256i oprod;
+        st_iq16_scales(ls, y, &scv, &oprod);
+        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(d16), 16.0f, &acc, &accm);
+    }
+    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+}
+
+/* MXFP4: two 32-weight blocks a step; u = kvalue + 16 (4..28) by table, vpdpbusd against the two
+ * q8_0 blocks, minus 16 * sum(x) (vpdpbusd of 16s), one float scale per half. */
+static void st_dot_mxfp4_avx512(int64_t n, float *out, const void *w, const void *xq) {
+    const block_mxfp4 *b = (const block_mxfp4 *)w;
+    const block_q8_0 *y = (const block_q8_0 *)xq;
+    const int64_t nb = n / QK_MXFP4;
+    const __m512i z = _mm512_setzero_si512(), c16 = _mm512_set1_epi8(16);
+    const __m128i t8 = _mm_add_epi8(_mm_loadu_si128((const __m128i *)st_kvalues_mxfp4), _mm_set1_epi8(16));
+    const __m512i table = _mm512_broadcast_i32x4(t8);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i += 2) {
+        const int has2 = i + 1 < nb;
+        const __m512i nib = st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL);
+        const __m512i x = st_load_2x256(y[i].qs, has2 ? y[i + 1].qs : NULL);
+        const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, _mm512_shuffle_epi8(table, nib), x),
+                                           _mm512_dpbusd_epi32(z, c16, x));
+        const float d0 = st_e8m0_to_f32_half(b[i].e) * st_h2f(y[i].d);
+        const float d1 = has2 ? st_e8m0_to_f32_half(b[i + 1].e) * st_h2f(y[i + 1].d) : 0.0f;
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), st_halves_ps(d0, d1), acc);
+    }
+    *out = _mm512_reduce_add_ps(acc);
+}
+
+void st_dot_register_avx512_iq(st_vec_dot_fn *table) {
+    table[STRATA_TYPE_IQ2_XXS] = st_dot_iq2_xxs_avx512;
+    table[STRATA_TYPE_IQ2_XS] = st_dot_iq2_xs_avx512;
+    table[STRATA_TYPE_IQ2_S] = st_dot_iq2_s_avx512;
+    table[STRATA_TYPE_IQ1_S] = st_dot_iq1_s_avx512;
+    table[STRATA_TYPE_IQ1_M] = st_dot_iq1_m_avx512;
+    table[STRATA_TYPE_MXFP4] = st_dot_mxfp4_avx512;
+}
