@@ -1,10 +1,12 @@
 /* model_build.h - random-weight GGUF models of every supported architecture for the tests:
  * a spec (shape, traits, error-case mutations), the writer (c/format/gguf_writer.h, f32 weights,
- * q8_0 attention on request, values 0.1 * U(-1, 1) from a fixed seed) and the base spec of each
- * architecture, shaped as its real checkpoints are (scaled down). Header-only, for c/tests. */
+ * q8_0 attention and typed FFN weights on request, values 0.1 * U(-1, 1) from a fixed seed) and
+ * the base spec of each architecture, shaped as its real checkpoints are (scaled down).
+ * Header-only, for c/tests. */
 #ifndef STRATA_TEST_MODEL_BUILD_H
 #define STRATA_TEST_MODEL_BUILD_H
 
+#include "common.h"
 #include "gguf_writer.h"
 #include "strata.h"
 #include "strata_gguf.h"
@@ -30,6 +32,11 @@ typedef struct {
     int yarn;
     int kv_array;               /* head_count_kv as a per-layer array */
     int q8;                     /* attention weights in q8_0 */
+    /* FFN weight types (dense, routed and shared experts) of even [0] and odd [1] layers: gate,
+     * up, down; F32 (0) keeps f32, as does a row length the type's block does not divide.
+     * Types without a quantizer get random well-formed blocks (scales of the f32 weights' size). */
+    strata_type ffn_type[2][3];
+    int ffn_deq;                /* 1: write those FFN tensors as f32, their dequantized values */
     /* mutations for the error cases */
     const char *drop_tensor;
     const char *reshape_tensor; /* ne[1] += 16 */
@@ -52,6 +59,35 @@ typedef struct {
     int ok;
 } builder;
 
+/* The type spec s gives FFN tensor `name` (F32 for every other tensor). */
+static strata_type ffn_type_of(const spec *s, const char *name, int64_t ne0) {
+    int il = -1;
+    if (sscanf(name, "blk.%d.", &il) != 1 || strstr(name, "gate_inp") || !strstr(name, ".weight")) return STRATA_TYPE_F32;
+    const int k = strstr(name, ".ffn_gate") ? 0 : strstr(name, ".ffn_up") ? 1 : strstr(name, ".ffn_down") ? 2 : -1;
+    if (k < 0) return STRATA_TYPE_F32;
+    const strata_type t = s->ffn_type[il % 2][k];
+    return ne0 % strata_type_block_size(t) == 0 ? t : STRATA_TYPE_F32;
+}
+
+/* n weights of a type without a quantizer: random bytes with each block's scale set so the
+ * weights are of the f32 weights' size (0.1 U(-1, 1)). */
+static void random_blocks(builder *b, strata_type t, int64_t n, uint8_t *dst) {
+    const int64_t bb = strata_type_block_bytes(t), nb = n / strata_type_block_size(t);
+    for (int64_t i = 0; i < nb * bb; i++) dst[i] = (uint8_t)test_rng_next(&b->rng);
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *blk = dst + i * bb;
+        if (t == STRATA_TYPE_MXFP4) {
+            blk[0] = 120; /* 2^-7 / 2 * (up to 12) */
+        } else if (t == STRATA_TYPE_IQ1_M) { /* the f16 scale in the top nibbles of 4 u16 at 48 */
+            const uint16_t h = st_f32_to_fp16(0.006f);
+            for (int k = 0; k < 4; k++) blk[48 + 2 * k + 1] = (uint8_t)((blk[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+        } else { /* the IQ types: an f16 d first (IQ1_S's dl up to 15 d, IQ2's db * grid up to 170 d) */
+            const uint16_t h = st_f32_to_fp16(t == STRATA_TYPE_IQ1_S ? 0.006f : 0.0006f);
+            memcpy(blk, &h, 2);
+        }
+    }
+}
+
 static void add_t(builder *b, const char *name, int64_t ne0, int64_t ne1, int64_t ne2) {
     const spec *s = b->s;
     if (s->drop_tensor && strcmp(name, s->drop_tensor) == 0) return;
@@ -60,18 +96,31 @@ static void add_t(builder *b, const char *name, int64_t ne0, int64_t ne1, int64_
     if (s->q8 && strstr(name, ".attn_") && strstr(name, ".weight") && !strstr(name, "norm"))
         type = STRATA_TYPE_Q8_0;
     if (s->retype_tensor && strcmp(name, s->retype_tensor) == 0) type = s->retype;
+    const strata_type ft = ffn_type_of(s, name, ne0);
+    if (ft != STRATA_TYPE_F32) type = ft;
     int64_t ne[3] = {ne0, ne1, ne2};
     uint32_t nd = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
     int64_t n = ne0 * ne1 * ne2;
     float *f = malloc((size_t)n * sizeof *f);
     for (int64_t i = 0; i < n; i++) f[i] = test_rng_float(&b->rng) * 0.1f;
     void *data = f;
-    if (type == STRATA_TYPE_Q8_0 || type == STRATA_TYPE_F16) {
+    if (type == STRATA_TYPE_Q8_0 || type == STRATA_TYPE_F16 || ft != STRATA_TYPE_F32) {
         data = malloc((size_t)strata_row_bytes(type, ne0) * (size_t)(ne1 * ne2));
-        for (int64_t r = 0; r < ne1 * ne2; r++)
-            strata_quantize_row(type, f + r * ne0,
-                                (uint8_t *)data + r * strata_row_bytes(type, ne0), ne0);
-        free(f);
+        if (strata_type_can_quantize(type)) {
+            for (int64_t r = 0; r < ne1 * ne2; r++)
+                strata_quantize_row(type, f + r * ne0,
+                                    (uint8_t *)data + r * strata_row_bytes(type, ne0), ne0);
+        } else {
+            random_blocks(b, type, n, data);
+        }
+        if (ft != STRATA_TYPE_F32 && s->ffn_deq) { /* the reference: those values as f32 */
+            strata_dequantize_row(type, data, f, n);
+            free(data);
+            data = f;
+            type = STRATA_TYPE_F32;
+        } else {
+            free(f);
+        }
     }
     b->bufs[b->n_bufs++] = data;
     if (st_gguf_writer_add_tensor(b->w, name, type, nd, ne, data) != STRATA_OK) {
