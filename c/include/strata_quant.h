@@ -24,7 +24,8 @@ extern "C" {
  *
  * Dot products follow llama.cpp's scheme: the activation row is first quantized to the weight
  * type's activation type (strata_act_type): F32 for F32/F16/BF16 weights, Q8_0 for the 32-weight
- * block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL), Q8_K for the 256-weight K and IQ types.
+ * block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4), Q8_K for the 256-weight K and IQ
+ * types (Q2_K..Q6_K, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M).
  * ------------------------------------------------------------------------------------------- */
 
 /* 1 if strata_dequantize_row supports type. */
