@@ -7,31 +7,31 @@
  * Integer scheme as dot_avx512.c's IQ3 kernels: each step t takes 64 weights (two 32-weight
  * sub-blocks; eight 8-byte grid entries gathered by vpgatherdq), brought to unsigned bytes
  * u = OFF + w (IQ2: OFF 64, |w| <= 43; IQ1: w = 8 * (grid + delta) = 8 grid +- 1, OFF 16),
- * vpdpbusd(u, x) exact, each int32 lane (4 weights) times its 16-weight scale (vpmulld), and
- * the offset OFF * sum_g ls_g * bsum_g (vpmaddwd on the bsums) subtracted through a second float
+ * vpmaddubsw(u, x) (u <= 107: no saturation), vpmaddwd by the 16-weight scales, and the offset
+ * OFF * sum_g ls_g * bsum_g (vpmaddwd on the bsums) subtracted through a second float
  * accumulator. Exact for every activation byte, -128 included. */
 #include "dot_avx512.h"
 
-/* Per-16-weight scales of one super-block (int32 ls[16]) -> the per-lane scale vector of step t
- * (lane l covers weights 64t + 4l .. 64t + 4l + 3, scale 4t + l / 4) is
- * permutexvar(st_iq16_idx(t), scv); oprod: 8 int32 whose sum is sum_g ls_g * bsum_g. */
-static inline __m512i st_iq16_idx(int t) {
-    return _mm512_add_epi32(_mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 2),
-                            _mm512_set1_epi32(4 * t));
-}
-static inline void st_iq16_scales(const int32_t ls[16], const block_q8_K *y, __m512i *scv, __m256i *oprod) {
-    *scv = _mm512_loadu_si512((const void *)ls);
-    const __m256i ls16 = _mm512_cvtepi32_epi16(*scv);
-    *oprod = _mm256_madd_epi16(st_q8_K_bsums(y), ls16);
+/* Per-16-weight scales of one super-block (int32 ls[16], each < 2^15): *sc16 holds them as int16
+ * lanes 0..15; oprod: 8 int32 whose sum is sum_g ls_g * bsum_g. */
+static inline void st_iq16_scales(const int32_t ls[16], const block_q8_K *y, __m512i *sc16, __m256i *oprod) {
+    const __m256i l16 = _mm512_cvtepi32_epi16(_mm512_loadu_si512((const void *)ls));
+    *sc16 = _mm512_zextsi256_si512(l16);
+    *oprod = _mm256_madd_epi16(st_q8_K_bsums(y), l16);
 }
 
-/* One super-block's sums: isum (16 int32, sum ls * u * x) from the 4 steps' u vectors. */
-static inline __m512i st_iq16_isum(const __m512i u[4], __m512i scv, const block_q8_K *y) {
-    const __m512i z = _mm512_setzero_si512();
-    __m512i isum = z;
+/* One super-block's sums: 16 int32 lanes adding up to sum_g ls_g * sum(u * x over group g), from
+ * the 4 steps' u vectors. vpmaddubsw cannot saturate: u <= 107, |x| <= 128, so a pair's sum is at
+ * most 2 * 107 * 128 = 27392; vpmaddwd takes each int16 lane's scale (lane l of step t: weights
+ * 64t + 2l, +1, group 4t + l / 8). */
+static inline __m512i st_iq16_isum(const __m512i u[4], __m512i sc16, const block_q8_K *y) {
+    const __m512i lane = _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
+                                                            15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 3);
+    __m512i isum = _mm512_setzero_si512();
     for (int t = 0; t < 4; t++) {
-        const __m512i p = _mm512_dpbusd_epi32(z, u[t], st_q8_K_x(y, t));
-        isum = _mm512_add_epi32(isum, _mm512_mullo_epi32(p, _mm512_permutexvar_epi32(st_iq16_idx(t), scv)));
+        const __m512i sc = _mm512_permutexvar_epi16(_mm512_add_epi16(lane, _mm512_set1_epi16((short)(4 * t))), sc16);
+        const __m512i p = _mm512_maddubs_epi16(u[t], st_q8_K_x(y, t));
+        isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p, sc));
     }
     return isum;
 }
@@ -63,10 +63,10 @@ static void st_dot_iq2_xxs_avx512(int64_t n, float *out, const void *w, const vo
             const __m256i gi = _mm256_cvtepu8_epi32(_mm_setr_epi32((int)a[4 * t], (int)a[4 * t + 2], 0, 0));
             u[t] = st_signed_grid_u8(st_grid8(st_iq2xxs_grid, gi), _cvtu64_mask64(st_iq3xxs_signs(a[4 * t + 1], a[4 * t + 3])));
         }
-        __m512i scv;
+        __m512i sc16;
         __m256i oprod;
-        st_iq16_scales(ls, y, &scv, &oprod);
-        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
+        st_iq16_scales(ls, y, &sc16, &oprod);
+        st_iq_accum(st_iq16_isum(u, sc16, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
     }
     *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
 }
@@ -96,10 +96,10 @@ static void st_dot_iq2_xs_avx512(int64_t n, float *out, const void *w, const voi
             const __m512i g = st_grid8(st_iq2xs_grid, _mm256_and_si256(qv, _mm256_set1_epi32(511)));
             u[t] = st_signed_grid_u8(g, _cvtu64_mask64(sg));
         }
-        __m512i scv;
+        __m512i sc16;
         __m256i oprod;
-        st_iq16_scales(ls, y, &scv, &oprod);
-        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
+        st_iq16_scales(ls, y, &sc16, &oprod);
+        st_iq_accum(st_iq16_isum(u, sc16, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
     }
     *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
 }
@@ -124,10 +124,10 @@ static void st_dot_iq2_s_avx512(int64_t n, float *out, const void *w, const void
             memcpy(&sg, b->qs + QK_K / 8 + 8 * t, 8);
             u[t] = st_signed_grid_u8(st_grid8(st_iq2s_grid, gi), _cvtu64_mask64(sg));
         }
-        __m512i scv;
+        __m512i sc16;
         __m256i oprod;
-        st_iq16_scales(ls, y, &scv, &oprod);
-        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
+        st_iq16_scales(ls, y, &sc16, &oprod);
+        st_iq_accum(st_iq16_isum(u, sc16, y), oprod, 0.125f * y->d * st_h2f(b->d), 64.0f, &acc, &accm);
     }
     *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
 }
@@ -156,10 +156,10 @@ static void st_dot_iq1_s_avx512(int64_t n, float *out, const void *w, const void
             const __m512i g = st_grid8(st_iq1s_grid, _mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)));
             u[t] = st_iq1_u(g, st_halves_epi8(h0 & 0x8000 ? 15 : 17, h1 & 0x8000 ? 15 : 17));
         }
-        __m512i scv;
+        __m512i sc16;
         __m256i oprod;
-        st_iq16_scales(ls, y, &scv, &oprod);
-        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(b->d), 16.0f, &acc, &accm);
+        st_iq16_scales(ls, y, &sc16, &oprod);
+        st_iq_accum(st_iq16_isum(u, sc16, y), oprod, 0.125f * y->d * st_h2f(b->d), 16.0f, &acc, &accm);
     }
     *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
 }
@@ -190,10 +190,10 @@ static void st_dot_iq1_m_avx512(int64_t n, float *out, const void *w, const void
                                                    _mm512_set1_epi64(0x0101010101010101LL));
             u[t] = st_iq1_u(st_grid8(st_iq1s_grid, gi), c64);
         }
-        __m512i scv;
+        __m512i sc16;
         __m256i oprod;
-        st_iq16_scales(ls, y, &scv, &oprod);
-        st_iq_accum(st_iq16_isum(u, scv, y), oprod, 0.125f * y->d * st_h2f(d16), 16.0f, &acc, &accm);
+        st_iq16_scales(ls, y, &sc16, &oprod);
+        st_iq_accum(st_iq16_isum(u, sc16, y), oprod, 0.125f * y->d * st_h2f(d16), 16.0f, &acc, &accm);
     }
     *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
 }
