@@ -80,7 +80,8 @@ static void random_blocks(builder *b, strata_type t, int64_t n, uint8_t *dst) {
             blk[0] = 120; /* 2^-7 / 2 * (up to 12) */
         } else if (t == STRATA_TYPE_IQ1_M) { /* the f16 scale in the top nibbles of 4 u16 at 48 */
             const uint16_t h = st_f32_to_fp16(0.006f);
-            for (int k = 0; k < 4; k++) blk[48 + 2 * k + 1] = (uint8_t)((blk[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+            for (int k = 0; k < 4; k++)
+                blk[48 + 2 * k + 1] = (uint8_t)((blk[48 + 2 * k + 1] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
         } else { /* the IQ types: an f16 d first (IQ1_S's dl up to 15 d, IQ2's db * grid up to 170 d) */
             const uint16_t h = st_f32_to_fp16(t == STRATA_TYPE_IQ1_S ? 0.006f : 0.0006f);
             memcpy(blk, &h, 2);
