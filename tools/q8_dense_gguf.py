@@ -146,15 +146,20 @@ def requantize(t) -> tuple[bytes, float, float, float]:
         w = np.ascontiguousarray(w, dtype=np.float32).reshape(-1, n_cols)
         if not np.isfinite(w).all():
             raise Refused(f"{t.name}: holds non-finite weights (rows {i}..{i + len(w) - 1})")
-        q = gguf.quants.quantize(w, Q.Q8_0)
-        wq = gguf.quants.dequantize(q, Q.Q8_0)
+        with np.errstate(over="ignore", invalid="ignore"):  # f16 overflow: refused below
+            q = gguf.quants.quantize(w, Q.Q8_0)
+            wq = gguf.quants.dequantize(q, Q.Q8_0)
+            d = (np.abs(w.reshape(-1, Q8_BLOCK)).max(axis=1) / np.float32(127)).astype(np.float64)
+            d16 = d.astype(np.float16).astype(np.float64)
         wb, qb = w.reshape(-1, Q8_BLOCK).astype(np.float64), wq.reshape(-1, Q8_BLOCK).astype(np.float64)
         amax = np.abs(wb).max(axis=1)
-        d = (np.abs(w.reshape(-1, Q8_BLOCK)).max(axis=1) / np.float32(127)).astype(np.float64)
-        d16 = d.astype(np.float16).astype(np.float64)
         # half a step + 127 x the f16 rounding of the scale, + float32 arithmetic slack
         bound = d / 2 + 127 * np.abs(d16 - d) + amax * 2.0 ** -20
         err = np.abs(qb - wb).max(axis=1)
+        if not np.isfinite(d16).all():
+            b = int(np.argmax(~np.isfinite(d16)))
+            raise Refused(f"{t.name}: block {b} of rows {i}.. has max |w| {amax[b]:.6g}: its Q8_0 "
+                          f"scale overflows f16; refusing to write")
         bad = ~(err <= bound)
         if bad.any():
             b = int(np.argmax(bad))

@@ -168,6 +168,13 @@ def test_refusals(tmp_path):
     p = run_tool(nan_src, nan_dst)
     assert p.returncode == 1 and "non-finite" in p.stderr
     assert sorted(x.name for x in tmp_path.iterdir() if x.name.startswith("nan-q8")) == []
+    # a weight whose block scale overflows f16
+    w = np.zeros((N_EMBD, N_EMBD), np.float32)
+    w[0, 0] = 1e7
+    t["blk.0.attn_q.weight"] = (w, None)
+    write_gguf(nan_src, t)
+    p = run_tool(nan_src, nan_dst)
+    assert p.returncode == 1 and "overflows f16" in p.stderr and not nan_dst.exists()
     # a tensor type id no GGUF reader knows
     unk = tmp_path / "unk.gguf"
     unk.write_bytes(src.read_bytes())
