@@ -96,6 +96,9 @@ extern "C" int st_cuda_dequant_supports(strata_type type) {
     case STRATA_TYPE_Q8_0: case STRATA_TYPE_Q8_1: case STRATA_TYPE_IQ4_NL:
     case STRATA_TYPE_Q2_K: case STRATA_TYPE_Q3_K: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
     case STRATA_TYPE_Q6_K: case STRATA_TYPE_Q8_K:
+    case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S:
+    case STRATA_TYPE_IQ2_XXS: case STRATA_TYPE_IQ2_XS: case STRATA_TYPE_IQ2_S:
+    case STRATA_TYPE_IQ1_S: case STRATA_TYPE_IQ1_M: case STRATA_TYPE_MXFP4:
         return 1;
     default:
         return 0;
@@ -135,6 +138,15 @@ static strata_status st_dequant_dispatch(strata_type type, const void *src, floa
     case STRATA_TYPE_Q5_K: return st_launch_blocks<st_dq_q5_K>(src, dst, n, s);
     case STRATA_TYPE_Q6_K: return st_launch_blocks<st_dq_q6_K>(src, dst, n, s);
     case STRATA_TYPE_Q8_K: return st_launch_blocks<st_dq_q8_K>(src, dst, n, s);
+    case STRATA_TYPE_IQ4_XS: return st_launch_blocks<st_dq_iq4_xs>(src, dst, n, s);
+    case STRATA_TYPE_IQ3_XXS: return st_launch_blocks<st_dq_iq3_xxs>(src, dst, n, s);
+    case STRATA_TYPE_IQ3_S: return st_launch_blocks<st_dq_iq3_s>(src, dst, n, s);
+    case STRATA_TYPE_IQ2_XXS: return st_launch_blocks<st_dq_iq2_xxs>(src, dst, n, s);
+    case STRATA_TYPE_IQ2_XS: return st_launch_blocks<st_dq_iq2_xs>(src, dst, n, s);
+    case STRATA_TYPE_IQ2_S: return st_launch_blocks<st_dq_iq2_s>(src, dst, n, s);
+    case STRATA_TYPE_IQ1_S: return st_launch_blocks<st_dq_iq1_s>(src, dst, n, s);
+    case STRATA_TYPE_IQ1_M: return st_launch_blocks<st_dq_iq1_m>(src, dst, n, s);
+    case STRATA_TYPE_MXFP4: return st_launch_blocks<st_dq_mxfp4>(src, dst, n, s);
     case STRATA_TYPE_F16: return st_launch_plain<st_dq_f16>(src, dst, n, s);
     case STRATA_TYPE_BF16: return st_launch_plain<st_dq_bf16>(src, dst, n, s);
     case STRATA_TYPE_F32: return st_launch_plain<st_dq_f32>(src, dst, n, s);
@@ -147,7 +159,7 @@ extern "C" strata_status st_cuda_dequantize(strata_type type, const void *d_src,
                                             int64_t n, void *stream) {
     ST_TRY(st_dequant_check_args("st_cuda_dequantize", type, d_src, d_dst, n));
     if (n == 0) return STRATA_OK;
-    const uintptr_t src_align = type == STRATA_TYPE_F32 ? 4 : 2;
+    const uintptr_t src_align = type == STRATA_TYPE_F32 ? 4 : type == STRATA_TYPE_MXFP4 ? 1 : 2;
     if ((uintptr_t)d_src & (src_align - 1))
         return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_dequantize: src %p is not %d-byte aligned",
                         d_src, (int)src_align);

@@ -8,11 +8,12 @@
  * so the GPU output equals strata_dequantize_row bit for bit.
  *
  * Block pointers are 2-byte aligned (all these block sizes are even and tensor data is aligned),
- * so 16-bit loads are safe. */
+ * so 16-bit loads are safe; MXFP4's 17-byte blocks are read byte by byte. */
 #ifndef STRATA_CUDA_DEQUANT_CUH
 #define STRATA_CUDA_DEQUANT_CUH
 
 #include "common.cuh"
+#include "iq_grids.cuh"
 
 #include <stddef.h>
 
@@ -254,6 +255,159 @@ struct st_dq_q8_K {
         const uint32_t w = st_ld_u32_a2(blk + 4 + 4 * j);
 #pragma unroll
         for (int k = 0; k < 4; k++) v[k] = __fmul_rn(d, (float)(int8_t)(w >> (8 * k)));
+    }
+};
+
+/* ---- IQ formats and MXFP4 (codebooks: iq_grids.cuh) --------------------------------------- */
+/* In ggml's order of operations: y = (db * magnitude) * sign, db a product of f32 factors. */
+
+static __device__ __forceinline__ float st_dq_neg(float v, uint32_t neg) { return neg ? -v : v; }
+/* The 8 sign bits of a 7-bit pattern (ksigns_iq2xs: bit 7 makes the count even). */
+static __device__ __forceinline__ uint32_t st_dq_ksigns(uint32_t s7) {
+    return s7 | ((uint32_t)(__popc(s7) & 1) << 7);
+}
+
+/* IQ4_XS: d, scales_h, scales_l[4], qs[128]. Weight e = 32j + 16h + l: nibble h of qs[16j + l];
+ * 6-bit scale (offset 32). w = (d * scale) * level. */
+struct st_dq_iq4_xs {
+    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq4_xs);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int j, float v[4]) {
+        const int e = 4 * j, sb = e >> 5, h = (e >> 4) & 1, l = e & 15;
+        const int lo = (int)((st_ld_u8(blk + 4 + (sb >> 1)) >> (4 * (sb & 1))) & 0xF);
+        const int hi = (int)((st_ld_u16(blk + 2) >> (2 * sb)) & 3);
+        const float dl = __fmul_rn(st_dev_fp16(st_ld_u16(blk)), (float)((lo | (hi << 4)) - 32));
+        const uint32_t w = st_ld_u32_a2(blk + 8 + 16 * sb + l);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = __fmul_rn(dl, (float)st_iq4nl_level((int)((w >> (8 * k + 4 * h)) & 0xF)));
+    }
+};
+
+/* IQ3_XXS: weights 8k + 4h .. + 3 of sub-block ib: grid[qs[8ib + 2k + h]], signs from the 7-bit
+ * pattern k of word ib (at 66); db = (d * (0.5 + scale)) * 0.5. */
+struct st_dq_iq3_xxs {
+    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq3_xxs);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int j, float v[4]) {
+        const int e = 4 * j, ib = e >> 5, k8 = (e >> 3) & 3, h = (e >> 2) & 1;
+        const uint32_t aux = st_ld_u32_a2(blk + 66 + 4 * ib);
+        const float db = __fmul_rn(__fmul_rn(st_dev_fp16(st_ld_u16(blk)), 0.5f + (float)(aux >> 28)), 0.5f);
+        const uint32_t sg = st_dq_ksigns((aux >> (7 * k8)) & 127u) >> (4 * h);
+        const uint32_t g = __ldg(&st_dev_iq3xxs_grid[st_ld_u8(blk + 2 + 8 * ib + 2 * k8 + h)]);
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = st_dq_neg(__fmul_rn(db, (float)((g >> (8 * k)) & 0xFF)), (sg >> k) & 1);
+    }
+};
+
+/* IQ3_S: group m of 4 weights: index qs[m] | bit m % 8 of qh[m / 8] << 8, sign of weight 4m + k
+ * bit 4(m % 2) + k of signs[m / 2]; db = d * (1 + 2 * scale) (nibble of scales[m / 16]). */
+struct st_dq_iq3_s {
+    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq3_s);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int m, float v[4]) {
+        const int sb = m >> 3;
+        const int sc = (int)((st_ld_u8(blk + 106 + (sb >> 1)) >> (4 * (sb & 1))) & 0xF);
+        const float db = __fmul_rn(st_dev_fp16(st_ld_u16(blk)), (float)(1 + 2 * sc));
+        const uint32_t idx = st_ld_u8(blk + 2 + m) | (((st_ld_u8(blk + 66 + sb) >> (m & 7)) & 1u) << 8);
+        const uint32_t g = __ldg(&st_dev_iq3s_grid[idx]);
+        const uint32_t sg = st_ld_u8(blk + 74 + (m >> 1)) >> (4 * (m & 1));
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = st_dq_neg(__fmul_rn(db, (float)((g >> (8 * k)) & 0xFF)), (sg >> k) & 1);
+    }
+};
+
+/* The four magnitudes 4h..4h+3 of a u64 IQ2 grid entry scaled by db, negated by bits 4h.. of sg. */
+static __device__ __forceinline__ void st_dq_iq2_4(uint64_t g, int h, uint32_t sg, float db, float v[4]) {
+    const uint32_t w = (uint32_t)(g >> (32 * h));
+    sg >>= 4 * h;
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = st_dq_neg(__fmul_rn(db, (float)((w >> (8 * k)) & 0xFF)), (sg >> k) & 1);
+}
+/* (d * (0.5 + s)) * 0.25 */
+static __device__ __forceinline__ float st_dq_iq2_db(const uint8_t *blk, uint32_t s) {
+    return __fmul_rn(__fmul_rn(st_dev_fp16(st_ld_u16(blk)), 0.5f + (float)s), 0.25f);
+}
+
+/* IQ2_XXS: sub-block ib at 2 + 8ib: 4 index bytes, then a word (4 x 7 sign bits, scale at 28). */
+struct st_dq_iq2_xxs {
+    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq2_xxs);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int j, float v[4]) {
+        const int e = 4 * j, ib = e >> 5, l = (e >> 3) & 3, h = (e >> 2) & 1;
+        const uint32_t aux = st_ld_u32_a2(blk + 6 + 8 * ib);
+        const uint64_t g = __ldg(&st_dev_iq2xxs_grid[st_ld_u8(blk + 2 + 8 * ib + l)]);
+        st_dq_iq2_4(g, h, st_dq_ksigns((aux >> (7 * l)) & 127u), st_dq_iq2_db(blk, aux >> 28), v);
+    }
+};
+
+/* IQ2_XS: u16 qs[4ib + l] = 9-bit index | 7 sign bits << 9; scales[ib] (at 66) nibble l / 2. */
+struct st_dq_iq2_xs {
+    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq2_xs);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int j, float v[4]) {
+        const int e = 4 * j, ib = e >> 5, l = (e >> 3) & 3, h = (e >> 2) & 1;
+        const uint32_t q = st_ld_u16(blk + 2 + 8 * ib + 2 * l);
+        const uint32_t s = (st_ld_u8(blk + 66 + ib) >> (4 * (l >> 1))) & 0xF;
+        st_dq_iq2_4(__ldg(&st_dev_iq2xs_grid[q & 511u]), h, st_dq_ksigns(q >> 9), st_dq_iq2_db(blk, s), v);
+    }
+};
+
+/* IQ2_S: index qs[4ib + l] | bits 2l..2l+1 of qh[ib] (at 66) << 8; signs qs[32 + 4ib + l];
+ * scales[ib] at 74. */
+struct st_dq_iq2_s {
+    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq2_s);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int j, float v[4]) {
+        const int e = 4 * j, ib = e >> 5, l = (e >> 3) & 3, h = (e >> 2) & 1;
+        const uint32_t idx = st_ld_u8(blk + 2 + 4 * ib + l) | (((st_ld_u8(blk + 66 + ib) >> (2 * l)) & 3u) << 8);
+        const uint32_t s = (st_ld_u8(blk + 74 + ib) >> (4 * (l >> 1))) & 0xF;
+        st_dq_iq2_4(__ldg(&st_dev_iq2s_grid[idx]), h, st_ld_u8(blk + 34 + 4 * ib + l), st_dq_iq2_db(blk, s), v);
+    }
+};
+
+/* Four IQ1 values (bytes 4h.. of grid entry g, in {-1, 0, 1}): dl * (g + delta). */
+static __device__ __forceinline__ void st_dq_iq1_4(uint64_t g, int h, float dl, bool neg, float v[4]) {
+    const uint32_t w = (uint32_t)(g >> (32 * h));
+    const float delta = neg ? -0.125f : 0.125f; /* ST_IQ1S_DELTA */
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = __fmul_rn(dl, __fadd_rn((float)(int8_t)(w >> (8 * k)), delta));
+}
+
+/* IQ1_S: d, qs[32] at 2, qh (u16)[8] at 34: 4 x 3 high index bits, scale bits 12..14, delta
+ * sign bit 15. dl = d * (2 scale + 1). */
+struct st_dq_iq1_s {
+    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq1_s);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int j, float v[4]) {
+        const int e = 4 * j, ib = e >> 5, l = (e >> 3) & 3, h = (e >> 2) & 1;
+        const uint32_t qh = st_ld_u16(blk + 34 + 2 * ib);
+        const float dl = __fmul_rn(st_dev_fp16(st_ld_u16(blk)), (float)(2 * (int)((qh >> 12) & 7) + 1));
+        const uint32_t idx = st_ld_u8(blk + 2 + 4 * ib + l) | (((qh >> (3 * l)) & 7u) << 8);
+        st_dq_iq1_4(__ldg(&st_dev_iq1s_grid[idx]), h, dl, (qh & 0x8000u) != 0, v);
+    }
+};
+
+/* IQ1_M: qs[32], qh[16] at 32 (a nibble per 8 weights: 3 index bits, delta sign bit 3), scales
+ * (u16)[4] at 48 (3-bit scales per 16 weights; d = the fp16 of their four top nibbles). */
+struct st_dq_iq1_m {
+    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq1_m);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int j, float v[4]) {
+        const int e = 4 * j, ib = e >> 5, l = (e >> 3) & 3, h = (e >> 2) & 1;
+        const uint32_t s0 = st_ld_u16(blk + 48), s1 = st_ld_u16(blk + 50), s2 = st_ld_u16(blk + 52),
+                       s3 = st_ld_u16(blk + 54);
+        const float d = st_dev_fp16((s0 >> 12) | ((s1 >> 8) & 0xF0u) | ((s2 >> 4) & 0xF00u) | (s3 & 0xF000u));
+        const uint32_t sw = st_ld_u16(blk + 48 + 2 * (ib >> 1)) >> (6 * (ib & 1) + 3 * (l >> 1));
+        const float dl = __fmul_rn(d, (float)(2 * (int)(sw & 7) + 1));
+        const uint32_t nib = (st_ld_u8(blk + 32 + 2 * ib + (l >> 1)) >> (4 * (l & 1))) & 0xF;
+        const uint32_t idx = st_ld_u8(blk + 4 * ib + l) | ((nib & 7u) << 8);
+        st_dq_iq1_4(__ldg(&st_dev_iq1s_grid[idx]), h, dl, (nib & 8u) != 0, v);
+    }
+};
+
+/* MXFP4: e (E8M0), qs[16] (weights l and 16 + l: low and high nibble of qs[l]); 17-byte blocks,
+ * byte loads only. w = level * 2^(e - 128) (levels: twice the E2M1 values). */
+struct st_dq_mxfp4 {
+    static constexpr int QK = QK_MXFP4, BYTES = (int)sizeof(block_mxfp4);
+    static __device__ __forceinline__ void group(const uint8_t *blk, int j, float v[4]) {
+        const uint32_t e8 = st_ld_u8(blk);
+        const float d = __uint_as_float(e8 < 2 ? 0x00200000u << e8 : (e8 - 1) << 23);
+        const int e = 4 * j, sh = e < 16 ? 0 : 4, l = e & 15;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            v[k] = __fmul_rn((float)st_dev_kvalues_mxfp4[(st_ld_u8(blk + 1 + l + k) >> sh) & 0xF], d);
     }
 };
 

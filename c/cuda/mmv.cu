@@ -3,11 +3,11 @@
  *
  * Launch shape: one warp per output row, ST_MMV_WARPS rows per CTA, grid = ceil(ne1 / warps);
  * each warp reads its row's weights once for all columns. One kernel per (type, ncols = 1..8):
- * 136 kernels, ~25 s of nvcc on one core (the device code also accepts ncols < NC, skipping
- * columns, should the count ever need trimming).
+ * 184 kernels, the longest nvcc object of the library (the device code also accepts ncols < NC,
+ * skipping columns, should the count ever need trimming).
  * The fused variant has the warp do the gate row and the up row, then silu(g) * u. Float weights
  * with fewer than ST_MMV_SPLIT_ROWS rows (the router) take a block of 8 warps per row instead. */
-#include "mmv.cuh"
+#include "iq_decode.cuh"
 #include "mma.cuh"
 #include "cuda_mmv.h"
 
@@ -295,6 +295,12 @@ static strata_status st_mmv_dispatch(const st_mmv_args &a) {
     case STRATA_TYPE_IQ4_XS: return st_mmv_launch_q<st_mmv_iq4_xs>(a);
     case STRATA_TYPE_IQ3_XXS: return st_mmv_launch_q<st_mmv_iq3_xxs>(a);
     case STRATA_TYPE_IQ3_S: return st_mmv_launch_q<st_mmv_iq3_s>(a);
+    case STRATA_TYPE_IQ2_XXS: return st_mmv_launch_q<st_mmv_iq2_xxs>(a);
+    case STRATA_TYPE_IQ2_XS: return st_mmv_launch_q<st_mmv_iq2_xs>(a);
+    case STRATA_TYPE_IQ2_S: return st_mmv_launch_q<st_mmv_iq2_s>(a);
+    case STRATA_TYPE_IQ1_S: return st_mmv_launch_q<st_mmv_iq1_s>(a);
+    case STRATA_TYPE_IQ1_M: return st_mmv_launch_q<st_mmv_iq1_m>(a);
+    case STRATA_TYPE_MXFP4: return st_mmv_launch_q<st_mmv_mxfp4>(a);
     default:
         return st_error(STRATA_ERR_UNSUPPORTED, "st_cuda_mmv: no GPU GEMV for weight type %s",
                         strata_type_name(a.type));
@@ -314,6 +320,8 @@ extern "C" int st_cuda_mmv_supports(strata_type type) {
     case STRATA_TYPE_Q8_0: case STRATA_TYPE_IQ4_NL:
     case STRATA_TYPE_Q2_K: case STRATA_TYPE_Q3_K: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
     case STRATA_TYPE_Q6_K: case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S:
+    case STRATA_TYPE_IQ2_XXS: case STRATA_TYPE_IQ2_XS: case STRATA_TYPE_IQ2_S:
+    case STRATA_TYPE_IQ1_S: case STRATA_TYPE_IQ1_M: case STRATA_TYPE_MXFP4:
         return 1;
     default:
         return 0;
@@ -359,7 +367,7 @@ static strata_status st_mmv_check_mat(const char *fn, const char *name, const st
         return st_error(STRATA_ERR_INVALID_ARG, "%s: %s ne1 = %lld out of range", fn, name,
                         (long long)W->ne1);
     const int64_t need = strata_row_bytes(W->type, W->ne0);
-    const size_t align = W->type == STRATA_TYPE_F32 ? 4 : 2;
+    const size_t align = W->type == STRATA_TYPE_F32 ? 4 : W->type == STRATA_TYPE_MXFP4 ? 1 : 2;
     if (need <= 0 || W->row_bytes < (size_t)need || W->row_bytes % align != 0)
         return st_error(STRATA_ERR_INVALID_ARG,
                         "%s: %s row_bytes = %zu (a row of %lld %s needs %lld, multiple of %zu)",

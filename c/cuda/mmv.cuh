@@ -12,9 +12,11 @@
  * accumulator. The warp's 32 partial sums are reduced by the caller.
  *
  * What a sub-block contributes, by kind (d_x, s_x: the Q8_1 block's d and s = d_x * sum(u)):
- *   PLAIN   dw * d_x * sum_i v.u                      (Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS, IQ3_*)
+ *   PLAIN   dw * d_x * sum_i v.u                      (Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS, IQ3_*,
+ *                                                      IQ2_XXS, IQ1_S, MXFP4)
  *   MIN     dw * d_x * sum_i v.u + mw * s_x           (Q4_1, Q5_1, Q4_K, Q5_K: w = a*q + b)
- *   HALVES  dw * d_x * (sc0 * sum_lo + sc1 * sum_hi)  (Q3_K, Q6_K: scales per 16 weights)
+ *   HALVES  dw * d_x * (sc0 * sum_lo + sc1 * sum_hi)  (Q3_K, Q6_K, IQ2_XS, IQ2_S, IQ1_M: scales
+ *                                                      per 16 weights)
  *   Q2K     d_x * (dw * (sc0 sum_lo + sc1 sum_hi) - mw * (m0 U_lo + m1 U_hi))
  *           where sum_lo is over words 0..3 (weights 0..15), U = integer sums of the activation
  *           quants (mins per 16 weights, so s_x does not serve).
@@ -22,12 +24,12 @@
  *
  * Weight loads are 16-bit (blocks are only 2-byte aligned in general: 18, 22, 34, 110, 210
  * bytes), through the read-only cache. Q8_0 rows with 16-byte aligned strides (the dense
- * projections of every model we bench) go through shared memory instead: st_k_mmv_q8_0s. */
+ * projections of every model we bench) go through shared memory instead: st_k_mmv_q8_0s.
+ * The IQ2 / IQ3 / IQ1 / MXFP4 decoders (codebooks, signs) are in iq_decode.cuh. */
 #ifndef STRATA_CUDA_MMV_CUH
 #define STRATA_CUDA_MMV_CUH
 
 #include "quantize.cuh"
-#include "iq_grids.cuh"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -58,12 +60,6 @@ static __device__ __forceinline__ int st_mmv_iq4nl4(uint32_t idx) {
     const uint32_t hi = __byte_perm(0x26190d01u, 0x71594535u, sel);
     const uint32_t m = ((idx >> 3) & 0x01010101u) * 0xFFu; /* 0xFF in bytes whose index >= 8 */
     return (int)((hi & m) | (lo & ~m));
-}
-
-/* The four magnitude bytes of g negated where bits 0..3 of sign are set. */
-static __device__ __forceinline__ int st_mmv_signed4(uint32_t g, uint32_t sign) {
-    const uint32_t m = ((sign & 1u) | ((sign & 2u) << 7) | ((sign & 4u) << 14) | ((sign & 8u) << 21)) * 0xFFu;
-    return (int)__vsub4(g ^ m, m); /* (g ^ 0xFF) - 0xFF = -g per byte */
 }
 
 /* ---- weight decoders ------------------------------------------------------------------------ */
@@ -292,48 +288,6 @@ struct st_mmv_iq4_xs {
         const uint32_t lo = (st_mmv_ld8(b + 4 + (j >> 1)) >> (4 * (j & 1))) & 0xFu;
         const uint32_t hi = (st_mmv_ld16(b + 2) >> (2 * j)) & 3u;
         w.dw = st_mmv_f16(b) * (float)((int)(lo | (hi << 4)) - 32);
-    }
-};
-
-/* IQ3_XXS (98 bytes: d, 64 grid indices at 2, 8 u32 words at 66). Sub-block ib: word aux; bits
- * 7k..7k+6 index the sign pattern of weights 8k..8k+7 (7 bits plus an even-parity 8th: the
- * ksigns_iq2xs table, computed here), bits 28..31 the scale: dw = d * (0.5 + scale) * 0.5.
- * Weights 8k..8k+3 are grid[qs[8ib + 2k]], 8k+4..8k+7 grid[qs[8ib + 2k + 1]]. */
-struct st_mmv_iq3_xxs {
-    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq3_xxs), KIND = ST_MMV_PLAIN;
-    static __device__ __forceinline__ void decode(const uint8_t *b, int ib, st_mmv_w &w) {
-        const uint32_t aux = st_mmv_ld32(b + 66 + 4 * ib);
-        const uint8_t *qs = b + 2 + 8 * ib;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t s7 = (aux >> (7 * k)) & 127u;
-            const uint32_t signs = s7 | ((uint32_t)(__popc(s7) & 1) << 7);
-            const uint32_t ix = st_mmv_ld16(qs + 2 * k);
-            const uint32_t g0 = __ldg(&st_dev_iq3xxs_grid[ix & 0xFF]);
-            const uint32_t g1 = __ldg(&st_dev_iq3xxs_grid[ix >> 8]);
-            w.v[2 * k] = st_mmv_signed4(g0, signs & 0xFu);
-            w.v[2 * k + 1] = st_mmv_signed4(g1, signs >> 4);
-        }
-        w.dw = st_mmv_f16(b) * (0.5f + (float)(aux >> 28)) * 0.5f;
-    }
-};
-
-/* IQ3_S (110 bytes: d, qs[64] at 2, qh[8] at 66, signs[32] at 74, scales[4] at 106). Sub-block
- * j, group t (0..7): index qs[8j + t] | bit t of qh[j] << 8 into the 512-entry grid; sign bits
- * of its 4 weights: nibble t % 2 of signs[4j + t / 2]; dw = d * (1 + 2 * scale), scale nibble
- * j % 2 of scales[j / 2]. */
-struct st_mmv_iq3_s {
-    static constexpr int QK = QK_K, BYTES = (int)sizeof(block_iq3_s), KIND = ST_MMV_PLAIN;
-    static __device__ __forceinline__ void decode(const uint8_t *b, int j, st_mmv_w &w) {
-        const uint32_t qh = st_mmv_ld8(b + 66 + j);
-        const uint32_t sg = st_mmv_ld32(b + 74 + 4 * j); /* 32 sign bits, weight 4t + k at 4t + k */
-#pragma unroll
-        for (int t = 0; t < 8; t++) {
-            const uint32_t idx = st_mmv_ld8(b + 2 + 8 * j + t) | (((qh >> t) & 1u) << 8);
-            w.v[t] = st_mmv_signed4(__ldg(&st_dev_iq3s_grid[idx]), (sg >> (4 * t)) & 0xFu);
-        }
-        const uint32_t sc = (st_mmv_ld8(b + 106 + (j >> 1)) >> (4 * (j & 1))) & 0xFu;
-        w.dw = st_mmv_f16(b) * (float)(1 + 2 * (int)sc);
     }
 };
 

@@ -18,6 +18,7 @@
 #define STRATA_CUDA_MOE_CUH
 
 #include "dequant.cuh"
+#include "iq_decode.cuh"
 
 /* ---- plan ------------------------------------------------------------------------------------ */
 
@@ -222,6 +223,41 @@ struct st_w_q6_K {
         }
     }
 };
+
+/* A decoder of mmv.cuh / iq_decode.cuh (KIND PLAIN or HALVES) as a dp4a decoder: chunk c is
+ * sub-block c % (QK / 32) of block c / (QK / 32); s0 = dw (PLAIN) or dw * sc0, s1 = dw * sc1
+ * (HALVES). The IQ codebook formats and MXFP4 reach the grouped kernels and the tiles this way. */
+template <class T>
+struct st_w_mmv {
+    static_assert(T::KIND == ST_MMV_PLAIN || T::KIND == ST_MMV_HALVES, "no offsets in this form");
+    static constexpr int QK = T::QK, BYTES = T::BYTES;
+    static constexpr bool SPLIT = T::KIND == ST_MMV_HALVES, HAS_M = false;
+    static __device__ __forceinline__ void load(const uint8_t *row, int64_t c, st_w32 &w) {
+        constexpr int S = QK / 32;
+        st_mmv_w d;
+        T::decode(row + (c / S) * BYTES, (int)(c % S), d);
+#pragma unroll
+        for (int i = 0; i < 8; i++) w.q[i] = d.v[i];
+        if (SPLIT) {
+            w.s0 = d.dw * (float)d.sc0;
+            w.s1 = d.dw * (float)d.sc1;
+        } else {
+            w.s0 = w.s1 = d.dw;
+        }
+        w.m = 0.0f;
+    }
+};
+
+/* Decoders whose codebooks a kernel stages in shared memory first (iq_decode.cuh's
+ * st_iq_tab_smem): st_w_stage<W>() is that copy and its barrier, to be reached by every thread
+ * of the block before any decode; nothing for the others. */
+template <class W> struct st_w_staged { static constexpr bool value = false; };
+template <class TAB> struct st_w_staged<st_w_mmv<st_iq3_xxs_dec<TAB>>> { static constexpr bool value = TAB::STAGED; };
+template <class TAB> struct st_w_staged<st_w_mmv<st_iq3_s_dec<TAB>>> { static constexpr bool value = TAB::STAGED; };
+template <class W>
+static __device__ __forceinline__ void st_w_stage() {
+    if constexpr (st_w_staged<W>::value) st_iq_tab_smem::stage();
+}
 
 /* ---- fallback decoders: 32 weights as floats via dequant.cuh -------------------------------- */
 
