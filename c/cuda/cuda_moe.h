@@ -193,6 +193,16 @@ strata_status st_cuda_moe_combine_rows(const int32_t *ids, const int32_t *ids_a,
  * and A/B runs, not while calls are being enqueued. */
 void st_cuda_moe_set_gu_q8(int on);
 
+/* STRATA_IQ_STAGE_TABLES: whether the grouped expert kernels copy the IQ3_XXS / IQ3_S codebooks
+ * and the sign masks into shared memory first and decode from there (1) or read them through the
+ * read-only cache (0, the start). The same bits either way. Process-wide, set by a CUDA session at
+ * create; not while calls are being enqueued. */
+void st_cuda_moe_set_iq_stage(int on);
+/* The default for a device of compute capability major.minor: on for 6.0 only (its read-only
+ * cache serves the lanes' scattered codebook reads worst). A pure function (tests fake the
+ * capability). */
+int st_cuda_iq_stage_default(int cc_major, int cc_minor);
+
 #ifdef __cplusplus
 }
 #endif

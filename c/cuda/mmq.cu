@@ -1003,6 +1003,15 @@ static strata_status st_mmq_launch(strata_type type, const st_mmq_args &a, dim3 
     case STRATA_TYPE_IQ4_NL: return st_mmq_go<st_mq_fb<st_dq_iq4_nl>, MODE>(a, grid, s);
     case STRATA_TYPE_Q2_K: return st_mmq_go<st_mq_fb<st_dq_q2_K>, MODE>(a, grid, s);
     case STRATA_TYPE_Q3_K: return st_mmq_go<st_mq_fb<st_dq_q3_K>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ4_XS: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_iq4_xs>>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ3_XXS: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_iq3_xxs>>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ3_S: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_iq3_s>>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ2_XXS: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_iq2_xxs>>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ2_XS: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_iq2_xs>>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ2_S: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_iq2_s>>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ1_S: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_iq1_s>>, MODE>(a, grid, s);
+    case STRATA_TYPE_IQ1_M: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_iq1_m>>, MODE>(a, grid, s);
+    case STRATA_TYPE_MXFP4: return st_mmq_go<st_mq_w32<st_w_mmv<st_mmv_mxfp4>>, MODE>(a, grid, s);
     default: break;
     }
     return st_error(STRATA_ERR_UNSUPPORTED, "st_k_mmq: type %s has no tile kernel", strata_type_name(type));
@@ -1061,6 +1070,9 @@ extern "C" int st_cuda_moe_type_tiles(strata_type type) {
     case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
     case STRATA_TYPE_Q6_K: case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q5_1:
     case STRATA_TYPE_IQ4_NL: case STRATA_TYPE_Q2_K: case STRATA_TYPE_Q3_K:
+    case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S:
+    case STRATA_TYPE_IQ2_XXS: case STRATA_TYPE_IQ2_XS: case STRATA_TYPE_IQ2_S:
+    case STRATA_TYPE_IQ1_S: case STRATA_TYPE_IQ1_M: case STRATA_TYPE_MXFP4:
         return 1;
     default:
         return 0;
@@ -1095,11 +1107,13 @@ static strata_status st_mmq_check_mat(const char *fn, const st_cuda_mat *W) {
         return STRATA_OK;
     }
     const int64_t qk = strata_type_block_size(W->type);
+    const size_t odd = W->type == STRATA_TYPE_MXFP4 ? 0 : 1; /* MXFP4 (17-byte blocks): byte loads */
     if (W->ne0 < 32 || W->ne0 % 32 || qk < 1 || W->ne0 % qk || W->ne1 < 1 ||
-        W->row_bytes < (size_t)strata_row_bytes(W->type, W->ne0) || (W->row_bytes & 1) ||
-        ((uintptr_t)W->data & 1))
+        W->row_bytes < (size_t)strata_row_bytes(W->type, W->ne0) || (W->row_bytes & odd) ||
+        ((uintptr_t)W->data & odd))
         return st_error(STRATA_ERR_INVALID_ARG, "%s: %s matrix %lld x %lld, row_bytes %zu (ne0 a "
-                        "multiple of 32 and of the block size, even row bytes and address)", fn,
+                        "multiple of 32 and of the block size, even row bytes and address but "
+                        "for MXFP4)", fn,
                         strata_type_name(W->type), (long long)W->ne1, (long long)W->ne0, W->row_bytes);
     return STRATA_OK;
 }

@@ -18,7 +18,9 @@
  * tensor cores instead (mmq.cu: a device plan of 64-pair tiles per expert, f16 tiles of the
  * weights), then the same combine.
  *
- * dp4a types (q8_1 activations): Q4_0, Q8_0, Q4_K, Q5_K, Q6_K. Fallback types (weights decoded to
+ * dp4a types (q8_1 activations): Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, and through moe.cuh's st_w_mmv
+ * (the decoders of mmv.cuh / iq_decode.cuh) IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
+ * IQ1_M, MXFP4. Fallback types (weights decoded to
  * f32 on the fly with dequant.cuh, f32 activations): F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL,
  * Q2_K, Q3_K. c/cuda/dev/moe_check.cu checks and times this. */
 #include "mmq.cuh"
@@ -271,6 +273,7 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
     constexpr int RPW = 32 / LPR;
     st_moe_group G;
     if (!st_moe_block_group(p, G)) return; /* uniform per block */
+    st_w_stage<W>(); /* the staged codebooks (STRATA_IQ_STAGE_TABLES), before any decode */
     const int gn = G.n < NG ? G.n : NG;
     const int rw = (int)p.n_chunks * 9; /* words per activation row */
     const int64_t r_warp = ((int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32) * RPW;
@@ -386,6 +389,7 @@ st_k_moe_down1(const st_moe_mv_params p, const float *__restrict__ wts, int k, i
     const int rw = (int)p.n_chunks * 9;
     const int64_t r0 = (int64_t)blockIdx.x * RB;
     float *ys = (float *)(s_act + (size_t)k * rw); /* [k][RB] */
+    st_w_stage<W>(); /* the staged codebooks (constant tables: before the wait) */
     /* The routing and the expert table were written two kernels back (the router, or copies
      * before the gate/up kernel): this kernel starts only after the quantization before it
      * passed its own wait, which follows the gate/up kernel's completion, which followed
@@ -693,7 +697,9 @@ st_k_moe_router1(const uint8_t *__restrict__ w, size_t rb, int n_expert, int ne0
 extern "C" int st_cuda_moe_type_dp4a(strata_type type) {
     switch (type) {
     case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
-    case STRATA_TYPE_Q6_K:
+    case STRATA_TYPE_Q6_K: case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S:
+    case STRATA_TYPE_IQ2_XXS: case STRATA_TYPE_IQ2_XS: case STRATA_TYPE_IQ2_S: case STRATA_TYPE_IQ1_S:
+    case STRATA_TYPE_IQ1_M: case STRATA_TYPE_MXFP4:
         return 1;
     default:
         return 0;
@@ -715,6 +721,18 @@ extern "C" int st_cuda_moe_supports(strata_type type) {
 #ifndef ST_MOE_MV_SMEM
 #define ST_MOE_MV_SMEM 1 /* 0 at build time: activation rows read from global memory (A/B) */
 #endif
+/* Dynamic shared memory a launch may take without the opt-in: 48 KB less the staged codebooks. */
+template <class W>
+static size_t st_moe_smem_cap() {
+    return 48 * 1024 - (st_w_staged<W>::value ? ST_IQ_STAGE_BYTES : 0);
+}
+
+/* STRATA_IQ_STAGE_TABLES: the IQ3 codebooks and the sign masks read from shared memory copies
+ * (st_iq_tab_smem) by the grouped kernels; the same bits either way. */
+static int st_moe_iq_stage = 0;
+extern "C" void st_cuda_moe_set_iq_stage(int on) { st_moe_iq_stage = on != 0; }
+extern "C" int st_cuda_iq_stage_default(int cc_major, int cc_minor) { return cc_major == 6 && cc_minor == 0; }
+
 template <class W, bool GATED, int NG, bool SM>
 static void st_moe_launch_lpr(int lpr, dim3 grid, size_t smem, const st_moe_mv_params &p, cudaStream_t s) {
     if (lpr == 32) st_launch(st_k_moe_mv_q8<W, GATED, 32, NG, SM>, grid, 32 * ST_MOE_WARPS, smem, s, p);
@@ -730,7 +748,7 @@ static strata_status st_moe_launch_q8(const st_moe_mv_params &p, unsigned gy, cu
     /* one pair a group for a one-token call; the activation rows in shared memory when they fit */
     const bool one = p.max_pairs == 1;
     const size_t smem = (size_t)(one ? 1 : ST_MOE_MAXG) * (size_t)p.n_chunks * sizeof(block_q8_1);
-    const bool sm = ST_MOE_MV_SMEM && smem <= 48 * 1024;
+    const bool sm = ST_MOE_MV_SMEM && smem <= st_moe_smem_cap<W>();
     if (one && sm) st_moe_launch_lpr<W, GATED, 1, true>(lpr, grid, smem, p, s);
     else if (sm) st_moe_launch_lpr<W, GATED, ST_MOE_MAXG, true>(lpr, grid, smem, p, s);
     else st_moe_launch_lpr<W, GATED, ST_MOE_MAXG, false>(lpr, grid, 0, p, s);
@@ -756,6 +774,19 @@ static strata_status st_moe_mv(strata_type type, const st_moe_mv_params &p, unsi
     case STRATA_TYPE_Q4_K: return st_moe_launch_q8<st_w_q4_K, GATED>(p, gy, s);
     case STRATA_TYPE_Q5_K: return st_moe_launch_q8<st_w_q5_K, GATED>(p, gy, s);
     case STRATA_TYPE_Q6_K: return st_moe_launch_q8<st_w_q6_K, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ4_XS: return st_moe_launch_q8<st_w_mmv<st_mmv_iq4_xs>, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ3_XXS:
+        return st_moe_iq_stage ? st_moe_launch_q8<st_w_mmv<st_iq3_xxs_dec<st_iq_tab_smem>>, GATED>(p, gy, s)
+                               : st_moe_launch_q8<st_w_mmv<st_mmv_iq3_xxs>, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ3_S:
+        return st_moe_iq_stage ? st_moe_launch_q8<st_w_mmv<st_iq3_s_dec<st_iq_tab_smem>>, GATED>(p, gy, s)
+                               : st_moe_launch_q8<st_w_mmv<st_mmv_iq3_s>, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ2_XXS: return st_moe_launch_q8<st_w_mmv<st_mmv_iq2_xxs>, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ2_XS: return st_moe_launch_q8<st_w_mmv<st_mmv_iq2_xs>, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ2_S: return st_moe_launch_q8<st_w_mmv<st_mmv_iq2_s>, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ1_S: return st_moe_launch_q8<st_w_mmv<st_mmv_iq1_s>, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ1_M: return st_moe_launch_q8<st_w_mmv<st_mmv_iq1_m>, GATED>(p, gy, s);
+    case STRATA_TYPE_MXFP4: return st_moe_launch_q8<st_w_mmv<st_mmv_mxfp4>, GATED>(p, gy, s);
     case STRATA_TYPE_F32: return st_moe_launch_f32<st_fb_plain<st_dq_f32>, GATED>(p, gy, s);
     case STRATA_TYPE_F16: return st_moe_launch_f32<st_fb_plain<st_dq_f16>, GATED>(p, gy, s);
     case STRATA_TYPE_BF16: return st_moe_launch_f32<st_fb_plain<st_dq_bf16>, GATED>(p, gy, s);
@@ -774,9 +805,9 @@ static strata_status st_moe_mv(strata_type type, const st_moe_mv_params &p, unsi
 /* st_k_moe_down1's shared memory for k pairs and rows of n_chunks chunks: k q8_1 rows and k x RB
  * results (RB <= 8); 0 when it would pass 48 KB (the caller takes the down kernel and the
  * combine instead). */
-static size_t st_moe_down1_smem(int k, int64_t n_chunks) {
+static size_t st_moe_down1_smem(int k, int64_t n_chunks, size_t cap) {
     const size_t smem = (size_t)k * ((size_t)n_chunks * sizeof(block_q8_1) + 8 * sizeof(float));
-    return smem <= 48 * 1024 ? smem : 0;
+    return smem <= cap ? smem : 0;
 }
 
 /* st_k_moe_down1's launch: RG row groups a warp (2, 1 for rows of 32 lanes). */
@@ -784,7 +815,7 @@ template <class W, int LPR>
 static bool st_moe_launch_down1_lpr(const st_moe_mv_params &p, const float *wts, int k, int accumulate,
                                     float *out, cudaStream_t s) {
     constexpr int RG = LPR == 32 ? 1 : 2, RB = (32 / LPR) * RG;
-    const size_t smem = st_moe_down1_smem(k, p.n_chunks);
+    const size_t smem = st_moe_down1_smem(k, p.n_chunks, st_moe_smem_cap<W>());
     if (!smem) return false;
     const unsigned grid = (unsigned)((p.n_rows + RB - 1) / RB);
     st_launch(st_k_moe_down1<W, LPR, RG>, grid, 32 * k, smem, s, p, wts, k, accumulate, out);
@@ -809,6 +840,19 @@ static bool st_moe_down1(strata_type type, const st_moe_mv_params &p, const floa
     case STRATA_TYPE_Q4_K: return st_moe_launch_down1<st_w_q4_K>(p, wts, k, accumulate, out, s);
     case STRATA_TYPE_Q5_K: return st_moe_launch_down1<st_w_q5_K>(p, wts, k, accumulate, out, s);
     case STRATA_TYPE_Q6_K: return st_moe_launch_down1<st_w_q6_K>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ4_XS: return st_moe_launch_down1<st_w_mmv<st_mmv_iq4_xs>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ3_XXS:
+        return st_moe_iq_stage ? st_moe_launch_down1<st_w_mmv<st_iq3_xxs_dec<st_iq_tab_smem>>>(p, wts, k, accumulate, out, s)
+                               : st_moe_launch_down1<st_w_mmv<st_mmv_iq3_xxs>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ3_S:
+        return st_moe_iq_stage ? st_moe_launch_down1<st_w_mmv<st_iq3_s_dec<st_iq_tab_smem>>>(p, wts, k, accumulate, out, s)
+                               : st_moe_launch_down1<st_w_mmv<st_mmv_iq3_s>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ2_XXS: return st_moe_launch_down1<st_w_mmv<st_mmv_iq2_xxs>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ2_XS: return st_moe_launch_down1<st_w_mmv<st_mmv_iq2_xs>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ2_S: return st_moe_launch_down1<st_w_mmv<st_mmv_iq2_s>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ1_S: return st_moe_launch_down1<st_w_mmv<st_mmv_iq1_s>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ1_M: return st_moe_launch_down1<st_w_mmv<st_mmv_iq1_m>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_MXFP4: return st_moe_launch_down1<st_w_mmv<st_mmv_mxfp4>>(p, wts, k, accumulate, out, s);
     default: return false;
     }
 }
@@ -1178,7 +1222,7 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     p.n_rows = a->n_embd;
     p.out = w.y;
     /* 4. h as q8_1; 5-6. one token: down and the combine in one launch */
-    const bool d1 = direct && st_moe_down1_smem(a->k, p.n_chunks) != 0;
+    const bool d1 = direct && st_moe_down1_smem(a->k, p.n_chunks, 48 * 1024) != 0;
     p.hq = NULL;
     p.cnt = NULL;
     if (dp4a_d) {
