@@ -37,6 +37,7 @@ static const struct {
     {"pcie_frac", "--pcie-frac"},
     {"pin_experts", "--pin-experts"},
     {"pipe", "--pipe"},
+    {"iq_stage_tables", "--iq-stage-tables"},
     {"q8_tiles", "--q8-tiles"},
     {"ram_budget", "--ram-budget"},
     {"stage_experts", "--stage-experts"},

@@ -79,6 +79,8 @@ static void cli_opts_env(cli_opts *o) {
     o->cpu_isa = getenv("STRATA_CPU_ISA") && getenv("STRATA_CPU_ISA")[0] ? getenv("STRATA_CPU_ISA") : NULL;
     o->route_trace = getenv("STRATA_ROUTE_TRACE") && getenv("STRATA_ROUTE_TRACE")[0] ? getenv("STRATA_ROUTE_TRACE") : NULL;
     o->q8_tiles = !getenv("STRATA_Q8_TILES") || env_flag("STRATA_Q8_TILES"); /* unset: on */
+    const char *iqs = getenv("STRATA_IQ_STAGE_TABLES"); /* unset, empty or auto: -1 */
+    o->iq_stage_tables = iqs && iqs[0] && strcmp(iqs, "auto") != 0 ? env_flag("STRATA_IQ_STAGE_TABLES") : -1;
     o->cpu_misses = getenv("STRATA_CPU_MISSES") ? env_flag("STRATA_CPU_MISSES") : -1; /* unset: auto */
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
     /* issue 32's knobs: unset or 0 off, 1, check; BELOW: unset or empty 0.1, a bad value 0.1 (the
@@ -236,6 +238,10 @@ static void cli_usage_kernels(FILE *f) {
         "                          those matrices' GPU memory once more, qwen3-30b-a3b 0.96 GB,\n"
         "                          taken last and only where the session's other allocations\n"
         "                          leave room), or not; also $STRATA_Q8_TILES=0\n"
+        "  --iq-stage-tables on|off|auto GPU: the grouped expert kernels copy the IQ3 codebooks\n"
+        "                          and sign masks into shared memory first (same results);\n"
+        "                          auto (default): on for compute capability 6.0 only; also\n"
+        "                          $STRATA_IQ_STAGE_TABLES=1 or 0\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
@@ -428,6 +434,15 @@ static int opt_degrade_tau(cli_opts *o, const char *a, const char *v) {
     if (!rc && !(o->degrade_tau >= 0.0f && o->degrade_tau <= 1.0f))
         rc = cli_usage_error("bad value '%s' for --degrade-tau (0..1)", v);
     return rc;
+}
+
+static int opt_iq_stage_tables(cli_opts *o, const char *a, const char *v) {
+    (void)a;
+    if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0) o->iq_stage_tables = 1;
+    else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0) o->iq_stage_tables = 0;
+    else if (strcmp(v, "auto") == 0) o->iq_stage_tables = -1;
+    else return cli_usage_error("bad value '%s' for --iq-stage-tables (on, off or auto)", v);
+    return 0;
 }
 
 static int opt_route_tail_skip(cli_opts *o, const char *a, const char *v) {
@@ -624,6 +639,7 @@ static const cli_value_row cli_values[] = {
     CLI_INT_AUTO(NULL, "--stage-experts", stage_experts, 0, 1L << 30),
     CLI_FN(NULL, "--degrade-tau", opt_degrade_tau),
     CLI_FN(NULL, "--route-tail-skip", opt_route_tail_skip),
+    CLI_FN(NULL, "--iq-stage-tables", opt_iq_stage_tables),
     /* sampling */
     CLI_FLOAT(NULL, "--temp", sp.temperature),
     CLI_FLOAT(NULL, "--temperature", sp.temperature),
@@ -664,7 +680,8 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
         "--cache-admit", "--no-cache-admit", "--stage-ahead", "--stage-split", "--defer-cpu", "--defer-cpu-below",
         "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
-        "--no-q8-tiles", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all", NULL};
+        "--no-q8-tiles", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all",
+        "--iq-stage-tables", NULL};
     for (int k = 0; gpu_only[k]; k++) {
         if (strcmp(a, gpu_only[k]) != 0) continue;
         for (int j = 0; j < o->n_gpu_only; j++)

@@ -51,6 +51,7 @@ typedef struct {
     const char *defer_text;       /* the values as given, for the start-up lines */
     const char *defer_below_text;
     int q8_tiles;                 /* --q8-tiles / --no-q8-tiles ($STRATA_Q8_TILES=0: off) */
+    int iq_stage_tables;          /* --iq-stage-tables on|off|auto ($STRATA_IQ_STAGE_TABLES=1|0): -1 auto */
     int doorbell;                 /* --doorbell ($STRATA_DOORBELL=1) */
     int cpu_misses;               /* --cpu-misses / --no-cpu-misses ($STRATA_CPU_MISSES=1 / 0); -1 auto */
     float pcie_frac;              /* --pcie-frac F ($STRATA_PCIE_FRAC; < 0: the cost model) */

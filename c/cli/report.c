@@ -51,6 +51,11 @@ static void cli_report_expert_memory(const cli_opts *o, const strata_model_info 
             fprintf(stderr, "strata: the experts kept in RAM are read from the file's mapping%s\n",
                     o->pin_experts < 0 ? " (not enough RAM available for a pinned copy)" : "");
     }
+    if (o->iq_stage_tables >= 0 || cs->iq_stage_tables)
+        fprintf(stderr, "strata: STRATA_IQ_STAGE_TABLES=%d%s: the grouped expert kernels read the IQ3 "
+                "codebooks %s (same results)\n", (int)cs->iq_stage_tables, o->iq_stage_tables < 0 ?
+                " (auto: this device's compute capability)" : "", cs->iq_stage_tables ?
+                "from shared-memory copies" : "through the read-only cache");
     /* (an expert cache of auto size leaves no room for them by design: said in EXPERTS.md) */
     if (o->q8_tiles && o->expert_cache == 0 && cs->q8_tiles_skipped > 0)
         fprintf(stderr, "strata: --q8-tiles: %d Q8_0 matrices without a tile copy (no GPU memory to "

@@ -72,6 +72,7 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, cuda_pdl, cuda.pdl),
     CLI_SESSION(int, attn_tc, cuda.attn_tc),
     CLI_SESSION(int, q8_tiles, cuda.q8_tiles),
+    CLI_SESSION(int, iq_stage_tables, cuda.iq_stage_tables),
 };
 
 static void cli_copy_rows(void *params, const cli_opts *o, const cli_param_row *rows, size_t n) {

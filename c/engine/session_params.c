@@ -24,6 +24,7 @@ strata_session_params strata_session_default_params(void) {
     p.cuda.pdl = 1;
     p.cuda.attn_tc = -1;
     p.cuda.q8_tiles = 1;
+    p.cuda.iq_stage_tables = -1;
     p.placement.stage_experts = -1;
     p.placement.pin_experts = -1;
     p.placement.pcie_frac = -1.0f;
@@ -58,6 +59,9 @@ static strata_status st_check_ranges(const strata_session_params *p) {
                         "single f16, 2 split queries and probabilities, 3 split probabilities)", p->cuda.attn_tc);
     if (p->cuda.q8_tiles != 0 && p->cuda.q8_tiles != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option q8_tiles %d: expected 0 or 1", p->cuda.q8_tiles);
+    if (p->cuda.iq_stage_tables < -1 || p->cuda.iq_stage_tables > 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option iq_stage_tables %d: expected -1 (auto), 0 "
+                        "or 1", p->cuda.iq_stage_tables);
     return STRATA_OK;
 }
 

@@ -452,6 +452,10 @@ typedef struct strata_cuda_params {
                              those matrices' GPU memory once more, taken last and only where the
                              session's other allocations and the margin leave room (the stats
                              count the copies and the matrices without one); 0 off. */
+    int iq_stage_tables;  /* the grouped expert kernels copy the IQ3_XXS / IQ3_S codebooks and
+                             the sign masks into shared memory and decode from there (1) or read
+                             them through the read-only cache (0); -1 (default): on for compute
+                             capability 6.0 only. The same results either way. */
 } strata_cuda_params;
 
 typedef struct strata_session_params {
@@ -493,7 +497,7 @@ typedef struct strata_session_params {
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_tau 0.03,
  * placement.stage_experts -1, .cpu_misses -1, .pcie_frac -1, .pin_experts -1, cuda.graphs 1,
- * .pdl 1, .attn_tc -1, .q8_tiles 1; everything else 0. */
+ * .pdl 1, .attn_tc -1, .q8_tiles 1, .iq_stage_tables -1; everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 /* Checks params against model as strata_session_create would, without creating anything: every
  * option's range, which options combine, a gpu_mem that holds the static split it chooses (alone
@@ -644,6 +648,8 @@ typedef struct strata_session_stats {
      * only in GPU memory nothing else of the session claimed) */
     int64_t q8_tiles_bytes;
     int32_t q8_tiles_skipped;
+    /* iq_stage_tables as the CUDA session resolved it (1 on, 0 off; 0 for a CPU session) */
+    int32_t iq_stage_tables;
     /* cpu_misses with n_cpu_moe: 0 no split of the CPU layers' decode steps; 1 split with the
      * GPU's share in the CPU's arithmetic (the same bits whatever the share: the auto default
      * where the types and the CPU's kernels allow); 2 split in the GPU's own arithmetic

@@ -87,7 +87,9 @@ class Model:
     defer_cpu_below, default 0.1, join before the next layer's FFN; "check": on time, summed in
     that order; docs/DEFERRAL.md), q8_tiles (Q8_0
     dense matrices also kept in the prompt tiles' layout where GPU memory allows: same results,
-    faster prompts; default True); CPU sessions
+    faster prompts; default True), iq_stage_tables (the grouped expert kernels' IQ3 codebooks
+    staged in shared memory: True, False or "auto", the default: on for compute capability 6.0
+    only; same results); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
 
@@ -102,7 +104,8 @@ class Model:
                  gpu_prefetch: bool = False, cpu_misses="auto", pcie_frac: float = -1.0,
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True,
                  cache_admit: bool = False, stage_ahead: bool = False, stage_split: bool = False,
-                 defer_cpu=0, defer_cpu_below: float = 0.1, route_tail_skip: float = 0.0):
+                 defer_cpu=0, defer_cpu_below: float = 0.1, route_tail_skip: float = 0.0,
+                 iq_stage_tables="auto"):
         path = path_arg("path", path, must_exist=False)
         n_ctx, n_batch = int_arg("n_ctx", n_ctx), int_arg("n_batch", n_batch)
         n_threads = int_arg("n_threads", n_threads)
@@ -155,6 +158,9 @@ class Model:
             self.pin_experts = int(bool(pin_experts))
         self.cpu_pin, self.gpu_prefetch = bool(cpu_pin), bool(gpu_prefetch)
         self.doorbell, self.cpu_warm, self.q8_tiles = bool(doorbell), bool(cpu_warm), bool(q8_tiles)
+        if isinstance(iq_stage_tables, str) and iq_stage_tables != "auto":
+            raise ValueError(f"iq_stage_tables must be True, False or 'auto', not {iq_stage_tables!r}")
+        self.iq_stage_tables = -1 if isinstance(iq_stage_tables, str) else int(bool(iq_stage_tables))
         self.cache_admit, self.stage_ahead = bool(cache_admit), bool(stage_ahead)
         self.stage_split = bool(stage_split)
         if defer_cpu not in (0, 1, False, True, "check"):
@@ -345,6 +351,7 @@ class Model:
         cu = sp.cuda
         cu.graphs, cu.pdl, cu.attn_tc, cu.q8_tiles = (int(self.cuda_graphs), self.cuda_pdl,
                                                       self.attn_tc, int(self.q8_tiles))
+        cu.iq_stage_tables = self.iq_stage_tables
         sp.cpu_pin = int(self.cpu_pin)
         return sp
 

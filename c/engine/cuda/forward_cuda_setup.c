@@ -737,6 +737,12 @@ strata_status st_gpu_create(strata_session *s) {
     char why[256];
     TRY(st_cuda_probe(&available, why, sizeof why));
     if (!available) return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: %s", why);
+    if (s->iq_stage_tables < 0) { /* auto: by the device's compute capability */
+        st_cuda_device_info di;
+        TRY(st_cuda_device_info_get(&di));
+        s->iq_stage_tables = st_cuda_iq_stage_default(di.cc_major, di.cc_minor);
+    }
+    st_cuda_moe_set_iq_stage(s->iq_stage_tables);
     st_gpu *g = calloc(1, sizeof *g);
     if (!g) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     s->gpu = g;
