@@ -55,6 +55,8 @@ static const int *fp16_fields(strata_type type) {
                      q6k[] = {208, -1}, none[] = {-1};
     switch (type) {
     case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_IQ4_NL:
+    case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S: case STRATA_TYPE_IQ2_XXS:
+    case STRATA_TYPE_IQ2_XS: case STRATA_TYPE_IQ2_S: case STRATA_TYPE_IQ1_S:
         return d0;
     case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_1: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
         return dm;
@@ -80,11 +82,21 @@ static void fill_blocks(strata_type type, uint8_t *buf, int64_t n_blocks, float 
     }
     fill_bytes(buf, (size_t)(n_blocks * bb), r);
     const int *f = fp16_fields(type);
-    for (int64_t b = 0; b < n_blocks; b++)
+    for (int64_t b = 0; b < n_blocks; b++) {
+        uint8_t *blk = buf + b * bb;
         for (int i = 0; f[i] >= 0; i++) {
             const float v = mag * (0.75f + 0.25f * test_rng_float(r));
-            put16(buf + b * bb + f[i], st_f32_to_fp16(v));
+            put16(blk + f[i], st_f32_to_fp16(v));
         }
+        if (type == STRATA_TYPE_IQ1_M) { /* d: the top nibbles of the scale words at 48 */
+            const uint16_t h = st_f32_to_fp16(mag * (0.75f + 0.25f * test_rng_float(r)));
+            for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+        }
+        if (type == STRATA_TYPE_MXFP4) { /* E8M0: 2^(e - 128) near mag, one step either way */
+            const int e = 128 + (int)floorf(log2f(mag)) + (int)(test_rng_next(r) % 3) - 1;
+            blk[0] = (uint8_t)(e < 2 ? 2 : e > 250 ? 250 : e);
+        }
+    }
 }
 
 /* Scale for type so that a row of n weights dotted with uniform [-1, 1) inputs is O(1): measures
@@ -820,12 +832,54 @@ static void check_shared(const expert_set *rs, const expert_set *sh, int64_t T, 
 
 /* ---- argument errors (no device needed) ------------------------------------------------------ */
 
+/* STRATA_IQ_STAGE_TABLES: the grouped kernels with the IQ3 codebooks staged in shared memory give
+ * the bits of the read-only-cache ones (one-token calls: gate/up and the fused down; more tokens:
+ * the group kernels). */
+static void check_iq_stage(const expert_set *s, int64_t T, int32_t k, test_rng *r) {
+    const int64_t n = T * s->n_embd, P = T * k;
+    float *x = malloc(sizeof(float) * (size_t)n), *a = malloc(sizeof(float) * (size_t)(n + GUARD));
+    float *b = malloc(sizeof(float) * (size_t)(n + GUARD)), *logits = malloc(sizeof(float) * (size_t)(T * s->n_expert));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)P);
+    float *wts = malloc(sizeof(float) * (size_t)P);
+    if (!x || !a || !b || !logits || !ids || !wts) {
+        CHECK(0, "host allocation");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) x[i] = test_rng_float(r);
+    for (int64_t i = 0; i < T * s->n_expert; i++) logits[i] = 3.0f * test_rng_float(r);
+    for (int64_t t = 0; t < T; t++)
+        st_route_topk(logits + t * s->n_expert, s->n_expert, k, 1, ids + t * k, wts + t * k);
+    int same_a = 0, same_b = 0;
+    st_cuda_moe_set_iq_stage(0);
+    const int ok_a = gpu_ffn(s, x, T, ids, wts, k, 0, NULL, a, &same_a);
+    st_cuda_moe_set_iq_stage(1);
+    const int ok_b = gpu_ffn(s, x, T, ids, wts, k, 0, NULL, b, &same_b);
+    st_cuda_moe_set_iq_stage(0);
+    const int same = ok_a && ok_b && memcmp(a, b, sizeof(float) * (size_t)n) == 0;
+    printf("iq_stage_tables %s/%s T=%lld k=%d: staged %s\n", strata_type_name(s->tg), strata_type_name(s->td),
+           (long long)T, (int)k, same ? "bitwise the same" : "DIFFERENT");
+    CHECK(same, "%s/%s T=%lld: staged IQ3 tables change the output (runs %d %d)", strata_type_name(s->tg),
+          strata_type_name(s->td), (long long)T, ok_a, ok_b);
+done:
+    free(x); free(a); free(b); free(logits); free(ids); free(wts);
+}
+
 static void test_arguments(void) {
     CHECK(st_cuda_moe_supports(STRATA_TYPE_Q4_K) && st_cuda_moe_supports(STRATA_TYPE_Q6_K) &&
           st_cuda_moe_supports(STRATA_TYPE_Q8_0) && st_cuda_moe_type_dp4a(STRATA_TYPE_Q4_K) &&
           st_cuda_moe_type_dp4a(STRATA_TYPE_Q6_K) && st_cuda_moe_type_dp4a(STRATA_TYPE_Q8_0) &&
           st_cuda_moe_type_dp4a(STRATA_TYPE_Q5_K) && st_cuda_moe_type_dp4a(STRATA_TYPE_Q4_0),
           "required dp4a types missing");
+    static const strata_type iq[] = {STRATA_TYPE_IQ4_XS, STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS,
+                                     STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ1_M,
+                                     STRATA_TYPE_MXFP4};
+    for (size_t i = 0; i < sizeof iq / sizeof iq[0]; i++)
+        CHECK(st_cuda_moe_supports(iq[i]) && st_cuda_moe_type_dp4a(iq[i]) && st_cuda_moe_type_tiles(iq[i]),
+              "%s: no dp4a expert kernel or tiles", strata_type_name(iq[i]));
+    /* STRATA_IQ_STAGE_TABLES' default, by a faked compute capability: 6.0 only */
+    CHECK(st_cuda_iq_stage_default(6, 0) && !st_cuda_iq_stage_default(6, 1) && !st_cuda_iq_stage_default(7, 0) &&
+          !st_cuda_iq_stage_default(8, 6) && !st_cuda_iq_stage_default(9, 0) && !st_cuda_iq_stage_default(5, 0),
+          "iq_stage_tables default");
     CHECK(!st_cuda_moe_supports((strata_type)4) && !st_cuda_moe_supports(STRATA_TYPE_COUNT),
           "unknown types must be unsupported");
     CHECK(st_cuda_moe_ffn(NULL, NULL) == STRATA_ERR_INVALID_ARG, "NULL args");
@@ -942,10 +996,16 @@ int main(void) {
     static const strata_type types[] = {
         STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K,
         STRATA_TYPE_F32, STRATA_TYPE_F16, STRATA_TYPE_BF16, STRATA_TYPE_Q4_1, STRATA_TYPE_Q5_0,
-        STRATA_TYPE_Q5_1, STRATA_TYPE_IQ4_NL, STRATA_TYPE_Q2_K, STRATA_TYPE_Q3_K,
+        STRATA_TYPE_Q5_1, STRATA_TYPE_IQ4_NL, STRATA_TYPE_Q2_K, STRATA_TYPE_Q3_K, STRATA_TYPE_IQ4_XS,
+        STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ2_S,
+        STRATA_TYPE_IQ1_S, STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4,
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const strata_type t = types[i];
+        if (!strata_type_can_dot(t) || !strata_type_can_dequantize(t)) {
+            SKIP("%s experts: no CPU path in this build to compare with", strata_type_name(t));
+            continue;
+        }
         const int kq = strata_type_block_size(t) == 256;
         const int64_t sizes[2][2] = {{kq ? 512 : 96, kq ? 768 : 224}, {kq ? 2304 : 1312, kq ? 1280 : 800}};
         for (int z = 0; z < 2; z++) {
@@ -1041,6 +1101,32 @@ int main(void) {
     }
     expert_set_free(&s);
     expert_set_free(&sh);
+
+    /* mixed low-bit types per matrix at the qwen3-30b-a3b shape: decode, groups, tiles; then
+     * the staged IQ3 codebooks (bits unchanged) */
+    static const strata_type mixed[][2] = {
+        {STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ3_S}, {STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4},
+        {STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ4_XS}, {STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ1_S},
+        {STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ3_XXS},
+    };
+    for (size_t i = 0; i < sizeof mixed / sizeof mixed[0]; i++) {
+        const strata_type tg = mixed[i][0], td = mixed[i][1];
+        if (!strata_type_can_dot(tg) || !strata_type_can_dot(td) || !strata_type_can_dequantize(tg) ||
+            !strata_type_can_dequantize(td)) {
+            SKIP("%s/%s experts: no CPU path in this build to compare with", strata_type_name(tg), strata_type_name(td));
+            continue;
+        }
+        if (expert_set_make(&s, 2048, 768, 32, 12, tg, td, &r)) {
+            check_ffn("mixed", &s, 1, 8, 1, 0, &r);
+            check_ffn("mixed", &s, 8, 8, 1, 0, &r);
+            check_ffn("mixed", &s, 80, 8, 1, 0, &r); /* tiles */
+            if (tg == STRATA_TYPE_IQ3_XXS || td == STRATA_TYPE_IQ3_S || td == STRATA_TYPE_IQ3_XXS) {
+                check_iq_stage(&s, 1, 8, &r);
+                check_iq_stage(&s, 8, 8, &r);
+            }
+        }
+        expert_set_free(&s);
+    }
 
     st_threadpool_free(g_tp);
     return test_report();

@@ -321,6 +321,15 @@ int main(int argc, char **argv) {
     results.push_back(time_type<st_dq_q4_K>("q4_K_lib4", d_src, src_bytes, d_dst, n, sms));
     results.push_back(time_type<st_dq_q5_K>("q5_K_lib4", d_src, src_bytes, d_dst, n, sms));
     results.push_back(time_type<st_dq_q6_K>("q6_K_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_iq4_xs>("iq4_xs_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_iq3_xxs>("iq3_xxs_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_iq3_s>("iq3_s_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_iq2_xxs>("iq2_xxs_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_iq2_xs>("iq2_xs_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_iq2_s>("iq2_s_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_iq1_s>("iq1_s_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_iq1_m>("iq1_m_lib4", d_src, src_bytes, d_dst, n, sms));
+    results.push_back(time_type<st_dq_mxfp4>("mxfp4_lib4", d_src, src_bytes, d_dst, n, sms));
     results.push_back(time_type<st_dq_q4_K, true>("q4_K_lib4cs", d_src, src_bytes, d_dst, n, sms));
     results.push_back(time_type<st_dq_q6_K, true>("q6_K_lib4cs", d_src, src_bytes, d_dst, n, sms));
 

@@ -49,6 +49,7 @@ static const int *fp16_fields(strata_type type) {
     case STRATA_TYPE_Q3_K: return q3k;
     case STRATA_TYPE_Q6_K: return q6k;
     case STRATA_TYPE_F32: case STRATA_TYPE_F16: case STRATA_TYPE_BF16: return none;
+    case STRATA_TYPE_IQ1_M: case STRATA_TYPE_MXFP4: return none; /* fill_matrix sets their scales */
     default: return d0;
     }
 }
@@ -68,13 +69,20 @@ static void fill_matrix(strata_type type, std::vector<uint8_t> &buf, int64_t ne0
                 memcpy(p + 2 * i, &h, 2);
             }
         } else {
-            for (int64_t b = 0; b < nb; b++)
+            for (int64_t b = 0; b < nb; b++) {
                 for (const int *f = fp16_fields(type); *f >= 0; f++) {
                     float m = ldexpf(1.0f + 3.0f * (0.5f + 0.5f * rngf()), -8);
                     if (rng() & 1) m = -m;
                     const uint16_t h = st_f32_to_fp16(m);
                     memcpy(p + b * bb + *f, &h, 2);
                 }
+                uint8_t *blk = p + b * bb;
+                if (type == STRATA_TYPE_IQ1_M) { /* d: the top nibbles of the scale words at 48 */
+                    const uint16_t h = st_f32_to_fp16(ldexpf(1.0f + rngf() * 0.5f, -8));
+                    for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+                }
+                if (type == STRATA_TYPE_MXFP4) blk[0] = (uint8_t)(120 + rng() % 8);
+            }
         }
     }
 }

@@ -48,6 +48,7 @@ static void fill(strata_type t, uint8_t *p, int64_t n_blocks, float mag) {
         memcpy(p + i, &v, (size_t)std::min<int64_t>(8, n_blocks * bb - i));
     }
     int offs[2] = {0, -1};
+    if (t == STRATA_TYPE_IQ1_M || t == STRATA_TYPE_MXFP4) offs[0] = -1; /* their scales below */
     if (t == STRATA_TYPE_Q6_K) offs[0] = 208;
     if (t == STRATA_TYPE_Q4_K || t == STRATA_TYPE_Q5_K) offs[1] = 2;
     for (int64_t b = 0; b < n_blocks; b++)
@@ -57,6 +58,17 @@ static void fill(strata_type t, uint8_t *p, int64_t n_blocks, float mag) {
                 p[b * bb + offs[k]] = (uint8_t)h;
                 p[b * bb + offs[k] + 1] = (uint8_t)(h >> 8);
             }
+    for (int64_t b = 0; b < n_blocks; b++) {
+        uint8_t *blk = p + b * bb;
+        if (t == STRATA_TYPE_IQ1_M) { /* d: the top nibbles of the scale words at 48 */
+            const uint16_t h = st_f32_to_fp16(mag * (0.875f + 0.125f * rndf()));
+            for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | (((h >> (4 * k)) & 0xF) << 4));
+        }
+        if (t == STRATA_TYPE_MXFP4) { /* E8M0 near mag */
+            const int e = 128 + (int)floorf(log2f(mag));
+            blk[0] = (uint8_t)(e < 2 ? 2 : e > 250 ? 250 : e);
+        }
+    }
 }
 
 /* mag so that a row of n weights against uniform inputs gives O(1) */
@@ -97,6 +109,11 @@ static double median_ms(cudaEvent_t e0, cudaEvent_t e1, F call) {
 }
 
 static void run_case(const Case &c, st_threadpool *tp) {
+    if (!strata_type_can_dot(c.tg) || !strata_type_can_dot(c.td)) {
+        printf("%s %s/%s: skipped (no CPU dot in this build to compare with)\n", c.name,
+               strata_type_name(c.tg), strata_type_name(c.td));
+        return;
+    }
     const int64_t E = c.n_embd, F = c.n_ff, T = c.T;
     const int32_t X = c.n_expert, K = c.k;
     const size_t rbg = (size_t)strata_row_bytes(c.tg, E), rbd = (size_t)strata_row_bytes(c.td, F);
@@ -265,6 +282,13 @@ int main() {
         {"olmoe-1b-7b", 2048, 1024, 64, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 8},
         {"mixtral", 4096, 14336, 8, 2, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 1},
         {"mixtral", 4096, 14336, 8, 2, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 8},
+        /* the codebook formats and MXFP4, mixed per matrix */
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ3_S, 1},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_XS, STRATA_TYPE_IQ3_S, 8},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ4_XS, 1},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4, 1},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ1_S, 8},
+        {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS, 1},
     };
     for (const Case &c : cases) run_case(c, tp);
     st_threadpool_free(tp);
