@@ -44,7 +44,8 @@ typedef struct {
 
 /* The logits [STEPS + 1][V] (the prompt's last row, then each step's) of the last of `passes`
  * passes over the text (each after a reset, its stats reset too), with DEGRADE_ZERO on at tau or
- * off (tau < 0). 0 on failure. */
+ * off (tau < 0). 0 on failure. A light expert missed under DEGRADE_ZERO is dropped, not loaded,
+ * so only passes without drops can fill a cache. */
 static int run(const placement *pl, float tau, float *lg, strata_session_stats *ss) {
     strata_session_params sp = strata_session_default_params();
     sp.backend = STRATA_BACKEND_CUDA;
@@ -64,8 +65,14 @@ static int run(const placement *pl, float tau, float *lg, strata_session_stats *
         strata_session_reset(s);
         strata_session_reset_stats(s);
         st = strata_session_decode(s, toks, N_PROMPT, lg, 0);
-        for (int i = 0; i < STEPS && st == STRATA_OK; i++)
-            st = strata_session_decode_gen(s, &toks[N_PROMPT + i], 1, lg + (size_t)(i + 1) * (size_t)V, 0);
+        /* the passes before the last warm the cache: plain decode never drops (DEGRADE_ZERO acts
+         * in decode_gen only), so every expert the last pass routes to gets loaded */
+        const int last = pass == pl->passes - 1;
+        for (int i = 0; i < STEPS && st == STRATA_OK; i++) {
+            float *row = lg + (size_t)(i + 1) * (size_t)V;
+            st = last ? strata_session_decode_gen(s, &toks[N_PROMPT + i], 1, row, 0)
+                      : strata_session_decode(s, &toks[N_PROMPT + i], 1, row, 0);
+        }
     }
     if (st == STRATA_OK) st = strata_session_get_stats(s, ss);
     CHECK(st == STRATA_OK, "%s, tau %g: %s", pl->name, (double)tau, strata_last_error());
