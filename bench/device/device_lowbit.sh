@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# device_lowbit.sh - issue 34 on one GPU machine: the low-bit types on the GPU. First the GPU tests
+# of every IQ type and MXFP4 (test_cuda_dequant, test_cuda_mmv, test_cuda_moe; test_cuda_session
+# with STAGES "session"), then synthetic qwen3-30b-a3b files in low-bit mixes (bench/synth_lowbit.py,
+# zero-mean weights: each token routes to its own experts) timed all resident and with --cpu-moe
+# (pp512 and tg64), each beside llama-bench on the same file in the same call when .peer is
+# carried (llama-bench's build takes about 5 minutes, in the background while the tests run).
+# Every Strata row's JSON gives decode bytes per token and their share of the copy rate.
+#   run(command="bash bench/device/device_lowbit.sh", carry=[".whl", ".devdata/synth_moe.py",
+#       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
+# Knobs: STAGES (default "tests iq2_xxs mxfp4"; mixes: iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; "session"),
+# BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2).
+# $OUT: device_lowbit.log, the test logs and lowbit/bench.tar (every row's JSON and stderr).
+set -u
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
+O="${OUT:-/tmp}/lowbit"; J=/tmp/lowbit_json; rm -rf "$J"; mkdir -p "$O" "$J"
+trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
+dev_log lowbit
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+dev_wheels
+BUDGET=${BUDGET:-540}
+R=${R:-2}
+STAGES=${STAGES:-tests iq2_xxs mxfp4}
+have() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+late() { [ "$(el)" -ge "$BUDGET" ] && { echo "budget reached at $(el)s: $1 skipped"; return 0; }; return 1; }
+MIXES=""
+for m in iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; do have $m && MIXES="$MIXES $m"; done
+# the files, one after another in the background (the first is timed while the next is written)
+(
+    for m in $MIXES; do
+        python3 bench/synth_lowbit.py qwen3-30b-a3b /tmp/q3_$m.gguf --mix $m --synth .devdata/synth_moe.py \
+            --vocab .devdata/ggml-vocab-gpt-2.gguf > "$J/synth_$m.log" 2>&1 && echo ok > /tmp/q3_$m.done
+    done
+) &
+LL=0
+if [ -f .peer/llama_bench.sh ] && [ -n "$MIXES" ]; then
+    ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
+    LL=1
+fi
+DEV_JOBS=12 dev_build strata build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_moe \
+    build/tests/test_cuda_session
+if have tests; then
+    DEV_TEST_SHOW="FAIL|SKIP" DEV_TEST_SHOW_N=12 dev_tests build test_cuda_dequant:120 test_cuda_mmv:200 test_cuda_moe:200
+fi
+if have session; then
+    DEV_TEST_SHOW="FAIL" DEV_TEST_SHOW_N=8 dev_tests build test_cuda_session:200
+fi
+# one Strata row: pp512 + tg64 with ARGS; "tag: rates, decode bytes/token, share of the copy rate"
+srow() { # file tag args...
+    local f=$1 tag=$2
+    shift 2
+    late "strata $tag" && return
+    timeout 200 ./strata bench -m "$f" -p 512 -n 64 -r "$R" --gpu -t 16 "$@" --json "$J/s_$tag.json" \
+        > "$J/s_$tag.md" 2> "$J/s_$tag.err"
+    echo "strata $tag (rc $?): $(dev_rates < "$J/s_$tag.md")at $(el)s"
+    grep -E "^\|.*tg64" "$J/s_$tag.md" | awk -F'|' '{print "    decode bytes/token" $8 ", GB/s" $9 ", of copy rate" $10}'
+}
+lrow() { # file tag args...
+    local f=$1 tag=$2
+    shift 2
+    [ -f /tmp/llama.done ] || return 0
+    late "llama $tag" && return
+    timeout 200 bash .peer/llama_bench.sh run -m "$f" -ngl 99 -fa 1 -p 512 -n 64 -r "$R" "$@" \
+        > "$J/l_$tag.md" 2> "$J/l_$tag.err"
+    echo "llama $tag (rc $?): $(grep -E 'pp512|tg64' "$J/l_$tag.md" | awk -F'|' '{printf "%s ", $(NF-1)}')at $(el)s"
+}
+for m in $MIXES; do
+    for i in $(seq 200); do [ -f /tmp/q3_$m.done ] && break; sleep 2; done
+    [ -f /tmp/q3_$m.done ] || { echo "q3_$m: not written (synth_$m.log: $(tail -2 "$J/synth_$m.log"))"; continue; }
+    echo "q3_$m written at $(el)s: $(du -h /tmp/q3_$m.gguf | cut -f1); $(grep -ci "spread\|std" "$J/synth_$m.log") spread lines"
+    grep -iE "std|spread" "$J/synth_$m.log" | head -8
+    F=/tmp/q3_$m.gguf
+    if [ "$LL" = 1 ] && [ ! -f /tmp/llama.done ]; then # llama's build: wait, at most to 60% of the budget
+        while [ ! -f /tmp/llama.done ] && [ "$(el)" -lt $((BUDGET * 6 / 10)) ]; do sleep 5; done
+        echo "llama-bench built: $([ -f /tmp/llama.done ] && echo yes || echo no) at $(el)s"
+    fi
+    for p in 1 2; do # interleaved rounds
+        srow $F ${m}_gpu_$p
+        lrow $F ${m}_gpu_$p
+        srow $F ${m}_cpumoe_$p --cpu-moe
+        lrow $F ${m}_cpumoe_$p -ncmoe 48 -t 16
+    done
+    rm -f $F # the disk holds one or two at a time
+done
+echo "done at $(el)s"
