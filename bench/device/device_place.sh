@@ -174,13 +174,15 @@ if have defer; then # issue 32: the pool's CPU layers deferred; arms interleaved
     done
     grep -h "DEFER" "$J"/f_cpumoe_defer01_1.err | head -3
 fi
-if have deferq; then # issue 32's quality table: teacher-forced logprobs through the windows
+if have deferq; then # issue 32's quality table: teacher-forced logprobs through the windows (of 8
+    # rows, --draft-max 7: the pool serves at most ST_POOL_T = 8 rows, and a window it does not
+    # serve is not deferred)
     cat docs/EXPERTS.md docs/SPECULATIVE.md | head -c 9000 > /tmp/deferq.txt
     qrow() { # tag args...
         local tag=$1
         shift
         timeout 120 ./strata run -m models/strata-tiny-moe-q8_0.gguf -f /tmp/deferq.txt -n 0 -c 4096 \
-            --short-read 100000 --logpos "$J/q_$tag.jsonl" --gpu --n-cpu-moe 3 --doorbell -t 16 "$@" \
+            --short-read 100000 --draft-max 7 --logpos "$J/q_$tag.jsonl" --gpu --n-cpu-moe 3 --doorbell -t 16 "$@" \
             > /dev/null 2> "$J/q_$tag.err" || echo "deferq $tag failed: $(tail -2 "$J/q_$tag.err")"
     }
     qrow unset
