@@ -30,7 +30,8 @@ extern "C" {
 
 /* 1 if strata_dequantize_row supports type. */
 STRATA_API int strata_type_can_dequantize(strata_type type);
-/* 1 if strata_quantize_row supports type (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K, Q8_K). */
+/* 1 if strata_quantize_row supports type (F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K, Q4_K, Q5_K,
+ * Q6_K, Q8_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS, MXFP4). */
 STRATA_API int strata_type_can_quantize(strata_type type);
 /* 1 if strata_vec_dot supports type as weights. */
 STRATA_API int strata_type_can_dot(strata_type type);
@@ -39,7 +40,11 @@ STRATA_API int strata_type_can_dot(strata_type type);
 STRATA_API strata_status strata_dequantize_row(strata_type type, const void *src, float *dst,
                                                int64_t n);
 /* src: n floats -> dst: strata_row_bytes(type, n) bytes. Q8_0 and Q4_0 are bit-exact with
- * llama.cpp's reference quantizers; Q4_K and Q6_K use a search for scales (llama.cpp's method). */
+ * llama.cpp's reference quantizers; Q4_K and Q6_K use a search for scales (llama.cpp's method);
+ * Q2_K, Q3_K, Q5_K, MXFP4, IQ4_NL, IQ4_XS, IQ2_S, IQ3_XXS, IQ3_S and IQ1_M are ports of ggml's
+ * quantizers without an importance matrix, IQ2_XXS, IQ2_XS and IQ1_S (which ggml refuses to
+ * quantize without one) of ggml's with an importance matrix of ones. The first IQ1/IQ2/IQ3 call
+ * builds that grid's search tables (once; STRATA_ERR_NOMEM if memory runs out). */
 STRATA_API strata_status strata_quantize_row(strata_type type, const float *src, void *dst,
                                              int64_t n);
 

@@ -7,6 +7,8 @@
 #include "common.h"
 #include "blocks.h"
 
+#include <string.h>
+
 /* n is a multiple of the type's block size; no argument checks here. */
 typedef void (*st_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*st_quant_fn)(const float *src, void *dst, int64_t n);
@@ -14,6 +16,56 @@ typedef void (*st_quant_fn)(const float *src, void *dst, int64_t n);
 /* NULL when the type has no such function. */
 st_dequant_fn st_dequant_get(strata_type type);
 st_quant_fn st_quant_get(strata_type type);
+
+/* Prepares what type's quantizer needs before its first call (the IQ grids' index maps and
+ * neighbour lists, built once); STRATA_ERR_NOMEM if they could not be built. Thread-safe. */
+strata_status st_quant_prepare(strata_type type);
+
+/* Weight quantizers of quantize_k.c (Q2_K, Q3_K, Q5_K, MXFP4) and quantize_iq.c /
+ * quantize_iq1.c (the IQ types); st_quant_get returns them. IQ2/IQ1/IQ3 ones need
+ * st_quant_prepare(type) to have succeeded. */
+void st_quant_q2_K(const float *src, void *dst, int64_t n);
+void st_quant_q3_K(const float *src, void *dst, int64_t n);
+void st_quant_q5_K(const float *src, void *dst, int64_t n);
+void st_quant_mxfp4(const float *src, void *dst, int64_t n);
+void st_quant_iq4_nl(const float *src, void *dst, int64_t n);
+void st_quant_iq4_xs(const float *src, void *dst, int64_t n);
+void st_quant_iq2_xxs(const float *src, void *dst, int64_t n);
+void st_quant_iq2_xs(const float *src, void *dst, int64_t n);
+void st_quant_iq2_s(const float *src, void *dst, int64_t n);
+void st_quant_iq3_xxs(const float *src, void *dst, int64_t n);
+void st_quant_iq3_s(const float *src, void *dst, int64_t n);
+void st_quant_iq1_s(const float *src, void *dst, int64_t n);
+void st_quant_iq1_m(const float *src, void *dst, int64_t n);
+
+/* The search structures of one IQ grid (ggml's iq2xs_init_impl / iq3xs_init_impl), built by
+ * quantize_iq_grid.c from the tables below. A grid point is n_elem levels (0..n_level-1);
+ * level vector u packs element k's level at bits (bits * k). */
+typedef struct {
+    int n_grid;                 /* grid entries */
+    int n_elem;                 /* 8 (IQ2, IQ1) or 4 (IQ3) values an entry */
+    int bits;                   /* 2 or 3 bits a level in u */
+    const int8_t *grid;         /* n_grid x n_elem: 2 * level + 1 (ggml's kgrid_q2xs / q3xs) */
+    const int32_t *map;         /* 1 << (bits * n_elem) entries: u -> grid index if u is on the
+                                 * grid, else -(1 + offset of u's list in neighbours) */
+    const uint16_t *neighbours; /* per off-grid u: count, then the grid indices of the points at
+                                 * the nwant smallest distances, by (distance, index) */
+} st_iq_grid;
+
+enum { ST_IQ_GRID_IQ2XXS, ST_IQ_GRID_IQ2XS, ST_IQ_GRID_IQ2S, ST_IQ_GRID_IQ1S, ST_IQ_GRID_IQ3XXS,
+       ST_IQ_GRID_IQ3S, ST_IQ_GRID_COUNT };
+
+/* Builds grid `which` (once, thread-safe); NULL if memory ran out. */
+const st_iq_grid *st_iq_grid_get(int which);
+
+/* Round to nearest, ties to even, for |x| < 2^22 (llama.cpp's nearest_int): adding 1.5 * 2^23
+ * pushes the fraction out of the mantissa, so the float addition does the rounding. */
+static inline int st_nearest_int(float x) {
+    float v = x + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
 
 /* Activation quantizers, bit-exact with llama.cpp's reference (quantize_row_q8_0_ref and
  * quantize_row_q8_K_ref): the dot products' inputs. */

@@ -35,7 +35,10 @@ strata_status strata_dequantize_row(strata_type type, const void *src, float *ds
     if (!fn)
         return st_error(STRATA_ERR_UNSUPPORTED, "strata_dequantize_row: dequantizing type %s is not supported",
                         strata_type_name(type));
-    if (n > 0) fn(src, dst, n);
+    if (n > 0) {
+        ST_TRY(st_quant_prepare(type));
+        fn(src, dst, n);
+    }
     return STRATA_OK;
 }
 
@@ -45,6 +48,9 @@ strata_status strata_quantize_row(strata_type type, const float *src, void *dst,
     if (!fn)
         return st_error(STRATA_ERR_UNSUPPORTED, "strata_quantize_row: quantizing to type %s is not supported",
                         strata_type_name(type));
-    if (n > 0) fn(src, dst, n);
+    if (n > 0) {
+        ST_TRY(st_quant_prepare(type));
+        fn(src, dst, n);
+    }
     return STRATA_OK;
 }

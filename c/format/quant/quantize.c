@@ -1,7 +1,8 @@
 /* quantize.c - f32 -> block formats on the CPU: the activation quantizers the dot products use
  * (Q8_0, Q8_K, bit-exact with llama.cpp's reference quantizers), the plain conversions
  * (F32, F16, BF16) and the weight quantizers (Q8_0, Q4_0 bit-exact with the gguf Python package;
- * Q4_K and Q6_K with a search for the best scales). */
+ * Q4_K and Q6_K with a search for the best scales), and the table of every type's quantizer
+ * (the others live in quantize_k.c, quantize_iq.c and quantize_iq1.c). */
 #include "quant.h"
 
 #include <math.h>
@@ -16,15 +17,6 @@
 /* ---------------------------------------------------------------------------------------------
  * Rounding helpers
  * ------------------------------------------------------------------------------------------- */
-
-/* Round to nearest, ties to even, for |x| < 2^22: adding 1.5 * 2^23 pushes the fraction out of
- * the mantissa, so the float addition itself does the rounding (as llama.cpp's nearest_int). */
-static inline int st_nearest_int(float x) {
-    float v = x + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
-}
 
 /* roundf (half away from zero) to int8, without the libm call: truncate, then step away from
  * zero when the (exact) remainder is at least one half. |x| <= 127 for every finite input; the
@@ -394,9 +386,39 @@ static const st_quant_fn st_quant_table[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_Q4_K] = q_q4_K,
     [STRATA_TYPE_Q6_K] = q_q6_K,
     [STRATA_TYPE_Q8_K] = q_q8_K,
+    [STRATA_TYPE_Q2_K] = st_quant_q2_K,
+    [STRATA_TYPE_Q3_K] = st_quant_q3_K,
+    [STRATA_TYPE_Q5_K] = st_quant_q5_K,
+    [STRATA_TYPE_MXFP4] = st_quant_mxfp4,
+    [STRATA_TYPE_IQ4_NL] = st_quant_iq4_nl,
+    [STRATA_TYPE_IQ4_XS] = st_quant_iq4_xs,
+    [STRATA_TYPE_IQ2_XXS] = st_quant_iq2_xxs,
+    [STRATA_TYPE_IQ2_XS] = st_quant_iq2_xs,
+    [STRATA_TYPE_IQ2_S] = st_quant_iq2_s,
+    [STRATA_TYPE_IQ3_XXS] = st_quant_iq3_xxs,
+    [STRATA_TYPE_IQ3_S] = st_quant_iq3_s,
+    [STRATA_TYPE_IQ1_S] = st_quant_iq1_s,
+    [STRATA_TYPE_IQ1_M] = st_quant_iq1_m,
 };
 
 st_quant_fn st_quant_get(strata_type type) {
     if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
     return st_quant_table[type];
+}
+
+strata_status st_quant_prepare(strata_type type) {
+    int grid;
+    switch (type) {
+    case STRATA_TYPE_IQ2_XXS: grid = ST_IQ_GRID_IQ2XXS; break;
+    case STRATA_TYPE_IQ2_XS: grid = ST_IQ_GRID_IQ2XS; break;
+    case STRATA_TYPE_IQ2_S: grid = ST_IQ_GRID_IQ2S; break;
+    case STRATA_TYPE_IQ1_S: case STRATA_TYPE_IQ1_M: grid = ST_IQ_GRID_IQ1S; break;
+    case STRATA_TYPE_IQ3_XXS: grid = ST_IQ_GRID_IQ3XXS; break;
+    case STRATA_TYPE_IQ3_S: grid = ST_IQ_GRID_IQ3S; break;
+    default: return STRATA_OK;
+    }
+    if (!st_iq_grid_get(grid))
+        return st_error(STRATA_ERR_NOMEM, "quantize: out of memory building the %s grid search",
+                        strata_type_name(type));
+    return STRATA_OK;
 }
