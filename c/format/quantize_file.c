@@ -16,30 +16,50 @@
  * Target types and llama.cpp's general.file_type values
  * ------------------------------------------------------------------------------------------- */
 
+/* Every type strata_quantize_row writes except Q8_K (an activation format, not a file's). */
 static int is_target_type(strata_type t) {
-    switch (t) {
-    case STRATA_TYPE_F32: case STRATA_TYPE_F16: case STRATA_TYPE_BF16: case STRATA_TYPE_Q8_0:
-    case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q6_K:
-        return 1;
-    default:
-        return 0;
-    }
+    return strata_type_is_known((int)t) && strata_type_can_quantize(t) && t != STRATA_TYPE_Q8_K;
 }
 
-/* llama.cpp's llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
- * MOSTLY_Q4_K_S 14 (all weights Q4_K, nothing promoted: the closest of the Q4_K family),
- * MOSTLY_Q6_K 18, MOSTLY_BF16 32. */
+/* llama.cpp's llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7, MOSTLY_Q2_K 10,
+ * and for a type whose family has size variants the variant with nothing promoted (the closest
+ * to "all weights of that type"): MOSTLY_Q3_K_S 11, MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16; then
+ * MOSTLY_Q6_K 18, IQ2_XXS 19, IQ2_XS 20, IQ3_XXS 23, IQ1_S 24, IQ4_NL 25, IQ3_S 26, IQ2_S 28,
+ * IQ4_XS 30, IQ1_M 31, BF16 32, MXFP4_MOE 38. */
 static uint32_t file_type_of(strata_type t) {
     switch (t) {
     case STRATA_TYPE_F32: return 0;
     case STRATA_TYPE_F16: return 1;
     case STRATA_TYPE_Q4_0: return 2;
     case STRATA_TYPE_Q8_0: return 7;
+    case STRATA_TYPE_Q2_K: return 10;
+    case STRATA_TYPE_Q3_K: return 11;
     case STRATA_TYPE_Q4_K: return 14;
+    case STRATA_TYPE_Q5_K: return 16;
     case STRATA_TYPE_Q6_K: return 18;
+    case STRATA_TYPE_IQ2_XXS: return 19;
+    case STRATA_TYPE_IQ2_XS: return 20;
+    case STRATA_TYPE_IQ3_XXS: return 23;
+    case STRATA_TYPE_IQ1_S: return 24;
+    case STRATA_TYPE_IQ4_NL: return 25;
+    case STRATA_TYPE_IQ3_S: return 26;
+    case STRATA_TYPE_IQ2_S: return 28;
+    case STRATA_TYPE_IQ4_XS: return 30;
+    case STRATA_TYPE_IQ1_M: return 31;
     case STRATA_TYPE_BF16: return 32;
+    case STRATA_TYPE_MXFP4: return 38;
     default: return 0;
     }
+}
+
+/* The target of weight `name` under the mix: ffn_down (dense or experts) -> type_down, other
+ * expert tensors (ffn_*_exps) -> type_experts, everything else -> type_dense; each defaulting
+ * (when negative) to type. */
+static strata_type target_of(const char *name, const strata_quantize_params *p) {
+    int t = p->type_dense;
+    if (strstr(name, "ffn_down") != NULL) t = p->type_down;
+    else if (strstr(name, "_exps") != NULL) t = p->type_experts;
+    return t < 0 ? p->type : (strata_type)t;
 }
 
 static int is_float_type(strata_type t) {
@@ -73,7 +93,7 @@ static strata_status plan_tensor(const strata_tensor_info *t, const strata_quant
         want = STRATA_TYPE_F32;
     } else {
         if (!is_float_type(t->type) && !is_block_type(t->type)) return STRATA_OK; /* i8.., f64 */
-        want = p->type;
+        want = target_of(t->name, p);
     }
     int action = ST_Q_CONVERT;
     if (t->ne[0] % strata_type_block_size(want) != 0) {
@@ -179,6 +199,7 @@ strata_quantize_params strata_quantize_default_params(void) {
     strata_quantize_params p;
     memset(&p, 0, sizeof p);
     p.type = STRATA_TYPE_Q8_0;
+    p.type_experts = p.type_dense = p.type_down = -1;
     return p;
 }
 
@@ -242,9 +263,15 @@ strata_status strata_quantize_file(const char *in_path, const char *out_path,
     if (!in_path || !out_path || !params)
         return st_error(STRATA_ERR_INVALID_ARG, "strata_quantize_file: NULL argument");
     strata_quantize_params p = *params;
-    if (!is_target_type(p.type))
-        return st_error(STRATA_ERR_INVALID_ARG, "quantize: target type %s is not one of f32, f16, "
-                        "bf16, q8_0, q4_0, q4_K, q6_K", strata_type_name(p.type));
+    static const char *const field[4] = {"type", "type_experts", "type_dense", "type_down"};
+    const int given[4] = {(int)p.type, p.type_experts, p.type_dense, p.type_down};
+    for (int i = 0; i < 4; i++) {
+        if ((i > 0 && given[i] < 0) || is_target_type((strata_type)given[i])) continue;
+        return st_error(STRATA_ERR_INVALID_ARG, "quantize: %s %s is not a target type (f32, f16, "
+                        "bf16, q8_0, q4_0, q2_K, q3_K, q4_K, q5_K, q6_K, iq1_s, iq1_m, iq2_xxs, "
+                        "iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_nl, iq4_xs, mxfp4)", field[i],
+                        strata_type_name((strata_type)given[i]));
+    }
     if (p.n_threads <= 0) {
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         p.n_threads = n > 0 ? (int)n : 1;

@@ -67,14 +67,18 @@ STRATA_API strata_status strata_vec_dot_f32(strata_type type, const void *w, con
  *   - 1-D tensors (norms, biases) and non-float tensors that are not weights are copied as is;
  *   - router weights (names containing "ffn_gate_inp") become F32 when they are F32/F16/BF16 and
  *     are copied as is otherwise;
- *   - every other tensor of 2 or more dimensions is dequantized to f32 and quantized to the
- *     target type; where its row length is not a multiple of the target's block size it falls
- *     back to Q8_0 (row length a multiple of 32) or is copied as is;
+ *   - every other tensor of 2 or more dimensions is dequantized to f32 and quantized to its
+ *     target type: type_down for names containing "ffn_down" (dense and expert), type_experts
+ *     for other expert tensors (names containing "_exps"), type_dense for the rest, each of them
+ *     `type` when negative; where its row length is not a multiple of the target's block size
+ *     it falls back to Q8_0 (row length a multiple of 32) or is copied as is;
  *   - a tensor already in a quantized type that would change type needs allow_requantize (else
  *     STRATA_ERR_INVALID_ARG naming the tensor).
  * Metadata is copied (split.* keys dropped: the output is one file); general.file_type is set to
- * llama.cpp's value for the target (ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
- * MOSTLY_Q4_K_S 14, MOSTLY_Q6_K 18, MOSTLY_BF16 32). The output keeps the input's alignment. On
+ * llama.cpp's value for `type` (ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
+ * MOSTLY_Q2_K 10, MOSTLY_Q3_K_S 11, MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16, MOSTLY_Q6_K 18,
+ * IQ2_XXS 19, IQ2_XS 20, IQ3_XXS 23, IQ1_S 24, IQ4_NL 25, IQ3_S 26, IQ2_S 28, IQ4_XS 30,
+ * IQ1_M 31, MOSTLY_BF16 32, MXFP4_MOE 38). The output keeps the input's alignment. On
  * failure no output file is left behind.
  * ------------------------------------------------------------------------------------------- */
 
@@ -89,13 +93,17 @@ typedef struct strata_quantize_stats {
 } strata_quantize_stats;
 
 typedef struct strata_quantize_params {
-    strata_type type;             /* target: F32, F16, BF16, Q8_0, Q4_0, Q4_K or Q6_K */
+    strata_type type;             /* target: any type strata_type_can_quantize but Q8_K */
     int n_threads;                /* worker threads (<= 0: the number of online CPUs) */
     int allow_requantize;         /* 1: quantized inputs may be converted to another type */
     strata_quantize_stats *stats; /* optional: filled on success */
+    int type_experts;             /* a strata_type for expert tensors but ffn_down_exps, or -1: type */
+    int type_dense;               /* ... for the other weights but ffn_down, or -1: type */
+    int type_down;                /* ... for ffn_down and ffn_down_exps, or -1: type */
 } strata_quantize_params;
 
-/* Defaults: type Q8_0, n_threads 0, allow_requantize 0, stats NULL. */
+/* Defaults: type Q8_0, n_threads 0, allow_requantize 0, stats NULL, type_experts, type_dense
+ * and type_down -1 (all weights `type`). */
 STRATA_API strata_quantize_params strata_quantize_default_params(void);
 /* Reads in_path (all shards of a split model), writes out_path (must be another file). */
 STRATA_API strata_status strata_quantize_file(const char *in_path, const char *out_path,

@@ -180,15 +180,21 @@ def cpu_amx_set(enable: bool) -> None:
 # ------------------------------------------------------------------------------------------------
 
 def quantize_file(in_path, out_path, type, n_threads: int = 0,
-                  allow_requantize: bool = False) -> dict:
-    """Rewrites a GGUF model with its weights in `type` (strata_quantize_file); returns the
-    counts: n_tensors, n_quantized, n_fallback, n_kept, bytes_in, bytes_out."""
+                  allow_requantize: bool = False, type_experts=None, type_dense=None,
+                  type_down=None) -> dict:
+    """Rewrites a GGUF model with its weights in `type` (strata_quantize_file); type_experts
+    (ffn_*_exps but ffn_down_exps), type_dense (other weights but ffn_down) and type_down
+    (ffn_down, ffn_down_exps) override it where given. Returns the counts: n_tensors,
+    n_quantized, n_fallback, n_kept, bytes_in, bytes_out."""
     p = ffi.new("strata_quantize_params *", lib.strata_quantize_default_params())
     stats = ffi.new("strata_quantize_stats *")
     in_path, out_path = path_arg("in_path", in_path), path_arg("out_path", out_path, must_exist=False)
     p.type = type_id(type)
     p.n_threads = int_arg("n_threads", n_threads)
     p.allow_requantize = 1 if allow_requantize else 0
+    for field, t in (("type_experts", type_experts), ("type_dense", type_dense),
+                     ("type_down", type_down)):
+        setattr(p, field, -1 if t is None else type_id(t))
     p.stats = stats
     check(lib.strata_quantize_file(os.fsencode(in_path), os.fsencode(out_path), p),
           "strata_quantize_file")
