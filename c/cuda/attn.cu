@@ -603,6 +603,8 @@ st_attn_plan st_attn_make_plan(const st_cuda_attn_shape *s, int64_t T, int64_t n
     st_attn_plan pl;
     const int64_t G = s->n_head / s->n_head_kv, R = T * G;
     pl.rpw = rpw_force == 1 || rpw_force == 4 ? rpw_force : (R >= 32 ? 4 : 1);
+    if (rpw_force == 0 && pl.rpw == 4 && st_attn_smem_bytes(s->head_dim, 4) > st_cuda_smem_limit())
+        pl.rpw = 1; /* head_dim 256 on a device under 100 KiB a block (sm_86 / sm_89) */
     pl.n_rg = (int)st_cdiv(R, 8 * pl.rpw);
     pl.smem = st_attn_smem_bytes(s->head_dim, pl.rpw);
     if (sm_count < 1) sm_count = 132;
@@ -758,12 +760,15 @@ static st_attn_kernel st_attn_pick(strata_type kv_type, const st_cuda_attn_shape
     const int64_t R = T * (s->n_head / s->n_head_kv);
     const bool mma_ok = kv_type == STRATA_TYPE_F16 && (s->head_dim == 64 || s->head_dim == 128);
     const bool free_plan = rpw_force == 0 && target_blocks <= 0;
+    const size_t lim = st_cuda_smem_limit(); /* a free plan passes over kernels the device cannot hold */
     if (mma_ok && R <= ST_ATTN_DTC_ROWS &&
-        (rpw_force == 32 || (free_plan && s->tc != 0 && np >= ST_ATTN_DTC_MIN_NP)))
+        (rpw_force == 32 || (free_plan && s->tc != 0 && np >= ST_ATTN_DTC_MIN_NP && st_attn_dtc_smem(s->head_dim) <= lim)))
         return ST_ATTN_K_DTC;
-    if (R <= ST_ATTN_DEC_ROWS && (rpw_force == -1 || (free_plan && np >= ST_ATTN_DEC_MIN_NP)))
+    if (R <= ST_ATTN_DEC_ROWS &&
+        (rpw_force == -1 || (free_plan && np >= ST_ATTN_DEC_MIN_NP && st_attn_dec_smem(s->head_dim) <= lim)))
         return ST_ATTN_K_DEC;
-    if (mma_ok && (rpw_force == 16 || (free_plan && R >= ST_ATTN_TC_MIN_ROWS && s->tc != 0)))
+    if (mma_ok && (rpw_force == 16 || (free_plan && R >= ST_ATTN_TC_MIN_ROWS && s->tc != 0 &&
+                                       st_attn_tc_smem(s->head_dim) <= lim)))
         return ST_ATTN_K_TC;
     return ST_ATTN_K_FMA;
 }
@@ -841,6 +846,11 @@ static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_s
         pl.ws_bytes = pl.n_chunks > 1 ? (size_t)pl.n_chunks * per_chunk : 0;
     }
     if (plan_out) *plan_out = pl;
+    const size_t need = tc ? st_attn_tc_smem(s->head_dim) : pl.smem;
+    if (need > st_cuda_smem_limit())
+        return st_error(STRATA_ERR_UNSUPPORTED, "%s: head_dim %d needs %zu bytes of shared memory a block, "
+                        "this GPU allows %zu (docs/OLDER_GPUS.md)", fn, (int)s->head_dim, need,
+                        st_cuda_smem_limit());
     st_attn_args a;
     a.k = kv->k;
     a.v = kv->v;

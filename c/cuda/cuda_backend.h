@@ -34,10 +34,15 @@ typedef struct st_cuda_device_info {
     size_t total_mem;        /* bytes */
     int runtime_version;     /* e.g. 13000 */
     int driver_version;
+    size_t smem_optin;       /* shared memory one block may opt in to, bytes (sm_75 64 KiB, sm_86 /
+                                sm_89 99 KiB, sm_80 163 KiB, sm_90 227 KiB) */
 } st_cuda_device_info;
 
 /* Device 0's properties; STRATA_ERR_UNSUPPORTED (with the probe's reason) when unavailable. */
 strata_status st_cuda_device_info_get(st_cuda_device_info *info);
+/* Device 0's per-block shared-memory limit (smem_optin) for kernel choices; when no GPU is usable,
+ * sm_90's 227 KiB, so host-side plans (tests without a GPU) are those of the H100 / H200. */
+size_t st_cuda_smem_limit(void);
 /* Device 0's name into name[cap]. */
 strata_status st_cuda_device_name(char *name, size_t cap);
 

@@ -103,6 +103,7 @@ static void st_probe_run(void) {
     info->total_mem = prop.totalGlobalMem;
     info->runtime_version = runtime;
     info->driver_version = driver;
+    info->smem_optin = prop.sharedMemPerBlockOptin;
 
     /* Creates the context and checks that one of the built architectures runs on this device. */
     cudaFuncAttributes fa;
@@ -150,6 +151,12 @@ extern "C" strata_status st_cuda_device_info_get(st_cuda_device_info *info) {
     ST_TRY(st_cuda_require("st_cuda_device_info_get"));
     *info = st_probe_info;
     return STRATA_OK;
+}
+
+extern "C" size_t st_cuda_smem_limit(void) {
+    int ok = 0;
+    if (st_cuda_probe(&ok, NULL, 0) != STRATA_OK || !ok || st_probe_info.smem_optin == 0) return 227 * 1024;
+    return st_probe_info.smem_optin;
 }
 
 extern "C" strata_status st_cuda_device_name(char *name, size_t cap) {
