@@ -12,7 +12,7 @@
  * starts at (const uint8_t *)data + r * row_bytes; row_bytes >= strata_row_bytes(type, ne0)
  * (larger when rows are padded). data is a device pointer. tiles: NULL, or a second device copy
  * of the same weights laid out for the prompt tiles (cuda_mmq.h, st_cuda_mmq_tiles_make: Q8_0
- * only); a descriptor built field by field must set it (or zero the whole struct). */
+ * only); a descriptor built field by field must set it and gemv_sm60 (or zero the whole struct). */
 typedef struct st_cuda_mat {
     strata_type type;
     const void *data;   /* device */
@@ -20,6 +20,8 @@ typedef struct st_cuda_mat {
     int64_t ne1;        /* rows */
     size_t row_bytes;
     const void *tiles;  /* device, optional: the prompt tiles' copy */
+    int gemv_sm60;      /* 1 (with tiles): the decode GEMV reads tiles with the SM60 Q8_0 kernel
+                           (q8_sm60.cuh; a session with q8_sm60 sets it), 0 the usual kernels */
 } st_cuda_mat;
 
 #endif /* STRATA_CUDA_TENSOR_H */

@@ -9,6 +9,7 @@
  * with fewer than ST_MMV_SPLIT_ROWS rows (the router) take a block of 8 warps per row instead. */
 #include "iq_decode.cuh"
 #include "mma.cuh"
+#include "q8_sm60.cuh"
 #include "cuda_mmv.h"
 
 extern "C" {
@@ -194,7 +195,14 @@ struct st_mmv_args {
     block_q8_1 *xq;
     int xq_ready; /* xq already holds x as Q8_1 (st_cuda_mmv_pre) */
     cudaStream_t stream;
+    const uint8_t *t0, *t1; /* the matrices' packed copies (st_cuda_mat.tiles) when sm60 */
+    int sm60;               /* Q8_0 matrices marked gemv_sm60 with their copies: q8_sm60.cuh */
 };
+
+/* Whether this call takes the SM60 Q8_0 kernel. */
+static bool st_mmv_sm60(const st_mmv_args &a) {
+    return a.type == STRATA_TYPE_Q8_0 && a.sm60 && st_q8s_smem(a.ne0, a.ncols) != 0;
+}
 
 /* The Q8_0 shared-memory kernel's dynamic smem for this call, 0 when it does not apply. */
 static size_t st_mmv8_smem(const st_mmv_args &a) {
@@ -226,6 +234,10 @@ static strata_status st_mmv_launch_q_nc(const st_mmv_args &a) {
 template <class T>
 static strata_status st_mmv_launch_q(const st_mmv_args &a) {
     if (!a.xq_ready) ST_TRY(st_quantize_q8_1_launch(a.x, a.xq, (int64_t)a.ncols * a.ne0, a.stream));
+    if (std::is_same<T, st_mmv_q8_0>::value && st_mmv_sm60(a)) { /* opt-in, not the same bits */
+        const st_q8s_call c = {a.t0, a.t1, a.ne0, a.ne1, a.ncols, a.xq, a.y, a.stream};
+        return st_q8s_launch(c);
+    }
     switch (a.ncols) {
     case 1: return st_mmv_launch_q_nc<T, 1>(a);
     case 2: return st_mmv_launch_q_nc<T, 2>(a);
@@ -339,6 +351,26 @@ extern "C" int st_cuda_mmv_q8_smem(const st_cuda_mat *W, int ncols) {
     return st_mmv8_smem(a) != 0;
 }
 
+/* The SM60 fields of a call: both matrices marked, with 16-byte aligned copies. */
+static void st_mmv_set_sm60(st_mmv_args &a, const st_cuda_mat *W0, const st_cuda_mat *W1) {
+    const auto ok = [](const st_cuda_mat *W) {
+        return W->gemv_sm60 && W->tiles && ((uintptr_t)W->tiles & 15) == 0;
+    };
+    a.sm60 = W0->type == STRATA_TYPE_Q8_0 && ok(W0) && (!W1 || ok(W1));
+    a.t0 = a.sm60 ? (const uint8_t *)W0->tiles : NULL;
+    a.t1 = a.sm60 && W1 ? (const uint8_t *)W1->tiles : NULL;
+}
+
+extern "C" int st_cuda_mmv_q8_sm60(const st_cuda_mat *W, int ncols) {
+    if (!W || ncols < 1 || ncols > 8 || W->ne0 <= 0 || W->ne0 % 32 || W->ne0 > INT32_MAX) return 0;
+    st_mmv_args a = {};
+    a.type = W->type;
+    a.ne0 = (int)W->ne0;
+    a.ncols = ncols;
+    st_mmv_set_sm60(a, W, NULL);
+    return st_mmv_sm60(a);
+}
+
 extern "C" size_t st_cuda_mmv_scratch_bytes(int64_t ne0, int ncols) {
     if (ne0 <= 0 || ncols < 1 || ncols > 8) return 0;
     return (size_t)ncols * (size_t)((ne0 + QK8_1 - 1) / QK8_1) * sizeof(block_q8_1);
@@ -422,6 +454,7 @@ static strata_status st_mmv_prepare(const char *fn, const st_cuda_mat *W0, const
     a.y = y;
     a.xq = quant ? (block_q8_1 *)scratch : NULL;
     a.stream = (cudaStream_t)stream;
+    st_mmv_set_sm60(a, W0, W1);
     return STRATA_OK;
 }
 

@@ -22,6 +22,13 @@
  *     Large cases compare a strided sample of rows (always incl. the last) to bound CPU time.
  *   - st_cuda_mmv_swiglu: silu(Wg x) * (Wu x) vs the same built from CPU dots, same bounds.
  *   - argument errors, supports(), scratch size, IQ3 grid tables (these need no GPU).
+ *   - the SM60 Q8_0 GEMV (q8_sm60, opt-in; q8_sm60_case.h): matrices marked gemv_sm60 with their
+ *     packed copy, the real dense shapes (attention, output head) of Qwen3-30B-A3B, OLMoE,
+ *     Mixtral, Qwen1.5-MoE and Granite-3.0-MoE plus rows under 1024 and 2048 wide (the quarter- and
+ *     half-warp forms), 1..8 columns, the fused SwiGLU: max |err| / max |ref| per column < 1e-5
+ *     against the double sum of exact int32 block sums times the scales; every output written,
+ *     guards intact. A call over 48 KiB of shared memory (6144 wide, 8 columns) is declined and
+ *     gives the usual kernel's bits. Without STRATA_NO_DP4A the dot is __dp4a on this GPU.
  * One line per case: type, shape, ncols, NMSE vs CPU and exact, max |err|, rows compared. */
 #include "strata.h"
 #include "strata_quant.h"
@@ -241,7 +248,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
         st = st_cuda_memset(db->y, 0xA5, (size_t)(ny + GUARD) * 4);
         if (st == STRATA_OK) st = st_cuda_memset(db->scratch, 0xA5, sbytes + GUARD * 4);
         if (st == STRATA_OK) {
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL}, W1 = {type, db->w1, ne0, ne1, rb, NULL};
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL, 0}, W1 = {type, db->w1, ne0, ne1, rb, NULL, 0};
             if (tiles)
                 st = fused ? st_cuda_mmq_swiglu(&W0, &W1, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL)
                            : st_cuda_mmq(&W0, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL);
@@ -260,7 +267,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
          * f16 take the f16 tiles either way) */
         for (int var = fused ? 0 : 1; tiles && var < 2; var++) {
             uint32_t *got2 = malloc((size_t)ny * 4);
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL}, W1 = {type, db->w1, ne0, ne1, rb, NULL};
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL, 0}, W1 = {type, db->w1, ne0, ne1, rb, NULL, 0};
             if (var == 0) st_cuda_mmq_set_glu_mode(1);
             else st_cuda_mmq_set_int8(0);
             st = !got2 ? STRATA_ERR_NOMEM
@@ -279,8 +286,8 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
 
         /* Q8_0 with its tile copy (the weights into shared memory by cp.async): the same bits;
          * the copy is made from the blocks on the device and checked against them on the host */
-        if (tiles && st_cuda_mmq_tiles_bytes(&(st_cuda_mat){type, db->w0, ne0, ne1, rb, NULL})) {
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL}, W1 = {type, db->w1, ne0, ne1, rb, NULL};
+        if (tiles && st_cuda_mmq_tiles_bytes(&(st_cuda_mat){type, db->w0, ne0, ne1, rb, NULL, 0})) {
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL, 0}, W1 = {type, db->w1, ne0, ne1, rb, NULL, 0};
             const size_t tb = st_cuda_mmq_tiles_bytes(&W0);
             void *t0 = NULL, *t1 = NULL;
             uint32_t *got2 = malloc((size_t)ny * 4);
@@ -300,7 +307,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
                     lay_bad += memcmp(ds, blk, 2) != 0 || memcmp(th + (size_t)rr * ne0 + 32 * c, blk + 2, 32) != 0;
                 }
             CHECK(st != STRATA_OK || lay_bad == 0, "%s: the tile copy's layout: %lld blocks differ", what, (long long)lay_bad);
-            const st_cuda_mat T0 = {type, db->w0, ne0, ne1, rb, t0}, T1 = {type, db->w1, ne0, ne1, rb, t1};
+            const st_cuda_mat T0 = {type, db->w0, ne0, ne1, rb, t0, 0}, T1 = {type, db->w1, ne0, ne1, rb, t1, 0};
             if (st == STRATA_OK) st = st_cuda_memset(db->y, 0xA5, (size_t)(ny + GUARD) * 4);
             if (st == STRATA_OK)
                 st = fused ? st_cuda_mmq_swiglu(&T0, &T1, dx, ne0, ncols, (float *)db->y, ne1, db->scratch, NULL)
@@ -325,7 +332,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
         if (!tiles && !fused) {
             void *dq = NULL;
             uint32_t *got3 = malloc((size_t)ny * 4);
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL};
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL, 0};
             st = got3 ? st_cuda_malloc(&dq, st_cuda_mmv_scratch_bytes(ne0, ncols)) : STRATA_ERR_NOMEM;
             if (st == STRATA_OK && ne0 % 32 == 0) st = st_cuda_quantize_q8_1(dx, dq, (int64_t)ncols * ne0, NULL);
             if (st == STRATA_OK)
@@ -397,7 +404,7 @@ static void check_case(dev_bufs *db, strata_type type, const char *label, int64_
         const int mins = type == STRATA_TYPE_Q4_K || type == STRATA_TYPE_Q5_K;
         const double bound_tg = mins ? 1e-8 : st_cuda_moe_type_dp4a(type) || is_float_type(type) ? 1e-10 : 1e-6;
         if (tiles) {
-            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL}, W1 = {type, db->w1, ne0, ne1, rb, NULL};
+            const st_cuda_mat W0 = {type, db->w0, ne0, ne1, rb, NULL, 0}, W1 = {type, db->w1, ne0, ne1, rb, NULL, 0};
             nmse_tg = tiles_vs_gemv(db, &W0, fused ? &W1 : NULL, dx, ncols, got);
             printf("%s  tiles vs GEMV: NMSE %.2e (bound %.0e)\n", what, nmse_tg, bound_tg);
             CHECK(nmse_tg >= 0 && nmse_tg <= bound_tg, "%s: tiles vs GEMV NMSE %.3e > %.0e", what,
@@ -500,9 +507,9 @@ static void test_arguments(int available) {
     {   /* which kernel a Q8_0 GEMV takes (no device needed): the shared-memory one only for
          * 16-byte row strides at 16-byte aligned data, while its shared memory fits 48 KiB */
         const void *al = (const void *)(uintptr_t)0x10000, *mis = (const void *)(uintptr_t)0x10002;
-        const st_cuda_mat q = {STRATA_TYPE_Q8_0, al, 2048, 64, 2176, NULL}, pad = {STRATA_TYPE_Q8_0, al, 2048, 64, 2178, NULL};
-        const st_cuda_mat off = {STRATA_TYPE_Q8_0, mis, 2048, 64, 2176, NULL}, k4 = {STRATA_TYPE_Q4_K, al, 2048, 64, 1152, NULL};
-        const st_cuda_mat big = {STRATA_TYPE_Q8_0, al, 14336, 8, 15232, NULL};
+        const st_cuda_mat q = {STRATA_TYPE_Q8_0, al, 2048, 64, 2176, NULL, 0}, pad = {STRATA_TYPE_Q8_0, al, 2048, 64, 2178, NULL, 0};
+        const st_cuda_mat off = {STRATA_TYPE_Q8_0, mis, 2048, 64, 2176, NULL, 0}, k4 = {STRATA_TYPE_Q4_K, al, 2048, 64, 1152, NULL, 0};
+        const st_cuda_mat big = {STRATA_TYPE_Q8_0, al, 14336, 8, 15232, NULL, 0};
         CHECK(st_cuda_mmv_q8_smem(&q, 1) && st_cuda_mmv_q8_smem(&q, 8) && !st_cuda_mmv_q8_smem(&pad, 1) &&
               !st_cuda_mmv_q8_smem(&off, 1) && !st_cuda_mmv_q8_smem(&k4, 1) && !st_cuda_mmv_q8_smem(&q, 9) &&
               !st_cuda_mmv_q8_smem(NULL, 1), "Q8_0 shared-memory kernel choice");
@@ -518,9 +525,9 @@ static void test_arguments(int available) {
           !st_cuda_mmq_supports(STRATA_TYPE_COUNT),
           "mmq supports()");
     {
-        const st_cuda_mat Wq = {STRATA_TYPE_Q8_0, (const void *)(uintptr_t)0x10000, 256, 64, 272, NULL};
-        const st_cuda_mat Wi = {STRATA_TYPE_Q8_K, (const void *)(uintptr_t)0x10000, 256, 64, 292, NULL};
-        const st_cuda_mat Wf = {STRATA_TYPE_F32, (const void *)(uintptr_t)0x10000, 256, 64, 1024, NULL};
+        const st_cuda_mat Wq = {STRATA_TYPE_Q8_0, (const void *)(uintptr_t)0x10000, 256, 64, 272, NULL, 0};
+        const st_cuda_mat Wi = {STRATA_TYPE_Q8_K, (const void *)(uintptr_t)0x10000, 256, 64, 292, NULL, 0};
+        const st_cuda_mat Wf = {STRATA_TYPE_F32, (const void *)(uintptr_t)0x10000, 256, 64, 1024, NULL, 0};
         float *fx = (float *)(uintptr_t)0x20000, *fy = (float *)(uintptr_t)0x40000;
         void *scr = (void *)(uintptr_t)0x80000;
         strata_status e = st_cuda_mmq(&Wi, fx, 256, 64, fy, 64, scr, NULL);
@@ -546,7 +553,7 @@ static void test_arguments(int available) {
     const void *dw = (const void *)(uintptr_t)0x100000;
     float *dx = (float *)(uintptr_t)0x200000, *dy = (float *)(uintptr_t)0x300000;
     void *ds = (void *)(uintptr_t)0x400000;
-    const st_cuda_mat q4 = {STRATA_TYPE_Q4_0, dw, 256, 16, 8 * 18, NULL};
+    const st_cuda_mat q4 = {STRATA_TYPE_Q4_0, dw, 256, 16, 8 * 18, NULL, 0};
     strata_status st = st_cuda_mmv(NULL, dx, 1, dy, ds, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "NULL W: %s", strata_status_name(st));
     st = st_cuda_mmv(&q4, dx, 0, dy, ds, NULL);
@@ -585,12 +592,12 @@ static void test_arguments(int available) {
     m.type = STRATA_TYPE_Q8_K;
     st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
     CHECK(st == STRATA_ERR_UNSUPPORTED, "Q8_K weights: %s", strata_status_name(st));
-    const st_cuda_mat k = {STRATA_TYPE_Q4_K, dw, 512, 16, 2 * 144, NULL};
+    const st_cuda_mat k = {STRATA_TYPE_Q4_K, dw, 512, 16, 2 * 144, NULL, 0};
     m = k;
     m.ne0 = 288;
     st = st_cuda_mmv(&m, dx, 1, dy, ds, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "ne0 288 for Q4_K: %s", strata_status_name(st));
-    const st_cuda_mat f32 = {STRATA_TYPE_F32, dw, 100, 16, 402, NULL};
+    const st_cuda_mat f32 = {STRATA_TYPE_F32, dw, 100, 16, 402, NULL, 0};
     st = st_cuda_mmv(&f32, dx, 1, dy, NULL, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "F32 row_bytes 402: %s", strata_status_name(st));
     m = k;
@@ -608,7 +615,7 @@ static void test_arguments(int available) {
         st = st_cuda_mmv(&q4, dx, 1, dy, ds, NULL);
         CHECK(st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), "CUDA unavailable"),
               "no device: %s '%s'", strata_status_name(st), strata_last_error());
-        const st_cuda_mat f16 = {STRATA_TYPE_F16, dw, 100, 16, 200, NULL};
+        const st_cuda_mat f16 = {STRATA_TYPE_F16, dw, 100, 16, 200, NULL, 0};
         st = st_cuda_mmv(&f16, dx, 1, dy, NULL, NULL);
         CHECK(st == STRATA_ERR_UNSUPPORTED, "no device (F16, no scratch): %s", strata_status_name(st));
         st = st_cuda_quantize_q8_1(dx, ds, 64, NULL);
@@ -650,7 +657,7 @@ static void check_q8_0_paths(int64_t ne0, int64_t ne1, test_rng *r) {
     CHECK(st == STRATA_OK, "q8_0 paths ne0=%lld: setup: %s", (long long)ne0, strata_last_error());
     int n_fast = 0; /* column counts that took the shared-memory kernel */
     for (int nc = 1; nc <= 8 && st == STRATA_OK; nc++) {
-        const st_cuda_mat W = {type, dw, ne0, ne1, rb, NULL}, Wp = {type, dwp, ne0, ne1, rbp, NULL};
+        const st_cuda_mat W = {type, dw, ne0, ne1, rb, NULL, 0}, Wp = {type, dwp, ne0, ne1, rbp, NULL, 0};
         const size_t ny = (size_t)nc * (size_t)ne1;
         /* the comparison means something only if the two calls take different kernels: the
          * aligned rows the shared-memory one (always for one column), the padded rows never */
@@ -684,6 +691,68 @@ static void check_q8_0_paths(int64_t ne0, int64_t ne1, test_rng *r) {
     free(w); free(wp); free(x); free(y1); free(y2);
 }
 
+/* ---- the SM60 Q8_0 GEMV (q8_sm60) ------------------------------------------------------------- */
+
+#include "q8_sm60_case.h"
+
+/* The dense Q8_0 shapes (rows wide x rows) of the supported architectures the SM60 kernel serves. */
+typedef struct { const char *name; int64_t ne0, ne1; } sm60_shape;
+static const sm60_shape sm60_shapes[] = {
+    {"qwen3-30b-a3b attn_q", 2048, 4096}, {"qwen3-30b-a3b attn_k/v", 2048, 512},
+    {"qwen3-30b-a3b attn_o", 4096, 2048}, {"qwen3-30b-a3b output", 2048, 151936},
+    {"olmoe attn_qkv/o", 2048, 2048},     {"mixtral attn_q/o", 4096, 4096},
+    {"mixtral attn_k/v", 4096, 1024},     {"granite-moe-1b attn_q", 1024, 1024},
+    {"granite-moe-3b attn_q", 1536, 1536}, {"quarter warp 640", 640, 333},
+    {"quarter warp 32", 32, 77},          {"6144 wide", 6144, 96},
+};
+
+/* The kernel choice (no GPU needed): only marked Q8_0 matrices with an aligned copy, within 48 KiB. */
+static void check_q8_sm60_choice(void) {
+    st_cuda_mat W = {STRATA_TYPE_Q8_0, (const void *)(uintptr_t)0x10000, 2048, 64, 2176, NULL, 0};
+    CHECK(!st_cuda_mmv_q8_sm60(&W, 1), "q8_sm60: an unmarked matrix takes the usual kernel");
+    W.gemv_sm60 = 1;
+    CHECK(!st_cuda_mmv_q8_sm60(&W, 1), "q8_sm60: a marked matrix without its copy takes the usual kernel");
+    W.tiles = (const void *)(uintptr_t)0x20008;
+    CHECK(!st_cuda_mmv_q8_sm60(&W, 1), "q8_sm60: a misaligned copy is refused");
+    W.tiles = (const void *)(uintptr_t)0x20000;
+    CHECK(st_cuda_mmv_q8_sm60(&W, 1) && st_cuda_mmv_q8_sm60(&W, 8), "q8_sm60: 2048 wide, 1 and 8 columns taken");
+    CHECK(!st_cuda_mmv_q8_sm60(&W, 0) && !st_cuda_mmv_q8_sm60(&W, 9), "q8_sm60: ncols outside 1..8");
+    W.ne0 = 6144;
+    CHECK(st_cuda_mmv_q8_sm60(&W, 7) && !st_cuda_mmv_q8_sm60(&W, 8), "q8_sm60: 6144 wide declined at 8 columns");
+    W.type = STRATA_TYPE_Q4_0;
+    CHECK(!st_cuda_mmv_q8_sm60(&W, 1), "q8_sm60: Q8_0 only");
+}
+
+static void check_q8_sm60(void) {
+    for (size_t k = 0; k < sizeof sm60_shapes / sizeof sm60_shapes[0]; k++) {
+        const sm60_shape *sh = &sm60_shapes[k];
+        for (int nc = 1; nc <= 8; nc++) {
+            if (sh->ne1 > 100000 && nc != 1 && nc != 8) continue; /* the head: 1 and 8 columns */
+            const q8s_result r = q8s_run(sh->ne0, sh->ne1, nc, 0, 0x9E3779B97F4A7C15ULL + k * 8 + (uint64_t)nc, 0);
+            const int declined = sh->ne0 * nc * 9 / 8 > 48 * 1024;
+            CHECK(r.st == STRATA_OK, "q8_sm60 %s ncols=%d: %s", sh->name, nc, strata_last_error());
+            CHECK(r.taken == !declined, "q8_sm60 %s ncols=%d: taken %d, expected %d", sh->name, nc, r.taken,
+                  !declined);
+            CHECK(r.taken || r.usual_diff == 0, "q8_sm60 %s ncols=%d: declined, yet %d outputs differ from "
+                  "the usual kernel's", sh->name, nc, r.usual_diff);
+            CHECK(r.max_rel < 1e-5 && !r.unwritten && !r.guard_bad,
+                  "q8_sm60 %s ncols=%d: max rel err %.3g, %d unwritten, %d guards changed", sh->name, nc,
+                  r.max_rel, r.unwritten, r.guard_bad);
+            if (nc == 1 || nc == 8)
+                printf("q8_sm60 %-24s %6lld x %-6lld ncols=%d: %s, max rel err %.3g\n", sh->name,
+                       (long long)sh->ne0, (long long)sh->ne1, nc, r.taken ? "SM60 kernel" : "declined", r.max_rel);
+        }
+    }
+    static const int fused_nc[] = {1, 3, 8};
+    for (int i = 0; i < 3; i++) { /* a dense FFN's gate/up (st_cuda_mmv_swiglu) */
+        const q8s_result r = q8s_run(2048, 1408, fused_nc[i], 1, 0x51ED27A1ULL + (uint64_t)i, 0);
+        CHECK(r.st == STRATA_OK && r.taken && r.max_rel < 1e-5 && !r.unwritten && !r.guard_bad,
+              "q8_sm60 swiglu ncols=%d: %s, taken %d, max rel err %.3g, %d unwritten, %d guards",
+              fused_nc[i], strata_status_name(r.st), r.taken, r.max_rel, r.unwritten, r.guard_bad);
+        printf("q8_sm60 swiglu 2048 x 1408 ncols=%d: max rel err %.3g\n", fused_nc[i], r.max_rel);
+    }
+}
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 typedef struct { const char *name; int64_t ne0, ne1; } shape;
@@ -701,6 +770,7 @@ int main(void) {
     strata_status st = st_cuda_probe(&available, reason, sizeof reason);
     CHECK(st == STRATA_OK, "probe: %s", strata_last_error());
     test_arguments(available);
+    check_q8_sm60_choice();
     if (!available) {
         CHECK(reason[0] != '\0', "unavailable without a reason");
         SKIP("GPU checks: CUDA unavailable: %s", reason);
@@ -717,6 +787,7 @@ int main(void) {
     check_q8_0_paths(4096, 64, &r);   /* 128 blocks a row */
     check_q8_0_paths(14336, 40, &r);  /* pieces of 64 blocks */
     check_q8_0_paths(256, 17, &r);    /* 8 blocks a row: most lanes idle */
+    check_q8_sm60();
 
     dev_bufs db = {0};
     static const int all_nc[] = {1, 2, 3, 4, 5, 6, 7, 8}, nc_1_8[] = {1, 8}, nc_3[] = {3},

@@ -246,7 +246,7 @@ static void check_router1(int64_t n_embd, int32_t n_expert, int32_t k, int norm,
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_x, x, sizeof(float) * (size_t)n_embd);
     if (st == STRATA_OK) st = st_cuda_doorbell_alloc(&db, 1, k);
     if (st == STRATA_OK) st = st_cuda_host_alloc_mapped((void **)&h_xm, &d_xm, sizeof(float) * (size_t)n_embd);
-    const st_cuda_mat W = {STRATA_TYPE_F32, d_w, n_embd, n_expert, sizeof(float) * (size_t)n_embd, NULL};
+    const st_cuda_mat W = {STRATA_TYPE_F32, d_w, n_embd, n_expert, sizeof(float) * (size_t)n_embd, NULL, 0};
     CHECK(st_cuda_moe_router1_supports(&W, n_expert, k), "router1: %lld x %d not supported", (long long)n_embd,
           n_expert);
     if (st == STRATA_OK) st = st_cuda_mmv(&W, (const float *)d_x, 1, (float *)d_l0, d_scr, NULL);
@@ -450,7 +450,7 @@ static int gpu_ffn(const expert_set *s, const float *x, int64_t T, const int32_t
         if (st == STRATA_OK) st = st_cuda_malloc(&d_sync, sizeof(uint32_t));
         if (st == STRATA_OK) st = st_cuda_memset(d_sync, 0, sizeof(uint32_t));
         if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_wr, wr, sizeof(float) * (size_t)(s->n_expert * s->n_embd));
-        const st_cuda_mat W = {STRATA_TYPE_F32, d_wr, s->n_embd, s->n_expert, sizeof(float) * (size_t)s->n_embd, NULL};
+        const st_cuda_mat W = {STRATA_TYPE_F32, d_wr, s->n_embd, s->n_expert, sizeof(float) * (size_t)s->n_embd, NULL, 0};
         if (st == STRATA_OK)
             st = st_cuda_moe_router1(&W, (const float *)d_x, s->n_expert, k, 1, (float *)d_l, (int32_t *)d_ri,
                                      (float *)d_rw, NULL, d_xq, NULL, (uint32_t *)d_sync, NULL);

@@ -93,7 +93,7 @@ static double nmse(const float *d_a, const float *d_b, int64_t n) {
 static void dense(const char *name, strata_type type, int64_t K, int64_t N, int64_t T, bool glu) {
     size_t rb;
     void *w0 = make_weights(type, K, N, &rb), *w1 = glu ? make_weights(type, K, N, &rb) : NULL;
-    const st_cuda_mat W0 = {type, w0, K, N, rb, NULL}, W1 = {type, w1, K, N, rb, NULL};
+    const st_cuda_mat W0 = {type, w0, K, N, rb, NULL, 0}, W1 = {type, w1, K, N, rb, NULL, 0};
     float *x = dev_floats(T * K), *y0, *y1;
     CK(cudaMalloc(&y0, sizeof(float) * (size_t)(T * N)));
     CK(cudaMalloc(&y1, sizeof(float) * (size_t)(T * N)));
@@ -132,7 +132,7 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
         CK(cudaMalloc(&t0, tb));
         SK(st_cuda_mmq_tiles_make(&W0, t0, NULL));
         if (glu) { CK(cudaMalloc(&t1, tb)); SK(st_cuda_mmq_tiles_make(&W1, t1, NULL)); }
-        const st_cuda_mat T0 = {type, w0, K, N, rb, t0}, T1 = {type, w1, K, N, rb, t1};
+        const st_cuda_mat T0 = {type, w0, K, N, rb, t0, 0}, T1 = {type, w1, K, N, rb, t1, 0};
         float *y2;
         CK(cudaMalloc(&y2, sizeof(float) * (size_t)(T * N)));
         tiles();

@@ -126,7 +126,7 @@ static void run_case(strata_type type, const shape &sh, double copy_bps, bool fu
     static const int ncs[] = {1, 2, 4, 8};
     for (int nc : ncs) {
         auto mat = [&](int k) {
-            st_cuda_mat m = {type, dw + stride * k, ne0, ne1, rb, NULL};
+            st_cuda_mat m = {type, dw + stride * k, ne0, ne1, rb, NULL, 0};
             return m;
         };
         auto call = [&](int k) {
