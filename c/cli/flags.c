@@ -38,6 +38,7 @@ static const struct {
     {"pin_experts", "--pin-experts"},
     {"pipe", "--pipe"},
     {"iq_stage_tables", "--iq-stage-tables"},
+    {"q8_sm60", "--q8-sm60"},
     {"q8_tiles", "--q8-tiles"},
     {"ram_budget", "--ram-budget"},
     {"stage_experts", "--stage-experts"},

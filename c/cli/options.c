@@ -81,6 +81,7 @@ static void cli_opts_env(cli_opts *o) {
     o->q8_tiles = !getenv("STRATA_Q8_TILES") || env_flag("STRATA_Q8_TILES"); /* unset: on */
     const char *iqs = getenv("STRATA_IQ_STAGE_TABLES"); /* unset, empty or auto: -1 */
     o->iq_stage_tables = iqs && iqs[0] && strcmp(iqs, "auto") != 0 ? env_flag("STRATA_IQ_STAGE_TABLES") : -1;
+    o->q8_sm60 = env_flag("STRATA_Q8_SM60");
     o->cpu_misses = getenv("STRATA_CPU_MISSES") ? env_flag("STRATA_CPU_MISSES") : -1; /* unset: auto */
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
     /* issue 32's knobs: unset or 0 off, 1, check; BELOW: unset or empty 0.1, a bad value 0.1 (the
@@ -242,6 +243,11 @@ static void cli_usage_kernels(FILE *f) {
         "                          and sign masks into shared memory first (same results);\n"
         "                          auto (default): on for compute capability 6.0 only; also\n"
         "                          $STRATA_IQ_STAGE_TABLES=1 or 0\n"
+        "  --q8-sm60               GPU, an approximation for cards without a fast dp4a (Pascal\n"
+        "                          GP100): the decode GEMV of those Q8_0 matrices and of a Q8_0\n"
+        "                          output head by a kernel over their packed copies (made even\n"
+        "                          with --no-q8-tiles, the head's too); not the usual kernels'\n"
+        "                          bits (docs/OLDER_GPUS.md); also $STRATA_Q8_SM60=1\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
@@ -572,6 +578,7 @@ static const cli_flag_row cli_flags[] = {
     CLI_FLAG("--attn-tc-split", NULL, attn_tc, 2),
     CLI_FLAG("--attn-tc-split-p", NULL, attn_tc, 3),
     CLI_FLAG("--q8-tiles", NULL, q8_tiles, 1),
+    CLI_FLAG("--q8-sm60", NULL, q8_sm60, 1),
     CLI_FLAG("--no-q8-tiles", NULL, q8_tiles, 0),
     CLI_FLAG("--pin-experts", NULL, pin_experts, 1),
     CLI_FLAG("--no-pin-experts", NULL, pin_experts, 0),
@@ -680,7 +687,7 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
         "--cache-admit", "--no-cache-admit", "--stage-ahead", "--stage-split", "--defer-cpu", "--defer-cpu-below",
         "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
-        "--no-q8-tiles", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all",
+        "--no-q8-tiles", "--q8-sm60", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all",
         "--iq-stage-tables", NULL};
     for (int k = 0; gpu_only[k]; k++) {
         if (strcmp(a, gpu_only[k]) != 0) continue;

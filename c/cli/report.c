@@ -26,6 +26,13 @@ void cli_report_tail_skip(const cli_opts *o) {
                 (double)o->route_tail_skip, (double)o->route_tail_skip);
 }
 
+void cli_report_q8_sm60(const cli_opts *o) {
+    if (o->q8_sm60) /* a GPU flag: a CPU session names it among those it ignores */
+        fprintf(stderr, "strata: STRATA_Q8_SM60=1 (an approximation): the decode GEMV of the Q8_0 attention, "
+                "dense FFN and output matrices takes the SM60 kernel over packed copies; not the exact "
+                "kernels' bits (docs/OLDER_GPUS.md)\n");
+}
+
 void cli_report_context(const cli_opts *o, const strata_model_info *mi) {
     if (!o->ctx_warned && o->n_ctx > 0 && mi->n_ctx_train > 0 && o->n_ctx > mi->n_ctx_train)
         fprintf(stderr, "strata: warning: -c %d is past the model's training context of %d tokens; "

@@ -12,6 +12,8 @@ void cli_report_cpu_isa(const cli_opts *o);
 void cli_report_degrade(const cli_opts *o);
 /* The route tail skip's line, when it is on. */
 void cli_report_tail_skip(const cli_opts *o);
+/* --q8-sm60 ($STRATA_Q8_SM60=1): an approximation, said at start-up. */
+void cli_report_q8_sm60(const cli_opts *o);
 /* A warning when -c is past the model's training context (unless bench already said so). */
 void cli_report_context(const cli_opts *o, const strata_model_info *mi);
 /* A GPU session: its expert cache, where the experts kept in RAM are read from, Q8_0 tile copies

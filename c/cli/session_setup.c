@@ -73,6 +73,7 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, attn_tc, cuda.attn_tc),
     CLI_SESSION(int, q8_tiles, cuda.q8_tiles),
     CLI_SESSION(int, iq_stage_tables, cuda.iq_stage_tables),
+    CLI_SESSION(int, q8_sm60, cuda.q8_sm60),
 };
 
 static void cli_copy_rows(void *params, const cli_opts *o, const cli_param_row *rows, size_t n) {
@@ -173,6 +174,7 @@ static int cli_new_session_inner(cli_opts *o, const strata_model *model, strata_
     strata_model_get_info(model, &mi);
     cli_report_degrade(o);
     cli_report_tail_skip(o);
+    cli_report_q8_sm60(o);
     cli_report_context(o, &mi);
     char why[400] = ""; /* why a session whose backend was left to the CLI runs on the CPU */
     strata_backend_info bi;

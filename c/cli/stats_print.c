@@ -34,6 +34,13 @@ void cli_print_tail_skip_stats(const strata_session *sess) {
     fputc('\n', stderr);
 }
 
+void cli_print_q8_sm60_stats(const strata_session *sess) {
+    strata_session_stats st;
+    if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || st.q8_sm60_mats <= 0) return;
+    fprintf(stderr, "strata: STRATA_Q8_SM60=1: %d Q8_0 matrices decoded by the SM60 GEMV (an approximation)\n",
+            (int)st.q8_sm60_mats);
+}
+
 void cli_print_defer_stats(const strata_session *sess) {
     strata_session_stats st;
     if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || !st.defer_cpu) return;
@@ -174,6 +181,8 @@ static int cli_write_stats_json(const cli_opts *o, const strata_model *model, co
     if (strata_session_get_stats(sess, &ds) == STRATA_OK && ds.route_tail_skip > 0.0f)
         fprintf(f, ", \"route_tail_skip\": %.4f, \"route_tail_skipped\": %lld", (double)ds.route_tail_skip,
                 (long long)ds.route_tail_skipped);
+    if (strata_session_get_stats(sess, &ds) == STRATA_OK && ds.q8_sm60_mats > 0)
+        fprintf(f, ", \"q8_sm60_mats\": %d", (int)ds.q8_sm60_mats);
     if (strata_session_get_stats(sess, &ds) == STRATA_OK && ds.defer_cpu) /* the deferral's tally */
         fprintf(f, ", \"defer_cpu\": \"%s\", \"defer_cpu_below\": %.4f, \"defer_calls\": %lld",
                 ds.defer_cpu == 2 ? "check" : "1", (double)ds.defer_cpu_below, (long long)ds.defer_calls);
@@ -202,6 +211,7 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
         cli_print_degrade_stats(sess);
         cli_print_defer_stats(sess);
         cli_print_tail_skip_stats(sess);
+        cli_print_q8_sm60_stats(sess);
         cli_print_spec_stats(o, sess, rs->drafts);
         if (rs->vp) cli_vp_print(rs->vp, stderr);
         cli_print_profile(sess, "(prompt and generation)");

@@ -33,6 +33,8 @@ void cli_print_degrade_stats(const strata_session *sess);
 void cli_print_defer_stats(const strata_session *sess);
 /* The route tail skip's tally (a line on stderr), when it is on. */
 void cli_print_tail_skip_stats(const strata_session *sess);
+/* --q8-sm60: how many matrices took the SM60 GEMV (nothing when off). */
+void cli_print_q8_sm60_stats(const strata_session *sess);
 /* The [PROF] line on stderr: prompt and decode tok/s, where routed experts ran (slot-rows from GPU
  * memory and on the CPU, per-layer GPU share), bytes over PCIe and from disk, zeroed slots; gpu 0
  * (a CPU session) leaves out the GPU-only fields. */

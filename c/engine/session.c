@@ -173,6 +173,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->attn_tc = p.cuda.attn_tc;
     s->q8_tiles = p.cuda.q8_tiles;
     s->iq_stage_tables = p.cuda.iq_stage_tables;
+    s->q8_sm60 = p.cuda.q8_sm60;
     st_plan_resolve(&p, &s->plan);
     s->fit_cpu_layers = fit;
     s->progress = p.progress;

@@ -62,6 +62,8 @@ static strata_status st_check_ranges(const strata_session_params *p) {
     if (p->cuda.iq_stage_tables < -1 || p->cuda.iq_stage_tables > 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option iq_stage_tables %d: expected -1 (auto), 0 "
                         "or 1", p->cuda.iq_stage_tables);
+    if (p->cuda.q8_sm60 != 0 && p->cuda.q8_sm60 != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option q8_sm60 %d: expected 0 or 1", p->cuda.q8_sm60);
     return STRATA_OK;
 }
 

@@ -456,6 +456,12 @@ typedef struct strata_cuda_params {
                              the sign masks into shared memory and decode from there (1) or read
                              them through the read-only cache (0); -1 (default): on for compute
                              capability 6.0 only. The same results either way. */
+    int q8_sm60;          /* 1: the decode GEMV of every Q8_0 attention and dense FFN matrix and of a
+                             Q8_0 output head takes the SM60 kernel (written for GPUs without a fast
+                             dp4a, Pascal GP100; docs/OLDER_GPUS.md) over a packed copy (the tiles'
+                             layout, made for these matrices even with q8_tiles 0, the head included,
+                             where memory allows as for q8_tiles). An approximation: not the usual
+                             kernels' bits (another f32 summation order). 0 (default): off. */
 } strata_cuda_params;
 
 typedef struct strata_session_params {
@@ -497,7 +503,7 @@ typedef struct strata_session_params {
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_tau 0.03,
  * placement.stage_experts -1, .cpu_misses -1, .pcie_frac -1, .pin_experts -1, cuda.graphs 1,
- * .pdl 1, .attn_tc -1, .q8_tiles 1, .iq_stage_tables -1; everything else 0. */
+ * .pdl 1, .attn_tc -1, .q8_tiles 1, .iq_stage_tables -1 (.q8_sm60 0); everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 /* Checks params against model as strata_session_create would, without creating anything: every
  * option's range, which options combine, a gpu_mem that holds the static split it chooses (alone
@@ -673,6 +679,9 @@ typedef struct strata_session_stats {
     /* route_tail_skip: the session's p and the routed slots it dropped */
     float route_tail_skip;
     int64_t route_tail_skipped;
+    /* q8_sm60: the matrices whose decode GEMV takes the SM60 kernel (with a packed copy; the
+     * output head counted), 0 when off */
+    int32_t q8_sm60_mats;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

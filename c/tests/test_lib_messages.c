@@ -39,6 +39,7 @@ static void s_pcie_frac(strata_session_params *p) { p->placement.pcie_frac = 2.0
 static void s_stage_experts(strata_session_params *p) { p->placement.stage_experts = -5; }
 static void s_attn_tc(strata_session_params *p) { p->cuda.attn_tc = 9; }
 static void s_q8_tiles(strata_session_params *p) { p->cuda.q8_tiles = 3; }
+static void s_q8_sm60(strata_session_params *p) { p->cuda.q8_sm60 = 3; }
 static void s_cpu_warm(strata_session_params *p) { p->placement.cpu_warm = 3; }
 static void s_pin_experts(strata_session_params *p) { p->placement.pin_experts = 3; }
 static void s_ram_gpu(strata_session_params *p) {
@@ -84,7 +85,7 @@ static void test_session_checks(void) {
         {s_degrade_tau, {"degrade_tau"}}, {s_degrade_eval, {"degrade_eval", "degrade_zero"}},
         {s_ram_budget, {"ram_budget"}}, {s_cpu_misses, {"cpu_misses"}}, {s_pcie_frac, {"pcie_frac"}},
         {s_stage_experts, {"stage_experts"}}, {s_attn_tc, {"attn_tc"}}, {s_q8_tiles, {"q8_tiles"}},
-        {s_cpu_warm, {"cpu_warm"}}, {s_pin_experts, {"pin_experts"}},
+        {s_q8_sm60, {"q8_sm60"}},        {s_cpu_warm, {"cpu_warm"}}, {s_pin_experts, {"pin_experts"}},
         {s_ram_gpu, {"expert_cache", "n_cpu_moe"}}, {s_doorbell_cache, {"doorbell", "expert_cache"}},
         {s_doorbell_cpu_moe, {"doorbell", "cpu_misses"}}, {s_ram_doorbell, {"ram_budget", "doorbell"}},
         {s_ram_pin, {"ram_budget", "pin_experts"}}, {s_eval_gpu, {"degrade_eval"}}, {s_ram_small, {NULL}},

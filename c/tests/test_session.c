@@ -334,6 +334,13 @@ static void test_errors(void) {
     }
     CHECK(strata_session_default_params().cuda.q8_tiles == 1, "q8_tiles on by default");
     p.cuda.q8_tiles = 0;
+    for (int v = -1; v <= 2; v += 3) { /* q8_sm60 takes 0 (the default) or 1 */
+        p.cuda.q8_sm60 = v;
+        CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&
+                  strstr(strata_last_error(), "q8_sm60"), "q8_sm60 %d refused: %s", v, strata_last_error());
+    }
+    CHECK(strata_session_default_params().cuda.q8_sm60 == 0, "q8_sm60 off by default");
+    p.cuda.q8_sm60 = 0;
     for (int v = -2; v <= 2; v += 4) { /* cpu_misses takes -1 (auto, the default), 0 or 1 */
         p.placement.cpu_misses = v;
         CHECK(strata_session_create(model, &p, &s2) == STRATA_ERR_INVALID_ARG && !s2 &&

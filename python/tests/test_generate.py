@@ -350,7 +350,7 @@ def test_cli_placement_options_parse(model):
                   ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"], ["--cpu-misses"],
                   ["--pcie-frac", "0.5"], ["--attn-tc-split"], ["--attn-tc-split-p"], ["--no-attn-tc"], ["--no-pdl"],
                   ["--pdl"], ["--pdl-all"], ["--doorbell-graphs"], ["--cpu-warm"], ["--no-cpu-warm"],
-                  ["--q8-tiles"], ["--no-q8-tiles"], ["--cache-admit"], ["--no-cache-admit"], ["--stage-ahead"]):
+                  ["--q8-tiles"], ["--no-q8-tiles"], ["--cache-admit"], ["--no-cache-admit"], ["--stage-ahead"], ["--q8-sm60"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
@@ -432,6 +432,13 @@ def test_python_last_stats():
     a = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, n_threads=2, q8_tiles=False)
     b = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, n_threads=2)
     assert (a.logits([1, 2, 3]) == b.logits([1, 2, 3])).all()
+    a.close()
+    b.close()
+    # q8_sm60 too (a CPU session: the same logits, no matrix on the SM60 GEMV)
+    a = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, n_threads=2, q8_sm60=True)
+    b = strata.Model(shared_file("models/strata-tiny-moe-q8_0.gguf"), n_ctx=64, n_threads=2)
+    assert (a.logits([1, 2, 3]) == b.logits([1, 2, 3])).all()
+    assert a.last_stats["q8_sm60_mats"] == 0
     a.close()
     b.close()
 

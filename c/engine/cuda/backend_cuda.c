@@ -31,7 +31,7 @@ static void cuda_stats(const strata_session *s, strata_session_stats *out) {
         out->prefetch_late += pl;
     }
     out->pinned_bytes = st_gpu_pinned_bytes(s);
-    st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped);
+    st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped, &out->q8_sm60_mats);
     out->iq_stage_tables = s->iq_stage_tables > 0;
     out->cpu_split = st_gpu_split_mode(s);
     out->route_tail_skipped += st_gpu_tail_skipped(s, 0);

@@ -44,10 +44,11 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
 size_t st_gpu_weight_bytes(const strata_session *s) { (void)s; return 0; }
 st_gpu_tier *st_gpu_get_cache(const strata_session *s) { (void)s; return NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { (void)s; return 0; }
-void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped) {
+void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60) {
     (void)s;
     *bytes = 0;
     *skipped = 0;
+    *sm60 = 0;
 }
 int st_gpu_pool_serves(const strata_session *s, int64_t T) { (void)s; (void)T; return 0; }
 int st_gpu_split_mode(const strata_session *s) { (void)s; return 0; }

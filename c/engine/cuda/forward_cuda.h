@@ -59,6 +59,7 @@ struct st_gpu {
     size_t weight_bytes;
     size_t tiles_bytes;                   /* of which the prompt tiles' Q8_0 copies (q8_tiles) */
     int32_t tiles_skipped;                /* Q8_0 matrices left without one: no memory to spare */
+    int32_t sm60_mats;                    /* q8_sm60: matrices whose decode GEMV reads their copy */
     int64_t upload_total;                 /* the model's tensor bytes, for progress reports */
     strata_progress_fn progress;
     void *progress_data;

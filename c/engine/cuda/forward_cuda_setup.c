@@ -190,6 +190,10 @@ static strata_status st_gpu_put_tiles(strata_session *s, st_cuda_mat *const *ms,
         g->tiles_bytes += sz[i];
         TRY(st_cuda_mmq_tiles_make(ms[i], d, g->stream));
         ms[i]->tiles = d;
+        if (s->q8_sm60) { /* the decode GEMV reads the copy too (q8_sm60.cuh) */
+            ms[i]->gemv_sm60 = 1;
+            g->sm60_mats++;
+        }
     }
     return STRATA_OK;
 }
@@ -198,10 +202,11 @@ static strata_status st_gpu_put_tiles(strata_session *s, st_cuda_mat *const *ms,
  * cache, scratch, an expert cache and its staging), so that they only take memory nothing else
  * claimed: a model that fits without them still fits, and the expert cache keeps its size.
  * Layer by layer: q/k/v (fused, or each), the output projection, a dense FFN's gate and up
- * (together: the SwiGLU tiles take the copy only with both) and down. */
+ * (together: the SwiGLU tiles take the copy only with both) and down. q8_sm60 makes them with
+ * q8_tiles 0 too (its GEMV reads them) and the output head's last (only that GEMV reads it). */
 static strata_status st_gpu_put_all_tiles(strata_session *s) {
     st_gpu *g = s->gpu;
-    for (int il = 0; s->q8_tiles && il < s->model->hp.n_layer; il++) {
+    for (int il = 0; (s->q8_tiles || s->q8_sm60) && il < s->model->hp.n_layer; il++) {
         st_gpu_layer *G = &g->layers[il];
         if (G->wqkv.data) {
             st_cuda_mat *q[1] = {&G->wqkv};
@@ -214,6 +219,10 @@ static strata_status st_gpu_put_all_tiles(strata_session *s) {
         TRY(st_gpu_put_tiles(s, o, 1));
         TRY(st_gpu_put_tiles(s, gu, 2));
         TRY(st_gpu_put_tiles(s, dn, 1));
+    }
+    if (s->q8_sm60) {
+        st_cuda_mat *h[1] = {&g->output};
+        TRY(st_gpu_put_tiles(s, h, 1));
     }
     return STRATA_OK;
 }
@@ -957,9 +966,10 @@ double st_gpu_plan_rate(const strata_session *s) {
     const int32_t n_cpu = s->plan.n_cpu_moe < 0 || s->plan.n_cpu_moe > hp->n_layer ? hp->n_layer : s->plan.n_cpu_moe;
     return st_cost_plan_rate(&s->cost, hp->n_expert_used, n_cpu, g->cpu_split);
 }
-void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped) {
+void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60) {
     *bytes = s && s->gpu ? (int64_t)s->gpu->tiles_bytes : 0;
     *skipped = s && s->gpu ? s->gpu->tiles_skipped : 0;
+    *sm60 = s && s->gpu ? s->gpu->sm60_mats : 0;
 }
 
 #endif /* STRATA_HAVE_CUDA */
