@@ -8,6 +8,7 @@
 #   make asan         the C tests under AddressSanitizer + UBSan (separate build dir)
 #   make asan-server  the server's and chat templates' Python tests against ./strata built with those sanitizers
 #   make cuda-check   GPU tests (skip with a message where no GPU is usable)
+#   make q8-sm60-check  the SM60 Q8_0 GEMV against a CPU reference, then timed (GPU; else a skip)
 #   make fuzz         libFuzzer harness of the GGUF reader (needs clang)
 #   make bench        CPU dot-product micro-benchmark
 #   make clean
@@ -91,7 +92,8 @@ endif
 
 ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
 
-.PHONY: all check header-check test-c test-py asan asan-server cuda-check fuzz bench clean distclean
+.PHONY: all check header-check test-c test-py asan asan-server cuda-check q8-sm60-check fuzz bench clean \
+        distclean
 all: $(LIBSO) $(CLI)
 
 # The shared library's soname carries the ABI version (STRATA_ABI_VERSION in strata.h):
@@ -238,6 +240,19 @@ ifdef USE_CUDA
 else
 	@echo "cuda-check: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
 endif
+
+# the SM60 Q8_0 GEMV's check-and-time program (tools/q8_sm60_check.cu; exits 0 with "skip"
+# where no GPU is usable); NVCC_EXTRA=-DSTRATA_NO_DP4A=1 builds the form without dp4a
+q8-sm60-check:
+ifdef USE_CUDA
+	$(MAKE) BUILD=$(BUILD) OUTDIR=$(OUTDIR) $(BUILD)/q8_sm60_check
+	$(BUILD)/q8_sm60_check
+else
+	@echo "q8-sm60-check: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
+endif
+$(BUILD)/q8_sm60_check: tools/q8_sm60_check.cu c/tests/q8_sm60_case.h $(BUILD)/libstrata.a
+	$(NVCC) $(NVCCFLAGS) -Ic/tests -c -o $@.o $<
+	$(CC) -o $@ $@.o $(BUILD)/libstrata.a $(LDLIBS)
 
 # ---- fuzzing -------------------------------------------------------------------------------
 FUZZ_CC ?= clang

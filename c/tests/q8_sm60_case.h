@@ -32,6 +32,7 @@ typedef struct {
     int usual_diff;   /* declined calls: outputs whose bits differ from the unmarked matrix's */
     double us;        /* time per call (microseconds), when timed */
     double gbs;       /* weight + activation bytes per call / time, when timed */
+    double us_usual;  /* the same call on the unmarked matrices (the usual kernels), when timed */
     strata_status st; /* setup or call failure, else STRATA_OK */
 } q8s_result;
 
@@ -157,21 +158,30 @@ static void q8s_compare(q8s_result *res, const uint32_t *yb, uint8_t *const w[2]
     }
 }
 
-/* Times iters calls (after one warm-up); bytes moved: the packed weights + the activations + y. */
+/* Seconds per call over iters calls (after one warm-up), 0 on a failure (in *st). */
+static double q8s_seconds(const q8s_dev *d, const st_cuda_mat W[2], int fused, int ncols, int iters,
+                          strata_status *st) {
+    *st = q8s_call(d, W, fused, ncols);
+    if (*st == STRATA_OK) *st = st_cuda_synchronize();
+    const double t0 = q8s_now();
+    for (int i = 0; i < iters && *st == STRATA_OK; i++) *st = q8s_call(d, W, fused, ncols);
+    if (*st == STRATA_OK) *st = st_cuda_synchronize();
+    return *st == STRATA_OK ? (q8s_now() - t0) / iters : 0.0;
+}
+
+/* Times the case, and the usual kernels on the same matrices; bytes moved: the packed weights,
+ * the activations and y. */
 static void q8s_time(q8s_result *res, const q8s_dev *d, const st_cuda_mat W[2], int fused, int ncols, int iters) {
     if (iters <= 0 || res->st != STRATA_OK) return;
-    strata_status st = q8s_call(d, W, fused, ncols);
-    if (st == STRATA_OK) st = st_cuda_synchronize();
-    const double t0 = q8s_now();
-    for (int i = 0; i < iters && st == STRATA_OK; i++) st = q8s_call(d, W, fused, ncols);
-    if (st == STRATA_OK) st = st_cuda_synchronize();
-    res->st = st;
-    if (st != STRATA_OK) return;
-    const double s = (q8s_now() - t0) / iters;
+    const double s = q8s_seconds(d, W, fused, ncols, iters, &res->st);
+    if (res->st != STRATA_OK) return;
     const double bytes = (fused ? 2.0 : 1.0) * (double)st_cuda_mmq_tiles_bytes(&W[0]) +
                          (double)st_cuda_mmv_scratch_bytes(W[0].ne0, ncols) + 4.0 * (double)ncols * (double)W[0].ne1;
     res->us = 1e6 * s;
     res->gbs = bytes / s / 1e9;
+    st_cuda_mat U[2] = {W[0], W[1]};
+    U[0].gemv_sm60 = U[1].gemv_sm60 = 0;
+    res->us_usual = 1e6 * q8s_seconds(d, U, fused, ncols, iters, &res->st);
 }
 
 /* The whole case: fused 0 (st_cuda_mmv_pre) or 1 (st_cuda_mmv_swiglu); iters > 0 also times it. */
@@ -188,6 +198,7 @@ static q8s_result q8s_run(int64_t ne0, int64_t ne1, int ncols, int fused, uint64
     q8s_dev d;
     memset(&d, 0, sizeof d);
     st_cuda_mat W[2];
+    memset(W, 0, sizeof W);
     res.st = w[0] && (!fused || w[1]) && x && xq && yb ? STRATA_OK : STRATA_ERR_NOMEM;
     if (res.st == STRATA_OK) {
         for (int i = 0; i < nm; i++) q8s_fill(w[i], ne0, ne1, &seed);

@@ -51,6 +51,7 @@ static float g_defer_below = 0.1f;         /* placement.defer_cpu_below of the n
 static float g_tail = 0.0f;                /* route_tail_skip of the next sessions */
 static int g_pipe = 0;                     /* pipe of the next sessions */
 static int g_q8_tiles = 1;                 /* q8_tiles of the next sessions (the default, on) */
+static int g_q8_sm60 = 0;                  /* q8_sm60 of the next sessions (the default, off) */
 
 static strata_session *new_session(const strata_model *m, strata_backend_kind be, int n_batch,
                                    int n_ctx) {
@@ -77,6 +78,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.placement.pipe = g_pipe;
     sp.placement.cpu_warm = g_warm;
     sp.cuda.q8_tiles = g_q8_tiles;
+    sp.cuda.q8_sm60 = g_q8_sm60;
     sp.backend = be;
     sp.n_batch = n_batch;
     sp.n_ctx = n_ctx;
@@ -685,6 +687,24 @@ static void test_default_model(void) {
         CHECK(gnt && !memcmp(gpu, gnt, sizeof(float) * (size_t)n * (size_t)V),
               "q8_tiles 0: the logits differ from the tile copy's");
         free(gnt);
+        /* q8_sm60 (an approximation): batches of 7 take the decode GEMV, for the Q8_0 matrices (and
+         * a Q8_0 head) the SM60 kernel; the same KL bound as the exact kernels */
+        g_q8_sm60 = 1;
+        const strata_session_stats sst = fresh_stats(m);
+        float *gsm = all_logits(m, STRATA_BACKEND_CUDA, 7, toks, n, V);
+        g_q8_sm60 = 0;
+        double kl60 = 0;
+        int nan60 = 0;
+        for (int64_t t = 0; gsm && t < n; t++) {
+            for (int32_t i = 0; i < V; i++) nan60 += isnan(gsm[t * V + i]);
+            kl60 += kl_row(cpu + t * V, gsm + t * V, V);
+        }
+        kl60 /= (double)n;
+        printf("q8_sm60: %d matrices on the SM60 GEMV; batches of 7: mean KL(cpu||gpu) %.3g (exact kernels "
+               "%.3g, bound %.3g)\n", (int)sst.q8_sm60_mats, kl60, kl7, bound);
+        CHECK(sst.q8_sm60_mats > 0, "q8_sm60: no matrix on the SM60 GEMV (the default model's attention is Q8_0)");
+        CHECK(gsm && nan60 == 0 && kl60 <= bound, "q8_sm60: %d NaN logits, mean KL %.3g > %.3g", nan60, kl60, bound);
+        free(gsm);
     }
     free(gpu); free(gpu2); free(gpu7); free(gtc); free(gts); free(gtp); /* cpu and cpu32 serve the placement checks below */
 
