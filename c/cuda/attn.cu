@@ -673,7 +673,8 @@ static bool st_shape_ok(const st_cuda_attn_shape *s) {
 extern "C" int st_cuda_attn_supports(strata_type kv_type, const st_cuda_attn_shape *s) {
     if (kv_type != STRATA_TYPE_F16 && kv_type != STRATA_TYPE_F32) return 0;
     if (!st_shape_ok(s) || s->head_dim != s->head_dim_v) return 0;
-    return s->head_dim == 64 || s->head_dim == 128 || s->head_dim == 256;
+    if (s->head_dim != 64 && s->head_dim != 128 && s->head_dim != 256) return 0;
+    return st_attn_smem_bytes(s->head_dim, 1) <= st_cuda_smem_limit(); /* the FMA kernel, 1 row a warp */
 }
 
 extern "C" size_t st_cuda_kv_bytes(strata_type kv_type, const st_cuda_attn_shape *s, int64_t n_ctx) {

@@ -160,7 +160,9 @@ typedef struct st_cuda_attn_shape {
 } st_cuda_attn_shape;
 
 /* 1 if the attention kernels take this cache type and shape: type F16 or F32, head_dim ==
- * head_dim_v in {64, 128, 256}, n_head a multiple of n_head_kv. */
+ * head_dim_v in {64, 128, 256}, n_head a multiple of n_head_kv, and the smallest kernel's shared
+ * memory within device 0's per-block limit (st_cuda_smem_limit: head_dim 256 needs 73 KiB, which
+ * compute 7.5 lacks; docs/OLDER_GPUS.md). */
 int st_cuda_attn_supports(strata_type kv_type, const st_cuda_attn_shape *s);
 
 /* Bytes of one of K or V of a layer: n_head_kv * n_ctx * head_dim elements (0 on bad input). */

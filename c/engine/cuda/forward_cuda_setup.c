@@ -274,8 +274,10 @@ static strata_status st_gpu_check_shape(const strata_model *m, const st_gpu *g) 
     const st_hparams *hp = &m->hp;
     if (!st_cuda_attn_supports(STRATA_TYPE_F16, &g->shape))
         return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: attention with %d/%d heads of %d/%d "
-                        "is not supported on the GPU (head_dim 64, 128 or 256)", (int)hp->n_head,
-                        (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v);
+                        "is not supported on this GPU (head_dim 64, 128 or 256; 256 needs 73 KiB of "
+                        "shared memory a block, this GPU allows %zu KiB: docs/OLDER_GPUS.md)",
+                        (int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v,
+                        st_cuda_smem_limit() / 1024);
     if (!st_cuda_rope_supports(&g->rope, hp->head_dim))
         return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: RoPE over %d of %d dimensions is not "
                         "supported on the GPU", (int)hp->n_rot, (int)hp->head_dim);
