@@ -13,8 +13,9 @@
 
 /* ---- probe ---------------------------------------------------------------------------------- */
 
-#define ST_XSTR2(x) #x
-#define ST_XSTR(x) ST_XSTR2(x)
+/* variadic: with several architectures __CUDA_ARCH_LIST__ is a comma-separated list */
+#define ST_XSTR2(...) #__VA_ARGS__
+#define ST_XSTR(...) ST_XSTR2(__VA_ARGS__)
 #ifdef __CUDA_ARCH_LIST__
 #define ST_BUILT_ARCHS ST_XSTR(__CUDA_ARCH_LIST__)
 #else
