@@ -18,7 +18,7 @@
  *        -lpthread -ldl -lrt
  * or `make q8-sm60-check` (builds $(BUILD)/q8_sm60_check and runs it).
  * Run:  /tmp/q8_sm60_check [ITERS [BPS]]   (ITERS default 50; BPS: persistent blocks per SM,
- *       default the build's STRATA_Q8_SM60_BPS, 4). Exit status 1 when a check fails. */
+ *       default 4, as a session's --q8-sm60-bps). Exit status 1 when a check fails. */
 extern "C" {
 #include "strata.h"
 #include "common.h" /* st_f32_to_fp16, st_fp16_to_f32 */
@@ -51,7 +51,7 @@ static const q8s_shape shapes[] = {
 
 int main(int argc, char **argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 50;
-    if (argc > 2) st_cuda_q8_sm60_set_bps(atoi(argv[2]));
+    if (argc > 2) q8s_case_bps = atoi(argv[2]);
     int ok = 0;
     char why[256];
     if (st_cuda_probe(&ok, why, sizeof why) != STRATA_OK || !ok) {

@@ -39,6 +39,7 @@ static const struct {
     {"pipe", "--pipe"},
     {"iq_stage_tables", "--iq-stage-tables"},
     {"q8_sm60", "--q8-sm60"},
+    {"q8_sm60_bps", "--q8-sm60-bps"},
     {"q8_tiles", "--q8-tiles"},
     {"ram_budget", "--ram-budget"},
     {"stage_experts", "--stage-experts"},

@@ -82,6 +82,7 @@ static void cli_opts_env(cli_opts *o) {
     const char *iqs = getenv("STRATA_IQ_STAGE_TABLES"); /* unset, empty or auto: -1 */
     o->iq_stage_tables = iqs && iqs[0] && strcmp(iqs, "auto") != 0 ? env_flag("STRATA_IQ_STAGE_TABLES") : -1;
     o->q8_sm60 = env_flag("STRATA_Q8_SM60");
+    o->q8_sm60_bps = getenv("STRATA_Q8_SM60_BPS") ? atoi(getenv("STRATA_Q8_SM60_BPS")) : 0; /* 0: 4 */
     o->cpu_misses = getenv("STRATA_CPU_MISSES") ? env_flag("STRATA_CPU_MISSES") : -1; /* unset: auto */
     o->pcie_frac = getenv("STRATA_PCIE_FRAC") ? (float)atof(getenv("STRATA_PCIE_FRAC")) : -1.0f;
     /* issue 32's knobs: unset or 0 off, 1, check; BELOW: unset or empty 0.1, a bad value 0.1 (the
@@ -248,6 +249,8 @@ static void cli_usage_kernels(FILE *f) {
         "                          output head by a kernel over their packed copies (made even\n"
         "                          with --no-q8-tiles, the head's too); not the usual kernels'\n"
         "                          bits (docs/OLDER_GPUS.md); also $STRATA_Q8_SM60=1\n"
+        "  --q8-sm60-bps N         with --q8-sm60: its persistent blocks per SM, 1..32 (default\n"
+        "                          4); also $STRATA_Q8_SM60_BPS\n"
         "  --no-cuda-graphs        GPU: launch every kernel of every decode step instead of\n"
         "                          replaying the step as a CUDA graph (the default, same\n"
         "                          results; also $STRATA_CUDA_GRAPHS=0; --cuda-graphs: on)\n"
@@ -668,6 +671,7 @@ static const cli_value_row cli_values[] = {
     CLI_FN(NULL, "--spec", opt_spec),
     CLI_FN(NULL, "--draft-model", opt_draft_model),
     CLI_INT(NULL, "--draft-max", draft_max, 1, STRATA_DRAFT_MAX),
+    CLI_INT(NULL, "--q8-sm60-bps", q8_sm60_bps, 1, 32),
     CLI_INT(NULL, "--draft-min", draft_min, 0, STRATA_DRAFT_MAX),
     CLI_FN(NULL, "--oracle-rate", opt_oracle_rate),
     CLI_INT(NULL, "--short-read", short_read, 0, 1L << 30),
@@ -687,7 +691,7 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
         "--cache-admit", "--no-cache-admit", "--stage-ahead", "--stage-split", "--defer-cpu", "--defer-cpu-below",
         "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
-        "--no-q8-tiles", "--q8-sm60", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all",
+        "--no-q8-tiles", "--q8-sm60", "--q8-sm60-bps", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all",
         "--iq-stage-tables", NULL};
     for (int k = 0; gpu_only[k]; k++) {
         if (strcmp(a, gpu_only[k]) != 0) continue;

@@ -53,6 +53,7 @@ typedef struct {
     int q8_tiles;                 /* --q8-tiles / --no-q8-tiles ($STRATA_Q8_TILES=0: off) */
     int iq_stage_tables;          /* --iq-stage-tables on|off|auto ($STRATA_IQ_STAGE_TABLES=1|0): -1 auto */
     int q8_sm60;                  /* --q8-sm60 ($STRATA_Q8_SM60=1): the SM60 Q8_0 decode GEMV */
+    int q8_sm60_bps;              /* --q8-sm60-bps N ($STRATA_Q8_SM60_BPS): its blocks per SM; 0: 4 */
     int doorbell;                 /* --doorbell ($STRATA_DOORBELL=1) */
     int cpu_misses;               /* --cpu-misses / --no-cpu-misses ($STRATA_CPU_MISSES=1 / 0); -1 auto */
     float pcie_frac;              /* --pcie-frac F ($STRATA_PCIE_FRAC; < 0: the cost model) */

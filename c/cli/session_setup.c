@@ -74,6 +74,7 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, q8_tiles, cuda.q8_tiles),
     CLI_SESSION(int, iq_stage_tables, cuda.iq_stage_tables),
     CLI_SESSION(int, q8_sm60, cuda.q8_sm60),
+    CLI_SESSION(int, q8_sm60_bps, cuda.q8_sm60_bps),
 };
 
 static void cli_copy_rows(void *params, const cli_opts *o, const cli_param_row *rows, size_t n) {

@@ -33,14 +33,10 @@ size_t st_cuda_mmv_scratch_bytes(int64_t ne0, int ncols);
 int st_cuda_mmv_q8_smem(const st_cuda_mat *W, int ncols);
 
 /* Whether st_cuda_mmv(W, ..., ncols, ...) takes the SM60 Q8_0 kernel (q8_sm60.cuh): W is Q8_0 with
- * W->gemv_sm60 set and W->tiles (st_cuda_mmq_tiles_make's copy) 16-byte aligned, and the call's
+ * W->gemv_sm60 set (its persistent blocks per SM) and W->tiles (st_cuda_mmq_tiles_make's copy) 16-byte aligned, and the call's
  * shared memory (ncols * ne0 * 1.125 bytes) within 48 KiB; else the usual kernels. The SM60 kernel's
  * results are not the usual kernels' bits (another f32 summation order). Thread-safe. */
 int st_cuda_mmv_q8_sm60(const st_cuda_mat *W, int ncols);
-
-/* The SM60 kernel's persistent blocks per SM (1..32; other values: the build's STRATA_Q8_SM60_BPS,
- * default 4). Process-wide, for the check-and-time program; not thread-safe against running calls. */
-void st_cuda_q8_sm60_set_bps(int bps);
 
 /* y[c * W->ne1 + r] = dot(row r of W, x[c * W->ne0 ...]) for c < ncols, r < W->ne1.
  * d_x: ncols rows of W->ne0 floats, row-major; d_y: ncols rows of W->ne1 floats (must not

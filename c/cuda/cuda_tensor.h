@@ -20,8 +20,9 @@ typedef struct st_cuda_mat {
     int64_t ne1;        /* rows */
     size_t row_bytes;
     const void *tiles;  /* device, optional: the prompt tiles' copy */
-    int gemv_sm60;      /* 1 (with tiles): the decode GEMV reads tiles with the SM60 Q8_0 kernel
-                           (q8_sm60.cuh; a session with q8_sm60 sets it), 0 the usual kernels */
+    int gemv_sm60;      /* N > 0 (with tiles): the decode GEMV reads tiles with the SM60 Q8_0 kernel,
+                           N persistent blocks per SM (q8_sm60.cuh; a session with q8_sm60 sets
+                           it); 0 the usual kernels */
 } st_cuda_mat;
 
 #endif /* STRATA_CUDA_TENSOR_H */

@@ -196,7 +196,8 @@ struct st_mmv_args {
     int xq_ready; /* xq already holds x as Q8_1 (st_cuda_mmv_pre) */
     cudaStream_t stream;
     const uint8_t *t0, *t1; /* the matrices' packed copies (st_cuda_mat.tiles) when sm60 */
-    int sm60;               /* Q8_0 matrices marked gemv_sm60 with their copies: q8_sm60.cuh */
+    int sm60;               /* Q8_0 matrices marked gemv_sm60 with their copies: q8_sm60.cuh's
+                               persistent blocks per SM (the first matrix's), else 0 */
 };
 
 /* Whether this call takes the SM60 Q8_0 kernel. */
@@ -235,7 +236,7 @@ template <class T>
 static strata_status st_mmv_launch_q(const st_mmv_args &a) {
     if (!a.xq_ready) ST_TRY(st_quantize_q8_1_launch(a.x, a.xq, (int64_t)a.ncols * a.ne0, a.stream));
     if (std::is_same<T, st_mmv_q8_0>::value && st_mmv_sm60(a)) { /* opt-in, not the same bits */
-        const st_q8s_call c = {a.t0, a.t1, a.ne0, a.ne1, a.ncols, a.xq, a.y, a.stream};
+        const st_q8s_call c = {a.t0, a.t1, a.ne0, a.ne1, a.ncols, a.sm60, a.xq, a.y, a.stream};
         return st_q8s_launch(c);
     }
     switch (a.ncols) {
@@ -356,7 +357,7 @@ static void st_mmv_set_sm60(st_mmv_args &a, const st_cuda_mat *W0, const st_cuda
     const auto ok = [](const st_cuda_mat *W) {
         return W->gemv_sm60 && W->tiles && ((uintptr_t)W->tiles & 15) == 0;
     };
-    a.sm60 = W0->type == STRATA_TYPE_Q8_0 && ok(W0) && (!W1 || ok(W1));
+    a.sm60 = W0->type == STRATA_TYPE_Q8_0 && ok(W0) && (!W1 || ok(W1)) ? W0->gemv_sm60 : 0;
     a.t0 = a.sm60 ? (const uint8_t *)W0->tiles : NULL;
     a.t1 = a.sm60 && W1 ? (const uint8_t *)W1->tiles : NULL;
 }

@@ -97,15 +97,13 @@ size_t st_q8s_smem(int ne0, int ncols) {
     return smem <= 48 * 1024 ? smem : 0;
 }
 
-static int st_q8s_bps = STRATA_Q8_SM60_BPS;
-extern "C" void st_cuda_q8_sm60_set_bps(int bps) { st_q8s_bps = bps >= 1 && bps <= 32 ? bps : STRATA_Q8_SM60_BPS; }
-
 template <int NC, int LPR>
 static strata_status st_q8s_go(const st_q8s_call &c, size_t smem) {
     constexpr int RPB = ST_Q8S_THREADS / LPR;
     st_cuda_device_info info;
     const int sms = st_cuda_device_info_get(&info) == STRATA_OK && info.sm_count > 0 ? info.sm_count : 1;
-    const int64_t groups = (c.ne1 + RPB - 1) / RPB, cap = (int64_t)st_q8s_bps * sms;
+    const int bps = c.bps >= 1 && c.bps <= 32 ? c.bps : STRATA_Q8_SM60_BPS;
+    const int64_t groups = (c.ne1 + RPB - 1) / RPB, cap = (int64_t)bps * sms;
     const unsigned grid = (unsigned)(groups < cap ? groups : cap);
     st_launch(st_k_q8_sm60<NC, LPR>, grid, ST_Q8S_THREADS, smem, c.stream, c.t0, c.t1, c.ne0, c.ne1, c.xq,
               c.ncols, c.y);

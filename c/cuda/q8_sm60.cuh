@@ -45,6 +45,7 @@ static __device__ __forceinline__ int st_q8s_dp4a(int a, int b, int c) {
 struct st_q8s_call {
     const uint8_t *t0, *t1;
     int ne0, ne1, ncols;
+    int bps; /* persistent blocks per SM (1..32; else STRATA_Q8_SM60_BPS) */
     const block_q8_1 *xq;
     float *y;
     cudaStream_t stream;

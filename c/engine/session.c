@@ -174,6 +174,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->q8_tiles = p.cuda.q8_tiles;
     s->iq_stage_tables = p.cuda.iq_stage_tables;
     s->q8_sm60 = p.cuda.q8_sm60;
+    s->q8_sm60_bps = p.cuda.q8_sm60_bps > 0 ? p.cuda.q8_sm60_bps : 4;
     st_plan_resolve(&p, &s->plan);
     s->fit_cpu_layers = fit;
     s->progress = p.progress;

@@ -45,6 +45,7 @@ struct strata_session {
     int iq_stage_tables;        /* GPU: staged IQ3 codebooks in the grouped kernels (-1 auto;
                                    resolved at create: 0 or 1) */
     int q8_sm60;                /* GPU: their decode GEMV (and a Q8_0 head's) by the SM60 kernel */
+    int q8_sm60_bps;            /* its persistent blocks per SM (1..32) */
     int32_t threads_pinned;     /* cpu_pin: workers bound to a CPU */
     st_cost_params cost;        /* the cost model's figures, measured at create (plan.stage_experts
                                    -1, the splits) */

@@ -64,6 +64,9 @@ static strata_status st_check_ranges(const strata_session_params *p) {
                         "or 1", p->cuda.iq_stage_tables);
     if (p->cuda.q8_sm60 != 0 && p->cuda.q8_sm60 != 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option q8_sm60 %d: expected 0 or 1", p->cuda.q8_sm60);
+    if (p->cuda.q8_sm60_bps < 0 || p->cuda.q8_sm60_bps > 32)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option q8_sm60_bps %d: expected 1..32 (0: the default, 4)",
+                        p->cuda.q8_sm60_bps);
     return STRATA_OK;
 }
 

@@ -462,6 +462,8 @@ typedef struct strata_cuda_params {
                              layout, made for these matrices even with q8_tiles 0, the head included,
                              where memory allows as for q8_tiles). An approximation: not the usual
                              kernels' bits (another f32 summation order). 0 (default): off. */
+    int q8_sm60_bps;      /* with q8_sm60: the SM60 kernel's persistent blocks per SM, 1..32; 0
+                             (default): 4 */
 } strata_cuda_params;
 
 typedef struct strata_session_params {

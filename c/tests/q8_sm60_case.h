@@ -21,6 +21,9 @@
 #include <string.h>
 #include <time.h>
 
+/* The cases' persistent blocks per SM (st_cuda_mat.gemv_sm60); q8_sm60_check's BPS argument. */
+static int q8s_case_bps = 4;
+
 #define Q8S_GUARD 64
 #define Q8S_SENTINEL 0xA5A5A5A5u
 
@@ -114,7 +117,7 @@ static strata_status q8s_setup(q8s_dev *d, st_cuda_mat W[2], uint8_t *const w[2]
         if (st == STRATA_OK) st = st_cuda_malloc(&d->t[i], st_cuda_mmq_tiles_bytes(&W[i]));
         if (st == STRATA_OK) st = st_cuda_mmq_tiles_make(&W[i], d->t[i], NULL);
         W[i].tiles = d->t[i];
-        W[i].gemv_sm60 = 1;
+        W[i].gemv_sm60 = q8s_case_bps;
     }
     if (st == STRATA_OK) st = st_cuda_malloc(&d->x, sizeof(float) * (size_t)ncols * (size_t)ne0);
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d->x, x, sizeof(float) * (size_t)ncols * (size_t)ne0);

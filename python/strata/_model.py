@@ -91,7 +91,8 @@ class Model:
     staged in shared memory: True, False or "auto", the default: on for compute capability 6.0
     only; same results), q8_sm60 (an approximation for GPUs without a fast dp4a: the decode GEMV
     of those matrices and of a Q8_0 head by the SM60 kernel over packed copies, not the usual
-    kernels' bits; default False; docs/OLDER_GPUS.md); CPU sessions
+    kernels' bits; default False; docs/OLDER_GPUS.md), q8_sm60_bps (its persistent blocks per SM,
+    1..32; 0, the default: 4); CPU sessions
     ignore them. cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
 
@@ -107,7 +108,7 @@ class Model:
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True,
                  cache_admit: bool = False, stage_ahead: bool = False, stage_split: bool = False,
                  defer_cpu=0, defer_cpu_below: float = 0.1, route_tail_skip: float = 0.0,
-                 iq_stage_tables="auto", q8_sm60: bool = False):
+                 iq_stage_tables="auto", q8_sm60: bool = False, q8_sm60_bps: int = 0):
         path = path_arg("path", path, must_exist=False)
         n_ctx, n_batch = int_arg("n_ctx", n_ctx), int_arg("n_batch", n_batch)
         n_threads = int_arg("n_threads", n_threads)
@@ -165,6 +166,7 @@ class Model:
         self.iq_stage_tables = -1 if isinstance(iq_stage_tables, str) else int(bool(iq_stage_tables))
         self.cache_admit, self.stage_ahead = bool(cache_admit), bool(stage_ahead)
         self.stage_split, self.q8_sm60 = bool(stage_split), bool(q8_sm60)
+        self.q8_sm60_bps = int_arg("q8_sm60_bps", q8_sm60_bps, lo=0, hi=32)
         if defer_cpu not in (0, 1, False, True, "check"):
             raise ValueError(f"defer_cpu must be 0, 1 or 'check', not {defer_cpu!r}")
         self.defer_cpu = 2 if defer_cpu == "check" else int(defer_cpu)
@@ -354,7 +356,7 @@ class Model:
         cu.graphs, cu.pdl, cu.attn_tc, cu.q8_tiles = (int(self.cuda_graphs), self.cuda_pdl,
                                                       self.attn_tc, int(self.q8_tiles))
         cu.iq_stage_tables = self.iq_stage_tables
-        cu.q8_sm60 = int(self.q8_sm60)
+        cu.q8_sm60, cu.q8_sm60_bps = int(self.q8_sm60), self.q8_sm60_bps
         sp.cpu_pin = int(self.cpu_pin)
         return sp
 

@@ -191,7 +191,7 @@ static strata_status st_gpu_put_tiles(strata_session *s, st_cuda_mat *const *ms,
         TRY(st_cuda_mmq_tiles_make(ms[i], d, g->stream));
         ms[i]->tiles = d;
         if (s->q8_sm60) { /* the decode GEMV reads the copy too (q8_sm60.cuh) */
-            ms[i]->gemv_sm60 = 1;
+            ms[i]->gemv_sm60 = s->q8_sm60_bps;
             g->sm60_mats++;
         }
     }
