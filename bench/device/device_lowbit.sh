@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # device_lowbit.sh - issue 34 on one GPU machine: the low-bit types on the GPU. First the GPU tests
-# of every IQ type and MXFP4 (test_cuda_dequant, test_cuda_mmv, test_cuda_moe; test_cuda_session
-# with STAGES "session"), then synthetic qwen3-30b-a3b files in low-bit mixes (bench/synth_lowbit.py,
+# of every IQ type and MXFP4 (test_cuda_dequant, test_cuda_mmv, test_cuda_moe, and
+# python/tests/test_iq_gpu.py: the default model requantized to each low-bit mix, GPU sessions
+# against the CPU's; test_cuda_session with STAGES "session"), then synthetic qwen3-30b-a3b files in low-bit mixes (bench/synth_lowbit.py,
 # zero-mean weights: each token routes to its own experts) timed all resident and with --cpu-moe
 # (pp512 and tg64), each beside llama-bench on the same file in the same call when .peer is
 # carried (llama-bench's build takes about 5 minutes, in the background while the tests run).
@@ -42,6 +43,12 @@ DEV_JOBS=12 dev_build strata build/tests/test_cuda_dequant build/tests/test_cuda
     build/tests/test_cuda_session
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP" DEV_TEST_SHOW_N=12 dev_tests build test_cuda_dequant:120 test_cuda_mmv:200 test_cuda_moe:200
+fi
+if have tests; then # the default model requantized to each low-bit mix: GPU against CPU sessions
+    STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \
+        timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/test_iq_gpu.py > "$O/test_iq_gpu.log" 2>&1
+    echo "test_iq_gpu rc=$? at $(el)s: $(tail -1 "$O/test_iq_gpu.log")"
+    grep -E "^FAILED|Error" "$O/test_iq_gpu.log" | head -8
 fi
 if have session; then
     DEV_TEST_SHOW="FAIL" DEV_TEST_SHOW_N=8 dev_tests build test_cuda_session:200

@@ -1,0 +1,138 @@
+"""test_iq_gpu.py - the low-bit types on the GPU session, on the trained default model requantized
+(`strata quantize`) to the mixes real low-bit files have: experts in IQ2_XXS / IQ2_XS / IQ2_S /
+IQ1_S / IQ1_M / IQ3_XXS / IQ3_S / IQ4_XS / MXFP4, expert downs IQ4_NL (the default model's
+128-wide rows fit no 256-weight type), the rest Q8_0 or the type itself where it fits.
+
+The CPU session is the reference (its kernels are checked against gguf.quants in
+test_quant_oracle.py): the GPU computes the same function in other arithmetic, so
+  * every position's logits: KL(cpu || gpu) <= 1e-4 and the same argmax where the CPU's top-2
+    margin is not a near tie (<= 1e-3);
+  * greedy continuations: the same tokens up to a near tie (test_hf_parity_lib.compare_greedy);
+with every expert on the GPU, and again with --cpu-moe (the experts on the CPU, the grouped
+kernels' prompt path and the hand-off) and with an expert cache of a quarter of the experts
+(demand loads of these blocks). Skips where CUDA is unusable; the CPU half runs everywhere.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import strata
+import test_hf_parity_lib as L
+
+REPO = Path(__file__).resolve().parents[2]
+CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
+SRC = REPO / "models" / "strata-tiny-moe-q8_0.gguf"
+KL_MAX = 1e-4
+N_GEN = 12
+PROMPT = [5, 211, 17, 17, 305, 42, 0, 99, 128, 64, 3, 250, 250, 12, 77, 190]
+# mix name -> strata quantize arguments
+MIXES = {
+    "iq2_xxs": ["--type-experts", "iq2_xxs", "--type-down", "iq4_nl", "--type-dense", "q8_0"],
+    "iq2_xs": ["--type-experts", "iq2_xs", "--type-down", "iq4_nl", "--type-dense", "q8_0"],
+    "iq2_s": ["--type-experts", "iq2_s", "--type-down", "iq4_nl", "--type-dense", "q4_K"],
+    "iq1_s": ["--type-experts", "iq1_s", "--type-down", "iq4_nl", "--type-dense", "q8_0"],
+    "iq1_m": ["--type-experts", "iq1_m", "--type-down", "iq4_nl", "--type-dense", "q8_0"],
+    "iq3_xxs": ["--type-experts", "iq3_xxs", "--type-down", "iq4_nl", "--type-dense", "q8_0"],
+    "iq3_s": ["--type-experts", "iq3_s", "--type-down", "iq4_nl", "--type-dense", "q8_0"],
+    "iq4_xs": ["--type-experts", "iq4_xs", "--type-down", "iq4_nl", "--type-dense", "iq4_xs"],
+    "mxfp4": ["--type", "mxfp4", "--type-dense", "q8_0"],
+}
+PLACEMENTS = {"resident": {}, "cpu_moe": {"n_cpu_moe": -1}, "cache": {"expert_cache": 48}}
+
+
+def cuda_usable() -> tuple[bool, str]:
+    cuda = next(b for b in strata.backends() if b["name"] == "cuda")
+    return bool(cuda["available"]), cuda["detail"]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    if not SRC.exists():
+        pytest.skip(f"default model not found: {SRC}")
+    d = tmp_path_factory.mktemp("iq_gpu")
+    return d
+
+
+def requantized(d: Path, mix: str) -> Path:
+    out = d / f"{mix}.gguf"
+    if not out.exists():
+        subprocess.run([str(CLI), "quantize", str(SRC), str(out), *MIXES[mix], "--allow-requantize", "-t", "2"],
+                       check=True, capture_output=True, text=True)
+    return out
+
+
+class Session(L.StrataModel):
+    """test_hf_parity_lib's StrataModel (f32 KV cache, 2 threads), its session made again with the
+    placement's fields set when there are any."""
+
+    def __init__(self, path, backend: str, placement: dict):
+        super().__init__(path, n_ctx=128, backend=backend)
+        if not placement:
+            return
+        lib, ffi = self.lib, self.ffi
+        lib.strata_session_free(self.session)
+        self.session = None
+        sp = ffi.new("strata_session_params *")
+        sp[0] = lib.strata_session_default_params()
+        sp.n_ctx, sp.n_batch, sp.n_threads = 128, 512, 2
+        sp.kv_type = lib.STRATA_TYPE_F32
+        sp.backend = lib.STRATA_BACKEND_CUDA if backend == "cuda" else lib.STRATA_BACKEND_CPU
+        for k, v in placement.items():
+            setattr(sp.placement, k, v)
+        ps = ffi.new("strata_session **")
+        rc = lib.strata_session_create(self.model, sp, ps)
+        if rc != 0:
+            msg = strata._ffi.last_error()
+            self.close()
+            raise strata.StrataError(rc, msg, "strata_session_create")
+        self.session = ps[0]
+
+
+def kl_rows(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
+    def logsm(x):
+        x = x.astype(np.float64)
+        m = x.max(axis=-1, keepdims=True)
+        return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    lp, lq = logsm(p_logits), logsm(q_logits)
+    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
+
+
+_cpu_cache: dict = {}
+
+
+def cpu_reference(path: Path):
+    if path not in _cpu_cache:
+        with Session(path, "cpu", {}) as sm:
+            _cpu_cache[path] = (sm.logits(PROMPT), *sm.greedy(PROMPT, N_GEN))
+    return _cpu_cache[path]
+
+
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_cpu_reference_runs(mix, files):
+    logits, ids, _ = cpu_reference(requantized(files, mix))
+    assert np.isfinite(logits).all() and len(ids) == N_GEN
+
+
+@pytest.mark.parametrize("place", list(PLACEMENTS))
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_gpu_matches_cpu(mix, place, files):
+    ok, why = cuda_usable()
+    if not ok:
+        pytest.skip(f"CUDA unavailable: {why}")
+    path = requantized(files, mix)
+    ref, c_ids, c_rows = cpu_reference(path)
+    with Session(path, "cuda", PLACEMENTS[place]) as sm:
+        got = sm.logits(PROMPT)
+        g_ids, g_rows = sm.greedy(PROMPT, N_GEN)
+    kl = kl_rows(ref, got)
+    assert kl.max() <= KL_MAX, f"{mix} {place}: KL up to {kl.max():.3g} at position {int(kl.argmax())}"
+    for i in range(len(PROMPT)):
+        if L.top2_margin(ref[i]) > 1e-3:
+            assert int(ref[i].argmax()) == int(got[i].argmax()), f"{mix} {place}: argmax differs at {i}"
+    msg = L.compare_greedy(g_ids, g_rows, c_ids, c_rows)
+    assert msg is None, f"{mix} {place}: {msg}"
