@@ -40,7 +40,9 @@ static const bench_type bench_types[] = {
     {STRATA_TYPE_Q5_0, 1, {0, 0}},  {STRATA_TYPE_Q5_1, 2, {0, 2}},   {STRATA_TYPE_IQ4_NL, 1, {0, 0}},
     {STRATA_TYPE_Q2_K, 2, {80, 82}}, {STRATA_TYPE_Q3_K, 1, {108, 0}}, {STRATA_TYPE_Q4_K, 2, {0, 2}},
     {STRATA_TYPE_Q5_K, 2, {0, 2}},  {STRATA_TYPE_Q6_K, 1, {208, 0}}, {STRATA_TYPE_IQ4_XS, 1, {0, 0}},
-    {STRATA_TYPE_IQ3_XXS, 1, {0, 0}}, {STRATA_TYPE_IQ3_S, 1, {0, 0}},
+    {STRATA_TYPE_IQ3_XXS, 1, {0, 0}}, {STRATA_TYPE_IQ3_S, 1, {0, 0}}, {STRATA_TYPE_IQ2_XXS, 1, {0, 0}},
+    {STRATA_TYPE_IQ2_XS, 1, {0, 0}}, {STRATA_TYPE_IQ2_S, 1, {0, 0}},  {STRATA_TYPE_IQ1_S, 1, {0, 0}},
+    {STRATA_TYPE_IQ1_M, 0, {0, 0}},  {STRATA_TYPE_MXFP4, 0, {0, 0}},
 };
 
 
@@ -65,6 +67,13 @@ static void fill_matrix(const bench_type *bt, unsigned char *m, size_t bytes) {
             uint16_t s = st_f32_to_fp16(0.05f * rng_float());
             memcpy(m + b + bt->half_off[h], &s, 2);
         }
+    /* scales with no fixed f16 field: IQ1_M's f16 is spread over the top nibbles of its four
+     * 16-bit scale words (clearing bit 14 of the last keeps it finite); MXFP4's E8M0 exponent
+     * kept near 2^0 (0xFF is NaN) */
+    for (size_t b = 0; b + bb <= bytes; b += bb) {
+        if (bt->type == STRATA_TYPE_IQ1_M) m[b + offsetof(block_iq1_m, scales) + 7] &= 0xBF;
+        if (bt->type == STRATA_TYPE_MXFP4) m[b] = (unsigned char)(120 + (m[b] & 7));
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------
