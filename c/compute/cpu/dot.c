@@ -4,7 +4,8 @@
  * One kernel table per ISA level is filled once (pthread_once): scalar always; AVX2 when the CPU
  * has AVX2 + FMA + F16C; AVX-512 when it has AVX-512 F, BW, VL, DQ and VNNI. A second, resolved
  * table per level holds for each type the kernel of the highest level at or below it that has
- * one, so strata_vec_dot costs one table load. */
+ * one (or the level below's where it is faster: st_prefer_lower), so strata_vec_dot costs one table
+ * load. */
 #include "dot.h"
 #include "quant.h"
 
@@ -27,6 +28,14 @@ static st_q8_0_dotp_fn st_q80_dotp;
 static int st_amx_enabled = 1;     /* strata_cpu_amx_set */
 static pthread_once_t st_tables_once = PTHREAD_ONCE_INIT;
 
+/* 1 when level lvl's kernel of type t is slower than the level below's (bench_dot, one thread:
+ * docs/PERFORMANCE.md), so the level resolves t to the one below; the kernel stays in its table
+ * for st_vec_dot_at (the tests, bench_dot). These types' levels differ in the last bits anyway. */
+static int st_prefer_lower(int lvl, int t) {
+    return lvl == STRATA_ISA_AVX512 && st_tables[STRATA_ISA_AVX2][t] &&
+           (t == STRATA_TYPE_IQ2_XXS || t == STRATA_TYPE_IQ2_XS || t == STRATA_TYPE_IQ2_S || t == STRATA_TYPE_IQ1_S);
+}
+
 static void st_tables_init(void) {
     const st_cpu_features *f = st_cpu_get_features();
     st_dot_register_scalar(st_tables[STRATA_ISA_SCALAR]);
@@ -48,9 +57,9 @@ static void st_tables_init(void) {
 #endif
     for (int lvl = 0; lvl < ST_ISA_LEVELS; lvl++)
         for (int t = 0; t < STRATA_TYPE_COUNT; t++)
-            st_resolved[lvl][t] = st_tables[lvl][t] ? st_tables[lvl][t]
-                                  : lvl > 0         ? st_resolved[lvl - 1][t]
-                                                    : NULL;
+            st_resolved[lvl][t] = st_tables[lvl][t] && !st_prefer_lower(lvl, t) ? st_tables[lvl][t]
+                                  : lvl > 0                                   ? st_resolved[lvl - 1][t]
+                                                                              : NULL;
 }
 
 static int st_isa_level(strata_cpu_isa isa) {
