@@ -342,25 +342,36 @@ static void test_args(void) {
 
 /* (d) the several-row kernels: bit-identical to the single-row kernel of the same level for every
  * row count, row length and activation stride (the prefill and grouped-expert paths rely on it). */
-static void test_multi_rows_here(int *found, const char *level);
+static void test_multi_rows_here(int *found, strata_cpu_isa isa);
 static void test_multi_rows(void) {
     int found = 0;
     /* at every level the CPU has (the AVX2 and AVX-512 levels each have their own) */
     static const strata_cpu_isa lv[] = {STRATA_ISA_SCALAR, STRATA_ISA_AVX2, STRATA_ISA_AVX512};
     for (size_t k = 0; k < ST_ARRAY_LEN(lv); k++) {
         if ((int)lv[k] > (int)strata_cpu_isa_supported() || strata_cpu_isa_set(lv[k]) != STRATA_OK) continue;
-        test_multi_rows_here(&found, strata_cpu_isa_name(lv[k]));
+        test_multi_rows_here(&found, lv[k]);
     }
     CHECK(strata_cpu_isa_set(STRATA_ISA_BEST) == STRATA_OK, "back to the best level");
     if (!found) SKIP("no several-row kernels at this CPU's ISA levels (AVX2 and AVX-512 have them)");
 }
 
-static void test_multi_rows_here(int *found, const char *level) {
+/* The types whose AVX2 kernels have a several-row form: offered wherever the AVX2 single-row
+ * kernel is the one in use (the AVX2 level; the AVX-512 level resolves IQ2 / IQ1_S down to it). */
+static int has_avx2_dotn(strata_type t) {
+    return t == STRATA_TYPE_Q4_0 || t == STRATA_TYPE_Q4_K || t == STRATA_TYPE_Q5_K || t == STRATA_TYPE_Q6_K ||
+           t == STRATA_TYPE_IQ2_XXS || t == STRATA_TYPE_IQ2_XS || t == STRATA_TYPE_IQ2_S || t == STRATA_TYPE_IQ1_S ||
+           t == STRATA_TYPE_IQ1_M || t == STRATA_TYPE_MXFP4;
+}
+
+static void test_multi_rows_here(int *found, strata_cpu_isa isa) {
+    const char *level = strata_cpu_isa_name(isa);
     test_rng rng = {777};
     static _Alignas(64) unsigned char acts[ST_DOT_MAX_COLS][MAX_N * 2];
     for (size_t ti = 0; ti < ST_ARRAY_LEN(dot_types); ti++) {
         const dot_type *dt = &dot_types[ti];
         st_vec_dot_n_fn dn = st_vec_dot_n_get(dt->type);
+        if (has_avx2_dotn(dt->type) && st_vec_dot_get(dt->type) == st_vec_dot_at(dt->type, STRATA_ISA_AVX2))
+            CHECK(dn != NULL, "%s (%s): a several-row kernel", strata_type_name(dt->type), level);
         if (!dn) continue;
         (*found)++;
         st_vec_dot_fn d1 = st_vec_dot_get(dt->type);
@@ -373,12 +384,14 @@ static void test_multi_rows_here(int *found, const char *level) {
                 for (int64_t i = 0; i < n; i++) g_x[i] = 4.0f * test_rng_float(&rng);
                 make_act(dt->type, g_x, n, acts[c], g_xd);
             }
-            /* activation rows ab apart: copy them contiguous */
+            /* activation rows xs apart: contiguous (xs == ab) or an odd number of 4-byte words
+             * between them (the blocks' float / f16 fields stay aligned, as every caller's are) */
+            const size_t xs = ab + (rep % 2 ? 4 * (1 + 2 * (test_rng_next(&rng) % 7)) : 0);
             static _Alignas(64) unsigned char packed[ST_DOT_MAX_COLS * MAX_N * 2];
-            for (int c = 0; c < ST_DOT_MAX_COLS; c++) memcpy(packed + (size_t)c * ab, acts[c], ab);
+            for (int c = 0; c < ST_DOT_MAX_COLS; c++) memcpy(packed + (size_t)c * xs, acts[c], ab);
             for (int nc = 1; nc <= ST_DOT_MAX_COLS; nc++) {
                 float got[ST_DOT_MAX_COLS], want;
-                dn(n, got, g_row, packed, ab, nc);
+                dn(n, got, g_row, packed, xs, nc);
                 for (int c = 0; c < nc; c++) {
                     d1(n, &want, g_row, acts[c]);
                     same &= memcmp(&want, &got[c], sizeof want) == 0;

@@ -89,9 +89,12 @@ st_vec_dot_n_fn st_vec_dot_n_get(strata_type type) {
     pthread_once(&st_tables_once, st_tables_init);
     if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
     const int lvl = (int)strata_cpu_isa_active();
-    /* only where the single-row kernel in use is this level's own: then the bits agree */
-    if (lvl < 0 || lvl >= ST_ISA_LEVELS || st_resolved[lvl][type] != st_tables[lvl][type]) return NULL;
-    return st_tables_n[lvl][type];
+    if (lvl < 0 || lvl >= ST_ISA_LEVELS || !st_resolved[lvl][type]) return NULL;
+    /* the several-row kernel of the level whose single-row kernel is in use (that level's own, or
+     * a lower one's where the level resolves the type down): then the bits agree */
+    for (int l = lvl; l >= 0; l--)
+        if (st_resolved[lvl][type] == st_tables[l][type]) return st_tables_n[l][type];
+    return NULL;
 }
 
 st_vec_dot_rows_fn st_vec_dot_rows_get(strata_type type) {

@@ -79,6 +79,7 @@ void st_dot_register_avx2_iq(st_vec_dot_fn *table);   /* IQ2, IQ1, MXFP4 (dot_av
 void st_dot_register_avx512_iq(st_vec_dot_fn *table); /* IQ2, IQ1, MXFP4 (dot_avx512_iq.c) */
 void st_dot_register_avx512(st_vec_dot_fn *table);
 void st_dotn_register_avx2(st_vec_dot_n_fn *table);
+void st_dotn_register_avx2_iq(st_vec_dot_n_fn *table); /* IQ2, IQ1, MXFP4 (dot_avx2_iq.c) */
 void st_dotn_register_avx512(st_vec_dot_n_fn *table);
 void st_q8_0_prepared_avx512(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot);
 void st_dot_rows_register_avx512(st_vec_dot_rows_fn *table);

@@ -571,6 +571,7 @@ void st_dotn_register_avx2(st_vec_dot_n_fn *table) {
     table[STRATA_TYPE_Q4_K] = dotn_q4_K;
     table[STRATA_TYPE_Q5_K] = dotn_q5_K;
     table[STRATA_TYPE_Q6_K] = dotn_q6_K;
+    st_dotn_register_avx2_iq(table);
 }
 
 /* ---------------------------------------------------------------------------------------------
