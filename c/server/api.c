@@ -219,7 +219,7 @@ static int srv_parse_sampling(const srv_ctx *c, yyjson_val *root, srv_gen *g, ch
         srv_num(root, "frequency_penalty", -2, 2, &freq, msg, size) ||
         srv_num(root, "repeat_penalty", 0.01, 100, &rep, msg, size) ||
         srv_num(root, "seed", -9.2e18, 9.2e18, &seed, msg, size) ||
-        srv_num(root, "max_tokens", 0, 1e9, &mt, msg, size) || srv_num(root, "n", 1, 1, &n, msg, size))
+        srv_num(root, "max_tokens", 0, 1e9, &mt, msg, size) || srv_num(root, "n", 1, SRV_MAX_N, &n, msg, size))
         return -1;
     if (srv_num(root, "max_completion_tokens", 0, 1e9, &mt, msg, size)) return -1; /* (the chat API's newer name) */
     yyjson_val *lp = yyjson_obj_get(root, "logprobs"), *top = yyjson_obj_get(root, "top_logprobs");
@@ -242,6 +242,8 @@ static int srv_parse_sampling(const srv_ctx *c, yyjson_val *root, srv_gen *g, ch
     g->sp.repeat_penalty = (float)rep;
     if (seed >= 0) g->sp.seed = (uint64_t)seed;
     g->max_tokens = (int32_t)mt;
+    g->n_choices = (int)n;
+    if ((double)g->n_choices != n) return snprintf(msg, size, "\"n\" must be an integer"), -1;
     return 0;
 }
 

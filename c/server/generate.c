@@ -40,6 +40,7 @@ typedef struct {
     size_t sent_r;             /* streamed reasoning bytes (chat with think tags) */
     size_t lp_sent;            /* logprobs entries streamed */
     size_t base;               /* echo: the prompt's text first, this many bytes */
+    int index;                 /* the choice's index (n > 1) */
 } srv_out;
 
 /* logprobs of token t from the step's logits: log-softmax, and the n most likely. */
@@ -150,7 +151,7 @@ static int srv_chunk(int fd, const srv_ctx *c, const srv_gen *g, const char *id,
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
     yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");
     yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
-    yyjson_mut_obj_add_int(d, ch, "index", 0);
+    yyjson_mut_obj_add_int(d, ch, "index", o ? o->index : 0);
     if (g->chat) {
         yyjson_mut_val *delta = yyjson_mut_obj(d);
         if (first) yyjson_mut_obj_add_str(d, delta, "role", "assistant");
@@ -396,14 +397,11 @@ static strata_status srv_spec_loop(srv_ctx *c, int fd, const srv_gen *g, srv_slo
     return st;
 }
 
-/* The whole answer (not streamed). */
-static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, const char *id, int32_t cached,
-                      int ka) {
-    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
-    yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion" : "text_completion");
-    yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d);
+/* One choice of the whole answer. */
+static yyjson_mut_val *srv_choice(const srv_ctx *c, yyjson_mut_doc *d, const srv_gen *g, const srv_out *o) {
+    yyjson_mut_val *ch = yyjson_mut_obj(d);
     const char *finish = o->finish ? o->finish : "stop";
-    yyjson_mut_obj_add_int(d, ch, "index", 0);
+    yyjson_mut_obj_add_int(d, ch, "index", o->index);
     if (g->chat) {
         yyjson_mut_val *m = yyjson_mut_obj(d);
         yyjson_mut_obj_add_str(d, m, "role", "assistant");
@@ -428,9 +426,22 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, co
     if (g->logprobs) yyjson_mut_obj_add_val(d, ch, "logprobs", srv_logprobs(c, d, g, o, 0, o->nlp));
     else yyjson_mut_obj_add_null(d, ch, "logprobs");
     yyjson_mut_obj_add_str(d, ch, "finish_reason", finish);
-    yyjson_mut_arr_append(choices, ch);
+    return ch;
+}
+
+/* The whole answer (not streamed): the choices o[0 .. n_out-1], usage over them all. */
+static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, int n_out, const char *id,
+                      int32_t cached, int ka) {
+    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion" : "text_completion");
+    yyjson_mut_val *choices = yyjson_mut_arr(d);
+    int32_t n_gen = 0;
+    for (int i = 0; i < n_out; i++) {
+        yyjson_mut_arr_append(choices, srv_choice(c, d, g, &o[i]));
+        n_gen += o[i].n_gen;
+    }
     yyjson_mut_obj_add_val(d, root, "choices", choices);
-    srv_usage(d, root, g->n_prompt, o->n_gen, cached);
+    srv_usage(d, root, g->n_prompt, n_gen, cached);
     size_t n = 0;
     char *s = yyjson_mut_write(d, 0, &n);
     yyjson_mut_doc_free(d);
@@ -459,7 +470,7 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
         size_t i, max;
         yyjson_mut_val *call;
         yyjson_mut_arr_foreach(arr, i, max, call) yyjson_mut_obj_add_int(d, call, "index", (int64_t)i);
-        yyjson_mut_obj_add_int(d, ch, "index", 0);
+        yyjson_mut_obj_add_int(d, ch, "index", o->index);
         yyjson_mut_obj_add_val(d, delta, "tool_calls", arr);
         yyjson_mut_obj_add_val(d, ch, "delta", delta);
         yyjson_mut_obj_add_null(d, ch, "finish_reason");
@@ -474,7 +485,8 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
     return ok;
 }
 
-static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, const char *id, int32_t cached) {
+/* A streamed choice's end: its held-back text, then its finish reason. */
+static void srv_stream_choice_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, const char *id) {
     if (o->gone) return;
     size_t r0 = 0, r1 = 0, c0 = 0; /* the held-back text, then the finish reason on its own */
     srv_think_split(o->text ? o->text : "", o->len, g->think, 1, &r0, &r1, &c0);
@@ -485,11 +497,19 @@ static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, con
     else if (c0 != SIZE_MAX && o->len > c0 + o->sent)
         srv_chunk(fd, c, g, id, o->text + c0 + o->sent, o->len - c0 - o->sent, NULL, 0, 0, o, SIZE_MAX);
     srv_chunk(fd, c, g, id, "", 0, calls ? "tool_calls" : o->finish ? o->finish : "stop", 0, 0, o, SIZE_MAX);
+}
+
+/* The stream's end after its choices' (o[0 .. n_out-1]): usage over them all when asked, [DONE]. */
+static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, int n_out, const char *id,
+                           int32_t cached) {
+    if (n_out == 0 || o[n_out - 1].gone) return;
+    int32_t n_gen = 0;
+    for (int i = 0; i < n_out; i++) n_gen += o[i].n_gen;
     if (g->include_usage) {
         yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
         yyjson_mut_val *root = srv_head(d, c, id, g->chat ? "chat.completion.chunk" : "text_completion");
         yyjson_mut_obj_add_val(d, root, "choices", yyjson_mut_arr(d));
-        srv_usage(d, root, g->n_prompt, o->n_gen, cached);
+        srv_usage(d, root, g->n_prompt, n_gen, cached);
         size_t n = 0;
         char *s = yyjson_mut_write(d, 0, &n);
         yyjson_mut_doc_free(d);
@@ -497,6 +517,30 @@ static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, con
         free(s);
     }
     srv_sse_event(fd, "[DONE]", 6);
+}
+
+/* One choice (o->index) in the slot: the prompt read past the cached prefix (after the first
+ * choice all but its last token are cached), the sampling seeded seed + index, the tokens sampled
+ * and streamed, the choice's end streamed. *prompt_s: the prompt's reading time added. */
+static strata_status srv_one_choice(srv_ctx *c, int fd, const srv_gen *g, srv_slot *s, float *logits, srv_out *o,
+                                    const char *id, int32_t *cached, double *prompt_s) {
+    srv_gen gi = *g;
+    gi.sp.seed = g->sp.seed + (uint64_t)o->index;
+    const double t0 = srv_now();
+    strata_status st = srv_read_prompt(s, &gi, logits, cached);
+    *prompt_s += srv_now() - t0;
+    if (st == STRATA_OK && g->echo && g->prompt_text) { /* echo: the answer starts with the prompt */
+        if (srv_out_add(o, g->prompt_text, g->prompt_len) != 0) st = STRATA_ERR_NOMEM;
+        o->base = o->len;
+    }
+    if (st == STRATA_OK && g->stream && o->index == 0 && srv_sse_begin(fd) != 0) o->gone = 1;
+    if (st == STRATA_OK && g->stream && g->chat && !o->gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1, 0, o, 0) != 0)
+        o->gone = 1; /* the chat stream's first delta: the role */
+    if (st == STRATA_OK)
+        st = c->cfg->spec.next && !g->logprobs ? srv_spec_loop(c, fd, &gi, s, logits, o, id)
+                                               : srv_sample_loop(c, fd, &gi, s, logits, o, id);
+    if (st == STRATA_OK && g->stream) srv_stream_choice_end(c, fd, g, o, id);
+    return st;
 }
 
 int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
@@ -507,11 +551,18 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
                  (long long)g->n_prompt, (int)n_ctx);
         return srv_send_error(fd, 400, msg, ka) == 0 && ka;
     }
+    const int n_out = g->n_choices > 1 ? g->n_choices : 1;
     float *logits = malloc(sizeof(float) * (size_t)c->info.n_vocab);
-    if (!logits) return srv_send_error(fd, 500, "out of memory", 0), 0;
+    srv_out *o = calloc((size_t)n_out, sizeof *o);
+    if (!logits || !o) {
+        free(logits);
+        free(o);
+        return srv_send_error(fd, 500, "out of memory", 0), 0;
+    }
     srv_slot *s = srv_slot_acquire(c, g->prompt, (int32_t)g->n_prompt);
     if (!s) {
         free(logits);
+        free(o);
         return srv_send_error(fd, 503, "the server is busy (its queue is full) or stopping: try again", ka) == 0 && ka;
     }
     char id[48];
@@ -520,42 +571,42 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
              (unsigned long long)c->ids++);
     pthread_mutex_unlock(&c->mu);
     const double t0 = srv_now();
-    int32_t cached = 0;
-    strata_status st = srv_read_prompt(s, g, logits, &cached);
-    const double t1 = srv_now();
-    srv_out o;
-    memset(&o, 0, sizeof o);
-    if (st == STRATA_OK && g->echo && g->prompt_text) { /* echo: the answer starts with the prompt */
-        if (srv_out_add(&o, g->prompt_text, g->prompt_len) != 0) st = STRATA_ERR_NOMEM;
-        o.base = o.len;
+    double prompt_s = 0;
+    int32_t cached = 0, later = 0;
+    strata_status st = STRATA_OK;
+    int gone = 0, sent = 0;
+    int32_t n_gen = 0;
+    for (int i = 0; i < n_out && st == STRATA_OK && !gone; i++) {
+        o[i].index = i;
+        st = srv_one_choice(c, fd, g, s, logits, &o[i], id, i == 0 ? &cached : &later, &prompt_s);
+        gone = o[i].gone;
+        sent |= o[i].sent > 0;
+        n_gen += o[i].n_gen;
     }
-    if (st == STRATA_OK && g->stream && srv_sse_begin(fd) != 0) o.gone = 1;
-    if (st == STRATA_OK && g->stream && g->chat && !o.gone && srv_chunk(fd, c, g, id, "", 0, NULL, 1, 0, NULL, 0) != 0)
-        o.gone = 1; /* the chat stream's first delta: the role */
-    if (st == STRATA_OK)
-        st = c->cfg->spec.next && !g->logprobs ? srv_spec_loop(c, fd, g, s, logits, &o, id)
-                                               : srv_sample_loop(c, fd, g, s, logits, &o, id);
     const double t2 = srv_now();
     srv_slot_release(c, s);
     pthread_mutex_lock(&c->mu);
     c->m.prompt_tokens += g->n_prompt - cached;
     c->m.cached_tokens += cached;
-    c->m.generated_tokens += o.n_gen;
-    c->m.prompt_s += t1 - t0;
-    c->m.generate_s += t2 - t1;
+    c->m.generated_tokens += n_gen;
+    c->m.prompt_s += prompt_s;
+    c->m.generate_s += t2 - t0 - prompt_s;
     c->m.errors += st != STRATA_OK;
     pthread_mutex_unlock(&c->mu);
     free(logits);
     int rc = 0;
-    if (st != STRATA_OK && !(g->stream && o.sent)) {
+    if (st != STRATA_OK && !(g->stream && sent)) {
         snprintf(msg, sizeof msg, "generation failed: %s", strata_last_error());
         srv_send_error(fd, 500, msg, 0);
     } else if (g->stream) {
-        srv_stream_end(c, fd, g, &o, id, cached);
-    } else if (!o.gone) {
-        rc = srv_answer(c, fd, g, &o, id, cached, ka);
+        if (!gone) srv_stream_end(c, fd, g, o, n_out, id, cached);
+    } else if (!gone) {
+        rc = srv_answer(c, fd, g, o, n_out, id, cached, ka);
     }
-    free(o.text);
-    free(o.lp);
+    for (int i = 0; i < n_out; i++) {
+        free(o[i].text);
+        free(o[i].lp);
+    }
+    free(o);
     return rc;
 }

@@ -50,6 +50,7 @@ typedef struct {
 } srv_ctx;
 
 #define SRV_MAX_STOPS 16
+#define SRV_MAX_N 8
 
 /* A completion request's options (api.c reads them from its JSON). */
 typedef struct {
@@ -62,6 +63,7 @@ typedef struct {
     int tools;                        /* chat with tools and a <tool_call> template: calls parsed */
     int logprobs, top_logprobs;       /* each token's logprob, and the n most likely (<= 20) */
     int echo;                         /* completions: the prompt's text before the answer's */
+    int n_choices;                    /* "n": choices generated one after another (1 .. SRV_MAX_N) */
     char *prompt_text;                /* echo: that text */
     size_t prompt_len;
     char *stops[SRV_MAX_STOPS];

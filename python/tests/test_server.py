@@ -1,6 +1,6 @@
 """test_server.py - `strata serve` (c/server/, docs/SERVER.md) on the default model, on localhost:
 the endpoints and OpenAI's formats, greedy text equal to `strata run`'s, streaming equal to the
-whole answer, stop strings, the KV cache reused across requests (cached_tokens), the API key,
+whole answer, stop strings, the KV cache reused across requests (cached_tokens), n choices, the API key,
 the limits (413, 431, 408, a prompt past the context), malformed requests, a client leaving
 mid-stream, clients at once against --parallel 2 and a short queue (200 or 503, nothing left
 busy), and OpenAI's own Python client. The binary is $STRATA_CLI, else <repo>/strata."""
@@ -158,7 +158,7 @@ def test_stop_strings_and_prefix_reuse(srv):
 
 def test_errors_in_openai_format(srv):
     for body, word in (("{not json", "JSON"), ({"prompt": 5}, "prompt"), ({"prompt": "x", "temperature": 9},
-                       "temperature"), ({"prompt": "x", "n": 2}, '"n"'), ({"prompt": "x", "stop": [1]}, "stop")):
+                       "temperature"), ({"prompt": "x", "n": 9}, '"n"'), ({"prompt": "x", "stop": [1]}, "stop")):
         st, e = srv.json("POST", "/v1/completions", body)
         assert st == 400 and word in e["error"]["message"] and e["error"]["type"] == "invalid_request_error", e
     assert srv.json("GET", "/nope")[0] == 404
@@ -444,3 +444,48 @@ def test_echo(srv):
     st, text = srv.request("POST", "/v1/completions", dict(body, echo=True, stream=True))
     assert "".join(json.loads(e)["choices"][0]["text"] for e in sse_events(text)[:-1]) == PROMPT + plain
     assert srv.json("POST", "/v1/completions", dict(body, echo=True, logprobs=1))[0] == 400
+
+
+def test_n_choices(srv):
+    body = {"prompt": PROMPT, "max_tokens": 6, "temperature": 0}
+    one = srv.json("POST", "/v1/completions", body)[1]
+    st, r = srv.json("POST", "/v1/completions", dict(body, n=3))
+    assert st == 200 and [c["index"] for c in r["choices"]] == [0, 1, 2]
+    assert all(c["text"] == one["choices"][0]["text"] for c in r["choices"])  # greedy: all the same
+    assert r["usage"]["completion_tokens"] == 3 * one["usage"]["completion_tokens"]
+    assert r["usage"]["prompt_tokens"] == one["usage"]["prompt_tokens"]
+    # sampled with a seed: reproducible, choice i seeded seed + i (choice 1 is a seed+1 request's choice 0)
+    sampled = dict(body, n=2, temperature=1.0, seed=7, max_tokens=10, logprobs=2)
+    a, b = srv.json("POST", "/v1/completions", sampled)[1], srv.json("POST", "/v1/completions", sampled)[1]
+    assert [c["index"] for c in a["choices"]] == [0, 1] and a["choices"] == b["choices"]
+    solo = srv.json("POST", "/v1/completions", dict(sampled, n=1, seed=8))[1]["choices"][0]
+    assert dict(solo, index=1) == a["choices"][1]
+    assert all("".join(c["logprobs"]["tokens"]) == c["text"] for c in a["choices"])
+    # streamed: each chunk names its choice, each choice finishes, usage once at the end
+    st, text = srv.request("POST", "/v1/completions", dict(sampled, stream=True, stream_options={"include_usage": True}))
+    chunks = [json.loads(e) for e in sse_events(text)[:-1]]
+    got, finish = {}, {}
+    for ck in chunks:
+        for c in ck["choices"]:
+            got[c["index"]] = got.get(c["index"], "") + c["text"]
+            if c["finish_reason"]:
+                finish[c["index"]] = c["finish_reason"]
+    assert got == {i: c["text"] for i, c in enumerate(a["choices"])}
+    assert finish == {i: c["finish_reason"] for i, c in enumerate(a["choices"])}
+    usage = [ck["usage"] for ck in chunks if ck.get("usage")]
+    assert len(usage) == 1 and usage[0]["completion_tokens"] == a["usage"]["completion_tokens"]
+    st, e = srv.json("POST", "/v1/completions", dict(body, n=9))
+    assert st == 400 and e["error"]["type"] == "invalid_request_error" and '"n"' in e["error"]["message"]
+
+
+def test_n_choices_chat(chat_srv):
+    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0}
+    one = chat_srv.json("POST", "/v1/chat/completions", body)[1]["choices"][0]["message"]["content"]
+    st, r = chat_srv.json("POST", "/v1/chat/completions", dict(body, n=2))
+    assert st == 200 and [c["message"]["content"] for c in r["choices"]] == [one, one]
+    st, text = chat_srv.request("POST", "/v1/chat/completions", dict(body, n=2, stream=True))
+    got = {}
+    for ev in sse_events(text)[:-1]:
+        for c in json.loads(ev)["choices"]:
+            got[c["index"]] = got.get(c["index"], "") + (c["delta"].get("content") or "")
+    assert got == {0: one, 1: one}
