@@ -362,8 +362,6 @@ static int srv_parse_gen(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *m
     g->include_usage = yyjson_is_true(yyjson_obj_get(yyjson_obj_get(root, "stream_options"), "include_usage"));
     g->echo = !g->chat && yyjson_is_true(yyjson_obj_get(root, "echo"));
     if (srv_parse_sampling(c, root, g, msg, size) || srv_parse_stops(root, g, msg, size)) return -1;
-    if (g->echo && g->logprobs) /* (the prompt's own logprobs would be needed) */
-        return snprintf(msg, size, "\"echo\" with \"logprobs\" is not supported yet"), -1;
     if (g->chat) return srv_parse_chat(c, root, g, msg, size);
     if (srv_parse_prompt(c, root, g, msg, size)) return -1;
     if (g->echo) { /* the prompt as text: the string given, or the tokens' text */

@@ -43,16 +43,22 @@ typedef struct {
     int index;                 /* the choice's index (n > 1) */
 } srv_out;
 
-/* logprobs of token t from the step's logits: log-softmax, and the n most likely. */
-static int srv_logprob(srv_out *o, const float *logits, int32_t V, strata_token t, int n) {
+/* A new logprobs entry at o's end (NULL: no memory). */
+static srv_lp *srv_lp_new(srv_out *o) {
     if (o->nlp == o->caplp) {
         const size_t cap = o->caplp ? o->caplp * 2 : 64;
         srv_lp *p = realloc(o->lp, sizeof *p * cap);
-        if (!p) return -1;
+        if (!p) return NULL;
         o->lp = p;
         o->caplp = cap;
     }
-    srv_lp *e = &o->lp[o->nlp++];
+    return &o->lp[o->nlp++];
+}
+
+/* logprobs of token t from the step's logits: log-softmax, and the n most likely. */
+static int srv_logprob(srv_out *o, const float *logits, int32_t V, strata_token t, int n) {
+    srv_lp *e = srv_lp_new(o);
+    if (!e) return -1;
     float m = logits[0];
     for (int32_t v = 1; v < V; v++) m = logits[v] > m ? logits[v] : m;
     double sum = 0;
@@ -296,6 +302,47 @@ static size_t srv_piece(const srv_ctx *c, strata_token t, char *buf, size_t size
     return (size_t)n;
 }
 
+#define SRV_LP_ROWS 64
+
+/* echo with logprobs: the prompt read whole (no cached prefix) with every position's logits, in
+ * pieces of SRV_LP_ROWS rows, its tokens' entries into o (token i's from row i - 1; the first
+ * token's logprob NAN, written null), each ending where its piece ends in the echoed text; the
+ * last row left in logits for the first sampled token. */
+static strata_status srv_read_prompt_lp(const srv_ctx *c, srv_slot *s, const srv_gen *g, float *logits,
+                                        srv_out *o) {
+    const int32_t n = (int32_t)g->n_prompt, V = c->info.n_vocab;
+    float *rows = malloc(sizeof(float) * (size_t)V * SRV_LP_ROWS);
+    if (!rows) return STRATA_ERR_NOMEM;
+    strata_session_reset(s->session);
+    s->n_tokens = 0;
+    strata_status st = STRATA_OK;
+    size_t end = 0;
+    char pc[256];
+    for (int32_t a = 0; a < n && st == STRATA_OK; a += SRV_LP_ROWS) {
+        const int32_t m = n - a < SRV_LP_ROWS ? n - a : SRV_LP_ROWS;
+        st = strata_session_decode(s->session, g->prompt + a, m, rows, 1);
+        for (int32_t j = 0; j < m && st == STRATA_OK; j++) {
+            srv_lp *e = a + j == 0 ? srv_lp_new(o) : NULL;
+            if (e) *e = (srv_lp){.tok = g->prompt[0], .lp = NAN};
+            else if (a + j > 0 && srv_logprob(o, logits, V, g->prompt[a + j], g->top_logprobs) == 0) e = &o->lp[o->nlp - 1];
+            if (!e) st = STRATA_ERR_NOMEM;
+            else {
+                end += srv_piece(c, g->prompt[a + j], pc, sizeof pc);
+                e->end = end < g->prompt_len ? end : g->prompt_len;
+            }
+            memcpy(logits, rows + (size_t)j * (size_t)V, sizeof(float) * (size_t)V);
+        }
+    }
+    free(rows);
+    if (st != STRATA_OK) {
+        strata_session_reset(s->session);
+        return st;
+    }
+    memcpy(s->tokens, g->prompt, sizeof(strata_token) * (size_t)n);
+    s->n_tokens = n;
+    return STRATA_OK;
+}
+
 /* One entry of a chat answer's logprobs.content: token, logprob, bytes. */
 static yyjson_mut_val *srv_lp_entry(const srv_ctx *c, yyjson_mut_doc *d, strata_token t, float lp) {
     char pc[256];
@@ -329,6 +376,12 @@ static yyjson_mut_val *srv_logprobs(const srv_ctx *c, yyjson_mut_doc *d, const s
         yyjson_mut_val *tk = yyjson_mut_obj(d), *alt = yyjson_mut_obj(d);
         srv_add_text(d, tk, "t", pc, n);
         yyjson_mut_arr_append(toks, yyjson_mut_obj_get(tk, "t"));
+        if (isnan(e->lp)) { /* echo: the prompt's first token, which nothing predicts */
+            yyjson_mut_arr_add_null(d, vals);
+            yyjson_mut_arr_add_null(d, tops);
+            yyjson_mut_arr_add_uint(d, offs, e->end >= n ? e->end - n : 0);
+            continue;
+        }
         yyjson_mut_arr_add_real(d, vals, e->lp);
         for (int k = 0; k < e->ntop; k++) {
             const size_t m = srv_piece(c, e->top[k], pc, sizeof pc);
@@ -523,11 +576,17 @@ static void srv_stream_end(srv_ctx *c, int fd, const srv_gen *g, const srv_out *
  * choice all but its last token are cached), the sampling seeded seed + index, the tokens sampled
  * and streamed, the choice's end streamed. *prompt_s: the prompt's reading time added. */
 static strata_status srv_one_choice(srv_ctx *c, int fd, const srv_gen *g, srv_slot *s, float *logits, srv_out *o,
-                                    const char *id, int32_t *cached, double *prompt_s) {
+                                    const srv_out *first, const char *id, int32_t *cached, double *prompt_s) {
     srv_gen gi = *g;
     gi.sp.seed = g->sp.seed + (uint64_t)o->index;
     const double t0 = srv_now();
-    strata_status st = srv_read_prompt(s, &gi, logits, cached);
+    const int plp = g->echo && g->logprobs; /* the prompt's logprobs: read once, copied to later choices */
+    strata_status st = plp && !first ? srv_read_prompt_lp(c, s, g, logits, o) : srv_read_prompt(s, &gi, logits, cached);
+    for (int64_t i = 0; plp && first && st == STRATA_OK && i < g->n_prompt; i++) {
+        srv_lp *e = srv_lp_new(o);
+        if (e) *e = first->lp[i];
+        else st = STRATA_ERR_NOMEM;
+    }
     *prompt_s += srv_now() - t0;
     if (st == STRATA_OK && g->echo && g->prompt_text) { /* echo: the answer starts with the prompt */
         if (srv_out_add(o, g->prompt_text, g->prompt_len) != 0) st = STRATA_ERR_NOMEM;
@@ -578,7 +637,7 @@ int srv_generate(srv_ctx *c, int fd, const srv_gen *g, int ka) {
     int32_t n_gen = 0;
     for (int i = 0; i < n_out && st == STRATA_OK && !gone; i++) {
         o[i].index = i;
-        st = srv_one_choice(c, fd, g, s, logits, &o[i], id, i == 0 ? &cached : &later, &prompt_s);
+        st = srv_one_choice(c, fd, g, s, logits, &o[i], i ? &o[0] : NULL, id, i == 0 ? &cached : &later, &prompt_s);
         gone = o[i].gone;
         sent |= o[i].sent > 0;
         n_gen += o[i].n_gen;

@@ -443,7 +443,6 @@ def test_echo(srv):
     assert st == 200 and r["choices"][0]["text"] == PROMPT + plain  # (a stop in the prompt does not cut it)
     st, text = srv.request("POST", "/v1/completions", dict(body, echo=True, stream=True))
     assert "".join(json.loads(e)["choices"][0]["text"] for e in sse_events(text)[:-1]) == PROMPT + plain
-    assert srv.json("POST", "/v1/completions", dict(body, echo=True, logprobs=1))[0] == 400
 
 
 def test_n_choices(srv):
@@ -489,3 +488,36 @@ def test_n_choices_chat(chat_srv):
         for c in json.loads(ev)["choices"]:
             got[c["index"]] = got.get(c["index"], "") + (c["delta"].get("content") or "")
     assert got == {0: one, 1: one}
+
+
+def test_echo_logprobs(srv):
+    np = pytest.importorskip("numpy")
+    import strata
+    body = {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "logprobs": 2}
+    plain = srv.json("POST", "/v1/completions", body)[1]["choices"][0]
+    st, r = srv.json("POST", "/v1/completions", dict(body, echo=True))
+    ch = r["choices"][0]
+    lp = ch["logprobs"]
+    assert st == 200 and ch["text"] == PROMPT + plain["text"]
+    with strata.Model(str(TINY), n_threads=2) as m:
+        ids = m.tokenize(PROMPT)
+        rows = m.logits(ids).astype(np.float64)
+        pieces = [m.detokenize_bytes([t]).decode("utf-8", "replace") for t in ids]
+    n = len(ids)
+    assert lp["tokens"][:n] == pieces and len(lp["tokens"]) == n + len(plain["logprobs"]["tokens"])
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    ref = rows - (rows.max(1, keepdims=True) + np.log(np.exp(rows - rows.max(1, keepdims=True)).sum(1, keepdims=True)))
+    for i in range(1, n):  # token i under the row after tokens 0 .. i-1
+        assert abs(lp["token_logprobs"][i] - ref[i - 1, ids[i]]) < 1e-4, i
+        best = np.argsort(-ref[i - 1])[:2]
+        assert sorted(lp["top_logprobs"][i].values(), reverse=True) == pytest.approx(ref[i - 1, best], abs=1e-4)
+    for key in ("tokens", "token_logprobs", "top_logprobs"):
+        assert lp[key][n:] == plain["logprobs"][key], key
+    assert lp["text_offset"][n:] == [o + len(PROMPT) for o in plain["logprobs"]["text_offset"]]
+    # n = 2: the prompt's entries in both choices; streamed: the same entries in order
+    st, r2 = srv.json("POST", "/v1/completions", dict(body, echo=True, n=2))
+    assert st == 200 and [c["logprobs"] for c in r2["choices"]] == [lp, lp]
+    st, text = srv.request("POST", "/v1/completions", dict(body, echo=True, stream=True))
+    chunks = [json.loads(e)["choices"][0] for e in sse_events(text)[:-1]]
+    assert [t for c in chunks if c["logprobs"] for t in c["logprobs"]["tokens"]] == lp["tokens"]
+    assert [v for c in chunks if c["logprobs"] for v in c["logprobs"]["token_logprobs"]] == lp["token_logprobs"]
