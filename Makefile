@@ -157,10 +157,10 @@ $(BUILD)/tests/test_http: c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c
 	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c \
 	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
 
-# test_server_text: the server's text helpers.
-$(BUILD)/tests/test_server_text: c/tests/test_server_text.c c/server/text.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
+# test_server_text: the server's text helpers and tool call parsers.
+$(BUILD)/tests/test_server_text: c/tests/test_server_text.c c/server/text.c c/server/tool_calls.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_server_text.c c/server/text.c $(THIRD_OBJS) \
+	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_server_text.c c/server/text.c c/server/tool_calls.c $(THIRD_OBJS) \
 	  $(SAN) $(LDLIBS)
 
 # test_template renders with the server's chat template renderer and runs its fuzz harness.

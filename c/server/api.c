@@ -3,6 +3,7 @@
  * its prompt read into a slot past the cached prefix, tokens sampled until a stop, streamed as
  * server-sent events or answered whole in OpenAI's format). JSON by yyjson (third_party). */
 #include "server_impl.h"
+#include "text.h"
 
 #include "template.h"
 #include "yyjson.h"
@@ -346,7 +347,7 @@ static int srv_parse_chat(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *
         g->think = n >= 7 && !memcmp(text + n - 7, "<think>", 7) ? 2 : 1;
     }
     yyjson_val *tools = yyjson_obj_get(root, "tools");
-    g->tools = yyjson_is_arr(tools) && yyjson_arr_size(tools) > 0 && strstr(tmpl, "<tool_call>") != NULL;
+    g->tools = yyjson_is_arr(tools) && yyjson_arr_size(tools) > 0 ? srv_tool_format(tmpl) : SRV_TOOLS_NONE;
     g->prompt = srv_tokenize(c, text, strlen(text), 0, &g->n_prompt);
     free(text);
     if (!g->prompt) return snprintf(msg, size, "the rendered chat could not be tokenized"), -1;

@@ -243,8 +243,8 @@ static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
     if (!srv_think_split(o->text, upto, g->think, 0, &r0, &r1, &c0)) return;
     if (r1 > r0) srv_stream_part(fd, c, g, o, id, o->text + r0, r1 - r0, &o->sent_r, 1);
     if (c0 != SIZE_MAX && upto > c0) {
-        size_t n = upto - c0; /* with tools: from a <tool_call> on, held for the end */
-        if (g->tools) n = srv_tool_start(o->text + c0, n, 0);
+        size_t n = upto - c0; /* with tools: from where the calls start on, held for the end */
+        if (g->tools) n = srv_tool_start(g->tools, o->text + c0, n, 0);
         srv_stream_part(fd, c, g, o, id, o->text + c0, n, &o->sent, 0);
     }
 }
@@ -255,7 +255,9 @@ static int srv_emit(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, strata_tok
     if (strata_token_is_eog(c->model, t)) { o->finish = "stop"; return 1; }
     char piece[256];
     int64_t pl = 0;
-    if (strata_token_to_piece(c->model, t, 0, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
+    /* (control tokens as text where a tool format needs them: Mistral's [TOOL_CALLS], Llama's <|python_tag|>) */
+    const int special = g->tools != SRV_TOOLS_NONE && g->tools != SRV_TOOLS_HERMES;
+    if (strata_token_to_piece(c->model, t, special, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
     if (srv_out_add(o, piece, (size_t)pl) != 0) return -1;
     if (g->logprobs && o->nlp) o->lp[o->nlp - 1].end = o->len;
     o->n_gen++;
@@ -464,8 +466,8 @@ static yyjson_mut_val *srv_choice(const srv_ctx *c, yyjson_mut_doc *d, const srv
         if (c0 == SIZE_MAX) c0 = o->len; /* (thinking to the end: no content) */
         size_t cn = o->len - c0;
         int k = 0;
-        if (g->tools && srv_tool_start(t + c0, cn, 1) < cn && srv_tool_calls(d, m, "tool_calls", t + c0, cn, &k) == 0) {
-            cn = srv_tool_start(t + c0, cn, 1);
+        if (g->tools && srv_tool_calls(g->tools, d, m, "tool_calls", t + c0, cn, &k) == 0) {
+            cn = srv_tool_start(g->tools, t + c0, cn, 1);
             while (cn > 0 && (t[c0 + cn - 1] == '\n' || t[c0 + cn - 1] == ' ')) cn--;
             finish = "tool_calls";
         }
@@ -504,16 +506,16 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, in
 }
 
 /* The stream's end: the held-back text with the finish reason, usage when asked, [DONE]. */
-/* The end of a chat stream with tools: the content before the first <tool_call>, then the calls
+/* The end of a chat stream with tools: the content before the calls start, then the calls
  * in one delta (each with its index), or, when they do not parse, the rest as content. 1 when
  * calls went out. */
 static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id, size_t c0) {
     const char *t = o->text + c0;
-    const size_t n = o->len - c0, ts = srv_tool_start(t, n, 1);
+    const size_t n = o->len - c0, ts = srv_tool_start(g->tools, t, n, 1);
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
     yyjson_mut_val *holder = yyjson_mut_obj(d);
     int k = 0;
-    const int ok = ts < n && srv_tool_calls(d, holder, "tool_calls", t, n, &k) == 0;
+    const int ok = ts < n && srv_tool_calls(g->tools, d, holder, "tool_calls", t, n, &k) == 0;
     const size_t upto = ok ? ts : n;
     if (upto > o->sent) srv_chunk(fd, c, g, id, t + o->sent, upto - o->sent, NULL, 0, 0, o, SIZE_MAX);
     if (ok) {

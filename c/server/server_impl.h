@@ -60,7 +60,7 @@ typedef struct {
     int chat;                         /* /v1/chat/completions: the chat formats */
     int think;                        /* chat: reasoning in <think> tags split out (1; 2: the prompt
                                          opened one), 0 none */
-    int tools;                        /* chat with tools and a <tool_call> template: calls parsed */
+    int tools;                        /* chat with tools: the template's SRV_TOOLS_* format (text.h) */
     int logprobs, top_logprobs;       /* each token's logprob, and the n most likely (<= 20) */
     int echo;                         /* completions: the prompt's text before the answer's */
     int n_choices;                    /* "n": choices generated one after another (1 .. SRV_MAX_N) */

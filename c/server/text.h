@@ -1,5 +1,6 @@
 /* text.h - the server's text helpers (text.c): where generated text may be cut for a stream,
- * model output made valid UTF-8 for JSON, and a chat answer's <think> part split from its content. */
+ * model output made valid UTF-8 for JSON, a chat answer's <think> part split from its content,
+ * and its tool calls (tool_calls.c). */
 #ifndef STRATA_SERVER_TEXT_H
 #define STRATA_SERVER_TEXT_H
 
@@ -18,14 +19,21 @@ void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const
  * become <think> decides nothing (returns 0; 1 otherwise). */
 int srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, size_t *r1, size_t *c0);
 
-/* Tool calls written as Hermes / Qwen templates ask: <tool_call>JSON</tool_call> blocks. The
- * offset of the first "<tool_call>" in t[0..n) (or, not final, of a partial one at the end; n
- * when none). */
-size_t srv_tool_start(const char *t, size_t n, int final);
-/* The tool calls of t[0..n) from its first block on as a JSON array of OpenAI tool_calls
+/* Tool call formats, told from the chat template (srv_tool_format): none (calls stay content),
+ * Hermes / Qwen <tool_call>{JSON}</tool_call> blocks, Llama 3.x's bare {"name", "parameters"}
+ * object (after <|python_tag|> or as the whole answer), Mistral's [TOOL_CALLS] (a JSON array,
+ * or name[CALL_ID]id[ARGS]{JSON} each), DeepSeek V3 / R1's <｜tool▁calls▁begin｜> tokens. */
+enum { SRV_TOOLS_NONE, SRV_TOOLS_HERMES, SRV_TOOLS_LLAMA3, SRV_TOOLS_MISTRAL, SRV_TOOLS_DEEPSEEK };
+/* The format a chat template's text asks for, as llama.cpp tells it from marker strings. */
+int srv_tool_format(const char *tmpl);
+/* Where fmt's tool calls start in t[0..n) (not final: also a partial marker at the end, or, for
+ * Llama 3.x, blank text so far; n when none): the content stops there. */
+size_t srv_tool_start(int fmt, const char *t, size_t n, int final);
+/* The tool calls of t[0..n) from where they start as a JSON array of OpenAI tool_calls
  * ({id, type, function: {name, arguments (a JSON string)}}) added to obj[key]; 0 with *n_calls
- * set when every block parsed as {"name", "arguments"} and nothing but blank text lies between
- * them, -1 otherwise (the caller keeps the text as content: nothing is lost). */
-int srv_tool_calls(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n, int *n_calls);
+ * set when every call parsed and nothing but blanks lies between or after them, -1 otherwise
+ * (the caller keeps the text as content: nothing is lost). */
+int srv_tool_calls(int fmt, yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n,
+                   int *n_calls);
 
 #endif /* STRATA_SERVER_TEXT_H */

@@ -2,12 +2,16 @@
  * model bytes repaired for JSON (U+FFFD for what is not UTF-8), and a chat answer's <think>
  * reasoning split from its content: opened by the prompt or by the answer, closed by </think>,
  * the content past blank lines, a partial tag held back while streaming, an answer that never
- * thinks left whole; and tool calls in <tool_call> blocks read into OpenAI's tool_calls (or, when
- * anything does not parse, left to the content). */
+ * thinks left whole; and tool calls (Hermes <tool_call> blocks, Llama 3.x bare JSON, Mistral
+ * [TOOL_CALLS], DeepSeek's tokens) read into OpenAI's tool_calls against written-out JSON, or, when
+ * anything does not parse (malformed, truncated, hostile), left to the content; and each real
+ * template in ../shared/chat_templates told as its family. */
 #include "test.h"
 #include "text.h"
 
+#include <dirent.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +25,181 @@ static void split(const char *t, int think, int final, const char *want_r, const
                                                                          : c0 == SIZE_MAX)));
     CHECK(ok, "'%s' (think %d, final %d): rc %d, reasoning '%s', content '%s'", t, think, final, rc, r,
           c0 == SIZE_MAX ? "(none)" : c);
+}
+
+
+#define DS_(x) "<\xEF\xBD\x9Ctool\xE2\x96\x81" x "\xEF\xBD\x9C>"
+#define DS_BEGIN DS_("calls\xE2\x96\x81" "begin")
+#define DS_END DS_("calls\xE2\x96\x81" "end")
+#define DS_CALL DS_("call\xE2\x96\x81" "begin")
+#define DS_CALL_END DS_("call\xE2\x96\x81" "end")
+#define DS_SEP DS_("sep")
+#define ONE_F "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]}"
+
+/* One answer through a format's parser: want calls (-1: none, the text stays content), the
+ * tool_calls JSON written (NULL: not compared) and, with calls, the content's length before them. */
+static void tool_case(int fmt, const char *t, size_t n, int calls, const char *json, size_t content) {
+    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *o = yyjson_mut_obj(d);
+    yyjson_mut_doc_set_root(d, o);
+    int k = 0;
+    const int rc = srv_tool_calls(fmt, d, o, "c", t, n, &k);
+    char *js = yyjson_mut_write(d, 0, NULL);
+    const size_t s = srv_tool_start(fmt, t, n, 1);
+    const int ok = calls < 0 ? rc == -1 : rc == 0 && k == calls && (!json || !strcmp(js, json)) && s == content;
+    CHECK(ok, "format %d, '%.80s': rc %d, %d calls, start %zu, %.300s", fmt, t, rc, k, s, js);
+    free(js);
+    yyjson_mut_doc_free(d);
+}
+
+static void tool_cases(void) {
+    static const struct { int fmt; const char *t; int calls; const char *json; size_t content; } tc[] = {
+        /* Hermes / Qwen */
+        {SRV_TOOLS_HERMES, "Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>", 1, ONE_F, 6},
+        {SRV_TOOLS_HERMES, "<tool_call>{\"name\": \"a\", \"arguments\": \"{}\"}</tool_call>\n<tool_call>{\"name\": \"b\", "
+                           "\"arguments\": {}}</tool_call>\n", 2, NULL, 0},
+        {SRV_TOOLS_HERMES, "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> and then text", -1, NULL, 0},
+        {SRV_TOOLS_HERMES, "<tool_call>{\"name\": \"a\", \"arguments\": {}}", -1, NULL, 0},
+        {SRV_TOOLS_HERMES, "<tool_call>{\"name\": 3}</tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_HERMES, "<tool_call>not json</tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_HERMES, "no calls at all", -1, NULL, 0},
+        {SRV_TOOLS_NONE, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", -1, NULL, 0},
+        /* Llama 3.x */
+        {SRV_TOOLS_LLAMA3, "{\"name\": \"f\", \"parameters\": {\"x\": 1}}", 1, ONE_F, 0},
+        {SRV_TOOLS_LLAMA3, "  <|python_tag|>{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n", 1, ONE_F, 2},
+        {SRV_TOOLS_LLAMA3, "Let me look.<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}", 1, ONE_F, 12},
+        {SRV_TOOLS_LLAMA3, "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"y\": [1]}}", 2, NULL, 0},
+        {SRV_TOOLS_LLAMA3, "{\"name\": \"f\", \"parameters\": {\"x\": 1}", -1, NULL, 0},     /* unclosed */
+        {SRV_TOOLS_LLAMA3, "{\"answer\": 42}", -1, NULL, 0},                                /* JSON, not a call */
+        {SRV_TOOLS_LLAMA3, "{\"name\": \"f\", \"parameters\": {}} trailing words", -1, NULL, 0},
+        {SRV_TOOLS_LLAMA3, "The answer is {\"name\": \"f\"}", -1, NULL, 0},                 /* prose first */
+        {SRV_TOOLS_LLAMA3, "<|python_tag|>", -1, NULL, 0},
+        /* Mistral */
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"x\": 1}, \"id\": \"abcDEF123\"}]", 1,
+         "{\"c\":[{\"id\":\"abcDEF123\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]}", 0},
+        {SRV_TOOLS_MISTRAL, "Calling.\n[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {}}, {\"name\": \"b\", \"arguments\": \"{}\"}]",
+         2, NULL, 9},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS]f[ARGS]{\"x\": 1}", 1,
+         "{\"c\":[{\"id\":\"call00000\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]}", 0},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS]a[CALL_ID]A1b2C3d4E[ARGS]{}[TOOL_CALLS]b[ARGS]{\"y\": 2}", 2,
+         "{\"c\":[{\"id\":\"A1b2C3d4E\",\"type\":\"function\",\"function\":{\"name\":\"a\",\"arguments\":\"{}\"}},"
+         "{\"id\":\"call00001\",\"type\":\"function\",\"function\":{\"name\":\"b\",\"arguments\":\"{\\\"y\\\":2}\"}}]}", 0},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"x\": }]", -1, NULL, 0},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS] []", -1, NULL, 0},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS]f[AR", -1, NULL, 0},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS]f{\"x\": 1}", -1, NULL, 0},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CA", -1, NULL, 0},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}] more", -1, NULL, 0},
+        /* DeepSeek */
+        {SRV_TOOLS_DEEPSEEK, "Ok." DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n{\"x\": 1}\n```" DS_CALL_END DS_END, 1,
+         ONE_F, 3},
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "a\n```json\n{}\n```" DS_CALL_END "\n" DS_CALL "function"
+         DS_SEP "b\n```json\n{\"y\": 2}\n```" DS_CALL_END DS_END "\n", 2, NULL, 0},
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "f" DS_SEP "{\"x\": 1}" DS_CALL_END DS_END, 1, ONE_F, 0}, /* V3.1 */
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n{\"x\": 1\n```" DS_CALL_END DS_END, -1, NULL, 0},
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n{\"x\": 1}\n```" DS_CALL_END, -1, NULL, 0},
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n{\"x\": 1}", -1, NULL, 0},
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function", -1, NULL, 0},
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n{\"x\": 1}\n" DS_CALL_END DS_END, -1, NULL, 0},
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_END, -1, NULL, 0},
+        {SRV_TOOLS_DEEPSEEK, "<\xEF\xBD\x9Ctool", -1, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++)
+        tool_case(tc[i].fmt, tc[i].t, strlen(tc[i].t), tc[i].calls, tc[i].json, tc[i].content);
+    /* where a stream stops its content: partial markers held back, only while not final */
+    CHECK(srv_tool_start(SRV_TOOLS_HERMES, "ab<tool_call>", 13, 1) == 2 &&
+          srv_tool_start(SRV_TOOLS_HERMES, "ab<tool_c", 9, 0) == 2 && srv_tool_start(SRV_TOOLS_HERMES, "ab<tool_c", 9, 1) == 9 &&
+          srv_tool_start(SRV_TOOLS_HERMES, "abc", 3, 0) == 3, "where Hermes calls start");
+    CHECK(srv_tool_start(SRV_TOOLS_LLAMA3, " {", 2, 0) == 1 && srv_tool_start(SRV_TOOLS_LLAMA3, "  ", 2, 0) == 2 &&
+          srv_tool_start(SRV_TOOLS_LLAMA3, "Hi <|pyth", 9, 0) == 3 && srv_tool_start(SRV_TOOLS_LLAMA3, "Hi <|pyth", 9, 1) == 9 &&
+          srv_tool_start(SRV_TOOLS_LLAMA3, "Hi {", 4, 0) == 4, "where Llama 3.x calls start");
+    CHECK(srv_tool_start(SRV_TOOLS_MISTRAL, "ok [TOOL", 8, 0) == 3 && srv_tool_start(SRV_TOOLS_MISTRAL, "ok [TOOL", 8, 1) == 8 &&
+          srv_tool_start(SRV_TOOLS_MISTRAL, "a [b]", 5, 0) == 5, "where Mistral calls start");
+    CHECK(srv_tool_start(SRV_TOOLS_DEEPSEEK, "ok<\xEF\xBD\x9Ctool\xE2", 10, 0) == 2 &&
+          srv_tool_start(SRV_TOOLS_DEEPSEEK, "ok " DS_BEGIN, 3 + strlen(DS_BEGIN), 1) == 3, "where DeepSeek calls start");
+    CHECK(srv_tool_start(SRV_TOOLS_NONE, "<tool_call>", 11, 0) == 11, "no format: no calls");
+}
+
+/* Hostile answers: unterminated strings, deep nesting, lone markers, bytes cut short (read from
+ * a buffer of exactly n bytes so ASan sees any read past it): each left as content, none crash. */
+static void tool_hostile(void) {
+    const size_t deep = 200000;
+    char *b = malloc(2 * deep + 512); /* (the longest head is under 512 bytes) */
+    if (!b) { CHECK(0, "out of memory"); return; }
+    static const struct { int fmt; const char *head; } h[] = {
+        {SRV_TOOLS_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": "}, {SRV_TOOLS_LLAMA3, "{\"name\": \"f\", \"parameters\": "},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS]f[ARGS]"}, {SRV_TOOLS_MISTRAL, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": "},
+        {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n"},
+    };
+    for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) {
+        const size_t hl = strlen(h[i].head);
+        memcpy(b, h[i].head, hl); /* nesting never closed */
+        memset(b + hl, '[', deep);
+        char *e = malloc(hl + deep);
+        if (e) {
+            memcpy(e, b, hl + deep);
+            tool_case(h[i].fmt, e, hl + deep, -1, NULL, 0);
+            for (size_t cut = 0; cut < hl; cut++) tool_case(h[i].fmt, e, cut, -1, NULL, 0); /* every truncation */
+            free(e);
+        }
+        memcpy(b + hl, "\"unterminated \\\"string", 22);
+        tool_case(h[i].fmt, b, hl + 22, -1, NULL, 0);
+        memset(b + hl, '[', deep); /* nesting closed: arguments that are not an object */
+        memset(b + hl + deep, ']', deep);
+        tool_case(h[i].fmt, b, hl + 2 * deep, -1, NULL, 0);
+    }
+    free(b);
+}
+
+/* A file's bytes, NUL-terminated (NULL when it cannot be read). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *s = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (s = malloc((size_t)n + 1)) && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* The real templates (../shared/chat_templates, STRATA_CHAT_TEMPLATES to move it): each family's
+ * files told as that family; every other file Hermes when it has <tool_call>, else none. */
+static void tool_detect(void) {
+    static const struct { const char *prefix; int fmt; } fam[] = {
+        {"meta-llama-Llama-3.1", SRV_TOOLS_LLAMA3}, {"meta-llama-Llama-3.2", SRV_TOOLS_LLAMA3},
+        {"meta-llama-Llama-3.3", SRV_TOOLS_LLAMA3}, {"mistralai-Mistral-Nemo", SRV_TOOLS_MISTRAL},
+        {"Mistral-Small-3.2", SRV_TOOLS_MISTRAL}, {"mistralai-Ministral-3", SRV_TOOLS_MISTRAL},
+        {"unsloth-mistral-Devstral", SRV_TOOLS_MISTRAL}, {"deepseek-ai-DeepSeek-R1", SRV_TOOLS_DEEPSEEK},
+        {"deepseek-ai-DeepSeek-V3.1", SRV_TOOLS_DEEPSEEK}, {"llama-cpp-deepseek-r1", SRV_TOOLS_DEEPSEEK},
+        {"NousResearch-Hermes-3-Llama-3.1", SRV_TOOLS_HERMES}, {"meetkai-functionary", SRV_TOOLS_NONE},
+        {"openai-gpt-oss", SRV_TOOLS_NONE},
+    };
+    const char *dir = getenv("STRATA_CHAT_TEMPLATES") ? getenv("STRATA_CHAT_TEMPLATES") : "../shared/chat_templates";
+    DIR *dd = opendir(dir);
+    if (!dd) { SKIP("no %s: template detection not checked", dir); return; }
+    int seen[sizeof fam / sizeof fam[0]] = {0}, files = 0;
+    for (struct dirent *e; (e = readdir(dd));) {
+        const size_t l = strlen(e->d_name);
+        if (l < 6 || strcmp(e->d_name + l - 6, ".jinja")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        char *t = slurp(path);
+        if (!t) { CHECK(0, "cannot read %s", path); continue; }
+        int want = strstr(t, "<tool_call>") ? SRV_TOOLS_HERMES : SRV_TOOLS_NONE;
+        for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++)
+            if (!strncmp(e->d_name, fam[i].prefix, strlen(fam[i].prefix))) { want = fam[i].fmt; seen[i]++; break; }
+        const int got = srv_tool_format(t);
+        CHECK(got == want, "%s: format %d, want %d", e->d_name, got, want);
+        files++;
+        free(t);
+    }
+    closedir(dd);
+    for (size_t i = 0; i < sizeof fam / sizeof fam[0]; i++) CHECK(seen[i] > 0, "no template %s* in %s", fam[i].prefix, dir);
+    CHECK(files > 0, "no templates in %s", dir);
 }
 
 int main(void) {
@@ -44,31 +223,8 @@ int main(void) {
     CHECK(s && !strcmp(s, "{\"t\":\"ok\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\"}"), "invalid bytes as U+FFFD: %s", s);
     free(s);
     yyjson_mut_doc_free(d);
-    /* tool calls */
-    static const struct { const char *t; int calls; const char *json; } tc[] = {
-        {"Sure.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>", 1,
-         "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]}"},
-        {"<tool_call>{\"name\": \"a\", \"arguments\": \"{}\"}</tool_call>\n<tool_call>{\"name\": \"b\", \"arguments\": {}}"
-         "</tool_call>\n", 2, NULL},
-        {"<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> and then text", -1, NULL},
-        {"<tool_call>{\"name\": \"a\", \"arguments\": {}}", -1, NULL},
-        {"<tool_call>{\"name\": 3}</tool_call>", -1, NULL},
-        {"<tool_call>not json</tool_call>", -1, NULL},
-        {"no calls at all", -1, NULL},
-    };
-    for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++) {
-        yyjson_mut_doc *td = yyjson_mut_doc_new(NULL);
-        yyjson_mut_val *to = yyjson_mut_obj(td);
-        yyjson_mut_doc_set_root(td, to);
-        int k = 0;
-        const int rc = srv_tool_calls(td, to, "c", tc[i].t, strlen(tc[i].t), &k);
-        char *js = yyjson_mut_write(td, 0, NULL);
-        const int ok = tc[i].calls < 0 ? rc == -1 : rc == 0 && k == tc[i].calls && (!tc[i].json || !strcmp(js, tc[i].json));
-        CHECK(ok, "tool calls of '%s': rc %d, %d calls, %s", tc[i].t, rc, k, js);
-        free(js);
-        yyjson_mut_doc_free(td);
-    }
-    CHECK(srv_tool_start("ab<tool_call>", 13, 1) == 2 && srv_tool_start("ab<tool_c", 9, 0) == 2 &&
-          srv_tool_start("ab<tool_c", 9, 1) == 9 && srv_tool_start("abc", 3, 0) == 3, "where tool calls start");
+    tool_cases();
+    tool_hostile();
+    tool_detect();
     return test_report();
 }

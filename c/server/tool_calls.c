@@ -1,0 +1,248 @@
+/* tool_calls.c - a chat answer's tool calls in the format its chat template asks for (text.h):
+ * the format told from the template's text, where the calls start (for a stream to hold them
+ * back), and the calls read with yyjson into OpenAI's tool_calls. Hermes / Qwen <tool_call>
+ * blocks, Llama 3.x bare JSON, Mistral [TOOL_CALLS], DeepSeek V3 / R1 special tokens. Pure
+ * functions over the caller's bytes; anything that does not parse is the caller's content. */
+#include "text.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char HERMES_OPEN[] = "<tool_call>", HERMES_CLOSE[] = "</tool_call>";
+static const char PY_TAG[] = "<|python_tag|>";
+static const char MI_CALLS[] = "[TOOL_CALLS]", MI_ARGS[] = "[ARGS]", MI_ID[] = "[CALL_ID]";
+static const char DS_BEGIN[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
+static const char DS_END[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>";
+static const char DS_CALL[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
+static const char DS_CALL_END[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
+static const char DS_SEP[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
+
+int srv_tool_format(const char *tmpl) {
+    if (!tmpl || strstr(tmpl, "<|channel|>")) return SRV_TOOLS_NONE; /* gpt-oss (harmony): not read yet */
+    if (strstr(tmpl, DS_BEGIN)) return SRV_TOOLS_DEEPSEEK;
+    if (strstr(tmpl, MI_CALLS)) return SRV_TOOLS_MISTRAL;
+    if (strstr(tmpl, HERMES_OPEN)) return SRV_TOOLS_HERMES;
+    if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "<function=")) return SRV_TOOLS_NONE; /* functionary */
+    if (strstr(tmpl, "<|start_header_id|>ipython<|end_header_id|>") || strstr(tmpl, PY_TAG)) return SRV_TOOLS_LLAMA3;
+    return SRV_TOOLS_NONE;
+}
+
+/* Whether t[i..n) starts with the literal s (sn bytes). */
+static int at(const char *t, size_t i, size_t n, const char *s, size_t sn) {
+    return i <= n && n - i >= sn && !memcmp(t + i, s, sn);
+}
+
+static size_t skip_ws(const char *t, size_t i, size_t n) {
+    while (i < n && (t[i] == ' ' || t[i] == '\n' || t[i] == '\r' || t[i] == '\t')) i++;
+    return i;
+}
+
+/* The first mark (mn bytes) in t[0..n), or, not final, a partial one at the end; n when none. */
+static size_t find_mark(const char *t, size_t n, const char *m, size_t mn, int final) {
+    for (size_t i = 0; i + mn <= n; i++)
+        if (!memcmp(t + i, m, mn)) return i;
+    for (size_t h = mn - 1; h > 0 && !final; h--)
+        if (h <= n && !memcmp(t + n - h, m, h)) return n - h;
+    return n;
+}
+
+/* Llama 3.x: the whole content is the call, a JSON object (optionally after <|python_tag|>). */
+static size_t llama3_start(const char *t, size_t n, int final) {
+    const size_t lp = sizeof PY_TAG - 1, py = find_mark(t, n, PY_TAG, lp, final);
+    const size_t i = skip_ws(t, 0, n);
+    if (i < n && t[i] == '{') return i;
+    if (i == n && !final) return i; /* nothing but blanks yet */
+    return py;
+}
+
+size_t srv_tool_start(int fmt, const char *t, size_t n, int final) {
+    switch (fmt) {
+    case SRV_TOOLS_HERMES: return find_mark(t, n, HERMES_OPEN, sizeof HERMES_OPEN - 1, final);
+    case SRV_TOOLS_LLAMA3: return llama3_start(t, n, final);
+    case SRV_TOOLS_MISTRAL: return find_mark(t, n, MI_CALLS, sizeof MI_CALLS - 1, final);
+    case SRV_TOOLS_DEEPSEEK: return find_mark(t, n, DS_BEGIN, sizeof DS_BEGIN - 1, final);
+    default: return n;
+    }
+}
+
+/* One JSON value read from t[i..n) (trailing bytes left); *end past it. NULL when none. */
+static yyjson_doc *read_value(const char *t, size_t i, size_t n, size_t *end) {
+    if (i >= n) return NULL;
+    yyjson_doc *j = yyjson_read_opts((char *)(uintptr_t)(t + i), n - i, YYJSON_READ_STOP_WHEN_DONE, NULL, NULL);
+    if (j) *end = i + yyjson_doc_get_read_size(j);
+    return j;
+}
+
+/* Appends {id, type, function: {name, arguments}} to arr: args an object (written as a JSON
+ * string) or a string (as is). Mistral's templates want 9-character alphanumeric ids. -1 when
+ * the name or the arguments are not of those kinds. */
+static int add_call(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k, const char *name, size_t nlen,
+                    yyjson_val *args, const char *gid, size_t gidlen) {
+    if (!name || nlen == 0 || !(yyjson_is_obj(args) || yyjson_is_str(args))) return -1;
+    yyjson_mut_val *call = yyjson_mut_obj(d), *fn = yyjson_mut_obj(d);
+    char id[32];
+    if (fmt == SRV_TOOLS_MISTRAL) snprintf(id, sizeof id, "call%05d", k % 100000);
+    else snprintf(id, sizeof id, "call_%d", k);
+    if (gid && gidlen > 0) yyjson_mut_obj_add_strncpy(d, call, "id", gid, gidlen);
+    else yyjson_mut_obj_add_strcpy(d, call, "id", id);
+    yyjson_mut_obj_add_str(d, call, "type", "function");
+    yyjson_mut_obj_add_strncpy(d, fn, "name", name, nlen);
+    if (yyjson_is_str(args)) {
+        yyjson_mut_obj_add_strncpy(d, fn, "arguments", yyjson_get_str(args), yyjson_get_len(args));
+    } else {
+        size_t len = 0;
+        char *s = yyjson_val_write(args, 0, &len);
+        if (!s) return -1;
+        yyjson_mut_obj_add_strncpy(d, fn, "arguments", s, len);
+        free(s);
+    }
+    yyjson_mut_obj_add_val(d, call, "function", fn);
+    yyjson_mut_arr_append(arr, call);
+    return 0;
+}
+
+/* A call object {"name", "arguments" (or "parameters")} appended; -1 when it is not one. */
+static int add_obj_call(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k, yyjson_val *o) {
+    yyjson_val *name = yyjson_obj_get(o, "name"), *args = yyjson_obj_get(o, "arguments");
+    if (!args) args = yyjson_obj_get(o, "parameters");
+    yyjson_val *id = yyjson_obj_get(o, "id");
+    if (!yyjson_is_str(name)) return -1;
+    return add_call(d, arr, fmt, k, yyjson_get_str(name), yyjson_get_len(name), args, yyjson_get_str(id),
+                    yyjson_get_len(id));
+}
+
+/* Hermes: <tool_call>{...}</tool_call> blocks from t[i] on, with only blanks between. */
+static int hermes_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i) {
+    const size_t lo = sizeof HERMES_OPEN - 1, lc = sizeof HERMES_CLOSE - 1;
+    int k = 0;
+    while (i < n) {
+        if (!at(t, i, n, HERMES_OPEN, lo)) return -1;
+        const size_t a = i + lo;
+        const size_t b = a + find_mark(t + a, n - a, HERMES_CLOSE, lc, 1);
+        if (b >= n) return -1; /* an unclosed block */
+        yyjson_doc *j = yyjson_read(t + a, b - a, 0);
+        const int rc = j ? add_obj_call(d, arr, SRV_TOOLS_HERMES, k, yyjson_doc_get_root(j)) : -1;
+        yyjson_doc_free(j);
+        if (rc) return -1;
+        k++;
+        i = skip_ws(t, b + lc, n);
+    }
+    return k;
+}
+
+/* Llama 3.x: [<|python_tag|>] {call} [; or blanks {call}]... to the end. */
+static int llama3_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i) {
+    const size_t lp = sizeof PY_TAG - 1;
+    if (at(t, i, n, PY_TAG, lp)) i += lp;
+    int k = 0;
+    for (i = skip_ws(t, i, n); i < n; k++) {
+        size_t e = i;
+        yyjson_doc *j = t[i] == '{' ? read_value(t, i, n, &e) : NULL;
+        const int rc = j ? add_obj_call(d, arr, SRV_TOOLS_LLAMA3, k, yyjson_doc_get_root(j)) : -1;
+        yyjson_doc_free(j);
+        if (rc) return -1;
+        i = skip_ws(t, e, n);
+        if (i < n && t[i] == ';') i = skip_ws(t, i + 1, n);
+    }
+    return k;
+}
+
+/* Mistral: [TOOL_CALLS] [{...}, ...] (v3) or [TOOL_CALLS]name[CALL_ID]id[ARGS]{...} repeated. */
+static int mistral_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i) {
+    const size_t lm = sizeof MI_CALLS - 1, la = sizeof MI_ARGS - 1, li = sizeof MI_ID - 1;
+    int k = 0;
+    while (i < n) {
+        if (!at(t, i, n, MI_CALLS, lm)) return -1;
+        i = skip_ws(t, i + lm, n);
+        size_t e = i;
+        if (i < n && t[i] == '[') { /* a JSON array of call objects */
+            yyjson_doc *j = read_value(t, i, n, &e);
+            yyjson_val *a = j ? yyjson_doc_get_root(j) : NULL, *x;
+            int rc = yyjson_is_arr(a) && yyjson_arr_size(a) > 0 ? 0 : -1;
+            size_t ai, amax;
+            yyjson_arr_foreach(a, ai, amax, x) if (rc == 0) rc = add_obj_call(d, arr, SRV_TOOLS_MISTRAL, k++, x);
+            yyjson_doc_free(j);
+            if (rc) return -1;
+        } else { /* name[CALL_ID]id[ARGS]{...} */
+            const size_t name0 = i;
+            while (i < n && t[i] != '[' && t[i] != '{' && t[i] != '\n') i++;
+            const size_t name1 = i;
+            size_t id0 = i, id1 = i;
+            if (at(t, i, n, MI_ID, li)) {
+                id0 = id1 = i += li;
+                while (id1 < n && t[id1] != '[') id1++;
+                i = id1;
+            }
+            if (!at(t, i, n, MI_ARGS, la)) return -1;
+            yyjson_doc *j = read_value(t, i + la, n, &e);
+            const int rc = j ? add_call(d, arr, SRV_TOOLS_MISTRAL, k++, t + name0, name1 - name0,
+                                        yyjson_doc_get_root(j), t + id0, id1 - id0) : -1;
+            yyjson_doc_free(j);
+            if (rc) return -1;
+        }
+        i = skip_ws(t, e, n);
+    }
+    return k;
+}
+
+/* DeepSeek: calls-begin, then call-begin [type<sep>]NAME[\n```json\n]{...}[\n```] call-end, ...,
+ * calls-end: R1 / V3 write "function<sep>NAME" and a fenced block, V3.1 "NAME<sep>{...}". */
+static int deepseek_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i) {
+    const size_t lb = sizeof DS_BEGIN - 1, le = sizeof DS_END - 1, lc = sizeof DS_CALL - 1;
+    const size_t lce = sizeof DS_CALL_END - 1, ls = sizeof DS_SEP - 1;
+    if (!at(t, i, n, DS_BEGIN, lb)) return -1;
+    int k = 0;
+    for (i = skip_ws(t, i + lb, n); !at(t, i, n, DS_END, le); k++) {
+        if (!at(t, i, n, DS_CALL, lc)) return -1;
+        const size_t a = i + lc, sep = a + find_mark(t + a, n - a, DS_SEP, ls, 1);
+        if (sep >= n) return -1;
+        size_t name0 = a, name1 = sep, p = sep + ls;
+        if (sep - a == 8 && !memcmp(t + a, "function", 8)) { /* R1 / V3: the name up to the newline */
+            name0 = p;
+            while (p < n && t[p] != '\n') p++;
+            name1 = p;
+        }
+        p = skip_ws(t, p, n);
+        const int fenced = at(t, p, n, "```", 3);
+        if (fenced) {
+            p += 3;
+            if (at(t, p, n, "json", 4)) p += 4;
+        }
+        size_t e = p;
+        yyjson_doc *j = read_value(t, skip_ws(t, p, n), n, &e);
+        while (name1 > name0 && (t[name1 - 1] == ' ' || t[name1 - 1] == '\r')) name1--;
+        const int rc = j ? add_call(d, arr, SRV_TOOLS_DEEPSEEK, k, t + name0, name1 - name0, yyjson_doc_get_root(j),
+                                    NULL, 0) : -1;
+        yyjson_doc_free(j);
+        if (rc) return -1;
+        e = skip_ws(t, e, n);
+        if (fenced) {
+            if (!at(t, e, n, "```", 3)) return -1;
+            e = skip_ws(t, e + 3, n);
+        }
+        if (!at(t, e, n, DS_CALL_END, lce)) return -1;
+        i = skip_ws(t, e + lce, n);
+    }
+    return skip_ws(t, i + le, n) == n ? k : -1;
+}
+
+int srv_tool_calls(int fmt, yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n,
+                   int *n_calls) {
+    const size_t s = srv_tool_start(fmt, t, n, 1);
+    if (s >= n) return -1;
+    yyjson_mut_val *arr = yyjson_mut_arr(d);
+    int k = -1;
+    switch (fmt) {
+    case SRV_TOOLS_HERMES: k = hermes_calls(d, arr, t, n, s); break;
+    case SRV_TOOLS_LLAMA3: k = llama3_calls(d, arr, t, n, s); break;
+    case SRV_TOOLS_MISTRAL: k = mistral_calls(d, arr, t, n, s); break;
+    case SRV_TOOLS_DEEPSEEK: k = deepseek_calls(d, arr, t, n, s); break;
+    default: break;
+    }
+    if (k <= 0) return -1;
+    yyjson_mut_obj_add_val(d, obj, key, arr);
+    *n_calls = k;
+    return 0;
+}
