@@ -196,7 +196,7 @@ IQ_INLINE void iq1_m_rows(int64_t n, float *out, const void *w, const void *xq, 
     for (int64_t i = 0; i < n / QK_K; i++) {
         uint16_t s[4];
         memcpy(s, b[i].scales, 8);
-        const uint16_t d16 = (uint16_t)((s[0] >> 12) | ((s[1] >> 8) & 0x00F0) | ((s[2] >> 4) & 0x0F00) | (s[3] & 0xF000));
+        const uint16_t d16 = st_iq1m_scale_bits(b[i].scales);
         /* the 16 3-bit scales, 12 bits a word */
         const uint64_t sc3 = (uint64_t)(s[0] & 0xFFF) | (uint64_t)(s[1] & 0xFFF) << 12 |
                              (uint64_t)(s[2] & 0xFFF) << 24 | (uint64_t)(s[3] & 0xFFF) << 36;

@@ -174,7 +174,7 @@ static void st_dot_iq1_m_avx512(int64_t n, float *out, const void *w, const void
     for (int64_t i = 0; i < n / QK_K; i++, b++, y++) {
         uint16_t s[4];
         memcpy(s, b->scales, 8);
-        const uint16_t d16 = (uint16_t)((s[0] >> 12) | ((s[1] >> 8) & 0x00F0) | ((s[2] >> 4) & 0x0F00) | (s[3] & 0xF000));
+        const uint16_t d16 = st_iq1m_scale_bits(b->scales);
         int32_t ls[16];
         for (int j = 0; j < 16; j++) ls[j] = 2 * ((s[j / 4] >> (3 * (j % 4))) & 7) + 1;
         __m512i u[4];

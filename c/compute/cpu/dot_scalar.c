@@ -507,8 +507,7 @@ static void dot_iq1_m(int64_t n, float *out, const void *w, const void *xq) {
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         uint16_t sc[4];
         memcpy(sc, b[ib].scales, 8);
-        const uint16_t d16 = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) |
-                                        (sc[3] & 0xF000));
+        const uint16_t d16 = st_iq1m_scale_bits(b[ib].scales);
         int32_t s = 0, sd = 0;
         for (int h = 0; h < 16; h++) {
             int8_t q[16];

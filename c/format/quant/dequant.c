@@ -403,20 +403,13 @@ static void dq_iq1_s(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* IQ1_M's f16 super-scale: the top nibbles of its four u16 scale words, lowest first. */
-static inline uint16_t iq1m_d(const uint8_t *scales) {
-    uint16_t sc[4];
-    memcpy(sc, scales, 8);
-    return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
-}
-
 /* IQ1_M: grid index m (8 weights) = qs[m] | (nibble m % 2 of qh[m / 2]) & 7 << 8, bit 3 of that
  * nibble the delta's sign; 3-bit scale per 16 weights j: bits 3(j % 4).. of u16 word j / 4.
  * dl = d * (2 scale + 1); y = dl * (grid + delta). */
 static void dq_iq1_m(const void *src, float *dst, int64_t n) {
     const block_iq1_m *b = (const block_iq1_m *)src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
-        const float d = st_fp16_to_f32(iq1m_d(b[i].scales));
+        const float d = st_fp16_to_f32(st_iq1m_scale_bits(b[i].scales));
         uint16_t sc[4];
         memcpy(sc, b[i].scales, 8);
         for (int m = 0; m < QK_K / 8; m++) {

@@ -94,6 +94,13 @@ static inline float st_e8m0_to_f32_half(uint8_t e) {
     return v.f;
 }
 
+/* IQ1_M's f16 super-scale (raw bits): the top nibbles of its four u16 scale words, lowest first. */
+static inline uint16_t st_iq1m_scale_bits(const uint8_t scales[8]) {
+    uint16_t sc[4];
+    memcpy(sc, scales, 8);
+    return (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+}
+
 /* Unpacking of the 6-bit scales/mins of Q4_K and Q5_K: sub-block j (0..7). */
 static inline void st_get_scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
     if (j < 4) {

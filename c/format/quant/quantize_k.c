@@ -277,14 +277,6 @@ void st_quant_q5_K(const float *src, void *dst, int64_t n) {
  * MXFP4
  * ------------------------------------------------------------------------------------------- */
 
-/* E8M0 e -> 2^(e - 128) (half the exponent's value: the E2M1 table holds doubled values). */
-static float e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 /* Per 32: e = floor(log2(amax)) - 2 + 127 (0 for an all-zero block); every weight the E2M1 code
  * nearest x / 2^(e-127), the first on ties. Weight j low nibble of qs[j], j + 16 the high. */
 void st_quant_mxfp4(const float *src, void *dst, int64_t n) {
@@ -295,7 +287,7 @@ void st_quant_mxfp4(const float *src, void *dst, int64_t n) {
         for (int j = 0; j < QK_MXFP4; j++)
             if (amax < fabsf(x[j])) amax = fabsf(x[j]);
         const uint8_t e = amax > 0.0f ? (uint8_t)(floorf(log2f(amax)) - 2 + 127) : 0;
-        const float d = e8m0_half(e);
+        const float d = st_e8m0_to_f32_half(e);
         y[i].e = e;
         for (int j = 0; j < QK_MXFP4; j++) {
             int best = 0;
