@@ -13,20 +13,24 @@
  *   granitemoe NORM; embedding/residual/attention/logit multipliers; renormalized top-k;
  *              optional ungated shared expert.
  *   qwen2      NEOX; q/k/v bias; dense.
- *   qwen3      NEOX; per-head q/k RMSNorm; dense. */
+ *   qwen3      NEOX; per-head q/k RMSNorm; dense.
+ *   deepseek2  NORM on the rope part of each head; multi-head latent attention; leading dense
+ *              layers; ungated shared experts; softmax or sigmoid scores with a selection bias
+ *              and group-limited top-k (all from the file's keys); expert_weights_norm false. */
 #include "model.h"
 
 #include <string.h>
 
 static const st_arch st_arch_table[] = {
-    /* name         id                 rope          qk_norm          topk shexp granite */
-    {"llama",      ST_ARCH_LLAMA,      ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 0},
-    {"qwen2",      ST_ARCH_QWEN2,      ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 0, 0},
-    {"qwen3",      ST_ARCH_QWEN3,      ST_ROPE_NEOX, ST_QKNORM_HEAD, 0, 0, 0},
-    {"qwen2moe",   ST_ARCH_QWEN2MOE,   ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 1, 0},
-    {"qwen3moe",   ST_ARCH_QWEN3MOE,   ST_ROPE_NEOX, ST_QKNORM_HEAD, 1, 0, 0},
-    {"olmoe",      ST_ARCH_OLMOE,      ST_ROPE_NEOX, ST_QKNORM_FULL, 0, 0, 0},
-    {"granitemoe", ST_ARCH_GRANITEMOE, ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 1},
+    /* name         id                 rope          qk_norm          topk shexp granite mla */
+    {"llama",      ST_ARCH_LLAMA,      ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 0, 0},
+    {"qwen2",      ST_ARCH_QWEN2,      ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 0, 0, 0},
+    {"qwen3",      ST_ARCH_QWEN3,      ST_ROPE_NEOX, ST_QKNORM_HEAD, 0, 0, 0, 0},
+    {"qwen2moe",   ST_ARCH_QWEN2MOE,   ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 1, 0, 0},
+    {"qwen3moe",   ST_ARCH_QWEN3MOE,   ST_ROPE_NEOX, ST_QKNORM_HEAD, 1, 0, 0, 0},
+    {"olmoe",      ST_ARCH_OLMOE,      ST_ROPE_NEOX, ST_QKNORM_FULL, 0, 0, 0, 0},
+    {"granitemoe", ST_ARCH_GRANITEMOE, ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 1, 0},
+    {"deepseek2",  ST_ARCH_DEEPSEEK2,  ST_ROPE_NORM, ST_QKNORM_NONE, 0, 0, 0, 1},
 };
 
 const st_arch *st_arch_find(const char *name) {

@@ -3,8 +3,9 @@
  * embedding_length / head_count, rope.dimension_count = key_length, rope.freq_base 10000, rope
  * scaling "linear" with factor 1, yarn beta_fast 32 / beta_slow 1), the per-architecture width of
  * a routed expert (expert_feed_forward_length, else feed_forward_length for olmoe / Mixtral /
- * granitemoe, feed_forward_length / expert_used_count for qwen2moe / qwen3moe) and the granite
- * multipliers. Every failure names the key. */
+ * granitemoe, feed_forward_length / expert_used_count for qwen2moe / qwen3moe), the granite
+ * multipliers and deepseek2's latent-attention widths, leading dense layers and routing keys.
+ * Every failure names the key. */
 #include "hparams.h"
 
 #include <math.h>
@@ -164,6 +165,103 @@ static strata_status st_hp_rope(st_hp_ctx *c, st_hparams *hp) {
     return STRATA_OK;
 }
 
+/* ==== deepseek2: latent attention, leading dense layers, scored routing ===================== */
+
+static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v);
+
+/* The routing keys: gating function, weight scale, expert groups. */
+static strata_status st_hp_routing(st_hp_ctx *c, st_hparams *hp) {
+    int32_t gating = ST_GATING_SOFTMAX, groups = 0, used = 0;
+    int have_groups = 0;
+    ST_TRY(st_hp_u32(c, "expert_gating_func", 0, &gating, NULL));
+    if (gating == 0) gating = ST_GATING_SOFTMAX; /* llama.cpp: none -> softmax (older V2 files) */
+    if (gating != ST_GATING_SOFTMAX && gating != ST_GATING_SIGMOID)
+        return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.expert_gating_func' = %d: only 1 "
+                        "(softmax) and 2 (sigmoid) are supported", c->arch, (int)gating);
+    hp->gating = (st_gating)gating;
+    float scale = 0.0f;
+    ST_TRY(st_hp_f32(c, "expert_weights_scale", 0, &scale, NULL));
+    hp->expert_weights_scale = scale == 0.0f ? 1.0f : scale; /* llama.cpp: 0 means none */
+    ST_TRY(st_hp_u32(c, "expert_group_count", 0, &groups, &have_groups));
+    ST_TRY(st_hp_u32(c, "expert_group_used_count", 0, &used, NULL));
+    if (groups > 1) {
+        if (hp->n_expert % groups != 0 || used < 1 || used > groups)
+            return st_error(STRATA_ERR_FORMAT, "keys '%s.expert_group_count' (%d) / "
+                            "'expert_group_used_count' (%d): the groups must divide %d experts "
+                            "and 1 <= used <= groups", c->arch, (int)groups, (int)used,
+                            (int)hp->n_expert);
+        if (hp->n_expert / groups < 2 || (int64_t)used * (hp->n_expert / groups) < hp->n_expert_used)
+            return st_error(STRATA_ERR_FORMAT, "keys '%s.expert_group_count' (%d) / "
+                            "'expert_group_used_count' (%d): too few experts to choose %d",
+                            c->arch, (int)groups, (int)used, (int)hp->n_expert_used);
+        hp->n_expert_groups = groups;
+        hp->n_group_used = used;
+    }
+    return STRATA_OK;
+}
+
+/* YaRN for latent attention, as llama.cpp's deepseek2 graph: the rope's own magnitude is cancelled
+ * (the yarn_log_multiplier branch of llama_context) and the score scale carries mscale^2, with
+ * mscale = attn_factor * (1 + 0.1 * log_mul * ln(factor)). */
+static strata_status st_hp_mla_scale(st_hp_ctx *c, st_hparams *hp) {
+    float log_mul = 0.0f;
+    ST_TRY(st_hp_f32(c, "rope.scaling.yarn_log_multiplier", 0, &log_mul, NULL));
+    log_mul /= 0.1f; /* the converter writes 0.1 * mscale_all_dim */
+    const float rope_attn = hp->yarn_attn_factor;
+    float mscale = rope_attn;
+    if (hp->rope_scaling == ST_ROPE_SCALING_YARN && hp->yarn_ext_factor != 0.0f) {
+        const float factor = 1.0f / hp->rope_freq_scale;
+        if (log_mul != 0.0f && factor > 1.0f)
+            hp->yarn_attn_factor = rope_attn / (1.0f + 0.1f * logf(factor));
+        mscale = rope_attn * (1.0f + 0.1f * log_mul * logf(factor));
+    }
+    hp->kq_scale = mscale * mscale / sqrtf((float)hp->head_dim_mla);
+    return STRATA_OK;
+}
+
+/* The keys only deepseek2 has: the latent's widths (llama.cpp's MLA layout: key_length =
+ * kv_lora + rope, value_length = kv_lora, the trained widths in *_mla), leading dense layers, the
+ * shared experts' count and the routing keys. */
+static strata_status st_hp_deepseek2(st_hp_ctx *c, st_hparams *hp, int have_ff, int32_t ff) {
+    int have_km = 0, have_vm = 0;
+    ST_TRY(st_hp_u32(c, "attention.kv_lora_rank", 1, &hp->n_lora_kv, NULL));
+    ST_TRY(st_hp_u32(c, "attention.q_lora_rank", 0, &hp->n_lora_q, NULL));
+    ST_TRY(st_hp_u32(c, "attention.key_length_mla", 0, &hp->head_dim_mla, &have_km));
+    ST_TRY(st_hp_u32(c, "attention.value_length_mla", 0, &hp->head_dim_v_mla, &have_vm));
+    if (!have_km || !have_vm)
+        return st_error(STRATA_ERR_UNSUPPORTED, "deepseek2 file without '%s.attention.key_length_mla'"
+                        " / 'value_length_mla': it predates llama.cpp's split of attn_kv_b into "
+                        "attn_k_b / attn_v_b; convert the model again with a current converter",
+                        c->arch);
+    ST_TRY(st_hp_positive(c, "attention.kv_lora_rank", hp->n_lora_kv));
+    if (hp->n_head_kv != 1 || hp->head_dim != hp->n_lora_kv + hp->n_rot ||
+        hp->head_dim_v != hp->n_lora_kv || hp->head_dim_mla <= hp->n_rot || hp->head_dim_v_mla <= 0 ||
+        hp->head_dim_mla > 4096 || hp->head_dim_v_mla > 4096 || hp->n_lora_q > (1 << 16))
+        return st_error(STRATA_ERR_FORMAT, "deepseek2 attention widths do not fit the latent layout: "
+                        "head_count_kv %d (1), key_length %d (kv_lora_rank %d + rope %d), "
+                        "value_length %d (kv_lora_rank), key_length_mla %d (> rope), "
+                        "value_length_mla %d", (int)hp->n_head_kv, (int)hp->head_dim,
+                        (int)hp->n_lora_kv, (int)hp->n_rot, (int)hp->head_dim_v,
+                        (int)hp->head_dim_mla, (int)hp->head_dim_v_mla);
+    ST_TRY(st_hp_u32(c, "leading_dense_block_count", 0, &hp->n_layer_dense_lead, NULL));
+    if (hp->n_layer_dense_lead > hp->n_layer)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.leading_dense_block_count' (%d) exceeds the "
+                        "%d layers", c->arch, (int)hp->n_layer_dense_lead, (int)hp->n_layer);
+    if (hp->n_layer_dense_lead > 0) {
+        if (!have_ff || ff <= 0)
+            return st_error(STRATA_ERR_NOT_FOUND, "missing required key '%s.feed_forward_length' "
+                            "(the %d leading dense layers' width)", c->arch, (int)hp->n_layer_dense_lead);
+        hp->n_ff = ff;
+    }
+    ST_TRY(st_hp_u32(c, "expert_shared_count", 0, &hp->n_expert_shared, NULL));
+    if (hp->n_expert_shared > 64)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.expert_shared_count': %d is implausible",
+                        c->arch, (int)hp->n_expert_shared);
+    hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
+    ST_TRY(st_hp_routing(c, hp));
+    return st_hp_mla_scale(c, hp);
+}
+
 /* ==== the whole set ========================================================================== */
 
 static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v) {
@@ -248,7 +346,8 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     ST_TRY(st_hp_u32(&c, "expert_shared_feed_forward_length", 0, &ff_shexp, &have_shexp));
 
     int moe_arch = arch->id == ST_ARCH_OLMOE || arch->id == ST_ARCH_QWEN2MOE ||
-                   arch->id == ST_ARCH_QWEN3MOE || arch->id == ST_ARCH_GRANITEMOE;
+                   arch->id == ST_ARCH_QWEN3MOE || arch->id == ST_ARCH_GRANITEMOE ||
+                   arch->id == ST_ARCH_DEEPSEEK2;
     int dense_arch = arch->id == ST_ARCH_QWEN2 || arch->id == ST_ARCH_QWEN3;
     if (hp->n_expert > 4096)
         return st_error(STRATA_ERR_FORMAT, "key '%s.expert_count': %d experts is implausible",
@@ -301,6 +400,11 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     int norm = 0, have_norm = 0;
     ST_TRY(st_hp_bool(&c, "expert_weights_norm", &norm, &have_norm));
     hp->expert_weights_norm = have_norm ? (norm != 0) : arch->norm_topk_default;
+    hp->expert_weights_scale = 1.0f;
+    hp->gating = ST_GATING_SOFTMAX;
+    hp->n_expert_groups = 1;
+    hp->n_group_used = 1;
+    if (arch->mla) ST_TRY(st_hp_deepseek2(&c, hp, have_ff, ff));
 
     /* ---- granite multipliers (llama.cpp: embedding_scale, residual_scale, logit_scale,
      * attention.scale; logits are divided by logit_scale; attention.scale 0 = 1/sqrt(hd)) ---- */

@@ -176,6 +176,67 @@ static strata_status st_bind_experts(st_binder *b, st_tensor *t, int il, const c
 
 /* ==== layers ================================================================================= */
 
+/* The FFN half of layer il: its norm, then a dense FFN (dense models, deepseek2's leading dense
+ * layers) or the router, the routed experts, the expert selection bias and the shared expert. */
+static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp, const st_arch *a,
+                                 int il) {
+    const int64_t E = hp->n_embd;
+    const char *W = "weight";
+    ST_TRY(st_bind_layer(b, &L->ffn_norm, il, "ffn_norm", W, 1, ST_KIND_NORM, E, 1, 1));
+    if (hp->n_expert == 0 || il < hp->n_layer_dense_lead) { /* dense FFN */
+        const int64_t F = hp->n_ff;
+        ST_TRY(st_bind_layer(b, &L->ffn_gate, il, "ffn_gate", W, 1, ST_KIND_MATMUL, E, F, 1));
+        ST_TRY(st_bind_layer(b, &L->ffn_up, il, "ffn_up", W, 1, ST_KIND_MATMUL, E, F, 1));
+        ST_TRY(st_bind_layer(b, &L->ffn_down, il, "ffn_down", W, 1, ST_KIND_MATMUL, F, E, 1));
+        return STRATA_OK;
+    }
+    /* routed experts */
+    const int64_t X = hp->n_expert, F = hp->n_ff_exp;
+    const int split_ok = a->id == ST_ARCH_LLAMA; /* old Mixtral files */
+    ST_TRY(st_bind_layer(b, &L->ffn_gate_inp, il, "ffn_gate_inp", W, 1, ST_KIND_MATMUL, E, X, 1));
+    ST_TRY(st_bind_experts(b, &L->ffn_gate_exps, il, "ffn_gate_exps", split_ok ? "ffn_gate" : NULL,
+                           E, F, X));
+    ST_TRY(st_bind_experts(b, &L->ffn_up_exps, il, "ffn_up_exps", split_ok ? "ffn_up" : NULL, E, F,
+                           X));
+    ST_TRY(st_bind_experts(b, &L->ffn_down_exps, il, "ffn_down_exps",
+                           split_ok ? "ffn_down" : NULL, F, E, X));
+    if (a->mla) /* DeepSeek-V3's selection bias (absent in V2 files) */
+        ST_TRY(st_bind_layer(b, &L->exp_probs_b, il, "exp_probs_b", "bias", 0, ST_KIND_NORM, X, 1, 1));
+    /* shared expert */
+    if (hp->n_ff_shexp > 0) {
+        const int64_t S = hp->n_ff_shexp;
+        if (a->shexp_gated) /* (n_embd) or (n_embd, 1) as converters write it */
+            ST_TRY(st_bind_layer(b, &L->ffn_gate_inp_shexp, il, "ffn_gate_inp_shexp", W, 1,
+                                 ST_KIND_MATMUL, E, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->ffn_gate_shexp, il, "ffn_gate_shexp", W, 1, ST_KIND_MATMUL, E, S, 1));
+        ST_TRY(st_bind_layer(b, &L->ffn_up_shexp, il, "ffn_up_shexp", W, 1, ST_KIND_MATMUL, E, S, 1));
+        ST_TRY(st_bind_layer(b, &L->ffn_down_shexp, il, "ffn_down_shexp", W, 1, ST_KIND_MATMUL, S, E, 1));
+    }
+    return STRATA_OK;
+}
+
+/* deepseek2's latent attention of layer il (llama.cpp's tensor names and shapes): q through a
+ * low-rank pair with a norm between (or one attn_q), the shared latent and key rope part, the
+ * per-head absorption matrices and the output projection. */
+static strata_status st_bind_mla(st_binder *b, st_layer *L, const st_hparams *hp, int il) {
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_kv, Q = hp->n_lora_q;
+    const int64_t hk = hp->head_dim_mla, hv = hp->head_dim_v_mla, nope = hk - hp->n_rot;
+    const char *W = "weight";
+    if (Q > 0) {
+        ST_TRY(st_bind_layer(b, &L->wq_a, il, "attn_q_a", W, 1, ST_KIND_MATMUL, E, Q, 1));
+        ST_TRY(st_bind_layer(b, &L->q_a_norm, il, "attn_q_a_norm", W, 1, ST_KIND_NORM, Q, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->wq_b, il, "attn_q_b", W, 1, ST_KIND_MATMUL, Q, H * hk, 1));
+    } else {
+        ST_TRY(st_bind_layer(b, &L->wq, il, "attn_q", W, 1, ST_KIND_MATMUL, E, H * hk, 1));
+    }
+    ST_TRY(st_bind_layer(b, &L->wkv_a, il, "attn_kv_a_mqa", W, 1, ST_KIND_MATMUL, E, R + hp->n_rot, 1));
+    ST_TRY(st_bind_layer(b, &L->kv_a_norm, il, "attn_kv_a_norm", W, 1, ST_KIND_NORM, R, 1, 1));
+    ST_TRY(st_bind_layer(b, &L->wk_b, il, "attn_k_b", W, 1, ST_KIND_MATMUL, nope, R, H));
+    ST_TRY(st_bind_layer(b, &L->wv_b, il, "attn_v_b", W, 1, ST_KIND_MATMUL, R, hv, H));
+    ST_TRY(st_bind_layer(b, &L->wo, il, "attn_output", W, 1, ST_KIND_MATMUL, H * hv, E, 1));
+    return STRATA_OK;
+}
+
 static strata_status st_bind_layers(st_binder *b, strata_model *m) {
     const st_hparams *hp = &m->hp;
     const st_arch *a = m->arch;
@@ -189,6 +250,11 @@ static strata_status st_bind_layers(st_binder *b, strata_model *m) {
         st_layer *L = &m->layers[il];
         /* attention */
         ST_TRY(st_bind_layer(b, &L->attn_norm, il, "attn_norm", W, 1, ST_KIND_NORM, E, 1, 1));
+        if (a->mla) {
+            ST_TRY(st_bind_mla(b, L, hp, il));
+            ST_TRY(st_bind_ffn(b, L, hp, a, il));
+            continue;
+        }
         ST_TRY(st_bind_layer(b, &L->wq, il, "attn_q", W, 1, ST_KIND_MATMUL, E, nq, 1));
         ST_TRY(st_bind_layer(b, &L->wk, il, "attn_k", W, 1, ST_KIND_MATMUL, E, nk, 1));
         ST_TRY(st_bind_layer(b, &L->wv, il, "attn_v", W, 1, ST_KIND_MATMUL, E, nv, 1));
@@ -204,39 +270,7 @@ static strata_status st_bind_layers(st_binder *b, strata_model *m) {
             ST_TRY(st_bind_layer(b, &L->q_norm, il, "attn_q_norm", W, 1, ST_KIND_NORM, hd, 1, 1));
             ST_TRY(st_bind_layer(b, &L->k_norm, il, "attn_k_norm", W, 1, ST_KIND_NORM, hd, 1, 1));
         }
-        ST_TRY(st_bind_layer(b, &L->ffn_norm, il, "ffn_norm", W, 1, ST_KIND_NORM, E, 1, 1));
-
-        if (hp->n_expert == 0) { /* dense FFN */
-            const int64_t F = hp->n_ff;
-            ST_TRY(st_bind_layer(b, &L->ffn_gate, il, "ffn_gate", W, 1, ST_KIND_MATMUL, E, F, 1));
-            ST_TRY(st_bind_layer(b, &L->ffn_up, il, "ffn_up", W, 1, ST_KIND_MATMUL, E, F, 1));
-            ST_TRY(st_bind_layer(b, &L->ffn_down, il, "ffn_down", W, 1, ST_KIND_MATMUL, F, E, 1));
-            continue;
-        }
-        /* routed experts */
-        const int64_t X = hp->n_expert, F = hp->n_ff_exp;
-        const int split_ok = a->id == ST_ARCH_LLAMA; /* old Mixtral files */
-        ST_TRY(st_bind_layer(b, &L->ffn_gate_inp, il, "ffn_gate_inp", W, 1, ST_KIND_MATMUL, E, X,
-                             1));
-        ST_TRY(st_bind_experts(b, &L->ffn_gate_exps, il, "ffn_gate_exps",
-                               split_ok ? "ffn_gate" : NULL, E, F, X));
-        ST_TRY(st_bind_experts(b, &L->ffn_up_exps, il, "ffn_up_exps",
-                               split_ok ? "ffn_up" : NULL, E, F, X));
-        ST_TRY(st_bind_experts(b, &L->ffn_down_exps, il, "ffn_down_exps",
-                               split_ok ? "ffn_down" : NULL, F, E, X));
-        /* shared expert */
-        if (hp->n_ff_shexp > 0) {
-            const int64_t S = hp->n_ff_shexp;
-            if (a->shexp_gated) /* (n_embd) or (n_embd, 1) as converters write it */
-                ST_TRY(st_bind_layer(b, &L->ffn_gate_inp_shexp, il, "ffn_gate_inp_shexp", W, 1,
-                                     ST_KIND_MATMUL, E, 1, 1));
-            ST_TRY(st_bind_layer(b, &L->ffn_gate_shexp, il, "ffn_gate_shexp", W, 1,
-                                 ST_KIND_MATMUL, E, S, 1));
-            ST_TRY(st_bind_layer(b, &L->ffn_up_shexp, il, "ffn_up_shexp", W, 1, ST_KIND_MATMUL, E,
-                                 S, 1));
-            ST_TRY(st_bind_layer(b, &L->ffn_down_shexp, il, "ffn_down_shexp", W, 1,
-                                 ST_KIND_MATMUL, S, E, 1));
-        }
+        ST_TRY(st_bind_ffn(b, L, hp, a, il));
     }
     return STRATA_OK;
 }
@@ -360,7 +394,7 @@ static strata_status st_fill_info(strata_model *m) {
     if (m->output.data != m->tok_embd.data) active -= (hp->n_vocab - 1) * (int64_t)hp->n_embd;
     if (hp->n_expert > 0) {
         int64_t per_layer = 3 * (int64_t)hp->n_embd * hp->n_ff_exp * hp->n_expert;
-        int64_t all = per_layer * hp->n_layer;
+        int64_t all = per_layer * (hp->n_layer - hp->n_layer_dense_lead);
         active -= all - all / hp->n_expert * hp->n_expert_used;
     }
     in->n_params_active = active;
@@ -405,7 +439,7 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
             st = st_error(arch_name[0] ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_NOT_FOUND,
                           arch_name[0] ? "unknown architecture '%s' (general.architecture); "
                                          "supported: olmoe, qwen2moe, qwen3moe, llama, "
-                                         "granitemoe, qwen2, qwen3"
+                                         "granitemoe, qwen2, qwen3, deepseek2"
                                        : "missing required key 'general.architecture'%s",
                           arch_name);
     }

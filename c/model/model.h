@@ -25,6 +25,7 @@ typedef enum {
     ST_ARCH_QWEN3MOE,
     ST_ARCH_OLMOE,
     ST_ARCH_GRANITEMOE,
+    ST_ARCH_DEEPSEEK2,   /* DeepSeek-V2/V3/R1, Kimi-K2: multi-head latent attention */
     ST_ARCH_COUNT
 } st_arch_id;
 
@@ -47,6 +48,7 @@ typedef struct {
     int norm_topk_default;   /* renormalize top-k weights when <arch>.expert_weights_norm is absent */
     int shexp_gated;         /* shared expert output scaled by sigmoid(ffn_gate_inp_shexp . x) */
     int granite_scales;      /* embedding/residual/attention/logit multipliers */
+    int mla;                 /* multi-head latent attention (deepseek2): see st_layer's MLA part */
 } st_arch;
 
 /* The trait table entry for name, or NULL. */
@@ -55,6 +57,9 @@ const st_arch *st_arch_find(const char *name);
 /* ---- hyperparameters ------------------------------------------------------------------------ */
 
 typedef enum { ST_ROPE_SCALING_NONE, ST_ROPE_SCALING_LINEAR, ST_ROPE_SCALING_YARN } st_rope_scaling;
+
+/* How router logits become expert scores (<arch>.expert_gating_func, llama.cpp's numbering). */
+typedef enum { ST_GATING_SOFTMAX = 1, ST_GATING_SIGMOID = 2 } st_gating;
 
 typedef struct {
     int32_t n_vocab;
@@ -81,6 +86,21 @@ typedef struct {
     float yarn_beta_fast;    /* 32 */
     float yarn_beta_slow;    /* 1 */
     int expert_weights_norm; /* renormalize the top-k routing weights */
+    float expert_weights_scale; /* routed weights multiplied by it (1: none) */
+    st_gating gating;        /* softmax or sigmoid scores */
+    int32_t n_expert_groups; /* group-limited top-k: experts in n_expert_groups groups, only the
+                                n_group_used best (sum of each group's top two) compete; 1: off */
+    int32_t n_group_used;
+    int32_t n_layer_dense_lead; /* the first layers have a dense FFN (n_ff) instead of experts */
+    int32_t n_expert_shared; /* shared experts, merged into one FFN of n_ff_shexp */
+    /* multi-head latent attention (arch->mla): the cache holds per token one row of head_dim =
+     * kv_lora + n_rot values (the normalized latent, then the roped key part), read as the keys
+     * of one KV head and, its first head_dim_v = kv_lora values, as the values */
+    int32_t n_lora_q;        /* q low-rank width (0: a full attn_q) */
+    int32_t n_lora_kv;       /* the latent's width */
+    int32_t head_dim_mla;    /* per-head q/k width as trained: qk_nope + n_rot */
+    int32_t head_dim_v_mla;  /* per-head value width as trained */
+    float kq_scale;          /* MLA: the attention score scale (YaRN mscale^2 / sqrt(head_dim_mla)) */
     int32_t n_nextn;         /* nextn_predict_layers: MTP heads the file carries (0: none); no
                                 architecture that loads now has them (the MTP drafter's check) */
     /* granite multipliers (1 where the architecture has none; attention_scale 0 = 1/sqrt(hd)) */
@@ -139,7 +159,16 @@ typedef struct {
     st_tensor ffn_gate_exps;   /* (n_embd, n_ff_exp, n_expert) */
     st_tensor ffn_up_exps;     /* (n_embd, n_ff_exp, n_expert) */
     st_tensor ffn_down_exps;   /* (n_ff_exp, n_embd, n_expert) */
-    /* shared expert (qwen2moe; granitemoe optionally) */
+    /* multi-head latent attention (deepseek2; wq above when there is no q low-rank) */
+    st_tensor wq_a;            /* (n_embd, n_lora_q) */
+    st_tensor q_a_norm;        /* (n_lora_q) */
+    st_tensor wq_b;            /* (n_lora_q, n_head*head_dim_mla) */
+    st_tensor wkv_a;           /* (n_embd, n_lora_kv + n_rot): the latent, then the shared key rope part */
+    st_tensor kv_a_norm;       /* (n_lora_kv) */
+    st_tensor wk_b;            /* (qk_nope, n_lora_kv, n_head): absorbs q_nope into latent space */
+    st_tensor wv_b;            /* (n_lora_kv, head_dim_v_mla, n_head): latent output to values */
+    st_tensor exp_probs_b;     /* (n_expert): expert selection bias (not in the weights) */
+    /* shared expert (qwen2moe, deepseek2; granitemoe optionally) */
     st_tensor ffn_gate_inp_shexp; /* (n_embd) : sigmoid gate, qwen2moe only */
     st_tensor ffn_gate_shexp;  /* (n_embd, n_ff_shexp) */
     st_tensor ffn_up_shexp;    /* (n_embd, n_ff_shexp) */
