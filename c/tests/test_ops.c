@@ -470,7 +470,7 @@ static void test_attention_kv(strata_type kv_type, st_threadpool **pools, int n_
     const int64_t nk = nkv * hd, nv = nkv * hdv;
     const size_t el = kv_type == STRATA_TYPE_F32 ? 4 : 2;
     st_kv_layer kv = {kv_type, calloc((size_t)(n_ctx * nk), el), calloc((size_t)(n_ctx * nv), el), n_ctx};
-    st_attn_shape s = {nh, nkv, hd, hdv, 1.0f / sqrtf((float)hd)};
+    st_attn_shape s = {nh, nkv, hd, hdv, 1.0f / sqrtf((float)hd), 0};
     float *k = malloc(sizeof(float) * (size_t)((pos0 + T) * nk));
     float *v = malloc(sizeof(float) * (size_t)((pos0 + T) * nv));
     float *q = malloc(sizeof(float) * (size_t)(T * nh * hd));
@@ -538,6 +538,48 @@ static void test_route(void) {
           "renormalized weights: %g %g %g", w[0], w[1], w[2]);
     st_route_topk(logits, 6, 2, 0, ids, w);
     CHECK(ids[0] == 1 && ids[1] == 3, "tie goes to the lower index first");
+}
+
+/* st_route_scored against the rule written out by hand (DeepSeek-V3's noaux_tc router:
+ * sigmoid scores, a selection bias, the best groups by the sum of their top two). */
+static void test_route_scored(void) {
+    /* 8 experts in 4 groups of 2; the bias lifts expert 6 and sinks expert 1 */
+    const float logits[8] = {0.3f, 2.5f, -0.4f, 0.1f, 1.0f, 0.9f, -0.2f, 0.0f};
+    const float bias[8] = {0.0f, -0.9f, 0.0f, 0.0f, 0.0f, 0.0f, 0.8f, 0.0f};
+    float p[8], sel[8];
+    for (int e = 0; e < 8; e++) p[e] = 1.0f / (1.0f + expf(-logits[e])), sel[e] = p[e] + bias[e];
+    /* group sums: g0 = sel0+sel1, g1 = sel2+sel3, g2 = sel4+sel5, g3 = sel6+sel7; the two best */
+    float g[4];
+    for (int i = 0; i < 4; i++) g[i] = sel[2 * i] + sel[2 * i + 1];
+    int b0 = 0;
+    for (int i = 1; i < 4; i++) if (g[i] > g[b0]) b0 = i;
+    int b1 = b0 == 0 ? 1 : 0;
+    for (int i = 0; i < 4; i++) if (i != b0 && g[i] > g[b1]) b1 = i;
+    CHECK(b0 == 3 && b1 == 2, "the hand rule's groups: %d %d", b0, b1);
+    /* experts of groups 2 and 3 by biased score: 6 (0.45+0.8), 4, 5, then 7 */
+    st_route_cfg c = {8, 3, ST_GATING_SIGMOID, 1, 2.5f, 4, 2, bias};
+    int32_t ids[3];
+    float w[3];
+    st_route_scored(&c, logits, ids, w);
+    CHECK(ids[0] == 6 && ids[1] == 4 && ids[2] == 5, "grouped top-3: %d %d %d", ids[0], ids[1], ids[2]);
+    const float tot = p[6] + p[4] + p[5];
+    CHECK(fabsf(w[0] - 2.5f * p[6] / tot) < 1e-6f && fabsf(w[2] - 2.5f * p[5] / tot) < 1e-6f,
+          "unbiased, renormalized, scaled weights: %g %g %g", w[0], w[1], w[2]);
+    /* without groups expert 1 (the largest score) loses to its bias only against 6 */
+    st_route_cfg c2 = {8, 2, ST_GATING_SIGMOID, 0, 1.0f, 1, 1, bias};
+    st_route_scored(&c2, logits, ids, w);
+    CHECK(ids[0] == 6 && ids[1] == 4 && fabsf(w[0] - p[6]) < 1e-7f, "ungrouped: %d %d", ids[0], ids[1]);
+    /* softmax without bias or groups is st_route_topk, then scaled */
+    st_route_cfg c3 = {8, 3, ST_GATING_SOFTMAX, 0, 2.0f, 1, 1, NULL};
+    int32_t ids2[3];
+    float w2[3];
+    st_route_scored(&c3, logits, ids, w);
+    st_route_topk(logits, 8, 3, 0, ids2, w2);
+    CHECK(ids[0] == ids2[0] && ids[2] == ids2[2] && w[1] == 2.0f * w2[1], "softmax path");
+    /* softmax with groups: V2's scores grouped */
+    st_route_cfg c4 = {8, 2, ST_GATING_SOFTMAX, 0, 1.0f, 4, 1, NULL};
+    st_route_scored(&c4, logits, ids, w);
+    CHECK(ids[0] == 1 && ids[1] == 0, "softmax, one group: %d %d", ids[0], ids[1]);
 }
 
 static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) {
@@ -778,6 +820,7 @@ int main(void) {
     test_attention_kv(STRATA_TYPE_F32, pools, 3);
     test_attention_kv(STRATA_TYPE_F16, pools, 3);
     test_route();
+    test_route_scored();
     test_moe_type(STRATA_TYPE_F32, pools, 3);
     test_moe_type(STRATA_TYPE_Q8_0, pools, 3);
     test_moe_type(STRATA_TYPE_Q4_K, pools, 3);

@@ -323,7 +323,17 @@ void st_kv_store(const st_kv_layer *kv, const st_attn_shape *s, const float *k, 
     const int64_t nk = (int64_t)s->n_head_kv * s->head_dim, nv = (int64_t)s->n_head_kv * s->head_dim_v;
     for (int64_t t = 0; t < T; t++) {
         const int64_t p = pos0 + t;
-        const float *kt = k + t * nk, *vt = v + t * nv;
+        const float *kt = k + t * nk;
+        if (s->v_in_k) { /* the latent row is both */
+            if (kv->type == STRATA_TYPE_F32) {
+                memcpy((float *)kv->k + p * nk, kt, (size_t)nk * sizeof(float));
+            } else {
+                uint16_t *K = (uint16_t *)kv->k + p * nk;
+                for (int64_t i = 0; i < nk; i++) K[i] = st_f32_to_fp16(kt[i]);
+            }
+            continue;
+        }
+        const float *vt = v + t * nv;
         if (kv->type == STRATA_TYPE_F32) {
             memcpy((float *)kv->k + p * nk, kt, (size_t)nk * sizeof(float));
             float *V = kv->vt;
@@ -349,6 +359,23 @@ typedef struct {
     size_t el;            /* bytes per cache element */
 } st_attn_job;
 
+/* Latent attention's values: o[d] = sum over p < np of w[p] * K[p][d] (d < hdv), K rows of
+ * stride elements (f32 when el is 4, else f16), accumulated position by position. */
+static void st_attn_v_from_k(float *o, const uint8_t *K, size_t stride, size_t el, int64_t np,
+                             int64_t hdv, const float *w) {
+    for (int64_t d = 0; d < hdv; d++) o[d] = 0.0f;
+    for (int64_t p = 0; p < np; p++) {
+        const float wp = w[p];
+        if (el == 4) {
+            const float *r = (const float *)K + (size_t)p * stride;
+            for (int64_t d = 0; d < hdv; d++) o[d] += wp * r[d];
+        } else {
+            const uint16_t *r = (const uint16_t *)K + (size_t)p * stride;
+            for (int64_t d = 0; d < hdv; d++) o[d] += wp * st_fp16_to_f32(r[d]);
+        }
+    }
+}
+
 static void st_attn_task(void *ctx, int64_t b, int64_t e, int tid) {
     const st_attn_job *j = ctx;
     const st_attn_shape *s = j->s;
@@ -373,6 +400,10 @@ static void st_attn_task(void *ctx, int64_t b, int64_t e, int tid) {
         }
         st_softmax(sc, np);
         float *o = j->out + (t * s->n_head + h) * hdv;
+        if (s->v_in_k) { /* o = sum_p sc[p] * K[p][0:hdv], positions in order */
+            st_attn_v_from_k(o, K + (size_t)(hk * hd) * j->el, (size_t)nk, j->el, np, hdv, sc);
+            continue;
+        }
         const uint8_t *Vh = V + (size_t)(hk * hdv) * (size_t)j->kv->n_ctx * j->el; /* [hdv][n_ctx] */
         if (j->dotr) /* every output dimension in one call: the same bits */
             j->dotr(np, o, Vh, (size_t)j->kv->n_ctx, hdv, sc);

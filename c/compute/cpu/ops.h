@@ -92,10 +92,12 @@ typedef struct {
 typedef struct {
     int32_t n_head, n_head_kv, head_dim, head_dim_v;
     float scale;             /* score multiplier (1/sqrt(head_dim) or granite's) */
+    int v_in_k;              /* latent attention: the values are the first head_dim_v of each
+                                cached key row (one KV head; kv->vt unused) */
 } st_attn_shape;
 
 /* Stores T tokens' k ([T][n_head_kv*head_dim]) and v ([T][n_head_kv*head_dim_v]) at positions
- * pos0 .. pos0+T-1. */
+ * pos0 .. pos0+T-1 (v unused, may be NULL, when s->v_in_k). */
 void st_kv_store(const st_kv_layer *kv, const st_attn_shape *s, const float *k, const float *v,
                  int64_t T, int64_t pos0);
 /* Causal attention: token t (position pos0+t) attends to cache positions [0, pos0+t]. q
@@ -116,6 +118,22 @@ typedef struct {
  * renormalization of the k weights to sum 1. ids/wts: [k], in descending weight order. */
 void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, int32_t *ids,
                    float *wts);
+
+/* The routing of a layer as its file describes it: softmax or sigmoid scores, a selection bias
+ * added for the choice only (DeepSeek-V3's exp_probs_b), group-limited top-k (the n_group_used
+ * groups with the best sum of their top two), the chosen scores as weights, optionally
+ * renormalized, then multiplied by scale (llama.cpp's build_moe_ffn). Softmax without bias or
+ * groups is st_route_topk, bit for bit. ids in descending selection order (ties: lower index). */
+#define ST_ROUTE_MAX_EXPERT 4096
+typedef struct {
+    int32_t n_expert, k;
+    st_gating gating;
+    int norm;                /* renormalize the k weights to sum 1 */
+    float scale;             /* 1: none */
+    int32_t n_groups, n_group_used; /* n_groups <= 1: no groups */
+    const float *bias;       /* [n_expert] or NULL */
+} st_route_cfg;
+void st_route_scored(const st_route_cfg *c, const float *logits, int32_t *ids, float *wts);
 
 /* Workspace bytes of st_moe_ffn for T tokens, k slots, n_expert experts, widths n_embd / n_ff. */
 size_t st_moe_wsize(int64_t T, int32_t k, int32_t n_expert, int64_t n_embd, int64_t n_ff);

@@ -38,6 +38,72 @@ void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, i
     }
 }
 
+/* Scores of the chosen experts for st_route_scored's groups: the sum of each group's best two
+ * selection scores; only the n_used best groups (ties: lower index) keep their experts, the rest
+ * are set to -inf. */
+static void st_route_groups(const st_route_cfg *c, float *sel) {
+    const int32_t G = c->n_groups, per = c->n_expert / G;
+    float gs[ST_ROUTE_MAX_EXPERT];
+    uint8_t keep[ST_ROUTE_MAX_EXPERT];
+    for (int32_t g = 0; g < G; g++) {
+        float a = -INFINITY, b = -INFINITY; /* best, second */
+        for (int32_t i = 0; i < per; i++) {
+            const float v = sel[g * per + i];
+            if (v > a) { b = a; a = v; }
+            else if (v > b) b = v;
+        }
+        gs[g] = a + b;
+        keep[g] = 0;
+    }
+    for (int32_t s = 0; s < c->n_group_used; s++) {
+        int32_t best = -1;
+        for (int32_t g = 0; g < G; g++)
+            if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        keep[best] = 1;
+    }
+    for (int32_t g = 0; g < G; g++)
+        if (!keep[g])
+            for (int32_t i = 0; i < per; i++) sel[g * per + i] = -INFINITY;
+}
+
+void st_route_scored(const st_route_cfg *c, const float *logits, int32_t *ids, float *wts) {
+    const int32_t X = c->n_expert, k = c->k;
+    if (c->gating == ST_GATING_SOFTMAX && !c->bias && c->n_groups <= 1) {
+        st_route_topk(logits, X, k, c->norm, ids, wts); /* the plain path, bit for bit */
+    } else {
+        float probs[ST_ROUTE_MAX_EXPERT], sel[ST_ROUTE_MAX_EXPERT];
+        if (c->gating == ST_GATING_SIGMOID) {
+            for (int32_t e = 0; e < X; e++) probs[e] = 1.0f / (1.0f + expf(-logits[e]));
+        } else {
+            float mx = -INFINITY;
+            for (int32_t e = 0; e < X; e++) mx = logits[e] > mx ? logits[e] : mx;
+            double sum = 0.0;
+            for (int32_t e = 0; e < X; e++) sum += expf(logits[e] - mx);
+            for (int32_t e = 0; e < X; e++) probs[e] = (float)(expf(logits[e] - mx) / sum);
+        }
+        for (int32_t e = 0; e < X; e++) sel[e] = probs[e] + (c->bias ? c->bias[e] : 0.0f);
+        if (c->n_groups > 1) st_route_groups(c, sel);
+        for (int32_t s = 0; s < k; s++) { /* strictly greater wins: ties go to the lower index */
+            int32_t best = -1;
+            for (int32_t e = 0; e < X; e++) {
+                if (sel[e] == -INFINITY) continue;
+                if (best < 0 || sel[e] > sel[best]) best = e;
+            }
+            ids[s] = best;
+            wts[s] = probs[best];
+            sel[best] = -INFINITY;
+        }
+        if (c->norm) { /* llama.cpp clamps the sum below at 2^-14 */
+            float tot = 0.0f;
+            for (int32_t s = 0; s < k; s++) tot += wts[s];
+            if (tot < 6.103515625e-5f) tot = 6.103515625e-5f;
+            for (int32_t s = 0; s < k; s++) wts[s] /= tot;
+        }
+    }
+    if (c->scale != 1.0f)
+        for (int32_t s = 0; s < k; s++) wts[s] *= c->scale;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Grouped expert FFN
  * ------------------------------------------------------------------------------------------- */

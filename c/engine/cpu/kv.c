@@ -1,4 +1,4 @@
-/* kv.c - allocation of the session KV cache (kv.h). */
+/* kv.c - allocation of the session KV cache (kv.h); latent attention (MLA) keeps keys only. */
 #include "kv.h"
 
 #include <inttypes.h>
@@ -10,9 +10,10 @@ strata_status st_kv_init(st_kv_cache *kv, const st_hparams *hp, int64_t n_ctx, s
         return st_error(STRATA_ERR_INVALID_ARG, "kv_type %s: the KV cache is f16 or f32",
                         strata_type_name(type));
     const uint64_t el = type == STRATA_TYPE_F32 ? 4 : 2;
+    const int latent = hp->n_lora_kv > 0; /* MLA: the values are read from the key rows */
     uint64_t per_k, per_v, kb, vb;
     if (st_mul_overflow_u64((uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim, el, &per_k) ||
-        st_mul_overflow_u64((uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim_v, el, &per_v) ||
+        st_mul_overflow_u64(latent ? 0 : (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim_v, el, &per_v) ||
         st_mul_overflow_u64(per_k, (uint64_t)n_ctx, &per_k) ||
         st_mul_overflow_u64(per_v, (uint64_t)n_ctx, &per_v) ||
         st_mul_overflow_u64(per_k, (uint64_t)hp->n_layer, &kb) ||
@@ -24,8 +25,8 @@ strata_status st_kv_init(st_kv_cache *kv, const st_hparams *hp, int64_t n_ctx, s
     kv->n_ctx = n_ctx;
     kv->layers = calloc((size_t)hp->n_layer, sizeof *kv->layers);
     kv->k_mem = calloc(1, (size_t)kb);
-    kv->v_mem = calloc(1, (size_t)vb);
-    if (!kv->layers || !kv->k_mem || !kv->v_mem) {
+    kv->v_mem = vb ? calloc(1, (size_t)vb) : NULL;
+    if (!kv->layers || !kv->k_mem || (vb && !kv->v_mem)) {
         st_kv_free(kv);
         return st_error(STRATA_ERR_NOMEM, "KV cache: out of memory for %" PRIu64 " MiB (n_ctx %" PRId64
                         ", %s)", (kb + vb) >> 20, n_ctx, strata_type_name(type));
@@ -34,7 +35,7 @@ strata_status st_kv_init(st_kv_cache *kv, const st_hparams *hp, int64_t n_ctx, s
     for (int32_t il = 0; il < hp->n_layer; il++) {
         kv->layers[il].type = type;
         kv->layers[il].k = (uint8_t *)kv->k_mem + (size_t)il * (size_t)per_k;
-        kv->layers[il].vt = (uint8_t *)kv->v_mem + (size_t)il * (size_t)per_v;
+        kv->layers[il].vt = vb ? (uint8_t *)kv->v_mem + (size_t)il * (size_t)per_v : NULL;
         kv->layers[il].n_ctx = n_ctx;
     }
     return STRATA_OK;

@@ -1,5 +1,6 @@
 /* kv.h - the KV cache of a session: per layer, K rows [n_ctx][n_head_kv][head_dim] and V
- * transposed [n_head_kv][head_dim_v][n_ctx], in f16 or f32 (st_kv_layer in ops.h). Positions
+ * transposed [n_head_kv][head_dim_v][n_ctx], in f16 or f32 (st_kv_layer in ops.h); with latent
+ * attention (deepseek2) one row of head_dim per token and no V: the values are in the rows. Positions
  * beyond the session's n_past hold stale values that attention never reads, so truncating is free. */
 #ifndef STRATA_KV_H
 #define STRATA_KV_H
