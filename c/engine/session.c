@@ -45,6 +45,7 @@ static strata_status st_build_tables(strata_session *s) {
         if (!s->experts) return st_error(STRATA_ERR_NOMEM, "session: out of memory for expert tables");
         for (size_t il = 0; il < nl; il++) {
             const st_layer *L = &m->layers[il];
+            if (!L->ffn_gate_exps.data) continue; /* a leading dense layer: its entries stay empty */
             for (int32_t e = 0; e < hp->n_expert; e++) {
                 st_expert *x = &s->experts[il * (size_t)hp->n_expert + (size_t)e];
                 x->gate = st_tensor_expert(&L->ffn_gate_exps, e);
@@ -62,7 +63,8 @@ static strata_status st_build_tables(strata_session *s) {
                 s->shexp[il].down = L->ffn_down_shexp;
             }
         }
-    } else {
+    }
+    if (hp->n_expert == 0 || hp->n_layer_dense_lead > 0) { /* dense models, leading dense layers */
         s->dense = calloc(nl, sizeof *s->dense);
         if (!s->dense) return st_error(STRATA_ERR_NOMEM, "session: out of memory for FFN tables");
         for (size_t il = 0; il < nl; il++) {
@@ -104,7 +106,16 @@ static strata_status st_alloc_scratch(strata_session *s) {
     s->shgate = st_alloc(sizeof(float) * T, &fail);
     s->rope_cs = st_alloc(sizeof(float) * T * (size_t)(hp->n_rot > 0 ? hp->n_rot : 1), &fail);
     s->att_scratch = st_alloc(sizeof(float) * (size_t)s->n_threads * (size_t)s->n_ctx, &fail);
-    s->mm_ws = st_alloc(st_matmul_wsize((int64_t)st_max_sz(E, no), (int64_t)T), &fail);
+    if (hp->n_lora_kv > 0) { /* latent attention */
+        const size_t H = (size_t)hp->n_head, R = (size_t)hp->n_lora_kv, hv = (size_t)hp->head_dim_v_mla;
+        const size_t nope = (size_t)(hp->head_dim_mla - hp->n_rot);
+        s->mla_q = st_alloc(sizeof(float) * T * H * (size_t)hp->head_dim_mla, &fail);
+        s->mla_in = st_alloc(sizeof(float) * T * st_max_sz(nope, R), &fail);
+        s->mla_out = st_alloc(sizeof(float) * T * st_max_sz(R, hv), &fail);
+        s->mla_v = st_alloc(sizeof(float) * T * H * hv, &fail);
+    }
+    const size_t mm_n = st_max_sz(st_max_sz(E, no), (size_t)hp->n_lora_q); /* MLA's q_b input too */
+    s->mm_ws = st_alloc(st_matmul_wsize((int64_t)mm_n, (int64_t)T), &fail);
     s->pred_layer = -1;
     if (s->ram || s->plan.expert_cache != 0) s->missed = st_alloc(T * K, &fail);
     /* profile mode's next-layer prediction (a route trace and the CPU pipe ask for them later) */
@@ -114,7 +125,7 @@ static strata_status st_alloc_scratch(strata_session *s) {
         moe = st_moe_wsize((int64_t)T, hp->n_expert_used, hp->n_expert, hp->n_embd, hp->n_ff_exp);
     if (hp->n_ff_shexp > 0)
         moe = st_max_sz(moe, st_moe_wsize((int64_t)T, 1, 1, hp->n_embd, hp->n_ff_shexp));
-    if (hp->n_expert == 0)
+    if (hp->n_expert == 0 || hp->n_layer_dense_lead > 0)
         moe = st_max_sz(moe, st_moe_wsize((int64_t)T, 1, 1, hp->n_embd, hp->n_ff));
     s->moe_ws = st_alloc(moe, &fail);
     if (fail)
@@ -138,6 +149,7 @@ void strata_session_free(strata_session *s) {
     free(s->experts); free(s->dense); free(s->shexp);
     free(s->x); free(s->xn); free(s->q); free(s->k); free(s->v); free(s->att);
     free(s->proj); free(s->proj2); free(s->router); free(s->ids); free(s->wts);
+    free(s->mla_q); free(s->mla_in); free(s->mla_out); free(s->mla_v);
     free(s->zeros); free(s->ones); free(s->shgate); free(s->rope_cs); free(s->att_scratch);
     free(s->mm_ws); free(s->moe_ws);
     free(s->pred_xn); free(s->pred_logits); free(s->pred_wts); free(s->pred_ids); free(s->missed);

@@ -112,6 +112,11 @@ struct strata_session {
     float *shgate;             /* [T] shared-expert gate */
     float *rope_cs;            /* [T][n_rot] cos/sin per position of the batch */
     float *att_scratch;        /* [n_threads][n_ctx] */
+    /* latent attention (deepseek2) only, else NULL */
+    float *mla_q;              /* [T][n_head*head_dim_mla] q as trained (nope, then rope part) */
+    float *mla_in, *mla_out;   /* [T][max(qk_nope, n_lora_kv)], [T][max(n_lora_kv, head_dim_v_mla)]:
+                                  one head's rows gathered for its absorption matmul */
+    float *mla_v;              /* [T][n_head*head_dim_v_mla] the heads' values */
     void *mm_ws;               /* st_matmul_wsize */
     void *moe_ws;              /* st_moe_wsize, max over routed / shared / dense */
 };

@@ -78,6 +78,10 @@ strata_status st_session_params_check(const strata_model *model, const strata_se
     if (st == STRATA_OK) st = st_plan_check(p);
     if (st == STRATA_OK && p->n_ctx == 0 && model->hp.n_ctx_train <= 0)
         st = st_error(STRATA_ERR_INVALID_ARG, "session: n_ctx is 0 and the model has no n_ctx_train");
+    if (st == STRATA_OK && p->backend == STRATA_BACKEND_CUDA && model->arch->mla)
+        st = st_error(STRATA_ERR_UNSUPPORTED, "session: architecture '%s' (latent attention) runs "
+                      "on the CPU backend only so far: its CUDA kernels are not built yet; drop "
+                      "--gpu", model->arch->name);
     return st;
 }
 

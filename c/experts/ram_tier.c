@@ -153,6 +153,7 @@ static strata_status st_ram_tier_build(const st_ram_tier_params *p, st_ram_tier 
     for (int il = 0; il < hp->n_layer; il++) {
         const st_layer *L = &m->layers[il];
         const st_tensor *v[3] = {&L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps};
+        if (!L->ffn_gate_exps.data) continue; /* a leading dense layer routes nothing */
         for (int32_t e = 0; e < hp->n_expert; e++) {
             st_expert_loc *l = &t->loc[(size_t)il * (size_t)hp->n_expert + (size_t)e];
             for (int k = 0; k < 3; k++) {

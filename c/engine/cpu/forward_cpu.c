@@ -1,8 +1,9 @@
 /* forward_cpu.c - the CPU forward pass of one batch of tokens through the model: embeddings, per
  * layer attention (norm, q/k/v with biases, q/k norm, RoPE, KV store, causal GQA attention,
  * output projection, residual) and FFN (dense, or MoE routing + grouped experts + shared
- * expert), final norm and logits. Per-architecture behaviour comes from the st_arch traits and
- * the hyperparameters (granite multipliers are 1 elsewhere). */
+ * expert), final norm and logits; deepseek2's latent attention (absorbed form) in place of the
+ * attention block. Per-architecture behaviour comes from the st_arch traits and the
+ * hyperparameters (granite multipliers are 1 elsewhere). */
 #include "session.h"
 #include "forward_cpu.h"
 #include "profile.h"
@@ -96,7 +97,8 @@ static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
     st_attn_shape sh = {hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v,
                         hp->attention_scale != 0.0f && m->arch->granite_scales
                             ? hp->attention_scale
-                            : 1.0f / sqrtf((float)hd)};
+                            : 1.0f / sqrtf((float)hd),
+                        0};
     const st_kv_layer *kv = &s->kv.layers[il];
     st_kv_store(kv, &sh, s->k, s->v, T, pos0);
     st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
@@ -108,6 +110,83 @@ static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
     st_prof_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
+/* Copies n values at offset off of each of T rows of stride floats into dst [T][n] (gather) or
+ * back (scatter): one head's slice of a [T][heads * width] buffer. */
+static void st_head_gather(float *dst, const float *src, int64_t T, int64_t stride, int64_t off, int64_t n) {
+    for (int64_t t = 0; t < T; t++) memcpy(dst + t * n, src + t * stride + off, sizeof(float) * (size_t)n);
+}
+
+static void st_head_scatter(float *dst, const float *src, int64_t T, int64_t stride, int64_t off, int64_t n) {
+    for (int64_t t = 0; t < T; t++) memcpy(dst + t * stride + off, src + t * n, sizeof(float) * (size_t)n);
+}
+
+/* deepseek2's multi-head latent attention in the absorbed form (llama.cpp's MLA graph): the
+ * cache row of a token is [rmsnorm(latent) (R), roped key part (nr)]; each head's query becomes
+ * [wk_b[h] . q_nope (R), roped q part (nr)], attention over the rows is one KV head of width
+ * R + nr whose values are the rows' latents, and wv_b[h] turns a head's latent output into its
+ * values before the output projection. */
+static void st_mla_block(strata_session *s, int il, int64_t T, int64_t pos0) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const st_layer *L = &m->layers[il];
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_kv, nr = hp->n_rot;
+    const int64_t hk = hp->head_dim_mla, nope = hk - nr, hv = hp->head_dim_v_mla, D = R + nr;
+
+    st_norm_rows(s->xn, s->x, &L->attn_norm, T, E, hp->norm_eps);
+    if (L->wq_a.data) { /* q through its low rank, normalized between */
+        st_mm mm[2] = {{&L->wq_a, s->att, hp->n_lora_q}, {&L->wkv_a, s->k, D}};
+        st_matmul_multi(s->tp, mm, 2, s->xn, T, s->mm_ws);
+        st_norm_rows(s->att, s->att, &L->q_a_norm, T, hp->n_lora_q, hp->norm_eps);
+        st_matmul(s->tp, &L->wq_b, s->att, T, s->mla_q, s->mm_ws);
+    } else {
+        st_mm mm[2] = {{&L->wq, s->mla_q, H * hk}, {&L->wkv_a, s->k, D}};
+        st_matmul_multi(s->tp, mm, 2, s->xn, T, s->mm_ws);
+    }
+    st_prof_mark(s, STRATA_PHASE_QKV);
+    for (int64_t t = 0; t < T; t++) {
+        float *row = s->k + t * D;
+        const float *cs = s->rope_cs + t * nr;
+        st_rmsnorm(row, row, (const float *)L->kv_a_norm.data, R, hp->norm_eps);
+        st_rope_apply(&s->rope, cs, row + R, 1, nr);
+        st_rope_apply(&s->rope, cs, s->mla_q + t * H * hk + nope, H, hk);
+    }
+    for (int64_t h = 0; h < H; h++) { /* absorbed queries: [wk_b[h] . q_nope, q_pe] */
+        const st_tensor wk = st_tensor_expert(&L->wk_b, h);
+        st_head_gather(s->mla_in, s->mla_q, T, H * hk, h * hk, nope);
+        st_matmul(s->tp, &wk, s->mla_in, T, s->mla_out, s->mm_ws);
+        st_head_scatter(s->q, s->mla_out, T, H * D, h * D, R);
+        for (int64_t t = 0; t < T; t++)
+            memcpy(s->q + t * H * D + h * D + R, s->mla_q + t * H * hk + h * hk + nope, sizeof(float) * (size_t)nr);
+    }
+    const st_attn_shape sh = {(int32_t)H, 1, (int32_t)D, (int32_t)R, hp->kq_scale, 1};
+    const st_kv_layer *kv = &s->kv.layers[il];
+    st_kv_store(kv, &sh, s->k, NULL, T, pos0);
+    st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
+    st_prof_mark(s, STRATA_PHASE_ATTN);
+
+    for (int64_t h = 0; h < H; h++) { /* each head's latent output to its values */
+        const st_tensor wv = st_tensor_expert(&L->wv_b, h);
+        st_head_gather(s->mla_in, s->att, T, H * R, h * R, R);
+        st_matmul(s->tp, &wv, s->mla_in, T, s->mla_out, s->mm_ws);
+        st_head_scatter(s->mla_v, s->mla_out, T, H * hv, h * hv, hv);
+    }
+    st_matmul(s->tp, &L->wo, s->mla_v, T, s->proj, s->mm_ws);
+    st_residual(m, s->x, s->proj, T * E);
+    st_prof_mark(s, STRATA_PHASE_ATTN_OUT);
+}
+
+/* The top-k routing of T rows of router logits as the model's file describes it (ops.h). */
+static void st_route_rows(const strata_model *m, const st_layer *L, const float *logits, int64_t T,
+                          int32_t *ids, float *wts) {
+    const st_hparams *hp = &m->hp;
+    const st_route_cfg c = {hp->n_expert, hp->n_expert_used, hp->gating, hp->expert_weights_norm,
+                            hp->expert_weights_scale, hp->n_expert_groups, hp->n_group_used,
+                            (const float *)L->exp_probs_b.data};
+    for (int64_t t = 0; t < T; t++)
+        st_route_scored(&c, logits + t * hp->n_expert, ids + t * hp->n_expert_used,
+                        wts + t * hp->n_expert_used);
+}
+
 /* Profile mode: how well layer il+1's experts are predicted at layer il's router, by applying
  * layer il+1's FFN norm and router to the residual stream as it is now (what a prefetcher can do
  * that early). The prediction is scored when layer il+1 routes; it is not timed as a phase. */
@@ -115,14 +194,11 @@ static void st_predict_next(strata_session *s, int il, int64_t T) {
     const st_hparams *hp = &s->model->hp;
     if (il + 1 >= hp->n_layer) { s->pred_layer = -1; return; }
     const st_layer *N = &s->model->layers[il + 1];
-    const int32_t X = hp->n_expert, K = hp->n_expert_used;
     const int64_t E = hp->n_embd;
     const double t0 = st_prof_clock();
     st_norm_rows(s->pred_xn, s->x, &N->ffn_norm, T, E, hp->norm_eps);
     st_matmul(s->tp, &N->ffn_gate_inp, s->pred_xn, T, s->pred_logits, s->mm_ws);
-    for (int64_t t = 0; t < T; t++)
-        st_route_topk(s->pred_logits + t * X, X, K, hp->expert_weights_norm, s->pred_ids + t * K,
-                      s->pred_wts + t * K);
+    st_route_rows(s->model, N, s->pred_logits, T, s->pred_ids, s->pred_wts);
     s->pred_layer = il + 1;
     s->prof_t += st_prof_clock() - t0; /* not charged to any phase */
 }
@@ -142,8 +218,7 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     const st_layer *L = &m->layers[il];
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
-    for (int64_t t = 0; t < T; t++)
-        st_route_topk(s->router + t * X, X, K, hp->expert_weights_norm, s->ids + t * K, s->wts + t * K);
+    st_route_rows(m, L, s->router, T, s->ids, s->wts);
     if (s->profile) st_score_prediction(s, il, T, K);
     if (s->route_fn) /* the routing as the router chose it, and what the previous layer predicted */
         s->route_fn(il, s->n_past, T, K, s->ids, s->wts, s->pred_layer == il ? s->pred_ids : NULL,
@@ -191,7 +266,7 @@ static void st_ffn_block(strata_session *s, int il, int64_t T) {
     const st_layer *L = &m->layers[il];
     const int64_t E = hp->n_embd;
     st_norm_rows(s->xn, s->x, &L->ffn_norm, T, E, hp->norm_eps);
-    if (hp->n_expert == 0) {
+    if (!L->ffn_gate_inp.data) { /* dense models, deepseek2's leading dense layers */
         st_prof_mark(s, STRATA_PHASE_ROUTER);
         st_moe_ffn(s->tp, &s->dense[il], 1, s->xn, T, s->zeros, s->ones, 1, s->proj, s->moe_ws);
         st_prof_mark(s, STRATA_PHASE_EXPERTS);
@@ -236,7 +311,8 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
     for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
     st_prof_mark(s, STRATA_PHASE_EMBED);
     for (int il = 0; il < hp->n_layer; il++) {
-        st_attn_block(s, il, T, pos0);
+        if (m->arch->mla) st_mla_block(s, il, T, pos0);
+        else st_attn_block(s, il, T, pos0);
         st_ffn_block(s, il, T);
     }
     if (logits) {
