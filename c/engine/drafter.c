@@ -265,6 +265,10 @@ strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter *
     if (hp->n_nextn <= 0)
         return st_error(STRATA_ERR_UNSUPPORTED, "the model has no MTP heads (no %s.nextn_predict_layers): "
                         "draft with ngram, a draft model or self", arch);
+    if (target->model->n_mtp == 0)
+        return st_error(STRATA_ERR_UNSUPPORTED, "the model declares %d MTP layer%s (%s.nextn_predict_layers) "
+                        "but its file carries none of their tensors (the converter dropped them): draft "
+                        "with ngram, a draft model or self", (int)hp->n_nextn, hp->n_nextn == 1 ? "" : "s", arch);
     return st_error(STRATA_ERR_UNSUPPORTED, "the model carries %d MTP layer%s (nextn_predict_layers), but "
                     "drafting with them is not built for architecture %s yet", (int)hp->n_nextn,
                     hp->n_nextn == 1 ? "" : "s", arch);

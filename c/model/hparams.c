@@ -285,6 +285,15 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     if (hp->n_layer > 4096)
         return st_error(STRATA_ERR_FORMAT, "key '%s.block_count': %d layers is implausible",
                         c.arch, (int)hp->n_layer);
+    /* MTP layers follow the trunk's and block_count counts them (llama.cpp's n_layer_all) */
+    ST_TRY(st_hp_u32(&c, "nextn_predict_layers", 0, &hp->n_nextn, NULL));
+    if (hp->n_nextn > 0 && !arch->mla)
+        return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.nextn_predict_layers' = %d: MTP layers of "
+                        "architecture '%s' are not supported", c.arch, (int)hp->n_nextn, c.arch);
+    if (hp->n_nextn >= hp->n_layer)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.nextn_predict_layers' (%d) leaves no layer of "
+                        "the %d in '%s.block_count'", c.arch, (int)hp->n_nextn, (int)hp->n_layer, c.arch);
+    hp->n_layer -= hp->n_nextn;
 
     hp->n_head_kv = hp->n_head;
     ST_TRY(st_hp_u32(&c, "attention.head_count_kv", 0, &hp->n_head_kv, NULL));
@@ -339,7 +348,6 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     int32_t ff = 0, ff_exp = 0, ff_shexp = 0;
     int have_ff = 0, have_exp = 0, have_shexp = 0;
     ST_TRY(st_hp_u32(&c, "expert_count", 0, &hp->n_expert, NULL));
-    ST_TRY(st_hp_u32(&c, "nextn_predict_layers", 0, &hp->n_nextn, NULL));
     ST_TRY(st_hp_u32(&c, "expert_used_count", 0, &hp->n_expert_used, NULL));
     ST_TRY(st_hp_u32(&c, "feed_forward_length", 0, &ff, &have_ff));
     ST_TRY(st_hp_u32(&c, "expert_feed_forward_length", 0, &ff_exp, &have_exp));

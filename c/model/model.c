@@ -215,6 +215,37 @@ static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp
     return STRATA_OK;
 }
 
+static strata_status st_bind_mla(st_binder *b, st_layer *L, const st_hparams *hp, int il);
+
+/* The MTP layers after the trunk (llama.cpp's names: blk.N.nextn.*, then a whole layer of the
+ * architecture's own). A file that declares them without their tensors (converters that drop
+ * them) loads as the trunk alone. */
+static strata_status st_bind_mtp(st_binder *b, strata_model *m) {
+    const st_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    char probe[64];
+    snprintf(probe, sizeof probe, "blk.%d.nextn.eh_proj.weight", (int)hp->n_layer);
+    if (hp->n_nextn == 0 || strata_gguf_tensor_find(b->g, probe) < 0) return STRATA_OK;
+    for (int il = hp->n_layer; il < hp->n_layer + hp->n_nextn; il++) {
+        st_layer *L = &m->layers[il];
+        ST_TRY(st_bind_layer(b, &L->attn_norm, il, "attn_norm", "weight", 1, ST_KIND_NORM, E, 1, 1));
+        ST_TRY(st_bind_mla(b, L, hp, il));
+        ST_TRY(st_bind_ffn(b, L, hp, m->arch, il));
+        ST_TRY(st_bind_layer(b, &L->nextn_eh_proj, il, "nextn.eh_proj", "weight", 1, ST_KIND_MATMUL,
+                             2 * E, E, 1));
+        ST_TRY(st_bind_layer(b, &L->nextn_enorm, il, "nextn.enorm", "weight", 1, ST_KIND_NORM, E, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->nextn_hnorm, il, "nextn.hnorm", "weight", 1, ST_KIND_NORM, E, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->nextn_embed, il, "nextn.embed_tokens", "weight", 0, ST_KIND_EMBD,
+                             E, V, 1));
+        ST_TRY(st_bind_layer(b, &L->nextn_head, il, "nextn.shared_head_head", "weight", 0,
+                             ST_KIND_MATMUL, E, V, 1));
+        ST_TRY(st_bind_layer(b, &L->nextn_head_norm, il, "nextn.shared_head_norm", "weight", 0,
+                             ST_KIND_NORM, E, 1, 1));
+    }
+    m->n_mtp = hp->n_nextn;
+    return STRATA_OK;
+}
+
 /* deepseek2's latent attention of layer il (llama.cpp's tensor names and shapes): q through a
  * low-rank pair with a norm between (or one attn_q), the shared latent and key rope part, the
  * per-head absorption matrices and the output projection. */
@@ -272,7 +303,7 @@ static strata_status st_bind_layers(st_binder *b, strata_model *m) {
         }
         ST_TRY(st_bind_ffn(b, L, hp, a, il));
     }
-    return STRATA_OK;
+    return st_bind_mtp(b, m);
 }
 
 /* ==== loading ================================================================================ */
@@ -331,7 +362,7 @@ static strata_status st_load_weights(strata_model *m, const char *arch) {
     st_binder b = {.g = m->gguf, .arch = arch};
     b.n_tensors = strata_gguf_tensor_count(m->gguf);
     b.used = calloc((size_t)(b.n_tensors > 0 ? b.n_tensors : 1), 1);
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    m->layers = calloc((size_t)(hp->n_layer + hp->n_nextn), sizeof *m->layers);
     if (!b.used || !m->layers) {
         free(b.used);
         return st_error(STRATA_ERR_NOMEM, "out of memory for %d layers", (int)hp->n_layer);

@@ -101,8 +101,8 @@ typedef struct {
     int32_t head_dim_mla;    /* per-head q/k width as trained: qk_nope + n_rot */
     int32_t head_dim_v_mla;  /* per-head value width as trained */
     float kq_scale;          /* MLA: the attention score scale (YaRN mscale^2 / sqrt(head_dim_mla)) */
-    int32_t n_nextn;         /* nextn_predict_layers: MTP heads the file carries (0: none); no
-                                architecture that loads now has them (the MTP drafter's check) */
+    int32_t n_nextn;         /* nextn_predict_layers: MTP layers the file declares after the
+                                n_layer trunk layers (block_count = n_layer + n_nextn) */
     /* granite multipliers (1 where the architecture has none; attention_scale 0 = 1/sqrt(hd)) */
     float embedding_scale;
     float residual_scale;
@@ -168,6 +168,14 @@ typedef struct {
     st_tensor wk_b;            /* (qk_nope, n_lora_kv, n_head): absorbs q_nope into latent space */
     st_tensor wv_b;            /* (n_lora_kv, head_dim_v_mla, n_head): latent output to values */
     st_tensor exp_probs_b;     /* (n_expert): expert selection bias (not in the weights) */
+    /* an MTP layer's own parts (layers n_layer.. n_layer + n_mtp - 1 only): the next token's
+     * normalized embedding and the normalized trunk output, joined, projected, then the layer */
+    st_tensor nextn_eh_proj;   /* (2*n_embd, n_embd) */
+    st_tensor nextn_enorm;     /* (n_embd) */
+    st_tensor nextn_hnorm;     /* (n_embd) */
+    st_tensor nextn_embed;     /* (n_embd, n_vocab), optional: else token_embd */
+    st_tensor nextn_head;      /* (n_embd, n_vocab), optional: else output */
+    st_tensor nextn_head_norm; /* (n_embd), optional: else output_norm */
     /* shared expert (qwen2moe, deepseek2; granitemoe optionally) */
     st_tensor ffn_gate_inp_shexp; /* (n_embd) : sigmoid gate, qwen2moe only */
     st_tensor ffn_gate_shexp;  /* (n_embd, n_ff_shexp) */
@@ -182,7 +190,9 @@ struct strata_model {
     st_tensor tok_embd;        /* (n_embd, n_vocab) */
     st_tensor output_norm;     /* (n_embd) */
     st_tensor output;          /* (n_embd, n_vocab); == tok_embd when the embeddings are tied */
-    st_layer *layers;          /* [n_layer] */
+    st_layer *layers;          /* [n_layer + n_mtp]: the trunk, then the MTP layers */
+    int32_t n_mtp;             /* MTP layers bound: hp.n_nextn, or 0 when the file declares them
+                                  but carries none of their tensors (a trunk-only conversion) */
     st_vocab *vocab;           /* owned */
     int vocab_only;
     int n_threads;             /* resolved (> 0) */
