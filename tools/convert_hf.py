@@ -14,11 +14,19 @@ Supported (config.json "architectures"[0] -> general.architecture):
     Qwen2MoeForCausalLM / Qwen3MoeForCausalLM                      -> qwen2moe / qwen3moe
     GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM             -> granitemoe
     Qwen2ForCausalLM / Qwen3ForCausalLM                            -> qwen2 / qwen3
+    DeepseekV2ForCausalLM, DeepseekV3ForCausalLM                   -> deepseek2
 
 What llama.cpp does, and therefore this tool does:
   * llama and granitemoe: q_proj/k_proj rows are permuted from HF's rotate-half order to the
     interleaved pairs llama.cpp's normal RoPE rotates (per head: rows [0..d/2) and [d/2..d) are
-    interleaved). The qwen*/olmoe families keep HF's order (NEOX RoPE).
+    interleaved). The qwen*/olmoe families keep HF's order (NEOX RoPE); so does deepseek2, whose
+    rope part is already in the interleaved pairs of llama.cpp's normal RoPE.
+  * deepseek2 (MLA): kv_b_proj is split per head into attn_k_b (transposed, ne (qk_nope,
+    kv_lora, n_head)) and attn_v_b (ne (kv_lora, v_head, n_head)); the router's
+    e_score_correction_bias becomes blk.N.exp_probs_b.bias; multi-token-prediction layers
+    (index >= num_hidden_layers) are dropped. Configs llama.cpp's deepseek2 would run differently
+    from transformers (unknown topk_method, groups that do not divide the experts, V3 without
+    rope_interleave, YaRN mscale != mscale_all_dim) are refused.
   * Experts are stacked into blk.N.ffn_{gate,up,down}_exps of shape (n_expert, rows, cols); the
     transformers-5 fused layout (experts.gate_up_proj, experts.down_proj) is split the same way.
     Granite's merged input_linear (E, 2*ff, d) is split into gate (first ff rows) and up.
@@ -29,8 +37,11 @@ What llama.cpp does, and therefore this tool does:
     (llama: vocab_size, rope.dimension_count; qwen*moe: expert_feed_forward_length,
     expert_shared_feed_forward_length; olmoe: layer_norm_rms_epsilon forced to 1e-5; granite:
     multipliers as attention.scale, embedding_scale, residual_scale, logit_scale, no
-    key_length/value_length). llama.cpp writes no expert_weights_norm for these architectures
-    (the runtime's per-architecture default applies), so neither does this tool.
+    key_length/value_length; deepseek2: head_count_kv 1, MLA ranks and head sizes, dense lead
+    count, shared expert count, expert_weights_scale/norm, gating function (sigmoid for V3),
+    expert groups for group-limited routing, rope.scaling.yarn_log_multiplier = 0.1 *
+    mscale_all_dim). llama.cpp writes no expert_weights_norm for the other architectures (the
+    runtime's per-architecture default applies), so neither does this tool.
   * Tokenizer: byte-level BPE ("gpt2") from tokenizer.json through transformers' AutoTokenizer,
     token types, merges, special ids, add_bos/add_eos, chat template (gguf.SpecialVocab), and
     tokenizer.ggml.pre from the hash of llama.cpp's check text (a small table below). Without
@@ -85,6 +96,8 @@ ARCHES = {
     "GraniteMoeSharedForCausalLM": (gguf.MODEL_ARCH.GRANITE_MOE, True),
     "Qwen2ForCausalLM": (gguf.MODEL_ARCH.QWEN2, False),
     "Qwen3ForCausalLM": (gguf.MODEL_ARCH.QWEN3, False),
+    "DeepseekV2ForCausalLM": (gguf.MODEL_ARCH.DEEPSEEK2, False),
+    "DeepseekV3ForCausalLM": (gguf.MODEL_ARCH.DEEPSEEK2, False),
 }
 
 OUTTYPES = {
@@ -193,7 +206,8 @@ class TensorConverter:
         self.n_layer = hp["num_hidden_layers"]
         self.n_head = hp["num_attention_heads"]
         self.n_head_kv = hp.get("num_key_value_heads") or self.n_head
-        self.n_expert = hp.get("num_local_experts") or hp.get("num_experts") or 0
+        self.n_expert = (hp.get("num_local_experts") or hp.get("num_experts")
+                         or hp.get("n_routed_experts") or 0)
         self.tmap = gguf.get_tensor_name_map(arch, self.n_layer)
         self.pending: dict[tuple[int, str], dict[int, np.ndarray]] = {}
 
@@ -218,6 +232,17 @@ class TensorConverter:
 
         m = re.search(r"\.layers\.(\d+)\.", name)
         bid = int(m.group(1)) if m else None
+
+        if self.arch == gguf.MODEL_ARCH.DEEPSEEK2:
+            if bid is not None and bid >= self.n_layer:
+                return  # multi-token-prediction layers: llama.cpp's converter skips them too
+            if name.endswith("self_attn.kv_b_proj.weight"):
+                yield from self.split_kv_b(name, data, bid)
+                return
+            if name.endswith("mlp.gate.e_score_correction_bias"):
+                probs_b = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_EXP_PROBS_B].format(bid=bid)
+                yield probs_b + ".bias", data
+                return
 
         # granite: JetMoe-style merged experts and shared MLP
         if name.endswith("block_sparse_moe.input_linear.weight"):
@@ -272,6 +297,17 @@ class TensorConverter:
 
         yield self.name(name), data
 
+    def split_kv_b(self, name: str, data: np.ndarray, bid: int):
+        """MLA's kv_b_proj (n_head * (qk_nope + v_head), kv_lora) -> attn_k_b, per head transposed
+        to (kv_lora, qk_nope) rows x cols, and attn_v_b, per head (v_head, kv_lora)."""
+        nope, vd = self.hp["qk_nope_head_dim"], self.hp["v_head_dim"]
+        if data.ndim != 2 or data.shape[0] != self.n_head * (nope + vd):
+            raise ConvertError(f"tensor {name!r}: shape {data.shape}, expected "
+                               f"({self.n_head * (nope + vd)}, kv_lora_rank)")
+        kv_b = data.reshape(self.n_head, nope + vd, data.shape[1])
+        yield self.fmt(gguf.MODEL_TENSOR.ATTN_K_B, bid), kv_b[:, :nope, :].transpose(0, 2, 1)
+        yield self.fmt(gguf.MODEL_TENSOR.ATTN_V_B, bid), kv_b[:, nope:, :]
+
     def finish(self):
         if self.pending:
             left = ", ".join(f"layer {b} {w}: {len(s)}/{self.n_expert}"
@@ -323,10 +359,14 @@ def rope_params(hp: dict) -> dict:
 
 
 def write_hparams(w: gguf.GGUFWriter, hf_arch: str, arch: gguf.MODEL_ARCH, hp: dict,
-                  ftype: gguf.LlamaFileType):
+                  ftype: gguf.LlamaFileType, routing: dict | None = None):
+    """routing: deepseek2_routing's answer, for deepseek2."""
     is_llama = arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.GRANITE_MOE)
     is_granite = arch == gguf.MODEL_ARCH.GRANITE_MOE
     hp = dict(hp)
+    full_hp = hp
+    if arch == gguf.MODEL_ARCH.DEEPSEEK2:
+        hp = deepseek2_base_hp(hp)
     if is_granite and hp.get("head_dim"):
         log.warning("ignoring head_dim (%s) from config for Granite, as llama.cpp does", hp["head_dim"])
         hp.pop("head_dim")
@@ -410,6 +450,105 @@ def write_hparams(w: gguf.GGUFWriter, hf_arch: str, arch: gguf.MODEL_ARCH, hp: d
             log.warning("OLMoE rms_norm_eps %s: llama.cpp's converter writes 1e-5 regardless",
                         hp.get("rms_norm_eps"))
         w.add_layer_norm_rms_eps(1e-5)
+    if arch == gguf.MODEL_ARCH.DEEPSEEK2:  # DeepseekV2Model
+        write_hparams_deepseek2(w, full_hp, routing)
+
+
+# ---- deepseek2 -----------------------------------------------------------------------------------
+
+_DS2_REQUIRED = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                 "n_routed_experts", "n_shared_experts", "moe_intermediate_size",
+                 "num_experts_per_tok", "first_k_dense_replace", "routed_scaling_factor")
+
+
+def deepseek2_routing(hf_arch: str, hp: dict) -> dict:
+    """Checks a DeepSeek-V2/V3 config against what llama.cpp's deepseek2 runs as transformers does;
+    returns {"sigmoid": bool, "groups": (n_group, topk_group) or None}. Raises ConvertError."""
+    v3 = hf_arch == "DeepseekV3ForCausalLM"
+    missing = [k for k in _DS2_REQUIRED if hp.get(k) is None]
+    if missing:
+        raise ConvertError(f"{hf_arch} config lacks {', '.join(missing)}")
+    known = ("noaux_tc",) if v3 else ("greedy", "group_limited_greedy")
+    method = hp.get("topk_method") or known[0]
+    if method not in known:
+        raise ConvertError(f"config topk_method {method!r}: {hf_arch} routes with "
+                           f"{' or '.join(known)} only")
+    score = hp.get("scoring_func")
+    if score not in (None, "softmax", "sigmoid"):
+        raise ConvertError(f"config scoring_func {score!r}: softmax or sigmoid only")
+    if v3 and score == "softmax":
+        raise ConvertError("config scoring_func 'softmax': DeepseekV3 routes with sigmoid scores")
+    n_exp, top_k = hp["n_routed_experts"], hp["num_experts_per_tok"]
+    if not 0 < top_k <= n_exp:
+        raise ConvertError(f"config num_experts_per_tok {top_k} with {n_exp} routed experts")
+    n_group, topk_group = hp.get("n_group") or 1, hp.get("topk_group")
+    groups = None
+    if n_group > 1 and method != "greedy":
+        if n_exp % n_group:
+            raise ConvertError(f"config n_routed_experts {n_exp} not divisible by "
+                               f"n_group {n_group}")
+        per = n_exp // n_group
+        if topk_group is None or not 0 < topk_group <= n_group:
+            raise ConvertError(f"config topk_group {topk_group!r} with n_group {n_group}")
+        if method == "noaux_tc" and per < 2:
+            raise ConvertError(f"config n_group {n_group}: noaux_tc ranks groups by their top two "
+                               f"experts, {n_exp} experts leave {per} per group")
+        if top_k > topk_group * per:
+            raise ConvertError(f"config num_experts_per_tok {top_k} > the {topk_group * per} "
+                               "experts of the selected groups")
+        if method == "group_limited_greedy":
+            log.warning("topk_method group_limited_greedy ranks groups by their best expert; "
+                        "llama.cpp's deepseek2 ranks them by the sum of their best two")
+        groups = (n_group, topk_group)
+    if v3 and hp.get("rope_interleave") is False:
+        raise ConvertError("config rope_interleave false: the rope dimensions are not in the "
+                           "interleaved pairs llama.cpp's deepseek2 rotates")
+    rp = rope_params(hp)
+    if rp.get("rope_type") == "yarn":
+        ms, msa = rp.get("mscale"), rp.get("mscale_all_dim")
+        if rp.get("attention_factor") is not None or (msa and ms != msa):
+            raise ConvertError(f"config YaRN mscale {ms!r}, mscale_all_dim {msa!r}, "
+                               f"attention_factor {rp.get('attention_factor')!r}: llama.cpp's "
+                               "deepseek2 assumes mscale == mscale_all_dim and derives the "
+                               "attention factor itself")
+    return {"sigmoid": v3 or score == "sigmoid", "groups": groups}
+
+
+def deepseek2_base_hp(hp: dict) -> dict:
+    """The config as DeepseekV2Model hands it to TextModel.set_gguf_parameters: MLA written as MQA
+    (one KV head); head_dim and the score function are written by write_hparams_deepseek2."""
+    hp = {k: v for k, v in hp.items() if k not in ("head_dim", "scoring_func")}
+    hp["num_key_value_heads"] = 1
+    return hp
+
+
+def write_hparams_deepseek2(w: gguf.GGUFWriter, hp: dict, routing: dict):
+    """llama.cpp's DeepseekV2Model.set_gguf_parameters additions (plus the gating function for V3
+    and the expert groups of group-limited routing)."""
+    kv_lora, rope = hp["kv_lora_rank"], hp["qk_rope_head_dim"]
+    w.add_leading_dense_block_count(hp["first_k_dense_replace"])
+    w.add_vocab_size(hp["vocab_size"])
+    if hp.get("q_lora_rank") is not None:
+        w.add_q_lora_rank(hp["q_lora_rank"])
+    w.add_kv_lora_rank(kv_lora)
+    w.add_key_length(kv_lora + rope)
+    w.add_value_length(kv_lora)
+    w.add_key_length_mla(hp["qk_nope_head_dim"] + rope)
+    w.add_value_length_mla(hp["v_head_dim"])
+    w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
+    w.add_expert_count(hp["n_routed_experts"])
+    w.add_expert_shared_count(hp["n_shared_experts"])
+    w.add_expert_weights_scale(hp["routed_scaling_factor"])
+    w.add_expert_weights_norm(bool(hp.get("norm_topk_prob") or False))
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID if routing["sigmoid"]
+                             else gguf.ExpertGatingFuncType.SOFTMAX)
+    if routing["groups"] is not None:
+        w.add_expert_group_count(routing["groups"][0])
+        w.add_expert_group_used_count(routing["groups"][1])
+    w.add_rope_dimension_count(rope)
+    if (v := rope_params(hp).get("mscale_all_dim")) is not None:
+        # llama.cpp's deepseek2 loader divides this key by 0.1 again
+        w.add_rope_scaling_yarn_log_mul(0.1 * v)
 
 
 # =================================================================================================
@@ -716,6 +855,7 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
         raise ConvertError(f"config.json architectures {hp.get('architectures')!r}: not supported "
                            f"({', '.join(ARCHES)})")
     arch, permute = ARCHES[hf_arch]
+    routing = deepseek2_routing(hf_arch, hp) if arch == gguf.MODEL_ARCH.DEEPSEEK2 else None
     tc = TensorConverter(arch, hp, permute)
     w = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[arch])
 
@@ -736,7 +876,7 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
     if meta.size_label is None and total > 0:
         meta.size_label = gguf.size_label(total, shared, expert, n_exp)
     meta.set_gguf_meta_model(w)
-    write_hparams(w, hf_arch, arch, hp, ftype)
+    write_hparams(w, hf_arch, arch, hp, ftype, routing)
     write_vocab(w, model_dir, hp, pre)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
