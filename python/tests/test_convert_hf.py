@@ -3,7 +3,10 @@ engine): every tensor of every architecture read back with gguf.GGUFReader and c
 mapping of the HF state dict written out independently here (names, stacking of experts, granite
 splits, the q/k permutation), the permutation checked numerically against both RoPE styles, the
 metadata keys llama.cpp writes, the per-tensor type rules for f16/bf16/q8_0 (Q8_0 bytes equal to
-gguf.quants.quantize), the byte-level BPE tokenizer metadata, and the command line."""
+gguf.quants.quantize), the byte-level BPE tokenizer metadata, and the command line. deepseek2
+(DeepSeek-V2/V3): the MLA kv_b_proj split rebuilt into the HF weight, HF's rope on the unpermuted
+weights against normal RoPE, the routing keys, multi-token-prediction layers dropped, and the
+configs the converter must refuse."""
 from __future__ import annotations
 
 import json
@@ -63,6 +66,16 @@ LAYER_MAP = {
     "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
     "block_sparse_moe.output_linear.weight": "ffn_down_exps.weight",
     "shared_mlp.output_linear.weight": "ffn_down_shexp.weight",
+    # deepseek2 (MLA; kv_b_proj is split in expected_tensors)
+    "self_attn.q_a_proj.weight": "attn_q_a.weight",
+    "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+    "self_attn.q_b_proj.weight": "attn_q_b.weight",
+    "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+    "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+    "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+    "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
 }
 EXPERT_W = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
             "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
@@ -104,6 +117,8 @@ def expected_tensors(name: str, model) -> dict[str, np.ndarray]:
                 ff = cfg.shared_intermediate_size
                 out[b + "ffn_gate_shexp.weight"] = v[:ff]
                 out[b + "ffn_up_shexp.weight"] = v[ff:]
+            elif rest == "self_attn.kv_b_proj.weight":
+                out[b + "attn_k_b.weight"], out[b + "attn_v_b.weight"] = split_kv_b(v, cfg)
             else:
                 if name in PERMUTED and rest.startswith("self_attn.q_proj"):
                     v = interleave_rows(v, cfg.num_attention_heads)
@@ -113,6 +128,21 @@ def expected_tensors(name: str, model) -> dict[str, np.ndarray]:
     for (bid, w), d in experts.items():
         out[f"blk.{bid}.{EXPERT_W[w]}.weight"] = np.stack([d[e] for e in sorted(d)])
     return out
+
+
+def split_kv_b(w: np.ndarray, cfg):
+    """kv_b_proj rows, head by head: qk_nope K rows then v_head V rows. k_b[h] = K rows of head h
+    transposed (kv_lora, qk_nope); v_b[h] = V rows of head h (v_head, kv_lora)."""
+    nope, vd, H = cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.num_attention_heads
+    k_b = np.empty((H, w.shape[1], nope), np.float32)
+    v_b = np.empty((H, vd, w.shape[1]), np.float32)
+    for h in range(H):
+        base = h * (nope + vd)
+        for i in range(nope):
+            k_b[h, :, i] = w[base + i]
+        for i in range(vd):
+            v_b[h, i, :] = w[base + nope + i]
+    return k_b, v_b
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +237,7 @@ def expected_kv(name: str, cfg) -> dict:
     arch = {"olmoe": "olmoe", "qwen2moe": "qwen2moe", "qwen3moe": "qwen3moe", "mixtral": "llama",
             "granitemoe": "granitemoe", "granitemoe_shared": "granitemoe", "llama": "llama",
             "llama_linear_rope": "llama", "qwen2": "qwen2", "qwen2_yarn": "qwen2",
-            "qwen3": "qwen3"}[name]
+            "qwen3": "qwen3", "deepseek2_lite": "deepseek2", "deepseek2_v3": "deepseek2"}[name]
     a = arch + "."
     rp = cfg.rope_parameters
     e = {
@@ -251,6 +281,41 @@ def expected_kv(name: str, cfg) -> dict:
         e[a + "rope.scaling.type"] = "yarn"
         e[a + "rope.scaling.factor"] = rp["factor"]
         e[a + "rope.scaling.original_context_length"] = rp["original_max_position_embeddings"]
+    if arch == "deepseek2":
+        e.update(expected_kv_deepseek2(name, cfg))
+    return e
+
+
+# (gating func, (expert groups, groups used) or None) of the deepseek2 zoo entries
+DS2_ROUTING = {"deepseek2_lite": (1, None), "deepseek2_v3": (2, (4, 2))}
+
+
+def expected_kv_deepseek2(name: str, cfg) -> dict:
+    a = "deepseek2."
+    kvl, rope = cfg.kv_lora_rank, cfg.qk_rope_head_dim
+    e = {
+        a + "attention.head_count_kv": 1,
+        a + "attention.key_length": kvl + rope,
+        a + "attention.value_length": kvl,
+        a + "attention.key_length_mla": cfg.qk_nope_head_dim + rope,
+        a + "attention.value_length_mla": cfg.v_head_dim,
+        a + "attention.kv_lora_rank": kvl,
+        a + "leading_dense_block_count": cfg.first_k_dense_replace,
+        a + "vocab_size": cfg.vocab_size,
+        a + "expert_feed_forward_length": cfg.moe_intermediate_size,
+        a + "expert_count": cfg.n_routed_experts,
+        a + "expert_shared_count": cfg.n_shared_experts,
+        a + "expert_weights_scale": cfg.routed_scaling_factor,
+        a + "expert_weights_norm": bool(cfg.norm_topk_prob),
+        a + "expert_gating_func": DS2_ROUTING[name][0],
+        a + "rope.dimension_count": rope,
+    }
+    if cfg.q_lora_rank is not None:
+        e[a + "attention.q_lora_rank"] = cfg.q_lora_rank
+    if DS2_ROUTING[name][1]:
+        e[a + "expert_group_count"], e[a + "expert_group_used_count"] = DS2_ROUTING[name][1]
+    if "mscale_all_dim" in cfg.rope_parameters:
+        e[a + "rope.scaling.yarn_log_multiplier"] = 0.1 * cfg.rope_parameters["mscale_all_dim"]
     return e
 
 
@@ -267,7 +332,8 @@ def test_metadata(converted, name):
             assert got[k] == v, k
     arch = exp["general.architecture"]
     # keys llama.cpp's converter does not write for these architectures
-    assert arch + ".expert_weights_norm" not in got
+    if arch != "deepseek2":
+        assert arch + ".expert_weights_norm" not in got
     extra = {k for k in got if k.startswith(arch + ".")} - set(exp)
     assert not extra, f"unexpected keys {sorted(extra)}"
     assert isinstance(got.get("general.name"), str) and got["general.name"]
@@ -333,6 +399,241 @@ def test_fused_experts_layout(tmp_path):
     assert set(ra) == set(rb)
     for n in ra:
         np.testing.assert_array_equal(ra[n], rb[n], err_msg=n)
+
+
+# =================================================================================================
+# deepseek2
+# =================================================================================================
+
+DS2 = ["deepseek2_lite", "deepseek2_v3"]
+
+
+@pytest.mark.parametrize("name", DS2)
+def test_deepseek2_tensors(converted, name):
+    """The MLA split rebuilt by the inverse operation gives kv_b_proj back exactly; GGUF shapes
+    (ne order) are llama.cpp's; routers, selection bias, experts (stacked), shared experts and the
+    dense leading layer carry the HF values."""
+    model, path = converted[name]
+    cfg = model.config
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    H, kvl, nope, vd = (cfg.num_attention_heads, cfg.kv_lora_rank, cfg.qk_nope_head_dim,
+                        cfg.v_head_dim)
+    ts = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    a = {n: np.asarray(t.data) for n, t in ts.items()}
+    for il in range(cfg.num_hidden_layers):
+        b, h = f"blk.{il}.", f"model.layers.{il}."
+        assert [int(x) for x in ts[b + "attn_k_b.weight"].shape] == [nope, kvl, H]
+        assert [int(x) for x in ts[b + "attn_v_b.weight"].shape] == [kvl, vd, H]
+        k_b, v_b = a[b + "attn_k_b.weight"], a[b + "attn_v_b.weight"]
+        kv_b = np.concatenate([k_b.transpose(0, 2, 1), v_b], axis=1).reshape(H * (nope + vd), kvl)
+        np.testing.assert_array_equal(kv_b, sd[h + "self_attn.kv_b_proj.weight"])
+        assert "attn_kv_b.weight" not in {n[len(b):] for n in ts if n.startswith(b)}
+        q = ["attn_q.weight"] if cfg.q_lora_rank is None else ["attn_q_a.weight", "attn_q_b.weight",
+                                                                "attn_q_a_norm.weight"]
+        for n in q + ["attn_kv_a_mqa.weight", "attn_kv_a_norm.weight", "attn_output.weight"]:
+            assert b + n in ts, b + n
+        assert (b + "attn_q.weight" in ts) == (cfg.q_lora_rank is None)
+        if il < cfg.first_k_dense_replace:
+            np.testing.assert_array_equal(a[b + "ffn_gate.weight"], sd[h + "mlp.gate_proj.weight"])
+            assert b + "ffn_gate_inp.weight" not in ts and b + "ffn_up_exps.weight" not in ts
+            continue
+        assert b + "ffn_gate.weight" not in ts
+        E, ff = cfg.n_routed_experts, cfg.moe_intermediate_size
+        assert [int(x) for x in ts[b + "ffn_gate_exps.weight"].shape] == [cfg.hidden_size, ff, E]
+        assert [int(x) for x in ts[b + "ffn_down_exps.weight"].shape] == [ff, cfg.hidden_size, E]
+        gu = sd[h + "mlp.experts.gate_up_proj"]
+        for e in range(E):
+            np.testing.assert_array_equal(a[b + "ffn_gate_exps.weight"][e], gu[e, :ff])
+            np.testing.assert_array_equal(a[b + "ffn_up_exps.weight"][e], gu[e, ff:])
+            np.testing.assert_array_equal(a[b + "ffn_down_exps.weight"][e],
+                                          sd[h + "mlp.experts.down_proj"][e])
+        np.testing.assert_array_equal(a[b + "ffn_gate_inp.weight"], sd[h + "mlp.gate.weight"])
+        sh = cfg.moe_intermediate_size * cfg.n_shared_experts
+        assert [int(x) for x in ts[b + "ffn_up_shexp.weight"].shape] == [cfg.hidden_size, sh]
+        np.testing.assert_array_equal(a[b + "ffn_down_shexp.weight"],
+                                      sd[h + "mlp.shared_experts.down_proj.weight"])
+        bias = h + "mlp.gate.e_score_correction_bias"
+        assert (b + "exp_probs_b.bias" in ts) == (bias in sd)
+        if bias in sd:
+            assert ts[b + "exp_probs_b.bias"].tensor_type == Q.F32
+            assert np.abs(sd[bias]).min() > 0  # the zoo's random bias survived save/convert
+            np.testing.assert_array_equal(a[b + "exp_probs_b.bias"], sd[bias])
+
+
+@pytest.mark.parametrize("name", DS2)
+def test_deepseek2_rope_unpermuted(converted, name):
+    """q_pe.k_pe under transformers' own DeepSeek rotation (V2: complex pairs; V3: interleaved
+    cos/sin) of the HF weights equals it under normal RoPE (adjacent pairs, the same inv_freq and
+    attention factor) of the converted weights, every head and several positions."""
+    model, path = converted[name]
+    cfg = model.config
+    a = {t.name: np.asarray(t.data).astype(np.float64) for t in gguf.GGUFReader(path).tensors}
+    sd = {k: v.detach().double().numpy() for k, v in model.state_dict().items()}
+    nope, rope, kvl = cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.kv_lora_rank
+    qn = "q_proj" if cfg.q_lora_rank is None else "q_b_proj"
+    wq_hf = sd[f"model.layers.0.self_attn.{qn}.weight"]
+    wk_hf = sd["model.layers.0.self_attn.kv_a_proj_with_mqa.weight"][kvl:]
+    wq = a["blk.0." + ("attn_q.weight" if cfg.q_lora_rank is None else "attn_q_b.weight")]
+    wk = a["blk.0.attn_kv_a_mqa.weight"][kvl:]
+    remb = model.model.rotary_emb
+    inv, scale = remb.inv_freq.double().numpy(), float(remb.attention_scaling)
+    mod = sys.modules[type(model).__module__]
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal(wq_hf.shape[1]), rng.standard_normal(wk_hf.shape[1])
+
+    def hf_rope(q, k, pq, pk):
+        t = (lambda v: torch.tensor(v, dtype=torch.float32).view(1, 1, 1, -1))
+        if hasattr(mod, "apply_rotary_emb"):  # V2
+            fq = remb(t(q), torch.tensor([[pq]]))
+            fk = remb(t(k), torch.tensor([[pk]]))
+            return mod.apply_rotary_emb(t(q), t(q), fq)[0], mod.apply_rotary_emb(t(k), t(k), fk)[0]
+        cq, sq = remb(t(q), torch.tensor([[pq]]))
+        ck, sk = remb(t(k), torch.tensor([[pk]]))
+        return (mod.apply_rotary_pos_emb_interleave(t(q), t(q), cq, sq)[0],
+                mod.apply_rotary_pos_emb_interleave(t(k), t(k), ck, sk)[0])
+
+    def norm_rope(v, pos):
+        c, s = np.cos(pos * inv) * scale, np.sin(pos * inv) * scale
+        out = np.empty_like(v)
+        out[0::2] = v[0::2] * c - v[1::2] * s
+        out[1::2] = v[0::2] * s + v[1::2] * c
+        return out
+
+    for h in range(cfg.num_attention_heads):
+        rows = slice(h * (nope + rope) + nope, (h + 1) * (nope + rope))
+        for pq, pk in ((0, 0), (5, 2), (300, 117)):
+            qh, kh = hf_rope(wq_hf[rows] @ x, wk_hf @ y, pq, pk)
+            ref = float((qh.double() * kh.double()).sum())
+            got = norm_rope(wq[rows] @ x, pq) @ norm_rope(wk @ y, pk)
+            assert abs(ref - got) < 1e-5 * (1 + abs(ref)), (h, pq, pk, ref, got)
+
+
+@pytest.mark.parametrize("name", DS2)
+def test_deepseek2_absorbed_attention(converted, name):
+    """Layer 0's attention computed from the GGUF alone the way llama.cpp's deepseek2 runs MLA
+    (q_nope absorbed through attn_k_b into the latent, scores over the cached latent + rope key,
+    values decompressed through attn_v_b; kq scale from key_length_mla and the YaRN keys) equals
+    transformers' attention output on the same input."""
+    model, path = converted[name]
+    r = gguf.GGUFReader(path)
+    g, a = kv(r), {t.name: np.asarray(t.data).astype(np.float64) for t in r.tensors}
+    k = lambda key: g["deepseek2." + key]  # noqa: E731
+    H, kvl, rope = k("attention.head_count"), k("attention.kv_lora_rank"), k("rope.dimension_count")
+    nope = k("attention.key_length_mla") - rope
+    eps = k("attention.layer_norm_rms_epsilon")
+    seen = {}
+    hook = model.model.layers[0].self_attn.register_forward_hook(
+        lambda mod, args, kw, out: seen.update(x=kw["hidden_states"], y=out[0]), with_kwargs=True)
+    try:
+        L.hf_logits(model, [3, 141, 59, 26, 5, 35, 89, 79, 32, 38])
+    finally:
+        hook.remove()
+    x, ref = seen["x"][0].double().numpy(), seen["y"][0].double().numpy()
+    T = x.shape[0]
+
+    def rms(v, w):
+        return v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * w
+
+    if "blk.0.attn_q.weight" in a:
+        q = x @ a["blk.0.attn_q.weight"].T
+    else:
+        q = rms(x @ a["blk.0.attn_q_a.weight"].T, a["blk.0.attn_q_a_norm.weight"]) \
+            @ a["blk.0.attn_q_b.weight"].T
+    q = q.reshape(T, H, nope + rope)
+    kv_a = x @ a["blk.0.attn_kv_a_mqa.weight"].T
+    c, k_pe = rms(kv_a[:, :kvl], a["blk.0.attn_kv_a_norm.weight"]), kv_a[:, kvl:]
+    remb = model.model.rotary_emb
+    inv, att = remb.inv_freq.double().numpy(), float(remb.attention_scaling)
+
+    def rot(v, pos):  # normal RoPE on the last axis, adjacent pairs
+        ang = pos * inv
+        cs, sn = np.cos(ang) * att, np.sin(ang) * att
+        out = np.empty_like(v)
+        out[..., 0::2] = v[..., 0::2] * cs - v[..., 1::2] * sn
+        out[..., 1::2] = v[..., 0::2] * sn + v[..., 1::2] * cs
+        return out
+
+    scale = 1 / np.sqrt(nope + rope)
+    if "deepseek2.rope.scaling.yarn_log_multiplier" in g:
+        m = 1 + k("rope.scaling.yarn_log_multiplier") * np.log(k("rope.scaling.factor"))
+        scale *= m * m
+    k_b, v_b = a["blk.0.attn_k_b.weight"], a["blk.0.attn_v_b.weight"]  # (H,kvl,nope), (H,vd,kvl)
+    out = np.zeros((T, H * v_b.shape[1]))
+    for t in range(T):
+        kp = np.stack([rot(k_pe[s], s) for s in range(t + 1)])
+        for h in range(H):
+            q_lat = k_b[h] @ q[t, h, :nope]
+            sc = (c[:t + 1] @ q_lat + kp @ rot(q[t, h, nope:], t)) * scale
+            p = np.exp(sc - sc.max())
+            out[t, h * v_b.shape[1]:(h + 1) * v_b.shape[1]] = v_b[h] @ (p / p.sum() @ c[:t + 1])
+    got = out @ a["blk.0.attn_output.weight"].T
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+
+
+def test_deepseek2_types_q8_0(converted, tmp_path):
+    """Q8_0: exp_probs_b, norms and the router F32; attn_k_b (rows of qk_nope = 16) falls back to
+    F16; attn_v_b (rows of kv_lora = 32) and the experts quantize."""
+    _, f32 = converted["deepseek2_v3"]
+    p = L.convert_hf().convert(f32.parent / "hf", tmp_path / "q8.gguf", "q8_0")
+    ty = {t.name: t.tensor_type for t in gguf.GGUFReader(p).tensors}
+    assert ty["blk.1.exp_probs_b.bias"] == Q.F32
+    assert ty["blk.1.attn_kv_a_norm.weight"] == Q.F32 and ty["blk.1.ffn_gate_inp.weight"] == Q.F32
+    assert ty["blk.1.attn_k_b.weight"] == Q.F16
+    assert ty["blk.1.attn_v_b.weight"] == Q.Q8_0 and ty["blk.1.ffn_up_exps.weight"] == Q.Q8_0
+
+
+def _ds2_dir(converted, tmp_path, name, **edit):
+    """A copy of the converted zoo model's HF directory with config.json keys replaced."""
+    import shutil
+    _, f32 = converted[name]
+    d = tmp_path / "hf"
+    shutil.copytree(f32.parent / "hf", d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(edit)
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+def test_deepseek2_mtp_layers_dropped(converted, tmp_path):
+    """Layers at or past num_hidden_layers (DeepSeek-V3's multi-token-prediction block) are not
+    converted."""
+    d = _ds2_dir(converted, tmp_path, "deepseek2_v3", num_hidden_layers=1)
+    p = L.convert_hf().convert(d, tmp_path / "x.gguf", "f32")
+    names = {t.name for t in gguf.GGUFReader(p).tensors}
+    assert "blk.0.attn_k_b.weight" in names and not any(n.startswith("blk.1.") for n in names)
+    assert kv(gguf.GGUFReader(p))["deepseek2.block_count"] == 1
+
+
+def test_deepseek2_group_limited_v2(converted, tmp_path, caplog):
+    """DeepSeek-V2's group_limited_greedy writes the group keys (and warns that llama.cpp ranks
+    groups differently); greedy (the zoo entry) writes none."""
+    assert "deepseek2.expert_group_count" not in kv(gguf.GGUFReader(converted["deepseek2_lite"][1]))
+    d = _ds2_dir(converted, tmp_path, "deepseek2_lite", topk_method="group_limited_greedy",
+                 n_group=4, topk_group=2)
+    got = kv(gguf.GGUFReader(L.convert_hf().convert(d, tmp_path / "x.gguf", "f32")))
+    assert got["deepseek2.expert_group_count"] == 4
+    assert got["deepseek2.expert_group_used_count"] == 2
+    assert "best two" in caplog.text
+
+
+@pytest.mark.parametrize("name,edit,msg", [
+    ("deepseek2_lite", dict(topk_method="bogus_topk"), "bogus_topk"),
+    ("deepseek2_v3", dict(topk_method="greedy"), "'greedy'"),
+    ("deepseek2_v3", dict(n_group=3), "not divisible by n_group 3"),
+    ("deepseek2_v3", dict(topk_group=5), "topk_group 5"),
+    ("deepseek2_v3", dict(scoring_func="softmax"), "sigmoid"),
+    ("deepseek2_lite", dict(scoring_func="sqrtsoftplus"), "sqrtsoftplus"),
+    ("deepseek2_v3", dict(rope_interleave=False), "rope_interleave"),
+    ("deepseek2_v3", dict(rope_parameters=dict(rope_type="yarn", factor=4.0, rope_theta=1e4,
+                                               original_max_position_embeddings=128, mscale=1.0,
+                                               mscale_all_dim=0.707)), "mscale_all_dim"),
+])
+def test_deepseek2_refused(converted, tmp_path, name, edit, msg):
+    d = _ds2_dir(converted, tmp_path, name, **edit)
+    out = tmp_path / "x.gguf"
+    with pytest.raises(L.convert_hf().ConvertError, match=msg):
+        L.convert_hf().convert(d, out, "f32")
+    assert not out.exists()
 
 
 # =================================================================================================

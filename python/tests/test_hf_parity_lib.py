@@ -64,7 +64,32 @@ def zoo() -> dict[str, tuple[str, dict]]:
         # Qwen3 dense: tied embeddings (no output tensor), per-head q/k norm.
         "qwen3": ("Qwen3", dict(BASE, num_attention_heads=8, intermediate_size=128,
                                 rope_theta=1000000.0, tie_word_embeddings=True)),
+        # DeepSeek-V2-Lite: MLA without q compression, 1 dense + MoE layers with 2 shared experts,
+        # softmax greedy top-2 not renormalized.
+        "deepseek2_lite": ("DeepseekV2", dict(_mla(), q_lora_rank=None, n_routed_experts=8,
+                                              n_shared_experts=2, num_experts_per_tok=2,
+                                              topk_method="greedy", n_group=1, topk_group=1,
+                                              norm_topk_prob=False, routed_scaling_factor=1.0,
+                                              rope_theta=10000.0)),
+        # DeepSeek-V3: compressed q, sigmoid scores plus a selection bias (e_score_correction_bias,
+        # see build_hf), top-4 within the best 2 of 4 groups, renormalized and scaled, YaRN.
+        "deepseek2_v3": ("DeepseekV3", dict(_mla(), q_lora_rank=48, n_routed_experts=16,
+                                            n_shared_experts=1, num_experts_per_tok=4, n_group=4,
+                                            topk_group=2, norm_topk_prob=True,
+                                            routed_scaling_factor=2.5, rope_parameters=dict(
+                                                rope_type="yarn", factor=4.0, rope_theta=10000.0,
+                                                original_max_position_embeddings=128,
+                                                mscale=0.707, mscale_all_dim=0.707))),
     }
+
+
+def _mla() -> dict:
+    """DeepSeek MLA shape: every head has its own latent-decompressed K/V (num_key_value_heads =
+    heads; transformers derives head_dim itself), the first layer dense."""
+    g = {k: v for k, v in BASE.items() if k != "head_dim"}
+    return dict(g, num_key_value_heads=BASE["num_attention_heads"], kv_lora_rank=32,
+                qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, first_k_dense_replace=1,
+                intermediate_size=128, moe_intermediate_size=32)
 
 
 def _granite() -> dict:
@@ -81,12 +106,16 @@ def gpu_shape(name: str) -> dict:
         return dict(hidden_size=256)
     if name == "olmoe":
         return dict(hidden_size=256, head_dim=64)
+    if name.startswith("deepseek2"):  # MLA: nope + rope and v heads of 64, latent 64
+        return dict(qk_nope_head_dim=48, qk_rope_head_dim=16, v_head_dim=64, kv_lora_rank=64)
     return dict(head_dim=64)
 
 
 def build_hf(name: str, seed: int = 0, n_layers: int | None = None, overrides: dict | None = None):
     """The tiny float32 HF model `name`, weights drawn from torch.manual_seed(seed): matrices
-    N(0, 0.1) (so logits are decisive), norm weights 1 + N(0, 0.2), biases N(0, 0.2)."""
+    N(0, 0.1) (so logits are decisive), norm weights 1 + N(0, 0.2), biases N(0, 0.2); the routers'
+    expert-selection bias buffers (DeepSeek-V3's e_score_correction_bias, zeros after init)
+    N(0, 0.1), the scale of the differences between sigmoid scores, so the bias changes picks."""
     import torch
     import transformers
 
@@ -108,6 +137,9 @@ def build_hf(name: str, seed: int = 0, n_layers: int | None = None, overrides: d
                 p.copy_(0.2 * torch.randn_like(p))
             else:
                 p.copy_(0.1 * torch.randn_like(p))
+        for bname, b in model.named_buffers():
+            if bname.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn_like(b))
     return model
 
 
