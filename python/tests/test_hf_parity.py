@@ -11,7 +11,8 @@ Strata with an f32 KV cache on a few token-id prompts. Requires
   * 32 greedy tokens, Strata decoding token by token, identical to HF's greedy continuation
     wherever the top-2 logit margin exceeds 1e-3 (at a near tie each side's token must be in the
     other's top-5, and the comparison ends there);
-and a Q8_0 conversion of one model whose greedy tokens mostly match the F32 file's."""
+and a Q8_0 conversion of one model whose greedy tokens mostly match the F32 file's; for deepseek2
+also batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit."""
 from __future__ import annotations
 
 import zlib
@@ -90,7 +91,7 @@ def test_logits_and_greedy(name, workdir):
     assert not failures, f"{name}: " + "; ".join(failures)
 
 
-@pytest.mark.parametrize("name", ["olmoe", "qwen2moe", "mixtral", "qwen3"])
+@pytest.mark.parametrize("name", ["olmoe", "qwen2moe", "mixtral", "qwen3", "deepseek2_v3"])
 def test_batched_prefill(name, workdir):
     """The long prompt read in batches of 8 (n_batch 8) gives the same logits bound."""
     model, path = prepare(name, workdir)
@@ -106,6 +107,41 @@ def test_batched_prefill(name, workdir):
         b = sm.decode(p[13:], True)
         err2 = L.rel_err_rows(np.concatenate([a, b]).astype(np.float64), ref)
         assert err2.max() < REL_TOL, f"{name}: split decode: rel err {err2.max():.3g}"
+
+
+@pytest.mark.parametrize("name", ["deepseek2_lite", "deepseek2_v3"])
+def test_deepseek2_windows_and_placement(name, workdir):
+    """deepseek2 on the CPU beyond plain decoding (the files carry no tokenizer: token ids):
+    verify windows as speculative decoding runs them (the last token and k drafts in one call,
+    every row's logits, then the cache truncated after the first wrong draft) give the rows of
+    token-by-token greedy decoding bit for bit, and a RAM budget of a few experts (the others read
+    from the file when routed) gives the same logits bit for bit."""
+    import strata
+    _, path = prepare(name, workdir)
+    p = PROMPTS[2]
+    with L.StrataModel(path, n_ctx=256) as sm:
+        ids, rows = sm.greedy(p, 24)
+        lib = sm.lib
+        lib.strata_session_reset(sm.session)
+        row = sm.decode(p, False)[0]
+        assert np.array_equal(row, rows[0])
+        i = 0  # rows[i] is the row after which ids[i] comes
+        for k, wrong in [(3, None), (5, 2), (1, 0), (4, None), (6, 3)]:
+            drafts = ids[i + 1:i + 1 + k]
+            if wrong is not None and wrong < len(drafts):
+                drafts = drafts[:wrong] + [(drafts[wrong] + 1) % sm.n_vocab] + drafts[wrong + 1:]
+            n0 = lib.strata_session_n_past(sm.session)
+            got = sm.decode([ids[i]] + drafts, True)
+            acc = next((j for j, d in enumerate(drafts) if d != ids[i + 1 + j]), len(drafts))
+            for j in range(acc + 1):
+                assert np.array_equal(got[j], rows[i + 1 + j]), f"window row {j} differs (k {k})"
+            strata.check(lib.strata_session_truncate(sm.session, n0 + 1 + acc), "truncate")
+            i += 1 + acc
+        full = sm.logits(p)
+    one = 3 * 64 * 32 * 4  # an expert's f32 bytes (n_embd 64, n_ff_exp 32)
+    with strata.Model(path, n_ctx=256, n_threads=2, kv_type="f32", ram_budget=6 * one) as r:
+        got = np.asarray(r.logits(p), dtype=np.float64)
+    assert np.array_equal(got, full), f"RAM budget changed the logits: {np.abs(got - full).max()}"
 
 
 def test_q8_0_greedy_mostly_matches_f32(workdir):
