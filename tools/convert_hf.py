@@ -23,8 +23,9 @@ What llama.cpp does, and therefore this tool does:
     rope part is already in the interleaved pairs of llama.cpp's normal RoPE.
   * deepseek2 (MLA): kv_b_proj is split per head into attn_k_b (transposed, ne (qk_nope,
     kv_lora, n_head)) and attn_v_b (ne (kv_lora, v_head, n_head)); the router's
-    e_score_correction_bias becomes blk.N.exp_probs_b.bias; multi-token-prediction layers
-    (index >= num_hidden_layers) are dropped. Configs llama.cpp's deepseek2 would run differently
+    e_score_correction_bias becomes blk.N.exp_probs_b.bias; the multi-token-prediction layers
+    (num_nextn_predict_layers of them after the trunk) are kept as blk.N with their own parts in
+    blk.N.nextn.* and counted in block_count (llama.cpp's layout), or dropped with --no-mtp. Configs llama.cpp's deepseek2 would run differently
     from transformers (unknown topk_method, groups that do not divide the experts, V3 without
     rope_interleave, YaRN mscale != mscale_all_dim) are refused.
   * Experts are stacked into blk.N.ffn_{gate,up,down}_exps of shape (n_expert, rows, cols); the
@@ -172,6 +173,16 @@ def iter_safetensors(model_dir: Path):
                 yield name, t.numpy()
 
 
+def safetensors_names(model_dir: Path) -> set[str]:
+    """Every tensor name of the checkpoint (the files' headers only)."""
+    from safetensors import safe_open
+    names: set[str] = set()
+    for part in model_dir.glob("model*.safetensors"):
+        with safe_open(str(part), framework="pt", device="cpu") as f:
+            names.update(f.keys())
+    return names
+
+
 # =================================================================================================
 # Tensor transformations
 # =================================================================================================
@@ -196,19 +207,28 @@ _MERGED = {"gate_proj": "mlp.experts.gate_proj", "up_proj": "mlp.experts.up_proj
            "w1": "mlp.experts.gate_proj", "w3": "mlp.experts.up_proj", "w2": "mlp.experts.down_proj"}
 
 
+# an MTP layer's own parts: HF name after model.layers.N. -> llama.cpp's blk.N.nextn.<name>
+_NEXTN = {"eh_proj.weight": "eh_proj", "enorm.weight": "enorm", "hnorm.weight": "hnorm",
+          "embed_tokens.weight": "embed_tokens", "shared_head.head.weight": "shared_head_head",
+          "shared_head.norm.weight": "shared_head_norm"}
+
+
 class TensorConverter:
     """Turns the checkpoint's (name, array) stream into (gguf name, array) pairs."""
 
-    def __init__(self, arch: gguf.MODEL_ARCH, hp: dict, permute: bool):
+    def __init__(self, arch: gguf.MODEL_ARCH, hp: dict, permute: bool, keep_mtp: bool = True):
         self.arch = arch
         self.hp = hp
         self.permute = permute
         self.n_layer = hp["num_hidden_layers"]
+        # deepseek2's MTP layers (num_nextn_predict_layers) follow the trunk's: kept unless told
+        self.n_nextn = (hp.get("num_nextn_predict_layers") or 0) if keep_mtp else 0
+        self.mtp_bids: set[int] = set()
         self.n_head = hp["num_attention_heads"]
         self.n_head_kv = hp.get("num_key_value_heads") or self.n_head
         self.n_expert = (hp.get("num_local_experts") or hp.get("num_experts")
                          or hp.get("n_routed_experts") or 0)
-        self.tmap = gguf.get_tensor_name_map(arch, self.n_layer)
+        self.tmap = gguf.get_tensor_name_map(arch, self.n_layer + self.n_nextn)
         self.pending: dict[tuple[int, str], dict[int, np.ndarray]] = {}
 
     def name(self, hf_name: str) -> str:
@@ -234,8 +254,14 @@ class TensorConverter:
         bid = int(m.group(1)) if m else None
 
         if self.arch == gguf.MODEL_ARCH.DEEPSEEK2:
-            if bid is not None and bid >= self.n_layer:
-                return  # multi-token-prediction layers: llama.cpp's converter skips them too
+            if bid is not None and bid >= self.n_layer:  # a multi-token-prediction layer
+                if bid >= self.n_layer + self.n_nextn:
+                    return  # dropped (--no-mtp, or more than the config declares)
+                self.mtp_bids.add(bid)
+                part = name.split(f".layers.{bid}.", 1)[1]
+                if part in _NEXTN:
+                    yield f"blk.{bid}.nextn.{_NEXTN[part]}.weight", data
+                    return
             if name.endswith("self_attn.kv_b_proj.weight"):
                 yield from self.split_kv_b(name, data, bid)
                 return
@@ -843,7 +869,7 @@ def write_vocab(w: gguf.GGUFWriter, model_dir: Path, hp: dict, pre_override: str
 # =================================================================================================
 
 def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
-            pre: str | None = None, name: str | None = None) -> Path:
+            pre: str | None = None, name: str | None = None, keep_mtp: bool = True) -> Path:
     """Converts model_dir to outfile; returns the output path. Raises ConvertError."""
     model_dir, outfile = Path(model_dir), Path(outfile)
     if outtype not in OUTTYPES:
@@ -856,7 +882,9 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
                            f"({', '.join(ARCHES)})")
     arch, permute = ARCHES[hf_arch]
     routing = deepseek2_routing(hf_arch, hp) if arch == gguf.MODEL_ARCH.DEEPSEEK2 else None
-    tc = TensorConverter(arch, hp, permute)
+    if keep_mtp and arch == gguf.MODEL_ARCH.DEEPSEEK2:  # only layers that are MTP layers
+        keep_mtp = f"model.layers.{hp['num_hidden_layers']}.eh_proj.weight" in safetensors_names(model_dir)
+    tc = TensorConverter(arch, hp, permute, keep_mtp)
     w = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[arch])
 
     for hf_name, data in iter_safetensors(model_dir):
@@ -876,7 +904,14 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
     if meta.size_label is None and total > 0:
         meta.size_label = gguf.size_label(total, shared, expert, n_exp)
     meta.set_gguf_meta_model(w)
+    n_mtp = len(tc.mtp_bids)
+    if n_mtp:  # block_count counts the MTP layers (llama.cpp's n_layer_all)
+        if tc.mtp_bids != set(range(tc.n_layer, tc.n_layer + n_mtp)):
+            raise ConvertError(f"MTP layers {sorted(tc.mtp_bids)}: expected {tc.n_layer}..")
+        hp = dict(hp, num_hidden_layers=tc.n_layer + n_mtp)
     write_hparams(w, hf_arch, arch, hp, ftype, routing)
+    if n_mtp:
+        w.add_nextn_predict_layers(n_mtp)
     write_vocab(w, model_dir, hp, pre)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
@@ -897,12 +932,14 @@ def main(argv=None) -> int:
     ap.add_argument("--pre", default=None, help="tokenizer.ggml.pre when the hash is unknown")
     ap.add_argument("--name", default=None, help="general.name (default: from the model card or "
                     "the directory name)")
+    ap.add_argument("--no-mtp", action="store_true", help="drop the multi-token-prediction "
+                    "layers (deepseek2's num_nextn_predict_layers; kept by default)")
     ap.add_argument("--verbose", "-v", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(levelname)s: %(message)s")
     try:
-        out = convert(a.model, a.outfile, a.outtype, a.pre, a.name)
+        out = convert(a.model, a.outfile, a.outtype, a.pre, a.name, keep_mtp=not a.no_mtp)
     except (ConvertError, OSError, KeyError) as e:
         print(f"convert_hf: error: {e}", file=sys.stderr)
         return 1

@@ -595,8 +595,9 @@ def _ds2_dir(converted, tmp_path, name, **edit):
 
 
 def test_deepseek2_mtp_layers_dropped(converted, tmp_path):
-    """Layers at or past num_hidden_layers (DeepSeek-V3's multi-token-prediction block) are not
-    converted."""
+    """Layers past num_hidden_layers that are no MTP layers (no eh_proj: here the trunk's own
+    layers 1-2 with num_hidden_layers cut to 1) are not converted (test_hf_parity's MTP test
+    converts a real MTP layer)."""
     d = _ds2_dir(converted, tmp_path, "deepseek2_v3", num_hidden_layers=1)
     p = L.convert_hf().convert(d, tmp_path / "x.gguf", "f32")
     names = {t.name for t in gguf.GGUFReader(p).tensors}
