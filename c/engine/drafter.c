@@ -4,9 +4,11 @@
  *   - draft model: greedy tokens of a smaller model with the target's vocabulary, in a session of
  *     its own kept in step with the history (rolled back to the longest common prefix each call);
  *   - self: greedy tokens of the target session itself with only the experts its fast tier holds
- *     (every missed routed expert dropped), the steps rolled back before the window.
+ *     (every missed routed expert dropped), the steps rolled back before the window;
+ *   - MTP: the model's nextn layer on the target's final hidden states (mtp_cpu.c).
  * A drafter is a tagged union behind one opaque handle; strata_drafter_propose dispatches. */
 #include "model.h"
+#include "mtp.h"
 #include "session.h"
 
 #include <stdlib.h>
@@ -14,7 +16,7 @@
 
 #define TRY_ST(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
 
-typedef enum { ST_DRAFT_NGRAM, ST_DRAFT_MODEL, ST_DRAFT_SELF } st_draft_kind;
+typedef enum { ST_DRAFT_NGRAM, ST_DRAFT_MODEL, ST_DRAFT_SELF, ST_DRAFT_MTP } st_draft_kind;
 
 struct strata_drafter {
     st_draft_kind kind;
@@ -30,6 +32,8 @@ struct strata_drafter {
     int64_t n_seen, cap_seen;
     /* self */
     strata_session *target;     /* the caller's session (not owned) */
+    /* MTP */
+    st_mtp *mtp;                /* attached to target (mtp_cpu.c) */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -269,9 +273,22 @@ strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter *
         return st_error(STRATA_ERR_UNSUPPORTED, "the model declares %d MTP layer%s (%s.nextn_predict_layers) "
                         "but its file carries none of their tensors (the converter dropped them): draft "
                         "with ngram, a draft model or self", (int)hp->n_nextn, hp->n_nextn == 1 ? "" : "s", arch);
-    return st_error(STRATA_ERR_UNSUPPORTED, "the model carries %d MTP layer%s (nextn_predict_layers), but "
-                    "drafting with them is not built for architecture %s yet", (int)hp->n_nextn,
-                    hp->n_nextn == 1 ? "" : "s", arch);
+    if (target->backend == STRATA_BACKEND_CUDA)
+        return st_error(STRATA_ERR_UNSUPPORTED, "the MTP drafter runs with a CPU session so far (its layer on "
+                        "the GPU is not built yet)");
+    if (target->mtp_h)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_mtp_create: the session has an MTP drafter already");
+    strata_drafter *d = calloc(1, sizeof *d);
+    if (!d) return st_error(STRATA_ERR_NOMEM, "strata_drafter_mtp_create: out of memory");
+    d->kind = ST_DRAFT_MTP;
+    d->target = target;
+    const strata_status st = st_mtp_create(target, &d->mtp);
+    if (st != STRATA_OK) {
+        strata_drafter_free(d);
+        return st;
+    }
+    *out = d;
+    return STRATA_OK;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -284,6 +301,7 @@ void strata_drafter_free(strata_drafter *d) {
     strata_session_free(d->session);
     free(d->seen);
     if (d->model) st_model_release(d->model);
+    st_mtp_free(d->mtp);
     free(d);
 }
 
@@ -303,5 +321,6 @@ strata_status strata_drafter_propose(strata_drafter *d, const strata_token *hist
         return STRATA_OK;
     }
     if (d->kind == ST_DRAFT_SELF) return st_self_propose(d, history, n_history, max, out, n_out);
+    if (d->kind == ST_DRAFT_MTP) return st_mtp_propose(d->mtp, history, n_history, max, out, n_out);
     return st_model_propose(d, history, n_history, max, out, n_out);
 }

@@ -177,3 +177,122 @@ def test_python_model_logits(name, workdir):
             assert got.shape == (len(p), model.config.vocab_size)
             err = L.rel_err_rows(got, L.hf_logits(model, p))
             assert err.max() < REL_TOL, f"{name}: strata.Model.logits rel err {err.max():.3g}"
+
+
+# =================================================================================================
+# deepseek2's MTP layer as a drafter
+# =================================================================================================
+
+def _mtp_checkpoint(workdir):
+    """A DeepseekV3 checkpoint of 3 trunk layers and one MTP layer (DeepSeek-V3's layout: layer 3
+    with enorm, hnorm, eh_proj and shared_head.norm; the head shared with lm_head), converted with
+    it. Returns (trunk HF model, the 4-layer HF model whose layer 3 is the MTP layer's, MTP
+    extras, GGUF path)."""
+    import safetensors.torch
+    import transformers
+    d = workdir / "deepseek2_mtp"
+    full = L.build_hf("deepseek2_v3", seed=31, n_layers=4)
+    E = full.config.hidden_size
+    g = torch.Generator().manual_seed(5)
+    extras = {"enorm.weight": 1.0 + 0.2 * torch.randn(E, generator=g),
+              "hnorm.weight": 1.0 + 0.2 * torch.randn(E, generator=g),
+              "eh_proj.weight": 0.1 * torch.randn(E, 2 * E, generator=g),
+              "shared_head.norm.weight": 1.0 + 0.2 * torch.randn(E, generator=g)}
+    sd = {k: v.contiguous() for k, v in full.state_dict().items()}
+    trunk_sd = {k: v for k, v in sd.items() if not k.startswith("model.layers.3.")}
+    cfg = transformers.DeepseekV3Config.from_dict(dict(full.config.to_dict(), num_hidden_layers=3))
+    trunk = transformers.DeepseekV3ForCausalLM(cfg).to(torch.float32).eval()
+    trunk.load_state_dict(trunk_sd)
+    path = d / "f32.gguf"
+    if not path.exists():
+        L.save_hf(trunk, d / "hf")
+        ckpt = dict(trunk_sd, **{k: v for k, v in sd.items() if k.startswith("model.layers.3.")},
+                    **{f"model.layers.3.{k}": v for k, v in extras.items()})
+        for f in (d / "hf").glob("*.safetensors"):
+            f.unlink()
+        safetensors.torch.save_file(ckpt, str(d / "hf" / "model.safetensors"), metadata={"format": "pt"})
+        import json
+        c = json.loads((d / "hf" / "config.json").read_text())
+        c["num_nextn_predict_layers"] = 1
+        (d / "hf" / "config.json").write_text(json.dumps(c))
+        L.convert_hf().convert(d / "hf", path, "f32")
+    return trunk, full, extras, path
+
+
+def _rms(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def _mtp_reference(trunk, full, extras, hist, k):
+    """llama.cpp's draft-mtp with transformers' own decoder layer: MTP row p joins
+    enorm(embed(t_p)) with hnorm(H_{p-1}) (the trunk's final-normed state, zeros before position
+    0), eh_proj, layer 3, shared_head.norm, lm_head; drafts chain on the previous row's normed
+    output. The whole row sequence is recomputed per draft (causal: the same as a cache).
+    Returns the k greedy drafts and each step's logits."""
+    eps = full.config.rms_norm_eps
+    with torch.no_grad():
+        H = trunk.model(torch.tensor([hist[:-1]])).last_hidden_state[0]
+        hprev = torch.cat([torch.zeros(1, H.shape[1]), H], 0)       # H_{p-1} for p = 0..n-1
+        toks = list(hist)
+        drafts, rows = [], []
+        for _ in range(k):
+            n = len(toks)
+            e = _rms(full.model.embed_tokens(torch.tensor(toks)), extras["enorm.weight"], eps)
+            x = torch.cat([e, _rms(hprev[:n], extras["hnorm.weight"], eps)], -1) @ extras["eh_proj.weight"].T
+            pos = torch.arange(n)[None]
+            cs = full.model.rotary_emb(x[None], pos)
+            mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
+            y = full.model.layers[3](x[None], attention_mask=mask, position_ids=pos, position_embeddings=cs)
+            y = y[0] if isinstance(y, tuple) else y
+            out = _rms(y[0, -1], extras["shared_head.norm.weight"], eps)
+            logits = full.lm_head(out)
+            rows.append(logits.double().numpy())
+            drafts.append(int(logits.argmax()))
+            toks.append(drafts[-1])
+            hprev = torch.cat([hprev[:n], out[None]], 0)
+    return drafts, rows
+
+
+def test_deepseek2_mtp_drafter(workdir):
+    """The MTP drafter (strata_drafter_mtp_create) proposes the greedy drafts of a reference of
+    llama.cpp's draft-mtp built from transformers' DeepseekV3 decoder layer, first on the prompt,
+    then after verify windows (one with a rejected draft) left its cache a prefix to keep."""
+    import strata
+    trunk, full, extras, path = _mtp_checkpoint(workdir)
+    with L.StrataModel(path, n_ctx=256) as sm:
+        lib, ffi = sm.lib, sm.ffi
+        pd = ffi.new("strata_drafter **")
+        strata.check(lib.strata_drafter_mtp_create(sm.session, pd), "strata_drafter_mtp_create")
+        dr = pd[0]
+        try:
+            def propose(hist, k):
+                h = ffi.new("strata_token[]", hist)
+                out = ffi.new("strata_token[]", k)
+                n = ffi.new("int32_t *")
+                strata.check(lib.strata_drafter_propose(dr, h, len(hist), k, out, n), "propose")
+                return [out[i] for i in range(n[0])]
+
+            def check(hist, k):
+                got = propose(hist, k)
+                ref, rows = _mtp_reference(trunk, full, extras, hist, k)
+                for i, (a, b) in enumerate(zip(got, ref)):
+                    if a != b:  # only where the reference's top two are apart
+                        assert L.top2_margin(rows[i]) < 1e-3, (i, got, ref)
+                        break
+                return got
+
+            lib.strata_session_reset(sm.session)
+            hist = list(PROMPTS[2])
+            sm.decode(hist[:-1], False)
+            check(hist, 4)
+            ids, _ = sm.greedy(hist[:-1], 12)  # the trunk's own continuation of hist[:-1]
+            lib.strata_session_reset(sm.session)
+            sm.decode(hist[:-1], False)        # (the drafter keeps its rows: a common prefix)
+            h2 = hist[:-1] + ids[:6]
+            sm.decode(ids[:5], False)          # as if windows accepted them
+            check(h2, 3)
+            strata.check(lib.strata_session_truncate(sm.session, len(hist) + 1), "truncate")
+            h3 = hist[:-1] + ids[:3]           # a rejected draft rolled the trunk back
+            check(h3, 5)
+        finally:
+            lib.strata_drafter_free(dr)

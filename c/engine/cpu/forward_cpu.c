@@ -125,10 +125,9 @@ static void st_head_scatter(float *dst, const float *src, int64_t T, int64_t str
  * [wk_b[h] . q_nope (R), roped q part (nr)], attention over the rows is one KV head of width
  * R + nr whose values are the rows' latents, and wv_b[h] turns a head's latent output into its
  * values before the output projection. */
-static void st_mla_block(strata_session *s, int il, int64_t T, int64_t pos0) {
+void st_cpu_mla_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
-    const st_layer *L = &m->layers[il];
     const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_kv, nr = hp->n_rot;
     const int64_t hk = hp->head_dim_mla, nope = hk - nr, hv = hp->head_dim_v_mla, D = R + nr;
 
@@ -159,7 +158,6 @@ static void st_mla_block(strata_session *s, int il, int64_t T, int64_t pos0) {
             memcpy(s->q + t * H * D + h * D + R, s->mla_q + t * H * hk + h * hk + nope, sizeof(float) * (size_t)nr);
     }
     const st_attn_shape sh = {(int32_t)H, 1, (int32_t)D, (int32_t)R, hp->kq_scale, 1};
-    const st_kv_layer *kv = &s->kv.layers[il];
     st_kv_store(kv, &sh, s->k, NULL, T, pos0);
     st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
     st_prof_mark(s, STRATA_PHASE_ATTN);
@@ -176,8 +174,8 @@ static void st_mla_block(strata_session *s, int il, int64_t T, int64_t pos0) {
 }
 
 /* The top-k routing of T rows of router logits as the model's file describes it (ops.h). */
-static void st_route_rows(const strata_model *m, const st_layer *L, const float *logits, int64_t T,
-                          int32_t *ids, float *wts) {
+void st_cpu_route_rows(const strata_model *m, const st_layer *L, const float *logits, int64_t T,
+                       int32_t *ids, float *wts) {
     const st_hparams *hp = &m->hp;
     const st_route_cfg c = {hp->n_expert, hp->n_expert_used, hp->gating, hp->expert_weights_norm,
                             hp->expert_weights_scale, hp->n_expert_groups, hp->n_group_used,
@@ -198,7 +196,7 @@ static void st_predict_next(strata_session *s, int il, int64_t T) {
     const double t0 = st_prof_clock();
     st_norm_rows(s->pred_xn, s->x, &N->ffn_norm, T, E, hp->norm_eps);
     st_matmul(s->tp, &N->ffn_gate_inp, s->pred_xn, T, s->pred_logits, s->mm_ws);
-    st_route_rows(s->model, N, s->pred_logits, T, s->pred_ids, s->pred_wts);
+    st_cpu_route_rows(s->model, N, s->pred_logits, T, s->pred_ids, s->pred_wts);
     s->pred_layer = il + 1;
     s->prof_t += st_prof_clock() - t0; /* not charged to any phase */
 }
@@ -218,7 +216,7 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     const st_layer *L = &m->layers[il];
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
-    st_route_rows(m, L, s->router, T, s->ids, s->wts);
+    st_cpu_route_rows(m, L, s->router, T, s->ids, s->wts);
     if (s->profile) st_score_prediction(s, il, T, K);
     if (s->route_fn) /* the routing as the router chose it, and what the previous layer predicted */
         s->route_fn(il, s->n_past, T, K, s->ids, s->wts, s->pred_layer == il ? s->pred_ids : NULL,
@@ -311,10 +309,12 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
     for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
     st_prof_mark(s, STRATA_PHASE_EMBED);
     for (int il = 0; il < hp->n_layer; il++) {
-        if (m->arch->mla) st_mla_block(s, il, T, pos0);
+        if (m->arch->mla) st_cpu_mla_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
         else st_attn_block(s, il, T, pos0);
         st_ffn_block(s, il, T);
     }
+    if (s->mtp_h) /* an MTP drafter reads every position's final-normed hidden state */
+        st_norm_rows(s->mtp_h + pos0 * hp->n_embd, s->x, &m->output_norm, T, hp->n_embd, hp->norm_eps);
     if (logits) {
         if (all) st_output(s, 0, T, logits);
         else st_output(s, T - 1, 1, logits);

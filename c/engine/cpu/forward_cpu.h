@@ -1,5 +1,5 @@
 /* forward_cpu.h - the CPU forward pass (forward_cpu.c): one batch of tokens through the model,
- * and the token embeddings both backends take from it. */
+ * the token embeddings both backends take from it, and the blocks the MTP drafter reuses. */
 #ifndef STRATA_FORWARD_CPU_H
 #define STRATA_FORWARD_CPU_H
 
@@ -14,5 +14,13 @@ void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, f
  * logits: NULL, or T x n_vocab (all 1) or n_vocab floats (all 0: the last token's). Tokens and
  * room are checked by the caller; a failure (a disk read) is left in s->fwd_error. */
 void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
+
+/* deepseek2's latent attention of layer L on the residual s->x (T rows at positions pos0..),
+ * its cache rows in kv; the rope angles of the positions in s->rope_cs. The trunk's layers and
+ * the MTP layer (mtp_cpu.c) share it. */
+void st_cpu_mla_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0);
+/* The top-k routing of T rows of router logits as the model's file describes it (ops.h). */
+void st_cpu_route_rows(const strata_model *m, const st_layer *L, const float *logits, int64_t T,
+                       int32_t *ids, float *wts);
 
 #endif /* STRATA_FORWARD_CPU_H */

@@ -1,0 +1,167 @@
+/* mtp_cpu.c - the MTP drafter of a CPU session (strata_drafter_mtp_create): the model's nextn
+ * layer (deepseek2) run as llama.cpp's draft-mtp runs it. The MTP row of position p joins the
+ * normalized embedding of token p with the normalized final hidden state of position p-1 (zeros
+ * for p = 0), projects them (eh_proj), runs the layer (latent attention over its own cache of
+ * MTP rows, routed and shared experts) and gives the logits of token p+1 through the head norm
+ * and head. Drafting: the row of the history's newest token gives the first draft; each further
+ * draft takes the previous row's normalized output as its hidden state. The rows of real tokens
+ * stay cached (a common prefix is not computed again); the chained rows are dropped. */
+#include "mtp.h"
+#include "forward_cpu.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct st_mtp {
+    strata_session *s;        /* the target (CPU), not owned */
+    const st_layer *L;        /* the MTP layer (model->layers[n_layer]) */
+    st_kv_layer kv;           /* its cache: one latent row of head_dim f32 per position */
+    st_expert *experts;       /* [n_expert] its routed experts */
+    st_expert shexp;          /* its shared expert (gate.data NULL: none) */
+    float *cat;               /* [n_batch][2 * n_embd] the joined normalized inputs */
+    float *zero;              /* [n_embd] the hidden state before position 0 */
+    float *hprev;             /* [n_embd] the last row's normalized output */
+    float *logits;            /* [n_vocab] the last row's */
+    strata_token *tok;        /* [n_ctx] the tokens whose rows are in kv */
+    int64_t n;                /* rows of kv that hold real tokens */
+    int64_t h_from;           /* positions below it were decoded before the drafter existed:
+                                 their hidden states are unknown (zeros) */
+};
+
+strata_status st_mtp_create(strata_session *s, st_mtp **out) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const size_t E = (size_t)hp->n_embd, C = (size_t)s->n_ctx;
+    st_mtp *d = calloc(1, sizeof *d);
+    if (!d) return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory");
+    *out = d;
+    d->s = s;
+    d->L = &m->layers[hp->n_layer];
+    d->kv.type = STRATA_TYPE_F32;
+    d->kv.n_ctx = s->n_ctx;
+    d->kv.k = calloc(C * (size_t)hp->head_dim, sizeof(float));
+    d->experts = calloc((size_t)hp->n_expert, sizeof *d->experts);
+    d->cat = calloc((size_t)s->n_batch * 2 * E, sizeof(float));
+    d->zero = calloc(E, sizeof(float));
+    d->hprev = calloc(E, sizeof(float));
+    d->logits = calloc((size_t)hp->n_vocab, sizeof(float));
+    d->tok = calloc(C, sizeof *d->tok);
+    s->mtp_h = calloc(C * E, sizeof(float));
+    if (!d->kv.k || !d->experts || !d->cat || !d->zero || !d->hprev || !d->logits || !d->tok || !s->mtp_h)
+        return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory for its cache (n_ctx %d)", (int)s->n_ctx);
+    for (int32_t e = 0; e < hp->n_expert; e++) {
+        d->experts[e].gate = st_tensor_expert(&d->L->ffn_gate_exps, e);
+        d->experts[e].up = st_tensor_expert(&d->L->ffn_up_exps, e);
+        d->experts[e].down = st_tensor_expert(&d->L->ffn_down_exps, e);
+    }
+    d->shexp.gate = d->L->ffn_gate_shexp;
+    d->shexp.up = d->L->ffn_up_shexp;
+    d->shexp.down = d->L->ffn_down_shexp;
+    d->h_from = s->n_past;
+    return STRATA_OK;
+}
+
+void st_mtp_free(st_mtp *d) {
+    if (!d) return;
+    if (d->s) {
+        free(d->s->mtp_h);
+        d->s->mtp_h = NULL;
+    }
+    free(d->kv.k);
+    free(d->experts);
+    free(d->cat);
+    free(d->zero);
+    free(d->hprev);
+    free(d->logits);
+    free(d->tok);
+    free(d);
+}
+
+/* The joined inputs of T rows at positions pos0..: [enorm(embed(tok)), hnorm(h of pos - 1)];
+ * hlast, when given, is the single row's hidden state (a chained draft). */
+static void st_mtp_inputs(st_mtp *d, const strata_token *tok, int64_t T, int64_t pos0, const float *hlast) {
+    strata_session *s = d->s;
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const st_layer *L = d->L;
+    const int64_t E = hp->n_embd;
+    const st_tensor *te = L->nextn_embed.data ? &L->nextn_embed : &m->tok_embd;
+    const st_dequant_fn deq = st_dequant_get(te->type);
+    for (int64_t t = 0; t < T; t++) {
+        float *c = d->cat + t * 2 * E;
+        const int64_t p = pos0 + t;
+        deq(st_tensor_row(te, 0, tok[t]), s->xn, E);
+        st_rmsnorm(c, s->xn, (const float *)L->nextn_enorm.data, E, hp->norm_eps);
+        const float *h = hlast ? hlast : (p == 0 || p - 1 < d->h_from ? d->zero : s->mtp_h + (p - 1) * E);
+        st_rmsnorm(c + E, h, (const float *)L->nextn_hnorm.data, E, hp->norm_eps);
+    }
+}
+
+/* T MTP rows at positions pos0.. (their cache rows written); the last row's normalized output
+ * into d->hprev and its logits into d->logits. */
+static void st_mtp_rows(st_mtp *d, const strata_token *tok, int64_t T, int64_t pos0, const float *hlast) {
+    strata_session *s = d->s;
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const st_layer *L = d->L;
+    const int64_t E = hp->n_embd;
+    st_mtp_inputs(d, tok, T, pos0, hlast);
+    st_matmul(s->tp, &L->nextn_eh_proj, d->cat, T, s->x, s->mm_ws);
+    for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
+    st_cpu_mla_block(s, L, &d->kv, T, pos0);
+    for (int64_t t = 0; t < T; t++)
+        st_rmsnorm(s->xn + t * E, s->x + t * E, (const float *)L->ffn_norm.data, E, hp->norm_eps);
+    st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
+    st_cpu_route_rows(m, L, s->router, T, s->ids, s->wts);
+    st_moe_ffn(s->tp, d->experts, hp->n_expert, s->xn, T, s->ids, s->wts, hp->n_expert_used, s->proj, s->moe_ws);
+    if (d->shexp.gate.data) {
+        st_moe_ffn(s->tp, &d->shexp, 1, s->xn, T, s->zeros, s->ones, 1, s->proj2, s->moe_ws);
+        for (int64_t i = 0; i < T * E; i++) s->proj[i] += s->proj2[i];
+    }
+    for (int64_t i = 0; i < T * E; i++) s->x[i] += s->proj[i];
+    const st_tensor *hn = L->nextn_head_norm.data ? &L->nextn_head_norm : &m->output_norm;
+    const st_tensor *head = L->nextn_head.data ? &L->nextn_head : &m->output;
+    st_rmsnorm(d->hprev, s->x + (T - 1) * E, (const float *)hn->data, E, hp->norm_eps);
+    st_matmul(s->tp, head, d->hprev, 1, d->logits, s->mm_ws);
+}
+
+/* The greedy token of d->logits (the lowest id on ties). */
+static strata_token st_mtp_argmax(const st_mtp *d) {
+    const int32_t V = d->s->model->hp.n_vocab;
+    int32_t best = 0;
+    for (int32_t v = 1; v < V; v++)
+        if (d->logits[v] > d->logits[best]) best = v;
+    return best;
+}
+
+strata_status st_mtp_propose(st_mtp *d, const strata_token *h, int64_t nh, int32_t max, strata_token *out,
+                             int32_t *n_out) {
+    strata_session *s = d->s;
+    *n_out = 0;
+    if (nh < 1 || (int64_t)s->n_past != nh - 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_propose: an MTP drafter's history is its session's "
+                        "tokens and the newest one (n_past %d, history %lld)", (int)s->n_past, (long long)nh);
+    if ((int64_t)max > (int64_t)s->n_ctx - nh + 1) max = (int32_t)((int64_t)s->n_ctx - nh + 1);
+    if (max < 1) return STRATA_OK;
+    int64_t keep = 0; /* the rows of a common prefix stay; the newest is computed again for its logits */
+    while (keep < d->n && keep < nh - 1 && d->tok[keep] == h[keep]) keep++;
+    for (int64_t p = keep; p < nh;) {
+        const int64_t T = nh - p < s->n_batch ? nh - p : s->n_batch;
+        st_mtp_rows(d, h + p, T, p, NULL);
+        p += T;
+    }
+    memcpy(d->tok, h, sizeof *h * (size_t)nh);
+    d->n = nh;
+    strata_token next = st_mtp_argmax(d);
+    int32_t k = 0;
+    while (k < max) {
+        out[k++] = next;
+        if (k == max || strata_token_is_eog(s->model, next)) break;
+        st_mtp_rows(d, &next, 1, nh - 1 + k, d->hprev); /* a chained row: not kept (d->n) */
+        next = st_mtp_argmax(d);
+    }
+    *n_out = k;
+    return STRATA_OK;
+}
