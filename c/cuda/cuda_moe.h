@@ -1,7 +1,7 @@
 /* cuda_moe.h - the grouped MoE step on the GPU (c/cuda/moe.cu): router (softmax, top-k, optional
- * renormalization) with the ids/weights mirrored into a host-mapped "doorbell" buffer, and the
- * grouped expert FFN over a per-expert pointer table (gate/up -> SwiGLU -> down, weighted combine
- * in fixed slot order). Plain C; exists only in builds with STRATA_HAVE_CUDA.
+ * renormalization; or st_route_scored's rule: sigmoid, selection bias, groups, scale) with the
+ * ids/weights mirrored into a host-mapped "doorbell" buffer, and the grouped expert FFN over a
+ * per-expert pointer table (gate/up -> SwiGLU -> down, weighted combine in fixed slot order). Plain C; exists only in builds with STRATA_HAVE_CUDA.
  *
  * Equal to the CPU path: st_cuda_moe_route gives the ids of st_route_topk (ops_moe.c) and its
  * weights within ~1e-6; st_cuda_moe_ffn approximates st_moe_ffn (activations quantized to q8_1
@@ -100,6 +100,32 @@ strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int32_t n_expe
                                 int norm, int32_t *d_ids, float *d_wts, st_cuda_doorbell *db,
                                 void *stream);
 
+/* A layer's routing rule as st_route_scored (ops.h) describes it: softmax or sigmoid scores, a
+ * selection bias (device [n_expert], DeepSeek-V3's exp_probs_b; NULL: none) added for the choice
+ * only, group-limited top-k (n_groups > 1: the n_group_used groups with the best sum of their
+ * top two selection scores compete), the chosen scores as weights, renormalized (sum clamped at
+ * 2^-14) and multiplied by scale. */
+typedef struct st_cuda_route_cfg {
+    int32_t n_expert, k;
+    int sigmoid;              /* 0: softmax (ST_GATING_SOFTMAX), 1: sigmoid */
+    int norm;
+    float scale;              /* 1: none */
+    int32_t n_groups, n_group_used; /* n_groups <= 1: no groups */
+    const float *d_bias;
+} st_cuda_route_cfg;
+
+/* 1 for st_route_topk's rule (softmax, no bias, no groups, scale 1): st_cuda_moe_route's kernel. */
+int st_cuda_route_plain(const st_cuda_route_cfg *c);
+
+/* st_cuda_moe_route for any rule: the plain one through st_cuda_moe_route (its bits), the others
+ * by a kernel of st_route_scored's rule: the same ids as the CPU for the same logits (ties to the
+ * lower index; sigmoid as 1 / (1 + expf(-x)), whose device expf may differ from the host's in
+ * the last bit, so a selection within an ulp of a tie may part), weights within float rounding.
+ * Scored rules: n_expert <= 2048, n_groups <= 64 dividing n_expert, n_group_used groups holding
+ * at least k experts. */
+strata_status st_cuda_moe_route_cfg(const st_cuda_route_cfg *c, const float *d_logits, int64_t T,
+                                    int32_t *d_ids, float *d_wts, st_cuda_doorbell *db, void *stream);
+
 /* The route tail skip (st_route_tail_skip's rule, degrade.h) on the device: in each of T rows of k
  * slots the lightest are set to -1 while their weights sum to at most p, never the heaviest; the
  * count of dropped slots is added to *d_count (device). k <= 64. */
@@ -117,6 +143,11 @@ int st_cuda_moe_router1_supports(const st_cuda_mat *W, int32_t n_expert, int32_t
 strata_status st_cuda_moe_router1(const st_cuda_mat *W, const float *d_x, int32_t n_expert, int32_t k,
                                   int norm, float *d_logits, int32_t *d_ids, float *d_wts,
                                   st_cuda_doorbell *db, void *d_xq, float *d_xm, uint32_t *d_sync, void *stream);
+/* The same with any routing rule (st_cuda_moe_route_cfg's; the plain one gives
+ * st_cuda_moe_router1's bits). */
+strata_status st_cuda_moe_router1_cfg(const st_cuda_mat *W, const float *d_x, const st_cuda_route_cfg *c,
+                                      float *d_logits, int32_t *d_ids, float *d_wts, st_cuda_doorbell *db,
+                                      void *d_xq, float *d_xm, uint32_t *d_sync, void *stream);
 
 /* ---- grouped expert FFN ---------------------------------------------------------------------- */
 

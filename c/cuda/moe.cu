@@ -661,6 +661,17 @@ static __device__ __forceinline__ void st_moe_route_row(const float *l, int n_ex
     }
 }
 
+#include "route_scored.cuh"
+
+/* One CTA per token. */
+static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
+st_k_moe_route_scored(const float *__restrict__ logits, const st_route_dev c, int32_t *ids0, float *wts0,
+                      int32_t *ids1, float *wts1) {
+    st_pdl_enter();
+    const int64_t t = blockIdx.x;
+    st_moe_route_scored_row(logits + t * c.n_expert, c, t, ids0, wts0, ids1, wts1);
+}
+
 /* One CTA per token. */
 static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
 st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
@@ -680,16 +691,19 @@ st_k_moe_route(const float *__restrict__ logits, int n_expert, int k, int norm,
  * st_k_moe_route does. The last block sees every logit: each block's writes are fenced before
  * its increment (the reduction pattern of the CUDA samples). Three launches become one. */
 static_assert(ST_MMV_SPLIT * 32 == ST_ROUTE_THREADS, "the router's blocks also route");
+template <bool SCORED> /* the rule of st_moe_route_scored_row (c), else st_moe_route_row's */
 static __global__ void __launch_bounds__(ST_ROUTE_THREADS)
 st_k_moe_router1(const uint8_t *__restrict__ w, size_t rb, int n_expert, int ne0, int nvec,
                  const float *__restrict__ x, float *logits, int k, int norm, int32_t *ids0, float *wts0,
-                 int32_t *ids1, float *wts1, block_q8_1 *__restrict__ xq, float *xm, unsigned *sync) {
+                 int32_t *ids1, float *wts1, block_q8_1 *__restrict__ xq, float *xm, unsigned *sync,
+                 const st_route_dev c) {
     st_mmv_f_split_row<st_mmv_f32, 1>(w, rb, nullptr, 0, n_expert, ne0, nvec, x, 1, logits);
     if (xq) st_moe_quant_body(x, ne0, 1, ne0, xq, blockIdx.x, gridDim.x);
     if (xm) /* x's mirror (host-mapped: a CPU layer's hand-down without a copy) */
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ne0; i += gridDim.x * blockDim.x) xm[i] = x[i];
     if (!st_last_block(sync, gridDim.x)) return;
-    st_moe_route_row(logits, n_expert, k, norm, 0, ids0, wts0, ids1, wts1);
+    if (SCORED) st_moe_route_scored_row(logits, c, 0, ids0, wts0, ids1, wts1);
+    else st_moe_route_row(logits, n_expert, k, norm, 0, ids0, wts0, ids1, wts1);
 }
 
 /* ---- dispatch -------------------------------------------------------------------------------- */
@@ -911,6 +925,62 @@ extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int
     return STRATA_OK;
 }
 
+extern "C" int st_cuda_route_plain(const st_cuda_route_cfg *c) {
+    return !c->sigmoid && !c->d_bias && c->n_groups <= 1 && c->scale == 1.0f;
+}
+
+/* The rule's ranges (n_expert and k as st_cuda_moe_route's; groups that divide the experts and
+ * leave k candidates) and its device form. */
+static strata_status st_route_cfg_dev(const char *fn, const st_cuda_route_cfg *c, st_route_dev *d) {
+    if (!c) return st_error(STRATA_ERR_INVALID_ARG, "%s: NULL routing rule", fn);
+    const int32_t X = c->n_expert, k = c->k, G = c->n_groups > 1 ? c->n_groups : 1;
+    const int plain = st_cuda_route_plain(c);
+    if (X < 1 || X > (plain ? ST_ROUTE_MAX_EXPERT : ST_ROUTE_SCORED_MAX_EXPERT) || k < 1 || k > X ||
+        k > ST_ROUTE_MAX_K || G > ST_ROUTE_MAX_GROUPS || X % G != 0 ||
+        (G > 1 && (c->n_group_used < 1 || c->n_group_used > G || (int64_t)c->n_group_used * (X / G) < k)) ||
+        !(c->scale == c->scale))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: n_expert %d, k %d, groups %d (%d used), scale %g (need 1 <= k "
+                        "<= n_expert <= %d, k <= %d, up to %d groups dividing the experts whose used ones hold k)",
+                        fn, (int)X, (int)k, (int)c->n_groups, (int)c->n_group_used, (double)c->scale,
+                        plain ? ST_ROUTE_MAX_EXPERT : ST_ROUTE_SCORED_MAX_EXPERT, ST_ROUTE_MAX_K, ST_ROUTE_MAX_GROUPS);
+    d->n_expert = X;
+    d->k = k;
+    d->norm = c->norm != 0;
+    d->sigmoid = c->sigmoid != 0;
+    d->n_groups = G;
+    d->n_group_used = G > 1 ? c->n_group_used : 1;
+    d->by_logit = !c->sigmoid && !c->d_bias && G == 1;
+    d->scale = c->scale;
+    d->bias = c->d_bias;
+    return STRATA_OK;
+}
+
+/* dynamic shared memory of the scored row: a key and a score an expert */
+static size_t st_route_scored_smem(int32_t n_expert) {
+    return (size_t)n_expert * (sizeof(unsigned long long) + sizeof(float));
+}
+
+extern "C" strata_status st_cuda_moe_route_cfg(const st_cuda_route_cfg *c, const float *d_logits, int64_t T,
+                                               int32_t *d_ids, float *d_wts, st_cuda_doorbell *db, void *stream) {
+    static const char *fn = "st_cuda_moe_route_cfg";
+    st_route_dev d;
+    ST_TRY(st_route_cfg_dev(fn, c, &d));
+    if (st_cuda_route_plain(c)) /* st_route_topk's rule: the plain kernel, its bits */
+        return st_cuda_moe_route(d_logits, T, c->n_expert, c->k, c->norm, d_ids, d_wts, db, stream);
+    if (T < 0 || T > 0x7fffffff || !d_logits || (!d_ids && !db) || (!d_ids != !d_wts))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: T %lld, NULL logits, or no output (ids and wts both device "
+                        "buffers or both NULL with a doorbell)", fn, (long long)T);
+    if (db && (!db->d_ids || db->k != c->k || T > db->max_tokens))
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: doorbell of %lld x %d for T %lld, k %d", fn,
+                        (long long)db->max_tokens, (int)db->k, (long long)T, (int)c->k);
+    ST_TRY(st_cuda_require(fn));
+    if (T == 0) return STRATA_OK;
+    st_launch(st_k_moe_route_scored, (unsigned)T, ST_ROUTE_THREADS, st_route_scored_smem(c->n_expert),
+              (cudaStream_t)stream, d_logits, d, d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL);
+    ST_CUDA_CHECK_LAUNCH("st_k_moe_route_scored");
+    return STRATA_OK;
+}
+
 /* One thread a row: st_route_tail_row (c/core/route_tail.h), the CPU's rule. */
 static __global__ void st_k_route_tail_skip(int32_t *ids, const float *wts, int T, int k, float p,
                                             unsigned long long *count) {
@@ -946,7 +1016,23 @@ extern "C" strata_status st_cuda_moe_router1(const st_cuda_mat *W, const float *
                                              int norm, float *d_logits, int32_t *d_ids, float *d_wts,
                                              st_cuda_doorbell *db, void *d_xq, float *d_xm, uint32_t *d_sync,
                                              void *stream) {
+    st_cuda_route_cfg c;
+    memset(&c, 0, sizeof c);
+    c.n_expert = n_expert;
+    c.k = k;
+    c.norm = norm;
+    c.scale = 1.0f;
+    return st_cuda_moe_router1_cfg(W, d_x, &c, d_logits, d_ids, d_wts, db, d_xq, d_xm, d_sync, stream);
+}
+
+extern "C" strata_status st_cuda_moe_router1_cfg(const st_cuda_mat *W, const float *d_x, const st_cuda_route_cfg *c,
+                                                 float *d_logits, int32_t *d_ids, float *d_wts, st_cuda_doorbell *db,
+                                                 void *d_xq, float *d_xm, uint32_t *d_sync, void *stream) {
     static const char *fn = "st_cuda_moe_router1";
+    st_route_dev d;
+    ST_TRY(st_route_cfg_dev(fn, c, &d));
+    const int32_t n_expert = c->n_expert, k = c->k;
+    const int norm = c->norm, scored = !st_cuda_route_plain(c);
     if (!st_cuda_moe_router1_supports(W, n_expert, k))
         return st_error(STRATA_ERR_INVALID_ARG, "%s: router of %s %lld x %lld for n_expert %d, k %d (need "
                         "F32, n_expert rows <= %d, a width of 32s)", fn, W ? strata_type_name(W->type) : "NULL",
@@ -963,10 +1049,17 @@ extern "C" strata_status st_cuda_moe_router1(const st_cuda_mat *W, const float *
     /* 16-byte chunks when the rows and x allow, as st_cuda_mmv decides */
     const bool vec = W->row_bytes % 16 == 0 && ((uintptr_t)W->data & 15) == 0 && ((uintptr_t)d_x & 15) == 0;
     const int nvec = vec ? (int)(W->ne0 / 4) : 0;
-    const size_t smem = (size_t)n_expert * (sizeof(float) + sizeof(int));
-    st_launch(st_k_moe_router1, (unsigned)n_expert, ST_ROUTE_THREADS, smem, (cudaStream_t)stream,
-              (const uint8_t *)W->data, W->row_bytes, (int)n_expert, (int)W->ne0, nvec, d_x, d_logits, (int)k, norm,
-              d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL, (block_q8_1 *)d_xq, d_xm, (unsigned *)d_sync);
+    const size_t smem = scored ? st_route_scored_smem(n_expert) : (size_t)n_expert * (sizeof(float) + sizeof(int));
+    if (scored)
+        st_launch(st_k_moe_router1<true>, (unsigned)n_expert, ST_ROUTE_THREADS, smem, (cudaStream_t)stream,
+                  (const uint8_t *)W->data, W->row_bytes, (int)n_expert, (int)W->ne0, nvec, d_x, d_logits, (int)k,
+                  norm, d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL, (block_q8_1 *)d_xq, d_xm,
+                  (unsigned *)d_sync, d);
+    else
+        st_launch(st_k_moe_router1<false>, (unsigned)n_expert, ST_ROUTE_THREADS, smem, (cudaStream_t)stream,
+                  (const uint8_t *)W->data, W->row_bytes, (int)n_expert, (int)W->ne0, nvec, d_x, d_logits, (int)k,
+                  norm, d_ids, d_wts, db ? db->d_ids : NULL, db ? db->d_wts : NULL, (block_q8_1 *)d_xq, d_xm,
+                  (unsigned *)d_sync, d);
     ST_CUDA_CHECK_LAUNCH("st_k_moe_router1");
     return STRATA_OK;
 }

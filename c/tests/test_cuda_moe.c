@@ -1,7 +1,9 @@
 /* test_cuda_moe.c - the GPU MoE step (c/cuda/moe.cu, cuda_moe.h) against the CPU:
  *   router: st_cuda_moe_route vs st_route_topk on random logits (and logits with many ties):
  *           ids identical, weights within 1e-6, doorbell (host-mapped) equal to the device copy,
- *           guard words after the outputs untouched;
+ *           guard words after the outputs untouched; st_cuda_moe_route_cfg vs st_route_scored
+ *           (sigmoid, selection bias, groups, scale: DeepSeek-V2/V3 and Kimi-K2 shapes) likewise,
+ *           and the one-token router with a scored rule equal to the GEMV + route;
  *   experts: st_cuda_moe_ffn vs st_moe_ffn on random well-formed weights through a per-expert
  *           pointer table (entries alias a few materialized experts): NMSE <= 5e-4 (quantized;
  *           <= 1e-7 for F32/F16/BF16), no NaN, guard words untouched, every output written, two
@@ -211,6 +213,144 @@ static void check_route(int64_t T, int32_t n_expert, int32_t k, int norm, int ti
     (void)st_cuda_free(d_ids);
     (void)st_cuda_free(d_wts);
     free(logits); free(ids); free(gids); free(wts); free(gwts);
+}
+
+/* st_cuda_moe_route_cfg against st_route_scored (the CPU's rule) on random logits (ties: integer
+ * logits and a bias of quarters): ids identical, weights within 1e-6 times max(1, scale), the
+ * doorbell equal to the device output; with groups, every chosen expert in one of n_group_used
+ * groups (the rule itself, not only agreement). sigmoid: the scores 1 / (1 + expf(-x)). */
+static void check_route_scored(int64_t T, int32_t X, int32_t k, int sigmoid, int norm, float scale, int32_t G,
+                               int32_t Gu, int bias, int ties, test_rng *r) {
+    const int64_t nl = T * X, no = T * k;
+    float *logits = malloc(sizeof(float) * (size_t)nl), *b = malloc(sizeof(float) * (size_t)X);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)no), *gids = malloc(sizeof(int32_t) * (size_t)no);
+    float *wts = malloc(sizeof(float) * (size_t)no), *gwts = malloc(sizeof(float) * (size_t)no);
+    void *d_l = NULL, *d_ids = NULL, *d_wts = NULL, *d_b = NULL;
+    st_cuda_doorbell db;
+    memset(&db, 0, sizeof db);
+    for (int64_t i = 0; i < nl; i++)
+        logits[i] = ties ? (float)(int)(test_rng_next(r) % 5) - 2.0f : 4.0f * test_rng_float(r);
+    for (int32_t e = 0; e < X; e++)
+        b[e] = ties ? 0.25f * (float)(int)(test_rng_next(r) % 3) : 0.1f * test_rng_float(r);
+    const st_route_cfg cc = {X, k, sigmoid ? ST_GATING_SIGMOID : ST_GATING_SOFTMAX, norm, scale, G, Gu,
+                             bias ? b : NULL};
+    for (int64_t t = 0; t < T; t++) st_route_scored(&cc, logits + t * X, ids + t * k, wts + t * k);
+    strata_status st = st_cuda_malloc(&d_l, sizeof(float) * (size_t)nl);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_b, sizeof(float) * (size_t)X);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_ids, sizeof(int32_t) * (size_t)no);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_wts, sizeof(float) * (size_t)no);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_l, logits, sizeof(float) * (size_t)nl);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_b, b, sizeof(float) * (size_t)X);
+    if (st == STRATA_OK) st = st_cuda_doorbell_alloc(&db, T, k);
+    st_cuda_route_cfg gc;
+    memset(&gc, 0, sizeof gc);
+    gc.n_expert = X; gc.k = k; gc.sigmoid = sigmoid; gc.norm = norm; gc.scale = scale;
+    gc.n_groups = G; gc.n_group_used = Gu; gc.d_bias = bias ? (const float *)d_b : NULL;
+    if (st == STRATA_OK) st = st_cuda_moe_route_cfg(&gc, d_l, T, d_ids, d_wts, &db, NULL);
+    if (st == STRATA_OK) st = st_cuda_synchronize();
+    if (st == STRATA_OK) st = st_cuda_memcpy_d2h(gids, d_ids, sizeof(int32_t) * (size_t)no);
+    if (st == STRATA_OK) st = st_cuda_memcpy_d2h(gwts, d_wts, sizeof(float) * (size_t)no);
+    CHECK(st == STRATA_OK, "route_cfg T=%lld E=%d k=%d: %s", (long long)T, X, k, strata_last_error());
+    if (st == STRATA_OK) {
+        int64_t id_bad = 0, db_bad = 0, nans = 0, grp_bad = 0;
+        double max_w = 0.0;
+        for (int64_t i = 0; i < no; i++) {
+            id_bad += gids[i] != ids[i];
+            if (isnan(gwts[i])) nans++;
+            else if (fabs((double)gwts[i] - wts[i]) > max_w) max_w = fabs((double)gwts[i] - wts[i]);
+            db_bad += db.h_ids[i] != gids[i] || memcmp(&db.h_wts[i], &gwts[i], 4) != 0;
+        }
+        for (int64_t t = 0; G > 1 && t < T; t++) { /* at most Gu distinct groups among the chosen */
+            uint8_t seen[64] = {0};
+            int n = 0;
+            for (int32_t s = 0; s < k; s++) {
+                const int32_t g = gids[t * k + s] >= 0 && gids[t * k + s] < X ? gids[t * k + s] / (X / G) : 0;
+                if (!seen[g]) { seen[g] = 1; n++; }
+            }
+            grp_bad += n > Gu;
+        }
+        const double tol = 1e-6 * (scale > 1.0f ? scale : 1.0);
+        const int ok = id_bad == 0 && max_w <= tol && db_bad == 0 && nans == 0 && grp_bad == 0;
+        printf("route_cfg T=%-3lld n_expert=%-4d k=%d %s norm=%d scale=%g groups=%d/%d bias=%d ties=%d  ids differ "
+               "%lld, max |dw| %.2e, doorbell differs %lld, rows past %d groups %lld  %s\n", (long long)T, X, k,
+               sigmoid ? "sigmoid" : "softmax", norm, (double)scale, G, Gu, bias, ties, (long long)id_bad, max_w,
+               (long long)db_bad, Gu, (long long)grp_bad, ok ? "pass" : "FAIL");
+        CHECK(id_bad == 0, "route_cfg E=%d k=%d: %lld ids differ from st_route_scored", X, k, (long long)id_bad);
+        CHECK(max_w <= tol && nans == 0, "route_cfg: max weight error %.3g (bound %.3g), %lld NaN", max_w, tol,
+              (long long)nans);
+        CHECK(db_bad == 0, "route_cfg: doorbell differs from the device output in %lld", (long long)db_bad);
+        CHECK(grp_bad == 0, "route_cfg: %lld rows chose experts of more than %d groups", (long long)grp_bad, Gu);
+    }
+    (void)st_cuda_doorbell_free(&db);
+    void *frees[] = {d_l, d_b, d_ids, d_wts};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) (void)st_cuda_free(frees[i]);
+    free(logits); free(b); free(ids); free(gids); free(wts); free(gwts);
+}
+
+/* st_cuda_moe_router1_cfg with a scored rule against st_cuda_mmv + st_cuda_moe_route_cfg on the
+ * same device: logits, ids and weights bit-identical over three calls, the counter back at 0. */
+static void check_router1_scored(int64_t n_embd, int32_t X, int32_t k, int32_t G, int32_t Gu, test_rng *r) {
+    const size_t nw = (size_t)(n_embd * X);
+    float *w = malloc(sizeof(float) * nw), *x = malloc(sizeof(float) * (size_t)n_embd), *b = malloc(sizeof(float) * (size_t)X);
+    float *l0 = malloc(sizeof(float) * (size_t)X), *l1 = malloc(sizeof(float) * (size_t)X);
+    int32_t i0[64], i1[64];
+    float w0[64], w1[64];
+    void *d_w = NULL, *d_x = NULL, *d_b = NULL, *d_l0 = NULL, *d_l1 = NULL, *d_i0 = NULL, *d_i1 = NULL, *d_w0 = NULL,
+         *d_w1 = NULL, *d_sync = NULL, *d_scr = NULL;
+    for (size_t i = 0; i < nw; i++) w[i] = 0.05f * test_rng_float(r);
+    for (int64_t i = 0; i < n_embd; i++) x[i] = test_rng_float(r);
+    for (int32_t e = 0; e < X; e++) b[e] = 0.1f * test_rng_float(r);
+    strata_status st = st_cuda_malloc(&d_w, sizeof(float) * nw);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_x, sizeof(float) * (size_t)n_embd);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_b, sizeof(float) * (size_t)X);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_l0, sizeof(float) * (size_t)X);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_l1, sizeof(float) * (size_t)X);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_i0, sizeof(int32_t) * 64);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_i1, sizeof(int32_t) * 64);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_w0, sizeof(float) * 64);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_w1, sizeof(float) * 64);
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_scr, st_cuda_mmv_scratch_bytes(n_embd, 1));
+    if (st == STRATA_OK) st = st_cuda_malloc(&d_sync, sizeof(uint32_t));
+    if (st == STRATA_OK) st = st_cuda_memset(d_sync, 0, sizeof(uint32_t));
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_w, w, sizeof(float) * nw);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_x, x, sizeof(float) * (size_t)n_embd);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(d_b, b, sizeof(float) * (size_t)X);
+    const st_cuda_mat W = {STRATA_TYPE_F32, d_w, n_embd, X, sizeof(float) * (size_t)n_embd, NULL, 0};
+    st_cuda_route_cfg c;
+    memset(&c, 0, sizeof c);
+    c.n_expert = X; c.k = k; c.sigmoid = 1; c.norm = 1; c.scale = 2.5f; c.n_groups = G; c.n_group_used = Gu;
+    c.d_bias = (const float *)d_b;
+    if (st == STRATA_OK) st = st_cuda_mmv(&W, (const float *)d_x, 1, (float *)d_l0, d_scr, NULL);
+    if (st == STRATA_OK) st = st_cuda_moe_route_cfg(&c, (const float *)d_l0, 1, (int32_t *)d_i0, (float *)d_w0, NULL, NULL);
+    int64_t bad = 0;
+    uint32_t sync = 1;
+    for (int rep = 0; rep < 3 && st == STRATA_OK; rep++) {
+        st = st_cuda_memset(d_l1, 0xA5, sizeof(float) * (size_t)X);
+        if (st == STRATA_OK)
+            st = st_cuda_moe_router1_cfg(&W, (const float *)d_x, &c, (float *)d_l1, (int32_t *)d_i1, (float *)d_w1,
+                                         NULL, NULL, NULL, (uint32_t *)d_sync, NULL);
+        if (st == STRATA_OK) st = st_cuda_synchronize();
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(l0, d_l0, sizeof(float) * (size_t)X);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(l1, d_l1, sizeof(float) * (size_t)X);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(i0, d_i0, sizeof(int32_t) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(i1, d_i1, sizeof(int32_t) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(w0, d_w0, sizeof(float) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(w1, d_w1, sizeof(float) * (size_t)k);
+        if (st == STRATA_OK) st = st_cuda_memcpy_d2h(&sync, d_sync, sizeof sync);
+        if (st != STRATA_OK) break;
+        bad += memcmp(l0, l1, sizeof(float) * (size_t)X) != 0;
+        bad += memcmp(i0, i1, sizeof(int32_t) * (size_t)k) != 0 || memcmp(w0, w1, sizeof(float) * (size_t)k) != 0;
+        bad += sync != 0;
+    }
+    CHECK(st == STRATA_OK, "router1_cfg %lld x %d: %s", (long long)n_embd, X, strata_last_error());
+    printf("router1_cfg n_embd=%-5lld n_expert=%-4d k=%d sigmoid+bias groups=%d/%d x2.5  mismatches %lld (logits, "
+           "routing, counter over 3 calls)  %s\n", (long long)n_embd, X, k, G, Gu, (long long)bad,
+           bad == 0 && st == STRATA_OK ? "pass" : "FAIL");
+    CHECK(bad == 0, "router1_cfg %lld x %d k %d: %lld mismatches against st_cuda_mmv + st_cuda_moe_route_cfg",
+          (long long)n_embd, X, k, (long long)bad);
+    void *frees[] = {d_w, d_x, d_b, d_l0, d_l1, d_i0, d_i1, d_w0, d_w1, d_sync, d_scr};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++) (void)st_cuda_free(frees[i]);
+    free(w); free(x); free(b); free(l0); free(l1);
 }
 
 /* st_cuda_moe_router1 against st_cuda_mmv (the f32 router) + st_cuda_moe_route on the same
@@ -921,6 +1061,23 @@ static void test_arguments(void) {
     st = st_cuda_moe_route((const float *)(uintptr_t)0x3000, 1, 8, 2, 0, NULL, NULL, NULL, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "no output: %s", strata_status_name(st));
     CHECK(st_cuda_doorbell_free(NULL) == STRATA_OK, "doorbell free NULL");
+    { /* scored rules: refusals before any device work */
+        st_cuda_route_cfg c;
+        memset(&c, 0, sizeof c);
+        c.n_expert = 256; c.k = 8; c.sigmoid = 1; c.norm = 1; c.scale = 1.0f; c.n_groups = 8; c.n_group_used = 4;
+        CHECK(!st_cuda_route_plain(&c), "sigmoid is not the plain rule");
+        c.n_groups = 7;
+        st = st_cuda_moe_route_cfg(&c, (const float *)(uintptr_t)0x3000, 1, di, dw, NULL, NULL);
+        CHECK(st == STRATA_ERR_INVALID_ARG, "7 groups of 256 experts: %s", strata_status_name(st));
+        c.n_groups = 64; c.n_group_used = 1; /* 4 experts for k 8 */
+        st = st_cuda_moe_route_cfg(&c, (const float *)(uintptr_t)0x3000, 1, di, dw, NULL, NULL);
+        CHECK(st == STRATA_ERR_INVALID_ARG, "groups holding fewer than k: %s", strata_status_name(st));
+        c.n_groups = 1; c.n_expert = 4096;
+        st = st_cuda_moe_route_cfg(&c, (const float *)(uintptr_t)0x3000, 1, di, dw, NULL, NULL);
+        CHECK(st == STRATA_ERR_INVALID_ARG, "a scored rule over 4096 experts: %s", strata_status_name(st));
+        c.sigmoid = 0; c.norm = 0;
+        CHECK(st_cuda_route_plain(&c), "softmax, no bias, no groups, scale 1: the plain rule");
+    }
     /* the CPU-exact rows: the types they take, and refusals before any device work */
     CHECK(st_cuda_moe_exact_supports(STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K) &&
               st_cuda_moe_exact_supports(STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_0) &&
@@ -982,6 +1139,22 @@ int main(void) {
     check_route(37, 60, 4, 1, 0, &r);
     check_route(3, 256, 8, 1, 1, &r);
     check_route(2, 1000, 16, 0, 0, &r);
+    { /* scored rules (st_route_scored): a stream of their own, the cases below keep their data */
+        test_rng r2 = {0x94D049BB133111EBULL};
+        check_route_scored(8, 128, 8, 0, 1, 2.0f, 1, 1, 0, 0, &r2);   /* softmax x scale: by logit */
+        check_route_scored(8, 160, 6, 0, 0, 16.0f, 8, 3, 0, 0, &r2);  /* DeepSeek-V2: softmax, 8 groups, 3 */
+        check_route_scored(8, 64, 6, 0, 1, 1.0f, 1, 1, 1, 0, &r2);    /* softmax + bias */
+        check_route_scored(8, 256, 8, 1, 1, 2.5f, 8, 4, 1, 0, &r2);   /* DeepSeek-V3 */
+        check_route_scored(1, 256, 8, 1, 1, 2.5f, 8, 4, 1, 0, &r2);
+        check_route_scored(8, 256, 8, 1, 1, 2.5f, 8, 4, 1, 1, &r2);   /* ties */
+        check_route_scored(5, 384, 8, 1, 1, 2.827f, 1, 1, 1, 0, &r2); /* Kimi-K2: one group */
+        check_route_scored(3, 16, 4, 1, 1, 2.5f, 4, 2, 1, 0, &r2);    /* the tiny DeepseekV3 */
+        check_route_scored(3, 16, 4, 1, 0, 1.0f, 4, 2, 0, 1, &r2);    /* sigmoid alone, ties */
+        check_route_scored(4, 64, 8, 1, 1, 1.0f, 8, 1, 1, 0, &r2);    /* one group of 8 used: k = its size */
+        check_route_scored(37, 1000, 16, 1, 1, 1.0f, 1, 1, 1, 0, &r2); /* beyond a block of threads */
+        check_router1_scored(2048, 256, 8, 8, 4, &r2);
+        check_router1_scored(1024, 64, 6, 1, 1, &r2);
+    }
     { /* (a stream of its own: the expert cases below keep their data) */
         test_rng r1 = {0xD1B54A32D192ED03ULL};
         check_router1(2048, 128, 8, 1, &r1);

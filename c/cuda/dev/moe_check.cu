@@ -6,7 +6,9 @@
  * over 200 calls that rotate through 16 random routings, and reports the bytes of the selected
  * experts' weights read per call over the median time, as GB/s and as a fraction of the H200's
  * ~4.1 TB/s HBM. Also times the router (st_cuda_moe_route) alone, and for decode-sized cases the
- * CPU-exact rows and their combine (moe_exact.cu: bit-identical to st_moe_ffn, and their time).
+ * CPU-exact rows and their combine (moe_exact.cu: bit-identical to st_moe_ffn, and their time);
+ * then the scored router (st_cuda_moe_route_cfg) of DeepSeek-V2/V3 and Kimi-K2 against
+ * st_route_scored, and its time.
  *
  * Build (from the repository root, after `make` has built build/libstrata.a with CUDA):
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
@@ -14,6 +16,11 @@
  *        c/cuda/dev/moe_check.cu build/libstrata.a -lpthread -ldl -o /tmp/moe_check
  * Run:  /tmp/moe_check            (prints one line per case) */
 #include "dev_common.cuh"
+
+#include <atomic>
+/* model.h (through ops.h) declares a C11 atomic_int that C++ lacks before C++23; this program
+ * never touches it */
+using atomic_int = std::atomic<int>;
 
 extern "C" {
 #include "strata.h"
@@ -265,6 +272,56 @@ static void run_case(const Case &c, st_threadpool *tp) {
     CK(cudaFree(dx)); CK(cudaFree(dids)); CK(cudaFree(dw)); CK(cudaFree(dout)); CK(cudaFree(dws));
 }
 
+/* The scored router (st_cuda_moe_route_cfg) of one rule against st_route_scored (ops.h) over T
+ * tokens of random logits: ids differing, the largest weight difference, and its time a call. */
+static void run_route_scored(const char *name, int64_t T, int32_t X, int32_t K, int sigmoid, int norm, float scale,
+                             int32_t G, int32_t Gu) {
+    std::vector<float> lg((size_t)(T * X)), bias((size_t)X), wts((size_t)(T * K)), gw((size_t)(T * K));
+    std::vector<int32_t> ids((size_t)(T * K)), gi((size_t)(T * K));
+    for (float &f : lg) f = 4.0f * rndf();
+    for (float &f : bias) f = 0.1f * rndf();
+    const st_route_cfg cc = {X, K, sigmoid ? ST_GATING_SIGMOID : ST_GATING_SOFTMAX, norm, scale, G, Gu,
+                             sigmoid ? bias.data() : NULL};
+    for (int64_t t = 0; t < T; t++) st_route_scored(&cc, lg.data() + t * X, ids.data() + t * K, wts.data() + t * K);
+    float *dl, *db;
+    int32_t *di;
+    float *dw;
+    CK(cudaMalloc(&dl, sizeof(float) * lg.size()));
+    CK(cudaMalloc(&db, sizeof(float) * bias.size()));
+    CK(cudaMalloc(&di, sizeof(int32_t) * ids.size()));
+    CK(cudaMalloc(&dw, sizeof(float) * wts.size()));
+    CK(cudaMemcpy(dl, lg.data(), sizeof(float) * lg.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, bias.data(), sizeof(float) * bias.size(), cudaMemcpyHostToDevice));
+    st_cuda_route_cfg c;
+    memset(&c, 0, sizeof c);
+    c.n_expert = X; c.k = K; c.sigmoid = sigmoid; c.norm = norm; c.scale = scale;
+    c.n_groups = G; c.n_group_used = Gu; c.d_bias = sigmoid ? db : NULL;
+    SK(st_cuda_moe_route_cfg(&c, dl, T, di, dw, NULL, NULL));
+    CK(cudaMemcpy(gi.data(), di, sizeof(int32_t) * gi.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gw.data(), dw, sizeof(float) * gw.size(), cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    double mw = 0.0;
+    for (size_t i = 0; i < ids.size(); i++) {
+        bad += gi[i] != ids[i];
+        mw = std::max(mw, fabs((double)gw[i] - wts[i]));
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 10; i++) SK(st_cuda_moe_route_cfg(&c, dl, T, di, dw, NULL, NULL));
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < 100; i++) SK(st_cuda_moe_route_cfg(&c, dl, T, di, dw, NULL, NULL));
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float tr;
+    CK(cudaEventElapsedTime(&tr, e0, e1));
+    printf("%-14s scored router T=%lld E=%d k=%d %s groups %d/%d: ids differ %lld, max |dw| %.2e (%s), "
+           "%.1f us/call\n", name, (long long)T, X, K, sigmoid ? "sigmoid+bias" : "softmax", G, Gu, (long long)bad,
+           mw, bad == 0 && mw <= 1e-6 * std::max(1.0, (double)scale) ? "equal to st_route_scored" : "NOT equal",
+           tr * 10.0);
+    CK(cudaEventDestroy(e0)); CK(cudaEventDestroy(e1));
+    CK(cudaFree(dl)); CK(cudaFree(db)); CK(cudaFree(di)); CK(cudaFree(dw));
+}
+
 int main() {
     int ok = 0;
     char why[256];
@@ -291,6 +348,11 @@ int main() {
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS, 1},
     };
     for (const Case &c : cases) run_case(c, tp);
+    for (int64_t T : {1, 8, 512}) {
+        run_route_scored("deepseek-v3", T, 256, 8, 1, 1, 2.5f, 8, 4);
+        run_route_scored("kimi-k2", T, 384, 8, 1, 1, 2.827f, 1, 1);
+        run_route_scored("deepseek-v2", T, 160, 6, 0, 0, 16.0f, 8, 3);
+    }
     st_threadpool_free(tp);
     return 0;
 }
