@@ -103,7 +103,8 @@ strata_status st_session_fit_gpu_mem(const strata_model *model, strata_session_p
     int64_t *lb = calloc((size_t)hp->n_layer, sizeof *lb);
     if (!lb) return st_error(STRATA_ERR_NOMEM, "session: out of memory");
     int64_t experts = 0;
-    for (int32_t il = 0; il < hp->n_layer; il++) {
+    for (int32_t il = 0; il < hp->n_layer; il++) { /* a leading dense layer: 0 bytes (its FFN is
+                                                      * in `other`), so the split passes over it */
         const st_layer *L = &model->layers[il];
         lb[il] = (int64_t)(st_tensor_bytes(&L->ffn_gate_exps) + st_tensor_bytes(&L->ffn_up_exps) +
                            st_tensor_bytes(&L->ffn_down_exps));

@@ -37,7 +37,9 @@ static double st_pool_now(void) {
 /* Waits until layer l's request of step s is published; 0 when stopped instead. */
 static int st_pool_wait_request(st_expert_pool *p, const st_doorbell_layer *d, uint32_t s) {
     for (uint64_t i = 0;; i++) {
-        if (atomic_load_explicit(&d->req_seq, memory_order_acquire) == s) return 1;
+        /* s or a later step: a layer published empty by st_pool_skip may already carry the next
+         * step's number when the pool serves this one late (the GPU waits for no such layer) */
+        if ((int32_t)(atomic_load_explicit(&d->req_seq, memory_order_acquire) - s) >= 0) return 1;
         if (atomic_load_explicit(&p->stop, memory_order_relaxed)) return 0;
         if (i > 20000) sched_yield(); /* the producer is slow: let others run */
         else ST_PAUSE();
@@ -163,6 +165,13 @@ uint32_t st_pool_step(st_expert_pool *p) {
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return s;
+}
+
+void st_pool_skip(st_expert_pool *p, int32_t l, uint32_t step) {
+    if (!p || l < 0 || l >= p->n_layer) return;
+    st_doorbell_layer *d = &p->db[l];
+    d->T = 0;
+    atomic_store_explicit(&d->req_seq, step, memory_order_release);
 }
 
 void st_pool_abandon(st_expert_pool *p, uint32_t step) {

@@ -9,7 +9,8 @@
  *   producer: writes T, the T input rows x[t], the routing ids[t][s] (an expert id for the slots
  *             the CPU computes, -1 for the others) and weights wts[t][s]; then stores
  *             req_seq = step number (release: everything before is visible when it is seen);
- *   pool:     waits for req_seq == its expected step number (acquire), computes
+ *   pool:     waits for req_seq to reach its expected step number (acquire; a later one: a
+ *             layer published empty ahead, st_pool_skip), computes
  *             out[t] = sum over slots s (in order) of wts[t][s] * FFN_ids[t][s](x[t]) with the
  *             same expert kernels as the CPU session (st_moe_ffn), writes out, then stores
  *             part_seq and done_seq = step number (release);
@@ -65,6 +66,10 @@ void st_pool_free(st_expert_pool *p);
  * called for step s+1 while step s is still being served (the pool serves them in order). Returns
  * the step number the producer must use. */
 uint32_t st_pool_step(st_expert_pool *p);
+
+/* Publishes layer l of step `step` as an empty request (T = 0): a layer that routes nothing (a
+ * leading dense layer among the CPU layers). No-op for a NULL pool or l outside its layers. */
+void st_pool_skip(st_expert_pool *p, int32_t l, uint32_t step);
 
 /* For a producer that failed in the middle of step `step`: publishes every layer of it not yet
  * published as an empty request (T = 0), so the pool finishes the step and serves the next ones.

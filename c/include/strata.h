@@ -333,7 +333,9 @@ typedef void (*strata_progress_fn)(const char *what, int64_t done, int64_t total
 typedef struct strata_placement_params {
     int32_t n_cpu_moe;    /* the routed experts of the first n_cpu_moe layers stay in RAM and the
                              CPU computes them; -1: every layer; 0 (default): all on the GPU.
-                             Attention, routers and shared experts stay on the GPU. */
+                             Attention, routers and shared experts stay on the GPU. Layers count
+                             by index as llama.cpp's --n-cpu-moe: a model's leading dense layers
+                             (deepseek2) are among the first n_cpu_moe and have none. */
     int32_t expert_cache; /* routed experts live in a cache of this many GPU slots (at least
                              n_expert; the least frequently used expert goes), loaded over PCIe
                              from RAM when routed and not resident. 0 (default): every expert

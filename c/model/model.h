@@ -183,6 +183,12 @@ typedef struct {
     st_tensor ffn_down_shexp;  /* (n_ff_shexp, n_embd) */
 } st_layer;
 
+/* Whether a layer routes to experts: MoE layers; not dense models' layers nor the leading dense
+ * layers of deepseek2 (il < n_layer_dense_lead), which have ffn_gate/up/down instead. */
+static inline int st_layer_has_experts(const st_layer *L) {
+    return L->ffn_gate_exps.data != NULL;
+}
+
 struct strata_model {
     strata_gguf *gguf;         /* owned */
     const st_arch *arch;       /* NULL for vocab_only models of unknown architecture */
@@ -199,6 +205,20 @@ struct strata_model {
     strata_model_info info;    /* what strata_model_get_info returns */
     atomic_int refs;           /* the caller's reference plus one per live session */
 };
+
+/* How many of the layers below n have experts (n_cpu_moe and the fit count layer indices as
+ * llama.cpp's --n-cpu-moe does: the leading dense layers among them have none). */
+static inline int32_t st_model_moe_layers(const strata_model *m, int32_t n) {
+    int32_t c = 0;
+    for (int32_t il = 0; il < n && il < m->hp.n_layer; il++) c += st_layer_has_experts(&m->layers[il]);
+    return c;
+}
+
+/* The first layer at or after il with experts (n_layer - 1 when none is). */
+static inline int32_t st_model_first_moe_layer(const strata_model *m, int32_t il) {
+    while (il < m->hp.n_layer - 1 && !st_layer_has_experts(&m->layers[il])) il++;
+    return il;
+}
 
 /* A session keeps its model alive: it takes a reference when created and drops it when freed;
  * the model's memory goes with the last reference (strata_model_free drops the caller's). */

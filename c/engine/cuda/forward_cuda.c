@@ -188,7 +188,7 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
-/* The FFN of a dense layer (n_expert 0): gate and up with SwiGLU, then down, into g->proj. */
+/* The FFN of a dense layer (dense models, deepseek2's leading dense layers): gate and up with SwiGLU, then down, into g->proj. */
 static strata_status st_gpu_dense_ffn(strata_session *s, int il, int64_t T) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -251,7 +251,7 @@ static strata_status st_gpu_forward_layer(strata_session *s, int il, int64_t T, 
     TRY(st_gpu_attn_block(s, il, T, pos0));
     if (g->defer_pending >= 0) TRY(st_gpu_defer_join(s, T)); /* the previous layer's late rows */
     const float *out = g->proj; /* the FFN's output rows: g->proj, or a decode step's CPU row */
-    if (s->model->hp.n_expert == 0) {
+    if (!st_layer_has_experts(&s->model->layers[il])) {
         TRY(st_gpu_dense_ffn(s, il, T));
     } else {
         st_moe_call mc;

@@ -38,7 +38,9 @@ typedef struct {
     st_cuda_mat wqkv;    /* (n_embd, nq + nk + nv): wq, wk, wv as one matrix when they share a
                             type (wq/wk/wv then view its rows), so one GEMV or tile pass computes
                             q, k and v into one row of g->qkv; data NULL otherwise */
-    st_cuda_mat router;                               /* (n_embd, n_expert) */
+    st_cuda_mat router;                               /* (n_embd, n_expert); data NULL: a dense
+                                                         layer (st_layer_has_experts) */
+    float *exp_probs_b;                               /* (n_expert) selection bias, deepseek2 */
     st_cuda_mat shexp_gate_inp;                       /* (n_embd, 1) qwen2moe */
     st_cuda_mat ffn_gate, ffn_up, ffn_down;           /* dense FFN */
     st_cuda_expert *experts;                          /* device table [n_expert] */

@@ -351,6 +351,44 @@ strata_status st_gpu_alloc_prediction(st_gpu *g, const st_hparams *hp) {
     return STRATA_OK;
 }
 
+/* A MoE layer's FFN: the router, its selection bias (exp_probs_b, deepseek2), the routed experts
+ * (unless they stay in RAM: a CPU layer, or the expert cache's), the shared expert and its gate. */
+static strata_status st_gpu_upload_moe(strata_session *s, int il) {
+    const st_hparams *hp = &s->model->hp;
+    const st_layer *L = &s->model->layers[il];
+    st_gpu *g = s->gpu;
+    st_gpu_layer *G = &g->layers[il];
+    TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
+    TRY(st_gpu_put_f32(g, &L->exp_probs_b, &G->exp_probs_b));
+    /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
+    if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0)
+        TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, hp->n_expert,
+                               &G->experts));
+    G->exp_type_gu = L->ffn_gate_exps.type;
+    G->exp_type_down = L->ffn_down_exps.type;
+    if (s->shexp && L->ffn_gate_shexp.data) { /* gated (qwen2moe) or not (deepseek2: gate 1) */
+        TRY(st_gpu_put_experts(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp, 1, &G->shexp));
+        G->sh_type_gu = L->ffn_gate_shexp.type;
+        G->sh_type_down = L->ffn_down_shexp.type;
+        if (L->ffn_gate_inp_shexp.data) {
+            st_tensor gi = L->ffn_gate_inp_shexp; /* (n_embd): one row */
+            gi.ne[1] = 1;
+            TRY(st_gpu_put_mat(g, &gi, &G->shexp_gate_inp));
+        }
+    }
+    return STRATA_OK;
+}
+
+/* A dense FFN: dense models' layers, deepseek2's leading dense layers (n_ff wide). */
+static strata_status st_gpu_upload_dense_ffn(st_gpu *g, const st_layer *L, st_gpu_layer *G, int il) {
+    TRY(st_gpu_put_mat(g, &L->ffn_gate, &G->ffn_gate));
+    TRY(st_gpu_put_mat(g, &L->ffn_up, &G->ffn_up));
+    TRY(st_gpu_put_mat(g, &L->ffn_down, &G->ffn_down));
+    if (G->ffn_gate.type != G->ffn_up.type)
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: layer %d gate and up types differ", il);
+    return STRATA_OK;
+}
+
 static strata_status st_gpu_upload_layers(strata_session *s) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -373,32 +411,8 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
             TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
         }
         TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
-        if (hp->n_expert > 0) {
-            TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
-            /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
-            if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0)
-                TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps,
-                                       hp->n_expert, &G->experts));
-            G->exp_type_gu = L->ffn_gate_exps.type;
-            G->exp_type_down = L->ffn_down_exps.type;
-            if (s->shexp && L->ffn_gate_shexp.data) {
-                TRY(st_gpu_put_experts(g, &L->ffn_gate_shexp, &L->ffn_up_shexp, &L->ffn_down_shexp,
-                                       1, &G->shexp));
-                G->sh_type_gu = L->ffn_gate_shexp.type;
-                G->sh_type_down = L->ffn_down_shexp.type;
-                if (L->ffn_gate_inp_shexp.data) {
-                    st_tensor gi = L->ffn_gate_inp_shexp; /* (n_embd): one row */
-                    gi.ne[1] = 1;
-                    TRY(st_gpu_put_mat(g, &gi, &G->shexp_gate_inp));
-                }
-            }
-        } else {
-            TRY(st_gpu_put_mat(g, &L->ffn_gate, &G->ffn_gate));
-            TRY(st_gpu_put_mat(g, &L->ffn_up, &G->ffn_up));
-            TRY(st_gpu_put_mat(g, &L->ffn_down, &G->ffn_down));
-            if (G->ffn_gate.type != G->ffn_up.type)
-                return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: layer %d gate and up types differ", il);
-        }
+        if (st_layer_has_experts(L)) TRY(st_gpu_upload_moe(s, il));
+        else TRY(st_gpu_upload_dense_ffn(g, L, G, il));
     }
     return STRATA_OK;
 }
@@ -460,6 +474,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
         int tiles = 1;
         for (int il = 0; il < hp->n_layer; il++) {
             const st_layer *L = &s->model->layers[il];
+            if (!st_layer_has_experts(L)) continue; /* a leading dense layer: no grouped calls */
             tiles &= st_cuda_moe_type_tiles(L->ffn_gate_exps.type) && st_cuda_moe_type_tiles(L->ffn_down_exps.type);
             if (s->shexp && L->ffn_gate_shexp.data)
                 tiles &= st_cuda_moe_type_tiles(L->ffn_gate_shexp.type) &&
@@ -648,7 +663,7 @@ static strata_status st_gpu_setup_cache(strata_session *s) {
         g->prefetch = 1;
     }
     if (s->plan.cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
-        TRY(st_gpu_measure_costs(s, g->cache, 0, 1));
+        TRY(st_gpu_measure_costs(s, g->cache, st_model_first_moe_layer(s->model, 0), 1));
         TRY(st_gpu_alloc_split(s));
         /* the loads enqueued, so the CPU's share runs while they copy */
         TRY(st_gpu_tier_async_loads(g->cache, g->stream));
@@ -717,7 +732,7 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
     }
     const int stage_split = s->plan.stage_split;
     if (s->plan.stage_experts < 0 || cpu_split || stage_split) { /* the cost model's figures, measured now */
-        int il0 = 0;
+        int il0 = st_model_first_moe_layer(s->model, 0); /* the first CPU layer with experts */
         while (il0 < hp->n_layer - 1 && !st_plan_layer_on_cpu(&s->plan, il0)) il0++;
         TRY(st_gpu_measure_costs(s, g->stage, il0, 1)); /* the step figures price batches too */
     }
@@ -808,7 +823,9 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
     const int32_t X = hp->n_expert;
     size_t total = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0) continue;
+        if ((!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0) ||
+            !st_layer_has_experts(&m->layers[il]))
+            continue;
         for (int32_t e = 0; e < X; e++) {
             const st_expert *x = &s->experts[(size_t)il * (size_t)X + (size_t)e];
             const st_tensor *v[3] = {&x->gate, &x->up, &x->down};
@@ -834,7 +851,9 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
      * one copy of an expert runs faster than three of its parts (CEILINGS.md) */
     uint8_t *p = g->pinned;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0) continue;
+        if ((!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0) ||
+            !st_layer_has_experts(&m->layers[il]))
+            continue;
         for (int32_t e = 0; e < X; e++) {
             st_expert *x = &s->experts[(size_t)il * (size_t)X + (size_t)e];
             st_tensor *v[3] = {&x->gate, &x->up, &x->down};
@@ -874,7 +893,7 @@ static strata_status st_gpu_alloc_split(strata_session *s) {
 static int st_gpu_split_exact_ok(const strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     for (int il = 0; il < hp->n_layer; il++) {
-        if (!st_plan_layer_on_cpu(&s->plan, il)) continue;
+        if (!st_plan_layer_on_cpu(&s->plan, il) || !st_layer_has_experts(&s->model->layers[il])) continue;
         const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
         if (e->gate.type != e->up.type || !st_cuda_moe_exact_supports(e->gate.type, e->down.type) ||
             !st_vec_dot_exact_blocks(e->gate.type) || !st_vec_dot_exact_blocks(e->down.type))
@@ -936,7 +955,7 @@ static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t *slots) 
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     const int64_t slot = (int64_t)st_gpu_tier_slot_bytes(&ctx);
     int64_t n = slot > 0 && avail > margin ? (avail - margin) / slot : 0;
-    const int64_t all = (int64_t)hp->n_layer * hp->n_expert;
+    const int64_t all = (int64_t)st_model_moe_layers(s->model, hp->n_layer) * hp->n_expert;
     if (n > all) n = all;
     if (n < hp->n_expert)
         return st_error(STRATA_ERR_NOMEM, "expert cache auto: %lld MiB of GPU memory left for experts "
@@ -966,7 +985,8 @@ double st_gpu_plan_rate(const strata_session *s) {
     const st_gpu *g = s->gpu;
     if (!g || s->plan.n_cpu_moe == 0 || hp->n_expert <= 0) return 0.0;
     const int32_t n_cpu = s->plan.n_cpu_moe < 0 || s->plan.n_cpu_moe > hp->n_layer ? hp->n_layer : s->plan.n_cpu_moe;
-    return st_cost_plan_rate(&s->cost, hp->n_expert_used, n_cpu, g->cpu_split);
+    /* the CPU layers that have experts (n_cpu_moe counts the leading dense layers too) */
+    return st_cost_plan_rate(&s->cost, hp->n_expert_used, st_model_moe_layers(s->model, n_cpu), g->cpu_split);
 }
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60) {
     *bytes = s && s->gpu ? (int64_t)s->gpu->tiles_bytes : 0;

@@ -19,6 +19,22 @@
  * The next layer's expert prediction (gpu_prefetch, pipe); a CPU layer's hand-down; cpu_warm
  * ------------------------------------------------------------------------------------------- */
 
+/* Layer il's routing rule (st_route_scored's, ops.h) for the device kernels. */
+static st_cuda_route_cfg st_gpu_route_cfg(const strata_session *s, int il) {
+    const st_hparams *hp = &s->model->hp;
+    st_cuda_route_cfg c;
+    memset(&c, 0, sizeof c);
+    c.n_expert = hp->n_expert;
+    c.k = hp->n_expert_used;
+    c.sigmoid = hp->gating == ST_GATING_SIGMOID;
+    c.norm = hp->expert_weights_norm;
+    c.scale = hp->expert_weights_scale;
+    c.n_groups = hp->n_expert_groups;
+    c.n_group_used = hp->n_group_used;
+    c.d_bias = s->gpu->layers[il].exp_probs_b;
+    return c;
+}
+
 /* Enqueues the prediction of layer il + 1's experts for rows t0 .. t0 + tn (tn <= 8) from layer
  * il's residual (layer il + 1's FFN norm and router applied to it, as the CPU session's --pipe
  * does) and the copy of the ids into g->h_pf_ids (pinned): there once the stream has passed it. */
@@ -26,12 +42,12 @@ static strata_status st_gpu_predict_next(strata_session *s, int il, int64_t t0, 
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     const int64_t E = hp->n_embd;
-    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const int32_t K = hp->n_expert_used;
     const st_gpu_layer *Nx = &g->layers[il + 1];
     TRY(st_cuda_rmsnorm(g->pf_x, E, g->x + t0 * E, E, Nx->ffn_norm, E, 1, tn, hp->norm_eps, g->stream));
     TRY(st_gpu_mm(g, &Nx->router, g->pf_x, tn, g->pf_logits));
-    TRY(st_cuda_moe_route(g->pf_logits, tn, X, K, hp->expert_weights_norm, g->pf_ids, g->pf_wts, NULL,
-                          g->stream));
+    const st_cuda_route_cfg rc = st_gpu_route_cfg(s, il + 1);
+    TRY(st_cuda_moe_route_cfg(&rc, g->pf_logits, tn, g->pf_ids, g->pf_wts, NULL, g->stream));
     return st_cuda_memcpy_async(g->h_pf_ids, g->pf_ids, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream);
 }
 
@@ -335,10 +351,11 @@ strata_status st_gpu_moe_route(strata_session *s, int il, int64_t T, st_moe_call
      * hand-down rows */
     g->hand_ready = mc->r1 && g->d_xn && st_plan_layer_on_cpu(&s->plan, il) && !st_gpu_pool_call(s, T) &&
                     !g->d_tail; /* (the tail skip changes the ids after the router) */
+    const st_cuda_route_cfg rc = st_gpu_route_cfg(s, il);
     if (mc->r1)
-        TRY(st_cuda_moe_router1(&G->router, g->xn, X, K, hp->expert_weights_norm, g->router, g->ids, g->wts,
-                                g->hand_ready ? &g->hand_db : NULL, g->moe_xq, g->hand_ready ? g->d_xn : NULL,
-                                g->sync + ST_GPU_SYNC_ROUTER, g->stream));
+        TRY(st_cuda_moe_router1_cfg(&G->router, g->xn, &rc, g->router, g->ids, g->wts,
+                                    g->hand_ready ? &g->hand_db : NULL, g->moe_xq, g->hand_ready ? g->d_xn : NULL,
+                                    g->sync + ST_GPU_SYNC_ROUTER, g->stream));
     else
         TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
     g->xq_ready = mc->r1;
@@ -405,9 +422,10 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
     c->tn = tn;
     c->table = g->layers[il].experts;
     c->ids = g->ids + t0 * K;
-    if (!mc->r1)
-        TRY(st_cuda_moe_route(g->router + t0 * X, tn, X, K, hp->expert_weights_norm, g->ids + t0 * K,
-                              g->wts + t0 * K, NULL, g->stream));
+    if (!mc->r1) {
+        const st_cuda_route_cfg rc = st_gpu_route_cfg(s, il);
+        TRY(st_cuda_moe_route_cfg(&rc, g->router + t0 * X, tn, g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
+    }
     if (g->d_tail) /* route_tail_skip: the light tail of each token's slots dropped on the device */
         TRY(st_cuda_route_tail_skip(g->ids + t0 * K, g->wts + t0 * K, tn, K, s->tail_skip, g->d_tail, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
@@ -794,6 +812,10 @@ strata_status st_gpu_pool_begin(strata_session *s) {
         TRY(st_gpu_tier_export(g->cache, &g->pm_tables, &g->pm_where));
     *g->h_step = st_pool_step(g->pool);
     g->pool_open = 1;
+    /* the pool waits for every CPU layer's request: the leading dense layers, which route
+     * nothing, are published empty */
+    for (int32_t il = 0; il < s->model->hp.n_layer && s->model->hp.n_layer_dense_lead > 0; il++)
+        if (!st_layer_has_experts(&s->model->layers[il])) st_pool_skip(g->pool, il, *g->h_step);
     return st_cuda_memcpy_async(g->d_step, g->h_step, sizeof(uint32_t), 1, g->stream);
 }
 
