@@ -1,7 +1,8 @@
 /* forward_cuda.c - the GPU forward pass of a session (backend STRATA_BACKEND_CUDA; its weights,
  * scratch, KV cache and placement are set up by forward_cuda_setup.c, the state they share is
  * forward_cuda.h): the layer loop, each layer's attention (norm, q/k/v, biases, q/k norm, RoPE,
- * KV store, attention, output projection, residual), its FFN (a dense one here; the MoE block,
+ * KV store, attention, output projection, residual; deepseek2's latent attention in its absorbed
+ * form over a latent cache), its FFN (a dense one here; the MoE block,
  * router to shared expert in each chunk's expert placement, is moe_block.c) and the join of the
  * FFN's rows into the residual; the final norm and logits; the CUDA graphs of decode steps. The
  * kernels (c/cuda) mirror forward.c step by step. Token embeddings are dequantized on the CPU
@@ -188,6 +189,53 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
+/* deepseek2's latent attention, in st_mla_block's order (forward_cpu.c): q (through its low rank
+ * when there is one) and the latent row; the row's latent normalized and its key part roped;
+ * each head's query = [wk_b[h] . q_nope, roped q part]; the row into the latent cache; attention
+ * over the cache (one KV head, values = the rows' latents); wv_b[h] turns each head's latent
+ * output into its values; the output projection, the residual and the FFN's norm. */
+static strata_status st_gpu_mla_block(strata_session *s, int il, int64_t T, int64_t pos0) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_gpu *g = s->gpu;
+    const st_gpu_layer *G = &g->layers[il];
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_kv, nr = hp->n_rot, nlq = hp->n_lora_q;
+    const int64_t hk = hp->head_dim_mla, nope = hk - nr, hv = hp->head_dim_v_mla, D = R + nr;
+    const float eps = hp->norm_eps;
+
+    const void *xq = st_gpu_xq(g, T, E) ? g->xq : NULL; /* as st_gpu_attn_block */
+    if (il == 0 && xq)
+        TRY(st_cuda_rmsnorm_q8(g->xn, g->x, G->attn_norm, E, T, eps, g->xq, g->stream));
+    else if (il == 0)
+        TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, eps, g->stream));
+    if (G->wq_a.data) { /* q through its low rank, normalized between */
+        TRY(st_gpu_mm_pre(g, &G->wq_a, g->xn, xq, T, g->mla_qa));
+        TRY(st_gpu_mm_pre(g, &G->wkv_a, g->xn, xq, T, g->k));
+        TRY(st_cuda_rmsnorm(g->mla_qa, nlq, g->mla_qa, nlq, G->q_a_norm, nlq, 1, T, eps, g->stream));
+        TRY(st_gpu_mm(g, &G->wq_b, g->mla_qa, T, g->mla_q));
+    } else {
+        TRY(st_gpu_mm_pre(g, &G->wq, g->xn, xq, T, g->mla_q));
+        TRY(st_gpu_mm_pre(g, &G->wkv_a, g->xn, xq, T, g->k));
+    }
+    TRY(st_gpu_mark(s, STRATA_PHASE_QKV));
+    /* the cache rows: rmsnorm(latent), roped key part (positions from g->pos, as the graphs need) */
+    TRY(st_cuda_rmsnorm(g->k, D, g->k, D, G->kv_a_norm, R, 1, T, eps, g->stream));
+    TRY(st_cuda_rope(&g->rope, g->k + R, D, 1, nr, T, g->pos, pos0, g->stream));
+    /* the queries: [wk_b[h] . q_nope, q_pe], q_pe copied, then roped in place (the CPU ropes it
+     * before the copy: the same values) */
+    TRY(st_cuda_mla_absorb(&G->wk_b, g->mla_q, H * hk, hk, g->q, H * D, D, T, g->stream));
+    TRY(st_cuda_mla_copy_rows(g->q + R, D, g->mla_q + nope, hk, nr, T * H, g->stream));
+    TRY(st_cuda_rope(&g->rope, g->q + R, H * D, H, D, T, g->pos, pos0, g->stream));
+    TRY(st_cuda_mla_store(&G->kv, &g->mla, g->k, D, T, pos0, g->pos, g->stream));
+    TRY(st_cuda_mla_attention(&G->kv, &g->mla, g->q, H * D, T, pos0, g->pos, g->att, H * R, g->attn_ws,
+                              g->attn_ws_bytes, g->stream));
+    TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
+    TRY(st_cuda_mla_absorb(&G->wv_b, g->att, H * R, R, g->mla_v, H * hv, hv, T, g->stream));
+    TRY(st_gpu_mm(g, &G->wo, g->mla_v, T, g->proj));
+    TRY(st_cuda_add_rmsnorm(g->x, g->proj, 1.0f, g->xn, G->ffn_norm, E, T, eps, g->stream));
+    return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
+}
+
 /* The FFN of a dense layer (dense models, deepseek2's leading dense layers): gate and up with SwiGLU, then down, into g->proj. */
 static strata_status st_gpu_dense_ffn(strata_session *s, int il, int64_t T) {
     const st_hparams *hp = &s->model->hp;
@@ -248,7 +296,8 @@ static strata_status st_gpu_defer_join(strata_session *s, int64_t T) {
  * residual with the next layer's attention norm. */
 static strata_status st_gpu_forward_layer(strata_session *s, int il, int64_t T, int64_t pos0) {
     st_gpu *g = s->gpu;
-    TRY(st_gpu_attn_block(s, il, T, pos0));
+    if (s->model->arch->mla) TRY(st_gpu_mla_block(s, il, T, pos0));
+    else TRY(st_gpu_attn_block(s, il, T, pos0));
     if (g->defer_pending >= 0) TRY(st_gpu_defer_join(s, T)); /* the previous layer's late rows */
     const float *out = g->proj; /* the FFN's output rows: g->proj, or a decode step's CPU row */
     if (!st_layer_has_experts(&s->model->layers[il])) {

@@ -22,6 +22,7 @@
 #include "cuda_mmv.h"
 #include "cuda_moe.h"
 #include "cuda_ops.h"
+#include "cuda_mla.h"
 
 #define ST_GPU_COLS 8        /* columns per GEMV call (st_cuda_mmv's limit) */
 #define ST_GPU_SYNC 4352     /* st_gpu.sync counters, by the kernels of a decode step: */
@@ -47,6 +48,10 @@ typedef struct {
     st_cuda_expert *shexp;                            /* device table [1], NULL if none */
     strata_type exp_type_gu, exp_type_down;           /* routed experts' types */
     strata_type sh_type_gu, sh_type_down;
+    /* multi-head latent attention (deepseek2; see st_layer): kv holds the latent rows, no V */
+    st_cuda_mat wq_a, wq_b, wkv_a;
+    float *q_a_norm, *kv_a_norm;
+    st_cuda_mla_w wk_b, wv_b;                         /* per-head absorption weights */
     st_cuda_kv_layer kv;
 } st_gpu_layer;
 
@@ -68,6 +73,7 @@ struct st_gpu {
     void *kv_mem;                         /* one allocation: every layer's K and V */
     size_t kv_bytes;
     st_cuda_attn_shape shape;
+    st_cuda_mla_shape mla;                /* latent attention's shape (arch->mla) */
     st_cuda_rope_params rope;
     int64_t moe_tokens;                   /* tokens per grouped-MoE call: 1024 / k, <= n_batch */
     void *stream;                         /* every kernel of the session runs on it */
@@ -161,6 +167,11 @@ struct st_gpu {
     /* device scratch, T = n_batch rows */
     float *x, *xn, *q, *k, *v, *att, *proj, *h, *router, *wts, *ones, *shgate, *logits;
     float *qkv;                           /* (T, nq + nk + nv): the fused projection's rows */
+    /* latent attention only (else NULL): q as trained (T, n_head * head_dim_mla), the q low
+     * rank's rows (T, n_lora_q), the heads' values (T, n_head * head_dim_v_mla); g->q then holds
+     * the absorbed queries (T, n_head * (kv_lora + n_rot)), g->k the cache rows, g->att the
+     * heads' latent outputs (T, n_head * kv_lora) */
+    float *mla_q, *mla_qa, *mla_v;
     int32_t *ids, *zeros;
     int32_t *pos;                         /* (T) the batch's positions: RoPE, KV store, attention */
     st_cuda_argmax_out *amax;             /* the greedy token of strata_session_decode_greedy */

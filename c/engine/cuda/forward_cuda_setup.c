@@ -1,7 +1,7 @@
 /* forward_cuda_setup.c - a GPU session's set-up and teardown (backend STRATA_BACKEND_CUDA): every
  * weight uploaded to device memory once (matrices as descriptors, q/k/v fused where their types
- * match, experts resident unless placed elsewhere), device scratch sized for n_batch tokens, the
- * GPU KV cache, and the expert placement's parts: the pinned copy of RAM-kept experts, the GPU
+ * match, experts resident unless placed elsewhere; latent attention's weights), device scratch sized for
+ * n_batch tokens, the GPU KV cache (the latent rows alone for latent attention), and the expert placement's parts: the pinned copy of RAM-kept experts, the GPU
  * expert cache (its size when auto), the hand-off rows and the expert pool of the CPU layers,
  * the prediction buffers of gpu_prefetch and pipe, the cost model's measured figures. The
  * forward pass itself is forward_cuda.c and moe_block.c; they share forward_cuda.h. */
@@ -126,6 +126,36 @@ static strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *
     m->ne1 = t->ne[1];
     m->row_bytes = t->row_bytes;
     return STRATA_OK;
+}
+
+/* A per-head absorption weight (cols, rows, n_head) up as it is (st_cuda_mla_absorb reads the
+ * heads in place). */
+static strata_status st_gpu_put_mla_w(st_gpu *g, const st_tensor *t, st_cuda_mla_w *w) {
+    memset(w, 0, sizeof *w);
+    if (!st_cuda_mla_absorb_supports(t->type, t->ne[0]))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: no GPU absorption matmul for %s (%s, rows of "
+                        "%lld)", t->name, strata_type_name(t->type), (long long)t->ne[0]);
+    void *d;
+    TRY(st_gpu_put(g, t, &d));
+    w->type = t->type;
+    w->data = d;
+    w->cols = t->ne[0];
+    w->rows = t->ne[1];
+    w->n_head = t->ne[2] > 0 ? t->ne[2] : 1;
+    w->row_bytes = t->row_bytes;
+    return STRATA_OK;
+}
+
+/* Latent attention's weights (deepseek2): q's low rank and its norm, the latent's projection and
+ * norm, the absorption weights. */
+static strata_status st_gpu_put_mla(st_gpu *g, const st_layer *L, st_gpu_layer *G) {
+    TRY(st_gpu_put_mat(g, &L->wq_a, &G->wq_a));
+    TRY(st_gpu_put_mat(g, &L->wq_b, &G->wq_b));
+    TRY(st_gpu_put_mat(g, &L->wkv_a, &G->wkv_a));
+    TRY(st_gpu_put_f32(g, &L->q_a_norm, &G->q_a_norm));
+    TRY(st_gpu_put_f32(g, &L->kv_a_norm, &G->kv_a_norm));
+    TRY(st_gpu_put_mla_w(g, &L->wk_b, &G->wk_b));
+    return st_gpu_put_mla_w(g, &L->wv_b, &G->wv_b);
 }
 
 /* GPU memory the session may still allocate: the device's free memory, within gpu_mem less the
@@ -270,15 +300,31 @@ strata_status st_gpu_alloc(void **p, size_t bytes) {
     return st_cuda_malloc(p, bytes ? bytes : 16);
 }
 
-static strata_status st_gpu_check_shape(const strata_model *m, const st_gpu *g) {
+/* Latent attention's kernels take the model's widths (st_gpu_check_shape). */
+static strata_status st_gpu_check_mla(const strata_model *m, const st_gpu *g, strata_type kv_type) {
     const st_hparams *hp = &m->hp;
-    if (!st_cuda_attn_supports(STRATA_TYPE_F16, &g->shape))
+    if (!st_cuda_mla_supports(kv_type, &g->mla))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: latent attention with %d heads over %d + %d "
+                        "(%s cache) is not supported on this GPU (kv_lora_rank <= %d, an even row, shared "
+                        "memory within %zu KiB a block)", (int)hp->n_head, (int)hp->n_lora_kv, (int)hp->n_rot,
+                        strata_type_name(kv_type), ST_MLA_MAX_LORA, st_cuda_smem_limit() / 1024);
+    if (!st_cuda_rope_supports(&g->rope, hp->n_rot))
+        return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: RoPE over %d dimensions is not supported on "
+                        "the GPU", (int)hp->n_rot);
+    return STRATA_OK;
+}
+
+static strata_status st_gpu_check_shape(const strata_model *m, const st_gpu *g, strata_type kv_type) {
+    const st_hparams *hp = &m->hp;
+    if (m->arch->mla) {
+        TRY(st_gpu_check_mla(m, g, kv_type));
+    } else if (!st_cuda_attn_supports(STRATA_TYPE_F16, &g->shape))
         return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: attention with %d/%d heads of %d/%d "
                         "is not supported on this GPU (head_dim 64, 128 or 256; 256 needs 73 KiB of "
                         "shared memory a block, this GPU allows %zu KiB: docs/OLDER_GPUS.md)",
                         (int)hp->n_head, (int)hp->n_head_kv, (int)hp->head_dim, (int)hp->head_dim_v,
                         st_cuda_smem_limit() / 1024);
-    if (!st_cuda_rope_supports(&g->rope, hp->head_dim))
+    if (!m->arch->mla && !st_cuda_rope_supports(&g->rope, hp->head_dim))
         return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: RoPE over %d of %d dimensions is not "
                         "supported on the GPU", (int)hp->n_rot, (int)hp->head_dim);
     if (hp->n_expert > 0 && (hp->n_embd % 32 != 0 || hp->n_ff_exp % 32 != 0 ||
@@ -411,9 +457,26 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
             TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
         }
         TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
+        if (m->arch->mla) TRY(st_gpu_put_mla(g, L, G));
         if (st_layer_has_experts(L)) TRY(st_gpu_upload_moe(s, il));
         else TRY(st_gpu_upload_dense_ffn(g, L, G, il));
     }
+    return STRATA_OK;
+}
+
+/* Latent attention's own rows (st_gpu's mla_*; g->q, g->k and g->att are wide enough as the
+ * session's dims give them: n_head * (kv_lora + n_rot), kv_lora + n_rot, n_head * kv_lora), and
+ * the GEMV's widest input among its matrices (wq_b's n_lora_q, wo's n_head * head_dim_v_mla). */
+static strata_status st_gpu_alloc_mla(strata_session *s, size_t T, size_t *widest) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const size_t f = sizeof(float), H = (size_t)hp->n_head, hv = (size_t)hp->head_dim_v_mla;
+    const size_t nlq = hp->n_lora_q > 0 ? (size_t)hp->n_lora_q : 1;
+    TRY(st_gpu_alloc((void **)&g->mla_q, f * T * H * (size_t)hp->head_dim_mla));
+    TRY(st_gpu_alloc((void **)&g->mla_qa, f * T * nlq));
+    TRY(st_gpu_alloc((void **)&g->mla_v, f * T * H * hv));
+    if (nlq > *widest) *widest = nlq;
+    if (H * hv > *widest) *widest = H * hv;
     return STRATA_OK;
 }
 
@@ -458,6 +521,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
 
     size_t widest = E > no ? E : no;
     if (F > widest) widest = F;
+    if (s->model->arch->mla) TRY(st_gpu_alloc_mla(s, T, &widest));
     TRY(st_gpu_alloc(&g->mmv_scratch, st_cuda_mmv_scratch_bytes((int64_t)widest, ST_GPU_COLS)));
     if (E % 32 == 0) TRY(st_gpu_alloc(&g->xq, st_cuda_mmv_scratch_bytes(E, ST_GPU_COLS)));
     if (E % 32 == 0) TRY(st_gpu_alloc(&g->moe_xq, st_cuda_mmv_scratch_bytes(E, 1)));
@@ -491,9 +555,13 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     g->moe_ws_bytes = moe;
     TRY(st_gpu_alloc(&g->moe_ws, moe));
     /* the most a decode window or any batch up to n_batch splits the positions into */
-    g->attn_ws_bytes = st_cuda_attn_wsize(&g->shape, ST_GPU_COLS, s->n_ctx);
-    const size_t ws_batch = st_cuda_attn_wsize(&g->shape, (int64_t)s->n_batch, s->n_ctx);
-    if (ws_batch > g->attn_ws_bytes) g->attn_ws_bytes = ws_batch;
+    if (s->model->arch->mla) {
+        g->attn_ws_bytes = st_cuda_mla_wsize(&g->mla, (int64_t)s->n_batch, s->n_ctx);
+    } else {
+        g->attn_ws_bytes = st_cuda_attn_wsize(&g->shape, ST_GPU_COLS, s->n_ctx);
+        const size_t ws_batch = st_cuda_attn_wsize(&g->shape, (int64_t)s->n_batch, s->n_ctx);
+        if (ws_batch > g->attn_ws_bytes) g->attn_ws_bytes = ws_batch;
+    }
     TRY(st_gpu_alloc(&g->attn_ws, g->attn_ws_bytes));
     return STRATA_OK;
 }
@@ -501,9 +569,11 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
 static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    const size_t one = st_cuda_kv_bytes(kv_type, &g->shape, s->n_ctx);
+    const int mla = s->model->arch->mla; /* the latent rows alone: no V */
+    const size_t one = mla ? st_cuda_mla_kv_bytes(kv_type, &g->mla, s->n_ctx)
+                           : st_cuda_kv_bytes(kv_type, &g->shape, s->n_ctx);
     const size_t per = st_round_up(one, 256);
-    g->kv_bytes = 2 * per * (size_t)hp->n_layer;
+    g->kv_bytes = (mla ? 1 : 2) * per * (size_t)hp->n_layer;
     strata_status st = st_cuda_malloc(&g->kv_mem, g->kv_bytes);
     if (st != STRATA_OK)
         return st_error(st, "gpu session: KV cache of %zu bytes (n_ctx %d): %s", g->kv_bytes,
@@ -512,8 +582,8 @@ static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
         st_cuda_kv_layer *kv = &g->layers[il].kv;
         kv->type = kv_type;
         kv->n_ctx = s->n_ctx;
-        kv->k = (uint8_t *)g->kv_mem + (size_t)(2 * il) * per;
-        kv->v = (uint8_t *)g->kv_mem + (size_t)(2 * il + 1) * per;
+        kv->k = (uint8_t *)g->kv_mem + (size_t)((mla ? 1 : 2) * il) * per;
+        kv->v = mla ? NULL : (uint8_t *)g->kv_mem + (size_t)(2 * il + 1) * per;
     }
     return STRATA_OK;
 }
@@ -569,7 +639,7 @@ void st_gpu_free(strata_session *s) {
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
                     g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->moe_xq, g->att_q8, g->sync, g->mmq_scratch,
-                    g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws};
+                    g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws, g->mla_q, g->mla_qa, g->mla_v};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error(STRATA_OK, "%s", err); /* freeing after a failed create may fail again; not the caller's error */
     free(g->ups);
@@ -600,6 +670,12 @@ static void st_gpu_set_shape(strata_session *s) {
     g->rope.beta_fast = s->rope.beta_fast;
     g->rope.beta_slow = s->rope.beta_slow;
     g->rope.n_ctx_orig = s->rope.n_ctx_orig;
+    if (m->arch->mla) {
+        g->mla.n_head = hp->n_head;
+        g->mla.kv_lora = hp->n_lora_kv;
+        g->mla.n_rot = hp->n_rot;
+        g->mla.scale = hp->kq_scale;
+    }
 }
 
 /* Every weight up: the output norm and matrix, then each layer's (upload order: st_gpu_put). */
@@ -780,7 +856,7 @@ strata_status st_gpu_create(strata_session *s) {
     g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
     if (!g->layers) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     st_gpu_set_shape(s);
-    TRY(st_gpu_check_shape(m, g));
+    TRY(st_gpu_check_shape(m, g, s->kv_type));
     TRY(st_gpu_upload_weights(s));
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
