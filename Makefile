@@ -9,6 +9,7 @@
 #   make asan-server  the server's and chat templates' Python tests against ./strata built with those sanitizers
 #   make cuda-check   GPU tests (skip with a message where no GPU is usable)
 #   make q8-sm60-check  the SM60 Q8_0 GEMV against a CPU reference, then timed (GPU; else a skip)
+#   make mla-check    the latent-attention kernels against CPU references, then timed (GPU; else a skip)
 #   make fuzz         libFuzzer harness of the GGUF reader (needs clang)
 #   make bench        CPU dot-product micro-benchmark
 #   make clean
@@ -92,7 +93,7 @@ endif
 
 ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
 
-.PHONY: all check header-check test-c test-py asan asan-server cuda-check q8-sm60-check fuzz bench clean \
+.PHONY: all check header-check test-c test-py asan asan-server cuda-check q8-sm60-check mla-check fuzz bench clean \
         distclean
 all: $(LIBSO) $(CLI)
 
@@ -252,6 +253,20 @@ else
 endif
 $(BUILD)/q8_sm60_check: tools/q8_sm60_check.cu c/tests/q8_sm60_case.h $(BUILD)/libstrata.a
 	$(NVCC) $(NVCCFLAGS) -Ic/tests -c -o $@.o $<
+	$(CC) -o $@ $@.o $(BUILD)/libstrata.a $(LDLIBS)
+
+# the latent-attention kernels' check-and-time program (c/cuda/dev/mla_check.cu: DeepSeek-V3
+# shapes against CPU references, PASS/FAIL lines and GB/s; exits 0 with "skip" where no GPU is
+# usable); MLA_CTX=N caps the contexts (default 8192)
+mla-check:
+ifdef USE_CUDA
+	$(MAKE) BUILD=$(BUILD) OUTDIR=$(OUTDIR) $(BUILD)/mla_check
+	$(BUILD)/mla_check $(MLA_CTX)
+else
+	@echo "mla-check: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
+endif
+$(BUILD)/mla_check: c/cuda/dev/mla_check.cu c/cuda/dev/dev_common.cuh c/cuda/mla.cuh c/cuda/cuda_mla.h $(BUILD)/libstrata.a
+	$(NVCC) $(NVCCFLAGS) -Ic/cuda/dev -c -o $@.o $<
 	$(CC) -o $@ $@.o $(BUILD)/libstrata.a $(LDLIBS)
 
 # ---- fuzzing -------------------------------------------------------------------------------

@@ -1,0 +1,232 @@
+/* mla_check.cu - standalone check-and-time program for the latent-attention kernels
+ * (c/cuda/mla.cu) at DeepSeek-V3's shapes (128 heads, kv_lora 512, rope 64, qk_nope 128, v 128)
+ * and a tiny one, in the manner of attn_check.cu:
+ *
+ *  - the absorption matmul, wk_b (128 -> 512 per head) and wv_b (512 -> 128), weights f32, f16,
+ *    bf16 and q8_0, T = 1, 8, 512: NMSE against a double product of the dequantized weights
+ *    (<= 1e-10: the kernel dequantizes exactly) and against the f32 weights before quantization
+ *    (<= 5e-4 for the quantized types, ~1e-7-ish for f32), sentinels after the output, then timed
+ *    (median of 20, CUDA events) as GB/s of weight bytes read;
+ *  - the attention over an f16 latent cache of 1 .. 8192 positions, T = 1 and 8 (decode, split
+ *    and block walk both run and must agree bit for bit) and T = 512 prompts: NMSE against a double
+ *    reference on sampled rows (<= 1e-6), sentinels, then timed as GB/s of cache bytes read
+ *    (positions x 576 x 2) and TFLOP/s (2 x rows x positions x (576 + 512)).
+ * Every check prints PASS or FAIL; the exit status is 1 if any failed.
+ *
+ * Build and run (make's target, after the CUDA build of the library):
+ *   make CUDA=1 mla-check            (or: make CUDA=1 build/mla_check && build/mla_check [max_ctx])
+ */
+#include "mla.cuh"
+#include "dev_common.cuh"
+
+extern "C" {
+#include "strata_quant.h"
+}
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+static int g_fail = 0;
+static uint64_t rs = 0x9E3779B97F4A7C15ULL;
+static float frand(void) { /* [-1, 1), never exactly 0 */
+    rs ^= rs >> 12; rs ^= rs << 25; rs ^= rs >> 27;
+    float v = (float)((double)((rs * 2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+    return v != 0.0f ? v : 0.5f;
+}
+
+static void verdict(bool ok, const char *what) {
+    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
+    if (!ok) g_fail = 1;
+}
+
+/* n floats (+ 64 sentinel words) on the device. */
+static float *dalloc(size_t n, const float *host) {
+    float *d;
+    CK(cudaMalloc(&d, (n + 64) * sizeof(float)));
+    CK(cudaMemset(d + n, 0xA5, 64 * sizeof(float)));
+    if (host) CK(cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+static bool sentinels_ok(const float *d, size_t n) {
+    uint32_t w[64];
+    CK(cudaMemcpy(w, d + n, sizeof w, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++)
+        if (w[i] != 0xA5A5A5A5u) return false;
+    return true;
+}
+
+/* Median time (s) of 20 runs of f after 3 warm-ups. */
+template <class F> static double time_it(F f) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<double> t;
+    for (int i = 0; i < 23; i++) {
+        CK(cudaEventRecord(e0));
+        f();
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 3) t.push_back(ms * 1e-3);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return dev_median(t);
+}
+
+/* ---- absorption ------------------------------------------------------------------------------- */
+
+static void absorb_check(strata_type type, int cols, int rows, int H, int T, const char *name) {
+    const size_t rb = (size_t)strata_row_bytes(type, cols), wbytes = rb * (size_t)rows * H;
+    std::vector<float> wf((size_t)rows * H * cols), x((size_t)T * H * cols), deq(cols);
+    std::vector<uint8_t> w(wbytes);
+    for (auto &v : wf) v = 0.05f * frand();
+    for (auto &v : x) v = frand();
+    for (size_t r = 0; r < (size_t)rows * H; r++) SK(strata_quantize_row(type, &wf[r * cols], &w[r * rb], cols));
+    void *dw;
+    CK(cudaMalloc(&dw, wbytes));
+    CK(cudaMemcpy(dw, w.data(), wbytes, cudaMemcpyHostToDevice));
+    float *dx = dalloc(x.size(), x.data()), *dy = dalloc((size_t)T * H * rows, NULL);
+    const st_cuda_mla_w W = {type, dw, cols, rows, H, rb};
+    SK(st_cuda_mla_absorb(&W, dx, (int64_t)H * cols, cols, dy, (int64_t)H * rows, rows, T, NULL));
+    std::vector<float> y((size_t)T * H * rows);
+    CK(cudaMemcpy(y.data(), dy, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    /* sampled heads: 0, 1, H/2, H-1; every row of them, tokens 0 and T-1 */
+    double n1 = 0, n2 = 0, den = 0;
+    const int hs[4] = {0, 1 % H, H / 2, H - 1};
+    for (int hi = 0; hi < 4; hi++)
+        for (int j = 0; j < rows; j++) {
+            const int h = hs[hi];
+            SK(strata_dequantize_row(type, &w[((size_t)h * rows + j) * rb], deq.data(), cols));
+            for (int t : {0, T - 1}) {
+                double a = 0, b = 0;
+                const float *xt = &x[((size_t)t * H + h) * cols];
+                for (int i = 0; i < cols; i++) {
+                    a += (double)deq[i] * xt[i];
+                    b += (double)wf[((size_t)h * rows + j) * cols + i] * xt[i];
+                }
+                const double g = y[((size_t)t * H + h) * rows + j];
+                n1 += (g - a) * (g - a);
+                n2 += (g - b) * (g - b);
+                den += b * b;
+            }
+        }
+    const double e1 = n1 / den, e2 = n2 / den;
+    const double tol2 = type == STRATA_TYPE_F32 ? 1e-12 : type == STRATA_TYPE_Q8_0 ? 5e-4 : 1e-4;
+    const double s = time_it([&] { SK(st_cuda_mla_absorb(&W, dx, (int64_t)H * cols, cols, dy, (int64_t)H * rows, rows, T, NULL)); });
+    char what[256];
+    snprintf(what, sizeof what, "absorb %-4s %s T=%-3d: NMSE %.2e vs dequantized (<= 1e-10), %.2e vs f32 (<= %.0e)"
+             "; %.1f us, %.0f GB/s of weights", strata_type_name(type), name, T, e1, e2, tol2, s * 1e6, wbytes / s * 1e-9);
+    verdict(e1 <= 1e-10 && e2 <= tol2 && sentinels_ok(dy, y.size()), what);
+    CK(cudaFree(dw)); CK(cudaFree(dx)); CK(cudaFree(dy));
+}
+
+/* ---- attention -------------------------------------------------------------------------------- */
+
+/* Double reference of row (t, h): positions 0 .. pos0 + t of the host f16 cache. */
+static void ref_row(const std::vector<uint16_t> &kc, int D, int R, float scale, const float *q, int64_t np,
+                    double *out) {
+    std::vector<double> sc(np);
+    double mx = -INFINITY, sum = 0;
+    for (int64_t p = 0; p < np; p++) {
+        double d = 0;
+        for (int i = 0; i < D; i++) d += (double)q[i] * st_fp16_to_f32(kc[(size_t)p * D + i]);
+        sc[p] = d * scale;
+        mx = fmax(mx, sc[p]);
+    }
+    for (int64_t p = 0; p < np; p++) { sc[p] = exp(sc[p] - mx); sum += sc[p]; }
+    for (int i = 0; i < R; i++) {
+        double o = 0;
+        for (int64_t p = 0; p < np; p++) o += sc[p] * st_fp16_to_f32(kc[(size_t)p * D + i]);
+        out[i] = o / sum;
+    }
+}
+
+static void attn_check(int H, int R, int nr, int64_t T, int64_t pos0, const char *name) {
+    const int D = R + nr;
+    const int64_t n_ctx = pos0 + T, rows = T * H;
+    const float scale = 1.0f / sqrtf(192.0f);
+    const st_cuda_mla_shape s = {H, R, nr, scale};
+    std::vector<float> k((size_t)n_ctx * D), q((size_t)rows * D);
+    for (auto &v : k) v = frand();
+    for (auto &v : q) v = frand();
+    std::vector<uint16_t> kc(k.size());
+    for (size_t i = 0; i < k.size(); i++) kc[i] = st_f32_to_fp16(k[i]);
+    void *dk;
+    CK(cudaMalloc(&dk, kc.size() * 2));
+    CK(cudaMemcpy(dk, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
+    const st_cuda_kv_layer kv = {STRATA_TYPE_F16, dk, NULL, n_ctx};
+    float *dq = dalloc(q.size(), q.data()), *d1 = dalloc((size_t)rows * R, NULL), *d2 = dalloc((size_t)rows * R, NULL);
+    const size_t wsb = st_cuda_mla_wsize(&s, T, n_ctx);
+    void *ws = NULL;
+    if (wsb) CK(cudaMalloc(&ws, wsb));
+    int split1 = 0, split2 = 0;
+    SK(st_cuda_mla_attention_ex(&kv, &s, dq, (int64_t)H * D, T, pos0, NULL, d1, (int64_t)H * R, ws, wsb, NULL, -1, &split1));
+    SK(st_cuda_mla_attention_ex(&kv, &s, dq, (int64_t)H * D, T, pos0, NULL, d2, (int64_t)H * R, NULL, 0, NULL, 0, &split2));
+    std::vector<float> o1((size_t)rows * R), o2(o1.size());
+    CK(cudaMemcpy(o1.data(), d1, o1.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o2.data(), d2, o2.size() * 4, cudaMemcpyDeviceToHost));
+    const bool same = memcmp(o1.data(), o2.data(), o1.size() * 4) == 0;
+    double num = 0, den = 0;
+    std::vector<double> ref(R);
+    const int64_t ts[2] = {0, T - 1};
+    const int hs[3] = {0, H / 2, H - 1};
+    for (int ti = 0; ti < (T > 1 ? 2 : 1); ti++)
+        for (int h : hs) {
+            const int64_t t = ts[ti];
+            ref_row(kc, D, R, scale, &q[((size_t)t * H + h) * D], pos0 + t + 1, ref.data());
+            for (int i = 0; i < R; i++) {
+                const double g = o1[((size_t)t * H + h) * R + i];
+                num += (g - ref[i]) * (g - ref[i]);
+                den += ref[i] * ref[i];
+            }
+        }
+    const double e = num / den;
+    const double t1 = time_it([&] { SK(st_cuda_mla_attention_ex(&kv, &s, dq, (int64_t)H * D, T, pos0, NULL, d1, (int64_t)H * R, ws, wsb, NULL, -1, NULL)); });
+    const double t2 = time_it([&] { SK(st_cuda_mla_attention_ex(&kv, &s, dq, (int64_t)H * D, T, pos0, NULL, d2, (int64_t)H * R, NULL, 0, NULL, 0, NULL)); });
+    const double bytes = (double)n_ctx * D * 2, mean_np = pos0 + (T + 1) / 2.0;
+    const double flop = 2.0 * rows * mean_np * (D + R);
+    char what[320];
+    snprintf(what, sizeof what, "attn %s T=%lld ctx=%lld: NMSE %.2e (<= 1e-6), %s %.1f us (%.0f GB/s, %.1f TFLOP/s), "
+             "walk %.1f us (%.1f TFLOP/s), bits %s", name, (long long)T, (long long)n_ctx, e,
+             split1 ? "split" : "walk(auto)", t1 * 1e6, bytes / t1 * 1e-9, flop / t1 * 1e-12, t2 * 1e6,
+             flop / t2 * 1e-12, same ? "equal" : "DIFFER");
+    verdict(e <= 1e-6 && same && split2 == 0 && sentinels_ok(d1, o1.size()) && sentinels_ok(d2, o2.size()), what);
+    CK(cudaFree(dk)); CK(cudaFree(dq)); CK(cudaFree(d1)); CK(cudaFree(d2));
+    if (ws) CK(cudaFree(ws));
+}
+
+int main(int argc, char **argv) {
+    const int64_t max_ctx = argc > 1 ? atoll(argv[1]) : 8192;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+        printf("skip: no CUDA device\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs; device-to-device copy %.0f GB/s\n", prop.name, prop.multiProcessorCount,
+           dev_copy_rate() * 1e-9);
+    const strata_type types[4] = {STRATA_TYPE_F32, STRATA_TYPE_F16, STRATA_TYPE_BF16, STRATA_TYPE_Q8_0};
+    for (strata_type ty : types)
+        for (int T : {1, 8, 512}) {
+            absorb_check(ty, 128, 512, 128, T, "wk_b 128->512 x128");
+            absorb_check(ty, 512, 128, 128, T, "wv_b 512->128 x128");
+        }
+    absorb_check(STRATA_TYPE_F16, 32, 48, 4, 5, "tiny 32->48 x4");
+    for (int64_t ctx : {1, 64, 512, 1024, 4096, 8192}) {
+        if (ctx > max_ctx) break;
+        attn_check(128, 512, 64, 1, ctx - 1, "v3");
+        if (ctx >= 8) attn_check(128, 512, 64, 8, ctx - 8, "v3");
+    }
+    attn_check(128, 512, 64, 512, 0, "v3 prompt");
+    if (max_ctx >= 4096) attn_check(128, 512, 64, 512, 2048, "v3 prompt");
+    attn_check(4, 32, 16, 1, 299, "tiny");
+    attn_check(4, 32, 16, 37, 100, "tiny");
+    printf("%s\n", g_fail ? "mla_check: FAILED" : "mla_check: all passed");
+    return g_fail;
+}
