@@ -9,19 +9,6 @@
 
 #include <math.h>
 
-/* Whether a latent-attention model's FFN half is one the GPU session runs: no leading dense
- * layers, softmax routing without a selection bias, groups or a weight scale (the GPU routing of
- * the rest is not built yet; its attention is). */
-static int st_mla_gpu_ffn_ok(const strata_model *m) {
-    const st_hparams *hp = &m->hp;
-    if (hp->n_layer_dense_lead > 0 || hp->gating != ST_GATING_SOFTMAX || hp->n_expert_groups > 1 ||
-        hp->expert_weights_scale != 1.0f)
-        return 0;
-    for (int32_t il = 0; il < hp->n_layer; il++)
-        if (m->layers[il].exp_probs_b.data) return 0;
-    return 1;
-}
-
 strata_session_params strata_session_default_params(void) {
     strata_session_params p;
     memset(&p, 0, sizeof p);
@@ -91,11 +78,6 @@ strata_status st_session_params_check(const strata_model *model, const strata_se
     if (st == STRATA_OK) st = st_plan_check(p);
     if (st == STRATA_OK && p->n_ctx == 0 && model->hp.n_ctx_train <= 0)
         st = st_error(STRATA_ERR_INVALID_ARG, "session: n_ctx is 0 and the model has no n_ctx_train");
-    if (st == STRATA_OK && p->backend == STRATA_BACKEND_CUDA && model->arch->mla && !st_mla_gpu_ffn_ok(model))
-        st = st_error(STRATA_ERR_UNSUPPORTED, "session: architecture '%s' on the GPU: its latent "
-                      "attention runs there, but not yet its routing (sigmoid scores, selection bias, "
-                      "expert groups or a weight scale) or leading dense layers; drop --gpu",
-                      model->arch->name);
     return st;
 }
 
