@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# device_ds2.sh - issue 35's deepseek2 on one GPU machine. "tests": the latent-attention kernels
+# (test_cuda_mla, mla_check at DeepSeek-V3 shapes), the scored routing (test_cuda_moe), leading
+# dense layers under every placement (test_dense_lead), the HF zoo's deepseek2 entries on the GPU
+# against the CPU (test_hf_parity_gpu.py -k deepseek2), and the low-bit GPU tests of issue 34
+# (test_cuda_dequant, test_cuda_mmv, test_iq_gpu.py) sharing the build. "lite": the synthetic
+# DeepSeek-V2-Lite file at its real shapes (bench/synth_arch.py, zero-mean weights), pp512 and tg64
+# all resident and with --cpu-moe, each beside llama-bench on the same file in the same call
+# (when .peer is carried; its build runs in the background meanwhile).
+#   run(command="bash bench/device/device_ds2.sh", carry=[".whl", ".devdata/synth_moe.py",
+#       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
+# Knobs: STAGES (default "tests lite"), BUDGET (seconds after which no new row starts, default
+# 540), R (repetitions, default 2). $OUT: device_ds2.log, the test logs, ds2/bench.tar.
+set -u
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
+O="${OUT:-/tmp}/ds2"; J=/tmp/ds2_json; rm -rf "$J"; mkdir -p "$O" "$J"
+trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
+dev_log ds2
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+dev_wheels
+BUDGET=${BUDGET:-540}
+R=${R:-2}
+STAGES=${STAGES:-tests lite}
+have() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+late() { [ "$(el)" -ge "$BUDGET" ] && { echo "budget reached at $(el)s: $1 skipped"; return 0; }; return 1; }
+F=/tmp/ds2_lite.gguf
+if have lite && [ ! -f /tmp/ds2_lite.done ]; then # written while the build and tests run
+    ( python3 bench/synth_arch.py deepseek-v2-lite $F --vocab .devdata/ggml-vocab-gpt-2.gguf \
+        --synth .devdata/synth_moe.py --jobs 6 > "$J/synth_lite.log" 2>&1 && echo ok > /tmp/ds2_lite.done ) &
+fi
+LL=0
+if have lite && [ -f .peer/llama_bench.sh ]; then
+    [ -f /tmp/llama.done ] || ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
+    LL=1
+fi
+DEV_JOBS=12 dev_build strata build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
+    build/tests/test_cuda_dequant build/tests/test_cuda_mmv
+if have tests; then
+    DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build test_cuda_mla:120 test_cuda_moe:200 \
+        test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200
+    for t in test_hf_parity_gpu.py::"-k deepseek2" test_iq_gpu.py::""; do
+        f=${t%%::*} k=${t#*::}
+        STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \
+            timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/$f $k > "$O/${f%.py}.log" 2>&1
+        echo "$f $k rc=$? at $(el)s: $(tail -1 "$O/${f%.py}.log")"
+        grep -E "^FAILED|Error" "$O/${f%.py}.log" | head -8
+    done
+    make CUDA=1 mla-check MLA_CTX=8192 > "$O/mla_check.log" 2>&1
+    echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -30
+fi
+have lite || { echo "done at $(el)s"; exit 0; }
+for i in $(seq 150); do [ -f /tmp/ds2_lite.done ] && break; sleep 2; done
+[ -f /tmp/ds2_lite.done ] || { echo "lite file not written: $(tail -3 "$J/synth_lite.log")"; exit 0; }
+echo "lite written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_lite.log" | head -4
+srow() { # tag args...
+    local tag=$1
+    shift
+    late "strata $tag" && return
+    timeout 200 ./strata bench -m $F -p 512 -n 64 -r "$R" --gpu -t 16 "$@" --json "$J/s_$tag.json" \
+        > "$J/s_$tag.md" 2> "$J/s_$tag.err"
+    echo "strata $tag (rc $?): $(dev_rates < "$J/s_$tag.md")at $(el)s"
+    grep -E "^\|.*tg64" "$J/s_$tag.md" | awk -F'|' '{print "    decode bytes/token" $8 ", GB/s" $9 ", of copy rate" $10}'
+    [ -s "$J/s_$tag.md" ] || tail -3 "$J/s_$tag.err"
+}
+lrow() { # tag args...
+    local tag=$1
+    shift
+    [ "$LL" = 1 ] || return 0
+    while [ ! -f /tmp/llama.done ] && [ "$(el)" -lt $((BUDGET * 6 / 10)) ]; do sleep 5; done
+    [ -f /tmp/llama.done ] || { echo "llama-bench not built by $(el)s"; LL=0; return 0; }
+    late "llama $tag" && return
+    timeout 200 bash .peer/llama_bench.sh run -m $F -ngl 99 -fa 1 -p 512 -n 64 -r "$R" "$@" \
+        > "$J/l_$tag.md" 2> "$J/l_$tag.err"
+    echo "llama $tag (rc $?): $(grep -E 'pp512|tg64' "$J/l_$tag.md" | awk -F'|' '{printf "%s ", $(NF-1)}')at $(el)s"
+}
+for p in 1 2; do # interleaved rounds
+    srow gpu_$p
+    lrow gpu_$p
+    srow cpumoe_$p --cpu-moe
+    lrow cpumoe_$p -ncmoe 27 -t 16
+done
+echo "done at $(el)s"
