@@ -16,21 +16,25 @@
  *   qwen3      NEOX; per-head q/k RMSNorm; dense.
  *   deepseek2  NORM on the rope part of each head; multi-head latent attention; leading dense
  *              layers; ungated shared experts; softmax or sigmoid scores with a selection bias
- *              and group-limited top-k (all from the file's keys); expert_weights_norm false. */
+ *              and group-limited top-k (all from the file's keys); expert_weights_norm false.
+ *   glm4moe    NEOX on the first rope.dimension_count of each head; q/k/v biases; per-head q/k
+ *              RMSNorm where the file has it; the FFN's norm is blk.N.post_attention_norm;
+ *              deepseek2's FFN half with sigmoid scores by default. */
 #include "model.h"
 
 #include <string.h>
 
 static const st_arch st_arch_table[] = {
-    /* name         id                 rope          qk_norm          topk shexp granite mla */
-    {"llama",      ST_ARCH_LLAMA,      ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 0, 0},
-    {"qwen2",      ST_ARCH_QWEN2,      ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 0, 0, 0},
-    {"qwen3",      ST_ARCH_QWEN3,      ST_ROPE_NEOX, ST_QKNORM_HEAD, 0, 0, 0, 0},
-    {"qwen2moe",   ST_ARCH_QWEN2MOE,   ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 1, 0, 0},
-    {"qwen3moe",   ST_ARCH_QWEN3MOE,   ST_ROPE_NEOX, ST_QKNORM_HEAD, 1, 0, 0, 0},
-    {"olmoe",      ST_ARCH_OLMOE,      ST_ROPE_NEOX, ST_QKNORM_FULL, 0, 0, 0, 0},
-    {"granitemoe", ST_ARCH_GRANITEMOE, ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 1, 0},
-    {"deepseek2",  ST_ARCH_DEEPSEEK2,  ST_ROPE_NORM, ST_QKNORM_NONE, 0, 0, 0, 1},
+    /* name         id                 rope          qk_norm          topk shexp granite mla scored gating */
+    {"llama",      ST_ARCH_LLAMA,      ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 0, 0, 0, ST_GATING_SOFTMAX},
+    {"qwen2",      ST_ARCH_QWEN2,      ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 0, 0, 0, 0, ST_GATING_SOFTMAX},
+    {"qwen3",      ST_ARCH_QWEN3,      ST_ROPE_NEOX, ST_QKNORM_HEAD, 0, 0, 0, 0, 0, ST_GATING_SOFTMAX},
+    {"qwen2moe",   ST_ARCH_QWEN2MOE,   ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 1, 0, 0, 0, ST_GATING_SOFTMAX},
+    {"qwen3moe",   ST_ARCH_QWEN3MOE,   ST_ROPE_NEOX, ST_QKNORM_HEAD, 1, 0, 0, 0, 0, ST_GATING_SOFTMAX},
+    {"olmoe",      ST_ARCH_OLMOE,      ST_ROPE_NEOX, ST_QKNORM_FULL, 0, 0, 0, 0, 0, ST_GATING_SOFTMAX},
+    {"granitemoe", ST_ARCH_GRANITEMOE, ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 1, 0, 0, ST_GATING_SOFTMAX},
+    {"deepseek2",  ST_ARCH_DEEPSEEK2,  ST_ROPE_NORM, ST_QKNORM_NONE, 0, 0, 0, 1, 1, ST_GATING_SOFTMAX},
+    {"glm4moe",    ST_ARCH_GLM4MOE,    ST_ROPE_NEOX, ST_QKNORM_HEAD, 0, 0, 0, 0, 1, ST_GATING_SIGMOID},
 };
 
 const st_arch *st_arch_find(const char *name) {

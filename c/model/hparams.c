@@ -4,7 +4,8 @@
  * scaling "linear" with factor 1, yarn beta_fast 32 / beta_slow 1), the per-architecture width of
  * a routed expert (expert_feed_forward_length, else feed_forward_length for olmoe / Mixtral /
  * granitemoe, feed_forward_length / expert_used_count for qwen2moe / qwen3moe), the granite
- * multipliers and deepseek2's latent-attention widths, leading dense layers and routing keys.
+ * multipliers, deepseek2's latent-attention widths and the leading dense layers and routing keys
+ * of deepseek2 and glm4moe.
  * Every failure names the key. */
 #include "hparams.h"
 
@@ -17,6 +18,7 @@
 typedef struct {
     const strata_gguf *g;
     const char *arch;   /* general.architecture */
+    st_gating gating_default;
     char key[192];      /* last key built */
 } st_hp_ctx;
 
@@ -165,16 +167,17 @@ static strata_status st_hp_rope(st_hp_ctx *c, st_hparams *hp) {
     return STRATA_OK;
 }
 
-/* ==== deepseek2: latent attention, leading dense layers, scored routing ===================== */
+/* ==== deepseek2 / glm4moe: scored routing, leading dense layers, latent attention ============= */
 
 static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v);
 
 /* The routing keys: gating function, weight scale, expert groups. */
 static strata_status st_hp_routing(st_hp_ctx *c, st_hparams *hp) {
-    int32_t gating = ST_GATING_SOFTMAX, groups = 0, used = 0;
+    int32_t gating = 0, groups = 0, used = 0;
     int have_groups = 0;
     ST_TRY(st_hp_u32(c, "expert_gating_func", 0, &gating, NULL));
-    if (gating == 0) gating = ST_GATING_SOFTMAX; /* llama.cpp: none -> softmax (older V2 files) */
+    if (gating == 0) gating = c->gating_default; /* llama.cpp: none -> the architecture's (softmax for
+                                                  * older DeepSeek-V2 files, sigmoid for GLM) */
     if (gating != ST_GATING_SOFTMAX && gating != ST_GATING_SIGMOID)
         return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.expert_gating_func' = %d: only 1 "
                         "(softmax) and 2 (sigmoid) are supported", c->arch, (int)gating);
@@ -219,10 +222,30 @@ static strata_status st_hp_mla_scale(st_hp_ctx *c, st_hparams *hp) {
     return STRATA_OK;
 }
 
+/* The DeepSeek-style MoE keys (deepseek2, glm4moe): leading dense layers, the shared experts'
+ * count and the routing keys. */
+static strata_status st_hp_scored(st_hp_ctx *c, st_hparams *hp, int have_ff, int32_t ff) {
+    ST_TRY(st_hp_u32(c, "leading_dense_block_count", 0, &hp->n_layer_dense_lead, NULL));
+    if (hp->n_layer_dense_lead > hp->n_layer)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.leading_dense_block_count' (%d) exceeds the "
+                        "%d layers", c->arch, (int)hp->n_layer_dense_lead, (int)hp->n_layer);
+    if (hp->n_layer_dense_lead > 0) {
+        if (!have_ff || ff <= 0)
+            return st_error(STRATA_ERR_NOT_FOUND, "missing required key '%s.feed_forward_length' "
+                            "(the %d leading dense layers' width)", c->arch, (int)hp->n_layer_dense_lead);
+        hp->n_ff = ff;
+    }
+    ST_TRY(st_hp_u32(c, "expert_shared_count", 0, &hp->n_expert_shared, NULL));
+    if (hp->n_expert_shared > 64)
+        return st_error(STRATA_ERR_FORMAT, "key '%s.expert_shared_count': %d is implausible",
+                        c->arch, (int)hp->n_expert_shared);
+    hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
+    return st_hp_routing(c, hp);
+}
+
 /* The keys only deepseek2 has: the latent's widths (llama.cpp's MLA layout: key_length =
- * kv_lora + rope, value_length = kv_lora, the trained widths in *_mla), leading dense layers, the
- * shared experts' count and the routing keys. */
-static strata_status st_hp_deepseek2(st_hp_ctx *c, st_hparams *hp, int have_ff, int32_t ff) {
+ * kv_lora + rope, value_length = kv_lora, the trained widths in *_mla). */
+static strata_status st_hp_mla(st_hp_ctx *c, st_hparams *hp) {
     int have_km = 0, have_vm = 0;
     ST_TRY(st_hp_u32(c, "attention.kv_lora_rank", 1, &hp->n_lora_kv, NULL));
     ST_TRY(st_hp_u32(c, "attention.q_lora_rank", 0, &hp->n_lora_q, NULL));
@@ -243,22 +266,6 @@ static strata_status st_hp_deepseek2(st_hp_ctx *c, st_hparams *hp, int have_ff, 
                         "value_length_mla %d", (int)hp->n_head_kv, (int)hp->head_dim,
                         (int)hp->n_lora_kv, (int)hp->n_rot, (int)hp->head_dim_v,
                         (int)hp->head_dim_mla, (int)hp->head_dim_v_mla);
-    ST_TRY(st_hp_u32(c, "leading_dense_block_count", 0, &hp->n_layer_dense_lead, NULL));
-    if (hp->n_layer_dense_lead > hp->n_layer)
-        return st_error(STRATA_ERR_FORMAT, "key '%s.leading_dense_block_count' (%d) exceeds the "
-                        "%d layers", c->arch, (int)hp->n_layer_dense_lead, (int)hp->n_layer);
-    if (hp->n_layer_dense_lead > 0) {
-        if (!have_ff || ff <= 0)
-            return st_error(STRATA_ERR_NOT_FOUND, "missing required key '%s.feed_forward_length' "
-                            "(the %d leading dense layers' width)", c->arch, (int)hp->n_layer_dense_lead);
-        hp->n_ff = ff;
-    }
-    ST_TRY(st_hp_u32(c, "expert_shared_count", 0, &hp->n_expert_shared, NULL));
-    if (hp->n_expert_shared > 64)
-        return st_error(STRATA_ERR_FORMAT, "key '%s.expert_shared_count': %d is implausible",
-                        c->arch, (int)hp->n_expert_shared);
-    hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
-    ST_TRY(st_hp_routing(c, hp));
     return st_hp_mla_scale(c, hp);
 }
 
@@ -271,7 +278,7 @@ static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v)
 }
 
 strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hparams *hp) {
-    st_hp_ctx c = {.g = g, .arch = arch->name};
+    st_hp_ctx c = {.g = g, .arch = arch->name, .gating_default = arch->gating_default};
     memset(hp, 0, sizeof *hp);
 
     ST_TRY(st_hp_u32(&c, "context_length", 1, &hp->n_ctx_train, NULL));
@@ -287,7 +294,7 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
                         c.arch, (int)hp->n_layer);
     /* MTP layers follow the trunk's and block_count counts them (llama.cpp's n_layer_all) */
     ST_TRY(st_hp_u32(&c, "nextn_predict_layers", 0, &hp->n_nextn, NULL));
-    if (hp->n_nextn > 0 && !arch->mla)
+    if (hp->n_nextn > 0 && !arch->scored)
         return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.nextn_predict_layers' = %d: MTP layers of "
                         "architecture '%s' are not supported", c.arch, (int)hp->n_nextn, c.arch);
     if (hp->n_nextn >= hp->n_layer)
@@ -355,7 +362,7 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
 
     int moe_arch = arch->id == ST_ARCH_OLMOE || arch->id == ST_ARCH_QWEN2MOE ||
                    arch->id == ST_ARCH_QWEN3MOE || arch->id == ST_ARCH_GRANITEMOE ||
-                   arch->id == ST_ARCH_DEEPSEEK2;
+                   arch->id == ST_ARCH_DEEPSEEK2 || arch->id == ST_ARCH_GLM4MOE;
     int dense_arch = arch->id == ST_ARCH_QWEN2 || arch->id == ST_ARCH_QWEN3;
     if (hp->n_expert > 4096)
         return st_error(STRATA_ERR_FORMAT, "key '%s.expert_count': %d experts is implausible",
@@ -412,7 +419,8 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     hp->gating = ST_GATING_SOFTMAX;
     hp->n_expert_groups = 1;
     hp->n_group_used = 1;
-    if (arch->mla) ST_TRY(st_hp_deepseek2(&c, hp, have_ff, ff));
+    if (arch->scored) ST_TRY(st_hp_scored(&c, hp, have_ff, ff));
+    if (arch->mla) ST_TRY(st_hp_mla(&c, hp));
 
     /* ---- granite multipliers (llama.cpp: embedding_scale, residual_scale, logit_scale,
      * attention.scale; logits are divided by logit_scale; attention.scale 0 = 1/sqrt(hd)) ---- */

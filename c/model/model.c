@@ -182,7 +182,9 @@ static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp
                                  int il) {
     const int64_t E = hp->n_embd;
     const char *W = "weight";
-    ST_TRY(st_bind_layer(b, &L->ffn_norm, il, "ffn_norm", W, 1, ST_KIND_NORM, E, 1, 1));
+    /* glm4moe's FFN norm carries llama.cpp's ATTN_POST_NORM name (HF's post_attention_layernorm) */
+    const char *norm = a->id == ST_ARCH_GLM4MOE ? "post_attention_norm" : "ffn_norm";
+    ST_TRY(st_bind_layer(b, &L->ffn_norm, il, norm, W, 1, ST_KIND_NORM, E, 1, 1));
     if (hp->n_expert == 0 || il < hp->n_layer_dense_lead) { /* dense FFN */
         const int64_t F = hp->n_ff;
         ST_TRY(st_bind_layer(b, &L->ffn_gate, il, "ffn_gate", W, 1, ST_KIND_MATMUL, E, F, 1));
@@ -200,7 +202,7 @@ static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp
                            X));
     ST_TRY(st_bind_experts(b, &L->ffn_down_exps, il, "ffn_down_exps",
                            split_ok ? "ffn_down" : NULL, F, E, X));
-    if (a->mla) /* DeepSeek-V3's selection bias (absent in V2 files) */
+    if (a->scored) /* DeepSeek-V3's and GLM's selection bias (absent in V2 files) */
         ST_TRY(st_bind_layer(b, &L->exp_probs_b, il, "exp_probs_b", "bias", 0, ST_KIND_NORM, X, 1, 1));
     /* shared expert */
     if (hp->n_ff_shexp > 0) {
@@ -215,10 +217,10 @@ static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp
     return STRATA_OK;
 }
 
-static strata_status st_bind_mla(st_binder *b, st_layer *L, const st_hparams *hp, int il);
+static strata_status st_bind_layer_all(st_binder *b, strata_model *m, int il);
 
 /* The MTP layers after the trunk (llama.cpp's names: blk.N.nextn.*, then a whole layer of the
- * architecture's own). A file that declares them without their tensors (converters that drop
+ * architecture's own; deepseek2 and glm4moe). A file that declares them without their tensors (converters that drop
  * them) loads as the trunk alone. */
 static strata_status st_bind_mtp(st_binder *b, strata_model *m) {
     const st_hparams *hp = &m->hp;
@@ -228,9 +230,7 @@ static strata_status st_bind_mtp(st_binder *b, strata_model *m) {
     if (hp->n_nextn == 0 || strata_gguf_tensor_find(b->g, probe) < 0) return STRATA_OK;
     for (int il = hp->n_layer; il < hp->n_layer + hp->n_nextn; il++) {
         st_layer *L = &m->layers[il];
-        ST_TRY(st_bind_layer(b, &L->attn_norm, il, "attn_norm", "weight", 1, ST_KIND_NORM, E, 1, 1));
-        ST_TRY(st_bind_mla(b, L, hp, il));
-        ST_TRY(st_bind_ffn(b, L, hp, m->arch, il));
+        ST_TRY(st_bind_layer_all(b, m, il));
         ST_TRY(st_bind_layer(b, &L->nextn_eh_proj, il, "nextn.eh_proj", "weight", 1, ST_KIND_MATMUL,
                              2 * E, E, 1));
         ST_TRY(st_bind_layer(b, &L->nextn_enorm, il, "nextn.enorm", "weight", 1, ST_KIND_NORM, E, 1, 1));
@@ -268,41 +268,47 @@ static strata_status st_bind_mla(st_binder *b, st_layer *L, const st_hparams *hp
     return STRATA_OK;
 }
 
-static strata_status st_bind_layers(st_binder *b, strata_model *m) {
-    const st_hparams *hp = &m->hp;
-    const st_arch *a = m->arch;
+/* The attention of layer il (every architecture but deepseek2's latent one): q/k/v/output,
+ * their biases (required for qwen2 / qwen2moe, else where present) and the q/k norms (glm4moe's
+ * only where the file has them). */
+static strata_status st_bind_attn(st_binder *b, st_layer *L, const st_hparams *hp, const st_arch *a, int il) {
     const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
     const int64_t nq = (int64_t)hp->n_head * hd, nk = (int64_t)hp->n_head_kv * hd;
     const int64_t nv = (int64_t)hp->n_head_kv * hdv, no = (int64_t)hp->n_head * hdv;
     const int bias_req = a->id == ST_ARCH_QWEN2 || a->id == ST_ARCH_QWEN2MOE;
+    const int norm_req = a->id != ST_ARCH_GLM4MOE;
     const char *W = "weight", *B = "bias";
-
-    for (int il = 0; il < hp->n_layer; il++) {
-        st_layer *L = &m->layers[il];
-        /* attention */
-        ST_TRY(st_bind_layer(b, &L->attn_norm, il, "attn_norm", W, 1, ST_KIND_NORM, E, 1, 1));
-        if (a->mla) {
-            ST_TRY(st_bind_mla(b, L, hp, il));
-            ST_TRY(st_bind_ffn(b, L, hp, a, il));
-            continue;
-        }
-        ST_TRY(st_bind_layer(b, &L->wq, il, "attn_q", W, 1, ST_KIND_MATMUL, E, nq, 1));
-        ST_TRY(st_bind_layer(b, &L->wk, il, "attn_k", W, 1, ST_KIND_MATMUL, E, nk, 1));
-        ST_TRY(st_bind_layer(b, &L->wv, il, "attn_v", W, 1, ST_KIND_MATMUL, E, nv, 1));
-        ST_TRY(st_bind_layer(b, &L->wo, il, "attn_output", W, 1, ST_KIND_MATMUL, no, E, 1));
-        ST_TRY(st_bind_layer(b, &L->bq, il, "attn_q", B, bias_req, ST_KIND_NORM, nq, 1, 1));
-        ST_TRY(st_bind_layer(b, &L->bk, il, "attn_k", B, bias_req, ST_KIND_NORM, nk, 1, 1));
-        ST_TRY(st_bind_layer(b, &L->bv, il, "attn_v", B, bias_req, ST_KIND_NORM, nv, 1, 1));
-        ST_TRY(st_bind_layer(b, &L->bo, il, "attn_output", B, 0, ST_KIND_NORM, E, 1, 1));
-        if (a->qk_norm == ST_QKNORM_FULL) {
-            ST_TRY(st_bind_layer(b, &L->q_norm, il, "attn_q_norm", W, 1, ST_KIND_NORM, nq, 1, 1));
-            ST_TRY(st_bind_layer(b, &L->k_norm, il, "attn_k_norm", W, 1, ST_KIND_NORM, nk, 1, 1));
-        } else if (a->qk_norm == ST_QKNORM_HEAD) {
-            ST_TRY(st_bind_layer(b, &L->q_norm, il, "attn_q_norm", W, 1, ST_KIND_NORM, hd, 1, 1));
-            ST_TRY(st_bind_layer(b, &L->k_norm, il, "attn_k_norm", W, 1, ST_KIND_NORM, hd, 1, 1));
-        }
-        ST_TRY(st_bind_ffn(b, L, hp, a, il));
+    ST_TRY(st_bind_layer(b, &L->wq, il, "attn_q", W, 1, ST_KIND_MATMUL, E, nq, 1));
+    ST_TRY(st_bind_layer(b, &L->wk, il, "attn_k", W, 1, ST_KIND_MATMUL, E, nk, 1));
+    ST_TRY(st_bind_layer(b, &L->wv, il, "attn_v", W, 1, ST_KIND_MATMUL, E, nv, 1));
+    ST_TRY(st_bind_layer(b, &L->wo, il, "attn_output", W, 1, ST_KIND_MATMUL, no, E, 1));
+    ST_TRY(st_bind_layer(b, &L->bq, il, "attn_q", B, bias_req, ST_KIND_NORM, nq, 1, 1));
+    ST_TRY(st_bind_layer(b, &L->bk, il, "attn_k", B, bias_req, ST_KIND_NORM, nk, 1, 1));
+    ST_TRY(st_bind_layer(b, &L->bv, il, "attn_v", B, bias_req, ST_KIND_NORM, nv, 1, 1));
+    ST_TRY(st_bind_layer(b, &L->bo, il, "attn_output", B, 0, ST_KIND_NORM, E, 1, 1));
+    if (a->qk_norm == ST_QKNORM_FULL) {
+        ST_TRY(st_bind_layer(b, &L->q_norm, il, "attn_q_norm", W, 1, ST_KIND_NORM, nq, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->k_norm, il, "attn_k_norm", W, 1, ST_KIND_NORM, nk, 1, 1));
+    } else if (a->qk_norm == ST_QKNORM_HEAD) {
+        ST_TRY(st_bind_layer(b, &L->q_norm, il, "attn_q_norm", W, norm_req, ST_KIND_NORM, hd, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->k_norm, il, "attn_k_norm", W, norm_req, ST_KIND_NORM, hd, 1, 1));
+        if (!L->q_norm.data != !L->k_norm.data)
+            return st_error(STRATA_ERR_FORMAT, "layer %d: attn_q_norm and attn_k_norm come together", il);
     }
+    return STRATA_OK;
+}
+
+/* One layer: its attention norm, attention (latent or not) and FFN. */
+static strata_status st_bind_layer_all(st_binder *b, strata_model *m, int il) {
+    st_layer *L = &m->layers[il];
+    ST_TRY(st_bind_layer(b, &L->attn_norm, il, "attn_norm", "weight", 1, ST_KIND_NORM, m->hp.n_embd, 1, 1));
+    if (m->arch->mla) ST_TRY(st_bind_mla(b, L, &m->hp, il));
+    else ST_TRY(st_bind_attn(b, L, &m->hp, m->arch, il));
+    return st_bind_ffn(b, L, &m->hp, m->arch, il);
+}
+
+static strata_status st_bind_layers(st_binder *b, strata_model *m) {
+    for (int il = 0; il < m->hp.n_layer; il++) ST_TRY(st_bind_layer_all(b, m, il));
     return st_bind_mtp(b, m);
 }
 
@@ -470,7 +476,7 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
             st = st_error(arch_name[0] ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_NOT_FOUND,
                           arch_name[0] ? "unknown architecture '%s' (general.architecture); "
                                          "supported: olmoe, qwen2moe, qwen3moe, llama, "
-                                         "granitemoe, qwen2, qwen3, deepseek2"
+                                         "granitemoe, qwen2, qwen3, deepseek2, glm4moe"
                                        : "missing required key 'general.architecture'%s",
                           arch_name);
     }

@@ -26,6 +26,7 @@ typedef enum {
     ST_ARCH_OLMOE,
     ST_ARCH_GRANITEMOE,
     ST_ARCH_DEEPSEEK2,   /* DeepSeek-V2/V3/R1, Kimi-K2: multi-head latent attention */
+    ST_ARCH_GLM4MOE,     /* GLM-4.5/4.6 */
     ST_ARCH_COUNT
 } st_arch_id;
 
@@ -40,6 +41,9 @@ typedef enum {
     ST_QKNORM_HEAD   /* RMSNorm over each head's hd values, weights (hd): Qwen3 */
 } st_qknorm;
 
+/* How router logits become expert scores (<arch>.expert_gating_func, llama.cpp's numbering). */
+typedef enum { ST_GATING_SOFTMAX = 1, ST_GATING_SIGMOID = 2 } st_gating;
+
 typedef struct {
     const char *name;        /* general.architecture */
     st_arch_id id;
@@ -49,6 +53,9 @@ typedef struct {
     int shexp_gated;         /* shared expert output scaled by sigmoid(ffn_gate_inp_shexp . x) */
     int granite_scales;      /* embedding/residual/attention/logit multipliers */
     int mla;                 /* multi-head latent attention (deepseek2): see st_layer's MLA part */
+    int scored;              /* DeepSeek-style MoE keys: gating function, selection bias, groups,
+                                weight scale, leading dense layers, shared expert count, MTP layers */
+    st_gating gating_default; /* scored: when <arch>.expert_gating_func is absent */
 } st_arch;
 
 /* The trait table entry for name, or NULL. */
@@ -58,8 +65,6 @@ const st_arch *st_arch_find(const char *name);
 
 typedef enum { ST_ROPE_SCALING_NONE, ST_ROPE_SCALING_LINEAR, ST_ROPE_SCALING_YARN } st_rope_scaling;
 
-/* How router logits become expert scores (<arch>.expert_gating_func, llama.cpp's numbering). */
-typedef enum { ST_GATING_SOFTMAX = 1, ST_GATING_SIGMOID = 2 } st_gating;
 
 typedef struct {
     int32_t n_vocab;
