@@ -57,10 +57,9 @@ static void st_residual(const strata_model *m, float *x, const float *branch, in
         for (int64_t i = 0; i < n; i++) x[i] += branch[i];
 }
 
-static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
+void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
-    const st_layer *L = &m->layers[il];
     const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
     const int64_t nq = (int64_t)hp->n_head * hd, nk = (int64_t)hp->n_head_kv * hd;
     const int64_t nv = (int64_t)hp->n_head_kv * hdv;
@@ -80,7 +79,8 @@ static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
             st_rmsnorm(q, q, (const float *)L->q_norm.data, nq, hp->norm_eps);
             st_rmsnorm(k, k, (const float *)L->k_norm.data, nk, hp->norm_eps);
             break;
-        case ST_QKNORM_HEAD: /* Qwen3: per head, shared (head_dim) weights */
+        case ST_QKNORM_HEAD: /* Qwen3: per head, shared (head_dim) weights (glm4moe: if present) */
+            if (!L->q_norm.data) break;
             for (int64_t h = 0; h < hp->n_head; h++)
                 st_rmsnorm(q + h * hd, q + h * hd, (const float *)L->q_norm.data, hd, hp->norm_eps);
             for (int64_t h = 0; h < hp->n_head_kv; h++)
@@ -99,7 +99,6 @@ static void st_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
                             ? hp->attention_scale
                             : 1.0f / sqrtf((float)hd),
                         0};
-    const st_kv_layer *kv = &s->kv.layers[il];
     st_kv_store(kv, &sh, s->k, s->v, T, pos0);
     st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
     st_prof_mark(s, STRATA_PHASE_ATTN);
@@ -310,7 +309,7 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
     st_prof_mark(s, STRATA_PHASE_EMBED);
     for (int il = 0; il < hp->n_layer; il++) {
         if (m->arch->mla) st_cpu_mla_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
-        else st_attn_block(s, il, T, pos0);
+        else st_cpu_attn_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
         st_ffn_block(s, il, T);
     }
     if (s->mtp_h) /* an MTP drafter reads every position's final-normed hidden state */

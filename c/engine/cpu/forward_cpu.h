@@ -15,6 +15,9 @@ void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, f
  * room are checked by the caller; a failure (a disk read) is left in s->fwd_error. */
 void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, float *logits, int all);
 
+/* The attention block of layer L (norm, q/k/v, biases, q/k norms, RoPE, cache, attention,
+ * output projection, residual) on s->x, its cache rows in kv; the rope angles in s->rope_cs. */
+void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0);
 /* deepseek2's latent attention of layer L on the residual s->x (T rows at positions pos0..),
  * its cache rows in kv; the rope angles of the positions in s->rope_cs. The trunk's layers and
  * the MTP layer (mtp_cpu.c) share it. */

@@ -1,5 +1,5 @@
 /* mtp_cpu.c - the MTP drafter of a CPU session (strata_drafter_mtp_create): the model's nextn
- * layer (deepseek2) run as llama.cpp's draft-mtp runs it. The MTP row of position p joins the
+ * layer (deepseek2, glm4moe) run as llama.cpp's draft-mtp runs it. The MTP row of position p joins the
  * normalized embedding of token p with the normalized final hidden state of position p-1 (zeros
  * for p = 0), projects them (eh_proj), runs the layer (latent attention over its own cache of
  * MTP rows, routed and shared experts) and gives the logits of token p+1 through the head norm
@@ -17,7 +17,8 @@
 struct st_mtp {
     strata_session *s;        /* the target (CPU), not owned */
     const st_layer *L;        /* the MTP layer (model->layers[n_layer]) */
-    st_kv_layer kv;           /* its cache: one latent row of head_dim f32 per position */
+    st_kv_layer kv;           /* its cache (f32): one latent row per position (latent attention),
+                                 else K rows and V transposed as the trunk's (kv.h) */
     st_expert *experts;       /* [n_expert] its routed experts */
     st_expert shexp;          /* its shared expert (gate.data NULL: none) */
     float *cat;               /* [n_batch][2 * n_embd] the joined normalized inputs */
@@ -41,7 +42,10 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     d->L = &m->layers[hp->n_layer];
     d->kv.type = STRATA_TYPE_F32;
     d->kv.n_ctx = s->n_ctx;
-    d->kv.k = calloc(C * (size_t)hp->head_dim, sizeof(float));
+    const size_t nk = (size_t)hp->n_head_kv * (size_t)hp->head_dim, nv = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
+    d->kv.k = calloc(C * nk, sizeof(float));
+    if (!m->arch->mla && d->kv.k && !(d->kv.vt = calloc(C * nv, sizeof(float))))
+        return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory for its cache (n_ctx %d)", (int)s->n_ctx);
     d->experts = calloc((size_t)hp->n_expert, sizeof *d->experts);
     d->cat = calloc((size_t)s->n_batch * 2 * E, sizeof(float));
     d->zero = calloc(E, sizeof(float));
@@ -70,6 +74,7 @@ void st_mtp_free(st_mtp *d) {
         d->s->mtp_h = NULL;
     }
     free(d->kv.k);
+    free(d->kv.vt);
     free(d->experts);
     free(d->cat);
     free(d->zero);
@@ -110,7 +115,8 @@ static void st_mtp_rows(st_mtp *d, const strata_token *tok, int64_t T, int64_t p
     st_mtp_inputs(d, tok, T, pos0, hlast);
     st_matmul(s->tp, &L->nextn_eh_proj, d->cat, T, s->x, s->mm_ws);
     for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
-    st_cpu_mla_block(s, L, &d->kv, T, pos0);
+    if (m->arch->mla) st_cpu_mla_block(s, L, &d->kv, T, pos0);
+    else st_cpu_attn_block(s, L, &d->kv, T, pos0);
     for (int64_t t = 0; t < T; t++)
         st_rmsnorm(s->xn + t * E, s->x + t * E, (const float *)L->ffn_norm.data, E, hp->norm_eps);
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);

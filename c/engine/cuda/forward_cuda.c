@@ -110,7 +110,8 @@ static strata_status st_gpu_attn_inputs(strata_session *s, int il, float *q, int
         TRY(st_cuda_rmsnorm(q, lq, q, lq, G->q_norm, nq, 1, T, hp->norm_eps, g->stream));
         TRY(st_cuda_rmsnorm(k, lk, k, lk, G->k_norm, nk, 1, T, hp->norm_eps, g->stream));
         break;
-    case ST_QKNORM_HEAD:
+    case ST_QKNORM_HEAD: /* (glm4moe's only where the file has them) */
+        if (!G->q_norm) break;
         TRY(st_cuda_rmsnorm(q, lq, q, lq, G->q_norm, hd, hp->n_head, T, hp->norm_eps, g->stream));
         TRY(st_cuda_rmsnorm(k, lk, k, lk, G->k_norm, hd, hp->n_head_kv, T, hp->norm_eps, g->stream));
         break;
@@ -164,7 +165,7 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     if (G->wqkv.data && m->arch->qk_norm != ST_QKNORM_FULL && hp->head_dim_v == hd) {
         /* one launch: per-head q/k norms, RoPE of q and k, k and v into the cache (the bits of
          * the separate launches below) */
-        const int hn = m->arch->qk_norm == ST_QKNORM_HEAD;
+        const int hn = m->arch->qk_norm == ST_QKNORM_HEAD && G->q_norm;
         TRY(st_cuda_qkv_prep(&g->rope, g->qkv, lq, hp->n_head, hp->n_head_kv, hd, hn ? G->q_norm : NULL,
                              hn ? G->k_norm : NULL, hp->norm_eps, &G->kv, T, g->pos, pos0, g->stream));
     } else {
