@@ -95,6 +95,7 @@ typedef struct st_cuda_rope_params {
     float attn_factor;
     float beta_fast, beta_slow;
     int32_t n_ctx_orig;
+    int no_trunc;            /* YaRN correction dims unrounded (gpt-oss) */
 } st_cuda_rope_params;
 
 /* 1 if the kernel takes these parameters for heads of head_dim floats. */

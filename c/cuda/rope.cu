@@ -42,8 +42,12 @@ static void st_rope_table_fill(const st_cuda_rope_params *p, st_rope_table *tb) 
     double lo = 0.0, hi = 0.0;
     double mscale = p->attn_factor;
     if (p->ext_factor != 0.0f) {
-        lo = floor(st_yarn_corr_dim_h(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
-        hi = ceil(st_yarn_corr_dim_h(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
+        lo = st_yarn_corr_dim_h(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base);
+        hi = st_yarn_corr_dim_h(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base);
+        if (!p->no_trunc) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
         if (lo < 0) lo = 0;
         if (hi > p->n_rot - 1) hi = p->n_rot - 1;
         mscale *= 1.0 + 0.1 * log(1.0 / p->freq_scale);

@@ -34,6 +34,14 @@ strata_status st_session_pred_buffers(strata_session *s) {
                 : STRATA_OK;
 }
 
+/* gpt-oss: expert e's bias rows and its clamped SwiGLU (other architectures: none, SwiGLU). */
+static void st_expert_biases(st_expert *x, const st_layer *L, const st_hparams *hp, int32_t e) {
+    x->act = hp->expert_act_oai ? ST_ACT_SWIGLU_OAI : ST_ACT_SWIGLU;
+    if (L->ffn_gate_exps_b.data) x->b_gate = (const float *)L->ffn_gate_exps_b.data + (size_t)e * (size_t)hp->n_ff_exp;
+    if (L->ffn_up_exps_b.data) x->b_up = (const float *)L->ffn_up_exps_b.data + (size_t)e * (size_t)hp->n_ff_exp;
+    if (L->ffn_down_exps_b.data) x->b_down = (const float *)L->ffn_down_exps_b.data + (size_t)e * (size_t)hp->n_embd;
+}
+
 /* The FFN weight tables: one st_expert per routed expert (zero-copy slices of the merged
  * tensors), the dense FFN and the shared expert as single-expert tables. */
 static strata_status st_build_tables(strata_session *s) {
@@ -51,6 +59,7 @@ static strata_status st_build_tables(strata_session *s) {
                 x->gate = st_tensor_expert(&L->ffn_gate_exps, e);
                 x->up = st_tensor_expert(&L->ffn_up_exps, e);
                 x->down = st_tensor_expert(&L->ffn_down_exps, e);
+                st_expert_biases(x, L, hp, e);
             }
         }
         if (hp->n_ff_shexp > 0) {

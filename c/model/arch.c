@@ -19,7 +19,10 @@
  *              and group-limited top-k (all from the file's keys); expert_weights_norm false.
  *   glm4moe    NEOX on the first rope.dimension_count of each head; q/k/v biases; per-head q/k
  *              RMSNorm where the file has it; the FFN's norm is blk.N.post_attention_norm;
- *              deepseek2's FFN half with sigmoid scores by default. */
+ *              deepseek2's FFN half with sigmoid scores by default.
+ *   gpt-oss    NEOX; q/k/v/o biases; attention sinks; sliding-window layers alternating with
+ *              full ones; FFN norm in post_attention_norm; the router's bias, top-k of the logits
+ *              with a softmax over the k; experts with biases and the clamped SwiGLU. */
 #include "model.h"
 
 #include <string.h>
@@ -35,6 +38,7 @@ static const st_arch st_arch_table[] = {
     {"granitemoe", ST_ARCH_GRANITEMOE, ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 1, 0, 0, ST_GATING_SOFTMAX},
     {"deepseek2",  ST_ARCH_DEEPSEEK2,  ST_ROPE_NORM, ST_QKNORM_NONE, 0, 0, 0, 1, 1, ST_GATING_SOFTMAX},
     {"glm4moe",    ST_ARCH_GLM4MOE,    ST_ROPE_NEOX, ST_QKNORM_HEAD, 0, 0, 0, 0, 1, ST_GATING_SIGMOID},
+    {"gpt-oss",    ST_ARCH_GPTOSS,     ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 0, 0, 0, 0, ST_GATING_SOFTMAX_WEIGHT},
 };
 
 const st_arch *st_arch_find(const char *name) {

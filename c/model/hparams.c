@@ -269,6 +269,31 @@ static strata_status st_hp_mla(st_hp_ctx *c, st_hparams *hp) {
     return st_hp_mla_scale(c, hp);
 }
 
+/* ==== gpt-oss: sliding windows, its routing and experts ====================================== */
+
+static strata_status st_hp_gptoss(st_hp_ctx *c, st_hparams *hp) {
+    ST_TRY(st_hp_u32(c, "attention.sliding_window", 1, &hp->n_swa, NULL));
+    hp->swa_period = 2; /* llama.cpp's default for gpt-oss: even layers slide */
+    ST_TRY(st_hp_u32(c, "attention.sliding_window_pattern", 0, &hp->swa_period, NULL));
+    if (hp->n_swa < 1 || hp->swa_period < 1)
+        return st_error(STRATA_ERR_FORMAT, "keys '%s.attention.sliding_window' (%d) / "
+                        "'sliding_window_pattern' (%d) must be > 0", c->arch, (int)hp->n_swa,
+                        (int)hp->swa_period);
+    float base_swa = hp->rope_freq_base;
+    ST_TRY(st_hp_f32(c, "rope.freq_base_swa", 0, &base_swa, NULL));
+    if (base_swa != hp->rope_freq_base)
+        return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.rope.freq_base_swa' (%g) differs from "
+                        "rope.freq_base (%g): not supported", c->arch, (double)base_swa,
+                        (double)hp->rope_freq_base);
+    hp->gating = ST_GATING_SOFTMAX_WEIGHT;
+    hp->expert_act_oai = 1;
+    hp->yarn_no_trunc = 1; /* as transformers computes gpt-oss's YaRN (truncate false) */
+    float scale = 0.0f;
+    ST_TRY(st_hp_f32(c, "expert_weights_scale", 0, &scale, NULL));
+    hp->expert_weights_scale = scale == 0.0f ? 1.0f : scale;
+    return STRATA_OK;
+}
+
 /* ==== the whole set ========================================================================== */
 
 static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v) {
@@ -362,7 +387,8 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
 
     int moe_arch = arch->id == ST_ARCH_OLMOE || arch->id == ST_ARCH_QWEN2MOE ||
                    arch->id == ST_ARCH_QWEN3MOE || arch->id == ST_ARCH_GRANITEMOE ||
-                   arch->id == ST_ARCH_DEEPSEEK2 || arch->id == ST_ARCH_GLM4MOE;
+                   arch->id == ST_ARCH_DEEPSEEK2 || arch->id == ST_ARCH_GLM4MOE ||
+                   arch->id == ST_ARCH_GPTOSS;
     int dense_arch = arch->id == ST_ARCH_QWEN2 || arch->id == ST_ARCH_QWEN3;
     if (hp->n_expert > 4096)
         return st_error(STRATA_ERR_FORMAT, "key '%s.expert_count': %d experts is implausible",
@@ -420,6 +446,7 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     hp->n_expert_groups = 1;
     hp->n_group_used = 1;
     if (arch->scored) ST_TRY(st_hp_scored(&c, hp, have_ff, ff));
+    if (arch->id == ST_ARCH_GPTOSS) ST_TRY(st_hp_gptoss(&c, hp));
     if (arch->mla) ST_TRY(st_hp_mla(&c, hp));
 
     /* ---- granite multipliers (llama.cpp: embedding_scale, residual_scale, logit_scale,

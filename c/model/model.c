@@ -182,8 +182,9 @@ static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp
                                  int il) {
     const int64_t E = hp->n_embd;
     const char *W = "weight";
-    /* glm4moe's FFN norm carries llama.cpp's ATTN_POST_NORM name (HF's post_attention_layernorm) */
-    const char *norm = a->id == ST_ARCH_GLM4MOE ? "post_attention_norm" : "ffn_norm";
+    /* glm4moe's and gpt-oss's FFN norm carries llama.cpp's ATTN_POST_NORM name (HF's
+     * post_attention_layernorm) */
+    const char *norm = a->id == ST_ARCH_GLM4MOE || a->id == ST_ARCH_GPTOSS ? "post_attention_norm" : "ffn_norm";
     ST_TRY(st_bind_layer(b, &L->ffn_norm, il, norm, W, 1, ST_KIND_NORM, E, 1, 1));
     if (hp->n_expert == 0 || il < hp->n_layer_dense_lead) { /* dense FFN */
         const int64_t F = hp->n_ff;
@@ -202,6 +203,12 @@ static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp
                            X));
     ST_TRY(st_bind_experts(b, &L->ffn_down_exps, il, "ffn_down_exps",
                            split_ok ? "ffn_down" : NULL, F, E, X));
+    if (a->id == ST_ARCH_GPTOSS) { /* the router's and the experts' biases */
+        ST_TRY(st_bind_layer(b, &L->ffn_gate_inp_b, il, "ffn_gate_inp", "bias", 1, ST_KIND_NORM, X, 1, 1));
+        ST_TRY(st_bind_layer(b, &L->ffn_gate_exps_b, il, "ffn_gate_exps", "bias", 1, ST_KIND_NORM, F, X, 1));
+        ST_TRY(st_bind_layer(b, &L->ffn_up_exps_b, il, "ffn_up_exps", "bias", 1, ST_KIND_NORM, F, X, 1));
+        ST_TRY(st_bind_layer(b, &L->ffn_down_exps_b, il, "ffn_down_exps", "bias", 1, ST_KIND_NORM, E, X, 1));
+    }
     if (a->scored) /* DeepSeek-V3's and GLM's selection bias (absent in V2 files) */
         ST_TRY(st_bind_layer(b, &L->exp_probs_b, il, "exp_probs_b", "bias", 0, ST_KIND_NORM, X, 1, 1));
     /* shared expert */
@@ -275,7 +282,7 @@ static strata_status st_bind_attn(st_binder *b, st_layer *L, const st_hparams *h
     const int64_t E = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
     const int64_t nq = (int64_t)hp->n_head * hd, nk = (int64_t)hp->n_head_kv * hd;
     const int64_t nv = (int64_t)hp->n_head_kv * hdv, no = (int64_t)hp->n_head * hdv;
-    const int bias_req = a->id == ST_ARCH_QWEN2 || a->id == ST_ARCH_QWEN2MOE;
+    const int bias_req = a->id == ST_ARCH_QWEN2 || a->id == ST_ARCH_QWEN2MOE || a->id == ST_ARCH_GPTOSS;
     const int norm_req = a->id != ST_ARCH_GLM4MOE;
     const char *W = "weight", *B = "bias";
     ST_TRY(st_bind_layer(b, &L->wq, il, "attn_q", W, 1, ST_KIND_MATMUL, E, nq, 1));
@@ -285,7 +292,9 @@ static strata_status st_bind_attn(st_binder *b, st_layer *L, const st_hparams *h
     ST_TRY(st_bind_layer(b, &L->bq, il, "attn_q", B, bias_req, ST_KIND_NORM, nq, 1, 1));
     ST_TRY(st_bind_layer(b, &L->bk, il, "attn_k", B, bias_req, ST_KIND_NORM, nk, 1, 1));
     ST_TRY(st_bind_layer(b, &L->bv, il, "attn_v", B, bias_req, ST_KIND_NORM, nv, 1, 1));
-    ST_TRY(st_bind_layer(b, &L->bo, il, "attn_output", B, 0, ST_KIND_NORM, E, 1, 1));
+    ST_TRY(st_bind_layer(b, &L->bo, il, "attn_output", B, a->id == ST_ARCH_GPTOSS, ST_KIND_NORM, E, 1, 1));
+    if (a->id == ST_ARCH_GPTOSS)
+        ST_TRY(st_bind_layer(b, &L->attn_sinks, il, "attn_sinks", W, 1, ST_KIND_NORM, hp->n_head, 1, 1));
     if (a->qk_norm == ST_QKNORM_FULL) {
         ST_TRY(st_bind_layer(b, &L->q_norm, il, "attn_q_norm", W, 1, ST_KIND_NORM, nq, 1, 1));
         ST_TRY(st_bind_layer(b, &L->k_norm, il, "attn_k_norm", W, 1, ST_KIND_NORM, nk, 1, 1));
@@ -476,7 +485,7 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
             st = st_error(arch_name[0] ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_NOT_FOUND,
                           arch_name[0] ? "unknown architecture '%s' (general.architecture); "
                                          "supported: olmoe, qwen2moe, qwen3moe, llama, "
-                                         "granitemoe, qwen2, qwen3, deepseek2, glm4moe"
+                                         "granitemoe, qwen2, qwen3, deepseek2, glm4moe, gpt-oss"
                                        : "missing required key 'general.architecture'%s",
                           arch_name);
     }

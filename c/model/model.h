@@ -27,6 +27,7 @@ typedef enum {
     ST_ARCH_GRANITEMOE,
     ST_ARCH_DEEPSEEK2,   /* DeepSeek-V2/V3/R1, Kimi-K2: multi-head latent attention */
     ST_ARCH_GLM4MOE,     /* GLM-4.5/4.6 */
+    ST_ARCH_GPTOSS,      /* gpt-oss-20b/120b */
     ST_ARCH_COUNT
 } st_arch_id;
 
@@ -42,7 +43,9 @@ typedef enum {
 } st_qknorm;
 
 /* How router logits become expert scores (<arch>.expert_gating_func, llama.cpp's numbering). */
-typedef enum { ST_GATING_SOFTMAX = 1, ST_GATING_SIGMOID = 2 } st_gating;
+typedef enum { ST_GATING_SOFTMAX = 1, ST_GATING_SIGMOID = 2,
+               ST_GATING_SOFTMAX_WEIGHT = 3 /* gpt-oss: top-k of the logits, softmax over the k */
+} st_gating;
 
 typedef struct {
     const char *name;        /* general.architecture */
@@ -90,6 +93,8 @@ typedef struct {
     float yarn_attn_factor;  /* rope.scaling.attn_factor, default 1 */
     float yarn_beta_fast;    /* 32 */
     float yarn_beta_slow;    /* 1 */
+    int yarn_no_trunc;       /* the YaRN correction dims not rounded to whole dims (gpt-oss's
+                                config: truncate false; llama.cpp always rounds) */
     int expert_weights_norm; /* renormalize the top-k routing weights */
     float expert_weights_scale; /* routed weights multiplied by it (1: none) */
     st_gating gating;        /* softmax or sigmoid scores */
@@ -106,6 +111,11 @@ typedef struct {
     int32_t head_dim_mla;    /* per-head q/k width as trained: qk_nope + n_rot */
     int32_t head_dim_v_mla;  /* per-head value width as trained */
     float kq_scale;          /* MLA: the attention score scale (YaRN mscale^2 / sqrt(head_dim_mla)) */
+    /* gpt-oss */
+    int32_t n_swa;           /* attention.sliding_window: a sliding layer's query sees its last
+                                n_swa positions (itself included); 0: none */
+    int32_t swa_period;      /* layer il slides when il % swa_period < swa_period - 1 */
+    int expert_act_oai;      /* experts' activation: gpt-oss's clamped SwiGLU with biases */
     int32_t n_nextn;         /* nextn_predict_layers: MTP layers the file declares after the
                                 n_layer trunk layers (block_count = n_layer + n_nextn) */
     /* granite multipliers (1 where the architecture has none; attention_scale 0 = 1/sqrt(hd)) */
@@ -114,6 +124,11 @@ typedef struct {
     float attention_scale;
     float logit_scale;
 } st_hparams;
+
+/* Whether layer il attends through a sliding window (gpt-oss: llama.cpp's swa pattern). */
+static inline int st_layer_swa(const st_hparams *hp, int il) {
+    return hp->n_swa > 0 && il % hp->swa_period < hp->swa_period - 1;
+}
 
 /* ---- weights -------------------------------------------------------------------------------- */
 
@@ -173,6 +188,12 @@ typedef struct {
     st_tensor wk_b;            /* (qk_nope, n_lora_kv, n_head): absorbs q_nope into latent space */
     st_tensor wv_b;            /* (n_lora_kv, head_dim_v_mla, n_head): latent output to values */
     st_tensor exp_probs_b;     /* (n_expert): expert selection bias (not in the weights) */
+    /* gpt-oss */
+    st_tensor attn_sinks;      /* (n_head): each head's sink logit in its softmax */
+    st_tensor ffn_gate_inp_b;  /* (n_expert): the router's bias */
+    st_tensor ffn_gate_exps_b; /* (n_ff_exp, n_expert) */
+    st_tensor ffn_up_exps_b;   /* (n_ff_exp, n_expert) */
+    st_tensor ffn_down_exps_b; /* (n_embd, n_expert) */
     /* an MTP layer's own parts (layers n_layer.. n_layer + n_mtp - 1 only): the next token's
      * normalized embedding and the normalized trunk output, joined, projected, then the layer */
     st_tensor nextn_eh_proj;   /* (2*n_embd, n_embd) */

@@ -105,7 +105,7 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     const int64_t ldq = nq + pq, ldo = nq + po;
     const size_t el = kvt == STRATA_TYPE_F16 ? 2 : 4;
     char desc[200];
-    st_attn_shape cs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, 1.0f / sqrtf((float)hd), 0};
+    st_attn_shape cs = {.n_head = sh.n_head, .n_head_kv = sh.n_kv, .head_dim = sh.hd, .head_dim_v = sh.hd, .scale = 1.0f / sqrtf((float)hd)};
     st_cuda_attn_shape gs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, cs.scale, g_tc};
     const char *kname = st_cuda_attn_kernel_name(kvt, &gs, T, pos0, n_ctx);
     snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s%s [%s]", sh.name,

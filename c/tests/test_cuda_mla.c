@@ -175,7 +175,7 @@ static void attn_case(mla_shape_t sh, strata_type kvt, int64_t np, int64_t po) {
              sh.nr, (long long)np, po ? " strided" : "");
     const st_cuda_mla_shape gs = {sh.H, sh.R, sh.nr, scale};
     CHECK(st_cuda_mla_supports(kvt, &gs), "%s: not supported", desc);
-    const st_attn_shape cs = {sh.H, 1, (int32_t)D, sh.R, scale, 1};
+    const st_attn_shape cs = {.n_head = sh.H, .n_head_kv = 1, .head_dim = (int32_t)D, .head_dim_v = sh.R, .scale = scale, .v_in_k = 1};
     float *k = malloc(sizeof(float) * (size_t)(np * D)), *q = malloc(sizeof(float) * (size_t)(np * ldq));
     float *ref = malloc(sizeof(float) * (size_t)(np * H * R));
     double *refd = malloc(sizeof(double) * (size_t)(np * H * R));

@@ -177,7 +177,7 @@ static void rope_case(const char *what, st_rope_params cp, int64_t hd, int64_t n
         st_rope_apply(&cp, cs, ref + t * ldx, n_head, hd);
     }
     st_cuda_rope_params gp = {cp.style == ST_ROPE_NEOX, cp.n_rot, cp.freq_base, cp.freq_scale,
-                              cp.ext_factor, cp.attn_factor, cp.beta_fast, cp.beta_slow, cp.n_ctx_orig};
+                              cp.ext_factor, cp.attn_factor, cp.beta_fast, cp.beta_slow, cp.n_ctx_orig, cp.no_trunc};
     CHECK(st_cuda_rope_supports(&gp, hd), "%s: not supported", shape);
     float *dx = dev_buf(x, nx);
     void *dpos = NULL;
@@ -198,7 +198,7 @@ static void rope_case(const char *what, st_rope_params cp, int64_t hd, int64_t n
 }
 
 static st_rope_params rp(st_rope_style style, int n_rot, float base) {
-    st_rope_params p = {style, n_rot, base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+    st_rope_params p = {style, n_rot, base, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
     return p;
 }
 
@@ -471,7 +471,7 @@ static void test_qkv_prep(int64_t n_head, int64_t n_kv, int64_t hd, int64_t T, i
     float *dp = dev_buf(NULL, 16);
     int ok = xa && xb && dq && dk && ka && va && kb && vb && dp &&
              st_cuda_memcpy_h2d(dp, pos, sizeof(int32_t) * (size_t)T) == STRATA_OK;
-    const st_cuda_rope_params rpar = {neox, (int)hd, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+    const st_cuda_rope_params rpar = {neox, (int)hd, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
     const strata_type ct = f16 ? STRATA_TYPE_F16 : STRATA_TYPE_F32;
     const st_cuda_kv_layer kva = {ct, ka, va, n_ctx}, kvb = {ct, kb, vb, n_ctx};
     const st_cuda_attn_shape sh = {(int32_t)n_head, (int32_t)n_kv, (int32_t)hd, (int32_t)hd, 1.0f, 0};
@@ -564,7 +564,7 @@ static void test_arguments(void) {
     st = st_cuda_argmax(NULL, 8, (st_cuda_argmax_out *)fake, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "argmax NULL x: %s", strata_status_name(st));
 
-    st_cuda_rope_params p = {1, 128, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+    st_cuda_rope_params p = {1, 128, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
     CHECK(st_cuda_rope_supports(&p, 128), "rope 128/128");
     CHECK(!st_cuda_rope_supports(&p, 64), "rope n_rot > head_dim must be refused");
     p.n_rot = 127;
@@ -595,7 +595,7 @@ int main(void) {
         st = st_cuda_rmsnorm(fake, 8, fake, 8, NULL, 8, 1, 1, 1e-6f, NULL);
         CHECK(st == STRATA_ERR_UNSUPPORTED && strstr(strata_last_error(), reason) != NULL,
               "no device: %s '%s'", strata_status_name(st), strata_last_error());
-        st_cuda_rope_params p = {1, 128, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096};
+        st_cuda_rope_params p = {1, 128, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
         st = st_cuda_rope(&p, fake, 128, 1, 128, 1, NULL, 0, NULL);
         CHECK(st == STRATA_ERR_UNSUPPORTED, "no device (rope): %s", strata_status_name(st));
         st = st_cuda_scale(fake, fake, 2.0f, 0, 4, NULL);

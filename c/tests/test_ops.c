@@ -470,7 +470,7 @@ static void test_attention_kv(strata_type kv_type, st_threadpool **pools, int n_
     const int64_t nk = nkv * hd, nv = nkv * hdv;
     const size_t el = kv_type == STRATA_TYPE_F32 ? 4 : 2;
     st_kv_layer kv = {kv_type, calloc((size_t)(n_ctx * nk), el), calloc((size_t)(n_ctx * nv), el), n_ctx};
-    st_attn_shape s = {nh, nkv, hd, hdv, 1.0f / sqrtf((float)hd), 0};
+    st_attn_shape s = {.n_head = nh, .n_head_kv = nkv, .head_dim = hd, .head_dim_v = hdv, .scale = 1.0f / sqrtf((float)hd)};
     float *k = malloc(sizeof(float) * (size_t)((pos0 + T) * nk));
     float *v = malloc(sizeof(float) * (size_t)((pos0 + T) * nv));
     float *q = malloc(sizeof(float) * (size_t)(T * nh * hd));

@@ -65,6 +65,7 @@ st_rope_params st_rope_params_from(const st_hparams *hp, st_rope_style style) {
     p.beta_fast = hp->yarn_beta_fast;
     p.beta_slow = hp->yarn_beta_slow;
     p.n_ctx_orig = hp->yarn_orig_ctx > 0 ? hp->yarn_orig_ctx : hp->n_ctx_train;
+    p.no_trunc = hp->yarn_no_trunc;
     return p;
 }
 
@@ -78,8 +79,12 @@ void st_rope_cache(const st_rope_params *p, int64_t pos, float *cs) {
     double lo = 0.0, hi = 0.0;
     double mscale = p->attn_factor;
     if (p->ext_factor != 0.0f) {
-        lo = floor(st_yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base));
-        hi = ceil(st_yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base));
+        lo = st_yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_fast, p->freq_base);
+        hi = st_yarn_corr_dim(p->n_rot, p->n_ctx_orig, p->beta_slow, p->freq_base);
+        if (!p->no_trunc) {
+            lo = floor(lo);
+            hi = ceil(hi);
+        }
         if (lo < 0) lo = 0;
         if (hi > p->n_rot - 1) hi = p->n_rot - 1;
         mscale *= 1.0 + 0.1 * log(1.0 / p->freq_scale);
@@ -359,6 +364,20 @@ typedef struct {
     size_t el;            /* bytes per cache element */
 } st_attn_job;
 
+/* st_softmax with one more term in the denominator, e^sink, that takes no value (gpt-oss's
+ * attention sinks; ggml's soft_max with sinks: the maximum includes the sink). */
+static void st_softmax_sink(float *x, int64_t n, float sink) {
+    float mx = sink;
+    for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = expf(sink - mx);
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
 /* Latent attention's values: o[d] = sum over p < np of w[p] * K[p][d] (d < hdv), K rows of
  * stride elements (f32 when el is 4, else f16), accumulated position by position. */
 static void st_attn_v_from_k(float *o, const uint8_t *K, size_t stride, size_t el, int64_t np,
@@ -386,25 +405,30 @@ static void st_attn_task(void *ctx, int64_t b, int64_t e, int tid) {
     const uint8_t *K = j->kv->k, *V = j->kv->vt;
     for (int64_t item = b; item < e; item++) {
         const int64_t t = item / s->n_head, h = item % s->n_head, hk = h / group;
-        const int64_t np = j->pos0 + t + 1;     /* positions attended */
+        const int64_t end = j->pos0 + t + 1;    /* positions [p0, end) attended */
+        const int64_t p0 = s->window > 0 && end > s->window ? end - s->window : 0;
+        const int64_t np = end - p0;
         const float *q = j->q + (t * s->n_head + h) * hd;
+        const uint8_t *K0 = K + (size_t)p0 * (size_t)nk * j->el;
         if (j->dotr) {
-            j->dotr(hd, sc, K + (size_t)(hk * hd) * j->el, (size_t)nk, np, q);
+            j->dotr(hd, sc, K0 + (size_t)(hk * hd) * j->el, (size_t)nk, np, q);
             for (int64_t p = 0; p < np; p++) sc[p] *= s->scale;
         } else {
             for (int64_t p = 0; p < np; p++) {
                 float d;
-                j->dot(hd, &d, K + ((size_t)p * (size_t)nk + (size_t)(hk * hd)) * j->el, q);
+                j->dot(hd, &d, K0 + ((size_t)p * (size_t)nk + (size_t)(hk * hd)) * j->el, q);
                 sc[p] = d * s->scale;
             }
         }
-        st_softmax(sc, np);
+        if (s->sinks) st_softmax_sink(sc, np, s->sinks[h]);
+        else st_softmax(sc, np);
         float *o = j->out + (t * s->n_head + h) * hdv;
         if (s->v_in_k) { /* o = sum_p sc[p] * K[p][0:hdv], positions in order */
-            st_attn_v_from_k(o, K + (size_t)(hk * hd) * j->el, (size_t)nk, j->el, np, hdv, sc);
+            st_attn_v_from_k(o, K0 + (size_t)(hk * hd) * j->el, (size_t)nk, j->el, np, hdv, sc);
             continue;
         }
-        const uint8_t *Vh = V + (size_t)(hk * hdv) * (size_t)j->kv->n_ctx * j->el; /* [hdv][n_ctx] */
+        /* [hdv][n_ctx], from position p0 */
+        const uint8_t *Vh = V + ((size_t)(hk * hdv) * (size_t)j->kv->n_ctx + (size_t)p0) * j->el;
         if (j->dotr) /* every output dimension in one call: the same bits */
             j->dotr(np, o, Vh, (size_t)j->kv->n_ctx, hdv, sc);
         else

@@ -41,6 +41,7 @@ typedef struct {
     float attn_factor;       /* magnitude scale (yarn mscale base) */
     float beta_fast, beta_slow;
     int32_t n_ctx_orig;      /* yarn original context */
+    int no_trunc;            /* yarn correction dims unrounded (st_hparams.yarn_no_trunc) */
 } st_rope_params;
 
 /* From the model's hyperparameters. */
@@ -94,6 +95,9 @@ typedef struct {
     float scale;             /* score multiplier (1/sqrt(head_dim) or granite's) */
     int v_in_k;              /* latent attention: the values are the first head_dim_v of each
                                 cached key row (one KV head; kv->vt unused) */
+    int32_t window;          /* > 0: a query at position p sees positions p-window+1..p only */
+    const float *sinks;      /* [n_head] or NULL: each head's sink logit, a softmax term with no
+                                value (gpt-oss) */
 } st_attn_shape;
 
 /* Stores T tokens' k ([T][n_head_kv*head_dim]) and v ([T][n_head_kv*head_dim_v]) at positions
@@ -110,8 +114,17 @@ void st_attention(st_threadpool *tp, const st_kv_layer *kv, const st_attn_shape 
 
 /* One expert's weights: 2-D views, gate/up (n_embd, n_ff), down (n_ff, n_embd). The per-layer
  * table of these is what later placement code swaps (RAM, disk, GPU). */
+typedef enum {
+    ST_ACT_SWIGLU,           /* silu(gate) * up */
+    ST_ACT_SWIGLU_OAI        /* gpt-oss: g = min(gate, 7), u = clamp(up, -7, 7),
+                                g * sigmoid(1.702 g) * (u + 1) */
+} st_expert_act;
+
 typedef struct {
     st_tensor gate, up, down;
+    const float *b_gate, *b_up; /* [n_ff] biases added before the activation, or NULL */
+    const float *b_down;        /* [n_embd] bias of down's output, or NULL */
+    st_expert_act act;
 } st_expert;
 
 /* Routing: softmax over n_expert router logits, top-k (ties: lower index first), optional
@@ -119,7 +132,8 @@ typedef struct {
 void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, int32_t *ids,
                    float *wts);
 
-/* The routing of a layer as its file describes it: softmax or sigmoid scores, a selection bias
+/* The routing of a layer as its file describes it: softmax or sigmoid scores (or gpt-oss's
+ * softmax over the k chosen logits), a selection bias
  * added for the choice only (DeepSeek-V3's exp_probs_b), group-limited top-k (the n_group_used
  * groups with the best sum of their top two), the chosen scores as weights, optionally
  * renormalized, then multiplied by scale (llama.cpp's build_moe_ffn). Softmax without bias or

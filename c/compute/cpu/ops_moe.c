@@ -74,6 +74,8 @@ void st_route_scored(const st_route_cfg *c, const float *logits, int32_t *ids, f
         float probs[ST_ROUTE_MAX_EXPERT], sel[ST_ROUTE_MAX_EXPERT];
         if (c->gating == ST_GATING_SIGMOID) {
             for (int32_t e = 0; e < X; e++) probs[e] = 1.0f / (1.0f + expf(-logits[e]));
+        } else if (c->gating == ST_GATING_SOFTMAX_WEIGHT) { /* the logits choose; softmax below */
+            for (int32_t e = 0; e < X; e++) probs[e] = logits[e];
         } else {
             float mx = -INFINITY;
             for (int32_t e = 0; e < X; e++) mx = logits[e] > mx ? logits[e] : mx;
@@ -92,6 +94,12 @@ void st_route_scored(const st_route_cfg *c, const float *logits, int32_t *ids, f
             ids[s] = best;
             wts[s] = probs[best];
             sel[best] = -INFINITY;
+        }
+        if (c->gating == ST_GATING_SOFTMAX_WEIGHT) { /* softmax over the k chosen logits */
+            float mx = wts[0], tot = 0.0f;
+            for (int32_t s = 1; s < k; s++) mx = wts[s] > mx ? wts[s] : mx;
+            for (int32_t s = 0; s < k; s++) tot += wts[s] = expf(wts[s] - mx);
+            for (int32_t s = 0; s < k; s++) wts[s] /= tot;
         }
         if (c->norm) { /* llama.cpp clamps the sum below at 2^-14 */
             float tot = 0.0f;
@@ -132,6 +140,7 @@ typedef struct {
     const int64_t *offs;       /* [n_expert + 1] first pair of each expert */
     const int32_t *pair_tok;   /* [P] token of each pair (grouped by expert) */
     const int32_t *pair_of;    /* [T*k] pair index of (token, slot) */
+    const int32_t *ids;        /* [T*k] the slots' experts */
     const float *wts;          /* [T*k] */
     int32_t k;
     int64_t n_embd, n_ff;
@@ -152,6 +161,19 @@ typedef struct {
     st_q8_0_dotp_fn dotp_gu, dotp_d;
     uint8_t *px, *ph;
 } st_moe_job;
+
+/* One hidden value of expert x's row r from its gate and up dot products: biases, then the
+ * expert's activation (ops.h's st_expert_act; llama.cpp's swiglu_oai for gpt-oss). */
+static inline float st_moe_act(const st_expert *x, int64_t r, float g, float u) {
+    if (x->b_gate) g += x->b_gate[r];
+    if (x->b_up) u += x->b_up[r];
+    if (x->act == ST_ACT_SWIGLU_OAI) {
+        g = g < 7.0f ? g : 7.0f;
+        u = u < -7.0f ? -7.0f : (u > 7.0f ? 7.0f : u);
+        return g / (1.0f + st_det_expf(-1.702f * g)) * (u + 1.0f);
+    }
+    return st_silu(g) * u;
+}
 
 /* Pairs per tile call of gate/up (the up results' buffer on the stack). */
 #define ST_MOE_TILE_GROUP 64
@@ -193,7 +215,7 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
                 j->tile_gu(j->n_embd, hg, (size_t)j->n_ff, wg, x->gate.row_bytes, nr, xr, j->rb_g, np);
                 j->tile_gu(j->n_embd, vu[0], ST_TILE_ROWS, wu, x->up.row_bytes, nr, xr, j->rb_g, np);
                 for (int64_t c = 0; c < np; c++)
-                    for (int k = 0; k < nr; k++) hg[c * j->n_ff + k] = st_silu(hg[c * j->n_ff + k]) * vu[c][k];
+                    for (int k = 0; k < nr; k++) hg[c * j->n_ff + k] = st_moe_act(x, r + k, hg[c * j->n_ff + k], vu[c][k]);
             }
             step = nr;
         }
@@ -207,7 +229,7 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
                 const size_t pb = st_q8_0_prep_bytes(j->n_embd);
                 j->dotp_gu(j->n_embd, vg, wg, xu, pb, dx, pb / sizeof(float), nc);
                 j->dotp_gu(j->n_embd, vu, wu, xu, pb, dx, pb / sizeof(float), nc);
-                for (int c = 0; c < nc; c++) j->h[(i + c) * j->n_ff + r] = st_silu(vg[c]) * vu[c];
+                for (int c = 0; c < nc; c++) j->h[(i + c) * j->n_ff + r] = st_moe_act(x, r, vg[c], vu[c]);
             }
         if (j->dotn_gu) /* gate and up share the activation type: up to 4 pairs per row pass */
             for (; i + 1 < j->offs[ex + 1]; i += ST_DOT_MAX_COLS) {
@@ -217,14 +239,14 @@ static void st_moe_gate_up(void *ctx, int64_t b, int64_t e, int tid) {
                 const uint8_t *xr = j->xg + (size_t)i * j->rb_g;
                 j->dotn_gu(j->n_embd, vg, wg, xr, j->rb_g, nc);
                 j->dotn_gu(j->n_embd, vu, wu, xr, j->rb_g, nc);
-                for (int c = 0; c < nc; c++) j->h[(i + c) * j->n_ff + r] = st_silu(vg[c]) * vu[c];
+                for (int c = 0; c < nc; c++) j->h[(i + c) * j->n_ff + r] = st_moe_act(x, r, vg[c], vu[c]);
             }
         for (; i < j->offs[ex + 1]; i++) {
             const int64_t t = j->pair_tok[i];
             float vg, vu;
             j->dot_g(j->n_embd, &vg, wg, j->xq_g + (size_t)t * j->rb_g);
             j->dot_u(j->n_embd, &vu, wu, j->xq_u + (size_t)t * j->rb_u);
-            j->h[i * j->n_ff + r] = st_silu(vg) * vu;
+            j->h[i * j->n_ff + r] = st_moe_act(x, r, vg, vu);
         }
         g += step;
         r += step;
@@ -389,7 +411,10 @@ static void st_moe_combine(void *ctx, int64_t b, int64_t e, int tid) {
             if (pi < 0) continue; /* a dropped slot (id outside the table) adds nothing */
             const float w = j->wts[t * j->k + s];
             const float *y = j->y + (int64_t)pi * j->n_embd;
-            if (first)
+            const float *bd = j->experts[j->ids[t * j->k + s]].b_down;
+            if (bd) /* (gpt-oss) the expert's down bias, weighted with its row */
+                for (int64_t i = 0; i < j->n_embd; i++) o[i] = (first ? 0.0f : o[i]) + w * (y[i] + bd[i]);
+            else if (first)
                 for (int64_t i = 0; i < j->n_embd; i++) o[i] = w * y[i];
             else
                 for (int64_t i = 0; i < j->n_embd; i++) o[i] += w * y[i];
@@ -467,6 +492,7 @@ void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_exp
     j.pair_tok = pair_tok;
     j.pair_of = pair_of;
     j.wts = wts;
+    j.ids = ids;
     j.k = k;
     j.n_embd = n_embd;
     j.n_ff = n_ff;

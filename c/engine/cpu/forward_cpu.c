@@ -94,11 +94,14 @@ void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *
         st_rope_apply(&s->rope, cs, k, hp->n_head_kv, hd);
     }
 
-    st_attn_shape sh = {hp->n_head, hp->n_head_kv, hp->head_dim, hp->head_dim_v,
-                        hp->attention_scale != 0.0f && m->arch->granite_scales
-                            ? hp->attention_scale
-                            : 1.0f / sqrtf((float)hd),
-                        0};
+    const int il = (int)(L - m->layers); /* (trunk or MTP layer) */
+    const st_attn_shape sh = {
+        .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+        .head_dim_v = hp->head_dim_v,
+        .scale = hp->attention_scale != 0.0f && m->arch->granite_scales ? hp->attention_scale
+                                                                         : 1.0f / sqrtf((float)hd),
+        .window = st_layer_swa(hp, il) ? hp->n_swa : 0,
+        .sinks = (const float *)L->attn_sinks.data};
     st_kv_store(kv, &sh, s->k, s->v, T, pos0);
     st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
     st_prof_mark(s, STRATA_PHASE_ATTN);
@@ -156,7 +159,8 @@ void st_cpu_mla_block(strata_session *s, const st_layer *L, const st_kv_layer *k
         for (int64_t t = 0; t < T; t++)
             memcpy(s->q + t * H * D + h * D + R, s->mla_q + t * H * hk + h * hk + nope, sizeof(float) * (size_t)nr);
     }
-    const st_attn_shape sh = {(int32_t)H, 1, (int32_t)D, (int32_t)R, hp->kq_scale, 1};
+    const st_attn_shape sh = {.n_head = (int32_t)H, .n_head_kv = 1, .head_dim = (int32_t)D,
+                              .head_dim_v = (int32_t)R, .scale = hp->kq_scale, .v_in_k = 1};
     st_kv_store(kv, &sh, s->k, NULL, T, pos0);
     st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
     st_prof_mark(s, STRATA_PHASE_ATTN);
@@ -195,6 +199,7 @@ static void st_predict_next(strata_session *s, int il, int64_t T) {
     const double t0 = st_prof_clock();
     st_norm_rows(s->pred_xn, s->x, &N->ffn_norm, T, E, hp->norm_eps);
     st_matmul(s->tp, &N->ffn_gate_inp, s->pred_xn, T, s->pred_logits, s->mm_ws);
+    if (N->ffn_gate_inp_b.data) st_add_bias(s->pred_logits, (const float *)N->ffn_gate_inp_b.data, T, hp->n_expert);
     st_cpu_route_rows(s->model, N, s->pred_logits, T, s->pred_ids, s->pred_wts);
     s->pred_layer = il + 1;
     s->prof_t += st_prof_clock() - t0; /* not charged to any phase */
@@ -215,6 +220,7 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
     const st_layer *L = &m->layers[il];
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
+    if (L->ffn_gate_inp_b.data) st_add_bias(s->router, (const float *)L->ffn_gate_inp_b.data, T, X);
     st_cpu_route_rows(m, L, s->router, T, s->ids, s->wts);
     if (s->profile) st_score_prediction(s, il, T, K);
     if (s->route_fn) /* the routing as the router chose it, and what the previous layer predicted */

@@ -670,6 +670,7 @@ static void st_gpu_set_shape(strata_session *s) {
     g->rope.beta_fast = s->rope.beta_fast;
     g->rope.beta_slow = s->rope.beta_slow;
     g->rope.n_ctx_orig = s->rope.n_ctx_orig;
+    g->rope.no_trunc = s->rope.no_trunc;
     if (m->arch->mla) {
         g->mla.n_head = hp->n_head;
         g->mla.kv_lora = hp->n_lora_kv;
