@@ -6,7 +6,8 @@
 # (test_cuda_dequant, test_cuda_mmv, test_iq_gpu.py) sharing the build. "lite": the synthetic
 # DeepSeek-V2-Lite file at its real shapes (bench/synth_arch.py, zero-mean weights), pp512 and tg64
 # all resident and with --cpu-moe, each beside llama-bench on the same file in the same call
-# (when .peer is carried; its build runs in the background meanwhile).
+# (when .peer is carried; its build runs in the background meanwhile). With .devdata/ds2_v3.gguf
+# carried, ds2_long.py compares its GPU and CPU sessions on a 900-token prompt.
 #   run(command="bash bench/device/device_ds2.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 # Knobs: STAGES (default "tests lite"), BUDGET (seconds after which no new row starts, default
@@ -34,7 +35,7 @@ if have lite && [ -f .peer/llama_bench.sh ]; then
     [ -f /tmp/llama.done ] || ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
     LL=1
 fi
-DEV_JOBS=12 dev_build strata build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
+DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
     build/tests/test_cuda_dequant build/tests/test_cuda_mmv
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build test_cuda_mla:120 test_cuda_moe:200 \
@@ -46,6 +47,8 @@ if have tests; then
         echo "$f $k rc=$? at $(el)s: $(tail -1 "$O/${f%.py}.log")"
         grep -E "^FAILED|Error" "$O/${f%.py}.log" | head -8
     done
+    [ -f .devdata/ds2_v3.gguf ] && STRATA_LIB=$PWD/libstrata.so PYTHONPATH=$PWD/python:$PYTHONPATH \
+        timeout 120 python3 bench/device/ds2_long.py .devdata/ds2_v3.gguf 900 2>&1 | tail -6
     make CUDA=1 mla-check MLA_CTX=8192 > "$O/mla_check.log" 2>&1
     echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -30
 fi

@@ -39,7 +39,7 @@ if [ -f .peer/llama_bench.sh ] && [ -n "$MIXES" ]; then
     ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
     LL=1
 fi
-DEV_JOBS=12 dev_build strata build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_moe \
+DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_moe \
     build/tests/test_cuda_session
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP" DEV_TEST_SHOW_N=12 dev_tests build test_cuda_dequant:120 test_cuda_mmv:200 test_cuda_moe:200

@@ -232,6 +232,7 @@ static __device__ __forceinline__ void st_mla_merge(float &M, float &L, float (&
     L = __fadd_rn(__fmul_rn(L, ea), __fmul_rn(l, eb));
 #pragma unroll
     for (int k = 0; k < ND; k++) A[k] = __fadd_rn(__fmul_rn(A[k], ea), __fmul_rn(a[k], eb));
+    M = Mn; /* the state is now relative to the larger max (a third chunk rescales from it) */
 }
 
 /* One tile's online-softmax step for one row (the warp's): nv positions valid (lanes < nv),
