@@ -15,19 +15,28 @@ Supported (config.json "architectures"[0] -> general.architecture):
     GraniteMoeForCausalLM, GraniteMoeSharedForCausalLM             -> granitemoe
     Qwen2ForCausalLM / Qwen3ForCausalLM                            -> qwen2 / qwen3
     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM                   -> deepseek2
+    Glm4MoeForCausalLM (GLM-4.5, 4.5-Air, 4.6)                     -> glm4moe
 
 What llama.cpp does, and therefore this tool does:
   * llama and granitemoe: q_proj/k_proj rows are permuted from HF's rotate-half order to the
     interleaved pairs llama.cpp's normal RoPE rotates (per head: rows [0..d/2) and [d/2..d) are
     interleaved). The qwen*/olmoe families keep HF's order (NEOX RoPE); so does deepseek2, whose
-    rope part is already in the interleaved pairs of llama.cpp's normal RoPE.
+    rope part is already in the interleaved pairs of llama.cpp's normal RoPE, and so does glm4moe
+    (NEOX RoPE on the first head_dim * partial_rotary_factor dimensions of each head).
   * deepseek2 (MLA): kv_b_proj is split per head into attn_k_b (transposed, ne (qk_nope,
     kv_lora, n_head)) and attn_v_b (ne (kv_lora, v_head, n_head)); the router's
     e_score_correction_bias becomes blk.N.exp_probs_b.bias; the multi-token-prediction layers
     (num_nextn_predict_layers of them after the trunk) are kept as blk.N with their own parts in
-    blk.N.nextn.* and counted in block_count (llama.cpp's layout), or dropped with --no-mtp. Configs llama.cpp's deepseek2 would run differently
-    from transformers (unknown topk_method, groups that do not divide the experts, V3 without
-    rope_interleave, YaRN mscale != mscale_all_dim) are refused.
+    blk.N.nextn.* and counted in block_count (llama.cpp's layout), or dropped with --no-mtp.
+    Configs llama.cpp's deepseek2 would run differently from transformers (unknown topk_method,
+    groups that do not divide the experts, V3 without rope_interleave, YaRN mscale !=
+    mscale_all_dim) are refused.
+  * glm4moe: plain GQA attention with q/k/v biases and optional per-head q/k norms; the HF
+    post_attention_layernorm (the FFN's input norm) becomes blk.N.post_attention_norm (llama.cpp's
+    ATTN_POST_NORM); sigmoid routing with e_score_correction_bias (blk.N.exp_probs_b.bias); MTP
+    layers kept or dropped as for deepseek2. Expert groups are written only when they select
+    (n_group > 1 and topk_group < n_group); configs whose routing transformers and llama.cpp
+    would compute differently are refused.
   * Experts are stacked into blk.N.ffn_{gate,up,down}_exps of shape (n_expert, rows, cols); the
     transformers-5 fused layout (experts.gate_up_proj, experts.down_proj) is split the same way.
     Granite's merged input_linear (E, 2*ff, d) is split into gate (first ff rows) and up.
@@ -41,8 +50,10 @@ What llama.cpp does, and therefore this tool does:
     key_length/value_length; deepseek2: head_count_kv 1, MLA ranks and head sizes, dense lead
     count, shared expert count, expert_weights_scale/norm, gating function (sigmoid for V3),
     expert groups for group-limited routing, rope.scaling.yarn_log_multiplier = 0.1 *
-    mscale_all_dim). llama.cpp writes no expert_weights_norm for the other architectures (the
-    runtime's per-architecture default applies), so neither does this tool.
+    mscale_all_dim; glm4moe: key/value length head_dim, rope.dimension_count head_dim *
+    partial_rotary_factor, dense lead count, expert sizes and counts, sigmoid gating,
+    expert_weights_scale/norm, vocab_size). llama.cpp writes no expert_weights_norm for the other
+    architectures (the runtime's per-architecture default applies), so neither does this tool.
   * Tokenizer: byte-level BPE ("gpt2") from tokenizer.json through transformers' AutoTokenizer,
     token types, merges, special ids, add_bos/add_eos, chat template (gguf.SpecialVocab), and
     tokenizer.ggml.pre from the hash of llama.cpp's check text (a small table below). Without
@@ -99,7 +110,12 @@ ARCHES = {
     "Qwen3ForCausalLM": (gguf.MODEL_ARCH.QWEN3, False),
     "DeepseekV2ForCausalLM": (gguf.MODEL_ARCH.DEEPSEEK2, False),
     "DeepseekV3ForCausalLM": (gguf.MODEL_ARCH.DEEPSEEK2, False),
+    "Glm4MoeForCausalLM": (gguf.MODEL_ARCH.GLM4_MOE, False),
 }
+
+# architectures whose multi-token-prediction layers (num_nextn_predict_layers, after the trunk)
+# are converted in llama.cpp's blk.N + blk.N.nextn.* layout
+MTP_ARCHES = (gguf.MODEL_ARCH.DEEPSEEK2, gguf.MODEL_ARCH.GLM4_MOE)
 
 OUTTYPES = {
     "f32": (gguf.LlamaFileType.ALL_F32, gguf.GGMLQuantizationType.F32),
@@ -221,7 +237,7 @@ class TensorConverter:
         self.hp = hp
         self.permute = permute
         self.n_layer = hp["num_hidden_layers"]
-        # deepseek2's MTP layers (num_nextn_predict_layers) follow the trunk's: kept unless told
+        # MTP layers (num_nextn_predict_layers, MTP_ARCHES) follow the trunk's: kept unless told
         self.n_nextn = (hp.get("num_nextn_predict_layers") or 0) if keep_mtp else 0
         self.mtp_bids: set[int] = set()
         self.n_head = hp["num_attention_heads"]
@@ -253,7 +269,7 @@ class TensorConverter:
         m = re.search(r"\.layers\.(\d+)\.", name)
         bid = int(m.group(1)) if m else None
 
-        if self.arch == gguf.MODEL_ARCH.DEEPSEEK2:
+        if self.arch in MTP_ARCHES:
             if bid is not None and bid >= self.n_layer:  # a multi-token-prediction layer
                 if bid >= self.n_layer + self.n_nextn:
                     return  # dropped (--no-mtp, or more than the config declares)
@@ -262,7 +278,8 @@ class TensorConverter:
                 if part in _NEXTN:
                     yield f"blk.{bid}.nextn.{_NEXTN[part]}.weight", data
                     return
-            if name.endswith("self_attn.kv_b_proj.weight"):
+            is_mla = self.arch == gguf.MODEL_ARCH.DEEPSEEK2
+            if is_mla and name.endswith("self_attn.kv_b_proj.weight"):
                 yield from self.split_kv_b(name, data, bid)
                 return
             if name.endswith("mlp.gate.e_score_correction_bias"):
@@ -386,13 +403,15 @@ def rope_params(hp: dict) -> dict:
 
 def write_hparams(w: gguf.GGUFWriter, hf_arch: str, arch: gguf.MODEL_ARCH, hp: dict,
                   ftype: gguf.LlamaFileType, routing: dict | None = None):
-    """routing: deepseek2_routing's answer, for deepseek2."""
+    """routing: deepseek2_routing's answer for deepseek2, glm4moe_routing's for glm4moe."""
     is_llama = arch in (gguf.MODEL_ARCH.LLAMA, gguf.MODEL_ARCH.GRANITE_MOE)
     is_granite = arch == gguf.MODEL_ARCH.GRANITE_MOE
     hp = dict(hp)
     full_hp = hp
     if arch == gguf.MODEL_ARCH.DEEPSEEK2:
         hp = deepseek2_base_hp(hp)
+    if arch == gguf.MODEL_ARCH.GLM4_MOE:
+        hp = glm4moe_base_hp(hp)
     if is_granite and hp.get("head_dim"):
         log.warning("ignoring head_dim (%s) from config for Granite, as llama.cpp does", hp["head_dim"])
         hp.pop("head_dim")
@@ -478,6 +497,8 @@ def write_hparams(w: gguf.GGUFWriter, hf_arch: str, arch: gguf.MODEL_ARCH, hp: d
         w.add_layer_norm_rms_eps(1e-5)
     if arch == gguf.MODEL_ARCH.DEEPSEEK2:  # DeepseekV2Model
         write_hparams_deepseek2(w, full_hp, routing)
+    if arch == gguf.MODEL_ARCH.GLM4_MOE:  # Glm4MoeModel
+        write_hparams_glm4moe(w, full_hp, routing)
 
 
 # ---- deepseek2 -----------------------------------------------------------------------------------
@@ -575,6 +596,88 @@ def write_hparams_deepseek2(w: gguf.GGUFWriter, hp: dict, routing: dict):
     if (v := rope_params(hp).get("mscale_all_dim")) is not None:
         # llama.cpp's deepseek2 loader divides this key by 0.1 again
         w.add_rope_scaling_yarn_log_mul(0.1 * v)
+
+
+# ---- glm4moe -------------------------------------------------------------------------------------
+
+_GLM4MOE_REQUIRED = ("n_routed_experts", "n_shared_experts", "moe_intermediate_size",
+                     "num_experts_per_tok", "first_k_dense_replace", "routed_scaling_factor",
+                     "intermediate_size")
+
+
+def glm4moe_head_dim(hp: dict) -> int:
+    """transformers' Glm4MoeAttention.head_dim: the config's, else hidden_size / heads."""
+    return hp.get("head_dim") or hp["hidden_size"] // hp["num_attention_heads"]
+
+
+def glm4moe_rope_dim(hp: dict) -> int:
+    """int(head_dim * partial_rotary_factor): the config's factor (in rope_parameters with
+    transformers 5, at the top level in the checkpoints' config.json), 0.5 when neither has one
+    (Glm4MoeConfig's default)."""
+    rp = rope_params(hp)
+    f = rp.get("partial_rotary_factor", hp.get("partial_rotary_factor"))
+    return int(glm4moe_head_dim(hp) * (0.5 if f is None else f))
+
+
+def glm4moe_routing(hp: dict) -> dict:
+    """Checks a Glm4Moe config against what llama.cpp's glm4moe computes as transformers'
+    Glm4MoeTopkRouter does (sigmoid scores plus selection bias, groups ranked by the sum of their
+    best two, top-k within the chosen groups); returns {"groups": (n_group, topk_group) or None}.
+    Groups are written only when they select: with topk_group == n_group every expert stays
+    eligible, and llama.cpp's loader wants fewer groups used than there are. Raises ConvertError."""
+    missing = [k for k in _GLM4MOE_REQUIRED if hp.get(k) is None]
+    if missing:
+        raise ConvertError(f"Glm4MoeForCausalLM config lacks {', '.join(missing)}")
+    n_exp, top_k = hp["n_routed_experts"], hp["num_experts_per_tok"]
+    if not 0 < top_k <= n_exp:
+        raise ConvertError(f"config num_experts_per_tok {top_k} with {n_exp} routed experts")
+    n_group, topk_group = hp.get("n_group") or 1, hp.get("topk_group") or 1
+    if n_exp % n_group:
+        raise ConvertError(f"config n_routed_experts {n_exp} not divisible by n_group {n_group}")
+    per = n_exp // n_group
+    if per < 2:
+        raise ConvertError(f"config n_group {n_group}: transformers ranks groups by their top two "
+                           f"experts, {n_exp} experts leave {per} per group")
+    if not 0 < topk_group <= n_group:
+        raise ConvertError(f"config topk_group {topk_group} with n_group {n_group}")
+    if top_k > topk_group * per:
+        raise ConvertError(f"config num_experts_per_tok {top_k} > the {topk_group * per} experts "
+                           "of the selected groups")
+    score = hp.get("scoring_func")
+    if score not in (None, "sigmoid"):
+        raise ConvertError(f"config scoring_func {score!r}: Glm4Moe routes with sigmoid scores")
+    n_rot, hd = glm4moe_rope_dim(hp), glm4moe_head_dim(hp)
+    if n_rot % 2 or not 0 < n_rot <= hd:
+        raise ConvertError(f"config partial_rotary_factor: {n_rot} rotary dimensions of a "
+                           f"{hd}-wide head (rotate-half needs an even count, at most head_dim)")
+    return {"groups": (n_group, topk_group) if topk_group < n_group else None}
+
+
+def glm4moe_base_hp(hp: dict) -> dict:
+    """The config as Glm4MoeModel hands it to TextModel.set_gguf_parameters; head_dim, the expert
+    count and the score function are written by write_hparams_glm4moe."""
+    return {k: v for k, v in hp.items()
+            if k not in ("head_dim", "scoring_func", "num_local_experts", "num_experts")}
+
+
+def write_hparams_glm4moe(w: gguf.GGUFWriter, hp: dict, routing: dict):
+    """llama.cpp's Glm4MoeModel.set_gguf_parameters additions (plus key/value length from
+    transformers' head_dim when the config has none, vocab_size and the expert groups)."""
+    hd = glm4moe_head_dim(hp)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_dimension_count(glm4moe_rope_dim(hp))
+    w.add_expert_count(hp["n_routed_experts"])
+    w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
+    w.add_expert_shared_count(hp["n_shared_experts"])
+    w.add_leading_dense_block_count(hp["first_k_dense_replace"])
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_weights_scale(hp["routed_scaling_factor"])
+    w.add_expert_weights_norm(bool(hp.get("norm_topk_prob") or False))
+    if routing["groups"] is not None:
+        w.add_expert_group_count(routing["groups"][0])
+        w.add_expert_group_used_count(routing["groups"][1])
+    w.add_vocab_size(hp["vocab_size"])
 
 
 # =================================================================================================
@@ -881,8 +984,9 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
         raise ConvertError(f"config.json architectures {hp.get('architectures')!r}: not supported "
                            f"({', '.join(ARCHES)})")
     arch, permute = ARCHES[hf_arch]
-    routing = deepseek2_routing(hf_arch, hp) if arch == gguf.MODEL_ARCH.DEEPSEEK2 else None
-    if keep_mtp and arch == gguf.MODEL_ARCH.DEEPSEEK2:  # only layers that are MTP layers
+    routing = (deepseek2_routing(hf_arch, hp) if arch == gguf.MODEL_ARCH.DEEPSEEK2
+               else glm4moe_routing(hp) if arch == gguf.MODEL_ARCH.GLM4_MOE else None)
+    if keep_mtp and arch in MTP_ARCHES:  # only layers that are MTP layers
         keep_mtp = f"model.layers.{hp['num_hidden_layers']}.eh_proj.weight" in safetensors_names(model_dir)
     tc = TensorConverter(arch, hp, permute, keep_mtp)
     w = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[arch])
@@ -933,7 +1037,7 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default=None, help="general.name (default: from the model card or "
                     "the directory name)")
     ap.add_argument("--no-mtp", action="store_true", help="drop the multi-token-prediction "
-                    "layers (deepseek2's num_nextn_predict_layers; kept by default)")
+                    "layers (deepseek2's and glm4moe's num_nextn_predict_layers; kept by default)")
     ap.add_argument("--verbose", "-v", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
