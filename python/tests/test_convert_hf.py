@@ -6,7 +6,9 @@ metadata keys llama.cpp writes, the per-tensor type rules for f16/bf16/q8_0 (Q8_
 gguf.quants.quantize), the byte-level BPE tokenizer metadata, and the command line. deepseek2
 (DeepSeek-V2/V3): the MLA kv_b_proj split rebuilt into the HF weight, HF's rope on the unpermuted
 weights against normal RoPE, the routing keys, multi-token-prediction layers dropped, and the
-configs the converter must refuse."""
+configs the converter must refuse. glm4moe (GLM-4.5/Air): names and shapes of llama.cpp's loader,
+HF's partial rotate-half RoPE against llama.cpp's NEOX RoPE on the converted q/k, the routing keys
+and refusals, and an MTP layer kept (blk.N + blk.N.nextn.*) or dropped with --no-mtp."""
 from __future__ import annotations
 
 import json
@@ -25,6 +27,7 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 import test_hf_parity_lib as L  # noqa: E402
 
 NAMES = list(L.zoo())
+GLM = ["glm4moe", "glm4moe_noqknorm"]
 PERMUTED = {"mixtral", "granitemoe", "granitemoe_shared", "llama", "llama_linear_rope"}
 
 
@@ -124,6 +127,9 @@ def expected_tensors(name: str, model) -> dict[str, np.ndarray]:
                     v = interleave_rows(v, cfg.num_attention_heads)
                 if name in PERMUTED and rest.startswith("self_attn.k_proj"):
                     v = interleave_rows(v, cfg.num_key_value_heads)
+                if name in GLM and rest == "post_attention_layernorm.weight":
+                    out[b + "post_attention_norm.weight"] = v  # llama.cpp's ATTN_POST_NORM
+                    continue
                 out[b + LAYER_MAP[rest]] = v
     for (bid, w), d in experts.items():
         out[f"blk.{bid}.{EXPERT_W[w]}.weight"] = np.stack([d[e] for e in sorted(d)])
@@ -237,7 +243,8 @@ def expected_kv(name: str, cfg) -> dict:
     arch = {"olmoe": "olmoe", "qwen2moe": "qwen2moe", "qwen3moe": "qwen3moe", "mixtral": "llama",
             "granitemoe": "granitemoe", "granitemoe_shared": "granitemoe", "llama": "llama",
             "llama_linear_rope": "llama", "qwen2": "qwen2", "qwen2_yarn": "qwen2",
-            "qwen3": "qwen3", "deepseek2_lite": "deepseek2", "deepseek2_v3": "deepseek2"}[name]
+            "qwen3": "qwen3", "deepseek2_lite": "deepseek2", "deepseek2_v3": "deepseek2",
+            "glm4moe": "glm4moe", "glm4moe_noqknorm": "glm4moe"}[name]
     a = arch + "."
     rp = cfg.rope_parameters
     e = {
@@ -283,7 +290,27 @@ def expected_kv(name: str, cfg) -> dict:
         e[a + "rope.scaling.original_context_length"] = rp["original_max_position_embeddings"]
     if arch == "deepseek2":
         e.update(expected_kv_deepseek2(name, cfg))
+    if arch == "glm4moe":
+        e.update(expected_kv_glm4moe(cfg))
     return e
+
+
+def expected_kv_glm4moe(cfg) -> dict:
+    """llama.cpp's Glm4MoeModel keys (no expert groups: the zoo's n_group is 1)."""
+    a = "glm4moe."
+    return {
+        a + "rope.dimension_count": int(cfg.head_dim
+                                        * cfg.rope_parameters["partial_rotary_factor"]),
+        a + "expert_count": cfg.n_routed_experts,
+        a + "expert_used_count": cfg.num_experts_per_tok,
+        a + "expert_shared_count": cfg.n_shared_experts,
+        a + "expert_feed_forward_length": cfg.moe_intermediate_size,
+        a + "leading_dense_block_count": cfg.first_k_dense_replace,
+        a + "expert_weights_scale": cfg.routed_scaling_factor,
+        a + "expert_weights_norm": bool(cfg.norm_topk_prob),
+        a + "expert_gating_func": 2,  # sigmoid
+        a + "vocab_size": cfg.vocab_size,
+    }
 
 
 # (gating func, (expert groups, groups used) or None) of the deepseek2 zoo entries
@@ -332,7 +359,7 @@ def test_metadata(converted, name):
             assert got[k] == v, k
     arch = exp["general.architecture"]
     # keys llama.cpp's converter does not write for these architectures
-    if arch != "deepseek2":
+    if arch not in ("deepseek2", "glm4moe"):
         assert arch + ".expert_weights_norm" not in got
     extra = {k for k in got if k.startswith(arch + ".")} - set(exp)
     assert not extra, f"unexpected keys {sorted(extra)}"
@@ -635,6 +662,203 @@ def test_deepseek2_refused(converted, tmp_path, name, edit, msg):
     with pytest.raises(L.convert_hf().ConvertError, match=msg):
         L.convert_hf().convert(d, out, "f32")
     assert not out.exists()
+
+
+# =================================================================================================
+# glm4moe
+# =================================================================================================
+
+def glm4moe_shapes(cfg, il: int) -> dict[str, list[int]]:
+    """Layer il's tensors as llama.cpp's glm4moe loader creates them (ne order), q/k norms when
+    the config has them."""
+    E, hd, H, Hkv = cfg.hidden_size, cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
+    n_exp, ff_exp = cfg.n_routed_experts, cfg.moe_intermediate_size
+    t = {"attn_norm.weight": [E], "attn_q.weight": [E, hd * H], "attn_q.bias": [hd * H],
+         "attn_k.weight": [E, hd * Hkv], "attn_k.bias": [hd * Hkv],
+         "attn_v.weight": [E, hd * Hkv], "attn_v.bias": [hd * Hkv],
+         "attn_output.weight": [hd * H, E], "post_attention_norm.weight": [E]}
+    if cfg.use_qk_norm:
+        t.update({"attn_q_norm.weight": [hd], "attn_k_norm.weight": [hd]})
+    if il < cfg.first_k_dense_replace:
+        ff = cfg.intermediate_size
+        t.update({"ffn_gate.weight": [E, ff], "ffn_up.weight": [E, ff], "ffn_down.weight": [ff, E]})
+    else:
+        sh = ff_exp * cfg.n_shared_experts
+        t.update({"ffn_gate_inp.weight": [E, n_exp], "exp_probs_b.bias": [n_exp],
+                  "ffn_gate_exps.weight": [E, ff_exp, n_exp],
+                  "ffn_up_exps.weight": [E, ff_exp, n_exp],
+                  "ffn_down_exps.weight": [ff_exp, E, n_exp], "ffn_gate_shexp.weight": [E, sh],
+                  "ffn_up_shexp.weight": [E, sh], "ffn_down_shexp.weight": [sh, E]})
+    return t
+
+
+@pytest.mark.parametrize("name", GLM)
+def test_glm4moe_tensors(converted, name):
+    """Every layer has exactly the tensors of llama.cpp's loader with its shapes (the FFN's input
+    norm as post_attention_norm, no ffn_norm; q/k norms only with use_qk_norm); the selection bias
+    is F32 and carries the zoo's random values."""
+    model, path = converted[name]
+    cfg = model.config
+    ts = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    want = {"token_embd.weight": [cfg.hidden_size, cfg.vocab_size],
+            "output.weight": [cfg.hidden_size, cfg.vocab_size],
+            "output_norm.weight": [cfg.hidden_size]}
+    for il in range(cfg.num_hidden_layers):
+        want.update({f"blk.{il}.{n}": s for n, s in glm4moe_shapes(cfg, il).items()})
+    assert set(ts) == set(want), (sorted(set(ts) - set(want)), sorted(set(want) - set(ts)))
+    for n, s in want.items():
+        assert [int(x) for x in ts[n].shape] == s, (n, ts[n].shape, s)
+    sd = model.state_dict()
+    for il in range(cfg.first_k_dense_replace, cfg.num_hidden_layers):
+        bias = sd[f"model.layers.{il}.mlp.gate.e_score_correction_bias"].numpy()
+        assert ts[f"blk.{il}.exp_probs_b.bias"].tensor_type == Q.F32
+        assert np.abs(bias).min() > 0
+        np.testing.assert_array_equal(np.asarray(ts[f"blk.{il}.exp_probs_b.bias"].data), bias)
+
+
+def rope_neox_partial(x, pos, theta, n_rot):
+    """llama.cpp's NEOX RoPE (ggml rope_neox) on one head vector: pairs (i, i + n_rot/2) for
+    i < n_rot/2 rotated by pos * theta^(-2i/n_rot); dimensions n_rot.. unchanged."""
+    y = x.copy()
+    i = np.arange(n_rot // 2)
+    ang = pos * theta ** (-2.0 * i / n_rot)
+    a, b = x[i], x[i + n_rot // 2]
+    y[i] = a * np.cos(ang) - b * np.sin(ang)
+    y[i + n_rot // 2] = a * np.sin(ang) + b * np.cos(ang)
+    return y
+
+
+@pytest.mark.parametrize("name", GLM)
+def test_glm4moe_partial_rope(converted, name):
+    """transformers' Glm4Moe attention inputs (q/k projections with bias, q/k norms, then
+    apply_rotary_pos_emb with partial_rotary_factor) equal llama.cpp's path on the converted
+    tensors alone (same projections, RMS q/k norms, NEOX RoPE over rope.dimension_count dims
+    with rope.freq_base), head by head at several positions: no permutation is needed."""
+    model, path = converted[name]
+    r = gguf.GGUFReader(path)
+    g, a = kv(r), {t.name: np.asarray(t.data).astype(np.float64) for t in r.tensors}
+    n_rot, theta = g["glm4moe.rope.dimension_count"], g["glm4moe.rope.freq_base"]
+    hd, eps = g["glm4moe.attention.key_length"], g["glm4moe.attention.layer_norm_rms_epsilon"]
+    assert n_rot == hd // 2
+    att = model.model.layers[0].self_attn
+    mod = sys.modules[type(model).__module__]
+    rng = np.random.default_rng(11)
+    X = rng.standard_normal((1, 3, model.config.hidden_size))
+    pos = [0, 7, 300]
+
+    def ours(w, bias, norm, x, p):
+        v = (x @ a[w].T + a[bias]).reshape(-1, hd)
+        if norm in a:
+            v = v / np.sqrt((v * v).mean(-1, keepdims=True) + eps) * a[norm]
+        return np.stack([rope_neox_partial(h, p, theta, n_rot) for h in v])
+
+    with torch.no_grad():
+        x = torch.tensor(X, dtype=torch.float32)
+        q = att.q_proj(x).view(1, 3, -1, hd)
+        k = att.k_proj(x).view(1, 3, -1, hd)
+        if att.use_qk_norm:
+            q, k = att.q_norm(q), att.k_norm(k)
+        cos, sin = model.model.rotary_emb(x, torch.tensor([pos]))
+        qh, kh = mod.apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+    for t, p in enumerate(pos):
+        for hf, w in ((qh, "q"), (kh, "k")):
+            got = ours(f"blk.0.attn_{w}.weight", f"blk.0.attn_{w}.bias",
+                       f"blk.0.attn_{w}_norm.weight", X[0, t], p)
+            ref = hf[0, :, t].double().numpy()
+            np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5 * np.abs(ref).max(),
+                                       err_msg=f"{w} at position {p}")
+
+
+def test_glm4moe_groups(converted, tmp_path):
+    """Expert groups are written when they select (n_group 4, topk_group 2), not when every group
+    is used (topk_group == n_group: the same experts stay eligible, and llama.cpp's loader wants
+    fewer groups used than there are)."""
+    conv = L.convert_hf()
+    got = kv(gguf.GGUFReader(conv.convert(_ds2_dir(converted, tmp_path / "a", "glm4moe", n_group=4,
+                                                   topk_group=2), tmp_path / "a.gguf", "f32")))
+    assert got["glm4moe.expert_group_count"] == 4 and got["glm4moe.expert_group_used_count"] == 2
+    got = kv(gguf.GGUFReader(conv.convert(_ds2_dir(converted, tmp_path / "b", "glm4moe", n_group=4,
+                                                   topk_group=4), tmp_path / "b.gguf", "f32")))
+    assert "glm4moe.expert_group_count" not in got and "glm4moe.expert_group_used_count" not in got
+
+
+def test_glm4moe_checkpoint_config_layout(converted, tmp_path):
+    """GLM-4.5's own config.json keeps rope_theta and partial_rotary_factor at the top level:
+    rope.dimension_count and freq_base follow them."""
+    d = _ds2_dir(converted, tmp_path, "glm4moe", rope_theta=1000000.0, partial_rotary_factor=0.25)
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["rope_parameters"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    got = kv(gguf.GGUFReader(L.convert_hf().convert(d, tmp_path / "x.gguf", "f32")))
+    assert got["glm4moe.rope.dimension_count"] == 4
+    assert got["glm4moe.rope.freq_base"] == 1000000.0
+
+
+@pytest.mark.parametrize("edit,msg", [
+    (dict(n_group=3), "not divisible by n_group 3"),
+    (dict(n_group=4, topk_group=5), "topk_group 5"),
+    (dict(n_group=8, topk_group=1, num_experts_per_tok=3), "experts of the selected groups"),
+    (dict(n_group=16), "top two"),
+    (dict(num_experts_per_tok=17), "num_experts_per_tok 17"),
+    (dict(scoring_func="softmax"), "sigmoid"),
+    (dict(rope_parameters=dict(rope_type="default", rope_theta=1e4, partial_rotary_factor=0.3125)),
+     "partial_rotary_factor"),
+])
+def test_glm4moe_refused(converted, tmp_path, edit, msg):
+    d = _ds2_dir(converted, tmp_path, "glm4moe", **edit)
+    out = tmp_path / "x.gguf"
+    with pytest.raises(L.convert_hf().ConvertError, match=msg):
+        L.convert_hf().convert(d, out, "f32")
+    assert not out.exists()
+
+
+NEXTN = {"eh_proj.weight": "nextn.eh_proj.weight", "enorm.weight": "nextn.enorm.weight",
+         "hnorm.weight": "nextn.hnorm.weight",
+         "shared_head.norm.weight": "nextn.shared_head_norm.weight",
+         "embed_tokens.weight": "nextn.embed_tokens.weight",
+         "shared_head.head.weight": "nextn.shared_head_head.weight"}
+
+
+def test_glm4moe_mtp_layer(tmp_path):
+    """A GLM-4.5 layout MTP layer (a full MoE decoder layer plus eh_proj, enorm, hnorm,
+    shared_head.norm, embed_tokens, shared_head.head) converts to blk.3 with its parts in
+    blk.3.nextn.*, block_count trunk + 1 and nextn_predict_layers 1, values unchanged; Q8_0 keeps
+    its norms and selection bias F32; --no-mtp drops it (block_count 3, no nextn key)."""
+    conv = L.convert_hf()
+    trunk, full, extras = L.mtp_checkpoint("glm4moe", tmp_path / "hf", own_head=True)
+    n = trunk.config.num_hidden_layers
+    r = gguf.GGUFReader(conv.convert(tmp_path / "hf", tmp_path / "mtp.gguf", "f32"))
+    got, a = kv(r), {t.name: np.asarray(t.data) for t in r.tensors}
+    assert got["glm4moe.block_count"] == n + 1 and got["glm4moe.nextn_predict_layers"] == 1
+    exp = expected_tensors("glm4moe", full)
+    exp.update({f"blk.{n}.{NEXTN[k]}": v.numpy() for k, v in extras.items()})
+    assert set(a) == set(exp), (sorted(set(a) - set(exp)), sorted(set(exp) - set(a)))
+    for k, v in exp.items():
+        np.testing.assert_array_equal(a[k], v, err_msg=k)
+    shapes = {f"blk.{n}.{k}": s for k, s in glm4moe_shapes(full.config, n).items()}
+    E, V = full.config.hidden_size, full.config.vocab_size
+    shapes.update({f"blk.{n}.nextn.eh_proj.weight": [2 * E, E], f"blk.{n}.nextn.enorm.weight": [E],
+                   f"blk.{n}.nextn.embed_tokens.weight": [E, V],
+                   f"blk.{n}.nextn.shared_head_head.weight": [E, V]})
+    ts = {t.name: t for t in r.tensors}
+    for k, s in shapes.items():
+        assert [int(x) for x in ts[k].shape] == s, (k, ts[k].shape, s)
+
+    ty = {t.name: t.tensor_type for t in gguf.GGUFReader(
+        conv.convert(tmp_path / "hf", tmp_path / "q8.gguf", "q8_0")).tensors}
+    for k in ("nextn.enorm.weight", "nextn.hnorm.weight", "nextn.shared_head_norm.weight",
+              "post_attention_norm.weight", "exp_probs_b.bias", "attn_q.bias",
+              "ffn_gate_inp.weight"):
+        assert ty[f"blk.{n}.{k}"] == Q.F32, k
+    assert ty[f"blk.{n}.nextn.eh_proj.weight"] == Q.Q8_0
+    assert ty[f"blk.{n}.ffn_up_exps.weight"] == Q.Q8_0
+
+    assert conv.main([str(tmp_path / "hf"), "-o", str(tmp_path / "trunk.gguf"), "--outtype", "f32",
+                      "--no-mtp"]) == 0
+    r = gguf.GGUFReader(tmp_path / "trunk.gguf")
+    got = kv(r)
+    assert got["glm4moe.block_count"] == n and "glm4moe.nextn_predict_layers" not in got
+    assert {t.name for t in r.tensors} == set(expected_tensors("glm4moe", trunk))
 
 
 # =================================================================================================

@@ -80,6 +80,13 @@ def zoo() -> dict[str, tuple[str, dict]]:
                                                 rope_type="yarn", factor=4.0, rope_theta=10000.0,
                                                 original_max_position_embeddings=128,
                                                 mscale=0.707, mscale_all_dim=0.707))),
+        # GLM-4.5: GQA with q/k/v bias and per-head q/k norm, NEOX RoPE on half of each head
+        # (partial_rotary_factor 0.5), 1 dense + MoE layers with a shared expert, sigmoid scores
+        # plus a selection bias (e_score_correction_bias, see build_hf), top-4 of 16 in one group,
+        # renormalized and scaled.
+        "glm4moe": ("Glm4Moe", _glm4moe()),
+        # GLM-4.5-Air: the same without q/k norm.
+        "glm4moe_noqknorm": ("Glm4Moe", dict(_glm4moe(), use_qk_norm=False)),
     }
 
 
@@ -92,6 +99,14 @@ def _mla() -> dict:
                 intermediate_size=128, moe_intermediate_size=32)
 
 
+def _glm4moe() -> dict:
+    return dict(BASE, intermediate_size=128, moe_intermediate_size=32, n_routed_experts=16,
+                n_shared_experts=1, num_experts_per_tok=4, n_group=1, topk_group=1,
+                first_k_dense_replace=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+                attention_bias=True, use_qk_norm=True, rope_parameters=dict(
+                    rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5))
+
+
 def _granite() -> dict:
     g = {k: v for k, v in BASE.items() if k != "head_dim"}
     return dict(g, embedding_multiplier=4.0, residual_multiplier=0.5, attention_multiplier=0.2,
@@ -101,7 +116,8 @@ def _granite() -> dict:
 def gpu_shape(name: str) -> dict:
     """Config changes that give `name` head_dim 64, the smallest the GPU attention kernels take.
     Granite derives head_dim from hidden_size / heads, and OLMoE's q/k norm widths assume that
-    ratio too, so their hidden size grows instead (4 heads x 64)."""
+    ratio too, so their hidden size grows instead (4 heads x 64). glm4moe takes head_dim 64 as it
+    is: its partial rotary factor 0.5 then rotates 32 dimensions of each head."""
     if name.startswith("granite"):
         return dict(hidden_size=256)
     if name == "olmoe":
@@ -147,6 +163,49 @@ def save_hf(model, path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path), safe_serialization=True)
     return path
+
+
+def mtp_checkpoint(name: str, path: Path, seed: int = 31, own_head: bool = False):
+    """A checkpoint of zoo model `name` (an architecture with multi-token prediction: deepseek2,
+    glm4moe) whose trunk is followed by one MTP layer, laid out as DeepSeek-V3's and GLM-4.5's
+    are: layer N (N = the zoo's layer count) is a full decoder layer plus enorm, hnorm, eh_proj and
+    shared_head.norm, and with own_head also its own embed_tokens and shared_head.head (else it
+    shares the trunk's); config.json says num_nextn_predict_layers 1. Written to `path` unless
+    there already. Returns (trunk HF model, the (N+1)-layer HF model whose layer N is the MTP
+    layer's, {MTP part name: tensor}). The MTP parts: norms 1 + N(0, 0.2), matrices N(0, 0.1)."""
+    import json
+
+    import safetensors.torch
+    import torch
+    n = zoo()[name][1]["num_hidden_layers"]
+    full = build_hf(name, seed=seed, n_layers=n + 1)
+    E, V = full.config.hidden_size, full.config.vocab_size
+    g = torch.Generator().manual_seed(5)
+    extras = {"enorm.weight": 1.0 + 0.2 * torch.randn(E, generator=g),
+              "hnorm.weight": 1.0 + 0.2 * torch.randn(E, generator=g),
+              "eh_proj.weight": 0.1 * torch.randn(E, 2 * E, generator=g),
+              "shared_head.norm.weight": 1.0 + 0.2 * torch.randn(E, generator=g)}
+    if own_head:
+        extras["embed_tokens.weight"] = 0.1 * torch.randn(V, E, generator=g)
+        extras["shared_head.head.weight"] = 0.1 * torch.randn(V, E, generator=g)
+    sd = {k: v.contiguous() for k, v in full.state_dict().items()}
+    mtp = f"model.layers.{n}."
+    trunk_sd = {k: v for k, v in sd.items() if not k.startswith(mtp)}
+    cfg = type(full.config).from_dict(dict(full.config.to_dict(), num_hidden_layers=n))
+    trunk = type(full)(cfg).to(torch.float32).eval()
+    trunk.load_state_dict(trunk_sd)
+    if not (path / "config.json").exists():
+        save_hf(trunk, path)
+        ckpt = dict(trunk_sd, **{k: v for k, v in sd.items() if k.startswith(mtp)},
+                    **{mtp + k: v for k, v in extras.items()})
+        for f in path.glob("*.safetensors"):
+            f.unlink()
+        safetensors.torch.save_file(ckpt, str(path / "model.safetensors"),
+                                    metadata={"format": "pt"})
+        c = json.loads((path / "config.json").read_text())
+        c["num_nextn_predict_layers"] = 1
+        (path / "config.json").write_text(json.dumps(c))
+    return trunk, full, extras
 
 
 def convert_hf():
