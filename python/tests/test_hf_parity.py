@@ -3,8 +3,9 @@
 For every architecture of the zoo in test_hf_parity_lib.py (olmoe, qwen2moe with shared expert and
 q/k/v bias, qwen3moe, mixtral, granitemoe with and without shared expert, llama (also with linear
 RoPE scaling), qwen2 (also with YaRN), qwen3 with tied embeddings, deepseek2 as DeepSeek-V2-Lite and
-as DeepSeek-V3 (MLA, sigmoid + bias + group routing, YaRN)): a tiny random float32 HF model
-(seeded), saved with save_pretrained, converted to an F32 GGUF by tools/convert_hf.py, run by
+as DeepSeek-V3 (MLA, sigmoid + bias + group routing, YaRN), glm4moe as GLM-4.5 and GLM-4.5-Air
+(partial NEOX RoPE, q/k/v bias, sigmoid + bias routing, shared expert)): a tiny random float32 HF
+model (seeded), saved with save_pretrained, converted to an F32 GGUF by tools/convert_hf.py, run by
 Strata with an f32 KV cache on a few token-id prompts. Requires
   * logits at every prompt position: max|strata - hf| / max|hf| < 1e-4 (prompt read in one call,
     and again in batches of 8 tokens);
@@ -12,7 +13,8 @@ Strata with an f32 KV cache on a few token-id prompts. Requires
     wherever the top-2 logit margin exceeds 1e-3 (at a near tie each side's token must be in the
     other's top-5, and the comparison ends there);
 and a Q8_0 conversion of one model whose greedy tokens mostly match the F32 file's; for deepseek2
-also batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit."""
+also batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for
+deepseek2 and glm4moe the MTP layer as a drafter against a transformers-built reference."""
 from __future__ import annotations
 
 import zlib
@@ -91,7 +93,8 @@ def test_logits_and_greedy(name, workdir):
     assert not failures, f"{name}: " + "; ".join(failures)
 
 
-@pytest.mark.parametrize("name", ["olmoe", "qwen2moe", "mixtral", "qwen3", "deepseek2_v3"])
+@pytest.mark.parametrize("name", ["olmoe", "qwen2moe", "mixtral", "qwen3", "deepseek2_v3",
+                                  "glm4moe"])
 def test_batched_prefill(name, workdir):
     """The long prompt read in batches of 8 (n_batch 8) gives the same logits bound."""
     model, path = prepare(name, workdir)
@@ -180,41 +183,17 @@ def test_python_model_logits(name, workdir):
 
 
 # =================================================================================================
-# deepseek2's MTP layer as a drafter
+# MTP layers as drafters (deepseek2, glm4moe)
 # =================================================================================================
 
-def _mtp_checkpoint(workdir):
-    """A DeepseekV3 checkpoint of 3 trunk layers and one MTP layer (DeepSeek-V3's layout: layer 3
-    with enorm, hnorm, eh_proj and shared_head.norm; the head shared with lm_head), converted with
-    it. Returns (trunk HF model, the 4-layer HF model whose layer 3 is the MTP layer's, MTP
-    extras, GGUF path)."""
-    import safetensors.torch
-    import transformers
-    d = workdir / "deepseek2_mtp"
-    full = L.build_hf("deepseek2_v3", seed=31, n_layers=4)
-    E = full.config.hidden_size
-    g = torch.Generator().manual_seed(5)
-    extras = {"enorm.weight": 1.0 + 0.2 * torch.randn(E, generator=g),
-              "hnorm.weight": 1.0 + 0.2 * torch.randn(E, generator=g),
-              "eh_proj.weight": 0.1 * torch.randn(E, 2 * E, generator=g),
-              "shared_head.norm.weight": 1.0 + 0.2 * torch.randn(E, generator=g)}
-    sd = {k: v.contiguous() for k, v in full.state_dict().items()}
-    trunk_sd = {k: v for k, v in sd.items() if not k.startswith("model.layers.3.")}
-    cfg = transformers.DeepseekV3Config.from_dict(dict(full.config.to_dict(), num_hidden_layers=3))
-    trunk = transformers.DeepseekV3ForCausalLM(cfg).to(torch.float32).eval()
-    trunk.load_state_dict(trunk_sd)
+def _mtp_checkpoint(workdir, name: str, own_head: bool = False):
+    """Zoo model `name` with 3 trunk layers and one MTP layer (test_hf_parity_lib.mtp_checkpoint),
+    converted with it. Returns (trunk HF model, the 4-layer HF model whose layer 3 is the MTP
+    layer's, MTP extras, GGUF path)."""
+    d = workdir / f"{name}_mtp"
+    trunk, full, extras = L.mtp_checkpoint(name, d / "hf", own_head=own_head)
     path = d / "f32.gguf"
     if not path.exists():
-        L.save_hf(trunk, d / "hf")
-        ckpt = dict(trunk_sd, **{k: v for k, v in sd.items() if k.startswith("model.layers.3.")},
-                    **{f"model.layers.3.{k}": v for k, v in extras.items()})
-        for f in (d / "hf").glob("*.safetensors"):
-            f.unlink()
-        safetensors.torch.save_file(ckpt, str(d / "hf" / "model.safetensors"), metadata={"format": "pt"})
-        import json
-        c = json.loads((d / "hf" / "config.json").read_text())
-        c["num_nextn_predict_layers"] = 1
-        (d / "hf" / "config.json").write_text(json.dumps(c))
         L.convert_hf().convert(d / "hf", path, "f32")
     return trunk, full, extras, path
 
@@ -226,10 +205,14 @@ def _rms(x, w, eps):
 def _mtp_reference(trunk, full, extras, hist, k):
     """llama.cpp's draft-mtp with transformers' own decoder layer: MTP row p joins
     enorm(embed(t_p)) with hnorm(H_{p-1}) (the trunk's final-normed state, zeros before position
-    0), eh_proj, layer 3, shared_head.norm, lm_head; drafts chain on the previous row's normed
-    output. The whole row sequence is recomputed per draft (causal: the same as a cache).
-    Returns the k greedy drafts and each step's logits."""
+    0), eh_proj, the MTP layer, shared_head.norm, the head; drafts chain on the previous row's
+    normed output. embed and head are the MTP layer's own (embed_tokens, shared_head.head) when it
+    has them, else the trunk's. The whole row sequence is recomputed per draft (causal: the same
+    as a cache). Returns the k greedy drafts and each step's logits."""
     eps = full.config.rms_norm_eps
+    layer = full.model.layers[trunk.config.num_hidden_layers]
+    embed = extras.get("embed_tokens.weight", full.model.embed_tokens.weight)
+    head = extras.get("shared_head.head.weight", full.lm_head.weight)
     with torch.no_grad():
         H = trunk.model(torch.tensor([hist[:-1]])).last_hidden_state[0]
         hprev = torch.cat([torch.zeros(1, H.shape[1]), H], 0)       # H_{p-1} for p = 0..n-1
@@ -237,15 +220,15 @@ def _mtp_reference(trunk, full, extras, hist, k):
         drafts, rows = [], []
         for _ in range(k):
             n = len(toks)
-            e = _rms(full.model.embed_tokens(torch.tensor(toks)), extras["enorm.weight"], eps)
+            e = _rms(embed[torch.tensor(toks)], extras["enorm.weight"], eps)
             x = torch.cat([e, _rms(hprev[:n], extras["hnorm.weight"], eps)], -1) @ extras["eh_proj.weight"].T
             pos = torch.arange(n)[None]
             cs = full.model.rotary_emb(x[None], pos)
             mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
-            y = full.model.layers[3](x[None], attention_mask=mask, position_ids=pos, position_embeddings=cs)
+            y = layer(x[None], attention_mask=mask, position_ids=pos, position_embeddings=cs)
             y = y[0] if isinstance(y, tuple) else y
             out = _rms(y[0, -1], extras["shared_head.norm.weight"], eps)
-            logits = full.lm_head(out)
+            logits = out @ head.T
             rows.append(logits.double().numpy())
             drafts.append(int(logits.argmax()))
             toks.append(drafts[-1])
@@ -253,12 +236,12 @@ def _mtp_reference(trunk, full, extras, hist, k):
     return drafts, rows
 
 
-def test_deepseek2_mtp_drafter(workdir):
-    """The MTP drafter (strata_drafter_mtp_create) proposes the greedy drafts of a reference of
-    llama.cpp's draft-mtp built from transformers' DeepseekV3 decoder layer, first on the prompt,
-    then after verify windows (one with a rejected draft) left its cache a prefix to keep."""
+def _check_mtp_drafter(workdir, name: str, own_head: bool = False):
+    """The MTP drafter (strata_drafter_mtp_create) proposes the greedy drafts of _mtp_reference,
+    first on the prompt, then after verify windows (one with a rejected draft) left its cache a
+    prefix to keep."""
     import strata
-    trunk, full, extras, path = _mtp_checkpoint(workdir)
+    trunk, full, extras, path = _mtp_checkpoint(workdir, name, own_head)
     with L.StrataModel(path, n_ctx=256) as sm:
         lib, ffi = sm.lib, sm.ffi
         pd = ffi.new("strata_drafter **")
@@ -296,3 +279,15 @@ def test_deepseek2_mtp_drafter(workdir):
             check(h3, 5)
         finally:
             lib.strata_drafter_free(dr)
+
+
+def test_deepseek2_mtp_drafter(workdir):
+    """DeepSeek-V3's MTP layer (head and embedding shared with the trunk) against a reference
+    built from transformers' DeepseekV3 decoder layer."""
+    _check_mtp_drafter(workdir, "deepseek2_v3")
+
+
+def test_glm4moe_mtp_drafter(workdir):
+    """GLM-4.5's MTP layer, with its own embed_tokens and shared_head.head as GLM-4.5's checkpoints
+    carry them, against a reference built from transformers' Glm4MoeDecoderLayer."""
+    _check_mtp_drafter(workdir, "glm4moe", own_head=True)
