@@ -520,6 +520,7 @@ enum {
     SET_FALCON,
     SET_DEEPSEEK_LLM,
     SET_DEEPSEEK3,
+    SET_GPT4O,
     SET_COUNT
 };
 
@@ -581,9 +582,20 @@ static const char *const pat_deepseek3[] = {
     " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
     NULL};
 
+/* llama.cpp's GPT4O list (o200k: gpt-4o, gpt-oss, llama4) with one rewrite: its
+ * ((?=[\p{L}])([^a-z])) and ((?=[\p{L}])([^A-Z])) (a letter other than a-z / A-Z) are written as
+ * the classes [^\P{L}a-z] and [^\P{L}A-Z], which match the same code points one at a time, so
+ * a letter run is counted in a loop instead of recursing once per letter. */
+#define PAT_CONTRACTION "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+static const char *const pat_gpt4o[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]*[^\\P{L}A-Z]+" PAT_CONTRACTION "|"
+    "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]+[^\\P{L}A-Z]*" PAT_CONTRACTION "|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL};
+
 static const char *const *const pat_sets[SET_COUNT] = {
     pat_default, pat_gpt2, pat_llama3, pat_qwen2, pat_qwen35, pat_starcoder, pat_falcon,
-    pat_deepseek_llm, pat_deepseek3};
+    pat_deepseek_llm, pat_deepseek3, pat_gpt4o};
 
 /* tokenizer.ggml.pre values and what llama.cpp maps them to (pattern set and flags). Names whose
  * llama.cpp behaviour needs more than a pattern set (extra per-token attributes, SEP tokens,
@@ -645,6 +657,12 @@ static const st_pretok_alias pre_aliases[] = {
     {"hunyuan-dense", SET_DEEPSEEK3, 0},
     {"joyai-llm", SET_DEEPSEEK3, 0},
     {"hy_v4", SET_DEEPSEEK3, 0},
+    /* o200k (GPT-4o, gpt-oss): letters split at lower->upper case changes, digits by 1-3 */
+    {"gpt-4o", SET_GPT4O, 0},
+    {"llama4", SET_GPT4O, 0},
+    {"kanana2", SET_GPT4O, 0},
+    {"talkie", SET_GPT4O, 0},
+    {"minimax-m2", SET_GPT4O, 0},
 };
 
 const st_pretok_alias *st_pretok_find(const char *name, size_t len) {

@@ -101,6 +101,8 @@ static void test_regex(void) {
         {".+", "ab\ncd", 2},
         {"\\P{L}+", "12ab", 2},
         {"[^\\S\\n]+", " \t\nx", 2},
+        {"[^\\P{L}a-z]+", "\xc3\x89" "Ab", 2},       /* a letter other than a-z */
+        {"[^\\P{L}A-Z]+", "a\xc3\xa9\xe4\xb8\x80Z", 3},
     };
     for (size_t i = 0; i < ST_ARRAY_LEN(cases); i++) {
         ptrdiff_t got = match(cases[i].pat, cases[i].text);

@@ -38,6 +38,12 @@ QWEN2 = ("(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{
 QWEN35 = ("(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|"
           "[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
           "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+# LLAMA_VOCAB_PRE_TYPE_GPT4O (o200k: gpt-4o, gpt-oss, llama4), exactly as llama.cpp has it
+GPT4O = ("[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+"
+         "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+         "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
+         "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+         "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 
 SETS = {
     "default": ["[\\p{P}\\$\\+<=>\\^~\\|]+", GPT2, "\\p{N}+", "[0-9][0-9][0-9]"],
@@ -73,6 +79,7 @@ SETS = {
         '[!"#$%&\'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?'
         '[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+',
     ],
+    "gpt4o": [GPT4O],
 }
 
 # tokenizer.ggml.pre -> (pattern set, ignore_merges), as llama.cpp's vocab loader maps them
@@ -94,6 +101,8 @@ PRES = {
     "falcon": ("falcon", False),
     "deepseek-llm": ("deepseek-llm", False),
     "deepseek-v3": ("deepseek-v3", False),
+    "gpt-4o": ("gpt4o", False),
+    "llama4": ("gpt4o", False),
 }
 
 CORPUS = [
@@ -129,6 +138,24 @@ CORPUS = [
     "\t",
     "\n",
     "",
+]
+
+# o200k's own cases: case changes inside words, contractions attached to words in any case, digit
+# groups, '/' and newlines after punctuation, non-ASCII letters (llama.cpp's pattern tells case
+# apart for A-Z / a-z only), marks, CJK, emoji
+CORPUS_GPT4O = [
+    "camelCase PascalCase HTTPServer iPhone XMLHttpRequest getHTTPResponse aBcDeF ABCdef",
+    "I'M you'RE He's SHE'S it'S we'Ve THEY'LL i'd O'Neil'S don'T CAN'T 'tis 's 'Re",
+    "1 12 123 1234 12345 123456 1234567 12,345 3.14 0x1F 2024-01-02 v1.2.3 a1b22c333d4444",
+    " 7 leading space before numbers and\twords  \n 42\n\nX",
+    "http://example.com/a/b?c=d&e=f // comment /* c */ a/\nb //\n\n",
+    "!!!???... ---=== ***\r\n;;;\n,,,/ (((x))) [[y]] {{z}}",
+    "\u00c9COLE \u00e9cole \u00c9cole \u00e9COLE \u01c5ungla \u0130I\u0131i \u00dfSS \u03a3\u03c3\u03c2",
+    "e\u0301te\u0301 E\u0301TE\u0301 \u0915\u093f\u0924\u093e\u092c",
+    "\u4e2d\u6587\u5b57Chinese\u6587\u5b57 \u65e5\u672c\u8a9eABC\u30ab\u30ca 123\u5e74",
+    "\U0001f600\U0001f600 a\U0001f44db \U0001f468\u200d\U0001f469\u200d\U0001f467 \u00a9\u00ae\u2122 x\u2192y",
+    "\n\n\n  \n\t\n \r\n\r\n   tail   ",
+    "<|start|>assistant<|channel|>analysis<|message|>Hi!<|end|>",
 ]
 
 # ---- reference ------------------------------------------------------------------------------
@@ -271,12 +298,12 @@ def bases():
     return {"qwen2": Base("qwen2"), "gpt-2": Base("gpt-2")}
 
 
-def _check(bases, tmp_path, base: str, pre: str):
+def _check(bases, tmp_path, base: str, pre: str, corpus=CORPUS):
     b = bases[base]
     set_name, ignore = PRES[pre]
     model = load_vocab_only(b.write(tmp_path / f"{base}-{pre}.gguf", pre))
     bad = []
-    for text in CORPUS:
+    for text in corpus:
         want = b.ref.encode(text, SETS[set_name], ignore)
         got = st_tokenize(model, text)
         if got != want:
@@ -295,6 +322,27 @@ def test_pre_qwen2_vocab(bases, tmp_path, pre):
 @pytest.mark.parametrize("pre", ["gpt-2", "default", "falcon", "llama3"])
 def test_pre_gpt2_vocab(bases, tmp_path, pre):
     _check(bases, tmp_path, "gpt-2", pre)
+
+
+@pytest.mark.parametrize("base", ["qwen2", "gpt-2"])
+def test_pre_gpt4o_cases(bases, tmp_path, base):
+    _check(bases, tmp_path, base, "gpt-4o", CORPUS + CORPUS_GPT4O)
+
+
+def test_pre_gpt4o_long_runs(bases, tmp_path):
+    """Runs of 100k letters (upper then lower case) and of digits split without exhausting the
+    stack and round-trip."""
+    model = load_vocab_only(bases["qwen2"].write(tmp_path / "long.gguf", "gpt-4o"))
+    for text in ("A" * 50000 + "b" * 50000, "x" * 100000, "9" * 30000):
+        ids = st_tokenize(model, text)
+        assert ids and st_detokenize(model, ids) == text.encode()
+
+
+def test_gpt4o_reference_splits():
+    """The reference pattern cuts as o200k does on plain ASCII."""
+    got = ref_split("camelCase HTTPServer don'T I'M 12345\n\n a/\nb", [GPT4O])
+    assert got == ["camel", "Case", " HTTPServer", " don'T", " I'M", " ", "123", "45", "\n\n",
+                   " a", "/\n", "b"]
 
 
 def test_reference_is_not_trivial():
