@@ -7,6 +7,7 @@ whose tensor names, tensor layouts and metadata keys are the ones llama.cpp's co
 produces, so a file made here loads in llama.cpp and a file made there loads in Strata.
 
     python3 tools/convert_hf.py MODEL_DIR --outfile OUT.gguf [--outtype f32|f16|bf16|q8_0]
+                                [--expert-type f32|f16|bf16|q8_0|mxfp4]
 
 Supported (config.json "architectures"[0] -> general.architecture):
     LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM      -> llama
@@ -16,6 +17,7 @@ Supported (config.json "architectures"[0] -> general.architecture):
     Qwen2ForCausalLM / Qwen3ForCausalLM                            -> qwen2 / qwen3
     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM                   -> deepseek2
     Glm4MoeForCausalLM (GLM-4.5, 4.5-Air, 4.6)                     -> glm4moe
+    GptOssForCausalLM                                              -> gpt-oss
 
 What llama.cpp does, and therefore this tool does:
   * llama and granitemoe: q_proj/k_proj rows are permuted from HF's rotate-half order to the
@@ -40,9 +42,17 @@ What llama.cpp does, and therefore this tool does:
   * Experts are stacked into blk.N.ffn_{gate,up,down}_exps of shape (n_expert, rows, cols); the
     transformers-5 fused layout (experts.gate_up_proj, experts.down_proj) is split the same way.
     Granite's merged input_linear (E, 2*ff, d) is split into gate (first ff rows) and up.
+  * gpt-oss: attention sinks, post_attention_norm (the FFN's input norm), router and expert
+    biases; the experts' (E, in, out) matrices transposed and the fused gate_up_proj's
+    interleaved columns split (even: gate, odd: up); OpenAI's MXFP4 checkpoints (*_blocks,
+    *_scales) repacked into GGML MXFP4 without requantizing (see the gpt-oss section). Configs
+    llama.cpp's gpt-oss would run differently (other SwiGLU constants, no biases, another
+    sliding/full layer pattern, no YaRN or a truncated YaRN range) are refused.
   * Types: 1-D tensors, *_norm.weight, routers (ffn_gate_inp, ffn_gate_inp_shexp) and biases
     stay F32; everything else gets --outtype (Q8_0 via gguf.quants.quantize; a tensor whose row
-    does not fit Q8_0 blocks falls back to F16).
+    does not fit Q8_0 blocks falls back to F16), except the routed experts' weights under
+    --expert-type (e.g. mxfp4: gguf.quants' MXFP4; general.file_type is then MOSTLY_MXFP4_MOE,
+    as for a repacked MXFP4 checkpoint).
   * Hyperparameters: llama.cpp's TextModel.set_gguf_parameters plus each model class's additions
     (llama: vocab_size, rope.dimension_count; qwen*moe: expert_feed_forward_length,
     expert_shared_feed_forward_length; olmoe: layer_norm_rms_epsilon forced to 1e-5; granite:
@@ -52,11 +62,14 @@ What llama.cpp does, and therefore this tool does:
     expert groups for group-limited routing, rope.scaling.yarn_log_multiplier = 0.1 *
     mscale_all_dim; glm4moe: key/value length head_dim, rope.dimension_count head_dim *
     partial_rotary_factor, dense lead count, expert sizes and counts, sigmoid gating,
-    expert_weights_scale/norm, vocab_size). llama.cpp writes no expert_weights_norm for the other
-    architectures (the runtime's per-architecture default applies), so neither does this tool.
+    expert_weights_scale/norm, vocab_size; gpt-oss: attention.sliding_window,
+    expert_feed_forward_length = intermediate_size, rope.dimension_count = head_dim). llama.cpp
+    writes no expert_weights_norm for the other architectures (the runtime's per-architecture
+    default applies), so neither does this tool.
   * Tokenizer: byte-level BPE ("gpt2") from tokenizer.json through transformers' AutoTokenizer,
     token types, merges, special ids, add_bos/add_eos, chat template (gguf.SpecialVocab), and
-    tokenizer.ggml.pre from the hash of llama.cpp's check text (a small table below). Without
+    tokenizer.ggml.pre from the hash of llama.cpp's check text (a small table below), else from
+    tokenizer.json's Split regex (GPT-2's: gpt-2; o200k's, gpt-oss's o200k_harmony: gpt-4o). Without
     tokenizer files the file gets tokenizer.ggml.model = "none", as llama.cpp does for
     vocabulary-less models, and a warning.
   * SentencePiece: a tokenizer.model that is a SentencePiece model (llama, Mistral, Mixtral) is
@@ -111,6 +124,7 @@ ARCHES = {
     "DeepseekV2ForCausalLM": (gguf.MODEL_ARCH.DEEPSEEK2, False),
     "DeepseekV3ForCausalLM": (gguf.MODEL_ARCH.DEEPSEEK2, False),
     "Glm4MoeForCausalLM": (gguf.MODEL_ARCH.GLM4_MOE, False),
+    "GptOssForCausalLM": (gguf.MODEL_ARCH.GPT_OSS, False),
 }
 
 # architectures whose multi-token-prediction layers (num_nextn_predict_layers, after the trunk)
@@ -123,6 +137,9 @@ OUTTYPES = {
     "bf16": (gguf.LlamaFileType.MOSTLY_BF16, gguf.GGMLQuantizationType.BF16),
     "q8_0": (gguf.LlamaFileType.MOSTLY_Q8_0, gguf.GGMLQuantizationType.Q8_0),
 }
+# --expert-type: the stored type of the routed experts' weights (ffn_{gate,up,down}_exps.weight)
+EXPERT_TYPES = {**{k: v[1] for k, v in OUTTYPES.items()}, "mxfp4": gguf.GGMLQuantizationType.MXFP4}
+_EXPS_WEIGHT = re.compile(r"^blk\.\d+\.ffn_(gate|up|down)_exps\.weight$")
 
 # sha256 of str(tokenizer.encode(CHECK_TEXT)) -> tokenizer.ggml.pre; entries from llama.cpp's
 # get_vocab_base_pre (the subset of pre-tokenizers Strata implements).
@@ -144,6 +161,12 @@ PRE_BY_HASH = {
 # GPT-2's pre-tokenizer regex, as tokenizers' ByteLevel(use_regex=True) applies it: a tokenizer.json
 # whose only pre-tokenizer is that gets "gpt-2" when its hash is not in the table.
 GPT2_SPLIT = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+# o200k's (GPT-4o, gpt-oss's o200k_harmony) Split regex before a regex-less ByteLevel: "gpt-4o"
+O200K_SPLIT = ("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+               "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+               "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}|"
+               " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+SPLIT_PRES = {GPT2_SPLIT: "gpt-2", O200K_SPLIT: "gpt-4o"}
 
 
 class ConvertError(Exception):
@@ -184,7 +207,8 @@ def iter_safetensors(model_dir: Path):
         with safe_open(str(part), framework="pt", device="cpu") as f:
             for name in f.keys():
                 t = f.get_tensor(name)
-                if t.dtype not in (torch.float16, torch.float32):
+                if (t.dtype not in (torch.float16, torch.float32)
+                        and not name.endswith(("_blocks", "_scales"))):  # MXFP4 kept as bytes
                     t = t.to(torch.float32)
                 yield name, t.numpy()
 
@@ -246,6 +270,7 @@ class TensorConverter:
                          or hp.get("n_routed_experts") or 0)
         self.tmap = gguf.get_tensor_name_map(arch, self.n_layer + self.n_nextn)
         self.pending: dict[tuple[int, str], dict[int, np.ndarray]] = {}
+        self.gpt_oss = GptOssTensors(self) if arch == gguf.MODEL_ARCH.GPT_OSS else None
 
     def name(self, hf_name: str) -> str:
         new = self.tmap.get_name(hf_name, try_suffixes=(".weight", ".bias"))
@@ -268,6 +293,9 @@ class TensorConverter:
 
         m = re.search(r"\.layers\.(\d+)\.", name)
         bid = int(m.group(1)) if m else None
+        if self.gpt_oss is not None:
+            yield from self.gpt_oss.convert(name, data, bid)
+            return
 
         if self.arch in MTP_ARCHES:
             if bid is not None and bid >= self.n_layer:  # a multi-token-prediction layer
@@ -352,6 +380,8 @@ class TensorConverter:
         yield self.fmt(gguf.MODEL_TENSOR.ATTN_V_B, bid), kv_b[:, nope:, :]
 
     def finish(self):
+        if self.gpt_oss is not None:
+            self.gpt_oss.finish()
         if self.pending:
             left = ", ".join(f"layer {b} {w}: {len(s)}/{self.n_expert}"
                              for (b, w), s in sorted(self.pending.items()))
@@ -499,6 +529,8 @@ def write_hparams(w: gguf.GGUFWriter, hf_arch: str, arch: gguf.MODEL_ARCH, hp: d
         write_hparams_deepseek2(w, full_hp, routing)
     if arch == gguf.MODEL_ARCH.GLM4_MOE:  # Glm4MoeModel
         write_hparams_glm4moe(w, full_hp, routing)
+    if arch == gguf.MODEL_ARCH.GPT_OSS:  # GptOssModel
+        write_hparams_gpt_oss(w, hp)
 
 
 # ---- deepseek2 -----------------------------------------------------------------------------------
@@ -681,11 +713,148 @@ def write_hparams_glm4moe(w: gguf.GGUFWriter, hp: dict, routing: dict):
 
 
 # =================================================================================================
+# gpt-oss (GptOssForCausalLM -> gpt-oss), as llama.cpp's GptOssModel converts it
+# =================================================================================================
+#
+# Tensors: self_attn.sinks -> blk.N.attn_sinks.weight (n_head, F32); post_attention_layernorm ->
+# blk.N.post_attention_norm (llama.cpp's ATTN_POST_NORM, the FFN's input norm); mlp.router ->
+# ffn_gate_inp weight + bias. The experts are stored (E, in, out) (x @ W), the fused gate_up with
+# gate and up in alternate output columns ([..., 0::2] gate, [..., 1::2] up): each becomes
+# (E, out, in) rows x cols, i.e. ggml ne (n_embd, n_ff_exp, E) for gate/up and (n_ff_exp, n_embd,
+# E) for down; the biases (E, 2 ff) split the same way. OpenAI's MXFP4 checkpoints
+# (*_blocks/*_scales, stored (E, out, in/32, 16)) are repacked to GGML's MXFP4 blocks without
+# requantizing. No q/k permutation: HF rotates halves (NEOX), as llama.cpp's gpt-oss does.
+
+# llama.cpp's build_moe_ffn runs gpt-oss's clamped SwiGLU with these constants
+GPT_OSS_SWIGLU = (1.702, 7.0)
+_GPT_OSS_EXPERTS = re.compile(r"\.mlp\.experts\.(gate_up_proj|down_proj)(_bias|_blocks|_scales)?$")
+
+
+class Packed:
+    """A tensor already in a quantized GGML layout: raw (rows, bytes per row) uint8 data and the
+    shape in elements (numpy order) it stands for."""
+
+    def __init__(self, raw: np.ndarray, qtype: gguf.GGMLQuantizationType, shape: tuple):
+        self.raw, self.qtype, self.shape = np.ascontiguousarray(raw), qtype, tuple(shape)
+
+
+def mxfp4_repack(blocks: np.ndarray, scales: np.ndarray) -> Packed:
+    """OpenAI's MXFP4 (blocks (..., rows, n_blk, 16) uint8 with element 2i in the low nibble of
+    byte i and 2i+1 in its high nibble; scales (..., rows, n_blk) E8M0) -> GGML's block_mxfp4
+    (e, then qs[16] with element j in the low nibble of qs[j] and j+16 in its high nibble). Same
+    E2M1 codes and exponents: lossless."""
+    if (blocks.dtype != np.uint8 or scales.dtype != np.uint8 or blocks.shape[-1] != 16
+            or blocks.shape[:-1] != scales.shape):
+        raise ConvertError(f"MXFP4 blocks {blocks.shape} {blocks.dtype} / scales {scales.shape} "
+                           f"{scales.dtype}: expected uint8 (..., n, 16) and (..., n)")
+    v = np.empty(blocks.shape[:-1] + (32,), dtype=np.uint8)
+    v[..., 0::2] = blocks & 0x0F
+    v[..., 1::2] = blocks >> 4
+    qs = v[..., :16] | (v[..., 16:] << 4)
+    raw = np.concatenate([scales[..., None], qs], axis=-1)
+    lead = blocks.shape[:-2]
+    return Packed(raw.reshape(*lead, -1), gguf.GGMLQuantizationType.MXFP4,
+                  (*lead, blocks.shape[-2] * 32))
+
+
+class GptOssTensors:
+    """The gpt-oss part of TensorConverter: names, expert layouts, MXFP4 block/scale pairs."""
+
+    def __init__(self, tc: "TensorConverter"):
+        self.tc = tc
+        self.halves: dict[tuple[int, str], dict[str, np.ndarray]] = {}
+
+    def convert(self, name: str, data: np.ndarray, bid: int | None):
+        if name.endswith("self_attn.sinks"):
+            yield self.tc.fmt(gguf.MODEL_TENSOR.ATTN_SINKS, bid), data
+            return
+        m = _GPT_OSS_EXPERTS.search(name)
+        if m is None:
+            yield self.tc.name(name), data
+            return
+        which, kind = m.group(1), m.group(2) or ""
+        gate, up, down = (gguf.TENSOR_NAMES[k].format(bid=bid) for k in (
+            gguf.MODEL_TENSOR.FFN_GATE_EXP, gguf.MODEL_TENSOR.FFN_UP_EXP,
+            gguf.MODEL_TENSOR.FFN_DOWN_EXP))
+        if kind == "_bias":  # (E, 2 ff) interleaved, or (E, n_embd)
+            if which == "gate_up_proj":
+                yield gate + ".bias", data[..., 0::2]
+                yield up + ".bias", data[..., 1::2]
+            else:
+                yield down + ".bias", data
+        elif kind == "":  # (E, in, out) -> (E, out, in)
+            if data.ndim != 3:
+                raise ConvertError(f"tensor {name!r}: shape {data.shape}, expected (E, in, out)")
+            t = data.transpose(0, 2, 1)
+            if which == "gate_up_proj":
+                yield gate + ".weight", t[:, 0::2]
+                yield up + ".weight", t[:, 1::2]
+            else:
+                yield down + ".weight", t
+        else:  # MXFP4: wait for both halves, (E, out, in/32, 16) blocks and (E, out, in/32)
+            slot = self.halves.setdefault((bid, which), {})
+            slot[kind] = data
+            if len(slot) < 2:
+                return
+            del self.halves[(bid, which)]
+            blocks, scales = slot["_blocks"], slot["_scales"]
+            if which == "gate_up_proj":
+                yield gate + ".weight", mxfp4_repack(blocks[:, 0::2], scales[:, 0::2])
+                yield up + ".weight", mxfp4_repack(blocks[:, 1::2], scales[:, 1::2])
+            else:
+                yield down + ".weight", mxfp4_repack(blocks, scales)
+
+    def finish(self):
+        if self.halves:
+            left = ", ".join(f"layer {b} {w}: only {', '.join(s)}" for (b, w), s in self.halves.items())
+            raise ConvertError(f"MXFP4 tensors without their other half ({left})")
+
+
+def gpt_oss_check(hp: dict):
+    """Raises ConvertError for a GptOss config that llama.cpp's gpt-oss (and Strata's) would run
+    differently from transformers."""
+    swiglu = (hp.get("swiglu_alpha", GPT_OSS_SWIGLU[0]), hp.get("swiglu_limit", GPT_OSS_SWIGLU[1]))
+    if tuple(float(x) for x in swiglu) != GPT_OSS_SWIGLU:
+        raise ConvertError(f"config swiglu_alpha/swiglu_limit {swiglu}: llama.cpp's gpt-oss uses "
+                           f"{GPT_OSS_SWIGLU}")
+    if hp.get("attention_bias") is False:
+        raise ConvertError("config attention_bias false: llama.cpp's gpt-oss needs the biases")
+    n = hp["num_hidden_layers"]
+    pattern = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+    if hp.get("layer_types") not in (None, pattern):
+        raise ConvertError(f"config layer_types {hp.get('layer_types')}: llama.cpp's gpt-oss "
+                           "alternates sliding (even layers) and full attention")
+    if not hp.get("sliding_window"):
+        raise ConvertError("config sliding_window missing")
+    rp = rope_params(hp)
+    if rp.get("rope_type") != "yarn" or rp.get("factor") is None:
+        raise ConvertError(f"config rope {rp}: gpt-oss is converted with YaRN scaling only")
+    if any(rp.get(k) is not None for k in ("attention_factor", "attn_factor", "mscale",
+                                           "mscale_all_dim")):
+        raise ConvertError(f"config rope {rp}: YaRN attention factor / mscale are not converted "
+                           "for gpt-oss (llama.cpp derives 1 + 0.1 ln(factor))")
+    if rp.get("truncate", True) is not False:
+        # transformers floors/ceils the YaRN correction range unless truncate is false; gpt-oss
+        # (and Strata's gpt-oss, as OpenAI's reference) does not, and no GGUF key says which
+        raise ConvertError("config rope truncate is not false: gpt-oss's YaRN is converted for "
+                           "the untruncated correction range only")
+
+
+def write_hparams_gpt_oss(w: gguf.GGUFWriter, hp: dict):
+    """llama.cpp's GptOssModel.set_gguf_parameters additions (and rope.dimension_count, which
+    llama.cpp defaults to key_length)."""
+    w.add_sliding_window(hp["sliding_window"])
+    w.add_expert_feed_forward_length(hp["intermediate_size"])
+    w.add_rope_dimension_count(hp["head_dim"])
+
+
+# =================================================================================================
 # Tokenizer
 # =================================================================================================
 
 def _pre_from_tokenizer_json(model_dir: Path) -> str | None:
-    """'gpt-2' when tokenizer.json pre-tokenizes exactly like GPT-2 (ByteLevel with its regex)."""
+    """'gpt-2' when tokenizer.json pre-tokenizes exactly like GPT-2 (ByteLevel with its regex);
+    'gpt-2' or 'gpt-4o' for a Split by one of SPLIT_PRES's regexes before a regex-less ByteLevel."""
     p = model_dir / "tokenizer.json"
     if not p.is_file():
         return None
@@ -695,9 +864,9 @@ def _pre_from_tokenizer_json(model_dir: Path) -> str | None:
     if pre.get("type") == "Sequence":
         subs = pre.get("pretokenizers") or []
         if (len(subs) == 2 and subs[0].get("type") == "Split"
-                and subs[0].get("pattern", {}).get("Regex") == GPT2_SPLIT
+                and subs[0].get("pattern", {}).get("Regex") in SPLIT_PRES
                 and subs[1].get("type") == "ByteLevel" and not subs[1].get("use_regex", True)):
-            return "gpt-2"
+            return SPLIT_PRES[subs[0]["pattern"]["Regex"]]
     return None
 
 
@@ -972,11 +1141,15 @@ def write_vocab(w: gguf.GGUFWriter, model_dir: Path, hp: dict, pre_override: str
 # =================================================================================================
 
 def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
-            pre: str | None = None, name: str | None = None, keep_mtp: bool = True) -> Path:
-    """Converts model_dir to outfile; returns the output path. Raises ConvertError."""
+            pre: str | None = None, name: str | None = None, keep_mtp: bool = True,
+            expert_type: str | None = None) -> Path:
+    """Converts model_dir to outfile; returns the output path. Raises ConvertError.
+    expert_type: a type for the routed experts' weights other than outtype (EXPERT_TYPES)."""
     model_dir, outfile = Path(model_dir), Path(outfile)
     if outtype not in OUTTYPES:
         raise ConvertError(f"--outtype {outtype!r}: one of {', '.join(OUTTYPES)}")
+    if expert_type is not None and expert_type not in EXPERT_TYPES:
+        raise ConvertError(f"--expert-type {expert_type!r}: one of {', '.join(EXPERT_TYPES)}")
     ftype, qtype = OUTTYPES[outtype]
     hp = load_config(model_dir)
     hf_arch = (hp.get("architectures") or [None])[0]
@@ -984,6 +1157,8 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
         raise ConvertError(f"config.json architectures {hp.get('architectures')!r}: not supported "
                            f"({', '.join(ARCHES)})")
     arch, permute = ARCHES[hf_arch]
+    if arch == gguf.MODEL_ARCH.GPT_OSS:
+        gpt_oss_check(hp)
     routing = (deepseek2_routing(hf_arch, hp) if arch == gguf.MODEL_ARCH.DEEPSEEK2
                else glm4moe_routing(hp) if arch == gguf.MODEL_ARCH.GLM4_MOE else None)
     if keep_mtp and arch in MTP_ARCHES:  # only layers that are MTP layers
@@ -991,13 +1166,24 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
     tc = TensorConverter(arch, hp, permute, keep_mtp)
     w = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[arch])
 
+    n_mxfp4_exps = 0
     for hf_name, data in iter_safetensors(model_dir):
         for gname, arr in tc.convert(hf_name, data):
-            t = target_type(gname, arr, qtype)
-            enc, t = encode(arr, t)
-            log.info("%-32s %-10s -> %-5s %s", gname, str(arr.dtype), t.name, tuple(reversed(arr.shape)))
+            if isinstance(arr, Packed):  # already quantized (gpt-oss's MXFP4 experts)
+                enc, t, dtype = arr.raw, arr.qtype, "packed"
+            else:
+                t = target_type(gname, arr, qtype)
+                if expert_type is not None and _EXPS_WEIGHT.match(gname):
+                    t = EXPERT_TYPES[expert_type]
+                enc, t = encode(arr, t)
+                dtype = str(arr.dtype)
+            if t == gguf.GGMLQuantizationType.MXFP4 and _EXPS_WEIGHT.match(gname):
+                n_mxfp4_exps += 1
+            log.info("%-32s %-10s -> %-5s %s", gname, dtype, t.name, tuple(reversed(arr.shape)))
             w.add_tensor(gname, enc, raw_dtype=t)
     tc.finish()
+    if n_mxfp4_exps:  # llama.cpp's name for a file whose experts are MXFP4
+        ftype = gguf.LlamaFileType.MOSTLY_MXFP4_MOE
 
     # metadata in llama.cpp's order: general.*, hyperparameters, tokenizer, quantization version
     w.add_type(gguf.GGUFType.MODEL)
@@ -1033,6 +1219,9 @@ def main(argv=None) -> int:
     ap.add_argument("model", help="checkpoint directory (config.json, *.safetensors)")
     ap.add_argument("--outfile", "-o", required=True, help="output .gguf path")
     ap.add_argument("--outtype", default="f16", choices=list(OUTTYPES))
+    ap.add_argument("--expert-type", default=None, choices=list(EXPERT_TYPES),
+                    help="stored type of the routed experts' weights (default: --outtype; "
+                    "gpt-oss's MXFP4 checkpoints are always repacked as MXFP4)")
     ap.add_argument("--pre", default=None, help="tokenizer.ggml.pre when the hash is unknown")
     ap.add_argument("--name", default=None, help="general.name (default: from the model card or "
                     "the directory name)")
@@ -1043,7 +1232,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(levelname)s: %(message)s")
     try:
-        out = convert(a.model, a.outfile, a.outtype, a.pre, a.name, keep_mtp=not a.no_mtp)
+        out = convert(a.model, a.outfile, a.outtype, a.pre, a.name, keep_mtp=not a.no_mtp,
+                      expert_type=a.expert_type)
     except (ConvertError, OSError, KeyError) as e:
         print(f"convert_hf: error: {e}", file=sys.stderr)
         return 1

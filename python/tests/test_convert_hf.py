@@ -8,7 +8,8 @@ gguf.quants.quantize), the byte-level BPE tokenizer metadata, and the command li
 weights against normal RoPE, the routing keys, multi-token-prediction layers dropped, and the
 configs the converter must refuse. glm4moe (GLM-4.5/Air): names and shapes of llama.cpp's loader,
 HF's partial rotate-half RoPE against llama.cpp's NEOX RoPE on the converted q/k, the routing keys
-and refusals, and an MTP layer kept (blk.N + blk.N.nextn.*) or dropped with --no-mtp."""
+and refusals, and an MTP layer kept (blk.N + blk.N.nextn.*) or dropped with --no-mtp. gpt-oss's
+own tests are in test_convert_hf_gpt_oss.py (its expected tensors and keys come from there)."""
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ import gguf  # noqa: E402
 from gguf import GGMLQuantizationType as Q  # noqa: E402
 
 import test_hf_parity_lib as L  # noqa: E402
+from test_convert_hf_gpt_oss import expected_kv_gpt_oss, expected_tensors_gpt_oss  # noqa: E402
 
 NAMES = list(L.zoo())
 GLM = ["glm4moe", "glm4moe_noqknorm"]
@@ -85,6 +87,8 @@ EXPERT_W = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj":
 
 
 def expected_tensors(name: str, model) -> dict[str, np.ndarray]:
+    if name == "gpt_oss":
+        return expected_tensors_gpt_oss(model)
     cfg = model.config
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     if cfg.tie_word_embeddings:
@@ -244,7 +248,8 @@ def expected_kv(name: str, cfg) -> dict:
             "granitemoe": "granitemoe", "granitemoe_shared": "granitemoe", "llama": "llama",
             "llama_linear_rope": "llama", "qwen2": "qwen2", "qwen2_yarn": "qwen2",
             "qwen3": "qwen3", "deepseek2_lite": "deepseek2", "deepseek2_v3": "deepseek2",
-            "glm4moe": "glm4moe", "glm4moe_noqknorm": "glm4moe"}[name]
+            "glm4moe": "glm4moe", "glm4moe_noqknorm": "glm4moe",
+            "gpt_oss": "gpt-oss"}[name]
     a = arch + "."
     rp = cfg.rope_parameters
     e = {
@@ -292,6 +297,8 @@ def expected_kv(name: str, cfg) -> dict:
         e.update(expected_kv_deepseek2(name, cfg))
     if arch == "glm4moe":
         e.update(expected_kv_glm4moe(cfg))
+    if arch == "gpt-oss":
+        e.update(expected_kv_gpt_oss(cfg))
     return e
 
 

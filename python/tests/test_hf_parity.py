@@ -4,7 +4,8 @@ For every architecture of the zoo in test_hf_parity_lib.py (olmoe, qwen2moe with
 q/k/v bias, qwen3moe, mixtral, granitemoe with and without shared expert, llama (also with linear
 RoPE scaling), qwen2 (also with YaRN), qwen3 with tied embeddings, deepseek2 as DeepSeek-V2-Lite and
 as DeepSeek-V3 (MLA, sigmoid + bias + group routing, YaRN), glm4moe as GLM-4.5 and GLM-4.5-Air
-(partial NEOX RoPE, q/k/v bias, sigmoid + bias routing, shared expert)): a tiny random float32 HF
+(partial NEOX RoPE, q/k/v bias, sigmoid + bias routing, shared expert), gpt_oss (sliding/full
+attention with sinks, biased experts with the clamped SwiGLU, YaRN)): a tiny random float32 HF
 model (seeded), saved with save_pretrained, converted to an F32 GGUF by tools/convert_hf.py, run by
 Strata with an f32 KV cache on a few token-id prompts. Requires
   * logits at every prompt position: max|strata - hf| / max|hf| < 1e-4 (prompt read in one call,

@@ -87,6 +87,17 @@ def zoo() -> dict[str, tuple[str, dict]]:
         "glm4moe": ("Glm4Moe", _glm4moe()),
         # GLM-4.5-Air: the same without q/k norm.
         "glm4moe_noqknorm": ("Glm4Moe", dict(_glm4moe(), use_qk_norm=False)),
+        # gpt-oss: sliding (even layers, window 4 < the longest prompt) and full attention
+        # alternating, attention sinks, q/k/v/o biases, softmax over the top-2 router logits
+        # (router bias), experts with biases and the clamped SwiGLU (alpha 1.702, limit 7), YaRN
+        # as gpt-oss's own (beta 32/1, untruncated correction range), scaled down.
+        "gpt_oss": ("GptOss", dict(BASE, num_hidden_layers=4, rms_norm_eps=1e-5,
+                                   intermediate_size=32, num_local_experts=8,
+                                   num_experts_per_tok=2, sliding_window=4, attention_bias=True,
+                                   swiglu_limit=7.0, rope_parameters=dict(
+                                       rope_type="yarn", factor=4.0, beta_fast=32.0,
+                                       beta_slow=1.0, truncate=False, rope_theta=150000.0,
+                                       original_max_position_embeddings=128))),
     }
 
 
@@ -131,7 +142,9 @@ def build_hf(name: str, seed: int = 0, n_layers: int | None = None, overrides: d
     """The tiny float32 HF model `name`, weights drawn from torch.manual_seed(seed): matrices
     N(0, 0.1) (so logits are decisive), norm weights 1 + N(0, 0.2), biases N(0, 0.2); the routers'
     expert-selection bias buffers (DeepSeek-V3's e_score_correction_bias, zeros after init)
-    N(0, 0.1), the scale of the differences between sigmoid scores, so the bias changes picks."""
+    N(0, 0.1), the scale of the differences between sigmoid scores, so the bias changes picks;
+    gpt-oss's attention sinks N(0, 1) (the scale of the attention logits) and its experts'
+    fused gate_up_proj N(0, 0.6), so the SwiGLU's clamps at +-7 cut some of the values."""
     import torch
     import transformers
 
@@ -149,7 +162,11 @@ def build_hf(name: str, seed: int = 0, n_layers: int | None = None, overrides: d
         for pname, p in model.named_parameters():
             if p.ndim == 1 and "norm" in pname:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            elif p.ndim == 1:
+            elif pname.endswith(".sinks"):
+                p.copy_(torch.randn_like(p))
+            elif pname.endswith("experts.gate_up_proj"):
+                p.copy_(0.6 * torch.randn_like(p))
+            elif p.ndim == 1 or pname.endswith("_bias"):
                 p.copy_(0.2 * torch.randn_like(p))
             else:
                 p.copy_(0.1 * torch.randn_like(p))
