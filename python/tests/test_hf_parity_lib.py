@@ -164,7 +164,7 @@ def build_hf(name: str, seed: int = 0, n_layers: int | None = None, overrides: d
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
             elif pname.endswith(".sinks"):
                 p.copy_(torch.randn_like(p))
-            elif pname.endswith("experts.gate_up_proj"):
+            elif cls == "GptOss" and pname.endswith("experts.gate_up_proj"):
                 p.copy_(0.6 * torch.randn_like(p))
             elif p.ndim == 1 or pname.endswith("_bias"):
                 p.copy_(0.2 * torch.randn_like(p))
