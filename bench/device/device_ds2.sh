@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # device_ds2.sh - issue 35's deepseek2 on one GPU machine. "tests": the latent-attention kernels
 # (test_cuda_mla, mla_check at DeepSeek-V3 shapes), the scored routing (test_cuda_moe), leading
-# dense layers under every placement (test_dense_lead), the HF zoo's deepseek2 entries on the GPU
-# against the CPU (test_hf_parity_gpu.py -k deepseek2), and the low-bit GPU tests of issue 34
+# dense layers under every placement (test_dense_lead), the HF zoo on the GPU against the CPU
+# (test_hf_parity_gpu.py, all but gpt-oss), and the low-bit GPU tests of issue 34
 # (test_cuda_dequant, test_cuda_mmv, test_iq_gpu.py) sharing the build. "lite": the synthetic
 # DeepSeek-V2-Lite file at its real shapes (bench/synth_arch.py, zero-mean weights), pp512 and tg64
 # all resident and with --cpu-moe, each beside llama-bench on the same file in the same call
@@ -40,10 +40,11 @@ DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_mla build/tests/
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build test_cuda_mla:120 test_cuda_moe:200 \
         test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200
-    for t in test_hf_parity_gpu.py::"-k deepseek2" test_iq_gpu.py::""; do
+    for t in test_hf_parity_gpu.py::"-k not_gpt_oss" test_iq_gpu.py::""; do
         f=${t%%::*} k=${t#*::}
+        k=${k//not_/not } # (pytest -k "not gpt_oss": gpt-oss is not on the GPU yet)
         STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \
-            timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/$f $k > "$O/${f%.py}.log" 2>&1
+            timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/$f ${k:+-k "${k#-k }"} > "$O/${f%.py}.log" 2>&1
         echo "$f $k rc=$? at $(el)s: $(tail -1 "$O/${f%.py}.log")"
         grep -E "^FAILED|Error" "$O/${f%.py}.log" | head -8
     done
