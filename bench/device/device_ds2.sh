@@ -10,7 +10,7 @@
 # carried, ds2_long.py compares its GPU and CPU sessions on a 900-token prompt.
 #   run(command="bash bench/device/device_ds2.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
-# Knobs: STAGES (default "tests lite"), BUDGET (seconds after which no new row starts, default
+# Knobs: STAGES (default "tests lite"), CTESTS (the C tests, NAME:SECONDS), BUDGET (seconds after which no new row starts, default
 # 540), R (repetitions, default 2). $OUT: device_ds2.log, the test logs, ds2/bench.tar.
 set -u
 cd "$(dirname "$0")/../.."
@@ -38,8 +38,8 @@ fi
 DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
     build/tests/test_cuda_dequant build/tests/test_cuda_mmv
 if have tests; then
-    DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build test_cuda_mla:120 test_cuda_moe:200 \
-        test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200
+    DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
+        ${CTESTS:-test_cuda_mla:120 test_cuda_moe:200 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
     for t in test_hf_parity_gpu.py::"-k not_gpt_oss" test_iq_gpu.py::""; do
         f=${t%%::*} k=${t#*::}
         k=${k//not_/not } # (pytest -k "not gpt_oss": gpt-oss is not on the GPU yet)
