@@ -129,7 +129,7 @@ static void test_moe_drop(void) {
     test_rng r = {42};
     for (int64_t i = 0; i < X * F * E; i++) { wg[i] = test_rng_float(&r); wu[i] = test_rng_float(&r); wd[i] = test_rng_float(&r); }
     for (int64_t i = 0; i < T * E; i++) x[i] = test_rng_float(&r);
-    st_expert ex[4];
+    st_expert ex[4] = {0};
     for (int e = 0; e < X; e++) {
         st_tensor g = {STRATA_TYPE_F32, (const uint8_t *)(wg + e * F * E), {E, F, 1}, sizeof(float) * (size_t)E, "g"};
         st_tensor u = {STRATA_TYPE_F32, (const uint8_t *)(wu + e * F * E), {E, F, 1}, sizeof(float) * (size_t)E, "u"};

@@ -179,7 +179,7 @@ static void test_measure(void) {
     const int64_t E = 256, F = 256;
     const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, E);
     uint8_t *g = calloc(F, rb), *u = calloc(F, rb), *d = calloc(E, rb);
-    st_expert e;
+    st_expert e = {0};
     memset(&e, 0, sizeof e);
     st_tensor t = {STRATA_TYPE_Q8_0, g, {E, F, 1}, rb, "gate"};
     e.gate = t;
@@ -200,7 +200,7 @@ static void test_measure_step(void) {
     const int32_t X = 10;
     const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, E);
     uint8_t *w = calloc((size_t)X * 3 * F, rb);
-    st_expert ex[10];
+    st_expert ex[10] = {0};
     memset(ex, 0, sizeof ex);
     for (int i = 0; i < X; i++) {
         uint8_t *b = w + (size_t)i * 3 * F * rb;

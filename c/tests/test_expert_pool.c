@@ -60,6 +60,7 @@ static void wait_done(st_doorbell_layer *d, uint32_t s) {
 int main(void) {
     test_rng r = {2024};
     st_expert experts[L * X];
+    memset(experts, 0, sizeof experts); /* no biases, SwiGLU */
     uint8_t *mats[L * X * 3];
     for (int e = 0; e < L * X; e++) {
         mats[3 * e] = make_matrix(F, E, &r);

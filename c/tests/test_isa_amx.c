@@ -143,7 +143,7 @@ static void check_ops(strata_type ty, int64_t T) {
     for (int64_t t = 0; t < T; t++) st_matmul(tp, &wt, x + t * n_embd, 1, y_one + t * n_ff, ws);
     CHECK(!memcmp(y_all, y_one, sizeof(float) * (size_t)(T * n_ff)), "%s matmul of %lld tokens bit-identical to one at a time",
           strata_type_name(ty), (long long)T);
-    st_expert ex[4];
+    st_expert ex[4] = {0};
     memset(ex, 0, sizeof ex);
     for (int e = 0; e < n_exp; e++) {
         st_tensor g = wt;

@@ -587,7 +587,7 @@ static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) 
     const int64_t n_embd = 256, n_ff = 96, T = 13;
     tw gate = make_weights(type, n_embd, n_ff, E), up = make_weights(type, n_embd, n_ff, E);
     tw down = make_weights(type == STRATA_TYPE_Q4_K ? STRATA_TYPE_Q8_0 : type, n_ff, n_embd, E);
-    st_expert ex[8];
+    st_expert ex[8] = {0};
     for (int e = 0; e < E; e++) {
         ex[e].gate = st_tensor_expert(&gate.t, e);
         ex[e].up = st_tensor_expert(&up.t, e);
