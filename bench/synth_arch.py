@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """synth_arch.py - random-weight GGUF files with the exact per-layer shapes of real models of the
-architectures issue 35 adds (first `deepseek2`: DeepSeek-V2-Lite, DeepSeek-V3 / R1, Kimi-K2), for
-timing runs. Same recipe as synth_moe.py: well-formed quant blocks, every weight zero-mean (so
+architectures issue 35 adds, for timing runs: `deepseek2` (DeepSeek-V2-Lite, DeepSeek-V3 / R1,
+Kimi-K2), `glm4moe` (GLM-4.5-Air, GLM-4.5, with their MTP layer) and `gpt-oss` (gpt-oss-20b,
+gpt-oss-120b). Same recipe as synth_moe.py: well-formed quant blocks, every weight zero-mean (so
 each token routes to its own experts), norms F32 ones, the router F32 N(0, s), the tokenizer
 copied from a vocab-only GGUF (--vocab) and its vocabulary size kept (the real vocab_size only
 with --pad-vocab, which appends unused tokens).
@@ -9,28 +10,46 @@ with --pad-vocab, which appends unused tokens).
 What it takes from elsewhere, loaded from paths: synth_moe.py (--synth; default
 ../shared/bench/synth_moe.py beside the repository, else .devdata/synth_moe.py) for its Q8_0
 scales of token_embd and output, and bench/synth_lowbit.py's Blocks, which writes synth_moe.py's
-zero-mean Q8_0 / Q4_K blocks (and Q3_K) at a target spread. Q2_K, Q4_0 and Q5_0 blocks are
-written here. The tokenizer copy is synth_moe.py's loop, copied (it lives inside its main()).
+zero-mean Q8_0 / Q4_K blocks (and Q3_K, Q5_K, Q6_K, MXFP4) at a target spread. Q2_K, Q4_0, Q5_0
+and Q5_1 blocks are written here. The tokenizer copy is synth_moe.py's loop, copied (it lives
+inside its main()).
 
-Types: experts --experts-type (Q4_K default; Q8_0, Q3_K, Q2_K), everything else Q8_0 (attn_k_b's
-rows are qk_nope = 128 long: a 32-block type), norms, router and expert bias F32. Rows that a
-256-block type does not divide (V2-Lite's n_ff_exp 1408, so its ffn_down_exps) take llama.cpp's
-quantizer's fallback: Q4_K -> Q5_0, Q3_K / Q2_K -> Q4_0.
+Types (--experts-type; the preset's default): q4_k (deepseek2's), q8_0, q3_k, q2_k or mxfp4
+(gpt-oss's; llama.cpp's MOSTLY_MXFP4_MOE) put the routed experts in that type and every other
+matrix in Q8_0 (the real gpt-oss GGUFs of ggml-org keep attention, embedding and head in Q8_0;
+OpenAI's checkpoint has them in bf16). q3_k_m (glm4moe's) is llama.cpp's Q3_K_M mix for a model
+of more than 8 experts (llama-quant.cpp's llama_tensor_get_type): Q3_K for q, k, every gate / up
+(routed, shared, dense), the token embedding and the MTP eh_proj; Q4_K for attention output; attn_v
+Q5_K in the first two layers, else Q4_K; every down projection Q5_K in the first block_count / 16
+layers, else Q4_K; the head Q6_K. Norms, biases, sinks, router and expert bias stay F32. Rows that
+a 256-block type does not divide (GLM-4.5-Air's n_ff_exp 1408 and n_ff 10944, V2-Lite's 1408,
+gpt-oss's 2880) take llama.cpp's quantizer's fallback: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
+Q3_K / Q2_K -> Q4_0. So GLM-4.5-Air at q3_k_m has Q3_K gate/up experts and Q5_0 down experts
+(Q5_1 in layers 0-1), GLM-4.5 Q3_K and Q4_K (Q5_K in layers 0-4).
 
 Spreads (weight std; a Q8_0 quant's rms is ~73, so scale = std / 73): every projection whose
-input is an RMSNorm output (rms 1) gets std 1/sqrt(fan-in), so its output has rms 1 - q, the
-latent c and k_pe (attn_kv_a_mqa), gate/up of every FFN; attention's and every FFN's output
-projection gets 0.1/sqrt(fan-in), so each block adds rms ~0.1 or less to the hidden state, whose
-rms stays ~1 (token_embd's) as in synth_moe.py. The routed experts follow the same rule (their
-Q4_K d rescaled): synth_moe.py's fixed d would give width-7168 layers an output of rms ~3 each.
+input is an RMSNorm output (rms 1) gets std 1/sqrt(fan-in), so its output has rms 1 - q, k, v,
+the latent c and k_pe (attn_kv_a_mqa), gate/up of every FFN, the MTP layer's eh_proj (its input
+is two normed halves, fan-in 2 n_embd); attention's and every FFN's output projection gets
+0.1/sqrt(fan-in), so each block adds rms ~0.1 or less to the hidden state, whose rms stays ~1
+(token_embd's) as in synth_moe.py. The routed experts follow the same rule (their blocks'
+d rescaled): synth_moe.py's fixed d would give width-7168 layers an output of rms ~3 each. F32
+N(0, s): routers s = 0.05 sqrt(2048 / n_embd) (logits as spread as synth_moe.py's at width 2048),
+the selection bias (exp_probs_b) and gpt-oss's router bias 0.01, q/k/v biases and gpt-oss's
+gate/up expert biases 0.02 (against outputs of rms 1), gpt-oss's attention-output and down-expert
+biases 0.01 (added to the residual, like the outputs of rms ~0.1), gpt-oss's attention sinks 0.1.
 
 --layers N keeps the real per-layer shapes with fewer layers (--dense D of them dense; llama.cpp
-takes a file without q_lora_rank for V2-Lite only at 26 or 27 layers); --dry-run prints the
-tensor table and the byte totals and writes nothing (no --vocab needed). Blocks are made by --jobs
-processes (each chunk from its own seed, so the bytes do not depend on the count).
+takes a file without q_lora_rank for V2-Lite only at 26 or 27 layers). glm4moe presets write their
+MTP layer after the trunk (blk.N: a whole MoE layer plus blk.N.nextn.eh_proj / enorm / hnorm /
+shared_head_norm, as the checkpoints have it: no nextn.embed_tokens or shared_head_head; counted in
+block_count, nextn_predict_layers 1); --no-mtp drops it. --dry-run prints the tensor table, the
+byte totals and the routed-expert bytes one token reads, and writes nothing (no --vocab needed).
+Blocks are made by --jobs processes (each chunk from its own seed, so the bytes do not depend on
+the count).
 
-usage: synth_arch.py PRESET OUT.gguf --vocab VOCAB.gguf [--experts-type q4_k] [--layers N]
-       [--dense D] [--pad-vocab] [--synth PATH] [--seed N] [--jobs N] [--dry-run]
+usage: synth_arch.py PRESET OUT.gguf --vocab VOCAB.gguf [--experts-type T] [--layers N]
+       [--dense D] [--no-mtp] [--pad-vocab] [--synth PATH] [--seed N] [--jobs N] [--dry-run]
 """
 import argparse
 import collections
@@ -46,44 +65,81 @@ from gguf import GGMLQuantizationType as Q
 
 HERE = Path(__file__).resolve().parent
 
-# From the models' config.json. n_dense: leading dense layers; nope/rope/v: the MLA head widths;
-# gating 1 softmax, 2 sigmoid (the sigmoid models carry exp_probs_b); groups: (count, used);
-# yarn: (factor, original context, mscale_all_dim); layers/dense: what is written by default.
+# From the models' config.json. deepseek2: n_dense leading dense layers; nope/rope/v the MLA head
+# widths; gating 1 softmax, 2 sigmoid (the sigmoid models carry exp_probs_b); groups (count, used);
+# yarn (factor, original context, mscale_all_dim). glm4moe: head_dim, rope = head_dim *
+# partial_rotary_factor, qk_norm (use_qk_norm), mtp (num_nextn_predict_layers). gpt-oss: swa
+# (sliding_window), yarn (factor, original context, beta_fast, beta_slow). layers/dense: what is
+# written by default; etype: the default --experts-type.
+DS2 = dict(arch="deepseek2", etype="q4_k", eps=1e-6, mtp=0)
+GLM = dict(arch="glm4moe", etype="q3_k_m", eps=1e-5, gating=2, groups=(1, 1), n_shared=1)
+OSS = dict(arch="gpt-oss", etype="mxfp4", eps=1e-5, mtp=0, n_dense=0, dense=0, n_ff=0,
+           rope_base=150000.0, yarn=(32.0, 4096, 32.0, 1.0), swa=128, vocab=201088, ctx=131072)
 PRESETS = {
-    "deepseek-v2-lite": dict(n_layer=27, n_embd=2048, n_head=16, q_lora=0, kv_lora=512, nope=128,
+    "deepseek-v2-lite": dict(DS2, n_layer=27, n_embd=2048, n_head=16, q_lora=0, kv_lora=512, nope=128,
                              rope=64, v=128, n_ff=10944, n_dense=1, n_expert=64, n_shared=2,
                              n_used=6, n_ff_exp=1408, gating=1, norm=False, scale=1.0, groups=(1, 1),
                              yarn=(40.0, 4096, 0.707), rope_base=10000.0, vocab=102400, ctx=163840,
                              layers=27, dense=1),
-    "deepseek-v3": dict(n_layer=61, n_embd=7168, n_head=128, q_lora=1536, kv_lora=512, nope=128,
+    "deepseek-v3": dict(DS2, n_layer=61, n_embd=7168, n_head=128, q_lora=1536, kv_lora=512, nope=128,
                         rope=64, v=128, n_ff=18432, n_dense=3, n_expert=256, n_shared=1, n_used=8,
                         n_ff_exp=2048, gating=2, norm=True, scale=2.5, groups=(8, 4),
                         yarn=(40.0, 4096, 1.0), rope_base=10000.0, vocab=129280, ctx=163840,
                         layers=4, dense=1),
-    "kimi-k2": dict(n_layer=61, n_embd=7168, n_head=64, q_lora=1536, kv_lora=512, nope=128, rope=64,
+    "kimi-k2": dict(DS2, n_layer=61, n_embd=7168, n_head=64, q_lora=1536, kv_lora=512, nope=128, rope=64,
                     v=128, n_ff=18432, n_dense=1, n_expert=384, n_shared=1, n_used=8, n_ff_exp=2048,
                     gating=2, norm=True, scale=2.827, groups=(1, 1), yarn=(32.0, 4096, 1.0),
                     rope_base=50000.0, vocab=163840, ctx=131072, layers=4, dense=1),
+    "glm-4.5-air": dict(GLM, n_layer=46, n_embd=4096, n_head=96, n_kv=8, head_dim=128, rope=64,
+                        qk_norm=False, n_ff=10944, n_dense=1, n_expert=128, n_used=8, n_ff_exp=1408,
+                        norm=True, scale=1.0, rope_base=1e6, vocab=151552, ctx=131072, mtp=1,
+                        layers=46, dense=1),
+    "glm-4.5": dict(GLM, n_layer=92, n_embd=5120, n_head=96, n_kv=8, head_dim=128, rope=64,
+                    qk_norm=True, n_ff=12288, n_dense=3, n_expert=160, n_used=8, n_ff_exp=1536,
+                    norm=True, scale=2.5, rope_base=1e6, vocab=151552, ctx=131072, mtp=1,
+                    layers=4, dense=1),
+    "gpt-oss-20b": dict(OSS, n_layer=24, n_embd=2880, n_head=64, n_kv=8, head_dim=64, n_expert=32,
+                        n_used=4, n_ff_exp=2880, layers=24),
+    "gpt-oss-120b": dict(OSS, n_layer=36, n_embd=2880, n_head=64, n_kv=8, head_dim=64, n_expert=128,
+                         n_used=4, n_ff_exp=2880, layers=4),
     # small widths for tests: V3-style (q_lora, sigmoid + bias, groups) and V2-Lite-style (with
     # n_ff_exp, like V2-Lite's 1408, not a multiple of 256: its down experts take the fallback type)
-    "deepseek2-tiny": dict(n_layer=3, n_embd=256, n_head=4, q_lora=128, kv_lora=64, nope=32, rope=16,
+    "deepseek2-tiny": dict(DS2, n_layer=3, n_embd=256, n_head=4, q_lora=128, kv_lora=64, nope=32, rope=16,
                            v=32, n_ff=512, n_dense=1, n_expert=16, n_shared=1, n_used=4,
                            n_ff_exp=256, gating=2, norm=True, scale=2.5, groups=(4, 2),
                            yarn=(40.0, 4096, 1.0), rope_base=10000.0, vocab=600, ctx=4096,
                            layers=3, dense=1),
-    "deepseek2-lite-tiny": dict(n_layer=3, n_embd=256, n_head=4, q_lora=0, kv_lora=64, nope=32,
+    "deepseek2-lite-tiny": dict(DS2, n_layer=3, n_embd=256, n_head=4, q_lora=0, kv_lora=64, nope=32,
                                 rope=16, v=32, n_ff=512, n_dense=1, n_expert=16, n_shared=2,
                                 n_used=4, n_ff_exp=352, gating=1, norm=False, scale=1.0,
                                 groups=(1, 1), yarn=(40.0, 4096, 0.707), rope_base=10000.0,
                                 vocab=600, ctx=4096, layers=3, dense=1),
+    # GLM-4.5-Air-style (no q/k norm; n_ff and n_ff_exp, like 10944 and 1408, not multiples of
+    # 256) and GLM-4.5-style (q/k norms, 2 dense layers, 20 experts)
+    "glm4moe-air-tiny": dict(GLM, n_layer=3, n_embd=256, n_head=4, n_kv=2, head_dim=64, rope=32,
+                             qk_norm=False, n_ff=544, n_dense=1, n_expert=16, n_used=4, n_ff_exp=352,
+                             norm=True, scale=1.0, rope_base=1e6, vocab=600, ctx=4096, mtp=1,
+                             layers=3, dense=1),
+    "glm4moe-tiny": dict(GLM, n_layer=4, n_embd=256, n_head=4, n_kv=2, head_dim=64, rope=32,
+                         qk_norm=True, n_ff=512, n_dense=2, n_expert=20, n_used=4, n_ff_exp=256,
+                         norm=True, scale=2.5, rope_base=1e6, vocab=600, ctx=4096, mtp=1,
+                         layers=4, dense=2),
+    # gpt-oss-style: a width (192) no 256-block type divides, like 2880
+    "gpt-oss-tiny": dict(OSS, n_layer=3, n_embd=192, n_head=4, n_kv=2, head_dim=32, n_expert=16,
+                         n_used=4, n_ff_exp=160, swa=16, vocab=600, ctx=4096, layers=3),
 }
+# --experts-type: (the routed experts' type, or None for the whole-file mix; the file type)
 EXPERT_TYPES = {"q4_k": (Q.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_M),
                 "q8_0": (Q.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
                 "q3_k": (Q.Q3_K, gguf.LlamaFileType.MOSTLY_Q3_K_M),
-                "q2_k": (Q.Q2_K, gguf.LlamaFileType.MOSTLY_Q2_K)}
+                "q2_k": (Q.Q2_K, gguf.LlamaFileType.MOSTLY_Q2_K),
+                "mxfp4": (Q.MXFP4, gguf.LlamaFileType.MOSTLY_MXFP4_MOE),
+                "q3_k_m": (None, gguf.LlamaFileType.MOSTLY_Q3_K_M)}
 # llama.cpp's quantizer's type for rows that its blocks do not divide (V2-Lite's n_ff_exp 1408)
-FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q6_K: Q.Q8_0}
+FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
 CHUNK_BYTES = 256 << 20  # blocks are made and written this many bytes at a time
+# F32 N(0, s) spreads (see the docstring)
+BIAS_QKV, BIAS_OUT, BIAS_SEL, SINKS = 0.02, 0.01, 0.01, 0.1
 
 
 def load_module(name, path):
@@ -124,6 +180,17 @@ def small_block_rows(rng, n_rows, cols, std, bits):
     return np.concatenate([d, qh, qs], axis=1).reshape(n_rows, -1)
 
 
+def q5_1_rows(rng, n_rows, cols, std):
+    """Zero-mean Q5_1 rows: w = d q + m, q uniform in 0..31 (mean 15.5), m = -15.5 d."""
+    nb = n_rows * (cols // 32)
+    q = rng.integers(0, 32, size=(nb, 32), dtype=np.uint8)
+    d = np.float16(std / np.sqrt((32 ** 2 - 1) / 12))
+    dm = np.broadcast_to(np.concatenate([f16_u8(d), f16_u8(-15.5 * np.float32(d))]), (nb, 4))
+    qs = (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)
+    qh = np.packbits((q >> 4) & 1, axis=1, bitorder="little")
+    return np.concatenate([dm, qh, qs], axis=1).reshape(n_rows, -1)
+
+
 def fit_type(qtype, cols):
     """qtype, or llama.cpp's fallback where rows of cols weights do not split into its blocks."""
     if qtype != Q.F32 and cols % gguf.GGML_QUANT_SIZES[qtype][0]:
@@ -131,6 +198,22 @@ def fit_type(qtype, cols):
     if cols % gguf.GGML_QUANT_SIZES[qtype][0]:
         sys.exit(f"synth_arch: rows of {cols} weights do not split into {qtype.name} blocks")
     return qtype
+
+
+def q3_k_m_type(name, n_layer_all):
+    """llama.cpp's llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q3_K_M and a model of other than 8
+    experts, before the fallback: its counters i_attention_wv (attn_v tensors so far: one a layer)
+    and the layer of a down projection against n_ffn_down = block_count."""
+    if name == "output.weight":
+        return Q.Q6_K
+    layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
+    if name.endswith("attn_v.weight"):
+        return Q.Q5_K if layer < 2 else Q.Q4_K
+    if name.endswith("attn_output.weight"):
+        return Q.Q4_K
+    if "ffn_down" in name:
+        return Q.Q5_K if layer < n_layer_all // 16 else Q.Q4_K
+    return Q.Q3_K
 
 
 class Tensor:
@@ -162,76 +245,195 @@ class Tensor:
             ((self.outer,) if self.outer else ())
 
 
-def attention_plan(p, b):
-    """One layer's MLA tensors (prefix b), with their spreads."""
+class Maker:
+    """Makes the planned tensors of one file: matrices in the type the --experts-type mix gives
+    their name, F32 ones (norms) and F32 N(0, std) (routers, biases, sinks)."""
+
+    def __init__(self, etype, n_layer_all):
+        self.etype, self.n_all = etype, n_layer_all
+
+    def qtype(self, name):
+        et = EXPERT_TYPES[self.etype][0]
+        if et is None:
+            return q3_k_m_type(name, self.n_all)
+        return et if name.endswith("_exps.weight") else Q.Q8_0
+
+    def w(self, name, rows, cols, outer=None, std=1.0):
+        return Tensor(name, self.qtype(name), rows, cols, outer, std)
+
+    @staticmethod
+    def ones(name, n):
+        return Tensor(name, Q.F32, 1, n)
+
+    @staticmethod
+    def normal(name, rows, cols, std):
+        return Tensor(name, Q.F32, rows, cols, std=std, kind="normal")
+
+
+def mla_attention_plan(p, b, mk):
+    """deepseek2: one layer's MLA tensors (prefix b), with their spreads."""
     e, nh, qk = p["n_embd"], p["n_head"], p["nope"] + p["rope"]
-    t = [Tensor(b + "attn_norm.weight", Q.F32, 1, e)]
+    t = [mk.ones(b + "attn_norm.weight", e)]
     if p["q_lora"]:
-        t += [Tensor(b + "attn_q_a.weight", Q.Q8_0, p["q_lora"], e, std=e ** -0.5),
-              Tensor(b + "attn_q_a_norm.weight", Q.F32, 1, p["q_lora"]),
-              Tensor(b + "attn_q_b.weight", Q.Q8_0, nh * qk, p["q_lora"], std=p["q_lora"] ** -0.5)]
+        t += [mk.w(b + "attn_q_a.weight", p["q_lora"], e, std=e ** -0.5),
+              mk.ones(b + "attn_q_a_norm.weight", p["q_lora"]),
+              mk.w(b + "attn_q_b.weight", nh * qk, p["q_lora"], std=p["q_lora"] ** -0.5)]
     else:
-        t.append(Tensor(b + "attn_q.weight", Q.Q8_0, nh * qk, e, std=e ** -0.5))
+        t.append(mk.w(b + "attn_q.weight", nh * qk, e, std=e ** -0.5))
     kv = p["kv_lora"]
-    t += [Tensor(b + "attn_kv_a_mqa.weight", Q.Q8_0, kv + p["rope"], e, std=e ** -0.5),
-          Tensor(b + "attn_kv_a_norm.weight", Q.F32, 1, kv),
+    t += [mk.w(b + "attn_kv_a_mqa.weight", kv + p["rope"], e, std=e ** -0.5),
+          mk.ones(b + "attn_kv_a_norm.weight", kv),
           # k_b rows are nope long and sum over nope (q absorbed); the decompressed key
           # k_nope = k_b^T c sums over kv_lora, so std 1/sqrt(kv_lora) gives it rms 1
-          Tensor(b + "attn_k_b.weight", Q.Q8_0, kv, p["nope"], nh, std=kv ** -0.5),
-          Tensor(b + "attn_v_b.weight", Q.Q8_0, p["v"], kv, nh, std=kv ** -0.5),
-          Tensor(b + "attn_output.weight", Q.Q8_0, e, nh * p["v"], std=0.1 * (nh * p["v"]) ** -0.5),
-          Tensor(b + "ffn_norm.weight", Q.F32, 1, e)]
+          mk.w(b + "attn_k_b.weight", kv, p["nope"], nh, std=kv ** -0.5),
+          mk.w(b + "attn_v_b.weight", p["v"], kv, nh, std=kv ** -0.5),
+          mk.w(b + "attn_output.weight", e, nh * p["v"], std=0.1 * (nh * p["v"]) ** -0.5),
+          mk.ones(b + "ffn_norm.weight", e)]
     return t
 
 
-def ffn_plan(p, b, dense, et):
-    """One layer's FFN tensors: dense SwiGLU, or router (+ bias), routed and shared experts."""
+def gqa_attention_plan(p, b, mk):
+    """glm4moe / gpt-oss: one layer's attention: q/k/v with biases, the output projection (with a
+    bias and the sinks for gpt-oss), glm4moe's per-head q/k norms where the model has them, and the
+    FFN's norm (post_attention_norm, llama.cpp's name for HF's post_attention_layernorm)."""
+    e, nh, nkv, hd = p["n_embd"], p["n_head"], p["n_kv"], p["head_dim"]
+    oss = p["arch"] == "gpt-oss"
+    t = [mk.ones(b + "attn_norm.weight", e)]
+    for name, rows in (("attn_q", nh * hd), ("attn_k", nkv * hd), ("attn_v", nkv * hd)):
+        t += [mk.w(b + name + ".weight", rows, e, std=e ** -0.5),
+              mk.normal(b + name + ".bias", 1, rows, BIAS_QKV)]
+    t.append(mk.w(b + "attn_output.weight", e, nh * hd, std=0.1 * (nh * hd) ** -0.5))
+    if oss:
+        t += [mk.normal(b + "attn_output.bias", 1, e, BIAS_OUT),
+              mk.normal(b + "attn_sinks.weight", 1, nh, SINKS)]
+    if p.get("qk_norm"):
+        t += [mk.ones(b + "attn_q_norm.weight", hd), mk.ones(b + "attn_k_norm.weight", hd)]
+    t.append(mk.ones(b + "post_attention_norm.weight", e))
+    return t
+
+
+def router(p, b, e, n):
+    # N(0, 0.05 sqrt(2048 / n_embd)): logits as spread as synth_moe.py's at width 2048
+    return Maker.normal(b + "ffn_gate_inp.weight", n, e, 0.05 * (2048 / e) ** 0.5)
+
+
+def ffn_plan(p, b, dense, mk):
+    """deepseek2 / glm4moe: one layer's FFN tensors: dense SwiGLU, or router (+ selection bias),
+    routed and shared experts."""
     e = p["n_embd"]
     if dense:
         f = p["n_ff"]
-        return [Tensor(b + "ffn_gate.weight", Q.Q8_0, f, e, std=e ** -0.5),
-                Tensor(b + "ffn_up.weight", Q.Q8_0, f, e, std=e ** -0.5),
-                Tensor(b + "ffn_down.weight", Q.Q8_0, e, f, std=0.1 * f ** -0.5)]
+        return [mk.w(b + "ffn_gate.weight", f, e, std=e ** -0.5),
+                mk.w(b + "ffn_up.weight", f, e, std=e ** -0.5),
+                mk.w(b + "ffn_down.weight", e, f, std=0.1 * f ** -0.5)]
     n, f, fs = p["n_expert"], p["n_ff_exp"], p["n_ff_exp"] * p["n_shared"]
-    # router N(0, 0.05 sqrt(2048 / n_embd)): logits as spread as synth_moe.py's at width 2048
-    t = [Tensor(b + "ffn_gate_inp.weight", Q.F32, n, e, std=0.05 * (2048 / e) ** 0.5, kind="normal")]
+    t = [router(p, b, e, n)]
     if p["gating"] == 2:
-        t.append(Tensor(b + "exp_probs_b.bias", Q.F32, 1, n, std=0.01, kind="normal"))
-    t += [Tensor(b + "ffn_gate_exps.weight", et, f, e, n, std=e ** -0.5),
-          Tensor(b + "ffn_up_exps.weight", et, f, e, n, std=e ** -0.5),
-          Tensor(b + "ffn_down_exps.weight", et, e, f, n, std=0.1 * f ** -0.5),
-          Tensor(b + "ffn_gate_shexp.weight", Q.Q8_0, fs, e, std=e ** -0.5),
-          Tensor(b + "ffn_up_shexp.weight", Q.Q8_0, fs, e, std=e ** -0.5),
-          Tensor(b + "ffn_down_shexp.weight", Q.Q8_0, e, fs, std=0.1 * fs ** -0.5)]
+        t.append(mk.normal(b + "exp_probs_b.bias", 1, n, BIAS_SEL))
+    t += [mk.w(b + "ffn_gate_exps.weight", f, e, n, std=e ** -0.5),
+          mk.w(b + "ffn_up_exps.weight", f, e, n, std=e ** -0.5),
+          mk.w(b + "ffn_down_exps.weight", e, f, n, std=0.1 * f ** -0.5),
+          mk.w(b + "ffn_gate_shexp.weight", fs, e, std=e ** -0.5),
+          mk.w(b + "ffn_up_shexp.weight", fs, e, std=e ** -0.5),
+          mk.w(b + "ffn_down_shexp.weight", e, fs, std=0.1 * fs ** -0.5)]
     return t
 
 
-def tensor_plan(p, n_layer, n_dense, n_vocab, et, sm=None):
+def oss_ffn_plan(p, b, mk):
+    """gpt-oss: the router with its bias, the routed experts with theirs."""
+    e, n, f = p["n_embd"], p["n_expert"], p["n_ff_exp"]
+    return [router(p, b, e, n), mk.normal(b + "ffn_gate_inp.bias", 1, n, BIAS_SEL),
+            mk.w(b + "ffn_gate_exps.weight", f, e, n, std=e ** -0.5),
+            mk.normal(b + "ffn_gate_exps.bias", n, f, BIAS_QKV),
+            mk.w(b + "ffn_up_exps.weight", f, e, n, std=e ** -0.5),
+            mk.normal(b + "ffn_up_exps.bias", n, f, BIAS_QKV),
+            mk.w(b + "ffn_down_exps.weight", e, f, n, std=0.1 * f ** -0.5),
+            mk.normal(b + "ffn_down_exps.bias", n, e, BIAS_OUT)]
+
+
+def layer_plan(p, b, dense, mk):
+    if p["arch"] == "deepseek2":
+        return mla_attention_plan(p, b, mk) + ffn_plan(p, b, dense, mk)
+    if p["arch"] == "glm4moe":
+        return gqa_attention_plan(p, b, mk) + ffn_plan(p, b, dense, mk)
+    return gqa_attention_plan(p, b, mk) + oss_ffn_plan(p, b, mk)
+
+
+def nextn_plan(p, b, mk):
+    """An MTP layer's own parts (glm4moe's checkpoints: no embed_tokens / shared_head.head)."""
+    e = p["n_embd"]
+    return [mk.w(b + "nextn.eh_proj.weight", e, 2 * e, std=(2 * e) ** -0.5),
+            mk.ones(b + "nextn.enorm.weight", e), mk.ones(b + "nextn.hnorm.weight", e),
+            mk.ones(b + "nextn.shared_head_norm.weight", e)]
+
+
+def tensor_plan(p, n_layer, n_dense, n_vocab, etype, n_mtp=0, sm=None):
     """Every tensor of the file in order; token_embd / output at synth_moe.py's Q8_0 scales."""
+    mk = Maker(etype, n_layer + n_mtp)
     q8_rms = np.sqrt(np.sum(np.arange(-127, 128, dtype=np.float64) ** 2) / 256)
     embd = sm.q8_scale("token_embd.weight", p["n_embd"]) * q8_rms if sm else 1.0
     head = sm.q8_scale("output.weight", p["n_embd"]) * q8_rms if sm else 1e-3 * q8_rms
-    plan = [Tensor("token_embd.weight", Q.Q8_0, n_vocab, p["n_embd"], std=embd)]
-    for layer in range(n_layer):
+    plan = [mk.w("token_embd.weight", n_vocab, p["n_embd"], std=embd)]
+    for layer in range(n_layer + n_mtp):
         b = f"blk.{layer}."
-        plan += attention_plan(p, b) + ffn_plan(p, b, layer < n_dense, et)
-    plan += [Tensor("output_norm.weight", Q.F32, 1, p["n_embd"]),
-             Tensor("output.weight", Q.Q8_0, n_vocab, p["n_embd"], std=head)]
+        plan += layer_plan(p, b, layer < n_dense, mk)
+        if layer >= n_layer:
+            plan += nextn_plan(p, b, mk)
+    plan += [mk.ones("output_norm.weight", p["n_embd"]),
+             mk.w("output.weight", n_vocab, p["n_embd"], std=head)]
     for i, t in enumerate(plan):
         t.index = i
     return plan
 
 
-def add_metadata(w, p, name, n_layer, n_dense, n_vocab, ftype):
-    """The deepseek2 keys llama.cpp's converter writes for DeepseekV2/V3ForCausalLM."""
+def add_metadata(w, p, name, n_layer, n_dense, n_vocab, ftype, n_mtp):
+    """The keys llama.cpp's converter (and tools/convert_hf.py) writes for the architecture."""
     w.add_name(name)
-    w.add_block_count(n_layer)
+    w.add_block_count(n_layer + n_mtp)
     w.add_context_length(p["ctx"])
     w.add_embedding_length(p["n_embd"])
-    w.add_feed_forward_length(p["n_ff"])
+    w.add_feed_forward_length(p["n_ff"] or p["n_ff_exp"])
     w.add_head_count(p["n_head"])
+    w.add_layer_norm_rms_eps(p["eps"])
+    w.add_rope_freq_base(p["rope_base"])
+    w.add_expert_count(p["n_expert"])
+    w.add_expert_used_count(p["n_used"])
+    w.add_expert_feed_forward_length(p["n_ff_exp"])
+    w.add_file_type(int(ftype))
+    if p["arch"] == "deepseek2":
+        add_metadata_deepseek2(w, p)
+    else:
+        w.add_head_count_kv(p["n_kv"])
+        w.add_key_length(p["head_dim"])
+        w.add_value_length(p["head_dim"])
+    if p["arch"] == "gpt-oss":
+        factor, orig, beta_fast, beta_slow = p["yarn"]
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(factor)
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_yarn_beta_fast(beta_fast)
+        w.add_rope_scaling_yarn_beta_slow(beta_slow)
+        w.add_sliding_window(p["swa"])
+        w.add_rope_dimension_count(p["head_dim"])
+        return
+    if p["arch"] == "glm4moe":
+        w.add_rope_dimension_count(p["rope"])
+    w.add_leading_dense_block_count(n_dense)
+    w.add_expert_shared_count(p["n_shared"])
+    w.add_expert_weights_scale(p["scale"])
+    w.add_expert_weights_norm(p["norm"])
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType(p["gating"]))
+    if p["groups"][0] > 1:
+        w.add_expert_group_count(p["groups"][0])
+        w.add_expert_group_used_count(p["groups"][1])
+    w.add_vocab_size(n_vocab)
+    if n_mtp:
+        w.add_nextn_predict_layers(n_mtp)
+
+
+def add_metadata_deepseek2(w, p):
+    """The latent attention's widths and DeepSeek's YaRN."""
     w.add_head_count_kv(1)
-    w.add_layer_norm_rms_eps(1e-6)
     if p["q_lora"]:
         w.add_q_lora_rank(p["q_lora"])
     w.add_kv_lora_rank(p["kv_lora"])
@@ -240,25 +442,11 @@ def add_metadata(w, p, name, n_layer, n_dense, n_vocab, ftype):
     w.add_key_length_mla(p["nope"] + p["rope"])
     w.add_value_length_mla(p["v"])
     w.add_rope_dimension_count(p["rope"])
-    w.add_rope_freq_base(p["rope_base"])
     factor, orig, mscale_all = p["yarn"]
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     w.add_rope_scaling_factor(factor)
     w.add_rope_scaling_orig_ctx_len(orig)
     w.add_rope_scaling_yarn_log_mul(0.1 * mscale_all)
-    w.add_leading_dense_block_count(n_dense)
-    w.add_expert_count(p["n_expert"])
-    w.add_expert_used_count(p["n_used"])
-    w.add_expert_shared_count(p["n_shared"])
-    w.add_expert_feed_forward_length(p["n_ff_exp"])
-    w.add_expert_weights_scale(p["scale"])
-    w.add_expert_weights_norm(p["norm"])
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType(p["gating"]))
-    if p["groups"][0] > 1:
-        w.add_expert_group_count(p["groups"][0])
-        w.add_expert_group_used_count(p["groups"][1])
-    w.add_vocab_size(n_vocab)
-    w.add_file_type(int(ftype))
 
 
 def read_tokenizer(path):
@@ -304,6 +492,8 @@ def make_rows(t, n, blocks, rng):
         return q2k_blocks(rng, n, t.cols, t.std)
     if t.qtype in (Q.Q4_0, Q.Q5_0):
         return small_block_rows(rng, n, t.cols, t.std, 4 if t.qtype == Q.Q4_0 else 5)
+    if t.qtype == Q.Q5_1:
+        return q5_1_rows(rng, n, t.cols, t.std)
     return blocks.make(t.qtype, n, t.cols, t.std)
 
 
@@ -349,7 +539,7 @@ def write_file(args, p, plan, meta, voc_tokens):
     """Header, metadata, tokenizer, then every tensor, CHUNK_BYTES at a time.
     Returns {(kind, type): [(std / target, mean / target)]} from a dequantized sample of each."""
     voc, tokens = voc_tokens
-    w = gguf.GGUFWriter(args.out, "deepseek2")
+    w = gguf.GGUFWriter(args.out, p["arch"])
     add_metadata(w, p, *meta)
     copy_tokenizer(w, voc, tokens, meta[3])
     for t in plan:
@@ -375,29 +565,71 @@ def write_file(args, p, plan, meta, voc_tokens):
     return seen
 
 
-def summary(name, p, plan, full_plan, n_layer, n_dense, n_vocab):
-    """The shape line and the bytes one token reads, as lines of text."""
-    by = {t.name: t for t in plan}
-    n_moe = n_layer - n_dense
-    b = f"blk.{n_dense}."
-    expert = sum(by[b + k].nbytes // p["n_expert"] for k in
-                 ("ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight")) if n_moe else 0
-    routed = p["n_used"] * expert * n_moe
-    rest = sum(t.nbytes for t in plan if not t.name.endswith("_exps.weight")
-               and t.name != "token_embd.weight") + by["token_embd.weight"].row_bytes
+def per_token(p, plan, n_layer, n_dense):
+    """(routed-expert bytes one token reads in the trunk: n_used / n_expert of every *_exps
+    tensor of its MoE layers; one expert's bytes in the first; every other trunk weight's bytes,
+    with one embedding row)."""
+    routed, rest, expert = 0, 0, None
+    for t in plan:
+        layer = int(t.name.split(".")[1]) if t.name.startswith("blk.") else -1
+        if layer >= n_layer:
+            continue  # the MTP layers: not read by a plain decode
+        if "_exps." in t.name:
+            routed += p["n_used"] * t.nbytes // p["n_expert"]
+            if layer == n_dense and t.name.endswith(".weight"):
+                expert = (expert or 0) + t.nbytes // p["n_expert"]
+        elif t.name == "token_embd.weight":
+            rest += t.row_bytes
+        else:
+            rest += t.nbytes
+    return routed, expert or 0, rest
+
+
+def shape_lines(name, p, n_layer, n_dense, n_mtp, n_vocab):
+    """The architecture's shape in two lines."""
+    moe = f"{n_layer} layers ({n_dense} dense + {n_layer - n_dense} MoE; the model has {p['n_layer']})"
+    moe += f" + {n_mtp} MTP" if n_mtp else ""
+    if p["arch"] == "deepseek2":
+        q = f"q_lora {p['q_lora']}" if p["q_lora"] else "no q_lora"
+        att = (f"{p['n_head']} heads, {q}, kv_lora {p['kv_lora']}, qk {p['nope']}+{p['rope']}, "
+               f"v {p['v']}")
+    else:
+        att = (f"{p['n_head']} heads / {p['n_kv']} KV, head_dim {p['head_dim']}, rope "
+               f"{p.get('rope', p['head_dim'])}")
+        att += f", sliding window {p['swa']} (even layers)" if p["arch"] == "gpt-oss" else \
+            f", q/k norm {p['qk_norm']}"
+    first = f"{name}: {moe}, n_embd {p['n_embd']}, {att}" + (f", n_ff {p['n_ff']}" if p["n_ff"] else "")
+    if p["arch"] == "gpt-oss":
+        route = "router bias, softmax over the top-k logits"
+    else:
+        groups = f", groups {p['groups'][0]}/{p['groups'][1]}" if p["groups"][0] > 1 else ""
+        route = (f"{'sigmoid + bias' if p['gating'] == 2 else 'softmax'}{groups}, norm {p['norm']}, "
+                 f"scale {p['scale']}")
+    shared = f" + {p['n_shared']} shared" if p.get("n_shared") else ""
+    return [first, f"  experts {p['n_expert']}{shared}, top-{p['n_used']}, n_ff_exp {p['n_ff_exp']}, "
+                   f"{route}, vocab {n_vocab} (the model's {p['vocab']})"]
+
+
+def summary(name, p, plan, full_plan, n_layer, n_dense, n_mtp, n_vocab):
+    """The shape lines, the byte totals and the bytes one token reads, as lines of text."""
+    routed, expert, rest = per_token(p, plan, n_layer, n_dense)
     total, full = sum(t.nbytes for t in plan), sum(t.nbytes for t in full_plan)
-    q = f"q_lora {p['q_lora']}" if p["q_lora"] else "no q_lora"
-    groups = f", groups {p['groups'][0]}/{p['groups'][1]}" if p["groups"][0] > 1 else ""
-    return [f"{name}: {n_layer} layers ({n_dense} dense + {n_moe} MoE; the model has {p['n_layer']}), "
-            f"n_embd {p['n_embd']}, {p['n_head']} heads, {q}, kv_lora {p['kv_lora']}, "
-            f"qk {p['nope']}+{p['rope']}, v {p['v']}, n_ff {p['n_ff']}",
-            f"  experts {p['n_expert']} + {p['n_shared']} shared, top-{p['n_used']}, n_ff_exp "
-            f"{p['n_ff_exp']}, {'sigmoid + bias' if p['gating'] == 2 else 'softmax'}"
-            f"{groups}, norm {p['norm']}, scale {p['scale']}, vocab {n_vocab} (the model's {p['vocab']})",
-            f"  weights {total} bytes ({total / 2**30:.2f} GiB); the full model at these types "
-            f"({p['n_layer']} layers, vocab {p['vocab']}): {full / 2**30:.2f} GiB",
-            f"  expert bytes per token {routed} ({p['n_used']} x {expert} x {n_moe} MoE layers, "
-            f"{routed / 2**20:.1f} MiB); other weights per token {rest} ({rest / 2**20:.1f} MiB)"]
+    n_moe = n_layer - n_dense
+    mtp = sum(t.nbytes for t in plan if t.name.startswith(f"blk.{n_layer}."))
+    mtp_gib = f"; the MTP layer {mtp / 2**30:.2f} GiB" if n_mtp else ""
+    types = collections.Counter()
+    for t in plan:
+        if "_exps.weight" in t.name:
+            types[t.qtype.name] += t.n_rows * t.cols
+    bits = sum(t.nbytes * 8 for t in plan if "_exps.weight" in t.name) / max(1, sum(types.values()))
+    mix = ", ".join(f"{k} {v / sum(types.values()):.0%}" for k, v in types.most_common())
+    return shape_lines(name, p, n_layer, n_dense, n_mtp, n_vocab) + [
+        f"  weights {total} bytes ({total / 2**30:.2f} GiB{mtp_gib}); "
+        f"the full model at these types ({p['n_layer']} layers{' + MTP' if n_mtp else ''}, vocab "
+        f"{p['vocab']}): {full / 2**30:.2f} GiB",
+        f"  routed experts {bits:.3f} bits a weight ({mix})",
+        f"  expert bytes per token {routed} ({p['n_used']} x {expert} x {n_moe} MoE layers, "
+        f"{routed / 2**20:.1f} MiB); other weights per token {rest} ({rest / 2**20:.1f} MiB)"]
 
 
 def layer_counts(args, p):
@@ -417,9 +649,12 @@ def main():
     ap.add_argument("preset", choices=sorted(PRESETS))
     ap.add_argument("out", nargs="?")
     ap.add_argument("--vocab", help="a vocab-only GGUF whose tokenizer keys are copied")
-    ap.add_argument("--experts-type", default="q4_k", choices=sorted(EXPERT_TYPES))
+    ap.add_argument("--experts-type", choices=sorted(EXPERT_TYPES),
+                    help="the routed experts' type, or q3_k_m for llama.cpp's whole-file mix "
+                         "(default: the preset's)")
     ap.add_argument("--layers", type=int, help="layers to write (default: the preset's)")
     ap.add_argument("--dense", type=int, help="of them, leading dense layers")
+    ap.add_argument("--no-mtp", action="store_true", help="leave out the MTP layer (glm4moe presets)")
     ap.add_argument("--pad-vocab", action="store_true",
                     help="append unused tokens up to the model's vocab_size (embedding and head at full size)")
     ap.add_argument("--synth", help="synth_moe.py to take token_embd / output scales and the blocks from")
@@ -429,8 +664,10 @@ def main():
     ap.add_argument("--dry-run", action="store_true", help="print the tensor table and totals; write nothing")
     args = ap.parse_args()
     p = PRESETS[args.preset]
-    et, ftype = EXPERT_TYPES[args.experts_type]
+    etype = args.experts_type or p["etype"]
+    ftype = EXPERT_TYPES[etype][1]
     n_layer, n_dense = layer_counts(args, p)
+    n_mtp = 0 if args.no_mtp else p["mtp"]
     if not args.dry_run and not (args.out and args.vocab):
         ap.error("OUT.gguf and --vocab are needed unless --dry-run")
     voc_tokens = read_tokenizer(args.vocab) if args.vocab else None
@@ -440,17 +677,17 @@ def main():
         n_vocab = p["vocab"]
     global _HELPERS
     sm, lowbit = _HELPERS = load_helpers(args.synth)
-    plan = tensor_plan(p, n_layer, n_dense, n_vocab, et, sm)
-    full = tensor_plan(p, p["n_layer"], p["n_dense"], p["vocab"], et, sm)
-    lines = summary(args.preset, p, plan, full, n_layer, n_dense, n_vocab)
+    plan = tensor_plan(p, n_layer, n_dense, n_vocab, etype, n_mtp, sm)
+    full = tensor_plan(p, p["n_layer"], p["n_dense"], p["vocab"], etype, n_mtp, sm)
+    lines = summary(args.preset, p, plan, full, n_layer, n_dense, n_mtp, n_vocab)
     if args.dry_run:
         for t in plan:
-            print(f"{t.name:36s} {t.qtype.name:5s} {str(list(t.ne)):24s} {t.nbytes}")
+            print(f"{t.name:40s} {t.qtype.name:5s} {str(list(t.ne)):24s} {t.nbytes}")
         print("\n".join(lines))
         return
-    meta = (f"synthetic {args.preset}", n_layer, n_dense, n_vocab, ftype)
+    meta = (f"synthetic {args.preset}", n_layer, n_dense, n_vocab, ftype, n_mtp)
     seen = write_file(args, p, plan, meta, voc_tokens)
-    print(f"wrote {args.out}: {len(plan)} tensors, experts {et.name}", file=sys.stderr)
+    print(f"wrote {args.out}: {len(plan)} tensors, experts {etype}", file=sys.stderr)
     print("\n".join(lines), file=sys.stderr)
     for (kind, tname), r in sorted(seen.items()):
         r = np.array(r)

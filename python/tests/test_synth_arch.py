@@ -1,11 +1,16 @@
-"""test_synth_arch.py - bench/synth_arch.py against the deepseek2 GGUF contract, written out here
-from the models' configs (not from the script's tables): every key with its value and GGUF type,
-every tensor's name, shape (GGUF ne order) and type, for the two tiny presets (V3-style and
-V2-Lite-style) and each experts type, with llama.cpp's fallback type for down experts whose rows a
-256-block type does not divide (V2-Lite's 1408); every weight zero-mean with the spread its kind should have;
-tokens routing to their own experts; --layers / --dense; chunked, multi-process writing giving the
-same bytes; and --dry-run's tensor list and byte totals for the full-size presets (nothing written).
-The vocab is test_synth_lowbit.py's small one. Skips when ../shared/bench/synth_moe.py is absent."""
+"""test_synth_arch.py - bench/synth_arch.py against the GGUF contracts of the architectures it
+writes, written out here from the models' configs (not from the script's tables): every key with
+its value and GGUF type, every tensor's name, shape (GGUF ne order) and type, for the tiny presets
+(deepseek2: V3-style and V2-Lite-style and each experts type, with llama.cpp's fallback type for
+down experts whose rows a 256-block type does not divide; glm4moe: Air-style with its MTP layer and
+without, 4.5-style with q/k norms, llama.cpp's Q3_K_M rules (restated here from llama-quant.cpp)
+including the first layers' Q5_K / Q5_1; gpt-oss: MXFP4 and Q8_0 experts, biases and sinks); every
+weight zero-mean with the spread its kind should have; tokens routing to their own experts (in
+numpy for deepseek2, in Strata's own route trace for every tiny preset); each tiny file loaded and
+decoded by Strata's CLI and python package ($STRATA_CLI / $STRATA_LIB); --layers / --dense /
+--no-mtp; chunked, multi-process writing giving the same bytes; and --dry-run's tensor list, byte
+totals and per-token expert bytes for the full-size presets (nothing written). The vocab is
+test_synth_lowbit.py's small one. Skips when ../shared/bench/synth_moe.py is absent."""
 import importlib.util
 import re
 import subprocess
@@ -125,35 +130,42 @@ def run_tool(*argv):
 
 
 def check_file(path, preset, n_layer, n_dense, et, n_vocab=512):
-    """Every key and tensor of a written file against the contract; returns the reader."""
+    """Every key and tensor of a written deepseek2 file against the contract; returns the reader."""
     c = cfg(preset)
+    want = expected_tensors(c, n_layer, n_dense, n_vocab, et)
+    for name, (ne, qt, std) in want.items():
+        if std == "router":
+            want[name] = (ne, qt, 0.05 * (2048 / c["e"]) ** 0.5)
+        elif std == "bias":
+            want[name] = (ne, qt, 0.01)
+    return check_contents(path, "deepseek2", expected_keys(c, n_layer, n_dense, n_vocab), want, n_vocab)
+
+
+def check_contents(path, arch, keys, want, n_vocab):
+    """Keys (exactly the architecture's set, each with its GGUF type and value) and tensors (exactly
+    these names, each with its shape, type, and for weights a zero mean and the spread wanted:
+    std None for F32 ones)."""
     r = gguf.GGUFReader(str(path))
-    for key, (vt, want) in expected_keys(c, n_layer, n_dense, n_vocab).items():
+    for key, (vt, val) in keys.items():
         f = r.fields[key]
         assert f.types[0] == vt, key
         got = f.contents()
-        assert (got == pytest.approx(want, rel=1e-6)) if vt == F32 else got == want, (key, got, want)
-    dsk = {k for k in r.fields if k.startswith("deepseek2.")}
-    assert dsk == {k for k in expected_keys(c, n_layer, n_dense, n_vocab) if k.startswith("deepseek2.")}
+        assert (got == pytest.approx(val, rel=1e-6)) if vt == F32 else got == val, (key, got, val)
+    assert {k for k in r.fields if k.startswith(arch + ".")} == {k for k in keys if k.startswith(arch + ".")}
     assert len(r.fields["tokenizer.ggml.tokens"].data) == n_vocab
     assert len(r.fields["tokenizer.ggml.token_type"].data) == n_vocab
-    want = expected_tensors(c, n_layer, n_dense, n_vocab, et)
     t = {x.name: x for x in r.tensors}
-    assert set(t) == set(want)
+    assert set(t) == set(want), (set(t) ^ set(want))
     for name, (ne, qt, std) in want.items():
         x = t[name]
-        assert tuple(int(d) for d in x.shape) == ne and x.tensor_type == qt, (name, x.shape, x.tensor_type)
+        assert tuple(int(d) for d in x.shape) == ne and x.tensor_type == qt, (name, x.shape, x.tensor_type, ne, qt)
         w = gguf.quants.dequantize(np.asarray(x.data), qt).astype(np.float64)
         assert np.isfinite(w).all(), name
         if std is None:
             assert (w == 1).all(), name
             continue
-        if std == "router":
-            std = 0.05 * (2048 / c["e"]) ** 0.5
-        elif std == "bias":
-            std = 0.01
-        n = w.size  # tolerances: at least 3-6 sampling errors of a spread / mean of n values
-        assert abs(w.std() / std - 1) < max(0.10, 3 / np.sqrt(2 * n)), (name, w.std(), std)
+        n = w.size  # tolerances: at least 5-6 sampling errors of a spread / mean of n values
+        assert abs(w.std() / std - 1) < max(0.10, 5 / np.sqrt(2 * n)), (name, w.std(), std)
         assert abs(w.mean()) < max(0.05, 6 / np.sqrt(n)) * std, (name, w.mean(), std)
     return r
 
@@ -276,4 +288,256 @@ def test_dry_run_real_shapes(tmp_path, preset, extra, layers, dense):
     expert = sum(nbytes(*want[f"blk.{dense}.ffn_{k}_exps.weight"][:2]) for k in ("gate", "up", "down"))
     per_token = c["n_used"] * (expert // c["n_exp"]) * (layers - dense)
     assert f"expert bytes per token {per_token} " in out
+    assert not (tmp_path / "never.gguf").exists()
+
+
+# ---- glm4moe and gpt-oss ----------------------------------------------------------------------
+# the models' config.json values (test-side copy). glm4moe: layers, embd, heads, KV heads,
+# head_dim, rope dims (head_dim * partial_rotary_factor), use_qk_norm, intermediate_size,
+# first_k_dense_replace, n_routed_experts, num_experts_per_tok, moe_intermediate_size,
+# routed_scaling_factor, rope_theta, vocab, ctx
+GLM_CONFIGS = {
+    "glm-4.5-air": (46, 4096, 96, 8, 128, 64, False, 10944, 1, 128, 8, 1408, 1.0, 1e6, 151552, 131072),
+    "glm-4.5": (92, 5120, 96, 8, 128, 64, True, 12288, 3, 160, 8, 1536, 2.5, 1e6, 151552, 131072),
+    "glm4moe-air-tiny": (3, 256, 4, 2, 64, 32, False, 544, 1, 16, 4, 352, 1.0, 1e6, 600, 4096),
+    "glm4moe-tiny": (4, 256, 4, 2, 64, 32, True, 512, 2, 20, 4, 256, 2.5, 1e6, 600, 4096),
+}
+GLM_KEYS = "n_layer e nh nkv hd rope qk_norm n_ff n_dense n_exp n_used n_ffe scale base vocab ctx"
+# gpt-oss: layers, embd, heads, KV heads, head_dim, experts, experts per token, intermediate_size,
+# sliding_window, vocab, ctx (all: rope_theta 150000, yarn factor 32 of 4096, beta 32 / 1)
+OSS_CONFIGS = {
+    "gpt-oss-20b": (24, 2880, 64, 8, 64, 32, 4, 2880, 128, 201088, 131072),
+    "gpt-oss-120b": (36, 2880, 64, 8, 64, 128, 4, 2880, 128, 201088, 131072),
+    "gpt-oss-tiny": (3, 192, 4, 2, 32, 16, 4, 160, 16, 600, 4096),
+}
+OSS_KEYS = "n_layer e nh nkv hd n_exp n_used n_ffe swa vocab ctx"
+# llama-quant.cpp's tensor_type_fallback, and the block sizes
+FALLBACK_ALL = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0, Q.Q3_K: Q.Q4_0, Q.Q2_K: Q.Q4_0}
+
+
+def want_type(mix, name, cols, n_all):
+    """The stored type of a matrix: mix an experts type (every other matrix Q8_0) or "q3_k_m"
+    (llama-quant.cpp's Q3_K_M rules for a model of more than 8 experts), then the fallback."""
+    if mix == "q3_k_m":
+        layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
+        if name == "output.weight":
+            t = Q.Q6_K
+        elif name.endswith("attn_v.weight"):  # i_attention_wv < 2
+            t = Q.Q5_K if layer < 2 else Q.Q4_K
+        elif name.endswith("attn_output.weight"):
+            t = Q.Q4_K
+        elif ".ffn_down" in name:  # i_layer < n_ffn_down / 16, n_ffn_down = block_count
+            t = Q.Q5_K if layer < n_all // 16 else Q.Q4_K
+        else:
+            t = Q.Q3_K
+    else:
+        t = mix if name.endswith("_exps.weight") else Q.Q8_0
+    if cols % gguf.GGML_QUANT_SIZES[t][0]:
+        t = FALLBACK_ALL[t]
+    return t
+
+
+def glm_tensors(c, n_layer, n_dense, n_vocab, mix, n_mtp):
+    """name -> (ne, type, std: None for F32 ones)."""
+    e, nh, nkv, hd = c["e"], c["nh"], c["nkv"], c["hd"]
+    n_all = n_layer + n_mtp
+    spec = {"token_embd.weight": ((e, n_vocab), 1.0), "output_norm.weight": ((e,), None),
+            "output.weight": ((e, n_vocab), 1e-3 * Q8_RMS)}
+    for i in range(n_all):
+        b = f"blk.{i}."
+        spec.update({b + "attn_norm.weight": ((e,), None),
+                     b + "attn_q.weight": ((e, nh * hd), e ** -0.5), b + "attn_q.bias": ((nh * hd,), 0.02),
+                     b + "attn_k.weight": ((e, nkv * hd), e ** -0.5), b + "attn_k.bias": ((nkv * hd,), 0.02),
+                     b + "attn_v.weight": ((e, nkv * hd), e ** -0.5), b + "attn_v.bias": ((nkv * hd,), 0.02),
+                     b + "attn_output.weight": ((nh * hd, e), 0.1 * (nh * hd) ** -0.5),
+                     b + "post_attention_norm.weight": ((e,), None)})
+        if c["qk_norm"]:
+            spec[b + "attn_q_norm.weight"] = spec[b + "attn_k_norm.weight"] = ((hd,), None)
+        if i < n_dense:
+            f = c["n_ff"]
+            spec.update({b + "ffn_gate.weight": ((e, f), e ** -0.5), b + "ffn_up.weight": ((e, f), e ** -0.5),
+                         b + "ffn_down.weight": ((f, e), 0.1 * f ** -0.5)})
+        else:
+            n, f = c["n_exp"], c["n_ffe"]
+            spec.update({b + "ffn_gate_inp.weight": ((e, n), 0.05 * (2048 / e) ** 0.5),
+                         b + "exp_probs_b.bias": ((n,), 0.01),
+                         b + "ffn_gate_exps.weight": ((e, f, n), e ** -0.5),
+                         b + "ffn_up_exps.weight": ((e, f, n), e ** -0.5),
+                         b + "ffn_down_exps.weight": ((f, e, n), 0.1 * f ** -0.5),
+                         b + "ffn_gate_shexp.weight": ((e, f), e ** -0.5),
+                         b + "ffn_up_shexp.weight": ((e, f), e ** -0.5),
+                         b + "ffn_down_shexp.weight": ((f, e), 0.1 * f ** -0.5)})
+        if i >= n_layer:  # the MTP layer's own parts, as GLM's checkpoints have them
+            spec.update({b + "nextn.eh_proj.weight": ((2 * e, e), (2 * e) ** -0.5),
+                         b + "nextn.enorm.weight": ((e,), None), b + "nextn.hnorm.weight": ((e,), None),
+                         b + "nextn.shared_head_norm.weight": ((e,), None)})
+    return {k: (ne, typed(k, ne, mix, n_all), std) for k, (ne, std) in spec.items()}
+
+
+def typed(name, ne, mix, n_all):
+    f32 = len(ne) == 1 or name.endswith((".bias", "ffn_gate_inp.weight"))
+    return Q.F32 if f32 else want_type(mix, name, ne[0], n_all)
+
+
+def glm_keys(c, n_layer, n_dense, n_vocab, ftype, n_mtp):
+    a = "glm4moe."
+    k = {"general.architecture": (STR, "glm4moe"), a + "block_count": (U32, n_layer + n_mtp),
+         a + "context_length": (U32, c["ctx"]), a + "embedding_length": (U32, c["e"]),
+         a + "feed_forward_length": (U32, c["n_ff"]), a + "attention.head_count": (U32, c["nh"]),
+         a + "attention.head_count_kv": (U32, c["nkv"]), a + "attention.layer_norm_rms_epsilon": (F32, 1e-5),
+         a + "attention.key_length": (U32, c["hd"]), a + "attention.value_length": (U32, c["hd"]),
+         a + "rope.dimension_count": (U32, c["rope"]), a + "rope.freq_base": (F32, c["base"]),
+         a + "expert_count": (U32, c["n_exp"]), a + "expert_used_count": (U32, c["n_used"]),
+         a + "expert_feed_forward_length": (U32, c["n_ffe"]), a + "expert_shared_count": (U32, 1),
+         a + "leading_dense_block_count": (U32, n_dense), a + "expert_gating_func": (U32, 2),
+         a + "expert_weights_scale": (F32, c["scale"]), a + "expert_weights_norm": (BOOL, True),
+         a + "vocab_size": (U32, n_vocab), "general.file_type": (U32, int(ftype))}
+    if n_mtp:
+        k[a + "nextn_predict_layers"] = (U32, n_mtp)
+    return k
+
+
+def oss_tensors(c, n_layer, n_vocab, mix):
+    e, nh, nkv, hd, n, f = c["e"], c["nh"], c["nkv"], c["hd"], c["n_exp"], c["n_ffe"]
+    spec = {"token_embd.weight": ((e, n_vocab), 1.0), "output_norm.weight": ((e,), None),
+            "output.weight": ((e, n_vocab), 1e-3 * Q8_RMS)}
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        spec.update({b + "attn_norm.weight": ((e,), None),
+                     b + "attn_q.weight": ((e, nh * hd), e ** -0.5), b + "attn_q.bias": ((nh * hd,), 0.02),
+                     b + "attn_k.weight": ((e, nkv * hd), e ** -0.5), b + "attn_k.bias": ((nkv * hd,), 0.02),
+                     b + "attn_v.weight": ((e, nkv * hd), e ** -0.5), b + "attn_v.bias": ((nkv * hd,), 0.02),
+                     b + "attn_output.weight": ((nh * hd, e), 0.1 * (nh * hd) ** -0.5),
+                     b + "attn_output.bias": ((e,), 0.01), b + "attn_sinks.weight": ((nh,), 0.1),
+                     b + "post_attention_norm.weight": ((e,), None),
+                     b + "ffn_gate_inp.weight": ((e, n), 0.05 * (2048 / e) ** 0.5),
+                     b + "ffn_gate_inp.bias": ((n,), 0.01),
+                     b + "ffn_gate_exps.weight": ((e, f, n), e ** -0.5), b + "ffn_gate_exps.bias": ((f, n), 0.02),
+                     b + "ffn_up_exps.weight": ((e, f, n), e ** -0.5), b + "ffn_up_exps.bias": ((f, n), 0.02),
+                     b + "ffn_down_exps.weight": ((f, e, n), 0.1 * f ** -0.5),
+                     b + "ffn_down_exps.bias": ((e, n), 0.01)})
+    return {k: (ne, Q.F32 if len(ne) == 1 or k.endswith((".bias", "ffn_gate_inp.weight", "attn_sinks.weight"))
+                else want_type(mix, k, ne[0], n_layer), std) for k, (ne, std) in spec.items()}
+
+
+def oss_keys(c, n_layer, ftype):
+    a = "gpt-oss."
+    return {"general.architecture": (STR, "gpt-oss"), a + "block_count": (U32, n_layer),
+            a + "context_length": (U32, c["ctx"]), a + "embedding_length": (U32, c["e"]),
+            a + "feed_forward_length": (U32, c["n_ffe"]), a + "attention.head_count": (U32, c["nh"]),
+            a + "attention.head_count_kv": (U32, c["nkv"]), a + "attention.layer_norm_rms_epsilon": (F32, 1e-5),
+            a + "attention.key_length": (U32, c["hd"]), a + "attention.value_length": (U32, c["hd"]),
+            a + "rope.dimension_count": (U32, c["hd"]), a + "rope.freq_base": (F32, 150000.0),
+            a + "rope.scaling.type": (STR, "yarn"), a + "rope.scaling.factor": (F32, 32.0),
+            a + "rope.scaling.original_context_length": (U32, 4096),
+            a + "rope.scaling.yarn_beta_fast": (F32, 32.0), a + "rope.scaling.yarn_beta_slow": (F32, 1.0),
+            a + "attention.sliding_window": (U32, c["swa"]), a + "expert_count": (U32, c["n_exp"]),
+            a + "expert_used_count": (U32, c["n_used"]), a + "expert_feed_forward_length": (U32, c["n_ffe"]),
+            "general.file_type": (U32, int(ftype))}
+
+
+def glm_cfg(preset):
+    return dict(zip(GLM_KEYS.split(), GLM_CONFIGS[preset]))
+
+
+def oss_cfg(preset):
+    return dict(zip(OSS_KEYS.split(), OSS_CONFIGS[preset]))
+
+
+FTYPES = {"q3_k_m": gguf.LlamaFileType.MOSTLY_Q3_K_M, "q4_k": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+          "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "mxfp4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE}
+MIXES = {"q3_k_m": "q3_k_m", "q4_k": Q.Q4_K, "q8_0": Q.Q8_0, "mxfp4": Q.MXFP4}
+
+
+def contract(preset, n_layer, n_dense, n_vocab, etype, n_mtp):
+    """(keys, tensors) a file of preset should have."""
+    if preset in GLM_CONFIGS:
+        c = glm_cfg(preset)
+        return (glm_keys(c, n_layer, n_dense, n_vocab, FTYPES[etype], n_mtp),
+                glm_tensors(c, n_layer, n_dense, n_vocab, MIXES[etype], n_mtp))
+    c = oss_cfg(preset)
+    return oss_keys(c, n_layer, FTYPES[etype]), oss_tensors(c, n_layer, n_vocab, MIXES[etype])
+
+
+@pytest.mark.parametrize("preset,etype,extra,layers,dense,mtp", [
+    ("glm4moe-air-tiny", "q3_k_m", [], 3, 1, 1), ("glm4moe-air-tiny", "q4_k", [], 3, 1, 1),
+    ("glm4moe-air-tiny", "q3_k_m", ["--no-mtp"], 3, 1, 0), ("glm4moe-tiny", "q3_k_m", [], 4, 2, 1),
+    ("glm4moe-tiny", "q8_0", ["--layers", "3", "--dense", "1"], 3, 1, 1),
+    ("gpt-oss-tiny", "mxfp4", [], 3, 0, 0), ("gpt-oss-tiny", "q8_0", ["--layers", "2"], 2, 0, 0)])
+def test_tiny_glm_oss(tmp_path, preset, etype, extra, layers, dense, mtp):
+    out = tmp_path / "m.gguf"
+    p = run_tool(preset, out, "--vocab", small_vocab(tmp_path / "v.gguf"), "--experts-type", etype, *extra)
+    assert p.returncode == 0, p.stderr
+    assert "expert bytes per token" in p.stderr and "std/target" in p.stderr
+    keys, tensors = contract(preset, layers, dense, 512, etype, mtp)
+    check_contents(out, keys["general.architecture"][1], keys, tensors, 512)
+
+
+def test_q3_k_m_first_layers(tmp_path):
+    """block_count 32: the down projections of layers 0 and 1 (32 // 16) in Q5_K, here Q5_1 (rows
+    of 544 and 352), the attn_v of layers 0 and 1 in Q5_K; written, zero-mean, and loaded."""
+    out = tmp_path / "m.gguf"
+    p = run_tool("glm4moe-air-tiny", out, "--vocab", small_vocab(tmp_path / "v.gguf"), "--layers", "31")
+    assert p.returncode == 0, p.stderr
+    keys, tensors = contract("glm4moe-air-tiny", 31, 1, 512, "q3_k_m", 1)
+    assert tensors["blk.0.ffn_down.weight"][1] == Q.Q5_1 and tensors["blk.1.ffn_down_exps.weight"][1] == Q.Q5_1
+    assert tensors["blk.2.ffn_down_exps.weight"][1] == Q.Q5_0 and tensors["blk.1.attn_v.weight"][1] == Q.Q5_K
+    check_contents(out, "glm4moe", keys, tensors, 512)
+    decode_with_strata(out)
+
+
+def decode_with_strata(path):
+    """The CLI's bench (16 prompt tokens, 4 decoded) on the file, then strata.Model's route trace
+    of 24 tokens: finite logits, and in every MoE layer the tokens spread over the experts."""
+    import os
+    cli = os.environ.get("STRATA_CLI", str(REPO / "strata"))
+    if not os.path.exists(cli):
+        pytest.skip(f"strata CLI not built at {cli}")
+    p = subprocess.run([cli, "bench", "-m", str(path), "-p", "16", "-n", "4", "-r", "1", "-t", "2"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "tg4" in p.stdout, p.stderr[-2000:]
+    import strata
+    with strata.Model(str(path), n_ctx=64, n_threads=2) as m:
+        lg = m.logits(list(range(1, 9)))
+        assert np.isfinite(lg).all() and lg.std() > 0
+        recs = m.route_trace(list(range(1, 25)))
+        n_exp = m.info["n_expert"]
+    by_layer = {}
+    for r in recs:
+        by_layer.setdefault(r["layer"], set()).update(r["ids"])
+    assert by_layer, "no MoE layer traced"
+    for layer, used in by_layer.items():  # 24 tokens x top-4 of 16-20 experts: most get used
+        assert len(used) >= n_exp // 2, (layer, sorted(used))
+
+
+@pytest.mark.parametrize("preset,extra", [("glm4moe-air-tiny", []), ("glm4moe-tiny", []),
+                                          ("gpt-oss-tiny", []), ("deepseek2-tiny", []),
+                                          ("deepseek2-lite-tiny", []), ("glm4moe-air-tiny", ["--no-mtp"])])
+def test_strata_loads_and_decodes(tmp_path, preset, extra):
+    out = tmp_path / "m.gguf"
+    p = run_tool(preset, out, "--vocab", small_vocab(tmp_path / "v.gguf"), *extra)
+    assert p.returncode == 0, p.stderr
+    decode_with_strata(out)
+
+
+@pytest.mark.parametrize("preset,extra,layers,dense,mtp", [
+    ("glm-4.5-air", [], 46, 1, 1), ("glm-4.5-air", ["--no-mtp"], 46, 1, 0), ("glm-4.5", [], 4, 1, 1),
+    ("glm-4.5", ["--layers", "92"], 92, 3, 1), ("gpt-oss-20b", [], 24, 0, 0), ("gpt-oss-120b", [], 4, 0, 0),
+    ("gpt-oss-120b", ["--layers", "36"], 36, 0, 0)])
+def test_dry_run_glm_oss(tmp_path, preset, extra, layers, dense, mtp):
+    glm = preset in GLM_CONFIGS
+    c = glm_cfg(preset) if glm else oss_cfg(preset)
+    etype = "q3_k_m" if glm else "mxfp4"
+    out, rows = dry_run(preset, tmp_path / "never.gguf", *extra)
+    _, want = contract(preset, layers, dense, c["vocab"], etype, mtp)
+    assert {k: v[:2] for k, v in rows.items()} == {k: v[:2] for k, v in want.items()}
+    assert all(rows[k][2] == nbytes(*want[k][:2]) for k in want)
+    total = sum(nbytes(ne, qt) for ne, qt, _ in want.values())
+    assert f"weights {total} bytes" in out, out
+    _, full_want = contract(preset, c["n_layer"], c.get("n_dense", 0), c["vocab"], etype, mtp)
+    full = sum(nbytes(ne, qt) for ne, qt, _ in full_want.values())
+    assert f"vocab {c['vocab']}): {full / 2**30:.2f} GiB" in out, out
+    per_token = sum(c["n_used"] * nbytes(ne, qt) // c["n_exp"] for k, (ne, qt, _) in want.items()
+                    if "_exps." in k and int(k.split(".")[1]) < layers)
+    assert f"expert bytes per token {per_token} " in out, out
     assert not (tmp_path / "never.gguf").exists()
