@@ -3,15 +3,23 @@
 # (test_cuda_mla, mla_check at DeepSeek-V3 shapes), the scored routing (test_cuda_moe), leading
 # dense layers under every placement (test_dense_lead), the HF zoo on the GPU against the CPU
 # (test_hf_parity_gpu.py, all but gpt-oss), and the low-bit GPU tests of issue 34
-# (test_cuda_dequant, test_cuda_mmv, test_iq_gpu.py) sharing the build. "lite": the synthetic
-# DeepSeek-V2-Lite file at its real shapes (bench/synth_arch.py, zero-mean weights), pp512 and tg64
-# all resident and with --cpu-moe, each beside llama-bench on the same file in the same call
-# (when .peer is carried; its build runs in the background meanwhile). With .devdata/ds2_v3.gguf
-# carried, ds2_long.py compares its GPU and CPU sessions on a 900-token prompt.
+# (test_cuda_dequant, test_cuda_mmv, test_iq_gpu.py) sharing the build. Model stages, each a
+# synthetic file at a real model's shapes (bench/synth_arch.py, zero-mean weights), timed pp512 and
+# tg64 all resident and with --cpu-moe, each beside llama-bench on the same file in the same call
+# (when .peer is carried; its build runs in the background meanwhile): "lite" DeepSeek-V2-Lite
+# (Q4_K experts), "air" GLM-4.5-Air (Q3_K_M mix, without its MTP layer, vocab padded to 151552:
+# about 52 GiB, so one stage a call and the disk holds only its file), "oss20b" gpt-oss-20b (MXFP4
+# experts, vocab padded to 201088; Strata's gpt-oss is CPU-only so far, so its GPU rows may fail).
+# The first model stage's file is written while the build and tests run, the others after the rows
+# before them; a file already written by an earlier call on a warm machine is reused, every other
+# stage's file is removed before a new one is written. With .devdata/ds2_v3.gguf carried,
+# ds2_long.py compares its GPU and CPU sessions on a 900-token prompt.
 #   run(command="bash bench/device/device_ds2.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
-# Knobs: STAGES (default "tests lite"), CTESTS (the C tests, NAME:SECONDS), BUDGET (seconds after which no new row starts, default
-# 540), R (repetitions, default 2). $OUT: device_ds2.log, the test logs, ds2/bench.tar.
+#   run(command="STAGES=air bash bench/device/device_ds2.sh", ...)
+# Knobs: STAGES (default "tests lite"; also "air", "oss20b"), CTESTS (the C tests, NAME:SECONDS),
+# BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2). $OUT:
+# device_ds2.log, the test logs, ds2/bench.tar.
 set -u
 cd "$(dirname "$0")/../.."
 . bench/device/device_common.sh
@@ -25,13 +33,28 @@ R=${R:-2}
 STAGES=${STAGES:-tests lite}
 have() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 late() { [ "$(el)" -ge "$BUDGET" ] && { echo "budget reached at $(el)s: $1 skipped"; return 0; }; return 1; }
-F=/tmp/ds2_lite.gguf
-if have lite && [ ! -f /tmp/ds2_lite.done ]; then # written while the build and tests run
-    ( python3 bench/synth_arch.py deepseek-v2-lite $F --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        --synth .devdata/synth_moe.py --jobs 6 > "$J/synth_lite.log" 2>&1 && echo ok > /tmp/ds2_lite.done ) &
-fi
+synth_args() { # stage -> synth_arch.py preset and options
+    case $1 in
+    lite) echo deepseek-v2-lite ;;
+    air) echo glm-4.5-air --no-mtp --pad-vocab ;;
+    oss20b) echo gpt-oss-20b --pad-vocab ;;
+    esac
+}
+n_moe_layers() { case $1 in lite) echo 27 ;; air) echo 46 ;; oss20b) echo 24 ;; esac; }
+MODELS=""
+for m in lite air oss20b; do have $m && MODELS="$MODELS $m"; done
+set -- $MODELS
+FIRST=${1:-}
+synth() { # stage jobs: writes /tmp/ds2_<stage>.gguf unless an earlier call did
+    local tag=$1 jobs=$2
+    [ -f /tmp/ds2_$tag.done ] && return 0
+    for f in /tmp/ds2_*.gguf; do [ "$f" = /tmp/ds2_$tag.gguf ] || rm -f "$f" "${f%.gguf}.done"; done
+    python3 bench/synth_arch.py $(synth_args $tag) /tmp/ds2_$tag.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
+        --synth .devdata/synth_moe.py --jobs "$jobs" > "$J/synth_$tag.log" 2>&1 && echo ok > /tmp/ds2_$tag.done
+}
+[ -n "$FIRST" ] && { synth "$FIRST" 6 & } # written while the build and tests run
 LL=0
-if have lite && [ -f .peer/llama_bench.sh ]; then
+if [ -n "$FIRST" ] && [ -f .peer/llama_bench.sh ]; then
     [ -f /tmp/llama.done ] || ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
     LL=1
 fi
@@ -53,10 +76,7 @@ if have tests; then
     make CUDA=1 mla-check MLA_CTX=8192 > "$O/mla_check.log" 2>&1
     echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -30
 fi
-have lite || { echo "done at $(el)s"; exit 0; }
-for i in $(seq 150); do [ -f /tmp/ds2_lite.done ] && break; sleep 2; done
-[ -f /tmp/ds2_lite.done ] || { echo "lite file not written: $(tail -3 "$J/synth_lite.log")"; exit 0; }
-echo "lite written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_lite.log" | head -4
+[ -n "$FIRST" ] || { echo "done at $(el)s"; exit 0; }
 srow() { # tag args...
     local tag=$1
     shift
@@ -78,10 +98,21 @@ lrow() { # tag args...
         > "$J/l_$tag.md" 2> "$J/l_$tag.err"
     echo "llama $tag (rc $?): $(grep -E 'pp512|tg64' "$J/l_$tag.md" | awk -F'|' '{printf "%s ", $(NF-1)}')at $(el)s"
 }
-for p in 1 2; do # interleaved rounds
-    srow gpu_$p
-    lrow gpu_$p
-    srow cpumoe_$p --cpu-moe
-    lrow cpumoe_$p -ncmoe 27 -t 16
+for m in $MODELS; do
+    if [ "$m" = "$FIRST" ]; then
+        for i in $(seq 200); do [ -f /tmp/ds2_$m.done ] && break; sleep 2; done
+    else
+        late "$m" && continue
+        synth "$m" 14
+    fi
+    [ -f /tmp/ds2_$m.done ] || { echo "$m file not written: $(tail -3 "$J/synth_$m.log")"; continue; }
+    F=/tmp/ds2_$m.gguf
+    echo "$m written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_$m.log" | head -5
+    for p in 1 2; do # interleaved rounds
+        srow ${m}_gpu_$p
+        lrow ${m}_gpu_$p
+        srow ${m}_cpumoe_$p --cpu-moe
+        lrow ${m}_cpumoe_$p -ncmoe "$(n_moe_layers $m)" -t 16
+    done
 done
 echo "done at $(el)s"
