@@ -22,7 +22,11 @@
  *              deepseek2's FFN half with sigmoid scores by default.
  *   gpt-oss    NEOX; q/k/v/o biases; attention sinks; sliding-window layers alternating with
  *              full ones; FFN norm in post_attention_norm; the router's bias, top-k of the logits
- *              with a softmax over the k; experts with biases and the clamped SwiGLU. */
+ *              with a softmax over the k; experts with biases and the clamped SwiGLU.
+ *   qwen3next  NEOX on the first rope.dimension_count of each head; per-head q/k RMSNorm; gated
+ *              DeltaNet layers with every full_attention_interval-th layer a gated attention
+ *              one; FFN norm in post_attention_norm; renormalized top-k; shared expert behind a
+ *              sigmoid gate (llama.cpp's qwen3next graph). */
 #include "model.h"
 
 #include <string.h>
@@ -38,6 +42,7 @@ static const st_arch st_arch_table[] = {
     {"granitemoe", ST_ARCH_GRANITEMOE, ST_ROPE_NORM, ST_QKNORM_NONE, 1, 0, 1, 0, 0, ST_GATING_SOFTMAX},
     {"deepseek2",  ST_ARCH_DEEPSEEK2,  ST_ROPE_NORM, ST_QKNORM_NONE, 0, 0, 0, 1, 1, ST_GATING_SOFTMAX},
     {"glm4moe",    ST_ARCH_GLM4MOE,    ST_ROPE_NEOX, ST_QKNORM_HEAD, 0, 0, 0, 0, 1, ST_GATING_SIGMOID},
+    {"qwen3next",  ST_ARCH_QWEN3NEXT,  ST_ROPE_NEOX, ST_QKNORM_HEAD, 1, 1, 0, 0, 0, ST_GATING_SOFTMAX},
     {"gpt-oss",    ST_ARCH_GPTOSS,     ST_ROPE_NEOX, ST_QKNORM_NONE, 0, 0, 0, 0, 0, ST_GATING_SOFTMAX_WEIGHT},
 };
 

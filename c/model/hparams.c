@@ -294,6 +294,32 @@ static strata_status st_hp_gptoss(st_hp_ctx *c, st_hparams *hp) {
     return STRATA_OK;
 }
 
+/* ==== qwen3next: the gated DeltaNet layers ================================================== */
+
+static strata_status st_hp_ssm(st_hp_ctx *c, st_hparams *hp) {
+    ST_TRY(st_hp_u32(c, "ssm.conv_kernel", 1, &hp->ssm_d_conv, NULL));
+    ST_TRY(st_hp_u32(c, "ssm.inner_size", 1, &hp->ssm_d_inner, NULL));
+    ST_TRY(st_hp_u32(c, "ssm.state_size", 1, &hp->ssm_d_state, NULL));
+    ST_TRY(st_hp_u32(c, "ssm.time_step_rank", 1, &hp->ssm_dt_rank, NULL));
+    ST_TRY(st_hp_u32(c, "ssm.group_count", 1, &hp->ssm_n_group, NULL));
+    if (strata_gguf_kv_find(c->g, st_hp_key(c, "attention.recurrent_layers")) >= 0)
+        return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.attention.recurrent_layers': an explicit "
+                        "recurrent-layer list is not supported (full_attention_interval is)", c->arch);
+    hp->full_attn_interval = 4; /* llama.cpp's default */
+    ST_TRY(st_hp_u32(c, "full_attention_interval", 0, &hp->full_attn_interval, NULL));
+    const int32_t nk = hp->ssm_n_group, nv = hp->ssm_dt_rank, d = hp->ssm_d_state;
+    if (hp->ssm_d_conv < 1 || hp->ssm_d_conv > 64 || nk < 1 || nv < 1 || nv % nk != 0 || d < 1 ||
+        d > 1024 || (int64_t)nv * d != hp->ssm_d_inner || hp->full_attn_interval < 1)
+        return st_error(STRATA_ERR_FORMAT, "keys '%s.ssm.*': conv_kernel %d (1..64), group_count %d "
+                        "dividing time_step_rank %d, inner_size %d = time_step_rank x state_size %d, "
+                        "full_attention_interval %d (>= 1)", c->arch, (int)hp->ssm_d_conv, (int)nk,
+                        (int)nv, (int)hp->ssm_d_inner, (int)d, (int)hp->full_attn_interval);
+    if (hp->head_dim != hp->head_dim_v)
+        return st_error(STRATA_ERR_FORMAT, "qwen3next: key_length %d != value_length %d",
+                        (int)hp->head_dim, (int)hp->head_dim_v);
+    return STRATA_OK;
+}
+
 /* ==== the whole set ========================================================================== */
 
 static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v) {
@@ -388,7 +414,7 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     int moe_arch = arch->id == ST_ARCH_OLMOE || arch->id == ST_ARCH_QWEN2MOE ||
                    arch->id == ST_ARCH_QWEN3MOE || arch->id == ST_ARCH_GRANITEMOE ||
                    arch->id == ST_ARCH_DEEPSEEK2 || arch->id == ST_ARCH_GLM4MOE ||
-                   arch->id == ST_ARCH_GPTOSS;
+                   arch->id == ST_ARCH_GPTOSS || arch->id == ST_ARCH_QWEN3NEXT;
     int dense_arch = arch->id == ST_ARCH_QWEN2 || arch->id == ST_ARCH_QWEN3;
     if (hp->n_expert > 4096)
         return st_error(STRATA_ERR_FORMAT, "key '%s.expert_count': %d experts is implausible",
@@ -424,13 +450,14 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
             return st_error(STRATA_ERR_NOT_FOUND,
                             "missing required key '%s.expert_feed_forward_length' (or "
                             "'%s.feed_forward_length')", c.arch, c.arch);
-        } else if (arch->id == ST_ARCH_QWEN2MOE || arch->id == ST_ARCH_QWEN3MOE) {
+        } else if (arch->id == ST_ARCH_QWEN2MOE || arch->id == ST_ARCH_QWEN3MOE ||
+                   arch->id == ST_ARCH_QWEN3NEXT) {
             hp->n_ff_exp = ff / hp->n_expert_used; /* llama.cpp's fallback */
         } else {
             hp->n_ff_exp = ff; /* olmoe, Mixtral, granitemoe: the FFN width is the expert's */
         }
         ST_TRY(st_hp_positive(&c, "expert_feed_forward_length", hp->n_ff_exp));
-        if (arch->id == ST_ARCH_QWEN2MOE) {
+        if (arch->id == ST_ARCH_QWEN2MOE || arch->id == ST_ARCH_QWEN3NEXT) {
             hp->n_ff_shexp = have_shexp ? ff_shexp : ff;
             ST_TRY(st_hp_positive(&c, "expert_shared_feed_forward_length", hp->n_ff_shexp));
         } else if (arch->id == ST_ARCH_GRANITEMOE) {
@@ -448,6 +475,7 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     if (arch->scored) ST_TRY(st_hp_scored(&c, hp, have_ff, ff));
     if (arch->id == ST_ARCH_GPTOSS) ST_TRY(st_hp_gptoss(&c, hp));
     if (arch->mla) ST_TRY(st_hp_mla(&c, hp));
+    if (arch->id == ST_ARCH_QWEN3NEXT) ST_TRY(st_hp_ssm(&c, hp));
 
     /* ---- granite multipliers (llama.cpp: embedding_scale, residual_scale, logit_scale,
      * attention.scale; logits are divided by logit_scale; attention.scale 0 = 1/sqrt(hd)) ---- */

@@ -184,7 +184,8 @@ static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp
     const char *W = "weight";
     /* glm4moe's and gpt-oss's FFN norm carries llama.cpp's ATTN_POST_NORM name (HF's
      * post_attention_layernorm) */
-    const char *norm = a->id == ST_ARCH_GLM4MOE || a->id == ST_ARCH_GPTOSS ? "post_attention_norm" : "ffn_norm";
+    const char *norm = a->id == ST_ARCH_GLM4MOE || a->id == ST_ARCH_GPTOSS || a->id == ST_ARCH_QWEN3NEXT
+                           ? "post_attention_norm" : "ffn_norm";
     ST_TRY(st_bind_layer(b, &L->ffn_norm, il, norm, W, 1, ST_KIND_NORM, E, 1, 1));
     if (hp->n_expert == 0 || il < hp->n_layer_dense_lead) { /* dense FFN */
         const int64_t F = hp->n_ff;
@@ -285,7 +286,8 @@ static strata_status st_bind_attn(st_binder *b, st_layer *L, const st_hparams *h
     const int bias_req = a->id == ST_ARCH_QWEN2 || a->id == ST_ARCH_QWEN2MOE || a->id == ST_ARCH_GPTOSS;
     const int norm_req = a->id != ST_ARCH_GLM4MOE;
     const char *W = "weight", *B = "bias";
-    ST_TRY(st_bind_layer(b, &L->wq, il, "attn_q", W, 1, ST_KIND_MATMUL, E, nq, 1));
+    const int64_t nq_rows = a->id == ST_ARCH_QWEN3NEXT ? 2 * nq : nq; /* + each head's output gate */
+    ST_TRY(st_bind_layer(b, &L->wq, il, "attn_q", W, 1, ST_KIND_MATMUL, E, nq_rows, 1));
     ST_TRY(st_bind_layer(b, &L->wk, il, "attn_k", W, 1, ST_KIND_MATMUL, E, nk, 1));
     ST_TRY(st_bind_layer(b, &L->wv, il, "attn_v", W, 1, ST_KIND_MATMUL, E, nv, 1));
     ST_TRY(st_bind_layer(b, &L->wo, il, "attn_output", W, 1, ST_KIND_MATMUL, no, E, 1));
@@ -307,11 +309,35 @@ static strata_status st_bind_attn(st_binder *b, st_layer *L, const st_hparams *h
     return STRATA_OK;
 }
 
-/* One layer: its attention norm, attention (latent or not) and FFN. */
+/* A qwen3next gated DeltaNet layer's token mixer (llama.cpp's attn_qkv / attn_gate form; the
+ * legacy fused ssm_in is refused). */
+static strata_status st_bind_ssm(st_binder *b, st_layer *L, const st_hparams *hp, int il) {
+    const int64_t E = hp->n_embd, nv = hp->ssm_dt_rank, di = hp->ssm_d_inner;
+    const int64_t conv = 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + di;
+    const char *W = "weight";
+    snprintf(b->name, sizeof b->name, "blk.%d.ssm_in.weight", il);
+    if (strata_gguf_tensor_find(b->g, b->name) >= 0)
+        return st_error(STRATA_ERR_UNSUPPORTED, "tensor '%s': the legacy fused q/k/v/z projection "
+                        "is not supported; convert the model again (attn_qkv + attn_gate)", b->name);
+    ST_TRY(st_bind_layer(b, &L->ssm_qkv, il, "attn_qkv", W, 1, ST_KIND_MATMUL, E, conv, 1));
+    ST_TRY(st_bind_layer(b, &L->ssm_gate, il, "attn_gate", W, 1, ST_KIND_MATMUL, E, di, 1));
+    ST_TRY(st_bind_layer(b, &L->ssm_ba, il, "ssm_ba", W, 1, ST_KIND_MATMUL, E, 2 * nv, 1));
+    ST_TRY(st_bind_layer(b, &L->ssm_conv1d, il, "ssm_conv1d", W, 1, ST_KIND_NORM, hp->ssm_d_conv, conv, 1));
+    ST_TRY(st_bind_layer(b, &L->ssm_dt, il, "ssm_dt", "bias", 1, ST_KIND_NORM, nv, 1, 1));
+    char name[64];
+    snprintf(name, sizeof name, "blk.%d.ssm_a", il);
+    ST_TRY(st_bind(b, &L->ssm_a, name, 1, ST_KIND_NORM, nv, 1, 1));
+    ST_TRY(st_bind_layer(b, &L->ssm_norm, il, "ssm_norm", W, 1, ST_KIND_NORM, hp->ssm_d_state, 1, 1));
+    ST_TRY(st_bind_layer(b, &L->ssm_out, il, "ssm_out", W, 1, ST_KIND_MATMUL, di, E, 1));
+    return STRATA_OK;
+}
+
+/* One layer: its attention norm, attention (latent, recurrent or plain) and FFN. */
 static strata_status st_bind_layer_all(st_binder *b, strata_model *m, int il) {
     st_layer *L = &m->layers[il];
     ST_TRY(st_bind_layer(b, &L->attn_norm, il, "attn_norm", "weight", 1, ST_KIND_NORM, m->hp.n_embd, 1, 1));
     if (m->arch->mla) ST_TRY(st_bind_mla(b, L, &m->hp, il));
+    else if (st_layer_recurrent(&m->hp, il)) ST_TRY(st_bind_ssm(b, L, &m->hp, il));
     else ST_TRY(st_bind_attn(b, L, &m->hp, m->arch, il));
     return st_bind_ffn(b, L, &m->hp, m->arch, il);
 }
@@ -485,7 +511,7 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
             st = st_error(arch_name[0] ? STRATA_ERR_UNSUPPORTED : STRATA_ERR_NOT_FOUND,
                           arch_name[0] ? "unknown architecture '%s' (general.architecture); "
                                          "supported: olmoe, qwen2moe, qwen3moe, llama, "
-                                         "granitemoe, qwen2, qwen3, deepseek2, glm4moe, gpt-oss"
+                                         "granitemoe, qwen2, qwen3, deepseek2, glm4moe, gpt-oss, qwen3next"
                                        : "missing required key 'general.architecture'%s",
                           arch_name);
     }

@@ -28,6 +28,7 @@ typedef enum {
     ST_ARCH_DEEPSEEK2,   /* DeepSeek-V2/V3/R1, Kimi-K2: multi-head latent attention */
     ST_ARCH_GLM4MOE,     /* GLM-4.5/4.6 */
     ST_ARCH_GPTOSS,      /* gpt-oss-20b/120b */
+    ST_ARCH_QWEN3NEXT,   /* Qwen3-Next: gated DeltaNet layers between gated attention layers */
     ST_ARCH_COUNT
 } st_arch_id;
 
@@ -118,6 +119,14 @@ typedef struct {
     int expert_act_oai;      /* experts' activation: gpt-oss's clamped SwiGLU with biases */
     int32_t n_nextn;         /* nextn_predict_layers: MTP layers the file declares after the
                                 n_layer trunk layers (block_count = n_layer + n_nextn) */
+    /* qwen3next's gated DeltaNet (linear attention) layers: llama.cpp's ssm.* keys */
+    int32_t ssm_d_conv;      /* ssm.conv_kernel: the causal conv's width */
+    int32_t ssm_d_state;     /* ssm.state_size: the key (and value) head size */
+    int32_t ssm_n_group;     /* ssm.group_count: key heads */
+    int32_t ssm_dt_rank;     /* ssm.time_step_rank: value heads */
+    int32_t ssm_d_inner;     /* ssm.inner_size: value heads x head size */
+    int32_t full_attn_interval; /* full_attention_interval: layer il attends when (il+1) % it == 0
+                                   (0: every layer attends) */
     /* granite multipliers (1 where the architecture has none; attention_scale 0 = 1/sqrt(hd)) */
     float embedding_scale;
     float residual_scale;
@@ -128,6 +137,11 @@ typedef struct {
 /* Whether layer il attends through a sliding window (gpt-oss: llama.cpp's swa pattern). */
 static inline int st_layer_swa(const st_hparams *hp, int il) {
     return hp->n_swa > 0 && il % hp->swa_period < hp->swa_period - 1;
+}
+
+/* Whether layer il is a recurrent (gated DeltaNet) layer: llama.cpp's is_recr for qwen3next. */
+static inline int st_layer_recurrent(const st_hparams *hp, int il) {
+    return hp->full_attn_interval > 0 && (il + 1) % hp->full_attn_interval != 0;
 }
 
 /* ---- weights -------------------------------------------------------------------------------- */
@@ -194,6 +208,16 @@ typedef struct {
     st_tensor ffn_gate_exps_b; /* (n_ff_exp, n_expert) */
     st_tensor ffn_up_exps_b;   /* (n_ff_exp, n_expert) */
     st_tensor ffn_down_exps_b; /* (n_embd, n_expert) */
+    /* qwen3next's gated DeltaNet layers (their wq is (n_embd, 2*n_head*head_dim) elsewhere:
+     * each head's query then its output gate) */
+    st_tensor ssm_qkv;         /* attn_qkv: (n_embd, conv_dim) the conv's channels: q, k, v heads */
+    st_tensor ssm_gate;        /* attn_gate: (n_embd, d_inner) z, the output norm's gate */
+    st_tensor ssm_ba;          /* (n_embd, 2*n_v): per key head, its value heads' beta then alpha */
+    st_tensor ssm_conv1d;      /* (d_conv, conv_dim) */
+    st_tensor ssm_dt;          /* (n_v) the alpha bias */
+    st_tensor ssm_a;           /* (n_v) -exp(A_log) */
+    st_tensor ssm_norm;        /* (head size) the gated RMSNorm's weight */
+    st_tensor ssm_out;         /* (d_inner, n_embd) */
     /* an MTP layer's own parts (layers n_layer.. n_layer + n_mtp - 1 only): the next token's
      * normalized embedding and the normalized trunk output, joined, projected, then the layer */
     st_tensor nextn_eh_proj;   /* (2*n_embd, n_embd) */
