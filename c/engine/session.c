@@ -5,6 +5,7 @@
  * statistics session_stats.c's, phase timing profile.c's. */
 #include "session.h"
 #include "ram_tier.h"
+#include "linear_attn_cpu.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -124,7 +125,8 @@ static strata_status st_alloc_scratch(strata_session *s) {
         s->mla_v = st_alloc(sizeof(float) * T * H * hv, &fail);
     }
     size_t mm_n = st_max_sz(st_max_sz(E, no), (size_t)hp->n_lora_q); /* MLA's q_b input too */
-    if (s->model->n_mtp > 0) mm_n = st_max_sz(mm_n, 2 * E);           /* an MTP layer's eh_proj */
+    if (s->model->n_mtp > 0) mm_n = st_max_sz(mm_n, 2 * E);
+    mm_n = st_max_sz(mm_n, (size_t)hp->ssm_d_inner);                  /* qwen3next's ssm_out */           /* an MTP layer's eh_proj */
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)mm_n, (int64_t)T), &fail);
     s->pred_layer = -1;
     if (s->ram || s->plan.expert_cache != 0) s->missed = st_alloc(T * K, &fail);
@@ -254,6 +256,10 @@ strata_status strata_session_truncate(strata_session *s, int32_t n_keep) {
     if (n_keep < 0 || n_keep > s->n_past)
         return st_error(STRATA_ERR_INVALID_ARG, "strata_session_truncate: n_keep %d outside [0, n_past %d]",
                         (int)n_keep, (int)s->n_past);
+    if (s->rs) { /* the recurrent state cannot be cut like the cache: it is restored */
+        const strata_status st = st_rs_truncate(s, n_keep);
+        if (st != STRATA_OK) return st;
+    }
     s->n_past = n_keep; /* later positions are overwritten before attention reads them */
     return STRATA_OK;
 }
@@ -321,6 +327,7 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
             return st_error(STRATA_ERR_INVALID_ARG,
                             "strata_session_decode: token %" PRId64 " has id %d outside the vocabulary "
                             "[0, %d)", i, (int)tokens[i], (int)n_vocab);
+    if (s->rs) st_rs_call_begin(s, n);
     for (int64_t off = 0; off < n; off += s->n_batch) {
         const int64_t T = n - off < s->n_batch ? n - off : s->n_batch;
         float *lg = NULL;

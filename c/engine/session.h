@@ -18,6 +18,7 @@
 typedef struct st_gpu st_gpu; /* forward_cuda.c */
 typedef struct st_ram_tier st_ram_tier; /* ram_tier.c */
 typedef struct st_gpu_tier st_gpu_tier; /* experts/gpu_tier.c */
+typedef struct st_rs st_rs; /* cpu/linear_attn_cpu.c: qwen3next's recurrent state */
 
 struct strata_session {
     const strata_model *model;
@@ -88,6 +89,7 @@ struct strata_session {
     int32_t n_past;
     st_threadpool *tp;
     st_kv_cache kv;
+    st_rs *rs;                 /* CPU sessions of qwen3next: the DeltaNet layers' state, else NULL */
     st_rope_params rope;
 
     /* weight tables of the FFN step: what later placement code swaps per expert */

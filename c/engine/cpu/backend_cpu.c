@@ -3,6 +3,7 @@
  * greedy token or the candidates of the last row computed from its logits. */
 #include "backend.h"
 #include "forward_cpu.h"
+#include "linear_attn_cpu.h"
 #include "profile.h"
 
 #include <math.h>
@@ -12,12 +13,14 @@ static strata_status cpu_create(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     strata_status st = st_kv_init(&s->kv, hp, s->n_ctx, s->kv_type);
     if (st != STRATA_OK) return st;
+    if ((st = st_rs_init(s)) != STRATA_OK) return st;
     /* the pipe's next-layer prediction */
     return s->plan.pipe ? st_session_pred_buffers(s) : STRATA_OK;
 }
 
 static void cpu_free(strata_session *s) {
     st_kv_free(&s->kv);
+    st_rs_free(s);
     free(s->argmax_logits);
     s->argmax_logits = NULL;
 }

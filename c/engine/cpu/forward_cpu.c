@@ -6,6 +6,7 @@
  * hyperparameters (granite multipliers are 1 elsewhere). */
 #include "session.h"
 #include "forward_cpu.h"
+#include "linear_attn_cpu.h"
 #include "profile.h"
 #include "ram_tier.h"
 #include "quant.h"
@@ -44,12 +45,12 @@ void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, f
     else st_embed_rows(&j, 0, T, 0);
 }
 
-static void st_norm_rows(float *y, const float *x, const st_tensor *w, int64_t T, int64_t n, float eps) {
+void st_norm_rows(float *y, const float *x, const st_tensor *w, int64_t T, int64_t n, float eps) {
     for (int64_t t = 0; t < T; t++) st_rmsnorm(y + t * n, x + t * n, (const float *)w->data, n, eps);
 }
 
 /* x += branch * residual_scale (the scale is 1 except for granite) */
-static void st_residual(const strata_model *m, float *x, const float *branch, int64_t n) {
+void st_residual(const strata_model *m, float *x, const float *branch, int64_t n) {
     const float rs = m->arch->granite_scales ? m->hp.residual_scale : 1.0f;
     if (rs != 1.0f)
         for (int64_t i = 0; i < n; i++) x[i] += branch[i] * rs;
@@ -315,6 +316,8 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
     st_prof_mark(s, STRATA_PHASE_EMBED);
     for (int il = 0; il < hp->n_layer; il++) {
         if (m->arch->mla) st_cpu_mla_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
+        else if (st_layer_recurrent(hp, il)) st_cpu_linear_attn_block(s, il, T, pos0);
+        else if (m->arch->id == ST_ARCH_QWEN3NEXT) st_cpu_gated_attn_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
         else st_cpu_attn_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
         st_ffn_block(s, il, T);
     }

@@ -1,0 +1,265 @@
+/* linear_attn_cpu.c - qwen3next's token mixers on the CPU (linear_attn_cpu.h), as llama.cpp's
+ * qwen3next graph and transformers' Qwen3NextGatedDeltaNet compute them:
+ *
+ *   DeltaNet layer: qkv = attn_qkv . x, z = attn_gate . x, [beta, alpha] per key head from
+ *   ssm_ba . x; beta = sigmoid(b), g = ssm_a * softplus(alpha + ssm_dt); the causal depthwise
+ *   conv (ssm_conv1d, its last d_conv - 1 inputs kept as state) and silu over qkv; q and k heads
+ *   L2-normed (q also scaled by 1/sqrt(d)), each key head serving n_v / n_k value heads; the gated
+ *   delta rule per value head on its d x d state, token after token (the prompt too: the
+ *   recurrent form, not the chunked one); rmsnorm(out) * ssm_norm * silu(z); ssm_out.
+ *
+ * Rollback: speculative decoding truncates inside the window it just verified. The window keeps
+ * the state at its first position and every later position's conv input and (g, beta); a
+ * truncation to n_keep restores the first and replays the positions before n_keep through the
+ * same functions, which gives the state a decode ending at n_keep leaves, bit for bit. A window
+ * is at most STRATA_DRAFT_MAX + 1 positions: a decode call that fits extends the open one, else
+ * one starts at the call (a longer call leaves none). */
+#include "linear_attn_cpu.h"
+#include "forward_cpu.h"
+#include "ops_ssm.h"
+#include "profile.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ST_RS_WINDOW (STRATA_DRAFT_MAX + 1)
+
+struct st_rs {
+    int32_t n_rec;             /* recurrent layers */
+    int32_t *slot;             /* [n_layer] its index among them, -1 for attention layers */
+    int64_t C, K, nk, nv, d;   /* conv channels, conv width, key heads, value heads, head size */
+    float *conv, *ssm;         /* [n_rec][K-1][C], [n_rec][nv][d][d] */
+    float *snap_conv, *snap_ssm; /* the same at the window's first position */
+    float *hist_qkv, *hist_gb; /* [n_rec][W][C], [n_rec][W][2*nv]: the window's inputs */
+    int32_t win_pos, win_len;  /* the window: positions win_pos .. win_pos + win_len - 1 */
+    int win_open;
+    int64_t rows;              /* scratch rows: max(n_batch, W) */
+    float *qkv, *z, *ba, *gb, *y, *core, *qg, *gate; /* scratch */
+};
+
+static size_t st_rs_conv_n(const st_rs *r) { return (size_t)(r->K - 1) * (size_t)r->C; }
+static size_t st_rs_ssm_n(const st_rs *r) { return (size_t)r->nv * (size_t)r->d * (size_t)r->d; }
+
+strata_status st_rs_init(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    if (hp->full_attn_interval <= 0) return STRATA_OK;
+    st_rs *r = calloc(1, sizeof *r);
+    if (!r) return st_error(STRATA_ERR_NOMEM, "session: out of memory for the recurrent state");
+    s->rs = r;
+    r->slot = malloc(sizeof(int32_t) * (size_t)hp->n_layer);
+    if (!r->slot) return st_error(STRATA_ERR_NOMEM, "session: out of memory for the recurrent state");
+    for (int il = 0; il < hp->n_layer; il++) r->slot[il] = st_layer_recurrent(hp, il) ? r->n_rec++ : -1;
+    r->nk = hp->ssm_n_group, r->nv = hp->ssm_dt_rank, r->d = hp->ssm_d_state, r->K = hp->ssm_d_conv;
+    r->C = 2 * r->nk * r->d + hp->ssm_d_inner;
+    r->rows = s->n_batch > ST_RS_WINDOW ? s->n_batch : ST_RS_WINDOW;
+    const size_t L = (size_t)r->n_rec, W = ST_RS_WINDOW, R = (size_t)r->rows;
+    const size_t di = (size_t)hp->ssm_d_inner, nq = (size_t)hp->n_head * (size_t)hp->head_dim;
+    r->conv = calloc(L * st_rs_conv_n(r) + 1, sizeof(float));
+    r->ssm = calloc(L * st_rs_ssm_n(r) + 1, sizeof(float));
+    r->snap_conv = calloc(L * st_rs_conv_n(r) + 1, sizeof(float));
+    r->snap_ssm = calloc(L * st_rs_ssm_n(r) + 1, sizeof(float));
+    r->hist_qkv = calloc(L * W * (size_t)r->C + 1, sizeof(float));
+    r->hist_gb = calloc(L * W * 2 * (size_t)r->nv + 1, sizeof(float));
+    r->qkv = malloc(sizeof(float) * R * (size_t)r->C);
+    r->y = malloc(sizeof(float) * R * (size_t)r->C);
+    r->z = malloc(sizeof(float) * R * di);
+    r->core = malloc(sizeof(float) * R * di);
+    r->ba = malloc(sizeof(float) * R * 2 * (size_t)r->nv);
+    r->gb = malloc(sizeof(float) * R * 2 * (size_t)r->nv);
+    r->qg = malloc(sizeof(float) * R * 2 * nq);
+    r->gate = malloc(sizeof(float) * R * nq);
+    if (!r->conv || !r->ssm || !r->snap_conv || !r->snap_ssm || !r->hist_qkv || !r->hist_gb ||
+        !r->qkv || !r->y || !r->z || !r->core || !r->ba || !r->gb || !r->qg || !r->gate)
+        return st_error(STRATA_ERR_NOMEM, "session: out of memory for the recurrent state (%d layers)",
+                        (int)r->n_rec);
+    return STRATA_OK;
+}
+
+void st_rs_free(strata_session *s) {
+    st_rs *r = s->rs;
+    if (!r) return;
+    free(r->slot); free(r->conv); free(r->ssm); free(r->snap_conv); free(r->snap_ssm);
+    free(r->hist_qkv); free(r->hist_gb); free(r->qkv); free(r->y); free(r->z); free(r->core);
+    free(r->ba); free(r->gb); free(r->qg); free(r->gate);
+    free(r);
+    s->rs = NULL;
+}
+
+void st_rs_call_begin(strata_session *s, int64_t n) {
+    st_rs *r = s->rs;
+    const int32_t pos = s->n_past;
+    const size_t L = (size_t)r->n_rec;
+    if (pos == 0) { /* a fresh sequence (reset, truncate to 0): the zero state */
+        memset(r->conv, 0, sizeof(float) * L * st_rs_conv_n(r));
+        memset(r->ssm, 0, sizeof(float) * L * st_rs_ssm_n(r));
+        r->win_open = 0;
+    }
+    if (r->win_open && pos >= r->win_pos && pos <= r->win_pos + r->win_len &&
+        pos + n - r->win_pos <= ST_RS_WINDOW) { /* the call extends the open window */
+        r->win_len = (int32_t)(pos + n - r->win_pos);
+        return;
+    }
+    r->win_open = n <= ST_RS_WINDOW;
+    if (!r->win_open) return;
+    memcpy(r->snap_conv, r->conv, sizeof(float) * L * st_rs_conv_n(r));
+    memcpy(r->snap_ssm, r->ssm, sizeof(float) * L * st_rs_ssm_n(r));
+    r->win_pos = pos;
+    r->win_len = (int32_t)n;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The recurrence
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const st_rs *r;
+    float *ssm;                /* the layer's [nv][d][d] */
+    const float *y, *gb;       /* [T][C] conv outputs (q, k normed), [T][2*nv] (g, beta) */
+    float *out;                /* [T][nv*d] */
+    int64_t T;
+} st_gdn_job;
+
+/* Value heads [begin, end) over every token: each head's state is its own. */
+static void st_gdn_heads(void *ctx, int64_t begin, int64_t end, int thread_id) {
+    (void)thread_id;
+    const st_gdn_job *j = ctx;
+    const st_rs *r = j->r;
+    const int64_t d = r->d, C = r->C, per = r->nv / r->nk;
+    for (int64_t h = begin; h < end; h++) {
+        float *S = j->ssm + h * d * d;
+        const int64_t kh = h / per;
+        for (int64_t t = 0; t < j->T; t++) {
+            const float *row = j->y + t * C;
+            st_gdn_step(S, row + kh * d, row + r->nk * d + kh * d, row + 2 * r->nk * d + h * d,
+                        j->gb[t * 2 * r->nv + h], j->gb[t * 2 * r->nv + r->nv + h],
+                        j->out + t * r->nv * d + h * d, d, d);
+        }
+    }
+}
+
+/* The layer's state through T tokens of conv input qkv [T][C] and (g, beta) gb [T][2*nv]: the
+ * conv (its state advanced), q/k normalization, the delta rule; outputs into out [T][nv*d]. */
+static void st_rs_advance(st_rs *r, st_threadpool *tp, int slot, const st_layer *L, const float *qkv,
+                          const float *gb, int64_t T, float *out, float eps) {
+    const int64_t C = r->C, d = r->d;
+    float *conv = r->conv + (size_t)slot * st_rs_conv_n(r);
+    const float qscale = 1.0f / sqrtf((float)d);
+    for (int64_t t = 0; t < T; t++) {
+        float *y = r->y + t * C;
+        st_ssm_conv_step((const float *)L->ssm_conv1d.data, conv, qkv + t * C, y, C, r->K);
+        for (int64_t h = 0; h < 2 * r->nk; h++) st_l2norm(y + h * d, d, eps);
+        for (int64_t i = 0; i < r->nk * d; i++) y[i] *= qscale;
+    }
+    st_gdn_job j = {r, r->ssm + (size_t)slot * st_rs_ssm_n(r), r->y, gb, out, T};
+    if (tp && r->nv > 1) st_threadpool_run(tp, r->nv, 1, st_gdn_heads, &j);
+    else st_gdn_heads(&j, 0, r->nv, 0);
+}
+
+strata_status st_rs_truncate(strata_session *s, int32_t n_keep) {
+    st_rs *r = s->rs;
+    if (n_keep == 0 || n_keep == s->n_past) return STRATA_OK;
+    if (!r->win_open || n_keep < r->win_pos || n_keep > r->win_pos + r->win_len)
+        return st_error(STRATA_ERR_UNSUPPORTED, "strata_session_truncate: qwen3next's recurrent "
+                        "(DeltaNet) state rolls back only inside the last decode window (positions "
+                        "%d..%d, at most %d); n_keep %d of n_past %d is outside it: reset the "
+                        "session and decode again", r->win_open ? (int)r->win_pos : (int)s->n_past,
+                        r->win_open ? (int)(r->win_pos + r->win_len) : (int)s->n_past,
+                        ST_RS_WINDOW, (int)n_keep, (int)s->n_past);
+    const size_t L = (size_t)r->n_rec, W = ST_RS_WINDOW;
+    memcpy(r->conv, r->snap_conv, sizeof(float) * L * st_rs_conv_n(r));
+    memcpy(r->ssm, r->snap_ssm, sizeof(float) * L * st_rs_ssm_n(r));
+    const int64_t n = n_keep - r->win_pos;
+    const strata_model *m = s->model;
+    for (int il = 0; il < m->hp.n_layer && n > 0; il++) {
+        const int slot = r->slot[il];
+        if (slot < 0) continue;
+        st_rs_advance(r, s->tp, slot, &m->layers[il], r->hist_qkv + (size_t)slot * W * (size_t)r->C,
+                      r->hist_gb + (size_t)slot * W * 2 * (size_t)r->nv, n, r->core, m->hp.norm_eps);
+    }
+    r->win_len = (int32_t)n;
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The layers
+ * ------------------------------------------------------------------------------------------- */
+
+/* (g, beta) of T rows of ssm_ba outputs: per key head, its value heads' b then a. */
+static void st_rs_gates(const st_rs *r, const st_layer *L, const float *ba, int64_t T, float *gb) {
+    const int64_t nv = r->nv, per = nv / r->nk;
+    const float *A = (const float *)L->ssm_a.data, *dt = (const float *)L->ssm_dt.data;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < nv; h++) {
+            const int64_t kh = h / per, i = h % per;
+            const float b = ba[t * 2 * nv + kh * 2 * per + i], a = ba[t * 2 * nv + kh * 2 * per + per + i];
+            gb[t * 2 * nv + h] = A[h] * st_softplus(a + dt[h]);
+            gb[t * 2 * nv + nv + h] = st_sigmoid(b);
+        }
+}
+
+void st_cpu_linear_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const st_layer *L = &m->layers[il];
+    st_rs *r = s->rs;
+    const int64_t E = hp->n_embd, C = r->C, di = hp->ssm_d_inner, d = r->d;
+    const int slot = r->slot[il];
+
+    st_norm_rows(s->xn, s->x, &L->attn_norm, T, E, hp->norm_eps);
+    st_mm mm[3] = {{&L->ssm_qkv, r->qkv, C}, {&L->ssm_gate, r->z, di}, {&L->ssm_ba, r->ba, 2 * r->nv}};
+    st_matmul_multi(s->tp, mm, 3, s->xn, T, s->mm_ws);
+    st_rs_gates(r, L, r->ba, T, r->gb);
+    st_prof_mark(s, STRATA_PHASE_QKV);
+    if (r->win_open && pos0 >= r->win_pos && pos0 + T <= r->win_pos + ST_RS_WINDOW) { /* rollback */
+        const size_t W = ST_RS_WINDOW, off = (size_t)(pos0 - r->win_pos);
+        memcpy(r->hist_qkv + ((size_t)slot * W + off) * (size_t)C, r->qkv, sizeof(float) * (size_t)(T * C));
+        memcpy(r->hist_gb + ((size_t)slot * W + off) * 2 * (size_t)r->nv, r->gb,
+               sizeof(float) * (size_t)(T * 2 * r->nv));
+    }
+    st_rs_advance(r, s->tp, slot, L, r->qkv, r->gb, T, r->core, hp->norm_eps);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < r->nv; h++) {
+            float *o = r->core + t * di + h * d;
+            st_rmsnorm_gated(o, o, (const float *)L->ssm_norm.data, r->z + t * di + h * d, d, hp->norm_eps);
+        }
+    st_prof_mark(s, STRATA_PHASE_ATTN);
+    st_matmul(s->tp, &L->ssm_out, r->core, T, s->proj, s->mm_ws);
+    st_residual(m, s->x, s->proj, T * E);
+    st_prof_mark(s, STRATA_PHASE_ATTN_OUT);
+}
+
+void st_cpu_gated_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    st_rs *r = s->rs;
+    const int64_t E = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hk = hp->n_head_kv;
+    const int64_t nq = H * hd, nk = Hk * hd, nv = Hk * hp->head_dim_v;
+
+    st_norm_rows(s->xn, s->x, &L->attn_norm, T, E, hp->norm_eps);
+    st_mm mm[3] = {{&L->wq, r->qg, 2 * nq}, {&L->wk, s->k, nk}, {&L->wv, s->v, nv}};
+    st_matmul_multi(s->tp, mm, 3, s->xn, T, s->mm_ws);
+    st_prof_mark(s, STRATA_PHASE_QKV);
+    for (int64_t t = 0; t < T; t++) {
+        float *q = s->q + t * nq, *k = s->k + t * nk;
+        for (int64_t h = 0; h < H; h++) { /* each head's [query, gate] */
+            const float *src = r->qg + t * 2 * nq + h * 2 * hd;
+            st_rmsnorm(q + h * hd, src, (const float *)L->q_norm.data, hd, hp->norm_eps);
+            memcpy(r->gate + t * nq + h * hd, src + hd, sizeof(float) * (size_t)hd);
+        }
+        for (int64_t h = 0; h < Hk; h++)
+            st_rmsnorm(k + h * hd, k + h * hd, (const float *)L->k_norm.data, hd, hp->norm_eps);
+        const float *cs = s->rope_cs + t * hp->n_rot;
+        st_rope_apply(&s->rope, cs, q, H, hd);
+        st_rope_apply(&s->rope, cs, k, Hk, hd);
+    }
+    const st_attn_shape sh = {.n_head = (int32_t)H, .n_head_kv = (int32_t)Hk, .head_dim = (int32_t)hd,
+                              .head_dim_v = hp->head_dim_v, .scale = 1.0f / sqrtf((float)hd)};
+    st_kv_store(kv, &sh, s->k, s->v, T, pos0);
+    st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
+    for (int64_t i = 0; i < T * nq; i++) s->att[i] *= st_sigmoid(r->gate[i]);
+    st_prof_mark(s, STRATA_PHASE_ATTN);
+    st_matmul(s->tp, &L->wo, s->att, T, s->proj, s->mm_ws);
+    st_residual(m, s->x, s->proj, T * E);
+    st_prof_mark(s, STRATA_PHASE_ATTN_OUT);
+}
