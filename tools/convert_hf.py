@@ -18,6 +18,7 @@ Supported (config.json "architectures"[0] -> general.architecture):
     DeepseekV2ForCausalLM, DeepseekV3ForCausalLM                   -> deepseek2
     Glm4MoeForCausalLM (GLM-4.5, 4.5-Air, 4.6)                     -> glm4moe
     GptOssForCausalLM                                              -> gpt-oss
+    Qwen3NextForCausalLM (Qwen3-Next-80B-A3B)                      -> qwen3next
 
 What llama.cpp does, and therefore this tool does:
   * llama and granitemoe: q_proj/k_proj rows are permuted from HF's rotate-half order to the
@@ -48,6 +49,14 @@ What llama.cpp does, and therefore this tool does:
     *_scales) repacked into GGML MXFP4 without requantizing (see the gpt-oss section). Configs
     llama.cpp's gpt-oss would run differently (other SwiGLU constants, no biases, another
     sliding/full layer pattern, no YaRN or a truncated YaRN range) are refused.
+  * qwen3next: the gated-DeltaNet layers' in_proj_qkvz (per key head [q, k, v, z]) is split
+    into blk.N.attn_qkv (every q head, every k head, every v head: the conv's channel order) and
+    blk.N.attn_gate (z), in_proj_ba kept as blk.N.ssm_ba, A_log written as ssm_a = -exp(A_log),
+    dt_bias as ssm_dt.bias, the conv1d weight squeezed to (channels, kernel) and stored F32; the
+    (1 + w) RMSNorms (all but linear_attn.norm) get 1 added; post_attention_layernorm becomes
+    blk.N.post_attention_norm; the MTP layers (mtp.*) are not converted. Configs llama.cpp runs
+    differently (key/value head dims differing, norm_topk_prob false, dense layers, attention
+    biases, a layer pattern that is not every full_attention_interval-th layer) are refused.
   * Types: 1-D tensors, *_norm.weight, routers (ffn_gate_inp, ffn_gate_inp_shexp) and biases
     stay F32; everything else gets --outtype (Q8_0 via gguf.quants.quantize; a tensor whose row
     does not fit Q8_0 blocks falls back to F16), except the routed experts' weights under
@@ -125,6 +134,7 @@ ARCHES = {
     "DeepseekV3ForCausalLM": (gguf.MODEL_ARCH.DEEPSEEK2, False),
     "Glm4MoeForCausalLM": (gguf.MODEL_ARCH.GLM4_MOE, False),
     "GptOssForCausalLM": (gguf.MODEL_ARCH.GPT_OSS, False),
+    "Qwen3NextForCausalLM": (gguf.MODEL_ARCH.QWEN3NEXT, False),
 }
 
 # architectures whose multi-token-prediction layers (num_nextn_predict_layers, after the trunk)
@@ -296,6 +306,14 @@ class TensorConverter:
         if self.gpt_oss is not None:
             yield from self.gpt_oss.convert(name, data, bid)
             return
+        if self.arch == gguf.MODEL_ARCH.QWEN3NEXT:
+            if name.startswith("mtp."):
+                return  # the MTP layers are not converted
+            done = yield from qwen3next_tensor(self, name, data, bid)
+            if done:
+                return
+            if name.endswith("norm.weight") and ".linear_attn." not in name:  # scales by (1 + w)
+                data = data + 1
 
         if self.arch in MTP_ARCHES:
             if bid is not None and bid >= self.n_layer:  # a multi-token-prediction layer
@@ -393,7 +411,8 @@ def target_type(gname: str, data: np.ndarray, out: gguf.GGMLQuantizationType):
     if data.ndim <= 1 or gname.endswith("_norm.weight"):
         return gguf.GGMLQuantizationType.F32
     base = re.sub(r"^blk\.\d+\.", "", gname)
-    if base in ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight") or not gname.endswith(".weight"):
+    if (base in ("ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight", "ssm_conv1d.weight")
+            or not gname.endswith(".weight")):
         return gguf.GGMLQuantizationType.F32
     return out
 
@@ -515,7 +534,7 @@ def write_hparams(w: gguf.GGUFWriter, hf_arch: str, arch: gguf.MODEL_ARCH, hp: d
             w.add_logit_scale(v)
         if v := hp.get("shared_intermediate_size"):
             w.add_expert_shared_feed_forward_length(v)
-    if arch in (gguf.MODEL_ARCH.QWEN2MOE, gguf.MODEL_ARCH.QWEN3MOE):  # Qwen2MoeModel
+    if arch in (gguf.MODEL_ARCH.QWEN2MOE, gguf.MODEL_ARCH.QWEN3MOE, gguf.MODEL_ARCH.QWEN3NEXT):
         if (v := hp.get("moe_intermediate_size")) is not None:
             w.add_expert_feed_forward_length(v)
         if (v := hp.get("shared_expert_intermediate_size")) is not None:
@@ -531,6 +550,8 @@ def write_hparams(w: gguf.GGUFWriter, hf_arch: str, arch: gguf.MODEL_ARCH, hp: d
         write_hparams_glm4moe(w, full_hp, routing)
     if arch == gguf.MODEL_ARCH.GPT_OSS:  # GptOssModel
         write_hparams_gpt_oss(w, hp)
+    if arch == gguf.MODEL_ARCH.QWEN3NEXT:  # Qwen3NextModel(Qwen2MoeModel)
+        write_hparams_qwen3next(w, hp)
 
 
 # ---- deepseek2 -----------------------------------------------------------------------------------
@@ -848,6 +869,77 @@ def write_hparams_gpt_oss(w: gguf.GGUFWriter, hp: dict):
     w.add_rope_dimension_count(hp["head_dim"])
 
 
+# ---- qwen3next -----------------------------------------------------------------------------------
+
+def qwen3next_interval(hp: dict) -> int:
+    """The full-attention interval of a Qwen3-Next config (every interval-th layer attends, the
+    others are gated DeltaNet layers); raises ConvertError for a config llama.cpp's qwen3next would
+    run differently from transformers."""
+    n = hp["num_hidden_layers"]
+    if hp["linear_key_head_dim"] != hp["linear_value_head_dim"]:
+        raise ConvertError("config linear_key_head_dim != linear_value_head_dim: llama.cpp's "
+                           "qwen3next takes one head size (ssm.state_size) for both")
+    if hp["linear_num_value_heads"] % hp["linear_num_key_heads"]:
+        raise ConvertError("config linear_num_value_heads is not a multiple of linear_num_key_heads")
+    if hp.get("norm_topk_prob") is False:
+        raise ConvertError("config norm_topk_prob false: llama.cpp's qwen3next renormalizes the top-k")
+    if hp.get("mlp_only_layers") or hp.get("decoder_sparse_step", 1) != 1:
+        raise ConvertError("config mlp_only_layers / decoder_sparse_step: dense layers are not "
+                           "converted for qwen3next")
+    if hp.get("attention_bias"):
+        raise ConvertError("config attention_bias: llama.cpp's qwen3next has no attention biases")
+    interval = hp.get("full_attention_interval")
+    types = hp.get("layer_types")
+    if interval is None and types:
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+        interval = full[0] + 1 if full else n + 1
+    interval = interval or 4
+    pattern = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+    if types not in (None, pattern):
+        raise ConvertError(f"config layer_types {types}: not full attention on every {interval}-th layer alone")
+    return interval
+
+
+def qwen3next_tensor(tc: "TensorConverter", name: str, data: np.ndarray, bid: int | None):
+    """The gated-DeltaNet tensors llama.cpp's converter reshapes or renames (yields them and
+    returns True); False for every other tensor."""
+    hp = tc.hp
+    if ".linear_attn." not in name:
+        return False
+    if name.endswith(".A_log"):
+        yield f"blk.{bid}.ssm_a", -np.exp(data.astype(np.float32))
+    elif name.endswith(".dt_bias"):
+        yield f"blk.{bid}.ssm_dt.bias", data
+    elif name.endswith(".conv1d.weight"):
+        yield tc.fmt(gguf.MODEL_TENSOR.SSM_CONV1D, bid), data.reshape(data.shape[0], data.shape[-1])
+    elif name.endswith(".in_proj_qkvz.weight"):
+        nk, dk = hp["linear_num_key_heads"], hp["linear_key_head_dim"]
+        rv = hp["linear_num_value_heads"] // nk * hp["linear_value_head_dim"]
+        if data.shape[0] != nk * (2 * dk + 2 * rv):
+            raise ConvertError(f"tensor {name!r}: shape {data.shape}, expected ({nk * (2 * dk + 2 * rv)}, d)")
+        g = data.reshape(nk, 2 * dk + 2 * rv, data.shape[1])
+        q, k, v, z = g[:, :dk], g[:, dk:2 * dk], g[:, 2 * dk:2 * dk + rv], g[:, 2 * dk + rv:]
+        flat = [x.reshape(-1, data.shape[1]) for x in (q, k, v)]
+        yield tc.fmt(gguf.MODEL_TENSOR.ATTN_QKV, bid), np.concatenate(flat, axis=0)
+        yield tc.fmt(gguf.MODEL_TENSOR.ATTN_GATE, bid), z.reshape(-1, data.shape[1])
+    else:
+        return False
+    return True
+
+
+def write_hparams_qwen3next(w: gguf.GGUFWriter, hp: dict):
+    """llama.cpp's Qwen3NextModel.set_gguf_parameters additions."""
+    w.add_ssm_conv_kernel(hp["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(hp["linear_key_head_dim"])
+    w.add_ssm_group_count(hp["linear_num_key_heads"])
+    w.add_ssm_time_step_rank(hp["linear_num_value_heads"])
+    w.add_ssm_inner_size(hp["linear_value_head_dim"] * hp["linear_num_value_heads"])
+    w.add_full_attention_interval(qwen3next_interval(hp))
+    head = hp.get("head_dim") or hp["hidden_size"] // hp["num_attention_heads"]
+    prf = rope_params(hp).get("partial_rotary_factor", hp.get("partial_rotary_factor", 0.25))
+    w.add_rope_dimension_count(int(head * prf))
+
+
 # =================================================================================================
 # Tokenizer
 # =================================================================================================
@@ -1159,6 +1251,8 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
     arch, permute = ARCHES[hf_arch]
     if arch == gguf.MODEL_ARCH.GPT_OSS:
         gpt_oss_check(hp)
+    if arch == gguf.MODEL_ARCH.QWEN3NEXT:
+        qwen3next_interval(hp)
     routing = (deepseek2_routing(hf_arch, hp) if arch == gguf.MODEL_ARCH.DEEPSEEK2
                else glm4moe_routing(hp) if arch == gguf.MODEL_ARCH.GLM4_MOE else None)
     if keep_mtp and arch in MTP_ARCHES:  # only layers that are MTP layers

@@ -27,6 +27,7 @@ from gguf import GGMLQuantizationType as Q  # noqa: E402
 
 import test_hf_parity_lib as L  # noqa: E402
 from test_convert_hf_gpt_oss import expected_kv_gpt_oss, expected_tensors_gpt_oss  # noqa: E402
+from test_convert_hf_qwen3next import expected_kv_qwen3next, expected_tensors_qwen3next  # noqa: E402
 
 NAMES = list(L.zoo())
 GLM = ["glm4moe", "glm4moe_noqknorm"]
@@ -89,6 +90,8 @@ EXPERT_W = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj":
 def expected_tensors(name: str, model) -> dict[str, np.ndarray]:
     if name == "gpt_oss":
         return expected_tensors_gpt_oss(model)
+    if name == "qwen3next":
+        return expected_tensors_qwen3next(model)
     cfg = model.config
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     if cfg.tie_word_embeddings:
@@ -249,7 +252,7 @@ def expected_kv(name: str, cfg) -> dict:
             "llama_linear_rope": "llama", "qwen2": "qwen2", "qwen2_yarn": "qwen2",
             "qwen3": "qwen3", "deepseek2_lite": "deepseek2", "deepseek2_v3": "deepseek2",
             "glm4moe": "glm4moe", "glm4moe_noqknorm": "glm4moe",
-            "gpt_oss": "gpt-oss"}[name]
+            "gpt_oss": "gpt-oss", "qwen3next": "qwen3next"}[name]
     a = arch + "."
     rp = cfg.rope_parameters
     e = {
@@ -299,6 +302,8 @@ def expected_kv(name: str, cfg) -> dict:
         e.update(expected_kv_glm4moe(cfg))
     if arch == "gpt-oss":
         e.update(expected_kv_gpt_oss(cfg))
+    if arch == "qwen3next":
+        e.update(expected_kv_qwen3next(cfg))
     return e
 
 

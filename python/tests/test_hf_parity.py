@@ -5,7 +5,8 @@ q/k/v bias, qwen3moe, mixtral, granitemoe with and without shared expert, llama 
 RoPE scaling), qwen2 (also with YaRN), qwen3 with tied embeddings, deepseek2 as DeepSeek-V2-Lite and
 as DeepSeek-V3 (MLA, sigmoid + bias + group routing, YaRN), glm4moe as GLM-4.5 and GLM-4.5-Air
 (partial NEOX RoPE, q/k/v bias, sigmoid + bias routing, shared expert), gpt_oss (sliding/full
-attention with sinks, biased experts with the clamped SwiGLU, YaRN)): a tiny random float32 HF
+attention with sinks, biased experts with the clamped SwiGLU, YaRN), qwen3next (gated DeltaNet and
+gated attention layers, gated shared expert)): a tiny random float32 HF
 model (seeded), saved with save_pretrained, converted to an F32 GGUF by tools/convert_hf.py, run by
 Strata with an f32 KV cache on a few token-id prompts. Requires
   * logits at every prompt position: max|strata - hf| / max|hf| < 1e-4 (prompt read in one call,
@@ -15,7 +16,9 @@ Strata with an f32 KV cache on a few token-id prompts. Requires
     other's top-5, and the comparison ends there);
 and a Q8_0 conversion of one model whose greedy tokens mostly match the F32 file's; for deepseek2
 also batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for
-deepseek2 and glm4moe the MTP layer as a drafter against a transformers-built reference."""
+deepseek2 and glm4moe the MTP layer as a drafter against a transformers-built reference; for
+qwen3next verify windows with the recurrent state rolled back, and the refusals (rollback past the
+window, CUDA sessions)."""
 from __future__ import annotations
 
 import zlib
@@ -146,6 +149,55 @@ def test_deepseek2_windows_and_placement(name, workdir):
     with strata.Model(path, n_ctx=256, n_threads=2, kv_type="f32", ram_budget=6 * one) as r:
         got = np.asarray(r.logits(p), dtype=np.float64)
     assert np.array_equal(got, full), f"RAM budget changed the logits: {np.abs(got - full).max()}"
+
+
+@pytest.mark.parametrize("n_batch", [512, 2])
+def test_qwen3next_windows_and_rollback(n_batch, workdir):
+    """qwen3next's recurrent (DeltaNet) state under speculative decoding: verify windows (the last
+    token and k drafts in one call, cut into batches of n_batch) give the rows of token-by-token
+    greedy decoding bit for bit, the state restored after the first wrong draft; then a truncation
+    back past the last window is refused with a message, a reset starts over bit for bit, and a
+    truncation to the window's start equals decoding up to there."""
+    import strata
+    _, path = prepare("qwen3next", workdir)
+    p = PROMPTS[2]
+    with L.StrataModel(path, n_ctx=256, n_batch=n_batch) as sm:
+        ids, rows = sm.greedy(p, 48)
+        lib = sm.lib
+        lib.strata_session_reset(sm.session)
+        assert np.array_equal(sm.decode(p, False)[0], rows[0])
+        i = 0  # rows[i] is the row after which ids[i] comes
+        for k, wrong in [(3, None), (5, 2), (1, 0), (4, None), (6, 3), (16, 5), (2, 1)]:
+            drafts = ids[i + 1:i + 1 + k]
+            if wrong is not None and wrong < len(drafts):
+                drafts = drafts[:wrong] + [(drafts[wrong] + 1) % sm.n_vocab] + drafts[wrong + 1:]
+            n0 = lib.strata_session_n_past(sm.session)
+            got = sm.decode([ids[i]] + drafts, True)
+            acc = next((j for j, d in enumerate(drafts) if d != ids[i + 1 + j]), len(drafts))
+            for j in range(acc + 1):
+                assert np.array_equal(got[j], rows[i + 1 + j]), f"window row {j} differs (k {k})"
+            strata.check(lib.strata_session_truncate(sm.session, n0 + 1 + acc), "truncate")
+            i += 1 + acc
+        n_past = lib.strata_session_n_past(sm.session)
+        rc = lib.strata_session_truncate(sm.session, len(p))
+        assert rc != 0 and "rolls back only inside the last decode window" in strata._ffi.last_error()
+        assert lib.strata_session_n_past(sm.session) == n_past
+        # still on track after the refusal: the next row is token-by-token's
+        assert np.array_equal(sm.decode([ids[i]], True)[0], rows[i + 1])
+        # a truncation to the start of the last call's window: the state there, then decoding on
+        strata.check(lib.strata_session_truncate(sm.session, n_past), "truncate")
+        assert np.array_equal(sm.decode([ids[i]], True)[0], rows[i + 1])
+        # reset: position 0 again
+        lib.strata_session_reset(sm.session)
+        assert np.array_equal(sm.decode(p, False)[0], rows[0])
+
+
+def test_qwen3next_cuda_refused(workdir):
+    """A CUDA session of qwen3next is refused with a message before any device work."""
+    import strata
+    _, path = prepare("qwen3next", workdir)
+    with pytest.raises(strata.StrataError, match="qwen3next runs on the CPU backend only"):
+        L.StrataModel(path, n_ctx=64, backend="cuda")
 
 
 def test_q8_0_greedy_mostly_matches_f32(workdir):

@@ -98,6 +98,18 @@ def zoo() -> dict[str, tuple[str, dict]]:
                                        rope_type="yarn", factor=4.0, beta_fast=32.0,
                                        beta_slow=1.0, truncate=False, rope_theta=150000.0,
                                        original_max_position_embeddings=128))),
+        # Qwen3-Next: gated DeltaNet layers (2 key heads serving 4 value heads, conv kernel 4) and
+        # gated full attention (every 2nd layer; q/k norms, rope on a quarter of each head),
+        # 8 experts top-2 renormalized plus a shared expert behind a sigmoid gate.
+        "qwen3next": ("Qwen3Next", dict(BASE, num_hidden_layers=4, intermediate_size=128,
+                                        moe_intermediate_size=32,
+                                        shared_expert_intermediate_size=64, **moe8,
+                                        norm_topk_prob=True, full_attention_interval=2,
+                                        linear_conv_kernel_dim=4, linear_key_head_dim=16,
+                                        linear_value_head_dim=16, linear_num_key_heads=2,
+                                        linear_num_value_heads=4, rope_parameters=dict(
+                                            rope_type="default", rope_theta=10000.0,
+                                            partial_rotary_factor=0.25))),
     }
 
 
