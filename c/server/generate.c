@@ -205,6 +205,12 @@ static strata_status srv_read_prompt(srv_slot *s, const srv_gen *g, float *logit
     while (k < n && k < s->n_tokens && s->tokens[k] == g->prompt[k]) k++;
     if (k == n) k--;
     strata_status st = strata_session_truncate(s->session, k);
+    if (st == STRATA_ERR_UNSUPPORTED) { /* a recurrent state (qwen3next) rolls back only within
+                                           its last window: read the whole prompt again */
+        strata_session_reset(s->session);
+        k = 0;
+        st = STRATA_OK;
+    }
     s->n_tokens = k;
     if (st == STRATA_OK) st = strata_session_decode(s->session, g->prompt + k, n - k, logits, 0);
     if (st != STRATA_OK) { /* what the cache holds is no longer known: start over next time */
