@@ -18,7 +18,7 @@
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 #   run(command="STAGES=air bash bench/device/device_ds2.sh", ...)
 # Knobs: STAGES (default "tests lite"; also "air", "oss20b"), CTESTS (the C tests, NAME:SECONDS),
-# BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2). $OUT:
+# PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
 set -u
 cd "$(dirname "$0")/../.."
@@ -63,17 +63,17 @@ DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_mla build/tests/
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
         ${CTESTS:-test_cuda_mla:120 test_cuda_moe:200 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
-    for t in test_hf_parity_gpu.py::"-k not_gpt_oss" test_iq_gpu.py::""; do
+    for t in ${PYTESTS:-test_hf_parity_gpu.py::not+gpt_oss test_iq_gpu.py::}; do # FILE::-k expression, + for spaces
         f=${t%%::*} k=${t#*::}
-        k=${k//not_/not } # (pytest -k "not gpt_oss": gpt-oss is not on the GPU yet)
+        k=${k//+/ } # (gpt-oss is not on the GPU yet)
         STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \
-            timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/$f ${k:+-k "${k#-k }"} > "$O/${f%.py}.log" 2>&1
+            timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/$f ${k:+-k "$k"} > "$O/${f%.py}.log" 2>&1
         echo "$f $k rc=$? at $(el)s: $(tail -1 "$O/${f%.py}.log")"
         grep -E "^FAILED|Error" "$O/${f%.py}.log" | head -8
     done
     [ -f .devdata/ds2_v3.gguf ] && STRATA_LIB=$PWD/libstrata.so PYTHONPATH=$PWD/python:$PYTHONPATH \
         timeout 120 python3 bench/device/ds2_long.py .devdata/ds2_v3.gguf 900 2>&1 | tail -6
-    make CUDA=1 mla-check MLA_CTX=8192 > "$O/mla_check.log" 2>&1
+    make CUDA=1 mla-check MLA_CTX=${MLA_CTX:-8192} > "$O/mla_check.log" 2>&1
     echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -30
 fi
 [ -n "$FIRST" ] || { echo "done at $(el)s"; exit 0; }
