@@ -94,6 +94,13 @@ st_k_attn(const st_attn_args a) {
     const int64_t lim_max = pos0 + (r_end - 1) / G;
     const int64_t c0 = (int64_t)c * a.chunk;
     const int64_t c1 = min(c0 + (int64_t)a.chunk, lim_max + 1); /* this block's positions [c0, c1) */
+    /* a sliding window: the block's first row sees nothing before lo, so the walk starts at the
+     * tile that holds lo (tiles stay aligned to c0) */
+    int64_t cs = c0;
+    if (a.window > 0) {
+        const int64_t lo = pos0 + r_first / G - a.window + 1;
+        if (lo > c0) cs = c0 + (lo - c0) / ST_ATTN_TILE * ST_ATTN_TILE;
+    }
     /* A decode-sized call (one row group): the chunk's K and V rows before pos0 (written by
      * earlier steps; the kernels this one waits for store pos0 on) start towards L2 before
      * griddepcontrol.wait, as in st_k_attn_dtc. */
@@ -102,8 +109,8 @@ st_k_attn(const st_attn_args a) {
         const char *Vb = (const char *)a.v + (size_t)hk * (size_t)a.n_ctx * HD * ES;
         const int64_t q1 = min(c1, pos0);
         constexpr int LPP = HD * ES / 128; /* 128-byte lines a position */
-        for (int64_t i = threadIdx.x; c0 < q1 && i < (q1 - c0) * LPP; i += ST_ATTN_THREADS) {
-            const size_t off = (size_t)c0 * HD * ES + (size_t)i * 128;
+        for (int64_t i = threadIdx.x; cs < q1 && i < (q1 - cs) * LPP; i += ST_ATTN_THREADS) {
+            const size_t off = (size_t)cs * HD * ES + (size_t)i * 128;
             st_attn_prefetch_l2(Kb + off);
             st_attn_prefetch_l2(Vb + off);
         }
@@ -138,7 +145,7 @@ st_k_attn(const st_attn_args a) {
     const char *Vb = (const char *)a.v + (size_t)hk * (size_t)a.n_ctx * HD * ES;
     float *Pw = Ps + warp * RPW * TL;
 
-    for (int64_t pb = c0; pb < c1; pb += TL) {
+    for (int64_t pb = cs; pb < c1; pb += TL) {
         __syncthreads(); /* the previous tile is consumed (first pass: Qs is written) */
         /* K, transposed: lane = position, so the shared stores are conflict-free. */
         for (int idx = (int)threadIdx.x; idx < TL * VPR; idx += ST_ATTN_THREADS) {
@@ -195,7 +202,7 @@ st_k_attn(const st_attn_args a) {
         const int64_t p = pb + lane;
 #pragma unroll
         for (int j = 0; j < RPW; j++) {
-            const bool valid = p < c1 && p <= lim[j];
+            const bool valid = p < c1 && p <= lim[j] && (a.window <= 0 || p > lim[j] - a.window);
             const float s = valid ? sc[j] * a.scale : -INFINITY;
             const float mn = fmaxf(m[j], st_warp_max_f(s)); /* warp-uniform */
             float corr = 1.0f, pv = 0.0f;
@@ -232,10 +239,16 @@ st_k_attn(const st_attn_args a) {
         if (!warp_live || r >= R) continue;
         const int t = r / G, h = hk * G + (r - t * G);
         if (a.n_chunks == 1) {
-            /* every row sees position 0, so l > 0 */
+            /* every row sees its own position, so l > 0 */
             float o[ND];
+            if (a.sinks) {
+                const float sk = a.sinks[h];
 #pragma unroll
-            for (int dd = 0; dd < ND; dd++) o[dd] = __fdiv_rn(acc[j][dd], l[j]);
+                for (int dd = 0; dd < ND; dd++) o[dd] = st_attn_sink_div(acc[j][dd], m[j], l[j], sk);
+            } else {
+#pragma unroll
+                for (int dd = 0; dd < ND; dd++) o[dd] = __fdiv_rn(acc[j][dd], l[j]);
+            }
             st_attn_store_row<HD>(a, t, h, o, lane);
         } else {
             float *pr = a.part + ((size_t)((int64_t)t * a.n_head + h) * (size_t)a.n_chunks + (size_t)c) * (HD + 2);
@@ -262,13 +275,15 @@ st_k_attn(const st_attn_args a) {
         float M = -INFINITY;
         for (int cc = lane; cc < a.n_chunks; cc += 32) M = fmaxf(M, __ldcg(pr + (size_t)cc * (HD + 2) + HD));
         M = st_warp_max_f(M);
+        const float sk = a.sinks ? a.sinks[h] : -INFINITY;
+        if (a.sinks) M = fmaxf(M, sk); /* the sink joins the maximum and, below, the sum */
         float L = 0.0f, o[ND];
 #pragma unroll
         for (int dd = 0; dd < ND; dd++) o[dd] = 0.0f;
         for (int c0 = 0; c0 < a.n_chunks; c0 += 32) {
             const int cl = c0 + lane;
-            float wl = 0.0f, ll = 0.0f; /* chunk cl's weight (0: empty, M is finite: chunk 0 holds
-                                         * position 0) and sum */
+            float wl = 0.0f, ll = 0.0f; /* chunk cl's weight (0: empty; M is finite: some chunk
+                                         * holds the row's own position) and sum */
             if (cl < a.n_chunks) {
                 const float mc = __ldcg(pr + (size_t)cl * (HD + 2) + HD);
                 ll = __ldcg(pr + (size_t)cl * (HD + 2) + HD + 1);
@@ -288,6 +303,7 @@ st_k_attn(const st_attn_args a) {
                 for (int dd = 0; dd < ND; dd++) o[dd] = fmaf(v[dd], w, o[dd]);
             }
         }
+        if (a.sinks) L += expf(sk - M);
 #pragma unroll
         for (int dd = 0; dd < ND; dd++) o[dd] = __fdiv_rn(o[dd], L);
         st_attn_store_row<HD>(a, t, h, o, lane);
@@ -539,7 +555,7 @@ static strata_status st_attn_dec_dispatch(int hd, bool f16, const st_attn_args &
 #endif
 static __global__ void __launch_bounds__(ST_ATTN_COMBINE_THREADS)
 st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_head, float *out,
-                  int64_t ldo, block_q8_1 *q8) {
+                  int64_t ldo, block_q8_1 *q8, const float *__restrict__ sinks) {
     st_pdl_enter();
     constexpr int NW = ST_ATTN_COMBINE_WARPS;
     __shared__ float Ws[ST_ATTN_MAX_CHUNKS], Lc[ST_ATTN_MAX_CHUNKS];
@@ -563,15 +579,17 @@ st_k_attn_combine(const float *__restrict__ part, int n_chunks, int hd, int n_he
     float M = Wmax[0];
 #pragma unroll
     for (int w = 1; w < NW; w++) M = fmaxf(M, Wmax[w]);
+    if (sinks) M = fmaxf(M, sinks[h]); /* the sink joins the maximum and, below, the sum */
     for (int c = tid; c < n_chunks; c += ST_ATTN_COMBINE_THREADS) {
         const float m = Ws[c];
-        Ws[c] = m == -INFINITY ? 0.0f : expf(m - M); /* M is finite: chunk 0 holds position 0 */
+        Ws[c] = m == -INFINITY ? 0.0f : expf(m - M); /* M is finite: a chunk holds the row's position */
     }
     __syncthreads();
     if (warp == 0) {
         float L = 0.0f;
         for (int c = lane; c < n_chunks; c += 32) L = fmaf(Lc[c], Ws[c], L);
         L = st_warp_sum_f(L);
+        if (sinks) L += expf(sinks[h] - M);
         if (lane == 0) Lsum = L;
     }
     const int d = (int)blockIdx.y * 32 + lane;
@@ -762,6 +780,7 @@ static st_attn_kernel st_attn_pick(strata_type kv_type, const st_cuda_attn_shape
     const bool mma_ok = kv_type == STRATA_TYPE_F16 && (s->head_dim == 64 || s->head_dim == 128);
     const bool free_plan = rpw_force == 0 && target_blocks <= 0;
     const size_t lim = st_cuda_smem_limit(); /* a free plan passes over kernels the device cannot hold */
+    if (s->window > 0 || s->sinks) return ST_ATTN_K_FMA; /* the one kernel that takes them */
     if (mma_ok && R <= ST_ATTN_DTC_ROWS &&
         (rpw_force == 32 || (free_plan && s->tc != 0 && np >= ST_ATTN_DTC_MIN_NP && st_attn_dtc_smem(s->head_dim) <= lim)))
         return ST_ATTN_K_DTC;
@@ -811,8 +830,12 @@ static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_s
     if (!kv->k || !kv->v || ((uintptr_t)kv->k & 15) || ((uintptr_t)kv->v & 15))
         return st_error(STRATA_ERR_INVALID_ARG, "%s: cache k %p / v %p NULL or not 16-byte aligned",
                         fn, kv->k, kv->v);
-    if (!isfinite(s->scale))
-        return st_error(STRATA_ERR_INVALID_ARG, "%s: scale %g", fn, (double)s->scale);
+    if (!isfinite(s->scale) || s->window < 0)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: scale %g, window %d", fn, (double)s->scale,
+                        (int)s->window);
+    if ((s->window > 0 || s->sinks) && (rpw_force > 4 || rpw_force < 0))
+        return st_error(STRATA_ERR_UNSUPPORTED, "%s: a sliding window or sinks take the FMA kernel "
+                        "st_k_attn only (forced kernel %d)", fn, rpw_force);
     if (!d_ws || ((uintptr_t)d_ws & 15)) ws_bytes = 0; /* no usable workspace: one pass */
     ST_TRY(st_cuda_require(fn));
 
@@ -871,6 +894,8 @@ static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_s
     a.n_chunks = pl.n_chunks;
     a.sync = NULL;
     a.q8 = NULL;
+    a.window = s->window;
+    a.sinks = s->sinks;
     /* the FMA kernel finishes its rows itself when asked for Q8_1 rows: in one pass, or through
      * the counters (one per row group and KV head) instead of the combine pass */
     const bool fma = !tc && !dtc && !dec;
@@ -915,7 +940,7 @@ static strata_status st_attn_go(const st_cuda_kv_layer *kv, const st_cuda_attn_s
         }
         const dim3 grid((unsigned)(T * s->n_head), (unsigned)(s->head_dim / 32));
         st_launch(st_k_attn_combine, grid, ST_ATTN_COMBINE_THREADS, 0, st,
-            (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo, cq8);
+            (const float *)d_ws, pl.n_chunks, s->head_dim, s->n_head, d_out, ldo, cq8, s->sinks);
         ST_CUDA_CHECK_LAUNCH("st_k_attn_combine");
     }
     return STRATA_OK;

@@ -122,7 +122,16 @@ struct st_attn_args {
                                * chunk's block of a row group merges the partials (no combine) */
     block_q8_1 *q8;           /* st_k_attn with sync or one chunk: out also as Q8_1 rows (ldo =
                                * n_head * HD) */
+    int window;               /* st_k_attn only: > 0, a row at position p sees p-window+1..p */
+    const float *sinks;       /* st_k_attn and the combine only: [n_head] sink logits or NULL */
 };
+
+/* A row's output from its accumulator, running maximum m and sum l, with a sink logit: the
+ * softmax's denominator gains exp(sink - M), M = max(m, sink) (ggml's soft_max with sinks). */
+static __device__ __forceinline__ float st_attn_sink_div(float acc, float m, float l, float sink) {
+    const float M = fmaxf(m, sink), cm = expf(m - M);
+    return __fdiv_rn(acc * cm, fmaf(l, cm, expf(sink - M)));
+}
 
 /* The tensor-core kernels' geometry (attn_tc.cu). */
 #ifndef ST_ATTN_TC_BM /* -DST_ATTN_TC_BM=128: blocks of 8 warps (a build-time A/B) */

@@ -158,6 +158,11 @@ typedef struct st_cuda_attn_shape {
                                 H200 the single-f16 kernel took pp512 at depth 16K 3.1x the FMA
                                 kernel's speed, split 2.9x, and doubled the tiny model's KL against
                                 the CPU (1.75e-4 against 6.1e-5), split not (6.1e-5). */
+    int32_t window;          /* > 0: a query at position p sees positions p-window+1..p only */
+    const float *sinks;      /* device [n_head] or NULL: each head's sink logit, a softmax term
+                                with no value (gpt-oss). window or sinks set: the FMA kernel
+                                st_k_attn serves every call (the decode and tensor-core kernels
+                                take neither) */
 } st_cuda_attn_shape;
 
 /* 1 if the attention kernels take this cache type and shape: type F16 or F32, head_dim ==

@@ -13,7 +13,8 @@
  * no workspace, a workspace too small for the full split, and the argument errors. The kernel
  * each case runs is named (st_cuda_attn_kernel_name) and the choice is checked without a device
  * (decode at depth on the tensor cores unless shape.tc is 0, the FMA kernels for f32 caches,
- * head_dim 256 and short contexts). Skips the GPU cases, saying why, where no GPU is usable. */
+ * head_dim 256 and short contexts). gpt-oss's sliding windows and sink logits against the CPU's
+ * (test_window_sinks). Skips the GPU cases, saying why, where no GPU is usable. */
 #include "strata.h"
 #include "test.h"
 
@@ -94,6 +95,8 @@ static double g_last_nmse; /* the last case's NMSE against the CPU */
 static const char *g_last_kernel; /* the kernel the last case ran (st_cuda_attn_kernel_name) */
 static int g_q8; /* the next cases call st_cuda_attention_q8 (Q8_1 rows, counters) */
 static int g_last_q8; /* the last case's q8_done */
+static int g_window; /* the next cases' sliding window (0: none) */
+static int g_sinks; /* the next cases have a sink logit per head (random, about the scores' size) */
 
 /* One case: a cache of n_ctx = np + 37 positions holding np tokens, T query tokens at
  * pos0 = np - T. ldq/ldo padding pq/po floats per row. */
@@ -105,13 +108,28 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     const int64_t ldq = nq + pq, ldo = nq + po;
     const size_t el = kvt == STRATA_TYPE_F16 ? 2 : 4;
     char desc[200];
-    st_attn_shape cs = {.n_head = sh.n_head, .n_head_kv = sh.n_kv, .head_dim = sh.hd, .head_dim_v = sh.hd, .scale = 1.0f / sqrtf((float)hd)};
-    st_cuda_attn_shape gs = {sh.n_head, sh.n_kv, sh.hd, sh.hd, cs.scale, g_tc};
+    /* sinks: the same values on both sides (the GPU's copy on the device) */
+    float *sinks = g_sinks ? malloc(sizeof(float) * (size_t)sh.n_head) : NULL;
+    void *dsinks = NULL;
+    if (sinks) {
+        fill(sinks, sh.n_head, 4.0f);
+        dsinks = dev_alloc(sizeof(float) * (size_t)sh.n_head, 0xA5);
+        if (dsinks && st_cuda_memcpy_h2d(dsinks, sinks, sizeof(float) * (size_t)sh.n_head) != STRATA_OK) {
+            st_cuda_free(dsinks);
+            dsinks = NULL;
+        }
+    }
+    st_attn_shape cs = {.n_head = sh.n_head, .n_head_kv = sh.n_kv, .head_dim = sh.hd, .head_dim_v = sh.hd,
+                        .scale = 1.0f / sqrtf((float)hd), .window = g_window, .sinks = sinks};
+    st_cuda_attn_shape gs = {.n_head = sh.n_head, .n_head_kv = sh.n_kv, .head_dim = sh.hd, .head_dim_v = sh.hd,
+                             .scale = cs.scale, .tc = g_tc, .window = g_window, .sinks = dsinks};
     const char *kname = st_cuda_attn_kernel_name(kvt, &gs, T, pos0, n_ctx);
-    snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s%s [%s]", sh.name,
+    char extra[48] = "";
+    if (g_window || g_sinks) snprintf(extra, sizeof extra, " win=%d%s", g_window, g_sinks ? " sinks" : "");
+    snprintf(desc, sizeof desc, "%s %s h=%d/%d hd=%lld T=%lld ctx=%lld%s%s%s%s%s [%s]", sh.name,
              strata_type_name(kvt), sh.n_head, sh.n_kv, (long long)hd, (long long)T, (long long)np,
              pq || po ? " strided" : "", wm == WS_NONE ? " ws=none" : "", wm == WS_SMALL ? " ws=small" : "",
-             g_tc == 2 ? " tc split" : g_tc == 3 ? " tc split-p" : g_tc ? " tc" : "", kname ? kname + 5 : "?");
+             g_tc == 2 ? " tc split" : g_tc == 3 ? " tc split-p" : g_tc ? " tc" : "", extra, kname ? kname + 5 : "?");
     g_last_kernel = kname;
     CHECK(st_cuda_attn_supports(kvt, &gs), "%s: not supported", desc);
 
@@ -124,7 +142,8 @@ static void attn_case(shape_t sh, strata_type kvt, int64_t T, int64_t np, int64_
     float *scratch = malloc(sizeof(float) * (size_t)n_thr * (size_t)n_ctx);
     st_kv_layer ckv = {kvt, calloc((size_t)(n_ctx * nk), el), calloc((size_t)(n_ctx * nk), el), n_ctx};
     uint8_t *gk = malloc((size_t)(n_ctx * nk) * el), *gv = malloc((size_t)(n_ctx * nk) * el);
-    if (!k || !v || !q || !qc || !ref || !got || !got2 || !scratch || !ckv.k || !ckv.vt || !gk || !gv) {
+    if (!k || !v || !q || !qc || !ref || !got || !got2 || !scratch || !ckv.k || !ckv.vt || !gk || !gv ||
+        (g_sinks && (!sinks || !dsinks))) {
         CHECK(0, "%s: host allocation", desc);
         goto done_host;
     }
@@ -271,16 +290,18 @@ done:
     st_cuda_free(dq8); st_cuda_free(dq8ref); st_cuda_free(dsync);
 done_host:
     free(k); free(v); free(q); free(qc); free(ref); free(got); free(got2); free(scratch);
+    free(sinks);
+    st_cuda_free(dsinks);
     free(ckv.k); free(ckv.vt); free(gk); free(gv);
 }
 
 /* ---- argument errors (no device needed) ----------------------------------------------------- */
 
 static void test_arguments(void) {
-    st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f, 0};
+    st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f, 0, 0, NULL};
     CHECK(st_cuda_attn_supports(STRATA_TYPE_F16, &s) && st_cuda_attn_supports(STRATA_TYPE_F32, &s),
           "qwen3 shape");
-    st_cuda_attn_shape s80 = {32, 4, 80, 80, 0.1f, 0}, smla = {32, 4, 128, 64, 0.1f, 0}, sodd = {30, 4, 128, 128, 0.1f, 0};
+    st_cuda_attn_shape s80 = {32, 4, 80, 80, 0.1f, 0, 0, NULL}, smla = {32, 4, 128, 64, 0.1f, 0, 0, NULL}, sodd = {30, 4, 128, 128, 0.1f, 0, 0, NULL};
     CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &s80), "head_dim 80 is not instantiated");
     CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &smla), "head_dim != head_dim_v");
     CHECK(!st_cuda_attn_supports(STRATA_TYPE_F16, &sodd), "n_head not a multiple of n_head_kv");
@@ -308,6 +329,10 @@ static void test_arguments(void) {
     CHECK(st == STRATA_ERR_INVALID_ARG, "store past n_ctx: %s", strata_status_name(st));
     st = st_cuda_kv_store(&kv, &s, fq, 500, fq, 512, 1, 0, NULL, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "store ldk < n_kv * hd: %s", strata_status_name(st));
+    st_cuda_attn_shape sneg = s;
+    sneg.window = -1;
+    st = st_cuda_attention(&kv, &sneg, fq, 4096, 1, 0, NULL, fo, 4096, NULL, 0, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "negative window: %s", strata_status_name(st));
     st_cuda_kv_layer kvq = {STRATA_TYPE_Q8_0, fk, fv, 100};
     st = st_cuda_kv_store(&kvq, &s, fq, 512, fq, 512, 1, 0, NULL, NULL);
     CHECK(st == STRATA_ERR_UNSUPPORTED, "q8_0 cache store: %s", strata_status_name(st));
@@ -324,8 +349,8 @@ static int kernel_is(strata_type kvt, const st_cuda_attn_shape *s, int64_t T, in
 static void test_kernel_choice(void) {
     const strata_type F16 = STRATA_TYPE_F16, F32 = STRATA_TYPE_F32;
     for (int tc = -1; tc <= 3; tc++) {
-        const st_cuda_attn_shape q3 = {32, 4, 128, 128, 0.088f, tc}, ol = {16, 16, 128, 128, 0.088f, tc},
-                                 h64 = {16, 4, 64, 64, 0.125f, tc}, h256 = {8, 2, 256, 256, 0.0625f, tc};
+        const st_cuda_attn_shape q3 = {32, 4, 128, 128, 0.088f, tc, 0, NULL}, ol = {16, 16, 128, 128, 0.088f, tc, 0, NULL},
+                                 h64 = {16, 4, 64, 64, 0.125f, tc, 0, NULL}, h256 = {8, 2, 256, 256, 0.0625f, tc, 0, NULL};
         const char *dtc = tc != 0 ? "st_k_attn_dtc" : "st_k_attn_dec";
         const char *tck = tc != 0 ? "st_k_attn_tc" : "st_k_attn";
         /* decode at depth: the tensor-core decode kernel unless shape.tc is 0 */
@@ -354,9 +379,66 @@ static void test_kernel_choice(void) {
         CHECK(kernel_is(F16, &q3, 4, 16000, 20000, "st_k_attn"), "tc %d: 32 rows: general kernel", tc);
         CHECK(st_cuda_attn_kernel_name(F16, &q3, 1, 20000, 20000) == NULL, "tc %d: past n_ctx", tc);
     }
-    const st_cuda_attn_shape s80 = {32, 4, 80, 80, 0.1f, -1};
+    /* a sliding window or sinks: the FMA kernel whatever the call (the others take neither) */
+    const float sk[64] = {0};
+    const st_cuda_attn_shape win = {.n_head = 64, .n_head_kv = 8, .head_dim = 64, .head_dim_v = 64,
+                                    .scale = 0.125f, .tc = 2, .window = 128},
+                             snk = {.n_head = 64, .n_head_kv = 8, .head_dim = 64, .head_dim_v = 64,
+                                    .scale = 0.125f, .tc = 2, .sinks = sk};
+    CHECK(kernel_is(F16, &win, 1, 16383, 20000, "st_k_attn"), "window: decode at 16K -> st_k_attn");
+    CHECK(kernel_is(F16, &snk, 1, 16383, 20000, "st_k_attn"), "sinks: decode at 16K -> st_k_attn");
+    CHECK(kernel_is(F16, &win, 512, 0, 20000, "st_k_attn"), "window: pp512 -> st_k_attn");
+    CHECK(kernel_is(F16, &snk, 512, 0, 20000, "st_k_attn"), "sinks: pp512 -> st_k_attn");
+    const st_cuda_attn_shape s80 = {32, 4, 80, 80, 0.1f, -1, 0, NULL};
     CHECK(st_cuda_attn_kernel_name(STRATA_TYPE_F16, &s80, 1, 0, 100) == NULL, "unsupported shape: NULL");
     CHECK(st_cuda_attn_kernel_name(STRATA_TYPE_F16, NULL, 1, 0, 100) == NULL, "NULL shape");
+}
+
+/* gpt-oss's attention: sliding windows (a query sees its last window positions) and per-head
+ * sink logits, alone and together, against st_attention with the same shape: decode steps (one
+ * pass, split chunks, chunks wholly before the window, the counters' merge with Q8_1 rows),
+ * verify windows, prompt batches crossing the window and the chunks, small and no workspace,
+ * shape.tc set (ignored: the FMA kernel), an f32 cache, a window wider than the context. */
+static void test_window_sinks(void) {
+    const shape_t oss = {64, 8, 64, "oss"}, qwen3 = {32, 4, 128, "qwen3"};
+    const strata_type F16 = STRATA_TYPE_F16, F32 = STRATA_TYPE_F32;
+    const struct { int window, sinks; } ws[] = {{128, 1}, {0, 1}, {128, 0}, {4, 1}};
+    const struct { int64_t T, np; ws_mode wm; } cs[] = {
+        {1, 1, WS_FULL}, {1, 7, WS_FULL}, {1, 100, WS_FULL}, {1, 300, WS_FULL}, {1, 5000, WS_FULL},
+        {1, 16384, WS_FULL},
+        {3, 4097, WS_FULL}, {8, 300, WS_FULL}, {12, 12, WS_FULL}, {128, 128, WS_FULL},
+        {512, 512, WS_FULL}, {512, 1536, WS_FULL}, {33, 1000, WS_NONE}, {8, 16384, WS_SMALL}};
+    for (size_t w = 0; w < sizeof ws / sizeof ws[0]; w++) {
+        g_window = ws[w].window;
+        g_sinks = ws[w].sinks;
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            attn_case(oss, F16, cs[i].T, cs[i].np, 0, 0, cs[i].wm);
+            CHECK(g_last_kernel && strcmp(g_last_kernel, "st_k_attn") == 0, "window/sinks ran %s",
+                  g_last_kernel ? g_last_kernel : "?");
+        }
+    }
+    g_window = 128;
+    g_sinks = 1;
+    g_tc = 2;
+    attn_case(oss, F16, 1, 16384, 0, 0, WS_FULL);
+    attn_case(oss, F16, 512, 2048, 0, 0, WS_FULL);
+    attn_case(qwen3, F16, 64, 4097, 2 * 4 * 128, 16, WS_FULL);
+    g_tc = 0;
+    attn_case(oss, F32, 5, 700, 0, 0, WS_FULL);
+    g_window = 100000;
+    attn_case(oss, F16, 4, 300, 0, 0, WS_FULL);
+    /* the Q8_1 rows: one pass and the counters' merge */
+    g_window = 128;
+    g_q8 = 1;
+    static const int64_t q8c[][2] = {{1, 100}, {1, 3000}, {1, 16384}, {4, 1000}};
+    for (size_t i = 0; i < sizeof q8c / sizeof q8c[0]; i++) {
+        attn_case(oss, F16, q8c[i][0], q8c[i][1], 0, 0, WS_FULL);
+        CHECK(g_last_q8 == 1, "window/sinks T=%lld ctx=%lld: q8_done %d", (long long)q8c[i][0],
+              (long long)q8c[i][1], g_last_q8);
+    }
+    g_q8 = 0;
+    g_window = 0;
+    g_sinks = 0;
 }
 
 int main(void) {
@@ -369,7 +451,7 @@ int main(void) {
     CHECK(st == STRATA_OK, "probe: %s", strata_last_error());
     if (!available) {
         CHECK(reason[0] != '\0', "unavailable without a reason");
-        st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f, 0};
+        st_cuda_attn_shape s = {32, 4, 128, 128, 0.088f, 0, 0, NULL};
         st_cuda_kv_layer kv = {STRATA_TYPE_F16, (void *)(uintptr_t)0x100000, (void *)(uintptr_t)0x200000, 100};
         st = st_cuda_attention(&kv, &s, (float *)(uintptr_t)0x300000, 4096, 1, 0, NULL,
                                (float *)(uintptr_t)0x400000, 4096, NULL, 0, NULL);
@@ -531,6 +613,7 @@ int main(void) {
         g_q8 = 0;
     }
     g_tc = 0;
+    test_window_sinks();
     st_threadpool_free(pool);
     return test_report();
 }

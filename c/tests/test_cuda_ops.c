@@ -474,7 +474,7 @@ static void test_qkv_prep(int64_t n_head, int64_t n_kv, int64_t hd, int64_t T, i
     const st_cuda_rope_params rpar = {neox, (int)hd, 1e6f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
     const strata_type ct = f16 ? STRATA_TYPE_F16 : STRATA_TYPE_F32;
     const st_cuda_kv_layer kva = {ct, ka, va, n_ctx}, kvb = {ct, kb, vb, n_ctx};
-    const st_cuda_attn_shape sh = {(int32_t)n_head, (int32_t)n_kv, (int32_t)hd, (int32_t)hd, 1.0f, 0};
+    const st_cuda_attn_shape sh = {(int32_t)n_head, (int32_t)n_kv, (int32_t)hd, (int32_t)hd, 1.0f, 0, 0, NULL};
     const int32_t *d_pos = dev_pos ? (const int32_t *)dp : NULL;
     if (ok) {
         ok = (!norms || (st_cuda_rmsnorm(xa, ld, xa, ld, dq, hd, n_head, T, 1e-6f, NULL) == STRATA_OK &&

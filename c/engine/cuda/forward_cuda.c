@@ -171,15 +171,19 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     } else {
         TRY(st_gpu_attn_inputs(s, il, q, lq, k, lk, v, lv, T, pos0));
     }
+    /* gpt-oss: this layer's sliding window and sink logits (the CPU's st_attn_shape) */
+    st_cuda_attn_shape sh = g->shape;
+    sh.window = st_layer_swa(hp, il) ? hp->n_swa : 0;
+    sh.sinks = G->attn_sinks;
     /* decode-sized calls: the attention also writes its rows as Q8_1 for the output GEMV where
      * its kernel finishes them itself (one launch fewer, no combine pass) */
     int att_q8 = 0;
     if (g->att_q8 && T <= ST_GPU_COLS && T < ST_CUDA_MMQ_MIN_ROWS)
-        TRY(st_cuda_attention_q8(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
+        TRY(st_cuda_attention_q8(&G->kv, &sh, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
                                  g->attn_ws_bytes, g->att_q8, g->sync + ST_GPU_SYNC_ATTN,
                                  ST_GPU_SYNC_MOE - ST_GPU_SYNC_ATTN, &att_q8, g->stream));
     else
-        TRY(st_cuda_attention(&G->kv, &g->shape, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
+        TRY(st_cuda_attention(&G->kv, &sh, q, lq, T, pos0, g->pos, g->att, no, g->attn_ws,
                               g->attn_ws_bytes, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
     TRY(st_gpu_mm_pre(g, &G->wo, g->att, att_q8 ? g->att_q8 : NULL, T, g->proj));

@@ -35,6 +35,7 @@
 typedef struct {
     float *attn_norm, *ffn_norm, *q_norm, *k_norm;   /* (n_embd) / (head_dim or projection) */
     float *bq, *bk, *bv, *bo;                         /* (rows) */
+    float *attn_sinks;                                /* (n_head) gpt-oss's sink logits */
     st_cuda_mat wq, wk, wv, wo;                       /* see st_layer */
     st_cuda_mat wqkv;    /* (n_embd, nq + nk + nv): wq, wk, wv as one matrix when they share a
                             type (wq/wk/wv then view its rows), so one GEMV or tile pass computes

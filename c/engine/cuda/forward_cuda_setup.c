@@ -450,6 +450,7 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
         TRY(st_gpu_put_f32(g, &L->bk, &G->bk));
         TRY(st_gpu_put_f32(g, &L->bv, &G->bv));
         TRY(st_gpu_put_f32(g, &L->bo, &G->bo));
+        TRY(st_gpu_put_f32(g, &L->attn_sinks, &G->attn_sinks));
         TRY(st_gpu_put_qkv(g, L, G));
         if (!G->wqkv.data) {
             TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
