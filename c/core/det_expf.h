@@ -73,4 +73,16 @@ ST_DET_FN float st_det_silu(float x) {
 #endif
 }
 
+/* gpt-oss's clamped SwiGLU of an expert's gate and up values (biases added): g = min(g, 7),
+ * u = clamp(u, -7, 7), g * sigmoid(1.702 g) * (u + 1) (llama.cpp's swiglu_oai), step by step. */
+ST_DET_FN float st_det_swiglu_oai(float g, float u) {
+    g = g < 7.0f ? g : 7.0f;
+    u = u < -7.0f ? -7.0f : (u > 7.0f ? 7.0f : u);
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, st_det_expf(__fmul_rn(-1.702f, g)))), __fadd_rn(u, 1.0f));
+#else
+    return g / (1.0f + st_det_expf(-1.702f * g)) * (u + 1.0f);
+#endif
+}
+
 #endif /* STRATA_DET_EXPF_H */

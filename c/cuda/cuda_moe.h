@@ -112,9 +112,16 @@ typedef struct st_cuda_route_cfg {
     float scale;              /* 1: none */
     int32_t n_groups, n_group_used; /* n_groups <= 1: no groups */
     const float *d_bias;
+    int softmax_weight;       /* 1 (with sigmoid 0): gpt-oss's ST_GATING_SOFTMAX_WEIGHT, the top-k
+                                 of the logits (plus d_bias), their weights a softmax over the k */
+    const float *d_logit_bias; /* device [n_expert] or NULL: the router's own bias (gpt-oss),
+                                  added to the logits st_cuda_moe_router1_cfg computes (and
+                                  writes); st_cuda_moe_route_cfg refuses it (add it to the logits
+                                  first: st_cuda_add_bias) */
 } st_cuda_route_cfg;
 
-/* 1 for st_route_topk's rule (softmax, no bias, no groups, scale 1): st_cuda_moe_route's kernel. */
+/* 1 for st_route_topk's rule (softmax, no bias, no groups, scale 1): st_cuda_moe_route's kernel
+ * (with d_logit_bias in st_cuda_moe_router1_cfg: the bias first, then that rule). */
 int st_cuda_route_plain(const st_cuda_route_cfg *c);
 
 /* st_cuda_moe_route for any rule: the plain one through st_cuda_moe_route (its bits), the others
@@ -174,6 +181,12 @@ typedef struct st_cuda_moe_args {
                                     * quantizes h inside the gate/up kernel (one launch fewer)
                                     * when n_sync >= k * n_ff / 32 */
     int64_t n_sync;
+    /* gpt-oss: per-expert biases (indexed by the ids, as experts) and the activation; the GEMV
+     * path only (such calls never take the tiles: T * k <= 1024) and not st_cuda_moe_exact_rows */
+    const float *b_gate, *b_up;    /* device [n_expert][n_ff] or NULL: added before the activation */
+    const float *b_down;           /* device [n_expert][n_embd] or NULL: added to each expert's
+                                    * output row before its weight (the CPU's combine) */
+    int act;                       /* 0: SwiGLU; 1: gpt-oss's clamped SwiGLU (st_det_swiglu_oai) */
 } st_cuda_moe_args;
 
 /* Most (token, slot) pairs of one st_cuda_moe_ffn call. Up to 1024 pairs any supported type runs
@@ -187,7 +200,8 @@ typedef struct st_cuda_moe_args {
 size_t st_cuda_moe_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
 
 /* out[t] (=|+=) sum over slots s = 0..k-1, in that order, of wts[t][s] * FFN_{ids[t][s]}(x[t]),
- * FFN_e(x) = down_e(silu(gate_e x) * up_e x). (token, slot) pairs are grouped by expert on the
+ * FFN_e(x) = down_e(silu(gate_e x) * up_e x) (with biases and act: down_e(act(gate_e x + bg_e,
+ * up_e x + bu_e)) + bd_e). (token, slot) pairs are grouped by expert on the
  * device (GEMV path: up to 8 per group, so each expert's rows are read once for up to 8 tokens;
  * tile path: 64 per tile). A shared
  * expert is the same call with a one-expert table, ids all 0, k = 1, wts = its per-token gate

@@ -1285,6 +1285,7 @@ size_t st_moe_mmq_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff) {
 }
 
 int st_moe_mmq_wanted(const st_cuda_moe_args *a) {
+    if (a->b_gate || a->b_up || a->b_down || a->act != 0) return 0; /* (the GEMV path's only) */
     if (!st_cuda_moe_type_tiles(a->type_gate) || !st_cuda_moe_type_tiles(a->type_down)) return 0;
     if (a->n_expert > 4096) return 0;
     const int64_t P = a->T * (int64_t)a->k;

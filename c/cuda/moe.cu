@@ -31,6 +31,7 @@ extern "C" {
 #include "cuda_mmq.h"
 }
 #include "route_tail.h"
+#include "det_expf.h"
 
 #include <math.h>
 #include <type_traits>
@@ -205,7 +206,22 @@ struct st_moe_mv_params {
     block_q8_1 *hq;       /* GATED one-token call: also h's q8_1 rows ([pair][n_rows / 32] blocks,
                            * st_moe_quantize's bits), by the last block of each 32-row group */
     unsigned *cnt;        /* with hq: [pairs][n_rows / 32] counters, 0 before and after */
+    const float *b0, *b1; /* [n_expert][n_rows] biases or NULL: GATED gate's (b0) and up's (b1),
+                           * added before the activation; else down's (b0), added to y */
+    int oai;              /* GATED: gpt-oss's clamped SwiGLU (st_det_swiglu_oai) */
 };
+
+/* Row r of expert e's output from its dot products (gate g and up u; down: g alone): the biases
+ * and the activation as the CPU's st_moe_act, the down bias as its combine adds it (y + b). With
+ * no biases and SwiGLU: silu(g) * u and g, as before them. */
+template <bool GATED>
+static __device__ __forceinline__ float st_moe_row_out(const st_moe_mv_params &p, int e, int64_t r, float g,
+                                                       float u) {
+    if (p.b0) g = __fadd_rn(g, p.b0[(size_t)e * (size_t)p.n_rows + (size_t)r]);
+    if (!GATED) return g;
+    if (p.b1) u = __fadd_rn(u, p.b1[(size_t)e * (size_t)p.n_rows + (size_t)r]);
+    return p.oai ? st_det_swiglu_oai(g, u) : st_moe_silu(g) * u;
+}
 
 /* Block y's group: the plan's, or pair y alone (p.ids). false: no group (the block exits). */
 static __device__ __forceinline__ bool st_moe_block_group(const st_moe_mv_params &p, st_moe_group &G) {
@@ -349,7 +365,7 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_q8(const
                 g += __shfl_xor_sync(0xffffffffu, g, o);
                 if (GATED) u += __shfl_xor_sync(0xffffffffu, u, o);
             }
-            if (cl == 0 && live) p.out[(size_t)G.pair[j] * p.n_rows + r] = GATED ? st_moe_silu(g) * u : g;
+            if (cl == 0 && live) p.out[(size_t)G.pair[j] * p.n_rows + r] = st_moe_row_out<GATED>(p, G.expert, r, g, u);
         }
     }
     /* One-token call with hq: the 32 / RB blocks of a 32-row group count themselves in; the last
@@ -429,7 +445,7 @@ st_k_moe_down1(const st_moe_mv_params p, const float *__restrict__ wts, int k, i
             }
 #pragma unroll
             for (int o = LPR / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-            if (cl == 0) ys[warp * RB + g * RPW + lane / LPR] = acc;
+            if (cl == 0) ys[warp * RB + g * RPW + lane / LPR] = live ? st_moe_row_out<false>(p, e, r_lane, acc, 0.0f) : acc;
         }
     }
     __syncthreads();
@@ -491,7 +507,7 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_f32(cons
         if (j < G.n) {
             const float g = st_moe_warp_sum(acc0[j]);
             const float u = GATED ? st_moe_warp_sum(acc1[j]) : 0.0f;
-            if (lane == 0) p.out[(size_t)G.pair[j] * p.n_rows + r] = GATED ? st_moe_silu(g) * u : g;
+            if (lane == 0) p.out[(size_t)G.pair[j] * p.n_rows + r] = st_moe_row_out<GATED>(p, G.expert, r, g, u);
         }
     }
 }
@@ -702,6 +718,12 @@ st_k_moe_router1(const uint8_t *__restrict__ w, size_t rb, int n_expert, int ne0
     if (xm) /* x's mirror (host-mapped: a CPU layer's hand-down without a copy) */
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < ne0; i += gridDim.x * blockDim.x) xm[i] = x[i];
     if (!st_last_block(sync, gridDim.x)) return;
+    if (c.logit_bias) { /* the router's bias (gpt-oss), into the logits before the routing reads them */
+        for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
+            logits[e] = __fadd_rn(__ldcg(logits + e), c.logit_bias[e]);
+        __threadfence_block();
+        __syncthreads();
+    }
     if (SCORED) st_moe_route_scored_row(logits, c, 0, ids0, wts0, ids1, wts1);
     else st_moe_route_row(logits, n_expert, k, norm, 0, ids0, wts0, ids1, wts1);
 }
@@ -926,7 +948,7 @@ extern "C" strata_status st_cuda_moe_route(const float *d_logits, int64_t T, int
 }
 
 extern "C" int st_cuda_route_plain(const st_cuda_route_cfg *c) {
-    return !c->sigmoid && !c->d_bias && c->n_groups <= 1 && c->scale == 1.0f;
+    return !c->sigmoid && !c->softmax_weight && !c->d_bias && c->n_groups <= 1 && c->scale == 1.0f;
 }
 
 /* The rule's ranges (n_expert and k as st_cuda_moe_route's; groups that divide the experts and
@@ -938,9 +960,10 @@ static strata_status st_route_cfg_dev(const char *fn, const st_cuda_route_cfg *c
     if (X < 1 || X > (plain ? ST_ROUTE_MAX_EXPERT : ST_ROUTE_SCORED_MAX_EXPERT) || k < 1 || k > X ||
         k > ST_ROUTE_MAX_K || G > ST_ROUTE_MAX_GROUPS || X % G != 0 ||
         (G > 1 && (c->n_group_used < 1 || c->n_group_used > G || (int64_t)c->n_group_used * (X / G) < k)) ||
-        !(c->scale == c->scale))
+        !(c->scale == c->scale) || (c->sigmoid && c->softmax_weight))
         return st_error(STRATA_ERR_INVALID_ARG, "%s: n_expert %d, k %d, groups %d (%d used), scale %g (need 1 <= k "
-                        "<= n_expert <= %d, k <= %d, up to %d groups dividing the experts whose used ones hold k)",
+                        "<= n_expert <= %d, k <= %d, up to %d groups dividing the experts whose used ones hold k; not both "
+                        "sigmoid and softmax_weight)",
                         fn, (int)X, (int)k, (int)c->n_groups, (int)c->n_group_used, (double)c->scale,
                         plain ? ST_ROUTE_MAX_EXPERT : ST_ROUTE_SCORED_MAX_EXPERT, ST_ROUTE_MAX_K, ST_ROUTE_MAX_GROUPS);
     d->n_expert = X;
@@ -949,9 +972,11 @@ static strata_status st_route_cfg_dev(const char *fn, const st_cuda_route_cfg *c
     d->sigmoid = c->sigmoid != 0;
     d->n_groups = G;
     d->n_group_used = G > 1 ? c->n_group_used : 1;
-    d->by_logit = !c->sigmoid && !c->d_bias && G == 1;
+    d->by_logit = !c->sigmoid && !c->softmax_weight && !c->d_bias && G == 1;
+    d->softmax_weight = c->softmax_weight != 0;
     d->scale = c->scale;
     d->bias = c->d_bias;
+    d->logit_bias = c->d_logit_bias;
     return STRATA_OK;
 }
 
@@ -965,6 +990,9 @@ extern "C" strata_status st_cuda_moe_route_cfg(const st_cuda_route_cfg *c, const
     static const char *fn = "st_cuda_moe_route_cfg";
     st_route_dev d;
     ST_TRY(st_route_cfg_dev(fn, c, &d));
+    if (c->d_logit_bias)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: a logit bias is st_cuda_moe_router1_cfg's (add it to the "
+                        "logits first)", fn);
     if (st_cuda_route_plain(c)) /* st_route_topk's rule: the plain kernel, its bits */
         return st_cuda_moe_route(d_logits, T, c->n_expert, c->k, c->norm, d_ids, d_wts, db, stream);
     if (T < 0 || T > 0x7fffffff || !d_logits || (!d_ids && !db) || (!d_ids != !d_wts))
@@ -1238,6 +1266,8 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
                         "and of the block sizes (%s %lld, %s %lld)", fn, (long long)a->n_embd,
                         (long long)a->n_ff, strata_type_name(a->type_gate), (long long)qg,
                         strata_type_name(a->type_down), (long long)qd);
+    if (a->act != 0 && a->act != 1)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: act %d (0 SwiGLU, 1 gpt-oss's)", fn, a->act);
     if (((uintptr_t)a->ws & 255) != 0 || ((uintptr_t)a->x & 3) != 0 || ((uintptr_t)a->out & 3) != 0 ||
         ((uintptr_t)a->xq & 3) != 0)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: ws must be 256-byte, x, xq and out 4-byte aligned", fn);
@@ -1300,6 +1330,9 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     const bool hq_fused = st_moe_gu_q8 && direct && a->sync && a->n_sync >= n_cnt;
     p.hq = hq_fused ? (block_q8_1 *)w.hq : NULL;
     p.cnt = hq_fused ? (unsigned *)a->sync : NULL;
+    p.b0 = a->b_gate;
+    p.b1 = a->b_up;
+    p.oai = a->act == 1;
     if (dp4a_g) {
         p.act = direct ? a->xq : w.xq;
         p.act_rb = (size_t)(a->n_embd / 32) * sizeof(block_q8_1);
@@ -1318,6 +1351,9 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
     const bool d1 = direct && st_moe_down1_smem(a->k, p.n_chunks, 48 * 1024) != 0;
     p.hq = NULL;
     p.cnt = NULL;
+    p.b0 = a->b_down;
+    p.b1 = NULL;
+    p.oai = 0;
     if (dp4a_d) {
         if (!hq_fused) ST_TRY(st_moe_quantize(w.h, a->n_ff, P, a->n_ff, w.hq, s));
         p.act = w.hq;

@@ -396,6 +396,9 @@ strata_status st_cuda_moe_exact_rows(const st_cuda_moe_args *a, float *rows, voi
     if (a->type_gate != a->type_up || !st_cuda_moe_exact_supports(a->type_gate, a->type_down))
         return st_error(STRATA_ERR_UNSUPPORTED, "moe exact rows: types %s/%s not supported",
                         strata_type_name(a->type_gate), strata_type_name(a->type_down));
+    if (a->b_gate || a->b_up || a->b_down || a->act != 0)
+        return st_error(STRATA_ERR_UNSUPPORTED, "moe exact rows: expert biases and gpt-oss's activation "
+                        "are st_cuda_moe_ffn's only");
     const int64_t E = a->n_embd, F = a->n_ff;
     if (E % (st_x_q8k(a->type_gate) ? 256 : 32) || F % (st_x_q8k(a->type_down) ? 256 : 32))
         return st_error(STRATA_ERR_INVALID_ARG, "moe exact rows: widths %lld/%lld not whole blocks",

@@ -1,8 +1,8 @@
 /* route_scored.cuh - the scored routing of one token on the device (st_route_scored of
  * c/compute/cpu/ops_moe.c, DeepSeek's router): softmax or sigmoid scores, a selection bias added
  * for the choice only, group-limited top-k (the n_group_used groups with the best sum of their
- * top two selection scores), the chosen unbiased scores as weights, renormalized (sum clamped at
- * 2^-14) and scaled. Included by moe.cu only (its router kernels call st_moe_route_scored_row);
+ * top two selection scores), the chosen unbiased scores as weights (gpt-oss: the logits choose,
+ * the weights are a softmax over the k chosen), renormalized (sum clamped at 2^-14) and scaled. Included by moe.cu only (its router kernels call st_moe_route_scored_row);
  * st_route_better / st_route_key come from there. */
 #ifndef STRATA_ROUTE_SCORED_CUH
 #define STRATA_ROUTE_SCORED_CUH
@@ -15,8 +15,10 @@
  * no clamp of the sum. */
 struct st_route_dev {
     int n_expert, k, norm, sigmoid, n_groups, n_group_used, by_logit;
+    int softmax_weight; /* gpt-oss: scores are the logits; the k weights a softmax of theirs */
     float scale;
     const float *bias; /* [n_expert] or NULL */
+    const float *logit_bias; /* [n_expert] or NULL: st_k_moe_router1 adds it to its logits */
 };
 
 /* The float a rank key (st_route_key) was made of (-0 comes back as +0, NaN as a NaN). */
@@ -87,6 +89,8 @@ static __device__ __forceinline__ void st_moe_route_scored_row(const float *l, c
 
     if (c.sigmoid) {
         for (int e = tid; e < X; e += blockDim.x) s_p[e] = 1.0f / (1.0f + expf(-__ldcg(l + e)));
+    } else if (c.softmax_weight) { /* the logits choose; the softmax over the chosen below */
+        for (int e = tid; e < X; e += blockDim.x) s_p[e] = __ldcg(l + e);
     } else { /* softmax as st_moe_route_row: max, then the sum of exp in double */
         float mx = -INFINITY;
         for (int e = tid; e < X; e += blockDim.x) {
@@ -148,6 +152,12 @@ static __device__ __forceinline__ void st_moe_route_scored_row(const float *l, c
     __syncthreads();
     if (tid < c.k) { /* the sum in slot order by each thread, as the CPU's loop */
         float v = s_w[tid];
+        if (c.softmax_weight) { /* softmax over the k chosen logits, as st_route_scored */
+            float mx = s_w[0], tot = 0.0f;
+            for (int s = 1; s < c.k; s++) mx = s_w[s] > mx ? s_w[s] : mx;
+            for (int s = 0; s < c.k; s++) tot = __fadd_rn(tot, expf(s_w[s] - mx));
+            v = __fdiv_rn(expf(v - mx), tot);
+        }
         if (c.norm) {
             float tot = 0.0f;
             for (int s = 0; s < c.k; s++) tot = __fadd_rn(tot, s_w[s]);

@@ -11,7 +11,9 @@
  *           groups of more than 8 pairs), the shapes of Qwen3-30B-A3B, OLMoE-1B-7B and Mixtral,
  *           out-of-range ids, and the shared expert (one-expert table, sigmoid gate, accumulate);
  *   CPU-exact rows: st_cuda_moe_exact_rows bit-identical to st_moe_ffn_end_rows and
- *           st_cuda_moe_combine_rows of a split bit-identical to st_moe_ffn (AVX-512 hosts).
+ *           st_cuda_moe_combine_rows of a split bit-identical to st_moe_ffn (AVX-512 hosts);
+ *   gpt-oss (test_oai): softmax over the k chosen logits against st_route_scored, the one-token
+ *           router with the router's bias, experts with biases and the clamped SwiGLU.
  * One line per case: name, shape, types, T, NMSE, max error, pass/FAIL.
  * Skips, saying why, in builds without CUDA or where no GPU is usable. */
 #include "strata.h"
@@ -23,6 +25,7 @@
 #include "cuda_mmq.h"
 #include "cuda_moe.h"
 #include "cuda_mmv.h"
+#include "cuda_ops.h"
 #include "dot.h"
 #include "ops.h"
 #include "quant.h"
@@ -219,6 +222,7 @@ static void check_route(int64_t T, int32_t n_expert, int32_t k, int norm, int ti
  * logits and a bias of quarters): ids identical, weights within 1e-6 times max(1, scale), the
  * doorbell equal to the device output; with groups, every chosen expert in one of n_group_used
  * groups (the rule itself, not only agreement). sigmoid: the scores 1 / (1 + expf(-x)). */
+/* sigmoid: 0 softmax, 1 sigmoid, 2 gpt-oss's softmax over the k chosen logits. */
 static void check_route_scored(int64_t T, int32_t X, int32_t k, int sigmoid, int norm, float scale, int32_t G,
                                int32_t Gu, int bias, int ties, test_rng *r) {
     const int64_t nl = T * X, no = T * k;
@@ -232,8 +236,8 @@ static void check_route_scored(int64_t T, int32_t X, int32_t k, int sigmoid, int
         logits[i] = ties ? (float)(int)(test_rng_next(r) % 5) - 2.0f : 4.0f * test_rng_float(r);
     for (int32_t e = 0; e < X; e++)
         b[e] = ties ? 0.25f * (float)(int)(test_rng_next(r) % 3) : 0.1f * test_rng_float(r);
-    const st_route_cfg cc = {X, k, sigmoid ? ST_GATING_SIGMOID : ST_GATING_SOFTMAX, norm, scale, G, Gu,
-                             bias ? b : NULL};
+    const st_route_cfg cc = {X, k, sigmoid == 2 ? ST_GATING_SOFTMAX_WEIGHT : sigmoid ? ST_GATING_SIGMOID : ST_GATING_SOFTMAX,
+                             norm, scale, G, Gu, bias ? b : NULL};
     for (int64_t t = 0; t < T; t++) st_route_scored(&cc, logits + t * X, ids + t * k, wts + t * k);
     strata_status st = st_cuda_malloc(&d_l, sizeof(float) * (size_t)nl);
     if (st == STRATA_OK) st = st_cuda_malloc(&d_b, sizeof(float) * (size_t)X);
@@ -244,7 +248,8 @@ static void check_route_scored(int64_t T, int32_t X, int32_t k, int sigmoid, int
     if (st == STRATA_OK) st = st_cuda_doorbell_alloc(&db, T, k);
     st_cuda_route_cfg gc;
     memset(&gc, 0, sizeof gc);
-    gc.n_expert = X; gc.k = k; gc.sigmoid = sigmoid; gc.norm = norm; gc.scale = scale;
+    gc.n_expert = X; gc.k = k; gc.sigmoid = sigmoid == 1; gc.softmax_weight = sigmoid == 2; gc.norm = norm;
+    gc.scale = scale;
     gc.n_groups = G; gc.n_group_used = Gu; gc.d_bias = bias ? (const float *)d_b : NULL;
     if (st == STRATA_OK) st = st_cuda_moe_route_cfg(&gc, d_l, T, d_ids, d_wts, &db, NULL);
     if (st == STRATA_OK) st = st_cuda_synchronize();
@@ -273,7 +278,7 @@ static void check_route_scored(int64_t T, int32_t X, int32_t k, int sigmoid, int
         const int ok = id_bad == 0 && max_w <= tol && db_bad == 0 && nans == 0 && grp_bad == 0;
         printf("route_cfg T=%-3lld n_expert=%-4d k=%d %s norm=%d scale=%g groups=%d/%d bias=%d ties=%d  ids differ "
                "%lld, max |dw| %.2e, doorbell differs %lld, rows past %d groups %lld  %s\n", (long long)T, X, k,
-               sigmoid ? "sigmoid" : "softmax", norm, (double)scale, G, Gu, bias, ties, (long long)id_bad, max_w,
+               sigmoid == 2 ? "softmax-k" : sigmoid ? "sigmoid" : "softmax", norm, (double)scale, G, Gu, bias, ties, (long long)id_bad, max_w,
                (long long)db_bad, Gu, (long long)grp_bad, ok ? "pass" : "FAIL");
         CHECK(id_bad == 0, "route_cfg E=%d k=%d: %lld ids differ from st_route_scored", X, k, (long long)id_bad);
         CHECK(max_w <= tol && nans == 0, "route_cfg: max weight error %.3g (bound %.3g), %lld NaN", max_w, tol,
@@ -288,8 +293,10 @@ static void check_route_scored(int64_t T, int32_t X, int32_t k, int sigmoid, int
 }
 
 /* st_cuda_moe_router1_cfg with a scored rule against st_cuda_mmv + st_cuda_moe_route_cfg on the
- * same device: logits, ids and weights bit-identical over three calls, the counter back at 0. */
-static void check_router1_scored(int64_t n_embd, int32_t X, int32_t k, int32_t G, int32_t Gu, test_rng *r) {
+ * same device: logits, ids and weights bit-identical over three calls, the counter back at 0.
+ * oai: gpt-oss's rule (softmax over the k chosen logits) with the router's bias as d_logit_bias,
+ * against st_cuda_mmv + st_cuda_add_bias + st_cuda_moe_route_cfg. */
+static void check_router1_scored(int64_t n_embd, int32_t X, int32_t k, int32_t G, int32_t Gu, int oai, test_rng *r) {
     const size_t nw = (size_t)(n_embd * X);
     float *w = malloc(sizeof(float) * nw), *x = malloc(sizeof(float) * (size_t)n_embd), *b = malloc(sizeof(float) * (size_t)X);
     float *l0 = malloc(sizeof(float) * (size_t)X), *l1 = malloc(sizeof(float) * (size_t)X);
@@ -320,8 +327,14 @@ static void check_router1_scored(int64_t n_embd, int32_t X, int32_t k, int32_t G
     memset(&c, 0, sizeof c);
     c.n_expert = X; c.k = k; c.sigmoid = 1; c.norm = 1; c.scale = 2.5f; c.n_groups = G; c.n_group_used = Gu;
     c.d_bias = (const float *)d_b;
+    if (oai) {
+        memset(&c, 0, sizeof c);
+        c.n_expert = X; c.k = k; c.softmax_weight = 1; c.scale = 1.0f;
+    }
     if (st == STRATA_OK) st = st_cuda_mmv(&W, (const float *)d_x, 1, (float *)d_l0, d_scr, NULL);
+    if (st == STRATA_OK && oai) st = st_cuda_add_bias((float *)d_l0, X, (const float *)d_b, X, 1, NULL);
     if (st == STRATA_OK) st = st_cuda_moe_route_cfg(&c, (const float *)d_l0, 1, (int32_t *)d_i0, (float *)d_w0, NULL, NULL);
+    if (oai) c.d_logit_bias = (const float *)d_b;
     int64_t bad = 0;
     uint32_t sync = 1;
     for (int rep = 0; rep < 3 && st == STRATA_OK; rep++) {
@@ -343,8 +356,9 @@ static void check_router1_scored(int64_t n_embd, int32_t X, int32_t k, int32_t G
         bad += sync != 0;
     }
     CHECK(st == STRATA_OK, "router1_cfg %lld x %d: %s", (long long)n_embd, X, strata_last_error());
-    printf("router1_cfg n_embd=%-5lld n_expert=%-4d k=%d sigmoid+bias groups=%d/%d x2.5  mismatches %lld (logits, "
-           "routing, counter over 3 calls)  %s\n", (long long)n_embd, X, k, G, Gu, (long long)bad,
+    printf("router1_cfg n_embd=%-5lld n_expert=%-4d k=%d %s groups=%d/%d  mismatches %lld (logits, "
+           "routing, counter over 3 calls)  %s\n", (long long)n_embd, X, k,
+           oai ? "softmax-k + logit bias" : "sigmoid+bias x2.5", G, Gu, (long long)bad,
            bad == 0 && st == STRATA_OK ? "pass" : "FAIL");
     CHECK(bad == 0, "router1_cfg %lld x %d k %d: %lld mismatches against st_cuda_mmv + st_cuda_moe_route_cfg",
           (long long)n_embd, X, k, (long long)bad);
@@ -441,6 +455,10 @@ typedef struct {
     void *d_g, *d_u, *d_d;
     st_expert *cpu;                      /* [n_expert] */
     void *d_table;                       /* device st_cuda_expert [n_expert] */
+    /* gpt-oss (expert_set_oai): biases [n_expert][n_ff] / [n_expert][n_embd] and the activation */
+    float *h_bg, *h_bu, *h_bd;
+    void *d_bg, *d_bu, *d_bd;
+    int oai;
 } expert_set;
 
 static int expert_set_make(expert_set *s, int64_t n_embd, int64_t n_ff, int32_t n_expert,
@@ -503,9 +521,40 @@ static int expert_set_make(expert_set *s, int64_t n_embd, int64_t n_ff, int32_t 
     return st == STRATA_OK;
 }
 
+/* gpt-oss's experts: random biases of gate, up (before the activation) and down on both sides,
+ * the clamped SwiGLU when oai. Returns 0 on an allocation or upload failure. */
+static int expert_set_oai(expert_set *s, int oai, test_rng *r) {
+    const size_t nf = (size_t)s->n_expert * (size_t)s->n_ff, ne = (size_t)s->n_expert * (size_t)s->n_embd;
+    s->h_bg = malloc(sizeof(float) * nf);
+    s->h_bu = malloc(sizeof(float) * nf);
+    s->h_bd = malloc(sizeof(float) * ne);
+    if (!s->h_bg || !s->h_bu || !s->h_bd) return 0;
+    for (size_t i = 0; i < nf; i++) s->h_bg[i] = 1.5f * test_rng_float(r);
+    for (size_t i = 0; i < nf; i++) s->h_bu[i] = 1.5f * test_rng_float(r);
+    for (size_t i = 0; i < ne; i++) s->h_bd[i] = 0.5f * test_rng_float(r);
+    strata_status st = st_cuda_malloc(&s->d_bg, sizeof(float) * nf);
+    if (st == STRATA_OK) st = st_cuda_malloc(&s->d_bu, sizeof(float) * nf);
+    if (st == STRATA_OK) st = st_cuda_malloc(&s->d_bd, sizeof(float) * ne);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(s->d_bg, s->h_bg, sizeof(float) * nf);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(s->d_bu, s->h_bu, sizeof(float) * nf);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(s->d_bd, s->h_bd, sizeof(float) * ne);
+    s->oai = oai;
+    for (int32_t e = 0; e < s->n_expert; e++) {
+        st_expert *c = &s->cpu[e];
+        c->b_gate = s->h_bg + (size_t)e * (size_t)s->n_ff;
+        c->b_up = s->h_bu + (size_t)e * (size_t)s->n_ff;
+        c->b_down = s->h_bd + (size_t)e * (size_t)s->n_embd;
+        c->act = oai ? ST_ACT_SWIGLU_OAI : ST_ACT_SWIGLU;
+    }
+    CHECK(st == STRATA_OK, "expert biases upload: %s", strata_last_error());
+    return st == STRATA_OK;
+}
+
 static void expert_set_free(expert_set *s) {
     (void)st_cuda_free(s->d_g); (void)st_cuda_free(s->d_u); (void)st_cuda_free(s->d_d);
     (void)st_cuda_free(s->d_table);
+    (void)st_cuda_free(s->d_bg); (void)st_cuda_free(s->d_bu); (void)st_cuda_free(s->d_bd);
+    free(s->h_bg); free(s->h_bu); free(s->h_bd);
     free(s->h_g); free(s->h_u); free(s->h_d); free(s->cpu);
     memset(s, 0, sizeof *s);
 }
@@ -530,6 +579,10 @@ static st_cuda_moe_args ffn_args(const expert_set *s, void *d_x, int64_t T, void
     a.accumulate = accumulate;
     a.ws = d_ws;
     a.ws_bytes = wsz;
+    a.b_gate = (const float *)s->d_bg;
+    a.b_up = (const float *)s->d_bu;
+    a.b_down = (const float *)s->d_bd;
+    a.act = s->oai;
     return a;
 }
 
@@ -671,15 +724,21 @@ static void exact_ffn(const expert_set *s, const float *x, int64_t T, const int3
             if (e < 0 || e >= s->n_expert || wts[t * k + j] == 0.0f) continue;
             const st_expert *X = &s->cpu[e];
             for (int64_t f = 0; f < F; f++) {
-                double g = 0, u = 0;
+                double g = X->b_gate ? X->b_gate[f] : 0.0, u = X->b_up ? X->b_up[f] : 0.0;
                 strata_dequantize_row(X->gate.type, st_tensor_row(&X->gate, 0, f), row, E);
                 for (int64_t i = 0; i < E; i++) g += (double)row[i] * x[t * E + i];
                 strata_dequantize_row(X->up.type, st_tensor_row(&X->up, 0, f), row, E);
                 for (int64_t i = 0; i < E; i++) u += (double)row[i] * x[t * E + i];
-                h[f] = g / (1.0 + exp(-g)) * u;
+                if (X->act == ST_ACT_SWIGLU_OAI) { /* gpt-oss: clamps, sigmoid(1.702 g), u + 1 */
+                    g = g < 7.0 ? g : 7.0;
+                    u = u < -7.0 ? -7.0 : (u > 7.0 ? 7.0 : u);
+                    h[f] = g / (1.0 + exp(-1.702 * g)) * (u + 1.0);
+                } else {
+                    h[f] = g / (1.0 + exp(-g)) * u;
+                }
             }
             for (int64_t o = 0; o < E; o++) {
-                double acc = 0;
+                double acc = X->b_down ? X->b_down[o] : 0.0;
                 strata_dequantize_row(X->down.type, st_tensor_row(&X->down, 0, o), row, F);
                 for (int64_t f = 0; f < F; f++) acc += (double)row[f] * h[f];
                 y[o] += (double)wts[t * k + j] * acc;
@@ -1046,6 +1105,15 @@ static void test_arguments(void) {
     st = st_cuda_moe_ffn(&a, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "T * k > 1024 without tiles: %s", strata_status_name(st));
     a.type_gate = a.type_up = a.type_down = STRATA_TYPE_Q4_K;
+    a.T = 1;
+    a.act = 2;
+    st = st_cuda_moe_ffn(&a, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "act 2: %s", strata_status_name(st));
+    a.act = 1; /* biased / gpt-oss experts never take the tiles: over 1024 pairs is refused */
+    a.T = 600;
+    st = st_cuda_moe_ffn(&a, NULL);
+    CHECK(st == STRATA_ERR_INVALID_ARG, "gpt-oss's act over 1024 pairs: %s", strata_status_name(st));
+    a.act = 0;
     a.T = ST_CUDA_MOE_MAX_PAIRS / 2 + 1;
     st = st_cuda_moe_ffn(&a, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "T * k > ST_CUDA_MOE_MAX_PAIRS: %s", strata_status_name(st));
@@ -1077,6 +1145,15 @@ static void test_arguments(void) {
         CHECK(st == STRATA_ERR_INVALID_ARG, "a scored rule over 4096 experts: %s", strata_status_name(st));
         c.sigmoid = 0; c.norm = 0;
         CHECK(st_cuda_route_plain(&c), "softmax, no bias, no groups, scale 1: the plain rule");
+        c.n_expert = 32; c.k = 4; c.softmax_weight = 1;
+        CHECK(!st_cuda_route_plain(&c), "softmax over the k is not the plain rule");
+        c.sigmoid = 1;
+        st = st_cuda_moe_route_cfg(&c, (const float *)(uintptr_t)0x3000, 1, di, dw, NULL, NULL);
+        CHECK(st == STRATA_ERR_INVALID_ARG, "sigmoid and softmax_weight: %s", strata_status_name(st));
+        c.sigmoid = 0;
+        c.d_logit_bias = dw;
+        st = st_cuda_moe_route_cfg(&c, (const float *)(uintptr_t)0x3000, 1, di, dw, NULL, NULL);
+        CHECK(st == STRATA_ERR_INVALID_ARG, "a logit bias in st_cuda_moe_route_cfg: %s", strata_status_name(st));
     }
     /* the CPU-exact rows: the types they take, and refusals before any device work */
     CHECK(st_cuda_moe_exact_supports(STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K) &&
@@ -1094,6 +1171,9 @@ static void test_arguments(void) {
         xa.type_gate = xa.type_up = STRATA_TYPE_Q3_K; xa.type_down = STRATA_TYPE_Q4_K;
         CHECK(st_cuda_moe_exact_rows(&xa, dummy, NULL) == STRATA_ERR_UNSUPPORTED, "exact rows: Q3_K refused");
         xa.type_gate = xa.type_up = STRATA_TYPE_Q4_K;
+        xa.b_down = dummy;
+        CHECK(st_cuda_moe_exact_rows(&xa, dummy, NULL) == STRATA_ERR_UNSUPPORTED, "exact rows: biases refused");
+        xa.b_down = NULL;
         xa.n_embd = 288;
         CHECK(st_cuda_moe_exact_rows(&xa, dummy, NULL) == STRATA_ERR_INVALID_ARG, "exact rows: 288 not whole Q4_K blocks");
         xa.n_embd = 256;
@@ -1104,6 +1184,43 @@ static void test_arguments(void) {
         CHECK(st_cuda_moe_combine_rows(NULL, NULL, NULL, NULL, NULL, 1, 2, 8, 8, NULL, NULL) == STRATA_ERR_INVALID_ARG,
               "combine rows: NULL args");
     }
+}
+
+/* gpt-oss: routing by softmax over the top-k logits (ST_GATING_SOFTMAX_WEIGHT) against
+ * st_route_scored, the one-token router's bits with it; experts with gate/up/down biases and the
+ * clamped SwiGLU against st_moe_ffn (and the exact FFN) at gpt-oss-20b's shape in MXFP4 (2880 x
+ * 2880, 32 experts, top-4: decode, verify, a prompt chunk), F32 (tight bound), Q8_0 at a batch
+ * that would otherwise take the tiles, biases with plain SwiGLU, and bad ids. */
+static void test_oai(test_rng *r) {
+    check_route_scored(1, 32, 4, 2, 0, 1.0f, 1, 1, 0, 0, r);
+    check_route_scored(8, 32, 4, 2, 0, 1.0f, 1, 1, 0, 1, r);
+    check_route_scored(5, 128, 4, 2, 0, 1.0f, 1, 1, 0, 0, r);
+    check_router1_scored(2880, 32, 4, 1, 1, 1, r);
+    check_router1_scored(2880, 128, 4, 1, 1, 1, r);
+    expert_set s;
+    memset(&s, 0, sizeof s);
+    if (expert_set_make(&s, 2880, 2880, 32, 8, STRATA_TYPE_MXFP4, STRATA_TYPE_MXFP4, r) && expert_set_oai(&s, 1, r)) {
+        check_ffn("gpt-oss", &s, 1, 4, 0, 0, r);
+        check_ffn("gpt-oss", &s, 3, 4, 0, 0, r);
+        check_ffn("gpt-oss", &s, 8, 4, 0, 1, r);
+        check_ffn("gpt-oss", &s, 64, 4, 0, 0, r);
+    }
+    expert_set_free(&s);
+    if (expert_set_make(&s, 96, 224, 6, 6, STRATA_TYPE_F32, STRATA_TYPE_F32, r) && expert_set_oai(&s, 1, r)) {
+        check_ffn("oai f32", &s, 1, 3, 0, 0, r);
+        check_ffn("oai f32", &s, 8, 3, 0, 1, r);
+    }
+    expert_set_free(&s);
+    if (expert_set_make(&s, 512, 256, 6, 6, STRATA_TYPE_Q8_0, STRATA_TYPE_Q8_0, r) && expert_set_oai(&s, 1, r)) {
+        check_ffn("oai q8_0", &s, 1, 3, 0, 0, r);
+        check_ffn("oai q8_0", &s, 40, 3, 0, 0, r); /* a batch the tiles would take without biases */
+    }
+    expert_set_free(&s);
+    if (expert_set_make(&s, 512, 256, 6, 6, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, r) && expert_set_oai(&s, 0, r)) {
+        check_ffn("bias swiglu", &s, 1, 3, 1, 0, r);
+        check_ffn("bias swiglu", &s, 5, 3, 1, 0, r);
+    }
+    expert_set_free(&s);
 }
 
 int main(void) {
@@ -1152,8 +1269,8 @@ int main(void) {
         check_route_scored(3, 16, 4, 1, 0, 1.0f, 4, 2, 0, 1, &r2);    /* sigmoid alone, ties */
         check_route_scored(4, 64, 8, 1, 1, 1.0f, 8, 1, 1, 0, &r2);    /* one group of 8 used: k = its size */
         check_route_scored(37, 1000, 16, 1, 1, 1.0f, 1, 1, 1, 0, &r2); /* beyond a block of threads */
-        check_router1_scored(2048, 256, 8, 8, 4, &r2);
-        check_router1_scored(1024, 64, 6, 1, 1, &r2);
+        check_router1_scored(2048, 256, 8, 8, 4, 0, &r2);
+        check_router1_scored(1024, 64, 6, 1, 1, 0, &r2);
     }
     { /* (a stream of its own: the expert cases below keep their data) */
         test_rng r1 = {0xD1B54A32D192ED03ULL};
@@ -1301,6 +1418,7 @@ int main(void) {
         expert_set_free(&s);
     }
 
+    test_oai(&r);
     st_threadpool_free(g_tp);
     return test_report();
 }

@@ -167,11 +167,7 @@ typedef struct {
 static inline float st_moe_act(const st_expert *x, int64_t r, float g, float u) {
     if (x->b_gate) g += x->b_gate[r];
     if (x->b_up) u += x->b_up[r];
-    if (x->act == ST_ACT_SWIGLU_OAI) {
-        g = g < 7.0f ? g : 7.0f;
-        u = u < -7.0f ? -7.0f : (u > 7.0f ? 7.0f : u);
-        return g / (1.0f + st_det_expf(-1.702f * g)) * (u + 1.0f);
-    }
+    if (x->act == ST_ACT_SWIGLU_OAI) return st_det_swiglu_oai(g, u); /* (the GPU's bits too) */
     return st_silu(g) * u;
 }
 

@@ -43,6 +43,10 @@ typedef struct {
     st_cuda_mat router;                               /* (n_embd, n_expert); data NULL: a dense
                                                          layer (st_layer_has_experts) */
     float *exp_probs_b;                               /* (n_expert) selection bias, deepseek2 */
+    float *router_b;                                  /* (n_expert) the router's bias, gpt-oss */
+    float *b_gate_exps, *b_up_exps, *b_down_exps;     /* (n_ff_exp / n_embd, n_expert) gpt-oss's
+                                                         expert biases (every MoE layer's, CPU
+                                                         layers' too: a split's GPU share) */
     st_cuda_mat shexp_gate_inp;                       /* (n_embd, 1) qwen2moe */
     st_cuda_mat ffn_gate, ffn_up, ffn_down;           /* dense FFN */
     st_cuda_expert *experts;                          /* device table [n_expert] */

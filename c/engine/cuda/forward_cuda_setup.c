@@ -406,6 +406,10 @@ static strata_status st_gpu_upload_moe(strata_session *s, int il) {
     st_gpu_layer *G = &g->layers[il];
     TRY(st_gpu_put_mat(g, &L->ffn_gate_inp, &G->router));
     TRY(st_gpu_put_f32(g, &L->exp_probs_b, &G->exp_probs_b));
+    TRY(st_gpu_put_f32(g, &L->ffn_gate_inp_b, &G->router_b));
+    TRY(st_gpu_put_f32(g, &L->ffn_gate_exps_b, &G->b_gate_exps));
+    TRY(st_gpu_put_f32(g, &L->ffn_up_exps_b, &G->b_up_exps));
+    TRY(st_gpu_put_f32(g, &L->ffn_down_exps_b, &G->b_down_exps));
     /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
     if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0)
         TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, hp->n_expert,
@@ -536,7 +540,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     if (hp->n_expert > 0) {
         /* tile types take 8192 pairs per call (a 512-token prompt of a top-8 model in one), the
          * others the GEMV path's 1024 */
-        int tiles = 1;
+        int tiles = !hp->expert_act_oai; /* biased experts take the GEMV path only */
         for (int il = 0; il < hp->n_layer; il++) {
             const st_layer *L = &s->model->layers[il];
             if (!st_layer_has_experts(L)) continue; /* a leading dense layer: no grouped calls */
@@ -970,6 +974,7 @@ static strata_status st_gpu_alloc_split(strata_session *s) {
  * exact-block-sum ones (dot.h; the AVX-512 level). */
 static int st_gpu_split_exact_ok(const strata_session *s) {
     const st_hparams *hp = &s->model->hp;
+    if (hp->expert_act_oai) return 0; /* gpt-oss's biased experts: the exact rows take no biases */
     for (int il = 0; il < hp->n_layer; il++) {
         if (!st_plan_layer_on_cpu(&s->plan, il) || !st_layer_has_experts(&s->model->layers[il])) continue;
         const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];

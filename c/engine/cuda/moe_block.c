@@ -27,6 +27,7 @@ static st_cuda_route_cfg st_gpu_route_cfg(const strata_session *s, int il) {
     c.n_expert = hp->n_expert;
     c.k = hp->n_expert_used;
     c.sigmoid = hp->gating == ST_GATING_SIGMOID;
+    c.softmax_weight = hp->gating == ST_GATING_SOFTMAX_WEIGHT;
     c.norm = hp->expert_weights_norm;
     c.scale = hp->expert_weights_scale;
     c.n_groups = hp->n_expert_groups;
@@ -46,6 +47,7 @@ static strata_status st_gpu_predict_next(strata_session *s, int il, int64_t t0, 
     const st_gpu_layer *Nx = &g->layers[il + 1];
     TRY(st_cuda_rmsnorm(g->pf_x, E, g->x + t0 * E, E, Nx->ffn_norm, E, 1, tn, hp->norm_eps, g->stream));
     TRY(st_gpu_mm(g, &Nx->router, g->pf_x, tn, g->pf_logits));
+    if (Nx->router_b) TRY(st_cuda_add_bias(g->pf_logits, hp->n_expert, Nx->router_b, hp->n_expert, tn, g->stream));
     const st_cuda_route_cfg rc = st_gpu_route_cfg(s, il + 1);
     TRY(st_cuda_moe_route_cfg(&rc, g->pf_logits, tn, g->pf_ids, g->pf_wts, NULL, g->stream));
     return st_cuda_memcpy_async(g->h_pf_ids, g->pf_ids, sizeof(int32_t) * (size_t)(tn * K), 0, g->stream);
@@ -169,6 +171,10 @@ static st_cuda_moe_args st_gpu_routed_args(const strata_session *s, int il, int6
     a.ws_bytes = g->moe_ws_bytes;
     a.sync = g->sync + ST_GPU_SYNC_MOE; /* one-token calls: h quantized in the gate/up kernel */
     a.n_sync = ST_GPU_SYNC - ST_GPU_SYNC_MOE;
+    a.b_gate = G->b_gate_exps; /* gpt-oss (the table's ids are the experts': its rows follow) */
+    a.b_up = G->b_up_exps;
+    a.b_down = G->b_down_exps;
+    a.act = hp->expert_act_oai ? 1 : 0;
     return a;
 }
 
@@ -351,13 +357,16 @@ strata_status st_gpu_moe_route(strata_session *s, int il, int64_t T, st_moe_call
      * hand-down rows */
     g->hand_ready = mc->r1 && g->d_xn && st_plan_layer_on_cpu(&s->plan, il) && !st_gpu_pool_call(s, T) &&
                     !g->d_tail; /* (the tail skip changes the ids after the router) */
-    const st_cuda_route_cfg rc = st_gpu_route_cfg(s, il);
-    if (mc->r1)
+    st_cuda_route_cfg rc = st_gpu_route_cfg(s, il);
+    rc.d_logit_bias = G->router_b; /* (gpt-oss) the one-token router adds it itself */
+    if (mc->r1) {
         TRY(st_cuda_moe_router1_cfg(&G->router, g->xn, &rc, g->router, g->ids, g->wts,
                                     g->hand_ready ? &g->hand_db : NULL, g->moe_xq, g->hand_ready ? g->d_xn : NULL,
                                     g->sync + ST_GPU_SYNC_ROUTER, g->stream));
-    else
+    } else {
         TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
+        if (G->router_b) TRY(st_cuda_add_bias(g->router, X, G->router_b, X, T, g->stream));
+    }
     g->xq_ready = mc->r1;
     if (G->shexp && G->shexp_gate_inp.data) {
         TRY(st_gpu_mm(g, &G->shexp_gate_inp, g->xn, T, g->shgate));
@@ -772,6 +781,8 @@ static strata_status st_gpu_moe_shared(strata_session *s, int il, int64_t t0, in
     const st_gpu_layer *G = &g->layers[il];
     st_cuda_moe_args a = st_gpu_routed_args(s, il, t0, tn, G->shexp, g->zeros);
     a.n_expert = 1;
+    a.b_gate = a.b_up = a.b_down = NULL; /* the routed experts' */
+    a.act = 0;
     a.type_gate = a.type_up = G->sh_type_gu;
     a.type_down = G->sh_type_down;
     a.n_ff = hp->n_ff_shexp;
