@@ -58,14 +58,14 @@ if [ -n "$FIRST" ] && [ -f .peer/llama_bench.sh ]; then
     [ -f /tmp/llama.done ] || ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
     LL=1
 fi
-DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
+DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests/test_cuda_session build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
     build/tests/test_cuda_dequant build/tests/test_cuda_mmv
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
         ${CTESTS:-test_cuda_mla:120 test_cuda_moe:200 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
-    for t in ${PYTESTS:-test_hf_parity_gpu.py::not+gpt_oss test_iq_gpu.py::}; do # FILE::-k expression, + for spaces
+    for t in ${PYTESTS:-test_hf_parity_gpu.py:: test_iq_gpu.py::}; do # FILE::-k expression, + for spaces
         f=${t%%::*} k=${t#*::}
-        k=${k//+/ } # (gpt-oss is not on the GPU yet)
+        k=${k//+/ }
         STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \
             timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/$f ${k:+-k "$k"} > "$O/${f%.py}.log" 2>&1
         echo "$f $k rc=$? at $(el)s: $(tail -1 "$O/${f%.py}.log")"
@@ -73,7 +73,7 @@ if have tests; then
     done
     [ -f .devdata/ds2_v3.gguf ] && STRATA_LIB=$PWD/libstrata.so PYTHONPATH=$PWD/python:$PYTHONPATH \
         timeout 120 python3 bench/device/ds2_long.py .devdata/ds2_v3.gguf 900 2>&1 | tail -6
-    make CUDA=1 mla-check MLA_CTX=${MLA_CTX:-8192} > "$O/mla_check.log" 2>&1
+    [ "${MLA_CTX:-8192}" = 0 ] || make CUDA=1 mla-check MLA_CTX=${MLA_CTX:-8192} > "$O/mla_check.log" 2>&1
     echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -30
 fi
 [ -n "$FIRST" ] || { echo "done at $(el)s"; exit 0; }
