@@ -27,6 +27,18 @@ static inline float st_silu(float x) { return st_det_silu(x); }
 static inline float st_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* h[i] = silu(g[i]) * u[i] */
 void st_swiglu(float *h, const float *g, const float *u, int64_t n);
+/* y = rmsnorm(x) * w for T rows of n (a layer block's input norm). */
+static inline void st_norm_rows(float *y, const float *x, const st_tensor *w, int64_t T, int64_t n, float eps) {
+    for (int64_t t = 0; t < T; t++) st_rmsnorm(y + t * n, x + t * n, (const float *)w->data, n, eps);
+}
+/* x += branch * residual_scale (granite's; 1 elsewhere) over n values. */
+static inline void st_residual(const strata_model *m, float *x, const float *branch, int64_t n) {
+    const float rs = m->arch->granite_scales ? m->hp.residual_scale : 1.0f;
+    if (rs != 1.0f)
+        for (int64_t i = 0; i < n; i++) x[i] += branch[i] * rs;
+    else
+        for (int64_t i = 0; i < n; i++) x[i] += branch[i];
+}
 /* y[i] += b[i] for each of T rows of n */
 void st_add_bias(float *y, const float *b, int64_t T, int64_t n);
 

@@ -45,19 +45,6 @@ void st_embed_tokens(strata_session *s, const strata_token *tokens, int64_t T, f
     else st_embed_rows(&j, 0, T, 0);
 }
 
-void st_norm_rows(float *y, const float *x, const st_tensor *w, int64_t T, int64_t n, float eps) {
-    for (int64_t t = 0; t < T; t++) st_rmsnorm(y + t * n, x + t * n, (const float *)w->data, n, eps);
-}
-
-/* x += branch * residual_scale (the scale is 1 except for granite) */
-void st_residual(const strata_model *m, float *x, const float *branch, int64_t n) {
-    const float rs = m->arch->granite_scales ? m->hp.residual_scale : 1.0f;
-    if (rs != 1.0f)
-        for (int64_t i = 0; i < n; i++) x[i] += branch[i] * rs;
-    else
-        for (int64_t i = 0; i < n; i++) x[i] += branch[i];
-}
-
 void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;

@@ -22,10 +22,6 @@ void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *
  * its cache rows in kv; the rope angles of the positions in s->rope_cs. The trunk's layers and
  * the MTP layer (mtp_cpu.c) share it. */
 void st_cpu_mla_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0);
-/* y = rmsnorm(x) * w for T rows of n. */
-void st_norm_rows(float *y, const float *x, const st_tensor *w, int64_t T, int64_t n, float eps);
-/* x += branch * residual_scale (granite's; 1 elsewhere) over n values. */
-void st_residual(const strata_model *m, float *x, const float *branch, int64_t n);
 /* The top-k routing of T rows of router logits as the model's file describes it (ops.h). */
 void st_cpu_route_rows(const strata_model *m, const st_layer *L, const float *logits, int64_t T,
                        int32_t *ids, float *wts);
