@@ -4,6 +4,7 @@
  * bit-identical results for 1, 2 and 5 threads. */
 #include "test.h"
 #include "ops.h"
+#include "kv.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -582,6 +583,30 @@ static void test_route_scored(void) {
     CHECK(ids[0] == 1 && ids[1] == 0, "softmax, one group: %d %d", ids[0], ids[1]);
 }
 
+/* The KV cache keeps rows for attention layers only: qwen3next's recurrent layers get none,
+ * latent attention keeps keys only. */
+static void test_kv_layers(void) {
+    st_hparams hp;
+    memset(&hp, 0, sizeof hp);
+    hp.n_layer = 8;
+    hp.n_head_kv = 2;
+    hp.head_dim = 16;
+    hp.head_dim_v = 16;
+    hp.full_attn_interval = 4; /* layers 3 and 7 attend */
+    st_kv_cache kv;
+    CHECK(st_kv_init(&kv, &hp, 64, STRATA_TYPE_F32) == STRATA_OK, "kv init");
+    CHECK(kv.bytes == (size_t)2 * 2 * 64 * 32 * 4, "two attention layers' K and V: %zu bytes", kv.bytes);
+    int ok = 1;
+    for (int il = 0; il < 8; il++) ok &= (kv.layers[il].k != NULL) == ((il + 1) % 4 == 0);
+    CHECK(ok && kv.layers[3].k != kv.layers[7].k && kv.layers[7].vt, "rows for layers 3 and 7 only");
+    st_kv_free(&kv);
+    hp.full_attn_interval = 0;
+    hp.n_lora_kv = 12; /* latent: head_dim 16 = 12 + rope 4, no V */
+    CHECK(st_kv_init(&kv, &hp, 64, STRATA_TYPE_F16) == STRATA_OK && kv.bytes == (size_t)8 * 64 * 32 * 2 &&
+              kv.layers[0].vt == NULL, "latent cache: keys only (%zu bytes)", kv.bytes);
+    st_kv_free(&kv);
+}
+
 static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) {
     const int32_t E = 8, k = 3;
     const int64_t n_embd = 256, n_ff = 96, T = 13;
@@ -821,6 +846,7 @@ int main(void) {
     test_attention_kv(STRATA_TYPE_F16, pools, 3);
     test_route();
     test_route_scored();
+    test_kv_layers();
     test_moe_type(STRATA_TYPE_F32, pools, 3);
     test_moe_type(STRATA_TYPE_Q8_0, pools, 3);
     test_moe_type(STRATA_TYPE_Q4_K, pools, 3);
