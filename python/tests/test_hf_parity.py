@@ -116,6 +116,29 @@ def test_batched_prefill(name, workdir):
         assert err2.max() < REL_TOL, f"{name}: split decode: rel err {err2.max():.3g}"
 
 
+def _verify_windows(sm, ids, rows, windows):
+    """Verify windows as speculative decoding runs them, on a session that has read the prompt:
+    for each (k, wrong) the last token and k drafts of the greedy continuation ids (draft `wrong`
+    replaced by another token, or none) in one call; the rows up to the first wrong draft must be
+    token-by-token greedy's rows (rows[i] is the row after which ids[i] comes) bit for bit, then
+    the cache is truncated after the last accepted one. Returns the index of the last token in."""
+    import strata
+    lib = sm.lib
+    i = 0
+    for k, wrong in windows:
+        drafts = ids[i + 1:i + 1 + k]
+        if wrong is not None and wrong < len(drafts):
+            drafts = drafts[:wrong] + [(drafts[wrong] + 1) % sm.n_vocab] + drafts[wrong + 1:]
+        n0 = lib.strata_session_n_past(sm.session)
+        got = sm.decode([ids[i]] + drafts, True)
+        acc = next((j for j, d in enumerate(drafts) if d != ids[i + 1 + j]), len(drafts))
+        for j in range(acc + 1):
+            assert np.array_equal(got[j], rows[i + 1 + j]), f"window row {j} differs (k {k})"
+        strata.check(lib.strata_session_truncate(sm.session, n0 + 1 + acc), "truncate")
+        i += 1 + acc
+    return i
+
+
 @pytest.mark.parametrize("name", ["deepseek2_lite", "deepseek2_v3"])
 def test_deepseek2_windows_and_placement(name, workdir):
     """deepseek2 on the CPU beyond plain decoding (the files carry no tokenizer: token ids):
@@ -132,18 +155,7 @@ def test_deepseek2_windows_and_placement(name, workdir):
         lib.strata_session_reset(sm.session)
         row = sm.decode(p, False)[0]
         assert np.array_equal(row, rows[0])
-        i = 0  # rows[i] is the row after which ids[i] comes
-        for k, wrong in [(3, None), (5, 2), (1, 0), (4, None), (6, 3)]:
-            drafts = ids[i + 1:i + 1 + k]
-            if wrong is not None and wrong < len(drafts):
-                drafts = drafts[:wrong] + [(drafts[wrong] + 1) % sm.n_vocab] + drafts[wrong + 1:]
-            n0 = lib.strata_session_n_past(sm.session)
-            got = sm.decode([ids[i]] + drafts, True)
-            acc = next((j for j, d in enumerate(drafts) if d != ids[i + 1 + j]), len(drafts))
-            for j in range(acc + 1):
-                assert np.array_equal(got[j], rows[i + 1 + j]), f"window row {j} differs (k {k})"
-            strata.check(lib.strata_session_truncate(sm.session, n0 + 1 + acc), "truncate")
-            i += 1 + acc
+        _verify_windows(sm, ids, rows, [(3, None), (5, 2), (1, 0), (4, None), (6, 3)])
         full = sm.logits(p)
     one = 3 * 64 * 32 * 4  # an expert's f32 bytes (n_embd 64, n_ff_exp 32)
     with strata.Model(path, n_ctx=256, n_threads=2, kv_type="f32", ram_budget=6 * one) as r:
@@ -166,18 +178,7 @@ def test_qwen3next_windows_and_rollback(n_batch, workdir):
         lib = sm.lib
         lib.strata_session_reset(sm.session)
         assert np.array_equal(sm.decode(p, False)[0], rows[0])
-        i = 0  # rows[i] is the row after which ids[i] comes
-        for k, wrong in [(3, None), (5, 2), (1, 0), (4, None), (6, 3), (16, 5), (2, 1)]:
-            drafts = ids[i + 1:i + 1 + k]
-            if wrong is not None and wrong < len(drafts):
-                drafts = drafts[:wrong] + [(drafts[wrong] + 1) % sm.n_vocab] + drafts[wrong + 1:]
-            n0 = lib.strata_session_n_past(sm.session)
-            got = sm.decode([ids[i]] + drafts, True)
-            acc = next((j for j, d in enumerate(drafts) if d != ids[i + 1 + j]), len(drafts))
-            for j in range(acc + 1):
-                assert np.array_equal(got[j], rows[i + 1 + j]), f"window row {j} differs (k {k})"
-            strata.check(lib.strata_session_truncate(sm.session, n0 + 1 + acc), "truncate")
-            i += 1 + acc
+        i = _verify_windows(sm, ids, rows, [(3, None), (5, 2), (1, 0), (4, None), (6, 3), (16, 5), (2, 1)])
         n_past = lib.strata_session_n_past(sm.session)
         rc = lib.strata_session_truncate(sm.session, len(p))
         assert rc != 0 and "rolls back only inside the last decode window" in strata._ffi.last_error()
