@@ -27,7 +27,7 @@ static void cpu_free(strata_session *s) {
 
 /* The greedy token of a logits row: NaN as -inf, the lowest id on ties (strata_sampler_sample's
  * greedy path without penalties); INVALID_ARG when no logit is finite. */
-static strata_status st_argmax_row(const float *x, int32_t n, strata_token *out) {
+strata_status st_argmax_row(const float *x, int32_t n, strata_token *out) {
     int32_t best = -1;
     float bv = -INFINITY;
     for (int32_t i = 0; i < n; i++) {

@@ -22,6 +22,9 @@ void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *
  * its cache rows in kv; the rope angles of the positions in s->rope_cs. The trunk's layers and
  * the MTP layer (mtp_cpu.c) share it. */
 void st_cpu_mla_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0);
+/* The greedy token of a logits row: NaN as -inf, the lowest id on ties; INVALID_ARG when no
+ * logit is finite (backend_cpu.c; the MTP drafter's drafts too). */
+strata_status st_argmax_row(const float *x, int32_t n, strata_token *out);
 /* The top-k routing of T rows of router logits as the model's file describes it (ops.h). */
 void st_cpu_route_rows(const strata_model *m, const st_layer *L, const float *logits, int64_t T,
                        int32_t *ids, float *wts);

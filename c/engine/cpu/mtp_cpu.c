@@ -133,15 +133,6 @@ static void st_mtp_rows(st_mtp *d, const strata_token *tok, int64_t T, int64_t p
     st_matmul(s->tp, head, d->hprev, 1, d->logits, s->mm_ws);
 }
 
-/* The greedy token of d->logits (the lowest id on ties). */
-static strata_token st_mtp_argmax(const st_mtp *d) {
-    const int32_t V = d->s->model->hp.n_vocab;
-    int32_t best = 0;
-    for (int32_t v = 1; v < V; v++)
-        if (d->logits[v] > d->logits[best]) best = v;
-    return best;
-}
-
 strata_status st_mtp_propose(st_mtp *d, const strata_token *h, int64_t nh, int32_t max, strata_token *out,
                              int32_t *n_out) {
     strata_session *s = d->s;
@@ -160,13 +151,15 @@ strata_status st_mtp_propose(st_mtp *d, const strata_token *h, int64_t nh, int32
     }
     memcpy(d->tok, h, sizeof *h * (size_t)nh);
     d->n = nh;
-    strata_token next = st_mtp_argmax(d);
+    const int32_t V = s->model->hp.n_vocab;
+    strata_token next;
+    ST_TRY(st_argmax_row(d->logits, V, &next));
     int32_t k = 0;
     while (k < max) {
         out[k++] = next;
         if (k == max || strata_token_is_eog(s->model, next)) break;
         st_mtp_rows(d, &next, 1, nh - 1 + k, d->hprev); /* a chained row: not kept (d->n) */
-        next = st_mtp_argmax(d);
+        ST_TRY(st_argmax_row(d->logits, V, &next));
     }
     *n_out = k;
     return STRATA_OK;
