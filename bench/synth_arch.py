@@ -11,8 +11,8 @@ What it takes from elsewhere, loaded from paths: synth_moe.py (--synth; default
 ../shared/bench/synth_moe.py beside the repository, else .devdata/synth_moe.py) for its Q8_0
 scales of token_embd and output, and bench/synth_lowbit.py's Blocks, which writes synth_moe.py's
 zero-mean Q8_0 / Q4_K blocks (and Q3_K, Q5_K, Q6_K, MXFP4) at a target spread. Q2_K, Q4_0, Q5_0
-and Q5_1 blocks are written here. The tokenizer copy is synth_moe.py's loop, copied (it lives
-inside its main()).
+and Q5_1 blocks are written here. The tokenizer copy is synth_lowbit.py's copy_tokenizer
+(synth_moe.py's loop, which lives inside its main()), padded with --pad-vocab.
 
 Types (--experts-type; the preset's default): q4_k (deepseek2's), q8_0, q3_k, q2_k or mxfp4
 (gpt-oss's; llama.cpp's MOSTLY_MXFP4_MOE) put the routed experts in that type and every other
@@ -455,26 +455,6 @@ def read_tokenizer(path):
     return voc, [bytes(f.parts[i]).decode("utf-8", "replace") for i in f.data]
 
 
-def copy_tokenizer(w, voc, tokens, n_vocab):
-    """synth_moe.py's tokenizer copy; tokens past the vocab file's own are unused placeholders."""
-    pad = n_vocab - len(tokens)
-    for key, field in voc.fields.items():
-        if key == "tokenizer.ggml.tokens":
-            w.add_token_list(tokens + [f"<|synth_unused_{i}|>" for i in range(pad)])
-        elif key == "tokenizer.ggml.merges":
-            w.add_token_merges([bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data])
-        elif key == "tokenizer.ggml.token_type":
-            w.add_token_types([int(field.parts[i][0]) for i in field.data] + [5] * pad)
-        elif key == "tokenizer.ggml.model":
-            w.add_tokenizer_model(bytes(field.parts[-1]).decode())
-        elif key == "tokenizer.ggml.pre":
-            w.add_tokenizer_pre(bytes(field.parts[-1]).decode())
-        elif key == "tokenizer.ggml.bos_token_id":
-            w.add_bos_token_id(int(field.parts[-1][0]))
-        elif key == "tokenizer.ggml.eos_token_id":
-            w.add_eos_token_id(int(field.parts[-1][0]))
-
-
 def load_helpers(synth_path):
     """synth_moe.py (from --synth or its default places) and bench/synth_lowbit.py beside this file."""
     lowbit = load_module("synth_lowbit", HERE / "synth_lowbit.py")
@@ -541,7 +521,7 @@ def write_file(args, p, plan, meta, voc_tokens):
     voc, tokens = voc_tokens
     w = gguf.GGUFWriter(args.out, p["arch"])
     add_metadata(w, p, *meta)
-    copy_tokenizer(w, voc, tokens, meta[3])
+    _HELPERS[1].copy_tokenizer(w, voc, tokens, meta[3])
     for t in plan:
         if t.qtype == Q.F32:
             w.add_tensor_info(t.name, tuple(reversed(t.ne)), np.dtype(np.float32), t.nbytes)

@@ -197,6 +197,27 @@ def role_type(mix, name):
             "output": head, "ffn_gate_exps": gu, "ffn_up_exps": gu, "ffn_down_exps": down}[kind]
 
 
+def copy_tokenizer(w, voc, tokens, n_vocab=None):
+    """synth_moe.py's tokenizer copy from the vocab file voc (tokens: its token strings); with
+    n_vocab above their count the rest are unused placeholders (synth_arch.py's --pad-vocab)."""
+    pad = (n_vocab or len(tokens)) - len(tokens)
+    for key, field in voc.fields.items():
+        if key == "tokenizer.ggml.tokens":
+            w.add_token_list(tokens + [f"<|synth_unused_{i}|>" for i in range(pad)])
+        elif key == "tokenizer.ggml.merges":
+            w.add_token_merges([bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data])
+        elif key == "tokenizer.ggml.token_type":
+            w.add_token_types([int(field.parts[i][0]) for i in field.data] + [5] * pad)
+        elif key == "tokenizer.ggml.model":
+            w.add_tokenizer_model(bytes(field.parts[-1]).decode())
+        elif key == "tokenizer.ggml.pre":
+            w.add_tokenizer_pre(bytes(field.parts[-1]).decode())
+        elif key == "tokenizer.ggml.bos_token_id":
+            w.add_bos_token_id(int(field.parts[-1][0]))
+        elif key == "tokenizer.ggml.eos_token_id":
+            w.add_eos_token_id(int(field.parts[-1][0]))
+
+
 def writer_with_metadata(sm, args, shape):
     """A GGUFWriter holding synth_moe.py's metadata for shape and the vocab file's tokenizer."""
     arch, n_layer, n_embd, n_head, n_kv, hd, n_exp, n_used, n_ff, norm_topk = shape
@@ -220,21 +241,7 @@ def writer_with_metadata(sm, args, shape):
     w.add_expert_feed_forward_length(n_ff)
     w.add_expert_weights_norm(norm_topk)
     w.add_file_type(int(MIXES[args.mix][-1]))
-    for key, field in voc.fields.items():
-        if key == "tokenizer.ggml.tokens":
-            w.add_token_list(tokens)
-        elif key == "tokenizer.ggml.merges":
-            w.add_token_merges([bytes(field.parts[i]).decode("utf-8", "replace") for i in field.data])
-        elif key == "tokenizer.ggml.token_type":
-            w.add_token_types([int(field.parts[i][0]) for i in field.data])
-        elif key == "tokenizer.ggml.model":
-            w.add_tokenizer_model(bytes(field.parts[-1]).decode())
-        elif key == "tokenizer.ggml.pre":
-            w.add_tokenizer_pre(bytes(field.parts[-1]).decode())
-        elif key == "tokenizer.ggml.bos_token_id":
-            w.add_bos_token_id(int(field.parts[-1][0]))
-        elif key == "tokenizer.ggml.eos_token_id":
-            w.add_eos_token_id(int(field.parts[-1][0]))
+    copy_tokenizer(w, voc, tokens)
     return w, len(tokens)
 
 
