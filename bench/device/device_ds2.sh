@@ -62,14 +62,14 @@ DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests
     build/tests/test_cuda_dequant build/tests/test_cuda_mmv
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
-        ${CTESTS:-test_cuda_mla:120 test_cuda_moe:200 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
+        ${CTESTS:-test_cuda_mla:120 test_cuda_moe:300 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
     for t in ${PYTESTS:-test_hf_parity_gpu.py:: test_iq_gpu.py::}; do # FILE::-k expression, + for spaces
         f=${t%%::*} k=${t#*::}
         k=${k//+/ }
         STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \
-            timeout 240 python3 -m pytest -q -p no:cacheprovider python/tests/$f ${k:+-k "$k"} > "$O/${f%.py}.log" 2>&1
-        echo "$f $k rc=$? at $(el)s: $(tail -1 "$O/${f%.py}.log")"
-        grep -E "^FAILED|Error" "$O/${f%.py}.log" | head -8
+            timeout 300 python3 -m pytest -q -s -p no:cacheprovider python/tests/$f ${k:+-k "$k"} > "$J/${f%.py}.log" 2>&1
+        echo "$f $k rc=$? at $(el)s: $(tail -1 "$J/${f%.py}.log")" # the logs travel in bench.tar
+        grep -E "^FAILED|Error|KL\(exact" "$J/${f%.py}.log" | head -${PYSHOW:-30}
     done
     [ -f .devdata/ds2_v3.gguf ] && STRATA_LIB=$PWD/libstrata.so PYTHONPATH=$PWD/python:$PYTHONPATH \
         timeout 120 python3 bench/device/ds2_long.py .devdata/ds2_v3.gguf 900 2>&1 | tail -6
