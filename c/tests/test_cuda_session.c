@@ -115,6 +115,25 @@ static strata_session_stats fresh_stats(const strata_model *m) {
 }
 
 /* KL(p || q) of the softmaxes of two logit rows, in double. */
+/* The n tokens' logits of a session with the current g_ placement knobs, decoded in one call of
+ * n_batch 64 (NULL on failure); its stats into *st when st is not NULL. */
+static float *split_logits(const strata_model *m, const int32_t *toks, int64_t n, int32_t V,
+                           strata_session_stats *st) {
+    strata_session *hs = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+    float *out = malloc(sizeof(float) * (size_t)n * (size_t)V);
+    const int ok = hs && out && strata_session_decode(hs, toks, n, out, 1) == STRATA_OK;
+    if (st) {
+        memset(st, 0, sizeof *st);
+        if (hs) strata_session_get_stats(hs, st);
+    }
+    strata_session_free(hs);
+    if (!ok) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 static double kl_row(const float *a, const float *b, int32_t V) {
     double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
     for (int32_t i = 0; i < V; i++) { ma = fmax(ma, a[i]); mb = fmax(mb, b[i]); }
@@ -1036,29 +1055,33 @@ static void test_default_model(void) {
             g_pcie_frac = 1.0f;
             float *sp1 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
             g_pcie_frac = 0.5f;
-            strata_session *hs = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
-            float *sph = malloc(sizeof(float) * (size_t)n * (size_t)V);
             strata_session_stats hst;
-            memset(&hst, 0, sizeof hst);
-            const int okh = hs && sph && strata_session_decode(hs, toks, n, sph, 1) == STRATA_OK;
-            if (hs) strata_session_get_stats(hs, &hst);
-            strata_session_free(hs);
+            float *sph = split_logits(m, toks, n, V, &hst), *sph2 = split_logits(m, toks, n, V, NULL);
+            const int okh = sph != NULL;
             g_cpu_moe = g_stage = g_split = 0;
             g_pcie_frac = -1.0f;
             CHECK(s9 && sp1 && !memcmp(s9, sp1, sizeof(float) * (size_t)n * (size_t)V),
                   "--stage-split, pcie_frac 1: not the bits of --stage-experts 9");
-            double klh = 0, klc = 0;
+            CHECK(okh && sph2 && !memcmp(sph, sph2, sizeof(float) * (size_t)n * (size_t)V),
+                  "--stage-split, pcie_frac 0.5: two runs differ");
+            double klh = 0, klc = 0, kmax = 0, cmax = 0;
             int agree = 0;
+            int64_t imax = -1;
             for (int64_t i = 0; okh && s0 && all && i < n; i++) {
                 const float *r = all + (size_t)i * (size_t)V;
-                klh += kl_row(s0 + (size_t)i * (size_t)V, sph + (size_t)i * (size_t)V, V) / (double)n;
-                klc += kl_row(s0 + (size_t)i * (size_t)V, r, V) / (double)n;
+                const double kh = kl_row(s0 + (size_t)i * (size_t)V, sph + (size_t)i * (size_t)V, V);
+                const double kc = kl_row(s0 + (size_t)i * (size_t)V, r, V);
+                klh += kh / (double)n;
+                klc += kc / (double)n;
+                if (kh > kmax) kmax = kh, imax = i;
+                cmax = fmax(cmax, kc);
                 agree += argmax(sph + (size_t)i * (size_t)V, V) == argmax(s0 + (size_t)i * (size_t)V, V);
             }
             printf("--stage-split, pcie_frac 0.5: %lld split batches, expert rows %lld GPU / %lld CPU; mean "
-                   "KL %.3g against the CPU's experts (all resident: %.3g), top-1 %d / %lld\n",
+                   "KL %.3g against the CPU's experts (all resident: %.3g), largest %.3g at position %lld "
+                   "(all resident: %.3g), top-1 %d / %lld\n",
                    (long long)hst.split_batches, (long long)hst.expert_slots_gpu,
-                   (long long)hst.expert_slots_cpu, klh, klc, agree, (long long)n);
+                   (long long)hst.expert_slots_cpu, klh, klc, kmax, (long long)imax, cmax, agree, (long long)n);
             CHECK(okh && s0 && hst.split_batches > 0 && hst.expert_slots_gpu > 0 && hst.expert_slots_cpu > 0,
                   "--stage-split, pcie_frac 0.5: no split (%lld batches): %s", (long long)hst.split_batches,
                   strata_last_error());
@@ -1069,6 +1092,7 @@ static void test_default_model(void) {
             free(s0);
             free(sp1);
             free(sph);
+            free(sph2);
         }
         strata_session_params sp = strata_session_default_params();
         sp.backend = STRATA_BACKEND_CUDA;
