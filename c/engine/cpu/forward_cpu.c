@@ -201,15 +201,13 @@ static void st_score_prediction(strata_session *s, int il, int64_t T, int32_t K)
     s->pred_slots += T * K;
 }
 
-/* The routed-expert step: router logits, softmax + top-k per token, grouped experts. */
-static void st_moe_block(strata_session *s, int il, int64_t T) {
-    const strata_model *m = s->model;
-    const st_hparams *hp = &m->hp;
-    const st_layer *L = &m->layers[il];
+/* The trunk's steps between a layer's routing and its experts: the route trace, profile mode's
+ * scoring and prediction, the tail skip, DEGRADE_ZERO and the RAM tier. The table of experts to
+ * compute (the session's, or the RAM tier's slots), NULL when nothing is computed (a disk read
+ * failed: the error in s->fwd_error, s->proj zeroed). */
+static const st_expert *st_moe_trunk(strata_session *s, int il, int64_t T) {
+    const st_hparams *hp = &s->model->hp;
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
-    st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
-    if (L->ffn_gate_inp_b.data) st_add_bias(s->router, (const float *)L->ffn_gate_inp_b.data, T, X);
-    st_cpu_route_rows(m, L, s->router, T, s->ids, s->wts);
     if (s->profile) st_score_prediction(s, il, T, K);
     if (s->route_fn) /* the routing as the router chose it, and what the previous layer predicted */
         s->route_fn(il, s->n_past, T, K, s->ids, s->wts, s->pred_layer == il ? s->pred_ids : NULL,
@@ -238,7 +236,7 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
             if (s->fwd_error == STRATA_OK) s->fwd_error = st;
             st_ram_tier_release(s->ram);
             memset(s->proj, 0, sizeof(float) * (size_t)(T * hp->n_embd));
-            return;
+            return NULL;
         }
     }
     if (s->profile || s->plan.pipe || s->route_fn) { /* predict the next layer's experts (a route trace
@@ -246,36 +244,60 @@ static void st_moe_block(strata_session *s, int il, int64_t T) {
         st_predict_next(s, il, T);
         if (s->plan.pipe && s->pred_layer == il + 1) st_ram_tier_prefetch(s->ram, il + 1, T, s->pred_ids, K);
     }
+    return table;
+}
+
+/* The routed-expert step of layer L: router logits, softmax + top-k per token, grouped experts
+ * into s->proj. A trunk layer (il < n_layer) takes the trunk's steps (st_moe_trunk) between
+ * routing and experts; an MTP layer computes its routed experts from `experts` as routed. */
+static void st_moe_block(strata_session *s, const st_layer *L, int il, const st_expert *experts, int64_t T) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const int trunk = il < hp->n_layer;
+    st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
+    if (L->ffn_gate_inp_b.data) st_add_bias(s->router, (const float *)L->ffn_gate_inp_b.data, T, X);
+    st_cpu_route_rows(m, L, s->router, T, s->ids, s->wts);
+    const st_expert *table = trunk ? st_moe_trunk(s, il, T) : experts;
+    if (!table) return;
+    if (!trunk) st_prof_mark(s, STRATA_PHASE_ROUTER);
     st_moe_ffn(s->tp, table, X, s->xn, T, s->ids, s->wts, K, s->proj, s->moe_ws);
-    if (s->ram) st_ram_tier_release(s->ram);
+    if (trunk && s->ram) st_ram_tier_release(s->ram);
     st_prof_mark(s, STRATA_PHASE_EXPERTS);
 }
 
-static void st_ffn_block(strata_session *s, int il, int64_t T) {
+void st_cpu_ffn_block(strata_session *s, const st_layer *L, int il, const st_cpu_ffn_w *w, int64_t T) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
-    const st_layer *L = &m->layers[il];
     const int64_t E = hp->n_embd;
     st_norm_rows(s->xn, s->x, &L->ffn_norm, T, E, hp->norm_eps);
     if (!L->ffn_gate_inp.data) { /* dense models, deepseek2's leading dense layers */
         st_prof_mark(s, STRATA_PHASE_ROUTER);
-        st_moe_ffn(s->tp, &s->dense[il], 1, s->xn, T, s->zeros, s->ones, 1, s->proj, s->moe_ws);
+        st_moe_ffn(s->tp, w->dense, 1, s->xn, T, s->zeros, s->ones, 1, s->proj, s->moe_ws);
         st_prof_mark(s, STRATA_PHASE_EXPERTS);
     } else {
-        st_moe_block(s, il, T);
-        if (s->shexp && s->shexp[il].gate.data) {
-            const float *w = s->ones;
+        st_moe_block(s, L, il, w->experts, T);
+        if (w->shexp && w->shexp->gate.data) {
+            const float *g = s->ones;
             if (L->ffn_gate_inp_shexp.data) { /* qwen2moe: sigmoid(gate . x) */
                 st_matmul(s->tp, &L->ffn_gate_inp_shexp, s->xn, T, s->shgate, s->mm_ws);
                 for (int64_t t = 0; t < T; t++) s->shgate[t] = st_sigmoid(s->shgate[t]);
-                w = s->shgate;
+                g = s->shgate;
             }
-            st_moe_ffn(s->tp, &s->shexp[il], 1, s->xn, T, s->zeros, w, 1, s->proj2, s->moe_ws);
+            st_moe_ffn(s->tp, w->shexp, 1, s->xn, T, s->zeros, g, 1, s->proj2, s->moe_ws);
             for (int64_t i = 0; i < T * E; i++) s->proj[i] += s->proj2[i];
         }
     }
     st_residual(m, s->x, s->proj, T * E);
     st_prof_mark(s, STRATA_PHASE_SHARED);
+}
+
+/* The FFN of trunk layer il with the session's expert tables. */
+static void st_ffn_block(strata_session *s, int il, int64_t T) {
+    const size_t X = (size_t)s->model->hp.n_expert;
+    const st_cpu_ffn_w w = {s->dense ? s->dense + il : NULL, s->experts ? s->experts + (size_t)il * X : NULL,
+                            s->shexp ? s->shexp + il : NULL};
+    st_cpu_ffn_block(s, &s->model->layers[il], il, &w, T);
 }
 
 static void st_output(strata_session *s, int64_t first, int64_t T, float *logits) {

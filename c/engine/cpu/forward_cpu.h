@@ -22,6 +22,17 @@ void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *
  * its cache rows in kv; the rope angles of the positions in s->rope_cs. The trunk's layers and
  * the MTP layer (mtp_cpu.c) share it. */
 void st_cpu_mla_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0);
+/* The FFN weights of a layer as expert tables: the dense FFN as one expert (layers without a
+ * router), the routed experts [n_expert] and the shared expert (NULL, or gate.data NULL: none). */
+typedef struct {
+    const st_expert *dense, *experts, *shexp;
+} st_cpu_ffn_w;
+/* The FFN block of layer L on the residual s->x (T rows): ffn_norm into s->xn, the dense FFN or
+ * the routed experts (router, top-k) plus the shared expert, the residual added. il < n_layer: a
+ * trunk layer, which takes the session's per-layer steps between routing and experts (route
+ * trace, profile, tail skip, DEGRADE_ZERO, RAM tier); il >= n_layer: an MTP layer (mtp_cpu.c),
+ * its experts computed as routed. The trunk's layers and the MTP layer share it. */
+void st_cpu_ffn_block(strata_session *s, const st_layer *L, int il, const st_cpu_ffn_w *w, int64_t T);
 /* The greedy token of a logits row: NaN as -inf, the lowest id on ties; INVALID_ARG when no
  * logit is finite (backend_cpu.c; the MTP drafter's drafts too). */
 strata_status st_argmax_row(const float *x, int32_t n, strata_token *out);

@@ -21,6 +21,7 @@ struct st_mtp {
                                  else K rows and V transposed as the trunk's (kv.h) */
     st_expert *experts;       /* [n_expert] its routed experts */
     st_expert shexp;          /* its shared expert (gate.data NULL: none) */
+    st_expert dense;          /* its dense FFN (an MTP layer without a router) */
     float *cat;               /* [n_batch][2 * n_embd] the joined normalized inputs */
     float *zero;              /* [n_embd] the hidden state before position 0 */
     float *hprev;             /* [n_embd] the last row's normalized output */
@@ -63,6 +64,9 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     d->shexp.gate = d->L->ffn_gate_shexp;
     d->shexp.up = d->L->ffn_up_shexp;
     d->shexp.down = d->L->ffn_down_shexp;
+    d->dense.gate = d->L->ffn_gate;
+    d->dense.up = d->L->ffn_up;
+    d->dense.down = d->L->ffn_down;
     d->h_from = s->n_past;
     return STRATA_OK;
 }
@@ -117,16 +121,8 @@ static void st_mtp_rows(st_mtp *d, const strata_token *tok, int64_t T, int64_t p
     for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
     if (m->arch->mla) st_cpu_mla_block(s, L, &d->kv, T, pos0);
     else st_cpu_attn_block(s, L, &d->kv, T, pos0);
-    for (int64_t t = 0; t < T; t++)
-        st_rmsnorm(s->xn + t * E, s->x + t * E, (const float *)L->ffn_norm.data, E, hp->norm_eps);
-    st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
-    st_cpu_route_rows(m, L, s->router, T, s->ids, s->wts);
-    st_moe_ffn(s->tp, d->experts, hp->n_expert, s->xn, T, s->ids, s->wts, hp->n_expert_used, s->proj, s->moe_ws);
-    if (d->shexp.gate.data) {
-        st_moe_ffn(s->tp, &d->shexp, 1, s->xn, T, s->zeros, s->ones, 1, s->proj2, s->moe_ws);
-        for (int64_t i = 0; i < T * E; i++) s->proj[i] += s->proj2[i];
-    }
-    for (int64_t i = 0; i < T * E; i++) s->x[i] += s->proj[i];
+    const st_cpu_ffn_w w = {&d->dense, d->experts, &d->shexp};
+    st_cpu_ffn_block(s, L, hp->n_layer, &w, T);
     const st_tensor *hn = L->nextn_head_norm.data ? &L->nextn_head_norm : &m->output_norm;
     const st_tensor *head = L->nextn_head.data ? &L->nextn_head : &m->output;
     st_rmsnorm(d->hprev, s->x + (T - 1) * E, (const float *)hn->data, E, hp->norm_eps);
