@@ -5,7 +5,8 @@
  *     its own kept in step with the history (rolled back to the longest common prefix each call);
  *   - self: greedy tokens of the target session itself with only the experts its fast tier holds
  *     (every missed routed expert dropped), the steps rolled back before the window;
- *   - MTP: the model's nextn layer on the target's final hidden states (mtp_cpu.c).
+ *   - MTP: the model's nextn layer on the target's final hidden states (mtp_cpu.c; on the CPU,
+ *     for CUDA sessions too).
  * A drafter is a tagged union behind one opaque handle; strata_drafter_propose dispatches. */
 #include "model.h"
 #include "mtp.h"
@@ -273,9 +274,6 @@ strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter *
         return st_error(STRATA_ERR_UNSUPPORTED, "the model declares %d MTP layer%s (%s.nextn_predict_layers) "
                         "but its file carries none of their tensors (the converter dropped them): draft "
                         "with ngram, a draft model or self", (int)hp->n_nextn, hp->n_nextn == 1 ? "" : "s", arch);
-    if (target->backend == STRATA_BACKEND_CUDA)
-        return st_error(STRATA_ERR_UNSUPPORTED, "the MTP drafter runs with a CPU session so far (its layer on "
-                        "the GPU is not built yet)");
     if (target->mtp_h)
         return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_mtp_create: the session has an MTP drafter already");
     strata_drafter *d = calloc(1, sizeof *d);

@@ -1,6 +1,7 @@
-/* mtp.h - the MTP drafter of a CPU session (mtp_cpu.c): the model's nextn layer proposing the
+/* mtp.h - the MTP drafter (mtp_cpu.c): the model's nextn layer, run on the CPU, proposing the
  * next tokens from the target's final hidden states, behind strata_drafter_mtp_create
- * (drafter.c). */
+ * (drafter.c). The target is a CPU session, or a CUDA session that copies its hidden states down
+ * (forward_cuda.c). */
 #ifndef STRATA_MTP_H
 #define STRATA_MTP_H
 
@@ -8,7 +9,7 @@
 
 typedef struct st_mtp st_mtp;
 
-/* Attaches to s (a CPU session of a model with MTP layers bound): from now on s keeps every
+/* Attaches to s (a session of a model with MTP layers bound): from now on s keeps every
  * position's final-normed hidden state (s->mtp_h); positions decoded before have none (their
  * MTP rows see zeros). *out is set first, so a failure leaves what was built for st_mtp_free. */
 strata_status st_mtp_create(strata_session *s, st_mtp **out);

@@ -1,8 +1,9 @@
-/* mtp_cpu.c - the MTP drafter of a CPU session (strata_drafter_mtp_create): the model's nextn
- * layer (deepseek2, glm4moe) run as llama.cpp's draft-mtp runs it. The MTP row of position p joins the
- * normalized embedding of token p with the normalized final hidden state of position p-1 (zeros
- * for p = 0), projects them (eh_proj), runs the layer (latent attention over its own cache of
- * MTP rows, routed and shared experts) and gives the logits of token p+1 through the head norm
+/* mtp_cpu.c - the MTP drafter (strata_drafter_mtp_create): the model's nextn layer (deepseek2,
+ * glm4moe) run on the CPU as llama.cpp's draft-mtp runs it, for a CPU session or a CUDA session
+ * (whose forward pass copies the hidden states down into s->mtp_h). The MTP row of position p
+ * joins the normalized embedding of token p with the normalized final hidden state of position
+ * p-1 (zeros for p = 0), projects them (eh_proj), runs the layer (its attention over its own
+ * cache of MTP rows, routed and shared experts or a dense FFN) and gives the logits of token p+1 through the head norm
  * and head. Drafting: the row of the history's newest token gives the first draft; each further
  * draft takes the previous row's normalized output as its hidden state. The rows of real tokens
  * stay cached (a common prefix is not computed again); the chained rows are dropped. */
@@ -15,7 +16,7 @@
 #include <string.h>
 
 struct st_mtp {
-    strata_session *s;        /* the target (CPU), not owned */
+    strata_session *s;        /* the target, not owned (its CPU scratch serves the layer) */
     const st_layer *L;        /* the MTP layer (model->layers[n_layer]) */
     st_kv_layer kv;           /* its cache (f32): one latent row per position (latent attention),
                                  else K rows and V transposed as the trunk's (kv.h) */

@@ -397,6 +397,19 @@ static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata
     return STRATA_OK;
 }
 
+/* An MTP drafter's hidden states (s->mtp_h, mtp_cpu.c): the batch's T residual rows after the
+ * last layer, normed with output_norm on the device and copied down to positions pos0.. (the
+ * drafter's layer runs on the CPU from them). */
+static strata_status st_gpu_mtp_rows(strata_session *s, int64_t pos0, int64_t T) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd;
+    TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, g->output_norm, E, 1, T, hp->norm_eps, g->stream));
+    TRY(st_cuda_memcpy_d2h(s->mtp_h + pos0 * E, g->xn, sizeof(float) * (size_t)(T * E)));
+    s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(T * E));
+    return STRATA_OK;
+}
+
 static strata_status st_gpu_forward_go(strata_session *s, const strata_token *tokens, int64_t T,
                                        float *logits, int all);
 
@@ -478,6 +491,7 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
         }
     }
     TRY(st);
+    if (s->mtp_h) TRY(st_gpu_mtp_rows(s, pos0, T)); /* (before the output: g->xn is its scratch too) */
     if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));
     else if (s->want_argmax) TRY(st_gpu_output_argmax(s, T - 1, s->argmax_out));
     else if (s->want_topk) TRY(st_gpu_output_topk(s, T - 1));
