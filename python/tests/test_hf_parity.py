@@ -240,108 +240,13 @@ def test_python_model_logits(name, workdir):
 # MTP layers as drafters (deepseek2, glm4moe)
 # =================================================================================================
 
-def _mtp_checkpoint(workdir, name: str, own_head: bool = False):
-    """Zoo model `name` with 3 trunk layers and one MTP layer (test_hf_parity_lib.mtp_checkpoint),
-    converted with it. Returns (trunk HF model, the 4-layer HF model whose layer 3 is the MTP
-    layer's, MTP extras, GGUF path)."""
-    d = workdir / f"{name}_mtp"
-    trunk, full, extras = L.mtp_checkpoint(name, d / "hf", own_head=own_head)
-    path = d / "f32.gguf"
-    if not path.exists():
-        L.convert_hf().convert(d / "hf", path, "f32")
-    return trunk, full, extras, path
-
-
-def _rms(x, w, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
-
-
-def _mtp_reference(trunk, full, extras, hist, k):
-    """llama.cpp's draft-mtp with transformers' own decoder layer: MTP row p joins
-    enorm(embed(t_p)) with hnorm(H_{p-1}) (the trunk's final-normed state, zeros before position
-    0), eh_proj, the MTP layer, shared_head.norm, the head; drafts chain on the previous row's
-    normed output. embed and head are the MTP layer's own (embed_tokens, shared_head.head) when it
-    has them, else the trunk's. The whole row sequence is recomputed per draft (causal: the same
-    as a cache). Returns the k greedy drafts and each step's logits."""
-    eps = full.config.rms_norm_eps
-    layer = full.model.layers[trunk.config.num_hidden_layers]
-    embed = extras.get("embed_tokens.weight", full.model.embed_tokens.weight)
-    head = extras.get("shared_head.head.weight", full.lm_head.weight)
-    with torch.no_grad():
-        H = trunk.model(torch.tensor([hist[:-1]])).last_hidden_state[0]
-        hprev = torch.cat([torch.zeros(1, H.shape[1]), H], 0)       # H_{p-1} for p = 0..n-1
-        toks = list(hist)
-        drafts, rows = [], []
-        for _ in range(k):
-            n = len(toks)
-            e = _rms(embed[torch.tensor(toks)], extras["enorm.weight"], eps)
-            x = torch.cat([e, _rms(hprev[:n], extras["hnorm.weight"], eps)], -1) @ extras["eh_proj.weight"].T
-            pos = torch.arange(n)[None]
-            cs = full.model.rotary_emb(x[None], pos)
-            mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
-            y = layer(x[None], attention_mask=mask, position_ids=pos, position_embeddings=cs)
-            y = y[0] if isinstance(y, tuple) else y
-            out = _rms(y[0, -1], extras["shared_head.norm.weight"], eps)
-            logits = out @ head.T
-            rows.append(logits.double().numpy())
-            drafts.append(int(logits.argmax()))
-            toks.append(drafts[-1])
-            hprev = torch.cat([hprev[:n], out[None]], 0)
-    return drafts, rows
-
-
-def _check_mtp_drafter(workdir, name: str, own_head: bool = False):
-    """The MTP drafter (strata_drafter_mtp_create) proposes the greedy drafts of _mtp_reference,
-    first on the prompt, then after verify windows (one with a rejected draft) left its cache a
-    prefix to keep."""
-    import strata
-    trunk, full, extras, path = _mtp_checkpoint(workdir, name, own_head)
-    with L.StrataModel(path, n_ctx=256) as sm:
-        lib, ffi = sm.lib, sm.ffi
-        pd = ffi.new("strata_drafter **")
-        strata.check(lib.strata_drafter_mtp_create(sm.session, pd), "strata_drafter_mtp_create")
-        dr = pd[0]
-        try:
-            def propose(hist, k):
-                h = ffi.new("strata_token[]", hist)
-                out = ffi.new("strata_token[]", k)
-                n = ffi.new("int32_t *")
-                strata.check(lib.strata_drafter_propose(dr, h, len(hist), k, out, n), "propose")
-                return [out[i] for i in range(n[0])]
-
-            def check(hist, k):
-                got = propose(hist, k)
-                ref, rows = _mtp_reference(trunk, full, extras, hist, k)
-                for i, (a, b) in enumerate(zip(got, ref)):
-                    if a != b:  # only where the reference's top two are apart
-                        assert L.top2_margin(rows[i]) < 1e-3, (i, got, ref)
-                        break
-                return got
-
-            lib.strata_session_reset(sm.session)
-            hist = list(PROMPTS[2])
-            sm.decode(hist[:-1], False)
-            check(hist, 4)
-            ids, _ = sm.greedy(hist[:-1], 12)  # the trunk's own continuation of hist[:-1]
-            lib.strata_session_reset(sm.session)
-            sm.decode(hist[:-1], False)        # (the drafter keeps its rows: a common prefix)
-            h2 = hist[:-1] + ids[:6]
-            sm.decode(ids[:5], False)          # as if windows accepted them
-            check(h2, 3)
-            strata.check(lib.strata_session_truncate(sm.session, len(hist) + 1), "truncate")
-            h3 = hist[:-1] + ids[:3]           # a rejected draft rolled the trunk back
-            check(h3, 5)
-        finally:
-            lib.strata_drafter_free(dr)
-
-
 def test_deepseek2_mtp_drafter(workdir):
     """DeepSeek-V3's MTP layer (head and embedding shared with the trunk) against a reference
     built from transformers' DeepseekV3 decoder layer."""
-    _check_mtp_drafter(workdir, "deepseek2_v3")
+    L.check_mtp_drafter(workdir, "deepseek2_v3", PROMPTS[2])
 
 
 def test_glm4moe_mtp_drafter(workdir):
     """GLM-4.5's MTP layer, with its own embed_tokens and shared_head.head as GLM-4.5's checkpoints
     carry them, against a reference built from transformers' Glm4MoeDecoderLayer."""
-    _check_mtp_drafter(workdir, "glm4moe", own_head=True)
+    L.check_mtp_drafter(workdir, "glm4moe", PROMPTS[2], own_head=True)

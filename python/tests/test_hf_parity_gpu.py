@@ -6,7 +6,10 @@ The zoo of test_hf_parity_lib.py with head_dim 64 (the GPU attention kernels tak
     max|strata - hf| / max|hf| < 1e-4 at every position, and the greedy rule, so these shapes are
     known-good references;
   * on the GPU session, where CUDA is usable (it skips elsewhere): the same two checks, the prompt
-    also read in batches of 8 (the GPU GEMV's column slices).
+    also read in batches of 8 (the GPU GEMV's column slices);
+  * the MTP drafters of deepseek2 and glm4moe (one MTP layer after the trunk, these shapes)
+    against transformers' own decoder layers (test_hf_parity_lib.check_mtp_drafter), on the CPU
+    session and, where CUDA is usable, on the GPU session (the trunk's hidden rows from the GPU).
 """
 from __future__ import annotations
 
@@ -91,3 +94,20 @@ def test_gpu(name, workdir):
         pytest.skip(f"CUDA unavailable: {why}")
     check(name, workdir, "cuda")
     check(name, workdir, "cuda", n_batch=8)
+
+
+MTP = [("deepseek2_v3", False), ("glm4moe", True)]  # (zoo name, the MTP layer's own embedding and head)
+
+
+@pytest.mark.parametrize("name,own_head", MTP)
+def test_mtp_drafter_cpu_head_dim_64(name, own_head, workdir):
+    L.check_mtp_drafter(workdir, name, PROMPTS[1], own_head=own_head, overrides=L.gpu_shape(name))
+
+
+@pytest.mark.parametrize("name,own_head", MTP)
+def test_mtp_drafter_gpu(name, own_head, workdir):
+    ok, why = cuda_usable()
+    if not ok:
+        pytest.skip(f"CUDA unavailable: {why}")
+    L.check_mtp_drafter(workdir, name, PROMPTS[1], own_head=own_head, backend="cuda",
+                        overrides=L.gpu_shape(name))

@@ -3,7 +3,9 @@
 Owns: the tiny random Hugging Face model zoo (one config per architecture Strata supports, set up
 as the real checkpoints are), building and saving such a model, importing tools/convert_hf.py,
 running Strata on token ids through the cffi API (f32 KV cache, all logits, token-by-token greedy),
-and the greedy-continuation comparison rule (vLLM's check_logprobs_close, with a top-2 margin)."""
+the greedy-continuation comparison rule (vLLM's check_logprobs_close, with a top-2 margin), and
+the MTP drafter's check against a reference built from transformers' own decoder layers (CPU and
+GPU sessions)."""
 from __future__ import annotations
 
 import importlib.util
@@ -194,20 +196,22 @@ def save_hf(model, path: Path) -> Path:
     return path
 
 
-def mtp_checkpoint(name: str, path: Path, seed: int = 31, own_head: bool = False):
+def mtp_checkpoint(name: str, path: Path, seed: int = 31, own_head: bool = False,
+                   overrides: dict | None = None):
     """A checkpoint of zoo model `name` (an architecture with multi-token prediction: deepseek2,
     glm4moe) whose trunk is followed by one MTP layer, laid out as DeepSeek-V3's and GLM-4.5's
     are: layer N (N = the zoo's layer count) is a full decoder layer plus enorm, hnorm, eh_proj and
     shared_head.norm, and with own_head also its own embed_tokens and shared_head.head (else it
     shares the trunk's); config.json says num_nextn_predict_layers 1. Written to `path` unless
     there already. Returns (trunk HF model, the (N+1)-layer HF model whose layer N is the MTP
-    layer's, {MTP part name: tensor}). The MTP parts: norms 1 + N(0, 0.2), matrices N(0, 0.1)."""
+    layer's, {MTP part name: tensor}). The MTP parts: norms 1 + N(0, 0.2), matrices N(0, 0.1).
+    overrides: config changes (gpu_shape's)."""
     import json
 
     import safetensors.torch
     import torch
     n = zoo()[name][1]["num_hidden_layers"]
-    full = build_hf(name, seed=seed, n_layers=n + 1)
+    full = build_hf(name, seed=seed, n_layers=n + 1, overrides=overrides)
     E, V = full.config.hidden_size, full.config.vocab_size
     g = torch.Generator().manual_seed(5)
     extras = {"enorm.weight": 1.0 + 0.2 * torch.randn(E, generator=g),
@@ -381,3 +385,99 @@ def compare_greedy(a_ids, a_rows, b_ids, b_rows, margin: float = 1e-3, top: int 
             return f"step {i}: near tie but {x}/{y} not in each other's top-{top}"
         return None
     return None
+
+
+# =================================================================================================
+# MTP layers as drafters (deepseek2, glm4moe)
+# =================================================================================================
+
+def _rms(x, w, eps):
+    import torch
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def mtp_reference(trunk, full, extras, hist, k):
+    """llama.cpp's draft-mtp with transformers' own decoder layer: MTP row p joins
+    enorm(embed(t_p)) with hnorm(H_{p-1}) (the trunk's final-normed state, zeros before position
+    0), eh_proj, the MTP layer, shared_head.norm, the head; drafts chain on the previous row's
+    normed output. embed and head are the MTP layer's own (embed_tokens, shared_head.head) when it
+    has them, else the trunk's. The whole row sequence is recomputed per draft (causal: the same
+    as a cache). Returns the k greedy drafts and each step's logits."""
+    import torch
+    eps = full.config.rms_norm_eps
+    layer = full.model.layers[trunk.config.num_hidden_layers]
+    embed = extras.get("embed_tokens.weight", full.model.embed_tokens.weight)
+    head = extras.get("shared_head.head.weight", full.lm_head.weight)
+    with torch.no_grad():
+        H = trunk.model(torch.tensor([hist[:-1]])).last_hidden_state[0]
+        hprev = torch.cat([torch.zeros(1, H.shape[1]), H], 0)       # H_{p-1} for p = 0..n-1
+        toks = list(hist)
+        drafts, rows = [], []
+        for _ in range(k):
+            n = len(toks)
+            e = _rms(embed[torch.tensor(toks)], extras["enorm.weight"], eps)
+            x = torch.cat([e, _rms(hprev[:n], extras["hnorm.weight"], eps)], -1) @ extras["eh_proj.weight"].T
+            pos = torch.arange(n)[None]
+            cs = full.model.rotary_emb(x[None], pos)
+            mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
+            y = layer(x[None], attention_mask=mask, position_ids=pos, position_embeddings=cs)
+            y = y[0] if isinstance(y, tuple) else y
+            out = _rms(y[0, -1], extras["shared_head.norm.weight"], eps)
+            logits = out @ head.T
+            rows.append(logits.double().numpy())
+            drafts.append(int(logits.argmax()))
+            toks.append(drafts[-1])
+            hprev = torch.cat([hprev[:n], out[None]], 0)
+    return drafts, rows
+
+
+def check_mtp_drafter(workdir, name: str, prompt, own_head: bool = False, backend: str = "cpu",
+                      overrides: dict | None = None):
+    """The MTP drafter (strata_drafter_mtp_create) of a `backend` session on zoo model `name` with
+    3 trunk layers and one MTP layer (mtp_checkpoint, converted to F32 GGUF) proposes the greedy
+    drafts of mtp_reference, first after `prompt`, then after verify windows (one with a rejected
+    draft) left its cache a prefix to keep. A draft may differ only where the reference's top two
+    logits are within 1e-3."""
+    import strata
+    d = workdir / (f"{name}_mtp" + ("_gpu_shape" if overrides else ""))
+    trunk, full, extras = mtp_checkpoint(name, d / "hf", own_head=own_head, overrides=overrides)
+    path = d / "f32.gguf"
+    if not path.exists():
+        convert_hf().convert(d / "hf", path, "f32")
+    with StrataModel(path, n_ctx=256, backend=backend) as sm:
+        lib, ffi = sm.lib, sm.ffi
+        pd = ffi.new("strata_drafter **")
+        strata.check(lib.strata_drafter_mtp_create(sm.session, pd), "strata_drafter_mtp_create")
+        dr = pd[0]
+        try:
+            def propose(hist, k):
+                h = ffi.new("strata_token[]", hist)
+                out = ffi.new("strata_token[]", k)
+                n = ffi.new("int32_t *")
+                strata.check(lib.strata_drafter_propose(dr, h, len(hist), k, out, n), "propose")
+                return [out[i] for i in range(n[0])]
+
+            def check(hist, k):
+                got = propose(hist, k)
+                ref, rows = mtp_reference(trunk, full, extras, hist, k)
+                for i, (a, b) in enumerate(zip(got, ref)):
+                    if a != b:  # only where the reference's top two are apart
+                        assert top2_margin(rows[i]) < 1e-3, (backend, i, got, ref)
+                        break
+                return got
+
+            lib.strata_session_reset(sm.session)
+            hist = list(prompt)
+            sm.decode(hist[:-1], False)
+            check(hist, 4)
+            ids, _ = sm.greedy(hist[:-1], 12)  # the trunk's own continuation of hist[:-1]
+            lib.strata_session_reset(sm.session)
+            sm.decode(hist[:-1], False)        # (the drafter keeps its rows: a common prefix)
+            h2 = hist[:-1] + ids[:6]
+            sm.decode(ids[:5], False)          # as if windows accepted them
+            check(h2, 3)
+            strata.check(lib.strata_session_truncate(sm.session, len(hist) + 1), "truncate")
+            h3 = hist[:-1] + ids[:3]           # a rejected draft rolled the trunk back
+            check(h3, 5)
+        finally:
+            lib.strata_drafter_free(dr)
