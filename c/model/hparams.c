@@ -171,6 +171,15 @@ static strata_status st_hp_rope(st_hp_ctx *c, st_hparams *hp) {
 
 static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v);
 
+/* expert_weights_scale (deepseek2, glm4moe, gpt-oss): the routed weights' factor; llama.cpp
+ * reads an absent key or 0 as none (1). */
+static strata_status st_hp_weights_scale(st_hp_ctx *c, st_hparams *hp) {
+    float scale = 0.0f;
+    ST_TRY(st_hp_f32(c, "expert_weights_scale", 0, &scale, NULL));
+    hp->expert_weights_scale = scale == 0.0f ? 1.0f : scale;
+    return STRATA_OK;
+}
+
 /* The routing keys: gating function, weight scale, expert groups. */
 static strata_status st_hp_routing(st_hp_ctx *c, st_hparams *hp) {
     int32_t gating = 0, groups = 0, used = 0;
@@ -182,9 +191,7 @@ static strata_status st_hp_routing(st_hp_ctx *c, st_hparams *hp) {
         return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.expert_gating_func' = %d: only 1 "
                         "(softmax) and 2 (sigmoid) are supported", c->arch, (int)gating);
     hp->gating = (st_gating)gating;
-    float scale = 0.0f;
-    ST_TRY(st_hp_f32(c, "expert_weights_scale", 0, &scale, NULL));
-    hp->expert_weights_scale = scale == 0.0f ? 1.0f : scale; /* llama.cpp: 0 means none */
+    ST_TRY(st_hp_weights_scale(c, hp));
     ST_TRY(st_hp_u32(c, "expert_group_count", 0, &groups, &have_groups));
     ST_TRY(st_hp_u32(c, "expert_group_used_count", 0, &used, NULL));
     if (groups > 1) {
@@ -288,9 +295,7 @@ static strata_status st_hp_gptoss(st_hp_ctx *c, st_hparams *hp) {
     hp->gating = ST_GATING_SOFTMAX_WEIGHT;
     hp->expert_act_oai = 1;
     hp->yarn_no_trunc = 1; /* as transformers computes gpt-oss's YaRN (truncate false) */
-    float scale = 0.0f;
-    ST_TRY(st_hp_f32(c, "expert_weights_scale", 0, &scale, NULL));
-    hp->expert_weights_scale = scale == 0.0f ? 1.0f : scale;
+    ST_TRY(st_hp_weights_scale(c, hp));
     return STRATA_OK;
 }
 

@@ -14,8 +14,8 @@ Strata with an f32 KV cache on a few token-id prompts. Requires
   * 32 greedy tokens, Strata decoding token by token, identical to HF's greedy continuation
     wherever the top-2 logit margin exceeds 1e-3 (at a near tie each side's token must be in the
     other's top-5, and the comparison ends there);
-and a Q8_0 conversion of one model whose greedy tokens mostly match the F32 file's; for deepseek2
-also batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for
+gpt_oss's expert_weights_scale against HF with the experts' down projections scaled; a Q8_0
+conversion of one model whose greedy tokens mostly match the F32 file's; for deepseek2 also batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for
 deepseek2 and glm4moe the MTP layer as a drafter against a transformers-built reference; for
 qwen3next verify windows with the recurrent state rolled back, and the refusals (rollback past the
 window, CUDA sessions)."""
@@ -199,6 +199,37 @@ def test_qwen3next_cuda_refused(workdir):
     _, path = prepare("qwen3next", workdir)
     with pytest.raises(strata.StrataError, match="qwen3next runs on the CPU backend only"):
         L.StrataModel(path, n_ctx=64, backend="cuda")
+
+
+def test_gpt_oss_expert_weights_scale(workdir, monkeypatch):
+    """gpt-oss honours <arch>.expert_weights_scale (llama.cpp passes it to build_moe_ffn): a file
+    with the key at 0.5 matches HF with every expert's down projection and its bias halved (the
+    same sum: each expert's output is weighted by its routing weight)."""
+    model, _ = prepare("gpt_oss", workdir)
+    conv = L.convert_hf()
+    orig = conv.write_hparams_gpt_oss
+
+    def with_scale(w, hp):
+        orig(w, hp)
+        w.add_expert_weights_scale(0.5)
+    monkeypatch.setattr(conv, "write_hparams_gpt_oss", with_scale)
+    path = workdir / "gpt_oss" / "scale_half.gguf"
+    conv.convert(workdir / "gpt_oss" / "hf", path, "f32")
+    monkeypatch.undo()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.mlp.experts.down_proj.mul_(0.5)
+            layer.mlp.experts.down_proj_bias.mul_(0.5)
+    try:
+        with L.StrataModel(path, n_ctx=256) as sm:
+            for p in PROMPTS:
+                err = L.rel_err_rows(sm.logits(p), L.hf_logits(model, p))
+                assert err.max() < REL_TOL, f"scale 0.5: rel err {err.max():.3g}"
+    finally:
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.mlp.experts.down_proj.mul_(2.0)
+                layer.mlp.experts.down_proj_bias.mul_(2.0)
 
 
 def test_q8_0_greedy_mostly_matches_f32(workdir):

@@ -12,13 +12,25 @@
  * Routing
  * ------------------------------------------------------------------------------------------- */
 
+/* The softmax over all n logits as both routers compute it: max-subtracted, the sum in double;
+ * expert e's probability is st_softmax_prob(logits[e], mx, sum). */
+static double st_softmax_sum(const float *logits, int32_t n, float *mx_out) {
+    float mx = -INFINITY;
+    for (int32_t e = 0; e < n; e++) mx = logits[e] > mx ? logits[e] : mx;
+    double sum = 0.0;
+    for (int32_t e = 0; e < n; e++) sum += expf(logits[e] - mx);
+    *mx_out = mx;
+    return sum;
+}
+
+static inline float st_softmax_prob(float logit, float mx, double sum) {
+    return (float)(expf(logit - mx) / sum);
+}
+
 void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, int32_t *ids,
                    float *wts) {
-    /* softmax over all experts (max-subtracted, sum in double) */
-    float mx = -INFINITY;
-    for (int32_t e = 0; e < n_expert; e++) mx = logits[e] > mx ? logits[e] : mx;
-    double sum = 0.0;
-    for (int32_t e = 0; e < n_expert; e++) sum += expf(logits[e] - mx);
+    float mx;
+    const double sum = st_softmax_sum(logits, n_expert, &mx);
     /* top-k by repeated selection: strictly greater wins, so ties go to the lower index */
     for (int32_t s = 0; s < k; s++) {
         int32_t best = -1;
@@ -29,7 +41,7 @@ void st_route_topk(const float *logits, int32_t n_expert, int32_t k, int norm, i
             if (best < 0 || logits[e] > logits[best]) best = e;
         }
         ids[s] = best;
-        wts[s] = (float)(expf(logits[best] - mx) / sum);
+        wts[s] = st_softmax_prob(logits[best], mx, sum);
     }
     if (norm) {
         float tot = 0.0f;
@@ -76,12 +88,10 @@ void st_route_scored(const st_route_cfg *c, const float *logits, int32_t *ids, f
             for (int32_t e = 0; e < X; e++) probs[e] = 1.0f / (1.0f + expf(-logits[e]));
         } else if (c->gating == ST_GATING_SOFTMAX_WEIGHT) { /* the logits choose; softmax below */
             for (int32_t e = 0; e < X; e++) probs[e] = logits[e];
-        } else {
-            float mx = -INFINITY;
-            for (int32_t e = 0; e < X; e++) mx = logits[e] > mx ? logits[e] : mx;
-            double sum = 0.0;
-            for (int32_t e = 0; e < X; e++) sum += expf(logits[e] - mx);
-            for (int32_t e = 0; e < X; e++) probs[e] = (float)(expf(logits[e] - mx) / sum);
+        } else { /* st_route_topk's probabilities; the selection adds the bias or groups */
+            float mx;
+            const double sum = st_softmax_sum(logits, X, &mx);
+            for (int32_t e = 0; e < X; e++) probs[e] = st_softmax_prob(logits[e], mx, sum);
         }
         for (int32_t e = 0; e < X; e++) sel[e] = probs[e] + (c->bias ? c->bias[e] : 0.0f);
         if (c->n_groups > 1) st_route_groups(c, sel);
