@@ -179,6 +179,11 @@ O200K_SPLIT = ("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{
 SPLIT_PRES = {GPT2_SPLIT: "gpt-2", O200K_SPLIT: "gpt-4o"}
 
 
+# hp key set by convert(legacy_kv_b=True): deepseek2 written as llama.cpp's converters did before
+# splitting attn_kv_b into attn_k_b / attn_v_b (kept to test loaders of such files)
+LEGACY_KV_B = "_strata_legacy_kv_b"
+
+
 class ConvertError(Exception):
     pass
 
@@ -326,7 +331,10 @@ class TensorConverter:
                     return
             is_mla = self.arch == gguf.MODEL_ARCH.DEEPSEEK2
             if is_mla and name.endswith("self_attn.kv_b_proj.weight"):
-                yield from self.split_kv_b(name, data, bid)
+                if self.hp.get(LEGACY_KV_B):  # the layout before llama.cpp's split: one attn_kv_b
+                    yield self.fmt(gguf.MODEL_TENSOR.ATTN_KV_B, bid), data
+                else:
+                    yield from self.split_kv_b(name, data, bid)
                 return
             if name.endswith("mlp.gate.e_score_correction_bias"):
                 probs_b = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_EXP_PROBS_B].format(bid=bid)
@@ -616,9 +624,12 @@ def deepseek2_routing(hf_arch: str, hp: dict) -> dict:
 
 def deepseek2_base_hp(hp: dict) -> dict:
     """The config as DeepseekV2Model hands it to TextModel.set_gguf_parameters: MLA written as MQA
-    (one KV head); head_dim and the score function are written by write_hparams_deepseek2."""
-    hp = {k: v for k, v in hp.items() if k not in ("head_dim", "scoring_func")}
-    hp["num_key_value_heads"] = 1
+    (one KV head); head_dim and the score function are written by write_hparams_deepseek2. The
+    legacy layout (--legacy-kv-b) keeps the config's KV heads, as converters before the split did."""
+    legacy = hp.get(LEGACY_KV_B)
+    hp = {k: v for k, v in hp.items() if k not in ("head_dim", "scoring_func", LEGACY_KV_B)}
+    if not legacy:
+        hp["num_key_value_heads"] = 1
     return hp
 
 
@@ -631,10 +642,14 @@ def write_hparams_deepseek2(w: gguf.GGUFWriter, hp: dict, routing: dict):
     if hp.get("q_lora_rank") is not None:
         w.add_q_lora_rank(hp["q_lora_rank"])
     w.add_kv_lora_rank(kv_lora)
-    w.add_key_length(kv_lora + rope)
-    w.add_value_length(kv_lora)
-    w.add_key_length_mla(hp["qk_nope_head_dim"] + rope)
-    w.add_value_length_mla(hp["v_head_dim"])
+    if hp.get(LEGACY_KV_B):  # before the split: the trained head sizes, no *_mla keys
+        w.add_key_length(hp["qk_nope_head_dim"] + rope)
+        w.add_value_length(hp["v_head_dim"])
+    else:
+        w.add_key_length(kv_lora + rope)
+        w.add_value_length(kv_lora)
+        w.add_key_length_mla(hp["qk_nope_head_dim"] + rope)
+        w.add_value_length_mla(hp["v_head_dim"])
     w.add_expert_feed_forward_length(hp["moe_intermediate_size"])
     w.add_expert_count(hp["n_routed_experts"])
     w.add_expert_shared_count(hp["n_shared_experts"])
@@ -1234,9 +1249,11 @@ def write_vocab(w: gguf.GGUFWriter, model_dir: Path, hp: dict, pre_override: str
 
 def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
             pre: str | None = None, name: str | None = None, keep_mtp: bool = True,
-            expert_type: str | None = None) -> Path:
+            expert_type: str | None = None, legacy_kv_b: bool = False) -> Path:
     """Converts model_dir to outfile; returns the output path. Raises ConvertError.
-    expert_type: a type for the routed experts' weights other than outtype (EXPERT_TYPES)."""
+    expert_type: a type for the routed experts' weights other than outtype (EXPERT_TYPES).
+    legacy_kv_b: deepseek2 in the layout before llama.cpp's MLA split (one attn_kv_b per layer,
+    the trained key/value lengths, no *_mla keys), as older GGUF files have it."""
     model_dir, outfile = Path(model_dir), Path(outfile)
     if outtype not in OUTTYPES:
         raise ConvertError(f"--outtype {outtype!r}: one of {', '.join(OUTTYPES)}")
@@ -1253,6 +1270,10 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
         gpt_oss_check(hp)
     if arch == gguf.MODEL_ARCH.QWEN3NEXT:
         qwen3next_interval(hp)
+    if legacy_kv_b:
+        if arch != gguf.MODEL_ARCH.DEEPSEEK2:
+            raise ConvertError("--legacy-kv-b is for deepseek2 checkpoints only")
+        hp = dict(hp, **{LEGACY_KV_B: True})
     routing = (deepseek2_routing(hf_arch, hp) if arch == gguf.MODEL_ARCH.DEEPSEEK2
                else glm4moe_routing(hp) if arch == gguf.MODEL_ARCH.GLM4_MOE else None)
     if keep_mtp and arch in MTP_ARCHES:  # only layers that are MTP layers
@@ -1321,13 +1342,15 @@ def main(argv=None) -> int:
                     "the directory name)")
     ap.add_argument("--no-mtp", action="store_true", help="drop the multi-token-prediction "
                     "layers (deepseek2's and glm4moe's num_nextn_predict_layers; kept by default)")
+    ap.add_argument("--legacy-kv-b", action="store_true", help="deepseek2: write the layout "
+                    "before llama.cpp's MLA split (one attn_kv_b per layer), as older files have it")
     ap.add_argument("--verbose", "-v", action="store_true")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING,
                         format="%(levelname)s: %(message)s")
     try:
         out = convert(a.model, a.outfile, a.outtype, a.pre, a.name, keep_mtp=not a.no_mtp,
-                      expert_type=a.expert_type)
+                      expert_type=a.expert_type, legacy_kv_b=a.legacy_kv_b)
     except (ConvertError, OSError, KeyError) as e:
         print(f"convert_hf: error: {e}", file=sys.stderr)
         return 1

@@ -258,11 +258,21 @@ static strata_status st_hp_mla(st_hp_ctx *c, st_hparams *hp) {
     ST_TRY(st_hp_u32(c, "attention.q_lora_rank", 0, &hp->n_lora_q, NULL));
     ST_TRY(st_hp_u32(c, "attention.key_length_mla", 0, &hp->head_dim_mla, &have_km));
     ST_TRY(st_hp_u32(c, "attention.value_length_mla", 0, &hp->head_dim_v_mla, &have_vm));
-    if (!have_km || !have_vm)
-        return st_error(STRATA_ERR_UNSUPPORTED, "deepseek2 file without '%s.attention.key_length_mla'"
-                        " / 'value_length_mla': it predates llama.cpp's split of attn_kv_b into "
-                        "attn_k_b / attn_v_b; convert the model again with a current converter",
-                        c->arch);
+    if (!have_km && !have_vm) { /* before llama.cpp's split: the trained sizes, n_head KV heads */
+        if (hp->n_head_kv != hp->n_head)
+            return st_error(STRATA_ERR_FORMAT, "deepseek2 file without '%s.attention.key_length_mla'"
+                            " (attn_kv_b layout) with head_count_kv %d != head_count %d", c->arch,
+                            (int)hp->n_head_kv, (int)hp->n_head);
+        hp->mla_kv_b = 1;
+        hp->head_dim_mla = hp->head_dim;
+        hp->head_dim_v_mla = hp->head_dim_v;
+        hp->head_dim = hp->n_lora_kv + hp->n_rot;
+        hp->head_dim_v = hp->n_lora_kv;
+        hp->n_head_kv = 1;
+    } else if (!have_km || !have_vm) {
+        return st_error(STRATA_ERR_FORMAT, "deepseek2 file with only one of '%s.attention."
+                        "key_length_mla' / 'value_length_mla'", c->arch);
+    }
     ST_TRY(st_hp_positive(c, "attention.kv_lora_rank", hp->n_lora_kv));
     if (hp->n_head_kv != 1 || hp->head_dim != hp->n_lora_kv + hp->n_rot ||
         hp->head_dim_v != hp->n_lora_kv || hp->head_dim_mla <= hp->n_rot || hp->head_dim_v_mla <= 0 ||

@@ -254,6 +254,58 @@ static strata_status st_bind_mtp(st_binder *b, strata_model *m) {
     return STRATA_OK;
 }
 
+/* A file from before llama.cpp's MLA split holds per layer one attn_kv_b (kv_lora, n_head *
+ * (qk_nope + v_head)): each head's qk_nope key rows, then its v_head value rows. The absorbed
+ * form wants them as a new-style conversion writes them: wk_b per head transposed, (qk_nope,
+ * kv_lora), and wv_b per head as is, (kv_lora, v_head). wv_b's rows are copied in kv_b's type;
+ * wk_b is an element transpose: f32 / f16 / bf16 elements move as they are, block types are
+ * dequantized to f32 first (a block cannot be cut by columns). Both live in L->mla_split. */
+static strata_status st_split_kv_b(st_layer *L, const st_tensor *kv, int64_t H, int64_t R,
+                                   int64_t nope, int64_t hv) {
+    const strata_type kt = kv->type == STRATA_TYPE_F32 || kv->type == STRATA_TYPE_F16 ||
+                           kv->type == STRATA_TYPE_BF16 ? kv->type : STRATA_TYPE_F32;
+    if (kt != kv->type && !strata_type_can_dequantize(kv->type))
+        return st_error(STRATA_ERR_UNSUPPORTED, "tensor '%s': type %s cannot be split into "
+                        "attn_k_b / attn_v_b (no dequantization)", kv->name,
+                        strata_type_name(kv->type));
+    const size_t es = kt == STRATA_TYPE_F32 ? 4 : 2;
+    const size_t kb_row = (size_t)nope * es, kb_bytes = (size_t)(H * R) * kb_row;
+    const size_t vb_off = (kb_bytes + 63) & ~(size_t)63, vb_bytes = (size_t)(H * hv) * kv->row_bytes;
+    uint8_t *buf = NULL;
+    float *tmp = kt != kv->type ? malloc((size_t)(nope * R) * sizeof *tmp) : NULL;
+    if (posix_memalign((void **)&buf, 64, vb_off + vb_bytes) != 0 || (kt != kv->type && !tmp)) {
+        free(buf);
+        free(tmp);
+        return st_error(STRATA_ERR_NOMEM, "out of memory splitting tensor '%s'", kv->name);
+    }
+    for (int64_t h = 0; h < H; h++) {
+        const int64_t r0 = h * (nope + hv); /* the head's first key row in kv_b */
+        uint8_t *kb = buf + (size_t)(h * R) * kb_row;
+        if (tmp) { /* rows of the head's keys in f32, then transposed */
+            for (int64_t c = 0; c < nope; c++)
+                (void)strata_dequantize_row(kv->type, st_tensor_row(kv, 0, r0 + c), tmp + c * R, R);
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t c = 0; c < nope; c++)
+                    memcpy(kb + (size_t)(r * nope + c) * es, &tmp[c * R + r], es);
+        } else {
+            for (int64_t c = 0; c < nope; c++) {
+                const uint8_t *src = st_tensor_row(kv, 0, r0 + c);
+                for (int64_t r = 0; r < R; r++)
+                    memcpy(kb + (size_t)(r * nope + c) * es, src + (size_t)r * es, es);
+            }
+        }
+        memcpy(buf + vb_off + (size_t)(h * hv) * kv->row_bytes, st_tensor_row(kv, 0, r0 + nope),
+               (size_t)hv * kv->row_bytes);
+    }
+    free(tmp);
+    L->mla_split = buf;
+    L->wk_b = (st_tensor){.type = kt, .data = buf, .ne = {nope, R, H}, .row_bytes = kb_row,
+                          .name = kv->name};
+    L->wv_b = (st_tensor){.type = kv->type, .data = buf + vb_off, .ne = {R, hv, H},
+                          .row_bytes = kv->row_bytes, .name = kv->name};
+    return STRATA_OK;
+}
+
 /* deepseek2's latent attention of layer il (llama.cpp's tensor names and shapes): q through a
  * low-rank pair with a norm between (or one attn_q), the shared latent and key rope part, the
  * per-head absorption matrices and the output projection. */
@@ -270,8 +322,14 @@ static strata_status st_bind_mla(st_binder *b, st_layer *L, const st_hparams *hp
     }
     ST_TRY(st_bind_layer(b, &L->wkv_a, il, "attn_kv_a_mqa", W, 1, ST_KIND_MATMUL, E, R + hp->n_rot, 1));
     ST_TRY(st_bind_layer(b, &L->kv_a_norm, il, "attn_kv_a_norm", W, 1, ST_KIND_NORM, R, 1, 1));
-    ST_TRY(st_bind_layer(b, &L->wk_b, il, "attn_k_b", W, 1, ST_KIND_MATMUL, nope, R, H));
-    ST_TRY(st_bind_layer(b, &L->wv_b, il, "attn_v_b", W, 1, ST_KIND_MATMUL, R, hv, H));
+    if (hp->mla_kv_b) { /* the layout before the split */
+        st_tensor kv;
+        ST_TRY(st_bind_layer(b, &kv, il, "attn_kv_b", W, 1, ST_KIND_MATMUL, R, H * (nope + hv), 1));
+        ST_TRY(st_split_kv_b(L, &kv, H, R, nope, hv));
+    } else {
+        ST_TRY(st_bind_layer(b, &L->wk_b, il, "attn_k_b", W, 1, ST_KIND_MATMUL, nope, R, H));
+        ST_TRY(st_bind_layer(b, &L->wv_b, il, "attn_v_b", W, 1, ST_KIND_MATMUL, R, hv, H));
+    }
     ST_TRY(st_bind_layer(b, &L->wo, il, "attn_output", W, 1, ST_KIND_MATMUL, H * hv, E, 1));
     return STRATA_OK;
 }
@@ -537,6 +595,9 @@ strata_status strata_model_load(const char *path, const strata_model_params *par
 
 static void st_model_destroy(strata_model *model) {
     if (model->vocab) st_vocab_free(model->vocab);
+    if (model->layers)
+        for (int32_t il = 0; il < model->hp.n_layer + model->hp.n_nextn; il++)
+            free(model->layers[il].mla_split);
     free(model->layers);
     free((void *)model->info.arch);
     free((void *)model->info.name);

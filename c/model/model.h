@@ -111,6 +111,8 @@ typedef struct {
     int32_t n_lora_kv;       /* the latent's width */
     int32_t head_dim_mla;    /* per-head q/k width as trained: qk_nope + n_rot */
     int32_t head_dim_v_mla;  /* per-head value width as trained */
+    int mla_kv_b;            /* 1: a file from before llama.cpp's split (one attn_kv_b per layer,
+                                the trained head sizes in key/value_length): the loader splits it */
     float kq_scale;          /* MLA: the attention score scale (YaRN mscale^2 / sqrt(head_dim_mla)) */
     /* gpt-oss */
     int32_t n_swa;           /* attention.sliding_window: a sliding layer's query sees its last
@@ -202,6 +204,7 @@ typedef struct {
     st_tensor wk_b;            /* (qk_nope, n_lora_kv, n_head): absorbs q_nope into latent space */
     st_tensor wv_b;            /* (n_lora_kv, head_dim_v_mla, n_head): latent output to values */
     st_tensor exp_probs_b;     /* (n_expert): expert selection bias (not in the weights) */
+    void *mla_split;           /* owned: wk_b's and wv_b's data when split from attn_kv_b, else NULL */
     /* gpt-oss */
     st_tensor attn_sinks;      /* (n_head): each head's sink logit in its softmax */
     st_tensor ffn_gate_inp_b;  /* (n_expert): the router's bias */

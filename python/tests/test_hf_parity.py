@@ -15,9 +15,11 @@ Strata with an f32 KV cache on a few token-id prompts. Requires
     wherever the top-2 logit margin exceeds 1e-3 (at a near tie each side's token must be in the
     other's top-5, and the comparison ends there);
 gpt_oss's expert_weights_scale against HF with the experts' down projections scaled; a Q8_0
-conversion of one model whose greedy tokens mostly match the F32 file's; for deepseek2 also batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for
-deepseek2 and glm4moe the MTP layer as a drafter against a transformers-built reference; for
-qwen3next verify windows with the recurrent state rolled back, and the refusals (rollback past the
+conversion of one model whose greedy tokens mostly match the F32 file's; for deepseek2 also
+batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for deepseek2
+and glm4moe the MTP layer as a drafter against a transformers-built reference; for deepseek2
+files in the layout before llama.cpp's MLA split (attn_kv_b) against new-style ones; for qwen3next
+verify windows with the recurrent state rolled back, and the refusals (rollback past the
 window, CUDA sessions)."""
 from __future__ import annotations
 
@@ -230,6 +232,40 @@ def test_gpt_oss_expert_weights_scale(workdir, monkeypatch):
             for layer in model.model.layers:
                 layer.mlp.experts.down_proj.mul_(2.0)
                 layer.mlp.experts.down_proj_bias.mul_(2.0)
+
+
+@pytest.mark.parametrize("outtype", ["f32", "f16", "bf16", "q8_0"])
+def test_deepseek2_legacy_kv_b(outtype, workdir):
+    """A deepseek2 file in the layout before llama.cpp's MLA split (one attn_kv_b per layer, the
+    trained key/value lengths, n_head KV heads, no *_mla keys; convert_hf --legacy-kv-b) loads by
+    splitting attn_kv_b: f32 / f16 / bf16 give the new-style file's logits bit for bit (the split
+    moves elements); q8_0's attn_k_b is dequantized to f32 (the new-style file stores it as f16:
+    rows of 16 fit no Q8_0 block), so both are only as close to HF's f32 logits as Q8_0 allows."""
+    import gguf
+    model, new = prepare("deepseek2_lite", workdir, outtype)
+    old = workdir / "deepseek2_lite" / f"legacy_{outtype}.gguf"
+    if not old.exists():
+        L.convert_hf().convert(workdir / "deepseek2_lite" / "hf", old, outtype, legacy_kv_b=True)
+    r = gguf.GGUFReader(old)
+    names = {t.name for t in r.tensors}
+    keys = {f.name: f for f in r.fields.values()}
+    assert "blk.0.attn_kv_b.weight" in names and "blk.0.attn_k_b.weight" not in names
+    assert "deepseek2.attention.key_length_mla" not in keys
+    assert keys["deepseek2.attention.head_count_kv"].contents() == model.config.num_attention_heads
+    with L.StrataModel(new, n_ctx=256) as a, L.StrataModel(old, n_ctx=256) as b:
+        for p in PROMPTS:
+            la, lb = a.logits(p), b.logits(p)
+            if outtype == "q8_0":  # both off HF's f32 logits by Q8_0's error, by about as much
+                ref = L.hf_logits(model, p)
+                ea, eb = L.rel_err_rows(la, ref).max(), L.rel_err_rows(lb, ref).max()
+                assert eb < 1.5 * ea and eb < 0.2, f"q8_0 rel err vs HF: legacy {eb:.3g}, new {ea:.3g}"
+            else:
+                assert np.array_equal(la, lb), \
+                    f"{outtype}: legacy file's logits differ by {np.abs(la - lb).max():.3g}"
+        s_ids, _ = b.greedy(PROMPTS[2], 8)
+        a_ids, _ = a.greedy(PROMPTS[2], 8)
+        if outtype != "q8_0":
+            assert s_ids == a_ids
 
 
 def test_q8_0_greedy_mostly_matches_f32(workdir):
