@@ -3,7 +3,8 @@ the endpoints and OpenAI's formats, greedy text equal to `strata run`'s, streami
 whole answer, stop strings, the KV cache reused across requests (cached_tokens), n choices, the API key,
 the limits (413, 431, 408, a prompt past the context), malformed requests, a client leaving
 mid-stream, clients at once against --parallel 2 and a short queue (200 or 503, nothing left
-busy), and OpenAI's own Python client. The binary is $STRATA_CLI, else <repo>/strata."""
+busy), OpenAI's own Python client, and a qwen3next slot that cannot roll its recurrent state
+back reading the prompt again. The binary is $STRATA_CLI, else <repo>/strata."""
 import http.client
 import json
 import os
@@ -521,3 +522,46 @@ def test_echo_logprobs(srv):
     chunks = [json.loads(e)["choices"][0] for e in sse_events(text)[:-1]]
     assert [t for c in chunks if c["logprobs"] for t in c["logprobs"]["tokens"]] == lp["tokens"]
     assert [v for c in chunks if c["logprobs"] for v in c["logprobs"]["token_logprobs"]] == lp["token_logprobs"]
+
+
+def test_qwen3next_rereads_when_it_cannot_roll_back(tmp_path):
+    """A qwen3next slot whose next prompt shares only a short prefix with what it holds: its
+    recurrent state rolls back only inside the last decode window, so strata_session_truncate
+    answers STRATA_ERR_UNSUPPORTED and the server reads the whole prompt again (cached_tokens 0).
+    The answer (greedy, with each step's logprob) must be a fresh server's, bit for bit; a prompt
+    continuing inside the window keeps its prefix instead."""
+    import zlib
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import test_hf_parity_lib as L
+    model = L.build_hf("qwen3next", seed=zlib.crc32(b"qwen3next") % 1000)
+    L.save_hf(model, tmp_path / "hf")
+    gguf_path = L.convert_hf().convert(tmp_path / "hf", tmp_path / "q3n.gguf", "f32")
+    first = {"prompt": list(range(5, 35)), "max_tokens": 6, "temperature": 0, "logprobs": 1}
+    second = {"prompt": [5, 6, 7, 40, 41, 42, 43, 44, 45], "max_tokens": 6, "temperature": 0,
+              "logprobs": 1}
+
+    def answer(r):
+        c = r["choices"][0]
+        return c["logprobs"]["token_logprobs"], c["finish_reason"]
+
+    fresh = Server("--parallel", 1, "-c", 256, model=gguf_path)
+    try:
+        st, want = fresh.json("POST", "/v1/completions", second)
+        assert st == 200 and want["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    finally:
+        fresh.stop()
+    s = Server("--parallel", 1, "-c", 256, model=gguf_path)
+    try:
+        st, r = s.json("POST", "/v1/completions", first)
+        assert st == 200 and r["usage"]["completion_tokens"] == 6
+        st, got = s.json("POST", "/v1/completions", second)
+        assert st == 200
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == 0  # read again
+        assert answer(got) == answer(want)
+        # the same prompt again rolls back inside its window: its prefix is reused
+        st, again = s.json("POST", "/v1/completions", second)
+        assert st == 200 and again["usage"]["prompt_tokens_details"]["cached_tokens"] == 8
+        assert answer(again) == answer(want)
+    finally:
+        s.stop()
