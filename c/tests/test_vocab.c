@@ -505,6 +505,45 @@ static void test_handmade_bpe(void) {
     gb_free(&b);
 }
 
+/* End of generation as llama.cpp's load marks it: for gpt-oss's harmony tokens <|return|>,
+ * <|call|> and <|endoftext|> end generation, <|end|> does not (it closes a message inside an
+ * answer) and becomes user-defined with <|start|>, <|channel|>, <|message|>, <|constrain|>;
+ * without <|return|> and <|call|> (phi-3 style) <|end|> ends generation. */
+static void test_handmade_eog(void) {
+    hm_tok toks[] = {{"a", 0, 1}, {"b", 0, 1}, {"<|endoftext|>", 0, 3}, {"<|start|>", 0, 3},
+                     {"<|end|>", 0, 3}, {"<|message|>", 0, 3}, {"<|channel|>", 0, 3},
+                     {"<|return|>", 0, 3}, {"<|call|>", 0, 3}, {"<|constrain|>", 0, 3}};
+    const char *merges[] = {"a b"};
+    enum { T_EOT = 2, T_START, T_END, T_MSG, T_CHAN, T_RET, T_CALL, T_CONS, N_TOK };
+    gb_buf b = {0};
+    st_vocab *v = NULL;
+    build_vocab(&b, "gpt2", "gpt-4o", toks, N_TOK, merges, 1, 0);
+    if (load_mem(&b, &v) == STRATA_OK) {
+        int want[N_TOK] = {0};
+        want[T_EOT] = want[T_RET] = want[T_CALL] = 1;
+        for (int i = 0; i < N_TOK; i++)
+            CHECK(v->eog[i] == want[i], "harmony: '%s' eog %d, expected %d", toks[i].text, v->eog[i], want[i]);
+        const int user[] = {T_START, T_END, T_MSG, T_CHAN, T_CONS};
+        for (size_t i = 0; i < ST_ARRAY_LEN(user); i++)
+            CHECK(v->attr[user[i]] == ST_TOK_USER_DEFINED, "harmony: '%s' is user-defined",
+                  toks[user[i]].text);
+        /* user-defined tokens are split out even without parse_special; control ones are not */
+        st_tokens t = tok(v, "<|start|>ab<|return|>", 21, 0, 0);
+        CHECK(t.n >= 2 && t.v[0] == T_START && t.v[1] != T_RET, "harmony: <|start|> parsed (n=%zu)", t.n);
+        free(t.v);
+        st_vocab_free(v);
+    }
+    gb_free(&b);
+    /* no <|return|> / <|call|>: <|end|> ends generation */
+    hm_tok phi[] = {{"a", 0, 1}, {"b", 0, 1}, {"<|endoftext|>", 0, 3}, {"<|end|>", 0, 3}};
+    build_vocab(&b, "gpt2", "gpt-2", phi, 4, merges, 1, 0);
+    if (load_mem(&b, &v) == STRATA_OK) {
+        CHECK(v->eog[2] && v->eog[3] && (v->attr[3] & ST_TOK_CONTROL), "phi-3: <|end|> is eog");
+        st_vocab_free(v);
+    }
+    gb_free(&b);
+}
+
 int main(void) {
     test_vectors("gpt-2");
     test_vectors("qwen2");
@@ -516,5 +555,6 @@ int main(void) {
     test_edges("llama-spm");
     test_handmade_spm();
     test_handmade_bpe();
+    test_handmade_eog();
     return test_report();
 }

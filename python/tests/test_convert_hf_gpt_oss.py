@@ -9,7 +9,7 @@ clamped SwiGLU with biases), compared with HF's logits, with the variants that m
 (truncated YaRN range, window off by one, no sinks); HF's rotary inv_freq and cos/sin against
 llama.cpp's YaRN formula; the MoE block alone on random input; MXFP4 (OpenAI's checkpoint
 blocks repacked against transformers' own dequantizer, and --expert-type mxfp4); the o200k
-tokenizer.json pre-tokenizer named "gpt-4o"; the configs the converter must refuse."""
+tokenizer.json pre-tokenizer named "gpt-4o"; harmony's end-of-generation tokens; the configs the converter must refuse."""
 from __future__ import annotations
 
 import json
@@ -365,6 +365,37 @@ def test_o200k_pre_tokenizer(zoo_oss, tmp_path):
     got = kv(gguf.GGUFReader(conv.convert(d, tmp_path / "t.gguf", "f32")))
     assert got["tokenizer.ggml.model"] == "gpt2"
     assert got["tokenizer.ggml.pre"] == "gpt-4o"
+
+
+def test_harmony_end_of_generation(zoo_oss, tmp_path):
+    """gpt-oss's harmony specials through the converter and Strata's vocabulary (what the CLI,
+    the server and Python stop on): <|return|>, <|call|> and <|endoftext|> end generation, <|end|>
+    (the end of a message inside an answer) and <|start|>/<|channel|>/<|message|> do not, as in
+    llama.cpp's special_eog_ids for o200k_harmony."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    strata = pytest.importorskip("strata")
+    conv = L.convert_hf()
+    d = tmp_path / "hf"
+    shutil.copytree(zoo_oss[1].parent / "hf", d)
+    specials = ["<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>",
+                "<|return|>", "<|call|>"]
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(conv.O200K_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                             show_progress=False)
+    tk.train_from_iterator(["the answer is 42\n"] * 8, tr)
+    PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|return|>").save_pretrained(str(d))
+    path = conv.convert(d, tmp_path / "h.gguf", "f32")
+    with strata.Model(path, vocab_only=True) as m:
+        ids = {t: tk.token_to_id(t) for t in specials}
+        eog = {t for t, i in ids.items() if m.is_eog(i)}
+        assert eog == {"<|endoftext|>", "<|return|>", "<|call|>"}, eog
+        assert m.tokenize("<|start|>", add_special=False, parse_special=True) == [ids["<|start|>"]]
 
 
 def _edited(zoo_oss, tmp_path, **edit):
