@@ -9,7 +9,8 @@ clamped SwiGLU with biases), compared with HF's logits, with the variants that m
 (truncated YaRN range, window off by one, no sinks); HF's rotary inv_freq and cos/sin against
 llama.cpp's YaRN formula; the MoE block alone on random input; MXFP4 (OpenAI's checkpoint
 blocks repacked against transformers' own dequantizer, and --expert-type mxfp4); the o200k
-tokenizer.json pre-tokenizer named "gpt-4o"; harmony's end-of-generation tokens; the configs the converter must refuse."""
+tokenizer.json pre-tokenizer named "gpt-4o"; harmony's end-of-generation tokens (through
+Strata's vocabulary, a vocab-only load); the configs the converter must refuse."""
 from __future__ import annotations
 
 import json
