@@ -166,6 +166,9 @@ PRE_BY_HASH = {
     "e636dc30a262dcc0d8c323492e32ae2b70728f4df7dfe9737d9f920a282b8aea": "qwen2",
     "b6dc8df998e1cfbdc4eac8243701a65afe638679230920b50d6f17d81c098166": "olmo",  # also mpt's
     "855059429035d75a914d1eda9f10a876752e281a054a7a3d421ef0533e5b6249": "smollm",
+    "9ca2dd618e8afaf09731a7cf6e2105b373ba6a1821559f258b272fe83e6eb902": "glm4",  # GLM-4.5, 4.6
+    "cdf5f35325780597efd76153d4d1c16778f766173908894c04afc20108536267": "glm4",  # GLM-4.7-Flash
+    "a1336059768a55c99a734006ffb02203cd450fed003e9a71886c88acf24fdbc2": "glm4",  # glm-4-9b-hf
 }
 
 # GPT-2's pre-tokenizer regex, as tokenizers' ByteLevel(use_regex=True) applies it: a tokenizer.json
@@ -176,7 +179,15 @@ O200K_SPLIT = ("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{
                "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
                "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}|"
                " ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+# Llama 3's Split regex, which GLM-4.5's tokenizer.json uses too: "glm4" for glm4moe checkpoints
+# (llama.cpp's "llama-bpe" adds a BOS; GLM's has none)
+LLAMA3_SPLIT = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+                "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
 SPLIT_PRES = {GPT2_SPLIT: "gpt-2", O200K_SPLIT: "gpt-4o"}
+# GLM-4.5's special tokens as llama.cpp's Glm4MoeModel.set_vocab sets them (bos [gMASK]; eot
+# <|user|> and eom <|observation|>, so both end generation; unk <|endoftext|>)
+GLM4_SPECIALS = (("bos", "[gMASK]"), ("eot", "<|user|>"), ("unk", "<|endoftext|>"),
+                 ("eom", "<|observation|>"))
 
 
 # hp key set by convert(legacy_kv_b=True): deepseek2 written as llama.cpp's converters did before
@@ -959,9 +970,10 @@ def write_hparams_qwen3next(w: gguf.GGUFWriter, hp: dict):
 # Tokenizer
 # =================================================================================================
 
-def _pre_from_tokenizer_json(model_dir: Path) -> str | None:
+def _pre_from_tokenizer_json(model_dir: Path, glm: bool = False) -> str | None:
     """'gpt-2' when tokenizer.json pre-tokenizes exactly like GPT-2 (ByteLevel with its regex);
-    'gpt-2' or 'gpt-4o' for a Split by one of SPLIT_PRES's regexes before a regex-less ByteLevel."""
+    'gpt-2' or 'gpt-4o' for a Split by one of SPLIT_PRES's regexes before a regex-less ByteLevel;
+    'glm4' for Llama 3's Split there when glm (a glm4moe checkpoint)."""
     p = model_dir / "tokenizer.json"
     if not p.is_file():
         return None
@@ -970,10 +982,11 @@ def _pre_from_tokenizer_json(model_dir: Path) -> str | None:
         return "gpt-2"
     if pre.get("type") == "Sequence":
         subs = pre.get("pretokenizers") or []
+        pres = dict(SPLIT_PRES, **({LLAMA3_SPLIT: "glm4"} if glm else {}))
         if (len(subs) == 2 and subs[0].get("type") == "Split"
-                and subs[0].get("pattern", {}).get("Regex") in SPLIT_PRES
+                and subs[0].get("pattern", {}).get("Regex") in pres
                 and subs[1].get("type") == "ByteLevel" and not subs[1].get("use_regex", True)):
-            return SPLIT_PRES[subs[0]["pattern"]["Regex"]]
+            return pres[subs[0]["pattern"]["Regex"]]
     return None
 
 
@@ -1199,12 +1212,13 @@ def write_vocab(w: gguf.GGUFWriter, model_dir: Path, hp: dict, pre_override: str
     if max(vocab.values()) >= n_vocab:
         raise ConvertError(f"tokenizer has id {max(vocab.values())} >= vocab_size {n_vocab}")
 
+    glm = (hp.get("architectures") or [None])[0] == "Glm4MoeForCausalLM"
     pre = pre_override
     if pre is None:
         chkhsh = sha256(str(tok.encode(CHECK_TEXT)).encode()).hexdigest()
         pre = PRE_BY_HASH.get(chkhsh)
         if pre is None:
-            pre = _pre_from_tokenizer_json(model_dir)
+            pre = _pre_from_tokenizer_json(model_dir, glm)
             if pre is None:
                 raise ConvertError(f"BPE pre-tokenizer not recognized (check hash {chkhsh}); "
                                    "pass --pre NAME")
@@ -1240,7 +1254,12 @@ def write_vocab(w: gguf.GGUFWriter, model_dir: Path, hp: dict, pre_override: str
     w.add_tokenizer_pre(pre)
     w.add_token_list(tokens)
     w.add_token_types(types)
-    gguf.SpecialVocab(model_dir, load_merges=True).add_to_gguf(w)
+    sv = gguf.SpecialVocab(model_dir, load_merges=True)
+    if glm:  # (a type the tokenizer config already sets is kept, as in llama.cpp)
+        for typ, text in GLM4_SPECIALS:
+            if text in added:
+                sv._set_special_token(typ, added[text])
+    sv.add_to_gguf(w)
 
 
 # =================================================================================================

@@ -3,7 +3,8 @@ engine): every tensor of every architecture read back with gguf.GGUFReader and c
 mapping of the HF state dict written out independently here (names, stacking of experts, granite
 splits, the q/k permutation), the permutation checked numerically against both RoPE styles, the
 metadata keys llama.cpp writes, the per-tensor type rules for f16/bf16/q8_0 (Q8_0 bytes equal to
-gguf.quants.quantize), the byte-level BPE tokenizer metadata, and the command line. deepseek2
+gguf.quants.quantize), the byte-level BPE tokenizer metadata, and the command line; GLM-4.5's tokenizer (glm4 pre and
+special ids) also through Strata's vocabulary (a vocab-only load) against the HF tokenizer. deepseek2
 (DeepSeek-V2/V3): the MLA kv_b_proj split rebuilt into the HF weight, HF's rope on the unpermuted
 weights against normal RoPE, the routing keys, multi-token-prediction layers dropped, and the
 configs the converter must refuse. glm4moe (GLM-4.5/Air): names and shapes of llama.cpp's loader,
@@ -994,3 +995,61 @@ def test_gpt2_tokenizer_roundtrip(tmp_path):
     with strata.Model(out, vocab_only=True) as m:
         for t in texts:
             assert m.tokenize(t, add_special=False) == fast.encode(t), t
+
+
+# =================================================================================================
+# GLM-4.5's tokenizer (glm4 pre-tokenizer, its special tokens and end-of-generation set)
+# =================================================================================================
+
+GLM_SPECIALS = ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>",
+                "<|user|>", "<|assistant|>", "<|observation|>"]
+GLM_TEXTS = [
+    "[gMASK]<sop><|system|>\nYou are terse.<|user|>\nI've been 'told he's there, 'RE you sure? "
+    "12345 apples\n\n  ok<|assistant|>\n<think></think>\nSure!! 3.14159<|endoftext|>",
+    "HELLO World's  \t\n\n x<|observation|>\n{\"city\": \"Paris\"}<|user|>",
+    "Ünïcödé 你好世界 1234567 a..b   \n\n\n   end",
+    "<|user|><|user|>[gMASK]<think>x</think>  <sop>",
+]
+
+
+def test_glm4_tokenizer(tmp_path):
+    """A GLM-4.5-style tokenizer.json (Llama 3's Split regex before a regex-less ByteLevel, its
+    special tokens, <think> / </think> as plain added tokens) on the zoo glm4moe: written as
+    tokenizer.ggml.pre "glm4" with llama.cpp's ids (bos [gMASK], eot <|user|>, eom
+    <|observation|>, unk <|endoftext|>); Strata tokenizes text with the specials and the regex's
+    cases (contractions, digits in threes, newline and space runs) into the HF tokenizer's ids,
+    adds no BOS, and ends generation on <|user|>, <|observation|> and <|endoftext|> only."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    strata = pytest.importorskip("strata")
+    conv = L.convert_hf()
+    d = tmp_path / "hf"
+    L.save_hf(L.build_hf("glm4moe", seed=5), d)
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(conv.LLAMA3_SPLIT), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=GLM_SPECIALS,
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                             show_progress=False)
+    tk.train_from_iterator(["I've been told he's there 12345 apples, sure!! the end\n\n"] * 8, tr)
+    tk.add_tokens([AddedToken("<think>", special=False, normalized=False),
+                   AddedToken("</think>", special=False, normalized=False)])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>")
+    fast.save_pretrained(str(d))
+    path = conv.convert(d, tmp_path / "glm.gguf", "f32")
+    got = kv(gguf.GGUFReader(path))
+    ids = {t: tk.token_to_id(t) for t in GLM_SPECIALS + ["<think>", "</think>"]}
+    assert got["tokenizer.ggml.pre"] == "glm4"
+    assert got["tokenizer.ggml.bos_token_id"] == ids["[gMASK]"]
+    assert got["tokenizer.ggml.eot_token_id"] == ids["<|user|>"]
+    assert got["tokenizer.ggml.eom_token_id"] == ids["<|observation|>"]
+    assert got["tokenizer.ggml.eos_token_id"] == ids["<|endoftext|>"]
+    with strata.Model(path, vocab_only=True) as m:
+        for text in GLM_TEXTS:
+            want = tk.encode(text).ids
+            assert m.tokenize(text, add_special=True, parse_special=True) == want, text
+            assert m.detokenize(want, special=True) == text, text
+        eog = {t for t, i in ids.items() if m.is_eog(i)}
+        assert eog == {"<|endoftext|>", "<|user|>", "<|observation|>"}, eog
