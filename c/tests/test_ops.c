@@ -1,10 +1,12 @@
 /* test_ops.c - the CPU ops (ops.h) and the thread pool against naive double-precision references
  * on random data: matmul per weight type, multi-matmul, RMSNorm, softmax, RoPE (normal, NEOX,
- * partial, linear, YaRN), attention with GQA over f32/f16 caches, routing and the MoE step, and
- * bit-identical results for 1, 2 and 5 threads. */
+ * partial, linear, YaRN), attention with GQA over f32/f16 caches, routing and the MoE step, the
+ * chunked gated delta rule (qwen3next) against the recurrent form, and bit-identical results for
+ * 1, 2 and 5 threads and, for the delta rule, for any split of the rows into calls. */
 #include "test.h"
 #include "ops.h"
 #include "kv.h"
+#include "ops_ssm.h"
 #include "threadpool.h"
 
 #include <math.h>
@@ -607,6 +609,102 @@ static void test_kv_layers(void) {
     st_kv_free(&kv);
 }
 
+/* The chunked gated delta rule of one value head over T rows, fed in calls of splits[0],
+ * splits[1], ... rows (cycled; a call cut at chunk starts, as the engine cuts it), chunks closed
+ * as they fill. Outputs [T][dv]; S_open the state at the start of the last (open) chunk. */
+static void gdn_chunked(const float *q, const float *k, const float *v, const float *g, const float *beta,
+                        int64_t T, int64_t dk, int64_t dv, const int64_t *splits, int n_splits, float *out,
+                        float *S_open) {
+    enum { CH = ST_GDN_CHUNK };
+    float *S[2], *K[2], *U[2], *G[2];
+    for (int b = 0; b < 2; b++) {
+        S[b] = calloc((size_t)(dk * dv), sizeof(float));
+        K[b] = calloc((size_t)(dk * CH), sizeof(float));
+        U[b] = calloc((size_t)(CH * dv), sizeof(float));
+        G[b] = calloc(CH, sizeof(float));
+    }
+    for (int64_t pos = 0, call = 0; pos < T; call++) {
+        const int64_t end = pos + splits[call % n_splits] < T ? pos + splits[call % n_splits] : T;
+        while (pos < end) {
+            const int64_t i0 = pos % CH, n = end - pos < CH - i0 ? end - pos : CH - i0;
+            const int b = (int)((pos / CH) & 1);
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t e = 0; e < dk; e++) K[b][e * CH + i0 + i] = k[(pos + i) * dk + e];
+            const st_gdn_chunk c = {S[b], K[b], U[b], G[b], dk, dv};
+            st_gdn_chunk_rows(&c, i0, n, q + pos * dk, dk, v + pos * dv, dv, g + pos, beta + pos, 1,
+                              out + pos * dv, dv);
+            if (i0 + n == CH) st_gdn_chunk_close(&c, CH, S[b ^ 1]);
+            pos += n;
+        }
+    }
+    memcpy(S_open, S[(T / CH) & 1], sizeof(float) * (size_t)(dk * dv));
+    for (int b = 0; b < 2; b++) { free(S[b]); free(K[b]); free(U[b]); free(G[b]); }
+}
+
+/* The chunked form against the recurrent one (transformers' torch_recurrent_gated_delta_rule) in
+ * double: S decays by e^g, S += k (x) beta (v - S^T k), out = S^T q; three chunks (150 rows), and
+ * the same bits for the rows in one call, one at a time and in uneven calls. */
+static void test_gdn_chunk(int64_t dk, int64_t dv) {
+    const int64_t T = 150;
+    float *q = malloc(sizeof(float) * (size_t)(T * dk)), *k = malloc(sizeof(float) * (size_t)(T * dk));
+    float *v = malloc(sizeof(float) * (size_t)(T * dv)), g[150], beta[150];
+    fill(q, T * dk, 1.0f);
+    fill(k, T * dk, 1.0f);
+    fill(v, T * dv, 1.0f);
+    for (int64_t t = 0; t < T; t++) {
+        st_l2norm(q + t * dk, dk, 1e-6f);
+        st_l2norm(k + t * dk, dk, 1e-6f);
+        for (int64_t e = 0; e < dk; e++) q[t * dk + e] *= 1.0f / sqrtf((float)dk);
+        g[t] = t % 37 == 5 ? -6.0f : -0.3f * (1.0f + test_rng_float(&rng)); /* e^g in (e^-0.6, 1] */
+        beta[t] = 0.5f + 0.5f * test_rng_float(&rng);
+    }
+    double *S = calloc((size_t)(dk * dv), sizeof(double)), *ref = malloc(sizeof(double) * (size_t)(T * dv));
+    double *Sref = malloc(sizeof(double) * (size_t)(dk * dv)), delta[64];
+    for (int64_t t = 0; t < T; t++) {
+        if (t == 128) memcpy(Sref, S, sizeof(double) * (size_t)(dk * dv)); /* the third chunk's start */
+        for (int64_t j = 0; j < dv; j++) {
+            double sk = 0;
+            for (int64_t i = 0; i < dk; i++) sk += (S[i * dv + j] *= exp((double)g[t])) * k[t * dk + i];
+            delta[j] = (double)beta[t] * ((double)v[t * dv + j] - sk);
+        }
+        for (int64_t j = 0; j < dv; j++) {
+            double o = 0;
+            for (int64_t i = 0; i < dk; i++) o += (S[i * dv + j] += k[t * dk + i] * delta[j]) * q[t * dk + i];
+            ref[t * dv + j] = o;
+        }
+    }
+    const int64_t all[] = {T}, one[] = {1}, uneven[] = {1, 63, 2, 80, 3, 17, 64};
+    float *out[3], *So[3];
+    const int64_t *sp[3] = {all, one, uneven};
+    const int nsp[3] = {1, 1, 7};
+    for (int c = 0; c < 3; c++) {
+        out[c] = malloc(sizeof(float) * (size_t)(T * dv));
+        So[c] = malloc(sizeof(float) * (size_t)(dk * dv));
+        gdn_chunked(q, k, v, g, beta, T, dk, dv, sp[c], nsp[c], out[c], So[c]);
+    }
+    double err = 0, mag = 0, serr = 0, smag = 0;
+    for (int64_t i = 0; i < T * dv; i++) {
+        err = fmax(err, fabs(out[0][i] - ref[i]));
+        mag = fmax(mag, fabs(ref[i]));
+    }
+    for (int64_t i = 0; i < dk * dv; i++) {
+        serr = fmax(serr, fabs(So[0][i] - Sref[i]));
+        smag = fmax(smag, fabs(Sref[i]));
+    }
+    CHECK(err <= 1e-5 * mag, "gdn chunk %lldx%lld: outputs %.3g from the recurrent form (max %.3g)",
+          (long long)dk, (long long)dv, err, mag);
+    CHECK(serr <= 1e-5 * smag, "gdn chunk %lldx%lld: state at position 128 %.3g off (max %.3g)",
+          (long long)dk, (long long)dv, serr, smag);
+    printf("gdn chunk %lldx%lld: outputs %.3g of %.3g from the recurrent form, state %.3g of %.3g\n",
+           (long long)dk, (long long)dv, err, mag, serr, smag);
+    for (int c = 1; c < 3; c++)
+        CHECK(!memcmp(out[c], out[0], sizeof(float) * (size_t)(T * dv)) &&
+                  !memcmp(So[c], So[0], sizeof(float) * (size_t)(dk * dv)),
+              "gdn chunk %lldx%lld: split %d gives other bits than one call", (long long)dk, (long long)dv, c);
+    for (int c = 0; c < 3; c++) { free(out[c]); free(So[c]); }
+    free(q); free(k); free(v); free(S); free(ref); free(Sref);
+}
+
 static void test_moe_type(strata_type type, st_threadpool **pools, int n_pools) {
     const int32_t E = 8, k = 3;
     const int64_t n_embd = 256, n_ff = 96, T = 13;
@@ -847,6 +945,8 @@ int main(void) {
     test_route();
     test_route_scored();
     test_kv_layers();
+    test_gdn_chunk(16, 16);
+    test_gdn_chunk(32, 24);
     test_moe_type(STRATA_TYPE_F32, pools, 3);
     test_moe_type(STRATA_TYPE_Q8_0, pools, 3);
     test_moe_type(STRATA_TYPE_Q4_K, pools, 3);

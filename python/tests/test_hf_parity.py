@@ -19,8 +19,9 @@ conversion of one model whose greedy tokens mostly match the F32 file's; for dee
 batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for deepseek2
 and glm4moe the MTP layer as a drafter against a transformers-built reference; for deepseek2
 files in the layout before llama.cpp's MLA split (attn_kv_b) against new-style ones; for qwen3next
-verify windows with the recurrent state rolled back, and the refusals (rollback past the
-window, CUDA sessions)."""
+verify windows with the recurrent state rolled back, a prompt over several DeltaNet chunks (its
+logits against HF; the same bits in one call, in any split, token by token), rollback across a
+chunk start, and the refusals (rollback past the window, CUDA sessions)."""
 from __future__ import annotations
 
 import zlib
@@ -193,6 +194,74 @@ def test_qwen3next_windows_and_rollback(n_batch, workdir):
         # reset: position 0 again
         lib.strata_session_reset(sm.session)
         assert np.array_equal(sm.decode(p, False)[0], rows[0])
+
+
+# 150 tokens: two full DeltaNet chunks (64 positions each) and an open third
+LONG = [int(x) for x in np.random.default_rng(35).integers(0, 320, 150)]
+
+
+def prepare_slow_decay(workdir):
+    """The qwen3next zoo model with A_log lowered by 4 (g ~ -0.01 a step instead of ~ -0.7): the
+    DeltaNet state then carries across a whole chunk, so the rows and the start state of a chunk
+    64 positions back still reach the logits."""
+    model = L.build_hf("qwen3next", seed=zlib.crc32(b"qwen3next") % 1000)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("A_log"):
+                p.sub_(4.0)
+    d = workdir / "qwen3next_slow_decay"
+    path = d / "f32.gguf"
+    if not path.exists():
+        L.save_hf(model, d / "hf")
+        L.convert_hf().convert(d / "hf", path, "f32")
+    return model, path
+
+
+def test_qwen3next_long_prompt_chunks(workdir):
+    """qwen3next past its DeltaNet chunks (64 positions; transformers' chunked form for the
+    prompt): 150 tokens within the logits bound of HF, and the same logits bit for bit whether the
+    prompt comes in one call, in uneven calls (1, 63, 2, 80, ...: chunk starts inside calls and
+    between them), token by token, or cut by n_batch 7 within each call. The model's decay is
+    slow (prepare_slow_decay): the state from the chunks before matters."""
+    model, path = prepare_slow_decay(workdir)
+    ref = L.hf_logits(model, LONG)
+    with L.StrataModel(path, n_ctx=256) as sm:
+        one = sm.logits(LONG)
+        err = L.rel_err_rows(one, ref)
+        assert err.max() < REL_TOL, f"150 tokens: rel err {err.max():.3g} at {int(np.argmax(err))}"
+        for splits in ([1, 63, 2, 80, 4], [64, 64, 22], [65, 1, 62, 22], [1] * len(LONG)):
+            sm.lib.strata_session_reset(sm.session)
+            rows, at = [], 0
+            for n in splits:
+                rows.append(sm.decode(LONG[at:at + n], True))
+                at += n
+            got = np.concatenate(rows).astype(np.float64)
+            bad = np.flatnonzero((got != one).any(axis=1))
+            assert not len(bad), f"splits {splits[:6]}: rows {bad[:8]} differ from one call"
+    with L.StrataModel(path, n_ctx=256, n_batch=7) as sm:
+        assert np.array_equal(sm.logits(LONG), one), "n_batch 7 differs from one call"
+
+
+@pytest.mark.parametrize("start, n, keep", [(60, 17, 62), (47, 17, 50), (60, 17, 64), (63, 17, 63),
+                                            (64, 10, 65), (120, 17, 127)])
+def test_qwen3next_rollback_across_chunk(start, n, keep, workdir):
+    """A verify window over a DeltaNet chunk start (position 64 or 128), its drafts wrong from
+    position keep on, truncated back to keep (over the chunk start when keep < 64 or 128): the
+    rest of the prompt then gives the logits of never having gone there, bit for bit (slow decay:
+    the earliest rows of the chunk reopened still reach them)."""
+    import strata
+    _, path = prepare_slow_decay(workdir)
+    with L.StrataModel(path, n_ctx=256) as sm:
+        one = sm.logits(LONG)
+        sm.lib.strata_session_reset(sm.session)
+        head = sm.decode(LONG[:start], True)
+        wrong = LONG[start:keep] + [(t + 1) % sm.n_vocab for t in LONG[keep:start + n]]
+        win = sm.decode(wrong, True)
+        strata.check(sm.lib.strata_session_truncate(sm.session, keep), "truncate")
+        rest = sm.decode(LONG[keep:], True)
+        got = np.concatenate([head, win[:keep - start], rest]).astype(np.float64)
+        bad = np.flatnonzero((got != one).any(axis=1))
+        assert not len(bad), f"window {start}+{n} back to {keep}: rows {bad[:8]} differ"
 
 
 def test_qwen3next_cuda_refused(workdir):

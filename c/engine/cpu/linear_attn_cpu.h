@@ -1,7 +1,8 @@
 /* linear_attn_cpu.h - qwen3next on the CPU (linear_attn_cpu.c): the session's recurrent state of
- * its gated DeltaNet layers (each layer's conv kernel state and per value head delta-rule state),
- * the rollback window that lets strata_session_truncate undo the last decode call's positions,
- * the DeltaNet layer and the gated full-attention layer. */
+ * its gated DeltaNet layers (each layer's conv kernel state and, per value head, the chunked delta
+ * rule's open chunk: its start state and rows, and the previous chunk's), the rollback window that
+ * lets strata_session_truncate undo the last decode call's positions, the DeltaNet layer and the
+ * gated full-attention layer. */
 #ifndef STRATA_LINEAR_ATTN_CPU_H
 #define STRATA_LINEAR_ATTN_CPU_H
 
