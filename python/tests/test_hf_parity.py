@@ -221,8 +221,8 @@ def test_qwen3next_long_prompt_chunks(workdir):
     """qwen3next past its DeltaNet chunks (64 positions; transformers' chunked form for the
     prompt): 150 tokens within the logits bound of HF, and the same logits bit for bit whether the
     prompt comes in one call, in uneven calls (1, 63, 2, 80, ...: chunk starts inside calls and
-    between them), token by token, or cut by n_batch 7 within each call. The model's decay is
-    slow (prepare_slow_decay): the state from the chunks before matters."""
+    between them), token by token, cut by n_batch 7 within each call, or on 1 thread instead of 2.
+    The model's decay is slow (prepare_slow_decay): the state from the chunks before matters."""
     model, path = prepare_slow_decay(workdir)
     ref = L.hf_logits(model, LONG)
     with L.StrataModel(path, n_ctx=256) as sm:
@@ -240,6 +240,8 @@ def test_qwen3next_long_prompt_chunks(workdir):
             assert not len(bad), f"splits {splits[:6]}: rows {bad[:8]} differ from one call"
     with L.StrataModel(path, n_ctx=256, n_batch=7) as sm:
         assert np.array_equal(sm.logits(LONG), one), "n_batch 7 differs from one call"
+    with L.StrataModel(path, n_ctx=256, n_threads=1) as sm:
+        assert np.array_equal(sm.logits(LONG), one), "1 thread differs from 2"
 
 
 @pytest.mark.parametrize("start, n, keep", [(60, 17, 62), (47, 17, 50), (60, 17, 64), (63, 17, 63),
