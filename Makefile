@@ -10,6 +10,7 @@
 #   make cuda-check   GPU tests (skip with a message where no GPU is usable)
 #   make q8-sm60-check  the SM60 Q8_0 GEMV against a CPU reference, then timed (GPU; else a skip)
 #   make mla-check    the latent-attention kernels against CPU references, then timed (GPU; else a skip)
+#   make deltanet-check  the gated DeltaNet kernels against CPU references, then timed (GPU; else a skip)
 #   make fuzz         libFuzzer harness of the GGUF reader (needs clang)
 #   make bench        CPU dot-product micro-benchmark
 #   make clean
@@ -93,7 +94,7 @@ endif
 
 ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
 
-.PHONY: all check header-check test-c test-py asan asan-server cuda-check q8-sm60-check mla-check fuzz bench clean \
+.PHONY: all check header-check test-c test-py asan asan-server cuda-check q8-sm60-check mla-check deltanet-check fuzz bench clean \
         distclean
 all: $(LIBSO) $(CLI)
 
@@ -270,6 +271,20 @@ else
 	@echo "mla-check: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
 endif
 $(BUILD)/mla_check: c/cuda/dev/mla_check.cu c/cuda/dev/dev_common.cuh c/cuda/mla.cuh c/cuda/cuda_mla.h $(BUILD)/libstrata.a
+	$(NVCC) $(NVCCFLAGS) -Ic/cuda/dev -c -o $@.o $<
+	$(CC) -o $@ $@.o $(BUILD)/libstrata.a $(LDLIBS)
+
+# the gated DeltaNet kernels' check-and-time program (c/cuda/dev/deltanet_check.cu: Qwen3-Next-80B
+# shapes and tiny ones against the CPU's functions, PASS/FAIL lines and timings; exits 0 with
+# "skip" where no GPU is usable)
+deltanet-check:
+ifdef USE_CUDA
+	$(MAKE) BUILD=$(BUILD) OUTDIR=$(OUTDIR) $(BUILD)/deltanet_check
+	$(BUILD)/deltanet_check
+else
+	@echo "deltanet-check: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
+endif
+$(BUILD)/deltanet_check: c/cuda/dev/deltanet_check.cu c/cuda/dev/dev_common.cuh c/cuda/deltanet.cuh c/cuda/cuda_deltanet.h $(BUILD)/libstrata.a
 	$(NVCC) $(NVCCFLAGS) -Ic/cuda/dev -c -o $@.o $<
 	$(CC) -o $@ $@.o $(BUILD)/libstrata.a $(LDLIBS)
 
