@@ -25,6 +25,11 @@ typedef struct st_backend {
     /* The backend's part of strata_session_get_stats / reset_stats (the session fills the rest). */
     void (*stats)(const struct strata_session *s, strata_session_stats *out);
     void (*reset_stats)(struct strata_session *s);
+    /* State that cannot be cut like the KV cache (qwen3next's recurrent layers; no-ops without
+     * them): before a decode call of n tokens at n_past (the rollback window), and
+     * strata_session_truncate's restore (an error outside the window). */
+    strata_status (*call_begin)(struct strata_session *s, int64_t n);
+    strata_status (*truncate)(struct strata_session *s, int32_t n_keep);
 } st_backend;
 
 /* The table of a backend kind (CPU for anything but CUDA: the parameters are checked before). */

@@ -5,7 +5,6 @@
  * statistics session_stats.c's, phase timing profile.c's. */
 #include "session.h"
 #include "ram_tier.h"
-#include "linear_attn_cpu.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -256,8 +255,8 @@ strata_status strata_session_truncate(strata_session *s, int32_t n_keep) {
     if (n_keep < 0 || n_keep > s->n_past)
         return st_error(STRATA_ERR_INVALID_ARG, "strata_session_truncate: n_keep %d outside [0, n_past %d]",
                         (int)n_keep, (int)s->n_past);
-    if (s->rs) { /* the recurrent state cannot be cut like the cache: it is restored */
-        const strata_status st = st_rs_truncate(s, n_keep);
+    if (s->be->truncate) { /* recurrent state cannot be cut like the cache: it is restored */
+        const strata_status st = s->be->truncate(s, n_keep);
         if (st != STRATA_OK) return st;
     }
     s->n_past = n_keep; /* later positions are overwritten before attention reads them */
@@ -327,7 +326,10 @@ strata_status strata_session_decode(strata_session *s, const strata_token *token
             return st_error(STRATA_ERR_INVALID_ARG,
                             "strata_session_decode: token %" PRId64 " has id %d outside the vocabulary "
                             "[0, %d)", i, (int)tokens[i], (int)n_vocab);
-    if (s->rs) st_rs_call_begin(s, n);
+    if (s->be->call_begin) {
+        const strata_status st = s->be->call_begin(s, n);
+        if (st != STRATA_OK) return st;
+    }
     for (int64_t off = 0; off < n; off += s->n_batch) {
         const int64_t T = n - off < s->n_batch ? n - off : s->n_batch;
         float *lg = NULL;

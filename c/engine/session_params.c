@@ -78,10 +78,6 @@ strata_status st_session_params_check(const strata_model *model, const strata_se
     if (st == STRATA_OK) st = st_plan_check(p);
     if (st == STRATA_OK && p->n_ctx == 0 && model->hp.n_ctx_train <= 0)
         st = st_error(STRATA_ERR_INVALID_ARG, "session: n_ctx is 0 and the model has no n_ctx_train");
-    if (st == STRATA_OK && p->backend == STRATA_BACKEND_CUDA && model->arch->id == ST_ARCH_QWEN3NEXT)
-        st = st_error(STRATA_ERR_UNSUPPORTED, "session: qwen3next runs on the CPU backend only so far "
-                      "(its gated DeltaNet layers and their recurrent state are not in the CUDA "
-                      "backend yet); drop --gpu");
     return st;
 }
 

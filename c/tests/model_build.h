@@ -13,6 +13,7 @@
 #include "strata_quant.h"
 #include "test.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,10 @@ typedef struct {
     int yarn;
     int kv_array;               /* head_count_kv as a per-layer array */
     int q8;                     /* attention weights in q8_0 */
+    /* qwen3next: gated DeltaNet layers (every layer but each ssm_interval-th), their key heads,
+     * value heads, head size and conv width; the others gated attention (attn_q with each head's
+     * gate), partial rope (n_rot) */
+    int ssm_interval, ssm_nk, ssm_nv, ssm_d, ssm_conv, n_rot;
     /* FFN weight types (dense, routed and shared experts) of even [0] and odd [1] layers: gate,
      * up, down; F32 (0) keeps f32, as does a row length the type's block does not divide.
      * Types without a quantizer get random well-formed blocks (scales of the f32 weights' size). */
@@ -104,6 +109,8 @@ static void add_t(builder *b, const char *name, int64_t ne0, int64_t ne1, int64_
     int64_t n = ne0 * ne1 * ne2;
     float *f = malloc((size_t)n * sizeof *f);
     for (int64_t i = 0; i < n; i++) f[i] = test_rng_float(&b->rng) * 0.1f;
+    if (strstr(name, ".ssm_a")) /* -exp(A_log): a decay in (0, 1) */
+        for (int64_t i = 0; i < n; i++) f[i] = -(0.1f + 10.0f * fabsf(f[i]));
     void *data = f;
     if (type == STRATA_TYPE_Q8_0 || type == STRATA_TYPE_F16 || ft != STRATA_TYPE_F32) {
         data = malloc((size_t)strata_row_bytes(type, ne0) * (size_t)(ne1 * ne2));
@@ -195,6 +202,15 @@ static int write_model(const spec *s, const char *path) {
         set_f32(&b, A, "attention.scale", 0.0078125f);
         set_f32(&b, A, "logit_scale", 8.0f);
     }
+    if (s->ssm_interval) {
+        set_u32(&b, A, "ssm.conv_kernel", (uint32_t)s->ssm_conv);
+        set_u32(&b, A, "ssm.inner_size", (uint32_t)(s->ssm_nv * s->ssm_d));
+        set_u32(&b, A, "ssm.state_size", (uint32_t)s->ssm_d);
+        set_u32(&b, A, "ssm.time_step_rank", (uint32_t)s->ssm_nv);
+        set_u32(&b, A, "ssm.group_count", (uint32_t)s->ssm_nk);
+        set_u32(&b, A, "full_attention_interval", (uint32_t)s->ssm_interval);
+    }
+    if (s->n_rot) set_u32(&b, A, "rope.dimension_count", (uint32_t)s->n_rot);
     if (s->drop_key) st_gguf_writer_remove(b.w, s->drop_key);
     if (s->u32_key) st_gguf_writer_set_u32(b.w, s->u32_key, s->u32_val);
     if (s->str_key) st_gguf_writer_set_str(b.w, s->str_key, s->str_val);
@@ -208,18 +224,32 @@ static int write_model(const spec *s, const char *path) {
     for (int il = 0; il < s->n_layer; il++) {
 #define T(nm, a, c, d) do { snprintf(n, sizeof n, "blk.%d." nm, il); add_t(&b, n, a, c, d); } while (0)
         T("attn_norm.weight", E, 1, 1);
-        T("attn_q.weight", E, nq, 1);
-        T("attn_k.weight", E, nk, 1);
-        T("attn_v.weight", E, nk, 1);
-        T("attn_output.weight", nq, E, 1);
+        if (s->ssm_interval && (il + 1) % s->ssm_interval != 0) { /* a gated DeltaNet layer */
+            const int64_t dk = s->ssm_nk * s->ssm_d, di = s->ssm_nv * s->ssm_d;
+            T("attn_qkv.weight", E, 2 * dk + di, 1);
+            T("attn_gate.weight", E, di, 1);
+            T("ssm_ba.weight", E, 2 * s->ssm_nv, 1);
+            T("ssm_conv1d.weight", s->ssm_conv, 2 * dk + di, 1);
+            T("ssm_dt.bias", s->ssm_nv, 1, 1);
+            T("ssm_a", s->ssm_nv, 1, 1);
+            T("ssm_norm.weight", s->ssm_d, 1, 1);
+            T("ssm_out.weight", di, E, 1);
+        } else {
+            T("attn_q.weight", E, s->ssm_interval ? 2 * nq : nq, 1);
+            T("attn_k.weight", E, nk, 1);
+            T("attn_v.weight", E, nk, 1);
+            T("attn_output.weight", nq, E, 1);
+        }
         if (s->bias) {
             T("attn_q.bias", nq, 1, 1);
             T("attn_k.bias", nk, 1, 1);
             T("attn_v.bias", nk, 1, 1);
         }
         if (s->qk == 1) { T("attn_q_norm.weight", nq, 1, 1); T("attn_k_norm.weight", nk, 1, 1); }
-        if (s->qk == 2) { T("attn_q_norm.weight", hd, 1, 1); T("attn_k_norm.weight", hd, 1, 1); }
-        T("ffn_norm.weight", E, 1, 1);
+        const int recurrent = s->ssm_interval && (il + 1) % s->ssm_interval != 0;
+        if (s->qk == 2 && !recurrent) { T("attn_q_norm.weight", hd, 1, 1); T("attn_k_norm.weight", hd, 1, 1); }
+        if (s->ssm_interval) T("post_attention_norm.weight", E, 1, 1);
+        else T("ffn_norm.weight", E, 1, 1);
         if (!s->n_expert) {
             T("ffn_gate.weight", E, s->n_ff, 1);
             T("ffn_up.weight", E, s->n_ff, 1);
@@ -277,6 +307,10 @@ static spec base_spec(const char *arch) {
         s.yarn = 1;
     } else if (!strcmp(arch, "granitemoe")) {
         s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32; s.granite = 1; s.tied = 1;
+    } else if (!strcmp(arch, "qwen3next")) { /* 2 DeltaNet layers, 2 gated attention layers */
+        s.n_layer = 4; s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32; s.write_exp_key = 1; s.qk = 2;
+        s.n_ff_shexp = 48; s.shexp_gate = 1; s.head_dim = 64; s.n_rot = 16;
+        s.ssm_interval = 2; s.ssm_nk = 2; s.ssm_nv = 4; s.ssm_d = 32; s.ssm_conv = 4;
     } else if (!strcmp(arch, "mixtral")) { /* llama with experts */
         s.arch = "llama"; s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32;
     }

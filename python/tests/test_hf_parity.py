@@ -266,12 +266,17 @@ def test_qwen3next_rollback_across_chunk(start, n, keep, workdir):
         assert not len(bad), f"window {start}+{n} back to {keep}: rows {bad[:8]} differ"
 
 
-def test_qwen3next_cuda_refused(workdir):
-    """A CUDA session of qwen3next is refused with a message before any device work."""
+def test_qwen3next_cuda_not_refused(workdir):
+    """qwen3next's CUDA sessions are not refused for the architecture: where no GPU is usable the
+    error is the backend's (test_hf_parity_gpu.py runs them where one is)."""
     import strata
+    cuda = next(b for b in strata.backends() if b["name"] == "cuda")
+    if cuda["available"]:
+        pytest.skip("a GPU is usable: test_hf_parity_gpu.py runs qwen3next's CUDA sessions")
     _, path = prepare("qwen3next", workdir)
-    with pytest.raises(strata.StrataError, match="qwen3next runs on the CPU backend only"):
+    with pytest.raises(strata.StrataError) as e:
         L.StrataModel(path, n_ctx=64, backend="cuda")
+    assert "qwen3next" not in str(e.value)
 
 
 def test_gpt_oss_expert_weights_scale(workdir, monkeypatch):

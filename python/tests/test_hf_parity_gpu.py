@@ -28,7 +28,6 @@ REL_TOL = 1e-4
 N_GEN = 16
 PROMPTS = [[5], [211, 17, 17, 305, 42, 0, 99, 128, 64, 3, 250, 250, 12, 77, 190, 5, 31, 8, 160]]
 NAMES = list(L.zoo())
-CPU_ONLY = {"qwen3next"}  # CUDA sessions refused (st_session_params_check)
 
 
 def cuda_usable() -> tuple[bool, str]:
@@ -87,8 +86,6 @@ def test_cpu_head_dim_64(name, workdir):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_gpu(name, workdir):
-    if name in CPU_ONLY:
-        pytest.skip(f"{name} runs on the CPU backend only")
     ok, why = cuda_usable()
     if not ok:
         pytest.skip(f"CUDA unavailable: {why}")

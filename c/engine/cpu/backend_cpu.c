@@ -106,4 +106,14 @@ static void cpu_stats(const strata_session *s, strata_session_stats *out) {
 
 static void cpu_reset_stats(strata_session *s) { (void)s; }
 
-const st_backend st_backend_cpu = {"cpu", cpu_create, cpu_free, cpu_forward, cpu_stats, cpu_reset_stats};
+static strata_status cpu_call_begin(strata_session *s, int64_t n) {
+    if (s->rs) st_rs_call_begin(s, n);
+    return STRATA_OK;
+}
+
+static strata_status cpu_truncate(strata_session *s, int32_t n_keep) {
+    return s->rs ? st_rs_truncate(s, n_keep) : STRATA_OK;
+}
+
+const st_backend st_backend_cpu = {"cpu", cpu_create, cpu_free, cpu_forward, cpu_stats, cpu_reset_stats,
+                                   cpu_call_begin, cpu_truncate};

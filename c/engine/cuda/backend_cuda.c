@@ -5,6 +5,7 @@
 #include "backend.h"
 #include "gpu_tier.h"
 #include "gpu_pass.h"
+#include "deltanet_gpu.h"
 
 static strata_status cuda_forward(strata_session *s, const strata_token *tokens, int64_t T, float *logits,
                                   int all) {
@@ -44,4 +45,4 @@ static void cuda_reset_stats(strata_session *s) {
 }
 
 const st_backend st_backend_cuda = {"cuda", st_gpu_create, st_gpu_free, cuda_forward, cuda_stats,
-                                    cuda_reset_stats};
+                                    cuda_reset_stats, st_gpu_rs_call_begin, st_gpu_rs_truncate};

@@ -23,6 +23,7 @@
  * Deterministic: the same tokens give the same bits on every run (each kernel is). In a build
  * without CUDA the entry points return STRATA_ERR_UNSUPPORTED. */
 #include "moe_block.h"
+#include "deltanet_gpu.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -302,6 +303,8 @@ static strata_status st_gpu_defer_join(strata_session *s, int64_t T) {
 static strata_status st_gpu_forward_layer(strata_session *s, int il, int64_t T, int64_t pos0) {
     st_gpu *g = s->gpu;
     if (s->model->arch->mla) TRY(st_gpu_mla_block(s, il, T, pos0));
+    else if (st_layer_recurrent(&s->model->hp, il)) TRY(st_gpu_linear_attn_block(s, il, T, pos0));
+    else if (s->model->arch->id == ST_ARCH_QWEN3NEXT) TRY(st_gpu_gated_attn_block(s, il, T, pos0));
     else TRY(st_gpu_attn_block(s, il, T, pos0));
     if (g->defer_pending >= 0) TRY(st_gpu_defer_join(s, T)); /* the previous layer's late rows */
     const float *out = g->proj; /* the FFN's output rows: g->proj, or a decode step's CPU row */
@@ -448,7 +451,8 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
     TRY(st_cuda_memcpy_h2d(g->x, emb, sizeof(float) * (size_t)(T * E)));
     s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(T * E));
     for (int64_t t = 0; t < T; t++) g->hpos[t] = (int32_t)(pos0 + t);
-    TRY(st_cuda_memcpy_h2d(g->pos, g->hpos, sizeof(int32_t) * (size_t)T));
+    g->hpos[T] = st_gpu_rs_hist_row(s, T, pos0); /* qwen3next's rollback history: its row, -1 */
+    TRY(st_cuda_memcpy_h2d(g->pos, g->hpos, sizeof(int32_t) * (size_t)(T + 1)));
     TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
     /* A single-token step is captured into a CUDA graph once and then replayed as one launch:
      * its kernels read the position from g->pos and everything else they use is fixed, except

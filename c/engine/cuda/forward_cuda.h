@@ -62,6 +62,8 @@ typedef struct {
 
 typedef struct { const void *host; void *dev; } st_gpu_upload;
 
+typedef struct st_gpu_rs st_gpu_rs; /* deltanet_gpu.c: qwen3next's recurrent state */
+
 struct st_gpu {
     st_gpu_layer *layers;                 /* [n_layer] */
     st_cuda_mat output;                   /* (n_embd, n_vocab) */
@@ -196,6 +198,7 @@ struct st_gpu {
     uint32_t *sync;                       /* [ST_GPU_SYNC] device counters of the kernels whose
                                              last block finishes the call; 0 between calls */
     size_t moe_ws_bytes, attn_ws_bytes;
+    st_gpu_rs *rs;                        /* qwen3next: the DeltaNet layers' state, else NULL */
 };
 
 #define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)
@@ -223,6 +226,9 @@ static inline int st_gpu_pool_call(const strata_session *s, int64_t T) {
 /* forward_cuda_setup.c */
 strata_status st_gpu_alloc(void **p, size_t bytes); /* device memory (16 bytes for 0) */
 strata_status st_gpu_alloc_prediction(st_gpu *g, const st_hparams *hp);
+/* a tensor up as a matrix descriptor / as f32 values (NULL data: zero / NULL) */
+strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *m);
+strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev);
 
 #endif /* STRATA_HAVE_CUDA */
 #endif /* STRATA_FORWARD_CUDA_H */

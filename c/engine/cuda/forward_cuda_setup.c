@@ -6,6 +6,7 @@
  * the prediction buffers of gpu_prefetch and pipe, the cost model's measured figures. The
  * forward pass itself is forward_cuda.c and moe_block.c; they share forward_cuda.h. */
 #include "forward_cuda.h"
+#include "deltanet_gpu.h"
 #include "dot.h"
 
 #ifdef STRATA_HAVE_CUDA
@@ -101,7 +102,7 @@ static strata_status st_gpu_put_qkv(st_gpu *g, const st_layer *L, st_gpu_layer *
     return STRATA_OK;
 }
 
-static strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev) {
+strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev) {
     if (t->data && t->type != STRATA_TYPE_F32)
         return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: %s is %s, expected f32", t->name,
                         strata_type_name(t->type));
@@ -112,7 +113,7 @@ static strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev) 
 }
 
 /* A 2-D matrix descriptor (expert e of a merged tensor when ne[2] > 1). */
-static strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *m) {
+strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *m) {
     memset(m, 0, sizeof *m);
     if (!t->data) return STRATA_OK;
     if (!st_cuda_mmv_supports(t->type))
@@ -455,7 +456,7 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
         TRY(st_gpu_put_f32(g, &L->bv, &G->bv));
         TRY(st_gpu_put_f32(g, &L->bo, &G->bo));
         TRY(st_gpu_put_f32(g, &L->attn_sinks, &G->attn_sinks));
-        TRY(st_gpu_put_qkv(g, L, G));
+        if (m->arch->id != ST_ARCH_QWEN3NEXT) TRY(st_gpu_put_qkv(g, L, G)); /* (its wq holds the gates) */
         if (!G->wqkv.data) {
             TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
             TRY(st_gpu_put_mat(g, &L->wk, &G->wk));
@@ -505,13 +506,13 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     TRY(st_gpu_alloc((void **)&g->ids, sizeof(int32_t) * T * K));
     TRY(st_gpu_alloc((void **)&g->ones, f * T));
     TRY(st_gpu_alloc((void **)&g->zeros, sizeof(int32_t) * T));
-    TRY(st_gpu_alloc((void **)&g->pos, sizeof(int32_t) * T));
+    TRY(st_gpu_alloc((void **)&g->pos, sizeof(int32_t) * (T + 1))); /* + qwen3next's history row */
     TRY(st_gpu_alloc((void **)&g->amax, sizeof *g->amax));
     TRY(st_gpu_alloc((void **)&g->topk_ids, sizeof(int32_t) * ST_CUDA_TOPK_MAX));
     TRY(st_gpu_alloc((void **)&g->topk_vals, f * ST_CUDA_TOPK_MAX));
     g->topk_ws_bytes = st_cuda_topk_wsize(hp->n_vocab, ST_CUDA_TOPK_MAX);
     TRY(st_gpu_alloc(&g->topk_ws, g->topk_ws_bytes));
-    g->hpos = malloc(sizeof(int32_t) * T);
+    g->hpos = malloc(sizeof(int32_t) * (T + 1));
     if (!g->hpos) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     TRY(st_gpu_alloc((void **)&g->shgate, f * T));
     TRY(st_gpu_alloc((void **)&g->logits, f * ST_GPU_COLS * (size_t)hp->n_vocab));
@@ -578,17 +579,21 @@ static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
     const size_t one = mla ? st_cuda_mla_kv_bytes(kv_type, &g->mla, s->n_ctx)
                            : st_cuda_kv_bytes(kv_type, &g->shape, s->n_ctx);
     const size_t per = st_round_up(one, 256);
-    g->kv_bytes = (mla ? 1 : 2) * per * (size_t)hp->n_layer;
+    int32_t n_att = 0; /* layers with a cache: qwen3next's recurrent layers keep a state instead */
+    for (int il = 0; il < hp->n_layer; il++) n_att += !st_layer_recurrent(hp, il);
+    g->kv_bytes = (mla ? 1 : 2) * per * (size_t)n_att;
     strata_status st = st_cuda_malloc(&g->kv_mem, g->kv_bytes);
     if (st != STRATA_OK)
         return st_error(st, "gpu session: KV cache of %zu bytes (n_ctx %d): %s", g->kv_bytes,
                         (int)s->n_ctx, strata_last_error());
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0, a = 0; il < hp->n_layer; il++) {
         st_cuda_kv_layer *kv = &g->layers[il].kv;
         kv->type = kv_type;
         kv->n_ctx = s->n_ctx;
-        kv->k = (uint8_t *)g->kv_mem + (size_t)((mla ? 1 : 2) * il) * per;
-        kv->v = mla ? NULL : (uint8_t *)g->kv_mem + (size_t)(2 * il + 1) * per;
+        if (st_layer_recurrent(hp, il)) continue; /* k, v NULL: never read */
+        kv->k = (uint8_t *)g->kv_mem + (size_t)((mla ? 1 : 2) * a) * per;
+        kv->v = mla ? NULL : (uint8_t *)g->kv_mem + (size_t)(2 * a + 1) * per;
+        a++;
     }
     return STRATA_OK;
 }
@@ -639,6 +644,7 @@ void st_gpu_free(strata_session *s) {
     st_cuda_host_free(g->h_rows);
     free(g->graph_slots_gpu); free(g->graph_slots_cpu);
     free(g->h_ids_gpu); free(g->h_ids_cpu); free(g->misses); free(g->miss_load); free(g->miss_of);
+    st_gpu_rs_free(g);
     st_cuda_graph_exec_destroy(g->graph);
     st_cuda_stream_destroy(g->stream);
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
@@ -864,6 +870,7 @@ strata_status st_gpu_create(strata_session *s) {
     st_gpu_set_shape(s);
     TRY(st_gpu_check_shape(m, g, s->kv_type));
     TRY(st_gpu_upload_weights(s));
+    TRY(st_gpu_rs_create(s)); /* qwen3next's DeltaNet layers */
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
     TRY(st_gpu_alloc_pinned(s));
