@@ -116,6 +116,33 @@ void st_gdn_chunk_close(const st_gdn_chunk *c, int64_t n, float *S_next) {
     }
 }
 
+void st_gdn_step(float *S, const float *q, const float *k, const float *v, float g, float beta,
+                 float *out, int64_t dk, int64_t dv) {
+    const float decay = expf(g);
+    float delta[1024]; /* dv <= 1024 (hparams.c) */
+    for (int64_t j = 0; j < dv; j++) delta[j] = 0.0f;
+    for (int64_t i = 0; i < dk; i++) { /* decay, and S^T k of the decayed state */
+        float *row = S + i * dv;
+        const float ki = k[i];
+        for (int64_t j = 0; j < dv; j++) {
+            row[j] *= decay;
+            delta[j] += row[j] * ki;
+        }
+    }
+    for (int64_t j = 0; j < dv; j++) {
+        delta[j] = (v[j] - delta[j]) * beta;
+        out[j] = 0.0f;
+    }
+    for (int64_t i = 0; i < dk; i++) { /* S += k (x) delta, and S^T q of the new state */
+        float *row = S + i * dv;
+        const float ki = k[i], qi = q[i];
+        for (int64_t j = 0; j < dv; j++) {
+            row[j] += ki * delta[j];
+            out[j] += row[j] * qi;
+        }
+    }
+}
+
 void st_rmsnorm_gated(float *y, const float *x, const float *w, const float *z, int64_t n, float eps) {
     st_rmsnorm(y, x, w, n, eps);
     for (int64_t i = 0; i < n; i++) y[i] *= z[i] / (1.0f + expf(-z[i]));

@@ -46,6 +46,14 @@ void st_gdn_chunk_rows(const st_gdn_chunk *c, int64_t i0, int64_t n, const float
  * (S_next must not alias S). */
 void st_gdn_chunk_close(const st_gdn_chunk *c, int64_t n, float *S_next);
 
+/* The gated delta rule of one value head for one token, in the recurrent form (transformers'
+ * torch_recurrent_gated_delta_rule): S (dk x dv, row i = key dim i) decays by exp(g), then
+ * S += k (x) beta (v - S^T k), and out = S^T q. q already L2-normed and scaled, k L2-normed. The
+ * sessions use the chunked form above; this is the reference of the GPU kernels' check
+ * (c/cuda/dev/deltanet_check.cu), whose token loop computes this form. */
+void st_gdn_step(float *S, const float *q, const float *k, const float *v, float g, float beta,
+                 float *out, int64_t dk, int64_t dv);
+
 /* y = rmsnorm(x) * w * silu(z) over n values (Qwen3NextRMSNormGated). y may alias x. */
 void st_rmsnorm_gated(float *y, const float *x, const float *w, const float *z, int64_t n, float eps);
 
