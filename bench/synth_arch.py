@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """synth_arch.py - random-weight GGUF files with the exact per-layer shapes of real models of the
 architectures issue 35 adds, for timing runs: `deepseek2` (DeepSeek-V2-Lite, DeepSeek-V3 / R1,
-Kimi-K2), `glm4moe` (GLM-4.5-Air, GLM-4.5, with their MTP layer) and `gpt-oss` (gpt-oss-20b,
-gpt-oss-120b). Same recipe as synth_moe.py: well-formed quant blocks, every weight zero-mean (so
+Kimi-K2), `glm4moe` (GLM-4.5-Air, GLM-4.5, with their MTP layer), `gpt-oss` (gpt-oss-20b,
+gpt-oss-120b) and `qwen3next` (Qwen3-Next-80B-A3B: gated DeltaNet layers with gated full attention
+every 4th, 512 experts top-10 and a gated shared expert; its MTP layer is not written, as
+tools/convert_hf.py does not convert it). Same recipe as synth_moe.py: well-formed quant blocks, every weight zero-mean (so
 each token routes to its own experts), norms F32 ones, the router F32 N(0, s), the tokenizer
 copied from a vocab-only GGUF (--vocab) and its vocabulary size kept (the real vocab_size only
 with --pad-vocab, which appends unused tokens).
@@ -21,7 +23,12 @@ OpenAI's checkpoint has them in bf16). q3_k_m (glm4moe's) is llama.cpp's Q3_K_M 
 of more than 8 experts (llama-quant.cpp's llama_tensor_get_type): Q3_K for q, k, every gate / up
 (routed, shared, dense), the token embedding and the MTP eh_proj; Q4_K for attention output; attn_v
 Q5_K in the first two layers, else Q4_K; every down projection Q5_K in the first block_count / 16
-layers, else Q4_K; the head Q6_K. Norms, biases, sinks, router and expert bias stay F32. Rows that
+layers, else Q4_K; the head Q6_K. qwen3next's attn_qkv (its DeltaNet layers' q/k/v) counts as an
+attn_v (llama.cpp's attn_v branch takes ATTENTION_QKV before its own rule does, with one counter in
+layer order): Q5_K in layers 0 and 1, whichever kind they are, else Q4_K; llama-quant.cpp has no rule
+for attn_gate, ssm_ba or ssm_out, so they take the mix's Q3_K (Q8_0 in the single-type mixes) and it
+never quantizes ssm_conv1d. Norms, biases, sinks, routers, expert bias, qwen3next's ssm_conv1d,
+ssm_a, ssm_dt and shared-expert gate (ffn_gate_inp_shexp, one row) stay F32. Rows that
 a 256-block type does not divide (GLM-4.5-Air's n_ff_exp 1408 and n_ff 10944, V2-Lite's 1408,
 gpt-oss's 2880) take llama.cpp's quantizer's fallback: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0,
 Q3_K / Q2_K -> Q4_0. So GLM-4.5-Air at q3_k_m has Q3_K gate/up experts and Q5_0 down experts
@@ -38,15 +45,33 @@ N(0, s): routers s = 0.05 sqrt(2048 / n_embd) (logits as spread as synth_moe.py'
 the selection bias (exp_probs_b) and gpt-oss's router bias 0.01, q/k/v biases and gpt-oss's
 gate/up expert biases 0.02 (against outputs of rms 1), gpt-oss's attention-output and down-expert
 biases 0.01 (added to the residual, like the outputs of rms ~0.1), gpt-oss's attention sinks 0.1.
+qwen3next: attn_qkv, attn_gate, ssm_ba and attn_q (query and output gate) read the normed hidden
+state, std 1/sqrt(n_embd); ssm_out and attn_output 0.1/sqrt(fan-in); the shared-expert gate N(0, s)
+as the router; conv1d taps N(0, 0.5) (four taps over inputs of rms 1: rms ~1); ssm_a =
+-exp(N(0, 0.5)) (negative, as the converter's -exp(A_log)); ssm_dt.bias ones (transformers' init).
+The DeltaNet's output passes its per-head RMSNorm before ssm_out, so its recurrent state cannot
+carry a growth into the hidden state.
 
 --layers N keeps the real per-layer shapes with fewer layers (--dense D of them dense; llama.cpp
-takes a file without q_lora_rank for V2-Lite only at 26 or 27 layers). glm4moe presets write their
+takes a file without q_lora_rank for V2-Lite only at 26 or 27 layers; for qwen3next N should be a
+multiple of full_attention_interval, 4, so the file holds whole periods of 3 DeltaNet layers and
+one attention layer, as the model does). glm4moe presets write their
 MTP layer after the trunk (blk.N: a whole MoE layer plus blk.N.nextn.eh_proj / enorm / hnorm /
 shared_head_norm, as the checkpoints have it: no nextn.embed_tokens or shared_head_head; counted in
 block_count, nextn_predict_layers 1); --no-mtp drops it. --dry-run prints the tensor table, the
 byte totals and the routed-expert bytes one token reads, and writes nothing (no --vocab needed).
 Blocks are made by --jobs processes (each chunk from its own seed, so the bytes do not depend on
 the count).
+
+--dry-run of qwen3-next-80b (the default Q3_K_M mix, vocab 151936):
+
+| layers | weights | routed experts | expert bytes per token | other weights per token |
+|---|---|---|---|---|
+| 48 | 38272064512 (35.64 GiB) | 3.812 bits a weight (Q3_K 67%, Q4_K 31%, Q5_K 2%) | 719585280 (686.2 MiB) | 1295595376 (1235.6 MiB) |
+| 12 | 9812455168 (9.14 GiB) | 3.792 bits a weight (Q3_K 67%, Q4_K 33%) | 178913280 (170.6 MiB) | 518392432 (494.4 MiB) |
+
+(at 12 layers block_count / 16 is 0, so no layer keeps Q5_K down projections, as llama.cpp would
+quantize a 12-layer file)
 
 usage: synth_arch.py PRESET OUT.gguf --vocab VOCAB.gguf [--experts-type T] [--layers N]
        [--dense D] [--no-mtp] [--pad-vocab] [--synth PATH] [--seed N] [--jobs N] [--dry-run]
@@ -69,12 +94,17 @@ HERE = Path(__file__).resolve().parent
 # widths; gating 1 softmax, 2 sigmoid (the sigmoid models carry exp_probs_b); groups (count, used);
 # yarn (factor, original context, mscale_all_dim). glm4moe: head_dim, rope = head_dim *
 # partial_rotary_factor, qk_norm (use_qk_norm), mtp (num_nextn_predict_layers). gpt-oss: swa
-# (sliding_window), yarn (factor, original context, beta_fast, beta_slow). layers/dense: what is
-# written by default; etype: the default --experts-type.
+# (sliding_window), yarn (factor, original context, beta_fast, beta_slow). qwen3next: n_ff_shexp
+# (shared_expert_intermediate_size), interval (full_attention_interval), conv
+# (linear_conv_kernel_dim), nk / nv (linear_num_key_heads / linear_num_value_heads), ssm_head
+# (linear_key_head_dim, equal to linear_value_head_dim). layers/dense: what is written by default;
+# etype: the default --experts-type.
 DS2 = dict(arch="deepseek2", etype="q4_k", eps=1e-6, mtp=0)
 GLM = dict(arch="glm4moe", etype="q3_k_m", eps=1e-5, gating=2, groups=(1, 1), n_shared=1)
 OSS = dict(arch="gpt-oss", etype="mxfp4", eps=1e-5, mtp=0, n_dense=0, dense=0, n_ff=0,
            rope_base=150000.0, yarn=(32.0, 4096, 32.0, 1.0), swa=128, vocab=201088, ctx=131072)
+QN = dict(arch="qwen3next", etype="q3_k_m", eps=1e-6, mtp=0, n_dense=0, dense=0, n_shared=1,
+          gating=1, norm=True, conv=4)
 PRESETS = {
     "deepseek-v2-lite": dict(DS2, n_layer=27, n_embd=2048, n_head=16, q_lora=0, kv_lora=512, nope=128,
                              rope=64, v=128, n_ff=10944, n_dense=1, n_expert=64, n_shared=2,
@@ -102,6 +132,10 @@ PRESETS = {
                         n_used=4, n_ff_exp=2880, layers=24),
     "gpt-oss-120b": dict(OSS, n_layer=36, n_embd=2880, n_head=64, n_kv=8, head_dim=64, n_expert=128,
                          n_used=4, n_ff_exp=2880, layers=4),
+    "qwen3-next-80b": dict(QN, n_layer=48, n_embd=2048, n_head=16, n_kv=2, head_dim=256, rope=64,
+                           rope_base=1e7, n_ff=5120, n_expert=512, n_used=10, n_ff_exp=512,
+                           n_ff_shexp=512, interval=4, nk=16, nv=32, ssm_head=128, vocab=151936,
+                           ctx=262144, layers=48),
     # small widths for tests: V3-style (q_lora, sigmoid + bias, groups) and V2-Lite-style (with
     # n_ff_exp, like V2-Lite's 1408, not a multiple of 256: its down experts take the fallback type)
     "deepseek2-tiny": dict(DS2, n_layer=3, n_embd=256, n_head=4, q_lora=128, kv_lora=64, nope=32, rope=16,
@@ -127,6 +161,11 @@ PRESETS = {
     # gpt-oss-style: a width (192) no 256-block type divides, like 2880
     "gpt-oss-tiny": dict(OSS, n_layer=3, n_embd=192, n_head=4, n_kv=2, head_dim=32, n_expert=16,
                          n_used=4, n_ff_exp=160, swa=16, vocab=600, ctx=4096, layers=3),
+    # Qwen3-Next-style with attention every 2nd layer, so 4 layers hold both kinds twice
+    "qwen3next-tiny": dict(QN, n_layer=4, n_embd=256, n_head=4, n_kv=2, head_dim=64, rope=16,
+                           rope_base=1e7, n_ff=512, n_expert=16, n_used=4, n_ff_exp=256,
+                           n_ff_shexp=256, interval=2, nk=2, nv=4, ssm_head=64, vocab=600,
+                           ctx=4096, layers=4),
 }
 # --experts-type: (the routed experts' type, or None for the whole-file mix; the file type)
 EXPERT_TYPES = {"q4_k": (Q.Q4_K, gguf.LlamaFileType.MOSTLY_Q4_K_M),
@@ -140,6 +179,9 @@ FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q5_K: Q.Q5_1, Q.Q6
 CHUNK_BYTES = 256 << 20  # blocks are made and written this many bytes at a time
 # F32 N(0, s) spreads (see the docstring)
 BIAS_QKV, BIAS_OUT, BIAS_SEL, SINKS = 0.02, 0.01, 0.01, 0.1
+# qwen3next's gated DeltaNet: conv1d taps N(0, CONV_TAP) (the depthwise causal conv over `conv`
+# positions of rms-1 inputs keeps rms ~1); ssm_a = -exp(N(0, A_LOG)) (see deltanet_plan)
+CONV_TAP, A_LOG = 0.5, 0.5
 
 
 def load_module(name, path):
@@ -202,12 +244,14 @@ def fit_type(qtype, cols):
 
 def q3_k_m_type(name, n_layer_all):
     """llama.cpp's llama_tensor_get_type for LLAMA_FTYPE_MOSTLY_Q3_K_M and a model of other than 8
-    experts, before the fallback: its counters i_attention_wv (attn_v tensors so far: one a layer)
-    and the layer of a down projection against n_ffn_down = block_count."""
+    experts, before the fallback: its counters i_attention_wv (attn_v tensors so far, in layer
+    order: one a layer) and the layer of a down projection against n_ffn_down = block_count.
+    attn_qkv (qwen3next's DeltaNet layers) falls in the attn_v branch (category_is_attn_v, tested
+    before the ATTENTION_QKV one) and shares its counter, so with attn_v it is one a layer too."""
     if name == "output.weight":
         return Q.Q6_K
     layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
-    if name.endswith("attn_v.weight"):
+    if name.endswith(("attn_v.weight", "attn_qkv.weight")):
         return Q.Q5_K if layer < 2 else Q.Q4_K
     if name.endswith("attn_output.weight"):
         return Q.Q4_K
@@ -218,13 +262,14 @@ def q3_k_m_type(name, n_layer_all):
 
 class Tensor:
     """One planned tensor: rows x cols weights (cols the row length), `outer` times (experts or
-    heads); kind 'q' (quantized at std; the default), 'ones' (F32; the default for F32) or
-    'normal' (F32 N(0, std))."""
+    heads); kind 'q' (quantized at std; the default), 'ones' (F32; the default for F32), 'normal'
+    (F32 N(0, std)) or 'negexp' (F32 -exp(N(0, std))); two_d keeps a single row's ne [cols, 1]."""
 
-    def __init__(self, name, qtype, rows, cols, outer=None, std=1.0, kind=None):
+    def __init__(self, name, qtype, rows, cols, outer=None, std=1.0, kind=None, two_d=False):
         self.name, self.rows, self.cols, self.outer = name, rows, cols, outer
         self.qtype = fit_type(qtype, cols)
         self.std, self.kind = std, kind or ("ones" if qtype == Q.F32 else "q")
+        self.two_d = two_d
 
     @property
     def n_rows(self):
@@ -241,7 +286,7 @@ class Tensor:
 
     @property
     def ne(self):  # GGUF order: row length first
-        return (self.cols,) + ((self.rows,) if self.rows > 1 or self.outer else ()) + \
+        return (self.cols,) + ((self.rows,) if self.rows > 1 or self.outer or self.two_d else ()) + \
             ((self.outer,) if self.outer else ())
 
 
@@ -266,8 +311,8 @@ class Maker:
         return Tensor(name, Q.F32, 1, n)
 
     @staticmethod
-    def normal(name, rows, cols, std):
-        return Tensor(name, Q.F32, rows, cols, std=std, kind="normal")
+    def normal(name, rows, cols, std, two_d=False):
+        return Tensor(name, Q.F32, rows, cols, std=std, kind="normal", two_d=two_d)
 
 
 def mla_attention_plan(p, b, mk):
@@ -351,7 +396,62 @@ def oss_ffn_plan(p, b, mk):
             mk.normal(b + "ffn_down_exps.bias", n, e, BIAS_OUT)]
 
 
+def deltanet_plan(p, b, mk):
+    """qwen3next: one gated DeltaNet layer's token mixer in llama.cpp's form (q/k/v in attn_qkv, the
+    output gate z in attn_gate, beta/alpha in ssm_ba, A as ssm_a = -exp(A_log), dt_bias, the
+    depthwise conv over q/k/v, the gated per-head norm and the output projection)."""
+    e, nk, nv, d = p["n_embd"], p["nk"], p["nv"], p["ssm_head"]
+    conv, inner = 2 * nk * d + nv * d, nv * d
+    return [mk.ones(b + "attn_norm.weight", e),
+            # negative like the converter's -exp(A_log); magnitudes around 1 give each head a decay
+            # exp(A softplus(alpha + dt_bias)) between forgetting at once and never
+            Tensor(b + "ssm_a", Q.F32, 1, nv, std=A_LOG, kind="negexp"),
+            mk.normal(b + "ssm_conv1d.weight", conv, p["conv"], CONV_TAP),
+            mk.ones(b + "ssm_dt.bias", nv),  # transformers' init: ones
+            mk.w(b + "ssm_ba.weight", 2 * nv, e, std=e ** -0.5),
+            mk.w(b + "attn_qkv.weight", conv, e, std=e ** -0.5),
+            mk.w(b + "attn_gate.weight", inner, e, std=e ** -0.5),
+            mk.ones(b + "ssm_norm.weight", d),
+            mk.w(b + "ssm_out.weight", e, inner, std=0.1 * inner ** -0.5)]
+
+
+def gated_attention_plan(p, b, mk):
+    """qwen3next: one full-attention layer: attn_q holds each head's query and output gate (2 x
+    n_head x head_dim rows), no biases, per-head q/k norms."""
+    e, nh, nkv, hd = p["n_embd"], p["n_head"], p["n_kv"], p["head_dim"]
+    return [mk.ones(b + "attn_norm.weight", e),
+            mk.w(b + "attn_q.weight", 2 * nh * hd, e, std=e ** -0.5),
+            mk.w(b + "attn_k.weight", nkv * hd, e, std=e ** -0.5),
+            mk.w(b + "attn_v.weight", nkv * hd, e, std=e ** -0.5),
+            mk.w(b + "attn_output.weight", e, nh * hd, std=0.1 * (nh * hd) ** -0.5),
+            mk.ones(b + "attn_q_norm.weight", hd), mk.ones(b + "attn_k_norm.weight", hd)]
+
+
+def qwen3next_ffn_plan(p, b, mk):
+    """qwen3next: the FFN norm, router, routed experts, the shared expert and its sigmoid gate
+    (ffn_gate_inp_shexp, ne [n_embd, 1] as the converter writes it; N(0, s) like the router)."""
+    e, n, f, fs = p["n_embd"], p["n_expert"], p["n_ff_exp"], p["n_ff_shexp"]
+    r = router(p, b, e, n)
+    return [mk.ones(b + "post_attention_norm.weight", e), r,
+            mk.w(b + "ffn_gate_exps.weight", f, e, n, std=e ** -0.5),
+            mk.w(b + "ffn_up_exps.weight", f, e, n, std=e ** -0.5),
+            mk.w(b + "ffn_down_exps.weight", e, f, n, std=0.1 * f ** -0.5),
+            mk.w(b + "ffn_gate_shexp.weight", fs, e, std=e ** -0.5),
+            mk.w(b + "ffn_up_shexp.weight", fs, e, std=e ** -0.5),
+            mk.w(b + "ffn_down_shexp.weight", e, fs, std=0.1 * fs ** -0.5),
+            mk.normal(b + "ffn_gate_inp_shexp.weight", 1, e, r.std, two_d=True)]
+
+
+def full_attention(p, layer):
+    """qwen3next: whether layer attends (every interval-th, llama.cpp's (il + 1) % interval == 0)."""
+    return (layer + 1) % p["interval"] == 0
+
+
 def layer_plan(p, b, dense, mk):
+    if p["arch"] == "qwen3next":
+        layer = int(b.split(".")[1])
+        mixer = gated_attention_plan if full_attention(p, layer) else deltanet_plan
+        return mixer(p, b, mk) + qwen3next_ffn_plan(p, b, mk)
     if p["arch"] == "deepseek2":
         return mla_attention_plan(p, b, mk) + ffn_plan(p, b, dense, mk)
     if p["arch"] == "glm4moe":
@@ -416,6 +516,9 @@ def add_metadata(w, p, name, n_layer, n_dense, n_vocab, ftype, n_mtp):
         w.add_sliding_window(p["swa"])
         w.add_rope_dimension_count(p["head_dim"])
         return
+    if p["arch"] == "qwen3next":
+        add_metadata_qwen3next(w, p)
+        return
     if p["arch"] == "glm4moe":
         w.add_rope_dimension_count(p["rope"])
     w.add_leading_dense_block_count(n_dense)
@@ -429,6 +532,19 @@ def add_metadata(w, p, name, n_layer, n_dense, n_vocab, ftype, n_mtp):
     w.add_vocab_size(n_vocab)
     if n_mtp:
         w.add_nextn_predict_layers(n_mtp)
+
+
+def add_metadata_qwen3next(w, p):
+    """The shared expert's width, the gated DeltaNet's keys and the partial rope (tools/convert_hf.py's
+    write_hparams_qwen3next, after llama.cpp's Qwen3NextModel)."""
+    w.add_expert_shared_feed_forward_length(p["n_ff_shexp"])
+    w.add_ssm_conv_kernel(p["conv"])
+    w.add_ssm_state_size(p["ssm_head"])
+    w.add_ssm_group_count(p["nk"])
+    w.add_ssm_time_step_rank(p["nv"])
+    w.add_ssm_inner_size(p["nv"] * p["ssm_head"])
+    w.add_full_attention_interval(p["interval"])
+    w.add_rope_dimension_count(p["rope"])
 
 
 def add_metadata_deepseek2(w, p):
@@ -467,6 +583,8 @@ def make_rows(t, n, blocks, rng):
         shape = (n, t.cols) if t.rows > 1 else (t.cols,)
         if t.kind == "ones":
             return np.ones(shape, dtype=np.float32)
+        if t.kind == "negexp":
+            return (-np.exp(rng.standard_normal(shape) * t.std)).astype(np.float32)
         return (rng.standard_normal(shape) * t.std).astype(np.float32)
     if t.qtype == Q.Q2_K:
         return q2k_blocks(rng, n, t.cols, t.std)
@@ -565,8 +683,23 @@ def per_token(p, plan, n_layer, n_dense):
     return routed, expert or 0, rest
 
 
+def qwen3next_lines(name, p, n_layer, n_vocab):
+    """qwen3next's shape in two lines."""
+    n_full = sum(full_attention(p, i) for i in range(n_layer))
+    return [f"{name}: {n_layer} layers ({n_full} gated attention + {n_layer - n_full} gated DeltaNet, "
+            f"1 layer in {p['interval']} attends; the model has {p['n_layer']}), n_embd {p['n_embd']}, "
+            f"{p['n_head']} heads / {p['n_kv']} KV, head_dim {p['head_dim']}, rope {p['rope']}; "
+            f"DeltaNet {p['nk']} key / {p['nv']} value heads of {p['ssm_head']}, conv {p['conv']}; "
+            f"n_ff {p['n_ff']}",
+            f"  experts {p['n_expert']} + 1 shared (n_ff {p['n_ff_shexp']}, sigmoid gate), "
+            f"top-{p['n_used']}, n_ff_exp {p['n_ff_exp']}, softmax, norm {p['norm']}, vocab {n_vocab} "
+            f"(the model's {p['vocab']})"]
+
+
 def shape_lines(name, p, n_layer, n_dense, n_mtp, n_vocab):
     """The architecture's shape in two lines."""
+    if p["arch"] == "qwen3next":
+        return qwen3next_lines(name, p, n_layer, n_vocab)
     moe = f"{n_layer} layers ({n_dense} dense + {n_layer - n_dense} MoE; the model has {p['n_layer']})"
     moe += f" + {n_mtp} MTP" if n_mtp else ""
     if p["arch"] == "deepseek2":

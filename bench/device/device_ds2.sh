@@ -9,7 +9,10 @@
 # (when .peer is carried; its build runs in the background meanwhile): "lite" DeepSeek-V2-Lite
 # (Q4_K experts), "air" GLM-4.5-Air (Q3_K_M mix, without its MTP layer, vocab padded to 151552:
 # about 52 GiB, so one stage a call and the disk holds only its file), "oss20b" gpt-oss-20b (MXFP4
-# experts, vocab padded to 201088; Strata's gpt-oss is CPU-only so far, so its GPU rows may fail).
+# experts, vocab padded to 201088; Strata's gpt-oss is CPU-only so far, so its GPU rows may fail),
+# "qwen3next" Qwen3-Next-80B-A3B's first 12 layers (3 periods of 3 gated DeltaNet + 1 attention
+# layer; Q3_K_M mix, vocab 151936: about 9 GiB): Strata's qwen3next runs on the CPU only, so its
+# rows are all-CPU (--cpu, 16 threads) beside llama-bench's all-GPU and -ncmoe rows.
 # The first model stage's file is written while the build and tests run, the others after the rows
 # before them; a file already written by an earlier call on a warm machine is reused, every other
 # stage's file is removed before a new one is written. With .devdata/ds2_v3.gguf carried,
@@ -17,7 +20,7 @@
 #   run(command="bash bench/device/device_ds2.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 #   run(command="STAGES=air bash bench/device/device_ds2.sh", ...)
-# Knobs: STAGES (default "tests lite"; also "air", "oss20b"), CTESTS (the C tests, NAME:SECONDS),
+# Knobs: STAGES (default "tests lite"; also "air", "oss20b", "qwen3next"), CTESTS (the C tests, NAME:SECONDS),
 # PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
 set -u
@@ -38,11 +41,12 @@ synth_args() { # stage -> synth_arch.py preset and options
     lite) echo deepseek-v2-lite ;;
     air) echo glm-4.5-air --no-mtp --pad-vocab ;;
     oss20b) echo gpt-oss-20b --pad-vocab ;;
+    qwen3next) echo qwen3-next-80b --layers 12 --pad-vocab ;;
     esac
 }
-n_moe_layers() { case $1 in lite) echo 27 ;; air) echo 46 ;; oss20b) echo 24 ;; esac; }
+n_moe_layers() { case $1 in lite) echo 27 ;; air) echo 46 ;; oss20b) echo 24 ;; qwen3next) echo 12 ;; esac; }
 MODELS=""
-for m in lite air oss20b; do have $m && MODELS="$MODELS $m"; done
+for m in lite air oss20b qwen3next; do have $m && MODELS="$MODELS $m"; done
 set -- $MODELS
 FIRST=${1:-}
 synth() { # stage jobs: writes /tmp/ds2_<stage>.gguf unless an earlier call did
@@ -77,11 +81,11 @@ if have tests; then
     echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -30
 fi
 [ -n "$FIRST" ] || { echo "done at $(el)s"; exit 0; }
-srow() { # tag args...
+srow() { # tag args... (SDEV: the backend flag, --gpu unless set)
     local tag=$1
     shift
     late "strata $tag" && return
-    timeout 200 ./strata bench -m $F -p 512 -n 64 -r "$R" --gpu -t 16 "$@" --json "$J/s_$tag.json" \
+    timeout 200 ./strata bench -m $F -p 512 -n 64 -r "$R" ${SDEV:---gpu} -t 16 "$@" --json "$J/s_$tag.json" \
         > "$J/s_$tag.md" 2> "$J/s_$tag.err"
     echo "strata $tag (rc $?): $(dev_rates < "$J/s_$tag.md")at $(el)s"
     grep -E "^\|.*tg64" "$J/s_$tag.md" | awk -F'|' '{print "    decode bytes/token" $8 ", GB/s" $9 ", of copy rate" $10}'
@@ -109,9 +113,13 @@ for m in $MODELS; do
     F=/tmp/ds2_$m.gguf
     echo "$m written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_$m.log" | head -5
     for p in 1 2; do # interleaved rounds
-        srow ${m}_gpu_$p
+        if [ "$m" = qwen3next ]; then # CPU-only in Strata so far
+            SDEV=--cpu srow ${m}_cpu_$p
+        else
+            srow ${m}_gpu_$p
+        fi
         lrow ${m}_gpu_$p
-        srow ${m}_cpumoe_$p --cpu-moe
+        [ "$m" = qwen3next ] || srow ${m}_cpumoe_$p --cpu-moe
         lrow ${m}_cpumoe_$p -ncmoe "$(n_moe_layers $m)" -t 16
     done
 done

@@ -4,7 +4,9 @@ its value and GGUF type, every tensor's name, shape (GGUF ne order) and type, fo
 (deepseek2: V3-style and V2-Lite-style and each experts type, with llama.cpp's fallback type for
 down experts whose rows a 256-block type does not divide; glm4moe: Air-style with its MTP layer and
 without, 4.5-style with q/k norms, llama.cpp's Q3_K_M rules (restated here from llama-quant.cpp)
-including the first layers' Q5_K / Q5_1; gpt-oss: MXFP4 and Q8_0 experts, biases and sinks); every
+including the first layers' Q5_K / Q5_1; gpt-oss: MXFP4 and Q8_0 experts, biases and sinks;
+qwen3next: gated DeltaNet and gated attention layers, the shared expert's gate, attn_qkv counted
+with attn_v for the first layers' Q5_K, ssm_a negative); every
 weight zero-mean with the spread its kind should have; tokens routing to their own experts (in
 numpy for deepseek2, in Strata's own route trace for every tiny preset); each tiny file loaded and
 decoded by Strata's CLI and python package ($STRATA_CLI / $STRATA_LIB); --layers / --dense /
@@ -141,10 +143,10 @@ def check_file(path, preset, n_layer, n_dense, et, n_vocab=512):
     return check_contents(path, "deepseek2", expected_keys(c, n_layer, n_dense, n_vocab), want, n_vocab)
 
 
-def check_contents(path, arch, keys, want, n_vocab):
+def check_contents(path, arch, keys, want, n_vocab, extra=frozenset()):
     """Keys (exactly the architecture's set, each with its GGUF type and value) and tensors (exactly
-    these names, each with its shape, type, and for weights a zero mean and the spread wanted:
-    std None for F32 ones)."""
+    these names and `extra`'s, which the caller checks; each of want's with its shape, type, and for
+    weights a zero mean and the spread wanted: std None for F32 ones)."""
     r = gguf.GGUFReader(str(path))
     for key, (vt, val) in keys.items():
         f = r.fields[key]
@@ -155,7 +157,7 @@ def check_contents(path, arch, keys, want, n_vocab):
     assert len(r.fields["tokenizer.ggml.tokens"].data) == n_vocab
     assert len(r.fields["tokenizer.ggml.token_type"].data) == n_vocab
     t = {x.name: x for x in r.tensors}
-    assert set(t) == set(want), (set(t) ^ set(want))
+    assert set(t) == set(want) | set(extra), (set(t) ^ (set(want) | set(extra)))
     for name, (ne, qt, std) in want.items():
         x = t[name]
         assert tuple(int(d) for d in x.shape) == ne and x.tensor_type == qt, (name, x.shape, x.tensor_type, ne, qt)
@@ -260,7 +262,7 @@ def dry_run(preset, *extra):
     assert p.returncode == 0, p.stderr
     rows = {}
     for line in p.stdout.splitlines():
-        m = re.match(r"(\S+\.(?:weight|bias))\s+(\w+)\s+\[([\d, ]+)\]\s+(\d+)$", line)
+        m = re.match(r"(\S+\.(?:weight|bias)|blk\.\d+\.ssm_a)\s+(\w+)\s+\[([\d, ]+)\]\s+(\d+)$", line)
         if m:
             rows[m[1]] = (tuple(int(v) for v in m[3].split(",")), Q[m[2]], int(m[4]))
     return p.stdout, rows
@@ -540,4 +542,145 @@ def test_dry_run_glm_oss(tmp_path, preset, extra, layers, dense, mtp):
     per_token = sum(c["n_used"] * nbytes(ne, qt) // c["n_exp"] for k, (ne, qt, _) in want.items()
                     if "_exps." in k and int(k.split(".")[1]) < layers)
     assert f"expert bytes per token {per_token} " in out, out
+    assert not (tmp_path / "never.gguf").exists()
+
+
+# ---- qwen3next ---------------------------------------------------------------------------------
+# Qwen3-Next-80B-A3B's config.json (test-side copy): layers, hidden_size, heads, KV heads, head_dim,
+# rope dims (head_dim * partial_rotary_factor 0.25), rope_theta, intermediate_size, num_experts,
+# num_experts_per_tok, moe_intermediate_size, shared_expert_intermediate_size,
+# full_attention_interval, linear_conv_kernel_dim, linear_num_key_heads, linear_num_value_heads,
+# linear_key_head_dim (= linear_value_head_dim), vocab, max_position_embeddings (rms_norm_eps 1e-6)
+QN_CONFIGS = {
+    "qwen3-next-80b": (48, 2048, 16, 2, 256, 64, 1e7, 5120, 512, 10, 512, 512, 4, 4, 16, 32, 128,
+                       151936, 262144),
+    "qwen3next-tiny": (4, 256, 4, 2, 64, 16, 1e7, 512, 16, 4, 256, 256, 2, 4, 2, 4, 64, 600, 4096),
+}
+QN_KEYS = "n_layer e nh nkv hd rope base n_ff n_exp n_used n_ffe n_ffs interval conv lk lv d vocab ctx"
+
+
+def qn_cfg(preset):
+    return dict(zip(QN_KEYS.split(), QN_CONFIGS[preset]))
+
+
+def qn_type(mix, name, n_all):
+    """llama-quant.cpp for a qwen3next matrix: with "q3_k_m", attn_qkv is attn_v-like
+    (category_is_attn_v catches ATTENTION_QKV first) and shares i_attention_wv with attn_v, which
+    counts in layer order, one a layer here: Q5_K in layers 0 and 1; attn_gate, ssm_ba and ssm_out
+    have no rule (Q3_K). Otherwise the routed experts in mix, every other matrix Q8_0."""
+    if mix == "q3_k_m" and name.endswith("attn_qkv.weight"):
+        return Q.Q5_K if int(name.split(".")[1]) < 2 else Q.Q4_K
+    return want_type(mix, name, 256, n_all)  # every qwen3next row length is a multiple of 256
+
+
+def qn_tensors(c, n_layer, n_vocab, mix):
+    """name -> (ne, type, std): std None for F32 ones, ("negexp", s) for -exp(N(0, s))."""
+    e, nh, nkv, hd, d = c["e"], c["nh"], c["nkv"], c["hd"], c["d"]
+    n, f, fs = c["n_exp"], c["n_ffe"], c["n_ffs"]
+    conv, inner = 2 * c["lk"] * d + c["lv"] * d, c["lv"] * d
+    router = 0.05 * (2048 / e) ** 0.5
+    f32 = set()  # F32 matrices: the routers and conv1d
+    spec = {"token_embd.weight": ((e, n_vocab), 1.0), "output_norm.weight": ((e,), None),
+            "output.weight": ((e, n_vocab), 1e-3 * Q8_RMS)}
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        spec[b + "attn_norm.weight"] = ((e,), None)
+        if (i + 1) % c["interval"] == 0:  # gated full attention
+            spec.update({b + "attn_q.weight": ((e, 2 * nh * hd), e ** -0.5),
+                         b + "attn_k.weight": ((e, nkv * hd), e ** -0.5),
+                         b + "attn_v.weight": ((e, nkv * hd), e ** -0.5),
+                         b + "attn_output.weight": ((nh * hd, e), 0.1 * (nh * hd) ** -0.5),
+                         b + "attn_q_norm.weight": ((hd,), None), b + "attn_k_norm.weight": ((hd,), None)})
+        else:  # gated DeltaNet
+            spec.update({b + "ssm_a": ((c["lv"],), ("negexp", 0.5)),
+                         b + "ssm_conv1d.weight": ((c["conv"], conv), 0.5),
+                         b + "ssm_dt.bias": ((c["lv"],), None),
+                         b + "ssm_ba.weight": ((e, 2 * c["lv"]), e ** -0.5),
+                         b + "attn_qkv.weight": ((e, conv), e ** -0.5),
+                         b + "attn_gate.weight": ((e, inner), e ** -0.5),
+                         b + "ssm_norm.weight": ((d,), None),
+                         b + "ssm_out.weight": ((inner, e), 0.1 * inner ** -0.5)})
+            f32.add(b + "ssm_conv1d.weight")
+        spec.update({b + "post_attention_norm.weight": ((e,), None),
+                     b + "ffn_gate_inp.weight": ((e, n), router),
+                     b + "ffn_gate_exps.weight": ((e, f, n), e ** -0.5),
+                     b + "ffn_up_exps.weight": ((e, f, n), e ** -0.5),
+                     b + "ffn_down_exps.weight": ((f, e, n), 0.1 * f ** -0.5),
+                     b + "ffn_gate_shexp.weight": ((e, fs), e ** -0.5),
+                     b + "ffn_up_shexp.weight": ((e, fs), e ** -0.5),
+                     b + "ffn_down_shexp.weight": ((fs, e), 0.1 * fs ** -0.5),
+                     b + "ffn_gate_inp_shexp.weight": ((e, 1), router)})
+        f32 |= {b + "ffn_gate_inp.weight", b + "ffn_gate_inp_shexp.weight"}
+    return {k: (ne, Q.F32 if len(ne) == 1 or k in f32 else qn_type(mix, k, n_layer), std)
+            for k, (ne, std) in spec.items()}
+
+
+def qn_keys(c, n_layer, ftype):
+    a = "qwen3next."
+    return {"general.architecture": (STR, "qwen3next"), a + "block_count": (U32, n_layer),
+            a + "context_length": (U32, c["ctx"]), a + "embedding_length": (U32, c["e"]),
+            a + "feed_forward_length": (U32, c["n_ff"]), a + "attention.head_count": (U32, c["nh"]),
+            a + "attention.head_count_kv": (U32, c["nkv"]), a + "attention.layer_norm_rms_epsilon": (F32, 1e-6),
+            a + "attention.key_length": (U32, c["hd"]), a + "attention.value_length": (U32, c["hd"]),
+            a + "rope.dimension_count": (U32, c["rope"]), a + "rope.freq_base": (F32, c["base"]),
+            a + "expert_count": (U32, c["n_exp"]), a + "expert_used_count": (U32, c["n_used"]),
+            a + "expert_feed_forward_length": (U32, c["n_ffe"]),
+            a + "expert_shared_feed_forward_length": (U32, c["n_ffs"]),
+            a + "ssm.conv_kernel": (U32, c["conv"]), a + "ssm.state_size": (U32, c["d"]),
+            a + "ssm.group_count": (U32, c["lk"]), a + "ssm.time_step_rank": (U32, c["lv"]),
+            a + "ssm.inner_size": (U32, c["lv"] * c["d"]),
+            a + "full_attention_interval": (U32, c["interval"]), "general.file_type": (U32, int(ftype))}
+
+
+def check_qwen3next(path, preset, n_layer, etype, n_vocab=512):
+    """check_contents with ssm_a's -exp(N(0, 0.5)) checked apart (negative, log(-a) in range)."""
+    c = qn_cfg(preset)
+    want = qn_tensors(c, n_layer, n_vocab, MIXES[etype])
+    negexp = {k: v for k, v in want.items() if isinstance(v[2], tuple)}
+    r = check_contents(path, "qwen3next", qn_keys(c, n_layer, FTYPES[etype]),
+                       {k: v for k, v in want.items() if k not in negexp}, n_vocab, extra=set(negexp))
+    t = {x.name: x for x in r.tensors}
+    logs = []
+    for name, (ne, qt, (_, s)) in negexp.items():
+        x = t[name]
+        assert tuple(int(v) for v in x.shape) == ne and x.tensor_type == qt, name
+        a = np.asarray(x.data, dtype=np.float64)
+        assert (a < 0).all(), name
+        logs.append(np.log(-a))
+    logs = np.concatenate(logs)  # n_v_heads values a layer: too few for a spread, so N(0, 0.5)'s
+    assert np.abs(logs).max() < 5 * 0.5 and logs.std() > 0.1, logs  # 5-sigma range, not constant
+    return r
+
+
+@pytest.mark.parametrize("etype", ["q3_k_m", "q4_k"])
+def test_tiny_qwen3next(tmp_path, etype):
+    out = tmp_path / "m.gguf"
+    p = run_tool("qwen3next-tiny", out, "--vocab", small_vocab(tmp_path / "v.gguf"), "--experts-type", etype)
+    assert p.returncode == 0, p.stderr
+    assert "expert bytes per token" in p.stderr and "std/target" in p.stderr
+    r = check_qwen3next(out, "qwen3next-tiny", 4, etype)
+    types = {x.name: x.tensor_type for x in r.tensors}
+    if etype == "q3_k_m":  # the first two attn_v-like tensors, one of each kind at interval 2
+        assert types["blk.0.attn_qkv.weight"] == types["blk.1.attn_v.weight"] == Q.Q5_K
+        assert types["blk.2.attn_qkv.weight"] == types["blk.3.attn_v.weight"] == Q.Q4_K
+    decode_with_strata(out)
+
+
+@pytest.mark.parametrize("layers", [48, 12])
+def test_dry_run_qwen3next(tmp_path, layers):
+    c = qn_cfg("qwen3-next-80b")
+    out, rows = dry_run("qwen3-next-80b", tmp_path / "never.gguf", *(["--layers", str(layers)] if layers != 48 else []))
+    want = qn_tensors(c, layers, c["vocab"], "q3_k_m")
+    assert {k: v[:2] for k, v in rows.items()} == {k: v[:2] for k, v in want.items()}
+    assert all(rows[k][2] == nbytes(*want[k][:2]) for k in want)
+    total = sum(nbytes(ne, qt) for ne, qt, _ in want.values())
+    assert f"weights {total} bytes" in out, out
+    full = sum(nbytes(ne, qt) for ne, qt, _ in qn_tensors(c, 48, c["vocab"], "q3_k_m").values())
+    assert f"vocab {c['vocab']}): {full / 2**30:.2f} GiB" in out, out
+    per_token = sum(c["n_used"] * nbytes(ne, qt) // c["n_exp"] for k, (ne, qt, _) in want.items() if "_exps." in k)
+    assert f"expert bytes per token {per_token} " in out, out
+    n_down5 = layers // 16  # llama.cpp: down projections Q5_K below block_count / 16
+    assert [want[f"blk.{i}.ffn_down_exps.weight"][1] for i in range(4)] == \
+        [Q.Q5_K] * min(4, n_down5) + [Q.Q4_K] * (4 - min(4, n_down5))
+    assert want["blk.3.attn_v.weight"][1] == Q.Q4_K and want["blk.1.attn_qkv.weight"][1] == Q.Q5_K
     assert not (tmp_path / "never.gguf").exists()
