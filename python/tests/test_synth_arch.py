@@ -8,7 +8,9 @@ including the first layers' Q5_K / Q5_1; gpt-oss: MXFP4 and Q8_0 experts, biases
 qwen3next: gated DeltaNet and gated attention layers, the shared expert's gate, attn_qkv counted
 with attn_v for the first layers' Q5_K, ssm_a negative); every
 weight zero-mean with the spread its kind should have; tokens routing to their own experts (in
-numpy for deepseek2, in Strata's own route trace for every tiny preset); each tiny file loaded and
+numpy for deepseek2, in Strata's own route trace for every tiny preset); the qwen3next file read
+back into transformers' Qwen3Next (the converter's mapping inverted), its hidden state keeping rms
+~1 layer after layer and Strata's logits following transformers'; each tiny file loaded and
 decoded by Strata's CLI and python package ($STRATA_CLI / $STRATA_LIB); --layers / --dense /
 --no-mtp; chunked, multi-process writing giving the same bytes; and --dry-run's tensor list, byte
 totals and per-token expert bytes for the full-size presets (nothing written). The vocab is
@@ -684,3 +686,87 @@ def test_dry_run_qwen3next(tmp_path, layers):
         [Q.Q5_K] * min(4, n_down5) + [Q.Q4_K] * (4 - min(4, n_down5))
     assert want["blk.3.attn_v.weight"][1] == Q.Q4_K and want["blk.1.attn_qkv.weight"][1] == Q.Q5_K
     assert not (tmp_path / "never.gguf").exists()
+
+
+def qn_hf_state(r, c):
+    """The HF checkpoint (Qwen3NextForCausalLM names) of a written qwen3next file: the inverse of
+    tools/convert_hf.py's mapping (norms scaled by 1 + w there, so w - 1 here, the DeltaNet's own
+    norm aside; in_proj_qkvz regrouped per key head as [q, k, v, z]; A_log = log(-ssm_a))."""
+    w = {x.name: gguf.quants.dequantize(np.asarray(x.data), x.tensor_type).astype(np.float32)
+         .reshape(tuple(reversed([int(v) for v in x.shape]))) for x in r.tensors}
+    sd = {"model.embed_tokens.weight": w["token_embd.weight"], "lm_head.weight": w["output.weight"],
+          "model.norm.weight": w["output_norm.weight"] - 1}
+    nk, dk, rv = c["lk"], c["d"], c["lv"] // c["lk"] * c["d"]
+    for i in range(c["n_layer"]):
+        b, h = f"blk.{i}.", f"model.layers.{i}."
+        sd[h + "input_layernorm.weight"] = w[b + "attn_norm.weight"] - 1
+        sd[h + "post_attention_layernorm.weight"] = w[b + "post_attention_norm.weight"] - 1
+        if (i + 1) % c["interval"] == 0:
+            for g, hf in (("q", "q"), ("k", "k"), ("v", "v"), ("output", "o")):
+                sd[h + f"self_attn.{hf}_proj.weight"] = w[b + f"attn_{g}.weight"]
+            sd[h + "self_attn.q_norm.weight"] = w[b + "attn_q_norm.weight"] - 1
+            sd[h + "self_attn.k_norm.weight"] = w[b + "attn_k_norm.weight"] - 1
+        else:
+            qkv, e = w[b + "attn_qkv.weight"], c["e"]
+            parts = [qkv[:nk * dk].reshape(nk, dk, e), qkv[nk * dk:2 * nk * dk].reshape(nk, dk, e),
+                     qkv[2 * nk * dk:].reshape(nk, rv, e), w[b + "attn_gate.weight"].reshape(nk, rv, e)]
+            a = h + "linear_attn."
+            sd.update({a + "in_proj_qkvz.weight": np.concatenate(parts, axis=1).reshape(-1, e),
+                       a + "in_proj_ba.weight": w[b + "ssm_ba.weight"],
+                       a + "conv1d.weight": w[b + "ssm_conv1d.weight"][:, None, :],
+                       a + "A_log": np.log(-w[b + "ssm_a"]), a + "dt_bias": w[b + "ssm_dt.bias"],
+                       a + "norm.weight": w[b + "ssm_norm.weight"], a + "out_proj.weight": w[b + "ssm_out.weight"]})
+        m = h + "mlp."
+        sd[m + "gate.weight"] = w[b + "ffn_gate_inp.weight"]
+        for j in range(c["n_exp"]):
+            for g in ("gate", "up", "down"):
+                sd[m + f"experts.{j}.{g}_proj.weight"] = w[b + f"ffn_{g}_exps.weight"][j]
+        for g in ("gate", "up", "down"):
+            sd[m + f"shared_expert.{g}_proj.weight"] = w[b + f"ffn_{g}_shexp.weight"]
+        sd[m + "shared_expert_gate.weight"] = w[b + "ffn_gate_inp_shexp.weight"].reshape(1, -1)
+    return {k: np.ascontiguousarray(v) for k, v in sd.items()}
+
+
+def test_qwen3next_hidden_state_against_transformers(tmp_path):
+    """The tiny file (Q8_0, so dequantized weights stand for it) read back into transformers'
+    Qwen3Next: every layer's output hidden state keeps an rms of ~1 (each block adds ~0.1 or
+    less, the DeltaNet's recurrent state held behind its norm), and Strata's logits of the file
+    follow transformers' (the file means what the contract says, to both)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from safetensors.numpy import save_file
+    out = tmp_path / "m.gguf"
+    p = run_tool("qwen3next-tiny", out, "--vocab", small_vocab(tmp_path / "v.gguf"), "--experts-type", "q8_0")
+    assert p.returncode == 0, p.stderr
+    c = qn_cfg("qwen3next-tiny")
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    save_file(qn_hf_state(gguf.GGUFReader(str(out)), c), str(hf / "model.safetensors"))
+    cfg_hf = transformers.Qwen3NextConfig(
+        vocab_size=512, hidden_size=c["e"], intermediate_size=c["n_ff"], num_hidden_layers=c["n_layer"],
+        num_attention_heads=c["nh"], num_key_value_heads=c["nkv"], head_dim=c["hd"], rms_norm_eps=1e-6,
+        max_position_embeddings=c["ctx"], full_attention_interval=c["interval"],
+        linear_conv_kernel_dim=c["conv"], linear_key_head_dim=c["d"], linear_value_head_dim=c["d"],
+        linear_num_key_heads=c["lk"], linear_num_value_heads=c["lv"], num_experts=c["n_exp"],
+        num_experts_per_tok=c["n_used"], moe_intermediate_size=c["n_ffe"],
+        shared_expert_intermediate_size=c["n_ffs"], norm_topk_prob=True, tie_word_embeddings=False,
+        rope_parameters=dict(rope_type="default", rope_theta=c["base"], partial_rotary_factor=c["rope"] / c["hd"]),
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    cfg_hf.save_pretrained(str(hf))
+    model = transformers.Qwen3NextForCausalLM.from_pretrained(str(hf), dtype=torch.float32).eval()
+    ids = [int(t) for t in np.random.default_rng(5).integers(1, 512, size=32)]
+    with torch.no_grad():
+        res = model(torch.tensor([ids]), output_hidden_states=True)
+    rms = [float(h[0].double().pow(2).mean(-1).sqrt().max()) for h in res.hidden_states[:-1]]
+    rms_min = [float(h[0].double().pow(2).mean(-1).sqrt().min()) for h in res.hidden_states[:-1]]
+    assert max(rms) < 1.5 and min(rms_min) > 0.7, (rms_min, rms)  # embeddings, then each layer's output
+    ref = res.logits[0].double().numpy()
+    import os
+    if not os.environ.get("STRATA_LIB") and not (REPO / "libstrata.so").exists():
+        pytest.skip("libstrata.so not built")
+    import strata
+    with strata.Model(str(out), n_ctx=64, n_threads=2) as m:
+        got = m.logits(ids).astype(np.float64)
+    err = np.abs(got - ref).max(axis=1) / np.abs(ref).max(axis=1)
+    assert err.max() < 0.02, err  # Strata's Q8_0 activations against float32
+    assert (got.argmax(1) == ref.argmax(1)).mean() > 0.9
