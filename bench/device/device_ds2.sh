@@ -9,10 +9,8 @@
 # (when .peer is carried; its build runs in the background meanwhile): "lite" DeepSeek-V2-Lite
 # (Q4_K experts), "air" GLM-4.5-Air (Q3_K_M mix, without its MTP layer, vocab padded to 151552:
 # about 52 GiB, so one stage a call and the disk holds only its file), "oss20b" gpt-oss-20b (MXFP4
-# experts, vocab padded to 201088; Strata's gpt-oss is CPU-only so far, so its GPU rows may fail),
-# "qwen3next" Qwen3-Next-80B-A3B's first 12 layers (3 periods of 3 gated DeltaNet + 1 attention
-# layer; Q3_K_M mix, vocab 151936: about 9 GiB): Strata's qwen3next runs on the CPU only, so its
-# rows are all-CPU (--cpu, 16 threads) beside llama-bench's all-GPU and -ncmoe rows.
+# experts, vocab padded to 201088), "qwen3next" Qwen3-Next-80B-A3B's first 12 layers (3 periods of
+# 3 gated DeltaNet + 1 attention layer; Q3_K_M mix, vocab 151936: about 9 GiB).
 # The first model stage's file is written while the build and tests run, the others after the rows
 # before them; a file already written by an earlier call on a warm machine is reused, every other
 # stage's file is removed before a new one is written. With .devdata/ds2_v3.gguf carried,
@@ -21,7 +19,7 @@
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 #   run(command="STAGES=air bash bench/device/device_ds2.sh", ...)
 # Knobs: STAGES (default "tests lite"; also "air", "oss20b", "qwen3next"), CTESTS (the C tests, NAME:SECONDS),
-# PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2). $OUT:
+# PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
 set -u
 cd "$(dirname "$0")/../.."
@@ -63,7 +61,8 @@ if [ -n "$FIRST" ] && [ -f .peer/llama_bench.sh ]; then
     LL=1
 fi
 DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests/test_cuda_session build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
-    build/tests/test_cuda_dequant build/tests/test_cuda_mmv
+    build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_deltanet build/tests/test_cuda_mtp \
+    build/tests/test_cuda_spec
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
         ${CTESTS:-test_cuda_mla:120 test_cuda_moe:300 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
@@ -78,7 +77,11 @@ if have tests; then
     [ -f .devdata/ds2_v3.gguf ] && STRATA_LIB=$PWD/libstrata.so PYTHONPATH=$PWD/python:$PYTHONPATH \
         timeout 120 python3 bench/device/ds2_long.py .devdata/ds2_v3.gguf 900 2>&1 | tail -6
     [ "${MLA_CTX:-8192}" = 0 ] || make CUDA=1 mla-check MLA_CTX=${MLA_CTX:-8192} > "$O/mla_check.log" 2>&1
-    echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -30
+    echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -${MLA_SHOW:-30}
+    if [ "${DN_CHECK:-1}" = 1 ]; then # qwen3next's DeltaNet kernels against the CPU's functions
+        make CUDA=1 deltanet-check > "$J/deltanet_check.log" 2>&1
+        echo "deltanet_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s|us" "$J/deltanet_check.log" | head -${DN_SHOW:-30}
+    fi
 fi
 [ -n "$FIRST" ] || { echo "done at $(el)s"; exit 0; }
 srow() { # tag args... (SDEV: the backend flag, --gpu unless set)
@@ -113,13 +116,9 @@ for m in $MODELS; do
     F=/tmp/ds2_$m.gguf
     echo "$m written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_$m.log" | head -5
     for p in 1 2; do # interleaved rounds
-        if [ "$m" = qwen3next ]; then # CPU-only in Strata so far
-            SDEV=--cpu srow ${m}_cpu_$p
-        else
-            srow ${m}_gpu_$p
-        fi
+        srow ${m}_gpu_$p
         lrow ${m}_gpu_$p
-        [ "$m" = qwen3next ] || srow ${m}_cpumoe_$p --cpu-moe
+        srow ${m}_cpumoe_$p --cpu-moe
         lrow ${m}_cpumoe_$p -ncmoe "$(n_moe_layers $m)" -t 16
     done
 done
