@@ -14,9 +14,11 @@
  * x or q rows, the cache rows up to its position), never on T, on the other rows of the call or on
  * how the call is planned: a prompt run at once and the same tokens one by one give the same bits
  * (the CPU contract, within this backend). The attention splits positions into chunks of
- * ST_MLA_CHUNK at fixed absolute boundaries, online softmax over 32-position tiles inside a chunk,
- * and merges the chunks of a row one after the other in index order, whether a block walks them
- * itself or a combine pass merges partials. */
+ * ST_MLA_CHUNK at fixed absolute boundaries, takes each chunk's softmax state (max, sum, P * V)
+ * in one pass and folds the chunks of a row one after the other in index order, whether a block
+ * walks them itself or a combine pass folds the partials of blocks that took one chunk each (the
+ * split of decode-sized calls: every chunk of every row group a block, filling the SMs). The
+ * absorption is one fma chain per output in ascending order, for any T. */
 #ifndef STRATA_CUDA_MLA_H
 #define STRATA_CUDA_MLA_H
 
@@ -46,10 +48,10 @@ typedef struct st_cuda_mla_w {
 int st_cuda_mla_absorb_supports(strata_type type, int64_t cols);
 
 /* y[t][h][0:rows] = W[h] . x[t][h][0:cols] for t < T, h < n_head: x[t][h] at d_x + t*ldx + h*xhs,
- * y[t][h] at d_y + t*ldy + h*yhs. Weights dequantized exactly as the CPU does, f32 products
- * summed per lane in a fixed order and across the warp by a butterfly (the same bits for every
- * T). y must not overlap x. E.g. the absorbed queries: x = the (T, H*head_dim_mla) q rows
- * (xhs head_dim_mla), y = the (T, H*(kv_lora + n_rot)) attention query rows (yhs kv_lora + n_rot). */
+ * y[t][h] at d_y + t*ldy + h*yhs, all heads and tokens in one launch. Weights dequantized exactly
+ * as the CPU does, each output one f32 fma chain over i ascending (the same bits for every T).
+ * y must not overlap x. E.g. the absorbed queries: x = the (T, H*head_dim_mla) q rows (xhs
+ * head_dim_mla), y = the (T, H*(kv_lora + n_rot)) attention query rows (yhs kv_lora + n_rot). */
 strata_status st_cuda_mla_absorb(const st_cuda_mla_w *W, const float *d_x, int64_t ldx, int64_t xhs,
                                  float *d_y, int64_t ldy, int64_t yhs, int64_t T, void *stream);
 
@@ -60,7 +62,7 @@ strata_status st_cuda_mla_copy_rows(float *d_dst, int64_t ldd, const float *d_sr
 
 /* ---- latent cache and attention ------------------------------------------------------------ */
 
-#define ST_MLA_CHUNK 256     /* positions per chunk (fixed: the bits do not depend on the plan) */
+#define ST_MLA_CHUNK 64      /* positions per chunk (fixed: the bits do not depend on the plan) */
 #define ST_MLA_MAX_LORA 512  /* largest kv_lora the attention kernel takes */
 
 /* The latent attention of one layer: n_head query heads over one cache row of
@@ -72,7 +74,8 @@ typedef struct st_cuda_mla_shape {
 
 /* 1 if the kernels take this cache type (F16, F32) and shape: kv_lora 1..ST_MLA_MAX_LORA,
  * kv_lora + n_rot even, n_head >= 1, and the kernel's shared memory within device 0's per-block
- * limit (about 112 KiB at DeepSeek-V3's 512 + 64; st_cuda_smem_limit). Needs the device probed
+ * limit (at DeepSeek-V3's 512 + 64: about 113 KiB for f16 caches, 186 KiB for f32;
+ * st_cuda_smem_limit). Needs the device probed
  * for the limit; without a device it checks the shape alone. */
 int st_cuda_mla_supports(strata_type kv_type, const st_cuda_mla_shape *s);
 

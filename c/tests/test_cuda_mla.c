@@ -1,5 +1,6 @@
 /* test_cuda_mla.c - the GPU kernels of latent attention (cuda_mla.h) against the CPU's own
- * functions at small shapes: the absorption matmul (f32, f16, bf16, q8_0 weights, strided rows as
+ * functions at small shapes (and the decode split at contexts of 1, 63, 64, 1000 and 4097 at
+ * DeepSeek-V2-Lite's latent width, with the prompt's last row bit for bit against decode): the absorption matmul (f32, f16, bf16, q8_0 weights, strided rows as
  * the session reads q_nope and writes the query rows) against a double-precision product of the
  * weights as strata_dequantize_row gives them; the latent cache store against st_kv_store's f16 /
  * f32 rows (v_in_k), bit for bit; the attention against st_attention with v_in_k (NMSE <= 1e-6,
@@ -249,6 +250,78 @@ done:
     free(scratch);
 }
 
+/* The decode split at a context of np positions: one token at np - 1 against st_attention (NMSE
+ * <= 1e-6), and bit for bit against the block walk (no workspace), the whole prompt in one call
+ * and the prompt in two pieces (the last token's rows: batching invariance). */
+static void split_case(mla_shape_t sh, strata_type kvt, int64_t np) {
+    const int64_t H = sh.H, R = sh.R, D = sh.R + sh.nr, n_ctx = np + 5, ldq = H * D, ldo = H * R;
+    const size_t el = kvt == STRATA_TYPE_F16 ? 2 : 4, kvb = (size_t)(n_ctx * D) * el;
+    const float scale = 0.7f / sqrtf((float)(D - sh.nr / 2));
+    const int f0 = test_failed;
+    char desc[160];
+    snprintf(desc, sizeof desc, "split %s %s H=%d R=%d rope=%d ctx=%lld", sh.name, strata_type_name(kvt), sh.H, sh.R,
+             sh.nr, (long long)np);
+    const st_cuda_mla_shape gs = {sh.H, sh.R, sh.nr, scale};
+    const st_attn_shape cs = {.n_head = sh.H, .n_head_kv = 1, .head_dim = (int32_t)D, .head_dim_v = sh.R, .scale = scale, .v_in_k = 1};
+    float *k = malloc(sizeof(float) * (size_t)(np * D)), *q = malloc(sizeof(float) * (size_t)(np * ldq));
+    float *ref = malloc(sizeof(float) * (size_t)ldo), *dec = malloc(sizeof(float) * (size_t)ldo);
+    float *other = malloc(sizeof(float) * (size_t)ldo);
+    double *refd = malloc(sizeof(double) * (size_t)ldo);
+    uint8_t *ccache = calloc((size_t)(n_ctx * D), el);
+    float *scratch = malloc(sizeof(float) * (size_t)st_threadpool_n_threads(pool) * (size_t)n_ctx);
+    fill(k, np * D, 1.0f);
+    fill(q, np * ldq, 1.0f);
+    st_kv_layer ckv = {kvt, ccache, NULL, n_ctx};
+    st_kv_store(&ckv, &cs, k, NULL, np, 0);
+    st_attention(pool, &ckv, &cs, q + (np - 1) * ldq, 1, np - 1, ref, scratch);
+    for (int64_t i = 0; i < ldo; i++) refd[i] = ref[i];
+    const size_t wsb = st_cuda_mla_wsize(&gs, 1, n_ctx);
+    void *dk = dev_alloc(kvb, 0xFF), *dq = dev_alloc(sizeof(float) * (size_t)(np * ldq), 0);
+    void *dout = dev_alloc(sizeof(float) * (size_t)(np * ldo), 0xA5), *dkr = dev_alloc(sizeof(float) * (size_t)(np * D), 0);
+    void *dws = dev_alloc(wsb, 0);
+    CHECK(dk && dq && dout && dkr && dws && wsb > 0, "%s: device memory", desc);
+    if (!dk || !dq || !dout || !dkr || !dws) goto done;
+    st_cuda_memcpy_h2d(dq, q, sizeof(float) * (size_t)(np * ldq));
+    st_cuda_memcpy_h2d(dkr, k, sizeof(float) * (size_t)(np * D));
+    const st_cuda_kv_layer gkv = {kvt, dk, NULL, n_ctx};
+    CHECK(st_cuda_mla_store(&gkv, &gs, dkr, D, np, 0, NULL, NULL) == STRATA_OK, "%s: store: %s", desc, strata_last_error());
+    float *last = (float *)dout + (np - 1) * ldo;
+    const float *qlast = (const float *)dq + (np - 1) * ldq;
+    /* decode with the workspace: the split */
+    CHECK(gpu_attn(&gkv, &gs, qlast, ldq, 1, np - 1, NULL, last, ldo, dws, wsb) == STRATA_OK, "%s: %s", desc,
+          strata_last_error());
+    CHECK(dev_fetch(NULL, dout, sizeof(float) * (size_t)(np * ldo)) == 0, "%s: guard words changed", desc);
+    st_cuda_memcpy_d2h(dec, last, sizeof(float) * (size_t)ldo);
+    int nan;
+    const double e = nmse(dec, refd, ldo, &nan);
+    CHECK(e <= 1e-6 && nan == 0, "%s: NMSE %.3e against st_attention (<= 1e-6), %d non-finite", desc, e, nan);
+    /* the block walk (no workspace) */
+    CHECK(gpu_attn(&gkv, &gs, qlast, ldq, 1, np - 1, NULL, last, ldo, NULL, 0) == STRATA_OK, "%s: %s", desc,
+          strata_last_error());
+    st_cuda_synchronize();
+    st_cuda_memcpy_d2h(other, last, sizeof(float) * (size_t)ldo);
+    CHECK(memcmp(dec, other, sizeof(float) * (size_t)ldo) == 0, "%s: the walk differs from the split", desc);
+    /* the prompt in one call, then in two pieces: the last token's rows */
+    CHECK(gpu_attn(&gkv, &gs, dq, ldq, np, 0, NULL, dout, ldo, dws, wsb) == STRATA_OK, "%s: %s", desc,
+          strata_last_error());
+    st_cuda_synchronize();
+    st_cuda_memcpy_d2h(other, last, sizeof(float) * (size_t)ldo);
+    CHECK(memcmp(dec, other, sizeof(float) * (size_t)ldo) == 0, "%s: the prompt's last row differs from decode", desc);
+    const int64_t half = np / 2;
+    if (half > 0)
+        CHECK(gpu_attn(&gkv, &gs, dq, ldq, half, 0, NULL, dout, ldo, dws, wsb) == STRATA_OK, "%s: %s", desc,
+              strata_last_error());
+    CHECK(gpu_attn(&gkv, &gs, (const float *)dq + half * ldq, ldq, np - half, half, NULL, (float *)dout + half * ldo,
+                   ldo, dws, wsb) == STRATA_OK, "%s: %s", desc, strata_last_error());
+    st_cuda_synchronize();
+    st_cuda_memcpy_d2h(other, last, sizeof(float) * (size_t)ldo);
+    CHECK(memcmp(dec, other, sizeof(float) * (size_t)ldo) == 0, "%s: two pieces' last row differs from decode", desc);
+    printf("%s %-60s NMSE %.2e\n", test_failed == f0 ? "PASS" : "FAIL", desc, e);
+done:
+    st_cuda_free(dk); st_cuda_free(dq); st_cuda_free(dout); st_cuda_free(dkr); st_cuda_free(dws);
+    free(k); free(q); free(ref); free(dec); free(other); free(refd); free(ccache); free(scratch);
+}
+
 /* Argument errors need no device. */
 static void test_arguments(void) {
     const st_cuda_mla_shape s = {16, 512, 64, 0.1f};
@@ -257,7 +330,7 @@ static void test_arguments(void) {
     CHECK(!st_cuda_mla_supports(STRATA_TYPE_F16, &big) && !st_cuda_mla_supports(STRATA_TYPE_F16, &odd) &&
           !st_cuda_mla_supports(STRATA_TYPE_Q8_0, &s), "unsupported shapes and cache types");
     CHECK(st_cuda_mla_kv_bytes(STRATA_TYPE_F16, &s, 10) == 10 * 576 * 2, "kv bytes");
-    CHECK(st_cuda_mla_wsize(&s, 1, 256) == 16 * 514 * 4 && st_cuda_mla_wsize(&s, 64, 512) == 16 * 16 * 2 * 514 * 4,
+    CHECK(st_cuda_mla_wsize(&s, 1, 256) == 16 * 4 * 514 * 4 && st_cuda_mla_wsize(&s, 64, 512) == 8 * 16 * 8 * 514 * 4,
           "workspace: %zu, %zu", st_cuda_mla_wsize(&s, 1, 256), st_cuda_mla_wsize(&s, 64, 512));
     CHECK(st_cuda_mla_absorb_supports(STRATA_TYPE_Q8_0, 128) && !st_cuda_mla_absorb_supports(STRATA_TYPE_Q8_0, 48) &&
           st_cuda_mla_absorb_supports(STRATA_TYPE_BF16, 48) && !st_cuda_mla_absorb_supports(STRATA_TYPE_Q4_K, 256),
@@ -304,6 +377,13 @@ int main(void) {
     }
     attn_case(v3, STRATA_TYPE_F16, 300, 0);
     attn_case(v3, STRATA_TYPE_F32, 70, 16);
+    /* the decode split across contexts (chunk edges at 64), DeepSeek-V2-Lite's latent width */
+    const mla_shape_t lite = {"lite-8h", 8, 512, 64};
+    const int64_t sctx[] = {1, 63, 64, 1000, 4097};
+    for (size_t i = 0; i < sizeof sctx / sizeof sctx[0]; i++) {
+        split_case(lite, STRATA_TYPE_F16, sctx[i]);
+        split_case(mid, STRATA_TYPE_F32, sctx[i]);
+    }
     st_threadpool_free(pool);
     return test_report();
 }

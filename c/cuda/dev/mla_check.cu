@@ -8,7 +8,8 @@
  *    (<= 5e-4 for the quantized types, ~1e-7-ish for f32), sentinels after the output, then timed
  *    (median of 20, CUDA events) as GB/s of weight bytes read;
  *  - the attention over an f16 latent cache of 1 .. 8192 positions, T = 1 and 8 (decode, split
- *    and block walk both run and must agree bit for bit) and T = 512 prompts: NMSE against a double
+ *    and block walk both run and must agree bit for bit) and T = 512 prompts, and DeepSeek-V2-Lite's
+ *    16 heads (decode at 64, 576 and 4096 positions, a 512-token prompt; its absorptions too): NMSE against a double
  *    reference on sampled rows (<= 1e-6), sentinels, then timed as GB/s of cache bytes read
  *    (positions x 576 x 2) and TFLOP/s (2 x rows x positions x (576 + 512)).
  * Every check prints PASS or FAIL; the exit status is 1 if any failed.
@@ -218,6 +219,10 @@ int main(int argc, char **argv) {
             absorb_check(ty, 512, 128, 128, T, "wv_b 512->128 x128");
         }
     absorb_check(STRATA_TYPE_F16, 32, 48, 4, 5, "tiny 32->48 x4");
+    for (int T : {1, 512}) { /* DeepSeek-V2-Lite: 16 heads */
+        absorb_check(STRATA_TYPE_F16, 128, 512, 16, T, "lite wk_b 128->512 x16");
+        absorb_check(STRATA_TYPE_F16, 512, 128, 16, T, "lite wv_b 512->128 x16");
+    }
     for (int64_t ctx : {1, 64, 512, 1024, 4096, 8192}) {
         if (ctx > max_ctx) break;
         attn_check(128, 512, 64, 1, ctx - 1, "v3");
@@ -225,6 +230,9 @@ int main(int argc, char **argv) {
     }
     attn_check(128, 512, 64, 512, 0, "v3 prompt");
     if (max_ctx >= 4096) attn_check(128, 512, 64, 512, 2048, "v3 prompt");
+    for (int64_t ctx : {64, 576, 4096}) /* DeepSeek-V2-Lite decode (tg64 after pp512 ends near 576) */
+        if (ctx <= max_ctx) attn_check(16, 512, 64, 1, ctx - 1, "lite");
+    attn_check(16, 512, 64, 512, 0, "lite prompt");
     attn_check(4, 32, 16, 1, 299, "tiny");
     attn_check(4, 32, 16, 37, 100, "tiny");
     printf("%s\n", g_fail ? "mla_check: FAILED" : "mla_check: all passed");
