@@ -54,7 +54,10 @@ What llama.cpp does, and therefore this tool does:
     blk.N.attn_gate (z), in_proj_ba kept as blk.N.ssm_ba, A_log written as ssm_a = -exp(A_log),
     dt_bias as ssm_dt.bias, the conv1d weight squeezed to (channels, kernel) and stored F32; the
     (1 + w) RMSNorms (all but linear_attn.norm) get 1 added; post_attention_layernorm becomes
-    blk.N.post_attention_norm; the MTP layers (mtp.*) are not converted. Configs llama.cpp runs
+    blk.N.post_attention_norm; the MTP block (mtp.*, mtp_num_hidden_layers) is kept as blk.N:
+    mtp.fc, mtp.pre_fc_norm_embedding / _hidden and mtp.norm become blk.N.nextn.eh_proj, enorm /
+    hnorm and shared_head_norm (1 added: they scale by 1 + w too), mtp.layers.0 a gated
+    full-attention layer as the trunk's (dropped with --no-mtp). Configs llama.cpp runs
     differently (key/value head dims differing, norm_topk_prob false, dense layers, attention
     biases, a layer pattern that is not every full_attention_interval-th layer) are refused.
   * Types: 1-D tensors, *_norm.weight, routers (ffn_gate_inp, ffn_gate_inp_shexp) and biases
@@ -287,8 +290,10 @@ class TensorConverter:
         self.hp = hp
         self.permute = permute
         self.n_layer = hp["num_hidden_layers"]
-        # MTP layers (num_nextn_predict_layers, MTP_ARCHES) follow the trunk's: kept unless told
-        self.n_nextn = (hp.get("num_nextn_predict_layers") or 0) if keep_mtp else 0
+        # MTP layers (num_nextn_predict_layers, MTP_ARCHES; qwen3next's mtp_num_hidden_layers)
+        # follow the trunk's: kept unless told
+        self.n_nextn = (hp.get("num_nextn_predict_layers") or hp.get("mtp_num_hidden_layers") or 0
+                        if keep_mtp else 0)
         self.mtp_bids: set[int] = set()
         self.n_head = hp["num_attention_heads"]
         self.n_head_kv = hp.get("num_key_value_heads") or self.n_head
@@ -324,7 +329,8 @@ class TensorConverter:
             return
         if self.arch == gguf.MODEL_ARCH.QWEN3NEXT:
             if name.startswith("mtp."):
-                return  # the MTP layers are not converted
+                yield from qwen3next_mtp_tensor(self, name, data)
+                return
             done = yield from qwen3next_tensor(self, name, data, bid)
             if done:
                 return
@@ -953,6 +959,37 @@ def qwen3next_tensor(tc: "TensorConverter", name: str, data: np.ndarray, bid: in
     return True
 
 
+# qwen3next's MTP parts outside mtp.layers.K: HF name -> (llama.cpp's blk.N.nextn.<name>, (1 + w)?)
+_QWEN3NEXT_NEXTN = {"mtp.fc.weight": ("eh_proj", False),
+                    "mtp.pre_fc_norm_embedding.weight": ("enorm", True),
+                    "mtp.pre_fc_norm_hidden.weight": ("hnorm", True),
+                    "mtp.norm.weight": ("shared_head_norm", True)}
+
+
+def qwen3next_mtp_tensor(tc: "TensorConverter", name: str, data: np.ndarray):
+    """A tensor of Qwen3-Next's MTP block (mtp.*): fc, the two pre-fc norms and the final norm
+    become blk.N.nextn.{eh_proj, enorm, hnorm, shared_head_norm} (N = the trunk's layer count; the
+    norms (1 + w) get 1 added, as in HF's Qwen3NextRMSNorm); mtp.layers.K.* is a gated
+    full-attention decoder layer converted as trunk layer N + K would be. Dropped with --no-mtp or
+    beyond the declared count."""
+    n = tc.n_layer
+    if tc.n_nextn == 0:
+        return
+    if name in _QWEN3NEXT_NEXTN:
+        part, plus_one = _QWEN3NEXT_NEXTN[name]
+        tc.mtp_bids.add(n)
+        yield f"blk.{n}.nextn.{part}.weight", data + 1 if plus_one else data
+        return
+    m = re.match(r"mtp\.layers\.(\d+)\.(.+)$", name)
+    if not m:
+        raise ConvertError(f"tensor {name!r}: not a part of Qwen3-Next's MTP block")
+    bid = n + int(m.group(1))
+    if bid >= n + tc.n_nextn:
+        return
+    tc.mtp_bids.add(bid)
+    yield from tc.convert(f"model.layers.{bid}.{m.group(2)}", data)
+
+
 def write_hparams_qwen3next(w: gguf.GGUFWriter, hp: dict):
     """llama.cpp's Qwen3NextModel.set_gguf_parameters additions."""
     w.add_ssm_conv_kernel(hp["linear_conv_kernel_dim"])
@@ -1287,8 +1324,8 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
     arch, permute = ARCHES[hf_arch]
     if arch == gguf.MODEL_ARCH.GPT_OSS:
         gpt_oss_check(hp)
-    if arch == gguf.MODEL_ARCH.QWEN3NEXT:
-        qwen3next_interval(hp)
+    if arch == gguf.MODEL_ARCH.QWEN3NEXT:  # the trunk's pattern: block_count may count MTP layers
+        hp = dict(hp, full_attention_interval=qwen3next_interval(hp), layer_types=None)
     if legacy_kv_b:
         if arch != gguf.MODEL_ARCH.DEEPSEEK2:
             raise ConvertError("--legacy-kv-b is for deepseek2 checkpoints only")
@@ -1297,6 +1334,8 @@ def convert(model_dir: str | Path, outfile: str | Path, outtype: str = "f16",
                else glm4moe_routing(hp) if arch == gguf.MODEL_ARCH.GLM4_MOE else None)
     if keep_mtp and arch in MTP_ARCHES:  # only layers that are MTP layers
         keep_mtp = f"model.layers.{hp['num_hidden_layers']}.eh_proj.weight" in safetensors_names(model_dir)
+    elif keep_mtp and arch == gguf.MODEL_ARCH.QWEN3NEXT:
+        keep_mtp = "mtp.fc.weight" in safetensors_names(model_dir)
     tc = TensorConverter(arch, hp, permute, keep_mtp)
     w = gguf.GGUFWriter(path=None, arch=gguf.MODEL_ARCH_NAMES[arch])
 
@@ -1360,7 +1399,8 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default=None, help="general.name (default: from the model card or "
                     "the directory name)")
     ap.add_argument("--no-mtp", action="store_true", help="drop the multi-token-prediction "
-                    "layers (deepseek2's and glm4moe's num_nextn_predict_layers; kept by default)")
+                    "layers (deepseek2's and glm4moe's num_nextn_predict_layers, qwen3next's "
+                    "mtp.*; kept by default)")
     ap.add_argument("--legacy-kv-b", action="store_true", help="deepseek2: write the layout "
                     "before llama.cpp's MLA split (one attn_kv_b per layer), as older files have it")
     ap.add_argument("--verbose", "-v", action="store_true")

@@ -7,7 +7,8 @@ by running the HF module's own in_proj_qkvz + fix_query_key_value_ordering on th
 the converter's reshapes), the (1 + w) norms plus one, ssm_a = -exp(A_log); numeric checks that
 llama.cpp's reading of the converted tensors (q/k/v/z from attn_qkv / attn_gate, per key head
 [beta, alpha] from ssm_ba, g from ssm_a / ssm_dt, the conv from ssm_conv1d) equals the HF module
-on random inputs; the configs the converter must refuse."""
+on random inputs; the configs the converter must refuse; the MTP block (mtp.*) kept as blk.N +
+blk.N.nextn.* or dropped with --no-mtp."""
 from __future__ import annotations
 
 import json
@@ -173,3 +174,49 @@ def test_qwen3next_refused(q3n, tmp_path, edit, msg):
     conv = L.convert_hf()
     with pytest.raises(conv.ConvertError, match=msg):
         conv.convert(src, tmp_path / "x.gguf", "f32")
+
+
+def test_qwen3next_mtp_block(tmp_path):
+    """Qwen3-Next-80B-A3B's MTP block (mtp.fc, mtp.pre_fc_norm_embedding / _hidden, mtp.norm and
+    mtp.layers.0, a gated full-attention layer with per-expert tensors: test_hf_parity_lib's
+    qwen3next_mtp_state) converts to blk.N (N = the trunk's layer count) as llama.cpp's qwen3next
+    loads it: the layer's tensors as a trunk full-attention layer's (norms + 1, experts stacked),
+    fc -> nextn.eh_proj, the pre-fc norms -> nextn.enorm / nextn.hnorm and mtp.norm ->
+    nextn.shared_head_norm, each + 1 ((1 + w) norms); block_count N + 1, nextn_predict_layers 1,
+    full_attention_interval the trunk's; Q8_0 keeps the norms F32; --no-mtp drops the block."""
+    conv = L.convert_hf()
+    trunk, full, extras = L.mtp_checkpoint("qwen3next", tmp_path / "hf")
+    n = trunk.config.num_hidden_layers
+    assert full.config.layer_types[n] == "full_attention" and trunk.config.layer_types[n - 1] == "full_attention"
+    r = gguf.GGUFReader(conv.convert(tmp_path / "hf", tmp_path / "mtp.gguf", "f32"))
+    got = {f.name: f.contents() for f in r.fields.values() if not f.name.startswith("GGUF.")}
+    a = {t.name: np.asarray(t.data) for t in r.tensors}
+    assert got["qwen3next.block_count"] == n + 1 and got["qwen3next.nextn_predict_layers"] == 1
+    assert got["qwen3next.full_attention_interval"] == expected_kv_qwen3next(trunk.config)[
+        "qwen3next.full_attention_interval"]
+    exp = expected_tensors_qwen3next(full)
+    x = {k: v.numpy() for k, v in extras.items()}
+    b = f"blk.{n}.nextn."
+    exp.update({b + "eh_proj.weight": x["eh_proj.weight"], b + "enorm.weight": x["enorm.weight"] + 1,
+                b + "hnorm.weight": x["hnorm.weight"] + 1,
+                b + "shared_head_norm.weight": x["shared_head.norm.weight"] + 1})
+    assert set(a) == set(exp), (sorted(set(a) - set(exp)), sorted(set(exp) - set(a)))
+    for k, v in exp.items():
+        np.testing.assert_array_equal(a[k], v, err_msg=k)
+    ts = {t.name: [int(s) for s in t.shape] for t in r.tensors}
+    E, H, hd = full.config.hidden_size, full.config.num_attention_heads, full.config.head_dim
+    assert ts[b + "eh_proj.weight"] == [2 * E, E] and ts[f"blk.{n}.attn_q.weight"] == [E, 2 * H * hd]
+
+    ty = {t.name: t.tensor_type for t in gguf.GGUFReader(
+        conv.convert(tmp_path / "hf", tmp_path / "q8.gguf", "q8_0")).tensors}
+    for k in ("nextn.enorm.weight", "nextn.hnorm.weight", "nextn.shared_head_norm.weight",
+              "attn_q_norm.weight", "post_attention_norm.weight", "ffn_gate_inp.weight"):
+        assert ty[f"blk.{n}.{k}"] == gguf.GGMLQuantizationType.F32, k
+    assert ty[b + "eh_proj.weight"] == gguf.GGMLQuantizationType.Q8_0
+
+    assert conv.main([str(tmp_path / "hf"), "-o", str(tmp_path / "trunk.gguf"), "--outtype", "f32",
+                      "--no-mtp"]) == 0
+    r = gguf.GGUFReader(tmp_path / "trunk.gguf")
+    got = {f.name: f.contents() for f in r.fields.values()}
+    assert got["qwen3next.block_count"] == n and "qwen3next.nextn_predict_layers" not in got
+    assert {t.name for t in r.tensors} == set(expected_tensors_qwen3next(trunk))

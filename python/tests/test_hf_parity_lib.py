@@ -199,18 +199,24 @@ def save_hf(model, path: Path) -> Path:
 def mtp_checkpoint(name: str, path: Path, seed: int = 31, own_head: bool = False,
                    overrides: dict | None = None):
     """A checkpoint of zoo model `name` (an architecture with multi-token prediction: deepseek2,
-    glm4moe) whose trunk is followed by one MTP layer, laid out as DeepSeek-V3's and GLM-4.5's
-    are: layer N (N = the zoo's layer count) is a full decoder layer plus enorm, hnorm, eh_proj and
-    shared_head.norm, and with own_head also its own embed_tokens and shared_head.head (else it
-    shares the trunk's); config.json says num_nextn_predict_layers 1. Written to `path` unless
-    there already. Returns (trunk HF model, the (N+1)-layer HF model whose layer N is the MTP
-    layer's, {MTP part name: tensor}). The MTP parts: norms 1 + N(0, 0.2), matrices N(0, 0.1).
+    glm4moe, qwen3next) whose trunk is followed by one MTP layer, laid out as DeepSeek-V3's and
+    GLM-4.5's are: layer N (N = the zoo's layer count) is a full decoder layer plus enorm, hnorm,
+    eh_proj and shared_head.norm, and with own_head also its own embed_tokens and shared_head.head
+    (else it shares the trunk's); config.json says num_nextn_predict_layers 1. Qwen3-Next's is
+    laid out as Qwen3-Next-80B-A3B's (qwen3next_mtp_state). Written to `path` unless there
+    already. Returns (trunk HF model, the (N+1)-layer HF model whose layer N is the MTP layer's,
+    {MTP part name: tensor}). The MTP parts: norms 1 + N(0, 0.2), matrices N(0, 0.1).
     overrides: config changes (gpu_shape's)."""
     import json
 
     import safetensors.torch
     import torch
     n = zoo()[name][1]["num_hidden_layers"]
+    qwen3next = name == "qwen3next"
+    if qwen3next:  # the MTP layer attends whatever the trunk's interval says
+        iv = zoo()[name][1]["full_attention_interval"]
+        types = ["full_attention" if (i + 1) % iv == 0 else "linear_attention" for i in range(n)]
+        overrides = dict(overrides or {}, layer_types=types + ["full_attention"])
     full = build_hf(name, seed=seed, n_layers=n + 1, overrides=overrides)
     E, V = full.config.hidden_size, full.config.vocab_size
     g = torch.Generator().manual_seed(5)
@@ -224,21 +230,51 @@ def mtp_checkpoint(name: str, path: Path, seed: int = 31, own_head: bool = False
     sd = {k: v.contiguous() for k, v in full.state_dict().items()}
     mtp = f"model.layers.{n}."
     trunk_sd = {k: v for k, v in sd.items() if not k.startswith(mtp)}
-    cfg = type(full.config).from_dict(dict(full.config.to_dict(), num_hidden_layers=n))
+    c = dict(full.config.to_dict(), num_hidden_layers=n)
+    if qwen3next:
+        c["layer_types"] = c["layer_types"][:n]
+    cfg = type(full.config).from_dict(c)
     trunk = type(full)(cfg).to(torch.float32).eval()
     trunk.load_state_dict(trunk_sd)
     if not (path / "config.json").exists():
         save_hf(trunk, path)
-        ckpt = dict(trunk_sd, **{k: v for k, v in sd.items() if k.startswith(mtp)},
-                    **{mtp + k: v for k, v in extras.items()})
+        layer = {k[len(mtp):]: v for k, v in sd.items() if k.startswith(mtp)}
+        if qwen3next:
+            ckpt = dict(trunk_sd, **qwen3next_mtp_state(layer, extras))
+        else:
+            ckpt = dict(trunk_sd, **{mtp + k: v for k, v in layer.items()},
+                        **{mtp + k: v for k, v in extras.items()})
         for f in path.glob("*.safetensors"):
             f.unlink()
         safetensors.torch.save_file(ckpt, str(path / "model.safetensors"),
                                     metadata={"format": "pt"})
         c = json.loads((path / "config.json").read_text())
-        c["num_nextn_predict_layers"] = 1
+        c["mtp_num_hidden_layers" if qwen3next else "num_nextn_predict_layers"] = 1
         (path / "config.json").write_text(json.dumps(c))
     return trunk, full, extras
+
+
+def qwen3next_mtp_state(layer: dict, extras: dict) -> dict:
+    """Qwen3-Next-80B-A3B's MTP tensors: mtp.fc (eh_proj), mtp.pre_fc_norm_embedding (enorm),
+    mtp.pre_fc_norm_hidden (hnorm), mtp.norm (shared_head.norm) and the decoder layer as
+    mtp.layers.0.*, its routed experts one tensor per expert and matrix
+    (mtp.layers.0.mlp.experts.E.{gate,up,down}_proj.weight) as the checkpoint has them."""
+    out = {"mtp.fc.weight": extras["eh_proj.weight"],
+           "mtp.pre_fc_norm_embedding.weight": extras["enorm.weight"],
+           "mtp.pre_fc_norm_hidden.weight": extras["hnorm.weight"],
+           "mtp.norm.weight": extras["shared_head.norm.weight"]}
+    for k, v in layer.items():
+        if k == "mlp.experts.gate_up_proj":
+            ff = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                out[f"mtp.layers.0.mlp.experts.{e}.gate_proj.weight"] = v[e, :ff].contiguous()
+                out[f"mtp.layers.0.mlp.experts.{e}.up_proj.weight"] = v[e, ff:].contiguous()
+        elif k == "mlp.experts.down_proj":
+            for e in range(v.shape[0]):
+                out[f"mtp.layers.0.mlp.experts.{e}.down_proj.weight"] = v[e].contiguous()
+        else:
+            out["mtp.layers.0." + k] = v
+    return out
 
 
 def convert_hf():
@@ -388,7 +424,7 @@ def compare_greedy(a_ids, a_rows, b_ids, b_rows, margin: float = 1e-3, top: int 
 
 
 # =================================================================================================
-# MTP layers as drafters (deepseek2, glm4moe)
+# MTP layers as drafters (deepseek2, glm4moe, qwen3next)
 # =================================================================================================
 
 def _rms(x, w, eps):
@@ -396,16 +432,34 @@ def _rms(x, w, eps):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def _mtp_norm(layer, eps):
+    """The MTP block's own norms (enorm, hnorm, shared_head.norm) as a function (x, w): the
+    decoder layer's own RMSNorm class where it differs from the plain one (Qwen3-Next's scales by
+    1 + w, as vLLM's Qwen3NextMTP builds them), else the plain RMSNorm."""
+    import torch
+    cls = type(layer.input_layernorm)
+    if cls.__name__ != "Qwen3NextRMSNorm":
+        return lambda x, w: _rms(x, w, eps)
+
+    def norm(x, w):
+        m = cls(w.shape[0], eps=eps)
+        with torch.no_grad():
+            m.weight.copy_(w)
+        return m(x)
+    return norm
+
+
 def mtp_reference(trunk, full, extras, hist, k):
     """llama.cpp's draft-mtp with transformers' own decoder layer: MTP row p joins
     enorm(embed(t_p)) with hnorm(H_{p-1}) (the trunk's final-normed state, zeros before position
     0), eh_proj, the MTP layer, shared_head.norm, the head; drafts chain on the previous row's
     normed output. embed and head are the MTP layer's own (embed_tokens, shared_head.head) when it
-    has them, else the trunk's. The whole row sequence is recomputed per draft (causal: the same
-    as a cache). Returns the k greedy drafts and each step's logits."""
+    has them, else the trunk's; the norms are _mtp_norm's. The whole row sequence is recomputed
+    per draft (causal: the same as a cache). Returns the k greedy drafts and each step's logits."""
     import torch
     eps = full.config.rms_norm_eps
     layer = full.model.layers[trunk.config.num_hidden_layers]
+    norm = _mtp_norm(layer, eps)
     embed = extras.get("embed_tokens.weight", full.model.embed_tokens.weight)
     head = extras.get("shared_head.head.weight", full.lm_head.weight)
     with torch.no_grad():
@@ -415,14 +469,14 @@ def mtp_reference(trunk, full, extras, hist, k):
         drafts, rows = [], []
         for _ in range(k):
             n = len(toks)
-            e = _rms(embed[torch.tensor(toks)], extras["enorm.weight"], eps)
-            x = torch.cat([e, _rms(hprev[:n], extras["hnorm.weight"], eps)], -1) @ extras["eh_proj.weight"].T
+            e = norm(embed[torch.tensor(toks)], extras["enorm.weight"])
+            x = torch.cat([e, norm(hprev[:n], extras["hnorm.weight"])], -1) @ extras["eh_proj.weight"].T
             pos = torch.arange(n)[None]
             cs = full.model.rotary_emb(x[None], pos)
             mask = torch.full((n, n), torch.finfo(torch.float32).min).triu(1)[None, None]
             y = layer(x[None], attention_mask=mask, position_ids=pos, position_embeddings=cs)
             y = y[0] if isinstance(y, tuple) else y
-            out = _rms(y[0, -1], extras["shared_head.norm.weight"], eps)
+            out = norm(y[0, -1], extras["shared_head.norm.weight"])
             logits = out @ head.T
             rows.append(logits.double().numpy())
             drafts.append(int(logits.argmax()))
@@ -481,3 +535,90 @@ def check_mtp_drafter(workdir, name: str, prompt, own_head: bool = False, backen
             check(h3, 5)
         finally:
             lib.strata_drafter_free(dr)
+
+
+def mtp_agreeing_file(workdir, name: str) -> Path:
+    """An F32 GGUF of mtp_checkpoint(name)'s checkpoint whose MTP drafts agree with the trunk at
+    times: every layer's output projections (attention / DeltaNet out, experts' and shared
+    experts' down) scaled by 0.01, so the trunk and the MTP block are each near a bigram map
+    through the shared head, and the MTP block's fc near [I, 0] (the embedding half). Their norms
+    differ, so some drafts are rejected too."""
+    import json
+    import shutil
+
+    import safetensors.torch
+    import torch
+    d = workdir / f"{name}_mtp"
+    mtp_checkpoint(name, d / "hf")
+    path = d / "agree.gguf"
+    if path.exists():
+        return path
+    src, dst = d / "hf", d / "hf_agree"
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.suffix != ".safetensors" and f.is_file():
+            shutil.copy(f, dst / f.name)
+    sd = safetensors.torch.load_file(str(src / "model.safetensors"))
+    small = ("o_proj.weight", "out_proj.weight", "down_proj.weight", "experts.down_proj")
+    for k in list(sd):
+        if k.endswith(small):
+            sd[k] = 0.01 * sd[k]
+    E = json.loads((src / "config.json").read_text())["hidden_size"]
+    g = torch.Generator().manual_seed(7)
+    fc = torch.cat([torch.eye(E), torch.zeros(E, E)], 1) + 0.01 * torch.randn(E, 2 * E, generator=g)
+    sd["mtp.fc.weight"] = fc.contiguous()
+    safetensors.torch.save_file(sd, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    convert_hf().convert(dst, path, "f32")
+    return path
+
+
+def mtp_spec_greedy(path, prompt, n_gen: int, use_mtp: bool, n_batch: int = 512, draft_max: int = 4):
+    """Greedy decoding of n_gen tokens after prompt on the file at path (a CPU session): one token a
+    step, or through verify windows (strata_session_speculate) of up to draft_max drafts of the
+    MTP drafter, as `strata run --spec mtp` decodes. Returns (tokens, (windows, drafted,
+    accepted))."""
+    import strata
+    with StrataModel(path, n_ctx=256, n_batch=n_batch) as sm:
+        lib, ffi = sm.lib, sm.ffi
+        sp = ffi.new("strata_sampler_params *", lib.strata_sampler_default_params())
+        sp.temperature = 0.0
+        psmp = ffi.new("strata_sampler **")
+        strata.check(lib.strata_sampler_create(sp, sm.n_vocab, psmp), "strata_sampler_create")
+        smp, dr = psmp[0], ffi.NULL
+        try:
+            if use_mtp:
+                pd = ffi.new("strata_drafter **")
+                strata.check(lib.strata_drafter_mtp_create(sm.session, pd), "strata_drafter_mtp_create")
+                dr = pd[0]
+            lg = sm.decode(prompt, False)[0]
+            last = ffi.new("strata_token *")
+            strata.check(lib.strata_sampler_sample(smp, ffi.cast("float *", ffi.from_buffer(lg)), last),
+                         "sample")
+            out, hist, last = [last[0]], list(prompt), last[0]
+            draft, got = ffi.new("strata_token[]", 16), ffi.new("strata_token[]", 17)
+            nd, ng = ffi.new("int32_t *"), ffi.new("int32_t *")
+            while len(out) < n_gen:
+                hist.append(last)
+                if not use_mtp:
+                    row = sm.decode([last], False)[0]
+                    strata.check(lib.strata_sampler_sample(smp, ffi.cast("float *", ffi.from_buffer(row)),
+                                                           got), "sample")
+                    last = got[0]
+                    out.append(last)
+                    continue
+                h = ffi.new("strata_token[]", hist)
+                k = min(draft_max, n_gen - len(out) - 1)
+                strata.check(lib.strata_drafter_propose(dr, h, len(hist), k, draft, nd), "propose")
+                strata.check(lib.strata_session_speculate(sm.session, smp, last, draft, nd[0], got, ng),
+                             "strata_session_speculate")
+                toks = [got[i] for i in range(ng[0])]
+                out += toks
+                hist += toks[:-1]
+                last = toks[-1]
+            st = ffi.new("strata_spec_stats *")
+            strata.check(lib.strata_session_get_spec_stats(sm.session, st), "spec stats")
+            return out[:n_gen], (st.windows, st.drafted, st.accepted)
+        finally:
+            if dr != ffi.NULL:
+                lib.strata_drafter_free(dr)
+            lib.strata_sampler_free(smp)
