@@ -795,14 +795,15 @@ STRATA_API strata_status strata_drafter_model_create(const strata_model *target,
  * in the fast tier (the draft would be the model itself) and for CUDA sessions with CPU layers
  * (n_cpu_moe) or the expert pool, not built for it yet. Not owned: free it before the session. */
 STRATA_API strata_status strata_drafter_self_create(strata_session *target, strata_drafter **out);
-/* A drafter from the model's MTP layer (the nextn layer deepseek2 files may carry): the target
- * session's final hidden states and the newest token through it propose the next tokens, each
- * further draft chained on the layer's own output (llama.cpp's draft-mtp). From creation on the
- * session keeps every position's hidden state (n_ctx x n_embd floats); create it before the
- * prompt (positions decoded earlier draft from zeros). Its history must be the session's tokens
- * plus the newest one. CPU and CUDA sessions (a CUDA session copies its hidden states down and the
- * MTP layer runs on the CPU); STRATA_ERR_UNSUPPORTED, saying why, for a model without MTP tensors.
- * Not owned: free it before the session. */
+/* A drafter from the model's MTP layer (the nextn layer deepseek2, glm4moe and qwen3next files may
+ * carry): the target session's final hidden states and the newest token through it propose the
+ * next tokens, each further draft chained on the layer's own output (llama.cpp's draft-mtp). From
+ * creation on the session keeps every position's hidden state (n_ctx x n_embd floats); create it
+ * before the prompt (positions decoded earlier draft from zeros). Its history must be the
+ * session's tokens plus the newest one. CPU and CUDA sessions (a CUDA session copies its hidden
+ * states down and the MTP layer runs on the CPU; qwen3next: CPU sessions only);
+ * STRATA_ERR_UNSUPPORTED, saying why, for a model without MTP tensors. Not owned: free it before
+ * the session. */
 STRATA_API strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter **out);
 STRATA_API void strata_drafter_free(strata_drafter *drafter);
 /* Up to max (<= STRATA_DRAFT_MAX) tokens continuing history[0..n_history); *n_out of them in out

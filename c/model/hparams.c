@@ -360,7 +360,7 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
                         c.arch, (int)hp->n_layer);
     /* MTP layers follow the trunk's and block_count counts them (llama.cpp's n_layer_all) */
     ST_TRY(st_hp_u32(&c, "nextn_predict_layers", 0, &hp->n_nextn, NULL));
-    if (hp->n_nextn > 0 && !arch->scored)
+    if (hp->n_nextn > 0 && !arch->scored && arch->id != ST_ARCH_QWEN3NEXT)
         return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.nextn_predict_layers' = %d: MTP layers of "
                         "architecture '%s' are not supported", c.arch, (int)hp->n_nextn, c.arch);
     if (hp->n_nextn >= hp->n_layer)

@@ -228,7 +228,7 @@ static strata_status st_bind_ffn(st_binder *b, st_layer *L, const st_hparams *hp
 static strata_status st_bind_layer_all(st_binder *b, strata_model *m, int il);
 
 /* The MTP layers after the trunk (llama.cpp's names: blk.N.nextn.*, then a whole layer of the
- * architecture's own; deepseek2 and glm4moe). A file that declares them without their tensors (converters that drop
+ * architecture's own; deepseek2, glm4moe, and qwen3next's gated full attention). A file that declares them without their tensors (converters that drop
  * them) loads as the trunk alone. */
 static strata_status st_bind_mtp(st_binder *b, strata_model *m) {
     const st_hparams *hp = &m->hp;

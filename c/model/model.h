@@ -141,9 +141,10 @@ static inline int st_layer_swa(const st_hparams *hp, int il) {
     return hp->n_swa > 0 && il % hp->swa_period < hp->swa_period - 1;
 }
 
-/* Whether layer il is a recurrent (gated DeltaNet) layer: llama.cpp's is_recr for qwen3next. */
+/* Whether layer il is a recurrent (gated DeltaNet) layer: llama.cpp's is_recr for qwen3next (its
+ * MTP layers, il >= n_layer, are gated full attention whatever the interval says). */
 static inline int st_layer_recurrent(const st_hparams *hp, int il) {
-    return hp->full_attn_interval > 0 && (il + 1) % hp->full_attn_interval != 0;
+    return hp->full_attn_interval > 0 && il < hp->n_layer && (il + 1) % hp->full_attn_interval != 0;
 }
 
 /* ---- weights -------------------------------------------------------------------------------- */

@@ -16,12 +16,13 @@ Strata with an f32 KV cache on a few token-id prompts. Requires
     other's top-5, and the comparison ends there);
 gpt_oss's expert_weights_scale against HF with the experts' down projections scaled; a Q8_0
 conversion of one model whose greedy tokens mostly match the F32 file's; for deepseek2 also
-batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for deepseek2
-and glm4moe the MTP layer as a drafter against a transformers-built reference; for deepseek2
-files in the layout before llama.cpp's MLA split (attn_kv_b) against new-style ones; for qwen3next
-verify windows with the recurrent state rolled back, a prompt over several DeltaNet chunks (its
-logits against HF; the same bits in one call, in any split, token by token), rollback across a
-chunk start, and the refusals (rollback past the window, CUDA sessions)."""
+batched prompts, verify windows with rejected drafts and a RAM budget, bit for bit; for
+deepseek2, glm4moe and qwen3next the MTP layer as a drafter against a transformers-built
+reference; for deepseek2 files in the layout before llama.cpp's MLA split (attn_kv_b) against
+new-style ones; for qwen3next verify windows with the recurrent state rolled back, a prompt over
+several DeltaNet chunks (its logits against HF; the same bits in one call, in any split, token by
+token), rollback across a chunk start, the refusals (rollback past the window), and greedy
+decoding through windows of MTP drafts (some rejected) equal to plain greedy."""
 from __future__ import annotations
 
 import zlib
@@ -380,7 +381,7 @@ def test_python_model_logits(name, workdir):
 
 
 # =================================================================================================
-# MTP layers as drafters (deepseek2, glm4moe)
+# MTP layers as drafters (deepseek2, glm4moe, qwen3next)
 # =================================================================================================
 
 def test_deepseek2_mtp_drafter(workdir):
@@ -393,3 +394,26 @@ def test_glm4moe_mtp_drafter(workdir):
     """GLM-4.5's MTP layer, with its own embed_tokens and shared_head.head as GLM-4.5's checkpoints
     carry them, against a reference built from transformers' Glm4MoeDecoderLayer."""
     L.check_mtp_drafter(workdir, "glm4moe", PROMPTS[2], own_head=True)
+
+
+def test_qwen3next_mtp_drafter(workdir):
+    """Qwen3-Next's MTP block (mtp.fc, the (1 + w) pre-fc norms and final norm, one gated
+    full-attention decoder layer with routed experts and the gated shared expert; head and
+    embedding shared with the trunk) against a reference built from transformers'
+    Qwen3NextDecoderLayer (layer_type full_attention) and Qwen3NextRMSNorm."""
+    L.check_mtp_drafter(workdir, "qwen3next", PROMPTS[2])
+
+
+@pytest.mark.parametrize("n_batch", [512, 2])
+def test_qwen3next_mtp_speculative_greedy(n_batch, workdir):
+    """--spec mtp on qwen3next: greedy decoding through verify windows of the MTP drafter's drafts
+    gives plain greedy's tokens bit for bit, some drafts accepted and some rejected, so the
+    DeltaNet layers' recurrent state is rolled back inside windows (the rows after a rejected
+    draft undone; with n_batch 2 each window runs as several forward calls). The file's MTP block
+    is made to agree with the trunk at times (mtp_agreeing_file)."""
+    path = L.mtp_agreeing_file(workdir, "qwen3next")
+    p = PROMPTS[2]
+    plain, _ = L.mtp_spec_greedy(path, p, 48, use_mtp=False, n_batch=n_batch)
+    spec, (windows, drafted, accepted) = L.mtp_spec_greedy(path, p, 48, use_mtp=True, n_batch=n_batch)
+    assert spec == plain
+    assert windows > 0 and 0 < accepted < drafted, (windows, drafted, accepted)

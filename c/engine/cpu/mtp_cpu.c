@@ -1,14 +1,16 @@
 /* mtp_cpu.c - the MTP drafter (strata_drafter_mtp_create): the model's nextn layer (deepseek2,
- * glm4moe) run on the CPU as llama.cpp's draft-mtp runs it, for a CPU session or a CUDA session
- * (whose forward pass copies the hidden states down into s->mtp_h). The MTP row of position p
- * joins the normalized embedding of token p with the normalized final hidden state of position
- * p-1 (zeros for p = 0), projects them (eh_proj), runs the layer (its attention over its own
- * cache of MTP rows, routed and shared experts or a dense FFN) and gives the logits of token p+1 through the head norm
- * and head. Drafting: the row of the history's newest token gives the first draft; each further
+ * glm4moe, qwen3next) run on the CPU as llama.cpp's draft-mtp runs it, for a CPU session or a
+ * CUDA session (whose forward pass copies the hidden states down into s->mtp_h). The MTP row of
+ * position p joins the normalized embedding of token p with the normalized final hidden state of
+ * position p-1 (zeros for p = 0), projects them (eh_proj), runs the layer (its attention over its
+ * own cache of MTP rows: latent, plain, or qwen3next's gated full attention through the trunk's
+ * own block; routed and shared experts or a dense FFN) and gives the logits of token p+1 through
+ * the head norm and head. Drafting: the row of the history's newest token gives the first draft; each further
  * draft takes the previous row's normalized output as its hidden state. The rows of real tokens
  * stay cached (a common prefix is not computed again); the chained rows are dropped. */
 #include "mtp.h"
 #include "forward_cpu.h"
+#include "linear_attn_cpu.h"
 #include "quant.h"
 
 #include <math.h>
@@ -37,6 +39,10 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
     const size_t E = (size_t)hp->n_embd, C = (size_t)s->n_ctx;
+    *out = NULL;
+    if (m->arch->id == ST_ARCH_QWEN3NEXT && !s->rs) /* its gated attention's scratch is the CPU state's */
+        return st_error(STRATA_ERR_UNSUPPORTED, "MTP drafter: qwen3next's MTP layer runs beside a CPU "
+                        "session only so far");
     st_mtp *d = calloc(1, sizeof *d);
     if (!d) return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory");
     *out = d;
@@ -121,6 +127,7 @@ static void st_mtp_rows(st_mtp *d, const strata_token *tok, int64_t T, int64_t p
     st_matmul(s->tp, &L->nextn_eh_proj, d->cat, T, s->x, s->mm_ws);
     for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
     if (m->arch->mla) st_cpu_mla_block(s, L, &d->kv, T, pos0);
+    else if (m->arch->id == ST_ARCH_QWEN3NEXT) st_cpu_gated_attn_block(s, L, &d->kv, T, pos0);
     else st_cpu_attn_block(s, L, &d->kv, T, pos0);
     const st_cpu_ffn_w w = {&d->dense, d->experts, &d->shexp};
     st_cpu_ffn_block(s, L, hp->n_layer, &w, T);
