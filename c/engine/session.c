@@ -124,8 +124,8 @@ static strata_status st_alloc_scratch(strata_session *s) {
         s->mla_v = st_alloc(sizeof(float) * T * H * hv, &fail);
     }
     size_t mm_n = st_max_sz(st_max_sz(E, no), (size_t)hp->n_lora_q); /* MLA's q_b input too */
-    if (s->model->n_mtp > 0) mm_n = st_max_sz(mm_n, 2 * E);
-    mm_n = st_max_sz(mm_n, (size_t)hp->ssm_d_inner);                  /* qwen3next's ssm_out */           /* an MTP layer's eh_proj */
+    if (s->model->n_mtp > 0) mm_n = st_max_sz(mm_n, 2 * E);          /* an MTP layer's eh_proj */
+    mm_n = st_max_sz(mm_n, (size_t)hp->ssm_d_inner);                  /* qwen3next's ssm_out */
     s->mm_ws = st_alloc(st_matmul_wsize((int64_t)mm_n, (int64_t)T), &fail);
     s->pred_layer = -1;
     if (s->ram || s->plan.expert_cache != 0) s->missed = st_alloc(T * K, &fail);
