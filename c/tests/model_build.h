@@ -309,7 +309,7 @@ static spec base_spec(const char *arch) {
         s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32; s.granite = 1; s.tied = 1;
     } else if (!strcmp(arch, "qwen3next")) { /* 2 DeltaNet layers, 2 gated attention layers */
         s.n_layer = 4; s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32; s.write_exp_key = 1; s.qk = 2;
-        s.n_ff_shexp = 48; s.shexp_gate = 1; s.head_dim = 64; s.n_rot = 16;
+        s.n_ff_shexp = 64; s.shexp_gate = 1; s.head_dim = 64; s.n_rot = 16; /* GPU: widths % 32 */
         s.ssm_interval = 2; s.ssm_nk = 2; s.ssm_nv = 4; s.ssm_d = 32; s.ssm_conv = 4;
     } else if (!strcmp(arch, "mixtral")) { /* llama with experts */
         s.arch = "llama"; s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32;
