@@ -1,6 +1,7 @@
 /* mla.cu - the GPU kernels of multi-head latent attention (cuda_mla.h) other than the attention
  * itself (mla_attn.cu): the per-head absorption matmul (st_k_mla_absorb_n for up to 8 tokens,
- * st_k_mla_absorb_t tiled for more: one fma chain per output either way), the strided row copy,
+ * st_k_mla_absorb_t tiled for more: one fma chain per output either way, both staging weights in
+ * shared memory), the strided row copy,
  * the latent cache store and its size, with their argument checks and dispatch. Every output row
  * depends on its own inputs only (no T, no other rows, no plan in its arithmetic): prompt batches
  * and token-by-token calls give the same bits. */
@@ -13,9 +14,11 @@
 /* ---- absorption matmul ----------------------------------------------------------------------- */
 
 /* The function: y = one fma chain from 0 over the row's weights in ascending order,
- * fmaf(w[i], x[i], acc), w dequantized as the CPU does. The narrow kernel (a thread an output row,
- * up to 8 tokens) and the tiled one (64 tokens x 64 rows a block) both run exactly that chain. */
-#define ST_MLA_AB_NT 128    /* narrow kernel: threads (output rows) per block */
+ * fmaf(w[i], x[i], acc), w dequantized as the CPU does. The narrow kernel (32 rows x up to 8
+ * tokens a block) and the tiled one (64 tokens x 64 rows a block) both run exactly that chain. */
+#define ST_MLA_AB_NT 128    /* narrow kernel: threads per block (32 rows x 4 token lanes) */
+#define ST_MLA_AB_NR 32     /* narrow kernel: output rows per block */
+#define ST_MLA_AB_NK 64     /* narrow kernel: weights per row and step */
 #define ST_MLA_AB_TT 8      /* narrow kernel: tokens per block; wider calls take the tiled kernel */
 #define ST_MLA_AB_TILE 64   /* tiled kernel: tokens and rows per block */
 #define ST_MLA_AB_KT 32     /* tiled kernel: weights per row and step */
@@ -48,37 +51,51 @@ static __device__ __forceinline__ void st_mla_w4(const uint8_t *row, int i0, flo
     }
 }
 
-/* Narrow: block (row tile, head h, token tile of up to 8); thread = output row j, its chain for
- * each token (the x reads are the same address across the warp: broadcasts). */
+/* Narrow: block (32 output rows of head h, token tile of up to 8) of 128 threads. Per step the
+ * block stages 64 weights of each of its rows (16 threads read a row's 64 contiguously) and 64 x
+ * values of each token in shared memory, then thread (row r, token lane l) advances the chains of
+ * tokens l and l + 4 by those 64 weights in order: the coalesced staging keeps many loads in
+ * flight where a thread walking its own row would wait for each. */
 template <int TYPE, bool VEC>
 static __global__ void __launch_bounds__(ST_MLA_AB_NT)
 st_k_mla_absorb_n(const uint8_t *__restrict__ W, size_t row_bytes, int cols, int rows, const float *__restrict__ x,
                   int64_t ldx, int64_t xhs, float *__restrict__ y, int64_t ldy, int64_t yhs, int64_t T) {
+    __shared__ float Ws[ST_MLA_AB_NK][ST_MLA_AB_NR + 1], Xs[ST_MLA_AB_TT][ST_MLA_AB_NK];
     st_pdl_enter();
-    const int h = (int)blockIdx.y, j = (int)blockIdx.x * ST_MLA_AB_NT + (int)threadIdx.x;
-    if (j >= rows) return;
+    const int tid = (int)threadIdx.x, h = (int)blockIdx.y, j0 = (int)blockIdx.x * ST_MLA_AB_NR;
+    const int r = tid % ST_MLA_AB_NR, l = tid / ST_MLA_AB_NR; /* l in 0..3: tokens l, l + 4 */
     const int64_t t0 = (int64_t)blockIdx.z * ST_MLA_AB_TT;
     const int nt = (int)min((int64_t)ST_MLA_AB_TT, T - t0);
     const float *xh = x + t0 * ldx + (int64_t)h * xhs;
-    const uint8_t *row = W + ((size_t)h * (size_t)rows + (size_t)j) * row_bytes;
-    float acc[ST_MLA_AB_TT];
+    float acc[2] = {0.0f, 0.0f};
+    for (int k0 = 0; k0 < cols; k0 += ST_MLA_AB_NK) {
+        const int kn = min(ST_MLA_AB_NK, cols - k0);
+        __syncthreads(); /* the previous step's readers are done */
 #pragma unroll
-    for (int tt = 0; tt < ST_MLA_AB_TT; tt++) acc[tt] = 0.0f;
-    for (int i0 = 0; i0 < cols; i0 += 4) {
-        float w[4];
-        st_mla_w4<TYPE, VEC>(row, i0, w);
+        for (int i = 0; i < ST_MLA_AB_NR * ST_MLA_AB_NK / 4 / ST_MLA_AB_NT; i++) { /* rows x quads */
+            const int idx = tid + ST_MLA_AB_NT * i, q = idx % (ST_MLA_AB_NK / 4), jr = idx / (ST_MLA_AB_NK / 4);
+            float w[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (j0 + jr < rows && 4 * q < kn)
+                st_mla_w4<TYPE, VEC>(W + ((size_t)h * (size_t)rows + (size_t)(j0 + jr)) * row_bytes, k0 + 4 * q, w);
 #pragma unroll
-        for (int tt = 0; tt < ST_MLA_AB_TT; tt++) {
-            if (tt < nt) {
-                const float *xp = xh + tt * ldx + i0;
+            for (int k = 0; k < 4; k++) Ws[4 * q + k][jr] = w[k];
+        }
 #pragma unroll
-                for (int k = 0; k < 4; k++) acc[tt] = fmaf(w[k], __ldg(xp + k), acc[tt]);
-            }
+        for (int i = 0; i < ST_MLA_AB_TT * ST_MLA_AB_NK / ST_MLA_AB_NT; i++) { /* tokens x values */
+            const int idx = tid + ST_MLA_AB_NT * i, kk = idx % ST_MLA_AB_NK, t = idx / ST_MLA_AB_NK;
+            Xs[t][kk] = t < nt && kk < kn ? __ldg(xh + t * ldx + k0 + kk) : 0.0f;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < kn; kk++) {
+            const float w = Ws[kk][r];
+            acc[0] = fmaf(w, Xs[l][kk], acc[0]);
+            acc[1] = fmaf(w, Xs[l + 4][kk], acc[1]);
         }
     }
-#pragma unroll
-    for (int tt = 0; tt < ST_MLA_AB_TT; tt++)
-        if (tt < nt) y[(t0 + tt) * ldy + (int64_t)h * yhs + j] = acc[tt];
+    const int j = j0 + r;
+    if (j >= rows) return;
+    if (l < nt) y[(t0 + l) * ldy + (int64_t)h * yhs + j] = acc[0];
+    if (l + 4 < nt) y[(t0 + l + 4) * ldy + (int64_t)h * yhs + j] = acc[1];
 }
 
 /* Tiled: block (row tile j0, head h, token tile t0) of 16 x 16 threads, thread (ty, tx) tokens
@@ -146,7 +163,7 @@ static void st_mla_absorb_go(const st_cuda_mla_w *W, const float *d_x, int64_t l
     const uint8_t *w = (const uint8_t *)W->data;
     const int cols = (int)W->cols, rows = (int)W->rows;
     if (T <= ST_MLA_AB_TT) {
-        const dim3 grid((unsigned)((rows + ST_MLA_AB_NT - 1) / ST_MLA_AB_NT), (unsigned)W->n_head, 1u);
+        const dim3 grid((unsigned)((rows + ST_MLA_AB_NR - 1) / ST_MLA_AB_NR), (unsigned)W->n_head, 1u);
         st_launch(st_k_mla_absorb_n<TYPE, VEC>, grid, ST_MLA_AB_NT, 0, s, w, W->row_bytes, cols, rows, d_x, ldx,
                   xhs, d_y, ldy, yhs, T);
     } else {
