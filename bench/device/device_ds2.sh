@@ -19,7 +19,7 @@
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 #   run(command="STAGES=air bash bench/device/device_ds2.sh", ...)
 # Knobs: STAGES (default "tests lite"; also "air", "oss20b", "qwen3next"), CTESTS (the C tests, NAME:SECONDS),
-# PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2). $OUT:
+# PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2), LAYERS_<stage> (fewer layers; qwen3next 12 unless set). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
 set -u
 cd "$(dirname "$0")/../.."
@@ -34,15 +34,21 @@ R=${R:-2}
 STAGES=${STAGES:-tests lite}
 have() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 late() { [ "$(el)" -ge "$BUDGET" ] && { echo "budget reached at $(el)s: $1 skipped"; return 0; }; return 1; }
+# LAYERS_<stage> writes fewer layers at the real per-layer shapes (a smaller file, quicker to write)
 synth_args() { # stage -> synth_arch.py preset and options
     case $1 in
-    lite) echo deepseek-v2-lite ;;
-    air) echo glm-4.5-air --no-mtp --pad-vocab ;;
-    oss20b) echo gpt-oss-20b --pad-vocab ;;
-    qwen3next) echo qwen3-next-80b --layers 12 --pad-vocab ;;
+    lite) echo deepseek-v2-lite ${LAYERS_lite:+--layers $LAYERS_lite} ;;
+    air) echo glm-4.5-air --no-mtp --pad-vocab ${LAYERS_air:+--layers $LAYERS_air} ;;
+    oss20b) echo gpt-oss-20b --pad-vocab ${LAYERS_oss20b:+--layers $LAYERS_oss20b} ;;
+    qwen3next) echo qwen3-next-80b --layers ${LAYERS_qwen3next:-12} --pad-vocab ;;
     esac
 }
-n_moe_layers() { case $1 in lite) echo 27 ;; air) echo 46 ;; oss20b) echo 24 ;; qwen3next) echo 12 ;; esac; }
+n_moe_layers() { # llama-bench's -ncmoe for every MoE layer on the CPU
+    case $1 in
+    lite) echo ${LAYERS_lite:-27} ;; air) echo ${LAYERS_air:-46} ;; oss20b) echo ${LAYERS_oss20b:-24} ;;
+    qwen3next) echo ${LAYERS_qwen3next:-12} ;;
+    esac
+}
 MODELS=""
 for m in lite air oss20b qwen3next; do have $m && MODELS="$MODELS $m"; done
 set -- $MODELS
@@ -66,7 +72,8 @@ DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
         ${CTESTS:-test_cuda_mla:120 test_cuda_moe:300 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
-    for t in ${PYTESTS:-test_hf_parity_gpu.py:: test_iq_gpu.py::}; do # FILE::-k expression, + for spaces
+    for t in ${PYTESTS:-test_hf_parity_gpu.py:: test_iq_gpu.py::}; do # FILE::-k expression, + for spaces; - none
+        [ "$t" = - ] && continue
         f=${t%%::*} k=${t#*::}
         k=${k//+/ }
         STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \
