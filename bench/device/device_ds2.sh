@@ -5,7 +5,8 @@
 # (test_hf_parity_gpu.py, all but gpt-oss), and the low-bit GPU tests of issue 34
 # (test_cuda_dequant, test_cuda_mmv, test_iq_gpu.py) sharing the build. Model stages, each a
 # synthetic file at a real model's shapes (bench/synth_arch.py, zero-mean weights), timed pp512 and
-# tg64 all resident and with --cpu-moe, each beside llama-bench on the same file in the same call
+# tg64 all resident, with --cpu-moe and with an expert cache of a quarter of the experts, the
+# first two each beside llama-bench on the same file in the same call
 # (when .peer is carried; its build runs in the background meanwhile): "lite" DeepSeek-V2-Lite
 # (Q4_K experts), "air" GLM-4.5-Air (Q3_K_M mix, without its MTP layer, vocab padded to 151552:
 # about 52 GiB, so one stage a call and the disk holds only its file), "oss20b" gpt-oss-20b (MXFP4
@@ -43,6 +44,7 @@ synth_args() { # stage -> synth_arch.py preset and options
     qwen3next) echo qwen3-next-80b --layers ${LAYERS_qwen3next:-12} --pad-vocab ;;
     esac
 }
+n_experts() { case $1 in lite) echo 64 ;; air) echo 128 ;; oss20b) echo 32 ;; qwen3next) echo 512 ;; esac; }
 n_moe_layers() { # llama-bench's -ncmoe for every MoE layer on the CPU
     case $1 in
     lite) echo ${LAYERS_lite:-27} ;; air) echo ${LAYERS_air:-46} ;; oss20b) echo ${LAYERS_oss20b:-24} ;;
@@ -126,6 +128,7 @@ for m in $MODELS; do
         srow ${m}_gpu_$p
         lrow ${m}_gpu_$p
         srow ${m}_cpumoe_$p --cpu-moe
+        srow ${m}_cache_$p --expert-cache $(( $(n_experts $m) * $(n_moe_layers $m) / 4 )) # a quarter
         lrow ${m}_cpumoe_$p -ncmoe "$(n_moe_layers $m)" -t 16
     done
 done
