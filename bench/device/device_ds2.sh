@@ -20,7 +20,7 @@
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 #   run(command="STAGES=air bash bench/device/device_ds2.sh", ...)
 # Knobs: STAGES (default "tests lite"; also "air", "oss20b", "qwen3next"), CTESTS (the C tests, NAME:SECONDS),
-# PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2), LAYERS_<stage> (fewer layers; qwen3next 12 unless set). $OUT:
+# PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2), LAYERS_<stage> (fewer layers; qwen3next 12 unless set), PROF (0: no --profile row). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
 set -u
 cd "$(dirname "$0")/../.."
@@ -129,6 +129,10 @@ for m in $MODELS; do
         lrow ${m}_gpu_$p
         srow ${m}_cpumoe_$p --cpu-moe
         srow ${m}_cache_$p --expert-cache $(( $(n_experts $m) * $(n_moe_layers $m) / 4 )) # a quarter
+        if [ "$p" = 1 ] && [ "${PROF:-1}" = 1 ]; then # the phases of a step
+            srow ${m}_prof --profile
+            grep -E "profile (pp|tg)[0-9]+ \(" "$J/s_${m}_prof.err" | sed 's/^strata: /    /'
+        fi
         lrow ${m}_cpumoe_$p -ncmoe "$(n_moe_layers $m)" -t 16
     done
 done
