@@ -114,12 +114,11 @@ static strata_session_stats fresh_stats(const strata_model *m) {
     return st;
 }
 
-/* KL(p || q) of the softmaxes of two logit rows, in double. */
-/* The n tokens' logits of a session with the current g_ placement knobs, decoded in one call of
- * n_batch 64 (NULL on failure); its stats into *st when st is not NULL. */
-static float *split_logits(const strata_model *m, const int32_t *toks, int64_t n, int32_t V,
+/* The n tokens' logits of a CUDA session with the current g_ placement knobs, decoded in one call
+ * of n_batch (NULL on failure); its stats into *st when st is not NULL. */
+static float *split_logits(const strata_model *m, const int32_t *toks, int64_t n, int32_t V, int n_batch,
                            strata_session_stats *st) {
-    strata_session *hs = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
+    strata_session *hs = new_session(m, STRATA_BACKEND_CUDA, n_batch, 512);
     float *out = malloc(sizeof(float) * (size_t)n * (size_t)V);
     const int ok = hs && out && strata_session_decode(hs, toks, n, out, 1) == STRATA_OK;
     if (st) {
@@ -134,6 +133,7 @@ static float *split_logits(const strata_model *m, const int32_t *toks, int64_t n
     return out;
 }
 
+/* KL(p || q) of the softmaxes of two logit rows, in double. */
 static double kl_row(const float *a, const float *b, int32_t V) {
     double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
     for (int32_t i = 0; i < V; i++) { ma = fmax(ma, a[i]); mb = fmax(mb, b[i]); }
@@ -1042,8 +1042,15 @@ static void test_default_model(void) {
         free(sa);
         /* stage_split: no batch staged whole (stage_experts 1000), each prompt slice of more than
          * 8 tokens split. Every expert loaded (pcie_frac 1): the GPU computes the slices as
-         * staging them does, bit for bit (--stage-experts 9); half (0.5): both sides at once,
-         * within the CPU/GPU tolerance of the CPU computing them (--stage-experts 0) */
+         * staging them does, bit for bit (--stage-experts 9); none (0): the CPU computes them as
+         * without the split (--stage-experts 0, bit for bit); half (0.5): both sides at once,
+         * within the CPU/GPU tolerance of the CPU computing them. That tolerance, not the tighter
+         * all-resident figure: on this text layer 4's router at position 141 has its 4th and 5th
+         * experts 2.3e-4 logits apart (the CPU's f16 vs f32 KV cache alone moves that gap by
+         * 8e-3), so other arithmetic may swap them there: forced on the CPU that swap costs KL
+         * 0.012 at the position and 1.0e-4 on the mean. Each position is bounded too, loosely
+         * (gross errors: garbage, stale or doubled rows); test_arch_split checks a wrong row
+         * strictly on f32 models, whose routing the arithmetic cannot flip. */
         {
             g_cpu_moe = -1;
             g_stage = 9;
@@ -1054,43 +1061,54 @@ static void test_default_model(void) {
             g_split = 1;
             g_pcie_frac = 1.0f;
             float *sp1 = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
+            g_pcie_frac = 0.0f;
+            strata_session_stats zst;
+            float *spz = split_logits(m, toks, n, V, 64, &zst);
             g_pcie_frac = 0.5f;
             strata_session_stats hst;
-            float *sph = split_logits(m, toks, n, V, &hst), *sph2 = split_logits(m, toks, n, V, NULL);
+            float *sph = split_logits(m, toks, n, V, 64, &hst), *sph2 = split_logits(m, toks, n, V, 64, NULL);
             const int okh = sph != NULL;
             g_cpu_moe = g_stage = g_split = 0;
             g_pcie_frac = -1.0f;
             CHECK(s9 && sp1 && !memcmp(s9, sp1, sizeof(float) * (size_t)n * (size_t)V),
                   "--stage-split, pcie_frac 1: not the bits of --stage-experts 9");
+            CHECK(s0 && spz && zst.split_batches == 0 && !memcmp(s0, spz, sizeof(float) * (size_t)n * (size_t)V),
+                  "--stage-split, pcie_frac 0: not the bits of --stage-experts 0 (%lld split batches)",
+                  (long long)zst.split_batches);
             CHECK(okh && sph2 && !memcmp(sph, sph2, sizeof(float) * (size_t)n * (size_t)V),
                   "--stage-split, pcie_frac 0.5: two runs differ");
-            double klh = 0, klc = 0, kmax = 0, cmax = 0;
+            double klh = 0, klc = 0, kmax = 0, cmax = 0, floor = 0;
             int agree = 0;
             int64_t imax = -1;
-            for (int64_t i = 0; okh && s0 && all && i < n; i++) {
+            for (int64_t i = 0; okh && s0 && all && cpu && cpu32 && i < n; i++) {
                 const float *r = all + (size_t)i * (size_t)V;
                 const double kh = kl_row(s0 + (size_t)i * (size_t)V, sph + (size_t)i * (size_t)V, V);
                 const double kc = kl_row(s0 + (size_t)i * (size_t)V, r, V);
                 klh += kh / (double)n;
                 klc += kc / (double)n;
+                floor += kl_row(cpu + (size_t)i * (size_t)V, cpu32 + (size_t)i * (size_t)V, V) / (double)n;
                 if (kh > kmax) kmax = kh, imax = i;
                 cmax = fmax(cmax, kc);
                 agree += argmax(sph + (size_t)i * (size_t)V, V) == argmax(s0 + (size_t)i * (size_t)V, V);
             }
+            const double bound = fmax(1e-4, 2.0 * floor), pos_bound = 0.05;
             printf("--stage-split, pcie_frac 0.5: %lld split batches, expert rows %lld GPU / %lld CPU; mean "
-                   "KL %.3g against the CPU's experts (all resident: %.3g), largest %.3g at position %lld "
-                   "(all resident: %.3g), top-1 %d / %lld\n",
+                   "KL %.3g against the CPU's experts (bound %.3g; all resident: %.3g), largest %.3g at "
+                   "position %lld (bound %.3g; all resident: %.3g), top-1 %d / %lld\n",
                    (long long)hst.split_batches, (long long)hst.expert_slots_gpu,
-                   (long long)hst.expert_slots_cpu, klh, klc, kmax, (long long)imax, cmax, agree, (long long)n);
+                   (long long)hst.expert_slots_cpu, klh, bound, klc, kmax, (long long)imax, pos_bound, cmax,
+                   agree, (long long)n);
             CHECK(okh && s0 && hst.split_batches > 0 && hst.expert_slots_gpu > 0 && hst.expert_slots_cpu > 0,
                   "--stage-split, pcie_frac 0.5: no split (%lld batches): %s", (long long)hst.split_batches,
                   strata_last_error());
-            CHECK(klh <= fmax(1e-4, 2.0 * klc) && agree >= n - 1,
-                  "--stage-split, pcie_frac 0.5: mean KL %.3g (all resident %.3g), top-1 %d / %lld", klh, klc,
-                  agree, (long long)n);
+            CHECK(klh <= bound && kmax <= pos_bound && agree >= n - 1,
+                  "--stage-split, pcie_frac 0.5: mean KL %.3g (bound %.3g), largest %.3g at position %lld "
+                  "(bound %.3g), top-1 %d / %lld", klh, bound, kmax, (long long)imax, pos_bound, agree,
+                  (long long)n);
             free(s9);
             free(s0);
             free(sp1);
+            free(spz);
             free(sph);
             free(sph2);
         }
@@ -1191,6 +1209,46 @@ static void test_default_model(void) {
  * Every architecture, random f32 weights
  * ------------------------------------------------------------------------------------------- */
 
+/* stage_split on a random f32 MoE model (its routing cannot flip under the GPU's arithmetic, the
+ * experts' rows differ from the CPU's by ~1e-6): --cpu-moe, each prompt slice of 32, 32 and 24
+ * tokens split between the GPU (half the experts, the most used, over PCIe) and the CPU. Every
+ * position's logits within 1e-3 of that position's largest CPU logit: one row that lost, doubled
+ * or misread an expert's share fails. */
+static void test_arch_split(const strata_model *m, const char *arch, int32_t V, const float *cpu,
+                            const strata_token *toks, int64_t n) {
+    g_cpu_moe = -1;
+    g_stage = 1000;
+    g_split = 1;
+    g_pcie_frac = 0.5f;
+    strata_session_stats st;
+    float *sp = split_logits(m, toks, n, V, 32, &st);
+    g_cpu_moe = g_stage = g_split = 0;
+    g_pcie_frac = -1.0f;
+    CHECK(sp && st.split_batches > 0 && st.expert_slots_gpu > 0 && st.expert_slots_cpu > 0,
+          "%s --stage-split: no split (%lld batches): %s", arch, (long long)st.split_batches,
+          strata_last_error());
+    double worst = 0;
+    int64_t at = -1;
+    for (int64_t t = 0; sp && t < n; t++) {
+        double amax = 0, emax = 0;
+        for (int32_t i = 0; i < V; i++) {
+            const float c = cpu[t * V + i], g = sp[t * V + i];
+            amax = fmax(amax, fabs(c));
+            emax = fmax(emax, isnan(g) ? INFINITY : fabs((double)g - c));
+        }
+        const double r = amax > 0 ? emax / amax : emax;
+        if (!(r <= worst)) worst = r, at = t;
+    }
+    if (sp)
+        printf("%-12s --stage-split, pcie_frac 0.5: %lld split batches, expert rows %lld GPU / %lld CPU; "
+               "largest |split - cpu| / max|cpu| of a position %.3g (position %lld)\n", arch,
+               (long long)st.split_batches, (long long)st.expert_slots_gpu, (long long)st.expert_slots_cpu,
+               worst, (long long)at);
+    CHECK(sp && worst <= 1e-3, "%s --stage-split: position %lld differs by %.3g of its largest logit", arch,
+          (long long)at, worst);
+    free(sp);
+}
+
 static void test_arch(const char *arch) {
     spec s = base_spec(arch);
     s.head_dim = 64;        /* what the GPU attention takes */
@@ -1218,6 +1276,13 @@ static void test_arch(const char *arch) {
         CHECK(emax <= 1e-3 * amax, "%s: logits differ: %.3g of max %.3g", arch, emax, amax);
     }
     free(cpu); free(gpu);
+    if (s.n_expert > 0) { /* stage_split: 88 tokens in slices of 32, 32 and 24 */
+        strata_token tk[88];
+        for (int i = 0; i < 88; i++) tk[i] = (strata_token)((i * 11 + 5) % V);
+        float *ref = all_logits(m, STRATA_BACKEND_CPU, 32, tk, 88, V);
+        if (ref) test_arch_split(m, s.arch == arch ? arch : "mixtral", V, ref, tk, 88);
+        free(ref);
+    }
     strata_model_free(m);
 }
 
