@@ -6,10 +6,16 @@ IQ1_S / IQ1_M / IQ3_XXS / IQ3_S / IQ4_XS / MXFP4, expert downs IQ4_NL (the defau
 The reference is the same weights dequantized to f32 (`strata quantize --type f32`), the exact
 function both backends approximate: the CPU quantizes activations to Q8_K (one scale per 256
 values) for these types and the GPU to Q8_1 (one per 32), so each is off the exact function by its
-own rounding, and on this model the CPU's alone reaches a KL of several 1e-3 (docs/TESTING.md
-holds the figures): a CPU-vs-GPU bound of 1e-4 cannot hold. So the GPU is held to the CPU's own
-distance from the exact function:
-  * every position's logits: KL(exact || gpu) <= max(1e-4, 1.5 x the CPU's largest KL(exact || cpu));
+own rounding. That rounding also swaps near-tied routing choices: the 16-token prompt makes 96
+top-4-of-32 decisions and a few have the 4th and 5th router probabilities within 1%; one swap moves
+that position's KL from ~2e-4 to as much as 4e-2 (IQ1_S: the GPU swaps layer 2's tie at position
+12, rel. margin 0.16%, KL 0.044 there; the CPU layer 4's at 14, 0.3%, KL 0.0036), and which ties
+swap is chance, so the largest raw KL compares the backends' luck. So each backend is compared with
+iq_ref_lib's numpy forward of the f32 weights (itself checked against the f32 CPU session) with
+the near-tie swaps that best explain that backend's logits applied (iq_ref_lib.explain), and:
+  * every position's logits: KL(explained exact || backend) <= EXPL_MAX, for the CPU and the GPU;
+  * the GPU's mean of those over positions <= max(1e-4, 3 x the CPU's);
+  * where the explained exact logits' top-2 margin exceeds 1e-2, the same argmax;
   * greedy continuations: the same tokens as the CPU's or the exact model's, up to a near tie
     (test_hf_parity_lib.compare_greedy);
 with every expert on the GPU, and again with --cpu-moe (the experts on the CPU, the grouped
@@ -25,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import iq_ref_lib as R
 import strata
 import test_hf_parity_lib as L
 
@@ -32,6 +39,9 @@ REPO = Path(__file__).resolve().parents[2]
 CLI = Path(os.environ.get("STRATA_CLI", REPO / "strata"))
 SRC = REPO / "models" / "strata-tiny-moe-q8_0.gguf"
 KL_MAX = 1e-4
+# per position, against the exact function with the backend's near-tie swaps: ~10x the rounding's
+# KL on every mix (<= 1.2e-3 on the CPU and an emulated GPU), 20x below one swap's
+EXPL_MAX = 2e-3
 N_GEN = 12
 PROMPT = [5, 211, 17, 17, 305, 42, 0, 99, 128, 64, 3, 250, 250, 12, 77, 190]
 # mix name -> strata quantize arguments
@@ -97,16 +107,9 @@ class Session(L.StrataModel):
         self.session = ps[0]
 
 
-def kl_rows(p_logits: np.ndarray, q_logits: np.ndarray) -> np.ndarray:
-    def logsm(x):
-        x = x.astype(np.float64)
-        m = x.max(axis=-1, keepdims=True)
-        return x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
-    lp, lq = logsm(p_logits), logsm(q_logits)
-    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
-
-
+kl_rows = R.kl_rows
 _cpu_cache: dict = {}
+_ref_cache: dict = {}
 
 
 def cpu_reference(path: Path):
@@ -118,17 +121,55 @@ def cpu_reference(path: Path):
 
 def exact_reference(path: Path):
     """The CPU session on the same weights dequantized to f32 (f32 activations throughout)."""
+    return cpu_reference(exact_file(path))
+
+
+def exact_file(path: Path) -> Path:
     f32 = path.with_name(path.stem + "_f32.gguf")
     if not f32.exists():
         subprocess.run([str(CLI), "quantize", str(path), str(f32), "--type", "f32", "--allow-requantize",
                         "-t", "2"], check=True, capture_output=True, text=True)
-    return cpu_reference(f32)
+    return f32
+
+
+def numpy_weights(path: Path) -> dict:
+    """iq_ref_lib's weights of the f32 copy, once checked against the f32 CPU session."""
+    if path not in _ref_cache:
+        W = R.load_f32(exact_file(path))
+        kl = kl_rows(exact_reference(path)[0], R.forward(W, PROMPT)).max()
+        assert kl <= 1e-8, f"{path.name}: the numpy reference is off the f32 CPU session: KL {kl:.3g}"
+        _ref_cache[path] = W
+    return _ref_cache[path]
+
+
+def explained(path: Path, got: np.ndarray) -> tuple[np.ndarray, np.ndarray, frozenset]:
+    """KL per position of got against the exact function with got's near-tie swaps, those exact
+    logits, and the swaps as (layer, position)."""
+    ref, swaps = R.explain(numpy_weights(path), PROMPT, got)
+    return kl_rows(ref, got), ref, swaps
 
 
 @pytest.mark.parametrize("mix", list(MIXES))
 def test_cpu_reference_runs(mix, files):
     logits, ids, _ = cpu_reference(requantized(files, mix))
     assert np.isfinite(logits).all() and len(ids) == N_GEN
+
+
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_cpu_near_exact(mix, files):
+    """The CPU session within EXPL_MAX of the exact function once its near-tie swaps are applied
+    (and the explanation itself: a swap made in the reference is found, and only that one)."""
+    path = requantized(files, mix)
+    kl, _, swaps = explained(path, cpu_reference(path)[0])
+    print(f"{mix} cpu: explained KL max {kl.max():.3g} mean {kl.mean():.3g}, swaps {sorted(swaps)}")
+    assert kl.max() <= EXPL_MAX, f"{mix}: KL(explained exact || cpu) up to {kl.max():.3g} at {int(kl.argmax())}"
+    W = numpy_weights(path)
+    probs = []
+    R.forward(W, PROMPT, probs=probs)
+    t, l = R.near_ties(probs, W["_hp"]["n_used"])[0]
+    planted = R.forward(W, PROMPT, frozenset({(l, t)}))
+    kl_p, _, found = explained(path, planted)
+    assert found == {(l, t)} and kl_p.max() <= 1e-12, (found, (l, t), kl_p.max())
 
 
 @pytest.mark.parametrize("place", list(PLACEMENTS))
@@ -139,16 +180,20 @@ def test_gpu_matches_cpu(mix, place, files):
         pytest.skip(f"CUDA unavailable: {why}")
     path = requantized(files, mix)
     cpu, c_ids, c_rows = cpu_reference(path)
-    ref, x_ids, x_rows = exact_reference(path)
+    exact, x_ids, x_rows = exact_reference(path)
     with Session(path, "cuda", PLACEMENTS[place]) as sm:
         got = sm.logits(PROMPT)
         g_ids, g_rows = sm.greedy(PROMPT, N_GEN)
-    kl_cpu, kl = kl_rows(ref, cpu), kl_rows(ref, got)
-    bound = max(KL_MAX, 1.5 * kl_cpu.max())
-    print(f"{mix} {place}: KL(exact||cpu) max {kl_cpu.max():.3g}, KL(exact||gpu) max {kl.max():.3g}, "
-          f"KL(cpu||gpu) max {kl_rows(cpu, got).max():.3g}")
-    assert kl.max() <= bound, (f"{mix} {place}: KL(exact||gpu) up to {kl.max():.3g} at position "
-                               f"{int(kl.argmax())} > {bound:.3g} (cpu's {kl_cpu.max():.3g})")
+    kl_c, _, c_swaps = explained(path, cpu)
+    kl, ref, g_swaps = explained(path, got)
+    print(f"{mix} {place}: raw KL(exact||cpu) max {kl_rows(exact, cpu).max():.3g}, KL(exact||gpu) max "
+          f"{kl_rows(exact, got).max():.3g}; explained: cpu max {kl_c.max():.3g} mean {kl_c.mean():.3g} "
+          f"swaps {sorted(c_swaps)}, gpu max {kl.max():.3g} mean {kl.mean():.3g} swaps {sorted(g_swaps)}")
+    assert kl.max() <= EXPL_MAX, (f"{mix} {place}: KL(explained exact || gpu) up to {kl.max():.3g} at position "
+                                  f"{int(kl.argmax())} > {EXPL_MAX:.3g} (swaps {sorted(g_swaps)})")
+    bound = max(KL_MAX, 3 * kl_c.mean())
+    assert kl.mean() <= bound, (f"{mix} {place}: mean explained KL {kl.mean():.3g} > {bound:.3g} "
+                                f"(cpu's {kl_c.mean():.3g})")
     for i in range(len(PROMPT)):
         if L.top2_margin(ref[i]) > 1e-2:
             assert int(ref[i].argmax()) == int(got[i].argmax()), f"{mix} {place}: argmax differs at {i}"
