@@ -19,8 +19,13 @@
 #   run(command="bash bench/device/device_ds2.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 #   run(command="STAGES=air bash bench/device/device_ds2.sh", ...)
-# Knobs: STAGES (default "tests lite"; also "air", "oss20b", "qwen3next"), CTESTS (the C tests, NAME:SECONDS),
-# PYTESTS (the Python GPU tests, FILE::-k expression), MLA_CTX (mla_check's longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2), LAYERS_<stage> (fewer layers; qwen3next 12 unless set), PROF (0: no --profile row). $OUT:
+# Knobs: STAGES (default "tests lite"; also "air", "oss20b", "qwen3next"), CTESTS (the C tests,
+# NAME:SECONDS), PYTESTS (the Python GPU tests, FILE::-k expression; - none), MLA_CTX (mla_check's
+# longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW
+# (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions,
+# default 2), ROUNDS (interleaved rounds, default 2), LAYERS_<stage> (fewer layers; qwen3next 12
+# unless set), PROF (0: no --profile row), PREWRITE (1: every stage's file written at the start, in
+# parallel: small files only). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
 set -u
 cd "$(dirname "$0")/../.."
@@ -58,11 +63,17 @@ FIRST=${1:-}
 synth() { # stage jobs: writes /tmp/ds2_<stage>.gguf unless an earlier call did
     local tag=$1 jobs=$2
     [ -f /tmp/ds2_$tag.done ] && return 0
-    for f in /tmp/ds2_*.gguf; do [ "$f" = /tmp/ds2_$tag.gguf ] || rm -f "$f" "${f%.gguf}.done"; done
+    [ "${PREWRITE:-0}" = 1 ] || for f in /tmp/ds2_*.gguf; do
+        [ "$f" = /tmp/ds2_$tag.gguf ] || rm -f "$f" "${f%.gguf}.done"
+    done
     python3 bench/synth_arch.py $(synth_args $tag) /tmp/ds2_$tag.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
         --synth .devdata/synth_moe.py --jobs "$jobs" > "$J/synth_$tag.log" 2>&1 && echo ok > /tmp/ds2_$tag.done
 }
-[ -n "$FIRST" ] && { synth "$FIRST" 6 & } # written while the build and tests run
+if [ "${PREWRITE:-0}" = 1 ]; then # every stage's file written while the build and tests run
+    for m in $MODELS; do synth "$m" 5 & done
+else
+    [ -n "$FIRST" ] && { synth "$FIRST" 6 & } # written while the build and tests run
+fi
 LL=0
 if [ -n "$FIRST" ] && [ -f .peer/llama_bench.sh ]; then
     [ -f /tmp/llama.done ] || ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
@@ -115,7 +126,7 @@ lrow() { # tag args...
     echo "llama $tag (rc $?): $(grep -E 'pp512|tg64' "$J/l_$tag.md" | awk -F'|' '{printf "%s ", $(NF-1)}')at $(el)s"
 }
 for m in $MODELS; do
-    if [ "$m" = "$FIRST" ]; then
+    if [ "$m" = "$FIRST" ] || [ "${PREWRITE:-0}" = 1 ]; then
         for i in $(seq 200); do [ -f /tmp/ds2_$m.done ] && break; sleep 2; done
     else
         late "$m" && continue
@@ -124,7 +135,7 @@ for m in $MODELS; do
     [ -f /tmp/ds2_$m.done ] || { echo "$m file not written: $(tail -3 "$J/synth_$m.log")"; continue; }
     F=/tmp/ds2_$m.gguf
     echo "$m written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_$m.log" | head -5
-    for p in 1 2; do # interleaved rounds
+    for p in $(seq "${ROUNDS:-2}"); do # interleaved rounds
         srow ${m}_gpu_$p
         lrow ${m}_gpu_$p
         srow ${m}_cpumoe_$p --cpu-moe
