@@ -77,6 +77,8 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
     out->cpu_hand_wait_s = s->hand_wait_s;
     out->cpu_step_s = s->cpu_step_s;
     out->gpu_mem_cpu_layers = s->fit_cpu_layers;
+    out->kv_bytes_per_token = (int64_t)st_kv_bytes_per_token(&s->model->hp, s->kv_type);
+    out->state_bytes = (int64_t)st_recurrent_state_bytes(&s->model->hp);
     int first = 1;
     for (int32_t il = 0; il < s->dstats.n_layer; il++) {
         if (s->dstats.eligible[il] == 0) continue;
@@ -85,6 +87,7 @@ strata_status strata_session_get_stats(const strata_session *s, strata_session_s
         if (first || share > out->degrade_layer_max) out->degrade_layer_max = share;
         first = 0;
     }
-    s->be->stats(s, out); /* the backend's figures (a GPU cache's replace the RAM tier's) */
+    s->be->stats(s, out); /* the backend's figures (a GPU cache's replace the RAM tier's; its
+                             allocations: kv_bytes, state_alloc_bytes) */
     return STRATA_OK;
 }

@@ -272,6 +272,17 @@ STRATA_API void strata_model_free(strata_model *model);
 STRATA_API strata_status strata_model_get_info(const strata_model *model, strata_model_info *out);
 /* The underlying file; owned by the model. */
 STRATA_API const strata_gguf *strata_model_gguf(const strata_model *model);
+/* The bytes one more position adds to a session's KV cache of this model in kv_type
+ * (STRATA_TYPE_F16 or STRATA_TYPE_F32), from the model's shapes: every layer with a cache, K and V
+ * of each KV head (sliding-window layers too: the cache keeps every position for them); with
+ * latent attention (deepseek2) one row of kv_lora + rope values and no V; none for qwen3next's
+ * recurrent layers. The MTP drafter's own cache is not counted. -1 for a NULL or vocab_only model
+ * or another kv_type. */
+STRATA_API int64_t strata_model_kv_bytes_per_token(const strata_model *model, strata_type kv_type);
+/* The bytes of the recurrent state a session keeps whatever its length (qwen3next's DeltaNet
+ * layers: each value head's delta-rule state and the conv's last inputs, f32), from the shapes;
+ * 0 for models without recurrent layers, -1 for a NULL or vocab_only model. */
+STRATA_API int64_t strata_model_state_bytes(const strata_model *model);
 
 /* ---------------------------------------------------------------------------------------------
  * Tokenizer
@@ -686,6 +697,21 @@ typedef struct strata_session_stats {
     /* q8_sm60: the matrices whose decode GEMV takes the SM60 kernel (with a packed copy; the
      * output head counted), 0 when off */
     int32_t q8_sm60_mats;
+    /* the session's context in memory (not counters: reset leaves them; no profile needed):
+     * kv_bytes_per_token is
+     * what one more position adds to the KV cache in the session's kv_type, from the model's shapes
+     * (strata_model_kv_bytes_per_token: the same on every backend); kv_bytes the cache as the
+     * backend allocated it for n_ctx positions (CPU: n_ctx x kv_bytes_per_token; a GPU session
+     * sizes K and V by the larger of the key and value head widths and rounds each layer's up to
+     * 256 bytes). state_bytes: qwen3next's recurrent state from the shapes
+     * (strata_model_state_bytes); state_alloc_bytes what the backend keeps for it besides per-call
+     * scratch (CPU: two chunks' start states with the open chunk's rows, the conv state, and the
+     * rollback window's conv snapshot and inputs; GPU: the state and its window snapshot, the
+     * window's conv and beta/alpha inputs); both 0 for other models */
+    int64_t kv_bytes_per_token;
+    int64_t kv_bytes;
+    int64_t state_bytes;
+    int64_t state_alloc_bytes;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */

@@ -147,6 +147,16 @@ static inline int st_layer_recurrent(const st_hparams *hp, int il) {
     return hp->full_attn_interval > 0 && il < hp->n_layer && (il + 1) % hp->full_attn_interval != 0;
 }
 
+/* What a session's context costs, from the shapes (kv_shape.c). st_kv_bytes_per_token: the bytes
+ * one position adds to the KV cache in kv_type (f16 or f32; 0 for another type): every layer but
+ * the recurrent ones (sliding-window layers too: the cache keeps every position for them), K of
+ * n_head_kv x head_dim and V of n_head_kv x head_dim_v, or with latent attention one row of
+ * head_dim (kv_lora + n_rot) and no V; the MTP drafter's own cache is not counted.
+ * st_recurrent_state_bytes: the state proper of the recurrent layers (f32: per layer each value
+ * head's d x d delta-rule state and the conv's last d_conv - 1 inputs), 0 without them. */
+uint64_t st_kv_bytes_per_token(const st_hparams *hp, strata_type kv_type);
+uint64_t st_recurrent_state_bytes(const st_hparams *hp);
+
 /* ---- weights -------------------------------------------------------------------------------- */
 
 /* A view of one weight tensor in the mapping; data == NULL when the model lacks it. */

@@ -10,7 +10,8 @@
  *   - the GPU memory fit (st_session_fit_gpu_mem) counts layer indices as llama.cpp's
  *     --n-cpu-moe: over a range of budgets it gives 0 (all on the GPU), 3 (the dense layers and
  *     layer 2) or every layer, never a split that ends among the dense layers;
- *   - st_layer_has_experts and the layer counts of model.h.
+ *   - st_layer_has_experts and the layer counts of model.h;
+ *   - the latent KV cache's bytes a token in the session stats (kv_lora + rope a layer, no V).
  * GPU half (where CUDA is usable and the session is not refused for latent attention):
  * --n-cpu-moe 2 (only dense layers on the "CPU") bit-identical to all on the GPU, and the
  * GPU's greedy tokens equal to the CPU's over the prompt. */
@@ -145,6 +146,34 @@ static void test_model_shape(const strata_model *m) {
           (int)m->hp.n_layer_dense_lead, (int)m->hp.n_ff);
 }
 
+/* The latent cache's figures (strata_session_stats): one row of kv_lora + rope a layer, no V, in
+ * the session's kv_type; n_ctx of them allocated on the CPU (on the GPU, where it runs, each
+ * layer's rounded up to 256 bytes); no recurrent state. */
+static void test_kv_latent(const strata_model *m) {
+    for (int be = 0; be < 2; be++)
+        for (int t = 0; t < 2; t++) {
+            strata_session_params sp = params(be ? STRATA_BACKEND_CUDA : STRATA_BACKEND_CPU);
+            sp.kv_type = t ? STRATA_TYPE_F32 : STRATA_TYPE_F16;
+            const long long el = t ? 4 : 2, per = (long long)NL * (R + NR) * el;
+            strata_session *s = NULL;
+            if (strata_session_create(m, &sp, &s) != STRATA_OK) {
+                if (be) continue; /* no GPU here: test_gpu says so */
+                CHECK(0, "cpu session: %s", strata_last_error());
+                return;
+            }
+            strata_session_stats st;
+            CHECK(strata_session_get_stats(s, &st) == STRATA_OK, "stats");
+            const long long one = ((long long)sp.n_ctx * (R + NR) * el + 255) / 256 * 256;
+            CHECK(st.kv_bytes_per_token == per && strata_model_kv_bytes_per_token(m, sp.kv_type) == per,
+                  "%s %s: kv_bytes_per_token %lld, by hand %lld", be ? "cuda" : "cpu", t ? "f32" : "f16",
+                  (long long)st.kv_bytes_per_token, per);
+            CHECK(st.kv_bytes == (be ? NL * one : sp.n_ctx * per), "%s: kv_bytes %lld", be ? "cuda" : "cpu",
+                  (long long)st.kv_bytes);
+            CHECK(st.state_bytes == 0 && st.state_alloc_bytes == 0, "no recurrent state");
+            strata_session_free(s);
+        }
+}
+
 /* All-resident vs a RAM budget of 5 slots: the same bits; the look-ups of the MoE layers only. */
 static void test_ram_tier(const strata_model *m, float *ref) {
     const size_t n = (size_t)2 * NT * V;
@@ -232,6 +261,7 @@ int main(void) {
     if (st == STRATA_OK) {
         float *ref = malloc(sizeof(float) * (size_t)2 * NT * V);
         test_model_shape(m);
+        test_kv_latent(m);
         test_ram_tier(m, ref);
         test_fit(m);
         test_gpu(m, ref);

@@ -100,8 +100,8 @@ static strata_status cpu_forward(strata_session *s, const strata_token *tokens, 
 }
 
 static void cpu_stats(const strata_session *s, strata_session_stats *out) {
-    (void)s;
-    (void)out; /* every CPU figure is the session's own */
+    out->kv_bytes = (int64_t)s->kv.bytes; /* the counters are the session's own */
+    out->state_alloc_bytes = s->rs ? st_rs_bytes(s) : 0;
 }
 
 static void cpu_reset_stats(strata_session *s) { (void)s; }

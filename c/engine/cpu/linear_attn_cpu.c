@@ -104,6 +104,13 @@ strata_status st_rs_init(strata_session *s) {
     return st_rs_alloc(r, hp);
 }
 
+int64_t st_rs_bytes(const strata_session *s) {
+    const st_rs *r = s->rs;
+    const size_t L = (size_t)r->n_rec;
+    const size_t chunk = st_rs_ssm_n(r) + st_rs_ck_n(r) + st_rs_cu_n(r) + st_rs_cg_n(r);
+    return (int64_t)(sizeof(float) * L * (2 * chunk + 2 * st_rs_conv_n(r) + ST_RS_WINDOW * (size_t)r->C));
+}
+
 void st_rs_free(strata_session *s) {
     st_rs *r = s->rs;
     if (!r) return;

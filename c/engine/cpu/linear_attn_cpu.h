@@ -11,6 +11,9 @@
 /* Allocates s->rs for a model with recurrent layers (no-op otherwise). */
 strata_status st_rs_init(strata_session *s);
 void st_rs_free(strata_session *s);
+/* The bytes s->rs keeps whatever the call (not its n_batch scratch): both chunk buffers' start
+ * states and rows, the conv state, and the rollback window's conv snapshot and inputs. */
+int64_t st_rs_bytes(const strata_session *s);
 
 /* Before a decode call of n tokens at position s->n_past: zeroes the state at position 0 and
  * opens (or extends) the rollback window. */

@@ -37,6 +37,7 @@ static void cuda_stats(const strata_session *s, strata_session_stats *out) {
     out->cpu_split = st_gpu_split_mode(s);
     out->route_tail_skipped += st_gpu_tail_skipped(s, 0);
     out->plan_decode_tok_s = st_gpu_plan_rate(s);
+    st_gpu_mem_stats(s, &out->kv_bytes, &out->state_alloc_bytes);
 }
 
 static void cuda_reset_stats(strata_session *s) {

@@ -90,6 +90,8 @@ strata_status st_gpu_rs_create(strata_session *s) {
     const size_t L = (size_t)r->n_rec, W = ST_GPU_RS_WINDOW, f = sizeof(float);
     const size_t T = (size_t)(s->n_batch > (int32_t)W ? s->n_batch : (int32_t)W);
     const size_t di = (size_t)hp->ssm_d_inner, nv = (size_t)r->sh.nv, nq = (size_t)hp->n_head * hp->head_dim;
+    /* the state and its window snapshot, the window's conv and beta/alpha inputs */
+    g->rs_bytes = f * L * (2 * st_grs_conv_n(r) + 2 * st_grs_ssm_n(r) + W * (size_t)r->C + W * 2 * nv);
     TRY(st_gpu_alloc((void **)&r->conv, f * L * st_grs_conv_n(r)));
     TRY(st_gpu_alloc((void **)&r->ssm, f * L * st_grs_ssm_n(r)));
     TRY(st_gpu_alloc((void **)&r->snap_conv, f * L * st_grs_conv_n(r)));

@@ -53,6 +53,11 @@ void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skippe
     *sm60 = 0;
 }
 int st_gpu_pool_serves(const strata_session *s, int64_t T) { (void)s; (void)T; return 0; }
+void st_gpu_mem_stats(const strata_session *s, int64_t *kv_bytes, int64_t *state_bytes) {
+    (void)s;
+    *kv_bytes = 0;
+    *state_bytes = 0;
+}
 int st_gpu_split_mode(const strata_session *s) { (void)s; return 0; }
 int64_t st_gpu_tail_skipped(const strata_session *s, int reset) { (void)s; (void)reset; return 0; }
 double st_gpu_plan_rate(const strata_session *s) { (void)s; return 0.0; }

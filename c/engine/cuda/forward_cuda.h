@@ -199,6 +199,7 @@ struct st_gpu {
                                              last block finishes the call; 0 between calls */
     size_t moe_ws_bytes, attn_ws_bytes;
     st_gpu_rs *rs;                        /* qwen3next: the DeltaNet layers' state, else NULL */
+    size_t rs_bytes;                      /* of it, what every call keeps (not the scratch) */
 };
 
 #define TRY(expr) do { strata_status st_ = (expr); if (st_ != STRATA_OK) return st_; } while (0)

@@ -1078,6 +1078,10 @@ double st_gpu_plan_rate(const strata_session *s) {
     /* the CPU layers that have experts (n_cpu_moe counts the leading dense layers too) */
     return st_cost_plan_rate(&s->cost, hp->n_expert_used, st_model_moe_layers(s->model, n_cpu), g->cpu_split);
 }
+void st_gpu_mem_stats(const strata_session *s, int64_t *kv_bytes, int64_t *state_bytes) {
+    *kv_bytes = s && s->gpu ? (int64_t)s->gpu->kv_bytes : 0;
+    *state_bytes = s && s->gpu ? (int64_t)s->gpu->rs_bytes : 0;
+}
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60) {
     *bytes = s && s->gpu ? (int64_t)s->gpu->tiles_bytes : 0;
     *skipped = s && s->gpu ? s->gpu->tiles_skipped : 0;

@@ -24,6 +24,9 @@ int64_t st_gpu_pinned_bytes(const strata_session *s);
  * memory to spare); q8_sm60: the matrices whose decode GEMV reads its copy; all 0 without a GPU
  * session. */
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60);
+/* The GPU session's allocations of its context: the KV cache (every layer's K and V) and the
+ * recurrent state kept across calls (qwen3next); 0 without a GPU session. */
+void st_gpu_mem_stats(const strata_session *s, int64_t *kv_bytes, int64_t *state_bytes);
 /* The CPU layers' decode split (cpu_misses): 0 none, 1 in the CPU's arithmetic (the same bits
  * whatever the share), 2 in the GPU's own (the bits follow the share). */
 int st_gpu_split_mode(const strata_session *s);
