@@ -13,8 +13,9 @@
  * Tokens are fixed pseudo-random ids (no sampling). Output: a markdown table (model, size,
  * backend, threads, test, t/s +- sd) on stdout; --json FILE writes the same rows. For tg rows the
  * table also gives the bytes one decoded token must read - the weights (every dense tensor once,
- * expert tensors top-k / n_expert of them, one embedding row) plus the KV cache it attends (K and
- * V of every layer over depth + n/2 positions on average, at the cache type's width) - and those
+ * expert tensors top-k / n_expert of them, one embedding row) plus the KV cache it attends
+ * (strata_model_kv_bytes_per_token: K and V of every layer that keeps them, latent attention's one
+ * row, over depth + n/2 positions on average, at the cache type's width) - and those
  * bytes x tok/s: the effective bandwidth, and on the GPU its share of the device's copy rate
  * measured at the start (strata_backend_copy_rate; CEILINGS.md has the machine's rates). The
  * JSON gives weights and KV apart, and the copy rate. With placed experts (CPU layers, a cache,
@@ -348,8 +349,9 @@ static void json_row(bench_run *r, int depth, int kind, int len, const bench_res
  * (expert_share), over its len tokens. */
 static double row_bytes(const bench_run *r, int depth, int kind, int len, double *kv) {
     const strata_model_info *mi = &r->mi;
-    const double kv_el = r->o->kv_type == STRATA_TYPE_F32 ? 4.0 : 2.0;
-    const double kv_pos = 2.0 * mi->n_layer * mi->n_head_kv * (double)mi->head_dim * kv_el;
+    /* a position's K and V in every layer that keeps them (MLA: the latent row alone) */
+    const int64_t kv_tok = strata_model_kv_bytes_per_token(r->m, r->o->kv_type);
+    const double kv_pos = kv_tok > 0 ? (double)kv_tok : 0.0;
     *kv = 0;
     if (kind == KIND_TG) {
         *kv = kv_pos * (depth + 0.5 * len);

@@ -1,6 +1,7 @@
 /* info.c - `strata info MODEL.gguf [--tensors]`: what a GGUF model file holds. Prints the file
- * facts, the architecture and its hyperparameters ("<arch>.*" keys), the tokenizer, and a table of
- * the tensors grouped by kind with count and bytes per kind and per type. */
+ * facts, the architecture and its hyperparameters ("<arch>.*" keys), the tokenizer, a table of
+ * the tensors grouped by kind with count and bytes per kind and per type, and (for a file that
+ * loads as a model) the KV cache's bytes a token. */
 #include "cli.h"
 
 #include <inttypes.h>
@@ -112,7 +113,9 @@ static void info_usage(FILE *f) {
         "\n"
         "What a GGUF file holds: file version, shards, alignment, architecture and its\n"
         "hyperparameters, file type, tokenizer, and the tensors grouped by kind (count and bytes\n"
-        "per kind and type). Split files (NAME-00001-of-0000N.gguf) are read whole.\n"
+        "per kind and type), then for a model Strata runs the KV cache's bytes a token (f16 and\n"
+        "f32; MLA's latent row; qwen3next's fixed recurrent state besides). Split files\n"
+        "(NAME-00001-of-0000N.gguf) are read whole.\n"
         "\n"
         "  --tensors    also list every tensor: type, shape, bytes, offset and shard\n"
         "  --gpu-mem SIZE  the static split a GPU session with --gpu-mem SIZE alone would use\n"
@@ -236,6 +239,25 @@ static int info_fit(const char *path, int64_t gpu_mem, int64_t n_ctx) {
     return 0;
 }
 
+/* The KV cache's bytes a token in each kv_type and a recurrent model's state, where the file loads
+ * as a model (nothing for files of another architecture or without weights). */
+static void info_kv(const char *path) {
+    strata_model_params mp = strata_model_default_params();
+    mp.n_threads = 1;
+    strata_model *m = NULL;
+    if (strata_model_load(path, &mp, &m) != STRATA_OK) return;
+    const int64_t f16 = strata_model_kv_bytes_per_token(m, STRATA_TYPE_F16);
+    const int64_t f32 = strata_model_kv_bytes_per_token(m, STRATA_TYPE_F32);
+    const int64_t state = strata_model_state_bytes(m);
+    strata_model_free(m);
+    if (f16 < 0 || f32 < 0) return;
+    char a[32], b[32], c[32];
+    printf("%-16s%s a token (f16), %s (f32)", "KV cache", cli_human_bytes((double)f16, a, sizeof a),
+           cli_human_bytes((double)f32, b, sizeof b));
+    if (state > 0) printf(" + recurrent state %s a session", cli_human_bytes((double)state, c, sizeof c));
+    putchar('\n');
+}
+
 int cli_cmd_info(int argc, char **argv) {
     const char *path = NULL;
     int list = 0;
@@ -330,5 +352,6 @@ int cli_cmd_info(int argc, char **argv) {
     print_tensor_table(g);
     if (list) print_tensor_list(g);
     strata_gguf_free(g);
+    info_kv(path);
     return gpu_mem > 0 ? info_fit(path, gpu_mem, n_ctx) : 0;
 }

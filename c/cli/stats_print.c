@@ -1,5 +1,5 @@
 /* stats_print.c - what the model-running commands print about a session's work (stats_print.h):
- * run's footer (stderr) and --stats-json file, DEGRADE_ZERO's tally, the verify windows,
+ * run's footer (stderr) and --stats-json file, the KV cache's size, DEGRADE_ZERO's tally, the verify windows,
  * --profile's phase times and the [PROF] line: prompt and decode rates, where the routed experts
  * ran, what moved over PCIe and from disk. */
 #include "stats_print.h"
@@ -39,6 +39,21 @@ void cli_print_q8_sm60_stats(const strata_session *sess) {
     if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || st.q8_sm60_mats <= 0) return;
     fprintf(stderr, "strata: STRATA_Q8_SM60=1: %d Q8_0 matrices decoded by the SM60 GEMV (an approximation)\n",
             (int)st.q8_sm60_mats);
+}
+
+void cli_print_kv_stats(const strata_session *sess, strata_type kv_type) {
+    strata_session_stats st;
+    if (!sess || strata_session_get_stats(sess, &st) != STRATA_OK || (st.kv_bytes_per_token <= 0 && st.state_bytes <= 0))
+        return;
+    char pb[32], kb[32], sb[32], ab[32];
+    fprintf(stderr, "strata: KV cache %s a token (%s), %s for %d positions",
+            cli_human_bytes((double)st.kv_bytes_per_token, pb, sizeof pb), strata_type_name(kv_type),
+            cli_human_bytes((double)st.kv_bytes, kb, sizeof kb), (int)strata_session_n_ctx(sess));
+    if (st.state_bytes > 0)
+        fprintf(stderr, " + recurrent state %s (%s allocated with its working buffers and rollback window)",
+                cli_human_bytes((double)st.state_bytes, sb, sizeof sb),
+                cli_human_bytes((double)st.state_alloc_bytes, ab, sizeof ab));
+    fputc('\n', stderr);
 }
 
 void cli_print_defer_stats(const strata_session *sess) {
@@ -174,6 +189,10 @@ static int cli_write_stats_json(const cli_opts *o, const strata_model *model, co
             (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
             (unsigned long long)rss, rs->ctx_full ? "true" : "false");
     strata_session_stats ds;
+    if (strata_session_get_stats(sess, &ds) == STRATA_OK) /* the context's memory */
+        fprintf(f, ", \"kv_bytes_per_token\": %lld, \"kv_bytes\": %lld, \"state_bytes\": %lld, "
+                "\"state_alloc_bytes\": %lld", (long long)ds.kv_bytes_per_token, (long long)ds.kv_bytes,
+                (long long)ds.state_bytes, (long long)ds.state_alloc_bytes);
     if (strata_session_get_stats(sess, &ds) == STRATA_OK && ds.degrade_zero) /* DEGRADE_ZERO's tally */
         fprintf(f, ", \"degrade_tau\": %.4f, \"degrade_eval\": %s, \"degrade_slots\": %lld, \"degrade_zeroed\": %lld",
                 (double)ds.degrade_tau, ds.degrade_eval ? "true" : "false", (long long)ds.degrade_slots,
@@ -208,6 +227,7 @@ int cli_print_run_stats(const cli_opts *o, const strata_model *model, const stra
         fprintf(stderr, "strata: generated %lld tokens, %.3f s, %.2f tok/s | peak RSS %s | %s\n",
                 (long long)rs->n_gen, rs->gen_s, cli_rate((double)rs->n_gen, rs->gen_s),
                 cli_human_bytes((double)rss, hb, sizeof hb), o->backend_desc);
+        cli_print_kv_stats(sess, o->kv_type);
         cli_print_degrade_stats(sess);
         cli_print_defer_stats(sess);
         cli_print_tail_skip_stats(sess);

@@ -21,11 +21,15 @@ typedef struct {
 } cli_run_stats;
 
 /* Run's footer: load, prompt and first-token times, then generated tokens, peak RSS and the
- * backend on stderr (not with --quiet), with DEGRADE_ZERO's tally, --profile's phases and the
+ * backend on stderr (not with --quiet), the KV cache's size, DEGRADE_ZERO's tally, --profile's phases and the
  * [PROF] line (every GPU run; a CPU run's with --profile); then --stats-json's file. Returns
  * 0 or CLI_EXIT_FAIL after a failed write. */
 int cli_print_run_stats(const cli_opts *o, const strata_model *model, const strata_session *sess,
                         const cli_run_stats *rs);
+/* The context's memory (a line on stderr): the KV cache's bytes a token in kv_type (the session's)
+ * and as allocated for n_ctx positions, and a recurrent model's state (from the shapes, and as
+ * the backend allocated it with the rollback window). */
+void cli_print_kv_stats(const strata_session *sess, strata_type kv_type);
 /* When DEGRADE_ZERO is on: one stderr line with what it dropped (tau, zeroed slots, share, per-layer
  * min/max share). Nothing when it is off. */
 void cli_print_degrade_stats(const strata_session *sess);

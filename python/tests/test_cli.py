@@ -163,6 +163,30 @@ def test_info_tiny_model():
         want[kind(t.name)] = (c + 1, b + t.n_bytes)
     assert {k: v for k, v in groups.items() if k != "total"} == want
     assert "--tensors" not in out and "blk.0.attn_q.weight" not in out
+    # the KV cache's bytes a token: K and V of every layer and KV head, f16 and f32
+    per = 2 * md["olmoe.block_count"] * md["olmoe.attention.head_count_kv"] * (
+        md["olmoe.embedding_length"] // md["olmoe.attention.head_count"])
+    assert field(out, "KV cache") == f"{per * 2 / 1024:.2f} KiB a token (f16), {per * 4 / 1024:.2f} KiB (f32)"
+
+
+def test_run_footer_kv_cache(tmp_path):
+    """`strata run`'s footer says the KV cache's bytes a token in the session's type and as
+    allocated for -c positions; --stats-json has the same numbers (a GQA model: no recurrent
+    state)."""
+    path = need(TINY)
+    with strata.GGUF(path) as g:
+        md = g.metadata
+    per = 2 * md["olmoe.block_count"] * md["olmoe.attention.head_count_kv"] * (
+        md["olmoe.embedding_length"] // md["olmoe.attention.head_count"]) * 4
+    out = tmp_path / "s.json"
+    p = run("-m", path, "-p", "x", "-n", 2, "-c", 256, "-t", 2, "--cpu", "--kv-type", "f32", "--stats-json", out,
+            check_rc=0)
+    assert f"strata: KV cache {per / 1024:.2f} KiB a token (f32), {256 * per / 1048576:.2f} MiB for 256 positions\n" \
+        in p.stderr
+    import json
+    j = json.loads(out.read_text())
+    assert (j["kv_bytes_per_token"], j["kv_bytes"], j["state_bytes"], j["state_alloc_bytes"]) == (per, 256 * per, 0, 0)
+    assert "KV cache" not in run("-m", path, "-p", "x", "-n", 1, "--cpu", "--quiet", check_rc=0).stderr
 
 
 def test_info_tensor_list():
