@@ -409,6 +409,28 @@ class Model:
               "strata_placement_fit")
         return int(out[0])
 
+    def kv_bytes_per_token(self, kv_type: str | None = None) -> int:
+        """The bytes one more position adds to a session's KV cache (strata_model_kv_bytes_per_token:
+        every layer's K and V, MLA's one latent row, none for qwen3next's recurrent layers) in
+        kv_type ("f16" or "f32"; default this Model's). last_stats gives it for the session that ran
+        (kv_bytes_per_token, kv_bytes as allocated for n_ctx, state_bytes, state_alloc_bytes)."""
+        kv_type = self.kv_type if kv_type is None else kv_type
+        if kv_type not in _KV_TYPES:
+            raise ValueError(f"kv_type must be 'f16' or 'f32', not {kv_type!r}")
+        n = int(lib.strata_model_kv_bytes_per_token(self._model(), _KV_TYPES[kv_type]))
+        if n < 0:
+            raise ValueError(f"{self.path!r} was loaded vocab_only: it has no KV cache")
+        return n
+
+    @property
+    def state_bytes(self) -> int:
+        """The recurrent state a session keeps whatever its length (qwen3next's DeltaNet layers,
+        strata_model_state_bytes); 0 for other models."""
+        n = int(lib.strata_model_state_bytes(self._model()))
+        if n < 0:
+            raise ValueError(f"{self.path!r} was loaded vocab_only: it has no recurrent state")
+        return n
+
     def route_trace(self, prompt: "str | Sequence[int]", max_tokens: int = 0, path=None) -> list:
         """The routing of prompt (text or token ids) and of max_tokens greedy tokens after it, one
         record per layer and forward pass, as `strata run --route-trace` writes them: {"layer",
