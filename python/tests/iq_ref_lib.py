@@ -4,8 +4,8 @@ Owns: a float64-accumulating forward pass of an olmoe GGUF whose weights are all
 function a requantized file's backends approximate), with the routing of chosen (layer, position)
 pairs overridden; and the near-tie explanation of a backend's logits: the routing that a backend's
 rounding may choose differently from the exact function is the 4th-vs-5th expert of a token whose
-two router probabilities are within TIE of each other, and `explain` finds, tie by tie in position
-order, whether the backend's logits are closer to the exact function with that pair swapped.
+two router probabilities are within TIE of each other, and `explain` finds, position by position,
+the swaps of such pairs that bring the exact function closest to the backend's logits.
 
 Why: on the default model (6 layers, top-4 of 32 experts) a 16-token prompt makes 96 routing
 decisions, and a few have the 4th and 5th router probabilities within 1% of each other. A
@@ -117,18 +117,28 @@ def near_ties(probs, n_used: int, done=()) -> list:
 
 def explain(W, tokens, got) -> tuple[np.ndarray, frozenset]:
     """The exact logits with the near-tie swaps that bring them closest to got (a backend's
-    logits), and those swaps as (layer, position). Greedy in position order: a swap at position t
-    is judged by position t's KL, the later near ties of the reference it leaves then considered."""
+    logits), and those swaps as (layer, position). Greedy in position order, each swap at position t
+    judged by position t's KL: of t's near ties (those of the reference with the swaps so far) the
+    swap that lowers it most is made, until none lowers it; then the next position. Best-first
+    because one position can hold ties in several layers: any swap there moves its logits, and the
+    first in layer order may lower the KL a little while another is the one the backend made."""
+    n_used = W["_hp"]["n_used"]
     swaps, done = frozenset(), set()
     probs = []
     ref = forward(W, tokens, swaps, probs)
     while True:
-        todo = near_ties(probs, W["_hp"]["n_used"], done)
+        todo = near_ties(probs, n_used, done)
         if not todo:
             return ref, swaps
-        t, l = todo[0]
-        done.add((t, l))
-        probs_s = []
-        alt = forward(W, tokens, swaps | {(l, t)}, probs_s)
-        if kl_rows(alt[t], got[t]) < kl_rows(ref[t], got[t]):
-            ref, swaps, probs = alt, swaps | {(l, t)}, probs_s
+        t = todo[0][0]
+        best = None
+        for _, l in (c for c in todo if c[0] == t):
+            done.add((t, l))
+            probs_s = []
+            alt = forward(W, tokens, swaps | {(l, t)}, probs_s)
+            kl = kl_rows(alt[t], got[t])
+            if kl < (kl_rows(ref[t], got[t]) if best is None else best[0]):
+                best = (kl, alt, swaps | {(l, t)}, probs_s)
+        if best is not None:  # t's other ties are judged again against the new reference
+            _, ref, swaps, probs = best
+            done = {d for d in done if d[0] != t} | {(t, l) for l, u in swaps if u == t}
