@@ -10,14 +10,19 @@ own rounding. That rounding also swaps near-tied routing choices: the 16-token p
 top-4-of-32 decisions and a few have the 4th and 5th router probabilities within 1%; one swap moves
 that position's KL from ~2e-4 to as much as 4e-2 (IQ1_S: the GPU swaps layer 2's tie at position
 12, rel. margin 0.16%, KL 0.044 there; the CPU layer 4's at 14, 0.3%, KL 0.0036), and which ties
-swap is chance, so the largest raw KL compares the backends' luck. So each backend is compared with
-iq_ref_lib's numpy forward of the f32 weights (itself checked against the f32 CPU session) with
-the near-tie swaps that best explain that backend's logits applied (iq_ref_lib.explain), and:
+swap is chance, so the largest raw KL compares the backends' luck. Each swap also moves the later
+logits, and with them the greedy continuation: two backends' tokens part at a logit near tie that
+one backend's swaps made and the other's did not, so comparing one backend's tokens with another's
+(or with the exact model's) tests the same luck. So each backend is judged on its own sequence,
+the prompt and its greedy continuation (27 positions, whose argmaxes from the prompt's last on are
+the 12 greedy tokens; the prompt's logits read in one call, the continuation's one token at a
+time), against iq_ref_lib's numpy forward of the f32 weights (itself checked against the f32 CPU
+session) on that sequence with the near-tie swaps that best explain that backend's logits applied
+(iq_ref_lib.explain), and:
   * every position's logits: KL(explained exact || backend) <= EXPL_MAX, for the CPU and the GPU;
   * the GPU's mean of those over positions <= max(1e-4, 3 x the CPU's);
-  * where the explained exact logits' top-2 margin exceeds 1e-2, the same argmax;
-  * greedy continuations: the same tokens as the CPU's or the exact model's, up to a near tie
-    (test_hf_parity_lib.compare_greedy);
+  * every position's argmax, the greedy tokens included: its explained exact logit within ARG_TIE
+    of the explained exact maximum (the exact function's choice, up to a logit near tie);
 with every expert on the GPU, and again with --cpu-moe (the experts on the CPU, the grouped
 kernels' prompt path and the hand-off) and with an expert cache of a quarter of the experts
 (demand loads of these blocks). Skips where CUDA is unusable; the CPU half runs everywhere.
@@ -42,6 +47,11 @@ KL_MAX = 1e-4
 # per position, against the exact function with the backend's near-tie swaps: ~10x the rounding's
 # KL on every mix (<= 1.2e-3 on the CPU and an emulated GPU), 20x below one swap's
 EXPL_MAX = 2e-3
+# a backend's argmax may differ from the explained exact function's where the latter's two logits are
+# within this: the rounding moves the gap between two top tokens by a few hundredths, and up to ~0.15
+# within KL <= EXPL_MAX (two tokens of probability 0.3); test_hf_parity_lib's 1e-3 near tie is for
+# backends of one arithmetic
+ARG_TIE = 0.1
 N_GEN = 12
 PROMPT = [5, 211, 17, 17, 305, 42, 0, 99, 128, 64, 3, 250, 250, 12, 77, 190]
 # mix name -> strata quantize arguments
@@ -108,18 +118,29 @@ class Session(L.StrataModel):
 
 
 kl_rows = R.kl_rows
-_cpu_cache: dict = {}
+_seq_cache: dict = {}
 _ref_cache: dict = {}
+_cpu_kl: dict = {}
 
 
-def cpu_reference(path: Path):
-    if path not in _cpu_cache:
-        with Session(path, "cpu", {}) as sm:
-            _cpu_cache[path] = (sm.logits(PROMPT), *sm.greedy(PROMPT, N_GEN))
-    return _cpu_cache[path]
+def run_sequence(path: Path, backend: str, placement: dict) -> tuple[list, np.ndarray]:
+    """The prompt and the first N_GEN - 1 of its greedy tokens as one sequence, and the backend's
+    logits at each of its positions: the prompt's read in one call, then the rows of
+    test_hf_parity_lib's greedy (the last prompt position's included), each read one token at a
+    time; so every position's argmax is the token the backend put next."""
+    with Session(path, backend, placement) as sm:
+        prompt = sm.logits(PROMPT)
+        ids, rows = sm.greedy(PROMPT, N_GEN)
+    return PROMPT + ids[:-1], np.concatenate([prompt[:-1], rows])
 
 
-def exact_reference(path: Path):
+def cpu_reference(path: Path) -> tuple[list, np.ndarray]:
+    if path not in _seq_cache:
+        _seq_cache[path] = run_sequence(path, "cpu", {})
+    return _seq_cache[path]
+
+
+def exact_reference(path: Path) -> tuple[list, np.ndarray]:
     """The CPU session on the same weights dequantized to f32 (f32 activations throughout)."""
     return cpu_reference(exact_file(path))
 
@@ -133,42 +154,76 @@ def exact_file(path: Path) -> Path:
 
 
 def numpy_weights(path: Path) -> dict:
-    """iq_ref_lib's weights of the f32 copy, once checked against the f32 CPU session."""
+    """iq_ref_lib's weights of the f32 copy, once checked against the f32 CPU session's sequence
+    (its prompt and its greedy steps)."""
     if path not in _ref_cache:
         W = R.load_f32(exact_file(path))
-        kl = kl_rows(exact_reference(path)[0], R.forward(W, PROMPT)).max()
+        tokens, exact = exact_reference(path)
+        kl = kl_rows(exact, R.forward(W, tokens)).max()
         assert kl <= 1e-8, f"{path.name}: the numpy reference is off the f32 CPU session: KL {kl:.3g}"
         _ref_cache[path] = W
     return _ref_cache[path]
 
 
-def explained(path: Path, got: np.ndarray) -> tuple[np.ndarray, np.ndarray, frozenset]:
-    """KL per position of got against the exact function with got's near-tie swaps, those exact
-    logits, and the swaps as (layer, position)."""
-    ref, swaps = R.explain(numpy_weights(path), PROMPT, got)
+def explained(path: Path, tokens, got: np.ndarray) -> tuple[np.ndarray, np.ndarray, frozenset]:
+    """KL per position of got (a backend's logits of tokens) against the exact function with got's
+    near-tie swaps, those exact logits, and the swaps as (layer, position)."""
+    ref, swaps = R.explain(numpy_weights(path), tokens, got)
     return kl_rows(ref, got), ref, swaps
+
+
+def greedy(logits: np.ndarray) -> list:
+    return [int(t) for t in logits[len(PROMPT) - 1:].argmax(-1)]
+
+
+def where(i: int) -> str:
+    return f"prompt position {i}" if i < len(PROMPT) - 1 else f"greedy step {i - len(PROMPT) + 1}"
+
+
+def judged(path: Path, tag: str, tokens, got: np.ndarray) -> np.ndarray:
+    """A backend's sequence against the exact function with its near-tie swaps: asserts every
+    position's KL <= EXPL_MAX and every position's argmax (the greedy tokens included) within
+    ARG_TIE of the explained exact maximum; returns the KL per position."""
+    kl, ref, swaps = explained(path, tokens, got)
+    pick = got.argmax(-1)
+    regret = ref.max(-1) - ref[np.arange(len(tokens)), pick]
+    print(f"{tag}: explained KL max {kl.max():.3g} mean {kl.mean():.3g}, largest argmax regret "
+          f"{regret.max():.3g}, swaps {sorted(swaps)}, greedy {greedy(got)}")
+    i = int(kl.argmax())
+    assert kl[i] <= EXPL_MAX, (f"{tag}: KL(explained exact || backend) {kl[i]:.3g} at {where(i)} > "
+                               f"{EXPL_MAX:.3g} (swaps {sorted(swaps)})")
+    i = int(regret.argmax())
+    assert regret[i] <= ARG_TIE, (f"{tag}: at {where(i)} the backend's argmax {pick[i]} is {regret[i]:.3g} "
+                                  f"below the explained exact function's {int(ref[i].argmax())} > {ARG_TIE} "
+                                  f"(swaps {sorted(swaps)}, tokens {tokens})")
+    return kl
+
+
+def cpu_judged(path: Path) -> np.ndarray:
+    if path not in _cpu_kl:
+        tokens, got = cpu_reference(path)
+        _cpu_kl[path] = judged(path, f"{path.stem} cpu", tokens, got)
+    return _cpu_kl[path]
 
 
 @pytest.mark.parametrize("mix", list(MIXES))
 def test_cpu_reference_runs(mix, files):
-    logits, ids, _ = cpu_reference(requantized(files, mix))
-    assert np.isfinite(logits).all() and len(ids) == N_GEN
+    tokens, logits = cpu_reference(requantized(files, mix))
+    assert np.isfinite(logits).all() and len(tokens) == len(logits) == len(PROMPT) + N_GEN - 1
 
 
 @pytest.mark.parametrize("mix", list(MIXES))
 def test_cpu_near_exact(mix, files):
-    """The CPU session within EXPL_MAX of the exact function once its near-tie swaps are applied
-    (and the explanation itself: a swap made in the reference is found, and only that one)."""
+    """The CPU session's sequence judged like the GPU's (and the explanation itself: a swap made in
+    the reference is found, and only that one)."""
     path = requantized(files, mix)
-    kl, _, swaps = explained(path, cpu_reference(path)[0])
-    print(f"{mix} cpu: explained KL max {kl.max():.3g} mean {kl.mean():.3g}, swaps {sorted(swaps)}")
-    assert kl.max() <= EXPL_MAX, f"{mix}: KL(explained exact || cpu) up to {kl.max():.3g} at {int(kl.argmax())}"
+    cpu_judged(path)
     W = numpy_weights(path)
     probs = []
     R.forward(W, PROMPT, probs=probs)
     t, l = R.near_ties(probs, W["_hp"]["n_used"])[0]
     planted = R.forward(W, PROMPT, frozenset({(l, t)}))
-    kl_p, _, found = explained(path, planted)
+    kl_p, _, found = explained(path, PROMPT, planted)
     assert found == {(l, t)} and kl_p.max() <= 1e-12, (found, (l, t), kl_p.max())
 
 
@@ -179,23 +234,13 @@ def test_gpu_matches_cpu(mix, place, files):
     if not ok:
         pytest.skip(f"CUDA unavailable: {why}")
     path = requantized(files, mix)
-    cpu, c_ids, c_rows = cpu_reference(path)
-    exact, x_ids, x_rows = exact_reference(path)
-    with Session(path, "cuda", PLACEMENTS[place]) as sm:
-        got = sm.logits(PROMPT)
-        g_ids, g_rows = sm.greedy(PROMPT, N_GEN)
-    kl_c, _, c_swaps = explained(path, cpu)
-    kl, ref, g_swaps = explained(path, got)
-    print(f"{mix} {place}: raw KL(exact||cpu) max {kl_rows(exact, cpu).max():.3g}, KL(exact||gpu) max "
-          f"{kl_rows(exact, got).max():.3g}; explained: cpu max {kl_c.max():.3g} mean {kl_c.mean():.3g} "
-          f"swaps {sorted(c_swaps)}, gpu max {kl.max():.3g} mean {kl.mean():.3g} swaps {sorted(g_swaps)}")
-    assert kl.max() <= EXPL_MAX, (f"{mix} {place}: KL(explained exact || gpu) up to {kl.max():.3g} at position "
-                                  f"{int(kl.argmax())} > {EXPL_MAX:.3g} (swaps {sorted(g_swaps)})")
+    kl_c = cpu_judged(path)
+    tokens, got = run_sequence(path, "cuda", PLACEMENTS[place])
+    exact = exact_reference(path)[1]
+    n = len(PROMPT)
+    print(f"{mix} {place}: prompt's raw KL(exact || gpu) max {kl_rows(exact[:n], got[:n]).max():.3g}; "
+          f"greedy gpu {greedy(got)} cpu {greedy(cpu_reference(path)[1])} exact {greedy(exact)}")
+    kl = judged(path, f"{mix} {place}", tokens, got)
     bound = max(KL_MAX, 3 * kl_c.mean())
     assert kl.mean() <= bound, (f"{mix} {place}: mean explained KL {kl.mean():.3g} > {bound:.3g} "
                                 f"(cpu's {kl_c.mean():.3g})")
-    for i in range(len(PROMPT)):
-        if L.top2_margin(ref[i]) > 1e-2:
-            assert int(ref[i].argmax()) == int(got[i].argmax()), f"{mix} {place}: argmax differs at {i}"
-    msgs = [L.compare_greedy(g_ids, g_rows, c_ids, c_rows), L.compare_greedy(g_ids, g_rows, x_ids, x_rows)]
-    assert None in msgs, f"{mix} {place}: greedy differs from both the cpu's and the exact model's: {msgs}"
