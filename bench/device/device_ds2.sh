@@ -24,8 +24,8 @@
 # longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW
 # (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions,
 # default 2), ROUNDS (interleaved rounds, default 2), LAYERS_<stage> (fewer layers; qwen3next 12
-# unless set), PROF (0: no --profile row), PREWRITE (1: every stage's file written at the start, in
-# parallel: small files only). $OUT:
+# unless set), SYNTH_DIR (where the files go; /dev/shm), PROF (0: no --profile row), PREWRITE (1:
+# every stage's file written at the start, in parallel: small files only). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
 set -u
 cd "$(dirname "$0")/../.."
@@ -60,13 +60,18 @@ MODELS=""
 for m in lite air oss20b qwen3next; do have $m && MODELS="$MODELS $m"; done
 set -- $MODELS
 FIRST=${1:-}
-synth() { # stage jobs: writes /tmp/ds2_<stage>.gguf unless an earlier call did
+# Where a stage's file goes: /dev/shm (RAM) unless SYNTH_DIR says otherwise or the stage is air
+# (52 GiB). Files on the device's /tmp came slowly (run4: 9.2 GiB in ~5 min with 6 jobs; run7: two
+# 6-7 GiB files not done in 10 min) where one job makes and writes ~120 MB/s on the development
+# machine: the disk is the likely limit.
+sdir() { if [ "$1" = air ]; then echo /tmp; else echo "${SYNTH_DIR:-/dev/shm}"; fi; }
+synth() { # stage jobs: writes $(sdir stage)/ds2_<stage>.gguf unless an earlier call did
     local tag=$1 jobs=$2
     [ -f /tmp/ds2_$tag.done ] && return 0
-    [ "${PREWRITE:-0}" = 1 ] || for f in /tmp/ds2_*.gguf; do
-        [ "$f" = /tmp/ds2_$tag.gguf ] || rm -f "$f" "${f%.gguf}.done"
+    [ "${PREWRITE:-0}" = 1 ] || for f in /tmp/ds2_*.gguf /dev/shm/ds2_*.gguf; do
+        [ -e "$f" ] && [ "$(basename "$f")" != ds2_$tag.gguf ] && rm -f "$f" "/tmp/$(basename "${f%.gguf}").done"
     done
-    python3 bench/synth_arch.py $(synth_args $tag) /tmp/ds2_$tag.gguf --vocab .devdata/ggml-vocab-gpt-2.gguf \
+    python3 bench/synth_arch.py $(synth_args $tag) "$(sdir $tag)/ds2_$tag.gguf" --vocab .devdata/ggml-vocab-gpt-2.gguf \
         --synth .devdata/synth_moe.py --jobs "$jobs" > "$J/synth_$tag.log" 2>&1 && echo ok > /tmp/ds2_$tag.done
 }
 if [ "${PREWRITE:-0}" = 1 ]; then # every stage's file written while the build and tests run
@@ -133,7 +138,7 @@ for m in $MODELS; do
         synth "$m" 14
     fi
     [ -f /tmp/ds2_$m.done ] || { echo "$m file not written: $(tail -3 "$J/synth_$m.log")"; continue; }
-    F=/tmp/ds2_$m.gguf
+    F=$(sdir $m)/ds2_$m.gguf
     echo "$m written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_$m.log" | head -5
     for p in $(seq "${ROUNDS:-2}"); do # interleaved rounds
         srow ${m}_gpu_$p
