@@ -4,6 +4,7 @@
  * model will read, and for the tests against jinja2. */
 #include "cli.h"
 #include "template.h"
+#include "chat_context.h"
 #include "yyjson.h"
 
 #include <stdlib.h>
@@ -23,14 +24,8 @@ static char *with_tokens(const strata_model *m, const char *ctx) {
     yyjson_doc_free(d);
     yyjson_mut_val *root = md ? yyjson_mut_doc_get_root(md) : NULL;
     char *out = NULL;
-    if (root && yyjson_mut_is_obj(root)) {
-        const strata_token ids[2] = {strata_token_bos(m), strata_token_eos(m)};
-        const char *keys[2] = {"bos_token", "eos_token"};
-        for (int k = 0; k < 2; k++)
-            if (!yyjson_mut_obj_get(root, keys[k]))
-                yyjson_mut_obj_add_strcpy(md, root, keys[k], ids[k] >= 0 ? strata_token_text(m, ids[k]) : "");
+    if (root && yyjson_mut_is_obj(root) && chat_context_defaults(md, root, m, -1) == 0)
         out = yyjson_mut_write(md, 0, NULL);
-    }
     yyjson_mut_doc_free(md);
     return out;
 }

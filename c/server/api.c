@@ -6,6 +6,7 @@
 #include "text.h"
 
 #include "template.h"
+#include "chat_context.h"
 #include "yyjson.h"
 
 #include <math.h>
@@ -296,19 +297,17 @@ static int srv_parse_prompt(const srv_ctx *c, yyjson_val *root, srv_gen *g, char
     return 0;
 }
 
-/* The chat template's context: the request's messages and tools, add_generation_prompt, the
- * model's BOS and EOS texts, then chat_template_kwargs (enable_thinking and the like). */
+/* The chat template's context: the request's messages and tools, chat_template_kwargs
+ * (enable_thinking and the like), then add_generation_prompt and the model's BOS and EOS texts
+ * where the kwargs do not set them (chat_context.h). */
 static char *srv_chat_context(const srv_ctx *c, yyjson_val *root) {
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
-    yyjson_mut_val *o = yyjson_mut_obj(d);
+    yyjson_mut_val *o = d ? yyjson_mut_obj(d) : NULL;
+    if (!o) return yyjson_mut_doc_free(d), NULL;
     yyjson_mut_doc_set_root(d, o);
     yyjson_mut_obj_add_val(d, o, "messages", yyjson_val_mut_copy(d, yyjson_obj_get(root, "messages")));
     yyjson_val *tools = yyjson_obj_get(root, "tools");
     if (yyjson_is_arr(tools) && yyjson_arr_size(tools) > 0) yyjson_mut_obj_add_val(d, o, "tools", yyjson_val_mut_copy(d, tools));
-    yyjson_mut_obj_add_bool(d, o, "add_generation_prompt", 1);
-    const strata_token bos = strata_token_bos(c->model), eos = strata_token_eos(c->model);
-    yyjson_mut_obj_add_strcpy(d, o, "bos_token", bos >= 0 ? strata_token_text(c->model, bos) : "");
-    yyjson_mut_obj_add_strcpy(d, o, "eos_token", eos >= 0 ? strata_token_text(c->model, eos) : "");
     yyjson_val *kw = yyjson_obj_get(root, "chat_template_kwargs");
     size_t i, max;
     yyjson_val *k, *v;
@@ -317,7 +316,7 @@ static char *srv_chat_context(const srv_ctx *c, yyjson_val *root) {
             yyjson_mut_obj_remove_keyn(o, yyjson_get_str(k), yyjson_get_len(k));
             yyjson_mut_obj_add(o, yyjson_val_mut_copy(d, k), yyjson_val_mut_copy(d, v));
         }
-    char *s = yyjson_mut_write(d, 0, NULL);
+    char *s = chat_context_defaults(d, o, c->model, 1) == 0 ? yyjson_mut_write(d, 0, NULL) : NULL;
     yyjson_mut_doc_free(d);
     return s;
 }
