@@ -17,7 +17,7 @@ void cli_usage(FILE *f) {
         "        --tensors also lists every tensor\n"
         "  [run] -m MODEL.gguf [-p PROMPT | -f FILE] [-n N] [options]\n"
         "        generate text (streamed to stdout, stats on stderr); -i/--chat for an\n"
-        "        interactive chat (templates: chatml, Llama-2/Mistral [INST]); --logpos FILE\n"
+        "        interactive chat (the model's own Jinja chat template); --logpos FILE\n"
         "        dumps teacher-forced top-K logprobs; `strata run --help` lists the options;\n"
         "        `strata` with no arguments runs the embedded default model\n"
         "  perplexity -m MODEL.gguf -f TEXT [-c 512] [--stride N] [--kl-base F | --kl F]\n"

@@ -317,10 +317,18 @@ static void cli_usage_sampling(FILE *f) {
         "  --route-trace FILE      each layer's routing (experts, weights, the previous layer's\n"
         "                          prediction) as JSON lines (also $STRATA_ROUTE_TRACE; CPU\n"
         "                          sessions): bench/routing_stats.py reads it\n"
-        "  -i, --chat              interactive chat; templates: chatml (<|im_start|>role ...\n"
-        "                          <|im_end|>) and inst (Llama-2/Mistral [INST] ... [/INST]),\n"
-        "                          detected from tokenizer.chat_template, else plain continuation;\n"
-        "                          --chat-template chatml|inst|none overrides, --system TEXT\n");
+        "  -i, --chat              interactive chat, each turn the conversation (--system TEXT,\n"
+        "                          the user and assistant turns) rendered by the model's own\n"
+        "                          tokenizer.chat_template (Jinja, as strata serve renders it); the\n"
+        "                          part the cache already holds is not read again\n"
+        "  --chat-template T       auto (default: the model's template; where it has none or it\n"
+        "                          fails, chatml or inst if it looks like one, else none, said on\n"
+        "                          stderr), model (its template or an error), chatml\n"
+        "                          (<|im_start|>role ... <|im_end|>), inst (Llama-2/Mistral [INST]\n"
+        "                          ... [/INST]) or none (plain continuation)\n"
+        "  --chat-template-file F  a Jinja chat template file instead of the model's\n"
+        "  --chat-log FILE         each chat turn as a JSON line: the text tokenized, the cached\n"
+        "                          tokens kept, the token ids read, the answer\n");
 }
 
 void cli_opts_usage(FILE *f) {
@@ -539,8 +547,8 @@ static int opt_stop(cli_opts *o, const char *a, const char *v) {
 
 static int opt_chat_template(cli_opts *o, const char *a, const char *v) {
     (void)a;
-    if (strcmp(v, "chatml") && strcmp(v, "inst") && strcmp(v, "none"))
-        return cli_usage_error("bad value '%s' for --chat-template (chatml, inst or none)", v);
+    if (strcmp(v, "auto") && strcmp(v, "model") && strcmp(v, "chatml") && strcmp(v, "inst") && strcmp(v, "none"))
+        return cli_usage_error("bad value '%s' for --chat-template (auto, model, chatml, inst or none)", v);
     o->chat_template = v;
     return 0;
 }
@@ -677,6 +685,8 @@ static const cli_value_row cli_values[] = {
     CLI_INT(NULL, "--short-read", short_read, 0, 1L << 30),
     CLI_FN(NULL, "--chat-template", opt_chat_template),
     CLI_STR(NULL, "--system", system),
+    CLI_STR(NULL, "--chat-template-file", chat_template_file),
+    CLI_STR(NULL, "--chat-log", chat_log),
     /* perplexity */
     CLI_INT(NULL, "--stride", stride, 1, 1L << 30),
     CLI_STR(NULL, "--kl-base", kl_base),

@@ -86,7 +86,9 @@ typedef struct {
     int draft_max;                /* --draft-max N: drafts a verify window takes at most (default 8) */
     int draft_min;                /* --draft-min N: fewer drafted tokens make a plain step (default 0) */
     int interactive;              /* -i / --chat */
-    const char *chat_template;    /* --chat-template chatml|inst|none (default: from the model) */
+    const char *chat_template;    /* --chat-template auto|model|chatml|inst|none (NULL: auto) */
+    const char *chat_template_file; /* --chat-template-file FILE: a Jinja template instead of the model's */
+    const char *chat_log;         /* --chat-log FILE: each chat turn as a JSON line */
     const char *system;           /* --system TEXT (chat) */
     int quiet;                    /* --quiet: no stats on stderr */
     int mlock;                    /* --mlock */

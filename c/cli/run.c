@@ -1,7 +1,7 @@
 /* run.c - `strata [run] -m MODEL -p PROMPT -n N ...`: text generation on the public API. Owns the
  * generation loop (prompt evaluation with optional teacher-forced logprob dump, sampling,
  * streaming UTF-8-safe output, stop strings, end-of-generation and context-full handling), the
- * interactive chat loop with its templates (ChatML and Llama-2/Mistral [INST]), and the embedded
+ * interactive chat loop (its conversation and templates are chat.c's), and the embedded
  * default model run by `strata` without arguments. The end-of-run footer is stats_print.c's. */
 #include "session_setup.h"
 #include "stats_print.h"
@@ -9,6 +9,7 @@
 #include "drafts.h"
 #include "oracle.h"
 #include "verify_profile.h"
+#include "chat.h"
 
 #include <signal.h>
 
@@ -129,7 +130,7 @@ typedef struct {
     cli_drafts drafts;      /* --spec: the drafters (none: plain steps) and --spec auto's policies */
     cli_oracle oracle;      /* --spec oracle (and auto with --oracle-rate): its continuation */
     cli_verify_profile *vp; /* --verify-profile: NULL when off */
-    strata_token *hist;     /* --spec: the tokens in the KV cache, in order, and room for one more */
+    strata_token *hist;     /* --spec and chat: the tokens in the KV cache, in order, and room for one more */
     int64_t n_hist;
 } runner;
 
@@ -289,6 +290,7 @@ static int gen_loop(runner *r, stream *s, int n_predict, double t0, double t1, g
                           strata_last_error());
             break;
         }
+        if (r->hist) r->hist[r->n_hist++] = tok;
     }
     step_io_free(&io);
     return rc;
@@ -382,7 +384,7 @@ static int spec_loop(runner *r, stream *s, int n_predict, double t0, double t1, 
 /* Reads toks then generates up to n_predict tokens, streaming to stdout. keep_all: every
  * sampled token ends up in the KV cache (chat). *why gets a STOP_* value. */
 static int generate(runner *r, const strata_token *toks, int64_t n, int n_predict, int keep_all,
-                    int *why) {
+                    int *why, char **answer) {
     int32_t n_ctx = strata_session_n_ctx(r->sess);
     int32_t n_past = strata_session_n_past(r->sess);
     *why = STOP_LIMIT;
@@ -398,7 +400,7 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     }
     for (int64_t i = 0; i < n; i++) strata_sampler_accept(r->smp, toks[i]);
     const int spec = r->drafts.n > 0;
-    if (spec) {
+    if (r->hist) {
         memcpy(r->hist + r->n_hist, toks, (size_t)n * sizeof *toks);
         r->n_hist += n;
     }
@@ -414,14 +416,15 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
     gen_end end = {STOP_LIMIT, 0, -1};
     rc = spec ? spec_loop(r, &s, n_predict, t0, t1, &end) : gen_loop(r, &s, n_predict, t0, t1, &end);
     if (!rc) stream_write(&s, s.len);
-    free(s.buf);
+    if (answer && !rc) *answer = s.buf;
+    else free(s.buf);
     if (rc) return rc;
     *why = end.why;
     if (keep_all && end.pending >= 0 && strata_session_n_past(r->sess) < n_ctx) {
         if (strata_session_decode_gen(r->sess, &end.pending, 1, r->logits, 0) != STRATA_OK)
             return cli_fail("decode at position %d: %s", (int)strata_session_n_past(r->sess),
                             strata_last_error());
-        if (spec) r->hist[r->n_hist++] = end.pending;
+        if (r->hist) r->hist[r->n_hist++] = end.pending;
     }
     if (*why == STOP_CTX)
         fprintf(stderr, "\nstrata: context full (%d tokens, -c); stopped after %lld generated "
@@ -435,106 +438,66 @@ static int generate(runner *r, const strata_token *toks, int64_t n, int n_predic
  * Chat
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum { TPL_NONE, TPL_CHATML, TPL_INST } chat_tpl;
-
-static chat_tpl detect_template(const cli_opts *o, const strata_model *m) {
-    if (o->chat_template) {
-        if (strcmp(o->chat_template, "chatml") == 0) return TPL_CHATML;
-        if (strcmp(o->chat_template, "inst") == 0) return TPL_INST;
-        return TPL_NONE;
+/* Reads a chat turn's tokens after the first keep of the cache (the rest rolled back; where the
+ * session cannot roll back that far, everything is read again). */
+static int chat_read(runner *r, cli_chat *c, int64_t keep, const strata_token *toks, int64_t n, int *why) {
+    const int64_t n_past = strata_session_n_past(r->sess);
+    strata_token *all = NULL;
+    if (keep < n_past && strata_session_truncate(r->sess, (int32_t)keep) != STRATA_OK) {
+        if (!(all = malloc(sizeof *all * (size_t)(keep + n)))) return cli_fail("out of memory");
+        memcpy(all, r->hist, sizeof *all * (size_t)keep);
+        memcpy(all + keep, toks, sizeof *all * (size_t)n);
+        strata_session_reset(r->sess);
+        toks = all;
+        n += keep;
+        keep = 0;
     }
-    const char *t = strata_model_chat_template(m);
-    if (!t) return TPL_NONE;
-    if (strstr(t, "<|im_start|>")) return TPL_CHATML;
-    if (strstr(t, "[INST]")) return TPL_INST;
-    return TPL_NONE;
-}
-
-static const char *tpl_name(chat_tpl t) {
-    return t == TPL_CHATML ? "chatml" : t == TPL_INST ? "inst (Llama-2/Mistral)" : "none";
-}
-
-/* Appends printf-formatted text to a malloc'd string. */
-static int str_addf(char **s, size_t *len, const char *a, const char *b, const char *c) {
-    size_t n = strlen(a) + strlen(b) + strlen(c);
-    char *p = realloc(*s, *len + n + 1);
-    if (!p) return -1;
-    memcpy(p + *len, a, strlen(a));
-    memcpy(p + *len + strlen(a), b, strlen(b));
-    memcpy(p + *len + strlen(a) + strlen(b), c, strlen(c));
-    *len += n;
-    p[*len] = '\0';
-    *s = p;
-    return 0;
-}
-
-/* The text of one user turn. turn: 0 for the first; closed: the previous answer ended with its
- * end-of-turn token (already in the cache). */
-static char *format_turn(chat_tpl tpl, const char *system, const char *msg, int turn, int closed) {
-    char *s = NULL;
-    size_t n = 0;
-    int bad = 0;
-    if (tpl == TPL_CHATML) {
-        if (turn > 0) bad |= str_addf(&s, &n, closed ? "\n" : "<|im_end|>\n", "", "");
-        if (turn == 0 && system) bad |= str_addf(&s, &n, "<|im_start|>system\n", system, "<|im_end|>\n");
-        bad |= str_addf(&s, &n, "<|im_start|>user\n", msg, "<|im_end|>\n<|im_start|>assistant\n");
-    } else if (tpl == TPL_INST) {
-        /* Mistral form: <s>[INST] msg [/INST] answer</s>[INST] msg2 [/INST] (BOS from add_special);
-         * a system prompt goes in front of the first message, as Llama-2's <<SYS>> block */
-        if (turn > 0 && !closed) bad |= str_addf(&s, &n, "</s>", "", "");
-        if (turn == 0 && system) {
-            bad |= str_addf(&s, &n, "[INST] <<SYS>>\n", system, "\n<</SYS>>\n\n");
-            bad |= str_addf(&s, &n, msg, " [/INST]", "");
-        } else {
-            bad |= str_addf(&s, &n, "[INST] ", msg, " [/INST]");
-        }
-    } else {
-        bad |= str_addf(&s, &n, turn > 0 ? "\n" : "", msg, "");
-    }
-    if (bad) { free(s); return NULL; }
-    return s;
+    r->n_hist = keep;
+    char *answer = NULL;
+    int rc = generate(r, toks, n, r->o->n_predict, 1, why, &answer);
+    free(all);
+    const int64_t from = keep + n;
+    if (!rc && *why != STOP_CTX)
+        rc = cli_chat_answer(c, answer ? answer : "", r->hist + from, r->n_hist - from, *why == STOP_EOG);
+    free(answer);
+    return rc;
 }
 
 static int chat_loop(runner *r) {
     const cli_opts *o = r->o;
-    chat_tpl tpl = detect_template(o, r->model);
-    fprintf(stderr, "strata: chat with template %s; an empty line or end of input quits\n",
-            tpl_name(tpl));
+    cli_chat *c = NULL;
+    int rc = cli_chat_open(o, r->model, &c);
+    if (rc) return rc;
     char *line = NULL;
     size_t lcap = 0;
-    int closed = 0, rc = 0;
     const int32_t n_ctx = strata_session_n_ctx(r->sess);
-    for (int turn = 0;;) {
+    for (;;) {
         fputs("\n> ", stderr);
         fflush(stderr);
         ssize_t got = getline(&line, &lcap, stdin);
         if (got <= 0) break;
         while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
         if (got == 0) break;
-        char *text = format_turn(tpl, o->system, line, turn, closed);
-        if (!text) { rc = cli_fail("out of memory"); break; }
         strata_token *toks = NULL;
-        int64_t n = 0;
-        rc = cli_tokenize(r->model, text, strlen(text), turn == 0 && !o->no_bos, 1, &toks, &n);
-        free(text);
+        int64_t n = 0, keep = 0;
+        rc = cli_chat_user(c, line, r->hist, r->n_hist, &keep, &toks, &n);
+        if (rc == CLI_CHAT_DROPPED) { rc = 0; continue; }
         if (rc) break;
-        const int32_t left = n_ctx - strata_session_n_past(r->sess);
-        if (n > left) { /* dropped before anything is read: the cache and the turn stay as they were */
+        if (keep + n > n_ctx) { /* dropped before anything is read: the cache and the turn stay as they were */
             fprintf(stderr, "strata: this message is too long: %lld tokens, and the context (-c %d) has "
                     "%d left; it was dropped, the conversation goes on\n", (long long)n, (int)n_ctx,
-                    (int)left);
+                    (int)(n_ctx - keep));
             free(toks);
+            cli_chat_drop(c);
             continue;
         }
         int why;
-        rc = generate(r, toks, n, o->n_predict, 1, &why);
+        rc = chat_read(r, c, keep, toks, n, &why);
         free(toks);
-        if (rc) break;
-        turn++;
-        closed = why == STOP_EOG;
-        if (why == STOP_CTX) break;
+        if (rc || why == STOP_CTX) break;
     }
     free(line);
+    cli_chat_free(c);
     fputc('\n', stdout);
     return rc;
 }
@@ -596,7 +559,7 @@ static int run_with(cli_opts *o) {
     }
     if (o->verify_profile && !r.vp && !o->quiet)
         fprintf(stderr, "strata: --verify-profile: no verify windows without --spec; phases only\n");
-    if (r.drafts.n > 0 && !(r.hist = malloc(sizeof *r.hist * ((size_t)strata_session_n_ctx(r.sess) + 1)))) {
+    if ((r.drafts.n > 0 || o->interactive) && !(r.hist = malloc(sizeof *r.hist * ((size_t)strata_session_n_ctx(r.sess) + 1)))) {
         rc = cli_fail("out of memory");
         goto done;
     }
@@ -635,7 +598,7 @@ static int run_with(cli_opts *o) {
         if (cli_oracle_wanted(o) && (rc = cli_oracle_compute(&r.oracle, o, r.model, r.sess, toks, n, o->n_predict)))
             goto done;
         int why;
-        rc = generate(&r, toks, n, o->n_predict, 0, &why);
+        rc = generate(&r, toks, n, o->n_predict, 0, &why, NULL);
         if (!rc) fputc('\n', stdout);
     }
     r.st.drafts = &r.drafts;
