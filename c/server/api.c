@@ -196,6 +196,7 @@ static void srv_gen_free(srv_gen *g) {
     for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
     free(g->prompt_text);
     free(g->prompt);
+    yyjson_doc_free(g->tools_doc);
 }
 
 /* A number field in [lo, hi] into *out (absent or null: unchanged); 0, or -1 with msg set. */
@@ -347,6 +348,13 @@ static int srv_parse_chat(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *
     }
     yyjson_val *tools = yyjson_obj_get(root, "tools");
     g->tools = yyjson_is_arr(tools) && yyjson_arr_size(tools) > 0 ? srv_tool_format(tmpl) : SRV_TOOLS_NONE;
+    if (g->tools != SRV_TOOLS_NONE) { /* (the request's document is freed before generation) */
+        size_t tl = 0;
+        char *ts = yyjson_val_write(tools, 0, &tl);
+        g->tools_doc = ts ? yyjson_read(ts, tl, 0) : NULL;
+        g->tool_list = yyjson_doc_get_root(g->tools_doc);
+        free(ts);
+    }
     g->prompt = srv_tokenize(c, text, strlen(text), 0, &g->n_prompt);
     free(text);
     if (!g->prompt) return snprintf(msg, size, "the rendered chat could not be tokenized"), -1;

@@ -261,8 +261,9 @@ static int srv_emit(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, strata_tok
     if (strata_token_is_eog(c->model, t)) { o->finish = "stop"; return 1; }
     char piece[256];
     int64_t pl = 0;
-    /* (control tokens as text where a tool format needs them: Mistral's [TOOL_CALLS], Llama's <|python_tag|>) */
-    const int special = g->tools != SRV_TOOLS_NONE && g->tools != SRV_TOOLS_HERMES;
+    /* (control tokens as text where a tool format needs them: Mistral's [TOOL_CALLS], Llama's
+       <|python_tag|>, GLM's <arg_key>) */
+    const int special = g->tools != SRV_TOOLS_NONE && g->tools != SRV_TOOLS_HERMES && g->tools != SRV_TOOLS_QWEN_XML;
     if (strata_token_to_piece(c->model, t, special, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
     if (srv_out_add(o, piece, (size_t)pl) != 0) return -1;
     if (g->logprobs && o->nlp) o->lp[o->nlp - 1].end = o->len;
@@ -472,7 +473,7 @@ static yyjson_mut_val *srv_choice(const srv_ctx *c, yyjson_mut_doc *d, const srv
         if (c0 == SIZE_MAX) c0 = o->len; /* (thinking to the end: no content) */
         size_t cn = o->len - c0;
         int k = 0;
-        if (g->tools && srv_tool_calls(g->tools, d, m, "tool_calls", t + c0, cn, &k) == 0) {
+        if (g->tools && srv_tool_calls(g->tools, d, m, "tool_calls", t + c0, cn, g->tool_list, &k) == 0) {
             cn = srv_tool_start(g->tools, t + c0, cn, 1);
             while (cn > 0 && (t[c0 + cn - 1] == '\n' || t[c0 + cn - 1] == ' ')) cn--;
             finish = "tool_calls";
@@ -521,7 +522,7 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
     yyjson_mut_val *holder = yyjson_mut_obj(d);
     int k = 0;
-    const int ok = ts < n && srv_tool_calls(g->tools, d, holder, "tool_calls", t, n, &k) == 0;
+    const int ok = ts < n && srv_tool_calls(g->tools, d, holder, "tool_calls", t, n, g->tool_list, &k) == 0;
     const size_t upto = ok ? ts : n;
     if (upto > o->sent) srv_chunk(fd, c, g, id, t + o->sent, upto - o->sent, NULL, 0, 0, o, SIZE_MAX);
     if (ok) {

@@ -61,6 +61,8 @@ typedef struct {
     int think;                        /* chat: reasoning in <think> tags split out (1; 2: the prompt
                                          opened one), 0 none */
     int tools;                        /* chat with tools: the template's SRV_TOOLS_* format (text.h) */
+    struct yyjson_doc *tools_doc;     /* and the request's tools (a copy), tool_list its array: */
+    struct yyjson_val *tool_list;     /* the XML formats' argument types */
     int logprobs, top_logprobs;       /* each token's logprob, and the n most likely (<= 20) */
     int echo;                         /* completions: the prompt's text before the answer's */
     int n_choices;                    /* "n": choices generated one after another (1 .. SRV_MAX_N) */

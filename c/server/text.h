@@ -22,18 +22,23 @@ int srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, s
 /* Tool call formats, told from the chat template (srv_tool_format): none (calls stay content),
  * Hermes / Qwen <tool_call>{JSON}</tool_call> blocks, Llama 3.x's bare {"name", "parameters"}
  * object (after <|python_tag|> or as the whole answer), Mistral's [TOOL_CALLS] (a JSON array,
- * or name[CALL_ID]id[ARGS]{JSON} each), DeepSeek V3 / R1's <｜tool▁calls▁begin｜> tokens. */
-enum { SRV_TOOLS_NONE, SRV_TOOLS_HERMES, SRV_TOOLS_LLAMA3, SRV_TOOLS_MISTRAL, SRV_TOOLS_DEEPSEEK };
+ * or name[CALL_ID]id[ARGS]{JSON} each), DeepSeek V3 / R1's <｜tool▁calls▁begin｜> tokens, GLM-4.5's <tool_call>NAME <arg_key>K</arg_key>
+ * <arg_value>V</arg_value>... blocks, Qwen3-Coder's <tool_call><function=NAME><parameter=K>V
+ * </parameter>...</function> blocks (their values: text where the tool's schema says string,
+ * else JSON where they parse as it). */
+enum { SRV_TOOLS_NONE, SRV_TOOLS_HERMES, SRV_TOOLS_LLAMA3, SRV_TOOLS_MISTRAL, SRV_TOOLS_DEEPSEEK, SRV_TOOLS_GLM,
+       SRV_TOOLS_QWEN_XML };
 /* The format a chat template's text asks for, as llama.cpp tells it from marker strings. */
 int srv_tool_format(const char *tmpl);
 /* Where fmt's tool calls start in t[0..n) (not final: also a partial marker at the end, or, for
  * Llama 3.x, blank text so far; n when none): the content stops there. */
 size_t srv_tool_start(int fmt, const char *t, size_t n, int final);
 /* The tool calls of t[0..n) from where they start as a JSON array of OpenAI tool_calls
- * ({id, type, function: {name, arguments (a JSON string)}}) added to obj[key]; 0 with *n_calls
+ * ({id, type, function: {name, arguments (a JSON string)}}) added to obj[key] (tools: the
+ * request's, for the XML formats' value types; may be NULL); 0 with *n_calls
  * set when every call parsed and nothing but blanks lies between or after them, -1 otherwise
  * (the caller keeps the text as content: nothing is lost). */
 int srv_tool_calls(int fmt, yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n,
-                   int *n_calls);
+                   yyjson_val *tools, int *n_calls);
 
 #endif /* STRATA_SERVER_TEXT_H */

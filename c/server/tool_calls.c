@@ -1,7 +1,8 @@
 /* tool_calls.c - a chat answer's tool calls in the format its chat template asks for (text.h):
  * the format told from the template's text, where the calls start (for a stream to hold them
  * back), and the calls read with yyjson into OpenAI's tool_calls. Hermes / Qwen <tool_call>
- * blocks, Llama 3.x bare JSON, Mistral [TOOL_CALLS], DeepSeek V3 / R1 special tokens. Pure
+ * blocks, Llama 3.x bare JSON, Mistral [TOOL_CALLS], DeepSeek V3 / R1 special tokens, GLM-4.5's
+ * <arg_key> / <arg_value> pairs and Qwen3-Coder's <function=> / <parameter=> XML. Pure
  * functions over the caller's bytes; anything that does not parse is the caller's content. */
 #include "text.h"
 
@@ -11,6 +12,7 @@
 #include <string.h>
 
 static const char HERMES_OPEN[] = "<tool_call>", HERMES_CLOSE[] = "</tool_call>";
+static const char QX_FUNC[] = "<function=";
 static const char PY_TAG[] = "<|python_tag|>";
 static const char MI_CALLS[] = "[TOOL_CALLS]", MI_ARGS[] = "[ARGS]", MI_ID[] = "[CALL_ID]";
 static const char DS_BEGIN[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>";
@@ -23,6 +25,8 @@ int srv_tool_format(const char *tmpl) {
     if (!tmpl || strstr(tmpl, "<|channel|>")) return SRV_TOOLS_NONE; /* gpt-oss (harmony): not read yet */
     if (strstr(tmpl, DS_BEGIN)) return SRV_TOOLS_DEEPSEEK;
     if (strstr(tmpl, MI_CALLS)) return SRV_TOOLS_MISTRAL;
+    if (strstr(tmpl, HERMES_OPEN) && strstr(tmpl, "<arg_key>")) return SRV_TOOLS_GLM;
+    if (strstr(tmpl, HERMES_OPEN) && (strstr(tmpl, "<function=") || strstr(tmpl, "<parameter="))) return SRV_TOOLS_QWEN_XML;
     if (strstr(tmpl, HERMES_OPEN)) return SRV_TOOLS_HERMES;
     if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "<function=")) return SRV_TOOLS_NONE; /* functionary */
     if (strstr(tmpl, "<|start_header_id|>ipython<|end_header_id|>") || strstr(tmpl, PY_TAG)) return SRV_TOOLS_LLAMA3;
@@ -59,7 +63,13 @@ static size_t llama3_start(const char *t, size_t n, int final) {
 
 size_t srv_tool_start(int fmt, const char *t, size_t n, int final) {
     switch (fmt) {
-    case SRV_TOOLS_HERMES: return find_mark(t, n, HERMES_OPEN, sizeof HERMES_OPEN - 1, final);
+    case SRV_TOOLS_HERMES:
+    case SRV_TOOLS_GLM: return find_mark(t, n, HERMES_OPEN, sizeof HERMES_OPEN - 1, final);
+    case SRV_TOOLS_QWEN_XML: { /* (Qwen3-Coder may leave out the first call's <tool_call>) */
+        const size_t a = find_mark(t, n, HERMES_OPEN, sizeof HERMES_OPEN - 1, final);
+        const size_t b = find_mark(t, n, QX_FUNC, sizeof QX_FUNC - 1, final);
+        return a < b ? a : b;
+    }
     case SRV_TOOLS_LLAMA3: return llama3_start(t, n, final);
     case SRV_TOOLS_MISTRAL: return find_mark(t, n, MI_CALLS, sizeof MI_CALLS - 1, final);
     case SRV_TOOLS_DEEPSEEK: return find_mark(t, n, DS_BEGIN, sizeof DS_BEGIN - 1, final);
@@ -75,12 +85,10 @@ static yyjson_doc *read_value(const char *t, size_t i, size_t n, size_t *end) {
     return j;
 }
 
-/* Appends {id, type, function: {name, arguments}} to arr: args an object (written as a JSON
- * string) or a string (as is). Mistral's templates want 9-character alphanumeric ids. -1 when
- * the name or the arguments are not of those kinds. */
-static int add_call(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k, const char *name, size_t nlen,
-                    yyjson_val *args, const char *gid, size_t gidlen) {
-    if (!name || nlen == 0 || !(yyjson_is_obj(args) || yyjson_is_str(args))) return -1;
+/* Appends {id, type, function: {name, arguments}} to arr, the arguments a JSON string's text
+ * (alen bytes). Mistral's templates want 9-character alphanumeric ids. */
+static void add_call_str(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k, const char *name, size_t nlen,
+                         const char *args, size_t alen, const char *gid, size_t gidlen) {
     yyjson_mut_val *call = yyjson_mut_obj(d), *fn = yyjson_mut_obj(d);
     char id[32];
     if (fmt == SRV_TOOLS_MISTRAL) snprintf(id, sizeof id, "call%05d", k % 100000);
@@ -89,17 +97,25 @@ static int add_call(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k, cons
     else yyjson_mut_obj_add_strcpy(d, call, "id", id);
     yyjson_mut_obj_add_str(d, call, "type", "function");
     yyjson_mut_obj_add_strncpy(d, fn, "name", name, nlen);
-    if (yyjson_is_str(args)) {
-        yyjson_mut_obj_add_strncpy(d, fn, "arguments", yyjson_get_str(args), yyjson_get_len(args));
-    } else {
-        size_t len = 0;
-        char *s = yyjson_val_write(args, 0, &len);
-        if (!s) return -1;
-        yyjson_mut_obj_add_strncpy(d, fn, "arguments", s, len);
-        free(s);
-    }
+    yyjson_mut_obj_add_strncpy(d, fn, "arguments", args, alen);
     yyjson_mut_obj_add_val(d, call, "function", fn);
     yyjson_mut_arr_append(arr, call);
+}
+
+/* A call appended, args an object (written as a JSON string) or a string (as is); -1 when the
+ * name or the arguments are not of those kinds. */
+static int add_call(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k, const char *name, size_t nlen,
+                    yyjson_val *args, const char *gid, size_t gidlen) {
+    if (!name || nlen == 0 || !(yyjson_is_obj(args) || yyjson_is_str(args))) return -1;
+    if (yyjson_is_str(args)) {
+        add_call_str(d, arr, fmt, k, name, nlen, yyjson_get_str(args), yyjson_get_len(args), gid, gidlen);
+        return 0;
+    }
+    size_t len = 0;
+    char *s = yyjson_val_write(args, 0, &len);
+    if (!s) return -1;
+    add_call_str(d, arr, fmt, k, name, nlen, s, len, gid, gidlen);
+    free(s);
     return 0;
 }
 
@@ -228,8 +244,116 @@ static int deepseek_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t,
     return skip_ws(t, i + le, n) == n ? k : -1;
 }
 
+/* Whether the request's tools give function name's parameter key a schema that is a string
+ * (type "string", or an enum of strings): its value is then the text as written. */
+static int param_is_string(yyjson_val *tools, const char *name, size_t nlen, const char *key, size_t klen) {
+    size_t i, max;
+    yyjson_val *tool;
+    yyjson_arr_foreach(tools, i, max, tool) {
+        yyjson_val *fn = yyjson_obj_get(tool, "function"), *nm = yyjson_obj_get(fn, "name");
+        if (!yyjson_is_str(nm) || yyjson_get_len(nm) != nlen || memcmp(yyjson_get_str(nm), name, nlen)) continue;
+        yyjson_val *props = yyjson_obj_get(yyjson_obj_get(fn, "parameters"), "properties");
+        yyjson_val *p = yyjson_obj_getn(props, key, klen), *type = yyjson_obj_get(p, "type");
+        if (yyjson_is_str(type)) return !strcmp(yyjson_get_str(type), "string");
+        yyjson_val *en = yyjson_obj_get(p, "enum"), *x;
+        size_t j, jmax;
+        int strings = yyjson_is_arr(en) && yyjson_arr_size(en) > 0;
+        yyjson_arr_foreach(en, j, jmax, x) strings &= yyjson_is_str(x);
+        return strings;
+    }
+    return 0;
+}
+
+/* An XML-style argument's value into args[key]: as llama.cpp reads it, the text as written when
+ * the tool's schema says string, else the JSON it parses as (a template writes non-strings with
+ * tojson), else the text. */
+static void add_arg(yyjson_mut_doc *d, yyjson_mut_val *args, yyjson_val *tools, const char *name, size_t nlen,
+                    const char *k, size_t kl, const char *v, size_t vl) {
+    yyjson_mut_val *key = yyjson_mut_strncpy(d, k, kl), *val = NULL;
+    yyjson_doc *j = param_is_string(tools, name, nlen, k, kl) ? NULL : yyjson_read(v, vl, 0);
+    if (j) val = yyjson_val_mut_copy(d, yyjson_doc_get_root(j));
+    yyjson_doc_free(j);
+    if (!val) val = yyjson_mut_strncpy(d, v, vl);
+    yyjson_mut_obj_put(args, key, val);
+}
+
+/* The text between open (at t[i]) and close: [*a, *b), *e past close; -1 when not there. */
+static int tagged(const char *t, size_t i, size_t n, const char *open, const char *close, size_t *a, size_t *b,
+                  size_t *e) {
+    const size_t lo = strlen(open), lc = strlen(close);
+    if (!at(t, i, n, open, lo)) return -1;
+    *a = i + lo;
+    *b = *a + find_mark(t + *a, n - *a, close, lc, 1);
+    if (*b >= n) return -1;
+    *e = *b + lc;
+    return 0;
+}
+
+/* One call's body t[i..) up to </tool_call>: GLM's NAME then <arg_key>K</arg_key>
+ * <arg_value>V</arg_value> pairs, or Qwen3-Coder's <function=NAME> <parameter=K>\nV\n</parameter>
+ * ... </function>; the call appended, *e past </tool_call>; -1 when it is neither. */
+static int xml_call(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i, yyjson_val *tools,
+                    int qwen, int k, size_t *e) {
+    size_t name0, name1, a, b;
+    i = skip_ws(t, i, n);
+    if (qwen) {
+        if (tagged(t, i, n, "<function=", ">", &name0, &name1, &i)) return -1;
+    } else {
+        name0 = i;
+        while (i < n && t[i] != '\n' && t[i] != '<' && t[i] != '{' && t[i] != '"') i++;
+        name1 = i;
+        while (name1 > name0 && (t[name1 - 1] == ' ' || t[name1 - 1] == '\r')) name1--;
+    }
+    if (name1 == name0) return -1;
+    yyjson_mut_val *args = yyjson_mut_obj(d);
+    for (i = skip_ws(t, i, n);; i = skip_ws(t, i, n)) {
+        size_t k0, k1;
+        if (qwen ? tagged(t, i, n, "<parameter=", ">", &k0, &k1, &i) : tagged(t, i, n, "<arg_key>", "</arg_key>", &k0, &k1, &i))
+            break;
+        if (qwen) {
+            a = i;
+            b = a + find_mark(t + a, n - a, "</parameter>", 12, 1);
+            if (b >= n) return -1;
+            i = b + 12;
+            if (a < b && t[a] == '\n') a++; /* (the value on lines of its own) */
+            if (b > a && t[b - 1] == '\n') b--;
+        } else if (tagged(t, skip_ws(t, i, n), n, "<arg_value>", "</arg_value>", &a, &b, &i)) {
+            return -1;
+        }
+        add_arg(d, args, tools, t + name0, name1 - name0, t + k0, k1 - k0, t + a, b - a);
+    }
+    if (qwen) {
+        if (!at(t, i, n, "</function>", 11)) return -1;
+        i = skip_ws(t, i + 11, n);
+    }
+    if (!at(t, i, n, HERMES_CLOSE, sizeof HERMES_CLOSE - 1)) return -1;
+    *e = i + sizeof HERMES_CLOSE - 1;
+    size_t len = 0;
+    char *s = yyjson_mut_val_write(args, 0, &len);
+    if (!s) return -1;
+    add_call_str(d, arr, qwen ? SRV_TOOLS_QWEN_XML : SRV_TOOLS_GLM, k, t + name0, name1 - name0, s, len, NULL, 0);
+    free(s);
+    return 0;
+}
+
+/* GLM-4.5 / Qwen3-Coder: <tool_call>...</tool_call> blocks from t[i] on, only blanks between
+ * (Qwen3-Coder's first one may start at <function= without its <tool_call>, as llama.cpp takes). */
+static int xml_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i, yyjson_val *tools,
+                     int qwen) {
+    const size_t lo = sizeof HERMES_OPEN - 1;
+    int k = 0;
+    for (; i < n; k++) {
+        size_t e = n;
+        if (at(t, i, n, HERMES_OPEN, lo)) i += lo;
+        else if (!(qwen && k == 0 && at(t, i, n, QX_FUNC, sizeof QX_FUNC - 1))) return -1;
+        if (xml_call(d, arr, t, n, i, tools, qwen, k, &e)) return -1;
+        i = skip_ws(t, e, n);
+    }
+    return k;
+}
+
 int srv_tool_calls(int fmt, yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n,
-                   int *n_calls) {
+                   yyjson_val *tools, int *n_calls) {
     const size_t s = srv_tool_start(fmt, t, n, 1);
     if (s >= n) return -1;
     yyjson_mut_val *arr = yyjson_mut_arr(d);
@@ -239,6 +363,8 @@ int srv_tool_calls(int fmt, yyjson_mut_doc *d, yyjson_mut_val *obj, const char *
     case SRV_TOOLS_LLAMA3: k = llama3_calls(d, arr, t, n, s); break;
     case SRV_TOOLS_MISTRAL: k = mistral_calls(d, arr, t, n, s); break;
     case SRV_TOOLS_DEEPSEEK: k = deepseek_calls(d, arr, t, n, s); break;
+    case SRV_TOOLS_GLM: k = xml_calls(d, arr, t, n, s, tools, 0); break;
+    case SRV_TOOLS_QWEN_XML: k = xml_calls(d, arr, t, n, s, tools, 1); break;
     default: break;
     }
     if (k <= 0) return -1;

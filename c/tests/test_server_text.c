@@ -34,7 +34,25 @@ static void split(const char *t, int think, int final, const char *want_r, const
 #define DS_CALL DS_("call\xE2\x96\x81" "begin")
 #define DS_CALL_END DS_("call\xE2\x96\x81" "end")
 #define DS_SEP DS_("sep")
+ /* llama.cpp's message_assist_call: special_function(arg1 = 1) */
+#define SF1_CALL "{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"special_function\",\"arguments\":" \
+                 "\"{\\\"arg1\\\":1}\"}}"
+#define SF1 "{\"c\":[" SF1_CALL "]}"
 #define ONE_F "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]}"
+
+/* The request's tools the XML formats read their argument types from (llama.cpp's test tools:
+ * special_function(arg1: integer), special_function_with_opt(arg1, arg2: integer), python(code:
+ * string), and say(text: string, mode: an enum of strings)). */
+static const char TOOLS[] =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"special_function\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"arg1\":{\"type\":\"integer\"}}}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"special_function_with_opt\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"arg1\":{\"type\":\"integer\"},\"arg2\":{\"type\":\"integer\"}}}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"python\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"code\":{\"type\":\"string\"}}}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"say\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"text\":{\"type\":\"string\"},\"mode\":{\"enum\":[\"a\",\"b\"]}}}}}]";
+static yyjson_val *g_tools;
 
 /* One answer through a format's parser: want calls (-1: none, the text stays content), the
  * tool_calls JSON written (NULL: not compared) and, with calls, the content's length before them. */
@@ -43,7 +61,7 @@ static void tool_case(int fmt, const char *t, size_t n, int calls, const char *j
     yyjson_mut_val *o = yyjson_mut_obj(d);
     yyjson_mut_doc_set_root(d, o);
     int k = 0;
-    const int rc = srv_tool_calls(fmt, d, o, "c", t, n, &k);
+    const int rc = srv_tool_calls(fmt, d, o, "c", t, n, g_tools, &k);
     char *js = yyjson_mut_write(d, 0, NULL);
     const size_t s = srv_tool_start(fmt, t, n, 1);
     const int ok = calls < 0 ? rc == -1 : rc == 0 && k == calls && (!json || !strcmp(js, json)) && s == content;
@@ -103,6 +121,62 @@ static void tool_cases(void) {
         {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n{\"x\": 1}\n" DS_CALL_END DS_END, -1, NULL, 0},
         {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_END, -1, NULL, 0},
         {SRV_TOOLS_DEEPSEEK, "<\xEF\xBD\x9Ctool", -1, NULL, 0},
+        /* GLM-4.5 / 4.6 / 4.7 (llama.cpp tests/test-chat.cpp's GLM-4.6 and GLM-4.7-Flash answers) */
+        {SRV_TOOLS_GLM, "<tool_call>special_function\n<arg_key>arg1</arg_key>\n<arg_value>1</arg_value>\n</tool_call>", 1,
+         SF1, 0},
+        {SRV_TOOLS_GLM, "<tool_call>special_function<arg_key>arg1</arg_key><arg_value>1</arg_value></tool_call>", 1, SF1, 0},
+        {SRV_TOOLS_GLM, "<tool_call>special_function<arg_key>arg1</arg_key><arg_value>1</arg_value></tool_call>"
+                        "<tool_call>special_function_with_opt<arg_key>arg1</arg_key><arg_value>1</arg_value>"
+                        "<arg_key>arg2</arg_key><arg_value>2</arg_value></tool_call>", 2,
+         "{\"c\":[" SF1_CALL ",{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+         "\"special_function_with_opt\",\"arguments\":\"{\\\"arg1\\\":1,\\\"arg2\\\":2}\"}}]}", 0},
+        {SRV_TOOLS_GLM, "Reading.\n<tool_call>read_file_diff_md</tool_call>", 1,
+         "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"read_file_diff_md\",\"arguments\":"
+         "\"{}\"}}]}", 9},
+        /* values: JSON where they parse (tojson wrote them), text where not or where the schema says string */
+        {SRV_TOOLS_GLM, "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>[1, \"x\"]</arg_value>\n<arg_key>b</arg_key>\n"
+                        "<arg_value>Paris, France</arg_value>\n<arg_key>c</arg_key><arg_value>{\"k\": null}</arg_value></tool_call>", 1,
+         "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+         "\"{\\\"a\\\":[1,\\\"x\\\"],\\\"b\\\":\\\"Paris, France\\\",\\\"c\\\":{\\\"k\\\":null}}\"}}]}", 0},
+        {SRV_TOOLS_GLM, "<tool_call>say<arg_key>text</arg_key><arg_value>12</arg_value><arg_key>mode</arg_key>"
+                        "<arg_value>true</arg_value></tool_call>", 1,
+         "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"say\",\"arguments\":"
+         "\"{\\\"text\\\":\\\"12\\\",\\\"mode\\\":\\\"true\\\"}\"}}]}", 0},
+        {SRV_TOOLS_GLM, "<tool_call>f<arg_key>a</arg_key><arg_value>1</arg_value>", -1, NULL, 0},     /* unclosed */
+        {SRV_TOOLS_GLM, "<tool_call>f<arg_key>a</arg_key></tool_call>", -1, NULL, 0},              /* no value */
+        {SRV_TOOLS_GLM, "<tool_call>f<arg_key>a</arg_key><arg_value>1</tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_GLM, "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", -1, NULL, 0},  /* Hermes JSON */
+        {SRV_TOOLS_GLM, "<tool_call>f</tool_call> and then text", -1, NULL, 0},
+        {SRV_TOOLS_GLM, "<tool_call></tool_call>", -1, NULL, 0},
+        /* Qwen3-Coder XML (llama.cpp tests/test-chat.cpp's Qwen3-Coder answers) */
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n"
+                             "</tool_call>", 1, SF1, 0},
+        {SRV_TOOLS_QWEN_XML, "<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>", 1,
+         SF1, 0},
+        {SRV_TOOLS_QWEN_XML, "Let me call it.\n<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n"
+                             "</tool_call>", 1, SF1, 16},
+        {SRV_TOOLS_QWEN_XML, "<function=special_function>\n<parameter=arg1>\n1\n</parameter>\n</function>\n</tool_call>\n"
+                             "<tool_call>\n<function=special_function_with_opt>\n<parameter=arg1>\n1\n</parameter>\n"
+                             "<parameter=arg2>\n2\n</parameter>\n</function>\n</tool_call>", 2,
+         "{\"c\":[" SF1_CALL ",{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
+         "\"special_function_with_opt\",\"arguments\":\"{\\\"arg1\\\":1,\\\"arg2\\\":2}\"}}]}", 0},
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=python>\n<parameter=code>\ndef hello():\n    print(\"Hello, world!\")\n\n"
+                             "hello()\n</parameter>\n</function>\n</tool_call>", 1,
+         "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"python\",\"arguments\":"
+         "\"{\\\"code\\\":\\\"def hello():\\\\n    print(\\\\\\\"Hello, world!\\\\\\\")\\\\n\\\\nhello()\\\"}\"}}]}", 0},
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=python>\n<parameter=code>\n\xe6\xa0\xbc\n</parameter>\n</function>\n</tool_call>", 1,
+         "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"python\",\"arguments\":"
+         "\"{\\\"code\\\":\\\"\xe6\xa0\xbc\\\"}\"}}]}", 0},
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=python>\n<parameter=code>\n1\n</parameter>\n</function>\n</tool_call>", 1,
+         "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"python\",\"arguments\":"
+         "\"{\\\"code\\\":\\\"1\\\"}\"}}]}", 0},   /* a string by its schema */
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n</tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=f>\n</function>\n</tool_call>\n<function=g>\n</function>\n</tool_call>", -1,
+         NULL, 0},                                                          /* only the first may leave out <tool_call> */
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=>\n</function>\n</tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_QWEN_XML, "#include <functional>", -1, NULL, 0},
     };
     for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++)
         tool_case(tc[i].fmt, tc[i].t, strlen(tc[i].t), tc[i].calls, tc[i].json, tc[i].content);
@@ -118,6 +192,11 @@ static void tool_cases(void) {
     CHECK(srv_tool_start(SRV_TOOLS_DEEPSEEK, "ok<\xEF\xBD\x9Ctool\xE2", 10, 0) == 2 &&
           srv_tool_start(SRV_TOOLS_DEEPSEEK, "ok " DS_BEGIN, 3 + strlen(DS_BEGIN), 1) == 3, "where DeepSeek calls start");
     CHECK(srv_tool_start(SRV_TOOLS_NONE, "<tool_call>", 11, 0) == 11, "no format: no calls");
+    CHECK(srv_tool_start(SRV_TOOLS_GLM, "ab<tool_c", 9, 0) == 2 && srv_tool_start(SRV_TOOLS_GLM, "ab<tool_c", 9, 1) == 9,
+          "where GLM calls start");
+    CHECK(srv_tool_start(SRV_TOOLS_QWEN_XML, "ab<tool_c", 9, 0) == 2 && srv_tool_start(SRV_TOOLS_QWEN_XML, "ab<func", 7, 0) == 2 &&
+          srv_tool_start(SRV_TOOLS_QWEN_XML, "ab<func", 7, 1) == 7 && srv_tool_start(SRV_TOOLS_QWEN_XML, "a<function=f>", 13, 1) == 1 &&
+          srv_tool_start(SRV_TOOLS_QWEN_XML, "<functional>", 12, 0) == 12, "where Qwen3-Coder calls start");
 }
 
 /* Hostile answers: unterminated strings, deep nesting, lone markers, bytes cut short (read from
@@ -130,6 +209,8 @@ static void tool_hostile(void) {
         {SRV_TOOLS_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": "}, {SRV_TOOLS_LLAMA3, "{\"name\": \"f\", \"parameters\": "},
         {SRV_TOOLS_MISTRAL, "[TOOL_CALLS]f[ARGS]"}, {SRV_TOOLS_MISTRAL, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": "},
         {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n"},
+        {SRV_TOOLS_GLM, "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>"},
+        {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=f>\n<parameter=a>\n"},
     };
     for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) {
         const size_t hl = strlen(h[i].head);
@@ -176,7 +257,11 @@ static void tool_detect(void) {
         {"unsloth-mistral-Devstral", SRV_TOOLS_MISTRAL}, {"deepseek-ai-DeepSeek-R1", SRV_TOOLS_DEEPSEEK},
         {"deepseek-ai-DeepSeek-V3.1", SRV_TOOLS_DEEPSEEK}, {"llama-cpp-deepseek-r1", SRV_TOOLS_DEEPSEEK},
         {"NousResearch-Hermes-3-Llama-3.1", SRV_TOOLS_HERMES}, {"meetkai-functionary", SRV_TOOLS_NONE},
-        {"openai-gpt-oss", SRV_TOOLS_NONE},
+        {"openai-gpt-oss", SRV_TOOLS_NONE}, {"GLM-4.6", SRV_TOOLS_GLM}, {"GLM-4.7", SRV_TOOLS_GLM},
+        {"poolside-Laguna", SRV_TOOLS_GLM}, {"Qwen3-Coder", SRV_TOOLS_QWEN_XML}, {"Qwen3.5", SRV_TOOLS_QWEN_XML},
+        {"NVIDIA-Nemotron-3", SRV_TOOLS_QWEN_XML}, {"StepFun3.5", SRV_TOOLS_QWEN_XML},
+        {"NousResearch-Hermes-2-Pro", SRV_TOOLS_HERMES}, {"Qwen-Qwen2.5", SRV_TOOLS_HERMES}, {"Qwen-Qwen3-0.6B", SRV_TOOLS_HERMES},
+        {"ByteDance-Seed-OSS", SRV_TOOLS_NONE},
     };
     const char *dir = getenv("STRATA_CHAT_TEMPLATES") ? getenv("STRATA_CHAT_TEMPLATES") : "../shared/chat_templates";
     DIR *dd = opendir(dir);
@@ -203,6 +288,9 @@ static void tool_detect(void) {
 }
 
 int main(void) {
+    yyjson_doc *tools = yyjson_read(TOOLS, sizeof TOOLS - 1, 0);
+    g_tools = yyjson_doc_get_root(tools);
+    CHECK(yyjson_is_arr(g_tools), "the test's tools parse");
     split("Hello", 0, 0, "", "Hello", 1);
     split("Hello", 1, 0, "", "Hello", 1);                                /* never thought */
     split("<think>\nhmm</think>\n\nAnswer", 1, 1, "hmm", "Answer", 1);
@@ -226,5 +314,6 @@ int main(void) {
     tool_cases();
     tool_hostile();
     tool_detect();
+    yyjson_doc_free(tools);
     return test_report();
 }
