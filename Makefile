@@ -169,6 +169,12 @@ $(BUILD)/tests/test_server_text: c/tests/test_server_text.c c/server/text.c c/se
 	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_server_text.c c/server/text.c c/server/tool_calls.c $(THIRD_OBJS) \
 	  $(SAN) $(LDLIBS)
 
+# test_server_harmony: gpt-oss's harmony answers (channels, calls, the stream's hold-back).
+$(BUILD)/tests/test_server_harmony: c/tests/test_server_harmony.c c/server/text.c c/server/tool_calls.c c/server/harmony.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_server_harmony.c c/server/text.c c/server/tool_calls.c \
+	  c/server/harmony.c $(THIRD_OBJS) $(SAN) $(LDLIBS)
+
 # test_template renders with the server's chat template renderer and runs its fuzz harness.
 TMPL_SRCS := $(wildcard c/server/template_*.c)
 $(BUILD)/tests/test_template: c/tests/test_template.c $(TMPL_SRCS) c/fuzz/fuzz_template.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)

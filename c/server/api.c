@@ -341,7 +341,9 @@ static int srv_parse_chat(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *
     if (rc != 0) return snprintf(msg, size, "chat template: %s", err), -1;
     /* reasoning: where the template has think tags (and the request does not ask it raw) */
     const char *rf = yyjson_get_str(yyjson_obj_get(root, "reasoning_format"));
-    if (c->cfg->reasoning && strstr(tmpl, "</think>") && !(rf && !strcmp(rf, "none"))) {
+    const int reason = c->cfg->reasoning && !(rf && !strcmp(rf, "none"));
+    if (strstr(tmpl, "<|channel|>")) g->harmony = reason ? 1 : 2; /* gpt-oss: channels, not think tags */
+    else if (reason && strstr(tmpl, "</think>")) {
         size_t n = strlen(text);
         while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
         g->think = n >= 7 && !memcmp(text + n - 7, "<think>", 7) ? 2 : 1;

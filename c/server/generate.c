@@ -224,6 +224,28 @@ static strata_status srv_read_prompt(srv_slot *s, const srv_gen *g, float *logit
     return STRATA_OK;
 }
 
+/* Where a harmony answer's text goes (gpt-oss): streamed as chunks, or, buf set, gathered
+ * into buf[0] (content) and buf[1] (reasoning). */
+typedef struct {
+    int fd;
+    const srv_ctx *c;
+    const srv_gen *g;
+    srv_out *o;                /* (streamed: its sent text and logprobs advance) */
+    const char *id;
+    const char *text;          /* the answer */
+    srv_out *buf;
+} srv_harmony_out;
+
+static void srv_harmony_emit(void *u, int reasoning, size_t a, size_t b) {
+    srv_harmony_out *h = u;
+    if (h->buf) {
+        srv_out_add(&h->buf[reasoning], h->text + a, b - a); /* (out of memory: the part left out) */
+        return;
+    }
+    if (h->o->gone) return;
+    if (srv_chunk(h->fd, h->c, h->g, h->id, h->text + a, b - a, NULL, 0, reasoning, h->o, b) != 0) h->o->gone = 1;
+}
+
 /* Streams what is safe to send: the text but for a possible stop string's start and a partial
  * UTF-8 character. */
 /* Streams a reasoning or content part's new bytes (sent: how much of it went out). */
@@ -239,6 +261,11 @@ static void srv_stream_part(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
 static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id) {
     size_t upto = o->len - srv_stop_hold(g, o->text, o->len);
     upto = srv_utf8_whole(o->text, upto);
+    if (g->harmony) {
+        srv_harmony_out h = {fd, c, g, o, id, o->text, NULL};
+        srv_harmony_walk(o->text, upto, 0, g->harmony == 2, &o->sent, srv_harmony_emit, &h);
+        return;
+    }
     if (!g->think && !g->tools) {
         if (upto <= o->sent) return;
         if (srv_chunk(fd, c, g, id, o->text + o->sent, upto - o->sent, NULL, 0, 0, o, upto) != 0) o->gone = 1;
@@ -262,8 +289,9 @@ static int srv_emit(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, strata_tok
     char piece[256];
     int64_t pl = 0;
     /* (control tokens as text where a tool format needs them: Mistral's [TOOL_CALLS], Llama's
-       <|python_tag|>, GLM's <arg_key>) */
-    const int special = g->tools != SRV_TOOLS_NONE && g->tools != SRV_TOOLS_HERMES && g->tools != SRV_TOOLS_QWEN_XML;
+       <|python_tag|>, GLM's <arg_key>, gpt-oss's <|channel|>) */
+    const int special = g->harmony ||
+                        (g->tools != SRV_TOOLS_NONE && g->tools != SRV_TOOLS_HERMES && g->tools != SRV_TOOLS_QWEN_XML);
     if (strata_token_to_piece(c->model, t, special, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
     if (srv_out_add(o, piece, (size_t)pl) != 0) return -1;
     if (g->logprobs && o->nlp) o->lp[o->nlp - 1].end = o->len;
@@ -459,12 +487,35 @@ static strata_status srv_spec_loop(srv_ctx *c, int fd, const srv_gen *g, srv_slo
     return st;
 }
 
+/* A harmony answer's whole message (gpt-oss): content, reasoning_content, tool_calls. */
+static yyjson_mut_val *srv_harmony_message(yyjson_mut_doc *d, const srv_gen *g, const srv_out *o,
+                                           const char **finish) {
+    yyjson_mut_val *m = yyjson_mut_obj(d);
+    yyjson_mut_obj_add_str(d, m, "role", "assistant");
+    srv_out buf[2];
+    memset(buf, 0, sizeof buf);
+    const char *t = o->text ? o->text : "";
+    srv_harmony_out h = {-1, NULL, g, NULL, NULL, t, buf};
+    size_t pos = 0;
+    srv_harmony_walk(t, o->len, 1, g->harmony == 2, &pos, srv_harmony_emit, &h);
+    int k = 0;
+    if (srv_harmony_calls(d, m, "tool_calls", t, o->len, &k) == 0) *finish = "tool_calls";
+    if (k && buf[0].len == 0) yyjson_mut_obj_add_null(d, m, "content");
+    else srv_add_text(d, m, "content", buf[0].text ? buf[0].text : "", buf[0].len);
+    if (buf[1].len) srv_add_text(d, m, "reasoning_content", buf[1].text, buf[1].len);
+    free(buf[0].text);
+    free(buf[1].text);
+    return m;
+}
+
 /* One choice of the whole answer. */
 static yyjson_mut_val *srv_choice(const srv_ctx *c, yyjson_mut_doc *d, const srv_gen *g, const srv_out *o) {
     yyjson_mut_val *ch = yyjson_mut_obj(d);
     const char *finish = o->finish ? o->finish : "stop";
     yyjson_mut_obj_add_int(d, ch, "index", o->index);
-    if (g->chat) {
+    if (g->chat && g->harmony) {
+        yyjson_mut_obj_add_val(d, ch, "message", srv_harmony_message(d, g, o, &finish));
+    } else if (g->chat) {
         yyjson_mut_val *m = yyjson_mut_obj(d);
         yyjson_mut_obj_add_str(d, m, "role", "assistant");
         const char *t = o->text ? o->text : "";
@@ -512,7 +563,26 @@ static int srv_answer(srv_ctx *c, int fd, const srv_gen *g, const srv_out *o, in
     return rc == 0 && ka;
 }
 
-/* The stream's end: the held-back text with the finish reason, usage when asked, [DONE]. */
+/* One chunk whose delta is the tool calls arr (of d; each given its index). */
+static void srv_calls_delta(int fd, const srv_ctx *c, const srv_out *o, const char *id, yyjson_mut_doc *d,
+                            yyjson_mut_val *arr) {
+    yyjson_mut_val *root = srv_head(d, c, id, "chat.completion.chunk");
+    yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d), *delta = yyjson_mut_obj(d);
+    size_t i, max;
+    yyjson_mut_val *call;
+    yyjson_mut_arr_foreach(arr, i, max, call) yyjson_mut_obj_add_int(d, call, "index", (int64_t)i);
+    yyjson_mut_obj_add_int(d, ch, "index", o->index);
+    yyjson_mut_obj_add_val(d, delta, "tool_calls", arr);
+    yyjson_mut_obj_add_val(d, ch, "delta", delta);
+    yyjson_mut_obj_add_null(d, ch, "finish_reason");
+    yyjson_mut_arr_append(choices, ch);
+    yyjson_mut_obj_add_val(d, root, "choices", choices);
+    size_t len = 0;
+    char *s = yyjson_mut_write(d, 0, &len);
+    if (s) srv_sse_event(fd, s, len);
+    free(s);
+}
+
 /* The end of a chat stream with tools: the content before the calls start, then the calls
  * in one delta (each with its index), or, when they do not parse, the rest as content. 1 when
  * calls went out. */
@@ -525,24 +595,21 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
     const int ok = ts < n && srv_tool_calls(g->tools, d, holder, "tool_calls", t, n, g->tool_list, &k) == 0;
     const size_t upto = ok ? ts : n;
     if (upto > o->sent) srv_chunk(fd, c, g, id, t + o->sent, upto - o->sent, NULL, 0, 0, o, SIZE_MAX);
-    if (ok) {
-        yyjson_mut_val *root = srv_head(d, c, id, "chat.completion.chunk");
-        yyjson_mut_val *choices = yyjson_mut_arr(d), *ch = yyjson_mut_obj(d), *delta = yyjson_mut_obj(d);
-        yyjson_mut_val *arr = yyjson_mut_obj_get(holder, "tool_calls");
-        size_t i, max;
-        yyjson_mut_val *call;
-        yyjson_mut_arr_foreach(arr, i, max, call) yyjson_mut_obj_add_int(d, call, "index", (int64_t)i);
-        yyjson_mut_obj_add_int(d, ch, "index", o->index);
-        yyjson_mut_obj_add_val(d, delta, "tool_calls", arr);
-        yyjson_mut_obj_add_val(d, ch, "delta", delta);
-        yyjson_mut_obj_add_null(d, ch, "finish_reason");
-        yyjson_mut_arr_append(choices, ch);
-        yyjson_mut_obj_add_val(d, root, "choices", choices);
-        size_t len = 0;
-        char *s = yyjson_mut_write(d, 0, &len);
-        if (s) srv_sse_event(fd, s, len);
-        free(s);
-    }
+    if (ok) srv_calls_delta(fd, c, o, id, d, yyjson_mut_obj_get(holder, "tool_calls"));
+    yyjson_mut_doc_free(d);
+    return ok;
+}
+
+/* A harmony stream's end (gpt-oss): the held-back text, then its calls in one delta; 1 when
+ * calls went out. */
+static int srv_stream_harmony_end(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id) {
+    srv_harmony_out h = {fd, c, g, o, id, o->text ? o->text : "", NULL};
+    srv_harmony_walk(h.text, o->len, 1, g->harmony == 2, &o->sent, srv_harmony_emit, &h);
+    yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *holder = yyjson_mut_obj(d);
+    int k = 0;
+    const int ok = o->text && srv_harmony_calls(d, holder, "tool_calls", o->text, o->len, &k) == 0;
+    if (ok && !o->gone) srv_calls_delta(fd, c, o, id, d, yyjson_mut_obj_get(holder, "tool_calls"));
     yyjson_mut_doc_free(d);
     return ok;
 }
@@ -550,6 +617,11 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
 /* A streamed choice's end: its held-back text, then its finish reason. */
 static void srv_stream_choice_end(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, const char *id) {
     if (o->gone) return;
+    if (g->harmony) {
+        const int calls = srv_stream_harmony_end(fd, c, g, o, id);
+        srv_chunk(fd, c, g, id, "", 0, calls ? "tool_calls" : o->finish ? o->finish : "stop", 0, 0, o, SIZE_MAX);
+        return;
+    }
     size_t r0 = 0, r1 = 0, c0 = 0; /* the held-back text, then the finish reason on its own */
     srv_think_split(o->text ? o->text : "", o->len, g->think, 1, &r0, &r1, &c0);
     if (r1 > r0 + o->sent_r)

@@ -27,7 +27,7 @@ int srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, s
  * </parameter>...</function> blocks (their values: text where the tool's schema says string,
  * else JSON where they parse as it). */
 enum { SRV_TOOLS_NONE, SRV_TOOLS_HERMES, SRV_TOOLS_LLAMA3, SRV_TOOLS_MISTRAL, SRV_TOOLS_DEEPSEEK, SRV_TOOLS_GLM,
-       SRV_TOOLS_QWEN_XML };
+       SRV_TOOLS_QWEN_XML, SRV_TOOLS_HARMONY /* gpt-oss: read by srv_harmony_* below, not srv_tool_calls */ };
 /* The format a chat template's text asks for, as llama.cpp tells it from marker strings. */
 int srv_tool_format(const char *tmpl);
 /* Where fmt's tool calls start in t[0..n) (not final: also a partial marker at the end, or, for
@@ -40,5 +40,26 @@ size_t srv_tool_start(int fmt, const char *t, size_t n, int final);
  * (the caller keeps the text as content: nothing is lost). */
 int srv_tool_calls(int fmt, yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n,
                    yyjson_val *tools, int *n_calls);
+
+/* Appends OpenAI tool call k ({id "call_k", type, function: {name, arguments}}) to arr, args
+ * the arguments' JSON text (alen bytes). */
+void srv_tool_call_add(yyjson_mut_doc *d, yyjson_mut_val *arr, int k, const char *name, size_t nlen, const char *args,
+                       size_t alen);
+
+/* gpt-oss's harmony answers (harmony.c), the text generated after the template's
+ * <|start|>assistant. emit(u, reasoning, a, b): t[a..b) goes out as reasoning_content
+ * (reasoning 1) or content. */
+typedef void (*srv_emit_fn)(void *u, int reasoning, size_t a, size_t b);
+/* Emits the answer's text past *pos (an offset in t, advanced): analysis messages' bodies as
+ * reasoning (raw_reasoning: as content, with their <|channel|> headers and <|end|>, as llama.cpp's
+ * reasoning_format none), final and commentary ones' as content, calls to functions.NAME held
+ * (final: those whose arguments are not a JSON object as content), messages to other recipients
+ * dropped, text that is not harmony as content. Not final (a stream): a header not whole yet and
+ * what could still become a terminator or a UTF-8 character are held back. The ranges emitted
+ * over a stream's calls, then a final one, are those one final call from 0 emits. */
+void srv_harmony_walk(const char *t, size_t n, int final, int raw_reasoning, size_t *pos, srv_emit_fn emit, void *u);
+/* The answer's calls to functions.NAME with JSON object arguments as OpenAI tool_calls in
+ * obj[key]; 0 with *n_calls set, -1 when there are none. */
+int srv_harmony_calls(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n, int *n_calls);
 
 #endif /* STRATA_SERVER_TEXT_H */

@@ -2,7 +2,8 @@
  * the format told from the template's text, where the calls start (for a stream to hold them
  * back), and the calls read with yyjson into OpenAI's tool_calls. Hermes / Qwen <tool_call>
  * blocks, Llama 3.x bare JSON, Mistral [TOOL_CALLS], DeepSeek V3 / R1 special tokens, GLM-4.5's
- * <arg_key> / <arg_value> pairs and Qwen3-Coder's <function=> / <parameter=> XML. Pure
+ * <arg_key> / <arg_value> pairs and Qwen3-Coder's <function=> / <parameter=> XML (gpt-oss's
+ * harmony channels: harmony.c). Pure
  * functions over the caller's bytes; anything that does not parse is the caller's content. */
 #include "text.h"
 
@@ -22,7 +23,8 @@ static const char DS_CALL_END[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\
 static const char DS_SEP[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
 
 int srv_tool_format(const char *tmpl) {
-    if (!tmpl || strstr(tmpl, "<|channel|>")) return SRV_TOOLS_NONE; /* gpt-oss (harmony): not read yet */
+    if (!tmpl) return SRV_TOOLS_NONE;
+    if (strstr(tmpl, "<|channel|>")) return SRV_TOOLS_HARMONY; /* gpt-oss (harmony.c) */
     if (strstr(tmpl, DS_BEGIN)) return SRV_TOOLS_DEEPSEEK;
     if (strstr(tmpl, MI_CALLS)) return SRV_TOOLS_MISTRAL;
     if (strstr(tmpl, HERMES_OPEN) && strstr(tmpl, "<arg_key>")) return SRV_TOOLS_GLM;
@@ -100,6 +102,11 @@ static void add_call_str(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k,
     yyjson_mut_obj_add_strncpy(d, fn, "arguments", args, alen);
     yyjson_mut_obj_add_val(d, call, "function", fn);
     yyjson_mut_arr_append(arr, call);
+}
+
+void srv_tool_call_add(yyjson_mut_doc *d, yyjson_mut_val *arr, int k, const char *name, size_t nlen, const char *args,
+                       size_t alen) {
+    add_call_str(d, arr, SRV_TOOLS_HARMONY, k, name, nlen, args, alen, NULL, 0);
 }
 
 /* A call appended, args an object (written as a JSON string) or a string (as is); -1 when the

@@ -257,7 +257,7 @@ static void tool_detect(void) {
         {"unsloth-mistral-Devstral", SRV_TOOLS_MISTRAL}, {"deepseek-ai-DeepSeek-R1", SRV_TOOLS_DEEPSEEK},
         {"deepseek-ai-DeepSeek-V3.1", SRV_TOOLS_DEEPSEEK}, {"llama-cpp-deepseek-r1", SRV_TOOLS_DEEPSEEK},
         {"NousResearch-Hermes-3-Llama-3.1", SRV_TOOLS_HERMES}, {"meetkai-functionary", SRV_TOOLS_NONE},
-        {"openai-gpt-oss", SRV_TOOLS_NONE}, {"GLM-4.6", SRV_TOOLS_GLM}, {"GLM-4.7", SRV_TOOLS_GLM},
+        {"openai-gpt-oss", SRV_TOOLS_HARMONY}, {"GLM-4.6", SRV_TOOLS_GLM}, {"GLM-4.7", SRV_TOOLS_GLM},
         {"poolside-Laguna", SRV_TOOLS_GLM}, {"Qwen3-Coder", SRV_TOOLS_QWEN_XML}, {"Qwen3.5", SRV_TOOLS_QWEN_XML},
         {"NVIDIA-Nemotron-3", SRV_TOOLS_QWEN_XML}, {"StepFun3.5", SRV_TOOLS_QWEN_XML},
         {"NousResearch-Hermes-2-Pro", SRV_TOOLS_HERMES}, {"Qwen-Qwen2.5", SRV_TOOLS_HERMES}, {"Qwen-Qwen3-0.6B", SRV_TOOLS_HERMES},
