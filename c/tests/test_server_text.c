@@ -3,7 +3,7 @@
  * reasoning split from its content: opened by the prompt or by the answer, closed by </think>,
  * the content past blank lines, a partial tag held back while streaming, an answer that never
  * thinks left whole; and tool calls (Hermes <tool_call> blocks, Llama 3.x bare JSON, Mistral
- * [TOOL_CALLS], DeepSeek's tokens) read into OpenAI's tool_calls against written-out JSON, or, when
+ * [TOOL_CALLS], DeepSeek's tokens, GLM's <arg_key> pairs, Qwen3-Coder's XML) read into OpenAI's tool_calls against written-out JSON, or, when
  * anything does not parse (malformed, truncated, hostile), left to the content; and each real
  * template in ../shared/chat_templates told as its family. */
 #include "test.h"
