@@ -343,89 +343,95 @@ static strata_status st_hp_positive(st_hp_ctx *c, const char *suffix, int32_t v)
     return STRATA_OK;
 }
 
-strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hparams *hp) {
-    st_hp_ctx c = {.g = g, .arch = arch->name, .gating_default = arch->gating_default};
-    memset(hp, 0, sizeof *hp);
-
-    ST_TRY(st_hp_u32(&c, "context_length", 1, &hp->n_ctx_train, NULL));
-    ST_TRY(st_hp_u32(&c, "embedding_length", 1, &hp->n_embd, NULL));
-    ST_TRY(st_hp_u32(&c, "block_count", 1, &hp->n_layer, NULL));
-    ST_TRY(st_hp_u32(&c, "attention.head_count", 1, &hp->n_head, NULL));
-    ST_TRY(st_hp_positive(&c, "context_length", hp->n_ctx_train));
-    ST_TRY(st_hp_positive(&c, "embedding_length", hp->n_embd));
-    ST_TRY(st_hp_positive(&c, "block_count", hp->n_layer));
-    ST_TRY(st_hp_positive(&c, "attention.head_count", hp->n_head));
+/* The model's shape: context, width, layers (less the MTP layers) and query heads. */
+static strata_status st_hp_shape(st_hp_ctx *c, const st_arch *arch, st_hparams *hp) {
+    ST_TRY(st_hp_u32(c, "context_length", 1, &hp->n_ctx_train, NULL));
+    ST_TRY(st_hp_u32(c, "embedding_length", 1, &hp->n_embd, NULL));
+    ST_TRY(st_hp_u32(c, "block_count", 1, &hp->n_layer, NULL));
+    ST_TRY(st_hp_u32(c, "attention.head_count", 1, &hp->n_head, NULL));
+    ST_TRY(st_hp_positive(c, "context_length", hp->n_ctx_train));
+    ST_TRY(st_hp_positive(c, "embedding_length", hp->n_embd));
+    ST_TRY(st_hp_positive(c, "block_count", hp->n_layer));
+    ST_TRY(st_hp_positive(c, "attention.head_count", hp->n_head));
     if (hp->n_layer > 4096)
         return st_error(STRATA_ERR_FORMAT, "key '%s.block_count': %d layers is implausible",
-                        c.arch, (int)hp->n_layer);
+                        c->arch, (int)hp->n_layer);
     /* MTP layers follow the trunk's and block_count counts them (llama.cpp's n_layer_all) */
-    ST_TRY(st_hp_u32(&c, "nextn_predict_layers", 0, &hp->n_nextn, NULL));
+    ST_TRY(st_hp_u32(c, "nextn_predict_layers", 0, &hp->n_nextn, NULL));
     if (hp->n_nextn > 0 && !arch->scored && arch->id != ST_ARCH_QWEN3NEXT)
         return st_error(STRATA_ERR_UNSUPPORTED, "key '%s.nextn_predict_layers' = %d: MTP layers of "
-                        "architecture '%s' are not supported", c.arch, (int)hp->n_nextn, c.arch);
+                        "architecture '%s' are not supported", c->arch, (int)hp->n_nextn, c->arch);
     if (hp->n_nextn >= hp->n_layer)
         return st_error(STRATA_ERR_FORMAT, "key '%s.nextn_predict_layers' (%d) leaves no layer of "
-                        "the %d in '%s.block_count'", c.arch, (int)hp->n_nextn, (int)hp->n_layer, c.arch);
+                        "the %d in '%s.block_count'", c->arch, (int)hp->n_nextn, (int)hp->n_layer, c->arch);
     hp->n_layer -= hp->n_nextn;
+    return STRATA_OK;
+}
 
+/* The attention heads: KV heads, key and value widths, rotated dimensions. */
+static strata_status st_hp_heads(st_hp_ctx *c, const st_arch *arch, st_hparams *hp) {
     hp->n_head_kv = hp->n_head;
-    ST_TRY(st_hp_u32(&c, "attention.head_count_kv", 0, &hp->n_head_kv, NULL));
-    ST_TRY(st_hp_positive(&c, "attention.head_count_kv", hp->n_head_kv));
+    ST_TRY(st_hp_u32(c, "attention.head_count_kv", 0, &hp->n_head_kv, NULL));
+    ST_TRY(st_hp_positive(c, "attention.head_count_kv", hp->n_head_kv));
     if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
         return st_error(STRATA_ERR_FORMAT,
                         "key '%s.attention.head_count_kv' (%d) must divide "
                         "'%s.attention.head_count' (%d)",
-                        c.arch, (int)hp->n_head_kv, c.arch, (int)hp->n_head);
+                        c->arch, (int)hp->n_head_kv, c->arch, (int)hp->n_head);
 
     int have_k = 0, have_v = 0;
-    ST_TRY(st_hp_u32(&c, "attention.key_length", 0, &hp->head_dim, &have_k));
-    ST_TRY(st_hp_u32(&c, "attention.value_length", 0, &hp->head_dim_v, &have_v));
+    ST_TRY(st_hp_u32(c, "attention.key_length", 0, &hp->head_dim, &have_k));
+    ST_TRY(st_hp_u32(c, "attention.value_length", 0, &hp->head_dim_v, &have_v));
     if ((!have_k || !have_v) && hp->n_embd % hp->n_head != 0)
         return st_error(STRATA_ERR_FORMAT,
                         "key '%s.attention.head_count' (%d) does not divide "
                         "'%s.embedding_length' (%d) and '%s.attention.%s_length' is absent",
-                        c.arch, (int)hp->n_head, c.arch, (int)hp->n_embd, c.arch,
+                        c->arch, (int)hp->n_head, c->arch, (int)hp->n_embd, c->arch,
                         have_k ? "value" : "key");
     if (!have_k) hp->head_dim = hp->n_embd / hp->n_head;
     if (!have_v) hp->head_dim_v = hp->n_embd / hp->n_head;
-    ST_TRY(st_hp_positive(&c, "attention.key_length", hp->head_dim));
-    ST_TRY(st_hp_positive(&c, "attention.value_length", hp->head_dim_v));
+    ST_TRY(st_hp_positive(c, "attention.key_length", hp->head_dim));
+    ST_TRY(st_hp_positive(c, "attention.value_length", hp->head_dim_v));
     if ((int64_t)hp->n_head * hp->head_dim > (1 << 20) ||
         (int64_t)hp->n_head * hp->head_dim_v > (1 << 20) || hp->n_embd > (1 << 20))
         return st_error(STRATA_ERR_FORMAT, "key '%s.embedding_length' / head sizes implausibly "
-                        "large", c.arch);
+                        "large", c->arch);
 
     hp->n_rot = hp->head_dim;
-    ST_TRY(st_hp_u32(&c, "rope.dimension_count", 0, &hp->n_rot, NULL));
+    ST_TRY(st_hp_u32(c, "rope.dimension_count", 0, &hp->n_rot, NULL));
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0)
         return st_error(STRATA_ERR_FORMAT,
-                        "key '%s.rope.dimension_count' (%d) must be even and in 2..%d", c.arch,
+                        "key '%s.rope.dimension_count' (%d) must be even and in 2..%d", c->arch,
                         (int)hp->n_rot, (int)hp->head_dim);
     if (arch->id == ST_ARCH_LLAMA && hp->n_rot != hp->head_dim)
         return st_error(STRATA_ERR_FORMAT,
-                        "key '%s.rope.dimension_count' (%d) must equal the head size %d", c.arch,
+                        "key '%s.rope.dimension_count' (%d) must equal the head size %d", c->arch,
                         (int)hp->n_rot, (int)hp->head_dim);
+    return STRATA_OK;
+}
 
-    ST_TRY(st_hp_f32(&c, "attention.layer_norm_rms_epsilon", 1, &hp->norm_eps, NULL));
+/* The norm's epsilon, the rope's base and its scaling. */
+static strata_status st_hp_norm_rope(st_hp_ctx *c, st_hparams *hp) {
+    ST_TRY(st_hp_f32(c, "attention.layer_norm_rms_epsilon", 1, &hp->norm_eps, NULL));
     if (!(hp->norm_eps >= 0.0f))
         return st_error(STRATA_ERR_FORMAT, "key '%s.attention.layer_norm_rms_epsilon' < 0",
-                        c.arch);
+                        c->arch);
 
     hp->rope_freq_base = 10000.0f;
-    ST_TRY(st_hp_f32(&c, "rope.freq_base", 0, &hp->rope_freq_base, NULL));
+    ST_TRY(st_hp_f32(c, "rope.freq_base", 0, &hp->rope_freq_base, NULL));
     if (!(hp->rope_freq_base > 0.0f))
-        return st_error(STRATA_ERR_FORMAT, "key '%s.rope.freq_base' must be > 0", c.arch);
-    ST_TRY(st_hp_rope(&c, hp));
+        return st_error(STRATA_ERR_FORMAT, "key '%s.rope.freq_base' must be > 0", c->arch);
+    return st_hp_rope(c, hp);
+}
 
-    /* ---- feed-forward: dense or routed experts ---- */
-    int32_t ff = 0, ff_exp = 0, ff_shexp = 0;
-    int have_ff = 0, have_exp = 0, have_shexp = 0;
-    ST_TRY(st_hp_u32(&c, "expert_count", 0, &hp->n_expert, NULL));
-    ST_TRY(st_hp_u32(&c, "expert_used_count", 0, &hp->n_expert_used, NULL));
-    ST_TRY(st_hp_u32(&c, "feed_forward_length", 0, &ff, &have_ff));
-    ST_TRY(st_hp_u32(&c, "expert_feed_forward_length", 0, &ff_exp, &have_exp));
-    ST_TRY(st_hp_u32(&c, "expert_shared_feed_forward_length", 0, &ff_shexp, &have_shexp));
+/* The feed-forward keys as read: the widths and whether each is present. */
+typedef struct {
+    int32_t ff, ff_exp, ff_shexp;
+    int have_ff, have_exp, have_shexp;
+} st_hp_ffn_keys;
 
+/* The expert counts, checked against the architecture (dense, MoE or either). */
+static strata_status st_hp_experts(st_hp_ctx *c, const st_arch *arch, st_hparams *hp) {
     int moe_arch = arch->id == ST_ARCH_OLMOE || arch->id == ST_ARCH_QWEN2MOE ||
                    arch->id == ST_ARCH_QWEN3MOE || arch->id == ST_ARCH_GRANITEMOE ||
                    arch->id == ST_ARCH_DEEPSEEK2 || arch->id == ST_ARCH_GLM4MOE ||
@@ -433,79 +439,110 @@ strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hpar
     int dense_arch = arch->id == ST_ARCH_QWEN2 || arch->id == ST_ARCH_QWEN3;
     if (hp->n_expert > 4096)
         return st_error(STRATA_ERR_FORMAT, "key '%s.expert_count': %d experts is implausible",
-                        c.arch, (int)hp->n_expert);
+                        c->arch, (int)hp->n_expert);
     if (moe_arch && hp->n_expert == 0)
         return st_error(STRATA_ERR_NOT_FOUND,
                         "architecture '%s' needs experts: key '%s.expert_count' missing or 0",
-                        c.arch, c.arch);
+                        c->arch, c->arch);
     if (dense_arch && hp->n_expert != 0)
         return st_error(STRATA_ERR_FORMAT,
-                        "architecture '%s' is dense but '%s.expert_count' is %d", c.arch, c.arch,
+                        "architecture '%s' is dense but '%s.expert_count' is %d", c->arch, c->arch,
                         (int)hp->n_expert);
     if (hp->n_expert_used > hp->n_expert)
         return st_error(STRATA_ERR_FORMAT,
-                        "key '%s.expert_used_count' (%d) exceeds '%s.expert_count' (%d)", c.arch,
-                        (int)hp->n_expert_used, c.arch, (int)hp->n_expert);
+                        "key '%s.expert_used_count' (%d) exceeds '%s.expert_count' (%d)", c->arch,
+                        (int)hp->n_expert_used, c->arch, (int)hp->n_expert);
     if (hp->n_expert > 0 && hp->n_expert_used == 0)
         return st_error(STRATA_ERR_NOT_FOUND,
-                        "key '%s.expert_used_count' missing or 0 with %d experts", c.arch,
+                        "key '%s.expert_used_count' missing or 0 with %d experts", c->arch,
                         (int)hp->n_expert);
+    return STRATA_OK;
+}
 
+/* The FFN widths: the dense layers', else a routed expert's and the shared expert's. */
+static strata_status st_hp_ffn_widths(st_hp_ctx *c, const st_arch *arch, st_hparams *hp,
+                                      const st_hp_ffn_keys *f) {
     if (hp->n_expert == 0) {
-        if (!have_ff)
+        if (!f->have_ff)
             return st_error(STRATA_ERR_NOT_FOUND, "missing required key '%s.feed_forward_length'",
-                            c.arch);
-        ST_TRY(st_hp_positive(&c, "feed_forward_length", ff));
-        hp->n_ff = ff;
-    } else {
-        hp->n_ff = 0; /* no dense FFN layers */
-        if (have_exp) {
-            hp->n_ff_exp = ff_exp;
-        } else if (!have_ff) {
-            return st_error(STRATA_ERR_NOT_FOUND,
-                            "missing required key '%s.expert_feed_forward_length' (or "
-                            "'%s.feed_forward_length')", c.arch, c.arch);
-        } else if (arch->id == ST_ARCH_QWEN2MOE || arch->id == ST_ARCH_QWEN3MOE ||
-                   arch->id == ST_ARCH_QWEN3NEXT) {
-            hp->n_ff_exp = ff / hp->n_expert_used; /* llama.cpp's fallback */
-        } else {
-            hp->n_ff_exp = ff; /* olmoe, Mixtral, granitemoe: the FFN width is the expert's */
-        }
-        ST_TRY(st_hp_positive(&c, "expert_feed_forward_length", hp->n_ff_exp));
-        if (arch->id == ST_ARCH_QWEN2MOE || arch->id == ST_ARCH_QWEN3NEXT) {
-            hp->n_ff_shexp = have_shexp ? ff_shexp : ff;
-            ST_TRY(st_hp_positive(&c, "expert_shared_feed_forward_length", hp->n_ff_shexp));
-        } else if (arch->id == ST_ARCH_GRANITEMOE) {
-            hp->n_ff_shexp = have_shexp ? ff_shexp : 0; /* 0: no shared expert */
-        }
+                            c->arch);
+        ST_TRY(st_hp_positive(c, "feed_forward_length", f->ff));
+        hp->n_ff = f->ff;
+        return STRATA_OK;
     }
+    hp->n_ff = 0; /* no dense FFN layers */
+    if (f->have_exp) {
+        hp->n_ff_exp = f->ff_exp;
+    } else if (!f->have_ff) {
+        return st_error(STRATA_ERR_NOT_FOUND,
+                        "missing required key '%s.expert_feed_forward_length' (or "
+                        "'%s.feed_forward_length')", c->arch, c->arch);
+    } else if (arch->id == ST_ARCH_QWEN2MOE || arch->id == ST_ARCH_QWEN3MOE ||
+               arch->id == ST_ARCH_QWEN3NEXT) {
+        hp->n_ff_exp = f->ff / hp->n_expert_used; /* llama.cpp's fallback */
+    } else {
+        hp->n_ff_exp = f->ff; /* olmoe, Mixtral, granitemoe: the FFN width is the expert's */
+    }
+    ST_TRY(st_hp_positive(c, "expert_feed_forward_length", hp->n_ff_exp));
+    if (arch->id == ST_ARCH_QWEN2MOE || arch->id == ST_ARCH_QWEN3NEXT) {
+        hp->n_ff_shexp = f->have_shexp ? f->ff_shexp : f->ff;
+        ST_TRY(st_hp_positive(c, "expert_shared_feed_forward_length", hp->n_ff_shexp));
+    } else if (arch->id == ST_ARCH_GRANITEMOE) {
+        hp->n_ff_shexp = f->have_shexp ? f->ff_shexp : 0; /* 0: no shared expert */
+    }
+    return STRATA_OK;
+}
+
+/* The feed-forward: dense or routed experts, their routing and the architecture's own keys. */
+static strata_status st_hp_ffn(st_hp_ctx *c, const st_arch *arch, st_hparams *hp) {
+    st_hp_ffn_keys f = {0};
+    ST_TRY(st_hp_u32(c, "expert_count", 0, &hp->n_expert, NULL));
+    ST_TRY(st_hp_u32(c, "expert_used_count", 0, &hp->n_expert_used, NULL));
+    ST_TRY(st_hp_u32(c, "feed_forward_length", 0, &f.ff, &f.have_ff));
+    ST_TRY(st_hp_u32(c, "expert_feed_forward_length", 0, &f.ff_exp, &f.have_exp));
+    ST_TRY(st_hp_u32(c, "expert_shared_feed_forward_length", 0, &f.ff_shexp, &f.have_shexp));
+    ST_TRY(st_hp_experts(c, arch, hp));
+    ST_TRY(st_hp_ffn_widths(c, arch, hp, &f));
 
     int norm = 0, have_norm = 0;
-    ST_TRY(st_hp_bool(&c, "expert_weights_norm", &norm, &have_norm));
+    ST_TRY(st_hp_bool(c, "expert_weights_norm", &norm, &have_norm));
     hp->expert_weights_norm = have_norm ? (norm != 0) : arch->norm_topk_default;
     hp->expert_weights_scale = 1.0f;
     hp->gating = ST_GATING_SOFTMAX;
     hp->n_expert_groups = 1;
     hp->n_group_used = 1;
-    if (arch->scored) ST_TRY(st_hp_scored(&c, hp, have_ff, ff));
-    if (arch->id == ST_ARCH_GPTOSS) ST_TRY(st_hp_gptoss(&c, hp));
-    if (arch->mla) ST_TRY(st_hp_mla(&c, hp));
-    if (arch->id == ST_ARCH_QWEN3NEXT) ST_TRY(st_hp_ssm(&c, hp));
+    if (arch->scored) ST_TRY(st_hp_scored(c, hp, f.have_ff, f.ff));
+    if (arch->id == ST_ARCH_GPTOSS) ST_TRY(st_hp_gptoss(c, hp));
+    if (arch->mla) ST_TRY(st_hp_mla(c, hp));
+    if (arch->id == ST_ARCH_QWEN3NEXT) ST_TRY(st_hp_ssm(c, hp));
+    return STRATA_OK;
+}
 
-    /* ---- granite multipliers (llama.cpp: embedding_scale, residual_scale, logit_scale,
-     * attention.scale; logits are divided by logit_scale; attention.scale 0 = 1/sqrt(hd)) ---- */
+/* The granite multipliers (llama.cpp: embedding_scale, residual_scale, logit_scale,
+ * attention.scale; logits are divided by logit_scale; attention.scale 0 = 1/sqrt(hd)). */
+static strata_status st_hp_granite(st_hp_ctx *c, const st_arch *arch, st_hparams *hp) {
     hp->embedding_scale = 1.0f;
     hp->residual_scale = 1.0f;
     hp->attention_scale = 0.0f;
     hp->logit_scale = 1.0f;
     if (arch->granite_scales) {
-        ST_TRY(st_hp_f32(&c, "embedding_scale", 0, &hp->embedding_scale, NULL));
-        ST_TRY(st_hp_f32(&c, "residual_scale", 0, &hp->residual_scale, NULL));
-        ST_TRY(st_hp_f32(&c, "attention.scale", 0, &hp->attention_scale, NULL));
-        ST_TRY(st_hp_f32(&c, "logit_scale", 0, &hp->logit_scale, NULL));
+        ST_TRY(st_hp_f32(c, "embedding_scale", 0, &hp->embedding_scale, NULL));
+        ST_TRY(st_hp_f32(c, "residual_scale", 0, &hp->residual_scale, NULL));
+        ST_TRY(st_hp_f32(c, "attention.scale", 0, &hp->attention_scale, NULL));
+        ST_TRY(st_hp_f32(c, "logit_scale", 0, &hp->logit_scale, NULL));
         if (hp->logit_scale == 0.0f) hp->logit_scale = 1.0f; /* llama.cpp skips a 0 scale */
         if (hp->residual_scale == 0.0f) hp->residual_scale = 1.0f;
         if (hp->embedding_scale == 0.0f) hp->embedding_scale = 1.0f;
     }
     return STRATA_OK;
+}
+
+strata_status st_hparams_load(const strata_gguf *g, const st_arch *arch, st_hparams *hp) {
+    st_hp_ctx c = {.g = g, .arch = arch->name, .gating_default = arch->gating_default};
+    memset(hp, 0, sizeof *hp);
+    ST_TRY(st_hp_shape(&c, arch, hp));
+    ST_TRY(st_hp_heads(&c, arch, hp));
+    ST_TRY(st_hp_norm_rope(&c, hp));
+    ST_TRY(st_hp_ffn(&c, arch, hp));
+    return st_hp_granite(&c, arch, hp);
 }
