@@ -432,6 +432,136 @@ static void st_moe_combine(void *ctx, int64_t b, int64_t e, int tid) {
 
 static size_t st_moe_state_bytes(void) { return st_round_up(sizeof(st_moe_state), 64); }
 
+/* The workspace's arrays after the state, as st_moe_wsize lays them out. */
+typedef struct {
+    int64_t *counts, *offs;
+    int32_t *active, *pair_tok, *pair_of;
+    uint8_t *xq_g, *xq_u;
+    float *h;
+    uint8_t *hq;
+    float *y;
+    uint8_t *xg, *px, *ph;
+} st_moe_bufs;
+
+/* Carves the workspace ws into the arrays of a step of T tokens, P = T*k slots. */
+static void st_moe_carve(void *ws, int32_t n_expert, int64_t T, size_t P, int64_t n_embd,
+                         int64_t n_ff, st_moe_bufs *b) {
+    uint8_t *p = (uint8_t *)ws + st_moe_state_bytes();
+    b->counts = (int64_t *)p;
+    b->offs = b->counts + n_expert;
+    p += st_round_up(sizeof(int64_t) * ((size_t)n_expert * 2 + 2), 64);
+    b->active = (int32_t *)p;
+    p += st_round_up(sizeof(int32_t) * ((size_t)n_expert + 1), 64);
+    b->pair_tok = (int32_t *)p;
+    p += st_round_up(sizeof(int32_t) * P, 64);
+    b->pair_of = (int32_t *)p;
+    p += st_round_up(sizeof(int32_t) * P, 64);
+    b->xq_g = p;
+    p += st_round_up(sizeof(float) * (size_t)T * (size_t)n_embd, 64);
+    b->xq_u = p;
+    p += st_round_up(sizeof(float) * (size_t)T * (size_t)n_embd, 64);
+    b->h = (float *)p;
+    p += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);
+    b->hq = p;
+    p += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);
+    b->y = (float *)p;
+    p += st_round_up(sizeof(float) * P * (size_t)n_embd, 64);
+    b->xg = p;
+    p += st_round_up(P * (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, (n_embd + 255) / 256 * 256), 64);
+    b->px = p;
+    p += st_round_up(P * st_q8_0_prep_bytes(n_embd), 64);
+    b->ph = p;
+}
+
+/* Groups the (token, slot) pairs by expert: a counting sort, stable in (token, slot) order;
+ * returns the number of active experts. */
+static int32_t st_moe_group(const int32_t *ids, size_t P, int32_t k, int32_t n_expert,
+                            const st_moe_bufs *b) {
+    int64_t *counts = b->counts, *offs = b->offs;
+    memset(counts, 0, sizeof(int64_t) * (size_t)n_expert);
+    for (size_t i = 0; i < P; i++)
+        if (ids[i] >= 0 && ids[i] < n_expert) counts[ids[i]]++;
+    int32_t n_active = 0;
+    offs[0] = 0;
+    for (int32_t e = 0; e < n_expert; e++) {
+        offs[e + 1] = offs[e] + counts[e];
+        if (counts[e]) b->active[n_active++] = e;
+        counts[e] = offs[e]; /* reused as the fill cursor */
+    }
+    for (size_t i = 0; i < P; i++) {
+        if (ids[i] < 0 || ids[i] >= n_expert) { b->pair_of[i] = -1; continue; }
+        int64_t at = counts[ids[i]]++;
+        b->pair_tok[at] = (int32_t)(i / (size_t)k);
+        b->pair_of[i] = (int32_t)at;
+    }
+    return n_active;
+}
+
+/* Quantizes x's activation rows and picks the job's kernels for e0's weight types. */
+static void st_moe_job_kernels(st_threadpool *tp, st_moe_job *j, const st_expert *e0,
+                               const float *x, int64_t T, const st_moe_bufs *b) {
+    const int64_t n_embd = j->n_embd, n_ff = j->n_ff;
+    /* activation rows of x, once per activation type (the table's experts share types) */
+    const strata_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
+    st_quantize_acts(tp, tg, x, T, n_embd, b->xq_g);
+    j->xq_g = b->xq_g;
+    j->rb_g = st_act_bytes(tg, n_embd, 1);
+    if (strata_act_type(tu) == strata_act_type(tg)) {
+        j->xq_u = b->xq_g;
+    } else {
+        st_quantize_acts(tp, tu, x, T, n_embd, b->xq_u);
+        j->xq_u = b->xq_u;
+    }
+    j->rb_u = st_act_bytes(tu, n_embd, 1);
+    j->down_type = td;
+    j->rb_h = st_act_bytes(td, n_ff, 1);
+    j->dot_g = st_vec_dot_get(tg);
+    j->dot_u = st_vec_dot_get(tu);
+    j->dot_d = st_vec_dot_get(td);
+    /* several-row kernels: gate and up of one type (one gathered activation copy), down */
+    j->dotn_gu = tg == tu && T > 1 ? st_vec_dot_n_get(tg) : NULL;
+    j->dotn_d = T > 1 ? st_vec_dot_n_get(td) : NULL;
+    /* AMX tiles where an expert has enough pairs (checked per expert); whole tiles per chunk */
+    j->tile_gu = tg == tu && T > 1 ? st_vec_dot_tile_get(tg) : NULL;
+    j->tile_d = T > 1 ? st_vec_dot_tile_get(td) : NULL;
+    j->tile_min_gu = st_tile_min_cols(tg);
+    j->tile_min_d = st_tile_min_cols(td);
+    j->xg = b->xg;
+    /* Q8_0 experts of a batch: x's and h's rows prepared for the prepared-row kernel (the tiles
+     * still take the experts with enough pairs) */
+    st_q8_0_dotp_fn dotp = NULL;
+    if (T > 1 && st_q8_0_prepared_get(&j->prep, &dotp)) {
+        j->dotp_gu = tg == STRATA_TYPE_Q8_0 && tu == STRATA_TYPE_Q8_0 ? dotp : NULL;
+        j->dotp_d = td == STRATA_TYPE_Q8_0 ? dotp : NULL;
+        j->px = b->px;
+        j->ph = b->ph;
+    }
+}
+
+/* Sizes both stages' chunks and picks the mode; one dispatch posts its items to the pool now. */
+static void st_moe_plan(st_threadpool *tp, st_moe_state *S, int32_t n_active, int64_t T) {
+    const st_moe_job *j = &S->j;
+    st_moe_one *o = &S->o;
+    o->j = &S->j;
+    o->n_active = n_active;
+    o->rows_gu = (int64_t)n_active * j->n_ff;
+    o->rows_d = (int64_t)n_active * j->n_embd;
+    o->chunk_gu = st_tile_chunk(st_threadpool_chunk(tp, o->rows_gu, 8, 2), j->tile_gu);
+    o->chunk_d = st_tile_chunk(st_threadpool_chunk(tp, o->rows_d, 8, 2), j->tile_d);
+    o->n_gu = (o->rows_gu + o->chunk_gu - 1) / o->chunk_gu;
+    o->n_d = (o->rows_d + o->chunk_d - 1) / o->chunk_d;
+    S->mode = ST_MOE_STAGES;
+    if (st_moe_one_on && T == 1 && n_active <= ST_MOE_ONE_MAXK && st_threadpool_n_threads(tp) > 1) {
+        for (int i = 0; i < n_active; i++) {
+            atomic_init(&o->done[i], 0);
+            atomic_init(&o->ready[i], 0);
+        }
+        S->mode = ST_MOE_ONE;
+        /* the workers start now; the caller joins in st_moe_ffn_end */
+        st_threadpool_post(tp, o->n_gu + o->n_d, 1, st_moe_one_task, o);
+    }
+}
+
 void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_expert, const float *x,
                       int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
     st_moe_state *S = ws;
@@ -445,104 +575,30 @@ void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_exp
     }
     const st_expert *e0 = &experts[ids[first_valid]];
     const int64_t n_embd = e0->gate.ne[0], n_ff = e0->gate.ne[1];
-    uint8_t *p = (uint8_t *)ws + st_moe_state_bytes();
-    int64_t *counts = (int64_t *)p;
-    int64_t *offs = counts + n_expert;
-    p += st_round_up(sizeof(int64_t) * ((size_t)n_expert * 2 + 2), 64);
-    int32_t *active = (int32_t *)p;
-    p += st_round_up(sizeof(int32_t) * ((size_t)n_expert + 1), 64);
-    int32_t *pair_tok = (int32_t *)p;
-    p += st_round_up(sizeof(int32_t) * P, 64);
-    int32_t *pair_of = (int32_t *)p;
-    p += st_round_up(sizeof(int32_t) * P, 64);
-    uint8_t *xq_g = p;
-    p += st_round_up(sizeof(float) * (size_t)T * (size_t)n_embd, 64);
-    uint8_t *xq_u = p;
-    p += st_round_up(sizeof(float) * (size_t)T * (size_t)n_embd, 64);
-    float *h = (float *)p;
-    p += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);
-    uint8_t *hq = p;
-    p += st_round_up(sizeof(float) * P * (size_t)n_ff, 64);
-    float *y = (float *)p;
-    p += st_round_up(sizeof(float) * P * (size_t)n_embd, 64);
-    uint8_t *xg = p;
-    p += st_round_up(P * (size_t)strata_row_bytes(STRATA_TYPE_Q8_K, (n_embd + 255) / 256 * 256), 64);
-    uint8_t *px = p;
-    p += st_round_up(P * st_q8_0_prep_bytes(n_embd), 64);
-    uint8_t *ph = p;
-
-    /* group (token, slot) pairs by expert: counting sort, stable in (token, slot) order */
-    memset(counts, 0, sizeof(int64_t) * (size_t)n_expert);
-    for (size_t i = 0; i < P; i++)
-        if (ids[i] >= 0 && ids[i] < n_expert) counts[ids[i]]++;
-    int32_t n_active = 0;
-    offs[0] = 0;
-    for (int32_t e = 0; e < n_expert; e++) {
-        offs[e + 1] = offs[e] + counts[e];
-        if (counts[e]) active[n_active++] = e;
-        counts[e] = offs[e]; /* reused as the fill cursor */
-    }
-    for (size_t i = 0; i < P; i++) {
-        if (ids[i] < 0 || ids[i] >= n_expert) { pair_of[i] = -1; continue; }
-        int64_t at = counts[ids[i]]++;
-        pair_tok[at] = (int32_t)(i / (size_t)k);
-        pair_of[i] = (int32_t)at;
-    }
+    st_moe_bufs b;
+    st_moe_carve(ws, n_expert, T, P, n_embd, n_ff, &b);
+    const int32_t n_active = st_moe_group(ids, P, k, n_expert, &b);
 
     st_moe_job j;
     memset(&j, 0, sizeof j);
     S->T = T;
     j.experts = experts;
-    j.active = active;
-    j.offs = offs;
-    j.pair_tok = pair_tok;
-    j.pair_of = pair_of;
+    j.active = b.active;
+    j.offs = b.offs;
+    j.pair_tok = b.pair_tok;
+    j.pair_of = b.pair_of;
     j.wts = wts;
     j.ids = ids;
     j.k = k;
     j.n_embd = n_embd;
     j.n_ff = n_ff;
-    j.h = h;
-    j.hq = hq;
-    j.y = y;
+    j.h = b.h;
+    j.hq = b.hq;
+    j.y = b.y;
     j.out = out;
-    /* activation rows of x, once per activation type (the table's experts share types) */
-    const strata_type tg = e0->gate.type, tu = e0->up.type, td = e0->down.type;
-    st_quantize_acts(tp, tg, x, T, n_embd, xq_g);
-    j.xq_g = xq_g;
-    j.rb_g = st_act_bytes(tg, n_embd, 1);
-    if (strata_act_type(tu) == strata_act_type(tg)) {
-        j.xq_u = xq_g;
-    } else {
-        st_quantize_acts(tp, tu, x, T, n_embd, xq_u);
-        j.xq_u = xq_u;
-    }
-    j.rb_u = st_act_bytes(tu, n_embd, 1);
-    j.down_type = td;
-    j.rb_h = st_act_bytes(td, n_ff, 1);
-    j.dot_g = st_vec_dot_get(tg);
-    j.dot_u = st_vec_dot_get(tu);
-    j.dot_d = st_vec_dot_get(td);
-    /* several-row kernels: gate and up of one type (one gathered activation copy), down */
-    j.dotn_gu = tg == tu && T > 1 ? st_vec_dot_n_get(tg) : NULL;
-    j.dotn_d = T > 1 ? st_vec_dot_n_get(td) : NULL;
-    /* AMX tiles where an expert has enough pairs (checked per expert); whole tiles per chunk */
-    j.tile_gu = tg == tu && T > 1 ? st_vec_dot_tile_get(tg) : NULL;
-    j.tile_d = T > 1 ? st_vec_dot_tile_get(td) : NULL;
-    j.tile_min_gu = st_tile_min_cols(tg);
-    j.tile_min_d = st_tile_min_cols(td);
-    j.xg = xg;
-    /* Q8_0 experts of a batch: x's and h's rows prepared for the prepared-row kernel (the tiles
-     * still take the experts with enough pairs) */
-    st_q8_0_dotp_fn dotp = NULL;
-    if (T > 1 && st_q8_0_prepared_get(&j.prep, &dotp)) {
-        j.dotp_gu = tg == STRATA_TYPE_Q8_0 && tu == STRATA_TYPE_Q8_0 ? dotp : NULL;
-        j.dotp_d = td == STRATA_TYPE_Q8_0 ? dotp : NULL;
-        j.px = px;
-        j.ph = ph;
-    }
+    st_moe_job_kernels(tp, &j, e0, x, T, &b);
     /* the grouped pairs: P less the dropped slots (pair_tok holds only these) */
-    const int64_t n_pairs = offs[n_expert];
+    const int64_t n_pairs = b.offs[n_expert];
     const int64_t chunk_p = n_pairs * n_embd < 65536 ? n_pairs : st_threadpool_chunk(tp, n_pairs, 2, 1);
     if (j.dotp_gu) st_threadpool_run(tp, n_pairs, chunk_p, st_moe_prep_x, &j);
     if (j.dotn_gu || j.tile_gu) /* both read x's rows in pair order */
@@ -551,25 +607,7 @@ void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_exp
 
     S->j = j;
     S->n_pairs = n_pairs;
-    st_moe_one *o = &S->o;
-    o->j = &S->j;
-    o->n_active = n_active;
-    o->rows_gu = (int64_t)n_active * n_ff;
-    o->rows_d = (int64_t)n_active * n_embd;
-    o->chunk_gu = st_tile_chunk(st_threadpool_chunk(tp, o->rows_gu, 8, 2), j.tile_gu);
-    o->chunk_d = st_tile_chunk(st_threadpool_chunk(tp, o->rows_d, 8, 2), j.tile_d);
-    o->n_gu = (o->rows_gu + o->chunk_gu - 1) / o->chunk_gu;
-    o->n_d = (o->rows_d + o->chunk_d - 1) / o->chunk_d;
-    S->mode = ST_MOE_STAGES;
-    if (st_moe_one_on && T == 1 && n_active <= ST_MOE_ONE_MAXK && st_threadpool_n_threads(tp) > 1) {
-        for (int i = 0; i < n_active; i++) {
-            atomic_init(&o->done[i], 0);
-            atomic_init(&o->ready[i], 0);
-        }
-        S->mode = ST_MOE_ONE;
-        /* the workers start now; the caller joins in st_moe_ffn_end */
-        st_threadpool_post(tp, o->n_gu + o->n_d, 1, st_moe_one_task, o);
-    }
+    st_moe_plan(tp, S, n_active, T);
 }
 
 /* Stage 4 for st_moe_ffn_end_rows: each valid slot's row copied out in slot order. */
