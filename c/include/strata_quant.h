@@ -48,6 +48,16 @@ STRATA_API strata_status strata_dequantize_row(strata_type type, const void *src
 STRATA_API strata_status strata_quantize_row(strata_type type, const float *src, void *dst,
                                              int64_t n);
 
+/* 1 if strata_quantize_row_importance uses an importance matrix for type (IQ1_S, IQ1_M, IQ2_XXS,
+ * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS: ggml's quant_weights paths of these). */
+STRATA_API int strata_type_takes_importance(strata_type type);
+/* As strata_quantize_row, weighing each weight's error by importance[i] (n values: column i's
+ * mean squared input activation, what `strata imatrix` or llama.cpp's imatrix measures) as
+ * ggml's quantizers do with quant_weights: the weights become importance[i] * sqrt(sigma2 +
+ * x[i]^2). importance NULL, or a type that takes none: strata_quantize_row's bytes. */
+STRATA_API strata_status strata_quantize_row_importance(strata_type type, const float *src, void *dst,
+                                                        int64_t n, const float *importance);
+
 /* The activation type for weights of type (F32, Q8_0 or Q8_K); STRATA_TYPE_COUNT if the type has
  * no dot product. */
 STRATA_API strata_type strata_act_type(strata_type weight_type);

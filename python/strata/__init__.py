@@ -19,7 +19,8 @@ from ._ffi import (CDEF, HEADER_PATH, LIBRARY_PATH, StrataError, StrataFileNotFo
 from ._blocks import (act_type, block_bytes, block_size, can_dequantize, can_dot, can_quantize,
                       cpu_amx_active, cpu_amx_set, cpu_amx_supported,
                       cpu_isa_active, cpu_isa_set, cpu_isa_supported, dequantize, quantize,
-                      quantize_file, row_bytes, type_id, type_name, types, vec_dot, vec_dot_q)
+                      quantize_file, row_bytes, takes_importance, type_id, type_name, types, vec_dot,
+                      vec_dot_q)
 from ._gguf import GGUF, Tensor, TensorInfo
 from ._model import Model
 
@@ -51,4 +52,4 @@ __all__ = ["StrataError", "StrataMemoryError", "StrataFileNotFoundError", "Model
            "can_dequantize", "can_quantize", "can_dot", "act_type", "dequantize", "quantize",
            "vec_dot", "vec_dot_q", "cpu_isa_supported", "cpu_isa_active", "cpu_isa_set",
            "cpu_amx_supported", "cpu_amx_active", "cpu_amx_set",
-           "quantize_file", "ffi", "lib", "CDEF", "HEADER_PATH", "LIBRARY_PATH"]
+           "quantize_file", "takes_importance", "ffi", "lib", "CDEF", "HEADER_PATH", "LIBRARY_PATH"]

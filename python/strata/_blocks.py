@@ -101,16 +101,35 @@ def dequantize(t, raw, n: int | None = None) -> np.ndarray:
     return out
 
 
-def quantize(t, x) -> bytes:
+def quantize(t, x, importance=None) -> bytes:
     """x: float32 values (any shape, flattened; size a multiple of the block size) -> bytes in
-    type t's layout."""
+    type t's layout. importance: per-column importance (the last axis of x; an importance matrix's
+    mean squared activations) for the types that take one (takes_importance), else None."""
     tid = type_id(t)
-    xs = np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1))
+    x = np.asarray(x, dtype=np.float32)
+    xs = np.ascontiguousarray(x.reshape(-1))
     n = xs.size
     out = np.empty(row_bytes(tid, n), dtype=np.uint8)
-    check(lib.strata_quantize_row(tid, ffi.from_buffer("float[]", xs), ffi.from_buffer(out), n),
-          "strata_quantize_row")
+    if importance is None:
+        check(lib.strata_quantize_row(tid, ffi.from_buffer("float[]", xs), ffi.from_buffer(out), n),
+              "strata_quantize_row")
+        return out.tobytes()
+    w = np.ascontiguousarray(np.asarray(importance, dtype=np.float32).reshape(-1))
+    ncol = w.size
+    if ncol == 0 or n % ncol or (x.ndim and x.shape[-1] != ncol):
+        raise ValueError(f"strata: importance of {ncol} columns for rows of {x.shape}")
+    rb = row_bytes(tid, ncol)
+    for r in range(n // ncol):
+        check(lib.strata_quantize_row_importance(
+            tid, ffi.from_buffer("float[]", xs[r * ncol:(r + 1) * ncol]),
+            ffi.from_buffer(out[r * rb:(r + 1) * rb]), ncol, ffi.from_buffer("float[]", w)),
+            "strata_quantize_row_importance")
     return out.tobytes()
+
+
+def takes_importance(t) -> bool:
+    """Whether type t's quantizer uses an importance matrix (quantize(..., importance=))."""
+    return bool(lib.strata_type_takes_importance(type_id(t)))
 
 
 def vec_dot(t, w, x) -> float:

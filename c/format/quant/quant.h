@@ -12,31 +12,38 @@
 /* n is a multiple of the type's block size; no argument checks here. */
 typedef void (*st_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef void (*st_quant_fn)(const float *src, void *dst, int64_t n);
+/* A quantizer that takes an importance matrix: qw is the row's importance (n values: the mean
+ * squared activation of each column, llama.cpp's quant_weights) or NULL (the st_quant_fn's bytes). */
+typedef void (*st_quant_w_fn)(const float *src, void *dst, int64_t n, const float *qw);
 
 /* NULL when the type has no such function. */
 st_dequant_fn st_dequant_get(strata_type type);
 st_quant_fn st_quant_get(strata_type type);
+/* The importance-taking quantizer of type (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S,
+ * IQ4_NL, IQ4_XS), else NULL. */
+st_quant_w_fn st_quant_w_get(strata_type type);
 
 /* Prepares what type's quantizer needs before its first call (the IQ grids' index maps and
  * neighbour lists, built once); STRATA_ERR_NOMEM if they could not be built. Thread-safe. */
 strata_status st_quant_prepare(strata_type type);
 
 /* Weight quantizers of quantize_k.c (Q2_K, Q3_K, Q5_K, MXFP4) and quantize_iq.c /
- * quantize_iq1.c (the IQ types); st_quant_get returns them. IQ2/IQ1/IQ3 ones need
+ * quantize_iq1.c (the IQ types, with an importance argument: st_quant_w_get returns them);
+ * st_quant_get returns the plain ones. IQ2/IQ1/IQ3 ones need
  * st_quant_prepare(type) to have succeeded. */
 void st_quant_q2_K(const float *src, void *dst, int64_t n);
 void st_quant_q3_K(const float *src, void *dst, int64_t n);
 void st_quant_q5_K(const float *src, void *dst, int64_t n);
 void st_quant_mxfp4(const float *src, void *dst, int64_t n);
-void st_quant_iq4_nl(const float *src, void *dst, int64_t n);
-void st_quant_iq4_xs(const float *src, void *dst, int64_t n);
-void st_quant_iq2_xxs(const float *src, void *dst, int64_t n);
-void st_quant_iq2_xs(const float *src, void *dst, int64_t n);
-void st_quant_iq2_s(const float *src, void *dst, int64_t n);
-void st_quant_iq3_xxs(const float *src, void *dst, int64_t n);
-void st_quant_iq3_s(const float *src, void *dst, int64_t n);
-void st_quant_iq1_s(const float *src, void *dst, int64_t n);
-void st_quant_iq1_m(const float *src, void *dst, int64_t n);
+void st_quant_iq4_nl(const float *src, void *dst, int64_t n, const float *qw);
+void st_quant_iq4_xs(const float *src, void *dst, int64_t n, const float *qw);
+void st_quant_iq2_xxs(const float *src, void *dst, int64_t n, const float *qw);
+void st_quant_iq2_xs(const float *src, void *dst, int64_t n, const float *qw);
+void st_quant_iq2_s(const float *src, void *dst, int64_t n, const float *qw);
+void st_quant_iq3_xxs(const float *src, void *dst, int64_t n, const float *qw);
+void st_quant_iq3_s(const float *src, void *dst, int64_t n, const float *qw);
+void st_quant_iq1_s(const float *src, void *dst, int64_t n, const float *qw);
+void st_quant_iq1_m(const float *src, void *dst, int64_t n, const float *qw);
 
 /* The search structures of one IQ grid (ggml's iq2xs_init_impl / iq3xs_init_impl), built by
  * quantize_iq_grid.c from the tables below. A grid point is n_elem levels (0..n_level-1);

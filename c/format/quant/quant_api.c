@@ -1,5 +1,5 @@
 /* quant_api.c - the public block-format entry points: strata_dequantize_row,
- * strata_quantize_row and the capability queries. They check arguments, then call the per-type
+ * strata_quantize_row, strata_quantize_row_importance and the capability queries. They check arguments, then call the per-type
  * functions of dequant.c and quantize.c (st_dequant_get / st_quant_get). */
 #include "quant.h"
 
@@ -9,6 +9,10 @@ int strata_type_can_dequantize(strata_type type) {
 
 int strata_type_can_quantize(strata_type type) {
     return st_quant_get(type) != NULL;
+}
+
+int strata_type_takes_importance(strata_type type) {
+    return st_quant_w_get(type) != NULL;
 }
 
 /* Checks shared by both directions: known type, non-negative n, whole blocks. */
@@ -51,6 +55,19 @@ strata_status strata_quantize_row(strata_type type, const float *src, void *dst,
     if (n > 0) {
         ST_TRY(st_quant_prepare(type));
         fn(src, dst, n);
+    }
+    return STRATA_OK;
+}
+
+strata_status strata_quantize_row_importance(strata_type type, const float *src, void *dst, int64_t n,
+                                             const float *importance) {
+    if (!importance) return strata_quantize_row(type, src, dst, n);
+    ST_TRY(st_check_row("strata_quantize_row_importance", type, src, dst, n));
+    const st_quant_w_fn fn = st_quant_w_get(type);
+    if (!fn) return strata_quantize_row(type, src, dst, n); /* (the type takes none) */
+    if (n > 0) {
+        ST_TRY(st_quant_prepare(type));
+        fn(src, dst, n, importance);
     }
     return STRATA_OK;
 }

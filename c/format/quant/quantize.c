@@ -377,6 +377,20 @@ static void q_q6_K(const float *src, void *dst, int64_t n) {
  * Table
  * ------------------------------------------------------------------------------------------- */
 
+/* The importance-taking quantizers without an importance matrix. */
+#define ST_NO_IMATRIX(t) \
+    static void q_##t(const float *src, void *dst, int64_t n) { st_quant_##t(src, dst, n, NULL); }
+ST_NO_IMATRIX(iq4_nl)
+ST_NO_IMATRIX(iq4_xs)
+ST_NO_IMATRIX(iq2_xxs)
+ST_NO_IMATRIX(iq2_xs)
+ST_NO_IMATRIX(iq2_s)
+ST_NO_IMATRIX(iq3_xxs)
+ST_NO_IMATRIX(iq3_s)
+ST_NO_IMATRIX(iq1_s)
+ST_NO_IMATRIX(iq1_m)
+#undef ST_NO_IMATRIX
+
 static const st_quant_fn st_quant_table[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_F32] = q_f32,
     [STRATA_TYPE_F16] = q_f16,
@@ -390,20 +404,35 @@ static const st_quant_fn st_quant_table[STRATA_TYPE_COUNT] = {
     [STRATA_TYPE_Q3_K] = st_quant_q3_K,
     [STRATA_TYPE_Q5_K] = st_quant_q5_K,
     [STRATA_TYPE_MXFP4] = st_quant_mxfp4,
-    [STRATA_TYPE_IQ4_NL] = st_quant_iq4_nl,
-    [STRATA_TYPE_IQ4_XS] = st_quant_iq4_xs,
-    [STRATA_TYPE_IQ2_XXS] = st_quant_iq2_xxs,
-    [STRATA_TYPE_IQ2_XS] = st_quant_iq2_xs,
-    [STRATA_TYPE_IQ2_S] = st_quant_iq2_s,
-    [STRATA_TYPE_IQ3_XXS] = st_quant_iq3_xxs,
-    [STRATA_TYPE_IQ3_S] = st_quant_iq3_s,
-    [STRATA_TYPE_IQ1_S] = st_quant_iq1_s,
-    [STRATA_TYPE_IQ1_M] = st_quant_iq1_m,
+    [STRATA_TYPE_IQ4_NL] = q_iq4_nl,
+    [STRATA_TYPE_IQ4_XS] = q_iq4_xs,
+    [STRATA_TYPE_IQ2_XXS] = q_iq2_xxs,
+    [STRATA_TYPE_IQ2_XS] = q_iq2_xs,
+    [STRATA_TYPE_IQ2_S] = q_iq2_s,
+    [STRATA_TYPE_IQ3_XXS] = q_iq3_xxs,
+    [STRATA_TYPE_IQ3_S] = q_iq3_s,
+    [STRATA_TYPE_IQ1_S] = q_iq1_s,
+    [STRATA_TYPE_IQ1_M] = q_iq1_m,
 };
 
 st_quant_fn st_quant_get(strata_type type) {
     if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
     return st_quant_table[type];
+}
+
+st_quant_w_fn st_quant_w_get(strata_type type) {
+    switch (type) {
+    case STRATA_TYPE_IQ4_NL: return st_quant_iq4_nl;
+    case STRATA_TYPE_IQ4_XS: return st_quant_iq4_xs;
+    case STRATA_TYPE_IQ2_XXS: return st_quant_iq2_xxs;
+    case STRATA_TYPE_IQ2_XS: return st_quant_iq2_xs;
+    case STRATA_TYPE_IQ2_S: return st_quant_iq2_s;
+    case STRATA_TYPE_IQ3_XXS: return st_quant_iq3_xxs;
+    case STRATA_TYPE_IQ3_S: return st_quant_iq3_s;
+    case STRATA_TYPE_IQ1_S: return st_quant_iq1_s;
+    case STRATA_TYPE_IQ1_M: return st_quant_iq1_m;
+    default: return NULL;
+    }
 }
 
 strata_status st_quant_prepare(strata_type type) {

@@ -1,6 +1,7 @@
 /* quantize_iq.c - f32 -> the lattice formats IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S. Ported
  * from llama.cpp's ggml/src/ggml-quants.c (quantize_row_iq2_xxs_impl & co., MIT) with the same
- * arithmetic, so the bytes match ggml's quantizers. Without an importance matrix ggml takes
+ * arithmetic, so the bytes match ggml's quantizers. qw is the row's importance (n values, an
+ * importance matrix's mean squared activations per column) or NULL: without one ggml takes
  * IQ2_S, IQ3_XXS and IQ3_S's NULL paths; IQ2_XXS and IQ2_XS have none in ggml (it refuses), so
  * here they run ggml's code with an importance matrix of ones. The grids' search structures
  * come from quantize_iq_grid.c. */
@@ -262,8 +263,8 @@ static float sum_squares(const float *x, int n) {
  * ------------------------------------------------------------------------------------------- */
 
 /* Per 256: 8 sub-blocks of 32, each 4 grid points of 8 + 4 x 7 sign bits + a 4-bit scale,
- * d = max_scale / 31. Weights sqrt(sigma2 + x^2) (an importance matrix of ones). */
-void st_quant_iq2_xxs(const float *src, void *dst, int64_t n) {
+ * d = max_scale / 31. Weights qw * sqrt(sigma2 + x^2), qw ones without an importance matrix. */
+void st_quant_iq2_xxs(const float *src, void *dst, int64_t n, const float *qw) {
     static const iq_fit f = {32, 3, 6, 0.1f, 1, REDO_ALL, 1, 1e-15f, 1};
     const st_iq_grid *g = st_iq_grid_get(ST_IQ_GRID_IQ2XXS);
     block_iq2_xxs *y = dst;
@@ -276,7 +277,8 @@ void st_quant_iq2_xxs(const float *src, void *dst, int64_t n) {
             const float *xb = xbl + 32 * ib;
             int8_t L[32];
             uint8_t signs[4];
-            for (int i = 0; i < 32; ++i) w[i] = 1.0f * sqrtf(sigma2 + xb[i] * xb[i]);
+            const float *q = qw ? qw + QK_K * ibl + 32 * ib : NULL;
+            for (int i = 0; i < 32; ++i) w[i] = (q ? q[i] : 1.0f) * sqrtf(sigma2 + xb[i] * xb[i]);
             scales[ib] = iq_fit_subblock(&f, g, xb, w, L, signs);
             for (int k = 0; k < 4; ++k) {
                 q2[2 * ib] |= (uint32_t)grid_index(g, L + 8 * k) << (8 * k);
@@ -298,8 +300,8 @@ void st_quant_iq2_xxs(const float *src, void *dst, int64_t n) {
 }
 
 /* Per 256: 16 sub-blocks of 16, each 2 x (9-bit grid index | 7 sign bits << 9) + a 4-bit
- * scale. Weights sqrt(sigma2 + x^2) (an importance matrix of ones). */
-void st_quant_iq2_xs(const float *src, void *dst, int64_t n) {
+ * scale. Weights qw * sqrt(sigma2 + x^2), qw ones without an importance matrix. */
+void st_quant_iq2_xs(const float *src, void *dst, int64_t n, const float *qw) {
     static const iq_fit f = {16, 3, 9, 0.1f, 0, REDO_OFF_GRID, 1, 1e-15f, 1};
     const st_iq_grid *g = st_iq_grid_get(ST_IQ_GRID_IQ2XS);
     block_iq2_xs *y = dst;
@@ -312,7 +314,8 @@ void st_quant_iq2_xs(const float *src, void *dst, int64_t n) {
             const float *xb = xbl + 16 * ib;
             int8_t L[16];
             uint8_t signs[2];
-            for (int i = 0; i < 16; ++i) w[i] = 1.0f * sqrtf(sigma2 + xb[i] * xb[i]);
+            const float *q = qw ? qw + QK_K * ibl + 16 * ib : NULL;
+            for (int i = 0; i < 16; ++i) w[i] = (q ? q[i] : 1.0f) * sqrtf(sigma2 + xb[i] * xb[i]);
             scales[ib] = iq_fit_subblock(&f, g, xb, w, L, signs);
             for (int k = 0; k < 2; ++k)
                 y[ibl].qs[2 * ib + k] = (uint16_t)(grid_index(g, L + 8 * k) | (signs[k] << 9));
@@ -330,9 +333,9 @@ void st_quant_iq2_xs(const float *src, void *dst, int64_t n) {
 }
 
 /* Per 256: 16 sub-blocks of 16, each 2 x 10-bit grid indices (low bytes in qs, high bits in
- * qh) + 2 x 8 sign bits + a 4-bit scale; d = max_scale / 31 * 0.9875 (ggml's factor). ggml's
- * weights without an imatrix: sigma2 / 4 + x^2. */
-void st_quant_iq2_s(const float *src, void *dst, int64_t n) {
+ * qh) + 2 x 8 sign bits + a 4-bit scale; d = max_scale / 31 * 0.9875 (ggml's factor). Weights
+ * qw * sqrt(sigma2 + x^2), without an importance matrix ggml's sigma2 / 4 + x^2. */
+void st_quant_iq2_s(const float *src, void *dst, int64_t n, const float *qw) {
     static const iq_fit f = {16, 3, 9, 0.1f, 0, REDO_OFF_GRID, 1, 1e-8f, 0};
     const st_iq_grid *g = st_iq_grid_get(ST_IQ_GRID_IQ2S);
     block_iq2_s *y = dst;
@@ -345,7 +348,10 @@ void st_quant_iq2_s(const float *src, void *dst, int64_t n) {
             const float *xb = xbl + 16 * ib;
             int8_t L[16];
             uint8_t signs[2];
-            for (int i = 0; i < 16; ++i) w[i] = 0.25f * sigma2 + xb[i] * xb[i];
+            if (qw)
+                for (int i = 0; i < 16; ++i) w[i] = qw[QK_K * ibl + 16 * ib + i] * sqrtf(sigma2 + xb[i] * xb[i]);
+            else
+                for (int i = 0; i < 16; ++i) w[i] = 0.25f * sigma2 + xb[i] * xb[i];
             scales[ib] = iq_fit_subblock(&f, g, xb, w, L, signs); /* zero: writes zeros */
             for (int k = 0; k < 2; ++k) {
                 const int i8 = 2 * ib + k, gi = grid_index(g, L + 8 * k);
@@ -368,13 +374,15 @@ void st_quant_iq2_s(const float *src, void *dst, int64_t n) {
  * ------------------------------------------------------------------------------------------- */
 
 /* Per 256: 64 grid indices (4 values each), then per 32 a word of 4 x 7 sign bits and a 4-bit
- * scale; d = max_scale / 31 * 1.0125 (ggml's factor). Weights x^2 (ggml's NULL path). */
-void st_quant_iq3_xxs(const float *src, void *dst, int64_t n) {
+ * scale; d = max_scale / 31 * 1.0125 (ggml's factor). Weights qw * sqrt(sigma2 + x^2), without an
+ * importance matrix x^2 (ggml's NULL path). */
+void st_quant_iq3_xxs(const float *src, void *dst, int64_t n, const float *qw) {
     static const iq_fit f = {32, 8, 15, 0.2f, 0, REDO_OFF_GRID, 1, 1e-8f, 1};
     const st_iq_grid *g = st_iq_grid_get(ST_IQ_GRID_IQ3XXS);
     block_iq3_xxs *y = dst;
     for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
         const float *xbl = src + QK_K * ibl;
+        const float sigma2 = qw ? 2 * sum_squares(xbl, QK_K) / QK_K : 0;
         float scales[QK_K / 32], w[32], max_scale = 0;
         uint32_t sas[QK_K / 32] = {0}; /* scales and signs */
         memset(&y[ibl], 0, sizeof y[ibl]);
@@ -382,7 +390,10 @@ void st_quant_iq3_xxs(const float *src, void *dst, int64_t n) {
             const float *xb = xbl + 32 * ib;
             int8_t L[32];
             uint8_t signs[4];
-            for (int i = 0; i < 32; ++i) w[i] = xb[i] * xb[i];
+            if (qw)
+                for (int i = 0; i < 32; ++i) w[i] = qw[QK_K * ibl + 32 * ib + i] * sqrtf(sigma2 + xb[i] * xb[i]);
+            else
+                for (int i = 0; i < 32; ++i) w[i] = xb[i] * xb[i];
             scales[ib] = iq_fit_subblock(&f, g, xb, w, L, signs); /* zero: writes zeros */
             for (int k = 0; k < 8; ++k) y[ibl].qs[8 * ib + k] = (uint8_t)grid_index(g, L + 4 * k);
             sas[ib] = signs[0] | ((uint32_t)signs[1] << 7) | ((uint32_t)signs[2] << 14) |
@@ -401,20 +412,25 @@ void st_quant_iq3_xxs(const float *src, void *dst, int64_t n) {
 }
 
 /* Per 256: 64 9-bit grid indices (low bytes in qs, 9th bits in qh), 256 sign bits, per 32 a
- * 4-bit scale; d = max_scale / 31 * 1.033 (ggml's factor). Weights x^2 (ggml's NULL path). */
-void st_quant_iq3_s(const float *src, void *dst, int64_t n) {
+ * 4-bit scale; d = max_scale / 31 * 1.033 (ggml's factor). Weights qw * sqrt(sigma2 + x^2),
+ * without an importance matrix x^2 (ggml's NULL path). */
+void st_quant_iq3_s(const float *src, void *dst, int64_t n, const float *qw) {
     static const iq_fit f = {32, 8, 9, 0.2f, 0, REDO_ALL_IF_OFF_GRID, 0, 0.0f, 0};
     const st_iq_grid *g = st_iq_grid_get(ST_IQ_GRID_IQ3S);
     block_iq3_s *y = dst;
     for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
         const float *xbl = src + QK_K * ibl;
+        const float sigma2 = qw ? 2 * sum_squares(xbl, QK_K) / QK_K : 0;
         float scales[QK_K / 32], w[32], max_scale = 0;
         memset(&y[ibl], 0, sizeof y[ibl]);
         for (int ib = 0; ib < QK_K / 32; ++ib) {
             const float *xb = xbl + 32 * ib;
             int8_t L[32];
             uint8_t signs[4];
-            for (int i = 0; i < 32; ++i) w[i] = xb[i] * xb[i];
+            if (qw)
+                for (int i = 0; i < 32; ++i) w[i] = qw[QK_K * ibl + 32 * ib + i] * sqrtf(sigma2 + xb[i] * xb[i]);
+            else
+                for (int i = 0; i < 32; ++i) w[i] = xb[i] * xb[i];
             scales[ib] = iq_fit_subblock(&f, g, xb, w, L, signs);
             for (int k = 0; k < 8; ++k) {
                 const int gi = grid_index(g, L + 4 * k);

@@ -2,7 +2,8 @@
  * from llama.cpp's ggml/src/ggml-quants.c (quantize_row_iq1_s_impl / quantize_row_iq1_m_impl,
  * MIT) with the same arithmetic. IQ1_M without an importance matrix takes ggml's NULL path
  * (weights x^2); IQ1_S has none in ggml (it refuses), so here it runs ggml's code with an
- * importance matrix of ones (weights sqrt(sigma2 + x^2)). */
+ * importance matrix of ones (weights sqrt(sigma2 + x^2)). With one (qw: the row's n importance
+ * values) both weigh qw * sqrt(sigma2 + x^2), as ggml's. */
 #include "quant.h"
 
 #include <float.h>
@@ -153,7 +154,7 @@ static float iq1s_subblock(const st_iq_grid *g, const float *xb, const float *w,
 
 /* Per 256: 8 sub-blocks of 32, each 4 x 11-bit grid indices, a 3-bit scale and the shift's
  * sign in qh; d = max_scale / 15 * 1.125 (ggml's factor). */
-void st_quant_iq1_s(const float *src, void *dst, int64_t n) {
+void st_quant_iq1_s(const float *src, void *dst, int64_t n, const float *qw) {
     const st_iq_grid *g = st_iq_grid_get(ST_IQ_GRID_IQ1S);
     block_iq1_s *y = dst;
     for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
@@ -166,7 +167,8 @@ void st_quant_iq1_s(const float *src, void *dst, int64_t n) {
         memset(&y[ibl], 0, sizeof y[ibl]);
         for (int ib = 0; ib < QK_K / 32; ++ib) {
             const float *xb = xbl + 32 * ib;
-            for (int i = 0; i < 32; ++i) w[i] = 1.0f * sqrtf(sigma2 + xb[i] * xb[i]);
+            const float *q = qw ? qw + QK_K * ibl + 32 * ib : NULL;
+            for (int i = 0; i < 32; ++i) w[i] = (q ? q[i] : 1.0f) * sqrtf(sigma2 + xb[i] * xb[i]);
             uint16_t index[4] = {0, 0, 0, 0}; /* a zero sub-block writes zeros */
             scales[ib] = iq1s_subblock(g, xb, w, &shifts[ib], index);
             uint16_t h = 0;
@@ -248,19 +250,30 @@ static float iq1m_subblock(const st_iq_grid *g, const float *xb, const float *w,
     return scale;
 }
 
+/* Weights of one sub-block of 16: qw * sqrt(sigma2 + x^2), or x^2 without an importance matrix
+ * (ggml's NULL path). */
+static void iq1m_weights(const float *xb, const float *qw, float sigma2, float *w) {
+    if (qw)
+        for (int i = 0; i < 16; ++i) w[i] = qw[i] * sqrtf(sigma2 + xb[i] * xb[i]);
+    else
+        for (int i = 0; i < 16; ++i) w[i] = xb[i] * xb[i];
+}
+
 /* The super-block scale: the least-squares d of every weight against its quantized value at the
  * sub-block scales 2l + 1 (ggml's final pass), times 1.1125 (ggml's factor). */
-static float iq1m_super_scale(const st_iq_grid *g, const float *xbl, const block_iq1_m *y,
-                              const int *ls, const int *shifts, float d) {
+static float iq1m_super_scale(const st_iq_grid *g, const float *xbl, const float *qw, float sigma2,
+                              const block_iq1_m *y, const int *ls, const int *shifts, float d) {
     float sumqx = 0, sumq2 = 0;
     for (int ib = 0; ib < QK_K / 16; ++ib) {
         const float *xb = xbl + 16 * ib;
+        float w[16];
+        iq1m_weights(xb, qw ? qw + 16 * ib : NULL, sigma2, w);
         for (int k = 0; k < 2; ++k) {
             const float *xx = iq1m_values(shifts[ib], k);
             const int gi = y->qs[2 * ib + k] + ((y->qh[ib] << (8 - 4 * k)) & 0x700);
             const int8_t *pg = g->grid + 8 * gi;
             for (int j = 0; j < 8; ++j) {
-                const float wv = xb[8 * k + j] * xb[8 * k + j];
+                const float wv = w[8 * k + j];
                 const float q = xx[(pg[j] - 1) / 2] * (2 * ls[ib] + 1);
                 sumqx += wv * q * xb[8 * k + j];
                 sumq2 += wv * q * q;
@@ -271,20 +284,22 @@ static float iq1m_super_scale(const st_iq_grid *g, const float *xbl, const block
 }
 
 /* Per 256: 16 sub-blocks of 16, each 2 x 11-bit grid indices with a shift sign per 8, a 3-bit
- * scale; the f16 super-scale spread over the scales' top nibbles. Weights x^2 (ggml's NULL
- * path). */
-void st_quant_iq1_m(const float *src, void *dst, int64_t n) {
+ * scale; the f16 super-scale spread over the scales' top nibbles. Weights iq1m_weights'. */
+void st_quant_iq1_m(const float *src, void *dst, int64_t n, const float *qw) {
     static const uint8_t masks[4] = {0x00, 0x80, 0x08, 0x88};
     const st_iq_grid *g = st_iq_grid_get(ST_IQ_GRID_IQ1S);
     block_iq1_m *y = dst;
     for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
         const float *xbl = src + QK_K * ibl;
-        float scales[QK_K / 16], w[16], max_scale = 0;
+        float scales[QK_K / 16], w[16], max_scale = 0, sumx2 = 0;
         int shifts[QK_K / 16], ls[QK_K / 16];
         memset(&y[ibl], 0, sizeof y[ibl]);
+        if (qw)
+            for (int i = 0; i < QK_K; ++i) sumx2 += xbl[i] * xbl[i];
+        const float sigma2 = 2 * sumx2 / QK_K;
         for (int ib = 0; ib < QK_K / 16; ++ib) {
             const float *xb = xbl + 16 * ib;
-            for (int i = 0; i < 16; ++i) w[i] = xb[i] * xb[i];
+            iq1m_weights(xb, qw ? qw + QK_K * ibl + 16 * ib : NULL, sigma2, w);
             uint16_t index[2] = {0, 0}; /* a zero sub-block writes zeros */
             scales[ib] = iq1m_subblock(g, xb, w, &shifts[ib], index);
             y[ibl].qs[2 * ib] = (uint8_t)(index[0] & 255);
@@ -300,7 +315,7 @@ void st_quant_iq1_m(const float *src, void *dst, int64_t n) {
             sc[ib / 4] |= (uint16_t)(ls[ib] << (3 * (ib % 4)));
             y[ibl].qh[ib] |= masks[shifts[ib]];
         }
-        const uint16_t s = st_f32_to_fp16(iq1m_super_scale(g, xbl, &y[ibl], ls, shifts, d) * 1.1125f);
+        const uint16_t s = st_f32_to_fp16(iq1m_super_scale(g, xbl, qw ? qw + QK_K * ibl : NULL, sigma2, &y[ibl], ls, shifts, d) * 1.1125f);
         sc[0] |= (uint16_t)((s & 0x000f) << 12);
         sc[1] |= (uint16_t)((s & 0x00f0) << 8);
         sc[2] |= (uint16_t)((s & 0x0f00) << 4);

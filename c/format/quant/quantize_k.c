@@ -318,13 +318,14 @@ static inline int best_index_int8(int n, const int8_t *val, float x) {
     return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
 }
 
-/* Scale of one block of 32 against the non-linear values (weights x^2): from the signed max,
- * then 15 trials (itry -7..7) keeping the best weighted fit. Levels into L. */
-static float iq4_block_scale(const float *xb, uint8_t *L) {
+/* Scale of one block of 32 against the non-linear values (weights x^2, or with an importance
+ * matrix qw * sqrt(sigma2 + x^2)): from the signed max, then 15 trials (itry -7..7) keeping the
+ * best weighted fit. Levels into L. */
+static float iq4_block_scale(const float *xb, const float *qw, float sigma2, uint8_t *L) {
     const int8_t *values = st_kvalues_iq4nl;
     float weight[32], amax = 0, max = 0;
     for (int j = 0; j < 32; ++j) {
-        weight[j] = xb[j] * xb[j];
+        weight[j] = qw ? qw[j] * sqrtf(sigma2 + xb[j] * xb[j]) : xb[j] * xb[j];
         if (fabsf(xb[j]) > amax) { amax = fabsf(xb[j]); max = xb[j]; }
     }
     if (amax < 1e-15f) return 0;
@@ -358,12 +359,17 @@ static void iq4_pack(const uint8_t *L, uint8_t *q4, int n) {
 }
 
 /* Per 32: the block scale as f16, then the levels re-picked against it. */
-void st_quant_iq4_nl(const float *src, void *dst, int64_t n) {
+void st_quant_iq4_nl(const float *src, void *dst, int64_t n, const float *qw) {
     block_iq4_nl *y = dst;
     for (int64_t ib = 0; ib < n / QK4_NL; ++ib) {
         const float *xb = src + QK4_NL * ib;
         uint8_t L[QK4_NL] = {0};
-        const float d = iq4_block_scale(xb, L);
+        float sigma2 = 0; /* ggml's: 2 / 32 of the block's sum of squares */
+        if (qw) {
+            for (int j = 0; j < QK4_NL; ++j) sigma2 += xb[j] * xb[j];
+            sigma2 *= 2.f / QK4_NL;
+        }
+        const float d = iq4_block_scale(xb, qw ? qw + QK4_NL * ib : NULL, sigma2, L);
         y[ib].d = st_f32_to_fp16(d);
         const float id = d ? 1 / d : 0;
         for (int j = 0; j < QK4_NL; ++j) L[j] = (uint8_t)best_index_int8(16, st_kvalues_iq4nl, id * xb[j]);
@@ -373,14 +379,19 @@ void st_quant_iq4_nl(const float *src, void *dst, int64_t n) {
 
 /* Per 256: 8 block scales as 6-bit signed multiples of d = max_scale / -32 (low nibbles in
  * scales_l, top 2 bits in scales_h), the levels re-picked against each. */
-void st_quant_iq4_xs(const float *src, void *dst, int64_t n) {
+void st_quant_iq4_xs(const float *src, void *dst, int64_t n, const float *qw) {
     block_iq4_xs *y = dst;
     for (int64_t ibl = 0; ibl < n / QK_K; ++ibl) {
         const float *x = src + QK_K * ibl;
         uint8_t L[QK_K] = {0};
-        float scales[QK_K / 32], max_scale = 0, amax_scale = 0;
+        float scales[QK_K / 32], max_scale = 0, amax_scale = 0, sigma2 = 0;
+        if (qw) {
+            for (int j = 0; j < QK_K; ++j) sigma2 += x[j] * x[j];
+            sigma2 *= 2.f / QK_K;
+        }
         for (int ib = 0; ib < QK_K / 32; ++ib) {
-            scales[ib] = iq4_block_scale(x + 32 * ib, L + 32 * ib);
+            const float *q = qw ? qw + QK_K * ibl + 32 * ib : NULL;
+            scales[ib] = iq4_block_scale(x + 32 * ib, q, sigma2, L + 32 * ib);
             if (fabsf(scales[ib]) > amax_scale) { amax_scale = fabsf(scales[ib]); max_scale = scales[ib]; }
         }
         memset(y[ibl].scales_l, 0, sizeof y[ibl].scales_l);
