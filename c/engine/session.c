@@ -242,6 +242,15 @@ strata_status strata_session_set_route_trace(strata_session *s, strata_route_fn 
     return STRATA_OK;
 }
 
+strata_status strata_session_set_act_trace(strata_session *s, strata_act_fn fn, void *user_data) {
+    if (!s) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_set_act_trace: session is NULL");
+    if (fn && s->backend != STRATA_BACKEND_CPU)
+        return st_error(STRATA_ERR_UNSUPPORTED, "activation traces run on CPU sessions");
+    s->act_fn = fn;
+    s->act_data = user_data;
+    return STRATA_OK;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * State
  * ------------------------------------------------------------------------------------------- */

@@ -70,6 +70,8 @@ struct strata_session {
     float *spec_logits;         /* [STRATA_DRAFT_MAX + 1][n_vocab] a verify window's rows */
     strata_spec_stats spec;     /* strata_session_speculate's counters */
     void *route_data;
+    strata_act_fn act_fn;       /* strata_session_set_act_trace: matrices' input rows, or NULL */
+    void *act_data;
     strata_progress_fn progress;
     void *progress_data;
     double prof_t;              /* start of the phase being timed */

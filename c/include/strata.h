@@ -590,6 +590,22 @@ typedef void (*strata_route_fn)(int32_t layer, int32_t pos0, int64_t n, int32_t 
 STRATA_API strata_status strata_session_set_route_trace(strata_session *session, strata_route_fn fn,
                                                         void *user_data);
 
+/* Activation trace (what `strata imatrix` sums into an importance matrix): before a weight matrix
+ * of a forward pass is applied, fn gets the tensor's name in the file, the expert (0..n_expert-1
+ * of a 3-D expert tensor; -1 for a 2-D tensor) and the input rows the matrix multiplies: n rows
+ * of n_cols floats (n_cols the tensor's row length), row i at x + (rows ? rows[i] : i) * n_cols;
+ * for an expert tensor only the rows of the tokens routed to that expert (after any DEGRADE_ZERO
+ * drop), for ffn_down(_exps/_shexp) the hidden rows silu(gate) * up. Traced: standard attention
+ * layers' q/k/v/output projections, routers, routed and shared experts, dense FFNs and the output
+ * head (for the rows whose logits are computed); not traced: deepseek2's latent attention and
+ * qwen3next's attention and recurrent layers. The arrays are valid during the call; fn must not
+ * call back into the session. fn NULL stops the trace; off (the default) it costs nothing. CPU
+ * sessions (STRATA_ERR_UNSUPPORTED for others). */
+typedef void (*strata_act_fn)(const char *tensor, int32_t expert, const float *x, int64_t n_cols,
+                              int64_t n, const int32_t *rows, void *user_data);
+STRATA_API strata_status strata_session_set_act_trace(strata_session *session, strata_act_fn fn,
+                                                      void *user_data);
+
 /* The phases of a forward pass that profile mode times. */
 typedef enum strata_phase {
     STRATA_PHASE_EMBED = 0,       /* token embeddings (and their copy to the GPU) */

@@ -183,6 +183,12 @@ void st_moe_ffn_end(st_threadpool *tp, void *ws);
  * rows st_moe_ffn sums. A GPU session adds them to the GPU's in slot order (the --cpu-misses
  * split with the CPU-exact kernels: st_cuda_moe_combine_rows computes st_moe_ffn's sum). */
 void st_moe_ffn_end_rows(st_threadpool *tp, void *ws, float *rows);
+/* After a step has ended (st_moe_ffn, _end or _end_rows; until ws's next step): its (token, slot)
+ * pairs grouped by expert, for an activation trace. Expert e's pairs are offs[e] .. offs[e+1]-1:
+ * pair i is token pair_tok[i]'s, and h + i * n_ff is its hidden row (the down projection's
+ * input, f32). Returns the number of pairs, 0 (nothing set) when the step computed none. */
+int64_t st_moe_ffn_groups(const void *ws, const int64_t **offs, const int32_t **pair_tok,
+                          const float **h, int64_t *n_ff);
 /* One token's step (T == 1) runs gate/up, h's quantization and down in one parallel region, down
  * chunks starting as their experts' h rows are ready (the default, on); 0: three stages with a
  * barrier between each, as batches run. The same bits either way. Process-wide, for tests and

@@ -566,6 +566,7 @@ void st_moe_ffn_begin(st_threadpool *tp, const st_expert *experts, int32_t n_exp
                       int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
     st_moe_state *S = ws;
     S->mode = ST_MOE_NONE;
+    S->n_pairs = 0;
     const size_t P = (size_t)T * (size_t)k;
     size_t first_valid = 0;
     while (first_valid < P && (ids[first_valid] < 0 || ids[first_valid] >= n_expert)) first_valid++;
@@ -663,6 +664,17 @@ void st_moe_ffn(st_threadpool *tp, const st_expert *experts, int32_t n_expert, c
                 int64_t T, const int32_t *ids, const float *wts, int32_t k, float *out, void *ws) {
     st_moe_ffn_begin(tp, experts, n_expert, x, T, ids, wts, k, out, ws);
     st_moe_ffn_end(tp, ws);
+}
+
+int64_t st_moe_ffn_groups(const void *ws, const int64_t **offs, const int32_t **pair_tok,
+                          const float **h, int64_t *n_ff) {
+    const st_moe_state *S = ws;
+    if (S->n_pairs <= 0) return 0;
+    *offs = S->j.offs;
+    *pair_tok = S->j.pair_tok;
+    *h = S->j.h;
+    *n_ff = S->j.n_ff;
+    return S->n_pairs;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -15,6 +15,36 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
+ * Activation trace (strata_session_set_act_trace): one branch per matrix when off
+ * ------------------------------------------------------------------------------------------- */
+
+/* 2-D weight w is about to multiply x's T rows. */
+static inline void st_act(const strata_session *s, const st_tensor *w, const float *x, int64_t T) {
+    if (s->act_fn && w->data && w->name) s->act_fn(w->name, -1, x, w->ne[0], T, NULL, s->act_data);
+}
+
+/* The FFN step st_moe_ffn just ran on s->moe_ws with x's rows and n_expert experts of table:
+ * gate's and up's input rows (the tokens of each expert's pairs) and down's (the pairs' hidden
+ * rows). per_expert: the tensors are 3-D expert tensors (the expert ids are reported), else 2-D. */
+static void st_act_ffn(const strata_session *s, const st_expert *table, int32_t n_expert,
+                       const float *x, int per_expert) {
+    const int64_t *offs;
+    const int32_t *tok;
+    const float *h;
+    int64_t n_ff;
+    if (!s->act_fn || st_moe_ffn_groups(s->moe_ws, &offs, &tok, &h, &n_ff) == 0) return;
+    for (int32_t e = 0; e < n_expert; e++) {
+        const int64_t n = offs[e + 1] - offs[e];
+        const st_expert *x_e = &table[e];
+        if (n == 0 || !x_e->gate.name || !x_e->down.name) continue;
+        const int32_t id = per_expert ? e : -1;
+        s->act_fn(x_e->gate.name, id, x, x_e->gate.ne[0], n, tok + offs[e], s->act_data);
+        if (x_e->up.name) s->act_fn(x_e->up.name, id, x, x_e->up.ne[0], n, tok + offs[e], s->act_data);
+        s->act_fn(x_e->down.name, id, h + offs[e] * n_ff, n_ff, n, NULL, s->act_data);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Blocks
  * ------------------------------------------------------------------------------------------- */
 
@@ -53,6 +83,11 @@ void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *
     const int64_t nv = (int64_t)hp->n_head_kv * hdv;
 
     st_norm_rows(s->xn, s->x, &L->attn_norm, T, E, hp->norm_eps);
+    if (s->act_fn) {
+        st_act(s, &L->wq, s->xn, T);
+        st_act(s, &L->wk, s->xn, T);
+        st_act(s, &L->wv, s->xn, T);
+    }
     st_mm mm[3] = {{&L->wq, s->q, nq}, {&L->wk, s->k, nk}, {&L->wv, s->v, nv}};
     st_matmul_multi(s->tp, mm, 3, s->xn, T, s->mm_ws);
     if (L->bq.data) st_add_bias(s->q, (const float *)L->bq.data, T, nq);
@@ -94,6 +129,7 @@ void st_cpu_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *
     st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
     st_prof_mark(s, STRATA_PHASE_ATTN);
 
+    st_act(s, &L->wo, s->att, T);
     st_matmul(s->tp, &L->wo, s->att, T, s->proj, s->mm_ws);
     if (L->bo.data) st_add_bias(s->proj, (const float *)L->bo.data, T, E);
     st_residual(m, s->x, s->proj, T * E);
@@ -255,6 +291,7 @@ static void st_moe_block(strata_session *s, const st_layer *L, int il, const st_
     const st_hparams *hp = &m->hp;
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     const int trunk = il < hp->n_layer;
+    st_act(s, &L->ffn_gate_inp, s->xn, T);
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
     if (L->ffn_gate_inp_b.data) st_add_bias(s->router, (const float *)L->ffn_gate_inp_b.data, T, X);
     st_cpu_route_rows(m, L, s->router, T, s->ids, s->wts);
@@ -262,6 +299,7 @@ static void st_moe_block(strata_session *s, const st_layer *L, int il, const st_
     if (!table) return;
     if (!trunk) st_prof_mark(s, STRATA_PHASE_ROUTER);
     st_moe_ffn(s->tp, table, X, s->xn, T, s->ids, s->wts, K, s->proj, s->moe_ws);
+    st_act_ffn(s, table, X, s->xn, 1);
     if (trunk && s->ram) st_ram_tier_release(s->ram);
     st_prof_mark(s, STRATA_PHASE_EXPERTS);
 }
@@ -274,17 +312,20 @@ void st_cpu_ffn_block(strata_session *s, const st_layer *L, int il, const st_cpu
     if (!L->ffn_gate_inp.data) { /* dense models, deepseek2's leading dense layers */
         st_prof_mark(s, STRATA_PHASE_ROUTER);
         st_moe_ffn(s->tp, w->dense, 1, s->xn, T, s->zeros, s->ones, 1, s->proj, s->moe_ws);
+        st_act_ffn(s, w->dense, 1, s->xn, 0);
         st_prof_mark(s, STRATA_PHASE_EXPERTS);
     } else {
         st_moe_block(s, L, il, w->experts, T);
         if (w->shexp && w->shexp->gate.data) {
             const float *g = s->ones;
             if (L->ffn_gate_inp_shexp.data) { /* qwen2moe: sigmoid(gate . x) */
+                st_act(s, &L->ffn_gate_inp_shexp, s->xn, T);
                 st_matmul(s->tp, &L->ffn_gate_inp_shexp, s->xn, T, s->shgate, s->mm_ws);
                 for (int64_t t = 0; t < T; t++) s->shgate[t] = st_sigmoid(s->shgate[t]);
                 g = s->shgate;
             }
             st_moe_ffn(s->tp, w->shexp, 1, s->xn, T, s->zeros, g, 1, s->proj2, s->moe_ws);
+            st_act_ffn(s, w->shexp, 1, s->xn, 0);
             for (int64_t i = 0; i < T * E; i++) s->proj[i] += s->proj2[i];
         }
     }
@@ -305,6 +346,7 @@ static void st_output(strata_session *s, int64_t first, int64_t T, float *logits
     const st_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab;
     st_norm_rows(s->xn, s->x + first * E, &m->output_norm, T, E, hp->norm_eps);
+    st_act(s, &m->output, s->xn, T);
     st_mm mm = {&m->output, logits, V};
     st_matmul_multi(s->tp, &mm, 1, s->xn, T, s->mm_ws);
     if (m->arch->granite_scales && hp->logit_scale != 1.0f && hp->logit_scale != 0.0f)
