@@ -1,5 +1,5 @@
 /* quantize.c - `strata quantize IN.gguf OUT.gguf --type T [--type-experts T] [--type-dense T]
- * [--type-down T] [-t N] [--allow-requantize]`: a thin wrapper over strata_quantize_file that
+ * [--type-down T] [-t N] [--allow-requantize] [--imatrix FILE]`: a thin wrapper over strata_quantize_file that
  * parses the options and reports what was converted. */
 #include "cli.h"
 
@@ -26,6 +26,7 @@ static void quantize_usage(FILE *f) {
     fprintf(f,
         "usage: strata quantize IN.gguf OUT.gguf --type TYPE [--type-experts TYPE]\n"
         "                       [--type-dense TYPE] [--type-down TYPE] [-t N] [--allow-requantize]\n"
+        "                       [--imatrix IMATRIX.gguf]\n"
         "\n"
         "Rewrites a model with its weights in TYPE: f32, f16, bf16, q8_0, q4_0, q2_K, q3_K, q4_K,\n"
         "q5_K, q6_K, iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_nl, iq4_xs or mxfp4\n"
@@ -33,7 +34,10 @@ static void quantize_usage(FILE *f) {
         "fit a type's blocks fall back to q8_0). Metadata is copied, general.file_type set from\n"
         "TYPE. Mixes as real low-bit files have: the three options below override TYPE for their\n"
         "tensors (--type may be left out when all three are given; the file type is then the\n"
-        "experts'). Without an importance matrix: iq2_xxs, iq2_xs and iq1_s use uniform importance.\n"
+        "experts'). With --imatrix the IQ types (iq1_s, iq1_m, iq2_*, iq3_*, iq4_nl, iq4_xs)\n"
+        "weigh each weight's error by its column's importance (as llama-quantize; K types and\n"
+        "the rest ignore it); without one iq2_xxs, iq2_xs and iq1_s use uniform importance,\n"
+        "which llama-quantize refuses: make one with `strata imatrix` for low-bit files.\n"
         "\n"
         "  -T, --type TYPE         the target type\n"
         "  --type-experts TYPE     expert tensors (ffn_*_exps) but ffn_down_exps\n"
@@ -44,7 +48,11 @@ static void quantize_usage(FILE *f) {
         "  -t, --threads N         worker threads (default: all cores)\n"
         "  --allow-requantize      let weights that are already quantized change type (as\n"
         "                          llama-quantize: refused without it, since requantizing loses\n"
-        "                          more than quantizing from the float weights)\n");
+        "                          more than quantizing from the float weights)\n"
+        "  --imatrix FILE          an importance matrix (llama.cpp's GGUF imatrix format, from\n"
+        "                          `strata imatrix` or llama-imatrix): per tensor and expert,\n"
+        "                          the mean squared input of each column; an entry whose shape\n"
+        "                          is not its tensor's is refused\n");
 }
 
 /* Parses a type name into *out; a usage error naming the option if it is unknown or no target. */
@@ -87,6 +95,9 @@ int cli_cmd_quantize(int argc, char **argv) {
             if (errno || *end || end == v || n < 0 || n > 4096)
                 return cli_usage_error("bad thread count '%s'", v);
             params.n_threads = (int)n;
+        } else if (is_opt(a, "--imatrix")) {
+            params.imatrix = opt_value(argc, argv, &i, "--imatrix", &rc);
+            if (!params.imatrix) return rc;
         } else if (strcmp(a, "--allow-requantize") == 0) {
             params.allow_requantize = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -115,6 +126,7 @@ int cli_cmd_quantize(int argc, char **argv) {
     params.type_dense = (int)types[2];
     params.type_down = (int)types[3];
     int rc = cli_check_readable(paths[0]);
+    if (!rc && params.imatrix) rc = cli_check_readable(params.imatrix);
     if (rc) return rc;
 
     strata_quantize_stats stats;
@@ -138,6 +150,9 @@ int cli_cmd_quantize(int argc, char **argv) {
     printf("wrote %s: %" PRId64 " tensors: %" PRId64 " %s, %" PRId64 " to q8_0 (row length), "
            "%" PRId64 " kept\n", paths[1], stats.n_tensors, stats.n_quantized, to,
            stats.n_fallback, stats.n_kept);
+    if (params.imatrix)
+        printf("importance matrix %s: %" PRId64 " tensors quantized with their entry, %" PRId64
+               " without (no entry)\n", params.imatrix, stats.n_importance, stats.n_no_importance);
     printf("tensor data %s -> %s in %.2f s\n", cli_human_bytes((double)stats.bytes_in, hin, sizeof hin),
            cli_human_bytes((double)stats.bytes_out, hout, sizeof hout), secs);
     return 0;

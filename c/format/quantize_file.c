@@ -1,9 +1,11 @@
 /* quantize_file.c - strata_quantize_file: rewrites a GGUF model with its weights converted to
  * another block type (the rules are in strata.h, section "Model files"). Plans every tensor
  * first (so rule violations fail before any byte is written), then streams the output through
- * the GGUF writer, converting one tensor at a time with rows split over worker threads. */
+ * the GGUF writer, converting one tensor at a time with rows split over worker threads; with an
+ * importance matrix each tensor's importance is read at planning (imatrix.c). */
 #include "common.h"
 #include "gguf_writer.h"
+#include "imatrix.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -79,6 +81,7 @@ typedef struct {
     strata_tensor_info info;
     strata_type out_type;
     int action;
+    float *importance;   /* [n_mat][ne[0]] for a type that takes it, from the imatrix; or NULL */
 } st_qplan;
 
 static strata_status plan_tensor(const strata_tensor_info *t, const strata_quantize_params *p,
@@ -129,6 +132,12 @@ typedef struct {
     char message[512];
 } st_qjob;
 
+/* Row r's importance: its matrix's (rows per matrix ne[1]), or NULL. */
+static const float *row_importance(const st_qplan *pl, int64_t r) {
+    if (!pl->importance) return NULL;
+    return pl->importance + (pl->info.n_dims >= 3 ? r / pl->info.ne[1] : 0) * pl->info.ne[0];
+}
+
 static strata_status convert_rows(const st_qplan *pl, uint8_t *dst, int64_t row0, int64_t row1) {
     const int64_t n = pl->info.ne[0];
     const int64_t in_row = strata_row_bytes(pl->info.type, n);
@@ -140,7 +149,9 @@ static strata_status convert_rows(const st_qplan *pl, uint8_t *dst, int64_t row0
     const uint8_t *src = pl->info.data;
     for (int64_t r = row0; r < row1 && st == STRATA_OK; r++) {
         st = strata_dequantize_row(pl->info.type, src + r * in_row, tmp, n);
-        if (st == STRATA_OK) st = strata_quantize_row(pl->out_type, tmp, dst + r * out_row, n);
+        if (st == STRATA_OK)
+            st = strata_quantize_row_importance(pl->out_type, tmp, dst + r * out_row, n,
+                                                row_importance(pl, r));
         if (st != STRATA_OK)
             st = st_error(st, "quantize: tensor '%s' row %lld: %s", pl->info.name, (long long)r,
                           strata_last_error());
@@ -222,7 +233,18 @@ static strata_status copy_metadata(const strata_gguf *in, st_gguf_writer *w, str
     return st_gguf_writer_set_u32(w, "general.file_type", file_type_of(type));
 }
 
-static strata_status quantize_open(const strata_gguf *in, const char *out_path,
+/* llama-quantize's record of the importance matrix used: its file, entries and chunks. */
+static strata_status imatrix_metadata(const strata_gguf *im, const char *path, st_gguf_writer *w,
+                                      int64_t n_used) {
+    ST_TRY(st_gguf_writer_set_str(w, "quantize.imatrix.file", path));
+    ST_TRY(st_gguf_writer_set_i32(w, "quantize.imatrix.entries_count", (int32_t)n_used));
+    uint64_t chunks = 0;
+    if (strata_gguf_kv_find(im, "imatrix.chunk_count") >= 0)
+        ST_TRY(strata_gguf_get_u64(im, "imatrix.chunk_count", &chunks));
+    return st_gguf_writer_set_i32(w, "quantize.imatrix.chunks_count", (int32_t)chunks);
+}
+
+static strata_status quantize_open(const strata_gguf *in, const strata_gguf *im, const char *out_path,
                                    const strata_quantize_params *p, st_qctx *ctx,
                                    st_qplan *plans, int64_t n_tensors, st_gguf_writer **wout,
                                    strata_quantize_stats *stats_out) {
@@ -232,11 +254,18 @@ static strata_status quantize_open(const strata_gguf *in, const char *out_path,
         strata_tensor_info t;
         ST_TRY(strata_gguf_tensor_info(in, i, &t));
         ST_TRY(plan_tensor(&t, p, &plans[i]));
+        st_qplan *pl = &plans[i];
+        if (im && pl->action != ST_Q_KEEP && strata_type_takes_importance(pl->out_type)) {
+            ST_TRY(st_imatrix_importance(im, t.name, t.ne, t.n_dims, &pl->importance));
+            if (pl->importance) stats.n_importance++;
+            else stats.n_no_importance++;
+        }
     }
     st_gguf_writer *w;
     ST_TRY(st_gguf_writer_create(out_path, strata_gguf_alignment(in), &w));
     *wout = w;
     ST_TRY(copy_metadata(in, w, p->type));
+    if (im) ST_TRY(imatrix_metadata(im, p->imatrix, w, stats.n_importance));
     for (int64_t i = 0; i < n_tensors; i++) {
         const st_qplan *pl = &plans[i];
         const strata_tensor_info *t = &pl->info;
@@ -255,6 +284,21 @@ static strata_status quantize_open(const strata_gguf *in, const char *out_path,
     }
     stats.n_tensors = n_tensors;
     *stats_out = stats;
+    return STRATA_OK;
+}
+
+/* Opens an importance matrix file; one whose general.type is set and is not "imatrix" is refused. */
+static strata_status open_imatrix(const char *path, strata_gguf **out) {
+    strata_gguf_params gp = strata_gguf_default_params();
+    strata_status st = strata_gguf_open(path, &gp, out);
+    if (st != STRATA_OK) return st_error(st, "quantize: imatrix '%s': %s", path, strata_last_error());
+    const char *type;
+    uint64_t len;
+    if (strata_gguf_kv_find(*out, "general.type") >= 0 &&
+        strata_gguf_get_str(*out, "general.type", &type, &len) == STRATA_OK &&
+        !(len == 7 && memcmp(type, "imatrix", 7) == 0))
+        return st_error(STRATA_ERR_INVALID_ARG, "quantize: '%s' is not an importance matrix "
+                        "(general.type '%.*s')", path, (int)len, type);
     return STRATA_OK;
 }
 
@@ -297,11 +341,15 @@ strata_status strata_quantize_file(const char *in_path, const char *out_path,
     st_gguf_writer *w = NULL;
     st_qctx ctx = {plans, p.n_threads};
     strata_quantize_stats stats;
-    strata_status st = quantize_open(in, out_path, &p, &ctx, plans, n_tensors, &w, &stats);
+    strata_gguf *im = NULL;
+    strata_status st = p.imatrix ? open_imatrix(p.imatrix, &im) : STRATA_OK;
+    if (st == STRATA_OK) st = quantize_open(in, im, out_path, &p, &ctx, plans, n_tensors, &w, &stats);
     if (st == STRATA_OK) st = st_gguf_writer_finish(w);
     if (st == STRATA_OK && p.stats) *p.stats = stats;
     st_gguf_writer_free(w); /* removes a partial file */
+    for (int64_t i = 0; i < n_tensors; i++) free(plans[i].importance);
     free(plans);
+    strata_gguf_free(im);
     strata_gguf_free(in);
     if (st == STRATA_OK) st_error_clear();
     return st;

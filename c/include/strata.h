@@ -78,7 +78,7 @@ extern "C" {
 #define STRATA_VERSION_PATCH 0
 /* The binary interface: a new number whenever a struct's layout or a function's signature
  * changes; the shared library's soname is libstrata.so.<this>. */
-#define STRATA_ABI_VERSION 9
+#define STRATA_ABI_VERSION 10
 
 typedef enum strata_status {
     STRATA_OK = 0,

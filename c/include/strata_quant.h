@@ -83,7 +83,15 @@ STRATA_API strata_status strata_vec_dot_f32(strata_type type, const void *w, con
  *     `type` when negative; where its row length is not a multiple of the target's block size
  *     it falls back to Q8_0 (row length a multiple of 32) or is copied as is;
  *   - a tensor already in a quantized type that would change type needs allow_requantize (else
- *     STRATA_ERR_INVALID_ARG naming the tensor).
+ *     STRATA_ERR_INVALID_ARG naming the tensor);
+ *   - with an importance matrix (params.imatrix: a GGUF imatrix file of llama.cpp's format, made
+ *     by `strata imatrix` or llama-imatrix), a tensor converted to a type that takes one
+ *     (strata_type_takes_importance) is quantized with its entry's importance, in_sum2 / counts
+ *     per column (per expert for 3-D tensors; 1 for an expert that saw no tokens); a tensor
+ *     without an entry is quantized without one (counted in stats); an entry whose shape is not
+ *     the tensor's is STRATA_ERR_INVALID_ARG naming both. The output gets llama-quantize's keys
+ *     quantize.imatrix.file, .entries_count and .chunks_count. Without one the bytes are as
+ *     before importance matrices existed.
  * Metadata is copied (split.* keys dropped: the output is one file); general.file_type is set to
  * llama.cpp's value for `type` (ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q4_0 2, MOSTLY_Q8_0 7,
  * MOSTLY_Q2_K 10, MOSTLY_Q3_K_S 11, MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16, MOSTLY_Q6_K 18,
@@ -100,6 +108,8 @@ typedef struct strata_quantize_stats {
     int64_t n_kept;          /* copied unchanged (1-D, router, non-float, or row length fits nothing) */
     uint64_t bytes_in;       /* tensor data bytes read */
     uint64_t bytes_out;      /* tensor data bytes written */
+    int64_t n_importance;    /* converted with an importance matrix's entry */
+    int64_t n_no_importance; /* converted to a type that takes one, but the matrix had no entry */
 } strata_quantize_stats;
 
 typedef struct strata_quantize_params {
@@ -110,14 +120,40 @@ typedef struct strata_quantize_params {
     int type_experts;             /* a strata_type for expert tensors but ffn_down_exps, or -1: type */
     int type_dense;               /* ... for the other weights but ffn_down, or -1: type */
     int type_down;                /* ... for ffn_down and ffn_down_exps, or -1: type */
+    const char *imatrix;          /* an importance matrix file (GGUF, llama.cpp's format), or NULL */
 } strata_quantize_params;
 
 /* Defaults: type Q8_0, n_threads 0, allow_requantize 0, stats NULL, type_experts, type_dense
- * and type_down -1 (all weights `type`). */
+ * and type_down -1 (all weights `type`), imatrix NULL. */
 STRATA_API strata_quantize_params strata_quantize_default_params(void);
 /* Reads in_path (all shards of a split model), writes out_path (must be another file). */
 STRATA_API strata_status strata_quantize_file(const char *in_path, const char *out_path,
                                               const strata_quantize_params *params);
+
+/* ---------------------------------------------------------------------------------------------
+ * Importance matrices
+ *
+ * llama.cpp's GGUF imatrix format: general.type "imatrix", imatrix.datasets (strings),
+ * imatrix.chunk_count and imatrix.chunk_size (u32), and for each weight tensor NAME two f32
+ * tensors: NAME.in_sum2 [n_cols, n_mat], the sums over the rows it multiplied of each column's
+ * squared input activation, and NAME.counts [1, n_mat], the numbers of rows summed (n_mat: the
+ * experts of a 3-D expert tensor, each with only the tokens routed to it; 1 otherwise).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct strata_imatrix_entry {
+    const char *name;       /* the weight tensor's name, e.g. "blk.0.ffn_up_exps.weight" */
+    int64_t n_cols;         /* its row length */
+    int64_t n_mat;          /* 1, or its experts */
+    const float *sums;      /* [n_mat][n_cols] */
+    const int64_t *counts;  /* [n_mat] */
+} strata_imatrix_entry;
+
+/* Writes n entries (in name order, as llama.cpp) and the metadata to path; on failure no file is
+ * left behind. */
+STRATA_API strata_status strata_imatrix_write(const char *path, const strata_imatrix_entry *entries,
+                                              int64_t n, const char *const *datasets,
+                                              int64_t n_datasets, uint32_t chunk_count,
+                                              uint32_t chunk_size);
 
 #ifdef __cplusplus
 }
