@@ -36,6 +36,7 @@ int cli_cmd_template(int argc, char **argv);   /* template_cmd.c: a chat templat
 int cli_cmd_tokenize(int argc, char **argv);   /* tokenize.c */
 int cli_cmd_info(int argc, char **argv);       /* info.c */
 int cli_cmd_quantize(int argc, char **argv);   /* quantize.c */
+int cli_cmd_imatrix(int argc, char **argv);    /* imatrix.c */
 int cli_cmd_version(void);                     /* help.c: --version */
 /* help.c: the --help text. */
 void cli_usage(FILE *f);

@@ -1,5 +1,5 @@
 /* main.c - entry point of ./strata: picks the subcommand from argv[1] and calls it. The commands
- * live one per file (run.c, perplexity.c, bench.c, serve.c, tokenize.c, info.c, quantize.c; --help and
+ * live one per file (run.c, perplexity.c, bench.c, serve.c, tokenize.c, info.c, quantize.c, imatrix.c; --help and
  * --version in help.c); what they share is in util.c and the files their headers name. */
 #include "cli.h"
 
@@ -31,6 +31,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) return cli_cmd_version();
     if (strcmp(cmd, "info") == 0) return cli_cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "quantize") == 0) return cli_cmd_quantize(argc - 1, argv + 1);
+    if (strcmp(cmd, "imatrix") == 0) return cli_cmd_imatrix(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cli_cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0) return cli_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "perplexity") == 0) return cli_cmd_perplexity(argc - 1, argv + 1);
