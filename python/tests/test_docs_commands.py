@@ -3,10 +3,10 @@
 Every `./strata ...`, `python3 -c ...` and `python3 tools/...` line in a code block of README.md,
 docs/*.md and models/README.md, and every `./strata ...` command in README.md's tables, runs here
 on the CPU and must exit 0. Placeholders are filled in: MODEL.gguf (and FILE, IN, BASE, OTHER)
-is the embedded default model, TEXT a prompt or a text file, N a small count, OUT.gguf, F and the
-.jsonl names files in a scratch folder; `[...]` marks an optional part and is dropped; `bench`
-runs one repetition. A new
-command line in the docs is picked up by this test without touching it.
+is the embedded default model, TEXT a prompt or a text file, N a small count, OUT.gguf,
+IMATRIX.gguf, F and the .jsonl names files in a scratch folder; `[...]` marks an optional part
+and is dropped; `bench` runs one repetition. A new command line in the docs is picked up by this
+test without touching it.
 
 The perplexities docs/GENERATION.md and models/README.md quote are re-measured and must match what
 the code prints now."""
@@ -77,6 +77,8 @@ def fill_in(cmd: str, scratch: Path) -> list[str]:
             a = str(MODEL)
         elif a == "OUT.gguf":
             a = str(scratch / "out.gguf")
+        elif a == "IMATRIX.gguf":
+            a = str(scratch / "imatrix.gguf")
         elif a == "TEXT":
             a = str(scratch / "text.txt") if prev == "-f" else PROMPT
         elif a == "prompt.txt":
