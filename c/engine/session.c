@@ -21,6 +21,17 @@ static void *st_alloc(size_t n, int *fail) {
 
 static size_t st_max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
+strata_status st_rs_window_check(const strata_session *s, int win_open, int32_t win_pos, int32_t win_len,
+                                 int32_t n_keep) {
+    if (win_open && n_keep >= win_pos && n_keep <= win_pos + win_len) return STRATA_OK;
+    return st_error(STRATA_ERR_UNSUPPORTED, "strata_session_truncate: qwen3next's recurrent "
+                    "(DeltaNet) state rolls back only inside the last decode window (positions "
+                    "%d..%d, at most %d); n_keep %d of n_past %d is outside it: reset the "
+                    "session and decode again", win_open ? (int)win_pos : (int)s->n_past,
+                    win_open ? (int)(win_pos + win_len) : (int)s->n_past, ST_RS_WINDOW, (int)n_keep,
+                    (int)s->n_past);
+}
+
 strata_status st_session_pred_buffers(strata_session *s) {
     if (s->model->hp.n_expert <= 0 || (s->pred_xn && s->pred_logits && s->pred_wts && s->pred_ids))
         return STRATA_OK;

@@ -162,4 +162,11 @@ strata_status st_session_fit_gpu_mem(const strata_model *model, strata_session_p
  * STRATA_OK at once for dense models or when they exist. */
 strata_status st_session_pred_buffers(strata_session *s);
 
+/* qwen3next's recurrent (DeltaNet) state, either backend: it rolls back only inside the last
+ * decode window, positions win_pos .. win_pos + win_len, at most ST_RS_WINDOW of them (the
+ * longest verify window). STRATA_OK when n_keep lies there, else the one refusal both give. */
+#define ST_RS_WINDOW (STRATA_DRAFT_MAX + 1)
+strata_status st_rs_window_check(const strata_session *s, int win_open, int32_t win_pos, int32_t win_len,
+                                 int32_t n_keep);
+
 #endif /* STRATA_SESSION_H */

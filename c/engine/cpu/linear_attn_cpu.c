@@ -32,7 +32,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ST_RS_WINDOW (STRATA_DRAFT_MAX + 1)
 #define ST_RS_CH ST_GDN_CHUNK
 
 struct st_rs {
@@ -145,13 +144,8 @@ void st_rs_call_begin(strata_session *s, int64_t n) {
 strata_status st_rs_truncate(strata_session *s, int32_t n_keep) {
     st_rs *r = s->rs;
     if (n_keep == 0 || n_keep == s->n_past) return STRATA_OK;
-    if (!r->win_open || n_keep < r->win_pos || n_keep > r->win_pos + r->win_len)
-        return st_error(STRATA_ERR_UNSUPPORTED, "strata_session_truncate: qwen3next's recurrent "
-                        "(DeltaNet) state rolls back only inside the last decode window (positions "
-                        "%d..%d, at most %d); n_keep %d of n_past %d is outside it: reset the "
-                        "session and decode again", r->win_open ? (int)r->win_pos : (int)s->n_past,
-                        r->win_open ? (int)(r->win_pos + r->win_len) : (int)s->n_past,
-                        ST_RS_WINDOW, (int)n_keep, (int)s->n_past);
+    const strata_status wst = st_rs_window_check(s, r->win_open, r->win_pos, r->win_len, n_keep);
+    if (wst != STRATA_OK) return wst;
     /* the conv state at n_keep: the last K-1 of [the window's first state's rows, its inputs] */
     const size_t W = ST_RS_WINDOW, C = (size_t)r->C, Km1 = (size_t)(r->K - 1);
     const size_t n = (size_t)(n_keep - r->win_pos);

@@ -3,7 +3,7 @@
  * recurrent state of its gated DeltaNet layers (each layer's conv kernel state and per value head
  * delta-rule state), the rollback window, the DeltaNet layer and the gated full-attention layer.
  *
- * Rollback, as the CPU's: a decode call of at most ST_GPU_RS_WINDOW positions opens (or extends)
+ * Rollback, as the CPU's: a decode call of at most ST_RS_WINDOW positions opens (or extends)
  * a window; its first position's state is copied aside on the device, and every later batch's
  * conv inputs and ssm_ba rows are kept (the conv and delta-rule kernels copy them, at the row the
  * batch's upload puts after its positions in g->pos: the decode graphs replay it too). A
@@ -26,7 +26,6 @@ strata_status st_gpu_rs_truncate(strata_session *s, int32_t n_keep) { (void)s; (
 #include <stdlib.h>
 #include <string.h>
 
-#define ST_GPU_RS_WINDOW (STRATA_DRAFT_MAX + 1)
 
 typedef struct {
     st_cuda_mat qkv, gate, ba, out;      /* attn_qkv, attn_gate, ssm_ba, ssm_out */
@@ -87,7 +86,7 @@ strata_status st_gpu_rs_create(strata_session *s) {
     r->C = 2 * (int64_t)r->sh.nk * r->sh.d + hp->ssm_d_inner;
     for (int il = 0; il < hp->n_layer; il++)
         if (r->slot[il] >= 0) TRY(st_gpu_rs_upload(s, il));
-    const size_t L = (size_t)r->n_rec, W = ST_GPU_RS_WINDOW, f = sizeof(float);
+    const size_t L = (size_t)r->n_rec, W = ST_RS_WINDOW, f = sizeof(float);
     const size_t T = (size_t)(s->n_batch > (int32_t)W ? s->n_batch : (int32_t)W);
     const size_t di = (size_t)hp->ssm_d_inner, nv = (size_t)r->sh.nv, nq = (size_t)hp->n_head * hp->head_dim;
     /* the state and its window snapshot, the window's conv and beta/alpha inputs */
@@ -138,11 +137,11 @@ strata_status st_gpu_rs_call_begin(strata_session *s, int64_t n) {
         r->win_open = 0;
     }
     if (r->win_open && pos >= r->win_pos && pos <= r->win_pos + r->win_len &&
-        pos + n - r->win_pos <= ST_GPU_RS_WINDOW) { /* the call extends the open window */
+        pos + n - r->win_pos <= ST_RS_WINDOW) { /* the call extends the open window */
         r->win_len = (int32_t)(pos + n - r->win_pos);
         return STRATA_OK;
     }
-    r->win_open = n <= ST_GPU_RS_WINDOW;
+    r->win_open = n <= ST_RS_WINDOW;
     if (!r->win_open) return STRATA_OK;
     TRY(st_cuda_copy_d2d(r->snap_conv, r->conv, f * L * st_grs_conv_n(r), g->stream));
     TRY(st_cuda_copy_d2d(r->snap_ssm, r->ssm, f * L * st_grs_ssm_n(r), g->stream));
@@ -153,7 +152,7 @@ strata_status st_gpu_rs_call_begin(strata_session *s, int64_t n) {
 
 int32_t st_gpu_rs_hist_row(const strata_session *s, int64_t T, int64_t pos0) {
     const st_gpu_rs *r = s->gpu ? s->gpu->rs : NULL;
-    if (!r || !r->win_open || pos0 < r->win_pos || pos0 + T > r->win_pos + ST_GPU_RS_WINDOW) return -1;
+    if (!r || !r->win_open || pos0 < r->win_pos || pos0 + T > r->win_pos + ST_RS_WINDOW) return -1;
     return (int32_t)(pos0 - r->win_pos);
 }
 
@@ -163,7 +162,7 @@ static strata_status st_gpu_rs_advance(st_gpu *g, int il, const float *x, const 
                                        const int32_t *d_hrow) {
     st_gpu_rs *r = g->rs;
     const st_gpu_rs_layer *R = &r->L[il];
-    const size_t slot = (size_t)r->slot[il], W = ST_GPU_RS_WINDOW, nv = (size_t)r->sh.nv;
+    const size_t slot = (size_t)r->slot[il], W = ST_RS_WINDOW, nv = (size_t)r->sh.nv;
     float *conv = r->conv + slot * st_grs_conv_n(r), *ssm = r->ssm + slot * st_grs_ssm_n(r);
     TRY(st_cuda_gdn_conv(&r->sh, R->conv_w, conv, x, r->C, r->y, T, r->hist_qkv + slot * W * (size_t)r->C,
                          d_hrow, g->stream));
@@ -175,14 +174,8 @@ strata_status st_gpu_rs_truncate(strata_session *s, int32_t n_keep) {
     st_gpu_rs *r = s->gpu ? s->gpu->rs : NULL;
     if (!r || n_keep == 0 || n_keep == s->n_past) return STRATA_OK;
     st_gpu *g = s->gpu;
-    if (!r->win_open || n_keep < r->win_pos || n_keep > r->win_pos + r->win_len)
-        return st_error(STRATA_ERR_UNSUPPORTED, "strata_session_truncate: qwen3next's recurrent "
-                        "(DeltaNet) state rolls back only inside the last decode window (positions "
-                        "%d..%d, at most %d); n_keep %d of n_past %d is outside it: reset the "
-                        "session and decode again", r->win_open ? (int)r->win_pos : (int)s->n_past,
-                        r->win_open ? (int)(r->win_pos + r->win_len) : (int)s->n_past,
-                        ST_GPU_RS_WINDOW, (int)n_keep, (int)s->n_past);
-    const size_t L = (size_t)r->n_rec, W = ST_GPU_RS_WINDOW, f = sizeof(float);
+    TRY(st_rs_window_check(s, r->win_open, r->win_pos, r->win_len, n_keep));
+    const size_t L = (size_t)r->n_rec, W = ST_RS_WINDOW, f = sizeof(float);
     TRY(st_cuda_copy_d2d(r->conv, r->snap_conv, f * L * st_grs_conv_n(r), g->stream));
     TRY(st_cuda_copy_d2d(r->ssm, r->snap_ssm, f * L * st_grs_ssm_n(r), g->stream));
     const int64_t n = n_keep - r->win_pos;
