@@ -16,6 +16,7 @@
  * Without a usable GPU only the CPU side runs (the model builds and decodes, the batching and
  * rollback checks hold on the CPU session) and a CUDA session is refused for want of a GPU, not
  * for the architecture. */
+#include "logits_cmp.h"
 #include "model_build.h"
 #include "strata.h"
 #include "test.h"
@@ -66,25 +67,6 @@ static float *all_logits(const strata_model *m, strata_backend_kind be, int n_ba
     strata_session_free(s);
     if (st != STRATA_OK) { free(lg); return NULL; }
     return lg;
-}
-
-static double kl_row(const float *a, const float *b, int32_t V) {
-    double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
-    for (int32_t i = 0; i < V; i++) { ma = fmax(ma, a[i]); mb = fmax(mb, b[i]); }
-    for (int32_t i = 0; i < V; i++) { sa += exp(a[i] - ma); sb += exp(b[i] - mb); }
-    const double la = log(sa) + ma, lb = log(sb) + mb;
-    for (int32_t i = 0; i < V; i++) {
-        const double lpa = a[i] - la, lpb = b[i] - lb;
-        kl += exp(lpa) * (lpa - lpb);
-    }
-    return kl;
-}
-
-static int32_t argmax(const float *x, int32_t V) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < V; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
 }
 
 /* n greedy tokens after prompt p, one decode_greedy call per step. */

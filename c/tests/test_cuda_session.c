@@ -11,6 +11,7 @@
  *     sigmoid gate, granite's multipliers, tied embeddings and the dense FFN.
  * Without a usable GPU only the error path runs: creating a CUDA session fails with
  * STRATA_ERR_UNSUPPORTED and a message saying why. */
+#include "logits_cmp.h"
 #include "model_build.h"
 #include "strata.h"
 #include "test.h"
@@ -133,25 +134,6 @@ static float *split_logits(const strata_model *m, const int32_t *toks, int64_t n
     return out;
 }
 
-/* KL(p || q) of the softmaxes of two logit rows, in double. */
-static double kl_row(const float *a, const float *b, int32_t V) {
-    double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
-    for (int32_t i = 0; i < V; i++) { ma = fmax(ma, a[i]); mb = fmax(mb, b[i]); }
-    for (int32_t i = 0; i < V; i++) { sa += exp(a[i] - ma); sb += exp(b[i] - mb); }
-    const double la = log(sa) + ma, lb = log(sb) + mb;
-    for (int32_t i = 0; i < V; i++) {
-        const double lpa = a[i] - la, lpb = b[i] - lb;
-        kl += exp(lpa) * (lpa - lpb);
-    }
-    return kl;
-}
-
-static int32_t argmax(const float *x, int32_t V) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < V; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
 
 /* Where two greedy runs part at step s (a[s] != b[s], a[0..s) == b[0..s)): the CPU's logit margin
  * between the two picks after p + a[0..s). Two arithmetics may part only at a near-tie (the CPU's
@@ -779,7 +761,6 @@ static void test_default_model(void) {
     test_tail_skip(m, toks, n, V);
     test_pipe(m, toks, 12, V);
     test_pool_misses(m, toks, n, V);
-
 
     /* the GPU expert cache: every routed expert demand-loaded into one of 32 or 40 slots (the
      * model has 6 x 32): the same bits as all resident (placement invariance) */
