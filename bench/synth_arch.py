@@ -775,7 +775,7 @@ def main():
     ap.add_argument("--jobs", type=int, default=min(16, os.cpu_count() or 1),
                     help="processes making blocks (the bytes do not depend on it)")
     ap.add_argument("--dry-run", action="store_true", help="print the tensor table and totals; write nothing")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()  # OUT may follow the options
     p = PRESETS[args.preset]
     etype = args.experts_type or p["etype"]
     ftype = EXPERT_TYPES[etype][1]
