@@ -20,8 +20,8 @@
 #   dev_build TARGETS... this tree's make of TARGETS (CUDA), "build ok at Ns"; on failure the
 #                        first error lines and exit 1. DEV_LOG (default $J/build.log), DEV_JOBS
 #                        (default 16), DEV_ERRS (error lines shown, default 10); PREBUILT=DIR: a
-#                        tree built with CUDA=1 BUILD=DIR OUTDIR=DIR on another machine and carried
-#                        is used instead (linked as build/, its strata and libstrata.so copied here)
+#                        tree from bench/device/prebuild.sh, carried, is used instead (linked as
+#                        build/, its strata and libstrata.so copied here)
 #   dev_variant NAME FLAGS "OBJS" [TARGETS...]  build-NAME: a copy of build/ with OBJS (paths under
 #                        it) recompiled with nvcc FLAGS, then its strata and TARGETS (paths under it);
 #                        log $J/build_NAME.log; status 0 when built
@@ -84,7 +84,10 @@ dev_build() {
     local log=${DEV_LOG:-$J/build.log}
     if [ -n "${PREBUILT:-}" ] && [ -x "$PREBUILT/strata" ]; then # built elsewhere with nvcc, carried
         [ -e build ] || ln -s "$PREBUILT" build
-        cp -P "$PREBUILT"/libstrata.so* . && cp "$PREBUILT/strata" . && echo "prebuilt $PREBUILT at $(el)s"
+        local so
+        so=$(basename "$(ls "$PREBUILT"/libstrata.so.[0-9]* | head -1)" .xz)
+        xz -dc "$PREBUILT/$so.xz" > "$so" && cp "$PREBUILT/strata" . && ln -sf "$so" libstrata.so || exit 1
+        echo "prebuilt $PREBUILT ($(cat "$PREBUILT/REVISION" 2>/dev/null)) at $(el)s"
         return 0
     fi
     make -j"${DEV_JOBS:-16}" CUDA=1 "$@" > "$log" 2>&1 ||

@@ -24,7 +24,8 @@
 # longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW
 # (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions,
 # default 2), ROUNDS (interleaved rounds, default 2), LAYERS_<stage> (fewer layers; qwen3next 12
-# unless set), SYNTH_DIR (where the files go; /dev/shm), PROF (0: no --profile row), PREWRITE (1:
+# unless set), SYNTH_DIR (where the files go; /dev/shm), SYNTH_JOBS (the first file's writers,
+# default 6), PREBUILT (device_common.sh: a tree built here and carried), PROF (0: no --profile row), PREWRITE (1:
 # every stage's file written at the start, in parallel: small files only). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
 set -u
@@ -64,7 +65,12 @@ FIRST=${1:-}
 # (52 GiB). Files on the device's /tmp came slowly (run4: 9.2 GiB in ~5 min with 6 jobs; run7: two
 # 6-7 GiB files not done in 10 min) where one job makes and writes ~120 MB/s on the development
 # machine: the disk is the likely limit.
-sdir() { if [ "$1" = air ]; then echo /tmp; else echo "${SYNTH_DIR:-/dev/shm}"; fi; }
+# GLM-4.5-Air's 52 GiB go to /dev/shm too where it has 60 GiB free.
+sdir() {
+    if [ -n "${SYNTH_DIR:-}" ]; then echo "$SYNTH_DIR"
+    elif [ "$1" = air ] && [ "$(df --output=avail -BG /dev/shm | tail -1 | tr -dc 0-9)" -lt 60 ]; then echo /tmp
+    else echo /dev/shm; fi
+}
 synth() { # stage jobs: writes $(sdir stage)/ds2_<stage>.gguf unless an earlier call did
     local tag=$1 jobs=$2
     [ -f /tmp/ds2_$tag.done ] && return 0
@@ -72,12 +78,13 @@ synth() { # stage jobs: writes $(sdir stage)/ds2_<stage>.gguf unless an earlier 
         [ -e "$f" ] && [ "$(basename "$f")" != ds2_$tag.gguf ] && rm -f "$f" "/tmp/$(basename "${f%.gguf}").done"
     done
     python3 bench/synth_arch.py $(synth_args $tag) "$(sdir $tag)/ds2_$tag.gguf" --vocab .devdata/ggml-vocab-gpt-2.gguf \
-        --synth .devdata/synth_moe.py --jobs "$jobs" > "$J/synth_$tag.log" 2>&1 && echo ok > /tmp/ds2_$tag.done
+        --synth .devdata/synth_moe.py --jobs "$jobs" > "$J/synth_$tag.log" 2>&1 && echo ok > /tmp/ds2_$tag.done ||
+        echo failed > /tmp/ds2_$tag.fail # ends the wait for it
 }
 if [ "${PREWRITE:-0}" = 1 ]; then # every stage's file written while the build and tests run
     for m in $MODELS; do synth "$m" 5 & done
 else
-    [ -n "$FIRST" ] && { synth "$FIRST" 6 & } # written while the build and tests run
+    [ -n "$FIRST" ] && { synth "$FIRST" "${SYNTH_JOBS:-6}" & } # written while the build and tests run
 fi
 LL=0
 if [ -n "$FIRST" ] && [ -f .peer/llama_bench.sh ]; then
@@ -86,7 +93,7 @@ if [ -n "$FIRST" ] && [ -f .peer/llama_bench.sh ]; then
 fi
 DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests/test_cuda_session build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
     build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_deltanet build/tests/test_cuda_mtp \
-    build/tests/test_cuda_spec
+    build/tests/test_cuda_spec build/tests/test_kv_stats
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
         ${CTESTS:-test_cuda_mla:120 test_cuda_moe:300 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
@@ -132,7 +139,7 @@ lrow() { # tag args...
 }
 for m in $MODELS; do
     if [ "$m" = "$FIRST" ] || [ "${PREWRITE:-0}" = 1 ]; then
-        for i in $(seq 200); do [ -f /tmp/ds2_$m.done ] && break; sleep 2; done
+        for i in $(seq 200); do [ -f /tmp/ds2_$m.done ] || [ -f /tmp/ds2_$m.fail ] && break; sleep 2; done
     else
         late "$m" && continue
         synth "$m" 14
@@ -141,14 +148,14 @@ for m in $MODELS; do
     F=$(sdir $m)/ds2_$m.gguf
     echo "$m written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_$m.log" | head -5
     for p in $(seq "${ROUNDS:-2}"); do # interleaved rounds
-        srow ${m}_gpu_$p
-        lrow ${m}_gpu_$p
+        srow ${m}_gpu_$p # Strata's rows first: llama-bench may still be building in the first round
         srow ${m}_cpumoe_$p --cpu-moe
         srow ${m}_cache_$p --expert-cache $(( $(n_experts $m) * $(n_moe_layers $m) / 4 )) # a quarter
         if [ "$p" = 1 ] && [ "${PROF:-1}" = 1 ]; then # the phases of a step
             srow ${m}_prof --profile
             grep -E "profile (pp|tg)[0-9]+ \(" "$J/s_${m}_prof.err" | sed 's/^strata: /    /'
         fi
+        lrow ${m}_gpu_$p
         lrow ${m}_cpumoe_$p -ncmoe "$(n_moe_layers $m)" -t 16
     done
 done
