@@ -263,7 +263,7 @@ static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
     upto = srv_utf8_whole(o->text, upto);
     if (g->harmony) {
         srv_harmony_out h = {fd, c, g, o, id, o->text, NULL};
-        srv_harmony_walk(o->text, upto, 0, g->harmony == 2, &o->sent, srv_harmony_emit, &h);
+        srv_harmony_walk(o->text, upto, 0, g->harmony == 2, g->tools == SRV_TOOLS_HARMONY, &o->sent, srv_harmony_emit, &h);
         return;
     }
     if (!g->think && !g->tools) {
@@ -497,9 +497,9 @@ static yyjson_mut_val *srv_harmony_message(yyjson_mut_doc *d, const srv_gen *g, 
     const char *t = o->text ? o->text : "";
     srv_harmony_out h = {-1, NULL, g, NULL, NULL, t, buf};
     size_t pos = 0;
-    srv_harmony_walk(t, o->len, 1, g->harmony == 2, &pos, srv_harmony_emit, &h);
+    srv_harmony_walk(t, o->len, 1, g->harmony == 2, g->tools == SRV_TOOLS_HARMONY, &pos, srv_harmony_emit, &h);
     int k = 0;
-    if (srv_harmony_calls(d, m, "tool_calls", t, o->len, &k) == 0) *finish = "tool_calls";
+    if (g->tools == SRV_TOOLS_HARMONY && srv_harmony_calls(d, m, "tool_calls", t, o->len, &k) == 0) *finish = "tool_calls";
     if (k && buf[0].len == 0) yyjson_mut_obj_add_null(d, m, "content");
     else srv_add_text(d, m, "content", buf[0].text ? buf[0].text : "", buf[0].len);
     if (buf[1].len) srv_add_text(d, m, "reasoning_content", buf[1].text, buf[1].len);
@@ -604,11 +604,13 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
  * calls went out. */
 static int srv_stream_harmony_end(int fd, const srv_ctx *c, const srv_gen *g, srv_out *o, const char *id) {
     srv_harmony_out h = {fd, c, g, o, id, o->text ? o->text : "", NULL};
-    srv_harmony_walk(h.text, o->len, 1, g->harmony == 2, &o->sent, srv_harmony_emit, &h);
+    srv_harmony_walk(h.text, o->len, 1, g->harmony == 2, g->tools == SRV_TOOLS_HARMONY, &o->sent, srv_harmony_emit,
+                     &h);
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
     yyjson_mut_val *holder = yyjson_mut_obj(d);
     int k = 0;
-    const int ok = o->text && srv_harmony_calls(d, holder, "tool_calls", o->text, o->len, &k) == 0;
+    const int ok = o->text && g->tools == SRV_TOOLS_HARMONY &&
+                   srv_harmony_calls(d, holder, "tool_calls", o->text, o->len, &k) == 0;
     if (ok && !o->gone) srv_calls_delta(fd, c, o, id, d, yyjson_mut_obj_get(holder, "tool_calls"));
     yyjson_mut_doc_free(d);
     return ok;

@@ -2,7 +2,8 @@
  * prompt (<|start|>assistant), each a header ([<|start|>ROLE][ to=RECIPIENT]<|channel|>CHANNEL
  * [ to=RECIPIENT][ <|constrain|>TYPE]<|message|>) and a body up to <|end|>, <|call|>, <|return|>
  * or the next header. analysis is reasoning, final and commentary are content, a message to
- * functions.NAME is a tool call (its body the JSON arguments), one to any other recipient (a
+ * functions.NAME is a tool call (its body the JSON arguments) when the request has tools (else
+ * its body is content, as other formats' calls are without tools), one to any other recipient (a
  * built-in tool) is dropped, as llama.cpp's common_chat_params_init_gpt_oss does. Walked for a
  * stream (what is safe to send, partial markers held back) or whole. Pure functions over the
  * caller's bytes. */
@@ -119,12 +120,14 @@ static int harmony_call(yyjson_mut_doc *d, yyjson_mut_val *arr, int k, const cha
     return ok ? 0 : -1;
 }
 
-void srv_harmony_walk(const char *t, size_t n, int final, int raw_reasoning, size_t *pos, srv_emit_fn emit, void *u) {
+void srv_harmony_walk(const char *t, size_t n, int final, int raw_reasoning, int calls, size_t *pos, srv_emit_fn emit,
+                      void *u) {
     size_t i = 0;
     for (int first = 1; i < n || first; first = 0) {
         hmsg m;
         const int r = next_msg(t, n, i, first, final, &m);
         if (r == 0) return;
+        if (r > 0 && m.kind == H_CALL && !calls) m.kind = H_CONTENT; /* no tools asked: no calls */
         if (r < 0) { /* plain text from here on: content */
             if (!final) n = i + srv_utf8_whole(t + i, n - i);
             if (n > *pos && n > i) emit(u, 0, *pos > i ? *pos : i, n);

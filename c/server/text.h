@@ -53,11 +53,13 @@ typedef void (*srv_emit_fn)(void *u, int reasoning, size_t a, size_t b);
 /* Emits the answer's text past *pos (an offset in t, advanced): analysis messages' bodies as
  * reasoning (raw_reasoning: as content, with their <|channel|> headers and <|end|>, as llama.cpp's
  * reasoning_format none), final and commentary ones' as content, calls to functions.NAME held
- * (final: those whose arguments are not a JSON object as content), messages to other recipients
+ * (final: those whose arguments are not a JSON object as content; calls 0, the request without
+ * tools: every one's body as content, as it comes), messages to other recipients
  * dropped, text that is not harmony as content. Not final (a stream): a header not whole yet and
  * what could still become a terminator or a UTF-8 character are held back. The ranges emitted
  * over a stream's calls, then a final one, are those one final call from 0 emits. */
-void srv_harmony_walk(const char *t, size_t n, int final, int raw_reasoning, size_t *pos, srv_emit_fn emit, void *u);
+void srv_harmony_walk(const char *t, size_t n, int final, int raw_reasoning, int calls, size_t *pos, srv_emit_fn emit,
+                      void *u);
 /* The answer's calls to functions.NAME with JSON object arguments as OpenAI tool_calls in
  * obj[key]; 0 with *n_calls set, -1 when there are none. */
 int srv_harmony_calls(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *t, size_t n, int *n_calls);

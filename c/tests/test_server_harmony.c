@@ -1,8 +1,9 @@
 /* test_server_harmony.c - gpt-oss's harmony answers (c/server/harmony.c): analysis as reasoning,
  * final and commentary as content, calls to functions.NAME (recipient in the role or the channel
  * header, with or without <|constrain|>) as OpenAI tool_calls, built-in recipients dropped, stray
- * headers, reasoning_format none; each answer also streamed cut at every byte, the deltas' sum
- * compared with the whole answer's (a partial header or terminator never goes out). Most answers
+ * headers, reasoning_format none, a request without tools (its calls' bodies content); each
+ * answer also streamed cut at every byte, the deltas' sum compared with the whole answer's (a
+ * partial header or terminator never goes out). Most answers
  * and their expected messages are llama.cpp's (tests/test-chat.cpp, "GPT-OSS format tests", MIT). */
 #include "test.h"
 #include "text.h"
@@ -31,17 +32,20 @@ static void emit(void *u, int reasoning, size_t a, size_t b) {
 #define SF1 "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"special_function\",\"arguments\":" \
             "\"{\\\"arg1\\\":1}\"}}]}"
 
+static int g_calls = 1; /* whether the request has tools (0: calls are content; not read) */
+
 /* One answer: its reasoning and content whole, the same streamed byte by byte, its calls (json
  * NULL: none). */
 static void answer(const char *t, int raw, const char *want_r, const char *want_c, const char *json) {
     const size_t n = strlen(t);
     sink w = {.t = t}, s = {.t = t};
     size_t pos = 0, spos = 0;
-    srv_harmony_walk(t, n, 1, raw, &pos, emit, &w);
-    for (size_t cut = 0; cut <= n; cut++) srv_harmony_walk(t, cut, 0, raw, &spos, emit, &s);
-    srv_harmony_walk(t, n, 1, raw, &spos, emit, &s);
+    srv_harmony_walk(t, n, 1, raw, g_calls, &pos, emit, &w);
+    for (size_t cut = 0; cut <= n; cut++) srv_harmony_walk(t, cut, 0, raw, g_calls, &spos, emit, &s);
+    srv_harmony_walk(t, n, 1, raw, g_calls, &spos, emit, &s);
     CHECK(!w.bad && !strcmp(w.r, want_r) && !strcmp(w.c, want_c), "'%s': reasoning '%s', content '%s'", t, w.r, w.c);
     CHECK(!s.bad && !strcmp(s.r, w.r) && !strcmp(s.c, w.c), "'%s' streamed: reasoning '%s', content '%s'", t, s.r, s.c);
+    if (!g_calls) return; /* (generate.c reads no calls then) */
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
     yyjson_mut_val *o = yyjson_mut_obj(d);
     yyjson_mut_doc_set_root(d, o);
@@ -58,11 +62,11 @@ static void prefixes(const char *t) {
     const size_t n = strlen(t);
     sink w = {.t = t};
     size_t pos = 0;
-    srv_harmony_walk(t, n, 1, 0, &pos, emit, &w);
+    srv_harmony_walk(t, n, 1, 0, 1, &pos, emit, &w);
     for (size_t cut = 0; cut <= n; cut++) {
         sink s = {.t = t};
         size_t sp = 0;
-        srv_harmony_walk(t, cut, 0, 0, &sp, emit, &s);
+        srv_harmony_walk(t, cut, 0, 0, 1, &sp, emit, &s);
         CHECK(!s.bad && !strncmp(s.r, w.r, s.rn) && !strncmp(s.c, w.c, s.cn), "'%.*s': '%s' / '%s'", (int)cut, t, s.r, s.c);
     }
 }
@@ -112,6 +116,15 @@ int main(void) {
     answer("<|channel|>final<|message|>", 0, "", "", NULL);
     answer("<|channel|>analysis<|message|>cut <|en", 0, "cut <|en", "", NULL);  /* final: a partial marker is text */
     answer("<|channel|>fin", 0, "", "<|channel|>fin", NULL);                    /* a header never finished: text */
+    /* the request without tools: a call's body is content like any other message's (the
+       built-in recipients' still dropped) */
+    g_calls = 0;
+    answer("<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant to=functions.special_function<|channel|>"
+           "analysis<|message|>{\"arg1\": 1}", 0, "I'm\nthinking", "{\"arg1\": 1}", NULL);
+    answer("<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>commentary to=functions.f "
+           "<|constrain|>json<|message|>{\"x\": 2}<|call|>", 0, "", "Checking.{\"x\": 2}", NULL);
+    answer("<|start|>assistant to=container.exec<|channel|>commentary<|message|>ls<|end|>", 0, "", "", NULL);
+    g_calls = 1;
     prefixes("<|channel|>analysis<|message|>I'm\nthinking<|end|><|start|>assistant<|channel|>final<|message|>Hi \xe2\x82\xac!");
     /* a header that never ends is not one: the rest is text */
     char big[700];
@@ -120,7 +133,7 @@ int main(void) {
     big[sizeof big - 1] = 0;
     sink s = {.t = big};
     size_t pos = 0;
-    srv_harmony_walk(big, strlen(big), 0, 0, &pos, emit, &s);
+    srv_harmony_walk(big, strlen(big), 0, 0, 1, &pos, emit, &s);
     CHECK(!s.bad && s.cn == strlen(big) && pos == strlen(big), "a header past 512 bytes: %zu bytes of content", s.cn);
     return test_report();
 }
