@@ -342,11 +342,14 @@ static int srv_parse_chat(const srv_ctx *c, yyjson_val *root, srv_gen *g, char *
     /* reasoning: where the template has think tags (and the request does not ask it raw) */
     const char *rf = yyjson_get_str(yyjson_obj_get(root, "reasoning_format"));
     const int reason = c->cfg->reasoning && !(rf && !strcmp(rf, "none"));
+    const int seed = strstr(tmpl, "</seed:think>") != NULL; /* Seed-OSS's own tags */
     if (strstr(tmpl, "<|channel|>")) g->harmony = reason ? 1 : 2; /* gpt-oss: channels, not think tags */
-    else if (reason && strstr(tmpl, "</think>")) {
+    else if (reason && (seed || strstr(tmpl, "</think>"))) {
+        const char *open = seed ? "<seed:think>" : "<think>";
+        const size_t lo = strlen(open);
         size_t n = strlen(text);
         while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
-        g->think = n >= 7 && !memcmp(text + n - 7, "<think>", 7) ? 2 : 1;
+        g->think = (n >= lo && !memcmp(text + n - lo, open, lo) ? 2 : 1) | (seed ? SRV_THINK_SEED : 0);
     }
     yyjson_val *tools = yyjson_obj_get(root, "tools");
     g->tools = yyjson_is_arr(tools) && yyjson_arr_size(tools) > 0 ? srv_tool_format(tmpl) : SRV_TOOLS_NONE;

@@ -289,8 +289,8 @@ static int srv_emit(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, strata_tok
     char piece[256];
     int64_t pl = 0;
     /* (control tokens as text where a tool format needs them: Mistral's [TOOL_CALLS], Llama's
-       <|python_tag|>, GLM's <arg_key>, gpt-oss's <|channel|>) */
-    const int special = g->harmony ||
+       <|python_tag|>, GLM's <arg_key>, gpt-oss's <|channel|>; and Seed-OSS's <seed:think>) */
+    const int special = g->harmony || (g->think & SRV_THINK_SEED) ||
                         (g->tools != SRV_TOOLS_NONE && g->tools != SRV_TOOLS_HERMES && g->tools != SRV_TOOLS_QWEN_XML);
     if (strata_token_to_piece(c->model, t, special, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
     if (srv_out_add(o, piece, (size_t)pl) != 0) return -1;

@@ -59,7 +59,7 @@ typedef struct {
     int stream, include_usage;
     int chat;                         /* /v1/chat/completions: the chat formats */
     int think;                        /* chat: reasoning in <think> tags split out (1; 2: the prompt
-                                         opened one), 0 none */
+                                         opened one; | SRV_THINK_SEED: <seed:think>), 0 none */
     int harmony;                      /* chat, gpt-oss's harmony channels (harmony.c): analysis as
                                          reasoning (1) or, reasoning off, as content (2); 0 not */
     int tools;                        /* chat with tools: the template's SRV_TOOLS_* format (text.h) */

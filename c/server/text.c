@@ -41,19 +41,22 @@ void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const
     free(t);
 }
 
-/* A chat answer's reasoning (think: the template has <think> tags; 2: the prompt opened one):
+/* A chat answer's reasoning (think: the template has <think> tags, or with SRV_THINK_SEED
+ * Seed-OSS's <seed:think>; 2: the prompt opened one):
  * text[0..n) as reasoning [*r0, *r1) and content from *c0 (SIZE_MAX: none yet). Reasoning is there
  * when the prompt opened it or the text starts with <think>; it ends at </think>, after which the
  * content starts past blank lines. Not final: what could still become the tag is held back
  * (*r1 short of it), and a start that could still become <think> decides nothing (0 returned). */
 int srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, size_t *r1, size_t *c0) {
-    static const char open[] = "<think>", close[] = "</think>";
+    const int seed = think & SRV_THINK_SEED;
+    const char *open = seed ? "<seed:think>" : "<think>", *close = seed ? "</seed:think>" : "</think>";
     *r0 = *r1 = 0;
     *c0 = 0;
+    think &= ~SRV_THINK_SEED;
     if (!think) return 1;
     size_t i = 0;
     while (i < n && (t[i] == ' ' || t[i] == '\n')) i++;
-    const size_t lo = sizeof open - 1, lc = sizeof close - 1;
+    const size_t lo = strlen(open), lc = strlen(close);
     int opened = think == 2;
     if (n - i >= lo && !memcmp(t + i, open, lo)) { opened = 1; i += lo; }
     else if (!final && !opened && n - i < lo && !memcmp(t + i, open, n - i)) return 0; /* "<th" so far */

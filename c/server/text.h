@@ -14,9 +14,11 @@ size_t srv_utf8_whole(const char *s, size_t n);
 void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *s, size_t n);
 /* A chat answer t[0..n): its reasoning [*r0, *r1) and its content from *c0 (SIZE_MAX: none yet).
  * think 0: no reasoning (content from 0); 1: reasoning when t starts with <think>; 2: the prompt
- * opened one. Reasoning ends at </think>; the content starts past the blank lines after it. Not
+ * opened one; either | SRV_THINK_SEED: the tags are Seed-OSS's <seed:think> </seed:think>.
+ * Reasoning ends at </think>; the content starts past the blank lines after it. Not
  * final (a stream): a partial </think> at the end is held back, and a start that could still
  * become <think> decides nothing (returns 0; 1 otherwise). */
+enum { SRV_THINK_SEED = 4 };
 int srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, size_t *r1, size_t *c0);
 
 /* Tool call formats, told from the chat template (srv_tool_format): none (calls stay content),

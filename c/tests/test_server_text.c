@@ -2,7 +2,7 @@
  * model bytes repaired for JSON (U+FFFD for what is not UTF-8), and a chat answer's <think>
  * reasoning split from its content: opened by the prompt or by the answer, closed by </think>,
  * the content past blank lines, a partial tag held back while streaming, an answer that never
- * thinks left whole; and tool calls (Hermes <tool_call> blocks, Llama 3.x bare JSON, Mistral
+ * thinks left whole (Seed-OSS's <seed:think> too); and tool calls (Hermes <tool_call> blocks, Llama 3.x bare JSON, Mistral
  * [TOOL_CALLS], DeepSeek's tokens, GLM's <arg_key> pairs, Qwen3-Coder's XML) read into OpenAI's tool_calls against written-out JSON, or, when
  * anything does not parse (malformed, truncated, hostile), left to the content; and each real
  * template in ../shared/chat_templates told as its family. */
@@ -301,6 +301,10 @@ int main(void) {
     split("<th", 1, 0, "", NULL, 0);                                     /* could still be <think> */
     split("<th", 1, 1, "", "<th", 1);
     split("<think>no end", 1, 1, "no end", NULL, 1);
+    split("<seed:think>hmm</seed:think>\n\nAnswer", 1 | SRV_THINK_SEED, 1, "hmm", "Answer", 1); /* Seed-OSS's tags */
+    split("still</seed:thi", 2 | SRV_THINK_SEED, 0, "still", NULL, 1);
+    split("<seed:th", 1 | SRV_THINK_SEED, 0, "", NULL, 0);
+    split("<think>a</think>b", 1 | SRV_THINK_SEED, 1, "", "<think>a</think>b", 1);   /* not its tags */
     CHECK(srv_utf8_whole("a\xc3\xa9", 3) == 3 && srv_utf8_whole("a\xc3", 2) == 1 &&
           srv_utf8_whole("\xe2\x82", 2) == 0 && srv_utf8_whole("ab", 2) == 2, "UTF-8 cut points");
     yyjson_mut_doc *d = yyjson_mut_doc_new(NULL);
