@@ -277,7 +277,12 @@ static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
     if (r1 > r0) srv_stream_part(fd, c, g, o, id, o->text + r0, r1 - r0, &o->sent_r, 1);
     if (c0 != SIZE_MAX && upto > c0) {
         size_t n = upto - c0; /* with tools: from where the calls start on, held for the end */
-        if (g->tools) n = srv_tool_start(g->tools, o->text + c0, n, 0);
+        if (g->tools) {
+            n = srv_tool_start(g->tools, o->text + c0, n, 0);
+            const size_t skip = srv_tool_skip(g->tools, o->text + c0, n); /* (framing, not content) */
+            c0 += skip;
+            n -= skip;
+        }
         srv_stream_part(fd, c, g, o, id, o->text + c0, n, &o->sent, 0);
     }
 }
@@ -289,7 +294,8 @@ static int srv_emit(srv_ctx *c, int fd, const srv_gen *g, srv_out *o, strata_tok
     char piece[256];
     int64_t pl = 0;
     /* (control tokens as text where a tool format needs them: Mistral's [TOOL_CALLS], Llama's
-       <|python_tag|>, GLM's <arg_key>, gpt-oss's <|channel|>; and Seed-OSS's <seed:think>) */
+       <|python_tag|>, GLM's <arg_key>, Kimi's <|tool_call_begin|>, gpt-oss's <|channel|>; and
+       Seed-OSS's <seed:think>) */
     const int special = g->harmony || (g->think & SRV_THINK_SEED) ||
                         (g->tools != SRV_TOOLS_NONE && g->tools != SRV_TOOLS_HERMES && g->tools != SRV_TOOLS_QWEN_XML);
     if (strata_token_to_piece(c->model, t, special, piece, sizeof piece, &pl) != STRATA_OK) pl = 0;
@@ -523,14 +529,15 @@ static yyjson_mut_val *srv_choice(const srv_ctx *c, yyjson_mut_doc *d, const srv
         srv_think_split(t, o->len, g->think, 1, &r0, &r1, &c0);
         if (c0 == SIZE_MAX) c0 = o->len; /* (thinking to the end: no content) */
         size_t cn = o->len - c0;
+        const size_t skip = g->tools ? srv_tool_skip(g->tools, t + c0, cn) : 0; /* (framing, not content) */
         int k = 0;
         if (g->tools && srv_tool_calls(g->tools, d, m, "tool_calls", t + c0, cn, g->tool_list, &k) == 0) {
             cn = srv_tool_start(g->tools, t + c0, cn, 1);
-            while (cn > 0 && (t[c0 + cn - 1] == '\n' || t[c0 + cn - 1] == ' ')) cn--;
+            while (cn > skip && (t[c0 + cn - 1] == '\n' || t[c0 + cn - 1] == ' ')) cn--;
             finish = "tool_calls";
         }
-        if (k && cn == 0) yyjson_mut_obj_add_null(d, m, "content");
-        else srv_add_text(d, m, "content", t + c0, cn);
+        if (k && cn == skip) yyjson_mut_obj_add_null(d, m, "content");
+        else srv_add_text(d, m, "content", t + c0 + skip, cn - skip);
         if (r1 > r0) srv_add_text(d, m, "reasoning_content", t + r0, r1 - r0);
         yyjson_mut_obj_add_val(d, ch, "message", m);
     } else {
@@ -593,8 +600,9 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
     yyjson_mut_val *holder = yyjson_mut_obj(d);
     int k = 0;
     const int ok = ts < n && srv_tool_calls(g->tools, d, holder, "tool_calls", t, n, g->tool_list, &k) == 0;
-    const size_t upto = ok ? ts : n;
-    if (upto > o->sent) srv_chunk(fd, c, g, id, t + o->sent, upto - o->sent, NULL, 0, 0, o, SIZE_MAX);
+    const size_t upto = ok ? ts : n, skip = srv_tool_skip(g->tools, t, upto); /* (as srv_stream_some) */
+    if (upto > skip + o->sent)
+        srv_chunk(fd, c, g, id, t + skip + o->sent, upto - skip - o->sent, NULL, 0, 0, o, SIZE_MAX);
     if (ok) srv_calls_delta(fd, c, o, id, d, yyjson_mut_obj_get(holder, "tool_calls"));
     yyjson_mut_doc_free(d);
     return ok;

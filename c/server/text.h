@@ -27,14 +27,22 @@ int srv_think_split(const char *t, size_t n, int think, int final, size_t *r0, s
  * or name[CALL_ID]id[ARGS]{JSON} each), DeepSeek V3 / R1's <｜tool▁calls▁begin｜> tokens, GLM-4.5's <tool_call>NAME <arg_key>K</arg_key>
  * <arg_value>V</arg_value>... blocks, Qwen3-Coder's <tool_call><function=NAME><parameter=K>V
  * </parameter>...</function> blocks (their values: text where the tool's schema says string,
- * else JSON where they parse as it). */
+ * else JSON where they parse as it), Kimi-K2's <|tool_calls_section_begin|> <|tool_call_begin|>
+ * functions.NAME:IDX <|tool_call_argument_begin|>{JSON} <|tool_call_end|>... (the id as written),
+ * functionary v3.1's <function=NAME>{JSON}</function> (and <|python_tag|>CODE: python's
+ * {"code"}), functionary v3.2's RECIPIENT\nBODY segments opened by >>> (all: content; a function:
+ * {JSON}), Seed-OSS's <seed:tool_call> blocks of Qwen3-Coder's XML. */
 enum { SRV_TOOLS_NONE, SRV_TOOLS_HERMES, SRV_TOOLS_LLAMA3, SRV_TOOLS_MISTRAL, SRV_TOOLS_DEEPSEEK, SRV_TOOLS_GLM,
-       SRV_TOOLS_QWEN_XML, SRV_TOOLS_HARMONY /* gpt-oss: read by srv_harmony_* below, not srv_tool_calls */ };
+       SRV_TOOLS_QWEN_XML, SRV_TOOLS_KIMI, SRV_TOOLS_FUNC31, SRV_TOOLS_FUNC32, SRV_TOOLS_SEED,
+       SRV_TOOLS_HARMONY /* gpt-oss: read by srv_harmony_* below, not srv_tool_calls */ };
 /* The format a chat template's text asks for, as llama.cpp tells it from marker strings. */
 int srv_tool_format(const char *tmpl);
 /* Where fmt's tool calls start in t[0..n) (not final: also a partial marker at the end, or, for
  * Llama 3.x, blank text so far; n when none): the content stops there. */
 size_t srv_tool_start(int fmt, const char *t, size_t n, int final);
+/* How many bytes at the start of t[0..n) frame the content rather than belong to it (functionary
+ * v3.2's "all\n" recipient line; 0 for the other formats): the content is t[skip .. start). */
+size_t srv_tool_skip(int fmt, const char *t, size_t n);
 /* The tool calls of t[0..n) from where they start as a JSON array of OpenAI tool_calls
  * ({id, type, function: {name, arguments (a JSON string)}}) added to obj[key] (tools: the
  * request's, for the XML formats' value types; may be NULL); 0 with *n_calls

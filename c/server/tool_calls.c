@@ -2,8 +2,9 @@
  * the format told from the template's text, where the calls start (for a stream to hold them
  * back), and the calls read with yyjson into OpenAI's tool_calls. Hermes / Qwen <tool_call>
  * blocks, Llama 3.x bare JSON, Mistral [TOOL_CALLS], DeepSeek V3 / R1 special tokens, GLM-4.5's
- * <arg_key> / <arg_value> pairs and Qwen3-Coder's <function=> / <parameter=> XML (gpt-oss's
- * harmony channels: harmony.c). Pure
+ * <arg_key> / <arg_value> pairs, Qwen3-Coder's <function=> / <parameter=> XML (Seed-OSS's the
+ * same in <seed:tool_call>), Kimi-K2's <|tool_call_begin|> tokens and functionary v3.1's
+ * <function=NAME>{JSON} / v3.2's >>>NAME segments (gpt-oss's harmony channels: harmony.c). Pure
  * functions over the caller's bytes; anything that does not parse is the caller's content. */
 #include "text.h"
 
@@ -21,16 +22,24 @@ static const char DS_END[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81"
 static const char DS_CALL[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "begin\xEF\xBD\x9C>";
 static const char DS_CALL_END[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "call\xE2\x96\x81" "end\xEF\xBD\x9C>";
 static const char DS_SEP[] = "<\xEF\xBD\x9Ctool\xE2\x96\x81" "sep\xEF\xBD\x9C>";
+static const char KM_SECTION[] = "<|tool_calls_section_begin|>", KM_SECTION_END[] = "<|tool_calls_section_end|>";
+static const char KM_CALL[] = "<|tool_call_begin|>", KM_ARGS[] = "<|tool_call_argument_begin|>";
+static const char KM_CALL_END[] = "<|tool_call_end|>";
+static const char FN_CLOSE[] = "</function>", F32_MARK[] = ">>>";
+static const char SEED_OPEN[] = "<seed:tool_call>", SEED_CLOSE[] = "</seed:tool_call>";
 
 int srv_tool_format(const char *tmpl) {
     if (!tmpl) return SRV_TOOLS_NONE;
     if (strstr(tmpl, "<|channel|>")) return SRV_TOOLS_HARMONY; /* gpt-oss (harmony.c) */
+    if (strstr(tmpl, KM_SECTION) && strstr(tmpl, KM_CALL)) return SRV_TOOLS_KIMI;
+    if (strstr(tmpl, ">>>all") && strstr(tmpl, ">>>${recipient}")) return SRV_TOOLS_FUNC32;
+    if (strstr(tmpl, SEED_OPEN)) return SRV_TOOLS_SEED;
     if (strstr(tmpl, DS_BEGIN)) return SRV_TOOLS_DEEPSEEK;
     if (strstr(tmpl, MI_CALLS)) return SRV_TOOLS_MISTRAL;
     if (strstr(tmpl, HERMES_OPEN) && strstr(tmpl, "<arg_key>")) return SRV_TOOLS_GLM;
     if (strstr(tmpl, HERMES_OPEN) && (strstr(tmpl, "<function=") || strstr(tmpl, "<parameter="))) return SRV_TOOLS_QWEN_XML;
     if (strstr(tmpl, HERMES_OPEN)) return SRV_TOOLS_HERMES;
-    if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "<function=")) return SRV_TOOLS_NONE; /* functionary */
+    if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "<function=")) return SRV_TOOLS_FUNC31;
     if (strstr(tmpl, "<|start_header_id|>ipython<|end_header_id|>") || strstr(tmpl, PY_TAG)) return SRV_TOOLS_LLAMA3;
     return SRV_TOOLS_NONE;
 }
@@ -63,6 +72,38 @@ static size_t llama3_start(const char *t, size_t n, int final) {
     return py;
 }
 
+static int word_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.';
+}
+
+/* The earlier of two marks (partial ones at the end held back, not final). */
+static size_t find_either(const char *t, size_t n, const char *a, const char *b, int final) {
+    const size_t x = find_mark(t, n, a, strlen(a), final), y = find_mark(t, n, b, strlen(b), final);
+    return x < y ? x : y;
+}
+
+/* Functionary v3.2: the prompt wrote the first >>>, so the answer opens with its recipient's
+ * line: all (content up to the first >>>), a function's name and a JSON object (or python and
+ * code: calls from 0), or else plain content up to the first >>>. Not final, a start that may
+ * still become a recipient's line or a call decides nothing (0). */
+static size_t func32_start(const char *t, size_t n, int final) {
+    size_t r = 0;
+    while (r < n && word_char(t[r])) r++;
+    const int line = r < n && t[r] == '\n' && r > 0, all = line && r == 3 && !memcmp(t, "all", 3);
+    if (r == n && !final) return 0;
+    if (line && !all) {
+        const size_t b = skip_ws(t, r + 1, n);
+        if ((b == n && !final) || (b < n && t[b] == '{') || (r == 6 && !memcmp(t, "python", 6))) return 0;
+    }
+    const size_t from = all ? r + 1 : 0;
+    return from + find_mark(t + from, n - from, F32_MARK, sizeof F32_MARK - 1, final);
+}
+
+size_t srv_tool_skip(int fmt, const char *t, size_t n) {
+    return fmt == SRV_TOOLS_FUNC32 && at(t, 0, n, "all\n", 4) ? 4 : 0;
+}
+
 size_t srv_tool_start(int fmt, const char *t, size_t n, int final) {
     switch (fmt) {
     case SRV_TOOLS_HERMES:
@@ -75,6 +116,10 @@ size_t srv_tool_start(int fmt, const char *t, size_t n, int final) {
     case SRV_TOOLS_LLAMA3: return llama3_start(t, n, final);
     case SRV_TOOLS_MISTRAL: return find_mark(t, n, MI_CALLS, sizeof MI_CALLS - 1, final);
     case SRV_TOOLS_DEEPSEEK: return find_mark(t, n, DS_BEGIN, sizeof DS_BEGIN - 1, final);
+    case SRV_TOOLS_KIMI: return find_either(t, n, KM_SECTION, KM_CALL, final);
+    case SRV_TOOLS_FUNC31: return find_either(t, n, QX_FUNC, PY_TAG, final);
+    case SRV_TOOLS_FUNC32: return func32_start(t, n, final);
+    case SRV_TOOLS_SEED: return find_mark(t, n, SEED_OPEN, sizeof SEED_OPEN - 1, final);
     default: return n;
     }
 }
@@ -296,11 +341,12 @@ static int tagged(const char *t, size_t i, size_t n, const char *open, const cha
     return 0;
 }
 
-/* One call's body t[i..) up to </tool_call>: GLM's NAME then <arg_key>K</arg_key>
- * <arg_value>V</arg_value> pairs, or Qwen3-Coder's <function=NAME> <parameter=K>\nV\n</parameter>
- * ... </function>; the call appended, *e past </tool_call>; -1 when it is neither. */
+/* One call's body t[i..) up to close (</tool_call>, Seed-OSS's </seed:tool_call>): GLM's NAME then
+ * <arg_key>K</arg_key> <arg_value>V</arg_value> pairs, or Qwen3-Coder's <function=NAME>
+ * <parameter=K>\nV\n</parameter> ... </function>; the call appended, *e past close; -1 when it is
+ * neither. */
 static int xml_call(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i, yyjson_val *tools,
-                    int qwen, int k, size_t *e) {
+                    int qwen, const char *close, int k, size_t *e) {
     size_t name0, name1, a, b;
     i = skip_ws(t, i, n);
     if (qwen) {
@@ -333,8 +379,8 @@ static int xml_call(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_
         if (!at(t, i, n, "</function>", 11)) return -1;
         i = skip_ws(t, i + 11, n);
     }
-    if (!at(t, i, n, HERMES_CLOSE, sizeof HERMES_CLOSE - 1)) return -1;
-    *e = i + sizeof HERMES_CLOSE - 1;
+    if (!at(t, i, n, close, strlen(close))) return -1;
+    *e = i + strlen(close);
     size_t len = 0;
     char *s = yyjson_mut_val_write(args, 0, &len);
     if (!s) return -1;
@@ -343,17 +389,115 @@ static int xml_call(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_
     return 0;
 }
 
-/* GLM-4.5 / Qwen3-Coder: <tool_call>...</tool_call> blocks from t[i] on, only blanks between
- * (Qwen3-Coder's first one may start at <function= without its <tool_call>, as llama.cpp takes). */
+/* GLM-4.5 / Qwen3-Coder / Seed-OSS: open...close blocks (<tool_call>, <seed:tool_call>) from t[i]
+ * on, only blanks between (Qwen3-Coder's first one, bare, may start at <function= without its
+ * <tool_call>, as llama.cpp takes). */
 static int xml_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i, yyjson_val *tools,
-                     int qwen) {
-    const size_t lo = sizeof HERMES_OPEN - 1;
+                     int qwen, const char *open, const char *close, int bare) {
+    const size_t lo = strlen(open);
     int k = 0;
     for (; i < n; k++) {
         size_t e = n;
-        if (at(t, i, n, HERMES_OPEN, lo)) i += lo;
-        else if (!(qwen && k == 0 && at(t, i, n, QX_FUNC, sizeof QX_FUNC - 1))) return -1;
-        if (xml_call(d, arr, t, n, i, tools, qwen, k, &e)) return -1;
+        if (at(t, i, n, open, lo)) i += lo;
+        else if (!(bare && k == 0 && at(t, i, n, QX_FUNC, sizeof QX_FUNC - 1))) return -1;
+        if (xml_call(d, arr, t, n, i, tools, qwen, close, k, &e)) return -1;
+        i = skip_ws(t, e, n);
+    }
+    return k;
+}
+
+/* Kimi-K2: [section-begin] (call-begin functions.NAME:IDX args-begin {...} [call-end])...
+ * [section-end], the id functions.NAME:IDX as written (llama.cpp's marks but the call's opening
+ * optional too). */
+static int kimi_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i) {
+    const size_t ls = sizeof KM_SECTION - 1, lse = sizeof KM_SECTION_END - 1, lc = sizeof KM_CALL - 1;
+    const size_t la = sizeof KM_ARGS - 1, lce = sizeof KM_CALL_END - 1;
+    if (at(t, i, n, KM_SECTION, ls)) i = skip_ws(t, i + ls, n);
+    int k = 0;
+    for (; at(t, i, n, KM_CALL, lc); k++) {
+        const size_t id0 = skip_ws(t, i + lc, n), args = id0 + find_mark(t + id0, n - id0, KM_ARGS, la, 1);
+        if (args >= n || args - id0 < 13 || memcmp(t + id0, "functions.", 10)) return -1;
+        size_t id1 = args, name1;
+        while (id1 > id0 && (t[id1 - 1] == ' ' || t[id1 - 1] == '\n')) id1--;
+        for (name1 = id1; name1 > id0 + 10 && t[name1 - 1] >= '0' && t[name1 - 1] <= '9';) name1--;
+        if (name1 == id1 || name1 < id0 + 12 || t[name1 - 1] != ':') return -1; /* functions.N:0 at least */
+        name1--;
+        size_t e = n;
+        yyjson_doc *j = read_value(t, skip_ws(t, args + la, n), n, &e);
+        const int rc = j && yyjson_is_obj(yyjson_doc_get_root(j))
+                           ? add_call(d, arr, SRV_TOOLS_KIMI, k, t + id0 + 10, name1 - id0 - 10, yyjson_doc_get_root(j),
+                                      t + id0, id1 - id0)
+                           : -1;
+        yyjson_doc_free(j);
+        if (rc) return -1;
+        i = skip_ws(t, e, n);
+        if (at(t, i, n, KM_CALL_END, lce)) i = skip_ws(t, i + lce, n);
+    }
+    if (at(t, i, n, KM_SECTION_END, lse)) i = skip_ws(t, i + lse, n);
+    return i == n ? k : -1;
+}
+
+/* A call to python whose arguments are {"code": t[a..b)} (functionary's raw code). */
+static int python_call(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k, const char *t, size_t a, size_t b) {
+    if (skip_ws(t, a, b) == b) return -1;
+    yyjson_mut_doc *j = yyjson_mut_doc_new(NULL);
+    yyjson_mut_val *o = j ? yyjson_mut_obj(j) : NULL;
+    size_t len = 0;
+    char *s = o && yyjson_mut_obj_add_strncpy(j, o, "code", t + a, b - a) ? yyjson_mut_val_write(o, 0, &len) : NULL;
+    yyjson_mut_doc_free(j);
+    if (!s) return -1; /* (not UTF-8: left as content) */
+    add_call_str(d, arr, fmt, k, "python", 6, s, len, NULL, 0);
+    free(s);
+    return 0;
+}
+
+/* Functionary v3.1: <function=NAME>{...}</function> calls with only blanks between, the last
+ * possibly <|python_tag|> and code to the end. */
+static int func31_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i) {
+    const size_t lp = sizeof PY_TAG - 1, lc = sizeof FN_CLOSE - 1;
+    int k = 0;
+    for (; i < n; k++) {
+        if (at(t, i, n, PY_TAG, lp)) return python_call(d, arr, SRV_TOOLS_FUNC31, k, t, i + lp, n) ? -1 : k + 1;
+        size_t name0, name1, e = n;
+        if (tagged(t, i, n, QX_FUNC, ">", &name0, &name1, &i) || name1 == name0) return -1;
+        for (size_t c = name0; c < name1; c++)
+            if (!word_char(t[c])) return -1;
+        yyjson_doc *j = read_value(t, skip_ws(t, i, n), n, &e);
+        const int rc = j && yyjson_is_obj(yyjson_doc_get_root(j))
+                           ? add_call(d, arr, SRV_TOOLS_FUNC31, k, t + name0, name1 - name0, yyjson_doc_get_root(j), NULL, 0)
+                           : -1;
+        yyjson_doc_free(j);
+        e = skip_ws(t, e, n);
+        if (rc || !at(t, e, n, FN_CLOSE, lc)) return -1;
+        i = skip_ws(t, e + lc, n);
+    }
+    return k;
+}
+
+/* Functionary v3.2: NAME\n{...} segments from t[i] on, each opened by >>> (the first bare when
+ * it starts the answer: the prompt wrote its >>>); python's body raw code up to the next >>>. */
+static int func32_calls(yyjson_mut_doc *d, yyjson_mut_val *arr, const char *t, size_t n, size_t i) {
+    const size_t lm = sizeof F32_MARK - 1;
+    int k = 0;
+    for (; i < n; k++) {
+        if (at(t, i, n, F32_MARK, lm)) i += lm;
+        else if (!(k == 0 && i == 0)) return -1;
+        const size_t name0 = i;
+        while (i < n && word_char(t[i])) i++;
+        if (i == name0 || i >= n || t[i] != '\n' || (i - name0 == 3 && !memcmp(t + name0, "all", 3))) return -1;
+        const size_t name1 = i, b = skip_ws(t, i + 1, n);
+        size_t e = n;
+        int rc = -1;
+        if (b < n && t[b] == '{') {
+            yyjson_doc *j = read_value(t, b, n, &e);
+            if (j && yyjson_is_obj(yyjson_doc_get_root(j)))
+                rc = add_call(d, arr, SRV_TOOLS_FUNC32, k, t + name0, name1 - name0, yyjson_doc_get_root(j), NULL, 0);
+            yyjson_doc_free(j);
+        } else if (name1 - name0 == 6 && !memcmp(t + name0, "python", 6)) {
+            e = i + 1 + find_mark(t + i + 1, n - i - 1, F32_MARK, lm, 1);
+            rc = python_call(d, arr, SRV_TOOLS_FUNC32, k, t, i + 1, e);
+        }
+        if (rc) return -1;
         i = skip_ws(t, e, n);
     }
     return k;
@@ -370,8 +514,12 @@ int srv_tool_calls(int fmt, yyjson_mut_doc *d, yyjson_mut_val *obj, const char *
     case SRV_TOOLS_LLAMA3: k = llama3_calls(d, arr, t, n, s); break;
     case SRV_TOOLS_MISTRAL: k = mistral_calls(d, arr, t, n, s); break;
     case SRV_TOOLS_DEEPSEEK: k = deepseek_calls(d, arr, t, n, s); break;
-    case SRV_TOOLS_GLM: k = xml_calls(d, arr, t, n, s, tools, 0); break;
-    case SRV_TOOLS_QWEN_XML: k = xml_calls(d, arr, t, n, s, tools, 1); break;
+    case SRV_TOOLS_GLM: k = xml_calls(d, arr, t, n, s, tools, 0, HERMES_OPEN, HERMES_CLOSE, 0); break;
+    case SRV_TOOLS_QWEN_XML: k = xml_calls(d, arr, t, n, s, tools, 1, HERMES_OPEN, HERMES_CLOSE, 1); break;
+    case SRV_TOOLS_SEED: k = xml_calls(d, arr, t, n, s, tools, 1, SEED_OPEN, SEED_CLOSE, 0); break;
+    case SRV_TOOLS_KIMI: k = kimi_calls(d, arr, t, n, s); break;
+    case SRV_TOOLS_FUNC31: k = func31_calls(d, arr, t, n, s); break;
+    case SRV_TOOLS_FUNC32: k = func32_calls(d, arr, t, n, s); break;
     default: break;
     }
     if (k <= 0) return -1;

@@ -2,10 +2,13 @@
  * model bytes repaired for JSON (U+FFFD for what is not UTF-8), and a chat answer's <think>
  * reasoning split from its content: opened by the prompt or by the answer, closed by </think>,
  * the content past blank lines, a partial tag held back while streaming, an answer that never
- * thinks left whole (Seed-OSS's <seed:think> too); and tool calls (Hermes <tool_call> blocks, Llama 3.x bare JSON, Mistral
- * [TOOL_CALLS], DeepSeek's tokens, GLM's <arg_key> pairs, Qwen3-Coder's XML) read into OpenAI's tool_calls against written-out JSON, or, when
- * anything does not parse (malformed, truncated, hostile), left to the content; and each real
- * template in ../shared/chat_templates told as its family. */
+ * thinks left whole (Seed-OSS's <seed:think> too); and tool calls (Hermes <tool_call> blocks,
+ * Llama 3.x bare JSON, Mistral [TOOL_CALLS], DeepSeek's tokens, GLM's <arg_key> pairs, Qwen3-Coder's
+ * XML, Kimi-K2's tokens, functionary v3.1's <function=> and v3.2's >>> segments, Seed-OSS's
+ * <seed:tool_call> XML) read into OpenAI's tool_calls against written-out JSON, or, when
+ * anything does not parse (malformed, truncated, hostile), left to the content; where a stream's
+ * content stops (a partial mark held back); and each real template in ../shared/chat_templates
+ * told as its family. */
 #include "test.h"
 #include "text.h"
 
@@ -39,6 +42,13 @@ static void split(const char *t, int think, int final, const char *want_r, const
                  "\"{\\\"arg1\\\":1}\"}}"
 #define SF1 "{\"c\":[" SF1_CALL "]}"
 #define ONE_F "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"x\\\":1}\"}}]}"
+#define KM_SECTION "<|tool_calls_section_begin|>"
+#define KM_SECTION_END "<|tool_calls_section_end|>"
+#define KM_CALL "<|tool_call_begin|>"
+#define KM_ARGS "<|tool_call_argument_begin|>"
+#define KM_CALL_END "<|tool_call_end|>"
+#define CALL(id, name, args) "{\"id\":\"" id "\",\"type\":\"function\",\"function\":{\"name\":\"" name "\",\"arguments\":\"" args "\"}}"
+#define SF1_SEED "<seed:tool_call>\n<function=special_function>\n<parameter=arg1>1</parameter>\n</function>\n</seed:tool_call>"
 
 /* The request's tools the XML formats read their argument types from (llama.cpp's test tools:
  * special_function(arg1: integer), special_function_with_opt(arg1, arg2: integer), python(code:
@@ -177,6 +187,67 @@ static void tool_cases(void) {
         {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=>\n</function>\n</tool_call>", -1, NULL, 0},
         {SRV_TOOLS_QWEN_XML, "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", -1, NULL, 0},
         {SRV_TOOLS_QWEN_XML, "#include <functional>", -1, NULL, 0},
+        /* Kimi-K2 (the marks of its templates and llama.cpp's parser): the id as written */
+        {SRV_TOOLS_KIMI, "Let me check." KM_SECTION KM_CALL "functions.special_function:0" KM_ARGS "{\"arg1\": 1}"
+                         KM_CALL_END KM_SECTION_END, 1,
+         "{\"c\":[" CALL("functions.special_function:0", "special_function", "{\\\"arg1\\\":1}") "]}", 13},
+        {SRV_TOOLS_KIMI, KM_SECTION "\n" KM_CALL "functions.a:0" KM_ARGS "{}" KM_CALL_END "\n" KM_CALL " functions.b_c:1 " KM_ARGS
+                         " {\"y\": [2]}" KM_CALL_END KM_SECTION_END "\n", 2,
+         "{\"c\":[" CALL("functions.a:0", "a", "{}") "," CALL("functions.b_c:1", "b_c", "{\\\"y\\\":[2]}") "]}", 0},
+        {SRV_TOOLS_KIMI, KM_CALL "functions.f:12" KM_ARGS "{\"x\": 1}", 1,                     /* no section, no end marks */
+         "{\"c\":[" CALL("functions.f:12", "f", "{\\\"x\\\":1}") "]}", 0},
+        {SRV_TOOLS_KIMI, KM_SECTION KM_CALL "f" KM_ARGS "{}" KM_CALL_END KM_SECTION_END, -1, NULL, 0}, /* not functions.NAME:IDX */
+        {SRV_TOOLS_KIMI, KM_SECTION KM_CALL "functions.f" KM_ARGS "{}" KM_CALL_END KM_SECTION_END, -1, NULL, 0},
+        {SRV_TOOLS_KIMI, KM_SECTION KM_CALL "functions.:0" KM_ARGS "{}" KM_CALL_END KM_SECTION_END, -1, NULL, 0},
+        {SRV_TOOLS_KIMI, KM_SECTION KM_CALL "functions.f:0" KM_ARGS "{\"x\": " KM_CALL_END KM_SECTION_END, -1, NULL, 0},
+        {SRV_TOOLS_KIMI, KM_SECTION KM_CALL "functions.f:0" KM_ARGS "[1]" KM_CALL_END KM_SECTION_END, -1, NULL, 0},
+        {SRV_TOOLS_KIMI, KM_SECTION KM_CALL "functions.f:0" KM_ARGS "{}" KM_CALL_END KM_SECTION_END " more", -1, NULL, 0},
+        {SRV_TOOLS_KIMI, KM_SECTION KM_SECTION_END, -1, NULL, 0},
+        {SRV_TOOLS_KIMI, KM_SECTION KM_CALL "functions.f:0", -1, NULL, 0},
+        /* functionary v3.1 */
+        {SRV_TOOLS_FUNC31, "Sure. <function=special_function>{\"arg1\": 1}</function>", 1, SF1, 6},
+        {SRV_TOOLS_FUNC31, "<function=a>{}</function>\n<function=b>{\"y\": 2}</function>\n", 2,
+         "{\"c\":[" CALL("call_0", "a", "{}") "," CALL("call_1", "b", "{\\\"y\\\":2}") "]}", 0},
+        {SRV_TOOLS_FUNC31, "<|python_tag|>print('hi')", 1, "{\"c\":[" CALL("call_0", "python", "{\\\"code\\\":\\\"print('hi')\\\"}") "]}",
+         0},
+        {SRV_TOOLS_FUNC31, "Running.<function=a>{}</function><|python_tag|>x = 1", 2,
+         "{\"c\":[" CALL("call_0", "a", "{}") "," CALL("call_1", "python", "{\\\"code\\\":\\\"x = 1\\\"}") "]}", 8},
+        {SRV_TOOLS_FUNC31, "<function=a>{\"x\": 1}", -1, NULL, 0},                              /* unclosed */
+        {SRV_TOOLS_FUNC31, "<function=a b>{}</function>", -1, NULL, 0},
+        {SRV_TOOLS_FUNC31, "<function=>{}</function>", -1, NULL, 0},
+        {SRV_TOOLS_FUNC31, "<function=a>[1]</function>", -1, NULL, 0},
+        {SRV_TOOLS_FUNC31, "<function=a>{}</function> then text", -1, NULL, 0},
+        {SRV_TOOLS_FUNC31, "<|python_tag|> \n", -1, NULL, 0},
+        {SRV_TOOLS_FUNC31, "<|python_tag|>\xff", -1, NULL, 0},                                    /* not UTF-8 */
+        {SRV_TOOLS_FUNC31, "no calls", -1, NULL, 0},
+        /* functionary v3.2: the prompt wrote the first >>> */
+        {SRV_TOOLS_FUNC32, "special_function\n{\"arg1\": 1}", 1, SF1, 0},
+        {SRV_TOOLS_FUNC32, "all\nLet me check.>>>special_function\n{\"arg1\": 1}", 1, SF1, 17},
+        {SRV_TOOLS_FUNC32, "a\n{}>>>b\n{\"y\": 2}\n", 2,
+         "{\"c\":[" CALL("call_0", "a", "{}") "," CALL("call_1", "b", "{\\\"y\\\":2}") "]}", 0},
+        {SRV_TOOLS_FUNC32, "python\nprint(1)>>>f\n{}", 2,
+         "{\"c\":[" CALL("call_0", "python", "{\\\"code\\\":\\\"print(1)\\\"}") "," CALL("call_1", "f", "{}") "]}", 0},
+        {SRV_TOOLS_FUNC32, "all\nJust text.", -1, NULL, 0},
+        {SRV_TOOLS_FUNC32, "f\n{\"x\": 1", -1, NULL, 0},
+        {SRV_TOOLS_FUNC32, "f\nnot json", -1, NULL, 0},
+        {SRV_TOOLS_FUNC32, "all\nA>>>all\nB", -1, NULL, 0},
+        {SRV_TOOLS_FUNC32, "f\n{}>>>g\n[1]", -1, NULL, 0},
+        {SRV_TOOLS_FUNC32, "f\n{} trailing", -1, NULL, 0},
+        {SRV_TOOLS_FUNC32, "all\nA>>>g h\n{}", -1, NULL, 0},
+        /* Seed-OSS: Qwen3-Coder's XML in <seed:tool_call> blocks, values typed as it types them */
+        {SRV_TOOLS_SEED, SF1_SEED, 1, SF1, 0},
+        {SRV_TOOLS_SEED, "Checking.\n" SF1_SEED "\n<seed:tool_call>\n<function=say>\n<parameter=text>12</parameter>\n"
+                         "<parameter=mode>a</parameter>\n</function>\n</seed:tool_call>", 2,
+         "{\"c\":[" SF1_CALL "," CALL("call_1", "say", "{\\\"text\\\":\\\"12\\\",\\\"mode\\\":\\\"a\\\"}") "]}", 10},
+        {SRV_TOOLS_SEED, "<seed:tool_call>\n<function=python>\n<parameter=code>def f():\n    return 1\n</parameter>\n</function>\n"
+                         "</seed:tool_call>", 1,
+         "{\"c\":[" CALL("call_0", "python", "{\\\"code\\\":\\\"def f():\\\\n    return 1\\\"}") "]}", 0},
+        {SRV_TOOLS_SEED, "<function=special_function>\n<parameter=arg1>1</parameter>\n</function>\n</seed:tool_call>", -1, NULL,
+         0},                                                                             /* no bare first call */
+        {SRV_TOOLS_SEED, "<seed:tool_call>\n<function=f>\n<parameter=a>1</parameter>\n</function>", -1, NULL, 0},
+        {SRV_TOOLS_SEED, "<seed:tool_call>\n<function=f>\n<parameter=a>1</parameter>\n</seed:tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_SEED, "<seed:tool_call>\n<function=f>\n</function>\n</tool_call>", -1, NULL, 0},
+        {SRV_TOOLS_SEED, "<seed:tool_call>{\"name\": \"f\", \"arguments\": {}}</seed:tool_call>", -1, NULL, 0},
     };
     for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++)
         tool_case(tc[i].fmt, tc[i].t, strlen(tc[i].t), tc[i].calls, tc[i].json, tc[i].content);
@@ -197,6 +268,23 @@ static void tool_cases(void) {
     CHECK(srv_tool_start(SRV_TOOLS_QWEN_XML, "ab<tool_c", 9, 0) == 2 && srv_tool_start(SRV_TOOLS_QWEN_XML, "ab<func", 7, 0) == 2 &&
           srv_tool_start(SRV_TOOLS_QWEN_XML, "ab<func", 7, 1) == 7 && srv_tool_start(SRV_TOOLS_QWEN_XML, "a<function=f>", 13, 1) == 1 &&
           srv_tool_start(SRV_TOOLS_QWEN_XML, "<functional>", 12, 0) == 12, "where Qwen3-Coder calls start");
+    CHECK(srv_tool_start(SRV_TOOLS_KIMI, "ok<|tool_ca", 11, 0) == 2 && srv_tool_start(SRV_TOOLS_KIMI, "ok<|tool_ca", 11, 1) == 11 &&
+          srv_tool_start(SRV_TOOLS_KIMI, "ok<|tool_calls_sec", 18, 0) == 2 &&
+          srv_tool_start(SRV_TOOLS_KIMI, "ok " KM_CALL, 3 + strlen(KM_CALL), 1) == 3, "where Kimi-K2 calls start");
+    CHECK(srv_tool_start(SRV_TOOLS_FUNC31, "Hi <func", 8, 0) == 3 && srv_tool_start(SRV_TOOLS_FUNC31, "Hi <|pyt", 8, 0) == 3 &&
+          srv_tool_start(SRV_TOOLS_FUNC31, "Hi <func", 8, 1) == 8 && srv_tool_start(SRV_TOOLS_FUNC31, "a <b>", 5, 0) == 5,
+          "where functionary v3.1 calls start");
+    CHECK(srv_tool_start(SRV_TOOLS_FUNC32, "al", 2, 0) == 0 && srv_tool_start(SRV_TOOLS_FUNC32, "all\nHi>", 7, 0) == 6 &&
+          srv_tool_start(SRV_TOOLS_FUNC32, "all\nHi>", 7, 1) == 7 && srv_tool_start(SRV_TOOLS_FUNC32, "get_w", 5, 0) == 0 &&
+          srv_tool_start(SRV_TOOLS_FUNC32, "f\n", 2, 0) == 0 && srv_tool_start(SRV_TOOLS_FUNC32, "f\n {", 4, 0) == 0 &&
+          srv_tool_start(SRV_TOOLS_FUNC32, "Hello world", 11, 0) == 11 &&
+          srv_tool_start(SRV_TOOLS_FUNC32, "Sure\nThe", 8, 0) == 8 && srv_tool_start(SRV_TOOLS_FUNC32, "al", 2, 1) == 2,
+          "where functionary v3.2 calls start");
+    CHECK(srv_tool_skip(SRV_TOOLS_FUNC32, "all\nx", 5) == 4 && srv_tool_skip(SRV_TOOLS_FUNC32, "all", 3) == 0 &&
+          srv_tool_skip(SRV_TOOLS_FUNC32, "ball\n", 5) == 0 && srv_tool_skip(SRV_TOOLS_HERMES, "all\nx", 5) == 0,
+          "functionary v3.2's all line is not content");
+    CHECK(srv_tool_start(SRV_TOOLS_SEED, "ab<seed:tool", 12, 0) == 2 && srv_tool_start(SRV_TOOLS_SEED, "ab<seed:tool", 12, 1) == 12 &&
+          srv_tool_start(SRV_TOOLS_SEED, "ab<tool_call>", 13, 0) == 13, "where Seed-OSS calls start");
 }
 
 /* Hostile answers: unterminated strings, deep nesting, lone markers, bytes cut short (read from
@@ -211,6 +299,9 @@ static void tool_hostile(void) {
         {SRV_TOOLS_DEEPSEEK, DS_BEGIN DS_CALL "function" DS_SEP "f\n```json\n"},
         {SRV_TOOLS_GLM, "<tool_call>f\n<arg_key>a</arg_key>\n<arg_value>"},
         {SRV_TOOLS_QWEN_XML, "<tool_call>\n<function=f>\n<parameter=a>\n"},
+        {SRV_TOOLS_KIMI, KM_SECTION KM_CALL "functions.f:0" KM_ARGS}, {SRV_TOOLS_FUNC31, "<function=f>"},
+        {SRV_TOOLS_FUNC32, "f\n{\"x\": "}, {SRV_TOOLS_FUNC32, "all\nText>>>f\n{\"x\": "},
+        {SRV_TOOLS_SEED, "<seed:tool_call>\n<function=f>\n<parameter=a>"},
     };
     for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) {
         const size_t hl = strlen(h[i].head);
@@ -256,12 +347,14 @@ static void tool_detect(void) {
         {"Mistral-Small-3.2", SRV_TOOLS_MISTRAL}, {"mistralai-Ministral-3", SRV_TOOLS_MISTRAL},
         {"unsloth-mistral-Devstral", SRV_TOOLS_MISTRAL}, {"deepseek-ai-DeepSeek-R1", SRV_TOOLS_DEEPSEEK},
         {"deepseek-ai-DeepSeek-V3.1", SRV_TOOLS_DEEPSEEK}, {"llama-cpp-deepseek-r1", SRV_TOOLS_DEEPSEEK},
-        {"NousResearch-Hermes-3-Llama-3.1", SRV_TOOLS_HERMES}, {"meetkai-functionary", SRV_TOOLS_NONE},
+        {"NousResearch-Hermes-3-Llama-3.1", SRV_TOOLS_HERMES}, {"meetkai-functionary-medium-v3.1", SRV_TOOLS_FUNC31},
+        {"meetkai-functionary-medium-v3.2", SRV_TOOLS_FUNC32}, {"moonshotai-Kimi-K2", SRV_TOOLS_KIMI},
+        {"Kimi-K2-", SRV_TOOLS_KIMI},
         {"openai-gpt-oss", SRV_TOOLS_HARMONY}, {"GLM-4.6", SRV_TOOLS_GLM}, {"GLM-4.7", SRV_TOOLS_GLM},
         {"poolside-Laguna", SRV_TOOLS_GLM}, {"Qwen3-Coder", SRV_TOOLS_QWEN_XML}, {"Qwen3.5", SRV_TOOLS_QWEN_XML},
         {"NVIDIA-Nemotron-3", SRV_TOOLS_QWEN_XML}, {"StepFun3.5", SRV_TOOLS_QWEN_XML},
         {"NousResearch-Hermes-2-Pro", SRV_TOOLS_HERMES}, {"Qwen-Qwen2.5", SRV_TOOLS_HERMES}, {"Qwen-Qwen3-0.6B", SRV_TOOLS_HERMES},
-        {"ByteDance-Seed-OSS", SRV_TOOLS_NONE},
+        {"ByteDance-Seed-OSS", SRV_TOOLS_SEED},
     };
     const char *dir = getenv("STRATA_CHAT_TEMPLATES") ? getenv("STRATA_CHAT_TEMPLATES") : "../shared/chat_templates";
     DIR *dd = opendir(dir);
