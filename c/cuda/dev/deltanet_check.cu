@@ -31,32 +31,12 @@ extern "C" {
 #include <string.h>
 #include <vector>
 
-static int g_fail = 0;
 static uint64_t rs = 0x9E3779B97F4A7C15ULL;
 static float frand(void) { /* [-1, 1) */
     rs ^= rs >> 12; rs ^= rs << 25; rs ^= rs >> 27;
     return (float)((double)((rs * 2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
 }
 
-static void verdict(bool ok, const char *what) {
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    if (!ok) g_fail = 1;
-}
-
-static float *dalloc(size_t n, const float *host) {
-    float *d;
-    CK(cudaMalloc(&d, (n + 64) * sizeof(float)));
-    CK(cudaMemset(d + n, 0xA5, 64 * sizeof(float)));
-    if (host) CK(cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-static bool sentinels_ok(const float *d, size_t n) {
-    uint32_t w[64];
-    CK(cudaMemcpy(w, d + n, sizeof w, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < 64; i++)
-        if (w[i] != 0xA5A5A5A5u) return false;
-    return true;
-}
 static std::vector<float> fetch(const float *d, size_t n) {
     std::vector<float> h(n);
     CK(cudaDeviceSynchronize());
@@ -70,25 +50,6 @@ static double rel_err(const std::vector<float> &a, const std::vector<float> &ref
         e = fmax(e, isnan(a[i]) ? INFINITY : fabs((double)a[i] - ref[i]));
     }
     return m > 0 ? e / m : e;
-}
-
-template <class F> static double time_it(F f) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<double> t;
-    for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(e0));
-        f();
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 3) t.push_back(ms * 1e-3);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return dev_median(t);
 }
 
 /* One layer's inputs and state. */
@@ -140,12 +101,12 @@ static void cpu_ref(const Case &c, std::vector<float> &y, std::vector<float> &ou
 struct GpuRun { std::vector<float> y, out, conv, ssm, hist_x, hist_ba; bool sent; };
 static GpuRun gpu_run(const Case &c, const std::vector<int64_t> &calls, bool hist) {
     const int nv = c.sh.nv, d = c.sh.d;
-    float *dw = dalloc(c.w.size(), c.w.data()), *dconv = dalloc(c.conv0.size() + 1, c.conv0.data());
-    float *dssm = dalloc(c.ssm0.size(), c.ssm0.data()), *dx = dalloc(c.x.size(), c.x.data());
-    float *dba = dalloc(c.ba.size(), c.ba.data()), *dA = dalloc(c.A.size(), c.A.data());
-    float *ddt = dalloc(c.dt.size(), c.dt.data()), *dy = dalloc(c.x.size(), NULL);
-    float *dout = dalloc((size_t)(c.T * nv * d), NULL);
-    float *dhx = dalloc(c.x.size(), NULL), *dhb = dalloc(c.ba.size(), NULL);
+    float *dw = dev_alloc(c.w.size(), c.w.data()), *dconv = dev_alloc(c.conv0.size() + 1, c.conv0.data());
+    float *dssm = dev_alloc(c.ssm0.size(), c.ssm0.data()), *dx = dev_alloc(c.x.size(), c.x.data());
+    float *dba = dev_alloc(c.ba.size(), c.ba.data()), *dA = dev_alloc(c.A.size(), c.A.data());
+    float *ddt = dev_alloc(c.dt.size(), c.dt.data()), *dy = dev_alloc(c.x.size(), NULL);
+    float *dout = dev_alloc((size_t)(c.T * nv * d), NULL);
+    float *dhx = dev_alloc(c.x.size(), NULL), *dhb = dev_alloc(c.ba.size(), NULL);
     int32_t *drow;
     CK(cudaMalloc(&drow, sizeof(int32_t)));
     int64_t t0 = 0;
@@ -163,8 +124,9 @@ static GpuRun gpu_run(const Case &c, const std::vector<int64_t> &calls, bool his
     g.conv = fetch(dconv, c.conv0.size());
     g.ssm = fetch(dssm, c.ssm0.size());
     if (hist) { g.hist_x = fetch(dhx, c.x.size()); g.hist_ba = fetch(dhb, c.ba.size()); }
-    g.sent = sentinels_ok(dy, c.x.size()) && sentinels_ok(dout, (size_t)(c.T * nv * d)) &&
-             sentinels_ok(dssm, c.ssm0.size()) && sentinels_ok(dhx, c.x.size()) && sentinels_ok(dhb, c.ba.size());
+    g.sent = dev_sentinels_ok(dy, c.x.size()) && dev_sentinels_ok(dout, (size_t)(c.T * nv * d)) &&
+             dev_sentinels_ok(dssm, c.ssm0.size()) && dev_sentinels_ok(dhx, c.x.size()) &&
+             dev_sentinels_ok(dhb, c.ba.size());
     float *bufs[] = {dw, dconv, dssm, dx, dba, dA, ddt, dy, dout, dhx, dhb};
     for (float *b : bufs) CK(cudaFree(b));
     CK(cudaFree(drow));
@@ -180,13 +142,13 @@ static void check_case(int nk, int nv, int d, int K, int64_t T) {
     const double ey = rel_err(g.y, y), eo = rel_err(g.out, out), es = rel_err(g.ssm, ssm), ec = rel_err(g.conv, conv);
     snprintf(what, sizeof what, "nk %d nv %d d %d K %d T %lld: conv %.2g, out %.2g, state %.2g, conv state %.2g",
              nk, nv, d, K, (long long)T, ey, eo, es, ec);
-    verdict(ey <= 1e-6 && eo <= 1e-5 && es <= 1e-5 && ec == 0.0 && g.sent, what);
-    verdict(g.hist_x == c.x && g.hist_ba == c.ba, "  history rows = the inputs");
+    dev_verdict(ey <= 1e-6 && eo <= 1e-5 && es <= 1e-5 && ec == 0.0 && g.sent, what);
+    dev_verdict(g.hist_x == c.x && g.hist_ba == c.ba, "  history rows = the inputs");
     if (T > 1) {
         std::vector<int64_t> each((size_t)T, 1);
         GpuRun a = gpu_run(c, {1, T - 1}, false), b = gpu_run(c, each, false);
-        verdict(a.out == g.out && a.ssm == g.ssm && a.conv == g.conv && b.out == g.out && b.ssm == g.ssm &&
-                b.y == g.y, "  one call = 1 + the rest = token by token, bit for bit");
+        dev_verdict(a.out == g.out && a.ssm == g.ssm && a.conv == g.conv && b.out == g.out && b.ssm == g.ssm &&
+                    b.y == g.y, "  one call = 1 + the rest = token by token, bit for bit");
     }
 }
 
@@ -197,23 +159,23 @@ static void check_norm(int nv, int d, int64_t T) {
     for (auto &v : w) v = frand();
     for (int64_t r = 0; r < T * nv; r++)
         st_rmsnorm_gated(&ref[(size_t)(r * d)], &x[(size_t)(r * d)], w.data(), &z[(size_t)(r * d)], d, 1e-6f);
-    float *dx = dalloc(x.size(), x.data()), *dz = dalloc(z.size(), z.data()), *dw = dalloc(w.size(), w.data());
+    float *dx = dev_alloc(x.size(), x.data()), *dz = dev_alloc(z.size(), z.data()), *dw = dev_alloc(w.size(), w.data());
     SK(st_cuda_gdn_norm(dx, dz, dw, nv, d, T, 1e-6f, 0));
     const double e = rel_err(fetch(dx, x.size()), ref);
     char what[120];
     snprintf(what, sizeof what, "gated rmsnorm nv %d d %d T %lld: %.2g", nv, d, (long long)T, e);
-    verdict(e <= 1e-6 && sentinels_ok(dx, x.size()), what);
+    dev_verdict(e <= 1e-6 && dev_sentinels_ok(dx, x.size()), what);
     CK(cudaFree(dx)); CK(cudaFree(dz)); CK(cudaFree(dw));
 }
 
 static void time_80b(int64_t T, double copy_rate) {
     Case c(16, 32, 128, 4, T);
-    float *dw = dalloc(c.w.size(), c.w.data()), *dconv = dalloc(c.conv0.size(), c.conv0.data());
-    float *dssm = dalloc(c.ssm0.size(), c.ssm0.data()), *dx = dalloc(c.x.size(), c.x.data());
-    float *dba = dalloc(c.ba.size(), c.ba.data()), *dA = dalloc(c.A.size(), c.A.data());
-    float *ddt = dalloc(c.dt.size(), c.dt.data()), *dy = dalloc(c.x.size(), NULL);
-    float *dout = dalloc((size_t)(T * 32 * 128), NULL);
-    const double s = time_it([&] {
+    float *dw = dev_alloc(c.w.size(), c.w.data()), *dconv = dev_alloc(c.conv0.size(), c.conv0.data());
+    float *dssm = dev_alloc(c.ssm0.size(), c.ssm0.data()), *dx = dev_alloc(c.x.size(), c.x.data());
+    float *dba = dev_alloc(c.ba.size(), c.ba.data()), *dA = dev_alloc(c.A.size(), c.A.data());
+    float *ddt = dev_alloc(c.dt.size(), c.dt.data()), *dy = dev_alloc(c.x.size(), NULL);
+    float *dout = dev_alloc((size_t)(T * 32 * 128), NULL);
+    const double s = dev_time([&] {
         SK(st_cuda_gdn_conv(&c.sh, dw, dconv, dx, c.C, dy, T, NULL, NULL, 0));
         SK(st_cuda_gdn_rule(&c.sh, dy, dba, 64, dA, ddt, dssm, dout, T, NULL, NULL, 0));
     });
@@ -242,6 +204,6 @@ int main(void) {
     const double copy = dev_copy_rate();
     time_80b(1, copy);
     time_80b(512, copy);
-    printf("%s\n", g_fail ? "FAIL" : "PASS");
-    return g_fail;
+    printf("%s\n", dev_failed ? "FAIL" : "PASS");
+    return dev_failed;
 }

@@ -1,6 +1,8 @@
 /* dev_common.cuh - what the standalone check-and-time programs of c/cuda/dev/ share: exit-on-error
  * macros for CUDA and library calls (dev programs only; the library never exits), the median of
- * timings, and the device-to-device copy rate they report their bandwidth against. Header-only. */
+ * timings, the device-to-device copy rate they report their bandwidth against, and the PASS/FAIL
+ * verdicts, sentinel-guarded device buffers and event timing of the kernel checks (mla_check.cu,
+ * deltanet_check.cu). Header-only. */
 #ifndef STRATA_CUDA_DEV_COMMON_CUH
 #define STRATA_CUDA_DEV_COMMON_CUH
 
@@ -59,6 +61,53 @@ static double dev_copy_rate() {
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     return 2.0 * n / dev_median(t);
+}
+
+/* ---- PASS/FAIL checks ------------------------------------------------------------------------ */
+
+static int dev_failed = 0; /* set by a failed dev_verdict: the program's exit status */
+
+static inline void dev_verdict(bool ok, const char *what) {
+    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
+    if (!ok) dev_failed = 1;
+}
+
+/* n floats (+ 64 sentinel words of 0xA5A5A5A5 after them) on the device, copied from host if set. */
+static inline float *dev_alloc(size_t n, const float *host) {
+    float *d;
+    CK(cudaMalloc(&d, (n + 64) * sizeof(float)));
+    CK(cudaMemset(d + n, 0xA5, 64 * sizeof(float)));
+    if (host) CK(cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Whether the sentinels after the n floats of a dev_alloc buffer are intact. */
+static inline bool dev_sentinels_ok(const float *d, size_t n) {
+    uint32_t w[64];
+    CK(cudaMemcpy(w, d + n, sizeof w, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 64; i++)
+        if (w[i] != 0xA5A5A5A5u) return false;
+    return true;
+}
+
+/* Median time (s) of 20 runs of f after 3 warm-ups (CUDA events on the default stream). */
+template <class F> static double dev_time(F f) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<double> t;
+    for (int i = 0; i < 23; i++) {
+        CK(cudaEventRecord(e0));
+        f();
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 3) t.push_back(ms * 1e-3);
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return dev_median(t);
 }
 
 #endif /* STRATA_CUDA_DEV_COMMON_CUH */

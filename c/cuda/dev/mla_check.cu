@@ -30,53 +30,11 @@ extern "C" {
 #include <string.h>
 #include <vector>
 
-static int g_fail = 0;
 static uint64_t rs = 0x9E3779B97F4A7C15ULL;
 static float frand(void) { /* [-1, 1), never exactly 0 */
     rs ^= rs >> 12; rs ^= rs << 25; rs ^= rs >> 27;
     float v = (float)((double)((rs * 2685821657736338717ULL) >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
     return v != 0.0f ? v : 0.5f;
-}
-
-static void verdict(bool ok, const char *what) {
-    printf("%s %s\n", ok ? "PASS" : "FAIL", what);
-    if (!ok) g_fail = 1;
-}
-
-/* n floats (+ 64 sentinel words) on the device. */
-static float *dalloc(size_t n, const float *host) {
-    float *d;
-    CK(cudaMalloc(&d, (n + 64) * sizeof(float)));
-    CK(cudaMemset(d + n, 0xA5, 64 * sizeof(float)));
-    if (host) CK(cudaMemcpy(d, host, n * sizeof(float), cudaMemcpyHostToDevice));
-    return d;
-}
-static bool sentinels_ok(const float *d, size_t n) {
-    uint32_t w[64];
-    CK(cudaMemcpy(w, d + n, sizeof w, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < 64; i++)
-        if (w[i] != 0xA5A5A5A5u) return false;
-    return true;
-}
-
-/* Median time (s) of 20 runs of f after 3 warm-ups. */
-template <class F> static double time_it(F f) {
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<double> t;
-    for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(e0));
-        f();
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 3) t.push_back(ms * 1e-3);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    return dev_median(t);
 }
 
 /* ---- absorption ------------------------------------------------------------------------------- */
@@ -91,7 +49,7 @@ static void absorb_check(strata_type type, int cols, int rows, int H, int T, con
     void *dw;
     CK(cudaMalloc(&dw, wbytes));
     CK(cudaMemcpy(dw, w.data(), wbytes, cudaMemcpyHostToDevice));
-    float *dx = dalloc(x.size(), x.data()), *dy = dalloc((size_t)T * H * rows, NULL);
+    float *dx = dev_alloc(x.size(), x.data()), *dy = dev_alloc((size_t)T * H * rows, NULL);
     const st_cuda_mla_w W = {type, dw, cols, rows, H, rb};
     SK(st_cuda_mla_absorb(&W, dx, (int64_t)H * cols, cols, dy, (int64_t)H * rows, rows, T, NULL));
     std::vector<float> y((size_t)T * H * rows);
@@ -118,11 +76,13 @@ static void absorb_check(strata_type type, int cols, int rows, int H, int T, con
         }
     const double e1 = n1 / den, e2 = n2 / den;
     const double tol2 = type == STRATA_TYPE_F32 ? 1e-12 : type == STRATA_TYPE_Q8_0 ? 5e-4 : 1e-4;
-    const double s = time_it([&] { SK(st_cuda_mla_absorb(&W, dx, (int64_t)H * cols, cols, dy, (int64_t)H * rows, rows, T, NULL)); });
+    const double s = dev_time([&] {
+        SK(st_cuda_mla_absorb(&W, dx, (int64_t)H * cols, cols, dy, (int64_t)H * rows, rows, T, NULL));
+    });
     char what[256];
     snprintf(what, sizeof what, "absorb %-4s %s T=%-3d: NMSE %.2e vs dequantized (<= 1e-10), %.2e vs f32 (<= %.0e)"
              "; %.1f us, %.0f GB/s of weights", strata_type_name(type), name, T, e1, e2, tol2, s * 1e6, wbytes / s * 1e-9);
-    verdict(e1 <= 1e-10 && e2 <= tol2 && sentinels_ok(dy, y.size()), what);
+    dev_verdict(e1 <= 1e-10 && e2 <= tol2 && dev_sentinels_ok(dy, y.size()), what);
     CK(cudaFree(dw)); CK(cudaFree(dx)); CK(cudaFree(dy));
 }
 
@@ -161,7 +121,8 @@ static void attn_check(int H, int R, int nr, int64_t T, int64_t pos0, const char
     CK(cudaMalloc(&dk, kc.size() * 2));
     CK(cudaMemcpy(dk, kc.data(), kc.size() * 2, cudaMemcpyHostToDevice));
     const st_cuda_kv_layer kv = {STRATA_TYPE_F16, dk, NULL, n_ctx};
-    float *dq = dalloc(q.size(), q.data()), *d1 = dalloc((size_t)rows * R, NULL), *d2 = dalloc((size_t)rows * R, NULL);
+    float *dq = dev_alloc(q.size(), q.data()), *d1 = dev_alloc((size_t)rows * R, NULL);
+    float *d2 = dev_alloc((size_t)rows * R, NULL);
     const size_t wsb = st_cuda_mla_wsize(&s, T, n_ctx);
     void *ws = NULL;
     if (wsb) CK(cudaMalloc(&ws, wsb));
@@ -187,8 +148,8 @@ static void attn_check(int H, int R, int nr, int64_t T, int64_t pos0, const char
             }
         }
     const double e = num / den;
-    const double t1 = time_it([&] { SK(st_cuda_mla_attention_ex(&kv, &s, dq, (int64_t)H * D, T, pos0, NULL, d1, (int64_t)H * R, ws, wsb, NULL, -1, NULL)); });
-    const double t2 = time_it([&] { SK(st_cuda_mla_attention_ex(&kv, &s, dq, (int64_t)H * D, T, pos0, NULL, d2, (int64_t)H * R, NULL, 0, NULL, 0, NULL)); });
+    const double t1 = dev_time([&] { SK(st_cuda_mla_attention_ex(&kv, &s, dq, (int64_t)H * D, T, pos0, NULL, d1, (int64_t)H * R, ws, wsb, NULL, -1, NULL)); });
+    const double t2 = dev_time([&] { SK(st_cuda_mla_attention_ex(&kv, &s, dq, (int64_t)H * D, T, pos0, NULL, d2, (int64_t)H * R, NULL, 0, NULL, 0, NULL)); });
     const double bytes = (double)n_ctx * D * 2, mean_np = pos0 + (T + 1) / 2.0;
     const double flop = 2.0 * rows * mean_np * (D + R);
     char what[320];
@@ -196,7 +157,8 @@ static void attn_check(int H, int R, int nr, int64_t T, int64_t pos0, const char
              "walk %.1f us (%.1f TFLOP/s), bits %s", name, (long long)T, (long long)n_ctx, e,
              split1 ? "split" : "walk(auto)", t1 * 1e6, bytes / t1 * 1e-9, flop / t1 * 1e-12, t2 * 1e6,
              flop / t2 * 1e-12, same ? "equal" : "DIFFER");
-    verdict(e <= 1e-6 && same && split2 == 0 && sentinels_ok(d1, o1.size()) && sentinels_ok(d2, o2.size()), what);
+    dev_verdict(e <= 1e-6 && same && split2 == 0 && dev_sentinels_ok(d1, o1.size()) &&
+                dev_sentinels_ok(d2, o2.size()), what);
     CK(cudaFree(dk)); CK(cudaFree(dq)); CK(cudaFree(d1)); CK(cudaFree(d2));
     if (ws) CK(cudaFree(ws));
 }
@@ -235,6 +197,6 @@ int main(int argc, char **argv) {
     attn_check(16, 512, 64, 512, 0, "lite prompt");
     attn_check(4, 32, 16, 1, 299, "tiny");
     attn_check(4, 32, 16, 37, 100, "tiny");
-    printf("%s\n", g_fail ? "mla_check: FAILED" : "mla_check: all passed");
-    return g_fail;
+    printf("%s\n", dev_failed ? "mla_check: FAILED" : "mla_check: all passed");
+    return dev_failed;
 }
