@@ -94,7 +94,7 @@ endif
 
 ALL_OBJS := $(LIB_OBJS) $(CU_OBJS)
 
-.PHONY: all check header-check test-c test-py asan asan-server cuda-check q8-sm60-check mla-check deltanet-check fuzz bench clean \
+.PHONY: all check header-check test-c test-py asan asan-server cuda-check q8-sm60-check fuzz bench clean \
         distclean
 all: $(LIBSO) $(CLI)
 
@@ -266,31 +266,26 @@ $(BUILD)/q8_sm60_check: tools/q8_sm60_check.cu c/tests/q8_sm60_case.h $(BUILD)/l
 	$(NVCC) $(NVCCFLAGS) -Ic/tests -c -o $@.o $<
 	$(CC) -o $@ $@.o $(BUILD)/libstrata.a $(LDLIBS)
 
-# the latent-attention kernels' check-and-time program (c/cuda/dev/mla_check.cu: DeepSeek-V3
-# shapes against CPU references, PASS/FAIL lines and GB/s; exits 0 with "skip" where no GPU is
-# usable); MLA_CTX=N caps the contexts (default 8192)
-mla-check:
+# The check-and-time programs of c/cuda/dev/ that make names: NAME-check builds $(BUILD)/NAME_check
+# from c/cuda/dev/NAME_check.cu (which tests the kernels of c/cuda/NAME.cuh and cuda_NAME.h) and
+# runs it with $(DEV_CHECK_ARGS_NAME); each prints PASS/FAIL lines and timings and exits 0 with
+# "skip" where no GPU is usable.
+#   mla       the latent-attention kernels at DeepSeek-V3 shapes against CPU references, GB/s;
+#             MLA_CTX=N caps the contexts (default 8192)
+#   deltanet  the gated DeltaNet kernels at Qwen3-Next-80B shapes and tiny ones against the CPU's
+#             functions, timings
+DEV_CHECKS := mla deltanet
+DEV_CHECK_ARGS_mla = $(MLA_CTX)
+.PHONY: $(DEV_CHECKS:%=%-check)
+$(DEV_CHECKS:%=%-check): %-check:
 ifdef USE_CUDA
-	$(MAKE) BUILD=$(BUILD) OUTDIR=$(OUTDIR) $(BUILD)/mla_check
-	$(BUILD)/mla_check $(MLA_CTX)
+	$(MAKE) BUILD=$(BUILD) OUTDIR=$(OUTDIR) $(BUILD)/$*_check
+	$(BUILD)/$*_check $(DEV_CHECK_ARGS_$*)
 else
-	@echo "mla-check: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
+	@echo "$@: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
 endif
-$(BUILD)/mla_check: c/cuda/dev/mla_check.cu c/cuda/dev/dev_common.cuh c/cuda/mla.cuh c/cuda/cuda_mla.h $(BUILD)/libstrata.a
-	$(NVCC) $(NVCCFLAGS) -Ic/cuda/dev -c -o $@.o $<
-	$(CC) -o $@ $@.o $(BUILD)/libstrata.a $(LDLIBS)
-
-# the gated DeltaNet kernels' check-and-time program (c/cuda/dev/deltanet_check.cu: Qwen3-Next-80B
-# shapes and tiny ones against the CPU's functions, PASS/FAIL lines and timings; exits 0 with
-# "skip" where no GPU is usable)
-deltanet-check:
-ifdef USE_CUDA
-	$(MAKE) BUILD=$(BUILD) OUTDIR=$(OUTDIR) $(BUILD)/deltanet_check
-	$(BUILD)/deltanet_check
-else
-	@echo "deltanet-check: skipped: this build has no CUDA (nvcc not found or CUDA=0)"
-endif
-$(BUILD)/deltanet_check: c/cuda/dev/deltanet_check.cu c/cuda/dev/dev_common.cuh c/cuda/deltanet.cuh c/cuda/cuda_deltanet.h $(BUILD)/libstrata.a
+$(DEV_CHECKS:%=$(BUILD)/%_check): $(BUILD)/%_check: c/cuda/dev/%_check.cu c/cuda/dev/dev_common.cuh c/cuda/%.cuh \
+                                                    c/cuda/cuda_%.h $(BUILD)/libstrata.a
 	$(NVCC) $(NVCCFLAGS) -Ic/cuda/dev -c -o $@.o $<
 	$(CC) -o $@ $@.o $(BUILD)/libstrata.a $(LDLIBS)
 
