@@ -1,8 +1,9 @@
 /* model_build.h - random-weight GGUF models of every supported architecture for the tests:
  * a spec (shape, traits, error-case mutations), the writer (c/format/gguf_writer.h, f32 weights,
  * q8_0 attention and typed FFN weights on request, values 0.1 * U(-1, 1) from a fixed seed) and
- * the base spec of each architecture, shaped as its real checkpoints are (scaled down).
- * Header-only, for c/tests. */
+ * the base spec of each architecture, shaped as its real checkpoints are (scaled down); and, for
+ * the hand-assembled deepseek2 files (test_dense_lead.c, test_cuda_mtp.c), f32 tensors of a scale
+ * each and the latent-attention (MLA) layer's keys and tensors. Header-only, for c/tests. */
 #ifndef STRATA_TEST_MODEL_BUILD_H
 #define STRATA_TEST_MODEL_BUILD_H
 
@@ -149,7 +150,7 @@ static void set_f32(builder *b, const char *arch, const char *suffix, float v) {
 }
 
 /* Writes the file of spec s to path; 1 on success. */
-static int write_model(const spec *s, const char *path) {
+static inline int write_model(const spec *s, const char *path) {
     builder b = {.s = s, .rng = {0x1234567ULL + (unsigned long long)s->n_embd}, .ok = 1};
     if (st_gguf_writer_create(path, 32, &b.w) != STRATA_OK) return 0;
     const char *A = s->arch;
@@ -290,7 +291,7 @@ static int write_model(const spec *s, const char *path) {
 }
 
 /* The base spec of each architecture, as its real checkpoints are shaped (scaled down). */
-static spec base_spec(const char *arch) {
+static inline spec base_spec(const char *arch) {
     spec s;
     memset(&s, 0, sizeof s);
     s.arch = arch;
@@ -315,6 +316,120 @@ static spec base_spec(const char *arch) {
         s.arch = "llama"; s.n_expert = 8; s.n_used = 2; s.n_ff_exp = 32;
     }
     return s;
+}
+
+/* ---- hand-assembled files: f32 tensors of a scale each; deepseek2's MLA layers ---------------- */
+
+typedef struct {
+    st_gguf_writer *w;
+    test_rng rng;
+    float *bufs[256]; /* the tensors' data in the order added, borrowed by the writer until finish */
+    int n_bufs;
+} f32_file;
+
+/* Opens path for writing with the values drawn from seed; 1 on success. */
+static inline int f32_file_create(f32_file *f, const char *path, unsigned long long seed) {
+    memset(f, 0, sizeof *f);
+    f->rng.s = seed;
+    return st_gguf_writer_create(path, 32, &f->w) == STRATA_OK;
+}
+
+/* An f32 tensor of base + amp * U(-1, 1); 1 on success. */
+static inline int f32_add(f32_file *f, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, float amp,
+                          float base) {
+    const int64_t ne[3] = {ne0, ne1, ne2}, n = ne0 * ne1 * ne2;
+    float *x = f->n_bufs < 256 ? malloc(sizeof(float) * (size_t)n) : NULL;
+    if (!x) return 0;
+    f->bufs[f->n_bufs++] = x;
+    for (int64_t i = 0; i < n; i++) x[i] = base + amp * test_rng_float(&f->rng);
+    const uint32_t nd = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
+    const strata_status st = st_gguf_writer_add_tensor(f->w, name, STRATA_TYPE_F32, nd, ne, x);
+    if (st != STRATA_OK) fprintf(stderr, "add %s: %s\n", name, strata_last_error());
+    return st == STRATA_OK;
+}
+
+/* Writes the file where ok (what names it in the message of a failure), then frees the writer and
+ * the data; 1 on success. */
+static inline int f32_file_finish(f32_file *f, int ok, const char *what) {
+    const strata_status st = ok ? st_gguf_writer_finish(f->w) : STRATA_ERR_INTERNAL;
+    if (st != STRATA_OK) fprintf(stderr, "write %s: %s\n", what, strata_last_error());
+    st_gguf_writer_free(f->w);
+    f->w = NULL;
+    for (int i = 0; i < f->n_bufs; i++) free(f->bufs[i]);
+    f->n_bufs = 0;
+    return st == STRATA_OK;
+}
+
+/* A deepseek2 layer as llama.cpp lays out latent attention: attn_q without a low rank, the cache
+ * row kv_lora + n_rot wide (key_length; value_length kv_lora), the trained head widths in *_mla;
+ * the first n_dense layers a dense FFN, the others routed experts with a selection bias and one
+ * shared expert of the experts' width. */
+typedef struct {
+    int n_embd, n_head;
+    int kv_lora, n_rot;   /* the latent rank, the roped width */
+    int qk_nope, v_head;  /* a head's unroped q/k width and v width */
+    int n_ff;             /* the dense FFN */
+    int n_ff_exp, n_expert, n_dense;
+} mla_spec;
+
+/* The latent attention's keys: deepseek2.attention.* and rope.dimension_count. */
+static inline void mla_write_attn_keys(st_gguf_writer *w, const mla_spec *s) {
+    const struct { const char *k; int v; } kv[] = {
+        {"attention.head_count", s->n_head},
+        {"attention.head_count_kv", 1},
+        {"attention.key_length", s->kv_lora + s->n_rot},
+        {"attention.value_length", s->kv_lora},
+        {"attention.key_length_mla", s->qk_nope + s->n_rot},
+        {"attention.value_length_mla", s->v_head},
+        {"attention.kv_lora_rank", s->kv_lora},
+        {"rope.dimension_count", s->n_rot},
+    };
+    char key[128];
+    for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) {
+        snprintf(key, sizeof key, "deepseek2.%s", kv[i].k);
+        st_gguf_writer_set_u32(w, key, (uint32_t)kv[i].v);
+    }
+}
+
+/* tensor blk.<il>.nm (the caller's char n[128], f32_file *f, int il) */
+#define MLA_T(nm, a, b, c, amp, base) \
+    (snprintf(n, sizeof n, "blk.%d." nm, il), f32_add(f, n, a, b, c, amp, base))
+
+/* Layer il's attention: attn_norm, the latent projections, attn_output, then ffn_norm. */
+static inline int mla_add_attention(f32_file *f, const mla_spec *s, int il) {
+    const int64_t e = s->n_embd, h = s->n_head, r = s->kv_lora, nr = s->n_rot;
+    char n[128];
+    return MLA_T("attn_norm.weight", e, 1, 1, 0.1f, 1.0f) &&
+           MLA_T("attn_q.weight", e, h * (s->qk_nope + nr), 1, 0.2f, 0.0f) &&
+           MLA_T("attn_kv_a_mqa.weight", e, r + nr, 1, 0.2f, 0.0f) &&
+           MLA_T("attn_kv_a_norm.weight", r, 1, 1, 0.1f, 1.0f) &&
+           MLA_T("attn_k_b.weight", s->qk_nope, r, h, 0.2f, 0.0f) &&
+           MLA_T("attn_v_b.weight", r, s->v_head, h, 0.2f, 0.0f) &&
+           MLA_T("attn_output.weight", h * s->v_head, e, 1, 0.2f, 0.0f) &&
+           MLA_T("ffn_norm.weight", e, 1, 1, 0.1f, 1.0f);
+}
+
+/* Layer il's FFN: the dense one below n_dense, else the router, its selection bias (exp_probs_b),
+ * the routed experts and the shared expert (glm4moe's layers have the same). */
+static inline int mla_add_ffn(f32_file *f, const mla_spec *s, int il) {
+    const int64_t e = s->n_embd, fe = s->n_ff_exp, x = s->n_expert;
+    char n[128];
+    if (il < s->n_dense)
+        return MLA_T("ffn_gate.weight", e, s->n_ff, 1, 0.2f, 0.0f) &&
+               MLA_T("ffn_up.weight", e, s->n_ff, 1, 0.2f, 0.0f) &&
+               MLA_T("ffn_down.weight", s->n_ff, e, 1, 0.2f, 0.0f);
+    return MLA_T("ffn_gate_inp.weight", e, x, 1, 0.5f, 0.0f) && MLA_T("exp_probs_b.bias", x, 1, 1, 0.05f, 0.0f) &&
+           MLA_T("ffn_gate_exps.weight", e, fe, x, 0.2f, 0.0f) && MLA_T("ffn_up_exps.weight", e, fe, x, 0.2f, 0.0f) &&
+           MLA_T("ffn_down_exps.weight", fe, e, x, 0.2f, 0.0f) &&
+           MLA_T("ffn_gate_shexp.weight", e, fe, 1, 0.2f, 0.0f) && MLA_T("ffn_up_shexp.weight", e, fe, 1, 0.2f, 0.0f) &&
+           MLA_T("ffn_down_shexp.weight", fe, e, 1, 0.2f, 0.0f);
+}
+
+#undef MLA_T
+
+/* Layer il whole: attention, then FFN. */
+static inline int mla_add_layer(f32_file *f, const mla_spec *s, int il) {
+    return mla_add_attention(f, s, il) && mla_add_ffn(f, s, il);
 }
 
 #endif /* STRATA_TEST_MODEL_BUILD_H */

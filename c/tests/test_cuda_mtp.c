@@ -21,6 +21,7 @@
 #include "strata.h"
 #include "gguf_writer.h"
 #include "model.h"
+#include "model_build.h"
 #include "session.h"
 
 #include <math.h>
@@ -34,24 +35,14 @@ enum { NL = 3, ND = 1, E = 64, V = 64, FD = 96, FE = 32,
        /* glm4moe (head_dim 64: the GPU's) */ GH = 4, GKV = 2, GHD = 64, GROPE = 32, GX = 8, GK = 2,
        P = 8, NSTEP = 24, MAXD = 4, NGEN = 32, NCTX = 128 };
 
-static test_rng g_rng;
-static float *g_bufs[256]; /* the tensors' data, borrowed by the writer until finish */
-static int g_n_bufs;
 static strata_token g_toks[P + NSTEP + 1]; /* the teacher-forced text */
 
 /* ---- the files ------------------------------------------------------------------------------ */
 
-static int add(st_gguf_writer *w, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, float amp, float base) {
-    const int64_t ne[3] = {ne0, ne1, ne2}, n = ne0 * ne1 * ne2;
-    float *f = g_n_bufs < 256 ? malloc(sizeof(float) * (size_t)n) : NULL;
-    if (!f) return 0;
-    g_bufs[g_n_bufs++] = f;
-    for (int64_t i = 0; i < n; i++) f[i] = base + amp * test_rng_float(&g_rng);
-    const uint32_t nd = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
-    const strata_status st = st_gguf_writer_add_tensor(w, name, STRATA_TYPE_F32, nd, ne, f);
-    if (st != STRATA_OK) fprintf(stderr, "add %s: %s\n", name, strata_last_error());
-    return st == STRATA_OK;
-}
+/* deepseek2's layers; glm4moe's FFN is theirs with its own expert count (its attention is not) */
+static const mla_spec DS = {.n_embd = E, .n_head = H, .kv_lora = R, .n_rot = NR, .qk_nope = NOPE, .v_head = HV,
+                            .n_ff = FD, .n_ff_exp = FE, .n_expert = X, .n_dense = ND};
+static const mla_spec GLM_FFN = {.n_embd = E, .n_ff = FD, .n_ff_exp = FE, .n_expert = GX, .n_dense = ND};
 
 static void key_u32(st_gguf_writer *w, const char *arch, const char *k, uint32_t v) {
     char key[128];
@@ -93,14 +84,7 @@ static void write_keys(st_gguf_writer *w, int glm) {
         key_u32(w, A, "expert_count", GX);
         key_u32(w, A, "expert_used_count", GK);
     } else {
-        key_u32(w, A, "attention.head_count", H);
-        key_u32(w, A, "attention.head_count_kv", 1);
-        key_u32(w, A, "attention.key_length", R + NR);
-        key_u32(w, A, "attention.value_length", R);
-        key_u32(w, A, "attention.key_length_mla", NOPE + NR);
-        key_u32(w, A, "attention.value_length_mla", HV);
-        key_u32(w, A, "attention.kv_lora_rank", R);
-        key_u32(w, A, "rope.dimension_count", NR);
+        mla_write_attn_keys(w, &DS);
         key_f32(w, A, "rope.freq_base", 10000.0f);
         key_u32(w, A, "expert_count", X);
         key_u32(w, A, "expert_used_count", K);
@@ -117,62 +101,47 @@ static void eh_identity(float *w) {
 }
 
 /* Layer il's tensors (il == NL: the MTP layer, its nextn parts too). */
-static int write_layer(st_gguf_writer *w, int glm, int il) {
+static int write_layer(f32_file *f, int glm, int il) {
     char n[128];
-    const int nx = glm ? GX : X;
-#define T(nm, a, b, c, amp, base) (snprintf(n, sizeof n, "blk.%d." nm, il), add(w, n, a, b, c, amp, base))
-    int ok = T("attn_norm.weight", E, 1, 1, 0.1f, 1.0f);
+#define T(nm, a, b, c, amp, base) (snprintf(n, sizeof n, "blk.%d." nm, il), f32_add(f, n, a, b, c, amp, base))
+    int ok;
     if (glm)
-        ok = ok && T("attn_q.weight", E, GH * GHD, 1, 0.2f, 0.0f) && T("attn_q.bias", GH * GHD, 1, 1, 0.05f, 0.0f) &&
+        ok = T("attn_norm.weight", E, 1, 1, 0.1f, 1.0f) &&
+             T("attn_q.weight", E, GH * GHD, 1, 0.2f, 0.0f) && T("attn_q.bias", GH * GHD, 1, 1, 0.05f, 0.0f) &&
              T("attn_k.weight", E, GKV * GHD, 1, 0.2f, 0.0f) && T("attn_k.bias", GKV * GHD, 1, 1, 0.05f, 0.0f) &&
              T("attn_v.weight", E, GKV * GHD, 1, 0.2f, 0.0f) && T("attn_v.bias", GKV * GHD, 1, 1, 0.05f, 0.0f) &&
              T("attn_q_norm.weight", GHD, 1, 1, 0.1f, 1.0f) && T("attn_k_norm.weight", GHD, 1, 1, 0.1f, 1.0f) &&
              T("attn_output.weight", GH * GHD, E, 1, 0.05f, 0.0f) &&
              T("post_attention_norm.weight", E, 1, 1, 0.1f, 1.0f);
     else
-        ok = ok && T("attn_q.weight", E, H * (NOPE + NR), 1, 0.2f, 0.0f) &&
-             T("attn_kv_a_mqa.weight", E, R + NR, 1, 0.2f, 0.0f) && T("attn_kv_a_norm.weight", R, 1, 1, 0.1f, 1.0f) &&
-             T("attn_k_b.weight", NOPE, R, H, 0.2f, 0.0f) && T("attn_v_b.weight", R, HV, H, 0.2f, 0.0f) &&
-             T("attn_output.weight", H * HV, E, 1, 0.2f, 0.0f) && T("ffn_norm.weight", E, 1, 1, 0.1f, 1.0f);
-    if (ok && il < ND)
-        ok = T("ffn_gate.weight", E, FD, 1, 0.2f, 0.0f) && T("ffn_up.weight", E, FD, 1, 0.2f, 0.0f) &&
-             T("ffn_down.weight", FD, E, 1, 0.2f, 0.0f);
-    else if (ok)
-        ok = T("ffn_gate_inp.weight", E, nx, 1, 0.5f, 0.0f) && T("exp_probs_b.bias", nx, 1, 1, 0.05f, 0.0f) &&
-             T("ffn_gate_exps.weight", E, FE, nx, 0.2f, 0.0f) && T("ffn_up_exps.weight", E, FE, nx, 0.2f, 0.0f) &&
-             T("ffn_down_exps.weight", FE, E, nx, 0.2f, 0.0f) && T("ffn_gate_shexp.weight", E, FE, 1, 0.2f, 0.0f) &&
-             T("ffn_up_shexp.weight", E, FE, 1, 0.2f, 0.0f) && T("ffn_down_shexp.weight", FE, E, 1, 0.2f, 0.0f);
+        ok = mla_add_attention(f, &DS, il);
+    ok = ok && mla_add_ffn(f, glm ? &GLM_FFN : &DS, il);
     if (ok && il == NL) { /* eh_proj: near the identity on the embedding half (see eh_identity) */
         ok = T("nextn.eh_proj.weight", 2 * E, E, 1, 0.05f, 0.0f) && T("nextn.enorm.weight", E, 1, 1, 0.1f, 1.0f) &&
              T("nextn.hnorm.weight", E, 1, 1, 0.1f, 1.0f) && T("nextn.shared_head_norm.weight", E, 1, 1, 0.1f, 1.0f);
         if (ok && glm) /* GLM-4.5's MTP layer has its own embedding and head: here the trunk's
-                        * (token_embd, output: g_bufs[0], [2]) plus a little noise */
+                        * (token_embd, output: bufs[0], [2]) plus a little noise */
             ok = T("nextn.embed_tokens.weight", E, V, 1, 0.02f, 0.0f) &&
                  T("nextn.shared_head_head.weight", E, V, 1, 0.02f, 0.0f);
         for (int i = 0; ok && glm && i < E * V; i++) {
-            g_bufs[g_n_bufs - 2][i] += g_bufs[0][i];
-            g_bufs[g_n_bufs - 1][i] += g_bufs[2][i];
+            f->bufs[f->n_bufs - 2][i] += f->bufs[0][i];
+            f->bufs[f->n_bufs - 1][i] += f->bufs[2][i];
         }
     }
 #undef T
-    if (ok && il == NL) eh_identity(g_bufs[g_n_bufs - (glm ? 6 : 4)]); /* (3 norms, glm's 2 after it) */
+    if (ok && il == NL) eh_identity(f->bufs[f->n_bufs - (glm ? 6 : 4)]); /* (3 norms, glm's 2 after it) */
     return ok;
 }
 
-static int write_model(const char *path, int glm) {
-    st_gguf_writer *w = NULL;
-    g_rng.s = glm ? 0x61A4D5ULL : 0xD5EE92ULL;
-    if (st_gguf_writer_create(path, 32, &w) != STRATA_OK) return 0;
-    write_keys(w, glm);
-    int ok = add(w, "token_embd.weight", E, V, 1, 0.5f, 0.0f) && add(w, "output_norm.weight", E, 1, 1, 0.1f, 1.0f) &&
-             add(w, "output.weight", E, V, 1, 0.2f, 0.0f);
-    for (int il = 0; il <= NL && ok; il++) ok = write_layer(w, glm, il);
-    strata_status st = ok ? st_gguf_writer_finish(w) : STRATA_ERR_INTERNAL;
-    if (st != STRATA_OK) fprintf(stderr, "write %s: %s\n", path, strata_last_error());
-    st_gguf_writer_free(w);
-    for (int i = 0; i < g_n_bufs; i++) free(g_bufs[i]);
-    g_n_bufs = 0;
-    return st == STRATA_OK;
+static int write_mtp_file(const char *path, int glm) {
+    f32_file f;
+    if (!f32_file_create(&f, path, glm ? 0x61A4D5ULL : 0xD5EE92ULL)) return 0;
+    write_keys(f.w, glm);
+    int ok = f32_add(&f, "token_embd.weight", E, V, 1, 0.5f, 0.0f) &&
+             f32_add(&f, "output_norm.weight", E, 1, 1, 0.1f, 1.0f) &&
+             f32_add(&f, "output.weight", E, V, 1, 0.2f, 0.0f);
+    for (int il = 0; il <= NL && ok; il++) ok = write_layer(&f, glm, il);
+    return f32_file_finish(&f, ok, path);
 }
 
 /* ---- sessions ------------------------------------------------------------------------------- */
@@ -294,15 +263,15 @@ static int greedy_run(const strata_model *m, const placement *pl, int use_mtp, s
 
 /* Greedy tokens with MTP drafts equal to plain greedy's on placement pl; acceptance printed. */
 static void check_spec(const strata_model *m, const char *model, const placement *pl) {
-    strata_token plain[NGEN], spec[NGEN];
+    strata_token plain[NGEN], with_mtp[NGEN];
     strata_spec_stats ss;
     memset(plain, 0, sizeof plain);
-    memset(spec, 0xff, sizeof spec);
-    if (!greedy_run(m, pl, 0, plain, &ss) || !greedy_run(m, pl, 1, spec, &ss)) return;
+    memset(with_mtp, 0xff, sizeof with_mtp);
+    if (!greedy_run(m, pl, 0, plain, &ss) || !greedy_run(m, pl, 1, with_mtp, &ss)) return;
     const double rate = ss.drafted ? 100.0 * (double)ss.accepted / (double)ss.drafted : 0.0;
     printf("%s, %s: --spec mtp: %lld of %lld drafts accepted (%.1f%%) in %lld windows\n", model, pl->name,
            (long long)ss.accepted, (long long)ss.drafted, rate, (long long)ss.windows);
-    CHECK(!memcmp(plain, spec, sizeof plain), "%s, %s: greedy tokens with MTP drafts are plain greedy's", model,
+    CHECK(!memcmp(plain, with_mtp, sizeof plain), "%s, %s: greedy tokens with MTP drafts are plain greedy's", model,
           pl->name);
     CHECK(ss.windows > 0 && ss.accepted < ss.drafted, "%s, %s: windows ran, some drafts rejected (%lld of %lld)",
           model, pl->name, (long long)ss.accepted, (long long)ss.drafted);
@@ -368,7 +337,7 @@ static void run_model(int glm, int gpu_ok) {
     const char *model = glm ? "glm4moe" : "deepseek2";
     char path[256];
     snprintf(path, sizeof path, "/tmp/strata_cuda_mtp_%s_%d.gguf", model, (int)getpid());
-    CHECK(write_model(path, glm), "%s: write the file", model);
+    CHECK(write_mtp_file(path, glm), "%s: write the file", model);
     strata_model_params mp = strata_model_default_params();
     strata_model *m = NULL;
     const strata_status st = strata_model_load(path, &mp, &m);

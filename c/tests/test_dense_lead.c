@@ -19,6 +19,7 @@
 #include "strata.h"
 #include "gguf_writer.h"
 #include "model.h"
+#include "model_build.h"
 #include "session.h"
 
 #include <math.h>
@@ -31,21 +32,8 @@ enum { NL = 4, ND = 2, E = 64, H = 4, R = 32, NR = 16, NOPE = 16, HV = 16, X = 1
        FD = 96, V = 64, G = 4, GU = 2, NT = 10 };
 
 static char g_path[256];
-static test_rng g_rng = {0x5DEECE66DULL};
-static float *g_bufs[128]; /* the tensors' data, borrowed by the writer until finish */
-static int g_n_bufs;
-
-static int add(st_gguf_writer *w, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, float amp, float base) {
-    const int64_t ne[3] = {ne0, ne1, ne2}, n = ne0 * ne1 * ne2;
-    float *f = g_n_bufs < 128 ? malloc(sizeof(float) * (size_t)n) : NULL;
-    if (!f) return 0;
-    g_bufs[g_n_bufs++] = f;
-    for (int64_t i = 0; i < n; i++) f[i] = base + amp * test_rng_float(&g_rng);
-    const uint32_t nd = ne2 > 1 ? 3 : ne1 > 1 ? 2 : 1;
-    const strata_status st = st_gguf_writer_add_tensor(w, name, STRATA_TYPE_F32, nd, ne, f);
-    if (st != STRATA_OK) fprintf(stderr, "add %s: %s\n", name, strata_last_error());
-    return st == STRATA_OK;
-}
+static const mla_spec MLA = {.n_embd = E, .n_head = H, .kv_lora = R, .n_rot = NR, .qk_nope = NOPE, .v_head = HV,
+                             .n_ff = FD, .n_ff_exp = FE, .n_expert = X, .n_dense = ND};
 
 static void key_u32(st_gguf_writer *w, const char *k, uint32_t v) {
     char key[128];
@@ -56,21 +44,15 @@ static void key_u32(st_gguf_writer *w, const char *k, uint32_t v) {
 /* The deepseek2 file: llama.cpp's MLA layout (key_length = kv_lora + rope, value_length =
  * kv_lora, the trained widths in *_mla), attn_q without a low rank. */
 static int write_deepseek2(const char *path) {
-    st_gguf_writer *w = NULL;
-    if (st_gguf_writer_create(path, 32, &w) != STRATA_OK) return 0;
+    f32_file f;
+    if (!f32_file_create(&f, path, 0x5DEECE66DULL)) return 0;
+    st_gguf_writer *w = f.w;
     st_gguf_writer_set_str(w, "general.architecture", "deepseek2");
     st_gguf_writer_set_str(w, "general.name", "synthetic dense-lead");
     key_u32(w, "context_length", 256);
     key_u32(w, "embedding_length", E);
     key_u32(w, "block_count", NL);
-    key_u32(w, "attention.head_count", H);
-    key_u32(w, "attention.head_count_kv", 1);
-    key_u32(w, "attention.key_length", R + NR);
-    key_u32(w, "attention.value_length", R);
-    key_u32(w, "attention.key_length_mla", NOPE + NR);
-    key_u32(w, "attention.value_length_mla", HV);
-    key_u32(w, "attention.kv_lora_rank", R);
-    key_u32(w, "rope.dimension_count", NR);
+    mla_write_attn_keys(w, &MLA);
     st_gguf_writer_set_f32(w, "deepseek2.attention.layer_norm_rms_epsilon", 1e-6f);
     st_gguf_writer_set_f32(w, "deepseek2.rope.freq_base", 10000.0f);
     key_u32(w, "feed_forward_length", FD);
@@ -84,31 +66,11 @@ static int write_deepseek2(const char *path) {
     key_u32(w, "expert_group_used_count", GU);
     st_gguf_writer_set_f32(w, "deepseek2.expert_weights_scale", 2.5f);
     st_gguf_writer_set_bool(w, "deepseek2.expert_weights_norm", 1);
-    int ok = add(w, "token_embd.weight", E, V, 1, 0.5f, 0.0f) && add(w, "output_norm.weight", E, 1, 1, 0.1f, 1.0f) &&
-             add(w, "output.weight", E, V, 1, 0.2f, 0.0f);
-    char n[128];
-    for (int il = 0; il < NL && ok; il++) {
-#define T(nm, a, b, c, amp, base) (snprintf(n, sizeof n, "blk.%d." nm, il), add(w, n, a, b, c, amp, base))
-        ok = T("attn_norm.weight", E, 1, 1, 0.1f, 1.0f) && T("attn_q.weight", E, H * (NOPE + NR), 1, 0.2f, 0.0f) &&
-             T("attn_kv_a_mqa.weight", E, R + NR, 1, 0.2f, 0.0f) && T("attn_kv_a_norm.weight", R, 1, 1, 0.1f, 1.0f) &&
-             T("attn_k_b.weight", NOPE, R, H, 0.2f, 0.0f) && T("attn_v_b.weight", R, HV, H, 0.2f, 0.0f) &&
-             T("attn_output.weight", H * HV, E, 1, 0.2f, 0.0f) && T("ffn_norm.weight", E, 1, 1, 0.1f, 1.0f);
-        if (ok && il < ND)
-            ok = T("ffn_gate.weight", E, FD, 1, 0.2f, 0.0f) && T("ffn_up.weight", E, FD, 1, 0.2f, 0.0f) &&
-                 T("ffn_down.weight", FD, E, 1, 0.2f, 0.0f);
-        else if (ok)
-            ok = T("ffn_gate_inp.weight", E, X, 1, 0.5f, 0.0f) && T("exp_probs_b.bias", X, 1, 1, 0.05f, 0.0f) &&
-                 T("ffn_gate_exps.weight", E, FE, X, 0.2f, 0.0f) && T("ffn_up_exps.weight", E, FE, X, 0.2f, 0.0f) &&
-                 T("ffn_down_exps.weight", FE, E, X, 0.2f, 0.0f) && T("ffn_gate_shexp.weight", E, FE, 1, 0.2f, 0.0f) &&
-                 T("ffn_up_shexp.weight", E, FE, 1, 0.2f, 0.0f) && T("ffn_down_shexp.weight", FE, E, 1, 0.2f, 0.0f);
-#undef T
-    }
-    strata_status st = ok ? st_gguf_writer_finish(w) : STRATA_ERR_INTERNAL;
-    if (st != STRATA_OK) fprintf(stderr, "write deepseek2: %s\n", strata_last_error());
-    st_gguf_writer_free(w);
-    for (int i = 0; i < g_n_bufs; i++) free(g_bufs[i]);
-    g_n_bufs = 0;
-    return st == STRATA_OK;
+    int ok = f32_add(&f, "token_embd.weight", E, V, 1, 0.5f, 0.0f) &&
+             f32_add(&f, "output_norm.weight", E, 1, 1, 0.1f, 1.0f) &&
+             f32_add(&f, "output.weight", E, V, 1, 0.2f, 0.0f);
+    for (int il = 0; il < NL && ok; il++) ok = mla_add_layer(&f, &MLA, il);
+    return f32_file_finish(&f, ok, "deepseek2");
 }
 
 /* NT prompt logits (every row), then NT steps of one token each: 2 * NT rows of V. */
