@@ -885,14 +885,8 @@ CORPUS = ["The quick brown fox jumps over the lazy dog. " * 3,
 
 def make_tokenizer_dir(path):
     """A trained byte-level BPE (GPT-2 pre-tokenizer) saved as transformers saves one."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|im_start|>"],
-                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tk.train_from_iterator(CORPUS * 4, tr)
+    tk = L.train_bpe(CORPUS * 4, ["<|endoftext|>", "<|im_start|>"])
     fast = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|endoftext|>",
                                    eos_token="<|endoftext|>")
     fast.chat_template = "{% for m in messages %}<|im_start|>{{ m['content'] }}{% endfor %}"
@@ -1019,21 +1013,14 @@ def test_glm4_tokenizer(tmp_path):
     <|observation|>, unk <|endoftext|>); Strata tokenizes text with the specials and the regex's
     cases (contractions, digits in threes, newline and space runs) into the HF tokenizer's ids,
     adds no BOS, and ends generation on <|user|>, <|observation|> and <|endoftext|> only."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
     strata = pytest.importorskip("strata")
     conv = L.convert_hf()
     d = tmp_path / "hf"
     L.save_hf(L.build_hf("glm4moe", seed=5), d)
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(conv.LLAMA3_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tk.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=GLM_SPECIALS,
-                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                             show_progress=False)
-    tk.train_from_iterator(["I've been told he's there 12345 apples, sure!! the end\n\n"] * 8, tr)
+    tk = L.train_bpe(["I've been told he's there 12345 apples, sure!! the end\n\n"] * 8, GLM_SPECIALS,
+                     conv.LLAMA3_SPLIT)
     tk.add_tokens([AddedToken("<think>", special=False, normalized=False),
                    AddedToken("</think>", special=False, normalized=False)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>")

@@ -345,20 +345,12 @@ def test_expert_type_mxfp4(zoo_oss, tmp_path):
 def test_o200k_pre_tokenizer(zoo_oss, tmp_path):
     """A tokenizer.json pre-tokenizing with o200k's Split regex then a regex-less ByteLevel (as
     gpt-oss's o200k_harmony does) is written with tokenizer.ggml.pre = "gpt-4o"."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     conv = L.convert_hf()
     d = tmp_path / "hf"
     shutil.copytree(zoo_oss[1].parent / "hf", d)
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(conv.O200K_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tk.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<|return|>"],
-                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                             show_progress=False)
-    tk.train_from_iterator(["camelCase HTTPServer don'T 12345 a/b\n\n"] * 8, tr)
+    tk = L.train_bpe(["camelCase HTTPServer don'T 12345 a/b\n\n"] * 8, ["<|endoftext|>", "<|return|>"],
+                     conv.O200K_SPLIT)
     fast = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|return|>")
     fast.save_pretrained(str(d))
     assert [p for p, _ in tk.pre_tokenizer.pre_tokenize_str("camelCase 12345")] == \
@@ -373,7 +365,6 @@ def test_harmony_end_of_generation(zoo_oss, tmp_path):
     the server and Python stop on): <|return|>, <|call|> and <|endoftext|> end generation, <|end|>
     (the end of a message inside an answer) and <|start|>/<|channel|>/<|message|> do not, as in
     llama.cpp's special_eog_ids for o200k_harmony."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     strata = pytest.importorskip("strata")
     conv = L.convert_hf()
@@ -381,15 +372,7 @@ def test_harmony_end_of_generation(zoo_oss, tmp_path):
     shutil.copytree(zoo_oss[1].parent / "hf", d)
     specials = ["<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>",
                 "<|return|>", "<|call|>"]
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(conv.O200K_SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tk.decoder = decoders.ByteLevel()
-    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                             show_progress=False)
-    tk.train_from_iterator(["the answer is 42\n"] * 8, tr)
+    tk = L.train_bpe(["the answer is 42\n"] * 8, specials, conv.O200K_SPLIT)
     PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|return|>").save_pretrained(str(d))
     path = conv.convert(d, tmp_path / "h.gguf", "f32")
     with strata.Model(path, vocab_only=True) as m:

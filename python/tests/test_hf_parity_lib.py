@@ -2,7 +2,8 @@
 
 Owns: the tiny random Hugging Face model zoo (one config per architecture Strata supports, set up
 as the real checkpoints are), building and saving such a model, importing tools/convert_hf.py,
-running Strata on token ids through the cffi API (f32 KV cache, all logits, token-by-token greedy),
+a trained byte-level BPE tokenizer for the converter's vocabulary tests, running Strata on token
+ids through the cffi API (f32 KV cache, all logits, token-by-token greedy),
 the greedy-continuation comparison rule (vLLM's check_logprobs_close, with a top-2 margin), and
 the MTP drafter's check against a reference built from transformers' own decoder layers (CPU and
 GPU sessions)."""
@@ -287,6 +288,25 @@ def convert_hf():
     spec.loader.exec_module(mod)
     return mod
 
+
+def train_bpe(texts, specials, split: str | None = None, vocab_size: int = 300):
+    """A byte-level BPE (a tokenizers.Tokenizer with ByteLevel's decoder) trained on texts with the
+    special tokens specials. Pre-tokenized by the regex split (isolated) then a regex-less
+    ByteLevel, as the tokenizer.json of o200k, Llama 3 and GLM-4.5 are; with split None by
+    ByteLevel's own GPT-2 regex."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    tk = Tokenizer(models.BPE())
+    if split is None:
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tk.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tk.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(specials),
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(texts, tr)
+    return tk
 
 def hf_logits(model, tokens) -> np.ndarray:
     import torch

@@ -47,9 +47,8 @@ def prepare(name: str, workdir) -> tuple[dict, Path]:
 
 
 def with_vocab(name: str, workdir) -> tuple[dict, Path]:
-    """prepare(name) with a byte-level BPE vocabulary (as test_convert_hf_gpt_oss trains one), so
+    """prepare(name) with a byte-level BPE vocabulary (L.train_bpe, o200k's split), so
     that `strata run` can tokenize its prompt."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     cfg, _ = prepare(name, workdir)
     d = workdir / name / "hf_vocab"
@@ -57,14 +56,7 @@ def with_vocab(name: str, workdir) -> tuple[dict, Path]:
     if not path.exists():
         shutil.copytree(workdir / name / "hf", d, dirs_exist_ok=True)
         conv = L.convert_hf()
-        tk = Tokenizer(models.BPE())
-        tk.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(conv.O200K_SPLIT), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        tk.decoder = decoders.ByteLevel()
-        tr = trainers.BpeTrainer(vocab_size=280, special_tokens=["<|endoftext|>"],
-                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-        tk.train_from_iterator(["the answer is 42\n"] * 8, tr)
+        tk = L.train_bpe(["the answer is 42\n"] * 8, ["<|endoftext|>"], conv.O200K_SPLIT, vocab_size=280)
         PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>").save_pretrained(str(d))
         conv.convert(d, path, "f32")
     return cfg, path
