@@ -4,7 +4,7 @@
  * values), the latent cache store and causal attention over the latent cache (one KV head of
  * width D = kv_lora + n_rot whose values are the first kv_lora of each row).
  *
- * File: c/cuda/mla.cu (kernel geometry in mla.cuh). Plain C declarations with C linkage; only in
+ * File: c/cuda/mla.cu, mla_attn.cu (kernel geometry in mla.cuh). Plain C declarations with C linkage; only in
  * builds with STRATA_HAVE_CUDA. The common rules of cuda_ops.h hold: d_* are device pointers (f32
  * unless said otherwise, 4-byte aligned), strides in floats, arguments checked first
  * (STRATA_ERR_INVALID_ARG), then the device (STRATA_ERR_UNSUPPORTED), kernels enqueued on stream
@@ -55,6 +55,13 @@ int st_cuda_mla_absorb_supports(strata_type type, int64_t cols);
 strata_status st_cuda_mla_absorb(const st_cuda_mla_w *W, const float *d_x, int64_t ldx, int64_t xhs,
                                  float *d_y, int64_t ldy, int64_t yhs, int64_t T, void *stream);
 
+/* st_cuda_mla_absorb for T <= 8 tokens into dense rows (y[t] at d_y + t * n_head * rows, head h
+ * at h * rows; rows % 32 == 0) that also writes each row as Q8_1 into d_yq: token t's
+ * n_head * rows / 32 blocks from block t * n_head * rows / 32 (st_cuda_mmv_pre's layout), the bits
+ * st_cuda_quantize_q8_1 gives of y. E.g. wv_b's values for the output GEMV: one launch fewer. */
+strata_status st_cuda_mla_absorb_q8(const st_cuda_mla_w *W, const float *d_x, int64_t ldx, int64_t xhs,
+                                    float *d_y, int64_t T, void *d_yq, void *stream);
+
 /* d_dst[r*ldd + i] = d_src[r*lds + i] for r < rows, i < n (a strided row copy: the roped q part
  * of each head into its attention query row). */
 strata_status st_cuda_mla_copy_rows(float *d_dst, int64_t ldd, const float *d_src, int64_t lds, int64_t n,
@@ -88,6 +95,25 @@ size_t st_cuda_mla_kv_bytes(strata_type kv_type, const st_cuda_mla_shape *s, int
  * converted to the cache type (f16: round to nearest even). */
 strata_status st_cuda_mla_store(const st_cuda_kv_layer *kv, const st_cuda_mla_shape *s, const float *d_k,
                                 int64_t ldk, int64_t T, int64_t pos0, const int32_t *d_pos, void *stream);
+
+/* 1 if st_cuda_mla_prep takes this RoPE and shape: n_rot >= 2 with st_cuda_rope_supports(rope,
+ * n_rot) (rope->n_rot <= n_rot), kv_lora above 256 (the latent's norm is a block's row). */
+int st_cuda_mla_prep_supports(const st_cuda_rope_params *rope, const st_cuda_mla_shape *s);
+
+/* A layer's attention inputs of T tokens in one launch, the bits of the launches it replaces:
+ *  - the latent rows, token t's kv_lora + n_rot floats at d_kv + t*ldkv: the latent normalized in
+ *    place (st_cuda_rmsnorm over kv_lora with d_kv_norm, eps), the key part roped in place
+ *    (st_cuda_rope, one head of n_rot), then the row stored at position d_pos[0] + t (pos0 + t) as
+ *    st_cuda_mla_store stores it;
+ *  - the queries' roped parts, head h's n_rot floats at d_qpe + t*ldqp + h*qhs, copied behind the
+ *    latent part of its query row (d_q + t*ldq + h*(kv_lora + n_rot) + kv_lora) and roped there
+ *    (st_cuda_mla_copy_rows, then st_cuda_rope over the n_head heads of kv_lora + n_rot).
+ * RoPE positions d_pos[t] (pos0 + t). d_q's latent parts are not touched (the absorption writes
+ * them). UNSUPPORTED where st_cuda_mla_prep_supports says no. */
+strata_status st_cuda_mla_prep(const st_cuda_rope_params *rope, const st_cuda_kv_layer *kv, const st_cuda_mla_shape *s,
+                               float *d_kv, int64_t ldkv, const float *d_kv_norm, float eps, const float *d_qpe,
+                               int64_t ldqp, int64_t qhs, float *d_q, int64_t ldq, int64_t T, int64_t pos0,
+                               const int32_t *d_pos, void *stream);
 
 /* Workspace bytes st_cuda_mla_attention can use for calls of up to T tokens over n_ctx positions
  * (the split-K partials of decode-sized calls; 0 when no call of that size splits). */

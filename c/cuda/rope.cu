@@ -37,7 +37,7 @@ static double st_yarn_corr_dim_h(double n_dims, double n_ctx_orig, double beta, 
 }
 
 /* The host half of st_rope_cache (same expressions, same order). */
-static void st_rope_table_fill(const st_cuda_rope_params *p, st_rope_table *tb) {
+void st_rope_table_fill(const st_cuda_rope_params *p, st_rope_table *tb) {
     const int half = p->n_rot / 2;
     double lo = 0.0, hi = 0.0;
     double mscale = p->attn_factor;

@@ -1,5 +1,6 @@
 /* rope.cuh - the RoPE angle table passed to the kernels by value, and the device function that
- * rotates one pair, for reuse by kernels that fuse RoPE in (a later q/k norm + rope + KV store).
+ * rotates one pair, for reuse by kernels that fuse RoPE in (rope.cu's q/k norm + rope + KV store,
+ * mla.cu's latent-row prep).
  *
  * What st_rope_cache computes per pair i < n_rot/2 at position pos (ops.c), split so that the
  * position-independent part is computed on the host by the same C math library as the CPU's:
@@ -28,6 +29,10 @@ struct st_rope_table {
     int yarn;                                 /* ext_factor != 0 */
 };
 
+/* The table of p (the host half of st_rope_cache: its formulas and C math library), for every
+ * kernel that ropes: st_k_rope, st_k_qkv_prep (rope.cu) and mla.cu's st_k_mla_prep. */
+void st_rope_table_fill(const st_cuda_rope_params *p, st_rope_table *tb);
+
 /* cos and sin of pair i at pos, times mscale, as floats. */
 static __device__ __forceinline__ void st_rope_cs(const st_rope_table &tb, int64_t pos, int i,
                                                   float *c, float *s) {
@@ -41,13 +46,20 @@ static __device__ __forceinline__ void st_rope_cs(const st_rope_table &tb, int64
     *s = (float)__dmul_rn(sn, tb.mscale);
 }
 
+/* Pair i of one head u (head_dim floats) rotated by (c, s) into the same places of v (u == v: in
+ * place; else a copy of the head's pair, roped). */
+static __device__ __forceinline__ void st_rope_pair_to(const float *u, float *v, int i, int half, int neox,
+                                                       float c, float s) {
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float x0 = u[a], x1 = u[b];
+    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+}
+
 /* Rotates pair i of one head v (head_dim floats) by (c, s). */
 static __device__ __forceinline__ void st_rope_pair(float *v, int i, int half, int neox, float c,
                                                     float s) {
-    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    const float x0 = v[a], x1 = v[b];
-    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    v[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    st_rope_pair_to(v, v, i, half, neox, c, s);
 }
 
 #endif /* STRATA_CUDA_ROPE_CUH */

@@ -7,14 +7,20 @@
  * no NaN, guard words after every output). Batch invariance, bit for bit: a prompt in one call
  * against the same tokens one by one (and in uneven pieces), the split (workspace) against the
  * block walk (no workspace), positions from the device (d_pos) against the host's, the
- * absorption of T tokens against each token alone. Skips the GPU checks, saying why, where no GPU
- * is usable. */
+ * absorption of T tokens against each token alone. The fused launches of the session's decode
+ * step against the launches they replace, bit for bit: st_cuda_mla_prep (latent norm, key RoPE,
+ * query RoPE parts, cache store; f16 and f32 caches, normal and NEOX pairs, YaRN, a partial RoPE,
+ * strided rows as the joined projection writes them) against st_cuda_rmsnorm + st_cuda_rope +
+ * st_cuda_mla_copy_rows + st_cuda_rope + st_cuda_mla_store, and st_cuda_mla_absorb_q8 against
+ * st_cuda_mla_absorb + st_cuda_quantize_q8_1. Skips the GPU checks, saying why, where no GPU is
+ * usable. */
 #include "strata.h"
 #include "test.h"
 
 #ifdef STRATA_HAVE_CUDA
 #include "cuda_backend.h"
 #include "cuda_mla.h"
+#include "cuda_mmv.h"
 #include "ops.h"
 #include "strata_quant.h"
 #include "threadpool.h"
@@ -148,6 +154,122 @@ static void absorb_case(strata_type type, int64_t cols, int64_t rows, int64_t H,
 done:
     st_cuda_free(dw); st_cuda_free(dx); st_cuda_free(dy);
     free(w); free(wf); free(src); free(x); free(y); free(y1); free(ref); free(got);
+}
+
+/* st_cuda_mla_absorb_q8 (T tokens, dense rows) against st_cuda_mla_absorb then
+ * st_cuda_quantize_q8_1 of its rows: the same values and Q8_1 bytes, guards intact. */
+static void absorb_q8_case(strata_type type, int64_t cols, int64_t rows, int64_t H, int64_t T, int64_t xpad) {
+    const int f0 = test_failed;
+    char desc[160];
+    snprintf(desc, sizeof desc, "absorb_q8 %s cols=%lld rows=%lld heads=%lld T=%lld", strata_type_name(type),
+             (long long)cols, (long long)rows, (long long)H, (long long)T);
+    const size_t rb = (size_t)strata_row_bytes(type, cols), wbytes = rb * (size_t)(rows * H);
+    const int64_t xhs = cols + xpad, ldx = H * xhs, ny = T * H * rows;
+    const size_t qb = (size_t)(ny / 32) * 36;
+    uint8_t *w = malloc(wbytes), *q1 = malloc(qb), *q2 = malloc(qb);
+    float *src = malloc(sizeof(float) * (size_t)cols), *x = malloc(sizeof(float) * (size_t)(T * ldx));
+    float *y1 = malloc(sizeof(float) * (size_t)ny), *y2 = malloc(sizeof(float) * (size_t)ny);
+    for (int64_t r = 0; r < rows * H; r++) {
+        fill(src, cols, 0.5f);
+        strata_quantize_row(type, src, w + (size_t)r * rb, cols);
+    }
+    fill(x, T * ldx, 1.0f);
+    void *dw = dev_alloc(wbytes, 0), *dx = dev_alloc(sizeof(float) * (size_t)(T * ldx), 0);
+    void *dy1 = dev_alloc(sizeof(float) * (size_t)ny, 0), *dy2 = dev_alloc(sizeof(float) * (size_t)ny, 0);
+    void *dq1 = dev_alloc(qb, 0), *dq2 = dev_alloc(qb, 0);
+    CHECK(dw && dx && dy1 && dy2 && dq1 && dq2, "%s: device memory", desc);
+    if (!dw || !dx || !dy1 || !dy2 || !dq1 || !dq2) goto done;
+    st_cuda_memcpy_h2d(dw, w, wbytes);
+    st_cuda_memcpy_h2d(dx, x, sizeof(float) * (size_t)(T * ldx));
+    const st_cuda_mla_w W = {type, dw, cols, rows, H, rb};
+    CHECK(st_cuda_mla_absorb(&W, dx, ldx, xhs, dy1, H * rows, rows, T, NULL) == STRATA_OK &&
+          st_cuda_quantize_q8_1(dy1, dq1, ny, NULL) == STRATA_OK, "%s: unfused: %s", desc, strata_last_error());
+    CHECK(st_cuda_mla_absorb_q8(&W, dx, ldx, xhs, dy2, T, dq2, NULL) == STRATA_OK, "%s: %s", desc,
+          strata_last_error());
+    const int b1 = dev_fetch(y1, dy1, sizeof(float) * (size_t)ny) + dev_fetch(q1, dq1, qb);
+    const int b2 = dev_fetch(y2, dy2, sizeof(float) * (size_t)ny) + dev_fetch(q2, dq2, qb);
+    CHECK(b1 == 0 && b2 == 0, "%s: guard words changed (%d, %d)", desc, b1, b2);
+    CHECK(memcmp(y1, y2, sizeof(float) * (size_t)ny) == 0, "%s: values differ from st_cuda_mla_absorb's", desc);
+    CHECK(memcmp(q1, q2, qb) == 0, "%s: Q8_1 rows differ from st_cuda_quantize_q8_1's", desc);
+    printf("%s %s\n", test_failed == f0 ? "PASS" : "FAIL", desc);
+done:
+    st_cuda_free(dw); st_cuda_free(dx); st_cuda_free(dy1); st_cuda_free(dy2); st_cuda_free(dq1); st_cuda_free(dq2);
+    free(w); free(q1); free(q2); free(src); free(x); free(y1); free(y2);
+}
+
+/* ---- the fused attention inputs (st_cuda_mla_prep) --------------------------------------------- */
+
+/* T tokens at pos0 (positions from the device), H heads of hk = nope + nr q values at stride lq
+ * (the joined projection's rows when lq is wider), latent rows at stride lkv: st_cuda_mla_prep
+ * against the five launches it replaces; the latent rows, the query rows (their latent parts
+ * keep their poison) and the cache, bit for bit. */
+static void prep_case(const st_cuda_rope_params *rp, int H, int R, int nr, int nope, strata_type kvt, int64_t T,
+                      int64_t pos0, int64_t lpad, const char *name) {
+    const int f0 = test_failed;
+    const int64_t D = R + nr, hk = nope + nr, lq = H * hk + lpad, lkv = lpad ? lq : D, ldq = H * D;
+    const int64_t n_ctx = pos0 + T + 2;
+    const size_t el = kvt == STRATA_TYPE_F16 ? 2 : 4, kvb = (size_t)(n_ctx * D) * el;
+    const float eps = 1e-6f;
+    char desc[200];
+    snprintf(desc, sizeof desc, "prep %s %s H=%d R=%d rope=%d/%d T=%lld pos0=%lld%s", name, strata_type_name(kvt), H, R,
+             (int)rp->n_rot, nr, (long long)T, (long long)pos0, lpad ? " joined rows" : "");
+    const st_cuda_mla_shape gs = {H, R, nr, 0.1f};
+    CHECK(st_cuda_mla_prep_supports(rp, &gs), "%s: not supported", desc);
+    const size_t nq = (size_t)(T * lq), nkv = (size_t)(T * lkv);
+    float *qh = malloc(sizeof(float) * nq), *kvh = malloc(sizeof(float) * nkv), *wn = malloc(sizeof(float) * (size_t)R);
+    float *o1 = malloc(sizeof(float) * (size_t)(T * ldq)), *o2 = malloc(sizeof(float) * (size_t)(T * ldq));
+    float *k1 = malloc(sizeof(float) * nkv), *k2 = malloc(sizeof(float) * nkv);
+    uint8_t *c1 = malloc(kvb), *c2 = malloc(kvb);
+    int32_t *ph = malloc(sizeof(int32_t) * (size_t)T);
+    fill(qh, (int64_t)nq, 1.0f);
+    fill(kvh, (int64_t)nkv, 2.0f);
+    fill(wn, R, 1.0f);
+    for (int64_t t = 0; t < T; t++) ph[t] = (int32_t)(pos0 + t);
+    float *dq = dev_alloc(sizeof(float) * nq, 0), *dw = dev_alloc(sizeof(float) * (size_t)R, 0);
+    float *dkv1 = dev_alloc(sizeof(float) * nkv, 0), *dkv2 = dev_alloc(sizeof(float) * nkv, 0);
+    float *dq1 = dev_alloc(sizeof(float) * (size_t)(T * ldq), 0xA5), *dq2 = dev_alloc(sizeof(float) * (size_t)(T * ldq), 0xA5);
+    void *dc1 = dev_alloc(kvb, 0xFF), *dc2 = dev_alloc(kvb, 0xFF);
+    int32_t *dpos = dev_alloc(sizeof(int32_t) * (size_t)T, 0);
+    CHECK(dq && dw && dkv1 && dkv2 && dq1 && dq2 && dc1 && dc2 && dpos, "%s: device memory", desc);
+    if (!dq || !dw || !dkv1 || !dkv2 || !dq1 || !dq2 || !dc1 || !dc2 || !dpos) goto done;
+    st_cuda_memcpy_h2d(dq, qh, sizeof(float) * nq);
+    st_cuda_memcpy_h2d(dw, wn, sizeof(float) * (size_t)R);
+    st_cuda_memcpy_h2d(dkv1, kvh, sizeof(float) * nkv);
+    st_cuda_memcpy_h2d(dkv2, kvh, sizeof(float) * nkv);
+    st_cuda_memcpy_h2d(dpos, ph, sizeof(int32_t) * (size_t)T);
+    const st_cuda_kv_layer kv1 = {kvt, dc1, NULL, n_ctx}, kv2 = {kvt, dc2, NULL, n_ctx};
+    /* the launches the session made before (st_gpu_mla_block's fallback) */
+    strata_status st = st_cuda_rmsnorm(dkv1, lkv, dkv1, lkv, dw, R, 1, T, eps, NULL);
+    if (st == STRATA_OK) st = st_cuda_rope(rp, dkv1 + R, lkv, 1, nr, T, dpos, pos0, NULL);
+    if (st == STRATA_OK) st = st_cuda_mla_copy_rows(dq1 + R, D, dq + nope, hk, nr, T * H, NULL);
+    if (st == STRATA_OK) st = st_cuda_rope(rp, dq1 + R, ldq, H, D, T, dpos, pos0, NULL);
+    if (st == STRATA_OK) st = st_cuda_mla_store(&kv1, &gs, dkv1, lkv, T, pos0, dpos, NULL);
+    CHECK(st == STRATA_OK, "%s: unfused: %s", desc, strata_last_error());
+    st = st_cuda_mla_prep(rp, &kv2, &gs, dkv2, lkv, dw, eps, dq + nope, lq, hk, dq2, ldq, T, pos0, dpos, NULL);
+    CHECK(st == STRATA_OK, "%s: %s", desc, strata_last_error());
+    int bad = dev_fetch(o1, dq1, sizeof(float) * (size_t)(T * ldq)) + dev_fetch(o2, dq2, sizeof(float) * (size_t)(T * ldq));
+    bad += dev_fetch(k1, dkv1, sizeof(float) * nkv) + dev_fetch(k2, dkv2, sizeof(float) * nkv);
+    bad += dev_fetch(c1, dc1, kvb) + dev_fetch(c2, dc2, kvb);
+    CHECK(bad == 0, "%s: %d guard words changed", desc, bad);
+    CHECK(memcmp(k1, k2, sizeof(float) * nkv) == 0, "%s: latent rows differ from the unfused launches'", desc);
+    CHECK(memcmp(o1, o2, sizeof(float) * (size_t)(T * ldq)) == 0, "%s: query rows differ from the unfused launches'", desc);
+    CHECK(memcmp(c1, c2, kvb) == 0, "%s: the cache differs from the unfused launches'", desc);
+    int poison = 0, moved = 0;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < R; i++) {
+                uint32_t u;
+                memcpy(&u, o2 + t * ldq + h * D + i, 4);
+                poison += u != SENTINEL;
+            }
+    for (size_t i = 0; i < nkv; i++) moved += k2[i] != kvh[i];
+    CHECK(poison == 0, "%s: %d latent parts of the query rows written", desc, poison);
+    CHECK(moved > 0, "%s: the latent rows were not touched", desc);
+    printf("%s %s\n", test_failed == f0 ? "PASS" : "FAIL", desc);
+done:
+    st_cuda_free(dq); st_cuda_free(dw); st_cuda_free(dkv1); st_cuda_free(dkv2); st_cuda_free(dq1); st_cuda_free(dq2);
+    st_cuda_free(dc1); st_cuda_free(dc2); st_cuda_free(dpos);
+    free(qh); free(kvh); free(wn); free(o1); free(o2); free(k1); free(k2); free(c1); free(c2); free(ph);
 }
 
 /* ---- store and attention ---------------------------------------------------------------------- */
@@ -345,6 +467,20 @@ static void test_arguments(void) {
     const st_cuda_mla_w w = {STRATA_TYPE_F16, (void *)(uintptr_t)0x100000, 128, 512, 16, 256};
     CHECK(st_cuda_mla_absorb(&w, (float *)(uintptr_t)0x200000, 16 * 100, 100, (float *)(uintptr_t)0x300000,
                              16 * 512, 512, 1, NULL) == STRATA_ERR_INVALID_ARG, "x head stride below cols");
+    const st_cuda_mla_w w48 = {STRATA_TYPE_F16, (void *)(uintptr_t)0x100000, 128, 48, 16, 256};
+    CHECK(st_cuda_mla_absorb_q8(&w, (float *)(uintptr_t)0x200000, 16 * 128, 128, (float *)(uintptr_t)0x300000, 9,
+                                (void *)(uintptr_t)0x400000, NULL) == STRATA_ERR_INVALID_ARG &&
+          st_cuda_mla_absorb_q8(&w48, (float *)(uintptr_t)0x200000, 16 * 128, 128, (float *)(uintptr_t)0x300000, 1,
+                                (void *)(uintptr_t)0x400000, NULL) == STRATA_ERR_INVALID_ARG,
+          "absorb_q8: T past 8, rows not a multiple of 32");
+    const st_cuda_rope_params rp = {0, 64, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
+    const st_cuda_rope_params rp128 = {0, 128, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
+    const st_cuda_mla_shape small = {16, 256, 64, 0.1f};
+    CHECK(st_cuda_mla_prep_supports(&rp, &s) && !st_cuda_mla_prep_supports(&rp, &small) &&
+          !st_cuda_mla_prep_supports(&rp128, &s), "prep: kv_lora above 256, n_rot within the key part");
+    CHECK(st_cuda_mla_prep(&rp, &kv, &s, (float *)(uintptr_t)0x200000, 576, (float *)(uintptr_t)0x300000, 1e-6f,
+                           (float *)(uintptr_t)0x400000, 16 * 192, 192, (float *)(uintptr_t)0x500000, 16 * 576, 5, 96,
+                           NULL, NULL) == STRATA_ERR_INVALID_ARG, "prep: positions past the cache");
 }
 
 int main(void) {
@@ -367,6 +503,23 @@ int main(void) {
         absorb_case(types[i], 32, 48, 3, 9, 16, 8);      /* tiny */
     }
     absorb_case(STRATA_TYPE_F16, 20, 7, 5, 17, 4, 0);
+    for (int64_t T = 1; T <= 8; T += 7) { /* wv_b at Lite's widths, into the output GEMV's Q8_1 rows */
+        absorb_q8_case(STRATA_TYPE_F16, 512, 128, 4, T, 0);
+        absorb_q8_case(STRATA_TYPE_Q8_0, 512, 128, 4, T, 32);
+        absorb_q8_case(STRATA_TYPE_BF16, 64, 96, 3, T, 0);
+    }
+    absorb_q8_case(STRATA_TYPE_F32, 128, 64, 2, 3, 0);
+    /* the fused attention inputs: Lite's latent (512 + 64, q heads of 128 + 64) */
+    const st_cuda_rope_params rn = {0, 64, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
+    const st_cuda_rope_params rx = {1, 64, 10000.0f, 0.025f, 1.0f, 1.0f, 32.0f, 1.0f, 4096, 0}; /* NEOX, YaRN */
+    const st_cuda_rope_params rh = {0, 32, 10000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f, 4096, 0};  /* half the key part */
+    prep_case(&rn, 16, 512, 64, 128, STRATA_TYPE_F16, 1, 575, 0, "lite");
+    prep_case(&rn, 16, 512, 64, 128, STRATA_TYPE_F16, 1, 0, 576, "lite");
+    prep_case(&rx, 16, 512, 64, 128, STRATA_TYPE_F32, 8, 100, 576, "lite");
+    prep_case(&rn, 16, 512, 64, 128, STRATA_TYPE_F16, 37, 3, 0, "lite");
+    prep_case(&rh, 3, 290, 64, 40, STRATA_TYPE_F32, 5, 7, 0, "odd");
+    const st_cuda_rope_params rx32 = {1, 32, 50000.0f, 0.25f, 1.0f, 1.0f, 32.0f, 1.0f, 4096, 0};
+    prep_case(&rx32, 5, 258, 32, 16, STRATA_TYPE_F16, 2, 1, 290, "odd");
     const mla_shape_t tiny = {"tiny", 4, 32, 16}, mid = {"mid", 16, 64, 32}, odd = {"odd", 3, 40, 8},
                       v3 = {"v3-8h", 8, 512, 64};
     const int64_t ctxs[] = {1, 7, 33, 300, 600};

@@ -12,12 +12,18 @@
  *    16 heads (decode at 64, 576 and 4096 positions, a 512-token prompt; its absorptions too): NMSE against a double
  *    reference on sampled rows (<= 1e-6), sentinels, then timed as GB/s of cache bytes read
  *    (positions x 576 x 2) and TFLOP/s (2 x rows x positions x (576 + 512)).
+ *  - the fused launches of the session's decode step against the launches they replace, bit for
+ *    bit, then both timed: st_cuda_mla_prep (latent norm, key and query RoPE, cache store) against
+ *    st_cuda_rmsnorm + st_cuda_rope + st_cuda_mla_copy_rows + st_cuda_rope + st_cuda_mla_store
+ *    (Lite and V3 heads, T = 1, 8, 512), st_cuda_mla_absorb_q8 against st_cuda_mla_absorb +
+ *    st_cuda_quantize_q8_1 (wv_b at Lite's and V3's heads, T = 1 and 8).
  * Every check prints PASS or FAIL; the exit status is 1 if any failed.
  *
  * Build and run (make's target, after the CUDA build of the library):
  *   make CUDA=1 mla-check            (or: make CUDA=1 build/mla_check && build/mla_check [max_ctx])
  */
 #include "mla.cuh"
+#include "cuda_mmv.h"
 #include "dev_common.cuh"
 
 extern "C" {
@@ -163,6 +169,107 @@ static void attn_check(int H, int R, int nr, int64_t T, int64_t pos0, const char
     if (ws) CK(cudaFree(ws));
 }
 
+/* ---- the fused launches ------------------------------------------------------------------------ */
+
+/* st_cuda_mla_absorb_q8 against st_cuda_mla_absorb + st_cuda_quantize_q8_1 (f16 weights). */
+static void absorb_q8_check(int cols, int rows, int H, int T, const char *name) {
+    const strata_type type = STRATA_TYPE_F16;
+    const size_t rb = (size_t)strata_row_bytes(type, cols), wbytes = rb * (size_t)rows * H;
+    const size_t ny = (size_t)T * H * rows, qb = ny / 32 * 36;
+    std::vector<float> wf((size_t)rows * H * cols), x((size_t)T * H * cols), y1(ny), y2(ny);
+    std::vector<uint8_t> w(wbytes), q1(qb), q2(qb);
+    for (auto &v : wf) v = 0.05f * frand();
+    for (auto &v : x) v = frand();
+    for (size_t r = 0; r < (size_t)rows * H; r++) SK(strata_quantize_row(type, &wf[r * cols], &w[r * rb], cols));
+    void *dw;
+    CK(cudaMalloc(&dw, wbytes));
+    CK(cudaMemcpy(dw, w.data(), wbytes, cudaMemcpyHostToDevice));
+    float *dx = dev_alloc(x.size(), x.data()), *d1 = dev_alloc(ny, NULL), *d2 = dev_alloc(ny, NULL);
+    float *dq1 = dev_alloc(qb / 4, NULL), *dq2 = dev_alloc(qb / 4, NULL);
+    const st_cuda_mla_w W = {type, dw, cols, rows, H, rb};
+    auto unfused = [&] {
+        SK(st_cuda_mla_absorb(&W, dx, (int64_t)H * cols, cols, d1, (int64_t)H * rows, rows, T, NULL));
+        SK(st_cuda_quantize_q8_1(d1, dq1, (int64_t)ny, NULL));
+    };
+    auto fused = [&] { SK(st_cuda_mla_absorb_q8(&W, dx, (int64_t)H * cols, cols, d2, T, dq2, NULL)); };
+    unfused();
+    fused();
+    CK(cudaMemcpy(y1.data(), d1, ny * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(y2.data(), d2, ny * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(q1.data(), dq1, qb, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(q2.data(), dq2, qb, cudaMemcpyDeviceToHost));
+    const bool same = memcmp(y1.data(), y2.data(), ny * 4) == 0 && memcmp(q1.data(), q2.data(), qb) == 0;
+    const double t1 = dev_time(unfused), t2 = dev_time(fused);
+    char what[256];
+    snprintf(what, sizeof what, "absorb_q8 %s T=%d: bits %s the absorption + quantization; %.1f us for the two "
+             "launches, %.1f us fused", name, T, same ? "equal to" : "DIFFER from", t1 * 1e6, t2 * 1e6);
+    dev_verdict(same && dev_sentinels_ok(d2, ny) && dev_sentinels_ok(dq2, qb / 4), what);
+    CK(cudaFree(dw)); CK(cudaFree(dx)); CK(cudaFree(d1)); CK(cudaFree(d2)); CK(cudaFree(dq1)); CK(cudaFree(dq2));
+}
+
+/* st_cuda_mla_prep against the five launches it replaces: the latent rows, the query rows and the
+ * f16 cache bit for bit (positions from the device), then both timed. */
+static void prep_check(int H, int T, int64_t pos0, const char *name) {
+    const int R = 512, nr = 64, nope = 128, D = R + nr, hk = nope + nr;
+    const int64_t n_ctx = pos0 + T, ldq = (int64_t)H * D, lq = (int64_t)H * hk;
+    const st_cuda_rope_params rp = {0, nr, 10000.0f, 0.025f, 1.0f, 1.0f, 32.0f, 1.0f, 4096, 0}; /* YaRN */
+    const st_cuda_mla_shape s = {H, R, nr, 0.1f};
+    std::vector<float> q((size_t)T * lq), kv((size_t)T * D), wn(R), o1((size_t)T * ldq), o2(o1.size());
+    std::vector<float> k1(kv.size()), k2(kv.size());
+    std::vector<uint16_t> c1((size_t)n_ctx * D), c2(c1.size());
+    std::vector<int32_t> pos(T);
+    for (auto &v : q) v = frand();
+    for (auto &v : kv) v = 2.0f * frand();
+    for (auto &v : wn) v = frand();
+    for (int t = 0; t < T; t++) pos[t] = (int32_t)(pos0 + t);
+    float *dq = dev_alloc(q.size(), q.data()), *dw = dev_alloc(wn.size(), wn.data());
+    float *dk1 = dev_alloc(kv.size(), kv.data()), *dk2 = dev_alloc(kv.size(), kv.data());
+    float *do1 = dev_alloc(o1.size(), NULL), *do2 = dev_alloc(o2.size(), NULL);
+    float *dk0 = dev_alloc(kv.size(), kv.data()); /* the rows before (each timed run starts from them) */
+    void *dc1, *dc2;
+    int32_t *dpos;
+    CK(cudaMalloc(&dc1, c1.size() * 2));
+    CK(cudaMalloc(&dc2, c2.size() * 2));
+    CK(cudaMemset(dc1, 0, c1.size() * 2));
+    CK(cudaMemset(dc2, 0, c2.size() * 2));
+    CK(cudaMemset(do1, 0, o1.size() * 4));
+    CK(cudaMemset(do2, 0, o2.size() * 4));
+    CK(cudaMalloc(&dpos, sizeof(int32_t) * T));
+    CK(cudaMemcpy(dpos, pos.data(), sizeof(int32_t) * T, cudaMemcpyHostToDevice));
+    const st_cuda_kv_layer kv1 = {STRATA_TYPE_F16, dc1, NULL, n_ctx}, kv2 = {STRATA_TYPE_F16, dc2, NULL, n_ctx};
+    auto unfused = [&] {
+        SK(st_cuda_rmsnorm(dk1, D, dk1, D, dw, R, 1, T, 1e-6f, NULL));
+        SK(st_cuda_rope(&rp, dk1 + R, D, 1, nr, T, dpos, pos0, NULL));
+        SK(st_cuda_mla_copy_rows(do1 + R, D, dq + nope, hk, nr, (int64_t)T * H, NULL));
+        SK(st_cuda_rope(&rp, do1 + R, ldq, H, D, T, dpos, pos0, NULL));
+        SK(st_cuda_mla_store(&kv1, &s, dk1, D, T, pos0, dpos, NULL));
+    };
+    auto fused = [&] {
+        SK(st_cuda_mla_prep(&rp, &kv2, &s, dk2, D, dw, 1e-6f, dq + nope, lq, hk, do2, ldq, T, pos0, dpos, NULL));
+    };
+    unfused();
+    fused();
+    CK(cudaMemcpy(k1.data(), dk1, k1.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(k2.data(), dk2, k2.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o1.data(), do1, o1.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(o2.data(), do2, o2.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c1.data(), dc1, c1.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(c2.data(), dc2, c2.size() * 2, cudaMemcpyDeviceToHost));
+    const bool same = memcmp(k1.data(), k2.data(), k1.size() * 4) == 0 &&
+                      memcmp(o1.data(), o2.data(), o1.size() * 4) == 0 &&
+                      memcmp(c1.data(), c2.data(), c1.size() * 2) == 0;
+    /* timed from the same rows each run (the norm is in place): the copy back is in both */
+    const double t1 = dev_time([&] { CK(cudaMemcpyAsync(dk1, dk0, kv.size() * 4, cudaMemcpyDeviceToDevice)); unfused(); });
+    const double t2 = dev_time([&] { CK(cudaMemcpyAsync(dk2, dk0, kv.size() * 4, cudaMemcpyDeviceToDevice)); fused(); });
+    char what[256];
+    snprintf(what, sizeof what, "prep %s H=%d T=%d pos0=%lld: bits %s the five launches; %.1f us for them, %.1f us "
+             "fused (each with a row copy)", name, H, T, (long long)pos0, same ? "equal to" : "DIFFER from", t1 * 1e6,
+             t2 * 1e6);
+    dev_verdict(same && dev_sentinels_ok(dk2, kv.size()) && dev_sentinels_ok(do2, o2.size()), what);
+    CK(cudaFree(dq)); CK(cudaFree(dw)); CK(cudaFree(dk0)); CK(cudaFree(dk1)); CK(cudaFree(dk2));
+    CK(cudaFree(do1)); CK(cudaFree(do2)); CK(cudaFree(dc1)); CK(cudaFree(dc2)); CK(cudaFree(dpos));
+}
+
 int main(int argc, char **argv) {
     const int64_t max_ctx = argc > 1 ? atoll(argv[1]) : 8192;
     int n = 0;
@@ -197,6 +304,14 @@ int main(int argc, char **argv) {
     attn_check(16, 512, 64, 512, 0, "lite prompt");
     attn_check(4, 32, 16, 1, 299, "tiny");
     attn_check(4, 32, 16, 37, 100, "tiny");
+    for (int T : {1, 8}) {
+        absorb_q8_check(512, 128, 16, T, "lite wv_b 512->128 x16");
+        absorb_q8_check(512, 128, 128, T, "v3 wv_b 512->128 x128");
+    }
+    for (int T : {1, 8, 512}) {
+        prep_check(16, T, 575, "lite");
+        prep_check(128, T, 1000, "v3");
+    }
     printf("%s\n", dev_failed ? "mla_check: FAILED" : "mla_check: all passed");
     return dev_failed;
 }
