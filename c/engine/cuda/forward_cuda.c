@@ -200,17 +200,73 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
+/* Whether a call of T tokens takes latent attention's one GEMV over q's first matrix and wkv_a
+ * (G->wqkv_a): decode-sized calls (one GEMV slice), unless the q matrix takes the SM60 kernel
+ * (its own bits; the joined matrix has no copy for it). */
+static int st_gpu_mla_cat(const st_gpu_layer *G, int64_t T) {
+    const st_cuda_mat *qm = G->wq_a.data ? &G->wq_a : &G->wq;
+    return G->wqkv_a.data && !qm->gemv_sm60 && T <= ST_GPU_COLS && T < ST_CUDA_MMQ_MIN_ROWS;
+}
+
+/* Whether the GEMV reads W's activations as Q8_1 rows (the quantized types; float ones read f32). */
+static int st_gpu_reads_q8(const st_cuda_mat *W) {
+    return W->type != STRATA_TYPE_F32 && W->type != STRATA_TYPE_F16 && W->type != STRATA_TYPE_BF16;
+}
+
+/* deepseek2's latent attention's projections of xn: q (through its low rank and its norm when there
+ * is one) into g->mla_q or the joined rows, and the latent rows. *q, *lq: the q rows (n_head heads
+ * of head_dim_mla) and their stride; *kv, *lkv: the latent rows (kv_lora + n_rot) and theirs. A
+ * decode step's two GEMVs of xn are one over G->wqkv_a into g->qkv (st_gpu_mla_cat). */
+static strata_status st_gpu_mla_proj(strata_session *s, int il, int64_t T, const void *xq, float **q, int64_t *lq,
+                                     float **kv, int64_t *lkv) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const st_gpu_layer *G = &g->layers[il];
+    const int64_t H = hp->n_head, hk = hp->head_dim_mla, D = hp->n_lora_kv + hp->n_rot, nlq = hp->n_lora_q;
+    const float eps = hp->norm_eps;
+    *q = g->mla_q;
+    *lq = H * hk;
+    *kv = g->k;
+    *lkv = D;
+    const float *qa = g->mla_qa; /* the q low rank's rows before its norm */
+    int64_t lqa = nlq;
+    if (st_gpu_mla_cat(G, T)) {
+        TRY(st_gpu_mm_pre(g, &G->wqkv_a, g->xn, xq, T, g->qkv));
+        *lkv = G->wqkv_a.ne1;
+        *kv = g->qkv + (*lkv - D);
+        if (G->wq_a.data) {
+            qa = g->qkv;
+            lqa = *lkv;
+        } else {
+            *q = g->qkv;
+            *lq = *lkv;
+        }
+    } else if (G->wq_a.data) {
+        TRY(st_gpu_mm_pre(g, &G->wq_a, g->xn, xq, T, g->mla_qa));
+        TRY(st_gpu_mm_pre(g, &G->wkv_a, g->xn, xq, T, g->k));
+    } else {
+        TRY(st_gpu_mm_pre(g, &G->wq, g->xn, xq, T, g->mla_q));
+        TRY(st_gpu_mm_pre(g, &G->wkv_a, g->xn, xq, T, g->k));
+    }
+    if (G->wq_a.data) { /* q's low rank normalized (into g->mla_qa), then up */
+        TRY(st_cuda_rmsnorm(g->mla_qa, nlq, qa, lqa, G->q_a_norm, nlq, 1, T, eps, g->stream));
+        TRY(st_gpu_mm(g, &G->wq_b, g->mla_qa, T, g->mla_q));
+    }
+    return STRATA_OK;
+}
+
 /* deepseek2's latent attention, in st_mla_block's order (forward_cpu.c): q (through its low rank
  * when there is one) and the latent row; the row's latent normalized and its key part roped;
  * each head's query = [wk_b[h] . q_nope, roped q part]; the row into the latent cache; attention
  * over the cache (one KV head, values = the rows' latents); wv_b[h] turns each head's latent
- * output into its values; the output projection, the residual and the FFN's norm. */
+ * output into its values; the output projection, the residual and the FFN's norm. Launches a
+ * layer: docs/ARCHITECTURE.md (latent attention). */
 static strata_status st_gpu_mla_block(strata_session *s, int il, int64_t T, int64_t pos0) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
     const st_gpu_layer *G = &g->layers[il];
-    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_kv, nr = hp->n_rot, nlq = hp->n_lora_q;
+    const int64_t E = hp->n_embd, H = hp->n_head, R = hp->n_lora_kv, nr = hp->n_rot;
     const int64_t hk = hp->head_dim_mla, nope = hk - nr, hv = hp->head_dim_v_mla, D = R + nr;
     const float eps = hp->norm_eps;
 
@@ -219,30 +275,34 @@ static strata_status st_gpu_mla_block(strata_session *s, int il, int64_t T, int6
         TRY(st_cuda_rmsnorm_q8(g->xn, g->x, G->attn_norm, E, T, eps, g->xq, g->stream));
     else if (il == 0)
         TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, eps, g->stream));
-    if (G->wq_a.data) { /* q through its low rank, normalized between */
-        TRY(st_gpu_mm_pre(g, &G->wq_a, g->xn, xq, T, g->mla_qa));
-        TRY(st_gpu_mm_pre(g, &G->wkv_a, g->xn, xq, T, g->k));
-        TRY(st_cuda_rmsnorm(g->mla_qa, nlq, g->mla_qa, nlq, G->q_a_norm, nlq, 1, T, eps, g->stream));
-        TRY(st_gpu_mm(g, &G->wq_b, g->mla_qa, T, g->mla_q));
-    } else {
-        TRY(st_gpu_mm_pre(g, &G->wq, g->xn, xq, T, g->mla_q));
-        TRY(st_gpu_mm_pre(g, &G->wkv_a, g->xn, xq, T, g->k));
-    }
+    float *q, *kv;
+    int64_t lq, lkv;
+    TRY(st_gpu_mla_proj(s, il, T, xq, &q, &lq, &kv, &lkv));
     TRY(st_gpu_mark(s, STRATA_PHASE_QKV));
-    /* the cache rows: rmsnorm(latent), roped key part (positions from g->pos, as the graphs need) */
-    TRY(st_cuda_rmsnorm(g->k, D, g->k, D, G->kv_a_norm, R, 1, T, eps, g->stream));
-    TRY(st_cuda_rope(&g->rope, g->k + R, D, 1, nr, T, g->pos, pos0, g->stream));
-    /* the queries: [wk_b[h] . q_nope, q_pe], q_pe copied, then roped in place (the CPU ropes it
-     * before the copy: the same values) */
-    TRY(st_cuda_mla_absorb(&G->wk_b, g->mla_q, H * hk, hk, g->q, H * D, D, T, g->stream));
-    TRY(st_cuda_mla_copy_rows(g->q + R, D, g->mla_q + nope, hk, nr, T * H, g->stream));
-    TRY(st_cuda_rope(&g->rope, g->q + R, H * D, H, D, T, g->pos, pos0, g->stream));
-    TRY(st_cuda_mla_store(&G->kv, &g->mla, g->k, D, T, pos0, g->pos, g->stream));
+    /* the queries: [wk_b[h] . q_nope, q_pe roped]; the cache rows: rmsnorm(latent), roped key
+     * part, stored (positions from g->pos, as the graphs need). One launch for all but the
+     * absorption where the shape allows (the bits of the five below); the CPU ropes q_pe before
+     * the copy: the same values */
+    TRY(st_cuda_mla_absorb(&G->wk_b, q, lq, hk, g->q, H * D, D, T, g->stream));
+    if (st_cuda_mla_prep_supports(&g->rope, &g->mla)) {
+        TRY(st_cuda_mla_prep(&g->rope, &G->kv, &g->mla, kv, lkv, G->kv_a_norm, eps, q + nope, lq, hk, g->q, H * D,
+                             T, pos0, g->pos, g->stream));
+    } else {
+        TRY(st_cuda_rmsnorm(kv, lkv, kv, lkv, G->kv_a_norm, R, 1, T, eps, g->stream));
+        TRY(st_cuda_rope(&g->rope, kv + R, lkv, 1, nr, T, g->pos, pos0, g->stream));
+        TRY(st_cuda_mla_copy_rows(g->q + R, D, q + nope, hk, nr, T * H, g->stream));
+        TRY(st_cuda_rope(&g->rope, g->q + R, H * D, H, D, T, g->pos, pos0, g->stream));
+        TRY(st_cuda_mla_store(&G->kv, &g->mla, kv, lkv, T, pos0, g->pos, g->stream));
+    }
     TRY(st_cuda_mla_attention(&G->kv, &g->mla, g->q, H * D, T, pos0, g->pos, g->att, H * R, g->attn_ws,
                               g->attn_ws_bytes, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ATTN));
-    TRY(st_cuda_mla_absorb(&G->wv_b, g->att, H * R, R, g->mla_v, H * hv, hv, T, g->stream));
-    TRY(st_gpu_mm(g, &G->wo, g->mla_v, T, g->proj));
+    /* the heads' values; decode-sized calls write them as the output GEMV's Q8_1 rows too (the
+     * bits it would quantize, one launch fewer) */
+    const int vq = g->mla_vq && T <= ST_GPU_COLS && T < ST_CUDA_MMQ_MIN_ROWS && hv % 32 == 0 && st_gpu_reads_q8(&G->wo);
+    if (vq) TRY(st_cuda_mla_absorb_q8(&G->wv_b, g->att, H * R, R, g->mla_v, T, g->mla_vq, g->stream));
+    else TRY(st_cuda_mla_absorb(&G->wv_b, g->att, H * R, R, g->mla_v, H * hv, hv, T, g->stream));
+    TRY(st_gpu_mm_pre(g, &G->wo, g->mla_v, vq ? g->mla_vq : NULL, T, g->proj));
     TRY(st_cuda_add_rmsnorm(g->x, g->proj, 1.0f, g->xn, G->ffn_norm, E, T, eps, g->stream));
     return st_gpu_mark(s, STRATA_PHASE_ATTN_OUT);
 }

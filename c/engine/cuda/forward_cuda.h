@@ -55,6 +55,10 @@ typedef struct {
     strata_type sh_type_gu, sh_type_down;
     /* multi-head latent attention (deepseek2; see st_layer): kv holds the latent rows, no V */
     st_cuda_mat wq_a, wq_b, wkv_a;
+    st_cuda_mat wqkv_a;  /* (n_embd, nq_in + kv_lora + n_rot): wq_a (or wq, without the low rank)
+                            and wkv_a as one matrix when they share a type that the GEMV takes a
+                            warp a row (they then view its rows): a decode step's two GEMVs of xn
+                            in one (st_gpu_mla_cat); data NULL otherwise */
     float *q_a_norm, *kv_a_norm;
     st_cuda_mla_w wk_b, wv_b;                         /* per-head absorption weights */
     st_cuda_kv_layer kv;
@@ -179,6 +183,8 @@ struct st_gpu {
      * the absorbed queries (T, n_head * (kv_lora + n_rot)), g->k the cache rows, g->att the
      * heads' latent outputs (T, n_head * kv_lora) */
     float *mla_q, *mla_qa, *mla_v;
+    void *mla_vq;                         /* mla_v as Q8_1 rows for the output GEMV, decode-sized
+                                             calls (st_cuda_mla_absorb_q8); NULL: not taken */
     int32_t *ids, *zeros;
     int32_t *pos;                         /* (T) the batch's positions: RoPE, KV store, attention */
     st_cuda_argmax_out *amax;             /* the greedy token of strata_session_decode_greedy */

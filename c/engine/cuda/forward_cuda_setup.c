@@ -62,32 +62,33 @@ static strata_status st_gpu_put(st_gpu *g, const st_tensor *t, void **dev) {
     return STRATA_OK;
 }
 
-/* wq, wk and wv of one type as one device matrix (rows of wq, then wk, then wv); the three
- * descriptors then point into it. Leaves G->wqkv zero when the types or row sizes differ. */
-static strata_status st_gpu_put_qkv(st_gpu *g, const st_layer *L, st_gpu_layer *G) {
-    memset(&G->wqkv, 0, sizeof G->wqkv);
-    const st_tensor *ts[3] = {&L->wq, &L->wk, &L->wv};
-    for (int i = 0; i < 3; i++)
-        if (!ts[i]->data || ts[i]->type != L->wq.type || ts[i]->row_bytes != L->wq.row_bytes ||
-            ts[i]->ne[0] != L->wq.ne[0] || !st_cuda_mmv_supports(ts[i]->type))
+/* Matrices ts[0..n) (n <= 3) of one type and row as one device matrix *cat (the rows of each in
+ * turn); their descriptors ms[i] then point into it. Leaves *cat zero (and ms untouched) when the
+ * types or rows differ or the GEMV has no kernel for them. */
+static strata_status st_gpu_put_cat(st_gpu *g, const st_tensor *const *ts, st_cuda_mat *const *ms, int n,
+                                    st_cuda_mat *cat) {
+    memset(cat, 0, sizeof *cat);
+    for (int i = 0; i < n; i++)
+        if (!ts[i]->data || ts[i]->type != ts[0]->type || ts[i]->row_bytes != ts[0]->row_bytes ||
+            ts[i]->ne[0] != ts[0]->ne[0] || !st_cuda_mmv_supports(ts[i]->type))
             return STRATA_OK;
-    size_t n = 0;
-    for (int i = 0; i < 3; i++) n += st_tensor_bytes(ts[i]);
+    size_t nb = 0;
+    for (int i = 0; i < n; i++) nb += st_tensor_bytes(ts[i]);
     TRY(st_gpu_ups_reserve(g));
     void *d = NULL;
-    strata_status st = st_cuda_malloc(&d, n);
+    strata_status st = st_cuda_malloc(&d, nb);
     if (st != STRATA_OK)
-        return st_error(st, "gpu session: %zu bytes for %s/k/v: %s", n, L->wq.name ? L->wq.name : "wq",
-                        strata_last_error());
+        return st_error(st, "gpu session: %zu bytes for %s and the matrices after it: %s", nb,
+                        ts[0]->name ? ts[0]->name : "a projection", strata_last_error());
     g->ups[g->n_ups].host = NULL; /* never shared */
     g->ups[g->n_ups].dev = d;
     g->n_ups++;
-    g->weight_bytes += n;
-    st_cuda_mat *ms[3] = {&G->wq, &G->wk, &G->wv};
+    g->weight_bytes += nb;
     size_t off = 0;
     int64_t rows = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n; i++) {
         TRY(st_cuda_memcpy_h2d((uint8_t *)d + off, ts[i]->data, st_tensor_bytes(ts[i])));
+        memset(ms[i], 0, sizeof *ms[i]);
         ms[i]->type = ts[i]->type;
         ms[i]->data = (uint8_t *)d + off;
         ms[i]->ne0 = ts[i]->ne[0];
@@ -96,10 +97,18 @@ static strata_status st_gpu_put_qkv(st_gpu *g, const st_layer *L, st_gpu_layer *
         off += st_tensor_bytes(ts[i]);
         rows += ts[i]->ne[1];
     }
-    G->wqkv = G->wq;
-    G->wqkv.ne1 = rows;
+    *cat = *ms[0];
+    cat->ne1 = rows;
     if (g->progress) g->progress("upload", (int64_t)g->weight_bytes, g->upload_total, g->progress_data);
     return STRATA_OK;
+}
+
+/* wq, wk and wv of one type as one device matrix (rows of wq, then wk, then wv); the three
+ * descriptors then point into it. Leaves G->wqkv zero when the types or row sizes differ. */
+static strata_status st_gpu_put_qkv(st_gpu *g, const st_layer *L, st_gpu_layer *G) {
+    const st_tensor *ts[3] = {&L->wq, &L->wk, &L->wv};
+    st_cuda_mat *ms[3] = {&G->wq, &G->wk, &G->wv};
+    return st_gpu_put_cat(g, ts, ms, 3, &G->wqkv);
 }
 
 strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev) {
@@ -147,12 +156,29 @@ static strata_status st_gpu_put_mla_w(st_gpu *g, const st_tensor *t, st_cuda_mla
     return STRATA_OK;
 }
 
-/* Latent attention's weights (deepseek2): q's low rank and its norm, the latent's projection and
- * norm, the absorption weights. */
-static strata_status st_gpu_put_mla(st_gpu *g, const st_layer *L, st_gpu_layer *G) {
-    TRY(st_gpu_put_mat(g, &L->wq_a, &G->wq_a));
+/* Latent attention's weights (deepseek2): q (through its low rank and its norm, or wq), the
+ * latent's projection and norm, the absorption weights. q's first matrix and wkv_a as one
+ * (G->wqkv_a) where a decode step's one GEMV over both gives the bits of the two: a quantized
+ * type (the GEMV then takes a warp a row, whatever the row count; float types take another
+ * kernel below 1024 rows), wkv_a's rows at a 256-byte offset (the prompt's own matmul of each
+ * reads them in place) and a joined row within room floats (g->qkv's row, where it goes). */
+static strata_status st_gpu_put_mla(st_gpu *g, const st_layer *L, st_gpu_layer *G, int64_t room) {
+    const st_tensor *qt = L->wq_a.data ? &L->wq_a : &L->wq;
+    st_cuda_mat *qm = L->wq_a.data ? &G->wq_a : &G->wq;
+    memset(&G->wqkv_a, 0, sizeof G->wqkv_a);
+    const int fl = qt->type == STRATA_TYPE_F32 || qt->type == STRATA_TYPE_F16 || qt->type == STRATA_TYPE_BF16;
+    if (qt->data && !fl && st_tensor_bytes(qt) % 256 == 0 && qt->ne[1] + L->wkv_a.ne[1] <= room) {
+        const st_tensor *ts[2] = {qt, &L->wkv_a};
+        st_cuda_mat *ms[2] = {qm, &G->wkv_a};
+        TRY(st_gpu_put_cat(g, ts, ms, 2, &G->wqkv_a));
+    }
+    if (!G->wqkv_a.data) {
+        TRY(st_gpu_put_mat(g, qt, qm));
+        TRY(st_gpu_put_mat(g, &L->wkv_a, &G->wkv_a));
+    }
+    if (L->wq_a.data) TRY(st_gpu_put_mat(g, &L->wq, &G->wq)); /* (none in such files) */
+    else memset(&G->wq_a, 0, sizeof G->wq_a);
     TRY(st_gpu_put_mat(g, &L->wq_b, &G->wq_b));
-    TRY(st_gpu_put_mat(g, &L->wkv_a, &G->wkv_a));
     TRY(st_gpu_put_f32(g, &L->q_a_norm, &G->q_a_norm));
     TRY(st_gpu_put_f32(g, &L->kv_a_norm, &G->kv_a_norm));
     TRY(st_gpu_put_mla_w(g, &L->wk_b, &G->wk_b));
@@ -457,13 +483,16 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
         TRY(st_gpu_put_f32(g, &L->bo, &G->bo));
         TRY(st_gpu_put_f32(g, &L->attn_sinks, &G->attn_sinks));
         if (m->arch->id != ST_ARCH_QWEN3NEXT) TRY(st_gpu_put_qkv(g, L, G)); /* (its wq holds the gates) */
-        if (!G->wqkv.data) {
+        if (!G->wqkv.data && !m->arch->mla) { /* (latent attention's q: st_gpu_put_mla) */
             TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
             TRY(st_gpu_put_mat(g, &L->wk, &G->wk));
             TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
         }
         TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
-        if (m->arch->mla) TRY(st_gpu_put_mla(g, L, G));
+        if (m->arch->mla) {
+            const st_scratch_dims d = st_session_dims(s);
+            TRY(st_gpu_put_mla(g, L, G, (int64_t)(d.nq + d.nk + d.nv)));
+        }
         if (st_layer_has_experts(L)) TRY(st_gpu_upload_moe(s, il));
         else TRY(st_gpu_upload_dense_ffn(g, L, G, il));
     }
@@ -481,6 +510,7 @@ static strata_status st_gpu_alloc_mla(strata_session *s, size_t T, size_t *wides
     TRY(st_gpu_alloc((void **)&g->mla_q, f * T * H * (size_t)hp->head_dim_mla));
     TRY(st_gpu_alloc((void **)&g->mla_qa, f * T * nlq));
     TRY(st_gpu_alloc((void **)&g->mla_v, f * T * H * hv));
+    if ((H * hv) % 32 == 0) TRY(st_gpu_alloc(&g->mla_vq, st_cuda_mmv_scratch_bytes((int64_t)(H * hv), ST_GPU_COLS)));
     if (nlq > *widest) *widest = nlq;
     if (H * hv > *widest) *widest = H * hv;
     return STRATA_OK;
@@ -650,7 +680,7 @@ void st_gpu_free(strata_session *s) {
     for (int i = 0; i < g->n_ups; i++) st_cuda_free(g->ups[i].dev);
     void *bufs[] = {g->kv_mem, g->x, g->xn, g->q, g->k, g->v, g->qkv, g->att, g->proj, g->h, g->router,
                     g->wts, g->ones, g->shgate, g->logits, g->ids, g->zeros, g->pos, g->amax, g->mmv_scratch, g->xq, g->moe_xq, g->att_q8, g->sync, g->mmq_scratch,
-                    g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws, g->mla_q, g->mla_qa, g->mla_v};
+                    g->moe_ws, g->attn_ws, g->topk_ids, g->topk_vals, g->topk_ws, g->mla_q, g->mla_qa, g->mla_v, g->mla_vq};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) st_cuda_free(bufs[i]);
     st_error(STRATA_OK, "%s", err); /* freeing after a failed create may fail again; not the caller's error */
     free(g->ups);
