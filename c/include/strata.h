@@ -843,9 +843,8 @@ STRATA_API strata_status strata_drafter_self_create(strata_session *target, stra
  * creation on the session keeps every position's hidden state (n_ctx x n_embd floats); create it
  * before the prompt (positions decoded earlier draft from zeros). Its history must be the
  * session's tokens plus the newest one. CPU and CUDA sessions (a CUDA session copies its hidden
- * states down and the MTP layer runs on the CPU; qwen3next: CPU sessions only);
- * STRATA_ERR_UNSUPPORTED, saying why, for a model without MTP tensors. Not owned: free it before
- * the session. */
+ * states down and the MTP layer runs on the CPU); STRATA_ERR_UNSUPPORTED, saying why, for a
+ * model without MTP tensors. Not owned: free it before the session. */
 STRATA_API strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter **out);
 STRATA_API void strata_drafter_free(strata_drafter *drafter);
 /* Up to max (<= STRATA_DRAFT_MAX) tokens continuing history[0..n_history); *n_out of them in out

@@ -368,7 +368,7 @@ void st_forward_batch(strata_session *s, const strata_token *tokens, int64_t T, 
     for (int il = 0; il < hp->n_layer; il++) {
         if (m->arch->mla) st_cpu_mla_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
         else if (st_layer_recurrent(hp, il)) st_cpu_linear_attn_block(s, il, T, pos0);
-        else if (m->arch->id == ST_ARCH_QWEN3NEXT) st_cpu_gated_attn_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
+        else if (m->arch->id == ST_ARCH_QWEN3NEXT) st_cpu_gated_attn_layer(s, il, T, pos0);
         else st_cpu_attn_block(s, &m->layers[il], &s->kv.layers[il], T, pos0);
         st_ffn_block(s, il, T);
     }

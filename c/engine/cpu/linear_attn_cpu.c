@@ -279,23 +279,23 @@ void st_cpu_linear_attn_block(strata_session *s, int il, int64_t T, int64_t pos0
     st_prof_mark(s, STRATA_PHASE_ATTN_OUT);
 }
 
-void st_cpu_gated_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, int64_t T, int64_t pos0) {
+void st_cpu_gated_attn_block(strata_session *s, const st_layer *L, const st_kv_layer *kv, float *qg, float *gate,
+                             int64_t T, int64_t pos0) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
-    st_rs *r = s->rs;
     const int64_t E = hp->n_embd, hd = hp->head_dim, H = hp->n_head, Hk = hp->n_head_kv;
     const int64_t nq = H * hd, nk = Hk * hd, nv = Hk * hp->head_dim_v;
 
     st_norm_rows(s->xn, s->x, &L->attn_norm, T, E, hp->norm_eps);
-    st_mm mm[3] = {{&L->wq, r->qg, 2 * nq}, {&L->wk, s->k, nk}, {&L->wv, s->v, nv}};
+    st_mm mm[3] = {{&L->wq, qg, 2 * nq}, {&L->wk, s->k, nk}, {&L->wv, s->v, nv}};
     st_matmul_multi(s->tp, mm, 3, s->xn, T, s->mm_ws);
     st_prof_mark(s, STRATA_PHASE_QKV);
     for (int64_t t = 0; t < T; t++) {
         float *q = s->q + t * nq, *k = s->k + t * nk;
         for (int64_t h = 0; h < H; h++) { /* each head's [query, gate] */
-            const float *src = r->qg + t * 2 * nq + h * 2 * hd;
+            const float *src = qg + t * 2 * nq + h * 2 * hd;
             st_rmsnorm(q + h * hd, src, (const float *)L->q_norm.data, hd, hp->norm_eps);
-            memcpy(r->gate + t * nq + h * hd, src + hd, sizeof(float) * (size_t)hd);
+            memcpy(gate + t * nq + h * hd, src + hd, sizeof(float) * (size_t)hd);
         }
         for (int64_t h = 0; h < Hk; h++)
             st_rmsnorm(k + h * hd, k + h * hd, (const float *)L->k_norm.data, hd, hp->norm_eps);
@@ -307,9 +307,14 @@ void st_cpu_gated_attn_block(strata_session *s, const st_layer *L, const st_kv_l
                               .head_dim_v = hp->head_dim_v, .scale = 1.0f / sqrtf((float)hd)};
     st_kv_store(kv, &sh, s->k, s->v, T, pos0);
     st_attention(s->tp, kv, &sh, s->q, T, pos0, s->att, s->att_scratch);
-    for (int64_t i = 0; i < T * nq; i++) s->att[i] *= st_sigmoid(r->gate[i]);
+    for (int64_t i = 0; i < T * nq; i++) s->att[i] *= st_sigmoid(gate[i]);
     st_prof_mark(s, STRATA_PHASE_ATTN);
     st_matmul(s->tp, &L->wo, s->att, T, s->proj, s->mm_ws);
     st_residual(m, s->x, s->proj, T * E);
     st_prof_mark(s, STRATA_PHASE_ATTN_OUT);
+}
+
+void st_cpu_gated_attn_layer(strata_session *s, int il, int64_t T, int64_t pos0) {
+    st_rs *r = s->rs;
+    st_cpu_gated_attn_block(s, &s->model->layers[il], &s->kv.layers[il], r->qg, r->gate, T, pos0);
 }

@@ -4,8 +4,9 @@
  * position p joins the normalized embedding of token p with the normalized final hidden state of
  * position p-1 (zeros for p = 0), projects them (eh_proj), runs the layer (its attention over its
  * own cache of MTP rows: latent, plain, or qwen3next's gated full attention through the trunk's
- * own block; routed and shared experts or a dense FFN) and gives the logits of token p+1 through
- * the head norm and head. Drafting: the row of the history's newest token gives the first draft; each further
+ * own block on scratch of the drafter's, so no CPU recurrent state (s->rs) is needed; routed and
+ * shared experts or a dense FFN) and gives the logits of token p+1 through the head norm and
+ * head. Drafting: the row of the history's newest token gives the first draft; each further
  * draft takes the previous row's normalized output as its hidden state. The rows of real tokens
  * stay cached (a common prefix is not computed again); the chained rows are dropped. */
 #include "mtp.h"
@@ -18,7 +19,8 @@
 #include <string.h>
 
 struct st_mtp {
-    strata_session *s;        /* the target, not owned (its CPU scratch serves the layer) */
+    strata_session *s;        /* the target, not owned (its common CPU scratch and thread pool,
+                                 those of every backend's session, serve the layer) */
     const st_layer *L;        /* the MTP layer (model->layers[n_layer]) */
     st_kv_layer kv;           /* its cache (f32): one latent row per position (latent attention),
                                  else K rows and V transposed as the trunk's (kv.h) */
@@ -26,6 +28,8 @@ struct st_mtp {
     st_expert shexp;          /* its shared expert (gate.data NULL: none) */
     st_expert dense;          /* its dense FFN (an MTP layer without a router) */
     float *cat;               /* [n_batch][2 * n_embd] the joined normalized inputs */
+    float *qg, *gate;         /* qwen3next's gated attention: [n_batch][2 * n_head * head_dim]
+                                 attn_q's rows, [n_batch][n_head * head_dim] the gates (else NULL) */
     float *zero;              /* [n_embd] the hidden state before position 0 */
     float *hprev;             /* [n_embd] the last row's normalized output */
     float *logits;            /* [n_vocab] the last row's */
@@ -40,9 +44,6 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     const st_hparams *hp = &m->hp;
     const size_t E = (size_t)hp->n_embd, C = (size_t)s->n_ctx;
     *out = NULL;
-    if (m->arch->id == ST_ARCH_QWEN3NEXT && !s->rs) /* its gated attention's scratch is the CPU state's */
-        return st_error(STRATA_ERR_UNSUPPORTED, "MTP drafter: qwen3next's MTP layer runs beside a CPU "
-                        "session only so far");
     st_mtp *d = calloc(1, sizeof *d);
     if (!d) return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory");
     *out = d;
@@ -61,6 +62,14 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     d->logits = calloc((size_t)hp->n_vocab, sizeof(float));
     d->tok = calloc(C, sizeof *d->tok);
     s->mtp_h = calloc(C * E, sizeof(float));
+    if (m->arch->id == ST_ARCH_QWEN3NEXT) {
+        const size_t nq = (size_t)hp->n_head * (size_t)hp->head_dim;
+        d->qg = malloc(sizeof(float) * (size_t)s->n_batch * 2 * nq);
+        d->gate = malloc(sizeof(float) * (size_t)s->n_batch * nq);
+        if (!d->qg || !d->gate)
+            return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory for its attention scratch (n_batch %d)",
+                            (int)s->n_batch);
+    }
     if (!d->kv.k || !d->experts || !d->cat || !d->zero || !d->hprev || !d->logits || !d->tok || !s->mtp_h)
         return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory for its cache (n_ctx %d)", (int)s->n_ctx);
     for (int32_t e = 0; e < hp->n_expert; e++) {
@@ -88,6 +97,8 @@ void st_mtp_free(st_mtp *d) {
     free(d->kv.vt);
     free(d->experts);
     free(d->cat);
+    free(d->qg);
+    free(d->gate);
     free(d->zero);
     free(d->hprev);
     free(d->logits);
@@ -127,7 +138,7 @@ static void st_mtp_rows(st_mtp *d, const strata_token *tok, int64_t T, int64_t p
     st_matmul(s->tp, &L->nextn_eh_proj, d->cat, T, s->x, s->mm_ws);
     for (int64_t t = 0; t < T; t++) st_rope_cache(&s->rope, pos0 + t, s->rope_cs + t * hp->n_rot);
     if (m->arch->mla) st_cpu_mla_block(s, L, &d->kv, T, pos0);
-    else if (m->arch->id == ST_ARCH_QWEN3NEXT) st_cpu_gated_attn_block(s, L, &d->kv, T, pos0);
+    else if (m->arch->id == ST_ARCH_QWEN3NEXT) st_cpu_gated_attn_block(s, L, &d->kv, d->qg, d->gate, T, pos0);
     else st_cpu_attn_block(s, L, &d->kv, T, pos0);
     const st_cpu_ffn_w w = {&d->dense, d->experts, &d->shexp};
     st_cpu_ffn_block(s, L, hp->n_layer, &w, T);

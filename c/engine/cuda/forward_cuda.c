@@ -467,7 +467,9 @@ static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata
 
 /* An MTP drafter's hidden states (s->mtp_h, mtp_cpu.c): the batch's T residual rows after the
  * last layer, normed with output_norm on the device and copied down to positions pos0.. (the
- * drafter's layer runs on the CPU from them). */
+ * drafter's layer runs on the CPU from them). Every architecture's layers, qwen3next's DeltaNet
+ * and gated attention blocks (deltanet_gpu.c) too, leave their rows in g->x; a replayed graph
+ * step's too (the copy is outside the capture). */
 static strata_status st_gpu_mtp_rows(strata_session *s, int64_t pos0, int64_t T) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
