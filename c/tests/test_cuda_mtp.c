@@ -1,14 +1,18 @@
-/* test_cuda_mtp.c - the MTP drafter (strata_drafter_mtp_create) of CUDA sessions, on two synthetic
- * files with an MTP layer (random f32 weights through the GGUF writer): deepseek2 (latent
+/* test_cuda_mtp.c - the MTP drafter (strata_drafter_mtp_create) of CUDA sessions, on three
+ * synthetic files with an MTP layer (random f32 weights through the GGUF writer): deepseek2 (latent
  * attention, a leading dense layer, scored routing in groups, a shared expert; the MTP layer
- * sharing the trunk's embedding and head, as DeepSeek-V3's) and glm4moe (GQA with q/k/v biases,
+ * sharing the trunk's embedding and head, as DeepSeek-V3's), glm4moe (GQA with q/k/v biases,
  * per-head q/k norms, partial NEOX rope, a leading dense layer, a shared expert; the MTP layer with
- * its own embedding and head, as GLM-4.5's). On each:
+ * its own embedding and head, as GLM-4.5's) and qwen3next (gated DeltaNet layers 0 and 2 around a
+ * gated full-attention layer, softmax routing, a sigmoid-gated shared expert; the MTP layer a gated
+ * full-attention layer sharing the trunk's embedding and head, as Qwen3-Next's). On each:
  *   - CPU (always): the drafter proposes drafts along a teacher-forced text, and greedy decoding
  *     through verify windows with its drafts gives plain greedy's tokens, some drafts accepted
  *     and some rejected (acceptance printed; the MTP layer's eh_proj is near the identity on the
- *     embedding half, glm4moe's own embedding and head near the trunk's, so that its drafts agree
- *     with the trunk at times);
+ *     embedding half, glm4moe's own embedding and head near the trunk's, qwen3next's output
+ *     projections small, so that its drafts agree with the trunk at times); qwen3next's drafter
+ *     needs no CPU recurrent state: created and proposing with the session's s->rs hidden (NULL),
+ *     it gives the drafts it gives with it, at every step (s->rs is what a CUDA session lacks);
  *   - GPU (skipped, saying why, where CUDA is unusable): the hidden rows the GPU session hands the
  *     drafter (s->mtp_h) match the CPU session's (NMSE <= 1e-6); the GPU session's drafts are
  *     exactly those of a CPU drafter fed the GPU's hidden rows (the drafter's layer runs on the
@@ -33,7 +37,12 @@
 enum { NL = 3, ND = 1, E = 64, V = 64, FD = 96, FE = 32,
        /* deepseek2 */ H = 4, R = 32, NR = 16, NOPE = 16, HV = 16, X = 16, K = 4, G = 4, GU = 2,
        /* glm4moe (head_dim 64: the GPU's) */ GH = 4, GKV = 2, GHD = 64, GROPE = 32, GX = 8, GK = 2,
+       /* qwen3next (head_dim 64; DeltaNet widths % 32: the GPU's) */ QH = 4, QKV = 2, QHD = 64, QROT = 16,
+       QX = 8, QK = 2, QFS = 64, SNK = 2, SNV = 4, SD = 32, SCONV = 4, SINT = 2,
        P = 8, NSTEP = 24, MAXD = 4, NGEN = 32, NCTX = 128 };
+
+enum { DS2, GLM, Q3N }; /* the files */
+static const char *const ARCH[] = {"deepseek2", "glm4moe", "qwen3next"};
 
 static strata_token g_toks[P + NSTEP + 1]; /* the teacher-forced text */
 
@@ -56,8 +65,29 @@ static void key_f32(st_gguf_writer *w, const char *arch, const char *k, float v)
     st_gguf_writer_set_f32(w, key, v);
 }
 
-static void write_keys(st_gguf_writer *w, int glm) {
-    const char *A = glm ? "glm4moe" : "deepseek2";
+/* qwen3next's own keys: Qwen3-Next's layout scaled down (every SINT-th layer full attention). */
+static void write_keys_q3n(st_gguf_writer *w, const char *A) {
+    key_u32(w, A, "attention.head_count", QH);
+    key_u32(w, A, "attention.head_count_kv", QKV);
+    key_u32(w, A, "attention.key_length", QHD);
+    key_u32(w, A, "attention.value_length", QHD);
+    key_u32(w, A, "rope.dimension_count", QROT);
+    key_f32(w, A, "rope.freq_base", 10000000.0f);
+    key_u32(w, A, "expert_count", QX);
+    key_u32(w, A, "expert_used_count", QK);
+    key_u32(w, A, "expert_feed_forward_length", FE);
+    key_u32(w, A, "expert_shared_feed_forward_length", QFS);
+    key_u32(w, A, "ssm.conv_kernel", SCONV);
+    key_u32(w, A, "ssm.inner_size", SNV * SD);
+    key_u32(w, A, "ssm.state_size", SD);
+    key_u32(w, A, "ssm.time_step_rank", SNV);
+    key_u32(w, A, "ssm.group_count", SNK);
+    key_u32(w, A, "full_attention_interval", SINT);
+}
+
+static void write_keys(st_gguf_writer *w, int kind) {
+    const char *A = ARCH[kind];
+    const int glm = kind == GLM;
     st_gguf_writer_set_str(w, "general.architecture", A);
     st_gguf_writer_set_str(w, "general.name", "synthetic mtp");
     key_u32(w, A, "context_length", 256);
@@ -65,6 +95,10 @@ static void write_keys(st_gguf_writer *w, int glm) {
     key_u32(w, A, "block_count", NL + 1);
     key_u32(w, A, "nextn_predict_layers", 1);
     key_f32(w, A, "attention.layer_norm_rms_epsilon", 1e-6f);
+    if (kind == Q3N) {
+        write_keys_q3n(w, A);
+        return;
+    }
     key_u32(w, A, "feed_forward_length", FD);
     key_u32(w, A, "expert_feed_forward_length", FE);
     key_u32(w, A, "expert_shared_count", 1);
@@ -100,8 +134,40 @@ static void eh_identity(float *w) {
     for (int o = 0; o < E; o++) w[(size_t)o * 2 * E + (size_t)o] += 1.0f;
 }
 
+/* qwen3next's layer il (il == NL: the MTP layer, a full-attention layer): the output projections
+ * (attn_output, ssm_out, the experts' and shared expert's down) small, so that the trunk and the
+ * MTP layer are each near a bigram map through the shared head and their drafts agree at times. */
+static int write_layer_q3n(f32_file *f, int il) {
+    char n[128];
+    const int64_t dk = SNK * SD, di = SNV * SD, nq = QH * QHD, nk = QKV * QHD;
+#define T(nm, a, b, c, amp, base) (snprintf(n, sizeof n, "blk.%d." nm, il), f32_add(f, n, a, b, c, amp, base))
+    int ok = T("attn_norm.weight", E, 1, 1, 0.1f, 1.0f);
+    if (il < NL && (il + 1) % SINT != 0) /* a gated DeltaNet layer */
+        ok = ok && T("attn_qkv.weight", E, 2 * dk + di, 1, 0.2f, 0.0f) && T("attn_gate.weight", E, di, 1, 0.2f, 0.0f) &&
+             T("ssm_ba.weight", E, 2 * SNV, 1, 0.2f, 0.0f) && T("ssm_conv1d.weight", SCONV, 2 * dk + di, 1, 0.3f, 0.0f) &&
+             T("ssm_dt.bias", SNV, 1, 1, 0.2f, 0.0f) && T("ssm_a", SNV, 1, 1, 0.2f, -0.5f) &&
+             T("ssm_norm.weight", SD, 1, 1, 0.1f, 1.0f) && T("ssm_out.weight", di, E, 1, 0.02f, 0.0f);
+    else
+        ok = ok && T("attn_q.weight", E, 2 * nq, 1, 0.2f, 0.0f) && T("attn_k.weight", E, nk, 1, 0.2f, 0.0f) &&
+             T("attn_v.weight", E, nk, 1, 0.2f, 0.0f) && T("attn_q_norm.weight", QHD, 1, 1, 0.1f, 1.0f) &&
+             T("attn_k_norm.weight", QHD, 1, 1, 0.1f, 1.0f) && T("attn_output.weight", nq, E, 1, 0.02f, 0.0f);
+    ok = ok && T("post_attention_norm.weight", E, 1, 1, 0.1f, 1.0f) && T("ffn_gate_inp.weight", E, QX, 1, 0.5f, 0.0f) &&
+         T("ffn_gate_exps.weight", E, FE, QX, 0.2f, 0.0f) && T("ffn_up_exps.weight", E, FE, QX, 0.2f, 0.0f) &&
+         T("ffn_down_exps.weight", FE, E, QX, 0.02f, 0.0f) && T("ffn_gate_inp_shexp.weight", E, 1, 1, 0.2f, 0.0f) &&
+         T("ffn_gate_shexp.weight", E, QFS, 1, 0.2f, 0.0f) && T("ffn_up_shexp.weight", E, QFS, 1, 0.2f, 0.0f) &&
+         T("ffn_down_shexp.weight", QFS, E, 1, 0.02f, 0.0f);
+    if (ok && il == NL) /* eh_proj: near the identity on the embedding half (see eh_identity) */
+        ok = T("nextn.eh_proj.weight", 2 * E, E, 1, 0.05f, 0.0f) && T("nextn.enorm.weight", E, 1, 1, 0.1f, 1.0f) &&
+             T("nextn.hnorm.weight", E, 1, 1, 0.1f, 1.0f) && T("nextn.shared_head_norm.weight", E, 1, 1, 0.1f, 1.0f);
+#undef T
+    if (ok && il == NL) eh_identity(f->bufs[f->n_bufs - 4]); /* (3 norms after it) */
+    return ok;
+}
+
 /* Layer il's tensors (il == NL: the MTP layer, its nextn parts too). */
-static int write_layer(f32_file *f, int glm, int il) {
+static int write_layer(f32_file *f, int kind, int il) {
+    if (kind == Q3N) return write_layer_q3n(f, il);
+    const int glm = kind == GLM;
     char n[128];
 #define T(nm, a, b, c, amp, base) (snprintf(n, sizeof n, "blk.%d." nm, il), f32_add(f, n, a, b, c, amp, base))
     int ok;
@@ -133,14 +199,14 @@ static int write_layer(f32_file *f, int glm, int il) {
     return ok;
 }
 
-static int write_mtp_file(const char *path, int glm) {
+static int write_mtp_file(const char *path, int kind) {
     f32_file f;
-    if (!f32_file_create(&f, path, glm ? 0x61A4D5ULL : 0xD5EE92ULL)) return 0;
-    write_keys(f.w, glm);
+    if (!f32_file_create(&f, path, kind == GLM ? 0x61A4D5ULL : kind == Q3N ? 0x3E47A1ULL : 0xD5EE92ULL)) return 0;
+    write_keys(f.w, kind);
     int ok = f32_add(&f, "token_embd.weight", E, V, 1, 0.5f, 0.0f) &&
              f32_add(&f, "output_norm.weight", E, 1, 1, 0.1f, 1.0f) &&
              f32_add(&f, "output.weight", E, V, 1, 0.2f, 0.0f);
-    for (int il = 0; il <= NL && ok; il++) ok = write_layer(&f, glm, il);
+    for (int il = 0; il <= NL && ok; il++) ok = write_layer(&f, kind, il);
     return f32_file_finish(&f, ok, path);
 }
 
@@ -333,11 +399,44 @@ static void check_gpu(const strata_model *m, const char *model, walk_drafts cpu,
     for (size_t p = 0; p < sizeof GPU / sizeof GPU[0]; p++) check_spec(m, model, &GPU[p]);
 }
 
-static void run_model(int glm, int gpu_ok) {
-    const char *model = glm ? "glm4moe" : "deepseek2";
+/* qwen3next: the drafter needs no CPU recurrent state (a CUDA session has none). A CPU session's
+ * drafter, created and proposing with s->rs hidden (NULL; restored for the session's own decode
+ * calls, whose DeltaNet layers need it), gives the drafts it gives with s->rs there (cpu, ncpu:
+ * draft_walk's) at every step; a read of s->rs would crash the test. */
+static void check_no_rs(const strata_model *m, walk_drafts cpu, const int32_t *ncpu) {
+    static walk_drafts got;
+    int32_t n[NSTEP];
+    strata_session *s = new_session(m, &CPU);
+    if (!s) return;
+    st_rs *rs = s->rs;
+    CHECK(rs != NULL, "qwen3next: a CPU session has a recurrent state");
+    strata_drafter *d = NULL;
+    s->rs = NULL;
+    strata_status st = strata_drafter_mtp_create(s, &d);
+    s->rs = rs;
+    CHECK(st == STRATA_OK, "qwen3next: a drafter without s->rs: %s", strata_last_error());
+    if (st == STRATA_OK) st = strata_session_decode(s, g_toks, P, NULL, 0);
+    for (int i = 0; i < NSTEP && st == STRATA_OK; i++) {
+        const int64_t nh = P + i + 1;
+        s->rs = NULL;
+        st = strata_drafter_propose(d, g_toks, nh, MAXD, got[i], &n[i]);
+        s->rs = rs;
+        if (st == STRATA_OK) st = strata_session_decode(s, g_toks + nh - 1, 1, NULL, 0);
+    }
+    CHECK(st == STRATA_OK, "qwen3next: the drafts without s->rs: %s", strata_last_error());
+    if (st == STRATA_OK) {
+        const int same = same_steps(got, n, cpu, ncpu);
+        CHECK(same == NSTEP, "qwen3next: drafts without s->rs are those with it (%d of %d steps)", same, NSTEP);
+    }
+    strata_drafter_free(d);
+    strata_session_free(s);
+}
+
+static void run_model(int kind, int gpu_ok) {
+    const char *model = ARCH[kind];
     char path[256];
     snprintf(path, sizeof path, "/tmp/strata_cuda_mtp_%s_%d.gguf", model, (int)getpid());
-    CHECK(write_mtp_file(path, glm), "%s: write the file", model);
+    CHECK(write_mtp_file(path, kind), "%s: write the file", model);
     strata_model_params mp = strata_model_default_params();
     strata_model *m = NULL;
     const strata_status st = strata_model_load(path, &mp, &m);
@@ -354,6 +453,7 @@ static void run_model(int glm, int gpu_ok) {
         for (int i = 0; i < NSTEP; i++) full += ncpu[i] == MAXD;
         CHECK(full == NSTEP, "%s: %d drafts at each of %d steps (%d)", model, MAXD, NSTEP, full);
         check_spec(m, model, &CPU);
+        if (kind == Q3N) check_no_rs(m, cpu, ncpu);
         if (gpu_ok) check_gpu(m, model, cpu, ncpu, hcpu);
     }
     free(hcpu);
@@ -367,7 +467,8 @@ int main(void) {
     CHECK(strata_backend_query(STRATA_BACKEND_CUDA, &bi) == STRATA_OK, "backend query");
     if (!bi.available) SKIP("the GPU half: CUDA unavailable: %s", bi.detail);
     else printf("GPU: %s\n", bi.detail);
-    run_model(0, bi.available);
-    run_model(1, bi.available);
+    run_model(DS2, bi.available);
+    run_model(GLM, bi.available);
+    run_model(Q3N, bi.available);
     return test_report();
 }
