@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# prebuild.sh - builds the CUDA ./strata here (nvcc, no GPU needed) into build-dev/ and packs what a
-# device call's model rows need into build-pre/: libstrata.so stripped and xz-compressed and a
-# ./strata linked against it (rpath $ORIGIN), small enough to carry (the statically linked
-# ./strata would double the bytes).
-# A call then skips its ~3-minute build:
-#   bash bench/device/prebuild.sh
+# prebuild.sh - builds the CUDA library, ./strata and the GPU test programs here (nvcc, no GPU
+# needed) and packs them small enough to carry into build-pre/, so that a device call skips its
+# ~3-minute build:
+#   bash bench/device/prebuild.sh            # TESTS="test_a test_b" to choose the test programs
 #   run(command="PREBUILT=build-pre STAGES=... bash bench/device/device_ds2.sh",
 #       carry=["build-pre", ".whl", ".devdata/synth_moe.py", ".devdata/ggml-vocab-gpt-2.gguf", ".peer"])
-# The C test programs link the static library (internal symbols) and are too large to carry: calls
-# that run tests build on the device.
+# The tracked tree leaves ~24 MB of a call's 64 MiB for what it carries, and every program linked
+# statically holds the ~25 MB of GPU code, so here one libstrata.so (stripped, xz) serves them
+# all: built in build-devx/ with its internal symbols exported for the tests
+# (-fno-semantic-interposition and -Bsymbolic-functions keep the library's own calls direct, as
+# hidden visibility does), ./strata and each test linked against it. device_common.sh's dev_build
+# unpacks it into the tree's root (tests find it at $ORIGIN/../..).
 set -eu
 cd "$(dirname "$0")/../.."
-B=build-dev
-make -j"${JOBS:-2}" CUDA=1 BUILD=$B OUTDIR=$B $B/strata $B/libstrata.so > /tmp/prebuild.log 2>&1 ||
-    { tail -20 /tmp/prebuild.log; exit 1; }
-rm -rf build-pre && mkdir -p build-pre
+B=build-devx
+VIS="-fvisibility=default -fno-semantic-interposition -Wl,-Bsymbolic-functions"
+TESTS=${TESTS:-test_cuda_attn test_cuda_session test_cuda_mla test_cuda_moe test_dense_lead test_cuda_dequant
+test_cuda_mmv test_cuda_deltanet test_cuda_mtp test_cuda_spec test_kv_stats test_cuda_split}
+M="make -j${JOBS:-2} CUDA=1 BUILD=$B OUTDIR=$B SAN=$(printf %q "$VIS") NVCC_EXTRA='-Xcompiler -fvisibility=default'"
+eval "$M $B/strata $B/libstrata.so" > /tmp/prebuild.log 2>&1 || { tail -20 /tmp/prebuild.log; exit 1; }
+rm -rf build-pre && mkdir -p build-pre/tests
 so=$(readlink $B/libstrata.so)
 strip -o build-pre/$so $B/$so
-objs=$(make -s CUDA=1 BUILD=$B OUTDIR=$B -p -n 2>/dev/null | sed -n 's/^CLI_OBJS := //p' | head -1)
-objs=$(eval echo "$objs")
+var() { eval "$M -s --eval 'print-%: ; @echo \$(\$*)' print-$1"; } # a make variable, expanded
+flags=$(var CFLAGS)
+objs=$(var CLI_OBJS)
 cc -o build-pre/strata $objs -Lbuild-pre -l:$so -Wl,-rpath,'$ORIGIN' -lm -lpthread
-strip build-pre/strata
-xz -T2 -6 build-pre/$so # the tracked tree leaves ~24 MB of a call's 64 MiB for what it carries
+for t in $TESTS; do
+    [ -f c/tests/$t.c ] || { echo "no c/tests/$t.c: skipped"; continue; }
+    cc $flags -Ic/tests -o build-pre/tests/$t c/tests/$t.c -Lbuild-pre -l:$so \
+        -Wl,-rpath,'$ORIGIN/../..' -lm -lpthread
+done
+strip build-pre/strata build-pre/tests/*
+xz -T2 -6 build-pre/$so
 git rev-parse --short HEAD > build-pre/REVISION
 du -sh build-pre
