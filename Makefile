@@ -30,7 +30,7 @@ CFLAGS_BASE := -std=c11 $(OPT) -ffp-contract=off -g -Wall -Wextra -Wshadow -Wstr
 INCLUDES := -Ic/include -Ic/core -Ic/format -Ic/format/quant -Ic/compute/cpu -Ic/cuda \
             -Ic/model -Ic/experts -Ic/engine -Ic/engine/cpu -Ic/engine/cuda
 CFLAGS  += $(CFLAGS_BASE) $(INCLUDES)
-LDLIBS  := -lm -lpthread
+LDLIBS  := -lm -lpthread -ldl
 
 # Per-file instruction sets: these files are only entered after a run-time CPU check.
 ISA_AVX2   := -mavx2 -mfma -mf16c

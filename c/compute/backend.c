@@ -1,5 +1,6 @@
 /* backend.c - strata_backend_query: which compute backends this build has and whether each can run
- * on this machine. Both answers are worked out once per process (pthread_once) and copied out. */
+ * on this machine. Both answers are worked out once per process (pthread_once) and copied out. Also
+ * the CUDA devices a layer split may name (strata_cuda_device_count, strata_cuda_device_memory). */
 #include "common.h"
 
 #ifdef STRATA_HAVE_CUDA
@@ -88,4 +89,35 @@ strata_status strata_backend_copy_rate(strata_backend_kind kind, double *bytes_p
         return st_error(STRATA_ERR_UNSUPPORTED, "strata_backend_copy_rate: not measured for the CPU backend "
                         "(bench/micro/bench_dot gives its rates)");
     return st_error(STRATA_ERR_INVALID_ARG, "strata_backend_copy_rate: no backend kind %d", (int)kind);
+}
+
+strata_status strata_cuda_device_count(int32_t *count) {
+    if (!count) return st_error(STRATA_ERR_INVALID_ARG, "strata_cuda_device_count: NULL count");
+    *count = 0;
+#ifdef STRATA_HAVE_CUDA
+    int n = 0;
+    if (st_cuda_device_count(&n) != STRATA_OK) { /* a driver error: none usable */
+        st_error_clear();
+        n = 0;
+    }
+    *count = n;
+#endif
+    return STRATA_OK;
+}
+
+strata_status strata_cuda_device_memory(int32_t device, int64_t *free_bytes, int64_t *total_bytes) {
+    if (!free_bytes || !total_bytes)
+        return st_error(STRATA_ERR_INVALID_ARG, "strata_cuda_device_memory: NULL argument");
+    *free_bytes = *total_bytes = 0;
+#ifdef STRATA_HAVE_CUDA
+    size_t f = 0, t = 0;
+    strata_status st = st_cuda_device_mem_info((int)device, &f, &t);
+    if (st != STRATA_OK) return st;
+    *free_bytes = (int64_t)f;
+    *total_bytes = (int64_t)t;
+    return STRATA_OK;
+#else
+    (void)device;
+    return st_error(STRATA_ERR_UNSUPPORTED, "strata_cuda_device_memory: built without CUDA");
+#endif
 }

@@ -86,6 +86,24 @@ strata_status st_cuda_synchronize(void);
 /* Free and total bytes of device 0's memory (cudaMemGetInfo). */
 strata_status st_cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
+/* ---- several devices (docs/MULTI_GPU.md) ------------------------------------------------------
+ * The functions above work on the calling thread's current device (device 0 unless
+ * st_cuda_set_device chose another); a layer split's stages select theirs before each step. */
+
+/* The devices this process sees; 0 (and STRATA_OK) without a driver or a device. */
+strata_status st_cuda_device_count(int *count);
+/* The calling thread's current device (INVALID_ARG for one that does not exist). */
+strata_status st_cuda_set_device(int device);
+strata_status st_cuda_get_device(int *device);
+/* Free and total bytes of one device's memory (the current device is left as it was). */
+strata_status st_cuda_device_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
+/* Lets kernels and copies of `device` reach `peer`'s memory: *enabled 1 where the pair supports
+ * it (or device == peer: nothing to enable, *enabled 0), else 0 (copies then go through the host). */
+strata_status st_cuda_peer_enable(int device, int peer, int *enabled);
+/* A device-to-device copy enqueued on stream: within one device, or a peer copy between two. */
+strata_status st_cuda_memcpy_d2d_async(void *dst, int dst_device, const void *src, int src_device,
+                                       size_t bytes, void *stream);
+
 /* ---- streams and graphs ---------------------------------------------------------------------- */
 
 /* 1 (the default): this thread's kernel launches let the GPU start a kernel while the one before

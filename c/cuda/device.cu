@@ -441,3 +441,81 @@ extern "C" strata_status st_cuda_mem_info(size_t *free_bytes, size_t *total_byte
     ST_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
     return STRATA_OK;
 }
+
+/* ---- several devices (the layer split's stages, docs/MULTI_GPU.md) --------------------------- */
+
+extern "C" strata_status st_cuda_device_count(int *count) {
+    if (!count) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_device_count: NULL count");
+    *count = 0;
+    int ok = 0;
+    ST_TRY(st_cuda_probe(&ok, NULL, 0));
+    if (!ok) return STRATA_OK; /* no driver, no device: none, not an error */
+    ST_CUDA_CHECK(cudaGetDeviceCount(count));
+    return STRATA_OK;
+}
+
+/* device in 0 .. count - 1, else INVALID_ARG naming what there is. */
+static strata_status st_cuda_device_valid(const char *fn, int device) {
+    int n = 0;
+    ST_TRY(st_cuda_device_count(&n));
+    if (device < 0 || device >= n)
+        return st_error(STRATA_ERR_INVALID_ARG, "%s: no CUDA device %d (this process sees %d)", fn, device, n);
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_set_device(int device) {
+    ST_TRY(st_cuda_device_valid("st_cuda_set_device", device));
+    ST_CUDA_CHECK(cudaSetDevice(device));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_get_device(int *device) {
+    if (!device) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_get_device: NULL device");
+    ST_TRY(st_cuda_require("st_cuda_get_device"));
+    ST_CUDA_CHECK(cudaGetDevice(device));
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_device_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+    ST_TRY(st_cuda_device_valid("st_cuda_device_mem_info", device));
+    int cur = 0;
+    ST_CUDA_CHECK(cudaGetDevice(&cur));
+    ST_CUDA_CHECK(cudaSetDevice(device));
+    const cudaError_t e = cudaMemGetInfo(free_bytes, total_bytes);
+    ST_CUDA_CHECK(cudaSetDevice(cur));
+    ST_CUDA_CHECK(e);
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_peer_enable(int device, int peer, int *enabled) {
+    if (!enabled) return st_error(STRATA_ERR_INVALID_ARG, "st_cuda_peer_enable: NULL enabled");
+    *enabled = 0;
+    ST_TRY(st_cuda_device_valid("st_cuda_peer_enable", device));
+    ST_TRY(st_cuda_device_valid("st_cuda_peer_enable", peer));
+    if (device == peer) return STRATA_OK;
+    int can = 0;
+    ST_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, device, peer));
+    if (!can) return STRATA_OK;
+    int cur = 0;
+    ST_CUDA_CHECK(cudaGetDevice(&cur));
+    ST_CUDA_CHECK(cudaSetDevice(device));
+    cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        (void)cudaGetLastError();
+        e = cudaSuccess;
+    }
+    ST_CUDA_CHECK(cudaSetDevice(cur));
+    ST_CUDA_CHECK(e);
+    *enabled = 1;
+    return STRATA_OK;
+}
+
+extern "C" strata_status st_cuda_memcpy_d2d_async(void *dst, int dst_device, const void *src, int src_device,
+                                                  size_t bytes, void *stream) {
+    if (bytes == 0) return STRATA_OK;
+    if (dst_device == src_device)
+        ST_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream));
+    else
+        ST_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device, src, src_device, bytes, (cudaStream_t)stream));
+    return STRATA_OK;
+}

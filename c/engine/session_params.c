@@ -5,9 +5,12 @@
  * without creating anything. */
 #include "session.h"
 #include "plan.h"
+#include "layer_split.h"
+#include "nccl.h"
 #include "ram_tier.h"
 
 #include <math.h>
+#include <stdio.h>
 
 strata_session_params strata_session_default_params(void) {
     strata_session_params p;
@@ -30,6 +33,8 @@ strata_session_params strata_session_default_params(void) {
     p.placement.pcie_frac = -1.0f;
     p.placement.cpu_misses = -1;
     p.placement.defer_cpu_below = 0.1f;
+    for (int i = 0; i < STRATA_MAX_STAGES; i++) p.split.device[i] = i; /* one stage per device */
+    p.split.peer_device = -1;
     return p;
 }
 
@@ -70,12 +75,32 @@ static strata_status st_check_ranges(const strata_session_params *p) {
     return STRATA_OK;
 }
 
+/* The layer split (layer_split.c) against the devices here and NCCL; nothing asked of the machine
+ * when no split option is set (the one-device session's check is unchanged). */
+static strata_status st_check_split(const strata_model *model, const strata_session_params *p) {
+    const strata_split_params *q = &p->split;
+    int any = st_split_asked(q) || q->pipeline_windows || q->peer_device != -1;
+    for (int i = 0; i < STRATA_MAX_STAGES; i++) any |= q->expert_cache[i] != 0;
+    if (!any) return STRATA_OK;
+    int32_t n_devices = 0;
+    ST_TRY(strata_cuda_device_count(&n_devices));
+    char why[256];
+    const char *nccl_missing = NULL;
+    if (q->peer_device >= 0 && st_nccl_load(NULL) != STRATA_OK) {
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        st_error_clear();
+        nccl_missing = why;
+    }
+    return st_split_check(p, model->hp.n_layer, (int)n_devices, nccl_missing);
+}
+
 strata_status st_session_params_check(const strata_model *model, const strata_session_params *p) {
     if (!model) return st_error(STRATA_ERR_INVALID_ARG, "session: model is NULL");
     if (model->vocab_only || !model->arch || !model->layers)
         return st_error(STRATA_ERR_INVALID_ARG, "session: the model was loaded vocab_only (no weights)");
     strata_status st = st_check_ranges(p);
     if (st == STRATA_OK) st = st_plan_check(p);
+    if (st == STRATA_OK) st = st_check_split(model, p);
     if (st == STRATA_OK && p->n_ctx == 0 && model->hp.n_ctx_train <= 0)
         st = st_error(STRATA_ERR_INVALID_ARG, "session: n_ctx is 0 and the model has no n_ctx_train");
     return st;

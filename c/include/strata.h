@@ -78,7 +78,7 @@ extern "C" {
 #define STRATA_VERSION_PATCH 0
 /* The binary interface: a new number whenever a struct's layout or a function's signature
  * changes; the shared library's soname is libstrata.so.<this>. */
-#define STRATA_ABI_VERSION 10
+#define STRATA_ABI_VERSION 11
 
 typedef enum strata_status {
     STRATA_OK = 0,
@@ -133,6 +133,12 @@ STRATA_API strata_status strata_backend_query(strata_backend_kind kind, strata_b
  * the CPU backend (its DRAM rate needs every core), an error where the backend cannot run.
  * Thread-safe; not to be run beside timed work. */
 STRATA_API strata_status strata_backend_copy_rate(strata_backend_kind kind, double *bytes_per_s);
+/* The CUDA devices this process sees (0 in a build without CUDA or without a usable driver: not an
+ * error). Thread-safe. */
+STRATA_API strata_status strata_cuda_device_count(int32_t *count);
+/* Free and total bytes of CUDA device `device`'s memory now (cudaMemGetInfo); INVALID_ARG for a
+ * device that does not exist, UNSUPPORTED without CUDA. */
+STRATA_API strata_status strata_cuda_device_memory(int32_t device, int64_t *free_bytes, int64_t *total_bytes);
 
 /* CPU instruction set levels of the dot-product kernels. */
 typedef enum strata_cpu_isa {
@@ -479,6 +485,34 @@ typedef struct strata_cuda_params {
                              (default): 4 */
 } strata_cuda_params;
 
+/* Layers spread over CUDA devices of one host (docs/MULTI_GPU.md): stage i runs layers_i
+ * consecutive layers on CUDA device device[i] with its own weights, KV cache and scratch, and the
+ * hidden state goes from stage to stage (a peer copy between devices with peer access, through
+ * pinned host memory otherwise, a device-to-device copy where two stages share a device). Each
+ * layer runs the kernels of the unsplit session, so a split gives its bits. n_stages 0 and
+ * auto_layers 0 (the defaults): no split, every layer on device 0 as before. */
+#define STRATA_MAX_STAGES 8
+typedef struct strata_split_params {
+    int32_t n_stages;     /* 0 (default): no split; 1..STRATA_MAX_STAGES: layers[] and device[]
+                             hold that many stages (auto_layers with 0: one stage per device) */
+    int32_t layers[8];    /* [STRATA_MAX_STAGES] layers per stage, each >= 1, summing to the
+                             model's n_layer; all 0 with auto_layers */
+    int auto_layers;      /* 1: layers[] chosen at create in proportion to each stage's device's
+                             free memory (a device named twice shares it); 0 (default) */
+    int32_t device[8];    /* [STRATA_MAX_STAGES] each stage's CUDA device, 0 .. count - 1
+                             (strata_cuda_device_count); a device may repeat (one card runs a
+                             split: the same bits, no gain) */
+    int pipeline_windows; /* 1: verify windows and prompt batches pipelined over the stages (a
+                             stage starts the next window while the next stage runs this one);
+                             needs stages on two distinct devices. Not built yet: refused. */
+    int32_t peer_device;  /* -1 (default): none; else the CUDA device that computes the routed
+                             experts of every stage (expert parallelism through NCCL's send and
+                             receive; needs libnccl.so.2 at run time). Not built yet: refused. */
+    int32_t expert_cache[8]; /* [STRATA_MAX_STAGES] stage i's expert cache slots for i >= 1, as
+                             placement.expert_cache is stage 0's (0 resident, -1 as many as fit).
+                             Not built yet: nonzero is refused. */
+} strata_split_params;
+
 typedef struct strata_session_params {
     int32_t n_ctx;        /* context length in tokens; 0: the model's n_ctx_train */
     int32_t n_batch;      /* tokens per forward pass while reading a prompt (default 512) */
@@ -514,11 +548,13 @@ typedef struct strata_session_params {
                               token's routed slots are dropped lightest first while the dropped
                               routing weights sum to at most p, never its heaviest slot; the kept
                               weights are not renormalized (st_route_tail_skip, docs/DEFERRAL.md) */
+    strata_split_params split;         /* CUDA sessions: layers over several devices (none) */
 } strata_session_params;
 
 /* Defaults: n_ctx 0, n_batch 512, kv_type F16, n_threads 0, backend CPU, degrade_tau 0.03,
  * placement.stage_experts -1, .cpu_misses -1, .pcie_frac -1, .pin_experts -1, cuda.graphs 1,
- * .pdl 1, .attn_tc -1, .q8_tiles 1, .iq_stage_tables -1 (.q8_sm60 0); everything else 0. */
+ * .pdl 1, .attn_tc -1, .q8_tiles 1, .iq_stage_tables -1 (.q8_sm60 0), split.peer_device -1;
+ * everything else 0. */
 STRATA_API strata_session_params strata_session_default_params(void);
 /* Checks params against model as strata_session_create would, without creating anything: every
  * option's range, which options combine, a gpu_mem that holds the static split it chooses (alone
