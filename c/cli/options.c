@@ -117,6 +117,7 @@ void cli_opts_init(cli_opts *o) {
     o->logpos_top = 20;
     o->draft_max = 8;
     o->oracle_rate = -1.0f;
+    o->split = strata_session_default_params().split;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -222,6 +223,25 @@ static void cli_usage_experts(FILE *f) {
         "                          --pipe (also $STRATA_PIPE=1): read the next layer's\n"
         "                          predicted experts while this layer computes (GPU\n"
         "                          sessions: in calls of up to 8 tokens)\n");
+}
+
+/* The options of several GPUs in one host (docs/MULTI_GPU.md). */
+static void cli_usage_split(FILE *f) {
+    fprintf(f,
+        "  --layer-split A,B,...   GPU sessions: stages of A, B, ... consecutive layers (summing\n"
+        "                          to the model's), each on its own device with its layers'\n"
+        "                          weights and KV cache; the same results as one GPU\n"
+        "  --split auto            the stages' layers in proportion to each device's free memory\n"
+        "                          (one stage per device, or per --split-device entry)\n"
+        "  --split-device D0,D1,...  each stage's CUDA device (default 0,1,...); a device may\n"
+        "                          repeat: --layer-split 12,12 --split-device 0,0 runs a split\n"
+        "                          on one card (same bits, no gain: a test)\n"
+        "  --pipeline-windows      pipeline verify windows over the stages (needs two distinct\n"
+        "                          devices; not built yet)\n"
+        "  --peer-device N         routed experts on device N over NCCL (needs libnccl.so.2;\n"
+        "                          not built yet)\n"
+        "  --expert-cache-deviceI N|auto  stage I's expert cache (I = 1..7; stage 0's is\n"
+        "                          --expert-cache; not built yet)\n");
 }
 
 /* The options of GPU kernel choices, DEGRADE_ZERO, --profile. */
@@ -334,6 +354,7 @@ static void cli_usage_sampling(FILE *f) {
 void cli_opts_usage(FILE *f) {
     cli_usage_model(f);
     cli_usage_experts(f);
+    cli_usage_split(f);
     cli_usage_kernels(f);
     cli_usage_sampling(f);
 }
@@ -418,6 +439,80 @@ static int opt_ngl(cli_opts *o, const char *a, const char *v) {
 static int opt_ram_budget(cli_opts *o, const char *a, const char *v) { return cli_parse_size(a, v, &o->ram_budget); }
 
 static int opt_gpu_mem(cli_opts *o, const char *a, const char *v) { return cli_parse_size(a, v, &o->gpu_mem); }
+
+/* A comma-separated list of up to STRATA_MAX_STAGES integers in lo..hi: its count, or -1 after
+ * the usage message. */
+static int parse_list(const char *a, const char *v, long lo, int32_t *out) {
+    int n = 0;
+    for (const char *p = v;; n++) {
+        char *end;
+        errno = 0;
+        const long x = strtol(p, &end, 10);
+        if (errno || end == p || (*end && *end != ',') || x < lo || x > 1L << 20) {
+            cli_usage_error("bad value '%s' for %s (comma-separated integers >= %ld, e.g. 12,12)", v, a, lo);
+            return -1;
+        }
+        if (n == STRATA_MAX_STAGES) {
+            cli_usage_error("%s '%s': more than %d stages", a, v, STRATA_MAX_STAGES);
+            return -1;
+        }
+        out[n] = (int32_t)x;
+        if (!*end) return n + 1;
+        p = end + 1;
+    }
+}
+
+/* --layer-split and --split-device name the same stages: their counts must agree. */
+static int split_counts_agree(const cli_opts *o) {
+    if (o->split.n_stages > 0 && !o->split.auto_layers && o->split_devices_n > 0 &&
+        o->split_devices_n != o->split.n_stages)
+        return cli_usage_error("--layer-split names %d stages, --split-device %d", (int)o->split.n_stages,
+                               o->split_devices_n);
+    return 0;
+}
+
+static int opt_layer_split(cli_opts *o, const char *a, const char *v) {
+    if (o->split.auto_layers) return cli_usage_error("--layer-split with --split auto: give one of them");
+    const int n = parse_list(a, v, 1, o->split.layers);
+    if (n < 0) return CLI_EXIT_USAGE;
+    o->split.n_stages = n;
+    return split_counts_agree(o);
+}
+
+static int opt_split(cli_opts *o, const char *a, const char *v) {
+    if (strcmp(v, "auto") != 0)
+        return cli_usage_error("bad value '%s' for %s (auto: layers by each device's free memory; or "
+                               "--layer-split A,B,...)", v, a);
+    if (o->split.n_stages > 0 && o->split_devices_n == 0)
+        return cli_usage_error("--split auto with --layer-split: give one of them");
+    o->split.auto_layers = 1;
+    o->split.n_stages = o->split_devices_n; /* 0: one stage per device */
+    return 0;
+}
+
+static int opt_split_device(cli_opts *o, const char *a, const char *v) {
+    const int n = parse_list(a, v, 0, o->split.device);
+    if (n < 0) return CLI_EXIT_USAGE;
+    o->split_devices_n = n;
+    if (o->split.auto_layers || o->split.n_stages == 0) o->split.n_stages = n;
+    return split_counts_agree(o);
+}
+
+static int opt_peer_device(cli_opts *o, const char *a, const char *v) {
+    long x = 0;
+    const int rc = parse_long(a, v, -1, 1L << 20, &x);
+    if (!rc) o->split.peer_device = (int32_t)x;
+    return rc;
+}
+
+/* --expert-cache-deviceI N|auto: stage I's expert cache (I = 1 .. STRATA_MAX_STAGES - 1). */
+static int opt_expert_cache_dev(cli_opts *o, const char *a, const char *v) {
+    const int i = a[strlen(a) - 1] - '0';
+    long x = -1;
+    const int rc = strcmp(v, "auto") == 0 ? 0 : parse_long(a, v, 0, 1L << 30, &x);
+    if (!rc) o->split.expert_cache[i] = (int32_t)x;
+    return rc;
+}
 
 static int opt_pcie_frac(cli_opts *o, const char *a, const char *v) {
     int rc = parse_float(a, v, &o->pcie_frac);
@@ -609,6 +704,7 @@ static const cli_flag_row cli_flags[] = {
     CLI_FLAG("--cpu-misses", NULL, cpu_misses, 1),
     CLI_FLAG("--no-cpu-misses", NULL, cpu_misses, 0),
     CLI_FLAG("--pipe", NULL, pipe, 1),
+    CLI_FLAG("--pipeline-windows", NULL, split.pipeline_windows, 1),
     CLI_FLAG("--cpu-moe", NULL, n_cpu_moe, -1),
     CLI_FLAG("--gpu-experts", NULL, n_cpu_moe, 0),
     CLI_FLAG("--gpu", NULL, gpu, 1),
@@ -658,6 +754,18 @@ static const cli_value_row cli_values[] = {
     CLI_FN(NULL, "--degrade-tau", opt_degrade_tau),
     CLI_FN(NULL, "--route-tail-skip", opt_route_tail_skip),
     CLI_FN(NULL, "--iq-stage-tables", opt_iq_stage_tables),
+    /* several GPUs (docs/MULTI_GPU.md) */
+    CLI_FN(NULL, "--layer-split", opt_layer_split),
+    CLI_FN(NULL, "--split", opt_split),
+    CLI_FN(NULL, "--split-device", opt_split_device),
+    CLI_FN(NULL, "--peer-device", opt_peer_device),
+    CLI_FN(NULL, "--expert-cache-device1", opt_expert_cache_dev),
+    CLI_FN(NULL, "--expert-cache-device2", opt_expert_cache_dev),
+    CLI_FN(NULL, "--expert-cache-device3", opt_expert_cache_dev),
+    CLI_FN(NULL, "--expert-cache-device4", opt_expert_cache_dev),
+    CLI_FN(NULL, "--expert-cache-device5", opt_expert_cache_dev),
+    CLI_FN(NULL, "--expert-cache-device6", opt_expert_cache_dev),
+    CLI_FN(NULL, "--expert-cache-device7", opt_expert_cache_dev),
     /* sampling */
     CLI_FLOAT(NULL, "--temp", sp.temperature),
     CLI_FLOAT(NULL, "--temperature", sp.temperature),
@@ -702,7 +810,9 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
         "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
         "--no-q8-tiles", "--q8-sm60", "--q8-sm60-bps", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all",
-        "--iq-stage-tables", NULL};
+        "--iq-stage-tables", "--layer-split", "--split", "--split-device", "--pipeline-windows", "--peer-device",
+        "--expert-cache-device1", "--expert-cache-device2", "--expert-cache-device3", "--expert-cache-device4",
+        "--expert-cache-device5", "--expert-cache-device6", "--expert-cache-device7", NULL};
     for (int k = 0; gpu_only[k]; k++) {
         if (strcmp(a, gpu_only[k]) != 0) continue;
         for (int j = 0; j < o->n_gpu_only; j++)

@@ -61,6 +61,10 @@ typedef struct {
     int64_t gpu_mem;              /* --gpu-mem SIZE: GPU memory for --expert-cache auto */
     int64_t ram_budget;           /* --ram-budget SIZE (bytes; K/M/G suffixes): experts from disk */
     int pipe;                     /* --pipe or STRATA_PIPE=1: prefetch with the RAM tier */
+    strata_split_params split;    /* --layer-split A,B,..., --split auto, --split-device D0,D1,...,
+                                     --pipeline-windows, --peer-device N, --expert-cache-deviceI N
+                                     (docs/MULTI_GPU.md); the library's defaults otherwise */
+    int split_devices_n;          /* stages --split-device named (0: not given) */
     int ngl;                      /* -ngl N as given */
     int gpu;                      /* -1 auto (GPU when usable, else CPU), 0 --cpu / -ngl 0, 1 --gpu */
     char backend_desc[300];       /* set by cli_new_session: "cuda (NVIDIA H200, ...)" or "cpu" */

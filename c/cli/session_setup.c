@@ -67,6 +67,8 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, stage_split, placement.stage_split),
     CLI_SESSION(int, defer_cpu, placement.defer_cpu),
     CLI_SESSION(float, defer_below, placement.defer_cpu_below),
+    /* several GPUs */
+    CLI_SESSION(strata_split_params, split, split),
     /* CUDA kernels */
     CLI_SESSION(int, cuda_graphs, cuda.graphs),
     CLI_SESSION(int, cuda_pdl, cuda.pdl),
