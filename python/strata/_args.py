@@ -97,3 +97,50 @@ def stop_strings(v) -> list[str]:
         if s:
             out.append(s)
     return out
+
+
+MAX_STAGES = 8  # STRATA_MAX_STAGES
+
+
+def _int_list(name: str, v, lo: int) -> list[int]:
+    """A sequence of 1..MAX_STAGES ints >= lo as a list."""
+    if isinstance(v, (str, bytes, bytearray)) or not isinstance(v, Iterable):
+        raise TypeError(f"{name} must be a sequence of ints, not {_type_name(v)}")
+    out = [int_arg(name, x, lo=lo) for x in v]
+    if not 1 <= len(out) <= MAX_STAGES:
+        raise ValueError(f"{name} must name 1..{MAX_STAGES} stages, not {len(out)}")
+    return out
+
+
+def split_args(layer_split, split_device, pipeline_windows, peer_device, expert_cache_devices) -> dict:
+    """The layer split's options (docs/MULTI_GPU.md) as strata_split_params fields: only those
+    given, so the library's defaults stand for the rest. layer_split: None (no split), "auto" or
+    layer counts per stage; split_device: each stage's CUDA device; expert_cache_devices: stage
+    1..N's expert cache slots ("auto" or a count). The library checks them against the model and
+    the devices (counts summing to n_layer, devices that exist)."""
+    out: dict = {}
+    n = 0
+    if isinstance(layer_split, str):
+        if layer_split != "auto":
+            raise ValueError(f"layer_split must be a sequence of layer counts or 'auto', not {layer_split!r}")
+        out["auto_layers"] = 1
+    elif layer_split is not None:
+        out["layers"] = _int_list("layer_split", layer_split, 1)
+        n = len(out["layers"])
+    if split_device is not None:
+        out["device"] = _int_list("split_device", split_device, 0)
+        if n and len(out["device"]) != n:
+            raise ValueError(f"layer_split names {n} stages, split_device {len(out['device'])}")
+        n = len(out["device"])
+    if n:
+        out["n_stages"] = n
+    if pipeline_windows:
+        out["pipeline_windows"] = 1
+    out["peer_device"] = int_arg("peer_device", peer_device, lo=-1)
+    if expert_cache_devices is not None:
+        caches = [-1 if x == "auto" else x for x in expert_cache_devices]
+        caches = _int_list("expert_cache_devices", caches, -1)
+        if len(caches) > MAX_STAGES - 1:
+            raise ValueError(f"expert_cache_devices names stages 1..{MAX_STAGES - 1}, not {len(caches)}")
+        out["expert_cache"] = [0] + caches
+    return out

@@ -18,7 +18,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ._args import file_exists, float_arg, int_arg, path_arg, stop_strings, text_arg, token_ids
+from ._args import split_args, file_exists, float_arg, int_arg, path_arg, stop_strings, text_arg, token_ids
 from ._ffi import StrataError, check, ffi, lib
 from ._spec import Source, Speculator
 
@@ -92,8 +92,12 @@ class Model:
     only; same results), q8_sm60 (an approximation for GPUs without a fast dp4a: the decode GEMV
     of those matrices and of a Q8_0 head by the SM60 kernel over packed copies, not the usual
     kernels' bits; default False; docs/OLDER_GPUS.md), q8_sm60_bps (its persistent blocks per SM,
-    1..32; 0, the default: 4); CPU sessions
-    ignore them. cpu_pin binds the session's worker threads one per
+    1..32; 0, the default: 4), layer_split (several GPUs, docs/MULTI_GPU.md: None, the default,
+    no split; a sequence of layer counts, one per stage, summing to the model's; or "auto": by
+    each device's free memory), split_device (each stage's CUDA device; default 0, 1, ...; a device
+    may repeat), pipeline_windows, peer_device (-1: none) and expert_cache_devices (stage 1..N's
+    expert caches) — the last three not built yet and refused with the reason; CPU sessions
+    ignore them, but a layer split needs backend="cuda". cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
 
     def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,
@@ -108,7 +112,9 @@ class Model:
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True,
                  cache_admit: bool = False, stage_ahead: bool = False, stage_split: bool = False,
                  defer_cpu=0, defer_cpu_below: float = 0.1, route_tail_skip: float = 0.0,
-                 iq_stage_tables="auto", q8_sm60: bool = False, q8_sm60_bps: int = 0):
+                 iq_stage_tables="auto", q8_sm60: bool = False, q8_sm60_bps: int = 0,
+                 layer_split=None, split_device=None, pipeline_windows: bool = False,
+                 peer_device: int = -1, expert_cache_devices=None):
         path = path_arg("path", path, must_exist=False)
         n_ctx, n_batch = int_arg("n_ctx", n_ctx), int_arg("n_batch", n_batch)
         n_threads = int_arg("n_threads", n_threads)
@@ -187,6 +193,8 @@ class Model:
         else:
             stage_experts = int_arg("stage_experts", stage_experts)
         self.stage_experts, self.expert_cache, self.gpu_mem = int(stage_experts), int(expert_cache), int(gpu_mem)
+        self._split = split_args(layer_split, split_device, pipeline_windows, peer_device,
+                                 expert_cache_devices)
         self.path = path
         self._ptr = ffi.NULL
         file_exists(path)
@@ -358,6 +366,13 @@ class Model:
         cu.iq_stage_tables = self.iq_stage_tables
         cu.q8_sm60, cu.q8_sm60_bps = int(self.q8_sm60), self.q8_sm60_bps
         sp.cpu_pin = int(self.cpu_pin)
+        sq = sp.split
+        for name, value in self._split.items():
+            if isinstance(value, list):
+                for i, x in enumerate(value):
+                    getattr(sq, name)[i] = x
+            else:
+                setattr(sq, name, value)
         return sp
 
     def _new_session(self, sp=None):
