@@ -210,6 +210,7 @@ strata_status strata_session_create(const strata_model *model, const strata_sess
     s->q8_sm60 = p.cuda.q8_sm60;
     s->q8_sm60_bps = p.cuda.q8_sm60_bps > 0 ? p.cuda.q8_sm60_bps : 4;
     st_plan_resolve(&p, &s->plan);
+    s->split = p.split;
     s->fit_cpu_layers = fit;
     s->progress = p.progress;
     s->progress_data = p.progress_data;

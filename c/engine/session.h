@@ -27,6 +27,8 @@ struct strata_session {
     st_gpu *gpu;
     strata_type kv_type;
     st_placement_plan plan;     /* where routed experts live and move (plan.h) */
+    strata_split_params split;  /* CUDA: the layer split as asked (checked; the CUDA set-up
+                                   resolves it into stages, c/engine/cuda/stages.c) */
     int32_t fit_cpu_layers;     /* gpu_mem alone: the CPU layers the fit chose (-1: no fit) */
     st_degrade_params degrade;  /* DEGRADE_ZERO (degrade.h) */
     st_degrade_stats dstats;

@@ -487,13 +487,80 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
                                    float *logits, int all) {
     st_gpu *g = s->gpu;
     g->pool_open = 0;
-    const strata_status st = st_gpu_forward_go(s, tokens, T, logits, all);
+    strata_status st = st_gpu_forward_go(s, tokens, T, logits, all);
+    if (g->stages) { /* a split: back to stage 0, the session's state between calls */
+        const strata_status back = st_gpu_stage_enter(s, g->stages, 0);
+        if (st == STRATA_OK) st = back;
+    }
     st_gpu_warm_end(s, NULL, 0); /* a warm the pass left running (a failed call) */
     /* a call that failed after announcing a step to the expert pool: the layers it did not
      * publish are published empty, so the pool is not left waiting for them (st_pool_abandon) */
     if (st != STRATA_OK && g->pool_open) st_pool_abandon(g->pool, *g->h_step);
     g->pool_open = 0;
     return st;
+}
+
+/* The layers of s->gpu (all of them, or a split's stage: l0 .. l1 - 1) for a call of T tokens. A
+ * single-token step is captured into a CUDA graph once and then replayed as one launch: its
+ * kernels read the position from g->pos and everything else they use is fixed, except the
+ * attention plan, which changes every ST_ATTN_NP_BUCKET positions (a new capture, kept in place
+ * with cudaGraphExecUpdate). Not with profile's syncs or host work between layers: CPU layers
+ * only through the expert pool (its publish and wait kernels read the step number from
+ * g->d_step) and when asked (cuda_graphs 2: on one host its steps measured slower as graphs,
+ * erratically), no expert cache. A split's stages each keep their own graph. */
+static strata_status st_gpu_layers(strata_session *s, int64_t T, int64_t pos0, int pool) {
+    st_gpu *g = s->gpu;
+    const int graph = g->graphs && T == 1 && !s->profile && (s->plan.n_cpu_moe == 0 || (pool && g->graphs == 2)) &&
+                      !g->cache;
+    const int64_t gnp = graph ? st_cuda_attn_plan_np(pos0 + 1, s->n_ctx) : 0;
+    strata_status st = STRATA_OK;
+    if (graph && g->graph && g->graph_np == gnp) {
+        TRY(st_cuda_graph_launch(g->graph, g->stream));
+        s->graph_launches++;
+        for (int il = g->l0; il < g->l1; il++) { /* what the captured step's blocks counted */
+            s->slots_gpu[il] += g->graph_slots_gpu[il];
+            s->slots_cpu[il] += g->graph_slots_cpu[il];
+        }
+        s->pcie_bytes += g->graph_pcie_bytes;
+        s->cpu_batches += g->graph_cpu_batches;
+        s->defer_calls += g->graph_defer_calls;
+        return STRATA_OK;
+    }
+    if (graph) { /* the counters before, so the capture's own counts can be taken */
+        TRY(st_gpu_graph_counts(s, -1));
+        TRY(st_cuda_capture_begin(g->stream));
+    }
+    for (int il = g->l0; il < g->l1 && st == STRATA_OK; il++) st = st_gpu_forward_layer(s, il, T, pos0);
+    if (graph) {
+        if (st != STRATA_OK) {
+            st_cuda_capture_abort(g->stream);
+            return st;
+        }
+        int reused = 0;
+        TRY(st_cuda_capture_end_launch(g->stream, &g->graph, &reused));
+        TRY(st_gpu_graph_counts(s, 1));
+        g->graph_np = gnp;
+        s->graph_launches++;
+        s->graph_rebuilds++;
+    }
+    return st;
+}
+
+/* A split's stages after stage 0's embeddings: every stage's positions up, then each stage's
+ * layers with the hidden state handed on between them; s->gpu ends at the last stage. */
+static strata_status st_gpu_stages_run(strata_session *s, int64_t T, int64_t pos0, int pool) {
+    st_gpu_stages *S = s->gpu->stages;
+    const int32_t *hpos = s->gpu->hpos;
+    for (int i = 1; i < st_gpu_stages_n(S); i++) {
+        TRY(st_gpu_stage_enter(s, S, i));
+        TRY(st_cuda_memcpy_h2d(s->gpu->pos, hpos, sizeof(int32_t) * (size_t)(T + 1)));
+    }
+    for (int i = 0; i < st_gpu_stages_n(S); i++) {
+        if (i > 0) TRY(st_gpu_stage_handoff(s, S, i, T));
+        else TRY(st_gpu_stage_enter(s, S, 0));
+        TRY(st_gpu_layers(s, T, pos0, pool));
+    }
+    return STRATA_OK;
 }
 
 static strata_status st_gpu_forward_go(strata_session *s, const strata_token *tokens, int64_t T,
@@ -521,47 +588,8 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
     g->hpos[T] = st_gpu_rs_hist_row(s, T, pos0); /* qwen3next's rollback history: its row, -1 */
     TRY(st_cuda_memcpy_h2d(g->pos, g->hpos, sizeof(int32_t) * (size_t)(T + 1)));
     TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
-    /* A single-token step is captured into a CUDA graph once and then replayed as one launch:
-     * its kernels read the position from g->pos and everything else they use is fixed, except
-     * the attention plan, which changes every ST_ATTN_NP_BUCKET positions (a new capture, kept
-     * in place with cudaGraphExecUpdate). Not with profile's syncs or host work between layers:
-     * CPU layers only through the expert pool (its publish and wait kernels read the step number
-     * from g->d_step, uploaded above) and when asked (cuda_graphs 2: on one host its steps
-     * measured slower as graphs, erratically), no expert cache. */
-    const int graph = g->graphs && T == 1 && !s->profile && (s->plan.n_cpu_moe == 0 || (pool && g->graphs == 2)) &&
-                      !g->cache;
-    const int64_t gnp = graph ? st_cuda_attn_plan_np(pos0 + 1, s->n_ctx) : 0;
-    strata_status st = STRATA_OK;
-    if (graph && g->graph && g->graph_np == gnp) {
-        TRY(st_cuda_graph_launch(g->graph, g->stream));
-        s->graph_launches++;
-        for (int il = 0; il < hp->n_layer; il++) { /* what the captured step's blocks counted */
-            s->slots_gpu[il] += g->graph_slots_gpu[il];
-            s->slots_cpu[il] += g->graph_slots_cpu[il];
-        }
-        s->pcie_bytes += g->graph_pcie_bytes;
-        s->cpu_batches += g->graph_cpu_batches;
-        s->defer_calls += g->graph_defer_calls;
-    } else {
-        if (graph) { /* the counters before, so the capture's own counts can be taken */
-            TRY(st_gpu_graph_counts(s, -1));
-            TRY(st_cuda_capture_begin(g->stream));
-        }
-        for (int il = 0; il < hp->n_layer && st == STRATA_OK; il++) st = st_gpu_forward_layer(s, il, T, pos0);
-        if (graph) {
-            if (st != STRATA_OK) {
-                st_cuda_capture_abort(g->stream);
-                return st;
-            }
-            int reused = 0;
-            TRY(st_cuda_capture_end_launch(g->stream, &g->graph, &reused));
-            TRY(st_gpu_graph_counts(s, 1));
-            g->graph_np = gnp;
-            s->graph_launches++;
-            s->graph_rebuilds++;
-        }
-    }
-    TRY(st);
+    TRY(g->stages ? st_gpu_stages_run(s, T, pos0, pool) : st_gpu_layers(s, T, pos0, pool));
+    g = s->gpu; /* (a split's last stage: the output's) */
     if (s->mtp_h) TRY(st_gpu_mtp_rows(s, pos0, T)); /* (before the output: g->xn is its scratch too) */
     if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));
     else if (s->want_argmax) TRY(st_gpu_output_argmax(s, T - 1, s->argmax_out));

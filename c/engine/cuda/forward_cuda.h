@@ -68,8 +68,15 @@ typedef struct { const void *host; void *dev; } st_gpu_upload;
 
 typedef struct st_gpu_rs st_gpu_rs; /* deltanet_gpu.c: qwen3next's recurrent state */
 
+typedef struct st_gpu_stages st_gpu_stages; /* stages.c: a layer split's stages */
+
 struct st_gpu {
-    st_gpu_layer *layers;                 /* [n_layer] */
+    st_gpu_layer *layers;                 /* [n_layer]; a stage fills its own (l0 .. l1 - 1) and
+                                             layer l1's attn_norm (its last join's norm) */
+    int32_t l0, l1;                       /* the layers this state runs: 0 .. n_layer without a
+                                             split, a stage's range with one */
+    int device;                           /* a stage's CUDA device; -1: the current one (no split) */
+    st_gpu_stages *stages;                /* stage 0 of a split: every stage (stages.c); NULL */
     st_cuda_mat output;                   /* (n_embd, n_vocab) */
     float *output_norm;
     st_gpu_upload *ups;                   /* every device allocation of weights */
@@ -229,6 +236,19 @@ static inline void *st_gpu_db_dev(const st_gpu *g, const void *host) {
 static inline int st_gpu_pool_call(const strata_session *s, int64_t T) {
     return s->gpu->pool && T <= ST_POOL_T;
 }
+
+/* stages.c: a layer split (docs/MULTI_GPU.md). s->gpu is the stage being run; between calls,
+ * stage 0, which owns the others through g->stages. */
+strata_status st_gpu_stages_new(st_gpu *g0, int n);      /* g0->stages, stage 0 in place */
+void st_gpu_stages_put(st_gpu_stages *S, int i, st_gpu *g); /* stage i's state (owned) */
+strata_status st_gpu_stages_link(st_gpu_stages *S);      /* peer access, events, pinned rows */
+int st_gpu_stages_n(const st_gpu_stages *S);
+st_gpu *st_gpu_stages_get(const st_gpu_stages *S, int i);
+strata_status st_gpu_stage_enter(strata_session *s, const st_gpu_stages *S, int i); /* s->gpu, device */
+/* The hidden state of a call of T rows (x, and the next layer's norm xn and its Q8_1 rows xq)
+ * from stage i - 1 to stage i, ordered after the one's kernels and before the other's. */
+strata_status st_gpu_stage_handoff(strata_session *s, st_gpu_stages *S, int i, int64_t T);
+void st_gpu_stages_release(st_gpu_stages *S);           /* events and pinned rows, not the stages */
 
 /* forward_cuda_setup.c */
 strata_status st_gpu_alloc(void **p, size_t bytes); /* device memory (16 bytes for 0) */

@@ -6,6 +6,7 @@
  * the prediction buffers of gpu_prefetch and pipe, the cost model's measured figures. The
  * forward pass itself is forward_cuda.c and moe_block.c; they share forward_cuda.h. */
 #include "forward_cuda.h"
+#include "layer_split.h"
 #include "deltanet_gpu.h"
 #include "dot.h"
 
@@ -470,7 +471,9 @@ static strata_status st_gpu_upload_layers(strata_session *s) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
-    for (int il = 0; il < hp->n_layer; il++) {
+    if (g->l1 < hp->n_layer) /* a stage's last join takes the next stage's first attention norm */
+        TRY(st_gpu_put_f32(g, &m->layers[g->l1].attn_norm, &g->layers[g->l1].attn_norm));
+    for (int il = g->l0; il < g->l1; il++) {
         const st_layer *L = &m->layers[il];
         st_gpu_layer *G = &g->layers[il];
         TRY(st_gpu_put_f32(g, &L->attn_norm, &G->attn_norm));
@@ -610,13 +613,13 @@ static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
                            : st_cuda_kv_bytes(kv_type, &g->shape, s->n_ctx);
     const size_t per = st_round_up(one, 256);
     int32_t n_att = 0; /* layers with a cache: qwen3next's recurrent layers keep a state instead */
-    for (int il = 0; il < hp->n_layer; il++) n_att += !st_layer_recurrent(hp, il);
+    for (int il = g->l0; il < g->l1; il++) n_att += !st_layer_recurrent(hp, il); /* (a stage's own) */
     g->kv_bytes = (mla ? 1 : 2) * per * (size_t)n_att;
     strata_status st = st_cuda_malloc(&g->kv_mem, g->kv_bytes);
     if (st != STRATA_OK)
         return st_error(st, "gpu session: KV cache of %zu bytes (n_ctx %d): %s", g->kv_bytes,
                         (int)s->n_ctx, strata_last_error());
-    for (int il = 0, a = 0; il < hp->n_layer; il++) {
+    for (int il = g->l0, a = 0; il < g->l1; il++) {
         st_cuda_kv_layer *kv = &g->layers[il].kv;
         kv->type = kv_type;
         kv->n_ctx = s->n_ctx;
@@ -628,7 +631,7 @@ static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
     return STRATA_OK;
 }
 
-void st_gpu_free(strata_session *s) {
+static void st_gpu_free_one(strata_session *s) {
     st_gpu *g = s ? s->gpu : NULL;
     if (!g) return;
     char err[512]; /* the last error (a failed create's reason) outlives the frees */
@@ -690,6 +693,23 @@ void st_gpu_free(strata_session *s) {
     s->gpu = NULL;
 }
 
+/* Every stage of a split (the last first, each on its device), then stage 0 or the one state. */
+void st_gpu_free(strata_session *s) {
+    st_gpu *g0 = s ? s->gpu : NULL;
+    st_gpu_stages *S = g0 ? g0->stages : NULL;
+    for (int i = st_gpu_stages_n(S) - 1; S && i >= 1; i--) {
+        if (st_gpu_stage_enter(s, S, i) != STRATA_OK) st_error_clear();
+        st_gpu_free_one(s);
+    }
+    if (S) {
+        s->gpu = g0;
+        if (g0->device >= 0 && st_cuda_set_device(g0->device) != STRATA_OK) st_error_clear();
+        st_gpu_stages_release(S);
+        g0->stages = NULL;
+    }
+    st_gpu_free_one(s);
+}
+
 /* The attention's shape and the RoPE parameters of the kernels, from the model and session. */
 static void st_gpu_set_shape(strata_session *s) {
     const strata_model *m = s->model;
@@ -726,8 +746,10 @@ static strata_status st_gpu_upload_weights(strata_session *s) {
     st_gpu *g = s->gpu;
     if (m->output_norm.type != STRATA_TYPE_F32)
         return st_error(STRATA_ERR_UNSUPPORTED, "gpu session: output_norm is not f32");
-    TRY(st_gpu_put_f32(g, &m->output_norm, &g->output_norm));
-    TRY(st_gpu_put_mat(g, &m->output, &g->output));
+    if (g->l1 == m->hp.n_layer) { /* (a split's last stage) */
+        TRY(st_gpu_put_f32(g, &m->output_norm, &g->output_norm));
+        TRY(st_gpu_put_mat(g, &m->output, &g->output));
+    }
     return st_gpu_upload_layers(s);
 }
 
@@ -871,6 +893,44 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
     return STRATA_OK;
 }
 
+static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int device);
+
+/* A layer split (layer_split.h, stages.c): the stages resolved (auto: by the devices' free
+ * memory now), then one GPU state per stage built on its device, stage 0's holding the others.
+ * qwen3next's recurrent state is rolled back per session, not per stage: refused for now. */
+static strata_status st_gpu_create_split(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    for (int il = 0; il < hp->n_layer; il++)
+        if (st_layer_recurrent(hp, il))
+            return st_error(STRATA_ERR_UNSUPPORTED, "layer_split with recurrent layers (qwen3next): not built "
+                            "yet (docs/MULTI_GPU.md)");
+    int n_dev = 0;
+    TRY(st_cuda_device_count(&n_dev));
+    int64_t free_b[64] = {0};
+    for (int d = 0; s->split.auto_layers && d < n_dev && d < 64; d++) {
+        size_t f = 0, t = 0;
+        TRY(st_cuda_device_mem_info(d, &f, &t));
+        free_b[d] = (int64_t)f;
+    }
+    st_layer_split sp;
+    st_split_resolve(&s->split, hp->n_layer, n_dev, free_b, &sp);
+    TRY(st_cuda_set_device(sp.device[0]));
+    TRY(st_gpu_build(s, sp.first[0], sp.first[1], sp.device[0]));
+    st_gpu *g0 = s->gpu;
+    TRY(st_gpu_stages_new(g0, sp.n_stages));
+    strata_status st = STRATA_OK;
+    for (int i = 1; i < sp.n_stages && st == STRATA_OK; i++) {
+        st = st_cuda_set_device(sp.device[i]);
+        s->gpu = NULL;
+        if (st == STRATA_OK) st = st_gpu_build(s, sp.first[i], sp.first[i + 1], sp.device[i]);
+        st_gpu_stages_put(g0->stages, i, s->gpu); /* (partly built on failure: freed with the rest) */
+    }
+    s->gpu = g0;
+    if (st == STRATA_OK) st = st_gpu_stages_link(g0->stages);
+    if (st == STRATA_OK) st = st_cuda_set_device(sp.device[0]);
+    return st;
+}
+
 /* The session's GPU state, in an order the memory decisions depend on: the weights, the KV cache
  * and scratch, the pinned host memory, the expert placement's parts (cache, pool, the prediction
  * of pipe and cpu_warm, stage slots), and last the prompt tiles' copies in what is left. */
@@ -887,9 +947,21 @@ strata_status st_gpu_create(strata_session *s) {
         s->iq_stage_tables = st_cuda_iq_stage_default(di.cc_major, di.cc_minor);
     }
     st_cuda_moe_set_iq_stage(s->iq_stage_tables);
+    if (st_split_asked(&s->split)) return st_gpu_create_split(s);
+    return st_gpu_build(s, 0, hp->n_layer, -1);
+}
+
+/* One GPU state for layers l0 .. l1 - 1 on the current device (device: a stage's, -1 none), in
+ * s->gpu (partly built on failure: st_gpu_free releases it). */
+static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int device) {
+    const strata_model *m = s->model;
+    const st_hparams *hp = &m->hp;
     st_gpu *g = calloc(1, sizeof *g);
     if (!g) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     s->gpu = g;
+    g->l0 = l0;
+    g->l1 = l1;
+    g->device = device;
     g->graphs = s->cuda_graphs;
     TRY(st_cuda_stream_create(&g->stream));
     g->progress = s->progress;
@@ -1086,7 +1158,17 @@ static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t *slots) 
     return STRATA_OK;
 }
 
-size_t st_gpu_weight_bytes(const strata_session *s) { return s && s->gpu ? s->gpu->weight_bytes : 0; }
+/* A split's figures are its stages' sums (stage 0 holds the others). */
+static const st_gpu *st_gpu_stage_of(const strata_session *s, int i) {
+    const st_gpu *g = s ? s->gpu : NULL;
+    return !g ? NULL : !g->stages ? (i == 0 ? g : NULL) : i < st_gpu_stages_n(g->stages) ? st_gpu_stages_get(g->stages, i) : NULL;
+}
+
+size_t st_gpu_weight_bytes(const strata_session *s) {
+    size_t n = 0;
+    for (int i = 0; st_gpu_stage_of(s, i); i++) n += st_gpu_stage_of(s, i)->weight_bytes;
+    return n;
+}
 st_gpu_tier *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { return s && s->gpu ? (int64_t)s->gpu->pinned_bytes : 0; }
 int64_t st_gpu_tail_skipped(const strata_session *s, int reset) {
@@ -1109,8 +1191,11 @@ double st_gpu_plan_rate(const strata_session *s) {
     return st_cost_plan_rate(&s->cost, hp->n_expert_used, st_model_moe_layers(s->model, n_cpu), g->cpu_split);
 }
 void st_gpu_mem_stats(const strata_session *s, int64_t *kv_bytes, int64_t *state_bytes) {
-    *kv_bytes = s && s->gpu ? (int64_t)s->gpu->kv_bytes : 0;
-    *state_bytes = s && s->gpu ? (int64_t)s->gpu->rs_bytes : 0;
+    *kv_bytes = *state_bytes = 0;
+    for (int i = 0; st_gpu_stage_of(s, i); i++) {
+        *kv_bytes += (int64_t)st_gpu_stage_of(s, i)->kv_bytes;
+        *state_bytes += (int64_t)st_gpu_stage_of(s, i)->rs_bytes;
+    }
 }
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60) {
     *bytes = s && s->gpu ? (int64_t)s->gpu->tiles_bytes : 0;
