@@ -1,0 +1,184 @@
+/* test_cuda_split.c - the layer split of a CUDA session (issue 36, c/engine/cuda/stages.c,
+ * docs/MULTI_GPU.md) against the unsplit session: on one card, stages on the same device repeated
+ * (split_device 0,0 and 0,0,0) must give the unsplit logits BIT FOR BIT, since each layer runs the
+ * same kernels: a prompt (one call of 40 tokens: the prompt tiles; and in calls of 7: the GEMV),
+ * then decode steps (CUDA graphs on: each stage its own), a verify window of 5 rolled back to its
+ * first 2 tokens, and more steps after the rollback. Models: the trained default model
+ * (models/strata-tiny-moe-q8_0.gguf, Q8_0), a random qwen3moe (f32, 4 layers) and a random
+ * deepseek2 (latent attention, 2 leading dense layers). With two or more devices the same runs over
+ * devices 0,1 (a peer copy or the pinned host rows); with fewer that part skips, saying so; a split
+ * over a device that is not there is refused naming it. Without a usable GPU everything skips. */
+#include "model_build.h"
+#include "strata.h"
+#include "test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { NP = 40, NS = 6, NW = 5, NKEEP = 2, NA = 4 }; /* prompt, steps, window, kept, steps after */
+#define ROWS (NP + NS + NW + NA)
+
+/* Every logit row of the sequence: the prompt (calls of `chunk` tokens, all rows), NS decode
+ * steps, a verify window of NW (all rows) of which NKEEP are kept (truncate), NA steps after. */
+static strata_status run(const strata_model *m, const strata_session_params *sp, int chunk, int32_t V,
+                         float *out) {
+    strata_token toks[ROWS];
+    for (int i = 0; i < ROWS; i++) toks[i] = (strata_token)((i * 37 + 11) % (V > 1 ? V - 1 : 1) + 1);
+    strata_session *s = NULL;
+    strata_status st = strata_session_create(m, sp, &s);
+    if (st != STRATA_OK) return st;
+    int64_t r = 0;
+    for (; r < NP && st == STRATA_OK; r += chunk) {
+        const int64_t n = NP - r < chunk ? NP - r : chunk;
+        st = strata_session_decode(s, toks + r, n, out + (size_t)r * V, 1);
+    }
+    for (int i = 0; i < NS && st == STRATA_OK; i++, r++)
+        st = strata_session_decode_gen(s, toks + r, 1, out + (size_t)r * V, 0);
+    if (st == STRATA_OK) st = strata_session_decode_gen(s, toks + r, NW, out + (size_t)r * V, 1);
+    if (st == STRATA_OK) st = strata_session_truncate(s, (int32_t)(NP + NS + NKEEP));
+    r += NW;
+    for (int i = 0; i < NA && st == STRATA_OK; i++, r++) /* after the rollback: the window's tail again */
+        st = strata_session_decode_gen(s, toks + NP + NS + NKEEP + i, 1, out + (size_t)r * V, 0);
+    strata_session_free(s);
+    return st;
+}
+
+static strata_session_params base_params(void) {
+    strata_session_params sp = strata_session_default_params();
+    sp.backend = STRATA_BACKEND_CUDA;
+    sp.n_ctx = 128;
+    sp.n_batch = 64;
+    sp.n_threads = 2;
+    sp.cuda.graphs = 1;
+    return sp;
+}
+
+/* The split over devices dev[0..n-1] (layers as even as the count allows) against the unsplit run. */
+static void compare_split(const char *what, const strata_model *m, int n, const int32_t *dev, int chunk) {
+    strata_model_info mi;
+    strata_model_get_info(m, &mi);
+    const int32_t V = mi.n_vocab, L = mi.n_layer;
+    float *a = calloc((size_t)ROWS * V, sizeof *a), *b = calloc((size_t)ROWS * V, sizeof *b);
+    strata_session_params sp = base_params();
+    strata_status st = run(m, &sp, chunk, V, a);
+    CHECK(st == STRATA_OK, "%s: unsplit run: %s", what, strata_last_error());
+    sp.split.n_stages = n;
+    for (int i = 0; i < n; i++) {
+        sp.split.layers[i] = L / n + (i < L % n);
+        sp.split.device[i] = dev[i];
+    }
+    const strata_status st2 = run(m, &sp, chunk, V, b);
+    CHECK(st2 == STRATA_OK, "%s: split run: %s", what, strata_last_error());
+    if (st == STRATA_OK && st2 == STRATA_OK) {
+        size_t diff = 0, first = 0;
+        for (size_t i = 0; i < (size_t)ROWS * V; i++)
+            if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && diff++ == 0) first = i;
+        CHECK(diff == 0, "%s (%d stages, chunk %d): %zu logits differ in bits, the first at row %zu (%g vs %g)",
+              what, n, chunk, diff, first / (size_t)V, (double)a[first], (double)b[first]);
+    }
+    free(a);
+    free(b);
+}
+
+static void check_model(const char *what, const strata_model *m, int n_dev) {
+    const int32_t same2[2] = {0, 0}, same3[3] = {0, 0, 0}, two[2] = {0, 1};
+    compare_split(what, m, 2, same2, NP);
+    compare_split(what, m, 2, same2, 7);
+    compare_split(what, m, 3, same3, NP);
+    if (n_dev >= 2) compare_split(what, m, 2, two, NP);
+    else SKIP("%s: a split over devices 0,1 needs two GPUs; this machine has %d", what, n_dev);
+}
+
+static strata_model *load(const char *path) {
+    strata_model *m = NULL;
+    strata_model_params mp = strata_model_default_params();
+    mp.n_threads = 2;
+    if (strata_model_load(path, &mp, &m) != STRATA_OK) {
+        CHECK(0, "load %s: %s", path, strata_last_error());
+        return NULL;
+    }
+    return m;
+}
+
+/* deepseek2 as test_dense_lead.c writes it: 4 layers, the first 2 dense. */
+static int write_deepseek2(const char *path) {
+    static const mla_spec S = {.n_embd = 64, .n_head = 4, .kv_lora = 32, .n_rot = 16, .qk_nope = 16, .v_head = 16,
+                               .n_ff = 96, .n_ff_exp = 32, .n_expert = 16, .n_dense = 2};
+    f32_file f;
+    if (!f32_file_create(&f, path, 0x5DEECE66DULL)) return 0;
+    st_gguf_writer *w = f.w;
+    const struct { const char *k; uint32_t v; } keys[] = {
+        {"deepseek2.context_length", 256}, {"deepseek2.embedding_length", 64}, {"deepseek2.block_count", 4},
+        {"deepseek2.feed_forward_length", 96}, {"deepseek2.expert_feed_forward_length", 32},
+        {"deepseek2.expert_count", 16}, {"deepseek2.expert_used_count", 4}, {"deepseek2.expert_shared_count", 1},
+        {"deepseek2.leading_dense_block_count", 2}, {"deepseek2.expert_gating_func", 2}};
+    st_gguf_writer_set_str(w, "general.architecture", "deepseek2");
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) st_gguf_writer_set_u32(w, keys[i].k, keys[i].v);
+    mla_write_attn_keys(w, &S);
+    st_gguf_writer_set_f32(w, "deepseek2.attention.layer_norm_rms_epsilon", 1e-6f);
+    st_gguf_writer_set_f32(w, "deepseek2.rope.freq_base", 10000.0f);
+    st_gguf_writer_set_f32(w, "deepseek2.expert_weights_scale", 2.5f);
+    st_gguf_writer_set_bool(w, "deepseek2.expert_weights_norm", 1);
+    int ok = f32_add(&f, "token_embd.weight", 64, 64, 1, 0.5f, 0.0f) &&
+             f32_add(&f, "output_norm.weight", 64, 1, 1, 0.1f, 1.0f) &&
+             f32_add(&f, "output.weight", 64, 64, 1, 0.2f, 0.0f);
+    for (int il = 0; il < 4 && ok; il++) ok = mla_add_layer(&f, &S, il);
+    return f32_file_finish(&f, ok, "deepseek2");
+}
+
+static void test_models(int n_dev) {
+    const char *tiny = "models/strata-tiny-moe-q8_0.gguf";
+    strata_model *m = NULL;
+    if (access(tiny, R_OK) != 0) SKIP("%s not found (run from the repository root)", tiny);
+    else if ((m = load(tiny))) check_model("tiny-moe q8_0", m, n_dev);
+    strata_model_free(m);
+
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/strata_split_%d.gguf", (int)getpid());
+    spec s = base_spec("qwen3moe");
+    s.n_layer = 4;
+    s.head_dim = 64; /* what the GPU attention takes */
+    s.n_vocab = 64;
+    if (write_model(&s, path) && (m = load(path))) check_model("qwen3moe f32", m, n_dev);
+    strata_model_free(m);
+    m = NULL;
+    if (write_deepseek2(path) && (m = load(path))) check_model("deepseek2 mla", m, n_dev);
+    strata_model_free(m);
+    unlink(path);
+}
+
+/* A split over a device that is not there: refused at create, naming it. */
+static void test_missing_device(int n_dev) {
+    strata_session_params sp = base_params();
+    const char *tiny = "models/strata-tiny-moe-q8_0.gguf";
+    strata_model *m = access(tiny, R_OK) == 0 ? load(tiny) : NULL;
+    if (!m) return;
+    strata_model_info mi;
+    strata_model_get_info(m, &mi);
+    sp.split.n_stages = 2;
+    sp.split.layers[0] = mi.n_layer - 1, sp.split.layers[1] = 1;
+    sp.split.device[0] = 0, sp.split.device[1] = n_dev;
+    strata_session *s = NULL;
+    const strata_status st = strata_session_create(m, &sp, &s);
+    char want[96];
+    snprintf(want, sizeof want, "split_device %d of stage 1: no such CUDA device", n_dev);
+    CHECK(st == STRATA_ERR_INVALID_ARG && strstr(strata_last_error(), want), "got %d '%s'", (int)st,
+          strata_last_error());
+    strata_session_free(s);
+    strata_model_free(m);
+}
+
+int main(void) {
+    strata_backend_info bi;
+    int32_t n_dev = 0;
+    if (strata_backend_query(STRATA_BACKEND_CUDA, &bi) != STRATA_OK || !bi.available ||
+        strata_cuda_device_count(&n_dev) != STRATA_OK || n_dev < 1) {
+        SKIP("no usable CUDA device: %s", bi.detail);
+        return test_report();
+    }
+    test_models((int)n_dev);
+    test_missing_device((int)n_dev);
+    return test_report();
+}
