@@ -19,19 +19,21 @@ TESTS=${TESTS:-test_cuda_attn test_cuda_session test_cuda_mla test_cuda_moe test
 test_cuda_mmv test_cuda_deltanet test_cuda_mtp test_cuda_spec test_kv_stats test_cuda_split}
 M="make -j${JOBS:-2} CUDA=1 BUILD=$B OUTDIR=$B SAN=$(printf %q "$VIS") NVCC_EXTRA='-Xcompiler -fvisibility=default'"
 eval "$M $B/strata $B/libstrata.so" > /tmp/prebuild.log 2>&1 || { tail -20 /tmp/prebuild.log; exit 1; }
-rm -rf build-pre && mkdir -p build-pre/tests
+P=build-pre.new # packed aside, then moved in one step (a call may copy the tree meanwhile)
+rm -rf $P && mkdir -p $P/tests
 so=$(readlink $B/libstrata.so)
-strip -o build-pre/$so $B/$so
+strip -o $P/$so $B/$so
 var() { eval "$M -s --eval 'print-%: ; @echo \$(\$*)' print-$1"; } # a make variable, expanded
 flags=$(var CFLAGS)
 objs=$(var CLI_OBJS)
-cc -o build-pre/strata $objs -Lbuild-pre -l:$so -Wl,-rpath,'$ORIGIN' -lm -lpthread
+cc -o $P/strata $objs -L$P -l:$so -Wl,-rpath,'$ORIGIN' -lm -lpthread
 for t in $TESTS; do
     [ -f c/tests/$t.c ] || { echo "no c/tests/$t.c: skipped"; continue; }
-    cc $flags -Ic/tests -o build-pre/tests/$t c/tests/$t.c -Lbuild-pre -l:$so \
+    cc $flags -Ic/tests -o $P/tests/$t c/tests/$t.c -L$P -l:$so \
         -Wl,-rpath,'$ORIGIN/../..' -lm -lpthread
 done
-strip build-pre/strata build-pre/tests/*
-xz -T2 -6 build-pre/$so
-git rev-parse --short HEAD > build-pre/REVISION
+strip $P/strata $P/tests/*
+xz -T2 -6 $P/$so
+git rev-parse --short HEAD > $P/REVISION
+rm -rf build-pre && mv $P build-pre
 du -sh build-pre
