@@ -241,7 +241,8 @@ static void prep_case(const st_cuda_rope_params *rp, int H, int R, int nr, int n
     /* the launches the session made before (st_gpu_mla_block's fallback) */
     strata_status st = st_cuda_rmsnorm(dkv1, lkv, dkv1, lkv, dw, R, 1, T, eps, NULL);
     if (st == STRATA_OK) st = st_cuda_rope(rp, dkv1 + R, lkv, 1, nr, T, dpos, pos0, NULL);
-    if (st == STRATA_OK) st = st_cuda_mla_copy_rows(dq1 + R, D, dq + nope, hk, nr, T * H, NULL);
+    for (int64_t t = 0; t < T && st == STRATA_OK; t++) /* a token's heads at stride hk, its row at lq */
+        st = st_cuda_mla_copy_rows(dq1 + t * ldq + R, D, dq + t * lq + nope, hk, nr, H, NULL);
     if (st == STRATA_OK) st = st_cuda_rope(rp, dq1 + R, ldq, H, D, T, dpos, pos0, NULL);
     if (st == STRATA_OK) st = st_cuda_mla_store(&kv1, &gs, dkv1, lkv, T, pos0, dpos, NULL);
     CHECK(st == STRATA_OK, "%s: unfused: %s", desc, strata_last_error());

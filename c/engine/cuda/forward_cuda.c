@@ -290,7 +290,11 @@ static strata_status st_gpu_mla_block(strata_session *s, int il, int64_t T, int6
     } else {
         TRY(st_cuda_rmsnorm(kv, lkv, kv, lkv, G->kv_a_norm, R, 1, T, eps, g->stream));
         TRY(st_cuda_rope(&g->rope, kv + R, lkv, 1, nr, T, g->pos, pos0, g->stream));
-        TRY(st_cuda_mla_copy_rows(g->q + R, D, q + nope, hk, nr, T * H, g->stream));
+        if (lq == H * hk)
+            TRY(st_cuda_mla_copy_rows(g->q + R, D, q + nope, hk, nr, T * H, g->stream));
+        else /* the joined rows: a token's heads at stride hk, its row at lq */
+            for (int64_t t = 0; t < T; t++)
+                TRY(st_cuda_mla_copy_rows(g->q + t * H * D + R, D, q + t * lq + nope, hk, nr, H, g->stream));
         TRY(st_cuda_rope(&g->rope, g->q + R, H * D, H, D, T, g->pos, pos0, g->stream));
         TRY(st_cuda_mla_store(&G->kv, &g->mla, kv, lkv, T, pos0, g->pos, g->stream));
     }
