@@ -119,6 +119,7 @@ fi
 srow() { # tag args... (SDEV: the backend flag, --gpu unless set)
     local tag=$1
     shift
+    [ "${ONLY:-}" = llama ] && return 0 # ONLY=llama: llama-bench's rows alone (Strata's ran earlier)
     late "strata $tag" && return
     timeout 200 ./strata bench -m $F -p 512 -n 64 -r "$R" ${SDEV:---gpu} -t 16 "$@" --json "$J/s_$tag.json" \
         > "$J/s_$tag.md" 2> "$J/s_$tag.err"
