@@ -24,7 +24,8 @@
 # longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW
 # (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions,
 # default 2), ROUNDS (interleaved rounds, default 2), LAYERS_<stage> (fewer layers; qwen3next 12
-# unless set), SYNTH_DIR (where the files go; /dev/shm), SYNTH_JOBS (the first file's writers,
+# unless set), LONG=N (ds2_long.py on the lite file: an N-token prompt and 64 decode steps, GPU
+# against CPU), ONLY=llama (llama-bench's rows alone), SYNTH_DIR (where the files go; /dev/shm), SYNTH_JOBS (the first file's writers,
 # default 6), PREBUILT (device_common.sh: a tree built here and carried), PROF (0: no --profile row), PREWRITE (1:
 # every stage's file written at the start, in parallel: small files only). $OUT:
 # device_ds2.log, the test logs, ds2/bench.tar.
@@ -148,6 +149,11 @@ for m in $MODELS; do
     [ -f /tmp/ds2_$m.done ] || { echo "$m file not written: $(tail -3 "$J/synth_$m.log")"; continue; }
     F=$(sdir $m)/ds2_$m.gguf
     echo "$m written at $(el)s: $(du -h $F | cut -f1)"; grep -iE "bytes|expert" "$J/synth_$m.log" | head -5
+    if [ "$m" = lite ] && [ "${LONG:-0}" != 0 ]; then # GPU vs CPU sessions at real shapes (kv_lora 512)
+        STRATA_LIB=$PWD/libstrata.so PYTHONPATH=$PWD/python:$PYTHONPATH timeout 240 \
+            python3 bench/device/ds2_long.py "$F" "$LONG" 64 2>&1 | tail -6
+        echo "ds2_long on $m at $(el)s"
+    fi
     for p in $(seq "${ROUNDS:-2}"); do # interleaved rounds
         srow ${m}_gpu_$p # Strata's rows first: llama-bench may still be building in the first round
         srow ${m}_cpumoe_$p --cpu-moe
