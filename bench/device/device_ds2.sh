@@ -11,7 +11,10 @@
 # (Q4_K experts), "air" GLM-4.5-Air (Q3_K_M mix, without its MTP layer, vocab padded to 151552:
 # about 52 GiB, so one stage a call and the disk holds only its file), "oss20b" gpt-oss-20b (MXFP4
 # experts, vocab padded to 201088), "qwen3next" Qwen3-Next-80B-A3B's first 12 layers (3 periods of
-# 3 gated DeltaNet + 1 attention layer; Q3_K_M mix, vocab 151936: about 9 GiB).
+# 3 gated DeltaNet + 1 attention layer; Q3_K_M mix, vocab 151936: about 9 GiB). The largest models
+# at their real per-layer shapes with fewer layers: "v3" DeepSeek-V3 / R1 (8 layers, 3 of them dense:
+# 45 GiB), "kimi" Kimi-K2 (6 layers: 48 GiB), "glm45" GLM-4.5 (24 layers), "oss120b" gpt-oss-120b
+# (all 36 layers: 59 GiB); every expert count of a stage's -ncmoe / cache row counts its layers.
 # The first model stage's file is written while the build and tests run, the others after the rows
 # before them; a file already written by an earlier call on a warm machine is reused, every other
 # stage's file is removed before a new one is written. With .devdata/ds2_v3.gguf carried,
@@ -49,17 +52,27 @@ synth_args() { # stage -> synth_arch.py preset and options
     air) echo glm-4.5-air --no-mtp --pad-vocab ${LAYERS_air:+--layers $LAYERS_air} ;;
     oss20b) echo gpt-oss-20b --pad-vocab ${LAYERS_oss20b:+--layers $LAYERS_oss20b} ;;
     qwen3next) echo qwen3-next-80b --layers ${LAYERS_qwen3next:-12} --pad-vocab ;;
+    v3) echo deepseek-v3 --layers ${LAYERS_v3:-8} --pad-vocab ;;
+    kimi) echo kimi-k2 --layers ${LAYERS_kimi:-6} --pad-vocab ;;
+    glm45) echo glm-4.5 --no-mtp --layers ${LAYERS_glm45:-24} --pad-vocab ;;
+    oss120b) echo gpt-oss-120b --pad-vocab ${LAYERS_oss120b:+--layers $LAYERS_oss120b} ;;
     esac
 }
-n_experts() { case $1 in lite) echo 64 ;; air) echo 128 ;; oss20b) echo 32 ;; qwen3next) echo 512 ;; esac; }
+n_experts() {
+    case $1 in
+    lite) echo 64 ;; air) echo 128 ;; oss20b) echo 32 ;; qwen3next) echo 512 ;; v3) echo 256 ;; kimi) echo 384 ;;
+    glm45) echo 160 ;; oss120b) echo 128 ;;
+    esac
+}
 n_moe_layers() { # llama-bench's -ncmoe for every MoE layer on the CPU
     case $1 in
     lite) echo ${LAYERS_lite:-27} ;; air) echo ${LAYERS_air:-46} ;; oss20b) echo ${LAYERS_oss20b:-24} ;;
-    qwen3next) echo ${LAYERS_qwen3next:-12} ;;
+    qwen3next) echo ${LAYERS_qwen3next:-12} ;; v3) echo ${LAYERS_v3:-8} ;; kimi) echo ${LAYERS_kimi:-6} ;;
+    glm45) echo ${LAYERS_glm45:-24} ;; oss120b) echo ${LAYERS_oss120b:-36} ;;
     esac
 }
 MODELS=""
-for m in lite air oss20b qwen3next; do have $m && MODELS="$MODELS $m"; done
+for m in lite air oss20b qwen3next v3 kimi glm45 oss120b; do have $m && MODELS="$MODELS $m"; done
 set -- $MODELS
 FIRST=${1:-}
 # Where a stage's file goes: /dev/shm (RAM) unless SYNTH_DIR says otherwise or the stage is air
