@@ -550,13 +550,15 @@ static strata_status st_gpu_layers(strata_session *s, int64_t T, int64_t pos0, i
     return st;
 }
 
-/* A split's stages after stage 0's embeddings: every stage's positions up, then each stage's
- * layers with the hidden state handed on between them; s->gpu ends at the last stage. */
+/* A split's stages after stage 0's embeddings: every stage's positions up and its per-call state
+ * as st_gpu_forward_go sets stage 0's (no deferred pool rows due), then each stage's layers with
+ * the hidden state handed on between them; s->gpu ends at the last stage. */
 static strata_status st_gpu_stages_run(strata_session *s, int64_t T, int64_t pos0, int pool) {
     st_gpu_stages *S = s->gpu->stages;
     const int32_t *hpos = s->gpu->hpos;
     for (int i = 1; i < st_gpu_stages_n(S); i++) {
         TRY(st_gpu_stage_enter(s, S, i));
+        s->gpu->defer_pending = -1;
         TRY(st_cuda_memcpy_h2d(s->gpu->pos, hpos, sizeof(int32_t) * (size_t)(T + 1)));
     }
     for (int i = 0; i < st_gpu_stages_n(S); i++) {

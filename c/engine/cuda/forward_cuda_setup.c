@@ -700,6 +700,7 @@ void st_gpu_free(strata_session *s) {
     for (int i = st_gpu_stages_n(S) - 1; S && i >= 1; i--) {
         if (st_gpu_stage_enter(s, S, i) != STRATA_OK) st_error_clear();
         st_gpu_free_one(s);
+        st_gpu_stages_put(S, i, NULL); /* (freed: no pointer left to it) */
     }
     if (S) {
         s->gpu = g0;
@@ -900,6 +901,15 @@ static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int
  * qwen3next's recurrent state is rolled back per session, not per stage: refused for now. */
 static strata_status st_gpu_create_split(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
+    const st_placement_plan *pl = &s->plan;
+    /* every stage runs its layers' experts resident (the unsplit kernels): the CPU layers, the
+     * expert pool behind the doorbell and the caches are one per session, not per stage */
+    if (pl->n_cpu_moe != 0 || pl->expert_cache != 0 || pl->doorbell || pl->stage_experts != 0 || pl->cpu_misses ||
+        pl->cpu_misses_auto || pl->ram_gpu || s->tail_skip > 0.0f || s->degrade.enabled)
+        return st_error(STRATA_ERR_UNSUPPORTED, "layer_split: each stage keeps its layers' experts resident; "
+                        "this session's placement (n_cpu_moe %d, expert_cache %d, doorbell %d) puts some "
+                        "elsewhere: not built yet (docs/MULTI_GPU.md)", (int)pl->n_cpu_moe,
+                        (int)pl->expert_cache, pl->doorbell);
     for (int il = 0; il < hp->n_layer; il++)
         if (st_layer_recurrent(hp, il))
             return st_error(STRATA_ERR_UNSUPPORTED, "layer_split with recurrent layers (qwen3next): not built "
@@ -962,6 +972,7 @@ static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int
     g->l0 = l0;
     g->l1 = l1;
     g->device = device;
+    g->defer_pending = -1; /* none due (calloc's 0 would name layer 0) */
     g->graphs = s->cuda_graphs;
     TRY(st_cuda_stream_create(&g->stream));
     g->progress = s->progress;
