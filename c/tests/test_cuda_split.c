@@ -30,9 +30,10 @@ static strata_status run(const strata_model *m, const strata_session_params *sp,
     strata_status st = strata_session_create(m, sp, &s);
     if (st != STRATA_OK) return st;
     int64_t r = 0;
-    for (; r < NP && st == STRATA_OK; r += chunk) {
+    while (r < NP && st == STRATA_OK) { /* (r moves by the call's own n: NP need not divide by chunk) */
         const int64_t n = NP - r < chunk ? NP - r : chunk;
         st = strata_session_decode(s, toks + r, n, out + (size_t)r * V, 1);
+        r += n;
     }
     for (int i = 0; i < NS && st == STRATA_OK; i++, r++)
         st = strata_session_decode_gen(s, toks + r, 1, out + (size_t)r * V, 0);
@@ -60,7 +61,9 @@ static void compare_split(const char *what, const strata_model *m, int n, const 
     strata_model_info mi;
     strata_model_get_info(m, &mi);
     const int32_t V = mi.n_vocab, L = mi.n_layer;
-    float *a = calloc((size_t)ROWS * V, sizeof *a), *b = calloc((size_t)ROWS * V, sizeof *b);
+    /* a guard row after the ROWS rows of each: no call may write past them */
+    float *a = calloc((size_t)(ROWS + 1) * V, sizeof *a), *b = calloc((size_t)(ROWS + 1) * V, sizeof *b);
+    for (size_t i = (size_t)ROWS * V; i < (size_t)(ROWS + 1) * V; i++) a[i] = b[i] = -12345.0f;
     strata_session_params sp = base_params();
     strata_status st = run(m, &sp, chunk, V, a);
     CHECK(st == STRATA_OK, "%s: unsplit run: %s", what, strata_last_error());
@@ -78,6 +81,9 @@ static void compare_split(const char *what, const strata_model *m, int n, const 
         CHECK(diff == 0, "%s (%d stages, chunk %d): %zu logits differ in bits, the first at row %zu (%g vs %g)",
               what, n, chunk, diff, first / (size_t)V, (double)a[first], (double)b[first]);
     }
+    size_t over = 0;
+    for (size_t i = (size_t)ROWS * V; i < (size_t)(ROWS + 1) * V; i++) over += a[i] != -12345.0f || b[i] != -12345.0f;
+    CHECK(over == 0, "%s (%d stages, chunk %d): %zu logits written past the %d rows", what, n, chunk, over, ROWS);
     free(a);
     free(b);
 }
