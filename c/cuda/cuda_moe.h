@@ -39,8 +39,13 @@ typedef struct st_cuda_expert {
 int st_cuda_moe_supports(strata_type type);
 int st_cuda_moe_type_dp4a(strata_type type);
 /* 1 if type has the tensor-core tile path of prompt batches (see ST_CUDA_MOE_MAX_PAIRS): Q4_0,
- * Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. Defined in mmq.cu. */
+ * Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, the IQ3 / IQ2 / IQ1
+ * types, MXFP4. Defined in mmq.cu. */
 int st_cuda_moe_type_tiles(strata_type type);
+/* 1 if calls with expert biases or act 1 (gpt-oss) take the tile path too: builds with
+ * -DSTRATA_MMQ_OAI=1 in NVCC_EXTRA (gated until the tiles have run on a GPU for them); else 0
+ * and such calls keep the GEMV path (T * k <= 1024). Defined in mmq.cu. */
+int st_cuda_moe_tiles_oai(void);
 
 /* ---- doorbell: host-mapped pinned ids/weights ---------------------------------------------- */
 
@@ -182,7 +187,7 @@ typedef struct st_cuda_moe_args {
                                     * when n_sync >= k * n_ff / 32 */
     int64_t n_sync;
     /* gpt-oss: per-expert biases (indexed by the ids, as experts) and the activation; the GEMV
-     * path only (such calls never take the tiles: T * k <= 1024) and not st_cuda_moe_exact_rows */
+     * path only (T * k <= 1024) unless st_cuda_moe_tiles_oai(), and not st_cuda_moe_exact_rows */
     const float *b_gate, *b_up;    /* device [n_expert][n_ff] or NULL: added before the activation */
     const float *b_down;           /* device [n_expert][n_embd] or NULL: added to each expert's
                                     * output row before its weight (the CPU's combine) */

@@ -5,8 +5,15 @@
 #include "mmq.cuh"
 #include "cuda_mmq.h"
 #include "mma.cuh"
+#include "det_expf.h"
 
 #include <type_traits>
+
+/* 1: grouped calls with expert biases or gpt-oss's activation take the tiles (mmq.cuh); 0 (the
+ * default until measured on a GPU): they keep the GEMV path, as before the tiles took them. */
+#ifndef STRATA_MMQ_OAI
+#define STRATA_MMQ_OAI 0
+#endif
 
 
 /* ---- one 32-weight chunk of a row: quants and scales ------------------------------------------ */
@@ -219,6 +226,32 @@ static __device__ __forceinline__ void st_mq_store32(__half *dst, const uint32_t
 
 /* ---- the tile kernel ------------------------------------------------------------------------- */
 
+/* gpt-oss's outputs (biases, clamped SwiGLU) out of line: the plain SwiGLU tiles keep their
+ * registers. */
+static __device__ __noinline__ float st_mmq_glu_oai(const float *b0, const float *b1, size_t i, int oai,
+                                                     float g, float u) {
+    if (b0) g = __fadd_rn(g, __ldg(b0 + i));
+    if (b1) u = __fadd_rn(u, __ldg(b1 + i));
+    return oai ? st_det_swiglu_oai(g, u) : g / (1.0f + expf(-g)) * u;
+}
+
+/* A GLU output from its gate and up sums g, u: output r of expert e, with the call's biases and
+ * activation as the GEMV path's st_moe_row_out (moe.cu); with neither, silu(g) * u as always. */
+static __device__ __forceinline__ float st_mmq_glu_out(const st_mmq_args &a, int e, int64_t r, float g, float u) {
+    if (a.b0 || a.b1 || a.oai) return st_mmq_glu_oai(a.b0, a.b1, (size_t)e * (size_t)a.N + (size_t)r, a.oai, g, u);
+    return g / (1.0f + expf(-g)) * u;
+}
+
+/* The expert of a grouped tile whose call has biases (their rows), else 0. */
+static __device__ __forceinline__ int st_mmq_tile_expert(const st_mmq_args &a) {
+    return a.tiles && (a.b0 || a.b1) ? a.tiles[blockIdx.y].e : 0;
+}
+
+/* A plain output y of weight row r of expert e, with the down bias where the call has one. */
+static __device__ __forceinline__ float st_mmq_plain_out(const st_mmq_args &a, int e, int64_t r, float y) {
+    return a.b0 ? __fadd_rn(y, __ldg(a.b0 + (size_t)e * (size_t)a.N + (size_t)r)) : y;
+}
+
 /* Per-row scales of one step (64 weights = 2 chunks = 4 sixteens) in shared memory. */
 struct st_mq_wscale {
     float sc[ST_MMQ_BN][4], mn[ST_MMQ_BN][4];
@@ -403,6 +436,7 @@ st_k_mmq(const st_mmq_args a) {
     }
 
     /* epilogue: (silu(gate) * up), staged through shared memory, written within bounds */
+    const int ex_id = st_mmq_tile_expert(a); /* (read here: no register held over the steps) */
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -410,8 +444,9 @@ st_k_mmq(const st_mmq_args a) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float v = acc[mi][ni][e];
-                if (GLU) v = v / (1.0f + expf(-v)) * accu[GLU ? mi : 0][ni][e];
                 const int r = wm * 32 + mi * 16 + g + 8 * (e >> 1), n = wn * 32 + ni * 8 + 2 * tq + (e & 1);
+                if (GLU) /* (columns past N are never written: no bias read there) */
+                    v = r0 + n < a.N ? st_mmq_glu_out(a, ex_id, r0 + n, v, accu[GLU ? mi : 0][ni][e]) : 0.0f;
                 Cs[r * LDC + n] = v;
             }
     __syncthreads();
@@ -422,8 +457,8 @@ st_k_mmq(const st_mmq_args a) {
             const int i = idx / HB, col = idx - i * HB;
             if (i < count && col < ncol) {
                 const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
-                const float v = Cs[i * LDC + col];
-                a.y[orow * a.ldy + oc0 + col] = v / (1.0f + expf(-v)) * Cs[i * LDC + HB + col];
+                a.y[orow * a.ldy + oc0 + col] = st_mmq_glu_out(a, ex_id, oc0 + col, Cs[i * LDC + col],
+                                                               Cs[i * LDC + HB + col]);
             }
         }
         return;
@@ -433,7 +468,7 @@ st_k_mmq(const st_mmq_args a) {
         const int i = idx / ST_MMQ_BN, col = idx - i * ST_MMQ_BN;
         if (i < count && col < ncol) {
             const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
-            a.y[orow * a.ldy + r0 + col] = Cs[i * LDC + col];
+            a.y[orow * a.ldy + r0 + col] = st_mmq_plain_out(a, ex_id, r0 + col, Cs[i * LDC + col]);
         }
     }
 }
@@ -829,6 +864,7 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
                 Cs[r * LDC + n] = acc[mi][ni][e];
             }
     __syncthreads();
+    const int ex_id = st_mmq_tile_expert(a); /* (read here: no register held over the steps) */
     if (PAIR) {
         constexpr int HB = ST_MMQ_BN / 2;
         const int ncol = (int)min((int64_t)HB, a.N - oc0);
@@ -836,8 +872,8 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
             const int i = idx / HB, col = idx - i * HB;
             if (i < count && col < ncol) {
                 const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
-                const float v = Cs[i * LDC + col];
-                a.y[orow * a.ldy + oc0 + col] = v / (1.0f + expf(-v)) * Cs[i * LDC + HB + col];
+                a.y[orow * a.ldy + oc0 + col] = st_mmq_glu_out(a, ex_id, oc0 + col, Cs[i * LDC + col],
+                                                               Cs[i * LDC + HB + col]);
             }
         }
         return;
@@ -847,7 +883,7 @@ static __global__ void __launch_bounds__(ST_MMQ_THREADS, 4) st_k_mmq_i8(const st
         const int i = idx / ST_MMQ_BN, col = idx - i * ST_MMQ_BN;
         if (i < count && col < ncol) {
             const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
-            a.y[orow * a.ldy + r0 + col] = Cs[i * LDC + col];
+            a.y[orow * a.ldy + r0 + col] = st_mmq_plain_out(a, ex_id, r0 + col, Cs[i * LDC + col]);
         }
     }
 }
@@ -1079,6 +1115,10 @@ extern "C" int st_cuda_moe_type_tiles(strata_type type) {
     }
 }
 
+extern "C" int st_cuda_moe_tiles_oai(void) {
+    return STRATA_MMQ_OAI ? 1 : 0;
+}
+
 extern "C" int st_cuda_mmq_supports(strata_type type) {
     return st_cuda_moe_type_tiles(type) || st_mmq_is_float(type);
 }
@@ -1285,7 +1325,8 @@ size_t st_moe_mmq_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff) {
 }
 
 int st_moe_mmq_wanted(const st_cuda_moe_args *a) {
-    if (a->b_gate || a->b_up || a->b_down || a->act != 0) return 0; /* (the GEMV path's only) */
+    if (!STRATA_MMQ_OAI && (a->b_gate || a->b_up || a->b_down || a->act != 0)) return 0; /* (gated) */
+    if (a->act != 0 && a->act != 1) return 0;
     if (!st_cuda_moe_type_tiles(a->type_gate) || !st_cuda_moe_type_tiles(a->type_down)) return 0;
     if (a->n_expert > 4096) return 0;
     const int64_t P = a->T * (int64_t)a->k;
@@ -1314,6 +1355,9 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
     g.n_tiles = w.n_tiles;
     g.y = w.h;
     g.ldy = a->n_ff;
+    g.b0 = a->b_gate;
+    g.b1 = a->b_up;
+    g.oai = a->act == 1;
     const int mode = st_mmq_glu_mode;
     const dim3 ggrid = st_mmq_grid(mode, a->n_ff, max_tiles);
     ST_TRY(mode == ST_MMQ_GLU_FUSED ? st_mmq_launch<ST_MMQ_GLU_FUSED>(a->type_gate, g, ggrid, s)
@@ -1330,6 +1374,9 @@ strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const fl
     d.y_order = w.order;
     d.y = w.y;
     d.ldy = a->n_embd;
+    d.b0 = a->b_down;
+    d.b1 = NULL;
+    d.oai = 0;
     ST_TRY(st_mmq_launch<ST_MMQ_PLAIN>(a->type_down, d, st_mmq_grid(ST_MMQ_PLAIN, a->n_embd, max_tiles), s));
     *y_pairs = w.y;
     return STRATA_OK;

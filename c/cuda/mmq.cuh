@@ -19,7 +19,12 @@
  * tile list (expert, first sorted pair, count) made on the device by st_k_mmq_plan. Gate/up
  * tiles gather their activation rows through the sorted pair list (token = pair / k) and write
  * the sorted rows of h; down tiles read h's sorted rows and scatter their outputs back to pair
- * order, where the GEMV path's combine (moe.cu) sums them in slot order. */
+ * order, where the GEMV path's combine (moe.cu) sums them in slot order.
+ *
+ * gpt-oss's experts (biases, clamped SwiGLU): the epilogues add the biases and apply the
+ * activation as the GEMV path's st_moe_row_out does (the same operations on the tiles' sums).
+ * Compiled always; st_moe_mmq_wanted routes such calls here only in builds with
+ * -DSTRATA_MMQ_OAI=1 (NVCC_EXTRA) until the tiles have run on a GPU for them. */
 #ifndef STRATA_CUDA_MMQ_CUH
 #define STRATA_CUDA_MMQ_CUH
 
@@ -71,6 +76,11 @@ struct st_mmq_args {
     int64_t T;                  /* dense: activation rows */
     float *y;                   /* output row i of the tile at y + (start + i) * ldy (or y_order) */
     int64_t ldy;
+    /* grouped, gpt-oss (STRATA_MMQ_OAI builds take them): per-expert biases [n_expert][N] or
+     * NULL, as st_cuda_moe_args's: GLU tiles b0 gate's, b1 up's (before the activation), plain
+     * tiles b0 down's (added to the output); oai: gpt-oss's clamped SwiGLU (st_det_swiglu_oai) */
+    const float *b0, *b1;
+    int oai;
 };
 
 /* Internal: the grouped expert FFN through the tiles up to the per-pair outputs (called by
@@ -78,7 +88,8 @@ struct st_mmq_args {
  * order, inside the workspace), and the workspace it needs. */
 size_t st_moe_mmq_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
 strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const float **y_pairs);
-/* 1 when st_cuda_moe_ffn should take the tile path for this call. */
+/* 1 when st_cuda_moe_ffn should take the tile path for this call. Calls with expert biases or
+ * act 1 (gpt-oss) only in builds with -DSTRATA_MMQ_OAI=1 (st_cuda_moe_tiles_oai). */
 int st_moe_mmq_wanted(const st_cuda_moe_args *a);
 
 #endif /* STRATA_CUDA_MMQ_CUH */
