@@ -13,8 +13,10 @@
  *   CPU-exact rows: st_cuda_moe_exact_rows bit-identical to st_moe_ffn_end_rows and
  *           st_cuda_moe_combine_rows of a split bit-identical to st_moe_ffn (AVX-512 hosts);
  *   gpt-oss (test_oai): softmax over the k chosen logits against st_route_scored, the one-token
- *           router with the router's bias, experts with biases and the clamped SwiGLU.
- * One line per case: name, shape, types, T, NMSE, max error, pass/FAIL.
+ *           router with the router's bias, experts with biases and the clamped SwiGLU (on the
+ *           tiles too for prompt batches in builds with -DSTRATA_MMQ_OAI=1: st_cuda_moe_tiles_oai).
+ * One line per case: name, shape, types, T, NMSE, max error, pass/FAIL. TEST_CUDA_MOE_OAI_ONLY set
+ * in the environment: the argument checks and test_oai alone.
  * Skips, saying why, in builds without CUDA or where no GPU is usable. */
 #include "strata.h"
 #include "strata_quant.h"
@@ -1109,11 +1111,13 @@ static void test_arguments(void) {
     a.act = 2;
     st = st_cuda_moe_ffn(&a, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "act 2: %s", strata_status_name(st));
-    a.act = 1; /* biased / gpt-oss experts never take the tiles: over 1024 pairs is refused */
-    a.T = 600;
-    st = st_cuda_moe_ffn(&a, NULL);
-    CHECK(st == STRATA_ERR_INVALID_ARG, "gpt-oss's act over 1024 pairs: %s", strata_status_name(st));
-    a.act = 0;
+    if (!st_cuda_moe_tiles_oai()) { /* biased / gpt-oss experts keep the GEMV path: over 1024 pairs is refused */
+        a.act = 1;
+        a.T = 600;
+        st = st_cuda_moe_ffn(&a, NULL);
+        CHECK(st == STRATA_ERR_INVALID_ARG, "gpt-oss's act over 1024 pairs: %s", strata_status_name(st));
+        a.act = 0;
+    }
     a.T = ST_CUDA_MOE_MAX_PAIRS / 2 + 1;
     st = st_cuda_moe_ffn(&a, NULL);
     CHECK(st == STRATA_ERR_INVALID_ARG, "T * k > ST_CUDA_MOE_MAX_PAIRS: %s", strata_status_name(st));
@@ -1189,9 +1193,13 @@ static void test_arguments(void) {
 /* gpt-oss: routing by softmax over the top-k logits (ST_GATING_SOFTMAX_WEIGHT) against
  * st_route_scored, the one-token router's bits with it; experts with gate/up/down biases and the
  * clamped SwiGLU against st_moe_ffn (and the exact FFN) at gpt-oss-20b's shape in MXFP4 (2880 x
- * 2880, 32 experts, top-4: decode, verify, a prompt chunk), F32 (tight bound), Q8_0 at a batch
- * that would otherwise take the tiles, biases with plain SwiGLU, and bad ids. */
+ * 2880, 32 experts, top-4: decode, verify, a prompt chunk), F32 (tight bound), Q8_0 and Q5_0 at
+ * batches the tiles take in STRATA_MMQ_OAI builds (int8 and f16 tiles; the GEMV path otherwise),
+ * biases with plain SwiGLU, and bad ids. STRATA_MMQ_OAI builds also run a prompt chunk of over
+ * 1024 pairs (which only the tiles take). */
 static void test_oai(test_rng *r) {
+    printf("gpt-oss experts' prompt batches: %s\n", st_cuda_moe_tiles_oai() ? "the tiles (STRATA_MMQ_OAI build)"
+                                                                           : "the GEMV path");
     check_route_scored(1, 32, 4, 2, 0, 1.0f, 1, 1, 0, 0, r);
     check_route_scored(8, 32, 4, 2, 0, 1.0f, 1, 1, 0, 1, r);
     check_route_scored(5, 128, 4, 2, 0, 1.0f, 1, 1, 0, 0, r);
@@ -1204,6 +1212,7 @@ static void test_oai(test_rng *r) {
         check_ffn("gpt-oss", &s, 3, 4, 0, 0, r);
         check_ffn("gpt-oss", &s, 8, 4, 0, 1, r);
         check_ffn("gpt-oss", &s, 64, 4, 0, 0, r);
+        if (st_cuda_moe_tiles_oai()) check_ffn("gpt-oss", &s, 272, 4, 0, 1, r); /* 1088 pairs */
     }
     expert_set_free(&s);
     if (expert_set_make(&s, 96, 224, 6, 6, STRATA_TYPE_F32, STRATA_TYPE_F32, r) && expert_set_oai(&s, 1, r)) {
@@ -1213,12 +1222,18 @@ static void test_oai(test_rng *r) {
     expert_set_free(&s);
     if (expert_set_make(&s, 512, 256, 6, 6, STRATA_TYPE_Q8_0, STRATA_TYPE_Q8_0, r) && expert_set_oai(&s, 1, r)) {
         check_ffn("oai q8_0", &s, 1, 3, 0, 0, r);
-        check_ffn("oai q8_0", &s, 40, 3, 0, 0, r); /* a batch the tiles would take without biases */
+        check_ffn("oai q8_0", &s, 40, 3, 0, 0, r); /* a batch the tiles take (in STRATA_MMQ_OAI builds) */
+    }
+    expert_set_free(&s);
+    if (expert_set_make(&s, 512, 256, 6, 6, STRATA_TYPE_Q5_0, STRATA_TYPE_Q5_0, r) && expert_set_oai(&s, 1, r)) {
+        check_ffn("oai q5_0", &s, 3, 3, 0, 0, r);
+        check_ffn("oai q5_0", &s, 40, 3, 0, 1, r); /* the f16 tiles (in STRATA_MMQ_OAI builds) */
     }
     expert_set_free(&s);
     if (expert_set_make(&s, 512, 256, 6, 6, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, r) && expert_set_oai(&s, 0, r)) {
         check_ffn("bias swiglu", &s, 1, 3, 1, 0, r);
         check_ffn("bias swiglu", &s, 5, 3, 1, 0, r);
+        check_ffn("bias swiglu", &s, 40, 3, 1, 0, r); /* the tiles with biases alone (STRATA_MMQ_OAI) */
     }
     expert_set_free(&s);
 }
@@ -1246,6 +1261,11 @@ int main(void) {
     if (st != STRATA_OK) return test_report();
 
     test_rng r = {0x9E3779B97F4A7C15ULL};
+    if (getenv("TEST_CUDA_MOE_OAI_ONLY")) { /* set: the gpt-oss cases alone (a quick device A/B) */
+        test_oai(&r);
+        st_threadpool_free(g_tp);
+        return test_report();
+    }
 
     /* router */
     check_route(1, 128, 8, 1, 0, &r);

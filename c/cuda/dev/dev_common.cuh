@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>

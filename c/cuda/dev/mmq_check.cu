@@ -3,7 +3,10 @@
  * runs st_cuda_mmq (or the grouped experts through st_cuda_moe_ffn) and the decode GEMV in slices
  * of 8 columns on the same inputs, reports the NMSE between the two (the GEMV's q8_1 activations
  * against the tiles' f16: ~1e-5 expected) and times both with CUDA events (median of 20 calls
- * after a warm-up): milliseconds, TFLOP/s (2 x rows x columns x weights) and the speed-up.
+ * after a warm-up): milliseconds, TFLOP/s (2 x rows x columns x weights) and the speed-up. The
+ * gpt-oss expert rows (biases, clamped SwiGLU: the tiles take them only in -DSTRATA_MMQ_OAI=1
+ * builds) are checked too: NMSE <= 5e-4, sentinels kept (PASS / FAIL lines, exit status 1 on a
+ * FAIL).
  *
  * Build (from the repository root, after `make` has built build/libstrata.a with CUDA):
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
@@ -154,9 +157,16 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
 }
 
 /* The routed experts of one layer for a prompt of T tokens: the tile path in one call against the
- * GEMV path in calls of 1024 / k tokens. */
+ * GEMV path in 8-token calls. oai: gpt-oss's experts (random gate/up/down biases, the clamped
+ * SwiGLU), taken by the tiles only in builds with -DSTRATA_MMQ_OAI=1 (else the row says so and
+ * is skipped); those rows are checked (dev_verdict): NMSE <= 5e-4 against the GEMV path (itself
+ * checked against the CPU by test_cuda_moe) and the sentinels after the output untouched. */
 static void experts(const char *name, strata_type tg, strata_type td, int64_t E, int64_t F,
-                    int32_t X, int32_t k, int64_t T, int32_t hot = 0) {
+                    int32_t X, int32_t k, int64_t T, int32_t hot = 0, bool oai = false) {
+    if (oai && !st_cuda_moe_tiles_oai()) {
+        printf("%-22s skipped: biased experts take the tiles only in builds with -DSTRATA_MMQ_OAI=1\n", name);
+        return;
+    }
     size_t rbg, rbd;
     void *g = make_weights(tg, E, F * X, &rbg), *u = make_weights(tg, E, F * X, &rbg);
     void *d = make_weights(td, F, E * X, &rbd);
@@ -193,8 +203,14 @@ static void experts(const char *name, strata_type tg, strata_type td, int64_t E,
     CK(cudaMemcpy(dids, ids.data(), sizeof(int32_t) * ids.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dw, wts.data(), sizeof(float) * wts.size(), cudaMemcpyHostToDevice));
     float *x = dev_floats(T * E), *y0, *y1;
-    CK(cudaMalloc(&y0, sizeof(float) * (size_t)(T * E)));
+    y0 = dev_alloc((size_t)(T * E), NULL); /* sentinels after it */
     CK(cudaMalloc(&y1, sizeof(float) * (size_t)(T * E)));
+    float *bg = NULL, *bu = NULL, *bd = NULL; /* oai: biases uniform in [-1, 1) */
+    if (oai) {
+        bg = dev_floats((int64_t)X * F);
+        bu = dev_floats((int64_t)X * F);
+        bd = dev_floats((int64_t)X * E);
+    }
     const int64_t slice = 1024 / k;
     const size_t wsz = std::max(st_cuda_moe_wsize(T, k, E, F), st_cuda_moe_wsize(slice, k, E, F));
     void *ws;
@@ -203,6 +219,7 @@ static void experts(const char *name, strata_type tg, strata_type td, int64_t E,
     memset(&a, 0, sizeof a);
     a.experts = dtab; a.n_expert = X; a.type_gate = a.type_up = tg; a.type_down = td;
     a.n_embd = E; a.n_ff = F; a.k = k; a.ws = ws; a.ws_bytes = wsz;
+    a.b_gate = bg; a.b_up = bu; a.b_down = bd; a.act = oai ? 1 : 0;
     auto tiles = [&] {
         st_cuda_moe_args b = a;
         b.x = x; b.T = T; b.ids = dids; b.wts = dw; b.out = y0;
@@ -222,12 +239,19 @@ static void experts(const char *name, strata_type tg, strata_type td, int64_t E,
         st_cuda_mmq_set_glu_mode(v == 0 ? 1 : 2);
         st_cuda_mmq_set_int8(v != 2);
         const double mt = time_ms(tiles);
+        const double e = nmse(y0, y1, T * E);
         printf("%-22s %s/%s E=%lld F=%lld X=%d k=%d T=%lld tiles %7.3f ms %6.1f TFLOP/s | gemv (8-token "
                "calls) %7.3f ms | x%5.1f | NMSE %.2e (%s)\n", name, strata_type_name(tg),
                strata_type_name(td), (long long)E, (long long)F, X, k, (long long)T, mt, flop / mt * 1e-9,
-               mg, mg / mt, nmse(y0, y1, T * E),
-               v == 0 ? "GLU fused" : v == 1 ? "default" : "f16 tiles");
+               mg, mg / mt, e, v == 0 ? "GLU fused" : v == 1 ? "default" : "f16 tiles");
+        if (oai) {
+            char what[160];
+            snprintf(what, sizeof what, "%s (%s): NMSE %.2e <= 5e-4 against the GEMV path, sentinels kept", name,
+                     v == 0 ? "GLU fused" : v == 1 ? "default" : "f16 tiles", e);
+            dev_verdict(e <= 5e-4 && dev_sentinels_ok(y0, (size_t)(T * E)), what);
+        }
     }
+    if (oai) { CK(cudaFree(bg)); CK(cudaFree(bu)); CK(cudaFree(bd)); }
     st_cuda_mmq_set_glu_mode(2);
     st_cuda_mmq_set_int8(1);
     CK(cudaFree(g)); CK(cudaFree(u)); CK(cudaFree(d)); CK(cudaFree(dtab)); CK(cudaFree(dids));
@@ -261,5 +285,9 @@ int main(int argc, char **argv) {
     if (wanted("qwen3-30b-a3b experts")) experts("qwen3-30b-a3b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512);
     if (wanted("qwen3 experts, 16 hot")) experts("qwen3 experts, 16 hot", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 768, 128, 8, 512, 16);
     if (wanted("olmoe-1b-7b experts")) experts("olmoe-1b-7b experts", STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 2048, 1024, 64, 8, 512);
-    return 0;
+    /* gpt-oss-20b: MXFP4 tiles dense, and its experts with biases and the clamped SwiGLU */
+    if (wanted("mxfp4 gate/up")) dense("mxfp4 gate/up", STRATA_TYPE_MXFP4, 2880, 2880, 512, true);
+    if (wanted("mxfp4 down")) dense("mxfp4 down", STRATA_TYPE_MXFP4, 2880, 2880, 512, false);
+    if (wanted("gpt-oss-20b experts")) experts("gpt-oss-20b experts", STRATA_TYPE_MXFP4, STRATA_TYPE_MXFP4, 2880, 2880, 32, 4, 512, 0, true);
+    return dev_failed;
 }
