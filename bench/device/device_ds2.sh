@@ -30,8 +30,14 @@
 # unless set), LONG=N (ds2_long.py on the lite file: an N-token prompt and 64 decode steps, GPU
 # against CPU), ONLY=llama (llama-bench's rows alone), SYNTH_DIR (where the files go; /dev/shm), SYNTH_JOBS (the first file's writers,
 # default 6), PREBUILT (device_common.sh: a tree built here and carried), PROF (0: no --profile row), PREWRITE (1:
-# every stage's file written at the start, in parallel: small files only). $OUT:
-# device_ds2.log, the test logs, ds2/bench.tar.
+# every stage's file written at the start, in parallel: small files only), OAI_AB (1: also the
+# variant build-oai, mmq.o recompiled with -DSTRATA_MMQ_OAI=1 (gpt-oss's biased experts on the
+# prompt tiles, docs/PERFORMANCE.md), built in the background after the main build: its
+# test_cuda_moe's gpt-oss cases (TEST_CUDA_MOE_OAI_ONLY) and mmq_check's MXFP4 and gpt-oss expert
+# rows (PASS/FAIL), and in the oss20b stage an "oai" row of its strata beside each round's all-on-
+# the-GPU row (and the --profile row); unset or 0: none of it). $OUT: device_ds2.log, the test
+# logs, ds2/bench.tar.
+#   run(command="STAGES=oss20b OAI_AB=1 ROUNDS=1 bash bench/device/device_ds2.sh", ...)
 set -u
 cd "$(dirname "$0")/../.."
 . bench/device/device_common.sh
@@ -108,6 +114,11 @@ fi
 DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests/test_cuda_session build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
     build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_deltanet build/tests/test_cuda_mtp \
     build/tests/test_cuda_spec build/tests/test_kv_stats
+OAI_PID=
+if [ "${OAI_AB:-0}" = 1 ]; then # the gpt-oss tile variant, built while the tests run
+    dev_variant oai "-DSTRATA_MMQ_OAI=1" c/cuda/mmq.o tests/test_cuda_moe &
+    OAI_PID=$!
+fi
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
         ${CTESTS:-test_cuda_mla:120 test_cuda_moe:300 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
@@ -129,13 +140,30 @@ if have tests; then
         echo "deltanet_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s|us" "$J/deltanet_check.log" | head -${DN_SHOW:-30}
     fi
 fi
+OAI_OK=0
+if [ -n "$OAI_PID" ]; then
+    wait "$OAI_PID" && OAI_OK=1
+    echo "oai variant (-DSTRATA_MMQ_OAI=1) $([ $OAI_OK = 1 ] && echo built || echo FAILED) at $(el)s"
+fi
+if [ "$OAI_OK" = 1 ]; then # its checks: the gpt-oss expert cases against the CPU, mmq_check's rows
+    mkdir -p "$O/oai"
+    TEST_CUDA_MOE_OAI_ONLY=1 O="$O/oai" DEV_TEST_SHOW="FAIL|tiles|GEMV path|gpt-oss" DEV_TEST_SHOW_N=20 \
+        dev_tests build-oai test_cuda_moe:200
+    nvcc $DEV_NVCC c/cuda/dev/mmq_check.cu build-oai/libstrata.a -lpthread -ldl -lrt -o /tmp/mmq_check_oai \
+        2> "$J/mmq_check_build_oai.log" || echo "mmq_check oai: BUILD FAILED"
+    if [ -x /tmp/mmq_check_oai ]; then
+        { timeout 60 /tmp/mmq_check_oai mxfp4; timeout 120 /tmp/mmq_check_oai "gpt-oss-20b experts"; } \
+            > "$O/oai/mmq_check.txt" 2>&1
+        echo "mmq_check oai rc=$? at $(el)s:"; grep -vE "^NVIDIA" "$O/oai/mmq_check.txt" | cut -c1-170
+    fi
+fi
 [ -n "$FIRST" ] || { echo "done at $(el)s"; exit 0; }
-srow() { # tag args... (SDEV: the backend flag, --gpu unless set)
+srow() { # tag args... (SDEV: the backend flag, --gpu unless set; SBIN: the binary, ./strata unless set)
     local tag=$1
     shift
     [ "${ONLY:-}" = llama ] && return 0 # ONLY=llama: llama-bench's rows alone (Strata's ran earlier)
     late "strata $tag" && return
-    timeout 200 ./strata bench -m $F -p 512 -n 64 -r "$R" ${SDEV:---gpu} -t 16 "$@" --json "$J/s_$tag.json" \
+    timeout 200 ${SBIN:-./strata} bench -m $F -p 512 -n 64 -r "$R" ${SDEV:---gpu} -t 16 "$@" --json "$J/s_$tag.json" \
         > "$J/s_$tag.md" 2> "$J/s_$tag.err"
     echo "strata $tag (rc $?): $(dev_rates < "$J/s_$tag.md")at $(el)s"
     grep -E "^\|.*tg64" "$J/s_$tag.md" | awk -F'|' '{print "    decode bytes/token" $8 ", GB/s" $9 ", of copy rate" $10}'
@@ -169,11 +197,16 @@ for m in $MODELS; do
     fi
     for p in $(seq "${ROUNDS:-2}"); do # interleaved rounds
         srow ${m}_gpu_$p # Strata's rows first: llama-bench may still be building in the first round
+        [ "$m" = oss20b ] && [ "$OAI_OK" = 1 ] && SBIN=build-oai/strata srow ${m}_gpu_oai_$p
         srow ${m}_cpumoe_$p --cpu-moe
         srow ${m}_cache_$p --expert-cache $(( $(n_experts $m) * $(n_moe_layers $m) / 4 )) # a quarter
         if [ "$p" = 1 ] && [ "${PROF:-1}" = 1 ]; then # the phases of a step
             srow ${m}_prof --profile
             grep -E "profile (pp|tg)[0-9]+ \(" "$J/s_${m}_prof.err" | sed 's/^strata: /    /'
+            if [ "$m" = oss20b ] && [ "$OAI_OK" = 1 ]; then
+                SBIN=build-oai/strata srow ${m}_prof_oai --profile
+                grep -E "profile (pp|tg)[0-9]+ \(" "$J/s_${m}_prof_oai.err" | sed 's/^strata: /    /'
+            fi
         fi
         lrow ${m}_gpu_$p
         lrow ${m}_cpumoe_$p -ncmoe "$(n_moe_layers $m)" -t 16
