@@ -21,8 +21,11 @@
  * dp4a types (q8_1 activations): Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, and through moe.cuh's st_w_mmv
  * (the decoders of mmv.cuh / iq_decode.cuh) IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S,
  * IQ1_M, MXFP4. Fallback types (weights decoded to
- * f32 on the fly with dequant.cuh, f32 activations): F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL,
- * Q2_K, Q3_K. c/cuda/dev/moe_check.cu checks and times this. */
+ * f32 on the fly with dequant.cuh, f32 activations, st_k_moe_mv_f32: a warp a row, a lane a
+ * chunk, no router q8_1 row, no fused down + combine): F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL,
+ * Q2_K, Q3_K; with STRATA_MOE_DP4A_EXT=1 at build time Q3_K, Q5_0, Q4_1, Q5_1 and IQ4_NL take
+ * the dp4a kernels too (st_moe_gemv_q8). docs/ARCHITECTURE.md ("The decode expert path") has the
+ * launch geometry. c/cuda/dev/moe_check.cu checks and times this. */
 #include "mmq.cuh"
 #include "mmv.cuh"
 
@@ -742,6 +745,32 @@ extern "C" int st_cuda_moe_type_dp4a(strata_type type) {
     }
 }
 
+/* STRATA_MOE_DP4A_EXT=1 at build time (NVCC_EXTRA, an A/B of bench/device): Q3_K, Q5_0, Q4_1,
+ * Q5_1 and IQ4_NL experts take the q8_1 / dp4a GEMVs (st_k_moe_mv_q8, st_k_moe_down1) through
+ * mmv.cuh's decoders (moe.cuh's st_w_mmv, which the dense decode GEMV already reads them with)
+ * instead of st_k_moe_mv_f32; a one-token call then also takes the router's q8_1 row and the
+ * fused down + combine. Off: the f32 fallback and its bits. The prompt tiles (mmq.cu) are the
+ * same either way. */
+#ifndef STRATA_MOE_DP4A_EXT
+#define STRATA_MOE_DP4A_EXT 0
+#endif
+
+/* Whether the grouped GEMVs read q8_1 activations for this type (st_cuda_moe_type_dp4a's
+ * types, and STRATA_MOE_DP4A_EXT's). */
+static int st_moe_gemv_q8(strata_type type) {
+    if (st_cuda_moe_type_dp4a(type)) return 1;
+    if (!STRATA_MOE_DP4A_EXT) return 0;
+    switch (type) {
+    case STRATA_TYPE_Q3_K: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_1:
+    case STRATA_TYPE_IQ4_NL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+extern "C" int st_cuda_moe_type_gemv_q8(strata_type type) { return st_moe_gemv_q8(type); }
+
 extern "C" int st_cuda_moe_supports(strata_type type) {
     if (st_cuda_moe_type_dp4a(type)) return 1;
     switch (type) {
@@ -826,12 +855,20 @@ static strata_status st_moe_mv(strata_type type, const st_moe_mv_params &p, unsi
     case STRATA_TYPE_F32: return st_moe_launch_f32<st_fb_plain<st_dq_f32>, GATED>(p, gy, s);
     case STRATA_TYPE_F16: return st_moe_launch_f32<st_fb_plain<st_dq_f16>, GATED>(p, gy, s);
     case STRATA_TYPE_BF16: return st_moe_launch_f32<st_fb_plain<st_dq_bf16>, GATED>(p, gy, s);
+#if STRATA_MOE_DP4A_EXT
+    case STRATA_TYPE_Q4_1: return st_moe_launch_q8<st_w_mmv<st_mmv_q4_1>, GATED>(p, gy, s);
+    case STRATA_TYPE_Q5_0: return st_moe_launch_q8<st_w_mmv<st_mmv_q5_0>, GATED>(p, gy, s);
+    case STRATA_TYPE_Q5_1: return st_moe_launch_q8<st_w_mmv<st_mmv_q5_1>, GATED>(p, gy, s);
+    case STRATA_TYPE_IQ4_NL: return st_moe_launch_q8<st_w_mmv<st_mmv_iq4_nl>, GATED>(p, gy, s);
+    case STRATA_TYPE_Q3_K: return st_moe_launch_q8<st_w_mmv<st_mmv_q3_K>, GATED>(p, gy, s);
+#else
     case STRATA_TYPE_Q4_1: return st_moe_launch_f32<st_dq_q4_1, GATED>(p, gy, s);
     case STRATA_TYPE_Q5_0: return st_moe_launch_f32<st_dq_q5_0, GATED>(p, gy, s);
     case STRATA_TYPE_Q5_1: return st_moe_launch_f32<st_dq_q5_1, GATED>(p, gy, s);
     case STRATA_TYPE_IQ4_NL: return st_moe_launch_f32<st_dq_iq4_nl, GATED>(p, gy, s);
-    case STRATA_TYPE_Q2_K: return st_moe_launch_f32<st_dq_q2_K, GATED>(p, gy, s);
     case STRATA_TYPE_Q3_K: return st_moe_launch_f32<st_dq_q3_K, GATED>(p, gy, s);
+#endif
+    case STRATA_TYPE_Q2_K: return st_moe_launch_f32<st_dq_q2_K, GATED>(p, gy, s);
     default:
         return st_error(STRATA_ERR_UNSUPPORTED, "st_cuda_moe_ffn: type %s (%d) has no expert kernel",
                         strata_type_name(type), (int)type);
@@ -889,6 +926,13 @@ static bool st_moe_down1(strata_type type, const st_moe_mv_params &p, const floa
     case STRATA_TYPE_IQ1_S: return st_moe_launch_down1<st_w_mmv<st_mmv_iq1_s>>(p, wts, k, accumulate, out, s);
     case STRATA_TYPE_IQ1_M: return st_moe_launch_down1<st_w_mmv<st_mmv_iq1_m>>(p, wts, k, accumulate, out, s);
     case STRATA_TYPE_MXFP4: return st_moe_launch_down1<st_w_mmv<st_mmv_mxfp4>>(p, wts, k, accumulate, out, s);
+#if STRATA_MOE_DP4A_EXT
+    case STRATA_TYPE_Q4_1: return st_moe_launch_down1<st_w_mmv<st_mmv_q4_1>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_Q5_0: return st_moe_launch_down1<st_w_mmv<st_mmv_q5_0>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_Q5_1: return st_moe_launch_down1<st_w_mmv<st_mmv_q5_1>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_IQ4_NL: return st_moe_launch_down1<st_w_mmv<st_mmv_iq4_nl>>(p, wts, k, accumulate, out, s);
+    case STRATA_TYPE_Q3_K: return st_moe_launch_down1<st_w_mmv<st_mmv_q3_K>>(p, wts, k, accumulate, out, s);
+#endif
     default: return false;
     }
 }
@@ -1297,7 +1341,7 @@ extern "C" strata_status st_cuda_moe_ffn(const st_cuda_moe_args *a, void *stream
 
     /* 1. plan (and x's q8_1 rows in the same launch for the dp4a types); none for a one-token
      * call whose x the router quantized: block y of the GEMVs takes pair y */
-    const int dp4a_g = st_cuda_moe_type_dp4a(a->type_gate), dp4a_d = st_cuda_moe_type_dp4a(a->type_down);
+    const int dp4a_g = st_moe_gemv_q8(a->type_gate), dp4a_d = st_moe_gemv_q8(a->type_down);
     const int direct = a->xq && a->T == 1 && dp4a_g && dp4a_d && a->k <= ST_MOE_DOWN1_MAXK;
     if (direct) {
     } else if (dp4a_g) {

@@ -224,14 +224,17 @@ struct st_w_q6_K {
     }
 };
 
-/* A decoder of mmv.cuh / iq_decode.cuh (KIND PLAIN or HALVES) as a dp4a decoder: chunk c is
- * sub-block c % (QK / 32) of block c / (QK / 32); s0 = dw (PLAIN) or dw * sc0, s1 = dw * sc1
- * (HALVES). The IQ codebook formats and MXFP4 reach the grouped kernels and the tiles this way. */
+/* A decoder of mmv.cuh / iq_decode.cuh (KIND PLAIN, HALVES or MIN) as a dp4a decoder: chunk c
+ * is sub-block c % (QK / 32) of block c / (QK / 32); s0 = dw (PLAIN, MIN) or dw * sc0, s1 = dw *
+ * sc1 (HALVES); m = mw (MIN: one offset a chunk, as Q4_1 / Q5_1). The IQ codebook formats and
+ * MXFP4 reach the grouped kernels and the tiles this way, and with STRATA_MOE_DP4A_EXT (moe.cu)
+ * Q3_K, Q5_0, Q4_1, Q5_1 and IQ4_NL the grouped kernels. (Q2_K's mins a 16 weights do not fit.) */
 template <class T>
 struct st_w_mmv {
-    static_assert(T::KIND == ST_MMV_PLAIN || T::KIND == ST_MMV_HALVES, "no offsets in this form");
+    static_assert(T::KIND == ST_MMV_PLAIN || T::KIND == ST_MMV_HALVES || T::KIND == ST_MMV_MIN,
+                  "one offset a chunk at most in this form");
     static constexpr int QK = T::QK, BYTES = T::BYTES;
-    static constexpr bool SPLIT = T::KIND == ST_MMV_HALVES, HAS_M = false;
+    static constexpr bool SPLIT = T::KIND == ST_MMV_HALVES, HAS_M = T::KIND == ST_MMV_MIN;
     static __device__ __forceinline__ void load(const uint8_t *row, int64_t c, st_w32 &w) {
         constexpr int S = QK / 32;
         st_mmv_w d;
@@ -244,7 +247,7 @@ struct st_w_mmv {
         } else {
             w.s0 = w.s1 = d.dw;
         }
-        w.m = 0.0f;
+        w.m = HAS_M ? d.mw : 0.0f;
     }
 };
 

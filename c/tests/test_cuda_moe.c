@@ -771,7 +771,7 @@ static void report(const char *name, const expert_set *s, int64_t T, int32_t k, 
     printf("%-14s n_embd=%-5lld n_ff=%-5lld E=%-3d k=%d %s/%s%s T=%-2lld NMSE %.2e (tol %.0e) max err "
            "%.2e (ref rms %.2e) NaN %lld unwritten %lld guard %lld %s  %s (%.2f s)\n", name,
            (long long)s->n_embd, (long long)s->n_ff, s->n_expert, k, strata_type_name(s->tg),
-           strata_type_name(s->td), st_cuda_moe_type_dp4a(s->tg) && st_cuda_moe_type_dp4a(s->td) ?
+           strata_type_name(s->td), st_cuda_moe_type_gemv_q8(s->tg) && st_cuda_moe_type_gemv_q8(s->td) ?
            "" : "(fallback)", (long long)T, c.nmse, tol, c.max_err, c.ref_rms, (long long)c.nans,
            (long long)c.unwritten, (long long)c.guard_bad, same ? "repeatable" : "RUNS DIFFER",
            ok ? "pass" : "FAIL", secs);
@@ -1077,6 +1077,14 @@ static void test_arguments(void) {
     for (size_t i = 0; i < sizeof iq / sizeof iq[0]; i++)
         CHECK(st_cuda_moe_supports(iq[i]) && st_cuda_moe_type_dp4a(iq[i]) && st_cuda_moe_type_tiles(iq[i]),
               "%s: no dp4a expert kernel or tiles", strata_type_name(iq[i]));
+    /* the grouped GEMVs' q8_1 types: every dp4a type, some fallback types by a build switch
+     * (STRATA_MOE_DP4A_EXT), never Q2_K or the float types */
+    for (int t = 0; t < STRATA_TYPE_COUNT; t++)
+        CHECK(!st_cuda_moe_type_dp4a((strata_type)t) || st_cuda_moe_type_gemv_q8((strata_type)t),
+              "%s: a dp4a type off the q8 GEMVs", strata_type_name((strata_type)t));
+    CHECK(!st_cuda_moe_type_gemv_q8(STRATA_TYPE_Q2_K) && !st_cuda_moe_type_gemv_q8(STRATA_TYPE_F32) &&
+          !st_cuda_moe_type_gemv_q8(STRATA_TYPE_F16) && !st_cuda_moe_type_gemv_q8(STRATA_TYPE_BF16),
+          "Q2_K and the float types are the f32 fallback's");
     /* STRATA_IQ_STAGE_TABLES' default, by a faked compute capability: 6.0 only */
     CHECK(st_cuda_iq_stage_default(6, 0) && !st_cuda_iq_stage_default(6, 1) && !st_cuda_iq_stage_default(7, 0) &&
           !st_cuda_iq_stage_default(8, 6) && !st_cuda_iq_stage_default(9, 0) && !st_cuda_iq_stage_default(5, 0),

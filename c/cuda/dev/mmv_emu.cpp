@@ -348,6 +348,7 @@ int main() {
     bad += same_bits<st_iq3_xxs_dec<st_iq_tab_smem>, st_mmv_iq3_xxs>(STRATA_TYPE_IQ3_XXS);
     bad += same_bits<st_iq3_s_dec<st_iq_tab_smem>, st_mmv_iq3_s>(STRATA_TYPE_IQ3_S);
     W(st_mmv_iq4_nl, STRATA_TYPE_IQ4_NL); W(st_mmv_q3_K, STRATA_TYPE_Q3_K); W(st_mmv_iq4_xs, STRATA_TYPE_IQ4_XS);
+    W(st_mmv_q5_0, STRATA_TYPE_Q5_0); W(st_mmv_q4_1, STRATA_TYPE_Q4_1); W(st_mmv_q5_1, STRATA_TYPE_Q5_1);
     W(st_mmv_iq3_xxs, STRATA_TYPE_IQ3_XXS); W(st_mmv_iq3_s, STRATA_TYPE_IQ3_S);
     W(st_iq3_xxs_dec<st_iq_tab_smem>, STRATA_TYPE_IQ3_XXS); W(st_iq3_s_dec<st_iq_tab_smem>, STRATA_TYPE_IQ3_S);
     W(st_mmv_iq2_xxs, STRATA_TYPE_IQ2_XXS); W(st_mmv_iq2_xs, STRATA_TYPE_IQ2_XS); W(st_mmv_iq2_s, STRATA_TYPE_IQ2_S);
