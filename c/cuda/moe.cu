@@ -465,11 +465,25 @@ st_k_moe_down1(const st_moe_mv_params p, const float *__restrict__ wts, int k, i
     }
 }
 
-template <class D, bool GATED>
+/* The f32 fallback: a warp a row, lane l chunks l, l + 32, ... of it decoded to floats and
+ * multiplied with the group's f32 activation rows. SM (one-token calls, STRATA_MOE_F32_SMEM):
+ * the block first copies the pair's activation row into shared memory, chunk c's 32 floats at
+ * 33 c (the lanes' chunks then fall in different banks), and the lanes read it there instead of
+ * 32 loads a chunk that each touch 32 cache lines; NG (1 for one-token calls with SM, else
+ * ST_MOE_MAXG) sizes the accumulators. The values and the order of every sum are the same
+ * either way: the same bits. */
+template <class D, bool GATED, int NG, bool SM>
 static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_f32(const st_moe_mv_params p) {
+    extern __shared__ float s_xf[]; /* SM: n_chunks * 33 floats */
     st_pdl_enter();
     st_moe_group G;
     if (!st_moe_block_group(p, G)) return;
+    if (SM) {
+        const float *src = (const float *)((const uint8_t *)p.act + (size_t)(G.pair[0] / p.act_div) * p.act_rb);
+        const int n = (int)p.n_chunks * 32;
+        for (int i = (int)threadIdx.x; i < n; i += 32 * ST_MOE_WARPS) s_xf[(i >> 5) * 33 + (i & 31)] = __ldg(src + i);
+        __syncthreads();
+    }
     const int64_t r = (int64_t)blockIdx.x * ST_MOE_WARPS + threadIdx.x / 32;
     if (r >= p.n_rows) return;
     const int lane = threadIdx.x & 31;
@@ -477,10 +491,10 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_f32(cons
     const st_cuda_mat *M0 = GATED ? &E->gate : &E->down;
     const uint8_t *w0 = (const uint8_t *)M0->data + r * M0->row_bytes;
     const uint8_t *w1 = GATED ? (const uint8_t *)E->up.data + r * E->up.row_bytes : nullptr;
-    const float *arow[ST_MOE_MAXG];
-    float acc0[ST_MOE_MAXG], acc1[ST_MOE_MAXG];
+    const float *arow[NG];
+    float acc0[NG], acc1[NG];
 #pragma unroll
-    for (int j = 0; j < ST_MOE_MAXG; j++) {
+    for (int j = 0; j < NG; j++) {
         acc0[j] = acc1[j] = 0.0f;
         const int pr = j < G.n ? G.pair[j] : G.pair[0];
         arow[j] = (const float *)((const uint8_t *)p.act + (size_t)(pr / p.act_div) * p.act_rb);
@@ -490,13 +504,14 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_f32(cons
         st_fb_chunk<D>(w0, c, v0);
         if (GATED) st_fb_chunk<D>(w1, c, v1);
 #pragma unroll
-        for (int j = 0; j < ST_MOE_MAXG; j++) {
+        for (int j = 0; j < NG; j++) {
             if (j < G.n) {
                 const float *xa = arow[j] + 32 * c;
+                const float *xs = s_xf + 33 * c;
                 float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
                 for (int i = 0; i < 32; i++) {
-                    const float xv = __ldg(xa + i);
+                    const float xv = SM ? xs[i] : __ldg(xa + i);
                     s0 += v0[i] * xv;
                     if (GATED) s1 += v1[i] * xv;
                 }
@@ -506,7 +521,7 @@ static __global__ void __launch_bounds__(32 * ST_MOE_WARPS) st_k_moe_mv_f32(cons
         }
     }
 #pragma unroll
-    for (int j = 0; j < ST_MOE_MAXG; j++) {
+    for (int j = 0; j < NG; j++) {
         if (j < G.n) {
             const float g = st_moe_warp_sum(acc0[j]);
             const float u = GATED ? st_moe_warp_sum(acc1[j]) : 0.0f;
@@ -821,10 +836,23 @@ static strata_status st_moe_launch_q8(const st_moe_mv_params &p, unsigned gy, cu
     return STRATA_OK;
 }
 
+/* STRATA_MOE_F32_SMEM=1 at build time: one-token calls of the f32 fallback read their
+ * activation row from shared memory (st_k_moe_mv_f32's SM; the same bits), an A/B of
+ * bench/device and moe_check. */
+#ifndef STRATA_MOE_F32_SMEM
+#define STRATA_MOE_F32_SMEM 0
+#endif
+
 template <class D, bool GATED>
 static strata_status st_moe_launch_f32(const st_moe_mv_params &p, unsigned gy, cudaStream_t s) {
     const dim3 grid((unsigned)((p.n_rows + ST_MOE_WARPS - 1) / ST_MOE_WARPS), gy);
-    st_launch(st_k_moe_mv_f32<D, GATED>, grid, 32 * ST_MOE_WARPS, 0, s, p);
+    const size_t smem = (size_t)p.n_chunks * 33 * sizeof(float);
+    bool sm = false;
+    if constexpr (STRATA_MOE_F32_SMEM) {
+        sm = p.max_pairs == 1 && smem <= 48 * 1024;
+        if (sm) st_launch(st_k_moe_mv_f32<D, GATED, 1, true>, grid, 32 * ST_MOE_WARPS, smem, s, p);
+    }
+    if (!sm) st_launch(st_k_moe_mv_f32<D, GATED, ST_MOE_MAXG, false>, grid, 32 * ST_MOE_WARPS, 0, s, p);
     ST_CUDA_CHECK_LAUNCH(GATED ? "st_k_moe_mv_f32 (gate/up)" : "st_k_moe_mv_f32 (down)");
     return STRATA_OK;
 }
