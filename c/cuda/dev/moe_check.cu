@@ -4,8 +4,8 @@
  * 50 MB L2, so each call reads HBM), checks one call against the CPU's st_moe_ffn (NMSE), then
  * times st_cuda_moe_ffn (plan + quantize + gate/up + quantize + down + combine) with CUDA events
  * over 200 calls that rotate through 16 random routings, and reports the bytes of the selected
- * experts' weights read per call over the median time, as GB/s and as a fraction of the H200's
- * ~4.1 TB/s HBM. Also times the router (st_cuda_moe_route) alone, and for decode-sized cases the
+ * experts' weights read per call over the median time, as GB/s and as a fraction of the card's
+ * device-to-device copy rate (dev_copy_rate, measured first). Also times the router (st_cuda_moe_route) alone, and for decode-sized cases the
  * CPU-exact rows and their combine (moe_exact.cu: bit-identical to st_moe_ffn, and their time);
  * then the scored router (st_cuda_moe_route_cfg) of DeepSeek-V2/V3 and Kimi-K2 against
  * st_route_scored, and its time.
@@ -14,7 +14,11 @@
  *   nvcc -O3 -std=c++17 -arch=sm_90 -Ic/include -Ic/core -Ic/format -Ic/format/quant \
  *        -Ic/compute/cpu -Ic/cuda -Ic/model -Ic/engine -DSTRATA_HAVE_CUDA=1 \
  *        c/cuda/dev/moe_check.cu build/libstrata.a -lpthread -ldl -o /tmp/moe_check
- * Run:  /tmp/moe_check            (prints one line per case) */
+ * Run:  /tmp/moe_check            (prints one line per case; with a name, only the cases of
+ *                                   that model: /tmp/moe_check glm-4.5-air)
+ * For T = 1 a second line times the call as a decode step makes it (x's q8_1 row given, as the
+ * router leaves it). The path in brackets: [q8 gemv] the dp4a GEMVs, [f32 ...] st_k_moe_mv_f32
+ * (STRATA_MOE_DP4A_EXT=1 at build time, NVCC_EXTRA, moves Q3_K / Q5_0 / Q4_1 / Q5_1 / IQ4_NL). */
 #include "dev_common.cuh"
 
 #include <atomic>
@@ -30,6 +34,7 @@ extern "C" {
 #include "threadpool.h"
 #include "cuda_backend.h"
 #include "cuda_moe.h"
+#include "cuda_mmv.h"
 }
 
 #include <math.h>
@@ -39,6 +44,8 @@ extern "C" {
 #include <algorithm>
 #include <vector>
 
+
+static double g_copy = 1.0; /* the card's device-to-device copy rate, bytes / s */
 
 static unsigned long long g_rng = 0x2545F4914F6CDD1DULL;
 static unsigned long long rnd() {
@@ -218,9 +225,36 @@ static void run_case(const Case &c, st_threadpool *tp) {
         a.ids = dids + (i % R) * T * K; a.wts = dw + (i % R) * T * K;
         SK(st_cuda_moe_ffn(&a, NULL));
     });
-    printf("%-14s %s/%s T=%lld E=%d k=%d  NMSE %.2e  %.1f us/call  %.1f MB/call  %.0f GB/s  (%.0f%% of 4.1 TB/s)\n",
-           c.name, strata_type_name(c.tg), strata_type_name(c.td), (long long)T, X, K, num / den,
-           med * 1e3, bytes / 1e6, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / 4.1e12);
+    const char *path = T * K > 1024 || (T > 8 && st_cuda_moe_type_tiles(c.tg) && st_cuda_moe_type_tiles(c.td))
+                           ? "" /* (the tiles may take it) */
+                           : st_cuda_moe_type_gemv_q8(c.tg) && st_cuda_moe_type_gemv_q8(c.td) ? " [q8 gemv]"
+                           : st_cuda_moe_type_gemv_q8(c.tg) ? " [q8 gate/up, f32 down]"
+                           : st_cuda_moe_type_gemv_q8(c.td) ? " [f32 gate/up, q8 down]" : " [f32 gemv]";
+    printf("%-14s %s/%s T=%lld E=%d k=%d%s  NMSE %.2e  %.1f us/call  %.1f MB/call  %.0f GB/s  (%.0f%% of copy)\n",
+           c.name, strata_type_name(c.tg), strata_type_name(c.td), (long long)T, X, K, path, num / den,
+           med * 1e3, bytes / 1e6, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / g_copy);
+
+    /* a decode step as the engine calls it: x's q8_1 row from the router (st_cuda_moe_router1;
+     * here st_cuda_quantize_q8_1, outside the timing), so no plan and, for q8 types on both
+     * sides, the fused down + combine (st_k_moe_down1) */
+    if (T == 1) {
+        void *dxq;
+        CK(cudaMalloc(&dxq, (size_t)(E / 32) * 36));
+        SK(st_cuda_quantize_q8_1(dx, dxq, E, NULL));
+        a.xq = dxq; a.ids = dids; a.wts = dw;
+        SK(st_cuda_moe_ffn(&a, NULL));
+        CK(cudaMemcpy(got.data(), dout, sizeof(float) * got.size(), cudaMemcpyDeviceToHost));
+        double nx = 0;
+        for (size_t i = 0; i < got.size(); i++) nx += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        const double dmed = median_ms(e0, e1, [&](int i) {
+            a.ids = dids + (i % R) * T * K; a.wts = dw + (i % R) * T * K;
+            SK(st_cuda_moe_ffn(&a, NULL));
+        });
+        printf("%-14s decode (router's q8_1 row)  NMSE %.2e  %.1f us/call  %.0f GB/s  (%.0f%% of copy)\n",
+               c.name, nx / den, dmed * 1e3, bytes / (dmed * 1e-3) / 1e9, 100.0 * bytes / (dmed * 1e-3) / g_copy);
+        a.xq = NULL;
+        CK(cudaFree(dxq));
+    }
 
     /* the CPU-exact rows (moe_exact.cu) and their combine for the same calls: the CPU's bits
      * (routing 0 against st_moe_ffn's ref) and the time, every slot on the GPU */
@@ -322,12 +356,14 @@ static void run_route_scored(const char *name, int64_t T, int32_t X, int32_t K, 
     CK(cudaFree(dl)); CK(cudaFree(db)); CK(cudaFree(di)); CK(cudaFree(dw));
 }
 
-int main() {
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL;
     int ok = 0;
     char why[256];
     SK(st_cuda_probe(&ok, why, sizeof why));
     if (!ok) { printf("no GPU: %s\n", why); return 0; }
-    printf("device: %s\n", why);
+    g_copy = dev_copy_rate();
+    printf("device: %s, copy rate %.0f GB/s\n", why, g_copy / 1e9);
     st_threadpool *tp;
     SK(st_threadpool_create(16, &tp));
     const Case cases[] = {
@@ -346,9 +382,26 @@ int main() {
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4, 1},
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ1_S, 8},
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS, 1},
+        /* narrow experts in the K-quant mixes (Q3_K_M / Q4_K_M): a down row of 1408 is no
+         * multiple of 256, so the quantizer gives it Q5_0. The f32 fallback against the q8
+         * kernels: a build with NVCC_EXTRA=-DSTRATA_MOE_DP4A_EXT=1 gives the latter ([q8 gemv]). */
+        {"glm-4.5-air", 4096, 1408, 128, 8, STRATA_TYPE_Q3_K, STRATA_TYPE_Q5_0, 1},
+        {"glm-4.5-air", 4096, 1408, 128, 8, STRATA_TYPE_Q3_K, STRATA_TYPE_Q5_0, 8},
+        {"glm-4.5-air", 4096, 1408, 128, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_0, 1},
+        {"glm-4.5-air", 4096, 1408, 128, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, 1}, /* all dp4a: the bar */
+        {"air-shexp", 4096, 1408, 1, 1, STRATA_TYPE_Q3_K, STRATA_TYPE_Q5_0, 1},
+        {"air-shexp", 4096, 1408, 1, 1, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_0, 1},
+        {"qwen3-next", 2048, 512, 512, 10, STRATA_TYPE_Q3_K, STRATA_TYPE_Q4_K, 1},
+        {"qwen3-next", 2048, 512, 512, 10, STRATA_TYPE_Q3_K, STRATA_TYPE_Q3_K, 1},
+        {"qwen3-next", 2048, 512, 512, 10, STRATA_TYPE_Q4_K, STRATA_TYPE_Q4_K, 1},
+        {"deepseek-v2-lite", 2048, 1408, 64, 6, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_0, 1},
+        {"deepseek-v2-lite", 2048, 1408, 64, 6, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_0, 8},
+        {"v2-lite-shexp", 2048, 2816, 1, 1, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_0, 1},
     };
-    for (const Case &c : cases) run_case(c, tp);
+    for (const Case &c : cases)
+        if (!only || strcmp(only, c.name) == 0) run_case(c, tp);
     for (int64_t T : {1, 8, 512}) {
+        if (only) break;
         run_route_scored("deepseek-v3", T, 256, 8, 1, 1, 2.5f, 8, 4);
         run_route_scored("kimi-k2", T, 384, 8, 1, 1, 2.827f, 1, 1);
         run_route_scored("deepseek-v2", T, 160, 6, 0, 0, 16.0f, 8, 3);
