@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# device_moe_ab.sh - an A/B of the grouped expert GEMVs' build switches (c/cuda/moe.cu) in one
+# device call: builds this tree (base) and one variant per AB1 / AB2 / AB3 (nvcc flags; defaults
+# below) from a copy of its objects with only moe.o recompiled, runs each build's test_cuda_moe
+# (every type's FFN against the CPU and the exact FFN, repeatability) and c/cuda/dev/moe_check at
+# the narrow K-quant shapes (GLM-4.5-Air Q3_K/Q5_0, its shared expert, Qwen3-Next, DeepSeek-V2-Lite:
+# GB/s of the routed weights against the copy rate; the "decode" lines are the engine's one-token
+# call), then with MODEL (a GGUF on the machine, e.g. device_ds2.sh's /dev/shm/ds2_air.gguf from
+# an earlier call on the warm machine) tg64 rows alternating the builds, REPS passes.
+#   run(command="bash bench/device/device_moe_ab.sh", carry=[".whl"], timeout_s=600)
+# Defaults: AB1=-DSTRATA_MOE_DP4A_EXT=1 (Q3_K, Q5_0, Q4_1, Q5_1, IQ4_NL experts on the q8_1 /
+# dp4a kernels), AB2=-DSTRATA_MOE_F32_SMEM=1 (the f32 fallback's x row in shared memory: its
+# bits), AB3 both. AB2= (empty) drops a variant. env: TEST=0 (skip test_cuda_moe), CHECK=0 (skip
+# moe_check), CASES (moe_check's model names), MODEL, REPS (default 2). Log: $OUT/device_moe_ab.log;
+# test and check outputs in $OUT/moe_ab/.
+set -u
+cd "$(dirname "$0")/../.."
+. bench/device/device_common.sh
+O="${OUT:-/tmp}/moe_ab"; J=/tmp/moe_ab_json; rm -rf "$J"; mkdir -p "$O" "$J"
+trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
+dev_log moe_ab
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+AB1=${AB1--DSTRATA_MOE_DP4A_EXT=1}
+AB2=${AB2--DSTRATA_MOE_F32_SMEM=1}
+AB3=${AB3--DSTRATA_MOE_DP4A_EXT=1 -DSTRATA_MOE_F32_SMEM=1}
+dev_build strata build/libstrata.a build/tests/test_cuda_moe
+builds="base"
+for v in 1 2 3; do
+    eval "flags=\${AB$v:-}"
+    [ -n "$flags" ] || continue
+    dev_variant ab$v "$flags" "c/cuda/moe.o" libstrata.a tests/test_cuda_moe && builds="$builds ab$v"
+done
+echo "variants built at $(el)s: $builds"
+dir() { [ "$1" = base ] && echo build || echo "build-$1"; }
+cli() { [ "$1" = base ] && echo ./strata || echo "build-$1/strata"; }
+fl() { [ "$1" = base ] && echo "" || eval "echo \${AB${1#ab}}"; }
+for b in $builds; do
+    echo "== $b: $(fl $b)"
+    if [ "${TEST:-1}" = 1 ]; then
+        timeout 300 "$(dir $b)/tests/test_cuda_moe" > "$O/test_cuda_moe_$b.log" 2>&1
+        echo "test_cuda_moe rc=$?: $(grep -E "passed, " "$O/test_cuda_moe_$b.log" | tail -1)"
+        grep -E "FAIL" "$O/test_cuda_moe_$b.log" | head -5
+    fi
+    if [ "${CHECK:-1}" = 1 ] && nvcc $DEV_NVCC c/cuda/dev/moe_check.cu "$(dir $b)/libstrata.a" -lpthread -ldl -lrt \
+        -o /tmp/moe_check_$b 2> "$J/moe_check_build_$b.log"; then
+        for c in ${CASES:-glm-4.5-air air-shexp qwen3-next deepseek-v2-lite v2-lite-shexp}; do
+            timeout 120 /tmp/moe_check_$b "$c" >> "$O/moe_check_$b.txt" 2>&1
+        done
+        grep -E "GB/s|device" "$O/moe_check_$b.txt" | grep -v router | cut -c1-160
+    elif [ "${CHECK:-1}" = 1 ]; then
+        echo "moe_check ($b): BUILD FAILED"; head -5 "$J/moe_check_build_$b.log"
+    fi
+done
+[ -n "${MODEL:-}" ] && [ -f "$MODEL" ] || { echo "done at $(el)s (no MODEL rows)"; exit 0; }
+for p in $(seq ${REPS:-2}); do
+    for b in $builds; do dev_bench_row "$(cli $b)" $b tg64 "$MODEL" -p 0 -n 64 -r 2 --gpu; done
+    echo "(pass $p at $(el)s)"
+done
+echo "all done at $(el)s"
