@@ -230,7 +230,9 @@ static void cli_usage_split(FILE *f) {
     fprintf(f,
         "  --layer-split A,B,...   GPU sessions: stages of A, B, ... consecutive layers (summing\n"
         "                          to the model's), each on its own device with its layers'\n"
-        "                          weights and KV cache; the same results as one GPU\n"
+        "                          weights and KV cache; the same results as one GPU; with\n"
+        "                          --cpu-moe/--n-cpu-moe the first layers' experts on the CPU\n"
+        "                          (not with --expert-cache or --doorbell yet)\n"
         "  --split auto            the stages' layers in proportion to each device's free memory\n"
         "                          (one stage per device, or per --split-device entry)\n"
         "  --split-device D0,D1,...  each stage's CUDA device (default 0,1,...); a device may\n"

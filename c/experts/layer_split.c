@@ -1,7 +1,7 @@
 /* layer_split.c - the layer split's rules (layer_split.h): each option's range, the stages'
  * layers and devices against the model and the machine, the options that need several real
- * devices or NCCL, the placement options a split does not take yet, and the resolution into
- * stages (auto: in proportion to free device memory). */
+ * devices or NCCL, the placement options a split does not take yet (it takes n_cpu_moe), and the
+ * resolution into stages (auto: in proportion to free device memory). */
 #include "layer_split.h"
 #include "common.h"
 
@@ -101,11 +101,12 @@ static strata_status st_split_beyond(const strata_split_params *q, int32_t n, in
     return STRATA_OK;
 }
 
-/* The session options a split does not take yet: each stage holds its layers' experts resident. */
+/* The session options a split does not take yet. A split takes n_cpu_moe (the first layers' routed
+ * experts on the CPU, the host hand-off of each stage that holds some, with staging and the
+ * decode split per stage); the rest keeps each stage's other layers' experts resident. */
 static strata_status st_split_combinations(const strata_session_params *p) {
     const strata_placement_params *q = &p->placement;
-    const char *what = q->n_cpu_moe != 0        ? "n_cpu_moe"
-                       : q->expert_cache != 0   ? "expert_cache"
+    const char *what = q->expert_cache != 0     ? "expert_cache"
                        : q->gpu_mem > 0         ? "gpu_mem"
                        : q->ram_budget > 0      ? "ram_budget"
                        : q->doorbell            ? "doorbell"
@@ -114,8 +115,9 @@ static strata_status st_split_combinations(const strata_session_params *p) {
                        : p->degrade_zero        ? "degrade_zero"
                                                 : NULL;
     if (what)
-        return st_error(STRATA_ERR_UNSUPPORTED, "layer_split with %s: not built yet (each stage keeps its "
-                        "layers' experts resident; docs/MULTI_GPU.md)", what);
+        return st_error(STRATA_ERR_UNSUPPORTED, "layer_split with %s: not built yet (a split keeps its "
+                        "layers' experts resident, or with n_cpu_moe the first layers' on the CPU; "
+                        "docs/MULTI_GPU.md)", what);
     return STRATA_OK;
 }
 

@@ -492,7 +492,12 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     st_gpu *g = s->gpu;
     g->pool_open = 0;
     strata_status st = st_gpu_forward_go(s, tokens, T, logits, all);
-    if (g->stages) { /* a split: back to stage 0, the session's state between calls */
+    if (g->stages) { /* a split: every stage's warm stopped, back to stage 0 (the session's state
+                      * between calls) */
+        for (int i = st_gpu_stages_n(g->stages) - 1; i >= 1; i--) {
+            s->gpu = st_gpu_stages_get(g->stages, i);
+            st_gpu_warm_end(s, NULL, 0);
+        }
         const strata_status back = st_gpu_stage_enter(s, g->stages, 0);
         if (st == STRATA_OK) st = back;
     }
@@ -511,11 +516,12 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
  * with cudaGraphExecUpdate). Not with profile's syncs or host work between layers: CPU layers
  * only through the expert pool (its publish and wait kernels read the step number from
  * g->d_step) and when asked (cuda_graphs 2: on one host its steps measured slower as graphs,
- * erratically), no expert cache. A split's stages each keep their own graph. */
+ * erratically), no expert cache. A split's stages each keep their own graph; with n_cpu_moe
+ * those past the CPU layers (st_gpu_has_cpu_layers) capture theirs as without CPU layers. */
 static strata_status st_gpu_layers(strata_session *s, int64_t T, int64_t pos0, int pool) {
     st_gpu *g = s->gpu;
-    const int graph = g->graphs && T == 1 && !s->profile && (s->plan.n_cpu_moe == 0 || (pool && g->graphs == 2)) &&
-                      !g->cache;
+    const int graph = g->graphs && T == 1 && !s->profile &&
+                      (!st_gpu_has_cpu_layers(s) || (pool && g->graphs == 2)) && !g->cache;
     const int64_t gnp = graph ? st_cuda_attn_plan_np(pos0 + 1, s->n_ctx) : 0;
     strata_status st = STRATA_OK;
     if (graph && g->graph && g->graph_np == gnp) {

@@ -237,6 +237,12 @@ static inline int st_gpu_pool_call(const strata_session *s, int64_t T) {
     return s->gpu->pool && T <= ST_POOL_T;
 }
 
+/* Whether s->gpu runs CPU layers (n_cpu_moe: the first ones): the one-GPU session whenever there
+ * are any, a split's stage when its first layer is one. */
+static inline int st_gpu_has_cpu_layers(const strata_session *s) {
+    return s->plan.n_cpu_moe != 0 && st_plan_layer_on_cpu(&s->plan, s->gpu->l0);
+}
+
 /* stages.c: a layer split (docs/MULTI_GPU.md). s->gpu is the stage being run; between calls,
  * stage 0, which owns the others through g->stages. */
 strata_status st_gpu_stages_new(st_gpu *g0, int n);      /* g0->stages, stage 0 in place */

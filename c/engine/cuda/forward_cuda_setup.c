@@ -766,7 +766,7 @@ static strata_status st_gpu_alloc_pinned(strata_session *s) {
         g->h_embd = NULL;
         st_error_clear();
     }
-    if (s->plan.n_cpu_moe != 0 && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
+    if (st_gpu_has_cpu_layers(s) && hp->n_expert > 0) { /* pinned hand-off rows: async copies, one wait */
         const size_t T = (size_t)s->n_batch, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
         const size_t a = st_round_up(T * E * sizeof(float), 256), b = st_round_up(T * K * sizeof(float), 256);
         void *d = NULL;
@@ -841,7 +841,7 @@ static strata_status st_gpu_setup_ahead(strata_session *s) {
         TRY(st_gpu_alloc_prediction(g, hp));
         g->pipe = 1;
     }
-    if (s->plan.cpu_warm && hp->n_expert > 0 && !g->pool && !g->pipe && s->n_threads != 1 &&
+    if (s->plan.cpu_warm && st_gpu_has_cpu_layers(s) && hp->n_expert > 0 && !g->pool && !g->pipe && s->n_threads != 1 &&
         hp->n_expert_used <= ST_MOE_WARM_MAX) {
         TRY(st_gpu_alloc_prediction(g, hp));
         TRY(st_cuda_event_create(&g->ev_hand));
@@ -859,6 +859,7 @@ static strata_status st_gpu_setup_ahead(strata_session *s) {
 static strata_status st_gpu_setup_stage(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
+    if (!st_gpu_has_cpu_layers(s)) return STRATA_OK; /* (a split's stage past the CPU layers) */
     const int exact = hp->n_expert > 0 && s->plan.n_cpu_moe != 0 && st_gpu_split_exact_ok(s);
     const int cpu_split = (s->plan.cpu_misses || (s->plan.cpu_misses_auto && exact)) && !g->cache && s->plan.n_cpu_moe != 0 &&
                           !g->pool && hp->n_expert > 0;
@@ -874,7 +875,9 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
     }
     const int stage_split = s->plan.stage_split;
     if (s->plan.stage_experts < 0 || cpu_split || stage_split) { /* the cost model's figures, measured now */
-        int il0 = st_model_first_moe_layer(s->model, 0); /* the first CPU layer with experts */
+        /* the first CPU layer with experts (a split's stage: from its own first layer, whose
+         * experts are pinned for its device) */
+        int il0 = st_model_first_moe_layer(s->model, g->l0);
         while (il0 < hp->n_layer - 1 && !st_plan_layer_on_cpu(&s->plan, il0)) il0++;
         TRY(st_gpu_measure_costs(s, g->stage, il0, 1)); /* the step figures price batches too */
     }
@@ -903,14 +906,15 @@ static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int
 static strata_status st_gpu_create_split(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     const st_placement_plan *pl = &s->plan;
-    /* every stage runs its layers' experts resident (the unsplit kernels): the CPU layers, the
-     * expert pool behind the doorbell and the caches are one per session, not per stage */
-    if (pl->n_cpu_moe != 0 || pl->expert_cache != 0 || pl->doorbell || pl->stage_experts != 0 || pl->cpu_misses ||
-        pl->cpu_misses_auto || pl->ram_gpu || s->tail_skip > 0.0f || s->degrade.enabled)
-        return st_error(STRATA_ERR_UNSUPPORTED, "layer_split: each stage keeps its layers' experts resident; "
-                        "this session's placement (n_cpu_moe %d, expert_cache %d, doorbell %d) puts some "
-                        "elsewhere: not built yet (docs/MULTI_GPU.md)", (int)pl->n_cpu_moe,
-                        (int)pl->expert_cache, pl->doorbell);
+    /* every stage runs its layers' experts resident (the unsplit kernels), or with n_cpu_moe the
+     * first layers' on the CPU (each stage that holds some: its own hand-off rows, stage slots
+     * and decode split, over the session's threads); the expert pool behind the doorbell, the
+     * caches and the RAM tier are one per session, not per stage, and are not built for a split */
+    if (pl->expert_cache != 0 || pl->doorbell || pl->ram_gpu || s->tail_skip > 0.0f || s->degrade.enabled)
+        return st_error(STRATA_ERR_UNSUPPORTED, "layer_split: this session's placement (expert_cache %d, "
+                        "doorbell %d, ram_budget %lld) is not built for a split yet (a split keeps its layers' "
+                        "experts resident, or with n_cpu_moe the first layers' on the CPU; docs/MULTI_GPU.md)",
+                        (int)pl->expert_cache, pl->doorbell, (long long)pl->ram_budget);
     for (int il = 0; il < hp->n_layer; il++)
         if (st_layer_recurrent(hp, il))
             return st_error(STRATA_ERR_UNSUPPORTED, "layer_split with recurrent layers (qwen3next): not built "
@@ -1014,7 +1018,9 @@ static int64_t st_mem_available(void) {
 }
 
 /* pin_experts: the routed experts that stay in RAM (every layer's with an expert cache, the CPU
- * layers' with n_cpu_moe) copied into one pinned host allocation, layer by layer in the merged
+ * layers' with n_cpu_moe; a split's stage: those of its own layers, pinned while its device is
+ * current, so that its copies into its stage slots read memory pinned for it) copied into one
+ * pinned host allocation, layer by layer in the merged
  * tensors' layout; the session's expert views then point into the copy, so the CPU's expert step
  * and the cache's PCIe loads read it (the same bytes: the same results). pin_experts -1 (auto, the
  * default) pins only when the copy leaves 4 GiB of the available RAM free, and reads the mapping
@@ -1025,7 +1031,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
     st_gpu *g = s->gpu;
     const int32_t X = hp->n_expert;
     size_t total = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = g->l0; il < g->l1; il++) { /* (a split's stage: its own layers) */
         if ((!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0) ||
             !st_layer_has_experts(&m->layers[il]))
             continue;
@@ -1053,7 +1059,7 @@ static strata_status st_gpu_pin_experts(strata_session *s) {
      * aligned, st_slot_expert), so that a load into a slot is one copy (st_gpu_tier_copy_in):
      * one copy of an expert runs faster than three of its parts (CEILINGS.md) */
     uint8_t *p = g->pinned;
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = g->l0; il < g->l1; il++) {
         if ((!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0) ||
             !st_layer_has_experts(&m->layers[il]))
             continue;
@@ -1182,7 +1188,11 @@ size_t st_gpu_weight_bytes(const strata_session *s) {
     return n;
 }
 st_gpu_tier *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
-int64_t st_gpu_pinned_bytes(const strata_session *s) { return s && s->gpu ? (int64_t)s->gpu->pinned_bytes : 0; }
+int64_t st_gpu_pinned_bytes(const strata_session *s) {
+    int64_t n = 0;
+    for (int i = 0; st_gpu_stage_of(s, i); i++) n += (int64_t)st_gpu_stage_of(s, i)->pinned_bytes;
+    return n;
+}
 int64_t st_gpu_tail_skipped(const strata_session *s, int reset) {
     const st_gpu *g = s ? s->gpu : NULL;
     unsigned long long n = 0;

@@ -75,9 +75,10 @@ static void st_gpu_pipe_issue(strata_session *s, int il, int64_t tn) {
 }
 
 /* cpu_warm: whether layer il's hand-down (rows of a call of tn tokens) also predicts layer
- * il + 1, a CPU layer too, for the CPU threads to warm. */
+ * il + 1, a CPU layer too, for the CPU threads to warm; one of this state's layers (a split's
+ * stage holds the router and norm of its own layers only; l1 is n_layer without a split). */
 static int st_gpu_warm_layer(const strata_session *s, int il, int64_t tn) {
-    return s->gpu->warm_on && tn <= 8 && il + 1 < s->model->hp.n_layer && st_plan_layer_on_cpu(&s->plan, il + 1);
+    return s->gpu->warm_on && tn <= 8 && il + 1 < s->gpu->l1 && st_plan_layer_on_cpu(&s->plan, il + 1);
 }
 
 /* A CPU layer's hand-down: rows t0 .. t0 + tn of xn, their routing ids and weights into the
@@ -482,8 +483,8 @@ static strata_status st_gpu_moe_staged(strata_session *s, st_moe_chunk *c) {
 static strata_status st_gpu_stage_ahead(strata_session *s, const st_moe_call *mc, const st_moe_chunk *c) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    if (!g->ahead || c->mode != ST_MOE_STAGED || c->t0 + c->tn < mc->T || c->il + 1 >= hp->n_layer ||
-        !st_plan_layer_on_cpu(&s->plan, c->il + 1))
+    if (!g->ahead || c->mode != ST_MOE_STAGED || c->t0 + c->tn < mc->T || c->il + 1 >= g->l1 ||
+        !st_plan_layer_on_cpu(&s->plan, c->il + 1)) /* (l1: the next layer is this state's) */
         return STRATA_OK;
     return st_gpu_tier_prefetch(g->ahead, c->il + 1, g->ahead_ids, hp->n_expert, g->stream);
 }
