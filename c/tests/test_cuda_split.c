@@ -7,7 +7,12 @@
  * (models/strata-tiny-moe-q8_0.gguf, Q8_0), a random qwen3moe (f32, 4 layers) and a random
  * deepseek2 (latent attention, 2 leading dense layers). With two or more devices the same runs over
  * devices 0,1 (a peer copy or the pinned host rows); with fewer that part skips, saying so; a split
- * over a device that is not there is refused naming it. Without a usable GPU everything skips. */
+ * over a device that is not there is refused naming it. With n_cpu_moe (the first layers' routed
+ * experts on the CPU, each stage that holds some handing them down itself) the split must give
+ * the unsplit n_cpu_moe session's bits: a count inside the first stage (the host hand-off alone),
+ * one that crosses into the second (prompt batches of 32 or more staged to each stage's slots,
+ * the decode split by its default, auto: the CPU's bits whatever the share), and every layer's
+ * (cpu_moe) over three stages with cpu_warm. Without a usable GPU everything skips. */
 #include "model_build.h"
 #include "strata.h"
 #include "test.h"
@@ -56,8 +61,18 @@ static strata_session_params base_params(void) {
     return sp;
 }
 
-/* The split over devices dev[0..n-1] (layers as even as the count allows) against the unsplit run. */
-static void compare_split(const char *what, const strata_model *m, int n, const int32_t *dev, int chunk) {
+/* The CPU layers' options of a comparison (both sessions): n_cpu_moe 0 for none. */
+typedef struct {
+    int32_t n_cpu_moe, stage_experts;
+    int cpu_misses, cpu_warm;
+} cpu_opts;
+
+static const cpu_opts NO_CPU = {0, -1, -1, 0};
+
+/* The split over devices dev[0..n-1] (layers as even as the count allows) against the unsplit run,
+ * both with the CPU layers of co. */
+static void compare_split_cpu(const char *what, const strata_model *m, int n, const int32_t *dev, int chunk,
+                              const cpu_opts *co) {
     strata_model_info mi;
     strata_model_get_info(m, &mi);
     const int32_t V = mi.n_vocab, L = mi.n_layer;
@@ -65,6 +80,10 @@ static void compare_split(const char *what, const strata_model *m, int n, const 
     float *a = calloc((size_t)(ROWS + 1) * V, sizeof *a), *b = calloc((size_t)(ROWS + 1) * V, sizeof *b);
     for (size_t i = (size_t)ROWS * V; i < (size_t)(ROWS + 1) * V; i++) a[i] = b[i] = -12345.0f;
     strata_session_params sp = base_params();
+    sp.placement.n_cpu_moe = co->n_cpu_moe;
+    sp.placement.stage_experts = co->stage_experts;
+    sp.placement.cpu_misses = co->cpu_misses;
+    sp.placement.cpu_warm = co->cpu_warm;
     strata_status st = run(m, &sp, chunk, V, a);
     CHECK(st == STRATA_OK, "%s: unsplit run: %s", what, strata_last_error());
     sp.split.n_stages = n;
@@ -78,8 +97,9 @@ static void compare_split(const char *what, const strata_model *m, int n, const 
         size_t diff = 0, first = 0;
         for (size_t i = 0; i < (size_t)ROWS * V; i++)
             if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && diff++ == 0) first = i;
-        CHECK(diff == 0, "%s (%d stages, chunk %d): %zu logits differ in bits, the first at row %zu (%g vs %g)",
-              what, n, chunk, diff, first / (size_t)V, (double)a[first], (double)b[first]);
+        CHECK(diff == 0, "%s (%d stages, chunk %d, n_cpu_moe %d): %zu logits differ in bits, the first at row "
+              "%zu (%g vs %g)", what, n, chunk, (int)co->n_cpu_moe, diff, first / (size_t)V, (double)a[first],
+              (double)b[first]);
     }
     size_t over = 0;
     for (size_t i = (size_t)ROWS * V; i < (size_t)(ROWS + 1) * V; i++) over += a[i] != -12345.0f || b[i] != -12345.0f;
@@ -88,11 +108,37 @@ static void compare_split(const char *what, const strata_model *m, int n, const 
     free(b);
 }
 
+static void compare_split(const char *what, const strata_model *m, int n, const int32_t *dev, int chunk) {
+    compare_split_cpu(what, m, n, dev, chunk, &NO_CPU);
+}
+
+/* n_cpu_moe under a split of two stages on device 0 (three for cpu_moe), each against the unsplit
+ * session with the same options. */
+static void check_cpu_moe(const char *what, const strata_model *m) {
+    strata_model_info mi;
+    strata_model_get_info(m, &mi);
+    const int32_t L = mi.n_layer, same2[2] = {0, 0}, same3[3] = {0, 0, 0};
+    if (L < 4) {
+        SKIP("%s: n_cpu_moe under a split needs 4 layers (a count inside stage 0 and one past it); %d", what,
+             (int)L);
+        return;
+    }
+    const cpu_opts inside = {1, 0, 0, 0};                  /* stage 0's first layer; the host hand-off */
+    const cpu_opts across = {(L + 1) / 2 + 1, 32, -1, 0}; /* into stage 1; staging, the decode split */
+    const cpu_opts all = {-1, 0, 0, 1};                    /* cpu_moe; cpu_warm within each stage */
+    compare_split_cpu(what, m, 2, same2, NP, &inside);
+    compare_split_cpu(what, m, 2, same2, 7, &inside);
+    compare_split_cpu(what, m, 2, same2, NP, &across);
+    compare_split_cpu(what, m, 2, same2, 7, &across);
+    compare_split_cpu(what, m, 3, same3, NP, &all);
+}
+
 static void check_model(const char *what, const strata_model *m, int n_dev) {
     const int32_t same2[2] = {0, 0}, same3[3] = {0, 0, 0}, two[2] = {0, 1};
     compare_split(what, m, 2, same2, NP);
     compare_split(what, m, 2, same2, 7);
     compare_split(what, m, 3, same3, NP);
+    check_cpu_moe(what, m);
     if (n_dev >= 2) compare_split(what, m, 2, two, NP);
     else SKIP("%s: a split over devices 0,1 needs two GPUs; this machine has %d", what, n_dev);
 }

@@ -9,6 +9,7 @@
 #include "nccl.h"
 #include "test.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static void test_proportional(void) {
@@ -117,11 +118,34 @@ static void test_check(void) {
     p.split.expert_cache[1] = 0, p.split.expert_cache[2] = 64;
     refuse(&p, 24, 1, NULL, STRATA_ERR_INVALID_ARG, "expert_cache_device2: the split has 2 stages");
     p = split2(12, 12, 0, 0);
-    p.placement.n_cpu_moe = 4;
-    refuse(&p, 24, 1, NULL, STRATA_ERR_UNSUPPORTED, "layer_split with n_cpu_moe: not built yet");
-    p = split2(12, 12, 0, 0);
     p.placement.expert_cache = -1;
     refuse(&p, 24, 1, NULL, STRATA_ERR_UNSUPPORTED, "layer_split with expert_cache: not built yet");
+    /* n_cpu_moe is taken (inside stage 0, across the stages, every layer), with what it brings */
+    const int32_t cpu_counts[3] = {4, 16, -1};
+    for (int i = 0; i < 3; i++) {
+        p = split2(12, 12, 0, 0);
+        p.placement.n_cpu_moe = cpu_counts[i];
+        p.placement.stage_experts = 32, p.placement.cpu_warm = 1, p.placement.stage_ahead = 1;
+        strata_status st = st_split_check(&p, 24, 1, NULL);
+        CHECK(st == STRATA_OK, "n_cpu_moe %d under a split: taken, got %d '%s'", (int)cpu_counts[i], (int)st,
+              strata_last_error());
+    }
+    /* and what it does not take yet, with it or alone, each named */
+    static const char *const not_yet[6] = {"gpu_mem", "ram_budget", "doorbell", "gpu_prefetch", "route_tail_skip",
+                                           "degrade_zero"};
+    for (int i = 0; i < 6; i++) {
+        p = split2(12, 12, 0, 0);
+        p.placement.n_cpu_moe = 4;
+        if (i == 0) p.placement.gpu_mem = (int64_t)1 << 30;
+        if (i == 1) p.placement.ram_budget = (int64_t)1 << 30;
+        if (i == 2) p.placement.doorbell = 1;
+        if (i == 3) p.placement.gpu_prefetch = 1;
+        if (i == 4) p.route_tail_skip = 0.1f;
+        if (i == 5) p.degrade_zero = 1;
+        char want[96];
+        snprintf(want, sizeof want, "layer_split with %s: not built yet", not_yet[i]);
+        refuse(&p, 24, 1, NULL, STRATA_ERR_UNSUPPORTED, want);
+    }
 }
 
 static void test_nccl_absent(void) {

@@ -103,8 +103,8 @@ def test_options_that_need_two_devices_or_nccl():
                 peer_device=0)
         refused("expert_cache_device1: per-stage expert caches are not built yet", backend="cuda",
                 layer_split=[L - 1, 1], split_device=[0, 0], expert_cache_devices=[8])
-        refused("layer_split with n_cpu_moe: not built yet", backend="cuda", layer_split=[L - 1, 1],
-                split_device=[0, 0], n_cpu_moe=1)
+        refused("layer_split with expert_cache: not built yet", backend="cuda", layer_split=[L - 1, 1],
+                split_device=[0, 0], expert_cache=8)
 
 
 def run_cli(*args):
