@@ -1,5 +1,5 @@
 /* route_tail.h - st_route_tail_row: the route tail skip's rule on one token's routed slots, one
- * function for the CPU (c/experts/degrade.c) and the GPU (c/cuda/moe.cu's kernel), so that both
+ * function for the CPU (c/experts/degrade.c) and the GPU (c/cuda/moe_router.cu's kernel), so that both
  * drop the same slots for the same weights. The slots are taken lightest first (ties: the later
  * slot first) and dropped (id -1) while the dropped weights sum to at most p; the heaviest slot is
  * never dropped, wts is never written; slots already -1 are passed over. k <= 64. Returns the

@@ -445,7 +445,7 @@ static __device__ __forceinline__ float st_mmv_warp_sum(float v) {
 /* Float weights, few rows (the router: 128 x 2048 f32 would be 32 blocks of st_k_mmv_f, each
  * lane 16 dependent chunks): ST_MMV_SPLIT warps share a row, each every 8th chunk of it; the
  * warps' sums are added in warp order. Deterministic; not the bits of st_k_mmv_f (another order).
- * The body of st_k_mmv_f_split (mmv.cu) and of the MoE's one-token router (moe.cu): row =
+ * The body of st_k_mmv_f_split (mmv.cu) and of the MoE's one-token router (moe_router.cu): row =
  * blockIdx.x, blockDim.x = ST_MMV_SPLIT * 32; opens with st_pdl_enter. */
 #define ST_MMV_SPLIT 8
 #ifndef ST_MMV_SPLIT_PF

@@ -2,7 +2,7 @@
  * c/compute/cpu/ops_moe.c, DeepSeek's router): softmax or sigmoid scores, a selection bias added
  * for the choice only, group-limited top-k (the n_group_used groups with the best sum of their
  * top two selection scores), the chosen unbiased scores as weights (gpt-oss: the logits choose,
- * the weights are a softmax over the k chosen), renormalized (sum clamped at 2^-14) and scaled. Included by moe.cu only (its router kernels call st_moe_route_scored_row);
+ * the weights are a softmax over the k chosen), renormalized (sum clamped at 2^-14) and scaled. Included by moe_router.cu only (its router kernels call st_moe_route_scored_row);
  * st_route_better / st_route_key come from there. */
 #ifndef STRATA_ROUTE_SCORED_CUH
 #define STRATA_ROUTE_SCORED_CUH

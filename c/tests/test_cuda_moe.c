@@ -1,4 +1,4 @@
-/* test_cuda_moe.c - the GPU MoE step (c/cuda/moe.cu, cuda_moe.h) against the CPU:
+/* test_cuda_moe.c - the GPU MoE step (c/cuda/moe.cu, moe_router.cu, cuda_moe.h) against the CPU:
  *   router: st_cuda_moe_route vs st_route_topk on random logits (and logits with many ties):
  *           ids identical, weights within 1e-6, doorbell (host-mapped) equal to the device copy,
  *           guard words after the outputs untouched; st_cuda_moe_route_cfg vs st_route_scored
