@@ -1,5 +1,5 @@
-/* cuda_moe.h - the grouped MoE step on the GPU (c/cuda/moe.cu): router (softmax, top-k, optional
- * renormalization; or st_route_scored's rule: sigmoid, selection bias, groups, scale) with the
+/* cuda_moe.h - the grouped MoE step on the GPU (c/cuda/moe.cu; the router in moe_router.cu):
+ * router (softmax, top-k, optional renormalization; or st_route_scored's rule: sigmoid, selection bias, groups, scale) with the
  * ids/weights mirrored into a host-mapped "doorbell" buffer, and the grouped expert FFN over a
  * per-expert pointer table (gate/up -> SwiGLU -> down, weighted combine in fixed slot order). Plain C; exists only in builds with STRATA_HAVE_CUDA.
  *
