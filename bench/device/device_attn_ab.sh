@@ -16,24 +16,15 @@ cd "$(dirname "$0")/../.."
 . bench/device/device_common.sh
 dev_start attn_ab
 dev_build strata build/tests/test_cuda_attn
-builds="base"
-for v in 1 2 3; do
-    eval "flags=\${AB$v:-}"
-    [ -n "$flags" ] || continue
-    dev_variant ab$v "$flags" "c/cuda/attn.o c/cuda/attn_tc.o" tests/test_cuda_attn && builds="$builds ab$v"
-done
-echo "variants built at $(el)s: $builds"
-dir() { [ "$1" = base ] && echo build || echo "build-$1"; }
-cli() { [ "$1" = base ] && echo ./strata || echo "build-$1/strata"; }
-fl() { [ "$1" = base ] && echo "" || eval "echo \${AB${1#ab}}"; }
+dev_variants "c/cuda/attn.o c/cuda/attn_tc.o" tests/test_cuda_attn
 for b in $builds; do
-    echo "== $b: $(fl $b)"
+    echo "== $b: $(dev_ab_flags $b)"
     if [ "${TEST:-1}" = 1 ]; then
-        timeout 150 $(dir $b)/tests/test_cuda_attn > "$O/test_cuda_attn_$b.log" 2>&1
+        timeout 150 $(dev_ab_dir $b)/tests/test_cuda_attn > "$O/test_cuda_attn_$b.log" 2>&1
         echo "test_cuda_attn rc=$?: $(grep -E "passed, " "$O/test_cuda_attn_$b.log" | tail -1)"
         grep -E "FAIL" "$O/test_cuda_attn_$b.log" | head -5
     fi
-    if [ "${CHECK:-1}" = 1 ] && nvcc $DEV_NVCC $(fl $b) c/cuda/dev/attn_check.cu $(dir $b)/libstrata.a -lpthread -ldl -lrt \
+    if [ "${CHECK:-1}" = 1 ] && nvcc $DEV_NVCC $(dev_ab_flags $b) c/cuda/dev/attn_check.cu $(dev_ab_dir $b)/libstrata.a -lpthread -ldl -lrt \
         -o /tmp/attn_check_$b 2> "$J/attn_check_build_$b.log"; then
         timeout 120 /tmp/attn_check_$b 16384 prefill > "$O/attn_check_$b.txt" 2>&1
         echo "attn_check rc=$? (T, positions, plan, chunks, us, nmse, TFLOP/s):"
@@ -42,7 +33,7 @@ for b in $builds; do
 done
 echo "checks done at $(el)s"
 dev_wait_files
-row() { dev_bench_row "$(cli "$1")" "$@" --gpu; } # build name file args...
+row() { dev_bench_row "$(dev_ab_cli "$1")" "$@" --gpu; } # build name file args...
 for p in $(seq ${REPS:-2}); do
     for b in $builds; do row $b q3_pp_d16k /tmp/q3.gguf -p 512 -n 0 -d 16384 -r 1; done
     for b in $builds; do row $b olmoe_pp_d16k /tmp/olmoe.gguf -p 512 -n 0 -d 16384 -r 1; done

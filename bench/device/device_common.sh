@@ -25,6 +25,9 @@
 #   dev_variant NAME FLAGS "OBJS" [TARGETS...]  build-NAME: a copy of build/ with OBJS (paths under
 #                        it) recompiled with nvcc FLAGS, then its strata and TARGETS (paths under it);
 #                        log $J/build_NAME.log; status 0 when built
+#   dev_variants "OBJS" TARGETS...  dev_variant ab1..ab3 for the flags AB1..AB3 that are set; $builds
+#                        lists base and those built; dev_ab_dir / dev_ab_cli / dev_ab_flags B: a
+#                        build's tree, its ./strata and its flags
 #   dev_tests DIR TESTS...  each DIR/tests/T run (T or T:SECONDS, default 200 s), log $O/T.log,
 #                        its tally and the lines matching DEV_TEST_SHOW (default FAIL; the first
 #                        DEV_TEST_SHOW_N, default 5)
@@ -104,6 +107,20 @@ dev_variant() {
     echo "$n ($f): BUILD FAILED"; grep error "$J/build_$n.log" | head -5
     return 1
 }
+dev_variants() { # "OBJS" TARGETS...: dev_variant ab1..ab3 from the flags AB1..AB3 that are set;
+    local objs=$1 v flags # $builds: base and the variants built
+    shift
+    builds="base"
+    for v in 1 2 3; do
+        eval "flags=\${AB$v:-}"
+        [ -n "$flags" ] || continue
+        dev_variant ab$v "$flags" "$objs" "$@" && builds="$builds ab$v"
+    done
+    echo "variants built at $(el)s: $builds"
+}
+dev_ab_dir() { [ "$1" = base ] && echo build || echo "build-$1"; }      # a build of $builds: its tree
+dev_ab_cli() { [ "$1" = base ] && echo ./strata || echo "build-$1/strata"; } # its ./strata
+dev_ab_flags() { [ "$1" = base ] && echo "" || eval "echo \${AB${1#ab}}"; }   # its nvcc flags
 dev_tests() {
     local d=$1 t s
     shift

@@ -24,24 +24,15 @@ AB1=${AB1--DSTRATA_MOE_DP4A_EXT=1}
 AB2=${AB2--DSTRATA_MOE_F32_SMEM=1}
 AB3=${AB3--DSTRATA_MOE_DP4A_EXT=1 -DSTRATA_MOE_F32_SMEM=1}
 dev_build strata build/libstrata.a build/tests/test_cuda_moe
-builds="base"
-for v in 1 2 3; do
-    eval "flags=\${AB$v:-}"
-    [ -n "$flags" ] || continue
-    dev_variant ab$v "$flags" "c/cuda/moe.o" libstrata.a tests/test_cuda_moe && builds="$builds ab$v"
-done
-echo "variants built at $(el)s: $builds"
-dir() { [ "$1" = base ] && echo build || echo "build-$1"; }
-cli() { [ "$1" = base ] && echo ./strata || echo "build-$1/strata"; }
-fl() { [ "$1" = base ] && echo "" || eval "echo \${AB${1#ab}}"; }
+dev_variants "c/cuda/moe.o" libstrata.a tests/test_cuda_moe
 for b in $builds; do
-    echo "== $b: $(fl $b)"
+    echo "== $b: $(dev_ab_flags $b)"
     if [ "${TEST:-1}" = 1 ]; then
-        timeout 300 "$(dir $b)/tests/test_cuda_moe" > "$O/test_cuda_moe_$b.log" 2>&1
+        timeout 300 "$(dev_ab_dir $b)/tests/test_cuda_moe" > "$O/test_cuda_moe_$b.log" 2>&1
         echo "test_cuda_moe rc=$?: $(grep -E "passed, " "$O/test_cuda_moe_$b.log" | tail -1)"
         grep -E "FAIL" "$O/test_cuda_moe_$b.log" | head -5
     fi
-    if [ "${CHECK:-1}" = 1 ] && nvcc $DEV_NVCC c/cuda/dev/moe_check.cu "$(dir $b)/libstrata.a" -lpthread -ldl -lrt \
+    if [ "${CHECK:-1}" = 1 ] && nvcc $DEV_NVCC c/cuda/dev/moe_check.cu "$(dev_ab_dir $b)/libstrata.a" -lpthread -ldl -lrt \
         -o /tmp/moe_check_$b 2> "$J/moe_check_build_$b.log"; then
         for c in ${CASES:-glm-4.5-air air-shexp qwen3-next deepseek-v2-lite v2-lite-shexp}; do
             timeout 120 /tmp/moe_check_$b "$c" >> "$O/moe_check_$b.txt" 2>&1
@@ -53,7 +44,7 @@ for b in $builds; do
 done
 [ -n "${MODEL:-}" ] && [ -f "$MODEL" ] || { echo "done at $(el)s (no MODEL rows)"; exit 0; }
 for p in $(seq ${REPS:-2}); do
-    for b in $builds; do dev_bench_row "$(cli $b)" $b tg64 "$MODEL" -p 0 -n 64 -r 2 --gpu; done
+    for b in $builds; do dev_bench_row "$(dev_ab_cli $b)" $b tg64 "$MODEL" -p 0 -n 64 -r 2 --gpu; done
     echo "(pass $p at $(el)s)"
 done
 echo "all done at $(el)s"
