@@ -45,18 +45,29 @@ static float frand(void) { /* [-1, 1), never exactly 0 */
 
 /* ---- absorption ------------------------------------------------------------------------------- */
 
-static void absorb_check(strata_type type, int cols, int rows, int H, int T, const char *name) {
+/* An absorption's inputs: H matrices of rows x cols (wf: 0.05 U(-1, 1)) quantized to type (w) and
+ * copied up, then x's T * H rows of cols (U(-1, 1)). The device weights' owner: cudaFree(W.data). */
+static st_cuda_mla_w absorb_inputs(strata_type type, int cols, int rows, int H, int T, std::vector<float> &wf,
+                                   std::vector<uint8_t> &w, std::vector<float> &x) {
     const size_t rb = (size_t)strata_row_bytes(type, cols), wbytes = rb * (size_t)rows * H;
-    std::vector<float> wf((size_t)rows * H * cols), x((size_t)T * H * cols), deq(cols);
-    std::vector<uint8_t> w(wbytes);
+    wf.resize((size_t)rows * H * cols);
+    x.resize((size_t)T * H * cols);
+    w.resize(wbytes);
     for (auto &v : wf) v = 0.05f * frand();
     for (auto &v : x) v = frand();
     for (size_t r = 0; r < (size_t)rows * H; r++) SK(strata_quantize_row(type, &wf[r * cols], &w[r * rb], cols));
     void *dw;
     CK(cudaMalloc(&dw, wbytes));
     CK(cudaMemcpy(dw, w.data(), wbytes, cudaMemcpyHostToDevice));
+    return {type, dw, cols, rows, H, rb};
+}
+
+static void absorb_check(strata_type type, int cols, int rows, int H, int T, const char *name) {
+    std::vector<float> wf, x, deq(cols);
+    std::vector<uint8_t> w;
+    const st_cuda_mla_w W = absorb_inputs(type, cols, rows, H, T, wf, w, x);
+    const size_t rb = W.row_bytes, wbytes = w.size();
     float *dx = dev_alloc(x.size(), x.data()), *dy = dev_alloc((size_t)T * H * rows, NULL);
-    const st_cuda_mla_w W = {type, dw, cols, rows, H, rb};
     SK(st_cuda_mla_absorb(&W, dx, (int64_t)H * cols, cols, dy, (int64_t)H * rows, rows, T, NULL));
     std::vector<float> y((size_t)T * H * rows);
     CK(cudaMemcpy(y.data(), dy, y.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -89,7 +100,7 @@ static void absorb_check(strata_type type, int cols, int rows, int H, int T, con
     snprintf(what, sizeof what, "absorb %-4s %s T=%-3d: NMSE %.2e vs dequantized (<= 1e-10), %.2e vs f32 (<= %.0e)"
              "; %.1f us, %.0f GB/s of weights", strata_type_name(type), name, T, e1, e2, tol2, s * 1e6, wbytes / s * 1e-9);
     dev_verdict(e1 <= 1e-10 && e2 <= tol2 && dev_sentinels_ok(dy, y.size()), what);
-    CK(cudaFree(dw)); CK(cudaFree(dx)); CK(cudaFree(dy));
+    CK(cudaFree((void *)W.data)); CK(cudaFree(dx)); CK(cudaFree(dy));
 }
 
 /* ---- attention -------------------------------------------------------------------------------- */
@@ -173,20 +184,12 @@ static void attn_check(int H, int R, int nr, int64_t T, int64_t pos0, const char
 
 /* st_cuda_mla_absorb_q8 against st_cuda_mla_absorb + st_cuda_quantize_q8_1 (f16 weights). */
 static void absorb_q8_check(int cols, int rows, int H, int T, const char *name) {
-    const strata_type type = STRATA_TYPE_F16;
-    const size_t rb = (size_t)strata_row_bytes(type, cols), wbytes = rb * (size_t)rows * H;
     const size_t ny = (size_t)T * H * rows, qb = ny / 32 * 36;
-    std::vector<float> wf((size_t)rows * H * cols), x((size_t)T * H * cols), y1(ny), y2(ny);
-    std::vector<uint8_t> w(wbytes), q1(qb), q2(qb);
-    for (auto &v : wf) v = 0.05f * frand();
-    for (auto &v : x) v = frand();
-    for (size_t r = 0; r < (size_t)rows * H; r++) SK(strata_quantize_row(type, &wf[r * cols], &w[r * rb], cols));
-    void *dw;
-    CK(cudaMalloc(&dw, wbytes));
-    CK(cudaMemcpy(dw, w.data(), wbytes, cudaMemcpyHostToDevice));
+    std::vector<float> wf, x, y1(ny), y2(ny);
+    std::vector<uint8_t> w, q1(qb), q2(qb);
+    const st_cuda_mla_w W = absorb_inputs(STRATA_TYPE_F16, cols, rows, H, T, wf, w, x);
     float *dx = dev_alloc(x.size(), x.data()), *d1 = dev_alloc(ny, NULL), *d2 = dev_alloc(ny, NULL);
     float *dq1 = dev_alloc(qb / 4, NULL), *dq2 = dev_alloc(qb / 4, NULL);
-    const st_cuda_mla_w W = {type, dw, cols, rows, H, rb};
     auto unfused = [&] {
         SK(st_cuda_mla_absorb(&W, dx, (int64_t)H * cols, cols, d1, (int64_t)H * rows, rows, T, NULL));
         SK(st_cuda_quantize_q8_1(d1, dq1, (int64_t)ny, NULL));
@@ -204,7 +207,8 @@ static void absorb_q8_check(int cols, int rows, int H, int T, const char *name) 
     snprintf(what, sizeof what, "absorb_q8 %s T=%d: bits %s the absorption + quantization; %.1f us for the two "
              "launches, %.1f us fused", name, T, same ? "equal to" : "DIFFER from", t1 * 1e6, t2 * 1e6);
     dev_verdict(same && dev_sentinels_ok(d2, ny) && dev_sentinels_ok(dq2, qb / 4), what);
-    CK(cudaFree(dw)); CK(cudaFree(dx)); CK(cudaFree(d1)); CK(cudaFree(d2)); CK(cudaFree(dq1)); CK(cudaFree(dq2));
+    CK(cudaFree((void *)W.data)); CK(cudaFree(dx)); CK(cudaFree(d1)); CK(cudaFree(d2)); CK(cudaFree(dq1));
+    CK(cudaFree(dq2));
 }
 
 /* st_cuda_mla_prep against the five launches it replaces: the latent rows, the query rows and the
