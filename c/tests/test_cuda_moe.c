@@ -16,8 +16,11 @@
  *           router with the router's bias, experts with biases and the clamped SwiGLU (on the
  *           tiles too for prompt batches in builds with -DSTRATA_MMQ_OAI=1: st_cuda_moe_tiles_oai).
  * One line per case: name, shape, types, T, NMSE, max error, pass/FAIL. TEST_CUDA_MOE_OAI_ONLY set
- * in the environment: the argument checks and test_oai alone.
+ * in the environment: the argument checks and test_oai alone; TEST_CUDA_MOE_TYPES=q3_K,q5_0,...: the
+ * argument checks and those types' small-shape and tile cases alone.
  * Skips, saying why, in builds without CUDA or where no GPU is usable. */
+#include <ctype.h>
+
 #include "strata.h"
 #include "strata_quant.h"
 #include "test.h"
@@ -1246,6 +1249,36 @@ static void test_oai(test_rng *r) {
     expert_set_free(&s);
 }
 
+/* a name in TEST_CUDA_MOE_TYPES's comma list, any case (every type when the list is NULL) */
+static int type_listed(const char *list, strata_type t) {
+    if (!list) return 1;
+    const char *name = strata_type_name(t);
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        size_t k = 0;
+        while (len == n && k < n && tolower((unsigned char)p[k]) == tolower((unsigned char)name[k])) k++;
+        if (len == n && k == n) return 1;
+        p += len + (e != NULL);
+    }
+    return 0;
+}
+
+/* every tile type (of the list) at odd sizes: T >= 32 takes the tensor-core tiles */
+static void tile_cases(const strata_type *types, size_t n, const char *only, test_rng *r) {
+    expert_set s;
+    for (size_t i = 0; i < n; i++) {
+        const strata_type t = types[i];
+        if (!st_cuda_moe_type_tiles(t) || !type_listed(only, t)) continue;
+        const int kq = strata_type_block_size(t) == 256;
+        if (!expert_set_make(&s, kq ? 512 : 96, kq ? 768 : 224, 6, 6, t, t, r)) { expert_set_free(&s); continue; }
+        check_ffn("tiles", &s, 40, 3, 1, 0, r);
+        check_ffn("tiles", &s, 77, 3, 0, 1, r);
+        expert_set_free(&s);
+    }
+}
+
 int main(void) {
     test_arguments();
 
@@ -1310,6 +1343,9 @@ int main(void) {
     }
 
     expert_set s;
+    /* TEST_CUDA_MOE_TYPES=Q3_K,Q5_0,...: the per-type cases of those types alone (a device A/B of
+     * moe.cu's build switches) */
+    const char *only = getenv("TEST_CUDA_MOE_TYPES");
     /* every supported type on small odd shapes (row chunks fewer than and not a multiple of 32) */
     static const strata_type types[] = {
         STRATA_TYPE_Q4_0, STRATA_TYPE_Q8_0, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_K, STRATA_TYPE_Q6_K,
@@ -1320,6 +1356,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         const strata_type t = types[i];
+        if (!type_listed(only, t)) continue;
         if (!strata_type_can_dot(t) || !strata_type_can_dequantize(t)) {
             CHECK(0, "%s experts: no CPU path to compare with", strata_type_name(t));
             continue;
@@ -1333,6 +1370,11 @@ int main(void) {
             check_ffn("small", &s, 8, 3, 1, z, &r);
             expert_set_free(&s);
         }
+    }
+    if (only) { /* the per-type tile cases next, then nothing else */
+        tile_cases(types, sizeof types / sizeof types[0], only, &r);
+        st_threadpool_free(g_tp);
+        return test_report();
     }
     /* 1..8 columns, groups larger than 8 pairs, bad ids */
     if (expert_set_make(&s, 768, 512, 5, 5, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
@@ -1363,15 +1405,7 @@ int main(void) {
     expert_set_free(&s);
     /* prompt batches: the tensor-core tile path (T >= 32 and T * k >= 4 n_expert, or > 1024
      * pairs) for every tile type, odd sizes, bad ids, more pairs than the GEMV path takes */
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        const strata_type t = types[i];
-        if (!st_cuda_moe_type_tiles(t)) continue;
-        const int kq = strata_type_block_size(t) == 256;
-        if (!expert_set_make(&s, kq ? 512 : 96, kq ? 768 : 224, 6, 6, t, t, &r)) { expert_set_free(&s); continue; }
-        check_ffn("tiles", &s, 40, 3, 1, 0, &r);
-        check_ffn("tiles", &s, 77, 3, 0, 1, &r);
-        expert_set_free(&s);
-    }
+    tile_cases(types, sizeof types / sizeof types[0], NULL, &r);
     if (expert_set_make(&s, 768, 512, 5, 5, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, &r)) {
         check_ffn("tiles", &s, 300, 4, 1, 0, &r);  /* 1200 pairs */
         check_ffn("tiles", &s, 64, 2, 1, 0, &r);
