@@ -12,9 +12,10 @@
 # about 52 GiB, so one stage a call and the disk holds only its file), "oss20b" gpt-oss-20b (MXFP4
 # experts, vocab padded to 201088), "qwen3next" Qwen3-Next-80B-A3B's first 12 layers (3 periods of
 # 3 gated DeltaNet + 1 attention layer; Q3_K_M mix, vocab 151936: about 9 GiB). The largest models
-# at their real per-layer shapes with fewer layers: "v3" DeepSeek-V3 / R1 (8 layers, 3 of them dense:
-# 45 GiB), "kimi" Kimi-K2 (6 layers: 48 GiB), "glm45" GLM-4.5 (24 layers), "oss120b" gpt-oss-120b
-# (all 36 layers: 59 GiB); every expert count of a stage's -ncmoe / cache row counts its layers.
+# at their real per-layer shapes with fewer layers: "v3" DeepSeek-V3 / R1 (8 layers, the first dense:
+# 45 GiB), "kimi" Kimi-K2 (6 layers: 48 GiB), "glm45" GLM-4.5 (24 layers: 41 GiB), "oss120b"
+# gpt-oss-120b (all 36 layers: 59 GiB); llama-bench's -ncmoe names every layer, the quarter-size
+# cache counts the layers with routed experts (synth_arch.py writes one leading dense layer).
 # The first model stage's file is written while the build and tests run, the others after the rows
 # before them; a file already written by an earlier call on a warm machine is reused, every other
 # stage's file is removed before a new one is written. With .devdata/ds2_v3.gguf carried,
@@ -61,7 +62,7 @@ synth_args() { # stage -> synth_arch.py preset and options
     v3) echo deepseek-v3 --layers ${LAYERS_v3:-8} --pad-vocab ;;
     kimi) echo kimi-k2 --layers ${LAYERS_kimi:-6} --pad-vocab ;;
     glm45) echo glm-4.5 --no-mtp --layers ${LAYERS_glm45:-24} --pad-vocab ;;
-    oss120b) echo gpt-oss-120b --pad-vocab ${LAYERS_oss120b:+--layers $LAYERS_oss120b} ;;
+    oss120b) echo gpt-oss-120b --layers ${LAYERS_oss120b:-36} --pad-vocab ;;
     esac
 }
 n_experts() {
@@ -70,11 +71,17 @@ n_experts() {
     glm45) echo 160 ;; oss120b) echo 128 ;;
     esac
 }
-n_moe_layers() { # llama-bench's -ncmoe for every MoE layer on the CPU
+n_layers() { # the layers a stage's file has (llama-bench's -ncmoe: every layer's experts on the CPU)
     case $1 in
     lite) echo ${LAYERS_lite:-27} ;; air) echo ${LAYERS_air:-46} ;; oss20b) echo ${LAYERS_oss20b:-24} ;;
     qwen3next) echo ${LAYERS_qwen3next:-12} ;; v3) echo ${LAYERS_v3:-8} ;; kimi) echo ${LAYERS_kimi:-6} ;;
     glm45) echo ${LAYERS_glm45:-24} ;; oss120b) echo ${LAYERS_oss120b:-36} ;;
+    esac
+}
+n_moe_layers() { # of them, those with routed experts (synth_arch.py writes one leading dense layer)
+    case $1 in
+    lite | air | v3 | kimi | glm45) echo $(( $(n_layers $1) - 1 )) ;;
+    *) n_layers $1 ;;
     esac
 }
 MODELS=""
@@ -209,7 +216,7 @@ for m in $MODELS; do
             fi
         fi
         lrow ${m}_gpu_$p
-        lrow ${m}_cpumoe_$p -ncmoe "$(n_moe_layers $m)" -t 16
+        lrow ${m}_cpumoe_$p -ncmoe "$(n_layers $m)" -t 16
     done
 done
 echo "done at $(el)s"
