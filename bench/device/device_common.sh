@@ -21,10 +21,15 @@
 #                        first error lines and exit 1. DEV_LOG (default $J/build.log), DEV_JOBS
 #                        (default 16), DEV_ERRS (error lines shown, default 10); PREBUILT=DIR: a
 #                        tree from bench/device/prebuild.sh, carried, is used instead (linked as
-#                        build/, its strata and libstrata.so copied here)
+#                        build/, its strata and libstrata.so copied here; each variant packed with
+#                        it unpacked as build-NAME/: its library, a strata and tests/ wrappers that
+#                        run build/tests' programs on that library)
 #   dev_variant NAME FLAGS "OBJS" [TARGETS...]  build-NAME: a copy of build/ with OBJS (paths under
 #                        it) recompiled with nvcc FLAGS, then its strata and TARGETS (paths under it);
-#                        log $J/build_NAME.log; status 0 when built
+#                        log $J/build_NAME.log; status 0 when built. Under PREBUILT the packed
+#                        variant NAME, refused unless it was built with FLAGS
+#   dev_check NAME B     the path of c/cuda/dev/NAME.cu's program for build B of $builds (base or a
+#                        variant): prebuilt, or linked here from its libstrata.a (empty on failure)
 #   dev_variants "OBJS" TARGETS...  dev_variant ab1..ab3 for the flags AB1..AB3 that are set; $builds
 #                        lists base and those built; dev_ab_dir / dev_ab_cli / dev_ab_flags B: a
 #                        build's tree, its ./strata and its flags
@@ -87,10 +92,21 @@ dev_build() {
     local log=${DEV_LOG:-$J/build.log}
     if [ -n "${PREBUILT:-}" ] && [ -x "$PREBUILT/strata" ]; then # built elsewhere with nvcc, carried
         [ -e build ] || ln -s "$PREBUILT" build
-        local so
-        so=$(basename "$(ls "$PREBUILT"/libstrata.so.[0-9]* | head -1)" .xz)
-        xz -dc "$PREBUILT/$so.xz" > "$so" && cp "$PREBUILT/strata" . && ln -sf "$so" libstrata.so || exit 1
-        echo "prebuilt $PREBUILT ($(cat "$PREBUILT/REVISION" 2>/dev/null)) at $(el)s"
+        local so L=/tmp/prelibs v t
+        rm -rf $L && mkdir -p $L && tar -C $L -xJf "$PREBUILT/libs.tar.xz" || exit 1
+        so=$(basename "$(ls $L/libstrata.so.[0-9]* | head -1)")
+        cp "$L/$so" . && cp "$PREBUILT/strata" . && ln -sf "$so" libstrata.so || exit 1
+        for v in $L/*/; do # the variants: build-NAME/ runs build/'s programs on its library
+            [ -d "$v" ] || continue
+            v=$(basename "$v")
+            rm -rf "build-$v" && mkdir -p "build-$v/tests" && cp "$L/$v/"* "$PREBUILT/strata" "build-$v/" || exit 1
+            for t in "$PREBUILT"/tests/*; do
+                printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$PWD/build-$v" "$PWD/build/tests/${t##*/}" \
+                    > "build-$v/tests/${t##*/}" && chmod +x "build-$v/tests/${t##*/}"
+            done
+        done
+        echo "prebuilt $PREBUILT ($(cat "$PREBUILT/REVISION" 2>/dev/null); variants: $(ls -d $L/*/ 2>/dev/null |
+            xargs -rn1 basename | tr '\n' ' ')) at $(el)s"
         return 0
     fi
     make -j"${DEV_JOBS:-16}" CUDA=1 "$@" > "$log" 2>&1 ||
@@ -100,6 +116,11 @@ dev_build() {
 dev_variant() {
     local n=$1 f=$2 objs=$3 o
     shift 3
+    if [ -n "${PREBUILT:-}" ] && [ -x "$PREBUILT/strata" ]; then
+        [ -f "build-$n/FLAGS" ] && [ "$(cat "build-$n/FLAGS")" = "$f" ] && return 0
+        echo "$n ($f): not among the prebuilt variants (with these flags)"
+        return 1
+    fi
     rm -rf "build-$n" && cp -r build "build-$n" || return 1
     for o in $objs; do rm -f "build-$n/$o"; done
     make -j16 CUDA=1 BUILD="build-$n" OUTDIR="build-$n" NVCC_EXTRA="$f" "build-$n/strata" "${@/#/build-$n/}" \
@@ -121,6 +142,13 @@ dev_variants() { # "OBJS" TARGETS...: dev_variant ab1..ab3 from the flags AB1..A
 dev_ab_dir() { [ "$1" = base ] && echo build || echo "build-$1"; }      # a build of $builds: its tree
 dev_ab_cli() { [ "$1" = base ] && echo ./strata || echo "build-$1/strata"; } # its ./strata
 dev_ab_flags() { [ "$1" = base ] && echo "" || eval "echo \${AB${1#ab}}"; }   # its nvcc flags
+dev_check() {
+    local d
+    d=$(dev_ab_dir "$2")
+    [ -x "$d/tests/$1" ] && { echo "$d/tests/$1"; return 0; }
+    nvcc $DEV_NVCC -Ic/cuda/dev "c/cuda/dev/$1.cu" "$d/libstrata.a" -lpthread -ldl -lrt -o "/tmp/$1_$2" \
+        2> "$J/$1_build_$2.log" && echo "/tmp/$1_$2"
+}
 dev_tests() {
     local d=$1 t s
     shift

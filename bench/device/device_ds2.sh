@@ -140,7 +140,9 @@ if have tests; then
     done
     [ -f .devdata/ds2_v3.gguf ] && STRATA_LIB=$PWD/libstrata.so PYTHONPATH=$PWD/python:$PYTHONPATH \
         timeout 120 python3 bench/device/ds2_long.py .devdata/ds2_v3.gguf 900 2>&1 | tail -6
-    [ "${MLA_CTX:-8192}" = 0 ] || make CUDA=1 mla-check MLA_CTX=${MLA_CTX:-8192} > "$O/mla_check.log" 2>&1
+    if [ "${MLA_CTX:-8192}" = 0 ]; then :
+    elif [ -x build/tests/mla_check ]; then build/tests/mla_check "${MLA_CTX:-8192}" > "$O/mla_check.log" 2>&1 # prebuilt
+    else make CUDA=1 mla-check MLA_CTX=${MLA_CTX:-8192} > "$O/mla_check.log" 2>&1; fi
     echo "mla_check rc=$? at $(el)s"; grep -E "PASS|FAIL|GB/s" "$O/mla_check.log" | head -${MLA_SHOW:-30}
     if [ "${DN_CHECK:-1}" = 1 ]; then # qwen3next's DeltaNet kernels against the CPU's functions
         make CUDA=1 deltanet-check > "$J/deltanet_check.log" 2>&1
@@ -156,10 +158,9 @@ if [ "$OAI_OK" = 1 ]; then # its checks: the gpt-oss expert cases against the CP
     mkdir -p "$O/oai"
     TEST_CUDA_MOE_OAI_ONLY=1 O="$O/oai" DEV_TEST_SHOW="FAIL|tiles|GEMV path|gpt-oss" DEV_TEST_SHOW_N=20 \
         dev_tests build-oai test_cuda_moe:200
-    nvcc $DEV_NVCC c/cuda/dev/mmq_check.cu build-oai/libstrata.a -lpthread -ldl -lrt -o /tmp/mmq_check_oai \
-        2> "$J/mmq_check_build_oai.log" || echo "mmq_check oai: BUILD FAILED"
-    if [ -x /tmp/mmq_check_oai ]; then
-        { timeout 60 /tmp/mmq_check_oai mxfp4; timeout 120 /tmp/mmq_check_oai "gpt-oss-20b experts"; } \
+    mc=$(dev_check mmq_check oai) && [ -n "$mc" ] || echo "mmq_check oai: BUILD FAILED"
+    if [ -n "$mc" ]; then
+        { timeout 60 $mc mxfp4; timeout 120 $mc "gpt-oss-20b experts"; } \
             > "$O/oai/mmq_check.txt" 2>&1
         echo "mmq_check oai rc=$? at $(el)s:"; grep -vE "^NVIDIA" "$O/oai/mmq_check.txt" | cut -c1-170
     fi

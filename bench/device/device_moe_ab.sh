@@ -8,6 +8,8 @@
 # call), then with MODEL (a GGUF on the machine, e.g. device_ds2.sh's /dev/shm/ds2_air.gguf from
 # an earlier call on the warm machine) tg64 rows alternating the builds, REPS passes.
 #   run(command="bash bench/device/device_moe_ab.sh", carry=[".whl"], timeout_s=600)
+#   (or PREBUILT=build-pre with variants ab1..ab3 packed by bench/device/prebuild.sh's VARIANTS,
+#   as many as a call's carry holds: nothing is built on the device)
 # Defaults: AB1=-DSTRATA_MOE_DP4A_EXT=1 (Q3_K, Q5_0, Q4_1, Q5_1, IQ4_NL experts on the q8_1 /
 # dp4a kernels), AB2=-DSTRATA_MOE_F32_SMEM=1 (the f32 fallback's x row in shared memory: its
 # bits), AB3 both. AB2= (empty) drops a variant. env: TEST=0 (skip test_cuda_moe), CHECK=0 (skip
@@ -32,10 +34,9 @@ for b in $builds; do
         echo "test_cuda_moe rc=$?: $(grep -E "passed, " "$O/test_cuda_moe_$b.log" | tail -1)"
         grep -E "FAIL" "$O/test_cuda_moe_$b.log" | head -5
     fi
-    if [ "${CHECK:-1}" = 1 ] && nvcc $DEV_NVCC c/cuda/dev/moe_check.cu "$(dev_ab_dir $b)/libstrata.a" -lpthread -ldl -lrt \
-        -o /tmp/moe_check_$b 2> "$J/moe_check_build_$b.log"; then
+    if [ "${CHECK:-1}" = 1 ] && mc=$(dev_check moe_check $b) && [ -n "$mc" ]; then
         for c in ${CASES:-glm-4.5-air air-shexp qwen3-next deepseek-v2-lite v2-lite-shexp}; do
-            timeout 120 /tmp/moe_check_$b "$c" >> "$O/moe_check_$b.txt" 2>&1
+            timeout 120 $mc "$c" >> "$O/moe_check_$b.txt" 2>&1
         done
         grep -E "GB/s|device" "$O/moe_check_$b.txt" | grep -v router | cut -c1-160
     elif [ "${CHECK:-1}" = 1 ]; then

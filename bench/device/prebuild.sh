@@ -11,6 +11,12 @@
 # (-fno-semantic-interposition and -Bsymbolic-functions keep the library's own calls direct, as
 # hidden visibility does), ./strata and each test linked against it. device_common.sh's dev_build
 # unpacks it into the tree's root (tests find it at $ORIGIN/../..).
+# VARIANTS (lines "NAME OBJ FLAGS...", e.g. "ab1 c/cuda/moe.o -DSTRATA_MOE_DP4A_EXT=1"; default
+# none): for each, a copy of the build with OBJ recompiled with nvcc FLAGS and its libstrata.so
+# packed beside the base's in one solid xz (libs.tar.xz), which dev_variant takes instead of
+# building. Each costs about its object's compressed size (moe.o's ~6 MB: one variant beside the
+# base is about what a call's carry has room for). CHECKS: the c/cuda/dev check programs, linked
+# against the same library.
 set -eu
 cd "$(dirname "$0")/../.."
 B=build-devx
@@ -18,22 +24,37 @@ VIS="-fvisibility=default -fno-semantic-interposition -Wl,-Bsymbolic-functions"
 TESTS=${TESTS:-test_cuda_attn test_cuda_session test_cuda_mla test_cuda_moe test_dense_lead test_cuda_dequant
 test_cuda_mmv test_cuda_deltanet test_cuda_mtp test_cuda_spec test_kv_stats test_cuda_split}
 M="make -j${JOBS:-2} CUDA=1 BUILD=$B OUTDIR=$B SAN=$(printf %q "$VIS") NVCC_EXTRA='-Xcompiler -fvisibility=default'"
+VARIANTS=${VARIANTS:-}
+CHECKS=${CHECKS-moe_check mmq_check mla_check}
 eval "$M $B/strata $B/libstrata.so" > /tmp/prebuild.log 2>&1 || { tail -20 /tmp/prebuild.log; exit 1; }
 P=build-pre.new # packed aside, then moved in one step (a call may copy the tree meanwhile)
-rm -rf $P && mkdir -p $P/tests
+rm -rf $P && mkdir -p $P/tests $P/libs
 so=$(readlink $B/libstrata.so)
-strip -o $P/$so $B/$so
+strip -o $P/libs/$so $B/$so
+while read -r n obj flags; do
+    [ -n "$n" ] || continue
+    rm -rf $B-$n && cp -r $B $B-$n && rm -f $B-$n/$obj
+    eval "make -j${JOBS:-2} CUDA=1 BUILD=$B-$n OUTDIR=$B-$n SAN=$(printf %q "$VIS") \
+        NVCC_EXTRA='-Xcompiler -fvisibility=default $flags' $B-$n/libstrata.so" > /tmp/prebuild_$n.log 2>&1 ||
+        { tail -20 /tmp/prebuild_$n.log; exit 1; }
+    mkdir -p $P/libs/$n && strip -o $P/libs/$n/$so $B-$n/$so && echo "$flags" > $P/libs/$n/FLAGS
+done <<< "$VARIANTS"
 var() { eval "$M -s --eval 'print-%: ; @echo \$(\$*)' print-$1"; } # a make variable, expanded
 flags=$(var CFLAGS)
 objs=$(var CLI_OBJS)
-cc -o $P/strata $objs -L$P -l:$so -Wl,-rpath,'$ORIGIN' -lm -lpthread
+cc -o $P/strata $objs -L$P/libs -l:$so -Wl,-rpath,'$ORIGIN' -lm -lpthread
 for t in $TESTS; do
     [ -f c/tests/$t.c ] || { echo "no c/tests/$t.c: skipped"; continue; }
-    cc $flags -Ic/tests -o $P/tests/$t c/tests/$t.c -L$P -l:$so \
+    cc $flags -Ic/tests -o $P/tests/$t c/tests/$t.c -L$P/libs -l:$so \
         -Wl,-rpath,'$ORIGIN/../..' -lm -lpthread
 done
+for c in $CHECKS; do # the check programs' own kernels and main, the rest from the library
+    nvcc $(var NVCCFLAGS) -Ic/cuda/dev -o $P/tests/$c c/cuda/dev/$c.cu -L$P/libs -l:$so \
+        -Xlinker -rpath -Xlinker '$ORIGIN/../..' -lpthread -ldl -lrt
+done
 strip $P/strata $P/tests/*
-xz -T2 -6 $P/$so
+# one solid stream with a window wider than a library, so each variant costs only its difference
+tar -C $P/libs -cf - . | xz -T1 -6 --lzma2=preset=6,dict=64MiB > $P/libs.tar.xz && rm -rf $P/libs
 git rev-parse --short HEAD > $P/REVISION
 rm -rf build-pre && mv $P build-pre
 du -sh build-pre
