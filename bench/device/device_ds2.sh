@@ -27,7 +27,7 @@
 # NAME:SECONDS), PYTESTS (the Python GPU tests, FILE::-k expression; - none), MLA_CTX (mla_check's
 # longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW
 # (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions,
-# default 2), ROUNDS (interleaved rounds, default 2), LAYERS_<stage> (fewer layers; qwen3next 12
+# default 2), ROUNDS (interleaved rounds, default 2; ROUNDS_<stage> for one stage), LAYERS_<stage> (fewer layers; qwen3next 12
 # unless set), LONG=N (ds2_long.py on the lite file: an N-token prompt and 64 decode steps, GPU
 # against CPU), ONLY=llama (llama-bench's rows alone), SYNTH_DIR (where the files go; /dev/shm), SYNTH_JOBS (the first file's writers,
 # default 6), PREBUILT (device_common.sh: a tree built here and carried), PROF (0: no --profile row), PREWRITE (1:
@@ -203,7 +203,8 @@ for m in $MODELS; do
             python3 bench/device/ds2_long.py "$F" "$LONG" 64 2>&1 | tail -6
         echo "ds2_long on $m at $(el)s"
     fi
-    for p in $(seq "${ROUNDS:-2}"); do # interleaved rounds
+    eval "nr=\${ROUNDS_$m:-${ROUNDS:-2}}" # ROUNDS_<stage>: that stage's rounds (0: its file and LONG only)
+    for p in $(seq "$nr"); do # interleaved rounds
         srow ${m}_gpu_$p # Strata's rows first: llama-bench may still be building in the first round
         [ "$m" = oss20b ] && [ "$OAI_OK" = 1 ] && SBIN=build-oai/strata srow ${m}_gpu_oai_$p
         srow ${m}_cpumoe_$p --cpu-moe
