@@ -8,7 +8,7 @@
 # $OUT: device_gpu.log, cuda_check.log, results.tar, device_exact.log, device_split.log / .jsonl.
 set -u
 cd "$(dirname "$0")/../.."
-BUDGET=${BUDGET:-260} CHECK=1 TESTS="test_cuda_session test_cuda_moe" ATTN=0 MMQ=0 E2E=0 PREV=0 NOGRAPHS=0 \
+BUDGET=${BUDGET:-260} CHECK=1 TESTS="test_cuda_session test_cuda_moe test_cuda_moe_lowbit" ATTN=0 MMQ=0 E2E=0 PREV=0 NOGRAPHS=0 \
     OFFLOAD=0 CPU=0 ROWS='^(q3_gpu|q3_gpu_d16k|olmoe_gpu|olmoe_gpu_d16k)$' bash bench/device/device_gpu.sh |
     grep -E "^(NVIDIA|build|cuda-check|[0-9]+ passed|\| (q3|olmoe))|n_cpu_moe -1, cpu_misses"
 TESTS=0 REPS=${REPS:-3} OREPS=${OREPS:-2} QROWS="new:--no-cpu-misses new:" OROWS="new:--no-cpu-misses new:" \

@@ -34,10 +34,10 @@
 # every stage's file written at the start, in parallel: small files only), OAI_AB (1: also the
 # variant build-oai, mmq.o recompiled with -DSTRATA_MMQ_OAI=1 (gpt-oss's biased experts on the
 # prompt tiles, docs/PERFORMANCE.md), built in the background after the main build: its
-# test_cuda_moe's gpt-oss cases (TEST_CUDA_MOE_OAI_ONLY) and mmq_check's MXFP4 and gpt-oss expert
-# rows (PASS/FAIL), and in the oss20b stage an "oai" row of its strata beside each round's all-on-
-# the-GPU row (and the --profile row); unset or 0: none of it). $OUT: device_ds2.log, the test
-# logs, ds2/bench.tar.
+# test_cuda_moe_lowbit's gpt-oss cases and test_cuda_moe's argument checks (TEST_CUDA_MOE_OAI_ONLY),
+# mmq_check's MXFP4 and gpt-oss expert rows (PASS/FAIL), and in the oss20b stage an "oai" row of its
+# strata beside each round's all-on-the-GPU row (and the --profile row); unset or 0: none of it).
+# $OUT: device_ds2.log, the test logs, ds2/bench.tar.
 #   run(command="STAGES=oss20b OAI_AB=1 ROUNDS=1 bash bench/device/device_ds2.sh", ...)
 set -u
 cd "$(dirname "$0")/../.."
@@ -118,17 +118,18 @@ if [ -n "$FIRST" ] && [ -f .peer/llama_bench.sh ]; then
     [ -f /tmp/llama.done ] || ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
     LL=1
 fi
-DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests/test_cuda_session build/tests/test_cuda_mla build/tests/test_cuda_moe build/tests/test_dense_lead \
-    build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_deltanet build/tests/test_cuda_mtp \
+DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests/test_cuda_session build/tests/test_cuda_mla build/tests/test_cuda_moe \
+    build/tests/test_cuda_moe_lowbit build/tests/test_dense_lead build/tests/test_cuda_dequant build/tests/test_cuda_mmv \
+    build/tests/test_cuda_deltanet build/tests/test_cuda_mtp \
     build/tests/test_cuda_spec build/tests/test_kv_stats
 OAI_PID=
 if [ "${OAI_AB:-0}" = 1 ]; then # the gpt-oss tile variant, built while the tests run
-    dev_variant oai "-DSTRATA_MMQ_OAI=1" c/cuda/mmq.o tests/test_cuda_moe &
+    dev_variant oai "-DSTRATA_MMQ_OAI=1" c/cuda/mmq.o tests/test_cuda_moe tests/test_cuda_moe_lowbit &
     OAI_PID=$!
 fi
 if have tests; then
     DEV_TEST_SHOW="FAIL|SKIP|skip" DEV_TEST_SHOW_N=10 dev_tests build \
-        ${CTESTS:-test_cuda_mla:120 test_cuda_moe:300 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
+        ${CTESTS:-test_cuda_mla:120 test_cuda_moe:200 test_cuda_moe_lowbit:150 test_dense_lead:120 test_cuda_dequant:120 test_cuda_mmv:200}
     for t in ${PYTESTS:-test_hf_parity_gpu.py:: test_iq_gpu.py::}; do # FILE::-k expression, + for spaces; - none
         [ "$t" = - ] && continue
         f=${t%%::*} k=${t#*::}
@@ -157,7 +158,7 @@ fi
 if [ "$OAI_OK" = 1 ]; then # its checks: the gpt-oss expert cases against the CPU, mmq_check's rows
     mkdir -p "$O/oai"
     TEST_CUDA_MOE_OAI_ONLY=1 O="$O/oai" DEV_TEST_SHOW="FAIL|tiles|GEMV path|gpt-oss" DEV_TEST_SHOW_N=20 \
-        dev_tests build-oai test_cuda_moe:200
+        dev_tests build-oai test_cuda_moe:60 test_cuda_moe_lowbit:200
     mc=$(dev_check mmq_check oai) && [ -n "$mc" ] || echo "mmq_check oai: BUILD FAILED"
     if [ -n "$mc" ]; then
         { timeout 60 $mc mxfp4; timeout 120 $mc "gpt-oss-20b experts"; } \

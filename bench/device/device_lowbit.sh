@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # device_lowbit.sh - issue 34 on one GPU machine: the low-bit types on the GPU. First the GPU tests
-# of every IQ type and MXFP4 (test_cuda_dequant, test_cuda_mmv, test_cuda_moe, and
-# python/tests/test_iq_gpu.py: the default model requantized to each low-bit mix, GPU sessions
-# against the CPU's; test_cuda_session with STAGES "session"), then synthetic qwen3-30b-a3b files in low-bit mixes (bench/synth_lowbit.py,
-# zero-mean weights: each token routes to its own experts) timed all resident and with --cpu-moe
-# (pp512 and tg64), each beside llama-bench on the same file in the same call when .peer is
-# carried (llama-bench's build takes about 5 minutes, in the background while the tests run).
-# Every Strata row's JSON gives decode bytes per token and their share of the copy rate.
+# of every IQ type and MXFP4 (test_cuda_dequant, test_cuda_mmv, test_cuda_moe, test_cuda_moe_lowbit,
+# and python/tests/test_iq_gpu.py: the default model requantized to each low-bit mix, GPU sessions
+# against the CPU's; test_cuda_session with STAGES "session"), then synthetic qwen3-30b-a3b files in
+# low-bit mixes (bench/synth_lowbit.py, zero-mean weights: each token routes to its own experts)
+# timed all resident and with --cpu-moe (pp512 and tg64), each beside llama-bench on the same file
+# in the same call when .peer is carried (llama-bench's build takes about 5 minutes, in the
+# background while the tests run). Every Strata row's JSON gives decode bytes per token and their
+# share of the copy rate.
 #   run(command="bash bench/device/device_lowbit.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 # Knobs: STAGES (default "tests iq2_xxs mxfp4"; mixes: iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; "session"),
@@ -40,9 +41,10 @@ if [ -f .peer/llama_bench.sh ] && [ -n "$MIXES" ]; then
     LL=1
 fi
 DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_moe \
-    build/tests/test_cuda_session
+    build/tests/test_cuda_moe_lowbit build/tests/test_cuda_session
 if have tests; then
-    DEV_TEST_SHOW="FAIL|SKIP" DEV_TEST_SHOW_N=12 dev_tests build test_cuda_dequant:120 test_cuda_mmv:200 test_cuda_moe:200
+    DEV_TEST_SHOW="FAIL|SKIP" DEV_TEST_SHOW_N=12 dev_tests build test_cuda_dequant:120 test_cuda_mmv:200 test_cuda_moe:200 \
+        test_cuda_moe_lowbit:150
 fi
 if have tests; then # the default model requantized to each low-bit mix: GPU against CPU sessions
     STRATA_LIB=$PWD/libstrata.so STRATA_CLI=$PWD/strata PYTHONPATH=$PWD/python:$PYTHONPATH \

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # device_mmq_ab.sh - an A/B of the prompt tiles (c/cuda/mmq.cu) in one device call: builds this
 # tree (base) and a copy with only mmq.o recompiled with AB (nvcc flags, e.g.
-# AB='-DST_MMQ_Q4K_PAIRS=0'), runs test_cuda_mmv and test_cuda_moe on base, mmq_check's expert
-# and attention rows on both, then qwen3-30b-a3b and olmoe-1b-7b prompt rows alternating the
-# builds, REPS passes, and one decode row each.
+# AB='-DST_MMQ_Q4K_PAIRS=0'), runs test_cuda_mmv, test_cuda_moe and test_cuda_moe_lowbit on base,
+# mmq_check's expert and attention rows on both, then qwen3-30b-a3b and olmoe-1b-7b prompt rows
+# alternating the builds, REPS passes, and one decode row each.
 #   run(command="AB='-D...' bash bench/device/device_mmq_ab.sh", carry=[".whl", ".devdata"])   (~330 s)
 # env: AB (required), REPS (default 2), TEST=0 (skip the tests). Log: $OUT/device_mmq_ab.log;
 # mmq_check output and JSON rows under $OUT/mmq_ab/.
@@ -11,7 +11,8 @@ set -u
 cd "$(dirname "$0")/../.."
 . bench/device/device_common.sh
 dev_start mmq_ab
-dev_build strata build/tests/test_cuda_mmv build/tests/test_cuda_moe build/tests/test_cuda_session
+dev_build strata build/tests/test_cuda_mmv build/tests/test_cuda_moe build/tests/test_cuda_moe_lowbit \
+    build/tests/test_cuda_session
 dev_variant ab "${AB:?AB: the nvcc flags of the variant}" c/cuda/mmq.o || exit 1
 echo "ab ($AB) built at $(el)s"
 for b in base ab; do
@@ -21,7 +22,7 @@ for b in base ab; do
     { timeout 90 /tmp/mmq_check_$b "experts"; timeout 40 /tmp/mmq_check_$b "attn_qkv"; } > "$O/mmq_check_$b.txt" 2>&1
     echo "mmq_check $b at $(el)s:"; grep -vE "^NVIDIA|f16 tiles|GLU fused" "$O/mmq_check_$b.txt" | cut -c1-150
 done
-[ "${TEST:-1}" = 1 ] && dev_tests build test_cuda_mmv test_cuda_moe test_cuda_session
+[ "${TEST:-1}" = 1 ] && dev_tests build test_cuda_mmv test_cuda_moe test_cuda_moe_lowbit test_cuda_session
 dev_wait_files
 row() { dev_bench_row "$([ "$1" = ab ] && echo build-ab/strata || echo ./strata)" "$@" --gpu; } # build name file args...
 for p in $(seq ${REPS:-2}); do

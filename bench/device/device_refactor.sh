@@ -22,7 +22,7 @@ trap 'tar -C "$J" -cf "$OO/all.tar" . 2>/dev/null' EXIT
 STAGES=${STAGES:-verify tests dumps speed}
 # the tests' tiny model (../shared does not travel): the repository's copy
 mkdir -p /tmp/shared && ln -sfn "$PWD/models" /tmp/shared/models && export STRATA_SHARED=/tmp/shared
-CUDA_TESTS="test_cuda_session test_cuda_moe test_cuda_mmv test_cuda_ops test_cuda_attn test_cuda_dequant"
+CUDA_TESTS="test_cuda_session test_cuda_moe test_cuda_moe_lowbit test_cuda_mmv test_cuda_ops test_cuda_attn test_cuda_dequant"
 dev_prev_build 8 "$J/prev_build.log" strata
 have() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 if have verify && [ -f .verify/run.sh ]; then # on the GPU while this tree builds on the CPUs
@@ -42,7 +42,7 @@ wait_prev() {
 }
 
 if have tests; then
-    dev_tests build test_cuda_session:300 test_cuda_moe:300 test_cuda_mmv test_cuda_ops test_cuda_attn \
+    dev_tests build test_cuda_session:300 test_cuda_moe:200 test_cuda_moe_lowbit test_cuda_mmv test_cuda_ops test_cuda_attn \
         test_cuda_dequant test_session test_lib_messages
 fi
 
