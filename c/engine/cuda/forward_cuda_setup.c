@@ -402,8 +402,7 @@ static strata_status st_gpu_pool_create(strata_session *s) {
     TRY(st_gpu_alloc((void **)&g->d_err, sizeof(int32_t)));
     TRY(st_cuda_memset(g->d_err, 0, sizeof(int32_t)));
     TRY(st_cuda_host_alloc((void **)&g->h_step, sizeof(uint32_t)));
-    g->defer = s->plan.defer_cpu;
-    g->defer_pending = -1;
+    g->defer = s->plan.defer_cpu; /* (defer_pending: -1 from st_gpu_build, reset per call) */
     if (g->defer) TRY(st_gpu_alloc((void **)&g->defer_part, sizeof(float) * R * E));
     return st_pool_create(s->experts, L, hp->n_expert, hp->n_embd, hp->n_ff_exp, hp->n_expert_used,
                           (int32_t)R, g->db, s->n_threads > 0 ? s->n_threads : 1, &g->pool);
