@@ -12,10 +12,16 @@
  * the unsplit n_cpu_moe session's bits: a count inside the first stage (the host hand-off alone),
  * one that crosses into the second (prompt batches of 32 or more staged to each stage's slots,
  * the decode split by its default, auto: the CPU's bits whatever the share), and every layer's
- * (cpu_moe) over three stages with cpu_warm. Without a usable GPU everything skips. */
+ * (cpu_moe) over three stages with cpu_warm. In CUDA builds, with or without a GPU: the
+ * session's tile figures (st_gpu_tiles_stats) of a split are its stages' sums, on states made by
+ * hand. Without a usable GPU everything else skips. */
 #include "model_build.h"
 #include "strata.h"
 #include "test.h"
+
+#ifdef STRATA_HAVE_CUDA
+#include "forward_cuda.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -222,7 +228,52 @@ static void test_missing_device(int n_dev) {
     strata_model_free(m);
 }
 
+#ifdef STRATA_HAVE_CUDA
+/* st_gpu_tiles_stats (the q8_tiles / q8_sm60 figures of strata_session_stats) without a device:
+ * stage states with counts of their own by hand, first alone (an unsplit session: its own), then
+ * as three stages of one split (every stage's counted, not stage 0's alone). */
+static void test_tiles_stats(void) {
+    strata_session *s = calloc(1, sizeof *s);
+    st_gpu *g[3] = {calloc(1, sizeof(st_gpu)), calloc(1, sizeof(st_gpu)), calloc(1, sizeof(st_gpu))};
+    if (!s || !g[0] || !g[1] || !g[2]) {
+        CHECK(0, "tiles stats: out of memory");
+        free(s); free(g[0]); free(g[1]); free(g[2]);
+        return;
+    }
+    for (int i = 0; i < 3; i++) {
+        g[i]->tiles_bytes = (size_t)1000 << i;
+        g[i]->tiles_skipped = i + 1;
+        g[i]->sm60_mats = 10 * (i + 1);
+    }
+    int64_t bytes = -1;
+    int32_t skipped = -1, sm60 = -1;
+    st_gpu_tiles_stats(s, &bytes, &skipped, &sm60);
+    CHECK(bytes == 0 && skipped == 0 && sm60 == 0, "tiles stats, no GPU state: %lld %d %d", (long long)bytes,
+          (int)skipped, (int)sm60);
+    s->gpu = g[0];
+    st_gpu_tiles_stats(s, &bytes, &skipped, &sm60);
+    CHECK(bytes == 1000 && skipped == 1 && sm60 == 10, "tiles stats, unsplit: %lld %d %d", (long long)bytes,
+          (int)skipped, (int)sm60);
+    if (st_gpu_stages_new(g[0], 3) == STRATA_OK) {
+        st_gpu_stages_put(g[0]->stages, 1, g[1]);
+        st_gpu_stages_put(g[0]->stages, 2, g[2]);
+        st_gpu_tiles_stats(s, &bytes, &skipped, &sm60);
+        CHECK(bytes == 7000 && skipped == 6 && sm60 == 60,
+              "tiles stats, 3 stages: %lld bytes, %d skipped, %d sm60 (want 7000, 6, 60: every stage's)",
+              (long long)bytes, (int)skipped, (int)sm60);
+    } else {
+        CHECK(0, "stages table: %s", strata_last_error());
+    }
+    free(g[0]->stages); /* (the table alone: calloc'd, nothing in it to release) */
+    free(g[0]); free(g[1]); free(g[2]);
+    free(s);
+}
+#endif
+
 int main(void) {
+#ifdef STRATA_HAVE_CUDA
+    test_tiles_stats();
+#endif
     strata_backend_info bi;
     int32_t n_dev = 0;
     if (strata_backend_query(STRATA_BACKEND_CUDA, &bi) != STRATA_OK || !bi.available ||

@@ -1219,9 +1219,13 @@ void st_gpu_mem_stats(const strata_session *s, int64_t *kv_bytes, int64_t *state
     }
 }
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60) {
-    *bytes = s && s->gpu ? (int64_t)s->gpu->tiles_bytes : 0;
-    *skipped = s && s->gpu ? s->gpu->tiles_skipped : 0;
-    *sm60 = s && s->gpu ? s->gpu->sm60_mats : 0;
+    *bytes = 0;
+    *skipped = *sm60 = 0;
+    for (int i = 0; st_gpu_stage_of(s, i); i++) { /* each stage made its own layers' copies */
+        *bytes += (int64_t)st_gpu_stage_of(s, i)->tiles_bytes;
+        *skipped += st_gpu_stage_of(s, i)->tiles_skipped;
+        *sm60 += st_gpu_stage_of(s, i)->sm60_mats;
+    }
 }
 
 #endif /* STRATA_HAVE_CUDA */

@@ -21,8 +21,8 @@ st_gpu_tier *st_gpu_get_cache(const strata_session *s);
 /* Bytes of the pinned copy of the experts kept in RAM (pin_experts), 0 without one. */
 int64_t st_gpu_pinned_bytes(const strata_session *s);
 /* q8_tiles: the bytes of the Q8_0 tile copies made and the matrices left without one (no GPU
- * memory to spare); q8_sm60: the matrices whose decode GEMV reads its copy; all 0 without a GPU
- * session. */
+ * memory to spare); q8_sm60: the matrices whose decode GEMV reads its copy; a layer split's are
+ * its stages' sums; all 0 without a GPU session. */
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60);
 /* The GPU session's allocations of its context: the KV cache (every layer's K and V) and the
  * recurrent state kept across calls (qwen3next); 0 without a GPU session. */
