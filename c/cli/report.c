@@ -74,14 +74,17 @@ static void cli_report_expert_memory(const cli_opts *o, const strata_model_info 
 static void cli_report_cpu_misses(const cli_opts *o, const strata_session_stats *cs) {
     if ((o->expert_cache != 0 && o->cpu_misses == 1) || cs->cpu_split != 0)
         fprintf(stderr, "strata: --cpu-misses: PCIe %.1f GB/s (%.0f us a copy), CPU %.0f us + %.0f us "
-                "an expert (+ %.0f us a further row); %s%s\n", cs->pcie_bytes_per_s / 1e9,
+                "an expert (+ %.0f us a further row); %s%s%s\n", cs->pcie_bytes_per_s / 1e9,
                 cs->pcie_latency_s * 1e6, cs->cpu_share_step_s * 1e6, cs->cpu_share_expert_s * 1e6,
                 cs->cpu_expert_per_row_s * 1e6,
                 o->pcie_frac < 0 ? "each miss goes where it is predicted to finish first"
                                  : "the heaviest share of --pcie-frac misses is loaded, the rest computed",
                 cs->cpu_split == 1 ? "; the CPU layers' GPU share in the CPU's arithmetic (same bits)"
                 : cs->cpu_split == 2 ? "; the CPU layers' GPU share in its own arithmetic (bits follow the share)"
-                                     : "");
+                                     : "",
+                cs->cache_split == 1 ? "; decode steps' cache hits in the CPU's arithmetic (same bits)"
+                : cs->cache_split == 2 ? "; the cache hits in the GPU's arithmetic (bits follow residency)"
+                                       : "");
 }
 
 /* Which layers' routed experts run on the CPU, and --stage-experts auto's figures. cs is NULL

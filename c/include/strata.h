@@ -382,8 +382,13 @@ typedef struct strata_placement_params {
                              0: never. */
     int cpu_misses;       /* with expert_cache: 1 makes each missed expert either loaded into a
                              slot or computed by the CPU from RAM while the GPU computes the
-                             others, as the cost model predicts faster (the CPU's arithmetic for
-                             those: close, not bit-identical). With n_cpu_moe (not with doorbell or
+                             others, as the cost model predicts faster. In calls of up to 8
+                             tokens, where every cache layer's expert type has GPU kernels in the
+                             CPU's arithmetic (the types below), every slot, hit or miss, is then
+                             computed in the CPU's arithmetic: the same bits whatever the
+                             residency and the share (stats cache_split 1); elsewhere the hits in
+                             the GPU's and the CPU's misses in the CPU's (close, not
+                             bit-identical; cache_split 2). With n_cpu_moe (not with doorbell or
                              ram_budget): in calls of up to 8 tokens a share of each CPU layer's
                              experts is copied to the GPU and computed there while the CPU
                              computes the rest; where every CPU layer's expert type has GPU kernels
@@ -728,6 +733,13 @@ typedef struct strata_session_stats {
      * where the types and the CPU's kernels allow); 2 split in the GPU's own arithmetic
      * (cpu_misses 1 elsewhere: the bits follow the share) */
     int32_t cpu_split;
+    /* cpu_misses 1 with expert_cache: 0 no split of the cache's misses; 1 calls of up to 8 tokens
+     * compute every slot in the CPU's arithmetic (the hits by GPU kernels that give the CPU's
+     * bits, the CPU's misses by the CPU, summed in slot order: the same bits whatever the
+     * residency and the share, those of --cpu-moe); 2 the hits in the GPU's own arithmetic (the
+     * types or the CPU's kernels do not allow 1; longer calls always: the bits follow the
+     * residency) */
+    int32_t cache_split;
     /* gpu_mem without expert_cache or n_cpu_moe (a CUDA session): the leading layers whose routed
      * experts the fit left in RAM for the CPU (0: all on the GPU); -1: no fit made */
     int32_t gpu_mem_cpu_layers;

@@ -35,6 +35,7 @@ static void cuda_stats(const strata_session *s, strata_session_stats *out) {
     st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped, &out->q8_sm60_mats);
     out->iq_stage_tables = s->iq_stage_tables > 0;
     out->cpu_split = st_gpu_split_mode(s);
+    out->cache_split = st_gpu_cache_split_mode(s);
     out->route_tail_skipped += st_gpu_tail_skipped(s, 0);
     out->plan_decode_tok_s = st_gpu_plan_rate(s);
     st_gpu_mem_stats(s, &out->kv_bytes, &out->state_alloc_bytes);

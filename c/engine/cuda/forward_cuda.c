@@ -59,6 +59,7 @@ void st_gpu_mem_stats(const strata_session *s, int64_t *kv_bytes, int64_t *state
     *state_bytes = 0;
 }
 int st_gpu_split_mode(const strata_session *s) { (void)s; return 0; }
+int st_gpu_cache_split_mode(const strata_session *s) { (void)s; return 0; }
 int64_t st_gpu_tail_skipped(const strata_session *s, int reset) { (void)s; (void)reset; return 0; }
 double st_gpu_plan_rate(const strata_session *s) { (void)s; return 0.0; }
 

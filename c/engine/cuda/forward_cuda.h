@@ -116,9 +116,11 @@ struct st_gpu {
     int32_t *ids_split;                   /* (T, k) device: the GPU's ids (-1 for the CPU's) */
     float *cpu_part;                      /* (T, n_embd) device: the CPU's share, added */
     int32_t *h_ids_gpu, *h_ids_cpu;       /* (T, k) host */
-    /* cpu_split in the CPU's arithmetic (split_exact: every CPU layer's types, AVX-512 kernels):
-     * each side's rows per slot, combined on the GPU in slot order (moe_exact.cu) */
+    /* cpu_split in the CPU's arithmetic (split_exact: every CPU layer's types, AVX-512 kernels),
+     * or the cache's split in decode-sized calls (cache_exact: every cache layer's types): each
+     * side's rows per slot, combined on the GPU in slot order (moe_exact.cu), the buffers below */
     int split_exact;
+    int cache_exact;
     float *rows_gpu;                      /* (8, k, n_embd) device: the GPU's share's rows */
     float *h_rows, *d_rows;               /* (8, k, n_embd) pinned: the CPU's; its device address */
     float *rows_cpu;                      /* (8, k, n_embd) device copy where h_rows is not mapped */

@@ -21,7 +21,7 @@ static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t *slots);
 static strata_status st_gpu_pin_experts(strata_session *s);
 static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_tier *c, int il, int step);
 static strata_status st_gpu_alloc_split(strata_session *s);
-static int st_gpu_split_exact_ok(const strata_session *s);
+static int st_gpu_exact_ok(const strata_session *s, int on_cpu);
 static strata_status st_gpu_alloc_exact(strata_session *s);
 
 /* ---------------------------------------------------------------------------------------------
@@ -789,7 +789,8 @@ static strata_status st_gpu_alloc_pinned(strata_session *s) {
 }
 
 /* expert_cache: the GPU expert cache's slots (auto: what fits), with gpu_prefetch the prediction
- * buffers, with cpu_misses the cost model's figures and the split's buffers. */
+ * buffers, with cpu_misses the cost model's figures and the split's buffers (with cache_exact the
+ * exact rows' too). */
 static strata_status st_gpu_setup_cache(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -809,6 +810,12 @@ static strata_status st_gpu_setup_cache(strata_session *s) {
         /* the loads enqueued, so the CPU's share runs while they copy */
         TRY(st_gpu_tier_async_loads(g->cache, g->stream));
         g->split = 1;
+        /* decode-sized calls in the CPU's arithmetic for every slot, hits and misses alike, where
+         * every cache layer's types allow (else the hits in the GPU's: the bits follow residency) */
+        if (hp->n_expert > 0 && st_gpu_exact_ok(s, 0)) {
+            TRY(st_gpu_alloc_exact(s));
+            g->cache_exact = 1;
+        }
     }
     return STRATA_OK;
 }
@@ -859,7 +866,7 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     if (!st_gpu_has_cpu_layers(s)) return STRATA_OK; /* (a split's stage past the CPU layers) */
-    const int exact = hp->n_expert > 0 && s->plan.n_cpu_moe != 0 && st_gpu_split_exact_ok(s);
+    const int exact = hp->n_expert > 0 && s->plan.n_cpu_moe != 0 && st_gpu_exact_ok(s, 1);
     const int cpu_split = (s->plan.cpu_misses || (s->plan.cpu_misses_auto && exact)) && !g->cache && s->plan.n_cpu_moe != 0 &&
                           !g->pool && hp->n_expert > 0;
     if (!((s->plan.stage_experts != 0 || cpu_split) && hp->n_expert > 0)) return STRATA_OK;
@@ -887,7 +894,10 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
         TRY(st_gpu_tier_async_loads(g->stage, g->stream));
         g->cpu_split = cpu_split;
         g->stage_split = stage_split;
-        if (cpu_split && exact) TRY(st_gpu_alloc_exact(s));
+        if (cpu_split && exact) {
+            TRY(st_gpu_alloc_exact(s));
+            g->split_exact = 1;
+        }
     }
     if (s->plan.stage_experts < 0) { /* auto: the staging decision's per-batch counts */
         g->stage_rows = calloc((size_t)hp->n_expert, sizeof *g->stage_rows);
@@ -1095,14 +1105,16 @@ static strata_status st_gpu_alloc_split(strata_session *s) {
     return STRATA_OK;
 }
 
-/* Whether every CPU layer's experts can be split with the GPU's share in the CPU's arithmetic:
- * gate and up of one type, types the CPU-exact kernels take, and the CPU's kernels for them the
- * exact-block-sum ones (dot.h; the AVX-512 level). */
-static int st_gpu_split_exact_ok(const strata_session *s) {
+/* Whether the experts of every layer placed on the CPU (on_cpu 1: the split of the CPU layers) or
+ * on the GPU (on_cpu 0: the expert cache's split of its misses) can be split with the GPU's share
+ * in the CPU's arithmetic: gate and up of one type, types the CPU-exact kernels take, and the
+ * CPU's kernels for them the exact-block-sum ones (dot.h; the AVX-512 level). */
+static int st_gpu_exact_ok(const strata_session *s, int on_cpu) {
     const st_hparams *hp = &s->model->hp;
     if (hp->expert_act_oai) return 0; /* gpt-oss's biased experts: the exact rows take no biases */
     for (int il = 0; il < hp->n_layer; il++) {
-        if (!st_plan_layer_on_cpu(&s->plan, il) || !st_layer_has_experts(&s->model->layers[il])) continue;
+        if (!st_plan_layer_on_cpu(&s->plan, il) != !on_cpu || !st_layer_has_experts(&s->model->layers[il]))
+            continue;
         const st_expert *e = &s->experts[(size_t)il * (size_t)hp->n_expert];
         if (e->gate.type != e->up.type || !st_cuda_moe_exact_supports(e->gate.type, e->down.type) ||
             !st_vec_dot_exact_blocks(e->gate.type) || !st_vec_dot_exact_blocks(e->down.type))
@@ -1111,11 +1123,13 @@ static int st_gpu_split_exact_ok(const strata_session *s) {
     return 1;
 }
 
-/* The exact split's buffers: the GPU's rows (device), the CPU's rows (host-mapped where possible,
- * else pinned with a device copy), the kernels' workspace; decode-sized calls (ST_POOL_T rows). */
+/* The exact split's buffers (split_exact or cache_exact): the GPU's rows (device), the CPU's rows
+ * (host-mapped where possible, else pinned with a device copy), the kernels' workspace;
+ * decode-sized calls (ST_POOL_T rows). Made once. */
 static strata_status st_gpu_alloc_exact(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
+    if (g->rows_gpu) return STRATA_OK;
     const size_t R = ST_POOL_T, E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used;
     const size_t rows = sizeof(float) * R * K * E;
     TRY(st_gpu_alloc((void **)&g->rows_gpu, rows));
@@ -1129,7 +1143,6 @@ static strata_status st_gpu_alloc_exact(strata_session *s) {
     g->d_rows = (float *)d;
     g->exact_ws_bytes = st_cuda_moe_exact_wsize((int64_t)R, (int32_t)K, hp->n_embd, hp->n_ff_exp);
     TRY(st_gpu_alloc(&g->exact_ws, g->exact_ws_bytes));
-    g->split_exact = 1;
     return STRATA_OK;
 }
 
@@ -1202,6 +1215,10 @@ int64_t st_gpu_tail_skipped(const strata_session *s, int reset) {
 int st_gpu_split_mode(const strata_session *s) {
     const st_gpu *g = s ? s->gpu : NULL;
     return g && g->cpu_split ? (g->split_exact ? 1 : 2) : 0;
+}
+int st_gpu_cache_split_mode(const strata_session *s) {
+    const st_gpu *g = s ? s->gpu : NULL;
+    return g && g->split ? (g->cache_exact ? 1 : 2) : 0;
 }
 double st_gpu_plan_rate(const strata_session *s) {
     const st_hparams *hp = &s->model->hp;

@@ -30,6 +30,10 @@ void st_gpu_mem_stats(const strata_session *s, int64_t *kv_bytes, int64_t *state
 /* The CPU layers' decode split (cpu_misses): 0 none, 1 in the CPU's arithmetic (the same bits
  * whatever the share), 2 in the GPU's own (the bits follow the share). */
 int st_gpu_split_mode(const strata_session *s);
+/* The expert cache's split of its misses (cpu_misses): 0 none, 1 decode-sized calls in the CPU's
+ * arithmetic for every slot (the same bits whatever the residency), 2 the hits in the GPU's own
+ * (the bits follow the residency). */
+int st_gpu_cache_split_mode(const strata_session *s);
 /* route_tail_skip: the slots the device dropped since create or the last reset (reset 1 zeroes
  * the count after reading it); 0 without it. */
 int64_t st_gpu_tail_skipped(const strata_session *s, int reset);

@@ -340,6 +340,8 @@ typedef struct {
     int pipe;            /* pipe: the next layer's prediction rides on this layer's routing wait */
     int pm;              /* the pool computes the cache's misses (POOL_MISSES) */
     int split;           /* cpu_misses: some misses of this chunk are the CPU's */
+    int exact;           /* cache_exact (decode-sized): every slot's row in the CPU's arithmetic,
+                          * the GPU's and the CPU's combined in slot order */
 } st_moe_chunk;
 
 /* Route: the router (a decode step: router GEMV, routing and the experts' q8_1 row of xn in one
@@ -515,8 +517,9 @@ static strata_status st_gpu_self_draft_drop(strata_session *s, const st_moe_chun
 }
 
 /* CACHED: the routing down (DEGRADE_ZERO: light misses dropped; a self-draft step: all); cpu_misses: the misses split
- * between loads and the CPU (the kernel then reads g->ids_split); the misses loaded into the
- * cache's slots, whose table the kernel reads. */
+ * between loads and the CPU (the kernel then reads g->ids_split; with cache_exact, decode-sized
+ * and not a self-draft step, the exact rows, split or not); the misses loaded into the cache's
+ * slots, whose table the kernel reads. */
 static strata_status st_gpu_moe_cached(strata_session *s, st_moe_chunk *c) {
     st_gpu *g = s->gpu;
     const int il = c->il;
@@ -530,6 +533,7 @@ static strata_status st_gpu_moe_cached(strata_session *s, st_moe_chunk *c) {
     const int32_t *gids = ids; /* the experts the GPU computes */
     if (g->split && !s->self_draft) TRY(st_gpu_split_misses(s, il, t0, tn, ids, &c->split, &gids));
     if (c->split) c->ids = g->ids_split + t0 * K;
+    c->exact = g->cache_exact && tn <= ST_POOL_T && !s->self_draft;
     TRY(st_gpu_tier_table(g->cache, il, gids, tn, K, c->pf, g->stream, &c->table));
     if (c->pf) { /* layer il + 1's router on this residual: its predicted experts start
                   * loading on the copy stream while this layer computes (this layer's
@@ -753,15 +757,50 @@ static strata_status st_gpu_cpu_misses_join(strata_session *s, const st_moe_chun
     return st_cuda_add(g->proj + t0 * E, g->proj + t0 * E, g->cpu_part, 1.0f, tn * E, g->stream);
 }
 
+/* cpu_misses with cache_exact (a decode-sized chunk): the GPU's slots' rows are being computed in
+ * the CPU's arithmetic (g->rows_gpu); the CPU's misses' rows meanwhile (st_moe_ffn_end_rows), read
+ * from the mapped rows or copied up, then both sides' rows summed in slot order into g->proj, as
+ * the CPU's st_moe_ffn sums them: the CPU's result whatever the residency and the share (the
+ * same combine as a split CPU layer's, st_gpu_host_join_split). */
+static strata_status st_gpu_cache_exact_join(strata_session *s, const st_moe_chunk *c) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd, t0 = c->t0, tn = c->tn;
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const float *cr = g->rows_gpu; /* (no CPU rows: not read) */
+    if (c->split) {
+        st_moe_ffn_begin(s->tp, s->experts + (size_t)c->il * (size_t)X, X, s->xn + t0 * E, tn, g->h_ids_cpu,
+                         s->wts + t0 * K, K, s->proj + t0 * E, s->moe_ws);
+        st_moe_ffn_end_rows(s->tp, s->moe_ws, g->h_rows);
+        cr = g->d_rows;
+        if (!cr) {
+            TRY(st_cuda_memcpy_async(g->rows_cpu, g->h_rows, sizeof(float) * (size_t)(tn * K * E), 1, g->stream));
+            cr = g->rows_cpu;
+        }
+        int64_t nc = 0;
+        for (int64_t i = 0; i < tn * K; i++) nc += g->h_ids_cpu[i] >= 0;
+        s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(nc * E));
+    }
+    return st_cuda_moe_combine_rows(g->ids + t0 * K, c->ids, g->rows_gpu, cr, g->wts + t0 * K, tn, K, E, X,
+                                    g->proj + t0 * E, g->stream);
+}
+
 /* Compute a placed chunk: the grouped expert kernel over c->table and c->ids into g->proj (every
- * mode but the CPU's), then what joins its rows there: the pool's rows (POOL_MISSES), the CPU's
- * misses (cpu_misses); a prefetch's held slots released after the kernel. */
+ * mode but the CPU's; exact: the CPU-exact rows into g->rows_gpu), then what joins its rows there:
+ * the pool's rows (POOL_MISSES), the CPU's misses (cpu_misses; exact: both sides' rows combined);
+ * a prefetch's held slots released after the kernel. */
 static strata_status st_gpu_moe_compute(strata_session *s, const st_moe_chunk *c) {
     st_gpu *g = s->gpu;
     const int64_t E = s->model->hp.n_embd;
     if (!c->cpu_layer) {
         st_cuda_moe_args a = st_gpu_routed_args(s, c->il, c->t0, c->tn, c->table, c->ids);
-        TRY(st_cuda_moe_ffn(&a, g->stream));
+        if (c->exact) {
+            a.ws = g->exact_ws;
+            a.ws_bytes = g->exact_ws_bytes;
+            TRY(st_cuda_moe_exact_rows(&a, g->rows_gpu, g->stream));
+        } else {
+            TRY(st_cuda_moe_ffn(&a, g->stream));
+        }
     }
     if (c->pm) { /* the pool's rows (computed meanwhile) added to the GPU's */
         st_doorbell_layer *r = &g->db[c->il];
@@ -770,7 +809,8 @@ static strata_status st_gpu_moe_compute(strata_session *s, const st_moe_chunk *c
         TRY(st_cuda_add(g->proj, g->proj, g->pm_part, 1.0f, c->tn * E, g->stream));
     }
     if (c->pf) st_gpu_tier_release_held(g->cache);
-    if (c->split) TRY(st_gpu_cpu_misses_join(s, c));
+    if (c->exact) TRY(st_gpu_cache_exact_join(s, c));
+    else if (c->split) TRY(st_gpu_cpu_misses_join(s, c));
     return STRATA_OK;
 }
 
