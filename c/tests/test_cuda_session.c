@@ -527,6 +527,50 @@ static void test_pool_misses(const strata_model *m, const strata_token *toks, in
     free(cpu);
 }
 
+/* cpu_misses with a 32-slot expert cache where its split is exact (stats cache_split 1: the
+ * default model's Q8_0 experts on an AVX-512 host): calls of up to 8 tokens compute every slot in
+ * the CPU's arithmetic, the hits by the GPU's CPU-exact kernels (moe_exact.cu), the CPU's misses by
+ * the CPU, both summed in slot order as the CPU sums them. So with every call of up to 8 tokens
+ * (batches of 8; a prompt of 8 for greedy) the logits are --cpu-moe's (every expert by the CPU,
+ * its sum; the dense parts on the GPU in both) bit for bit, whatever share of the misses is
+ * loaded: pcie_frac 1 (every miss loaded: the GPU's rows alone), 0 (every miss on the CPU), 0.5
+ * and the cost model; and greedy gives --cpu-moe's tokens. Elsewhere (cache_split 2) the bits
+ * follow the residency and nothing is compared. */
+static void test_cache_exact(const strata_model *m, const strata_token *toks, int64_t n, int32_t V) {
+    g_cache = 32;
+    g_cpu_misses = 1;
+    const strata_session_stats es = fresh_stats(m);
+    g_cache = g_cpu_misses = 0;
+    printf("expert cache 32, cpu_misses: cache split mode %d (%s)\n", (int)es.cache_split,
+           es.cache_split == 1 ? "the CPU's arithmetic" : "the GPU's arithmetic for hits");
+    CHECK(es.cache_split != 0, "expert cache with cpu_misses 1: no split (%d)", (int)es.cache_split);
+    if (es.cache_split != 1) return;
+    g_cpu_moe = -1; /* the reference: the CPU computes every expert (cpu_misses 0: no split) */
+    float *ref = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
+    strata_token gref[64];
+    const int okr = greedy(m, STRATA_BACKEND_CUDA, toks, 8, V, gref);
+    g_cpu_moe = 0;
+    static const float fracs[4] = {1.0f, 0.0f, 0.5f, -1.0f};
+    for (int f = 0; f < 4 && ref && okr; f++) {
+        g_cache = 32;
+        g_cpu_misses = 1;
+        g_pcie_frac = fracs[f];
+        float *got = all_logits(m, STRATA_BACKEND_CUDA, 8, toks, n, V);
+        strata_token gg[64];
+        const int ok = greedy(m, STRATA_BACKEND_CUDA, toks, 8, V, gg);
+        g_cache = g_cpu_misses = 0;
+        g_pcie_frac = -1.0f;
+        const int same = got && !memcmp(ref, got, sizeof(float) * (size_t)n * (size_t)V);
+        printf("expert cache 32, cpu_misses, pcie_frac %g: logits %s --cpu-moe's, greedy %s\n", (double)fracs[f],
+               same ? "equal to" : "DIFFER from", ok && !memcmp(gref, gg, sizeof gg) ? "equal" : "DIFFERS");
+        CHECK(same && ok && !memcmp(gref, gg, sizeof gg),
+              "expert cache 32, cpu_misses, pcie_frac %.1f: not --cpu-moe's bits", (double)fracs[f]);
+        free(got);
+    }
+    CHECK(ref && okr, "expert cache exact: the --cpu-moe reference failed");
+    free(ref);
+}
+
 /* CUDA graphs: 40 decode steps replayed as graphs give the bits of the plain launches. The steps
  * start at position np + 224 (a filler batch first), so they cross a 256-position boundary of the
  * attention plan: the graph is captured twice and replayed the other 38 times. A third session
@@ -761,6 +805,7 @@ static void test_default_model(void) {
     test_tail_skip(m, toks, n, V);
     test_pipe(m, toks, 12, V);
     test_pool_misses(m, toks, n, V);
+    test_cache_exact(m, toks, n, V);
 
     /* the GPU expert cache: every routed expert demand-loaded into one of 32 or 40 slots (the
      * model has 6 x 32): the same bits as all resident (placement invariance) */
@@ -768,7 +813,13 @@ static void test_default_model(void) {
         float *all = all_logits(m, STRATA_BACKEND_CUDA, 64, toks, n, V);
         strata_token ga[64];
         const int ok_all = greedy(m, STRATA_BACKEND_CUDA, toks, 12, V, ga);
-        for (int v = 0; v < 5 && all && ok_all; v++) { /* v 2: 32 slots loaded from pinned copies;
+        /* (v 4 where the cache's split is exact: its calls of up to 8 tokens, the greedy steps,
+         * compute the CPU's bits, test_cache_exact's; not compared here) */
+        g_cache = 32;
+        g_cpu_misses = 1;
+        const int nv = fresh_stats(m).cache_split == 1 ? 4 : 5;
+        g_cache = g_cpu_misses = 0;
+        for (int v = 0; v < nv && all && ok_all; v++) { /* v 2: 32 slots loaded from pinned copies;
                                                           * v 3: and prefetched on a copy stream;
                                                           * v 4: cpu_misses with every miss loaded */
             g_cache = v == 1 ? 40 : 32;

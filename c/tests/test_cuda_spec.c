@@ -2,10 +2,13 @@
  * (models/strata-tiny-moe-q8_0.gguf), for every expert placement of a CUDA session:
  *   - a window's rows are the bits of one-token decode steps: the same tokens as one-token
  *     strata_session_decode_gen calls and as windows of 8, 5, 3, 1 and 7 tokens, every row's
- *     logits compared byte for byte; except with --expert-cache --cpu-misses, whose bits follow
- *     the cache's residency (hits in the GPU's arithmetic, the CPU's share of the misses in the
- *     CPU's, the share chosen per call: docs/EXPERTS.md), where every row must have the one-token
- *     step's argmax and a KL of at most 1e-4 from it;
+ *     logits compared byte for byte. --expert-cache --cpu-misses too where its split is exact
+ *     (stats cache_split 1: calls of up to 8 tokens compute every slot in the CPU's arithmetic,
+ *     hits and misses alike; its prompt is then fed in calls of up to 8 tokens and its right
+ *     drafts are 7, so that every call is one of those); where it is not (cache_split 2) its bits
+ *     follow the cache's residency (hits in the GPU's arithmetic, the CPU's share of the misses
+ *     in the CPU's, the share chosen per call: docs/EXPERTS.md), and every row must have the
+ *     one-token step's argmax and a KL of at most 1e-4 from it;
  *   - a window rolled back (strata_session_truncate) leaves the KV cache as if its rejected rows
  *     never ran: the rows after it are the plain steps' bits;
  *   - strata_session_speculate with right drafts (windows of 8), with wrong drafts and with the
@@ -33,7 +36,8 @@ static const char *TEXT =
 typedef struct {
     const char *name;
     int graphs, n_cpu_moe, expert_cache, cpu_misses, stage;
-    int close;  /* bits follow the residency: rows compared by argmax and KL (rows_match) */
+    int close;  /* bits follow the residency unless the cache's split is exact (stats cache_split
+                 * 1); where they do (g_close), rows compared by argmax and KL (rows_match) */
 } placement;
 
 static const placement PLACEMENTS[] = {
@@ -48,6 +52,7 @@ static const placement PLACEMENTS[] = {
 
 static const strata_model *model;
 static int32_t V;
+static int g_close;   /* the placement's bits follow the residency (pl->close, no exact split) */
 static strata_token toks[512]; /* the text: the prompt, then the teacher-forced steps */
 
 static strata_session *new_session(const placement *pl) {
@@ -63,17 +68,38 @@ static strata_session *new_session(const placement *pl) {
     sp.placement.stage_experts = pl->stage;
     strata_session *s = NULL;
     CHECK(strata_session_create(model, &sp, &s) == STRATA_OK, "%s: session: %s", pl->name, strata_last_error());
-    if (s) CHECK(strata_session_decode(s, toks, N_PROMPT, NULL, 0) == STRATA_OK, "%s: prompt: %s", pl->name,
-                 strata_last_error());
+    /* pl->close: the prompt in calls of up to 8 tokens, which the exact split takes (a longer
+     * call's bits would follow the residency its share chose, and so differ between sessions) */
+    const int64_t step = pl->close ? 8 : N_PROMPT;
+    for (int64_t at = 0; s && at < N_PROMPT; at += step) {
+        const int64_t nt = N_PROMPT - at < step ? N_PROMPT - at : step;
+        CHECK(strata_session_decode(s, toks + at, nt, NULL, 0) == STRATA_OK, "%s: prompt: %s", pl->name,
+              strata_last_error());
+    }
     return s;
 }
 
-/* n rows of logits a and b ([n][V]) match: byte for byte, or with pl->close each row's argmax
+/* Whether the placement's bits follow the cache's residency in this build and on this host: its
+ * cache split not exact (stats cache_split 2). */
+static int follows_residency(const placement *pl) {
+    if (!pl->close) return 0;
+    strata_session *s = new_session(pl);
+    strata_session_stats st;
+    memset(&st, 0, sizeof st);
+    if (s) CHECK(strata_session_get_stats(s, &st) == STRATA_OK, "%s: stats", pl->name);
+    strata_session_free(s);
+    printf("%s: cache split mode %d (%s)\n", pl->name, (int)st.cache_split,
+           st.cache_split == 1 ? "the CPU's arithmetic: bits compared" : "bits follow the residency");
+    CHECK(st.cache_split != 0, "%s: no cache split", pl->name);
+    return st.cache_split != 1;
+}
+
+/* n rows of logits a and b ([n][V]) match: byte for byte, or with g_close each row's argmax
  * equal and its KL(softmax a || softmax b) at most 1e-4 (*kl_max gets the largest). */
-static int rows_match(const placement *pl, const float *a, const float *b, int n, double *kl_max) {
+static int rows_match(const float *a, const float *b, int n, double *kl_max) {
     *kl_max = 0;
     if (!memcmp(a, b, sizeof(float) * (size_t)V * (size_t)n)) return 1;
-    if (!pl->close) return 0;
+    if (!g_close) return 0;
     for (int r = 0; r < n; r++) {
         const float *x = a + (size_t)r * (size_t)V, *y = b + (size_t)r * (size_t)V;
         int ax = 0, ay = 0;
@@ -130,9 +156,9 @@ static void check_rollback(const placement *pl, const float *plain) {
     for (int i = 3; i < 8 && st == STRATA_OK; i++)
         st = strata_session_decode_gen(s, toks + N_PROMPT + i, 1, rows + (size_t)i * (size_t)V, 0);
     double kl = 0;
-    CHECK(st == STRATA_OK && rows_match(pl, rows, plain, 8, &kl),
+    CHECK(st == STRATA_OK && rows_match(rows, plain, 8, &kl),
           "%s: after a window rolled back, the plain steps' %s (%s, KL up to %.3g)", pl->name,
-          pl->close ? "tokens" : "bits", st == STRATA_OK ? "rows differ" : strata_last_error(), kl);
+          g_close ? "tokens" : "bits", st == STRATA_OK ? "rows differ" : strata_last_error(), kl);
     free(rows);
     strata_session_free(s);
 }
@@ -146,7 +172,8 @@ static strata_sampler *greedy_sampler(void) {
 }
 
 /* Plain greedy (one token a step) into ref[0..N_STEPS), or through verify windows: drafts right
- * (ref's next tokens, up to 8), wrong, or from the model as its own draft model. */
+ * (ref's next tokens, up to 8; 7 for pl->close, windows of up to 8 tokens), wrong, or from the
+ * model as its own draft model. */
 enum { GREEDY_PLAIN, GREEDY_RIGHT, GREEDY_WRONG, GREEDY_SELF_MODEL, GREEDY_SELF_DRAFT };
 
 static void greedy_run(const placement *pl, int mode, const strata_token *ref, strata_token *out,
@@ -185,7 +212,8 @@ static void greedy_run(const placement *pl, int mode, const strata_token *ref, s
             out[n++] = last;
             continue;
         }
-        if (mode == GREEDY_RIGHT) for (; nd < 8 && n + nd < N_STEPS; nd++) draft[nd] = ref[n + nd];
+        const int right = pl->close ? 7 : 8;
+        if (mode == GREEDY_RIGHT) for (; nd < right && n + nd < N_STEPS; nd++) draft[nd] = ref[n + nd];
         if (mode == GREEDY_WRONG) for (; nd < 4; nd++) draft[nd] = (strata_token)((ref[n] + 3 * nd + 1) % V);
         if (d) st = strata_drafter_propose(d, hist, nh, 5, draft, &nd);
         if (st == STRATA_OK) st = strata_session_speculate(s, smp, last, draft, nd, got, &ng);
@@ -255,17 +283,18 @@ int main(void) {
     const int twos[] = {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
     for (size_t p = 0; p < sizeof PLACEMENTS / sizeof PLACEMENTS[0]; p++) {
         const placement *pl = &PLACEMENTS[p];
+        g_close = follows_residency(pl);
         float *plain = window_rows(pl, ones, N_STEPS);
         float *win = window_rows(pl, mixed, 5);
         float *win2 = window_rows(pl, twos, 12);
         double kl = 0, kl2 = 0;
-        const int same = plain && win && rows_match(pl, plain, win, N_STEPS, &kl);
-        const int same2 = plain && win2 && rows_match(pl, plain, win2, N_STEPS, &kl2);
-        const char *eq = pl->close ? "match (argmax, KL <= 1e-4)" : "equal to";
+        const int same = plain && win && rows_match(plain, win, N_STEPS, &kl);
+        const int same2 = plain && win2 && rows_match(plain, win2, N_STEPS, &kl2);
+        const char *eq = g_close ? "match (argmax, KL <= 1e-4)" : "equal to";
         printf("%s: windows of 8, 5, 3, 1, 7: %s; windows of 2: %s the one-token steps' bits (KL up to %.3g, %.3g)\n",
                pl->name, same ? eq : "DIFFER from", same2 ? eq : "DIFFER from", kl, kl2);
-        CHECK(same, "%s: windows of 8, 5, 3, 1, 7 give the one-token steps' %s", pl->name, pl->close ? "rows" : "bits");
-        CHECK(same2, "%s: windows of 2 give the one-token steps' %s", pl->name, pl->close ? "rows" : "bits");
+        CHECK(same, "%s: windows of 8, 5, 3, 1, 7 give the one-token steps' %s", pl->name, g_close ? "rows" : "bits");
+        CHECK(same2, "%s: windows of 2 give the one-token steps' %s", pl->name, g_close ? "rows" : "bits");
         if (plain) check_rollback(pl, plain);
         check_greedy(pl);
         free(plain);
