@@ -21,11 +21,11 @@ set -eu
 cd "$(dirname "$0")/../.."
 B=build-devx
 VIS="-fvisibility=default -fno-semantic-interposition -Wl,-Bsymbolic-functions"
-TESTS=${TESTS:-test_cuda_attn test_cuda_session test_cuda_mla test_cuda_moe test_dense_lead test_cuda_dequant
+TESTS=${TESTS:-test_cuda_attn test_cuda_session test_cuda_mla test_cuda_moe test_cuda_moe_lowbit test_dense_lead test_cuda_dequant
 test_cuda_mmv test_cuda_deltanet test_cuda_mtp test_cuda_spec test_kv_stats test_cuda_split}
 M="make -j${JOBS:-2} CUDA=1 BUILD=$B OUTDIR=$B SAN=$(printf %q "$VIS") NVCC_EXTRA='-Xcompiler -fvisibility=default'"
 VARIANTS=${VARIANTS:-}
-CHECKS=${CHECKS-moe_check mmq_check mla_check}
+CHECKS=${CHECKS:-} # e.g. "moe_check mla_check": ~0.7 MB each
 eval "$M $B/strata $B/libstrata.so" > /tmp/prebuild.log 2>&1 || { tail -20 /tmp/prebuild.log; exit 1; }
 P=build-pre.new # packed aside, then moved in one step (a call may copy the tree meanwhile)
 rm -rf $P && mkdir -p $P/tests $P/libs
