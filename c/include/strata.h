@@ -78,7 +78,7 @@ extern "C" {
 #define STRATA_VERSION_PATCH 0
 /* The binary interface: a new number whenever a struct's layout or a function's signature
  * changes; the shared library's soname is libstrata.so.<this>. */
-#define STRATA_ABI_VERSION 11
+#define STRATA_ABI_VERSION 12
 
 typedef enum strata_status {
     STRATA_OK = 0,
@@ -733,13 +733,6 @@ typedef struct strata_session_stats {
      * where the types and the CPU's kernels allow); 2 split in the GPU's own arithmetic
      * (cpu_misses 1 elsewhere: the bits follow the share) */
     int32_t cpu_split;
-    /* cpu_misses 1 with expert_cache: 0 no split of the cache's misses; 1 calls of up to 8 tokens
-     * compute every slot in the CPU's arithmetic (the hits by GPU kernels that give the CPU's
-     * bits, the CPU's misses by the CPU, summed in slot order: the same bits whatever the
-     * residency and the share, those of --cpu-moe); 2 the hits in the GPU's own arithmetic (the
-     * types or the CPU's kernels do not allow 1; longer calls always: the bits follow the
-     * residency) */
-    int32_t cache_split;
     /* gpu_mem without expert_cache or n_cpu_moe (a CUDA session): the leading layers whose routed
      * experts the fit left in RAM for the CPU (0: all on the GPU); -1: no fit made */
     int32_t gpu_mem_cpu_layers;
@@ -776,6 +769,13 @@ typedef struct strata_session_stats {
     int64_t kv_bytes;
     int64_t state_bytes;
     int64_t state_alloc_bytes;
+    /* cpu_misses 1 with expert_cache: 0 no split of the cache's misses; 1 calls of up to 8 tokens
+     * compute every slot in the CPU's arithmetic (the hits by GPU kernels that give the CPU's
+     * bits, the CPU's misses by the CPU, summed in slot order: the same bits whatever the
+     * residency and the share, those of --cpu-moe); 2 the hits in the GPU's own arithmetic (the
+     * types or the CPU's kernels do not allow 1; longer calls always: the bits follow the
+     * residency) */
+    int32_t cache_split;
 } strata_session_stats;
 
 /* Zeroes the counters of strata_session_stats (everything but the settings). */
