@@ -46,10 +46,16 @@ static int st_pool_wait_request(st_expert_pool *p, const st_doorbell_layer *d, u
     }
 }
 
-/* Computes layer l's request of T rows: in one pass into out, or (a split) the slots of weight
- * >= below into out, part_seq raised, then the others into out_light. */
+/* Computes layer l's request of T rows: per slot into rows (rows set), in one pass into out, or
+ * (a split) the slots of weight >= below into out, part_seq raised, then the others into
+ * out_light. */
 static void st_pool_serve(st_expert_pool *p, int32_t l, st_doorbell_layer *d, int64_t T, uint32_t s) {
     const st_expert *ex = p->experts + (size_t)l * (size_t)p->n_expert;
+    if (d->rows) { /* (out: _begin's scratch, zeroed where every slot is another side's) */
+        st_moe_ffn_begin(p->tp, ex, p->n_expert, d->x, T, d->ids, d->wts, p->k, d->out, p->ws);
+        st_moe_ffn_end_rows(p->tp, p->ws, d->rows);
+        return;
+    }
     if (!(d->below > 0) || !d->out_light) {
         st_moe_ffn(p->tp, ex, p->n_expert, d->x, T, d->ids, d->wts, p->k, d->out, p->ws);
         return;

@@ -20,6 +20,11 @@
  * into out_light and store done_seq: a producer may take out after part_seq and out_light after
  * done_seq. Every call raises part_seq (before done_seq), split or not, T = 0 too, so a producer
  * waiting for it never waits on a layer that did not split.
+ * A layer with rows set (the GPU expert cache's misses in the CPU's arithmetic) is served per
+ * slot instead: rows[t][s] = FFN_ids[t][s](x[t]) for each slot with an id in [0, n_expert)
+ * (st_moe_ffn_end_rows' rows; other slots' rows are not written, out is scratch), with no
+ * weighted sum and no split (below and out_light are not read); the producer sums them with its
+ * own slots' rows in slot order, as st_moe_ffn's combine does (st_moe_ffn's bits over all).
  * Step numbers start at 1 and increase by one per step; a layer's request of step s is only
  * published after the producer saw layer l-1's done flag of step s, as the GPU must (layer l's
  * input depends on layer l-1's output).
@@ -49,6 +54,8 @@ typedef struct {
     float *wts;                        /* [max_T][k] */
     float *out;                        /* [max_T][n_embd] (a split: the slots of weight >= below) */
     float *out_light;                  /* [max_T][n_embd] a split's other slots; NULL: none */
+    float *rows;                       /* [max_T][k][n_embd] per-slot rows instead of out (above);
+                                          NULL: the weighted sum into out */
 } st_doorbell_layer;
 
 typedef struct st_expert_pool st_expert_pool;
