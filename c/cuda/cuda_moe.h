@@ -88,9 +88,12 @@ strata_status st_cuda_pool_publish_split(const float *d_x, const int32_t *d_ids,
                                          float *m_x, int32_t *m_ids, float *m_wts, int32_t *m_T,
                                          uint32_t *m_req, const uint32_t *d_step, void *stream);
 /* Waits on the device until *m_done == *d_step (the pool answered this step's request), then
- * copies the n floats of m_out (the pool's rows) to d_out. A pool silent for ~10 s sets *d_err
- * to code (the first one stuck: which flag, ST_POOL_WAIT_*) and writes zeros instead of hanging
- * the stream; the caller checks d_err. */
+ * copies the n floats of m_out (the pool's rows) to d_out. n 0: the wait alone (m_out and d_out
+ * may be NULL): the stream's later kernels may read the pool's mapped rows themselves (the
+ * wait's system-scope acquire orders them after the pool's writes). A pool silent for ~10 s
+ * sets *d_err to code (the first one stuck: which flag, ST_POOL_WAIT_*) and writes zeros
+ * instead of hanging the stream (n 0: nothing; what reads the mapped rows reads stale ones);
+ * the caller checks d_err. */
 #define ST_POOL_WAIT_DONE 1 /* a layer's done flag (its rows, on time) */
 #define ST_POOL_WAIT_PART 2 /* a deferred layer's partial flag (its heavy rows) */
 #define ST_POOL_WAIT_LATE 3 /* a deferred layer's done flag, before the next layer's FFN */

@@ -877,7 +877,7 @@ extern "C" strata_status st_cuda_pool_publish_split(const float *d_x, const int3
 extern "C" strata_status st_cuda_pool_wait(const uint32_t *m_done, const uint32_t *d_step, const float *m_out,
                                            int64_t n, float *d_out, int32_t *d_err, int32_t code, void *stream) {
     static const char *fn = "st_cuda_pool_wait";
-    if (n < 0 || !m_done || !d_step || !m_out || !d_out || !d_err || code < 1)
+    if (n < 0 || !m_done || !d_step || (n > 0 && (!m_out || !d_out)) || !d_err || code < 1)
         return st_error(STRATA_ERR_INVALID_ARG, "%s: n %lld or a NULL pointer", fn, (long long)n);
     ST_TRY(st_cuda_require(fn));
     st_launch(st_k_pool_wait, 1, 256, 0, (cudaStream_t)stream, m_done, d_step, m_out, n, d_out, d_err, code);

@@ -415,7 +415,10 @@ typedef struct strata_placement_params {
                              waits on the device for the pool's flag, so the host does not wait
                              for each CPU layer. With expert_cache: in those calls the pool
                              computes the cache's misses while the GPU computes the hits (the
-                             CPU's arithmetic for the misses). Not with ram_budget (nor, with
+                             CPU's arithmetic for the misses; where every cache layer's expert
+                             type has GPU kernels in the CPU's arithmetic, as for cpu_misses,
+                             for the hits too: the same bits whatever the residency, stats
+                             cache_split 1; else 2). Not with ram_budget (nor, with
                              expert_cache, gpu_prefetch, cpu_misses 1 or degrade_zero). 0
                              (default): the host hands each CPU layer over. */
     int cpu_warm;         /* with n_cpu_moe, host hand-off (not doorbell): in calls of up to 8
@@ -769,12 +772,12 @@ typedef struct strata_session_stats {
     int64_t kv_bytes;
     int64_t state_bytes;
     int64_t state_alloc_bytes;
-    /* cpu_misses 1 with expert_cache: 0 no split of the cache's misses; 1 calls of up to 8 tokens
-     * compute every slot in the CPU's arithmetic (the hits by GPU kernels that give the CPU's
-     * bits, the CPU's misses by the CPU, summed in slot order: the same bits whatever the
-     * residency and the share, those of --cpu-moe); 2 the hits in the GPU's own arithmetic (the
-     * types or the CPU's kernels do not allow 1; longer calls always: the bits follow the
-     * residency) */
+    /* cpu_misses 1, or doorbell (the CPU expert pool), with expert_cache: 0 no split of the
+     * cache's misses; 1 calls of up to 8 tokens compute every slot in the CPU's arithmetic (the
+     * hits by GPU kernels that give the CPU's bits, the CPU's (the pool's) misses by the CPU,
+     * summed in slot order: the same bits whatever the residency and the share, those of
+     * --cpu-moe); 2 the hits in the GPU's own arithmetic (the types or the CPU's kernels do not
+     * allow 1; longer calls always: the bits follow the residency) */
     int32_t cache_split;
 } strata_session_stats;
 

@@ -170,14 +170,18 @@ struct st_gpu {
     uint8_t *db_host, *db_dev;            /* the mapped block's host and device addresses */
     uint32_t *d_step;                     /* device: the step number the kernels publish / await */
     /* cuda_doorbell with an expert cache: the misses of decode-sized calls computed by the pool
-     * while the GPU computes the hits (the split made on the device: no routing round trip) */
+     * while the GPU computes the hits (the split made on the device: no routing round trip);
+     * pm_exact (every cache layer's types take the CPU-exact kernels): the hits' rows by those
+     * kernels into rows_gpu, the pool's per slot into the cache layers' mapped db rows, summed
+     * in slot order (the CPU's bits whatever the residency); else the pool's sum in pm_part */
     int pool_misses;
+    int pm_exact;
     const void *pm_tables;                /* device [n_layer][n_expert] slot descriptors (export) */
     const int32_t *pm_where;              /* device [n_layer][n_expert] nonzero: resident */
     int32_t *pm_ids;                      /* device (8, k): the GPU's ids, -1 for the pool's */
     int32_t *pm_hist;                     /* device (n_layer, 8, k): each layer's routing */
     int32_t *h_pm_hist;                   /* pinned host copy, read after the step */
-    float *pm_part;                       /* device (8, n_embd): the pool's rows */
+    float *pm_part;                       /* device (8, n_embd): the pool's sum (not pm_exact) */
     int32_t *d_err;                       /* device: set when the pool did not answer */
     uint32_t *h_step;                     /* pinned staging of the step number */
     int pool_open;                        /* this call announced *h_step to the pool */

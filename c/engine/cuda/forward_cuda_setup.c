@@ -364,10 +364,17 @@ static strata_status st_gpu_check_shape(const strata_model *m, const st_gpu *g, 
 
 /* ---- the CPU expert pool behind a doorbell (cuda_doorbell) ------------------------------------- */
 
+/* Whether layer l's record gets per-slot rows (pm_exact: a cache layer with experts). */
+static int st_gpu_pool_rows_layer(const strata_session *s, int32_t l) {
+    return s->gpu->pm_exact && !st_plan_layer_on_cpu(&s->plan, l) && st_layer_has_experts(&s->model->layers[l]);
+}
+
 /* The mapped block (a record per CPU layer, then each layer's x, out, ids and wts for ST_POOL_T
- * rows, 64-byte aligned, and with defer_cpu's split out_light), the step and error words, and
- * the pool's threads over the CPU layers' expert views (the pinned copies when pin_experts made
- * them). defer_cpu: each record's split weight, and the device rows of the late join. */
+ * rows, 64-byte aligned, with defer_cpu's split out_light, and with pm_exact each cache layer's
+ * per-slot rows), the step and error words, and the pool's threads over the CPU layers' expert
+ * views (the pinned copies when pin_experts made them). defer_cpu: each record's split weight,
+ * and the device rows of the late join. pm_exact (set here): with an expert cache whose layers'
+ * types take the CPU-exact kernels, the pool answers the cache's misses per slot (pool.h). */
 static strata_status st_gpu_pool_create(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -377,16 +384,26 @@ static strata_status st_gpu_pool_create(strata_session *s) {
     const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
     const size_t rec = st_round_up(sizeof(st_doorbell_layer) * (size_t)L, 64);
     const size_t xb = st_round_up(sizeof(float) * R * E, 64), kb = st_round_up(sizeof(float) * R * K, 64);
+    const size_t rb = st_round_up(sizeof(float) * R * K * E, 64);
     const int split = s->plan.defer_cpu != 0 && s->plan.defer_below < 1.0f; /* heavy rows first */
     const size_t per = (split ? 3 : 2) * xb + 2 * kb;
+    g->pm_exact = g->cache && hp->n_expert > 0 && st_gpu_exact_ok(s, 0);
+    size_t n_rows = 0;
+    for (int32_t l = 0; l < L; l++) n_rows += (size_t)st_gpu_pool_rows_layer(s, l);
     void *h = NULL, *d = NULL;
-    TRY(st_cuda_host_alloc_mapped(&h, &d, rec + per * (size_t)L));
+    TRY(st_cuda_host_alloc_mapped(&h, &d, rec + per * (size_t)L + rb * n_rows));
     g->db_host = h;
     g->db_dev = d;
     g->db = (st_doorbell_layer *)h;
+    uint8_t *rows = (uint8_t *)h + rec + per * (size_t)L;
     for (int32_t l = 0; l < L; l++) {
         uint8_t *base = (uint8_t *)h + rec + per * (size_t)l;
         st_doorbell_layer *r = &g->db[l];
+        r->rows = NULL;
+        if (st_gpu_pool_rows_layer(s, l)) {
+            r->rows = (float *)rows;
+            rows += rb;
+        }
         atomic_init(&r->req_seq, 0);
         atomic_init(&r->done_seq, 0);
         atomic_init(&r->part_seq, 0);
@@ -821,7 +838,8 @@ static strata_status st_gpu_setup_cache(strata_session *s) {
 }
 
 /* cuda_doorbell: the expert pool of the CPU layers, and with an expert cache the buffers of the
- * pool-miss mode (the pool computes the cache's misses). */
+ * pool-miss mode (the pool computes the cache's misses; pm_exact: the exact rows' buffers for the
+ * hits, the pool's rows combined with them in slot order, no pm_part). */
 static strata_status st_gpu_setup_pool(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -830,7 +848,8 @@ static strata_status st_gpu_setup_pool(strata_session *s) {
         const size_t E = (size_t)hp->n_embd, K = (size_t)hp->n_expert_used, R = ST_POOL_T;
         TRY(st_gpu_alloc((void **)&g->pm_ids, sizeof(int32_t) * R * K));
         TRY(st_gpu_alloc((void **)&g->pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
-        TRY(st_gpu_alloc((void **)&g->pm_part, sizeof(float) * R * E));
+        if (g->pm_exact) TRY(st_gpu_alloc_exact(s));
+        else TRY(st_gpu_alloc((void **)&g->pm_part, sizeof(float) * R * E));
         TRY(st_cuda_host_alloc((void **)&g->h_pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
         g->pool_misses = 1;
     }
@@ -1218,6 +1237,7 @@ int st_gpu_split_mode(const strata_session *s) {
 }
 int st_gpu_cache_split_mode(const strata_session *s) {
     const st_gpu *g = s ? s->gpu : NULL;
+    if (g && g->pool_misses) return g->pm_exact ? 1 : 2; /* the pool's split of the misses */
     return g && g->split ? (g->cache_exact ? 1 : 2) : 0;
 }
 double st_gpu_plan_rate(const strata_session *s) {

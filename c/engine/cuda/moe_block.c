@@ -320,7 +320,8 @@ typedef enum {
     ST_MOE_POOL,        /* a CPU layer of a decode-sized call: the doorbell expert pool computes it,
                          * published and awaited by kernels, no host wait */
     ST_MOE_POOL_MISSES, /* a cache layer of a decode-sized call with the pool: the hits on the GPU,
-                         * the misses by the pool (the split made on the device) */
+                         * the misses by the pool (the split made on the device); pm_exact: both
+                         * sides' rows per slot in the CPU's arithmetic, summed in slot order */
 } st_moe_mode;
 
 /* One chunk of a layer's MoE call, rows t0 .. t0 + tn: its mode and what placing it leaves for
@@ -340,8 +341,8 @@ typedef struct {
     int pipe;            /* pipe: the next layer's prediction rides on this layer's routing wait */
     int pm;              /* the pool computes the cache's misses (POOL_MISSES) */
     int split;           /* cpu_misses: some misses of this chunk are the CPU's */
-    int exact;           /* cache_exact (decode-sized): every slot's row in the CPU's arithmetic,
-                          * the GPU's and the CPU's combined in slot order */
+    int exact;           /* cache_exact (decode-sized) or pm_exact: every slot's row in the CPU's
+                          * arithmetic, the GPU's and the CPU's (the pool's) combined in slot order */
 } st_moe_chunk;
 
 /* Route: the router (a decode step: router GEMV, routing and the experts' q8_1 row of xn in one
@@ -707,7 +708,8 @@ static strata_status st_gpu_moe_host(strata_session *s, st_moe_call *mc, st_moe_
 
 /* POOL_MISSES: the split on the device: the pool gets the missed slots (-1 for the resident
  * ones), g->pm_ids the resident ones, which the kernel computes from the layer's exported
- * table; the routing is kept for the bookkeeping after the step. */
+ * table (pm_exact: the CPU-exact rows, the pool's per slot); the routing is kept for the
+ * bookkeeping after the step (which counts pm_exact's rows up, as it knows the misses). */
 static strata_status st_gpu_moe_pool_misses(strata_session *s, st_moe_chunk *c) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -722,7 +724,8 @@ static strata_status st_gpu_moe_pool_misses(strata_session *s, st_moe_chunk *c) 
                                    g->stream));
     c->table = (const st_cuda_expert *)g->pm_tables + (size_t)il * (size_t)X;
     c->ids = g->pm_ids;
-    s->pcie_bytes += (int64_t)(2 * sizeof(float) * (size_t)(tn * E) +
+    c->exact = g->pm_exact; /* (a pool call: decode-sized; never a self-draft step) */
+    s->pcie_bytes += (int64_t)((c->exact ? 1 : 2) * sizeof(float) * (size_t)(tn * E) +
                                (sizeof(int32_t) + sizeof(float)) * (size_t)(tn * K));
     return STRATA_OK;
 }
@@ -785,13 +788,32 @@ static strata_status st_gpu_cache_exact_join(strata_session *s, const st_moe_chu
                                     g->proj + t0 * E, g->stream);
 }
 
+/* POOL_MISSES: the pool's answer joins the GPU's: its sum copied out of the mapped out rows and
+ * added; pm_exact: the wait alone, then the GPU's rows (g->rows_gpu) and the pool's (read in
+ * place from the layer's mapped rows) summed in slot order into g->proj, as the CPU's
+ * st_moe_ffn sums them: the CPU's result whatever the residency. */
+static strata_status st_gpu_pool_misses_join(strata_session *s, const st_moe_chunk *c) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd, tn = c->tn;
+    st_doorbell_layer *r = &g->db[c->il];
+    if (!c->exact) {
+        TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out), tn * E,
+                              g->pm_part, g->d_err, ST_POOL_WAIT_DONE, g->stream));
+        return st_cuda_add(g->proj, g->proj, g->pm_part, 1.0f, tn * E, g->stream);
+    }
+    TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, NULL, 0, NULL, g->d_err, ST_POOL_WAIT_DONE,
+                          g->stream));
+    return st_cuda_moe_combine_rows(g->ids, g->pm_ids, g->rows_gpu, st_gpu_db_dev(g, r->rows), g->wts, tn,
+                                    hp->n_expert_used, E, hp->n_expert, g->proj, g->stream);
+}
+
 /* Compute a placed chunk: the grouped expert kernel over c->table and c->ids into g->proj (every
  * mode but the CPU's; exact: the CPU-exact rows into g->rows_gpu), then what joins its rows there:
- * the pool's rows (POOL_MISSES), the CPU's misses (cpu_misses; exact: both sides' rows combined);
- * a prefetch's held slots released after the kernel. */
+ * the pool's rows (POOL_MISSES; exact: both sides' rows combined), the CPU's misses (cpu_misses;
+ * exact: likewise); a prefetch's held slots released after the kernel. */
 static strata_status st_gpu_moe_compute(strata_session *s, const st_moe_chunk *c) {
     st_gpu *g = s->gpu;
-    const int64_t E = s->model->hp.n_embd;
     if (!c->cpu_layer) {
         st_cuda_moe_args a = st_gpu_routed_args(s, c->il, c->t0, c->tn, c->table, c->ids);
         if (c->exact) {
@@ -802,14 +824,9 @@ static strata_status st_gpu_moe_compute(strata_session *s, const st_moe_chunk *c
             TRY(st_cuda_moe_ffn(&a, g->stream));
         }
     }
-    if (c->pm) { /* the pool's rows (computed meanwhile) added to the GPU's */
-        st_doorbell_layer *r = &g->db[c->il];
-        TRY(st_cuda_pool_wait(st_gpu_db_dev(g, &r->done_seq), g->d_step, st_gpu_db_dev(g, r->out),
-                              c->tn * E, g->pm_part, g->d_err, ST_POOL_WAIT_DONE, g->stream));
-        TRY(st_cuda_add(g->proj, g->proj, g->pm_part, 1.0f, c->tn * E, g->stream));
-    }
     if (c->pf) st_gpu_tier_release_held(g->cache);
-    if (c->exact) TRY(st_gpu_cache_exact_join(s, c));
+    if (c->pm) TRY(st_gpu_pool_misses_join(s, c)); /* (the pool computed meanwhile) */
+    else if (c->exact) TRY(st_gpu_cache_exact_join(s, c));
     else if (c->split) TRY(st_gpu_cpu_misses_join(s, c));
     return STRATA_OK;
 }
@@ -892,6 +909,7 @@ static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
         TRY(st_gpu_tier_after_step(g->cache, il, g->h_pm_hist + il * R * K, T * K, &empty, &budget, &res));
         s->slots_gpu[il] += res;
         s->slots_cpu[il] += T * K - res;
+        if (g->pm_exact) s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)((T * K - res) * hp->n_embd));
     }
     return STRATA_OK;
 }
