@@ -423,10 +423,13 @@ static void test_pipe(const strata_model *m, const strata_token *p, int64_t np, 
     }
 }
 
-/* Teacher-forced decode of the text t[0 .. 12 + steps): the first 12 tokens in one call, then one
- * token a call, each call's logits into lg (steps + 1 rows), passes times (strata_session_reset
- * between them: the expert cache keeps its slots, the KV cache starts over; the last pass's
- * logits are kept); the stats of the last pass. 1 on success. */
+static int g_prompt_call = 12; /* forced_steps' prompt in calls of up to this many tokens */
+
+/* Teacher-forced decode of the text t[0 .. 12 + steps): the first 12 tokens in calls of up to
+ * g_prompt_call (the last call's logits kept), then one token a call, each call's logits into lg
+ * (steps + 1 rows), passes times (strata_session_reset between them: the expert cache keeps its
+ * slots, the KV cache starts over; the last pass's logits are kept); the stats of the last pass.
+ * 1 on success. */
 static int forced_steps(const strata_model *m, const strata_token *t, int steps, int passes, int32_t V,
                         float *lg, strata_session_stats *ss) {
     strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 64, 512);
@@ -435,7 +438,8 @@ static int forced_steps(const strata_model *m, const strata_token *t, int steps,
     for (int pass = 0; pass < passes && st == STRATA_OK; pass++) {
         strata_session_reset(s);
         strata_session_reset_stats(s);
-        st = strata_session_decode(s, t, 12, lg, 0);
+        for (int at = 0; at < 12 && st == STRATA_OK; at += g_prompt_call)
+            st = strata_session_decode(s, t + at, 12 - at < g_prompt_call ? 12 - at : g_prompt_call, lg, 0);
         for (int i = 0; i < steps && st == STRATA_OK; i++)
             st = strata_session_decode(s, &t[12 + i], 1, lg + (size_t)(i + 1) * (size_t)V, 0);
     }
@@ -455,10 +459,22 @@ static int forced_steps(const strata_model *m, const strata_token *t, int steps,
  * wrong row or weight would show as a KL far above the CPU's arithmetic alone); a
  * 192-slot cache, on a third pass over the same text (every expert the earlier passes routed now
  * resident), puts no slot-row on the CPU and gives the all-resident logits bit for bit (the
- * exported device tables, the split ids and the pool's zero rows change nothing). */
+ * exported device tables, the split ids and the pool's zero rows change nothing) where the
+ * pool's split is in the GPU's arithmetic for the hits (stats cache_split 2). Where it is exact
+ * (cache_split 1: the default model's Q8_0 experts on an AVX-512 host) every slot of a
+ * decode-sized call is in the CPU's arithmetic (the hits by the CPU-exact kernels, the pool's
+ * misses per slot, summed in slot order), so that check is test_pool_misses_exact's instead. */
+static void test_pool_misses_exact(const strata_model *m, const strata_token *toks, int32_t V);
 static void test_pool_misses(const strata_model *m, const strata_token *toks, int64_t n, int32_t V) {
     enum { STEPS = 40 };
     if (n < 12 + STEPS) { CHECK(0, "pool misses: the text has %lld tokens", (long long)n); return; }
+    g_cache = 32;
+    g_doorbell = 1;
+    const int mode = fresh_stats(m).cache_split;
+    g_cache = g_doorbell = 0;
+    printf("pool misses, 32 slots: cache split mode %d (%s)\n", mode,
+           mode == 1 ? "every slot in the CPU's arithmetic" : "the hits in the GPU's arithmetic");
+    CHECK(mode == 1 || mode == 2, "pool misses: cache split mode %d, want 1 or 2", mode);
     float *ref = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
     float *got = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
     float *cpu = malloc(sizeof(float) * (size_t)V * (STEPS + 1));
@@ -514,7 +530,7 @@ static void test_pool_misses(const strata_model *m, const strata_token *toks, in
     g_doorbell = 1;
     ok = ok && forced_steps(m, toks, STEPS, 3, V, got, &s1);
     g_cache = g_doorbell = 0;
-    if (ok) {
+    if (ok && mode != 1) {
         const int same = !memcmp(ref, got, sizeof(float) * (size_t)V * (STEPS + 1));
         printf("pool misses, 192 slots, third pass: %lld slot-rows on the CPU, logits %s\n",
                (long long)s1.expert_slots_cpu, same ? "bit-identical to all resident" : "DIFFER");
@@ -525,6 +541,46 @@ static void test_pool_misses(const strata_model *m, const strata_token *toks, in
     free(ref);
     free(got);
     free(cpu);
+    if (ok && mode == 1) test_pool_misses_exact(m, toks, V);
+}
+
+/* The pool-miss mode where its split is exact (stats cache_split 1): with the prompt in calls of 8
+ * and 4 (every call decode-sized, so every call takes the pool's split) and 40 one-token steps,
+ * the logits are --cpu-moe's (every expert by the CPU through the host hand-off, its sum; the
+ * dense parts on the GPU in both) bit for bit, whatever the residency: 32 slots (misses by the
+ * pool, counted), 32 slots with cache_admit (more of them), and 192 slots on a third pass (every
+ * expert resident: the GPU's exact rows alone, no slot-row on the pool). */
+static void test_pool_misses_exact(const strata_model *m, const strata_token *toks, int32_t V) {
+    enum { STEPS = 40 };
+    const size_t bytes = sizeof(float) * (size_t)V * (STEPS + 1);
+    float *ref = malloc(bytes), *got = malloc(bytes);
+    strata_session_stats sc, sp;
+    g_prompt_call = 8;
+    g_cpu_moe = -1;
+    int ok = ref && got && forced_steps(m, toks, STEPS, 1, V, ref, &sc);
+    g_cpu_moe = 0;
+    static const struct { int slots, admit, passes; } runs[3] = {{32, 0, 1}, {32, 1, 1}, {192, 0, 3}};
+    for (int i = 0; i < 3 && ok; i++) {
+        g_cache = runs[i].slots;
+        g_admit = runs[i].admit;
+        g_doorbell = 1;
+        const int okr = forced_steps(m, toks, STEPS, runs[i].passes, V, got, &sp);
+        g_cache = g_admit = g_doorbell = 0;
+        const int same = okr && !memcmp(ref, got, bytes);
+        printf("pool misses exact, %d slots%s, pass %d: logits %s --cpu-moe's; slot-rows %lld GPU / %lld CPU\n",
+               runs[i].slots, runs[i].admit ? ", cache_admit" : "", runs[i].passes,
+               same ? "bit-identical to" : "DIFFER from", (long long)sp.expert_slots_gpu,
+               (long long)sp.expert_slots_cpu);
+        CHECK(same, "pool misses exact, %d slots%s: logits differ from --cpu-moe's", runs[i].slots,
+              runs[i].admit ? ", cache_admit" : "");
+        CHECK(okr && (runs[i].slots == 192 ? sp.expert_slots_cpu == 0 : sp.expert_slots_cpu > 0),
+              "pool misses exact, %d slots: %lld slot-rows on the pool", runs[i].slots,
+              (long long)sp.expert_slots_cpu);
+    }
+    g_prompt_call = 12;
+    CHECK(ok, "pool misses exact: the --cpu-moe reference failed");
+    free(ref);
+    free(got);
 }
 
 /* cpu_misses with a 32-slot expert cache where its split is exact (stats cache_split 1: the
