@@ -1,7 +1,8 @@
 /* layer_split.c - the layer split's rules (layer_split.h): each option's range, the stages'
  * layers and devices against the model and the machine, the options that need several real
- * devices or NCCL, the placement options a split does not take yet (it takes n_cpu_moe), and the
- * resolution into stages (auto: in proportion to free device memory). */
+ * devices or NCCL, the placement options a split does not take yet (it takes n_cpu_moe and the
+ * expert cache, one per stage), the resolution into stages (auto: in proportion to free device
+ * memory) and each stage's expert cache slots. */
 #include "layer_split.h"
 #include "common.h"
 
@@ -70,8 +71,8 @@ static strata_status st_split_stages(const strata_split_params *q, int32_t n, in
     return STRATA_OK;
 }
 
-/* The options that need more than the split of layers: several real devices, NCCL, per-stage
- * caches; each says what it needs, then that it is not built yet. */
+/* The options that need more than the split of layers: several real devices, NCCL (each says
+ * what it needs, then that it is not built yet); a stage's cache names a stage there is. */
 static strata_status st_split_beyond(const strata_split_params *q, int32_t n, int n_devices,
                                      const char *nccl_missing) {
     if (q->pipeline_windows) {
@@ -95,29 +96,30 @@ static strata_status st_split_beyond(const strata_split_params *q, int32_t n, in
             return st_error(STRATA_ERR_INVALID_ARG, "expert_cache_device0: stage 0's cache is expert_cache");
         if (i >= n)
             return st_error(STRATA_ERR_INVALID_ARG, "expert_cache_device%d: the split has %d stages", i, (int)n);
-        return st_error(STRATA_ERR_UNSUPPORTED, "expert_cache_device%d: per-stage expert caches are not built yet "
-                        "(docs/MULTI_GPU.md)", i);
     }
     return STRATA_OK;
 }
 
 /* The session options a split does not take yet. A split takes n_cpu_moe (the first layers' routed
  * experts on the CPU, the host hand-off of each stage that holds some, with staging and the
- * decode split per stage); the rest keeps each stage's other layers' experts resident. */
+ * decode split per stage) and expert_cache (a cache per stage for its own layers, with
+ * cpu_misses and gpu_prefetch within the stage); the stages' caches are all there or none. */
 static strata_status st_split_combinations(const strata_session_params *p) {
     const strata_placement_params *q = &p->placement;
-    const char *what = q->expert_cache != 0     ? "expert_cache"
-                       : q->gpu_mem > 0         ? "gpu_mem"
+    for (int i = 1; i < STRATA_MAX_STAGES && q->expert_cache == 0; i++)
+        if (p->split.expert_cache[i] != 0)
+            return st_error(STRATA_ERR_INVALID_ARG, "expert_cache_device%d needs expert_cache (stage 0's cache: "
+                            "a split's stages all have an expert cache or none)", i);
+    const char *what = q->gpu_mem > 0           ? "gpu_mem"
                        : q->ram_budget > 0      ? "ram_budget"
                        : q->doorbell            ? "doorbell"
-                       : q->gpu_prefetch        ? "gpu_prefetch"
                        : p->route_tail_skip > 0 ? "route_tail_skip"
                        : p->degrade_zero        ? "degrade_zero"
                                                 : NULL;
     if (what)
         return st_error(STRATA_ERR_UNSUPPORTED, "layer_split with %s: not built yet (a split keeps its "
-                        "layers' experts resident, or with n_cpu_moe the first layers' on the CPU; "
-                        "docs/MULTI_GPU.md)", what);
+                        "layers' experts resident, in a cache per stage, or with n_cpu_moe the first "
+                        "layers' on the CPU; docs/MULTI_GPU.md)", what);
     return STRATA_OK;
 }
 
@@ -178,4 +180,37 @@ void st_split_resolve(const strata_split_params *q, int32_t n_layer, int n_devic
         st_split_proportional(n_layer, n, w, layers);
     }
     for (int32_t i = 0; i < n; i++) out->first[i + 1] = out->first[i] + layers[i];
+}
+
+/* Stage i's cache before the share: as given, or the default of a stage not named. */
+static int32_t st_split_cache_of(const strata_split_params *q, int32_t expert_cache, int32_t n_expert,
+                                 const int32_t *moe, int i) {
+    if (expert_cache == 0 || moe[i] == 0) return 0;
+    if (i == 0) return expert_cache;
+    if (q->expert_cache[i] != 0) return q->expert_cache[i];
+    if (expert_cache < 0) return -1;
+    if (moe[0] == 0) return expert_cache;
+    const int64_t v = ((int64_t)expert_cache * moe[i] + moe[0] - 1) / moe[0];
+    return v < n_expert ? n_expert : (int32_t)(v > INT32_MAX ? INT32_MAX : v);
+}
+
+strata_status st_split_caches(const strata_split_params *q, int32_t expert_cache, int32_t n_expert,
+                              const st_layer_split *sp, const int32_t *moe, int32_t *slots, int32_t *share) {
+    const int32_t n = sp->n_stages;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t v = st_split_cache_of(q, expert_cache, n_expert, moe, i);
+        if (i > 0 && v > 0 && v < n_expert && q->expert_cache[i] != 0)
+            return st_error(STRATA_ERR_INVALID_ARG, "expert_cache_device%d %d slots: at least one layer's %d "
+                            "experts are needed", (int)i, (int)v, (int)n_expert);
+        const int64_t own = (int64_t)moe[i] * n_expert; /* the stage's own experts: no more slots */
+        if (v > 0 && v > own) v = (int32_t)own;
+        slots[i] = v;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        share[i] = 1;
+        if (slots[i] >= 0) continue;
+        share[i] = 0;
+        for (int32_t j = i; j < n; j++) share[i] += slots[j] < 0 && sp->device[j] == sp->device[i];
+    }
+    return STRATA_OK;
 }

@@ -34,6 +34,18 @@ void st_split_proportional(int32_t n_layer, int32_t n, const double *weight, int
 void st_split_resolve(const strata_split_params *q, int32_t n_layer, int n_devices, const int64_t *dev_free,
                       st_layer_split *out);
 
+/* Each stage's expert cache (docs/MULTI_GPU.md), with expert_cache the session's (placement; 0: no
+ * stage has one), n_expert routed experts a layer, sp the resolved stages and moe[i] the layers of
+ * stage i with routed experts: slots[i] > 0 slots, -1 auto, 0 none. Stage 0 takes expert_cache,
+ * stage i >= 1 q->expert_cache[i] where nonzero, else expert_cache -1 (auto) or expert_cache
+ * scaled by its MoE layers over stage 0's (rounded up; expert_cache itself where stage 0 has
+ * none), at least n_expert. A stage without MoE layers has none; a count is held to the stage's
+ * own experts (moe[i] x n_expert). share[i] (auto only, else 1): the auto stages from i on that
+ * name stage i's device, which its free memory is shared among. An expert_cache_deviceI below
+ * n_expert is refused, naming it (stage 0's count is the cache's own check). */
+strata_status st_split_caches(const strata_split_params *q, int32_t expert_cache, int32_t n_expert,
+                              const st_layer_split *sp, const int32_t *moe, int32_t *slots, int32_t *share);
+
 /* The stage that runs layer il (0 without a split). */
 static inline int st_split_stage_of(const st_layer_split *sp, int32_t il) {
     int i = 0;

@@ -516,9 +516,12 @@ typedef struct strata_split_params {
     int32_t peer_device;  /* -1 (default): none; else the CUDA device that computes the routed
                              experts of every stage (expert parallelism through NCCL's send and
                              receive; needs libnccl.so.2 at run time). Not built yet: refused. */
-    int32_t expert_cache[8]; /* [STRATA_MAX_STAGES] stage i's expert cache slots for i >= 1, as
-                             placement.expert_cache is stage 0's (0 resident, -1 as many as fit).
-                             Not built yet: nonzero is refused. */
+    int32_t expert_cache[8]; /* [STRATA_MAX_STAGES] stage i's expert cache slots for i >= 1 (at
+                             least n_expert; -1 as many as fit on its device), as
+                             placement.expert_cache is stage 0's; needs placement.expert_cache. 0
+                             (default): placement.expert_cache scaled by the stage's layers with
+                             routed experts over stage 0's, or -1 where that is -1 (entry 0 unused:
+                             nonzero is refused) */
 } strata_split_params;
 
 typedef struct strata_session_params {

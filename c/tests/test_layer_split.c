@@ -3,7 +3,8 @@
  * least one layer, largest remainders, the sum kept), the resolution of given and auto stages (a
  * device named twice shares its memory), every refusal with the option it names (counts that do
  * not sum, devices that do not exist, CPU sessions, the options that need two devices or NCCL,
- * the placement options a split does not take), the one-device session asked nothing; then NCCL
+ * the placement options a split does not take), each stage's expert cache (the counts, their
+ * defaults, auto's shares), the one-device session asked nothing; then NCCL
  * absent (a library that is not there, one that is not NCCL) with its reason. */
 #include "layer_split.h"
 #include "nccl.h"
@@ -113,13 +114,27 @@ static void test_check(void) {
     refuse(&p, 24, 1, NULL, STRATA_ERR_INVALID_ARG, "peer_device 1: no such CUDA device");
     refuse(&p, 24, 2, NULL, STRATA_ERR_UNSUPPORTED, "peer_device (experts on another device over NCCL): not built yet");
     p = split2(12, 12, 0, 0);
-    p.split.expert_cache[1] = 64;
-    refuse(&p, 24, 1, NULL, STRATA_ERR_UNSUPPORTED, "expert_cache_device1: per-stage expert caches are not built yet");
+    p.split.expert_cache[1] = 64; /* a stage's cache without stage 0's */
+    refuse(&p, 24, 1, NULL, STRATA_ERR_INVALID_ARG, "expert_cache_device1 needs expert_cache");
+    p.placement.expert_cache = 64;
+    CHECK(st_split_check(&p, 24, 1, NULL) == STRATA_OK, "expert_cache 64, expert_cache_device1 64: taken (%s)",
+          strata_last_error());
     p.split.expert_cache[1] = 0, p.split.expert_cache[2] = 64;
     refuse(&p, 24, 1, NULL, STRATA_ERR_INVALID_ARG, "expert_cache_device2: the split has 2 stages");
-    p = split2(12, 12, 0, 0);
-    p.placement.expert_cache = -1;
-    refuse(&p, 24, 1, NULL, STRATA_ERR_UNSUPPORTED, "layer_split with expert_cache: not built yet");
+    p.split.expert_cache[2] = 0, p.split.expert_cache[0] = 64;
+    refuse(&p, 24, 1, NULL, STRATA_ERR_INVALID_ARG, "expert_cache_device0: stage 0's cache is expert_cache");
+    /* expert_cache under a split (auto or a count, with cpu_misses, gpu_prefetch, cache_admit, and
+     * with n_cpu_moe): taken, a cache per stage */
+    for (int i = 0; i < 3; i++) {
+        p = split2(12, 12, 0, 0);
+        p.placement.expert_cache = i == 0 ? -1 : 64;
+        p.placement.cpu_misses = i == 1, p.placement.gpu_prefetch = i == 1, p.placement.cache_admit = i == 1;
+        p.placement.n_cpu_moe = i == 2 ? 4 : 0;
+        p.split.expert_cache[1] = i == 1 ? -1 : 0;
+        const strata_status st = st_split_check(&p, 24, 1, NULL);
+        CHECK(st == STRATA_OK, "expert_cache case %d under a split: taken, got %d '%s'", i, (int)st,
+              strata_last_error());
+    }
     /* n_cpu_moe is taken (inside stage 0, across the stages, every layer), with what it brings */
     const int32_t cpu_counts[3] = {4, 16, -1};
     for (int i = 0; i < 3; i++) {
@@ -131,21 +146,62 @@ static void test_check(void) {
               strata_last_error());
     }
     /* and what it does not take yet, with it or alone, each named */
-    static const char *const not_yet[6] = {"gpu_mem", "ram_budget", "doorbell", "gpu_prefetch", "route_tail_skip",
-                                           "degrade_zero"};
-    for (int i = 0; i < 6; i++) {
+    static const char *const not_yet[5] = {"gpu_mem", "ram_budget", "doorbell", "route_tail_skip", "degrade_zero"};
+    for (int i = 0; i < 5; i++) {
         p = split2(12, 12, 0, 0);
         p.placement.n_cpu_moe = 4;
+        p.placement.expert_cache = i == 2 ? 64 : 0; /* (the doorbell with a cache as well) */
         if (i == 0) p.placement.gpu_mem = (int64_t)1 << 30;
         if (i == 1) p.placement.ram_budget = (int64_t)1 << 30;
         if (i == 2) p.placement.doorbell = 1;
-        if (i == 3) p.placement.gpu_prefetch = 1;
-        if (i == 4) p.route_tail_skip = 0.1f;
-        if (i == 5) p.degrade_zero = 1;
+        if (i == 3) p.route_tail_skip = 0.1f;
+        if (i == 4) p.degrade_zero = 1;
         char want[96];
         snprintf(want, sizeof want, "layer_split with %s: not built yet", not_yet[i]);
         refuse(&p, 24, 1, NULL, STRATA_ERR_UNSUPPORTED, want);
     }
+}
+
+/* Each stage's expert cache (st_split_caches): stage 0 expert_cache, a named stage its own, the
+ * others scaled by their MoE layers over stage 0's or auto, none without MoE layers, held to the
+ * stage's own experts; auto stages share a device's room; a named count below n_expert refused. */
+static void test_caches(void) {
+    strata_split_params q = strata_session_default_params().split;
+    st_layer_split sp;
+    q.n_stages = 4;
+    q.layers[0] = 8, q.layers[1] = 8, q.layers[2] = 4, q.layers[3] = 4;
+    q.device[0] = 0, q.device[1] = 0, q.device[2] = 1, q.device[3] = 0;
+    st_split_resolve(&q, 24, 2, NULL, &sp);
+    int32_t moe[4] = {6, 8, 4, 4}, slots[4], share[4]; /* stage 0: two leading dense layers */
+    CHECK(st_split_caches(&q, 0, 16, &sp, moe, slots, share) == STRATA_OK && !slots[0] && !slots[1] &&
+          !slots[2] && !slots[3], "no expert_cache: no stage has one");
+    CHECK(st_split_caches(&q, 60, 16, &sp, moe, slots, share) == STRATA_OK, "60: %s", strata_last_error());
+    CHECK(slots[0] == 60 && slots[1] == 80 && slots[2] == 40 && slots[3] == 40,
+          "60 for stage 0's 6 MoE layers: 80, 40, 40 by theirs (%d,%d,%d,%d)", slots[0], slots[1], slots[2], slots[3]);
+    CHECK(share[0] == 1 && share[1] == 1 && share[3] == 1, "counts: share 1");
+    CHECK(st_split_caches(&q, 20, 16, &sp, moe, slots, share) == STRATA_OK && slots[2] == 16 && slots[1] == 27,
+          "20: stage 2's 13.3 up to one layer's 16, stage 1's 26.7 up to 27 (%d, %d)", slots[2], slots[1]);
+    CHECK(st_split_caches(&q, 5000, 16, &sp, moe, slots, share) == STRATA_OK && slots[0] == 96 && slots[1] == 128,
+          "5000: held to each stage's own experts, 6 x 16 and 8 x 16 (%d, %d)", slots[0], slots[1]);
+    q.expert_cache[2] = 50, q.expert_cache[3] = -1;
+    CHECK(st_split_caches(&q, 60, 16, &sp, moe, slots, share) == STRATA_OK && slots[2] == 50 && slots[3] == -1 &&
+          slots[1] == 80 && share[3] == 1, "named: 50 and auto (%d, %d)", slots[2], slots[3]);
+    q.expert_cache[2] = 0, q.expert_cache[3] = 0;
+    CHECK(st_split_caches(&q, -1, 16, &sp, moe, slots, share) == STRATA_OK && slots[0] == -1 && slots[1] == -1 &&
+          slots[2] == -1 && slots[3] == -1, "auto: every stage auto");
+    CHECK(share[0] == 3 && share[1] == 2 && share[2] == 1 && share[3] == 1,
+          "auto on device 0 three times (stages 0, 1, 3), device 1 once: shares 3,2,1,1 (%d,%d,%d,%d)", share[0],
+          share[1], share[2], share[3]);
+    moe[0] = 0; /* stage 0 all dense: no cache there; the others take expert_cache itself */
+    CHECK(st_split_caches(&q, 60, 16, &sp, moe, slots, share) == STRATA_OK && slots[0] == 0 && slots[1] == 60 &&
+          slots[2] == 60, "stage 0 without MoE layers: none there, 60 each after (%d,%d,%d)", slots[0], slots[1],
+          slots[2]);
+    moe[0] = 6;
+    q.expert_cache[1] = 8;
+    const strata_status st = st_split_caches(&q, 60, 16, &sp, moe, slots, share);
+    CHECK(st == STRATA_ERR_INVALID_ARG &&
+              strstr(strata_last_error(), "expert_cache_device1 8 slots: at least one layer's 16 experts"),
+          "a named count below n_expert: %d '%s'", (int)st, strata_last_error());
 }
 
 static void test_nccl_absent(void) {
@@ -176,6 +232,7 @@ int main(void) {
     test_proportional();
     test_resolve();
     test_check();
+    test_caches();
     test_nccl_absent();
     return test_report();
 }
