@@ -18,19 +18,35 @@ static strata_status cuda_forward(strata_session *s, const strata_token *tokens,
     return st;
 }
 
-static void cuda_stats(const strata_session *s, strata_session_stats *out) {
-    st_gpu_tier *c = st_gpu_get_cache(s);
-    if (c) {
-        int64_t loaded = 0;
-        st_gpu_tier_counters(c, &out->expert_cache_slots, &out->expert_cache_hits,
-                              &out->expert_cache_misses, &loaded, &out->layer_hit_rate_min,
-                              &out->layer_hit_rate_max);
-        int64_t pi = 0, pt = 0, pl = 0; /* the GPU cache's prefetches, added to the RAM tier's */
+/* The expert caches' counters in place of the RAM tier's (the prefetches added to its): the
+ * session's cache, or a split's stages' summed (slots, hits, misses, prefetches) with the
+ * per-layer hit rates' extremes over the stages that looked up any. */
+static void cuda_cache_stats(const strata_session *s, strata_session_stats *out) {
+    int found = 0, any = 0;
+    for (int i = 0; i < STRATA_MAX_STAGES; i++) {
+        st_gpu_tier *c = st_gpu_get_cache(s, i);
+        if (!c) continue; /* (no cache, or a split's stage without MoE layers) */
+        int32_t slots = 0;
+        int64_t hits = 0, misses = 0, loaded = 0, pi = 0, pt = 0, pl = 0;
+        double lo = 0.0, hi = 0.0;
+        st_gpu_tier_counters(c, &slots, &hits, &misses, &loaded, &lo, &hi);
+        if (!found) out->expert_cache_slots = 0, out->expert_cache_hits = out->expert_cache_misses = 0;
+        out->expert_cache_slots += slots;
+        out->expert_cache_hits += hits;
+        out->expert_cache_misses += misses;
+        if (!found || (hits + misses > 0 && (!any || lo < out->layer_hit_rate_min))) out->layer_hit_rate_min = lo;
+        if (!found || (hits + misses > 0 && (!any || hi > out->layer_hit_rate_max))) out->layer_hit_rate_max = hi;
+        found = 1;
+        any |= hits + misses > 0;
         st_gpu_tier_prefetch_counters(c, &pi, &pt, &pl);
         out->prefetch_issued += pi;
         out->prefetch_timely += pt;
         out->prefetch_late += pl;
     }
+}
+
+static void cuda_stats(const strata_session *s, strata_session_stats *out) {
+    cuda_cache_stats(s, out);
     out->pinned_bytes = st_gpu_pinned_bytes(s);
     st_gpu_tiles_stats(s, &out->q8_tiles_bytes, &out->q8_tiles_skipped, &out->q8_sm60_mats);
     out->iq_stage_tables = s->iq_stage_tables > 0;
@@ -42,7 +58,7 @@ static void cuda_stats(const strata_session *s, strata_session_stats *out) {
 }
 
 static void cuda_reset_stats(strata_session *s) {
-    st_gpu_tier_reset_counters(st_gpu_get_cache(s));
+    for (int i = 0; i < STRATA_MAX_STAGES; i++) st_gpu_tier_reset_counters(st_gpu_get_cache(s, i));
     (void)st_gpu_tail_skipped(s, 1);
 }
 

@@ -44,7 +44,7 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
     return st_error(STRATA_ERR_UNSUPPORTED, "session backend cuda: built without CUDA");
 }
 size_t st_gpu_weight_bytes(const strata_session *s) { (void)s; return 0; }
-st_gpu_tier *st_gpu_get_cache(const strata_session *s) { (void)s; return NULL; }
+st_gpu_tier *st_gpu_get_cache(const strata_session *s, int i) { (void)s; (void)i; return NULL; }
 int64_t st_gpu_pinned_bytes(const strata_session *s) { (void)s; return 0; }
 void st_gpu_tiles_stats(const strata_session *s, int64_t *bytes, int32_t *skipped, int32_t *sm60) {
     (void)s;

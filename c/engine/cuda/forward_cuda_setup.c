@@ -2,7 +2,7 @@
  * weight uploaded to device memory once (matrices as descriptors, q/k/v fused where their types
  * match, experts resident unless placed elsewhere; latent attention's weights), device scratch sized for
  * n_batch tokens, the GPU KV cache (the latent rows alone for latent attention), and the expert placement's parts: the pinned copy of RAM-kept experts, the GPU
- * expert cache (its size when auto), the hand-off rows and the expert pool of the CPU layers,
+ * expert cache (its size when auto; a layer split's stages: one each, for its own layers), the hand-off rows and the expert pool of the CPU layers,
  * the prediction buffers of gpu_prefetch and pipe, the cost model's measured figures. The
  * forward pass itself is forward_cuda.c and moe_block.c; they share forward_cuda.h. */
 #include "forward_cuda.h"
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <stdio.h>
 
-static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t *slots);
+static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t share, int32_t *slots);
 static strata_status st_gpu_pin_experts(strata_session *s);
 static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_tier *c, int il, int step);
 static strata_status st_gpu_alloc_split(strata_session *s);
@@ -805,14 +805,13 @@ static strata_status st_gpu_alloc_pinned(strata_session *s) {
     return STRATA_OK;
 }
 
-/* expert_cache: the GPU expert cache's slots (auto: what fits), with gpu_prefetch the prediction
- * buffers, with cpu_misses the cost model's figures and the split's buffers (with cache_exact the
- * exact rows' too). */
-static strata_status st_gpu_setup_cache(strata_session *s) {
+/* expert_cache: the GPU expert cache's slots (auto: what fits; a split's stage: its own count, or
+ * auto within its share of the device), with gpu_prefetch the prediction buffers, with cpu_misses
+ * the cost model's figures and the split's buffers (with cache_exact the exact rows' too). */
+static strata_status st_gpu_setup_cache(strata_session *s, int32_t slots, int32_t share) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
-    int32_t slots = s->plan.expert_cache;
-    if (slots < 0) TRY(st_gpu_cache_auto_slots(s, &slots));
+    if (slots < 0) TRY(st_gpu_cache_auto_slots(s, share, &slots));
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     TRY(st_gpu_tier_create(&ctx, slots, &g->cache));
     st_gpu_tier_set_admit(g->cache, s->plan.cache_admit);
@@ -822,7 +821,8 @@ static strata_status st_gpu_setup_cache(strata_session *s) {
         g->prefetch = 1;
     }
     if (s->plan.cpu_misses) { /* each miss loaded or computed by the CPU, by the cost model */
-        TRY(st_gpu_measure_costs(s, g->cache, st_model_first_moe_layer(s->model, 0), 1));
+        /* (a split's stage: its own first layer with experts, pinned for its device) */
+        TRY(st_gpu_measure_costs(s, g->cache, st_model_first_moe_layer(s->model, g->l0), 1));
         TRY(st_gpu_alloc_split(s));
         /* the loads enqueued, so the CPU's share runs while they copy */
         TRY(st_gpu_tier_async_loads(g->cache, g->stream));
@@ -926,7 +926,8 @@ static strata_status st_gpu_setup_stage(strata_session *s) {
     return STRATA_OK;
 }
 
-static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int device);
+static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int device, int32_t cache,
+                                  int32_t share);
 
 /* A layer split (layer_split.h, stages.c): the stages resolved (auto: by the devices' free
  * memory now), then one GPU state per stage built on its device, stage 0's holding the others.
@@ -934,15 +935,16 @@ static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int
 static strata_status st_gpu_create_split(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     const st_placement_plan *pl = &s->plan;
-    /* every stage runs its layers' experts resident (the unsplit kernels), or with n_cpu_moe the
-     * first layers' on the CPU (each stage that holds some: its own hand-off rows, stage slots
-     * and decode split, over the session's threads); the expert pool behind the doorbell, the
-     * caches and the RAM tier are one per session, not per stage, and are not built for a split */
-    if (pl->expert_cache != 0 || pl->doorbell || pl->ram_gpu || s->tail_skip > 0.0f || s->degrade.enabled)
-        return st_error(STRATA_ERR_UNSUPPORTED, "layer_split: this session's placement (expert_cache %d, "
-                        "doorbell %d, ram_budget %lld) is not built for a split yet (a split keeps its layers' "
-                        "experts resident, or with n_cpu_moe the first layers' on the CPU; docs/MULTI_GPU.md)",
-                        (int)pl->expert_cache, pl->doorbell, (long long)pl->ram_budget);
+    /* every stage runs its layers' experts resident (the unsplit kernels), in an expert cache of
+     * its own on its device (expert_cache: st_split_caches gives each stage its slots), or with
+     * n_cpu_moe the first layers' on the CPU (each stage that holds some: its own hand-off rows,
+     * stage slots and decode split, over the session's threads); the expert pool behind the
+     * doorbell and the RAM tier are one per session, not per stage, and are not built for a split */
+    if (pl->doorbell || pl->ram_gpu || s->tail_skip > 0.0f || s->degrade.enabled)
+        return st_error(STRATA_ERR_UNSUPPORTED, "layer_split: this session's placement (doorbell %d, "
+                        "ram_budget %lld) is not built for a split yet (a split keeps its layers' experts "
+                        "resident, in a cache per stage, or with n_cpu_moe the first layers' on the CPU; "
+                        "docs/MULTI_GPU.md)", pl->doorbell, (long long)pl->ram_budget);
     for (int il = 0; il < hp->n_layer; il++)
         if (st_layer_recurrent(hp, il))
             return st_error(STRATA_ERR_UNSUPPORTED, "layer_split with recurrent layers (qwen3next): not built "
@@ -957,15 +959,19 @@ static strata_status st_gpu_create_split(strata_session *s) {
     }
     st_layer_split sp;
     st_split_resolve(&s->split, hp->n_layer, n_dev, free_b, &sp);
+    int32_t moe[STRATA_MAX_STAGES], cache[STRATA_MAX_STAGES], share[STRATA_MAX_STAGES];
+    for (int i = 0; i < sp.n_stages; i++)
+        moe[i] = st_model_moe_layers(s->model, sp.first[i + 1]) - st_model_moe_layers(s->model, sp.first[i]);
+    TRY(st_split_caches(&s->split, pl->expert_cache, hp->n_expert, &sp, moe, cache, share));
     TRY(st_cuda_set_device(sp.device[0]));
-    TRY(st_gpu_build(s, sp.first[0], sp.first[1], sp.device[0]));
+    TRY(st_gpu_build(s, sp.first[0], sp.first[1], sp.device[0], cache[0], share[0]));
     st_gpu *g0 = s->gpu;
     TRY(st_gpu_stages_new(g0, sp.n_stages));
     strata_status st = STRATA_OK;
     for (int i = 1; i < sp.n_stages && st == STRATA_OK; i++) {
         st = st_cuda_set_device(sp.device[i]);
         s->gpu = NULL;
-        if (st == STRATA_OK) st = st_gpu_build(s, sp.first[i], sp.first[i + 1], sp.device[i]);
+        if (st == STRATA_OK) st = st_gpu_build(s, sp.first[i], sp.first[i + 1], sp.device[i], cache[i], share[i]);
         st_gpu_stages_put(g0->stages, i, s->gpu); /* (partly built on failure: freed with the rest) */
     }
     s->gpu = g0;
@@ -991,12 +997,14 @@ strata_status st_gpu_create(strata_session *s) {
     }
     st_cuda_moe_set_iq_stage(s->iq_stage_tables);
     if (st_split_asked(&s->split)) return st_gpu_create_split(s);
-    return st_gpu_build(s, 0, hp->n_layer, -1);
+    return st_gpu_build(s, 0, hp->n_layer, -1, s->plan.expert_cache, 1);
 }
 
 /* One GPU state for layers l0 .. l1 - 1 on the current device (device: a stage's, -1 none), in
- * s->gpu (partly built on failure: st_gpu_free releases it). */
-static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int device) {
+ * s->gpu (partly built on failure: st_gpu_free releases it); cache: its expert cache's slots (-1
+ * auto, within 1/share of the room; 0 none: the session's expert_cache without a split). */
+static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int device, int32_t cache,
+                                  int32_t share) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
     st_gpu *g = calloc(1, sizeof *g);
@@ -1020,7 +1028,7 @@ static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int
     TRY(st_gpu_alloc_kv(s, s->kv_type));
     TRY(st_gpu_alloc_scratch(s));
     TRY(st_gpu_alloc_pinned(s));
-    if (s->plan.expert_cache != 0) TRY(st_gpu_setup_cache(s));
+    if (cache != 0) TRY(st_gpu_setup_cache(s, cache, share));
     if (s->plan.doorbell && hp->n_expert > 0) TRY(st_gpu_setup_pool(s)); /* CPU layers, a cache's misses */
     TRY(st_gpu_setup_ahead(s));
     TRY(st_gpu_setup_stage(s));
@@ -1188,15 +1196,18 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_tier *c, int
 
 /* expert_cache -1: the slots that fit in gpu_mem (or the free memory) now that the other weights,
  * the KV cache and scratch are allocated, less a margin of 512 MiB or 2% of the device, at most
- * every routed expert. */
-static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t *slots) {
+ * every routed expert (a split's stage: its own layers', in 1/share of that room: the auto stages
+ * still to be built on its device take the rest, their weights out of their part). */
+static strata_status st_gpu_cache_auto_slots(strata_session *s, int32_t share, int32_t *slots) {
     const st_hparams *hp = &s->model->hp;
+    const st_gpu *g = s->gpu;
     int64_t avail, margin; /* made before any expert slots: the weights and the KV cache count */
     TRY(st_gpu_room(s, &avail, &margin));
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     const int64_t slot = (int64_t)st_gpu_tier_slot_bytes(&ctx);
-    int64_t n = slot > 0 && avail > margin ? (avail - margin) / slot : 0;
-    const int64_t all = (int64_t)st_model_moe_layers(s->model, hp->n_layer) * hp->n_expert;
+    int64_t n = slot > 0 && avail > margin ? (avail - margin) / share / slot : 0;
+    const int64_t all = (int64_t)(st_model_moe_layers(s->model, g->l1) - st_model_moe_layers(s->model, g->l0)) *
+                        hp->n_expert;
     if (n > all) n = all;
     if (n < hp->n_expert)
         return st_error(STRATA_ERR_NOMEM, "expert cache auto: %lld MiB of GPU memory left for experts "
@@ -1218,7 +1229,10 @@ size_t st_gpu_weight_bytes(const strata_session *s) {
     for (int i = 0; st_gpu_stage_of(s, i); i++) n += st_gpu_stage_of(s, i)->weight_bytes;
     return n;
 }
-st_gpu_tier *st_gpu_get_cache(const strata_session *s) { return s && s->gpu ? s->gpu->cache : NULL; }
+st_gpu_tier *st_gpu_get_cache(const strata_session *s, int i) {
+    const st_gpu *g = st_gpu_stage_of(s, i);
+    return g ? g->cache : NULL;
+}
 int64_t st_gpu_pinned_bytes(const strata_session *s) {
     int64_t n = 0;
     for (int i = 0; st_gpu_stage_of(s, i); i++) n += (int64_t)st_gpu_stage_of(s, i)->pinned_bytes;
@@ -1237,6 +1251,7 @@ int st_gpu_split_mode(const strata_session *s) {
 }
 int st_gpu_cache_split_mode(const strata_session *s) {
     const st_gpu *g = s ? s->gpu : NULL;
+    for (int i = 1; g && !g->cache && st_gpu_stage_of(s, i); i++) g = st_gpu_stage_of(s, i); /* (a split's) */
     if (g && g->pool_misses) return g->pm_exact ? 1 : 2; /* the pool's split of the misses */
     return g && g->split ? (g->cache_exact ? 1 : 2) : 0;
 }

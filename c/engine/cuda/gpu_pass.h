@@ -16,8 +16,9 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
                                    float *logits, int all);
 size_t st_gpu_weight_bytes(const strata_session *s);
 
-/* The GPU session's expert cache, or NULL (forward_cuda.c). */
-st_gpu_tier *st_gpu_get_cache(const strata_session *s);
+/* The expert cache of stage i of the GPU session (0: the unsplit session's; a split's stages each
+ * have their own, docs/MULTI_GPU.md), or NULL (none, or no such stage). */
+st_gpu_tier *st_gpu_get_cache(const strata_session *s, int i);
 /* Bytes of the pinned copy of the experts kept in RAM (pin_experts), 0 without one. */
 int64_t st_gpu_pinned_bytes(const strata_session *s);
 /* q8_tiles: the bytes of the Q8_0 tile copies made and the matrices left without one (no GPU
@@ -32,7 +33,8 @@ void st_gpu_mem_stats(const strata_session *s, int64_t *kv_bytes, int64_t *state
 int st_gpu_split_mode(const strata_session *s);
 /* The expert cache's split of its misses (cpu_misses): 0 none, 1 decode-sized calls in the CPU's
  * arithmetic for every slot (the same bits whatever the residency), 2 the hits in the GPU's own
- * (the bits follow the residency). */
+ * (the bits follow the residency); a split's: its first stage with a cache (every stage decides
+ * alike: the model's types). */
 int st_gpu_cache_split_mode(const strata_session *s);
 /* route_tail_skip: the slots the device dropped since create or the last reset (reset 1 zeroes
  * the count after reading it); 0 without it. */

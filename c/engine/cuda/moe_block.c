@@ -445,8 +445,9 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
     /* a CPU layer's experts are staged to the GPU for a long enough batch */
     if (st_plan_layer_on_cpu(&s->plan, il) && g->stage && s->plan.stage_experts != 0 && !st_gpu_pool_call(s, mc->T))
         TRY(st_gpu_stage_decide(s, c));
-    /* prefetch the next layer's experts: decode-sized calls of cache layers */
-    c->pf = g->prefetch && !s->self_draft && tn <= 8 && il + 1 < hp->n_layer && !st_plan_layer_on_cpu(&s->plan, il) &&
+    /* prefetch the next layer's experts: decode-sized calls of cache layers; within this state's
+     * layers (a split's stage: the next stage holds the next layer's router and its own cache) */
+    c->pf = g->prefetch && !s->self_draft && tn <= 8 && il + 1 < g->l1 && !st_plan_layer_on_cpu(&s->plan, il) &&
             !st_plan_layer_on_cpu(&s->plan, il + 1);
     c->cpu_layer = st_plan_layer_on_cpu(&s->plan, il) && !c->staged;
     /* cuda_doorbell with a cache, decode-sized: the pool computes the misses while the
