@@ -12,7 +12,9 @@
  * the unsplit n_cpu_moe session's bits: a count inside the first stage (the host hand-off alone),
  * one that crosses into the second (prompt batches of 32 or more staged to each stage's slots,
  * the decode split by its default, auto: the CPU's bits whatever the share), and every layer's
- * (cpu_moe) over three stages with cpu_warm. In CUDA builds, with or without a GPU: the
+ * (cpu_moe) over three stages with cpu_warm. With expert_cache each stage has a cache of its own
+ * for its layers (compare_split_cache: the unsplit session with one cache of their total slots,
+ * the same bits; with gpu_prefetch, auto, cpu_misses where its split is exact, n_cpu_moe). In CUDA builds, with or without a GPU: the
  * session's tile figures (st_gpu_tiles_stats) of a split are its stages' sums, on states made by
  * hand. Without a usable GPU everything else skips. */
 #include "model_build.h"
@@ -34,7 +36,7 @@ enum { NP = 40, NS = 6, NW = 5, NKEEP = 2, NA = 4 }; /* prompt, steps, window, k
 /* Every logit row of the sequence: the prompt (calls of `chunk` tokens, all rows), NS decode
  * steps, a verify window of NW (all rows) of which NKEEP are kept (truncate), NA steps after. */
 static strata_status run(const strata_model *m, const strata_session_params *sp, int chunk, int32_t V,
-                         float *out) {
+                         float *out, strata_session_stats *stats) {
     strata_token toks[ROWS];
     for (int i = 0; i < ROWS; i++) toks[i] = (strata_token)((i * 37 + 11) % (V > 1 ? V - 1 : 1) + 1);
     strata_session *s = NULL;
@@ -53,6 +55,7 @@ static strata_status run(const strata_model *m, const strata_session_params *sp,
     r += NW;
     for (int i = 0; i < NA && st == STRATA_OK; i++, r++) /* after the rollback: the window's tail again */
         st = strata_session_decode_gen(s, toks + NP + NS + NKEEP + i, 1, out + (size_t)r * V, 0);
+    if (stats && st == STRATA_OK) st = strata_session_get_stats(s, stats);
     strata_session_free(s);
     return st;
 }
@@ -90,14 +93,14 @@ static void compare_split_cpu(const char *what, const strata_model *m, int n, co
     sp.placement.stage_experts = co->stage_experts;
     sp.placement.cpu_misses = co->cpu_misses;
     sp.placement.cpu_warm = co->cpu_warm;
-    strata_status st = run(m, &sp, chunk, V, a);
+    strata_status st = run(m, &sp, chunk, V, a, NULL);
     CHECK(st == STRATA_OK, "%s: unsplit run: %s", what, strata_last_error());
     sp.split.n_stages = n;
     for (int i = 0; i < n; i++) {
         sp.split.layers[i] = L / n + (i < L % n);
         sp.split.device[i] = dev[i];
     }
-    const strata_status st2 = run(m, &sp, chunk, V, b);
+    const strata_status st2 = run(m, &sp, chunk, V, b, NULL);
     CHECK(st2 == STRATA_OK, "%s: split run: %s", what, strata_last_error());
     if (st == STRATA_OK && st2 == STRATA_OK) {
         size_t diff = 0, first = 0;
@@ -139,12 +142,104 @@ static void check_cpu_moe(const char *what, const strata_model *m) {
     compare_split_cpu(what, m, 3, same3, NP, &all);
 }
 
+/* An expert cache per stage (split.expert_cache; docs/MULTI_GPU.md), against the unsplit session
+ * with one cache of the stages' total slots: the same bits. The cache's kernels read each expert
+ * through a table of descriptors pointing into its slots (moe_block.c's CACHED mode, the grouped
+ * kernel of the resident mode over another table), so a layer's values do not depend on which
+ * experts are resident, nor where, nor on the evictions each cache's slot book made: the split's
+ * smaller caches give the unsplit cache's bits. With cpu_misses that holds where the split of the
+ * misses is exact (stats cache_split 1: calls of up to 8 tokens compute every slot, hit or miss, in
+ * the CPU's arithmetic, commit 886c6f1), so those runs feed the prompt in calls of 7 (every call
+ * decode-sized) and are compared only there; elsewhere (cache_split 2) the bits follow the
+ * residency and the share, and the case skips. */
+typedef struct {
+    int n, chunk;            /* stages, prompt call size */
+    int32_t cache[3];        /* expert_cache (stage 0's), expert_cache_device1, 2 (0: the default) */
+    int cpu_misses, prefetch;
+    int32_t n_cpu_moe;
+} cache_case;
+
+static void compare_split_cache(const char *what, const strata_model *m, const cache_case *cc) {
+    strata_model_info mi;
+    strata_model_get_info(m, &mi);
+    const int32_t V = mi.n_vocab, L = mi.n_layer;
+    float *a = calloc((size_t)(ROWS + 1) * V, sizeof *a), *b = calloc((size_t)(ROWS + 1) * V, sizeof *b);
+    strata_session_params sp = base_params();
+    sp.placement.expert_cache = cc->cache[0];
+    sp.placement.cpu_misses = cc->cpu_misses;
+    sp.placement.gpu_prefetch = cc->prefetch;
+    sp.placement.n_cpu_moe = cc->n_cpu_moe;
+    sp.placement.stage_experts = 0;
+    sp.split.n_stages = cc->n;
+    for (int i = 0; i < cc->n; i++) {
+        sp.split.layers[i] = L / cc->n + (i < L % cc->n);
+        sp.split.device[i] = 0;
+        if (i > 0) sp.split.expert_cache[i] = cc->cache[i];
+    }
+    strata_session_stats ss, us;
+    memset(&ss, 0, sizeof ss);
+    memset(&us, 0, sizeof us);
+    strata_status st = run(m, &sp, cc->chunk, V, b, &ss);
+    CHECK(st == STRATA_OK, "%s: split run with caches %d,%d,%d: %s", what, (int)cc->cache[0], (int)cc->cache[1],
+          (int)cc->cache[2], strata_last_error());
+    if (st == STRATA_OK && cc->cpu_misses && ss.cache_split != 1) {
+        SKIP("%s: cpu_misses with per-stage caches: the split is not exact here (cache_split %d), its bits follow "
+             "the residency", what, (int)ss.cache_split);
+        free(a);
+        free(b);
+        return;
+    }
+    /* the caches are there and used: at least one layer's experts, every stage's look-ups counted */
+    CHECK(st != STRATA_OK || (ss.expert_cache_slots >= mi.n_expert && ss.expert_cache_hits + ss.expert_cache_misses > 0),
+          "%s: split caches: %d slots, %lld hits, %lld misses", what, (int)ss.expert_cache_slots,
+          (long long)ss.expert_cache_hits, (long long)ss.expert_cache_misses);
+    strata_session_params up = sp; /* the unsplit session: one cache of the stages' total slots */
+    up.split = strata_session_default_params().split;
+    up.placement.expert_cache = ss.expert_cache_slots;
+    const strata_status st2 = st == STRATA_OK ? run(m, &up, cc->chunk, V, a, &us) : st;
+    CHECK(st2 == STRATA_OK, "%s: unsplit run with %d slots: %s", what, (int)ss.expert_cache_slots, strata_last_error());
+    if (st == STRATA_OK && st2 == STRATA_OK) {
+        size_t diff = 0, first = 0;
+        for (size_t i = 0; i < (size_t)ROWS * V; i++)
+            if (memcmp(&a[i], &b[i], sizeof(float)) != 0 && diff++ == 0) first = i;
+        CHECK(diff == 0, "%s (%d stages, caches %d,%d,%d, chunk %d, cpu_misses %d, prefetch %d, n_cpu_moe %d): %zu "
+              "logits differ in bits from the unsplit %d-slot cache's, the first at row %zu (%g vs %g)", what, cc->n,
+              (int)cc->cache[0], (int)cc->cache[1], (int)cc->cache[2], cc->chunk, cc->cpu_misses, cc->prefetch,
+              (int)cc->n_cpu_moe, diff, (int)ss.expert_cache_slots, first / (size_t)V, (double)a[first],
+              (double)b[first]);
+        CHECK(us.expert_cache_slots == ss.expert_cache_slots, "%s: unsplit slots %d, the split's %d", what,
+              (int)us.expert_cache_slots, (int)ss.expert_cache_slots);
+    }
+    free(a);
+    free(b);
+}
+
+/* Per-stage expert caches: stage 0 one layer's experts (evictions all along), stage 1 by default
+ * (scaled by its MoE layers) or named; prefetch within each stage; auto over three stages sharing
+ * the card; cpu_misses (exact split, calls of 7); with n_cpu_moe 1 (stage 0's first layer on the
+ * CPU, the rest cached). */
+static void check_caches(const char *what, const strata_model *m) {
+    strata_model_info mi;
+    strata_model_get_info(m, &mi);
+    const int32_t X = mi.n_expert;
+    if (X <= 0) return;
+    const cache_case cases[] = {
+        {2, NP, {X, 0, 0}, 0, 0, 0},
+        {2, 7, {X, X + X / 2, 0}, 0, 1, 0},
+        {3, NP, {-1, 0, 0}, 0, 0, 0},
+        {2, 7, {X, X, 0}, 1, 0, 0},
+        {2, NP, {X, 0, 0}, 0, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) compare_split_cache(what, m, &cases[i]);
+}
+
 static void check_model(const char *what, const strata_model *m, int n_dev) {
     const int32_t same2[2] = {0, 0}, same3[3] = {0, 0, 0}, two[2] = {0, 1};
     compare_split(what, m, 2, same2, NP);
     compare_split(what, m, 2, same2, 7);
     compare_split(what, m, 3, same3, NP);
     check_cpu_moe(what, m);
+    check_caches(what, m);
     if (n_dev >= 2) compare_split(what, m, 2, two, NP);
     else SKIP("%s: a split over devices 0,1 needs two GPUs; this machine has %d", what, n_dev);
 }
