@@ -243,7 +243,8 @@ static void cli_usage_split(FILE *f) {
         "  --peer-device N         routed experts on device N over NCCL (needs libnccl.so.2;\n"
         "                          not built yet)\n"
         "  --expert-cache-deviceI N|auto  stage I's expert cache (I = 1..7; stage 0's is\n"
-        "                          --expert-cache; not built yet)\n");
+        "                          --expert-cache, which each stage not named scales by its\n"
+        "                          MoE layers, or auto)\n");
 }
 
 /* The options of GPU kernel choices, DEGRADE_ZERO, --profile. */

@@ -116,7 +116,7 @@ def split_args(layer_split, split_device, pipeline_windows, peer_device, expert_
     """The layer split's options (docs/MULTI_GPU.md) as strata_split_params fields: only those
     given, so the library's defaults stand for the rest. layer_split: None (no split), "auto" or
     layer counts per stage; split_device: each stage's CUDA device; expert_cache_devices: stage
-    1..N's expert cache slots ("auto" or a count). The library checks them against the model and
+    1..N's expert cache slots ("auto", a count, or 0 for the default from expert_cache). The library checks them against the model and
     the devices (counts summing to n_layer, devices that exist)."""
     out: dict = {}
     n = 0

@@ -95,9 +95,11 @@ class Model:
     1..32; 0, the default: 4), layer_split (several GPUs, docs/MULTI_GPU.md: None, the default,
     no split; a sequence of layer counts, one per stage, summing to the model's; or "auto": by
     each device's free memory), split_device (each stage's CUDA device; default 0, 1, ...; a device
-    may repeat), pipeline_windows, peer_device (-1: none) and expert_cache_devices (stage 1..N's
-    expert caches) — the last three not built yet and refused with the reason; CPU sessions
-    ignore them, but a layer split needs backend="cuda". cpu_pin binds the session's worker threads one per
+    may repeat), expert_cache_devices (with expert_cache, stage 0's cache: stage 1..N's expert
+    cache slots, a count or "auto"; 0 or left out: expert_cache scaled by the stage's MoE layers,
+    or auto with expert_cache "auto"), pipeline_windows and peer_device (-1: none) — the last two
+    not built yet and refused with the reason; CPU sessions ignore them, but a layer split needs
+    backend="cuda". cpu_pin binds the session's worker threads one per
     CPU (Model.last_stats["threads_pinned"] says how many)."""
 
     def __init__(self, path, *, n_ctx: int = 0, n_threads: int = 0, n_batch: int = 512,

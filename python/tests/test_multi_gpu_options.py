@@ -1,7 +1,8 @@
 """test_multi_gpu_options.py - the layer split's options (issue 36, docs/MULTI_GPU.md) at the
 Python API and the command line: types and shapes refused at the call, the library's checks
 (stage counts summing to the layer count, devices that exist, CUDA sessions only, the options that
-need two real devices or NCCL, the placement options a split does not take yet), each message
+need two real devices or NCCL, the placement options a split does not take yet, a stage's expert
+cache without stage 0's and the per-stage cache fields), each message
 naming its option and, on the command line, its flag. Runs without a GPU: every case here is
 refused before a session exists (on a one-GPU machine a split over device 1 is refused too). The
 binary is $STRATA_CLI, else <repo>/strata."""
@@ -62,6 +63,16 @@ def test_python_types_and_shapes():
         strata.Model(TINY, peer_device=-2)
 
 
+def test_expert_cache_devices_as_fields():
+    from strata._args import split_args
+    got = split_args([3, 3, 2, 2], None, False, -1, ["auto", 0, 48])
+    assert got["expert_cache"] == [0, -1, 0, 48]  # stage 0's is expert_cache; 0: the default
+    with pytest.raises(ValueError, match="stages 1..7"):
+        split_args(None, None, False, -1, [8] * 8)
+    with pytest.raises(ValueError, match=">= -1"):
+        split_args(None, None, False, -1, [-2])
+
+
 def test_split_is_for_cuda_sessions():
     L = n_layer()
     refused("layer_split is for CUDA sessions", layer_split=[L - 1, 1])
@@ -101,10 +112,10 @@ def test_options_that_need_two_devices_or_nccl():
                 layer_split=[L - 1, 1], split_device=[0, 0], pipeline_windows=True)
         refused("peer_device needs NCCL|peer_device .experts on another device", backend="cuda",
                 peer_device=0)
-        refused("expert_cache_device1: per-stage expert caches are not built yet", backend="cuda",
+        refused("expert_cache_device1 needs expert_cache", backend="cuda",
                 layer_split=[L - 1, 1], split_device=[0, 0], expert_cache_devices=[8])
-        refused("layer_split with expert_cache: not built yet", backend="cuda", layer_split=[L - 1, 1],
-                split_device=[0, 0], expert_cache=8)
+        refused("layer_split with doorbell: not built yet", backend="cuda", layer_split=[L - 1, 1],
+                split_device=[0, 0], expert_cache=64, doorbell=True)
 
 
 def run_cli(*args):
