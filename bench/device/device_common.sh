@@ -105,7 +105,7 @@ dev_build() {
                     > "build-$v/tests/${t##*/}" && chmod +x "build-$v/tests/${t##*/}"
             done
         done
-        echo "prebuilt $PREBUILT ($(cat "$PREBUILT/REVISION" 2>/dev/null); variants: $(ls -d $L/*/ 2>/dev/null |
+        echo "prebuilt $PREBUILT ($(cat "$PREBUILT/REVISION" 2>/dev/null)$([ -f "$PREBUILT/FLAGS" ] && echo ", built with $(cat "$PREBUILT/FLAGS")"); variants: $(ls -d $L/*/ 2>/dev/null |
             xargs -rn1 basename | tr '\n' ' ')) at $(el)s"
         return 0
     fi

@@ -17,17 +17,27 @@
 # building. Each costs about its object's compressed size (moe.o's ~6 MB: one variant beside the
 # base is about what a call's carry has room for). CHECKS: the c/cuda/dev check programs, linked
 # against the same library.
+# FLAGS (nvcc flags, e.g. -DSTRATA_MOE_DP4A_EXT=1) build the base itself with them, in a copy of
+# build-devx/ with FLAG_OBJS (default c/cuda/moe.o c/cuda/mmq.o) rebuilt, packed into PACK
+# (default build-pre; e.g. build-pre-ab, carried instead of build-pre) with the flags in FLAGS.
 set -eu
 cd "$(dirname "$0")/../.."
 B=build-devx
+FLAGS=${FLAGS:-}
+PACK=${PACK:-build-pre}
+if [ -n "$FLAGS" ]; then
+    B=build-devx-flags
+    [ -d build-devx ] && { rm -rf $B && cp -r build-devx $B; }
+    for o in ${FLAG_OBJS:-c/cuda/moe.o c/cuda/mmq.o}; do rm -f $B/$o; done
+fi
 VIS="-fvisibility=default -fno-semantic-interposition -Wl,-Bsymbolic-functions"
 TESTS=${TESTS:-test_cuda_attn test_cuda_session test_cuda_mla test_cuda_moe test_cuda_moe_lowbit test_dense_lead test_cuda_dequant
 test_cuda_mmv test_cuda_deltanet test_cuda_mtp test_cuda_spec test_kv_stats test_cuda_split}
-M="make -j${JOBS:-2} CUDA=1 BUILD=$B OUTDIR=$B SAN=$(printf %q "$VIS") NVCC_EXTRA='-Xcompiler -fvisibility=default'"
+M="make -j${JOBS:-2} CUDA=1 BUILD=$B OUTDIR=$B SAN=$(printf %q "$VIS") NVCC_EXTRA='-Xcompiler -fvisibility=default $FLAGS'"
 VARIANTS=${VARIANTS:-}
 CHECKS=${CHECKS:-} # e.g. "moe_check mla_check": ~0.7 MB each
 eval "$M $B/strata $B/libstrata.so" > /tmp/prebuild.log 2>&1 || { tail -20 /tmp/prebuild.log; exit 1; }
-P=build-pre.new # packed aside, then moved in one step (a call may copy the tree meanwhile)
+P=$PACK.new # packed aside, then moved in one step (a call may copy the tree meanwhile)
 rm -rf $P && mkdir -p $P/tests $P/libs
 so=$(readlink $B/libstrata.so)
 strip -o $P/libs/$so $B/$so
@@ -56,5 +66,6 @@ strip $P/strata $P/tests/*
 # one solid stream with a window wider than a library, so each variant costs only its difference
 tar -C $P/libs -cf - . | xz -T1 -6 --lzma2=preset=6,dict=64MiB > $P/libs.tar.xz && rm -rf $P/libs
 git rev-parse --short HEAD > $P/REVISION
-rm -rf build-pre && mv $P build-pre
-du -sh build-pre
+[ -z "$FLAGS" ] || echo "$FLAGS" > $P/FLAGS
+rm -rf $PACK && mv $P $PACK
+du -sh $PACK
