@@ -11,7 +11,7 @@
 #   make q8-sm60-check  the SM60 Q8_0 GEMV against a CPU reference, then timed (GPU; else a skip)
 #   make mla-check    the latent-attention kernels against CPU references, then timed (GPU; else a skip)
 #   make deltanet-check  the gated DeltaNet kernels against CPU references, then timed (GPU; else a skip)
-#   make fuzz         libFuzzer harness of the GGUF reader (needs clang)
+#   make fuzz         libFuzzer harnesses: GGUF reader, HTTP, templates, tool calls (clang)
 #   make bench        CPU dot-product micro-benchmark
 #   make clean
 
@@ -164,10 +164,12 @@ $(BUILD)/tests/test_http: c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c
 	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
 
 # test_server_text: the server's text helpers and tool call parsers.
-$(BUILD)/tests/test_server_text: c/tests/test_server_text.c c/server/text.c c/server/tool_calls.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
+# It also runs fuzz_tools's entry point on crafted model outputs.
+TOOLS_SRCS := c/server/text.c c/server/tool_calls.c c/server/harmony.c
+$(BUILD)/tests/test_server_text: c/tests/test_server_text.c $(TOOLS_SRCS) c/fuzz/fuzz_tools.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_server_text.c c/server/text.c c/server/tool_calls.c $(THIRD_OBJS) \
-	  $(SAN) $(LDLIBS)
+	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_server_text.c $(TOOLS_SRCS) c/fuzz/fuzz_tools.c \
+	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
 
 # test_server_harmony: gpt-oss's harmony answers (channels, calls, the stream's hold-back).
 $(BUILD)/tests/test_server_harmony: c/tests/test_server_harmony.c c/server/text.c c/server/tool_calls.c c/server/harmony.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
@@ -291,7 +293,11 @@ $(DEV_CHECKS:%=$(BUILD)/%_check): $(BUILD)/%_check: c/cuda/dev/%_check.cu c/cuda
 
 # ---- fuzzing -------------------------------------------------------------------------------
 FUZZ_CC ?= clang
-fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_http $(BUILD)/fuzz_template
+fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_http $(BUILD)/fuzz_template $(BUILD)/fuzz_tools
+$(BUILD)/fuzz_tools: c/fuzz/fuzz_tools.c $(TOOLS_SRCS) third_party/yyjson/yyjson.c $(wildcard c/server/*.h)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Ic/server $(THIRD_INC) -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ c/fuzz/fuzz_tools.c $(TOOLS_SRCS) third_party/yyjson/yyjson.c
 $(BUILD)/fuzz_template: c/fuzz/fuzz_template.c $(TMPL_SRCS) third_party/yyjson/yyjson.c $(wildcard c/server/*.h)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Ic/server $(THIRD_INC) -fsanitize=fuzzer,address,undefined \

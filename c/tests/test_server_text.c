@@ -8,7 +8,7 @@
  * <seed:tool_call> XML) read into OpenAI's tool_calls against written-out JSON, or, when
  * anything does not parse (malformed, truncated, hostile), left to the content; where a stream's
  * content stops (a partial mark held back); and each real template in ../shared/chat_templates
- * told as its family. */
+ * told as its family; each answer also through fuzz_tools's entry point (c/fuzz/fuzz_tools.c). */
 #include "test.h"
 #include "text.h"
 
@@ -63,6 +63,18 @@ static const char TOOLS[] =
     "{\"type\":\"function\",\"function\":{\"name\":\"say\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"text\":{\"type\":\"string\"},\"mode\":{\"enum\":[\"a\",\"b\"]}}}}}]";
 static yyjson_val *g_tools;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* c/fuzz/fuzz_tools.c's entry point on one answer: fmt as the input's first byte, then t (n bytes;
+ * it traps on a broken promise, ASan and UBSan watch the rest). */
+static void fuzz_one(int fmt, const char *t, size_t n) {
+    static uint8_t buf[4096];
+    if (n + 1 > sizeof buf) return;
+    buf[0] = (uint8_t)fmt;
+    memcpy(buf + 1, t, n);
+    LLVMFuzzerTestOneInput(buf, n + 1);
+}
 
 /* One answer through a format's parser: want calls (-1: none, the text stays content), the
  * tool_calls JSON written (NULL: not compared) and, with calls, the content's length before them. */
@@ -251,6 +263,16 @@ static void tool_cases(void) {
     };
     for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++)
         tool_case(tc[i].fmt, tc[i].t, strlen(tc[i].t), tc[i].calls, tc[i].json, tc[i].content);
+    for (size_t i = 0; i < sizeof tc / sizeof tc[0]; i++) fuzz_one(tc[i].fmt, tc[i].t, strlen(tc[i].t));
+    static const char *const harmony[] = {
+        "<|channel|>analysis<|message|>hm<|end|><|start|>assistant to=functions.f<|channel|>commentary <|constrain|>json"
+        "<|message|>{\"x\": 1}<|call|>",
+        "<|channel|>final<|message|>Hi \xe2\x82\xac<|end|><|start|>assistant<|channel|>fin",
+        "<|channel|>commentary to=container.exec<|message|>ls<|end|><|channel|><|message|><|end|>",
+    };
+    for (size_t i = 0; i < sizeof harmony / sizeof harmony[0]; i++)
+        fuzz_one(SRV_TOOLS_HARMONY, harmony[i], strlen(harmony[i]));
+    CHECK(1, "fuzz_tools's entry point ran on every answer above (ASan / UBSan watch it)");
     /* where a stream stops its content: partial markers held back, only while not final */
     CHECK(srv_tool_start(SRV_TOOLS_HERMES, "ab<tool_call>", 13, 1) == 2 &&
           srv_tool_start(SRV_TOOLS_HERMES, "ab<tool_c", 9, 0) == 2 && srv_tool_start(SRV_TOOLS_HERMES, "ab<tool_c", 9, 1) == 9 &&
