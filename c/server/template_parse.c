@@ -136,13 +136,17 @@ static void lx_tag(lexer *L, const char *end, int *strip_after) {
             continue;
         }
         if (is_digit(p[0])) {
+            /* strtod / strtoll read a NUL-terminated copy: the source ends at len, unterminated */
+            size_t span = 1;
+            while (span < left && (is_digit(p[span]) || (p[span] && strchr("._+-eExXpPabcdfABCDF", p[span])))) span++;
+            const char *q = tmpl_strndup(L->c, p, span);
             char *e;
-            const double f = strtod(p, &e);
-            size_t n = (size_t)(e - p);
+            const double f = strtod(q, &e);
+            size_t n = (size_t)(e - q);
             int is_float = 0;
             for (size_t i = 0; i < n; i++) is_float |= p[i] == '.' || p[i] == 'e' || p[i] == 'E';
             if (is_float && n > 0 && p[n - 1] == '.') { n--; is_float = 0; } /* "1." then an attribute */
-            tk t = {is_float ? TK_FLOAT : TK_INT, p, n, 0, is_float ? 0 : strtoll(p, NULL, 10), f};
+            tk t = {is_float ? TK_FLOAT : TK_INT, p, n, 0, is_float ? 0 : strtoll(q, NULL, 10), f};
             lx_push(L, t);
             L->pos += n;
             continue;

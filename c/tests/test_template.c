@@ -30,6 +30,21 @@ static void fails(const char *tmpl, const char *word) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* s in a buffer of exactly its length, no NUL after it (as a GGUF string or libFuzzer's input):
+ * rendered (want: the output, NULL: an error naming word), then through the fuzz harness. Under
+ * ASan a read past the end fails here. */
+static void exact(const char *s, const char *want, const char *word) {
+    const size_t n = strlen(s);
+    char *b = malloc(n ? n : 1), *out = NULL, err[256] = "";
+    memcpy(b, s, n);
+    const int rc = tmpl_render(b, n, CTX, &out, err, sizeof err);
+    CHECK(want ? rc == 0 && out && !strcmp(out, want) : rc != 0 && !out && strstr(err, word),
+          "'%s' unterminated: rc %d, '%s', '%s'", s, rc, out ? out : "", err);
+    free(out);
+    LLVMFuzzerTestOneInput((const uint8_t *)b, n);
+    free(b);
+}
+
 int main(void) {
     same("{{ xs }}", "[1, 2.5, \"a'b\", None, True]");
     same("{{ d.n }}", "[1e-05, 1e+16, 0.1]");
@@ -54,6 +69,11 @@ int main(void) {
                                        "{{ xs[99] }}{{ d['zz'].q }}", "{{ 'x' | indent(2, true) }}"};
     for (size_t i = 0; i < sizeof fuzz / sizeof fuzz[0]; i++)
         LLVMFuzzerTestOneInput((const uint8_t *)fuzz[i], strlen(fuzz[i]));
+    /* a number ending the source: libFuzzer's first finding (the lexer's strtod read past len) */
+    exact("{{ 42 }}", "42", NULL);
+    exact("{{ 4", NULL, "end");
+    exact("{{ 1.5e", NULL, "end");
+    exact("{% if loop.index % 2", NULL, "end");
     CHECK(1, "the fuzz harness's crafted templates ran (ASan / UBSan watch them)");
     return test_report();
 }
