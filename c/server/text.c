@@ -17,17 +17,27 @@ size_t srv_utf8_whole(const char *s, size_t n) {
     return back + 1 >= want ? n : i - 1;
 }
 
-/* Adds text as a JSON string with each byte sequence that is not UTF-8 replaced by U+FFFD (a
- * token may end inside a character). */
-void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *s, size_t n) {
+/* The length of the well-formed UTF-8 character at s[0..n) (RFC 3629: no overlong forms, no
+ * surrogates, nothing past U+10FFFF, as yyjson's writer checks), 0 when there is none. */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+    const unsigned char c = s[0];
+    if (c < 0x80) return 1;
+    const size_t want = c >= 0xC2 && c <= 0xDF ? 2 : (c >> 4) == 14 ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!want || n < want) return 0;
+    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (size_t j = 2; j < want; j++)
+        if ((s[j] & 0xC0) != 0x80) return 0;
+    return want;
+}
+
+yyjson_mut_val *srv_text_val(yyjson_mut_doc *d, const char *s, size_t n) {
     char *t = malloc(3 * n + 1);
     size_t k = 0;
     for (size_t i = 0; t && i < n;) {
-        const unsigned char c = (unsigned char)s[i];
-        const size_t want = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        size_t ok = want && i + want <= n;
-        for (size_t j = 1; ok && j < want; j++) ok = ((unsigned char)s[i + j] & 0xC0) == 0x80;
-        if (ok) {
+        const size_t want = utf8_char((const unsigned char *)s + i, n - i);
+        if (want) {
             memcpy(t + k, s + i, want);
             k += want;
             i += want;
@@ -37,8 +47,14 @@ void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const
             i++;
         }
     }
-    yyjson_mut_obj_add_strncpy(d, obj, key, t ? t : "", t ? k : 0);
+    yyjson_mut_val *v = yyjson_mut_strncpy(d, t ? t : "", t ? k : 0);
     free(t);
+    return v;
+}
+
+/* A token may end inside a character; a model's bytes may be anything. */
+void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *s, size_t n) {
+    yyjson_mut_obj_add_val(d, obj, key, srv_text_val(d, s, n));
 }
 
 /* A chat answer's reasoning (think: the template has <think> tags, or with SRV_THINK_SEED

@@ -12,6 +12,8 @@
 size_t srv_utf8_whole(const char *s, size_t n);
 /* obj[key] = s (n bytes) as a JSON string, each byte sequence that is not UTF-8 as U+FFFD. */
 void srv_add_text(yyjson_mut_doc *d, yyjson_mut_val *obj, const char *key, const char *s, size_t n);
+/* s (n bytes) as a JSON string value of d, repaired as srv_add_text does. */
+yyjson_mut_val *srv_text_val(yyjson_mut_doc *d, const char *s, size_t n);
 /* A chat answer t[0..n): its reasoning [*r0, *r1) and its content from *c0 (SIZE_MAX: none yet).
  * think 0: no reasoning (content from 0); 1: reasoning when t starts with <think>; 2: the prompt
  * opened one; either | SRV_THINK_SEED: the tags are Seed-OSS's <seed:think> </seed:think>.

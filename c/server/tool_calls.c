@@ -140,11 +140,12 @@ static void add_call_str(yyjson_mut_doc *d, yyjson_mut_val *arr, int fmt, int k,
     char id[32];
     if (fmt == SRV_TOOLS_MISTRAL) snprintf(id, sizeof id, "call%05d", k % 100000);
     else snprintf(id, sizeof id, "call_%d", k);
-    if (gid && gidlen > 0) yyjson_mut_obj_add_strncpy(d, call, "id", gid, gidlen);
+    /* (the model's bytes, so made UTF-8: a string that is not would fail the whole answer's write) */
+    if (gid && gidlen > 0) yyjson_mut_obj_add_val(d, call, "id", srv_text_val(d, gid, gidlen));
     else yyjson_mut_obj_add_strcpy(d, call, "id", id);
     yyjson_mut_obj_add_str(d, call, "type", "function");
-    yyjson_mut_obj_add_strncpy(d, fn, "name", name, nlen);
-    yyjson_mut_obj_add_strncpy(d, fn, "arguments", args, alen);
+    yyjson_mut_obj_add_val(d, fn, "name", srv_text_val(d, name, nlen));
+    yyjson_mut_obj_add_val(d, fn, "arguments", srv_text_val(d, args, alen));
     yyjson_mut_obj_add_val(d, call, "function", fn);
     yyjson_mut_arr_append(arr, call);
 }

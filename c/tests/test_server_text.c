@@ -430,6 +430,25 @@ int main(void) {
     CHECK(s && !strcmp(s, "{\"t\":\"ok\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd\"}"), "invalid bytes as U+FFFD: %s", s);
     free(s);
     yyjson_mut_doc_free(d);
+    /* not UTF-8 though each lead byte has its continuation bytes: overlong, a surrogate, past
+       U+10FFFF (yyjson's writer refuses them: libFuzzer's finding through fuzz_tools) */
+    d = yyjson_mut_doc_new(NULL);
+    o = yyjson_mut_obj(d);
+    yyjson_mut_doc_set_root(d, o);
+    srv_add_text(d, o, "t", "\xc1\x8c|\xe0\x80\xaf|\xed\xa0\x80|\xf4\x90\x80\x80|\xf0\x9f\x98\x80", 20);
+    s = yyjson_mut_write(d, 0, NULL);
+#define FFFD "\xef\xbf\xbd"
+    CHECK(s && !strcmp(s, "{\"t\":\"" FFFD FFFD "|" FFFD FFFD FFFD "|" FFFD FFFD FFFD "|" FFFD FFFD FFFD FFFD
+                          "|\xf0\x9f\x98\x80\"}"), "ill-formed UTF-8 as U+FFFD: %s", s ? s : "(write failed)");
+    free(s);
+    yyjson_mut_doc_free(d);
+    tool_case(SRV_TOOLS_MISTRAL, "[TOOL_CALLS]f\xc1\x8c[ARGS]{}", 23, 1,
+              "{\"c\":[{\"id\":\"call00000\",\"type\":\"function\",\"function\":{\"name\":\"f" FFFD FFFD
+              "\",\"arguments\":\"{}\"}}]}", 0);
+#undef FFFD
+    static const char crash[] = "<tool\xa1\x9c\x9e\x93\x93\xc1\x8c\x8f" "ecial_function<arg_key>arg1</arg_key>"
+                                "<arg_value>1</arg_value></tool_call>";
+    fuzz_one(SRV_TOOLS_GLM, crash, sizeof crash - 1); /* (the harness traps when the content's write fails) */
     tool_cases();
     tool_hostile();
     tool_detect();
