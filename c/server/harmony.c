@@ -141,8 +141,10 @@ void srv_harmony_walk(const char *t, size_t n, int final, int raw_reasoning, int
             b = m.end;
             as_reasoning = 0;
         }
+        /* a call whose arguments are not a JSON object is content, decided once its body is
+           whole: at the end, or (a stream) when its terminator has come */
         const int shown = m.kind == H_REASONING || m.kind == H_CONTENT ||
-                          (m.kind == H_CALL && final && harmony_call(NULL, NULL, 0, t, &m) != 0);
+                          (m.kind == H_CALL && (final || m.closed) && harmony_call(NULL, NULL, 0, t, &m) != 0);
         if (shown && b > *pos && b > a) emit(u, as_reasoning, *pos > a ? *pos : a, b);
         if (shown && b > *pos) *pos = b;
         if (!m.closed || m.end == i) return;

@@ -111,6 +111,13 @@ int main(void) {
     answer("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"x\": ", 0, "", "{\"x\": ", NULL);
     answer("<|channel|>commentary to=functions.f<|message|>[1, 2]", 0, "", "[1, 2]", NULL);
     answer("<|channel|>commentary to=functions.<|message|>{}", 0, "", "", NULL); /* no name: another recipient */
+    /* a malformed call closed before another message: content, streamed too (fuzz_tools found the
+       stream dropping it) */
+    answer("<|channel|>commentary to=functions.f<|message|>{\"x\" 1}<|end|><|start|>assistant<|channel|>final"
+           "<|message|>ok", 0, "", "{\"x\" 1}ok", NULL);
+    answer("<|channel|>commentary to=functions.f<|message|>[1]<|call|><|start|>assistant<|channel|>commentary "
+           "to=functions.g<|message|>{}", 0, "", "[1]",
+           "{\"c\":[{\"id\":\"call_0\",\"type\":\"function\",\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]}");
     answer("Plain text, no channels.", 0, "", "Plain text, no channels.", NULL);
     answer("", 0, "", "", NULL);
     answer("<|channel|>final<|message|>", 0, "", "", NULL);

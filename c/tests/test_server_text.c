@@ -269,6 +269,10 @@ static void tool_cases(void) {
         "<|message|>{\"x\": 1}<|call|>",
         "<|channel|>final<|message|>Hi \xe2\x82\xac<|end|><|start|>assistant<|channel|>fin",
         "<|channel|>commentary to=container.exec<|message|>ls<|end|><|channel|><|message|><|end|>",
+        /* libFuzzer's: a malformed call closed before more messages, which the stream dropped */
+        "<|channel|>comment\v<|channel|>analysis<|message|>hm<|end|><|start|>assistant to=functions.f<|channel|>"
+        "commentary <|constrain|>json<|message|>{\"x\"ary t: 1}<|calo=container.exec<|message|>ls<|end|><|ch"
+        "<seed:thage|>nnel|><|messal|>ge|><|end|>",
     };
     for (size_t i = 0; i < sizeof harmony / sizeof harmony[0]; i++)
         fuzz_one(SRV_TOOLS_HARMONY, harmony[i], strlen(harmony[i]));
