@@ -246,7 +246,7 @@ asan:
 asan-server: $(if $(filter $(VENV)/bin/python,$(TEST_PYTHON)),$(VENV_STAMP))
 	$(MAKE) $(ASAN_FLAGS) OUTDIR=build-asan build-asan/strata
 	ASAN_OPTIONS=detect_leaks=1:quarantine_size_mb=16 STRATA_CLI=$(abspath build-asan/strata) PYTHONPATH=$(CURDIR)/python \
-	  $(TEST_PYTHON) -m pytest -q python/tests/test_server.py python/tests/test_chat_template.py
+	  $(TEST_PYTHON) -m pytest -q python/tests/test_server.py python/tests/test_server_tools.py python/tests/test_chat_template.py
 
 cuda-check: $(CUDA_TEST_BINS)
 ifdef USE_CUDA
