@@ -27,7 +27,7 @@ FLAGS=${FLAGS:-}
 PACK=${PACK:-build-pre}
 if [ -n "$FLAGS" ]; then
     B=build-devx-flags
-    [ -d build-devx ] && { rm -rf $B && cp -r build-devx $B; }
+    [ -d build-devx ] && { rm -rf $B && cp -a build-devx $B; } # -a: objects keep their times (newer sources rebuild)
     for o in ${FLAG_OBJS:-c/cuda/moe.o c/cuda/mmq.o}; do rm -f $B/$o; done
 fi
 VIS="-fvisibility=default -fno-semantic-interposition -Wl,-Bsymbolic-functions"
