@@ -12,9 +12,9 @@
 #   run(command="bash bench/device/device_moe_ab.sh", carry=[".whl"], timeout_s=600)
 #   (or PREBUILT=build-pre with variants ab1..ab3 packed by bench/device/prebuild.sh's VARIANTS,
 #   as many as a call's carry holds: nothing is built on the device)
-# Defaults: AB1=-DSTRATA_MOE_DP4A_EXT=1 (Q3_K, Q5_0, Q4_1, Q5_1, IQ4_NL experts on the q8_1 /
-# dp4a kernels), AB2=-DSTRATA_MOE_F32_SMEM=1 (the f32 fallback's x row in shared memory: its
-# bits), AB3 both. AB2= (empty) drops a variant. env: TEST=0 (skip the tests), CHECK=0 (skip
+# Both switches are on by default since 2026-12-07 (run13), so the variants turn them off:
+# AB1=-DSTRATA_MOE_DP4A_EXT=0 (Q3_K, Q5_0, Q4_1, Q5_1, IQ4_NL experts back on the f32 fallback),
+# AB2=-DSTRATA_MOE_F32_SMEM=0 (the fallback's x row from global memory: the same bits), AB3 both. AB2= (empty) drops a variant. env: TEST=0 (skip the tests), CHECK=0 (skip
 # moe_check), CASES (moe_check's model names), MODEL, REPS (default 2). Log: $OUT/device_moe_ab.log;
 # test and check outputs in $OUT/moe_ab/.
 set -u
@@ -24,9 +24,9 @@ O="${OUT:-/tmp}/moe_ab"; J=/tmp/moe_ab_json; rm -rf "$J"; mkdir -p "$O" "$J"
 trap 'tar -C "$J" -cf "$O/bench.tar" . 2>/dev/null' EXIT
 dev_log moe_ab
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-AB1=${AB1--DSTRATA_MOE_DP4A_EXT=1}
-AB2=${AB2--DSTRATA_MOE_F32_SMEM=1}
-AB3=${AB3--DSTRATA_MOE_DP4A_EXT=1 -DSTRATA_MOE_F32_SMEM=1}
+AB1=${AB1--DSTRATA_MOE_DP4A_EXT=0}
+AB2=${AB2--DSTRATA_MOE_F32_SMEM=0}
+AB3=${AB3--DSTRATA_MOE_DP4A_EXT=0 -DSTRATA_MOE_F32_SMEM=0}
 dev_build strata build/libstrata.a build/tests/test_cuda_moe build/tests/test_cuda_moe_lowbit
 dev_variants "c/cuda/moe.o" libstrata.a tests/test_cuda_moe tests/test_cuda_moe_lowbit
 for b in $builds; do

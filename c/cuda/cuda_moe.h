@@ -39,8 +39,8 @@ typedef struct st_cuda_expert {
 int st_cuda_moe_supports(strata_type type);
 int st_cuda_moe_type_dp4a(strata_type type);
 /* 1 if the grouped GEMVs (decode-sized calls) read q8_1 activations for type: the dp4a types,
- * and Q3_K, Q5_0, Q4_1, Q5_1, IQ4_NL in a build with STRATA_MOE_DP4A_EXT=1 (moe.cu); 0: the f32
- * fallback. The prompt tiles do not depend on it. */
+ * and Q3_K, Q5_0, Q4_1, Q5_1, IQ4_NL unless a build sets STRATA_MOE_DP4A_EXT=0 (moe.cu); 0: the
+ * f32 fallback. The prompt tiles do not depend on it. */
 int st_cuda_moe_type_gemv_q8(strata_type type);
 /* 1 if type has the tensor-core tile path of prompt batches (see ST_CUDA_MOE_MAX_PAIRS): Q4_0,
  * Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, the IQ3 / IQ2 / IQ1

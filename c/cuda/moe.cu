@@ -28,8 +28,8 @@
  * IQ1_M, MXFP4. Fallback types (weights decoded to
  * f32 on the fly with dequant.cuh, f32 activations, st_k_moe_mv_f32: a warp a row, a lane a
  * chunk, no router q8_1 row, no fused down + combine): F32, F16, BF16, Q4_1, Q5_0, Q5_1, IQ4_NL,
- * Q2_K, Q3_K; with STRATA_MOE_DP4A_EXT=1 at build time Q3_K, Q5_0, Q4_1, Q5_1 and IQ4_NL take
- * the dp4a kernels too (st_moe_gemv_q8). docs/ARCHITECTURE.md ("The decode expert path") has the
+ * Q2_K, Q3_K, of which Q3_K, Q5_0, Q4_1, Q5_1 and IQ4_NL take the dp4a kernels too unless a
+ * build sets STRATA_MOE_DP4A_EXT=0 (st_moe_gemv_q8). docs/ARCHITECTURE.md ("The decode expert path") has the
  * launch geometry. c/cuda/dev/moe_check.cu checks and times this. */
 #include "mmq.cuh"
 #include "mmv.cuh"
@@ -535,14 +535,14 @@ extern "C" int st_cuda_moe_type_dp4a(strata_type type) {
     }
 }
 
-/* STRATA_MOE_DP4A_EXT=1 at build time (NVCC_EXTRA, an A/B of bench/device): Q3_K, Q5_0, Q4_1,
- * Q5_1 and IQ4_NL experts take the q8_1 / dp4a GEMVs (st_k_moe_mv_q8, st_k_moe_down1) through
- * mmv.cuh's decoders (moe.cuh's st_w_mmv, which the dense decode GEMV already reads them with)
- * instead of st_k_moe_mv_f32; a one-token call then also takes the router's q8_1 row and the
- * fused down + combine. Off: the f32 fallback and its bits. The prompt tiles (mmq.cu) are the
- * same either way. */
+/* STRATA_MOE_DP4A_EXT (default 1; -DSTRATA_MOE_DP4A_EXT=0 in NVCC_EXTRA for the old form, an
+ * A/B of bench/device): Q3_K, Q5_0, Q4_1, Q5_1 and IQ4_NL experts take the q8_1 / dp4a GEMVs
+ * (st_k_moe_mv_q8, st_k_moe_down1) through mmv.cuh's decoders (moe.cuh's st_w_mmv, which the
+ * dense decode GEMV already reads them with) instead of st_k_moe_mv_f32; a one-token call then
+ * also takes the router's q8_1 row and the fused down + combine. 0: the f32 fallback and its
+ * bits. The prompt tiles (mmq.cu) are the same either way. */
 #ifndef STRATA_MOE_DP4A_EXT
-#define STRATA_MOE_DP4A_EXT 0
+#define STRATA_MOE_DP4A_EXT 1
 #endif
 
 /* Whether the grouped GEMVs read q8_1 activations for this type (st_cuda_moe_type_dp4a's
@@ -611,11 +611,11 @@ static strata_status st_moe_launch_q8(const st_moe_mv_params &p, unsigned gy, cu
     return STRATA_OK;
 }
 
-/* STRATA_MOE_F32_SMEM=1 at build time: one-token calls of the f32 fallback read their
- * activation row from shared memory (st_k_moe_mv_f32's SM; the same bits), an A/B of
- * bench/device and moe_check. */
+/* STRATA_MOE_F32_SMEM (default 1; 0 for the old form, an A/B of bench/device and moe_check):
+ * one-token calls of the f32 fallback read their activation row from shared memory
+ * (st_k_moe_mv_f32's SM; the same bits). */
 #ifndef STRATA_MOE_F32_SMEM
-#define STRATA_MOE_F32_SMEM 0
+#define STRATA_MOE_F32_SMEM 1
 #endif
 
 template <class D, bool GATED>

@@ -227,7 +227,7 @@ struct st_w_q6_K {
 /* A decoder of mmv.cuh / iq_decode.cuh (KIND PLAIN, HALVES or MIN) as a dp4a decoder: chunk c
  * is sub-block c % (QK / 32) of block c / (QK / 32); s0 = dw (PLAIN, MIN) or dw * sc0, s1 = dw *
  * sc1 (HALVES); m = mw (MIN: one offset a chunk, as Q4_1 / Q5_1). The IQ codebook formats and
- * MXFP4 reach the grouped kernels and the tiles this way, and with STRATA_MOE_DP4A_EXT (moe.cu)
+ * MXFP4 reach the grouped kernels and the tiles this way, and (STRATA_MOE_DP4A_EXT, moe.cu)
  * Q3_K, Q5_0, Q4_1, Q5_1 and IQ4_NL the grouped kernels. (Q2_K's mins a 16 weights do not fit.) */
 template <class T>
 struct st_w_mmv {

@@ -390,8 +390,8 @@ static void test_arguments(void) {
     for (size_t i = 0; i < sizeof iq / sizeof iq[0]; i++)
         CHECK(st_cuda_moe_supports(iq[i]) && st_cuda_moe_type_dp4a(iq[i]) && st_cuda_moe_type_tiles(iq[i]),
               "%s: no dp4a expert kernel or tiles", strata_type_name(iq[i]));
-    /* the grouped GEMVs' q8_1 types: every dp4a type, some fallback types by a build switch
-     * (STRATA_MOE_DP4A_EXT), never Q2_K or the float types */
+    /* the grouped GEMVs' q8_1 types: every dp4a type, some fallback types unless a build turns
+     * them off (STRATA_MOE_DP4A_EXT=0), never Q2_K or the float types */
     for (int t = 0; t < STRATA_TYPE_COUNT; t++)
         CHECK(!st_cuda_moe_type_dp4a((strata_type)t) || st_cuda_moe_type_gemv_q8((strata_type)t),
               "%s: a dp4a type off the q8 GEMVs", strata_type_name((strata_type)t));

@@ -18,7 +18,8 @@
  *                                   that model: /tmp/moe_check glm-4.5-air)
  * For T = 1 a second line times the call as a decode step makes it (x's q8_1 row given, as the
  * router leaves it). The path in brackets: [q8 gemv] the dp4a GEMVs, [f32 ...] st_k_moe_mv_f32
- * (STRATA_MOE_DP4A_EXT=1 at build time, NVCC_EXTRA, moves Q3_K / Q5_0 / Q4_1 / Q5_1 / IQ4_NL). */
+ * (STRATA_MOE_DP4A_EXT, default 1, NVCC_EXTRA=-DSTRATA_MOE_DP4A_EXT=0 for the fallback, moves
+ * Q3_K / Q5_0 / Q4_1 / Q5_1 / IQ4_NL). */
 #include "dev_common.cuh"
 
 #include <atomic>
@@ -384,7 +385,8 @@ int main(int argc, char **argv) {
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS, 1},
         /* narrow experts in the K-quant mixes (Q3_K_M / Q4_K_M): a down row of 1408 is no
          * multiple of 256, so the quantizer gives it Q5_0. The f32 fallback against the q8
-         * kernels: a build with NVCC_EXTRA=-DSTRATA_MOE_DP4A_EXT=1 gives the latter ([q8 gemv]). */
+         * kernels: the default build gives the latter ([q8 gemv]), NVCC_EXTRA=-DSTRATA_MOE_DP4A_EXT=0 the
+         * former. */
         {"glm-4.5-air", 4096, 1408, 128, 8, STRATA_TYPE_Q3_K, STRATA_TYPE_Q5_0, 1},
         {"glm-4.5-air", 4096, 1408, 128, 8, STRATA_TYPE_Q3_K, STRATA_TYPE_Q5_0, 8},
         {"glm-4.5-air", 4096, 1408, 128, 8, STRATA_TYPE_Q4_K, STRATA_TYPE_Q5_0, 1},
