@@ -463,12 +463,15 @@ st_k_mmq(const st_mmq_args a) {
         }
         return;
     }
+    /* GLU: Cs holds the finished outputs (the gate and up biases went in above, and b0 is the
+     * gate's bias, not an output's); plain: y plus the down bias */
     const int ncol = (int)min((int64_t)ST_MMQ_BN, a.N - r0);
     for (int idx = tid; idx < ST_MMQ_BM * ST_MMQ_BN; idx += ST_MMQ_THREADS) {
         const int i = idx / ST_MMQ_BN, col = idx - i * ST_MMQ_BN;
         if (i < count && col < ncol) {
             const int64_t orow = a.y_order ? (int64_t)a.y_order[start + i] : start + i;
-            a.y[orow * a.ldy + r0 + col] = st_mmq_plain_out(a, ex_id, r0 + col, Cs[i * LDC + col]);
+            const float v = Cs[i * LDC + col];
+            a.y[orow * a.ldy + r0 + col] = GLU ? v : st_mmq_plain_out(a, ex_id, r0 + col, v);
         }
     }
 }
