@@ -91,6 +91,8 @@ def fill_in(cmd: str, scratch: Path) -> list[str]:
             a = "q4_0"
         elif prev == "-r" and argv[1] == "bench":
             a = "1"  # one timed repetition: the command is checked, not the figures
+        elif prev == "-o" and "/" not in a:
+            a = str(scratch / a)  # an output file the docs name (README's imatrix.gguf): never in the checkout
         out.append(a)
     return out
 
