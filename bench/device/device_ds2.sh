@@ -27,7 +27,8 @@
 # NAME:SECONDS), PYTESTS (the Python GPU tests, FILE::-k expression; - none), MLA_CTX (mla_check's
 # longest context, 0 skips it), DN_CHECK (0 skips deltanet_check), MLA_SHOW / DN_SHOW / PYSHOW
 # (lines shown), BUDGET (seconds after which no new row starts, default 540), R (repetitions,
-# default 2), ROUNDS (interleaved rounds, default 2; ROUNDS_<stage> for one stage), LAYERS_<stage> (fewer layers; qwen3next 12
+# default 2), ROUNDS (interleaved rounds, default 2; ROUNDS_<stage> for one stage), ETYPE_<stage> (the
+# routed experts' type, e.g. ETYPE_lite=q8_0: LONG's GPU-vs-CPU check without K-quant activation rounding), LAYERS_<stage> (fewer layers; qwen3next 12
 # unless set), LONG=N (ds2_long.py on the lite file: an N-token prompt and 64 decode steps, GPU
 # against CPU), ONLY=llama (llama-bench's rows alone), SYNTH_DIR (where the files go; /dev/shm), SYNTH_JOBS (the first file's writers,
 # default 6), PREBUILT (device_common.sh: a tree built here and carried), PROF (0: no --profile row), PREWRITE (1:
@@ -53,7 +54,10 @@ STAGES=${STAGES:-tests lite}
 have() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
 late() { [ "$(el)" -ge "$BUDGET" ] && { echo "budget reached at $(el)s: $1 skipped"; return 0; }; return 1; }
 # LAYERS_<stage> writes fewer layers at the real per-layer shapes (a smaller file, quicker to write)
-synth_args() { # stage -> synth_arch.py preset and options
+synth_args() { # stage -> synth_arch.py preset and options (ETYPE_<stage>: its --experts-type)
+    local et
+    eval "et=\${ETYPE_$1:-}"
+    [ -n "$et" ] && printf -- '--experts-type %s ' "$et"
     case $1 in
     lite) echo deepseek-v2-lite ${LAYERS_lite:+--layers $LAYERS_lite} ;;
     air) echo glm-4.5-air --no-mtp --pad-vocab ${LAYERS_air:+--layers $LAYERS_air} ;;
