@@ -363,6 +363,12 @@ static int has_avx2_dotn(strata_type t) {
            t == STRATA_TYPE_IQ1_M || t == STRATA_TYPE_MXFP4;
 }
 
+/* The same for the AVX-512 kernels: offered wherever the AVX-512 single-row kernel is in use. */
+static int has_avx512_dotn(strata_type t) {
+    return t == STRATA_TYPE_Q4_0 || t == STRATA_TYPE_Q4_K || t == STRATA_TYPE_Q5_K || t == STRATA_TYPE_Q6_K ||
+           t == STRATA_TYPE_IQ1_M || t == STRATA_TYPE_MXFP4;
+}
+
 static void test_multi_rows_here(int *found, strata_cpu_isa isa) {
     const char *level = strata_cpu_isa_name(isa);
     test_rng rng = {777};
@@ -370,7 +376,8 @@ static void test_multi_rows_here(int *found, strata_cpu_isa isa) {
     for (size_t ti = 0; ti < ST_ARRAY_LEN(dot_types); ti++) {
         const dot_type *dt = &dot_types[ti];
         st_vec_dot_n_fn dn = st_vec_dot_n_get(dt->type);
-        if (has_avx2_dotn(dt->type) && st_vec_dot_get(dt->type) == st_vec_dot_at(dt->type, STRATA_ISA_AVX2))
+        if ((has_avx2_dotn(dt->type) && st_vec_dot_get(dt->type) == st_vec_dot_at(dt->type, STRATA_ISA_AVX2)) ||
+            (has_avx512_dotn(dt->type) && st_vec_dot_get(dt->type) == st_vec_dot_at(dt->type, STRATA_ISA_AVX512)))
             CHECK(dn != NULL, "%s (%s): a several-row kernel", strata_type_name(dt->type), level);
         if (!dn) continue;
         (*found)++;

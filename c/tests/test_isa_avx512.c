@@ -9,7 +9,9 @@
  * including -128 with consistent bsums), lengths 1, 2, 3, 7 blocks and 4096 weights (and odd
  * lengths for the float types), several seeds. Tolerance: 1e-4 * sum |w_i * x_i| (from the
  * dequantized rows). Rows end right before a PROT_NONE page, so any read past the end crashes.
- * Prints the max relative error per type. */
+ * Prints the max relative error per type. The AVX-512 several-row kernels (st_vec_dot_n_at) are
+ * checked bit for bit against the AVX-512 single-row kernel, on the same kinds of rows, every row
+ * count and two strides, the weight row and the last activation row each ending at a guard page. */
 #include "test.h"
 
 #include "dot.h"
@@ -119,7 +121,7 @@ static void make_acts(test_rng *r, strata_type a, int64_t n, int raw, uint8_t *x
         for (int64_t i = 0; i < n; i++) { xf[i] = test_rng_float(r); memcpy(x + 4 * i, &xf[i], 4); }
         return;
     }
-    float *tmp = malloc((size_t)n * sizeof(float));
+    float *tmp = calloc((size_t)n, sizeof(float)); /* calloc: n > 0 is not known to the compiler */
     for (int64_t i = 0; i < n; i++) tmp[i] = test_rng_float(r) * (1.0f + (float)(i % 7));
     if (a == STRATA_TYPE_Q8_0) {
         block_q8_0 *y = (block_q8_0 *)x;
@@ -195,6 +197,67 @@ static double check_case(strata_type t, st_vec_dot_fn fast, st_vec_dot_fn ref, i
     return isfinite(got) ? rel : INFINITY;
 }
 
+/* One several-row case: nc activation rows xs bytes apart (the last one ending at the guard page)
+ * against one weight row; each result must have the single-row kernel's bits. Returns 1 if so. */
+static int check_rows_case(strata_type t, st_vec_dot_n_fn dn, st_vec_dot_fn d1, int64_t n, int nc, size_t pad,
+                           unsigned long long seed, int raw) {
+    const strata_type a = strata_act_type(t);
+    const size_t ab = (size_t)strata_row_bytes(a, n), xs = ab + pad;
+    guarded gw, gx;
+    if (guarded_alloc(&gw, (size_t)strata_row_bytes(t, n)) || guarded_alloc(&gx, (size_t)(nc - 1) * xs + ab)) {
+        CHECK(0, "mmap failed");
+        return 0;
+    }
+    float *wf = malloc((size_t)n * sizeof(float)), *xf = malloc((size_t)n * sizeof(float));
+    test_rng r = {seed * 0x9E3779B97F4A7C15ULL + (unsigned long long)t * 7919ULL + (unsigned long long)(n + nc)};
+    make_weights(&r, t, n, gw.p, wf);
+    for (int c = 0; c < nc; c++) make_acts(&r, a, n, raw, gx.p + (size_t)c * xs, xf);
+    float got[ST_DOT_MAX_COLS];
+    dn(n, got, gw.p, gx.p, xs, nc);
+    int same = 1;
+    for (int c = 0; c < nc; c++) {
+        float want;
+        d1(n, &want, gw.p, gx.p + (size_t)c * xs);
+        if (memcmp(&want, &got[c], sizeof want) != 0) {
+            same = 0;
+            CHECK(0, "%s n=%lld nc=%d row %d pad=%zu seed=%llu raw=%d: several-row %.9g single-row %.9g",
+                  strata_type_name(t), (long long)n, nc, c, pad, seed, raw, got[c], want);
+        }
+    }
+    free(wf);
+    free(xf);
+    guarded_free(&gw);
+    guarded_free(&gx);
+    return same;
+}
+
+/* Every AVX-512 several-row kernel against the AVX-512 single-row kernel of its type. */
+static void check_rows_kernels(void) {
+    int kernels = 0;
+    for (size_t k = 0; k < ST_ARRAY_LEN(kTypes); k++) {
+        const strata_type t = kTypes[k];
+        const st_vec_dot_n_fn dn = st_vec_dot_n_at(t, STRATA_ISA_AVX512);
+        const st_vec_dot_fn d1 = st_vec_dot_at(t, STRATA_ISA_AVX512);
+        if (!dn || !d1) continue;
+        kernels++;
+        const int64_t bs = strata_type_block_size(t), nblk[] = {1, 2, 3, 7, 4096 / bs};
+        int cases = 0, same = 0;
+        for (size_t li = 0; li < ST_ARRAY_LEN(nblk); li++)
+            for (int nc = 1; nc <= ST_DOT_MAX_COLS; nc++)
+                for (unsigned long long seed = 1; seed <= 2; seed++)
+                    for (int raw = 0; raw <= 1; raw++) {
+                        /* contiguous rows, or 12 bytes between them (the scale fields stay aligned) */
+                        same += check_rows_case(t, dn, d1, nblk[li] * bs, nc, seed == 2 ? 12 : 0, seed, raw);
+                        cases++;
+                    }
+        printf("%-8s %3d several-row cases, %d bit-identical to the single-row kernel\n", strata_type_name(t), cases,
+               same);
+    }
+    /* MXFP4 and IQ1_M at least (dot_avx512_iq.c); the K-quants and Q4_0 in dot_avx512.c */
+    CHECK(st_vec_dot_n_at(STRATA_TYPE_MXFP4, STRATA_ISA_AVX512) && st_vec_dot_n_at(STRATA_TYPE_IQ1_M, STRATA_ISA_AVX512),
+          "AVX-512 several-row kernels of MXFP4 and IQ1_M registered (%d several-row kernels)", kernels);
+}
+
 int main(void) {
     const st_cpu_features *f = st_cpu_get_features();
     printf("cpu: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d amx_tile=%d "
@@ -207,7 +270,8 @@ int main(void) {
     if (!have) {
         /* The dispatcher must not hand out AVX-512 kernels on this CPU. */
         for (size_t k = 0; k < ST_ARRAY_LEN(kTypes); k++)
-            CHECK(st_vec_dot_at(kTypes[k], STRATA_ISA_AVX512) == NULL,
+            CHECK(st_vec_dot_at(kTypes[k], STRATA_ISA_AVX512) == NULL &&
+                      st_vec_dot_n_at(kTypes[k], STRATA_ISA_AVX512) == NULL,
                   "%s: AVX-512 kernel registered on a CPU without AVX-512 F/BW/VL/DQ/VNNI",
                   strata_type_name(kTypes[k]));
         SKIP("CPU lacks AVX-512 F/BW/VL/DQ/VNNI: AVX-512 kernels not run");
@@ -240,5 +304,6 @@ int main(void) {
         printf("%-8s %3d cases, max |avx512 - scalar| / sum|w*x| = %.3g\n", strata_type_name(t),
                cases, worst);
     }
+    check_rows_kernels();
     return test_report();
 }

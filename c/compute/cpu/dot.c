@@ -79,6 +79,13 @@ st_vec_dot_fn st_vec_dot_at(strata_type type, strata_cpu_isa isa) {
     return st_tables[lvl][type];
 }
 
+st_vec_dot_n_fn st_vec_dot_n_at(strata_type type, strata_cpu_isa isa) {
+    pthread_once(&st_tables_once, st_tables_init);
+    int lvl = st_isa_level(isa);
+    if (lvl < 0 || (int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;
+    return st_tables_n[lvl][type];
+}
+
 st_vec_dot_fn st_vec_dot_get(strata_type type) {
     pthread_once(&st_tables_once, st_tables_init);
     if ((int)type < 0 || (int)type >= STRATA_TYPE_COUNT) return NULL;

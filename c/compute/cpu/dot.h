@@ -81,6 +81,7 @@ void st_dot_register_avx512(st_vec_dot_fn *table);
 void st_dotn_register_avx2(st_vec_dot_n_fn *table);
 void st_dotn_register_avx2_iq(st_vec_dot_n_fn *table); /* IQ2, IQ1, MXFP4 (dot_avx2_iq.c) */
 void st_dotn_register_avx512(st_vec_dot_n_fn *table);
+void st_dotn_register_avx512_iq(st_vec_dot_n_fn *table); /* IQ1_M, MXFP4 (dot_avx512_iq.c) */
 void st_q8_0_prepared_avx512(st_q8_0_prep_fn *prep, st_q8_0_dotp_fn *dot);
 void st_dot_rows_register_avx512(st_vec_dot_rows_fn *table);
 void st_dot_register_amx(st_vec_dot_tile_fn *table);
@@ -90,6 +91,9 @@ int st_amx_request(void);
 /* The kernel for type at exactly this ISA level (NULL if that level has none), for tests and
  * benchmarks that compare levels. */
 st_vec_dot_fn st_vec_dot_at(strata_type type, strata_cpu_isa isa);
+/* The several-row kernel for type at exactly this ISA level (NULL if that level has none; it gives
+ * the bits of st_vec_dot_at(type, isa)), for tests and benchmarks that compare levels. */
+st_vec_dot_n_fn st_vec_dot_n_at(strata_type type, strata_cpu_isa isa);
 /* The kernel strata_vec_dot uses now (best available level at or below the active one). */
 st_vec_dot_fn st_vec_dot_get(strata_type type);
 

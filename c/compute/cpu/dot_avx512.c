@@ -952,6 +952,7 @@ void st_dotn_register_avx512(st_vec_dot_n_fn *table) {
     table[STRATA_TYPE_Q4_K] = st_dotn_q4_K_avx512;
     table[STRATA_TYPE_Q5_K] = st_dotn_q5_K_avx512;
     table[STRATA_TYPE_Q6_K] = st_dotn_q6_K_avx512;
+    st_dotn_register_avx512_iq(table);
 }
 
 void st_dot_register_avx512(st_vec_dot_fn *table) {

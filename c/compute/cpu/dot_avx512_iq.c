@@ -9,7 +9,8 @@
  * u = OFF + w (IQ2: OFF 64, |w| <= 43; IQ1: w = 8 * (grid + delta) = 8 grid +- 1, OFF 16),
  * vpmaddubsw(u, x) (u <= 107: no saturation), vpmaddwd by the 16-weight scales, and the offset
  * OFF * sum_g ls_g * bsum_g (vpmaddwd on the bsums) subtracted through a second float
- * accumulator. Exact for every activation byte, -128 included. */
+ * accumulator. Exact for every activation byte, -128 included. IQ1_M and MXFP4 also have a
+ * several-row form (st_dotn_register_avx512_iq, called by st_dotn_register_avx512). */
 #include "dot_avx512.h"
 
 /* Per-16-weight scales of one super-block (int32 ls[16], each < 2^15): *sc16 holds them as int16
@@ -20,20 +21,29 @@ static inline void st_iq16_scales(const int32_t ls[16], const block_q8_K *y, __m
     *oprod = _mm256_madd_epi16(st_q8_K_bsums(y), l16);
 }
 
-/* One super-block's sums: 16 int32 lanes adding up to sum_g ls_g * sum(u * x over group g), from
- * the 4 steps' u vectors. vpmaddubsw cannot saturate: u <= 107, |x| <= 128, so a pair's sum is at
- * most 2 * 107 * 128 = 27392; vpmaddwd takes each int16 lane's scale (lane l of step t: weights
- * 64t + 2l, +1, group 4t + l / 8). */
-static inline __m512i st_iq16_isum(const __m512i u[4], __m512i sc16, const block_q8_K *y) {
+/* The int16 lane scales of the 4 steps (lane l of step t: weights 64t + 2l, +1, group
+ * 4t + l / 8) from the 16 scales in sc16's lanes 0..15. */
+static inline void st_iq16_sct(__m512i sc16, __m512i sct[4]) {
     const __m512i lane = _mm512_srli_epi16(_mm512_set_epi16(31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16,
                                                             15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 3);
+    for (int t = 0; t < 4; t++)
+        sct[t] = _mm512_permutexvar_epi16(_mm512_add_epi16(lane, _mm512_set1_epi16((short)(4 * t))), sc16);
+}
+
+/* One super-block's sums: 16 int32 lanes adding up to sum_g ls_g * sum(u * x over group g), from
+ * the 4 steps' u vectors and lane scales (st_iq16_sct). vpmaddubsw cannot saturate: u <= 107,
+ * |x| <= 128, so a pair's sum is at most 2 * 107 * 128 = 27392. */
+static inline __m512i st_iq16_isum_sct(const __m512i u[4], const __m512i sct[4], const block_q8_K *y) {
     __m512i isum = _mm512_setzero_si512();
-    for (int t = 0; t < 4; t++) {
-        const __m512i sc = _mm512_permutexvar_epi16(_mm512_add_epi16(lane, _mm512_set1_epi16((short)(4 * t))), sc16);
-        const __m512i p = _mm512_maddubs_epi16(u[t], st_q8_K_x(y, t));
-        isum = _mm512_add_epi32(isum, _mm512_madd_epi16(p, sc));
-    }
+    for (int t = 0; t < 4; t++)
+        isum = _mm512_add_epi32(isum, _mm512_madd_epi16(_mm512_maddubs_epi16(u[t], st_q8_K_x(y, t)), sct[t]));
     return isum;
+}
+
+static inline __m512i st_iq16_isum(const __m512i u[4], __m512i sc16, const block_q8_K *y) {
+    __m512i sct[4];
+    st_iq16_sct(sc16, sct);
+    return st_iq16_isum_sct(u, sct, y);
 }
 
 /* Eight grid entries (8 bytes each) at the int32 indices gi. */
@@ -165,61 +175,105 @@ static void st_dot_iq1_s_avx512(int64_t n, float *out, const void *w, const void
 }
 
 /* IQ1_M: per 8 weights a nibble (3 high index bits, the delta's sign); 3-bit scales per 16
- * weights, 4 per u16 word whose top nibbles hold the f16 super-scale. */
-static void st_dot_iq1_m_avx512(int64_t n, float *out, const void *w, const void *xq) {
-    const block_iq1_m *b = (const block_iq1_m *)w;
-    const block_q8_K *y = (const block_q8_K *)xq;
+ * weights, 4 per u16 word whose top nibbles hold the f16 super-scale. Super-block b decoded:
+ * u[t] for its 4 steps, l16 its 16 scales as int16. */
+static inline void st_iq1_m_unpack(const block_iq1_m *b, __m512i u[4], __m256i *l16) {
     const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-    for (int64_t i = 0; i < n / QK_K; i++, b++, y++) {
-        uint16_t s[4];
-        memcpy(s, b->scales, 8);
-        const uint16_t d16 = st_iq1m_scale_bits(b->scales);
-        int32_t ls[16];
-        for (int j = 0; j < 16; j++) ls[j] = 2 * ((s[j / 4] >> (3 * (j % 4))) & 7) + 1;
-        __m512i u[4];
-        for (int t = 0; t < 4; t++) {
-            const uint32_t hh = st_load_u32(b->qh + 4 * t); /* nibble k: entry 8t + k */
-            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * t)));
-            const __m256i nib = _mm256_srlv_epi32(_mm256_set1_epi32((int)hh), sh);
-            const __m256i gi = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
-            /* c = 17 - 2 * (delta bit) per 8 weights: each int32 lane widened to 8 equal bytes */
-            const __m256i dbit = _mm256_and_si256(_mm256_srli_epi32(nib, 3), _mm256_set1_epi32(1));
-            const __m512i c64 = _mm512_mullo_epi64(_mm512_cvtepu32_epi64(_mm256_sub_epi32(_mm256_set1_epi32(17),
-                                                                                         _mm256_add_epi32(dbit, dbit))),
-                                                   _mm512_set1_epi64(0x0101010101010101LL));
-            u[t] = st_iq1_u(st_grid8(st_iq1s_grid, gi), c64);
-        }
-        __m512i sc16;
-        __m256i oprod;
-        st_iq16_scales(ls, y, &sc16, &oprod);
-        st_iq_accum(st_iq16_isum(u, sc16, y), oprod, 0.125f * y->d * st_h2f(d16), 16.0f, &acc, &accm);
+    uint16_t s[4];
+    memcpy(s, b->scales, 8);
+    int32_t ls[16];
+    for (int j = 0; j < 16; j++) ls[j] = 2 * ((s[j / 4] >> (3 * (j % 4))) & 7) + 1;
+    for (int t = 0; t < 4; t++) {
+        const uint32_t hh = st_load_u32(b->qh + 4 * t); /* nibble k: entry 8t + k */
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * t)));
+        const __m256i nib = _mm256_srlv_epi32(_mm256_set1_epi32((int)hh), sh);
+        const __m256i gi = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(nib, _mm256_set1_epi32(7)), 8));
+        /* c = 17 - 2 * (delta bit) per 8 weights: each int32 lane widened to 8 equal bytes */
+        const __m256i dbit = _mm256_and_si256(_mm256_srli_epi32(nib, 3), _mm256_set1_epi32(1));
+        const __m512i c64 = _mm512_mullo_epi64(_mm512_cvtepu32_epi64(_mm256_sub_epi32(_mm256_set1_epi32(17),
+                                                                                     _mm256_add_epi32(dbit, dbit))),
+                                               _mm512_set1_epi64(0x0101010101010101LL));
+        u[t] = st_iq1_u(st_grid8(st_iq1s_grid, gi), c64);
     }
-    *out = _mm512_reduce_add_ps(acc) - _mm512_reduce_add_ps(accm);
+    *l16 = _mm512_cvtepi32_epi16(_mm512_loadu_si512((const void *)ls));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * IQ1_M and MXFP4 written for NC activation rows ys bytes apart (row c at xq + c * ys): NC = 1
+ * is the single-row kernel (st_vec_dot_fn), NC = 1..ST_DOT_MAX_COLS the several-row one
+ * (st_vec_dot_n_fn). The weights are decoded once for all rows; every row keeps its own
+ * accumulators and the single-row operation order, so each row gets the single-row kernel's
+ * bits (test_dot and test_isa_avx512 check every row count).
+ * ------------------------------------------------------------------------------------------- */
+
+#define ST_IQ_INLINE static inline __attribute__((always_inline))
+
+/* Activation row c's blocks. */
+#define ST_IQ_ROW(T, c) ((const T *)((const uint8_t *)xq + (size_t)(c) * ys))
+
+ST_IQ_INLINE void st_iq1_m_rows(int64_t n, float *out, const void *w, const void *xq, size_t ys, const int NC) {
+    const block_iq1_m *b = (const block_iq1_m *)w;
+    __m512 acc[ST_DOT_MAX_COLS], accm[ST_DOT_MAX_COLS];
+    for (int c = 0; c < NC; c++) acc[c] = accm[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        __m512i u[4], sct[4];
+        __m256i l16;
+        st_iq1_m_unpack(b + i, u, &l16);
+        st_iq16_sct(_mm512_zextsi256_si512(l16), sct);
+        const float dw = st_h2f(st_iq1m_scale_bits(b[i].scales));
+        for (int c = 0; c < NC; c++) {
+            const block_q8_K *y = ST_IQ_ROW(block_q8_K, c) + i;
+            st_iq_accum(st_iq16_isum_sct(u, sct, y), _mm256_madd_epi16(st_q8_K_bsums(y), l16), 0.125f * y->d * dw,
+                        16.0f, &acc[c], &accm[c]);
+        }
+    }
+    for (int c = 0; c < NC; c++) out[c] = _mm512_reduce_add_ps(acc[c]) - _mm512_reduce_add_ps(accm[c]);
 }
 
 /* MXFP4: two 32-weight blocks a step; u = kvalue + 16 (4..28) by table, vpdpbusd against the two
  * q8_0 blocks, minus 16 * sum(x) (vpdpbusd of 16s), one float scale per half. */
-static void st_dot_mxfp4_avx512(int64_t n, float *out, const void *w, const void *xq) {
+ST_IQ_INLINE void st_mxfp4_rows(int64_t n, float *out, const void *w, const void *xq, size_t ys, const int NC) {
     const block_mxfp4 *b = (const block_mxfp4 *)w;
-    const block_q8_0 *y = (const block_q8_0 *)xq;
     const int64_t nb = n / QK_MXFP4;
     const __m512i z = _mm512_setzero_si512(), c16 = _mm512_set1_epi8(16);
     const __m128i t8 = _mm_add_epi8(_mm_loadu_si128((const __m128i *)st_kvalues_mxfp4), _mm_set1_epi8(16));
     const __m512i table = _mm512_broadcast_i32x4(t8);
-    __m512 acc = _mm512_setzero_ps();
+    const __m512i half = st_halves_epi32(0, 1); /* lanes 0-7 take element 0, 8-15 element 1 */
+    __m512 acc[ST_DOT_MAX_COLS];
+    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i += 2) {
         const int has2 = i + 1 < nb;
-        const __m512i nib = st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL);
-        const __m512i x = st_load_2x256(y[i].qs, has2 ? y[i + 1].qs : NULL);
-        const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, _mm512_shuffle_epi8(table, nib), x),
-                                           _mm512_dpbusd_epi32(z, c16, x));
-        const float d0 = st_e8m0_to_f32_half(b[i].e) * st_h2f(y[i].d);
-        const float d1 = has2 ? st_e8m0_to_f32_half(b[i + 1].e) * st_h2f(y[i + 1].d) : 0.0f;
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), st_halves_ps(d0, d1), acc);
+        const __m512i u = _mm512_shuffle_epi8(table, st_nibbles_2x128(b[i].qs, has2 ? b[i + 1].qs : NULL));
+        /* [e0, e1] (e1 0 without a second block), then per row [e0 d_x0, e1 d_x1] (0 there) */
+        const __m128 ew = _mm_setr_ps(st_e8m0_to_f32_half(b[i].e), has2 ? st_e8m0_to_f32_half(b[i + 1].e) : 0.0f, 0, 0);
+        for (int c = 0; c < NC; c++) {
+            const block_q8_0 *y = ST_IQ_ROW(block_q8_0, c) + i;
+            const __m512i x = st_load_2x256(y[0].qs, has2 ? y[1].qs : NULL);
+            const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, u, x), _mm512_dpbusd_epi32(z, c16, x));
+            const int dx = y[0].d | (has2 ? (int)y[1].d << 16 : 0);
+            const __m128 dd = _mm_mul_ps(ew, _mm_cvtph_ps(_mm_cvtsi32_si128(dx)));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(half, _mm512_castps128_ps512(dd)), acc[c]);
+        }
     }
-    *out = _mm512_reduce_add_ps(acc);
+    for (int c = 0; c < NC; c++) out[c] = _mm512_reduce_add_ps(acc[c]);
 }
+
+/* The single-row (NC = 1) and several-row (NC = nc, as ST_DOT_COLS_SWITCH) entries of K's rows. */
+#define ST_IQ_ENTRIES(K)                                                                           \
+    static void st_dot_##K##_avx512(int64_t n, float *out, const void *w, const void *xq) {        \
+        st_##K##_rows(n, out, w, xq, 0, 1);                                                        \
+    }                                                                                              \
+    static void st_dotn_##K##_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) { \
+        switch (nc) {                                                                              \
+        case 1: st_##K##_rows(n, out, w, xq, ys, 1); break;                                        \
+        case 2: st_##K##_rows(n, out, w, xq, ys, 2); break;                                        \
+        case 3: st_##K##_rows(n, out, w, xq, ys, 3); break;                                        \
+        default: st_##K##_rows(n, out, w, xq, ys, 4); break;                                       \
+        }                                                                                          \
+    }
+
+ST_IQ_ENTRIES(iq1_m)
+ST_IQ_ENTRIES(mxfp4)
 
 void st_dot_register_avx512_iq(st_vec_dot_fn *table) {
     table[STRATA_TYPE_IQ2_XXS] = st_dot_iq2_xxs_avx512;
@@ -228,4 +282,9 @@ void st_dot_register_avx512_iq(st_vec_dot_fn *table) {
     table[STRATA_TYPE_IQ1_S] = st_dot_iq1_s_avx512;
     table[STRATA_TYPE_IQ1_M] = st_dot_iq1_m_avx512;
     table[STRATA_TYPE_MXFP4] = st_dot_mxfp4_avx512;
+}
+
+void st_dotn_register_avx512_iq(st_vec_dot_n_fn *table) {
+    table[STRATA_TYPE_IQ1_M] = st_dotn_iq1_m_avx512;
+    table[STRATA_TYPE_MXFP4] = st_dotn_mxfp4_avx512;
 }
