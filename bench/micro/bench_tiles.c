@@ -6,11 +6,12 @@
  * gate) and activation-row counts 1..256. Both give the same bits (checked here on every run).
  * Prints a table of billions of multiply-adds per second and the ratio; writes JSON.
  *
- *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--isa scalar|avx2|avx512]
- *               [--single] [--time S] [--json PATH]
+ *   bench_tiles [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0|mxfp4|iq1_m]
+ *               [--isa scalar|avx2|avx512] [--single] [--time S] [--json PATH]
  *
- * --isa: the kernels of that level (AVX2 has several-row kernels for Q4_0 and the K-quants, no
- * tiles);
+ * --isa: that level's own kernels (st_vec_dot_at, st_vec_dot_n_at), even where the dispatch
+ * resolves the type to a lower level's (AVX2 has several-row kernels for Q4_0, the K-quants, the
+ * IQ2 / IQ1 types and MXFP4, no tiles); without it, the kernels the dispatch hands out;
  * --single: the single-row kernel once per activation row instead of the several-row one. Without
  * AMX (or below the AVX-512 level) only the first kernel is timed. Built by `make bench`. */
 #include "bench_util.h"
@@ -93,7 +94,7 @@ int main(int argc, char **argv) {
     int64_t rows = 768, n = 2048;
     double target_s = 0.3;
     strata_type type = STRATA_TYPE_Q4_K;
-    int single = 0;
+    int single = 0, level = -1;
     const char *json_path = "bench/results/bench_tiles.json";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -115,6 +116,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench_tiles: %s\n", strata_last_error());
                 return 2;
             }
+            level = (int)l;
             i++;
         }
         else if (!strcmp(a, "--type") && v) {
@@ -122,24 +124,31 @@ int main(int argc, char **argv) {
                    : !strcasecmp(v, "q6_K") ? STRATA_TYPE_Q6_K
                    : !strcasecmp(v, "q8_0") ? STRATA_TYPE_Q8_0
                    : !strcasecmp(v, "q4_0") ? STRATA_TYPE_Q4_0
+                   : !strcasecmp(v, "mxfp4") ? STRATA_TYPE_MXFP4
+                   : !strcasecmp(v, "iq1_m") ? STRATA_TYPE_IQ1_M
                                             : STRATA_TYPE_Q4_K;
             i++;
         } else {
-            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0] [--isa scalar|avx2|avx512] "
+            fprintf(stderr, "usage: %s [--rows N] [--n N] [--type q4_K|q5_K|q6_K|q8_0|q4_0|mxfp4|iq1_m] [--isa scalar|avx2|avx512] "
                             "[--single] [--time S] [--json PATH]\n", argv[0]);
             return 2;
         }
     }
-    if (rows < 1 || n < QK_K || n % QK_K) { /* whole super-blocks (and so whole Q8_0 blocks) */
-        fprintf(stderr, "bench_tiles: --rows >= 1, --n a multiple of 256\n");
+    const int64_t bsz = strata_type_block_size(type); /* 32 for Q8_0, Q4_0, MXFP4; 256 for the others */
+    if (rows < 1 || n < bsz || n % bsz) { /* whole blocks of the weights (and so of the activations) */
+        fprintf(stderr, "bench_tiles: --rows >= 1, --n a multiple of %lld\n", (long long)bsz);
         return 2;
     }
-    const st_vec_dot_n_fn dn = single ? NULL : st_vec_dot_n_get(type); /* NULL for Q8_0: prepared rows, or the single-row kernel */
+    /* NULL for Q8_0: prepared rows, or the single-row kernel */
+    const st_vec_dot_n_fn dn = single     ? NULL
+                               : level >= 0 ? st_vec_dot_n_at(type, (strata_cpu_isa)level)
+                                            : st_vec_dot_n_get(type);
     st_q8_0_prep_fn prep = NULL;
     st_q8_0_dotp_fn dotp = NULL;
     if (type == STRATA_TYPE_Q8_0 && (single || !st_q8_0_prepared_get(&prep, &dotp))) prep = NULL, dotp = NULL;
-    const st_vec_dot_fn d1 = st_vec_dot_get(type);
-    const st_vec_dot_tile_fn tile = st_vec_dot_tile_get(type);
+    const st_vec_dot_fn d1 = level >= 0 ? st_vec_dot_at(type, (strata_cpu_isa)level) : st_vec_dot_get(type);
+    /* the tiles give the AVX-512 single-row kernel's bits: only against that */
+    const st_vec_dot_tile_fn tile = d1 == st_vec_dot_get(type) ? st_vec_dot_tile_get(type) : NULL;
     if (!d1) {
         fprintf(stderr, "bench_tiles: no kernel for %s\n", strata_type_name(type));
         return 1;

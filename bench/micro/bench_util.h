@@ -38,12 +38,21 @@ static inline int cmp_d(const void *a, const void *b) {
 
 /* bytes (whole blocks) of random type-quantized weights whose scales are finite: random bytes,
  * then each block's d (and the K-quants' dmin) set to small fp16 values. For Q4_0, Q8_0, Q4_K,
- * Q5_K and Q6_K. */
+ * Q5_K and Q6_K; MXFP4 (its E8M0 exponent kept near 2^0) and IQ1_M (its f16 super-scale, spread
+ * over the top nibbles of the scale words, kept finite). */
 static inline void fill_q_rows(strata_type type, unsigned char *w, size_t bytes) {
     for (size_t i = 0; i < bytes; i++) w[i] = (unsigned char)rng_next();
     const size_t bs = (size_t)strata_type_block_bytes(type);
     for (size_t b = 0; b + bs <= bytes; b += bs) {
         const uint16_t d = st_f32_to_fp16(0.01f * rng_float()), dm = st_f32_to_fp16(0.01f * rng_float());
+        if (type == STRATA_TYPE_MXFP4) {
+            w[b] = (unsigned char)(120 + (w[b] & 7));
+            continue;
+        }
+        if (type == STRATA_TYPE_IQ1_M) { /* clearing bit 14 of the last word: exponent < 31 */
+            w[b + offsetof(block_iq1_m, scales) + 7] &= 0xBF;
+            continue;
+        }
         if (type == STRATA_TYPE_Q6_K) { /* d closes the block */
             memcpy(w + b + offsetof(block_q6_K, d), &d, 2);
             continue;
