@@ -282,6 +282,8 @@ static void srv_stream_some(int fd, const srv_ctx *c, const srv_gen *g, srv_out 
             const size_t skip = srv_tool_skip(g->tools, o->text + c0, n); /* (framing, not content) */
             c0 += skip;
             n -= skip;
+            /* blanks held: calls may follow them, and the whole answer's content drops them then */
+            while (n > 0 && (o->text[c0 + n - 1] == '\n' || o->text[c0 + n - 1] == ' ')) n--;
         }
         srv_stream_part(fd, c, g, o, id, o->text + c0, n, &o->sent, 0);
     }
@@ -600,7 +602,9 @@ static int srv_stream_tool_calls(int fd, const srv_ctx *c, const srv_gen *g, srv
     yyjson_mut_val *holder = yyjson_mut_obj(d);
     int k = 0;
     const int ok = ts < n && srv_tool_calls(g->tools, d, holder, "tool_calls", t, n, g->tool_list, &k) == 0;
-    const size_t upto = ok ? ts : n, skip = srv_tool_skip(g->tools, t, upto); /* (as srv_stream_some) */
+    size_t upto = ok ? ts : n;
+    const size_t skip = srv_tool_skip(g->tools, t, upto); /* (as srv_stream_some) */
+    while (ok && upto > skip && (t[upto - 1] == '\n' || t[upto - 1] == ' ')) upto--; /* (as srv_choice) */
     if (upto > skip + o->sent)
         srv_chunk(fd, c, g, id, t + skip + o->sent, upto - skip - o->sent, NULL, 0, 0, o, SIZE_MAX);
     if (ok) srv_calls_delta(fd, c, o, id, d, yyjson_mut_obj_get(holder, "tool_calls"));
