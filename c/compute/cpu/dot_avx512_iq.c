@@ -250,8 +250,8 @@ ST_IQ_INLINE void st_mxfp4_rows(int64_t n, float *out, const void *w, const void
             const block_q8_0 *y = ST_IQ_ROW(block_q8_0, c) + i;
             const __m512i x = st_load_2x256(y[0].qs, has2 ? y[1].qs : NULL);
             const __m512i p = _mm512_sub_epi32(_mm512_dpbusd_epi32(z, u, x), _mm512_dpbusd_epi32(z, c16, x));
-            const int dx = y[0].d | (has2 ? (int)y[1].d << 16 : 0);
-            const __m128 dd = _mm_mul_ps(ew, _mm_cvtph_ps(_mm_cvtsi32_si128(dx)));
+            const uint32_t dx = (uint32_t)y[0].d | (has2 ? (uint32_t)y[1].d << 16 : 0u); /* two f16 scales */
+            const __m128 dd = _mm_mul_ps(ew, _mm_cvtph_ps(_mm_cvtsi32_si128((int)dx)));
             acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(half, _mm512_castps128_ps512(dd)), acc[c]);
         }
     }
