@@ -21,6 +21,19 @@ def shared_file(rel: str) -> Path:
     return p
 
 
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character map (how byte-level BPE vocabularies spell bytes)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
 @pytest.fixture
 def tiny_model() -> Path:
     return shared_file("models/strata-tiny-moe-q8_0.gguf")

@@ -24,7 +24,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import shared_file
+from conftest import bytes_to_unicode, shared_file
 from test_server import Server, sse_events
 
 gguf = pytest.importorskip("gguf")
@@ -39,21 +39,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 MSGS = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-def byte_unicode():
-    """GPT-2's byte -> printable character map (the byte-level BPE vocabulary's spelling)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + \
-        list(range(ord("\xae"), ord("\xff") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
-B2U = byte_unicode()
+B2U = bytes_to_unicode()
 
 
 def spell(text):

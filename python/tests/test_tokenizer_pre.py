@@ -23,6 +23,7 @@ gguf = pytest.importorskip("gguf")
 
 import strata  # noqa: E402
 from strata import ffi, lib  # noqa: E402
+from conftest import bytes_to_unicode  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("STRATA_SHARED") or ROOT.parent / "shared")
@@ -159,18 +160,6 @@ CORPUS_GPT4O = [
 ]
 
 # ---- reference ------------------------------------------------------------------------------
-
-
-def bytes_to_unicode() -> dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
 
 
 B2U = bytes_to_unicode()
