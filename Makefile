@@ -158,7 +158,7 @@ $(BUILD)/tests/test_isa_amx: c/tests/test_isa_amx.c $(BUILD)/tests/dot_amx_emu.o
 # runs the fuzz harness's entry point on crafted inputs.
 HTTP_SRCS := c/server/http.c c/fuzz/fuzz_http.c $(THIRD_SRCS)
 THIRD_OBJS := $(THIRD_SRCS:%.c=$(BUILD)/%.o)
-$(BUILD)/tests/test_http: c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
+$(BUILD)/tests/test_http: c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c c/fuzz/fuzz_common.h $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c \
 	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
@@ -166,7 +166,7 @@ $(BUILD)/tests/test_http: c/tests/test_http.c c/server/http.c c/fuzz/fuzz_http.c
 # test_server_text: the server's text helpers and tool call parsers.
 # It also runs fuzz_tools's entry point on crafted model outputs.
 TOOLS_SRCS := c/server/text.c c/server/tool_calls.c c/server/harmony.c
-$(BUILD)/tests/test_server_text: c/tests/test_server_text.c $(TOOLS_SRCS) c/fuzz/fuzz_tools.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
+$(BUILD)/tests/test_server_text: c/tests/test_server_text.c $(TOOLS_SRCS) c/fuzz/fuzz_tools.c c/fuzz/fuzz_common.h $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_server_text.c $(TOOLS_SRCS) c/fuzz/fuzz_tools.c \
 	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
@@ -179,7 +179,7 @@ $(BUILD)/tests/test_server_harmony: c/tests/test_server_harmony.c c/server/text.
 
 # test_template renders with the server's chat template renderer and runs its fuzz harness.
 TMPL_SRCS := $(wildcard c/server/template_*.c)
-$(BUILD)/tests/test_template: c/tests/test_template.c $(TMPL_SRCS) c/fuzz/fuzz_template.c $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
+$(BUILD)/tests/test_template: c/tests/test_template.c $(TMPL_SRCS) c/fuzz/fuzz_template.c c/fuzz/fuzz_common.h $(wildcard c/server/*.h c/tests/*.h) $(THIRD_OBJS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Ic/tests -Ic/server $(THIRD_INC) -o $@ c/tests/test_template.c $(TMPL_SRCS) c/fuzz/fuzz_template.c \
 	  $(THIRD_OBJS) $(SAN) $(LDLIBS)
@@ -294,15 +294,15 @@ $(DEV_CHECKS:%=$(BUILD)/%_check): $(BUILD)/%_check: c/cuda/dev/%_check.cu c/cuda
 # ---- fuzzing -------------------------------------------------------------------------------
 FUZZ_CC ?= clang
 fuzz: $(BUILD)/fuzz_gguf $(BUILD)/fuzz_http $(BUILD)/fuzz_template $(BUILD)/fuzz_tools
-$(BUILD)/fuzz_tools: c/fuzz/fuzz_tools.c $(TOOLS_SRCS) third_party/yyjson/yyjson.c $(wildcard c/server/*.h)
+$(BUILD)/fuzz_tools: c/fuzz/fuzz_tools.c c/fuzz/fuzz_common.h $(TOOLS_SRCS) third_party/yyjson/yyjson.c $(wildcard c/server/*.h)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Ic/server $(THIRD_INC) -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=undefined -o $@ c/fuzz/fuzz_tools.c $(TOOLS_SRCS) third_party/yyjson/yyjson.c
-$(BUILD)/fuzz_template: c/fuzz/fuzz_template.c $(TMPL_SRCS) third_party/yyjson/yyjson.c $(wildcard c/server/*.h)
+$(BUILD)/fuzz_template: c/fuzz/fuzz_template.c c/fuzz/fuzz_common.h $(TMPL_SRCS) third_party/yyjson/yyjson.c $(wildcard c/server/*.h)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Ic/server $(THIRD_INC) -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=undefined -o $@ c/fuzz/fuzz_template.c $(TMPL_SRCS) third_party/yyjson/yyjson.c -lm
-$(BUILD)/fuzz_http: c/fuzz/fuzz_http.c $(HTTP_SRCS) $(wildcard c/server/*.h)
+$(BUILD)/fuzz_http: c/fuzz/fuzz_http.c c/fuzz/fuzz_common.h $(HTTP_SRCS) $(wildcard c/server/*.h)
 	@mkdir -p $(@D)
 	$(FUZZ_CC) -std=c11 -O1 -g -D_GNU_SOURCE -Ic/server $(THIRD_INC) -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=undefined -o $@ $(HTTP_SRCS) -lpthread

@@ -10,6 +10,7 @@
  * Built with -DSTRATA_FUZZ_STANDALONE (any C compiler, no libFuzzer), main() runs the harness
  * once over each file named on the command line. See docs/FUZZING.md. */
 #include "http.h"
+#include "fuzz_common.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -18,15 +19,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static volatile uint64_t fz_sink;
-
-static void fz_touch(const char *p, size_t n) {
-    uint64_t h = 0;
-    for (size_t i = 0; i < n; i++) h = h * 31 + (unsigned char)p[i];
-    fz_sink += h;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 65536) return 0; /* within a socket pair's buffer: the write never blocks */
     int sv[2];
@@ -59,16 +51,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #if defined(STRATA_FUZZ_STANDALONE)
-int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (!f) { fprintf(stderr, "fuzz_http: cannot open %s\n", argv[i]); return 1; }
-        static uint8_t buf[65536];
-        const size_t n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        LLVMFuzzerTestOneInput(buf, n);
-    }
-    printf("fuzz_http: %d inputs\n", argc - 1);
-    return 0;
-}
+int main(int argc, char **argv) { return fz_replay("fuzz_http", 65536, argc, argv); }
 #endif

@@ -10,6 +10,7 @@
  *
  * Built with -DSTRATA_FUZZ_STANDALONE, main() renders each file named on the command line. */
 #include "template.h"
+#include "fuzz_common.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -23,32 +24,16 @@ static const char *const CONTEXT =
     " \"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {}}}],"
     " \"add_generation_prompt\": true, \"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}";
 
-static volatile uint64_t fz_sink;
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > 4096) return 0;
     char *out = NULL, err[256];
     const int rc = tmpl_render((const char *)data, size, CONTEXT, &out, err, sizeof err);
     const char *s = rc == 0 ? out : err;
-    uint64_t h = 0;
-    for (size_t i = 0; s[i]; i++) h = h * 31 + (unsigned char)s[i];
-    fz_sink += h;
+    fz_touch(s, strlen(s));
     free(out);
     return 0;
 }
 
 #if defined(STRATA_FUZZ_STANDALONE)
-int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (!f) { fprintf(stderr, "fuzz_template: cannot open %s\n", argv[i]); return 1; }
-        static uint8_t buf[4096];
-        const size_t n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        LLVMFuzzerTestOneInput(buf, n);
-    }
-    printf("fuzz_template: %d inputs\n", argc - 1);
-    return 0;
-}
+int main(int argc, char **argv) { return fz_replay("fuzz_template", 4096, argc, argv); }
 #endif

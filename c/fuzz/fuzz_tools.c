@@ -12,19 +12,12 @@
  * Built with -DSTRATA_FUZZ_STANDALONE (any C compiler, no libFuzzer), main() runs the harness
  * once over each file named on the command line. See docs/FUZZING.md. */
 #include "text.h"
+#include "fuzz_common.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static volatile uint64_t fz_sink;
-
-static void fz_touch(const char *p, size_t n) {
-    uint64_t h = 0;
-    for (size_t i = 0; i < n; i++) h = h * 31 + (unsigned char)p[i];
-    fz_sink += h;
-}
 
 /* The request's tools, which the XML formats read for their values' types. */
 static const char TOOLS[] =
@@ -121,7 +114,6 @@ static void fz_think(const char *t, size_t n) {
         }
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1 || size > 4096) return 0;
     static yyjson_doc *tools;
@@ -150,16 +142,5 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #if defined(STRATA_FUZZ_STANDALONE)
-int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        if (!f) { fprintf(stderr, "fuzz_tools: cannot open %s\n", argv[i]); return 1; }
-        static uint8_t buf[4096];
-        const size_t n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        LLVMFuzzerTestOneInput(buf, n);
-    }
-    printf("fuzz_tools: %d inputs\n", argc - 1);
-    return 0;
-}
+int main(int argc, char **argv) { return fz_replay("fuzz_tools", 4096, argc, argv); }
 #endif
