@@ -12,6 +12,7 @@
 
 #include "strata.h"
 #include "strata_quant.h"
+#include "block_fields.h"
 #include "test.h"
 
 #include "cuda_backend.h"
@@ -40,26 +41,6 @@ static void fill_bytes(uint8_t *p, size_t n, test_rng *r) {
         memcpy(p + i, &v, 8);
     }
     for (; i < n; i++) p[i] = (uint8_t)test_rng_next(r);
-}
-
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-
-/* Byte offsets of the fp16 scale fields of one block (-1 ends). */
-static const int *fp16_fields(strata_type type) {
-    static const int d0[] = {0, -1}, dm[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
-                     q6k[] = {208, -1}, none[] = {-1};
-    switch (type) {
-    case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_IQ4_NL:
-    case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S: case STRATA_TYPE_IQ2_XXS:
-    case STRATA_TYPE_IQ2_XS: case STRATA_TYPE_IQ2_S: case STRATA_TYPE_IQ1_S:
-        return d0;
-    case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_1: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
-        return dm;
-    case STRATA_TYPE_Q2_K: return q2k;
-    case STRATA_TYPE_Q3_K: return q3k;
-    case STRATA_TYPE_Q6_K: return q6k;
-    default: return none;
-    }
 }
 
 /* n_blocks random blocks: random quants, every scale mag * (0.5 .. 1) (plain types: elements

@@ -4,6 +4,7 @@
  * the argument errors. Skips, saying why, in builds without CUDA or where no GPU is usable. */
 #include "strata.h"
 #include "strata_quant.h"
+#include "block_fields.h"
 #include "test.h"
 
 #ifdef STRATA_HAVE_CUDA
@@ -33,27 +34,6 @@ static uint16_t rand_fp16(test_rng *r) {
     if (((h >> 10) & 0x1f) == 0x1f) h ^= 0x4000; /* inf/nan -> a finite exponent */
     if ((h & 0x7fff) == 0) h |= 0x3c00;
     return h;
-}
-
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-
-/* Byte offsets of the half-precision scale fields in one block of type (-1 ends the list). */
-static const int *fp16_fields(strata_type type) {
-    static const int d0[] = {0, -1}, dm[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
-                     q6k[] = {208, -1}, none[] = {-1};
-    switch (type) {
-    case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_IQ4_NL:
-    case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S: case STRATA_TYPE_IQ2_XXS:
-    case STRATA_TYPE_IQ2_XS: case STRATA_TYPE_IQ2_S: case STRATA_TYPE_IQ1_S:
-        return d0;
-    case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_1: case STRATA_TYPE_Q8_1:
-    case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
-        return dm;
-    case STRATA_TYPE_Q2_K: return q2k;
-    case STRATA_TYPE_Q3_K: return q3k;
-    case STRATA_TYPE_Q6_K: return q6k;
-    default: return none;
-    }
 }
 
 /* n_blocks random blocks of type: random bytes, then every scale made a finite non-zero value

@@ -32,6 +32,7 @@
  * One line per case: type, shape, ncols, NMSE vs CPU and exact, max |err|, rows compared. */
 #include "strata.h"
 #include "strata_quant.h"
+#include "block_fields.h"
 #include "test.h"
 
 #ifdef STRATA_HAVE_CUDA
@@ -74,30 +75,10 @@ static void fill_bytes(uint8_t *p, size_t n, test_rng *r) {
     for (; i < n; i++) p[i] = (uint8_t)test_rng_next(r);
 }
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
-
 /* A random fp16 scale: magnitude in [2^-8, 2^-6), random sign. */
 static uint16_t rand_scale(test_rng *r) {
     const float m = ldexpf(1.0f + 3.0f * (0.5f + 0.5f * test_rng_float(r)), -8);
     return st_f32_to_fp16((test_rng_next(r) & 1) ? -m : m);
-}
-
-/* Byte offsets of the fp16 scale fields of one block (-1 ends the list). */
-static const int *fp16_fields(strata_type type) {
-    static const int d0[] = {0, -1}, dm[] = {0, 2, -1}, q2k[] = {80, 82, -1}, q3k[] = {108, -1},
-                     q6k[] = {208, -1}, none[] = {-1};
-    switch (type) {
-    case STRATA_TYPE_Q4_0: case STRATA_TYPE_Q5_0: case STRATA_TYPE_Q8_0: case STRATA_TYPE_IQ4_NL:
-    case STRATA_TYPE_IQ4_XS: case STRATA_TYPE_IQ3_XXS: case STRATA_TYPE_IQ3_S: case STRATA_TYPE_IQ2_XXS:
-    case STRATA_TYPE_IQ2_XS: case STRATA_TYPE_IQ2_S: case STRATA_TYPE_IQ1_S:
-        return d0;
-    case STRATA_TYPE_Q4_1: case STRATA_TYPE_Q5_1: case STRATA_TYPE_Q4_K: case STRATA_TYPE_Q5_K:
-        return dm;
-    case STRATA_TYPE_Q2_K: return q2k;
-    case STRATA_TYPE_Q3_K: return q3k;
-    case STRATA_TYPE_Q6_K: return q6k;
-    default: return none;
-    }
 }
 
 /* ne1 rows of ne0 weights, row stride rb bytes (padding bytes random too). */
