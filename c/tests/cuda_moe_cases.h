@@ -6,7 +6,7 @@
  * device, the GPU FFN (three runs and the one-token forms), the CPU's FFN, the exact FFN in double,
  * and check_ffn with its one-line report. Header-only, static functions (each program uses every
  * one); include it from one source file per test program, in CUDA builds only. g_tp, the CPU
- * FFN's pool, is each program's: its main creates it. */
+ * FFN's pool, is each program's: its main creates it (cases_pool_create). */
 #ifndef STRATA_TEST_CUDA_MOE_CASES_H
 #define STRATA_TEST_CUDA_MOE_CASES_H
 
@@ -26,11 +26,20 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define GUARD 64
 #define SENTINEL 0xA5A5A5A5u
 
 static st_threadpool *g_tp;
+
+/* g_tp over the host's cores (16 at most) for the CPU references; 0 (a failed check) if not made. */
+static int cases_pool_create(void) {
+    const long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    const strata_status st = st_threadpool_create(nproc < 1 ? 1 : (nproc > 16 ? 16 : (int)nproc), &g_tp);
+    CHECK(st == STRATA_OK, "threadpool: %s", strata_last_error());
+    return st == STRATA_OK;
+}
 
 /* ---- random data ----------------------------------------------------------------------------- */
 

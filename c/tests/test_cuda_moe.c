@@ -30,7 +30,6 @@
 #include "dot.h"
 #include "quant.h"
 
-#include <unistd.h>
 
 /* ---- router ---------------------------------------------------------------------------------- */
 
@@ -558,10 +557,7 @@ int main(void) {
         return test_report();
     }
     printf("device: %s\n", reason);
-    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    st = st_threadpool_create(nproc < 1 ? 1 : (nproc > 16 ? 16 : (int)nproc), &g_tp);
-    CHECK(st == STRATA_OK, "threadpool: %s", strata_last_error());
-    if (st != STRATA_OK) return test_report();
+    if (!cases_pool_create()) return test_report();
 
     test_rng r = {0x9E3779B97F4A7C15ULL};
     if (getenv("TEST_CUDA_MOE_OAI_ONLY")) { /* set: the argument checks alone (the gpt-oss cases:

@@ -19,7 +19,6 @@
 #ifdef STRATA_HAVE_CUDA
 #include "cuda_moe_cases.h"
 
-#include <unistd.h>
 
 /* ---- mixed low-bit types and staged IQ3 codebooks -------------------------------------------- */
 
@@ -177,10 +176,7 @@ int main(void) {
         return test_report();
     }
     printf("device: %s\n", reason);
-    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    st = st_threadpool_create(nproc < 1 ? 1 : (nproc > 16 ? 16 : (int)nproc), &g_tp);
-    CHECK(st == STRATA_OK, "threadpool: %s", strata_last_error());
-    if (st != STRATA_OK) return test_report();
+    if (!cases_pool_create()) return test_report();
 
     test_rng r = {0x9E3779B97F4A7C15ULL};
     if (!getenv("TEST_CUDA_MOE_OAI_ONLY")) mixed_cases(&r); /* set: the gpt-oss cases alone (a quick device A/B) */
