@@ -620,6 +620,27 @@ static strata_status st_gpu_host_step(strata_session *s, const st_moe_chunk *c, 
     return est;
 }
 
+/* The exact joins' last step: rows t0 .. t0 + tn summed in slot order into g->proj, as the CPU's
+ * st_moe_ffn sums them, from the GPU's rows (g->rows_gpu: the slots of gids) and the CPU's nc
+ * slots' rows (g->h_rows: read from the mapped memory, or copied up first; none: not read). */
+static strata_status st_gpu_exact_combine(strata_session *s, int64_t t0, int64_t tn, const int32_t *gids, int64_t nc) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd;
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const float *cr = g->rows_gpu; /* (no CPU rows: not read) */
+    if (nc) {
+        cr = g->d_rows;
+        if (!cr) {
+            TRY(st_cuda_memcpy_async(g->rows_cpu, g->h_rows, sizeof(float) * (size_t)(tn * K * E), 1, g->stream));
+            cr = g->rows_cpu;
+        }
+        s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(nc * E));
+    }
+    return st_cuda_moe_combine_rows(g->ids + t0 * K, gids, g->rows_gpu, cr, g->wts + t0 * K, tn, K, E, X,
+                                    g->proj + t0 * E, g->stream);
+}
+
 /* HOST with a split (the GPU took ng slot-rows, the CPU nc): the GPU's slot-rows counted there,
  * both sides joined in g->proj. */
 static strata_status st_gpu_host_join_split(strata_session *s, const st_moe_chunk *c, int64_t ng, int64_t nc) {
@@ -627,23 +648,11 @@ static strata_status st_gpu_host_join_split(strata_session *s, const st_moe_chun
     st_gpu *g = s->gpu;
     const int il = c->il;
     const int64_t E = hp->n_embd, t0 = c->t0, tn = c->tn;
-    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    const int32_t K = hp->n_expert_used;
     s->slots_cpu[il] -= ng;
     s->slots_gpu[il] += ng;
-    if (st_gpu_split_exact(g, tn)) { /* both sides' rows summed in slot order; the CPU's read from the
-                           * mapped memory, or copied up first */
-        const float *cr = g->rows_gpu; /* (no CPU rows: not read) */
-        if (nc) {
-            cr = g->d_rows;
-            if (!cr) {
-                TRY(st_cuda_memcpy_async(g->rows_cpu, g->h_rows, sizeof(float) * (size_t)(tn * K * E), 1,
-                                         g->stream));
-                cr = g->rows_cpu;
-            }
-            s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(nc * E));
-        }
-        TRY(st_cuda_moe_combine_rows(g->ids + t0 * K, g->ids_split + t0 * K, g->rows_gpu, cr, g->wts + t0 * K,
-                                     tn, K, E, X, g->proj + t0 * E, g->stream));
+    if (st_gpu_split_exact(g, tn)) { /* both sides' rows summed in slot order */
+        TRY(st_gpu_exact_combine(s, t0, tn, g->ids_split + t0 * K, nc));
     } else if (nc) { /* the GPU's sum is in g->proj: the CPU's added, read from the
                       * mapped rows or copied up first */
         const float *cp = g->d_proj ? g->d_proj + t0 * E : g->cpu_part;
@@ -764,29 +773,21 @@ static strata_status st_gpu_cpu_misses_join(strata_session *s, const st_moe_chun
 /* cpu_misses with cache_exact (a decode-sized chunk): the GPU's slots' rows are being computed in
  * the CPU's arithmetic (g->rows_gpu); the CPU's misses' rows meanwhile (st_moe_ffn_end_rows), read
  * from the mapped rows or copied up, then both sides' rows summed in slot order into g->proj, as
- * the CPU's st_moe_ffn sums them: the CPU's result whatever the residency and the share (the
- * same combine as a split CPU layer's, st_gpu_host_join_split). */
+ * the CPU's st_moe_ffn sums them: the CPU's result whatever the residency and the share
+ * (st_gpu_exact_combine, as a split CPU layer's join). */
 static strata_status st_gpu_cache_exact_join(strata_session *s, const st_moe_chunk *c) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     const int64_t E = hp->n_embd, t0 = c->t0, tn = c->tn;
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
-    const float *cr = g->rows_gpu; /* (no CPU rows: not read) */
+    int64_t nc = 0;
     if (c->split) {
         st_moe_ffn_begin(s->tp, s->experts + (size_t)c->il * (size_t)X, X, s->xn + t0 * E, tn, g->h_ids_cpu,
                          s->wts + t0 * K, K, s->proj + t0 * E, s->moe_ws);
         st_moe_ffn_end_rows(s->tp, s->moe_ws, g->h_rows);
-        cr = g->d_rows;
-        if (!cr) {
-            TRY(st_cuda_memcpy_async(g->rows_cpu, g->h_rows, sizeof(float) * (size_t)(tn * K * E), 1, g->stream));
-            cr = g->rows_cpu;
-        }
-        int64_t nc = 0;
         for (int64_t i = 0; i < tn * K; i++) nc += g->h_ids_cpu[i] >= 0;
-        s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)(nc * E));
     }
-    return st_cuda_moe_combine_rows(g->ids + t0 * K, c->ids, g->rows_gpu, cr, g->wts + t0 * K, tn, K, E, X,
-                                    g->proj + t0 * E, g->stream);
+    return st_gpu_exact_combine(s, t0, tn, c->ids, nc);
 }
 
 /* POOL_MISSES: the pool's answer joins the GPU's: its sum copied out of the mapped out rows and
