@@ -275,6 +275,7 @@ static void test_doorbell(const strata_model *m, const strata_token *p, int64_t 
  * defer_cpu_below given: the plain doorbell's bits. check (split at 0.1): within KL 0.02 and top-1
  * agreement >= 97% of unset. 1 at 0.1: the same bits twice and with CUDA graphs of the steps,
  * deferred calls counted; every row deferred (below 1 and 5): one function. */
+static void test_defer_cache(const strata_model *m, const strata_token *p, int64_t np, int32_t V);
 static void test_defer(const strata_model *m, const strata_token *p, int64_t np, int32_t V) {
     enum { N = 7 };
     static const int mode[N] = {0, 0, 2, 1, 1, 1, 1};
@@ -337,6 +338,53 @@ static void test_defer(const strata_model *m, const strata_token *p, int64_t np,
     strata_session_free(s2);
     free(again);
     for (int r = 0; r < N; r++) free(lg[r]);
+    test_defer_cache(m, p, np, V);
+}
+
+/* defer_cpu beside an expert cache (the first 3 layers in the pool, the other 3 in 48 slots whose
+ * misses the pool computes too): only the CPU layers' records split at the weight; a cache layer's
+ * misses join whole. check (the deferred order, on time) against unset: the same function (KL
+ * under 1e-6, every top-1 the same; a cache layer's light misses dropped would move it far more);
+ * 1: finite, calls deferred, the same bits run to run. */
+static void test_defer_cache(const strata_model *m, const strata_token *p, int64_t np, int32_t V) {
+    static const int mode[3] = {0, 2, 1};
+    static const strata_token w[4] = {7, 11, 13, 17};
+    const size_t bytes = sizeof(float) * (size_t)V * 30;
+    float *lg[4] = {malloc(bytes), malloc(bytes), malloc(bytes), malloc(bytes)};
+    strata_session_stats ss[4];
+    int ok = 1;
+    memset(ss, 0, sizeof ss);
+    for (int r = 0; r < 4; r++) {
+        g_cpu_moe = 3;
+        g_cache = 48;
+        g_doorbell = 1;
+        g_defer = mode[r < 3 ? r : 2];
+        strata_session *s = new_session(m, STRATA_BACKEND_CUDA, 512, 512);
+        g_cpu_moe = g_cache = g_doorbell = g_defer = 0;
+        strata_status st = s && lg[r] ? greedy_then_window(s, p, np, V, lg[r], w, 1) : STRATA_ERR_NOMEM;
+        if (st == STRATA_OK) st = strata_session_get_stats(s, &ss[r]);
+        CHECK(st == STRATA_OK, "defer_cpu %d with a cache: %s", mode[r < 3 ? r : 2], strata_last_error());
+        ok = ok && st == STRATA_OK;
+        strata_session_free(s);
+    }
+    if (ok) {
+        double kl = 0;
+        int ag = 0;
+        for (int i = 0; i < 30; i++) {
+            const float *a = lg[0] + (size_t)i * (size_t)V, *b = lg[1] + (size_t)i * (size_t)V;
+            kl += kl_row(a, b, V) / 30.0;
+            ag += argmax(a, V) == argmax(b, V);
+        }
+        printf("defer_cpu with 48 cache slots beside 3 pool layers: check mean KL %.3g, top-1 %d/30, "
+               "%lld calls deferred at 1\n", kl, ag, (long long)ss[2].defer_calls);
+        CHECK(kl <= 1e-6 && ag == 30 && ss[1].defer_calls > 0,
+              "defer_cpu check with a cache: mean KL %.3g, top-1 %d/30 against unset (%lld calls)", kl, ag,
+              (long long)ss[1].defer_calls);
+        CHECK(ss[2].defer_calls > 0 && !memcmp(lg[2], lg[3], bytes) && isfinite(lg[2][0]),
+              "defer_cpu 1 with a cache: %lld calls deferred, or not the same bits run to run",
+              (long long)ss[2].defer_calls);
+    }
+    for (int r = 0; r < 4; r++) free(lg[r]);
 }
 
 /* route_tail_skip 0.2 (an approximation) on the GPU against the CPU's: the same rule on the

@@ -408,8 +408,11 @@ static strata_status st_gpu_pool_create(strata_session *s) {
         atomic_init(&r->done_seq, 0);
         atomic_init(&r->part_seq, 0);
         r->T = 0;
-        r->below = split ? s->plan.defer_below : 0.0f;
-        r->out_light = split ? (float *)(base + 2 * xb + 2 * kb) : NULL;
+        /* the split only in the CPU layers' records: a cache layer's misses join in one part
+         * (st_gpu_pool_misses_join reads out alone) */
+        const int split_l = split && st_plan_layer_on_cpu(&s->plan, l);
+        r->below = split_l ? s->plan.defer_below : 0.0f;
+        r->out_light = split_l ? (float *)(base + 2 * xb + 2 * kb) : NULL;
         r->x = (float *)base;
         r->out = (float *)(base + xb);
         r->ids = (int32_t *)(base + 2 * xb);
