@@ -32,12 +32,13 @@
 # unless set), LONG=N (ds2_long.py on the lite file: an N-token prompt and 64 decode steps, GPU
 # against CPU), ONLY=llama (llama-bench's rows alone), SYNTH_DIR (where the files go; /dev/shm), SYNTH_JOBS (the first file's writers,
 # default 6), PREBUILT (device_common.sh: a tree built here and carried), PROF (0: no --profile row), PREWRITE (1:
-# every stage's file written at the start, in parallel: small files only), OAI_AB (1: also the
-# variant build-oai, mmq.o recompiled with -DSTRATA_MMQ_OAI=1 (gpt-oss's biased experts on the
-# prompt tiles, docs/PERFORMANCE.md), built in the background after the main build: its
-# test_cuda_moe_lowbit's gpt-oss cases and test_cuda_moe's argument checks (TEST_CUDA_MOE_OAI_ONLY),
-# mmq_check's MXFP4 and gpt-oss expert rows (PASS/FAIL), and in the oss20b stage an "oai" row of its
-# strata beside each round's all-on-the-GPU row (and the --profile row); unset or 0: none of it).
+# every stage's file written at the start, in parallel: small files only), OAI_AB (1: gpt-oss's
+# experts on the prompt tiles (the default, STRATA_MMQ_OAI) against the GEMV path: the variant
+# build-gemv, mmq.o recompiled with -DSTRATA_MMQ_OAI=0, built in the background after the main
+# build; the base build's test_cuda_moe_lowbit gpt-oss cases and test_cuda_moe's argument checks
+# (TEST_CUDA_MOE_OAI_ONLY), mmq_check's MXFP4 and gpt-oss expert rows (PASS/FAIL), and in the
+# oss20b stage a "gemv" row of the variant beside each round's all-on-the-GPU row (and the
+# --profile row); unset or 0: none of it).
 # $OUT: device_ds2.log, the test logs, ds2/bench.tar.
 #   run(command="STAGES=oss20b OAI_AB=1 ROUNDS=1 bash bench/device/device_ds2.sh", ...)
 set -u
@@ -127,8 +128,8 @@ DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_attn build/tests
     build/tests/test_cuda_deltanet build/tests/test_cuda_mtp \
     build/tests/test_cuda_spec build/tests/test_kv_stats
 OAI_PID=
-if [ "${OAI_AB:-0}" = 1 ]; then # the gpt-oss tile variant, built while the tests run
-    dev_variant oai "-DSTRATA_MMQ_OAI=1" c/cuda/mmq.o tests/test_cuda_moe tests/test_cuda_moe_lowbit &
+if [ "${OAI_AB:-0}" = 1 ]; then # gpt-oss's experts on the GEMV path, built while the tests run
+    dev_variant gemv "-DSTRATA_MMQ_OAI=0" c/cuda/mmq.o &
     OAI_PID=$!
 fi
 if have tests; then
@@ -157,13 +158,13 @@ fi
 OAI_OK=0
 if [ -n "$OAI_PID" ]; then
     wait "$OAI_PID" && OAI_OK=1
-    echo "oai variant (-DSTRATA_MMQ_OAI=1) $([ $OAI_OK = 1 ] && echo built || echo FAILED) at $(el)s"
+    echo "gemv variant (-DSTRATA_MMQ_OAI=0) $([ $OAI_OK = 1 ] && echo built || echo FAILED) at $(el)s"
 fi
-if [ "$OAI_OK" = 1 ]; then # its checks: the gpt-oss expert cases against the CPU, mmq_check's rows
+if [ "${OAI_AB:-0}" = 1 ]; then # the tiles' checks: the gpt-oss expert cases against the CPU, mmq_check's rows
     mkdir -p "$O/oai"
     TEST_CUDA_MOE_OAI_ONLY=1 O="$O/oai" DEV_TEST_SHOW="FAIL|tiles|GEMV path|gpt-oss" DEV_TEST_SHOW_N=20 \
-        dev_tests build-oai test_cuda_moe:60 test_cuda_moe_lowbit:200
-    mc=$(dev_check mmq_check oai) && [ -n "$mc" ] || echo "mmq_check oai: BUILD FAILED"
+        dev_tests build test_cuda_moe:60 test_cuda_moe_lowbit:200
+    mc=$(dev_check mmq_check base) && [ -n "$mc" ] || echo "mmq_check: BUILD FAILED"
     if [ -n "$mc" ]; then
         { timeout 60 $mc mxfp4; timeout 120 $mc "gpt-oss-20b experts"; } \
             > "$O/oai/mmq_check.txt" 2>&1
@@ -211,15 +212,15 @@ for m in $MODELS; do
     eval "nr=\${ROUNDS_$m:-${ROUNDS:-2}}" # ROUNDS_<stage>: that stage's rounds (0: its file and LONG only)
     for p in $(seq "$nr"); do # interleaved rounds
         srow ${m}_gpu_$p # Strata's rows first: llama-bench may still be building in the first round
-        [ "$m" = oss20b ] && [ "$OAI_OK" = 1 ] && SBIN=build-oai/strata srow ${m}_gpu_oai_$p
+        [ "$m" = oss20b ] && [ "$OAI_OK" = 1 ] && SBIN=build-gemv/strata srow ${m}_gpu_gemv_$p
         srow ${m}_cpumoe_$p --cpu-moe
         srow ${m}_cache_$p --expert-cache $(( $(n_experts $m) * $(n_moe_layers $m) / 4 )) # a quarter
         if [ "$p" = 1 ] && [ "${PROF:-1}" = 1 ]; then # the phases of a step
             srow ${m}_prof --profile
             grep -E "profile (pp|tg)[0-9]+ \(" "$J/s_${m}_prof.err" | sed 's/^strata: /    /'
             if [ "$m" = oss20b ] && [ "$OAI_OK" = 1 ]; then
-                SBIN=build-oai/strata srow ${m}_prof_oai --profile
-                grep -E "profile (pp|tg)[0-9]+ \(" "$J/s_${m}_prof_oai.err" | sed 's/^strata: /    /'
+                SBIN=build-gemv/strata srow ${m}_prof_gemv --profile
+                grep -E "profile (pp|tg)[0-9]+ \(" "$J/s_${m}_prof_gemv.err" | sed 's/^strata: /    /'
             fi
         fi
         lrow ${m}_gpu_$p

@@ -30,8 +30,8 @@ extern "C" {
  * IQ1_M, MXFP4 (st_cuda_moe_type_tiles; the IQ types and MXFP4 decoded by the GEMV's decoders);
  * f32 tiles on the FMA units for F32, F16, BF16 (f32 products and sums in order, as exact as the
  * GEMV: the router of quantized models, float models). Else 0. st_cuda_mmq_swiglu takes the
- * quantized types only. (gpt-oss's biased experts reach the grouped tiles only in builds with
- * -DSTRATA_MMQ_OAI=1: cuda_moe.h, st_cuda_moe_tiles_oai.) */
+ * quantized types only. (gpt-oss's biased experts reach the grouped tiles too, unless built with
+ * -DSTRATA_MMQ_OAI=0: cuda_moe.h, st_cuda_moe_tiles_oai.) */
 int st_cuda_mmq_supports(strata_type type);
 
 /* Bytes of scratch st_cuda_mmq needs for T rows of ne0 activations (their rounded copy; for

@@ -46,9 +46,9 @@ int st_cuda_moe_type_gemv_q8(strata_type type);
  * Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, the IQ3 / IQ2 / IQ1
  * types, MXFP4. Defined in mmq.cu. */
 int st_cuda_moe_type_tiles(strata_type type);
-/* 1 if calls with expert biases or act 1 (gpt-oss) take the tile path too: builds with
- * -DSTRATA_MMQ_OAI=1 in NVCC_EXTRA (gated until the tiles have run on a GPU for them); else 0
- * and such calls keep the GEMV path (T * k <= 1024). Defined in mmq.cu. */
+/* 1 if calls with expert biases or act 1 (gpt-oss) take the tile path too (the default); 0 in
+ * builds with -DSTRATA_MMQ_OAI=0 in NVCC_EXTRA, where such calls keep the GEMV path (T * k <=
+ * 1024). Defined in mmq.cu. */
 int st_cuda_moe_tiles_oai(void);
 
 /* ---- doorbell: host-mapped pinned ids/weights ---------------------------------------------- */

@@ -9,10 +9,10 @@
 
 #include <type_traits>
 
-/* 1: grouped calls with expert biases or gpt-oss's activation take the tiles (mmq.cuh); 0 (the
- * default until measured on a GPU): they keep the GEMV path, as before the tiles took them. */
+/* 1 (the default): grouped calls with expert biases or gpt-oss's activation take the tiles
+ * (mmq.cuh); 0 (-DSTRATA_MMQ_OAI=0): they keep the GEMV path, as before the tiles took them. */
 #ifndef STRATA_MMQ_OAI
-#define STRATA_MMQ_OAI 0
+#define STRATA_MMQ_OAI 1
 #endif
 
 

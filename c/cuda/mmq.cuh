@@ -23,8 +23,8 @@
  *
  * gpt-oss's experts (biases, clamped SwiGLU): the epilogues add the biases and apply the
  * activation as the GEMV path's st_moe_row_out does (the same operations on the tiles' sums).
- * Compiled always; st_moe_mmq_wanted routes such calls here only in builds with
- * -DSTRATA_MMQ_OAI=1 (NVCC_EXTRA) until the tiles have run on a GPU for them. */
+ * st_moe_mmq_wanted routes such calls here unless built with -DSTRATA_MMQ_OAI=0 (NVCC_EXTRA),
+ * which keeps them on the GEMV path. */
 #ifndef STRATA_CUDA_MMQ_CUH
 #define STRATA_CUDA_MMQ_CUH
 
@@ -89,7 +89,7 @@ struct st_mmq_args {
 size_t st_moe_mmq_wsize(int64_t T, int32_t k, int64_t n_embd, int64_t n_ff);
 strata_status st_moe_mmq_ffn(const st_cuda_moe_args *a, cudaStream_t s, const float **y_pairs);
 /* 1 when st_cuda_moe_ffn should take the tile path for this call. Calls with expert biases or
- * act 1 (gpt-oss) only in builds with -DSTRATA_MMQ_OAI=1 (st_cuda_moe_tiles_oai). */
+ * act 1 (gpt-oss) too, unless built with -DSTRATA_MMQ_OAI=0 (st_cuda_moe_tiles_oai). */
 int st_moe_mmq_wanted(const st_cuda_moe_args *a);
 
 #endif /* STRATA_CUDA_MMQ_CUH */

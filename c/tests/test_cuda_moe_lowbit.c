@@ -7,7 +7,7 @@
  *   staged IQ3 codebooks (STRATA_IQ_STAGE_TABLES): the bits of the read-only-cache kernels;
  *   gpt-oss (test_oai): softmax over the k chosen logits against st_route_scored, the one-token
  *           router with the router's bias, experts with biases and the clamped SwiGLU (on the
- *           tiles too for prompt batches in builds with -DSTRATA_MMQ_OAI=1: st_cuda_moe_tiles_oai).
+ *           tiles too for prompt batches unless built with -DSTRATA_MMQ_OAI=0: st_cuda_moe_tiles_oai).
  * One line per case, as test_cuda_moe's. TEST_CUDA_MOE_OAI_ONLY set in the environment: test_oai
  * alone; TEST_CUDA_MOE_TYPES set: nothing (a skip: these cases are not one type's; the per-type
  * cases are test_cuda_moe's).
@@ -118,11 +118,11 @@ static int expert_set_oai(expert_set *s, int oai, test_rng *r) {
  * st_route_scored, the one-token router's bits with it; experts with gate/up/down biases and the
  * clamped SwiGLU against st_moe_ffn (and the exact FFN) at gpt-oss-20b's shape in MXFP4 (2880 x
  * 2880, 32 experts, top-4: decode, verify, a prompt chunk), F32 (tight bound), Q8_0 and Q5_0 at
- * batches the tiles take in STRATA_MMQ_OAI builds (int8 and f16 tiles; the GEMV path otherwise),
- * biases with plain SwiGLU, and bad ids. STRATA_MMQ_OAI builds also run a prompt chunk of over
- * 1024 pairs (which only the tiles take). */
+ * batches the tiles take (int8 and f16 tiles; the GEMV path in -DSTRATA_MMQ_OAI=0 builds),
+ * biases with plain SwiGLU, and bad ids. Builds with the tiles (the default) also run a prompt
+ * chunk of over 1024 pairs (which only the tiles take). */
 static void test_oai(test_rng *r) {
-    printf("gpt-oss experts' prompt batches: %s\n", st_cuda_moe_tiles_oai() ? "the tiles (STRATA_MMQ_OAI build)"
+    printf("gpt-oss experts' prompt batches: %s\n", st_cuda_moe_tiles_oai() ? "the tiles (STRATA_MMQ_OAI, the default)"
                                                                            : "the GEMV path");
     check_route_scored(1, 32, 4, 2, 0, 1.0f, 1, 1, 0, 0, r);
     check_route_scored(8, 32, 4, 2, 0, 1.0f, 1, 1, 0, 1, r);
@@ -146,18 +146,18 @@ static void test_oai(test_rng *r) {
     expert_set_free(&s);
     if (expert_set_make(&s, 512, 256, 6, 6, STRATA_TYPE_Q8_0, STRATA_TYPE_Q8_0, r) && expert_set_oai(&s, 1, r)) {
         check_ffn("oai q8_0", &s, 1, 3, 0, 0, r);
-        check_ffn("oai q8_0", &s, 40, 3, 0, 0, r); /* a batch the tiles take (in STRATA_MMQ_OAI builds) */
+        check_ffn("oai q8_0", &s, 40, 3, 0, 0, r); /* a batch the tiles take (unless STRATA_MMQ_OAI=0) */
     }
     expert_set_free(&s);
     if (expert_set_make(&s, 512, 256, 6, 6, STRATA_TYPE_Q5_0, STRATA_TYPE_Q5_0, r) && expert_set_oai(&s, 1, r)) {
         check_ffn("oai q5_0", &s, 3, 3, 0, 0, r);
-        check_ffn("oai q5_0", &s, 40, 3, 0, 1, r); /* the f16 tiles (in STRATA_MMQ_OAI builds) */
+        check_ffn("oai q5_0", &s, 40, 3, 0, 1, r); /* the f16 tiles (unless STRATA_MMQ_OAI=0) */
     }
     expert_set_free(&s);
     if (expert_set_make(&s, 512, 256, 6, 6, STRATA_TYPE_Q4_K, STRATA_TYPE_Q6_K, r) && expert_set_oai(&s, 0, r)) {
         check_ffn("bias swiglu", &s, 1, 3, 1, 0, r);
         check_ffn("bias swiglu", &s, 5, 3, 1, 0, r);
-        check_ffn("bias swiglu", &s, 40, 3, 1, 0, r); /* the tiles with biases alone (STRATA_MMQ_OAI) */
+        check_ffn("bias swiglu", &s, 40, 3, 1, 0, r); /* the tiles with biases alone (unless STRATA_MMQ_OAI=0) */
     }
     expert_set_free(&s);
 }

@@ -4,8 +4,8 @@
  * of 8 columns on the same inputs, reports the NMSE between the two (the GEMV's q8_1 activations
  * against the tiles' f16: ~1e-5 expected) and times both with CUDA events (median of 20 calls
  * after a warm-up): milliseconds, TFLOP/s (2 x rows x columns x weights) and the speed-up. The
- * gpt-oss expert rows (biases, clamped SwiGLU: the tiles take them only in -DSTRATA_MMQ_OAI=1
- * builds) are checked too: NMSE <= 5e-4, sentinels kept (PASS / FAIL lines, exit status 1 on a
+ * gpt-oss expert rows (biases, clamped SwiGLU: the tiles take them unless built with
+ * -DSTRATA_MMQ_OAI=0) are checked too: NMSE <= 5e-4, sentinels kept (PASS / FAIL lines, exit status 1 on a
  * FAIL).
  *
  * Build (from the repository root, after `make` has built build/libstrata.a with CUDA):
@@ -158,13 +158,13 @@ static void dense(const char *name, strata_type type, int64_t K, int64_t N, int6
 
 /* The routed experts of one layer for a prompt of T tokens: the tile path in one call against the
  * GEMV path in 8-token calls. oai: gpt-oss's experts (random gate/up/down biases, the clamped
- * SwiGLU), taken by the tiles only in builds with -DSTRATA_MMQ_OAI=1 (else the row says so and
- * is skipped); those rows are checked (dev_verdict): NMSE <= 5e-4 against the GEMV path (itself
+ * SwiGLU), taken by the tiles unless built with -DSTRATA_MMQ_OAI=0 (then the row says so and is
+ * skipped); those rows are checked (dev_verdict): NMSE <= 5e-4 against the GEMV path (itself
  * checked against the CPU by test_cuda_moe) and the sentinels after the output untouched. */
 static void experts(const char *name, strata_type tg, strata_type td, int64_t E, int64_t F,
                     int32_t X, int32_t k, int64_t T, int32_t hot = 0, bool oai = false) {
     if (oai && !st_cuda_moe_tiles_oai()) {
-        printf("%-22s skipped: biased experts take the tiles only in builds with -DSTRATA_MMQ_OAI=1\n", name);
+        printf("%-22s skipped: this build keeps biased experts off the tiles (-DSTRATA_MMQ_OAI=0)\n", name);
         return;
     }
     size_t rbg, rbd;

@@ -593,7 +593,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     if (hp->n_expert > 0) {
         /* tile types take 8192 pairs per call (a 512-token prompt of a top-8 model in one), the
          * others the GEMV path's 1024 */
-        /* biased experts (gpt-oss) take the GEMV path only, but in STRATA_MMQ_OAI builds */
+        /* biased experts (gpt-oss) take the GEMV path only in -DSTRATA_MMQ_OAI=0 builds */
         int tiles = !hp->expert_act_oai || st_cuda_moe_tiles_oai();
         for (int il = 0; il < hp->n_layer; il++) {
             const st_layer *L = &s->model->layers[il];
