@@ -46,6 +46,7 @@ static const struct {
     {"n_threads", "-t"},
     {"pcie_frac", "--pcie-frac"},
     {"pin_experts", "--pin-experts"},
+    {"pool_pcie", "--pool-pcie"},
     {"pipe", "--pipe"},
     {"iq_stage_tables", "--iq-stage-tables"},
     {"q8_sm60", "--q8-sm60"},

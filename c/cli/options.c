@@ -102,6 +102,8 @@ static void cli_opts_env(cli_opts *o) {
     }
     const char *stage = getenv("STRATA_STAGE_EXPERTS"); /* unset or auto: -1; checked by the session */
     o->stage_experts = stage && stage[0] ? (strcmp(stage, "auto") == 0 ? -1 : atoi(stage)) : -1;
+    const char *zc = getenv("STRATA_POOL_PCIE"); /* unset: 0; auto: -1; checked by the session */
+    o->pool_pcie = zc && zc[0] ? (strcmp(zc, "auto") == 0 ? -1 : atoi(zc)) : 0;
 }
 
 void cli_opts_init(cli_opts *o) {
@@ -187,6 +189,11 @@ static void cli_usage_experts(FILE *f) {
         "                          takes a slot from a resident expert only when it has been\n"
         "                          looked up at least as often; the CPU computes the others\n"
         "                          (--no-cache-admit: every load may evict; $STRATA_CACHE_ADMIT=1)\n"
+        "  --pool-pcie N|auto      with --expert-cache and --doorbell: the GPU computes up to N of\n"
+        "                          a step's missed experts a layer itself, reading them from the\n"
+        "                          pinned copy over PCIe, while the pool computes the rest; auto:\n"
+        "                          the count the cost model predicts to finish first (default 0:\n"
+        "                          the pool computes every miss; $STRATA_POOL_PCIE)\n"
         "  --pin-experts           GPU sessions with --expert-cache or --cpu-moe/--n-cpu-moe: copy\n"
         "                          the experts kept in RAM into pinned memory at start (PCIe\n"
         "                          loads ~3x faster); default: when the copy leaves 4 GiB of RAM\n"
@@ -754,6 +761,7 @@ static const cli_value_row cli_values[] = {
     CLI_FN(NULL, "--defer-cpu", opt_defer_cpu),
     CLI_FN(NULL, "--defer-cpu-below", opt_defer_below),
     CLI_INT_AUTO(NULL, "--stage-experts", stage_experts, 0, 1L << 30),
+    CLI_INT_AUTO(NULL, "--pool-pcie", pool_pcie, 0, 1L << 20),
     CLI_FN(NULL, "--degrade-tau", opt_degrade_tau),
     CLI_FN(NULL, "--route-tail-skip", opt_route_tail_skip),
     CLI_FN(NULL, "--iq-stage-tables", opt_iq_stage_tables),
@@ -810,7 +818,7 @@ static void cli_note_gpu_only(cli_opts *o, const char *a) {
         "--cpu-moe", "--n-cpu-moe", "--gpu-experts", "--expert-cache", "--gpu-mem", "--cpu-misses",
         "--no-cpu-misses", "--pcie-frac", "--gpu-prefetch", "--cpu-warm", "--no-cpu-warm",
         "--cache-admit", "--no-cache-admit", "--stage-ahead", "--stage-split", "--defer-cpu", "--defer-cpu-below",
-        "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts",
+        "--doorbell", "--doorbell-graphs", "--pin-experts", "--no-pin-experts", "--stage-experts", "--pool-pcie",
         "--attn-tc", "--no-attn-tc", "--attn-tc-split", "--attn-tc-split-p", "--q8-tiles",
         "--no-q8-tiles", "--q8-sm60", "--q8-sm60-bps", "--cuda-graphs", "--no-cuda-graphs", "--pdl", "--no-pdl", "--pdl-all",
         "--iq-stage-tables", "--layer-split", "--split", "--split-device", "--pipeline-windows", "--peer-device",

@@ -42,6 +42,7 @@ typedef struct {
     int gpu_prefetch;             /* --gpu-prefetch ($STRATA_GPU_PREFETCH=1) */
     int cpu_warm;                 /* --cpu-warm / --no-cpu-warm ($STRATA_CPU_WARM=1) */
     int cache_admit;              /* --cache-admit / --no-cache-admit ($STRATA_CACHE_ADMIT=1) */
+    int pool_pcie;                /* --pool-pcie N|auto ($STRATA_POOL_PCIE; -1 auto, 0 off) */
     int stage_ahead;              /* --stage-ahead ($STRATA_STAGE_AHEAD=1) */
     int stage_split;              /* --stage-split ($STRATA_STAGE_SPLIT=1) */
     int defer_cpu;                /* --defer-cpu 0|1|check ($STRATA_VERIFY_DEFER_CPU): 0, 1, 2 */

@@ -63,6 +63,7 @@ static const cli_param_row cli_session_rows[] = {
     CLI_SESSION(int, doorbell, placement.doorbell),
     CLI_SESSION(int, cpu_warm, placement.cpu_warm),
     CLI_SESSION(int, cache_admit, placement.cache_admit),
+    CLI_SESSION(int, pool_pcie, placement.pool_pcie),
     CLI_SESSION(int, stage_ahead, placement.stage_ahead),
     CLI_SESSION(int, stage_split, placement.stage_split),
     CLI_SESSION(int, defer_cpu, placement.defer_cpu),

@@ -81,12 +81,17 @@ strata_status st_cuda_pool_publish(const float *d_x, const int32_t *d_ids, const
 /* The same for a layer whose experts are partly in GPU slots: d_where (device, [n_expert],
  * nonzero: resident) splits the routing: the pool gets -1 for the resident experts, d_ids_gpu
  * (device, T x k) the resident ones and -1 for the others (the GPU's grouped kernel skips -1),
- * d_hist (device, T x k, may be NULL) a copy of d_ids. */
+ * d_hist (device, T x k, may be NULL) a copy of d_ids. d_zc_of_m (device, [T k + 1], may be
+ * NULL): of M distinct missed experts, the first d_zc_of_m[M] in slot order (at most
+ * ST_POOL_ZC_MAX) go to the GPU too (its table then reads them from host memory: pool_pcie),
+ * their d_hist entries or-ed with ST_POOL_ZC_FLAG. */
+#define ST_POOL_ZC_MAX 128
+#define ST_POOL_ZC_FLAG 0x40000000
 strata_status st_cuda_pool_publish_split(const float *d_x, const int32_t *d_ids, const float *d_wts,
                                          int64_t T, int64_t n_embd, int32_t k, const int32_t *d_where,
                                          int32_t n_expert, int32_t *d_ids_gpu, int32_t *d_hist,
-                                         float *m_x, int32_t *m_ids, float *m_wts, int32_t *m_T,
-                                         uint32_t *m_req, const uint32_t *d_step, void *stream);
+                                         const int32_t *d_zc_of_m, float *m_x, int32_t *m_ids, float *m_wts,
+                                         int32_t *m_T, uint32_t *m_req, const uint32_t *d_step, void *stream);
 /* Waits on the device until *m_done == *d_step (the pool answered this step's request), then
  * copies the n floats of m_out (the pool's rows) to d_out. n 0: the wait alone (m_out and d_out
  * may be NULL): the stream's later kernels may read the pool's mapped rows themselves (the

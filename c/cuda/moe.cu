@@ -783,22 +783,51 @@ static __device__ __forceinline__ uint32_t st_ld_acquire_sys(const uint32_t *p) 
 /* One block: the T rows and their routing into the mapped request arrays, every thread's writes
  * made visible system-wide, then T and the step number (the pool acquires req, then reads).
  * With where (the layer's residency, nonzero: in a GPU slot): the pool gets -1 for the resident
- * experts, ids_gpu (device) the resident ones and -1 for the rest, hist a copy of the ids. */
+ * experts, ids_gpu (device) the resident ones and -1 for the rest, hist a copy of the ids. With
+ * zc_of_m too ([T k + 1]: how many of M distinct missed experts the GPU reads from host memory
+ * itself): the first zc_of_m[M] distinct missed experts in slot order go to the GPU as well
+ * (ids_gpu), their hist entries marked ST_POOL_ZC_FLAG. */
 static __global__ void __launch_bounds__(256)
 st_k_pool_publish(const float *__restrict__ x, const int32_t *__restrict__ ids, const float *__restrict__ wts,
                   int T, int64_t n_embd, int k, float *m_x, int32_t *m_ids, float *m_wts, int32_t *m_T,
                   uint32_t *m_req, const uint32_t *__restrict__ d_step, const int32_t *__restrict__ where,
-                  int n_expert, int32_t *__restrict__ ids_gpu, int32_t *__restrict__ hist) {
+                  int n_expert, int32_t *__restrict__ ids_gpu, int32_t *__restrict__ hist,
+                  const int32_t *__restrict__ zc_of_m) {
     st_pdl_enter();
+    __shared__ int32_t zc[ST_POOL_ZC_MAX];
+    __shared__ int n_zc;
+    if (threadIdx.x == 0) { /* the distinct missed experts in slot order; the first J of them */
+        int m = 0, nz = 0;
+        if (where && zc_of_m) {
+            int32_t seen[ST_POOL_ZC_MAX];
+            for (int i = 0; i < T * k; i++) {
+                const int32_t e = ids[i];
+                if (e < 0 || e >= n_expert || where[e] != 0) continue;
+                bool dup = false;
+                for (int j = 0; j < m && j < ST_POOL_ZC_MAX && !dup; j++) dup = seen[j] == e;
+                if (dup) continue;
+                if (m < ST_POOL_ZC_MAX) seen[m] = e;
+                m++;
+            }
+            nz = zc_of_m[m < T * k ? m : T * k]; /* (m counts a repeat past the list as new) */
+            nz = nz < m ? nz : m;
+            nz = nz < ST_POOL_ZC_MAX ? nz : ST_POOL_ZC_MAX;
+            for (int j = 0; j < nz; j++) zc[j] = seen[j];
+        }
+        n_zc = nz;
+    }
+    __syncthreads();
     const int64_t nx = (int64_t)T * n_embd;
     for (int64_t i = threadIdx.x; i < nx; i += blockDim.x) m_x[i] = x[i];
     for (int i = (int)threadIdx.x; i < T * k; i += (int)blockDim.x) {
         const int32_t e = ids[i];
-        const bool gpu = where && e >= 0 && e < n_expert && where[e] != 0;
+        bool z = false;
+        for (int j = 0; j < n_zc && !z; j++) z = zc[j] == e;
+        const bool gpu = z || (where && e >= 0 && e < n_expert && where[e] != 0);
         m_ids[i] = gpu ? -1 : e;
         m_wts[i] = wts[i];
         if (ids_gpu) ids_gpu[i] = gpu ? e : -1;
-        if (hist) hist[i] = e;
+        if (hist) hist[i] = z ? (e | ST_POOL_ZC_FLAG) : e;
     }
     __threadfence_system();
     __syncthreads();
@@ -852,7 +881,7 @@ extern "C" strata_status st_cuda_pool_publish(const float *d_x, const int32_t *d
     ST_TRY(st_cuda_require(fn));
     st_launch(st_k_pool_publish, 1, 256, 0, (cudaStream_t)stream, d_x, d_ids, d_wts, (int)T, n_embd, (int)k,
               m_x, m_ids, m_wts, m_T, m_req, d_step, (const int32_t *)NULL, 0, (int32_t *)NULL,
-              (int32_t *)NULL);
+              (int32_t *)NULL, (const int32_t *)NULL);
     ST_CUDA_CHECK_LAUNCH("st_k_pool_publish");
     return STRATA_OK;
 }
@@ -860,8 +889,9 @@ extern "C" strata_status st_cuda_pool_publish(const float *d_x, const int32_t *d
 extern "C" strata_status st_cuda_pool_publish_split(const float *d_x, const int32_t *d_ids, const float *d_wts,
                                                     int64_t T, int64_t n_embd, int32_t k, const int32_t *d_where,
                                                     int32_t n_expert, int32_t *d_ids_gpu, int32_t *d_hist,
-                                                    float *m_x, int32_t *m_ids, float *m_wts, int32_t *m_T,
-                                                    uint32_t *m_req, const uint32_t *d_step, void *stream) {
+                                                    const int32_t *d_zc_of_m, float *m_x, int32_t *m_ids,
+                                                    float *m_wts, int32_t *m_T, uint32_t *m_req,
+                                                    const uint32_t *d_step, void *stream) {
     static const char *fn = "st_cuda_pool_publish_split";
     if (T < 0 || T > 65536 || n_embd < 1 || k < 1 || n_expert < 1 || !d_x || !d_ids || !d_wts || !d_where ||
         !d_ids_gpu || !m_x || !m_ids || !m_wts || !m_T || !m_req || !d_step)
@@ -869,7 +899,7 @@ extern "C" strata_status st_cuda_pool_publish_split(const float *d_x, const int3
                         fn, (long long)T, (long long)n_embd, (int)k, (int)n_expert);
     ST_TRY(st_cuda_require(fn));
     st_launch(st_k_pool_publish, 1, 256, 0, (cudaStream_t)stream, d_x, d_ids, d_wts, (int)T, n_embd, (int)k,
-              m_x, m_ids, m_wts, m_T, m_req, d_step, d_where, (int)n_expert, d_ids_gpu, d_hist);
+              m_x, m_ids, m_wts, m_T, m_req, d_step, d_where, (int)n_expert, d_ids_gpu, d_hist, d_zc_of_m);
     ST_CUDA_CHECK_LAUNCH("st_k_pool_publish");
     return STRATA_OK;
 }

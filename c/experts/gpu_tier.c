@@ -80,6 +80,7 @@ void st_gpu_tier_prefetch_counters(const st_gpu_tier *c, int64_t *issued, int64_
     (void)c; *issued = *timely = *late = 0;
 }
 void st_gpu_tier_set_admit(st_gpu_tier *c, int on) { (void)c; (void)on; }
+void st_gpu_tier_set_zero_copy(st_gpu_tier *c, int on) { (void)c; (void)on; }
 int st_gpu_tier_admits(const st_gpu_tier *c, int il, int32_t e) { (void)c; (void)il; (void)e; return 1; }
 void st_gpu_tier_count_misses(st_gpu_tier *c, int il, const int32_t *ids, int64_t n) {
     (void)c; (void)il; (void)ids; (void)n;
@@ -145,6 +146,7 @@ struct st_gpu_tier {
     int ring;                     /* the next one to fill */
     int64_t pf_issued, pf_timely, pf_late;
     int admit;                    /* st_gpu_tier_set_admit */
+    int zero_copy;                /* st_gpu_tier_set_zero_copy */
     /* st_gpu_tier_export: every layer's residency and descriptors, host and device copies */
     uint64_t version;             /* bumped by every claim (an eviction) and publish */
     uint64_t exported;            /* the version last uploaded, 0: never */
@@ -249,6 +251,16 @@ static st_cuda_expert st_slot_expert(const st_gpu_tier *c, const st_expert *v, i
     x.gate = st_slot_mat(&v->gate, p);
     x.up = st_slot_mat(&v->up, p + g);
     x.down = st_slot_mat(&v->down, p + g + u);
+    return x;
+}
+
+/* The device descriptors of an expert read in place from its host views (pool_pcie: the pinned
+ * copy, each matrix 256-byte aligned as in a slot; a kernel reads it over PCIe). */
+static st_cuda_expert st_host_expert(const st_expert *v) {
+    st_cuda_expert x;
+    x.gate = st_slot_mat(&v->gate, (const uint8_t *)v->gate.data);
+    x.up = st_slot_mat(&v->up, (const uint8_t *)v->up.data);
+    x.down = st_slot_mat(&v->down, (const uint8_t *)v->down.data);
     return x;
 }
 
@@ -555,7 +567,8 @@ strata_status st_gpu_tier_export(st_gpu_tier *c, const void **d_tables,
                     c->h_all[i] = x;
                 } else {
                     dirty |= c->h_where[i] != 0;
-                    memset(&c->h_all[i], 0, sizeof c->h_all[i]);
+                    if (c->zero_copy) c->h_all[i] = st_host_expert(&c->ctx.experts[i]);
+                    else memset(&c->h_all[i], 0, sizeof c->h_all[i]);
                 }
                 c->h_where[i] = ready;
             }
@@ -628,6 +641,7 @@ strata_status st_gpu_tier_after_step(st_gpu_tier *c, int il, const int32_t *ids,
 }
 
 void st_gpu_tier_set_admit(st_gpu_tier *c, int on) { c->admit = on != 0; }
+void st_gpu_tier_set_zero_copy(st_gpu_tier *c, int on) { c->zero_copy = on != 0; }
 
 int st_gpu_tier_admits(const st_gpu_tier *c, int il, int32_t e) {
     return !c->admit || st_book_admits(&c->book, il, e);

@@ -59,6 +59,10 @@ void st_gpu_tier_missed(const st_gpu_tier *c, int il, const int32_t *ids, int64_
  * again (synchronous copies: call it before the step's kernels are enqueued). */
 strata_status st_gpu_tier_export(st_gpu_tier *c, const void **d_tables,
                                   const int32_t **d_where);
+/* pool_pcie: the exported tables give a non-resident expert the descriptors of its host views
+ * (the pinned copy, laid out as a slot; read by a kernel over PCIe under unified addressing)
+ * instead of zeros; d_where still says 0 for it. Set before the first export. */
+void st_gpu_tier_set_zero_copy(st_gpu_tier *c, int on);
 /* After such a step: layer il's routed ids (n, host) are looked up (the use counts, the recency
  * clock, the hit and miss counters), and its missed experts loaded into slots (synchronous
  * copies) for the steps to come: into EMPTY slots while *empty lasts, then in place of the

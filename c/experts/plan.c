@@ -35,6 +35,9 @@ static strata_status st_plan_ranges(const strata_placement_params *q) {
     if (q->pin_experts < -1 || q->pin_experts > 1)
         return st_error(STRATA_ERR_INVALID_ARG, "session option pin_experts %d (1 on, 0 off, -1 auto)",
                         q->pin_experts);
+    if (q->pool_pcie < -1)
+        return st_error(STRATA_ERR_INVALID_ARG, "session option pool_pcie %d (0 off, N > 0 at most N missed "
+                        "experts a layer call, -1 the cost model's count)", q->pool_pcie);
     return STRATA_OK;
 }
 
@@ -52,6 +55,9 @@ static strata_status st_plan_combinations(const strata_session_params *p) {
         return st_error(STRATA_ERR_UNSUPPORTED, "doorbell with expert_cache: the expert pool computes "
                         "the decode steps' misses; gpu_prefetch, cpu_misses and degrade_zero handle "
                         "them otherwise (leave them off)");
+    if (gpu && q->pool_pcie != 0 && q->pin_experts == 0)
+        return st_error(STRATA_ERR_UNSUPPORTED, "pool_pcie reads missed experts from their pinned copy: "
+                        "it needs pin_experts (not 0)");
     if (gpu && q->doorbell && q->n_cpu_moe != 0 && q->cpu_misses == 1)
         return st_error(STRATA_ERR_UNSUPPORTED, "doorbell with n_cpu_moe: the expert pool computes "
                         "every expert of the CPU layers' decode steps; cpu_misses (a share over "
@@ -114,4 +120,6 @@ void st_plan_resolve(const strata_session_params *p, st_placement_plan *out) {
     /* deferral: only where the pool computes CPU layers (the calls it serves); else nothing */
     pl->defer_cpu = gpu && q->n_cpu_moe != 0 && pl->doorbell ? q->defer_cpu : 0;
     pl->defer_below = pl->defer_cpu ? q->defer_cpu_below : 0.0f;
+    /* the GPU's own share of the pool's misses: only where the pool computes a cache's misses */
+    pl->pool_pcie = gpu && q->expert_cache != 0 && pl->doorbell && !ram_gpu ? q->pool_pcie : 0;
 }

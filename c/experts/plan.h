@@ -43,6 +43,9 @@ typedef struct st_placement_plan {
     int defer_cpu;          /* GPU, the pool's CPU layers: 1 late rows join before the next FFN,
                                2 check (on time, summed in the split's parts); 0 off */
     float defer_below;      /* the split weight; >= 1 every CPU row deferred */
+    int pool_pcie;          /* GPU cache with the pool computing misses: the GPU reads up to N of
+                               a call's missed experts from the pinned copy itself; -1 the cost
+                               model's count; 0 off */
 } st_placement_plan;
 
 /* Each placement option in range, and the options that do not combine (with the backend and

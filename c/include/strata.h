@@ -78,7 +78,7 @@ extern "C" {
 #define STRATA_VERSION_PATCH 0
 /* The binary interface: a new number whenever a struct's layout or a function's signature
  * changes; the shared library's soname is libstrata.so.<this>. */
-#define STRATA_ABI_VERSION 12
+#define STRATA_ABI_VERSION 13
 
 typedef enum strata_status {
     STRATA_OK = 0,
@@ -455,6 +455,15 @@ typedef struct strata_placement_params {
                              changes). 0 (default): off, nothing allocated, the same steps. */
     float defer_cpu_below; /* with defer_cpu: the routing weight that splits a deferred layer's
                              CPU rows (default 0.1); >= 1: every CPU row deferred, no split. */
+    int pool_pcie;        /* with expert_cache and doorbell (the pool computes the cache's misses),
+                             in the calls the pool serves: the GPU computes some of each call's
+                             missed experts itself, its kernel reading their weights straight from
+                             the pinned copy over PCIe (no slot, no host step), while the pool
+                             computes the rest. 0 (default) off; N > 0: at most N a layer call;
+                             -1: the count the cost model predicts to finish first. Needs the
+                             pinned copy (pin_experts not 0). Where the cache's split is exact
+                             (strata_session_stats.cache_split 1) the results are the same bits
+                             whatever the count; otherwise the GPU's share is in its arithmetic. */
 } strata_placement_params;
 
 /* How a CUDA session runs its kernels. None of them changes the results except attn_tc, which

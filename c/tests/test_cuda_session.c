@@ -45,6 +45,7 @@ static int g_attn_tc = -1;                 /* attn_tc of the next sessions (the 
 static int64_t g_ram = 0;                  /* ram_budget of the next sessions */
 static int g_doorbell = 0;                 /* cuda_doorbell of the next sessions */
 static int g_admit = 0;                    /* placement.cache_admit of the next sessions */
+static int g_pool_pcie = 0;                /* placement.pool_pcie of the next sessions */
 static int g_ahead = 0;                    /* placement.stage_ahead of the next sessions */
 static int g_split = 0;                    /* placement.stage_split of the next sessions */
 static int g_defer = 0;                    /* placement.defer_cpu of the next sessions */
@@ -71,6 +72,7 @@ static strata_session *new_session(const strata_model *m, strata_backend_kind be
     sp.placement.ram_budget = g_ram;
     sp.placement.doorbell = g_doorbell;
     sp.placement.cache_admit = g_admit;
+    sp.placement.pool_pcie = g_pool_pcie;
     sp.placement.stage_ahead = g_ahead;
     sp.placement.stage_split = g_split;
     sp.placement.defer_cpu = g_defer;
@@ -597,7 +599,9 @@ static void test_pool_misses(const strata_model *m, const strata_token *toks, in
  * the logits are --cpu-moe's (every expert by the CPU through the host hand-off, its sum; the
  * dense parts on the GPU in both) bit for bit, whatever the residency: 32 slots (misses by the
  * pool, counted), 32 slots with cache_admit (more of them), and 192 slots on a third pass (every
- * expert resident: the GPU's exact rows alone, no slot-row on the pool). */
+ * expert resident: the GPU's exact rows alone, no slot-row on the pool); and whatever share of
+ * the misses the GPU reads from the pinned copy itself (pool_pcie 2, the cost model's count, and
+ * every miss: more slot-rows on the GPU than without, none on the pool for the last). */
 static void test_pool_misses_exact(const strata_model *m, const strata_token *toks, int32_t V) {
     enum { STEPS = 40 };
     const size_t bytes = sizeof(float) * (size_t)V * (STEPS + 1);
@@ -607,23 +611,31 @@ static void test_pool_misses_exact(const strata_model *m, const strata_token *to
     g_cpu_moe = -1;
     int ok = ref && got && forced_steps(m, toks, STEPS, 1, V, ref, &sc);
     g_cpu_moe = 0;
-    static const struct { int slots, admit, passes; } runs[3] = {{32, 0, 1}, {32, 1, 1}, {192, 0, 3}};
-    for (int i = 0; i < 3 && ok; i++) {
+    static const struct { int slots, admit, passes, zc; } runs[6] = {
+        {32, 0, 1, 0}, {32, 1, 1, 0}, {192, 0, 3, 0}, {32, 0, 1, 2}, {32, 0, 1, -1}, {32, 0, 1, 1000}};
+    int64_t gpu_rows0 = 0; /* the first run's GPU slot-rows: pool_pcie's runs have more */
+    for (int i = 0; i < 6 && ok; i++) {
         g_cache = runs[i].slots;
         g_admit = runs[i].admit;
+        g_pool_pcie = runs[i].zc;
         g_doorbell = 1;
         const int okr = forced_steps(m, toks, STEPS, runs[i].passes, V, got, &sp);
-        g_cache = g_admit = g_doorbell = 0;
+        g_cache = g_admit = g_doorbell = g_pool_pcie = 0;
         const int same = okr && !memcmp(ref, got, bytes);
-        printf("pool misses exact, %d slots%s, pass %d: logits %s --cpu-moe's; slot-rows %lld GPU / %lld CPU\n",
-               runs[i].slots, runs[i].admit ? ", cache_admit" : "", runs[i].passes,
+        printf("pool misses exact, %d slots%s, pool_pcie %d, pass %d: logits %s --cpu-moe's; slot-rows %lld GPU / "
+               "%lld CPU\n", runs[i].slots, runs[i].admit ? ", cache_admit" : "", runs[i].zc, runs[i].passes,
                same ? "bit-identical to" : "DIFFER from", (long long)sp.expert_slots_gpu,
                (long long)sp.expert_slots_cpu);
-        CHECK(same, "pool misses exact, %d slots%s: logits differ from --cpu-moe's", runs[i].slots,
-              runs[i].admit ? ", cache_admit" : "");
-        CHECK(okr && (runs[i].slots == 192 ? sp.expert_slots_cpu == 0 : sp.expert_slots_cpu > 0),
-              "pool misses exact, %d slots: %lld slot-rows on the pool", runs[i].slots,
+        CHECK(same, "pool misses exact, %d slots%s, pool_pcie %d: logits differ from --cpu-moe's", runs[i].slots,
+              runs[i].admit ? ", cache_admit" : "", runs[i].zc);
+        if (i == 0) gpu_rows0 = sp.expert_slots_gpu;
+        const int none_on_pool = runs[i].slots == 192 || runs[i].zc == 1000;
+        CHECK(okr && (none_on_pool ? sp.expert_slots_cpu == 0 : sp.expert_slots_cpu > 0),
+              "pool misses exact, %d slots, pool_pcie %d: %lld slot-rows on the pool", runs[i].slots, runs[i].zc,
               (long long)sp.expert_slots_cpu);
+        CHECK(!okr || runs[i].zc <= 0 || sp.expert_slots_gpu > gpu_rows0,
+              "pool misses exact, pool_pcie %d: %lld slot-rows on the GPU, no more than without (%lld)", runs[i].zc,
+              (long long)sp.expert_slots_gpu, (long long)gpu_rows0);
     }
     g_prompt_call = 12;
     CHECK(ok, "pool misses exact: the --cpu-moe reference failed");

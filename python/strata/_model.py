@@ -79,7 +79,9 @@ class Model:
     memory, docs/EXPERTS.md), cpu_warm (with n_cpu_moe: the CPU threads read the next CPU layer's
     predicted experts into their caches while the GPU computes; default False), cache_admit (with
     expert_cache and doorbell or cpu_misses: a miss evicts a resident expert only when looked up at
-    least as often; default False), stage_ahead (with staging: the next CPU layer's experts copied
+    least as often; default False), pool_pcie (with expert_cache and doorbell: the GPU computes up
+    to N of a step's missed experts a layer itself, reading the pinned copy over PCIe, while the
+    pool computes the rest; "auto": the cost model's count; default 0, off), stage_ahead (with staging: the next CPU layer's experts copied
     to the GPU while a staged layer computes; default False), stage_split (with staging: a prompt
     batch of a CPU layer not staged whole split by the cost model, its heaviest experts on the GPU
     while the CPU computes the rest; default False), defer_cpu (with doorbell and CPU layers, an
@@ -112,7 +114,7 @@ class Model:
                  attn_tc="auto", pin_experts="auto", cpu_pin: bool = False,
                  gpu_prefetch: bool = False, cpu_misses="auto", pcie_frac: float = -1.0,
                  doorbell: bool = False, cpu_warm: bool = False, q8_tiles: bool = True,
-                 cache_admit: bool = False, stage_ahead: bool = False, stage_split: bool = False,
+                 cache_admit: bool = False, pool_pcie=0, stage_ahead: bool = False, stage_split: bool = False,
                  defer_cpu=0, defer_cpu_below: float = 0.1, route_tail_skip: float = 0.0,
                  iq_stage_tables="auto", q8_sm60: bool = False, q8_sm60_bps: int = 0,
                  layer_split=None, split_device=None, pipeline_windows: bool = False,
@@ -195,6 +197,12 @@ class Model:
         else:
             stage_experts = int_arg("stage_experts", stage_experts)
         self.stage_experts, self.expert_cache, self.gpu_mem = int(stage_experts), int(expert_cache), int(gpu_mem)
+        if pool_pcie == "auto":
+            self.pool_pcie = -1
+        elif isinstance(pool_pcie, str):
+            raise ValueError(f"pool_pcie must be a count of experts or 'auto', not {pool_pcie!r}")
+        else:
+            self.pool_pcie = int_arg("pool_pcie", pool_pcie)
         self._split = split_args(layer_split, split_device, pipeline_windows, peer_device,
                                  expert_cache_devices)
         self.path = path
@@ -360,7 +368,7 @@ class Model:
         pl.cpu_misses, pl.pcie_frac = self.cpu_misses, self.pcie_frac
         pl.doorbell, pl.cpu_warm = int(self.doorbell), int(self.cpu_warm)
         pl.cache_admit, pl.stage_ahead = int(self.cache_admit), int(self.stage_ahead)
-        pl.stage_split = int(self.stage_split)
+        pl.stage_split, pl.pool_pcie = int(self.stage_split), self.pool_pcie
         pl.defer_cpu, pl.defer_cpu_below = self.defer_cpu, self.defer_cpu_below
         cu = sp.cuda
         cu.graphs, cu.pdl, cu.attn_tc, cu.q8_tiles = (int(self.cuda_graphs), self.cuda_pdl,

@@ -350,7 +350,8 @@ def test_cli_placement_options_parse(model):
                   ["--pin-experts"], ["--cpu-pin"], ["--gpu-prefetch"], ["--cpu-misses"],
                   ["--pcie-frac", "0.5"], ["--attn-tc-split"], ["--attn-tc-split-p"], ["--no-attn-tc"], ["--no-pdl"],
                   ["--pdl"], ["--pdl-all"], ["--doorbell-graphs"], ["--cpu-warm"], ["--no-cpu-warm"],
-                  ["--q8-tiles"], ["--no-q8-tiles"], ["--cache-admit"], ["--no-cache-admit"], ["--stage-ahead"], ["--q8-sm60"]):
+                  ["--q8-tiles"], ["--no-q8-tiles"], ["--cache-admit"], ["--no-cache-admit"], ["--stage-ahead"], ["--q8-sm60"],
+                  ["--pool-pcie", 2], ["--pool-pcie", "auto"]):
         assert run_cli(*args, *extra).stdout == base, extra
     prof = run_cli(*args, "--profile").stderr.decode()
     assert "strata: profile (prompt and generation)" in prof and " experts " in prof
@@ -358,6 +359,7 @@ def test_cli_placement_options_parse(model):
     assert b"bad value 'x' for --n-cpu-moe" in run_cli(*args, "--n-cpu-moe", "x", check_rc=2).stderr
     assert b"--stage-experts" in run_cli(*args, "--stage-experts", "-3", check_rc=2).stderr
     assert b"--pcie-frac" in run_cli(*args, "--pcie-frac", "1.5", check_rc=2).stderr
+    assert b"--pool-pcie" in run_cli(*args, "--pool-pcie", "-2", check_rc=2).stderr
     # the [PROF] footer: a CPU session computes every routed slot (6 layers x top-4 per token)
     assert b"[PROF]" not in run_cli(*args).stderr  # a CPU run prints it only with --profile
     err = run_cli(*args, "--profile").stderr.decode()
@@ -467,7 +469,7 @@ def test_python_gpu_placement_options():
                         stage_experts=16, expert_cache="auto", gpu_mem=1 << 30, attn_tc=True,
                         pin_experts=True, gpu_prefetch=True, cpu_misses=True, pcie_frac=0.25,
                         cache_admit=True, stage_ahead=True, stage_split=True, defer_cpu=1,
-                        defer_cpu_below=0.2)
+                        defer_cpu_below=0.2, pool_pcie="auto")
     assert np.array_equal(base.logits(toks), opts.logits(toks))
     assert opts.last_stats["threads_pinned"] == (1 if len(os.sched_getaffinity(0)) >= 2 else 0)
     with pytest.raises(ValueError):
@@ -482,6 +484,10 @@ def test_python_gpu_placement_options():
         strata.Model(path, defer_cpu=1, defer_cpu_below=0)
     with pytest.raises(ValueError, match="stage_experts"):
         strata.Model(path, n_ctx=128, stage_experts=-2)
+    with pytest.raises(ValueError, match="pool_pcie"):
+        strata.Model(path, n_ctx=128, pool_pcie="most")
+    with pytest.raises(ValueError, match="pool_pcie"):
+        strata.Model(path, n_ctx=128, pool_pcie=-1)
     if not strata.backends()[1]["available"]:  # refused at the call, with CUDA's reason
         with pytest.raises(strata.StrataError):
             strata.Model(path, n_ctx=128, backend="cuda", n_cpu_moe=-1, stage_experts=1)

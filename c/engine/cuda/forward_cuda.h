@@ -182,6 +182,8 @@ struct st_gpu {
     int32_t *pm_hist;                     /* device (n_layer, 8, k): each layer's routing */
     int32_t *h_pm_hist;                   /* pinned host copy, read after the step */
     float *pm_part;                       /* device (8, n_embd): the pool's sum (not pm_exact) */
+    int32_t *d_zc_of_m;                   /* pool_pcie: device (8 k + 1): of M missed experts, how
+                                             many the GPU reads from the pinned copy; NULL: none */
     int32_t *d_err;                       /* device: set when the pool did not answer */
     uint32_t *h_step;                     /* pinned staging of the step number */
     int pool_open;                        /* this call announced *h_step to the pool */

@@ -23,6 +23,7 @@ static strata_status st_gpu_measure_costs(strata_session *s, st_gpu_tier *c, int
 static strata_status st_gpu_alloc_split(strata_session *s);
 static int st_gpu_exact_ok(const strata_session *s, int on_cpu);
 static strata_status st_gpu_alloc_exact(strata_session *s);
+static strata_status st_gpu_setup_pool_pcie(strata_session *s);
 
 /* ---------------------------------------------------------------------------------------------
  * Upload
@@ -668,6 +669,7 @@ static void st_gpu_free_one(strata_session *s) {
     st_cuda_free(g->d_step);
     st_cuda_free(g->pm_ids);
     st_cuda_free(g->pm_hist);
+    st_cuda_free(g->d_zc_of_m);
     st_cuda_free(g->pm_part);
     st_cuda_host_free(g->h_pm_hist);
     st_cuda_free(g->d_err);
@@ -855,8 +857,44 @@ static strata_status st_gpu_setup_pool(strata_session *s) {
         else TRY(st_gpu_alloc((void **)&g->pm_part, sizeof(float) * R * E));
         TRY(st_cuda_host_alloc((void **)&g->h_pm_hist, sizeof(int32_t) * (size_t)hp->n_layer * R * K));
         g->pool_misses = 1;
+        if (s->plan.pool_pcie != 0) TRY(st_gpu_setup_pool_pcie(s));
     }
     return STRATA_OK;
+}
+
+/* pool_pcie: the GPU's own share of the pool's misses, read in place from the pinned copy (the
+ * tier's tables give a missed expert its pinned descriptors): for each count M of a call's
+ * distinct missed experts, how many the GPU takes (pool_pcie N: at most N; -1: the cost model's
+ * split of M one-row misses, from the PCIe and CPU rates measured here), uploaded once. */
+static strata_status st_gpu_setup_pool_pcie(strata_session *s) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    if (!g->pinned)
+        return st_error(STRATA_ERR_UNSUPPORTED, "pool_pcie: the routed experts have no pinned copy to read "
+                        "(pin_experts auto leaves 4 GiB of RAM free and found too little; pin_experts 1 "
+                        "insists)");
+    const int n = ST_POOL_T * hp->n_expert_used + 1;
+    int32_t *h = malloc(sizeof(int32_t) * (size_t)n);
+    st_miss *ms = malloc(sizeof *ms * (size_t)n);
+    uint8_t *ld = malloc((size_t)n);
+    strata_status st = h && ms && ld ? STRATA_OK : st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    if (st == STRATA_OK && s->plan.pool_pcie < 0) /* (a split's stage: its own first layer) */
+        st = st_gpu_measure_costs(s, g->cache, st_model_first_moe_layer(s->model, g->l0), 1);
+    for (int m = 0; st == STRATA_OK && m < n; m++) {
+        if (s->plan.pool_pcie > 0) {
+            h[m] = m < s->plan.pool_pcie ? m : s->plan.pool_pcie;
+            continue;
+        }
+        for (int i = 0; i < m; i++) ms[i] = (st_miss){.expert = i, .rows = 1, .weight = 1.0f};
+        h[m] = st_cost_decide(&s->cost, ms, m, ld, NULL);
+    }
+    if (st == STRATA_OK) st = st_gpu_alloc((void **)&g->d_zc_of_m, sizeof(int32_t) * (size_t)n);
+    if (st == STRATA_OK) st = st_cuda_memcpy_h2d(g->d_zc_of_m, h, sizeof(int32_t) * (size_t)n);
+    if (st == STRATA_OK) st_gpu_tier_set_zero_copy(g->cache, 1);
+    free(h);
+    free(ms);
+    free(ld);
+    return st;
 }
 
 /* The next layer's prediction for the CPU's side: pipe (the RAM tier reads ahead) or cpu_warm

@@ -728,7 +728,7 @@ static strata_status st_gpu_moe_pool_misses(strata_session *s, st_moe_chunk *c) 
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     st_doorbell_layer *r = &g->db[il];
     TRY(st_cuda_pool_publish_split(g->xn, g->ids, g->wts, tn, E, K, g->pm_where + (size_t)il * (size_t)X, X,
-                                   g->pm_ids, g->pm_hist + (size_t)il * ST_POOL_T * (size_t)K,
+                                   g->pm_ids, g->pm_hist + (size_t)il * ST_POOL_T * (size_t)K, g->d_zc_of_m,
                                    st_gpu_db_dev(g, r->x), st_gpu_db_dev(g, r->ids), st_gpu_db_dev(g, r->wts),
                                    st_gpu_db_dev(g, &r->T), st_gpu_db_dev(g, &r->req_seq), g->d_step,
                                    g->stream));
@@ -894,10 +894,28 @@ strata_status st_gpu_pool_begin(strata_session *s) {
  * it (synchronous copies between steps); loads into EMPTY slots are not limited. */
 #define ST_POOL_LOADS_PER_STEP 4
 
+/* pool_pcie: layer il's routing of the step as it came down (T k), the entries of the experts the
+ * GPU read from the pinned copy unmarked (ST_POOL_ZC_FLAG); their slot-rows returned, their
+ * distinct experts in *n_experts. */
+static int64_t st_gpu_pool_zc_rows(int32_t *ids, int64_t n, int64_t *n_experts) {
+    int64_t rows = 0, nx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || !(ids[i] & ST_POOL_ZC_FLAG)) continue;
+        ids[i] &= ~ST_POOL_ZC_FLAG;
+        rows++;
+        int seen = 0;
+        for (int64_t j = 0; j < i && !seen; j++) seen = ids[j] == ids[i];
+        nx += !seen;
+    }
+    *n_experts = nx;
+    return rows;
+}
+
 /* After a decode step of the pool-miss mode: its routing comes down (one copy), each cache
  * layer's ids are looked up (the use counts and recency, hit and miss counters), the slot-rows counted as
- * the device split them (resident: GPU), and the missed experts, earliest layers first, loaded
- * for the steps to come: into EMPTY slots, then up to ST_POOL_LOADS_PER_STEP evicting. */
+ * the device split them (resident and pool_pcie's share: GPU), and the missed experts, earliest
+ * layers first, loaded for the steps to come: into EMPTY slots, then up to
+ * ST_POOL_LOADS_PER_STEP evicting. */
 static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -905,13 +923,17 @@ static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
     TRY(st_cuda_memcpy_d2h(g->h_pm_hist, g->pm_hist, sizeof(int32_t) * (size_t)(hp->n_layer * R * K)));
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(hp->n_layer * T * K));
     int32_t budget = ST_POOL_LOADS_PER_STEP, empty = st_gpu_tier_empty_slots(g->cache);
+    const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
+    const int64_t expert_bytes = (int64_t)st_gpu_tier_slot_bytes(&ctx);
     for (int il = 0; il < hp->n_layer; il++) {
         if (st_plan_layer_on_cpu(&s->plan, il)) continue;
-        int64_t res = 0;
+        int64_t res = 0, zx = 0;
+        const int64_t zr = g->d_zc_of_m ? st_gpu_pool_zc_rows(g->h_pm_hist + il * R * K, T * K, &zx) : 0;
         TRY(st_gpu_tier_after_step(g->cache, il, g->h_pm_hist + il * R * K, T * K, &empty, &budget, &res));
-        s->slots_gpu[il] += res;
-        s->slots_cpu[il] += T * K - res;
-        if (g->pm_exact) s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)((T * K - res) * hp->n_embd));
+        s->slots_gpu[il] += res + zr;
+        s->slots_cpu[il] += T * K - res - zr;
+        s->pcie_bytes += zx * expert_bytes; /* the GPU's reads of the pinned copy */
+        if (g->pm_exact) s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)((T * K - res - zr) * hp->n_embd));
     }
     return STRATA_OK;
 }
