@@ -180,14 +180,15 @@ def sim_lfu(seq, n):
     return hits
 
 
-def sim_slot_book(seq, n, decay=None, calls=None, admit=False):
+def sim_slot_book(seq, n, decay=None, calls=None, admit=False, flags=None):
     """Strata's slot book (c/experts/slot_book.c): the resident expert with the fewest uses goes,
     the least recently used among equals; every look-up of an expert counts one use, and all
     counts halve every `decay` look-ups (st_book_decay_for: 16 x n). With calls (the layer call of
     each look-up), the experts the current call already holds are not evicted, as in the tiers.
     admit: a missed expert takes a slot only if it has at least as many uses as the expert it
     would evict (TinyLFU's admission); otherwise it is served without a slot (on the GPU: computed
-    by the CPU or from a scratch copy) and the resident one stays."""
+    by the CPU or from a scratch copy) and the resident one stays. flags, when given, gets each
+    look-up's outcome (True: a hit)."""
     decay = decay or 16 * max(n, 1)
     uses, last, resident, heap, hits, clock = defaultdict(int), {}, {}, [], 0, 0
     held_call, held = None, set()
@@ -201,6 +202,8 @@ def sim_slot_book(seq, n, decay=None, calls=None, admit=False):
                 uses[kk] >>= 1
             heap = [(uses[r], last[r], r) for r in resident]  # the keys changed: rebuild
             heapq.heapify(heap)
+        if flags is not None:
+            flags.append(key in resident)
         if key in resident:
             hits += 1
         elif len(resident) >= n:

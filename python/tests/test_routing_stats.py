@@ -145,3 +145,46 @@ def test_python_route_trace(tmp_path):
         assert rs.main([str(tmp_path / "py.jsonl")]) == 0
         with pytest.raises(ValueError):
             m.route_trace([])
+
+
+spec_ps = importlib.util.spec_from_file_location("placement_sim", REPO / "bench" / "placement_sim.py")
+ps = importlib.util.module_from_spec(spec_ps)
+spec_ps.loader.exec_module(ps)
+
+
+def test_placement_sim_costs_and_placements(tmp_path):
+    """bench/placement_sim.py: the split of misses is the cost model's, a slot book's flags count
+    its hits, and on a trace where one expert a layer repeats the placements come out as the
+    costs say (a resident layer costs gpu alone; the hybrid's cache catches the repeats)."""
+    c = dict(gpu=10.0, trip=5.0, cpu0=20.0, cpu1=10.0, pcie=25.0, cache_extra=3.0, hybrid_extra=1.0, bell=2.0)
+    assert ps.split_us(0, c) == 0.0
+    assert ps.split_us(1, c) == 25.0                   # one copy (25) beats the CPU's step (30)
+    assert ps.split_us(3, c) == 40.0                   # two on the CPU (40), one copied (25)
+    flags = []
+    seq = [(0, 1), (0, 2), (0, 1), (0, 3), (0, 1)]
+    assert rs.sim_slot_book(seq, 2, flags=flags) == sum(flags) == 2 and flags == [False, False, True, False, True]
+    # 4 layers x 8 experts, top-2: every layer routes expert 0 and a new one each step
+    steps = [[[[0, 1 + (s + l) % 7]] for l in range(4)] for s in range(30)]
+    write_trace(tmp_path / "t.jsonl", 4, 8, 2, steps)
+    head, recs = rs.read_trace(tmp_path / "t.jsonl")
+    rows = ps.simulate(head, recs, [0.5], 2, c)
+    static = [r for r in rows if r["kind"] == "static"][0]
+    # static at half: 2 resident layers (10 each), 2 CPU layers of 2 misses (10 + 5 + split(2) 30)
+    assert static["us"] == pytest.approx(2 * 10 + 2 * (10 + 5 + 30))
+    assert static["hit"] == pytest.approx(0.5)
+    hyb = [r for r in rows if r["kind"] == "hybrid"]
+    cache = [r for r in rows if r["kind"] == "cache"][0]
+    assert len(hyb) == 2 and hyb[0]["hit"] > static["hit"]  # the repeated expert stays in its slots
+    # d = 2 moves every layer to the CPU with 16 slots: the cache's look-ups and hits, less its extra
+    assert hyb[1]["hit"] == cache["hit"] and cache["us"] - hyb[1]["us"] == pytest.approx(4 * (3.0 - 1.0))
+    # the pool placements: the same slot book; no round trip, `bell` a layer, and with the GPU's
+    # own share of the misses never slower than the pool alone
+    pool = {r["kind"]: r for r in rows if r["kind"].startswith("pool")}
+    assert pool["pool"]["hit"] == pool["pool_pcie"]["hit"] == cache["hit"]
+    assert pool["pool_pcie"]["us"] <= pool["pool"]["us"]
+    assert ps.layer_us("pool", 2.5, c) == pytest.approx((ps.layer_us("pool", 2, c) + ps.layer_us("pool", 3, c)) / 2)
+    assert all(r["tok_s"] == pytest.approx(1e6 / r["us"]) for r in rows)
+    out = subprocess.run(["python3", str(REPO / "bench" / "placement_sim.py"), str(tmp_path / "t.jsonl"),
+                          "--shares", "0.5", "--json", str(tmp_path / "p.json")], capture_output=True, text=True)
+    assert out.returncode == 0 and "| 50% | static (2 CPU layers) |" in out.stdout, out.stderr
+    assert json.load(open(tmp_path / "p.json"))["rows"][0]["kind"] == "static"
