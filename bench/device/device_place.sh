@@ -20,6 +20,9 @@
 # and the default split at 0.1, three interleaved rounds of tg200 at depth 200 (round 1 also at
 # depth 30000); "deferq": its quality table on the default
 # model (teacher-forced logprobs through the windows, KL by position bucket, tools/kl.py).
+# "poolpcie" (issue 30): test_cuda_session, then --expert-cache 1536 / 3072 --doorbell with and
+# without --pool-pcie (auto, 3) beside --n-cpu-moe 36 / 24, two interleaved rounds (NGEN=256 lets
+# the pool's residency settle: its rows are tg$NGEN).
 # "server" (issue 33): bench/server_bench.py on the qwen3 file with --cpu-moe. "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
@@ -27,7 +30,7 @@
 #   run(command="bash bench/device/device_place.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
 # Knobs: STAGES (default "strata llama"; also "fix degrade prompt olmoe sweep"), BUDGET (seconds after which no new row starts, default
-# 530), R (repetitions, default 2).
+# 530), R (repetitions, default 2), NGEN (the decode rows' tokens, default 64).
 # $OUT: device_place.log and place/bench.tar (every row's JSON and stderr).
 set -u
 cd "$(dirname "$0")/../.."
@@ -46,7 +49,7 @@ srow() { # tag args...
     local tag=$1
     shift
     late "strata $tag" && return
-    timeout 150 ./strata bench -m $M -p 0 -n 64 -r "$R" --gpu -t 16 "$@" --json "$J/s_$tag.json" \
+    timeout 150 ./strata bench -m $M -p 0 -n "${NGEN:-64}" -r "$R" --gpu -t 16 "$@" --json "$J/s_$tag.json" \
         > "$J/s_$tag.md" 2> "$J/s_$tag.err"
     local rc=$?
     python3 - "$J/s_$tag.json" "$tag" "$rc" "$(el)" <<'E'
@@ -110,6 +113,20 @@ if have strata; then
     srow cpumoe --cpu-moe
     srow cpumoe_bell --cpu-moe --doorbell
     OO=$O; O=$J; DEV_TEST_SHOW="FAIL|admission|tau" dev_tests build test_cuda_session:150 test_cuda_degrade:120; O=$OO
+fi
+if have poolpcie; then # --pool-pcie: its exact test, then the pool's cache with the GPU's own share of
+    # the misses beside the static split of the same memory, two interleaved rounds (NGEN tokens a
+    # row: the pool's residency fills its empty slots, then moves 4 experts a step)
+    OO=$O; O=$J; DEV_TEST_SHOW="FAIL|pool misses" dev_tests build test_cuda_session:150; O=$OO
+    for r in 1 2; do
+        srow zc_ncmoe36_$r --n-cpu-moe 36
+        srow zc_bell1536_$r --expert-cache 1536 --doorbell
+        srow zc_auto1536_$r --expert-cache 1536 --doorbell --pool-pcie auto
+        srow zc_n3_1536_$r --expert-cache 1536 --doorbell --pool-pcie 3
+        srow zc_ncmoe24_$r --n-cpu-moe 24
+        srow zc_auto3072_$r --expert-cache 3072 --doorbell --pool-pcie auto
+    done
+    grep -h "pool_pcie\|pool-pcie" "$J"/s_zc_*.err | sort | uniq -c | head -5
 fi
 if have fix; then # the 2026-12-06 fixes, unmeasured when they landed
     OO=$O; O=$J; DEV_TEST_SHOW="FAIL|tau|match|stage-split" dev_tests build test_cuda_session:150 test_cuda_degrade:120 test_cuda_spec:200; O=$OO
