@@ -93,7 +93,7 @@ int cli_drafts_open(const cli_opts *o, const strata_model *target, strata_sessio
         if (strata_drafter_self_create(sess, &dr) != STRATA_OK) return cli_fail("--spec self: %s", cli_lib_error());
         if (!o->quiet)
             fprintf(stderr, "strata: speculative decoding: self-drafts (the model with only the experts in its "
-                    "fast tier, misses dropped), up to %d a window\n", o->draft_max);
+                    "fast tier: misses and CPU layers' experts dropped), up to %d a window\n", o->draft_max);
         return drafts_add(d, "self-draft", dr, 0, o->draft_max);
     }
     if (o->spec == CLI_SPEC_NGRAM) {

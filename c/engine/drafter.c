@@ -215,13 +215,17 @@ strata_status strata_drafter_self_create(strata_session *target, strata_drafter 
     *out = NULL;
     const st_placement_plan *pl = &target->plan;
     if (target->backend == STRATA_BACKEND_CUDA) {
-        if (pl->expert_cache == 0)
-            return st_error(STRATA_ERR_UNSUPPORTED, "the self-draft needs expert_cache on a CUDA session: "
-                            "with every expert resident it would be the model itself, and CPU layers "
-                            "(n_cpu_moe) are not built for it yet");
-        if (pl->n_cpu_moe != 0 || pl->doorbell)
-            return st_error(STRATA_ERR_UNSUPPORTED, "the self-draft is not built for n_cpu_moe or "
-                            "cuda_doorbell yet: use expert_cache alone");
+        /* it drafts with the GPU's experts alone: a cache's misses and the CPU layers' experts
+         * dropped (moe_block.c) */
+        const int all_cpu = pl->n_cpu_moe < 0 || pl->n_cpu_moe >= target->model->hp.n_layer;
+        if (pl->expert_cache == 0 && pl->n_cpu_moe == 0)
+            return st_error(STRATA_ERR_UNSUPPORTED, "the self-draft needs experts off the GPU on a CUDA "
+                            "session (expert_cache or n_cpu_moe): with every expert resident it would be "
+                            "the model itself");
+        if (pl->expert_cache == 0 && all_cpu)
+            return st_error(STRATA_ERR_UNSUPPORTED, "the self-draft drafts with the GPU's experts, and with "
+                            "every layer's on the CPU (n_cpu_moe -1) there are none: keep some layers on the "
+                            "GPU (n_cpu_moe N) or add expert_cache");
     } else if (!target->ram) {
         return st_error(STRATA_ERR_UNSUPPORTED, "the self-draft needs experts outside the fast tier: "
                         "ram_budget on a CPU session, or expert_cache on a CUDA session");

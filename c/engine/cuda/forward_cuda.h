@@ -240,9 +240,10 @@ static inline void *st_gpu_db_dev(const st_gpu *g, const void *host) {
     return g->db_dev + ((const uint8_t *)host - g->db_host);
 }
 
-/* Whether a call of T tokens hands its CPU layers to the pool: a pool, and decode-sized. */
+/* Whether a call of T tokens hands its CPU layers to the pool: a pool, decode-sized, and not a
+ * self-draft step (which drops the CPU layers' experts; its cache layers take the cache's path). */
 static inline int st_gpu_pool_call(const strata_session *s, int64_t T) {
-    return s->gpu->pool && T <= ST_POOL_T;
+    return s->gpu->pool && T <= ST_POOL_T && !s->self_draft; /* (a self-draft step: not the pool's) */
 }
 
 /* Whether s->gpu runs CPU layers (n_cpu_moe: the first ones): the one-GPU session whenever there

@@ -322,6 +322,8 @@ typedef enum {
     ST_MOE_POOL_MISSES, /* a cache layer of a decode-sized call with the pool: the hits on the GPU,
                          * the misses by the pool (the split made on the device); pm_exact: both
                          * sides' rows per slot in the CPU's arithmetic, summed in slot order */
+    ST_MOE_DROPPED,     /* a CPU layer in a self-draft step: its routed experts dropped (the draft
+                         * is the model with its GPU-resident experts only), the rows zero */
 } st_moe_mode;
 
 /* One chunk of a layer's MoE call, rows t0 .. t0 + tn: its mode and what placing it leaves for
@@ -360,7 +362,8 @@ strata_status st_gpu_moe_route(strata_session *s, int il, int64_t T, st_moe_call
     /* a CPU layer's decode step: the router also writes xn, ids and weights into the mapped
      * hand-down rows */
     g->hand_ready = mc->r1 && g->d_xn && st_plan_layer_on_cpu(&s->plan, il) && !st_gpu_pool_call(s, T) &&
-                    !g->d_tail; /* (the tail skip changes the ids after the router) */
+                    !g->d_tail && !s->self_draft; /* (the tail skip changes the ids after the router;
+                                                     * a self-draft step hands nothing down) */
     st_cuda_route_cfg rc = st_gpu_route_cfg(s, il);
     rc.d_logit_bias = G->router_b; /* (gpt-oss) the one-token router adds it itself */
     if (mc->r1) {
@@ -442,8 +445,11 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
     if (g->d_tail) /* route_tail_skip: the light tail of each token's slots dropped on the device */
         TRY(st_cuda_route_tail_skip(g->ids + t0 * K, g->wts + t0 * K, tn, K, s->tail_skip, g->d_tail, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
+    /* a self-draft step drops a CPU layer's routed experts: nothing staged, handed down or counted */
+    const int dropped = st_plan_layer_on_cpu(&s->plan, il) && s->self_draft;
     /* a CPU layer's experts are staged to the GPU for a long enough batch */
-    if (st_plan_layer_on_cpu(&s->plan, il) && g->stage && s->plan.stage_experts != 0 && !st_gpu_pool_call(s, mc->T))
+    if (st_plan_layer_on_cpu(&s->plan, il) && !dropped && g->stage && s->plan.stage_experts != 0 &&
+        !st_gpu_pool_call(s, mc->T))
         TRY(st_gpu_stage_decide(s, c));
     /* prefetch the next layer's experts: decode-sized calls of cache layers; within this state's
      * layers (a split's stage: the next stage holds the next layer's router and its own cache) */
@@ -453,11 +459,13 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
     /* cuda_doorbell with a cache, decode-sized: the pool computes the misses while the
      * GPU computes the hits (slot-rows counted after the step, from its routing) */
     c->pm = !c->cpu_layer && g->pool_misses && st_gpu_pool_call(s, mc->T);
-    if (c->cpu_layer) s->slots_cpu[il] += tn * K;
+    if (dropped) {
+    } else if (c->cpu_layer) s->slots_cpu[il] += tn * K;
     else if (!c->pm) s->slots_gpu[il] += tn * K;
     /* pipe: the next layer's prediction rides on this layer's wait for its routing */
-    c->pipe = !c->staged && st_gpu_pipe_layer(s, il, tn) && (c->cpu_layer || g->cache);
-    if (c->staged) c->mode = ST_MOE_STAGED;
+    c->pipe = !dropped && !c->staged && st_gpu_pipe_layer(s, il, tn) && (c->cpu_layer || g->cache);
+    if (dropped) c->mode = ST_MOE_DROPPED;
+    else if (c->staged) c->mode = ST_MOE_STAGED;
     else if (c->cpu_layer) c->mode = st_gpu_pool_call(s, mc->T) ? ST_MOE_POOL : ST_MOE_HOST;
     else if (c->pm) c->mode = ST_MOE_POOL_MISSES;
     else if (g->cache) c->mode = ST_MOE_CACHED;
@@ -750,6 +758,9 @@ static strata_status st_gpu_moe_place(strata_session *s, st_moe_call *mc, st_moe
     case ST_MOE_HOST: return st_gpu_moe_host(s, mc, c);
     case ST_MOE_POOL: return st_gpu_moe_pool(s, c);
     case ST_MOE_POOL_MISSES: return st_gpu_moe_pool_misses(s, c);
+    case ST_MOE_DROPPED: /* the rows the join adds: zero */
+        return st_cuda_memset_async(s->gpu->proj + c->t0 * s->model->hp.n_embd, 0,
+                                    sizeof(float) * (size_t)(c->tn * s->model->hp.n_embd), s->gpu->stream);
     case ST_MOE_RESIDENT: /* the layer's own table */
     case ST_MOE_STAGED:
         break;
