@@ -20,7 +20,7 @@
 # and the default split at 0.1, three interleaved rounds of tg200 at depth 200 (round 1 also at
 # depth 30000); "deferq": its quality table on the default
 # model (teacher-forced logprobs through the windows, KL by position bucket, tools/kl.py).
-# "poolpcie" (issue 30): test_cuda_session, then --expert-cache 1536 / 3072 --doorbell with and
+# "poolpcie" (issue 30): test_cuda_session and test_cuda_spec (the self-draft with CPU layers), then --expert-cache 1536 / 3072 --doorbell with and
 # without --pool-pcie (auto, 3) beside --n-cpu-moe 36 / 24, two interleaved rounds (NGEN=256 lets
 # the pool's residency settle: its rows are tg$NGEN).
 # "server" (issue 33): bench/server_bench.py on the qwen3 file with --cpu-moe. "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
@@ -117,7 +117,8 @@ fi
 if have poolpcie; then # --pool-pcie: its exact test, then the pool's cache with the GPU's own share of
     # the misses beside the static split of the same memory, two interleaved rounds (NGEN tokens a
     # row: the pool's residency fills its empty slots, then moves 4 experts a step)
-    OO=$O; O=$J; DEV_TEST_SHOW="FAIL|pool misses" dev_tests build test_cuda_session:150; O=$OO
+    OO=$O; O=$J; DEV_TEST_SHOW="FAIL|pool misses|self-draft|defer" dev_tests build test_cuda_session:150 \
+        test_cuda_spec:200; O=$OO
     for r in 1 2; do
         srow zc_ncmoe36_$r --n-cpu-moe 36
         srow zc_bell1536_$r --expert-cache 1536 --doorbell
