@@ -38,6 +38,13 @@ static inline int test_report(void) {
     return test_failed ? 1 : 0;
 }
 
+/* The whole main of a GPU test program built without CUDA: one skip, the closing line. */
+#define TEST_MAIN_WITHOUT_CUDA()                                               \
+    int main(void) {                                                           \
+        SKIP("built without CUDA (nvcc not found at build time or CUDA=0)");   \
+        return test_report();                                                  \
+    }
+
 /* Deterministic xorshift64* generator for test data. */
 typedef struct { unsigned long long s; } test_rng;
 static inline unsigned long long test_rng_next(test_rng *r) {

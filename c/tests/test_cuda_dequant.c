@@ -229,9 +229,6 @@ int main(void) {
 
 #else /* !STRATA_HAVE_CUDA */
 
-int main(void) {
-    SKIP("built without CUDA (nvcc not found at build time or CUDA=0)");
-    return test_report();
-}
+TEST_MAIN_WITHOUT_CUDA()
 
 #endif
