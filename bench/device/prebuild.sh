@@ -25,31 +25,38 @@ cd "$(dirname "$0")/../.."
 B=build-devx
 FLAGS=${FLAGS:-}
 PACK=${PACK:-build-pre}
-if [ -n "$FLAGS" ]; then
-    B=build-devx-flags
-    [ -d build-devx ] && { rm -rf $B && cp -a build-devx $B; } # -a: objects keep their times (newer sources rebuild)
-    for o in ${FLAG_OBJS:-c/cuda/moe.o c/cuda/mmq.o}; do rm -f $B/$o; done
-fi
 VIS="-fvisibility=default -fno-semantic-interposition -Wl,-Bsymbolic-functions"
 TESTS=${TESTS:-test_cuda_attn test_cuda_session test_cuda_mla test_cuda_moe test_cuda_moe_lowbit test_dense_lead test_cuda_dequant
 test_cuda_mmv test_cuda_deltanet test_cuda_mtp test_cuda_spec test_kv_stats test_cuda_split}
-M="make -j${JOBS:-2} CUDA=1 BUILD=$B OUTDIR=$B SAN=$(printf %q "$VIS") NVCC_EXTRA='-Xcompiler -fvisibility=default $FLAGS'"
 VARIANTS=${VARIANTS:-}
 CHECKS=${CHECKS:-} # e.g. "moe_check mla_check": ~0.7 MB each
-eval "$M $B/strata $B/libstrata.so" > /tmp/prebuild.log 2>&1 || { tail -20 /tmp/prebuild.log; exit 1; }
+mk() { # DIR NVCC_FLAGS MAKE_ARGS...: the CUDA build in DIR with those nvcc flags, symbols exported
+    local d=$1 f=$2
+    shift 2
+    eval "make -j${JOBS:-2} CUDA=1 BUILD=$d OUTDIR=$d SAN=$(printf %q "$VIS") \
+        NVCC_EXTRA='-Xcompiler -fvisibility=default $f' $*"
+}
+copy_build() { # SRC DST OBJ...: a copy of SRC with those objects removed (rebuilt by the next make);
+    local src=$1 dst=$2 # cp -a keeps the objects' times, so sources newer than them rebuild too
+    shift 2
+    rm -rf "$dst" && cp -a "$src" "$dst" && for o in "$@"; do rm -f "$dst/$o"; done
+}
+if [ -n "$FLAGS" ]; then # the base itself with FLAGS: a copy of build-devx, the flagged objects rebuilt
+    B=build-devx-flags
+    if [ -d build-devx ]; then copy_build build-devx $B ${FLAG_OBJS:-c/cuda/moe.o c/cuda/mmq.o}; fi
+fi
+mk $B "$FLAGS" $B/strata $B/libstrata.so > /tmp/prebuild.log 2>&1 || { tail -20 /tmp/prebuild.log; exit 1; }
 P=$PACK.new # packed aside, then moved in one step (a call may copy the tree meanwhile)
 rm -rf $P && mkdir -p $P/tests $P/libs
 so=$(readlink $B/libstrata.so)
 strip -o $P/libs/$so $B/$so
 while read -r n obj flags; do
     [ -n "$n" ] || continue
-    rm -rf $B-$n && cp -r $B $B-$n && rm -f $B-$n/$obj
-    eval "make -j${JOBS:-2} CUDA=1 BUILD=$B-$n OUTDIR=$B-$n SAN=$(printf %q "$VIS") \
-        NVCC_EXTRA='-Xcompiler -fvisibility=default $flags' $B-$n/libstrata.so" > /tmp/prebuild_$n.log 2>&1 ||
-        { tail -20 /tmp/prebuild_$n.log; exit 1; }
+    copy_build $B $B-$n $obj
+    mk $B-$n "$FLAGS $flags" $B-$n/libstrata.so > /tmp/prebuild_$n.log 2>&1 || { tail -20 /tmp/prebuild_$n.log; exit 1; }
     mkdir -p $P/libs/$n && strip -o $P/libs/$n/$so $B-$n/$so && echo "$flags" > $P/libs/$n/FLAGS
 done <<< "$VARIANTS"
-var() { eval "$M -s --eval 'print-%: ; @echo \$(\$*)' print-$1"; } # a make variable, expanded
+var() { mk $B "$FLAGS" "-s --eval 'print-%: ; @echo \$(\$*)' print-$1"; } # a make variable, expanded
 flags=$(var CFLAGS)
 objs=$(var CLI_OBJS)
 cc -o $P/strata $objs -L$P/libs -l:$so -Wl,-rpath,'$ORIGIN' -lm -lpthread
