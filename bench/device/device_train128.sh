@@ -34,7 +34,7 @@
 # on the 2-core dev box with `SMOKE=1 PY=build/venv/bin/python`), PREP=1 (make .devdata/train128,
 # then stop).
 # $OUT/train128/ gets device_train128.log (everything below), train_log.json, stats_heldout.txt,
-# stats_gpl3.txt, stats_generated.txt and results.tar (training output, the stats as JSON and
+# stats_gpl3.txt, stats_generated.txt, placement_*.txt (bench/placement_sim.py on each trace) and results.tar (training output, the stats as JSON and
 # SVG, the traces as xz, the trace texts, the generated text, strata info, the GGUFs' sha256 and
 # sizes; the Q8_0 GGUF when under GGUF_MAX).
 set -u
@@ -204,6 +204,9 @@ for p in "${pids[@]}"; do wait "$p"; done
 for n in heldout gpl3 generated; do
     [ -f "$O/stats_$n.txt" ] || continue
     echo "== $n"; cat "$O/stats_$n.txt"; cp "$O/stats_$n.txt" "$R/"
+    # the placements priced on this routing with qwen3-30b-a3b's costs (48 layers' worth)
+    python3 bench/placement_sim.py "$R/trace_$n.jsonl" --shares 0.25,0.5 --layers 48 \
+        --json "$R/placement_$n.json" > "$O/placement_$n.txt" 2>&1 && grep -E "^\| [0-9]" "$O/placement_$n.txt"
 done
 for n in heldout gpl3 generated; do # xz, or Python's lzma where the machine has no xz
     f="$R/trace_$n.jsonl"
