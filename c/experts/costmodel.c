@@ -61,6 +61,23 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
     return loaded;
 }
 
+void st_cost_split_counts(const st_cost_params *p, int32_t n, int32_t cap, int32_t *out) {
+    st_miss *ms = cap < 0 && n > 1 ? malloc(sizeof *ms * (size_t)(n - 1)) : NULL;
+    uint8_t *ld = ms ? malloc((size_t)(n - 1)) : NULL;
+    for (int32_t m = 0; m < n; m++) {
+        if (cap >= 0) {
+            out[m] = m < cap ? m : cap;
+            continue;
+        }
+        out[m] = 0;
+        if (m == 0 || !ms || !ld) continue;
+        for (int32_t i = 0; i < m; i++) ms[i] = (st_miss){.expert = i, .rows = 1, .weight = 1.0f};
+        out[m] = st_cost_decide(p, ms, m, ld, NULL);
+    }
+    free(ms);
+    free(ld);
+}
+
 int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t_copy, double *t_cpu) {
     const double copy_s = st_cost_copy_s(p);
     double cpu = 0;

@@ -58,6 +58,11 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
  * the unmargined model took 1.9x the predicted copy time (27 tok/s against 39 on the CPU). */
 int st_cost_stage(const st_cost_params *p, const int32_t *rows, int n, double *t_copy, double *t_cpu);
 
+/* pool_pcie's table: for m = 0 .. n - 1 distinct missed experts of one row each (a decode step's),
+ * how many the split sends to the GPU (st_cost_decide on m such misses), or with cap >= 0 simply
+ * min(m, cap): out[m]. 0 where the decision could not be made (no memory). */
+void st_cost_split_counts(const st_cost_params *p, int32_t n, int32_t cap, int32_t *out);
+
 /* The decode rate n_cpu_layers CPU layers allow, k experts a token each (one row): a layer takes
  * one pool step for its k experts (cpu_step_s + k cpu_expert_s), or with split the makespan of
  * st_cost_decide on them (PCIe and the CPU at once); tokens a second over all the layers, the

@@ -175,6 +175,36 @@ static void test_plan_rate(void) {
     CHECK(rs > r && rs < 2.0 * r, "the split's makespan beats the CPU alone (%.1f against %.1f tok/s)", rs, r);
 }
 
+/* pool_pcie's table: min(m, cap) with a cap; else the cost model's split of m one-row misses: at
+ * most m, never fewer for more misses, some but not all of 8 with the H200 host's figures (the
+ * count st_cost_decide gives), none without PCIe. */
+static void test_split_counts(void) {
+    st_cost_params p;
+    memset(&p, 0, sizeof p);
+    p.pcie_frac = -1;
+    int32_t out[33];
+    st_cost_split_counts(&p, 33, 3, out);
+    CHECK(out[0] == 0 && out[2] == 2 && out[3] == 3 && out[32] == 3, "a cap: min(m, 3) (%d %d %d %d)", out[0],
+          out[2], out[3], out[32]);
+    p.cpu_step_s = 33e-6;
+    p.cpu_expert_s = 34e-6;
+    p.cpu_per_row_s = 25e-6;
+    p.expert_bytes = 2.64e6;
+    p.pcie_bytes_per_s = 51.4e9;
+    p.pcie_latency_s = 8e-6;
+    st_cost_split_counts(&p, 33, -1, out);
+    int ok = out[0] == 0;
+    for (int m = 1; m < 33; m++) ok = ok && out[m] >= 0 && out[m] <= m && out[m] >= out[m - 1];
+    CHECK(ok && out[8] > 0 && out[8] < 8, "the cost model's split: 0 <= J(m) <= m, growing; J(8) = %d", out[8]);
+    uint8_t ld[8];
+    st_miss ms[8];
+    for (int i = 0; i < 8; i++) ms[i] = (st_miss){i, 1, 1.0f};
+    CHECK(out[8] == st_cost_decide(&p, ms, 8, ld, NULL), "J(8) is st_cost_decide's count");
+    p.pcie_bytes_per_s = 0; /* no PCIe: nothing to the GPU */
+    st_cost_split_counts(&p, 9, -1, out);
+    CHECK(out[8] == 0, "no PCIe: J(8) = %d", out[8]);
+}
+
 static void test_measure(void) {
     const int64_t E = 256, F = 256;
     const size_t rb = (size_t)strata_row_bytes(STRATA_TYPE_Q8_0, E);
@@ -225,6 +255,7 @@ int main(void) {
     test_decide_step();
     test_stage();
     test_plan_rate();
+    test_split_counts();
     test_measure();
     test_measure_step();
     return test_report();

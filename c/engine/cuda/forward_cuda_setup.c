@@ -875,25 +875,14 @@ static strata_status st_gpu_setup_pool_pcie(strata_session *s) {
                         "insists)");
     const int n = ST_POOL_T * hp->n_expert_used + 1;
     int32_t *h = malloc(sizeof(int32_t) * (size_t)n);
-    st_miss *ms = malloc(sizeof *ms * (size_t)n);
-    uint8_t *ld = malloc((size_t)n);
-    strata_status st = h && ms && ld ? STRATA_OK : st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
+    strata_status st = h ? STRATA_OK : st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     if (st == STRATA_OK && s->plan.pool_pcie < 0) /* (a split's stage: its own first layer) */
         st = st_gpu_measure_costs(s, g->cache, st_model_first_moe_layer(s->model, g->l0), 1);
-    for (int m = 0; st == STRATA_OK && m < n; m++) {
-        if (s->plan.pool_pcie > 0) {
-            h[m] = m < s->plan.pool_pcie ? m : s->plan.pool_pcie;
-            continue;
-        }
-        for (int i = 0; i < m; i++) ms[i] = (st_miss){.expert = i, .rows = 1, .weight = 1.0f};
-        h[m] = st_cost_decide(&s->cost, ms, m, ld, NULL);
-    }
+    if (st == STRATA_OK) st_cost_split_counts(&s->cost, n, s->plan.pool_pcie > 0 ? s->plan.pool_pcie : -1, h);
     if (st == STRATA_OK) st = st_gpu_alloc((void **)&g->d_zc_of_m, sizeof(int32_t) * (size_t)n);
     if (st == STRATA_OK) st = st_cuda_memcpy_h2d(g->d_zc_of_m, h, sizeof(int32_t) * (size_t)n);
     if (st == STRATA_OK) st_gpu_tier_set_zero_copy(g->cache, 1);
     free(h);
-    free(ms);
-    free(ld);
     return st;
 }
 
