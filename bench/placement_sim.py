@@ -12,7 +12,8 @@ routed experts):
   hybrid   d layers fewer resident than static, their memory (d x n_expert slots) a cache over
            the CPU layers' experts only (the slot book, look-ups of the CPU layers alone);
   pool     the cache with --doorbell: the split made on the device, no host round trip, every
-           miss computed by the pool (`bell` a layer, then cpu0 + M cpu1);
+           miss computed by the pool (`bell` a layer, then cpu0 + M cpu1); its residency loads
+           at most 4 experts a step in place of others, as the tier does (ST_POOL_LOADS_PER_STEP);
   pool_pcie  the same with --pool-pcie auto: the GPU reads some misses from the pinned copy
            itself (`bell` a layer, then the cost model's split of M).
 
@@ -23,8 +24,8 @@ max(cpu0 + (M - j) cpu1, j pcie)); `extra` is `cache_extra` in the cache placeme
 `hybrid_extra` in the hybrid's CPU layers (their slot look-ups and the hits' pointer table); the
 pool placements pay `bell` instead of `trip + extra` (the publish kernel and the flag wait). The
 GPU's hits run beside the split and are not counted. What the model leaves out: the slot loads'
-own cost (a miss copied over PCIe is counted once, whether or not it takes a slot), prompts,
-prefetch and the doorbell's pool.
+own cost (a miss copied over PCIe is counted once, whether or not it takes a slot; the pool
+modes pay their 4 loads a step, `4 pcie`, every step), prompts and prefetch.
 
 Defaults: the spread-routing qwen3-30b-a3b file on one H100 (docs/PERFORMANCE.md, 2026-12-07):
 gpu = 2.79 ms / 48 layers; one expert 2.64 MB over PCIe at 51.4 GB/s plus 8 us; the CPU's step 33
@@ -56,6 +57,8 @@ _spec.loader.exec_module(rs)
 # H100, spread-routing qwen3-30b-a3b (docs/PERFORMANCE.md, 2026-12-07); microseconds
 DEFAULTS = dict(gpu=2790.0 / 48, trip=26.0, cpu0=33.0, cpu1=34.0, pcie=8.0 + 2.64e6 / 51.4e3,
                 cache_extra=35.0, hybrid_extra=5.0, bell=12.0)
+POOL_LOADS = 4  # ST_POOL_LOADS_PER_STEP (moe_block.c): the pool's loads in place of others a step
+
 # measured decode rows the --check compares with: (what, placement, share, tok/s low, high, the
 # cache's hit rate in those runs (tg64: a short run, the pool's residency moving 4 experts a step)
 MEASURED = [("--cpu-moe", "static", 0.0, 71.0, 74.2, None), ("--n-cpu-moe 36", "static", 0.25, 96.6, 96.6, None),
@@ -101,17 +104,24 @@ def calls_of(recs):
     return out
 
 
-def misses_by_cache(calls, keep, slots):
+def misses_by_cache(calls, keep, slots, evictions=None):
     """Per call (in order): the misses of a slot book of `slots` over the calls whose layer passes
-    keep(layer); None for the others."""
-    seq, owner = [], []
+    keep(layer); None for the others. evictions: at most that many loads in place of a resident
+    expert a decode step (the doorbell pool's ST_POOL_LOADS_PER_STEP)."""
+    seq, owner, step_of = [], [], []
+    step, prev = 0, None
     for i, (layer, ex) in enumerate(calls):
+        if prev is not None and layer <= prev:  # the next pass
+            step += 1
+        prev = layer
         if keep(layer):
             seq.extend((layer, e) for e in ex)
             owner.extend([i] * len(ex))
+            step_of.extend([step] * len(ex))
     flags = []
     if slots > 0:
-        rs.sim_slot_book(seq, slots, calls=owner, flags=flags)
+        rs.sim_slot_book(seq, slots, calls=owner, flags=flags, steps=step_of if evictions else None,
+                         evictions=evictions)
     else:
         flags = [False] * len(seq)
     miss = [None] * len(calls)
@@ -127,7 +137,9 @@ def token_us(calls, n_layer, place: dict, c: dict, layers_scale: float):
     """Mean microseconds a token (a pass over every layer) and the routed look-ups' hit share
     (resident layers count as hits) for one placement."""
     kind, n_cpu, slots = place["kind"], place["n_cpu"], place["slots"]
-    if kind in ("cache", "pool", "pool_pcie"):
+    if kind in ("pool", "pool_pcie"):  # its residency moves POOL_LOADS experts a step past the empty slots
+        miss = misses_by_cache(calls, lambda l: True, slots, POOL_LOADS)
+    elif kind == "cache":
         miss = misses_by_cache(calls, lambda l: True, slots)
     else:
         miss = misses_by_cache(calls, lambda l: l < n_cpu, slots)
@@ -141,7 +153,10 @@ def token_us(calls, n_layer, place: dict, c: dict, layers_scale: float):
         total += layer_us(kind, m, c, slots)
         hits += len(ex) - m
     passes = max(1, len(calls) // max(1, n_layer))
-    return total / passes * layers_scale, hits / max(1, looks)
+    # the pool's loads between steps (synchronous copies): its budget, spent every step once the
+    # slots are full (the steady state), not scaled with the depth
+    loads = POOL_LOADS * c["pcie"] if kind in ("pool", "pool_pcie") else 0.0
+    return total / passes * layers_scale + loads, hits / max(1, looks)
 
 
 def placements(n_layer, n_expert, share, max_d):
@@ -202,7 +217,8 @@ def main(argv=None):
             us, hit = token_us(calls_of(recs), n_layer, p, c, depth / n_layer)
             at = ""
             if hits is not None:
-                at = f", at {hits:.1%} hits {1e6 / (depth * layer_us(kind, k * (1 - hits), c)):.1f}"
+                loads = POOL_LOADS * c["pcie"] if kind in ("pool", "pool_pcie") else 0.0
+                at = f", at {hits:.1%} hits {1e6 / (depth * layer_us(kind, k * (1 - hits), c) + loads):.1f}"
             print(f"  {what}: measured {lo:.1f}-{hi:.1f} tok/s, model {1e6 / us:.1f} (trace hits {hit:.1%}){at}")
     if a.json:
         with open(a.json, "w") as f:

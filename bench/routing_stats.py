@@ -180,7 +180,7 @@ def sim_lfu(seq, n):
     return hits
 
 
-def sim_slot_book(seq, n, decay=None, calls=None, admit=False, flags=None):
+def sim_slot_book(seq, n, decay=None, calls=None, admit=False, flags=None, steps=None, evictions=None):
     """Strata's slot book (c/experts/slot_book.c): the resident expert with the fewest uses goes,
     the least recently used among equals; every look-up of an expert counts one use, and all
     counts halve every `decay` look-ups (st_book_decay_for: 16 x n). With calls (the layer call of
@@ -188,12 +188,17 @@ def sim_slot_book(seq, n, decay=None, calls=None, admit=False, flags=None):
     admit: a missed expert takes a slot only if it has at least as many uses as the expert it
     would evict (TinyLFU's admission); otherwise it is served without a slot (on the GPU: computed
     by the CPU or from a scratch copy) and the resident one stays. flags, when given, gets each
-    look-up's outcome (True: a hit)."""
+    look-up's outcome (True: a hit). steps and evictions (the doorbell pool's loads): steps[i] is
+    the decode step of look-up i, and a step evicts at most `evictions` experts (EMPTY slots fill
+    freely); a miss past that is served without a slot."""
     decay = decay or 16 * max(n, 1)
     uses, last, resident, heap, hits, clock = defaultdict(int), {}, {}, [], 0, 0
     held_call, held = None, set()
+    cur_step, evicted = None, 0
     for i, key in enumerate(seq):
         clock += 1
+        if steps is not None and steps[i] != cur_step:
+            cur_step, evicted = steps[i], 0
         if calls is not None and calls[i] != held_call:
             held_call, held = calls[i], set()
         uses[key] += 1
@@ -207,6 +212,8 @@ def sim_slot_book(seq, n, decay=None, calls=None, admit=False, flags=None):
         if key in resident:
             hits += 1
         elif len(resident) >= n:
+            if evictions is not None and evicted >= evictions:  # this step's loads are spent
+                continue
             skipped = []
             while heap:  # lazy heap: an entry is current when it matches the resident's key
                 u, t, victim = heapq.heappop(heap)
@@ -222,6 +229,7 @@ def sim_slot_book(seq, n, decay=None, calls=None, admit=False, flags=None):
                     skipped.append((u, t, victim))
                     break
                 del resident[victim]
+                evicted += 1
                 break
             for x in skipped:
                 heapq.heappush(heap, x)

@@ -163,6 +163,14 @@ def test_placement_sim_costs_and_placements(tmp_path):
     flags = []
     seq = [(0, 1), (0, 2), (0, 1), (0, 3), (0, 1)]
     assert rs.sim_slot_book(seq, 2, flags=flags) == sum(flags) == 2 and flags == [False, False, True, False, True]
+    # the pool's loads: empty slots fill freely, then one eviction a step (3 evicts 2, 4 waits)
+    seq, steps = [(0, 1), (0, 2), (0, 3), (0, 4), (0, 4), (0, 3)], [0, 0, 1, 1, 2, 2]
+    flags = []
+    rs.sim_slot_book(seq, 2, flags=flags, steps=steps, evictions=1)
+    assert flags == [False, False, False, False, False, True]
+    flags = []
+    rs.sim_slot_book(seq, 2, flags=flags)  # without the budget 4 takes a slot at once
+    assert flags[4] is True
     # 4 layers x 8 experts, top-2: every layer routes expert 0 and a new one each step
     steps = [[[[0, 1 + (s + l) % 7]] for l in range(4)] for s in range(30)]
     write_trace(tmp_path / "t.jsonl", 4, 8, 2, steps)
