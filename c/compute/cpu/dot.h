@@ -16,14 +16,14 @@ typedef void (*st_vec_dot_fn)(int64_t n, float *out, const void *w, const void *
 #define ST_DOT_MAX_COLS 4
 typedef void (*st_vec_dot_n_fn)(int64_t n, float *out, const void *w, const void *xq,
                                 size_t xq_stride, int nc);
-/* The several-row kernels' entry: call(NC) with nc (1..ST_DOT_MAX_COLS) as a constant, so that a
- * kernel written for a compile-time row count is instantiated once per count. */
-#define ST_DOT_COLS_SWITCH(nc, call)                                                               \
+/* The several-row kernels' entry: fn(args..., NC) with nc (1..ST_DOT_MAX_COLS) as a constant, so
+ * that a kernel written for a compile-time row count is instantiated once per count. */
+#define ST_DOT_COLS_CALL(nc, fn, ...)                                                              \
     switch (nc) {                                                                                  \
-    case 1: call(1); break;                                                                        \
-    case 2: call(2); break;                                                                        \
-    case 3: call(3); break;                                                                        \
-    default: call(4); break;                                                                       \
+    case 1: fn(__VA_ARGS__, 1); break;                                                             \
+    case 2: fn(__VA_ARGS__, 2); break;                                                             \
+    case 3: fn(__VA_ARGS__, 3); break;                                                             \
+    default: fn(__VA_ARGS__, 4); break;                                                            \
     }
 
 /* Up to ST_TILE_ROWS weight rows (w + r * ws, r < nr) against nc activation rows (xq + c * xs):

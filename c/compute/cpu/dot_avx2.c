@@ -543,27 +543,19 @@ static void dot_q6_K(int64_t n, float *out, const void *w, const void *xq) {
  * ------------------------------------------------------------------------------------------- */
 
 static void dotn_q4_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_C(NC) dot_q45_K(n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_C)
-#undef ST_C
+    ST_DOT_COLS_CALL(nc, dot_q45_K, n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys)
 }
 
 static void dotn_q5_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_C(NC) dot_q45_K(n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_C)
-#undef ST_C
+    ST_DOT_COLS_CALL(nc, dot_q45_K, n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys)
 }
 
 static void dotn_q6_K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_C(NC) dot_q6_K_rows(n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_C)
-#undef ST_C
+    ST_DOT_COLS_CALL(nc, dot_q6_K_rows, n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys)
 }
 
 static void dotn_q4_0(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_C(NC) dot_sum16(n, out, w, 1, (const uint8_t *)xq, ys, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_C)
-#undef ST_C
+    ST_DOT_COLS_CALL(nc, dot_sum16, n, out, w, 1, (const uint8_t *)xq, ys)
 }
 
 void st_dotn_register_avx2(st_vec_dot_n_fn *table) {

@@ -241,18 +241,13 @@ IQ_INLINE void mxfp4_rows(int64_t n, float *out, const void *w, const void *xq, 
     iq_out_rows(out, acc, nc);
 }
 
-/* The single-row (NC = 1) and several-row (NC = nc, as ST_DOT_COLS_SWITCH) entries of K##_rows. */
+/* The single-row (NC = 1) and several-row (NC = nc, ST_DOT_COLS_CALL) entries of K##_rows. */
 #define IQ_ENTRIES(K)                                                                              \
     static void dot_##K(int64_t n, float *out, const void *w, const void *xq) {                    \
         K##_rows(n, out, w, xq, 0, 1);                                                             \
     }                                                                                              \
     static void dotn_##K(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) { \
-        switch (nc) {                                                                              \
-        case 1: K##_rows(n, out, w, xq, ys, 1); break;                                             \
-        case 2: K##_rows(n, out, w, xq, ys, 2); break;                                             \
-        case 3: K##_rows(n, out, w, xq, ys, 3); break;                                             \
-        default: K##_rows(n, out, w, xq, ys, 4); break;                                            \
-        }                                                                                          \
+        ST_DOT_COLS_CALL(nc, K##_rows, n, out, w, xq, ys)                                          \
     }
 
 IQ_ENTRIES(iq2_xxs)

@@ -608,28 +608,20 @@ static inline __attribute__((always_inline)) void st_dot_q45_K_cols(int64_t n, f
 
 /* Dispatch on the column count so each NC is its own unrolled copy. */
 static void st_dotn_q4_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_Q4K(NC) st_dot_q45_K_cols(n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_Q4K)
-#undef ST_Q4K
+    ST_DOT_COLS_CALL(nc, st_dot_q45_K_cols, n, out, (const block_q4_K *)w, NULL, (const uint8_t *)xq, ys)
 }
 
 static void st_dotn_q5_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_Q5K(NC) st_dot_q45_K_cols(n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_Q5K)
-#undef ST_Q5K
+    ST_DOT_COLS_CALL(nc, st_dot_q45_K_cols, n, out, NULL, (const block_q5_K *)w, (const uint8_t *)xq, ys)
 }
 
 static void st_dotn_q4_0_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_Q40(NC) st_dot_q4_0_cols(n, out, (const block_q4_0 *)w, (const uint8_t *)xq, ys, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_Q40)
-#undef ST_Q40
+    ST_DOT_COLS_CALL(nc, st_dot_q4_0_cols, n, out, (const block_q4_0 *)w, (const uint8_t *)xq, ys)
 }
 
 static void st_dotp_q8_0_avx512(int64_t n, float *out, const void *w, const uint8_t *xu, size_t xs,
                                 const float *dxp, size_t ds, int nc) {
-#define ST_Q80P(NC) st_dotp_q8_0_cols(n, out, (const block_q8_0 *)w, xu, xs, dxp, ds, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_Q80P)
-#undef ST_Q80P
+    ST_DOT_COLS_CALL(nc, st_dotp_q8_0_cols, n, out, (const block_q8_0 *)w, xu, xs, dxp, ds)
 }
 
 static void st_dot_q4_K_avx512(int64_t n, float *out, const void *w, const void *xq) {
@@ -725,9 +717,7 @@ static inline void st_dot_q6_K_cols(int64_t n, float *out, const block_q6_K *b, 
 }
 
 static void st_dotn_q6_K_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) {
-#define ST_Q6K(NC) st_dot_q6_K_cols(n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys, NC)
-    ST_DOT_COLS_SWITCH(nc, ST_Q6K)
-#undef ST_Q6K
+    ST_DOT_COLS_CALL(nc, st_dot_q6_K_cols, n, out, (const block_q6_K *)w, (const uint8_t *)xq, ys)
 }
 
 /* Q2_K: weight 128h + 32k + l = bits 2k.. of qs[32h + l]; per 16 weights a 4-bit scale (low

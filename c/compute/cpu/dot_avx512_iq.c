@@ -258,18 +258,13 @@ ST_IQ_INLINE void st_mxfp4_rows(int64_t n, float *out, const void *w, const void
     for (int c = 0; c < NC; c++) out[c] = _mm512_reduce_add_ps(acc[c]);
 }
 
-/* The single-row (NC = 1) and several-row (NC = nc, as ST_DOT_COLS_SWITCH) entries of K's rows. */
+/* The single-row (NC = 1) and several-row (NC = nc, ST_DOT_COLS_CALL) entries of K's rows. */
 #define ST_IQ_ENTRIES(K)                                                                           \
     static void st_dot_##K##_avx512(int64_t n, float *out, const void *w, const void *xq) {        \
         st_##K##_rows(n, out, w, xq, 0, 1);                                                        \
     }                                                                                              \
     static void st_dotn_##K##_avx512(int64_t n, float *out, const void *w, const void *xq, size_t ys, int nc) { \
-        switch (nc) {                                                                              \
-        case 1: st_##K##_rows(n, out, w, xq, ys, 1); break;                                        \
-        case 2: st_##K##_rows(n, out, w, xq, ys, 2); break;                                        \
-        case 3: st_##K##_rows(n, out, w, xq, ys, 3); break;                                        \
-        default: st_##K##_rows(n, out, w, xq, ys, 4); break;                                       \
-        }                                                                                          \
+        ST_DOT_COLS_CALL(nc, st_##K##_rows, n, out, w, xq, ys)                                     \
     }
 
 ST_IQ_ENTRIES(iq1_m)
