@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-static size_t st_expert_bytes(const st_expert *e) {
+size_t st_gpu_tier_expert_bytes(const st_expert *e) {
     return st_round_up(st_tensor_bytes(&e->gate), 256) + st_round_up(st_tensor_bytes(&e->up), 256) +
            st_round_up(st_tensor_bytes(&e->down), 256);
 }
@@ -38,7 +38,7 @@ size_t st_gpu_tier_slot_bytes(const st_gpu_tier_ctx *ctx) {
     const size_t nx = (size_t)hp->n_layer * (size_t)(hp->n_expert > 0 ? hp->n_expert : 0);
     size_t largest = 0;
     for (size_t i = 0; i < nx; i++) {
-        const size_t b = st_expert_bytes(&ctx->experts[i]);
+        const size_t b = st_gpu_tier_expert_bytes(&ctx->experts[i]);
         if (b > largest) largest = b;
     }
     return largest;

@@ -25,6 +25,7 @@ typedef struct {
 
 strata_status st_gpu_tier_create(const st_gpu_tier_ctx *ctx, int32_t n_slots, st_gpu_tier **out);
 size_t st_gpu_tier_slot_bytes(const st_gpu_tier_ctx *ctx);   /* the largest routed expert, aligned */
+size_t st_gpu_tier_expert_bytes(const st_expert *e);         /* one expert as a slot lays it out */
 void st_gpu_tier_free(st_gpu_tier *c);
 strata_status st_gpu_tier_table(st_gpu_tier *c, int il, const int32_t *ids,
                                  int64_t n, int32_t K, int keep_held, void *stream, const void **d_table);

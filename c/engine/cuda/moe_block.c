@@ -459,8 +459,7 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
     /* cuda_doorbell with a cache, decode-sized: the pool computes the misses while the
      * GPU computes the hits (slot-rows counted after the step, from its routing) */
     c->pm = !c->cpu_layer && g->pool_misses && st_gpu_pool_call(s, mc->T);
-    if (dropped) {
-    } else if (c->cpu_layer) s->slots_cpu[il] += tn * K;
+    if (c->cpu_layer) s->slots_cpu[il] += dropped ? 0 : tn * K;
     else if (!c->pm) s->slots_gpu[il] += tn * K;
     /* pipe: the next layer's prediction rides on this layer's wait for its routing */
     c->pipe = !dropped && !c->staged && st_gpu_pipe_layer(s, il, tn) && (c->cpu_layer || g->cache);
@@ -905,20 +904,20 @@ strata_status st_gpu_pool_begin(strata_session *s) {
  * it (synchronous copies between steps); loads into EMPTY slots are not limited. */
 #define ST_POOL_LOADS_PER_STEP 4
 
-/* pool_pcie: layer il's routing of the step as it came down (T k), the entries of the experts the
- * GPU read from the pinned copy unmarked (ST_POOL_ZC_FLAG); their slot-rows returned, their
- * distinct experts in *n_experts. */
-static int64_t st_gpu_pool_zc_rows(int32_t *ids, int64_t n, int64_t *n_experts) {
-    int64_t rows = 0, nx = 0;
+/* pool_pcie: a layer's routing of the step as it came down (n = T k; ex: the layer's expert
+ * views), the entries of the experts the GPU read from the pinned copy unmarked
+ * (ST_POOL_ZC_FLAG); their slot-rows returned, the bytes of those distinct experts in *bytes. */
+static int64_t st_gpu_pool_zc_rows(const st_expert *ex, int32_t *ids, int64_t n, int64_t *bytes) {
+    int64_t rows = 0;
+    *bytes = 0;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || !(ids[i] & ST_POOL_ZC_FLAG)) continue;
         ids[i] &= ~ST_POOL_ZC_FLAG;
         rows++;
         int seen = 0;
         for (int64_t j = 0; j < i && !seen; j++) seen = ids[j] == ids[i];
-        nx += !seen;
+        if (!seen) *bytes += (int64_t)st_gpu_tier_expert_bytes(&ex[ids[i]]);
     }
-    *n_experts = nx;
     return rows;
 }
 
@@ -934,16 +933,16 @@ static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
     TRY(st_cuda_memcpy_d2h(g->h_pm_hist, g->pm_hist, sizeof(int32_t) * (size_t)(hp->n_layer * R * K)));
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(hp->n_layer * T * K));
     int32_t budget = ST_POOL_LOADS_PER_STEP, empty = st_gpu_tier_empty_slots(g->cache);
-    const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
-    const int64_t expert_bytes = (int64_t)st_gpu_tier_slot_bytes(&ctx);
     for (int il = 0; il < hp->n_layer; il++) {
         if (st_plan_layer_on_cpu(&s->plan, il)) continue;
-        int64_t res = 0, zx = 0;
-        const int64_t zr = g->d_zc_of_m ? st_gpu_pool_zc_rows(g->h_pm_hist + il * R * K, T * K, &zx) : 0;
+        int64_t res = 0, zb = 0; /* zb: the GPU's reads of the pinned copy */
+        const int64_t zr = g->d_zc_of_m ? st_gpu_pool_zc_rows(s->experts + (size_t)il * (size_t)hp->n_expert,
+                                                              g->h_pm_hist + il * R * K, T * K, &zb)
+                                        : 0;
         TRY(st_gpu_tier_after_step(g->cache, il, g->h_pm_hist + il * R * K, T * K, &empty, &budget, &res));
         s->slots_gpu[il] += res + zr;
         s->slots_cpu[il] += T * K - res - zr;
-        s->pcie_bytes += zx * expert_bytes; /* the GPU's reads of the pinned copy */
+        s->pcie_bytes += zb;
         if (g->pm_exact) s->pcie_bytes += (int64_t)(sizeof(float) * (size_t)((T * K - res - zr) * hp->n_embd));
     }
     return STRATA_OK;
