@@ -91,17 +91,12 @@ def split_us(m: int, c: dict) -> float:
 
 def calls_of(recs):
     """Decode-sized forward passes as per-layer lists of distinct experts: [(layer, [experts])]
-    in the order a session makes them (one-token passes only)."""
-    out = []
-    for r in recs:
-        if r["n"] != 1:
-            continue
-        seen = []
-        for e in r["ids"][0]:
-            if e >= 0 and e not in seen:
-                seen.append(e)
-        out.append((r["layer"], seen))
-    return out
+    in the order a session makes them (one-token passes only; routing_stats.lookups's order)."""
+    idx = []
+    by_call = {}
+    for (_, e), c in zip(rs.lookups(recs, decode_only=True, calls=idx), idx):
+        by_call.setdefault(c, []).append(e)
+    return [(r["layer"], by_call.get(c, [])) for c, r in enumerate(recs) if r["n"] == 1]
 
 
 def misses_by_cache(calls, keep, slots, evictions=None):
