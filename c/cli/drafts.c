@@ -87,6 +87,9 @@ int cli_drafts_open(const cli_opts *o, const strata_model *target, strata_sessio
     strata_drafter *dr = NULL;
     if (o->spec == CLI_SPEC_MTP) {
         if (strata_drafter_mtp_create(sess, &dr) != STRATA_OK) return cli_fail("--spec mtp: %s", cli_lib_error());
+        if (!o->quiet)
+            fprintf(stderr, "strata: speculative decoding: %s, up to %d a window\n", strata_drafter_describe(dr),
+                    o->draft_max);
         return drafts_add(d, "mtp", dr, 0, o->draft_max);
     }
     if (o->spec == CLI_SPEC_SELF) {

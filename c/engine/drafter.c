@@ -12,6 +12,7 @@
 #include "mtp.h"
 #include "session.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +36,7 @@ struct strata_drafter {
     strata_session *target;     /* the caller's session (not owned) */
     /* MTP */
     st_mtp *mtp;                /* attached to target (mtp_cpu.c) */
+    char desc[384];             /* strata_drafter_describe's line */
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -278,7 +280,7 @@ strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter *
         return st_error(STRATA_ERR_UNSUPPORTED, "the model declares %d MTP layer%s (%s.nextn_predict_layers) "
                         "but its file carries none of their tensors (the converter dropped them): draft "
                         "with ngram, a draft model or self", (int)hp->n_nextn, hp->n_nextn == 1 ? "" : "s", arch);
-    if (target->mtp_h)
+    if (target->mtp_on)
         return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_mtp_create: the session has an MTP drafter already");
     strata_drafter *d = calloc(1, sizeof *d);
     if (!d) return st_error(STRATA_ERR_NOMEM, "strata_drafter_mtp_create: out of memory");
@@ -289,6 +291,7 @@ strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter *
         strata_drafter_free(d);
         return st;
     }
+    snprintf(d->desc, sizeof d->desc, "MTP drafts: the model's MTP layer %s", st_mtp_where(d->mtp));
     *out = d;
     return STRATA_OK;
 }
@@ -296,6 +299,14 @@ strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter *
 /* ---------------------------------------------------------------------------------------------
  * The handle
  * ------------------------------------------------------------------------------------------- */
+
+const char *strata_drafter_describe(const strata_drafter *d) {
+    if (!d) return "";
+    if (d->kind == ST_DRAFT_MTP) return d->desc;
+    return d->kind == ST_DRAFT_NGRAM ? "n-gram drafts (prompt lookup)"
+           : d->kind == ST_DRAFT_SELF ? "self-drafts (the model with only its fast tier's experts)"
+                                      : "drafts from a draft model";
+}
 
 void strata_drafter_free(strata_drafter *d) {
     if (!d) return;

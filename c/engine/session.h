@@ -124,8 +124,10 @@ struct strata_session {
                                   one head's rows gathered for its absorption matmul */
     float *mla_v;              /* [T][n_head*head_dim_v_mla] the heads' values */
     float *mtp_h;              /* [n_ctx][n_embd] every position's final-normed hidden state, kept
-                                  while an MTP drafter is attached (mtp_cpu.c; a CUDA session
-                                  copies its rows down), else NULL */
+                                  while an MTP drafter whose layer runs on the CPU is attached
+                                  (mtp_cpu.c; a CUDA session copies its rows down), else NULL */
+    int mtp_on;                /* an MTP drafter is attached (its layer on the CPU or the device) */
+    int mtp_on_cpu;            /* its layer on the CPU even where the backend could run it (tests) */
     void *mm_ws;               /* st_matmul_wsize */
     void *moe_ws;              /* st_moe_wsize, max over routed / shared / dense */
 };

@@ -905,10 +905,15 @@ STRATA_API strata_status strata_drafter_self_create(strata_session *target, stra
  * next tokens, each further draft chained on the layer's own output (llama.cpp's draft-mtp). From
  * creation on the session keeps every position's hidden state (n_ctx x n_embd floats); create it
  * before the prompt (positions decoded earlier draft from zeros). Its history must be the
- * session's tokens plus the newest one. CPU and CUDA sessions (a CUDA session copies its hidden
- * states down and the MTP layer runs on the CPU); STRATA_ERR_UNSUPPORTED, saying why, for a
- * model without MTP tensors. Not owned: free it before the session. */
+ * session's tokens plus the newest one. CPU and CUDA sessions: a CUDA session puts the layer on
+ * the GPU with all its routed experts, its cache and the hidden states (n_ctx x n_embd floats)
+ * where they fit its free memory, else it copies its hidden states down and the layer runs on
+ * the CPU (strata_drafter_describe says which, and why); STRATA_ERR_UNSUPPORTED, saying why, for
+ * a model without MTP tensors. Not owned: free it before the session. */
 STRATA_API strata_status strata_drafter_mtp_create(strata_session *target, strata_drafter **out);
+/* One line saying what the drafter drafts with and, for MTP drafts, where its layer runs; valid
+ * until the drafter is freed ("" for NULL). */
+STRATA_API const char *strata_drafter_describe(const strata_drafter *drafter);
 STRATA_API void strata_drafter_free(strata_drafter *drafter);
 /* Up to max (<= STRATA_DRAFT_MAX) tokens continuing history[0..n_history); *n_out of them in out
  * (0: nothing to propose). The drafter learns the history it is given; with max 0 it only learns

@@ -13,14 +13,16 @@
  *     projections small, so that its drafts agree with the trunk at times); qwen3next's drafter
  *     needs no CPU recurrent state: created and proposing with the session's s->rs hidden (NULL),
  *     it gives the drafts it gives with it, at every step (s->rs is what a CUDA session lacks);
- *   - GPU (skipped, saying why, where CUDA is unusable): the hidden rows the GPU session hands the
- *     drafter (s->mtp_h) match the CPU session's (NMSE <= 1e-6); the GPU session's drafts are
- *     exactly those of a CPU drafter fed the GPU's hidden rows (the drafter's layer runs on the
- *     CPU from rows copied down: docs/MODELS.md), and the CPU session's own drafts on at least
- *     90% of the steps (both printed); an attached drafter leaves the GPU's logits bit for bit;
- *     greedy decoding with MTP drafts gives the GPU's plain greedy tokens for the placements all
- *     resident, CUDA graphs, --cpu-moe and --expert-cache with n_expert slots (acceptance
- *     printed). */
+ *   - GPU (skipped, saying why, where CUDA is unusable), the MTP layer on the GPU (mtp_gpu.c:
+ *     the default wherever it fits): the drafter says so, and its drafts are the CPU session's
+ *     and those of the layer run on the CPU from the GPU's hidden rows on at least 90% of the
+ *     steps (printed); the layer on the CPU (s->mtp_on_cpu, the fallback): the hidden rows the GPU
+ *     session hands it (s->mtp_h) match the CPU session's (NMSE <= 1e-6), and its drafts are
+ *     exactly those of a CPU session's drafter fed the GPU's hidden rows; an attached drafter,
+ *     proposing between the steps, leaves the GPU's logits bit for bit; greedy decoding with MTP
+ *     drafts gives the GPU's plain greedy tokens for the placements all resident, CUDA graphs,
+ *     --cpu-moe and --expert-cache with n_expert slots (the MTP layer's experts on the GPU in
+ *     each) and with the layer on the CPU (acceptance printed). */
 #include "test.h"
 #include "strata.h"
 #include "gguf_writer.h"
@@ -217,15 +219,18 @@ typedef struct {
     strata_backend_kind backend;
     int graphs, n_cpu_moe;
     int expert_cache; /* 1: as many GPU slots as a layer has experts */
+    int mtp_cpu;      /* the MTP layer on the CPU (s->mtp_on_cpu) */
 } placement;
 
-static const placement CPU = {"cpu", STRATA_BACKEND_CPU, 0, 0, 0};
+static const placement CPU = {"cpu", STRATA_BACKEND_CPU, 0, 0, 0, 0};
 static const placement GPU[] = {
-    {"gpu, all resident", STRATA_BACKEND_CUDA, 0, 0, 0},
-    {"gpu, CUDA graphs", STRATA_BACKEND_CUDA, 1, 0, 0},
-    {"gpu, --cpu-moe", STRATA_BACKEND_CUDA, 0, -1, 0},
-    {"gpu, --expert-cache n_expert", STRATA_BACKEND_CUDA, 0, 0, 1}, /* (half the routed experts) */
+    {"gpu, all resident", STRATA_BACKEND_CUDA, 0, 0, 0, 0},
+    {"gpu, CUDA graphs", STRATA_BACKEND_CUDA, 1, 0, 0, 0},
+    {"gpu, --cpu-moe", STRATA_BACKEND_CUDA, 0, -1, 0, 0},
+    {"gpu, --expert-cache n_expert", STRATA_BACKEND_CUDA, 0, 0, 1, 0}, /* (half the routed experts) */
+    {"gpu, the MTP layer on the CPU", STRATA_BACKEND_CUDA, 0, 0, 0, 1},
 };
+static const placement *const GPU_MTP_CPU = &GPU[4];
 
 static strata_session *new_session(const strata_model *m, const placement *pl) {
     strata_session_params sp = strata_session_default_params();
@@ -239,13 +244,23 @@ static strata_session *new_session(const strata_model *m, const placement *pl) {
     sp.placement.expert_cache = pl->expert_cache ? m->hp.n_expert : 0; /* the fewest slots it takes */
     strata_session *s = NULL;
     CHECK(strata_session_create(m, &sp, &s) == STRATA_OK, "%s: session: %s", pl->name, strata_last_error());
+    if (s) s->mtp_on_cpu = pl->mtp_cpu;
     return s;
 }
 
+/* The drafter's layer is where the placement wants it: on the GPU for a GPU session (the small
+ * files' layer always fits), unless asked for the CPU. */
+static void check_where(const strata_drafter *d, const placement *pl) {
+    const char *w = strata_drafter_describe(d);
+    const int gpu = pl->backend == STRATA_BACKEND_CUDA && !pl->mtp_cpu;
+    CHECK(strstr(w, gpu ? "on the GPU" : "on the CPU") != NULL, "%s: the drafter says \"%s\"", pl->name, w);
+}
+
 /* The drafts along the teacher-forced text: after the prompt and after each of NSTEP further
- * tokens, up to MAXD drafts (drafts[i][..], counts n[i]); h (when given) gets the session's hidden
- * rows. mirror (when given): the same walk by a CPU session whose drafter reads this session's
- * hidden rows, its drafts into mirror. 1 when every call succeeded. */
+ * tokens, up to MAXD drafts (drafts[i][..], counts n[i]); h (when given; the layer on the CPU)
+ * gets the session's hidden rows. mirror (when given; the layer on the CPU): the same walk by a
+ * CPU session whose drafter reads this session's hidden rows, its drafts into mirror. 1 when every
+ * call succeeded. */
 typedef strata_token walk_drafts[NSTEP][MAXD];
 
 static int draft_walk(const strata_model *m, const placement *pl, walk_drafts drafts, int32_t *n, float *h,
@@ -254,6 +269,8 @@ static int draft_walk(const strata_model *m, const placement *pl, walk_drafts dr
     strata_drafter *d = NULL, *dc = NULL;
     strata_status st = s && (!mirror || c) ? strata_drafter_mtp_create(s, &d) : STRATA_ERR_INVALID_ARG;
     if (st == STRATA_OK && c) st = strata_drafter_mtp_create(c, &dc);
+    if (st == STRATA_OK) check_where(d, pl);
+    if (st == STRATA_OK && (h || mirror) && !s->mtp_h) st = STRATA_ERR_INVALID_ARG; /* (the layer is on the GPU) */
     if (st == STRATA_OK) st = strata_session_decode(s, g_toks, P, NULL, 0);
     if (st == STRATA_OK && c) st = strata_session_decode(c, g_toks, P, NULL, 0);
     for (int i = 0; i < NSTEP && st == STRATA_OK; i++) {
@@ -294,6 +311,7 @@ static int greedy_run(const strata_model *m, const placement *pl, int use_mtp, s
     float *lg = malloc(sizeof(float) * V);
     strata_status st = s && lg ? strata_sampler_create(&spp, V, &smp) : STRATA_ERR_NOMEM;
     if (st == STRATA_OK && use_mtp) st = strata_drafter_mtp_create(s, &d);
+    if (st == STRATA_OK && use_mtp) check_where(d, pl);
     if (st == STRATA_OK) st = strata_session_decode(s, g_toks, P, lg, 0);
     strata_token hist[P + NGEN + MAXD + 2], last = 0;
     memcpy(hist, g_toks, sizeof(strata_token) * P);
@@ -347,7 +365,8 @@ static void check_spec(const strata_model *m, const char *model, const placement
 
 /* ---- the checks ----------------------------------------------------------------------------- */
 
-/* An attached drafter leaves the GPU session's logits (the prompt's rows, then single steps) bit
+/* An attached drafter (its layer on the GPU, proposing before each step, its rows computed in the
+ * session's scratch) leaves the GPU session's logits (the prompt's rows, then single steps) bit
  * for bit. */
 static void check_logits_untouched(const strata_model *m, const char *model) {
     float *a = malloc(sizeof(float) * (size_t)(2 * P) * V), *b = malloc(sizeof(float) * (size_t)(2 * P) * V);
@@ -359,8 +378,12 @@ static void check_logits_untouched(const strata_model *m, const char *model) {
         st = s ? STRATA_OK : STRATA_ERR_INVALID_ARG;
         if (st == STRATA_OK && with) st = strata_drafter_mtp_create(s, &d);
         if (st == STRATA_OK) st = strata_session_decode(s, g_toks, P, o, 1);
-        for (int i = 0; i < P && st == STRATA_OK; i++)
-            st = strata_session_decode(s, g_toks + P + i, 1, o + (size_t)(P + i) * V, 0);
+        for (int i = 0; i < P && st == STRATA_OK; i++) {
+            strata_token dr[MAXD];
+            int32_t nd = 0;
+            if (with) st = strata_drafter_propose(d, g_toks, P + i + 1, MAXD, dr, &nd);
+            if (st == STRATA_OK) st = strata_session_decode(s, g_toks + P + i, 1, o + (size_t)(P + i) * V, 0);
+        }
         strata_drafter_free(d);
         strata_session_free(s);
     }
@@ -373,10 +396,10 @@ static void check_logits_untouched(const strata_model *m, const char *model) {
 
 static void check_gpu(const strata_model *m, const char *model, walk_drafts cpu, const int32_t *ncpu,
                       const float *hcpu) {
-    static walk_drafts gpu, mir;
-    int32_t ngpu[NSTEP], nmir[NSTEP];
+    static walk_drafts gpu, mir, dev;
+    int32_t ngpu[NSTEP], nmir[NSTEP], ndev[NSTEP];
     float *hgpu = malloc(sizeof(float) * (size_t)((P + NSTEP) * E));
-    if (!hgpu || !draft_walk(m, &GPU[0], gpu, ngpu, hgpu, mir, nmir)) {
+    if (!hgpu || !draft_walk(m, GPU_MTP_CPU, gpu, ngpu, hgpu, mir, nmir)) {
         free(hgpu);
         return;
     }
@@ -395,6 +418,15 @@ static void check_gpu(const strata_model *m, const char *model, walk_drafts cpu,
     CHECK(same_cpu * 10 >= NSTEP * 9, "%s: GPU drafts are the CPU session's at >= 90%% of the steps (%d of %d)", model,
           same_cpu, NSTEP);
     free(hgpu);
+    if (draft_walk(m, &GPU[0], dev, ndev, NULL, NULL, NULL)) { /* the layer on the GPU */
+        const int dev_cpu = same_steps(dev, ndev, cpu, ncpu), dev_host = same_steps(dev, ndev, gpu, ngpu);
+        printf("%s: the MTP layer on the GPU: its drafts = the CPU session's at %d of %d steps, = the layer's on "
+               "the CPU from the GPU's rows at %d of %d\n", model, dev_cpu, NSTEP, dev_host, NSTEP);
+        CHECK(dev_cpu * 10 >= NSTEP * 9, "%s: the GPU layer's drafts are the CPU session's at >= 90%% of the steps "
+              "(%d of %d)", model, dev_cpu, NSTEP);
+        CHECK(dev_host * 10 >= NSTEP * 9, "%s: the GPU layer's drafts are the CPU layer's on the GPU's rows at >= 90%% "
+              "of the steps (%d of %d)", model, dev_host, NSTEP);
+    }
     check_logits_untouched(m, model);
     for (size_t p = 0; p < sizeof GPU / sizeof GPU[0]; p++) check_spec(m, model, &GPU[p]);
 }

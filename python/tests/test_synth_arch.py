@@ -522,6 +522,21 @@ def test_strata_loads_and_decodes(tmp_path, preset, extra):
     p = run_tool(preset, out, "--vocab", small_vocab(tmp_path / "v.gguf"), *extra)
     assert p.returncode == 0, p.stderr
     decode_with_strata(out)
+    if preset.startswith("glm4moe") and "--no-mtp" not in extra:
+        spec_mtp_cli(out)
+
+
+def spec_mtp_cli(path):
+    """`strata run --spec mtp` on a file with an MTP layer: the start-up line says where the layer
+    runs (a CPU session: on the CPU), and greedy text with MTP drafts is plain greedy's."""
+    import os
+    cli = os.environ.get("STRATA_CLI", str(REPO / "strata"))
+    args = [cli, "run", "-m", str(path), "-p", "a b c", "-n", "12", "--temp", "0", "-t", "2", "--ignore-eos"]
+    plain = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    mtp = subprocess.run(args + ["--spec", "mtp", "--draft-max", "3"], capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and mtp.returncode == 0, (plain.stderr[-1500:], mtp.stderr[-1500:])
+    assert "MTP drafts: the model's MTP layer on the CPU, up to 3 a window" in mtp.stderr, mtp.stderr[-1500:]
+    assert mtp.stdout == plain.stdout
 
 
 @pytest.mark.parametrize("preset,extra,layers,dense,mtp", [

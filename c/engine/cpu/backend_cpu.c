@@ -116,4 +116,4 @@ static strata_status cpu_truncate(strata_session *s, int32_t n_keep) {
 }
 
 const st_backend st_backend_cpu = {"cpu", cpu_create, cpu_free, cpu_forward, cpu_stats, cpu_reset_stats,
-                                   cpu_call_begin, cpu_truncate};
+                                   cpu_call_begin, cpu_truncate, NULL, NULL, NULL};

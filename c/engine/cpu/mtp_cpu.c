@@ -1,6 +1,8 @@
 /* mtp_cpu.c - the MTP drafter (strata_drafter_mtp_create): the model's nextn layer (deepseek2,
- * glm4moe, qwen3next) run on the CPU as llama.cpp's draft-mtp runs it, for a CPU session or a
- * CUDA session (whose forward pass copies the hidden states down into s->mtp_h). The MTP row of
+ * glm4moe, qwen3next) run as llama.cpp's draft-mtp runs it: on the session's device where its
+ * backend puts the layer there (a CUDA session: mtp_gpu.c, which keeps the hidden states on the
+ * device and computes the rows this file asks for), else on the CPU here, for a CPU session or a
+ * CUDA session that copies its hidden states down into s->mtp_h. The MTP row of
  * position p joins the normalized embedding of token p with the normalized final hidden state of
  * position p-1 (zeros for p = 0), projects them (eh_proj), runs the layer (its attention over its
  * own cache of MTP rows: latent, plain, or qwen3next's gated full attention through the trunk's
@@ -15,12 +17,16 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct st_mtp {
     strata_session *s;        /* the target, not owned (its common CPU scratch and thread pool,
                                  those of every backend's session, serve the layer) */
+    int dev;                  /* the layer runs on the session's device (s->be->mtp_rows); the
+                                 CPU fields below then stay empty but tok */
+    char where[320];          /* where the layer runs, and why not on the device when it could */
     const st_layer *L;        /* the MTP layer (model->layers[n_layer]) */
     st_kv_layer kv;           /* its cache (f32): one latent row per position (latent attention),
                                  else K rows and V transposed as the trunk's (kv.h) */
@@ -39,6 +45,31 @@ struct st_mtp {
                                  their hidden states are unknown (zeros) */
 };
 
+/* The layer on the session's device when its backend can put it there: 1 done, 0 not (d->where
+ * says why), or an error other than "unsupported". */
+static strata_status st_mtp_try_device(st_mtp *d, int *on) {
+    strata_session *s = d->s;
+    *on = 0;
+    if (!s->be->mtp_attach) {
+        snprintf(d->where, sizeof d->where, "on the CPU");
+        return STRATA_OK;
+    }
+    if (s->mtp_on_cpu) {
+        snprintf(d->where, sizeof d->where, "on the CPU (asked for)");
+        return STRATA_OK;
+    }
+    const strata_status st = s->be->mtp_attach(s);
+    if (st == STRATA_OK) {
+        snprintf(d->where, sizeof d->where, "on the GPU (%s)", s->be->name);
+        *on = d->dev = 1;
+        return STRATA_OK;
+    }
+    if (st != STRATA_ERR_UNSUPPORTED) return st;
+    snprintf(d->where, sizeof d->where, "on the CPU (%s)", strata_last_error());
+    st_error_clear();
+    return STRATA_OK;
+}
+
 strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -49,6 +80,13 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     *out = d;
     d->s = s;
     d->L = &m->layers[hp->n_layer];
+    d->h_from = s->n_past;
+    d->tok = calloc(C, sizeof *d->tok);
+    if (!d->tok) return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory (n_ctx %d)", (int)s->n_ctx);
+    int on = 0;
+    ST_TRY(st_mtp_try_device(d, &on));
+    s->mtp_on = 1;
+    if (on) return STRATA_OK;
     d->kv.type = STRATA_TYPE_F32;
     d->kv.n_ctx = s->n_ctx;
     const size_t nk = (size_t)hp->n_head_kv * (size_t)hp->head_dim, nv = (size_t)hp->n_head_kv * (size_t)hp->head_dim_v;
@@ -60,7 +98,6 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     d->zero = calloc(E, sizeof(float));
     d->hprev = calloc(E, sizeof(float));
     d->logits = calloc((size_t)hp->n_vocab, sizeof(float));
-    d->tok = calloc(C, sizeof *d->tok);
     s->mtp_h = calloc(C * E, sizeof(float));
     if (m->arch->id == ST_ARCH_QWEN3NEXT) {
         const size_t nq = (size_t)hp->n_head * (size_t)hp->head_dim;
@@ -70,7 +107,7 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
             return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory for its attention scratch (n_batch %d)",
                             (int)s->n_batch);
     }
-    if (!d->kv.k || !d->experts || !d->cat || !d->zero || !d->hprev || !d->logits || !d->tok || !s->mtp_h)
+    if (!d->kv.k || !d->experts || !d->cat || !d->zero || !d->hprev || !d->logits || !s->mtp_h)
         return st_error(STRATA_ERR_NOMEM, "MTP drafter: out of memory for its cache (n_ctx %d)", (int)s->n_ctx);
     for (int32_t e = 0; e < hp->n_expert; e++) {
         d->experts[e].gate = st_tensor_expert(&d->L->ffn_gate_exps, e);
@@ -83,15 +120,18 @@ strata_status st_mtp_create(strata_session *s, st_mtp **out) {
     d->dense.gate = d->L->ffn_gate;
     d->dense.up = d->L->ffn_up;
     d->dense.down = d->L->ffn_down;
-    d->h_from = s->n_past;
     return STRATA_OK;
 }
 
+const char *st_mtp_where(const st_mtp *d) { return d->where; }
+
 void st_mtp_free(st_mtp *d) {
     if (!d) return;
-    if (d->s) {
+    if (d->dev) d->s->be->mtp_detach(d->s);
+    if (d->s && d->s->mtp_on) {
         free(d->s->mtp_h);
         d->s->mtp_h = NULL;
+        d->s->mtp_on = 0;
     }
     free(d->kv.k);
     free(d->kv.vt);
@@ -148,6 +188,16 @@ static void st_mtp_rows(st_mtp *d, const strata_token *tok, int64_t T, int64_t p
     st_matmul(s->tp, head, d->hprev, 1, d->logits, s->mm_ws);
 }
 
+/* T rows (chained: the single row from the previous row's output) on the device or here, and the
+ * greedy token after the last. */
+static strata_status st_mtp_rows_next(st_mtp *d, const strata_token *tok, int64_t T, int64_t pos0, int chained,
+                                      strata_token *next) {
+    strata_session *s = d->s;
+    if (d->dev) return s->be->mtp_rows(s, tok, T, pos0, chained, next, NULL);
+    st_mtp_rows(d, tok, T, pos0, chained ? d->hprev : NULL);
+    return st_argmax_row(d->logits, s->model->hp.n_vocab, next);
+}
+
 strata_status st_mtp_propose(st_mtp *d, const strata_token *h, int64_t nh, int32_t max, strata_token *out,
                              int32_t *n_out) {
     strata_session *s = d->s;
@@ -159,22 +209,20 @@ strata_status st_mtp_propose(st_mtp *d, const strata_token *h, int64_t nh, int32
     if (max < 1) return STRATA_OK;
     int64_t keep = 0; /* the rows of a common prefix stay; the newest is computed again for its logits */
     while (keep < d->n && keep < nh - 1 && d->tok[keep] == h[keep]) keep++;
+    strata_token next = 0;
+    d->n = 0; /* (until the rows below are all computed) */
     for (int64_t p = keep; p < nh;) {
         const int64_t T = nh - p < s->n_batch ? nh - p : s->n_batch;
-        st_mtp_rows(d, h + p, T, p, NULL);
+        ST_TRY(st_mtp_rows_next(d, h + p, T, p, 0, &next));
         p += T;
     }
     memcpy(d->tok, h, sizeof *h * (size_t)nh);
     d->n = nh;
-    const int32_t V = s->model->hp.n_vocab;
-    strata_token next;
-    ST_TRY(st_argmax_row(d->logits, V, &next));
     int32_t k = 0;
     while (k < max) {
         out[k++] = next;
         if (k == max || strata_token_is_eog(s->model, next)) break;
-        st_mtp_rows(d, &next, 1, nh - 1 + k, d->hprev); /* a chained row: not kept (d->n) */
-        ST_TRY(st_argmax_row(d->logits, V, &next));
+        ST_TRY(st_mtp_rows_next(d, &next, 1, nh - 1 + k, 1, &next)); /* a chained row: not kept (d->n) */
     }
     *n_out = k;
     return STRATA_OK;

@@ -1,7 +1,7 @@
 /* backend_cuda.c - the CUDA backend's table (backend.h): the GPU session's state (weights, KV
  * cache, scratch and expert placement on the device: forward_cuda_setup.c), the forward pass of a
- * batch (forward_cuda.c; the greedy token and the candidates are selected on the device), and the
- * GPU's part of the statistics. */
+ * batch (forward_cuda.c; the greedy token and the candidates are selected on the device), an MTP
+ * drafter's layer on the device (mtp_gpu.c), and the GPU's part of the statistics. */
 #include "backend.h"
 #include "gpu_tier.h"
 #include "gpu_pass.h"
@@ -63,4 +63,5 @@ static void cuda_reset_stats(strata_session *s) {
 }
 
 const st_backend st_backend_cuda = {"cuda", st_gpu_create, st_gpu_free, cuda_forward, cuda_stats,
-                                    cuda_reset_stats, st_gpu_rs_call_begin, st_gpu_rs_truncate};
+                                    cuda_reset_stats, st_gpu_rs_call_begin, st_gpu_rs_truncate,
+                                    st_gpu_mtp_attach, st_gpu_mtp_rows, st_gpu_mtp_detach};

@@ -368,8 +368,8 @@ static strata_status st_gpu_defer_join(strata_session *s, int64_t T) {
 }
 
 /* One layer of a call of T tokens: the attention, the FFN (dense, or the MoE block: route, then
- * the experts of each chunk in their placement, moe_block.c), and the join of its rows into the
- * residual with the next layer's attention norm. */
+ * the experts of each chunk in their placement, moe_block.c; the MTP layer's experts all on the
+ * GPU), and the join of its rows into the residual with the next layer's attention norm. */
 static strata_status st_gpu_forward_layer(strata_session *s, int il, int64_t T, int64_t pos0) {
     st_gpu *g = s->gpu;
     if (s->model->arch->mla) TRY(st_gpu_mla_block(s, il, T, pos0));
@@ -380,6 +380,8 @@ static strata_status st_gpu_forward_layer(strata_session *s, int il, int64_t T, 
     const float *out = g->proj; /* the FFN's output rows: g->proj, or a decode step's CPU row */
     if (!st_layer_has_experts(&s->model->layers[il])) {
         TRY(st_gpu_dense_ffn(s, il, T));
+    } else if (il >= s->model->hp.n_layer) {
+        TRY(st_gpu_moe_resident(s, il, T));
     } else {
         st_moe_call mc;
         TRY(st_gpu_moe_route(s, il, T, &mc));
@@ -387,6 +389,19 @@ static strata_status st_gpu_forward_layer(strata_session *s, int il, int64_t T, 
         out = mc.out;
     }
     return st_gpu_join(s, il + 1, g->x, out, T);
+}
+
+strata_status st_gpu_mtp_layer(strata_session *s, int64_t T, int64_t pos0) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int il = hp->n_layer;
+    const int64_t E = hp->n_embd;
+    g->defer_pending = -1; /* (the trunk's last layer never defers) */
+    if (st_gpu_xq(g, T, E))
+        TRY(st_cuda_rmsnorm_q8(g->xn, g->x, g->layers[il].attn_norm, E, T, hp->norm_eps, g->xq, g->stream));
+    else
+        TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, g->layers[il].attn_norm, E, 1, T, hp->norm_eps, g->stream));
+    return st_gpu_forward_layer(s, il, T, pos0);
 }
 
 /* The counters a captured decode step adds at each replay: sign -1 before the capture (the
@@ -470,12 +485,12 @@ static strata_status st_gpu_output_argmax(strata_session *s, int64_t row, strata
     return STRATA_OK;
 }
 
-/* An MTP drafter's hidden states (s->mtp_h, mtp_cpu.c): the batch's T residual rows after the
- * last layer, normed with output_norm on the device and copied down to positions pos0.. (the
- * drafter's layer runs on the CPU from them). Every architecture's layers, qwen3next's DeltaNet
- * and gated attention blocks (deltanet_gpu.c) too, leave their rows in g->x; a replayed graph
- * step's too (the copy is outside the capture). */
-static strata_status st_gpu_mtp_rows(strata_session *s, int64_t pos0, int64_t T) {
+/* An MTP drafter's hidden states when its layer runs on the CPU (s->mtp_h, mtp_cpu.c): the
+ * batch's T residual rows after the last layer, normed with output_norm on the device and copied
+ * down to positions pos0 and on. Every architecture's layers (qwen3next's DeltaNet and gated
+ * attention blocks too) leave their rows in g->x; a replayed graph step's too (the copy is
+ * outside the capture). */
+static strata_status st_gpu_mtp_rows_down(strata_session *s, int64_t pos0, int64_t T) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     const int64_t E = hp->n_embd;
@@ -603,7 +618,8 @@ static strata_status st_gpu_forward_go(strata_session *s, const strata_token *to
     TRY(st_gpu_mark(s, STRATA_PHASE_EMBED));
     TRY(g->stages ? st_gpu_stages_run(s, T, pos0, pool) : st_gpu_layers(s, T, pos0, pool));
     g = s->gpu; /* (a split's last stage: the output's) */
-    if (s->mtp_h) TRY(st_gpu_mtp_rows(s, pos0, T)); /* (before the output: g->xn is its scratch too) */
+    if (g->mtp) TRY(st_gpu_mtp_keep(s, pos0, T)); /* the MTP layer's, on the device */
+    else if (s->mtp_h) TRY(st_gpu_mtp_rows_down(s, pos0, T)); /* (before the output: g->xn is its scratch too) */
     if (logits) TRY(all ? st_gpu_output(s, 0, T, logits) : st_gpu_output(s, T - 1, 1, logits));
     else if (s->want_argmax) TRY(st_gpu_output_argmax(s, T - 1, s->argmax_out));
     else if (s->want_topk) TRY(st_gpu_output_topk(s, T - 1));

@@ -70,9 +70,12 @@ typedef struct st_gpu_rs st_gpu_rs; /* deltanet_gpu.c: qwen3next's recurrent sta
 
 typedef struct st_gpu_stages st_gpu_stages; /* stages.c: a layer split's stages */
 
+typedef struct st_gpu_mtp st_gpu_mtp; /* mtp_gpu.c: an MTP drafter's layer on the device */
+
 struct st_gpu {
-    st_gpu_layer *layers;                 /* [n_layer]; a stage fills its own (l0 .. l1 - 1) and
-                                             layer l1's attn_norm (its last join's norm) */
+    st_gpu_layer *layers;                 /* [n_layer + 1]; a stage fills its own (l0 .. l1 - 1)
+                                             and layer l1's attn_norm (its last join's norm);
+                                             entry n_layer: an attached MTP drafter's layer */
     int32_t l0, l1;                       /* the layers this state runs: 0 .. n_layer without a
                                              split, a stage's range with one */
     int device;                           /* a stage's CUDA device; -1: the current one (no split) */
@@ -220,6 +223,7 @@ struct st_gpu {
                                              last block finishes the call; 0 between calls */
     size_t moe_ws_bytes, attn_ws_bytes;
     st_gpu_rs *rs;                        /* qwen3next: the DeltaNet layers' state, else NULL */
+    st_gpu_mtp *mtp;                      /* an attached MTP drafter's layer (mtp_gpu.c), else NULL */
     size_t rs_bytes;                      /* of it, what every call keeps (not the scratch) */
 };
 
@@ -271,6 +275,19 @@ strata_status st_gpu_alloc_prediction(st_gpu *g, const st_hparams *hp);
 /* a tensor up as a matrix descriptor / as f32 values (NULL data: zero / NULL) */
 strata_status st_gpu_put_mat(st_gpu *g, const st_tensor *t, st_cuda_mat *m);
 strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev);
+/* Layer il's weights up into g->layers[il]: as the placement puts them, or (all_experts) every
+ * routed expert resident whatever the placement (the MTP layer's). */
+strata_status st_gpu_upload_layer(strata_session *s, int il, int all_experts);
+/* The GPU memory the session may still allocate, and the margin it keeps free beyond it. */
+strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *margin);
+
+/* forward_cuda.c: the MTP layer (g->layers[n_layer]) on the T rows of g->x at positions pos0..
+ * (g->pos): its attention norm (a trunk layer's comes with the previous layer's join), the layer,
+ * its FFN's rows added into g->x. */
+strata_status st_gpu_mtp_layer(strata_session *s, int64_t T, int64_t pos0);
+/* mtp_gpu.c: a trunk call's T final hidden rows (g->x after the last layer) kept for the MTP
+ * layer, at positions pos0 and on (what attach made is freed by st_gpu_mtp_detach, gpu_pass.h). */
+strata_status st_gpu_mtp_keep(strata_session *s, int64_t pos0, int64_t T);
 
 #endif /* STRATA_HAVE_CUDA */
 #endif /* STRATA_FORWARD_CUDA_H */

@@ -191,7 +191,7 @@ static strata_status st_gpu_put_mla(st_gpu *g, const st_layer *L, st_gpu_layer *
  * weights, the KV cache and any expert slots (cache and staging) when gpu_mem is set; and the
  * margin it keeps free beyond that: 2% of the card, at least 512 MiB (the driver's and the
  * kernels' own needs). The expert cache's auto size and the tile copies both go by them. */
-static strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *margin) {
+strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *margin) {
     st_gpu *g = s->gpu;
     const st_gpu_tier_ctx ctx = st_gpu_tier_ctx_of(s);
     size_t free_b = 0, total_b = 0;
@@ -446,8 +446,9 @@ strata_status st_gpu_alloc_prediction(st_gpu *g, const st_hparams *hp) {
 }
 
 /* A MoE layer's FFN: the router, its selection bias (exp_probs_b, deepseek2), the routed experts
- * (unless they stay in RAM: a CPU layer, or the expert cache's), the shared expert and its gate. */
-static strata_status st_gpu_upload_moe(strata_session *s, int il) {
+ * (unless they stay in RAM: a CPU layer, or the expert cache's; all_experts: always up), the
+ * shared expert and its gate. */
+static strata_status st_gpu_upload_moe(strata_session *s, int il, int all_experts) {
     const st_hparams *hp = &s->model->hp;
     const st_layer *L = &s->model->layers[il];
     st_gpu *g = s->gpu;
@@ -459,7 +460,7 @@ static strata_status st_gpu_upload_moe(strata_session *s, int il) {
     TRY(st_gpu_put_f32(g, &L->ffn_up_exps_b, &G->b_up_exps));
     TRY(st_gpu_put_f32(g, &L->ffn_down_exps_b, &G->b_down_exps));
     /* --n-cpu-moe: this layer's routed experts stay in RAM for the CPU (G->experts NULL) */
-    if (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0)
+    if (all_experts || (!st_plan_layer_on_cpu(&s->plan, il) && s->plan.expert_cache == 0))
         TRY(st_gpu_put_experts(g, &L->ffn_gate_exps, &L->ffn_up_exps, &L->ffn_down_exps, hp->n_expert,
                                &G->experts));
     G->exp_type_gu = L->ffn_gate_exps.type;
@@ -487,38 +488,41 @@ static strata_status st_gpu_upload_dense_ffn(st_gpu *g, const st_layer *L, st_gp
     return STRATA_OK;
 }
 
+strata_status st_gpu_upload_layer(strata_session *s, int il, int all_experts) {
+    const strata_model *m = s->model;
+    st_gpu *g = s->gpu;
+    const st_layer *L = &m->layers[il];
+    st_gpu_layer *G = &g->layers[il];
+    TRY(st_gpu_put_f32(g, &L->attn_norm, &G->attn_norm));
+    TRY(st_gpu_put_f32(g, &L->ffn_norm, &G->ffn_norm));
+    TRY(st_gpu_put_f32(g, &L->q_norm, &G->q_norm));
+    TRY(st_gpu_put_f32(g, &L->k_norm, &G->k_norm));
+    TRY(st_gpu_put_f32(g, &L->bq, &G->bq));
+    TRY(st_gpu_put_f32(g, &L->bk, &G->bk));
+    TRY(st_gpu_put_f32(g, &L->bv, &G->bv));
+    TRY(st_gpu_put_f32(g, &L->bo, &G->bo));
+    TRY(st_gpu_put_f32(g, &L->attn_sinks, &G->attn_sinks));
+    if (m->arch->id != ST_ARCH_QWEN3NEXT) TRY(st_gpu_put_qkv(g, L, G)); /* (its wq holds the gates) */
+    if (!G->wqkv.data && !m->arch->mla) { /* (latent attention's q: st_gpu_put_mla) */
+        TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
+        TRY(st_gpu_put_mat(g, &L->wk, &G->wk));
+        TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
+    }
+    TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
+    if (m->arch->mla) {
+        const st_scratch_dims d = st_session_dims(s);
+        TRY(st_gpu_put_mla(g, L, G, (int64_t)(d.nq + d.nk + d.nv)));
+    }
+    if (st_layer_has_experts(L)) return st_gpu_upload_moe(s, il, all_experts);
+    return st_gpu_upload_dense_ffn(g, L, G, il);
+}
+
 static strata_status st_gpu_upload_layers(strata_session *s) {
     const strata_model *m = s->model;
-    const st_hparams *hp = &m->hp;
     st_gpu *g = s->gpu;
-    if (g->l1 < hp->n_layer) /* a stage's last join takes the next stage's first attention norm */
+    if (g->l1 < m->hp.n_layer) /* a stage's last join takes the next stage's first attention norm */
         TRY(st_gpu_put_f32(g, &m->layers[g->l1].attn_norm, &g->layers[g->l1].attn_norm));
-    for (int il = g->l0; il < g->l1; il++) {
-        const st_layer *L = &m->layers[il];
-        st_gpu_layer *G = &g->layers[il];
-        TRY(st_gpu_put_f32(g, &L->attn_norm, &G->attn_norm));
-        TRY(st_gpu_put_f32(g, &L->ffn_norm, &G->ffn_norm));
-        TRY(st_gpu_put_f32(g, &L->q_norm, &G->q_norm));
-        TRY(st_gpu_put_f32(g, &L->k_norm, &G->k_norm));
-        TRY(st_gpu_put_f32(g, &L->bq, &G->bq));
-        TRY(st_gpu_put_f32(g, &L->bk, &G->bk));
-        TRY(st_gpu_put_f32(g, &L->bv, &G->bv));
-        TRY(st_gpu_put_f32(g, &L->bo, &G->bo));
-        TRY(st_gpu_put_f32(g, &L->attn_sinks, &G->attn_sinks));
-        if (m->arch->id != ST_ARCH_QWEN3NEXT) TRY(st_gpu_put_qkv(g, L, G)); /* (its wq holds the gates) */
-        if (!G->wqkv.data && !m->arch->mla) { /* (latent attention's q: st_gpu_put_mla) */
-            TRY(st_gpu_put_mat(g, &L->wq, &G->wq));
-            TRY(st_gpu_put_mat(g, &L->wk, &G->wk));
-            TRY(st_gpu_put_mat(g, &L->wv, &G->wv));
-        }
-        TRY(st_gpu_put_mat(g, &L->wo, &G->wo));
-        if (m->arch->mla) {
-            const st_scratch_dims d = st_session_dims(s);
-            TRY(st_gpu_put_mla(g, L, G, (int64_t)(d.nq + d.nk + d.nv)));
-        }
-        if (st_layer_has_experts(L)) TRY(st_gpu_upload_moe(s, il));
-        else TRY(st_gpu_upload_dense_ffn(g, L, G, il));
-    }
+    for (int il = g->l0; il < g->l1; il++) TRY(st_gpu_upload_layer(s, il, 0));
     return STRATA_OK;
 }
 
@@ -580,6 +584,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
 
     size_t widest = E > no ? E : no;
     if (F > widest) widest = F;
+    if (s->model->n_mtp > 0 && 2 * E > widest) widest = 2 * E; /* an MTP layer's eh_proj */
     if (s->model->arch->mla) TRY(st_gpu_alloc_mla(s, T, &widest));
     TRY(st_gpu_alloc(&g->mmv_scratch, st_cuda_mmv_scratch_bytes((int64_t)widest, ST_GPU_COLS)));
     if (E % 32 == 0) TRY(st_gpu_alloc(&g->xq, st_cuda_mmv_scratch_bytes(E, ST_GPU_COLS)));
@@ -596,7 +601,7 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
          * others the GEMV path's 1024 */
         /* biased experts (gpt-oss) take the GEMV path only in -DSTRATA_MMQ_OAI=0 builds */
         int tiles = !hp->expert_act_oai || st_cuda_moe_tiles_oai();
-        for (int il = 0; il < hp->n_layer; il++) {
+        for (int il = 0; il < hp->n_layer + (s->model->n_mtp > 0); il++) { /* (an MTP layer's too) */
             const st_layer *L = &s->model->layers[il];
             if (!st_layer_has_experts(L)) continue; /* a leading dense layer: no grouped calls */
             tiles &= st_cuda_moe_type_tiles(L->ffn_gate_exps.type) && st_cuda_moe_type_tiles(L->ffn_down_exps.type);
@@ -657,6 +662,7 @@ static void st_gpu_free_one(strata_session *s) {
     if (!g) return;
     char err[512]; /* the last error (a failed create's reason) outlives the frees */
     snprintf(err, sizeof err, "%s", strata_last_error());
+    st_gpu_mtp_detach(s); /* (a drafter the caller did not free first) */
     if (g->layers)
         for (int il = 0; il < s->model->hp.n_layer; il++) {
             st_cuda_free(g->layers[il].experts);
@@ -1049,7 +1055,7 @@ static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int
     g->progress = s->progress;
     g->progress_data = s->progress_data;
     g->upload_total = (int64_t)m->info.n_bytes;
-    g->layers = calloc((size_t)hp->n_layer, sizeof *g->layers);
+    g->layers = calloc((size_t)hp->n_layer + 1, sizeof *g->layers); /* (+ an MTP drafter's) */
     if (!g->layers) return st_error(STRATA_ERR_NOMEM, "gpu session: out of memory");
     st_gpu_set_shape(s);
     TRY(st_gpu_check_shape(m, g, s->kv_type));

@@ -46,5 +46,12 @@ double st_gpu_plan_rate(const strata_session *s);
 /* 1 when a GPU call of T tokens hands its CPU layers to the expert pool (cuda_doorbell): the
  * session's own workers then have no expert work in it. */
 int st_gpu_pool_serves(const strata_session *s, int64_t T);
+/* An MTP drafter's layer on the GPU (mtp_gpu.c; backend.h's mtp_attach, mtp_rows, mtp_detach):
+ * STRATA_ERR_UNSUPPORTED without CUDA, for a split session and where the layer, its cache and
+ * the hidden rows do not fit the GPU's room. */
+strata_status st_gpu_mtp_attach(strata_session *s);
+strata_status st_gpu_mtp_rows(strata_session *s, const strata_token *tok, int64_t T, int64_t pos0, int chained,
+                              strata_token *next, float *logits);
+void st_gpu_mtp_detach(strata_session *s);
 
 #endif /* STRATA_GPU_PASS_H */

@@ -881,6 +881,30 @@ strata_status st_gpu_moe_experts(strata_session *s, st_moe_call *mc) {
     return STRATA_OK;
 }
 
+strata_status st_gpu_moe_resident(strata_session *s, int il, int64_t T) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const st_gpu_layer *G = &g->layers[il];
+    const int32_t X = hp->n_expert, K = hp->n_expert_used;
+    TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
+    TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
+    if (G->router_b) TRY(st_cuda_add_bias(g->router, X, G->router_b, X, T, g->stream));
+    if (G->shexp && G->shexp_gate_inp.data) {
+        TRY(st_gpu_mm(g, &G->shexp_gate_inp, g->xn, T, g->shgate));
+        TRY(st_cuda_sigmoid(g->shgate, g->shgate, T, g->stream));
+    }
+    g->xq_ready = 0; /* (the routed kernel quantizes its rows itself) */
+    const st_cuda_route_cfg rc = st_gpu_route_cfg(s, il);
+    for (int64_t t0 = 0; t0 < T; t0 += g->moe_tokens) {
+        const int64_t tn = T - t0 < g->moe_tokens ? T - t0 : g->moe_tokens;
+        TRY(st_cuda_moe_route_cfg(&rc, g->router + t0 * X, tn, g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
+        const st_cuda_moe_args a = st_gpu_routed_args(s, il, t0, tn, G->experts, g->ids + t0 * K);
+        TRY(st_cuda_moe_ffn(&a, g->stream));
+        if (G->shexp) TRY(st_gpu_moe_shared(s, il, t0, tn));
+    }
+    return st_gpu_mark(s, STRATA_PHASE_EXPERTS);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The expert pool's part of a call (cuda_doorbell)
  * ------------------------------------------------------------------------------------------- */

@@ -24,6 +24,10 @@ strata_status st_gpu_moe_route(strata_session *s, int il, int64_t T, st_moe_call
 /* The routed and shared experts of the call, per chunk of g->moe_tokens rows: the placement mode
  * chosen and run, the expert kernel; their rows left in mc->out. */
 strata_status st_gpu_moe_experts(strata_session *s, st_moe_call *mc);
+/* A layer outside the trunk's placement whose routed experts are all on the GPU (an MTP drafter's,
+ * mtp_gpu.c): router, top-k, the routed and shared experts of T rows into g->proj; nothing
+ * counted, staged, cached or handed to the pool. */
+strata_status st_gpu_moe_resident(strata_session *s, int il, int64_t T);
 /* cpu_warm: a warm of the CPU's caches stopped (its bytes counted), and its prediction scored
  * against the routing ids[0 .. n) (ids NULL: not scored). */
 void st_gpu_warm_end(strata_session *s, const int32_t *ids, int64_t n);
