@@ -534,7 +534,10 @@ class Model:
         speculative: None (one token a step), "ngram" (continuations found earlier in the text,
         remembered across calls on this Model), "self" (this model with only the experts its fast
         tier holds, misses dropped: needs ram_budget on the CPU or expert_cache on the GPU, else
-        StrataError at the first step) or a
+        StrataError at the first step), "mtp" (the file's own MTP layer: deepseek2, glm4moe and
+        qwen3next files that carry one; on the GPU where it fits a CUDA session, else on the CPU:
+        last_stats["drafters"][0]["describe"] says which; StrataError at the first step for a file
+        without one) or a
         Model with the same vocabulary (a draft model, run in a session of its own with its own
         settings): drafted tokens are verified in windows
         of one forward pass, at most draft_max (1..16) a window, a plain step when fewer than
@@ -578,12 +581,13 @@ class Model:
             return (source, dmax, dmin, auto)
         if source in ("ngram", "auto") and not auto:
             return ("ngram", dmax, dmin, source == "auto")
-        if source == "self" and not auto:
-            return ("self", dmax, dmin, False)
+        if source in ("self", "mtp") and not auto:
+            return (source, dmax, dmin, False)
         if source == "draft":
             raise ValueError(f"speculative={speculative!r}: needs the draft Model itself: use "
-                             "\"ngram\", \"self\", \"auto\" or a Model")
-        raise TypeError("speculative must be None, \"ngram\", \"self\", \"auto\", a Model or (Model, \"auto\"), "
+                             "\"ngram\", \"self\", \"mtp\", \"auto\" or a Model")
+        raise TypeError("speculative must be None, \"ngram\", \"self\", \"mtp\", \"auto\", a Model or "
+                        "(Model, \"auto\"), "
                         f"not {speculative!r}")
 
     def _sources(self, spec, sess):
@@ -607,6 +611,9 @@ class Model:
             if source == "self":
                 check(lib.strata_drafter_self_create(sess, out), "strata_drafter_self_create")
                 made.append(Source("self-draft", out[0], own=True, cheap=False))
+            if source == "mtp":
+                check(lib.strata_drafter_mtp_create(sess, out), "strata_drafter_mtp_create")
+                made.append(Source("mtp", out[0], own=True, cheap=False))
             elif auto and lib.strata_drafter_self_create(sess, out) == lib.STRATA_OK:
                 made.append(Source("self-draft", out[0], own=True, cheap=False))
         except StrataError:

@@ -158,13 +158,15 @@ class Speculator:
                 lib.strata_spec_policy_observe_unverified(s.policy, int(s.draft[0] == token))
 
     def stats(self) -> dict:
-        """Per drafter ("drafters": name, windows, drafted, accepted, and under auto its
+        """Per drafter ("drafters": name, windows, drafted, accepted, describe: the library's line
+        on it, and under auto its
         acceptance estimate and probes), and the policies' policy_* entries (the first drafter's
         estimate and costs, every drafter's windows and probes)."""
         out = {"drafters": []}
         first, windows, probes = None, 0, 0
         for s in self.sources:
-            d = {"name": s.name, "windows": s.windows, "drafted": s.drafted, "accepted": s.accepted}
+            d = {"name": s.name, "windows": s.windows, "drafted": s.drafted, "accepted": s.accepted,
+                 "describe": ffi.string(lib.strata_drafter_describe(s.drafter)).decode()}
             if s.policy != ffi.NULL:
                 st = ffi.new("strata_spec_policy_stats *")
                 check(lib.strata_spec_policy_get_stats(s.policy, st), "strata_spec_policy_get_stats")

@@ -226,8 +226,11 @@ def test_python_speculative(q4_draft):
             assert a == m.generate_text("Dictionary, n.", 40, temperature=0.8, seed=5, speculative=spec)
         with pytest.raises(strata.StrataError, match="ram_budget"):  # refused by the session, at the first step
             next(m.generate("x", 4, speculative="self"))
+        with pytest.raises(strata.StrataError, match="no MTP heads"):  # a file without an MTP layer
+            next(m.generate("x", 4, speculative="mtp"))
         for kw, exc in ((dict(speculative=3), TypeError),
                         (dict(speculative="draft"), ValueError), (dict(speculative=("self", "auto")), TypeError),
+                        (dict(speculative=("mtp", "auto")), TypeError),
                         (dict(speculative=("ngram", "auto")), TypeError),
                         (dict(speculative=(d, "sometimes")), TypeError),
                         (dict(speculative="ngram", draft_max=0), ValueError),

@@ -537,6 +537,13 @@ def spec_mtp_cli(path):
     assert plain.returncode == 0 and mtp.returncode == 0, (plain.stderr[-1500:], mtp.stderr[-1500:])
     assert "MTP drafts: the model's MTP layer on the CPU, up to 3 a window" in mtp.stderr, mtp.stderr[-1500:]
     assert mtp.stdout == plain.stdout
+    import strata  # the same from Python: generate(speculative="mtp")
+    with strata.Model(str(path), n_ctx=128, n_threads=2) as m:
+        want = m.generate_text("a b c", 12, temperature=0, ignore_eos=True)
+        assert m.generate_text("a b c", 12, temperature=0, ignore_eos=True, speculative="mtp", draft_max=3) == want
+        d = m.last_stats["drafters"]
+        assert [x["name"] for x in d] == ["mtp"] and d[0]["describe"] == "MTP drafts: the model's MTP layer on the CPU"
+        assert m.last_stats["spec_windows"] > 0
 
 
 @pytest.mark.parametrize("preset,extra,layers,dense,mtp", [
