@@ -618,9 +618,10 @@ static void test_pool_misses_exact(const strata_model *m, const strata_token *to
         g_cache = runs[i].slots;
         g_admit = runs[i].admit;
         g_pool_pcie = runs[i].zc;
+        g_pin = runs[i].zc != 0; /* (pool_pcie reads the pinned copy: refused without one) */
         g_doorbell = 1;
         const int okr = forced_steps(m, toks, STEPS, runs[i].passes, V, got, &sp);
-        g_cache = g_admit = g_doorbell = g_pool_pcie = 0;
+        g_cache = g_admit = g_doorbell = g_pool_pcie = g_pin = 0;
         const int same = okr && !memcmp(ref, got, bytes);
         printf("pool misses exact, %d slots%s, pool_pcie %d, pass %d: logits %s --cpu-moe's; slot-rows %lld GPU / "
                "%lld CPU\n", runs[i].slots, runs[i].admit ? ", cache_admit" : "", runs[i].zc, runs[i].passes,
