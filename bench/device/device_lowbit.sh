@@ -52,9 +52,10 @@ if have tests; then # the default model requantized to each low-bit mix: GPU aga
     echo "test_iq_gpu rc=$? at $(el)s: $(tail -1 "$O/test_iq_gpu.log")"
     grep -E "^FAILED|Error" "$O/test_iq_gpu.log" | head -8
 fi
-if have tests; then # the host CPU's IQ kernels per ISA level (the AVX-512 level's choice, dot.c)
-    make -j12 CUDA=1 build/bench_dot > "$J/bench_dot_build.log" 2>&1 &&
-        ./build/bench_dot --threads 1 --time 0.5 --mib 64 --json "$J/bench_dot.json" \
+if have tests; then # the host CPU's IQ kernels per ISA level (the AVX-512 level's choice, dot.c):
+    # a CPU-only build of its own (a carried prebuilt build/ has no objects to build it from)
+    make -j12 CUDA=0 BUILD=build-bd OUTDIR=build-bd build-bd/bench_dot > "$J/bench_dot_build.log" 2>&1 &&
+        ./build-bd/bench_dot --threads 1 --time 0.5 --mib 64 --json "$J/bench_dot.json" \
             --types q4_K,iq4_xs,iq3_xxs,iq3_s,iq2_xxs,iq2_xs,iq2_s,iq1_s,iq1_m,mxfp4 | grep "^|"
 fi
 if have session; then
