@@ -15,7 +15,8 @@ routed experts):
            miss computed by the pool (`bell` a layer, then cpu0 + M cpu1); its residency loads
            at most 4 experts a step in place of others, as the tier does (ST_POOL_LOADS_PER_STEP);
   pool_pcie  the same with --pool-pcie auto: the GPU reads some misses from the pinned copy
-           itself (`bell` a layer, then the cost model's split of M).
+           itself (`bell` a layer, then the cost model's split of M with `zc` an expert read in
+           place, not `pcie`).
 
 A layer's time (microseconds, one token a pass): resident layers `gpu`; a layer whose routing
 comes down (a CPU layer, a cache layer) `gpu + trip + extra` plus its M missed experts split
@@ -32,12 +33,14 @@ gpu = 2.79 ms / 48 layers; one expert 2.64 MB over PCIe at 51.4 GB/s plus 8 us; 
 us plus 34 us an expert; trip 26 us, fitted so that --cpu-moe gives the measured ~72 tok/s;
 cache_extra 35 us, fitted so that the 1536-slot cache with --cpu-misses gives its ~70 tok/s;
 hybrid_extra 5 us (an estimate: the host has the CPU layer's routing already); bell 12 us, fitted
-so that the 1536-slot cache with --doorbell gives its ~69 tok/s (H100) at 28% hits. `--check`
-prints the model's figures for the measured rows beside them.
+so that the 1536-slot cache with --doorbell gives its ~69 tok/s (H100) at 28% hits; zc 180 us (an
+expert read in place from the pinned copy by the grouped kernel, about 15 GB/s), fitted so that
+--pool-pcie auto with a 3072-slot cache gives its measured 87-91 tok/s (H100, run22-s19) at 52%
+hits. `--check` prints the model's figures for the measured rows beside them.
 
 Usage: bench/placement_sim.py TRACE [--shares 0.25,0.5] [--max-d 4] [--json OUT]
        [--gpu US] [--trip US] [--cpu0 US] [--cpu1 US] [--pcie US] [--cache-extra US]
-       [--hybrid-extra US] [--bell US] [--layers N (the model's depth the costs are for; default the
+       [--hybrid-extra US] [--bell US] [--zc US] [--layers N (the model's depth the costs are for; default the
        trace's)] [--check]
 The trace's routing drives hits and misses; the costs say what they are worth. A trace of another
 model than the costs' is a routing pattern on the costs' model: say so where its figures go."""
@@ -56,7 +59,7 @@ _spec.loader.exec_module(rs)
 
 # H100, spread-routing qwen3-30b-a3b (docs/PERFORMANCE.md, 2026-12-07); microseconds
 DEFAULTS = dict(gpu=2790.0 / 48, trip=26.0, cpu0=33.0, cpu1=34.0, pcie=8.0 + 2.64e6 / 51.4e3,
-                cache_extra=35.0, hybrid_extra=5.0, bell=12.0)
+                cache_extra=35.0, hybrid_extra=5.0, bell=12.0, zc=180.0)
 POOL_LOADS = 4  # ST_POOL_LOADS_PER_STEP (moe_block.c): the pool's loads in place of others a step
 
 # measured decode rows the --check compares with: (what, placement, share, tok/s low, high, the
@@ -64,7 +67,10 @@ POOL_LOADS = 4  # ST_POOL_LOADS_PER_STEP (moe_block.c): the pool's loads in plac
 MEASURED = [("--cpu-moe", "static", 0.0, 71.0, 74.2, None), ("--n-cpu-moe 36", "static", 0.25, 96.6, 96.6, None),
             ("--n-cpu-moe 24", "static", 0.5, 122.5, 129.3, None),
             ("--expert-cache 1536 --cpu-misses", "cache", 0.25, 66.5, 72.3, 0.276),
-            ("--expert-cache 1536 --doorbell", "pool", 0.25, 65.5, 70.0, 0.284)]
+            ("--expert-cache 1536 --doorbell", "pool", 0.25, 65.5, 70.0, 0.284),
+            ("--expert-cache 1536 --doorbell (tg256, run22-s19)", "pool", 0.25, 50.0, 77.0, 0.262),
+            ("--expert-cache 1536 --doorbell --pool-pcie auto", "pool_pcie", 0.25, 55.9, 72.5, 0.262),
+            ("--expert-cache 3072 --doorbell --pool-pcie auto", "pool_pcie", 0.5, 87.2, 90.7, 0.518)]
 
 
 def layer_us(kind: str, m: float, c: dict, slots: int = 1) -> float:
@@ -76,17 +82,18 @@ def layer_us(kind: str, m: float, c: dict, slots: int = 1) -> float:
     if kind == "pool":
         return c["gpu"] + c["bell"] + (c["cpu0"] + m * c["cpu1"] if m else 0.0)
     if kind == "pool_pcie":
-        return c["gpu"] + c["bell"] + split_us(lo, c)
+        return c["gpu"] + c["bell"] + split_us(lo, c, c["zc"])
     extra = c["cache_extra"] if kind == "cache" else (c["hybrid_extra"] if slots > 0 else 0.0)
     return c["gpu"] + c["trip"] + extra + split_us(lo, c)
 
 
-def split_us(m: int, c: dict) -> float:
-    """The cost model's split of m missed experts (one row each) between the CPU and PCIe."""
+def split_us(m: int, c: dict, pcie: float | None = None) -> float:
+    """The cost model's split of m missed experts (one row each) between the CPU and PCIe (pcie:
+    one expert's cost over it, c["pcie"] unless given)."""
     if m <= 0:
         return 0.0
-    return min(max((c["cpu0"] + (m - j) * c["cpu1"]) if m - j > 0 else 0.0, j * c["pcie"])
-               for j in range(m + 1))
+    one = c["pcie"] if pcie is None else pcie
+    return min(max((c["cpu0"] + (m - j) * c["cpu1"]) if m - j > 0 else 0.0, j * one) for j in range(m + 1))
 
 
 def calls_of(recs):

@@ -156,10 +156,15 @@ def test_placement_sim_costs_and_placements(tmp_path):
     """bench/placement_sim.py: the split of misses is the cost model's, a slot book's flags count
     its hits, and on a trace where one expert a layer repeats the placements come out as the
     costs say (a resident layer costs gpu alone; the hybrid's cache catches the repeats)."""
-    c = dict(gpu=10.0, trip=5.0, cpu0=20.0, cpu1=10.0, pcie=25.0, cache_extra=3.0, hybrid_extra=1.0, bell=2.0)
+    c = dict(gpu=10.0, trip=5.0, cpu0=20.0, cpu1=10.0, pcie=25.0, cache_extra=3.0, hybrid_extra=1.0, bell=2.0,
+             zc=25.0)
     assert ps.split_us(0, c) == 0.0
     assert ps.split_us(1, c) == 25.0                   # one copy (25) beats the CPU's step (30)
     assert ps.split_us(3, c) == 40.0                   # two on the CPU (40), one copied (25)
+    assert ps.split_us(3, c, 50.0) == 50.0             # at 50 an expert: all three on the CPU
+    # pool_pcie's split prices the GPU's reads of the pinned copy at zc, not at the copy rate
+    assert ps.layer_us("pool_pcie", 3, dict(c, zc=50.0)) == 10.0 + 2.0 + 50.0
+    assert ps.layer_us("pool_pcie", 3, c) == 10.0 + 2.0 + 40.0
     flags = []
     seq = [(0, 1), (0, 2), (0, 1), (0, 3), (0, 1)]
     assert rs.sim_slot_book(seq, 2, flags=flags) == sum(flags) == 2 and flags == [False, False, True, False, True]
