@@ -17,8 +17,12 @@ weights and the experts the previous layer predicted) and prints:
   - how well the next-layer prediction did: the share of routed slots whose expert the previous
     layer predicted.
 
+--replay-out FILE also writes the trace's decode steps as a route replay file (every MoE layer's
+k experts a step; `strata --route-replay FILE` replays them in place of another model's router:
+docs/EXPERTS.md).
+
 Usage: bench/routing_stats.py TRACE [--decode-only] [--json OUT.json] [--svg OUT.svg]
-       [--png OUT.png (needs matplotlib)] [--sizes 5,10,25,50,75,100]
+       [--png OUT.png (needs matplotlib)] [--sizes 5,10,25,50,75,100] [--replay-out FILE]
 A user sizes --expert-cache from the hit-rate table: slots = share x n_layer x n_expert."""
 from __future__ import annotations
 
@@ -389,6 +393,37 @@ def print_report(rep):
               f"{100 * r['slot book + admission']:.1f}% | {100 * r['Belady']:.1f}% |")
 
 
+def replay_steps(recs):
+    """The trace's MoE layers (in order) and its decode passes as [pass][layer][k ids] (-1: no
+    expert); a pass that lacks one of the layers (a trace cut short) is left out."""
+    layers = sorted({r["layer"] for r in recs})
+    passes, cur, prev = [], {}, None
+    for r in recs:
+        if r["n"] != 1:
+            continue
+        if prev is not None and r["layer"] <= prev:  # the next pass
+            passes.append(cur)
+            cur = {}
+        cur[r["layer"]] = list(r["ids"][0])
+        prev = r["layer"]
+    if cur:
+        passes.append(cur)
+    return layers, [[p[layer] for layer in layers] for p in passes if all(layer in p for layer in layers)]
+
+
+def write_replay(head, recs, path):
+    """The route replay file of the trace's decode passes (c/experts/replay.h's format); returns
+    (layers, steps)."""
+    layers, steps = replay_steps(recs)
+    if not steps:
+        raise ValueError("the trace has no complete decode pass to replay")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"strata-route-replay 1 {len(layers)} {head['n_expert']} {head['k']} {len(steps)}\n")
+        for step in steps:
+            f.write(" ".join(str(e) for ids in step for e in ids) + "\n")
+    return len(layers), len(steps)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("trace")
@@ -397,8 +432,13 @@ def main(argv=None):
     ap.add_argument("--json", help="write the report as JSON")
     ap.add_argument("--svg", help="write the hit-rate plot as SVG")
     ap.add_argument("--png", help="write the hit-rate plot as PNG (needs matplotlib)")
+    ap.add_argument("--replay-out", help="write the decode steps as a route replay file (strata --route-replay)")
     a = ap.parse_args(argv)
     head, recs = read_trace(a.trace)
+    if a.replay_out:
+        n_layer, n_steps = write_replay(head, recs, a.replay_out)
+        print(f"{a.replay_out}: {n_steps} decode steps of {n_layer} layers x top-{head['k']} of "
+              f"{head['n_expert']} experts", file=sys.stderr)
     sizes = [float(s) for s in a.sizes.split(",")]
     rep = report(head, recs, sizes, a.decode_only)
     print_report(rep)

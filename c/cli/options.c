@@ -78,6 +78,8 @@ static void cli_opts_env(cli_opts *o) {
     o->no_amx = getenv("STRATA_AMX") && strcmp(getenv("STRATA_AMX"), "0") == 0;
     o->cpu_isa = getenv("STRATA_CPU_ISA") && getenv("STRATA_CPU_ISA")[0] ? getenv("STRATA_CPU_ISA") : NULL;
     o->route_trace = getenv("STRATA_ROUTE_TRACE") && getenv("STRATA_ROUTE_TRACE")[0] ? getenv("STRATA_ROUTE_TRACE") : NULL;
+    o->route_replay = getenv("STRATA_ROUTE_REPLAY") && getenv("STRATA_ROUTE_REPLAY")[0] ? getenv("STRATA_ROUTE_REPLAY")
+                                                                                      : NULL;
     o->q8_tiles = !getenv("STRATA_Q8_TILES") || env_flag("STRATA_Q8_TILES"); /* unset: on */
     const char *iqs = getenv("STRATA_IQ_STAGE_TABLES"); /* unset, empty or auto: -1 */
     o->iq_stage_tables = iqs && iqs[0] && strcmp(iqs, "auto") != 0 ? env_flag("STRATA_IQ_STAGE_TABLES") : -1;
@@ -347,6 +349,9 @@ static void cli_usage_sampling(FILE *f) {
         "  --route-trace FILE      each layer's routing (experts, weights, the previous layer's\n"
         "                          prediction) as JSON lines (also $STRATA_ROUTE_TRACE; CPU\n"
         "                          sessions): bench/routing_stats.py reads it\n"
+        "  --route-replay FILE     benchmarks only: every MoE layer's routing replaced by a recorded\n"
+        "                          one (bench/routing_stats.py TRACE --replay-out FILE; also\n"
+        "                          $STRATA_ROUTE_REPLAY): the output is not the model's\n"
         "  -i, --chat              interactive chat, each turn the conversation (--system TEXT,\n"
         "                          the user and assistant turns) rendered by the model's own\n"
         "                          tokenizer.chat_template (Jinja, as strata serve renders it); the\n"
@@ -794,6 +799,7 @@ static const cli_value_row cli_values[] = {
     CLI_INT(NULL, "--logpos-top", logpos_top, 1, 1000000),
     CLI_STR(NULL, "--stats-json", stats_json),
     CLI_STR(NULL, "--route-trace", route_trace),
+    CLI_STR(NULL, "--route-replay", route_replay),
     /* speculative decoding */
     CLI_FN(NULL, "--spec", opt_spec),
     CLI_FN(NULL, "--draft-model", opt_draft_model),

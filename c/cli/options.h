@@ -83,6 +83,8 @@ typedef struct {
     int logpos_top;               /* --logpos-top K (default 20) */
     const char *stats_json;       /* --stats-json FILE */
     const char *route_trace;      /* --route-trace FILE or $STRATA_ROUTE_TRACE: each layer's routing */
+    const char *route_replay;     /* --route-replay FILE or $STRATA_ROUTE_REPLAY: a recorded routing
+                                     in place of the router's (benchmarks) */
     int spec;                     /* --spec: CLI_SPEC_NONE (default), _NGRAM, _DRAFT, _AUTO, _ORACLE, _SELF or _MTP */
     float oracle_rate;            /* --oracle-rate P: the oracle drafter's share of right drafts (-1: not given) */
     int verify_profile;           /* --verify-profile / STRATA_VERIFY_PROFILE=1: per-window phase table at exit */

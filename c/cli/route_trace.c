@@ -3,7 +3,8 @@
  * then one line per layer and forward pass: {"layer", "pos" (the batch's first position), "n"
  * (its tokens), "ids" and "w" (n x k, row-major: each token's experts and gate weights), "pred"
  * (the experts the previous layer predicted for this one, or null)}. bench/routing_stats.py reads
- * it. The file is opened once per process and closed at exit. */
+ * it. The file is opened once per process and closed at exit. --route-replay FILE attaches a
+ * recorded routing to every session (strata_session_set_route_replay). */
 #include "route_trace.h"
 
 #include <errno.h>
@@ -56,5 +57,16 @@ int cli_route_trace_attach(const cli_opts *o, const strata_model *model, strata_
     }
     if (strata_session_set_route_trace(s, cli_trace_layer, cli_trace_file) != STRATA_OK)
         return cli_fail("--route-trace: %s (use --cpu)", cli_lib_error());
+    return 0;
+}
+
+int cli_route_replay_attach(const cli_opts *o, strata_session *s) {
+    static int said;
+    if (!o->route_replay) return 0;
+    if (strata_session_set_route_replay(s, o->route_replay) != STRATA_OK)
+        return cli_fail("--route-replay %s: %s", o->route_replay, cli_lib_error());
+    if (!said++ && !o->quiet)
+        fprintf(stderr, "strata: route replay: every MoE layer routes as %s says, not as the model does "
+                "(benchmarks only: the text is not the model's)\n", o->route_replay);
     return 0;
 }

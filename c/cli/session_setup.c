@@ -225,7 +225,8 @@ int cli_new_session(cli_opts *o, const strata_model *model, strata_session **out
     if (o->verify_profile) o->profile = 1; /* its table reads the phase timers */
     int rc = cli_new_session_inner(o, model, out);
     if (rc == 0 && o->cpu_pin && *out) cli_pin_main_thread(o, *out);
-    if (rc == 0 && *out && (rc = cli_route_trace_attach(o, model, *out)) != 0) {
+    if (rc == 0 && *out && ((rc = cli_route_trace_attach(o, model, *out)) != 0 ||
+                            (rc = cli_route_replay_attach(o, *out)) != 0)) {
         strata_session_free(*out);
         *out = NULL;
     }

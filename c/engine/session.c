@@ -5,6 +5,7 @@
  * statistics session_stats.c's, phase timing profile.c's. */
 #include "session.h"
 #include "ram_tier.h"
+#include "replay.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -165,6 +166,7 @@ void strata_session_free(strata_session *s) {
     if (s->be) s->be->free(s);
     st_ram_tier_free(s->ram);
     st_degrade_stats_free(&s->dstats);
+    st_replay_free(s->replay);
     free(s->slots_gpu);
     free(s->slots_cpu);
     st_threadpool_free(s->tp);
@@ -251,6 +253,21 @@ strata_status strata_session_set_route_trace(strata_session *s, strata_route_fn 
     }
     s->route_fn = fn;
     s->route_data = user_data;
+    return STRATA_OK;
+}
+
+strata_status strata_session_set_route_replay(strata_session *s, const char *path) {
+    if (!s) return st_error(STRATA_ERR_INVALID_ARG, "strata_session_set_route_replay: session is NULL");
+    const st_hparams *hp = &s->model->hp;
+    st_replay *r = NULL;
+    if (path) {
+        if (hp->n_expert == 0)
+            return st_error(STRATA_ERR_UNSUPPORTED, "route replay: the model routes no experts");
+        const strata_status st = st_replay_load(path, hp->n_expert, hp->n_expert_used, &r);
+        if (st != STRATA_OK) return st;
+    }
+    st_replay_free(s->replay);
+    s->replay = r;
     return STRATA_OK;
 }
 

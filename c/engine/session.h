@@ -69,6 +69,7 @@ struct strata_session {
     int64_t pcie_bytes;
     int64_t graph_launches, graph_rebuilds;
     strata_route_fn route_fn;   /* strata_session_set_route_trace: each layer's routing, or NULL */
+    struct st_replay *replay;   /* strata_session_set_route_replay's recorded routing, or NULL */
     float *spec_logits;         /* [STRATA_DRAFT_MAX + 1][n_vocab] a verify window's rows */
     strata_spec_stats spec;     /* strata_session_speculate's counters */
     void *route_data;

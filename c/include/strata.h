@@ -646,6 +646,16 @@ typedef void (*strata_route_fn)(int32_t layer, int32_t pos0, int64_t n, int32_t 
 STRATA_API strata_status strata_session_set_route_trace(strata_session *session, strata_route_fn fn,
                                                         void *user_data);
 
+/* Route replay (benchmarks only: the output is no longer the model's): every MoE layer's routing
+ * replaced by a recorded one, a file that `bench/routing_stats.py TRACE --replay-out FILE` writes
+ * from a routing trace, so that a placement can be timed on another model's routing (a trained
+ * model's, on a file of the same expert count and top-k). Layer il at position p takes the trace's
+ * layer il mod its layers at its decode step p mod its steps, each expert weighted 1/k; the
+ * router still runs. CPU and CUDA sessions (there without CUDA graphs or the one-token fused
+ * router, whose routing would not be replayed). path NULL turns it off. STRATA_ERR_FORMAT for a
+ * malformed file, STRATA_ERR_INVALID_ARG for a trace of another top-k or more experts. */
+STRATA_API strata_status strata_session_set_route_replay(strata_session *session, const char *path);
+
 /* Activation trace (what `strata imatrix` sums into an importance matrix): before a weight matrix
  * of a forward pass is applied, fn gets the tensor's name in the file, the expert (0..n_expert-1
  * of a 3-D expert tensor; -1 for a 2-D tensor) and the input rows the matrix multiplies: n rows

@@ -104,6 +104,58 @@ def test_cli_route_trace(tmp_path):
     assert p.returncode == 1 and b"No such file" in p.stderr
 
 
+def test_cli_route_replay(tmp_path):
+    """routing_stats.py --replay-out writes a trace's decode steps as a route replay file, and
+    `strata --route-replay` routes every MoE layer by it: layer l at position p takes the file's
+    layer l mod its layers at step p mod its steps, each expert weighted 1/k (the route trace of
+    the replayed run shows it, prompt and decode rows alike). Malformed files, another top-k and
+    experts the model lacks are refused with the reason."""
+    import random
+    rng = random.Random(7)
+    steps = [[[rng.sample(range(32), 4)] for _ in range(3)] for _ in range(5)]
+    write_trace(tmp_path / "src.jsonl", 3, 32, 4, steps)
+    head, recs = rs.read_trace(tmp_path / "src.jsonl")
+    rp = tmp_path / "r.replay"
+    assert rs.write_replay(head, recs, rp) == (3, 5)
+    words = rp.read_text().split()
+    assert words[:6] == ["strata-route-replay", "1", "3", "32", "4", "5"] and len(words) == 6 + 5 * 3 * 4
+    out = tmp_path / "rt.jsonl"
+    p = run_cli("-m", MODEL, "-p", "Dictionary, n.", "-n", 5, "--temp", 0, "-c", 128, "--cpu",
+                "--route-replay", rp, "--route-trace", out)
+    assert p.returncode == 0, p.stderr.decode()
+    assert b"route replay: every MoE layer routes as" in p.stderr
+    got = [json.loads(x) for x in out.read_text().splitlines()[1:]]
+    rows = 0
+    for r in got:
+        for t in range(r["n"]):
+            want = steps[(r["pos"] + t) % 5][r["layer"] % 3][0]
+            assert r["ids"][t * 4:(t + 1) * 4] == want, (r["layer"], r["pos"] + t)
+            assert r["w"][t * 4:(t + 1) * 4] == [0.25] * 4
+            rows += 1
+    assert len(got) == 6 * 5 and rows == sum(r["n"] for r in got) > 6 * 5  # the prompt's pass, 4 steps
+    env = dict(os.environ, STRATA_ROUTE_REPLAY=str(rp))
+    assert b"route replay" in run_cli("-m", MODEL, "-p", "x", "-n", 1, "-c", 64, "--cpu", env=env).stderr
+    body = " ".join(words[6:])
+    bad = {"magic": "strata-route-trace 1 3 32 4 5\n" + body,
+           "version": "strata-route-replay 2 3 32 4 5\n" + body,
+           "top-k": "strata-route-replay 1 3 32 2 10\n" + body,
+           "experts": "strata-route-replay 1 3 64 4 5\n" + body,
+           "id": "strata-route-replay 1 3 32 4 5\n" + body.replace(words[6], "32", 1),
+           "short": "strata-route-replay 1 3 32 4 6\n" + body,
+           "long": "strata-route-replay 1 3 32 4 4\n" + body,
+           "junk": "strata-route-replay 1 3 32 4 5\n" + body + " x"}
+    why = {"magic": b"not a route replay file", "version": b"not a route replay file", "top-k": b"top-2",
+           "experts": b"of 64 experts", "id": b"outside -1..31", "short": b"missing", "long": b"more than",
+           "junk": b"more than"}
+    for name, text in bad.items():
+        f = tmp_path / f"{name}.replay"
+        f.write_text(text)
+        q = run_cli("-m", MODEL, "-p", "x", "-n", 1, "-c", 64, "--cpu", "--route-replay", f)
+        assert q.returncode == 1 and why[name] in q.stderr, (name, q.stderr)
+    q = run_cli("-m", MODEL, "-p", "x", "-n", 1, "-c", 64, "--cpu", "--route-replay", tmp_path / "none")
+    assert q.returncode == 1 and b"cannot open" in q.stderr
+
+
 def test_simulated_slot_book_is_the_ram_tiers(tmp_path):
     """The simulator's slot book is the C one: a CPU session whose experts come through a RAM tier
     of n slots (--ram-budget) counts exactly the hits the simulator finds on the same session's

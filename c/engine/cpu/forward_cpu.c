@@ -6,6 +6,7 @@
  * hyperparameters (granite multipliers are 1 elsewhere). */
 #include "session.h"
 #include "forward_cpu.h"
+#include "replay.h"
 #include "linear_attn_cpu.h"
 #include "profile.h"
 #include "ram_tier.h"
@@ -295,6 +296,7 @@ static void st_moe_block(strata_session *s, const st_layer *L, int il, const st_
     st_matmul(s->tp, &L->ffn_gate_inp, s->xn, T, s->router, s->mm_ws);
     if (L->ffn_gate_inp_b.data) st_add_bias(s->router, (const float *)L->ffn_gate_inp_b.data, T, X);
     st_cpu_route_rows(m, L, s->router, T, s->ids, s->wts);
+    if (trunk && s->replay) st_replay_rows(s->replay, il, s->n_past, T, s->ids, s->wts); /* (benchmarks) */
     const st_expert *table = trunk ? st_moe_trunk(s, il, T) : experts;
     if (!table) return;
     if (!trunk) st_prof_mark(s, STRATA_PHASE_ROUTER);

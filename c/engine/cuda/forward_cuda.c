@@ -529,14 +529,14 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
  * single-token step is captured into a CUDA graph once and then replayed as one launch: its
  * kernels read the position from g->pos and everything else they use is fixed, except the
  * attention plan, which changes every ST_ATTN_NP_BUCKET positions (a new capture, kept in place
- * with cudaGraphExecUpdate). Not with profile's syncs or host work between layers: CPU layers
- * only through the expert pool (its publish and wait kernels read the step number from
- * g->d_step) and when asked (cuda_graphs 2: on one host its steps measured slower as graphs,
+ * with cudaGraphExecUpdate). Not with profile's syncs, a route replay's host rows or host work
+ * between layers: CPU layers only through the expert pool (its publish and wait kernels read the
+ * step number from g->d_step) and when asked (cuda_graphs 2: on one host its steps measured slower as graphs,
  * erratically), no expert cache. A split's stages each keep their own graph; with n_cpu_moe
  * those past the CPU layers (st_gpu_has_cpu_layers) capture theirs as without CPU layers. */
 static strata_status st_gpu_layers(strata_session *s, int64_t T, int64_t pos0, int pool) {
     st_gpu *g = s->gpu;
-    const int graph = g->graphs && T == 1 && !s->profile &&
+    const int graph = g->graphs && T == 1 && !s->profile && !s->replay &&
                       (!st_gpu_has_cpu_layers(s) || (pool && g->graphs == 2)) && !g->cache;
     const int64_t gnp = graph ? st_cuda_attn_plan_np(pos0 + 1, s->n_ctx) : 0;
     strata_status st = STRATA_OK;

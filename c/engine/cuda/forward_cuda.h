@@ -224,6 +224,8 @@ struct st_gpu {
     size_t moe_ws_bytes, attn_ws_bytes;
     st_gpu_rs *rs;                        /* qwen3next: the DeltaNet layers' state, else NULL */
     st_gpu_mtp *mtp;                      /* an attached MTP drafter's layer (mtp_gpu.c), else NULL */
+    int32_t *h_replay_ids;                /* route replay: pinned [n_layer][n_batch k] rows, made at */
+    float *h_replay_wts;                  /*   its first call (moe_block.c), else NULL */
     size_t rs_bytes;                      /* of it, what every call keeps (not the scratch) */
 };
 

@@ -686,6 +686,8 @@ static void st_gpu_free_one(strata_session *s) {
     st_cuda_host_free(g->pinned);
     st_cuda_host_free(g->h_hand);
     st_cuda_host_free(g->h_embd);
+    st_cuda_host_free(g->h_replay_ids);
+    st_cuda_host_free(g->h_replay_wts);
     void *pf[] = {g->pf_x, g->pf_logits, g->pf_wts, g->pf_ids};
     for (size_t i = 0; i < sizeof pf / sizeof pf[0]; i++) st_cuda_free(pf[i]);
     st_cuda_host_free(g->h_pf_ids);

@@ -9,6 +9,7 @@
  * and stage_split splits, the next layer's expert prediction, and the expert pool's part of a call (the step
  * announced before the layers, its bookkeeping after the output). */
 #include "moe_block.h"
+#include "replay.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -358,7 +359,8 @@ strata_status st_gpu_moe_route(strata_session *s, int il, int64_t T, st_moe_call
     mc->il = il;
     mc->T = T;
     mc->out = g->proj;
-    mc->r1 = T == 1 && g->moe_xq && st_cuda_moe_router1_supports(&G->router, X, K);
+    mc->r1 = T == 1 && g->moe_xq && st_cuda_moe_router1_supports(&G->router, X, K) &&
+             !s->replay; /* (a replayed routing replaces the ids after the router: moe_choose) */
     /* a CPU layer's decode step: the router also writes xn, ids and weights into the mapped
      * hand-down rows */
     g->hand_ready = mc->r1 && g->d_xn && st_plan_layer_on_cpu(&s->plan, il) && !st_gpu_pool_call(s, T) &&
@@ -423,6 +425,27 @@ static strata_status st_gpu_stage_decide(strata_session *s, st_moe_chunk *c) {
     return STRATA_OK;
 }
 
+/* strata_session_set_route_replay (benchmarks): rows t0 .. t0 + tn of layer il take the recorded
+ * routing, written into pinned rows of the layer's own (the copies of every layer of a call may
+ * be in flight at once; a call ends synchronized) and copied up over the router's ids and weights
+ * in stream order. */
+static strata_status st_gpu_replay(strata_session *s, int il, int64_t t0, int64_t tn) {
+    st_gpu *g = s->gpu;
+    const int64_t K = s->model->hp.n_expert_used, per = (int64_t)s->n_batch * K;
+    if (!g->h_replay_ids) {
+        const size_t n = (size_t)(s->model->hp.n_layer * per);
+        TRY(st_cuda_host_alloc((void **)&g->h_replay_ids, sizeof(int32_t) * n));
+        TRY(st_cuda_host_alloc((void **)&g->h_replay_wts, sizeof(float) * n));
+    }
+    int32_t *ids = g->h_replay_ids + il * per + t0 * K;
+    float *wts = g->h_replay_wts + il * per + t0 * K;
+    st_replay_rows(s->replay, il, s->n_past + t0, tn, ids, wts);
+    TRY(st_cuda_memcpy_async(g->ids + t0 * K, ids, sizeof(int32_t) * (size_t)(tn * K), 1, g->stream));
+    TRY(st_cuda_memcpy_async(g->wts + t0 * K, wts, sizeof(float) * (size_t)(tn * K), 1, g->stream));
+    s->pcie_bytes += (int64_t)(2 * sizeof(float) * (size_t)(tn * K));
+    return STRATA_OK;
+}
+
 /* Choose a chunk's mode: its top-k (unless the one-token router made it), then by the layer's
  * place (st_plan_layer_on_cpu), a CPU layer's staging decision, the call's size (the pool serves
  * decode-sized calls) and the expert cache; its slot-rows counted by side. */
@@ -442,6 +465,7 @@ static strata_status st_gpu_moe_choose(strata_session *s, const st_moe_call *mc,
         const st_cuda_route_cfg rc = st_gpu_route_cfg(s, il);
         TRY(st_cuda_moe_route_cfg(&rc, g->router + t0 * X, tn, g->ids + t0 * K, g->wts + t0 * K, NULL, g->stream));
     }
+    if (s->replay) TRY(st_gpu_replay(s, il, t0, tn));
     if (g->d_tail) /* route_tail_skip: the light tail of each token's slots dropped on the device */
         TRY(st_cuda_route_tail_skip(g->ids + t0 * K, g->wts + t0 * K, tn, K, s->tail_skip, g->d_tail, g->stream));
     TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
