@@ -23,6 +23,11 @@
 # "poolpcie" (issue 30): test_cuda_session and test_cuda_spec (the self-draft with CPU layers), then --expert-cache 1536 / 3072 --doorbell with and
 # without --pool-pcie (auto, 3) beside --n-cpu-moe 36 / 24, two interleaved rounds (NGEN=256 lets
 # the pool's residency settle: its rows are tg$NGEN).
+# "replay" (issue 30): the same placements as "poolpcie" and --expert-cache 1536 --cpu-misses, each
+# with --route-replay .devdata/replay/t128_$REPLAY.replay (REPLAY: gpl3, the default; heldout,
+# generated): the trained 128-expert model's routing (bench/device/device_train128.sh, run23-s19;
+# `bench/routing_stats.py TRACE --replay-out`) on the qwen3 file's experts, two interleaved rounds
+# of tg$NGEN (carry .devdata/replay).
 # "server" (issue 33): bench/server_bench.py on the qwen3 file with --cpu-moe. "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
@@ -128,6 +133,23 @@ if have poolpcie; then # --pool-pcie: its exact test, then the pool's cache with
         srow zc_auto3072_$r --expert-cache 3072 --doorbell --pool-pcie auto
     done
     grep -h "pool_pcie\|pool-pcie" "$J"/s_zc_*.err | sort | uniq -c | head -5
+fi
+if have replay; then # the placements on a trained model's routing (a benchmark mode: the text
+    # is not the model's; the cache's hit rates and the CPU's share are the trained routing's)
+    RP=.devdata/replay/t128_${REPLAY:-gpl3}.replay
+    if [ -f "$RP" ]; then
+        for r in 1 2; do
+            srow rp_ncmoe36_$r --n-cpu-moe 36 --route-replay $RP
+            srow rp_cache1536_$r --expert-cache 1536 --cpu-misses --route-replay $RP
+            srow rp_bell1536_$r --expert-cache 1536 --doorbell --route-replay $RP
+            srow rp_auto1536_$r --expert-cache 1536 --doorbell --pool-pcie auto --route-replay $RP
+            srow rp_ncmoe24_$r --n-cpu-moe 24 --route-replay $RP
+            srow rp_bell3072_$r --expert-cache 3072 --doorbell --route-replay $RP
+            srow rp_cache3072_$r --expert-cache 3072 --cpu-misses --route-replay $RP
+        done
+    else
+        echo "replay: $RP not carried (carry .devdata/replay)"
+    fi
 fi
 if have fix; then # the 2026-12-06 fixes, unmeasured when they landed
     OO=$O; O=$J; DEV_TEST_SHOW="FAIL|tau|match|stage-split" dev_tests build test_cuda_session:150 test_cuda_degrade:120 test_cuda_spec:200; O=$OO
