@@ -249,7 +249,12 @@ static int bench_begin(bench_run *r) {
         cli_json_string(r->jf, r->name);
         fprintf(r->jf, ", \"bytes\": %llu, \"backend\": ", (unsigned long long)r->mi.n_bytes);
         cli_json_string(r->jf, r->o->backend_desc);
-        fprintf(r->jf, ", \"copy_bytes_per_s\": %.0f, \"rows\": [", r->copy_rate);
+        fprintf(r->jf, ", \"copy_bytes_per_s\": %.0f", r->copy_rate);
+        if (r->o->route_replay) { /* (the routing timed is the file's, not the model's) */
+            fputs(", \"route_replay\": ", r->jf);
+            cli_json_string(r->jf, r->o->route_replay);
+        }
+        fputs(", \"rows\": [", r->jf);
     }
     r->first_row = 1;
     return 0;

@@ -133,6 +133,9 @@ def test_cli_route_replay(tmp_path):
             assert r["w"][t * 4:(t + 1) * 4] == [0.25] * 4
             rows += 1
     assert len(got) == 6 * 5 and rows == sum(r["n"] for r in got) > 6 * 5  # the prompt's pass, 4 steps
+    j = tmp_path / "b.json"  # a bench's JSON says whose routing it timed
+    q = run_cli("bench", "-m", MODEL, "-p", 0, "-n", 2, "-r", 1, "-t", 2, "--cpu", "--route-replay", rp, "--json", j)
+    assert q.returncode == 0 and json.loads(j.read_text())["route_replay"] == str(rp), q.stderr.decode()
     env = dict(os.environ, STRATA_ROUTE_REPLAY=str(rp))
     assert b"route replay" in run_cli("-m", MODEL, "-p", "x", "-n", 1, "-c", 64, "--cpu", env=env).stderr
     body = " ".join(words[6:])
