@@ -135,6 +135,18 @@ static strata_status st_gpu_attn_inputs(strata_session *s, int il, float *q, int
     return st_cuda_kv_store(&G->kv, &g->shape, k, lk, v, lv, T, pos0, g->pos, g->stream);
 }
 
+/* The attention norm of layer il into g->xn (and g->xq, as Q8_1, for the calls st_gpu_xq takes)
+ * where no join wrote it: layer 0's and the MTP layer's; the trunk's later layers get theirs
+ * fused into the previous layer's residual (st_gpu_join). */
+static strata_status st_gpu_attn_norm(strata_session *s, int il, int64_t T) {
+    const st_hparams *hp = &s->model->hp;
+    st_gpu *g = s->gpu;
+    const int64_t E = hp->n_embd;
+    const float *w = g->layers[il].attn_norm;
+    if (st_gpu_xq(g, T, E)) return st_cuda_rmsnorm_q8(g->xn, g->x, w, E, T, hp->norm_eps, g->xq, g->stream);
+    return st_cuda_rmsnorm(g->xn, E, g->x, E, w, E, 1, T, hp->norm_eps, g->stream);
+}
+
 static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int64_t pos0) {
     const strata_model *m = s->model;
     const st_hparams *hp = &m->hp;
@@ -147,10 +159,7 @@ static strata_status st_gpu_attn_block(strata_session *s, int il, int64_t T, int
 
     /* the attention norm: layer 0 here, the later ones fused into the previous layer's residual */
     const void *xq = st_gpu_xq(g, T, E) ? g->xq : NULL; /* written with xn, as Q8_1 */
-    if (il == 0 && xq)
-        TRY(st_cuda_rmsnorm_q8(g->xn, g->x, G->attn_norm, E, T, hp->norm_eps, g->xq, g->stream));
-    else if (il == 0)
-        TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, hp->norm_eps, g->stream));
+    if (il == 0) TRY(st_gpu_attn_norm(s, il, T));
     /* q, k, v: rows of one (T, nq + nk + nv) buffer when fused, else three buffers */
     float *q = g->q, *k = g->k, *v = g->v;
     int64_t lq = nq, lk = nk, lv = nv;
@@ -272,10 +281,7 @@ static strata_status st_gpu_mla_block(strata_session *s, int il, int64_t T, int6
     const float eps = hp->norm_eps;
 
     const void *xq = st_gpu_xq(g, T, E) ? g->xq : NULL; /* as st_gpu_attn_block */
-    if (il == 0 && xq)
-        TRY(st_cuda_rmsnorm_q8(g->xn, g->x, G->attn_norm, E, T, eps, g->xq, g->stream));
-    else if (il == 0)
-        TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, G->attn_norm, E, 1, T, eps, g->stream));
+    if (il == 0) TRY(st_gpu_attn_norm(s, il, T));
     float *q, *kv;
     int64_t lq, lkv;
     TRY(st_gpu_mla_proj(s, il, T, xq, &q, &lq, &kv, &lkv));
@@ -392,15 +398,9 @@ static strata_status st_gpu_forward_layer(strata_session *s, int il, int64_t T, 
 }
 
 strata_status st_gpu_mtp_layer(strata_session *s, int64_t T, int64_t pos0) {
-    const st_hparams *hp = &s->model->hp;
-    st_gpu *g = s->gpu;
-    const int il = hp->n_layer;
-    const int64_t E = hp->n_embd;
-    g->defer_pending = -1; /* (the trunk's last layer never defers) */
-    if (st_gpu_xq(g, T, E))
-        TRY(st_cuda_rmsnorm_q8(g->xn, g->x, g->layers[il].attn_norm, E, T, hp->norm_eps, g->xq, g->stream));
-    else
-        TRY(st_cuda_rmsnorm(g->xn, E, g->x, E, g->layers[il].attn_norm, E, 1, T, hp->norm_eps, g->stream));
+    const int il = s->model->hp.n_layer;
+    s->gpu->defer_pending = -1; /* (the trunk's last layer never defers) */
+    TRY(st_gpu_attn_norm(s, il, T));
     return st_gpu_forward_layer(s, il, T, pos0);
 }
 
@@ -531,8 +531,8 @@ strata_status st_gpu_forward_batch(strata_session *s, const strata_token *tokens
  * attention plan, which changes every ST_ATTN_NP_BUCKET positions (a new capture, kept in place
  * with cudaGraphExecUpdate). Not with profile's syncs, a route replay's host rows or host work
  * between layers: CPU layers only through the expert pool (its publish and wait kernels read the
- * step number from g->d_step) and when asked (cuda_graphs 2: on one host its steps measured slower as graphs,
- * erratically), no expert cache. A split's stages each keep their own graph; with n_cpu_moe
+ * step number from g->d_step) and when asked (cuda_graphs 2: on one host its steps measured
+ * slower as graphs, erratically), no expert cache. A split's stages each keep their own graph; with n_cpu_moe
  * those past the CPU layers (st_gpu_has_cpu_layers) capture theirs as without CPU layers. */
 static strata_status st_gpu_layers(strata_session *s, int64_t T, int64_t pos0, int pool) {
     st_gpu *g = s->gpu;
