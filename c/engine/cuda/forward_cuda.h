@@ -280,6 +280,9 @@ strata_status st_gpu_put_f32(st_gpu *g, const st_tensor *t, float **dev);
 /* Layer il's weights up into g->layers[il]: as the placement puts them, or (all_experts) every
  * routed expert resident whatever the placement (the MTP layer's). */
 strata_status st_gpu_upload_layer(strata_session *s, int il, int all_experts);
+/* One layer's KV cache in the session's KV type over n_ctx positions (K, or the latent rows), in
+ * bytes rounded to 256: twice that a layer without latent attention (K and V). */
+size_t st_gpu_kv_layer_bytes(const strata_session *s);
 /* The GPU memory the session may still allocate, and the margin it keeps free beyond it. */
 strata_status st_gpu_room(strata_session *s, int64_t *avail, int64_t *margin);
 

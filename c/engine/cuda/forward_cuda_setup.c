@@ -631,13 +631,19 @@ static strata_status st_gpu_alloc_scratch(strata_session *s) {
     return STRATA_OK;
 }
 
-static strata_status st_gpu_alloc_kv(strata_session *s, strata_type kv_type) {
+size_t st_gpu_kv_layer_bytes(const strata_session *s) {
+    const st_gpu *g = s->gpu;
+    const size_t one = s->model->arch->mla ? st_cuda_mla_kv_bytes(s->kv_type, &g->mla, s->n_ctx)
+                                           : st_cuda_kv_bytes(s->kv_type, &g->shape, s->n_ctx);
+    return st_round_up(one, 256);
+}
+
+static strata_status st_gpu_alloc_kv(strata_session *s) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
     const int mla = s->model->arch->mla; /* the latent rows alone: no V */
-    const size_t one = mla ? st_cuda_mla_kv_bytes(kv_type, &g->mla, s->n_ctx)
-                           : st_cuda_kv_bytes(kv_type, &g->shape, s->n_ctx);
-    const size_t per = st_round_up(one, 256);
+    const strata_type kv_type = s->kv_type;
+    const size_t per = st_gpu_kv_layer_bytes(s);
     int32_t n_att = 0; /* layers with a cache: qwen3next's recurrent layers keep a state instead */
     for (int il = g->l0; il < g->l1; il++) n_att += !st_layer_recurrent(hp, il); /* (a stage's own) */
     g->kv_bytes = (mla ? 1 : 2) * per * (size_t)n_att;
@@ -1063,7 +1069,7 @@ static strata_status st_gpu_build(strata_session *s, int32_t l0, int32_t l1, int
     TRY(st_gpu_check_shape(m, g, s->kv_type));
     TRY(st_gpu_upload_weights(s));
     TRY(st_gpu_rs_create(s)); /* qwen3next's DeltaNet layers */
-    TRY(st_gpu_alloc_kv(s, s->kv_type));
+    TRY(st_gpu_alloc_kv(s));
     TRY(st_gpu_alloc_scratch(s));
     TRY(st_gpu_alloc_pinned(s));
     if (cache != 0) TRY(st_gpu_setup_cache(s, cache, share));

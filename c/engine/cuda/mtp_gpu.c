@@ -47,15 +47,6 @@ struct st_gpu_mtp {
     int64_t h_from;        /* positions below it were decoded before attach: their rows stay zero */
 };
 
-/* The cache of the layer: bytes of one position range (K, or the latent rows), two of them
- * without latent attention. */
-static size_t st_gpu_mtp_kv_one(const strata_session *s) {
-    const st_gpu *g = s->gpu;
-    const size_t one = s->model->arch->mla ? st_cuda_mla_kv_bytes(s->kv_type, &g->mla, s->n_ctx)
-                                           : st_cuda_kv_bytes(s->kv_type, &g->shape, s->n_ctx);
-    return st_round_up(one, 256);
-}
-
 /* What attach allocates: the layer's tensors in the file but its own embedding (read on the
  * host), its cache, the hidden rows and the scratch. */
 static int64_t st_gpu_mtp_bytes(const strata_session *s) {
@@ -69,7 +60,7 @@ static int64_t st_gpu_mtp_bytes(const strata_session *s) {
         if (strata_gguf_tensor_info(m->gguf, i, &t) != STRATA_OK) continue;
         if (strncmp(t.name, pre, strlen(pre)) == 0 && !strstr(t.name, "nextn.embed_tokens")) n += (int64_t)t.n_bytes;
     }
-    n += (int64_t)st_gpu_mtp_kv_one(s) * (m->arch->mla ? 1 : 2);
+    n += (int64_t)st_gpu_kv_layer_bytes(s) * (m->arch->mla ? 1 : 2);
     n += (int64_t)sizeof(float) * ((s->n_ctx + 1) * E + (int64_t)s->n_batch * 2 * E + E);
     return n;
 }
@@ -90,7 +81,7 @@ static strata_status st_gpu_mtp_build(strata_session *s, st_gpu_mtp *M) {
     else M->head_norm = g->output_norm;
     if (L->nextn_head.data) TRY(st_gpu_put_mat(g, &L->nextn_head, &M->head));
     else M->head = g->output;
-    const size_t per = st_gpu_mtp_kv_one(s);
+    const size_t per = st_gpu_kv_layer_bytes(s);
     const int mla = m->arch->mla;
     TRY(st_gpu_alloc(&M->kv_mem, (mla ? 1 : 2) * per));
     st_cuda_kv_layer *kv = &g->layers[il].kv;
