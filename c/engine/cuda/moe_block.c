@@ -348,6 +348,20 @@ typedef struct {
                           * arithmetic, the GPU's and the CPU's (the pool's) combined in slot order */
 } st_moe_chunk;
 
+/* The router's logits of the T rows of g->xn (its bias added: gpt-oss) into g->router. */
+static strata_status st_gpu_router_rows(st_gpu *g, const st_gpu_layer *G, int32_t X, int64_t T) {
+    TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
+    if (G->router_b) TRY(st_cuda_add_bias(g->router, X, G->router_b, X, T, g->stream));
+    return STRATA_OK;
+}
+
+/* The shared expert's gate of the T rows (qwen2moe's sigmoid) into g->shgate, where it has one. */
+static strata_status st_gpu_shared_gate(st_gpu *g, const st_gpu_layer *G, int64_t T) {
+    if (!G->shexp || !G->shexp_gate_inp.data) return STRATA_OK;
+    TRY(st_gpu_mm(g, &G->shexp_gate_inp, g->xn, T, g->shgate));
+    return st_cuda_sigmoid(g->shgate, g->shgate, T, g->stream);
+}
+
 /* Route: the router (a decode step: router GEMV, routing and the experts' q8_1 row of xn in one
  * launch; else the router GEMV, its top-k per chunk) and the shared expert's gate, for the T rows
  * of g->xn (the FFN's norm, fused into the attention's residual). */
@@ -373,15 +387,10 @@ strata_status st_gpu_moe_route(strata_session *s, int il, int64_t T, st_moe_call
                                     g->hand_ready ? &g->hand_db : NULL, g->moe_xq, g->hand_ready ? g->d_xn : NULL,
                                     g->sync + ST_GPU_SYNC_ROUTER, g->stream));
     } else {
-        TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
-        if (G->router_b) TRY(st_cuda_add_bias(g->router, X, G->router_b, X, T, g->stream));
+        TRY(st_gpu_router_rows(g, G, X, T));
     }
     g->xq_ready = mc->r1;
-    if (G->shexp && G->shexp_gate_inp.data) {
-        TRY(st_gpu_mm(g, &G->shexp_gate_inp, g->xn, T, g->shgate));
-        TRY(st_cuda_sigmoid(g->shgate, g->shgate, T, g->stream));
-    }
-    return STRATA_OK;
+    return st_gpu_shared_gate(g, G, T);
 }
 
 /* stage_experts (a CPU layer, not a pool call): whether the chunk's experts are staged to the GPU,
@@ -911,12 +920,8 @@ strata_status st_gpu_moe_resident(strata_session *s, int il, int64_t T) {
     const st_gpu_layer *G = &g->layers[il];
     const int32_t X = hp->n_expert, K = hp->n_expert_used;
     TRY(st_gpu_mark(s, STRATA_PHASE_ROUTER));
-    TRY(st_gpu_mm(g, &G->router, g->xn, T, g->router));
-    if (G->router_b) TRY(st_cuda_add_bias(g->router, X, G->router_b, X, T, g->stream));
-    if (G->shexp && G->shexp_gate_inp.data) {
-        TRY(st_gpu_mm(g, &G->shexp_gate_inp, g->xn, T, g->shgate));
-        TRY(st_cuda_sigmoid(g->shgate, g->shgate, T, g->stream));
-    }
+    TRY(st_gpu_router_rows(g, G, X, T));
+    TRY(st_gpu_shared_gate(g, G, T));
     g->xq_ready = 0; /* (the routed kernel quantizes its rows itself) */
     const st_cuda_route_cfg rc = st_gpu_route_cfg(s, il);
     for (int64_t t0 = 0; t0 < T; t0 += g->moe_tokens) {
