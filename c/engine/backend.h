@@ -33,10 +33,11 @@ typedef struct st_backend {
     /* An MTP drafter's layer (mtp_cpu.c) on the backend's device, or NULL (it runs on the CPU):
      * attach puts the layer there and keeps every position's hidden state from then on
      * (STRATA_ERR_UNSUPPORTED, saying why, where it cannot: the drafter then runs it on the CPU);
-     * rows runs T (<= n_batch) MTP rows at positions pos0.. for tokens tok (chained: the single
-     * row's hidden state is the previous row's output, else the trunk's of the position before)
-     * and gives the greedy token after the last row in *next (logits: NULL, or the last row's
-     * n_vocab logits down too); detach frees what attach made. */
+     * rows runs T (<= n_batch) MTP rows at positions pos0.. for tokens tok (in the vocabulary:
+     * the caller checks; chained: the single row's hidden state is the previous row's output,
+     * else the trunk's of the position before) and gives the greedy token after the last row in
+     * *next (logits: NULL, or the last row's n_vocab logits down too); detach frees what attach
+     * made. */
     strata_status (*mtp_attach)(struct strata_session *s);
     strata_status (*mtp_rows)(struct strata_session *s, const strata_token *tok, int64_t T, int64_t pos0,
                               int chained, strata_token *next, float *logits);

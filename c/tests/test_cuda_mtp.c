@@ -464,6 +464,31 @@ static void check_no_rs(const strata_model *m, walk_drafts cpu, const int32_t *n
     strata_session_free(s);
 }
 
+/* A history token outside the vocabulary (the newest, or one past the drafter's kept rows) is
+ * refused with the reason, nothing read out of bounds (the tests run under ASan in CI). */
+static void check_bad_token(const strata_model *m, const placement *pl) {
+    strata_session *s = new_session(m, pl);
+    strata_drafter *d = NULL;
+    strata_status st = s ? strata_drafter_mtp_create(s, &d) : STRATA_ERR_INVALID_ARG;
+    if (st == STRATA_OK) st = strata_session_decode(s, g_toks, P, NULL, 0);
+    strata_token h[P + 1], out[MAXD];
+    memcpy(h, g_toks, sizeof h);
+    int32_t n = 0;
+    const strata_token bad[2] = {V, -1};
+    for (int i = 0; i < 2 && st == STRATA_OK; i++) {
+        h[P] = bad[i];
+        const strata_status got = strata_drafter_propose(d, h, P + 1, MAXD, out, &n);
+        CHECK(got == STRATA_ERR_INVALID_ARG && n == 0 && strstr(strata_last_error(), "outside the vocabulary"),
+              "%s: history token %d refused: %s", pl->name, (int)bad[i], strata_last_error());
+    }
+    h[P] = g_toks[P];
+    if (st == STRATA_OK) st = strata_drafter_propose(d, h, P + 1, MAXD, out, &n);
+    CHECK(st == STRATA_OK && n == MAXD, "%s: the drafter drafts after a refused history: %s", pl->name,
+          strata_last_error());
+    strata_drafter_free(d);
+    strata_session_free(s);
+}
+
 static void run_model(int kind, int gpu_ok) {
     const char *model = ARCH[kind];
     char path[256];
@@ -485,6 +510,8 @@ static void run_model(int kind, int gpu_ok) {
         for (int i = 0; i < NSTEP; i++) full += ncpu[i] == MAXD;
         CHECK(full == NSTEP, "%s: %d drafts at each of %d steps (%d)", model, MAXD, NSTEP, full);
         check_spec(m, model, &CPU);
+        check_bad_token(m, &CPU);
+        if (gpu_ok) check_bad_token(m, &GPU[0]);
         if (kind == Q3N) check_no_rs(m, cpu, ncpu);
         if (gpu_ok) check_gpu(m, model, cpu, ncpu, hcpu);
     }

@@ -209,6 +209,10 @@ strata_status st_mtp_propose(st_mtp *d, const strata_token *h, int64_t nh, int32
     if (max < 1) return STRATA_OK;
     int64_t keep = 0; /* the rows of a common prefix stay; the newest is computed again for its logits */
     while (keep < d->n && keep < nh - 1 && d->tok[keep] == h[keep]) keep++;
+    for (int64_t p = keep; p < nh; p++) /* (the rows to compute read these tokens' embeddings) */
+        if (h[p] < 0 || h[p] >= s->model->hp.n_vocab)
+            return st_error(STRATA_ERR_INVALID_ARG, "strata_drafter_propose: history token %lld is %d, outside "
+                            "the vocabulary [0, %d)", (long long)p, (int)h[p], (int)s->model->hp.n_vocab);
     strata_token next = 0;
     d->n = 0; /* (until the rows below are all computed) */
     for (int64_t p = keep; p < nh;) {
