@@ -11,17 +11,19 @@
 
 #define ST_REPLAY_MAX_BYTES ((int64_t)1 << 31) /* 2 GiB of text */
 
+static int st_replay_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
 /* The next integer of the NUL-terminated text at *p (leading whitespace skipped) into *v, within
  * [lo, hi]; 0 when there is none or it is out of range. */
 static int st_replay_int(const char **p, long long lo, long long hi, long long *v) {
     const char *c = *p;
-    while (*c == ' ' || *c == '\n' || *c == '\t' || *c == '\r') c++;
+    while (st_replay_space(*c)) c++;
     if (!*c) return 0;
     char *end = NULL;
     errno = 0;
     const long long x = strtoll(c, &end, 10);
     if (end == c || errno == ERANGE || x < lo || x > hi) return 0;
-    if (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r') return 0;
+    if (*end && !st_replay_space(*end)) return 0;
     *v = x;
     *p = end;
     return 1;
@@ -94,7 +96,7 @@ strata_status st_replay_load(const char *path, int32_t model_experts, int32_t mo
         else
             r->ids[i] = (int32_t)v;
     }
-    while (st == STRATA_OK && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    while (st == STRATA_OK && st_replay_space(*p)) p++;
     if (st == STRATA_OK && *p)
         st = st_error(STRATA_ERR_FORMAT, "route replay %s: more than the %lld ids its header says", path,
                       (long long)n);
