@@ -64,6 +64,7 @@ int st_cost_decide(const st_cost_params *p, const st_miss *misses, int n, uint8_
 void st_cost_split_counts(const st_cost_params *p, int32_t n, int32_t cap, int32_t *out) {
     st_miss *ms = cap < 0 && n > 1 ? malloc(sizeof *ms * (size_t)(n - 1)) : NULL;
     uint8_t *ld = ms ? malloc((size_t)(n - 1)) : NULL;
+    for (int32_t i = 0; ms && i < n - 1; i++) ms[i] = (st_miss){.expert = i, .rows = 1, .weight = 1.0f};
     for (int32_t m = 0; m < n; m++) {
         if (cap >= 0) {
             out[m] = m < cap ? m : cap;
@@ -71,8 +72,7 @@ void st_cost_split_counts(const st_cost_params *p, int32_t n, int32_t cap, int32
         }
         out[m] = 0;
         if (m == 0 || !ms || !ld) continue;
-        for (int32_t i = 0; i < m; i++) ms[i] = (st_miss){.expert = i, .rows = 1, .weight = 1.0f};
-        out[m] = st_cost_decide(p, ms, m, ld, NULL);
+        out[m] = st_cost_decide(p, ms, m, ld, NULL); /* (the first m of the same misses) */
     }
     free(ms);
     free(ld);
