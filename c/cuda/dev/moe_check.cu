@@ -19,7 +19,9 @@
  * For T = 1 a second line times the call as a decode step makes it (x's q8_1 row given, as the
  * router leaves it). The path in brackets: [q8 gemv] the dp4a GEMVs, [f32 ...] st_k_moe_mv_f32
  * (STRATA_MOE_DP4A_EXT, default 1, NVCC_EXTRA=-DSTRATA_MOE_DP4A_EXT=0 for the fallback, moves
- * Q3_K / Q5_0 / Q4_1 / Q5_1 / IQ4_NL). */
+ * Q3_K / Q5_0 / Q4_1 / Q5_1 / IQ4_NL). Cases with an IQ3 type time the call again with the IQ3
+ * codebooks staged in shared memory (st_cuda_moe_set_iq_stage, STRATA_IQ_STAGE_TABLES) and compare
+ * its bits; `moe_check iq3` runs the IQ3-only cases. */
 #include "dev_common.cuh"
 
 #include <atomic>
@@ -235,6 +237,30 @@ static void run_case(const Case &c, st_threadpool *tp) {
            c.name, strata_type_name(c.tg), strata_type_name(c.td), (long long)T, X, K, path, num / den,
            med * 1e3, bytes / 1e6, bytes / (med * 1e-3) / 1e9, 100.0 * bytes / (med * 1e-3) / g_copy);
 
+    /* the IQ3 codebooks staged in shared memory (STRATA_IQ_STAGE_TABLES, on by default for
+     * compute capability 6.0 only): the same bits, and the time a call with them */
+    const int iq3 = c.tg == STRATA_TYPE_IQ3_XXS || c.tg == STRATA_TYPE_IQ3_S || c.td == STRATA_TYPE_IQ3_XXS ||
+                    c.td == STRATA_TYPE_IQ3_S;
+    if (iq3) {
+        std::vector<float> staged((size_t)(T * E));
+        a.ids = dids; a.wts = dw;
+        st_cuda_moe_set_iq_stage(1);
+        SK(st_cuda_moe_ffn(&a, NULL));
+        CK(cudaMemcpy(staged.data(), dout, sizeof(float) * staged.size(), cudaMemcpyDeviceToHost));
+        const double smed = median_ms(e0, e1, [&](int i) {
+            a.ids = dids + (i % R) * T * K; a.wts = dw + (i % R) * T * K;
+            SK(st_cuda_moe_ffn(&a, NULL));
+        });
+        st_cuda_moe_set_iq_stage(0);
+        const double omed = median_ms(e0, e1, [&](int i) { /* off again: the pair interleaved */
+            a.ids = dids + (i % R) * T * K; a.wts = dw + (i % R) * T * K;
+            SK(st_cuda_moe_ffn(&a, NULL));
+        });
+        const int same = memcmp(staged.data(), got.data(), sizeof(float) * staged.size()) == 0;
+        printf("%-14s IQ3 tables staged: %.1f us/call, read-only cache: %.1f / %.1f us/call (%.2fx), %s\n", c.name,
+               smed * 1e3, med * 1e3, omed * 1e3, 0.5 * (med + omed) / smed, same ? "bitwise the same" : "DIFFERENT bits");
+    }
+
     /* a decode step as the engine calls it: x's q8_1 row from the router (st_cuda_moe_router1;
      * here st_cuda_quantize_q8_1, outside the timing), so no plan and, for q8 types on both
      * sides, the fused down + combine (st_k_moe_down1) */
@@ -383,6 +409,11 @@ int main(int argc, char **argv) {
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ1_M, STRATA_TYPE_MXFP4, 1},
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_XXS, STRATA_TYPE_IQ1_S, 8},
         {"qwen3-30b-a3b", 2048, 768, 128, 8, STRATA_TYPE_IQ2_S, STRATA_TYPE_IQ3_XXS, 1},
+        /* IQ3 on both sides (the staged tables' cases: `moe_check iq3`) */
+        {"iq3", 2048, 768, 128, 8, STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_XXS, 1},
+        {"iq3", 2048, 768, 128, 8, STRATA_TYPE_IQ3_XXS, STRATA_TYPE_IQ3_XXS, 8},
+        {"iq3", 2048, 768, 128, 8, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ3_S, 1},
+        {"iq3", 2048, 768, 128, 8, STRATA_TYPE_IQ3_S, STRATA_TYPE_IQ3_S, 8},
         /* narrow experts in the K-quant mixes (Q3_K_M / Q4_K_M): a down row of 1408 is no
          * multiple of 256, so the quantizer gives it Q5_0. The f32 fallback against the q8
          * kernels: the default build gives the latter ([q8 gemv]), NVCC_EXTRA=-DSTRATA_MOE_DP4A_EXT=0 the
