@@ -7,7 +7,11 @@
 # and against the CPU (tools/kl.py over LICENSE, batches of 8 so that every matrix takes the decode
 # GEMV), and the same bench on the synthetic qwen3-30b-a3b file when it is ready in time. Logs
 # and dumps in $OUT/older.
+# The IQ3 codebooks staged in shared memory against the read-only cache (c/cuda/dev/moe_check.cu's
+# iq3 cases: same bits, time a grouped call) too.
 #   run(command="bash bench/device/device_older.sh", timeout_s=600)
+# or with a carried build (PREBUILT=build-pre, bench/device/prebuild.sh with
+#   VARIANTS="nodp4a c/cuda/q8_sm60.o -DSTRATA_NO_DP4A=1" CHECKS="moe_check q8_sm60_check").
 set -u
 cd "$(dirname "$0")/../.."
 . bench/device/device_common.sh
@@ -23,13 +27,22 @@ dev_variant nodp4a "-DSTRATA_NO_DP4A=1" "c/cuda/q8_sm60.o" tests/test_cuda_mmv q
     echo "nodp4a build ok at $(el)s"
 
 # ---- the kernel against its CPU reference, then timed (both builds) ----
-timeout 200 build/q8_sm60_check 50 > "$O/q8_sm60_check.log" 2>&1
+q8c() { [ -x "$1/tests/q8_sm60_check" ] && echo "$1/tests/q8_sm60_check" || echo "$1/q8_sm60_check"; } # prebuilt: tests/
+timeout 200 "$(q8c build)" 50 > "$O/q8_sm60_check.log" 2>&1
 echo "q8_sm60_check rc=$? at $(el)s: $(tail -1 "$O/q8_sm60_check.log")"
 grep -E "FAIL|error|output" "$O/q8_sm60_check.log" | head -20
-if [ -x build-nodp4a/q8_sm60_check ]; then
-    timeout 200 build-nodp4a/q8_sm60_check 20 > "$O/q8_sm60_check_nodp4a.log" 2>&1
+if [ -x "$(q8c build-nodp4a)" ]; then
+    timeout 200 "$(q8c build-nodp4a)" 20 > "$O/q8_sm60_check_nodp4a.log" 2>&1
     echo "q8_sm60_check (STRATA_NO_DP4A) rc=$? at $(el)s: $(tail -1 "$O/q8_sm60_check_nodp4a.log")"
     grep -E "FAIL|error|output" "$O/q8_sm60_check_nodp4a.log" | head -20
+fi
+
+# ---- the IQ3 codebooks staged in shared memory (--iq-stage-tables): same bits, time a call ----
+MC=$(dev_check moe_check base)
+if [ -n "$MC" ]; then
+    timeout 120 "$MC" iq3 > "$O/moe_check_iq3.log" 2>&1
+    echo "moe_check iq3 rc=$? at $(el)s"
+    grep -E "IQ3 tables|us/call" "$O/moe_check_iq3.log" | grep -v decode | head -12
 fi
 
 # ---- the GPU tests ----

@@ -15,8 +15,8 @@
 # none): for each, a copy of the build with OBJ recompiled with nvcc FLAGS and its libstrata.so
 # packed beside the base's in one solid xz (libs.tar.xz), which dev_variant takes instead of
 # building. Each costs about its object's compressed size (moe.o's ~6 MB: one variant beside the
-# base is about what a call's carry has room for). CHECKS: the c/cuda/dev check programs, linked
-# against the same library.
+# base is about what a call's carry has room for). CHECKS: the c/cuda/dev check programs (and
+# tools/q8_sm60_check), linked against the same library.
 # FLAGS (nvcc flags, e.g. -DSTRATA_MOE_DP4A_EXT=1) build the base itself with them, in a copy of
 # build-devx/ with FLAG_OBJS (default c/cuda/moe.o c/cuda/mmq.o) rebuilt, packed into PACK
 # (default build-pre; e.g. build-pre-ab, carried instead of build-pre) with the flags in FLAGS.
@@ -66,7 +66,8 @@ for t in $TESTS; do
         -Wl,-rpath,'$ORIGIN/../..' -lm -lpthread
 done
 for c in $CHECKS; do # the check programs' own kernels and main, the rest from the library
-    nvcc $(var NVCCFLAGS) -Ic/cuda/dev -o $P/tests/$c c/cuda/dev/$c.cu -L$P/libs -l:$so \
+    src=c/cuda/dev/$c.cu; [ -f $src ] || src=tools/$c.cu # tools/q8_sm60_check.cu too
+    nvcc $(var NVCCFLAGS) -Ic/cuda/dev -Ic/tests -o $P/tests/$c $src -L$P/libs -l:$so \
         -Xlinker -rpath -Xlinker '$ORIGIN/../..' -lpthread -ldl -lrt
 done
 strip $P/strata $P/tests/*
