@@ -10,7 +10,10 @@
 # share of the copy rate.
 #   run(command="bash bench/device/device_lowbit.sh", carry=[".whl", ".devdata/synth_moe.py",
 #       ".devdata/ggml-vocab-gpt-2.gguf", ".peer"], timeout_s=600)
-# Knobs: STAGES (default "tests iq2_xxs mxfp4"; mixes: iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; "session"),
+# Knobs: STAGES (default "tests iq2_xxs mxfp4"; mixes: iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; "session";
+# "prep": only the mixes' files and llama-bench's build, waited for, then exit: run beside another
+# script in one call, e.g. `STAGES="prep iq2_xxs mxfp4" bash ...device_lowbit.sh & bash
+# ...device_older.sh; wait`, and the rows in the next call on the warm machine, which keeps both),
 # BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2).
 # $OUT: device_lowbit.log, the test logs and lowbit/bench.tar (every row's JSON and stderr).
 set -u
@@ -31,14 +34,25 @@ for m in iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; do have $m && MIXES="$MIXES $m"; don
 # the files, one after another in the background (the first is timed while the next is written)
 (
     for m in $MIXES; do
+        [ -f /tmp/q3_$m.done ] && continue # written by an earlier call on this machine
         python3 bench/synth_lowbit.py qwen3-30b-a3b /tmp/q3_$m.gguf --mix $m --synth .devdata/synth_moe.py \
             --vocab .devdata/ggml-vocab-gpt-2.gguf > "$J/synth_$m.log" 2>&1 && echo ok > /tmp/q3_$m.done
     done
 ) &
 LL=0
-if [ -f .peer/llama_bench.sh ] && [ -n "$MIXES" ]; then
+if [ -f /tmp/llama.done ]; then LL=1 # built by an earlier call on this machine
+elif [ -f .peer/llama_bench.sh ] && [ -n "$MIXES" ]; then
     ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
     LL=1
+fi
+if have prep; then # only the files and llama-bench, for a later call on this warm machine
+    while [ "$(el)" -lt "$BUDGET" ]; do
+        n=0; for m in $MIXES; do [ -f /tmp/q3_$m.done ] && n=$((n + 1)); done
+        [ $n -eq $(echo $MIXES | wc -w) ] && { [ $LL = 0 ] || [ -f /tmp/llama.done ]; } && break
+        sleep 5
+    done
+    echo "prep at $(el)s: files $(ls /tmp/q3_*.done 2>/dev/null | tr '\n' ' '), llama-bench $([ -f /tmp/llama.done ] && echo built || echo no)"
+    exit 0
 fi
 DEV_JOBS=12 dev_build strata libstrata.so build/tests/test_cuda_dequant build/tests/test_cuda_mmv build/tests/test_cuda_moe \
     build/tests/test_cuda_moe_lowbit build/tests/test_cuda_session
