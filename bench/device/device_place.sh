@@ -232,7 +232,9 @@ if have deferq; then # issue 32's quality table: teacher-forced logprobs through
     qrow d01 --defer-cpu 1
     qrow scale --route-tail-skip 0.1
     for t in unset2 check scale all d01; do
-        echo "deferq $t against unset: $(python3 tools/kl.py "$J/q_unset.jsonl" "$J/q_$t.jsonl" 2>&1 | tail -3 | tr '\n' ' ')"
+        python3 tools/kl.py "$J/q_unset.jsonl" "$J/q_$t.jsonl" > "$J/q_kl_$t.txt" 2>&1 # by position bucket
+        echo "deferq $t against unset: $(tail -3 "$J/q_kl_$t.txt" | tr '\n' ' ')"
+        grep -hE "CPU-layer calls|hand-off|DEFER|deferred" "$J/q_$t.err" | head -3
     done
 fi
 if have server; then # issue 33: time to first token with and without the slot's cache, 4 streams;
