@@ -28,8 +28,9 @@
 #                        it) recompiled with nvcc FLAGS, then its strata and TARGETS (paths under it);
 #                        log $J/build_NAME.log; status 0 when built. Under PREBUILT the packed
 #                        variant NAME, refused unless it was built with FLAGS
-#   dev_check NAME B     the path of c/cuda/dev/NAME.cu's program for build B of $builds (base or a
-#                        variant): prebuilt, or linked here from its libstrata.a (empty on failure)
+#   dev_check NAME B     the path of c/cuda/dev/NAME.cu's (or tools/NAME.cu's) program for build B
+#                        of $builds (base or a variant): prebuilt, or linked here from its
+#                        libstrata.a, or from a prebuilt tree's libstrata.so (empty on failure)
 #   dev_variants "OBJS" TARGETS...  dev_variant ab1..ab3 for the flags AB1..AB3 that are set; $builds
 #                        lists base and those built; dev_ab_dir / dev_ab_cli / dev_ab_flags B: a
 #                        build's tree, its ./strata and its flags
@@ -143,11 +144,20 @@ dev_ab_dir() { [ "$1" = base ] && echo build || echo "build-$1"; }      # a buil
 dev_ab_cli() { [ "$1" = base ] && echo ./strata || echo "build-$1/strata"; } # its ./strata
 dev_ab_flags() { [ "$1" = base ] && echo "" || eval "echo \${AB${1#ab}}"; }   # its nvcc flags
 dev_check() {
-    local d
+    local d src
     d=$(dev_ab_dir "$2")
     [ -x "$d/tests/$1" ] && { echo "$d/tests/$1"; return 0; }
-    nvcc $DEV_NVCC -Ic/cuda/dev "c/cuda/dev/$1.cu" "$d/libstrata.a" -lpthread -ldl -lrt -o "/tmp/$1_$2" \
-        2> "$J/$1_build_$2.log" && echo "/tmp/$1_$2"
+    src=c/cuda/dev/$1.cu; [ -f "$src" ] || src=tools/$1.cu
+    if [ -f "$d/libstrata.a" ]; then
+        nvcc $DEV_NVCC -Ic/cuda/dev -Ic/tests "$src" "$d/libstrata.a" -lpthread -ldl -lrt -o "/tmp/$1_$2" \
+            2> "$J/$1_build_$2.log" && echo "/tmp/$1_$2"
+        return
+    fi # a prebuilt tree: linked against the library here (every symbol exported), a variant's run on its own
+    [ -x "/tmp/$1_base" ] || nvcc $DEV_NVCC -Ic/cuda/dev -Ic/tests "$src" -L. -l:libstrata.so -Xlinker -rpath \
+        -Xlinker "$PWD" -Xlinker --enable-new-dtags -lpthread -ldl -lrt -o "/tmp/$1_base" 2> "$J/$1_build_base.log" || return 0
+    [ "$2" = base ] && { echo "/tmp/$1_base"; return 0; }
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$PWD/$d" "/tmp/$1_base" > "/tmp/$1_$2" &&
+        chmod +x "/tmp/$1_$2" && echo "/tmp/$1_$2"
 }
 dev_tests() {
     local d=$1 t s

@@ -11,7 +11,7 @@
 # iq3 cases: same bits, time a grouped call) too.
 #   run(command="bash bench/device/device_older.sh", timeout_s=600)
 # or with a carried build (PREBUILT=build-pre, bench/device/prebuild.sh with
-#   VARIANTS="nodp4a c/cuda/q8_sm60.o -DSTRATA_NO_DP4A=1" CHECKS="moe_check q8_sm60_check").
+#   VARIANTS="nodp4a c/cuda/q8_sm60.o -DSTRATA_NO_DP4A=1"; the check programs are linked here).
 set -u
 cd "$(dirname "$0")/../.."
 . bench/device/device_common.sh
@@ -27,12 +27,15 @@ dev_variant nodp4a "-DSTRATA_NO_DP4A=1" "c/cuda/q8_sm60.o" tests/test_cuda_mmv q
     echo "nodp4a build ok at $(el)s"
 
 # ---- the kernel against its CPU reference, then timed (both builds) ----
-q8c() { [ -x "$1/tests/q8_sm60_check" ] && echo "$1/tests/q8_sm60_check" || echo "$1/q8_sm60_check"; } # prebuilt: tests/
-timeout 200 "$(q8c build)" 50 > "$O/q8_sm60_check.log" 2>&1
+q8c() { # the check program of build $1 (base, nodp4a): built by make, else dev_check's (prebuilt trees)
+    local d; d=$(dev_ab_dir "$1")
+    [ -x "$d/q8_sm60_check" ] && echo "$d/q8_sm60_check" || dev_check q8_sm60_check "$1"
+}
+timeout 200 "$(q8c base)" 50 > "$O/q8_sm60_check.log" 2>&1
 echo "q8_sm60_check rc=$? at $(el)s: $(tail -1 "$O/q8_sm60_check.log")"
 grep -E "FAIL|error|output" "$O/q8_sm60_check.log" | head -20
-if [ -x "$(q8c build-nodp4a)" ]; then
-    timeout 200 "$(q8c build-nodp4a)" 20 > "$O/q8_sm60_check_nodp4a.log" 2>&1
+if [ -d build-nodp4a ] && [ -x "$(q8c nodp4a)" ]; then
+    timeout 200 "$(q8c nodp4a)" 20 > "$O/q8_sm60_check_nodp4a.log" 2>&1
     echo "q8_sm60_check (STRATA_NO_DP4A) rc=$? at $(el)s: $(tail -1 "$O/q8_sm60_check_nodp4a.log")"
     grep -E "FAIL|error|output" "$O/q8_sm60_check_nodp4a.log" | head -20
 fi
