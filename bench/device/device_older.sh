@@ -21,7 +21,7 @@ mkdir -p "$O" "$J"
 dev_log older "$O"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,compute_cap --format=csv,noheader
 dev_wheels
-dev_synth_files /tmp
+[ "${OLDER_Q3:-1}" = 1 ] && dev_synth_files /tmp # OLDER_Q3=0: no qwen3 file (beside another script's)
 DEV_LOG="$O/build.log" dev_build strata build/tests/test_cuda_mmv build/tests/test_cuda_session build/q8_sm60_check
 dev_variant nodp4a "-DSTRATA_NO_DP4A=1" "c/cuda/q8_sm60.o" tests/test_cuda_mmv q8_sm60_check &&
     echo "nodp4a build ok at $(el)s"
@@ -79,8 +79,8 @@ python3 tools/kl.py "$O/lp_cpu.jsonl" "$O/lp_gpu.jsonl" 2>&1 | tee "$O/kl_cpu_gp
 echo "tiny done at $(el)s"
 
 # ---- the synthetic qwen3-30b-a3b file (the real shapes), if written in time ----
-dev_wait_files
-if [ -f /tmp/q3.done ] && [ "$(el)" -lt 480 ]; then
+[ "${OLDER_Q3:-1}" = 1 ] && dev_wait_files
+if [ "${OLDER_Q3:-1}" = 1 ] && [ -f /tmp/q3.done ] && [ "$(el)" -lt 480 ]; then
     for v in exact sm60; do
         x=""; [ $v = sm60 ] && x="--q8-sm60"
         echo "q3 $v: $(timeout 90 ./strata bench -m /tmp/q3.gguf -p 0 -n 64 -r 2 --gpu $x \
