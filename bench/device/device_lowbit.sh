@@ -4,7 +4,8 @@
 # and python/tests/test_iq_gpu.py: the default model requantized to each low-bit mix, GPU sessions
 # against the CPU's; test_cuda_session with STAGES "session"), then synthetic qwen3-30b-a3b files in
 # low-bit mixes (bench/synth_lowbit.py, zero-mean weights: each token routes to its own experts)
-# timed all resident and with --cpu-moe (pp512 and tg64), each beside llama-bench on the same file
+# timed all resident and with --cpu-moe (pp512 and tg64; the mxfp4 mix, whose dense matrices are
+# Q8_0, also all resident with --q8-sm60), each beside llama-bench on the same file
 # in the same call when .peer is carried (llama-bench's build takes about 5 minutes, in the
 # background while the tests run). Every Strata row's JSON gives decode bytes per token and their
 # share of the copy rate.
@@ -109,6 +110,8 @@ for m in $MIXES; do
         lrow $F ${m}_gpu_$p
         srow $F ${m}_cpumoe_$p --cpu-moe
         lrow $F ${m}_cpumoe_$p -ncmoe 48 -t 16
+        # the mxfp4 mix's dense parts are Q8_0: the SM60 GEMV (--q8-sm60) on a real shape
+        [ $m = mxfp4 ] && srow $F ${m}_gpu_sm60_$p --q8-sm60
     done
     rm -f $F # the disk holds one or two at a time
 done
