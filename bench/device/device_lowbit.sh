@@ -14,7 +14,8 @@
 # Knobs: STAGES (default "tests iq2_xxs mxfp4"; mixes: iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; "session";
 # "prep": only the mixes' files and llama-bench's build, waited for, then exit: run beside another
 # script in one call, e.g. `STAGES="prep iq2_xxs mxfp4" bash ...device_lowbit.sh & bash
-# ...device_older.sh; wait`, and the rows in the next call on the warm machine, which keeps both),
+# ...device_older.sh`, then the rows in the same call (a file or build under way is waited for,
+# not started again) or the next one on the warm machine, which keeps both),
 # BUDGET (seconds after which no new row starts, default 540), R (repetitions, default 2).
 # $OUT: device_lowbit.log, the test logs and lowbit/bench.tar (every row's JSON and stderr).
 set -u
@@ -35,14 +36,17 @@ for m in iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; do have $m && MIXES="$MIXES $m"; don
 # the files, one after another in the background (the first is timed while the next is written)
 (
     for m in $MIXES; do
-        [ -f /tmp/q3_$m.done ] && continue # written by an earlier call on this machine
+        # written, or being written, by an earlier script on this machine
+        { [ -f /tmp/q3_$m.done ] || [ -f /tmp/q3_$m.writing ]; } && continue
+        touch /tmp/q3_$m.writing
         python3 bench/synth_lowbit.py qwen3-30b-a3b /tmp/q3_$m.gguf --mix $m --synth .devdata/synth_moe.py \
             --vocab .devdata/ggml-vocab-gpt-2.gguf > "$J/synth_$m.log" 2>&1 && echo ok > /tmp/q3_$m.done
     done
 ) &
 LL=0
-if [ -f /tmp/llama.done ]; then LL=1 # built by an earlier call on this machine
+if [ -f /tmp/llama.done ] || [ -f /tmp/llama.building ]; then LL=1 # built (being built) by an earlier script
 elif [ -f .peer/llama_bench.sh ] && [ -n "$MIXES" ]; then
+    touch /tmp/llama.building
     ( bash .peer/llama_bench.sh build > "$J/llama_build.log" 2>&1 && echo ok > /tmp/llama.done ) &
     LL=1
 fi
