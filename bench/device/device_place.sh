@@ -28,6 +28,8 @@
 # generated): the trained 128-expert model's routing (bench/device/device_train128.sh, run23-s19;
 # `bench/routing_stats.py TRACE --replay-out`) on the qwen3 file's experts, two interleaved rounds
 # of tg$NGEN (carry .devdata/replay).
+# "deferspeed" (issue 32): bench/defer_bench.py's prompts through strata serve with DEFER_PLACE
+# (default --cpu-moe), unset / every row / 0.1 interleaved (about a whole call for one placement).
 # "server" (issue 33): bench/server_bench.py on the qwen3 file with --cpu-moe. "olmoe": the olmoe-1b-7b file's Strata rows. "sweep" (after llama-bench is built): the
 # offloading sweep, 0..100% of the expert bytes on the GPU, the cache, the static split and
 # llama-bench's -ncmoe at each share in the same run (bench/cpu/offload_sweep.py --llama), for
@@ -213,6 +215,13 @@ if have defer; then # issue 32: the pool's CPU layers deferred; arms interleaved
         done
     done
     grep -h "DEFER" "$J"/f_cpumoe_defer01_1.err | head -3
+fi
+if have deferspeed; then # issue 32's speed protocol with real prompts through strata serve
+    # (bench/defer_bench.py: 12 prompts x 200 tokens, 3 rounds, and 3 prompts of ~30K tokens; each
+    # arm a server of its own, interleaved): DEFER_PLACE (default "--cpu-moe"; "--n-cpu-moe 24")
+    late "deferspeed" || timeout $((BUDGET - $(el) + 60)) python3 bench/defer_bench.py -m $M \
+        --args "--gpu ${DEFER_PLACE:---cpu-moe} --doorbell -t 16" --out "$J/defer_bench.json" 2>&1 |
+        grep -vE "^\[|^strata: (running|serve)" | tail -30
 fi
 if have deferq; then # issue 32's quality table: teacher-forced logprobs through the windows (of 8
     # rows, --draft-max 7: the pool serves at most ST_POOL_T = 8 rows, and a window it does not
