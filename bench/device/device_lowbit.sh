@@ -40,7 +40,7 @@ for m in iq2_xxs iq2_s iq1_m iq3_xxs mxfp4; do have $m && MIXES="$MIXES $m"; don
         { [ -f /tmp/q3_$m.done ] || [ -f /tmp/q3_$m.writing ]; } && continue
         touch /tmp/q3_$m.writing
         python3 bench/synth_lowbit.py qwen3-30b-a3b /tmp/q3_$m.gguf --mix $m --synth .devdata/synth_moe.py \
-            --vocab .devdata/ggml-vocab-gpt-2.gguf > "$J/synth_$m.log" 2>&1 && echo ok > /tmp/q3_$m.done
+            --vocab .devdata/ggml-vocab-gpt-2.gguf > "/tmp/lowbit_synth_$m.log" 2>&1 && echo ok > /tmp/q3_$m.done
     done
 ) &
 LL=0
@@ -101,9 +101,10 @@ lrow() { # file tag args...
 }
 for m in $MIXES; do
     for i in $(seq 200); do [ -f /tmp/q3_$m.done ] && break; sleep 2; done
-    [ -f /tmp/q3_$m.done ] || { echo "q3_$m: not written (synth_$m.log: $(tail -2 "$J/synth_$m.log"))"; continue; }
-    echo "q3_$m written at $(el)s: $(du -h /tmp/q3_$m.gguf | cut -f1); $(grep -ci "spread\|std" "$J/synth_$m.log") spread lines"
-    grep -iE "std|spread" "$J/synth_$m.log" | head -8
+    [ -f /tmp/q3_$m.done ] || { echo "q3_$m: not written (synth_$m.log: $(tail -2 "/tmp/lowbit_synth_$m.log"))"; continue; }
+    echo "q3_$m written at $(el)s: $(du -h /tmp/q3_$m.gguf | cut -f1); $(grep -ci "spread\|std" "/tmp/lowbit_synth_$m.log") spread lines"
+    grep -iE "std|spread" "/tmp/lowbit_synth_$m.log" | head -8
+    cp "/tmp/lowbit_synth_$m.log" "$J/synth_$m.log" # (outside $J while written: a later run clears $J)
     F=/tmp/q3_$m.gguf
     if [ "$LL" = 1 ] && [ ! -f /tmp/llama.done ]; then # llama's build: wait, at most to 60% of the budget
         while [ ! -f /tmp/llama.done ] && [ "$(el)" -lt $((BUDGET * 6 / 10)) ]; do sleep 5; done
