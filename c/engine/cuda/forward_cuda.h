@@ -179,6 +179,8 @@ struct st_gpu {
      * in slot order (the CPU's bits whatever the residency); else the pool's sum in pm_part */
     int pool_misses;
     int pm_exact;
+    int32_t pm_first;                     /* the layer whose misses the step's loads serve first
+                                             (one later each step: every layer's residency moves) */
     const void *pm_tables;                /* device [n_layer][n_expert] slot descriptors (export) */
     const int32_t *pm_where;              /* device [n_layer][n_expert] nonzero: resident */
     int32_t *pm_ids;                      /* device (8, k): the GPU's ids, -1 for the pool's */

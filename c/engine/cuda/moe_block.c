@@ -976,9 +976,10 @@ static int64_t st_gpu_pool_zc_rows(const st_expert *ex, int32_t *ids, int64_t n,
 
 /* After a decode step of the pool-miss mode: its routing comes down (one copy), each cache
  * layer's ids are looked up (the use counts and recency, hit and miss counters), the slot-rows counted as
- * the device split them (resident and pool_pcie's share: GPU), and the missed experts, earliest
- * layers first, loaded for the steps to come: into EMPTY slots, then up to
- * ST_POOL_LOADS_PER_STEP evicting. */
+ * the device split them (resident and pool_pcie's share: GPU), and the missed experts loaded for
+ * the steps to come: into EMPTY slots, then up to ST_POOL_LOADS_PER_STEP evicting, the layers
+ * taken from g->pm_first on, which moves one layer a step (from layer 0 every step, the first
+ * layers' misses spent the budget and the later layers' residency never moved once full). */
 static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
     const st_hparams *hp = &s->model->hp;
     st_gpu *g = s->gpu;
@@ -986,7 +987,10 @@ static strata_status st_gpu_pool_misses_after(strata_session *s, int64_t T) {
     TRY(st_cuda_memcpy_d2h(g->h_pm_hist, g->pm_hist, sizeof(int32_t) * (size_t)(hp->n_layer * R * K)));
     s->pcie_bytes += (int64_t)(sizeof(int32_t) * (size_t)(hp->n_layer * T * K));
     int32_t budget = ST_POOL_LOADS_PER_STEP, empty = st_gpu_tier_empty_slots(g->cache);
-    for (int il = 0; il < hp->n_layer; il++) {
+    const int32_t first = g->pm_first;
+    g->pm_first = (first + 1) % hp->n_layer;
+    for (int j = 0; j < hp->n_layer; j++) {
+        const int il = (first + j) % hp->n_layer;
         if (st_plan_layer_on_cpu(&s->plan, il)) continue;
         int64_t res = 0, zb = 0; /* zb: the GPU's reads of the pinned copy */
         const int64_t zr = g->d_zc_of_m ? st_gpu_pool_zc_rows(s->experts + (size_t)il * (size_t)hp->n_expert,
