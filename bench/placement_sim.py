@@ -13,7 +13,8 @@ routed experts):
            the CPU layers' experts only (the slot book, look-ups of the CPU layers alone);
   pool     the cache with --doorbell: the split made on the device, no host round trip, every
            miss computed by the pool (`bell` a layer, then cpu0 + M cpu1); its residency loads
-           at most 4 experts a step in place of others, as the tier does (ST_POOL_LOADS_PER_STEP);
+           at most 4 experts a step in place of others, as the tier does (ST_POOL_LOADS_PER_STEP),
+           from a first layer that moves one a step;
   pool_pcie  the same with --pool-pcie auto: the GPU reads some misses from the pinned copy
            itself (`bell` a layer, then the cost model's split of M with `zc` an expert read in
            place, not `pcie`).
@@ -109,17 +110,25 @@ def calls_of(recs):
 def misses_by_cache(calls, keep, slots, evictions=None):
     """Per call (in order): the misses of a slot book of `slots` over the calls whose layer passes
     keep(layer); None for the others. evictions: at most that many loads in place of a resident
-    expert a decode step (the doorbell pool's ST_POOL_LOADS_PER_STEP)."""
-    seq, owner, step_of = [], [], []
-    step, prev = 0, None
-    for i, (layer, ex) in enumerate(calls):
-        if prev is not None and layer <= prev:  # the next pass
-            step += 1
+    expert a decode step (the doorbell pool's ST_POOL_LOADS_PER_STEP), the step's layers served
+    from its first one on, which moves one layer a step (moe_block.c's pm_first)."""
+    steps, prev = [], None
+    for i, (layer, _) in enumerate(calls):
+        if prev is None or layer <= prev:  # the next pass
+            steps.append([])
         prev = layer
-        if keep(layer):
-            seq.extend((layer, e) for e in ex)
-            owner.extend([i] * len(ex))
-            step_of.extend([step] * len(ex))
+        steps[-1].append(i)
+    seq, owner, step_of = [], [], []
+    for step, idx in enumerate(steps):
+        if evictions is not None and idx:
+            r = step % len(idx)
+            idx = idx[r:] + idx[:r]
+        for i in idx:
+            layer, ex = calls[i]
+            if keep(layer):
+                seq.extend((layer, e) for e in ex)
+                owner.extend([i] * len(ex))
+                step_of.extend([step] * len(ex))
     flags = []
     if slots > 0:
         rs.sim_slot_book(seq, slots, calls=owner, flags=flags, steps=step_of if evictions else None,

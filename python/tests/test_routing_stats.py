@@ -251,6 +251,13 @@ def test_placement_sim_costs_and_placements(tmp_path):
     assert pool["pool"]["hit"] == pool["pool_pcie"]["hit"] == cache["hit"]
     assert pool["pool_pcie"]["us"] <= pool["pool"]["us"]
     assert ps.layer_us("pool", 2.5, c) == pytest.approx((ps.layer_us("pool", 2, c) + ps.layer_us("pool", 3, c)) / 2)
+    # the pool's one load a step goes to the layers in turn (moe_block.c's pm_first): layer 0
+    # misses every step (a new expert each time), yet layer 1's one expert gets its slot on the
+    # first step that layer 1 comes first, and keeps it; served from layer 0 every step, layer 1
+    # would miss all ten steps
+    calls = [c for st in range(10) for c in ((0, [10 + st]), (1, [4 if st == 0 else 5]))]
+    miss = ps.misses_by_cache(calls, lambda l: True, 2, evictions=1)
+    assert sum(miss[0::2]) == 10 and sum(miss[1::2]) == 2
     assert all(r["tok_s"] == pytest.approx(1e6 / r["us"]) for r in rows)
     out = subprocess.run(["python3", str(REPO / "bench" / "placement_sim.py"), str(tmp_path / "t.jsonl"),
                           "--shares", "0.5", "--json", str(tmp_path / "p.json")], capture_output=True, text=True)
