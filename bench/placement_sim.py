@@ -107,11 +107,12 @@ def calls_of(recs):
     return [(r["layer"], by_call.get(c, [])) for c, r in enumerate(recs) if r["n"] == 1]
 
 
-def misses_by_cache(calls, keep, slots, evictions=None):
+def misses_by_cache(calls, keep, slots, evictions=None, rotate=True):
     """Per call (in order): the misses of a slot book of `slots` over the calls whose layer passes
     keep(layer); None for the others. evictions: at most that many loads in place of a resident
     expert a decode step (the doorbell pool's ST_POOL_LOADS_PER_STEP), the step's layers served
-    from its first one on, which moves one layer a step (moe_block.c's pm_first)."""
+    from its first one on, which moves one layer a step (moe_block.c's pm_first; rotate False:
+    from the pass's first layer every step, as the engine did before 2026-12-08)."""
     steps, prev = [], None
     for i, (layer, _) in enumerate(calls):
         if prev is None or layer <= prev:  # the next pass
@@ -120,7 +121,7 @@ def misses_by_cache(calls, keep, slots, evictions=None):
         steps[-1].append(i)
     seq, owner, step_of = [], [], []
     for step, idx in enumerate(steps):
-        if evictions is not None and idx:
+        if evictions is not None and rotate and idx:
             r = step % len(idx)
             idx = idx[r:] + idx[:r]
         for i in idx:

@@ -11,35 +11,26 @@ same length as `strata bench -n T` (T + 1 passes with the warm-up) from empty sl
         [--tokens 257,1024] [--budgets 4,8,16,32]
 """
 import argparse
-import sys
+import importlib.util
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import routing_stats as rs  # noqa: E402
+_spec = importlib.util.spec_from_file_location("placement_sim",
+                                               Path(__file__).resolve().parent.parent / "placement_sim.py")
+ps = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ps)
+rs = ps.rs  # routing_stats, as placement_sim loads it
 
 
-def replayed(steps, n_layer, n_tok, rotate):
-    """The look-ups (layer, expert), their pass and their layer call, the passes' layers in the
-    order the pool's loads serve them."""
-    seq, step_of, call_of, call = [], [], [], 0
-    for p in range(n_tok):
-        order = list(range(n_layer))
-        if rotate:
-            r = p % n_layer
-            order = order[r:] + order[:r]
-        for layer in order:
-            for e in steps[p % len(steps)][layer % len(steps[0])]:
-                seq.append((layer, e))
-                step_of.append(p)
-                call_of.append(call)
-            call += 1
-    return seq, step_of, call_of
+def replayed(steps, n_layer, n_tok):
+    """The calls of n_tok passes over n_layer layers as placement_sim takes them: (layer, ids),
+    layer l of pass p the trace's layer l mod its layers at its pass p mod its passes."""
+    return [(layer, steps[p % len(steps)][layer % len(steps[0])]) for p in range(n_tok) for layer in range(n_layer)]
 
 
-def hit_rate(seq, slots, calls, steps=None, budget=None):
-    flags = []
-    rs.sim_slot_book(seq, slots, calls=calls, flags=flags, steps=steps, evictions=budget)
-    return sum(flags) / max(1, len(flags))
+def hit_rate(calls, slots, budget=None, rotate=True):
+    miss = ps.misses_by_cache(calls, lambda layer: True, slots, budget, rotate)
+    looks = sum(len(ex) for _, ex in calls)
+    return 1.0 - sum(miss) / max(1, looks)
 
 
 def main(argv=None):
@@ -58,12 +49,11 @@ def main(argv=None):
     print("|---:|---:|---:|" + "---:|---:|" * len(budgets))
     for slots in (int(x) for x in a.slots.split(",")):
         for n_tok in (int(x) for x in a.tokens.split(",")):
-            seq, st, calls = replayed(steps, a.layers, n_tok, False)
-            cells = [f"{hit_rate(seq, slots, calls):.1%}"]
+            calls = replayed(steps, a.layers, n_tok)
+            cells = [f"{hit_rate(calls, slots):.1%}"]
             for b in budgets:
                 for rot in (False, True):
-                    seq, st, calls = replayed(steps, a.layers, n_tok, rot)
-                    cells.append(f"{hit_rate(seq, slots, calls, st, b):.1%}")
+                    cells.append(f"{hit_rate(calls, slots, b, rot):.1%}")
             print(f"| {slots} | {n_tok} | " + " | ".join(cells) + " |", flush=True)
 
 
