@@ -20,11 +20,9 @@ server_bench.py beside it).
         [--long 30000] [--n-long 3] [--gen 200] [--out FILE.json]
 """
 import argparse
-import http.client
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,28 +34,11 @@ ARMS = [("unset", ""), ("every_row", "--defer-cpu 1 --defer-cpu-below 1"), ("spl
 def complete(srv, prompt, gen):
     """One streamed completion: (prompt tokens, generated tokens, seconds to the first token,
     seconds from the first token to the last)."""
-    c = http.client.HTTPConnection(srv.host, srv.port, timeout=3600)
-    t0 = time.time()
-    c.request("POST", "/v1/completions", body=json.dumps({
-        "prompt": prompt, "max_tokens": gen, "temperature": 0, "stream": True,
-        "stream_options": {"include_usage": True}}))
-    r = c.getresponse()
-    first = last = None
-    usage = {}
-    for raw in r:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        ev = json.loads(line[6:])
-        if ev.get("choices") and ev["choices"][0].get("text"):
-            last = time.time()
-            if first is None:
-                first = last
-        if ev.get("usage"):
-            usage = ev["usage"]
+    first, last, _, usage = srv.stream(prompt, gen)
     if first is None:
         raise SystemExit("a completion streamed no text")
-    return usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), first - t0, last - first
+    usage = usage or {}
+    return usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0), first, last - first
 
 
 def run_prompts(srv, prompts, gen):

@@ -68,25 +68,34 @@ class Server:
         r = c.getresponse()
         return json.loads(r.read())
 
-    def ttft(self, prompt, gen=1):
-        """Seconds to the first streamed token, and the usage."""
+    def stream(self, prompt, gen, **fields):
+        """One streamed greedy completion (fields added to the request): seconds from the request
+        to the first and to the last chunk with text (None without text), to the end, and the
+        usage."""
         c = http.client.HTTPConnection(self.host, self.port, timeout=3600)
         t0 = time.time()
         c.request("POST", "/v1/completions", body=json.dumps({"prompt": prompt, "max_tokens": gen, "temperature": 0,
                                                                "stream": True, "stream_options": {"include_usage": True},
-                                                               "cache_prompt": True}))
+                                                               **fields}))
         r = c.getresponse()
-        first, usage = None, None
+        first = last = usage = None
         for raw in r:
             line = raw.decode().strip()
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             ev = json.loads(line[6:])
-            if first is None and ev["choices"] and ev["choices"][0]["text"]:
-                first = time.time() - t0
+            if ev.get("choices") and ev["choices"][0].get("text"):
+                last = time.time() - t0
+                if first is None:
+                    first = last
             if ev.get("usage"):
                 usage = ev["usage"]
-        return (first if first is not None else time.time() - t0), usage
+        return first, last, time.time() - t0, usage
+
+    def ttft(self, prompt, gen=1):
+        """Seconds to the first streamed token, and the usage."""
+        first, _, total, usage = self.stream(prompt, gen, cache_prompt=True)
+        return (first if first is not None else total), usage
 
     def stop(self):
         self.p.send_signal(2)
