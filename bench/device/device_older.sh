@@ -34,8 +34,9 @@ q8c() { # the check program of build $1 (base, nodp4a): built by make, else dev_
 timeout 200 "$(q8c base)" 50 > "$O/q8_sm60_check.log" 2>&1
 echo "q8_sm60_check rc=$? at $(el)s: $(tail -1 "$O/q8_sm60_check.log")"
 grep -E "FAIL|error|output" "$O/q8_sm60_check.log" | head -20
-if [ -d build-nodp4a ] && [ -x "$(q8c nodp4a)" ]; then
-    timeout 200 "$(q8c nodp4a)" 20 > "$O/q8_sm60_check_nodp4a.log" 2>&1
+Q8N=; [ -d build-nodp4a ] && Q8N=$(q8c nodp4a)
+if [ -n "$Q8N" ] && [ -x "$Q8N" ]; then
+    timeout 200 "$Q8N" 20 > "$O/q8_sm60_check_nodp4a.log" 2>&1
     echo "q8_sm60_check (STRATA_NO_DP4A) rc=$? at $(el)s: $(tail -1 "$O/q8_sm60_check_nodp4a.log")"
     grep -E "FAIL|error|output" "$O/q8_sm60_check_nodp4a.log" | head -20
 fi
