@@ -258,6 +258,8 @@ def test_placement_sim_costs_and_placements(tmp_path):
     calls = [c for st in range(10) for c in ((0, [10 + st]), (1, [4 if st == 0 else 5]))]
     miss = ps.misses_by_cache(calls, lambda l: True, 2, evictions=1)
     assert sum(miss[0::2]) == 10 and sum(miss[1::2]) == 2
+    miss = ps.misses_by_cache(calls, lambda l: True, 2, evictions=1, rotate=False)  # the engine before
+    assert sum(miss[0::2]) == 10 and sum(miss[1::2]) == 10
     assert all(r["tok_s"] == pytest.approx(1e6 / r["us"]) for r in rows)
     out = subprocess.run(["python3", str(REPO / "bench" / "placement_sim.py"), str(tmp_path / "t.jsonl"),
                           "--shares", "0.5", "--json", str(tmp_path / "p.json")], capture_output=True, text=True)
